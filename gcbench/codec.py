@@ -1,0 +1,413 @@
+"""Wire codecs shared by the compressors: bit packing, varints, Elias-ω and the index codings.
+
+Everything here turns numbers into the exact bytes a compressor sends and back.  The functions
+work on NumPy arrays (host memory); compressors convert tensors at the boundary.
+
+* :func:`pack_bits` / :func:`unpack_bits` — fixed-width unsigned fields, LSB-first, so 1-bit
+  signs take one bit and ternary codes two.
+* :func:`varint_encode` / :func:`varint_decode` — LEB128, vectorised.
+* :func:`elias_omega_length`, :func:`write_fields`, :func:`read_fields` — Elias-ω codes (as in
+  QSGD, Alistarh et al. 2017) interleaved with fixed-width fields, MSB-first bit streams.
+* :func:`encode_indices` / :func:`decode_indices` — sorted sparse index sets with the coding a
+  user selects: ``fixed`` (``ceil(log2 d)`` bits each), ``int32``, ``delta-varint`` (gaps as
+  LEB128) and ``elias`` (gaps as Elias-ω).
+* :func:`encode_sparse` / :func:`decode_sparse` — float32 values plus indices, including DGC's
+  ``paper`` format (32-bit value + 16-bit zero run per nonzero, with escape records).
+
+Every fast routine has a plain reference (``*_reference``) that the tests compare against.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gcbench.errors import PayloadError
+
+INDEX_CODINGS: tuple[str, ...] = ("fixed", "int32", "delta-varint", "elias")
+SPARSE_CODINGS: tuple[str, ...] = (*INDEX_CODINGS, "paper")
+
+# ----------------------------------------------------------------------------- bit packing
+
+
+def index_width(d: int) -> int:
+    """Bits of a fixed-width index into ``d`` positions: ``ceil(log2 d)``, at least 1."""
+    return max(1, math.ceil(math.log2(d))) if d > 1 else 1
+
+
+def packed_nbytes(count: int, width: int) -> int:
+    """Bytes that :func:`pack_bits` produces for ``count`` fields of ``width`` bits."""
+    return (count * width + 7) // 8
+
+
+def pack_bits(values: np.ndarray, width: int) -> np.ndarray:
+    """Pack unsigned integers (< 2**width) into a little-endian bit stream of uint8.
+
+    Field i occupies bits ``[i*width, (i+1)*width)`` of the stream, least significant bit first.
+    """
+    values = np.ascontiguousarray(values).ravel()
+    if width == 8:
+        return values.astype(np.uint8, copy=False)
+    if width == 1:
+        return np.packbits(values.astype(bool, copy=False), bitorder="little")
+    if width in (2, 4):
+        per = 8 // width
+        v = values.astype(np.uint8, copy=False)
+        pad = (-len(v)) % per
+        if pad:
+            v = np.concatenate([v, np.zeros(pad, np.uint8)])
+        v = v.reshape(-1, per)
+        out = v[:, 0].copy()
+        for j in range(1, per):
+            out |= v[:, j] << np.uint8(j * width)
+        return out
+    v = values.astype(np.uint64, copy=False)
+    shifts = np.arange(width, dtype=np.uint64)
+    bits = ((v[:, None] >> shifts) & np.uint64(1)).astype(np.uint8)
+    return np.packbits(bits.ravel(), bitorder="little")
+
+
+def unpack_bits(data: np.ndarray, width: int, count: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``count`` fields of ``width`` bits as int64."""
+    data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
+    need = packed_nbytes(count, width)
+    if len(data) < need:
+        raise PayloadError(f"bit-packed field is truncated: need {need} bytes, have {len(data)}")
+    if width == 8:
+        return data[:count].astype(np.int64)
+    if width == 1:
+        return np.unpackbits(data[:need], count=count, bitorder="little").astype(np.int64)
+    if width in (2, 4):
+        per = 8 // width
+        mask = np.uint8((1 << width) - 1)
+        cols = [(data[:need] >> np.uint8(j * width)) & mask for j in range(per)]
+        return np.stack(cols, axis=1).ravel()[:count].astype(np.int64)
+    bits = np.unpackbits(data[:need], count=count * width, bitorder="little").reshape(count, width)
+    weights = (np.uint64(1) << np.arange(width, dtype=np.uint64)).astype(np.uint64)
+    return (bits.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64).astype(np.int64)
+
+
+def pack_bits_reference(values: list[int], width: int) -> bytes:
+    """Plain bit-by-bit packer, the oracle for :func:`pack_bits`."""
+    out = bytearray((len(values) * width + 7) // 8)
+    pos = 0
+    for v in values:
+        for b in range(width):
+            if (int(v) >> b) & 1:
+                out[pos // 8] |= 1 << (pos % 8)
+            pos += 1
+    return bytes(out)
+
+
+# ----------------------------------------------------------------------------- varints
+
+
+def varint_encode(values: np.ndarray) -> np.ndarray:
+    """LEB128-encode non-negative integers (vectorised)."""
+    v = np.ascontiguousarray(values, dtype=np.uint64).ravel()
+    if v.size == 0:
+        return np.zeros(0, np.uint8)
+    nb = np.ones(len(v), np.int64)
+    t = v >> np.uint64(7)
+    while t.any():
+        nb += t > 0
+        t >>= np.uint64(7)
+    ends = np.cumsum(nb)
+    starts = ends - nb
+    out = np.empty(int(ends[-1]), np.uint8)
+    for j in range(int(nb.max())):
+        sel = nb > j
+        byte = ((v[sel] >> np.uint64(7 * j)) & np.uint64(0x7F)).astype(np.uint8)
+        byte |= np.where(nb[sel] > j + 1, 0x80, 0).astype(np.uint8)
+        out[starts[sel] + j] = byte
+    return out
+
+
+def varint_decode(data: np.ndarray, count: int) -> tuple[np.ndarray, int]:
+    """Decode ``count`` LEB128 integers; returns (values, bytes consumed)."""
+    data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
+    if count == 0:
+        return np.zeros(0, np.int64), 0
+    ends = np.flatnonzero((data & 0x80) == 0)
+    if len(ends) < count:
+        raise PayloadError(f"varint stream is truncated: {len(ends)} of {count} values present")
+    used = int(ends[count - 1]) + 1
+    d = data[:used]
+    group = np.zeros(used, np.int64)
+    group[ends[: count - 1] + 1] = 1
+    group = np.cumsum(group)
+    first = np.concatenate([[0], ends[: count - 1] + 1])
+    pos_in = np.arange(used) - first[group]
+    if pos_in.max(initial=0) > 9:
+        raise PayloadError("varint stream has an overlong value")
+    parts = (d & 0x7F).astype(np.uint64) << (7 * pos_in).astype(np.uint64)
+    vals = np.zeros(count, np.uint64)
+    np.add.at(vals, group, parts)
+    return vals.astype(np.int64), used
+
+
+# ----------------------------------------------------------------------------- Elias-omega
+
+
+def _bitlen(v: np.ndarray) -> np.ndarray:
+    """Bit length of positive integers < 2**53 (exact via frexp)."""
+    return np.frexp(v.astype(np.float64))[1].astype(np.int64)
+
+
+def elias_omega_length(n: int) -> int:
+    """Length in bits of the Elias-ω code of ``n >= 1`` (L(1)=1, L(2)=L(3)=3, L(4)=6)."""
+    if n < 1:
+        raise ValueError("Elias-ω codes positive integers only")
+    length = 1
+    while n > 1:
+        b = n.bit_length()
+        length += b
+        n = b - 1
+    return length
+
+
+_OMEGA_DEPTH = 6  # enough for every n < 2**53
+
+
+def elias_omega_fields(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fields (values, widths), shape (len(n), depth+1), whose concatenation is ω(n) per row.
+
+    Columns are in stream order; absent groups have width 0 and vanish when written.
+    """
+    n = np.ascontiguousarray(n, dtype=np.int64).ravel()
+    if n.size and n.min() < 1:
+        raise ValueError("Elias-ω codes positive integers only")
+    vals = np.zeros((len(n), _OMEGA_DEPTH + 1), np.int64)
+    widths = np.zeros((len(n), _OMEGA_DEPTH + 1), np.int64)
+    cur = n.copy()
+    for level in range(_OMEGA_DEPTH):
+        col = _OMEGA_DEPTH - 1 - level  # groups are written innermost (smallest) first
+        active = cur > 1
+        if not active.any():
+            break
+        bl = np.where(active, _bitlen(np.maximum(cur, 1)), 0)
+        vals[:, col] = np.where(active, cur, 0)
+        widths[:, col] = bl
+        cur = np.where(active, bl - 1, 1)
+    # terminating '0' bit: value 0, width 1 (last column)
+    widths[:, _OMEGA_DEPTH] = 1
+    return vals, widths
+
+
+def write_fields(values: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Concatenate fields MSB-first into a big-endian bit stream; returns uint8 bytes."""
+    values = np.ascontiguousarray(values, dtype=np.int64).ravel()
+    widths = np.ascontiguousarray(widths, dtype=np.int64).ravel()
+    keep = widths > 0
+    values, widths = values[keep], widths[keep]
+    total = int(widths.sum())
+    if total == 0:
+        return np.zeros(0, np.uint8)
+    starts = np.cumsum(widths) - widths
+    owner = np.repeat(np.arange(len(widths)), widths)
+    shift = widths[owner] - 1 - (np.arange(total) - starts[owner])
+    bits = ((values[owner] >> shift) & 1).astype(np.uint8)
+    return np.packbits(bits)
+
+
+def _read_fields_py(bits: np.ndarray, count: int, pattern: np.ndarray) -> tuple[np.ndarray, int]:
+    """Reference reader: ``pattern[j] > 0`` is a fixed width, ``0`` an Elias-ω code."""
+    out = np.zeros((count, len(pattern)), np.int64)
+    pos = 0
+    nbits = len(bits)
+    for i in range(count):
+        for j, w in enumerate(pattern):
+            if w > 0:
+                if pos + w > nbits:
+                    return out, -1
+                v = 0
+                for _ in range(w):
+                    v = (v << 1) | int(bits[pos])
+                    pos += 1
+                out[i, j] = v
+            else:
+                n = 1
+                while True:
+                    if pos >= nbits:
+                        return out, -1
+                    if bits[pos] == 0:
+                        pos += 1
+                        break
+                    if pos + n + 1 > nbits:
+                        return out, -1
+                    v = 0
+                    for _ in range(n + 1):
+                        v = (v << 1) | int(bits[pos])
+                        pos += 1
+                    n = v
+                out[i, j] = n
+    return out, pos
+
+
+try:  # numba makes the sequential Elias-ω decoder fast; the pure-Python one is the reference
+    import numba
+
+    _read_fields_fast = numba.njit(cache=True, nogil=True)(_read_fields_py)
+except Exception:  # pragma: no cover - numba missing or broken: fall back to the reference
+    _read_fields_fast = None
+
+
+def read_fields(data: np.ndarray, count: int, pattern: list[int] | tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """Read ``count`` records of ``pattern`` from a stream made by :func:`write_fields`.
+
+    ``pattern[j] > 0`` reads a fixed-width field of that many bits; ``0`` reads an Elias-ω code.
+    Returns (records as int64 of shape (count, len(pattern)), bits consumed).
+    """
+    bits = np.unpackbits(np.ascontiguousarray(data, dtype=np.uint8))
+    pat = np.asarray(pattern, dtype=np.int64)
+    reader = _read_fields_fast if _read_fields_fast is not None else _read_fields_py
+    out, used = reader(bits, int(count), pat)
+    if used < 0:
+        raise PayloadError("Elias-coded stream is truncated")
+    return out, used
+
+
+def read_fields_reference(data: np.ndarray, count: int, pattern: list[int] | tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """:func:`read_fields` without numba (the test oracle)."""
+    bits = np.unpackbits(np.ascontiguousarray(data, dtype=np.uint8))
+    out, used = _read_fields_py(bits, int(count), np.asarray(pattern, dtype=np.int64))
+    if used < 0:
+        raise PayloadError("Elias-coded stream is truncated")
+    return out, used
+
+
+# ----------------------------------------------------------------------------- index codings
+
+
+def _check_sorted(idx: np.ndarray, d: int) -> np.ndarray:
+    idx = np.ascontiguousarray(idx, dtype=np.int64).ravel()
+    if idx.size and (idx[0] < 0 or idx[-1] >= d or np.any(np.diff(idx) <= 0)):
+        raise ValueError("indices must be sorted, unique and within [0, d)")
+    return idx
+
+
+def _gaps(idx: np.ndarray) -> np.ndarray:
+    """First gap is idx[0] + 1, then differences: all >= 1 for sorted unique indices."""
+    return np.diff(idx, prepend=-1)
+
+
+def encode_indices(idx: np.ndarray, d: int, coding: str) -> np.ndarray:
+    """Encode sorted unique indices into [0, d) with ``coding`` (see :data:`INDEX_CODINGS`)."""
+    idx = _check_sorted(idx, d)
+    if coding == "fixed":
+        return pack_bits(idx, index_width(d))
+    if coding == "int32":
+        return idx.astype("<i4").view(np.uint8)
+    if coding == "delta-varint":
+        return varint_encode(_gaps(idx) - 1)
+    if coding == "elias":
+        vals, widths = elias_omega_fields(_gaps(idx))
+        return write_fields(vals, widths)
+    raise ValueError(f"unknown index coding {coding!r}; choose from {', '.join(INDEX_CODINGS)}")
+
+
+def decode_indices(data: np.ndarray, d: int, k: int, coding: str) -> tuple[np.ndarray, int]:
+    """Decode ``k`` indices; returns (indices, bytes consumed)."""
+    data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
+    if coding == "fixed":
+        w = index_width(d)
+        return unpack_bits(data, w, k), packed_nbytes(k, w)
+    if coding == "int32":
+        if len(data) < 4 * k:
+            raise PayloadError("int32 index list is truncated")
+        return data[: 4 * k].view("<i4").astype(np.int64), 4 * k
+    if coding == "delta-varint":
+        gaps, used = varint_decode(data, k)
+        return np.cumsum(gaps + 1) - 1, used
+    if coding == "elias":
+        rec, bits = read_fields(data, k, (0,))
+        return np.cumsum(rec[:, 0]) - 1, (bits + 7) // 8
+    raise ValueError(f"unknown index coding {coding!r}; choose from {', '.join(INDEX_CODINGS)}")
+
+
+def index_bits(idx: np.ndarray, d: int, coding: str) -> int:
+    """Exact bit count of an index coding (the oracle the size tests use)."""
+    idx = _check_sorted(idx, d)
+    if coding == "fixed":
+        return len(idx) * index_width(d)
+    if coding == "int32":
+        return 32 * len(idx)
+    if coding == "delta-varint":
+        return 8 * sum(max(1, math.ceil(int(g - 1).bit_length() / 7)) for g in _gaps(idx))
+    if coding == "elias":
+        return sum(elias_omega_length(int(g)) for g in _gaps(idx))
+    raise ValueError(f"unknown index coding {coding!r}")
+
+
+# ----------------------------------------------------------------------------- sparse vectors
+
+_RUN_ESCAPE = 0xFFFF  # DGC 'paper' coding: a 16-bit run field of 65535 advances without an element
+
+
+def _paper_encode(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    runs = _gaps(idx) - 1  # zeros before each element
+    n_esc = runs // _RUN_ESCAPE
+    rem = runs % _RUN_ESCAPE
+    n_rec = len(idx) + int(n_esc.sum())
+    rec_runs = np.empty(n_rec, np.uint16)
+    rec_vals = np.zeros(n_rec, np.float32)
+    # position of each element's own record: its escapes come just before it
+    own = np.cumsum(n_esc + 1) - 1
+    rec_runs[:] = _RUN_ESCAPE
+    rec_runs[own] = rem
+    rec_vals[own] = values
+    return np.concatenate([rec_runs.astype("<u2").view(np.uint8), rec_vals.astype("<f4").view(np.uint8)])
+
+
+def _paper_decode(data: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    if len(data) % 6:
+        raise PayloadError("DGC paper-coded body is not a whole number of 48-bit records")
+    n_rec = len(data) // 6
+    runs = data[: 2 * n_rec].view("<u2").astype(np.int64)
+    vals = data[2 * n_rec :].view("<f4")
+    is_elem = runs != _RUN_ESCAPE
+    if int(is_elem.sum()) != k:
+        raise PayloadError(f"DGC paper-coded body holds {int(is_elem.sum())} elements, header says {k}")
+    advance = np.where(is_elem, runs + 1, _RUN_ESCAPE)
+    pos = np.cumsum(advance) - 1
+    return vals[is_elem].astype(np.float32), pos[is_elem], len(data)
+
+
+def encode_sparse(values: np.ndarray, idx: np.ndarray, d: int, coding: str) -> np.ndarray:
+    """Encode float32 ``values`` at sorted unique ``idx`` of a length-``d`` vector.
+
+    Layout: for ``paper``, records of (16-bit zero run, float32 value) stored as two arrays;
+    otherwise the k float32 values followed by the index coding.
+    """
+    values = np.ascontiguousarray(values, dtype=np.float32).ravel()
+    idx = _check_sorted(idx, d)
+    if len(values) != len(idx):
+        raise ValueError("values and indices differ in length")
+    if coding == "paper":
+        return _paper_encode(values, idx)
+    return np.concatenate([values.astype("<f4").view(np.uint8), encode_indices(idx, d, coding)])
+
+
+def decode_sparse(data: np.ndarray, d: int, k: int, coding: str) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`encode_sparse`: (float32 values, int64 indices)."""
+    data = np.ascontiguousarray(data, dtype=np.uint8).ravel()
+    if coding == "paper":
+        vals, idx, _ = _paper_decode(data, k)
+    else:
+        if len(data) < 4 * k:
+            raise PayloadError("sparse body is truncated")
+        vals = data[: 4 * k].view("<f4").astype(np.float32)
+        idx, _ = decode_indices(data[4 * k :], d, k, coding)
+    if idx.size and (idx.min() < 0 or idx.max() >= d):
+        raise PayloadError("sparse body has an index outside the tensor")
+    return vals, idx
+
+
+def sparse_bits(idx: np.ndarray, d: int, coding: str) -> int:
+    """Exact body bits of :func:`encode_sparse` (tests' oracle; the paper formulas)."""
+    idx = _check_sorted(idx, d)
+    if coding == "paper":
+        runs = _gaps(idx) - 1
+        return 48 * (len(idx) + int((runs // _RUN_ESCAPE).sum()))
+    return 32 * len(idx) + 8 * math.ceil(index_bits(idx, d, coding) / 8)

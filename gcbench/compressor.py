@@ -1,0 +1,308 @@
+"""The compressor contract: a pure codec plus explicit state.
+
+Contract (checked for every registered compressor by ``tests/test_contract.py``):
+
+* ``compress(x, state) -> Payload`` never modifies ``x``; it may update ``state`` (residuals,
+  momentum, warm-start factors, the random generator, the step counter).
+* ``decompress(payload) -> Tensor`` needs nothing but the payload: a default-constructed
+  instance of the same compressor decodes any payload of that codec, whatever parameters
+  produced it (decode-time settings travel in the payload header).  The result has ``x``'s shape
+  and dtype.
+* ``payload.nbytes == len(payload.to_bytes())`` and ``Payload.from_bytes`` restores a payload that
+  decompresses identically.
+* The same seed gives the same bytes.  Empty tensors give an empty body; all-zero tensors give
+  all-zero output with no NaN.
+* Communication never happens inside a compressor; :meth:`Compressor.exchange` *simulates* the
+  multi-worker protocol of N workers in one process and accounts for every byte.
+
+Error feedback is one mechanism (:class:`ErrorFeedback`) used by every compressor that declares
+``error_feedback="always"`` or ``"optional"``: the residual ``e`` lives in the state, the
+compressor encodes ``a = x + e`` and keeps ``e = a - decoded``.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from gcbench.errors import PayloadError
+from gcbench.payload import MetaValue, Payload
+from gcbench.registry import CompressorInfo, ParamValue
+
+
+class State:
+    """Per-(worker, tensor) state of a compressor.
+
+    Attributes:
+        seed: seed this state was created with (recorded in results).
+        step: number of ``compress`` calls so far; schedules (DGC warm-up, SDAGC's λ(t)) read it.
+        tensors: named state tensors (``residual`` for error feedback, ``momentum`` …).
+        values: small Python values (e.g. a warm-start flag), kept JSON/pickle friendly.
+        rng: NumPy ``Generator`` (PCG64) owned by the state, so a seed fixes every random draw.
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+        self.step = 0
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.values: dict[str, Any] = {}
+        self.rng = np.random.Generator(np.random.PCG64(self.seed))
+
+    def reseed(self, seed: int) -> None:
+        """Replace the random stream (used for independent repeated compressions)."""
+        self.rng = np.random.Generator(np.random.PCG64(int(seed)))
+
+    def clone(self) -> State:
+        """A deep copy: tensors cloned, generator state copied."""
+        return copy.deepcopy(self)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume, as plain containers and tensors (safe to save)."""
+        return {
+            "seed": self.seed,
+            "step": self.step,
+            "tensors": {k: v.detach().clone() for k, v in self.tensors.items()},
+            "values": copy.deepcopy(self.values),
+            "rng": copy.deepcopy(self.rng.bit_generator.state),
+        }
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.seed = int(sd["seed"])
+        self.step = int(sd["step"])
+        self.tensors = {k: v.detach().clone() for k, v in sd["tensors"].items()}
+        self.values = copy.deepcopy(sd["values"])
+        self.rng = np.random.Generator(np.random.PCG64())
+        self.rng.bit_generator.state = copy.deepcopy(sd["rng"])
+
+    @classmethod
+    def from_state_dict(cls, sd: dict[str, Any]) -> State:
+        st = cls(sd["seed"])
+        st.load_state_dict(sd)
+        return st
+
+    def uniform(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``n`` float32 uniforms in [0, 1) from this state's generator, on ``device``."""
+        u = torch.from_numpy(self.rng.random(n, dtype=np.float32))
+        return u if torch.device(device).type == "cpu" else u.to(device)
+
+    def randint64(self) -> int:
+        """A fresh 63-bit seed drawn from this state's generator."""
+        return int(self.rng.integers(0, 2**63 - 1))
+
+
+@dataclass
+class TrafficRecord:
+    """Bytes one worker sent and received in one phase of an exchange."""
+
+    phase: str
+    worker: int
+    sent: int
+    received: int
+
+
+@dataclass
+class Traffic:
+    """Every byte of a multi-worker exchange, per worker and phase."""
+
+    records: list[TrafficRecord] = field(default_factory=list)
+
+    def add(self, phase: str, worker: int, sent: int, received: int) -> None:
+        self.records.append(TrafficRecord(phase, worker, int(sent), int(received)))
+
+    def sent(self, worker: int | None = None, phase: str | None = None) -> int:
+        return sum(r.sent for r in self.records if (worker is None or r.worker == worker) and (phase is None or r.phase == phase))
+
+    def received(self, worker: int | None = None, phase: str | None = None) -> int:
+        return sum(r.received for r in self.records if (worker is None or r.worker == worker) and (phase is None or r.phase == phase))
+
+    def phases(self) -> list[str]:
+        return list(dict.fromkeys(r.phase for r in self.records))
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [r.__dict__.copy() for r in self.records]
+
+
+@dataclass
+class ExchangeResult:
+    """Outcome of :meth:`Compressor.exchange`: the aggregate every worker ends up with."""
+
+    aggregate: torch.Tensor
+    traffic: Traffic
+    payloads: list[Payload]  # what each worker sent in the first (upload) phase
+
+
+class ErrorFeedback:
+    """The one error-feedback mechanism: ``a = x + e``, send ``C(a)``, keep ``e = a - C(a)``.
+
+    The residual is float32 and lives in ``state.tensors["residual"]``; it has the input's shape.
+    (Karimireddy et al. 2019; Seide et al. 2014 for 1-bit SGD.)
+    """
+
+    KEY = "residual"
+
+    @classmethod
+    def corrected(cls, x32: torch.Tensor, state: State) -> torch.Tensor:
+        """``x + e`` as a new float32 tensor (x is not modified)."""
+        e = state.tensors.get(cls.KEY)
+        if e is None or e.shape != x32.shape:
+            return x32.clone()
+        return x32 + e
+
+    @classmethod
+    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor) -> None:
+        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory when safe)."""
+        if decoded32.untyped_storage().data_ptr() == corrected.untyped_storage().data_ptr():
+            state.tensors[cls.KEY] = corrected - decoded32  # decoded aliases the input
+        else:
+            state.tensors[cls.KEY] = corrected.sub_(decoded32)
+
+
+class Compressor(ABC):
+    """Base class of every compressor; subclasses implement :meth:`_encode` and :meth:`_decode`.
+
+    Subclasses are registered with :func:`gcbench.registry.register`, which sets ``info``.
+    ``self.params`` is the validated, read-only parameter mapping.
+
+    ``_encode(a, state)`` receives a float32 tensor that it may *not* modify (it can be the
+    caller's tensor) and returns ``(body, meta, decoded)``: body bytes (uint8 numpy array or
+    tensor), decode-time header settings, and optionally the float32 decoded tensor when it comes
+    for free (error feedback needs it; ``None`` makes the base decode the payload).
+    """
+
+    info: ClassVar[CompressorInfo]
+
+    def __init__(self, **params: Any) -> None:
+        self.params = self.info.resolve(params)
+
+    # ------------------------------------------------------------------ public contract
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def uses_error_feedback(self) -> bool:
+        ef = self.info.error_feedback
+        return ef == "always" or (ef == "optional" and bool(self.params.get("error_feedback")))
+
+    def init_state(self, seed: int = 0) -> State:
+        """A fresh state; tensors are allocated lazily on the first ``compress``."""
+        return State(seed)
+
+    def compress(self, x: torch.Tensor, state: State) -> Payload:
+        """Encode ``x`` (never modified), updating ``state``."""
+        return self.compress_and_decode(x, state, need_decoded=False)[0]
+
+    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
+        """Encode ``x`` and, if asked, return what the receiver will decode (in x's dtype)."""
+        if not x.is_floating_point():
+            raise TypeError(f"{self.name}: gradients must be floating point, got {x.dtype}")
+        if x.numel() == 0:
+            payload = self._payload(x, np.zeros(0, np.uint8), {})
+            state.step += 1
+            return payload, (x.detach().clone() if need_decoded else None)
+        x32 = x.detach().float() if x.dtype != torch.float32 else x.detach()
+        if self.uses_error_feedback():
+            a = ErrorFeedback.corrected(x32, state)
+            body, meta, decoded = self._encode(a, state)
+            payload = self._payload(x, body, meta)
+            if decoded is None:
+                decoded = self._decode_float(payload)
+            decoded = decoded.reshape(a.shape)
+            ErrorFeedback.update(state, a, decoded)
+        else:
+            body, meta, decoded = self._encode(x32, state)
+            payload = self._payload(x, body, meta)
+        state.step += 1
+        if not need_decoded:
+            return payload, None
+        if decoded is None:
+            decoded = self._decode_float(payload)
+        return payload, decoded.reshape(x.shape).to(x.dtype)
+
+    def decompress(self, payload: Payload) -> torch.Tensor:
+        """Decode a payload of this codec into a tensor of the original shape and dtype."""
+        return self._decode_float(payload).reshape(payload.shape).to(payload.dtype)
+
+    def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
+        """Simulate N workers: each compresses, all payloads are all-gathered, decoded, averaged.
+
+        Traffic (phase ``allgather``): each worker sends its payload once and receives the
+        others'.  Compressors whose papers define another protocol override this.
+        """
+        if len(grads) != len(states) or not grads:
+            raise ValueError("exchange needs one state per worker gradient, and at least one worker")
+        payloads = [self.compress(g, s) for g, s in zip(grads, states, strict=True)]
+        acc = torch.zeros(grads[0].shape, dtype=torch.float32, device=grads[0].device)
+        for p in payloads:
+            acc += self._decode_float(p).reshape(acc.shape)
+        traffic = Traffic()
+        total = sum(p.nbytes for p in payloads)
+        for w, p in enumerate(payloads):
+            traffic.add("allgather", w, p.nbytes, total - p.nbytes)
+        return ExchangeResult((acc / len(grads)).to(grads[0].dtype), traffic, payloads)
+
+    # ------------------------------------------------------------------ for subclasses
+
+    @abstractmethod
+    def _encode(self, a: torch.Tensor, state: State) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
+        """Encode float32 ``a`` (read only); return (body, meta, decoded float32 or None)."""
+
+    @abstractmethod
+    def _decode(self, payload: Payload) -> torch.Tensor:
+        """Decode a non-empty payload into a flat or shaped float32 tensor (payload only!)."""
+
+    def _payload(self, x: torch.Tensor, body: np.ndarray | torch.Tensor, meta: dict[str, MetaValue]) -> Payload:
+        if isinstance(body, np.ndarray):
+            data = torch.from_numpy(np.ascontiguousarray(body, dtype=np.uint8).ravel())
+        else:
+            data = body.reshape(-1).to(torch.uint8)
+        return Payload(self.name, self.info.version, x.dtype, tuple(x.shape), data, meta)
+
+    def _decode_float(self, payload: Payload) -> torch.Tensor:
+        if payload.codec != self.name:
+            raise PayloadError(f"payload of codec {payload.codec!r} given to {self.name}")
+        if payload.version != self.info.version:
+            raise PayloadError(f"payload of {self.name} version {payload.version}; this build decodes version {self.info.version}")
+        if payload.numel == 0:
+            return torch.zeros(payload.shape, dtype=torch.float32)
+        return self._decode(payload)
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.params.items() if v != self.info.defaults.get(k)}
+        args = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+        return f"{type(self).__name__}({args})"
+
+    def describe(self) -> dict[str, ParamValue | None]:
+        return dict(self.params)
+
+
+def decompress(payload: Payload) -> torch.Tensor:
+    """Decode any payload by its codec name alone (the "needs only the payload" guarantee)."""
+    from gcbench import registry
+
+    return registry.create(payload.codec).decompress(payload)
+
+
+def body_numpy(payload: Payload) -> np.ndarray:
+    """The payload body as a host uint8 array (no copy on CPU)."""
+    return payload.data.detach().to("cpu").numpy()
+
+
+def meta_int(payload: Payload, key: str) -> int:
+    try:
+        return int(payload.meta[key])
+    except KeyError:
+        raise PayloadError(f"{payload.codec} payload lacks header field {key!r}") from None
+
+
+def meta_str(payload: Payload, key: str) -> str:
+    try:
+        return str(payload.meta[key])
+    except KeyError:
+        raise PayloadError(f"{payload.codec} payload lacks header field {key!r}") from None

@@ -1,0 +1,55 @@
+"""Small helpers shared by compressor modules (sizes, sparse payload glue, parameters)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from gcbench import codec
+from gcbench.compressor import body_numpy, meta_int, meta_str
+from gcbench.payload import Payload
+from gcbench.registry import Param
+
+
+def density_param(default: float, help: str = "fraction of entries sent, k = ceil(density * d)") -> Param:
+    return Param("density", float, default, help, low=0.0, high=1.0, low_open=True)
+
+
+def coding_param(default: str = "fixed", with_paper: bool = False) -> Param:
+    choices = codec.SPARSE_CODINGS if with_paper else codec.INDEX_CODINGS
+    return Param("index_coding", str, default, "wire coding of the sparse indices", choices=tuple(choices))
+
+
+def k_of(density: float, d: int) -> int:
+    """Number of entries a sparsifier keeps: ceil(density * d), at least 1, at most d."""
+    return min(d, max(1, math.ceil(density * d))) if d else 0
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """Host NumPy view of a tensor (copied from the device if needed)."""
+    return t.detach().to("cpu").contiguous().numpy()
+
+
+def sparse_body(values: torch.Tensor, idx: torch.Tensor, d: int, coding: str) -> np.ndarray:
+    """Encode float32 values at indices (sorted here) with a sparse coding."""
+    idx_np = to_numpy(idx).astype(np.int64, copy=False)
+    vals_np = to_numpy(values).astype(np.float32, copy=False)
+    order = np.argsort(idx_np, kind="stable")
+    return codec.encode_sparse(vals_np[order], idx_np[order], d, coding)
+
+
+def sparse_decode(payload: Payload) -> torch.Tensor:
+    """Dense float32 vector from a payload written with :func:`sparse_body` (meta k, coding)."""
+    d = payload.numel
+    vals, idx = codec.decode_sparse(body_numpy(payload), d, meta_int(payload, "k"), meta_str(payload, "coding"))
+    out = torch.zeros(d, dtype=torch.float32)
+    out[torch.from_numpy(idx)] = torch.from_numpy(vals)
+    return out
+
+
+def dense_from_sparse(values: torch.Tensor, idx: torch.Tensor, d: int) -> torch.Tensor:
+    out = torch.zeros(d, dtype=torch.float32, device=values.device)
+    out[idx] = values
+    return out

@@ -1,0 +1,140 @@
+"""QSGD — Alistarh et al. 2017, Communication-Efficient SGD via Gradient Quantization and Encoding.
+
+Split the flat tensor into buckets of B elements (the last may be shorter).  For bucket v with
+norm n (‖v‖₂ for ``norm="2"``, max|v| for ``norm="inf"``): ``r = s·|v_i|/n``, ``l = floor(r)``,
+level ``l + 1`` with probability ``r − l`` else ``l``; decoded ``n·sign(v_i)·level_i/s``.
+Unbiased; per bucket (norm 2) E‖C(v) − v‖² ≤ min(B/s², √B/s)·‖v‖².
+
+Encodings:
+* ``fixed`` — per bucket a float32 norm and, per element, 1 sign bit + ceil(log2(s+1)) level bits:
+  32 + B·(1 + ceil(log2(s+1))) bits per bucket.
+* ``elias`` — the paper's code: the norms, then for every nonzero level its position gap, sign
+  bit and level, gaps and levels in Elias-ω (positions run across the whole tensor).
+
+Defaults are the paper's experiments (s = 16, B = 512, norm = inf).  ``min_numel`` reproduces the
+paper's choice of not quantizing tensors under 10,000 elements (they are sent as float32).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from gcbench import codec
+from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_str
+from gcbench.compressors._common import to_numpy
+from gcbench.errors import PayloadError
+from gcbench.payload import Payload
+from gcbench.registry import Param, register
+
+
+def level_bits(s: int) -> int:
+    return max(1, math.ceil(math.log2(s + 1)))
+
+
+def bucket_norms(flat: torch.Tensor, bucket: int, norm: str) -> torch.Tensor:
+    """Norm of each bucket (float32), the last bucket possibly shorter."""
+    d = flat.numel()
+    nb = -(-d // bucket)
+    pad = nb * bucket - d
+    v = torch.nn.functional.pad(flat, (0, pad)).reshape(nb, bucket) if pad else flat.reshape(nb, bucket)
+    if norm == "2":
+        return v.double().pow(2).sum(1).sqrt().float()
+    return v.abs().amax(1)
+
+
+def quantize(flat: torch.Tensor, norms: torch.Tensor, s: int, bucket: int, u: torch.Tensor) -> torch.Tensor:
+    """Stochastic levels (int64, 0..s) given uniforms ``u``."""
+    d = flat.numel()
+    n_el = norms.repeat_interleave(bucket)[:d]
+    r = torch.where(n_el > 0, flat.abs() * s / torch.where(n_el > 0, n_el, 1.0), 0.0).clamp(max=s)
+    lo = r.floor()
+    return (lo + (u < (r - lo)).to(r.dtype)).to(torch.int64)
+
+
+@register(
+    name="qsgd",
+    version=1,
+    description="stochastic quantization to s levels per bucket of B, norm 2 or inf; fixed or Elias coding",
+    paper="Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
+    biased=False,
+    stateful=False,
+    deterministic=False,
+    params=(
+        Param("s", int, 16, "number of quantization levels", low=1, high=2**20),
+        Param("bucket", int, 512, "bucket size B (elements sharing one norm)", low=1),
+        Param("norm", str, "inf", "bucket norm: '2' (theory) or 'inf' (the paper's experiments)", choices=("2", "inf")),
+        Param("encoding", str, "fixed", "wire coding: fixed-width or the paper's Elias-ω code", choices=("fixed", "elias")),
+        Param("min_numel", int, 0, "tensors with fewer elements are sent unquantized as float32 (paper: 10000)", low=0),
+    ),
+)
+class QSGD(Compressor):
+    def _encode(self, a: torch.Tensor, state: State):
+        flat = a.reshape(-1)
+        d = flat.numel()
+        s, bucket, enc = self.params["s"], self.params["bucket"], self.params["encoding"]
+        if d < self.params["min_numel"]:
+            return to_numpy(flat).astype("<f4").view(np.uint8), {"raw": 1}, flat.clone()
+        norms = bucket_norms(flat, bucket, self.params["norm"])
+        levels = quantize(flat, norms, s, bucket, state.uniform(d, flat.device))
+        neg = flat < 0
+        norms_np = to_numpy(norms).astype("<f4")
+        if enc == "fixed":
+            field = (levels << 1) | neg.to(torch.int64)
+            body = np.concatenate([norms_np.view(np.uint8), codec.pack_bits(to_numpy(field), 1 + level_bits(s))])
+            meta = {"s": s, "B": bucket, "enc": "fixed"}
+        else:
+            nz = torch.nonzero(levels).reshape(-1)
+            nz_np = to_numpy(nz).astype(np.int64)
+            gaps = np.diff(nz_np, prepend=-1)
+            gv, gw = codec.elias_omega_fields(gaps)
+            lv, lw = codec.elias_omega_fields(to_numpy(levels[nz]))
+            sign = to_numpy(neg[nz]).astype(np.int64)[:, None]
+            vals = np.concatenate([gv, sign, lv], axis=1)
+            widths = np.concatenate([gw, np.ones_like(sign), lw], axis=1)
+            body = np.concatenate([norms_np.view(np.uint8), codec.write_fields(vals, widths)])
+            meta = {"s": s, "B": bucket, "enc": "elias", "nnz": int(nz.numel())}
+        n_el = norms.repeat_interleave(bucket)[:d]
+        decoded = n_el * levels.to(torch.float32) / s
+        decoded = torch.where(neg, -decoded, decoded)
+        return body, meta, decoded
+
+    def _decode(self, payload: Payload) -> torch.Tensor:
+        d = payload.numel
+        body = body_numpy(payload)
+        if payload.meta.get("raw"):
+            if len(body) != 4 * d:
+                raise PayloadError("qsgd raw body has the wrong size")
+            return torch.from_numpy(body.view("<f4").astype(np.float32))
+        s, bucket = meta_int(payload, "s"), meta_int(payload, "B")
+        nb = -(-d // bucket)
+        if len(body) < 4 * nb:
+            raise PayloadError("qsgd body is truncated")
+        norms = torch.from_numpy(body[: 4 * nb].view("<f4").astype(np.float32))
+        rest = body[4 * nb :]
+        if meta_str(payload, "enc") == "fixed":
+            w = 1 + level_bits(s)
+            if len(rest) != codec.packed_nbytes(d, w):
+                raise PayloadError("qsgd fixed body has the wrong size")
+            field = torch.from_numpy(codec.unpack_bits(rest, w, d))
+            levels, neg = field >> 1, (field & 1).bool()
+        else:
+            nnz = meta_int(payload, "nnz")
+            rec, _ = codec.read_fields(rest, nnz, (0, 1, 0))
+            pos = np.cumsum(rec[:, 0]) - 1
+            if nnz and (pos[-1] >= d or rec[:, 2].max() > s):
+                raise PayloadError("qsgd Elias stream is corrupt")
+            levels = torch.zeros(d, dtype=torch.int64)
+            neg = torch.zeros(d, dtype=torch.bool)
+            levels[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 2])
+            neg[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 1].astype(bool))
+        out = norms.repeat_interleave(bucket)[:d] * levels.to(torch.float32) / s
+        return torch.where(neg, -out, out)
+
+
+def qsgd_fixed_bits(d: int, s: int, bucket: int) -> int:
+    """The paper's fixed-width bit count (tests' oracle): 32 + B(1 + ceil(log2(s+1))) per bucket."""
+    nb = -(-d // bucket)
+    return 32 * nb + d * (1 + level_bits(s))

@@ -1,0 +1,297 @@
+"""The compressor registry: typed parameters, frozen info records and loud lookups.
+
+Modelled on timm's ``OptimInfo`` and lm-evaluation-harness's registry: registering a name twice
+is an error, an unknown name gets "did you mean …", and every entry carries a frozen
+:class:`CompressorInfo` that drives ``gcbench list`` and the registry-wide contract tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from gcbench.errors import ParamError, UnknownNameError, did_you_mean
+
+if TYPE_CHECKING:
+    from gcbench.compressor import Compressor
+
+ParamValue = int | float | bool | str
+
+
+@dataclass(frozen=True)
+class Param:
+    """One typed compressor parameter with its default and allowed range.
+
+    ``low``/``high`` bound numbers (``low_open``/``high_open`` make a bound exclusive);
+    ``choices`` restricts strings.  ``help`` is shown by ``gcbench list``.
+    """
+
+    name: str
+    kind: type
+    default: ParamValue | None
+    help: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] | None = None
+    optional: bool = False  # None allowed (e.g. "no clipping")
+
+    def range_text(self) -> str:
+        """Human-readable allowed values, as used in error messages."""
+        if self.choices is not None:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.kind is bool:
+            return "true or false"
+        if self.low is None and self.high is None:
+            return f"a {self.kind.__name__}"
+        lo = "-inf" if self.low is None else f"{self.low:g}"
+        hi = "inf" if self.high is None else f"{self.high:g}"
+        left = "(" if (self.low_open or self.low is None) else "["
+        right = ")" if (self.high_open or self.high is None) else "]"
+        return f"in {left}{lo}, {hi}{right}"
+
+    def validate(self, value: Any) -> ParamValue | None:
+        """Return ``value`` coerced to this parameter's type, or raise :class:`ParamError`."""
+        if value is None:
+            if self.optional:
+                return None
+            raise ParamError(f"must be {self.range_text()}, got none")
+        bad = ParamError(f"must be {self.range_text()}, got {value!r}")
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise bad
+            return value
+        if self.kind is str:
+            if not isinstance(value, str) or (self.choices is not None and value not in self.choices):
+                raise bad
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad
+        if self.kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise bad
+            value = int(value)
+        else:
+            value = float(value)
+            if not math.isfinite(value):
+                raise bad
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            raise ParamError(f"must be {self.range_text()}, got {value:g}")
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            raise ParamError(f"must be {self.range_text()}, got {value:g}")
+        return value
+
+    def parse(self, text: str) -> ParamValue | None:
+        """Parse a command-line string (``density=0.01``) into this parameter's type."""
+        t = text.strip()
+        if self.optional and t.lower() in ("none", "null", ""):
+            return None
+        if self.kind is bool:
+            low = t.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ParamError(f"must be {self.range_text()}, got {text!r}")
+        if self.kind in (int, float):
+            try:
+                num = float(t)
+            except ValueError as exc:
+                raise ParamError(f"must be {self.range_text()}, got {text!r}") from exc
+            return self.validate(int(num) if self.kind is int and num.is_integer() else num)
+        return self.validate(t)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.kind.__name__,
+            "default": self.default,
+            "allowed": self.range_text(),
+            "help": self.help,
+        }
+
+
+@dataclass(frozen=True)
+class CompressorInfo:
+    """Everything ``gcbench list`` and the results know about one registered compressor.
+
+    Attributes:
+        name: registry name, also the payload codec id.
+        version: bumped whenever the algorithm or encoding changes; results of different
+            versions are "not comparable".
+        description: one line.
+        paper: citation of the implemented paper (or "—" for reference points).
+        biased: ``False`` only for compressors with E[C(x)] = x.
+        stateful: keeps state across steps (residuals, momentum, warm starts).
+        error_feedback: ``"no"``, ``"optional"`` (parameter ``error_feedback``), ``"always"``
+            (the shared EF mechanism is mandatory) or ``"own"`` (the paper's own accumulation).
+        deterministic: compress gives the same output for the same input and state (no RNG).
+        reconstructed: the definition is a documented reconstruction, not the paper's verified
+            algorithm; shown everywhere the compressor is.
+        exchange: ``"gather"`` for the default all-gather-and-average, else a short description
+            of the paper's own multi-worker protocol.
+        params: the typed parameters.
+    """
+
+    name: str
+    version: int
+    description: str
+    paper: str
+    biased: bool
+    stateful: bool
+    error_feedback: str
+    deterministic: bool
+    reconstructed: bool
+    exchange: str
+    params: tuple[Param, ...]
+    cls: type[Compressor] = field(repr=False, compare=False)
+
+    @property
+    def defaults(self) -> dict[str, ParamValue | None]:
+        return {p.name: p.default for p in self.params}
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise UnknownNameError(did_you_mean(name, [p.name for p in self.params], f"parameter of {self.name}"))
+
+    def resolve(self, params: Mapping[str, Any] | None = None) -> Mapping[str, ParamValue | None]:
+        """Validate user parameters and fill defaults; errors name the parameter."""
+        params = dict(params or {})
+        out: dict[str, ParamValue | None] = {}
+        for key in params:
+            self.param(key)  # unknown name -> did you mean
+        for p in self.params:
+            if p.name in params:
+                try:
+                    out[p.name] = p.validate(params[p.name])
+                except ParamError as exc:
+                    raise ParamError(f"{self.name}.{p.name}: {exc}") from None
+            else:
+                out[p.name] = p.default
+        return MappingProxyType(out)
+
+    def flags(self) -> str:
+        """Compact flags for tables: biased/unbiased, stateful, EF, reconstructed."""
+        parts = ["biased" if self.biased else "unbiased"]
+        if self.stateful:
+            parts.append("stateful")
+        if self.error_feedback != "no":
+            parts.append(f"EF:{self.error_feedback}")
+        if self.reconstructed:
+            parts.append("RECONSTRUCTED")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "paper": self.paper,
+            "biased": self.biased,
+            "stateful": self.stateful,
+            "error_feedback": self.error_feedback,
+            "deterministic": self.deterministic,
+            "reconstructed": self.reconstructed,
+            "exchange": self.exchange,
+            "params": [p.to_dict() for p in self.params],
+        }
+
+
+_REGISTRY: dict[str, CompressorInfo] = {}
+
+
+def register(
+    *,
+    name: str,
+    version: int,
+    description: str,
+    paper: str,
+    biased: bool,
+    stateful: bool,
+    error_feedback: str = "no",
+    deterministic: bool = True,
+    reconstructed: bool = False,
+    exchange: str = "gather",
+    params: tuple[Param, ...] = (),
+):
+    """Class decorator: register a :class:`~gcbench.compressor.Compressor` subclass."""
+    if error_feedback not in ("no", "optional", "always", "own"):
+        raise ValueError(f"error_feedback must be no/optional/always/own, got {error_feedback!r}")
+
+    def deco(cls: type[Compressor]) -> type[Compressor]:
+        if name in _REGISTRY:
+            raise ValueError(f"compressor {name!r} is registered twice ({_REGISTRY[name].cls.__module__} and {cls.__module__})")
+        all_params = params
+        if error_feedback == "optional" and not any(p.name == "error_feedback" for p in params):
+            all_params = (*params, Param("error_feedback", bool, False, "apply error feedback (residual) across steps"))
+        info = CompressorInfo(
+            name=name,
+            version=version,
+            description=description,
+            paper=paper,
+            biased=biased,
+            stateful=stateful or error_feedback in ("always", "own"),
+            error_feedback=error_feedback,
+            deterministic=deterministic,
+            reconstructed=reconstructed,
+            exchange=exchange,
+            params=all_params,
+            cls=cls,
+        )
+        cls.info = info
+        _REGISTRY[name] = info
+        return cls
+
+    return deco
+
+
+def _load_all() -> None:
+    import gcbench.compressors  # noqa: F401  (importing registers every compressor module)
+
+
+def names() -> list[str]:
+    """Registered compressor names, sorted."""
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def infos() -> list[CompressorInfo]:
+    _load_all()
+    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
+
+
+def get(name: str) -> CompressorInfo:
+    """The info record of ``name``; unknown names raise with "did you mean"."""
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError(did_you_mean(name, list(_REGISTRY), "compressor")) from None
+
+
+def create(name: str, **params: Any) -> Compressor:
+    """Instantiate a registered compressor with validated parameters."""
+    return get(name).cls(**params)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
+    """Parse ``name`` or ``name:key=value,key=value`` (the CLI form) into (name, params)."""
+    name, _, rest = spec.partition(":")
+    info = get(name.strip())
+    params: dict[str, ParamValue | None] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ParamError(f"{spec!r}: parameter {item!r} must look like key=value")
+        p = info.param(key.strip())
+        try:
+            params[p.name] = p.parse(value)
+        except ParamError as exc:
+            raise ParamError(f"{info.name}.{p.name}: {exc}") from None
+    return info.name, params
