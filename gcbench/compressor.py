@@ -190,6 +190,11 @@ class Compressor(ABC):
         ef = self.info.error_feedback
         return ef == "always" or (ef == "optional" and bool(self.params.get("error_feedback")))
 
+    @property
+    def stateful(self) -> bool:
+        """Whether this configured instance keeps state across steps (optional EF switched on counts)."""
+        return self.info.stateful or self.uses_error_feedback()
+
     def init_state(self, seed: int = 0) -> State:
         """A fresh state; tensors are allocated lazily on the first ``compress``."""
         return State(seed)
@@ -224,6 +229,29 @@ class Compressor(ABC):
         if decoded is None:
             decoded = self._decode_float(payload)
         return payload, decoded.reshape(x.shape).to(x.dtype)
+
+    def compress_group(
+        self, xs: Sequence[torch.Tensor], states: Sequence[State], need_decoded: bool = True
+    ) -> list[tuple[Payload, torch.Tensor | None]]:
+        """Compress all tensors one worker sends in one step (one payload per tensor).
+
+        The default compresses each independently.  Compressors whose selection spans the
+        whole model (gradient dropping with ``scope="global"``) override this; the runner always
+        calls it, so they see every tensor of the step together.
+        """
+        return [self.compress_and_decode(x, s, need_decoded) for x, s in zip(xs, states, strict=True)]
+
+    def reference_update(self, x: torch.Tensor, ref_state: dict[str, Any]) -> torch.Tensor:
+        """What a decoded output is compared with for fidelity: by default the gradient itself.
+
+        Compressors that apply momentum locally (DGC, SDAGC) override this with the update of
+        uncompressed momentum SGD, ``u_t = m·u_{t−1} + x_t``, keeping ``u`` in ``ref_state``.
+        """
+        return x
+
+    def reference_name(self) -> str:
+        """Name of :meth:`reference_update`'s quantity, recorded in results."""
+        return "gradient"
 
     def decompress(self, payload: Payload) -> torch.Tensor:
         """Decode a payload of this codec into a tensor of the original shape and dtype."""

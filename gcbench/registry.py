@@ -149,6 +149,7 @@ class CompressorInfo:
     exchange: str
     params: tuple[Param, ...]
     cls: type[Compressor] = field(repr=False, compare=False)
+    min_workers: int = 1  # LGC is defined only across several workers
 
     @property
     def defaults(self) -> dict[str, ParamValue | None]:
@@ -199,6 +200,7 @@ class CompressorInfo:
             "deterministic": self.deterministic,
             "reconstructed": self.reconstructed,
             "exchange": self.exchange,
+            "min_workers": self.min_workers,
             "params": [p.to_dict() for p in self.params],
         }
 
@@ -219,6 +221,7 @@ def register(
     reconstructed: bool = False,
     exchange: str = "gather",
     params: tuple[Param, ...] = (),
+    min_workers: int = 1,
 ):
     """Class decorator: register a :class:`~gcbench.compressor.Compressor` subclass."""
     if error_feedback not in ("no", "optional", "always", "own"):
@@ -243,6 +246,7 @@ def register(
             exchange=exchange,
             params=all_params,
             cls=cls,
+            min_workers=min_workers,
         )
         cls.info = info
         _REGISTRY[name] = info

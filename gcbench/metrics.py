@@ -1,0 +1,301 @@
+"""Metric definitions: size, fidelity and timing, exactly as design.md ("Metrics") defines them.
+
+For a gradient x and R independent compressions C_1(x)..C_R(x) with errors e_r = C_r(x) − x:
+
+* bias² (relative)   ‖mean_r C_r − x‖² / ‖x‖², estimated without the variance/R inflation by
+  the U-statistic Σ_{r≠s}⟨e_r, e_s⟩ / (R(R−1)) (unbiased for ‖E e‖²), with a jackknife standard
+  error over the repeats;
+* variance (relative) (1/(R−1)) Σ‖C_r − mean‖² / ‖x‖²;
+* q (relative MSE)   (1/R) Σ‖e_r‖² / ‖x‖²;  ω̂ = q for unbiased compressors;
+* δ (Beznosikov)     1/(1 − q) when q < 1 (else ∞);  α = 1 − q;
+* cosine             mean over r of ⟨C_r, x⟩ / (‖C_r‖‖x‖).
+
+Everything is computed from the R×R Gram matrix of the errors (float64), so one pass over the
+data serves every quantity.  Ratios of zero-norm inputs are undefined and reported as ``None``
+(an all-zero tensor in gives all-zero out; there is nothing to divide by).
+
+Timing follows timm's benchmark habits: warm-up, device synchronisation, repeats, medians and
+interquartile ranges, raw samples kept; the copy roofline (a copy of the same tensors into
+preallocated buffers) is timed in the same process with the same repeats.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats
+
+DENSE_BYTES_PER_ELEMENT = 4  # ratios are against float32, as the papers count
+
+
+# ----------------------------------------------------------------------------- size
+
+
+def dense_bytes(numel: int) -> int:
+    """Bytes of the uncompressed float32 tensor(s)."""
+    return DENSE_BYTES_PER_ELEMENT * int(numel)
+
+
+def ratio(numel: int, wire_bytes: float) -> float | None:
+    """Compression ratio: dense float32 bytes / wire bytes."""
+    return dense_bytes(numel) / wire_bytes if wire_bytes > 0 else None
+
+
+def bits_per_element(numel: int, wire_bytes: float) -> float | None:
+    return 8.0 * wire_bytes / numel if numel else None
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+
+@dataclass
+class Fidelity:
+    """Fidelity of one tensor (sums kept so tensors can be pooled energy-weighted)."""
+
+    numel: int
+    repeats: int
+    x_sq: float  # ‖x‖²
+    err_sq_mean: float  # (1/R) Σ‖e_r‖²
+    bias_sq: float  # U-statistic estimate of ‖E e‖² (== ‖e‖² when R = 1)
+    bias_sq_se: float | None  # jackknife standard error of bias_sq (None when R < 3)
+    var_sum: float  # (1/(R−1)) Σ‖C_r − mean‖² (0 when R = 1)
+    cosine: float | None
+    q_samples: list[float] = field(default_factory=list)  # per-repeat ‖e_r‖²/‖x‖²
+
+    @property
+    def q(self) -> float | None:
+        return self.err_sq_mean / self.x_sq if self.x_sq > 0 else None
+
+    @property
+    def bias2(self) -> float | None:
+        return self.bias_sq / self.x_sq if self.x_sq > 0 else None
+
+    @property
+    def variance(self) -> float | None:
+        return self.var_sum / self.x_sq if self.x_sq > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        q = self.q
+        return {
+            "numel": self.numel,
+            "repeats": self.repeats,
+            "q": q,
+            "bias2": self.bias2,
+            "bias2_se": (self.bias_sq_se / self.x_sq) if (self.bias_sq_se is not None and self.x_sq > 0) else None,
+            "variance": self.variance,
+            "cosine": self.cosine,
+            "delta": delta_beznosikov(q),
+            "alpha": (1.0 - q) if q is not None else None,
+        }
+
+
+def delta_beznosikov(q: float | None) -> float | None:
+    """δ_B = 1/(1 − q) for q < 1; ``inf`` is reported as None (not contractive)."""
+    if q is None or q >= 1.0:
+        return None
+    return 1.0 / (1.0 - q)
+
+
+def _gram(errors: Sequence[torch.Tensor]) -> np.ndarray:
+    """R×R float64 Gram matrix of flattened error tensors, in chunks to bound memory."""
+    r = len(errors)
+    g = np.zeros((r, r))
+    flat = [e.reshape(-1) for e in errors]
+    n = flat[0].numel()
+    chunk = 1 << 22
+    for lo in range(0, n, chunk):
+        block = torch.stack([f[lo : lo + chunk] for f in flat]).double()
+        g += (block @ block.T).numpy()
+    return g
+
+
+def fidelity(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Fidelity:
+    """All fidelity quantities of R decoded versions of ``x`` (see the module docstring)."""
+    r = len(decoded)
+    if r == 0:
+        raise ValueError("fidelity needs at least one decoded tensor")
+    x64 = x.detach().reshape(-1).double()
+    x_sq = float(x64 @ x64)
+    errors = [d.detach().reshape(-1).double() - x64 for d in decoded]
+    g = _gram(errors)
+    diag = np.diag(g)
+    err_sq_mean = float(diag.mean())
+    if r == 1:
+        bias_sq, se, var_sum = float(g[0, 0]), None, 0.0
+    else:
+        off = float(g.sum() - diag.sum())
+        bias_sq = off / (r * (r - 1))
+        var_sum = float((diag.sum() - g.sum() / r) / (r - 1))
+        se = None
+        if r >= 3:  # jackknife over repeats: leave-one-out U-statistics from the same Gram matrix
+            row = g.sum(1) - diag
+            loo = [(off - 2 * row[i]) / ((r - 1) * (r - 2)) for i in range(r)]
+            se = math.sqrt((r - 1) / r * sum((v - np.mean(loo)) ** 2 for v in loo))
+    cos = []
+    for d in decoded:
+        d64 = d.detach().reshape(-1).double()
+        nd = float(d64.norm())
+        if x_sq > 0 and nd > 0:
+            cos.append(float(d64 @ x64) / (nd * math.sqrt(x_sq)))
+        elif x_sq > 0:
+            cos.append(0.0)
+    q_samples = [float(v / x_sq) for v in diag] if x_sq > 0 else []
+    return Fidelity(
+        numel=x.numel(),
+        repeats=r,
+        x_sq=x_sq,
+        err_sq_mean=err_sq_mean,
+        bias_sq=bias_sq,
+        bias_sq_se=se,
+        var_sum=var_sum,
+        cosine=float(np.mean(cos)) if cos else None,
+        q_samples=q_samples,
+    )
+
+
+def pooled(fids: Sequence[Fidelity]) -> dict[str, Any]:
+    """Whole-model quantities: numerators and ‖x‖² summed over tensors (energy-weighted)."""
+    x_sq = sum(f.x_sq for f in fids)
+    if x_sq <= 0:
+        return {"q": None, "bias2": None, "variance": None, "delta": None, "alpha": None}
+    q = sum(f.err_sq_mean for f in fids) / x_sq
+    return {
+        "q": q,
+        "bias2": sum(f.bias_sq for f in fids) / x_sq,
+        "variance": sum(f.var_sum for f in fids) / x_sq,
+        "delta": delta_beznosikov(q),
+        "alpha": 1.0 - q,
+    }
+
+
+def mean_ci(samples: Sequence[float], confidence: float = 0.95) -> dict[str, float | None]:
+    """Mean with a Student-t confidence interval (scipy); worst = max."""
+    vals = [v for v in samples if v is not None and math.isfinite(v)]
+    if not vals:
+        return {"mean": None, "lo": None, "hi": None, "worst": None, "n": 0}
+    m = float(np.mean(vals))
+    if len(vals) < 2 or float(np.std(vals)) == 0.0:
+        return {"mean": m, "lo": m, "hi": m, "worst": float(max(vals)), "n": len(vals)}
+    lo, hi = stats.t.interval(confidence, len(vals) - 1, loc=m, scale=stats.sem(vals))
+    return {"mean": m, "lo": float(lo), "hi": float(hi), "worst": float(max(vals)), "n": len(vals)}
+
+
+def summarise(values: Sequence[float | None], worst: str = "max") -> dict[str, float | None]:
+    """Mean and worst case (max, or min for higher-is-better metrics) over tensors and steps."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return {"mean": None, "worst": None}
+    return {"mean": float(np.mean(vals)), "worst": float(max(vals) if worst == "max" else min(vals))}
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def synchronize(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Timing:
+    """Raw timing samples (seconds) with their robust summaries."""
+
+    samples: list[float]
+    warmup: int
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.samples))
+
+    @property
+    def iqr(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        q1, q3 = np.percentile(self.samples, [25, 75])
+        return float(q3 - q1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median_s": self.median, "iqr_s": self.iqr, "samples_s": list(self.samples), "warmup": self.warmup}
+
+
+def time_call(fn: Callable[[], Any], repeats: int, warmup: int, device: torch.device | str = "cpu",
+              setup: Callable[[], Any] | None = None) -> Timing:
+    """Time ``fn`` ``repeats`` times after ``warmup`` untimed calls; ``setup`` runs untimed before each."""
+    samples = []
+    for i in range(warmup + repeats):
+        if setup is not None:
+            setup()
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            samples.append(dt)
+    return Timing(samples, warmup)
+
+
+def copy_roofline(tensors: Sequence[torch.Tensor], repeats: int, warmup: int) -> Timing:
+    """Time a plain copy of the same tensors into preallocated buffers (the copy roofline)."""
+    bufs = [torch.empty_like(t) for t in tensors]
+    device = tensors[0].device if tensors else "cpu"
+
+    def run() -> None:
+        for b, t in zip(bufs, tensors, strict=True):
+            b.copy_(t)
+
+    return time_call(run, repeats, warmup, device)
+
+
+def throughput(numel: int, t: Timing) -> dict[str, float | None]:
+    """GB/s of dense float32 input and elements/s at the median time."""
+    med = t.median
+    if med <= 0:
+        return {"gbps": None, "elements_per_s": None}
+    return {"gbps": dense_bytes(numel) / med / 1e9, "elements_per_s": numel / med}
+
+
+def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided Mann–Whitney U p-value (scipy) for two timing sample sets."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """Metadata written with every results file (unit and direction)."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    description: str
+
+
+METRICS: tuple[MetricInfo, ...] = (
+    MetricInfo("ratio", "x", True, "dense float32 bytes / wire bytes (headers included)"),
+    MetricInfo("bits_per_element", "bits", False, "wire bits per gradient element"),
+    MetricInfo("q", "", False, "relative MSE (1/R) Σ‖C_r(x) − x‖²/‖x‖² (ω̂ for unbiased compressors)"),
+    MetricInfo("bias2", "", False, "relative bias² ‖E C(x) − x‖²/‖x‖² (U-statistic)"),
+    MetricInfo("variance", "", False, "relative variance (1/(R−1)) Σ‖C_r − mean‖²/‖x‖²"),
+    MetricInfo("delta", "", False, "Beznosikov δ = 1/(1 − q)"),
+    MetricInfo("alpha", "", True, "α = 1 − q (EF21 form)"),
+    MetricInfo("cosine", "", True, "⟨C(x), x⟩/(‖C(x)‖‖x‖)"),
+    MetricInfo("aggregate_q", "", False, "relative MSE of the exchanged aggregate vs the true worker mean"),
+    MetricInfo("ef_drift", "", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
+    MetricInfo("compress_s", "s", False, "median compress time per worker-step"),
+    MetricInfo("decompress_s", "s", False, "median decompress time per worker-step"),
+    MetricInfo("compress_gbps", "GB/s", True, "dense input bytes / median compress time"),
+    MetricInfo("copy_fraction", "", True, "copy time / compress time (1 = as fast as a memory copy)"),
+)
+
+
+def metrics_metadata() -> list[dict[str, Any]]:
+    return [asdict(m) for m in METRICS]

@@ -1,0 +1,266 @@
+"""Benchmark suites: TOML files validated into a typed, resolved :class:`Suite`.
+
+A suite names its gradient sources, the compressors (a compressor may appear several times with
+different parameters, each with its own label), the granularity, the metric settings and a seed.
+Every error names the file, the key path, the bad value and what is allowed, e.g.
+``suites/x.toml: compressors[2].params.density: must be in (0, 1], got 5``.
+
+Precedence: built-in defaults < suite file < command-line overrides (:func:`apply_overrides`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gcbench import registry
+from gcbench.errors import GcbenchError, ParamError, UnknownNameError
+
+SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
+DEFAULT_SUITE = "quick"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSpec(_Strict):
+    """Where gradients come from: ``synthetic``, ``live`` (zoo model) or ``trace`` (recorded)."""
+
+    kind: Literal["synthetic", "live", "trace"] = "synthetic"
+    label: str | None = None
+    workers: int | None = Field(None, ge=1, le=1024, description="default: 1 synthetic, 4 live, all of a trace")
+    steps: int | None = Field(None, ge=1, le=100000, description="default: 1 synthetic, 2 live, all of a trace")
+    # synthetic
+    distribution: Literal["normal", "laplace", "student-t", "sparse", "lowrank"] = "normal"
+    shapes: list[list[int]] | None = None
+    model: str | None = None  # live: the zoo model; synthetic: use a zoo model's layer shapes
+    scale: float = Field(1.0, gt=0)
+    df: float = Field(3.0, gt=0)
+    sparsity_density: float = Field(0.05, gt=0, le=1)
+    # live
+    warmup_steps: int = Field(0, ge=0)
+    batch_size: int | None = Field(None, ge=1)
+    image_size: int | None = Field(None, ge=8)
+    # trace
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> SourceSpec:
+        if self.kind == "synthetic":
+            if not self.shapes and not self.model:
+                raise ValueError("a synthetic source needs 'shapes' (list of shapes) or 'model' (zoo layer shapes)")
+            for sh in self.shapes or []:
+                if any(s < 0 for s in sh):
+                    raise ValueError(f"shapes: dimensions must be >= 0, got {sh}")
+        elif self.kind == "live" and not self.model:
+            raise ValueError("a live source needs 'model' (a zoo name or package.module:factory)")
+        elif self.kind == "trace" and not self.path:
+            raise ValueError("a trace source needs 'path' (a folder written by gcbench record)")
+        return self
+
+    def display(self) -> str:
+        if self.label:
+            return self.label
+        if self.kind == "synthetic":
+            if self.model:
+                return f"synthetic {self.distribution} ({self.model} shapes)"
+            shapes = self.shapes or []
+            first = "×".join(map(str, shapes[0])) if shapes else ""
+            more = f" +{len(shapes) - 1} tensors" if len(shapes) > 1 else ""
+            return f"synthetic {self.distribution} {first}{more}"
+        if self.kind == "live":
+            return f"live {self.model}"
+        return f"trace {Path(self.path or '').name}"
+
+
+class CompressorSpec(_Strict):
+    """One compressor configuration of a suite."""
+
+    name: str
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class MetricsSpec(_Strict):
+    """How the metrics are measured."""
+
+    repeats: int = Field(8, ge=1, le=10000, description="R: compressions per tensor for stochastic compressors")
+    timing: bool = True
+    timing_repeats: int = Field(5, ge=1, le=10000)
+    warmup: int = Field(1, ge=0, le=1000)
+    timing_steps: int = Field(1, ge=0, description="time compress/decompress on this many first steps")
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    threads: int | None = Field(None, ge=1)
+
+
+class Suite(_Strict):
+    """A validated suite. ``compressors`` labels are unique after resolution."""
+
+    name: str
+    description: str = ""
+    version: int = Field(1, ge=1)
+    seed: int = Field(0, ge=0)
+    granularity: Literal["layer", "bucket", "model"] = "layer"
+    bucket_mb: float = Field(25.0, gt=0)
+    sources: list[SourceSpec] = Field(min_length=1)
+    compressors: list[CompressorSpec] = Field(min_length=1)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+
+    def labels(self) -> list[str]:
+        return [c.label or c.name for c in self.compressors]
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(self.model_dump_json())
+
+    def hash(self) -> str:
+        """Stable short hash of the resolved suite (recorded in results)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _format_pydantic(where: str, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = _loc(tuple(p for p in e["loc"] if p not in ("synthetic", "live", "trace")))
+        msg = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        got_text = "" if e["type"] in ("missing",) or isinstance(got, dict) else f", got {got!r}"
+        if e["type"] == "extra_forbidden":
+            msg, got_text = "unknown key", ""
+        lines.append(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}{got_text}")
+    return "\n".join(lines)
+
+
+def _resolve_compressors(where: str, suite: Suite) -> Suite:
+    """Check names and parameters against the registry; fill unique labels."""
+    resolved = []
+    seen: dict[str, int] = {}
+    for i, c in enumerate(suite.compressors):
+        try:
+            info = registry.get(c.name)
+        except UnknownNameError as exc:
+            raise GcbenchError(f"{where}: compressors[{i}].name: {exc}") from None
+        params = {}
+        for key, value in c.params.items():
+            try:
+                p = info.param(key)
+            except UnknownNameError as exc:
+                raise GcbenchError(f"{where}: compressors[{i}].params.{key}: {exc}") from None
+            try:
+                params[key] = p.validate(value)
+            except ParamError as exc:
+                raise GcbenchError(f"{where}: compressors[{i}].params.{key}: {exc}") from None
+        label = c.label
+        if label is None:
+            label = c.name if not params else c.name + "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
+        if label in seen:
+            raise GcbenchError(f"{where}: compressors[{i}].label: {label!r} is already used by compressors[{seen[label]}]; give each a unique label")
+        seen[label] = i
+        resolved.append(CompressorSpec(name=c.name, label=label, params=params))
+    return suite.model_copy(update={"compressors": resolved})
+
+
+def parse_suite(data: dict[str, Any], where: str = "<suite>") -> Suite:
+    """Validate a suite mapping (as read from TOML) into a :class:`Suite`."""
+    data = dict(data)
+    if "source" in data and "sources" not in data:  # a single [source] table is allowed
+        data["sources"] = [data.pop("source")]
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as exc:
+        raise GcbenchError(_format_pydantic(where, exc)) from None
+    return _resolve_compressors(where, suite)
+
+
+def find_suite(name_or_path: str | Path | None) -> Path:
+    """A suite path from a path, or a bundled suite name (``quick`` → suites/quick.toml)."""
+    if name_or_path is None:
+        name_or_path = DEFAULT_SUITE
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    bundled = SUITE_DIR / (p.name if p.suffix == ".toml" else f"{p.name}.toml")
+    if bundled.exists() and (p.parent == Path(".") or p.parent == Path("suites")):
+        return bundled
+    known = sorted(s.stem for s in SUITE_DIR.glob("*.toml")) if SUITE_DIR.exists() else []
+    hint = f" (bundled suites: {', '.join(known)})" if known else ""
+    raise GcbenchError(f"suite file {str(name_or_path)!r} not found{hint}")
+
+
+def load_suite(name_or_path: str | Path | None) -> Suite:
+    """Read and validate a suite file; every problem is one clear :class:`GcbenchError`."""
+    path = find_suite(name_or_path)
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise GcbenchError(f"{where}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GcbenchError(f"{where}: cannot read: {exc}") from None
+    data.setdefault("name", path.stem)
+    return parse_suite(data, where)
+
+
+def apply_overrides(
+    suite: Suite,
+    *,
+    seed: int | None = None,
+    device: str | None = None,
+    repeats: int | None = None,
+    trace: str | None = None,
+    model: str | None = None,
+    workers: int | None = None,
+    steps: int | None = None,
+    granularity: str | None = None,
+    bucket_mb: float | None = None,
+    compressors: list[tuple[str, dict[str, Any]]] | None = None,
+    timing: bool | None = None,
+) -> Suite:
+    """Command-line overrides (they win over the suite file); re-validated."""
+    data = suite.to_dict()
+    if seed is not None:
+        data["seed"] = seed
+    if granularity is not None:
+        data["granularity"] = granularity
+    if bucket_mb is not None:
+        data["bucket_mb"] = bucket_mb
+    m = data["metrics"]
+    if device is not None:
+        m["device"] = device
+    if repeats is not None:
+        m["repeats"] = repeats
+    if timing is not None:
+        m["timing"] = timing
+    if trace is not None:
+        data["sources"] = [{"kind": "trace", "path": trace}]
+    elif model is not None:
+        data["sources"] = [{"kind": "live", "model": model, "workers": 4, "steps": 2}]
+    for src in data["sources"]:
+        if workers is not None:
+            src["workers"] = workers
+        if steps is not None:
+            src["steps"] = steps
+    if compressors is not None:
+        data["compressors"] = [{"name": n, "params": p} for n, p in compressors]
+        for c in data["compressors"]:
+            c["label"] = None
+    # drop keys that are None so defaults apply and validators see the user's intent
+    data["sources"] = [{k: v for k, v in s.items() if v is not None} for s in data["sources"]]
+    data["compressors"] = [{k: v for k, v in c.items() if v is not None} for c in data["compressors"]]
+    data["metrics"] = {k: v for k, v in m.items() if v is not None}
+    return parse_suite(data, "<command line>")

@@ -1,0 +1,102 @@
+"""Fidelity estimators checked against closed forms; timing harness behaviour."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gcbench import registry
+from gcbench.metrics import bits_per_element, copy_roofline, delta_beznosikov, fidelity, mean_ci, pooled, ratio, time_call
+
+
+def _x(n: int = 4000, seed: int = 0) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).standard_normal(n).astype(np.float32))
+
+
+def _compress_r(name: str, x: torch.Tensor, r: int, **params) -> list[torch.Tensor]:
+    c = registry.create(name, **params)
+    return [c.compress_and_decode(x, c.init_state(seed))[1] for seed in range(r)]
+
+
+def test_topk_zero_variance_and_q_is_dropped_energy() -> None:
+    x = _x()
+    decs = _compress_r("topk", x, 4, density=0.1)
+    f = fidelity(x, decs)
+    k = math.ceil(0.1 * x.numel())
+    kept = torch.topk(x.abs(), k).values
+    dropped = float((x.double() ** 2).sum() - (kept.double() ** 2).sum()) / float((x.double() ** 2).sum())
+    assert f.variance == pytest.approx(0.0, abs=1e-12)
+    assert f.q == pytest.approx(dropped, rel=1e-6)
+    assert f.bias2 == pytest.approx(dropped, rel=1e-6)  # deterministic: all error is bias
+    assert f.to_dict()["delta"] == pytest.approx(1 / (1 - dropped))
+
+
+def test_randomk_omega_hat_matches_theory_within_ci() -> None:
+    x = _x(2000, 1)
+    d, density = x.numel(), 0.05
+    k = math.ceil(density * d)
+    f = fidelity(x, _compress_r("randomk", x, 400, density=density))
+    ci = mean_ci(f.q_samples, 0.99)
+    omega = d / k - 1
+    assert ci["lo"] <= omega <= ci["hi"], (ci, omega)
+    # unbiased: the bias estimate is within a few standard errors of zero
+    assert abs(f.bias2) < 4 * f.bias_sq_se / f.x_sq + 1e-3
+
+
+def test_qsgd_variance_below_bound() -> None:
+    x = _x(512, 2)
+    s = 4
+    f = fidelity(x, _compress_r("qsgd", x, 200, s=s, bucket=512, norm="2"))
+    bound = min(512 / s**2, math.sqrt(512) / s)
+    assert f.variance < bound
+    assert f.variance > 0
+
+
+def test_biased_compressor_detected_as_biased() -> None:
+    """A randomk without its d/k scale is biased: bias² is many standard errors above zero."""
+    x = _x(2000, 3)
+    decs = [d * (50 / 2000) for d in _compress_r("randomk", x, 100, density=50 / 2000)]
+    f = fidelity(x, decs)
+    assert f.bias_sq_se is not None
+    assert f.bias_sq > 10 * f.bias_sq_se
+    # and the unscaled version's bias is the expected (1 - k/d)^2 ‖x‖²
+    assert f.bias2 == pytest.approx((1 - 50 / 2000) ** 2, rel=0.05)
+
+
+def test_zero_input_gives_none_not_nan() -> None:
+    z = torch.zeros(10)
+    f = fidelity(z, [z.clone()])
+    assert f.q is None and f.bias2 is None and f.cosine is None
+    assert pooled([f])["q"] is None
+
+
+def test_pooled_is_energy_weighted() -> None:
+    a, b = torch.ones(4), 10 * torch.ones(4)
+    fa, fb = fidelity(a, [torch.zeros(4)]), fidelity(b, [b.clone()])
+    assert fa.q == 1.0 and fb.q == 0.0
+    assert pooled([fa, fb])["q"] == pytest.approx(4 / (4 + 400))
+
+
+def test_size_helpers_and_delta() -> None:
+    assert ratio(1000, 125) == 32.0
+    assert bits_per_element(1000, 125) == 1.0
+    assert ratio(10, 0) is None
+    assert delta_beznosikov(0.5) == 2.0
+    assert delta_beznosikov(1.0) is None
+
+
+def test_time_call_respects_repeats_warmup_and_setup() -> None:
+    calls = {"fn": 0, "setup": 0}
+    t = time_call(lambda: calls.__setitem__("fn", calls["fn"] + 1), repeats=5, warmup=2,
+                  setup=lambda: calls.__setitem__("setup", calls["setup"] + 1))
+    assert len(t.samples) == 5 and calls["fn"] == 7 and calls["setup"] == 7
+    assert t.median > 0 and t.iqr >= 0
+
+
+def test_copy_roofline_copies_same_tensors() -> None:
+    xs = [torch.randn(1000), torch.randn(10, 10)]
+    t = copy_roofline(xs, repeats=3, warmup=1)
+    assert len(t.samples) == 3 and all(s > 0 for s in t.samples)
