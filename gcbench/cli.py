@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -459,3 +460,84 @@ def record(
                            progress=lambda d, t, m: prog("record", d, t, m), **kwargs)
     size = sum(f.stat().st_size for f in Path(path).glob("*") if f.is_file())
     out.print(f"trace: {path} — {steps} steps × {workers} workers, {size / 2**20:.1f} MiB")
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+@app.command()
+@user_errors
+def bench(
+    compressors: Annotated[list[str] | None, typer.Argument(help="Compressors to time (default: every registered one).")] = None,
+    sizes: Annotated[str, typer.Option(help="Comma-separated element counts, e.g. 1K,1M,25.6M,100M.")] = "25.6M",
+    repeats: Annotated[int, typer.Option(help="Timed repeats per case.")] = 5,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up calls.")] = 1,
+    threads: Annotated[int, typer.Option(help="torch threads (the targets are defined for 2).")] = 2,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    isolate: Annotated[bool, typer.Option(help="A fresh process per case (allocator state does not leak between cases).")] = True,
+    baseline: Annotated[Path | None, typer.Option(help="A stored bench results file: flag compressors that got slower.")] = None,
+    threshold: Annotated[float, typer.Option(help="Relative slow-down of compress×copy that counts as a regression.")] = 0.25,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 if any case regressed against --baseline.")] = False,
+) -> None:
+    """Time compress/decompress against a memory copy of the same tensor; print the target table."""
+    from datetime import UTC, datetime
+
+    from gcbench.bench import parse_size, run_bench, verdict
+    from gcbench.results import SCHEMA_VERSION, atomic_write_json, environment, git_info, load_run
+
+    names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
+    size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
+    base_cases: dict[tuple[str, int], dict[str, Any]] = {}
+    if baseline is not None:
+        base = load_run(baseline)
+        base_cases = {(c["compressor"], c["numel"]): c for c in base["cases"] if not c.get("error")}
+    with progress_bar(not as_json) as prog:
+        recs = run_bench(names, size_list, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate, progress=prog)
+    regressions = []
+    for r in recs:
+        b = base_cases.get((r["compressor"], r.get("numel")))
+        if b and not r.get("error"):
+            change = r["compress_x_copy"] / b["compress_x_copy"] - 1
+            r["baseline_change"] = change
+            if change > threshold:
+                regressions.append(r)
+    now = datetime.now(UTC)
+    path = out_dir / f"{now:%Y%m%dT%H%M%SZ}-bench.json"
+    atomic_write_json(path, {"schema_version": SCHEMA_VERSION, "kind": "bench", "run_id": path.stem, "gcbench_version": gcbench.__version__,
+                             "created_utc": now.isoformat(timespec="seconds"), "environment": environment(device), "git": git_info(),
+                             "suite": {"name": "bench", "sizes": size_list, "repeats": repeats, "threads": threads}, "cases": recs})
+    if as_json:
+        print(json.dumps({"results": str(path), "cases": recs}, default=str))
+    else:
+        t = Table(title=f"gcbench bench — {threads} threads, {device}; times are medians of {repeats}", title_justify="left")
+        for col in ("compressor", "elements", "ratio", "comp ms", "comp×copy", "dec×copy", "vs ref", "GB/s", "peak/input", "target", ""):
+            t.add_column(col, justify="left" if col in ("compressor", "target") else "right")
+        for r in recs:
+            if r.get("error"):
+                t.add_row(r["compressor"], f"{r.get('numel', 0):,}", f"[red]{r['error']}[/]", *[""] * 8)
+                continue
+            target, mark = verdict(r)
+            mark_txt = {"pass": "[green]pass[/]", "short": "[red]short[/]"}.get(mark, mark)
+            if "baseline_change" in r:
+                mark_txt += f" ({100 * r['baseline_change']:+.0f}% vs base)"
+            extra = r.get("vs_torch_topk")
+            if extra:
+                target += " (" + ", ".join(f"{d}: {v['speedup']:.2f}×" for d, v in extra.items()) + ")"
+            peak = r.get("peak_extra_bytes")
+            t.add_row(r["compressor"], f"{r['numel']:,}", _fmt(r["ratio"], "ratio"), _fmt(r["compress"]["median_s"], "ms"),
+                      f"{r['compress_x_copy']:.1f}×", f"{r['decompress_x_copy']:.1f}×",
+                      f"{r['speedup_vs_reference']:.1f}×" if "speedup_vs_reference" in r else "—", f"{r['gbps_compress']:.2f}",
+                      f"{peak / r['input_bytes']:.2f}" if peak is not None else "—", target, mark_txt)
+        out.print(t)
+        copy_ms = [r["copy"]["median_s"] for r in recs if not r.get("error")]
+        if copy_ms:
+            out.print(f"copy roofline (same tensor into a preallocated buffer): median {1e3 * float(np.median(copy_ms)):.2f} ms; "
+                      "vs ref = speed-up over the straightforward reference implementation; peak/input = peak extra resident "
+                      "memory during compress / input bytes.")
+        out.print(f"results: {path}")
+    if regressions:
+        err.print(f"[red]{len(regressions)} regression(s)[/] against {baseline}: " + ", ".join(r["compressor"] for r in regressions))
+        if fail_on_regression:
+            raise typer.Exit(1)

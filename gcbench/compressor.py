@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -176,6 +176,11 @@ class Compressor(ABC):
     """
 
     info: ClassVar[CompressorInfo]
+
+    #: The straightforward implementation of the same definition, ``reference(self, x32, state) ->
+    #: decoded float32``, used by tests to check the fast path and by ``gcbench bench`` to show the
+    #: speed-up.  ``None`` when the compressor's implementation is already the simple one.
+    reference: ClassVar[Callable[[Compressor, torch.Tensor, State], torch.Tensor] | None] = None
 
     def __init__(self, **params: Any) -> None:
         self.params = self.info.resolve(params)

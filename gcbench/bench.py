@@ -1,0 +1,210 @@
+"""Kernel benchmarks: compress/decompress time as a multiple of a memory copy, per compressor.
+
+``gcbench bench`` times every compressor on a dense float32 tensor (default 25.6M elements, the
+size of ResNet-50's gradient, as a 6400×4000 matrix) and reports, all measured in the same
+process: the compress and decompress medians, the copy roofline (a copy of the same tensor into a
+preallocated buffer), their ratio, the speed-up over the compressor's straightforward reference
+implementation, and the peak extra resident memory during compress.  Each (compressor, size) runs
+in a fresh Python process by default, because allocator state left by one compressor changed the
+next one's timings by up to 5× on these machines (environment.md).
+
+The targets come from the fast-kernels issue; a row is ``pass`` when the measured ratio is within
+its target, ``short`` otherwise.  Timings vary 10–30% run to run: read ratios, not absolute times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gcbench import registry
+from gcbench.errors import GcbenchError
+from gcbench.metrics import copy_roofline, time_call
+
+DEFAULT_NUMEL = 25_600_000
+
+
+@dataclass(frozen=True)
+class Target:
+    """Compress-time target as a multiple of the copy roofline (None: no target, reported only)."""
+
+    compress_x_copy: float | None
+    decompress_x_copy: float | None = 3.0
+    note: str = ""
+
+
+TARGETS: dict[str, Target] = {
+    **{n: Target(2.0) for n in ("signsgd", "randomk")},
+    **{n: Target(4.0) for n in ("onebit", "efsignsgd")},
+    "adacomp": Target(5.0),
+    **{n: Target(6.0) for n in ("terngrad", "qsgd", "natural", "natural_dither", "topk_dither")},
+    **{n: Target(8.0) for n in ("dgc", "graddrop", "sdagc", "threshold")},
+    "topk": Target(None, note="≥ 2× faster than torch.topk at densities 0.001 and 0.01"),
+}
+
+
+def matrix_shape(numel: int) -> tuple[int, ...]:
+    """A 2-D shape with about ``numel`` elements (rows ≈ columns / 0.625, like a large FC layer)."""
+    if numel < 16:
+        return (numel,)
+    rows = max(1, int(math.sqrt(numel / 0.625) * 0.625))
+    while numel % rows:
+        rows -= 1
+    return (rows, numel // rows)
+
+
+def _vm_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEFAULT_NUMEL, repeats: int = 5, warmup: int = 1,
+               threads: int | None = 2, device: str = "cpu", seed: int = 0, reference: bool = True) -> dict[str, Any]:
+    """Time one compressor on one size in this process; returns a JSON-friendly record."""
+    if threads:
+        torch.set_num_threads(threads)
+    comp = registry.create(name, **(params or {}))
+    shape = matrix_shape(numel)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen).to(device)
+    state = comp.init_state(seed)
+    comp.compress(x, state)  # one step first, so error feedback / momentum run in steady state
+    t_copy = copy_roofline([x], repeats, warmup)
+    holder: dict[str, Any] = {}
+
+    def setup() -> None:
+        holder["st"] = state.clone()
+
+    rss0 = _vm_kib("VmRSS")
+    measured_peak = _reset_peak()
+    t_c = time_call(lambda: comp.compress(x, holder["st"]), repeats, warmup, device, setup)
+    peak = _vm_kib("VmHWM") if measured_peak else None
+    payload = comp.compress(x, state.clone())
+    t_d = time_call(lambda: comp.decompress(payload), repeats, warmup, device)
+    rec: dict[str, Any] = {
+        "compressor": name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(), "shape": list(shape),
+        "threads": torch.get_num_threads(), "device": device,
+        "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
+        "compress_x_copy": t_c.median / t_copy.median, "decompress_x_copy": t_d.median / t_copy.median,
+        "gbps_compress": 4 * x.numel() / t_c.median / 1e9, "gbps_decompress": 4 * x.numel() / t_d.median / 1e9,
+        "ratio": 4 * x.numel() / payload.nbytes,
+        "peak_extra_bytes": (peak - rss0) * 1024 if (peak is not None and rss0 is not None) else None,
+        "input_bytes": 4 * x.numel(),
+    }
+    ref = type(comp).reference
+    if reference and ref is not None:
+        x32 = x.float()
+        r_rep = max(1, min(3, repeats))
+        t_r = time_call(lambda: ref(comp, x32, holder["st"]), r_rep, 0, device, setup)
+        rec["reference"] = t_r.to_dict()
+        rec["speedup_vs_reference"] = t_r.median / t_c.median
+    if name in ("topk", "dgc"):  # the issue's extra rows: against exact torch.topk
+        flat = x.reshape(-1)
+        rec["vs_torch_topk"] = {}
+        for density in (0.001, 0.01) if name == "topk" else (0.001,):
+            k = max(1, math.ceil(density * flat.numel()))
+            t_t = time_call(lambda k=k: torch.topk(flat.abs(), k, sorted=False), max(1, min(3, repeats)), 0, device)
+            c2 = registry.create(name, **{**(params or {}), "density": density})
+            st2 = c2.init_state(seed)
+            t_2 = time_call(lambda c2=c2, st2=st2: c2.compress(x, st2.clone()), max(1, min(3, repeats)), 1, device)
+            rec["vs_torch_topk"][str(density)] = {"torch_topk_s": t_t.median, "compress_s": t_2.median, "speedup": t_t.median / t_2.median}
+    return rec
+
+
+def verdict(rec: dict[str, Any]) -> tuple[str, str]:
+    """(target text, pass/short/—) for a bench record."""
+    t = TARGETS.get(rec["compressor"])
+    if rec.get("error"):
+        return ("", "error")
+    if t is None:
+        return ("—", "—")
+    ok = True
+    parts = []
+    if t.compress_x_copy is not None:
+        parts.append(f"≤ {t.compress_x_copy:g}× copy")
+        ok &= rec["compress_x_copy"] <= t.compress_x_copy
+    if t.decompress_x_copy is not None:
+        ok &= rec["decompress_x_copy"] <= t.decompress_x_copy
+    if rec["compressor"] == "topk":
+        parts.append("2× torch.topk")
+        ok &= all(v["speedup"] >= 2.0 for v in rec.get("vs_torch_topk", {}).values())
+    if rec["compressor"] == "dgc":
+        parts.append("5× torch.topk @0.001")
+        ok &= all(v["speedup"] >= 5.0 for v in rec.get("vs_torch_topk", {}).values())
+    return (", ".join(parts), "pass" if ok else "short")
+
+
+def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, warmup: int = 1, threads: int | None = 2,
+              device: str = "cpu", isolate: bool = True, seed: int = 0,
+              progress: Callable[[str, int, int, str], None] | None = None) -> list[dict[str, Any]]:
+    """Benchmark every (compressor, size); a failing case is recorded and the sweep goes on."""
+    for n in names:
+        registry.get(n)  # unknown names fail before any work, with "did you mean"
+    total = len(names) * len(sizes)
+    out = []
+    for i, (name, numel) in enumerate((n, s) for n in names for s in sizes):
+        if progress:
+            progress("bench", i, total, f"{name} @ {numel:,}")
+        args = {"name": name, "numel": numel, "repeats": repeats, "warmup": warmup, "threads": threads, "device": device, "seed": seed}
+        try:
+            out.append(_run_isolated(args) if isolate else bench_case(**args))
+        except Exception as exc:  # recorded, the sweep goes on
+            out.append({"compressor": name, "numel": numel, "error": f"{type(exc).__name__}: {exc}"})
+    if progress:
+        progress("bench", total, total, "done")
+    return out
+
+
+def _run_isolated(args: dict[str, Any]) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": str(args["threads"] or os.cpu_count())}
+    proc = subprocess.run([sys.executable, "-m", "gcbench.bench", json.dumps(args)], capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise GcbenchError(f"benchmark process for {args['name']} failed: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parse_size(text: str) -> int:
+    """'25.6M', '1K', '100M', '1000' → element count."""
+    t = text.strip().upper().replace("_", "")
+    mult = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if t[-1:] in "KMG" else t) * mult
+    except ValueError:
+        raise GcbenchError(f"size {text!r}: expected a number like 1K, 25.6M or 100M") from None
+    if value < 1:
+        raise GcbenchError(f"size {text!r}: must be at least 1 element")
+    return int(value)
+
+
+def main(argv: list[str]) -> None:  # the isolated worker
+    args = json.loads(argv[0])
+    rec = bench_case(**args)
+    print(json.dumps(rec, default=lambda o: None if isinstance(o, float) and not np.isfinite(o) else str(o)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,53 @@
+"""The kernel benchmark harness: sizes, targets, same-process copy roofline, isolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from gcbench.bench import TARGETS, bench_case, matrix_shape, parse_size, run_bench, verdict
+from gcbench.errors import GcbenchError
+
+
+def test_parse_size() -> None:
+    assert parse_size("1K") == 1000 and parse_size("25.6M") == 25_600_000 and parse_size("100") == 100
+    with pytest.raises(GcbenchError):
+        parse_size("lots")
+
+
+def test_matrix_shape_keeps_numel() -> None:
+    for n in (1, 7, 1000, 25_600_000, 1_000_003):
+        shape = matrix_shape(n)
+        prod = 1
+        for s in shape:
+            prod *= s
+        assert prod == n
+
+
+def test_bench_case_records_same_process_ratios() -> None:
+    rec = bench_case("signsgd", numel=20_000, repeats=3, warmup=1, threads=1)
+    assert len(rec["copy"]["samples_s"]) == 3 and len(rec["compress"]["samples_s"]) == 3
+    assert rec["compress_x_copy"] == pytest.approx(rec["compress"]["median_s"] / rec["copy"]["median_s"])
+    assert rec["ratio"] > 30 and rec["numel"] == 20_000
+
+
+def test_topk_row_compares_with_torch_topk() -> None:
+    rec = bench_case("topk", numel=50_000, repeats=2, warmup=0, threads=1)
+    assert set(rec["vs_torch_topk"]) == {"0.001", "0.01"}
+    target, mark = verdict(rec)
+    assert "torch.topk" in target and mark in ("pass", "short")
+
+
+def test_verdict_uses_targets() -> None:
+    rec = {"compressor": "signsgd", "compress_x_copy": 1.5, "decompress_x_copy": 1.0}
+    assert verdict(rec)[1] == "pass"
+    assert verdict({**rec, "compress_x_copy": 2.5})[1] == "short"
+    assert verdict({**rec, "decompress_x_copy": 3.5})[1] == "short"
+    assert verdict({"compressor": "none", "compress_x_copy": 1, "decompress_x_copy": 1})[1] == "—"
+    assert TARGETS["dgc"].compress_x_copy == 8.0
+
+
+def test_run_bench_isolated_records_failures_and_goes_on() -> None:
+    recs = run_bench(["signsgd"], [5000], repeats=2, warmup=0, threads=1, isolate=True)
+    assert recs[0]["compressor"] == "signsgd" and "compress_x_copy" in recs[0]
+    with pytest.raises(GcbenchError, match="did you mean"):
+        run_bench(["signsdg"], [10])
