@@ -1,0 +1,125 @@
+"""Tests of ``adacomp`` (Chen et al. 2018, reconstructed definition)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gcbench import registry
+from gcbench.compressors.adacomp import RESIDUE, adacomp_bits, adacomp_reference, count_width, index_width
+from tests.compressors.test_topk_dither import ef_drift
+
+# A hand-worked example: two bins of length 4, with a residue from an earlier step.
+X = [0.5, -1.0, 1.25, 0.125, 2.0, 0.5, 0.0, 0.25]
+E = [0.5, 0.5, -1.25, 0.0, -1.0, -2.0, 0.375, 0.0]
+# G = E + X = [1.0, -0.5, 0.0, 0.125, 1.0, -1.5, 0.375, 0.25]
+# H = G + X = [1.5, -1.5, 1.25, 0.25, 3.0, -1.0, 0.375, 0.5]
+# bin 0: gmax = 1.0; |H| >= 1 at 0, 1 and 2, but G_2 = 0 (nothing to send) -> selected {0, 1}
+# bin 1: gmax = 1.5; |H| >= 1.5 only at 4 (the bin's largest |G|, index 5, has |H| = 1.0) -> {4}
+# scale = mean(1.0, 1.5) = 1.25
+
+
+def run_once(x: list[float], e: list[float], **params: object) -> tuple[torch.Tensor, torch.Tensor, int]:
+    c = registry.create("adacomp", **params)
+    st = c.init_state(0)
+    st.tensors[RESIDUE] = torch.tensor(e)
+    p, dec = c.compress_and_decode(torch.tensor(x), st)
+    assert torch.equal(c.decompress(p), dec)
+    return dec, st.tensors[RESIDUE], p.body_nbytes
+
+
+def test_hand_worked_sign_scale() -> None:
+    dec, e_new, nbytes = run_once(X, E, bin_size=4)
+    assert torch.nonzero(dec).reshape(-1).tolist() == [0, 1, 4]
+    assert dec.tolist() == [1.25, -1.25, 0.0, 0.0, 1.25, 0.0, 0.0, 0.0]
+    assert e_new.tolist() == [-0.25, 0.75, 0.0, 0.125, -0.25, -1.5, 0.375, 0.25]
+    # 32 (scale) + 2 bins · 3 count bits + 3 selected · (2 index bits + 1 sign bit) = 47 bits
+    assert adacomp_bits(2, 3, 4) == 47
+    assert nbytes == 6
+
+
+def test_hand_worked_no_quantization() -> None:
+    dec, e_new, nbytes = run_once(X, E, bin_size=4, quantize="none")
+    assert dec.tolist() == [1.0, -0.5, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    assert e_new.tolist() == [0.0, 0.0, 0.0, 0.125, 0.0, -1.5, 0.375, 0.25]
+    # 2 bins · 3 count bits + 3 · (2 index bits + 32 value bits) = 108 bits
+    assert adacomp_bits(2, 3, 4, "none") == 108
+    assert nbytes == 14
+
+
+def test_first_step_without_residue() -> None:
+    # e = 0: G = x, H = 2x, so an element is selected when |x_i| >= gmax/2 of its bin
+    x = [4.0, -1.0, 2.5, 0.5, 0.25, -0.25, 0.125, 0.0]
+    dec, e_new, _ = run_once(x, [0.0] * 8, bin_size=4)
+    # bin 0: gmax 4 -> |x| >= 2 at 0 and 2; bin 1: gmax 0.25 -> |x| >= 0.125 at 4, 5, 6
+    # scale = (4 + 0.25)/2 = 2.125
+    assert dec.tolist() == [2.125, 0.0, 2.125, 0.0, 2.125, -2.125, 2.125, 0.0]
+    assert e_new.tolist() == [1.875, -1.0, 0.375, 0.5, -1.875, 1.875, -2.0, 0.0]
+
+
+@pytest.mark.parametrize("quantize", ["sign_scale", "none"])
+@pytest.mark.parametrize(("shape", "bin_size"), [((1000,), 7), ((64, 3, 3, 3), None), ((120, 100), None), ((513,), 1), ((5,), 50)])
+def test_matches_reference_and_residue_identity(quantize: str, shape: tuple[int, ...], bin_size: int | None) -> None:
+    c = registry.create("adacomp", bin_size=bin_size, quantize=quantize)
+    st = c.init_state(0)
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(4):
+        x = torch.randn(shape, generator=gen)
+        flat = x.reshape(-1)
+        e_old = st.tensors.get(RESIDUE, torch.zeros(flat.numel())).clone()
+        p, dec = c.compress_and_decode(x, st)
+        L = int(p.meta["L"])
+        sel, gq, e_ref = adacomp_reference(flat, e_old, L, quantize)
+        assert torch.equal(dec.reshape(-1), gq)
+        assert torch.equal(st.tensors[RESIDUE], e_ref)
+        # the residue keeps everything not sent: G == Gq + e_new
+        g = flat.double() + e_old.double()
+        assert torch.allclose(g, gq.double() + st.tensors[RESIDUE].double(), rtol=0, atol=1e-6)
+        # exact body size: per selected element ceil(log2 L) + 1 bits, a count per bin, 32 per tensor
+        nbins = math.ceil(flat.numel() / L)
+        assert p.body_nbytes == math.ceil(adacomp_bits(nbins, len(sel), L, quantize) / 8)
+
+
+def test_bit_formula_widths() -> None:
+    assert (count_width(50), index_width(50)) == (6, 6)
+    assert (count_width(500), index_width(500)) == (9, 9)
+    assert (count_width(4), index_width(4)) == (3, 2)
+    assert (count_width(1), index_width(1)) == (1, 0)
+    assert adacomp_bits(20, 7, 500) == 32 + 20 * 9 + 7 * 10
+
+
+@pytest.mark.parametrize(
+    ("shape", "L"), [((64, 3, 3, 3), 50), ((32, 16, 5), 50), ((300, 200), 500), ((1000,), 50), ((7,), 7), ((400, 1), 400)]
+)
+def test_default_bin_size_follows_the_shape(shape: tuple[int, ...], L: int) -> None:
+    c = registry.create("adacomp")
+    p = c.compress(torch.randn(shape), c.init_state(0))
+    assert p.meta["L"] == L
+
+
+def test_zero_bins_send_nothing() -> None:
+    # bin 1 has G = 0 everywhere although x is not zero there (the residue cancels it): gmax = 0,
+    # and |H| >= 0 holds for every element, yet nothing is selected there
+    x = [1.0, -2.0, 0.5, 0.25, 1.0, -1.0, 3.0, 0.5]
+    e = [0.0, 0.0, 0.0, 0.0, -1.0, 1.0, -3.0, -0.5]
+    dec, e_new, _ = run_once(x, e, bin_size=4)
+    assert dec[4:].tolist() == [0.0] * 4
+    assert e_new[4:].tolist() == [0.0] * 4
+    c = registry.create("adacomp", bin_size=4)
+    p, out = c.compress_and_decode(torch.zeros(8), c.init_state(0))
+    assert torch.equal(out, torch.zeros(8))
+    assert p.body_nbytes == math.ceil(adacomp_bits(2, 0, 4) / 8)
+
+
+def test_registered_as_reconstructed() -> None:
+    info = registry.get("adacomp")
+    assert info.reconstructed and info.error_feedback == "own" and info.stateful and info.biased
+    assert "RECONSTRUCTED" in info.description
+
+
+def test_ef_drift_bounded_and_shrinking() -> None:
+    r = ef_drift("adacomp", 50, (40, 50), bin_size=50)
+    assert max(r) < 1.0
+    assert r[49] < 0.5 * r[4]
