@@ -1,0 +1,380 @@
+"""Recorded gradients: a trace folder of safetensors files, written once and replayed lazily.
+
+Format (``format_version`` 1)::
+
+    trace/
+      manifest.json                      # written last: a folder without it is not a trace
+      step0000_worker00.safetensors      # one file per (step, worker); tensor names = parameter names
+      step0000_worker01.safetensors
+      ...
+
+``manifest.json`` holds ``format_version``, ``gcbench_version``, ``model``, ``steps``, ``workers``,
+``seed``, ``tensors`` (``[{name, shape, dtype}]`` in layout order), ``files`` (``{"s{step}_w{worker}":
+file name}``), ``created`` (UTC ISO 8601) and, when known, ``source`` (the writing source's
+``describe()``) and ``recorded_steps`` (the training-step numbers a recorder saved).
+
+Safetensors (Hugging Face) was chosen because it is a plain header + raw bytes format: reading never
+executes code (nothing is unpickled) and ``safe_open`` memory-maps the file so one tensor can be read
+without reading the others.  :class:`TraceSource` therefore returns, for each (step, worker), a lazy
+mapping that reads a tensor only when it is indexed; a trace larger than memory replays layer by
+layer.  Every file is written to a temporary name and renamed, and the manifest is written last, so
+an interrupted recording never looks like a complete trace.
+
+Validation: opening a trace checks the manifest (present, valid JSON, not from a newer format, every
+field well-typed), that every listed file exists, and — by reading only the small safetensors
+headers — that every file is complete (safetensors rejects a file whose size disagrees with its
+header, i.e. a truncated file) and holds exactly the manifest's tensor names, shapes and dtypes.
+Values are checked for NaN/Inf when read.  Flipped bytes inside tensor data cannot be detected
+(the format has no checksum).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from gcbench.errors import ParamError, SourceError
+from gcbench.sources.base import GradientSource, TensorSpec, check_finite
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+#: manifest dtype name ↔ torch dtype ↔ safetensors header dtype
+_DTYPES: dict[str, tuple[torch.dtype, str]] = {
+    "float32": (torch.float32, "F32"),
+    "float16": (torch.float16, "F16"),
+    "bfloat16": (torch.bfloat16, "BF16"),
+    "float64": (torch.float64, "F64"),
+}
+_TORCH_TO_NAME = {t: n for n, (t, _) in _DTYPES.items()}
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.safetensors$")
+
+Progress = Callable[[int, int, str], None]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Manifest name of a floating dtype (``float32`` …); other dtypes are not gradients."""
+    try:
+        return _TORCH_TO_NAME[dtype]
+    except KeyError:
+        raise SourceError(f"cannot record a gradient of dtype {dtype}; supported: {', '.join(_DTYPES)}") from None
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """Torch dtype of a manifest dtype name."""
+    try:
+        return _DTYPES[name][0]
+    except KeyError:
+        raise SourceError(f"unknown gradient dtype {name!r}; supported: {', '.join(_DTYPES)}") from None
+
+
+def file_key(step: int, worker: int) -> str:
+    """Key of a (step, worker) file in the manifest's ``files`` table."""
+    return f"s{step}_w{worker}"
+
+
+def file_name(step: int, worker: int) -> str:
+    """Default file name of a (step, worker) gradient file."""
+    return f"step{step:04d}_worker{worker:02d}.safetensors"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def save_tensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
+    """Write one safetensors file atomically (temporary name in the same folder, then rename)."""
+    # save_file wants contiguous CPU tensors and refuses tensors that overlap in memory (e.g. one
+    # tensor under two names): copy only tensors sharing a storage already seen, so the usual case
+    # (separate .grad tensors) is written without any copy
+    data: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
+    for n, t in tensors.items():
+        t = t.detach().to("cpu").contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in storages:
+            t = t.clone()
+        storages.add(t.untyped_storage().data_ptr())
+        data[n] = t
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        save_file(data, str(tmp), metadata=dict(metadata or {}))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    """Write JSON to a temporary name and rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def make_manifest(*, model: str, steps: int, workers: int, seed: int, tensors: list[TensorSpec], files: Mapping[str, str],
+                  extra: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The manifest dict of format version 1."""
+    from gcbench import __version__
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "gcbench_version": __version__,
+        "model": model,
+        "steps": steps,
+        "workers": workers,
+        "seed": seed,
+        "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": dtype_name(t.dtype)} for t in tensors],
+        "files": dict(files),
+        "created": utc_now(),
+        **(extra or {}),
+    }
+
+
+def prepare_folder(out: Path, overwrite: bool) -> None:
+    """Create ``out``; refuse to write into an existing trace unless ``overwrite``."""
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / MANIFEST
+    if manifest.exists():
+        if not overwrite:
+            raise SourceError(f"{out}: already holds a trace (manifest.json); choose another folder or overwrite")
+        # drop the old manifest first so a half-rewritten folder is never taken for a complete trace
+        manifest.unlink()
+
+
+def write_trace(source: GradientSource, out: Path, model_name: str, seed: int, progress: Progress | None = None, *,
+                overwrite: bool = False) -> Path:
+    """Record every (step, worker) of ``source`` into the trace folder ``out``; returns ``out``.
+
+    Steps are visited in order (what live sources expect).  Tensors are stored in the dtype the
+    source delivers, in layout order.  The manifest is written last.
+    """
+    out = Path(out)
+    prepare_folder(out, overwrite)
+    layout = source.layout()
+    names = [t.name for t in layout]
+    files: dict[str, str] = {}
+    # dtypes actually delivered (a float32 layout may arrive as float16); fixed by the first file
+    dtypes: dict[str, torch.dtype] = {}
+    total, done = source.steps * source.workers, 0
+    for step in range(source.steps):
+        for worker in range(source.workers):
+            grads = source.gradients(step, worker)
+            tensors: dict[str, torch.Tensor] = {}
+            for spec in layout:
+                t = grads[spec.name]
+                if tuple(t.shape) != tuple(spec.shape):
+                    raise SourceError(f"{source.name}: tensor {spec.name!r} has shape {tuple(t.shape)}, layout says {spec.shape}")
+                if dtypes.setdefault(spec.name, t.dtype) != t.dtype:
+                    raise SourceError(f"{source.name}: tensor {spec.name!r} is {t.dtype} at step {step} worker {worker}, "
+                                      f"{dtypes[spec.name]} before; a trace keeps one dtype per tensor")
+                dtype_name(t.dtype)  # only floating gradients are recorded
+                tensors[spec.name] = t
+            if set(grads.keys()) - set(names):
+                extra = sorted(set(grads.keys()) - set(names))
+                raise SourceError(f"{source.name}: gradients hold tensors not in the layout: {', '.join(extra[:5])}")
+            fname = file_name(step, worker)
+            save_tensors(out / fname, tensors, {"step": str(step), "worker": str(worker), "model": model_name})
+            files[file_key(step, worker)] = fname
+            done += 1
+            if progress is not None:
+                progress(done, total, f"wrote {fname}")
+    written = [TensorSpec(s.name, s.shape, dtypes[s.name]) for s in layout]
+    manifest = make_manifest(model=model_name, steps=source.steps, workers=source.workers, seed=seed, tensors=written, files=files,
+                             extra={"source": source.describe()})
+    write_json_atomic(out / MANIFEST, manifest)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+def _fail(where: Path, what: str) -> SourceError:
+    return SourceError(f"{where}: {what}")
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Load and validate ``folder/manifest.json`` (structure only; files are checked by the caller)."""
+    if not folder.exists():
+        raise _fail(folder, "trace folder does not exist")
+    if not folder.is_dir():
+        raise _fail(folder, "a trace is a folder holding manifest.json, not a file")
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise _fail(path, "missing; not a gcbench trace folder (or the recording did not finish)")
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _fail(path, f"not valid JSON ({exc})") from None
+    if not isinstance(m, dict):
+        raise _fail(path, "must hold a JSON object")
+    fv = m.get("format_version")
+    if not isinstance(fv, int) or isinstance(fv, bool):
+        raise _fail(path, f"format_version must be an integer, got {fv!r}")
+    if fv > FORMAT_VERSION:
+        raise _fail(path, f"written by a newer gcbench (format_version {fv}, gcbench {m.get('gcbench_version', '?')}); "
+                          f"this gcbench reads format_version {FORMAT_VERSION}: upgrade gcbench")
+    if fv < 1:
+        raise _fail(path, f"unknown format_version {fv}")
+    for key in ("steps", "workers"):
+        v = m.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise _fail(path, f"{key} must be a positive integer, got {v!r}")
+    tensors = m.get("tensors")
+    if not isinstance(tensors, list):
+        raise _fail(path, "tensors must be a list of {name, shape, dtype}")
+    seen: set[str] = set()
+    for i, t in enumerate(tensors):
+        if not (isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("shape"), list)
+                and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in t["shape"])):
+            raise _fail(path, f"tensors[{i}] must be {{name: str, shape: [int >= 0, ...], dtype}}, got {t!r}")
+        if t.get("dtype") not in _DTYPES:
+            raise _fail(path, f"tensors[{i}] ({t['name']!r}): dtype must be one of {', '.join(_DTYPES)}, got {t.get('dtype')!r}")
+        if t["name"] in seen:
+            raise _fail(path, f"tensors[{i}]: duplicate tensor name {t['name']!r}")
+        seen.add(t["name"])
+    files = m.get("files")
+    if not isinstance(files, dict):
+        raise _fail(path, "files must map 's{step}_w{worker}' to file names")
+    for step in range(m["steps"]):
+        for worker in range(m["workers"]):
+            key = file_key(step, worker)
+            name = files.get(key)
+            if not isinstance(name, str):
+                raise _fail(path, f"files has no entry {key!r} (step {step}, worker {worker})")
+            # a bare file name only: a manifest must not point outside its folder
+            if not _SAFE_NAME.match(name) or name.startswith("."):
+                raise _fail(path, f"files[{key!r}]: {name!r} is not a plain *.safetensors file name")
+    return m
+
+
+class LazyGradients(Mapping[str, torch.Tensor]):
+    """One (step, worker) of a trace: a mapping that reads a tensor from the file when indexed.
+
+    The file is memory-mapped by ``safe_open``; each ``[name]`` reads that tensor only (a fresh
+    tensor every time — nothing is cached, so memory stays at one tensor per live reference).
+    """
+
+    def __init__(self, path: Path, specs: list[TensorSpec]) -> None:
+        self.path = path
+        self._specs = {s.name: s for s in specs}
+        self._order = [s.name for s in specs]
+        self._handle: Any = None
+
+    def _open(self) -> Any:
+        if self._handle is None:
+            self._handle = open_checked(self.path, list(self._specs.values()))
+        return self._handle
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise KeyError(name)
+        try:
+            t = self._open().get_tensor(name)
+        except SafetensorError as exc:
+            raise _fail(self.path, f"cannot read tensor {name!r} ({exc})") from None
+        # the header was checked on open; re-check what actually came back
+        if tuple(t.shape) != spec.shape or t.dtype != spec.dtype:
+            raise _fail(self.path, f"tensor {name!r} is {t.dtype} {tuple(t.shape)}, the manifest says {spec.dtype} {spec.shape}")
+        check_finite(name, t, str(self.path))
+        return t
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def close(self) -> None:
+        # dropping the handle unmaps the file
+        self._handle = None
+
+
+def open_checked(path: Path, specs: list[TensorSpec]) -> Any:
+    """``safe_open`` a gradient file and check its header against ``specs`` (reads no tensor data)."""
+    if not path.is_file():
+        raise _fail(path, "missing trace file")
+    try:
+        handle = safe_open(str(path), framework="pt")
+    except SafetensorError as exc:
+        raise _fail(path, f"truncated or corrupt safetensors file ({exc})") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot open ({exc.strerror or exc})") from None
+    keys = set(handle.keys())
+    for spec in specs:
+        if spec.name not in keys:
+            raise _fail(path, f"tensor {spec.name!r} listed in the manifest is missing from the file")
+        sl = handle.get_slice(spec.name)
+        shape, dt = tuple(sl.get_shape()), sl.get_dtype()
+        want_dt = _DTYPES[dtype_name(spec.dtype)][1]
+        if shape != spec.shape or dt != want_dt:
+            raise _fail(path, f"tensor {spec.name!r} is {dt} {shape} in the file, the manifest says {want_dt} {spec.shape}")
+    extra = sorted(keys - {s.name for s in specs})
+    if extra:
+        raise _fail(path, f"holds tensors the manifest does not list: {', '.join(map(repr, extra[:5]))}")
+    return handle
+
+
+class TraceSource(GradientSource):
+    """Replay a trace folder written by :func:`write_trace` or :class:`~gcbench.recorder.GradientRecorder`.
+
+    ``check_files`` (default) validates every file's header on open so a broken trace fails before a
+    run starts; tensor data is read lazily by the mappings ``gradients()`` returns.
+    """
+
+    def __init__(self, path: Path | str, *, check_files: bool = True) -> None:
+        self.path = Path(path)
+        m = read_manifest(self.path)
+        self.manifest = m
+        self.steps, self.workers = int(m["steps"]), int(m["workers"])
+        self.model = str(m.get("model", "?"))
+        self.seed = m.get("seed")
+        self.name = f"trace {self.model}"
+        self._layout = [TensorSpec(t["name"], tuple(t["shape"]), _DTYPES[t["dtype"]][0]) for t in m["tensors"]]
+        self._files = {key: self.path / name for key, name in m["files"].items()}
+        for step in range(self.steps):
+            for worker in range(self.workers):
+                f = self._files[file_key(step, worker)]
+                if not f.is_file():
+                    raise _fail(f, f"missing trace file (step {step}, worker {worker}) listed in {self.path / MANIFEST}")
+        if check_files:
+            for step in range(self.steps):
+                for worker in range(self.workers):
+                    open_checked(self._files[file_key(step, worker)], self._layout)
+
+    def layout(self) -> list[TensorSpec]:
+        return list(self._layout)
+
+    def file(self, step: int, worker: int) -> Path:
+        """Path of the (step, worker) file."""
+        return self._files[file_key(step, worker)]
+
+    def gradients(self, step: int, worker: int) -> LazyGradients:
+        if not 0 <= step < self.steps:
+            raise ParamError(f"{self.name}: step {step} out of range 0..{self.steps - 1}")
+        if not 0 <= worker < self.workers:
+            raise ParamError(f"{self.name}: worker {worker} out of range 0..{self.workers - 1}")
+        return LazyGradients(self.file(step, worker), self._layout)
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "kind": "trace", "path": str(self.path), "model": self.model, "seed": self.seed,
+                "format_version": self.manifest["format_version"], "recorded_with": self.manifest.get("gcbench_version"),
+                "created": self.manifest.get("created"), "recorded_source": self.manifest.get("source")}

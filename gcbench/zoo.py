@@ -1,0 +1,620 @@
+"""The model zoo: plain-torch models whose gradients gcbench measures compressors on.
+
+Every model is written here (torchvision is optional and its registry wheel is a CUDA build that
+does not import on a CPU torch), with torchvision's parameter names and initialisation where a
+torchvision counterpart exists, so counts and shapes match the papers' setups:
+
+* ``resnet18`` / ``resnet50`` — He et al., "Deep Residual Learning for Image Recognition" (CVPR
+  2016), torchvision's v1.5 variant (stride on the 3×3 convolution of a bottleneck).  ResNet-50 with
+  1000 classes has exactly 25,557,032 parameters in 161 gradient tensors; ResNet-18 11,689,512 in 62.
+* ``vgg16`` — Simonyan & Zisserman, "Very Deep Convolutional Networks" (ICLR 2015), configuration D
+  without batch norm, torchvision layout: 138,357,544 parameters in 32 tensors.
+* ``lstm_lm`` — the "medium" PTB language model of Zaremba et al., "Recurrent Neural Network
+  Regularization" (2014): vocabulary 10,000, embedding and 2×LSTM hidden size 650, dropout 0.5,
+  sequence 35, batch 20, uniform(−0.05, 0.05) initialisation.  Input embedding and output projection
+  are NOT tied (as in that paper), giving 19,780,400 gradient elements in 11 tensors (environment.md's
+  19.8M); tied weights would give 13,280,400.
+* ``transformer`` — a small GPT-style decoder (Radford et al., GPT-2): 4 pre-LayerNorm blocks,
+  d_model 256, 4 heads, MLP 4×, learned positions, vocabulary 8,000, sequence 128, batch 8, untied
+  output head: 7,288,320 parameters in 53 tensors.
+* ``mlp`` — 784-512-256-10 ReLU classifier (MNIST-shaped), batch 64: 535,818 parameters in 6 tensors.
+
+Data is synthetic but learnable, so that ``warmup_steps`` of training move the model somewhere
+meaningful rather than fitting noise: an image of class ``c`` is a fixed low-resolution (4×4)
+per-class prototype upsampled to the image size plus unit Gaussian noise; token streams follow a
+Zipf(1) unigram distribution mixed with a deterministic successor rule (with probability 0.5 the
+next token is ``(a·prev + b) mod V``), which gives real-looking sparse embedding gradients.  A batch
+is a pure function of ``(seed, batch_index, worker)``: a private ``torch.Generator`` is seeded from
+those three numbers through numpy's ``SeedSequence``, so no global RNG state is read or changed.
+
+Each :class:`ModelSpec` has a ``factory(seed, **kwargs) -> (module, make_batch)``; the module is
+initialised under ``torch.manual_seed(seed)`` inside a forked RNG so the caller's RNG is untouched.
+:func:`load_model` also accepts ``package.module:factory`` for a user model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gcbench.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.sources.base import TensorSpec
+
+#: ``make_batch(batch_index, worker) -> (inputs, targets)``
+MakeBatch = Callable[[int, int], tuple[Any, Any]]
+#: ``loss_fn(outputs, targets) -> scalar tensor``
+LossFn = Callable[[Any, Any], torch.Tensor]
+
+
+def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy; sequence outputs ``(B, T, V)`` are flattened against ``(B, T)`` targets."""
+    if outputs.dim() > 2:
+        return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
+    return F.cross_entropy(outputs, targets)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One zoo entry.
+
+    ``factory(seed, **kwargs)`` returns ``(module, make_batch)``; ``build(**kwargs)`` builds the bare
+    module (used on the meta device by :func:`layer_shapes`, so no memory and no time is spent on
+    weights); ``defaults`` lists the keyword arguments the factory accepts with their defaults.
+    """
+
+    name: str
+    description: str
+    factory: Callable[..., tuple[nn.Module, MakeBatch]]
+    loss_fn: LossFn = cross_entropy
+    build: Callable[..., nn.Module] | None = None
+    # compare=False keeps the frozen dataclass hashable despite the dict
+    defaults: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class ZooModel:
+    """A ready model: the module (training mode, CPU), its batch maker and its loss."""
+
+    name: str
+    module: nn.Module
+    make_batch: MakeBatch
+    loss_fn: LossFn
+
+
+# --------------------------------------------------------------------------------------------
+# deterministic data
+
+
+def batch_generator(seed: int, batch_index: int, worker: int, tag: int = 0) -> torch.Generator:
+    """A private torch generator determined by ``(seed, batch_index, worker, tag)`` only."""
+    # SeedSequence mixes the words well and accepts any non-negative ints; two's complement keeps
+    # negative seeds usable without colliding with small positive ones.
+    words = [int(x) % (1 << 64) for x in (seed, batch_index, worker, tag)]
+    state = np.random.SeedSequence(words).generate_state(2, dtype=np.uint32)
+    g = torch.Generator()
+    g.manual_seed(int(state[0]) << 31 ^ int(state[1]))
+    return g
+
+
+def _image_batches(seed: int, num_classes: int, batch_size: int, image_size: int, channels: int = 3) -> MakeBatch:
+    """Class-prototype images: upsampled 4×4 class patterns plus N(0, 1) noise."""
+    protos = torch.randn(num_classes, channels, 4, 4, generator=batch_generator(seed, 0, 0, tag=1))
+
+    def make_batch(batch_index: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = batch_generator(seed, batch_index, worker)
+        labels = torch.randint(0, num_classes, (batch_size,), generator=g)
+        base = F.interpolate(protos[labels], size=(image_size, image_size), mode="bilinear", align_corners=False)
+        return base + torch.randn(base.shape, generator=g), labels
+
+    return make_batch
+
+
+def _vector_batches(seed: int, num_classes: int, batch_size: int, features: int) -> MakeBatch:
+    """Class-prototype vectors plus N(0, 1) noise (MNIST-shaped for the MLP)."""
+    protos = torch.randn(num_classes, features, generator=batch_generator(seed, 0, 0, tag=1))
+
+    def make_batch(batch_index: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = batch_generator(seed, batch_index, worker)
+        labels = torch.randint(0, num_classes, (batch_size,), generator=g)
+        return protos[labels] + torch.randn(batch_size, features, generator=g), labels
+
+    return make_batch
+
+
+def _token_batches(seed: int, vocab: int, batch_size: int, seq_len: int) -> MakeBatch:
+    """Token streams: Zipf(1) unigrams mixed 50/50 with a fixed successor rule; targets = next token."""
+    zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
+    cdf = torch.cumsum(zipf / zipf.sum(), 0)
+    # an odd multiplier coprime with the vocabulary makes the successor rule a permutation
+    a, b = 2 * (vocab // 3) + 1, vocab // 7 + 1
+    while math.gcd(a, vocab) != 1:
+        a += 2
+
+    def make_batch(batch_index: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = batch_generator(seed, batch_index, worker)
+        n = seq_len + 1
+        # inverse-CDF sampling (torch.multinomial is avoided: environment.md, and it is slower here)
+        u = torch.rand(batch_size, n, generator=g, dtype=torch.float64)
+        draws = torch.searchsorted(cdf, u).clamp_(max=vocab - 1)
+        follow = torch.rand(batch_size, n, generator=g) < 0.5
+        tokens = torch.empty(batch_size, n, dtype=torch.long)
+        tokens[:, 0] = draws[:, 0]
+        for t in range(1, n):  # sequential by nature; n ≤ a few hundred, vectorised over the batch
+            succ = (a * tokens[:, t - 1] + b) % vocab
+            tokens[:, t] = torch.where(follow[:, t], succ, draws[:, t])
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    return make_batch
+
+
+# --------------------------------------------------------------------------------------------
+# ResNet (torchvision layout and initialisation)
+
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+
+
+def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """Two 3×3 convolutions with an identity (or 1×1 projection) shortcut (ResNet-18/34)."""
+
+    expansion = 1
+
+    def __init__(self, cin: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = _conv3x3(cin, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = _conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Module):
+    """1×1 → 3×3 (strided, v1.5) → 1×1 ×4 bottleneck (ResNet-50/101/152)."""
+
+    expansion = 4
+
+    def __init__(self, cin: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = _conv1x1(cin, planes)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = _conv3x3(planes, planes, stride)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = _conv1x1(planes, planes * self.expansion)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    """ImageNet ResNet with torchvision's module names (``layer1.0.conv1.weight`` …)."""
+
+    def __init__(self, block: type[BasicBlock] | type[Bottleneck], layers: tuple[int, int, int, int], num_classes: int = 1000) -> None:
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def _make_layer(self, block: type[BasicBlock] | type[Bottleneck], planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(_conv1x1(self.inplanes, planes * block.expansion, stride), nn.BatchNorm2d(planes * block.expansion))
+        layers: list[nn.Module] = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+# --------------------------------------------------------------------------------------------
+# VGG-16 (torchvision layout and initialisation)
+
+_VGG16_CFG: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
+
+
+class VGG(nn.Module):
+    """VGG configuration D without batch norm; ``features.N`` / ``classifier.N`` names as torchvision."""
+
+    def __init__(self, num_classes: int = 1000, dropout: float = 0.5) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        cin = 3
+        for v in _VGG16_CFG:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2, 2))
+            else:
+                layers += [nn.Conv2d(cin, int(v), 3, padding=1), nn.ReLU(inplace=True)]
+                cin = int(v)
+        self.features = nn.Sequential(*layers)
+        # adaptive pooling to 7×7 lets small test images through the 25088-wide classifier
+        self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
+        self.classifier = nn.Sequential(
+            nn.Linear(512 * 7 * 7, 4096), nn.ReLU(True), nn.Dropout(dropout),
+            nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(dropout),
+            nn.Linear(4096, num_classes),
+        )
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0, 0.01)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+# --------------------------------------------------------------------------------------------
+# LSTM language model (Zaremba et al. 2014, medium)
+
+
+class LSTMLanguageModel(nn.Module):
+    """Embedding → dropout → 2-layer LSTM → dropout → linear decoder (untied), logits ``(B, T, V)``.
+
+    Every batch starts from a zero hidden state (no truncated-BPTT carry between batches), so a
+    batch's gradient depends on that batch alone, which keeps worker gradients independent.
+    """
+
+    def __init__(self, vocab: int = 10_000, hidden: int = 650, layers: int = 2, dropout: float = 0.5, init_range: float = 0.05) -> None:
+        super().__init__()
+        self.encoder = nn.Embedding(vocab, hidden)
+        self.drop = nn.Dropout(dropout)
+        # nn.LSTM applies dropout between layers only (one layer: none, and it warns if asked)
+        self.rnn = nn.LSTM(hidden, hidden, layers, dropout=dropout if layers > 1 else 0.0, batch_first=True)
+        self.decoder = nn.Linear(hidden, vocab)
+        for p in self.parameters():
+            nn.init.uniform_(p, -init_range, init_range)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.drop(self.encoder(tokens)))
+        return self.decoder(self.drop(out))
+
+
+# --------------------------------------------------------------------------------------------
+# small GPT-style decoder
+
+
+class _Block(nn.Module):
+    """Pre-LayerNorm decoder block: causal self-attention and a 4× GELU MLP, both residual."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, 4 * d_model)
+        self.fc2 = nn.Linear(4 * d_model, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.drop(self.proj(att.transpose(1, 2).reshape(b, t, d)))
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+
+
+class TinyGPT(nn.Module):
+    """Token + learned position embeddings, ``layers`` blocks, final LayerNorm, untied linear head."""
+
+    def __init__(self, vocab: int = 8000, seq_len: int = 128, d_model: int = 256, heads: int = 4, layers: int = 4,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise ParamError(f"transformer: d_model ({d_model}) must be divisible by heads ({heads})")
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(seq_len, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(_Block(d_model, heads, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        # GPT-2 initialisation: N(0, 0.02) weights, zero biases
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+                if isinstance(m, nn.Linear) and m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.drop(self.tok(tokens) + self.pos(pos))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+
+# --------------------------------------------------------------------------------------------
+# MLP
+
+
+class MLP(nn.Module):
+    """Fully connected ReLU network, ``fc0 … fcN`` layers."""
+
+    def __init__(self, sizes: tuple[int, ...] = (784, 512, 256, 10)) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = F.relu(x)
+        return x
+
+
+# --------------------------------------------------------------------------------------------
+# factories
+
+
+def _positive(model: str, **values: int) -> None:
+    for key, v in values.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ParamError(f"{model}: {key} must be a positive integer, got {v!r}")
+
+
+def _seeded(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
+    """Build under ``torch.manual_seed(seed)`` without touching the caller's RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = build()
+    return module.train()
+
+
+def _resnet18_build(num_classes: int = 1000) -> nn.Module:
+    return ResNet(BasicBlock, (2, 2, 2, 2), num_classes)
+
+
+def _resnet50_build(num_classes: int = 1000) -> nn.Module:
+    return ResNet(Bottleneck, (3, 4, 6, 3), num_classes)
+
+
+def _resnet_factory(build: Callable[..., nn.Module], name: str) -> Callable[..., tuple[nn.Module, MakeBatch]]:
+    def factory(seed: int = 0, *, batch_size: int = 8, image_size: int = 224, num_classes: int = 1000) -> tuple[nn.Module, MakeBatch]:
+        _positive(name, batch_size=batch_size, image_size=image_size, num_classes=num_classes)
+        # below 32 px the 32× downsampling leaves nothing for the last stage to see
+        if image_size < 32:
+            raise ParamError(f"{name}: image_size must be at least 32, got {image_size}")
+        # training-mode batch norm needs two values per channel in the last stage
+        side = image_size
+        for _ in range(5):  # conv1, max-pool and three strided stages each halve (rounding up)
+            side = (side - 1) // 2 + 1
+        if batch_size * side * side < 2:
+            raise ParamError(f"{name}: batch norm needs batch_size >= 2 at image_size {image_size} "
+                             f"(the last stage is {side}×{side}); got batch_size {batch_size}")
+        return _seeded(seed, lambda: build(num_classes)), _image_batches(seed, num_classes, batch_size, image_size)
+
+    return factory
+
+
+def _vgg16_build(num_classes: int = 1000, dropout: float = 0.5) -> nn.Module:
+    return VGG(num_classes, dropout)
+
+
+def _vgg16_factory(seed: int = 0, *, batch_size: int = 8, image_size: int = 224, num_classes: int = 1000,
+                   dropout: float = 0.5) -> tuple[nn.Module, MakeBatch]:
+    _positive("vgg16", batch_size=batch_size, image_size=image_size, num_classes=num_classes)
+    if image_size < 32:
+        raise ParamError(f"vgg16: image_size must be at least 32, got {image_size}")
+    return _seeded(seed, lambda: VGG(num_classes, dropout)), _image_batches(seed, num_classes, batch_size, image_size)
+
+
+def _lstm_build(vocab: int = 10_000, hidden: int = 650, layers: int = 2, dropout: float = 0.5) -> nn.Module:
+    return LSTMLanguageModel(vocab, hidden, layers, dropout)
+
+
+def _lstm_factory(seed: int = 0, *, batch_size: int = 20, seq_len: int = 35, vocab: int = 10_000, hidden: int = 650,
+                  layers: int = 2, dropout: float = 0.5) -> tuple[nn.Module, MakeBatch]:
+    _positive("lstm_lm", batch_size=batch_size, seq_len=seq_len, vocab=vocab, hidden=hidden, layers=layers)
+    module = _seeded(seed, lambda: LSTMLanguageModel(vocab, hidden, layers, dropout))
+    return module, _token_batches(seed, vocab, batch_size, seq_len)
+
+
+def _transformer_build(vocab: int = 8000, seq_len: int = 128, d_model: int = 256, heads: int = 4, layers: int = 4,
+                       dropout: float = 0.1) -> nn.Module:
+    return TinyGPT(vocab, seq_len, d_model, heads, layers, dropout)
+
+
+def _transformer_factory(seed: int = 0, *, batch_size: int = 8, seq_len: int = 128, vocab: int = 8000, d_model: int = 256,
+                         heads: int = 4, layers: int = 4, dropout: float = 0.1) -> tuple[nn.Module, MakeBatch]:
+    _positive("transformer", batch_size=batch_size, seq_len=seq_len, vocab=vocab, d_model=d_model, heads=heads, layers=layers)
+    module = _seeded(seed, lambda: TinyGPT(vocab, seq_len, d_model, heads, layers, dropout))
+    return module, _token_batches(seed, vocab, batch_size, seq_len)
+
+
+def _mlp_build(sizes: tuple[int, ...] = (784, 512, 256, 10)) -> nn.Module:
+    return MLP(tuple(sizes))
+
+
+def _mlp_factory(seed: int = 0, *, batch_size: int = 64, sizes: tuple[int, ...] = (784, 512, 256, 10)) -> tuple[nn.Module, MakeBatch]:
+    sizes = tuple(sizes)
+    _positive("mlp", batch_size=batch_size, **{f"sizes[{i}]": s for i, s in enumerate(sizes)})
+    if len(sizes) < 2:
+        raise ParamError(f"mlp: sizes needs at least an input and an output size, got {list(sizes)}")
+    return _seeded(seed, lambda: MLP(sizes)), _vector_batches(seed, sizes[-1], batch_size, sizes[0])
+
+
+def _defaults(factory: Callable[..., object]) -> dict[str, object]:
+    sig = inspect.signature(factory)
+    return {k: p.default for k, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def _spec(name: str, description: str, factory: Callable[..., tuple[nn.Module, MakeBatch]], build: Callable[..., nn.Module]) -> ModelSpec:
+    return ModelSpec(name, description, factory, cross_entropy, build, _defaults(factory))
+
+
+MODELS: dict[str, ModelSpec] = {
+    s.name: s
+    for s in (
+        _spec("resnet18", "ResNet-18 (He et al. 2016), 1000 classes, 11.7M parameters; batch 8 of 224×224",
+              _resnet_factory(_resnet18_build, "resnet18"), _resnet18_build),
+        _spec("resnet50", "ResNet-50 v1.5 (torchvision layout), 1000 classes, 25,557,032 parameters; batch 8 of 224×224",
+              _resnet_factory(_resnet50_build, "resnet50"), _resnet50_build),
+        _spec("vgg16", "VGG-16 (Simonyan & Zisserman 2015), 1000 classes, 138,357,544 parameters; batch 8 of 224×224",
+              _vgg16_factory, _vgg16_build),
+        _spec("lstm_lm", "PTB-size 2-layer LSTM LM (Zaremba et al. 2014 medium): vocab 10k, 650 hidden, untied, 19.8M parameters; "
+              "batch 20 × seq 35", _lstm_factory, _lstm_build),
+        _spec("transformer", "GPT-style decoder: 4 layers, d_model 256, 4 heads, vocab 8k, 7.3M parameters; batch 8 × seq 128",
+              _transformer_factory, _transformer_build),
+        _spec("mlp", "MLP 784-512-256-10 (MNIST-shaped), 0.54M parameters; batch 64", _mlp_factory, _mlp_build),
+    )
+}
+
+
+def model_names() -> list[str]:
+    """Names of the built-in models, in zoo order."""
+    return list(MODELS)
+
+
+def _lookup(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise UnknownNameError(did_you_mean(name, model_names(), "model")) from None
+
+
+def _check_kwargs(name: str, accepted: Mapping[str, object], kwargs: Mapping[str, object]) -> None:
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise ParamError(f"model {name!r} has no option {', '.join(map(repr, unknown))} (options: {', '.join(accepted) or 'none'})")
+
+
+def _import_factory(path: str) -> Callable[..., object]:
+    mod_name, _, attr = path.partition(":")
+    if not mod_name or not attr:
+        raise SourceError(f"model {path!r}: a user model is written 'package.module:factory'")
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise SourceError(f"model {path!r}: cannot import module {mod_name!r} ({exc})") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SourceError(f"model {path!r}: module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise SourceError(f"model {path!r}: {attr!r} is not callable")
+    return obj
+
+
+def _load_user(path: str, seed: int, kwargs: Mapping[str, object]) -> ZooModel:
+    factory = _import_factory(path)
+    call_kwargs = dict(kwargs)
+    try:
+        sig: inspect.Signature | None = inspect.signature(factory)
+    except (TypeError, ValueError):  # some builtins have no signature: call with the options only
+        sig = None
+    if sig is not None:
+        params = sig.parameters
+        if "seed" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            call_kwargs["seed"] = seed
+        try:
+            sig.bind(**call_kwargs)
+        except TypeError as exc:
+            raise SourceError(f"model {path!r}: the factory does not accept these options ({exc})") from None
+    # seed the global RNG too, so a factory that does not seed itself is still deterministic, and
+    # fork it so the caller's RNG is left as it was; errors inside the factory keep their traceback
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        result = factory(**call_kwargs)
+    if not isinstance(result, tuple) or len(result) not in (2, 3):
+        raise SourceError(f"model {path!r}: the factory must return (module, make_batch) or (module, make_batch, loss_fn), "
+                          f"got {type(result).__name__}")
+    module, make_batch = result[0], result[1]
+    loss_fn = result[2] if len(result) == 3 else cross_entropy
+    if not isinstance(module, nn.Module):
+        raise SourceError(f"model {path!r}: the factory's first value must be a torch.nn.Module, got {type(module).__name__}")
+    if not callable(make_batch):
+        raise SourceError(f"model {path!r}: make_batch must be callable, got {type(make_batch).__name__}")
+    if not callable(loss_fn):
+        raise SourceError(f"model {path!r}: loss_fn must be callable, got {type(loss_fn).__name__}")
+    return ZooModel(path, module.train(), make_batch, loss_fn)
+
+
+def load_model(name_or_path: str, seed: int = 0, **kwargs: object) -> ZooModel:
+    """A zoo model by name, or a user model given as ``package.module:factory``.
+
+    Zoo options (``batch_size``, ``image_size``, …) go in ``kwargs``; see ``MODELS[name].defaults``.
+    A user factory is called with ``kwargs`` and with ``seed`` when it accepts one (under
+    ``torch.manual_seed(seed)`` in a forked RNG either way), and must return
+    ``(module, make_batch)`` or ``(module, make_batch, loss_fn)`` (default loss: cross entropy).
+    """
+    if ":" in name_or_path:
+        return _load_user(name_or_path, seed, kwargs)
+    spec = _lookup(name_or_path)
+    _check_kwargs(spec.name, spec.defaults, kwargs)
+    module, make_batch = spec.factory(seed, **kwargs)
+    return ZooModel(spec.name, module, make_batch, spec.loss_fn)
+
+
+def gradient_layout(module: nn.Module) -> list[TensorSpec]:
+    """The gradient tensors of ``module``: trainable parameters in ``named_parameters`` order, float32."""
+    return [TensorSpec(n, tuple(p.shape), torch.float32) for n, p in module.named_parameters() if p.requires_grad]
+
+
+def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
+    """Names and shapes of a model's gradient tensors, without running it.
+
+    Zoo models are built on the meta device (no weights are allocated, so VGG-16's 138M parameters
+    cost nothing); a ``package.module:factory`` model is built on the CPU through its factory.
+    Batch options in ``kwargs`` (``batch_size`` …) are accepted and ignored here.
+    """
+    if ":" in name:
+        return gradient_layout(load_model(name, 0, **kwargs).module)
+    spec = _lookup(name)
+    _check_kwargs(spec.name, spec.defaults, kwargs)
+    assert spec.build is not None  # every zoo entry has one
+    build_params = inspect.signature(spec.build).parameters
+    build_kwargs = {k: v for k, v in kwargs.items() if k in build_params}
+    with torch.device("meta"):
+        module = spec.build(**build_kwargs)
+    return gradient_layout(module)
