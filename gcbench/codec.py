@@ -234,7 +234,9 @@ def _read_fields_py(bits: np.ndarray, count: int, pattern: np.ndarray) -> tuple[
                     if bits[pos] == 0:
                         pos += 1
                         break
-                    if pos + n + 1 > nbits:
+                    # n + 1 > 63 bits cannot be a valid int64 value: a corrupt stream (the
+                    # reference would raise OverflowError and numba would wrap around silently)
+                    if n > 62 or pos + n + 1 > nbits:
                         return out, -1
                     v = 0
                     for _ in range(n + 1):
@@ -264,7 +266,7 @@ def read_fields(data: np.ndarray, count: int, pattern: list[int] | tuple[int, ..
     reader = _read_fields_fast if _read_fields_fast is not None else _read_fields_py
     out, used = reader(bits, int(count), pat)
     if used < 0:
-        raise PayloadError("Elias-coded stream is truncated")
+        raise PayloadError("Elias-coded stream is truncated or corrupt")
     return out, used
 
 
@@ -273,7 +275,7 @@ def read_fields_reference(data: np.ndarray, count: int, pattern: list[int] | tup
     bits = np.unpackbits(np.ascontiguousarray(data, dtype=np.uint8))
     out, used = _read_fields_py(bits, int(count), np.asarray(pattern, dtype=np.int64))
     if used < 0:
-        raise PayloadError("Elias-coded stream is truncated")
+        raise PayloadError("Elias-coded stream is truncated or corrupt")
     return out, used
 
 

@@ -155,12 +155,24 @@ class ErrorFeedback:
         return x32 + e
 
     @classmethod
-    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor) -> None:
-        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory when safe)."""
-        if decoded32.untyped_storage().data_ptr() == corrected.untyped_storage().data_ptr():
-            state.tensors[cls.KEY] = corrected - decoded32  # decoded aliases the input
+    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor, body: torch.Tensor | None = None) -> None:
+        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory when safe).
+
+        ``body`` is the payload body just produced from ``corrected``: when it (or ``decoded``) is a
+        view of ``corrected``'s memory, an in-place subtraction would rewrite the payload.
+        """
+        if _overlaps(decoded32, corrected) or (body is not None and _overlaps(body, corrected)):
+            state.tensors[cls.KEY] = corrected - decoded32  # decoded or the body aliases the input
         else:
             state.tensors[cls.KEY] = corrected.sub_(decoded32)
+
+
+def _overlaps(t: torch.Tensor, u: torch.Tensor) -> bool:
+    """Whether two tensors' storages share any byte (views at an offset included)."""
+    if t.device != u.device:
+        return False
+    a, b = t.untyped_storage(), u.untyped_storage()
+    return a.data_ptr() < b.data_ptr() + b.nbytes() and b.data_ptr() < a.data_ptr() + a.nbytes()
 
 
 class Compressor(ABC):
@@ -224,7 +236,7 @@ class Compressor(ABC):
             if decoded is None:
                 decoded = self._decode_float(payload)
             decoded = decoded.reshape(a.shape)
-            ErrorFeedback.update(state, a, decoded)
+            ErrorFeedback.update(state, a, decoded, payload.data)
         else:
             body, meta, decoded = self._encode(x32, state)
             payload = self._payload(x, body, meta)

@@ -24,7 +24,12 @@ def coding_param(default: str = "fixed", with_paper: bool = False) -> Param:
 
 def k_of(density: float, d: int) -> int:
     """Number of entries a sparsifier keeps: ceil(density * d), at least 1, at most d."""
-    return min(d, max(1, math.ceil(density * d))) if d else 0
+    if not d:
+        return 0
+    x = density * d
+    # density·d is a binary floating-point product: 0.07·100 = 7.000000000000001 must keep 7, not 8
+    k = round(x) if abs(x - round(x)) <= 1e-9 * x else math.ceil(x)
+    return min(d, max(1, k))
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

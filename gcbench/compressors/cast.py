@@ -28,7 +28,9 @@ class _Cast(Compressor):
             from gcbench.errors import PayloadError
 
             raise PayloadError(f"{self.name} body has {data.numel()} bytes, expected {esize * payload.numel}")
-        return data.view(self.wire_dtype).float()
+        # copy=True: for float32 ``.float()`` would return a view of the payload body, and a caller
+        # modifying the decoded tensor in place would silently change the payload's bytes
+        return data.view(self.wire_dtype).to(torch.float32, copy=True)
 
 
 @register(

@@ -129,7 +129,7 @@ class OneBitSGD(Compressor):
         owner-side residual and sends it to every other worker.  Both legs are counted.
         """
         n = len(grads)
-        if n == 1:
+        if n == 1 or grads[0].numel() == 0:  # empty tensors: nothing to stripe (and empty bodies)
             return super().exchange(grads, states)
         g_name = self.params["granularity"]
         shape = tuple(grads[0].shape)

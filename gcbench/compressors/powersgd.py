@@ -134,7 +134,7 @@ def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[in
     biased=True,
     stateful=True,
     error_feedback="always",
-    deterministic=True,
+    deterministic=False,  # the first Q is drawn from the state's seeded generator
     exchange="all-reduce P (mean), orthonormalise, Q = Mᵀ P̂, all-reduce Q (mean); shared warm-start Q",
     params=(
         Param("rank", int, 2, "rank r of the approximation (paper's main setting 2; PyTorch's hook defaults to 1)", low=1),

@@ -79,7 +79,7 @@ class TernGrad(Compressor):
         return _DECODE[codes] * s
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
-        if not self.params["share_scaler"] or len(grads) == 1:
+        if not self.params["share_scaler"] or len(grads) == 1 or grads[0].numel() == 0:  # empty: no scaler, empty bodies
             return super().exchange(grads, states)
         n = len(grads)
         scalers = [clip_and_scale(g.detach().float(), self.params["clip"])[1] for g in grads]

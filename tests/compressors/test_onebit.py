@@ -1,0 +1,200 @@
+"""1-bit SGD (Seide et al. 2014): d + 64·columns bits, per-column means, error feedback, two-leg exchange."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from gcbench import registry
+from gcbench.compressor import ErrorFeedback, State, decompress
+from gcbench.compressors.onebit import onebit_reference
+from gcbench.payload import Payload, encode_header
+from tests.conftest import normal
+
+
+def column_view(x: torch.Tensor, granularity: str = "column") -> torch.Tensor:
+    """The matrix whose columns share one pair of means (float64), built here from the definition."""
+    flat = x.reshape(-1).double()
+    if granularity == "tensor" or x.dim() <= 1:
+        return flat.reshape(-1, 1)
+    m = flat.reshape(x.shape[0], -1)
+    return m if granularity == "column" else m.t()
+
+
+def means_by_loop(m: torch.Tensor) -> torch.Tensor:
+    """Decoded matrix from plain per-column means of the non-negative and negative entries."""
+    out = torch.empty_like(m)
+    for j in range(m.shape[1]):
+        col = m[:, j].tolist()
+        pos = [v for v in col if v >= 0]
+        neg = [v for v in col if v < 0]
+        mu1 = sum(pos) / len(pos) if pos else 0.0
+        mu0 = sum(neg) / len(neg) if neg else 0.0
+        out[:, j] = torch.tensor([mu1 if v >= 0 else mu0 for v in col], dtype=m.dtype)
+    return out
+
+
+def from_view(m: torch.Tensor, granularity: str, shape: tuple[int, ...]) -> torch.Tensor:
+    if granularity == "row" and len(shape) > 1:
+        m = m.t()
+    return m.reshape(shape)
+
+
+@pytest.mark.parametrize(
+    ("shape", "granularity", "columns"),
+    [
+        ((1,), "column", 1),
+        ((7,), "column", 1),
+        ((1000,), "column", 1),
+        ((64, 3, 3, 3), "column", 27),
+        ((512, 512), "column", 512),
+        ((64, 3, 3, 3), "row", 64),
+        ((100, 7), "row", 100),
+        ((64, 3, 3, 3), "tensor", 1),
+        ((512, 512), "tensor", 1),
+        ((1000,), "row", 1),
+    ],
+    ids=str,
+)
+def test_body_size(shape: tuple[int, ...], granularity: str, columns: int) -> None:
+    x = normal(shape, seed=1)
+    d = x.numel()
+    p = registry.create("onebit", granularity=granularity).compress(x, State(0))
+    assert p.body_nbytes == math.ceil((d + 64 * columns) / 8) == math.ceil(d / 8) + 8 * columns
+
+
+def test_hand_worked() -> None:
+    # columns: [1, 3, -2] -> means (-2, 2); [-1, -3, 5] -> means (-2, 5)
+    x = torch.tensor([[1.0, -1.0], [3.0, -3.0], [-2.0, 5.0]])
+    p = registry.create("onebit").compress(x, State(0))
+    # sign bits of the row-major tensor, LSB first: 1 0 1 0 0 1 -> 0b100101; then (mu0, mu1) per column
+    assert p.to_bytes()[-17:] == bytes([0b100101]) + struct.pack("<4f", -2.0, 2.0, -2.0, 5.0)
+    assert decompress(p).tolist() == [[2.0, -2.0], [2.0, -2.0], [-2.0, 5.0]]
+    # a column without negative entries decodes its (absent) negative mean as 0 and sends 0.0
+    pos = registry.create("onebit").compress(torch.tensor([[1.0], [3.0]]), State(0))
+    assert pos.to_bytes()[-9:] == bytes([0b11]) + struct.pack("<2f", 0.0, 2.0)
+
+
+@pytest.mark.parametrize("granularity", ["column", "row", "tensor"])
+@pytest.mark.parametrize("shape", [(1000,), (64, 3, 3, 3), (33, 17), (5, 1)], ids=str)
+def test_reconstruction_is_the_per_column_means(granularity: str, shape: tuple[int, ...]) -> None:
+    x = normal(shape, seed=sum(shape)) + 0.3
+    out = decompress(registry.create("onebit", granularity=granularity).compress(x, State(0)))
+    m = column_view(x, granularity)
+    want = from_view(means_by_loop(m), granularity, shape)
+    torch.testing.assert_close(out.double(), want, rtol=1e-6, atol=1e-7)
+    # and the module's own reference agrees with the loop
+    torch.testing.assert_close(onebit_reference(m.float()).double(), means_by_loop(m), rtol=1e-6, atol=1e-7)
+
+
+def test_reference_on_random_matrices() -> None:
+    for seed in range(5):
+        m = normal((20 + seed, 9 - seed), seed=seed) * (seed + 1) - 0.5 * seed
+        out = decompress(registry.create("onebit").compress(m, State(0)))
+        torch.testing.assert_close(out, onebit_reference(m), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("granularity", ["column", "row", "tensor"])
+def test_error_feedback_identity_and_residual_applied(granularity: str) -> None:
+    """x + e_old == decoded + e_new (float64), and each step quantizes x + e_old."""
+    comp = registry.create("onebit", granularity=granularity)
+    state = comp.init_state(0)
+    shape = (16, 3, 5)
+    e_old = torch.zeros(shape, dtype=torch.float64)
+    for step in range(6):
+        x = normal(shape, seed=step) + 0.2 * step
+        p, decoded = comp.compress_and_decode(x, state)
+        e_new = state.tensors[ErrorFeedback.KEY].double()
+        a = x.double() + e_old
+        torch.testing.assert_close(decoded.double() + e_new, a, rtol=0, atol=1e-5)
+        want = from_view(means_by_loop(column_view(a.float(), granularity)), granularity, shape)
+        torch.testing.assert_close(decompress(p).double(), want, rtol=1e-5, atol=1e-6)
+        e_old = e_new
+    assert float(e_old.abs().max()) > 0
+
+
+def _stripe_nbytes(rows: int, cols: int) -> int:
+    """Wire size of one stripe payload: header of a float32 (rows, cols) column-granularity payload + body."""
+    return len(encode_header("onebit", registry.get("onebit").version, torch.float32, (rows, cols), {"g": "column"})) + (
+        math.ceil(rows * cols / 8) + 8 * cols
+    )
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+@pytest.mark.parametrize("granularity", ["column", "row"])
+def test_exchange_traffic_and_aggregate(workers: int, granularity: str) -> None:
+    comp = registry.create("onebit", granularity=granularity)
+    shape = (64, 3, 3, 3)
+    common = normal(shape, seed=99)
+    grads = [normal(shape, seed=w) + common for w in range(workers)]
+    mean = torch.stack(grads).mean(0)
+    states = [comp.init_state(w) for w in range(workers)]
+    res = comp.exchange(grads, states)
+    assert res.aggregate.shape == shape and res.aggregate.dtype == torch.float32
+    # one step of two 1-bit quantizations: far from exact, but clearly the mean (a sum would be ≥ 1 off)
+    rel = float((res.aggregate - mean).norm() / mean.norm())
+    assert rel < 0.85, rel
+
+    # stripes: whole columns of the view, one per worker, covering every column once
+    rows, ncols = column_view(grads[0], granularity).shape
+    stripes = [p.shape for p in res.payloads]
+    assert len(stripes) == workers and all(r == rows for r, _ in stripes)
+    assert sum(c for _, c in stripes) == ncols
+    size = [_stripe_nbytes(rows, c) for _, c in stripes]
+    assert [p.nbytes for p in res.payloads] == size
+    assert res.traffic.phases() == ["reduce-scatter", "allgather"]
+    for w in range(workers):
+        others = sum(size) - size[w]
+        assert res.traffic.sent(w, "reduce-scatter") == others  # its stripe j to each owner j ≠ w
+        assert res.traffic.received(w, "reduce-scatter") == (workers - 1) * size[w]
+        assert res.traffic.sent(w, "allgather") == (workers - 1) * size[w]  # its re-quantized stripe to all
+        assert res.traffic.received(w, "allgather") == others
+    for p in res.payloads:
+        assert decompress(Payload.from_bytes(p.to_bytes())).shape == p.shape
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_exchange_error_feedback_over_steps(workers: int) -> None:
+    """Both residuals are kept: Σ_t aggregate_t = Σ_t mean_t − mean_w(e_w) − E_owner exactly, and the
+    time-average of the aggregate approaches the true mean."""
+    comp = registry.create("onebit")
+    shape = (32, 4, 3)
+    grads = [normal(shape, seed=10 + w) + 0.5 for w in range(workers)]
+    mean = torch.stack(grads).mean(0).double()
+    states = [comp.init_state(w) for w in range(workers)]
+    total = torch.zeros(shape, dtype=torch.float64)
+    steps = 40
+    for _ in range(steps):
+        total += comp.exchange(grads, states).aggregate.double()
+    worker_res = torch.stack(
+        [
+            torch.cat([st.values["worker_stripes"][j].tensors[ErrorFeedback.KEY] for j in sorted(st.values["worker_stripes"])], dim=1)
+            for st in states
+        ]
+    ).double()
+    owner_res = torch.cat([st.values["owner_stripe"].tensors[ErrorFeedback.KEY] for st in states], dim=1).double()
+    view = column_view(torch.zeros(shape))
+    lhs = total.reshape(view.shape)
+    rhs = steps * mean.reshape(view.shape) - worker_res.mean(0) - owner_res
+    torch.testing.assert_close(lhs, rhs, rtol=0, atol=1e-3)
+    assert float((total / steps - mean).norm() / mean.norm()) < 0.25
+    assert all(st.step == steps for st in states)
+
+
+def test_exchange_single_worker_is_plain_compression() -> None:
+    comp = registry.create("onebit")
+    x = normal((10, 4), seed=3)
+    res = comp.exchange([x], [comp.init_state(0)])
+    assert torch.equal(res.aggregate, decompress(comp.compress(x, comp.init_state(0))))
+    assert res.traffic.sent(0) == res.payloads[0].nbytes and res.traffic.received(0) == 0
+
+
+def test_bits_are_sign_of_corrected_input() -> None:
+    x = normal((50, 8), seed=4)
+    p = registry.create("onebit").compress(x, State(0))
+    bits = np.unpackbits(np.frombuffer(p.to_bytes()[-p.body_nbytes :][: math.ceil(400 / 8)], np.uint8), bitorder="little")[:400]
+    assert np.array_equal(bits.astype(bool), (x.reshape(-1) >= 0).numpy())

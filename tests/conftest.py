@@ -1,0 +1,101 @@
+"""Shared test helpers: bitwise tensor comparison, seeded inputs and the hypothesis profile.
+
+Helpers are plain functions (import them with ``from tests.conftest import ...``) so that
+parametrised tests can call them at collection time as well as inside test bodies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, settings
+
+from gcbench.payload import _varint as scalar_varint
+
+# Property tests must stay quick on a 2-core machine shared with other jobs: few examples, and no
+# per-example deadline (a JIT warm-up or a busy neighbour would otherwise fail them at random).
+settings.register_profile(
+    "gcbench", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+settings.load_profile("gcbench")
+
+_INT_OF = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
+
+
+def bits_of(t: torch.Tensor) -> torch.Tensor:
+    """The raw bit patterns of a float tensor (so -0.0 != 0.0 and NaN == NaN with the same payload)."""
+    t = t.detach().contiguous()
+    return t.view(_INT_OF[t.dtype]) if t.dtype in _INT_OF else t
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when two tensors have the same shape, dtype and bit-identical contents."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits_of(a), bits_of(b))
+
+
+def normal(shape: tuple[int, ...], seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A seeded N(0, 1) tensor (NumPy PCG64, independent of torch's global generator)."""
+    n = int(np.prod(shape)) if shape else 1
+    v = np.random.Generator(np.random.PCG64(seed)).standard_normal(n).astype(np.float32)
+    return torch.from_numpy(v.reshape(shape)).to(dtype)
+
+
+# ---------------------------------------------------------------------------- codec oracles
+
+
+def omega(n: int) -> str:
+    """Elias-ω code of n >= 1 as a bit string, by the textbook recursion (independent of gcbench.codec)."""
+    code = "0"
+    while n > 1:
+        b = bin(n)[2:]
+        code = b + code
+        n = len(b) - 1
+    return code
+
+
+def expected_index_bits(idx: np.ndarray, d: int, coding: str) -> int:
+    """Bits of a sorted index set under ``coding``, computed without gcbench.codec's size helpers."""
+    gaps = np.diff(np.asarray(idx, dtype=np.int64), prepend=-1)
+    if coding == "fixed":
+        return len(idx) * max(1, (d - 1).bit_length())  # ceil(log2 d), at least 1
+    if coding == "int32":
+        return 32 * len(idx)
+    if coding == "delta-varint":
+        return 8 * sum(len(scalar_varint(int(g) - 1)) for g in gaps)
+    if coding == "elias":
+        return sum(len(omega(int(g))) for g in gaps)
+    raise ValueError(coding)
+
+
+# ---------------------------------------------------------------------------- unbiasedness
+
+
+def unbiasedness_statistic(samples: torch.Tensor, target: torch.Tensor) -> tuple[float, float]:
+    """Normalised squared error of the Monte-Carlo mean: (T, n_eff).
+
+    ``samples`` is (R, d): R independent compressions, decoded, in float64.  With per-element sample
+    variances v_i, ``T = ‖mean − target‖² / (Σ v_i / R)``.  For an unbiased compressor E[T] ≈ 1 with
+    standard deviation ≈ sqrt(2 / n_eff), n_eff = (Σ v_i)² / Σ v_i²; a bias b adds R‖b‖² / Σ v_i.
+    A deterministic compressor with any bias gives T = inf.
+    """
+    r = samples.shape[0]
+    mean = samples.mean(0)
+    var = samples.var(0, correction=1)
+    num = float(((mean - target.double()) ** 2).sum())
+    total = float(var.sum())
+    if total == 0.0:
+        return (0.0 if num == 0.0 else math.inf), 1.0
+    return num / (total / r), total**2 / float((var**2).sum())
+
+
+def looks_unbiased(samples: torch.Tensor, target: torch.Tensor, z: float = 5.0) -> bool:
+    """True when T lies within z standard deviations of 1 (see :func:`unbiasedness_statistic`)."""
+    t, n_eff = unbiasedness_statistic(samples, target)
+    return abs(t - 1.0) <= z * math.sqrt(2.0 / n_eff)

@@ -1,0 +1,183 @@
+"""The compressor registry: loud lookups, typed parameters, complete info records.
+
+``test_deterministic_flag_matches_reality`` runs over every registered compressor, so a new
+compressor that declares the wrong ``deterministic`` flag fails here without edits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gcbench import registry
+from gcbench.compressor import Compressor, State
+from gcbench.compressors._common import k_of
+from gcbench.errors import GcbenchError, ParamError, UnknownNameError
+from gcbench.registry import Param, parse_spec
+from tests.conftest import normal
+
+NAMES = registry.names()
+
+
+def test_foundation_compressors_registered() -> None:
+    for name in ("none", "fp16", "bf16", "topk", "randomk", "signsgd", "efsignsgd", "onebit", "terngrad", "qsgd"):
+        assert name in NAMES
+    assert NAMES == sorted(NAMES)
+
+
+def test_unknown_name_suggests_close_match() -> None:
+    with pytest.raises(UnknownNameError) as exc:
+        registry.get("qsdg")
+    msg = str(exc.value)
+    assert "did you mean 'qsgd'" in msg and "'qsdg'" in msg
+    assert isinstance(exc.value, GcbenchError) and isinstance(exc.value, KeyError)
+    with pytest.raises(UnknownNameError, match="did you mean 'topk'"):
+        registry.create("topkk")
+    with pytest.raises(UnknownNameError, match="known: "):
+        registry.get("zzzzzz")  # nothing close: no suggestion, but the known names
+
+
+def test_unknown_parameter_suggests_close_match() -> None:
+    with pytest.raises(UnknownNameError, match="did you mean 'density'"):
+        registry.create("topk", desnity=0.1)
+    with pytest.raises(UnknownNameError, match="did you mean 'bucket'"):
+        parse_spec("qsgd:buckett=64")
+
+
+def test_registering_a_name_twice_raises() -> None:
+    before = registry.get("topk")
+
+    class Impostor(Compressor):
+        def _encode(self, a, state):  # pragma: no cover - never called
+            raise AssertionError
+
+        def _decode(self, payload):  # pragma: no cover - never called
+            raise AssertionError
+
+    deco = registry.register(name="topk", version=1, description="dup", paper="—", biased=True, stateful=False)
+    with pytest.raises(ValueError, match="registered twice"):
+        deco(Impostor)
+    assert registry.get("topk") is before  # the original entry is untouched
+
+
+def test_register_rejects_bad_error_feedback_mode() -> None:
+    with pytest.raises(ValueError, match="error_feedback"):
+        registry.register(
+            name="x_never_registered", version=1, description="", paper="", biased=True, stateful=False, error_feedback="sometimes"
+        )
+    assert "x_never_registered" not in registry.names()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"density": 5}, "topk.density: must be in (0, 1], got 5"),
+        ({"density": 0}, "topk.density: must be in (0, 1], got 0"),
+        ({"density": -0.5}, "must be in (0, 1], got -0.5"),
+        ({"density": float("nan")}, "must be in (0, 1], got nan"),
+        ({"density": "0.1"}, "must be in (0, 1], got '0.1'"),
+        ({"index_coding": "golomb"}, "topk.index_coding: must be one of 'fixed', 'int32', 'delta-varint', 'elias', got 'golomb'"),
+        ({"error_feedback": 1}, "topk.error_feedback: must be true or false, got 1"),
+    ],
+)
+def test_parameter_validation_messages(params: dict[str, object], message: str) -> None:
+    with pytest.raises(ParamError) as exc:
+        registry.create("topk", **params)
+    assert message in str(exc.value)
+
+
+def test_int_parameters() -> None:
+    with pytest.raises(ParamError, match=r"qsgd.s: must be in \[1, 1.04858e\+06\], got 0"):
+        registry.create("qsgd", s=0)
+    with pytest.raises(ParamError, match=r"got 2\.5"):
+        registry.create("qsgd", s=2.5)
+    with pytest.raises(ParamError, match="got True"):
+        registry.create("qsgd", s=True)  # a bool is not an int parameter
+    assert registry.create("qsgd", s=4.0).params["s"] == 4 and isinstance(registry.create("qsgd", s=4.0).params["s"], int)
+
+
+def test_param_range_text() -> None:
+    assert Param("a", float, 0.5, "", low=0.0, high=1.0, low_open=True).range_text() == "in (0, 1]"
+    assert Param("a", int, 1, "", low=1).range_text() == "in [1, inf)"
+    assert Param("a", float, 1.0, "", high=2.0, high_open=True).range_text() == "in (-inf, 2)"
+    assert Param("a", float, 1.0, "").range_text() == "a float"
+
+
+def test_params_are_read_only_and_defaults_filled() -> None:
+    c = registry.create("topk", density=0.25)
+    assert dict(c.params) == {"density": 0.25, "index_coding": "fixed", "error_feedback": False}
+    with pytest.raises(TypeError):
+        c.params["density"] = 0.5  # type: ignore[index]
+    assert "density=0.25" in repr(c)
+
+
+def test_parse_spec() -> None:
+    assert parse_spec("topk:density=0.1,index_coding=int32") == ("topk", {"density": 0.1, "index_coding": "int32"})
+    assert parse_spec(" qsgd : s=4, bucket=64 ,norm=2") == ("qsgd", {"s": 4, "bucket": 64, "norm": "2"})
+    assert parse_spec("topk:error_feedback=yes") == ("topk", {"error_feedback": True})
+    assert parse_spec("onebit") == ("onebit", {})
+    _, params = parse_spec("qsgd:s=1e3")
+    assert params == {"s": 1000} and isinstance(params["s"], int)
+    with pytest.raises(ParamError, match="key=value"):
+        parse_spec("topk:density")
+    with pytest.raises(ParamError, match=r"topk.density: must be in \(0, 1\], got 5"):
+        parse_spec("topk:density=5")
+    with pytest.raises(ParamError, match="got 'abc'"):
+        parse_spec("topk:density=abc")
+    with pytest.raises(UnknownNameError, match="did you mean 'qsgd'"):
+        parse_spec("qsdg:s=4")
+
+
+def test_k_of_is_ceil_of_density_times_d() -> None:
+    assert k_of(0.07, 100) == 7  # 0.07·100 = 7.000000000000001 in binary floating point
+    assert k_of(0.29, 100) == 29 and k_of(0.57, 100) == 57
+    assert k_of(0.071, 100) == 8  # a real fraction still rounds up
+    assert k_of(0.01, 1000) == 10 and k_of(0.001, 999) == 1 and k_of(1.0, 7) == 7
+    assert k_of(1e-9, 10) == 1 and k_of(0.5, 0) == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_info_is_complete(name: str) -> None:
+    info = registry.get(name)
+    assert info.name == name
+    assert isinstance(info.version, int) and info.version >= 1
+    assert info.description.strip() and info.paper.strip()
+    assert info.error_feedback in ("no", "optional", "always", "own")
+    flags = info.flags()
+    assert flags.startswith("biased" if info.biased else "unbiased")
+    if info.reconstructed:
+        assert "RECONSTRUCTED" in flags
+    if info.error_feedback in ("always", "own"):
+        assert info.stateful
+    if info.error_feedback == "optional":
+        assert info.param("error_feedback").kind is bool
+    d = info.to_dict()
+    assert d["name"] == name and len(d["params"]) == len(info.params)
+    # every default is itself valid, so create(name) always works
+    for p in info.params:
+        assert p.validate(p.default) == p.default
+    assert registry.create(name).params == info.defaults
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_flag_matches_reality(name: str) -> None:
+    """Same input, fresh states with different seeds: identical bytes iff the info says deterministic.
+
+    A 1000-element normal vector first; when its bytes agree, a 400×500 matrix too, since some
+    compressors only draw random numbers on large tensors or on matrices (DGC's sampled threshold
+    falls back to an exact sort on small tensors and sends vectors dense).
+    """
+    comp = registry.create(name)
+    same = True
+    for shape in ((1000,), (400, 500)):
+        x = normal(shape, seed=4)
+        a = comp.compress(x, State(1)).to_bytes()
+        same = a == comp.compress(x, State(2)).to_bytes() == comp.compress(x, State(3)).to_bytes()
+        # the same seed always reproduces, whatever torch's global generator holds
+        torch.manual_seed(len(shape))
+        assert comp.compress(x, State(1)).to_bytes() == a
+        if not same:
+            break
+    declared = registry.get(name).deterministic
+    outcome = "identical" if same else "different"
+    assert same == declared, f"{name}: declared deterministic={declared}, but different seeds gave {outcome} bytes"
