@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -49,7 +50,7 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except GcbenchError as exc:
             for line in str(exc).splitlines() or ["error"]:
-                err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+                err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: completed cases are kept in the results file")
@@ -119,13 +120,13 @@ def results_tables(cases: list[dict[str, Any]], title: str) -> list[Table]:
         by_source.setdefault(src.get("label") or src.get("name", "?"), []).append(c)
     tables = []
     for src, rows in by_source.items():
-        t = Table(title=f"{title} — {src}", title_justify="left")
+        t = Table(title=escape(f"{title} — {src}"), title_justify="left")
         for col in ("case", "ratio", "bits/el", "q", "bias²", "cosine", "agg q", "comp ms", "dec ms", "comp/copy"):
             t.add_column(col, justify="left" if col == "case" else "right", no_wrap=True)
         for c in rows:
-            label = c.get("label", "?") + (" †" if c.get("flags", {}).get("reconstructed") else "")
+            label = escape(c.get("label", "?")) + (" †" if c.get("flags", {}).get("reconstructed") else "")
             if c.get("status") != "ok":
-                t.add_row(label, f"[red]failed: {c.get('error', '')}[/]", *[""] * 8)
+                t.add_row(label, f"[red]failed: {escape(str(c.get('error', '')))}[/]", *[""] * 8)
                 continue
             fid, tim = c["fidelity"], c.get("timing") or {}
             t.add_row(
@@ -189,7 +190,7 @@ def run(
                   "true worker mean; comp/copy = compress time as a multiple of a plain copy of the same tensors.")
         out.print(f"results: {outcome.path}")
     if outcome.failed:
-        err.print(f"[red]{len(outcome.failed)} case(s) failed[/]: " + "; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5]))
+        err.print(f"[red]{len(outcome.failed)} case(s) failed[/]: " + escape("; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5])))
         raise typer.Exit(1)
 
 
@@ -406,7 +407,7 @@ def compare(
                         f"granularity {granularity}", title_justify="left")
         t.add_column("metric")
         for c in cases:
-            t.add_column(c["label"] + (" †" if c.get("flags", {}).get("reconstructed") else ""), justify="right")
+            t.add_column(escape(c["label"]) + (" †" if c.get("flags", {}).get("reconstructed") else ""), justify="right")
         for r in rows:
             cells = []
             for i, v in enumerate(r["values"]):
@@ -420,7 +421,7 @@ def compare(
         out.print(t)
         for c in cases:
             if c.get("status") != "ok":
-                out.print(f"[red]{c['label']} failed:[/] {c.get('error')}")
+                out.print(f"[red]{escape(c['label'])} failed:[/] {escape(str(c.get('error')))}")
         ref = {c["label"]: c["fidelity"]["reference"] for c in cases if c.get("status") == "ok"}
         if any(v != "gradient" for v in ref.values()):
             out.print("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items()))
@@ -541,3 +542,271 @@ def bench(
         err.print(f"[red]{len(regressions)} regression(s)[/] against {baseline}: " + ", ".join(r["compressor"] for r in regressions))
         if fail_on_regression:
             raise typer.Exit(1)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _claims_for(papers: Path | None, runs: list[Any]) -> tuple[list[Any], str]:
+    """Paper claims matched to the runs; a missing default claims file is not an error (an installed wheel has none)."""
+    from gcbench.baselines import PAPERS_FILE, load_claims, match_claims
+
+    path = papers or PAPERS_FILE
+    if papers is None and not path.exists():
+        return [], f"No claims file at {path} (pass --papers FILE)."
+    return match_claims(load_claims(path), [r.data for r in runs]), ""
+
+
+@app.command()
+@user_errors
+def report(
+    runs: Annotated[list[str] | None, typer.Argument(
+        help="Results files, run ids, id prefixes or 'latest' (default: every run in --runs-dir).")] = None,
+    runs_dir: Annotated[Path, typer.Option("--runs-dir", help="Folder of stored runs.")] = Path("reports/runs"),
+    md: Annotated[bool, typer.Option("--md", help="Markdown tables for a paper or PR (stdout, or -o FILE.md).")] = False,
+    as_html: Annotated[bool, typer.Option("--html", help="One self-contained HTML file with plots (default reports/index.html).")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the Markdown or HTML here.")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", "-b", help="Compare the newest run (or the one named) against this run.")] = None,
+    threshold: Annotated[float, typer.Option(help="Relative change below which a metric counts as unchanged (~).")] = 0.05,
+    alpha: Annotated[float, typer.Option(help="Significance level of the Mann–Whitney tests on raw samples.")] = 0.05,
+    all_metrics: Annotated[bool, typer.Option("--all-metrics", help="Also list comparison rows that did not change (~).")] = False,
+    fail_on_regression: Annotated[bool, typer.Option(
+        "--fail-on-regression", help="Exit 1 if any metric is worse or a case newly fails (CI).")] = False,
+    papers: Annotated[Path | None, typer.Option(help="Paper claims file (default: baselines/papers.toml).")] = None,
+) -> None:
+    """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline."""
+    from gcbench import report as rep
+    from gcbench.compare_runs import compare_runs
+    from gcbench.results import load_run, resolve_run
+
+    if md and as_html:
+        raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
+    if output is not None and not (md or as_html):
+        raise GcbenchError("--output needs --md or --html")
+    if threshold < 0:
+        raise GcbenchError(f"--threshold must be ≥ 0, got {threshold}")
+    if not 0 < alpha < 1:
+        raise GcbenchError(f"--alpha must be in (0, 1), got {alpha}")
+    if fail_on_regression and not baseline:
+        raise GcbenchError("--fail-on-regression needs --baseline RUN")
+    comparison = None
+    if baseline:
+        if runs and len(runs) > 1:
+            raise GcbenchError(f"--baseline compares one run against the baseline; got {len(runs)} runs")
+        base_path = resolve_run(baseline, runs_dir)
+        new_path = resolve_run(runs[0], runs_dir) if runs else rep.latest_run(runs_dir)
+        if base_path.resolve() == new_path.resolve():
+            raise GcbenchError(f"the baseline and the run to compare are the same file ({new_path}); name the run to compare")
+        loaded = [rep.LoadedRun(base_path, load_run(base_path)), rep.LoadedRun(new_path, load_run(new_path))]
+        comparison = compare_runs(loaded[0].data, loaded[1].data, threshold, alpha)
+    else:
+        loaded = rep.load_runs(runs, runs_dir)
+    # a comparison report details the new run only: the baseline's values are in the comparison rows
+    detailed = loaded[1:] if comparison is not None else loaded
+    claims, claims_missing = _claims_for(papers, detailed)
+
+    if as_html:
+        from gcbench.html import write_html
+
+        path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,
+                          claims_missing=claims_missing)
+        out.print(f"report: {path}", highlight=False)
+    elif md:
+        text = rep.markdown_report(detailed, claims, comparison, all_metrics)
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(text, encoding="utf-8")
+            out.print(f"report: {output}", highlight=False)
+        else:
+            print(text)
+    elif comparison is not None:
+        out.print(rep.comparison_table(comparison, all_metrics))
+        for note in comparison.notes:
+            out.print(f"note: {note}", markup=False, highlight=False)
+        out.print(rep.counts_text(comparison), markup=False, highlight=False)
+    else:
+        out.print(rep.runs_table(loaded))
+        for r in loaded:
+            for table in rep.summary_tables(r):
+                out.print(table)
+        measured = [c for c in claims if c.status.startswith("measured")]
+        if measured:
+            out.print(rep.claims_table(measured))
+        if claims:
+            out.print(f"{len(claims) - len(measured)}{' other' if measured else ''} paper claim(s) not measured by these runs "
+                      "(see --md or --html).", highlight=False)
+        elif claims_missing:
+            out.print(claims_missing, markup=False, highlight=False)
+        out.print(rep.FOOTNOTE, markup=False, highlight=False)
+    if comparison is not None and comparison.regressions:
+        err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {comparison.new_id} against {comparison.baseline_id}",
+                  highlight=False, soft_wrap=True)
+        if fail_on_regression:
+            raise typer.Exit(1)
+
+
+# ----------------------------------------------------------------------------- train / simulate (gcbench.train, gcbench.netmodel)
+
+
+def _number_list(text: str, option: str, kind: type) -> list[Any]:
+    """``"8,16,32"`` → numbers; a bad item is a user error naming the option."""
+    try:
+        values = [kind(v) for v in (s.strip() for s in text.split(",")) if v]
+    except ValueError:
+        raise GcbenchError(f"{option}: expected comma-separated {kind.__name__}s, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise GcbenchError(f"{option}: expected positive {kind.__name__}s, got {text!r}")
+    return values
+
+
+def train_table(records: list[dict[str, Any]], title: str) -> Table:
+    """Accuracy, gap, time to target, step-time split and bytes per compressor of a train run."""
+    t = Table(title=title, title_justify="left")
+    for col in ("compressor", "final acc", "gap (pp)", "to target (s)", "step ms", "compute", "compress", "comm", "decomp",
+                "MB/worker", "ratio"):
+        t.add_column(col, justify="left" if col == "compressor" else "right", no_wrap=True)
+    for r in records:
+        if r.get("status") != "ok":
+            t.add_row(r.get("label", "?"), f"[red]failed: {r.get('error', '')}[/]", *[""] * 9)
+            continue
+        tr = r["training"]
+        st = tr["step_time"]
+        gap = tr.get("accuracy_gap")
+        ttt = tr.get("time_to_target_s")
+        t.add_row(
+            r["label"] + (" †" if r.get("flags", {}).get("reconstructed") else ""),
+            f"{tr['final_accuracy']:.4f}" if tr.get("final_accuracy") is not None else "—",
+            "—" if gap is None else f"{100 * gap:+.2f}",
+            "not reached" if ttt is None else f"{ttt:.2f}",
+            *(_fmt(st.get(k), "ms") for k in ("total_s", "compute_s", "compress_s", "communicate_s", "decompress_s")),
+            f"{tr['bytes']['payload_bytes_per_worker'] / 1e6:.3f}",
+            _fmt(r["size"].get("ratio"), "ratio"),
+        )
+    return t
+
+
+@app.command("train")
+@user_errors
+def train_cmd(
+    compressors: Annotated[str, typer.Option("--compressors", "-c", help="Comma-separated compressors (name or name:key=value,...); "
+                                             "'none' (the reference) is added first if missing.")] = "none,topk,qsgd",
+    workers: Annotated[int, typer.Option(help="Worker processes (ignored under torchrun: WORLD_SIZE).")] = 4,
+    task: Annotated[str, typer.Option(help="digits, charlstm or auto (digits when scikit-learn is installed, else charlstm).")] = "auto",
+    epochs: Annotated[int | None, typer.Option(help="Epochs (default: the task's, digits 10, charlstm 6).")] = None,
+    target: Annotated[float | None, typer.Option(help="Target test accuracy for time-to-target (digits 0.9, charlstm 0.35).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Batch size per worker.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate (default: the task's).")] = None,
+    granularity: Annotated[str, typer.Option(help="bucket (each DDP bucket) or layer (each parameter).")] = "bucket",
+    seed: Annotated[int, typer.Option(help="Seed of the model, the data order and the compressors.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Seconds one compressor's run may take before its workers are killed.")] = 300.0,
+    collective_timeout: Annotated[float | None, typer.Option(help="Seconds a collective waits for a peer (max(30, timeout/3)).")] = None,
+    threads: Annotated[int | None, typer.Option(help="Torch threads per worker (default cores // workers).")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results file's path and cases as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks."""
+    from gcbench.train import TrainConfig, under_torchrun
+    from gcbench.train import train as run_training
+
+    cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
+                      granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
+    with progress_bar(not quiet and not as_json and not under_torchrun()) as prog:
+        outcome = run_training(cfg, compressors, out_dir, prog)
+    if outcome.path is None:  # a non-zero rank under torchrun: rank 0 reports
+        return
+    if as_json:
+        print(json.dumps({"results": str(outcome.path), "cases": outcome.records}, default=str))
+    else:
+        ok = next((r for r in outcome.records if r.get("status") == "ok"), None)
+        desc = ""
+        if ok is not None:
+            tr = ok["training"]
+            desc = (f"{tr['task']['name']}, {tr['workers']} workers × {tr['threads_per_worker']} thread(s), {tr['epochs']} epochs, "
+                    f"target accuracy {tr['target_accuracy']:g}")
+        out.print(train_table(outcome.records, f"gcbench train — {desc}"))
+        for r in outcome.records:
+            tr = r.get("training") or {}
+            if tr and not tr.get("replicas_consistent"):
+                out.print(f"[yellow]warning:[/] {r['label']}: the workers' parameters differ at the end (replicas diverged)")
+            note = (tr.get("hook") or {}).get("protocol_note")
+            if note:
+                out.print(f"note: {note}", markup=False, highlight=False)
+        out.print("gap = accuracy of 'none' minus this compressor's, in percentage points; step ms = median step time "
+                  "(compute + compress + comm + decomp); MB/worker = payload bytes one worker sent over the whole run.",
+                  highlight=False)
+        out.print(f"results: {outcome.path}", highlight=False)
+    if outcome.failed:
+        for r in outcome.failed:
+            err.print(f"[bold red]error:[/] {r['label']}: {r.get('error')}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+@app.command("simulate")
+@user_errors
+def simulate_cmd(
+    results: Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').")] = "latest",
+    workers: Annotated[str, typer.Option(help="Comma-separated worker counts.")] = "8,16,32,64,128,256,512,1024",
+    bandwidth: Annotated[str, typer.Option(help="Comma-separated link bandwidths in Gbit/s.")] = "1,10,25,100",
+    latency_us: Annotated[float, typer.Option(help="Latency α per message in microseconds.")] = 5.0,
+    compute_ms: Annotated[float | None, typer.Option(help="Compute time per step in ms (run files have none: default 0; "
+                                                     "train files: measured).")] = None,
+    scheme: Annotated[str, typer.Option(help="auto (all-reduce for fp16/bf16/none/powersgd, all-gather otherwise), "
+                                        "allreduce, allgather or ps (parameter server).")] = "auto",
+    runs_dir: Annotated[Path, typer.Option(help="Where run ids are looked up.")] = Path("reports/runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable predictions.")] = False,
+) -> None:
+    """Predict step time and speed-up over uncompressed training for cluster sizes and link speeds."""
+    from gcbench import netmodel
+    from gcbench.results import load_run, resolve_run
+
+    if scheme not in netmodel.SCHEMES:
+        raise GcbenchError(f"--scheme must be one of {', '.join(netmodel.SCHEMES)}, got {scheme!r}")
+    if latency_us < 0:
+        raise GcbenchError(f"--latency-us must be >= 0, got {latency_us:g}")
+    if compute_ms is not None and compute_ms < 0:
+        raise GcbenchError(f"--compute-ms must be >= 0, got {compute_ms:g}")
+    ns = _number_list(workers, "--workers", int)
+    bws = _number_list(bandwidth, "--bandwidth", float)
+    path = resolve_run(results, runs_dir)
+    data = load_run(path)
+    cases = netmodel.cases_from_results(data, None if compute_ms is None else compute_ms / 1e3)
+    preds = netmodel.simulate(cases, ns, bws, latency_us * 1e-6, scheme)
+    if as_json:
+        print(json.dumps({"results": str(path), "scheme": scheme, "latency_s": latency_us * 1e-6,
+                          "predictions": [p.to_dict() for p in preds]}, default=str))
+        return
+    multi_source = len({c.source for c in cases}) > 1
+    name = lambda c: f"{c.label} [{c.source}]" if multi_source else c.label  # noqa: E731
+    by_key = {(p.label, p.source, p.workers, p.bandwidth_gbps): p for p in preds}
+    for bw in bws:
+        t = Table(title=f"predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {latency_us:g} µs, scheme {scheme}",
+                  title_justify="left")
+        t.add_column("compressor")
+        t.add_column("collective")
+        for n in ns:
+            t.add_column(f"N={n}", justify="right")
+        for c in cases:
+            cells = []
+            for n in ns:
+                p = by_key[(c.label, c.source, n, bw)]
+                text = f"{p.speedup:.2f}×"
+                cells.append(f"[green]{text}[/]" if p.speedup > 1.0 else text)
+            t.add_row(name(c), netmodel.collective_for(c.compressor, scheme), *cells)
+        out.print(t)
+    t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
+    t.add_column("compressor")
+    for n in ns:
+        t.add_column(f"N={n}", justify="right")
+    for c in cases:
+        vals = [netmodel.break_even_bandwidth(c, n, latency_us * 1e-6, scheme) for n in ns]
+        t.add_row(name(c), *("—" if v is None else f"{v:,.3g}" for v in vals))
+    out.print(t)
+    kind = data.get("kind", "run")
+    comp = (f"compute {compute_ms:g} ms per step (--compute-ms)" if compute_ms is not None
+            else "compute measured in training" if kind == "train" else "compute 0 ms (run files have no compute time; set --compute-ms)")
+    out.print(f"step = {comp} + compress + communicate + decompress × decoded payloads (N for all-gather, 1 for all-reduce); "
+              "reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication overlap. "
+              "— = compression never pays off (or never loses).", highlight=False)
+    out.print(f"results: {path}", highlight=False)

@@ -102,6 +102,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
             json.dump(_clean(data), f, indent=1, allow_nan=False)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -378,9 +378,9 @@ def _mean(vals: Sequence[float | None]) -> float | None:
     return float(np.mean(v)) if v else None
 
 
-def _failed_record(spec: CompressorSpec, source_name: str, exc: BaseException) -> dict[str, Any]:
+def _failed_record(spec: CompressorSpec, source_name: str, exc: BaseException, source_label: str | None = None) -> dict[str, Any]:
     rec: dict[str, Any] = {"label": spec.label, "compressor": spec.name, "params": spec.params, "status": "error",
-                           "source": {"name": source_name}, "error": f"{type(exc).__name__}: {exc}" if not isinstance(exc, GcbenchError) else str(exc)}
+                           "source": {"name": source_name, "label": source_label or source_name}, "error": f"{type(exc).__name__}: {exc}" if not isinstance(exc, GcbenchError) else str(exc)}
     try:
         info = registry.get(spec.name)
         rec["version"] = info.version
@@ -423,7 +423,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 data = SourceData(source, units, device, progress)
             except SourceError as exc:
                 for c in suite.compressors:
-                    writer.add_case(_failed_record(c, src_spec.display(), exc))
+                    writer.add_case(_failed_record(c, src_spec.display(), exc, src_spec.display()))
                     done += 1
                     progress("case", done, total, f"{c.label}: source failed")
                 continue
@@ -435,7 +435,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # one failing case does not abort the sweep
-                    rec = _failed_record(c, source.name, exc)
+                    rec = _failed_record(c, source.name, exc, src_spec.display())
                 writer.add_case(rec)
                 done += 1
                 progress("case", done, total, f"{c.label} done")

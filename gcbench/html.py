@@ -1,0 +1,588 @@
+"""The self-contained HTML report: sortable tables and matplotlib plots in one offline file.
+
+design.md ("Results and reports") asks for one file with no network fetches: tables plus plots of
+ratio vs error (Pareto front), throughput bars against the copy roofline, per-layer ratio and EF
+drift over steps.  Choices:
+
+* Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state) at 80 dpi and
+  embedded as base64 PNG ``data:`` URIs — small, and identical in every browser.  Styles and the
+  few lines of table-sorting JavaScript are inline; no ``src``/``href`` points outside the file.
+* The template is a string in this module (no package data to ship) rendered by jinja2 with
+  autoescaping on, so suite labels, parameters and error messages cannot inject markup.  Text
+  drawn into plots escapes ``$`` so matplotlib never parses a label as mathtext.
+* A plot is drawn only where its data exist, and its caption says what was left out: relative
+  error q is on a log axis, so lossless cases (q = 0) are listed instead of plotted; per-layer
+  plots need two or more units; EF drift needs a stateful compressor and two or more steps;
+  throughput against tensor size needs one case label timed at two or more sizes within a run
+  (one machine).  Axes are logarithmic when the values span a decade or more, linear otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import os
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator, NullFormatter
+
+import gcbench
+from gcbench.baselines import ClaimResult
+from gcbench.compare_runs import Comparison, dig
+from gcbench.metrics import METRICS
+from gcbench.report import (
+    DAGGER,
+    DETAIL_COLUMNS,
+    FOOTNOTE,
+    SUMMARY_COLUMNS,
+    LoadedRun,
+    by_source,
+    case_name,
+    counts_text,
+    fmt,
+    is_reconstructed,
+    measured_text,
+    params_text,
+    pareto_front,
+    row_cells,
+    run_facts,
+)
+
+DPI = 80
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One embedded figure: ``kind`` names the plot type (tests and CSS use it)."""
+
+    kind: str
+    title: str
+    uri: str
+    caption: str
+
+
+# ----------------------------------------------------------------------------- plot helpers
+
+
+def _mpl(text: str) -> str:
+    """Plain text for matplotlib: a ``$`` would otherwise start mathtext (and can fail to parse)."""
+    return str(text).replace("$", r"\$")
+
+
+def _figure(width: float = 5.0, height: float = 3.1) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.grid(True, which="major", alpha=0.3)
+    return fig, ax
+
+
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _ok(cases: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in cases if c.get("status") == "ok"]
+
+
+def _color_map(cases: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """A stable colour per case label (the same label has the same colour in every plot of a section)."""
+    out: dict[str, str] = {}
+    for c in cases:
+        label = str(c.get("label"))
+        if label not in out:
+            out[label] = _COLORS[len(out) % len(_COLORS)]
+    return out
+
+
+def _scale(ax: Any, axis: str, values: Sequence[float]) -> None:
+    """Log scale when the values span a decade or more; linear otherwise (log ticks over 267–277 are unreadable)."""
+    pos = [v for v in values if v > 0]
+    if pos and len(pos) == len(values) and max(pos) / min(pos) >= 10:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+        # label decades only: matplotlib labels minor ticks of short log spans (6×10⁰, 4×10⁰, ...), which clutters
+        (ax.xaxis if axis == "x" else ax.yaxis).set_minor_formatter(NullFormatter())
+
+
+def _legend(ax: Any, n: int) -> None:
+    if n:
+        ax.legend(fontsize=7, ncol=1 if n <= 8 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+
+
+# ----------------------------------------------------------------------------- plots
+
+
+def plot_pareto(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+    """Compression ratio against relative error q (log–log), the Pareto front marked."""
+    pts: list[tuple[float, float, dict[str, Any]]] = []
+    lossless = []
+    for c in _ok(cases):
+        q, r = _num(dig(c, ("fidelity", "q", "model"))), _num(dig(c, ("size", "ratio")))
+        if q is None or r is None or r <= 0:
+            continue
+        if q <= 0:
+            lossless.append(case_name(c))
+            continue
+        pts.append((q, r, c))
+    if not pts:
+        return None
+    colors = _color_map([p[2] for p in pts])
+    front = set(pareto_front([(q, r) for q, r, _ in pts]))
+    fig, ax = _figure()
+    for i, (q, r, c) in enumerate(pts):
+        on = i in front
+        ax.scatter([q], [r], s=46 if on else 30, color=colors[str(c.get("label"))], edgecolors="black" if on else "none",
+                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c)))
+    fp = sorted((pts[i][0], pts[i][1]) for i in front)
+    if len(fp) > 1:
+        ax.plot([p[0] for p in fp], [p[1] for p in fp], color="black", lw=1, ls="--", zorder=2, label="Pareto front")
+    _scale(ax, "x", [p[0] for p in pts])
+    _scale(ax, "y", [p[1] for p in pts])
+    ax.set_xlabel("relative error q = ‖C(x)−x‖²/‖x‖²  (← better)")
+    ax.set_ylabel("compression ratio  (better →)")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, len(pts) + (len(fp) > 1))
+    caption = (f"Ratio against whole-model q; outlined points are on the Pareto front ({len(front)} of {len(pts)}); "
+               f"diamonds are reconstructed compressors.")
+    if lossless:
+        caption += " Not drawn (lossless, q = 0 has no place on a log axis): " + ", ".join(f"“{n}”" for n in lossless) + "."
+    return Plot("pareto", title, _png(fig), caption)
+
+
+def plot_throughput(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+    """Compress and decompress GB/s per case (log axis) with the copy roofline drawn."""
+    rows = [(case_name(c), _num(dig(c, ("timing", "compress", "gbps"))), _num(dig(c, ("timing", "decompress", "gbps"))),
+             _num(dig(c, ("timing", "copy", "gbps")))) for c in _ok(cases)]
+    rows = [r for r in rows if r[1] is not None or r[2] is not None]
+    if not rows:
+        return None
+    fig, ax = _figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
+    xs = range(len(rows))
+    w = 0.38
+    ax.bar([x - w / 2 for x in xs], [r[1] or 0 for r in rows], w, color="#1f77b4", label="compress", zorder=3)
+    ax.bar([x + w / 2 for x in xs], [r[2] or 0 for r in rows], w, color="#ff7f0e", label="decompress", zorder=3)
+    copies = [r[3] for r in rows if r[3] is not None]
+    roof = statistics.median(copies) if copies else None
+    if roof is not None:
+        ax.axhline(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4)
+    _scale(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([_mpl(r[0]) for r in rows], rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("GB/s of dense fp32 input")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, 3)
+    caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
+               "is a plain copy of the same tensors into preallocated buffers, timed in the same process"
+               + (f" (median of {len(copies)} measurements)." if copies else "."))
+    return Plot("throughput", title, _png(fig), caption)
+
+
+def plot_layers(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+    """Ratio of every unit (layer or bucket), one line per case."""
+    series = []
+    for c in _ok(cases):
+        layers = c.get("layers") or []
+        if len(layers) < 2:
+            continue
+        series.append((c, [_num(u.get("ratio")) for u in layers]))
+    if not series:
+        return None
+    colors = _color_map([s[0] for s in series])
+    fig, ax = _figure()
+    n = max(len(v) for _, v in series)
+    for c, vals in series:
+        xs = [i for i, v in enumerate(vals) if v is not None and v > 0]
+        ax.plot(xs, [vals[i] for i in xs], marker="o" if n <= 40 else None, ms=3, lw=1.1, color=colors[str(c.get("label"))],
+                label=_mpl(case_name(c)))
+    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None and v > 0])
+    ax.set_xlabel(f"unit index ({n} units, in model order)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("compression ratio")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, len(series))
+    first = series[0][0]
+    names = [str(u.get("name")) for u in first.get("layers") or []]
+    caption = f"Ratio of each unit ({first.get('granularity', 'layer')} granularity): " + ", ".join(
+        f"{i}: {nm}" for i, nm in enumerate(names[:12])) + (", …" if len(names) > 12 else "") + "."
+    return Plot("layers", title, _png(fig), caption)
+
+
+def plot_ef_drift(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+    """‖Σ C_t − Σ g_t‖/‖Σ g_t‖ over steps for the stateful cases (two steps or more: a drift needs a stream)."""
+    series = []
+    for c in _ok(cases):
+        drift = dig(c, ("ef_drift", "sum_drift"))
+        if isinstance(drift, list) and sum(_num(v) is not None for v in drift) >= 2:
+            series.append((c, [_num(v) for v in drift]))
+    if not series:
+        return None
+    colors = _color_map([s[0] for s in series])
+    fig, ax = _figure()
+    for c, vals in series:
+        xs = [i + 1 for i, v in enumerate(vals) if v is not None]
+        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=3, lw=1.2, color=colors[str(c.get("label"))],
+                label=_mpl(case_name(c)))
+    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, len(series))
+    caption = ("Error-feedback drift of worker 0 over steps: how far the sum of what was sent is from the sum of the reference "
+               "updates (stateful compressors only).")
+    return Plot("ef_drift", title, _png(fig), caption)
+
+
+def plot_size_scaling(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+    """Compress GB/s against the number of elements timed, per case label (one run, one machine)."""
+    by_label: dict[str, dict[int, float]] = {}
+    names: dict[str, str] = {}
+    copies: dict[int, list[float]] = {}
+    for c in _ok(cases):
+        numel, gbps = dig(c, ("timing", "numel")), _num(dig(c, ("timing", "compress", "gbps")))
+        if not isinstance(numel, int) or numel <= 0 or gbps is None:
+            continue
+        label = str(c.get("label"))
+        by_label.setdefault(label, {})[numel] = gbps
+        names[label] = case_name(c)
+        cp = _num(dig(c, ("timing", "copy", "gbps")))
+        if cp is not None:
+            copies.setdefault(numel, []).append(cp)
+    series = {k: v for k, v in by_label.items() if len(v) >= 2}
+    if not series:
+        return None
+    fig, ax = _figure()
+    for i, (label, pts) in enumerate(series.items()):
+        xs = sorted(pts)
+        ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, lw=1.2, color=_COLORS[i % len(_COLORS)], label=_mpl(names[label]))
+    if copies:
+        xs = sorted(copies)
+        ax.plot(xs, [statistics.median(copies[x]) for x in xs], color="black", ls="--", lw=1.2, label="copy roofline")
+    _scale(ax, "x", [x for pts in series.values() for x in pts])
+    _scale(ax, "y", [g for pts in series.values() for g in pts.values()] + [statistics.median(v) for v in copies.values()])
+    ax.set_xlabel("elements compressed per worker-step")
+    ax.set_ylabel("compress GB/s")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, len(series) + bool(copies))
+    caption = ("Compress throughput against tensor size for each case label timed at two or more sizes in this run "
+               f"({len(series)} of {len(by_label)} labels); the dashed line is the median copy throughput at each size.")
+    return Plot("size", title, _png(fig), caption)
+
+
+def source_plots(cases: Sequence[dict[str, Any]], source: str) -> list[Plot]:
+    plots = [plot_pareto(cases, f"ratio vs error — {source}"), plot_throughput(cases, f"throughput — {source}"),
+             plot_layers(cases, f"per-unit ratio — {source}"), plot_ef_drift(cases, f"EF drift — {source}")]
+    return [p for p in plots if p is not None]
+
+
+# ----------------------------------------------------------------------------- context
+
+
+def _cell(col_kind: str, v: float | None) -> dict[str, Any]:
+    return {"text": fmt(v, col_kind), "v": "" if v is None else repr(float(v))}
+
+
+def _case_row(c: dict[str, Any]) -> dict[str, Any]:
+    ok = c.get("status") == "ok"
+    cols = [*SUMMARY_COLUMNS, *DETAIL_COLUMNS]
+    return {
+        "name": case_name(c),
+        "compressor": str(c.get("compressor", "?")),
+        "version": str(c.get("version", "?")),
+        "params": params_text(c),
+        "reconstructed": is_reconstructed(c),
+        "ok": ok,
+        "error": str(c.get("error", "")) if not ok else "",
+        "cells": [_cell(col.kind, col.get(c)) for col in cols] if ok else [],
+    }
+
+
+def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
+    sources = []
+    for j, (src, cases) in enumerate(by_source(run.cases).items()):
+        sources.append({"anchor": f"run{i}-src{j}", "name": src, "rows": [_case_row(c) for c in cases],
+                        "plots": source_plots(cases, src), "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
+                        "granularity": _first(cases, "granularity")})
+    size_plot = plot_size_scaling(run.cases, f"throughput vs tensor size — {run.run_id}")
+    return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
+            "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
+
+
+def _first(cases: Sequence[dict[str, Any]], key: str) -> str:
+    for c in cases:
+        if c.get(key) is not None:
+            return str(c[key])
+    return "?"
+
+
+def _comparison_context(cmp: Comparison) -> dict[str, Any]:
+    rows = []
+    for r in cmp.rows:
+        cells = row_cells(r)
+        rows.append({"cells": cells, "verdict": r.verdict, "cls": "v-" + r.verdict.replace(" ", "-").replace("~", "ns"),
+                     "change_v": "" if r.change is None or not math.isfinite(r.change) else repr(r.change)})
+    return {"baseline": cmp.baseline_id, "new": cmp.new_id, "threshold": f"{cmp.threshold:.0%}", "alpha": f"{cmp.alpha:g}",
+            "counts": counts_text(cmp), "notes": cmp.notes, "rows": rows, "regressions": len(cmp.regressions)}
+
+
+def _claims_context(results: Sequence[ClaimResult]) -> list[dict[str, Any]]:
+    out = []
+    for res in results:
+        c = res.claim
+        out.append({"paper": c.paper, "compressor": c.compressor, "model": c.model if c.model != "*" else "any model",
+                    "data": c.data, "claim": f"{c.value_text()} {c.metric}", "source": c.source, "note": c.note,
+                    "measured": measured_text(res), "status": res.status,
+                    "cls": "c-" + res.status.split(" ")[0] + ("-other" if "other" in res.status else "")})
+    return out
+
+
+# ----------------------------------------------------------------------------- template
+
+TEMPLATE = r"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }}</title>
+<style>
+body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1b1f24; margin: 0;
+       background: #fafbfc; }
+main { max-width: 1500px; margin: 0 auto; padding: 12px 28px 40px; }
+h1 { font-size: 24px; margin: 18px 0 4px; }
+h2 { font-size: 20px; margin: 34px 0 8px; border-bottom: 1px solid #d0d7de; padding-bottom: 4px; }
+h3 { font-size: 16px; margin: 22px 0 6px; }
+.muted { color: #57606a; } nav a { margin-right: 12px; } a { color: #0969da; text-decoration: none; }
+.tablewrap { overflow-x: auto; }
+table { border-collapse: collapse; margin: 6px 0 10px; background: #fff; font-size: 13px; }
+th, td { border: 1px solid #d0d7de; padding: 3px 8px; text-align: right; white-space: nowrap; }
+th { background: #f0f3f6; }
+table.sortable th { cursor: pointer; }
+table.sortable th[data-dir="asc"]::after { content: " ▲"; }
+table.sortable th[data-dir="desc"]::after { content: " ▼"; }
+td.l, th.l { text-align: left; } td.wrap { white-space: normal; max-width: 420px; text-align: left; }
+td.params { white-space: normal; min-width: 380px; text-align: left; font-size: 11px; color: #57606a; }
+tr.failed td { background: #fff0f0; } td.err { color: #b42318; text-align: left; white-space: normal; }
+.recon { color: #9a6700; font-weight: 600; }
+.plots { display: flex; flex-wrap: wrap; gap: 14px; }
+figure.plot { margin: 0; background: #fff; border: 1px solid #d0d7de; padding: 8px; max-width: 700px; }
+figure.plot img { max-width: 100%; height: auto; display: block; }
+figcaption { font-size: 12px; color: #57606a; margin-top: 4px; }
+.v-better, .v-fixed { background: #e6f6e6; } .v-worse, .v-new-failure { background: #ffe3e3; font-weight: 600; }
+table.hide-ns tr.v-ns { display: none; }
+.v-not-comparable { background: #fff6d6; } .v-ns { color: #57606a; } .v-new, .v-missing, .v-failing { background: #eef2ff; }
+.c-measured { background: #e6f6e6; } .c-measured-other { background: #fff6d6; } .c-not { color: #57606a; }
+dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 6px 0; }
+dl.facts dt { color: #57606a; } dl.facts dd { margin: 0; }
+</style>
+</head>
+<body>
+<main>
+<h1>{{ title }}</h1>
+<p class="muted">Rendered {{ generated }} by gcbench {{ version }} from {{ runs|length }} stored results
+file{{ "s" if runs|length != 1 }}. Reports read only stored results; re-rendering an old run gives the same numbers.</p>
+<nav>
+{% if comparison %}<a href="#comparison">comparison</a>{% endif %}
+<a href="#runs">runs</a>
+{% for run in sections %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>
+{% endfor %}
+<a href="#claims">paper claims</a>
+<a href="#metrics">metrics</a>
+</nav>
+
+{% if comparison %}
+<h2 id="comparison">Comparison: {{ comparison.new }} vs baseline {{ comparison.baseline }}</h2>
+<p>Threshold {{ comparison.threshold }} and, where raw samples exist (timings, per-tensor q), a two-sided
+Mann–Whitney test at α = {{ comparison.alpha }}. {{ comparison.counts }}.
+{% if comparison.regressions %}<strong>{{ comparison.regressions }}
+regression{{ "s" if comparison.regressions != 1 }}.</strong>{% endif %}</p>
+{% if comparison.notes %}<ul>{% for n in comparison.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+<label><input type="checkbox" id="show-ns"> show unchanged (~) rows</label>
+<div class="tablewrap"><table class="sortable" id="comparison-table">
+<thead><tr><th class="l">case</th><th class="l">metric</th><th>baseline</th><th>new</th><th>change</th><th>p</th>
+<th class="l">verdict</th><th class="l">note</th></tr></thead>
+<tbody>
+{% for r in comparison.rows %}<tr class="{{ r.cls }}">
+<td class="l">{{ r.cells[0] }}</td><td class="l">{{ r.cells[1] }}</td><td>{{ r.cells[2] }}</td><td>{{ r.cells[3] }}</td>
+<td data-v="{{ r.change_v }}">{{ r.cells[4] }}</td><td>{{ r.cells[5] }}</td><td class="l">{{ r.verdict }}</td>
+<td class="wrap">{{ r.cells[7] }}</td></tr>
+{% endfor %}</tbody></table></div>
+{% endif %}
+
+<h2 id="runs">Runs</h2>
+<div class="tablewrap"><table class="sortable">
+<thead><tr><th class="l">run</th><th class="l">suite</th><th class="l">date (UTC)</th><th class="l">status</th>
+<th class="l">cases</th><th class="l">machine</th><th class="l">device</th><th class="l">gcbench</th><th class="l">commit</th>
+<th class="l">torch</th></tr></thead>
+<tbody>
+{% for run in runs %}<tr><td class="l">
+{% if run.detailed %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>{% else %}{{ run.facts.run }} (baseline){% endif %}</td>
+{% for key in fact_keys %}<td class="l">{{ run.facts[key] }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table></div>
+
+{% for run in sections %}
+<h2 id="{{ run.anchor }}">Run {{ run.facts.run }}</h2>
+<dl class="facts">
+<dt>suite</dt><dd>{{ run.facts.suite }}</dd>
+<dt>date</dt><dd>{{ run.facts.date }} ({{ run.facts.status }})</dd>
+<dt>machine</dt><dd>{{ run.facts.machine }}; device {{ run.facts.device }}; torch {{ run.facts.torch }}</dd>
+<dt>gcbench</dt><dd>{{ run.facts.gcbench }}, commit {{ run.facts.commit }}</dd>
+<dt>file</dt><dd>{{ run.facts.file }}</dd>
+</dl>
+{% for src in run.sources %}
+<h3 id="{{ src.anchor }}">{{ src.name }}</h3>
+<p class="muted">{{ src.workers }} workers × {{ src.steps }} steps, granularity {{ src.granularity }}.
+Click a column header to sort; hover a header for its definition.</p>
+<div class="tablewrap"><table class="sortable cases">
+<thead><tr><th class="l">case</th><th class="l">compressor</th>
+{% for h in headers %}<th title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
+<th class="l">params</th></tr></thead>
+<tbody>
+{% for row in src.rows %}{% if row.ok %}<tr>
+<td class="l{{ ' recon' if row.reconstructed }}"{% if row.reconstructed %} title="{{ recon_help }}"{% endif %}>{{ row.name }}</td>
+<td class="l">{{ row.compressor }} v{{ row.version }}</td>
+{% for c in row.cells %}<td data-v="{{ c.v }}">{{ c.text }}</td>{% endfor %}
+<td class="params">{{ row.params }}</td></tr>
+{% else %}<tr class="failed">
+<td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td><td class="l">{{ row.compressor }} v{{ row.version }}</td>
+<td class="err" colspan="{{ headers|length }}">failed: {{ row.error }}</td><td class="params">{{ row.params }}</td></tr>
+{% endif %}{% endfor %}</tbody></table></div>
+<div class="plots">
+{% for p in src.plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
+<figcaption>{{ p.caption }}</figcaption></figure>
+{% endfor %}</div>
+{% endfor %}
+{% if run.size_plot %}<h3>Throughput against tensor size</h3>
+<div class="plots"><figure class="plot" data-plot="{{ run.size_plot.kind }}">
+<img src="{{ run.size_plot.uri }}" alt="{{ run.size_plot.title }}">
+<figcaption>{{ run.size_plot.caption }}</figcaption></figure></div>
+{% endif %}
+{% if run.any_reconstructed %}<p class="muted"><span class="recon">{{ dagger }}</span> {{ recon_help }}: the best public
+reconstruction (see <code>gcbench list</code>).</p>{% endif %}
+{% endfor %}
+
+<h2 id="claims">Paper claims</h2>
+{% if claims %}
+<p>Published numbers matched to the cases above: a claim is measured by a case of the same compressor on gradients of the
+same model (live or recorded; "any model" for wire-format claims). Ratio claims are reproduced only with the paper's wire
+format (the claim's parameters); other parameters are shown as such. Hover a claim for the paper's details.</p>
+<div class="tablewrap"><table class="sortable">
+<thead><tr><th class="l">paper</th><th class="l">compressor</th><th class="l">model / data</th><th class="l">claim</th>
+<th class="l">source</th><th class="l">gcbench</th></tr></thead>
+<tbody>
+{% for c in claims %}<tr class="{{ c.cls }}">
+<td class="l">{{ c.paper }}</td><td class="l">{{ c.compressor }}</td><td class="wrap">{{ c.model }} / {{ c.data }}</td>
+<td class="wrap" title="{{ c.note }}">{{ c.claim }}</td><td class="wrap">{{ c.source }}</td><td class="wrap">{{ c.measured }}</td></tr>
+{% endfor %}</tbody></table></div>
+{% else %}<p class="muted">{{ claims_missing }}</p>{% endif %}
+
+<h2 id="metrics">Metrics</h2>
+<div class="tablewrap"><table>
+<thead><tr><th class="l">metric</th><th class="l">unit</th><th class="l">better</th><th class="l">definition</th></tr></thead>
+<tbody>{% for m in metrics %}<tr><td class="l">{{ m.name }}</td><td class="l">{{ m.unit }}</td>
+<td class="l">{{ "higher" if m.higher_is_better else "lower" }}</td><td class="wrap">{{ m.description }}</td></tr>
+{% endfor %}</tbody></table></div>
+<p class="muted">{{ footnote }}</p>
+</main>
+<script>
+(function () {
+  var cmp = document.getElementById("comparison-table"), box = document.getElementById("show-ns");
+  if (cmp && box) {  // without JavaScript every row stays visible
+    cmp.classList.add("hide-ns");
+    box.addEventListener("change", function () { cmp.classList.toggle("hide-ns", !box.checked); });
+  }
+  function key(td) {
+    if (!td) return Infinity;
+    var v = td.getAttribute("data-v");
+    if (v !== null && v !== "") { var f = parseFloat(v); if (!isNaN(f)) return f; }
+    return td.textContent.trim().toLowerCase();
+  }
+  document.querySelectorAll("table.sortable").forEach(function (t) {
+    var heads = t.tHead ? t.tHead.rows[0].cells : [];
+    Array.prototype.forEach.call(heads, function (th, i) {
+      th.addEventListener("click", function () {
+        var asc = th.getAttribute("data-dir") !== "asc";
+        Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("data-dir"); });
+        th.setAttribute("data-dir", asc ? "asc" : "desc");
+        var body = t.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = key(a.cells[i]), y = key(b.cells[i]);
+          if (typeof x !== typeof y) return typeof x === "number" ? -1 : 1;
+          return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1);
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+})();
+</script>
+</body>
+</html>
+"""
+
+_ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False, lstrip_blocks=False)
+
+
+def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None, comparison: Comparison | None = None,
+                title: str = "gcbench report", claims_missing: str = "No claims file was loaded.",
+                detailed: Sequence[LoadedRun] | None = None) -> str:
+    """The whole report as one self-contained HTML document.
+
+    ``runs`` are listed in the summary; ``detailed`` (default: all of them) get their tables and plots.
+    A comparison report details only the new run: the baseline's values are in the comparison rows.
+    """
+    template = _ENV.from_string(TEMPLATE)
+    show = [detailed is None or any(r is d for d in detailed) for r in runs]
+    headers = [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""),
+                "help": c.help} for c in (*SUMMARY_COLUMNS, *DETAIL_COLUMNS)]
+    return template.render(
+        title=title,
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        version=gcbench.__version__,
+        runs=[{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i]} for i, r in enumerate(runs)],
+        sections=[_run_context(i, r) for i, r in enumerate(runs) if show[i]],
+        headers=headers,
+        comparison=_comparison_context(comparison) if comparison is not None else None,
+        claims=_claims_context(claims or []),
+        claims_missing=claims_missing,
+        metrics=METRICS,
+        footnote=FOOTNOTE,
+        dagger=DAGGER,
+        fact_keys=("suite", "date", "status", "cases", "machine", "device", "gcbench", "commit", "torch"),
+        recon_help="reconstructed definition (the paper body was unavailable)",
+    )
+
+
+def write_html(path: str | Path, runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,
+               comparison: Comparison | None = None, detailed: Sequence[LoadedRun] | None = None,
+               claims_missing: str = "No claims file was loaded.") -> Path:
+    """Render and write the report atomically (temporary file, then rename)."""
+    p = Path(path)
+    text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p

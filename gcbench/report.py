@@ -1,0 +1,417 @@
+"""Reports from stored results files: loading, per-source summaries, terminal tables and Markdown.
+
+``gcbench report`` reads only results files (design.md, "Results and reports"), so any old run can
+be re-rendered.  This module holds what every output format shares — which runs to load, how cases
+group by gradient source, which columns a summary shows and how numbers are written — plus the
+terminal (rich) and Markdown renderers.  The HTML renderer with plots is :mod:`gcbench.html`, run
+comparison is :mod:`gcbench.compare_runs`, paper claims are :mod:`gcbench.baselines`.
+
+Choices:
+
+* Columns are the ones the runner prints (ratio, bits/element, whole-model q and bias², mean
+  cosine, aggregate q, median compress/decompress time, compress time as a multiple of a plain
+  copy), so a report and a run's own output agree number for number.
+* Every user-supplied name (suite labels, source labels, parameters, error messages) is escaped
+  for the output format: rich markup for the terminal, Markdown/HTML specials for Markdown.
+* Failed cases are shown with their error; reconstructed compressors carry a dagger (†).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape as rich_escape
+from rich.table import Table
+
+from gcbench.baselines import ClaimResult, format_measured
+from gcbench.compare_runs import BETTER, FIXED, NEW_FAILURE, NOT_COMPARABLE, NOT_SIGNIFICANT, WORSE, Comparison, Row, dig, source_label
+from gcbench.errors import ResultsError
+from gcbench.results import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
+
+DAGGER = "†"
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A results file and its parsed contents."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return str(self.data.get("run_id") or self.path.stem)
+
+    @property
+    def cases(self) -> list[dict[str, Any]]:
+        return list(self.data.get("cases") or [])
+
+
+def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[LoadedRun]:
+    """The named runs (path, id, id prefix or ``latest``), or every run in ``runs_dir`` oldest first."""
+    if refs:
+        paths = [resolve_run(r, runs_dir) for r in refs]
+    else:
+        paths = list_runs(runs_dir)
+        if not paths:
+            raise ResultsError(f"no results files in {runs_dir} (run `gcbench run` first, or name results files)")
+    return [LoadedRun(p, load_run(p)) for p in paths]
+
+
+def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:
+    return resolve_run("latest", runs_dir)
+
+
+# ----------------------------------------------------------------------------- shared row model
+
+
+@dataclass(frozen=True)
+class Column:
+    """A summary column: header, how to read the value from a case record, how to write it."""
+
+    key: str
+    header: str
+    get: Callable[[dict[str, Any]], float | None]
+    kind: str  # format kind for fmt()
+    higher_is_better: bool | None
+    help: str
+
+
+def _path(*path: str | int) -> Callable[[dict[str, Any]], float | None]:
+    def get(case: dict[str, Any]) -> float | None:
+        v = dig(case, path)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    return get
+
+
+def _comp_over_copy(case: dict[str, Any]) -> float | None:
+    f = dig(case, ("timing", "copy_fraction_compress"))
+    return 1.0 / f if isinstance(f, int | float) and f > 0 else None
+
+
+SUMMARY_COLUMNS: tuple[Column, ...] = (
+    Column("ratio", "ratio", _path("size", "ratio"), "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
+    Column("bits", "bits/el", _path("size", "bits_per_element"), "g", False, "wire bits per gradient element"),
+    Column("q", "q", _path("fidelity", "q", "model"), "g", False, "relative MSE ‖C(x)−x‖²/‖x‖², whole model"),
+    Column("bias2", "bias²", _path("fidelity", "bias2", "model"), "g", False, "relative bias² from R compressions, whole model"),
+    Column("cosine", "cosine", _path("fidelity", "cosine", "mean"), "g", True, "mean cosine of C(x) and x"),
+    Column("agg_q", "agg q", _path("aggregate", "q", "model"), "g", False, "relative MSE of the exchanged aggregate vs the true mean"),
+    Column("comp_ms", "comp ms", _path("timing", "compress", "median_s"), "ms", False, "median compress time per worker-step"),
+    Column("dec_ms", "dec ms", _path("timing", "decompress", "median_s"), "ms", False, "median decompress time per worker-step"),
+    Column("comp_copy", "comp/copy", _comp_over_copy, "x", False, "compress time as a multiple of a plain copy of the same tensors"),
+)
+
+# extra columns of the HTML tables (the terminal stays narrow)
+DETAIL_COLUMNS: tuple[Column, ...] = (
+    Column("wire", "wire bytes", _path("size", "wire_bytes"), "int", False, "bytes one worker sends per step"),
+    Column("variance", "variance", _path("fidelity", "variance", "model"), "g", False, "relative variance, whole model"),
+    Column("delta", "δ", _path("fidelity", "delta", "model"), "g", False, "Beznosikov δ = 1/(1 − q)"),
+    Column("ef", "EF drift", _path("ef_drift", "sum_drift", -1), "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
+    Column("comp_gbps", "comp GB/s", _path("timing", "compress", "gbps"), "g", True, "dense input bytes / median compress time"),
+    Column("dec_gbps", "dec GB/s", _path("timing", "decompress", "gbps"), "g", True, "dense input bytes / median decompress time"),
+)
+
+
+def fmt(v: float | None, kind: str = "g") -> str:
+    """A number as reports write it; ``—`` for missing values."""
+    if kind == "pct" and v is not None and math.isinf(v):
+        return "+∞" if v > 0 else "−∞"  # a change from a baseline of exactly 0
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if kind == "ratio":
+        return f"{v:,.1f}×" if v < 1000 else f"{v:,.0f}×"
+    if kind == "ms":
+        ms = 1e3 * v
+        return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.3g}"
+    if kind == "x":
+        return f"{v:,.1f}×"
+    if kind == "int":
+        return f"{v:,.0f}"
+    if kind == "pct":
+        return f"{v:+.1%}"
+    if v == 0:
+        return "0"
+    return f"{v:.3g}" if 1e-3 <= abs(v) < 1e5 else f"{v:.2e}"
+
+
+def is_reconstructed(case: dict[str, Any]) -> bool:
+    return bool((case.get("flags") or {}).get("reconstructed"))
+
+
+def case_name(case: dict[str, Any]) -> str:
+    """The case label with a dagger for reconstructed compressors (unescaped)."""
+    return str(case.get("label", "?")) + (f" {DAGGER}" if is_reconstructed(case) else "")
+
+
+def params_text(case: dict[str, Any]) -> str:
+    params = case.get("params") or {}
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def by_source(cases: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Cases grouped by gradient source label, in first-seen order.
+
+    A case that failed inside the runner records only its source's *name*; it joins the group of
+    the labelled source with that name when exactly one exists, so it shows in its source's table.
+    """
+    labels_of: dict[str, set[str]] = {}
+    for c in cases:
+        src = c.get("source") or {}
+        if src.get("label") and src.get("name"):
+            labels_of.setdefault(str(src["name"]), set()).add(str(src["label"]))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for c in cases:
+        src = c.get("source") or {}
+        key = source_label(c)
+        if not src.get("label") and len(labels_of.get(str(src.get("name")), ())) == 1:
+            key = next(iter(labels_of[str(src.get("name"))]))
+        out.setdefault(key, []).append(c)
+    return out
+
+
+def short_commit(run: dict[str, Any]) -> str:
+    git = run.get("git") or {}
+    commit = git.get("commit")
+    if not commit:
+        return "—"
+    return str(commit)[:10] + ("+dirty" if git.get("dirty") else "")
+
+
+def machine_text(run: dict[str, Any]) -> str:
+    env = run.get("environment") or {}
+    parts = [str(env.get("cpu_model", "?")), f"{env.get('cpu_count', '?')} cores", f"{env.get('torch_threads', '?')} threads"]
+    if env.get("cuda_device"):
+        parts.append(str(env["cuda_device"]))
+    return ", ".join(parts)
+
+
+def run_facts(run: LoadedRun) -> dict[str, str]:
+    """The summary facts of one run, as text (unescaped)."""
+    d = run.data
+    cases = run.cases
+    failed = sum(1 for c in cases if c.get("status") != "ok")
+    suite = d.get("suite") or {}
+    env = d.get("environment") or {}
+    return {
+        "run": run.run_id,
+        "kind": str(d.get("kind", "run")),
+        "suite": f"{suite.get('name', '?')} (hash {str(d.get('suite_hash', '?'))[:8]})",
+        "date": str(d.get("created_utc", "?")),
+        "status": str(d.get("status", "?")),
+        "cases": f"{len(cases) - failed} ok" + (f", {failed} failed" if failed else ""),
+        "machine": machine_text(d),
+        "device": str(env.get("device", "?")),
+        "gcbench": str(d.get("gcbench_version", "?")),
+        "commit": short_commit(d),
+        "torch": str(env.get("torch", "?")),
+        "file": str(run.path),
+    }
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the (q, ratio) points no other point dominates (lower q and higher ratio are better)."""
+    front = []
+    for i, (qi, ri) in enumerate(points):
+        dominated = any((qj <= qi and rj >= ri) and (qj < qi or rj > ri) for j, (qj, rj) in enumerate(points) if j != i)
+        if not dominated:
+            front.append(i)
+    return front
+
+
+# ----------------------------------------------------------------------------- terminal
+
+
+def summary_tables(run: LoadedRun) -> list[Table]:
+    """One rich table per gradient source of a run."""
+    tables = []
+    for src, cases in by_source(run.cases).items():
+        t = Table(title=f"{rich_escape(run.run_id)} — {rich_escape(src)}", title_justify="left")
+        t.add_column("case", no_wrap=True)
+        for col in SUMMARY_COLUMNS:
+            t.add_column(col.header, justify="right", no_wrap=True)
+        errors = []
+        for c in cases:
+            if c.get("status") != "ok":
+                # the error goes under the table: in a cell it would stretch one numeric column
+                t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(SUMMARY_COLUMNS) - 1))
+                errors.append(f"[red]{rich_escape(case_name(c))} failed:[/] {rich_escape(str(c.get('error', '')))}")
+                continue
+            t.add_row(rich_escape(case_name(c)), *[fmt(col.get(c), col.kind) for col in SUMMARY_COLUMNS])
+        if errors:
+            t.caption = "\n".join(errors)
+            t.caption_justify = "left"
+        tables.append(t)
+    return tables
+
+
+def runs_table(runs: Sequence[LoadedRun]) -> Table:
+    t = Table(title="runs", title_justify="left")
+    for col in ("run", "suite", "date", "status", "cases", "machine", "gcbench", "commit"):
+        t.add_column(col)
+    for r in runs:
+        f = run_facts(r)
+        t.add_row(*[rich_escape(f[k]) for k in ("run", "suite", "date", "status", "cases", "machine", "gcbench", "commit")])
+    return t
+
+
+_VERDICT_STYLE = {BETTER: "green", FIXED: "green", WORSE: "bold red", NEW_FAILURE: "bold red", NOT_COMPARABLE: "yellow"}
+
+
+def visible_rows(cmp: Comparison, all_rows: bool = False) -> list[Row]:
+    """The rows worth showing: everything but "not significant" unless ``all_rows``."""
+    return list(cmp.rows) if all_rows else [r for r in cmp.rows if r.verdict != NOT_SIGNIFICANT]
+
+
+def row_cells(r: Row) -> list[str]:
+    """case, metric, baseline, new, change, p, verdict, reason as text (unescaped)."""
+    kind = "ms" if r.metric.endswith("_s") else "ratio" if r.metric == "ratio" else "g"
+    metric = r.metric
+    if metric.endswith("_s"):
+        metric = metric[:-2] + " ms"
+    if r.higher_is_better is not None and metric:
+        metric += " ↑" if r.higher_is_better else " ↓"
+    return [
+        f"{r.case} ({r.source})", metric, fmt(r.baseline, kind), fmt(r.new, kind),
+        fmt(r.change, "pct") if r.change is not None else "", f"{r.p_value:.2g}" if r.p_value is not None else "",
+        r.verdict, r.reason,
+    ]
+
+
+COMPARE_HEADERS = ("case", "metric", "baseline", "new", "change", "p", "verdict", "note")
+
+
+def comparison_table(cmp: Comparison, all_rows: bool = False) -> Table:
+    t = Table(title=f"{rich_escape(cmp.new_id)} vs baseline {rich_escape(cmp.baseline_id)} "
+                    f"(threshold {cmp.threshold:.0%}, α = {cmp.alpha:g})", title_justify="left")
+    for h in COMPARE_HEADERS:
+        t.add_column(h, justify="right" if h in ("baseline", "new", "change", "p") else "left")
+    for r in visible_rows(cmp, all_rows):
+        cells = [rich_escape(c) for c in row_cells(r)]
+        style = _VERDICT_STYLE.get(r.verdict)
+        if style:
+            cells[6] = f"[{style}]{cells[6]}[/]"
+        t.add_row(*cells)
+    return t
+
+
+def counts_text(cmp: Comparison) -> str:
+    return ", ".join(f"{n} {v if v != NOT_SIGNIFICANT else 'not significant (~)'}" for v, n in cmp.counts().items()) or "nothing to compare"
+
+
+def claims_table(results: Sequence[ClaimResult]) -> Table:
+    t = Table(title="paper claims", title_justify="left")
+    for h in ("paper", "compressor", "model / data", "claim", "gcbench"):
+        t.add_column(h, overflow="fold")
+    for res in results:
+        c = res.claim
+        t.add_row(rich_escape(c.paper), rich_escape(c.compressor), rich_escape(f"{c.model} / {c.data}"),
+                  rich_escape(f"{c.value_text()} {c.metric} ({c.source})"), rich_escape(measured_text(res)))
+    return t
+
+
+def measured_text(res: ClaimResult) -> str:
+    """What gcbench measured for a claim, in one cell."""
+    status = res.status
+    if status == "not measurable":
+        return "end-to-end training result; not measured by gcbench"
+    if status == "not measured in these runs":
+        failed = [m for m in res.measurements if m.error]
+        return "not measured in these runs" + (f" (matching case failed: {failed[0].error})" if failed else "")
+    parts = []
+    for m in res.measurements:
+        if m.value is None:
+            continue
+        how = "with the paper's wire format" if m.paper_format else "with other parameters: " + ", ".join(m.differences)
+        parts.append(f"{format_measured(m.value, res.claim.unit)} {how} — {m.case_label} on {m.source_label}, run {m.run_id}")
+    return "; ".join(parts)
+
+
+FOOTNOTE = ("q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, energy-weighted); bias² from R compressions; agg q = exchanged "
+            "aggregate vs the true worker mean; comp/copy = compress time as a multiple of a plain copy of the same tensors; "
+            f"{DAGGER} = reconstructed definition (paper body unavailable).")
+
+
+# ----------------------------------------------------------------------------- Markdown
+
+
+_MD_SPECIALS = str.maketrans({"\\": "\\\\", "|": "\\|", "*": "\\*", "_": "\\_", "`": "\\`", "[": "\\[", "]": "\\]",
+                              "<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "})
+
+
+def md_escape(text: str) -> str:
+    """Text safe inside a Markdown table cell: pipes, emphasis, links and raw HTML neutralised."""
+    return str(text).translate(_MD_SPECIALS)
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] | None = None) -> str:
+    """A GitHub-flavoured Markdown table; cells must already be escaped."""
+    right = right or [False] * len(headers)
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---:" if r else "---" for r in right) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown_summary(run: LoadedRun) -> str:
+    f = run_facts(run)
+    parts = [f"## Run {md_escape(run.run_id)}", "",
+             f"Suite {md_escape(f['suite'])}, {md_escape(f['date'])}, {md_escape(f['cases'])}; machine {md_escape(f['machine'])}, "
+             f"device {md_escape(f['device'])}; gcbench {md_escape(f['gcbench'])}, commit {md_escape(f['commit'])}, "
+             f"torch {md_escape(f['torch'])}.", ""]
+    headers = ["case", *[md_escape(c.header) for c in SUMMARY_COLUMNS]]
+    for src, cases in by_source(run.cases).items():
+        rows = []
+        for c in cases:
+            if c.get("status") != "ok":
+                rows.append([md_escape(case_name(c)), f"failed: {md_escape(str(c.get('error', '')))}", *[""] * (len(SUMMARY_COLUMNS) - 1)])
+            else:
+                rows.append([md_escape(case_name(c)), *[fmt(col.get(c), col.kind) for col in SUMMARY_COLUMNS]])
+        parts += [f"### {md_escape(src)}", "", md_table(headers, rows, [False] + [True] * len(SUMMARY_COLUMNS)), ""]
+    return "\n".join(parts)
+
+
+def markdown_comparison(cmp: Comparison, all_rows: bool = False) -> str:
+    rows = [[md_escape(c) for c in row_cells(r)] for r in visible_rows(cmp, all_rows)]
+    parts = [f"## {md_escape(cmp.new_id)} vs baseline {md_escape(cmp.baseline_id)}", "",
+             f"Threshold {cmp.threshold:.0%}, significance α = {cmp.alpha:g} (Mann–Whitney on raw samples where they exist). "
+             f"{md_escape(counts_text(cmp))}.", ""]
+    parts += [f"* {md_escape(n)}" for n in cmp.notes]
+    if cmp.notes:
+        parts.append("")
+    if rows:
+        parts += [md_table(COMPARE_HEADERS, rows, [h in ("baseline", "new", "change", "p") for h in COMPARE_HEADERS]), ""]
+    elif cmp.rows:
+        parts += ["No metric changed significantly.", ""]
+    return "\n".join(parts)
+
+
+def markdown_claims(results: Sequence[ClaimResult]) -> str:
+    rows = [[md_escape(r.claim.paper), md_escape(r.claim.compressor), md_escape(f"{r.claim.model} / {r.claim.data}"),
+             md_escape(f"{r.claim.value_text()} {r.claim.metric}"), md_escape(r.claim.source), md_escape(measured_text(r))]
+            for r in results]
+    return "\n".join(["## Paper claims", "", md_table(("paper", "compressor", "model / data", "claim", "source", "gcbench"), rows), ""])
+
+
+def markdown_report(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,
+                    comparison: Comparison | None = None, all_rows: bool = False) -> str:
+    """The whole report as GitHub-flavoured Markdown (for a paper draft or a pull request).
+
+    ``runs`` each get their tables; a comparison report passes only the new run (the baseline's
+    values are in the comparison rows).
+    """
+    parts = ["# gcbench report", ""]
+    if comparison is not None:
+        parts.append(markdown_comparison(comparison, all_rows))
+    for r in runs:
+        parts.append(markdown_summary(r))
+    if claims:
+        parts.append(markdown_claims(claims))
+    parts += [md_escape(FOOTNOTE), ""]
+    return "\n".join(parts)

@@ -1,0 +1,204 @@
+"""Run comparison on golden pairs: each verdict where it belongs, and wrong under plausible bugs.
+
+The golden files (tests/golden/README.md) carry one designed change per verdict: a higher-is-better
+metric that rises, a lower-is-better one that falls, a significant change under the threshold, a
+change over the threshold that is not significant, a version bump, a machine change, new, missing
+and newly failing cases.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gcbench.compare_runs import (
+    BETTER,
+    COMPARED,
+    FAILING,
+    MISSING,
+    NEW,
+    NEW_FAILURE,
+    NOT_COMPARABLE,
+    NOT_SIGNIFICANT,
+    WORSE,
+    Compared,
+    compare_metric,
+    compare_runs,
+    match_cases,
+    relative_change,
+    z_test,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+S2 = "synthetic <img src=x onerror=alert(1)> normal"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def base() -> dict[str, Any]:
+    return _load("run_base")
+
+
+@pytest.fixture(scope="module")
+def rows(base: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    cmp = compare_runs(base, _load("run_new"))
+    return {(r.case, r.metric): r for r in cmp.rows if r.source == S2 or r.metric == ""}
+
+
+def test_higher_is_better_metric_that_rises_is_better(rows: dict[tuple[str, str], Any]) -> None:
+    # ratio and cosine rose 10%: a comparator that ignored direction (bigger = worse) fails here
+    assert rows[("topk", "ratio")].verdict == BETTER
+    assert rows[("topk", "cosine")].verdict == BETTER
+    assert rows[("topk", "ratio")].change == pytest.approx(0.10)
+    # bits per element fell 9%: lower is better
+    assert rows[("topk", "bits_per_element")].verdict == BETTER
+    assert rows[("topk", "bits_per_element")].change == pytest.approx(1 / 1.1 - 1)
+
+
+def test_timing_direction_and_significance(rows: dict[tuple[str, str], Any]) -> None:
+    slower, faster = rows[("topk", "compress_s")], rows[("topk", "decompress_s")]
+    assert slower.verdict == WORSE and slower.change == pytest.approx(0.5)
+    assert faster.verdict == BETTER and faster.change == pytest.approx(-0.3)
+    # 7 fully separated samples per side: the exact two-sided Mann–Whitney p is 2/C(14,7)
+    assert slower.p_value == pytest.approx(2 / math.comb(14, 7))
+
+
+def test_q_samples_shift_is_worse(rows: dict[tuple[str, str], Any]) -> None:
+    r = rows[("qsgd", "q")]
+    assert r.verdict == WORSE and r.p_value is not None and r.p_value < 0.05
+    assert r.change == pytest.approx(0.3)
+
+
+def test_change_over_threshold_but_not_significant(rows: dict[tuple[str, str], Any]) -> None:
+    # the median is 19% slower, but the samples overlap: threshold alone would call it worse
+    r = rows[("qsgd", "compress_s")]
+    assert r.change is not None and r.change > 0.05
+    assert r.p_value is not None and r.p_value >= 0.05
+    assert r.verdict == NOT_SIGNIFICANT
+
+
+def test_bias2_within_its_standard_error_is_not_significant(rows: dict[tuple[str, str], Any]) -> None:
+    # −7.7e-7 → 9.9e-6 is a relative change of more than 1000%, but the jackknife SE is ~5e-5
+    r = rows[("qsgd", "bias2")]
+    assert r.change is not None and abs(r.change) > 10
+    assert r.p_value is not None and r.p_value > 0.5
+    assert r.verdict == NOT_SIGNIFICANT
+
+
+def test_significant_change_under_threshold(rows: dict[tuple[str, str], Any]) -> None:
+    # every sample 3% slower: p < 0.05, but below the 5% threshold; a test-only comparator says worse
+    r = rows[("onebit", "compress_s")]
+    assert r.p_value is not None and r.p_value < 0.05
+    assert r.change == pytest.approx(0.03)
+    assert r.verdict == NOT_SIGNIFICANT
+
+
+def test_version_change_makes_every_metric_not_comparable(rows: dict[tuple[str, str], Any]) -> None:
+    tern = [r for (case, _), r in rows.items() if case == "terngrad"]
+    assert len(tern) >= 9
+    assert all(r.verdict == NOT_COMPARABLE and "version 1 → 2" in r.reason for r in tern)
+
+
+def test_case_level_verdicts(rows: dict[tuple[str, str], Any]) -> None:
+    assert rows[("efsignsgd", "")].verdict == NEW_FAILURE  # matched although the failed record lacks the source label
+    assert rows[("graddrop-bad", "")].verdict == FAILING
+    assert rows[("none", "")].verdict == MISSING
+    assert rows[("fp16", "")].verdict == NEW
+    assert not any(case == "efsignsgd" and metric for case, metric in rows)
+
+
+def test_regressions_are_worse_and_new_failures(base: dict[str, Any]) -> None:
+    cmp = compare_runs(base, _load("run_new"))
+    assert {(r.case, r.metric) for r in cmp.regressions} == {("topk", "compress_s"), ("qsgd", "q"), ("efsignsgd", "")}
+    counts = cmp.counts()
+    assert counts[WORSE] == 2 and counts[NEW_FAILURE] == 1 and counts[BETTER] == 4
+
+
+def test_machine_change_makes_only_timings_not_comparable(base: dict[str, Any]) -> None:
+    cmp = compare_runs(base, _load("run_other_machine"))
+    timing = {c.name for c in COMPARED if c.timing}
+    ok_rows = [r for r in cmp.rows if r.metric]
+    assert ok_rows
+    for r in ok_rows:
+        if r.metric in timing:
+            # every time doubled: a comparator that ignored the machine would call these worse
+            assert r.verdict == NOT_COMPARABLE and "machine changed" in r.reason, r
+        else:
+            assert r.verdict == NOT_SIGNIFICANT and r.change == 0, r
+    assert any("different machines" in n for n in cmp.notes)
+    assert not cmp.regressions
+
+
+def test_identical_runs_have_no_changes(base: dict[str, Any]) -> None:
+    cmp = compare_runs(base, copy.deepcopy(base))
+    assert {r.verdict for r in cmp.rows} == {NOT_SIGNIFICANT, FAILING}
+    assert all(r.change == 0 for r in cmp.rows if r.metric)
+
+
+def test_threshold_option(base: dict[str, Any]) -> None:
+    cmp = compare_runs(base, _load("run_new"), threshold=0.6)
+    by = {(r.case, r.metric): r for r in cmp.rows}
+    assert by[("topk", "ratio")].verdict == NOT_SIGNIFICANT  # +10% < 60%
+    assert by[("topk", "compress_s")].verdict == NOT_SIGNIFICANT  # +50% < 60%
+
+
+def test_params_and_source_changes_are_not_comparable(base: dict[str, Any]) -> None:
+    new = copy.deepcopy(base)
+    for c in new["cases"]:
+        if c["label"] == "topk":
+            c["params"]["density"] = 0.05
+        if c["label"] == "qsgd":
+            c["source"]["seed"] = 12345
+    by = {(r.case, r.metric): r for r in compare_runs(base, new).rows}
+    assert by[("topk", "ratio")].verdict == NOT_COMPARABLE and "density" in by[("topk", "ratio")].reason
+    assert by[("qsgd", "q")].verdict == NOT_COMPARABLE and "seed" in by[("qsgd", "q")].reason
+
+
+def test_timing_threads_change_is_not_comparable(base: dict[str, Any]) -> None:
+    new = copy.deepcopy(base)
+    for c in new["cases"]:
+        if c["label"] == "topk":
+            c["timing"]["threads"] = 1
+    by = {(r.case, r.metric): r for r in compare_runs(base, new).rows}
+    assert by[("topk", "compress_s")].verdict == NOT_COMPARABLE
+    assert by[("topk", "ratio")].verdict == NOT_SIGNIFICANT
+
+
+def test_compare_metric_directions_without_samples() -> None:
+    hi = Compared("ratio", ("size", "ratio"))
+    lo = Compared("bits_per_element", ("size", "bits_per_element"))
+    b = {"label": "x", "source": {"label": "s"}, "size": {"ratio": 10.0, "bits_per_element": 3.2}}
+    n = {"label": "x", "source": {"label": "s"}, "size": {"ratio": 8.0, "bits_per_element": 4.0}}
+    assert compare_metric(hi, b, n, 0.05, 0.05).verdict == WORSE  # type: ignore[union-attr]
+    assert compare_metric(lo, b, n, 0.05, 0.05).verdict == WORSE  # type: ignore[union-attr]
+    assert compare_metric(hi, n, b, 0.05, 0.05).verdict == BETTER  # type: ignore[union-attr]
+    assert compare_metric(lo, n, b, 0.05, 0.05).verdict == BETTER  # type: ignore[union-attr]
+    # a metric in neither run gives no row; in one run only, not comparable
+    assert compare_metric(Compared("ef_drift", ("ef_drift", "sum_drift", -1)), b, n, 0.05, 0.05) is None
+    m = compare_metric(Compared("ef_drift", ("ef_drift", "sum_drift", -1)), b, {**n, "ef_drift": {"sum_drift": [0.5]}}, 0.05, 0.05)
+    assert m is not None and m.verdict == NOT_COMPARABLE
+
+
+def test_relative_change_and_z_test_edges() -> None:
+    assert relative_change(0.0, 0.0) == 0.0
+    assert relative_change(0.0, 1e-9) == math.inf
+    assert relative_change(-2.0, -1.0) == pytest.approx(0.5)  # measured from |base|
+    assert z_test(1.0, 1.0, 0.0, 0.0) is None
+    assert z_test(0.0, 1.96, 1.0, 0.0) == pytest.approx(0.05, abs=1e-3)
+
+
+def test_match_cases_pairs_failed_records_by_source_name(base: dict[str, Any]) -> None:
+    pairs, only_new, only_base = match_cases(base["cases"], _load("run_new")["cases"])
+    labels = [n["label"] for _, n in pairs]
+    assert "efsignsgd" in labels and "graddrop-bad" in labels
+    assert [c["label"] for c in only_new] == ["fp16"] and [c["label"] for c in only_base] == ["none"]
+    # dgc-paper appears on two sources and pairs with the right one each time
+    assert sum(1 for b, n in pairs if n["label"] == "dgc-paper" and b["source"]["label"] == n["source"]["label"]) == 2

@@ -1,0 +1,221 @@
+"""Reports from stored results: loading runs, Markdown tables, the terminal report and the CLI's errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gcbench.cli import app
+from gcbench.errors import ResultsError
+from gcbench.report import (
+    SUMMARY_COLUMNS,
+    LoadedRun,
+    by_source,
+    fmt,
+    load_runs,
+    markdown_report,
+    md_escape,
+    pareto_front,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+runner = CliRunner()
+
+
+def _run(name: str) -> LoadedRun:
+    path = GOLDEN / f"{name}.json"
+    return LoadedRun(path, json.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "runs"
+    d.mkdir()
+    shutil.copy(GOLDEN / "run_base.json", d / "20260105T100000Z-golden-000001.json")
+    shutil.copy(GOLDEN / "run_new.json", d / "20260106T100000Z-golden-000002.json")
+    return d
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def test_load_runs_by_dir_id_prefix_and_latest(runs_dir: Path) -> None:
+    runs = load_runs(None, runs_dir)
+    assert [r.run_id for r in runs] == ["golden-base", "golden-new"]  # oldest first
+    assert [r.run_id for r in load_runs(["latest"], runs_dir)] == ["golden-new"]
+    assert [r.run_id for r in load_runs(["20260105T"], runs_dir)] == ["golden-base"]
+    with pytest.raises(ResultsError, match="ambiguous"):
+        load_runs(["2026"], runs_dir)
+    with pytest.raises(ResultsError, match="no results files"):
+        load_runs(None, runs_dir / "empty")
+
+
+# ----------------------------------------------------------------------------- Markdown
+
+
+def _md_tables(text: str) -> list[list[str]]:
+    """Consecutive table lines of a Markdown document."""
+    tables, cur = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            tables.append(cur)
+            cur = []
+    if cur:
+        tables.append(cur)
+    return tables
+
+
+def _cells(line: str) -> list[str]:
+    # split on pipes that are not escaped
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def test_markdown_has_a_table_per_source_with_a_row_per_case() -> None:
+    run = _run("run_base")
+    text = markdown_report([run])
+    tables = _md_tables(text)
+    groups = by_source(run.cases)
+    case_tables = [t for t in tables if _cells(t[0])[0] == "case"]
+    assert len(case_tables) == len(groups) == 2
+    for table, (src, cases) in zip(case_tables, groups.items(), strict=True):
+        assert f"### {md_escape(src)}" in text
+        header, sep, *rows = table
+        assert _cells(header) == ["case", *[md_escape(c.header) for c in SUMMARY_COLUMNS]]
+        assert set(_cells(sep)[1:]) == {"---:"}
+        assert len(rows) == len(cases)
+        for row, case in zip(rows, cases, strict=True):
+            cells = _cells(row)
+            assert len(cells) == 1 + len(SUMMARY_COLUMNS)
+            assert cells[0].startswith(md_escape(case["label"]))
+            if case["status"] == "ok":
+                assert cells[1] == fmt(case["size"]["ratio"], "ratio")
+            else:
+                assert cells[1].startswith("failed: ")
+    # reconstructed compressors carry the dagger; hostile labels are neutralised
+    assert "adacomp †" in text
+    assert "<script>" not in text and "<img" not in text and "<b>" not in text
+    assert "&lt;script&gt;alert(\"pwn\")&lt;/script&gt;" in text
+
+
+def test_markdown_escapes_pipes_so_columns_stay_aligned() -> None:
+    run = _run("run_base")
+    data = copy.deepcopy(run.data)
+    data["cases"][2]["label"] = "a|b *c* [d](e)"
+    tables = _md_tables(markdown_report([LoadedRun(run.path, data)]))
+    row = next(ln for t in tables for ln in t if "a\\|b" in ln)
+    assert len(_cells(row)) == 1 + len(SUMMARY_COLUMNS)
+    assert "\\*c\\* \\[d\\](e)" in row
+
+
+def test_markdown_comparison_and_claims_sections() -> None:
+    from gcbench.baselines import load_claims, match_claims
+    from gcbench.compare_runs import compare_runs
+
+    base, new = _run("run_base"), _run("run_new")
+    cmp = compare_runs(base.data, new.data)
+    claims = match_claims(load_claims(), [base.data, new.data])
+    text = markdown_report([base, new], claims, cmp)
+    tables = _md_tables(text)
+    compare_table = next(t for t in tables if _cells(t[0])[:2] == ["case", "metric"])
+    verdicts = [_cells(r)[6] for r in compare_table[2:]]
+    assert "~" not in verdicts  # unchanged rows are hidden by default ...
+    assert len(verdicts) == sum(1 for r in cmp.rows if r.verdict != "~")
+    assert "~" in [_cells(r)[6] for t in _md_tables(markdown_report([base], None, cmp, all_rows=True))
+                   for r in t[2:] if _cells(t[0])[:2] == ["case", "metric"]]  # ... and shown on request
+    claims_table = next(t for t in tables if _cells(t[0])[0] == "paper")
+    assert len(claims_table) == 2 + len(claims)
+    assert "277×" in text and "with the paper's wire format" in text and "not measured in these runs" in text
+
+
+def test_pareto_front() -> None:
+    # (q, ratio): lower q and higher ratio are better
+    pts = [(0.1, 10.0), (0.5, 50.0), (0.3, 5.0), (1.0, 50.0), (0.1, 8.0), (2.0, 100.0)]
+    assert pareto_front(pts) == [0, 1, 5]
+    assert pareto_front([(0.2, 3.0), (0.2, 3.0)]) == [0, 1]  # ties dominate nothing
+
+
+def test_fmt() -> None:
+    assert fmt(None) == "—" and fmt(float("nan")) == "—"
+    assert fmt(276.7, "ratio") == "276.7×" and fmt(1234.0, "ratio") == "1,234×"
+    assert fmt(0.01463, "ms") == "14.6" and fmt(0.000023, "ms") == "0.023"
+    assert fmt(-7.7e-7) == "-7.70e-07" and fmt(0.915) == "0.915" and fmt(0.0) == "0"
+    assert fmt(0.1, "pct") == "+10.0%" and fmt(float("inf"), "pct") == "+∞"
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_terminal_report(runs_dir: Path) -> None:
+    r = runner.invoke(app, ["report", "--runs-dir", str(runs_dir)])
+    assert r.exit_code == 0, r.output
+    for label in ("dgc-paper", "topk", "qsgd", "adacomp †", "graddrop-bad", "fp16"):
+        assert label in r.output
+    assert "graddrop-bad failed: SourceError" in r.output
+    # a rich-markup-looking label must be printed literally, not interpreted
+    assert '<script>alert("pwn")</script>' in r.output
+    # the measured claim: DGC with the paper's wire format on ResNet-50
+    assert "277×" in r.output and "wire format" in r.output
+
+
+def test_cli_markdown_to_file(tmp_path: Path) -> None:
+    out = tmp_path / "r.md"
+    r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--md", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_text(encoding="utf-8").startswith("# gcbench report")
+
+
+def test_cli_newer_schema_is_one_clear_line() -> None:
+    r = runner.invoke(app, ["report", str(GOLDEN / "newer_schema.json")])
+    assert r.exit_code == 1
+    assert "Traceback" not in r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "schema 99" in lines[0] and "newer" in lines[0] and "upgrade gcbench" in lines[0]
+    # the same through --baseline
+    r = runner.invoke(app, ["report", "--baseline", str(GOLDEN / "newer_schema.json"), str(GOLDEN / "run_base.json")])
+    assert r.exit_code == 1 and "Traceback" not in r.output and "newer" in r.output
+
+
+def test_cli_baseline_comparison_and_fail_on_regression(runs_dir: Path, tmp_path: Path) -> None:
+    # newest run in the folder against a baseline named by id
+    r = runner.invoke(app, ["report", "--runs-dir", str(runs_dir), "--baseline", "20260105T", "--fail-on-regression"])
+    assert r.exit_code == 1
+    assert "worse" in r.output and "new failure" in r.output and "not comparable" in r.output and "regression" in r.output
+    # the same content under another name: nothing changed, exit 0 even with --fail-on-regression
+    same = tmp_path / "same.json"
+    shutil.copy(GOLDEN / "run_base.json", same)
+    r = runner.invoke(app, ["report", "--baseline", str(GOLDEN / "run_base.json"), str(same), "--fail-on-regression"])
+    assert r.exit_code == 0, r.output
+    assert "worse" not in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--md", "--html"], "exclusive"),
+    (["--threshold", "-1"], "--threshold"),
+    (["--fail-on-regression"], "needs --baseline"),
+    (["-o", "x.md"], "--output needs --md or --html"),
+    (["--baseline", "20260105T", "latest", "20260106T"], "one run"),
+    (["--baseline", "20260105T", "20260105T"], "same file"),
+    (["nonexistent-run"], "no run 'nonexistent-run'"),
+])
+def test_cli_user_errors(runs_dir: Path, args: list[str], message: str) -> None:
+    r = runner.invoke(app, ["report", "--runs-dir", str(runs_dir), *args])
+    assert r.exit_code == 1, r.output
+    assert message in r.output and "Traceback" not in r.output
+
+
+def test_cli_report_without_runs(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["report", "--runs-dir", str(tmp_path / "none")])
+    assert r.exit_code == 1 and "no results files" in r.output
+
+
+def _case(run: LoadedRun, label: str) -> dict[str, Any]:
+    return next(c for c in run.cases if c["label"] == label)
