@@ -285,14 +285,6 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
     out.print(f"ok: {path} — {len(s.sources)} source(s), {len(s.compressors)} compressor configuration(s), hash {s.hash()}")
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
 
 # ----------------------------------------------------------------------------- compare
 
@@ -810,3 +802,12 @@ def simulate_cmd(
               "reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication overlap. "
               "— = compression never pays off (or never loses).", highlight=False)
     out.print(f"results: {path}", highlight=False)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

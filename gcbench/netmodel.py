@@ -1,0 +1,259 @@
+"""Network cost model: predicted step time and speed-up of compressed gradient exchange at scale.
+
+Turns measured payload sizes and kernel times (a ``gcbench run``/``compare`` results file, or a
+``gcbench train`` file) into predicted step times for clusters of any size, with the latency–
+bandwidth (α–β, Hockney) model used for collectives by Thakur, Rabenseifner & Gropp 2005
+("Optimization of Collective Communication Operations in MPICH") and, for gradient compression,
+by Agarwal et al. 2022 ("On the Utility of Gradient Compression in Distributed Training Systems").
+A message of m bytes over one link costs ``α + m/B``; every worker has one full-duplex link of
+bandwidth B (Gbit/s, 1 Gbit = 10⁹ bit) and all links work in parallel.
+
+Collectives (N workers; M = dense bytes, m = one worker's payload bytes):
+
+* ring all-reduce: ``2(N−1)·α + 2(N−1)/N · M/B`` (reduce-scatter then all-gather);
+* ring all-gather of per-worker payloads: ``(N−1)·α + (N−1)·m/B``;
+* parameter server: one server with the same link; the N uploads share the server's link
+  (``α + N·m/B``), the server decodes all N payloads and sums them, and sends each worker the dense
+  fp32 aggregate (``α + N·M/B``); for all-reduce-compatible formats (fp16/bf16/none) it sends the
+  sum in the wire format (``α + N·m/B``).  Server-side summation time is ignored.
+
+Which collective applies (``scheme="auto"``):
+
+* ``none``, ``fp16``, ``bf16``: the wire format can be summed in place → ring all-reduce of m;
+* ``powersgd``: its protocol is two all-reduces (P, then Q) → all-reduce of m with twice the
+  latency rounds;
+* every other compressor (sparse or quantized payloads that do not add up in their encoding) →
+  ring all-gather, and each worker decodes all N payloads; TernGrad's shared scaler adds one
+  all-reduce of a few floats (its latency only).
+
+Step time: ``compute + compress + communicate + decompress × decoded payloads``, where decoded
+payloads is N for all-gather (and the parameter server), 1 for all-reduce.  No overlap of
+communication with the backward pass is modelled (the DDP hook of :mod:`gcbench.ddp` does not
+overlap either).  The uncompressed reference is ``compute + ring all-reduce of M`` (``scheme``
+``ps``: a dense parameter server).  Speed-up = reference / predicted.  All functions are pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gcbench.errors import ResultsError
+
+ALLREDUCE_COMPATIBLE = frozenset({"none", "fp16", "bf16"})
+ALLREDUCE_ROUNDS = {"powersgd": 2}  # protocols made of several all-reduces
+EXTRA_ALLREDUCE_ROUNDS = {"terngrad": 1}  # a tiny all-reduce (scalers) before the all-gather
+SCHEMES = ("auto", "allreduce", "allgather", "ps")
+
+
+@dataclass(frozen=True)
+class Network:
+    """One full-duplex link per worker: bandwidth in Gbit/s, latency α per message in seconds."""
+
+    bandwidth_gbps: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_gbps > 0:
+            raise ValueError(f"bandwidth must be > 0 Gbit/s, got {self.bandwidth_gbps}")
+        if not self.latency_s >= 0:
+            raise ValueError(f"latency must be >= 0, got {self.latency_s}")
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bandwidth_gbps * 1e9 / 8
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A communication cost as ``alphas·α + volume/B``: latency rounds and bytes through one link."""
+
+    alphas: float
+    volume: float
+
+    def seconds(self, net: Network) -> float:
+        return self.alphas * net.latency_s + self.volume / net.bytes_per_s
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.alphas + other.alphas, self.volume + other.volume)
+
+
+def ring_allreduce(nbytes: float, n: int) -> Cost:
+    """Ring all-reduce of ``nbytes`` over ``n`` workers: 2(n−1) rounds, 2(n−1)/n of the buffer."""
+    if n <= 1:
+        return Cost(0.0, 0.0)
+    return Cost(2.0 * (n - 1), 2.0 * (n - 1) / n * nbytes)
+
+
+def ring_allgather(nbytes: float, n: int) -> Cost:
+    """Ring all-gather of ``nbytes`` per worker: n−1 rounds, each worker receives (n−1)·nbytes."""
+    if n <= 1:
+        return Cost(0.0, 0.0)
+    return Cost(float(n - 1), (n - 1) * float(nbytes))
+
+
+def parameter_server(up_bytes: float, down_bytes: float, n: int) -> Cost:
+    """One server: n uploads and n downloads through the server's link, one round each way."""
+    if n <= 1:
+        return Cost(0.0, 0.0)
+    return Cost(2.0, n * float(up_bytes) + n * float(down_bytes))
+
+
+@dataclass(frozen=True)
+class CaseCost:
+    """What the model needs from one measured case (per worker, per step, seconds and bytes)."""
+
+    label: str
+    compressor: str
+    wire_bytes: float
+    dense_bytes: float
+    compute_s: float = 0.0
+    compress_s: float = 0.0
+    decompress_s: float = 0.0  # decoding ONE worker's payloads of a step
+    source: str = ""
+
+
+def collective_for(compressor: str, scheme: str = "auto") -> str:
+    """``allreduce``, ``allgather`` or ``ps`` for a compressor under a scheme (see module docstring)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if scheme != "auto":
+        return scheme
+    if compressor in ALLREDUCE_COMPATIBLE or compressor in ALLREDUCE_ROUNDS:
+        return "allreduce"
+    return "allgather"
+
+
+def communication(case: CaseCost, n: int, scheme: str = "auto") -> tuple[Cost, int]:
+    """(communication cost, decoded payloads per step) of one case on ``n`` workers."""
+    kind = collective_for(case.compressor, scheme)
+    if kind == "allreduce":
+        rounds = ALLREDUCE_ROUNDS.get(case.compressor, 1)
+        c = ring_allreduce(case.wire_bytes, n)
+        return Cost(c.alphas * rounds, c.volume), 1
+    if kind == "allgather":
+        c = ring_allgather(case.wire_bytes, n)
+        extra = EXTRA_ALLREDUCE_ROUNDS.get(case.compressor, 0)
+        if extra:
+            c = c + Cost(extra * ring_allreduce(0.0, n).alphas, 0.0)
+        return c, n
+    compatible = case.compressor in ALLREDUCE_COMPATIBLE
+    down = case.wire_bytes if compatible else case.dense_bytes
+    return parameter_server(case.wire_bytes, down, n), n + (1 if compatible else 0)
+
+
+def reference(case: CaseCost, n: int, scheme: str = "auto") -> Cost:
+    """Communication of the uncompressed fp32 gradient: ring all-reduce, or a dense server for ``ps``."""
+    if scheme == "ps":
+        return parameter_server(case.dense_bytes, case.dense_bytes, n)
+    return ring_allreduce(case.dense_bytes, n)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted step of one case on one network and cluster size."""
+
+    label: str
+    source: str
+    collective: str
+    workers: int
+    bandwidth_gbps: float
+    latency_s: float
+    compute_s: float
+    compress_s: float
+    communicate_s: float
+    decompress_s: float
+    step_s: float
+    reference_step_s: float
+    speedup: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto") -> Prediction:
+    """Step time = compute + compress + communicate + decompress × decoded payloads; speed-up vs dense."""
+    if n < 1:
+        raise ValueError(f"workers must be >= 1, got {n}")
+    cost, decoded = communication(case, n, scheme)
+    comm = cost.seconds(net)
+    dec = case.decompress_s * decoded
+    step = case.compute_s + case.compress_s + comm + dec
+    ref = case.compute_s + reference(case, n, scheme).seconds(net)
+    return Prediction(case.label, case.source, collective_for(case.compressor, scheme), n, net.bandwidth_gbps, net.latency_s,
+                      case.compute_s, case.compress_s, comm, dec, step, ref, ref / step if step > 0 else math.inf)
+
+
+def break_even_bandwidth(case: CaseCost, n: int, latency_s: float, scheme: str = "auto") -> float | None:
+    """Bandwidth (Gbit/s) at which the compressed step equals the dense one; None if it never does.
+
+    From ``comp + dec·k + a_c·α + v_c/B = a_r·α + v_r/B``: ``B* = (v_r − v_c) / (comp + dec·k + (a_c − a_r)·α)``.
+    Below B* (slower links) compression wins, above it the dense all-reduce wins — when the
+    compressor sends fewer bytes than the dense exchange and costs time to run (both > 0).
+    """
+    cost, decoded = communication(case, n, scheme)
+    ref = reference(case, n, scheme)
+    saved_volume = ref.volume - cost.volume
+    overhead = case.compress_s + case.decompress_s * decoded + (cost.alphas - ref.alphas) * latency_s
+    if saved_volume <= 0 or overhead <= 0:
+        return None
+    return saved_volume / overhead * 8 / 1e9
+
+
+# ----------------------------------------------------------------------------- results files
+
+
+def _dig(rec: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(rec, dict):
+            return None
+        rec = rec.get(key)
+    return rec
+
+
+def cases_from_results(data: dict[str, Any], compute_s: float | None = None) -> list[CaseCost]:
+    """Cost inputs of every successful case of a ``run``/``compare`` or ``train`` results file.
+
+    ``run`` files carry no compute time: ``compute_s`` (default 0) is used.  ``train`` files use
+    their measured compute time unless ``compute_s`` overrides it, and divide the measured
+    decompress time by the payloads decoded per step (N in the training run).
+    """
+    out = []
+    for c in data.get("cases", []):
+        if c.get("status") != "ok":
+            continue
+        label = str(c.get("label", c.get("compressor", "?")))
+        name = str(c.get("compressor", label))
+        tr = c.get("training")
+        if tr is not None:
+            st = tr.get("step_time") or {}
+            wire = _dig(tr, "bytes", "payload_bytes_per_step")
+            dense = _dig(tr, "bytes", "dense_bytes_per_step")
+            decoded = tr.get("decoded_payloads_per_step") or 1
+            if wire is None or dense is None:
+                continue
+            out.append(CaseCost(label, name, float(wire), float(dense),
+                                float(compute_s if compute_s is not None else st.get("compute_s") or 0.0),
+                                float(st.get("compress_s") or 0.0), float(st.get("decompress_s") or 0.0) / decoded,
+                                _dig(tr, "task", "name") or "train"))
+            continue
+        wire, dense = _dig(c, "size", "wire_bytes"), _dig(c, "size", "dense_bytes")
+        if wire is None or dense is None:
+            continue
+        src = _dig(c, "source", "label") or _dig(c, "source", "name") or ""
+        out.append(CaseCost(label, name, float(wire), float(dense), float(compute_s or 0.0),
+                            float(_dig(c, "timing", "compress", "median_s") or 0.0),
+                            float(_dig(c, "timing", "decompress", "median_s") or 0.0), str(src)))
+    if not out:
+        raise ResultsError("the results file has no successful case with payload sizes to simulate")
+    return out
+
+
+def simulate(cases: Sequence[CaseCost], workers: Iterable[int], bandwidths_gbps: Iterable[float], latency_s: float,
+             scheme: str = "auto") -> list[Prediction]:
+    """Predictions for every case × worker count × bandwidth."""
+    bws = list(bandwidths_gbps)
+    ns = list(workers)
+    return [predict(c, n, Network(b, latency_s), scheme) for b in bws for c in cases for n in ns]

@@ -1,0 +1,147 @@
+"""gcbench.netmodel: hand-computed collective times, step times, the sparse-vs-dense crossover."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gcbench.errors import ResultsError
+from gcbench.netmodel import (
+    CaseCost,
+    Network,
+    break_even_bandwidth,
+    cases_from_results,
+    collective_for,
+    communication,
+    parameter_server,
+    predict,
+    ring_allgather,
+    ring_allreduce,
+    simulate,
+)
+
+ALPHA = 5e-6
+
+
+def test_ring_allreduce_by_hand() -> None:
+    # 100 MB over 4 workers at 10 Gbit/s = 1.25 GB/s: 2·3/4·1e8/1.25e9 = 0.12 s, plus 2·3 rounds of 5 µs
+    c = ring_allreduce(1e8, 4)
+    assert (c.alphas, c.volume) == (6.0, 1.5e8)
+    assert c.seconds(Network(10, ALPHA)) == pytest.approx(0.12 + 3e-5, rel=1e-12)
+    assert ring_allreduce(1e8, 1).seconds(Network(10, ALPHA)) == 0.0
+
+
+def test_ring_allgather_by_hand() -> None:
+    # 1 MB per worker, 8 workers, 1 Gbit/s = 125 MB/s: 7·1e6/1.25e8 = 0.056 s, plus 7 rounds
+    c = ring_allgather(1e6, 8)
+    assert c.seconds(Network(1, ALPHA)) == pytest.approx(0.056 + 7 * ALPHA, rel=1e-12)
+
+
+def test_parameter_server_by_hand() -> None:
+    # 4 uploads of 1 MB and 4 dense downloads of 100 MB through the server's 10 Gbit/s link
+    c = parameter_server(1e6, 1e8, 4)
+    assert c.seconds(Network(10, ALPHA)) == pytest.approx(2 * ALPHA + (4e6 + 4e8) / 1.25e9, rel=1e-12)
+
+
+def test_collective_choice() -> None:
+    assert collective_for("none") == collective_for("fp16") == collective_for("bf16") == "allreduce"
+    assert collective_for("powersgd") == "allreduce"
+    assert collective_for("topk") == collective_for("qsgd") == collective_for("terngrad") == "allgather"
+    assert collective_for("topk", "ps") == "ps"
+    with pytest.raises(ValueError):
+        collective_for("topk", "mesh")
+    # PowerSGD: two all-reduces (P then Q), so twice the latency rounds for the same bytes
+    ps = communication(CaseCost("p", "powersgd", 1e6, 1e8), 8)[0]
+    fp = communication(CaseCost("f", "fp16", 1e6, 1e8), 8)[0]
+    assert ps.alphas == 2 * fp.alphas and ps.volume == fp.volume
+    # TernGrad's shared scaler: one extra tiny all-reduce before the all-gather
+    tg = communication(CaseCost("t", "terngrad", 1e6, 1e8), 8)[0]
+    assert tg.alphas == 7 + 14 and tg.volume == 7e6
+
+
+def test_step_time_by_hand() -> None:
+    case = CaseCost("topk", "topk", wire_bytes=2e6, dense_bytes=1e8, compute_s=0.05, compress_s=0.02, decompress_s=0.002)
+    p = predict(case, 8, Network(10, ALPHA))
+    comm = 7 * 2e6 / 1.25e9 + 7 * ALPHA
+    assert p.communicate_s == pytest.approx(comm, rel=1e-12)
+    assert p.decompress_s == pytest.approx(8 * 0.002)  # every worker decodes all 8 payloads
+    assert p.step_s == pytest.approx(0.05 + 0.02 + comm + 0.016, rel=1e-12)
+    ref = 0.05 + 2 * 7 / 8 * 1e8 / 1.25e9 + 14 * ALPHA
+    assert p.reference_step_s == pytest.approx(ref, rel=1e-12)
+    assert p.speedup == pytest.approx(ref / p.step_s, rel=1e-12)
+    dense = predict(CaseCost("fp16", "fp16", 5e7, 1e8, compute_s=0.05, compress_s=0.001, decompress_s=0.001), 8, Network(10, ALPHA))
+    assert dense.decompress_s == pytest.approx(0.001)  # all-reduce: one decode
+
+
+def test_sparse_allgather_wins_on_slow_links_and_loses_on_fast_ones() -> None:
+    case = CaseCost("topk", "topk", wire_bytes=2e6, dense_bytes=1e8, compute_s=0.05, compress_s=0.02, decompress_s=0.002)
+    slow = predict(case, 8, Network(1, ALPHA))
+    fast = predict(case, 8, Network(100, ALPHA))
+    assert slow.speedup > 3  # 1.4 s of dense all-reduce against ~0.2 s
+    assert fast.speedup < 1  # 14 ms of all-reduce against 36 ms of compress + decode
+    b = break_even_bandwidth(case, 8, ALPHA)
+    assert b is not None and 1 < b < 100
+    # closed form: (v_ref − v_c)·8/1e9 / (compress + 8·decompress + (a_c − a_ref)·α)
+    expected = (2 * 7 / 8 * 1e8 - 7 * 2e6) / (0.02 + 8 * 0.002 + (7 - 14) * ALPHA) * 8 / 1e9
+    assert b == pytest.approx(expected, rel=1e-12)
+    assert predict(case, 8, Network(b, ALPHA)).speedup == pytest.approx(1.0, rel=1e-9)
+    # all-gather volume grows with N: at large N the sparse payloads cost more than the dense all-reduce
+    assert predict(case, 1024, Network(1, ALPHA)).speedup < 1
+    assert break_even_bandwidth(case, 1024, ALPHA) is None
+    # a dense-compatible cast never loses bytes and never costs nothing: break-even exists too
+    fp16 = CaseCost("fp16", "fp16", 5e7, 1e8, compress_s=0.005, decompress_s=0.005)
+    assert break_even_bandwidth(fp16, 8, ALPHA) is not None
+
+
+def test_simulate_grid_and_reading_results_files() -> None:
+    run = {"kind": "run", "cases": [
+        {"label": "topk", "compressor": "topk", "status": "ok", "source": {"label": "resnet50"},
+         "size": {"wire_bytes": 2e6, "dense_bytes": 1e8}, "timing": {"compress": {"median_s": 0.02}, "decompress": {"median_s": 0.002}}},
+        {"label": "bad", "compressor": "qsgd", "status": "error"},
+    ]}
+    cases = cases_from_results(run, compute_s=0.05)
+    assert cases == [CaseCost("topk", "topk", 2e6, 1e8, 0.05, 0.02, 0.002, "resnet50")]
+    preds = simulate(cases, [8, 64], [1, 10], ALPHA)
+    assert [(p.workers, p.bandwidth_gbps) for p in preds] == [(8, 1), (64, 1), (8, 10), (64, 10)]
+    train = {"kind": "train", "cases": [
+        {"label": "qsgd", "compressor": "qsgd", "status": "ok",
+         "training": {"task": {"name": "digits"}, "decoded_payloads_per_step": 4,
+                      "bytes": {"payload_bytes_per_step": 4e4, "dense_bytes_per_step": 2e5},
+                      "step_time": {"compute_s": 0.001, "compress_s": 0.01, "decompress_s": 0.06}}},
+    ]}
+    (c,) = cases_from_results(train)
+    assert (c.wire_bytes, c.dense_bytes, c.compute_s, c.compress_s) == (4e4, 2e5, 0.001, 0.01)
+    assert c.decompress_s == pytest.approx(0.015)  # measured for 4 payloads: one payload's decode
+    with pytest.raises(ResultsError):
+        cases_from_results({"kind": "run", "cases": []})
+    with pytest.raises(ValueError):
+        Network(0, ALPHA)
+
+
+def test_simulate_cli(tmp_path: Path) -> None:
+    from gcbench.cli import app
+    from gcbench.results import SCHEMA_VERSION
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "run", "cases": [
+        {"label": "topk", "compressor": "topk", "status": "ok", "source": {"label": "s"},
+         "size": {"wire_bytes": 2e6, "dense_bytes": 1e8}, "timing": {"compress": {"median_s": 0.02}, "decompress": {"median_s": 0.002}}},
+        {"label": "none", "compressor": "none", "status": "ok", "source": {"label": "s"},
+         "size": {"wire_bytes": 1e8, "dense_bytes": 1e8}, "timing": {"compress": {"median_s": 0.0}, "decompress": {"median_s": 0.0}}},
+    ]}))
+    runner = CliRunner()
+    res = runner.invoke(app, ["simulate", str(path), "--workers", "8,1024", "--bandwidth", "1,100", "--compute-ms", "50"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # rich wraps titles to the table's width
+    assert "— 1 Gbit/s" in text and "— 100 Gbit/s" in text and "break-even" in text
+    res = runner.invoke(app, ["simulate", str(path), "--workers", "8", "--bandwidth", "1", "--compute-ms", "50", "--json"])
+    data = json.loads(res.output)
+    (topk,) = [p for p in data["predictions"] if p["label"] == "topk"]
+    assert topk["speedup"] == pytest.approx(predict(CaseCost("topk", "topk", 2e6, 1e8, 0.05, 0.02, 0.002), 8, Network(1, ALPHA)).speedup)
+    bad = runner.invoke(app, ["simulate", str(path), "--workers", "8,x"])
+    assert bad.exit_code == 1 and "--workers" in bad.output
+    missing = runner.invoke(app, ["simulate", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 1
