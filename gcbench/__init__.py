@@ -13,9 +13,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from gcbench.compressor import Compressor, ExchangeResult, State, Traffic, decompress  # noqa: E402
-from gcbench.payload import Payload  # noqa: E402
-from gcbench.registry import create, get, names, register  # noqa: E402
+from gcbench.compressor import Compressor, ExchangeResult, State, Traffic, decompress
+from gcbench.payload import Payload
+from gcbench.registry import create, get, names, register
 
 __all__ = [
     "Compressor",

@@ -23,12 +23,11 @@ Matching rules (the choices, stated once):
 from __future__ import annotations
 
 import math
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from gcbench.errors import GcbenchError
 

@@ -163,7 +163,8 @@ def run(
     steps: Annotated[int | None, typer.Option(help="Override the number of steps.")] = None,
     granularity: Annotated[str | None, typer.Option(help="layer, bucket or model.")] = None,
     bucket_mb: Annotated[float | None, typer.Option(help="Bucket size in MiB for granularity=bucket.")] = None,
-    compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", help="Run these instead of the suite's (repeatable; name or name:key=value,...).")] = None,
+    compressor: Annotated[list[str] | None, typer.Option(
+        "--compressor", "-c", help="Run these instead of the suite's (repeatable; name or name:key=value,...).")] = None,
     no_timing: Annotated[bool, typer.Option("--no-timing", help="Skip compress/decompress timing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results file's path and cases as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -190,7 +191,8 @@ def run(
                   "true worker mean; comp/copy = compress time as a multiple of a plain copy of the same tensors.")
         out.print(f"results: {outcome.path}")
     if outcome.failed:
-        err.print(f"[red]{len(outcome.failed)} case(s) failed[/]: " + escape("; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5])))
+        failed = "; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5])
+        err.print(f"[red]{len(outcome.failed)} case(s) failed[/]: " + escape(failed))
         raise typer.Exit(1)
 
 

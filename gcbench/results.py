@@ -112,7 +112,8 @@ def atomic_write_json(path: Path, data: Any) -> None:
 class RunWriter:
     """Accumulates case records and keeps the run file on disk up to date."""
 
-    def __init__(self, out_dir: Path, suite: dict[str, Any], suite_hash: str, suite_path: str | None, device: str, kind: str = "run") -> None:
+    def __init__(self, out_dir: Path, suite: dict[str, Any], suite_hash: str, suite_path: str | None, device: str,
+                 kind: str = "run") -> None:
         now = datetime.now(UTC)
         self.run_id = f"{now:%Y%m%dT%H%M%SZ}-{suite.get('name', 'run')}-{suite_hash[:6]}"
         self.path = Path(out_dir) / f"{self.run_id}.json"

@@ -306,7 +306,8 @@ def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[St
 
 
 def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite: Suite, repeats: int, accs: list[_UnitAcc],
-                 traffic_phase: dict[str, list[list[int]]], drift: list[Any], resid: list[Any], timing: dict[str, Any] | None) -> dict[str, Any]:
+                 traffic_phase: dict[str, list[list[int]]], drift: list[Any], resid: list[Any],
+                 timing: dict[str, Any] | None) -> dict[str, Any]:
     info = comp.info
     numel = data.numel
     steps = data.source.steps
@@ -379,8 +380,9 @@ def _mean(vals: Sequence[float | None]) -> float | None:
 
 
 def _failed_record(spec: CompressorSpec, source_name: str, exc: BaseException, source_label: str | None = None) -> dict[str, Any]:
+    error = str(exc) if isinstance(exc, GcbenchError) else f"{type(exc).__name__}: {exc}"
     rec: dict[str, Any] = {"label": spec.label, "compressor": spec.name, "params": spec.params, "status": "error",
-                           "source": {"name": source_name, "label": source_label or source_name}, "error": f"{type(exc).__name__}: {exc}" if not isinstance(exc, GcbenchError) else str(exc)}
+                           "source": {"name": source_name, "label": source_label or source_name}, "error": error}
     try:
         info = registry.get(spec.name)
         rec["version"] = info.version
@@ -418,7 +420,8 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     try:
         for s_idx, src_spec in enumerate(suite.sources):
             try:
-                source = build_source(src_spec, derive_seed(suite.seed, "source", s_idx) if src_spec.kind != "trace" else suite.seed, progress)
+                src_seed = derive_seed(suite.seed, "source", s_idx) if src_spec.kind != "trace" else suite.seed
+                source = build_source(src_spec, src_seed, progress)
                 units = make_units(source.layout(), suite.granularity, suite.bucket_mb)
                 data = SourceData(source, units, device, progress)
             except SourceError as exc:

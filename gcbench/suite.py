@@ -169,7 +169,8 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
         if label is None:
             label = c.name if not params else c.name + "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
         if label in seen:
-            raise GcbenchError(f"{where}: compressors[{i}].label: {label!r} is already used by compressors[{seen[label]}]; give each a unique label")
+            raise GcbenchError(f"{where}: compressors[{i}].label: {label!r} is already used by compressors[{seen[label]}]; "
+                               "give each a unique label")
         seen[label] = i
         resolved.append(CompressorSpec(name=c.name, label=label, params=params))
     return suite.model_copy(update={"compressors": resolved})

@@ -81,7 +81,8 @@ def test_corrupt_suites_exit_1_without_traceback(tmp_path: Path, text: str) -> N
     for cmd in (["validate", str(p)], ["run", str(p), "--out", str(tmp_path / "runs")]):
         r = runner.invoke(app, cmd)
         assert r.exit_code == 1, r.output
-        assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+        assert "Traceback" not in r.output
+        assert r.exception is None or isinstance(r.exception, SystemExit)
         assert "error:" in r.output
 
 

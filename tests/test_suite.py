@@ -44,14 +44,13 @@ def test_schema_errors_name_the_key() -> None:
     assert msg.startswith("x.toml: metrics.repeats:") and "got 0" in msg
     assert "unknown key" in _err({**GOOD, "granularty": "layer"})
     assert "sources[0]" in _err({**GOOD, "sources": [{"kind": "synthetic"}]})
-    assert "duplicate" in _err({**GOOD, "compressors": [{"name": "topk"}, {"name": "topk"}]}) or "already used" in _err(
-        {**GOOD, "compressors": [{"name": "topk"}, {"name": "topk"}]})
+    assert "'topk' is already used by compressors[0]" in _err({**GOOD, "compressors": [{"name": "topk"}, {"name": "topk"}]})
 
 
 def test_malformed_toml(tmp_path: Path) -> None:
     p = tmp_path / "bad.toml"
     p.write_text("name = \n[[compressors]\n")
-    with pytest.raises(GcbenchError, match="bad.toml: not valid TOML"):
+    with pytest.raises(GcbenchError, match=r"bad\.toml: not valid TOML"):
         load_suite(p)
 
 
