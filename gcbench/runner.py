@@ -218,6 +218,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
 
         # 1. fidelity repeats from copies of the current state (worker 0)
         single: list[tuple[Payload, torch.Tensor] | None] = [None] * len(units)
+        first_states: list[State] = []
         if repeats > 1 or custom_exchange:
             for u, x in enumerate(xs[0]):
                 decs = []
@@ -229,6 +230,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
                     decs.append(dec)
                     if r == 0:
                         single[u] = (p, dec)
+                        first_states.append(st)
                 accs[u].fids.append(fidelity(refs[0][u], decs))
 
         # 2. the stream: every worker compresses; aggregate by the default or the paper's protocol
@@ -244,8 +246,14 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
                         rows[t * W + w][1] += res.traffic.received(w, ph)
             dec0 = [s[1] for s in single]  # type: ignore[index]
             bytes0 = [s[0].nbytes for s in single]  # type: ignore[union-attr]
+        elif single[0] is not None and type(comp).compress_group is Compressor.compress_group:
+            # worker 0's stream step is its first fidelity repeat (an independent draw from the same
+            # state), so stochastic compressors do not compress worker 0's tensors once more
+            states[0] = first_states
+            outs = [list(single)] + [comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(1, W)]
         else:
             outs = [comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(W)]
+        if not custom_exchange:
             aggregates = [sum(outs[w][u][1].float() for w in range(W)) / W for u in range(len(units))]
             sizes = [[p.nbytes for p, _ in outs[w]] for w in range(W)]
             total = sum(sum(s) for s in sizes)
