@@ -28,6 +28,23 @@ new values, the relative change, a p-value where raw samples exist, and a verdic
 
 Samples-based tests need enough samples: with 3 timing repeats per run the smallest two-sided
 Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — use ≥ 5 repeats.
+
+**Kernel benchmarks** (``kind = "bench"``, :mod:`gcbench.bench`) are compared by
+:func:`compare_bench`, chosen by :func:`compare_runs` from the files' kinds:
+
+* Cases are matched by (compressor, element count), like ``gcbench bench --baseline``.
+* The metrics are compress×copy and decompress×copy (lower is better): kernel time as a multiple
+  of a plain copy of the same tensor timed in the same process, which cancels most of the
+  machine's load of the moment.  For the same reason the Mann–Whitney test runs on the raw
+  samples divided by that process's copy median (``samples_s / copy.median_s``), not on raw
+  seconds: a uniformly slower process is not a slower kernel.
+* A pair is not comparable when the machine (:func:`gcbench.results.machine_key`), the
+  compressor's version or parameters, or the benchmark's thread count or device differ.
+* The same threshold-and-test rule as above decides better / worse / ~.
+
+``run`` and ``compare`` files hold the same case records and compare with each other; any other
+pair of different kinds (a bench file against a run, a train file against a bench) is refused
+with one :class:`~gcbench.errors.ResultsError` line.
 """
 
 from __future__ import annotations
@@ -39,6 +56,7 @@ from typing import Any
 
 from scipy import stats
 
+from gcbench.errors import ResultsError
 from gcbench.metrics import METRICS, mann_whitney
 from gcbench.results import machine_key
 
@@ -223,6 +241,21 @@ def compare_metric(spec: Compared, base: dict[str, Any], new: dict[str, Any], th
               "higher_is_better": spec.higher_is_better, "unit": _UNIT[spec.name]}
     if b is None and n is None:
         return None
+    se: tuple[float, float] | None = None
+    if spec.se is not None:
+        se_b, se_n = _number(dig(base, spec.se)), _number(dig(new, spec.se))
+        if se_b is not None and se_n is not None:
+            se = (se_b, se_n)
+    return judge(common, b, n, _samples(base, spec.samples), _samples(new, spec.samples), se, threshold, alpha, not_comparable)
+
+
+def judge(common: dict[str, Any], b: float | None, n: float | None, sb: Sequence[float], sn: Sequence[float],
+          se: tuple[float, float] | None, threshold: float, alpha: float, not_comparable: str = "") -> Row:
+    """The verdict row of one metric: ``common`` holds the row's identity (source, case, metric, values, direction, unit).
+
+    ``sb``/``sn`` are raw samples (Mann–Whitney when both have some), ``se`` the two standard errors
+    (a z-test, used only without samples).  See the module docstring for the rule.
+    """
     if not_comparable:
         return Row(**common, change=None, p_value=None, verdict=NOT_COMPARABLE, reason=not_comparable)
     if b is None or n is None:
@@ -230,13 +263,10 @@ def compare_metric(spec: Compared, base: dict[str, Any], new: dict[str, Any], th
                    reason=f"only the {'new' if b is None else 'baseline'} run has this metric")
     change = relative_change(b, n)
     p: float | None = None
-    sb, sn = _samples(base, spec.samples), _samples(new, spec.samples)
     if sb and sn:
         p = mann_whitney(sb, sn)
-    elif spec.se is not None:
-        se_b, se_n = _number(dig(base, spec.se)), _number(dig(new, spec.se))
-        if se_b is not None and se_n is not None:
-            p = z_test(b, n, se_b, se_n)
+    elif se is not None:
+        p = z_test(b, n, se[0], se[1])
     if abs(change) < threshold:
         return Row(**common, change=change, p_value=p, verdict=NOT_SIGNIFICANT, reason=f"|change| < {threshold:.0%}")
     if p is not None and p >= alpha:
@@ -246,7 +276,7 @@ def compare_metric(spec: Compared, base: dict[str, Any], new: dict[str, Any], th
         reason = "too few samples for a significance test; threshold alone"
     else:
         reason = ""
-    improved = (n > b) == spec.higher_is_better
+    improved = (n > b) == bool(common["higher_is_better"])
     return Row(**common, change=change, p_value=p, verdict=BETTER if improved else WORSE, reason=reason)
 
 
@@ -288,13 +318,31 @@ def match_cases(base_cases: Sequence[dict[str, Any]], new_cases: Sequence[dict[s
     return pairs, only_new, only_base
 
 
+# kinds whose case records share one schema (``gcbench run`` and ``gcbench compare`` both write runner records)
+_CASE_FAMILY = {"run": "run", "compare": "run"}
+
+
+def results_kind(data: dict[str, Any]) -> str:
+    """The kind of a loaded results file (files from before kinds existed are runs)."""
+    return str(data.get("kind") or "run")
+
+
 def compare_runs(baseline: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD,
                  alpha: float = DEFAULT_ALPHA) -> Comparison:
-    """Compare two loaded results dicts (see the module docstring for every rule)."""
+    """Compare two loaded results dicts (see the module docstring for every rule).
+
+    Two bench files go to :func:`compare_bench`; files of different kinds raise :class:`ResultsError`.
+    """
     if threshold < 0:
         raise ValueError(f"threshold must be ≥ 0, got {threshold}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    kb, kn = results_kind(baseline), results_kind(new)
+    if _CASE_FAMILY.get(kb, kb) != _CASE_FAMILY.get(kn, kn):
+        raise ResultsError(f"cannot compare a {kn} results file ({new.get('run_id', '?')}) against a {kb} baseline "
+                           f"({baseline.get('run_id', '?')}): --baseline needs two results files of the same kind")
+    if kb == "bench":
+        return compare_bench(baseline, new, threshold, alpha)
     cmp = Comparison(str(baseline.get("run_id", "baseline")), str(new.get("run_id", "new")), threshold, alpha)
     mb, mn = machine_key(baseline.get("environment") or {}), machine_key(new.get("environment") or {})
     if mb != mn:
@@ -332,3 +380,110 @@ def compare_runs(baseline: dict[str, Any], new: dict[str, Any], threshold: float
     for b in only_base:
         cmp.rows.append(Row(source_label(b), str(b.get("label")), "", None, None, None, None, MISSING, "not in the new run"))
     return cmp
+
+
+# ----------------------------------------------------------------------------- kernel benchmarks (kind = "bench")
+
+# (metric, timing section whose samples it is built from); both are "× copy": lower is better
+BENCH_METRICS: tuple[tuple[str, str], ...] = (("compress_x_copy", "compress"), ("decompress_x_copy", "decompress"))
+BENCH_UNIT = "× copy"
+
+
+def bench_ok(rec: dict[str, Any]) -> bool:
+    """A bench record that measured something (failed records carry ``error`` and nothing else)."""
+    return not rec.get("error")
+
+
+def bench_source(rec: dict[str, Any]) -> str:
+    """The size a bench record was timed at, as the row's "source" ("1,000,000 elements")."""
+    n = rec.get("numel")
+    return f"{n:,} elements" if isinstance(n, int) else "? elements"
+
+
+def copy_normalised_samples(rec: dict[str, Any], section: str) -> list[float]:
+    """``rec[section].samples_s`` divided by the median copy time of the same process ([] without both)."""
+    copy_med = _number(dig(rec, ("copy", "median_s")))
+    if copy_med is None or copy_med <= 0:
+        return []
+    return [s / copy_med for s in _samples(rec, (section, "samples_s"))]
+
+
+def _bench_diff(base_file: dict[str, Any], new_file: dict[str, Any], b: dict[str, Any], n: dict[str, Any]) -> str:
+    """Why two bench records are not comparable ("" when they are)."""
+    mb, mn = machine_key(base_file.get("environment") or {}), machine_key(new_file.get("environment") or {})
+    if mb != mn:
+        return f"machine changed: {mb} → {mn}"
+    if b.get("version") != n.get("version"):
+        return f"{n.get('compressor')} version {b.get('version')} → {n.get('version')}"
+    if (b.get("params") or {}) != (n.get("params") or {}):
+        changed = sorted(k for k in set(b.get("params") or {}) | set(n.get("params") or {})
+                         if (b.get("params") or {}).get(k) != (n.get("params") or {}).get(k))
+        return "parameters changed: " + ", ".join(changed)
+    for key in ("threads", "device"):
+        if b.get(key) != n.get(key):
+            return f"{key} {b.get(key)} → {n.get(key)}"
+    return ""
+
+
+def compare_bench(baseline: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD,
+                  alpha: float = DEFAULT_ALPHA) -> Comparison:
+    """Compare two ``gcbench bench`` results files per (compressor, element count); see the module docstring."""
+    cmp = Comparison(str(baseline.get("run_id", "baseline")), str(new.get("run_id", "new")), threshold, alpha)
+    mb, mn = machine_key(baseline.get("environment") or {}), machine_key(new.get("environment") or {})
+    if mb != mn:
+        cmp.notes.append(f"different machines ({mb} vs {mn}): kernel timings are not comparable")
+    if baseline.get("gcbench_version") != new.get("gcbench_version"):
+        cmp.notes.append(f"gcbench {baseline.get('gcbench_version')} → {new.get('gcbench_version')}")
+    cmp.notes.append("kernel times are compared as multiples of a copy timed in the same process; the Mann–Whitney test "
+                     "runs on each timing sample divided by that process's copy median")
+
+    def key(rec: dict[str, Any]) -> tuple[str, Any]:
+        return (str(rec.get("compressor")), rec.get("numel"))
+
+    base_index: dict[tuple[str, Any], dict[str, Any]] = {}
+    for rec in baseline.get("cases", []):
+        base_index.setdefault(key(rec), rec)
+    seen: set[tuple[str, Any]] = set()
+    untestable: list[int] = []  # sample counts of the pairs whose test can never reach alpha
+    for n in new.get("cases", []):
+        k = key(n)
+        if k in seen:  # a duplicate (compressor, size) in one file: only the first is compared
+            continue
+        seen.add(k)
+        ident = {"source": bench_source(n), "case": k[0]}
+        case_row = {**ident, "metric": "", "baseline": None, "new": None, "change": None, "p_value": None}
+        b = base_index.get(k)
+        if b is None:
+            cmp.rows.append(Row(**case_row, verdict=NEW if bench_ok(n) else NEW_FAILURE,
+                                reason="" if bench_ok(n) else str(n.get("error"))))
+            continue
+        if not bench_ok(n):
+            cmp.rows.append(Row(**case_row, verdict=NEW_FAILURE if bench_ok(b) else FAILING, reason=str(n.get("error"))))
+            continue
+        if not bench_ok(b):
+            cmp.rows.append(Row(**case_row, verdict=FIXED, reason=f"failed in the baseline: {b.get('error')}"))
+            continue
+        diff = _bench_diff(baseline, new, b, n)
+        for metric, section in BENCH_METRICS:
+            vb, vn = _number(b.get(metric)), _number(n.get(metric))
+            if vb is None and vn is None:
+                continue
+            sb, sn = copy_normalised_samples(b, section), copy_normalised_samples(n, section)
+            if not diff and len(sb) >= 2 and len(sn) >= 2 and smallest_p(len(sb), len(sn)) >= alpha:
+                untestable.append(min(len(sb), len(sn)))
+            common = {**ident, "metric": metric, "baseline": vb, "new": vn, "higher_is_better": False, "unit": BENCH_UNIT}
+            cmp.rows.append(judge(common, vb, vn, sb, sn, None, threshold, alpha, diff))
+    for b in baseline.get("cases", []):
+        if key(b) not in seen:
+            seen.add(key(b))
+            cmp.rows.append(Row(bench_source(b), str(b.get("compressor")), "", None, None, None, None, MISSING, "not in the new run"))
+    if untestable:
+        cmp.notes.append(f"{len(untestable)} comparison(s) have only {min(untestable)}–{max(untestable)} timing samples per side: "
+                         f"no Mann–Whitney p can fall below α = {alpha:g}, so those timings are never called better or worse; "
+                         "rerun `gcbench bench` with --repeats 5 or more")
+    return cmp
+
+
+def smallest_p(m: int, n: int) -> float:
+    """The smallest exact two-sided Mann–Whitney p-value with ``m`` and ``n`` samples (fully separated samples)."""
+    return min(1.0, 2.0 / math.comb(m + n, m))

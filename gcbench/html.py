@@ -15,6 +15,13 @@ drift over steps.  Choices:
   plots need two or more units; EF drift needs a stateful compressor and two or more steps;
   throughput against tensor size needs one case label timed at two or more sizes within a run
   (one machine).  Axes are logarithmic when the values span a decade or more, linear otherwise.
+* Train files (``gcbench train``) get held-out accuracy and loss per epoch, one line per
+  compressor on one plot with the target accuracy drawn, and a time-to-target bar chart whose
+  grey bars are each compressor's whole training time, so "not reached" stays visible.  Bench
+  files (``gcbench bench``) get compress×copy bars per compressor (one bar per size) with each
+  compressor's target marked, and — when a file has several sizes — the throughput-against-size
+  plot of run files, fed with the bench records.  Time bars start at zero on a linear axis (a
+  bar's length is its value); ratio-to-copy bars follow the decade rule above.
 """
 
 from __future__ import annotations
@@ -38,14 +45,24 @@ from matplotlib.ticker import MaxNLocator, NullFormatter
 
 import gcbench
 from gcbench.baselines import ClaimResult
-from gcbench.compare_runs import Comparison, dig
+from gcbench.bench import TARGETS
+from gcbench.compare_runs import Comparison, bench_ok, dig
 from gcbench.metrics import METRICS
 from gcbench.report import (
+    BENCH_COLUMNS,
+    BENCH_FOOTNOTE,
     DAGGER,
     DETAIL_COLUMNS,
     FOOTNOTE,
     SUMMARY_COLUMNS,
+    TRAIN_COLUMNS,
+    TRAIN_DETAIL_COLUMNS,
+    TRAIN_FOOTNOTE,
+    Column,
     LoadedRun,
+    bench_description,
+    bench_name,
+    bench_target,
     by_source,
     case_name,
     counts_text,
@@ -56,6 +73,9 @@ from gcbench.report import (
     pareto_front,
     row_cells,
     run_facts,
+    size_text,
+    train_description,
+    train_notes,
 )
 
 DPI = 80
@@ -286,6 +306,159 @@ def plot_size_scaling(cases: Sequence[dict[str, Any]], title: str) -> Plot | Non
     return Plot("size", title, _png(fig), caption)
 
 
+def train_curve_series(cases: Sequence[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], list[tuple[int, float]]]]:
+    """(case, [(epoch, value), ...]) for every completed train case with ``key`` in its per-epoch curve."""
+    series = []
+    for c in _ok(cases):
+        curve = dig(c, ("training", "curve"))
+        if not isinstance(curve, list):
+            continue
+        pts = [(int(e["epoch"]), _num(e.get(key))) for e in curve if isinstance(e, dict) and isinstance(e.get("epoch"), int)]
+        pts_ok = [(x, y) for x, y in pts if y is not None]
+        if pts_ok:
+            series.append((c, pts_ok))
+    return series
+
+
+def plot_train_curves(cases: Sequence[dict[str, Any]], key: str, title: str) -> Plot | None:
+    """Held-out ``test_accuracy`` or ``test_loss`` after every epoch, one line per compressor of a train file."""
+    series = train_curve_series(cases, key)
+    if not series:
+        return None
+    accuracy = key == "test_accuracy"
+    colors = _color_map([c for c, _ in series])
+    fig, ax = _figure()
+    for c, pts in series:
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=1.4, color=colors[str(c.get("label"))],
+                label=_mpl(case_name(c)))
+    targets = {_num(dig(c, ("training", "target_accuracy"))) for c, _ in series} - {None}
+    n_legend = len(series)
+    if accuracy and len(targets) == 1:
+        target = targets.pop()
+        ax.axhline(target, color="black", ls="--", lw=1.1, label=f"target {target:g}")
+        n_legend += 1
+    if not accuracy:
+        _scale(ax, "y", [y for _, pts in series for _, y in pts])
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("held-out accuracy  (higher is better)" if accuracy else "held-out loss  (lower is better)")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, n_legend)
+    what = "accuracy" if accuracy else "loss"
+    caption = (f"Held-out {what} at the end of every epoch, one line per compressor (every compressor starts from the same "
+               "seeded model and data order)" + ("; the dashed line is the target accuracy of time-to-target." if accuracy and
+                                                 n_legend > len(series) else "."))
+    return Plot("train_accuracy" if accuracy else "train_loss", title, _png(fig), caption)
+
+
+def plot_time_to_target(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+    """Training time to the target accuracy per compressor, over a grey bar of its whole training time."""
+    rows = []
+    for c in _ok(cases):
+        total = _num(dig(c, ("training", "train_time_s")))
+        if total is None:
+            continue
+        rows.append((case_name(c), _num(dig(c, ("training", "time_to_target_s"))), total, _num(dig(c, ("training", "best_accuracy")))))
+    if not rows:
+        return None
+    targets = {_num(dig(c, ("training", "target_accuracy"))) for c in _ok(cases)} - {None}
+    fig, ax = _figure(5.6, max(1.9, 0.42 * len(rows) + 1.1))
+    ys = list(range(len(rows)))[::-1]  # the first compressor on top
+    ax.barh(ys, [r[2] for r in rows], 0.62, color="#d0d7de", label="whole training run", zorder=2)
+    ax.barh(ys, [r[1] or 0.0 for r in rows], 0.62, color="#2ca02c", label="time to target", zorder=3)
+    right = max(r[2] for r in rows)
+    for y, (_, ttt, total, best) in zip(ys, rows, strict=True):
+        if ttt is not None:
+            ax.text(ttt + right * 0.01, y, f"{ttt:.3g} s", va="center", fontsize=8, zorder=4)
+        else:
+            ax.text(total + right * 0.01, y, "not reached" + (f" (best {best:.3f})" if best is not None else ""), va="center",
+                    fontsize=8, color="#b42318", zorder=4)
+    ax.set_xlim(0, right * 1.45)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([_mpl(r[0]) for r in rows], fontsize=8)
+    ax.grid(False, axis="y")
+    target_text = f"accuracy {next(iter(targets)):g}" if len(targets) == 1 else "the target accuracy"
+    ax.set_xlabel(f"training seconds to reach {target_text}  (← better)")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, 2)
+    reached = sum(r[1] is not None for r in rows)
+    caption = (f"Training time (evaluation excluded) until the held-out accuracy first reached {target_text}, checked at epoch "
+               f"ends; grey bars are each compressor's whole training run. {reached} of {len(rows)} reached the target.")
+    return Plot("time_to_target", title, _png(fig), caption)
+
+
+@dataclass(frozen=True)
+class BenchBars:
+    """What the compress×copy bar chart draws: compressors in file order, sizes, bar heights, targets."""
+
+    names: list[str]
+    sizes: list[int]
+    values: dict[tuple[str, int], float]  # (compressor, numel) → compress×copy
+    targets: dict[str, float]  # compressor → compress×copy target (compressors without one are absent)
+
+
+def bench_bars(cases: Sequence[dict[str, Any]]) -> BenchBars:
+    ok = [c for c in cases if bench_ok(c) and _num(c.get("compress_x_copy")) is not None and isinstance(c.get("numel"), int)]
+    names = list(dict.fromkeys(bench_name(c) for c in ok))
+    targets = {}
+    for n in names:
+        t = TARGETS.get(n)
+        if t is not None and t.compress_x_copy is not None:
+            targets[n] = float(t.compress_x_copy)
+    return BenchBars(names, sorted({int(c["numel"]) for c in ok}),
+                     {(bench_name(c), int(c["numel"])): float(c["compress_x_copy"]) for c in ok}, targets)
+
+
+def plot_bench_x_copy(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+    """compress×copy per compressor of a bench file (one bar per size), each compressor's target marked."""
+    bars = bench_bars(cases)
+    if not bars.values:
+        return None
+    names, sizes, value = bars.names, bars.sizes, bars.values
+    fig, ax = _figure(min(9.0, max(4.6, 0.34 * len(value) + 0.5 * len(names) + 2.0)), 3.3)
+    width = 0.8 / len(sizes)
+    for j, size in enumerate(sizes):
+        xs = [i - 0.4 + width * (j + 0.5) for i, n in enumerate(names) if (n, size) in value]
+        vals = [value[(n, size)] for n in names if (n, size) in value]
+        ax.bar(xs, vals, width * 0.92, color=_COLORS[j % len(_COLORS)], label=f"{size_text(size)} elements", zorder=3)
+        if len(value) <= 24:
+            for x, v in zip(xs, vals, strict=True):
+                ax.text(x, v, f"{v:.2f}×" if v < 10 else f"{v:.0f}×", ha="center", va="bottom", fontsize=7, zorder=5)
+    marked, untargeted = [], []
+    for i, n in enumerate(names):
+        if n in bars.targets:
+            ax.hlines(bars.targets[n], i - 0.46, i + 0.46, colors="#d62728", lw=2.4, zorder=4, label="target" if not marked else None)
+            marked.append(bars.targets[n])
+        else:
+            t = TARGETS.get(n)
+            untargeted.append(n + (f" ({t.note})" if t is not None and t.note else ""))
+    ax.axhline(1.0, color="black", ls="--", lw=1.0, label="copy (1×)", zorder=2)
+    _scale(ax, "y", [*value.values(), *marked, 1.0])
+    ax.set_xticks(list(range(len(names))))
+    ax.set_xticklabels([_mpl(n) for n in names], rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center",
+                       fontsize=8)
+    ax.set_ylabel("compress time / copy time  (← better)")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, len(sizes) + bool(marked) + 1)
+    caption = ("Median compress time as a multiple of a plain copy of the same tensor (timed in the same process); red marks are "
+               "each compressor's compress×copy target in this gcbench version, the dashed line a copy.")
+    if untargeted:
+        caption += " No compress×copy target: " + "; ".join(untargeted) + "."
+    failed = [f"{bench_name(c)} at {size_text(c.get('numel'))}" for c in cases if not bench_ok(c)]
+    if failed:
+        caption += " Failed, not drawn: " + ", ".join(failed) + "."
+    return Plot("bench_x_copy", title, _png(fig), caption)
+
+
+def bench_as_timed(rec: dict[str, Any]) -> dict[str, Any]:
+    """A bench record in the shape :func:`plot_size_scaling` reads (label, status, timing numel/compress/copy GB/s)."""
+    numel = rec.get("numel")
+    copy_s = _num(dig(rec, ("copy", "median_s")))
+    copy_gbps = 4 * numel / copy_s / 1e9 if isinstance(numel, int) and copy_s else None
+    return {"label": bench_name(rec), "status": "ok" if bench_ok(rec) else "error",
+            "timing": {"numel": numel, "compress": {"gbps": rec.get("gbps_compress")}, "copy": {"gbps": copy_gbps}}}
+
+
 def source_plots(cases: Sequence[dict[str, Any]], source: str) -> list[Plot]:
     plots = [plot_pareto(cases, f"ratio vs error — {source}"), plot_throughput(cases, f"throughput — {source}"),
              plot_layers(cases, f"per-unit ratio — {source}"), plot_ef_drift(cases, f"EF drift — {source}")]
@@ -323,6 +496,68 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
     size_plot = plot_size_scaling(run.cases, f"throughput vs tensor size — {run.run_id}")
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
+
+
+def _table(first: str, cols: Sequence[Column], text_headers: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    headers = [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""),
+                "help": c.help, "left": False} for c in cols]
+    headers += [{"header": h, "help": help_, "left": True} for h, help_ in text_headers]
+    return {"first": first, "headers": headers, "rows": []}
+
+
+def _num_cells(cols: Sequence[Column], case: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for col in cols:
+        v = col.get(case)
+        out.append({"text": col.text(case), "v": "" if v is None else repr(float(v)), "cls": ""})
+    return out
+
+
+def _train_context(i: int, run: LoadedRun) -> dict[str, Any]:
+    cols = (*TRAIN_COLUMNS, *TRAIN_DETAIL_COLUMNS)
+    table = _table("compressor", cols, (("params", "the compressor's parameters"),))
+    for c in run.cases:
+        if run.case_ok(c):
+            cells = [*_num_cells(cols, c), {"text": params_text(c), "v": "", "cls": "params"}]
+            table["rows"].append({"ok": True, "name": case_name(c), "recon": is_reconstructed(c), "cells": cells})
+        else:
+            table["rows"].append({"ok": False, "name": case_name(c), "recon": is_reconstructed(c), "lead": [],
+                                  "colspan": len(cols) + 1, "error": str(c.get("error", ""))})
+    plots = [plot_train_curves(run.cases, "test_accuracy", f"held-out accuracy per epoch — {run.run_id}"),
+             plot_train_curves(run.cases, "test_loss", f"held-out loss per epoch — {run.run_id}"),
+             plot_time_to_target(run.cases, f"time to target — {run.run_id}")]
+    return {"kind": "train", "anchor": f"run{i}", "facts": run_facts(run), "description": train_description(run), "table": table,
+            "plots": [p for p in plots if p is not None], "notes": train_notes(run), "footnote": TRAIN_FOOTNOTE,
+            "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
+
+
+def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
+    table = _table("compressor", BENCH_COLUMNS, (("target", "the fast-kernels issue's target; pass = within every limit"),
+                                                 ("verdict", "pass, short (a limit missed), — (no target) or error")))
+    for c in run.cases:
+        numel = _num(c.get("numel"))
+        if run.case_ok(c):
+            target, mark = bench_target(c)
+            cells = [*_num_cells(BENCH_COLUMNS, c), {"text": target, "v": "", "cls": "wrap"},
+                     {"text": mark, "v": "", "cls": "l b-" + mark if mark in ("pass", "short") else "l"}]
+            table["rows"].append({"ok": True, "name": bench_name(c), "recon": False, "cells": cells})
+        else:
+            lead = [{"text": fmt(numel, "int"), "v": "" if numel is None else repr(numel), "cls": ""}]
+            table["rows"].append({"ok": False, "name": bench_name(c), "recon": False, "lead": lead, "colspan": len(BENCH_COLUMNS) + 1,
+                                  "error": str(c.get("error", ""))})
+    plots = [plot_bench_x_copy(run.cases, f"compress×copy against targets — {run.run_id}"),
+             plot_size_scaling([bench_as_timed(c) for c in run.cases], f"throughput vs tensor size — {run.run_id}")]
+    return {"kind": "bench", "anchor": f"run{i}", "facts": run_facts(run), "description": bench_description(run), "table": table,
+            "plots": [p for p in plots if p is not None], "notes": [], "footnote": BENCH_FOOTNOTE, "any_reconstructed": False}
+
+
+def _section_context(i: int, run: LoadedRun) -> dict[str, Any]:
+    """The template context of one results file, by its kind."""
+    if run.kind == "train":
+        return _train_context(i, run)
+    if run.kind == "bench":
+        return _bench_context(i, run)
+    return {"kind": "run", **_run_context(i, run)}
 
 
 def _first(cases: Sequence[dict[str, Any]], key: str) -> str:
@@ -384,15 +619,35 @@ tr.failed td { background: #fff0f0; } td.err { color: #b42318; text-align: left;
 figure.plot { margin: 0; background: #fff; border: 1px solid #d0d7de; padding: 8px; max-width: 700px; }
 figure.plot img { max-width: 100%; height: auto; display: block; }
 figcaption { font-size: 12px; color: #57606a; margin-top: 4px; }
+/* a caption takes the width of its plot instead of widening the figure: plots then sit side by side */
+figure.plot figcaption { width: 0; min-width: 100%; }
 .v-better, .v-fixed { background: #e6f6e6; } .v-worse, .v-new-failure { background: #ffe3e3; font-weight: 600; }
 table.hide-ns tr.v-ns { display: none; }
 .v-not-comparable { background: #fff6d6; } .v-ns { color: #57606a; } .v-new, .v-missing, .v-failing { background: #eef2ff; }
+td.b-pass { color: #1a7f37; font-weight: 600; } td.b-short { color: #b42318; font-weight: 600; }
 .c-measured { background: #e6f6e6; } .c-measured-other { background: #fff6d6; } .c-not { color: #57606a; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 6px 0; }
 dl.facts dt { color: #57606a; } dl.facts dd { margin: 0; }
 </style>
 </head>
 <body>
+{% macro plot_list(plots) %}<div class="plots">
+{% for p in plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
+<figcaption>{{ p.caption }}</figcaption></figure>
+{% endfor %}</div>{% endmacro %}
+{% macro kind_table(t) %}<div class="tablewrap"><table class="sortable cases">
+<thead><tr><th class="l">{{ t.first }}</th>
+{% for h in t.headers %}<th{% if h.left %} class="l"{% endif %} title="{{ h.help }}">{{ h.header }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in t.rows %}{% if row.ok %}<tr>
+<td class="l{{ ' recon' if row.recon }}"{% if row.recon %} title="{{ recon_help }}"{% endif %}>{{ row.name }}</td>
+{% for c in row.cells %}<td{% if c.cls %} class="{{ c.cls }}"{% endif %}{% if c.v %} data-v="{{ c.v }}"{% endif %}>
+{{- c.text }}</td>{% endfor %}</tr>
+{% else %}<tr class="failed">
+<td class="l{{ ' recon' if row.recon }}">{{ row.name }}</td>
+{% for c in row.lead %}<td{% if c.v %} data-v="{{ c.v }}"{% endif %}>{{ c.text }}</td>{% endfor %}
+<td class="err" colspan="{{ row.colspan }}">failed: {{ row.error }}</td></tr>
+{% endif %}{% endfor %}</tbody></table></div>{% endmacro %}
 <main>
 <h1>{{ title }}</h1>
 <p class="muted">Rendered {{ generated }} by gcbench {{ version }} from {{ runs|length }} stored results
@@ -427,7 +682,7 @@ regression{{ "s" if comparison.regressions != 1 }}.</strong>{% endif %}</p>
 
 <h2 id="runs">Runs</h2>
 <div class="tablewrap"><table class="sortable">
-<thead><tr><th class="l">run</th><th class="l">suite</th><th class="l">date (UTC)</th><th class="l">status</th>
+<thead><tr><th class="l">run</th><th class="l">kind</th><th class="l">suite</th><th class="l">date (UTC)</th><th class="l">status</th>
 <th class="l">cases</th><th class="l">machine</th><th class="l">device</th><th class="l">gcbench</th><th class="l">commit</th>
 <th class="l">torch</th></tr></thead>
 <tbody>
@@ -437,6 +692,23 @@ regression{{ "s" if comparison.regressions != 1 }}.</strong>{% endif %}</p>
 {% endfor %}</tbody></table></div>
 
 {% for run in sections %}
+{% if run.kind == "train" or run.kind == "bench" %}
+<h2 id="{{ run.anchor }}">{{ "Training run" if run.kind == "train" else "Kernel benchmark" }} {{ run.facts.run }}</h2>
+<dl class="facts">
+<dt>{{ "training" if run.kind == "train" else "settings" }}</dt><dd>{{ run.description }}</dd>
+<dt>date</dt><dd>{{ run.facts.date }} ({{ run.facts.status }}; {{ run.facts.cases }})</dd>
+<dt>machine</dt><dd>{{ run.facts.machine }}; device {{ run.facts.device }}; torch {{ run.facts.torch }}</dd>
+<dt>gcbench</dt><dd>{{ run.facts.gcbench }}, commit {{ run.facts.commit }}</dd>
+<dt>file</dt><dd>{{ run.facts.file }}</dd>
+</dl>
+<p class="muted">Click a column header to sort; hover a header for its definition.</p>
+{{ kind_table(run.table) }}
+{% if run.notes %}<ul>{% for n in run.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+<p class="muted">{{ run.footnote }}</p>
+{{ plot_list(run.plots) }}
+{% if run.any_reconstructed %}<p class="muted"><span class="recon">{{ dagger }}</span> {{ recon_help }}: the best public
+reconstruction (see <code>gcbench list</code>).</p>{% endif %}
+{% else %}
 <h2 id="{{ run.anchor }}">Run {{ run.facts.run }}</h2>
 <dl class="facts">
 <dt>suite</dt><dd>{{ run.facts.suite }}</dd>
@@ -475,6 +747,7 @@ Click a column header to sort; hover a header for its definition.</p>
 {% endif %}
 {% if run.any_reconstructed %}<p class="muted"><span class="recon">{{ dagger }}</span> {{ recon_help }}: the best public
 reconstruction (see <code>gcbench list</code>).</p>{% endif %}
+{% endif %}
 {% endfor %}
 
 <h2 id="claims">Paper claims</h2>
@@ -556,7 +829,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=gcbench.__version__,
         runs=[{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i]} for i, r in enumerate(runs)],
-        sections=[_run_context(i, r) for i, r in enumerate(runs) if show[i]],
+        sections=[_section_context(i, r) for i, r in enumerate(runs) if show[i]],
         headers=headers,
         comparison=_comparison_context(comparison) if comparison is not None else None,
         claims=_claims_context(claims or []),
@@ -564,7 +837,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
         metrics=METRICS,
         footnote=FOOTNOTE,
         dagger=DAGGER,
-        fact_keys=("suite", "date", "status", "cases", "machine", "device", "gcbench", "commit", "torch"),
+        fact_keys=("kind", "suite", "date", "status", "cases", "machine", "device", "gcbench", "commit", "torch"),
         recon_help="reconstructed definition (the paper body was unavailable)",
     )
 

@@ -14,6 +14,13 @@ Choices:
 * Every user-supplied name (suite labels, source labels, parameters, error messages) is escaped
   for the output format: rich markup for the terminal, Markdown/HTML specials for Markdown.
 * Failed cases are shown with their error; reconstructed compressors carry a dagger (†).
+* Each kind of results file gets its own tables, so one report can cover a folder holding all of
+  them: ``run``/``compare`` files the per-source summary above; ``train`` files
+  (:mod:`gcbench.train`) the final accuracy and loss, the gap to the uncompressed run, the time
+  to the target accuracy, the step time split and the bytes each worker sent — the columns of
+  ``gcbench train``'s own table; ``bench`` files (:mod:`gcbench.bench`) the target table of
+  ``gcbench bench``, judged by :func:`gcbench.bench.verdict`, whose target text here also names
+  the decompress limit that ``pass`` includes.
 """
 
 from __future__ import annotations
@@ -28,7 +35,22 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from gcbench.baselines import ClaimResult, format_measured
-from gcbench.compare_runs import BETTER, FIXED, NEW_FAILURE, NOT_COMPARABLE, NOT_SIGNIFICANT, WORSE, Comparison, Row, dig, source_label
+from gcbench.bench import TARGETS, verdict
+from gcbench.compare_runs import (
+    BENCH_UNIT,
+    BETTER,
+    FIXED,
+    NEW_FAILURE,
+    NOT_COMPARABLE,
+    NOT_SIGNIFICANT,
+    WORSE,
+    Comparison,
+    Row,
+    bench_ok,
+    dig,
+    results_kind,
+    source_label,
+)
 from gcbench.errors import ResultsError
 from gcbench.results import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
@@ -52,6 +74,15 @@ class LoadedRun:
     @property
     def cases(self) -> list[dict[str, Any]]:
         return list(self.data.get("cases") or [])
+
+    @property
+    def kind(self) -> str:
+        """``run``, ``compare``, ``train`` or ``bench`` (what wrote the file; decides how it is rendered)."""
+        return results_kind(self.data)
+
+    def case_ok(self, case: dict[str, Any]) -> bool:
+        """Whether a case measured something: bench records carry ``error`` when they failed, the others ``status``."""
+        return bench_ok(case) if self.kind == "bench" else case.get("status") == "ok"
 
 
 def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[LoadedRun]:
@@ -82,6 +113,11 @@ class Column:
     kind: str  # format kind for fmt()
     higher_is_better: bool | None
     help: str
+    missing: str = "—"  # the text of a missing value in a case that ran (e.g. "not reached")
+
+    def text(self, case: dict[str, Any]) -> str:
+        v = self.get(case)
+        return self.missing if v is None else fmt(v, self.kind)
 
 
 def _path(*path: str | int) -> Callable[[dict[str, Any]], float | None]:
@@ -120,6 +156,90 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
 )
 
 
+def _step(part: str) -> Callable[[dict[str, Any]], float | None]:
+    return _path("training", "step_time", part)
+
+
+TRAIN_COLUMNS: tuple[Column, ...] = (
+    Column("final_acc", "final acc", _path("training", "final_accuracy"), "acc", True, "held-out accuracy after the last epoch"),
+    Column("final_loss", "final loss", _path("training", "final_loss"), "g", False, "held-out loss after the last epoch"),
+    Column("gap", "gap (pp)", _path("training", "accuracy_gap"), "pp", False,
+           "final accuracy of the uncompressed run ('none') minus this one's, in percentage points"),
+    Column("to_target", "to target (s)", _path("training", "time_to_target_s"), "s", False,
+           "training time (evaluation excluded) until the held-out accuracy first reached the target, checked at epoch ends",
+           missing="not reached"),
+    Column("step", "step ms", _step("total_s"), "ms", False, "median step time over steps after the first, mean over workers"),
+    Column("compute", "compute", _step("compute_s"), "ms", False, "step time minus the communication hook (forward, backward, optimizer)"),
+    Column("compress", "compress", _step("compress_s"), "ms", False, "median compress time per step"),
+    Column("comm", "comm", _step("communicate_s"), "ms", False, "median time in collectives per step"),
+    Column("decomp", "decomp", _step("decompress_s"), "ms", False, "median decompress time per step (every decoded payload)"),
+    Column("mb", "MB/worker", _path("training", "bytes", "payload_bytes_per_worker"), "mb", False,
+           "payload bytes one worker sent over the whole run, in MB (10⁶ bytes)"),
+    Column("ratio", "ratio", _path("size", "ratio"), "ratio", True, "dense float32 bytes / payload bytes per step"),
+)
+
+# extra columns of the HTML train tables
+TRAIN_DETAIL_COLUMNS: tuple[Column, ...] = (
+    Column("best_acc", "best acc", _path("training", "best_accuracy"), "acc", True, "best held-out accuracy over the epochs"),
+    Column("epoch_target", "target epoch", _path("training", "epochs_to_target"), "int", False,
+           "the epoch at whose end the target accuracy was first reached", missing="—"),
+    Column("train_s", "train s", _path("training", "train_time_s"), "s", False, "training time of the whole run (evaluation excluded)"),
+    Column("bits", "bits/el", _path("size", "bits_per_element"), "g", False, "payload bits per gradient element per step"),
+)
+
+
+def _peak_over_input(rec: dict[str, Any]) -> float | None:
+    peak, size = _path("peak_extra_bytes")(rec), _path("input_bytes")(rec)
+    return peak / size if peak is not None and size else None
+
+
+BENCH_COLUMNS: tuple[Column, ...] = (
+    Column("numel", "elements", _path("numel"), "int", None, "elements of the dense float32 tensor timed"),
+    Column("ratio", "ratio", _path("ratio"), "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
+    Column("comp_ms", "comp ms", _path("compress", "median_s"), "ms", False, "median compress time"),
+    Column("comp_copy", "comp×copy", _path("compress_x_copy"), "x", False,
+           "median compress time / median time of a plain copy of the same tensor, in the same process"),
+    Column("dec_copy", "dec×copy", _path("decompress_x_copy"), "x", False, "median decompress time / median copy time"),
+    Column("vs_ref", "vs ref", _path("speedup_vs_reference"), "x", True,
+           "speed-up over the compressor's straightforward reference implementation"),
+    Column("gbps", "GB/s", _path("gbps_compress"), "g", True, "dense input bytes / median compress time"),
+    Column("peak", "peak/input", _peak_over_input, "g", False, "peak extra resident memory during compress / input bytes"),
+)
+BENCH_TEXT_HEADERS = ("target", "verdict")
+
+
+def bench_target(rec: dict[str, Any]) -> tuple[str, str]:
+    """(target text, ``pass``/``short``/``—``/``error``) of a bench record: :func:`gcbench.bench.verdict` with details.
+
+    The text names every limit that ``pass`` checks (verdict's own text leaves the decompress limit
+    out) and, for topk/dgc, the measured speed-ups over ``torch.topk``.
+    """
+    if not bench_ok(rec):
+        return ("", "error")
+    if any(not isinstance(rec.get(k), int | float) for k in ("compress_x_copy", "decompress_x_copy")):
+        return ("—", "—")  # an incomplete record (hand-edited or from another tool): nothing to judge
+    text, mark = verdict(rec)
+    t = TARGETS.get(str(rec.get("compressor")))
+    if t is not None and t.decompress_x_copy is not None:
+        text = ", ".join(x for x in (text, f"decompress ≤ {t.decompress_x_copy:g}× copy") if x)
+    extra = rec.get("vs_torch_topk")
+    if isinstance(extra, dict) and extra:
+        speedups = [f"{d}: {v['speedup']:.2f}×" for d, v in extra.items()
+                    if isinstance(v, dict) and isinstance(v.get("speedup"), int | float)]
+        text += " (measured " + ", ".join(speedups) + ")"
+    return text, mark
+
+
+def size_text(n: Any) -> str:
+    """An element count the way ``gcbench bench --sizes`` takes it: 100000 → 100K, 25600000 → 25.6M."""
+    if not isinstance(n, int):
+        return str(n)
+    for div, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "K")):
+        if n >= div:
+            return f"{n / div:.4g}{suffix}"
+    return str(n)
+
+
 def fmt(v: float | None, kind: str = "g") -> str:
     """A number as reports write it; ``—`` for missing values."""
     if kind == "pct" and v is not None and math.isinf(v):
@@ -133,6 +253,16 @@ def fmt(v: float | None, kind: str = "g") -> str:
         return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.3g}"
     if kind == "x":
         return f"{v:,.1f}×"
+    if kind == "x2":
+        return f"{v:,.2f}×"
+    if kind == "acc":
+        return f"{v:.4f}"
+    if kind == "pp":  # a fraction shown in percentage points
+        return f"{100 * v:+.2f}"
+    if kind == "s":
+        return f"{v:.2f}"
+    if kind == "mb":
+        return f"{v / 1e6:.3f}"
     if kind == "int":
         return f"{v:,.0f}"
     if kind == "pct":
@@ -197,15 +327,24 @@ def run_facts(run: LoadedRun) -> dict[str, str]:
     """The summary facts of one run, as text (unescaped)."""
     d = run.data
     cases = run.cases
-    failed = sum(1 for c in cases if c.get("status") != "ok")
+    failed = sum(1 for c in cases if not run.case_ok(c))
     suite = d.get("suite") or {}
     env = d.get("environment") or {}
+    if run.kind == "bench":
+        # a bench file has no suite: its settings are the sizes, repeats and threads
+        sizes = ", ".join(size_text(n) for n in suite.get("sizes") or [])
+        suite_text = f"bench: sizes {sizes or '?'}, {suite.get('repeats', '?')} repeats, {suite.get('threads', '?')} threads"
+    else:
+        suite_text = f"{suite.get('name', '?')} (hash {str(d.get('suite_hash', '?'))[:8]})"
+    status = d.get("status")
+    if status is None and run.kind == "bench":
+        status = "complete"  # `gcbench bench` writes its file once, after every case
     return {
         "run": run.run_id,
-        "kind": str(d.get("kind", "run")),
-        "suite": f"{suite.get('name', '?')} (hash {str(d.get('suite_hash', '?'))[:8]})",
+        "kind": run.kind,
+        "suite": suite_text,
         "date": str(d.get("created_utc", "?")),
-        "status": str(d.get("status", "?")),
+        "status": str(status or "?"),
         "cases": f"{len(cases) - failed} ok" + (f", {failed} failed" if failed else ""),
         "machine": machine_text(d),
         "device": str(env.get("device", "?")),
@@ -230,7 +369,11 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def summary_tables(run: LoadedRun) -> list[Table]:
-    """One rich table per gradient source of a run."""
+    """The tables of one results file: one per gradient source of a run, one for a train or bench file."""
+    if run.kind == "train":
+        return [train_table(run)]
+    if run.kind == "bench":
+        return [bench_table(run)]
     tables = []
     for src, cases in by_source(run.cases).items():
         t = Table(title=f"{rich_escape(run.run_id)} — {rich_escape(src)}", title_justify="left")
@@ -252,13 +395,107 @@ def summary_tables(run: LoadedRun) -> list[Table]:
     return tables
 
 
+def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
+    return "\n".join(f"[red]{rich_escape(n)} failed:[/] {rich_escape(e)}" for n, e in names_errors)
+
+
+def train_table(run: LoadedRun) -> Table:
+    """A train file: one row per compressor (the columns of ``gcbench train``), notes and failures under it."""
+    t = Table(title=f"{rich_escape(run.run_id)} — training: {rich_escape(train_description(run))}", title_justify="left")
+    t.add_column("compressor", no_wrap=True)
+    for col in TRAIN_COLUMNS:
+        t.add_column(col.header, justify="right", no_wrap=True)
+    errors = []
+    for c in run.cases:
+        if not run.case_ok(c):
+            t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(TRAIN_COLUMNS) - 1))
+            errors.append((case_name(c), str(c.get("error", ""))))
+            continue
+        t.add_row(rich_escape(case_name(c)), *[col.text(c) for col in TRAIN_COLUMNS])
+    lines = [_failure_caption(errors)] if errors else []
+    lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in train_notes(run)]
+    lines.append(rich_escape(TRAIN_FOOTNOTE))
+    t.caption = "\n".join(lines)
+    t.caption_justify = "left"
+    return t
+
+
+def bench_table(run: LoadedRun) -> Table:
+    """A bench file: the target table of ``gcbench bench`` (one row per compressor and size)."""
+    t = Table(title=f"{rich_escape(run.run_id)} — kernel benchmark: {rich_escape(bench_description(run))}", title_justify="left")
+    t.add_column("compressor", no_wrap=True)
+    for col in BENCH_COLUMNS:
+        t.add_column(col.header, justify="right", no_wrap=True)
+    t.add_column("target")
+    t.add_column("verdict", no_wrap=True)
+    errors = []
+    for c in run.cases:
+        if not run.case_ok(c):
+            t.add_row(rich_escape(bench_name(c)), fmt(_path("numel")(c), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
+                      "", "[red]error[/]")
+            errors.append((bench_name(c), str(c.get("error", ""))))
+            continue
+        target, mark = bench_target(c)
+        style = {"pass": "green", "short": "red"}.get(mark)
+        t.add_row(rich_escape(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
+                  f"[{style}]{mark}[/]" if style else mark)
+    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)])
+    t.caption_justify = "left"
+    return t
+
+
+def bench_name(rec: dict[str, Any]) -> str:
+    """A bench record's row name: the compressor (``gcbench bench`` times default parameters)."""
+    return str(rec.get("compressor", "?"))
+
+
+def train_description(run: LoadedRun) -> str:
+    """Task, workers, epochs and target of a train file, from its first completed case (else its settings)."""
+    tr = next((c["training"] for c in run.cases if run.case_ok(c) and isinstance(c.get("training"), dict)), None)
+    cfg = (run.data.get("suite") or {}).get("config") or {}
+    if tr is None:
+        return f"task {cfg.get('task', '?')}, {cfg.get('workers', '?')} workers, target accuracy {cfg.get('target', '?')}"
+    task = tr.get("task") or {}
+    target = tr.get("target_accuracy")
+    return (f"{task.get('name', '?')} ({task.get('model', '?')}), {tr.get('workers', '?')} workers × "
+            f"{tr.get('threads_per_worker', '?')} thread(s), {tr.get('epochs', '?')} epochs, batch {tr.get('batch_size_per_worker', '?')} "
+            f"per worker, lr {tr.get('lr', '?')}, target {'?' if target is None else f'{target:g}'} accuracy")
+
+
+def bench_description(run: LoadedRun) -> str:
+    suite = run.data.get("suite") or {}
+    env = run.data.get("environment") or {}
+    return (f"{suite.get('threads', '?')} threads, {env.get('device', '?')}; times are medians of {suite.get('repeats', '?')} "
+            f"repeats; {machine_text(run.data)}")
+
+
+def train_notes(run: LoadedRun) -> list[str]:
+    """What a reader of a train table must know: diverged losses, replicas that disagree, protocol notes."""
+    notes = []
+    for c in run.cases:
+        tr = c.get("training") if run.case_ok(c) else None
+        if not isinstance(tr, dict):
+            continue
+        if tr.get("diverged"):
+            notes.append(f"{case_name(c)}: the training loss became NaN or infinite; training stopped after epoch {tr.get('epochs', '?')}")
+        if tr.get("replicas_consistent") is False:
+            notes.append(f"{case_name(c)}: the workers' parameters differ at the end (replicas diverged)")
+        note = (tr.get("hook") or {}).get("protocol_note")
+        if note:
+            notes.append(f"{case_name(c)}: {note}")
+    return notes
+
+
+RUN_FACT_KEYS = ("run", "kind", "suite", "date", "status", "cases", "machine", "gcbench", "commit")
+
+
 def runs_table(runs: Sequence[LoadedRun]) -> Table:
     t = Table(title="runs", title_justify="left")
-    for col in ("run", "suite", "date", "status", "cases", "machine", "gcbench", "commit"):
+    for col in RUN_FACT_KEYS:
         t.add_column(col)
     for r in runs:
         f = run_facts(r)
-        t.add_row(*[rich_escape(f[k]) for k in ("run", "suite", "date", "status", "cases", "machine", "gcbench", "commit")])
+        t.add_row(*[rich_escape(f[k]) for k in RUN_FACT_KEYS])
     return t
 
 
@@ -272,10 +509,12 @@ def visible_rows(cmp: Comparison, all_rows: bool = False) -> list[Row]:
 
 def row_cells(r: Row) -> list[str]:
     """case, metric, baseline, new, change, p, verdict, reason as text (unescaped)."""
-    kind = "ms" if r.metric.endswith("_s") else "ratio" if r.metric == "ratio" else "g"
+    kind = "ms" if r.metric.endswith("_s") else "ratio" if r.metric == "ratio" else "x2" if r.unit == BENCH_UNIT else "g"
     metric = r.metric
     if metric.endswith("_s"):
         metric = metric[:-2] + " ms"
+    elif r.unit == BENCH_UNIT:
+        metric = metric.replace("_x_copy", "×copy")
     if r.higher_is_better is not None and metric:
         metric += " ↑" if r.higher_is_better else " ↓"
     return [
@@ -337,6 +576,13 @@ def measured_text(res: ClaimResult) -> str:
 FOOTNOTE = ("q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, energy-weighted); bias² from R compressions; agg q = exchanged "
             "aggregate vs the true worker mean; comp/copy = compress time as a multiple of a plain copy of the same tensors; "
             f"{DAGGER} = reconstructed definition (paper body unavailable).")
+TRAIN_FOOTNOTE = ("gap = final accuracy of 'none' minus this compressor's, in percentage points; to target = training time until "
+                  "the held-out accuracy first reached the target (checked at epoch ends); step ms = median step time = compute + "
+                  "compress + comm + decomp; MB/worker = payload bytes one worker sent over the whole run.")
+BENCH_FOOTNOTE = ("comp×copy / dec×copy = median compress / decompress time as a multiple of a plain copy of the same tensor into a "
+                  "preallocated buffer, timed in the same process; vs ref = speed-up over the straightforward reference "
+                  "implementation; GB/s = dense input bytes / median compress time; peak/input = peak extra resident memory during "
+                  "compress / input bytes; pass = within every limit of the target.")
 
 
 # ----------------------------------------------------------------------------- Markdown
@@ -359,7 +605,51 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Seque
     return "\n".join(lines)
 
 
+def markdown_train(run: LoadedRun) -> str:
+    """A train file as Markdown: its settings, one row per compressor, failures and notes."""
+    f = run_facts(run)
+    parts = [f"## Training run {md_escape(run.run_id)}", "",
+             f"{md_escape(train_description(run))}; {md_escape(f['date'])}, {md_escape(f['cases'])}; machine "
+             f"{md_escape(f['machine'])}; gcbench {md_escape(f['gcbench'])}, commit {md_escape(f['commit'])}, "
+             f"torch {md_escape(f['torch'])}.", ""]
+    rows = []
+    for c in run.cases:
+        if not run.case_ok(c):
+            rows.append([md_escape(case_name(c)), f"failed: {md_escape(str(c.get('error', '')))}", *[""] * (len(TRAIN_COLUMNS) - 1)])
+        else:
+            rows.append([md_escape(case_name(c)), *[md_escape(col.text(c)) for col in TRAIN_COLUMNS]])
+    headers = ["compressor", *[md_escape(c.header) for c in TRAIN_COLUMNS]]
+    parts += [md_table(headers, rows, [False] + [True] * len(TRAIN_COLUMNS)), ""]
+    notes = train_notes(run)
+    if notes:
+        parts += [*(f"* {md_escape(n)}" for n in notes), ""]
+    return "\n".join([*parts, md_escape(TRAIN_FOOTNOTE), ""])
+
+
+def markdown_bench(run: LoadedRun) -> str:
+    """A bench file as Markdown: the target table."""
+    f = run_facts(run)
+    parts = [f"## Kernel benchmark {md_escape(run.run_id)}", "",
+             f"{md_escape(bench_description(run))}; {md_escape(f['date'])}, {md_escape(f['cases'])}; gcbench {md_escape(f['gcbench'])}, "
+             f"commit {md_escape(f['commit'])}, torch {md_escape(f['torch'])}.", ""]
+    rows = []
+    for c in run.cases:
+        if not run.case_ok(c):
+            rows.append([md_escape(bench_name(c)), fmt(_path("numel")(c), "int"), f"failed: {md_escape(str(c.get('error', '')))}",
+                         *[""] * (len(BENCH_COLUMNS) - 2), "", "error"])
+        else:
+            target, mark = bench_target(c)
+            rows.append([md_escape(bench_name(c)), *[md_escape(col.text(c)) for col in BENCH_COLUMNS], md_escape(target), md_escape(mark)])
+    headers = ["compressor", *[md_escape(c.header) for c in BENCH_COLUMNS], *BENCH_TEXT_HEADERS]
+    parts += [md_table(headers, rows, [False] + [True] * len(BENCH_COLUMNS) + [False, False]), ""]
+    return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), ""])
+
+
 def markdown_summary(run: LoadedRun) -> str:
+    if run.kind == "train":
+        return markdown_train(run)
+    if run.kind == "bench":
+        return markdown_bench(run)
     f = run_facts(run)
     parts = [f"## Run {md_escape(run.run_id)}", "",
              f"Suite {md_escape(f['suite'])}, {md_escape(f['date'])}, {md_escape(f['cases'])}; machine {md_escape(f['machine'])}, "
@@ -413,5 +703,6 @@ def markdown_report(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | N
         parts.append(markdown_summary(r))
     if claims:
         parts.append(markdown_claims(claims))
-    parts += [md_escape(FOOTNOTE), ""]
+    if not runs or any(r.kind not in ("train", "bench") for r in runs):  # train and bench sections carry their own notes
+        parts += [md_escape(FOOTNOTE), ""]
     return "\n".join(parts)

@@ -31,8 +31,10 @@ from gcbench.compare_runs import (
     compare_runs,
     match_cases,
     relative_change,
+    smallest_p,
     z_test,
 )
+from gcbench.errors import ResultsError
 
 GOLDEN = Path(__file__).parent / "golden"
 S2 = "synthetic <img src=x onerror=alert(1)> normal"
@@ -202,3 +204,145 @@ def test_match_cases_pairs_failed_records_by_source_name(base: dict[str, Any]) -
     assert [c["label"] for c in only_new] == ["fp16"] and [c["label"] for c in only_base] == ["none"]
     # dgc-paper appears on two sources and pairs with the right one each time
     assert sum(1 for b, n in pairs if n["label"] == "dgc-paper" and b["source"]["label"] == n["source"]["label"]) == 2
+
+
+# ----------------------------------------------------------------------------- kernel benchmarks (kind = "bench")
+
+COPY_S = 0.01
+SPREAD = (0.99, 0.995, 1.0, 1.005, 1.01)
+
+
+def _bench_base() -> dict[str, Any]:
+    """The golden bench file with designed timings: copy 10 ms, each kernel's 5 samples ±1% around its ×copy median."""
+    data = _load("bench_small")
+    for c in data["cases"]:
+        if c.get("error"):
+            continue
+        c["copy"].update(median_s=COPY_S, samples_s=[COPY_S * f for f in SPREAD])
+        for section in ("compress", "decompress"):
+            x = round(c[f"{section}_x_copy"], 2)
+            c[section].update(median_s=COPY_S * x, samples_s=[COPY_S * x * f for f in SPREAD])
+            c[f"{section}_x_copy"] = x
+    return data
+
+
+def _bench_case(data: dict[str, Any], name: str, numel: int) -> dict[str, Any]:
+    return next(c for c in data["cases"] if c["compressor"] == name and c.get("numel") == numel)
+
+
+def _scale(c: dict[str, Any], section: str, factor: float) -> None:
+    c[section]["samples_s"] = [s * factor for s in c[section]["samples_s"]]
+    c[section]["median_s"] *= factor
+    if section == "copy":  # the ratios to the copy move the other way
+        c["compress_x_copy"] /= factor
+        c["decompress_x_copy"] /= factor
+    else:
+        c[f"{section}_x_copy"] *= factor
+
+
+@pytest.fixture(scope="module")
+def bench_rows() -> dict[tuple[str, str, str], Any]:
+    base = _bench_base()
+    new = copy.deepcopy(base)
+    new["run_id"] = "bench-new"
+    _scale(_bench_case(new, "signsgd", 100_000), "compress", 0.5)  # twice as fast: better
+    _scale(_bench_case(new, "topk", 1_000_000), "compress", 1.5)  # 50% slower: worse
+    slow = _bench_case(new, "signsgd", 1_000_000)  # the whole process twice as slow (a loaded machine): unchanged
+    for section in ("copy", "compress", "decompress"):
+        _scale(slow, section, 2.0)
+    _scale(_bench_case(new, "topk", 100_000), "compress", 1.04)  # 4% slower, every sample: significant but under 5%
+    cmp = compare_runs(base, new)
+    return {(r.case, r.source, r.metric): r for r in cmp.rows}
+
+
+def test_bench_faster_kernel_is_better_and_slower_is_worse(bench_rows: dict[tuple[str, str, str], Any]) -> None:
+    r = bench_rows[("signsgd", "100,000 elements", "compress_x_copy")]
+    assert r.verdict == BETTER and r.change == pytest.approx(-0.5) and r.higher_is_better is False
+    assert r.p_value == pytest.approx(2 / math.comb(10, 5))  # 5 fully separated samples per side
+    r = bench_rows[("topk", "1,000,000 elements", "compress_x_copy")]
+    assert r.verdict == WORSE and r.change == pytest.approx(0.5)
+    # the untouched decompress timings are unchanged
+    assert bench_rows[("topk", "1,000,000 elements", "decompress_x_copy")].verdict == NOT_SIGNIFICANT
+
+
+def test_bench_samples_are_normalised_by_the_copy_of_the_same_process(bench_rows: dict[tuple[str, str, str], Any]) -> None:
+    # every raw sample doubled with the copy: raw seconds would give p = 0.0079 and "worse"; per copy nothing changed
+    for metric in ("compress_x_copy", "decompress_x_copy"):
+        r = bench_rows[("signsgd", "1,000,000 elements", metric)]
+        assert r.verdict == NOT_SIGNIFICANT and r.change == pytest.approx(0.0, abs=1e-12)
+        assert r.p_value is not None and r.p_value > 0.5
+
+
+def test_bench_significant_change_under_threshold(bench_rows: dict[tuple[str, str, str], Any]) -> None:
+    r = bench_rows[("topk", "100,000 elements", "compress_x_copy")]
+    assert r.p_value is not None and r.p_value < 0.05 and r.change == pytest.approx(0.04)
+    assert r.verdict == NOT_SIGNIFICANT
+
+
+def test_bench_failures_and_cases_in_one_file_only(bench_rows: dict[tuple[str, str, str], Any]) -> None:
+    assert bench_rows[("qsgd", "100,000 elements", "")].verdict == FAILING
+    base = _bench_base()
+    new = copy.deepcopy(base)
+    new["cases"] = [c for c in new["cases"] if not (c["compressor"] == "topk" and c["numel"] == 100_000)]
+    new["cases"].append({"compressor": "onebit", "numel": 100_000, "error": "boom"})
+    _bench_case(new, "signsgd", 100_000).update(error="RuntimeError: crashed")
+    by = {(r.case, r.source, r.metric): r for r in compare_runs(base, new).rows}
+    assert by[("topk", "100,000 elements", "")].verdict == MISSING
+    assert by[("onebit", "100,000 elements", "")].verdict == NEW_FAILURE
+    assert by[("signsgd", "100,000 elements", "")].verdict == NEW_FAILURE
+    assert ("signsgd", "100,000 elements", "compress_x_copy") not in by
+
+
+def test_bench_on_another_machine_is_not_comparable() -> None:
+    base = _bench_base()
+    new = copy.deepcopy(base)
+    new["environment"]["cpu_model"] = "Intel Xeon"
+    for c in new["cases"]:
+        if not c.get("error"):
+            _scale(c, "compress", 3.0)  # would be "worse" everywhere on one machine
+    cmp = compare_runs(base, new)
+    metric_rows = [r for r in cmp.rows if r.metric]
+    assert len(metric_rows) == 8
+    assert all(r.verdict == NOT_COMPARABLE and "machine changed" in r.reason for r in metric_rows)
+    assert any("different machines" in n for n in cmp.notes) and not cmp.regressions
+
+
+def test_bench_version_params_and_threads_changes_are_not_comparable() -> None:
+    base = _bench_base()
+    new = copy.deepcopy(base)
+    _bench_case(new, "topk", 100_000)["version"] = 2
+    _bench_case(new, "topk", 1_000_000)["params"]["density"] = 0.1
+    _bench_case(new, "signsgd", 100_000)["threads"] = 1
+    by = {(r.case, r.source, r.metric): r for r in compare_runs(base, new).rows}
+    assert by[("topk", "100,000 elements", "compress_x_copy")].verdict == NOT_COMPARABLE
+    assert "version 1 → 2" in by[("topk", "100,000 elements", "compress_x_copy")].reason
+    assert "density" in by[("topk", "1,000,000 elements", "decompress_x_copy")].reason
+    assert "threads 2 → 1" in by[("signsgd", "100,000 elements", "compress_x_copy")].reason
+    assert by[("signsgd", "1,000,000 elements", "compress_x_copy")].verdict == NOT_SIGNIFICANT
+
+
+def test_bench_with_three_repeats_cannot_be_significant() -> None:
+    base = _bench_base()
+    for c in base["cases"]:
+        for section in ("copy", "compress", "decompress"):
+            if not c.get("error"):
+                c[section]["samples_s"] = c[section]["samples_s"][1:4]
+    new = copy.deepcopy(base)
+    _scale(_bench_case(new, "signsgd", 100_000), "compress", 0.5)
+    cmp = compare_runs(base, new)
+    r = next(r for r in cmp.rows if r.case == "signsgd" and r.source == "100,000 elements" and r.metric == "compress_x_copy")
+    assert r.p_value == pytest.approx(smallest_p(3, 3)) == pytest.approx(0.1)
+    assert r.verdict == NOT_SIGNIFICANT and "p = 0.1" in r.reason
+    assert any("--repeats 5" in n for n in cmp.notes)
+    assert not any("--repeats" in n for n in compare_runs(_bench_base(), _bench_base()).notes)  # 5 repeats are enough
+
+
+def test_mixed_kinds_are_refused_and_run_vs_compare_is_not(base: dict[str, Any]) -> None:
+    bench = _load("bench_small")
+    with pytest.raises(ResultsError, match=r"cannot compare a bench results file .* against a run baseline"):
+        compare_runs(base, bench)
+    with pytest.raises(ResultsError, match="same kind"):
+        compare_runs(bench, _load("train_digits"))
+    as_compare = {**copy.deepcopy(base), "kind": "compare"}
+    cmp = compare_runs(base, as_compare)  # `gcbench compare` files hold the same records as runs
+    assert {r.verdict for r in cmp.rows} == {NOT_SIGNIFICANT, FAILING}

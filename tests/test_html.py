@@ -15,7 +15,20 @@ from markupsafe import escape
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.html import plot_ef_drift, plot_layers, plot_pareto, plot_size_scaling, plot_throughput, render_html
+from gcbench.html import (
+    bench_as_timed,
+    bench_bars,
+    plot_bench_x_copy,
+    plot_ef_drift,
+    plot_layers,
+    plot_pareto,
+    plot_size_scaling,
+    plot_throughput,
+    plot_time_to_target,
+    plot_train_curves,
+    render_html,
+    train_curve_series,
+)
 from gcbench.report import LoadedRun, by_source, case_name
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -193,3 +206,111 @@ def test_render_without_claims_says_so() -> None:
     empty = LoadedRun(run.path, {**run.data, "cases": []})
     text = render_html([empty], claims=None, claims_missing="No claims file at /x (pass --papers FILE).")
     assert "No claims file at /x" in text and "<img" not in text
+
+
+# ----------------------------------------------------------------------------- train and bench files
+
+
+def _assert_offline(text: str, doc: Doc) -> None:
+    for tag, key, value in [(t, k, v) for t, k, v in doc.attrs if k in ("src", "href", "action", "srcset", "poster", "data")]:
+        assert value.startswith("data:") or re.fullmatch(r"#[\w-]+", value), (tag, key, value)
+    assert doc.tags["link"] == 0 and doc.tags["iframe"] == 0 and "url(" not in text and "@import" not in text
+    assert not re.search(r"(?i)\b(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", text))
+
+
+@pytest.fixture(scope="module")
+def kinds_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Doc]:
+    """The report of the golden train and bench files."""
+    out = tmp_path_factory.mktemp("kinds") / "index.html"
+    r = CliRunner().invoke(app, ["report", str(GOLDEN / "train_digits.json"), str(GOLDEN / "bench_small.json"), "--html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text(encoding="utf-8")
+    doc = Doc()
+    doc.feed(text)
+    doc.close()
+    return text, doc
+
+
+def test_train_and_bench_plots_are_inline_pngs(kinds_page: tuple[str, Doc]) -> None:
+    text, doc = kinds_page
+    assert doc.errors == [] and doc.stack == []
+    # train: accuracy and loss per epoch (one plot each, every compressor on it) and time to target;
+    # bench: compress×copy bars against the targets, and throughput vs size (two sizes in the file)
+    assert Counter(doc.plots) == {"train_accuracy": 1, "train_loss": 1, "time_to_target": 1, "bench_x_copy": 1, "size": 1}
+    assert len(doc.img_src) == 5
+    for src in doc.img_src:
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    _assert_offline(text, doc)
+    assert doc.tags["script"] == 1 and not [a for a in doc.attrs if a[1].startswith("on")]
+
+
+def test_train_and_bench_tables_list_every_compressor(kinds_page: tuple[str, Doc]) -> None:
+    text, doc = kinds_page
+    body = "".join(doc.text)
+    assert "Training run golden-train" in body and "Kernel benchmark golden-bench" in body
+    for label in ("none", "topk", "qsgd"):
+        assert f'<td class="l">{label}</td>' in text, label
+    assert "not reached" in body and "failed: rank 1 exited with code 3 (no message) &lt;b&gt;bold&lt;/b&gt;" in text
+    bench = text[text.index("Kernel benchmark golden-bench"):]
+    bench_rows = re.findall(r'<tr>\s*<td class="l">(\w+)</td>\s*<td data-v="([\d.]+)">', bench)
+    assert [(n, int(float(v))) for n, v in bench_rows] == [("signsgd", 100_000), ("signsgd", 1_000_000), ("topk", 100_000),
+                                                           ("topk", 1_000_000)]
+    assert text.count('class="l b-pass"') == 2 and text.count('class="l b-short"') == 2
+    assert "failed: GcbenchError: benchmark process for qsgd failed" in body
+    assert '<td class="l">train</td>' in text and '<td class="l">bench</td>' in text  # the runs table names each kind
+
+
+def test_train_curves_have_one_line_per_compressor() -> None:
+    run = _load("train_digits")
+    acc = train_curve_series(run.cases, "test_accuracy")
+    assert [c["label"] for c, _ in acc] == ["none", "topk"]  # the failed qsgd has no curve
+    for c, pts in acc:
+        assert pts == [(e["epoch"], e["test_accuracy"]) for e in c["training"]["curve"]]
+    assert [len(p) for _, p in train_curve_series(run.cases, "test_loss")] == [2, 2]
+    p = plot_time_to_target(run.cases, "t")
+    assert p is not None and "1 of 2 reached the target" in p.caption and "accuracy 0.7" in p.caption
+    assert plot_train_curves([{"label": "x", "status": "ok", "training": {"curve": []}}], "test_accuracy", "t") is None
+    assert plot_time_to_target([{"label": "x", "status": "error", "error": "boom"}], "t") is None
+
+
+def test_bench_bars_mark_each_target() -> None:
+    bars = bench_bars(_load("bench_small").cases)
+    assert bars.names == ["signsgd", "topk"] and bars.sizes == [100_000, 1_000_000]  # the failed qsgd is left out
+    assert bars.targets == {"signsgd": 2.0}  # topk's target is against torch.topk, not a multiple of a copy
+    assert bars.values[("topk", 1_000_000)] == pytest.approx(7.177)
+    p = plot_bench_x_copy(_load("bench_small").cases, "t")
+    assert p is not None and "No compress×copy target: topk" in p.caption and "Failed, not drawn: qsgd at 100K" in p.caption
+    # one size only: no throughput-vs-size plot
+    one = [bench_as_timed(c) for c in _load("bench_small").cases if c.get("numel") == 100_000]
+    assert plot_size_scaling(one, "t") is None
+    both = [bench_as_timed(c) for c in _load("bench_small").cases]
+    s = plot_size_scaling(both, "t")
+    assert s is not None and "2 of 2 labels" in s.caption
+    rec = _load("bench_small").cases[0]
+    timed = bench_as_timed(rec)
+    assert timed["timing"]["copy"]["gbps"] == pytest.approx(4 * rec["numel"] / rec["copy"]["median_s"] / 1e9)
+
+
+def test_mixed_folder_renders_every_kind(tmp_path: Path) -> None:
+    d = tmp_path / "runs"
+    d.mkdir()
+    base = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    base["cases"] = [c for c in base["cases"] if (c.get("source") or {}).get("label") == "live resnet50"]  # one source: fast
+    (d / "1-run.json").write_text(json.dumps(base), encoding="utf-8")
+    (d / "2-compare.json").write_text(json.dumps({**base, "kind": "compare", "run_id": "golden-compare"}), encoding="utf-8")
+    (d / "3-train.json").write_text((GOLDEN / "train_digits.json").read_text(encoding="utf-8"), encoding="utf-8")
+    (d / "4-bench.json").write_text((GOLDEN / "bench_small.json").read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "index.html"
+    r = CliRunner().invoke(app, ["report", "--runs-dir", str(d), "--html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text(encoding="utf-8")
+    doc = Doc()
+    doc.feed(text)
+    doc.close()
+    assert doc.errors == []
+    assert [t for t in re.findall(r'<h2 id="run\d">([^<]+)</h2>', text)] == [
+        "Run golden-base", "Run golden-compare", "Training run golden-train", "Kernel benchmark golden-bench"]
+    plots = Counter(doc.plots)
+    assert plots == {"pareto": 2, "throughput": 2, "layers": 2, "train_accuracy": 1, "train_loss": 1, "time_to_target": 1,
+                     "bench_x_copy": 1, "size": 1}
+    _assert_offline(text, doc)

@@ -15,14 +15,18 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.errors import ResultsError
 from gcbench.report import (
+    BENCH_COLUMNS,
     SUMMARY_COLUMNS,
+    TRAIN_COLUMNS,
     LoadedRun,
+    bench_target,
     by_source,
     fmt,
     load_runs,
     markdown_report,
     md_escape,
     pareto_front,
+    size_text,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -219,3 +223,142 @@ def test_cli_report_without_runs(tmp_path: Path) -> None:
 
 def _case(run: LoadedRun, label: str) -> dict[str, Any]:
     return next(c for c in run.cases if c["label"] == label)
+
+
+# ----------------------------------------------------------------------------- train and bench files
+
+
+def _md_section(text: str, heading: str) -> str:
+    """The Markdown from ``heading`` to the next second-level heading."""
+    start = text.index(heading)
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_markdown_train_table_has_every_compressor_and_the_training_columns() -> None:
+    run = _run("train_digits")
+    text = markdown_report([run])
+    assert "## Training run golden-train" in text
+    tables = _md_tables(text)
+    assert len(tables) == 1
+    header, sep, *rows = tables[0]
+    assert _cells(header) == ["compressor", *[md_escape(c.header) for c in TRAIN_COLUMNS]]
+    assert set(_cells(sep)[1:]) == {"---:"}
+    assert [_cells(r)[0] for r in rows] == [c["label"] for c in run.cases] == ["none", "topk", "qsgd"]
+    by = {_cells(r)[0]: dict(zip(_cells(header), _cells(r), strict=True)) for r in rows}
+    none, topk = _case(run, "none")["training"], _case(run, "topk")["training"]
+    assert by["none"]["final acc"] == f"{none['final_accuracy']:.4f}" == "0.8078"
+    assert by["topk"]["gap (pp)"] == f"{100 * topk['accuracy_gap']:+.2f}" == "+21.17"
+    assert by["none"]["to target (s)"] == f"{none['time_to_target_s']:.2f}"
+    assert by["topk"]["to target (s)"] == "not reached"  # a missing time means the target was not reached, not unknown
+    assert by["topk"]["MB/worker"] == f"{topk['bytes']['payload_bytes_per_worker'] / 1e6:.3f}"
+    assert by["topk"]["step ms"] == fmt(topk["step_time"]["total_s"], "ms")
+    assert by["topk"]["ratio"] == fmt(_case(run, "topk")["size"]["ratio"], "ratio")
+    assert by["qsgd"]["final acc"].startswith("failed: rank 1 exited with code 3")
+    assert "&lt;b&gt;bold&lt;/b&gt;" in text and "<b>" not in text
+    assert "q = relative MSE" not in text  # the run footnote belongs to run tables only
+
+
+def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
+    run = _run("bench_small")
+    text = markdown_report([run])
+    assert "## Kernel benchmark golden-bench" in text and "5 repeats" in text
+    header, _, *rows = _md_tables(text)[0]
+    assert _cells(header) == ["compressor", *[md_escape(c.header) for c in BENCH_COLUMNS], "target", "verdict"]
+    cells = [dict(zip(_cells(header), _cells(r), strict=True)) for r in rows]
+    assert [(c["compressor"], c["elements"]) for c in cells] == [
+        ("signsgd", "100,000"), ("signsgd", "1,000,000"), ("topk", "100,000"), ("topk", "1,000,000"), ("qsgd", "100,000")]
+    assert [c["verdict"] for c in cells] == ["pass", "pass", "short", "short", "error"]
+    for c, rec in zip(cells[:4], run.cases[:4], strict=True):
+        assert c["comp×copy"] == fmt(rec["compress_x_copy"], "x") and c["dec×copy"] == fmt(rec["decompress_x_copy"], "x")
+        assert c["GB/s"] == fmt(rec["gbps_compress"])
+        assert c["peak/input"] == fmt(rec["peak_extra_bytes"] / rec["input_bytes"])
+    assert cells[0]["target"] == "≤ 2× copy, decompress ≤ 3× copy"  # every limit that "pass" checks is named
+    assert "measured 0.001: 0.33×, 0.01: 0.33×" in cells[2]["target"]
+    assert cells[4]["ratio"].startswith("failed: GcbenchError")
+
+
+def test_bench_target_follows_bench_verdict() -> None:
+    rec = copy.deepcopy(_case_bench("signsgd", 100_000))
+    assert bench_target(rec)[1] == "pass"
+    rec["compress_x_copy"] = 2.5  # over the 2× compress target
+    assert bench_target(rec)[1] == "short"
+    rec["compress_x_copy"], rec["decompress_x_copy"] = 1.0, 3.5  # within it, but decompress over 3×
+    assert bench_target(rec)[1] == "short"
+    assert bench_target({"compressor": "signsgd", "numel": 10, "error": "x"}) == ("", "error")
+    assert bench_target({"compressor": "nosuch", "compress_x_copy": 1.0, "decompress_x_copy": 1.0}) == ("—", "—")
+
+
+def _case_bench(name: str, numel: int) -> dict[str, Any]:
+    return next(c for c in _run("bench_small").cases if c["compressor"] == name and c.get("numel") == numel)
+
+
+def test_size_text() -> None:
+    assert [size_text(n) for n in (999, 1000, 100_000, 1_000_000, 25_600_000, 2_000_000_000)] == [
+        "999", "1K", "100K", "1M", "25.6M", "2G"]
+
+
+@pytest.fixture
+def mixed_dir(tmp_path: Path) -> Path:
+    """A runs folder with a run, a compare, a train and a bench file."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    shutil.copy(GOLDEN / "run_base.json", d / "20260105T100000Z-golden-000001.json")
+    compare = {**json.loads((GOLDEN / "run_new.json").read_text(encoding="utf-8")), "kind": "compare", "run_id": "golden-compare"}
+    (d / "20260106T100000Z-compare-000002.json").write_text(json.dumps(compare), encoding="utf-8")
+    shutil.copy(GOLDEN / "train_digits.json", d / "20260107T100000Z-train-digits-000003.json")
+    shutil.copy(GOLDEN / "bench_small.json", d / "20260108T100000Z-bench.json")
+    return d
+
+
+def test_cli_mixed_folder_terminal_and_markdown(mixed_dir: Path) -> None:
+    r = runner.invoke(app, ["report", "--runs-dir", str(mixed_dir)])
+    assert r.exit_code == 0, r.output
+    for kind in ("run", "compare", "train", "bench"):
+        assert f"│ {kind} " in r.output
+    assert "golden-train — training: digits" in r.output and "golden-bench — kernel benchmark" in r.output
+    assert "not reached" in r.output and "short" in r.output and "pass" in r.output
+    assert "qsgd failed: rank 1 exited with code 3 (no message) <b>bold</b>" in r.output  # literal, not rich markup
+    assert "qsgd failed: GcbenchError" in r.output
+    assert "4 ok, 1 failed" in r.output and "2 ok, 1 failed" in r.output  # bench records fail with "error", not "status"
+    r = runner.invoke(app, ["report", "--runs-dir", str(mixed_dir), "--md"])
+    assert r.exit_code == 0, r.output
+    headings = [ln for ln in r.output.splitlines() if ln.startswith("## ")]
+    assert headings == ["## Run golden-base", "## Run golden-compare", "## Training run golden-train",
+                        "## Kernel benchmark golden-bench", "## Paper claims"]
+    assert "| compressor | final acc |" in r.output and "| compressor | elements |" in r.output
+
+
+def _bench_pair(tmp_path: Path) -> tuple[Path, Path]:
+    base = json.loads((GOLDEN / "bench_small.json").read_text(encoding="utf-8"))
+    new = copy.deepcopy(base)
+    new["run_id"] = "golden-bench-new"
+    for c in new["cases"]:
+        if c.get("numel") == 1_000_000 and c["compressor"] == "topk":
+            # 2× slower compress, every sample clear of the baseline's
+            c["compress"]["samples_s"] = [2 * s for s in c["compress"]["samples_s"]]
+            c["compress_x_copy"] *= 2
+    b, n = tmp_path / "bench_base.json", tmp_path / "bench_new.json"
+    b.write_text(json.dumps(base), encoding="utf-8")
+    n.write_text(json.dumps(new), encoding="utf-8")
+    return b, n
+
+
+def test_cli_baseline_compares_bench_files(tmp_path: Path) -> None:
+    b, n = _bench_pair(tmp_path)
+    r = runner.invoke(app, ["report", "--baseline", str(b), str(n), "--fail-on-regression"])
+    assert r.exit_code == 1, r.output
+    assert "topk (1,000,000 elements)" in r.output and "compress×copy ↓" in r.output and "worse" in r.output
+    assert "+100.0%" in r.output and "1 regression(s)" in r.output
+    r = runner.invoke(app, ["report", "--baseline", str(b), str(n), "--md"])
+    assert r.exit_code == 0, r.output
+    row = next(ln for ln in r.output.splitlines() if ln.startswith("| topk (1,000,000 elements) | compress×copy"))
+    assert _cells(row)[2:4] == ["7.18×", "14.35×"] and _cells(row)[6] == "worse"
+    assert "## Kernel benchmark golden-bench-new" in r.output  # the new file in detail, the baseline in the rows
+
+
+def test_cli_baseline_of_another_kind_is_one_clear_line() -> None:
+    r = runner.invoke(app, ["report", "--baseline", str(GOLDEN / "run_base.json"), str(GOLDEN / "bench_small.json")])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot compare a bench results file" in lines[0] and "same kind" in lines[0]
