@@ -292,7 +292,8 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
 
 # (row label, path into the case record, higher is better, format)
 COMPARE_ROWS: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
-    ("ratio", ("size", "ratio"), True, "ratio"),
+    ("ratio (payload)", ("size", "ratio"), True, "ratio"),
+    ("ratio (all traffic)", ("size", "traffic_ratio"), True, "ratio"),
     ("bits / element", ("size", "bits_per_element"), False, "g"),
     ("bias² (rel.)", ("fidelity", "bias2", "model"), False, "g"),
     ("variance (rel.)", ("fidelity", "variance", "model"), False, "g"),

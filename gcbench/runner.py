@@ -344,6 +344,7 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
         "cosine": summarise([f.cosine for f in all_agg], worst="min"),
         "per_step_q": [p["q"] for p in per_step_agg],
     }
+    sent = sum(float(np.mean([r[0] for r in rows])) for rows in traffic_phase.values())
     traffic_rec = {
         ph: {"sent_mean": float(np.mean([r[0] for r in rows])), "received_mean": float(np.mean([r[1] for r in rows])),
              "sent_max": int(max(r[0] for r in rows))}
@@ -372,7 +373,10 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
         "steps": steps,
         "status": "ok",
         "size": {"numel": numel, "dense_bytes": dense_bytes(numel), "wire_bytes": wire,
-                 "ratio": ratio(numel, wire), "bits_per_element": bits_per_element(numel, wire)},
+                 "ratio": ratio(numel, wire), "bits_per_element": bits_per_element(numel, wire),
+                 # what a worker really sends per step in the exchange, every phase counted (scalers,
+                 # both legs of 1-bit SGD, LGC's latents and innovations)
+                 "traffic_sent_bytes": sent, "traffic_ratio": ratio(numel, sent) if sent else None},
         "fidelity": fidelity_rec,
         "aggregate": aggregate_rec,
         "traffic": traffic_rec,
