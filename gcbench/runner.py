@@ -344,10 +344,13 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
         "cosine": summarise([f.cosine for f in all_agg], worst="min"),
         "per_step_q": [p["q"] for p in per_step_agg],
     }
+    workers = data.source.workers
     sent = sum(float(np.mean([r[0] for r in rows])) for rows in traffic_phase.values())
     traffic_rec = {
         ph: {"sent_mean": float(np.mean([r[0] for r in rows])), "received_mean": float(np.mean([r[1] for r in rows])),
-             "sent_max": int(max(r[0] for r in rows))}
+             "sent_max": int(max(r[0] for r in rows)),
+             # bytes per worker at each step: phases that run only in some steps (LGC) stay readable
+             "per_step_sent": [float(np.mean([rows[t * workers + w][0] for w in range(workers)])) for t in range(steps)]}
         for ph, rows in traffic_phase.items()
     }
     layers = []
