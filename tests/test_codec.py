@@ -212,6 +212,54 @@ def test_write_read_fields_round_trip(pattern: tuple[int, ...], count: int) -> N
     assert used == used_ref == total
 
 
+@pytest.mark.parametrize("pattern", [(0,), (0, 1, 0), (5, 0, 12), (1,), (3, 3), (0, 40), (64,)])
+@pytest.mark.parametrize("count", [0, 1, 9, 500])
+def test_write_records_and_fast_writer_match_the_numpy_writer(pattern: tuple[int, ...], count: int) -> None:
+    """The numba writers against the vectorised NumPy writer and the independent field layout."""
+    rng = np.random.default_rng(count + 31 * len(pattern))
+    if 64 in pattern:  # full-width fields: every bit pattern of an int64
+        recs = rng.integers(-(2**63), 2**63 - 1, size=(count, 1), dtype=np.int64)
+        vals, widths, total = recs, np.full((count, 1), 64, np.int64), 64 * count
+    elif 40 in pattern:
+        recs = np.stack([rng.integers(1, 2**50, size=count), rng.integers(0, 2**40, size=count)], axis=1).astype(np.int64)
+        gv, gw = codec.elias_omega_fields(recs[:, 0])
+        vals = np.concatenate([gv, recs[:, 1:]], axis=1)
+        widths = np.concatenate([gw, np.full((count, 1), 40, np.int64)], axis=1)
+        total = int(widths.sum())
+    else:
+        vals, widths, recs, total = _mixed_records(rng, count, pattern)
+    want = codec.write_fields_reference(vals, widths)
+    assert len(want) == math.ceil(total / 8)
+    np.testing.assert_array_equal(codec.write_fields(vals, widths), want)
+    np.testing.assert_array_equal(codec.write_records(recs, pattern), want)
+
+
+def test_write_records_rejects_non_positive_elias_values() -> None:
+    with pytest.raises(ValueError):
+        codec.write_records(np.array([[3], [0]]), (0,))
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 7, 11, 24, 40, 57, 64])
+def test_pack_bits_many_fields_match_reference_and_numpy(width: int) -> None:
+    """Beyond the small cases: 200,003 fields (several kernel parts, ragged tail), all widths."""
+    rng = np.random.default_rng(width)
+    vals = rng.integers(0, 2 ** min(width, 63), size=200_003, dtype=np.uint64)
+    if width == 64:
+        vals[1::2] |= np.uint64(1 << 63)
+    packed = codec.pack_bits(vals, width)
+    np.testing.assert_array_equal(packed, codec._pack_bits_numpy(vals, width))
+    assert packed[: 8 * width].tobytes() == codec.pack_bits_reference([int(v) for v in vals[:64]], width)  # 64 fields = 8·width bytes
+    np.testing.assert_array_equal(codec.unpack_bits(packed, width, len(vals)).view(np.uint64), vals)
+
+
+@pytest.mark.parametrize("width", [0, 65])
+def test_pack_bits_rejects_widths_outside_1_to_64(width: int) -> None:
+    with pytest.raises(ValueError, match=r"1\.\.64"):
+        codec.pack_bits(np.zeros(3, np.int64), width)
+    with pytest.raises(ValueError, match=r"1\.\.64"):
+        codec.unpack_bits(np.zeros(3, np.uint8), width, 1)
+
+
 def test_read_fields_truncated_raises() -> None:
     vals, widths = codec.elias_omega_fields(np.array([1000, 3, 70000]))
     stream = codec.write_fields(vals, widths)

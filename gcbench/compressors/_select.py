@@ -14,11 +14,21 @@ reconstructed) and ``threshold``:
 * :func:`sparse_or_dense_body` / :func:`sparse_or_dense_decode` — the DGC/SDAGC wire format: a
   sparse (value, index) body in any :data:`gcbench.codec.SPARSE_CODINGS`, or a dense float32 body
   for tensors that are not sparsified (fewer than ``min_dims`` dimensions).
+* :class:`InPlaceEncoder` — the compress path of every compressor here: state tensors (the
+  error-feedback residual included) are updated in place and the decoded tensor is only built
+  when the caller asks for it.
+* :func:`dgc_step_fast` — DGC's momentum correction, sampled threshold and masking on CPU with the
+  kernels of :mod:`gcbench.compressors._sparse_fast`: the same selection as :func:`dgc_select`
+  (tested equal), in one update-and-count pass plus one selection pass.
+
+The torch functions (:func:`dgc_select`, :func:`accumulate`, :func:`above`) are the reference
+implementations and the path for non-CPU tensors.
 """
 
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +37,9 @@ import numpy as np
 import torch
 
 from gcbench import codec
-from gcbench.compressor import State, body_numpy, meta_int, meta_str
-from gcbench.compressors._common import sparse_body, to_numpy
+from gcbench.compressor import Compressor, ErrorFeedback, State, _overlaps, body_numpy, meta_int, meta_str
+from gcbench.compressors import _sparse_fast as fast
+from gcbench.compressors._common import dense_from_sparse, sparse_body, to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import MetaValue, Payload
 
@@ -190,18 +201,24 @@ def dgc_select(imp: torch.Tensor, k: int, density: float, num_samples: int, stri
 # ----------------------------------------------------------------------------- momentum correction
 
 
+def clip_coef(x: torch.Tensor, clip_norm: float | None, workers: int) -> float | None:
+    """DGC's local clipping factor, or None when ``x`` is not scaled (see :func:`clip_local`)."""
+    if clip_norm is None:
+        return None
+    max_norm = float(clip_norm) / math.sqrt(workers)
+    norm = float(torch.linalg.vector_norm(x, dtype=torch.float64))
+    coef = max_norm / (norm + 1e-6)
+    return coef if coef < 1.0 else None
+
+
 def clip_local(x: torch.Tensor, clip_norm: float | None, workers: int) -> torch.Tensor:
     """DGC's local gradient clipping: scale ``x`` so ‖x‖₂ ≤ clip_norm·N^(−1/2) (new tensor if scaled).
 
     As the official ``clip_grad_norm_``: ``coef = max_norm / (‖x‖ + 1e-6)``, applied when < 1.
     ``x`` itself is never modified.
     """
-    if clip_norm is None:
-        return x
-    max_norm = float(clip_norm) / math.sqrt(workers)
-    norm = float(torch.linalg.vector_norm(x, dtype=torch.float64))
-    coef = max_norm / (norm + 1e-6)
-    return x * coef if coef < 1.0 else x
+    coef = clip_coef(x, clip_norm, workers)
+    return x if coef is None else x * coef
 
 
 def momentum_buffers(state: State, like: torch.Tensor, velocity: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -211,13 +228,20 @@ def momentum_buffers(state: State, like: torch.Tensor, velocity: bool) -> tuple[
     """
     u = state.tensors.get("momentum")
     if u is None or u.shape != like.shape or u.device != like.device:
-        u = state.tensors["momentum"] = torch.zeros_like(like, dtype=torch.float32)
+        u = state.tensors["momentum"] = _zeros_like(like)
     if not velocity:
         return u, None
     v = state.tensors.get("velocity")
     if v is None or v.shape != like.shape or v.device != like.device:
-        v = state.tensors["velocity"] = torch.zeros_like(like, dtype=torch.float32)
+        v = state.tensors["velocity"] = _zeros_like(like)
     return u, v
+
+
+def _zeros_like(like: torch.Tensor) -> torch.Tensor:
+    """A float32 zero tensor shaped like ``like`` (NumPy-allocated on CPU: no 4 KiB page-fault storm)."""
+    if like.device.type == "cpu":
+        return torch.from_numpy(fast.prefault(np.zeros(tuple(like.shape), np.float32)))
+    return torch.zeros_like(like, dtype=torch.float32)
 
 
 def accumulate(u: torch.Tensor, v: torch.Tensor, x: torch.Tensor, momentum: float, nesterov: bool) -> None:
@@ -270,10 +294,7 @@ def sparse_or_dense_decode(payload: Payload) -> torch.Tensor:
     k = meta_int(payload, "k")
     if not 0 <= k <= d:
         raise PayloadError(f"{payload.codec} payload says {k} nonzeros in {d} elements")
-    vals, idx = codec.decode_sparse(body, d, k, coding)
-    out = torch.zeros(d, dtype=torch.float32)
-    out[torch.from_numpy(idx)] = torch.from_numpy(vals)
-    return out
+    return fast.decode_sparse(body, d, k, coding, payload.codec)
 
 
 class MomentumSGDReference:
@@ -295,3 +316,182 @@ class MomentumSGDReference:
 
     def reference_name(self) -> str:
         return "momentum-SGD update u_t = m·u_{t-1} + g_t"
+
+
+# ----------------------------------------------------------------------------- in-place compress path
+
+
+def residual_in_place(x32: torch.Tensor, state: State, t: np.float32 | None = None) -> tuple[torch.Tensor, np.ndarray | None]:
+    """``a = x + e`` in the state's residual buffer (no new tensor), as :meth:`ErrorFeedback.corrected`.
+
+    A missing residual, or one of another shape, counts as zero (``a`` is then a fresh copy of x,
+    NumPy-backed on CPU); one on another device, of another dtype, not contiguous or sharing
+    memory with ``x`` gives a fresh ``x + e``.  The caller must leave the new residual in ``a``.
+    With a float32 threshold ``t`` (CPU), the per-chunk counts of ``|a| >= t`` are computed in the
+    same pass and returned; otherwise the counts are None.
+    """
+    e = state.tensors.get(ErrorFeedback.KEY)
+    if e is None or e.shape != x32.shape:
+        if x32.device.type == "cpu":
+            a = fast.empty_f32_tensor(x32.numel()).reshape(x32.shape)
+            return a.copy_(x32), None
+        return x32.clone(), None
+    if e.device != x32.device or e.dtype != torch.float32 or not e.is_contiguous() or _overlaps(e, x32):
+        return x32 + e, None
+    if t is not None and fast.fast_cpu(e, x32):
+        return e, fast.add_count(fast.as_numpy(e).reshape(-1), fast.as_numpy(x32).reshape(-1), t)
+    return e.add_(x32), None
+
+
+class InPlaceEncoder(Compressor):
+    """Compress path shared by the sparsifiers and PowerSGD: state updated in place, decoded on demand.
+
+    Subclasses implement ``_encode_inplace(a, state, need_decoded, ef, counts) -> (body, meta,
+    decoded or None)``.  With error feedback (``ef``), ``a`` is the state's residual buffer already
+    holding ``x + e`` (:func:`residual_in_place`) and the encoder leaves the new residual
+    ``a − decoded`` in it, rounded as :meth:`ErrorFeedback.update` would; otherwise ``a`` is read
+    only (it may be the caller's tensor).  A subclass whose threshold is known before ``x + e`` is
+    formed returns it from :meth:`_ef_count_threshold`; the per-chunk counts of ``|x + e| >= t``
+    then come from the accumulation pass itself (``counts``, else None).  ``decoded`` may be None
+    when ``need_decoded`` is False, or when the payload decodes cheaply.  The contract of
+    :meth:`Compressor.compress_and_decode` is unchanged; what is saved is the fresh ``x + e``, the
+    dense decoded tensor and the ``a − decoded`` pass of the generic path (three 100 MB
+    allocations and passes at ResNet-50 size).
+    """
+
+    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
+        if not x.is_floating_point() or x.numel() == 0:
+            return super().compress_and_decode(x, state, need_decoded)
+        x32 = x.detach().float() if x.dtype != torch.float32 else x.detach()
+        ef = self.uses_error_feedback()
+        counts = None
+        if ef:
+            a, counts = residual_in_place(x32, state, self._ef_count_threshold(x32, state))
+        else:
+            a = x32
+        body, meta, decoded = self._encode_inplace(a, state, need_decoded, ef, counts)
+        if ef:
+            state.tensors[ErrorFeedback.KEY] = a
+        payload = self._payload(x, body, meta)
+        state.step += 1
+        if not need_decoded:
+            return payload, None
+        if decoded is None:
+            decoded = self._decode_float(payload)
+        return payload, decoded.reshape(x.shape).to(x.dtype)
+
+    def _encode(self, a: torch.Tensor, state: State) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
+        """The generic path's hook (``a`` read only): encode a working copy when error feedback writes it."""
+        ef = self.uses_error_feedback()
+        return self._encode_inplace(a.clone() if ef else a, state, True, ef, None)
+
+    def _ef_count_threshold(self, x32: torch.Tensor, state: State) -> np.float32 | None:
+        """The float32 threshold whose counts the error-feedback pass should compute (None: no fused count)."""
+        return None
+
+    @abstractmethod
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
+        """Encode ``a`` (the residual buffer holding x + e when ``ef``, else read only); see the class doc."""
+
+
+# ----------------------------------------------------------------------------- DGC, fast
+
+
+@dataclass
+class DGCStep:
+    """Outcome of :func:`dgc_step_fast`: the payload body and what :class:`DGCSelection` reports."""
+
+    body: np.ndarray
+    sent: int
+    decoded: torch.Tensor | None
+    threshold: float
+    count_before: int
+    exact_topk: bool
+    rounds: int
+
+
+def dgc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: float, nesterov: bool, coef: float | None, k: int,
+                   density: float, num_samples: int, stride: int, start: int, coding: str, masking: bool, want_decoded: bool) -> DGCStep:
+    """One DGC step with torch ops (any device): :func:`accumulate`, :func:`dgc_select`, zeroing, the body.
+
+    The straightforward version of :func:`dgc_step_fast` (same arguments, same result).
+    """
+    accumulate(u, v, x if coef is None else x * coef, momentum, nesterov)
+    flat = v.reshape(-1)
+    d = flat.numel()
+    sel = dgc_select(flat.abs(), k, density, num_samples, stride, start)
+    idx = sel.indices
+    vals = flat[idx]  # advanced indexing copies, so zeroing v below does not touch vals
+    decoded = dense_from_sparse(vals, idx, d) if want_decoded else None
+    flat[idx] = 0
+    if masking:
+        u.reshape(-1)[idx] = 0
+    body, _ = sparse_or_dense_body(vals, idx, None, d, coding)
+    return DGCStep(body, int(idx.numel()), decoded, sel.threshold, sel.count_before, sel.exact_topk, sel.rounds)
+
+
+def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: float, nesterov: bool, coef: float | None, k: int,
+                  density: float, num_samples: int, stride: int, start: int, coding: str, masking: bool, want_decoded: bool) -> DGCStep:
+    """One DGC step on contiguous CPU float32 tensors: momentum correction, :func:`dgc_select`, masking.
+
+    Same arithmetic and the same selection as :func:`accumulate` + :func:`dgc_select` + zeroing
+    (the tests compare them bit for bit), with these passes over the tensor: the sampled |v| is
+    computed ahead of the update (only the samples), so the update of u and v and the count of
+    ``|v| >= thr`` are one pass; each ×0.8 round is a count pass; the selection pass writes the
+    body, zeroes v at the sent positions and fills the decoded tensor when asked.  Nesterov
+    momentum updates with the torch ops (their rounding of ``v + m·u`` is the reference).
+    """
+    xn, un, vn = fast.as_numpy(x).reshape(-1), fast.as_numpy(u).reshape(-1), fast.as_numpy(v).reshape(-1)
+    d = vn.size
+    full = num_samples >= d
+    counts: np.ndarray | None = None
+    if nesterov or full:
+        if nesterov:
+            accumulate(u, v, x if coef is None else x * coef, momentum, True)
+        else:
+            fast.momentum_update_count(un, vn, xn, momentum, coef, np.float32(np.inf))
+        samples = torch.from_numpy(np.abs(vn) if full else np.abs(vn[start : start + num_samples * stride : stride]))
+    else:
+        samples = torch.from_numpy(fast.momentum_sample(un, vn, xn, momentum, coef, start, stride, num_samples))
+    top = max(1, math.ceil(samples.numel() * density))
+    thr = max(fast.kth_largest_np(samples.numpy(), min(top, samples.numel())), TINY)  # kth_largest's value
+    if nesterov or full:
+        counts = fast.count_chunks(vn, fast.f32_threshold(thr, False))
+    else:
+        counts = fast.momentum_update_count(un, vn, xn, momentum, coef, fast.f32_threshold(thr, False))
+    exact = False
+    rounds = 0
+    if not full:
+        for _ in range(DGC_MAX_ITERS):
+            count = int(counts.sum())
+            if count > k:
+                exact = count > k * DGC_UPPER
+                break
+            if count >= k * DGC_LOWER:
+                break
+            if thr <= TINY:
+                break
+            thr = max(thr * DGC_LOWER, TINY)
+            rounds += 1
+            counts = fast.count_chunks(vn, fast.f32_threshold(thr, False))
+    t = fast.f32_threshold(thr, False)
+    if exact:  # the official exact top-k among the passing entries, with torch.topk's own choice among ties
+        sel = fast.select_encode(vn, t, None, counts=counts, want_idx=True)
+        assert sel.idx is not None and sel.vals is not None
+        cval = torch.from_numpy(sel.vals)
+        pick = torch.topk(cval.abs(), k, sorted=False).indices.sort().values.numpy()
+        idx, vals = sel.idx[pick], sel.vals[pick]
+        body = fast.encode_sorted(vals, idx, d, coding)
+        decoded = fast.dense_from(idx, vals, d) if want_decoded else None
+        fast.scatter_zero(vn, idx)
+        if masking:
+            fast.scatter_zero(un, idx)
+        return DGCStep(body, k, decoded, thr, k, True, rounds)
+    sel = fast.select_encode(vn, t, coding, counts=counts, limit=k, zero_mode=fast.ZERO_SET, want_decoded=want_decoded,
+                             want_idx=masking)
+    if masking:
+        assert sel.idx is not None
+        fast.scatter_zero(un, sel.idx)
+    decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
+    return DGCStep(sel.body, sel.k, decoded, thr, sel.count, False, rounds)

@@ -41,6 +41,13 @@ scale): ``nbins·ceil(log2(L+1)) + nsel·(ceil(log2 L) + 32)`` bits.
 Biased, deterministic, stateful.  Paper claims ~40× on convolutional layers and ~200× on fully
 connected and recurrent layers (end to end, in steady state: the residue makes the selection
 sparser after the first steps).
+
+Speed: on CPU the residue buffer itself becomes G (no new tensor), one pass per bin computes
+G, gmax and the selection count while the bin is in cache, a second pass over the bins that
+select anything writes the fields and leaves the residue G − Gq in place, and the bit stream is
+packed in parallel (:mod:`gcbench.compressors._sparse_fast`).  :func:`adacomp_torch_encode` is
+the vectorised torch version (other devices, the class's ``reference``); :func:`adacomp_reference`
+is the bin-by-bin loop of the definition (the tests' oracle on small tensors).
 """
 
 from __future__ import annotations
@@ -51,9 +58,11 @@ import numpy as np
 import torch
 
 from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_str
+from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
+from gcbench.compressors._select import InPlaceEncoder
 from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 RESIDUE = "residue"
@@ -155,6 +164,75 @@ def adacomp_reference(
     return selected, gq, g32 - gq
 
 
+def adacomp_scale(gmax: torch.Tensor | np.ndarray) -> float:
+    """The sign·scale magnitude: float32 of the mean of the bin maxima, summed in float64.
+
+    NumPy's pairwise float64 sum: the same value for every thread count (``torch.mean`` splits a
+    reduction over threads above 32,768 bins, so its last bit could change with
+    ``torch.set_num_threads``; the float32 scale then differs only when that bit crosses a float32
+    rounding boundary).
+    """
+    g = gmax.detach().to("cpu", torch.float64).numpy() if isinstance(gmax, torch.Tensor) else np.asarray(gmax, np.float64)
+    return float(np.float32(float(np.sum(g)) / g.size))
+
+
+def adacomp_torch_encode(x: torch.Tensor, e: torch.Tensor, L: int, quantize: str) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    """(body, Gq, new residue) with vectorised torch ops (any device; ``x`` and ``e`` flat, unchanged)."""
+    g, sel, gmax = adacomp_select(x, e, L)
+    gq = torch.zeros_like(g)
+    sel_g = g[sel]
+    bins = sel // L
+    counts = torch.bincount(bins, minlength=gmax.numel())
+    within = to_numpy(sel - bins * L)
+    if quantize == "sign_scale":
+        scale = adacomp_scale(gmax)
+        neg = sel_g < 0
+        gq[sel] = torch.where(neg, -scale, scale)
+        stream = pack_segments([(to_numpy(counts), count_width(L)), ((within << 1) | to_numpy(neg), index_width(L) + 1)])
+        body = np.concatenate([np.array([scale], "<f4").view(np.uint8), stream])
+    else:
+        gq[sel] = sel_g
+        stream = pack_segments([(to_numpy(counts), count_width(L)), (within, index_width(L))])
+        body = np.concatenate([stream, to_numpy(sel_g).astype("<f4").view(np.uint8)])
+    return body, gq, g.sub_(gq)  # e = G − Gq (G is a fresh tensor, reuse its memory)
+
+
+def adacomp_fast_encode(x: np.ndarray, e: np.ndarray, L: int, quantize: str,
+                        want_decoded: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`adacomp_torch_encode` on flat CPU float32 arrays, ``e`` updated in place to the new residue.
+
+    Returns (body, decoded Gq or None); the body is byte-identical to the torch version's.
+    """
+    sign_mode = quantize == "sign_scale"
+    gmax, counts = fast.adacomp_select(e, x, L)  # e now holds G
+    scale = adacomp_scale(gmax) if sign_mode else 0.0
+    fields, vals, decoded = fast.adacomp_finish(e, x, L, gmax, counts, np.float32(scale), sign_mode, want_decoded)
+    nbins, nsel = counts.size, fields.size
+    cw, ew = count_width(L), index_width(L) + (1 if sign_mode else 0)
+    stream_bytes = (nbins * cw + nsel * ew + 7) // 8
+    head = 4 if sign_mode else 0
+    body = np.zeros(head + stream_bytes + (0 if sign_mode else 4 * nsel), np.uint8)
+    stream = body[head : head + stream_bytes]
+    fast.pack_into(counts, cw, stream)
+    if ew:
+        fast.pack_into(fields, ew, stream, nbins * cw)
+    if sign_mode:
+        body[:4] = np.array([scale], "<f4").view(np.uint8)
+    else:
+        body[head + stream_bytes :] = vals.astype("<f4").view(np.uint8)
+    return body, decoded
+
+
+def adacomp_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """The decoded Gq of :func:`adacomp_torch_encode` from the state's residue (the class's ``reference``)."""
+    flat = x32.reshape(-1)
+    L = min(comp.params["bin_size"] or default_bin_size(tuple(x32.shape)), flat.numel())
+    e = state.tensors.get(RESIDUE)
+    if e is None or e.shape != flat.shape or e.device != flat.device:
+        e = torch.zeros_like(flat)
+    return adacomp_torch_encode(flat, e, L, comp.params["quantize"])[1].reshape(x32.shape)
+
+
 @register(
     name="adacomp",
     version=1,
@@ -177,33 +255,28 @@ def adacomp_reference(
         Param("quantize", str, "sign_scale", "selected values: sign·scale (paper) or fp32 values ('none')", choices=_QUANTIZE),
     ),
 )
-class AdaComp(Compressor):
-    def _encode(self, a: torch.Tensor, state: State):
+class AdaComp(InPlaceEncoder):
+    reference = adacomp_state_reference
+
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         flat = a.reshape(-1)
         d = flat.numel()
         L = self.params["bin_size"] or default_bin_size(tuple(a.shape))
         L = min(L, d)
         mode = self.params["quantize"]
         e = state.tensors.get(RESIDUE)
-        if e is None or e.shape != flat.shape or e.device != flat.device:
-            e = torch.zeros_like(flat)
-        g, sel, gmax = adacomp_select(flat, e, L)
-        gq = torch.zeros_like(g)
-        sel_g = g[sel]
-        bins = sel // L
-        counts = torch.bincount(bins, minlength=gmax.numel())
-        within = to_numpy(sel - bins * L)
-        if mode == "sign_scale":
-            scale = float(np.float32(float(gmax.double().mean())))
-            neg = sel_g < 0
-            gq[sel] = torch.where(neg, -scale, scale)
-            stream = pack_segments([(to_numpy(counts), count_width(L)), ((within << 1) | to_numpy(neg), index_width(L) + 1)])
-            body = np.concatenate([np.array([scale], "<f4").view(np.uint8), stream])
-        else:
-            gq[sel] = sel_g
-            stream = pack_segments([(to_numpy(counts), count_width(L)), (within, index_width(L))])
-            body = np.concatenate([stream, to_numpy(sel_g).astype("<f4").view(np.uint8)])
-        state.tensors[RESIDUE] = g.sub_(gq)  # e = G − Gq (G is a fresh tensor, reuse its memory)
+        usable = e is not None and e.shape == flat.shape and e.device == flat.device and e.dtype == torch.float32 and e.is_contiguous()
+        x = flat.contiguous()
+        if fast.fast_cpu(x):
+            if not usable:
+                e = torch.from_numpy(fast.zeros_f32(d))
+            assert e is not None
+            body, decoded = adacomp_fast_encode(fast.as_numpy(x), fast.as_numpy(e), L, mode, need_decoded)
+            state.tensors[RESIDUE] = e  # updated in place: the new residue
+            return body, {"L": L, "q": mode}, (torch.from_numpy(decoded) if decoded is not None else None)
+        body, gq, residue = adacomp_torch_encode(x, e if usable and e is not None else torch.zeros_like(x), L, mode)
+        state.tensors[RESIDUE] = residue
         return body, {"L": L, "q": mode}, gq
 
     def _decode(self, payload: Payload) -> torch.Tensor:
@@ -217,8 +290,8 @@ class AdaComp(Compressor):
         head = 4 if mode == "sign_scale" else 0  # the scale leads in sign_scale mode
         if len(body) < head + (nbins * cw + 7) // 8:
             raise PayloadError("adacomp body is truncated")
-        bits = np.unpackbits(body[head:], bitorder="little")
-        counts, pos = unpack_segment(bits, 0, nbins, cw)
+        stream = body[head:]
+        counts = fast.read_fixed(stream, cw, nbins)
         if counts.size and (counts.max() > L or counts[-1] > d - (nbins - 1) * L):
             raise PayloadError("adacomp body has a bin count larger than its bin")
         nsel = int(counts.sum())
@@ -227,16 +300,11 @@ class AdaComp(Compressor):
         tail = 0 if mode == "sign_scale" else 4 * nsel  # fp32 values follow the stream in 'none' mode
         if len(body) != head + stream_bytes + tail:
             raise PayloadError(f"adacomp body has {len(body)} bytes, expected {head + stream_bytes + tail}")
-        fields, _ = unpack_segment(bits, pos, nsel, elem_w)
-        within = fields >> 1 if mode == "sign_scale" else fields
-        idx = np.repeat(np.arange(nbins, dtype=np.int64) * L, counts) + within
-        if nsel and (within.max() >= L or idx.max() >= d):
-            raise PayloadError("adacomp body has an index outside its bin")
+        fields = fast.read_fixed(stream[:stream_bytes], elem_w, nsel, nbins * cw) if elem_w else np.zeros(nsel, np.int64)
         if mode == "sign_scale":
             scale = float(body[:4].view("<f4")[0])
-            vals = np.where(fields & 1, -scale, scale).astype(np.float32)
+            vals = np.zeros(0, np.float32)
         else:
-            vals = body[stream_bytes:].view("<f4").astype(np.float32)
-        out = torch.zeros(d, dtype=torch.float32)
-        out[torch.from_numpy(idx)] = torch.from_numpy(vals)
-        return out
+            scale = 0.0
+            vals = np.ascontiguousarray(body[head + stream_bytes :]).view("<f4").astype(np.float32)
+        return fast.adacomp_scatter(fields, counts, L, mode == "sign_scale", scale, vals, d)

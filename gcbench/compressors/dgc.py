@@ -49,7 +49,14 @@ Choices made here (and why):
   nnz·(32 + ceil(log2 d)), rounded up to bytes.
 
 :func:`dgc_reference` is the straightforward version (exact ``torch.topk`` selection), used by the
-tests to check the sampled fast path.
+tests to check the sampled path and by ``gcbench bench`` as the class's ``reference``.
+
+Speed: on CPU a step is :func:`gcbench.compressors._select.dgc_step_fast` — the sampled |v| is
+computed ahead of the momentum update, so updating u and v and counting ``|v| >= thr`` is one
+pass; one more pass writes the body, zeroes v at the sent positions and (only when asked) fills
+the decoded tensor; masking u touches the k sent positions.  It makes exactly the selection of
+the torch path (:func:`gcbench.compressors._select.dgc_select`, kept for other devices); the
+tests compare the two bit for bit.
 """
 
 from __future__ import annotations
@@ -57,23 +64,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from gcbench.compressor import Compressor, State
-from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of
+from gcbench.compressors import _sparse_fast as fast
+from gcbench.compressors._common import coding_param, density_param, k_of
 from gcbench.compressors._select import (
+    InPlaceEncoder,
     MomentumSGDReference,
-    accumulate,
+    clip_coef,
     clip_local,
     dense_momentum_update,
     dgc_sample_plan,
-    dgc_select,
+    dgc_step_fast,
+    dgc_step_torch,
     momentum_buffers,
     sparse_or_dense_body,
     sparse_or_dense_decode,
 )
 from gcbench.errors import ParamError
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 WARMUP_STAGES = 4  # the paper's 75%, 93.75%, 98.4375%, 99.6% sparsity, one stage each
@@ -131,6 +142,14 @@ def dgc_reference(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, step: int,
     return out.reshape(x.shape), u, v
 
 
+def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """:func:`dgc_reference` from ``state``'s momentum and velocity (the class's ``reference``; state untouched)."""
+    zero = torch.zeros(x32.shape, dtype=torch.float32, device=x32.device)
+    u = state.tensors.get("momentum", zero)
+    v = state.tensors.get("velocity", zero)
+    return dgc_reference(x32, u if u.shape == x32.shape else zero, v if v.shape == x32.shape else zero, state.step, comp.params)[0]
+
+
 @register(
     name="dgc",
     version=1,
@@ -155,8 +174,10 @@ def dgc_reference(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, step: int,
         coding_param("fixed", with_paper=True),
     ),
 )
-class DGC(MomentumSGDReference, Compressor):
+class DGC(MomentumSGDReference, InPlaceEncoder):
     """DGC with the official sampled threshold; state: momentum ``u`` and velocity ``v``."""
+
+    reference = dgc_state_reference
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -170,32 +191,26 @@ class DGC(MomentumSGDReference, Compressor):
         """The scheduled density at ``step`` (warm-up stages, then ``density``)."""
         return scheduled_density(step, self.params["density"], warmup_period(self.params))
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         p = self.params
         m, nesterov = p["momentum"], p["nesterov"]
-        x = clip_local(a, p["clip_norm"], p["workers"])
         density = self.density_at(state.step)
         d = a.numel()
         if a.dim() < p["min_dims"] or density >= 1.0:
             u, _ = momentum_buffers(state, a, velocity=False)
-            out = dense_momentum_update(u, x, m, nesterov)
+            out = dense_momentum_update(u, clip_local(a, p["clip_norm"], p["workers"]), m, nesterov)
             body, meta = sparse_or_dense_body(None, None, out, d, p["index_coding"])
             return body, meta, out
         u, v = momentum_buffers(state, a, velocity=True)
-        accumulate(u, v, x, m, nesterov)
-        flat = v.reshape(-1)
         k = k_of(density, d)
         num_samples, stride = dgc_sample_plan(d, density, p["sample_ratio"])
         start = int(state.rng.integers(0, stride)) if num_samples < d else 0
-        sel = dgc_select(flat.abs(), k, density, num_samples, stride, start)
-        idx = sel.indices
-        vals = flat[idx]  # advanced indexing copies, so zeroing v below does not touch vals
-        decoded = dense_from_sparse(vals, idx, d)
-        flat[idx] = 0
-        if p["masking"]:
-            u.reshape(-1)[idx] = 0
-        body, meta = sparse_or_dense_body(vals, idx, None, d, p["index_coding"])
-        return body, meta, decoded
+        x = a.contiguous()
+        coef = clip_coef(x, p["clip_norm"], p["workers"])
+        step_fn = dgc_step_fast if fast.fast_cpu(x, u, v) else dgc_step_torch
+        step = step_fn(x, u, v, m, nesterov, coef, k, density, num_samples, stride, start, p["index_coding"], p["masking"], need_decoded)
+        return step.body, {"k": step.sent, "coding": p["index_coding"]}, step.decoded
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         return sparse_or_dense_decode(payload)

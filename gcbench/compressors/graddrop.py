@@ -42,21 +42,29 @@ Choices made here (and why):
 
 Biased; with error feedback the sum of what is sent tracks the sum of gradients
 (Σ decoded = Σ x − e_T).
+
+Speed: ``x + e`` is formed in the residual buffer itself, and on CPU the selection is
+:func:`gcbench.compressors._sparse_fast.select_encode` — a count pass and one pass that writes
+the body, leaves the residual in place and fills the decoded tensor only when asked.
+:func:`graddrop_reference_encode` is the plain torch version (the tests compare bodies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from gcbench import codec
 from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_str
+from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, to_numpy
-from gcbench.compressors._select import above, lower_quantile, strided_sample
+from gcbench.compressors._select import InPlaceEncoder, above, lower_quantile, strided_sample
 from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 QUANTIZE = ("none", "1bit", "2bit")
@@ -98,6 +106,65 @@ def quantize_survivors(vals: torch.Tensor, mode: str, scale: str) -> tuple[torch
     return codes, scales, sign * scales[high.to(torch.int64)]
 
 
+def quantized_body(codes: np.ndarray, scales: np.ndarray, idx: np.ndarray, d: int, mode: str, coding: str) -> np.ndarray:
+    """The body of quantized survivors: fp32 scales, packed codes, then the index coding."""
+    return np.concatenate([
+        np.ascontiguousarray(scales, dtype=np.float32).astype("<f4").view(np.uint8),
+        codec.pack_bits(codes, _CODE_BITS[mode]),
+        fast.encode_indices(idx, d, coding),
+    ])
+
+
+def _layer_threshold(flat: torch.Tensor, params: Mapping[str, Any], res: torch.Tensor | None = None) -> float:
+    """The tensor's own threshold, of ``flat + res`` (``res`` None: of ``flat``), as :func:`graddrop_threshold`.
+
+    On CPU the strided sample and its order statistic are NumPy operations on the calling thread
+    (the same sample, the same value as the torch route).
+    """
+    d = flat.numel()
+    if fast.fast_cpu(flat) and (res is None or fast.fast_cpu(res)) and d:
+        m = min(int(params["sample_size"]), d)
+        stride = d // m
+        sample = fast.as_numpy(flat)[: m * stride : stride]
+        if res is not None:
+            sample = sample + fast.as_numpy(res)[: m * stride : stride]
+        pos = math.floor(round(params["drop_ratio"] * (m - 1), 9))  # lower_quantile's rank
+        return float(np.partition(np.abs(sample), pos)[pos])
+    return graddrop_threshold([_corrected_gather(flat, res)], [d], params["drop_ratio"], params["sample_size"])
+
+
+def graddrop_reference_encode(comp: Compressor, x32: torch.Tensor, state: State,
+                              threshold: float | None = None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
+    """(body, header, decoded) the plain torch way: ``a = x + e``, keep ``|a| > T``, quantize (state untouched).
+
+    ``threshold`` is the group's global threshold; None uses the tensor's own (layer scope, or a
+    single ``compress``).
+    """
+    p = comp.params
+    a = ErrorFeedback.corrected(x32, state)
+    flat = a.reshape(-1)
+    d = flat.numel()
+    if threshold is None:  # the torch route of the strided-sample quantile (the fast path reads it with NumPy)
+        threshold = graddrop_threshold([lambda pos: flat[pos.to(flat.device)]], [d], p["drop_ratio"], p["sample_size"])
+    idx = above(flat, threshold)
+    vals = flat[idx]
+    mode, coding = p["quantize"], p["index_coding"]
+    meta: dict[str, MetaValue] = {"k": int(idx.numel()), "coding": coding, "q": mode}
+    if idx.numel() == 0:
+        return np.zeros(0, np.uint8), meta, torch.zeros(x32.shape, dtype=torch.float32, device=flat.device)
+    if mode == "none":
+        body = codec.encode_sparse(to_numpy(vals), to_numpy(idx), d, coding)
+        return body, meta, dense_from_sparse(vals, idx, d).reshape(x32.shape)
+    codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"])
+    body = quantized_body(to_numpy(codes), to_numpy(scales), to_numpy(idx), d, mode, coding)
+    return body, meta, dense_from_sparse(dec_vals, idx, d).reshape(x32.shape)
+
+
+def graddrop_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """The decoded tensor of :func:`graddrop_reference_encode` (the class's ``reference``)."""
+    return graddrop_reference_encode(comp, x32, state)[2]
+
+
 @register(
     name="graddrop",
     version=1,
@@ -119,8 +186,10 @@ def quantize_survivors(vals: torch.Tensor, mode: str, scale: str) -> tuple[torch
         Param("quant_scale", str, "min", "scale of quantized survivors: min kept |a| (paper) or mean", choices=("min", "mean")),
     ),
 )
-class GradDrop(Compressor):
+class GradDrop(InPlaceEncoder):
     """Gradient dropping with a sampled quantile threshold and error feedback."""
+
+    reference = graddrop_reference
 
     def compress_group(
         self, xs: Sequence[torch.Tensor], states: Sequence[State], need_decoded: bool = True
@@ -148,55 +217,76 @@ class GradDrop(Compressor):
             for st in states:
                 st.values.pop(_GROUP_THRESHOLD, None)
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _ef_count_threshold(self, x32: torch.Tensor, state: State) -> np.float32 | None:
+        """The group's threshold (left for :meth:`_encode_inplace` to take), or the layer threshold of x + e."""
+        thr = state.values.get(_GROUP_THRESHOLD)
+        if thr is None:
+            e = state.tensors.get(ErrorFeedback.KEY)
+            res = e.reshape(-1) if e is not None and e.shape == x32.shape and e.dtype == torch.float32 else None
+            thr = _layer_threshold(x32.reshape(-1), self.params, res)
+        return fast.f32_threshold(thr, strict=True)
+
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         p = self.params
         flat = a.reshape(-1)
         d = flat.numel()
         thr = state.values.pop(_GROUP_THRESHOLD, None)
         if thr is None:
-            thr = graddrop_threshold([lambda pos: flat[pos.to(flat.device)]], [d], p["drop_ratio"], p["sample_size"])
-        idx = above(flat, thr)
-        vals = flat[idx]
+            thr = _layer_threshold(flat, p)  # a = x + e: the value _ef_count_threshold found
         mode, coding = p["quantize"], p["index_coding"]
-        meta = {"k": int(idx.numel()), "coding": coding, "q": mode}
+        cpu = fast.fast_cpu(flat)
+        if cpu and mode == "none":
+            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), coding, counts=counts,
+                                     zero_mode=fast.ZERO_SUB if ef else fast.ZERO_NONE, want_decoded=need_decoded)
+            body = sel.body if sel.k else np.zeros(0, np.uint8)
+            decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
+            return body, {"k": sel.k, "coding": coding, "q": mode}, decoded
+        if cpu:
+            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), None, counts=counts, want_idx=True)
+            assert sel.idx is not None and sel.vals is not None
+            idx, vals = torch.from_numpy(sel.idx), torch.from_numpy(sel.vals)
+        else:
+            idx = above(flat, thr)
+            vals = flat[idx]
+        meta: dict[str, MetaValue] = {"k": int(idx.numel()), "coding": coding, "q": mode}
         if idx.numel() == 0:
-            return np.zeros(0, np.uint8), meta, torch.zeros(d, dtype=torch.float32, device=flat.device)
+            return np.zeros(0, np.uint8), meta, (torch.zeros(d, dtype=torch.float32, device=flat.device) if need_decoded else None)
         if mode == "none":
             body = codec.encode_sparse(to_numpy(vals), to_numpy(idx), d, coding)
-            return body, meta, dense_from_sparse(vals, idx, d)
-        codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"])
-        body = np.concatenate([
-            to_numpy(scales).astype("<f4").view(np.uint8),
-            codec.pack_bits(to_numpy(codes), _CODE_BITS[mode]),
-            codec.encode_indices(to_numpy(idx), d, coding),
-        ])
-        return body, meta, dense_from_sparse(dec_vals, idx, d)
+            dec_vals = vals
+        else:
+            codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"])
+            body = quantized_body(to_numpy(codes), to_numpy(scales), to_numpy(idx), d, mode, coding)
+        if cpu:
+            decoded = fast.dense_from(idx.numpy(), dec_vals.numpy(), d) if need_decoded else None
+            if ef:
+                fast.scatter_sub(fast.as_numpy(flat), idx.numpy(), dec_vals.numpy())  # the residual a − decoded
+            return body, meta, decoded
+        decoded = dense_from_sparse(dec_vals, idx, d) if need_decoded else None
+        if ef:
+            flat[idx] = flat[idx] - dec_vals
+        return body, meta, decoded
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
         k, coding, mode = meta_int(payload, "k"), meta_str(payload, "coding"), meta_str(payload, "q")
         if mode not in QUANTIZE or coding not in codec.INDEX_CODINGS or not 0 <= k <= d:
             raise PayloadError(f"graddrop payload header is invalid (k={k}, coding={coding!r}, q={mode!r})")
-        out = torch.zeros(d, dtype=torch.float32)
         body = body_numpy(payload)
         if k == 0:
-            return out
+            return torch.from_numpy(fast.zeros_f32(d))
         if mode == "none":
-            vals, idx = codec.decode_sparse(body, d, k, coding)
-            out[torch.from_numpy(idx)] = torch.from_numpy(vals)
-            return out
+            return fast.decode_sparse(body, d, k, coding, payload.codec)
         ns, width = _SCALES[mode], _CODE_BITS[mode]
         nc = codec.packed_nbytes(k, width)
         if len(body) < 4 * ns + nc:
             raise PayloadError("graddrop quantized body is truncated")
         scales = torch.from_numpy(body[: 4 * ns].view("<f4").astype(np.float32))
         codes = torch.from_numpy(codec.unpack_bits(body[4 * ns : 4 * ns + nc], width, k))
-        idx, _ = codec.decode_indices(body[4 * ns + nc :], d, k, coding)
-        if idx.size and (idx.min() < 0 or idx.max() >= d):
-            raise PayloadError("graddrop body has an index outside the tensor")
+        idx = fast.decode_indices(body[4 * ns + nc :], d, k, coding, payload.codec)
         sign = torch.where((codes & 1).bool(), -1.0, 1.0)
-        out[torch.from_numpy(idx)] = sign * scales[codes >> 1]
-        return out
+        return fast.dense_from(idx, (sign * scales[codes >> 1]).numpy(), d)
 
 
 def _corrected_gather(flat: torch.Tensor, res: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -36,6 +36,14 @@ Two registered compressors share this module:
 
 The dithering helpers are shared with ``topk_dither`` (Beznosikov et al. 2020), which dithers the
 top-k values.  Each fast function has a plain per-element ``*_reference`` twin used by the tests.
+
+Random numbers and speed: each compression draws one 64-bit key from the state's generator, and
+element i uses the i-th counter-based uniform of that key (SplitMix64 on the 2^-24 grid,
+:mod:`gcbench.kernels`).  On CPU one numba pass draws, rounds and writes the body (natural
+dithering first takes the norm in a read-only pass); the vectorised torch functions below are
+the compressors' ``reference`` and the path on other devices, and draw the same uniforms, so
+both paths produce the same bytes.  Version 2 of both compressors: the uniforms come from this
+generator (version 1 drew them from the state's PCG64).
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ import math
 import numpy as np
 import torch
 
-from gcbench import codec
+from gcbench import codec, kernels
 from gcbench.compressor import Compressor, State, body_numpy, meta_int
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
@@ -110,9 +118,22 @@ def natural_reference(a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.float32)
 
 
+def natural_torch(a: torch.Tensor, seed: int) -> tuple[np.ndarray, torch.Tensor]:
+    """(body, decoded) of natural compression in plain torch with the kernels' uniforms."""
+    code, neg = natural_codes(a, kernels.uniforms(seed, a.numel(), a.device))
+    # 9 bits per element: d exponent bytes, then the d sign bits packed (ceil(9d/8) bytes).
+    body = np.concatenate([to_numpy(code), codec.pack_bits(to_numpy(neg), 1)])
+    return body, natural_values(code, neg)
+
+
+def natural_compress_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Decoded natural compression of ``x32`` by the vectorised torch definition (draws like ``compress``)."""
+    return natural_torch(x32, state.randint64())[1]
+
+
 @register(
     name="natural",
-    version=1,
+    version=2,
     description="natural compression: stochastic rounding to a neighbouring power of two, 9 bits/element, unbiased (ω = 1/8)",
     paper="Horváth et al. 2019, Natural Compression for Distributed Deep Learning",
     biased=False,
@@ -120,18 +141,26 @@ def natural_reference(a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     deterministic=False,
 )
 class Natural(Compressor):
+    reference = natural_compress_reference
+
     def _encode(self, a: torch.Tensor, state: State):
+        seed = state.randint64()
+        if not kernels.cpu_fast(a):
+            return natural_torch(a, seed)[0], {}, None
         d = a.numel()
-        code, neg = natural_codes(a, state.uniform(d, a.device))
-        # 9 bits per element: d exponent bytes, then the d sign bits packed (ceil(9d/8) bytes).
-        body = np.concatenate([to_numpy(code), codec.pack_bits(to_numpy(neg), 1)])
-        return body, {}, natural_values(code, neg)
+        body = np.empty(d + codec.packed_nbytes(d, 1), np.uint8)
+        kernels.natural_encode(kernels.flat_f32(a), seed, body)
+        return body, {}, None
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
         body = body_numpy(payload)
         if len(body) != d + codec.packed_nbytes(d, 1):
             raise PayloadError(f"natural body has {len(body)} bytes, expected {d + codec.packed_nbytes(d, 1)}")
+        if kernels.available():
+            out = kernels.empty(d)
+            kernels.natural_decode(body, out.numpy())
+            return out
         code = torch.from_numpy(body[:d].copy())
         neg = torch.from_numpy(codec.unpack_bits(body[d:], 1, d).astype(bool))
         return natural_values(code, neg & (code > 0))
@@ -159,6 +188,9 @@ def tensor_norm(v: torch.Tensor, p: str) -> float:
     """‖v‖_p as a float32-representable Python float (the value that is sent)."""
     if v.numel() == 0:
         return 0.0
+    if kernels.cpu_fast(v):
+        x = kernels.flat_f32(v)
+        return float(np.float32(kernels.l2norm(x) if p == "2" else kernels.absmax(x)))
     n = v.double().pow(2).sum().sqrt() if p == "2" else v.abs().max().double()
     return float(np.float32(float(n)))
 
@@ -228,9 +260,22 @@ def p_param(default: str = "2") -> Param:
     return Param("p", str, default, "norm the values are divided by: '2' or 'inf'", choices=("2", "inf"))
 
 
+def natural_dither_torch(flat: torch.Tensor, s: int, p: str, seed: int) -> tuple[np.ndarray, torch.Tensor]:
+    """(body, decoded) of natural dithering in plain torch with the kernels' uniforms."""
+    n, levels, neg = dither_encode(flat, s, p, kernels.uniforms(seed, flat.numel(), flat.device))
+    field = (levels << 1) | neg.to(torch.int64)
+    body = np.concatenate([np.array([n], "<f4").view(np.uint8), codec.pack_bits(to_numpy(field), 1 + level_bits(s))])
+    return body, dither_values(levels, neg, n, s)
+
+
+def natural_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Decoded natural dithering of ``x32`` by the vectorised torch definition (draws like ``compress``)."""
+    return natural_dither_torch(x32.reshape(-1), comp.params["s"], comp.params["p"], state.randint64())[1]
+
+
 @register(
     name="natural_dither",
-    version=1,
+    version=2,
     description="natural dithering: norm + sign + power-of-two level (s levels) per element, unbiased",
     paper="Horváth et al. 2019, Natural Compression for Distributed Deep Learning (natural dithering)",
     biased=False,
@@ -239,14 +284,21 @@ def p_param(default: str = "2") -> Param:
     params=(s_param(8), p_param("2")),
 )
 class NaturalDither(Compressor):
+    reference = natural_dither_reference
+
     def _encode(self, a: torch.Tensor, state: State):
         flat = a.reshape(-1)
-        d = flat.numel()
-        s = self.params["s"]
-        n, levels, neg = dither_encode(flat, s, self.params["p"], state.uniform(d, flat.device))
-        field = (levels << 1) | neg.to(torch.int64)
-        body = np.concatenate([np.array([n], "<f4").view(np.uint8), codec.pack_bits(to_numpy(field), 1 + level_bits(s))])
-        return body, {"s": s}, dither_values(levels, neg, n, s)
+        s, p = self.params["s"], self.params["p"]
+        seed = state.randint64()
+        if not kernels.cpu_fast(flat):
+            return natural_dither_torch(flat, s, p, seed)[0], {"s": s}, None
+        x = kernels.flat_f32(flat)
+        n = tensor_norm(flat, p)
+        w = 1 + level_bits(s)
+        body = np.empty(4 + codec.packed_nbytes(x.size, w), np.uint8)
+        body[:4] = np.array([n], "<f4").view(np.uint8)
+        kernels.dither_pack(x, n, s, seed, w, body[4:])
+        return body, {"s": s}, None
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
@@ -258,6 +310,11 @@ class NaturalDither(Compressor):
         if len(body) != 4 + codec.packed_nbytes(d, w):
             raise PayloadError(f"natural_dither body has {len(body)} bytes, expected {4 + codec.packed_nbytes(d, w)}")
         n = float(body[:4].view("<f4")[0])
+        if kernels.available():
+            out = kernels.empty(d)
+            if kernels.dither_decode(body[4:], w, s, n, out.numpy()) > s:
+                raise PayloadError("natural_dither body has a level index above s")
+            return out
         field = torch.from_numpy(codec.unpack_bits(body[4:], w, d))
         levels = field >> 1
         if d and int(levels.max()) > s:

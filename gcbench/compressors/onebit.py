@@ -10,6 +10,13 @@ stays on the worker (mandatory error feedback).  Bits: d + 64·(number of column
 
 The two-leg multi-worker aggregation of the paper (stripe owners re-quantize the summed stripe
 with an owner-side residual) is :meth:`OneBitSGD.exchange`.
+
+Fast path (CPU, :func:`gcbench.kernels.onebit_step`): :meth:`OneBitSGD.compress_and_decode`
+runs error feedback in two fused passes over the residual buffer, updated in place — pass 1
+forms a = x + e and the per-group float64 sums, pass 2 writes the sign bits and
+e = a − decoded — instead of the base class's x + e, encode, decode and subtraction.  The
+straightforward definition (:func:`onebit_reference`, a loop over the columns) is the class's
+``reference``; the vectorised torch ``_encode`` serves other devices.
 """
 
 from __future__ import annotations
@@ -19,8 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gcbench import codec
-from gcbench.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy, meta_str
+from gcbench import codec, kernels
+from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_str
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
@@ -71,6 +78,34 @@ def onebit_reference(a: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def onebit_step_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """One error-feedback step with the column loop of :func:`onebit_reference` (bench/tests)."""
+    g = comp.params["granularity"]
+    shape = tuple(x32.shape)
+    a = ErrorFeedback.corrected(x32, state)
+    decoded = _from_matrix(onebit_reference(_matrix(a, shape, g)), g, shape)
+    state.tensors[ErrorFeedback.KEY] = (a.reshape(-1) - decoded).reshape(x32.shape)
+    state.step += 1
+    return decoded
+
+
+def _ngroups(shape: tuple[int, ...], granularity: str) -> int:
+    """Columns of the view :func:`_matrix` makes: the number of (mu0, mu1) pairs sent."""
+    d = int(np.prod(shape)) if shape else 1
+    if granularity == "tensor" or len(shape) <= 1:
+        return 1
+    return shape[0] if granularity == "row" else d // shape[0]
+
+
+def _layout(shape: tuple[int, ...], granularity: str) -> tuple[int, bool]:
+    """(columns of the row-major flat tensor, whether groups are its rows) for the kernels."""
+    d = int(np.prod(shape)) if shape else 1
+    if granularity == "tensor" or len(shape) <= 1:
+        return d, True  # one group: one row
+    cols = d // shape[0]
+    return cols, granularity == "row"
+
+
 @register(
     name="onebit",
     version=1,
@@ -91,6 +126,26 @@ def onebit_reference(a: torch.Tensor) -> torch.Tensor:
     ),
 )
 class OneBitSGD(Compressor):
+    reference = onebit_step_reference
+
+    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
+        """The base contract, with a = x + e, the bits, the means and the new residual fused on CPU."""
+        if not kernels.fused_ef_ok(x):
+            return super().compress_and_decode(x, state, need_decoded)
+        g = self.params["granularity"]
+        shape = tuple(x.shape)
+        d = x.numel()
+        cols, by_row = _layout(shape, g)
+        ncols = _ngroups(shape, g)
+        nb = (d + 7) // 8
+        body = np.empty(nb + 8 * ncols, np.uint8)
+        e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
+        mu0, mu1 = kernels.onebit_step(kernels.flat_f32(x), e.reshape(-1).numpy(), has_e, cols, by_row, body[:nb])
+        body[nb:] = np.stack([mu0, mu1], 1).reshape(-1).astype("<f4").view(np.uint8)
+        payload = self._payload(x, body, {"g": g})
+        state.step += 1
+        return payload, (self.decompress(payload) if need_decoded else None)
+
     def _encode(self, a: torch.Tensor, state: State):
         g = self.params["granularity"]
         shape = tuple(a.shape)
@@ -108,16 +163,22 @@ class OneBitSGD(Compressor):
             raise PayloadError(f"onebit payload has unknown granularity {g!r}")
         shape = payload.shape
         d = payload.numel
-        rows_cols = _matrix(torch.empty(d), shape, g).shape
-        ncols = rows_cols[1]
+        ncols = _ngroups(shape, g)
         body = body_numpy(payload)
         nb = (d + 7) // 8
         if len(body) != nb + 8 * ncols:
             raise PayloadError(f"onebit body has {len(body)} bytes, expected {nb + 8 * ncols}")
+        means = body[nb:].view("<f4").astype(np.float32).reshape(ncols, 2)
+        if kernels.available():
+            cols, by_row = _layout(shape, g)
+            out = kernels.empty(d)
+            mu0, mu1 = np.ascontiguousarray(means[:, 0]), np.ascontiguousarray(means[:, 1])
+            kernels.onebit_decode(body[:nb], cols, by_row, mu0, mu1, out.numpy())
+            return out
         bits = np.unpackbits(body[:nb], count=d, bitorder="little").astype(bool)
-        means = torch.from_numpy(body[nb:].view("<f4").astype(np.float32)).reshape(ncols, 2)
+        mt = torch.from_numpy(means)
         pos = _matrix(torch.from_numpy(bits), shape, g)
-        return _from_matrix(torch.where(pos, means[:, 1], means[:, 0]), g, shape)
+        return _from_matrix(torch.where(pos, mt[:, 1], mt[:, 0]), g, shape)
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
         """The paper's two-leg aggregation (reduce-scatter of 1-bit stripes, then 1-bit all-gather).

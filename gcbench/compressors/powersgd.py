@@ -36,19 +36,38 @@ Choices, each checked against the references:
   averaged exactly and keep a zero residual.  In single-worker ``compress`` both coincide.
 * ``start_powerSGD_iter`` (the hook's dense warm-up) and ``min_compression_rate`` are not
   modelled: the benchmark compresses every step, and the dense rule is the break-even one above.
+
+Arithmetic (version 2).  The three products accumulate in float64 and round once to float32
+where a float32 result is kept: ``P = M Q`` (float64, orthonormalised in float64, P̂ sent as
+float32), ``Q = Mᵀ P̂`` (float64 sums over fixed blocks of rows, added in a fixed order), and
+the decoded ``P̂ Qᵀ``, each element ``float32(Σ_l P̂_il·Q_jl)`` summed in l order (products of
+two float32 are exact in float64) — the same function on the sender (for the residual) and on the
+receiver, so ``x + e_old = decoded + e_new`` holds to float32 rounding of one subtraction.
+Version 1 used float32 BLAS (``M @ Q``, ``M.t() @ P̂``, ``P̂ @ Q.t()``); the transposed product
+``M.t() @ P̂`` alone took 6× a ``P̂.t() @ M`` of the same data here, and BLAS's summation order
+(hence the last bits) changes with the matrix shape and the library.  On CPU the products are
+numba kernels over fixed row blocks, so results do not depend on the thread count; the residual
+``e = a − P̂ Qᵀ`` is formed in place in the error-feedback buffer, and the decoded tensor only when
+the caller wants it.  Other devices use torch float64 ops in the same order (same values up to
+the float64 summation order of ``M Q`` and ``Mᵀ P̂``).  :func:`powersgd_step_reference` is the
+straightforward float32 version (version 1's arithmetic), the class's ``reference``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int
+from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
+from gcbench.compressors._select import InPlaceEncoder
+from gcbench.compressors._sparse_fast import njit
 from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 Q_KEY = "q"  # warm-start factor (cols × r), float32
@@ -93,15 +112,175 @@ def orthonormalize_reference(p: torch.Tensor) -> torch.Tensor:
     return torch.linalg.qr(p.double()).Q.to(p.dtype)
 
 
+# ----------------------------------------------------------------------------- products (version 2 arithmetic)
+
+ROW_BLOCK = 64  # rows per work item of the row kernels
+_KERNEL = dict(nogil=True, cache=True)
+
+
+@njit(**_KERNEL)
+def _dot4(u, v):  # pragma: no cover - numba
+    """Σ u_j·v_j in float64 with four interleaved partial sums, added as (s0 + s1) + (s2 + s3)."""
+    n = u.size
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        s0 += np.float64(u[j]) * np.float64(v[j])
+        s1 += np.float64(u[j + 1]) * np.float64(v[j + 1])
+        s2 += np.float64(u[j + 2]) * np.float64(v[j + 2])
+        s3 += np.float64(u[j + 3]) * np.float64(v[j + 3])
+        j += 4
+    while j < n:
+        s0 += np.float64(u[j]) * np.float64(v[j])
+        j += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(**_KERNEL)
+def _mul_q_kernel(b0, b1, m, qt, out):  # pragma: no cover - numba
+    """out[i, k] = Σ_j m[i, j]·q[j, k] (float64) for the rows of blocks b0..b1; ``qt`` is Qᵀ."""
+    rows = m.shape[0]
+    r = qt.shape[0]
+    for b in range(b0, b1):
+        for i in range(b * ROW_BLOCK, min((b + 1) * ROW_BLOCK, rows)):
+            row = m[i]
+            for k_ in range(r):
+                out[i, k_] = _dot4(row, qt[k_])
+
+
+@njit(**_KERNEL)
+def _mul_t_kernel(c0, c1, m, p, per, parts):  # pragma: no cover - numba
+    """parts[c, k, j] = Σ_{i in part c} m[i, j]·p[i, k] (float64); part c holds rows [c·per, (c+1)·per)."""
+    rows, cols = m.shape
+    r = p.shape[1]
+    for c in range(c0, c1):
+        acc = parts[c]
+        for i in range(c * per, min((c + 1) * per, rows)):
+            row = m[i]
+            for k_ in range(r):
+                pil = np.float64(p[i, k_])
+                a = acc[k_]
+                for j in range(cols):
+                    a[j] += np.float64(row[j]) * pil
+
+
+@njit(**_KERNEL)
+def _recon_row(p_row, qt, tmp):  # pragma: no cover - numba
+    """tmp[j] = Σ_k p_row[k]·q[j, k] in float64, summed in k order (products of float32 are exact)."""
+    r = qt.shape[0]
+    cols = tmp.size
+    p0 = np.float64(p_row[0])
+    q0 = qt[0]
+    for j in range(cols):
+        tmp[j] = p0 * np.float64(q0[j])
+    for k_ in range(1, r):
+        pl = np.float64(p_row[k_])
+        ql = qt[k_]
+        for j in range(cols):
+            tmp[j] += pl * np.float64(ql[j])
+
+
+@njit(**_KERNEL)
+def _recon_kernel(b0, b1, p, qt, out, subtract):  # pragma: no cover - numba
+    """Rows of blocks b0..b1: out = float32(P̂ Qᵀ), or out -= float32(P̂ Qᵀ) when ``subtract``."""
+    rows, cols = out.shape
+    tmp = np.empty(cols, np.float64)
+    for b in range(b0, b1):
+        for i in range(b * ROW_BLOCK, min((b + 1) * ROW_BLOCK, rows)):
+            _recon_row(p[i], qt, tmp)
+            o = out[i]
+            if subtract:
+                for j in range(cols):
+                    o[j] = o[j] - np.float32(tmp[j])
+            else:
+                for j in range(cols):
+                    o[j] = np.float32(tmp[j])
+
+
+def _row_blocks(rows: int) -> int:
+    return max(1, -(-rows // ROW_BLOCK))
+
+
+def _parts(rows: int, cols: int, r: int) -> tuple[int, int]:
+    """(rows per part, parts) of the Mᵀ P̂ sums: a fixed split of at most 32 parts (thread-count independent)."""
+    per = max(16, -(-rows // 32))
+    return per, -(-rows // per)
+
+
+def _cpu(*ts: torch.Tensor) -> bool:
+    return fast.fast_cpu(*ts)
+
+
+def left_factor(m: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """P = M Q in float64 (rows × r) for float32 ``m`` (rows × cols) and ``q`` (cols × r)."""
+    if _cpu(m) and m.numel() >= fast.SERIAL_BELOW // 4:
+        qt = np.ascontiguousarray(q.detach().cpu().numpy().T, dtype=np.float32)
+        out = np.empty((m.shape[0], q.shape[1]), np.float64)
+        fast.run_chunks(_mul_q_kernel, _row_blocks(m.shape[0]), m.numel(), fast.as_numpy(m), qt, out)
+        return torch.from_numpy(out)
+    return m.double() @ q.to(m.device).double()
+
+
+def right_factor(m: torch.Tensor, p_hat: torch.Tensor) -> torch.Tensor:
+    """Q = Mᵀ P̂ as float32 (cols × r): float64 sums over fixed parts of rows, added part by part."""
+    rows, cols = m.shape
+    r = p_hat.shape[1]
+    if _cpu(m) and m.numel() >= fast.SERIAL_BELOW // 4:
+        per, nparts = _parts(rows, cols, r)
+        parts = np.zeros((nparts, r, cols), np.float64)
+        fast.run_chunks(_mul_t_kernel, nparts, m.numel(), fast.as_numpy(m), np.ascontiguousarray(p_hat.cpu().numpy(), np.float32),
+                        per, parts)
+        total = parts[0].copy()
+        for c in range(1, nparts):  # a fixed order: the same bits for every thread count
+            total += parts[c]
+        return torch.from_numpy(np.ascontiguousarray(total.T.astype(np.float32)))
+    return (p_hat.double().t() @ m.double()).t().float().contiguous()
+
+
 def reconstruct(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """P Qᵀ from contiguous float32 factors (the same call on both sides of the wire)."""
-    return torch.matmul(p.contiguous(), q.contiguous().t())
+    """P Qᵀ as float32, each element float32(Σ_l p_il·q_jl) summed in float64 in l order (both sides of the wire)."""
+    rows = p.shape[0]
+    cols = q.shape[0]
+    if p.device.type == "cpu" and q.device.type == "cpu" and fast.HAVE_NUMBA:
+        out = np.empty((rows, cols), np.float32)
+        if out.size:
+            fast.run_chunks(_recon_kernel, _row_blocks(rows), out.size, np.ascontiguousarray(p.numpy(), np.float32),
+                            np.ascontiguousarray(q.numpy().T, np.float32), out, False)
+        return torch.from_numpy(out)
+    return _reconstruct_torch(p, q)
+
+
+def _reconstruct_torch(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    pd, qd = p.double(), q.double()
+    acc = pd[:, 0:1] * qd[:, 0]
+    for k_ in range(1, p.shape[1]):
+        acc += pd[:, k_ : k_ + 1] * qd[:, k_]
+    return acc.float()
+
+
+def subtract_reconstruction(m: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> None:
+    """``m -= reconstruct(p, q)`` in place, without forming the product."""
+    if _cpu(m) and p.device.type == "cpu" and m.is_contiguous():
+        fast.run_chunks(_recon_kernel, _row_blocks(m.shape[0]), m.numel(), np.ascontiguousarray(p.numpy(), np.float32),
+                        np.ascontiguousarray(q.numpy().T, np.float32), fast.as_numpy(m), True)
+    else:
+        m.sub_(reconstruct(p, q).to(m.device))
 
 
 def power_step(m: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One power iteration: (P̂ = orthonormalise(M Q), Q_new = Mᵀ P̂), float32, contiguous."""
+    p_hat = orthonormalize(left_factor(m, q)).float().contiguous()
+    return p_hat, right_factor(m, p_hat)
+
+
+def powersgd_step_reference(m: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(P̂, Q_new, decoded) with float32 torch products (version 1's arithmetic): the straightforward step."""
     p_hat = orthonormalize(m @ q).contiguous()
-    return p_hat, (m.t() @ p_hat).contiguous()
+    q_new = (m.t() @ p_hat).contiguous()
+    return p_hat, q_new, p_hat @ q_new.t()
 
 
 def powersgd_reference(m: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -126,9 +305,27 @@ def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[in
     return [(sent[w], sent[(w - 1) % n]) for w in range(n)]
 
 
+def powersgd_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Decoded ``x + e`` by :func:`powersgd_step_reference` from the state's warm start (the class's ``reference``).
+
+    The state is not changed (a first Q is drawn from a copy of its generator); vectors and small
+    matrices are sent dense, as by the compressor.
+    """
+    a = ErrorFeedback.corrected(x32, state)
+    shape = tuple(a.shape)
+    r = comp.params["rank"]
+    if not is_low_rank(shape, r):
+        return a.clone()
+    rows, cols = matrix_shape(shape)
+    q = state.tensors.get(Q_KEY)
+    if q is None or tuple(q.shape) != (cols, r):
+        q = torch.from_numpy(copy.deepcopy(state.rng).standard_normal((cols, r), dtype=np.float32))
+    return powersgd_step_reference(a.reshape(rows, cols), q.to(a.device))[2].reshape(shape)
+
+
 @register(
     name="powersgd",
-    version=1,
+    version=2,
     description="rank-r P Qᵀ by one warm-started power iteration, factors in fp32, error feedback; vectors dense",
     paper="Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed Optimization",
     biased=True,
@@ -147,7 +344,9 @@ def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[in
         ),
     ),
 )
-class PowerSGD(Compressor):
+class PowerSGD(InPlaceEncoder):
+    reference = powersgd_state_reference
+
     def _start_q(self, state: State, cols: int, r: int, device: torch.device) -> torch.Tensor:
         """The warm-start Q from the state, or a standard normal draw from the state's generator."""
         q = state.tensors.get(Q_KEY)
@@ -155,18 +354,31 @@ class PowerSGD(Compressor):
             q = torch.from_numpy(state.rng.standard_normal((cols, r), dtype=np.float32))
         return q.to(device)
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         shape = tuple(a.shape)
         r = self.params["rank"]
         if not is_low_rank(shape, r):
             flat = a.reshape(-1)
-            return to_numpy(flat).astype("<f4").view(np.uint8), {"r": 0}, flat.clone()
+            body = to_numpy(flat).astype("<f4").view(np.uint8)
+            decoded = flat.clone() if need_decoded else None
+            if ef:
+                a.sub_(a)  # the residual a − decoded: sent exactly (NaN where a is ±inf or NaN, as a − a)
+            return body, {"r": 0}, decoded
         rows, cols = matrix_shape(shape)
         m = a.reshape(rows, cols)
+        if not m.is_contiguous():
+            m = m.contiguous()
         p_hat, q_new = power_step(m, self._start_q(state, cols, r, a.device))
         state.tensors[Q_KEY] = q_new
         body = np.concatenate([to_numpy(p_hat).astype("<f4").view(np.uint8), to_numpy(q_new).astype("<f4").view(np.uint8)])
-        return body, {"r": r}, reconstruct(p_hat, q_new).reshape(-1)
+        decoded = reconstruct(p_hat, q_new).reshape(-1) if need_decoded else None
+        if ef:  # e = a − P̂ Qᵀ in place, with the receiver's rounding of P̂ Qᵀ
+            if decoded is not None:
+                a.sub_(decoded.to(a.device).reshape(shape))
+            else:
+                subtract_reconstruction(a.reshape(rows, cols), p_hat, q_new)
+        return body, {"r": r}, decoded
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         r = meta_int(payload, "r")
@@ -219,9 +431,9 @@ class PowerSGD(Compressor):
         rows, cols = matrix_shape(shape)
         mats = [m.reshape(rows, cols) for m in ms]
         q0 = self._start_q(states[0], cols, r, mats[0].device)
-        p_mean = torch.stack([m @ q0 for m in mats]).mean(0)
-        p_hat = orthonormalize(p_mean).contiguous()
-        q_ws = [(m.t() @ p_hat).contiguous() for m in mats]
+        p_mean = torch.stack([left_factor(m.contiguous(), q0) for m in mats]).mean(0)
+        p_hat = orthonormalize(p_mean).float().contiguous()
+        q_ws = [right_factor(m.contiguous(), p_hat) for m in mats]
         q_mean = torch.stack(q_ws).mean(0).contiguous()
         agg = reconstruct(p_hat, q_mean)
         for phase, numel in (("allreduce-P", rows * r), ("allreduce-Q", cols * r)):

@@ -13,6 +13,14 @@ Encodings:
 
 Defaults are the paper's experiments (s = 16, B = 512, norm = inf).  ``min_numel`` reproduces the
 paper's choice of not quantizing tensors under 10,000 elements (they are sent as float32).
+
+Random numbers: each compression draws one 64-bit key from the state's generator; element i
+compares the i-th counter-based uniform of that key (SplitMix64, :mod:`gcbench.kernels`) with
+r − ⌊r⌋.  The CPU kernel computes each part's bucket norms while the part is in cache, then
+draws, quantizes and packs the fields in the same pass; the Elias stream is written by a numba
+bit writer.  The plain torch definition (:func:`qsgd_torch`, the class's ``reference`` and the
+path on other devices) draws the same uniforms and produces the same bytes.  Version 2: the
+uniforms come from this generator (version 1 drew them from the state's PCG64).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import math
 import numpy as np
 import torch
 
-from gcbench import codec
+from gcbench import codec, kernels
 from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_str
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
@@ -54,9 +62,45 @@ def quantize(flat: torch.Tensor, norms: torch.Tensor, s: int, bucket: int, u: to
     return (lo + (u < (r - lo)).to(r.dtype)).to(torch.int64)
 
 
+def _elias_body(norms_np: np.ndarray, nz: np.ndarray, neg: np.ndarray, levels_nz: np.ndarray) -> np.ndarray:
+    """Norms, then per nonzero level: Elias-ω(gap), sign bit, Elias-ω(level)."""
+    gaps = np.diff(nz, prepend=-1)
+    rec = np.stack([gaps, neg.astype(np.int64), levels_nz.astype(np.int64)], axis=1)
+    return np.concatenate([norms_np.astype("<f4").view(np.uint8), codec.write_records(rec, (0, 1, 0))])
+
+
+def qsgd_torch(flat: torch.Tensor, s: int, bucket: int, norm: str, enc: str, seed: int) -> tuple[np.ndarray, dict, torch.Tensor]:
+    """(body, meta, decoded) of QSGD in plain torch with the kernels' uniforms (any device)."""
+    d = flat.numel()
+    norms = bucket_norms(flat, bucket, norm)
+    levels = quantize(flat, norms, s, bucket, kernels.uniforms(seed, d, flat.device))
+    neg = flat < 0
+    norms_np = to_numpy(norms).astype("<f4")
+    if enc == "fixed":
+        field = (levels << 1) | neg.to(torch.int64)
+        body = np.concatenate([norms_np.view(np.uint8), codec.pack_bits(to_numpy(field), 1 + level_bits(s))])
+        meta = {"s": s, "B": bucket, "enc": "fixed"}
+    else:
+        nz = torch.nonzero(levels).reshape(-1)
+        body = _elias_body(norms_np, to_numpy(nz).astype(np.int64), to_numpy(neg[nz]), to_numpy(levels[nz]))
+        meta = {"s": s, "B": bucket, "enc": "elias", "nnz": int(nz.numel())}
+    n_el = norms.repeat_interleave(bucket)[:d]
+    decoded = n_el * levels.to(torch.float32) / s
+    return body, meta, torch.where(neg, -decoded, decoded)
+
+
+def qsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Decoded QSGD of ``x32`` by the plain torch definition (draws the key like ``compress``)."""
+    p = comp.params
+    flat = x32.reshape(-1)
+    if flat.numel() < p["min_numel"]:
+        return flat.clone()
+    return qsgd_torch(flat, p["s"], p["bucket"], p["norm"], p["encoding"], state.randint64())[2]
+
+
 @register(
     name="qsgd",
-    version=1,
+    version=2,
     description="stochastic quantization to s levels per bucket of B, norm 2 or inf; fixed or Elias coding",
     paper="Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
     biased=False,
@@ -71,35 +115,31 @@ def quantize(flat: torch.Tensor, norms: torch.Tensor, s: int, bucket: int, u: to
     ),
 )
 class QSGD(Compressor):
+    reference = qsgd_reference
+
     def _encode(self, a: torch.Tensor, state: State):
         flat = a.reshape(-1)
         d = flat.numel()
-        s, bucket, enc = self.params["s"], self.params["bucket"], self.params["encoding"]
+        s, bucket, enc, norm = self.params["s"], self.params["bucket"], self.params["encoding"], self.params["norm"]
         if d < self.params["min_numel"]:
-            return to_numpy(flat).astype("<f4").view(np.uint8), {"raw": 1}, flat.clone()
-        norms = bucket_norms(flat, bucket, self.params["norm"])
-        levels = quantize(flat, norms, s, bucket, state.uniform(d, flat.device))
-        neg = flat < 0
-        norms_np = to_numpy(norms).astype("<f4")
+            return to_numpy(flat).astype("<f4").view(np.uint8), {"raw": 1}, None  # astype copies: no alias of a
+        seed = state.randint64()
+        if not kernels.cpu_fast(flat):
+            return qsgd_torch(flat, s, bucket, norm, enc, seed)
+        x = kernels.flat_f32(flat)
+        nb = -(-d // bucket)
         if enc == "fixed":
-            field = (levels << 1) | neg.to(torch.int64)
-            body = np.concatenate([norms_np.view(np.uint8), codec.pack_bits(to_numpy(field), 1 + level_bits(s))])
-            meta = {"s": s, "B": bucket, "enc": "fixed"}
-        else:
-            nz = torch.nonzero(levels).reshape(-1)
-            nz_np = to_numpy(nz).astype(np.int64)
-            gaps = np.diff(nz_np, prepend=-1)
-            gv, gw = codec.elias_omega_fields(gaps)
-            lv, lw = codec.elias_omega_fields(to_numpy(levels[nz]))
-            sign = to_numpy(neg[nz]).astype(np.int64)[:, None]
-            vals = np.concatenate([gv, sign, lv], axis=1)
-            widths = np.concatenate([gw, np.ones_like(sign), lw], axis=1)
-            body = np.concatenate([norms_np.view(np.uint8), codec.write_fields(vals, widths)])
-            meta = {"s": s, "B": bucket, "enc": "elias", "nnz": int(nz.numel())}
-        n_el = norms.repeat_interleave(bucket)[:d]
-        decoded = n_el * levels.to(torch.float32) / s
-        decoded = torch.where(neg, -decoded, decoded)
-        return body, meta, decoded
+            w = 1 + level_bits(s)
+            body = np.empty(4 * nb + codec.packed_nbytes(d, w), np.uint8)
+            norms = body[: 4 * nb].view("<f4")
+            kernels.qsgd_encode(x, bucket, norm == "inf", s, seed, w, norms, body[4 * nb :])
+            return body, {"s": s, "B": bucket, "enc": "fixed"}, None
+        norms = kernels.qsgd_norms(x, bucket, norm == "inf")
+        field = kernels.qsgd_fields(x, bucket, norms, s, seed)
+        nz = np.flatnonzero(field >> np.uint32(1))
+        f_nz = field[nz]
+        body = _elias_body(norms, nz, f_nz & np.uint32(1), f_nz >> np.uint32(1))
+        return body, {"s": s, "B": bucket, "enc": "elias", "nnz": int(nz.size)}, None
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
@@ -109,15 +149,21 @@ class QSGD(Compressor):
                 raise PayloadError("qsgd raw body has the wrong size")
             return torch.from_numpy(body.view("<f4").astype(np.float32))
         s, bucket = meta_int(payload, "s"), meta_int(payload, "B")
+        if s < 1 or bucket < 1:
+            raise PayloadError(f"qsgd payload has invalid settings s={s}, B={bucket}")
         nb = -(-d // bucket)
         if len(body) < 4 * nb:
             raise PayloadError("qsgd body is truncated")
-        norms = torch.from_numpy(body[: 4 * nb].view("<f4").astype(np.float32))
+        norms_np = body[: 4 * nb].view("<f4").astype(np.float32)
         rest = body[4 * nb :]
         if meta_str(payload, "enc") == "fixed":
             w = 1 + level_bits(s)
             if len(rest) != codec.packed_nbytes(d, w):
                 raise PayloadError("qsgd fixed body has the wrong size")
+            if kernels.available():
+                out = kernels.empty(d)
+                kernels.qsgd_decode(rest, w, bucket, norms_np, s, out.numpy())
+                return out
             field = torch.from_numpy(codec.unpack_bits(rest, w, d))
             levels, neg = field >> 1, (field & 1).bool()
         else:
@@ -126,10 +172,15 @@ class QSGD(Compressor):
             pos = np.cumsum(rec[:, 0]) - 1
             if nnz and (pos[-1] >= d or rec[:, 2].max() > s):
                 raise PayloadError("qsgd Elias stream is corrupt")
+            if kernels.available():
+                out = kernels.zeros(d)
+                kernels.qsgd_scatter(pos, (rec[:, 2] << 1) | rec[:, 1], bucket, norms_np, s, out.numpy())
+                return out
             levels = torch.zeros(d, dtype=torch.int64)
             neg = torch.zeros(d, dtype=torch.bool)
             levels[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 2])
             neg[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 1].astype(bool))
+        norms = torch.from_numpy(norms_np)
         out = norms.repeat_interleave(bucket)[:d] * levels.to(torch.float32) / s
         return torch.where(neg, -out, out)
 

@@ -33,6 +33,12 @@ Reconstruction choices (all documented, all parameters):
 * Wire format and index codings as DGC (default ``fixed``: nnz·(32 + ceil(log2 d)) bits).
 
 As for DGC, fidelity is measured against the update u_t of uncompressed momentum SGD.
+
+Speed: on CPU (:func:`sdagc_step_fast`) the momentum update and the moments of v (per-chunk
+float64 mean and Σ(v − mean)², combined exactly) are one pass, the selection another that writes
+the body and releases v in place; :func:`sdagc_step_torch` is the torch version (other devices,
+and the tests' reference).  The std is torch's up to a few float64 ulps before its rounding to
+float32, so the threshold, and the selection, are the same.
 """
 
 from __future__ import annotations
@@ -40,14 +46,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from gcbench.compressor import Compressor, State
+from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse
 from gcbench.compressors._select import (
+    InPlaceEncoder,
     MomentumSGDReference,
     above,
     accumulate,
+    clip_coef,
     clip_local,
     dense_momentum_update,
     momentum_buffers,
@@ -55,7 +65,7 @@ from gcbench.compressors._select import (
     sparse_or_dense_decode,
 )
 from gcbench.compressors.dgc import clip_params
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 
@@ -72,6 +82,77 @@ def sdagc_threshold(v: torch.Tensor, step: int, params: Mapping[str, Any]) -> fl
     if v.numel() == 0:
         return 0.0
     return sdagc_lambda(step, params) * float(torch.std(v.float(), correction=0))
+
+
+def _revision_scale(vals: torch.Tensor, u: torch.Tensor) -> float:
+    """min(1, ‖u_t‖₂ / ‖v[mask]‖₂) of the learning-rate revision (1 when nothing is sent)."""
+    sent_norm = float(torch.linalg.vector_norm(vals, dtype=torch.float64))
+    step_norm = float(torch.linalg.vector_norm(u, dtype=torch.float64))
+    return min(1.0, step_norm / sent_norm) if sent_norm > 0 else 1.0
+
+
+def sdagc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: float | None, step: int, params: Mapping[str, Any],
+                     want_decoded: bool) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    """One SDAGC step on a sparsified tensor with torch ops (any device); u and v are updated in place."""
+    accumulate(u, v, x if coef is None else x * coef, params["momentum"], nesterov=False)
+    flat = v.reshape(-1)
+    d = flat.numel()
+    idx = above(flat, sdagc_threshold(flat, step, params))
+    vals = flat[idx]
+    if params["lr_revision"] and idx.numel():
+        scale = _revision_scale(vals, u)
+        if scale < 1.0:
+            vals = vals * scale
+    decoded = dense_from_sparse(vals, idx, d) if want_decoded else None
+    flat[idx] -= vals  # zero when released in full; (1 − s)·v stays when lr_revision held some back
+    if params["masking"]:
+        u.reshape(-1)[idx] = 0
+    body, meta = sparse_or_dense_body(vals, idx, None, d, params["index_coding"])
+    return body, meta, decoded
+
+
+def sdagc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: float | None, step: int, params: Mapping[str, Any],
+                    want_decoded: bool) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    """:func:`sdagc_step_torch` on contiguous CPU float32 tensors with the kernels of ``_sparse_fast``."""
+    xn, un, vn = fast.as_numpy(x).reshape(-1), fast.as_numpy(u).reshape(-1), fast.as_numpy(v).reshape(-1)
+    d = vn.size
+    coding = params["index_coding"]
+    std = fast.momentum_update_std(un, vn, xn, params["momentum"], coef)
+    thr = sdagc_lambda(step, params) * float(np.float32(std))  # torch.std's float32 result, as sdagc_threshold
+    t = fast.f32_threshold(thr, strict=True)
+    if not params["lr_revision"]:
+        sel = fast.select_encode(vn, t, coding, zero_mode=fast.ZERO_SUB, want_decoded=want_decoded, want_idx=params["masking"])
+        if params["masking"]:
+            assert sel.idx is not None
+            fast.scatter_zero(un, sel.idx)
+        decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
+        return sel.body, {"k": sel.k, "coding": coding}, decoded
+    sel = fast.select_encode(vn, t, None, want_idx=True)
+    assert sel.idx is not None and sel.vals is not None
+    idx, vals = sel.idx, sel.vals
+    if idx.size:
+        scale = _revision_scale(torch.from_numpy(vals), u)
+        if scale < 1.0:
+            vals = (torch.from_numpy(vals) * scale).numpy()
+    decoded = fast.dense_from(idx, vals, d) if want_decoded else None
+    fast.scatter_sub(vn, idx, vals)
+    if params["masking"]:
+        fast.scatter_zero(un, idx)
+    return fast.encode_sorted(vals, idx, d, coding), {"k": int(idx.size), "coding": coding}, decoded
+
+
+def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """One step with :func:`sdagc_step_torch` on copies of the state's u and v (the class's ``reference``)."""
+    p = comp.params
+    zero = torch.zeros(x32.shape, dtype=torch.float32, device=x32.device)
+    u0, v0 = state.tensors.get("momentum"), state.tensors.get("velocity")
+    u = u0.clone() if u0 is not None and u0.shape == x32.shape else zero.clone()
+    if x32.dim() < p["min_dims"]:
+        return dense_momentum_update(u, clip_local(x32, p["clip_norm"], p["workers"]), p["momentum"], nesterov=False)
+    v = v0.clone() if v0 is not None and v0.shape == x32.shape else zero.clone()
+    decoded = sdagc_step_torch(x32, u, v, clip_coef(x32, p["clip_norm"], p["workers"]), state.step, p, True)[2]
+    assert decoded is not None
+    return decoded.reshape(x32.shape)
 
 
 @register(
@@ -97,37 +178,25 @@ def sdagc_threshold(v: torch.Tensor, step: int, params: Mapping[str, Any]) -> fl
         coding_param("fixed", with_paper=True),
     ),
 )
-class SDAGC(MomentumSGDReference, Compressor):
+class SDAGC(MomentumSGDReference, InPlaceEncoder):
     """Reconstructed SDAGC; state: momentum ``u`` and accumulated residual ``v``."""
 
-    def _encode(self, a: torch.Tensor, state: State):
+    reference = sdagc_reference
+
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         p = self.params
-        m = p["momentum"]
-        x = clip_local(a, p["clip_norm"], p["workers"])
         d = a.numel()
         if a.dim() < p["min_dims"]:
             u, _ = momentum_buffers(state, a, velocity=False)
-            out = dense_momentum_update(u, x, m, nesterov=False)
+            out = dense_momentum_update(u, clip_local(a, p["clip_norm"], p["workers"]), p["momentum"], nesterov=False)
             body, meta = sparse_or_dense_body(None, None, out, d, p["index_coding"])
             return body, meta, out
         u, v = momentum_buffers(state, a, velocity=True)
-        accumulate(u, v, x, m, nesterov=False)
-        flat = v.reshape(-1)
-        thr = sdagc_threshold(flat, state.step, p)
-        idx = above(flat, thr)
-        vals = flat[idx]
-        if p["lr_revision"] and idx.numel():
-            sent_norm = float(torch.linalg.vector_norm(vals, dtype=torch.float64))
-            step_norm = float(torch.linalg.vector_norm(u, dtype=torch.float64))
-            scale = min(1.0, step_norm / sent_norm) if sent_norm > 0 else 1.0
-            if scale < 1.0:
-                vals = vals * scale
-        decoded = dense_from_sparse(vals, idx, d)
-        flat[idx] -= vals  # zero when released in full; (1 − s)·v stays when lr_revision held some back
-        if p["masking"]:
-            u.reshape(-1)[idx] = 0
-        body, meta = sparse_or_dense_body(vals, idx, None, d, p["index_coding"])
-        return body, meta, decoded
+        x = a.contiguous()
+        coef = clip_coef(x, p["clip_norm"], p["workers"])
+        step_fn = sdagc_step_fast if fast.fast_cpu(x, u, v) else sdagc_step_torch
+        return step_fn(x, u, v, coef, state.step, p, need_decoded)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         return sparse_or_dense_decode(payload)

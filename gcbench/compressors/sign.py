@@ -6,6 +6,14 @@
 * ``efsignsgd`` — Karimireddy et al. 2019, "Error Feedback Fixes SignSGD": with the shared error
   feedback, send sign(a)·‖a‖₁/d for a = x + e: d + 32 bits.  Unlike GRACE's version, the
   residual really is applied.
+
+Fast paths (CPU, :mod:`gcbench.kernels`): the sign bits are packed straight from the float
+comparison, 64 elements per register, in the same pass that detects an all-zero tensor;
+``efsignsgd`` overrides :meth:`~gcbench.compressor.Compressor.compress_and_decode` to run error
+feedback in two fused passes over the residual buffer, updated in place (pass 1: a = x + e and
+‖a‖₁; pass 2: bits and e = a − sign(a)·scale), instead of the base class's separate x + e,
+encode, decode and subtraction.  The same definition in plain torch is each class's
+``reference``, and the path used on other devices.
 """
 
 from __future__ import annotations
@@ -13,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gcbench import codec
-from gcbench.compressor import Compressor, State, body_numpy
+from gcbench import codec, kernels
+from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
@@ -22,12 +30,26 @@ from gcbench.registry import register
 
 
 def _sign_bits(a: torch.Tensor) -> np.ndarray:
+    """Packed bits a >= 0, LSB first (NaN sends 0)."""
     return codec.pack_bits(to_numpy(a.reshape(-1) >= 0), 1)
 
 
-def _signs_from_bits(data: np.ndarray, d: int) -> torch.Tensor:
-    bits = np.unpackbits(data[: (d + 7) // 8], count=d, bitorder="little")
-    return torch.from_numpy(bits.astype(np.float32) * 2.0 - 1.0)
+def _signs_from_bits(data: np.ndarray, d: int, scale: float = 1.0) -> torch.Tensor:
+    """±scale per bit (float32), decoded into a fresh buffer."""
+    out = kernels.empty(d)
+    if kernels.available():
+        kernels.sign_unpack(data, scale, -scale, out.numpy())
+        return out
+    bits = torch.from_numpy(np.unpackbits(data[: (d + 7) // 8], count=d, bitorder="little").astype(bool))
+    return torch.where(bits, scale, -scale).to(torch.float32)
+
+
+def signsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Plain torch signSGD: ±1 (+1 for zero), all-zero tensors to zeros."""
+    flat = x32.reshape(-1)
+    if not bool(flat.any()):
+        return torch.zeros_like(flat)
+    return torch.where(flat >= 0, 1.0, -1.0)
 
 
 @register(
@@ -39,7 +61,13 @@ def _signs_from_bits(data: np.ndarray, d: int) -> torch.Tensor:
     stateful=False,
 )
 class SignSGD(Compressor):
+    reference = signsgd_reference
+
     def _encode(self, a: torch.Tensor, state: State):
+        if kernels.cpu_fast(a):
+            body = np.empty((a.numel() + 7) // 8, np.uint8)
+            nonzero = kernels.sign_pack(kernels.flat_f32(a), body)
+            return body, ({} if nonzero else {"zero": 1}), None
         meta = {} if bool(a.any()) else {"zero": 1}
         return _sign_bits(a), meta, None
 
@@ -49,8 +77,18 @@ class SignSGD(Compressor):
         if len(body) != (d + 7) // 8:
             raise PayloadError(f"signsgd body has {len(body)} bytes, expected {(d + 7) // 8}")
         if payload.meta.get("zero"):
-            return torch.zeros(d)
+            return kernels.zeros(d)
         return _signs_from_bits(body, d)
+
+
+def efsignsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Plain torch EF-signSGD step: a = x + e, decoded = sign(a)·‖a‖₁/d, e = a − decoded."""
+    a = ErrorFeedback.corrected(x32, state).reshape(-1)
+    scale = float(np.float32(float(a.abs().sum(dtype=torch.float64)) / a.numel()))
+    decoded = torch.where(a >= 0, scale, -scale)
+    state.tensors[ErrorFeedback.KEY] = (a - decoded).reshape(x32.shape)
+    state.step += 1
+    return decoded
 
 
 @register(
@@ -63,6 +101,23 @@ class SignSGD(Compressor):
     error_feedback="always",
 )
 class EFSignSGD(Compressor):
+    reference = efsignsgd_reference
+
+    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
+        """The base contract, with a = x + e, the bits and the new residual fused on CPU."""
+        if not kernels.fused_ef_ok(x):
+            return super().compress_and_decode(x, state, need_decoded)
+        d = x.numel()
+        x32 = kernels.flat_f32(x)
+        e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
+        nb = (d + 7) // 8
+        body = np.empty(nb + 4, np.uint8)
+        scale = kernels.ef_sign_step(x32, e.reshape(-1).numpy(), has_e, body[:nb])
+        body[nb:] = np.array([scale], "<f4").view(np.uint8)
+        payload = self._payload(x, body, {})
+        state.step += 1
+        return payload, (self.decompress(payload) if need_decoded else None)
+
     def _encode(self, a: torch.Tensor, state: State):
         flat = a.reshape(-1)
         scale = float(flat.abs().sum(dtype=torch.float64)) / flat.numel()
@@ -78,4 +133,4 @@ class EFSignSGD(Compressor):
         if len(body) != nb + 4:
             raise PayloadError(f"efsignsgd body has {len(body)} bytes, expected {nb + 4}")
         scale = float(body[nb:].view("<f4")[0])
-        return _signs_from_bits(body, d) * scale
+        return _signs_from_bits(body, d, scale)

@@ -7,6 +7,15 @@ constant tensor has no outliers and clipping would erase it); ``s = max|xc|``;
 
 Multi-worker (:meth:`TernGrad.exchange`): scaler sharing — every worker sends its s_i (one
 float), all use s = max_i s_i, then the ternary payloads are all-gathered.
+
+Random numbers: each compression draws one 64-bit key from the state's generator and the
+Bernoulli draw of element i compares the i-th counter-based uniform of that key (SplitMix64,
+:mod:`gcbench.kernels`) with |xc_i|/s.  The CPU kernel draws, ternarizes and packs the 2-bit codes
+in one pass after one statistics pass (σ and max|x| together); the same definition in plain
+torch (:func:`terngrad_reference`, also the path on other devices) draws the same uniforms.
+Version 2: the uniforms come from this generator (version 1 drew them from the state's PCG64).
+σ is the population standard deviation accumulated in float64; the clip bound c·σ is rounded
+once to float32, the data's precision.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gcbench import codec
+from gcbench import codec, kernels
 from gcbench.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
@@ -27,20 +36,53 @@ from gcbench.registry import Param, register
 _DECODE = torch.tensor([0.0, 1.0, -1.0, 0.0])
 
 
-def clip_and_scale(x: torch.Tensor, clip: float) -> tuple[torch.Tensor, float]:
-    """(clipped tensor, layer scaler s = max|xc|)."""
+def clip_bound_and_scale(x: torch.Tensor, clip: float) -> tuple[float, float]:
+    """(clip bound cb, layer scaler s = max|clamp(x, −cb, cb)|), both float32-exact.
+
+    cb = float32(clip·σ) with σ the population std in float64; ``inf`` when clipping is off
+    (clip = 0, a single element, or σ = 0: a constant tensor has no outliers).  Then
+    s = min(max|x|, cb), which is exactly max|xc|.
+    """
     flat = x.reshape(-1)
-    if clip > 0 and flat.numel() > 1:
-        sigma = float(torch.std(flat, correction=0))
-        if sigma > 0:
-            flat = flat.clamp(-clip * sigma, clip * sigma)
-    s = float(flat.abs().max()) if flat.numel() else 0.0
-    return flat, s
+    if flat.numel() == 0:
+        return float("inf"), 0.0
+    if kernels.cpu_fast(flat):
+        sigma, amax = kernels.std_and_absmax(kernels.flat_f32(flat))
+    else:
+        sigma = float(flat.double().std(correction=0))
+        amax = float(flat.abs().max())
+    cb = float(np.float32(clip * sigma)) if clip > 0 and flat.numel() > 1 and sigma > 0 else float("inf")
+    return cb, float(np.float32(min(amax, cb)))
+
+
+def clip_and_scale(x: torch.Tensor, clip: float) -> tuple[torch.Tensor, float]:
+    """(clipped tensor, layer scaler s = max|xc|) — the torch form of :func:`clip_bound_and_scale`."""
+    cb, s = clip_bound_and_scale(x, clip)
+    flat = x.reshape(-1)
+    return (flat.clamp(-cb, cb) if cb != float("inf") else flat), s
+
+
+def terngrad_torch(a: torch.Tensor, clip: float, seed: int, scaler: float | None = None) -> tuple[np.ndarray, torch.Tensor]:
+    """(body, decoded) of TernGrad in plain torch with the kernels' uniforms (any device)."""
+    xc, s = clip_and_scale(a, clip)
+    s32 = float(np.float32(s if scaler is None else scaler))
+    if s32 > 0:
+        keep = kernels.uniforms(seed, xc.numel(), xc.device) < xc.abs() / s32
+    else:
+        keep = torch.zeros(xc.shape, dtype=torch.bool, device=xc.device)
+    code = torch.where(keep, torch.where(xc >= 0, 1, 2), 0).to(torch.uint8)
+    body = np.concatenate([codec.pack_bits(to_numpy(code), 2), np.array([s32], "<f4").view(np.uint8)])
+    return body, torch.where(keep, torch.where(xc >= 0, s32, -s32), 0.0)
+
+
+def terngrad_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Decoded TernGrad of ``x32`` by the plain torch definition (draws the key like ``compress``)."""
+    return terngrad_torch(x32, comp.params["clip"], state.randint64())[1]
 
 
 @register(
     name="terngrad",
-    version=1,
+    version=2,
     description="stochastic ternary {-s, 0, +s} with 2.5σ clipping, 2 bits/element + one float",
     paper="Wen et al. 2017, TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning",
     biased=False,
@@ -53,20 +95,23 @@ def clip_and_scale(x: torch.Tensor, clip: float) -> tuple[torch.Tensor, float]:
     ),
 )
 class TernGrad(Compressor):
+    reference = terngrad_reference
+
     def _encode(self, a: torch.Tensor, state: State, scaler: float | None = None):
-        xc, s = clip_and_scale(a, self.params["clip"])
-        if scaler is not None:
-            s = scaler
-        s32 = float(np.float32(s))
+        seed = state.randint64()
+        if not kernels.cpu_fast(a):
+            return terngrad_torch(a, self.params["clip"], seed, scaler)[0], {}, None
+        x = kernels.flat_f32(a)
+        cb, s = clip_bound_and_scale(a, self.params["clip"])
+        s32 = np.float32(s if scaler is None else scaler)
+        nb = codec.packed_nbytes(x.size, 2)
+        body = np.empty(nb + 4, np.uint8)
         if s32 > 0:
-            u = state.uniform(xc.numel(), xc.device)
-            keep = u < xc.abs() / s32
+            kernels.terngrad_codes(x, cb, float(s32), seed, body[:nb])
         else:
-            keep = torch.zeros(xc.shape, dtype=torch.bool, device=xc.device)
-        code = torch.where(keep, torch.where(xc >= 0, 1, 2), 0).to(torch.uint8)
-        body = np.concatenate([codec.pack_bits(to_numpy(code), 2), np.array([s32], "<f4").view(np.uint8)])
-        decoded = torch.where(keep, torch.where(xc >= 0, s32, -s32), 0.0)
-        return body, {}, decoded
+            body[:nb] = 0
+        body[nb:] = np.array([s32], "<f4").view(np.uint8)
+        return body, {}, None
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
@@ -74,15 +119,19 @@ class TernGrad(Compressor):
         nb = codec.packed_nbytes(d, 2)
         if len(body) != nb + 4:
             raise PayloadError(f"terngrad body has {len(body)} bytes, expected {nb + 4}")
-        codes = torch.from_numpy(codec.unpack_bits(body[:nb], 2, d))
         s = float(body[nb:].view("<f4")[0])
+        if kernels.available():
+            out = kernels.empty(d)
+            kernels.terngrad_decode(body[:nb], s, out.numpy())
+            return out
+        codes = torch.from_numpy(codec.unpack_bits(body[:nb], 2, d))
         return _DECODE[codes] * s
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
         if not self.params["share_scaler"] or len(grads) == 1 or grads[0].numel() == 0:  # empty: no scaler, empty bodies
             return super().exchange(grads, states)
         n = len(grads)
-        scalers = [clip_and_scale(g.detach().float(), self.params["clip"])[1] for g in grads]
+        scalers = [clip_bound_and_scale(g.detach().float(), self.params["clip"])[1] for g in grads]
         shared = max(scalers)
         traffic = Traffic()
         for w in range(n):
@@ -90,10 +139,10 @@ class TernGrad(Compressor):
         payloads = []
         acc = torch.zeros(grads[0].numel(), dtype=torch.float32)
         for g, st in zip(grads, states, strict=True):
-            body, meta, dec = self._encode(g.detach().float(), st, scaler=shared)
+            body, meta, _ = self._encode(g.detach().float(), st, scaler=shared)
             st.step += 1
             payloads.append(self._payload(g, body, meta))
-            acc += dec
+            acc += self._decode_float(payloads[-1]).reshape(-1)
         total = sum(p.nbytes for p in payloads)
         for w, p in enumerate(payloads):
             traffic.add("allgather", w, p.nbytes, total - p.nbytes)

@@ -11,17 +11,40 @@ baseline of Strom 2015.
 gradients of order 1e-3 (typical of real networks; it keeps about a third of a N(0, 1e-6)
 tensor); for unit-scale synthetic tensors it keeps almost everything — set ``tau`` to the
 scale studied.
+
+On CPU the selection is :func:`gcbench.compressors._sparse_fast.select_encode`: one count pass and
+one pass that writes the body, clears the sent entries of the residual in place and fills the
+decoded tensor only when asked; :func:`threshold_reference` is the plain torch version.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, State
-from gcbench.compressors._common import coding_param, dense_from_sparse, sparse_body, sparse_decode
-from gcbench.compressors._select import above
-from gcbench.payload import Payload
+from gcbench.compressor import Compressor, ErrorFeedback, State
+from gcbench.compressors import _sparse_fast as fast
+from gcbench.compressors._common import coding_param, dense_from_sparse, sparse_body
+from gcbench.compressors._select import InPlaceEncoder, above
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
+
+
+def threshold_reference_encode(comp: Compressor, x32: torch.Tensor,
+                               state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
+    """(body, header, decoded) for ``x32`` the plain torch way: ``a = x + e``, send ``|a| > tau`` (state untouched)."""
+    a = ErrorFeedback.corrected(x32, state)
+    flat = a.reshape(-1)
+    idx = above(flat, comp.params["tau"])
+    vals = flat[idx]
+    coding = comp.params["index_coding"]
+    body = sparse_body(vals, idx, flat.numel(), coding)
+    return body, {"k": int(idx.numel()), "coding": coding}, dense_from_sparse(vals, idx, flat.numel()).reshape(x32.shape)
+
+
+def threshold_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """The decoded tensor of :func:`threshold_reference_encode` (the class's ``reference``)."""
+    return threshold_reference_encode(comp, x32, state)[2]
 
 
 @register(
@@ -38,16 +61,31 @@ from gcbench.registry import Param, register
         coding_param("fixed"),
     ),
 )
-class Threshold(Compressor):
+class Threshold(InPlaceEncoder):
     """Hard-threshold sparsifier: every |a_i| > tau is sent exactly."""
 
-    def _encode(self, a: torch.Tensor, state: State):
+    reference = threshold_reference
+
+    def _ef_count_threshold(self, x32: torch.Tensor, state: State) -> np.float32 | None:
+        return fast.f32_threshold(self.params["tau"], strict=True)
+
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         flat = a.reshape(-1)
         d = flat.numel()
-        idx = above(flat, self.params["tau"])
+        tau, coding = self.params["tau"], self.params["index_coding"]
+        if fast.fast_cpu(flat):
+            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(tau, strict=True), coding, counts=counts,
+                                     zero_mode=fast.ZERO_SUB if ef else fast.ZERO_NONE, want_decoded=need_decoded)
+            decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
+            return sel.body, {"k": sel.k, "coding": coding}, decoded
+        idx = above(flat, tau)
         vals = flat[idx]
-        coding = self.params["index_coding"]
-        return sparse_body(vals, idx, d, coding), {"k": int(idx.numel()), "coding": coding}, dense_from_sparse(vals, idx, d)
+        body = sparse_body(vals, idx, d, coding)
+        decoded = dense_from_sparse(vals, idx, d) if need_decoded else None
+        if ef:
+            flat[idx] = flat[idx] - vals  # the residual a − decoded
+        return body, {"k": int(idx.numel()), "coding": coding}, decoded
 
     def _decode(self, payload: Payload) -> torch.Tensor:
-        return sparse_decode(payload)
+        return fast.decode_payload(payload)

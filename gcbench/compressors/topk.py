@@ -3,21 +3,50 @@
 Bits: k·(32 + index bits) with the selected index coding (``fixed`` = ceil(log2 d) bits).
 Biased and contractive: E‖C(x) − x‖² ≤ (1 − k/d)‖x‖², i.e. Beznosikov's B3(d/k).
 Reference point used by Stich et al. 2018, Beznosikov et al. 2020 and most sparsification papers.
+
+Selection (:func:`gcbench.compressors._sparse_fast.topk_select`): a threshold from a strided
+sample keeps a candidate set that provably contains the top k when at least k pass (checked; a
+short count lowers the threshold, then falls back to ``torch.topk``), and the exact top k are
+chosen among the candidates.  The result is the exact top-k set; among magnitudes exactly equal
+to the k-th largest, the lowest indices are kept, where ``torch.topk`` leaves the choice
+unspecified (it may differ between versions, devices and thread counts).  The body is unchanged
+from version 1 for inputs without such ties.  :func:`topk_reference` is the plain
+``torch.topk`` version the tests and ``gcbench bench`` compare against.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, State
-from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body, sparse_decode
-from gcbench.payload import Payload
+from gcbench.compressor import Compressor, ErrorFeedback, State
+from gcbench.compressors import _sparse_fast as fast
+from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body
+from gcbench.compressors._select import InPlaceEncoder
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import register
 
 
 def topk_indices(a: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k largest |a| (exact; ties broken by torch.topk)."""
-    return torch.topk(a.abs(), k, sorted=False).indices
+    """Sorted indices of the k largest |a| (exact; equal magnitudes at the k-th keep the lowest indices)."""
+    return fast.topk_select(a.reshape(-1).float().contiguous(), k)[0]
+
+
+def topk_reference_encode(comp: Compressor, x32: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
+    """(body, header, decoded) for ``x32`` the straightforward way: ``torch.topk`` of |x + e| (state untouched)."""
+    a = ErrorFeedback.corrected(x32, state) if comp.uses_error_feedback() else x32
+    flat = a.reshape(-1)
+    d = flat.numel()
+    k = k_of(comp.params["density"], d)
+    idx = torch.topk(flat.abs(), k, sorted=False).indices
+    coding = comp.params["index_coding"]
+    body = sparse_body(flat[idx], idx, d, coding)
+    return body, {"k": k, "coding": coding}, dense_from_sparse(flat[idx], idx, d).reshape(x32.shape)
+
+
+def topk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """The decoded tensor of :func:`topk_reference_encode` (the class's ``reference``)."""
+    return topk_reference_encode(comp, x32, state)[2]
 
 
 @register(
@@ -30,15 +59,29 @@ def topk_indices(a: torch.Tensor, k: int) -> torch.Tensor:
     error_feedback="optional",
     params=(density_param(0.01), coding_param("fixed")),
 )
-class TopK(Compressor):
-    def _encode(self, a: torch.Tensor, state: State):
+class TopK(InPlaceEncoder):
+    reference = topk_reference
+
+    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
+                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         flat = a.reshape(-1)
         d = flat.numel()
         k = k_of(self.params["density"], d)
-        idx = topk_indices(flat, k)
-        vals = flat[idx]
-        body = sparse_body(vals, idx, d, self.params["index_coding"])
-        return body, {"k": k, "coding": self.params["index_coding"]}, dense_from_sparse(vals, idx, d)
+        coding = self.params["index_coding"]
+        idx, vals = fast.topk_select(flat, k)  # sorted indices; vals is a copy
+        meta: dict[str, MetaValue] = {"k": k, "coding": coding}
+        if fast.fast_cpu(flat):
+            idx_np, vals_np = idx.numpy(), vals.numpy()
+            body = fast.encode_sorted(vals_np, idx_np, d, coding)
+            decoded = fast.dense_from(idx_np, vals_np, d) if need_decoded else None
+            if ef:
+                fast.scatter_sub(fast.as_numpy(flat), idx_np, vals_np)  # residual a − decoded
+            return body, meta, decoded
+        body = sparse_body(vals, idx, d, coding)
+        decoded = dense_from_sparse(vals, idx, d) if need_decoded else None
+        if ef:
+            flat[idx] = flat[idx] - vals
+        return body, meta, decoded
 
     def _decode(self, payload: Payload) -> torch.Tensor:
-        return sparse_decode(payload)
+        return fast.decode_payload(payload)

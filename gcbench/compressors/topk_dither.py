@@ -21,6 +21,16 @@ the float32 norm, then the sorted indices and one (level << 1) | sign field of
   MSB-first stream.
 
 Defaults: density 0.01, s = 8, p = 2, fixed index coding, error feedback on.
+
+Speed (CPU, :mod:`gcbench.kernels`): :meth:`TopKDither.compress_and_decode` fuses error feedback
+with an exact radix top-k select — the pass that forms a = x + e in the residual buffer also
+histograms the magnitudes' top bits, one more pass collects the k indices in ascending order —
+then dithers the k kept values with counter-based uniforms (one 64-bit key per compression from
+the state's generator; kept value j uses uniform j) and subtracts the decoded values from the
+residual at those k positions only.  Ties at the k-th magnitude keep the lowest indices.  The
+plain torch composition (``torch.topk``, then :func:`gcbench.compressors.natural.dither_encode`)
+is the class's ``reference`` and the path on other devices.  Version 2: the uniforms come from
+this generator (version 1 drew them from the state's PCG64).
 """
 
 from __future__ import annotations
@@ -28,10 +38,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gcbench import codec
-from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_str
+from gcbench import codec, kernels
+from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_str
 from gcbench.compressors._common import coding_param, density_param, k_of, to_numpy
-from gcbench.compressors.natural import dither_encode, dither_values, level_bits, p_param, s_param
+from gcbench.compressors.natural import dither_encode, dither_values, level_bits, p_param, s_param, tensor_norm
 from gcbench.compressors.topk import topk_indices
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
@@ -43,14 +53,12 @@ def encode_body(n: float, idx: np.ndarray, field: np.ndarray, d: int, w: int, co
     head = np.array([n], "<f4").view(np.uint8)
     if coding == "fixed":
         iw = codec.index_width(d)
-        rest = codec.pack_bits((idx.astype(np.int64) << w) | field, iw + w)
+        rest = codec.pack_bits((idx.astype(np.int64) << w) | field.astype(np.int64), iw + w)
     elif coding == "elias":
-        gv, gw = codec.elias_omega_fields(np.diff(idx, prepend=-1))
-        vals = np.concatenate([gv, field[:, None]], axis=1)
-        widths = np.concatenate([gw, np.full((len(idx), 1), w, np.int64)], axis=1)
-        rest = codec.write_fields(vals, widths)
+        rec = np.stack([np.diff(idx, prepend=-1), field.astype(np.int64)], axis=1)
+        rest = codec.write_records(rec, (0, w))
     else:  # int32 and delta-varint are whole bytes already
-        rest = np.concatenate([codec.encode_indices(idx, d, coding), codec.pack_bits(field, w)])
+        rest = np.concatenate([codec.encode_indices(idx, d, coding), codec.pack_bits(field.astype(np.int64), w)])
     return np.concatenate([head, rest])
 
 
@@ -90,9 +98,20 @@ def topk_dither_parts(payload: Payload) -> tuple[float, np.ndarray, np.ndarray, 
     return n, idx, field >> 1, (field & 1).astype(bool)
 
 
+def topk_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """One step of the plain torch composition (error feedback included when on): decoded."""
+    ef = comp.uses_error_feedback()
+    a = ErrorFeedback.corrected(x32, state) if ef else x32
+    decoded = comp._encode(a, state)[2]
+    if ef:
+        state.tensors[ErrorFeedback.KEY] = (a.reshape(-1) - decoded).reshape(x32.shape)
+    state.step += 1
+    return decoded
+
+
 @register(
     name="topk_dither",
-    version=1,
+    version=2,
     description="exact top-k, then natural dithering of the kept values (norm + sign + level), error feedback on",
     paper="Beznosikov et al. 2020, On Biased Compression for Distributed Learning (top-k ∘ natural dithering of Horváth et al. 2019)",
     biased=True,
@@ -108,6 +127,33 @@ def topk_dither_parts(payload: Payload) -> tuple[float, np.ndarray, np.ndarray, 
     ),
 )
 class TopKDither(Compressor):
+    reference = topk_dither_reference
+
+    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
+        """The base contract; on CPU, error feedback, top-k and dithering fused (see the module)."""
+        if not kernels.fused_ef_ok(x):
+            return super().compress_and_decode(x, state, need_decoded)
+        d = x.numel()
+        k = k_of(self.params["density"], d)
+        s, coding = self.params["s"], self.params["index_coding"]
+        xf = kernels.flat_f32(x)
+        if self.uses_error_feedback():
+            e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
+            a = e.reshape(-1).numpy()
+            idx = kernels.topk_select(xf, k, a, has_e)  # a = x + e is now in the residual buffer
+        else:
+            a = xf
+            idx = kernels.topk_select(xf, k)
+        y = kernels.gather(a, idx)
+        n = tensor_norm(torch.from_numpy(y), self.params["p"])
+        field = kernels.dither_fields(y, n, s, state.randint64())
+        body = encode_body(n, idx, field, d, 1 + level_bits(s), coding)
+        if self.uses_error_feedback():
+            kernels.scatter_sub(a, idx, kernels.dither_values(field, s, n)[0])  # e = a − decoded: only k entries change
+        payload = self._payload(x, body, {"k": k, "s": s, "coding": coding})
+        state.step += 1
+        return payload, (self.decompress(payload) if need_decoded else None)
+
     def _encode(self, a: torch.Tensor, state: State):
         flat = a.reshape(-1)
         d = flat.numel()
@@ -115,7 +161,7 @@ class TopKDither(Compressor):
         s, coding = self.params["s"], self.params["index_coding"]
         idx = torch.sort(topk_indices(flat, k)).values  # sorted: the delta codings need it
         y = flat[idx]
-        n, levels, neg = dither_encode(y, s, self.params["p"], state.uniform(k, flat.device))
+        n, levels, neg = dither_encode(y, s, self.params["p"], kernels.uniforms(state.randint64(), k, flat.device))
         w = 1 + level_bits(s)
         field = to_numpy((levels << 1) | neg.to(torch.int64))
         body = encode_body(n, to_numpy(idx).astype(np.int64), field, d, w, coding)
@@ -127,11 +173,13 @@ class TopKDither(Compressor):
         s = meta_int(payload, "s")
         if not 1 <= s <= 120:
             raise PayloadError(f"topk_dither payload has an invalid level count s={s}")
-        n, idx, levels, neg = topk_dither_parts(payload)
-        if levels.size and int(levels.max()) > s:
+        k, coding = meta_int(payload, "k"), meta_str(payload, "coding")
+        n, idx, field = decode_body(body_numpy(payload), payload.numel, k, 1 + level_bits(s), coding)
+        vals, top = kernels.dither_values(field.astype(np.uint32), s, n)
+        if top > s:
             raise PayloadError("topk_dither body has a level index above s")
-        out = torch.zeros(payload.numel, dtype=torch.float32)
-        out[torch.from_numpy(idx)] = dither_values(torch.from_numpy(levels), torch.from_numpy(neg), n, s)
+        out = kernels.zeros(payload.numel)
+        kernels.scatter(out.numpy(), idx, vals)
         return out
 
 

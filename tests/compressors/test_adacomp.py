@@ -123,3 +123,41 @@ def test_ef_drift_bounded_and_shrinking() -> None:
     r = ef_drift("adacomp", 50, (40, 50), bin_size=50)
     assert max(r) < 1.0
     assert r[49] < 0.5 * r[4]
+
+
+# ----------------------------------------------------------------------------- fast path vs torch path
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("quantize", ["sign_scale", "none"])
+@pytest.mark.parametrize(("d", "L"), [(500_000, 500), (300_007, 50), (280_000, 1), (262_145, 262_145)])
+def test_fast_encode_equals_torch_encode_and_decodes(quantize: str, d: int, L: int) -> None:
+    from gcbench.compressors.adacomp import adacomp_fast_encode, adacomp_torch_encode
+
+    gen = torch.Generator().manual_seed(d + L)
+    e = torch.randn(d, generator=gen) * 0.5
+    c = registry.create("adacomp", bin_size=L, quantize=quantize)
+    for _ in range(2):
+        x = torch.randn(d, generator=gen)
+        body, gq, residue = adacomp_torch_encode(x, e, L, quantize)
+        e_fast = e.clone()
+        fast_body, decoded = adacomp_fast_encode(x.numpy(), e_fast.numpy(), L, quantize, True)
+        assert fast_body.tobytes() == body.tobytes()
+        assert decoded is not None and torch.equal(torch.from_numpy(decoded), gq)
+        assert torch.equal(e_fast, residue)
+        p = c.compress(x, c.init_state(0))  # a payload of this configuration, then this body in it
+        p = type(p)(p.codec, p.version, p.dtype, p.shape, torch.from_numpy(fast_body), {"L": L, "q": quantize})
+        assert torch.equal(c.decompress(p), gq)
+        e = residue
+
+
+@cuda
+def test_cuda_tensors_give_the_cpu_bytes() -> None:
+    c = registry.create("adacomp")
+    s_cpu, s_gpu = c.init_state(0), c.init_state(0)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(2):
+        x = torch.randn(600, 700, generator=gen)
+        assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
+        assert torch.equal(s_gpu.tensors[RESIDUE].cpu(), s_cpu.tensors[RESIDUE])

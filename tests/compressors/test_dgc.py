@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gcbench import codec, registry
-from gcbench.compressors._select import DGC_LOWER, dgc_sample_plan, dgc_select
+from gcbench.compressors._select import DGC_LOWER, DGCStep, dgc_sample_plan, dgc_select, dgc_step_fast, dgc_step_torch
 from gcbench.compressors.dgc import dgc_reference, scheduled_density
 from gcbench.errors import ParamError
 from gcbench.payload import Payload
@@ -320,3 +320,91 @@ def test_sum_of_updates_tracks_momentum_sgd() -> None:
             assert rel[49] < 0.7 * rel[4]
         assert rel[49] < rel[4] < 1.0
         assert rel[49] < 0.7
+
+
+# ----------------------------------------------------------------------------- fused CPU step vs torch step
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _compare_steps(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, **kw: object) -> DGCStep:
+    """Run dgc_step_fast and dgc_step_torch on copies; everything must agree bit for bit."""
+    u1, v1, u2, v2 = u.clone(), v.clone(), u.clone(), v.clone()
+    a = dgc_step_fast(x, u1, v1, **kw)  # type: ignore[arg-type]
+    b = dgc_step_torch(x, u2, v2, **kw)  # type: ignore[arg-type]
+    assert a.body.tobytes() == b.body.tobytes()
+    assert (a.sent, a.threshold, a.count_before, a.exact_topk, a.rounds) == (b.sent, b.threshold, b.count_before, b.exact_topk, b.rounds)
+    assert (a.decoded is None) == (b.decoded is None)
+    if a.decoded is not None:
+        assert torch.equal(a.decoded, b.decoded)
+    assert torch.equal(u1, u2) and torch.equal(v1, v2)
+    u.copy_(u1)
+    v.copy_(v1)
+    return a
+
+
+def _kw(d: int, density: float = 0.001, start: int = 3, **over: object) -> dict[str, object]:
+    n, stride = dgc_sample_plan(d, density, 0.01)
+    kw: dict[str, object] = dict(momentum=0.9, nesterov=False, coef=None, k=math.ceil(density * d), density=density, num_samples=n,
+                                 stride=stride, start=start, coding="fixed", masking=True, want_decoded=True)
+    kw.update(over)
+    return kw
+
+
+@pytest.mark.parametrize("over", [
+    {},
+    {"masking": False, "want_decoded": False},
+    {"nesterov": True},
+    {"coef": 0.37},
+    {"density": 0.01, "coding": "paper"},
+    {"coding": "elias"},
+    {"num_samples": 500_000, "stride": 1, "start": 0},  # the whole tensor is the sample (no adaptation)
+], ids=str)
+def test_fused_step_equals_torch_step(over: dict[str, object]) -> None:
+    d = 500_000
+    u = torch.zeros(d)
+    v = torch.zeros(d)
+    over = dict(over)
+    density = float(over.pop("density", 0.001))  # type: ignore[arg-type]
+    for t in range(3):
+        x = torch.from_numpy(_gen(200 + t).standard_t(3.0, d).astype(np.float32))
+        step = _compare_steps(x, u, v, **_kw(d, density, **{"start": 3 + t, **over}))
+        assert step.sent > 0
+
+
+def test_fused_step_exact_topk_and_lowering_branches() -> None:
+    d, density = 500_000, 0.001
+    kw = _kw(d, density, start=7)
+    pos = _plan_positions(d, int(kw["num_samples"]), int(kw["stride"]), 7)  # type: ignore[call-overload]
+    x = torch.from_numpy(_gen(300).random(d, dtype=np.float32)) + 0.5
+    x[pos] = 1e-3  # a sample of tiny values: the threshold passes far more than 1.3·k
+    step = _compare_steps(x, torch.zeros(d), torch.zeros(d), **kw)
+    assert step.exact_topk and step.sent == kw["k"]
+    x = torch.full((d,), 0.1)
+    x[pos[: math.ceil(pos.numel() * density)]] = 1.9  # the sample's top: too high a threshold
+    free = torch.ones(d, dtype=torch.bool)
+    free[pos] = False
+    x[torch.nonzero(free).reshape(-1)[:600]] = 1.0
+    step = _compare_steps(x, torch.zeros(d), torch.zeros(d), **kw)
+    assert step.rounds == 3
+
+
+def test_class_reference_is_dgc_reference_from_the_state() -> None:
+    c = registry.create("dgc", density=0.01, sample_ratio=1.0)
+    st = c.init_state(0)
+    x0, x1 = _normal((200, 300), 210), _normal((200, 300), 211)
+    c.compress(x0, st)
+    want = dgc_reference(x1, st.tensors["momentum"], st.tensors["velocity"], st.step, c.params)[0]
+    assert torch.equal(type(c).reference(c, x1, st), want)
+    assert torch.equal(c.compress_and_decode(x1, st)[1], want)
+
+
+@cuda
+def test_cuda_tensors_give_the_cpu_bytes() -> None:
+    c = registry.create("dgc")
+    s_cpu, s_gpu = c.init_state(3), c.init_state(3)
+    for t in range(3):
+        x = torch.from_numpy(_gen(220 + t).standard_t(3.0, (800, 700)).astype(np.float32))
+        assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
+        assert torch.equal(s_gpu.tensors["velocity"].cpu(), s_cpu.tensors["velocity"])
+        assert torch.equal(s_gpu.tensors["momentum"].cpu(), s_cpu.tensors["momentum"])

@@ -170,3 +170,51 @@ def test_sum_of_decoded_tracks_sum_of_gradients() -> None:
         rel.append(float((sum_c - sum_g).norm() / sum_g.norm()))
     assert torch.allclose(sum_c + st.tensors[ErrorFeedback.KEY].double(), sum_g, rtol=0, atol=1e-3)
     assert rel[49] < 0.7 * rel[4] and rel[49] < 0.6
+
+
+# ----------------------------------------------------------------------------- fast path vs reference
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize(("quantize", "coding"), [("none", "fixed"), ("none", "delta-varint"), ("1bit", "fixed"), ("2bit", "elias")])
+def test_fast_path_bytes_and_residual_equal_the_reference(quantize: str, coding: str) -> None:
+    from gcbench.compressors.graddrop import graddrop_reference_encode
+
+    c = registry.create("graddrop", quantize=quantize, index_coding=coding, scope="layer")
+    st = c.init_state(0)
+    for step in range(3):
+        x = _normal((600, 700), 90 + step)  # several work items for the kernels
+        body, meta, ref_dec = graddrop_reference_encode(c, x, st)
+        a = ErrorFeedback.corrected(x, st)
+        p, dec = c.compress_and_decode(x, st)
+        assert p.data.numpy().tobytes() == body.tobytes() and p.meta == meta
+        assert torch.equal(dec, ref_dec)
+        assert torch.equal(st.tensors[ErrorFeedback.KEY], a - dec)
+        assert torch.equal(c.decompress(p), dec)
+
+
+def test_global_group_bytes_equal_the_reference_with_the_group_threshold() -> None:
+    from gcbench.compressors.graddrop import graddrop_reference_encode, graddrop_threshold
+
+    c = registry.create("graddrop", sample_size=5000)
+    shapes = [(500, 600), (300_001,)]
+    states = [c.init_state(i) for i in range(2)]
+    for step in range(2):
+        xs = [_normal(s, 100 + 10 * step + i) for i, s in enumerate(shapes)]
+        corrected = [ErrorFeedback.corrected(x, st).reshape(-1) for x, st in zip(xs, states, strict=True)]
+        thr = graddrop_threshold([lambda pos, f=f: f[pos] for f in corrected], [f.numel() for f in corrected], 0.99, 5000)
+        refs = [graddrop_reference_encode(c, x, st, thr) for x, st in zip(xs, states, strict=True)]
+        for (p, dec), (body, meta, ref_dec) in zip(c.compress_group(xs, states), refs, strict=True):
+            assert p.data.numpy().tobytes() == body.tobytes() and p.meta == meta
+            assert torch.equal(dec, ref_dec)
+
+
+@cuda
+def test_cuda_tensors_give_the_cpu_bytes() -> None:
+    c = registry.create("graddrop", scope="layer")
+    s_cpu, s_gpu = c.init_state(0), c.init_state(0)
+    for step in range(2):
+        x = _normal((600, 700), 110 + step)
+        assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
+        assert torch.equal(s_gpu.tensors[ErrorFeedback.KEY].cpu(), s_cpu.tensors[ErrorFeedback.KEY])

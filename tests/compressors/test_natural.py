@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import registry
+from gcbench import kernels, registry
 from gcbench.compressor import State
 from gcbench.compressors.natural import (
     OMEGA_NATURAL,
@@ -23,6 +23,8 @@ from gcbench.compressors.natural import (
     natural_values,
     omega_natural_dither,
 )
+from gcbench.errors import PayloadError
+from gcbench.payload import Payload
 
 # ----------------------------------------------------------------------------- shared statistics
 
@@ -282,3 +284,76 @@ def test_natural_dither_all_zero() -> None:
     out = c.decompress(p)
     assert torch.equal(out, torch.zeros(100))
     assert p.body_nbytes == math.ceil(natural_dither_bits(100, 8) / 8)
+
+
+# ----------------------------------------------------------------------------- fast paths
+
+
+def special_and_mixed(d: int) -> torch.Tensor:
+    tiny = 2.0**-126
+    special = [0.0, -0.0, 1.0, -1.5, tiny, -tiny / 4, 3e38, -3.4e38, 2.0**127, float("inf"), -float("inf"), 1e-45]
+    return torch.cat([torch.tensor(special, dtype=torch.float32), mixed_values(d, 11)])
+
+
+@pytest.mark.parametrize("d", [1, 1000, 70_001])
+def test_natural_fast_path_matches_the_torch_path(d: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = special_and_mixed(d)
+    c = registry.create("natural")
+    fast = [c.compress(x, c.init_state(s)) for s in range(2)]
+    fast_dec = [c.decompress(p) for p in fast]
+    ref = [type(c).reference(c, x, c.init_state(s)) for s in range(2)]
+    monkeypatch.setattr(kernels, "cpu_fast", lambda *t: False)
+    monkeypatch.setattr(kernels, "available", lambda: False)
+    for s in range(2):
+        slow = c.compress(x, c.init_state(s))
+        assert fast[s].to_bytes() == slow.to_bytes()
+        assert torch.equal(fast_dec[s], c.decompress(slow))
+        assert torch.equal(fast_dec[s], ref[s])
+
+
+def test_natural_kernel_matches_the_per_element_definition() -> None:
+    """The fused kernel against the per-element oracle, with the same counter-based uniforms."""
+    x = special_and_mixed(3000)
+    x = x[torch.isfinite(x)]  # the per-element oracle works on finite floats
+    c = registry.create("natural")
+    st = c.init_state(4)
+    key = st.clone().randint64()  # the key compress draws first
+    out = c.decompress(c.compress(x, st))
+    assert torch.equal(out, natural_reference(x, kernels.uniforms(key, x.numel())))
+
+
+@pytest.mark.parametrize(("s", "p"), [(8, "2"), (3, "inf"), (1, "2"), (120, "inf"), (15, "2")])
+@pytest.mark.parametrize("d", [5, 1000, 70_001])
+def test_natural_dither_fast_path_matches_the_torch_path(d: int, s: int, p: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = mixed_values(d, d + s)
+    c = registry.create("natural_dither", s=s, p=p)
+    fast = [c.compress(x, c.init_state(k)) for k in range(2)]
+    fast_dec = [c.decompress(q) for q in fast]
+    ref = [type(c).reference(c, x, c.init_state(k)) for k in range(2)]
+    monkeypatch.setattr(kernels, "cpu_fast", lambda *t: False)
+    monkeypatch.setattr(kernels, "available", lambda: False)
+    for k in range(2):
+        slow = c.compress(x, c.init_state(k))
+        assert fast[k].to_bytes() == slow.to_bytes()
+        assert torch.equal(fast_dec[k], c.decompress(slow))
+        assert torch.equal(fast_dec[k], ref[k])
+
+
+def test_natural_dither_kernel_matches_the_per_element_definition() -> None:
+    x = mixed_values(2000, 6)
+    s = 5
+    c = registry.create("natural_dither", s=s, p="inf")
+    st = c.init_state(9)
+    key = st.clone().randint64()
+    out = c.decompress(c.compress(x, st))
+    n = float(x.abs().max())
+    assert torch.equal(out, dither_reference(x, n, s, kernels.uniforms(key, x.numel())))
+
+
+def test_natural_dither_decode_rejects_a_level_above_s() -> None:
+    """s = 3 and s = 2 share 3-bit fields; level 3 read under s = 2 is corrupt."""
+    c = registry.create("natural_dither", s=3, p="inf")
+    p = c.compress(torch.ones(16), c.init_state(0))  # every ratio is 1: level s = 3
+    bad = Payload(p.codec, p.version, p.dtype, p.shape, p.data.clone(), {"s": 2})
+    with pytest.raises(PayloadError, match="above s"):
+        registry.create("natural_dither").decompress(bad)

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from gcbench import registry
-from gcbench.compressor import ErrorFeedback, State, decompress
-from gcbench.compressors.onebit import onebit_reference
+from gcbench.compressor import Compressor, ErrorFeedback, State, decompress
+from gcbench.compressors.onebit import _GRANULARITIES, onebit_reference
 from gcbench.payload import Payload, encode_header
 from tests.conftest import normal
+from tests.test_kernels import torch_only
 
 
 def column_view(x: torch.Tensor, granularity: str = "column") -> torch.Tensor:
@@ -198,3 +199,36 @@ def test_bits_are_sign_of_corrected_input() -> None:
     p = registry.create("onebit").compress(x, State(0))
     bits = np.unpackbits(np.frombuffer(p.to_bytes()[-p.body_nbytes :][: math.ceil(400 / 8)], np.uint8), bitorder="little")[:400]
     assert np.array_equal(bits.astype(bool), (x.reshape(-1) >= 0).numpy())
+
+
+# ---------------------------------------------------------------------------- fast paths
+
+
+@pytest.mark.parametrize("granularity", ["column", "row", "tensor"])
+@pytest.mark.parametrize("shape", [(7,), (64, 3, 3, 3), (300, 301), (5, 1), (1, 9)], ids=str)
+def test_fused_step_matches_the_base_class_path(granularity: str, shape: tuple[int, ...]) -> None:
+    """The fused CPU override and the base class's generic error feedback (torch ``_encode``)
+    give the same bytes (up to float64 summation order, checked to 1 ulp of the means), the
+    same decoded tensors and residuals, step after step."""
+    comp = registry.create("onebit", granularity=granularity)
+    fused, generic, ref = comp.init_state(0), comp.init_state(0), comp.init_state(0)
+    for step in range(3):
+        x = normal(shape, seed=30 + step) + 0.3 * step
+        p1, d1 = comp.compress_and_decode(x, fused)
+        p2, d2 = Compressor.compress_and_decode(comp, x, generic)
+        d3 = type(comp).reference(comp, x, ref)
+        assert p1.nbytes == p2.nbytes
+        torch.testing.assert_close(d1, d2, rtol=1.2e-7, atol=0)
+        torch.testing.assert_close(d1.reshape(-1), d3.reshape(-1), rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(fused.tensors["residual"], generic.tensors["residual"], rtol=0, atol=1e-6)
+        nbits = math.ceil(x.numel() / 8)
+        assert p1.to_bytes()[-p1.body_nbytes :][:nbits] == p2.to_bytes()[-p2.body_nbytes :][:nbits]  # the sign bits
+    assert fused.step == generic.step == 3
+
+
+def test_fused_decode_matches_the_torch_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    payloads = {g: registry.create("onebit", granularity=g).compress(normal((70, 1001), seed=2), State(0)) for g in _GRANULARITIES}
+    fast = {g: decompress(p) for g, p in payloads.items()}
+    torch_only(monkeypatch)
+    for g, p in payloads.items():
+        assert torch.equal(fast[g], decompress(p)), g

@@ -199,3 +199,77 @@ def test_ef_drift_bounded_and_shrinking() -> None:
     r = ef_drift("powersgd", 50, (40, 30), rank=2)
     assert max(r) < 1.0
     assert r[49] < 0.5 * r[4]
+
+
+# ----------------------------------------------------------------------------- version 2 arithmetic
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_version_two_products() -> None:
+    """P = M Q and Q = Mᵀ P̂ to float64 accuracy, the same for every thread count; P̂Qᵀ rounded once."""
+    from gcbench.compressors.powersgd import _reconstruct_torch, left_factor, reconstruct, right_factor
+
+    assert registry.get("powersgd").version == 2
+    gen = torch.Generator().manual_seed(8)
+    m = torch.randn(700, 900, generator=gen)  # enough work for the kernels to split over threads
+    q = torch.randn(900, 3, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            p = left_factor(m, q)
+            p_hat = orthonormalize(p).float().contiguous()
+            results.append((p, p_hat, right_factor(m, p_hat), reconstruct(p_hat, right_factor(m, p_hat))))
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)  # fixed row blocks: no dependence on the thread count
+    p, p_hat, q_new, rec = results[0]
+    assert torch.allclose(p, m.double() @ q.double(), rtol=1e-12, atol=1e-9)
+    q64 = m.double().t() @ p_hat.double()
+    assert torch.equal(q_new, q64.float()) or float((q_new.double() - q64).abs().max()) <= 1e-6 * float(q64.abs().max())
+    want = (p_hat.double() @ q_new.double().t()).float()  # r = 3 products summed in float64, one rounding
+    assert torch.equal(rec, _reconstruct_torch(p_hat, q_new))
+    assert float((rec - want).abs().max()) <= 1e-6 * float(want.abs().max())
+
+
+def test_residual_is_exactly_input_minus_what_the_receiver_decodes() -> None:
+    c = registry.create("powersgd", rank=2)
+    s1, s2 = c.init_state(4), c.init_state(4)
+    gen = torch.Generator().manual_seed(9)
+    for _ in range(3):
+        x = torch.randn(640, 500, generator=gen)
+        a = x + s1.tensors.get("residual", torch.zeros_like(x))
+        p = c.compress(x, s1)
+        p2, dec2 = c.compress_and_decode(x, s2)
+        assert p.to_bytes() == p2.to_bytes()
+        dec = c.decompress(p)
+        assert torch.equal(dec, dec2)
+        assert torch.equal(s1.tensors["residual"], a - dec)
+        assert torch.equal(s1.tensors["residual"], s2.tensors["residual"])
+
+
+def test_reference_is_the_float32_torch_step_within_rounding() -> None:
+    c = registry.create("powersgd", rank=2)
+    st = c.init_state(5)
+    gen = torch.Generator().manual_seed(10)
+    for _ in range(3):
+        x = torch.randn(300, 400, generator=gen)
+        ref = type(c).reference(c, x, st)
+        dec = c.compress_and_decode(x, st)[1]
+        assert torch.allclose(dec, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+
+
+@cuda
+def test_cuda_tensors_match_the_cpu_within_float64_rounding() -> None:
+    c = registry.create("powersgd", rank=2)
+    s_cpu, s_gpu = c.init_state(6), c.init_state(6)
+    gen = torch.Generator().manual_seed(11)
+    for _ in range(3):
+        x = torch.randn(640, 500, generator=gen)
+        d_cpu = c.compress_and_decode(x, s_cpu)[1]
+        d_gpu = c.compress_and_decode(x.cuda(), s_gpu)[1]
+        assert torch.allclose(d_gpu.cpu(), d_cpu, rtol=1e-5, atol=1e-5)
+        assert torch.allclose(s_gpu.tensors["residual"].cpu(), s_cpu.tensors["residual"], rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ from gcbench.compressors.qsgd import qsgd_fixed_bits
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
 from tests.conftest import looks_unbiased, normal, omega, unbiasedness_statistic
+from tests.test_kernels import torch_only
 
 
 def norms64(x: torch.Tensor, bucket: int, norm: str) -> torch.Tensor:
@@ -166,3 +167,36 @@ def test_corrupt_elias_stream_raises() -> None:
     fewer["nnz"] = int(p.meta["nnz"]) + 5
     with pytest.raises(PayloadError):
         decompress(Payload(p.codec, p.version, p.dtype, p.shape, p.data, fewer))
+
+
+# ---------------------------------------------------------------------------- fast paths
+
+
+@pytest.mark.parametrize(
+    ("d", "params"),
+    [
+        (1000, {}),
+        (1000, {"s": 4, "bucket": 64, "norm": "2"}),
+        (7, {"s": 1, "bucket": 3}),
+        (70_001, {"s": 300, "bucket": 1000, "norm": "2"}),  # 10-bit fields: the wide packer
+        (70_001, {"bucket": 70_001, "norm": "2"}),  # one bucket larger than a kernel part
+        (150_003, {"bucket": 100_000}),
+        (1000, {"encoding": "elias"}),
+        (5000, {"s": 7, "bucket": 33, "encoding": "elias", "norm": "2"}),
+    ],
+    ids=str,
+)
+def test_fast_path_matches_the_torch_path(d: int, params: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same key, same uniforms: the fused kernel and the plain torch definition send the same bytes."""
+    x = normal((d,), seed=d)
+    x[: d // 10] = 0.0  # zero runs (and, with bucket < d/10, all-zero buckets)
+    comp = registry.create("qsgd", **params)
+    fast = [comp.compress(x, State(s)) for s in range(2)]
+    fast_dec = [decompress(p) for p in fast]
+    ref = [type(comp).reference(comp, x, State(s)) for s in range(2)]
+    torch_only(monkeypatch)
+    for s in range(2):
+        slow = comp.compress(x, State(s))
+        assert fast[s].to_bytes() == slow.to_bytes()
+        assert torch.equal(fast_dec[s], decompress(slow))
+        assert torch.equal(fast_dec[s], ref[s])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import registry
+from gcbench import kernels, registry
 from gcbench.compressor import State, decompress
 from gcbench.compressors.randomk import indices_from_seed
 from gcbench.payload import Payload
@@ -96,3 +96,50 @@ def test_variance_is_d_over_k_minus_one() -> None:
     err = ((_samples(x, reps, 0.1) - x.double()) ** 2).sum(1)
     expected = (1000 / 100 - 1) * float((x.double() ** 2).sum())
     assert abs(float(err.mean()) - expected) < 5 * float(err.std()) / math.sqrt(reps)
+
+
+def test_reference_and_fast_path_agree() -> None:
+    """The plain torch random-k (NumPy sort, torch scatter) decodes to exactly what the fast path sends."""
+    x = normal((70_001,), seed=8)
+    comp = registry.create("randomk", density=0.01)
+    for seed in range(3):
+        fast = decompress(comp.compress(x, State(seed)))
+        assert torch.equal(fast, type(comp).reference(comp, x, State(seed)))
+        assert int(torch.count_nonzero(fast)) == 701
+
+
+@pytest.mark.parametrize(("d", "k"), [(1, 1), (64, 64), (65, 3), (20_000, 100), (200_003, 1000), (140_000, 60_000)])
+def test_indices_from_seed_matches_the_plain_python_sampler(d: int, k: int) -> None:
+    for seed in (0, 17, 2**62):
+        np.testing.assert_array_equal(indices_from_seed(seed, d, k), kernels.random_subset_reference(seed, d, k))
+
+
+def test_selection_is_uniform_across_blocks() -> None:
+    """Several sampler blocks (65,536 positions each, the last short): inclusion frequencies of
+    1024-position bins match k/d (chi-square), and block counts vary like a uniform subset's."""
+    d, k, reps = 2 * 65536 + 4099, 1000, 300
+    counts = np.zeros(d)
+    first_block = []
+    rng = np.random.Generator(np.random.PCG64(11))
+    for _ in range(reps):
+        idx = indices_from_seed(int(rng.integers(0, 2**63 - 1)), d, k)
+        counts[idx] += 1
+        first_block.append(int((idx < 65536).sum()))
+    bins = np.add.reduceat(counts, np.arange(0, d, 1024))
+    sizes = np.diff(np.append(np.arange(0, d, 1024), d))
+    expected = reps * k * sizes / d
+    chi2 = float(((bins - expected) ** 2 / expected).sum())
+    nbins = len(bins)
+    assert abs(chi2 - nbins) < 5 * math.sqrt(2 * nbins), chi2
+    # hypergeometric: mean k·65536/d, variance k·p·(1−p)·(d−k)/(d−1)
+    p = 65536 / d
+    mean, var = np.mean(first_block), np.var(first_block, ddof=1)
+    assert abs(mean - k * p) < 5 * math.sqrt(k * p * (1 - p) / reps)
+    assert 0.7 < var / (k * p * (1 - p) * (d - k) / (d - 1)) < 1.4
+
+
+def test_dense_selection_is_fast_and_complete() -> None:
+    """Density 1: every position, in order; high densities need no full permutation."""
+    np.testing.assert_array_equal(indices_from_seed(3, 200_000, 200_000), np.arange(200_000))
+    idx = indices_from_seed(3, 1_000_000, 500_000)
+    assert len(np.unique(idx)) == 500_000 and np.all(np.diff(idx) > 0)

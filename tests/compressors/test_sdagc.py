@@ -156,3 +156,47 @@ def test_sum_of_updates_tracks_momentum_sgd() -> None:
         if not masking:
             assert torch.allclose(sum_c + st.tensors["velocity"].double(), sum_u, rtol=1e-5, atol=1e-3)
         assert rel[49] < shrink * rel[4] and rel[49] < 0.7
+
+
+# ----------------------------------------------------------------------------- fused CPU step vs torch step
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("over", [{}, {"lr_revision": True, "lambda_final": 1.5}, {"masking": False, "index_coding": "paper"},
+                                  {"clip_norm": 100.0, "workers": 4}], ids=str)
+def test_fused_step_equals_torch_step(over: dict[str, object]) -> None:
+    from gcbench.compressors._select import clip_coef
+    from gcbench.compressors.sdagc import sdagc_step_fast, sdagc_step_torch
+
+    params = dict(registry.get("sdagc").defaults, **over)
+    d = 450_000
+    u1, v1 = torch.zeros(d), torch.zeros(d)
+    u2, v2 = torch.zeros(d), torch.zeros(d)
+    for step in range(3):
+        x = torch.from_numpy(_gen(300 + step).standard_t(3.0, d).astype(np.float32))
+        coef = clip_coef(x, params["clip_norm"], params["workers"])
+        a = sdagc_step_fast(x, u1, v1, coef, step, params, True)
+        b = sdagc_step_torch(x, u2, v2, coef, step, params, True)
+        assert a[0].tobytes() == b[0].tobytes() and a[1] == b[1]
+        assert torch.equal(a[2], b[2]) and torch.equal(u1, u2) and torch.equal(v1, v2)
+        assert int(a[1]["k"]) > 0
+
+
+def test_class_reference_matches_the_compressor() -> None:
+    c = registry.create("sdagc", warmup_steps=3)
+    st = c.init_state(0)
+    for step in range(3):
+        x = _normal((600, 500), 320 + step)
+        ref = type(c).reference(c, x, st)
+        assert torch.equal(c.compress_and_decode(x, st)[1], ref)
+
+
+@cuda
+def test_cuda_tensors_give_the_cpu_bytes() -> None:
+    c = registry.create("sdagc")
+    s_cpu, s_gpu = c.init_state(0), c.init_state(0)
+    for step in range(3):
+        x = torch.from_numpy(_gen(330 + step).standard_t(3.0, (800, 700)).astype(np.float32))
+        assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
+        assert torch.equal(s_gpu.tensors["velocity"].cpu(), s_cpu.tensors["velocity"])

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from gcbench import registry
-from gcbench.compressor import ErrorFeedback, State, decompress
+from gcbench.compressor import Compressor, ErrorFeedback, State, decompress
 from gcbench.payload import Payload
 from tests.conftest import normal
+from tests.test_kernels import torch_only
 
 SHAPES = [(1,), (7,), (9,), (1000,), (64, 3, 3, 3), (512, 512)]
 
@@ -78,3 +79,47 @@ def test_efsignsgd_error_feedback_identity_and_residual_applied() -> None:
             assert not torch.allclose(want, torch.where(x >= 0, 1.0, -1.0).double() * float(x.abs().mean()))
         e_old = e_new
     assert state.step == 6
+
+
+# ---------------------------------------------------------------------------- fast paths
+
+
+@pytest.mark.parametrize("shape", [(7,), (1000,), (300, 301), (70_001,)], ids=str)
+def test_signsgd_fast_path_matches_the_torch_path(shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    x = normal(shape, seed=4)
+    x.view(-1)[::5] = 0.0
+    comp = registry.create("signsgd")
+    fast = comp.compress(x, State(0))
+    torch_only(monkeypatch)
+    slow = comp.compress(x, State(0))
+    assert fast.to_bytes() == slow.to_bytes()
+    assert torch.equal(decompress(fast), decompress(slow))
+    assert torch.equal(decompress(fast).reshape(-1), type(comp).reference(comp, x, State(0)))
+
+
+@pytest.mark.parametrize("shape", [(7,), (64, 3, 3, 3), (300, 301)], ids=str)
+def test_efsignsgd_fused_step_matches_the_base_class_path(shape: tuple[int, ...]) -> None:
+    """The fused override and the base class's generic error feedback give the same bytes,
+    decoded tensors and residuals step after step (and the ``reference`` does too)."""
+    comp = registry.create("efsignsgd")
+    fused, generic, ref = comp.init_state(0), comp.init_state(0), comp.init_state(0)
+    for step in range(4):
+        x = normal(shape, seed=20 + step) * (1 + step)
+        p1, d1 = comp.compress_and_decode(x, fused)
+        p2, d2 = Compressor.compress_and_decode(comp, x, generic)
+        d3 = type(comp).reference(comp, x, ref)
+        assert p1.to_bytes() == p2.to_bytes()
+        assert torch.equal(d1, d2) and torch.equal(d1.reshape(-1), d3)
+        assert torch.equal(fused.tensors["residual"], generic.tensors["residual"])
+        assert torch.equal(fused.tensors["residual"], ref.tensors["residual"])
+    assert fused.step == generic.step == ref.step == 4
+
+
+def test_efsignsgd_residual_of_another_shape_counts_as_zero() -> None:
+    comp = registry.create("efsignsgd")
+    st = comp.init_state(0)
+    st.tensors["residual"] = torch.full((5,), 100.0)
+    x = normal((3, 4), seed=1)
+    p, _ = comp.compress_and_decode(x, st)
+    assert p.to_bytes() == comp.compress(x, comp.init_state(0)).to_bytes()
+    assert st.tensors["residual"].shape == (3, 4)

@@ -13,6 +13,7 @@ from gcbench import registry
 from gcbench.compressor import State, decompress
 from gcbench.payload import Payload
 from tests.conftest import looks_unbiased, normal, unbiasedness_statistic
+from tests.test_kernels import torch_only
 
 
 def clipped(x: torch.Tensor, c: float = 2.5) -> torch.Tensor:
@@ -158,3 +159,31 @@ def test_exchange_with_shared_scaler_is_unbiased_for_the_clipped_mean() -> None:
         [comp.exchange(grads, [comp.init_state(100 * r + w) for w in range(3)]).aggregate.double() for r in range(300)]
     )
     assert looks_unbiased(aggs, target)
+
+
+# ---------------------------------------------------------------------------- fast paths
+
+
+@pytest.mark.parametrize("clip", [2.5, 0.0, 0.5])
+@pytest.mark.parametrize("d", [1, 7, 1000, 70_001])
+def test_fast_path_matches_the_torch_path(d: int, clip: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same key, same uniforms: the fused kernel and the plain torch definition send the same bytes."""
+    x = heavy_tailed(d, seed=d)
+    comp = registry.create("terngrad", clip=clip)
+    fast = [comp.compress(x, State(s)) for s in range(3)]
+    ref = [type(comp).reference(comp, x, State(s)) for s in range(3)]
+    torch_only(monkeypatch)
+    for s in range(3):
+        slow = comp.compress(x, State(s))
+        assert fast[s].to_bytes() == slow.to_bytes()
+        assert torch.equal(decompress(slow).reshape(-1), ref[s])
+
+
+def test_fast_exchange_matches_the_torch_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
+    comp = registry.create("terngrad")
+    grads = [heavy_tailed(3000, seed=40 + w) * (w + 1) for w in range(3)]
+    fast = comp.exchange(grads, [comp.init_state(w) for w in range(3)])
+    torch_only(monkeypatch)
+    slow = comp.exchange(grads, [comp.init_state(w) for w in range(3)])
+    assert [p.to_bytes() for p in fast.payloads] == [p.to_bytes() for p in slow.payloads]
+    assert torch.equal(fast.aggregate, slow.aggregate)

@@ -85,3 +85,44 @@ def test_sum_of_decoded_tracks_sum_of_gradients() -> None:
         rel.append(float((sum_c - sum_g).norm() / sum_g.norm()))
     assert torch.allclose(sum_c + st.tensors[ErrorFeedback.KEY].double(), sum_g, rtol=0, atol=1e-3)
     assert rel[49] < 0.3 * rel[4] and rel[49] < 0.1
+
+
+# ----------------------------------------------------------------------------- fast path vs reference
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize(("tau", "coding"), [(2.5, "fixed"), (1e-3, "fixed"), (2.0, "int32"), (2.5, "elias")])
+def test_fast_path_bytes_and_residual_equal_the_reference(tau: float, coding: str) -> None:
+    from gcbench.compressors.threshold import threshold_reference_encode
+
+    c = registry.create("threshold", tau=tau, index_coding=coding)
+    st = c.init_state(0)
+    for step in range(3):
+        x = _normal((600, 700), 60 + step)  # 420,000 elements: the kernels split the work over threads
+        body, meta, ref_dec = threshold_reference_encode(c, x, st)
+        a = ErrorFeedback.corrected(x, st)
+        p, dec = c.compress_and_decode(x, st)
+        assert p.data.numpy().tobytes() == body.tobytes() and p.meta == meta
+        assert torch.equal(dec, ref_dec)
+        assert torch.equal(st.tensors[ErrorFeedback.KEY], a - dec)  # as the generic error-feedback path stores it
+        assert torch.equal(c.decompress(p), dec)
+
+
+def test_compress_without_decoded_leaves_the_same_state() -> None:
+    c = registry.create("threshold", tau=1.5)
+    s1, s2 = c.init_state(0), c.init_state(0)
+    for step in range(3):
+        x = _normal((600, 700), 70 + step)
+        assert c.compress(x, s1).to_bytes() == c.compress_and_decode(x, s2)[0].to_bytes()
+        assert torch.equal(s1.tensors[ErrorFeedback.KEY], s2.tensors[ErrorFeedback.KEY])
+
+
+@cuda
+def test_cuda_tensors_give_the_cpu_bytes() -> None:
+    c = registry.create("threshold", tau=1.5)
+    s_cpu, s_gpu = c.init_state(0), c.init_state(0)
+    for step in range(2):
+        x = _normal((600, 700), 80 + step)
+        assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
+        assert torch.equal(s_gpu.tensors[ErrorFeedback.KEY].cpu(), s_cpu.tensors[ErrorFeedback.KEY])

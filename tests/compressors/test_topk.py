@@ -97,3 +97,74 @@ def test_error_feedback_identity_and_residual_applied() -> None:
     x = normal((40, 25), seed=1)
     assert plain.compress(x, st).to_bytes() == plain.compress(x, st).to_bytes()
     assert ErrorFeedback.KEY not in st.tensors
+
+
+# ----------------------------------------------------------------------------- fast path vs reference
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _big(seed: int, d: int = 1_100_000) -> torch.Tensor:
+    """Large enough for the sampled selection path (>= 4·TOPK_SAMPLE elements); heavy tails, no ties."""
+    return torch.from_numpy(np.random.Generator(np.random.PCG64(seed)).standard_t(3.0, d).astype(np.float32))
+
+
+@pytest.mark.parametrize("density", [0.001, 0.01])
+@pytest.mark.parametrize("ef", [False, True])
+def test_fast_path_bytes_and_residual_equal_the_reference(density: float, ef: bool) -> None:
+    from gcbench.compressors.topk import topk_reference_encode
+
+    comp = registry.create("topk", density=density, error_feedback=ef)
+    state = comp.init_state(0)
+    for step in range(3):
+        x = _big(10 + step)
+        body, meta, ref_dec = topk_reference_encode(comp, x, state)  # reads the state, changes nothing
+        a = ErrorFeedback.corrected(x, state)
+        p, dec = comp.compress_and_decode(x, state)
+        assert p.data.numpy().tobytes() == body.tobytes() and p.meta == meta
+        assert torch.equal(dec, ref_dec)
+        if ef:  # the residual is exactly a − decoded in float32, as the generic error-feedback path stores it
+            assert torch.equal(state.tensors[ErrorFeedback.KEY], a - dec)
+    assert torch.equal(type(comp).reference(comp, x, comp.init_state(0)), topk_reference_encode(comp, x, comp.init_state(0))[2])
+
+
+def test_ties_at_the_kth_magnitude_keep_the_lowest_indices() -> None:
+    x = torch.zeros(1_100_000)
+    x[::1000] = 5.0  # 1100 clear winners
+    x[7::500] = -1.0  # 2200 tied candidates (every other one overlaps the winners' stride: none here)
+    k = 1100 + 300
+    out = decompress(registry.create("topk", density=k / x.numel()).compress(x, State(0)))
+    sent = torch.nonzero(out).reshape(-1).tolist()
+    assert sent == sorted(list(range(0, 1_100_000, 1000)) + list(range(7, 1_100_000, 500))[:300])
+
+
+def test_compress_and_compress_and_decode_leave_the_same_state_and_bytes() -> None:
+    comp = registry.create("topk", density=0.01, error_feedback=True)
+    s1, s2 = comp.init_state(0), comp.init_state(0)
+    for step in range(3):
+        x = _big(20 + step)
+        p1 = comp.compress(x, s1)
+        p2, _ = comp.compress_and_decode(x, s2)
+        assert p1.to_bytes() == p2.to_bytes()
+        assert torch.equal(s1.tensors[ErrorFeedback.KEY], s2.tensors[ErrorFeedback.KEY])
+
+
+def test_a_payload_kept_by_the_caller_is_not_overwritten() -> None:
+    comp = registry.create("topk", density=0.01, error_feedback=True)
+    state = comp.init_state(0)
+    p1, d1 = comp.compress_and_decode(_big(30), state)
+    kept, kept_dec = p1.to_bytes(), d1.clone()
+    comp.compress_and_decode(_big(31), state)
+    assert p1.to_bytes() == kept and torch.equal(d1, kept_dec)
+
+
+@cuda
+def test_cuda_tensors_give_the_cpu_bytes() -> None:
+    comp = registry.create("topk", density=0.001, error_feedback=True)
+    s_cpu, s_gpu = comp.init_state(0), comp.init_state(0)
+    for step in range(2):
+        x = _big(40 + step)
+        p_cpu = comp.compress(x, s_cpu)
+        p_gpu = comp.compress(x.cuda(), s_gpu)
+        assert p_gpu.to_bytes() == p_cpu.to_bytes()
+        assert torch.equal(s_gpu.tensors[ErrorFeedback.KEY].cpu(), s_cpu.tensors[ErrorFeedback.KEY])

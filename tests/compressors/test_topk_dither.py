@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gcbench import codec, registry
+from gcbench.compressor import Compressor
 from gcbench.compressors._common import k_of
 from gcbench.compressors.natural import level_bits
 from gcbench.compressors.topk_dither import topk_dither_bits, topk_dither_parts
@@ -125,3 +126,35 @@ def test_ef_drift_bounded_and_shrinking() -> None:
     r = ef_drift("topk_dither", 50, (40, 50), density=0.05)
     assert max(r) < 1.0
     assert r[49] < 0.5 * r[4]
+
+
+# ---------------------------------------------------------------------------- fast paths
+
+
+@pytest.mark.parametrize("ef", [True, False])
+@pytest.mark.parametrize("coding", CODINGS)
+@pytest.mark.parametrize(("d", "density"), [(1, 0.5), (3000, 0.02), (70_001, 0.01)])
+def test_fused_path_matches_the_base_class_path(coding: str, ef: bool, d: int, density: float) -> None:
+    """The fused CPU override (radix top-k, error feedback in the residual buffer) and the base
+    class's generic path (torch.topk, the torch dithering) give the same bytes, decoded tensors
+    and residuals, step after step (magnitudes are distinct, so the top-k set is unique)."""
+    c = registry.create("topk_dither", density=density, index_coding=coding, error_feedback=ef)
+    fused, generic, ref = c.init_state(0), c.init_state(0), c.init_state(0)
+    for step in range(3):
+        x = distinct_magnitudes(d, 50 + step)
+        p1, d1 = c.compress_and_decode(x, fused)
+        p2, d2 = Compressor.compress_and_decode(c, x, generic)
+        d3 = type(c).reference(c, x, ref)
+        assert p1.to_bytes() == p2.to_bytes()
+        assert torch.equal(d1, d2) and torch.equal(d1, d3)
+        if ef:
+            assert torch.equal(fused.tensors["residual"], generic.tensors["residual"])
+            assert torch.equal(fused.tensors["residual"], ref.tensors["residual"])
+    assert fused.step == generic.step == ref.step == 3
+
+
+def test_ties_at_the_kth_magnitude_keep_the_lowest_indices() -> None:
+    x = torch.tensor([1.0, -3.0, 2.0, 3.0, -2.0, 2.0, 0.5])
+    c = registry.create("topk_dither", density=0.5, error_feedback=False)  # k = 4: 3, 3, and two of three 2s
+    _, idx, _, _ = topk_dither_parts(c.compress(x, c.init_state(0)))
+    assert idx.tolist() == [1, 2, 3, 4]
