@@ -1691,34 +1691,31 @@ def topk_select(x: np.ndarray, k: int, e: np.ndarray | None = None, has_e: bool 
     # with t = 0 this pass only forms a (every magnitude counts)
     _form_count_kernel(x, x if e is None else e, np.int64(mode), np.uint32(t), counts)
     a = x if e is None else e
-    ab = a.view(np.uint32)
+    got = _collect_at_least(a.view(np.uint32), k, t, counts)
+    return got if got is not None else _topk_radix(a, k, nchunks)
+
+
+def _collect_at_least(ab: np.ndarray, k: int, t: int, counts: np.ndarray) -> np.ndarray | None:
+    """The exact top-k among the magnitudes >= t (``counts``: how many per chunk), or None when
+    t is unusable: 0, passed by fewer than k, or by far more than k (memory)."""
     total = int(counts.sum())
-    if t > 0 and k <= total <= 4 * k + (1 << 16):
-        offsets = np.zeros(nchunks, np.int64)
-        offsets[1:] = np.cumsum(counts)[:-1]
-        cand = np.empty(total, np.int64)
-        _topk_collect_kernel(ab, np.uint32(t - 1), np.zeros(nchunks, np.int64), offsets, cand)  # m > t − 1 ⇔ m >= t
-        return _resolve(ab, cand, k)
-    return _topk_radix(a, k, nchunks)
+    if t <= 0 or not k <= total <= 4 * k + (1 << 16):
+        return None
+    offsets = np.zeros(counts.size, np.int64)
+    offsets[1:] = np.cumsum(counts)[:-1]
+    cand = np.empty(total, np.int64)
+    _topk_collect_kernel(ab, np.uint32(t - 1), np.zeros(counts.size, np.int64), offsets, cand)  # m > t − 1 ⇔ m >= t
+    return _resolve(ab, cand, k)
 
 
 def _topk_sampled(ab: np.ndarray, k: int, nchunks: int) -> np.ndarray | None:
     """The sampled-threshold path alone on formed magnitudes (None where :func:`topk_select`
-    falls back to the radix select) — for tests that check which path runs."""
+    falls back to the radix select) — for the tests that check which path runs."""
     x = ab.view(np.float32)
     t = _sample_threshold(x, None, False, k)
-    if t == 0:
-        return None
     counts = np.empty(nchunks, np.int64)
     _form_count_kernel(x, x, np.int64(0), np.uint32(t), counts)
-    total = int(counts.sum())
-    if not k <= total <= 4 * k + (1 << 16):
-        return None
-    offsets = np.zeros(nchunks, np.int64)
-    offsets[1:] = np.cumsum(counts)[:-1]
-    cand = np.empty(total, np.int64)
-    _topk_collect_kernel(ab, np.uint32(t - 1), np.zeros(nchunks, np.int64), offsets, cand)
-    return _resolve(ab, cand, k)
+    return _collect_at_least(ab, k, t, counts)
 
 
 def _topk_radix(a: np.ndarray, k: int, nchunks: int) -> np.ndarray:
