@@ -33,7 +33,7 @@ def sample(shape: tuple[int, ...], distribution: str, gen: np.random.Generator, 
         v = gen.standard_t(df, n).astype(np.float32)
     elif distribution == "sparse":
         v = np.zeros(n, np.float32)
-        m = max(1, int(round(sparsity_density * n))) if n else 0
+        m = max(1, round(sparsity_density * n)) if n else 0
         pos = gen.choice(n, size=m, replace=False) if m else np.zeros(0, np.int64)
         v[pos] = gen.standard_normal(m, dtype=np.float32)
     elif distribution == "lowrank":
