@@ -240,6 +240,11 @@ class Compressor(ABC):
         else:
             body, meta, decoded = self._encode(x32, state)
             payload = self._payload(x, body, meta)
+        return self._finish(x, state, payload, decoded, need_decoded)
+
+    def _finish(self, x: torch.Tensor, state: State, payload: Payload, decoded: torch.Tensor | None,
+                need_decoded: bool) -> tuple[Payload, torch.Tensor | None]:
+        """Common tail of every compress path: count the step, decode only if asked, restore x's shape and dtype."""
         state.step += 1
         if not need_decoded:
             return payload, None

@@ -372,13 +372,7 @@ class InPlaceEncoder(Compressor):
         body, meta, decoded = self._encode_inplace(a, state, need_decoded, ef, counts)
         if ef:
             state.tensors[ErrorFeedback.KEY] = a
-        payload = self._payload(x, body, meta)
-        state.step += 1
-        if not need_decoded:
-            return payload, None
-        if decoded is None:
-            decoded = self._decode_float(payload)
-        return payload, decoded.reshape(x.shape).to(x.dtype)
+        return self._finish(x, state, self._payload(x, body, meta), decoded, need_decoded)
 
     def _encode(self, a: torch.Tensor, state: State) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
         """The generic path's hook (``a`` read only): encode a working copy when error feedback writes it."""
