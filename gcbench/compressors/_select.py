@@ -13,7 +13,7 @@ reconstructed) and ``threshold``:
   velocity (v) buffers of momentum correction.
 * :func:`sparse_or_dense_body` / :func:`sparse_or_dense_decode` — the DGC/SDAGC wire format: a
   sparse (value, index) body in any :data:`gcbench.codec.SPARSE_CODINGS`, or a dense float32 body
-  for tensors that are not sparsified (fewer than ``min_dims`` dimensions).
+  for tensors that are not sparsified (:func:`gcbench.compressors.dgc.sent_dense`).
 * :class:`InPlaceEncoder` — the compress path of every compressor here: state tensors (the
   error-feedback residual included) are updated in place and the decoded tensor is only built
   when the caller asks for it.

@@ -33,11 +33,16 @@ Choices made here (and why):
   k-th-largest threshold ``>`` would send k − 1 entries, and nothing when k = 1); the threshold
   is never below the smallest positive float, so zeros are never sent and an all-zero tensor
   sends nothing.
-* Tensors with fewer than ``min_dims`` (default 2) dimensions — biases, norms — are sent dense:
-  the momentum-SGD update ``u = m·u + x`` (Nesterov: ``x + m·u``) as fp32, 32·d bits, with ``u``
-  kept and no velocity, exactly the official ``Memory.compensate(accumulate=False)`` path.  The
-  same dense path is used when the scheduled density is 1 (the official code only compresses
-  when its ratio is below 1).
+* Tensors with fewer than ``min_dims`` (default 2) dimensions and at most ``dense_max`` (default
+  65536) elements — biases, norms — are sent dense: the momentum-SGD update ``u = m·u + x``
+  (Nesterov: ``x + m·u``) as fp32, 32·d bits, with ``u`` kept and no velocity, exactly the
+  official ``Memory.compensate(accumulate=False)`` path.  The same dense path is used when the
+  scheduled density is 1 (the official code only compresses when its ratio is below 1).  The
+  element bound is gcbench's: the official code sees one parameter at a time, but under
+  ``--granularity bucket``/``model`` (and DDP buckets) the compressor receives flattened 1-D
+  buckets of millions of elements, which the dimension rule alone would send dense (ratio 1).
+  No bias or norm of the model zoo comes near 65536 elements; ``dense_max=0`` sparsifies every
+  1-D tensor.  The rule is :func:`sent_dense`, used by the class and by :func:`dgc_reference`.
 * Warm-up: over ``warmup_steps`` steps (or ``warmup_epochs``·``steps_per_epoch``), 4 equal stages
   with densities 4^−(e+1) = 25%, 6.25%, 1.5625%, 0.390625% (never below ``density``), then
   ``density`` — the paper's schedule.  (The official code's geometric coefficient
@@ -47,6 +52,10 @@ Choices made here (and why):
   (16-bit zero run + fp32 value) record format with escape records for runs ≥ 65535;
   ``int32``, ``delta-varint`` and ``elias`` are also available.  Body bits for ``fixed``:
   nnz·(32 + ceil(log2 d)), rounded up to bytes.
+
+Version 2 (version 1 sent every tensor of fewer than ``min_dims`` dimensions dense, so flattened
+buckets came out at ratio 1): adds ``dense_max``; results under ``layer`` granularity are
+unchanged for tensors up to 65536 elements, those under ``bucket``/``model`` granularity change.
 
 :func:`dgc_reference` is the straightforward version (exact ``torch.topk`` selection), used by the
 tests to check the sampled path and by ``gcbench bench`` as the class's ``reference``.
@@ -88,6 +97,22 @@ from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 WARMUP_STAGES = 4  # the paper's 75%, 93.75%, 98.4375%, 99.6% sparsity, one stage each
+DENSE_MAX = 65536  # default element bound of the dense rule: far above any bias/norm, far below a bucket
+
+
+def dense_params() -> tuple[Param, Param]:
+    """``min_dims`` and ``dense_max``: which tensors skip sparsification (shared with SDAGC)."""
+    return (
+        Param("min_dims", int, 2, "tensors with fewer dimensions are sent dense (momentum-SGD update, fp32), up to dense_max elements",
+              low=0),
+        Param("dense_max", int, DENSE_MAX, "a tensor below min_dims dimensions is sent dense only up to this many elements; "
+              "larger 1-D tensors are flattened buckets and are sparsified", low=0),
+    )
+
+
+def sent_dense(x: torch.Tensor, params: Mapping[str, Any]) -> bool:
+    """The dense rule of DGC/SDAGC: a small low-dimensional tensor (a bias or norm), not a flat bucket."""
+    return x.dim() < params["min_dims"] and x.numel() <= params["dense_max"]
 
 
 def warmup_period(params: Mapping[str, Any]) -> int:
@@ -125,7 +150,7 @@ def dgc_reference(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, step: int,
     x = clip_local(x.float(), params["clip_norm"], params["workers"])
     u, v = u.clone(), v.clone()
     density = scheduled_density(step, params["density"], warmup_period(params))
-    if x.dim() < params["min_dims"] or density >= 1.0:
+    if sent_dense(x, params) or density >= 1.0:
         u = m * u + x
         return (x + m * u if nesterov else u.clone()), u, v
     u = m * u + x
@@ -152,7 +177,7 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 @register(
     name="dgc",
-    version=1,
+    version=2,
     description="Deep Gradient Compression: momentum correction, sampled top-density threshold, momentum masking, warm-up",
     paper="Lin et al. 2018, Deep Gradient Compression (ICLR; official code)",
     biased=True,
@@ -170,7 +195,7 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
         Param("warmup_steps", int, 0, "warm-up length in steps (4 stages of 25%, 6.25%, 1.5625%, 0.39% density)", low=0),
         Param("warmup_epochs", int, 0, "warm-up length in epochs (needs steps_per_epoch); excludes warmup_steps", low=0),
         Param("steps_per_epoch", int, None, "steps per epoch, for warmup_epochs", low=1, optional=True),
-        Param("min_dims", int, 2, "tensors with fewer dimensions are sent dense (momentum-SGD update, fp32)", low=0),
+        *dense_params(),
         coding_param("fixed", with_paper=True),
     ),
 )
@@ -197,7 +222,7 @@ class DGC(MomentumSGDReference, InPlaceEncoder):
         m, nesterov = p["momentum"], p["nesterov"]
         density = self.density_at(state.step)
         d = a.numel()
-        if a.dim() < p["min_dims"] or density >= 1.0:
+        if sent_dense(a, p) or density >= 1.0:
             u, _ = momentum_buffers(state, a, velocity=False)
             out = dense_momentum_update(u, clip_local(a, p["clip_norm"], p["workers"]), m, nesterov)
             body, meta = sparse_or_dense_body(None, None, out, d, p["index_coding"])

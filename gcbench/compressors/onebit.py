@@ -8,8 +8,23 @@ stays on the worker (mandatory error feedback).  Bits: d + 64·(number of column
 ``granularity`` chooses what shares one pair of means: ``column`` (the paper), ``row``, or
 ``tensor`` — the one-pair-per-tensor variant some frameworks ship as "1-bit SGD".
 
-The two-leg multi-worker aggregation of the paper (stripe owners re-quantize the summed stripe
-with an owner-side residual) is :meth:`OneBitSGD.exchange`.
+The two-leg multi-worker aggregation of the paper is :meth:`OneBitSGD.exchange`.  Each worker
+quantizes its whole tensor with its own state — the same error-feedback step as a plain
+``compress`` — and only its *message* is cut into stripes of whole columns (:func:`split_stripes`;
+1-bit SGD quantizes per column, so a stripe's payload is the column encoding of those columns of
+a = x + e: the same sign bits, and the same means up to the float64 summation order of a separate
+encoding).  Cutting the whole message, rather than encoding each stripe again, makes what the
+owners decode exactly what the worker's residual was computed from.  Stripe owners average the
+decoded stripes and re-quantize the average with a second, owner-side residual
+(``state.tensors["owner_residual"]`` of the owner worker) before the all-gather: two
+quantizations, two residuals, both legs counted from the real stripe payloads.
+
+Version 2: version 1's exchange kept each worker's residual in per-stripe sub-states
+(``state.values["worker_stripes"]``), so the worker's own state — which the runner copies to
+measure fidelity and error-feedback drift — never saw the residual the exchange accumulated and
+the reported EF drift of multi-worker runs was wrong.  The worker residual is now the state's
+``residual``; exchange results (drift, per-step fidelity) change; single-tensor compression and
+the body layout do not (payload headers carry the new version).
 
 Fast path (CPU, :func:`gcbench.kernels.onebit_step`): :meth:`OneBitSGD.compress_and_decode`
 runs error feedback in two fused passes over the residual buffer, updated in place — pass 1
@@ -22,6 +37,7 @@ straightforward definition (:func:`onebit_reference`, a loop over the columns) i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -108,7 +124,7 @@ def _layout(shape: tuple[int, ...], granularity: str) -> tuple[int, bool]:
 
 @register(
     name="onebit",
-    version=1,
+    version=2,
     description="1-bit SGD: sign bit per element + two float32 means per column, error feedback",
     paper="Seide et al. 2014, 1-Bit Stochastic Gradient Descent and its Application to Data-Parallel Distributed Training of Speech DNNs",
     biased=True,
@@ -183,49 +199,46 @@ class OneBitSGD(Compressor):
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
         """The paper's two-leg aggregation (reduce-scatter of 1-bit stripes, then 1-bit all-gather).
 
-        The column view is split into N stripes of whole columns (the unit that shares a pair of
-        means, so quantizing a stripe equals quantizing the tensor).  Leg 1: worker w quantizes
-        each stripe with its own residual (error feedback) and sends stripe j to its owner j.
-        Leg 2: owner j averages the decoded stripes, re-quantizes the average with a second,
-        owner-side residual and sends it to every other worker.  Both legs are counted.
+        Leg 1: worker w quantizes its whole tensor with its own state — exactly
+        ``compress_and_decode(x_w, states[w])``, so ``states[w]``'s residual is the one a plain
+        compression leaves and the runner's fidelity and EF-drift measurements (taken on copies of
+        that state) see the residual the exchange really carries.  Its message is then cut into N
+        stripes of whole columns of the view (the unit that shares a pair of means, so a stripe
+        payload is the column-granularity encoding of those columns of a = x + e) and
+        stripe j goes to its owner j.  Leg 2: owner j averages the decoded stripes, re-quantizes
+        the average with a second, owner-side residual (``states[j].tensors["owner_residual"]``)
+        and sends it to every other worker.  Both legs are counted from the real stripe payloads.
         """
         n = len(grads)
+        if len(states) != n:
+            raise ValueError("exchange needs one state per worker gradient")
         if n == 1 or grads[0].numel() == 0:  # empty tensors: nothing to stripe (and empty bodies)
             return super().exchange(grads, states)
         g_name = self.params["granularity"]
         shape = tuple(grads[0].shape)
-        views = [_matrix(g.detach().float(), shape, g_name) for g in grads]
-        ncols = views[0].shape[1]
-        bounds = np.linspace(0, ncols, n + 1).astype(int)
+        ncols = _ngroups(shape, g_name)
+        bounds = [int(b) for b in np.linspace(0, ncols, n + 1).astype(int)]
         col = OneBitSGD(granularity="column")  # stripes are columns of the view already
         leg1 = np.zeros((n, n), dtype=np.int64)  # bytes worker w -> owner j
         first_payloads: list[Payload] = []
         owner_sum: list[torch.Tensor | None] = [None] * n
-        for w, (view, st) in enumerate(zip(views, states, strict=True)):
-            whole_bits = 0
-            for j in range(n):
-                stripe = view[:, bounds[j] : bounds[j + 1]]
-                if stripe.shape[1] == 0:
+        for w, (x, st) in enumerate(zip(grads, states, strict=True)):
+            whole, _ = self.compress_and_decode(x, st, need_decoded=False)
+            for j, p in enumerate(split_stripes(whole, bounds)):
+                if p is None:
                     continue
-                sub = st.values.setdefault("worker_stripes", {}).get(j)
-                if sub is None:
-                    sub = st.values["worker_stripes"][j] = State(st.seed * 1009 + j)
-                p, dec = col.compress_and_decode(stripe.contiguous(), sub)
                 leg1[w, j] = p.nbytes if j != w else 0
-                whole_bits += p.nbytes
+                dec = col.decompress(p)  # what owner j decodes from the message
                 owner_sum[j] = dec if owner_sum[j] is None else owner_sum[j] + dec
                 if j == w:
                     first_payloads.append(p)
-            st.step += 1
         leg2 = np.zeros(n, dtype=np.int64)  # bytes owner j sends to each other worker
         out_cols: list[torch.Tensor] = []
         for j in range(n):
-            if owner_sum[j] is None:
+            stripe_sum = owner_sum[j]
+            if stripe_sum is None:
                 continue
-            owner = states[j].values.setdefault("owner_stripe", None)
-            if owner is None:
-                owner = states[j].values["owner_stripe"] = State(states[j].seed * 7919 + j)
-            p, dec = col.compress_and_decode(owner_sum[j] / n, owner)
+            p, dec = _owner_quantize(col, stripe_sum / n, states[j])
             leg2[j] = p.nbytes
             out_cols.append(dec)
         traffic = Traffic()
@@ -235,3 +248,53 @@ class OneBitSGD(Compressor):
             traffic.add("allgather", w, int(leg2[w]) * (n - 1), int(leg2.sum() - leg2[w]))
         aggregate = _from_matrix(torch.cat(out_cols, dim=1), g_name, shape).reshape(shape)
         return ExchangeResult(aggregate.to(grads[0].dtype), traffic, first_payloads)
+
+
+OWNER_KEY = "owner_residual"  # the stripe owner's second residual, in the owner worker's state
+
+
+def _owner_quantize(col: OneBitSGD, avg: torch.Tensor, state: State) -> tuple[Payload, torch.Tensor]:
+    """Leg 2 on owner ``state``: quantize the averaged stripe with the owner-side residual.
+
+    The residual is a plain tensor of ``state.tensors`` (saved by ``state_dict`` like the worker
+    residual); a scratch :class:`State` runs the ordinary error-feedback path on it.
+    """
+    tmp = State(state.seed)
+    prev = state.tensors.get(OWNER_KEY)
+    if prev is not None:
+        tmp.tensors[ErrorFeedback.KEY] = prev
+    p, dec = col.compress_and_decode(avg, tmp)
+    state.tensors[OWNER_KEY] = tmp.tensors[ErrorFeedback.KEY]
+    assert dec is not None
+    return p, dec
+
+
+def split_stripes(payload: Payload, bounds: Sequence[int]) -> list[Payload | None]:
+    """Cut a whole-tensor onebit payload into stripe payloads: columns ``bounds[j]:bounds[j+1]`` of the view.
+
+    Stripe j is a float32 ``(rows, width)`` tensor of column granularity whose bits are the
+    stripe's sign bits and whose means are its columns' pairs, so it decodes to exactly those
+    columns of the whole decode (and matches the stateless column encoding of those columns of
+    a = x + e: same bits, same means up to float64 summation order).  Empty stripes are ``None``.
+    """
+    g = meta_str(payload, "g")
+    shape = payload.shape
+    d = payload.numel
+    ncols = _ngroups(shape, g)
+    body = body_numpy(payload)
+    nb = (d + 7) // 8
+    if len(body) != nb + 8 * ncols:
+        raise PayloadError(f"onebit body has {len(body)} bytes, expected {nb + 8 * ncols}")
+    bits = _matrix(torch.from_numpy(np.unpackbits(body[:nb], count=d, bitorder="little").view(np.bool_)), shape, g)
+    means = body[nb:].reshape(ncols, 8)  # (mu0, mu1) little-endian float32 bytes per column
+    rows = bits.shape[0]
+    version = OneBitSGD.info.version
+    out: list[Payload | None] = []
+    for lo, hi in pairwise(bounds):
+        if hi <= lo:
+            out.append(None)
+            continue
+        stripe_bits = codec.pack_bits(bits[:, lo:hi].contiguous().numpy(), 1)
+        data = np.concatenate([stripe_bits, means[lo:hi].reshape(-1)])
+        out.append(Payload("onebit", version, torch.float32, (rows, hi - lo), torch.from_numpy(data), {"g": "column"}))
+    return out

@@ -28,9 +28,16 @@ Reconstruction choices (all documented, all parameters):
   momentum-SGD step, the effect of a locally revised learning rate.  The held-back part
   ``(1 − s)·v[mask]`` stays in ``v`` (nothing is lost: Σ sent + v_T is still Σ u_t over the
   masked momentum), so it is released over the following steps.
-* Tensors with fewer than ``min_dims`` (default 2) dimensions are sent dense, the momentum-SGD
-  update ``u = m·u + x`` (fp32, 32·d bits), exactly as in gcbench's DGC.
+* Tensors with fewer than ``min_dims`` (default 2) dimensions and at most ``dense_max`` (default
+  65536) elements are sent dense, the momentum-SGD update ``u = m·u + x`` (fp32, 32·d bits),
+  exactly as in gcbench's DGC (:func:`gcbench.compressors.dgc.sent_dense`).  The element bound
+  keeps flattened 1-D buckets (``--granularity bucket``/``model``, DDP buckets) sparsified;
+  ``dense_max=0`` sparsifies every 1-D tensor.
 * Wire format and index codings as DGC (default ``fixed``: nnz·(32 + ceil(log2 d)) bits).
+
+Version 2 (version 1 sent every tensor of fewer than ``min_dims`` dimensions dense, so flattened
+buckets came out at ratio 1): adds ``dense_max``; results under ``bucket``/``model`` granularity
+change, those of layers up to 65536 elements do not.
 
 As for DGC, fidelity is measured against the update u_t of uncompressed momentum SGD.
 
@@ -64,7 +71,7 @@ from gcbench.compressors._select import (
     sparse_or_dense_body,
     sparse_or_dense_decode,
 )
-from gcbench.compressors.dgc import clip_params
+from gcbench.compressors.dgc import clip_params, dense_params, sent_dense
 from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
@@ -147,7 +154,7 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
     zero = torch.zeros(x32.shape, dtype=torch.float32, device=x32.device)
     u0, v0 = state.tensors.get("momentum"), state.tensors.get("velocity")
     u = u0.clone() if u0 is not None and u0.shape == x32.shape else zero.clone()
-    if x32.dim() < p["min_dims"]:
+    if sent_dense(x32, p):
         return dense_momentum_update(u, clip_local(x32, p["clip_norm"], p["workers"]), p["momentum"], nesterov=False)
     v = v0.clone() if v0 is not None and v0.shape == x32.shape else zero.clone()
     decoded = sdagc_step_torch(x32, u, v, clip_coef(x32, p["clip_norm"], p["workers"]), state.step, p, True)[2]
@@ -157,7 +164,7 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
 
 @register(
     name="sdagc",
-    version=1,
+    version=2,
     description="RECONSTRUCTED SDAGC: momentum compensation, residual accumulation, threshold lambda(t)*std(v) per layer",
     paper="Chen et al. 2020, SDAGC (reconstructed from the abstract; not a verified reproduction)",
     biased=True,
@@ -174,7 +181,7 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
         Param("warmup_steps", int, 0, "steps over which lambda rises linearly from lambda_start to lambda_final", low=0),
         Param("lr_revision", bool, False, "scale the released update to at most the norm of the step's dense momentum update "
               "(reconstruction of the adaptive learning-rate revision; held-back part stays in v)"),
-        Param("min_dims", int, 2, "tensors with fewer dimensions are sent dense (momentum-SGD update, fp32)", low=0),
+        *dense_params(),
         coding_param("fixed", with_paper=True),
     ),
 )
@@ -187,7 +194,7 @@ class SDAGC(MomentumSGDReference, InPlaceEncoder):
                         counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         p = self.params
         d = a.numel()
-        if a.dim() < p["min_dims"]:
+        if sent_dense(a, p):
             u, _ = momentum_buffers(state, a, velocity=False)
             out = dense_momentum_update(u, clip_local(a, p["clip_norm"], p["workers"]), p["momentum"], nesterov=False)
             body, meta = sparse_or_dense_body(None, None, out, d, p["index_coding"])

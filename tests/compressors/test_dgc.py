@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gcbench import codec, registry
+from gcbench.compressor import State
 from gcbench.compressors._select import DGC_LOWER, DGCStep, dgc_sample_plan, dgc_select, dgc_step_fast, dgc_step_torch
 from gcbench.compressors.dgc import dgc_reference, scheduled_density
 from gcbench.errors import ParamError
@@ -175,6 +176,47 @@ def test_one_dimensional_tensors_send_the_momentum_update_dense() -> None:
         assert p.meta["coding"] == "dense" and p.body_nbytes == 4 * 1000
         assert torch.allclose(dec.double(), u, rtol=1e-6, atol=1e-6)
     assert "velocity" not in st.tensors
+
+
+def test_large_one_dimensional_tensors_are_sparsified() -> None:
+    """A flat bucket (1-D, more than dense_max elements) is sparsified like a weight matrix, with the
+    selection of the exact reference; at the boundary dense_max elements stay dense."""
+    d = 200_000
+    c = registry.create("dgc", density=0.001)
+    st = c.init_state(0)
+    x = _normal((d,), 25)
+    p, dec = c.compress_and_decode(x, st)
+    k = math.ceil(0.001 * d)
+    assert p.meta["coding"] == "fixed"
+    assert p.body_nbytes == math.ceil(int(p.meta["k"]) * (32 + math.ceil(math.log2(d))) / 8) < 4 * d / 100
+    nnz = len(_sent(dec))
+    assert nnz == int(p.meta["k"]) and 0.8 * k <= nnz <= k
+    assert "velocity" in st.tensors
+    # the reference applies the same rule: with the exact threshold both send the same top-k entries
+    exact = registry.create("dgc", density=0.001, sample_ratio=1.0)
+    dec_exact = exact.compress_and_decode(x, exact.init_state(0))[1]
+    ref = dgc_reference(x, torch.zeros(d), torch.zeros(d), 0, exact.params)[0]
+    assert len(_sent(dec_exact)) == k and torch.equal(dec_exact, ref)
+    assert _sent(dec_exact) == set(torch.topk(x.abs(), k).indices.tolist())
+    # boundary: numel == dense_max is dense, one more element is sparsified
+    edge = registry.create("dgc", dense_max=1000)
+    assert edge.compress(_normal((1000,), 26), edge.init_state(0)).meta["coding"] == "dense"
+    assert edge.compress(_normal((1001,), 26), edge.init_state(0)).meta["coding"] == "fixed"
+
+
+def test_dense_max_zero_sparsifies_every_one_dimensional_tensor() -> None:
+    c = registry.create("dgc", density=0.01, dense_max=0, sample_ratio=1.0)
+    st = c.init_state(0)
+    u = torch.zeros(1000)
+    v = torch.zeros(1000)
+    for t in range(3):
+        x = _normal((1000,), 27 + t)
+        p, dec = c.compress_and_decode(x, st)
+        ref, u, v = dgc_reference(x, u, v, t, c.params)
+        assert p.meta["coding"] == "fixed" and int(p.meta["k"]) == 10 == len(_sent(dec))
+        assert torch.equal(dec, ref)
+    assert registry.create("dgc").compress(_normal((1,), 30), State(0)).meta["coding"] == "dense"
+    assert registry.create("dgc", dense_max=0).compress(_normal((1,), 30), State(0)).meta["coding"] == "fixed"
 
 
 # ----------------------------------------------------------------------------- warm-up

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 from gcbench import registry
 from gcbench.compressor import Compressor, ErrorFeedback, State, decompress
-from gcbench.compressors.onebit import _GRANULARITIES, onebit_reference
+from gcbench.compressors.onebit import _GRANULARITIES, OWNER_KEY, onebit_reference, split_stripes
 from gcbench.payload import Payload, encode_header
 from tests.conftest import normal
 from tests.test_kernels import torch_only
@@ -171,19 +172,149 @@ def test_exchange_error_feedback_over_steps(workers: int) -> None:
     steps = 40
     for _ in range(steps):
         total += comp.exchange(grads, states).aggregate.double()
-    worker_res = torch.stack(
-        [
-            torch.cat([st.values["worker_stripes"][j].tensors[ErrorFeedback.KEY] for j in sorted(st.values["worker_stripes"])], dim=1)
-            for st in states
-        ]
-    ).double()
-    owner_res = torch.cat([st.values["owner_stripe"].tensors[ErrorFeedback.KEY] for st in states], dim=1).double()
+    # the worker residual is the state's own error-feedback residual; the owner's is a second tensor
+    worker_res = torch.stack([column_view(st.tensors[ErrorFeedback.KEY]) for st in states])
+    owner_res = torch.cat([st.tensors[OWNER_KEY] for st in states], dim=1).double()
     view = column_view(torch.zeros(shape))
     lhs = total.reshape(view.shape)
     rhs = steps * mean.reshape(view.shape) - worker_res.mean(0) - owner_res
     torch.testing.assert_close(lhs, rhs, rtol=0, atol=1e-3)
     assert float((total / steps - mean).norm() / mean.norm()) < 0.25
     assert all(st.step == steps for st in states)
+
+
+def _exchange_grads(shape: tuple[int, ...], workers: int, step: int) -> list[torch.Tensor]:
+    common = normal(shape, seed=500 + step)
+    return [normal(shape, seed=600 + 10 * step + w) + common + 0.1 * step for w in range(workers)]
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("granularity", ["column", "row", "tensor"])
+@pytest.mark.parametrize("shape", [(64, 3, 3, 3), (33, 17), (1000,)], ids=str)
+def test_exchange_leaves_the_residual_of_a_plain_compression(workers: int, granularity: str, shape: tuple[int, ...]) -> None:
+    """After each exchange, every worker's state holds exactly the residual (and step) that
+    ``compress_and_decode`` from a copy of its state before the step leaves — what the runner's
+    fidelity and EF-drift measurements, taken on copies of that state, rely on."""
+    comp = registry.create("onebit", granularity=granularity)
+    states = [comp.init_state(w) for w in range(workers)]
+    for step in range(3):
+        grads = _exchange_grads(shape, workers, step)
+        before = [st.clone() for st in states]
+        comp.exchange(grads, states)
+        for w in range(workers):
+            comp.compress_and_decode(grads[w], before[w])
+            assert torch.equal(states[w].tensors[ErrorFeedback.KEY], before[w].tensors[ErrorFeedback.KEY])
+            assert states[w].step == before[w].step == step + 1
+        assert float(states[0].tensors[ErrorFeedback.KEY].abs().max()) > 0
+    assert "worker_stripes" not in states[0].values
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+@pytest.mark.parametrize("granularity", ["column", "row", "tensor"])
+@pytest.mark.parametrize("shape", [(64, 3, 3, 3), (100, 7), (5000,)], ids=str)
+def test_stripe_payloads_decode_to_the_whole_decode(workers: int, granularity: str, shape: tuple[int, ...]) -> None:
+    """The stripes cut from a worker's message are real payloads (they survive to_bytes/from_bytes)
+    that concatenate to the whole-tensor decode; each equals the stateless column encoding of the
+    same columns of a = x + e (per-column quantization: sign bits exact, means to float64
+    summation order, 1 ulp)."""
+    comp = registry.create("onebit", granularity=granularity)
+    col = registry.create("onebit", granularity="column")
+    st = comp.init_state(0)
+    comp.compress(normal(shape, seed=7), st)  # a nonzero residual, so a = x + e differs from x
+    x = normal(shape, seed=8) + 0.2
+    a = x + st.tensors[ErrorFeedback.KEY]
+    whole, whole_dec = comp.compress_and_decode(x, st)
+    view = column_view(a, granularity).float()
+    ncols = view.shape[1]
+    bounds = [int(b) for b in np.linspace(0, ncols, workers + 1).astype(int)]
+    stripes = split_stripes(whole, bounds)
+    assert [p is None for p in stripes] == [hi == lo for lo, hi in pairwise(bounds)]
+    decs = []
+    for j, p in enumerate(stripes):
+        if p is None:
+            continue
+        lo, hi = bounds[j], bounds[j + 1]
+        again = Payload.from_bytes(p.to_bytes())
+        assert p.shape == (view.shape[0], hi - lo) and p.nbytes == len(p.to_bytes()) == _stripe_nbytes(view.shape[0], hi - lo)
+        dec = decompress(again)
+        decs.append(dec)
+        stateless = col.compress(view[:, lo:hi].contiguous(), State(0))
+        nbits = math.ceil(p.numel / 8)
+        assert stateless.nbytes == p.nbytes
+        assert stateless.to_bytes()[-p.body_nbytes :][:nbits] == p.to_bytes()[-p.body_nbytes :][:nbits]  # the sign bits
+        torch.testing.assert_close(decompress(stateless), dec, rtol=1.2e-7, atol=0)
+    whole_view = column_view(whole_dec, granularity).float()
+    assert torch.equal(torch.cat(decs, dim=1), whole_view)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("granularity", ["column", "row", "tensor"])
+def test_exchange_traffic_is_the_sum_of_its_real_payloads(workers: int, granularity: str) -> None:
+    """Rebuild both legs from scratch — every worker's stripes cut from its own compression, every
+    owner's re-quantized average — and check that traffic counts exactly their serialized sizes
+    and that the aggregate is the concatenation of the owners' decodes."""
+    comp = registry.create("onebit", granularity=granularity)
+    col = registry.create("onebit", granularity="column")
+    shape = (48, 5, 3)
+    states = [comp.init_state(w) for w in range(workers)]
+    comp.exchange(_exchange_grads(shape, workers, 0), states)  # residuals of both kinds are nonzero now
+    grads = _exchange_grads(shape, workers, 1)
+    shadow = [st.clone() for st in states]
+    res = comp.exchange(grads, states)
+
+    ncols = column_view(grads[0], granularity).shape[1]
+    bounds = [int(b) for b in np.linspace(0, ncols, workers + 1).astype(int)]
+    stripes = [split_stripes(comp.compress(g, s), bounds) for g, s in zip(grads, shadow, strict=True)]
+    sent1 = [sum(len(p.to_bytes()) for j, p in enumerate(stripes[w]) if p is not None and j != w) for w in range(workers)]
+    recv1 = [sum(len(stripes[v][w].to_bytes()) for v in range(workers) if v != w and stripes[v][w] is not None) for w in range(workers)]
+    owner_bytes, owner_decs = [0] * workers, []
+    for j in range(workers):
+        if stripes[0][j] is None:
+            continue
+        acc = decompress(stripes[0][j])
+        for w in range(1, workers):
+            acc = acc + decompress(stripes[w][j])  # float32, in worker order: the owner's arithmetic
+        avg = acc / workers
+        owner = State(0)
+        owner.tensors[ErrorFeedback.KEY] = shadow[j].tensors[OWNER_KEY].clone()  # the owner residual before the step
+        p = col.compress(avg, owner)
+        owner_bytes[j] = len(p.to_bytes())
+        owner_decs.append(decompress(p))
+    for w in range(workers):
+        assert res.traffic.sent(w, "reduce-scatter") == sent1[w]
+        assert res.traffic.received(w, "reduce-scatter") == recv1[w]
+        assert res.traffic.sent(w, "allgather") == (workers - 1) * owner_bytes[w]
+        assert res.traffic.received(w, "allgather") == sum(owner_bytes) - owner_bytes[w]
+    assert sum(sent1) > 0 and sum(owner_bytes) > 0
+    assert res.traffic.sent() == sum(sent1) + (workers - 1) * sum(owner_bytes) == res.traffic.received()
+    assert torch.equal(res.aggregate, from_view(torch.cat(owner_decs, dim=1), granularity, shape))  # the owners' decodes
+
+
+@pytest.mark.parametrize("granularity", ["column", "row"])
+def test_exchange_state_dict_round_trip_is_bit_exact(granularity: str) -> None:
+    """Both residuals live in plain state tensors: states restored from state_dict() reproduce the
+    next exchange bit for bit (aggregate, payloads, traffic, and the states after it)."""
+    comp = registry.create("onebit", granularity=granularity)
+    shape, workers = (40, 6, 2), 3
+    states = [comp.init_state(w) for w in range(workers)]
+    for step in range(2):
+        comp.exchange(_exchange_grads(shape, workers, step), states)
+    assert all(OWNER_KEY in st.tensors for st in states)
+    saved = [st.state_dict() for st in states]
+    assert all(not any(isinstance(v, State) for v in sd["values"].values()) for sd in saved)  # nothing but plain data
+    restored = [State.from_state_dict(sd) for sd in saved]
+    grads = _exchange_grads(shape, workers, 2)
+    a = comp.exchange(grads, states)
+    b = comp.exchange(grads, restored)
+    assert torch.equal(a.aggregate, b.aggregate)
+    assert [p.to_bytes() for p in a.payloads] == [p.to_bytes() for p in b.payloads]
+    assert a.traffic.to_dict() == b.traffic.to_dict()
+    for s1, s2 in zip(states, restored, strict=True):
+        assert s1.step == s2.step and s1.tensors.keys() == s2.tensors.keys()
+        assert all(torch.equal(s1.tensors[k], s2.tensors[k]) for k in s1.tensors)
+    # and a fresh set of states would have given another aggregate: the residuals matter
+    fresh = comp.exchange(grads, [comp.init_state(w) for w in range(workers)])
+    assert not torch.equal(fresh.aggregate, a.aggregate)
 
 
 def test_exchange_single_worker_is_plain_compression() -> None:

@@ -118,6 +118,40 @@ def test_one_dimensional_tensors_send_the_momentum_update_dense() -> None:
         assert torch.allclose(dec.double(), u, rtol=1e-6, atol=1e-6)
 
 
+def test_large_one_dimensional_tensors_are_sparsified() -> None:
+    """A flat bucket (1-D, more than dense_max elements) gets the λ·std threshold, not the dense path;
+    1-D tensors up to dense_max elements stay dense, and dense_max=0 sparsifies them all."""
+    d = 200_000
+    c = registry.create("sdagc")
+    st = c.init_state(0)
+    x = _normal((d,), 45)
+    ref = type(c).reference(c, x, st)
+    p, dec = c.compress_and_decode(x, st)
+    # first step: u = v = x, sent = {|x| > 3.3·std(x)}, about 0.1% of a Gaussian
+    thr = 3.3 * float(np.std(x.numpy().astype(np.float64)))
+    want = torch.nonzero(x.abs() > thr).reshape(-1)
+    assert p.meta["coding"] == "fixed" and int(p.meta["k"]) == want.numel()
+    assert 0.0005 * d < want.numel() < 0.002 * d
+    assert torch.equal(_nonzero(dec), want) and torch.equal(dec, ref)
+    assert p.body_nbytes == math.ceil(want.numel() * (32 + math.ceil(math.log2(d))) / 8) < 4 * d / 100
+    # boundary: numel == dense_max is dense, one more element is sparsified
+    edge = registry.create("sdagc", dense_max=1000)
+    assert edge.compress(_normal((1000,), 46), edge.init_state(0)).meta["coding"] == "dense"
+    assert edge.compress(_normal((1001,), 46), edge.init_state(0)).meta["coding"] == "fixed"
+
+
+def test_dense_max_zero_sparsifies_every_one_dimensional_tensor() -> None:
+    c = registry.create("sdagc", dense_max=0, lambda_final=2.0)  # about 4.6% of a Gaussian: tens of entries of 1000
+    st = c.init_state(0)
+    for t in range(3):
+        x = _normal((1000,), 47 + t)
+        ref = type(c).reference(c, x, st)
+        p, dec = c.compress_and_decode(x, st)
+        assert p.meta["coding"] == "fixed" and torch.equal(dec, ref)
+        assert 10 < int(p.meta["k"]) == _nonzero(dec).numel() < 150
+    assert "velocity" in st.tensors
+
+
 @pytest.mark.parametrize("shape", [(1000, 1000), (513, 77)])
 def test_fixed_coding_body_size(shape: tuple[int, ...]) -> None:
     c = registry.create("sdagc")
