@@ -170,6 +170,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Run a benchmark suite and write one results file to reports/runs/."""
+    from gcbench import report as rep
     from gcbench.runner import run_suite
     from gcbench.suite import apply_overrides, find_suite, load_suite
 
@@ -189,6 +190,12 @@ def run(
             out.print("† reconstructed definition (paper body unavailable); see `gcbench list`.")
         out.print("q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model); bias² from R compressions; agg q = exchanged aggregate vs "
                   "true worker mean; comp/copy = compress time as a multiple of a plain copy of the same tensors.")
+        phase_tables = [t for cases in rep.by_source(outcome.records).values()
+                        if (t := rep.phase_table(cases, f"gcbench run {s.name}")) is not None]
+        for t in phase_tables:
+            out.print(t)
+        if phase_tables:
+            out.print(rep.PHASE_NOTE, markup=False, highlight=False)
         out.print(f"results: {outcome.path}")
     if outcome.failed:
         failed = "; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5])
@@ -302,6 +309,7 @@ COMPARE_ROWS: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
     ("δ (Beznosikov)", ("fidelity", "delta", "model"), False, "g"),
     ("cosine", ("fidelity", "cosine", "mean"), True, "g"),
     ("aggregate q", ("aggregate", "q", "model"), False, "g"),
+    ("aggregate Σ drift (end)", ("aggregate", "sum_drift", -1), False, "g"),
     ("EF drift (last step)", ("ef_drift", "sum_drift", -1), False, "g"),
     ("compress GB/s", ("timing", "compress", "gbps"), True, "g"),
     ("decompress GB/s", ("timing", "decompress", "gbps"), True, "g"),
@@ -365,6 +373,7 @@ def compare(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Run compressors head to head on the same gradients and print them side by side."""
+    from gcbench import report as rep
     from gcbench.runner import run_suite
     from gcbench.suite import parse_suite
 
@@ -421,7 +430,11 @@ def compare(
         if any(v != "gradient" for v in ref.values()):
             out.print("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items()))
         out.print("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
-                  "† = reconstructed definition.")
+                  "† = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run.")
+        phases = rep.phase_table(cases, "gcbench compare")
+        if phases is not None:
+            out.print(phases)
+            out.print(rep.PHASE_NOTE, markup=False, highlight=False)
         out.print(f"results: {outcome.path}")
     if outcome.failed:
         raise typer.Exit(1)

@@ -275,6 +275,14 @@ class Compressor(ABC):
         """Name of :meth:`reference_update`'s quantity, recorded in results."""
         return "gradient"
 
+    def step_phase(self, step: int) -> str | None:
+        """The protocol phase of step ``step`` for compressors whose protocol changes by step (LGC), else ``None``.
+
+        The runner measures every case of a source over the phases of the suite's first phased
+        compressor, so the others are compared with it over the same steps.
+        """
+        return None
+
     def decompress(self, payload: Payload) -> torch.Tensor:
         """Decode a payload of this codec into a tensor of the original shape and dtype."""
         return self._decode_float(payload).reshape(payload.shape).to(payload.dtype)

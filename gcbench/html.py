@@ -48,12 +48,14 @@ from gcbench.baselines import ClaimResult
 from gcbench.bench import TARGETS
 from gcbench.compare_runs import Comparison, bench_ok, dig
 from gcbench.metrics import METRICS
+from gcbench.phases import Window, per_step_sent, phase_rows, source_windows, window_metrics
 from gcbench.report import (
     BENCH_COLUMNS,
     BENCH_FOOTNOTE,
     DAGGER,
     DETAIL_COLUMNS,
     FOOTNOTE,
+    PHASE_NOTE,
     SUMMARY_COLUMNS,
     TRAIN_COLUMNS,
     TRAIN_DETAIL_COLUMNS,
@@ -71,6 +73,8 @@ from gcbench.report import (
     measured_text,
     params_text,
     pareto_front,
+    phase_columns,
+    phase_values,
     row_cells,
     run_facts,
     size_text,
@@ -79,7 +83,9 @@ from gcbench.report import (
 )
 
 DPI = 80
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+# matplotlib's tab10, then ten darker/lighter companions: a sweep of 14+ cases keeps distinct colours
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+           "#0b3d66", "#b35806", "#98df8a", "#ff9896", "#c5b0d5", "#3d2419", "#f7b6d2", "#000000", "#6b6b00", "#9edae5")
 
 
 @dataclass(frozen=True)
@@ -268,6 +274,102 @@ def plot_ef_drift(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
     caption = ("Error-feedback drift of worker 0 over steps: how far the sum of what was sent is from the sum of the reference "
                "updates (stateful compressors only).")
     return Plot("ef_drift", title, _png(fig), caption)
+
+
+def _phase_marks(ax: Any, windows: Sequence[Window]) -> None:
+    """Dotted lines between phase windows, each window named at the top of the axes."""
+    trans = ax.get_xaxis_transform()
+    for w in windows:
+        if w.first > 0:
+            ax.axvline(w.first + 0.5, color="#57606a", ls=":", lw=1)
+        ax.text((w.first + w.last) / 2 + 1, 1.0, _mpl(w.name), transform=trans, ha="center", va="bottom", fontsize=7, color="#57606a")
+
+
+def plot_phase_ratio(cases: Sequence[dict[str, Any]], windows: Sequence[Window], title: str) -> Plot | None:
+    """Traffic ratio at every step (dense bytes / bytes a worker sent that step), phases marked."""
+    series = []
+    for c in _ok(cases):
+        dense = 4.0 * float(dig(c, ("size", "numel")) or 0)
+        sent = per_step_sent(c)
+        if dense > 0 and sent and any(v > 0 for v in sent):
+            series.append((c, [dense / v if v > 0 else None for v in sent]))
+    if not series or not windows:
+        return None
+    colors = _color_map([s[0] for s in series])
+    fig, ax = _figure()
+    for c, vals in series:
+        xs = [i + 1 for i, v in enumerate(vals) if v is not None]
+        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=2.5, lw=1.2, color=colors[str(c.get("label"))],
+                label=_mpl(case_name(c)))
+    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
+    _phase_marks(ax, windows)
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("ratio at the step  (better →)")
+    ax.set_title(_mpl(title), fontsize=9, pad=12)
+    _legend(ax, len(series))
+    caption = ("Dense fp32 bytes / bytes a worker sent at each step, every message of the exchange counted; dotted lines separate the "
+               "phases of the source's phased case (steps numbered from 1).")
+    return Plot("phase_ratio", title, _png(fig), caption)
+
+
+def plot_aggregate_drift(cases: Sequence[dict[str, Any]], windows: Sequence[Window], title: str) -> Plot | None:
+    """Cumulative aggregate error ‖Σ(aggregate − mean)‖/‖Σ mean‖ over steps, phases marked."""
+    series = []
+    restarted = all(isinstance(dig(c, ("aggregate", "window_drift")), list) for c in _ok(cases))
+    for c in _ok(cases):
+        drift = dig(c, ("aggregate", "window_drift" if restarted else "sum_drift"))
+        if isinstance(drift, list) and sum(_num(v) is not None for v in drift) >= 2:
+            series.append((c, [_num(v) for v in drift]))
+    if not series or not windows:
+        return None
+    colors = _color_map([s[0] for s in series])
+    fig, ax = _figure()
+    for c, vals in series:
+        xs = [i + 1 for i, v in enumerate(vals) if v is not None]
+        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=2.5, lw=1.2, color=colors[str(c.get("label"))],
+                label=_mpl(case_name(c)))
+    _phase_marks(ax, windows)
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("‖Σ(agg − mean)‖ / ‖Σ mean‖  (← better)")
+    ax.set_title(_mpl(title), fontsize=9, pad=12)
+    _legend(ax, len(series))
+    caption = ("Cumulative error of the exchanged aggregate against the true worker mean, "
+               + ("the sums restarted at each phase's first step" if restarted else "summed from the first step")
+               + ": error feedback delays what it does not send, so this shows whether it arrives.")
+    return Plot("aggregate_drift", title, _png(fig), caption)
+
+
+def plot_phase_pareto(cases: Sequence[dict[str, Any]], window: Window, title: str) -> Plot | None:
+    """Ratio against aggregate error over one phase window (LGC's compressed phase) for every case."""
+    metrics = [(c, window_metrics(c, window)) for c in _ok(cases)]
+    key = "drift" if all(m is not None and _num(m.get("drift")) is not None for _, m in metrics) else "aggregate_q"
+    pts = []
+    for c, m in metrics:
+        if m is None or _num(m.get("ratio")) is None or _num(m.get(key)) is None or m[key] <= 0:
+            continue
+        pts.append((float(m[key]), float(m["ratio"]), c))
+    if not pts:
+        return None
+    colors = _color_map([p[2] for p in pts])
+    front = set(pareto_front([(q, r) for q, r, _ in pts]))
+    fig, ax = _figure()
+    for i, (q, r, c) in enumerate(pts):
+        on = i in front
+        ax.scatter([q], [r], s=46 if on else 30, color=colors[str(c.get("label"))], edgecolors="black" if on else "none",
+                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c)))
+    _scale(ax, "x", [p[0] for p in pts])
+    _scale(ax, "y", [p[1] for p in pts])
+    ax.set_xlabel(("‖Σ(agg − mean)‖ / ‖Σ mean‖" if key == "drift" else "mean aggregate q") + " over the phase  (← better)")
+    ax.set_ylabel("ratio over the phase  (better →)")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, len(pts))
+    what = ("the phase's cumulative aggregate error ‖Σ(agg − mean)‖/‖Σ mean‖" if key == "drift"
+            else "the mean aggregate error ‖agg − mean‖²/‖mean‖²")
+    caption = (f"Every case over {window.text()}: {what} against the ratio of the bytes sent in those steps; outlined points are "
+               f"on the Pareto front. A compressor beats another at equal error when it sits higher at the same x.")
+    return Plot("phase_pareto", title, _png(fig), caption)
 
 
 def plot_size_scaling(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
@@ -462,7 +564,27 @@ def bench_as_timed(rec: dict[str, Any]) -> dict[str, Any]:
 def source_plots(cases: Sequence[dict[str, Any]], source: str) -> list[Plot]:
     plots = [plot_pareto(cases, f"ratio vs error — {source}"), plot_throughput(cases, f"throughput — {source}"),
              plot_layers(cases, f"per-unit ratio — {source}"), plot_ef_drift(cases, f"EF drift — {source}")]
+    windows = source_windows(cases)
+    if windows:
+        plots += [plot_phase_ratio(cases, windows, f"ratio per step — {source}"),
+                  plot_aggregate_drift(cases, windows, f"cumulative aggregate error — {source}"),
+                  plot_phase_pareto(cases, windows[-1], f"ratio vs aggregate error, {windows[-1].name} phase — {source}")]
     return [p for p in plots if p is not None]
+
+
+def _phase_context(cases: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The per-phase table of a source (every case over the phased case's windows), or ``None``."""
+    windows = source_windows(cases)
+    if not windows:
+        return None
+    cols = phase_columns(windows, detail=True)
+    rows = []
+    for r in phase_rows(cases, windows):
+        vals = phase_values(r, windows, detail=True)
+        rows.append({"name": case_name(r.case), "recon": is_reconstructed(r.case),
+                     "cells": [{"text": fmt(v, c[2]), "v": "" if v is None else repr(float(v))} for v, c in zip(vals, cols, strict=True)]})
+    return {"windows": ", ".join(w.text() for w in windows), "headers": [{"header": c[1], "help": c[3]} for c in cols],
+            "rows": rows, "note": PHASE_NOTE}
 
 
 # ----------------------------------------------------------------------------- context
@@ -491,7 +613,8 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
     sources = []
     for j, (src, cases) in enumerate(by_source(run.cases).items()):
         sources.append({"anchor": f"run{i}-src{j}", "name": src, "rows": [_case_row(c) for c in cases],
-                        "plots": source_plots(cases, src), "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
+                        "plots": source_plots(cases, src), "phases": _phase_context(cases),
+                        "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity")})
     size_plot = plot_size_scaling(run.cases, f"throughput vs tensor size — {run.run_id}")
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
@@ -735,6 +858,17 @@ Click a column header to sort; hover a header for its definition.</p>
 <td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td><td class="l">{{ row.compressor }} v{{ row.version }}</td>
 <td class="err" colspan="{{ headers|length }}">failed: {{ row.error }}</td><td class="params">{{ row.params }}</td></tr>
 {% endif %}{% endfor %}</tbody></table></div>
+{% if src.phases %}<h4>Per phase: {{ src.phases.windows }}</h4>
+<div class="tablewrap"><table class="sortable cases">
+<thead><tr><th class="l">case</th>
+{% for h in src.phases.headers %}<th title="{{ h.help }}">{{ h.header }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in src.phases.rows %}<tr>
+<td class="l{{ ' recon' if row.recon }}"{% if row.recon %} title="{{ recon_help }}"{% endif %}>{{ row.name }}</td>
+{% for c in row.cells %}<td data-v="{{ c.v }}">{{ c.text }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table></div>
+<p class="muted">{{ src.phases.note }}</p>
+{% endif %}
 <div class="plots">
 {% for p in src.plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
 <figcaption>{{ p.caption }}</figcaption></figure>

@@ -52,6 +52,7 @@ from gcbench.compare_runs import (
     source_label,
 )
 from gcbench.errors import ResultsError
+from gcbench.phases import PhaseRow, Window, phase_rows, source_windows
 from gcbench.results import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 DAGGER = "†"
@@ -392,7 +393,77 @@ def summary_tables(run: LoadedRun) -> list[Table]:
             t.caption = "\n".join(errors)
             t.caption_justify = "left"
         tables.append(t)
+        phases = phase_table(cases, f"{run.run_id} — {src}")
+        if phases is not None:
+            phases.caption = rich_escape(PHASE_NOTE)
+            phases.caption_justify = "left"
+            tables.append(phases)
     return tables
+
+
+# ----------------------------------------------------------------------------- phases (LGC)
+
+PHASE_NOTE = ("Per phase: the phases of the suite's phased compressor (LGC); every case of the source is measured over "
+              "the same steps of the same gradient stream. ratio = dense fp32 bytes / bytes a worker sends per step in the "
+              "phase (every message counted); agg q = mean over the phase's steps of ‖aggregate − true mean‖²/‖true mean‖²; "
+              "drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ summed over the phase's steps (what error feedback eventually "
+              "delivers: compare compressors at equal drift); Σ drift (end) = the same over the whole run; errors are against "
+              "each compressor's own reference (momentum SGD's update for DGC); run ratio = dense bytes × steps / every byte "
+              "a worker sent in the run (what the server sends — aggregates, LGC's one-time encoder transfer — is received, "
+              "not sent).")
+
+
+def phase_columns(windows: Sequence[Window], detail: bool = False) -> list[tuple[str, str, str, str]]:
+    """``(key, header, format kind, help)`` of a phase table: per window, then whole-run columns."""
+    cols = []
+    for w in windows:
+        span = f"steps {w.first}–{w.last}"
+        cols.append(("ratio", f"{w.name} ratio", "ratio", f"{w.name} ({span}): dense fp32 bytes / bytes a worker sends per step"))
+        cols.append(("aggregate_q", f"{w.name} agg q", "g", f"{w.name} ({span}): mean aggregate error vs the true worker mean"))
+        cols.append(("drift", f"{w.name} drift", "g", f"{w.name} ({span}): ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the phase's steps"))
+        if detail:
+            cols.append(("aggregate_cosine", f"{w.name} agg cos", "g", f"{w.name} ({span}): mean cosine(aggregate, true mean)"))
+            cols.append(("sum_drift", f"{w.name} Σ drift", "g", f"cumulative aggregate error from step 0 to step {w.last}"))
+    cols.append(("overall_ratio", "run ratio", "ratio", "whole run: dense bytes × steps / every byte a worker sent"))
+    cols.append(("final_drift", "Σ drift (end)", "g", "‖Σ(aggregate − mean)‖/‖Σ mean‖ over the whole run"))
+    return cols
+
+
+def phase_values(row: PhaseRow, windows: Sequence[Window], detail: bool = False) -> list[float | None]:
+    """The numbers of :func:`phase_columns` for one case."""
+    vals: list[float | None] = []
+    keys = ("ratio", "aggregate_q", "drift", "aggregate_cosine", "sum_drift") if detail else ("ratio", "aggregate_q", "drift")
+    for m in row.windows:
+        vals += [None if m is None else m.get(k) for k in keys]
+    return [*vals, row.overall_ratio, row.final_drift]
+
+
+def phase_table(cases: Sequence[dict[str, Any]], title: str) -> Table | None:
+    """The per-phase table of one source (terminal), or ``None`` if no case of it has phases."""
+    windows = source_windows(cases)
+    if not windows:
+        return None
+    cols = phase_columns(windows)
+    t = Table(title=f"{rich_escape(title)} — per phase: " + ", ".join(rich_escape(w.text()) for w in windows), title_justify="left")
+    t.add_column("case", no_wrap=True)
+    for _, header, _, _ in cols:
+        t.add_column(rich_escape(header), justify="right")
+    for r in phase_rows(cases, windows):
+        t.add_row(rich_escape(case_name(r.case)), *[fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)])
+    return t
+
+
+def markdown_phases(cases: Sequence[dict[str, Any]]) -> str:
+    """The per-phase table of one source as Markdown ('' if no case of it has phases)."""
+    windows = source_windows(cases)
+    if not windows:
+        return ""
+    cols = phase_columns(windows)
+    rows = [[md_escape(case_name(r.case)), *[fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)]]
+            for r in phase_rows(cases, windows)]
+    head = "Per phase: " + ", ".join(md_escape(w.text()) for w in windows) + "."
+    return "\n".join([head, "", md_table(["case", *[md_escape(c[1]) for c in cols]], rows, [False] + [True] * len(cols)), "",
+                      md_escape(PHASE_NOTE), ""])
 
 
 def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
@@ -664,6 +735,9 @@ def markdown_summary(run: LoadedRun) -> str:
             else:
                 rows.append([md_escape(case_name(c)), *[fmt(col.get(c), col.kind) for col in SUMMARY_COLUMNS]])
         parts += [f"### {md_escape(src)}", "", md_table(headers, rows, [False] + [True] * len(SUMMARY_COLUMNS)), ""]
+        phases = markdown_phases(cases)
+        if phases:
+            parts.append(phases)
     return "\n".join(parts)
 
 

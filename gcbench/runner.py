@@ -51,6 +51,7 @@ from gcbench.metrics import (
     throughput,
     time_call,
 )
+from gcbench.phases import Window, case_phases, phase_windows
 from gcbench.results import RunWriter
 from gcbench.sources.base import GradientSource, check_finite
 from gcbench.suite import CompressorSpec, SourceSpec, Suite
@@ -104,7 +105,7 @@ def build_source(spec: SourceSpec, seed: int, progress: Progress = _noop) -> Gra
         if spec.image_size is not None:
             kwargs["image_size"] = spec.image_size
         return LiveSource(spec.model or "", workers=spec.workers or 4, steps=spec.steps or 2, seed=seed,
-                          warmup_steps=spec.warmup_steps, progress=lambda d, t, m: progress("gradients", d, t, m), **kwargs)
+                          warmup_steps=spec.warmup_steps, lr=spec.lr, progress=lambda d, t, m: progress("gradients", d, t, m), **kwargs)
     from gcbench.sources.trace import TraceSource
 
     src = TraceSource(Path(spec.path or ""))
@@ -183,14 +184,36 @@ class _UnitAcc:
     agg: list[Fidelity]
     sum_dec: torch.Tensor | None = None
     sum_ref: torch.Tensor | None = None
+    sum_agg_err: torch.Tensor | None = None  # Σ_t (aggregate_t − true mean_t)
+    sum_mean: torch.Tensor | None = None  # Σ_t true mean_t
+    win_err: torch.Tensor | None = None  # the same two sums restarted at every phase window's first step
+    win_mean: torch.Tensor | None = None
 
 
 def _unit_states(comp: Compressor, seed: int, workers: int, n_units: int) -> list[list[State]]:
     return [[comp.init_state(derive_seed(seed, "state", w, u)) for u in range(n_units)] for w in range(workers)]
 
 
-def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Progress = _noop) -> dict[str, Any]:
-    """Measure one compressor configuration on one source; returns the case record."""
+def suite_windows(suite: Suite, steps: int) -> list[Window]:
+    """The phase windows of the suite's first compressor whose protocol changes by step (LGC), else []."""
+    for c in suite.compressors:
+        try:
+            comp = registry.create(c.name, **c.params)
+        except GcbenchError:
+            continue  # the case itself reports the bad name or parameter
+        names = [comp.step_phase(t) for t in range(steps)]
+        if any(n is not None for n in names):
+            return phase_windows(names)
+    return []
+
+
+def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Progress = _noop,
+             windows: Sequence[Window] = ()) -> dict[str, Any]:
+    """Measure one compressor configuration on one source; returns the case record.
+
+    ``windows`` (the source's phase windows, :func:`suite_windows`) restart a second cumulative
+    aggregate error at each window's first step, so every case is measured over the same phases.
+    """
     comp = registry.create(spec.name, **spec.params)
     info = comp.info
     src = data.source
@@ -206,6 +229,11 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     accs = [_UnitAcc([], [], []) for _ in units]
     traffic_phase: dict[str, list[list[int]]] = {}  # phase -> [[sent, received] per (step, worker)]
     drift, resid = [], []
+    agg_drift: list[float | None] = []
+    agg_cos: list[float | None] = []  # whole-model cosine(aggregate, true mean) per step
+    win_drift: list[float | None] = []
+    starts = {w.first for w in windows}
+    step_phases: list[str | None] = []
     timing: dict[str, Any] | None = None
 
     for t in range(T):
@@ -239,6 +267,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
             for u in range(len(units)):
                 res = comp.exchange([xs[w][u] for w in range(W)], [states[w][u] for w in range(W)])
                 aggregates.append(res.aggregate)
+                if u == 0:  # a protocol with phases by step (LGC) names the step's phase
+                    step_phases.append(getattr(res, "phase", None))
                 for ph in res.traffic.phases():
                     rows = traffic_phase.setdefault(ph, [[0, 0] for _ in range(T * W)])
                     for w in range(W):
@@ -267,24 +297,54 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
                 for u in range(len(units)):
                     accs[u].fids.append(fidelity(refs[0][u], [dec0[u]]))
 
-        # 3. aggregate fidelity and EF drift
-        num = den = 0.0
+        # 3. aggregate fidelity, the aggregate's cumulative error and EF drift
+        num = den = agg_num = agg_den = dot = n_agg = n_mean = win_num = win_den = 0.0
         for u in range(len(units)):
-            accs[u].bytes.append(bytes0[u])
+            a = accs[u]
+            a.bytes.append(bytes0[u])
             true_mean = sum(refs[w][u].float() for w in range(W)) / W
-            accs[u].agg.append(fidelity(true_mean, [aggregates[u]]))
+            a.agg.append(fidelity(true_mean, [aggregates[u]]))
+            agg64, mean64 = aggregates[u].double(), true_mean.double()
+            dot += float((agg64 * mean64).sum())
+            n_agg += float(agg64.pow(2).sum())
+            n_mean += float(mean64.pow(2).sum())
+            err = aggregates[u].float() - true_mean
+            a.sum_agg_err = err if a.sum_agg_err is None else a.sum_agg_err.add_(err)
+            a.sum_mean = true_mean.clone() if a.sum_mean is None else a.sum_mean.add_(true_mean)
+            agg_num += float(a.sum_agg_err.double().pow(2).sum())
+            agg_den += float(a.sum_mean.double().pow(2).sum())
+            if windows:
+                fresh = t in starts or a.win_err is None
+                a.win_err = err.clone() if fresh else a.win_err.add_(err)  # type: ignore[union-attr]
+                a.win_mean = true_mean.clone() if fresh else a.win_mean.add_(true_mean)  # type: ignore[union-attr]
+                win_num += float(a.win_err.double().pow(2).sum())
+                win_den += float(a.win_mean.double().pow(2).sum())
             if comp.stateful:
-                a = accs[u]
                 a.sum_dec = dec0[u].float().clone() if a.sum_dec is None else a.sum_dec + dec0[u].float()
                 a.sum_ref = refs[0][u].float().clone() if a.sum_ref is None else a.sum_ref + refs[0][u].float()
                 num += float((a.sum_dec - a.sum_ref).double().pow(2).sum())
                 den += float(a.sum_ref.double().pow(2).sum())
+        agg_drift.append(math.sqrt(agg_num / agg_den) if agg_den > 0 else None)
+        agg_cos.append(dot / math.sqrt(n_agg * n_mean) if n_agg > 0 and n_mean > 0 else None)
+        if windows:
+            win_drift.append(math.sqrt(win_num / win_den) if win_den > 0 else None)
         if comp.stateful:
             g_now = math.sqrt(sum(float(refs[0][u].double().pow(2).sum()) for u in range(len(units))))
             drift.append(math.sqrt(num / den) if den > 0 else None)
             resid.append(math.sqrt(num) / g_now if g_now > 0 else None)
     progress("step", T, T, f"{spec.label}: done")
-    return _case_record(spec, comp, data, suite, repeats, accs, traffic_phase, drift, resid, timing)
+    rec = _case_record(spec, comp, data, suite, repeats, accs, traffic_phase, drift, resid, timing)
+    # the whole model's aggregate per step: cosine with the true worker mean, and the cumulative
+    # error ‖Σ_s≤t (aggregate_s − mean_s)‖ / ‖Σ_s≤t mean_s‖ (what error feedback eventually delivers)
+    rec["aggregate"]["per_step_cosine"] = agg_cos
+    rec["aggregate"]["sum_drift"] = agg_drift
+    if windows:
+        rec["windows"] = [{"name": w.name, "first": w.first, "last": w.last} for w in windows]
+        rec["aggregate"]["window_drift"] = win_drift
+    if any(p is not None for p in step_phases):
+        rec["step_phases"] = step_phases
+        rec["phases"] = case_phases(rec, phase_windows(step_phases))
+    return rec
 
 
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:
@@ -439,6 +499,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 source = build_source(src_spec, src_seed, progress)
                 units = make_units(source.layout(), suite.granularity, suite.bucket_mb)
                 data = SourceData(source, units, device, progress)
+                windows = suite_windows(suite, source.steps)
             except SourceError as exc:
                 for c in suite.compressors:
                     writer.add_case(_failed_record(c, src_spec.display(), exc, src_spec.display()))
@@ -448,7 +509,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
             for c in suite.compressors:
                 progress("case", done, total, f"{c.label} on {source.name}")
                 try:
-                    rec = run_case(c, data, suite, progress)
+                    rec = run_case(c, data, suite, progress, windows)
                     rec["source"]["label"] = src_spec.display()
                 except KeyboardInterrupt:
                     raise

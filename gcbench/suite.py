@@ -45,6 +45,8 @@ class SourceSpec(_Strict):
     sparsity_density: float = Field(0.05, gt=0, le=1)
     # live
     warmup_steps: int = Field(0, ge=0)
+    lr: float = Field(0.1, ge=0, allow_inf_nan=False,
+                      description="live: SGD learning rate of the step the model takes between measured steps (and in warm-up)")
     batch_size: int | None = Field(None, ge=1)
     image_size: int | None = Field(None, ge=8)
     # trace

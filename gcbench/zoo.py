@@ -18,6 +18,9 @@ torchvision counterpart exists, so counts and shapes match the papers' setups:
   d_model 256, 4 heads, MLP 4×, learned positions, vocabulary 8,000, sequence 128, batch 8, untied
   output head: 7,288,320 parameters in 53 tensors.
 * ``mlp`` — 784-512-256-10 ReLU classifier (MNIST-shaped), batch 64: 535,818 parameters in 6 tensors.
+* ``smallcnn`` — a small CIFAR-10-shaped CNN (three 3×3 conv + ReLU + 2×2 max-pool stages of 32, 64
+  and 128 channels, then fully connected 2048-256-10), batch 32 of 32×32: 620,362 parameters in 10
+  tensors.  Cheap enough on a CPU for many steps of several workers (the LGC suite uses it).
 
 Data is synthetic but learnable, so that ``warmup_steps`` of training move the model somewhere
 meaningful rather than fitting noise: an image of class ``c`` is a fixed low-resolution (4×4)
@@ -393,6 +396,29 @@ class MLP(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
+# small CNN
+
+
+class SmallCNN(nn.Module):
+    """CIFAR-shaped CNN: three conv3×3-ReLU-maxpool stages (``convs.0..2``), then ``fc0`` and ``fc1``."""
+
+    def __init__(self, num_classes: int = 10, image_size: int = 32, channels: tuple[int, ...] = (32, 64, 128), hidden: int = 256) -> None:
+        super().__init__()
+        cins = (3, *channels[:-1])
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(cins, channels, strict=True))
+        side = image_size
+        for _ in channels:
+            side //= 2
+        self.fc0 = nn.Linear(channels[-1] * side * side, hidden)
+        self.fc1 = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs:
+            x = F.max_pool2d(F.relu(conv(x)), 2)
+        return self.fc1(F.relu(self.fc0(x.flatten(1))))
+
+
+# --------------------------------------------------------------------------------------------
 # factories
 
 
@@ -483,6 +509,17 @@ def _mlp_factory(seed: int = 0, *, batch_size: int = 64, sizes: tuple[int, ...] 
     return _seeded(seed, lambda: MLP(sizes)), _vector_batches(seed, sizes[-1], batch_size, sizes[0])
 
 
+def _smallcnn_build(num_classes: int = 10, image_size: int = 32) -> nn.Module:
+    return SmallCNN(num_classes, image_size)
+
+
+def _smallcnn_factory(seed: int = 0, *, batch_size: int = 32, image_size: int = 32, num_classes: int = 10) -> tuple[nn.Module, MakeBatch]:
+    _positive("smallcnn", batch_size=batch_size, image_size=image_size, num_classes=num_classes)
+    if image_size < 8:  # three 2× poolings must leave at least one pixel
+        raise ParamError(f"smallcnn: image_size must be at least 8, got {image_size}")
+    return _seeded(seed, lambda: SmallCNN(num_classes, image_size)), _image_batches(seed, num_classes, batch_size, image_size)
+
+
 def _defaults(factory: Callable[..., object]) -> dict[str, object]:
     sig = inspect.signature(factory)
     return {k: p.default for k, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
@@ -506,6 +543,8 @@ MODELS: dict[str, ModelSpec] = {
         _spec("transformer", "GPT-style decoder: 4 layers, d_model 256, 4 heads, vocab 8k, 7.3M parameters; batch 8 × seq 128",
               _transformer_factory, _transformer_build),
         _spec("mlp", "MLP 784-512-256-10 (MNIST-shaped), 0.54M parameters; batch 64", _mlp_factory, _mlp_build),
+        _spec("smallcnn", "small CIFAR-10-shaped CNN: 3 conv stages (32/64/128) + FC 2048-256-10, 620,362 parameters; "
+              "batch 32 of 32×32", _smallcnn_factory, _smallcnn_build),
     )
 }
 

@@ -18,6 +18,7 @@ EXPECTED = {
     "lstm_lm": (19_780_400, 11, 6_500_000),
     "transformer": (7_288_320, 53, 2_048_000),
     "mlp": (535_818, 6, 401_408),
+    "smallcnn": (620_362, 10, 524_288),
 }
 
 # small configurations that run a forward/backward in well under a second
@@ -28,6 +29,7 @@ SMALL = {
     "lstm_lm": {"batch_size": 2, "seq_len": 5, "vocab": 50, "hidden": 16},
     "transformer": {"batch_size": 2, "seq_len": 8, "vocab": 50, "d_model": 16, "heads": 2, "layers": 1},
     "mlp": {"batch_size": 4},
+    "smallcnn": {"batch_size": 2},
 }
 
 
@@ -94,7 +96,7 @@ def test_num_classes_changes_only_the_head() -> None:
     assert {k for k in a if a[k] != b[k]} == {"fc.weight", "fc.bias"}
 
 
-@pytest.mark.parametrize("name", ["mlp", "transformer", "lstm_lm", "resnet18"])
+@pytest.mark.parametrize("name", ["mlp", "smallcnn", "transformer", "lstm_lm", "resnet18"])
 def test_meta_layout_matches_a_real_build(name: str) -> None:
     m = zoo.load_model(name, 0, **SMALL[name])
     built = zoo.gradient_layout(m.module)
@@ -236,3 +238,12 @@ def test_user_factory_errors(path: str, message: str) -> None:
 def test_user_factory_rejecting_options() -> None:
     with pytest.raises(SourceError, match=r"does not accept these options"):
         zoo.load_model("tests.user_factory:tiny_no_seed", batch_size=3)
+
+
+def test_smallcnn_image_size_changes_only_the_first_fc() -> None:
+    a = {s.name: s.shape for s in zoo.layer_shapes("smallcnn")}
+    b = {s.name: s.shape for s in zoo.layer_shapes("smallcnn", image_size=16)}
+    assert a["fc0.weight"] == (256, 128 * 4 * 4) and b["fc0.weight"] == (256, 128 * 2 * 2)
+    assert {k for k in a if a[k] != b[k]} == {"fc0.weight"}
+    with pytest.raises(ParamError, match="image_size"):
+        zoo.load_model("smallcnn", image_size=4)

@@ -253,6 +253,9 @@ class LGC(Compressor):
             return "topk"
         return "compressed"
 
+    def step_phase(self, step: int) -> str:
+        return self.phase_of(step)
+
     def leader_of(self, step: int, workers: int) -> int:
         """Worker whose index set is used: rotating in ring mode, worker 0 in PS mode."""
         return step % workers if self.params["mode"] == "ring" else 0

@@ -1,0 +1,158 @@
+"""Per-phase views of a case: traffic ratio and aggregate error over windows of steps.
+
+A compressor whose protocol changes by step (LGC: dense, then top-k while its autoencoder trains,
+then compressed) names each step's phase in its exchange result; the runner stores the names as
+``step_phases`` in the case record and the windows of equal consecutive names as ``phases``.  A
+single amortised number hides what matters there — the compressed phase's ratio — so the report
+shows every phase, and shows the other cases of the same source over the *same* step windows, so
+that LGC's phase 3 is compared with DGC over those very steps of the same gradient stream.
+
+Per window (steps ``first..last`` inclusive), from the case record alone:
+
+* ``sent_per_worker`` — mean bytes a worker sends per step in the window, every traffic phase
+  summed (one-time ``setup:*`` bytes are excluded: the server sends them; they are in the
+  amortised ``overall`` ratio of the size record);
+* ``ratio`` — dense fp32 bytes / ``sent_per_worker``;
+* ``aggregate_q`` — mean over the window's steps of the whole model's aggregate error
+  ‖aggregate − true worker mean‖² / ‖true worker mean‖² (``aggregate.per_step_q``);
+* ``aggregate_cosine`` — mean over the window of the whole-model cosine(aggregate, true mean);
+* ``drift`` — the window's cumulative aggregate error, ‖Σ_{first≤s≤last} (aggregate_s − mean_s)‖ /
+  ‖Σ_{first≤s≤last} mean_s‖.  Error feedback delays what it does not send, so its per-step error
+  can exceed 1 while the sum still arrives; this is the number that says whether it does, and the
+  one to compare compressors at equal error.  The runner restarts the sums at each window of the
+  suite's first phased compressor (``aggregate.window_drift``), so it exists for those windows only;
+* ``sum_drift`` — the same from step 0 to the window's last step (``aggregate.sum_drift``).
+
+Per-step q and these drifts are measured against each compressor's own reference update (the
+gradient; momentum SGD's update for DGC and SDAGC, which fold momentum into what they send).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gcbench.metrics import dense_bytes
+
+
+@dataclass(frozen=True)
+class Window:
+    """Steps ``first..last`` (inclusive) of one phase."""
+
+    name: str
+    first: int
+    last: int
+
+    @property
+    def steps(self) -> int:
+        return self.last - self.first + 1
+
+    def text(self) -> str:
+        return f"{self.name} (steps {self.first}–{self.last})" if self.steps > 1 else f"{self.name} (step {self.first})"
+
+
+def phase_windows(step_phases: Sequence[str | None]) -> list[Window]:
+    """Runs of equal consecutive phase names; a name that returns later gets ``#2``, ``#3``…"""
+    windows: list[Window] = []
+    seen: dict[str, int] = {}
+    for t, ph in enumerate(step_phases):
+        name = ph or "—"
+        if windows and windows[-1].last == t - 1 and windows[-1].name.split("#")[0] == name:
+            windows[-1] = Window(windows[-1].name, windows[-1].first, t)
+            continue
+        seen[name] = seen.get(name, 0) + 1
+        windows.append(Window(name if seen[name] == 1 else f"{name}#{seen[name]}", t, t))
+    return windows
+
+
+def _finite(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _mean(vals: Sequence[Any]) -> float | None:
+    v = [x for x in (_finite(y) for y in vals) if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def per_step_sent(case: dict[str, Any]) -> list[float]:
+    """Mean bytes a worker sent at each step, every traffic phase but one-time ``setup:*`` summed."""
+    steps = case.get("steps")
+    out = [0.0] * (steps if isinstance(steps, int) else 0)
+    for ph, rec in (case.get("traffic") or {}).items():
+        if ph.startswith("setup"):
+            continue
+        for t, v in enumerate((rec.get("per_step_sent") or [])[:len(out)]):
+            out[t] += float(v)
+    return out
+
+
+def window_metrics(case: dict[str, Any], w: Window) -> dict[str, Any] | None:
+    """The case's numbers over window ``w``; ``None`` if the case has fewer steps."""
+    steps = case.get("steps")
+    if not isinstance(steps, int) or w.last >= steps:
+        return None
+    sent_steps = per_step_sent(case)[w.first:w.last + 1]
+    sent = sum(sent_steps) / len(sent_steps)
+    agg = case.get("aggregate") or {}
+    numel = (case.get("size") or {}).get("numel", 0)
+    drift = agg.get("sum_drift") or []
+    recorded = {(r.get("first"), r.get("last")) for r in case.get("windows") or []}
+    win = agg.get("window_drift") or []
+    return {
+        "first": w.first, "last": w.last, "steps": w.steps,
+        "sent_per_worker": sent,
+        "ratio": dense_bytes(numel) / sent if sent > 0 else None,
+        "aggregate_q": _mean((agg.get("per_step_q") or [])[w.first:w.last + 1]),
+        "aggregate_cosine": _mean((agg.get("per_step_cosine") or [])[w.first:w.last + 1]),
+        "drift": _finite(win[w.last]) if (w.first, w.last) in recorded and w.last < len(win) else None,
+        "sum_drift": _finite(drift[w.last]) if w.last < len(drift) else None,
+    }
+
+
+def case_phases(case: dict[str, Any], windows: Sequence[Window]) -> dict[str, Any]:
+    """``{window name: window_metrics}`` for a case record (the runner stores this as ``phases``)."""
+    return {w.name: m for w in windows if (m := window_metrics(case, w)) is not None}
+
+
+def source_windows(cases: Sequence[dict[str, Any]]) -> list[Window]:
+    """A source's phase windows: those the runner measured its cases over (``windows``), else those
+    of its first case with ``step_phases``; [] if it has neither."""
+    ok = [c for c in cases if c.get("status") == "ok"]
+    for c in ok:
+        if c.get("windows"):
+            return [Window(str(r["name"]), int(r["first"]), int(r["last"])) for r in c["windows"]]
+    for c in ok:
+        if c.get("step_phases"):
+            return phase_windows(c["step_phases"])
+    return []
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """One case over a source's phase windows, plus its whole-run numbers."""
+
+    case: dict[str, Any]
+    windows: list[dict[str, Any] | None]
+    overall_ratio: float | None
+    overall_q: float | None
+    final_drift: float | None
+
+
+def phase_rows(cases: Sequence[dict[str, Any]], windows: Sequence[Window]) -> list[PhaseRow]:
+    """Every case that ran, measured over the same ``windows`` (the phases of the source's phased case)."""
+    rows = []
+    for c in cases:
+        if c.get("status") != "ok":
+            continue
+        agg = c.get("aggregate") or {}
+        drift = agg.get("sum_drift") or []
+        rows.append(PhaseRow(
+            case=c,
+            windows=[window_metrics(c, w) for w in windows],
+            overall_ratio=_finite((c.get("size") or {}).get("traffic_ratio")),
+            overall_q=_mean(agg.get("per_step_q") or []),
+            final_drift=_finite(drift[-1]) if drift else None,
+        ))
+    return rows
