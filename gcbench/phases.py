@@ -118,8 +118,10 @@ def case_phases(case: dict[str, Any], windows: Sequence[Window]) -> dict[str, An
 
 def source_windows(cases: Sequence[dict[str, Any]]) -> list[Window]:
     """A source's phase windows: those the runner measured its cases over (``windows``), else those
-    of its first case with ``step_phases``; [] if it has neither."""
+    of its first case with ``step_phases``; [] when no phased case ran (e.g. LGC failed)."""
     ok = [c for c in cases if c.get("status") == "ok"]
+    if not any(c.get("step_phases") for c in ok):
+        return []
     for c in ok:
         if c.get("windows"):
             return [Window(str(r["name"]), int(r["first"]), int(r["last"])) for r in c["windows"]]
