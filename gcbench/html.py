@@ -48,7 +48,7 @@ from gcbench.baselines import ClaimResult
 from gcbench.bench import TARGETS
 from gcbench.compare_runs import Comparison, bench_ok, dig
 from gcbench.metrics import METRICS
-from gcbench.phases import Window, per_step_sent, phase_rows, source_windows, window_metrics
+from gcbench.phases import Window, per_step_sent, phase_rows, source_windows, window_metrics, worker_traffic
 from gcbench.report import (
     BENCH_COLUMNS,
     BENCH_FOOTNOTE,
@@ -60,6 +60,8 @@ from gcbench.report import (
     TRAIN_COLUMNS,
     TRAIN_DETAIL_COLUMNS,
     TRAIN_FOOTNOTE,
+    WORKER_HEADERS,
+    WORKER_NOTE,
     Column,
     LoadedRun,
     bench_description,
@@ -80,6 +82,7 @@ from gcbench.report import (
     size_text,
     train_description,
     train_notes,
+    worker_cells,
 )
 
 DPI = 80
@@ -583,8 +586,9 @@ def _phase_context(cases: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         vals = phase_values(r, windows, detail=True)
         rows.append({"name": case_name(r.case), "recon": is_reconstructed(r.case),
                      "cells": [{"text": fmt(v, c[2]), "v": "" if v is None else repr(float(v))} for v, c in zip(vals, cols, strict=True)]})
+    workers = [{"recon": is_reconstructed(wt.case), "cells": worker_cells(wt)} for wt in worker_traffic(cases)]
     return {"windows": ", ".join(w.text() for w in windows), "headers": [{"header": c[1], "help": c[3]} for c in cols],
-            "rows": rows, "note": PHASE_NOTE}
+            "rows": rows, "note": PHASE_NOTE, "workers": workers, "worker_headers": WORKER_HEADERS, "worker_note": WORKER_NOTE}
 
 
 # ----------------------------------------------------------------------------- context
@@ -868,6 +872,14 @@ Click a column header to sort; hover a header for its definition.</p>
 {% for c in row.cells %}<td data-v="{{ c.v }}">{{ c.text }}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table></div>
 <p class="muted">{{ src.phases.note }}</p>
+{% if src.phases.workers %}<div class="tablewrap"><table class="sortable">
+<thead><tr>{% for h in src.phases.worker_headers %}<th class="l">{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in src.phases.workers %}<tr>
+{% for c in row.cells %}<td class="l{{ ' recon' if loop.first and row.recon }}">{{ c }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table></div>
+<p class="muted">{{ src.phases.worker_note }}</p>
+{% endif %}
 {% endif %}
 <div class="plots">
 {% for p in src.plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">

@@ -158,3 +158,26 @@ def phase_rows(cases: Sequence[dict[str, Any]], windows: Sequence[Window]) -> li
             final_drift=_finite(drift[-1]) if drift else None,
         ))
     return rows
+
+
+@dataclass(frozen=True)
+class WorkerTraffic:
+    """Bytes each worker sent and received per step in one window of a phased case."""
+
+    case: dict[str, Any]
+    window: Window
+    sent: list[float]
+    received: list[float]
+
+
+def worker_traffic(cases: Sequence[dict[str, Any]]) -> list[WorkerTraffic]:
+    """Per-worker traffic by window of every phased case that ran (its protocol's asymmetry: LGC's PS leader)."""
+    out = []
+    for c in cases:
+        if c.get("status") != "ok" or not c.get("step_phases"):
+            continue
+        for r in c.get("windows") or []:
+            if isinstance(r.get("sent_by_worker"), list):
+                out.append(WorkerTraffic(c, Window(str(r["name"]), int(r["first"]), int(r["last"])),
+                                         [float(v) for v in r["sent_by_worker"]], [float(v) for v in r.get("received_by_worker") or []]))
+    return out

@@ -52,7 +52,7 @@ from gcbench.compare_runs import (
     source_label,
 )
 from gcbench.errors import ResultsError
-from gcbench.phases import PhaseRow, Window, phase_rows, source_windows
+from gcbench.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
 from gcbench.results import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 DAGGER = "†"
@@ -453,6 +453,17 @@ def phase_table(cases: Sequence[dict[str, Any]], title: str) -> Table | None:
     return t
 
 
+WORKER_HEADERS = ("case", "phase", "sent per worker (w0 / w1 / …)", "received per worker")
+WORKER_NOTE = ("Mean bytes per step, by worker, of the phased cases (one-time set-up messages excluded): LGC's parameter-server "
+               "leader (w0) sends its latent, indices and innovation, the others their innovation only.")
+
+
+def worker_cells(wt: WorkerTraffic) -> list[str]:
+    """Case, phase and the per-worker byte lists of one :class:`WorkerTraffic` row (unescaped)."""
+    return [case_name(wt.case), wt.window.text(), " / ".join(fmt(v, "int") for v in wt.sent),
+            " / ".join(fmt(v, "int") for v in wt.received)]
+
+
 def markdown_phases(cases: Sequence[dict[str, Any]]) -> str:
     """The per-phase table of one source as Markdown ('' if no case of it has phases)."""
     windows = source_windows(cases)
@@ -462,8 +473,13 @@ def markdown_phases(cases: Sequence[dict[str, Any]]) -> str:
     rows = [[md_escape(case_name(r.case)), *[fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)]]
             for r in phase_rows(cases, windows)]
     head = "Per phase: " + ", ".join(md_escape(w.text()) for w in windows) + "."
-    return "\n".join([head, "", md_table(["case", *[md_escape(c[1]) for c in cols]], rows, [False] + [True] * len(cols)), "",
-                      md_escape(PHASE_NOTE), ""])
+    parts = [head, "", md_table(["case", *[md_escape(c[1]) for c in cols]], rows, [False] + [True] * len(cols)), "",
+             md_escape(PHASE_NOTE), ""]
+    workers = worker_traffic(cases)
+    if workers:
+        parts += [md_table(WORKER_HEADERS, [[md_escape(t) for t in worker_cells(wt)] for wt in workers], [False, False, True, True]), "",
+                  md_escape(WORKER_NOTE), ""]
+    return "\n".join(parts)
 
 
 def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:

@@ -339,12 +339,27 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     rec["aggregate"]["per_step_cosine"] = agg_cos
     rec["aggregate"]["sum_drift"] = agg_drift
     if windows:
-        rec["windows"] = [{"name": w.name, "first": w.first, "last": w.last} for w in windows]
+        rec["windows"] = [{"name": w.name, "first": w.first, "last": w.last,
+                           **_worker_traffic(traffic_phase, W, range(w.first, min(w.last, T - 1) + 1))} for w in windows]
         rec["aggregate"]["window_drift"] = win_drift
     if any(p is not None for p in step_phases):
         rec["step_phases"] = step_phases
         rec["phases"] = case_phases(rec, phase_windows(step_phases))
     return rec
+
+
+def _worker_traffic(traffic_phase: dict[str, list[list[int]]], workers: int, steps: range) -> dict[str, list[float]]:
+    """Mean bytes each worker sent and received per step over ``steps``, every traffic phase but one-time ``setup:*``."""
+    sent, recv = [0.0] * workers, [0.0] * workers
+    n = max(len(steps), 1)
+    for ph, rows in traffic_phase.items():
+        if ph.startswith("setup"):
+            continue
+        for t in steps:
+            for w in range(workers):
+                sent[w] += rows[t * workers + w][0] / n
+                recv[w] += rows[t * workers + w][1] / n
+    return {"sent_by_worker": sent, "received_by_worker": recv}
 
 
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:

@@ -115,8 +115,15 @@ def test_lgc_case_records_its_phases(phased_run: tuple[Path, list[dict[str, Any]
     lgc, topk, none = phased_run[1]
     assert lgc["step_phases"] == ["dense", "topk", "topk", "compressed", "compressed"]
     assert "step_phases" not in topk and "phases" not in none
-    assert topk["windows"] == none["windows"] == [{"name": "dense", "first": 0, "last": 0}, {"name": "topk", "first": 1, "last": 2},
-                                                  {"name": "compressed", "first": 3, "last": 4}]
+    spans = [(r["name"], r["first"], r["last"]) for r in topk["windows"]]
+    assert spans == [(r["name"], r["first"], r["last"]) for r in none["windows"]] == [("dense", 0, 0), ("topk", 1, 2), ("compressed", 3, 4)]
+    # per-worker traffic by window: all-gather is symmetric; LGC's PS leader (w0) sends latent + indices + innovation
+    sym = topk["windows"][2]["sent_by_worker"]
+    assert len(sym) == 4 and max(sym) - min(sym) <= 0.02 * max(sym)
+    lead = lgc["windows"][2]["sent_by_worker"]
+    assert lead[0] > 2 * max(lead[1:]) and len(set(lead[1:])) == 1
+    # they add up to the per-step means the phase ratio is computed from
+    assert sum(lead) / 4 == pytest.approx(lgc["phases"]["compressed"]["sent_per_worker"])
     ph = lgc["phases"]
     assert list(ph) == ["dense", "topk", "compressed"]
     assert (ph["dense"]["first"], ph["dense"]["last"], ph["compressed"]["first"], ph["compressed"]["last"]) == (0, 0, 3, 4)
@@ -168,6 +175,7 @@ def test_reports_show_the_phase_table(phased_run: tuple[Path, list[dict[str, Any
     assert "compressed agg q" in header and "run ratio" in header
     rows = [line for line in md.splitlines() if line.startswith("| lgc") or line.startswith("| topk+ef") or line.startswith("| none")]
     assert len([r for r in rows if r.count("|") == header.count("|")]) == 3  # every case, over the same windows
+    assert "| lgc † | compressed (steps 3–4) |" in md  # the per-worker table of the phased case
     table = phase_table(records, "t")
     assert table is not None and table.row_count == 3
     assert phase_table(records[1:], "t") is None  # the phased case did not run (failed): no table
