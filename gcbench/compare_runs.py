@@ -42,6 +42,10 @@ Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — u
   compressor's version or parameters, or the benchmark's thread count or device differ.
 * The same threshold-and-test rule as above decides better / worse / ~.
 
+**Training runs** (``kind = "train"``, :mod:`gcbench.train`) are compared on the final held-out
+accuracy and loss besides ratio and bits per element; a case whose training settings (task,
+workers, epochs, steps, batch size, learning rate) changed is not comparable.
+
 ``run`` and ``compare`` files hold the same case records and compare with each other; any other
 pair of different kinds (a bench file against a run, a train file against a bench) is refused
 with one :class:`~gcbench.errors.ResultsError` line.
@@ -103,9 +107,21 @@ COMPARED: tuple[Compared, ...] = (
     Compared("cosine", ("fidelity", "cosine", "mean")),
     Compared("aggregate_q", ("aggregate", "q", "model")),
     Compared("ef_drift", ("ef_drift", "sum_drift", -1)),
+    Compared("aggregate_drift", ("aggregate", "sum_drift", -1)),
     Compared("compress_s", ("timing", "compress", "median_s"), samples=("timing", "compress", "samples_s"), timing=True),
     Compared("decompress_s", ("timing", "decompress", "median_s"), samples=("timing", "decompress", "samples_s"), timing=True),
 )
+
+
+# training runs (kind = "train", gcbench.train): what training reached, besides the bytes it sent
+COMPARED_TRAIN: tuple[Compared, ...] = (
+    Compared("final_accuracy", ("training", "final_accuracy")),
+    Compared("final_loss", ("training", "final_loss")),
+    Compared("ratio", ("size", "ratio")),
+    Compared("bits_per_element", ("size", "bits_per_element")),
+)
+# the training settings that decide a train case's numbers (its curve and results are not settings)
+_TRAIN_SETTINGS = ("task", "metric", "workers", "epochs", "steps", "batch_size_per_worker", "lr")
 
 
 @dataclass(frozen=True)
@@ -218,6 +234,10 @@ def _case_config_diff(base: dict[str, Any], new: dict[str, Any]) -> str:
     for key in ("granularity", "units", "workers", "steps"):
         if base.get(key) != new.get(key):
             return f"{key} {base.get(key)} → {new.get(key)}"
+    tb, tn = base.get("training") or {}, new.get("training") or {}
+    changed = [k for k in _TRAIN_SETTINGS if tb.get(k) != tn.get(k)]
+    if changed:
+        return "training settings changed: " + ", ".join(changed)
     return ""
 
 
@@ -369,7 +389,7 @@ def compare_runs(baseline: dict[str, Any], new: dict[str, Any], threshold: float
             continue
         config = _case_config_diff(b, n)
         timing = config or _timing_diff(baseline, new, b, n)
-        for spec in COMPARED:
+        for spec in COMPARED_TRAIN if kb == "train" else COMPARED:
             row = compare_metric(spec, b, n, threshold, alpha, not_comparable=timing if spec.timing else config)
             if row is not None:
                 cmp.rows.append(row)

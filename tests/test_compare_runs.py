@@ -346,3 +346,22 @@ def test_mixed_kinds_are_refused_and_run_vs_compare_is_not(base: dict[str, Any])
     as_compare = {**copy.deepcopy(base), "kind": "compare"}
     cmp = compare_runs(base, as_compare)  # `gcbench compare` files hold the same records as runs
     assert {r.verdict for r in cmp.rows} == {NOT_SIGNIFICANT, FAILING}
+
+
+def test_train_runs_compare_accuracy_and_loss() -> None:
+    base = _load("train_digits")
+    new = copy.deepcopy(base)
+    new["run_id"] = "train-new"
+    first, second = new["cases"][0], new["cases"][1]
+    first["training"]["final_accuracy"] = base["cases"][0]["training"]["final_accuracy"] * 0.8  # 20% lower: worse
+    second["training"]["epochs"] = base["cases"][1]["training"]["epochs"] + 1  # different training: not comparable
+    cmp = compare_runs(base, new)
+    rows = {(r.case, r.metric): r for r in cmp.rows}
+    assert rows[(first["label"], "final_accuracy")].verdict == WORSE
+    assert rows[(first["label"], "final_loss")].verdict == NOT_SIGNIFICANT
+    assert rows[(first["label"], "ratio")].verdict == NOT_SIGNIFICANT
+    assert {r.verdict for (case, _), r in rows.items() if case == second["label"]} == {NOT_COMPARABLE}
+    assert "epochs" in rows[(second["label"], "final_accuracy")].reason
+    assert [r for r in cmp.regressions if r.metric == "final_accuracy"]
+    # run-only metrics do not appear for training files
+    assert not [r for r in cmp.rows if r.metric in ("q", "aggregate_q", "compress_s")]
