@@ -177,7 +177,8 @@ def dig(rec: Any, path: Sequence[str | int]) -> Any:
 
 def source_label(case: dict[str, Any]) -> str:
     src = case.get("source") or {}
-    return str(src.get("label") or src.get("name") or "?")
+    task = ((case.get("training") or {}).get("task") or {}).get("name")  # a training run names its task instead
+    return str(src.get("label") or src.get("name") or task or "?")
 
 
 def _source_name(case: dict[str, Any]) -> str:
