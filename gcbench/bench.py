@@ -82,8 +82,13 @@ def _reset_peak() -> bool:
 
 
 def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEFAULT_NUMEL, repeats: int = 5, warmup: int = 1,
-               threads: int | None = 2, device: str = "cpu", seed: int = 0, reference: bool = True) -> dict[str, Any]:
-    """Time one compressor on one size in this process; returns a JSON-friendly record."""
+               threads: int | None = 2, device: str = "cpu", seed: int = 0, reference: bool = True,
+               label: str | None = None) -> dict[str, Any]:
+    """Time one compressor on one size in this process; returns a JSON-friendly record.
+
+    ``label`` names the row (default: the compressor); a spec with parameters is labelled by its
+    spec text, so two configurations of one compressor stay apart in tables and comparisons.
+    """
     if threads:
         torch.set_num_threads(threads)
     comp = registry.create(name, **(params or {}))
@@ -105,7 +110,8 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     payload = comp.compress(x, state.clone())
     t_d = time_call(lambda: comp.decompress(payload), repeats, warmup, device)
     rec: dict[str, Any] = {
-        "compressor": name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(), "shape": list(shape),
+        "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(),
+        "shape": list(shape),
         "threads": torch.get_num_threads(), "device": device,
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
         "compress_x_copy": t_c.median / t_copy.median, "decompress_x_copy": t_d.median / t_copy.median,
@@ -157,22 +163,31 @@ def verdict(rec: dict[str, Any]) -> tuple[str, str]:
     return (", ".join(parts), "pass" if ok else "short")
 
 
+def spec_label(name: str, params: dict[str, Any]) -> str:
+    """``name`` or ``name:key=value,...`` — the row name of a benchmarked configuration."""
+    return name if not params else name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
+
+
 def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, warmup: int = 1, threads: int | None = 2,
               device: str = "cpu", isolate: bool = True, seed: int = 0,
               progress: Callable[[str, int, int, str], None] | None = None) -> list[dict[str, Any]]:
-    """Benchmark every (compressor, size); a failing case is recorded and the sweep goes on."""
-    for n in names:
-        registry.get(n)  # unknown names fail before any work, with "did you mean"
-    total = len(names) * len(sizes)
+    """Benchmark every (compressor, size); a failing case is recorded and the sweep goes on.
+
+    ``names`` are compressor names or CLI specs ``name:key=value,...`` (e.g. ``threshold:tau=3.29``).
+    """
+    specs = [registry.parse_spec(n) for n in names]  # unknown names and bad parameters fail before any work
+    total = len(specs) * len(sizes)
     out = []
-    for i, (name, numel) in enumerate((n, s) for n in names for s in sizes):
+    for i, ((name, params), numel) in enumerate((sp, s) for sp in specs for s in sizes):
+        label = spec_label(name, params)
         if progress:
-            progress("bench", i, total, f"{name} @ {numel:,}")
-        args = {"name": name, "numel": numel, "repeats": repeats, "warmup": warmup, "threads": threads, "device": device, "seed": seed}
+            progress("bench", i, total, f"{label} @ {numel:,}")
+        args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
+                "threads": threads, "device": device, "seed": seed}
         try:
             out.append(_run_isolated(args) if isolate else bench_case(**args))
         except Exception as exc:  # recorded, the sweep goes on
-            out.append({"compressor": name, "numel": numel, "error": f"{type(exc).__name__}: {exc}"})
+            out.append({"compressor": name, "label": label, "params": params, "numel": numel, "error": f"{type(exc).__name__}: {exc}"})
     if progress:
         progress("bench", total, total, "done")
     return out
@@ -183,7 +198,7 @@ def _run_isolated(args: dict[str, Any]) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "gcbench.bench", json.dumps(args)], capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise GcbenchError(f"benchmark process for {args['name']} failed: {tail}")
+        raise GcbenchError(f"benchmark process for {args['label']} failed: {tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

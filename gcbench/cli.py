@@ -477,7 +477,8 @@ def record(
 @app.command()
 @user_errors
 def bench(
-    compressors: Annotated[list[str] | None, typer.Argument(help="Compressors to time (default: every registered one).")] = None,
+    compressors: Annotated[list[str] | None, typer.Argument(
+        help="Compressors to time, as names or specs like 'threshold:tau=3.29' (default: every registered one).")] = None,
     sizes: Annotated[str, typer.Option(help="Comma-separated element counts, e.g. 1K,1M,25.6M,100M.")] = "25.6M",
     repeats: Annotated[int, typer.Option(help="Timed repeats per case.")] = 5,
     warmup: Annotated[int, typer.Option(help="Untimed warm-up calls.")] = 1,
@@ -501,12 +502,12 @@ def bench(
     base_cases: dict[tuple[str, int], dict[str, Any]] = {}
     if baseline is not None:
         base = load_run(baseline)
-        base_cases = {(c["compressor"], c["numel"]): c for c in base["cases"] if not c.get("error")}
+        base_cases = {(c.get("label") or c["compressor"], c["numel"]): c for c in base["cases"] if not c.get("error")}
     with progress_bar(not as_json) as prog:
         recs = run_bench(names, size_list, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate, progress=prog)
     regressions = []
     for r in recs:
-        b = base_cases.get((r["compressor"], r.get("numel")))
+        b = base_cases.get((r.get("label") or r["compressor"], r.get("numel")))
         if b and not r.get("error"):
             change = r["compress_x_copy"] / b["compress_x_copy"] - 1
             r["baseline_change"] = change
@@ -525,7 +526,7 @@ def bench(
             t.add_column(col, justify="left" if col in ("compressor", "target") else "right")
         for r in recs:
             if r.get("error"):
-                t.add_row(r["compressor"], f"{r.get('numel', 0):,}", f"[red]{r['error']}[/]", *[""] * 8)
+                t.add_row(escape(r.get("label") or r["compressor"]), f"{r.get('numel', 0):,}", f"[red]{escape(r['error'])}[/]", *[""] * 8)
                 continue
             target, mark = verdict(r)
             mark_txt = {"pass": "[green]pass[/]", "short": "[red]short[/]"}.get(mark, mark)
@@ -535,7 +536,8 @@ def bench(
             if extra:
                 target += " (" + ", ".join(f"{d}: {v['speedup']:.2f}×" for d, v in extra.items()) + ")"
             peak = r.get("peak_extra_bytes")
-            t.add_row(r["compressor"], f"{r['numel']:,}", _fmt(r["ratio"], "ratio"), _fmt(r["compress"]["median_s"], "ms"),
+            t.add_row(escape(r.get("label") or r["compressor"]), f"{r['numel']:,}", _fmt(r["ratio"], "ratio"),
+                      _fmt(r["compress"]["median_s"], "ms"),
                       f"{r['compress_x_copy']:.1f}×", f"{r['decompress_x_copy']:.1f}×",
                       f"{r['speedup_vs_reference']:.1f}×" if "speedup_vs_reference" in r else "—", f"{r['gbps_compress']:.2f}",
                       f"{peak / r['input_bytes']:.2f}" if peak is not None else "—", target, mark_txt)
@@ -547,7 +549,8 @@ def bench(
                       "memory during compress / input bytes.")
         out.print(f"results: {path}")
     if regressions:
-        err.print(f"[red]{len(regressions)} regression(s)[/] against {baseline}: " + ", ".join(r["compressor"] for r in regressions))
+        names_txt = ", ".join(escape(r.get("label") or r["compressor"]) for r in regressions)
+        err.print(f"[red]{len(regressions)} regression(s)[/] against {baseline}: " + names_txt)
         if fail_on_regression:
             raise typer.Exit(1)
 

@@ -32,7 +32,8 @@ Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — u
 **Kernel benchmarks** (``kind = "bench"``, :mod:`gcbench.bench`) are compared by
 :func:`compare_bench`, chosen by :func:`compare_runs` from the files' kinds:
 
-* Cases are matched by (compressor, element count), like ``gcbench bench --baseline``.
+* Cases are matched by (row label, element count), like ``gcbench bench --baseline``; the label is
+  the compressor, or its spec ``name:key=value`` when the benchmark set parameters.
 * The metrics are compress×copy and decompress×copy (lower is better): kernel time as a multiple
   of a plain copy of the same tensor timed in the same process, which cancels most of the
   machine's load of the moment.  For the same reason the Mann–Whitney test runs on the raw
@@ -458,8 +459,8 @@ def compare_bench(baseline: dict[str, Any], new: dict[str, Any], threshold: floa
     cmp.notes.append("kernel times are compared as multiples of a copy timed in the same process; the Mann–Whitney test "
                      "runs on each timing sample divided by that process's copy median")
 
-    def key(rec: dict[str, Any]) -> tuple[str, Any]:
-        return (str(rec.get("compressor")), rec.get("numel"))
+    def key(rec: dict[str, Any]) -> tuple[str, Any]:  # older files have no label: the compressor name is theirs
+        return (str(rec.get("label") or rec.get("compressor")), rec.get("numel"))
 
     base_index: dict[tuple[str, Any], dict[str, Any]] = {}
     for rec in baseline.get("cases", []):
@@ -497,7 +498,8 @@ def compare_bench(baseline: dict[str, Any], new: dict[str, Any], threshold: floa
     for b in baseline.get("cases", []):
         if key(b) not in seen:
             seen.add(key(b))
-            cmp.rows.append(Row(bench_source(b), str(b.get("compressor")), "", None, None, None, None, MISSING, "not in the new run"))
+            cmp.rows.append(Row(bench_source(b), str(b.get("label") or b.get("compressor")), "", None, None, None, None, MISSING,
+                                "not in the new run"))
     if untestable:
         cmp.notes.append(f"{len(untestable)} comparison(s) have only {min(untestable)}–{max(untestable)} timing samples per side: "
                          f"no Mann–Whitney p can fall below α = {alpha:g}, so those timings are never called better or worse; "

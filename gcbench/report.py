@@ -532,8 +532,8 @@ def bench_table(run: LoadedRun) -> Table:
 
 
 def bench_name(rec: dict[str, Any]) -> str:
-    """A bench record's row name: the compressor (``gcbench bench`` times default parameters)."""
-    return str(rec.get("compressor", "?"))
+    """A bench record's row name: its label (the compressor, or ``name:key=value`` for a spec with parameters)."""
+    return str(rec.get("label") or rec.get("compressor", "?"))
 
 
 def train_description(run: LoadedRun) -> str:

@@ -51,3 +51,27 @@ def test_run_bench_isolated_records_failures_and_goes_on() -> None:
     assert recs[0]["compressor"] == "signsgd" and "compress_x_copy" in recs[0]
     with pytest.raises(GcbenchError, match="did you mean"):
         run_bench(["signsdg"], [10])
+
+
+def test_specs_with_parameters_are_benchmarked_and_labelled() -> None:
+    recs = run_bench(["topk:density=0.1", "topk"], [20_000], repeats=2, warmup=0, threads=1, isolate=False)
+    spec, plain = recs
+    assert spec["label"] == "topk:density=0.1" and spec["params"]["density"] == 0.1
+    assert plain["label"] == "topk" and plain["params"]["density"] == 0.01
+    # the parameter reached the compressor: ten times the kept entries, about a tenth of the ratio
+    assert plain["ratio"] / spec["ratio"] == pytest.approx(10, rel=0.1)
+    with pytest.raises(GcbenchError, match="density"):
+        run_bench(["topk:density=5"], [10])  # a bad parameter fails before any work
+
+
+def test_bench_comparison_matches_rows_by_label() -> None:
+    from gcbench.compare_runs import compare_runs
+
+    recs = run_bench(["topk:density=0.1", "topk"], [20_000], repeats=2, warmup=0, threads=1, isolate=False)
+    env = {"cpu_model": "x", "cpu_count": 2, "torch_threads": 1}
+    base = {"kind": "bench", "run_id": "b", "environment": env, "cases": recs}
+    new = {"kind": "bench", "run_id": "n", "environment": env, "cases": [recs[1]]}
+    cmp = compare_runs(base, new)
+    cases = {(r.case, r.verdict) for r in cmp.rows if r.metric == ""}
+    assert ("topk:density=0.1", "missing") in cases  # not matched to the plain topk row
+    assert {r.case for r in cmp.rows if r.metric} == {"topk"}
