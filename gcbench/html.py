@@ -155,6 +155,30 @@ def _legend(ax: Any, n: int) -> None:
         ax.legend(fontsize=7, ncol=1 if n <= 8 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
 
 
+def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, dict[str, Any]]]) -> set[int]:
+    """One point per case (x = error, y = ratio); points on the Pareto front outlined; returns the front."""
+    colors = _color_map([p[2] for p in pts])
+    front = set(pareto_front([(q, r) for q, r, _ in pts]))
+    for i, (q, r, c) in enumerate(pts):
+        on = i in front
+        ax.scatter([q], [r], s=46 if on else 30, color=colors[str(c.get("label"))], edgecolors="black" if on else "none",
+                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c)))
+    _scale(ax, "x", [p[0] for p in pts])
+    _scale(ax, "y", [p[1] for p in pts])
+    return front
+
+
+def _step_lines(ax: Any, series: Sequence[tuple[dict[str, Any], Sequence[float | None]]], ms: float = 3) -> None:
+    """One line per case over steps (numbered from 1); missing values are skipped."""
+    colors = _color_map([s[0] for s in series])
+    for c, vals in series:
+        xs = [i + 1 for i, v in enumerate(vals) if v is not None]
+        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=ms, lw=1.2, color=colors[str(c.get("label"))],
+                label=_mpl(case_name(c)))
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 # ----------------------------------------------------------------------------- plots
 
 
@@ -172,18 +196,11 @@ def plot_pareto(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
         pts.append((q, r, c))
     if not pts:
         return None
-    colors = _color_map([p[2] for p in pts])
-    front = set(pareto_front([(q, r) for q, r, _ in pts]))
     fig, ax = _figure()
-    for i, (q, r, c) in enumerate(pts):
-        on = i in front
-        ax.scatter([q], [r], s=46 if on else 30, color=colors[str(c.get("label"))], edgecolors="black" if on else "none",
-                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c)))
+    front = _scatter_front(ax, pts)
     fp = sorted((pts[i][0], pts[i][1]) for i in front)
     if len(fp) > 1:
         ax.plot([p[0] for p in fp], [p[1] for p in fp], color="black", lw=1, ls="--", zorder=2, label="Pareto front")
-    _scale(ax, "x", [p[0] for p in pts])
-    _scale(ax, "y", [p[1] for p in pts])
     ax.set_xlabel("relative error q = ‖C(x)−x‖²/‖x‖²  (← better)")
     ax.set_ylabel("compression ratio  (better →)")
     ax.set_title(_mpl(title), fontsize=9)
@@ -262,15 +279,9 @@ def plot_ef_drift(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
             series.append((c, [_num(v) for v in drift]))
     if not series:
         return None
-    colors = _color_map([s[0] for s in series])
     fig, ax = _figure()
-    for c, vals in series:
-        xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=3, lw=1.2, color=colors[str(c.get("label"))],
-                label=_mpl(case_name(c)))
+    _step_lines(ax, series)
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖")
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(series))
@@ -298,16 +309,10 @@ def plot_phase_ratio(cases: Sequence[dict[str, Any]], windows: Sequence[Window],
             series.append((c, [dense / v if v > 0 else None for v in sent]))
     if not series or not windows:
         return None
-    colors = _color_map([s[0] for s in series])
     fig, ax = _figure()
-    for c, vals in series:
-        xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=2.5, lw=1.2, color=colors[str(c.get("label"))],
-                label=_mpl(case_name(c)))
+    _step_lines(ax, series, ms=2.5)
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
     _phase_marks(ax, windows)
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("ratio at the step  (better →)")
     ax.set_title(_mpl(title), fontsize=9, pad=12)
     _legend(ax, len(series))
@@ -326,15 +331,9 @@ def plot_aggregate_drift(cases: Sequence[dict[str, Any]], windows: Sequence[Wind
             series.append((c, [_num(v) for v in drift]))
     if not series or not windows:
         return None
-    colors = _color_map([s[0] for s in series])
     fig, ax = _figure()
-    for c, vals in series:
-        xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=2.5, lw=1.2, color=colors[str(c.get("label"))],
-                label=_mpl(case_name(c)))
+    _step_lines(ax, series, ms=2.5)
     _phase_marks(ax, windows)
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("‖Σ(agg − mean)‖ / ‖Σ mean‖  (← better)")
     ax.set_title(_mpl(title), fontsize=9, pad=12)
     _legend(ax, len(series))
@@ -355,15 +354,8 @@ def plot_phase_pareto(cases: Sequence[dict[str, Any]], window: Window, title: st
         pts.append((float(m[key]), float(m["ratio"]), c))
     if not pts:
         return None
-    colors = _color_map([p[2] for p in pts])
-    front = set(pareto_front([(q, r) for q, r, _ in pts]))
     fig, ax = _figure()
-    for i, (q, r, c) in enumerate(pts):
-        on = i in front
-        ax.scatter([q], [r], s=46 if on else 30, color=colors[str(c.get("label"))], edgecolors="black" if on else "none",
-                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c)))
-    _scale(ax, "x", [p[0] for p in pts])
-    _scale(ax, "y", [p[1] for p in pts])
+    _scatter_front(ax, pts)
     ax.set_xlabel(("‖Σ(agg − mean)‖ / ‖Σ mean‖" if key == "drift" else "mean aggregate q") + " over the phase  (← better)")
     ax.set_ylabel("ratio over the phase  (better →)")
     ax.set_title(_mpl(title), fontsize=9)

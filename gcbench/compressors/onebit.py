@@ -174,16 +174,7 @@ class OneBitSGD(Compressor):
         return body, {"g": g}, decoded
 
     def _decode(self, payload: Payload) -> torch.Tensor:
-        g = meta_str(payload, "g")
-        if g not in _GRANULARITIES:
-            raise PayloadError(f"onebit payload has unknown granularity {g!r}")
-        shape = payload.shape
-        d = payload.numel
-        ncols = _ngroups(shape, g)
-        body = body_numpy(payload)
-        nb = (d + 7) // 8
-        if len(body) != nb + 8 * ncols:
-            raise PayloadError(f"onebit body has {len(body)} bytes, expected {nb + 8 * ncols}")
+        g, shape, d, ncols, body, nb = _checked_body(payload)
         means = body[nb:].view("<f4").astype(np.float32).reshape(ncols, 2)
         if kernels.available():
             cols, by_row = _layout(shape, g)
@@ -250,6 +241,20 @@ class OneBitSGD(Compressor):
         return ExchangeResult(aggregate.to(grads[0].dtype), traffic, first_payloads)
 
 
+def _checked_body(payload: Payload) -> tuple[str, tuple[int, ...], int, int, np.ndarray, int]:
+    """``(granularity, shape, d, groups, body, sign-bit bytes)`` of a onebit payload, its body length checked."""
+    g = meta_str(payload, "g")
+    if g not in _GRANULARITIES:
+        raise PayloadError(f"onebit payload has unknown granularity {g!r}")
+    shape, d = payload.shape, payload.numel
+    ncols = _ngroups(shape, g)
+    body = body_numpy(payload)
+    nb = (d + 7) // 8
+    if len(body) != nb + 8 * ncols:
+        raise PayloadError(f"onebit body has {len(body)} bytes, expected {nb + 8 * ncols}")
+    return g, shape, d, ncols, body, nb
+
+
 OWNER_KEY = "owner_residual"  # the stripe owner's second residual, in the owner worker's state
 
 
@@ -277,14 +282,7 @@ def split_stripes(payload: Payload, bounds: Sequence[int]) -> list[Payload | Non
     columns of the whole decode (and matches the stateless column encoding of those columns of
     a = x + e: same bits, same means up to float64 summation order).  Empty stripes are ``None``.
     """
-    g = meta_str(payload, "g")
-    shape = payload.shape
-    d = payload.numel
-    ncols = _ngroups(shape, g)
-    body = body_numpy(payload)
-    nb = (d + 7) // 8
-    if len(body) != nb + 8 * ncols:
-        raise PayloadError(f"onebit body has {len(body)} bytes, expected {nb + 8 * ncols}")
+    g, shape, d, ncols, body, nb = _checked_body(payload)
     bits = _matrix(torch.from_numpy(np.unpackbits(body[:nb], count=d, bitorder="little").view(np.bool_)), shape, g)
     means = body[nb:].reshape(ncols, 8)  # (mu0, mu1) little-endian float32 bytes per column
     rows = bits.shape[0]
