@@ -19,7 +19,10 @@ Two registered compressors share this module:
     float32; this is the one place the compressor is biased (relative error < 1/2, far outside
     any gradient's range);
   - ±inf keeps code 255 and decodes to ±inf; NaN (not representable in 9 bits) also decodes to
-    ±inf, so a non-finite input stays visibly non-finite.
+    ±inf, so a non-finite input stays visibly non-finite;
+  - float16 input: its top binade [2^15, 65504] would round up to 2^16, which float16 cannot hold
+    (it would become inf), so a float16 payload decodes 2^16 as 2^15 — the same "top binade rounds
+    down" rule as float32's, biased only for |x| ≥ 2^15.  (bfloat16 has float32's range.)
 
   The probability is read straight from the mantissa bits, p = M/2^23 (exact in float32); with
   the generator's 24-bit float32 uniforms, P(u < p) = p exactly, so the rounding is exactly
@@ -160,10 +163,16 @@ class Natural(Compressor):
         if kernels.available():
             out = kernels.empty(d)
             kernels.natural_decode(body, out.numpy())
-            return out
-        code = torch.from_numpy(body[:d].copy())
-        neg = torch.from_numpy(codec.unpack_bits(body[d:], 1, d).astype(bool))
-        return natural_values(code, neg & (code > 0))
+        else:
+            code = torch.from_numpy(body[:d].copy())
+            neg = torch.from_numpy(codec.unpack_bits(body[d:], 1, d).astype(bool))
+            out = natural_values(code, neg & (code > 0))
+        if payload.dtype == torch.float16:  # 2^16 is inf in float16: the top binade rounds down (module docstring)
+            out[out.abs() == _F16_OVERFLOW] *= 0.5
+        return out
+
+
+_F16_OVERFLOW = 65536.0  # 2^16: the first power of two above float16's largest finite value 65504
 
 
 def natural_bits(d: int) -> int:

@@ -357,3 +357,22 @@ def test_natural_dither_decode_rejects_a_level_above_s() -> None:
     bad = Payload(p.codec, p.version, p.dtype, p.shape, p.data.clone(), {"s": 2})
     with pytest.raises(PayloadError, match="above s"):
         registry.create("natural_dither").decompress(bad)
+
+
+def test_float16_top_binade_never_overflows_to_inf() -> None:
+    from gcbench import registry
+
+    comp = registry.create("natural")
+    x = torch.tensor([40000.0, -60000.0, 65504.0, 33000.0, 1.5, -0.75, float("inf")], dtype=torch.float16).repeat(200)
+    st = comp.init_state(3)
+    decs = [comp.decompress(comp.compress(x, st)) for _ in range(20)]
+    for dec in decs:
+        assert dec.dtype == torch.float16
+        finite = torch.isfinite(x)
+        assert torch.isfinite(dec[finite]).all() and torch.isinf(dec[~finite]).all()
+        top = finite & (x.float().abs() >= 2.0**15)
+        assert (dec[top].float().abs() == 2.0**15).all()  # the top binade rounds down
+        assert (torch.sign(dec[top].float()) == torch.sign(x[top].float())).all()
+    # below 2^15 nothing changed: 1.5 still rounds to 1 or 2, both drawn
+    vals = torch.stack([d[4::7].float() for d in decs]).unique().tolist()
+    assert vals == [1.0, 2.0]
