@@ -228,6 +228,10 @@ class Compressor(ABC):
             payload = self._payload(x, np.zeros(0, np.uint8), {})
             state.step += 1
             return payload, (x.detach().clone() if need_decoded else None)
+        fused = self._encode_fused(x, state)
+        if fused is not None:
+            body, meta = fused
+            return self._finish(x, state, self._payload(x, body, meta), None, need_decoded)
         x32 = x.detach().float() if x.dtype != torch.float32 else x.detach()
         if self.uses_error_feedback():
             a = ErrorFeedback.corrected(x32, state)
@@ -241,6 +245,16 @@ class Compressor(ABC):
             body, meta, decoded = self._encode(x32, state)
             payload = self._payload(x, body, meta)
         return self._finish(x, state, payload, decoded, need_decoded)
+
+    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
+        """A fast path that runs error feedback and encoding in one go, or ``None`` (the default) for the generic path.
+
+        An override returns ``(body, meta)`` of exactly the payload the generic path would build and
+        leaves the new residual ``a − decoded`` in ``state.tensors["residual"]`` itself (the step
+        counter and the decode are the base's); it returns ``None`` where it does not apply (e.g.
+        not a float32 CPU tensor), and the generic path runs.
+        """
+        return None
 
     def _finish(self, x: torch.Tensor, state: State, payload: Payload, decoded: torch.Tensor | None,
                 need_decoded: bool) -> tuple[Payload, torch.Tensor | None]:

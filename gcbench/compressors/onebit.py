@@ -46,7 +46,7 @@ from gcbench import codec, kernels
 from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_str
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 _GRANULARITIES = ("column", "row", "tensor")
@@ -144,10 +144,10 @@ def _layout(shape: tuple[int, ...], granularity: str) -> tuple[int, bool]:
 class OneBitSGD(Compressor):
     reference = onebit_step_reference
 
-    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
-        """The base contract, with a = x + e, the bits, the means and the new residual fused on CPU."""
+    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
+        """a = x + e, the bits, the means and the new residual fused on CPU."""
         if not kernels.fused_ef_ok(x):
-            return super().compress_and_decode(x, state, need_decoded)
+            return None
         g = self.params["granularity"]
         shape = tuple(x.shape)
         d = x.numel()
@@ -158,9 +158,7 @@ class OneBitSGD(Compressor):
         e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
         mu0, mu1 = kernels.onebit_step(kernels.flat_f32(x), e.reshape(-1).numpy(), has_e, cols, by_row, body[:nb])
         body[nb:] = np.stack([mu0, mu1], 1).reshape(-1).astype("<f4").view(np.uint8)
-        payload = self._payload(x, body, {"g": g})
-        state.step += 1
-        return payload, (self.decompress(payload) if need_decoded else None)
+        return body, {"g": g}
 
     def _encode(self, a: torch.Tensor, state: State):
         g = self.params["granularity"]

@@ -25,7 +25,7 @@ from gcbench import codec, kernels
 from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import register
 
 
@@ -103,10 +103,10 @@ def efsignsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 class EFSignSGD(Compressor):
     reference = efsignsgd_reference
 
-    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
-        """The base contract, with a = x + e, the bits and the new residual fused on CPU."""
+    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
+        """a = x + e, the bits and the new residual fused on CPU."""
         if not kernels.fused_ef_ok(x):
-            return super().compress_and_decode(x, state, need_decoded)
+            return None
         d = x.numel()
         x32 = kernels.flat_f32(x)
         e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
@@ -114,9 +114,7 @@ class EFSignSGD(Compressor):
         body = np.empty(nb + 4, np.uint8)
         scale = kernels.ef_sign_step(x32, e.reshape(-1).numpy(), has_e, body[:nb])
         body[nb:] = np.array([scale], "<f4").view(np.uint8)
-        payload = self._payload(x, body, {})
-        state.step += 1
-        return payload, (self.decompress(payload) if need_decoded else None)
+        return body, {}
 
     def _encode(self, a: torch.Tensor, state: State):
         flat = a.reshape(-1)

@@ -44,7 +44,7 @@ from gcbench.compressors._common import coding_param, density_param, k_of, to_nu
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, p_param, s_param, tensor_norm
 from gcbench.compressors.topk import topk_indices
 from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
 
@@ -129,10 +129,10 @@ def topk_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) -> 
 class TopKDither(Compressor):
     reference = topk_dither_reference
 
-    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
-        """The base contract; on CPU, error feedback, top-k and dithering fused (see the module)."""
+    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
+        """On CPU, error feedback, top-k and dithering fused (see the module)."""
         if not kernels.fused_ef_ok(x):
-            return super().compress_and_decode(x, state, need_decoded)
+            return None
         d = x.numel()
         k = k_of(self.params["density"], d)
         s, coding = self.params["s"], self.params["index_coding"]
@@ -150,9 +150,7 @@ class TopKDither(Compressor):
         body = encode_body(n, idx, field, d, 1 + level_bits(s), coding)
         if self.uses_error_feedback():
             kernels.scatter_sub(a, idx, kernels.dither_values(field, s, n)[0])  # e = a − decoded: only k entries change
-        payload = self._payload(x, body, {"k": k, "s": s, "coding": coding})
-        state.step += 1
-        return payload, (self.decompress(payload) if need_decoded else None)
+        return body, {"k": k, "s": s, "coding": coding}
 
     def _encode(self, a: torch.Tensor, state: State):
         flat = a.reshape(-1)
