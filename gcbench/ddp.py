@@ -21,10 +21,16 @@ Protocols (which exchange runs for which compressor):
   be smaller (vectors, small matrices) are all-reduced dense in the first all-reduce.  PowerSGD
   always works per tensor, whatever ``granularity`` says, because the low-rank view needs each
   tensor's matrix shape.
+* ``onebit`` (1-bit SGD, Seide et al. 2014; :meth:`OneBitSGD.exchange`): each worker quantizes
+  every tensor with its own residual and cuts the message into N stripes of whole columns; an
+  all-to-all sends stripe j to rank j (leg 1); rank j averages the N stripes it holds,
+  re-quantizes the average with its owner-side residual and all-gathers it (leg 2).  Like PowerSGD
+  it works per tensor (the column view needs each tensor's shape; a flat bucket would be one
+  column).  Stripe sizes travel first (an all-to-all, then an all-gather, of int64 lengths).
 
 Compressors whose paper defines another multi-worker protocol that the hook does not implement
-(1-bit SGD's two-leg stripe exchange) use ``gather``; :attr:`HookState.protocol_note` says so and the
-training results record it.
+(LGC's three phases) use ``gather``; :attr:`HookState.protocol_note` says so and the training
+results record it.
 
 State: one :class:`~gcbench.compressor.State` per compressed unit (the whole flat bucket with
 ``granularity="bucket"``, each parameter's gradient with ``"layer"``), kept per bucket index, so
@@ -67,7 +73,10 @@ PROTOCOL_CHOICES = ("auto", "gather")
 HOOK_PROTOCOLS: dict[str, str] = {
     "terngrad": "all-reduce MAX of the per-tensor scalers, quantize with the shared scaler, all-gather the payloads",
     "powersgd": "all-reduce P (mean), orthonormalise, all-reduce Q = Mᵀ P̂ (mean); shared warm-start Q",
+    "onebit": "all-to-all of 1-bit column stripes to their owners, owners re-quantize the average with a second residual, "
+              "all-gather of the owners' stripes",
 }
+PER_TENSOR = ("powersgd", "onebit")  # protocols that need each tensor's shape: they ignore granularity="bucket"
 
 _SIZE_BYTES = 8  # one int64 length per unit in the size exchange
 
@@ -218,8 +227,8 @@ class HookState:
             return "gather"
         if name == "terngrad":
             return "terngrad" if self.compressor.params["share_scaler"] else "gather"
-        if name == "powersgd":
-            return "powersgd"
+        if name in ("powersgd", "onebit"):
+            return name
         return "gather"
 
     def states_for(self, bucket: int, signature: tuple[Any, ...], n_units: int) -> list[State]:
@@ -245,7 +254,7 @@ class HookState:
             "protocol": self.protocol,
             "protocol_description": HOOK_PROTOCOLS.get(self.protocol, "all-gather the payloads, decode all, average"),
             "protocol_note": self.protocol_note,
-            "granularity": "layer" if self.protocol == "powersgd" else self.granularity,
+            "granularity": "layer" if self.protocol in PER_TENSOR else self.granularity,
             "world_size": self.world_size,
             "seed": self.seed,
             "state_resets": self.state_resets,
@@ -291,7 +300,7 @@ def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor
     buf = bucket.buffer()
     params = bucket.parameters()
     signature = tuple(state.param_names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in params)
-    if state.granularity == "bucket" and state.protocol != "powersgd":
+    if state.granularity == "bucket" and state.protocol not in PER_TENSOR:
         return [buf], [0], signature
     grads = bucket.gradients()
     base, esize = buf.data_ptr(), buf.element_size()
@@ -336,23 +345,12 @@ def _gather_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
     messages = [p.to_bytes() for p in payloads]  # serialising is part of producing the wire message
     compress_s = clock.lap() - comm_s
 
-    sizes = torch.tensor([len(m) for m in messages], dtype=torch.int64, device=dev)
-    all_sizes = [torch.empty_like(sizes) for _ in range(world)]
-    dist.all_gather(all_sizes, sizes, group=group)
-    size_rows = [s.tolist() for s in all_sizes]
-    longest = max(sum(r) for r in size_rows)
-    own = b"".join(messages)
-    body = torch.zeros(longest, dtype=torch.uint8)
-    if own:
-        body[: len(own)] = torch.frombuffer(bytearray(own), dtype=torch.uint8)
-    body = body.to(dev)
-    bodies = [torch.empty(longest, dtype=torch.uint8, device=dev) for _ in range(world)]
-    dist.all_gather(bodies, body, group=group)
+    size_rows, bodies, longest = _padded_allgather(state, messages, dev)
     comm_s += clock.lap()
 
     acc = [torch.zeros(x.numel(), dtype=torch.float32, device=dev) for x in xs]
     for r in range(world):
-        raw = bodies[r].cpu().numpy().tobytes()
+        raw = bodies[r]
         pos = 0
         for u, n in enumerate(size_rows[r]):
             p = Payload.from_bytes(raw[pos : pos + n], device=dev)
@@ -439,13 +437,93 @@ def _powersgd_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor],
     return out, rec
 
 
+def _padded_allgather(state: HookState, messages: Sequence[bytes], dev: torch.device) -> tuple[list[list[int]], list[bytes], int]:
+    """All-gather one byte string per unit from every rank: sizes first, then the bodies padded to the longest.
+
+    Returns (each rank's unit sizes, each rank's concatenated bytes, the padded length this rank sent).
+    """
+    group, world = state.process_group, state.world_size
+    sizes = torch.tensor([len(m) for m in messages], dtype=torch.int64, device=dev)
+    all_sizes = [torch.empty_like(sizes) for _ in range(world)]
+    dist.all_gather(all_sizes, sizes, group=group)
+    size_rows = [s.tolist() for s in all_sizes]
+    longest = max(sum(r) for r in size_rows)
+    own = b"".join(messages)
+    body = torch.zeros(longest, dtype=torch.uint8)
+    if own:
+        body[: len(own)] = torch.frombuffer(bytearray(own), dtype=torch.uint8)
+    bodies = [torch.empty(longest, dtype=torch.uint8, device=dev) for _ in range(world)]
+    dist.all_gather(bodies, body.to(dev), group=group)
+    return size_rows, [b.cpu().numpy().tobytes() for b in bodies], longest
+
+
+def _onebit_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], states: Sequence[State],
+                     clock: _Clock) -> tuple[list[torch.Tensor], BucketStats]:
+    """1-bit SGD's two legs across the process group (see the module docstring)."""
+    from gcbench.compressors import onebit
+
+    comp, group, world, rank = state.compressor, state.process_group, state.world_size, state.rank
+    dev = xs[0].device
+    g = comp.params["granularity"]
+    bounds = [onebit.stripe_bounds(tuple(x.shape), g, world) for x in xs]
+    # leg 1: stripe j of every unit goes to rank j (a unit with fewer columns than ranks has empty stripes)
+    stripes = [onebit.worker_stripes(comp, x, st, b) for x, st, b in zip(xs, states, bounds, strict=True)]  # type: ignore[arg-type]  # OneBitSGD
+    to_rank = [[b"" if (p := stripes[u][j]) is None else p.to_bytes() for u in range(len(xs))] for j in range(world)]
+    compress_s = clock.lap()
+    # collectives take tensors on the group's device (NCCL: CUDA); payload bytes are decoded on the CPU
+    send_sizes = torch.tensor([[len(m) for m in row] for row in to_rank], dtype=torch.int64, device=dev).reshape(-1)
+    recv_sizes = torch.empty_like(send_sizes)
+    dist.all_to_all_single(recv_sizes, send_sizes, group=group)  # rank i's unit sizes for me, U per rank
+    send_rows, recv_rows = send_sizes.reshape(world, -1).tolist(), recv_sizes.reshape(world, -1).tolist()
+    flat = b"".join(b"".join(row) for row in to_rank)
+    send = torch.frombuffer(bytearray(flat), dtype=torch.uint8).to(dev) if flat else torch.empty(0, dtype=torch.uint8, device=dev)
+    recv = torch.empty(sum(map(sum, recv_rows)), dtype=torch.uint8, device=dev)
+    dist.all_to_all_single(recv, send, [sum(r) for r in recv_rows], [sum(r) for r in send_rows], group=group)
+    comm_s = clock.lap()
+
+    # leg 2: average my stripe of every unit, re-quantize with my owner residual, all-gather the results
+    raw = recv.cpu().numpy().tobytes()
+    received: list[list[torch.Tensor]] = [[] for _ in xs]
+    pos = 0
+    for i in range(world):
+        for u, n in enumerate(recv_rows[i]):
+            if n:
+                received[u].append(onebit.COLUMN.decompress(Payload.from_bytes(raw[pos : pos + n])))
+            pos += n
+    owned = [onebit.owner_stripe(received[u], world, states[u])[0] if received[u] else None for u in range(len(xs))]
+    messages = [b"" if p is None else p.to_bytes() for p in owned]
+    compress_s += clock.lap()
+    size_rows, bodies, longest = _padded_allgather(state, messages, dev)
+    comm_s += clock.lap()
+
+    out: list[list[torch.Tensor]] = [[] for _ in xs]
+    for r in range(world):
+        pos = 0
+        for u, n in enumerate(size_rows[r]):
+            if n:
+                out[u].append(onebit.COLUMN.decompress(Payload.from_bytes(bodies[r][pos : pos + n])))
+            pos += n
+    means = [onebit.assemble_stripes(cols, g, tuple(x.shape)).to(dev, torch.float32) if cols else torch.zeros(x.numel(), device=dev)
+             for cols, x in zip(out, xs, strict=True)]
+    decompress_s = clock.lap()
+    leg1_bytes = sum(n for j, row in enumerate(send_rows) if j != rank for n in row)
+    rec = BucketStats(
+        bucket=index, numel=sum(x.numel() for x in xs), units=len(xs), protocol="onebit", collective="alltoall+allgather",
+        payload_bytes=leg1_bytes + sum(len(m) for m in messages),
+        sent_bytes=_SIZE_BYTES * len(xs) * (world - 1) + leg1_bytes + _SIZE_BYTES * len(xs) + longest,
+        dense_bytes=sum(x.numel() * x.element_size() for x in xs), decoded_payloads=2 * world,
+        compress_s=compress_s, communicate_s=comm_s, decompress_s=decompress_s,
+    )
+    return means, rec
+
+
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The DDP communication hook: compressed exchange of one bucket, averaged over the group."""
     buf = bucket.buffer()
     xs, offsets, signature = _units(state, bucket)
     states = state.states_for(bucket.index(), signature, len(xs))
     clock = _Clock(buf.device)
-    exchange = _powersgd_exchange if state.protocol == "powersgd" else _gather_exchange
+    exchange = {"powersgd": _powersgd_exchange, "onebit": _onebit_exchange}.get(state.protocol, _gather_exchange)
     means, rec = exchange(state, bucket.index(), xs, states, clock)
     if len(xs) == 1 and offsets == [0] and xs[0].numel() == buf.numel():
         out = means[0].reshape(buf.shape).to(buf.dtype)
@@ -496,7 +574,7 @@ def register_compressor_hook(
         stats: an existing :class:`HookStats` to record into (default: a new one, ``state.stats``).
         granularity: ``"bucket"`` compresses each flat DDP bucket, ``"layer"`` each parameter's gradient.
         protocol: ``"auto"`` uses the paper's exchange where the hook implements it (TernGrad,
-            PowerSGD), ``"gather"`` forces gather-and-average.
+            PowerSGD, 1-bit SGD), ``"gather"`` forces gather-and-average.
         process_group: the group to communicate in (default: the default group).
     """
     comp = make_compressor(compressor, params)

@@ -192,10 +192,47 @@ def _scenario_protocols(ctx: WorkerContext) -> dict[str, Any]:
     return out
 
 
+def _scenario_onebit(ctx: WorkerContext) -> dict[str, Any]:
+    """1-bit SGD's two legs through the hook vs OneBitSGD.exchange on the same tensors and mirrored states."""
+    from gcbench.ddp import HookState
+
+    model = _mlp(7)
+    ddp = DDP(model, process_group=ctx.group)
+    comp = registry.create("onebit")
+    state = HookState(comp, process_group=ctx.group, seed=13)  # granularity "bucket" is overridden: per tensor
+    state.name_parameters(model)
+    captured: list[dict[str, Any]] = []
+    ddp.register_comm_hook(state, _spy(captured))
+    _train(ddp, ctx.rank, 3)
+    by_name = dict(model.named_parameters())
+    per_step = [b for s in state.stats.steps for b in s.buckets]
+    mirror: dict[int, tuple[tuple[str, ...], list[list[Any]]]] = {}  # bucket -> (names, per unit: every worker's state)
+    errs, bad_bytes = [], []
+    for rec, bs in zip(captured, per_step, strict=True):
+        idx = rec["index"]
+        if idx not in mirror or mirror[idx][0] != rec["names"]:
+            mirror[idx] = (rec["names"], [[comp.init_state(0) for _ in range(ctx.world_size)] for _ in rec["names"]])
+        inputs = _gather(ctx, rec["input"])
+        pos, sent = 0, 0
+        for u, name in enumerate(rec["names"]):
+            shape, k = by_name[name].shape, by_name[name].numel()
+            res = comp.exchange([x[pos : pos + k].reshape(shape) for x in inputs], mirror[idx][1][u])
+            errs.append(float((res.aggregate.reshape(-1) - rec["output"][pos : pos + k]).abs().max()))
+            # leg 1 to the other owners, plus this owner's leg-2 stripe handed once to the all-gather
+            sent += res.traffic.sent(ctx.rank, "reduce-scatter") + res.traffic.sent(ctx.rank, "allgather") // (ctx.world_size - 1)
+            pos += k
+        if bs.payload_bytes != sent or bs.units != len(rec["names"]):
+            bad_bytes.append((idx, bs.payload_bytes, sent))
+    residual = state.bucket_states[captured[-1]["index"]][0].tensors.get("residual")
+    return {"err": max(errs), "protocol": state.protocol, "collective": per_step[0].collective, "bad_bytes": bad_bytes,
+            "checked": len(captured), "granularity": state.describe()["granularity"], "note": state.protocol_note,
+            "residual": None if residual is None else float(residual.norm())}
+
+
 def _all_scenarios(ctx: WorkerContext) -> dict[str, Any]:
     torch.set_num_threads(1)
     return {"none": _scenario_none(ctx), "qsgd": _scenario_qsgd(ctx), "topk_ef": _scenario_topk_ef(ctx),
-            "protocols": _scenario_protocols(ctx)}
+            "protocols": _scenario_protocols(ctx), "onebit": _scenario_onebit(ctx)}
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +278,17 @@ def test_terngrad_and_powersgd_use_their_protocols(ranks: list[dict[str, Any]]) 
         ps = r["protocols"]["powersgd"]
         assert ps["protocol"] == "powersgd" and ps["collective"] == "allreduce"
         assert ps["err"] < 1e-4
+
+
+def test_onebit_runs_its_two_leg_protocol(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
+        ob = r["onebit"]
+        assert ob["protocol"] == "onebit" and ob["collective"] == "alltoall+allgather" and ob["note"] is None
+        assert ob["granularity"] == "layer"  # the column view needs each tensor's shape
+        assert ob["checked"] >= 3
+        assert ob["err"] == 0.0  # the same quantizations, in the same order, as the single-process exchange
+        assert ob["bad_bytes"] == []
+        assert ob["residual"] is not None and ob["residual"] > 0  # the worker residual persists in the hook's state
 
 
 def test_register_rejects_bad_settings_without_a_group() -> None:

@@ -203,31 +203,25 @@ class OneBitSGD(Compressor):
             raise ValueError("exchange needs one state per worker gradient")
         if n == 1 or grads[0].numel() == 0:  # empty tensors: nothing to stripe (and empty bodies)
             return super().exchange(grads, states)
-        g_name = self.params["granularity"]
         shape = tuple(grads[0].shape)
-        ncols = _ngroups(shape, g_name)
-        bounds = [int(b) for b in np.linspace(0, ncols, n + 1).astype(int)]
-        col = OneBitSGD(granularity="column")  # stripes are columns of the view already
+        bounds = stripe_bounds(shape, self.params["granularity"], n)
         leg1 = np.zeros((n, n), dtype=np.int64)  # bytes worker w -> owner j
         first_payloads: list[Payload] = []
-        owner_sum: list[torch.Tensor | None] = [None] * n
+        received: list[list[torch.Tensor]] = [[] for _ in range(n)]  # what owner j decodes from each worker
         for w, (x, st) in enumerate(zip(grads, states, strict=True)):
-            whole, _ = self.compress_and_decode(x, st, need_decoded=False)
-            for j, p in enumerate(split_stripes(whole, bounds)):
+            for j, p in enumerate(worker_stripes(self, x, st, bounds)):
                 if p is None:
                     continue
                 leg1[w, j] = p.nbytes if j != w else 0
-                dec = col.decompress(p)  # what owner j decodes from the message
-                owner_sum[j] = dec if owner_sum[j] is None else owner_sum[j] + dec
+                received[j].append(COLUMN.decompress(p))
                 if j == w:
                     first_payloads.append(p)
         leg2 = np.zeros(n, dtype=np.int64)  # bytes owner j sends to each other worker
         out_cols: list[torch.Tensor] = []
         for j in range(n):
-            stripe_sum = owner_sum[j]
-            if stripe_sum is None:
+            if not received[j]:
                 continue
-            p, dec = _owner_quantize(col, stripe_sum / n, states[j])
+            p, dec = owner_stripe(received[j], n, states[j])
             leg2[j] = p.nbytes
             out_cols.append(dec)
         traffic = Traffic()
@@ -235,8 +229,35 @@ class OneBitSGD(Compressor):
             traffic.add("reduce-scatter", w, int(leg1[w].sum()), int(leg1[:, w].sum()))
         for w in range(n):
             traffic.add("allgather", w, int(leg2[w]) * (n - 1), int(leg2.sum() - leg2[w]))
-        aggregate = _from_matrix(torch.cat(out_cols, dim=1), g_name, shape).reshape(shape)
+        aggregate = assemble_stripes(out_cols, self.params["granularity"], shape).reshape(shape)
         return ExchangeResult(aggregate.to(grads[0].dtype), traffic, first_payloads)
+
+
+COLUMN = OneBitSGD(granularity="column")  # stripes are columns of the view already: they decode as column payloads
+
+
+def stripe_bounds(shape: tuple[int, ...], granularity: str, n: int) -> list[int]:
+    """Column bounds of the n stripes of a tensor's view (stripe j is columns ``bounds[j]:bounds[j+1]``, owned by worker j)."""
+    return [int(b) for b in np.linspace(0, _ngroups(shape, granularity), n + 1).astype(int)]
+
+
+def worker_stripes(comp: OneBitSGD, x: torch.Tensor, state: State, bounds: Sequence[int]) -> list[Payload | None]:
+    """Leg 1 of one worker: quantize x with its own state (error feedback) and cut the message into stripes."""
+    whole, _ = comp.compress_and_decode(x, state, need_decoded=False)
+    return split_stripes(whole, bounds)
+
+
+def owner_stripe(received: Sequence[torch.Tensor], n: int, owner_state: State) -> tuple[Payload, torch.Tensor]:
+    """Leg 2 of stripe owner: average the n decoded stripes and re-quantize with the owner-side residual."""
+    total = received[0].clone()
+    for r in received[1:]:
+        total += r
+    return _owner_quantize(COLUMN, total / n, owner_state)
+
+
+def assemble_stripes(columns: Sequence[torch.Tensor], granularity: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """The flat aggregate from the owners' decoded stripes, in stripe order."""
+    return _from_matrix(torch.cat(list(columns), dim=1), granularity, shape)
 
 
 def _checked_body(payload: Payload) -> tuple[str, tuple[int, ...], int, int, np.ndarray, int]:
