@@ -139,6 +139,28 @@ def test_freed_buffers_are_reused_only_after_their_last_reference_is_gone() -> N
     assert e.data_ptr() != cp
 
 
+def test_empty_maybe_zero_says_when_the_buffer_is_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """True (and all zeros) for a small buffer and a fresh mapping; False exactly for a reused one."""
+    import gc
+
+    monkeypatch.setattr(kernels, "_pool", [])  # an empty pool: the first large buffer is a fresh mapping
+    monkeypatch.setattr(kernels, "_returned", collections.deque())
+    small, small_zero = kernels.empty_maybe_zero(1000)
+    assert small_zero and small.shape == (1000,) and int(torch.count_nonzero(small)) == 0
+    n = 3_000_000  # 12 MB: the mapping path
+    a, a_zero = kernels.empty_maybe_zero(n)
+    assert a_zero and a.dtype == torch.float32 and int(torch.count_nonzero(a)) == 0
+    a.fill_(4.0)
+    ptr = a.data_ptr()
+    del a
+    gc.collect()
+    b, b_zero = kernels.empty_maybe_zero(n)
+    reused = b.data_ptr() == ptr and not b_zero and bool((b == 4.0).all())  # reused, not cleared
+    del b
+    gc.collect()
+    assert reused
+
+
 def test_buffer_pool_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 

@@ -186,6 +186,104 @@ def test_decode_rejects_out_of_range_and_truncated_bodies() -> None:
         fast.decode_sparse(body, d, d + 1, "fixed", "test")
 
 
+def _special_values(k: int, seed: int) -> np.ndarray:
+    """Float32 values with the bit patterns a decoder must carry unchanged: -0.0, ±inf, NaN, subnormals."""
+    v = _t3(k, seed)
+    special = np.array([-0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39], np.float32)
+    v[: min(k, special.size)] = special[: min(k, special.size)]
+    return v
+
+
+def _raw_fixed_body(vals: np.ndarray, fields: np.ndarray, d: int) -> np.ndarray:
+    """A ``fixed`` sparse body with the given fields as they are (any order, repeats, past d)."""
+    return np.concatenate([vals.view(np.uint8), codec.pack_bits(fields, codec.index_width(d))])
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_decode_sparse_reference_is_the_plain_definition() -> None:
+    """The reference itself, on a hand-made stream: fields 5, 2, 5 (the last 5 wins), 0."""
+    vals = np.array([1.5, -2.0, 3.0, 4.0], np.float32)
+    body = _raw_fixed_body(vals, np.array([5, 2, 5, 0]), 7)
+    assert codec.index_width(7) == 3 and body.size == 16 + 2  # 4 fields of 3 bits
+    assert fast.decode_sparse_reference(body, 7, 4, "fixed").tolist() == [4.0, 0.0, -2.0, 0.0, 0.0, 3.0, 0.0]
+    with pytest.raises(PayloadError, match="outside"):
+        fast.decode_sparse_reference(_raw_fixed_body(vals, np.array([5, 2, 7, 0]), 7), 7, 4, "fixed")
+
+
+@pytest.mark.parametrize("coding", codec.INDEX_CODINGS)
+@pytest.mark.parametrize("d", [1, 2, 9, 4_103, N, 2_300_003])  # widths 1..22; d > 2M: a pooled 8 MB+ output
+def test_decode_sparse_matches_the_reference(coding: str, d: int, threads: int) -> None:
+    """Every coding, k from 0 to d (last element included), bit for bit, on fresh and on reused outputs."""
+    rng = _gen(d % 1000 + 40)
+    full = coding in ("fixed", "int32") or d < N  # the slow pure-Python codings get the sparse cases only at large d
+    ks = sorted({0, 1, min(d, 3), d // 1000, d // 7, d - 1, d} if full else {0, 1, d // 1000})
+    for k in ks:
+        idx = np.sort(rng.choice(d, k, replace=False))
+        if k:
+            idx[-1] = d - 1  # an index at the last element (still sorted and unique)
+        vals = _special_values(k, k + 3)
+        body = codec.encode_sparse(vals, idx, d, coding)
+        want = fast.decode_sparse_reference(body, d, k, coding)
+        for _ in range(2):  # the second decode of a large tensor gets the first one's freed buffer
+            got = fast.decode_sparse(body, d, k, coding, "test")
+            assert got.dtype == torch.float32 and _same_bits(got.numpy(), want), (coding, d, k)
+            del got
+
+
+@pytest.mark.parametrize("clear", [False, True])
+@pytest.mark.parametrize("d", [37, 5_000, N])
+def test_unpack_scatter_matches_the_reference_on_any_field_order(d: int, clear: bool, threads: int) -> None:
+    """Sorted, unsorted, repeated and past-the-end fields: the written elements and the skipped count
+    equal a sequential scatter's (a repeated field keeps its last value), and with ``clear`` a
+    dirty output ends up zero everywhere else."""
+    rng = _gen(d + clear)
+    width = codec.index_width(d)
+    for case in ("sorted", "reversed", "repeats", "past-end"):
+        k = d // 2 + 1
+        if case == "sorted":
+            fields = np.sort(rng.choice(d, k, replace=False))
+        elif case == "reversed":
+            fields = np.sort(rng.choice(d, k, replace=False))[::-1].copy()
+        elif case == "repeats":
+            fields = rng.integers(0, d, k)
+        else:  # sorted, but the last fields point past the tensor (as far as the width allows)
+            fields = np.sort(rng.integers(0, min(2**width, d + 50), k))
+        vals = _t3(k, k)
+        body = _raw_fixed_body(vals, fields, d)
+        out = np.full(d, np.float32(7.25)) if clear else np.zeros(d, np.float32)
+        n_out = fast.unpack_scatter(body[4 * k :], width, vals, out, clear)
+        assert n_out == int((fields >= d).sum()), case
+        ref_body = _raw_fixed_body(vals[fields < d], fields[fields < d], d)
+        want = fast.decode_sparse_reference(ref_body, d, int((fields < d).sum()), "fixed")
+        assert _same_bits(out, want), (case, d, clear)
+        if case == "past-end" and n_out:
+            with pytest.raises(PayloadError, match="outside"):
+                fast.decode_sparse(body, d, k, "fixed", "test")
+
+
+def test_unpack_scatter_reads_the_stream_tail_exactly() -> None:
+    """Streams of every length mod 4 bytes and widths 1..32: the last fields come from the padded
+    tail words, and nothing past the stream's last byte is read (the stream is a view followed
+    by 0xFF bytes in memory, which would show up in a field read past its end)."""
+    rng = _gen(77)
+    for width in range(1, 33):
+        d = 2**width if width < 32 else 2**32
+        for k in range(1, 12):
+            fields = np.unique(rng.integers(0, min(d, 5_000), k))
+            kk = fields.size
+            vals = _t3(kk, width * 100 + k)
+            packed = codec.pack_bits(fields, width)
+            stream = np.concatenate([packed, np.full(5, 0xFF, np.uint8)])[: packed.size]
+            out = np.zeros(min(d, 5_000), np.float32)
+            assert fast.unpack_scatter(stream, width, vals, out, clear=False) == 0
+            want = np.zeros(out.size, np.float32)
+            want[fields] = vals
+            assert _same_bits(out, want), (width, k)
+
+
 # ----------------------------------------------------------------------------- exact top-k
 
 
