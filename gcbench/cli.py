@@ -158,7 +158,11 @@ def run(
     device: Annotated[str | None, typer.Option(help="cpu, cuda or auto.")] = None,
     repeats: Annotated[int | None, typer.Option(help="R: compressions per tensor for stochastic compressors.")] = None,
     trace: Annotated[str | None, typer.Option(help="Replace the suite's sources with a recorded trace folder.")] = None,
-    model: Annotated[str | None, typer.Option(help="Replace the suite's sources with live gradients of a zoo model.")] = None,
+    model: Annotated[str | None, typer.Option(help="Replace the suite's sources with live gradients of a zoo model, or of your "
+                                             "own package.module:factory (named here, it is your choice: no --trust-code needed).")] = None,
+    trust_code: Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=(
+        "Allow the suite file to import and run the package.module:factory models it names (only if you trust the "
+        "file). Zoo models need no opt-in."))] = False,
     workers: Annotated[int | None, typer.Option(help="Override the number of workers.")] = None,
     steps: Annotated[int | None, typer.Option(help="Override the number of steps.")] = None,
     granularity: Annotated[str | None, typer.Option(help="layer, bucket or model.")] = None,
@@ -172,10 +176,12 @@ def run(
     """Run a benchmark suite and write one results file to reports/runs/."""
     from gcbench import report as rep
     from gcbench.runner import run_suite
-    from gcbench.suite import apply_overrides, find_suite, load_suite
+    from gcbench.suite import apply_overrides, find_suite, load_suite, require_trusted_code
 
     path = find_suite(suite)
     s = load_suite(path)
+    if model is None and trace is None:  # the file's own sources run: code they name needs the opt-in, before any file is written
+        require_trusted_code(s, str(path), trust_code)
     s = apply_overrides(s, seed=seed, device=device, repeats=repeats, trace=trace, model=model, workers=workers, steps=steps,
                         granularity=granularity, bucket_mb=bucket_mb, compressors=_parse_specs(compressor),
                         timing=False if no_timing else None)
@@ -286,12 +292,19 @@ def list_cmd(
 @app.command()
 @user_errors
 def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled suite name) to check.")]) -> None:
-    """Check a suite file without running it."""
-    from gcbench.suite import find_suite, load_suite
+    """Check a suite file without running it: names, values, trace folders; imports no code and computes no gradient."""
+    from gcbench.suite import check_sources, find_suite, imported_code, load_suite
 
     path = find_suite(suite)
     s = load_suite(path)
-    out.print(f"ok: {path} — {len(s.sources)} source(s), {len(s.compressors)} compressor configuration(s), hash {s.hash()}")
+    problems = check_sources(s, str(path))
+    if problems:
+        raise GcbenchError("\n".join(problems))
+    out.print(f"ok: {path} — {len(s.sources)} source(s), {len(s.compressors)} compressor configuration(s), hash {s.hash()}",
+              markup=False, highlight=False)
+    code = imported_code(s)
+    if code:
+        out.print("would import: " + ", ".join(r.target for r in code) + " (needs --trust-code)", markup=False, highlight=False)
 
 
 

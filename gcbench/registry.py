@@ -285,7 +285,11 @@ def create(name: str, **params: Any) -> Compressor:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
-    """Parse ``name`` or ``name:key=value,key=value`` (the CLI form) into (name, params)."""
+    """Parse ``name`` or ``name:key=value,key=value`` (the CLI form) into (name, params).
+
+    A key given twice is an error (not "the last one wins"): ``topk:density=0.1,density=0.2``
+    would otherwise silently measure 0.2.
+    """
     name, _, rest = spec.partition(":")
     info = get(name.strip())
     params: dict[str, ParamValue | None] = {}
@@ -294,6 +298,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
         if not eq:
             raise ParamError(f"{spec!r}: parameter {item!r} must look like key=value")
         p = info.param(key.strip())
+        if p.name in params:
+            raise ParamError(f"{spec!r}: parameter {p.name!r} is given twice; give each parameter once")
         try:
             params[p.name] = p.parse(value)
         except ParamError as exc:

@@ -6,23 +6,47 @@ Every error names the file, the key path, the bad value and what is allowed, e.g
 ``suites/x.toml: compressors[2].params.density: must be in (0, 1], got 5``.
 
 Precedence: built-in defaults < suite file < command-line overrides (:func:`apply_overrides`).
+
+Trust: a suite is shared like a paper's config, so running one must not run code it names.  A
+``package.module:factory`` model in a suite FILE is imported only with the user's opt-in
+(``--trust-code`` or ``GCBENCH_TRUST_CODE=1``, cf. Hugging Face's ``trust_remote_code``):
+:func:`imported_code` lists what a suite would import, :func:`require_trusted_code` enforces the
+opt-in.  Zoo and ``hf:`` models are gcbench's own and need none; a model the user names on the
+command line (``--model``) is the user's own choice.  Nothing here imports user code:
+:func:`check_sources` also checks names, trace folders and shapes without computing a gradient.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from gcbench import registry
 from gcbench.errors import GcbenchError, ParamError, UnknownNameError
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
 DEFAULT_SUITE = "quick"
+
+#: environment variable that, set to 1 (or true/yes/on), allows suites to import the code they name
+TRUST_ENV = "GCBENCH_TRUST_CODE"
+
+#: largest synthetic tensor (elements): 8 GiB of float32, beyond any real gradient tensor; numpy's
+#: element count of a bigger shape can wrap around int64 and the tensor could never be allocated
+MAX_SYNTHETIC_ELEMENTS = 2**31
+
+# TOML has real integers, floats and booleans: ``workers = true`` or ``steps = 2.0`` is a mistake,
+# not 1 and 2 (pydantic's lax mode would coerce them silently)
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]  # strict floats still accept integers (``scale = 2``)
+Bool = Annotated[bool, Strict()]
 
 
 class _Strict(BaseModel):
@@ -34,21 +58,21 @@ class SourceSpec(_Strict):
 
     kind: Literal["synthetic", "live", "trace"] = "synthetic"
     label: str | None = None
-    workers: int | None = Field(None, ge=1, le=1024, description="default: 1 synthetic, 4 live, all of a trace")
-    steps: int | None = Field(None, ge=1, le=100000, description="default: 1 synthetic, 2 live, all of a trace")
+    workers: Int | None = Field(None, ge=1, le=1024, description="default: 1 synthetic, 4 live, all of a trace")
+    steps: Int | None = Field(None, ge=1, le=100000, description="default: 1 synthetic, 2 live, all of a trace")
     # synthetic
     distribution: Literal["normal", "laplace", "student-t", "sparse", "lowrank"] = "normal"
-    shapes: list[list[int]] | None = None
+    shapes: list[list[Int]] | None = None
     model: str | None = None  # live: the zoo model; synthetic: use a zoo model's layer shapes
-    scale: float = Field(1.0, gt=0)
-    df: float = Field(3.0, gt=0)
-    sparsity_density: float = Field(0.05, gt=0, le=1)
+    scale: Float = Field(1.0, gt=0, allow_inf_nan=False)
+    df: Float = Field(3.0, gt=0, allow_inf_nan=False)
+    sparsity_density: Float = Field(0.05, gt=0, le=1)
     # live
-    warmup_steps: int = Field(0, ge=0)
-    lr: float = Field(0.1, ge=0, allow_inf_nan=False,
+    warmup_steps: Int = Field(0, ge=0)
+    lr: Float = Field(0.1, ge=0, allow_inf_nan=False,
                       description="live: SGD learning rate of the step the model takes between measured steps (and in warm-up)")
-    batch_size: int | None = Field(None, ge=1)
-    image_size: int | None = Field(None, ge=8)
+    batch_size: Int | None = Field(None, ge=1)
+    image_size: Int | None = Field(None, ge=8)
     # trace
     path: str | None = None
 
@@ -60,6 +84,9 @@ class SourceSpec(_Strict):
             for sh in self.shapes or []:
                 if any(s < 0 for s in sh):
                     raise ValueError(f"shapes: dimensions must be >= 0, got {sh}")
+                if math.prod(sh) > MAX_SYNTHETIC_ELEMENTS:
+                    raise ValueError(f"shapes: {sh} has {math.prod(sh):,} elements; a synthetic tensor may have at most "
+                                     f"{MAX_SYNTHETIC_ELEMENTS:,} (2**31)")
         elif self.kind == "live" and not self.model:
             raise ValueError("a live source needs 'model' (a zoo name or package.module:factory)")
         elif self.kind == "trace" and not self.path:
@@ -92,13 +119,13 @@ class CompressorSpec(_Strict):
 class MetricsSpec(_Strict):
     """How the metrics are measured."""
 
-    repeats: int = Field(8, ge=1, le=10000, description="R: compressions per tensor for stochastic compressors")
-    timing: bool = True
-    timing_repeats: int = Field(5, ge=1, le=10000)
-    warmup: int = Field(1, ge=0, le=1000)
-    timing_steps: int = Field(1, ge=0, description="time compress/decompress on this many first steps")
+    repeats: Int = Field(8, ge=1, le=10000, description="R: compressions per tensor for stochastic compressors")
+    timing: Bool = True
+    timing_repeats: Int = Field(5, ge=1, le=10000)
+    warmup: Int = Field(1, ge=0, le=1000)
+    timing_steps: Int = Field(1, ge=0, description="time compress/decompress on this many first steps")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
-    threads: int | None = Field(None, ge=1)
+    threads: Int | None = Field(None, ge=1)
 
 
 class Suite(_Strict):
@@ -106,10 +133,10 @@ class Suite(_Strict):
 
     name: str
     description: str = ""
-    version: int = Field(1, ge=1)
-    seed: int = Field(0, ge=0)
+    version: Int = Field(1, ge=1)
+    seed: Int = Field(0, ge=0)
     granularity: Literal["layer", "bucket", "model"] = "layer"
-    bucket_mb: float = Field(25.0, gt=0)
+    bucket_mb: Float = Field(25.0, gt=0, allow_inf_nan=False)
     sources: list[SourceSpec] = Field(min_length=1)
     compressors: list[CompressorSpec] = Field(min_length=1)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
@@ -178,8 +205,26 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
     return suite.model_copy(update={"compressors": resolved})
 
 
+def _check_models(where: str, suite: Suite) -> None:
+    """Model names and zoo options, checked against the zoo without importing or building anything."""
+    from gcbench import zoo
+
+    for i, src in enumerate(suite.sources):
+        if src.model is None or src.kind == "trace":
+            continue
+        options = {k: v for k, v in (("batch_size", src.batch_size), ("image_size", src.image_size)) if v is not None}
+        try:
+            zoo.check_model(src.model, **(options if src.kind == "live" else {}))
+        except GcbenchError as exc:
+            raise GcbenchError(f"{where}: sources[{i}].model: {exc}") from None
+
+
 def parse_suite(data: dict[str, Any], where: str = "<suite>") -> Suite:
-    """Validate a suite mapping (as read from TOML) into a :class:`Suite`."""
+    """Validate a suite mapping (as read from TOML) into a :class:`Suite`.
+
+    Pure: names and values are checked, but no file is read and no user code is imported (see
+    :func:`check_sources` and :func:`require_trusted_code`).
+    """
     data = dict(data)
     if "source" in data and "sources" not in data:  # a single [source] table is allowed
         data["sources"] = [data.pop("source")]
@@ -187,7 +232,84 @@ def parse_suite(data: dict[str, Any], where: str = "<suite>") -> Suite:
         suite = Suite.model_validate(data)
     except ValidationError as exc:
         raise GcbenchError(_format_pydantic(where, exc)) from None
+    _check_models(where, suite)
     return _resolve_compressors(where, suite)
+
+
+# ----------------------------------------------------------------------------- trust and checks
+
+
+@dataclass(frozen=True)
+class CodeRef:
+    """A ``package.module:factory`` a suite would import and call, and the key that names it."""
+
+    key: str  # e.g. "sources[0].model"
+    target: str  # e.g. "mypkg.models:factory"
+
+
+def imported_code(suite: Suite) -> list[CodeRef]:
+    """The user code running ``suite`` would import (zoo and ``hf:`` models are not user code)."""
+    from gcbench.zoo import is_user_model
+
+    return [CodeRef(f"sources[{i}].model", src.model) for i, src in enumerate(suite.sources)
+            if src.kind != "trace" and src.model is not None and is_user_model(src.model)]
+
+
+def env_trusts_code() -> bool:
+    """Whether ``GCBENCH_TRUST_CODE`` allows suites to import the code they name."""
+    return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def require_trusted_code(suite: Suite, where: str, trust_code: bool | None = None) -> None:
+    """Refuse a suite loaded from the file ``where`` that names user code, unless the user opted in.
+
+    ``trust_code`` is the ``--trust-code`` flag; None reads ``GCBENCH_TRUST_CODE``.  Call it before
+    anything is imported or written: the error is one line naming the file, the key, the code and
+    how to allow it.
+    """
+    refs = imported_code(suite)
+    trusted = env_trusts_code() if trust_code is None else trust_code
+    if refs and not trusted:
+        named = ", ".join(f"{r.key} = {r.target!r}" for r in refs)
+        raise GcbenchError(f"{where}: {named}: the suite would import and run this code; if you trust it, pass --trust-code "
+                           f"(or set {TRUST_ENV}=1), or name the model yourself with --model")
+
+
+def _source_workers(src: SourceSpec) -> int | None:
+    """Workers of a synthetic or live source as the runner builds it (None for traces: the trace knows)."""
+    if src.kind == "trace":
+        return src.workers
+    return src.workers or (4 if src.kind == "live" else 1)
+
+
+def check_sources(suite: Suite, where: str) -> list[str]:
+    """Problems a run of ``suite`` would meet in its sources, found without importing code or computing gradients.
+
+    Trace folders must exist with a readable manifest and complete files (only the small
+    safetensors headers are read) holding the workers and steps asked for; compressors defined
+    across several workers need that many.  (Names, options and shapes are checked by
+    :func:`parse_suite`.)  Returns one line per problem.
+    """
+    from gcbench.sources.trace import TraceSource
+
+    problems: list[str] = []
+    for i, src in enumerate(suite.sources):
+        workers = _source_workers(src)
+        if src.kind == "trace":
+            try:
+                trace = TraceSource(src.path or "")
+            except GcbenchError as exc:
+                problems.append(f"{where}: sources[{i}].path: {exc}")
+                continue
+            for key, asked, has in (("workers", src.workers, trace.workers), ("steps", src.steps, trace.steps)):
+                if asked is not None and asked > has:
+                    problems.append(f"{where}: sources[{i}].{key}: {asked} requested, the trace {src.path} has {has}")
+            workers = min(src.workers or trace.workers, trace.workers)
+        for j, c in enumerate(suite.compressors):
+            need = registry.get(c.name).min_workers
+            if workers is not None and workers < need:
+                problems.append(f"{where}: compressors[{j}] ({c.label}) needs at least {need} workers; sources[{i}] has {workers}")
+    return problems
 
 
 def find_suite(name_or_path: str | Path | None) -> Path:

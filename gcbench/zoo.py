@@ -32,15 +32,21 @@ those three numbers through numpy's ``SeedSequence``, so no global RNG state is 
 
 Each :class:`ModelSpec` has a ``factory(seed, **kwargs) -> (module, make_batch)``; the module is
 initialised under ``torch.manual_seed(seed)`` inside a forked RNG so the caller's RNG is untouched.
-:func:`load_model` also accepts ``package.module:factory`` for a user model.
+:func:`load_model` also accepts ``package.module:factory`` for a user model (:func:`is_user_model`).
+A user factory is called with a seed in ``[0, 2**31)`` (:data:`USER_SEED_LIMIT`), so plain
+arithmetic on it fits ``torch.Generator.manual_seed``; anything a user factory, its ``make_batch``
+or its loss raises becomes one :class:`SourceError` naming the factory, chained to the original
+exception (the CLI shows its traceback with ``--debug``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import itertools
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -567,14 +573,57 @@ def _check_kwargs(name: str, accepted: Mapping[str, object], kwargs: Mapping[str
         raise ParamError(f"model {name!r} has no option {', '.join(map(repr, unknown))} (options: {', '.join(accepted) or 'none'})")
 
 
-def _import_factory(path: str) -> Callable[..., object]:
+#: seeds handed to user factories are in ``[0, USER_SEED_LIMIT)``: the runner derives 63-bit seeds,
+#: and a factory doing ``seed * 1_000_003`` with one overflows ``torch.Generator.manual_seed``
+USER_SEED_LIMIT = 2**31
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def is_user_model(name: str) -> bool:
+    """Whether ``name`` names user code (``package.module:factory``) that loading it would import.
+
+    ``hf:`` names are gcbench's own Hugging Face models, not user code.  This is the one place a
+    model name is classified: suites need ``--trust-code`` before gcbench imports what they name.
+    """
+    return ":" in name and not name.startswith("hf:")
+
+
+def user_model_syntax_error(path: str) -> str | None:
+    """Why ``path`` is not a well-formed ``package.module:factory`` (None if it is); imports nothing."""
     mod_name, _, attr = path.partition(":")
-    if not mod_name or not attr:
-        raise SourceError(f"model {path!r}: a user model is written 'package.module:factory'")
+    if not _DOTTED.match(mod_name) or not _DOTTED.match(attr):
+        return f"model {path!r}: a user model is written 'package.module:factory'"
+    return None
+
+
+def user_seed(seed: int) -> int:
+    """The seed a user factory receives for gcbench's ``seed``: ``seed mod 2**31`` (0 and small seeds unchanged)."""
+    return int(seed) % USER_SEED_LIMIT
+
+
+def user_code_error(path: str, what: str | None, exc: BaseException) -> SourceError:
+    """One line naming the user's model (``what``: the part of it that failed, None for the factory) and its exception.
+
+    The caller chains ``exc`` (``raise ... from exc``) so ``--debug`` can show the user's traceback.
+    """
+    text = str(exc).strip().splitlines()
+    detail = f": {text[0]}" if text else ""
+    where = f"model {path!r}" if what is None else f"model {path!r}: {what}"
+    return SourceError(f"{where} raised {type(exc).__name__}{detail}")
+
+
+def _import_factory(path: str) -> Callable[..., object]:
+    problem = user_model_syntax_error(path)
+    if problem:
+        raise SourceError(problem)
+    mod_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(mod_name)
     except ImportError as exc:
         raise SourceError(f"model {path!r}: cannot import module {mod_name!r} ({exc})") from exc
+    except Exception as exc:  # the module's own top-level code failed: the user's error, not gcbench's
+        raise user_code_error(path, f"importing {mod_name!r}", exc) from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -587,6 +636,7 @@ def _import_factory(path: str) -> Callable[..., object]:
 
 def _load_user(path: str, seed: int, kwargs: Mapping[str, object]) -> ZooModel:
     factory = _import_factory(path)
+    seed = user_seed(seed)
     call_kwargs = dict(kwargs)
     try:
         sig: inspect.Signature | None = inspect.signature(factory)
@@ -601,10 +651,13 @@ def _load_user(path: str, seed: int, kwargs: Mapping[str, object]) -> ZooModel:
         except TypeError as exc:
             raise SourceError(f"model {path!r}: the factory does not accept these options ({exc})") from None
     # seed the global RNG too, so a factory that does not seed itself is still deterministic, and
-    # fork it so the caller's RNG is left as it was; errors inside the factory keep their traceback
+    # fork it so the caller's RNG is left as it was
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        result = factory(**call_kwargs)
+        try:
+            result = factory(**call_kwargs)
+        except Exception as exc:  # the user's code failed: one line naming it, the traceback chained
+            raise user_code_error(path, None, exc) from exc
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise SourceError(f"model {path!r}: the factory must return (module, make_batch) or (module, make_batch, loss_fn), "
                           f"got {type(result).__name__}")
@@ -616,18 +669,64 @@ def _load_user(path: str, seed: int, kwargs: Mapping[str, object]) -> ZooModel:
         raise SourceError(f"model {path!r}: make_batch must be callable, got {type(make_batch).__name__}")
     if not callable(loss_fn):
         raise SourceError(f"model {path!r}: loss_fn must be callable, got {type(loss_fn).__name__}")
-    return ZooModel(path, module.train(), make_batch, loss_fn)
+    return ZooModel(path, module.train(), _guarded_batches(path, make_batch), _guarded_loss(path, loss_fn))
+
+
+def _guarded_batches(path: str, make_batch: MakeBatch) -> MakeBatch:
+    """``make_batch`` whose exceptions become one :class:`SourceError` naming the user's model."""
+
+    @functools.wraps(make_batch)
+    def guarded(batch_index: int, worker: int) -> tuple[Any, Any]:
+        try:
+            return make_batch(batch_index, worker)
+        except Exception as exc:
+            raise user_code_error(path, f"make_batch({batch_index}, {worker})", exc) from exc
+
+    return guarded
+
+
+def _guarded_loss(path: str, loss_fn: LossFn) -> LossFn:
+    """``loss_fn`` whose exceptions become one :class:`SourceError` naming the user's model."""
+
+    @functools.wraps(loss_fn)
+    def guarded(outputs: Any, targets: Any) -> torch.Tensor:
+        try:
+            return loss_fn(outputs, targets)
+        except Exception as exc:
+            raise user_code_error(path, "loss_fn", exc) from exc
+
+    return guarded
+
+
+def check_model(name: str, **kwargs: object) -> None:
+    """Check a model name (and zoo options) without importing or building anything.
+
+    A zoo name must exist ("did you mean") and accept ``kwargs``; a user model must be written
+    ``package.module:factory`` (its options can only be checked by calling it); ``hf:`` names are
+    left to the Hugging Face source.  Raises :class:`UnknownNameError`, :class:`ParamError` or
+    :class:`SourceError`.
+    """
+    if name.startswith("hf:"):
+        return
+    if is_user_model(name):
+        problem = user_model_syntax_error(name)
+        if problem:
+            raise SourceError(problem)
+        return
+    spec = _lookup(name)
+    _check_kwargs(spec.name, spec.defaults, kwargs)
 
 
 def load_model(name_or_path: str, seed: int = 0, **kwargs: object) -> ZooModel:
     """A zoo model by name, or a user model given as ``package.module:factory``.
 
     Zoo options (``batch_size``, ``image_size``, …) go in ``kwargs``; see ``MODELS[name].defaults``.
-    A user factory is called with ``kwargs`` and with ``seed`` when it accepts one (under
-    ``torch.manual_seed(seed)`` in a forked RNG either way), and must return
+    A user factory (:func:`is_user_model`) is called with ``kwargs`` and with ``user_seed(seed)``, in
+    ``[0, 2**31)``, when it accepts a seed (under ``torch.manual_seed`` of that seed in a forked RNG
+    either way), and must return
     ``(module, make_batch)`` or ``(module, make_batch, loss_fn)`` (default loss: cross entropy).
     """
-    if ":" in name_or_path:
+    if is_user_model(name_or_path):
         return _load_user(name_or_path, seed, kwargs)
     spec = _lookup(name_or_path)
     _check_kwargs(spec.name, spec.defaults, kwargs)
@@ -647,7 +746,7 @@ def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
     cost nothing); a ``package.module:factory`` model is built on the CPU through its factory.
     Batch options in ``kwargs`` (``batch_size`` …) are accepted and ignored here.
     """
-    if ":" in name:
+    if is_user_model(name):
         return gradient_layout(load_model(name, 0, **kwargs).module)
     spec = _lookup(name)
     _check_kwargs(spec.name, spec.defaults, kwargs)

@@ -14,6 +14,10 @@ Lin et al., "Deep Gradient Compression", ICLR 2018) simulated in one process:
   ``make_batch(WARMUP_BATCH_OFFSET + i, 0)`` (single-worker: it is only meant to move the model away
   from initialisation, at 1/N of the cost), with batch indices far from the measured ones.
 
+User models (``package.module:factory``): anything their factory, ``make_batch``, forward pass or
+loss raises becomes one :class:`~gcbench.errors.SourceError` naming the model, chained to the
+original exception; the same failure in a zoo model is a bug and keeps its traceback.
+
 Determinism: the model is initialised under ``torch.manual_seed(seed)``; each forward/backward runs
 under a forked RNG seeded from ``(seed, phase, step, worker)`` (dropout), so gradients are
 bit-identical for a seed (same machine, same thread count) and never depend on the caller's RNG,
@@ -35,7 +39,7 @@ import torch
 
 from gcbench.errors import ParamError
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
-from gcbench.zoo import batch_generator, gradient_layout, load_model
+from gcbench.zoo import batch_generator, gradient_layout, is_user_model, load_model, user_code_error
 
 #: ``progress(done, total, message)`` after each forward/backward
 Progress = Callable[[int, int, str], None]
@@ -115,8 +119,19 @@ class LiveSource(GradientSource):
         seed_gen = batch_generator(self.seed, batch_index, worker, tag=phase)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=seed_gen)))
-            loss = self.loss_fn(self.module(inputs), targets)
-            loss.backward()
+            try:
+                outputs = self.module(inputs)
+            except Exception as exc:
+                if not is_user_model(self.model_name):
+                    raise  # a zoo model failing is gcbench's bug: keep the traceback
+                raise user_code_error(self.model_name, "the forward pass", exc) from exc
+            loss = self.loss_fn(outputs, targets)  # a user loss_fn is guarded by load_model
+            try:
+                loss.backward()
+            except Exception as exc:  # e.g. a user loss that is not a scalar or has no grad_fn
+                if not is_user_model(self.model_name):
+                    raise
+                raise user_code_error(self.model_name, "backward() of its loss", exc) from exc
         grads: dict[str, torch.Tensor] = {}
         for name, p in self._params.items():
             if p.grad is None:  # unused in this pass: a zero gradient, as DDP reports it

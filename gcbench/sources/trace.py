@@ -24,7 +24,10 @@ Validation: opening a trace checks the manifest (present, valid JSON, not from a
 field well-typed), that every listed file exists, and — by reading only the small safetensors
 headers — that every file is complete (safetensors rejects a file whose size disagrees with its
 header, i.e. a truncated file) and holds exactly the manifest's tensor names, shapes and dtypes.
-Values are checked for NaN/Inf when read.  Flipped bytes inside tensor data cannot be detected
+Values are checked for NaN/Inf when read.  A trace is shared like any data set, so it must not
+reach outside its folder: file names in the manifest are bare ``*.safetensors`` names (no ``/``,
+``..`` or absolute paths), and the manifest and every file must resolve inside the folder (a
+symlink pointing elsewhere is refused by name).  Flipped bytes inside tensor data cannot be detected
 (the format has no checksum).
 """
 
@@ -207,6 +210,16 @@ def _fail(where: Path, what: str) -> SourceError:
     return SourceError(f"{where}: {what}")
 
 
+def check_inside(folder: Path, path: Path) -> None:
+    """Refuse ``path`` unless it resolves inside ``folder`` (a symlink out of a trace is not followed)."""
+    try:
+        resolved, root = path.resolve(), folder.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise _fail(path, f"cannot resolve ({exc})") from None
+    if not resolved.is_relative_to(root):
+        raise _fail(path, f"resolves to {resolved}, outside the trace folder {root}; trace files must be inside their folder")
+
+
 def read_manifest(folder: Path) -> dict[str, Any]:
     """Load and validate ``folder/manifest.json`` (structure only; files are checked by the caller)."""
     if not folder.exists():
@@ -216,10 +229,15 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST
     if not path.is_file():
         raise _fail(path, "missing; not a gcbench trace folder (or the recording did not finish)")
+    check_inside(folder, path)
     try:
         m = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _fail(path, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _fail(path, "not valid JSON (nested too deeply)") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
     if not isinstance(m, dict):
         raise _fail(path, "must hold a JSON object")
     fv = m.get("format_version")
@@ -353,6 +371,7 @@ class TraceSource(GradientSource):
         for step in range(self.steps):
             for worker in range(self.workers):
                 f = self._files[file_key(step, worker)]
+                check_inside(self.path, f)
                 if not f.is_file():
                     raise _fail(f, f"missing trace file (step {step}, worker {worker}) listed in {self.path / MANIFEST}")
         if check_files:
