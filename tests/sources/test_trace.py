@@ -310,3 +310,52 @@ def test_progress_and_range_checks(tmp_path: Path) -> None:
         tr.gradients(2, 0)
     with pytest.raises(ParamError, match=r"worker 5 out of range"):
         tr.gradients(0, 5)
+
+
+# -- a trace never reaches outside its folder ------------------------------------------------
+
+
+def test_manifest_symlinked_outside_the_folder_is_refused(trace_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.json"
+    (trace_dir / MANIFEST).rename(outside)
+    (trace_dir / MANIFEST).symlink_to(outside)
+    with pytest.raises(SourceError) as exc:
+        TraceSource(trace_dir)
+    line = _one_line(exc)
+    assert MANIFEST in line and "outside the trace folder" in line
+
+
+def test_data_file_symlinked_outside_the_folder_is_refused(trace_dir: Path, tmp_path: Path) -> None:
+    name = _manifest(trace_dir)["files"]["s1_w2"]
+    outside = tmp_path / "stolen.safetensors"
+    (trace_dir / name).rename(outside)
+    (trace_dir / name).symlink_to(outside)
+    with pytest.raises(SourceError) as exc:
+        TraceSource(trace_dir, check_files=False)  # refused before any header is read
+    line = _one_line(exc)
+    assert name in line and "outside the trace folder" in line
+
+
+def test_symlink_inside_the_folder_and_a_symlinked_folder_are_fine(trace_dir: Path, tmp_path: Path) -> None:
+    m = _manifest(trace_dir)
+    name = m["files"]["s0_w0"]
+    (trace_dir / name).rename(trace_dir / "real.safetensors")
+    (trace_dir / name).symlink_to("real.safetensors")
+    (tmp_path / "alias").symlink_to(trace_dir)  # the user names the folder: following that link is their choice
+    src = TraceSource(tmp_path / "alias")
+    assert set(src.gradients(0, 0)) == set(NAMES)
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd.safetensors", "sub/x.safetensors", "..safetensors"])
+def test_manifest_file_names_cannot_leave_the_folder(trace_dir: Path, name: str) -> None:
+    m = _manifest(trace_dir)
+    m["files"]["s0_w0"] = name
+    _write_manifest(trace_dir, m)
+    with pytest.raises(SourceError, match="not a plain"):
+        TraceSource(trace_dir)
+
+
+def test_deeply_nested_manifest_is_one_line(trace_dir: Path) -> None:
+    (trace_dir / MANIFEST).write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(SourceError, match="not valid JSON"):
+        TraceSource(trace_dir)
