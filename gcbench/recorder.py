@@ -78,7 +78,10 @@ class GradientRecorder:
         if worker == 0:
             prepare_folder(self.out, overwrite)
         else:
-            self.out.mkdir(parents=True, exist_ok=True)
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SourceError(f"cannot write {self.out}: {exc.strerror or exc}") from exc
         self.recorded_steps: list[int] = []
         self._layout: list[TensorSpec] | None = None
         self._files: dict[str, str] = {}
@@ -186,6 +189,27 @@ def _write_merged(out: Path, parts: list[dict[str, Any]]) -> Path:
     return path
 
 
+def _read_part(path: Path, worker: int) -> dict[str, Any]:
+    """Load and check one worker's part file; a wrong structure is one :class:`SourceError` naming the file."""
+    try:
+        part = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise SourceError(f"{path}: not valid JSON (nested too deeply)") from None
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    ok = (isinstance(part, dict) and isinstance(part.get("recorded_steps"), list) and isinstance(part.get("files"), dict)
+          and isinstance(part.get("tensors"), list) and isinstance(part.get("model"), str)
+          and isinstance(part.get("seed"), int) and part.get("worker") == worker
+          and all(isinstance(t, dict) and {"name", "shape", "dtype"} <= t.keys() for t in part["tensors"])
+          and all(isinstance(k, str) and isinstance(v, str) for k, v in part["files"].items()))
+    if not ok:
+        raise SourceError(f"{path}: not a gcbench recorder part file for worker {worker} "
+                          "(needs worker, model, seed, recorded_steps, files and tensors)")
+    return part
+
+
 def merge_parts(out: Path | str, workers: int) -> Path | None:
     """Write ``manifest.json`` from the part files of ``workers`` recorders, if all are present.
 
@@ -198,10 +222,7 @@ def merge_parts(out: Path | str, workers: int) -> Path | None:
         p = out / _part_name(w)
         if not p.is_file():
             return None
-        try:
-            parts.append(json.loads(p.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{p}: not valid JSON ({exc})") from None
+        parts.append(_read_part(p, w))
     first = parts[0]
     for w, part in enumerate(parts[1:], start=1):
         for key in ("tensors", "model", "seed"):
@@ -220,6 +241,7 @@ def record_live(model: str, steps: int, workers: int, out: Path | str, seed: int
     ``progress(done, total, message)`` is called after each forward/backward (warm-up included).
     Returns the trace folder.
     """
+    prepare_folder(Path(out), overwrite)  # an unwritable or occupied output fails before the model is built
     source = LiveSource(model, workers=workers, steps=steps, seed=seed, warmup_steps=warmup_steps, lr=lr, progress=progress,
                         **model_kwargs)
     try:

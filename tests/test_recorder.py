@@ -184,3 +184,32 @@ def test_record_live_matches_live_source(tmp_path: Path) -> None:
             assert all(torch.equal(g[s.name], want[s.name]) for s in tr.layout())
     desc = tr.describe()["recorded_source"]
     assert desc["warmup_steps"] == 1 and desc["model_kwargs"] == {"batch_size": 8}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("content", ["[]", '{"worker": 1}', "[" * 50_000 + "]" * 50_000,
+                                     '{"worker": 1, "model": "m", "seed": 0, "recorded_steps": [0], "files": {"s0_w1": 3}, "tensors": []}'],
+                         ids=["list", "missing-keys", "nested", "non-string-file"])
+def test_a_malformed_part_file_is_one_line_naming_it(tmp_path: Path, content: str) -> None:
+    out = tmp_path / "r"
+    m = _model()
+    with GradientRecorder(out, m, worker=0, workers=2) as rec:
+        m(torch.randn(3, 5)).sum().backward()
+        rec.record(0)
+    (out / "part-worker01.json").write_text(content, encoding="utf-8")
+    with pytest.raises(SourceError, match=r"part-worker01\.json: not"):
+        merge_parts(out, 2)
+
+
+def test_an_output_that_is_a_file_fails_before_the_model_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gcbench.recorder
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was built before the output folder was checked")
+
+    monkeypatch.setattr(gcbench.recorder, "LiveSource", no_model)
+    afile = tmp_path / "afile"
+    afile.write_text("x", encoding="utf-8")
+    with pytest.raises(SourceError, match=r"^cannot write .*afile"):
+        record_live("mlp", steps=1, workers=1, out=afile / "trace")
+    with pytest.raises(SourceError, match="cannot write"):
+        GradientRecorder(afile / "t", _model(), worker=1, workers=2)

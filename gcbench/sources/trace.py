@@ -148,10 +148,17 @@ def make_manifest(*, model: str, steps: int, workers: int, seed: int, tensors: l
 
 
 def prepare_folder(out: Path, overwrite: bool) -> None:
-    """Create ``out``; refuse to write into an existing trace unless ``overwrite``."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Create ``out``; refuse to write into an existing trace unless ``overwrite``.
+
+    An output that cannot be a folder (a file, a read-only place) is one :class:`SourceError`
+    naming it, raised before any gradient is computed.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cannot write {out}: {exc.strerror or exc}") from exc
     manifest = out / MANIFEST
-    if manifest.exists():
+    if manifest.exists() or manifest.is_symlink():
         if not overwrite:
             raise SourceError(f"{out}: already holds a trace (manifest.json); choose another folder or overwrite")
         # drop the old manifest first so a half-rewritten folder is never taken for a complete trace
