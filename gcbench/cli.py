@@ -300,11 +300,13 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
     problems = check_sources(s, str(path))
     if problems:
         raise GcbenchError("\n".join(problems))
+    # paths and code names are the user's text: no markup, and no emoji (":b:" in "a:b:c" would become one)
     out.print(f"ok: {path} — {len(s.sources)} source(s), {len(s.compressors)} compressor configuration(s), hash {s.hash()}",
-              markup=False, highlight=False)
+              markup=False, highlight=False, emoji=False)
     code = imported_code(s)
     if code:
-        out.print("would import: " + ", ".join(r.target for r in code) + " (needs --trust-code)", markup=False, highlight=False)
+        out.print("would import: " + ", ".join(r.target for r in code) + " (needs --trust-code)", markup=False, highlight=False,
+                  emoji=False)
 
 
 

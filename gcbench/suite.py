@@ -328,7 +328,12 @@ def find_suite(name_or_path: str | Path | None) -> Path:
 
 
 def load_suite(name_or_path: str | Path | None) -> Suite:
-    """Read and validate a suite file; every problem is one clear :class:`GcbenchError`."""
+    """Read and validate a suite file; every problem is one clear :class:`GcbenchError`.
+
+    Loading imports no user code; before running what a file names, call
+    :func:`require_trusted_code` (the CLI's ``run`` does, unless ``--model``/``--trace`` replace the
+    file's sources).
+    """
     path = find_suite(name_or_path)
     where = str(path)
     try:
