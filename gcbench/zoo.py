@@ -46,7 +46,6 @@ import importlib
 import inspect
 import itertools
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -577,8 +576,6 @@ def _check_kwargs(name: str, accepted: Mapping[str, object], kwargs: Mapping[str
 #: and a factory doing ``seed * 1_000_003`` with one overflows ``torch.Generator.manual_seed``
 USER_SEED_LIMIT = 2**31
 
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
 
 def is_user_model(name: str) -> bool:
     """Whether ``name`` names user code (``package.module:factory``) that loading it would import.
@@ -592,7 +589,7 @@ def is_user_model(name: str) -> bool:
 def user_model_syntax_error(path: str) -> str | None:
     """Why ``path`` is not a well-formed ``package.module:factory`` (None if it is); imports nothing."""
     mod_name, _, attr = path.partition(":")
-    if not _DOTTED.match(mod_name) or not _DOTTED.match(attr):
+    if not all(part.isidentifier() for part in (*mod_name.split("."), *attr.split("."))):
         return f"model {path!r}: a user model is written 'package.module:factory'"
     return None
 

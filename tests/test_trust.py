@@ -179,8 +179,8 @@ def test_a_model_named_on_the_command_line_needs_no_opt_in(tmp_path: Path, userm
                             "--no-timing", "--out", str(tmp_path / "runs"), "-q"])
     assert r.exit_code == 0, r.output
     assert (folder / "called.flag").exists()
-    # the suite's own code is replaced by the command line's model: nothing of the file is imported
-    r = runner.invoke(app, ["run", str(_suite(tmp_path, "os:abort")), "--model", f"{name}:factory", "--no-timing",
+    # the suite's own code is replaced by the command line's model: the file's factory is never called
+    r = runner.invoke(app, ["run", str(_suite(tmp_path, f"{name}:raising")), "--model", f"{name}:factory", "--no-timing",
                             "--out", str(tmp_path / "runs2"), "-q"])
     assert r.exit_code == 0, r.output
 
