@@ -675,9 +675,13 @@ def _guarded_batches(path: str, make_batch: MakeBatch) -> MakeBatch:
     @functools.wraps(make_batch)
     def guarded(batch_index: int, worker: int) -> tuple[Any, Any]:
         try:
-            return make_batch(batch_index, worker)
+            batch = make_batch(batch_index, worker)
         except Exception as exc:
             raise user_code_error(path, f"make_batch({batch_index}, {worker})", exc) from exc
+        if not isinstance(batch, tuple | list) or len(batch) != 2:
+            raise SourceError(f"model {path!r}: make_batch({batch_index}, {worker}) must return (inputs, targets), "
+                              f"got {type(batch).__name__}")
+        return batch[0], batch[1]
 
     return guarded
 

@@ -75,6 +75,10 @@ def bad_forward(seed: int = 0):
     return torch.nn.Linear(5, 3), make_batch  # 6 features in, 5 expected
 
 
+def bad_batch_value(seed: int = 0):
+    return torch.nn.Linear(6, 3), lambda batch_index, worker: torch.zeros(4, 6)
+
+
 def seed_echo(seed: int = 0):
     model, make_batch = factory(seed)
     model.seen_seed = seed
@@ -248,6 +252,7 @@ def test_readme_user_model_runs_as_written(tmp_path: Path, readme_pkg: None) -> 
     ("bad_batches", ": make_batch(0, 0) raised RuntimeError: shard file missing"),
     ("bad_loss", ": loss_fn raised KeyError"),
     ("bad_forward", ": the forward pass raised RuntimeError"),
+    ("bad_batch_value", ": make_batch(0, 0) must return (inputs, targets), got Tensor"),
 ])
 def test_raising_user_code_is_one_line_in_run_compare_record(tmp_path: Path, usermod: tuple[str, Path], factory: str,
                                                               message: str) -> None:
