@@ -199,7 +199,7 @@ def test_flags_follow_the_resolved_parameters() -> None:
     assert not tern.resolve_flags({"clip": 0.0}).biased
     assert tern.bias_note() == "unbiased when clip=0.0" and registry.get("qsgd").bias_note() == ""
     assert registry.create("topk_dither").stateful and not registry.create("topk_dither", error_feedback=False).stateful
-    with pytest.raises(ParamError, match="terngrad.clip"):
+    with pytest.raises(ParamError, match=r"terngrad\.clip"):
         tern.resolve_flags({"clip": -1.0})
 
 
