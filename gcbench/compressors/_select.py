@@ -3,9 +3,8 @@
 Used by ``graddrop`` (Aji & Heafield 2017), ``dgc`` (Lin et al. 2018), ``sdagc`` (Chen et al. 2020,
 reconstructed) and ``threshold``:
 
-* :func:`strided_sample` / :func:`lower_quantile` — Marian's gradient-dropping threshold: every
-  ``(D // m)``-th magnitude of (possibly several concatenated) tensors, then a sample quantile
-  computed with ``torch.kthvalue`` (``torch.quantile`` fails above 2^24 elements).
+* :func:`strided_sample` — Marian's gradient-dropping sample: every ``(D // m)``-th magnitude of
+  (possibly several concatenated) tensors (the cut-off rank is in :mod:`gcbench.compressors.graddrop`).
 * :func:`dgc_sample_plan` / :func:`dgc_select` — DGC's sampled top-k threshold with the official
   code's adaptation loop (re-select exactly among the passing entries above 1.3× the target,
   lower the threshold ×0.8 below 0.8×, at most 10 rounds, then truncate to the target).
@@ -66,19 +65,6 @@ def kth_largest(values: torch.Tensor, k: int) -> float:
     if not 1 <= k <= n:
         raise ValueError(f"k must be in [1, {n}], got {k}")
     return float(torch.kthvalue(values, n - k + 1).values)
-
-
-def lower_quantile(sample: torch.Tensor, q: float) -> float:
-    """The q-quantile of a 1-D sample, "lower" convention: sorted[floor(q·(m − 1))] (0-based).
-
-    This equals ``numpy.quantile(sample, q, method="lower")``.
-    """
-    m = sample.numel()
-    if m == 0:
-        raise ValueError("quantile of an empty sample")
-    # round() first so that e.g. 0.99 * 100 does not floor to 98 through representation error
-    pos = math.floor(round(q * (m - 1), 9))
-    return float(torch.kthvalue(sample, pos + 1).values)
 
 
 def strided_sample(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int], sample_size: int) -> torch.Tensor:
