@@ -272,3 +272,17 @@ def test_terngrad_records_omega_hat_only_without_clipping(default_run: dict[str,
     clipped, plain = default_run["terngrad"], default_run["terngrad-noclip"]
     assert clipped["flags"]["biased"] and clipped["fidelity"]["omega_hat"] is None
     assert not plain["flags"]["biased"] and plain["fidelity"]["omega_hat"]["mean"] == plain["fidelity"]["q"]["mean"]
+
+
+def test_list_table_shows_the_resolved_flags() -> None:
+    """The table row says topk_dither is stateful (EF on by default) and TernGrad biased unless clip = 0."""
+    from typer.testing import CliRunner
+
+    from gcbench.cli import app
+
+    res = CliRunner().invoke(app, ["list"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line for line in res.output.splitlines() if line.count("│") > 3}
+    assert "biased, stateful, EF:on" in rows["topk_dither"]
+    assert "biased (unbiased when clip=0.0)" in rows["terngrad"]
+    assert "unbiased" not in rows["terngrad"].split("│")[3].replace("(unbiased when", "")
