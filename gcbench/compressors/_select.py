@@ -176,9 +176,10 @@ def dgc_select(imp: torch.Tensor, k: int, density: float, num_samples: int, stri
     ``samples = imp[start::stride][:num_samples]``; ``thr`` = the :func:`sample_top`-th largest
     sample (``ceil(num_samples·density)`` by :func:`k_of`, so it is k itself when the sample is the
     whole tensor); ``mask = imp >= thr``; on that exact path, ties at ``thr`` beyond k are dropped
-    by position (:func:`ties_by_position`), so exactly a top-k is sent.  If the sample is not the whole tensor, adapt: more
-    than 1.3·k passing → keep the exact top-k among them and stop; between k and 1.3·k, or between
-    0.8·k and k → accept; fewer than 0.8·k → ``thr ×= 0.8`` and re-select (at most 10 rounds).
+    by position (:func:`ties_by_position`), so exactly a top-k is sent.  If the sample is not the
+    whole tensor, adapt: more than 1.3·k passing → keep the exact top-k among them and stop;
+    between k and 1.3·k, or between 0.8·k and k → accept; fewer than 0.8·k → ``thr ×= 0.8`` and
+    re-select (at most 10 rounds).
     Finally keep the first ``k`` passing positions (the official ``indices[:num_selects]``, which
     truncates by position, not magnitude).  Zeros are never selected (``thr >= TINY``).
     """
