@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from gcbench import registry
+from gcbench.compressors._common import k_of
 from gcbench.errors import GcbenchError
 from gcbench.metrics import copy_roofline, time_call
 
@@ -131,7 +132,7 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
         flat = x.reshape(-1)
         rec["vs_torch_topk"] = {}
         for density in (0.001, 0.01) if name == "topk" else (0.001,):
-            k = max(1, math.ceil(density * flat.numel()))
+            k = k_of(density, flat.numel())  # the compressors' own k, so both rows select the same count
             t_t = time_call(lambda k=k: torch.topk(flat.abs(), k, sorted=False), max(1, min(3, repeats)), 0, device)
             c2 = registry.create(name, **{**(params or {}), "density": density})
             st2 = c2.init_state(seed)

@@ -234,7 +234,9 @@ def list_cmd(
         for col in ("name", "v", "flags", "description", "paper"):
             t.add_column(col, overflow="fold")
         for i in infos:
-            flags = i.flags().replace("RECONSTRUCTED", "[bold yellow]RECONSTRUCTED[/]")
+            flags = i.flags().replace("RECONSTRUCTED", "[bold yellow]RECONSTRUCTED[/]")  # at default parameters
+            if i.bias_note():
+                flags += f" ({i.bias_note()})"
             desc = i.description
             if params:
                 desc += "\n" + "\n".join(f"  [dim]{p.name}={p.default!r}[/] ({p.range_text()}): {p.help}" for p in i.params)

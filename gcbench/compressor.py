@@ -33,7 +33,7 @@ import torch
 
 from gcbench.errors import PayloadError
 from gcbench.payload import MetaValue, Payload
-from gcbench.registry import CompressorInfo, ParamValue
+from gcbench.registry import CompressorInfo, Flags, ParamValue
 
 
 class State:
@@ -208,9 +208,14 @@ class Compressor(ABC):
         return ef == "always" or (ef == "optional" and bool(self.params.get("error_feedback")))
 
     @property
+    def flags(self) -> Flags:
+        """This configured instance's flags (biased, stateful, EF …), by the registry's one rule."""
+        return self.info.resolve_flags(self.params)
+
+    @property
     def stateful(self) -> bool:
         """Whether this configured instance keeps state across steps (optional EF switched on counts)."""
-        return self.info.stateful or self.uses_error_feedback()
+        return self.flags.stateful
 
     def init_state(self, seed: int = 0) -> State:
         """A fresh state; tensors are allocated lazily on the first ``compress``."""

@@ -116,8 +116,59 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Flags:
+    """The flags of one *configured* compressor, derived from its resolved parameters.
+
+    Made only by :meth:`CompressorInfo.resolve_flags`, the one rule that ``gcbench list``, results
+    records (``run``, ``train``) and anything else that prints flags use, so that a listing and a
+    record of the same configuration can never disagree.
+
+    Attributes:
+        biased: ``False`` only when E[C(x)] = x with these parameters.
+        stateful: keeps state across steps with these parameters (its own state, or error
+            feedback switched on).
+        error_feedback: ``"no"``, ``"always"``, ``"own"`` (the paper's own accumulation), or for an
+            optional mechanism ``"on"``/``"off"`` as the ``error_feedback`` parameter sets it.
+        deterministic, reconstructed, exchange: as on :class:`CompressorInfo`.
+    """
+
+    biased: bool
+    stateful: bool
+    error_feedback: str
+    deterministic: bool
+    reconstructed: bool
+    exchange: str
+
+    def text(self) -> str:
+        """Compact flags for tables: biased/unbiased, stateful, EF, reconstructed."""
+        parts = ["biased" if self.biased else "unbiased"]
+        if self.stateful:
+            parts.append("stateful")
+        if self.error_feedback != "no":
+            parts.append(f"EF:{self.error_feedback}")
+        if self.reconstructed:
+            parts.append("RECONSTRUCTED")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "biased": self.biased,
+            "stateful": self.stateful,
+            "error_feedback": self.error_feedback,
+            "deterministic": self.deterministic,
+            "reconstructed": self.reconstructed,
+            "exchange": self.exchange,
+        }
+
+
+@dataclass(frozen=True)
 class CompressorInfo:
     """Everything ``gcbench list`` and the results know about one registered compressor.
+
+    The declarations below are per compressor; what holds for one *configuration* (TernGrad is
+    unbiased only with clipping off, ``topk_dither`` keeps a residual because its optional error
+    feedback defaults to on) comes from :meth:`resolve_flags`, which everything that shows or
+    records flags must use.
 
     Attributes:
         name: registry name, also the payload codec id.
@@ -125,8 +176,9 @@ class CompressorInfo:
             versions are "not comparable".
         description: one line.
         paper: citation of the implemented paper (or "—" for reference points).
-        biased: ``False`` only for compressors with E[C(x)] = x.
-        stateful: keeps state across steps (residuals, momentum, warm starts).
+        biased: ``False`` only for compressors with E[C(x)] = x at their default parameters.
+        stateful: keeps state of its own across steps (residuals, momentum, warm starts),
+            whatever its parameters; optional error feedback is added by :meth:`resolve_flags`.
         error_feedback: ``"no"``, ``"optional"`` (parameter ``error_feedback``), ``"always"``
             (the shared EF mechanism is mandatory) or ``"own"`` (the paper's own accumulation).
         deterministic: compress gives the same output for the same input and state (no RNG).
@@ -135,6 +187,8 @@ class CompressorInfo:
         exchange: ``"gather"`` for the default all-gather-and-average, else a short description
             of the paper's own multi-worker protocol.
         params: the typed parameters.
+        unbiased_when: parameter values under which a compressor declared ``biased`` is unbiased
+            (TernGrad: ``{"clip": 0.0}``, no clipping); empty when the declaration always holds.
     """
 
     name: str
@@ -150,6 +204,7 @@ class CompressorInfo:
     params: tuple[Param, ...]
     cls: type[Compressor] = field(repr=False, compare=False)
     min_workers: int = 1  # LGC is defined only across several workers
+    unbiased_when: Mapping[str, ParamValue | None] = field(default_factory=dict, compare=False)
 
     @property
     def defaults(self) -> dict[str, ParamValue | None]:
@@ -177,16 +232,35 @@ class CompressorInfo:
                 out[p.name] = p.default
         return MappingProxyType(out)
 
-    def flags(self) -> str:
-        """Compact flags for tables: biased/unbiased, stateful, EF, reconstructed."""
-        parts = ["biased" if self.biased else "unbiased"]
-        if self.stateful:
-            parts.append("stateful")
-        if self.error_feedback != "no":
-            parts.append(f"EF:{self.error_feedback}")
-        if self.reconstructed:
-            parts.append("RECONSTRUCTED")
-        return ", ".join(parts)
+    def resolve_flags(self, params: Mapping[str, Any] | None = None) -> Flags:
+        """The flags of this compressor configured with ``params`` (validated; defaults filled).
+
+        The one rule for flags: ``biased`` unless every ``unbiased_when`` setting holds;
+        ``stateful`` when the compressor keeps its own state or error feedback is on.
+        """
+        p = self.resolve(params)
+        ef = self.error_feedback
+        if ef == "optional":
+            ef = "on" if p.get("error_feedback") else "off"
+        biased = self.biased and not (self.unbiased_when and all(p.get(k) == v for k, v in self.unbiased_when.items()))
+        return Flags(
+            biased=biased,
+            stateful=self.stateful or ef in ("on", "always", "own"),
+            error_feedback=ef,
+            deterministic=self.deterministic,
+            reconstructed=self.reconstructed,
+            exchange=self.exchange,
+        )
+
+    def flags(self, params: Mapping[str, Any] | None = None) -> str:
+        """Compact flags text of the configuration ``params`` (default parameters when None)."""
+        return self.resolve_flags(params).text()
+
+    def bias_note(self) -> str:
+        """``"unbiased when clip=0"`` for a compressor whose bias depends on parameters, else ""."""
+        if not self.unbiased_when:
+            return ""
+        return "unbiased when " + ", ".join(f"{k}={v!r}" for k, v in self.unbiased_when.items())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -194,12 +268,10 @@ class CompressorInfo:
             "version": self.version,
             "description": self.description,
             "paper": self.paper,
-            "biased": self.biased,
-            "stateful": self.stateful,
-            "error_feedback": self.error_feedback,
-            "deterministic": self.deterministic,
-            "reconstructed": self.reconstructed,
-            "exchange": self.exchange,
+            # the flags at default parameters, by the same rule as results records
+            **self.resolve_flags().to_dict(),
+            "error_feedback_kind": self.error_feedback,
+            "unbiased_when": dict(self.unbiased_when),
             "min_workers": self.min_workers,
             "params": [p.to_dict() for p in self.params],
         }
@@ -222,8 +294,13 @@ def register(
     exchange: str = "gather",
     params: tuple[Param, ...] = (),
     min_workers: int = 1,
+    unbiased_when: Mapping[str, ParamValue | None] | None = None,
 ):
-    """Class decorator: register a :class:`~gcbench.compressor.Compressor` subclass."""
+    """Class decorator: register a :class:`~gcbench.compressor.Compressor` subclass.
+
+    ``unbiased_when`` names the parameter values that make a ``biased`` compressor unbiased
+    (see :meth:`CompressorInfo.resolve_flags`); each must be a valid value of a declared parameter.
+    """
     if error_feedback not in ("no", "optional", "always", "own"):
         raise ValueError(f"error_feedback must be no/optional/always/own, got {error_feedback!r}")
 
@@ -247,7 +324,13 @@ def register(
             params=all_params,
             cls=cls,
             min_workers=min_workers,
+            unbiased_when=MappingProxyType(dict(unbiased_when or {})),
         )
+        for key, value in info.unbiased_when.items():
+            if not biased:
+                raise ValueError(f"compressor {name!r}: unbiased_when needs biased=True")
+            if info.param(key).validate(value) != value:
+                raise ValueError(f"compressor {name!r}: unbiased_when {key}={value!r} is not a value of the parameter")
         cls.info = info
         _REGISTRY[name] = info
         return cls

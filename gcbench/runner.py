@@ -400,7 +400,8 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
     per_step_pooled = [pooled([a.fids[t] for a in accs]) for t in range(steps)]
     per_step_agg = [pooled([a.agg[t] for a in accs]) for t in range(steps)]
     fd = [f.to_dict() for f in all_fids]
-    unbiased = not info.biased
+    flags = comp.flags  # from the resolved parameters: TernGrad with clipping is biased
+    unbiased = not flags.biased
     fidelity_rec = {
         "repeats": repeats,
         "reference": comp.reference_name(),
@@ -442,8 +443,7 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
         "compressor": info.name,
         "version": info.version,
         "params": dict(comp.params),
-        "flags": {"biased": info.biased, "stateful": comp.stateful, "error_feedback": info.error_feedback,
-                  "deterministic": info.deterministic, "reconstructed": info.reconstructed, "exchange": info.exchange},
+        "flags": flags.to_dict(),
         "source": data.source.describe(),
         "granularity": suite.granularity,
         "units": len(data.units),

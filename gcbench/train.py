@@ -699,6 +699,7 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
                  reference: dict[str, Any] | None) -> dict[str, Any]:
     """The results record of one compressor from every rank's summary."""
     info = registry.get(spec.name)
+    comp = registry.create(spec.name, **spec.params)  # resolved parameters, and flags by the registry's one rule
     r0 = ranks[0]
     curve = r0["curve"]
     final = curve[-1] if curve else {}
@@ -763,9 +764,8 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
         "label": spec.label,
         "compressor": info.name,
         "version": info.version,
-        "params": dict(registry.create(spec.name, **spec.params).params),
-        "flags": {"biased": info.biased, "stateful": info.stateful, "error_feedback": info.error_feedback,
-                  "deterministic": info.deterministic, "reconstructed": info.reconstructed, "exchange": info.exchange},
+        "params": dict(comp.params),
+        "flags": comp.flags.to_dict(),
         "workers": len(ranks),
         "status": "ok",
         # the same keys as `gcbench run` records, so size readers (reports, simulate) work on both

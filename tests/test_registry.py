@@ -181,3 +181,108 @@ def test_deterministic_flag_matches_reality(name: str) -> None:
     declared = registry.get(name).deterministic
     outcome = "identical" if same else "different"
     assert same == declared, f"{name}: declared deterministic={declared}, but different seeds gave {outcome} bytes"
+
+
+# ----------------------------------------------------------------------------- flags: one rule for list and results
+
+
+def test_flags_follow_the_resolved_parameters() -> None:
+    """Optional error feedback and parameter-dependent bias show in the flags of each configuration."""
+    dither = registry.get("topk_dither")
+    assert dither.resolve_flags().stateful and dither.resolve_flags().error_feedback == "on"  # EF on by default
+    off = dither.resolve_flags({"error_feedback": False})
+    assert not off.stateful and off.error_feedback == "off"
+    assert registry.get("topk").flags() == "biased, EF:off"
+    assert registry.get("topk").flags({"error_feedback": True}) == "biased, stateful, EF:on"
+    tern = registry.get("terngrad")
+    assert tern.resolve_flags().biased and tern.resolve_flags({"clip": 1.0}).biased  # clipping: E[C(x)] = clip(x) ≠ x
+    assert not tern.resolve_flags({"clip": 0.0}).biased
+    assert tern.bias_note() == "unbiased when clip=0.0" and registry.get("qsgd").bias_note() == ""
+    assert registry.create("topk_dither").stateful and not registry.create("topk_dither", error_feedback=False).stateful
+    with pytest.raises(ParamError, match=r"terngrad\.clip"):
+        tern.resolve_flags({"clip": -1.0})
+
+
+def test_unbiased_when_must_name_a_valid_setting_of_a_biased_compressor() -> None:
+    class Probe(Compressor):
+        def _encode(self, a, state):  # pragma: no cover - never called
+            raise AssertionError
+
+        def _decode(self, payload):  # pragma: no cover - never called
+            raise AssertionError
+
+    kw = {"version": 1, "description": "d", "paper": "—", "stateful": False, "params": (Param("c", float, 1.0, "c", low=0.0),)}
+    with pytest.raises(UnknownNameError):
+        registry.register(name="test_probe_a", biased=True, unbiased_when={"nope": 0.0}, **kw)(Probe)
+    with pytest.raises(ValueError, match="needs biased=True"):
+        registry.register(name="test_probe_b", biased=False, unbiased_when={"c": 0.0}, **kw)(Probe)
+    with pytest.raises(ParamError):
+        registry.register(name="test_probe_c", biased=True, unbiased_when={"c": -1.0}, **kw)(Probe)
+    for n in ("test_probe_a", "test_probe_b", "test_probe_c"):
+        registry._REGISTRY.pop(n, None)
+
+
+@pytest.fixture(scope="module")
+def default_run() -> dict[str, dict]:
+    """One tiny run of every registered compressor at its default parameters (plus TernGrad unclipped)."""
+    import tempfile
+
+    from gcbench.runner import run_suite
+    from gcbench.suite import parse_suite
+
+    suite = {
+        "name": "flags", "seed": 1,
+        "sources": [{"kind": "synthetic", "shapes": [[40, 50]], "workers": 2, "steps": 1}],
+        "metrics": {"repeats": 3, "timing": False},
+        "compressors": [{"name": n, "label": n} for n in NAMES]
+        + [{"name": "terngrad", "label": "terngrad-noclip", "params": {"clip": 0.0}}],
+    }
+    with tempfile.TemporaryDirectory() as out:
+        outcome = run_suite(parse_suite(suite), out)
+    assert not outcome.failed, outcome.failed
+    return {r["label"]: r for r in outcome.records}
+
+
+@pytest.fixture(scope="module")
+def listed() -> dict[str, dict]:
+    """``gcbench list --json``, by name."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from gcbench.cli import app
+
+    res = CliRunner().invoke(app, ["list", "--json"])
+    assert res.exit_code == 0, res.output
+    return {d["name"]: d for d in json.loads(res.output)}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_listed_flags_equal_the_flags_a_run_records(name: str, default_run: dict[str, dict], listed: dict[str, dict]) -> None:
+    """``gcbench list`` and a results record of the same (default) configuration agree on every flag."""
+    recorded = default_run[name]["flags"]
+    assert recorded == registry.get(name).resolve_flags().to_dict()
+    assert {k: listed[name][k] for k in recorded} == recorded
+    # the table's text is the same Flags object's text
+    assert registry.get(name).flags() == registry.get(name).resolve_flags(default_run[name]["params"]).text()
+
+
+def test_terngrad_records_omega_hat_only_without_clipping(default_run: dict[str, dict]) -> None:
+    """Clipped TernGrad is biased: no ω̂ (it would hide the bias); unclipped it is unbiased and has one."""
+    clipped, plain = default_run["terngrad"], default_run["terngrad-noclip"]
+    assert clipped["flags"]["biased"] and clipped["fidelity"]["omega_hat"] is None
+    assert not plain["flags"]["biased"] and plain["fidelity"]["omega_hat"]["mean"] == plain["fidelity"]["q"]["mean"]
+
+
+def test_list_table_shows_the_resolved_flags() -> None:
+    """The table row says topk_dither is stateful (EF on by default) and TernGrad biased unless clip = 0."""
+    from typer.testing import CliRunner
+
+    from gcbench.cli import app
+
+    res = CliRunner().invoke(app, ["list"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line for line in res.output.splitlines() if line.count("│") > 3}
+    assert "biased, stateful, EF:on" in rows["topk_dither"]
+    assert "biased (unbiased when clip=0.0)" in rows["terngrad"]
+    assert "unbiased" not in rows["terngrad"].split("│")[3].replace("(unbiased when", "")

@@ -3,9 +3,8 @@
 Used by ``graddrop`` (Aji & Heafield 2017), ``dgc`` (Lin et al. 2018), ``sdagc`` (Chen et al. 2020,
 reconstructed) and ``threshold``:
 
-* :func:`strided_sample` / :func:`lower_quantile` — Marian's gradient-dropping threshold: every
-  ``(D // m)``-th magnitude of (possibly several concatenated) tensors, then a sample quantile
-  computed with ``torch.kthvalue`` (``torch.quantile`` fails above 2^24 elements).
+* :func:`strided_sample` — Marian's gradient-dropping sample: every ``(D // m)``-th magnitude of
+  (possibly several concatenated) tensors (the cut-off rank is in :mod:`gcbench.compressors.graddrop`).
 * :func:`dgc_sample_plan` / :func:`dgc_select` — DGC's sampled top-k threshold with the official
   code's adaptation loop (re-select exactly among the passing entries above 1.3× the target,
   lower the threshold ×0.8 below 0.8×, at most 10 rounds, then truncate to the target).
@@ -39,7 +38,7 @@ import torch
 from gcbench import codec
 from gcbench.compressor import Compressor, ErrorFeedback, State, _overlaps, body_numpy, meta_int, meta_str
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import dense_from_sparse, sparse_body, to_numpy
+from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import MetaValue, Payload
 
@@ -66,19 +65,6 @@ def kth_largest(values: torch.Tensor, k: int) -> float:
     if not 1 <= k <= n:
         raise ValueError(f"k must be in [1, {n}], got {k}")
     return float(torch.kthvalue(values, n - k + 1).values)
-
-
-def lower_quantile(sample: torch.Tensor, q: float) -> float:
-    """The q-quantile of a 1-D sample, "lower" convention: sorted[floor(q·(m − 1))] (0-based).
-
-    This equals ``numpy.quantile(sample, q, method="lower")``.
-    """
-    m = sample.numel()
-    if m == 0:
-        raise ValueError("quantile of an empty sample")
-    # round() first so that e.g. 0.99 * 100 does not floor to 98 through representation error
-    pos = math.floor(round(q * (m - 1), 9))
-    return float(torch.kthvalue(sample, pos + 1).values)
 
 
 def strided_sample(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int], sample_size: int) -> torch.Tensor:
@@ -140,6 +126,31 @@ def dgc_sample_plan(d: int, density: float, sample_ratio: float) -> tuple[int, i
     return n, stride
 
 
+def sample_top(num_samples: int, density: float) -> int:
+    """How many sampled entries the DGC threshold keeps: k of the sample, by the one rule :func:`k_of`.
+
+    The official code writes ``ceil(num_samples·density)``; computing it with :func:`k_of` (which
+    forgives a floating-point error in ``density·d``, e.g. 0.07·100 = 7.000000000000001) makes it
+    equal to the target k whenever the sample is the whole tensor, so the exact path
+    (``sample_ratio = 1``) selects exactly k entries.  With two different roundings, k + 1
+    entries passed and the truncation by position could drop one of the k largest.
+    """
+    return min(k_of(density, num_samples), num_samples)
+
+
+def ties_by_position(strictly_above: torch.Tensor, k: int) -> torch.Tensor:
+    """Boolean keep-mask over passing entries: all strictly above the threshold, then ties in position order, k in all.
+
+    ``strictly_above[j]`` says whether passing entry j (in position order) exceeds the threshold;
+    the others equal it.  Fewer than k entries exceed a k-th-largest threshold, so the result is a
+    top-k by magnitude (the official truncation ``indices[:k]`` by position is not, when a tie
+    at the threshold comes before a larger entry).
+    """
+    ties = ~strictly_above
+    room = k - int(strictly_above.sum())
+    return strictly_above | (ties & (torch.cumsum(ties.to(torch.int64), 0) <= room))
+
+
 @dataclass(frozen=True)
 class DGCSelection:
     """Outcome of :func:`dgc_select`.
@@ -162,10 +173,13 @@ class DGCSelection:
 def dgc_select(imp: torch.Tensor, k: int, density: float, num_samples: int, stride: int, start: int) -> DGCSelection:
     """DGC's sampled threshold selection on ``imp = |v|`` (1-D), following the official ``_sparsify``.
 
-    ``samples = imp[start::stride][:num_samples]``; ``thr`` = the ``ceil(num_samples·density)``-th
-    largest sample; ``mask = imp >= thr``.  If the sample is not the whole tensor, adapt: more
-    than 1.3·k passing → keep the exact top-k among them and stop; between k and 1.3·k, or between
-    0.8·k and k → accept; fewer than 0.8·k → ``thr ×= 0.8`` and re-select (at most 10 rounds).
+    ``samples = imp[start::stride][:num_samples]``; ``thr`` = the :func:`sample_top`-th largest
+    sample (``ceil(num_samples·density)`` by :func:`k_of`, so it is k itself when the sample is the
+    whole tensor); ``mask = imp >= thr``; on that exact path, ties at ``thr`` beyond k are dropped
+    by position (:func:`ties_by_position`), so exactly a top-k is sent.  If the sample is not the
+    whole tensor, adapt: more than 1.3·k passing → keep the exact top-k among them and stop;
+    between k and 1.3·k, or between 0.8·k and k → accept; fewer than 0.8·k → ``thr ×= 0.8`` and
+    re-select (at most 10 rounds).
     Finally keep the first ``k`` passing positions (the official ``indices[:num_selects]``, which
     truncates by position, not magnitude).  Zeros are never selected (``thr >= TINY``).
     """
@@ -174,9 +188,10 @@ def dgc_select(imp: torch.Tensor, k: int, density: float, num_samples: int, stri
         return DGCSelection(torch.zeros(0, dtype=torch.int64, device=imp.device), 0.0, 0, False, 0)
     full = num_samples >= d
     samples = imp if full else imp[start : start + num_samples * stride : stride]
-    top = max(1, math.ceil(samples.numel() * density))
-    thr = max(kth_largest(samples, min(top, samples.numel())), TINY)
+    thr = max(kth_largest(samples, sample_top(samples.numel(), density)), TINY)
     idx = torch.nonzero(imp >= thr).reshape(-1)
+    if full and idx.numel() > k:  # only ties at the k-th largest |v| pass more than k: keep a true top-k
+        idx = idx[ties_by_position(imp[idx] > thr, k)]
     exact = False
     rounds = 0
     if not full:
@@ -448,8 +463,7 @@ def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: f
         samples = torch.from_numpy(np.abs(vn) if full else np.abs(vn[start : start + num_samples * stride : stride]))
     else:
         samples = torch.from_numpy(fast.momentum_sample(un, vn, xn, momentum, coef, start, stride, num_samples))
-    top = max(1, math.ceil(samples.numel() * density))
-    thr = max(fast.kth_largest_np(samples.numpy(), min(top, samples.numel())), TINY)  # kth_largest's value
+    thr = max(fast.kth_largest_np(samples.numpy(), sample_top(samples.numel(), density)), TINY)  # kth_largest's value
     if nesterov or full:
         counts = fast.count_chunks(vn, fast.f32_threshold(thr, False))
     else:
@@ -470,18 +484,24 @@ def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: f
             rounds += 1
             counts = fast.count_chunks(vn, fast.f32_threshold(thr, False))
     t = fast.f32_threshold(thr, False)
-    if exact:  # the official exact top-k among the passing entries, with torch.topk's own choice among ties
+    ties = full and int(counts.sum()) > k  # the exact path with ties at the k-th largest: keep a true top-k
+    if exact or ties:
+        # the official exact top-k among the passing entries, with torch.topk's own choice among ties;
+        # or, on the exact path, every entry above the threshold and then ties in position order
         sel = fast.select_encode(vn, t, None, counts=counts, want_idx=True)
         assert sel.idx is not None and sel.vals is not None
         cval = torch.from_numpy(sel.vals)
-        pick = torch.topk(cval.abs(), k, sorted=False).indices.sort().values.numpy()
+        if exact:
+            pick = torch.topk(cval.abs(), k, sorted=False).indices.sort().values.numpy()
+        else:
+            pick = ties_by_position(cval.abs() > thr, k).numpy()
         idx, vals = sel.idx[pick], sel.vals[pick]
         body = fast.encode_sorted(vals, idx, d, coding)
         decoded = fast.dense_from(idx, vals, d) if want_decoded else None
         fast.scatter_zero(vn, idx)
         if masking:
             fast.scatter_zero(un, idx)
-        return DGCStep(body, k, decoded, thr, k, True, rounds)
+        return DGCStep(body, k, decoded, thr, k, exact, rounds)
     sel = fast.select_encode(vn, t, coding, counts=counts, limit=k, zero_mode=fast.ZERO_SET, want_decoded=want_decoded,
                              want_idx=masking)
     if masking:

@@ -25,7 +25,17 @@ target k = ceil(density·d) passing → the exact top-k among them; fewer than 0
 and retry, at most 10 times; finally the first k passing positions are kept.  So the number sent
 is k when at least k pass, and what passed (normally ≥ 0.8·k) otherwise — the official code never
 pads a short selection.  Tensors with at most ceil(2/density) elements, or ``sample_ratio = 1``,
-use the exact k-th largest |v| (no adaptation), which equals top-k when magnitudes are distinct.
+use the exact k-th largest |v| (no adaptation) and send **exactly a top-k by magnitude**: every
+entry above the threshold, then ties at it in position order.
+
+One k everywhere: the target k and the sample's top count both come from
+:func:`gcbench.compressors._common.k_of` (ceil(density·d), forgiving the floating-point error of
+the product).  The official code computes both with a plain ``ceil``, so they agree there; with
+two roundings (version 2) 0.07·100 = 7.000000000000001 gave a threshold at the 8th largest for
+k = 7, and the truncation by position dropped one of the 7 largest entries.
+
+``sample_ratio`` must be in [0.01, 1]: the official code clamps smaller values to 0.01 silently;
+gcbench rejects them, so the recorded parameter is the one used.
 
 Choices made here (and why):
 
@@ -52,6 +62,10 @@ Choices made here (and why):
   (16-bit zero run + fp32 value) record format with escape records for runs ≥ 65535;
   ``int32``, ``delta-varint`` and ``elias`` are also available.  Body bits for ``fixed``:
   nnz·(32 + ceil(log2 d)), rounded up to bytes.
+
+Version 3: exact path (``sample_ratio = 1`` or small tensors) selects exactly a top-k (one k for
+the threshold and the truncation; ties kept by position), which changes the bytes wherever
+``density·d`` is not an exact binary product or magnitudes tie at the threshold.
 
 Version 2 (version 1 sent every tensor of fewer than ``min_dims`` dimensions dense, so flattened
 buckets came out at ratio 1): adds ``dense_max``; results under ``layer`` granularity are
@@ -96,6 +110,9 @@ from gcbench.errors import ParamError
 from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
 
+# The official DGCCompressor clamps sample_ratio to [0.01, 1] (``min(max(sample_ratio, 0.01), 1.0)``);
+# gcbench rejects a smaller value instead, so that the parameter recorded in results is the one used.
+MIN_SAMPLE_RATIO = 0.01
 WARMUP_STAGES = 4  # the paper's 75%, 93.75%, 98.4375%, 99.6% sparsity, one stage each
 DENSE_MAX = 65536  # default element bound of the dense rule: far above any bias/norm, far below a bucket
 
@@ -177,7 +194,7 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 @register(
     name="dgc",
-    version=2,
+    version=3,
     description="Deep Gradient Compression: momentum correction, sampled top-density threshold, momentum masking, warm-up",
     paper="Lin et al. 2018, Deep Gradient Compression (ICLR; official code)",
     biased=True,
@@ -190,8 +207,8 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
         Param("nesterov", bool, False, "Nesterov momentum correction (v += x + m·u)"),
         Param("masking", bool, True, "momentum factor masking: zero u where v was sent"),
         *clip_params(),
-        Param("sample_ratio", float, 0.01, "fraction of |v| sampled for the threshold (at least ceil(2/density) elements)",
-              low=0.0, high=1.0, low_open=True),
+        Param("sample_ratio", float, 0.01, "fraction of |v| sampled for the threshold (at least ceil(2/density) elements); "
+              "1 = exact top-k", low=MIN_SAMPLE_RATIO, high=1.0),
         Param("warmup_steps", int, 0, "warm-up length in steps (4 stages of 25%, 6.25%, 1.5625%, 0.39% density)", low=0),
         Param("warmup_epochs", int, 0, "warm-up length in epochs (needs steps_per_epoch); excludes warmup_steps", low=0),
         Param("steps_per_epoch", int, None, "steps per epoch, for warmup_epochs", low=1, optional=True),

@@ -5,7 +5,7 @@ Algorithm (one worker, one step)::
 
     a = x + e                                   # e: the dropped residual of earlier steps
     m = min(sample_size, D); sample every (D // m)-th |a_i|, positions 0, s, 2s, …
-    T = R-quantile of the sample                # R = drop_ratio, default 0.99
+    T = sorted(sample)[max(0, (int)(m·R) − 1)]  # R = drop_ratio, default 0.99 (Marian's rank)
     keep = |a| > T ; send a[keep] as (value, index) ; e = a − decoded
 
 Choices made here (and why):
@@ -19,26 +19,59 @@ Choices made here (and why):
   samples the concatenation of all of them (every (D // m)-th element in tensor order, without
   building the concatenation) and each tensor is then encoded with that threshold.  A single
   ``compress`` call, or ``scope="layer"``, uses the tensor's own threshold.
-* **Quantile.** The sample R-quantile is the order statistic ``sorted[floor(R·(m − 1))]``
-  (NumPy's ``method="lower"``), computed with ``torch.kthvalue``.  Marian's kernel reads
-  ``sorted[floor(R·m)]``; the two differ by at most one rank, which is negligible for m = 100,000,
-  but Marian's index makes a tensor of at most 100 elements never send anything under layer scope
-  (its threshold is its own maximum).  With the "lower" rule such a tensor sends its largest entry.
-  A one-element tensor alone (layer scope) never sends (nothing exceeds the element itself); its
-  residual keeps growing — use global scope, as Marian does.
-* **Sampling** is strided from position 0 (deterministic), as "every (d/m)-th" in the spec.
+* **Cut-off rank (Marian).**  The strided sample of m = min(sample_size, D) magnitudes is sorted
+  ascending and T = sorted[c] with ``c = max(0, (int)(m·R) − 1)``, the product taken in float32
+  as Marian does (``int cut_index = std::max(0, (int)(sortSize * rate) - 1)`` in
+  ``grad_drop_do``, marian-dev ``src/training/dropper.h`` at 82fc5bf1 and every later version up
+  to ``gradient_dropping/gpu/dropper.cu``'s ``find_threshold``): :func:`marian_cut_index`.  Then
+  ``keep = |a| > T``.  This is the "lower" R-quantile ``sorted[floor(R·(m − 1))]`` except when
+  frac(R·m) ≥ R (at R = 0.99: m = 101, 201, …, where Marian's rank is one lower).
+* **Small tensors.**  For 2 ≤ m ≤ 100 at R = 0.99, c = (int)(0.99·m) − 1 ≤ m − 2, so T is at most
+  the second-largest sampled magnitude and a tensor of 100 elements or fewer (layer scope) sends
+  at least its largest entry (ties aside); only a one-element tensor (c = 0, T = the element
+  itself) never sends alone — its residual keeps growing; use global scope, as Marian does.
+* **Sampling** is strided from position 0 (deterministic): every (D // m)-th magnitude, as
+  Marian's ``randomSampling`` with ``len / sortSize``.
 * **Quantization of survivors** (``quantize``):
 
   - ``none``: fp32 values.  Body bits: nnz·(32 + index bits).
   - ``1bit``: one sign bit per survivor and one fp32 scale ``s``; survivors decode to ±s with
-    ``s`` = min kept |a| (``quant_scale="min"``, the paper) or mean kept |a| (``"mean"``).
-    Body: 32 + nnz·1 bits + index bits, each section rounded up to whole bytes.
-  - ``2bit``: a sign bit and a magnitude bit per survivor, with two fp32 scales: survivors with
-    |a| above the (lower) median of kept |a| form the "high" group, the rest the "low" group;
-    each group decodes to ±(min or mean of its |a|).  Body: 64 + nnz·2 bits + index bits.
+    ``s`` = min kept |a| (``quant_scale="min"``) or mean kept |a| (``"mean"``), as
+    compressors.md defines it.  (Marian's one-bucket setting would use T itself, or the mean of
+    the sorted sample from rank c up; not implemented.)  Body: 32 + nnz·1 bits + index bits, each
+    section rounded up to whole bytes.
+  - ``2bit``: the authors' scheme, marian-dev ``src/training/dropper.h`` at commit 82fc5bf1
+    ("Integrated Alham's code"; the quantized kernels were removed again in later versions):
+    ``grad_drop_do`` (lines 219–285) with ``bits = 2``, then ``bits--`` for the sign (line 247),
+    so two buckets; ``min_val = tmp[cut_index]``, ``max_val = tmp[sortSize − 1]`` (line 249),
+    ``bucket_size = (max_val − min_val) / 2`` (lines 250–251); kernels ``grad_drop_quantized``
+    (lines 99–119) and ``grad_drop_quantized_mean`` (lines 121–146), ``locate`` (lines 191–197).  The
+    maximum is the **largest sampled magnitude** ``max_val = sorted[m − 1]`` (not the largest
+    kept |a|), the bucket width is ``w = (max_val − T) / 2`` (float32), and a survivor falls in
+    bucket ``min(1, (int)((|a| − T) / w))`` (``grad_drop_quantized``; w = 0 puts every survivor in
+    bucket 1, CUDA's saturating conversion of +inf).  Representatives:
 
-  The quantization error goes into the residual through error feedback.
+    * ``quant_scale="min"`` (Marian's ``min-drop``): the bucket floors, T and T + w
+      (``replace_to = (bucket_id * bucket_size + min_val) * sign``);
+    * ``quant_scale="mean"`` (Marian's average variant, ``grad_drop_quantized_mean``): the means
+      of the **sorted sample** in each bucket, mean1 over ranks c … i − 1 and mean2 over ranks
+      i … m − 1, with i the number of sampled magnitudes ≤ T + w (``locate`` + 1); mean1 includes
+      the cut-off value itself, as Marian's ``thrust::reduce(ptr + cut_index, ptr + idx)``.  When no
+      sampled magnitude lies above T + w, mean2 is T + w, Marian's initial value.  The means are
+      accumulated in float64 here (Marian: a float32 ``thrust::reduce``) and rounded to float32.
+
+    Each survivor is sent as its sign bit and its bucket bit with the two representatives as fp32
+    scales: body 64 + nnz·2 bits + index bits.  Under global scope T, max_val and the means come
+    from the one sample of the whole step (Marian drops on the flattened model); under layer scope
+    from the tensor's own sample.  (Version 1 split the kept values at their median instead, and
+    used the min or mean of each half: not the authors' scheme.)
+
+  The quantization error goes into the residual through error feedback (Marian's ``errors``).
 * Index coding is selectable (``index_coding``, default ``fixed`` = ceil(log2 d) bits).
+
+Version 2: Marian's cut-off rank (version 1 used the "lower" quantile ``floor(R·(m − 1))``) and
+Marian's 2-bit buckets (version 1: a split at the median of the kept values); payload bytes change
+for 2-bit survivors and for sample sizes where the two ranks differ.
 
 Biased; with error feedback the sum of what is sent tracks the sum of gradients
 (Σ decoded = Σ x − e_T).
@@ -51,8 +84,8 @@ the body, leaves the residual in place and fills the decoded tensor only when as
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,7 +95,7 @@ from gcbench import codec
 from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_str
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, to_numpy
-from gcbench.compressors._select import InPlaceEncoder, above, lower_quantile, strided_sample
+from gcbench.compressors._select import InPlaceEncoder, above, strided_sample
 from gcbench.errors import PayloadError
 from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
@@ -70,40 +103,82 @@ from gcbench.registry import Param, register
 QUANTIZE = ("none", "1bit", "2bit")
 _SCALES = {"none": 0, "1bit": 1, "2bit": 2}  # fp32 scales in the body
 _CODE_BITS = {"1bit": 1, "2bit": 2}
-# state.values key through which compress_group hands the group's global threshold to _encode
-_GROUP_THRESHOLD = "graddrop_group_threshold"
+# state.values key through which compress_group hands the group's global levels to _encode
+_GROUP_LEVELS = "graddrop_group_levels"
 
 
-def graddrop_threshold(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int], drop_ratio: float,
-                       sample_size: int) -> float:
-    """Marian's threshold: the ``drop_ratio``-quantile of a strided sample of |values|."""
-    sample = strided_sample(gathers, sizes, sample_size)
-    return lower_quantile(sample, drop_ratio) if sample.numel() else 0.0
+def marian_cut_index(m: int, drop_ratio: float) -> int:
+    """Marian's rank of the cut-off in the ascending sorted sample: ``max(0, (int)(m·R) − 1)``, in float32.
+
+    ``int cut_index = std::max(0, (int)(sortSize * rate) - 1)`` with ``float rate``: the product is
+    rounded to float32 before the truncation, so 0.29·100 gives 29, as the authors' code does.
+    """
+    return max(0, int(np.float32(m) * np.float32(drop_ratio)) - 1)
 
 
-def quantize_survivors(vals: torch.Tensor, mode: str, scale: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class DropLevels:
+    """What one sample decides: the cut-off T and, for 2-bit survivors, Marian's two buckets.
+
+    Attributes:
+        threshold: T; entries with |a| > T are kept.
+        width: 2-bit bucket width w = (max sampled |a| − T) / 2 (float32); 0 when not quantizing.
+        reps: the two buckets' magnitudes (float32), lower bucket first (see the module docstring).
+    """
+
+    threshold: float
+    width: float = 0.0
+    reps: tuple[float, float] = (0.0, 0.0)
+
+
+def drop_levels(sample: np.ndarray, drop_ratio: float, two_bit: bool = False, quant_scale: str = "min") -> DropLevels:
+    """T (and, with ``two_bit``, Marian's buckets) from a sample of magnitudes, as ``grad_drop_do``."""
+    m = sample.size
+    if m == 0:
+        return DropLevels(0.0)
+    cut = marian_cut_index(m, drop_ratio)
+    if not two_bit:
+        return DropLevels(float(np.partition(sample, cut)[cut]))
+    srt = np.sort(sample.astype(np.float32, copy=False))
+    t, top = srt[cut], srt[m - 1]
+    width = np.float32((top - t) / np.float32(2))  # range / bucket_count, in float32
+    mid = np.float32(t + width)
+    if quant_scale == "min":  # bucket floors: bucket_id * bucket_size + min_val
+        reps = (float(t), float(mid))
+    else:
+        i = int(np.searchsorted(srt, mid, side="right"))  # locate(tmp, min + bucket) + 1: ranks with value <= T + w
+        low = np.float32(srt[cut:i].mean(dtype=np.float64))  # i > cut: srt[cut] = T <= T + w
+        high = np.float32(srt[i:].mean(dtype=np.float64)) if i < m else mid
+        reps = (float(low), float(high))
+    return DropLevels(float(t), float(width), reps)
+
+
+def graddrop_levels(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int],
+                    params: Mapping[str, Any]) -> DropLevels:
+    """Marian's cut-off (and 2-bit buckets) from a strided sample of the |values| of one or more tensors."""
+    sample = strided_sample(gathers, sizes, params["sample_size"])
+    return drop_levels(to_numpy(sample), params["drop_ratio"], params["quantize"] == "2bit", params["quant_scale"])
+
+
+def quantize_survivors(vals: torch.Tensor, mode: str, scale: str,
+                       levels: DropLevels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(codes int64, scales float32, decoded float32) of the kept values ``vals`` (nnz >= 1).
 
-    ``1bit``: code = negative; ``2bit``: code = negative | high << 1 (see the module docstring).
+    ``1bit``: code = negative, one scale (min or mean kept |a|); ``2bit``: code = negative |
+    bucket << 1 with Marian's buckets and representatives from ``levels`` (see the module docstring).
     """
     mag = vals.abs()
     neg = (vals < 0).to(torch.int64)
     sign = torch.where(vals < 0, -1.0, 1.0)
-
-    def pick(group: torch.Tensor) -> torch.Tensor:
-        if group.numel() == 0:
-            return torch.zeros((), dtype=torch.float32, device=vals.device)
-        return group.min() if scale == "min" else group.mean()
-
     if mode == "1bit":
-        s = pick(mag).reshape(1)
+        s = (mag.min() if scale == "min" else mag.mean()).reshape(1)
         return neg, s, sign * s
-    n = mag.numel()
-    median = torch.kthvalue(mag, (n + 1) // 2).values  # lower median
-    high = mag > median
-    scales = torch.stack([pick(mag[~high]), pick(mag[high])])
-    codes = neg | (high.to(torch.int64) << 1)
-    return codes, scales, sign * scales[high.to(torch.int64)]
+    t = torch.tensor(levels.threshold, dtype=torch.float32, device=vals.device)
+    w = torch.tensor(levels.width, dtype=torch.float32, device=vals.device)
+    # (int)((|a| − T) / w) capped at 1: the upper bucket iff the quotient reaches 1 (+inf when w = 0)
+    high = ((mag - t) / w >= 1).to(torch.int64)
+    scales = torch.tensor(levels.reps, dtype=torch.float32, device=vals.device)
+    return neg | (high << 1), scales, sign * scales[high]
 
 
 def quantized_body(codes: np.ndarray, scales: np.ndarray, idx: np.ndarray, d: int, mode: str, coding: str) -> np.ndarray:
@@ -115,38 +190,40 @@ def quantized_body(codes: np.ndarray, scales: np.ndarray, idx: np.ndarray, d: in
     ])
 
 
-def _layer_threshold(flat: torch.Tensor, params: Mapping[str, Any], res: torch.Tensor | None = None) -> float:
-    """The tensor's own threshold, of ``flat + res`` (``res`` None: of ``flat``), as :func:`graddrop_threshold`.
+def _layer_levels(flat: torch.Tensor, params: Mapping[str, Any], res: torch.Tensor | None = None,
+                  buckets: bool = True) -> DropLevels:
+    """The tensor's own levels, of ``flat + res`` (``res`` None: of ``flat``), as :func:`graddrop_levels`.
 
-    On CPU the strided sample and its order statistic are NumPy operations on the calling thread
-    (the same sample, the same value as the torch route).
+    On CPU the strided sample is a NumPy slice on the calling thread (the same sample, the same
+    values as the torch route).  ``buckets=False`` gives the threshold alone (no sort).
     """
     d = flat.numel()
+    two_bit = buckets and params["quantize"] == "2bit"
     if fast.fast_cpu(flat) and (res is None or fast.fast_cpu(res)) and d:
         m = min(int(params["sample_size"]), d)
         stride = d // m
         sample = fast.as_numpy(flat)[: m * stride : stride]
         if res is not None:
             sample = sample + fast.as_numpy(res)[: m * stride : stride]
-        pos = math.floor(round(params["drop_ratio"] * (m - 1), 9))  # lower_quantile's rank
-        return float(np.partition(np.abs(sample), pos)[pos])
-    return graddrop_threshold([_corrected_gather(flat, res)], [d], params["drop_ratio"], params["sample_size"])
+        return drop_levels(np.abs(sample), params["drop_ratio"], two_bit, params["quant_scale"])
+    sample = strided_sample([_corrected_gather(flat, res)], [d], params["sample_size"])
+    return drop_levels(to_numpy(sample), params["drop_ratio"], two_bit, params["quant_scale"])
 
 
 def graddrop_reference_encode(comp: Compressor, x32: torch.Tensor, state: State,
-                              threshold: float | None = None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
+                              levels: DropLevels | None = None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
     """(body, header, decoded) the plain torch way: ``a = x + e``, keep ``|a| > T``, quantize (state untouched).
 
-    ``threshold`` is the group's global threshold; None uses the tensor's own (layer scope, or a
+    ``levels`` are the group's global levels; None uses the tensor's own (layer scope, or a
     single ``compress``).
     """
     p = comp.params
     a = ErrorFeedback.corrected(x32, state)
     flat = a.reshape(-1)
     d = flat.numel()
-    if threshold is None:  # the torch route of the strided-sample quantile (the fast path reads it with NumPy)
-        threshold = graddrop_threshold([lambda pos: flat[pos.to(flat.device)]], [d], p["drop_ratio"], p["sample_size"])
-    idx = above(flat, threshold)
+    if levels is None:  # the torch route of the strided sample (the fast path reads it with NumPy)
+        levels = graddrop_levels([lambda pos: flat[pos.to(flat.device)]], [d], p)
+    idx = above(flat, levels.threshold)
     vals = flat[idx]
     mode, coding = p["quantize"], p["index_coding"]
     meta: dict[str, MetaValue] = {"k": int(idx.numel()), "coding": coding, "q": mode}
@@ -155,7 +232,7 @@ def graddrop_reference_encode(comp: Compressor, x32: torch.Tensor, state: State,
     if mode == "none":
         body = codec.encode_sparse(to_numpy(vals), to_numpy(idx), d, coding)
         return body, meta, dense_from_sparse(vals, idx, d).reshape(x32.shape)
-    codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"])
+    codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"], levels)
     body = quantized_body(to_numpy(codes), to_numpy(scales), to_numpy(idx), d, mode, coding)
     return body, meta, dense_from_sparse(dec_vals, idx, d).reshape(x32.shape)
 
@@ -167,7 +244,7 @@ def graddrop_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
 
 @register(
     name="graddrop",
-    version=1,
+    version=2,
     description="gradient dropping: drop |x+e| below the sampled R-quantile (global or per layer), residual kept; 1/2-bit option",
     paper="Aji & Heafield 2017, Sparse Communication for Distributed Gradient Descent (Marian implementation)",
     biased=True,
@@ -181,9 +258,10 @@ def graddrop_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
               choices=("global", "layer")),
         Param("sample_size", int, 100000, "at most this many strided samples for the quantile", low=1),
         coding_param("fixed"),
-        Param("quantize", str, "none", "survivor values: fp32 (none), sign + one scale (1bit), sign + magnitude bit + two scales (2bit)",
-              choices=QUANTIZE),
-        Param("quant_scale", str, "min", "scale of quantized survivors: min kept |a| (paper) or mean", choices=("min", "mean")),
+        Param("quantize", str, "none", "survivor values: fp32 (none), sign + one scale (1bit), sign + bucket bit with Marian's two "
+              "equal-width buckets between the cut-off and the largest sampled magnitude (2bit)", choices=QUANTIZE),
+        Param("quant_scale", str, "min", "quantized survivors' magnitude: 1bit min or mean kept |a|; 2bit the bucket floors (min, "
+              "Marian's min-drop) or the sampled bucket means (mean, Marian's average)", choices=("min", "mean")),
     ),
 )
 class GradDrop(InPlaceEncoder):
@@ -208,32 +286,33 @@ class GradDrop(InPlaceEncoder):
             res = e.reshape(-1) if e is not None and e.shape == x.shape else None
             gathers.append(_corrected_gather(flat, res))
             sizes.append(flat.numel())
-        thr = graddrop_threshold(gathers, sizes, self.params["drop_ratio"], self.params["sample_size"])
+        levels = graddrop_levels(gathers, sizes, self.params)
         for st in states:
-            st.values[_GROUP_THRESHOLD] = thr
+            st.values[_GROUP_LEVELS] = levels
         try:
             return super().compress_group(xs, states, need_decoded)
         finally:  # never leave the hand-over value behind (e.g. empty tensors skip _encode)
             for st in states:
-                st.values.pop(_GROUP_THRESHOLD, None)
+                st.values.pop(_GROUP_LEVELS, None)
 
     def _ef_count_threshold(self, x32: torch.Tensor, state: State) -> np.float32 | None:
         """The group's threshold (left for :meth:`_encode_inplace` to take), or the layer threshold of x + e."""
-        thr = state.values.get(_GROUP_THRESHOLD)
-        if thr is None:
+        levels = state.values.get(_GROUP_LEVELS)
+        if levels is None:
             e = state.tensors.get(ErrorFeedback.KEY)
             res = e.reshape(-1) if e is not None and e.shape == x32.shape and e.dtype == torch.float32 else None
-            thr = _layer_threshold(x32.reshape(-1), self.params, res)
-        return fast.f32_threshold(thr, strict=True)
+            levels = _layer_levels(x32.reshape(-1), self.params, res, buckets=False)
+        return fast.f32_threshold(levels.threshold, strict=True)
 
     def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
                         counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
         p = self.params
         flat = a.reshape(-1)
         d = flat.numel()
-        thr = state.values.pop(_GROUP_THRESHOLD, None)
-        if thr is None:
-            thr = _layer_threshold(flat, p)  # a = x + e: the value _ef_count_threshold found
+        levels = state.values.pop(_GROUP_LEVELS, None)
+        if levels is None:
+            levels = _layer_levels(flat, p)  # a = x + e: the threshold _ef_count_threshold found
+        thr = levels.threshold
         mode, coding = p["quantize"], p["index_coding"]
         cpu = fast.fast_cpu(flat)
         if cpu and mode == "none":
@@ -256,7 +335,7 @@ class GradDrop(InPlaceEncoder):
             body = codec.encode_sparse(to_numpy(vals), to_numpy(idx), d, coding)
             dec_vals = vals
         else:
-            codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"])
+            codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"], levels)
             body = quantized_body(to_numpy(codes), to_numpy(scales), to_numpy(idx), d, mode, coding)
         if cpu:
             decoded = fast.dense_from(idx.numpy(), dec_vals.numpy(), d) if need_decoded else None

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gcbench import codec, registry
 from gcbench.compressor import State
@@ -450,3 +452,78 @@ def test_cuda_tensors_give_the_cpu_bytes() -> None:
         assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
         assert torch.equal(s_gpu.tensors["velocity"].cpu(), s_cpu.tensors["velocity"])
         assert torch.equal(s_gpu.tensors["momentum"].cpu(), s_cpu.tensors["momentum"])
+
+
+# ----------------------------------------------------------------------------- one k: the exact path is top-k
+
+
+@pytest.mark.parametrize(("shape", "density", "seed", "dropped"), [
+    ((10, 10), 0.07, 2, 2.2635),  # 0.07·100 = 7.000000000000001: the threshold was the 8th largest
+    ((300, 1000), 1e-5, 5, 4.8119),  # 1e-5·300000 = 3.0000000000000004: the largest entry was dropped
+])
+def test_exact_path_keeps_the_k_largest_when_density_times_d_is_inexact(
+        shape: tuple[int, int], density: float, seed: int, dropped: float) -> None:
+    """Version 2 computed k tolerantly but the threshold rank with a plain ceil: k + 1 passed and one of the k largest went."""
+    x = _normal(shape, seed)
+    k = round(density * x.numel())
+    assert density * x.numel() != k  # the floating-point error this test is about
+    top = set(torch.topk(x.reshape(-1).abs(), k).indices.tolist())
+    assert any(abs(float(x.reshape(-1)[i].abs()) - dropped) < 1e-4 for i in top)  # the entry version 2 dropped
+    for fast_path in (True, False):
+        c = registry.create("dgc", density=density, sample_ratio=1.0)
+        st = c.init_state(0)
+        if fast_path:
+            dec = c.compress_and_decode(x, st)[1]
+        else:  # the torch path (other devices) makes the same selection
+            d = x.numel()
+            step = dgc_step_torch(x.reshape(-1), torch.zeros(d), torch.zeros(d), 0.9, False, None, k, density, d, 1, 0, "fixed", True, True)
+            dec = step.decoded
+        assert _sent(dec) == top
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 60), cols=st.integers(2, 90), density=st.floats(1e-3, 1.0), seed=st.integers(0, 2**31),
+       ties=st.booleans())
+def test_exact_path_sends_a_top_k_by_magnitude(rows: int, cols: int, density: float, seed: int, ties: bool) -> None:
+    """sample_ratio = 1: exactly k = k_of(density, d) entries, none smaller than any entry left out (ties included)."""
+    from gcbench.compressors._common import k_of
+
+    x = _normal((rows, cols), seed)
+    if ties:  # few distinct magnitudes: many ties at the k-th largest
+        x = torch.round(x * 2) / 2
+    d = x.numel()
+    k = k_of(density, d)
+    c = registry.create("dgc", density=density, sample_ratio=1.0, momentum=0.0, dense_max=0, min_dims=0)
+    for fast_path in (True, False):
+        if fast_path:
+            dec = c.compress_and_decode(x, c.init_state(0))[1].reshape(-1)
+        else:
+            step = dgc_step_torch(x.reshape(-1), torch.zeros(d), torch.zeros(d), 0.0, False, None, k, density, d, 1, 0, "fixed", True, True)
+            dec = step.decoded
+        mag = x.reshape(-1).abs()
+        kept = torch.zeros(d, dtype=torch.bool)
+        kept[list(_sent(dec))] = True
+        nonzero = int((mag > 0).sum())
+        assert int(kept.sum()) == min(k, nonzero)
+        if kept.any() and (~kept).any():
+            assert float(mag[kept].min()) >= float(mag[~kept].max())
+        if not ties:
+            assert _sent(dec) == set(torch.topk(mag, min(k, nonzero)).indices.tolist())
+
+
+def test_ties_at_the_threshold_never_displace_a_larger_entry() -> None:
+    """|v| = 1, 1, 5 with k = 2: the threshold is 1; keeping the first two by position would drop the 5."""
+    x = torch.tensor([[1.0, -1.0, 5.0]])
+    c = registry.create("dgc", density=0.5, sample_ratio=1.0, momentum=0.0)
+    p, dec = c.compress_and_decode(x, c.init_state(0))
+    assert int(p.meta["k"]) == 2 and dec.tolist() == [[1.0, 0.0, 5.0]]
+    d = 3
+    step = dgc_step_torch(x.reshape(-1), torch.zeros(d), torch.zeros(d), 0.0, False, None, 2, 0.5, d, 1, 0, "fixed", True, True)
+    assert step.decoded.tolist() == [1.0, 0.0, 5.0] and step.body.tobytes() == p.data.numpy().tobytes()
+
+
+def test_sample_ratio_below_the_official_minimum_is_rejected() -> None:
+    """The official code clamps sample_ratio to [0.01, 1]; gcbench says so instead of recording a value it did not use."""
+    with pytest.raises(ParamError, match=r"dgc\.sample_ratio: must be in \[0\.01, 1\], got 0\.005"):
+        registry.create("dgc", sample_ratio=0.005)
+    assert registry.create("dgc", sample_ratio=0.01).params["sample_ratio"] == 0.01

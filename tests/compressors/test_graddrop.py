@@ -10,7 +10,7 @@ import torch
 
 from gcbench import codec, registry
 from gcbench.compressor import ErrorFeedback
-from gcbench.compressors.graddrop import _GROUP_THRESHOLD
+from gcbench.compressors.graddrop import _GROUP_LEVELS
 
 
 def _gen(seed: int) -> np.random.Generator:
@@ -27,13 +27,13 @@ def _nonzero(t: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("drop_ratio", [0.99, 0.9])
 def test_threshold_keeps_one_minus_r_of_the_entries(drop_ratio: float) -> None:
-    """T is the lower R-quantile of every (d // m)-th |a|; about (1 − R)·d entries exceed it."""
+    """T = sorted[max(0, (int)(m·R) − 1)] of every (d // m)-th |a| (Marian); about (1 − R)·d entries exceed it."""
     x = _normal((1000, 1000), 1)
     c = registry.create("graddrop", drop_ratio=drop_ratio)
     p, dec = c.compress_and_decode(x, c.init_state(0))
     flat = x.reshape(-1).numpy()
-    sample = np.abs(flat[:: flat.size // 100_000][:100_000])
-    t = np.quantile(sample, drop_ratio, method="lower")
+    sample = np.sort(np.abs(flat[:: flat.size // 100_000][:100_000]))
+    t = sample[max(0, int(np.float32(sample.size) * np.float32(drop_ratio)) - 1)]  # float rate, as Marian
     sent = _nonzero(dec).numpy()
     assert np.array_equal(sent, np.flatnonzero(np.abs(flat) > t))
     assert int(p.meta["k"]) == sent.size
@@ -41,7 +41,7 @@ def test_threshold_keeps_one_minus_r_of_the_entries(drop_ratio: float) -> None:
 
 
 def test_small_tensor_under_layer_scope_sends_its_largest_entry() -> None:
-    """The lower quantile of 64 values at R = 0.99 is the second largest: the maximum is sent."""
+    """Marian's rank for 64 values at R = 0.99 is (int)(63.36) − 1 = 62, the second largest: the maximum is sent."""
     x = _normal((64,), 2)
     c = registry.create("graddrop", scope="layer")
     dec = c.compress_and_decode(x, c.init_state(0))[1]
@@ -57,18 +57,19 @@ def test_global_scope_thresholds_across_tensors_layer_scope_per_tensor() -> None
         states = [c.init_state(0), c.init_state(1)]
         out = c.compress_group([small, large], states)
         kept[scope] = [int(p.meta["k"]) for p, _ in out]
-        assert all(_GROUP_THRESHOLD not in s.values for s in states)  # the hand-over is cleaned up
-    # layer: above sorted[floor(0.99·9999)] = sorted[9899] of each layer -> 100 entries each;
-    # global: above sorted[floor(0.99·19999)] = sorted[19799] of both -> 200 entries, all large
+        assert all(_GROUP_LEVELS not in s.values for s in states)  # the hand-over is cleaned up
+    # layer: above sorted[(int)(0.99·10000) − 1] = sorted[9899] of each layer -> 100 entries each;
+    # global: above sorted[(int)(0.99·20000) − 1] = sorted[19799] of both -> 200 entries, all large
     assert kept["layer"] == [100, 100]
     assert kept["global"] == [0, 200]
 
 
-def test_global_group_equals_compressing_the_concatenation() -> None:
-    """Strided positions of the group follow the concatenation (unequal sizes, stride > 1)."""
+@pytest.mark.parametrize("quantize", ["none", "2bit"])
+def test_global_group_equals_compressing_the_concatenation(quantize: str) -> None:
+    """Strided positions of the group follow the concatenation (unequal sizes, stride > 1); so do 2-bit buckets."""
     sizes = [(3001,), (71, 70), (1999,)]
     xs = [_normal(s, 10 + i) for i, s in enumerate(sizes)]
-    c = registry.create("graddrop", sample_size=1000, drop_ratio=0.95)
+    c = registry.create("graddrop", sample_size=1000, drop_ratio=0.95, quantize=quantize)
     states = [c.init_state(i) for i in range(len(xs))]
     whole_state = c.init_state(9)
     for step in range(3):
@@ -112,21 +113,69 @@ def test_one_bit_survivors_decode_to_plus_minus_m(scale: str) -> None:
     assert p.body_nbytes == 4 + math.ceil(k / 8) + math.ceil(k * math.ceil(math.log2(d)) / 8)
 
 
-@pytest.mark.parametrize("scale", ["min", "mean"])
-def test_two_bit_survivors_use_two_magnitudes(scale: str) -> None:
-    x = _normal((200, 200), 6)
-    c = registry.create("graddrop", drop_ratio=0.95, quantize="2bit", quant_scale=scale)
+@pytest.mark.parametrize(("scale", "reps", "decoded"), [
+    ("min", (5.0, 7.5), [-5.0, 5.0, -7.5, 7.5, -7.5]),  # bucket floors T and T + w
+    ("mean", (6.0, 9.0), [-6.0, 6.0, -9.0, 9.0, -9.0]),  # sampled bucket means: (5+6+7)/3 and (8+9+10)/3
+])
+def test_two_bit_hand_worked_encoding(scale: str, reps: tuple[float, float], decoded: list[float]) -> None:
+    """Marian's 2-bit scheme on |a| = 1..10, R = 0.5, every element sampled (m = 10).
+
+    cut = (int)(10·0.5) − 1 = 4 -> T = 5; kept: 6..10 at positions 5..9.  max_val = 10 (the largest
+    sampled), w = (10 − 5)/2 = 2.5; bucket = min(1, (int)((|a| − 5)/2.5)): 6, 7 -> 0; 8, 9, 10 -> 1.
+    Average variant: sampled ranks 4..6 (5, 6, 7: values <= T + w = 7.5, the cut-off included) and
+    7..9 (8, 9, 10).  Codes (sign | bucket << 1): 1, 0, 3, 2, 3 -> LSB first 0b10_11_00_01, 0b11.
+    """
+    x = torch.tensor([1.0, -2.0, 3.0, -4.0, 5.0, -6.0, 7.0, -8.0, 9.0, -10.0])
+    c = registry.create("graddrop", drop_ratio=0.5, scope="layer", quantize="2bit", quant_scale=scale, index_coding="int32")
+    st = c.init_state(0)
+    p, dec = c.compress_and_decode(x, st)
+    assert p.meta == {"k": 5, "coding": "int32", "q": "2bit"}
+    body = p.data.numpy().tobytes()
+    assert body == (np.array(reps, "<f4").tobytes() + bytes([0b10_11_00_01, 0b11])
+                    + np.array([5, 6, 7, 8, 9], "<i4").tobytes())
+    assert dec.tolist() == [0.0] * 5 + decoded
+    assert torch.equal(c.decompress(p), dec)
+    assert torch.equal(st.tensors[ErrorFeedback.KEY], x - dec)  # the quantization error stays in the residual
+
+
+def test_two_bit_maximum_is_the_largest_sampled_magnitude() -> None:
+    """An entry off the strided sample above the sampled maximum falls in the upper bucket (T + w), not its own value."""
+    x = _normal((1000,), 8)
+    x[5] = 100.0  # sample_size 100: stride 10, position 5 is never sampled
+    c = registry.create("graddrop", drop_ratio=0.9, sample_size=100, scope="layer", quantize="2bit")
     p, dec = c.compress_and_decode(x, c.init_state(0))
-    idx = _nonzero(dec)
-    kept = x.reshape(-1)[idx]
-    mag = kept.abs()
-    median = torch.kthvalue(mag, (mag.numel() + 1) // 2).values
-    high = mag > median
-    pick = (lambda g: g.min()) if scale == "min" else (lambda g: g.mean())
-    want = torch.sign(kept) * torch.where(high, pick(mag[high]), pick(mag[~high]))
-    assert torch.allclose(dec.reshape(-1)[idx], want, rtol=1e-6, atol=0)
-    d, k = x.numel(), idx.numel()
+    sample = np.sort(np.abs(x.numpy()[::10]))
+    t, top = sample[int(np.float32(100) * np.float32(0.9)) - 1], sample[-1]
+    w = np.float32((top - t) / np.float32(2))
+    assert float(dec[5]) == float(np.float32(t + w))
+    kept = _nonzero(dec)
+    assert torch.equal(kept, torch.nonzero(x.abs() > float(t)).reshape(-1))
+    upper = (x[kept].abs() - float(t)) / float(w) >= 1
+    assert torch.equal(dec[kept].abs(), torch.where(upper, float(np.float32(t + w)), float(t)))
+    d, k = x.numel(), kept.numel()
     assert p.body_nbytes == 8 + math.ceil(2 * k / 8) + math.ceil(k * math.ceil(math.log2(d)) / 8)
+
+
+@pytest.mark.parametrize("ratio", [0.99, 0.9, 0.5, 0.29])
+@pytest.mark.parametrize("m", [1, 2, 10, 64, 100, 101, 201, 1000, 100_000])
+def test_cut_index_is_marians(m: int, ratio: float) -> None:
+    """max(0, (int)(m·R) − 1) with the product in float32; tensors of 2..100 elements send their maximum at R = 0.99."""
+    from gcbench.compressors.graddrop import marian_cut_index
+
+    cut = marian_cut_index(m, ratio)
+    assert cut == max(0, int(np.float32(m) * np.float32(ratio)) - 1)
+    if ratio == 0.99 and 2 <= m <= 100:
+        assert cut <= m - 2
+    assert marian_cut_index(100, 0.29) == 28  # float32(0.29)·100 rounds to 29.0 before the truncation
+    assert marian_cut_index(101, 0.99) == 98 and marian_cut_index(1, 0.99) == 0
+
+
+def test_marians_rank_where_it_differs_from_the_lower_quantile() -> None:
+    """101 elements at R = 0.99: Marian's cut is rank 98 (the third largest), the lower quantile's rank 99: two are sent."""
+    x = _normal((101,), 9)
+    c = registry.create("graddrop", scope="layer")
+    dec = c.compress_and_decode(x, c.init_state(0))[1]
+    assert set(_nonzero(dec).tolist()) == set(torch.topk(x.abs(), 2).indices.tolist())
 
 
 @pytest.mark.parametrize("shape", [(1000, 1000), (513, 77), (4097,)])
@@ -177,7 +226,8 @@ def test_sum_of_decoded_tracks_sum_of_gradients() -> None:
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-@pytest.mark.parametrize(("quantize", "coding"), [("none", "fixed"), ("none", "delta-varint"), ("1bit", "fixed"), ("2bit", "elias")])
+@pytest.mark.parametrize(("quantize", "coding"), [("none", "fixed"), ("none", "delta-varint"), ("1bit", "fixed"), ("2bit", "elias"),
+                                                 ("2bit", "fixed")])
 def test_fast_path_bytes_and_residual_equal_the_reference(quantize: str, coding: str) -> None:
     from gcbench.compressors.graddrop import graddrop_reference_encode
 
@@ -194,17 +244,18 @@ def test_fast_path_bytes_and_residual_equal_the_reference(quantize: str, coding:
         assert torch.equal(c.decompress(p), dec)
 
 
-def test_global_group_bytes_equal_the_reference_with_the_group_threshold() -> None:
-    from gcbench.compressors.graddrop import graddrop_reference_encode, graddrop_threshold
+@pytest.mark.parametrize("quantize", ["none", "2bit"])
+def test_global_group_bytes_equal_the_reference_with_the_group_threshold(quantize: str) -> None:
+    from gcbench.compressors.graddrop import graddrop_levels, graddrop_reference_encode
 
-    c = registry.create("graddrop", sample_size=5000)
+    c = registry.create("graddrop", sample_size=5000, quantize=quantize, quant_scale="mean")
     shapes = [(500, 600), (300_001,)]
     states = [c.init_state(i) for i in range(2)]
     for step in range(2):
         xs = [_normal(s, 100 + 10 * step + i) for i, s in enumerate(shapes)]
         corrected = [ErrorFeedback.corrected(x, st).reshape(-1) for x, st in zip(xs, states, strict=True)]
-        thr = graddrop_threshold([lambda pos, f=f: f[pos] for f in corrected], [f.numel() for f in corrected], 0.99, 5000)
-        refs = [graddrop_reference_encode(c, x, st, thr) for x, st in zip(xs, states, strict=True)]
+        levels = graddrop_levels([lambda pos, f=f: f[pos] for f in corrected], [f.numel() for f in corrected], c.params)
+        refs = [graddrop_reference_encode(c, x, st, levels) for x, st in zip(xs, states, strict=True)]
         for (p, dec), (body, meta, ref_dec) in zip(c.compress_group(xs, states), refs, strict=True):
             assert p.data.numpy().tobytes() == body.tobytes() and p.meta == meta
             assert torch.equal(dec, ref_dec)
@@ -218,3 +269,17 @@ def test_cuda_tensors_give_the_cpu_bytes() -> None:
         x = _normal((600, 700), 110 + step)
         assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
         assert torch.equal(s_gpu.tensors[ErrorFeedback.KEY].cpu(), s_cpu.tensors[ErrorFeedback.KEY])
+
+
+@pytest.mark.parametrize(("quantize", "scale"), [("none", "min"), ("2bit", "min"), ("2bit", "mean")])
+def test_torch_route_gives_the_fast_path_bytes(quantize: str, scale: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route other devices take (no numba kernels) samples, cuts and buckets exactly as the CPU path."""
+    from gcbench.compressors import _sparse_fast as fast
+
+    c = registry.create("graddrop", scope="layer", quantize=quantize, quant_scale=scale, sample_size=3000)
+    xs = [_normal((300, 70), 120 + t) for t in range(3)]
+    st = c.init_state(0)
+    want = [c.compress(x, st).to_bytes() for x in xs]
+    monkeypatch.setattr(fast, "fast_cpu", lambda *t: False)
+    st = c.init_state(0)
+    assert [c.compress(x, st).to_bytes() for x in xs] == want

@@ -187,3 +187,33 @@ def test_fast_exchange_matches_the_torch_exchange(monkeypatch: pytest.MonkeyPatc
     slow = comp.exchange(grads, [comp.init_state(w) for w in range(3)])
     assert [p.to_bytes() for p in fast.payloads] == [p.to_bytes() for p in slow.payloads]
     assert torch.equal(fast.aggregate, slow.aggregate)
+
+
+# ---------------------------------------------------------------------------- bias as the metrics report it
+
+
+@pytest.mark.parametrize("clip", [2.5, 0.0])
+def test_measured_bias_against_x_is_significant_only_with_clipping(clip: float) -> None:
+    """gcbench's bias² (always against x) sees the clipping bias: > 5 standard errors with c = 2.5, ≈ 0 without.
+
+    The expected value is the clipping bias itself, ‖clip(x) − x‖²/‖x‖², and the registry's flag
+    says the same thing as the measurement.
+    """
+    from gcbench.metrics import fidelity
+
+    x = heavy_tailed(2000, seed=7)
+    reps = 200
+    comp = registry.create("terngrad", clip=clip)
+    decoded = [decompress(comp.compress(x, State(500 + r))) for r in range(reps)]
+    fid = fidelity(x, decoded)
+    assert fid.bias2 is not None and fid.bias_sq_se is not None
+    z = fid.bias_sq / fid.bias_sq_se
+    clip_bias = float(((clipped(x, clip) - x.double()) ** 2).sum() / (x.double() ** 2).sum())
+    assert registry.get("terngrad").resolve_flags({"clip": clip}).biased == (clip > 0)
+    if clip > 0:
+        assert clip_bias > 0.05  # Student-t(3): clipping removes a sizeable part of ‖x‖²
+        assert z > 5, f"bias² {fid.bias2:.4f} is only {z:.1f} standard errors above 0"
+        assert fid.bias2 == pytest.approx(clip_bias, rel=0.25)
+    else:
+        assert clip_bias == 0.0
+        assert abs(z) < 4, f"bias² {fid.bias2:.5f} is {z:.1f} standard errors from 0 without clipping"
