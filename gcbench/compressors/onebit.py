@@ -218,7 +218,7 @@ class OneBitSGD(Compressor):
                 if p is None:
                     continue
                 leg1[w, j] = p.nbytes if j != w else 0
-                received[j].append(COLUMN.decompress(p))
+                received[j].append(COLUMN.decompress(p, stripe_shape(shape, self.params["granularity"], bounds, j)))
                 if j == w:
                     first_payloads.append(p)
         leg2 = np.zeros(n, dtype=np.int64)  # bytes owner j sends to each other worker
