@@ -16,6 +16,7 @@ that a codec is missing, and fails the test.
 from __future__ import annotations
 
 import functools
+import os
 import struct
 import time
 
@@ -32,7 +33,8 @@ from gcbench.payload import _DTYPES, MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, Payload, 
 from tests.conftest import normal
 
 NAMES = registry.names()
-FUZZ = settings(max_examples=25)  # per compressor and strategy: the whole file stays well under a minute
+# per compressor and strategy: the whole file stays well under a minute; GCBENCH_FUZZ_EXAMPLES=2000 for a deep run
+FUZZ = settings(max_examples=int(os.environ.get("GCBENCH_FUZZ_EXAMPLES", "25")))
 SLOW_S = 5.0  # one decode of a few hundred bytes takes milliseconds; the audit's took 10.7 s
 
 # header values that have broken decoders: huge, negative, zero, wrong type, non-finite
