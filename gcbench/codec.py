@@ -367,11 +367,16 @@ def decode_indices(data: np.ndarray, d: int, k: int, coding: str) -> tuple[np.nd
         if len(data) < 4 * k:
             raise PayloadError("int32 index list is truncated")
         return data[: 4 * k].view("<i4").astype(np.int64), 4 * k
+    # a gap of sorted indices into d positions is at most d: checking it keeps the running sum from wrapping around
     if coding == "delta-varint":
         gaps, used = varint_decode(data, k)
+        if k and (gaps.min() < 0 or gaps.max() >= d):
+            raise PayloadError("delta-varint index list has a gap past the tensor")
         return np.cumsum(gaps + 1) - 1, used
     if coding == "elias":
         rec, bits = read_fields(data, k, (0,))
+        if k and rec[:, 0].max() > d:
+            raise PayloadError("Elias index list has a gap past the tensor")
         return np.cumsum(rec[:, 0]) - 1, (bits + 7) // 8
     raise PayloadError(f"unknown index coding {coding!r}; choose from {', '.join(INDEX_CODINGS)}")
 

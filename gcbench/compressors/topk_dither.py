@@ -78,6 +78,8 @@ def decode_body(body: np.ndarray, d: int, k: int, w: int, coding: str) -> tuple[
         rec, used = codec.read_fields(rest, k, (0, w))
         if (used + 7) // 8 != len(rest):
             raise PayloadError("topk_dither Elias stream has the wrong size")
+        if k and rec[:, 0].max() > d:  # a gap past the tensor (and the running sum below cannot wrap around)
+            raise PayloadError("topk_dither body has an index outside the tensor")
         idx, field = np.cumsum(rec[:, 0]) - 1, rec[:, 1]
     elif coding in ("int32", "delta-varint"):
         idx, used = codec.decode_indices(rest, d, k, coding)
