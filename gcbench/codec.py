@@ -14,6 +14,11 @@ work on NumPy arrays (host memory); compressors convert tensors at the boundary.
   LEB128) and ``elias`` (gaps as Elias-ω).
 * :func:`encode_sparse` / :func:`decode_sparse` — float32 values plus indices, including DGC's
   ``paper`` format (32-bit value + 16-bit zero run per nonzero, with escape records).
+* :func:`index_nbytes_range` / :func:`sparse_nbytes_range` — the body sizes a header's (d, k,
+  coding) allow, which decoders check before allocating anything (decoding is a trust boundary).
+
+Decoders raise :class:`~gcbench.errors.PayloadError` on malformed bytes and bound every
+allocation by the bytes they were given.
 
 Every fast routine has a plain reference (``*_reference``) that the tests compare against.  The
 bit packers and stream writers run as numba kernels (:mod:`gcbench.kernels`): packing 25.6M
@@ -289,14 +294,23 @@ except Exception:  # pragma: no cover - numba missing or broken: fall back to th
     _read_fields_fast = None
 
 
+def _check_record_count(data: np.ndarray, count: int, pattern: np.ndarray) -> None:
+    """Refuse a record count the stream cannot hold (each record takes at least one bit per column)
+    before the (count, columns) output is allocated: a header must not size it, the bytes do."""
+    min_bits = int(np.maximum(pattern, 1).sum())
+    if count < 0 or count * min_bits > 8 * np.asarray(data).size:
+        raise PayloadError(f"Elias-coded stream of {np.asarray(data).size} bytes cannot hold {count} records")
+
+
 def read_fields(data: np.ndarray, count: int, pattern: list[int] | tuple[int, ...]) -> tuple[np.ndarray, int]:
     """Read ``count`` records of ``pattern`` from a stream made by :func:`write_fields`.
 
     ``pattern[j] > 0`` reads a fixed-width field of that many bits; ``0`` reads an Elias-ω code.
     Returns (records as int64 of shape (count, len(pattern)), bits consumed).
     """
-    bits = np.unpackbits(np.ascontiguousarray(data, dtype=np.uint8))
     pat = np.asarray(pattern, dtype=np.int64)
+    _check_record_count(data, count, pat)
+    bits = np.unpackbits(np.ascontiguousarray(data, dtype=np.uint8))
     reader = _read_fields_fast if _read_fields_fast is not None else _read_fields_py
     out, used = reader(bits, int(count), pat)
     if used < 0:
@@ -306,6 +320,7 @@ def read_fields(data: np.ndarray, count: int, pattern: list[int] | tuple[int, ..
 
 def read_fields_reference(data: np.ndarray, count: int, pattern: list[int] | tuple[int, ...]) -> tuple[np.ndarray, int]:
     """:func:`read_fields` without numba (the test oracle)."""
+    _check_record_count(data, count, np.asarray(pattern, dtype=np.int64))
     bits = np.unpackbits(np.ascontiguousarray(data, dtype=np.uint8))
     out, used = _read_fields_py(bits, int(count), np.asarray(pattern, dtype=np.int64))
     if used < 0:
@@ -352,13 +367,54 @@ def decode_indices(data: np.ndarray, d: int, k: int, coding: str) -> tuple[np.nd
         if len(data) < 4 * k:
             raise PayloadError("int32 index list is truncated")
         return data[: 4 * k].view("<i4").astype(np.int64), 4 * k
+    # a gap of sorted indices into d positions is at most d: checking it keeps the running sum from wrapping around
     if coding == "delta-varint":
         gaps, used = varint_decode(data, k)
+        if k and (gaps.min() < 0 or gaps.max() >= d):
+            raise PayloadError("delta-varint index list has a gap past the tensor")
         return np.cumsum(gaps + 1) - 1, used
     if coding == "elias":
         rec, bits = read_fields(data, k, (0,))
+        if k and rec[:, 0].max() > d:
+            raise PayloadError("Elias index list has a gap past the tensor")
         return np.cumsum(rec[:, 0]) - 1, (bits + 7) // 8
-    raise ValueError(f"unknown index coding {coding!r}; choose from {', '.join(INDEX_CODINGS)}")
+    raise PayloadError(f"unknown index coding {coding!r}; choose from {', '.join(INDEX_CODINGS)}")
+
+
+def _varint_nbytes(v: int) -> int:
+    """Bytes of the LEB128 code of ``v >= 0``."""
+    return max(1, -(-int(v).bit_length() // 7))
+
+
+def index_nbytes_range(d: int, k: int, coding: str) -> tuple[int, int]:
+    """(smallest, largest) byte size of ``k`` indices into ``d`` positions in ``coding``.
+
+    Decoders check a body against it before allocating: ``fixed`` and ``int32`` are exact; a gap
+    is at most d, so a ``delta-varint`` gap takes 1 to ``varint(d - 1)`` bytes and an ``elias``
+    gap 1 to ``L(d)`` bits (Elias-ω lengths do not decrease with n).  Unknown codings raise
+    :class:`PayloadError`.
+    """
+    if coding == "fixed":
+        n = packed_nbytes(k, index_width(d))
+        return n, n
+    if coding == "int32":
+        return 4 * k, 4 * k
+    if coding == "delta-varint":
+        return k, k * _varint_nbytes(max(d - 1, 0))
+    if coding == "elias":
+        return (k + 7) // 8, (k * elias_omega_length(max(d, 1)) + 7) // 8
+    raise PayloadError(f"unknown index coding {coding!r}; choose from {', '.join(INDEX_CODINGS)}")
+
+
+def sparse_nbytes_range(d: int, k: int, coding: str) -> tuple[int, int]:
+    """(smallest, largest) byte size of :func:`encode_sparse` of ``k`` of ``d`` elements in ``coding``.
+
+    ``paper``: 6 bytes per element plus one 6-byte escape record per 65,535 skipped positions.
+    """
+    if coding == "paper":
+        return 6 * k, 6 * (k + d // _RUN_ESCAPE + 1)
+    lo, hi = index_nbytes_range(d, k, coding)
+    return 4 * k + lo, 4 * k + hi
 
 
 def index_bits(idx: np.ndarray, d: int, coding: str) -> int:
@@ -433,7 +489,9 @@ def decode_sparse(data: np.ndarray, d: int, k: int, coding: str) -> tuple[np.nda
         if len(data) < 4 * k:
             raise PayloadError("sparse body is truncated")
         vals = data[: 4 * k].view("<f4").astype(np.float32)
-        idx, _ = decode_indices(data[4 * k :], d, k, coding)
+        idx, used = decode_indices(data[4 * k :], d, k, coding)
+        if 4 * k + used != len(data):  # an encoder writes nothing after the indices
+            raise PayloadError(f"sparse body has {len(data) - 4 * k - used} bytes after its {k} indices")
     if idx.size and (idx.min() < 0 or idx.max() >= d):
         raise PayloadError("sparse body has an index outside the tensor")
     return vals, idx

@@ -10,6 +10,13 @@ Contract (checked for every registered compressor by ``tests/test_contract.py``)
   and dtype.
 * ``payload.nbytes == len(payload.to_bytes())`` and ``Payload.from_bytes`` restores a payload that
   decompresses identically.
+* Decoding is a trust boundary (the DDP hook decodes its peers' bytes): ``decompress`` raises
+  :class:`~gcbench.errors.PayloadError` alone on a malformed payload.  Each codec declares the
+  exact body size (or a range) its header implies, :meth:`Compressor._expected_body_nbytes`,
+  reading its header fields with the typed, range-checked :func:`meta_int` / :func:`meta_str` /
+  :func:`meta_flag` and refusing fields it does not know (:func:`meta_keys`); the base checks
+  the body against it before the codec allocates anything.  ``decompress(payload,
+  expected_shape)`` refuses a header whose shape differs from what the receiver waits for.
 * The same seed gives the same bytes.  Empty tensors give an empty body; all-zero tensors give
   all-zero output with no NaN.
 * Communication never happens inside a compressor; :meth:`Compressor.exchange` *simulates* the
@@ -23,6 +30,7 @@ compressor encodes ``a = x + e`` and keeps ``e = a - decoded``.
 from __future__ import annotations
 
 import copy
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,9 +39,19 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gcbench.errors import PayloadError
-from gcbench.payload import MetaValue, Payload
+from gcbench.errors import PayloadError, UnknownNameError
+from gcbench.payload import MetaValue, Payload, check_shape
 from gcbench.registry import CompressorInfo, Flags, ParamValue
+
+#: A body size a header implies: exact, or an inclusive (smallest, largest) range for variable-length codings.
+BodySize = int | tuple[int, int]
+
+# Exceptions that a decoder must never let escape on hostile bytes.  Every codec checks its header
+# and body first; this list is only the safety net of :meth:`Compressor.decompress` behind those
+# checks (it turns a missed case into a PayloadError chained to the original, never a crash).
+_STRAY_DECODE_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError, ArithmeticError, LookupError, RuntimeError, MemoryError, TypeError, struct.error,
+)
 
 
 class State:
@@ -302,9 +320,23 @@ class Compressor(ABC):
         """
         return None
 
-    def decompress(self, payload: Payload) -> torch.Tensor:
-        """Decode a payload of this codec into a tensor of the original shape and dtype."""
-        return self._decode_float(payload).reshape(payload.shape).to(payload.dtype)
+    def decompress(self, payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
+        """Decode a payload of this codec into a tensor of the original shape and dtype.
+
+        ``expected_shape`` is the shape the receiver waits for (a DDP bucket's, a peer's tensor's);
+        a payload declaring another raises before anything is allocated.  Without it the declared
+        size is at most :data:`gcbench.payload.MAX_NUMEL` elements.  Any malformed payload raises
+        :class:`PayloadError` and nothing else.
+        """
+        check_shape(payload.shape, expected_shape)
+        if not payload.dtype.is_floating_point:
+            raise PayloadError(f"{self.name} payload has dtype {payload.dtype}; gradients are floating point")
+        try:
+            return self._decode_float(payload).reshape(payload.shape).to(payload.dtype)
+        except PayloadError:
+            raise
+        except _STRAY_DECODE_ERRORS as exc:  # the safety net behind the codec's checks (see _STRAY_DECODE_ERRORS)
+            raise PayloadError(f"{self.name} payload could not be decoded ({type(exc).__name__}: {exc})") from exc
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
         """Simulate N workers: each compresses, all payloads are all-gathered, decoded, averaged.
@@ -316,7 +348,8 @@ class Compressor(ABC):
             raise ValueError("exchange needs one state per worker gradient, and at least one worker")
         payloads = [self.compress(g, s) for g, s in zip(grads, states, strict=True)]
         acc = torch.zeros(grads[0].shape, dtype=torch.float32, device=grads[0].device)
-        for p in payloads:
+        for p in payloads:  # every worker's payload must have the receiver's shape (a peer sending another is refused)
+            check_shape(p.shape, acc.shape)
             acc += self._decode_float(p).reshape(acc.shape)
         traffic = Traffic()
         total = sum(p.nbytes for p in payloads)
@@ -332,7 +365,22 @@ class Compressor(ABC):
 
     @abstractmethod
     def _decode(self, payload: Payload) -> torch.Tensor:
-        """Decode a non-empty payload into a flat or shaped float32 tensor (payload only!)."""
+        """Decode a non-empty payload into a flat or shaped float32 tensor (payload only!).
+
+        Called only after :meth:`_expected_body_nbytes` accepted the header and the body length.
+        """
+
+    def _expected_body_nbytes(self, payload: Payload) -> BodySize | None:
+        """The body size this payload's header implies: exact, or (smallest, largest) for variable-length codings.
+
+        Every registered codec overrides this (a registry-wide test checks it): it reads each header
+        field it needs with :func:`meta_int` / :func:`meta_str` / :func:`meta_flag` (present, right
+        type, in range), refuses unknown fields with :func:`meta_keys`, and returns the size from
+        the shape and those fields alone, so the base can refuse a body of the wrong length before
+        the decoder allocates anything.  It raises :class:`PayloadError` for a bad header.  ``None``
+        (the default) declares no bound.
+        """
+        return None
 
     def _payload(self, x: torch.Tensor, body: np.ndarray | torch.Tensor, meta: dict[str, MetaValue]) -> Payload:
         if isinstance(body, np.ndarray):
@@ -347,7 +395,16 @@ class Compressor(ABC):
         if payload.version != self.info.version:
             raise PayloadError(f"payload of {self.name} version {payload.version}; this build decodes version {self.info.version}")
         if payload.numel == 0:
+            if payload.body_nbytes:
+                raise PayloadError(f"{self.name} payload of an empty tensor has a {payload.body_nbytes}-byte body (expected none)")
             return torch.zeros(payload.shape, dtype=torch.float32)
+        size = self._expected_body_nbytes(payload)
+        if size is not None:
+            lo, hi = (size, size) if isinstance(size, int) else size
+            n = payload.body_nbytes
+            if not lo <= n <= hi:
+                want = str(lo) if lo == hi else f"{lo} to {hi}"
+                raise PayloadError(f"{self.name} body has {n} bytes, its header implies {want}")
         return self._decode(payload)
 
     def __repr__(self) -> str:
@@ -359,11 +416,19 @@ class Compressor(ABC):
         return dict(self.params)
 
 
-def decompress(payload: Payload) -> torch.Tensor:
-    """Decode any payload by its codec name alone (the "needs only the payload" guarantee)."""
+def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
+    """Decode any payload by its codec name alone (the "needs only the payload" guarantee).
+
+    ``expected_shape`` as in :meth:`Compressor.decompress`; an unknown codec name is a
+    :class:`PayloadError` like any other malformed header.
+    """
     from gcbench import registry
 
-    return registry.create(payload.codec).decompress(payload)
+    try:
+        comp = registry.create(payload.codec)
+    except UnknownNameError:
+        raise PayloadError(f"payload of unknown codec {payload.codec!r}") from None
+    return comp.decompress(payload, expected_shape)
 
 
 def body_numpy(payload: Payload) -> np.ndarray:
@@ -371,15 +436,44 @@ def body_numpy(payload: Payload) -> np.ndarray:
     return payload.data.detach().to("cpu").numpy()
 
 
-def meta_int(payload: Payload, key: str) -> int:
+def _meta_value(payload: Payload, key: str) -> MetaValue:
     try:
-        return int(payload.meta[key])
+        return payload.meta[key]
     except KeyError:
         raise PayloadError(f"{payload.codec} payload lacks header field {key!r}") from None
 
 
-def meta_str(payload: Payload, key: str) -> str:
-    try:
-        return str(payload.meta[key])
-    except KeyError:
-        raise PayloadError(f"{payload.codec} payload lacks header field {key!r}") from None
+def meta_int(payload: Payload, key: str, low: int | None = None, high: int | None = None) -> int:
+    """Header field ``key``: present, an integer, and in ``[low, high]`` (each bound optional)."""
+    v = _meta_value(payload, key)
+    if isinstance(v, bool | np.integer):  # in-process payloads may carry them; the wire turns them into ints
+        v = int(v)
+    if not isinstance(v, int):
+        raise PayloadError(f"{payload.codec} payload header field {key!r} must be an integer, got {v!r}")
+    if (low is not None and v < low) or (high is not None and v > high):
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise PayloadError(f"{payload.codec} payload header field {key}={v} is outside [{lo}, {hi}]")
+    return v
+
+
+def meta_str(payload: Payload, key: str, choices: Sequence[str] | None = None) -> str:
+    """Header field ``key``: present, a string, and one of ``choices`` when given."""
+    v = _meta_value(payload, key)
+    if not isinstance(v, str):
+        raise PayloadError(f"{payload.codec} payload header field {key!r} must be a string, got {v!r}")
+    if choices is not None and v not in choices:
+        raise PayloadError(f"{payload.codec} payload header field {key}={v!r} is not one of {', '.join(map(repr, choices))}")
+    return v
+
+
+def meta_flag(payload: Payload, key: str) -> bool:
+    """An optional 0/1 header flag: absent is false."""
+    return key in payload.meta and bool(meta_int(payload, key, 0, 1))
+
+
+def meta_keys(payload: Payload, *allowed: str) -> None:
+    """Refuse header fields other than ``allowed`` (a codec's decoder knows every field its encoder writes)."""
+    extra = [k for k in payload.meta if k not in allowed]
+    if extra:
+        raise PayloadError(f"{payload.codec} payload has unexpected header field(s) {', '.join(map(repr, extra))}")

@@ -353,9 +353,10 @@ def _gather_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
         raw = bodies[r]
         pos = 0
         for u, n in enumerate(size_rows[r]):
-            p = Payload.from_bytes(raw[pos : pos + n], device=dev)
+            # a peer's bytes: the unit's own shape is the only one accepted (checked before anything is allocated)
+            p = Payload.from_bytes(raw[pos : pos + n], device=dev, expected_shape=xs[u].shape)
             pos += n
-            acc[u] += comp.decompress(p).reshape(-1).to(dev, torch.float32)
+            acc[u] += comp.decompress(p, expected_shape=xs[u].shape).reshape(-1).to(dev, torch.float32)
     means = [a.div_(world) for a in acc]
     decompress_s = clock.lap()
     rec = BucketStats(
@@ -487,8 +488,9 @@ def _onebit_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
     pos = 0
     for i in range(world):
         for u, n in enumerate(recv_rows[i]):
-            if n:
-                received[u].append(onebit.COLUMN.decompress(Payload.from_bytes(raw[pos : pos + n])))
+            if n:  # my stripe of unit u from rank i: its shape is known here, so a peer cannot make me allocate more
+                mine = onebit.stripe_shape(tuple(xs[u].shape), g, bounds[u], rank)
+                received[u].append(onebit.COLUMN.decompress(Payload.from_bytes(raw[pos : pos + n], expected_shape=mine), mine))
             pos += n
     owned = [onebit.owner_stripe(received[u], world, states[u])[0] if received[u] else None for u in range(len(xs))]
     messages = [b"" if p is None else p.to_bytes() for p in owned]
@@ -500,8 +502,9 @@ def _onebit_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
     for r in range(world):
         pos = 0
         for u, n in enumerate(size_rows[r]):
-            if n:
-                out[u].append(onebit.COLUMN.decompress(Payload.from_bytes(bodies[r][pos : pos + n])))
+            if n:  # rank r's stripe of unit u
+                theirs = onebit.stripe_shape(tuple(xs[u].shape), g, bounds[u], r)
+                out[u].append(onebit.COLUMN.decompress(Payload.from_bytes(bodies[r][pos : pos + n], expected_shape=theirs), theirs))
             pos += n
     means = [onebit.assemble_stripes(cols, g, tuple(x.shape)).to(dev, torch.float32) if cols else torch.zeros(x.numel(), device=dev)
              for cols, x in zip(out, xs, strict=True)]

@@ -17,6 +17,16 @@ Header layout (all integers LEB128 varints unless noted)::
     u8  ndim , var dim[0..ndim)
     u8  number of meta entries, then per entry:
         u8 len(key), key (ASCII), u8 type tag ('i' zigzag varint | 'f' float64 | 's' u8 len + ASCII)
+
+Decoding is a trust boundary: the DDP hook decodes what its peers send.  :func:`decode_header`
+checks every field (format version, lengths, canonical varints below 2^64, dtype code, at most
+:data:`MAX_NDIM` dimensions, unique meta keys, known tags) and raises
+:class:`~gcbench.errors.PayloadError` alone, whatever the bytes.  :func:`check_shape` bounds the
+tensor a header may make its receiver allocate: the receiver's expected shape when it knows one
+(the DDP hook and the simulated exchanges do), otherwise at most :data:`MAX_NUMEL` elements and,
+for bytes from the wire (:meth:`Payload.from_bytes`), at most :data:`MAX_ELEMENTS_PER_BYTE`
+elements per wire byte, so a tiny message cannot make a receiver allocate gigabytes or loop for
+seconds before the codec's own body checks run.
 """
 
 from __future__ import annotations
@@ -33,6 +43,17 @@ import torch
 from gcbench.errors import PayloadError
 
 FORMAT_VERSION = 1
+
+#: Most elements a payload header may declare when the receiver gives no expected shape (2^31:
+#: 8 GiB of float32, beyond any single gradient tensor or bucket gcbench measures).
+MAX_NUMEL = 2**31
+#: Most elements per wire byte (header included) that :meth:`Payload.from_bytes` accepts without an
+#: expected shape: 2^16 elements per byte is a compression ratio of 262,144x over float32, far
+#: beyond any published compressor (DGC's 600x, top-k at density 1e-5), yet it keeps a 70-byte
+#: message from declaring a 1 GiB tensor.  Receivers that know the shape pass it instead.
+MAX_ELEMENTS_PER_BYTE = 2**16
+#: Most dimensions a header may declare (torch's own limit on tensor dimensions).
+MAX_NDIM = 64
 
 _DTYPES: tuple[torch.dtype, ...] = (
     torch.float32,
@@ -64,6 +85,9 @@ def _varint(n: int) -> bytes:
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """One LEB128 varint at ``pos``: (value, next position).  Values of 2^64 or more (more than ten
+    bytes) are refused as overlong, and so are non-canonical encodings (a last byte of zero after a
+    continuation): :func:`_varint` never writes them, and each message has one spelling."""
     n = 0
     shift = 0
     while True:
@@ -73,10 +97,14 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         n |= (b & 0x7F) << shift
         if not b & 0x80:
+            if shift and not b:
+                raise PayloadError("payload header has a non-canonical varint (a trailing zero byte)")
+            if n >= 1 << 64:
+                raise PayloadError("payload header has an overlong varint (2^64 or more)")
             return n, pos
         shift += 7
-        if shift > 70:
-            raise PayloadError("payload header has an overlong varint")
+        if shift > 63:
+            raise PayloadError("payload header has an overlong varint (more than ten bytes)")
 
 
 def _zigzag(n: int) -> int:
@@ -122,55 +150,87 @@ def encode_header(
 
 
 def decode_header(buf: bytes) -> tuple[str, int, torch.dtype, tuple[int, ...], dict[str, MetaValue], int]:
-    """Parse a header; returns (codec, version, dtype, shape, meta, body offset)."""
-    try:
-        if not buf:
-            raise PayloadError("payload is empty")
-        if buf[0] != FORMAT_VERSION:
-            raise PayloadError(f"payload format version {buf[0]} is not supported (expected {FORMAT_VERSION})")
-        pos = 1
-        n = buf[pos]
-        codec = buf[pos + 1 : pos + 1 + n].decode("ascii")
-        pos += 1 + n
-        version, pos = _read_varint(buf, pos)
-        dcode, ndim = buf[pos], buf[pos + 1]
-        pos += 2
-        if dcode >= len(_DTYPES):
-            raise PayloadError(f"payload has unknown dtype code {dcode}")
-        shape = []
-        for _ in range(ndim):
-            s, pos = _read_varint(buf, pos)
-            shape.append(s)
-        nmeta = buf[pos]
-        pos += 1
-        meta: dict[str, MetaValue] = {}
-        for _ in range(nmeta):
-            n = buf[pos]
-            key = buf[pos + 1 : pos + 1 + n].decode("ascii")
-            pos += 1 + n
-            tag = buf[pos : pos + 1]
-            pos += 1
-            if tag == b"i":
-                v, pos = _read_varint(buf, pos)
-                meta[key] = _unzigzag(v)
-            elif tag == b"f":
-                if pos + 8 > len(buf):
-                    raise PayloadError("payload header is truncated")
-                meta[key] = struct.unpack_from("<d", buf, pos)[0]
-                pos += 8
-            elif tag == b"s":
-                n = buf[pos]
-                meta[key] = buf[pos + 1 : pos + 1 + n].decode("ascii")
-                pos += 1 + n
-            else:
-                raise PayloadError(f"payload header has unknown meta tag {tag!r}")
-        if pos > len(buf):
-            raise PayloadError("payload header is truncated")
-        return codec, version, _DTYPES[dcode], tuple(shape), meta, pos
-    except IndexError as exc:
-        raise PayloadError("payload header is truncated") from exc
-    except UnicodeDecodeError as exc:
-        raise PayloadError("payload header is corrupt (non-ASCII name)") from exc
+    """Parse a header; returns (codec, version, dtype, shape, meta, body offset).
+
+    Every field is checked for type and range (see the module docstring); anything malformed
+    raises :class:`PayloadError` and nothing is allocated beyond the header's own few values.
+    """
+    if not buf:
+        raise PayloadError("payload is empty")
+    if buf[0] != FORMAT_VERSION:
+        raise PayloadError(f"payload format version {buf[0]} is not supported (expected {FORMAT_VERSION})")
+    pos = 1
+
+    def take(n: int, what: str) -> bytes:
+        nonlocal pos
+        if pos + n > len(buf):
+            raise PayloadError(f"payload header is truncated (in the {what})")
+        out = buf[pos : pos + n]
+        pos += n
+        return out
+
+    def ascii_text(raw: bytes, what: str) -> str:
+        try:
+            return raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise PayloadError(f"payload header is corrupt (non-ASCII {what})") from None
+
+    codec = ascii_text(take(take(1, "codec name")[0], "codec name"), "codec name")
+    version, pos = _read_varint(buf, pos)
+    dcode, ndim = take(2, "dtype and ndim")
+    if dcode >= len(_DTYPES):
+        raise PayloadError(f"payload has unknown dtype code {dcode} (known: 0..{len(_DTYPES) - 1})")
+    if ndim > MAX_NDIM:
+        raise PayloadError(f"payload header declares {ndim} dimensions (at most {MAX_NDIM})")
+    shape = []
+    for _ in range(ndim):
+        s, pos = _read_varint(buf, pos)
+        shape.append(s)
+    nmeta = take(1, "meta count")[0]
+    meta: dict[str, MetaValue] = {}
+    for _ in range(nmeta):
+        key = ascii_text(take(take(1, "meta key")[0], "meta key"), "meta key")
+        if key in meta:
+            raise PayloadError(f"payload header repeats meta key {key!r}")
+        tag = take(1, "meta tag")
+        if tag == b"i":
+            v, pos = _read_varint(buf, pos)
+            meta[key] = _unzigzag(v)
+        elif tag == b"f":
+            meta[key] = struct.unpack("<d", take(8, "meta value"))[0]
+        elif tag == b"s":
+            meta[key] = ascii_text(take(take(1, "meta value")[0], "meta value"), "meta value")
+        else:
+            raise PayloadError(f"payload header has unknown meta tag {tag!r} (known: b'i', b'f', b's')")
+    return codec, version, _DTYPES[dcode], tuple(shape), meta, pos
+
+
+def check_shape(shape: tuple[int, ...], expected_shape: tuple[int, ...] | torch.Size | None = None,
+                wire_nbytes: int | None = None) -> None:
+    """Raise :class:`PayloadError` unless a receiver may decode a header's ``shape``.
+
+    With ``expected_shape`` (the receiver knows what it waits for) the shapes must be equal.
+    Without it, the declared element count is at most :data:`MAX_NUMEL` (no dimension alone above
+    it, so an empty tensor cannot hide an absurd one) and, when the message's ``wire_nbytes`` is
+    given, at most :data:`MAX_ELEMENTS_PER_BYTE` per wire byte.  Runs before anything is allocated.
+    """
+    if expected_shape is not None:
+        want = tuple(int(s) for s in expected_shape)
+        if tuple(shape) != want:
+            raise PayloadError(f"payload declares shape {tuple(shape)}, the receiver expects {want}")
+        return
+    if len(shape) > MAX_NDIM:
+        raise PayloadError(f"payload declares {len(shape)} dimensions (at most {MAX_NDIM})")
+    numel = 1
+    for s in shape:
+        if s < 0 or s > MAX_NUMEL:
+            raise PayloadError(f"payload declares a dimension of {s} (at most {MAX_NUMEL} without an expected shape)")
+        numel *= s
+    if numel > MAX_NUMEL:
+        raise PayloadError(f"payload declares {numel} elements, shape {tuple(shape)} (at most {MAX_NUMEL} without an expected shape)")
+    if wire_nbytes is not None and numel > MAX_ELEMENTS_PER_BYTE * wire_nbytes:
+        raise PayloadError(f"payload of {wire_nbytes} bytes declares {numel} elements, shape {tuple(shape)}: more than "
+                           f"{MAX_ELEMENTS_PER_BYTE} per byte; pass the expected shape to decode such a message")
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,9 +283,17 @@ class Payload:
         return self.header + body
 
     @classmethod
-    def from_bytes(cls, buf: bytes | bytearray | memoryview, device: torch.device | str = "cpu") -> Payload:
-        """Restore a payload from :meth:`to_bytes` output; raises :class:`PayloadError` if corrupt."""
+    def from_bytes(cls, buf: bytes | bytearray | memoryview, device: torch.device | str = "cpu", *,
+                   expected_shape: tuple[int, ...] | torch.Size | None = None) -> Payload:
+        """Restore a payload from :meth:`to_bytes` output; raises :class:`PayloadError` if corrupt.
+
+        ``expected_shape`` is the shape the receiver waits for: a header declaring another raises
+        before anything is allocated.  Without it the declared size is bounded by
+        :func:`check_shape` (at most :data:`MAX_NUMEL` elements and :data:`MAX_ELEMENTS_PER_BYTE`
+        per byte of ``buf``).
+        """
         buf = bytes(buf)
         codec, version, dtype, shape, meta, pos = decode_header(buf)
+        check_shape(shape, expected_shape, len(buf))
         body = torch.frombuffer(bytearray(buf[pos:]), dtype=torch.uint8) if len(buf) > pos else torch.empty(0, dtype=torch.uint8)
         return cls(codec, version, dtype, shape, body.to(device), meta)

@@ -408,3 +408,55 @@ def test_sparse_corrupt_raises() -> None:
         codec.decode_sparse(enc[:7], 10, 2, "int32")
     with pytest.raises(ValueError):
         codec.encode_sparse(vals, np.array([3]), 10, "fixed")
+
+
+# ---------------------------------------------------------------------------- hostile bodies
+
+
+@given(_index_sets, st.sampled_from(codec.SPARSE_CODINGS))
+def test_encodings_lie_in_the_size_range_decoders_check(case: tuple[int, set[int]], coding: str) -> None:
+    """Decoders refuse a body outside ``sparse_nbytes_range`` before allocating: no real encoding may fall outside it."""
+    d, chosen = case
+    idx = np.array(sorted(chosen), dtype=np.int64)
+    body = codec.encode_sparse(np.ones(len(idx), np.float32), idx, d, coding)
+    lo, hi = codec.sparse_nbytes_range(d, len(idx), coding)
+    assert lo <= len(body) <= hi
+    if coding != "paper":
+        lo, hi = codec.index_nbytes_range(d, len(idx), coding)
+        assert lo <= len(codec.encode_indices(idx, d, coding)) <= hi
+
+
+@pytest.mark.parametrize("coding", codec.SPARSE_CODINGS)
+@pytest.mark.parametrize("d", [1, 2, 127, 128, 65_535, 65_536, 2**24 + 1])
+def test_size_range_is_reached_by_the_widest_gaps(coding: str, d: int) -> None:
+    """The upper bound is tight where it matters: one element at the far end of the tensor is the widest gap."""
+    body = codec.encode_sparse(np.ones(1, np.float32), np.array([d - 1]), d, coding)
+    lo, hi = codec.sparse_nbytes_range(d, 1, coding)
+    assert lo <= len(body) <= hi
+    if coding in ("fixed", "int32", "delta-varint", "elias"):
+        assert len(body) == hi
+
+
+def test_decode_sparse_refuses_trailing_bytes() -> None:
+    idx, vals = np.array([3, 9]), np.array([1.0, -2.0], np.float32)
+    for coding in codec.INDEX_CODINGS:
+        body = codec.encode_sparse(vals, idx, 10, coding)
+        codec.decode_sparse(body, 10, 2, coding)
+        with pytest.raises(PayloadError, match="after its 2 indices"):
+            codec.decode_sparse(np.concatenate([body, np.zeros(1, np.uint8)]), 10, 2, coding)
+
+
+def test_unknown_index_coding_on_decode_is_a_payload_error() -> None:
+    with pytest.raises(PayloadError, match="unknown index coding"):
+        codec.decode_indices(np.zeros(8, np.uint8), 10, 1, "golomb")
+    with pytest.raises(PayloadError, match="unknown index coding"):
+        codec.index_nbytes_range(10, 1, "golomb")
+
+
+@pytest.mark.parametrize("count", [2**40, 2**62, -1])
+def test_read_fields_refuses_counts_the_stream_cannot_hold_before_allocating(count: int) -> None:
+    """A header's count must not size the (count, columns) output: 4 bytes hold at most 32 one-bit records."""
+    with pytest.raises(PayloadError, match="cannot hold"):
+        codec.read_fields(np.zeros(4, np.uint8), count, (0, 1, 0))
+    with pytest.raises(PayloadError, match="cannot hold"):
+        codec.read_fields_reference(np.zeros(4, np.uint8), count, (0,))

@@ -70,7 +70,7 @@ def test_header_round_trip_with_meta(meta: dict[str, object]) -> None:
 @pytest.mark.parametrize("shape", [(), (0,), (1,), (3, 0, 2), (512, 512), (2**40,)], ids=str)
 def test_dtype_and_shape_round_trip(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     p = Payload("none", 1, dtype, shape, torch.empty(0, dtype=torch.uint8))
-    q = Payload.from_bytes(p.to_bytes())
+    q = Payload.from_bytes(p.to_bytes(), expected_shape=shape)  # (2**40,) only when the receiver expects it
     assert q.dtype == dtype and q.shape == shape and q.body_nbytes == 0
     assert p.nbytes == len(p.to_bytes())
     assert q.numel == int(np.prod(shape)) if shape else q.numel == 1
@@ -142,3 +142,46 @@ def test_from_bytes_accepts_bytearray_and_memoryview() -> None:
     raw = _payload({"s": 4}).to_bytes()
     for buf in (bytearray(raw), memoryview(raw)):
         assert Payload.from_bytes(buf).to_bytes() == raw
+
+
+# ---------------------------------------------------------------- decoding as a trust boundary
+
+
+def test_header_refuses_non_canonical_and_huge_varints() -> None:
+    good = b"\x01\x04qsgd\x01\x00\x01\x05\x00"
+    assert Payload.from_bytes(good).shape == (5,)
+    with pytest.raises(PayloadError, match="non-canonical"):
+        Payload.from_bytes(b"\x01\x04qsgd\x01\x00\x01\x85\x00\x00")  # 5 spelled in two bytes
+    with pytest.raises(PayloadError, match="overlong"):
+        Payload.from_bytes(b"\x01\x04qsgd\x01\x00\x01" + b"\xff" * 9 + b"\x02\x00")  # 2^64 + ...
+
+
+def test_header_refuses_repeated_meta_keys_and_too_many_dimensions() -> None:
+    one = _payload({"k": 1}, body=b"").to_bytes()
+    twice = one[:-5] + b"\x02" + one[-4:] * 2  # meta count 2, the 4-byte entry "k"=1 twice
+    assert Payload.from_bytes(one).meta == {"k": 1}
+    with pytest.raises(PayloadError, match="repeats meta key 'k'"):
+        Payload.from_bytes(twice)
+    p = Payload("none", 1, torch.float32, (1,) * 65, torch.empty(0, dtype=torch.uint8))
+    with pytest.raises(PayloadError, match="65 dimensions"):
+        Payload.from_bytes(p.to_bytes())
+
+
+def test_declared_size_is_bounded_without_an_expected_shape() -> None:
+    """At most MAX_NUMEL elements, and MAX_ELEMENTS_PER_BYTE per wire byte, unless the receiver expects the shape."""
+    from gcbench.payload import MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, check_shape
+
+    check_shape((MAX_NUMEL,))
+    with pytest.raises(PayloadError, match="elements"):
+        check_shape((MAX_NUMEL // 2 + 1, 2))
+    with pytest.raises(PayloadError, match="dimension"):
+        check_shape((0, 2**40))  # an empty tensor cannot hide an absurd dimension
+    check_shape((2**40,), expected_shape=(2**40,))
+    with pytest.raises(PayloadError, match="expects"):
+        check_shape((4, 5), expected_shape=torch.Size([5, 4]))
+    raw = _payload(body=b"", shape=(1,)).to_bytes()
+    n = len(_payload(body=b"", shape=(MAX_ELEMENTS_PER_BYTE * 20,)).to_bytes())
+    assert Payload.from_bytes(_payload(body=b"", shape=(MAX_ELEMENTS_PER_BYTE * n,)).to_bytes()).numel == MAX_ELEMENTS_PER_BYTE * n
+    with pytest.raises(PayloadError, match="per byte"):
+        Payload.from_bytes(_payload(body=b"", shape=(MAX_ELEMENTS_PER_BYTE * n + 1,)).to_bytes())
+    assert Payload.from_bytes(raw).shape == (1,)

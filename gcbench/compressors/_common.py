@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from gcbench import codec
-from gcbench.compressor import body_numpy, meta_int, meta_str
+from gcbench.compressor import body_numpy, meta_int, meta_keys, meta_str
 from gcbench.payload import Payload
 from gcbench.registry import Param
 
@@ -43,6 +43,15 @@ def sparse_body(values: torch.Tensor, idx: torch.Tensor, d: int, coding: str) ->
     vals_np = to_numpy(values).astype(np.float32, copy=False)
     order = np.argsort(idx_np, kind="stable")
     return codec.encode_sparse(vals_np[order], idx_np[order], d, coding)
+
+
+def sparse_body_nbytes(payload: Payload, codings: tuple[str, ...] = codec.INDEX_CODINGS, *other_keys: str) -> tuple[int, int]:
+    """Body size range of a payload written with :func:`sparse_body` (header ``k``, ``coding``; no
+    other fields but ``other_keys``), its header checked: ``coding`` one of ``codings``, 0 <= k <= d."""
+    meta_keys(payload, "k", "coding", *other_keys)
+    coding = meta_str(payload, "coding", codings)
+    d = payload.numel
+    return codec.sparse_nbytes_range(d, meta_int(payload, "k", 0, d), coding)
 
 
 def sparse_decode(payload: Payload) -> torch.Tensor:

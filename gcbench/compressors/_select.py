@@ -36,9 +36,9 @@ import numpy as np
 import torch
 
 from gcbench import codec
-from gcbench.compressor import Compressor, ErrorFeedback, State, _overlaps, body_numpy, meta_int, meta_str
+from gcbench.compressor import Compressor, ErrorFeedback, State, _overlaps, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, to_numpy
+from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import MetaValue, Payload
 
@@ -293,6 +293,15 @@ def sparse_or_dense_body(
         return to_numpy(dense.reshape(-1)).astype("<f4").view(np.uint8), {"coding": DENSE}
     assert values is not None and idx is not None
     return sparse_body(values, idx, d, coding), {"k": int(idx.numel()), "coding": coding}
+
+
+def sparse_or_dense_nbytes(payload: Payload) -> int | tuple[int, int]:
+    """Body size of a :func:`sparse_or_dense_body` payload, its header checked (the codec's
+    ``_expected_body_nbytes``): 4·d for a dense body, else the sparse coding's range."""
+    if meta_str(payload, "coding") == DENSE:
+        meta_keys(payload, "coding")
+        return 4 * payload.numel
+    return sparse_body_nbytes(payload, codec.SPARSE_CODINGS)
 
 
 def sparse_or_dense_decode(payload: Payload) -> torch.Tensor:

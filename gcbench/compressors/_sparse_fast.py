@@ -798,15 +798,18 @@ def encode_indices(idx: np.ndarray, d: int, coding: str) -> np.ndarray:
 
 
 def decode_indices(data: np.ndarray, d: int, k: int, coding: str, codec_name: str) -> np.ndarray:
-    """:func:`gcbench.codec.decode_indices` (indices only) with the ``fixed`` fields read in parallel; checks the range."""
+    """:func:`gcbench.codec.decode_indices` (indices only) with the ``fixed`` fields read in parallel; checks the
+    range, and that the indices fill ``data`` exactly (an encoder writes nothing after them)."""
     width = codec.index_width(d)
     if coding == "fixed" and HAVE_NUMBA and width <= 32:
         need = codec.packed_nbytes(k, width)
         if len(data) < need:
             raise PayloadError(f"{codec_name} index list is truncated: need {need} bytes, have {len(data)}")
-        idx = read_fixed(data[:need], width, k)
+        idx, used = read_fixed(data[:need], width, k), need
     else:
-        idx, _ = codec.decode_indices(data, d, k, coding)
+        idx, used = codec.decode_indices(data, d, k, coding)
+    if used != len(data):
+        raise PayloadError(f"{codec_name} body has {len(data) - used} bytes after its {k} indices")
     if idx.size and (idx.min() < 0 or idx.max() >= d):
         raise PayloadError(f"{codec_name} body has an index outside the tensor")
     return idx

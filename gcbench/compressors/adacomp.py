@@ -57,7 +57,7 @@ import math
 import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_str
+from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors._select import InPlaceEncoder
@@ -278,6 +278,16 @@ class AdaComp(InPlaceEncoder):
         body, gq, residue = adacomp_torch_encode(x, e if usable and e is not None else torch.zeros_like(x), L, mode)
         state.tensors[RESIDUE] = residue
         return body, {"L": L, "q": mode}, gq
+
+    def _expected_body_nbytes(self, payload: Payload) -> tuple[int, int]:
+        meta_keys(payload, "L", "q")
+        d = payload.numel
+        L, mode = meta_int(payload, "L", 1, d), meta_str(payload, "q", _QUANTIZE)
+        nbins, cw = -(-d // L), count_width(L)
+        # [scale,] per-bin counts, then 0..d selected (index within bin [, sign]) fields [, fp32 values]
+        head = 4 if mode == "sign_scale" else 0
+        elem_w, tail = (index_width(L) + 1, 0) if mode == "sign_scale" else (index_width(L), 4)
+        return head + (nbins * cw + 7) // 8, head + (nbins * cw + d * elem_w + 7) // 8 + tail * d
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel

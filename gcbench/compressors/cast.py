@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from gcbench import kernels
-from gcbench.compressor import Compressor, State
+from gcbench.compressor import Compressor, State, meta_keys
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
 from gcbench.registry import register
@@ -36,6 +36,10 @@ class _Cast(Compressor):
         wire = kernels.empty(flat.numel(), self.wire_dtype)
         wire.copy_(flat)  # a new buffer: the body never aliases the caller's tensor
         return wire.view(torch.uint8), {}, None
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload)
+        return torch.empty(0, dtype=self.wire_dtype).element_size() * payload.numel
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         data = payload.data

@@ -105,6 +105,7 @@ from gcbench.compressors._select import (
     momentum_buffers,
     sparse_or_dense_body,
     sparse_or_dense_decode,
+    sparse_or_dense_nbytes,
 )
 from gcbench.errors import ParamError
 from gcbench.payload import MetaValue, Payload
@@ -253,6 +254,9 @@ class DGC(MomentumSGDReference, InPlaceEncoder):
         step_fn = dgc_step_fast if fast.fast_cpu(x, u, v) else dgc_step_torch
         step = step_fn(x, u, v, m, nesterov, coef, k, density, num_samples, stride, start, p["index_coding"], p["masking"], need_decoded)
         return step.body, {"k": step.sent, "coding": p["index_coding"]}, step.decoded
+
+    def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
+        return sparse_or_dense_nbytes(payload)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         return sparse_or_dense_decode(payload)

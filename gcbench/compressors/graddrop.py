@@ -92,7 +92,7 @@ import numpy as np
 import torch
 
 from gcbench import codec
-from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_str
+from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, to_numpy
 from gcbench.compressors._select import InPlaceEncoder, above, strided_sample
@@ -346,6 +346,18 @@ class GradDrop(InPlaceEncoder):
         if ef:
             flat[idx] = flat[idx] - dec_vals
         return body, meta, decoded
+
+    def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
+        meta_keys(payload, "k", "coding", "q")
+        d = payload.numel
+        k, coding, mode = meta_int(payload, "k", 0, d), meta_str(payload, "coding", codec.INDEX_CODINGS), meta_str(payload, "q", QUANTIZE)
+        if k == 0:
+            return 0  # nothing survived: an empty body
+        if mode == "none":
+            return codec.sparse_nbytes_range(d, k, coding)
+        lo, hi = codec.index_nbytes_range(d, k, coding)  # fp32 scales, packed codes, then the indices
+        head = 4 * _SCALES[mode] + codec.packed_nbytes(k, _CODE_BITS[mode])
+        return head + lo, head + hi
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel

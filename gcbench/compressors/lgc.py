@@ -92,15 +92,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 from gcbench import codec
-from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_str
+from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors import _lgc_ae as ae
-from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body, sparse_decode, to_numpy
+from gcbench.compressors._common import (
+    coding_param,
+    dense_from_sparse,
+    density_param,
+    k_of,
+    sparse_body,
+    sparse_body_nbytes,
+    sparse_decode,
+    to_numpy,
+)
 from gcbench.errors import GcbenchError, ParamError, PayloadError
 from gcbench.metrics import dense_bytes
 from gcbench.payload import MetaValue, Payload
@@ -188,6 +197,14 @@ def _parse_channels(text: str) -> tuple[int, ...]:
     if not 1 <= len(widths) <= 8 or any(w < 1 for w in widths):
         raise ParamError(f"lgc.channels: 1 to 8 positive layer widths (each halves the length), got {text!r}")
     return widths
+
+
+def _refuse_kind(kind: str) -> NoReturn:
+    """A payload kind that ``decompress`` cannot decode: the exchange's protocol messages, or garbage."""
+    if kind in _PROTOCOL:
+        raise PayloadError(f"lgc {kind!r} payloads are messages of the multi-worker exchange and decode only there "
+                           "(they need the leader's index set and the server's decoder)")
+    raise PayloadError(f"lgc payload of unknown kind {kind!r}")
 
 
 def _f32_bytes(t: torch.Tensor) -> np.ndarray:
@@ -296,6 +313,15 @@ class LGC(Compressor):
         coding = self.params["index_coding"]
         return sparse_body(vals, idx, d, coding), {"kind": "topk", "k": k, "coding": coding}, dense_from_sparse(vals, idx, d)
 
+    def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
+        kind = meta_str(payload, "kind")
+        if kind == "dense":
+            meta_keys(payload, "kind")
+            return 4 * payload.numel
+        if kind == "topk":
+            return sparse_body_nbytes(payload, codec.INDEX_CODINGS, "kind")
+        _refuse_kind(kind)
+
     def _decode(self, payload: Payload) -> torch.Tensor:
         kind = meta_str(payload, "kind")
         if kind == "dense":
@@ -305,10 +331,7 @@ class LGC(Compressor):
             return _f32_read(body, 0, payload.numel, "dense")
         if kind == "topk":
             return sparse_decode(payload)
-        if kind in _PROTOCOL:
-            raise PayloadError(f"lgc {kind!r} payloads are messages of the multi-worker exchange and decode only there "
-                               "(they need the leader's index set and the server's decoder)")
-        raise PayloadError(f"lgc payload of unknown kind {kind!r}")
+        _refuse_kind(kind)
 
     # ------------------------------------------------------------------ exchange
 

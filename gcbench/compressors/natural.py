@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from gcbench import codec, kernels
-from gcbench.compressor import Compressor, State, body_numpy, meta_int
+from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_keys
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
@@ -154,6 +154,10 @@ class Natural(Compressor):
         body = np.empty(d + codec.packed_nbytes(d, 1), np.uint8)
         kernels.natural_encode(kernels.flat_f32(a), seed, body)
         return body, {}, None
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload)
+        return payload.numel + codec.packed_nbytes(payload.numel, 1)  # an exponent byte and a sign bit each
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
@@ -308,6 +312,11 @@ class NaturalDither(Compressor):
         body[:4] = np.array([n], "<f4").view(np.uint8)
         kernels.dither_pack(x, n, s, seed, w, body[4:])
         return body, {"s": s}, None
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload, "s")
+        s = meta_int(payload, "s", 1, 120)
+        return 4 + codec.packed_nbytes(payload.numel, 1 + level_bits(s))  # float32 norm, sign + level fields
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel

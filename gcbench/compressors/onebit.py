@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from gcbench import codec, kernels
-from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_str
+from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import MetaValue, Payload
@@ -171,6 +171,11 @@ class OneBitSGD(Compressor):
         decoded = _from_matrix(torch.where(pos, mu1, mu0), g, shape)
         return body, {"g": g}, decoded
 
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload, "g")
+        g = meta_str(payload, "g", _GRANULARITIES)
+        return (payload.numel + 7) // 8 + 8 * _ngroups(payload.shape, g)  # sign bits, (mu0, mu1) per group
+
     def _decode(self, payload: Payload) -> torch.Tensor:
         g, shape, d, ncols, body, nb = _checked_body(payload)
         means = body[nb:].view("<f4").astype(np.float32).reshape(ncols, 2)
@@ -213,7 +218,7 @@ class OneBitSGD(Compressor):
                 if p is None:
                     continue
                 leg1[w, j] = p.nbytes if j != w else 0
-                received[j].append(COLUMN.decompress(p))
+                received[j].append(COLUMN.decompress(p, stripe_shape(shape, self.params["granularity"], bounds, j)))
                 if j == w:
                     first_payloads.append(p)
         leg2 = np.zeros(n, dtype=np.int64)  # bytes owner j sends to each other worker
@@ -234,6 +239,13 @@ class OneBitSGD(Compressor):
 
 
 COLUMN = OneBitSGD(granularity="column")  # stripes are columns of the view already: they decode as column payloads
+
+
+def stripe_shape(shape: tuple[int, ...], granularity: str, bounds: Sequence[int], j: int) -> tuple[int, int]:
+    """Shape of stripe j's payload (what :func:`split_stripes` and the owner send): (rows of the view, its columns)."""
+    d = int(np.prod(shape)) if shape else 1
+    groups = _ngroups(shape, granularity)
+    return (d // groups if groups else 0, bounds[j + 1] - bounds[j])
 
 
 def stripe_bounds(shape: tuple[int, ...], granularity: str, n: int) -> list[int]:

@@ -61,7 +61,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int
+from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors._select import InPlaceEncoder
@@ -379,6 +379,12 @@ class PowerSGD(InPlaceEncoder):
             else:
                 subtract_reconstruction(a.reshape(rows, cols), p_hat, q_new)
         return body, {"r": r}, decoded
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload, "r")
+        rows, cols = matrix_shape(payload.shape)
+        r = meta_int(payload, "r", 0, min(rows, cols))  # a rank above min(rows, cols) is never smaller than the matrix
+        return 4 * payload.numel if r == 0 else 4 * r * (rows + cols)  # dense float32, or the factors P and Q
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         r = meta_int(payload, "r")

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from gcbench import codec, kernels
-from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_str
+from gcbench.compressor import Compressor, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
@@ -141,16 +141,32 @@ class QSGD(Compressor):
         body = _elias_body(norms, nz, f_nz & np.uint32(1), f_nz >> np.uint32(1))
         return body, {"s": s, "B": bucket, "enc": "elias", "nnz": int(nz.size)}, None
 
+    def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
+        d = payload.numel
+        if meta_flag(payload, "raw"):
+            meta_keys(payload, "raw")
+            return 4 * d
+        enc = meta_str(payload, "enc", ("fixed", "elias"))
+        meta_keys(payload, "s", "B", "enc", *(("nnz",) if enc == "elias" else ()))
+        s = meta_int(payload, "s", 1, int(self.info.param("s").high or 2**20))
+        nb = -(-d // meta_int(payload, "B", 1, 2**62))  # norms: one float32 per bucket
+        if enc == "fixed":
+            return 4 * nb + codec.packed_nbytes(d, 1 + level_bits(s))
+        # per nonzero level: Elias-ω gap (at most d), a sign bit, Elias-ω level (at most s)
+        nnz = meta_int(payload, "nnz", 0, d)
+        return 4 * nb + (3 * nnz + 7) // 8, 4 * nb + (nnz * (codec.elias_omega_length(d) + 1 + codec.elias_omega_length(s)) + 7) // 8
+
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
         body = body_numpy(payload)
-        if payload.meta.get("raw"):
+        if meta_flag(payload, "raw"):
             if len(body) != 4 * d:
                 raise PayloadError("qsgd raw body has the wrong size")
             return torch.from_numpy(body.view("<f4").astype(np.float32))
         s, bucket = meta_int(payload, "s"), meta_int(payload, "B")
         if s < 1 or bucket < 1:
             raise PayloadError(f"qsgd payload has invalid settings s={s}, B={bucket}")
+        bucket = min(bucket, d)  # a bucket longer than the tensor is one bucket (the encoder's B may exceed d)
         nb = -(-d // bucket)
         if len(body) < 4 * nb:
             raise PayloadError("qsgd body is truncated")
@@ -168,9 +184,14 @@ class QSGD(Compressor):
             levels, neg = field >> 1, (field & 1).bool()
         else:
             nnz = meta_int(payload, "nnz")
-            rec, _ = codec.read_fields(rest, nnz, (0, 1, 0))
+            rec, used = codec.read_fields(rest, nnz, (0, 1, 0))
+            if (used + 7) // 8 != len(rest):
+                raise PayloadError("qsgd Elias stream does not fill its body exactly")
+            # each gap is at most d, so the running sum cannot wrap around before the range check
+            if nnz and (rec[:, 0].max() > d or rec[:, 2].max() > s):
+                raise PayloadError("qsgd Elias stream is corrupt")
             pos = np.cumsum(rec[:, 0]) - 1
-            if nnz and (pos[-1] >= d or rec[:, 2].max() > s):
+            if nnz and pos[-1] >= d:
                 raise PayloadError("qsgd Elias stream is corrupt")
             if kernels.available():
                 out = kernels.zeros(d)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressor import Compressor, State, body_numpy, meta_int
+from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_keys
 from gcbench.compressors._common import density_param, k_of
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
@@ -77,6 +77,10 @@ class RandomK(Compressor):
             body[: 4 * k] = flat[torch.from_numpy(idx).to(flat.device)].to("cpu").numpy().astype("<f4").view(np.uint8)
         body[4 * k :] = np.array([seed], "<u8").view(np.uint8)
         return body, {"k": k}, None
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload, "k")
+        return 4 * meta_int(payload, "k", 1, payload.numel) + 8  # k float32 values, the 64-bit seed
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d, k = payload.numel, meta_int(payload, "k")

@@ -70,6 +70,7 @@ from gcbench.compressors._select import (
     momentum_buffers,
     sparse_or_dense_body,
     sparse_or_dense_decode,
+    sparse_or_dense_nbytes,
 )
 from gcbench.compressors.dgc import clip_params, dense_params, sent_dense
 from gcbench.payload import MetaValue, Payload
@@ -204,6 +205,9 @@ class SDAGC(MomentumSGDReference, InPlaceEncoder):
         coef = clip_coef(x, p["clip_norm"], p["workers"])
         step_fn = sdagc_step_fast if fast.fast_cpu(x, u, v) else sdagc_step_torch
         return step_fn(x, u, v, coef, state.step, p, need_decoded)
+
+    def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
+        return sparse_or_dense_nbytes(payload)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         return sparse_or_dense_decode(payload)

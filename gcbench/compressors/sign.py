@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from gcbench import codec, kernels
-from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy
+from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import MetaValue, Payload
@@ -71,12 +71,17 @@ class SignSGD(Compressor):
         meta = {} if bool(a.any()) else {"zero": 1}
         return _sign_bits(a), meta, None
 
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload, "zero")
+        meta_flag(payload, "zero")
+        return (payload.numel + 7) // 8
+
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
         body = body_numpy(payload)
         if len(body) != (d + 7) // 8:
             raise PayloadError(f"signsgd body has {len(body)} bytes, expected {(d + 7) // 8}")
-        if payload.meta.get("zero"):
+        if meta_flag(payload, "zero"):
             return kernels.zeros(d)
         return _signs_from_bits(body, d)
 
@@ -123,6 +128,10 @@ class EFSignSGD(Compressor):
         body = np.concatenate([_sign_bits(flat), np.array([scale32], "<f4").view(np.uint8)])
         decoded = torch.where(flat >= 0, float(scale32), -float(scale32))
         return body, {}, decoded
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload)
+        return (payload.numel + 7) // 8 + 4  # sign bits, float32 scale
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel

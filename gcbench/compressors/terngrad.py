@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from gcbench import codec, kernels
-from gcbench.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy
+from gcbench.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy, meta_keys
 from gcbench.compressors._common import to_numpy
 from gcbench.errors import PayloadError
 from gcbench.payload import Payload
@@ -123,6 +123,10 @@ class TernGrad(Compressor):
             body[:nb] = 0
         body[nb:] = np.array([s32], "<f4").view(np.uint8)
         return body, {}, None
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        meta_keys(payload)
+        return codec.packed_nbytes(payload.numel, 2) + 4  # 2-bit codes, float32 scaler
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel

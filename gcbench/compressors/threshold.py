@@ -24,7 +24,7 @@ import torch
 
 from gcbench.compressor import Compressor, ErrorFeedback, State
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import coding_param, dense_from_sparse, sparse_body
+from gcbench.compressors._common import coding_param, dense_from_sparse, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import InPlaceEncoder, above
 from gcbench.payload import MetaValue, Payload
 from gcbench.registry import Param, register
@@ -86,6 +86,9 @@ class Threshold(InPlaceEncoder):
         if ef:
             flat[idx] = flat[idx] - vals  # the residual a − decoded
         return body, {"k": int(idx.numel()), "coding": coding}, decoded
+
+    def _expected_body_nbytes(self, payload: Payload) -> tuple[int, int]:
+        return sparse_body_nbytes(payload)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         return fast.decode_payload(payload)

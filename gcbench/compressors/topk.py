@@ -21,7 +21,7 @@ import torch
 
 from gcbench.compressor import Compressor, ErrorFeedback, State
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body
+from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import InPlaceEncoder
 from gcbench.payload import MetaValue, Payload
 from gcbench.registry import register
@@ -82,6 +82,9 @@ class TopK(InPlaceEncoder):
         if ef:
             flat[idx] = flat[idx] - vals
         return body, meta, decoded
+
+    def _expected_body_nbytes(self, payload: Payload) -> tuple[int, int]:
+        return sparse_body_nbytes(payload)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         return fast.decode_payload(payload)

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from gcbench import codec, kernels
-from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_str
+from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors._common import coding_param, density_param, k_of, to_numpy
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, p_param, s_param, tensor_norm
 from gcbench.compressors.topk import topk_indices
@@ -78,6 +78,8 @@ def decode_body(body: np.ndarray, d: int, k: int, w: int, coding: str) -> tuple[
         rec, used = codec.read_fields(rest, k, (0, w))
         if (used + 7) // 8 != len(rest):
             raise PayloadError("topk_dither Elias stream has the wrong size")
+        if k and rec[:, 0].max() > d:  # a gap past the tensor (and the running sum below cannot wrap around)
+            raise PayloadError("topk_dither body has an index outside the tensor")
         idx, field = np.cumsum(rec[:, 0]) - 1, rec[:, 1]
     elif coding in ("int32", "delta-varint"):
         idx, used = codec.decode_indices(rest, d, k, coding)
@@ -166,6 +168,19 @@ class TopKDither(Compressor):
         decoded = torch.zeros(d, dtype=torch.float32, device=flat.device)
         decoded[idx] = dither_values(levels, neg, n, s)
         return body, {"k": k, "s": s, "coding": coding}, decoded
+
+    def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
+        meta_keys(payload, "k", "s", "coding")
+        d = payload.numel
+        w = 1 + level_bits(meta_int(payload, "s", 1, 120))
+        k = meta_int(payload, "k", 0, d)
+        coding = meta_str(payload, "coding", codec.INDEX_CODINGS)
+        if coding == "fixed":  # one (index, field) record of ceil(log2 d) + w bits each
+            return 4 + codec.packed_nbytes(k, codec.index_width(d) + w)
+        if coding == "elias":  # records of an Elias-ω gap and a w-bit field, one stream
+            return 4 + (k * (1 + w) + 7) // 8, 4 + (k * (codec.elias_omega_length(d) + w) + 7) // 8
+        lo, hi = codec.index_nbytes_range(d, k, coding)  # whole-byte indices, then the packed fields
+        return 4 + lo + codec.packed_nbytes(k, w), 4 + hi + codec.packed_nbytes(k, w)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         s = meta_int(payload, "s")
