@@ -171,6 +171,10 @@ class Message:
     payload: Payload
 
 
+#: a whole-model phase-3 round: per middle unit the aggregate and the messages, per worker and unit the part counted as sent
+_Phase3 = tuple[list[torch.Tensor], list[list[Message]], list[list[torch.Tensor]]]
+
+
 @dataclass
 class LGCExchangeResult(ExchangeResult):
     """An :class:`ExchangeResult` that also says which LGC phase the step was in, and every message."""
@@ -334,7 +338,8 @@ class LGC(Compressor):
             decoders = workers if self.params["decoders"] == "per-worker" else 1
             params = ae.init_params(ae_seed, self.channels, int(self.params["latent_channels"]), decoders)
         opt = ae.adam_init(params) if self.params["optimizer"] == "adam" else {}
-        return {"params": params, "adam": opt, "train_updates": 0, "encoder_at_leader": False}
+        # seed/draws: the reference preset's random choice of the latent all decoders train from
+        return {"params": params, "adam": opt, "train_updates": 0, "encoder_at_leader": False, "seed": ae_seed, "draws": 0}
 
     def autoencoder(self, state0: State, workers: int = 1) -> dict[str, Any]:
         """The shared autoencoder of a tensor (or of the model), created on first use in worker 0's state."""
@@ -380,7 +385,12 @@ class LGC(Compressor):
     # ------------------------------------------------------------------ exchange
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> LGCExchangeResult:
-        """One step of LGC across N workers (see the module docstring for the protocol)."""
+        """One step of LGC across N workers for one tensor (see the module docstring for the protocol).
+
+        With ``preset="reference"`` the tensor is a whole model of one tensor (:meth:`exchange_group`).
+        """
+        if self.reference_preset:
+            return self.exchange_group([[g] for g in grads], [[s] for s in states])[0]
         n = len(grads)
         if n != len(states):
             raise ValueError(f"lgc exchange: {n} gradients but {len(states)} states")
@@ -421,15 +431,17 @@ class LGC(Compressor):
     def _result(self, agg: torch.Tensor, msgs: list[Message], n: int, phase: str, leader: int, used: bool) -> LGCExchangeResult:
         traffic = Traffic()
         sent: dict[tuple[str, int], int] = {}
+        body: dict[tuple[str, int], int] = {}
         recv: dict[tuple[str, int], int] = {}
         for m in msgs:
             if m.sender != SERVER:
                 sent[(m.phase, m.sender)] = sent.get((m.phase, m.sender), 0) + m.payload.nbytes
+                body[(m.phase, m.sender)] = body.get((m.phase, m.sender), 0) + m.payload.body_nbytes
             for r in m.receivers:
                 recv[(m.phase, r)] = recv.get((m.phase, r), 0) + m.payload.nbytes
         for ph in dict.fromkeys(m.phase for m in msgs):
             for w in range(n):
-                traffic.add(ph, w, sent.get((ph, w), 0), recv.get((ph, w), 0))
+                traffic.add(ph, w, sent.get((ph, w), 0), recv.get((ph, w), 0), body.get((ph, w), 0))
         first: list[Payload] = []
         empty = Payload(self.name, self.info.version, agg.dtype, (0,), torch.zeros(0, dtype=torch.uint8), {"kind": "dense"})
         for w in range(n):  # what each worker sent first this step (its upload)
@@ -510,11 +522,24 @@ class LGC(Compressor):
 
     def _train_round(self, pushes: list[Payload], a: list[torch.Tensor], leader: int, state0: State,
                      shape: tuple[int, ...], dtype: torch.dtype) -> list[Message]:
-        """Phase 2: gather every worker's values at the leader's indices and train the autoencoder.
+        """Phase 2 (preset=gcbench): gather every worker's values at the leader's indices and train the autoencoder."""
+        n, d = len(a), a[0].numel()
+        ps = self.params["mode"] == "ps"
+        values, pushed, idx_l, msgs = self._gather_at_leader(pushes, a, leader, shape, dtype)
+        inn_vals, inn_mask = self._innovation_in_k(pushed, idx_l, ps, d)
+        self._train(self.autoencoder(state0, n), values, inn_vals, inn_mask, leader)
+        return msgs
+
+    def _gather_at_leader(self, pushes: list[Payload], a: list[torch.Tensor], leader: int, shape: tuple[int, ...],
+                          dtype: torch.dtype) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, list[Message]]:
+        """Every worker's values (N, K) at the leader's top-k indices, as the trainer receives them.
 
         The trainer (PS: the server; ring: every worker, identically) decodes the top-k pushes it
         received; a non-leader sends, in addition, its values at the leader's indices that its own
-        top-k did not contain.
+        top-k did not contain (fp32, no indices: both sides know both index sets; ``topk:train``).
+        PS: the server first tells the other workers the leader's index set.  Returns the values,
+        the pushes as received ((values, ascending indices) per worker), the leader's indices and
+        the messages.
         """
         n, d = len(a), a[0].numel()
         coding = self.params["index_coding"]
@@ -538,9 +563,7 @@ class LGC(Compressor):
             receivers = () if ps else tuple(r for r in range(n) if r != w)
             msgs.append(Message("topk:train", w, receivers, p))
             values[w, ~have] = _f32_read(body_numpy(p), 0, int(missing.numel()), "values")
-        inn_vals, inn_mask = self._innovation_in_k(pushed, idx_l, ps, d)
-        self._train(self.autoencoder(state0, n), values, inn_vals, inn_mask, leader)
-        return msgs
+        return values, pushed, idx_l, msgs
 
     def _innovation_in_k(self, pushed: list[tuple[torch.Tensor, torch.Tensor]], idx_l: torch.Tensor, ps: bool,
                          d: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -676,18 +699,25 @@ class LGC(Compressor):
             r[extras[w][0]] = extras[w][1]
             acc += r
         acc /= n
-        extra_pos = torch.unique(torch.cat([e[0] for e in extras]))
+        agg, pull = self._pull(acc, idx_rx, torch.unique(torch.cat([e[0] for e in extras])), n, shape, dtype)
+        msgs.append(pull)
+        return agg.to(a[0].device), msgs, sent
+
+    def _pull(self, acc: torch.Tensor, idx: torch.Tensor, extra_pos: torch.Tensor, n: int, shape: tuple[int, ...],
+              dtype: torch.dtype) -> tuple[torch.Tensor, Message]:
+        """The server's aggregate message (values at the leader's indices, then the innovations outside them)
+        and the aggregate every worker rebuilds from it and the index set it knows."""
+        d, k = acc.numel(), idx.numel()
+        coding = self.params["index_coding"]
         xb = codec.encode_sparse(to_numpy(acc[extra_pos]), to_numpy(extra_pos), d, coding)
-        pull = self._msg("values", np.concatenate([_f32_bytes(acc[idx_rx]), xb]), {"k": k, "m": int(extra_pos.numel()), "coding": coding},
+        pull = self._msg("values", np.concatenate([_f32_bytes(acc[idx]), xb]), {"k": k, "m": int(extra_pos.numel()), "coding": coding},
                          shape, dtype)
-        msgs.append(Message("compressed:pull", SERVER, tuple(range(n)), pull))
-        # every worker rebuilds the aggregate from the pull and the index set it knows
         pb = body_numpy(pull)
         agg = torch.zeros(d, dtype=torch.float32)
-        agg[idx_rx] = _f32_read(pb, 0, k, "values")
+        agg[idx] = _f32_read(pb, 0, k, "values")
         ev, ei = codec.decode_sparse(pb[4 * k :], d, meta_int(pull, "m"), coding)
         agg[torch.from_numpy(ei)] = torch.from_numpy(ev)
-        return agg.to(a[0].device), msgs, sent
+        return agg, Message("compressed:pull", SERVER, tuple(range(n)), pull)
 
     def _ring_compressed(self, a: list[torch.Tensor], leader: int, state0: State, shape: tuple[int, ...], dtype: torch.dtype):
         n, d = len(a), a[0].numel()
@@ -740,6 +770,296 @@ class LGC(Compressor):
         return torch.cat(chunks[0]), msgs
 
 
+    # ------------------------------------------------------------------ whole-model exchange (preset=reference)
+
+    def dense_units(self, units: int) -> set[int]:
+        """Units sent dense fp32 in every phase: the first ``dense_first`` and the last ``dense_last``."""
+        first, last = int(self.params["dense_first"]), int(self.params["dense_last"])
+        return set(range(min(first, units))) | set(range(max(units - last, 0), units))
+
+    def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
+        """One step for every unit.  ``preset="gcbench"``: each tensor on its own (:meth:`exchange`).
+
+        ``preset="reference"``: the whole model at once, as the re-implementation does it — the
+        first ``dense_first`` and last ``dense_last`` units dense fp32 in every phase; the others
+        ("middle" units) top-k per unit in phase 2 and, in phase 3, one latent of the leader's
+        top-k values of every middle unit concatenated in unit order (K = Σ K_u values).  Messages
+        that cover the whole model are counted in the first middle unit's result.
+        """
+        if not self.reference_preset:
+            return list(super().exchange_group(grads, states))
+        n = len(grads)
+        if n != len(states):
+            raise ValueError(f"lgc exchange: {n} workers' gradients but {len(states)} workers' states")
+        if n < 2:
+            raise GcbenchError(f"lgc needs at least 2 workers: it exploits redundancy between workers' gradients (got {n})")
+        units = len(grads[0])
+        if units == 0:
+            return []
+        step = states[0][0].step
+        if any(st.step != step for row in states for st in row):
+            raise ValueError("lgc exchange: the states of the workers' units are at different steps")
+        shapes = [tuple(g.shape) for g in grads[0]]
+        if any([tuple(g.shape) for g in row] != shapes for row in grads):
+            raise ValueError("lgc exchange: workers' gradients differ in shape")
+        phase, leader = self.phase_of(step), self.leader_of(step, n)
+        dense = self.dense_units(units)
+        mid = [u for u in range(units) if u not in dense and grads[0][u].numel() > 0]
+        use_ae = sum(self.k_of(grads[0][u].numel()) for u in mid) >= ae.REF_MIN_K
+        corrected = [[ErrorFeedback.corrected(grads[w][u].detach().float().reshape(shapes[u]), states[w][u]).reshape(-1)
+                      for u in range(units)] for w in range(n)]
+        dtypes = [g.dtype for g in grads[0]]
+        aggs: dict[int, torch.Tensor] = {}
+        sent: dict[int, list[torch.Tensor]] = {}
+        msgs: dict[int, list[Message]] = {u: [] for u in range(units)}
+        pushes: dict[int, list[Payload]] = {}
+        for u in range(units):
+            a = [corrected[w][u] for w in range(n)]
+            if u not in mid or phase == "dense":
+                tag = phase if phase == "dense" else f"{phase}:dense-tensor"
+                aggs[u], msgs[u], sent[u] = self._dense_round(a, tag, shapes[u], dtypes[u])
+            elif phase == "topk" or not use_ae:
+                aggs[u], msgs[u], sent[u], pushes[u] = self._topk_round(a, phase, shapes[u], dtypes[u])
+        if mid and phase != "dense" and use_ae:
+            rec = self.autoencoder(states[0][0], n)
+            a_mid = [[corrected[w][u] for u in mid] for w in range(n)]
+            geo = [(shapes[u], dtypes[u]) for u in mid]
+            if phase == "topk":
+                msgs[mid[0]] += self._reference_train(rec, [pushes[u] for u in mid], a_mid, leader, geo)
+            else:
+                proto = self._reference_ps if self.params["mode"] == "ps" else self._reference_ring
+                out_aggs, out_msgs, out_sent = proto(rec, a_mid, leader, geo)
+                for j, u in enumerate(mid):
+                    aggs[u], sent[u] = out_aggs[j], [s_w[j] for s_w in out_sent]
+                    msgs[u] += out_msgs[j]
+        results: list[ExchangeResult] = []
+        for u in range(units):
+            for w in range(n):
+                ErrorFeedback.update(states[w][u], corrected[w][u].reshape(shapes[u]), sent[u][w].reshape(shapes[u]))
+                states[w][u].step += 1
+            used = use_ae and phase != "dense" and u in mid
+            results.append(self._result(aggs[u].reshape(shapes[u]).to(dtypes[u]), msgs[u], n, phase, leader, used))
+        return results
+
+    def _concat_values(self, vals: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([v.reshape(-1).float().cpu() for v in vals]) if vals else torch.zeros(0)
+
+    def _reference_loss(self, params: dict[str, torch.Tensor], z: torch.Tensor, recon: torch.Tensor) -> torch.Tensor:
+        """(1 − λ)·recon + λ·Σ_{i≠j} MSE(z_i, z_j): the re-implementation's similarity term (λ = 0.5 there)."""
+        n = z.shape[0]
+        sim = sum(((z[i] - z[j]).pow(2).mean() for i in range(n) for j in range(n) if i != j), torch.zeros(()))
+        lam = float(self.params["latent_weight"])
+        return (1 - lam) * recon + lam * sim
+
+    def _reference_train(self, rec: dict[str, Any], pushes: list[list[Payload]], a: list[list[torch.Tensor]], leader: int,
+                         geo: list[tuple[tuple[int, ...], torch.dtype]]) -> list[Message]:
+        """Phase 2 of the reference preset: ``ae_iters`` steps of its loss on this step's top-k values.
+
+        PS (the re-implementation's rule): each worker's *own* top-k values of every middle unit,
+        concatenated; one randomly chosen worker's latent is decoded by every worker's decoder
+        with that worker's innovation (its k_inn largest values, at their positions in its own
+        vector); loss = (1 − λ)·Σ_w MSE(decoded_w, values_w) + λ·Σ_{i≠j} MSE(z_i, z_j).  No extra
+        traffic: the server already holds every push.  Ring (gcbench's inference): every worker's
+        values at the rotating leader's indices (gathered with ``topk:train`` messages), the mean
+        values decoded from the mean latent with zero innovation, plus the same similarity term.
+        """
+        n = len(a)
+        params: dict[str, torch.Tensor] = rec["params"]
+        msgs: list[Message] = []
+        ps = self.params["mode"] == "ps"
+        if ps:
+            x_rows, inn_rows = [], []
+            for w in range(n):
+                vals, innv = [], []
+                for j in range(len(geo)):
+                    v, _idx = self._read_sparse(pushes[j][w], a[w][j].numel())
+                    k_inn = min(k_of(self.params["innovation_density"], a[w][j].numel()), v.numel())
+                    keep = torch.zeros(v.numel(), dtype=torch.bool)
+                    keep[torch.topk(v.abs(), k_inn, sorted=False).indices] = True
+                    vals.append(v)
+                    innv.append(torch.where(keep, v, 0.0))
+                x_rows.append(self._concat_values(vals))
+                inn_rows.append(self._concat_values(innv))
+            x, inn = torch.stack(x_rows)[:, None, :], torch.stack(inn_rows)[:, None, :]
+        else:
+            cols = []
+            for j, (shape, dtype) in enumerate(geo):
+                values, _, _, m = self._gather_at_leader(pushes[j], [a[w][j] for w in range(n)], leader, shape, dtype)
+                cols.append(values)
+                msgs += m
+            x = torch.cat(cols, dim=1)[:, None, :]
+        names = list(params)
+        for _ in range(int(self.params["ae_iters"])):
+            for p in params.values():
+                p.requires_grad_(True)
+            try:
+                z = ae.reference_encode(params, x)
+                if ps:
+                    pick = int(np.random.default_rng([int(rec["seed"]), int(rec["draws"])]).integers(n))
+                    rec["draws"] = int(rec["draws"]) + 1
+                    recon = sum((ae.reference_decode(params, w, z[pick:pick + 1], inn[w:w + 1]) - x[w:w + 1]).pow(2).mean()
+                                for w in range(n))
+                else:
+                    out = ae.reference_decode(params, 0, z.mean(0, keepdim=True), torch.zeros_like(x[:1]))
+                    recon = (out - x.mean(0, keepdim=True)).pow(2).mean()
+                loss = self._reference_loss(params, z, recon)  # type: ignore[arg-type]
+                grads = torch.autograd.grad(loss, [params[nm] for nm in names], allow_unused=True)
+            finally:
+                for p in params.values():
+                    p.requires_grad_(False)
+            self._step_optimizer(rec, {nm: (g if g is not None else torch.zeros_like(params[nm]))
+                                       for nm, g in zip(names, grads, strict=True)})
+        rec["train_updates"] = int(rec["train_updates"]) + 1
+        return msgs
+
+    def _multi_indices(self, idx: Sequence[torch.Tensor], dims: Sequence[int]) -> np.ndarray:
+        """One body holding each unit's ascending indices, coded into that unit's size, back to back."""
+        coding = self.params["index_coding"]
+        parts = [codec.encode_indices(to_numpy(i), d, coding) for i, d in zip(idx, dims, strict=True)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)
+
+    def _read_multi_indices(self, body: np.ndarray, counts: Sequence[int], dims: Sequence[int]) -> tuple[list[torch.Tensor], int]:
+        """Inverse of :meth:`_multi_indices`; also returns the bytes consumed."""
+        coding = self.params["index_coding"]
+        out, pos = [], 0
+        for k, d in zip(counts, dims, strict=True):
+            idx, used = codec.decode_indices(body[pos:], d, k, coding)
+            out.append(torch.from_numpy(idx))
+            pos += used
+        return out, pos
+
+    def _reference_ps(self, rec: dict[str, Any], a: list[list[torch.Tensor]], leader: int,
+                      geo: list[tuple[tuple[int, ...], torch.dtype]]) -> _Phase3:
+        """Phase 3, PS, reference preset: per middle unit the aggregate, the messages and each worker's sent part.
+
+        The leader sends its latent (fp32, 4·L4 floats, no scale), its top-k indices of every
+        middle unit (one message) and its innovation; the others their innovation (k_inn largest
+        |values| per unit, one message).  The server decodes worker w with w's decoder from the
+        leader's latent and w's innovation placed at its positions in the leader's index set (the
+        decoder's 33rd channel; no exact overwrite there, as in the re-implementation); w's
+        innovation outside that set is added exactly (gcbench's choice: the values were paid for).
+        """
+        n, units = len(a), len(geo)
+        dims = [a[0][j].numel() for j in range(units)]
+        ks = [self.k_of(d) for d in dims]
+        offs = np.cumsum([0, *ks]).tolist()
+        shape0, dtype0 = geo[0]
+        coding = self.params["index_coding"]
+        params = rec["params"]
+        msgs: list[list[Message]] = [[] for _ in range(units)]
+        if not rec["encoder_at_leader"]:  # one-time: the server's trained encoder goes to the leader
+            enc = torch.cat([params[nm].reshape(-1) for nm in ae.encoder_names(params)])
+            wp = self._msg("weights", _f32_bytes(enc), {"k": int(enc.numel())}, shape0, dtype0)
+            msgs[0].append(Message("setup:weights", SERVER, (leader,), wp))
+            rec["encoder_at_leader"] = True
+        idx_l = [topk_indices_sorted(a[leader][j], ks[j]) for j in range(units)]
+        v_l = self._concat_values([a[leader][j][idx_l[j]] for j in range(units)])
+        with torch.no_grad():
+            z = ae.reference_encode(params, v_l.reshape(1, 1, -1))
+        lat = self._msg("latent", _f32_bytes(z), {"k": int(v_l.numel())}, shape0, dtype0)
+        ip = self._msg("indices", self._multi_indices(idx_l, dims), {"k": int(v_l.numel()), "coding": coding}, shape0, dtype0)
+        others = tuple(w for w in range(n) if w != leader)
+        msgs[0] += [Message("compressed:latent", leader, (), lat), Message("compressed:indices", leader, (), ip),
+                    Message("compressed:indices", SERVER, others, ip)]
+        kinn = [k_of(self.params["innovation_density"], d) for d in dims]
+        sent: list[list[torch.Tensor]] = []
+        innov: list[Payload] = []
+        for w in range(n):
+            pos = [topk_indices_sorted(a[w][j], kinn[j]) for j in range(units)]
+            vals = self._concat_values([a[w][j][pos[j]] for j in range(units)])
+            p = self._msg("innovation", np.concatenate([_f32_bytes(vals), self._multi_indices(pos, dims)]),
+                          {"k": int(vals.numel()), "coding": coding}, shape0, dtype0)
+            innov.append(p)
+            msgs[0].append(Message("compressed:innovation", w, (), p))
+            row = []
+            for j in range(units):
+                keep = torch.zeros(dims[j], dtype=torch.bool, device=a[w][j].device)
+                keep[idx_l[j].to(keep.device)] = True
+                keep[pos[j].to(keep.device)] = True
+                row.append(torch.where(keep, a[w][j], 0.0))  # counted as sent for error feedback
+            sent.append(row)
+
+        # the server
+        lb = body_numpy(lat)
+        length = ae.reference_latent_length(int(v_l.numel()))
+        if len(lb) != 4 * ae.REF_LATENT * length:
+            raise PayloadError("lgc latent: body length does not match its geometry")
+        z_rx = _f32_read(lb, 0, ae.REF_LATENT * length, "latent").reshape(1, ae.REF_LATENT, length)
+        idx_rx, _ = self._read_multi_indices(body_numpy(ip), ks, dims)
+        acc = [torch.zeros(d, dtype=torch.float32) for d in dims]
+        extra_all: list[list[torch.Tensor]] = [[] for _ in range(units)]
+        for w, p in enumerate(innov):
+            ib = body_numpy(p)
+            total = sum(kinn)
+            vals = _f32_read(ib, 0, total, "innovation")
+            pos_rx, _ = self._read_multi_indices(ib[4 * total:], kinn, dims)
+            inn_vec = torch.zeros(offs[-1], dtype=torch.float32)
+            extras = []
+            start = 0
+            for j in range(units):
+                v_j = vals[start:start + kinn[j]]
+                start += kinn[j]
+                where, inside = _positions_in(idx_rx[j], pos_rx[j])
+                inn_vec[offs[j] + where[inside]] = v_j[inside]
+                extras.append((pos_rx[j][~inside], v_j[~inside]))
+            with torch.no_grad():
+                out = ae.reference_decode(params, w, z_rx, inn_vec.reshape(1, 1, -1)).reshape(-1)
+            for j in range(units):
+                r = torch.zeros(dims[j], dtype=torch.float32)
+                r[idx_rx[j]] = out[offs[j]:offs[j + 1]]
+                r[extras[j][0]] = extras[j][1]
+                acc[j] += r
+                extra_all[j].append(extras[j][0])
+        aggs = []
+        for j in range(units):
+            agg, pull = self._pull(acc[j] / n, idx_rx[j], torch.unique(torch.cat(extra_all[j])), n, *geo[j])
+            aggs.append(agg.to(a[0][j].device))
+            msgs[j].append(pull)
+        return aggs, msgs, sent
+
+    def _reference_ring(self, rec: dict[str, Any], a: list[list[torch.Tensor]], leader: int,
+                        geo: list[tuple[tuple[int, ...], torch.dtype]]) -> _Phase3:
+        """Phase 3, ring (gcbench's inference), reference preset.
+
+        The rotating leader's indices of every middle unit go round the ring (one message); every
+        worker encodes its values there with the reference encoder; the latents are summed by a
+        ring all-reduce and one decoder maps the mean latent (zero innovation) to the aggregate.
+        """
+        n, units = len(a), len(geo)
+        dims = [a[0][j].numel() for j in range(units)]
+        ks = [self.k_of(d) for d in dims]
+        offs = np.cumsum([0, *ks]).tolist()
+        shape0, dtype0 = geo[0]
+        coding = self.params["index_coding"]
+        params = rec["params"]
+        idx_l = [topk_indices_sorted(a[leader][j], ks[j]) for j in range(units)]
+        ip = self._msg("indices", self._multi_indices(idx_l, dims), {"k": int(sum(ks)), "coding": coding}, shape0, dtype0)
+        msgs: list[list[Message]] = [[] for _ in range(units)]
+        msgs[0] += [Message("compressed:indices", (leader + j) % n, ((leader + j + 1) % n,), ip) for j in range(n - 1)]
+        idx_rx, _ = self._read_multi_indices(body_numpy(ip), ks, dims)
+        x = torch.stack([self._concat_values([a[w][j][idx_rx[j].to(a[w][j].device)] for j in range(units)]) for w in range(n)])
+        with torch.no_grad():
+            z = ae.reference_encode(params, x[:, None, :])
+        total, ring = self._ring_allreduce(list(z.reshape(n, -1)), "compressed:latent", dtype0)
+        msgs[0] += ring
+        with torch.no_grad():
+            out = ae.reference_decode(params, 0, (total / n).reshape(1, *z.shape[1:]), torch.zeros((1, 1, offs[-1]))).reshape(-1)
+        aggs = []
+        for j in range(units):
+            agg = torch.zeros(dims[j], dtype=torch.float32)
+            agg[idx_rx[j]] = out[offs[j]:offs[j + 1]]
+            aggs.append(agg.to(a[0][j].device))
+        sent = []
+        for w in range(n):
+            row = []
+            for j in range(units):
+                keep = torch.zeros(dims[j], dtype=torch.bool, device=a[w][j].device)
+                keep[idx_l[j].to(keep.device)] = True
+                row.append(torch.where(keep, a[w][j], 0.0))
+            sent.append(row)
+        return aggs, msgs, sent
+
+
 def _positions_in(sorted_idx: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For each of ``pos``: its position in ascending ``sorted_idx`` and whether it is there."""
     sorted_idx = sorted_idx.cpu()
@@ -756,15 +1076,16 @@ def phase_summary(results: Sequence[ExchangeResult], numel: int) -> dict[str, An
     """Per-phase and amortised compression ratios of a run of LGC exchanges (one tensor or unit).
 
     ``results`` are the per-step results, in order; ``numel`` the tensor's element count.  Per
-    LGC phase: steps, mean bytes a worker sent and received per step, and ``ratio`` = dense fp32
-    bytes / bytes a worker sent per step (the runner's convention).  ``setup`` holds one-time
+    LGC phase: steps, mean bytes a worker sent and received per step, ``ratio`` = dense fp32
+    bytes / bytes a worker sent per step (the runner's convention), and ``body_ratio`` the same
+    with payload bodies only (headers excluded, as papers count).  ``setup`` holds one-time
     bytes (the PS encoder transfer, received by the leader).  ``overall`` amortises everything
     over the run, with the one-time bytes added to the receiving worker's traffic.
     """
     if not results:
         raise ValueError("phase_summary needs at least one exchange result")
     out: dict[str, Any] = {}
-    per_phase: dict[str, list[tuple[float, float]]] = {}
+    per_phase: dict[str, list[tuple[float, float, float]]] = {}
     setup_received = 0
     total_sent = total_recv = 0.0
     workers = 1 + max((r.worker for res in results for r in res.traffic.records), default=0)
@@ -773,10 +1094,11 @@ def phase_summary(results: Sequence[ExchangeResult], numel: int) -> dict[str, An
         step_phase = getattr(res, "phase", None) or next((nm.split(":")[0] for nm in names if not nm.startswith("setup")), "dense")
         steady = [nm for nm in names if not nm.startswith("setup")]
         sent = sum(res.traffic.sent(phase=nm) for nm in steady) / workers
+        body = sum(res.traffic.sent_body(phase=nm) or 0 for nm in steady) / workers
         recv = sum(res.traffic.received(phase=nm) for nm in steady) / workers
         one_time = sum(res.traffic.received(phase=nm) for nm in names if nm.startswith("setup"))
         setup_received += one_time
-        per_phase.setdefault(step_phase, []).append((sent, recv))
+        per_phase.setdefault(step_phase, []).append((sent, recv, body))
         total_sent += sent
         total_recv += recv + one_time / workers
     dense = dense_bytes(numel)
@@ -785,8 +1107,10 @@ def phase_summary(results: Sequence[ExchangeResult], numel: int) -> dict[str, An
         if not rows:
             continue
         sent_mean = float(np.mean([r[0] for r in rows]))
+        body_mean = float(np.mean([r[2] for r in rows]))
         out[ph] = {"steps": len(rows), "sent_per_worker": sent_mean, "received_per_worker": float(np.mean([r[1] for r in rows])),
-                   "ratio": dense / sent_mean if sent_mean > 0 else None}
+                   "body_per_worker": body_mean, "ratio": dense / sent_mean if sent_mean > 0 else None,
+                   "body_ratio": dense / body_mean if body_mean > 0 else None}
     steps = len(results)
     out["setup"] = {"received_total": setup_received}
     out["overall"] = {"steps": steps, "sent_per_worker": total_sent / steps, "received_per_worker": total_recv / steps,
