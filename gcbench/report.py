@@ -451,10 +451,16 @@ def phase_table(cases: Sequence[dict[str, Any]], title: str) -> Table | None:
     cols = phase_columns(windows)
     t = Table(title=f"{rich_escape(title)} — per phase: " + ", ".join(rich_escape(w.text()) for w in windows), title_justify="left")
     t.add_column("case", no_wrap=True)
-    for _, header, _, _ in cols:
-        t.add_column(rich_escape(header), justify="right")
+    # a terminal is narrow: each window's ratio and body-only ratio share one cell, "ratio (body)"
+    merged = [i for i, c in enumerate(cols) if c[0] == "body_ratio"]
+    for i, (_, header, _, _) in enumerate(cols):
+        if i in merged:
+            continue
+        t.add_column(rich_escape(header + (" (body)" if i + 1 in merged else "")), justify="right")
     for r in phase_rows(cases, windows):
-        t.add_row(rich_escape(case_name(r.case)), *[fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)])
+        cells = [fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)]
+        row = [f"{cells[i]} ({cells[i + 1]})" if i + 1 in merged else cells[i] for i in range(len(cells)) if i not in merged]
+        t.add_row(rich_escape(case_name(r.case)), *row)
     return t
 
 

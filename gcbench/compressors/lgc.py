@@ -282,7 +282,7 @@ PRESETS: dict[str, dict[str, ParamValue]] = {
 
 def _preset_help(name: str, what: str) -> str:
     g, r = PRESETS["gcbench"][name], PRESETS["reference"][name]
-    return f"{what} (default: the preset's — gcbench {g}, reference {r} [re-implementation])"
+    return f"{what} (default: the preset's — gcbench {g} (gcbench's choice), reference {r} (the re-implementation's))"
 
 
 @register(
