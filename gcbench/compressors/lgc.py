@@ -345,20 +345,20 @@ class LGC(Compressor):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         preset = PRESETS[str(self.params["preset"])]
-        # the effective value of every preset-dependent parameter, so results record what ran
-        self.params = MappingProxyType({k: (preset[k] if v is None and k in preset else v) for k, v in self.params.items()})
-        self.reference_preset = self.params["preset"] == "reference"
-        self.channels = _parse_channels(str(self.params["channels"]))
+        # the effective value of every parameter: ``self.params`` keeps what was asked (``None`` = the preset's)
+        self.settings = MappingProxyType({k: (preset[k] if v is None and k in preset else v) for k, v in self.params.items()})
+        self.reference_preset = self.settings["preset"] == "reference"
+        self.channels = _parse_channels(str(self.settings["channels"]))
         self.fold = ae.fold_of(self.channels)
-        if int(self.params["window"]) < self.fold:
+        if int(self.settings["window"]) < self.fold:
             raise ParamError(f"lgc.window: must be at least {self.fold} (2^layers) so one window fills the encoder, "
-                             f"got {self.params['window']}")
-        if self.reference_preset and self.params["decoders"] != "per-worker":
+                             f"got {self.settings['window']}")
+        if self.reference_preset and self.settings["decoders"] != "per-worker":
             raise ParamError("lgc.decoders: preset='reference' has one decoder per worker (the re-implementation's), "
-                             f"got {self.params['decoders']!r}")
-        if self.params["decoders"] == "per-worker" and self.params["mode"] == "ring" and not self.reference_preset:
+                             f"got {self.settings['decoders']!r}")
+        if self.settings["decoders"] == "per-worker" and self.settings["mode"] == "ring" and not self.reference_preset:
             raise ParamError("lgc.decoders: 'per-worker' needs mode='ps' (ring mode decodes one summed latent with one decoder)")
-        if not self.reference_preset and (self.params["dense_first"] or self.params["dense_last"]):
+        if not self.reference_preset and (self.settings["dense_first"] or self.settings["dense_last"]):
             raise ParamError("lgc.dense_first/dense_last: only preset='reference' exchanges the whole model at once "
                              "(preset='gcbench' compresses each tensor on its own)")
 
@@ -366,9 +366,9 @@ class LGC(Compressor):
 
     def phase_of(self, step: int) -> str:
         """``dense``, ``topk`` or ``compressed`` for a step index."""
-        if step < self.params["dense_steps"]:
+        if step < self.settings["dense_steps"]:
             return "dense"
-        if step < self.params["dense_steps"] + self.params["train_steps"]:
+        if step < self.settings["dense_steps"] + self.settings["train_steps"]:
             return "topk"
         return "compressed"
 
@@ -377,17 +377,17 @@ class LGC(Compressor):
 
     def leader_of(self, step: int, workers: int) -> int:
         """Worker whose index set is used: rotating in ring mode, worker 0 in PS mode."""
-        return step % workers if self.params["mode"] == "ring" else 0
+        return step % workers if self.settings["mode"] == "ring" else 0
 
     def k_of(self, d: int) -> int:
-        return k_of(self.params["density"], d)
+        return k_of(self.settings["density"], d)
 
     def uses_autoencoder(self, d: int) -> bool:
         """Whether a tensor of d elements trains and uses the autoencoder (K >= min_k)."""
-        return d > 0 and self.k_of(d) >= self.params["min_k"]
+        return d > 0 and self.k_of(d) >= self.settings["min_k"]
 
     def windows(self, k: int) -> Windows:
-        return Windows.of(k, int(self.params["window"]), self.fold)
+        return Windows.of(k, int(self.settings["window"]), self.fold)
 
     def init_autoencoder(self, seed: int, workers: int = 1) -> dict[str, Any]:
         """A fresh shared autoencoder record (what ``states[0].values["lgc"]`` holds), seeded.
@@ -397,11 +397,11 @@ class LGC(Compressor):
         ae_seed = int(np.random.SeedSequence([seed % 2**32, seed >> 32, 0x16C]).generate_state(1, np.uint64)[0] >> np.uint64(1))
         if self.reference_preset:
             # ring mode decodes the mean latent with one decoder (gcbench's inference); ps has one per worker
-            params = ae.init_reference_params(ae_seed, 1 if self.params["mode"] == "ring" else workers)
+            params = ae.init_reference_params(ae_seed, 1 if self.settings["mode"] == "ring" else workers)
         else:
-            decoders = workers if self.params["decoders"] == "per-worker" else 1
-            params = ae.init_params(ae_seed, self.channels, int(self.params["latent_channels"]), decoders)
-        opt = ae.adam_init(params) if self.params["optimizer"] == "adam" else {}
+            decoders = workers if self.settings["decoders"] == "per-worker" else 1
+            params = ae.init_params(ae_seed, self.channels, int(self.settings["latent_channels"]), decoders)
+        opt = ae.adam_init(params) if self.settings["optimizer"] == "adam" else {}
         # seed/draws: the reference preset's random choice of the latent all decoders train from
         return {"params": params, "adam": opt, "train_updates": 0, "encoder_at_leader": False, "seed": ae_seed, "draws": 0}
 
@@ -414,10 +414,10 @@ class LGC(Compressor):
 
     def _step_optimizer(self, rec: dict[str, Any], grads: dict[str, torch.Tensor]) -> None:
         """One update of the autoencoder's weights with the configured optimizer."""
-        if self.params["optimizer"] == "adam":
-            ae.adam_step(rec["params"], grads, rec["adam"], float(self.params["ae_lr"]))
+        if self.settings["optimizer"] == "adam":
+            ae.adam_step(rec["params"], grads, rec["adam"], float(self.settings["ae_lr"]))
         else:
-            ae.sgd_step(rec["params"], grads, float(self.params["ae_lr"]))
+            ae.sgd_step(rec["params"], grads, float(self.settings["ae_lr"]))
 
     # ------------------------------------------------------------------ single-tensor contract
 
@@ -429,7 +429,7 @@ class LGC(Compressor):
         k = self.k_of(d)
         idx = topk_indices_sorted(flat, k)
         vals = flat[idx]
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         return sparse_body(vals, idx, d, coding), {"kind": "topk", "k": k, "coding": coding}, dense_from_sparse(vals, idx, d)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
@@ -483,7 +483,7 @@ class LGC(Compressor):
             agg, msgs, sent, pushes = self._topk_round(a, phase, shape, out_dtype)
             if phase == "topk" and use_ae:
                 msgs += self._train_round(pushes, a, leader, states[0], shape, out_dtype)
-        elif self.params["mode"] == "ps":
+        elif self.settings["mode"] == "ps":
             agg, msgs, sent = self._ps_compressed(a, leader, states[0], shape, out_dtype)
         else:
             agg, msgs, sent = self._ring_compressed(a, leader, states[0], shape, out_dtype)
@@ -523,7 +523,7 @@ class LGC(Compressor):
         return self._msg("dense", _f32_bytes(v), {}, shape, dtype)
 
     def _topk_payload(self, vals: torch.Tensor, idx: torch.Tensor, d: int, shape: tuple[int, ...], dtype: torch.dtype) -> Payload:
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         return self._msg("topk", sparse_body(vals, idx, d, coding), {"k": int(idx.numel()), "coding": coding}, shape, dtype)
 
     def _read_indices(self, p: Payload, d: int, nscales: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -542,7 +542,7 @@ class LGC(Compressor):
     def _dense_round(self, a: list[torch.Tensor], phase: str, shape: tuple[int, ...], dtype: torch.dtype):
         n = len(a)
         msgs: list[Message] = []
-        if self.params["mode"] == "ps":
+        if self.settings["mode"] == "ps":
             pushes = [self._dense_payload(v, shape, dtype) for v in a]
             msgs += [Message(f"{phase}:push", w, (), p) for w, p in enumerate(pushes)]
             acc = torch.zeros(a[0].numel(), dtype=torch.float32)
@@ -566,7 +566,7 @@ class LGC(Compressor):
             idx = topk_indices_sorted(v, k)
             pushes.append(self._topk_payload(v[idx], idx, d, shape, dtype))
             sent.append(dense_from_sparse(v[idx], idx, d))
-        if self.params["mode"] == "ps":
+        if self.settings["mode"] == "ps":
             msgs += [Message(f"{phase}:push", w, (), p) for w, p in enumerate(pushes)]
             acc = torch.zeros(d, dtype=torch.float32)
             for p in pushes:
@@ -588,7 +588,7 @@ class LGC(Compressor):
                      shape: tuple[int, ...], dtype: torch.dtype) -> list[Message]:
         """Phase 2 (preset=gcbench): gather every worker's values at the leader's indices and train the autoencoder."""
         n, d = len(a), a[0].numel()
-        ps = self.params["mode"] == "ps"
+        ps = self.settings["mode"] == "ps"
         values, pushed, idx_l, msgs = self._gather_at_leader(pushes, a, leader, shape, dtype)
         inn_vals, inn_mask = self._innovation_in_k(pushed, idx_l, ps, d)
         self._train(self.autoencoder(state0, n), values, inn_vals, inn_mask, leader)
@@ -606,8 +606,8 @@ class LGC(Compressor):
         the messages.
         """
         n, d = len(a), a[0].numel()
-        coding = self.params["index_coding"]
-        ps = self.params["mode"] == "ps"
+        coding = self.settings["index_coding"]
+        ps = self.settings["mode"] == "ps"
         msgs: list[Message] = []
         pushed = [self._read_sparse(p, d) for p in pushes]  # (values, ascending indices) as received
         idx_l = pushed[leader][1]
@@ -642,7 +642,7 @@ class LGC(Compressor):
         if not ps:
             return vals, mask
         for w, (v, idx) in enumerate(pushed):
-            k_inn = min(k_of(self.params["innovation_density"], d), v.numel())
+            k_inn = min(k_of(self.settings["innovation_density"], d), v.numel())
             top = torch.topk(v.abs(), k_inn, sorted=False).indices
             where, inside = _positions_in(idx_l, idx[top])
             vals[w, where[inside]] = v[top][inside]
@@ -659,11 +659,11 @@ class LGC(Compressor):
         inn = (win.split(inn_vals) / div).reshape(n * win.n, 1, win.length)
         im = win.split(inn_mask).reshape(n * win.n, 1, win.length)
         valid = win.valid()
-        lam = float(self.params["latent_weight"])
-        ps = self.params["mode"] == "ps"
+        lam = float(self.settings["latent_weight"])
+        ps = self.settings["mode"] == "ps"
         params: dict[str, torch.Tensor] = rec["params"]
         names = list(params)
-        for _ in range(int(self.params["ae_iters"])):
+        for _ in range(int(self.settings["ae_iters"])):
             for p in params.values():
                 p.requires_grad_(True)
             try:
@@ -695,7 +695,7 @@ class LGC(Compressor):
         n, d = len(a), a[0].numel()
         k = self.k_of(d)
         win = self.windows(k)
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         rec = self.autoencoder(state0, n)
         params = rec["params"]
         msgs: list[Message] = []
@@ -717,7 +717,7 @@ class LGC(Compressor):
         msgs += [Message("compressed:latent", leader, (), lat), Message("compressed:indices", leader, (), ip)]
         others = tuple(w for w in range(n) if w != leader)
         msgs.append(Message("compressed:indices", SERVER, others, ip))  # forwarded so the others can pick their values
-        k_inn = k_of(self.params["innovation_density"], d)
+        k_inn = k_of(self.settings["innovation_density"], d)
         innov: list[Payload] = []
         sent: list[torch.Tensor] = []
         for w in range(n):
@@ -733,10 +733,10 @@ class LGC(Compressor):
         # the server: decode every worker at the leader's indices from the leader's latent + its innovation
         body = body_numpy(lat)
         s_rx = _f32_read(body, 0, win.n, "latent")
-        z_rx = _f32_read(body, 4 * win.n, win.n * int(self.params["latent_channels"]) * win.length // self.fold, "latent")
-        if len(body) != 4 * win.latent_floats(int(self.params["latent_channels"]), self.fold):
+        z_rx = _f32_read(body, 4 * win.n, win.n * int(self.settings["latent_channels"]) * win.length // self.fold, "latent")
+        if len(body) != 4 * win.latent_floats(int(self.settings["latent_channels"]), self.fold):
             raise PayloadError("lgc latent: body length does not match its geometry")
-        z_rx = z_rx.reshape(win.n, int(self.params["latent_channels"]), win.length // self.fold)
+        z_rx = z_rx.reshape(win.n, int(self.settings["latent_channels"]), win.length // self.fold)
         _, idx_rx = self._read_indices(ip, d, 0)
         div_rx = torch.where(s_rx > 0, s_rx, torch.ones_like(s_rx))
         inn_k = torch.zeros((n, k), dtype=torch.float32)
@@ -772,7 +772,7 @@ class LGC(Compressor):
         """The server's aggregate message (values at the leader's indices, then the innovations outside them)
         and the aggregate every worker rebuilds from it and the index set it knows."""
         d, k = acc.numel(), idx.numel()
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         xb = codec.encode_sparse(to_numpy(acc[extra_pos]), to_numpy(extra_pos), d, coding)
         pull = self._msg("values", np.concatenate([_f32_bytes(acc[idx]), xb]), {"k": k, "m": int(extra_pos.numel()), "coding": coding},
                          shape, dtype)
@@ -787,7 +787,7 @@ class LGC(Compressor):
         n, d = len(a), a[0].numel()
         k = self.k_of(d)
         win = self.windows(k)
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         params = self.autoencoder(state0)["params"]
         idx_l = topk_indices_sorted(a[leader], k)
         s = win.scales(a[leader][idx_l].cpu())
@@ -802,7 +802,7 @@ class LGC(Compressor):
         z = z.reshape(n, -1)
         total, ring = self._ring_allreduce(list(z), "compressed:latent", dtype)
         msgs += ring
-        zbar = (total / n).reshape(win.n, int(self.params["latent_channels"]), win.length // self.fold)
+        zbar = (total / n).reshape(win.n, int(self.settings["latent_channels"]), win.length // self.fold)
         zeros = torch.zeros((win.n, 1, win.length))
         with torch.no_grad():
             out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
@@ -838,7 +838,7 @@ class LGC(Compressor):
 
     def dense_units(self, units: int) -> set[int]:
         """Units sent dense fp32 in every phase: the first ``dense_first`` and the last ``dense_last``."""
-        first, last = int(self.params["dense_first"]), int(self.params["dense_last"])
+        first, last = int(self.settings["dense_first"]), int(self.settings["dense_last"])
         return set(range(min(first, units))) | set(range(max(units - last, 0), units))
 
     def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
@@ -891,7 +891,7 @@ class LGC(Compressor):
             if phase == "topk":
                 msgs[mid[0]] += self._reference_train(rec, [pushes[u] for u in mid], a_mid, leader, geo)
             else:
-                proto = self._reference_ps if self.params["mode"] == "ps" else self._reference_ring
+                proto = self._reference_ps if self.settings["mode"] == "ps" else self._reference_ring
                 out_aggs, out_msgs, out_sent = proto(rec, a_mid, leader, geo)
                 for j, u in enumerate(mid):
                     aggs[u], sent[u] = out_aggs[j], [s_w[j] for s_w in out_sent]
@@ -912,7 +912,7 @@ class LGC(Compressor):
         """(1 − λ)·recon + λ·Σ_{i≠j} MSE(z_i, z_j): the re-implementation's similarity term (λ = 0.5 there)."""
         n = z.shape[0]
         sim = sum(((z[i] - z[j]).pow(2).mean() for i in range(n) for j in range(n) if i != j), torch.zeros(()))
-        lam = float(self.params["latent_weight"])
+        lam = float(self.settings["latent_weight"])
         return (1 - lam) * recon + lam * sim
 
     def _reference_train(self, rec: dict[str, Any], pushes: list[list[Payload]], a: list[list[torch.Tensor]], leader: int,
@@ -930,14 +930,14 @@ class LGC(Compressor):
         n = len(a)
         params: dict[str, torch.Tensor] = rec["params"]
         msgs: list[Message] = []
-        ps = self.params["mode"] == "ps"
+        ps = self.settings["mode"] == "ps"
         if ps:
             x_rows, inn_rows = [], []
             for w in range(n):
                 vals, innv = [], []
                 for j in range(len(geo)):
                     v, _idx = self._read_sparse(pushes[j][w], a[w][j].numel())
-                    k_inn = min(k_of(self.params["innovation_density"], a[w][j].numel()), v.numel())
+                    k_inn = min(k_of(self.settings["innovation_density"], a[w][j].numel()), v.numel())
                     keep = torch.zeros(v.numel(), dtype=torch.bool)
                     keep[torch.topk(v.abs(), k_inn, sorted=False).indices] = True
                     vals.append(v)
@@ -953,7 +953,7 @@ class LGC(Compressor):
                 msgs += m
             x = torch.cat(cols, dim=1)[:, None, :]
         names = list(params)
-        for _ in range(int(self.params["ae_iters"])):
+        for _ in range(int(self.settings["ae_iters"])):
             for p in params.values():
                 p.requires_grad_(True)
             try:
@@ -978,13 +978,13 @@ class LGC(Compressor):
 
     def _multi_indices(self, idx: Sequence[torch.Tensor], dims: Sequence[int]) -> np.ndarray:
         """One body holding each unit's ascending indices, coded into that unit's size, back to back."""
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         parts = [codec.encode_indices(to_numpy(i), d, coding) for i, d in zip(idx, dims, strict=True)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)
 
     def _read_multi_indices(self, body: np.ndarray, counts: Sequence[int], dims: Sequence[int]) -> tuple[list[torch.Tensor], int]:
         """Inverse of :meth:`_multi_indices`; also returns the bytes consumed."""
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         out, pos = [], 0
         for k, d in zip(counts, dims, strict=True):
             idx, used = codec.decode_indices(body[pos:], d, k, coding)
@@ -1008,7 +1008,7 @@ class LGC(Compressor):
         ks = [self.k_of(d) for d in dims]
         offs = np.cumsum([0, *ks]).tolist()
         shape0, dtype0 = geo[0]
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         params = rec["params"]
         msgs: list[list[Message]] = [[] for _ in range(units)]
         if not rec["encoder_at_leader"]:  # one-time: the server's trained encoder goes to the leader
@@ -1025,7 +1025,7 @@ class LGC(Compressor):
         others = tuple(w for w in range(n) if w != leader)
         msgs[0] += [Message("compressed:latent", leader, (), lat), Message("compressed:indices", leader, (), ip),
                     Message("compressed:indices", SERVER, others, ip)]
-        kinn = [k_of(self.params["innovation_density"], d) for d in dims]
+        kinn = [k_of(self.settings["innovation_density"], d) for d in dims]
         sent: list[list[torch.Tensor]] = []
         innov: list[Payload] = []
         for w in range(n):
@@ -1094,7 +1094,7 @@ class LGC(Compressor):
         ks = [self.k_of(d) for d in dims]
         offs = np.cumsum([0, *ks]).tolist()
         shape0, dtype0 = geo[0]
-        coding = self.params["index_coding"]
+        coding = self.settings["index_coding"]
         params = rec["params"]
         idx_l = [topk_indices_sorted(a[leader][j], ks[j]) for j in range(units)]
         ip = self._msg("indices", self._multi_indices(idx_l, dims), {"k": int(sum(ks)), "coding": coding}, shape0, dtype0)

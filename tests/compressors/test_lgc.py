@@ -488,14 +488,15 @@ def test_per_worker_decoders_train_apart_and_send_the_same_bytes() -> None:
 
 def test_presets_fill_their_values_and_reject_mismatches() -> None:
     assert registry.get("lgc").version == 2
+    assert registry.create("lgc").params["dense_steps"] is None  # what was asked: the preset's value
     g = registry.create("lgc")
-    assert (g.params["preset"], g.params["dense_steps"], g.params["train_steps"], g.params["optimizer"], g.params["ae_iters"],
-            g.params["decoders"], g.params["dense_first"], g.params["dense_last"]) == ("gcbench", 20, 60, "adam", 8, "shared", 0, 0)
+    assert (g.settings["preset"], g.settings["dense_steps"], g.settings["train_steps"], g.settings["optimizer"], g.settings["ae_iters"],
+            g.settings["decoders"], g.settings["dense_first"], g.settings["dense_last"]) == ("gcbench", 20, 60, "adam", 8, "shared", 0, 0)
     r = registry.create("lgc", preset="reference")
-    assert (r.params["dense_steps"], r.params["train_steps"], r.params["optimizer"], r.params["ae_iters"], r.params["decoders"],
-            r.params["dense_first"], r.params["dense_last"], r.params["density"], r.params["innovation_density"],
-            r.params["ae_lr"], r.params["latent_weight"]) == (200, 300, "sgd", 1, "per-worker", 1, 2, 1e-3, 1e-5, 1e-3, 0.5)
-    assert registry.create("lgc", preset="reference", train_steps=7).params["train_steps"] == 7  # explicit values win
+    assert (r.settings["dense_steps"], r.settings["train_steps"], r.settings["optimizer"], r.settings["ae_iters"], r.settings["decoders"],
+            r.settings["dense_first"], r.settings["dense_last"], r.settings["density"], r.settings["innovation_density"],
+            r.settings["ae_lr"], r.settings["latent_weight"]) == (200, 300, "sgd", 1, "per-worker", 1, 2, 1e-3, 1e-5, 1e-3, 0.5)
+    assert registry.create("lgc", preset="reference", train_steps=7).settings["train_steps"] == 7  # explicit values win
     with pytest.raises(ParamError, match="one decoder per worker"):
         registry.create("lgc", preset="reference", decoders="shared")
     with pytest.raises(ParamError, match=r"only preset='reference'"):
