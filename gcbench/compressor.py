@@ -122,6 +122,7 @@ class TrafficRecord:
     worker: int
     sent: int
     received: int
+    sent_body: int | None = None  # of ``sent``, the payload bodies (headers excluded); None when not recorded
 
 
 @dataclass
@@ -130,11 +131,16 @@ class Traffic:
 
     records: list[TrafficRecord] = field(default_factory=list)
 
-    def add(self, phase: str, worker: int, sent: int, received: int) -> None:
-        self.records.append(TrafficRecord(phase, worker, int(sent), int(received)))
+    def add(self, phase: str, worker: int, sent: int, received: int, sent_body: int | None = None) -> None:
+        self.records.append(TrafficRecord(phase, worker, int(sent), int(received), None if sent_body is None else int(sent_body)))
 
     def sent(self, worker: int | None = None, phase: str | None = None) -> int:
         return sum(r.sent for r in self.records if (worker is None or r.worker == worker) and (phase is None or r.phase == phase))
+
+    def sent_body(self, worker: int | None = None, phase: str | None = None) -> int | None:
+        """Body bytes sent (headers excluded), or ``None`` if a matching record did not say (papers count bodies)."""
+        rows = [r.sent_body for r in self.records if (worker is None or r.worker == worker) and (phase is None or r.phase == phase)]
+        return None if any(b is None for b in rows) else sum(b for b in rows if b is not None)
 
     def received(self, worker: int | None = None, phase: str | None = None) -> int:
         return sum(r.received for r in self.records if (worker is None or r.worker == worker) and (phase is None or r.phase == phase))
@@ -354,8 +360,19 @@ class Compressor(ABC):
         traffic = Traffic()
         total = sum(p.nbytes for p in payloads)
         for w, p in enumerate(payloads):
-            traffic.add("allgather", w, p.nbytes, total - p.nbytes)
+            traffic.add("allgather", w, p.nbytes, total - p.nbytes, p.body_nbytes)
         return ExchangeResult((acc / len(grads)).to(grads[0].dtype), traffic, payloads)
+
+    def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
+        """One step of the multi-worker exchange for every unit: ``grads[w][u]``, ``states[w][u]``.
+
+        The default exchanges each unit on its own (:meth:`exchange`).  Protocols defined over the
+        whole model (LGC's reference preset: one autoencoder over every tensor's top-k values)
+        override this; the runner always calls it, so they see every unit of the step together.
+        Returns one result per unit; a message that spans units may be counted in one of them.
+        """
+        units = len(grads[0]) if grads else 0
+        return [self.exchange([g[u] for g in grads], [s[u] for s in states]) for u in range(units)]
 
     # ------------------------------------------------------------------ for subclasses
 

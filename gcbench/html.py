@@ -48,7 +48,7 @@ from gcbench.baselines import ClaimResult
 from gcbench.bench import TARGETS
 from gcbench.compare_runs import Comparison, bench_ok, dig
 from gcbench.metrics import METRICS
-from gcbench.phases import Window, per_step_sent, phase_rows, source_windows, window_metrics, worker_traffic
+from gcbench.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
 from gcbench.report import (
     BENCH_COLUMNS,
     BENCH_FOOTNOTE,
@@ -311,12 +311,25 @@ def plot_phase_ratio(cases: Sequence[dict[str, Any]], windows: Sequence[Window],
         return None
     fig, ax = _figure()
     _step_lines(ax, series, ms=2.5)
-    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
+    # the phased cases (LGC) also body-only, dashed: their small compressed-phase messages are header-heavy
+    colors = _color_map([c for c, _ in series])
+    bodies = []
+    for c, _ in series:
+        body = per_step_sent_body(c) if c.get("step_phases") else None
+        dense = 4.0 * float(dig(c, ("size", "numel")) or 0)
+        if body and any(v > 0 for v in body):
+            vals = [dense / v if v > 0 else None for v in body]
+            bodies += [v for v in vals if v is not None]
+            xs = [i + 1 for i, v in enumerate(vals) if v is not None]
+            ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=colors[str(c.get("label"))],
+                    label=_mpl(case_name(c) + " (bodies only)"))
+    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
     _phase_marks(ax, windows)
     ax.set_ylabel("ratio at the step  (better →)")
     ax.set_title(_mpl(title), fontsize=9, pad=12)
-    _legend(ax, len(series))
-    caption = ("Dense fp32 bytes / bytes a worker sent at each step, every message of the exchange counted; dotted lines separate the "
+    _legend(ax, len(series) + (1 if bodies else 0))
+    caption = ("Dense fp32 bytes / bytes a worker sent at each step, every message of the exchange counted (payload headers included); "
+               "dashed: the phased cases with payload bodies only (headers excluded, as papers count); dotted lines separate the "
                "phases of the source's phased case (steps numbered from 1).")
     return Plot("phase_ratio", title, _png(fig), caption)
 

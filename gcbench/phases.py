@@ -12,7 +12,10 @@ Per window (steps ``first..last`` inclusive), from the case record alone:
 * ``sent_per_worker`` — mean bytes a worker sends per step in the window, every traffic phase
   summed (one-time ``setup:*`` bytes are excluded: the server sends them; they are in the
   amortised ``overall`` ratio of the size record);
-* ``ratio`` — dense fp32 bytes / ``sent_per_worker``;
+* ``ratio`` — dense fp32 bytes / ``sent_per_worker`` (payload headers counted, as gcbench counts);
+* ``body_ratio`` — the same with payload bodies only (``per_step_sent_body``: headers excluded, as
+  papers count); ``None`` for a protocol that does not record its body bytes.  On LGC's small
+  compressed-phase messages the headers are a large share, so the two differ a lot;
 * ``aggregate_q`` — mean over the window's steps of the whole model's aggregate error
   ‖aggregate − true worker mean‖² / ‖true worker mean‖² (``aggregate.per_step_q``);
 * ``aggregate_cosine`` — mean over the window of the whole-model cosine(aggregate, true mean);
@@ -88,6 +91,21 @@ def per_step_sent(case: dict[str, Any]) -> list[float]:
     return out
 
 
+def per_step_sent_body(case: dict[str, Any]) -> list[float] | None:
+    """Like :func:`per_step_sent` with payload bodies only; ``None`` if a traffic phase lacks body counts."""
+    steps = case.get("steps")
+    out = [0.0] * (steps if isinstance(steps, int) else 0)
+    for ph, rec in (case.get("traffic") or {}).items():
+        if ph.startswith("setup"):
+            continue
+        body = rec.get("per_step_sent_body")
+        if not isinstance(body, list):
+            return None
+        for t, v in enumerate(body[:len(out)]):
+            out[t] += float(v)
+    return out
+
+
 def window_metrics(case: dict[str, Any], w: Window) -> dict[str, Any] | None:
     """The case's numbers over window ``w``; ``None`` if the case has fewer steps."""
     steps = case.get("steps")
@@ -95,6 +113,8 @@ def window_metrics(case: dict[str, Any], w: Window) -> dict[str, Any] | None:
         return None
     sent_steps = per_step_sent(case)[w.first:w.last + 1]
     sent = sum(sent_steps) / len(sent_steps)
+    body_steps = per_step_sent_body(case)
+    body = sum(body_steps[w.first:w.last + 1]) / w.steps if body_steps is not None else None
     agg = case.get("aggregate") or {}
     numel = (case.get("size") or {}).get("numel", 0)
     drift = agg.get("sum_drift") or []
@@ -104,6 +124,8 @@ def window_metrics(case: dict[str, Any], w: Window) -> dict[str, Any] | None:
         "first": w.first, "last": w.last, "steps": w.steps,
         "sent_per_worker": sent,
         "ratio": dense_bytes(numel) / sent if sent > 0 else None,
+        "body_per_worker": body,
+        "body_ratio": dense_bytes(numel) / body if body else None,
         "aggregate_q": _mean((agg.get("per_step_q") or [])[w.first:w.last + 1]),
         "aggregate_cosine": _mean((agg.get("per_step_cosine") or [])[w.first:w.last + 1]),
         "drift": _finite(win[w.last]) if (w.first, w.last) in recorded and w.last < len(win) else None,

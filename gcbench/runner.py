@@ -264,16 +264,17 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
         # 2. the stream: every worker compresses; aggregate by the default or the paper's protocol
         if custom_exchange:
             aggregates = []
-            for u in range(len(units)):
-                res = comp.exchange([xs[w][u] for w in range(W)], [states[w][u] for w in range(W)])
+            for u, res in enumerate(comp.exchange_group(xs, states)):
                 aggregates.append(res.aggregate)
                 if u == 0:  # a protocol with phases by step (LGC) names the step's phase
                     step_phases.append(getattr(res, "phase", None))
                 for ph in res.traffic.phases():
-                    rows = traffic_phase.setdefault(ph, [[0, 0] for _ in range(T * W)])
+                    rows = traffic_phase.setdefault(ph, [[0, 0, 0] for _ in range(T * W)])
                     for w in range(W):
                         rows[t * W + w][0] += res.traffic.sent(w, ph)
                         rows[t * W + w][1] += res.traffic.received(w, ph)
+                        body = res.traffic.sent_body(w, ph)  # -1: the protocol did not say (no body-only ratio)
+                        rows[t * W + w][2] = -1 if body is None or rows[t * W + w][2] < 0 else rows[t * W + w][2] + body
             dec0 = [s[1] for s in single]  # type: ignore[index]
             bytes0 = [s[0].nbytes for s in single]  # type: ignore[union-attr]
         elif single[0] is not None and type(comp).compress_group is Compressor.compress_group:
@@ -287,10 +288,11 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
             aggregates = [sum(outs[w][u][1].float() for w in range(W)) / W for u in range(len(units))]
             sizes = [[p.nbytes for p, _ in outs[w]] for w in range(W)]
             total = sum(sum(s) for s in sizes)
-            rows = traffic_phase.setdefault("allgather", [[0, 0] for _ in range(T * W)])
+            rows = traffic_phase.setdefault("allgather", [[0, 0, 0] for _ in range(T * W)])
             for w in range(W):
                 rows[t * W + w][0] += sum(sizes[w])
                 rows[t * W + w][1] += total - sum(sizes[w])
+                rows[t * W + w][2] += sum(p.body_nbytes for p, _ in outs[w])
             dec0 = [d for _, d in outs[0]]
             bytes0 = sizes[0]
             if repeats == 1:
@@ -426,7 +428,10 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
         ph: {"sent_mean": float(np.mean([r[0] for r in rows])), "received_mean": float(np.mean([r[1] for r in rows])),
              "sent_max": int(max(r[0] for r in rows)),
              # bytes per worker at each step: phases that run only in some steps (LGC) stay readable
-             "per_step_sent": [float(np.mean([rows[t * workers + w][0] for w in range(workers)])) for t in range(steps)]}
+             "per_step_sent": [float(np.mean([rows[t * workers + w][0] for w in range(workers)])) for t in range(steps)],
+             # the same, payload bodies only (headers excluded: papers count bodies); None if the protocol did not say
+             "per_step_sent_body": ([float(np.mean([rows[t * workers + w][2] for w in range(workers)])) for t in range(steps)]
+                                    if all(r[2] >= 0 for r in rows) else None)}
         for ph, rows in traffic_phase.items()
     }
     layers = []

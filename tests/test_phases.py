@@ -66,6 +66,20 @@ def test_window_metrics_sum_every_message_but_setup() -> None:
     assert first is not None and first["ratio"] == 1.0 and first["aggregate_q"] == 0.0
     assert window_metrics(c, Window("late", 3, 5)) is None  # beyond the case's steps
     assert set(case_phases(c, [Window("a", 0, 1), Window("b", 2, 3), Window("x", 4, 4)])) == {"a", "b"}
+    assert m["body_ratio"] is None  # the traffic did not record body bytes: no body-only ratio, not a guess
+
+
+def test_body_ratio_counts_payload_bodies_only() -> None:
+    c = _case()
+    bodies = {"a:push": [3990.0, 3990.0, 0.0, 0.0], "b:push": [0.0, 0.0, 60.0, 260.0], "b:extra": [0.0, 0.0, 40.0, 40.0],
+              "setup:weights": [0.0, 0.0, 4980.0, 0.0]}
+    for ph, body in bodies.items():
+        c["traffic"][ph]["per_step_sent_body"] = body
+    m = window_metrics(c, Window("b", 2, 3))
+    assert m is not None and m["body_per_worker"] == 200.0  # (100 + 300) / 2 steps, setup excluded
+    assert m["body_ratio"] == pytest.approx(4000 / 200) and m["ratio"] == pytest.approx(4000 / 300)
+    c["traffic"]["b:extra"]["per_step_sent_body"] = None  # one phase without body counts: none for the case
+    assert window_metrics(c, Window("b", 2, 3))["body_ratio"] is None
 
 
 def test_phase_rows_measure_every_case_over_the_phased_cases_windows() -> None:
@@ -131,6 +145,11 @@ def test_lgc_case_records_its_phases(phased_run: tuple[Path, list[dict[str, Any]
     assert 0.99 < ph["dense"]["ratio"] < 1.0 and ph["dense"]["aggregate_q"] < 1e-12 and ph["dense"]["sum_drift"] < 1e-6
     # phase 3 sends less than phase 2's own top-k (the leader's latent + innovations)
     assert ph["compressed"]["ratio"] > ph["topk"]["ratio"] > 20
+    # body-only: every message's body, headers excluded — more than the with-header ratio, never less
+    for rec in (lgc, topk):
+        for tr in rec["traffic"].values():
+            assert all(0 <= b < s or b == s == 0 for b, s in zip(tr["per_step_sent_body"], tr["per_step_sent"], strict=True))
+    assert ph["compressed"]["body_ratio"] > ph["compressed"]["ratio"]
 
 
 def test_aggregate_records_match_a_direct_computation(phased_run: tuple[Path, list[dict[str, Any]]]) -> None:
@@ -172,7 +191,7 @@ def test_reports_show_the_phase_table(phased_run: tuple[Path, list[dict[str, Any
     md = markdown_summary(run)
     assert "Per phase: dense (step 0), topk (steps 1–2), compressed (steps 3–4)." in md
     header = next(line for line in md.splitlines() if line.startswith("| case | dense ratio"))
-    assert "compressed agg q" in header and "run ratio" in header
+    assert "compressed agg q" in header and "run ratio" in header and "compressed body ratio" in header
     rows = [line for line in md.splitlines() if line.startswith("| lgc") or line.startswith("| topk+ef") or line.startswith("| none")]
     assert len([r for r in rows if r.count("|") == header.count("|")]) == 3  # every case, over the same windows
     assert "| lgc † | compressed (steps 3–4) |" in md  # the per-worker table of the phased case
@@ -191,3 +210,4 @@ def test_reports_show_the_phase_table(phased_run: tuple[Path, list[dict[str, Any
     assert r.exit_code == 0, r.output
     assert "per phase: dense (step 0), topk (steps 1–2), compressed (steps 3–4)" in r.output
     assert "compressed agg q" in r.output and "Σ drift (end)" in r.output
+    assert "compressed ratio (body)" in r.output  # each window's ratio and body-only ratio share a cell

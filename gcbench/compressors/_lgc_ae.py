@@ -1,26 +1,47 @@
-"""The 1-D convolutional autoencoder of LGC (Abrahamyan et al. 2021), RECONSTRUCTED.
+"""The 1-D convolutional autoencoders of LGC (Abrahamyan et al., IEEE TNNLS 2021), RECONSTRUCTED.
 
-No official code of Learned Gradient Compression is public; this is the architecture that
-``shared/compressors.md`` reconstructs from the paper's description:
+No official code of Learned Gradient Compression is public and the paper's body was not available.
+What is public: the abstracts of the TNNLS paper and of its EUSIPCO precursor (an autoencoder
+learned during training compresses the workers' gradients, exploiting the redundancy between
+them: one leader's code plus a per-worker innovation), and a third-party re-implementation whose
+docstrings cite the TNNLS DOI (10.1109/TNNLS.2021.3084806).  Two architectures live here:
 
-* encoder: ``Conv1d`` layers 1→64→128→256→64 (kernel 3, stride 2, padding 1, LeakyReLU 0.01),
-  then ``Conv1d`` 64→4 (kernel 1, no activation).  A window of ``L`` values (``L`` a multiple
-  of ``fold = 2**layers`` = 16, so every stride divides) becomes a ``4 × L/16`` latent: L/4 floats.
-* decoder: the mirror with ``ConvTranspose1d`` — 4(+fold)→64 (kernel 1), then 64→256→128→64→1
-  (kernel 3, stride 2, padding 1, output padding 1, LeakyReLU between layers, none at the end).
-  The worker's *innovation* (a length-``L`` vector, zero except at a few positions) is the extra
-  input: it is folded space-to-depth into ``fold`` channels at the latent's resolution (a
-  lossless rearrangement: channel c at position p holds value p·fold + c) and concatenated to the
-  latent.  Where the innovation is nonzero the output keeps it exactly (the values were sent).
+**gcbench's design** (``preset="gcbench"``; :func:`init_params`, :func:`encode`, :func:`decode`) —
+the encoder is the re-implementation's; the rest is gcbench's own choice:
 
-The autoencoder is kept *functionally* — a plain ``dict[str, Tensor]`` of weights and a plain
-Adam state — so it lives in :attr:`gcbench.compressor.State.values`, deep-copies with the state
-and survives ``state_dict()``/``load_state_dict()`` bit for bit.  :func:`reference_modules` builds
-the same network from ``torch.nn`` layers (the tests check the functional forward against it)
-and :func:`adam_step` follows ``torch.optim.Adam``'s single-tensor update exactly (also tested).
+* encoder (from the re-implementation, with padding added by gcbench): ``Conv1d`` layers
+  1→64→128→256→64 (kernel 3, stride 2, LeakyReLU 0.01), then ``Conv1d`` 64→4 (kernel 1).
+  gcbench pads every stride-2 layer by 1 and applies no activation after the head, so a window of
+  ``L`` values (``L`` a multiple of ``fold = 2**layers`` = 16) becomes a ``4 × L/16`` latent.
+* decoder (gcbench's choice): the encoder's mirror with ``ConvTranspose1d`` — 4(+fold)→64
+  (kernel 1), then 64→256→128→64→1 (kernel 3, stride 2, padding 1, output padding 1, LeakyReLU
+  between layers, none at the end).  The worker's *innovation* (a length-``L`` vector, zero except
+  at a few positions) is folded space-to-depth into ``fold`` channels at the latent's resolution
+  (channel c at position p holds value p·fold + c) and concatenated to the latent; where it is
+  nonzero the output keeps it exactly (the values were sent).  One decoder is shared by all
+  workers, or (``decoders > 1``) there is one per worker, named ``w<i>.dec…``.
+
+**The re-implementation's architecture** (``preset="reference"``; :func:`init_reference_params`,
+:func:`reference_encode`, :func:`reference_decode`), followed layer for layer:
+
+* encoder: ``Conv1d`` 1→64→128→256→64 (kernel 3, stride 2, no padding, LeakyReLU), ``Conv1d``
+  64→4 (kernel 1) with a LeakyReLU after it; a length-K input gives a ``4 × L4`` latent,
+  ``L_{i+1} = floor((L_i − 3)/2) + 1`` (about K/4 floats).
+* one decoder per worker: ``ConvTranspose1d`` 4→32→64→128→32 (kernel 3, stride 2, no padding,
+  LeakyReLU after each), nearest-neighbour interpolation to length K, the worker's innovation
+  (length K) concatenated as a 33rd channel, and ``Conv1d`` 33→1 (kernel 1).  No exact overwrite.
+* initial weights: PyTorch's default initialisation of those layers, drawn from a seeded
+  generator (the re-implementation draws them from the global seed).
+
+Both are kept *functionally* — a plain ``dict[str, Tensor]`` of weights and plain optimizer state —
+so they live in :attr:`gcbench.compressor.State.values`, deep-copy with the state and survive
+``state_dict()``/``load_state_dict()`` bit for bit.  :func:`reference_modules` and
+:func:`reference_arch_modules` build the same networks from ``torch.nn`` layers (the tests check
+the functional forwards against them); :func:`adam_step` follows ``torch.optim.Adam``'s
+single-tensor update exactly and :func:`sgd_step` ``torch.optim.SGD``'s plain one (also tested).
 
 Everything runs on the CPU in float32, in a deterministic order (no global random state is used:
-initial weights come from a seeded ``torch.Generator``).
+initial weights come from seeded generators).
 """
 
 from __future__ import annotations
@@ -60,11 +81,14 @@ def _decoder_layers(channels: tuple[int, ...], latent: int) -> list[tuple[str, i
     return layers
 
 
-def init_params(seed: int, channels: tuple[int, ...] = DEFAULT_CHANNELS, latent: int = DEFAULT_LATENT) -> dict[str, torch.Tensor]:
+def init_params(seed: int, channels: tuple[int, ...] = DEFAULT_CHANNELS, latent: int = DEFAULT_LATENT,
+                decoders: int = 1) -> dict[str, torch.Tensor]:
     """Seeded initial weights: U(−b, b) with b = 1/sqrt(in·kernel), for weights and biases.
 
     This is PyTorch's default bound for convolutions (``kaiming_uniform_(a=√5)``) computed from
-    the layer's input fan, for both kinds of layer.
+    the layer's input fan, for both kinds of layer (gcbench's choice).  ``decoders > 1`` gives one
+    decoder per worker, its tensors prefixed ``w<i>.`` (see :func:`decoder_view`); the first
+    decoder draws the same numbers as the shared one.
     """
     g = torch.Generator().manual_seed(int(seed) % (2**63))
     params: dict[str, torch.Tensor] = {}
@@ -72,16 +96,33 @@ def init_params(seed: int, channels: tuple[int, ...] = DEFAULT_CHANNELS, latent:
         b = 1.0 / math.sqrt(cin * k)
         params[f"{name}.weight"] = (torch.rand((cout, cin, k), generator=g) * 2 - 1) * b
         params[f"{name}.bias"] = (torch.rand((cout,), generator=g) * 2 - 1) * b
-    for name, cin, cout, k in _decoder_layers(channels, latent):
-        b = 1.0 / math.sqrt(cin * k)
-        params[f"{name}.weight"] = (torch.rand((cin, cout, k), generator=g) * 2 - 1) * b  # ConvTranspose1d layout
-        params[f"{name}.bias"] = (torch.rand((cout,), generator=g) * 2 - 1) * b
+    for i in range(decoders):
+        prefix = f"w{i}." if decoders > 1 else ""
+        for name, cin, cout, k in _decoder_layers(channels, latent):
+            b = 1.0 / math.sqrt(cin * k)
+            params[f"{prefix}{name}.weight"] = (torch.rand((cin, cout, k), generator=g) * 2 - 1) * b  # ConvTranspose1d layout
+            params[f"{prefix}{name}.bias"] = (torch.rand((cout,), generator=g) * 2 - 1) * b
     return params
+
+
+def decoder_count(params: dict[str, torch.Tensor]) -> int:
+    """1 for a shared decoder, else the number of per-worker decoders (``w<i>.`` prefixes)."""
+    return sum(1 for n in params if n.startswith("w") and n.endswith(".dec_head.weight")) or 1
+
+
+def decoder_view(params: dict[str, torch.Tensor], worker: int) -> dict[str, torch.Tensor]:
+    """The encoder plus worker ``worker``'s decoder under the shared names (the same tensors, not copies)."""
+    if decoder_count(params) == 1 and "dec_head.weight" in params:
+        return params
+    prefix = f"w{worker}."
+    view = {n: p for n, p in params.items() if n.startswith("enc")}
+    view.update({n[len(prefix):]: p for n, p in params.items() if n.startswith(prefix)})
+    return view
 
 
 def encoder_names(params: dict[str, torch.Tensor]) -> list[str]:
     """Names of the encoder's tensors, in a fixed order (what a leader must hold)."""
-    return [n for n in params if n.startswith("enc")]
+    return [n for n in params if n.startswith(("enc", "ref_enc"))]
 
 
 def count_layers(params: dict[str, torch.Tensor]) -> int:
@@ -184,3 +225,90 @@ def adam_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], s
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
             denom = (v.sqrt() / bias2_sqrt).add_(eps)
             p.addcdiv_(m, denom, value=-(lr / bias1))
+
+
+def sgd_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], lr: float) -> None:
+    """One plain SGD update in place (no momentum, no weight decay): ``torch.optim.SGD``'s default."""
+    with torch.no_grad():
+        for n, p in params.items():
+            p.add_(grads[n], alpha=-lr)
+
+
+# ----------------------------------------------------------------------------- the re-implementation's architecture
+
+#: encoder (in, out) of the stride-2 layers, and the decoder's; both from the re-implementation
+REF_ENCODER: tuple[tuple[int, int], ...] = ((1, 64), (64, 128), (128, 256), (256, 64))
+REF_DECODER: tuple[tuple[int, int], ...] = ((4, 32), (32, 64), (64, 128), (128, 32))
+REF_LATENT = 4
+
+
+def reference_latent_length(k: int) -> int:
+    """Latent positions of a length-``k`` input: four unpadded kernel-3 stride-2 convolutions (0 if too short)."""
+    length = k
+    for _ in REF_ENCODER:
+        length = (length - 3) // 2 + 1 if length >= 3 else 0
+    return max(length, 0)
+
+
+#: the shortest input the re-implementation's encoder accepts (a latent of one position)
+REF_MIN_K = next(k for k in range(1, 64) if reference_latent_length(k) >= 1)
+
+
+def reference_arch_modules(workers: int) -> tuple[nn.Module, list[nn.Module], list[nn.Module]]:
+    """The re-implementation's layers as ``torch.nn`` modules: encoder, per-worker decoders and output convolutions."""
+    enc: list[nn.Module] = []
+    for cin, cout in REF_ENCODER:
+        enc += [nn.Conv1d(cin, cout, kernel_size=3, stride=2), nn.LeakyReLU(NEG_SLOPE)]
+    enc += [nn.Conv1d(REF_ENCODER[-1][1], REF_LATENT, kernel_size=1), nn.LeakyReLU(NEG_SLOPE)]
+    decs: list[nn.Module] = []
+    outs: list[nn.Module] = []
+    for _ in range(workers):
+        layers: list[nn.Module] = []
+        for cin, cout in REF_DECODER:
+            layers += [nn.ConvTranspose1d(cin, cout, kernel_size=3, stride=2), nn.LeakyReLU(NEG_SLOPE)]
+        decs.append(nn.Sequential(*layers))
+        outs.append(nn.Conv1d(REF_DECODER[-1][1] + 1, 1, kernel_size=1))
+    return nn.Sequential(*enc), decs, outs
+
+
+def init_reference_params(seed: int, workers: int) -> dict[str, torch.Tensor]:
+    """PyTorch's default initial weights of the re-implementation's layers, drawn under ``seed``.
+
+    The layers are built inside :func:`torch.random.fork_rng`, so the global generator is left as
+    it was.  Names: ``ref_enc<i>``, ``ref_enc_head``, ``w<j>.ref_dec<i>``, ``w<j>.ref_out``.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed) % (2**63))
+        enc, decs, outs = reference_arch_modules(workers)
+    convs = [m for m in enc if isinstance(m, nn.Conv1d)]
+    params: dict[str, torch.Tensor] = {}
+    for i, m in enumerate(convs):
+        name = f"ref_enc{i}" if i < len(REF_ENCODER) else "ref_enc_head"
+        params[f"{name}.weight"] = m.weight.detach().clone()
+        params[f"{name}.bias"] = m.bias.detach().clone()  # type: ignore[union-attr]
+    for j, (dec, out) in enumerate(zip(decs, outs, strict=True)):
+        ups = [m for m in dec if isinstance(m, nn.ConvTranspose1d)]
+        for i, m in enumerate(ups):
+            params[f"w{j}.ref_dec{i}.weight"] = m.weight.detach().clone()
+            params[f"w{j}.ref_dec{i}.bias"] = m.bias.detach().clone()  # type: ignore[union-attr]
+        params[f"w{j}.ref_out.weight"] = out.weight.detach().clone()  # type: ignore[union-attr]
+        params[f"w{j}.ref_out.bias"] = out.bias.detach().clone()  # type: ignore[union-attr]
+    return params
+
+
+def reference_encode(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """The re-implementation's encoder: (B, 1, K) → (B, 4, L4)."""
+    h = x
+    for i in range(len(REF_ENCODER)):
+        h = F.leaky_relu(F.conv1d(h, params[f"ref_enc{i}.weight"], params[f"ref_enc{i}.bias"], stride=2), NEG_SLOPE)
+    return F.leaky_relu(F.conv1d(h, params["ref_enc_head.weight"], params["ref_enc_head.bias"]), NEG_SLOPE)
+
+
+def reference_decode(params: dict[str, torch.Tensor], worker: int, z: torch.Tensor, innovation: torch.Tensor) -> torch.Tensor:
+    """Worker ``worker``'s decoder: latent (B, 4, L4) and innovation (B, 1, K) → (B, 1, K)."""
+    h = z
+    for i in range(len(REF_DECODER)):
+        h = F.leaky_relu(F.conv_transpose1d(h, params[f"w{worker}.ref_dec{i}.weight"], params[f"w{worker}.ref_dec{i}.bias"], stride=2),
+                         NEG_SLOPE)
+    h = torch.cat([F.interpolate(h, size=innovation.shape[-1]), innovation], dim=1)
+    return F.conv1d(h, params[f"w{worker}.ref_out.weight"], params[f"w{worker}.ref_out.bias"])

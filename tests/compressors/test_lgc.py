@@ -19,7 +19,7 @@ from gcbench.compressor import ErrorFeedback, State, decompress
 from gcbench.compressors import _lgc_ae as ae
 from gcbench.compressors import lgc as lgc_module
 from gcbench.compressors.lgc import LGC, SERVER, LGCExchangeResult, phase_summary
-from gcbench.errors import GcbenchError, PayloadError
+from gcbench.errors import GcbenchError, ParamError, PayloadError
 from gcbench.payload import Payload
 from tests.conftest import same_bits
 from tests.test_contract import check_contract
@@ -428,3 +428,265 @@ def test_phase_summary_amortises_over_the_run() -> None:
     # phase 3 sends far less than top-k, which sends far less than dense
     assert summary["compressed"]["ratio"] > 3 * summary["topk"]["ratio"] > 3 * summary["dense"]["ratio"]
     assert codec.index_width(D) == BD
+
+
+# ----------------------------------------------------------------------------- the ps decoder trained as it is used
+
+
+def test_ps_decoder_is_trained_from_the_leaders_latent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase 3 decodes every worker from the leader's latent, so phase 2 must train it that way.
+
+    gcbench's v1 decoded each worker from its own latent in training (and the trained decoder then
+    did worse than an untrained one in phase 3): every latent the decoder sees in training must be
+    the leader's, for every worker's reconstruction.
+    """
+    comp = make(dense_steps=0, train_steps=2, ae_iters=1)
+    st = states_for(comp)
+    seen: list[torch.Tensor] = []
+    real_decode = ae.decode
+
+    def spy(params: dict[str, torch.Tensor], z: torch.Tensor, inn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        seen.append(z.detach().clone())
+        return real_decode(params, z, inn, mask)
+
+    monkeypatch.setattr(lgc_module.ae, "decode", spy)
+    grads = stream(1, seed=3)[0]
+    a = corrected(grads, st)
+    res = comp.exchange(grads, st)
+    assert res.phase == "topk" and st[0].values["lgc"]["train_updates"] == 1
+    win = comp.windows(K)
+    rows = torch.cat([z.reshape(-1, *z.shape[-2:]) for z in seen])
+    assert rows.shape[0] == N * win.n  # one reconstruction per worker and window
+    # the leader's latent, computed from its values at its own top-k indices with the weights before the step
+    fresh = comp.init_autoencoder(st[0].seed, N)["params"]
+    v = a[0][torch.from_numpy(top_sorted(a[0], K))]
+    s = win.scales(v)
+    z_leader = ae.encode(fresh, (win.split(v.reshape(1, -1))[0] / s[:, None]).reshape(win.n, 1, win.length))
+    for w in range(N):
+        torch.testing.assert_close(rows[w * win.n:(w + 1) * win.n], z_leader, rtol=1e-5, atol=1e-6)
+
+
+def test_per_worker_decoders_train_apart_and_send_the_same_bytes() -> None:
+    shared, per = make(dense_steps=1, train_steps=3), make(dense_steps=1, train_steps=3, decoders="per-worker")
+    runs = {}
+    for label, comp in (("shared", shared), ("per", per)):
+        st = states_for(comp)
+        runs[label] = ([comp.exchange(g, st) for g in stream(6)], st)
+    params = runs["per"][1][0].values["lgc"]["params"]
+    assert ae.decoder_count(params) == N and ae.decoder_count(runs["shared"][1][0].values["lgc"]["params"]) == 1
+    # each worker's decoder learnt from its own values: after training they differ
+    assert not torch.equal(params["w0.dec_head.weight"], params["w1.dec_head.weight"])
+    # the decoders stay at the server: every message has the same size either way (the encoder goes to the leader)
+    for r1, r2 in zip(runs["shared"][0], runs["per"][0], strict=True):
+        assert [(m.phase, m.payload.nbytes) for m in r1.messages] == [(m.phase, m.payload.nbytes) for m in r2.messages]
+    with pytest.raises(ParamError, match="needs mode='ps'"):
+        make(mode="ring", decoders="per-worker")
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def test_presets_fill_their_values_and_reject_mismatches() -> None:
+    assert registry.get("lgc").version == 2
+    assert registry.create("lgc").params["dense_steps"] is None  # what was asked: the preset's value
+    g = registry.create("lgc")
+    assert (g.settings["preset"], g.settings["dense_steps"], g.settings["train_steps"], g.settings["optimizer"], g.settings["ae_iters"],
+            g.settings["decoders"], g.settings["dense_first"], g.settings["dense_last"]) == ("gcbench", 20, 60, "adam", 8, "shared", 0, 0)
+    r = registry.create("lgc", preset="reference")
+    assert (r.settings["dense_steps"], r.settings["train_steps"], r.settings["optimizer"], r.settings["ae_iters"], r.settings["decoders"],
+            r.settings["dense_first"], r.settings["dense_last"], r.settings["density"], r.settings["innovation_density"],
+            r.settings["ae_lr"], r.settings["latent_weight"]) == (200, 300, "sgd", 1, "per-worker", 1, 2, 1e-3, 1e-5, 1e-3, 0.5)
+    assert registry.create("lgc", preset="reference", train_steps=7).settings["train_steps"] == 7  # explicit values win
+    with pytest.raises(ParamError, match="one decoder per worker"):
+        registry.create("lgc", preset="reference", decoders="shared")
+    with pytest.raises(ParamError, match=r"only preset='reference'"):
+        registry.create("lgc", dense_first=1)
+    with pytest.raises(ParamError, match=r"lgc\.preset"):
+        registry.create("lgc", preset="paper")
+
+
+def test_reference_autoencoder_matches_the_torch_nn_layers() -> None:
+    params = ae.init_reference_params(5, workers=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        enc, decs, outs = ae.reference_arch_modules(2)  # the same seed: the same default initial weights
+    x = torch.randn(3, 1, 100, generator=torch.Generator().manual_seed(2))
+    z = ae.reference_encode(params, x)
+    assert z.shape == (3, 4, ae.reference_latent_length(100)) and ae.reference_latent_length(100) == 5  # 100→49→24→11→5
+    torch.testing.assert_close(z, enc(x), rtol=1e-5, atol=1e-6)
+    inn = torch.zeros(1, 1, 100)
+    inn[0, 0, 7] = 0.3
+    for w in range(2):
+        want = outs[w](torch.cat([torch.nn.functional.interpolate(decs[w](z[:1]), size=100), inn], dim=1))
+        torch.testing.assert_close(ae.reference_decode(params, w, z[:1], inn), want, rtol=1e-5, atol=1e-6)
+    assert ae.REF_MIN_K == 31 and ae.reference_latent_length(30) == 0
+    before = torch.get_rng_state()
+    ae.init_reference_params(9, 1)
+    assert torch.equal(torch.get_rng_state(), before)  # the global generator is left alone
+
+
+def test_sgd_step_matches_torch_optim_sgd() -> None:
+    params = ae.init_reference_params(1, workers=1)
+    ref = {n: torch.nn.Parameter(p.clone()) for n, p in params.items()}
+    opt = torch.optim.SGD(list(ref.values()), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        grads = {n: torch.randn(p.shape, generator=g) for n, p in params.items()}
+        ae.sgd_step(params, grads, 1e-3)
+        for n, p in ref.items():
+            p.grad = grads[n].clone()
+        opt.step()
+    for n, p in params.items():
+        assert torch.equal(p, ref[n].detach()), n
+
+
+MODEL = [(40,), (300, 20), (50,), (2000, 10), (64,), (10, 30), (10,)]  # first 1 and last 2 dense in preset=reference
+
+
+def model_stream(steps: int, workers: int = N, seed: int = 0) -> list[list[list[torch.Tensor]]]:
+    """grads[t][w][u]: the shapes of MODEL, the shared-plus-noise structure of :func:`stream`."""
+    flat = stream(steps, d=sum(math.prod(s) for s in MODEL), workers=workers, seed=seed)
+    out = []
+    for row in flat:
+        out.append([[t.reshape(s) for t, s in zip(torch.split(g, [math.prod(s) for s in MODEL]), MODEL, strict=True)] for g in row])
+    return out
+
+
+def ref_make(**params: object) -> LGC:
+    base: dict[str, object] = {"preset": "reference", "density": 0.01, "innovation_density": 1e-3, "dense_steps": 1, "train_steps": 2}
+    base.update(params)
+    comp = registry.create("lgc", **base)
+    assert isinstance(comp, LGC)
+    return comp
+
+
+def ref_states(comp: LGC, workers: int = N) -> list[list[State]]:
+    return [[comp.init_state(1000 * w + u) for u in range(len(MODEL))] for w in range(workers)]
+
+
+def test_reference_phase2_is_one_sgd_step_of_its_loss() -> None:
+    """The whole-model autoencoder trains by one plain SGD step (lr 1e-3) of the re-implementation's loss.
+
+    Recomputed here with ``torch.nn`` layers: every worker's own top-k values of the middle tensors
+    concatenated; one randomly drawn worker's latent decoded by every worker's decoder with that
+    worker's innovation; 0.5·Σ_w MSE + 0.5·Σ_{i≠j} MSE(z_i, z_j).
+    """
+    comp = ref_make(dense_steps=0)
+    st = ref_states(comp)
+    grads = model_stream(1, seed=4)[0]
+    res = comp.exchange_group(grads, st)
+    assert {r.phase for r in res} == {"topk"} and all("lgc" not in st[w][u].values for w in range(N) for u in range(1, len(MODEL)))
+    rec = st[0][0].values["lgc"]
+    assert rec["train_updates"] == 1 and rec["draws"] == 1
+    mid = [1, 2, 3, 4]
+    x, inn = [], []
+    for w in range(N):
+        vals, innv = [], []
+        for u in mid:
+            v = grads[w][u].reshape(-1)
+            idx = torch.from_numpy(top_sorted(v, math.ceil(0.01 * v.numel())))
+            vv = v[idx]
+            k_inn = math.ceil(1e-3 * v.numel())
+            keep = torch.zeros(vv.numel(), dtype=torch.bool)
+            keep[torch.topk(vv.abs(), k_inn).indices] = True
+            vals.append(vv)
+            innv.append(torch.where(keep, vv, 0.0))
+        x.append(torch.cat(vals).reshape(1, 1, -1))
+        inn.append(torch.cat(innv).reshape(1, 1, -1))
+    fresh = comp.init_autoencoder(st[0][0].seed, N)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(fresh["seed"] % (2**63))
+        enc, decs, outs = ae.reference_arch_modules(N)
+    modules = torch.nn.ModuleList([enc, *decs, *outs])
+    opt = torch.optim.SGD(modules.parameters(), lr=1e-3)
+    z = [enc(xi) for xi in x]
+    pick = int(np.random.default_rng([fresh["seed"], 0]).integers(N))
+    rec_loss = sum(torch.nn.functional.mse_loss(outs[w](torch.cat([torch.nn.functional.interpolate(decs[w](z[pick]), size=x[w].shape[-1]),
+                                                                     inn[w]], dim=1)), x[w]) for w in range(N))
+    sim = sum(torch.nn.functional.mse_loss(z[i], z[j]) for i in range(N) for j in range(N) if i != j)
+    opt.zero_grad()
+    (0.5 * rec_loss + 0.5 * sim).backward()
+    opt.step()
+    enc_convs = [m for m in enc if isinstance(m, torch.nn.Conv1d)]
+    torch.testing.assert_close(rec["params"]["ref_enc0.weight"], enc_convs[0].weight.detach(), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(rec["params"]["ref_enc_head.bias"], enc_convs[-1].bias.detach(), rtol=1e-5, atol=1e-7)
+    for w in range(N):
+        torch.testing.assert_close(rec["params"][f"w{w}.ref_out.weight"], outs[w].weight.detach(), rtol=1e-5, atol=1e-7)
+        ups = [m for m in decs[w] if isinstance(m, torch.nn.ConvTranspose1d)]
+        torch.testing.assert_close(rec["params"][f"w{w}.ref_dec0.weight"], ups[0].weight.detach(), rtol=1e-5, atol=1e-7)
+    assert not torch.equal(rec["params"]["ref_enc0.weight"], fresh["params"]["ref_enc0.weight"])
+
+
+def test_reference_ps_message_sizes_match_the_formulas() -> None:
+    comp = ref_make(dense_steps=1, train_steps=1)
+    st = ref_states(comp)
+    d = [math.prod(s) for s in MODEL]
+    mid = [1, 2, 3, 4]
+    ks = {u: math.ceil(0.01 * d[u]) for u in mid}
+    kinn = {u: math.ceil(1e-3 * d[u]) for u in mid}
+    bits = {u: math.ceil(math.log2(d[u])) for u in mid}
+    length = ae.reference_latent_length(sum(ks.values()))
+    compressed = 0
+    for grads in model_stream(4):
+        res = comp.exchange_group(grads, st)
+        phase = res[0].phase
+        for u in (0, 5, 6):  # the dense tensors: every worker pushes 4·d body bytes in every phase, aggregated exactly
+            push = [m for m in res[u].messages if m.sender == 1]
+            assert [m.payload.body_nbytes for m in push] == [4 * d[u]], (phase, u)
+            torch.testing.assert_close(res[u].aggregate, sum(grads[w][u] for w in range(N)) / N)
+        if phase != "compressed":
+            continue
+        compressed += 1
+        msgs = res[1].messages  # whole-model messages are counted in the first middle tensor
+        body = {(m.phase, m.sender): m.payload.body_nbytes for m in msgs if m.sender != SERVER}
+        assert body[("compressed:latent", 0)] == 4 * 4 * length  # fp32, 4 channels, no scale
+        assert body[("compressed:indices", 0)] == sum(codec.packed_nbytes(ks[u], bits[u]) for u in mid)
+        inn_body = 4 * sum(kinn.values()) + sum(codec.packed_nbytes(kinn[u], bits[u]) for u in mid)
+        assert all(body[("compressed:innovation", w)] == inn_body for w in range(N))
+        for w in range(1, N):  # the other workers send their innovation (and the dense tensors) only
+            assert res[1].traffic.sent(w) == sum(m.payload.nbytes for m in msgs if m.sender == w)
+            assert res[1].traffic.sent_body(w) == inn_body
+            assert all(r.traffic.sent(w) == 0 for r in res[2:5])
+        assert all(r.aggregate.isfinite().all() for r in res)
+    assert compressed == 2
+
+
+@pytest.mark.parametrize("mode", ["ps", "ring"])
+def test_reference_state_dict_round_trip_is_bit_identical(mode: str) -> None:
+    comp = ref_make(mode=mode, dense_steps=1, train_steps=2)
+    st = ref_states(comp)
+    steps = model_stream(6)
+    comp.exchange_group(steps[0], st)
+    comp.exchange_group(steps[1], st)  # mid-training
+    saved = [[s.state_dict() for s in row] for row in st]
+    first = [comp.exchange_group(steps[t], st) for t in range(2, 6)]
+    restored = [[State.from_state_dict(sd) for sd in row] for row in saved]
+    again = [comp.exchange_group(steps[t], restored) for t in range(2, 6)]
+    assert [r[0].phase for r in first] == ["topk", "compressed", "compressed", "compressed"]
+    for r1, r2 in zip(first, again, strict=True):
+        for u1, u2 in zip(r1, r2, strict=True):
+            assert same_bits(u1.aggregate, u2.aggregate)
+            assert [m.payload.to_bytes() for m in u1.messages] == [m.payload.to_bytes() for m in u2.messages]
+
+
+def test_gcbench_preset_exchanges_each_tensor_on_its_own() -> None:
+    comp = make(dense_steps=1, train_steps=2)
+    a, b = ref_states(comp), ref_states(comp)
+    for grads in model_stream(4):
+        group = comp.exchange_group(grads, a)
+        single = [comp.exchange([grads[w][u] for w in range(N)], [b[w][u] for w in range(N)]) for u in range(len(MODEL))]
+        for g, s in zip(group, single, strict=True):
+            assert same_bits(g.aggregate, s.aggregate)
+            assert g.traffic.to_dict() == s.traffic.to_dict()
+
+
+def test_traffic_bodies_are_the_messages_bodies() -> None:
+    comp = make(dense_steps=1, train_steps=1)
+    st = states_for(comp)
+    for grads in stream(3):
+        res = comp.exchange(grads, st)
+        for w in range(N):
+            own = [m.payload for m in res.messages if m.sender == w]
+            assert res.traffic.sent_body(w) == sum(p.body_nbytes for p in own) < res.traffic.sent(w)
+    summary = phase_summary([res], D)
+    assert summary["compressed"]["body_ratio"] > summary["compressed"]["ratio"]
