@@ -263,14 +263,28 @@ def load_run(path: str | Path) -> dict[str, Any]:
     return _upgrade(data)
 
 
+# the statuses of a run that ran to its end (a bench file, written once at its end, has none)
+FINISHED_STATUSES = ("complete", "complete-with-errors", None)
+
+
+def run_finished(data: dict[str, Any]) -> bool:
+    """Whether a loaded results file is a run that ran to its end (not ``running``, ``interrupted`` or ``failed``)."""
+    return data.get("status") in FINISHED_STATUSES
+
+
 def list_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[Path]:
     """Run files in ``runs_dir``, oldest first."""
     d = Path(runs_dir)
     return sorted(d.glob("*.json")) if d.exists() else []
 
 
-def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:
-    """A run by path, by id (file stem), by unique id prefix, or 'latest'."""
+def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False) -> Path:
+    """A run by path, by id (file stem), by unique id prefix, or 'latest'.
+
+    With ``finished``, 'latest' is the newest run that ran to its end (:func:`run_finished`):
+    a regression gate must not pick up a run that is still going, was interrupted or failed, nor
+    an unreadable file.
+    """
     p = Path(ref)
     if p.exists():
         return p
@@ -278,7 +292,15 @@ def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:
     if ref == "latest":
         if not runs:
             raise ResultsError(f"no runs in {runs_dir}")
-        return runs[-1]
+        if not finished:
+            return runs[-1]
+        for r in reversed(runs):
+            try:
+                if run_finished(load_run(r)):
+                    return r
+            except ResultsError:
+                continue
+        raise ResultsError(f"no finished run in {runs_dir} (every run there is still running, interrupted, failed or unreadable)")
     hits = [r for r in runs if r.stem == ref] or [r for r in runs if r.stem.startswith(ref)]
     if len(hits) == 1:
         return hits[0]

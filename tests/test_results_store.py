@@ -163,3 +163,113 @@ def test_cli_run_with_an_escaping_suite_name_writes_inside_out(tmp_path: Path, m
     assert r.exit_code == 0, r.output
     files = [p for p in tmp_path.rglob("*.json")]
     assert len(files) == 1 and files[0].parent == out and "escaped" in files[0].name
+
+
+# ----------------------------------------------------------------------------- 9. signals
+
+
+def test_a_signal_during_an_atomic_write_waits_for_the_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT landing inside atomic_write_json: the new content is in place, no temp file, then KeyboardInterrupt."""
+    real_dump = json.dump
+
+    def dump_then_signal(*args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler would run here, half-way through the write
+        real_dump(*args, **kwargs)
+
+    target = tmp_path / "r.json"
+    results.atomic_write_json(target, {"v": 1})
+    monkeypatch.setattr(json, "dump", dump_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        results.atomic_write_json(target, {"v": 2})
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"v": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+
+
+def test_a_run_interrupted_before_its_first_case_leaves_no_file(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path, _suite(), "abcdef", None, "cpu")
+    w.finish("interrupted")
+    assert w.path is None and list(tmp_path.iterdir()) == []
+
+
+SLOW_SUITE = ('name = "sig"\nseed = 0\n[[sources]]\nkind = "synthetic"\nshapes = [[64, 64]]\nworkers = 2\nsteps = 2\n'
+              '[metrics]\ntiming = false\nrepeats = 2\n' + "".join(f'[[compressors]]\nname = "qsgd"\nlabel = "q{i}"\n'
+                                                                  for i in range(100)))
+
+
+def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    suite = tmp_path / "sig.toml"
+    suite.write_text(SLOW_SUITE)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "gcbench", "run", str(suite), "--out", str(out), "--quiet"],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return proc, out
+
+
+def _wait_for_first_case(proc: subprocess.Popen[bytes], out: Path, timeout: float = 60.0) -> Path:
+    """The results file, polled for: it appears when the first case completes."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        files = list(out.glob("*.json"))
+        if files:
+            return files[0]
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError("no results file appeared")
+
+
+def _finish(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr.decode()
+
+
+def _check_interrupted(out: Path, path: Path, stderr: str) -> None:
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    data = load_run(path)
+    assert data["status"] == "interrupted", data["status"]
+    assert 1 <= len(data["cases"]) < 100 and all(c["status"] == "ok" for c in data["cases"])
+    assert data["finished_utc"] is not None
+    assert [p.name for p in out.iterdir()] == [path.name]  # no stray *.tmp
+
+
+@pytest.mark.parametrize(("sig", "count", "gap", "code"), [
+    (signal.SIGTERM, 1, 0.0, 143),
+    (signal.SIGINT, 2, 0.015, 130),  # two Ctrl-C within 20 ms
+    (signal.SIGINT, 5, 0.0, 130),  # five in a row
+    (signal.SIGTERM, 3, 0.002, 143),
+], ids=["sigterm", "sigint-x2-15ms", "sigint-x5", "sigterm-x3"])
+def test_stop_signals_leave_an_interrupted_file_with_the_completed_cases(tmp_path: Path, sig: int, count: int, gap: float,
+                                                                         code: int) -> None:
+    proc, out = _start_run(tmp_path)
+    path = _wait_for_first_case(proc, out)
+    for _ in range(count):
+        proc.send_signal(sig)
+        time.sleep(gap)
+    rc, stderr = _finish(proc)
+    assert rc == code, stderr
+    _check_interrupted(out, path, stderr)
+
+
+def _handles_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (gcbench.signals.install has run)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see when the handlers are installed")
+def test_sigint_during_start_up_imports_ends_without_a_traceback(tmp_path: Path) -> None:
+    proc, out = _start_run(tmp_path)
+    end = time.monotonic() + 30
+    while not _handles_sigterm(proc.pid) and time.monotonic() < end:  # the handlers are in; torch is being imported
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    rc, stderr = _finish(proc)
+    assert rc == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr, stderr
+    assert not out.exists() or list(out.iterdir()) == []  # no case completed: no file
