@@ -273,3 +273,68 @@ def test_sigint_during_start_up_imports_ends_without_a_traceback(tmp_path: Path)
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr, stderr
     assert not out.exists() or list(out.iterdir()) == []  # no case completed: no file
+
+
+# ----------------------------------------------------------------------------- 5. the regression gate
+
+
+def _clean_run(run_id: str, status: str = "complete", drop: int = 0) -> dict[str, Any]:
+    """The golden base run without its failing case (so it passes against itself), ``drop`` cases fewer."""
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    data["cases"] = [c for c in data["cases"] if c.get("status") == "ok"]
+    data["cases"] = data["cases"][: len(data["cases"]) - drop]
+    data["run_id"], data["status"] = run_id, status
+    return data
+
+
+def _gate(tmp_path: Path, files: dict[str, dict[str, Any]], *args: str) -> Any:
+    d = tmp_path / "runs"
+    d.mkdir(exist_ok=True)
+    for name, data in files.items():
+        (d / f"{name}.json").write_text(json.dumps(data), encoding="utf-8")
+    return runner.invoke(app, ["report", "--runs-dir", str(d), "--baseline", "20260101T000000Z-base", *args, "--fail-on-regression"])
+
+
+def test_gate_passes_an_identical_finished_run(tmp_path: Path) -> None:
+    r = _gate(tmp_path, {"20260101T000000Z-base": _clean_run("base"), "20260102T000000Z-new": _clean_run("new")})
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(("status", "drop", "message"), [
+    ("running", 0, "did not finish (status 'running')"),
+    ("interrupted", 2, "did not finish (status 'interrupted')"),
+    ("complete", 2, "2 case(s) of the baseline missing"),
+    ("failed", 0, "did not finish"),
+])
+def test_gate_fails_unfinished_runs_and_missing_cases(tmp_path: Path, status: str, drop: int, message: str) -> None:
+    r = _gate(tmp_path, {"20260101T000000Z-base": _clean_run("base"), "20260102T000000Z-new": _clean_run("new", status, drop)},
+              "20260102T000000Z-new")
+    assert r.exit_code == 1, r.output
+    assert message in r.output and "Traceback" not in r.output
+    assert "regression gate" in r.output
+
+
+def test_gate_fails_an_empty_running_run(tmp_path: Path) -> None:
+    new = _clean_run("new", "running", drop=10**6)
+    assert new["cases"] == []
+    r = _gate(tmp_path, {"20260101T000000Z-base": _clean_run("base"), "20260102T000000Z-new": new}, "20260102T000000Z-new")
+    assert r.exit_code == 1 and "missing" in r.output and "did not finish" in r.output, r.output
+
+
+def test_gate_fails_a_case_that_fails_in_both_runs(tmp_path: Path) -> None:
+    base = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    r = _gate(tmp_path, {"20260101T000000Z-base": {**base, "status": "complete"},
+                         "20260102T000000Z-new": {**base, "run_id": "new", "status": "complete-with-errors"}})
+    assert r.exit_code == 1 and "failed in new" in r.output, r.output
+
+
+def test_gate_latest_skips_unfinished_runs(tmp_path: Path) -> None:
+    """The newest file is an interrupted run missing cases: `latest` for a gate is the newest finished run."""
+    files = {"20260101T000000Z-base": _clean_run("base"), "20260102T000000Z-done": _clean_run("done"),
+             "20260103T000000Z-aborted": _clean_run("aborted", "interrupted", drop=3)}
+    r = _gate(tmp_path, files)
+    assert r.exit_code == 0, r.output
+    assert "done" in r.output and "aborted" not in r.output
+    # without the gate, latest is still the newest file, with a note that it did not finish
+    r = runner.invoke(app, ["report", "--runs-dir", str(tmp_path / "runs"), "--baseline", "20260101T000000Z-base"])
+    assert r.exit_code == 0 and "aborted did not finish" in r.output, r.output
