@@ -616,7 +616,8 @@ def report(
             if not run_finished(r.data):
                 comparison.notes.append(f"{r.run_id} did not finish (status {r.data.get('status')!r}): its cases may be incomplete")
     else:
-        loaded = rep.load_runs(runs, runs_dir)
+        loaded = rep.load_runs(runs, runs_dir, on_skip=lambda exc: err.print(
+            f"[yellow]warning:[/] skipped {escape(str(exc))}", highlight=False, soft_wrap=True))
     # a comparison report details the new run only: the baseline's values are in the comparison rows
     detailed = loaded[1:] if comparison is not None else loaded
     claims, claims_missing = _claims_for(papers, detailed)

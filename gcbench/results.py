@@ -246,21 +246,224 @@ def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+# ----------------------------------------------------------------------------- structure check
+#
+# What every reader (report, Markdown, HTML, baseline comparison, simulate, bench --baseline)
+# takes for granted about a results file, checked once in load_run so that a file that passes
+# cannot crash a reader.  Fields are optional unless marked required (older files lack some and
+# the readers cope), unknown fields are allowed (newer gcbench of the same schema adds some),
+# but a field that is present must have the type the readers use.  Numbers may be null: NaN
+# and infinity are stored as null.
+
+
+class _Spec:
+    """A check of one JSON value: ``check(value, where)`` returns the first problem or None."""
+
+    def check(self, value: Any, where: str) -> str | None:
+        raise NotImplementedError
+
+
+class _Is(_Spec):
+    def __init__(self, *types: type, null: bool = True, what: str = "") -> None:
+        self.types, self.null, self.what = types, null, what
+
+    def check(self, value: Any, where: str) -> str | None:
+        if value is None and self.null:
+            return None
+        ok = isinstance(value, self.types) and not (isinstance(value, bool) and bool not in self.types)
+        return None if ok else f"{where}: expected {self.what or ' or '.join(t.__name__ for t in self.types)}, got {_show(value)}"
+
+
+class _Obj(_Spec):
+    def __init__(self, fields: dict[str, _Spec], required: tuple[str, ...] = (), null: bool = True) -> None:
+        self.fields, self.required, self.null = fields, required, null
+
+    def check(self, value: Any, where: str) -> str | None:
+        if value is None and self.null:
+            return None
+        if not isinstance(value, dict):
+            return f"{where}: expected an object, got {_show(value)}"
+        for key in self.required:
+            if key not in value:
+                return f"{where}: missing field {key!r}"
+        for key, spec in self.fields.items():
+            if key in value:
+                problem = spec.check(value[key], f"{where}.{key}")
+                if problem:
+                    return problem
+        return None
+
+
+class _List(_Spec):
+    def __init__(self, item: _Spec, null: bool = True) -> None:
+        self.item, self.null = item, null
+
+    def check(self, value: Any, where: str) -> str | None:
+        if value is None and self.null:
+            return None
+        if not isinstance(value, list):
+            return f"{where}: expected a list, got {_show(value)}"
+        for i, v in enumerate(value):
+            problem = self.item.check(v, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+
+
+class _Map(_Spec):
+    """An object with free keys and values of one kind (traffic phases, statistics)."""
+
+    def __init__(self, value: _Spec, null: bool = True) -> None:
+        self.value, self.null = value, null
+
+    def check(self, value: Any, where: str) -> str | None:
+        if value is None and self.null:
+            return None
+        if not isinstance(value, dict):
+            return f"{where}: expected an object, got {_show(value)}"
+        for k, v in value.items():
+            problem = self.value.check(v, f"{where}.{k}")
+            if problem:
+                return problem
+        return None
+
+
+class _Any(_Spec):
+    def check(self, value: Any, where: str) -> str | None:
+        return None
+
+
+def _show(value: Any) -> str:
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value))
+    if kind is None:
+        kind = "a number"
+    text = json.dumps(value)
+    return f"{kind} ({text[:37] + '...' if len(text) > 40 else text})" if not isinstance(value, dict | list) else kind
+
+
+_NUM = _Is(int, float, what="a number")
+_INT = _Is(int, what="an integer")
+_STR = _Is(str, what="a string")
+_NUMS = _List(_NUM)
+_FINITE = _List(_Is(int, float, null=False, what="a number"))  # lists the readers convert with float()
+_STAT = _Map(_Is(int, float, str, what="a number"))  # mean, lo, hi, worst, n, model, se_mean
+_TIMING = _Obj({"median_s": _NUM, "iqr_s": _NUM, "samples_s": _NUMS, "gbps": _NUM, "elements_per_s": _NUM, "warmup": _INT})
+_FLAGS = _Map(_Is(bool, str, int, float, what="a flag"))
+_SOURCE = _Obj({"name": _STR, "label": _STR, "kind": _STR, "workers": _INT, "steps": _INT})
+_SIZE = _Obj({k: _NUM for k in ("numel", "dense_bytes", "wire_bytes", "ratio", "bits_per_element", "traffic_sent_bytes",
+                                "traffic_ratio")})
+_COMMON_CASE = {"label": _STR, "compressor": _STR, "version": _INT, "params": _Map(_Any()), "flags": _FLAGS,
+                "status": _STR, "error": _Any(), "workers": _INT, "steps": _INT, "size": _SIZE}
+_RUN_CASE = _Obj({
+    **_COMMON_CASE,
+    "source": _SOURCE, "granularity": _STR, "units": _INT,
+    "fidelity": _Obj({"repeats": _INT, "reference": _STR, "q_samples": _NUMS,
+                      **{k: _STAT for k in ("q", "bias2", "variance", "omega_hat", "delta", "alpha", "cosine")}}),
+    "aggregate": _Obj({"q": _STAT, "cosine": _STAT, "per_step_q": _NUMS, "per_step_cosine": _NUMS, "sum_drift": _NUMS,
+                       "window_drift": _NUMS}),
+    "traffic": _Map(_Obj({"sent_mean": _NUM, "received_mean": _NUM, "sent_max": _NUM, "per_step_sent": _NUMS})),
+    "ef_drift": _Obj({"sum_drift": _NUMS, "residual_ratio": _NUMS}),
+    "timing": _Obj({"numel": _INT, "device": _STR, "threads": _INT, "compress": _TIMING, "decompress": _TIMING, "copy": _TIMING,
+                    "copy_fraction_compress": _NUM, "copy_fraction_decompress": _NUM}),
+    "layers": _List(_Obj({"name": _STR, "numel": _INT, **{k: _NUM for k in ("wire_bytes", "ratio", "q", "bias2", "variance",
+                                                                               "cosine")}}, null=False)),
+    "windows": _List(_Obj({"name": _STR, "first": _INT, "last": _INT, "sent_by_worker": _FINITE, "received_by_worker": _FINITE},
+                          required=("name", "first", "last", "sent_by_worker"), null=False)),
+    "step_phases": _List(_STR),
+    "phases": _Map(_Map(_Any(), null=False)),
+}, required=("label", "status"), null=False)
+_TRAIN_CASE = _Obj({
+    **_COMMON_CASE,
+    "training": _Obj({
+        "task": _Map(_Any()), "metric": _STR, "workers": _INT, "epochs": _INT, "steps": _INT, "batch_size_per_worker": _INT,
+        "lr": _NUM, "threads_per_worker": _INT, "target_accuracy": _NUM, "reference": _STR,
+        "curve": _List(_Map(_Is(int, float, str, what="a number"), null=False)),
+        **{k: _NUM for k in ("final_accuracy", "final_loss", "best_accuracy", "accuracy_gap", "time_to_target_s",
+                             "epochs_to_target", "train_time_s")},
+        "step_time": _Map(_NUM), "step_time_per_rank": _List(_Map(_NUM)), "bytes": _Map(_NUM),
+        "replicas_consistent": _Is(bool), "hook": _Map(_Any()),
+    }),
+}, required=("label", "status"), null=False)
+_BENCH_CASE = _Obj({
+    "compressor": _STR, "label": _STR, "params": _Map(_Any()), "version": _INT, "numel": _INT, "shape": _List(_INT),
+    "threads": _INT, "device": _STR, "copy": _TIMING, "compress": _TIMING, "decompress": _TIMING, "error": _Any(),
+    **{k: _NUM for k in ("compress_x_copy", "decompress_x_copy", "gbps_compress", "gbps_decompress", "ratio", "peak_extra_bytes",
+                         "input_bytes", "speedup_vs_reference", "baseline_change")},
+    "reference": _Any(),
+    "vs_torch_topk": _Map(_Obj({"speedup": _Is(int, float, null=False, what="a number")}, required=("speedup",), null=False)),
+}, required=("compressor",), null=False)
+_CASES = {"run": _RUN_CASE, "compare": _RUN_CASE, "train": _TRAIN_CASE, "bench": _BENCH_CASE}
+_TOP = _Obj({
+    "schema_version": _Is(int, null=False, what="an integer"), "kind": _Is(str, null=False, what="a string"),
+    "run_id": _STR, "gcbench_version": _STR, "created_utc": _STR, "finished_utc": _STR, "status": _STR,
+    "environment": _Map(_Any()), "git": _Obj({"commit": _STR, "dirty": _Is(bool)}),
+    "suite": _Obj({"name": _STR, "sizes": _List(_Any())}),
+    "suite_hash": _STR, "suite_path": _STR, "metrics": _List(_Any()), "cases": _List(_Any(), null=False),
+}, required=("schema_version", "cases"), null=False)
+# a results file nests about 6 levels; this bounds what a reader's recursion can meet
+MAX_DEPTH = 64
+
+
+def _too_deep(data: Any, limit: int = MAX_DEPTH) -> bool:
+    stack = [(data, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            if d > limit:
+                return True
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def check_structure(data: Any) -> str | None:
+    """The first field of a parsed results file that does not fit the schema, as ``field: problem``; None when it fits."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object at the top, got {_show(data)}"
+    problem = _TOP.check(data, "results")
+    if problem:
+        return problem.removeprefix("results: ").removeprefix("results.")
+    kind = str(data.get("kind") or "run")
+    if kind not in _CASES:
+        return f"kind: expected one of {', '.join(_CASES)}, got {kind!r}"
+    spec = _CASES[kind]
+    for i, case in enumerate(data["cases"]):
+        problem = spec.check(case, f"cases[{i}]")
+        if problem:
+            return problem
+    return None
+
+
 def load_run(path: str | Path) -> dict[str, Any]:
-    """Read a results file; corrupt or newer-schema files raise :class:`ResultsError`."""
+    """Read a results file; an unreadable, malformed or newer-schema file raises :class:`ResultsError`.
+
+    The message is one line naming the file and the first field that does not fit
+    (:func:`check_structure`), so a file that loads can be given to every reader.
+    """
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ResultsError(f"{p}: results file not found") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{p}: is a folder, not a results file") from None
+    except RecursionError:
+        raise ResultsError(f"{p}: not a gcbench results file (JSON nested too deeply)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{p}: not a readable gcbench results file ({exc})") from None
     if not isinstance(data, dict) or "schema_version" not in data or "cases" not in data:
         raise ResultsError(f"{p}: not a gcbench results file (no schema_version/cases)")
     v = data["schema_version"]
-    if not isinstance(v, int) or v > SCHEMA_VERSION:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ResultsError(f"{p}: schema_version: expected a positive integer, got {_show(v)}")
+    if v > SCHEMA_VERSION:
         raise ResultsError(f"{p}: written with results schema {v}, newer than this gcbench reads ({SCHEMA_VERSION}); upgrade gcbench")
-    return _upgrade(data)
+    if _too_deep(data):
+        raise ResultsError(f"{p}: not a gcbench results file (JSON nested deeper than {MAX_DEPTH} levels)")
+    data = _upgrade(data)
+    problem = check_structure(data)
+    if problem:
+        raise ResultsError(f"{p}: not a valid gcbench results file: {problem}")
+    return data
 
 
 # the statuses of a run that ran to its end (a bench file, written once at its end, has none)

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from gcbench import results
 from gcbench.cli import app
 from gcbench.errors import ResultsError
-from gcbench.results import RunWriter, create_run_file, load_run, safe_slug
+from gcbench.results import RunWriter, check_structure, create_run_file, load_run, safe_slug
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -338,3 +338,194 @@ def test_gate_latest_skips_unfinished_runs(tmp_path: Path) -> None:
     # without the gate, latest is still the newest file, with a note that it did not finish
     r = runner.invoke(app, ["report", "--runs-dir", str(tmp_path / "runs"), "--baseline", "20260101T000000Z-base"])
     assert r.exit_code == 0 and "aborted did not finish" in r.output, r.output
+
+
+# ----------------------------------------------------------------------------- 7. files of a wrong structure
+
+
+def _golden(name: str) -> dict[str, Any]:
+    return json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _deep(n: int) -> str:
+    return '{"schema_version": 1, "cases": [], "suite": ' + "[" * n + "]" * n + "}"
+
+
+# (id, file text, the field the one-line error must name)
+MALFORMED: list[tuple[str, str, str]] = [
+    ("cases-not-a-list", json.dumps({**_golden("run_base"), "cases": {"a": 1}}), "cases: expected a list"),
+    ("case-not-an-object", json.dumps({**_golden("run_base"), "cases": [1, 2]}), "cases[0]: expected an object"),
+    ("case-without-label", json.dumps({**_golden("run_base"), "cases": [{"status": "ok"}]}), "cases[0]: missing field 'label'"),
+    ("size-a-string", json.dumps({**_golden("run_base"), "cases": [{**_golden("run_base")["cases"][0], "size": "big"}]}),
+     "cases[0].size: expected an object"),
+    ("ratio-a-string", json.dumps({**_golden("run_base"), "cases": [
+        {**_golden("run_base")["cases"][0], "size": {"ratio": "267x"}}]}), "cases[0].size.ratio: expected a number"),
+    ("source-a-list", json.dumps({**_golden("run_base"), "cases": [{**_golden("run_base")["cases"][0], "source": []}]}),
+     "cases[0].source: expected an object"),
+    ("samples-strings", json.dumps({**_golden("run_base"), "cases": [{**_golden("run_base")["cases"][1], "timing": {
+        "compress": {"samples_s": ["fast"]}}}]}), "cases[0].timing.compress.samples_s[0]"),
+    ("env-a-string", json.dumps({**_golden("run_base"), "environment": "x"}), "environment: expected an object"),
+    ("schema-version-string", json.dumps({**_golden("run_base"), "schema_version": "1"}), "schema_version: expected a positive integer"),
+    ("schema-version-zero", json.dumps({**_golden("run_base"), "schema_version": 0}), "schema_version"),
+    ("unknown-kind", json.dumps({**_golden("run_base"), "kind": "movie"}), "kind: expected one of"),
+    ("bench-numel-string", json.dumps({**_golden("bench_small"), "cases": [{**_golden("bench_small")["cases"][0], "numel": "1K"}]}),
+     "cases[0].numel: expected an integer"),
+    ("bench-x-copy-list", json.dumps({**_golden("bench_small"), "cases": [
+        {**_golden("bench_small")["cases"][0], "compress_x_copy": [1]}]}), "cases[0].compress_x_copy"),
+    ("train-curve-strings", json.dumps({**_golden("train_digits"), "cases": [
+        {**_golden("train_digits")["cases"][1], "training": {"curve": ["epoch 1"]}}]}), "cases[0].training.curve[0]"),
+    ("deeply-nested", _deep(100_000), "nested too deeply"),
+    ("nested-deeper-than-readers-go", _deep(200), "nested deeper than"),
+    ("top-a-list", "[1, 2]", "no schema_version"),
+    ("not-json", "{", "not a readable"),
+]
+
+
+def _reader_args(reader: str, path: Path, tmp_path: Path) -> list[str]:
+    base = GOLDEN / ("bench_small.json" if "bench" in path.name else "run_base.json")
+    return {
+        "report": ["report", str(path)],
+        "report-dir": ["report", "--runs-dir", str(path.parent), "latest"],
+        "md": ["report", "--md", str(path)],
+        "html": ["report", "--html", "-o", str(tmp_path / "r.html"), str(path)],
+        "baseline-new": ["report", "--baseline", str(base), str(path)],
+        "baseline-base": ["report", "--baseline", str(path), str(base), "--fail-on-regression"],
+        "simulate": ["simulate", str(path)],
+        "bench-baseline": ["bench", "none", "--sizes", "1K", "--repeats", "1", "--no-isolate", "--baseline", str(path),
+                           "--out", str(tmp_path / "out")],
+    }[reader]
+
+
+READERS = ["report", "report-dir", "md", "html", "baseline-new", "baseline-base", "simulate", "bench-baseline"]
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize(("text", "field"), [(t, f) for _, t, f in MALFORMED], ids=[i for i, _, _ in MALFORMED])
+def test_every_reader_rejects_a_malformed_file_with_one_line(tmp_path: Path, reader: str, text: str, field: str) -> None:
+    d = tmp_path / "runs"
+    d.mkdir()
+    path = d / ("20260101T000000Z-bad-bench.json" if "bench" in text[:400] else "20260101T000000Z-bad.json")
+    path.write_text(text, encoding="utf-8")
+    r = runner.invoke(app, _reader_args(reader, path, tmp_path))
+    assert r.exit_code == 1, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, r.output
+    assert str(path) in errors[0].replace("\n", "") or path.name in errors[0], errors
+    assert field in r.output.replace("\n", ""), r.output
+    assert not (tmp_path / "out").exists()  # bench --baseline refused before timing anything
+
+
+def test_report_of_a_folder_skips_a_corrupt_file_with_a_warning(tmp_path: Path) -> None:
+    d = tmp_path / "runs"
+    d.mkdir()
+    shutil.copy(GOLDEN / "run_base.json", d / "20260105T100000Z-golden-000001.json")
+    (d / "20260106T100000Z-broken.json").write_text(json.dumps({**_golden("run_base"), "cases": [1]}))
+    (d / "20260107T100000Z-truncated.json").write_text('{"schema_version": 1, "cases": [')
+    r = runner.invoke(app, ["report", "--runs-dir", str(d)])
+    assert r.exit_code == 0, r.output
+    out = r.output.replace("\n", "")
+    assert "warning: skipped" in out and "20260106T100000Z-broken.json" in out and "20260107T100000Z-truncated.json" in out
+    assert "golden-base" in out  # the readable run is rendered
+    assert "Traceback" not in out
+
+
+def test_report_of_a_folder_of_only_corrupt_files_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "20260106T100000Z-broken.json").write_text("[]")
+    r = runner.invoke(app, ["report", "--runs-dir", str(tmp_path)])
+    assert r.exit_code == 1 and "no readable results files" in r.output, r.output
+
+
+def test_files_written_by_this_gcbench_and_older_ones_still_load() -> None:
+    for name in ("run_base", "run_new", "run_other_machine", "train_digits", "bench_small"):
+        load_run(GOLDEN / f"{name}.json")
+    for path in (ROOT / "baselines" / "reference").glob("*.json"):
+        load_run(path)
+    old = _golden("run_base")
+    for key in ("kind", "status", "finished_utc", "metrics", "suite_path"):  # fields older files may lack
+        old.pop(key, None)
+    assert check_structure(old) is None
+
+
+def _leaves(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path] if path else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _leaves(v, (*path, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:2]):
+            out += _leaves(v, (*path, i))
+    return out
+
+
+def _read_everything(path: Path, data: dict[str, Any], partner: dict[str, Any], html: bool) -> None:
+    """Every library reader of a results file, rendered to text."""
+    import io
+
+    from rich.console import Console
+
+    from gcbench import netmodel
+    from gcbench import report as rep
+    from gcbench.baselines import PAPERS_FILE, load_claims, match_claims
+    from gcbench.compare_runs import compare_runs, gate_failures
+    from gcbench.html import render_html
+
+    run = rep.LoadedRun(path, data)
+    con = Console(file=io.StringIO(), width=200)
+    con.print(rep.runs_table([run]))
+    for t in rep.summary_tables(run):
+        con.print(t)
+    claims = match_claims(load_claims(PAPERS_FILE), [data])
+    rep.markdown_report([run], claims)
+    for a, b in ((partner, data), (data, partner)):
+        cmp = compare_runs(a, b)
+        con.print(rep.comparison_table(cmp, True))
+        rep.markdown_comparison(cmp, True)
+        gate_failures(a, b, cmp)
+    cases = netmodel.cases_from_results(data, None)
+    netmodel.simulate(cases, [8], [10.0], 5e-6, "auto")
+    for c in cases:
+        netmodel.break_even_bandwidth(c, 8, 5e-6, "auto")
+    if html:
+        render_html([run], claims, None, detailed=[run])
+
+
+WRONG_VALUES: list[Any] = ["x", None, 1.5, -1, True, [], {}, [1], {"a": 1}, [None], KeyError]
+
+
+@pytest.mark.parametrize("name", ["run_base", "train_digits", "bench_small"])
+def test_a_file_that_loads_does_not_crash_any_reader(tmp_path: Path, name: str) -> None:
+    """Mutate one field of a real file at a time (wrong type, null, removed): load_run refuses it or every reader copes."""
+    import random
+
+    base = _golden(name)
+    paths = _leaves(base)
+    rng = random.Random(13)
+    path = tmp_path / "m.json"
+    accepted = 0
+    for i in range(120):
+        data = json.loads(json.dumps(base))
+        where = rng.choice(paths)
+        value = rng.choice(WRONG_VALUES)
+        parent = data
+        for k in where[:-1]:
+            parent = parent[k]
+        if value is KeyError:
+            if isinstance(parent, list):
+                continue
+            del parent[where[-1]]
+        else:
+            parent[where[-1]] = value
+        path.write_text(json.dumps(data), encoding="utf-8")
+        try:
+            loaded = load_run(path)
+        except ResultsError as exc:
+            assert "\n" not in str(exc) and str(path) in str(exc)
+            continue
+        accepted += 1
+        try:
+            _read_everything(path, loaded, base, html=i % 30 == 0)
+        except Exception as exc:  # pragma: no cover - the failure message is the point
+            raise AssertionError(f"{where} = {value!r} passed load_run but crashed a reader: {exc!r}") from exc
+    assert accepted > 10  # the mutations also exercise the readers, not only the check
