@@ -264,14 +264,18 @@ class _Spec:
 
 
 class _Is(_Spec):
-    def __init__(self, *types: type, null: bool = True, what: str = "") -> None:
-        self.types, self.null, self.what = types, null, what
+    def __init__(self, *types: type, null: bool = True, what: str = "", lo: float | None = None, hi: float | None = None) -> None:
+        self.types, self.null, self.what, self.lo, self.hi = types, null, what, lo, hi
 
     def check(self, value: Any, where: str) -> str | None:
         if value is None and self.null:
             return None
         ok = isinstance(value, self.types) and not (isinstance(value, bool) and bool not in self.types)
-        return None if ok else f"{where}: expected {self.what or ' or '.join(t.__name__ for t in self.types)}, got {_show(value)}"
+        if not ok:
+            return f"{where}: expected {self.what or ' or '.join(t.__name__ for t in self.types)}, got {_show(value)}"
+        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+            return f"{where}: expected {self.what} in [{self.lo:g}, {self.hi:g}], got {_show(value)}"
+        return None
 
 
 class _Obj(_Spec):
@@ -328,6 +332,16 @@ class _Map(_Spec):
         return None
 
 
+class _Window(_Obj):
+    """A phase window: its steps ``first``..``last`` must be a non-empty range (readers average over it)."""
+
+    def check(self, value: Any, where: str) -> str | None:
+        problem = super().check(value, where)
+        if problem is None and value["first"] > value["last"]:
+            return f"{where}: first step {value['first']} after last step {value['last']}"
+        return problem
+
+
 class _Any(_Spec):
     def check(self, value: Any, where: str) -> str | None:
         return None
@@ -344,6 +358,8 @@ def _show(value: Any) -> str:
 _NUM = _Is(int, float, what="a number")
 _INT = _Is(int, what="an integer")
 _STR = _Is(str, what="a string")
+# counts the readers build lists of (steps, workers): bounded so a file cannot make them allocate without limit
+_COUNT = _Is(int, what="an integer", lo=0, hi=10**6)
 _NUMS = _List(_NUM)
 _FINITE = _List(_Is(int, float, null=False, what="a number"))  # lists the readers convert with float()
 _STAT = _Map(_Is(int, float, str, what="a number"))  # mean, lo, hi, worst, n, model, se_mean
@@ -353,22 +369,22 @@ _SOURCE = _Obj({"name": _STR, "label": _STR, "kind": _STR, "workers": _INT, "ste
 _SIZE = _Obj({k: _NUM for k in ("numel", "dense_bytes", "wire_bytes", "ratio", "bits_per_element", "traffic_sent_bytes",
                                 "traffic_ratio")})
 _COMMON_CASE = {"label": _STR, "compressor": _STR, "version": _INT, "params": _Map(_Any()), "flags": _FLAGS,
-                "status": _STR, "error": _Any(), "workers": _INT, "steps": _INT, "size": _SIZE}
+                "status": _STR, "error": _Any(), "workers": _COUNT, "steps": _COUNT, "size": _SIZE}
 _RUN_CASE = _Obj({
     **_COMMON_CASE,
-    "source": _SOURCE, "granularity": _STR, "units": _INT,
+    "source": _SOURCE, "granularity": _STR, "units": _COUNT,
     "fidelity": _Obj({"repeats": _INT, "reference": _STR, "q_samples": _NUMS,
                       **{k: _STAT for k in ("q", "bias2", "variance", "omega_hat", "delta", "alpha", "cosine")}}),
     "aggregate": _Obj({"q": _STAT, "cosine": _STAT, "per_step_q": _NUMS, "per_step_cosine": _NUMS, "sum_drift": _NUMS,
                        "window_drift": _NUMS}),
-    "traffic": _Map(_Obj({"sent_mean": _NUM, "received_mean": _NUM, "sent_max": _NUM, "per_step_sent": _NUMS})),
+    "traffic": _Map(_Obj({"sent_mean": _NUM, "received_mean": _NUM, "sent_max": _NUM, "per_step_sent": _FINITE}, null=False)),
     "ef_drift": _Obj({"sum_drift": _NUMS, "residual_ratio": _NUMS}),
     "timing": _Obj({"numel": _INT, "device": _STR, "threads": _INT, "compress": _TIMING, "decompress": _TIMING, "copy": _TIMING,
                     "copy_fraction_compress": _NUM, "copy_fraction_decompress": _NUM}),
     "layers": _List(_Obj({"name": _STR, "numel": _INT, **{k: _NUM for k in ("wire_bytes", "ratio", "q", "bias2", "variance",
                                                                                "cosine")}}, null=False)),
-    "windows": _List(_Obj({"name": _STR, "first": _INT, "last": _INT, "sent_by_worker": _FINITE, "received_by_worker": _FINITE},
-                          required=("name", "first", "last", "sent_by_worker"), null=False)),
+    "windows": _List(_Window({"name": _STR, "first": _COUNT, "last": _COUNT, "sent_by_worker": _FINITE,
+                              "received_by_worker": _FINITE}, required=("name", "first", "last", "sent_by_worker"), null=False)),
     "step_phases": _List(_STR),
     "phases": _Map(_Map(_Any(), null=False)),
 }, required=("label", "status"), null=False)
@@ -381,7 +397,8 @@ _TRAIN_CASE = _Obj({
         **{k: _NUM for k in ("final_accuracy", "final_loss", "best_accuracy", "accuracy_gap", "time_to_target_s",
                              "epochs_to_target", "train_time_s")},
         "step_time": _Map(_NUM), "step_time_per_rank": _List(_Map(_NUM)), "bytes": _Map(_NUM),
-        "replicas_consistent": _Is(bool), "hook": _Map(_Any()),
+        "replicas_consistent": _Is(bool), "diverged": _Is(bool), "hook": _Map(_Any()),
+        "decoded_payloads_per_step": _NUM, "step_samples_rank0": _Map(_NUMS), "collectives": _List(_STR), "buckets": _INT,
     }),
 }, required=("label", "status"), null=False)
 _BENCH_CASE = _Obj({

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from typer.testing import CliRunner
 
 from gcbench import results
 from gcbench.cli import app
-from gcbench.errors import ResultsError
+from gcbench.errors import GcbenchError, ResultsError
 from gcbench.results import RunWriter, check_structure, create_run_file, load_run, safe_slug
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -360,13 +359,9 @@ MALFORMED: list[tuple[str, str, str]] = [
      "cases[0].size: expected an object"),
     ("ratio-a-string", json.dumps({**_golden("run_base"), "cases": [
         {**_golden("run_base")["cases"][0], "size": {"ratio": "267x"}}]}), "cases[0].size.ratio: expected a number"),
-    ("source-a-list", json.dumps({**_golden("run_base"), "cases": [{**_golden("run_base")["cases"][0], "source": []}]}),
-     "cases[0].source: expected an object"),
     ("samples-strings", json.dumps({**_golden("run_base"), "cases": [{**_golden("run_base")["cases"][1], "timing": {
         "compress": {"samples_s": ["fast"]}}}]}), "cases[0].timing.compress.samples_s[0]"),
-    ("env-a-string", json.dumps({**_golden("run_base"), "environment": "x"}), "environment: expected an object"),
     ("schema-version-string", json.dumps({**_golden("run_base"), "schema_version": "1"}), "schema_version: expected a positive integer"),
-    ("schema-version-zero", json.dumps({**_golden("run_base"), "schema_version": 0}), "schema_version"),
     ("unknown-kind", json.dumps({**_golden("run_base"), "kind": "movie"}), "kind: expected one of"),
     ("bench-numel-string", json.dumps({**_golden("bench_small"), "cases": [{**_golden("bench_small")["cases"][0], "numel": "1K"}]}),
      "cases[0].numel: expected an integer"),
@@ -376,8 +371,6 @@ MALFORMED: list[tuple[str, str, str]] = [
         {**_golden("train_digits")["cases"][1], "training": {"curve": ["epoch 1"]}}]}), "cases[0].training.curve[0]"),
     ("deeply-nested", _deep(100_000), "nested too deeply"),
     ("nested-deeper-than-readers-go", _deep(200), "nested deeper than"),
-    ("top-a-list", "[1, 2]", "no schema_version"),
-    ("not-json", "{", "not a readable"),
 ]
 
 
@@ -473,20 +466,25 @@ def _read_everything(path: Path, data: dict[str, Any], partner: dict[str, Any], 
 
     run = rep.LoadedRun(path, data)
     con = Console(file=io.StringIO(), width=200)
-    con.print(rep.runs_table([run]))
-    for t in rep.summary_tables(run):
-        con.print(t)
+    tables = [rep.runs_table([run]), *rep.summary_tables(run)]  # building a table formats every cell
+    if html:  # rendering takes long: only with the HTML pass
+        for t in tables:
+            con.print(t)
     claims = match_claims(load_claims(PAPERS_FILE), [data])
     rep.markdown_report([run], claims)
     for a, b in ((partner, data), (data, partner)):
         cmp = compare_runs(a, b)
-        con.print(rep.comparison_table(cmp, True))
+        rep.comparison_table(cmp, True)  # builds every cell; rendering it adds only time
         rep.markdown_comparison(cmp, True)
         gate_failures(a, b, cmp)
-    cases = netmodel.cases_from_results(data, None)
-    netmodel.simulate(cases, [8], [10.0], 5e-6, "auto")
-    for c in cases:
-        netmodel.break_even_bandwidth(c, 8, 5e-6, "auto")
+    try:
+        cases = netmodel.cases_from_results(data, None)
+    except GcbenchError:
+        pass  # "nothing to simulate": a clear user error, not a crash
+    else:
+        netmodel.simulate(cases, [8], [10.0], 5e-6, "auto")
+        for c in cases:
+            netmodel.break_even_bandwidth(c, 8, 5e-6, "auto")
     if html:
         render_html([run], claims, None, detailed=[run])
 
@@ -504,7 +502,7 @@ def test_a_file_that_loads_does_not_crash_any_reader(tmp_path: Path, name: str) 
     rng = random.Random(13)
     path = tmp_path / "m.json"
     accepted = 0
-    for i in range(120):
+    for _ in range(60):
         data = json.loads(json.dumps(base))
         where = rng.choice(paths)
         value = rng.choice(WRONG_VALUES)
@@ -525,7 +523,33 @@ def test_a_file_that_loads_does_not_crash_any_reader(tmp_path: Path, name: str) 
             continue
         accepted += 1
         try:
-            _read_everything(path, loaded, base, html=i % 30 == 0)
+            _read_everything(path, loaded, base, html=accepted == 1)
         except Exception as exc:  # pragma: no cover - the failure message is the point
             raise AssertionError(f"{where} = {value!r} passed load_run but crashed a reader: {exc!r}") from exc
-    assert accepted > 10  # the mutations also exercise the readers, not only the check
+    assert accepted > 5  # the mutations also exercise the readers, not only the check
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"schema_version": 0}, "schema_version: expected a positive integer"),
+    ({"schema_version": True}, "schema_version: expected a positive integer"),
+    ({"environment": "x"}, "environment: expected an object"),
+    ({"cases": [{"label": "a", "status": "ok", "steps": 10**12}]}, "cases[0].steps: expected an integer in [0, 1e+06]"),
+    ({"cases": [{"label": "a", "status": "ok", "windows": [{"name": "w", "first": 3, "last": 1, "sent_by_worker": [1.0]}]}]},
+     "cases[0].windows[0]: first step 3 after last step 1"),
+    ({"cases": [{"label": "a", "status": "ok", "traffic": {"allgather": {"per_step_sent": [None]}}}]},
+     "cases[0].traffic.allgather.per_step_sent[0]: expected a number"),
+])
+def test_load_run_names_the_first_bad_field(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**_golden("run_base"), **change}))
+    with pytest.raises(ResultsError) as info:
+        load_run(path)
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{", "", "null", '{"schema_version": 1}'])
+def test_load_run_refuses_what_is_not_a_results_file(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(ResultsError, match="not a"):
+        load_run(path)
