@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import gcbench
-from gcbench import registry
+from gcbench import registry, signals
 from gcbench.errors import GcbenchError
 
 app = typer.Typer(
@@ -512,7 +512,7 @@ def bench(
     from datetime import UTC, datetime
 
     from gcbench.bench import parse_size, run_bench, verdict
-    from gcbench.results import SCHEMA_VERSION, atomic_write_json, environment, git_info, load_run
+    from gcbench.results import SCHEMA_VERSION, create_run_file, environment, git_info, load_run, run_file_stem
 
     names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
@@ -531,10 +531,10 @@ def bench(
             if change > threshold:
                 regressions.append(r)
     now = datetime.now(UTC)
-    path = out_dir / f"{now:%Y%m%dT%H%M%SZ}-bench.json"
-    atomic_write_json(path, {"schema_version": SCHEMA_VERSION, "kind": "bench", "run_id": path.stem, "gcbench_version": gcbench.__version__,
-                             "created_utc": now.isoformat(timespec="seconds"), "environment": environment(device), "git": git_info(),
-                             "suite": {"name": "bench", "sizes": size_list, "repeats": repeats, "threads": threads}, "cases": recs})
+    path = create_run_file(out_dir, run_file_stem(now, "bench"), {
+        "schema_version": SCHEMA_VERSION, "kind": "bench", "run_id": None, "gcbench_version": gcbench.__version__,
+        "created_utc": now.isoformat(timespec="seconds"), "environment": environment(device), "git": git_info(),
+        "suite": {"name": "bench", "sizes": size_list, "repeats": repeats, "threads": threads}, "cases": recs})
     if as_json:
         print(json.dumps({"results": str(path), "cases": recs}, default=str))
     else:
@@ -605,8 +605,8 @@ def report(
 ) -> None:
     """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline."""
     from gcbench import report as rep
-    from gcbench.compare_runs import compare_runs
-    from gcbench.results import load_run, resolve_run
+    from gcbench.compare_runs import compare_runs, gate_failures
+    from gcbench.results import load_run, resolve_run, run_finished
 
     if md and as_html:
         raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
@@ -623,13 +623,18 @@ def report(
         if runs and len(runs) > 1:
             raise GcbenchError(f"--baseline compares one run against the baseline; got {len(runs)} runs")
         base_path = resolve_run(baseline, runs_dir)
-        new_path = resolve_run(runs[0], runs_dir) if runs else rep.latest_run(runs_dir)
+        # a gate never picks up an unfinished run as "latest" (one named explicitly fails the gate below)
+        new_path = resolve_run(runs[0] if runs else "latest", runs_dir, finished=fail_on_regression)
         if base_path.resolve() == new_path.resolve():
             raise GcbenchError(f"the baseline and the run to compare are the same file ({new_path}); name the run to compare")
         loaded = [rep.LoadedRun(base_path, load_run(base_path)), rep.LoadedRun(new_path, load_run(new_path))]
         comparison = compare_runs(loaded[0].data, loaded[1].data, threshold, alpha)
+        for r in loaded:
+            if not run_finished(r.data):
+                comparison.notes.append(f"{r.run_id} did not finish (status {r.data.get('status')!r}): its cases may be incomplete")
     else:
-        loaded = rep.load_runs(runs, runs_dir)
+        loaded = rep.load_runs(runs, runs_dir, on_skip=lambda exc: err.print(
+            f"[yellow]warning:[/] skipped {escape(str(exc))}", highlight=False, soft_wrap=True))
     # a comparison report details the new run only: the baseline's values are in the comparison rows
     detailed = loaded[1:] if comparison is not None else loaded
     claims, claims_missing = _claims_for(papers, detailed)
@@ -668,9 +673,14 @@ def report(
             out.print(claims_missing, markup=False, highlight=False)
         out.print(rep.FOOTNOTE, markup=False, highlight=False)
     if comparison is not None and comparison.regressions:
-        err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {comparison.new_id} against {comparison.baseline_id}",
-                  highlight=False, soft_wrap=True)
-        if fail_on_regression:
+        err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {escape(comparison.new_id)} against "
+                  f"{escape(comparison.baseline_id)}", highlight=False, soft_wrap=True)
+    if comparison is not None and fail_on_regression:
+        # missing, failed or unfinished is a failure of the gate too, not only a worse metric
+        problems = gate_failures(loaded[0].data, loaded[1].data, comparison)
+        for line in problems:
+            err.print(f"[bold red]error:[/] regression gate: {escape(line)}", highlight=False, soft_wrap=True)
+        if problems:
             raise typer.Exit(1)
 
 
@@ -841,8 +851,27 @@ def simulate_cmd(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Run the command line; SIGINT and SIGTERM stop it cleanly (one line, exit 130 / 143, results kept).
+
+    :func:`gcbench.signals.install` makes SIGTERM raise KeyboardInterrupt like Ctrl-C, so a run
+    records status ``interrupted`` with its completed cases, and swallows repeats that would
+    interrupt that final write.  KeyboardInterrupt is caught around the whole app, including
+    the imports commands do lazily, so no signal ends in a traceback.
+    """
+    signals.install()
+    try:
+        try:
+            app()  # standalone mode: always ends in SystemExit
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/]", highlight=False)
+            code = 130
+    except KeyboardInterrupt:  # a stop signal while reporting the first one
+        code = 130
+    sys.exit(signals.exit_code(code))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -63,7 +63,7 @@ from scipy import stats
 
 from gcbench.errors import ResultsError
 from gcbench.metrics import METRICS, mann_whitney
-from gcbench.results import machine_key
+from gcbench.results import machine_key, run_finished
 
 BETTER = "better"
 WORSE = "worse"
@@ -402,6 +402,37 @@ def compare_runs(baseline: dict[str, Any], new: dict[str, Any], threshold: float
     for b in only_base:
         cmp.rows.append(Row(source_label(b), str(b.get("label")), "", None, None, None, None, MISSING, "not in the new run"))
     return cmp
+
+
+# ----------------------------------------------------------------------------- regression gate
+
+def gate_failures(baseline: dict[str, Any], new: dict[str, Any], cmp: Comparison) -> list[str]:
+    """Why ``new`` fails a regression gate against ``baseline`` (empty: it passes); one line per reason.
+
+    A gate passes only on evidence: the new run must have finished, run every case of the
+    baseline, and run each without failure, besides having no metric worse.  So an empty
+    ``running`` file, an interrupted run missing cases, or a run whose cases failed in both runs
+    (``failing``) does not pass vacuously.
+    """
+    out = []
+    for what, data in (("run", new), ("baseline", baseline)):
+        if not run_finished(data):
+            out.append(f"the {what} {data.get('run_id', '?')} did not finish (status {data.get('status')!r}): "
+                       "an unfinished run cannot pass a regression gate")
+    missing = [r for r in cmp.rows if r.verdict == MISSING]
+    if missing:
+        out.append(f"{len(missing)} case(s) of the baseline missing from {cmp.new_id}: "
+                   + ", ".join(f"{r.case} [{r.source}]" for r in missing[:5]) + (", ..." if len(missing) > 5 else ""))
+    failed = [r for r in cmp.rows if r.verdict in (NEW_FAILURE, FAILING)]
+    if failed:
+        out.append(f"{len(failed)} case(s) failed in {cmp.new_id}: " + ", ".join(f"{r.case} [{r.source}]" for r in failed[:5])
+                   + (", ..." if len(failed) > 5 else ""))
+    worse = [r for r in cmp.rows if r.verdict == WORSE]
+    if worse:
+        out.append(f"{len(worse)} metric(s) worse than the baseline")
+    if not any(r.verdict not in (MISSING, NEW_FAILURE, FAILING) for r in cmp.rows) and not out:
+        out.append(f"no case of {cmp.new_id} was compared with the baseline")
+    return out
 
 
 # ----------------------------------------------------------------------------- kernel benchmarks (kind = "bench")

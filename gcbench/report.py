@@ -86,15 +86,31 @@ class LoadedRun:
         return bench_ok(case) if self.kind == "bench" else case.get("status") == "ok"
 
 
-def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[LoadedRun]:
-    """The named runs (path, id, id prefix or ``latest``), or every run in ``runs_dir`` oldest first."""
+def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_RUNS_DIR,
+              on_skip: Callable[[ResultsError], None] | None = None) -> list[LoadedRun]:
+    """The named runs (path, id, id prefix or ``latest``), or every run in ``runs_dir`` oldest first.
+
+    A file the user named must load (its :class:`ResultsError` is raised).  When the whole folder
+    is read and ``on_skip`` is given, a file that does not load is skipped and its error handed
+    to ``on_skip`` (the CLI prints a warning naming it): one corrupt file must not hide every
+    other run.  A folder in which no file loads is an error.
+    """
     if refs:
-        paths = [resolve_run(r, runs_dir) for r in refs]
-    else:
-        paths = list_runs(runs_dir)
-        if not paths:
-            raise ResultsError(f"no results files in {runs_dir} (run `gcbench run` first, or name results files)")
-    return [LoadedRun(p, load_run(p)) for p in paths]
+        return [LoadedRun(p, load_run(p)) for p in (resolve_run(r, runs_dir) for r in refs)]
+    paths = list_runs(runs_dir)
+    if not paths:
+        raise ResultsError(f"no results files in {runs_dir} (run `gcbench run` first, or name results files)")
+    loaded = []
+    for p in paths:
+        try:
+            loaded.append(LoadedRun(p, load_run(p)))
+        except ResultsError as exc:
+            if on_skip is None:
+                raise
+            on_skip(exc)
+    if not loaded:
+        raise ResultsError(f"no readable results files in {runs_dir} ({len(paths)} skipped)")
+    return loaded
 
 
 def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:

@@ -493,7 +493,9 @@ def _failed_record(spec: CompressorSpec, source_name: str, exc: BaseException, s
 
 @dataclass
 class RunOutcome:
-    path: Path
+    """The results file of a run (None when no case was recorded: no file is written) and its case records."""
+
+    path: Path | None
     records: list[dict[str, Any]]
 
     @property
@@ -503,7 +505,12 @@ class RunOutcome:
 
 def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Progress | None = None, suite_path: str | None = None,
               kind: str = "run") -> RunOutcome:
-    """Run every (source, compressor) case of ``suite``; the results file is kept current on disk."""
+    """Run every (source, compressor) case of ``suite``; the results file is kept current on disk.
+
+    The file is created exclusively in ``out_dir`` when the first case is recorded (see
+    :class:`gcbench.results.RunWriter`) and ends with status ``complete``, ``complete-with-errors``,
+    ``interrupted`` (KeyboardInterrupt, SIGTERM under the CLI) or ``failed`` (an error outside any case).
+    """
     progress = progress or _noop
     device = resolve_device(suite.metrics.device)
     if suite.metrics.threads:
@@ -539,9 +546,11 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 done += 1
                 progress("case", done, total, f"{c.label} done")
             source.close()
-    except KeyboardInterrupt:
-        status = "interrupted"
-        writer.finish(status)
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM through gcbench.signals: keep every completed case
+        writer.finish("interrupted")
+        raise
+    except BaseException:  # a bug outside any one case: the file must not keep saying "running"
+        writer.finish("failed")
         raise
     writer.finish(status if not any(r.get("status") != "ok" for r in writer.data["cases"]) else "complete-with-errors")
     return RunOutcome(writer.path, writer.data["cases"])

@@ -1,0 +1,102 @@
+"""Stopping on SIGINT and SIGTERM without losing or corrupting a results file.
+
+The command line treats SIGTERM (``kill``, a CI job's timeout, a batch scheduler) like Ctrl-C:
+both raise :class:`KeyboardInterrupt` in the main thread, so the runner writes the results file
+with status ``interrupted`` and the completed cases kept.  Two refinements make that robust:
+
+* :func:`install` (called by the command line before its heavy imports): the first signal raises
+  :class:`KeyboardInterrupt`; a repeated signal within :data:`REPEAT_GRACE_S` of the first is
+  ignored, because the process is already stopping and a second interrupt would only break the
+  final write (impatient double Ctrl-C).  Later signals interrupt again, so a stop that hangs can
+  still be interrupted.  :func:`received` tells ``main()`` which signal to report in the exit code
+  (128 + signal number: 130 for SIGINT, 143 for SIGTERM).
+* :func:`deferred` holds SIGINT/SIGTERM for the few milliseconds of a results-file write (used by
+  :func:`gcbench.results.atomic_write_json`), then delivers a held signal to the handler that was
+  installed before.  A write is therefore never cut between its temporary file and the rename.
+
+This module imports nothing heavy: it runs before torch is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+# a repeated Ctrl-C within this time of the first is the same request to stop, not a new one
+REPEAT_GRACE_S = 3.0
+
+_first: dict[str, Any] = {"signum": None, "at": 0.0}
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    """Raise KeyboardInterrupt for the first stop signal; swallow quick repeats (see the module docstring)."""
+    now = time.monotonic()
+    if _first["signum"] is not None and now - _first["at"] < REPEAT_GRACE_S:
+        return
+    if _first["signum"] is None:
+        _first["signum"] = signum
+    _first["at"] = now
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt in the main thread (a no-op elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # nohup and friends asked for the signal to be ignored: keep it so
+        signal.signal(sig, _on_stop_signal)
+
+
+def received() -> int | None:
+    """The number of the first stop signal handled by :func:`install`'s handler, or None."""
+    return _first["signum"]
+
+
+def exit_code(code: int) -> int:
+    """``code`` unless a stop signal arrived: then the shell convention 128 + signal number."""
+    sig = received()
+    return 128 + int(sig) if sig is not None else code
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM inside the block; deliver the first one held to the previous handler after it.
+
+    Only the main thread can install handlers (and only it runs Python signal handlers), so in
+    any other thread the block runs unprotected.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.signal(sig, hold)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if held:
+            _deliver(held[0], previous.get(signal.Signals(held[0])))
+
+
+def _deliver(signum: int, handler: Any) -> None:
+    """Run the handler that a held signal would have reached."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler is None or handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)  # the default action (SIGTERM: terminate), now that the write is done
