@@ -7,9 +7,13 @@ Long work shows a rich progress bar on stderr; ``--json`` prints machine-readabl
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,17 +45,93 @@ err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# set by the app callback (``--debug`` or GCBENCH_DEBUG=1): user errors also print their traceback
+_debug = False
+
+
+def _debug_enabled() -> bool:
+    return _debug or os.environ.get("GCBENCH_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The full traceback of ``exc`` with its chained causes (``--debug``), on stderr without markup."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    err.print(text.rstrip(), markup=False, highlight=False, soft_wrap=True)
+
+
+class OutputError(GcbenchError):
+    """An output path that cannot be written (a file where a folder is needed, read-only, /proc, disk full)."""
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EISDIR, errno.EFBIG, errno.EEXIST, errno.ENOTDIR}
+
+
+def _write_error(exc: OSError) -> OutputError:
+    """``cannot write <path>: <reason>`` for an OSError raised while writing an output."""
+    path = exc.filename if exc.filename2 is None else exc.filename2
+    reason = exc.strerror or type(exc).__name__
+    # the inputs a user names are read by loaders that raise GcbenchError; an OSError that reaches
+    # the CLI comes from writing, but say "access" where the errno could as well be a read
+    verb = "write" if exc.errno in _WRITE_ERRNOS else "access"
+    return OutputError(f"cannot {verb} {path}: {reason}")
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """Fail before any work when the output folder ``path`` cannot hold a new file.
+
+    Creates the folder (as the command would) and writes and removes one probe file in it, so a
+    file in the way, a read-only folder, ``/proc`` or a full disk is one clear line up front
+    rather than a traceback after a long run.  The probe is the only test that also holds for root,
+    for whom permission bits are not enforced.
+    """
+    try:
+        if path.exists() and not path.is_dir():
+            raise OutputError(f"cannot write {path}: {option} must be a folder, and this is a file")
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".gcbench-probe-", dir=path)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or type(exc).__name__} ({option})") from exc
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Fail before any work when the output file ``path`` cannot be written (see :func:`check_output_dir`)."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: {option} names a folder; give a file name")
+    check_output_dir(path.parent if str(path.parent) else Path("."), option)
+
+
+def _fail(shown: BaseException, exc: BaseException) -> None:
+    """Print ``shown`` as ``error:`` lines (the traceback of ``exc`` too with ``--debug``) and exit 1."""
+    for line in str(shown).splitlines() or ["error"]:
+        err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    if _debug_enabled():
+        _print_traceback(exc)
+    raise typer.Exit(1) from None
+
+
 def user_errors(fn: F) -> F:
-    """Turn :class:`GcbenchError` into one line per problem on stderr and exit status 1."""
+    """Turn user errors into one line per problem on stderr and exit status 1.
+
+    User errors are :class:`GcbenchError` and ``OSError`` with a file name (an output that cannot
+    be written: a file in the way, a read-only folder, a full disk).  With ``--debug`` (or
+    ``GCBENCH_DEBUG=1``) the full traceback, chained causes included, follows the line.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except GcbenchError as exc:
-            for line in str(exc).splitlines() or ["error"]:
-                err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
+            _fail(exc, exc)
+        except OSError as exc:
+            if exc.filename is None:
+                raise  # no file the user named: a bug, it keeps its traceback
+            _fail(_write_error(exc), exc)
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: completed cases are kept in the results file")
             raise typer.Exit(130) from None
@@ -68,8 +148,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", envvar="GCBENCH_DEBUG",
+                                        help="After a user error's one line, print its full traceback (also GCBENCH_DEBUG=1).")] = False,
 ) -> None:
     """gcbench: which gradient compressor should I use, and what does it really cost and save?"""
+    global _debug
+    _debug = debug
 
 
 @contextmanager
@@ -90,9 +174,11 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
     tasks: dict[str, Any] = {}
 
     def update(stage: str, done: int, total: int, message: str) -> None:
+        # messages carry labels and library errors: escaped, or a "[/]" in them kills the refresh thread
+        text = escape(message)
         if stage not in tasks:
-            tasks[stage] = prog.add_task(message, total=total, stage=stage)
-        prog.update(tasks[stage], completed=done, total=total, description=message)
+            tasks[stage] = prog.add_task(text, total=total, stage=escape(stage))
+        prog.update(tasks[stage], completed=done, total=total, description=text)
 
     with prog:
         yield update
@@ -174,6 +260,7 @@ def run(
     from gcbench.runner import run_suite
     from gcbench.suite import apply_overrides, find_suite, load_suite
 
+    check_output_dir(out_dir, "--out")
     path = find_suite(suite)
     s = load_suite(path)
     s = apply_overrides(s, seed=seed, device=device, repeats=repeats, trace=trace, model=model, workers=workers, steps=steps,
@@ -379,6 +466,7 @@ def compare(
 
     if len(compressors) < 1:
         raise GcbenchError("compare needs at least one compressor")
+    check_output_dir(out_dir, "--out")
     specs = [registry.parse_spec(c) for c in compressors]
     if trace:
         src: dict[str, Any] = {"kind": "trace", "path": trace}
@@ -459,6 +547,7 @@ def record(
     """Record live gradients of a model to a trace folder (manifest.json + safetensors)."""
     from gcbench.recorder import record_live
 
+    check_output_dir(out_path, "--out")
     kwargs: dict[str, Any] = {}
     if batch_size is not None:
         kwargs["batch_size"] = batch_size
@@ -499,6 +588,8 @@ def bench(
 
     names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
+    check_bench_options(size_list, sizes, repeats, warmup, threads, device, threshold)
+    check_output_dir(out_dir, "--out")
     base_cases: dict[tuple[str, int], dict[str, Any]] = {}
     if baseline is not None:
         base = load_run(baseline)
@@ -550,9 +641,46 @@ def bench(
         out.print(f"results: {path}")
     if regressions:
         names_txt = ", ".join(escape(r.get("label") or r["compressor"]) for r in regressions)
-        err.print(f"[red]{len(regressions)} regression(s)[/] against {baseline}: " + names_txt)
+        err.print(f"[red]{len(regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
         if fail_on_regression:
             raise typer.Exit(1)
+    failed = [r for r in recs if r.get("error")]
+    if failed:  # a sweep goes on past a failing case, but the exit status says something failed
+        for r in failed:
+            err.print(f"[bold red]error:[/] {escape(r.get('label') or r['compressor'])} @ {r.get('numel', 0):,}: "
+                      f"{escape(_first_line(str(r['error'])))}", highlight=False, soft_wrap=True)
+        err.print(f"[red]{len(failed)} of {len(recs)} case(s) failed[/]", highlight=False)
+        raise typer.Exit(1)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def check_bench_options(sizes: list[int], sizes_text: str, repeats: int, warmup: int, threads: int, device: str,
+                        threshold: float) -> None:
+    """One line per bad ``bench`` option before any case runs (a sweep of failing cases helps nobody)."""
+    problems = []
+    if not sizes:
+        problems.append(f"--sizes: expected comma-separated element counts like 1K,25.6M, got {sizes_text!r}")
+    if repeats < 1:
+        problems.append(f"--repeats must be at least 1, got {repeats}")
+    if warmup < 0:
+        problems.append(f"--warmup must be at least 0, got {warmup}")
+    if threads < 1:
+        problems.append(f"--threads must be at least 1, got {threads}")
+    if not 0 <= threshold < float("inf"):
+        problems.append(f"--threshold must be a finite number ≥ 0, got {threshold}")
+    if device not in ("cpu", "cuda"):
+        problems.append(f"--device must be cpu or cuda, got {device!r}")
+    elif device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu")
+    if problems:
+        raise GcbenchError("\n".join(problems))
 
 
 # ----------------------------------------------------------------------------- report
@@ -595,12 +723,14 @@ def report(
         raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
     if output is not None and not (md or as_html):
         raise GcbenchError("--output needs --md or --html")
-    if threshold < 0:
-        raise GcbenchError(f"--threshold must be ≥ 0, got {threshold}")
+    if not 0 <= threshold < float("inf"):  # NaN fails this too
+        raise GcbenchError(f"--threshold must be a finite number ≥ 0, got {threshold}")
     if not 0 < alpha < 1:
         raise GcbenchError(f"--alpha must be in (0, 1), got {alpha}")
     if fail_on_regression and not baseline:
         raise GcbenchError("--fail-on-regression needs --baseline RUN")
+    if output is not None:
+        check_output_file(output, "--output")
     comparison = None
     if baseline:
         if runs and len(runs) > 1:
@@ -666,27 +796,27 @@ def _number_list(text: str, option: str, kind: type) -> list[Any]:
         values = [kind(v) for v in (s.strip() for s in text.split(",")) if v]
     except ValueError:
         raise GcbenchError(f"{option}: expected comma-separated {kind.__name__}s, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise GcbenchError(f"{option}: expected positive {kind.__name__}s, got {text!r}")
+    if not values or not all(0 < v < float("inf") for v in values):  # NaN fails this too
+        raise GcbenchError(f"{option}: expected positive finite {kind.__name__}s, got {text!r}")
     return values
 
 
 def train_table(records: list[dict[str, Any]], title: str) -> Table:
     """Accuracy, gap, time to target, step-time split and bytes per compressor of a train run."""
-    t = Table(title=title, title_justify="left")
+    t = Table(title=escape(title), title_justify="left")
     for col in ("compressor", "final acc", "gap (pp)", "to target (s)", "step ms", "compute", "compress", "comm", "decomp",
                 "MB/worker", "ratio"):
         t.add_column(col, justify="left" if col == "compressor" else "right", no_wrap=True)
     for r in records:
         if r.get("status") != "ok":
-            t.add_row(r.get("label", "?"), f"[red]failed: {r.get('error', '')}[/]", *[""] * 9)
+            t.add_row(escape(str(r.get("label", "?"))), f"[red]failed: {escape(str(r.get('error', '')))}[/]", *[""] * 9)
             continue
         tr = r["training"]
         st = tr["step_time"]
         gap = tr.get("accuracy_gap")
         ttt = tr.get("time_to_target_s")
         t.add_row(
-            r["label"] + (" †" if r.get("flags", {}).get("reconstructed") else ""),
+            escape(r["label"]) + (" †" if r.get("flags", {}).get("reconstructed") else ""),
             f"{tr['final_accuracy']:.4f}" if tr.get("final_accuracy") is not None else "—",
             "—" if gap is None else f"{100 * gap:+.2f}",
             "not reached" if ttt is None else f"{ttt:.2f}",
@@ -723,6 +853,8 @@ def train_cmd(
 
     cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
                       granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
+    cfg.resolved()  # bad options fail before the output check and before any process starts
+    check_output_dir(out_dir, "--out")
     with progress_bar(not quiet and not as_json and not under_torchrun()) as prog:
         outcome = run_training(cfg, compressors, out_dir, prog)
     if outcome.path is None:  # a non-zero rank under torchrun: rank 0 reports
@@ -740,7 +872,7 @@ def train_cmd(
         for r in outcome.records:
             tr = r.get("training") or {}
             if tr and not tr.get("replicas_consistent"):
-                out.print(f"[yellow]warning:[/] {r['label']}: the workers' parameters differ at the end (replicas diverged)")
+                out.print(f"[yellow]warning:[/] {escape(r['label'])}: the workers' parameters differ at the end (replicas diverged)")
             note = (tr.get("hook") or {}).get("protocol_note")
             if note:
                 out.print(f"note: {note}", markup=False, highlight=False)
@@ -750,7 +882,7 @@ def train_cmd(
         out.print(f"results: {outcome.path}", highlight=False)
     if outcome.failed:
         for r in outcome.failed:
-            err.print(f"[bold red]error:[/] {r['label']}: {r.get('error')}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(r['label'])}: {escape(str(r.get('error')))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -774,10 +906,10 @@ def simulate_cmd(
 
     if scheme not in netmodel.SCHEMES:
         raise GcbenchError(f"--scheme must be one of {', '.join(netmodel.SCHEMES)}, got {scheme!r}")
-    if latency_us < 0:
-        raise GcbenchError(f"--latency-us must be >= 0, got {latency_us:g}")
-    if compute_ms is not None and compute_ms < 0:
-        raise GcbenchError(f"--compute-ms must be >= 0, got {compute_ms:g}")
+    if not 0 <= latency_us < float("inf"):  # NaN fails this too
+        raise GcbenchError(f"--latency-us must be a finite number >= 0, got {latency_us:g}")
+    if compute_ms is not None and not 0 <= compute_ms < float("inf"):
+        raise GcbenchError(f"--compute-ms must be a finite number >= 0, got {compute_ms:g}")
     ns = _number_list(workers, "--workers", int)
     bws = _number_list(bandwidth, "--bandwidth", float)
     path = resolve_run(results, runs_dir)
@@ -789,7 +921,7 @@ def simulate_cmd(
                           "predictions": [p.to_dict() for p in preds]}, default=str))
         return
     multi_source = len({c.source for c in cases}) > 1
-    name = lambda c: f"{c.label} [{c.source}]" if multi_source else c.label  # noqa: E731
+    name = lambda c: escape(f"{c.label} [{c.source}]" if multi_source else c.label)  # noqa: E731
     by_key = {(p.label, p.source, p.workers, p.bandwidth_gbps): p for p in preds}
     for bw in bws:
         t = Table(title=f"predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {latency_us:g} µs, scheme {scheme}",
@@ -804,7 +936,7 @@ def simulate_cmd(
                 p = by_key[(c.label, c.source, n, bw)]
                 text = f"{p.speedup:.2f}×"
                 cells.append(f"[green]{text}[/]" if p.speedup > 1.0 else text)
-            t.add_row(name(c), netmodel.collective_for(c.compressor, scheme), *cells)
+            t.add_row(name(c), escape(netmodel.collective_for(c.compressor, scheme)), *cells)
         out.print(t)
     t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
     t.add_column("compressor")
