@@ -79,16 +79,20 @@ def _write_error(exc: OSError) -> OutputError:
 def check_output_dir(path: Path, option: str) -> None:
     """Fail before any work when the output folder ``path`` cannot hold a new file.
 
-    Creates the folder (as the command would) and writes and removes one probe file in it, so a
-    file in the way, a read-only folder, ``/proc`` or a full disk is one clear line up front
-    rather than a traceback after a long run.  The probe is the only test that also holds for root,
-    for whom permission bits are not enforced.
+    Writes and removes one probe file in ``path`` (or, when it does not exist yet, in its nearest
+    existing ancestor, so no folder is left behind by a later error), so a file in the way, a
+    read-only folder, ``/proc`` or a full disk is one clear line up front rather than a traceback
+    after a long run.  Probing is the only test that also holds for root, for whom permission bits
+    are not enforced.
     """
+    probe_dir = path
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        what = "this is a file" if probe_dir == path else f"{probe_dir} is a file"
+        raise OutputError(f"cannot write {path}: {option} must be a folder, and {what}")
     try:
-        if path.exists() and not path.is_dir():
-            raise OutputError(f"cannot write {path}: {option} must be a folder, and this is a file")
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".gcbench-probe-", dir=path)
+        fd, probe = tempfile.mkstemp(prefix=".gcbench-probe-", dir=probe_dir)
         try:
             os.write(fd, b"x")
         finally:
@@ -466,6 +470,9 @@ def compare(
 
     if len(compressors) < 1:
         raise GcbenchError("compare needs at least one compressor")
+    for option, value in (("--workers", workers), ("--steps", steps)):
+        if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
+            raise GcbenchError(f"{option} must be at least 1, got {value}")
     check_output_dir(out_dir, "--out")
     specs = [registry.parse_spec(c) for c in compressors]
     if trace:

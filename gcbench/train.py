@@ -74,6 +74,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 TEXT_FILES = ("public_domain.txt",)
 REFERENCE = "none"
 FAULT_ENV = "GCBENCH_TRAIN_FAULT"
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: finite, and far inside what torch.distributed can hold
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -343,14 +344,15 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ParamError(f"{name} must be at least 1, got {v}")
-        if self.lr is not None and not self.lr > 0:
-            raise ParamError(f"lr must be > 0, got {self.lr}")
+        if self.lr is not None and not 0 < self.lr < math.inf:  # NaN fails this too
+            raise ParamError(f"lr must be a finite number > 0, got {self.lr}")
         if self.target is not None and not 0 < self.target <= 1:
             raise ParamError(f"target accuracy must be in (0, 1], got {self.target}")
-        if not self.timeout_s > 0:
-            raise ParamError(f"timeout must be > 0 seconds, got {self.timeout_s}")
-        if self.collective_timeout_s is not None and not self.collective_timeout_s > 0:
-            raise ParamError(f"collective timeout must be > 0 seconds, got {self.collective_timeout_s}")
+        # torch.distributed keeps timeouts in integer milliseconds: inf or 1e300 s would overflow it
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.timeout_s}")
+        if self.collective_timeout_s is not None and not 0 < self.collective_timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"collective timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.collective_timeout_s}")
         if self.granularity not in ("bucket", "layer"):
             raise ParamError(f"granularity must be bucket or layer, got {self.granularity!r}")
         fault = self.fault or os.environ.get(FAULT_ENV) or None
