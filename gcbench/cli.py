@@ -63,6 +63,7 @@ class OutputError(GcbenchError):
     """An output path that cannot be written (a file where a folder is needed, read-only, /proc, disk full)."""
 
 
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EISDIR, errno.EFBIG, errno.EEXIST, errno.ENOTDIR}
 
 
@@ -70,6 +71,8 @@ def _write_error(exc: OSError) -> OutputError:
     """``cannot write <path>: <reason>`` for an OSError raised while writing an output."""
     path = exc.filename if exc.filename2 is None else exc.filename2
     reason = exc.strerror or type(exc).__name__
+    if path is None:
+        return OutputError(f"cannot write an output file: {reason}")
     # the inputs a user names are read by loaders that raise GcbenchError; an OSError that reaches
     # the CLI comes from writing, but say "access" where the errno could as well be a read
     verb = "write" if exc.errno in _WRITE_ERRNOS else "access"
@@ -85,12 +88,25 @@ def check_output_dir(path: Path, option: str) -> None:
     after a long run.  Probing is the only test that also holds for root, for whom permission bits
     are not enforced.
     """
-    probe_dir = path
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"cannot write {path}: {option} must be a folder, and this is a file")
+    _probe(path, path, option)
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Fail before any work when the output file ``path`` cannot be written (see :func:`check_output_dir`)."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: {option} names a folder; give a file name")
+    _probe(path, path.parent, option)
+
+
+def _probe(named: Path, folder: Path, option: str) -> None:
+    """Write and remove a file in ``folder`` or its nearest existing ancestor; errors name ``named``."""
+    probe_dir = folder
     while not probe_dir.exists() and probe_dir != probe_dir.parent:
         probe_dir = probe_dir.parent
     if not probe_dir.is_dir():
-        what = "this is a file" if probe_dir == path else f"{probe_dir} is a file"
-        raise OutputError(f"cannot write {path}: {option} must be a folder, and {what}")
+        raise OutputError(f"cannot write {named}: {probe_dir} is a file, not a folder ({option})")
     try:
         fd, probe = tempfile.mkstemp(prefix=".gcbench-probe-", dir=probe_dir)
         try:
@@ -99,14 +115,7 @@ def check_output_dir(path: Path, option: str) -> None:
             os.close(fd)
             os.unlink(probe)
     except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or type(exc).__name__} ({option})") from exc
-
-
-def check_output_file(path: Path, option: str) -> None:
-    """Fail before any work when the output file ``path`` cannot be written (see :func:`check_output_dir`)."""
-    if path.is_dir():
-        raise OutputError(f"cannot write {path}: {option} names a folder; give a file name")
-    check_output_dir(path.parent if str(path.parent) else Path("."), option)
+        raise OutputError(f"cannot write {named}: {exc.strerror or type(exc).__name__} ({option})") from exc
 
 
 def _fail(shown: BaseException, exc: BaseException) -> None:
@@ -133,7 +142,8 @@ def user_errors(fn: F) -> F:
         except GcbenchError as exc:
             _fail(exc, exc)
         except OSError as exc:
-            if exc.filename is None:
+            # a file.write() on a full disk carries no file name, but it is the machine, not a bug
+            if exc.filename is None and exc.errno not in _FULL_ERRNOS:
                 raise  # no file the user named: a bug, it keeps its traceback
             _fail(_write_error(exc), exc)
         except KeyboardInterrupt:
