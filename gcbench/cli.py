@@ -297,7 +297,7 @@ def run(
             out.print(t)
         if phase_tables:
             out.print(rep.PHASE_NOTE, markup=False, highlight=False)
-        out.print(f"results: {outcome.path}")
+        out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:
         failed = "; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5])
         err.print(f"[red]{len(outcome.failed)} case(s) failed[/]: " + escape(failed))
@@ -330,10 +330,11 @@ def list_cmd(
             t.add_column(col, overflow="fold")
         for i in infos:
             flags = i.flags().replace("RECONSTRUCTED", "[bold yellow]RECONSTRUCTED[/]")
-            desc = i.description
+            desc = escape(i.description)
             if params:
-                desc += "\n" + "\n".join(f"  [dim]{p.name}={p.default!r}[/] ({p.range_text()}): {p.help}" for p in i.params)
-            t.add_row(i.name, str(i.version), flags, desc, i.paper)
+                desc += "\n" + "\n".join(f"  [dim]{escape(f'{p.name}={p.default!r}')}[/] ({escape(p.range_text())}): {escape(p.help)}"
+                                          for p in i.params)
+            t.add_row(escape(i.name), str(i.version), flags, desc, escape(i.paper))
         out.print(t)
         return
     if what == "models":
@@ -367,7 +368,7 @@ def list_cmd(
         for col in ("name", "compressors", "description"):
             t.add_column(col, overflow="fold")
         for r in rows:
-            t.add_row(r["name"], str(r["compressors"]), r["description"])
+            t.add_row(escape(r["name"]), str(r["compressors"]), escape(r["description"]))  # a suite's own text
         out.print(t)
         return
     from gcbench.metrics import metrics_metadata
@@ -512,8 +513,8 @@ def compare(
     else:
         src_name = cases[0].get("source", {}).get("label") or cases[0].get("source", {}).get("name", "") if cases else ""
         first = next((c for c in cases if c.get("status") == "ok"), {})
-        t = Table(title=f"gcbench compare — {src_name}, {first.get('workers', '?')} workers × {first.get('steps', '?')} steps, "
-                        f"granularity {granularity}", title_justify="left")
+        t = Table(title=escape(f"gcbench compare — {src_name}, {first.get('workers', '?')} workers × {first.get('steps', '?')} steps, "
+                               f"granularity {granularity}"), title_justify="left")
         t.add_column("metric")
         for c in cases:
             t.add_column(escape(c["label"]) + (" †" if c.get("flags", {}).get("reconstructed") else ""), justify="right")
@@ -533,14 +534,14 @@ def compare(
                 out.print(f"[red]{escape(c['label'])} failed:[/] {escape(str(c.get('error')))}")
         ref = {c["label"]: c["fidelity"]["reference"] for c in cases if c.get("status") == "ok"}
         if any(v != "gradient" for v in ref.values()):
-            out.print("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items()))
+            out.print("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items()), markup=False, highlight=False)
         out.print("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
                   "† = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run.")
         phases = rep.phase_table(cases, "gcbench compare")
         if phases is not None:
             out.print(phases)
             out.print(rep.PHASE_NOTE, markup=False, highlight=False)
-        out.print(f"results: {outcome.path}")
+        out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:
         raise typer.Exit(1)
 
@@ -574,7 +575,7 @@ def record(
         path = record_live(model, steps=steps, workers=workers, out=out_path, seed=seed, warmup_steps=warmup_steps,
                            progress=lambda d, t, m: prog("record", d, t, m), **kwargs)
     size = sum(f.stat().st_size for f in Path(path).glob("*") if f.is_file())
-    out.print(f"trace: {path} — {steps} steps × {workers} workers, {size / 2**20:.1f} MiB")
+    out.print(f"trace: {path} — {steps} steps × {workers} workers, {size / 2**20:.1f} MiB", markup=False, highlight=False)
 
 
 # ----------------------------------------------------------------------------- bench
@@ -655,7 +656,7 @@ def bench(
             out.print(f"copy roofline (same tensor into a preallocated buffer): median {1e3 * float(np.median(copy_ms)):.2f} ms; "
                       "vs ref = speed-up over the straightforward reference implementation; peak/input = peak extra resident "
                       "memory during compress / input bytes.")
-        out.print(f"results: {path}")
+        out.print(f"results: {path}", markup=False, highlight=False)
     if regressions:
         names_txt = ", ".join(escape(r.get("label") or r["compressor"]) for r in regressions)
         err.print(f"[red]{len(regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
@@ -769,13 +770,13 @@ def report(
 
         path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,
                           claims_missing=claims_missing)
-        out.print(f"report: {path}", highlight=False)
+        out.print(f"report: {path}", markup=False, highlight=False)
     elif md:
         text = rep.markdown_report(detailed, claims, comparison, all_metrics)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(text, encoding="utf-8")
-            out.print(f"report: {output}", highlight=False)
+            out.print(f"report: {output}", markup=False, highlight=False)
         else:
             print(text)
     elif comparison is not None:
@@ -798,7 +799,8 @@ def report(
             out.print(claims_missing, markup=False, highlight=False)
         out.print(rep.FOOTNOTE, markup=False, highlight=False)
     if comparison is not None and comparison.regressions:
-        err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {comparison.new_id} against {comparison.baseline_id}",
+        err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {escape(comparison.new_id)} against "
+                  f"{escape(comparison.baseline_id)}",
                   highlight=False, soft_wrap=True)
         if fail_on_regression:
             raise typer.Exit(1)
@@ -896,7 +898,7 @@ def train_cmd(
         out.print("gap = accuracy of 'none' minus this compressor's, in percentage points; step ms = median step time "
                   "(compute + compress + comm + decomp); MB/worker = payload bytes one worker sent over the whole run.",
                   highlight=False)
-        out.print(f"results: {outcome.path}", highlight=False)
+        out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:
         for r in outcome.failed:
             err.print(f"[bold red]error:[/] {escape(r['label'])}: {escape(str(r.get('error')))}", highlight=False, soft_wrap=True)
@@ -969,7 +971,7 @@ def simulate_cmd(
     out.print(f"step = {comp} + compress + communicate + decompress × decoded payloads (N for all-gather, 1 for all-reduce); "
               "reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication overlap. "
               "— = compression never pays off (or never loses).", highlight=False)
-    out.print(f"results: {path}", highlight=False)
+    out.print(f"results: {path}", markup=False, highlight=False)
 
 
 def main() -> None:
