@@ -1,8 +1,11 @@
 """The ``gcbench`` command line: thin typer commands over the library.
 
 Every command is a small wrapper over an importable function.  User errors (bad suite, unknown
-name, bad file) print one clear line per problem to stderr and exit 1; bugs keep their traceback.
-Long work shows a rich progress bar on stderr; ``--json`` prints machine-readable output.
+name, bad file, an output that cannot be written, a meaningless number) print one clear line per
+problem to stderr and exit 1; ``--debug`` (or ``GCBENCH_DEBUG=1``) adds their traceback.  Bugs keep
+their traceback.  Outputs are checked before any work starts.  Long work shows a rich progress bar
+on stderr; ``--json`` prints machine-readable output.  Everything a user or a library wrote (labels,
+paths, error messages) is escaped before rich renders it: a ``[/]`` in a label is text, not markup.
 """
 
 from __future__ import annotations

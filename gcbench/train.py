@@ -25,10 +25,14 @@ rank 0 writes the results.  Each worker uses ``cpu_count // workers`` threads (a
 Faults: the parent watches every worker.  A worker that exits (crash, kill, Python error) ends the
 compressor's run with a message naming the rank ("rank 2 exited with code 1: ..."); a worker that
 stops responding is named once its peers time out in a collective (the training group's timeout,
-``--collective-timeout``) or when the compressor exceeds ``--timeout`` ("rank 1 did not finish
-within 60 s").  Remaining workers are killed, the compressor is recorded as failed, and the other
-compressors run in a fresh process group.  ``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]`` (or
-``hang:...``) injects a failure for testing.
+``--collective-timeout``) or when the compressor exceeds ``--timeout`` ("rank 1 hung at step 0 and
+did not finish within 60 s ...; rank 0 was waiting for it in a collective").  Each worker publishes
+a progress tick (twice the steps it finished, plus one while a step is under way): the rank with
+the least progress is the one that hung, since its peers went on into the step's collective.
+Remaining workers are terminated (then killed), the compressor is recorded as failed, and the other
+compressors run in a fresh process group.  SIGTERM to the parent is handled like SIGINT: the
+workers are stopped at once and the results file ends "interrupted" with the finished compressors.
+``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]`` (or ``hang:...``) injects a failure for testing.
 
 Choices: time to target is measured at epoch ends (evaluation resolution) in training time only
 (the sum of step times, evaluation excluded); step-time components are medians over steps after
