@@ -149,9 +149,11 @@ def user_errors(fn: F) -> F:
             if exc.filename is None and exc.errno not in _FULL_ERRNOS:
                 raise  # no file the user named: a bug, it keeps its traceback
             _fail(_write_error(exc), exc)
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/]: completed cases are kept in the results file")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            # SIGTERM handlers raise KeyboardInterrupt("SIGTERM"): exit 128 + 15 as a shell expects
+            term = bool(exc.args) and exc.args[0] == "SIGTERM"
+            err.print(f"[yellow]interrupted{' (SIGTERM)' if term else ''}[/]: completed cases are kept in the results file")
+            raise typer.Exit(143 if term else 130) from None
 
     return wrapper  # type: ignore[return-value]
 
