@@ -211,8 +211,8 @@ def parse_size(text: str) -> int:
         value = float(t[:-1] if t[-1:] in "KMG" else t) * mult
     except ValueError:
         raise GcbenchError(f"size {text!r}: expected a number like 1K, 25.6M or 100M") from None
-    if value < 1:
-        raise GcbenchError(f"size {text!r}: must be at least 1 element")
+    if not 1 <= value < float("inf"):  # NaN and inf fail this too
+        raise GcbenchError(f"size {text!r}: must be a finite number of at least 1 element")
     return int(value)
 
 

@@ -1,15 +1,22 @@
 """The ``gcbench`` command line: thin typer commands over the library.
 
 Every command is a small wrapper over an importable function.  User errors (bad suite, unknown
-name, bad file) print one clear line per problem to stderr and exit 1; bugs keep their traceback.
-Long work shows a rich progress bar on stderr; ``--json`` prints machine-readable output.
+name, bad file, an output that cannot be written, a meaningless number) print one clear line per
+problem to stderr and exit 1; ``--debug`` (or ``GCBENCH_DEBUG=1``) adds their traceback.  Bugs keep
+their traceback.  Outputs are checked before any work starts.  Long work shows a rich progress bar
+on stderr; ``--json`` prints machine-readable output.  Everything a user or a library wrote (labels,
+paths, error messages) is escaped before rich renders it: a ``[/]`` in a label is text, not markup.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,20 +48,112 @@ err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# set by the app callback (``--debug`` or GCBENCH_DEBUG=1): user errors also print their traceback
+_debug = False
+
+
+def _debug_enabled() -> bool:
+    return _debug or os.environ.get("GCBENCH_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The full traceback of ``exc`` with its chained causes (``--debug``), on stderr without markup."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    err.print(text.rstrip(), markup=False, highlight=False, soft_wrap=True)
+
+
+class OutputError(GcbenchError):
+    """An output path that cannot be written (a file where a folder is needed, read-only, /proc, disk full)."""
+
+
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EISDIR, errno.EFBIG, errno.EEXIST, errno.ENOTDIR}
+
+
+def _write_error(exc: OSError) -> OutputError:
+    """``cannot write <path>: <reason>`` for an OSError raised while writing an output."""
+    path = exc.filename if exc.filename2 is None else exc.filename2
+    reason = exc.strerror or type(exc).__name__
+    if path is None:
+        return OutputError(f"cannot write an output file: {reason}")
+    # the inputs a user names are read by loaders that raise GcbenchError; an OSError that reaches
+    # the CLI comes from writing, but say "access" where the errno could as well be a read
+    verb = "write" if exc.errno in _WRITE_ERRNOS else "access"
+    return OutputError(f"cannot {verb} {path}: {reason}")
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """Fail before any work when the output folder ``path`` cannot hold a new file.
+
+    Writes and removes one probe file in ``path`` (or, when it does not exist yet, in its nearest
+    existing ancestor, so no folder is left behind by a later error), so a file in the way, a
+    read-only folder, ``/proc`` or a full disk is one clear line up front rather than a traceback
+    after a long run.  Probing is the only test that also holds for root, for whom permission bits
+    are not enforced.
+    """
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"cannot write {path}: {option} must be a folder, and this is a file")
+    _probe(path, path, option)
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Fail before any work when the output file ``path`` cannot be written (see :func:`check_output_dir`)."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: {option} names a folder; give a file name")
+    _probe(path, path.parent, option)
+
+
+def _probe(named: Path, folder: Path, option: str) -> None:
+    """Write and remove a file in ``folder`` or its nearest existing ancestor; errors name ``named``."""
+    probe_dir = folder
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise OutputError(f"cannot write {named}: {probe_dir} is a file, not a folder ({option})")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gcbench-probe-", dir=probe_dir)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"cannot write {named}: {exc.strerror or type(exc).__name__} ({option})") from exc
+
+
+def _fail(shown: BaseException, exc: BaseException) -> None:
+    """Print ``shown`` as ``error:`` lines (the traceback of ``exc`` too with ``--debug``) and exit 1."""
+    for line in str(shown).splitlines() or ["error"]:
+        err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    if _debug_enabled():
+        _print_traceback(exc)
+    raise typer.Exit(1) from None
+
+
 def user_errors(fn: F) -> F:
-    """Turn :class:`GcbenchError` into one line per problem on stderr and exit status 1."""
+    """Turn user errors into one line per problem on stderr and exit status 1.
+
+    User errors are :class:`GcbenchError` and ``OSError`` with a file name (an output that cannot
+    be written: a file in the way, a read-only folder, a full disk).  With ``--debug`` (or
+    ``GCBENCH_DEBUG=1``) the full traceback, chained causes included, follows the line.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except GcbenchError as exc:
-            for line in str(exc).splitlines() or ["error"]:
-                err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/]: completed cases are kept in the results file")
-            raise typer.Exit(130) from None
+            _fail(exc, exc)
+        except OSError as exc:
+            # a file.write() on a full disk carries no file name, but it is the machine, not a bug
+            if exc.filename is None and exc.errno not in _FULL_ERRNOS:
+                raise  # no file the user named: a bug, it keeps its traceback
+            _fail(_write_error(exc), exc)
+        except KeyboardInterrupt as exc:
+            # SIGTERM handlers raise KeyboardInterrupt("SIGTERM"): exit 128 + 15 as a shell expects
+            term = bool(exc.args) and exc.args[0] == "SIGTERM"
+            err.print(f"[yellow]interrupted{' (SIGTERM)' if term else ''}[/]: completed cases are kept in the results file")
+            raise typer.Exit(143 if term else 130) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -68,8 +167,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", envvar="GCBENCH_DEBUG",
+                                        help="After a user error's one line, print its full traceback (also GCBENCH_DEBUG=1).")] = False,
 ) -> None:
     """gcbench: which gradient compressor should I use, and what does it really cost and save?"""
+    global _debug
+    _debug = debug
 
 
 @contextmanager
@@ -90,9 +193,11 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
     tasks: dict[str, Any] = {}
 
     def update(stage: str, done: int, total: int, message: str) -> None:
+        # messages carry labels and library errors: escaped, or a "[/]" in them kills the refresh thread
+        text = escape(message)
         if stage not in tasks:
-            tasks[stage] = prog.add_task(message, total=total, stage=stage)
-        prog.update(tasks[stage], completed=done, total=total, description=message)
+            tasks[stage] = prog.add_task(text, total=total, stage=escape(stage))
+        prog.update(tasks[stage], completed=done, total=total, description=text)
 
     with prog:
         yield update
@@ -178,6 +283,7 @@ def run(
     from gcbench.runner import run_suite
     from gcbench.suite import apply_overrides, find_suite, load_suite, require_trusted_code
 
+    check_output_dir(out_dir, "--out")
     path = find_suite(suite)
     s = load_suite(path)
     if model is None and trace is None:  # the file's own sources run: code they name needs the opt-in, before any file is written
@@ -202,7 +308,7 @@ def run(
             out.print(t)
         if phase_tables:
             out.print(rep.PHASE_NOTE, markup=False, highlight=False)
-        out.print(f"results: {outcome.path}")
+        out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:
         failed = "; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5])
         err.print(f"[red]{len(outcome.failed)} case(s) failed[/]: " + escape(failed))
@@ -236,11 +342,12 @@ def list_cmd(
         for i in infos:
             flags = i.flags().replace("RECONSTRUCTED", "[bold yellow]RECONSTRUCTED[/]")  # at default parameters
             if i.bias_note():
-                flags += f" ({i.bias_note()})"
-            desc = i.description
+                flags += f" ({escape(i.bias_note())})"
+            desc = escape(i.description)
             if params:
-                desc += "\n" + "\n".join(f"  [dim]{p.name}={p.default!r}[/] ({p.range_text()}): {p.help}" for p in i.params)
-            t.add_row(i.name, str(i.version), flags, desc, i.paper)
+                desc += "\n" + "\n".join(f"  [dim]{escape(f'{p.name}={p.default!r}')}[/] ({escape(p.range_text())}): {escape(p.help)}"
+                                          for p in i.params)
+            t.add_row(escape(i.name), str(i.version), flags, desc, escape(i.paper))
         out.print(t)
         return
     if what == "models":
@@ -274,7 +381,7 @@ def list_cmd(
         for col in ("name", "compressors", "description"):
             t.add_column(col, overflow="fold")
         for r in rows:
-            t.add_row(r["name"], str(r["compressors"]), r["description"])
+            t.add_row(escape(r["name"]), str(r["compressors"]), escape(r["description"]))  # a suite's own text
         out.print(t)
         return
     from gcbench.metrics import metrics_metadata
@@ -396,6 +503,10 @@ def compare(
 
     if len(compressors) < 1:
         raise GcbenchError("compare needs at least one compressor")
+    for option, value in (("--workers", workers), ("--steps", steps)):
+        if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
+            raise GcbenchError(f"{option} must be at least 1, got {value}")
+    check_output_dir(out_dir, "--out")
     specs = [registry.parse_spec(c) for c in compressors]
     if trace:
         src: dict[str, Any] = {"kind": "trace", "path": trace}
@@ -424,8 +535,8 @@ def compare(
     else:
         src_name = cases[0].get("source", {}).get("label") or cases[0].get("source", {}).get("name", "") if cases else ""
         first = next((c for c in cases if c.get("status") == "ok"), {})
-        t = Table(title=f"gcbench compare — {src_name}, {first.get('workers', '?')} workers × {first.get('steps', '?')} steps, "
-                        f"granularity {granularity}", title_justify="left")
+        t = Table(title=escape(f"gcbench compare — {src_name}, {first.get('workers', '?')} workers × {first.get('steps', '?')} steps, "
+                               f"granularity {granularity}"), title_justify="left")
         t.add_column("metric")
         for c in cases:
             t.add_column(escape(c["label"]) + (" †" if c.get("flags", {}).get("reconstructed") else ""), justify="right")
@@ -445,14 +556,14 @@ def compare(
                 out.print(f"[red]{escape(c['label'])} failed:[/] {escape(str(c.get('error')))}")
         ref = {c["label"]: c["fidelity"]["reference"] for c in cases if c.get("status") == "ok"}
         if any(v != "gradient" for v in ref.values()):
-            out.print("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items()))
+            out.print("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items()), markup=False, highlight=False)
         out.print("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
                   "† = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run.")
         phases = rep.phase_table(cases, "gcbench compare")
         if phases is not None:
             out.print(phases)
             out.print(rep.PHASE_NOTE, markup=False, highlight=False)
-        out.print(f"results: {outcome.path}")
+        out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:
         raise typer.Exit(1)
 
@@ -476,6 +587,7 @@ def record(
     """Record live gradients of a model to a trace folder (manifest.json + safetensors)."""
     from gcbench.recorder import record_live
 
+    check_output_dir(out_path, "--out")
     kwargs: dict[str, Any] = {}
     if batch_size is not None:
         kwargs["batch_size"] = batch_size
@@ -485,7 +597,7 @@ def record(
         path = record_live(model, steps=steps, workers=workers, out=out_path, seed=seed, warmup_steps=warmup_steps,
                            progress=lambda d, t, m: prog("record", d, t, m), **kwargs)
     size = sum(f.stat().st_size for f in Path(path).glob("*") if f.is_file())
-    out.print(f"trace: {path} — {steps} steps × {workers} workers, {size / 2**20:.1f} MiB")
+    out.print(f"trace: {path} — {steps} steps × {workers} workers, {size / 2**20:.1f} MiB", markup=False, highlight=False)
 
 
 # ----------------------------------------------------------------------------- bench
@@ -516,6 +628,8 @@ def bench(
 
     names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
+    check_bench_options(size_list, sizes, repeats, warmup, threads, device, threshold)
+    check_output_dir(out_dir, "--out")
     base_cases: dict[tuple[str, int], dict[str, Any]] = {}
     if baseline is not None:
         base = load_run(baseline)
@@ -564,12 +678,49 @@ def bench(
             out.print(f"copy roofline (same tensor into a preallocated buffer): median {1e3 * float(np.median(copy_ms)):.2f} ms; "
                       "vs ref = speed-up over the straightforward reference implementation; peak/input = peak extra resident "
                       "memory during compress / input bytes.")
-        out.print(f"results: {path}")
+        out.print(f"results: {path}", markup=False, highlight=False)
     if regressions:
         names_txt = ", ".join(escape(r.get("label") or r["compressor"]) for r in regressions)
-        err.print(f"[red]{len(regressions)} regression(s)[/] against {baseline}: " + names_txt)
+        err.print(f"[red]{len(regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
         if fail_on_regression:
             raise typer.Exit(1)
+    failed = [r for r in recs if r.get("error")]
+    if failed:  # a sweep goes on past a failing case, but the exit status says something failed
+        for r in failed:
+            err.print(f"[bold red]error:[/] {escape(r.get('label') or r['compressor'])} @ {r.get('numel', 0):,}: "
+                      f"{escape(_first_line(str(r['error'])))}", highlight=False, soft_wrap=True)
+        err.print(f"[red]{len(failed)} of {len(recs)} case(s) failed[/]", highlight=False)
+        raise typer.Exit(1)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def check_bench_options(sizes: list[int], sizes_text: str, repeats: int, warmup: int, threads: int, device: str,
+                        threshold: float) -> None:
+    """One line per bad ``bench`` option before any case runs (a sweep of failing cases helps nobody)."""
+    problems = []
+    if not sizes:
+        problems.append(f"--sizes: expected comma-separated element counts like 1K,25.6M, got {sizes_text!r}")
+    if repeats < 1:
+        problems.append(f"--repeats must be at least 1, got {repeats}")
+    if warmup < 0:
+        problems.append(f"--warmup must be at least 0, got {warmup}")
+    if threads < 1:
+        problems.append(f"--threads must be at least 1, got {threads}")
+    if not 0 <= threshold < float("inf"):
+        problems.append(f"--threshold must be a finite number ≥ 0, got {threshold}")
+    if device not in ("cpu", "cuda"):
+        problems.append(f"--device must be cpu or cuda, got {device!r}")
+    elif device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu")
+    if problems:
+        raise GcbenchError("\n".join(problems))
 
 
 # ----------------------------------------------------------------------------- report
@@ -612,12 +763,14 @@ def report(
         raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
     if output is not None and not (md or as_html):
         raise GcbenchError("--output needs --md or --html")
-    if threshold < 0:
-        raise GcbenchError(f"--threshold must be ≥ 0, got {threshold}")
+    if not 0 <= threshold < float("inf"):  # NaN fails this too
+        raise GcbenchError(f"--threshold must be a finite number ≥ 0, got {threshold}")
     if not 0 < alpha < 1:
         raise GcbenchError(f"--alpha must be in (0, 1), got {alpha}")
     if fail_on_regression and not baseline:
         raise GcbenchError("--fail-on-regression needs --baseline RUN")
+    if output is not None:
+        check_output_file(output, "--output")
     comparison = None
     if baseline:
         if runs and len(runs) > 1:
@@ -644,13 +797,13 @@ def report(
 
         path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,
                           claims_missing=claims_missing)
-        out.print(f"report: {path}", highlight=False)
+        out.print(f"report: {path}", markup=False, highlight=False)
     elif md:
         text = rep.markdown_report(detailed, claims, comparison, all_metrics)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(text, encoding="utf-8")
-            out.print(f"report: {output}", highlight=False)
+            out.print(f"report: {output}", markup=False, highlight=False)
         else:
             print(text)
     elif comparison is not None:
@@ -693,27 +846,27 @@ def _number_list(text: str, option: str, kind: type) -> list[Any]:
         values = [kind(v) for v in (s.strip() for s in text.split(",")) if v]
     except ValueError:
         raise GcbenchError(f"{option}: expected comma-separated {kind.__name__}s, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise GcbenchError(f"{option}: expected positive {kind.__name__}s, got {text!r}")
+    if not values or not all(0 < v < float("inf") for v in values):  # NaN fails this too
+        raise GcbenchError(f"{option}: expected positive finite {kind.__name__}s, got {text!r}")
     return values
 
 
 def train_table(records: list[dict[str, Any]], title: str) -> Table:
     """Accuracy, gap, time to target, step-time split and bytes per compressor of a train run."""
-    t = Table(title=title, title_justify="left")
+    t = Table(title=escape(title), title_justify="left")
     for col in ("compressor", "final acc", "gap (pp)", "to target (s)", "step ms", "compute", "compress", "comm", "decomp",
                 "MB/worker", "ratio"):
         t.add_column(col, justify="left" if col == "compressor" else "right", no_wrap=True)
     for r in records:
         if r.get("status") != "ok":
-            t.add_row(r.get("label", "?"), f"[red]failed: {r.get('error', '')}[/]", *[""] * 9)
+            t.add_row(escape(str(r.get("label", "?"))), f"[red]failed: {escape(str(r.get('error', '')))}[/]", *[""] * 9)
             continue
         tr = r["training"]
         st = tr["step_time"]
         gap = tr.get("accuracy_gap")
         ttt = tr.get("time_to_target_s")
         t.add_row(
-            r["label"] + (" †" if r.get("flags", {}).get("reconstructed") else ""),
+            escape(r["label"]) + (" †" if r.get("flags", {}).get("reconstructed") else ""),
             f"{tr['final_accuracy']:.4f}" if tr.get("final_accuracy") is not None else "—",
             "—" if gap is None else f"{100 * gap:+.2f}",
             "not reached" if ttt is None else f"{ttt:.2f}",
@@ -750,6 +903,8 @@ def train_cmd(
 
     cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
                       granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
+    cfg.resolved()  # bad options fail before the output check and before any process starts
+    check_output_dir(out_dir, "--out")
     with progress_bar(not quiet and not as_json and not under_torchrun()) as prog:
         outcome = run_training(cfg, compressors, out_dir, prog)
     if outcome.path is None:  # a non-zero rank under torchrun: rank 0 reports
@@ -767,17 +922,17 @@ def train_cmd(
         for r in outcome.records:
             tr = r.get("training") or {}
             if tr and not tr.get("replicas_consistent"):
-                out.print(f"[yellow]warning:[/] {r['label']}: the workers' parameters differ at the end (replicas diverged)")
+                out.print(f"[yellow]warning:[/] {escape(r['label'])}: the workers' parameters differ at the end (replicas diverged)")
             note = (tr.get("hook") or {}).get("protocol_note")
             if note:
                 out.print(f"note: {note}", markup=False, highlight=False)
         out.print("gap = accuracy of 'none' minus this compressor's, in percentage points; step ms = median step time "
                   "(compute + compress + comm + decomp); MB/worker = payload bytes one worker sent over the whole run.",
                   highlight=False)
-        out.print(f"results: {outcome.path}", highlight=False)
+        out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:
         for r in outcome.failed:
-            err.print(f"[bold red]error:[/] {r['label']}: {r.get('error')}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(r['label'])}: {escape(str(r.get('error')))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -801,10 +956,10 @@ def simulate_cmd(
 
     if scheme not in netmodel.SCHEMES:
         raise GcbenchError(f"--scheme must be one of {', '.join(netmodel.SCHEMES)}, got {scheme!r}")
-    if latency_us < 0:
-        raise GcbenchError(f"--latency-us must be >= 0, got {latency_us:g}")
-    if compute_ms is not None and compute_ms < 0:
-        raise GcbenchError(f"--compute-ms must be >= 0, got {compute_ms:g}")
+    if not 0 <= latency_us < float("inf"):  # NaN fails this too
+        raise GcbenchError(f"--latency-us must be a finite number >= 0, got {latency_us:g}")
+    if compute_ms is not None and not 0 <= compute_ms < float("inf"):
+        raise GcbenchError(f"--compute-ms must be a finite number >= 0, got {compute_ms:g}")
     ns = _number_list(workers, "--workers", int)
     bws = _number_list(bandwidth, "--bandwidth", float)
     path = resolve_run(results, runs_dir)
@@ -816,7 +971,7 @@ def simulate_cmd(
                           "predictions": [p.to_dict() for p in preds]}, default=str))
         return
     multi_source = len({c.source for c in cases}) > 1
-    name = lambda c: f"{c.label} [{c.source}]" if multi_source else c.label  # noqa: E731
+    name = lambda c: escape(f"{c.label} [{c.source}]" if multi_source else c.label)  # noqa: E731
     by_key = {(p.label, p.source, p.workers, p.bandwidth_gbps): p for p in preds}
     for bw in bws:
         t = Table(title=f"predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {latency_us:g} µs, scheme {scheme}",
@@ -831,7 +986,7 @@ def simulate_cmd(
                 p = by_key[(c.label, c.source, n, bw)]
                 text = f"{p.speedup:.2f}×"
                 cells.append(f"[green]{text}[/]" if p.speedup > 1.0 else text)
-            t.add_row(name(c), netmodel.collective_for(c.compressor, scheme), *cells)
+            t.add_row(name(c), escape(netmodel.collective_for(c.compressor, scheme)), *cells)
         out.print(t)
     t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
     t.add_column("compressor")
@@ -847,7 +1002,7 @@ def simulate_cmd(
     out.print(f"step = {comp} + compress + communicate + decompress × decoded payloads (N for all-gather, 1 for all-reduce); "
               "reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication overlap. "
               "— = compression never pays off (or never loses).", highlight=False)
-    out.print(f"results: {path}", highlight=False)
+    out.print(f"results: {path}", markup=False, highlight=False)
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gcbench.errors import ResultsError
+from gcbench.errors import ParamError, ResultsError
 
 ALLREDUCE_COMPATIBLE = frozenset({"none", "fp16", "bf16"})
 ALLREDUCE_ROUNDS = {"powersgd": 2}  # protocols made of several all-reduces
@@ -56,10 +56,11 @@ class Network:
     latency_s: float
 
     def __post_init__(self) -> None:
-        if not self.bandwidth_gbps > 0:
-            raise ValueError(f"bandwidth must be > 0 Gbit/s, got {self.bandwidth_gbps}")
-        if not self.latency_s >= 0:
-            raise ValueError(f"latency must be >= 0, got {self.latency_s}")
+        # NaN and inf fail these too: an infinite link or latency predicts nothing
+        if not 0 < self.bandwidth_gbps < math.inf:
+            raise ParamError(f"bandwidth must be a finite number > 0 Gbit/s, got {self.bandwidth_gbps}")
+        if not 0 <= self.latency_s < math.inf:
+            raise ParamError(f"latency must be a finite number >= 0 s, got {self.latency_s}")
 
     @property
     def bytes_per_s(self) -> float:
@@ -118,7 +119,7 @@ class CaseCost:
 def collective_for(compressor: str, scheme: str = "auto") -> str:
     """``allreduce``, ``allgather`` or ``ps`` for a compressor under a scheme (see module docstring)."""
     if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+        raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     if scheme != "auto":
         return scheme
     if compressor in ALLREDUCE_COMPATIBLE or compressor in ALLREDUCE_ROUNDS:
@@ -176,7 +177,7 @@ class Prediction:
 def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto") -> Prediction:
     """Step time = compute + compress + communicate + decompress × decoded payloads; speed-up vs dense."""
     if n < 1:
-        raise ValueError(f"workers must be >= 1, got {n}")
+        raise ParamError(f"workers must be >= 1, got {n}")
     cost, decoded = communication(case, n, scheme)
     comm = cost.seconds(net)
     dec = case.decompress_s * decoded

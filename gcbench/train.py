@@ -25,10 +25,14 @@ rank 0 writes the results.  Each worker uses ``cpu_count // workers`` threads (a
 Faults: the parent watches every worker.  A worker that exits (crash, kill, Python error) ends the
 compressor's run with a message naming the rank ("rank 2 exited with code 1: ..."); a worker that
 stops responding is named once its peers time out in a collective (the training group's timeout,
-``--collective-timeout``) or when the compressor exceeds ``--timeout`` ("rank 1 did not finish
-within 60 s").  Remaining workers are killed, the compressor is recorded as failed, and the other
-compressors run in a fresh process group.  ``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]`` (or
-``hang:...``) injects a failure for testing.
+``--collective-timeout``) or when the compressor exceeds ``--timeout`` ("rank 1 hung at step 0 and
+did not finish within 60 s ...; rank 0 was waiting for it in a collective").  Each worker publishes
+a progress tick (twice the steps it finished, plus one while a step is under way): the rank with
+the least progress is the one that hung, since its peers went on into the step's collective.
+Remaining workers are terminated (then killed), the compressor is recorded as failed, and the other
+compressors run in a fresh process group.  SIGTERM to the parent is handled like SIGINT: the
+workers are stopped at once and the results file ends "interrupted" with the finished compressors.
+``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]`` (or ``hang:...``) injects a failure for testing.
 
 Choices: time to target is measured at epoch ends (evaluation resolution) in training time only
 (the sum of step times, evaluation excluded); step-time components are medians over steps after
@@ -49,10 +53,12 @@ import platform
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -72,6 +78,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 TEXT_FILES = ("public_domain.txt",)
 REFERENCE = "none"
 FAULT_ENV = "GCBENCH_TRAIN_FAULT"
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: finite, and far inside what torch.distributed can hold
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -341,14 +348,15 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ParamError(f"{name} must be at least 1, got {v}")
-        if self.lr is not None and not self.lr > 0:
-            raise ParamError(f"lr must be > 0, got {self.lr}")
+        if self.lr is not None and not 0 < self.lr < math.inf:  # NaN fails this too
+            raise ParamError(f"lr must be a finite number > 0, got {self.lr}")
         if self.target is not None and not 0 < self.target <= 1:
             raise ParamError(f"target accuracy must be in (0, 1], got {self.target}")
-        if not self.timeout_s > 0:
-            raise ParamError(f"timeout must be > 0 seconds, got {self.timeout_s}")
-        if self.collective_timeout_s is not None and not self.collective_timeout_s > 0:
-            raise ParamError(f"collective timeout must be > 0 seconds, got {self.collective_timeout_s}")
+        # torch.distributed keeps timeouts in integer milliseconds: inf or 1e300 s would overflow it
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.timeout_s}")
+        if self.collective_timeout_s is not None and not 0 < self.collective_timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"collective timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.collective_timeout_s}")
         if self.granularity not in ("bucket", "layer"):
             raise ParamError(f"granularity must be bucket or layer, got {self.granularity!r}")
         fault = self.fault or os.environ.get(FAULT_ENV) or None
@@ -416,12 +424,21 @@ class WorkerContext:
     world_size: int
     group: Any  # dist.ProcessGroup with the collective timeout
     workdir: Path | None
-    steps: Any = None  # shared array of per-rank step counters (spawn mode)
+    # shared array of per-rank progress ticks (spawn mode): 2 × finished steps, + 1 while a step is
+    # under way.  A hung rank stops before its peers, which enter the step and wait for it in a
+    # collective, so the lowest tick names the rank that hung even when every rank is at step 0.
+    steps: Any = None
     sink: Callable[[str, Any], None] | None = None
 
-    def beat(self, step: int) -> None:
+    def begin(self, step: int) -> None:
+        """Mark step ``step`` (0-based) as entered: forward, backward and the hook's collectives."""
         if self.steps is not None:
-            self.steps[self.rank] = step
+            self.steps[self.rank] = 2 * step + 1
+
+    def beat(self, step: int) -> None:
+        """Mark ``step`` steps as finished."""
+        if self.steps is not None:
+            self.steps[self.rank] = 2 * step
 
     def emit(self, name: str, data: Any) -> None:
         """Hand a result to the parent (a JSON file in spawn mode, a callback under torchrun)."""
@@ -513,6 +530,22 @@ class WorkerGroup:
     def codes(self) -> list[int | None]:
         return [p.exitcode for p in self.procs]
 
+    def step(self, rank: int) -> int:
+        """Steps ``rank`` has finished (its shared progress tick halved)."""
+        return int(self.steps[rank]) // 2
+
+    def hung(self, ranks: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Split ``ranks`` into (the ranks that hung, the ranks waiting for them).
+
+        The hung ranks are those with the least progress: their peers went on into the next step
+        and block in its collective.  Equal progress names nobody in particular: all are returned.
+        """
+        ticks = {r: int(self.steps[r]) for r in ranks}
+        if len(set(ticks.values())) <= 1:
+            return list(ranks), []
+        low = min(ticks.values())
+        return [r for r in ranks if ticks[r] == low], [r for r in ranks if ticks[r] != low]
+
     def wait(self, timeout_s: float) -> None:
         """Return when a worker exits or after ``timeout_s``."""
         alive = [p.sentinel for p in self.procs if p.exitcode is None]
@@ -550,23 +583,37 @@ class WorkerGroup:
             return "; ".join(parts)
         first = _first_line(next(e["message"] for e in errors.values() if e)) if any(errors.values()) else "no report"
         if alive:
-            return (f"{_ranks(alive)} stopped responding: {_ranks(failed)} gave up waiting in a collective after "
-                    f"{self.collective_timeout_s:g} s ({first})")
+            hung, _ = self.hung(alive)  # peers still alive may be waiting too: name the one behind them all
+            return (f"{_ranks(hung)} stopped responding at step {self.step(hung[0])}: {_ranks(failed)} gave up waiting in a "
+                    f"collective after {self.collective_timeout_s:g} s ({first})")
         return f"{_ranks(failed)} failed in communication: {first}"
 
     def stuck(self, limit_s: float, what: str) -> str:
         """Message for a run past its deadline: the ranks that lag, or all that are still running."""
         alive = [r for r, c in enumerate(self.codes()) if c is None]
-        steps = {r: int(self.steps[r]) for r in alive}
-        low = min(steps.values()) if steps else 0
-        laggards = [r for r in alive if steps[r] == low] if len(set(steps.values())) > 1 else alive
-        return f"{_ranks(laggards)} did not finish within {limit_s:g} s ({what}; stuck at step {low})"
+        hung, waiting = self.hung(alive)
+        low = self.step(hung[0]) if hung else 0
+        if not waiting:
+            return f"{_ranks(hung)} did not finish within {limit_s:g} s ({what}; stuck at step {low})"
+        verb = "was" if len(waiting) == 1 else "were"
+        return (f"{_ranks(hung)} hung at step {low} and did not finish within {limit_s:g} s ({what}); "
+                f"{_ranks(waiting)} {verb} waiting for {'it' if len(hung) == 1 else 'them'} in a collective")
 
     def result(self, rank: int) -> Any:
         return json.loads((self.workdir / f"result-{rank}.json").read_text(encoding="utf-8"))
 
-    def stop(self, join_s: float = 5.0) -> None:
-        """Kill workers still running (by their own pid) and release the store and work folder."""
+    def stop(self, term_s: float = 1.0, join_s: float = 5.0) -> None:
+        """End workers still running (by their own pid) and release the store and work folder.
+
+        SIGTERM first, SIGKILL for any still alive ``term_s`` later (a worker blocked in a gloo
+        collective may not act on SIGTERM promptly); nothing outlives the parent's run.
+        """
+        for p in self.procs:
+            if p.exitcode is None:
+                p.terminate()
+        end = time.monotonic() + term_s
+        while time.monotonic() < end and any(p.exitcode is None for p in self.procs):
+            self.wait(0.05)
         for p in self.procs:
             if p.exitcode is None:
                 p.kill()
@@ -637,6 +684,7 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> d
         for x, y in task.batches(epoch, ctx.rank, ctx.world_size, int(cfg.batch_size)):  # type: ignore[arg-type]
             if fault is not None:
                 fault.fire(ctx.rank, step, spec.label)
+            ctx.begin(step)
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = task.loss(ddp(x), y)
@@ -834,7 +882,55 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
     if under_torchrun():
         return _train_torchrun(cfg, specs, Path(out_dir), task_info, progress)
     suite, digest = _suite(cfg, specs, task_info)
-    writer = RunWriter(Path(out_dir), suite, digest, None, "cpu", kind="train")
+    with _terminate_as_interrupt():
+        return _train_spawned(cfg, specs, Path(out_dir), task_info, suite, digest, progress)
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While training, SIGTERM raises KeyboardInterrupt like SIGINT, so workers are stopped and results kept.
+
+    Without it SIGTERM ends the parent at once and its workers live on until their collectives
+    time out.  Only the main thread can install handlers; elsewhere the caller's handling stays.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM back for a moment and raise KeyboardInterrupt after it if one came.
+
+    Stopping the workers and writing the final status must not be cut halfway by a (second) signal.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if arrived and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt(signal.Signals(arrived[0]).name)
+
+
+def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info: dict[str, Any], suite: dict[str, Any],
+                   digest: str, progress: Progress) -> TrainOutcome:
+    """Spawn mode: one worker group per attempt; a failed compressor is recorded and the rest go on."""
+    writer = RunWriter(out_dir, suite, digest, None, "cpu", kind="train")
     records: list[dict[str, Any]] = []
     pending = list(specs)
     status = "complete"
@@ -863,14 +959,16 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
                     if time.monotonic() - since > cfg.timeout_s:
                         message = group.stuck(cfg.timeout_s, f"compressor {pending[k].label}")
                         break
-                    progress("train", len(records), len(specs), f"{pending[k].label}: step {max(int(v) for v in group.steps)}")
+                    step = max(group.step(r) for r in range(cfg.workers))
+                    progress("train", len(records), len(specs), f"{pending[k].label}: step {step}")
                     group.wait(0.2)
                 if message is None:  # every case done: let the workers leave cleanly
                     end = time.monotonic() + 30
                     while time.monotonic() < end and any(c is None for c in group.codes()):
                         group.wait(0.2)
             finally:
-                group.stop()
+                with _signals_held():
+                    group.stop()
             if message is None:
                 break
             rec = failed_record(pending[k], message)
@@ -878,10 +976,12 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
             writer.add_case(rec)
             progress("train", len(records), len(specs), f"{pending[k].label} failed")
             pending = pending[k + 1 :]
-    except KeyboardInterrupt:
-        writer.finish("interrupted")
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM through _terminate_as_interrupt; the workers are stopped by now
+        with _signals_held():
+            writer.finish("interrupted")
         raise
-    writer.finish("complete-with-errors" if any(r["status"] != "ok" for r in records) else status)
+    with _signals_held():
+        writer.finish("complete-with-errors" if any(r["status"] != "ok" for r in records) else status)
     return TrainOutcome(writer.path, records)
 
 

@@ -23,6 +23,7 @@ from gcbench.train import (
     TrainConfig,
     TrainError,
     WorkerContext,
+    WorkerGroup,
     build_record,
     load_text,
     parse_compressors,
@@ -164,15 +165,57 @@ def test_crashed_worker_is_named_within_the_timeout() -> None:
 
 
 def test_hung_worker_is_named_when_its_peer_times_out() -> None:
-    with pytest.raises(TrainError, match=r"^rank 1 stopped responding: rank 0 gave up waiting in a collective after 3 s"):
+    with pytest.raises(TrainError, match=r"^rank 1 stopped responding at step 0: rank 0 gave up waiting in a collective after 3 s"):
         run_group(_hang_rank1, (), 2, timeout_s=60, collective_timeout_s=3)
 
 
+def _hang_rank1_before_step0(ctx: WorkerContext) -> int:
+    """Like a training step 0 whose rank 1 hangs first: rank 0 enters the step and waits in its collective."""
+    if ctx.rank == 1:
+        time.sleep(600)
+    ctx.begin(0)
+    dist.all_reduce(torch.ones(4), group=ctx.group)
+    ctx.beat(1)
+    return ctx.rank
+
+
+def test_rank_hung_at_step_0_is_named_and_its_peers_are_said_to_wait() -> None:
+    # both ranks are alive at step 0 when the deadline passes (before any collective timeout): the
+    # one that never entered the step is the one that hung.  The deadline is taken once rank 0 is in
+    # its collective, so a slow start on a loaded machine cannot make the test pass or fail.
+    group = WorkerGroup(_hang_rank1_before_step0, (), 2, collective_timeout_s=600, init_timeout_s=600)
+    group.start()
+    try:
+        deadline = time.monotonic() + 300
+        while int(group.steps[0]) == 0 and time.monotonic() < deadline:
+            assert group.failure() is None
+            group.wait(0.2)
+        assert group.codes() == [None, None]
+        message = group.stuck(60, "compressor none")
+    finally:
+        group.stop()
+    assert message == "rank 1 hung at step 0 and did not finish within 60 s (compressor none); rank 0 was waiting for it in a collective"
+
+
 def test_worker_past_the_deadline_is_named() -> None:
+    # the deadline is enforced from the start (workers still importing torch on a loaded machine
+    # count against it, so which ranks it names then depends on the load) ...
     t0 = time.monotonic()
-    with pytest.raises(TrainError, match=r"^rank 1 did not finish within 15 s"):
+    with pytest.raises(TrainError, match=r"did not finish within 15 s"):
         run_group(_slow_rank1, (), 2, timeout_s=15)
     assert time.monotonic() - t0 < 30
+    # ... and once rank 0 is done, the one still running is the one named
+    group = WorkerGroup(_slow_rank1, (), 2, collective_timeout_s=600, init_timeout_s=600)
+    group.start()
+    try:
+        deadline = time.monotonic() + 300
+        while group.codes()[0] is None and time.monotonic() < deadline:
+            group.wait(0.2)
+        assert group.codes() == [0, None]
+        message = group.stuck(15, "worker group")
+    finally:
+        group.stop()
+    assert message == "rank 1 did not finish within 15 s (worker group; stuck at step 0)"
 
 
 # ----------------------------------------------------------------------------- end to end through the CLI
@@ -218,3 +261,77 @@ def test_default_training_reaches_the_target_with_compression(tmp_path: Path) ->
         assert tr["replicas_consistent"]
     sizes = {r["label"]: r["size"]["wire_bytes"] for r in out.records}
     assert sizes["qsgd"] < sizes["none"] / 3
+
+
+def _children(pid: int) -> set[int]:
+    """Live descendants of ``pid`` (Linux /proc), zombies excluded."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            kids.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.add(k)
+            todo.append(k)
+    return out
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_stops_the_workers_promptly_and_keeps_finished_compressors(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    # 'none' trains (1 epoch), then topk's rank 0 hangs at step 1 with every timeout far away
+    env = {**os.environ, "GCBENCH_TRAIN_FAULT": "hang:0@1/topk:density=0.05", "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "gcbench", "train", "--task", "charlstm", "--workers", "2", "--epochs", "1",
+                             "--compressors", "topk:density=0.05", "--timeout", "600", "--collective-timeout", "600",
+                             "--out", str(tmp_path), "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            files = list(tmp_path.glob("*.json"))
+            if (files and len(json.loads(files[0].read_text() or "{}").get("cases", [])) == 1
+                    and sum(b"spawn_main" in _cmdline(w) for w in _children(proc.pid)) == 2):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the reference compressor did not finish in time")
+        # the worker processes (multiprocessing's resource tracker, also a child, leaves on its own)
+        workers = {w for w in _children(proc.pid) if b"spawn_main" in _cmdline(w)}
+        assert len(workers) == 2, workers
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+        assert time.monotonic() - t0 < 5, "the parent took too long to stop"
+        assert proc.returncode == 143 and "Traceback" not in err, (proc.returncode, err)
+        assert "interrupted (SIGTERM)" in err
+        left = {w for w in workers if _alive(w)}
+        assert not left, f"workers {left} outlived the parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    data = json.loads(files[0].read_text())
+    assert data["status"] == "interrupted"
+    assert [c["label"] for c in data["cases"]] == ["none"] and data["cases"][0]["status"] == "ok"
