@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
     if _first["signum"] is None:
         _first["signum"] = signum
     _first["at"] = now
-    raise KeyboardInterrupt
+    raise KeyboardInterrupt(signal.Signals(signum).name)  # the name lets the CLI exit 143 for SIGTERM
 
 
 def install() -> None:
@@ -54,6 +55,26 @@ def install() -> None:
         if signal.getsignal(sig) is signal.SIG_IGN:
             continue  # nohup and friends asked for the signal to be ignored: keep it so
         signal.signal(sig, _on_stop_signal)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """:func:`install`'s handling for the duration of a block only, for library calls such as ``train``.
+
+    Inside, SIGINT and SIGTERM raise :class:`KeyboardInterrupt` (repeats swallowed as in
+    :func:`install`), so a caller can stop its worker processes and keep its results; the handlers
+    in place before are restored afterwards.  Only the main thread can install handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    install()
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def received() -> int | None:
@@ -90,7 +111,8 @@ def deferred() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        if held:
+        # an exception already leaving the block (the first signal's KeyboardInterrupt, say) wins
+        if held and sys.exc_info()[0] is None:
             _deliver(held[0], previous.get(signal.Signals(held[0])))
 
 

@@ -53,12 +53,10 @@ import platform
 import signal
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -70,7 +68,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from gcbench import registry
+from gcbench import registry, signals
 from gcbench.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 from gcbench.results import RunWriter, atomic_write_json
 
@@ -882,49 +880,8 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
     if under_torchrun():
         return _train_torchrun(cfg, specs, Path(out_dir), task_info, progress)
     suite, digest = _suite(cfg, specs, task_info)
-    with _terminate_as_interrupt():
+    with signals.handled():  # SIGTERM like SIGINT: workers stopped, results kept
         return _train_spawned(cfg, specs, Path(out_dir), task_info, suite, digest, progress)
-
-
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """While training, SIGTERM raises KeyboardInterrupt like SIGINT, so workers are stopped and results kept.
-
-    Without it SIGTERM ends the parent at once and its workers live on until their collectives
-    time out.  Only the main thread can install handlers; elsewhere the caller's handling stays.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM back for a moment and raise KeyboardInterrupt after it if one came.
-
-    Stopping the workers and writing the final status must not be cut halfway by a (second) signal.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    arrived: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if arrived and sys.exc_info()[0] is None:
-        raise KeyboardInterrupt(signal.Signals(arrived[0]).name)
 
 
 def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info: dict[str, Any], suite: dict[str, Any],
@@ -967,7 +924,7 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
                     while time.monotonic() < end and any(c is None for c in group.codes()):
                         group.wait(0.2)
             finally:
-                with _signals_held():
+                with signals.deferred():
                     group.stop()
             if message is None:
                 break
@@ -976,11 +933,11 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
             writer.add_case(rec)
             progress("train", len(records), len(specs), f"{pending[k].label} failed")
             pending = pending[k + 1 :]
-    except KeyboardInterrupt:  # SIGINT, or SIGTERM through _terminate_as_interrupt; the workers are stopped by now
-        with _signals_held():
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM through signals.handled(); the workers are stopped by now
+        with signals.deferred():
             writer.finish("interrupted")
         raise
-    with _signals_held():
+    with signals.deferred():
         writer.finish("complete-with-errors" if any(r["status"] != "ok" for r in records) else status)
     return TrainOutcome(writer.path, records)
 
