@@ -19,6 +19,7 @@ import platform
 import re
 import subprocess
 import tempfile
+from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -256,11 +257,12 @@ def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
 # and infinity are stored as null.
 
 
-class _Spec:
+class _Spec(ABC):
     """A check of one JSON value: ``check(value, where)`` returns the first problem or None."""
 
+    @abstractmethod
     def check(self, value: Any, where: str) -> str | None:
-        raise NotImplementedError
+        """The first problem of ``value`` (at path ``where``), or None if it fits."""
 
 
 class _Is(_Spec):
