@@ -295,7 +295,8 @@ def test_bench_exits_1_when_a_case_failed(tmp_path: Path, monkeypatch: pytest.Mo
     lines = _error_lines(res)
     assert lines[-1].endswith("2 of 4 case(s) failed")
     assert sum(ln.startswith("error: ") and "100,000,000,000,000" in ln for ln in lines) == 2
-    data = json.loads(max(tmp_path.glob("*-bench*.json"), key=os.path.getmtime)  # a second run in the same second gets a -2 name.read_text())
+    # a second run in the same second gets a "-2" name, hence the pattern
+    data = json.loads(max(tmp_path.glob("*-bench*.json"), key=os.path.getmtime).read_text())
     assert sum(bool(c.get("error")) for c in data["cases"]) == 2  # the failures are recorded too
 
 
