@@ -232,3 +232,31 @@ def test_bad_hf_spec_on_the_cli_is_one_error_line(tmp_path: Path) -> None:
     assert "Traceback" not in res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert lines == ["error: model 'hf:gpt2:layers=2,layers=3': option 'layers' is given twice"]
+
+
+@needs_hf
+def test_list_models_shows_hf_sizes_and_the_extra() -> None:
+    import json
+
+    from gcbench.cli import app
+
+    res = CliRunner().invoke(app, ["list", "models", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["name"]: r for r in json.loads(res.output)}
+    assert rows["hf:gpt2"]["parameters"] == 124_439_808 and rows["hf:gpt2"]["tensors"] == 148
+    assert rows["hf:gpt2"]["extra"] == "gcbench[hf]" and rows["resnet50"]["extra"] is None
+    assert rows["resnet50"]["parameters"] == 25_557_032 and rows["resnet50"]["tensors"] == 161
+    table = CliRunner().invoke(app, ["list", "models"])
+    assert "gcbench[hf]" in table.output and "124,439,808" in table.output
+
+
+def test_list_models_without_the_extra_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from gcbench.cli import app
+
+    monkeypatch.setattr(hf, "available", lambda: False)
+    rows = {r["name"]: r for r in json.loads(CliRunner().invoke(app, ["list", "models", "--json"]).output)}
+    assert rows["hf:llama"]["parameters"] is None and rows["hf:llama"]["extra"] == "gcbench[hf]"
+    assert rows["mlp"]["parameters"] == 535_818
+    assert "(not installed)" in CliRunner().invoke(app, ["list", "models"]).output
