@@ -32,7 +32,8 @@ those three numbers through numpy's ``SeedSequence``, so no global RNG state is 
 
 Each :class:`ModelSpec` has a ``factory(seed, **kwargs) -> (module, make_batch)``; the module is
 initialised under ``torch.manual_seed(seed)`` inside a forked RNG so the caller's RNG is untouched.
-:func:`load_model` also accepts ``package.module:factory`` for a user model.
+:func:`load_model` also accepts ``package.module:factory`` for a user model, and ``hf:NAME[:key=value,...]``
+for a Hugging Face transformers model (:mod:`gcbench.sources.hf`, gcbench's own names: never imported as user code).
 """
 
 from __future__ import annotations
