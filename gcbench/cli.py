@@ -351,17 +351,31 @@ def list_cmd(
         out.print(t)
         return
     if what == "models":
-        from gcbench.zoo import MODELS
+        from gcbench.sources import hf
+        from gcbench.zoo import MODELS, layer_shapes
 
-        rows = [{"name": n, "description": m.description} for n, m in MODELS.items()]
+        def sizes(name: str) -> tuple[int | None, int | None]:
+            if hf.is_hf(name) and not hf.available():
+                return None, None  # counted once the extra is installed
+            layout = layer_shapes(name)  # meta device: no weights allocated
+            return sum(s.numel for s in layout), len(layout)
+
+        rows = [{"name": n, "parameters": p, "tensors": k, "extra": e, "description": d}
+                for n, d, e in [*((n, m.description, None) for n, m in MODELS.items()),
+                                *((hf.PREFIX + n, m.description, hf.EXTRA) for n, m in hf.MODELS.items())]
+                for p, k in [sizes(n)]]
         if as_json:
             print(json.dumps(rows, indent=1))
             return
-        t = Table(title="zoo models (or any package.module:factory)", title_justify="left")
-        t.add_column("name")
-        t.add_column("description")
+        t = Table(title="models (or any package.module:factory); hf: models take size options: hf:gpt2:layers=4,hidden=256,heads=4",
+                  title_justify="left")
+        for col, just in (("name", "left"), ("parameters", "right"), ("tensors", "right"), ("extra", "left"), ("description", "left")):
+            t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
         for r in rows:
-            t.add_row(r["name"], r["description"])
+            missing = r["extra"] is not None and r["parameters"] is None
+            extra = escape(r["extra"] or "built in") + (" (not installed)" if missing else "")  # "[hf]" is not rich markup
+            t.add_row(r["name"], "—" if r["parameters"] is None else f"{r['parameters']:,}",
+                      "—" if r["tensors"] is None else str(r["tensors"]), extra, r["description"])
         out.print(t)
         return
     if what == "suites":

@@ -37,6 +37,8 @@ A user factory is called with a seed in ``[0, 2**31)`` (:data:`USER_SEED_LIMIT`)
 arithmetic on it fits ``torch.Generator.manual_seed``; anything a user factory, its ``make_batch``
 or its loss raises becomes one :class:`SourceError` naming the factory, chained to the original
 exception (the CLI shows its traceback with ``--debug``).
+:func:`load_model` also accepts ``package.module:factory`` for a user model, and ``hf:NAME[:key=value,...]``
+for a Hugging Face transformers model (:mod:`gcbench.sources.hf`, gcbench's own names: never imported as user code).
 """
 
 from __future__ import annotations
@@ -726,7 +728,13 @@ def load_model(name_or_path: str, seed: int = 0, **kwargs: object) -> ZooModel:
     ``[0, 2**31)``, when it accepts a seed (under ``torch.manual_seed`` of that seed in a forked RNG
     either way), and must return
     ``(module, make_batch)`` or ``(module, make_batch, loss_fn)`` (default loss: cross entropy).
+    ``hf:NAME[:key=value,...]`` is a Hugging Face model built by :mod:`gcbench.sources.hf`.
     """
+    if name_or_path.startswith("hf:"):  # gcbench's own names: never imported as user code
+        from gcbench.sources import hf
+
+        name, module, make_batch, loss_fn = hf.load(name_or_path, seed, **kwargs)
+        return ZooModel(name, module, make_batch, loss_fn)
     if is_user_model(name_or_path):
         return _load_user(name_or_path, seed, kwargs)
     spec = _lookup(name_or_path)
@@ -745,8 +753,13 @@ def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
 
     Zoo models are built on the meta device (no weights are allocated, so VGG-16's 138M parameters
     cost nothing); a ``package.module:factory`` model is built on the CPU through its factory.
-    Batch options in ``kwargs`` (``batch_size`` …) are accepted and ignored here.
+    Batch options in ``kwargs`` (``batch_size`` …) are accepted and ignored here.  ``hf:`` models
+    are built on the meta device too.
     """
+    if name.startswith("hf:"):
+        from gcbench.sources import hf
+
+        return gradient_layout(hf.build_meta(name, **kwargs))
     if is_user_model(name):
         return gradient_layout(load_model(name, 0, **kwargs).module)
     spec = _lookup(name)
