@@ -705,11 +705,14 @@ def check_model(name: str, **kwargs: object) -> None:
     """Check a model name (and zoo options) without importing or building anything.
 
     A zoo name must exist ("did you mean") and accept ``kwargs``; a user model must be written
-    ``package.module:factory`` (its options can only be checked by calling it); ``hf:`` names are
-    left to the Hugging Face source.  Raises :class:`UnknownNameError`, :class:`ParamError` or
-    :class:`SourceError`.
+    ``package.module:factory`` (its options can only be checked by calling it); an ``hf:`` name is
+    parsed strictly by the Hugging Face source (transformers is not imported).  Raises
+    :class:`UnknownNameError`, :class:`ParamError` or :class:`SourceError`.
     """
     if name.startswith("hf:"):
+        from gcbench.sources import hf
+
+        hf.resolve(name, kwargs)
         return
     if is_user_model(name):
         problem = user_model_syntax_error(name)
