@@ -263,7 +263,8 @@ def run(
     device: Annotated[str | None, typer.Option(help="cpu, cuda or auto.")] = None,
     repeats: Annotated[int | None, typer.Option(help="R: compressions per tensor for stochastic compressors.")] = None,
     trace: Annotated[str | None, typer.Option(help="Replace the suite's sources with a recorded trace folder.")] = None,
-    model: Annotated[str | None, typer.Option(help="Replace the suite's sources with live gradients of a zoo model, or of your "
+    model: Annotated[str | None, typer.Option(help="Replace the suite's sources with live gradients of a zoo model, a Hugging Face "
+                                             "model 'hf:NAME[:key=value,...]' (gpt2, bert, llama, vit; e.g. hf:gpt2:layers=2), or your "
                                              "own package.module:factory (named here, it is your choice: no --trust-code needed).")] = None,
     trust_code: Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=(
         "Allow the suite file to import and run the package.module:factory models it names (only if you trust the "
@@ -495,7 +496,8 @@ def compare_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @user_errors
 def compare(
     compressors: Annotated[list[str], typer.Argument(help="Two or more compressors, e.g. dgc sdagc 'topk:density=0.001'.")],
-    model: Annotated[str | None, typer.Option(help="Live gradients of this zoo model (or package.module:factory).")] = None,
+    model: Annotated[str | None, typer.Option(help="Live gradients of this zoo model, an 'hf:NAME[:key=value,...]' Hugging Face model, "
+                                                         "or package.module:factory.")] = None,
     trace: Annotated[str | None, typer.Option(help="Replay a recorded trace folder.")] = None,
     shape: Annotated[str | None, typer.Option(help="Synthetic tensor shape, e.g. 1000x1000 (default when no model/trace).")] = None,
     distribution: Annotated[str, typer.Option(help="Synthetic distribution.")] = "normal",
@@ -588,7 +590,7 @@ def compare(
 @app.command()
 @user_errors
 def record(
-    model: Annotated[str, typer.Option(help="Zoo model name or package.module:factory.")],
+    model: Annotated[str, typer.Option(help="Zoo model name, 'hf:NAME[:key=value,...]' (Hugging Face), or package.module:factory.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Trace folder to write.")],
     steps: Annotated[int, typer.Option(help="Steps to record.")] = 4,
     workers: Annotated[int, typer.Option(help="Simulated workers (different batches each).")] = 2,
