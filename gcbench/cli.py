@@ -42,8 +42,9 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 # piped output (logs, CI) gets wide tables instead of folded cells
-out = Console() if sys.stdout.isatty() else Console(width=200)
-err = Console(stderr=True)
+# emoji=False: rich would turn ':b:' in a user's text (a model 'a:b:c') into an emoji; escape() does not stop that
+out = Console(emoji=False) if sys.stdout.isatty() else Console(width=200, emoji=False)
+err = Console(stderr=True, emoji=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -302,3 +302,11 @@ def test_bench_exits_1_when_a_case_failed(tmp_path: Path, monkeypatch: pytest.Mo
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("uses /proc and /dev/full")
+
+
+def test_emoji_codes_in_user_text_are_printed_literally(tmp_path: Path) -> None:
+    # rich turns ':b:' into an emoji unless the consoles are made with emoji=False; escape() does not stop it
+    suite = tmp_path / "e.toml"
+    suite.write_text('name = "e"\n[[sources]]\nkind = "live"\nmodel = "a:b:c"\n[[compressors]]\nname = "none"\n', encoding="utf-8")
+    line = assert_one_line(runner.invoke(app, ["validate", str(suite)]), "'a:b:c'")
+    assert "🅱" not in line
