@@ -83,9 +83,20 @@ def received() -> int | None:
 
 
 def exit_code(code: int) -> int:
-    """``code`` unless a stop signal arrived: then the shell convention 128 + signal number."""
+    """``code`` unless a stop signal arrived: then the shell convention 128 + signal number.
+
+    Called as the process is about to exit.  After a stop signal, further ones are ignored from
+    here on: Python's finalization resets handlers it installed to the default action (but leaves
+    ``SIG_IGN`` alone), so an impatient repeat landing while torch unloads would otherwise kill
+    the process with the signal and lose the exit status (the results file is already complete).
+    """
     sig = received()
-    return 128 + int(sig) if sig is not None else code
+    if sig is None:
+        return code
+    if threading.current_thread() is threading.main_thread():
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+    return 128 + int(sig)
 
 
 @contextmanager
