@@ -647,6 +647,8 @@ def bench(
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
     check_bench_options(size_list, sizes, repeats, warmup, threads, device, threshold)
     check_output_dir(out_dir, "--out")
+    if fail_on_regression and baseline is None:
+        raise GcbenchError("--fail-on-regression needs --baseline FILE")
     base_cases: dict[tuple[str, int], dict[str, Any]] = {}
     if baseline is not None:
         base = load_run(baseline)
@@ -654,9 +656,11 @@ def bench(
     with progress_bar(not as_json) as prog:
         recs = run_bench(names, size_list, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate, progress=prog)
     regressions = []
+    compared = 0
     for r in recs:
         b = base_cases.get((r.get("label") or r["compressor"], r.get("numel")))
         if b and not r.get("error"):
+            compared += 1
             change = r["compress_x_copy"] / b["compress_x_copy"] - 1
             r["baseline_change"] = change
             if change > threshold:
@@ -701,6 +705,11 @@ def bench(
         err.print(f"[red]{len(regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
         if fail_on_regression:
             raise typer.Exit(1)
+    if fail_on_regression and baseline is not None and not compared:
+        # a gate that compared nothing must not pass (other sizes or labels than the baseline's)
+        err.print(f"[bold red]error:[/] regression gate: no case of this bench matches a case of {escape(str(baseline))} "
+                  "(same label and element count)", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     failed = [r for r in recs if r.get("error")]
     if failed:  # a sweep goes on past a failing case, but the exit status says something failed
         for r in failed:

@@ -310,3 +310,20 @@ def test_emoji_codes_in_user_text_are_printed_literally(tmp_path: Path) -> None:
     suite.write_text('name = "e"\n[[sources]]\nkind = "live"\nmodel = "a:b:c"\n[[compressors]]\nname = "none"\n', encoding="utf-8")
     line = assert_one_line(runner.invoke(app, ["validate", str(suite)]), "'a:b:c'")
     assert "🅱" not in line
+
+
+def test_bench_gate_that_compares_nothing_fails(tmp_path: Path) -> None:
+    base_dir, new_dir = tmp_path / "base", tmp_path / "new"
+    res = runner.invoke(app, ["bench", "topk", "--sizes", "1K", "--out", str(base_dir), "--repeats", "1", "--no-isolate"])
+    assert res.exit_code == 0, res.output
+    base = next(base_dir.glob("*.json"))
+    # the same case is compared: the gate can pass (at a generous threshold, timings are noisy)
+    res = runner.invoke(app, ["bench", "topk", "--sizes", "1K", "--out", str(new_dir), "--repeats", "1", "--no-isolate",
+                              "--baseline", str(base), "--threshold", "1000", "--fail-on-regression"])
+    assert res.exit_code == 0, res.output
+    # another size: nothing matches the baseline, so the gate must not pass vacuously
+    res = runner.invoke(app, ["bench", "topk", "--sizes", "2K", "--out", str(new_dir), "--repeats", "1", "--no-isolate",
+                              "--baseline", str(base), "--fail-on-regression"])
+    assert_one_line(res, "regression gate", "no case of this bench matches")
+    res = runner.invoke(app, ["bench", "topk", "--sizes", "1K", "--out", str(new_dir), "--fail-on-regression"])
+    assert_one_line(res, "--fail-on-regression needs --baseline")
