@@ -988,7 +988,7 @@ def simulate_cmd(
         raise GcbenchError(f"--compute-ms must be a finite number >= 0, got {compute_ms:g}")
     ns = _number_list(workers, "--workers", int)
     bws = _number_list(bandwidth, "--bandwidth", float)
-    path = resolve_run(results, runs_dir)
+    path = resolve_run(results, runs_dir, finished=True)  # "latest": the newest run that finished
     data = load_run(path)
     cases = netmodel.cases_from_results(data, None if compute_ms is None else compute_ms / 1e3)
     preds = netmodel.simulate(cases, ns, bws, latency_us * 1e-6, scheme)

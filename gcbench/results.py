@@ -494,10 +494,16 @@ def run_finished(data: dict[str, Any]) -> bool:
     return data.get("status") in FINISHED_STATUSES
 
 
+def _run_order(path: Path) -> tuple[str, int]:
+    """Sort key of a run file: its name, with a same-second clash's ``-2``, ``-3`` … after the first."""
+    m = re.fullmatch(r"(.*)-(\d{1,3})", path.stem)
+    return (m.group(1), int(m.group(2))) if m else (path.stem, 1)
+
+
 def list_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[Path]:
-    """Run files in ``runs_dir``, oldest first."""
+    """Run files in ``runs_dir``, oldest first (by the UTC time that starts each name)."""
     d = Path(runs_dir)
-    return sorted(d.glob("*.json")) if d.exists() else []
+    return sorted(d.glob("*.json"), key=_run_order) if d.exists() else []
 
 
 def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False) -> Path:

@@ -145,3 +145,20 @@ def test_simulate_cli(tmp_path: Path) -> None:
     assert bad.exit_code == 1 and "--workers" in bad.output
     missing = runner.invoke(app, ["simulate", str(tmp_path / "nope.json")])
     assert missing.exit_code == 1
+
+
+def test_simulate_latest_skips_an_unfinished_run(tmp_path: Path) -> None:
+    from gcbench.cli import app
+    from gcbench.results import SCHEMA_VERSION
+
+    def write(name: str, status: str, label: str) -> None:
+        (tmp_path / name).write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "run", "status": status, "cases": [
+            {"label": label, "compressor": "topk", "status": "ok", "source": {"label": "s"},
+             "size": {"wire_bytes": 2e6, "dense_bytes": 1e8}, "timing": {"compress": {"median_s": 0.02}, "decompress": {"median_s": 0.002}}},
+        ]}))
+
+    write("20261124T010000Z-a-abc123.json", "complete", "finished-one")
+    write("20261124T020000Z-a-abc123.json", "interrupted", "interrupted-one")
+    res = CliRunner().invoke(app, ["simulate", "latest", "--runs-dir", str(tmp_path), "--workers", "8", "--bandwidth", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [p["label"] for p in json.loads(res.output)["predictions"]] == ["finished-one"]

@@ -553,3 +553,15 @@ def test_load_run_refuses_what_is_not_a_results_file(tmp_path: Path, text: str) 
     path.write_text(text)
     with pytest.raises(ResultsError, match="not a"):
         load_run(path)
+
+
+def test_list_runs_puts_a_same_second_clash_after_its_partner(tmp_path: Path) -> None:
+    from gcbench.results import list_runs
+
+    names = ["20261124T010119Z-quick-abc123-2.json", "20261124T010119Z-quick-abc123.json", "20261124T010118Z-quick-abc123.json",
+             "20261124T010119Z-quick-abc123-10.json", "20261124T010120Z-bench.json"]
+    for n in names:
+        (tmp_path / n).write_text("{}", encoding="utf-8")
+    assert [p.name for p in list_runs(tmp_path)] == [
+        "20261124T010118Z-quick-abc123.json", "20261124T010119Z-quick-abc123.json", "20261124T010119Z-quick-abc123-2.json",
+        "20261124T010119Z-quick-abc123-10.json", "20261124T010120Z-bench.json"]
