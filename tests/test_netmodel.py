@@ -154,7 +154,8 @@ def test_simulate_latest_skips_an_unfinished_run(tmp_path: Path) -> None:
     def write(name: str, status: str, label: str) -> None:
         (tmp_path / name).write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "run", "status": status, "cases": [
             {"label": label, "compressor": "topk", "status": "ok", "source": {"label": "s"},
-             "size": {"wire_bytes": 2e6, "dense_bytes": 1e8}, "timing": {"compress": {"median_s": 0.02}, "decompress": {"median_s": 0.002}}},
+             "size": {"wire_bytes": 2e6, "dense_bytes": 1e8},
+             "timing": {"compress": {"median_s": 0.02}, "decompress": {"median_s": 0.002}}},
         ]}))
 
     write("20261124T010000Z-a-abc123.json", "complete", "finished-one")
