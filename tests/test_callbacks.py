@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +32,8 @@ needs_lightning = pytest.mark.skipif(not (_has("lightning") or _has("pytorch_lig
                                      reason="lightning is not installed (pip install 'gcbench[lightning]')")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# 2 shared cores: a second intra-op thread only adds spin-wait under load (see conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,8 @@ from gcbench.recorder import GradientRecorder, merge_parts, record_live
 from gcbench.sources.live import LiveSource
 from gcbench.sources.trace import MANIFEST, TraceSource
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # 2 shared cores: a second intra-op thread only adds spin-wait under load
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# 2 shared cores: a second intra-op thread only adds spin-wait under load (see conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(seed: int = 0) -> nn.Module:

@@ -8,7 +8,6 @@ taken from the implementation.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -30,13 +29,8 @@ K = 200  # density 0.01 of D
 BD = 15  # ceil(log2 20000): bits of a fixed-width index into the tensor
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: faster on the shared 2-core machine, and the same numbers every run."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one intra-op thread: faster on the shared 2-core machine (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def stream(steps: int, d: int = D, workers: int = N, rho: float = 0.995, noise: float = 0.05, seed: int = 0) -> list[list[torch.Tensor]]:

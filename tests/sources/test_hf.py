@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +29,8 @@ def tiny(name: str) -> str:
     return f"{name}:{TINY[name]}"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # 2 shared cores: a second intra-op thread only adds spin-wait under load for tensors this small
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# 2 shared cores: a second intra-op thread only adds spin-wait under load (see conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -14,14 +12,8 @@ from gcbench.zoo import load_model
 R18 = {"image_size": 32, "batch_size": 2}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # the CI machine has 2 shared cores: a second intra-op thread only adds spin-wait under load
-    # (measured 0.1 s vs 1-6 s per small ResNet step); results do not depend on it within a test
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# 2 shared cores: a second intra-op thread only adds spin-wait under load (see conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:

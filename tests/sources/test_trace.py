@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,8 @@ from gcbench.sources.live import LiveSource
 from gcbench.sources.synthetic import SyntheticSource
 from gcbench.sources.trace import MANIFEST, LazyGradients, TraceSource, write_trace
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # 2 shared cores: a second intra-op thread only adds spin-wait under load
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# 2 shared cores: a second intra-op thread only adds spin-wait under load (see conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 SHAPES = [(4, 3), (7,), (2, 2, 2), (0,), (5,)]
