@@ -1,0 +1,103 @@
+"""Same bytes: every compressor's payloads on fixed inputs and seeds match a stored digest.
+
+A refactor (a moved module, a merged kernel, a new encode hook) must not change one byte on the
+wire unless it bumps the compressor's version.  For every registered compressor this test
+compresses fixed tensors for three steps (state carried, so error feedback and warm starts count)
+at its default parameters and, where it has one, with optional error feedback on, and runs one
+three-worker exchange; it hashes every payload's wire bytes and the exchange's aggregate.
+
+The digests in ``tests/golden/payload_digests.json`` were recorded on the platform they name
+(float rounding of torch's vector code can differ between CPU families and library versions), so
+the test skips elsewhere rather than fail for a reason unrelated to gcbench.  To record anew after
+a deliberate change of encoding (with a version bump), run::
+
+    GCBENCH_RECORD_DIGESTS=1 python -m pytest tests/test_same_bytes.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gcbench import registry
+
+GOLDEN = Path(__file__).parent / "golden" / "payload_digests.json"
+RECORD = os.environ.get("GCBENCH_RECORD_DIGESTS") == "1"
+SHAPES = [(1000,), (64, 33), (5,), (3, 0), ((1 << 20) + 7,)]  # the last takes the parallel fast paths
+STEPS = 3
+WORKERS = 3
+
+
+def _platform() -> dict[str, str]:
+    return {"machine": platform.machine(), "torch": torch.__version__, "numpy": np.__version__}
+
+
+def _inputs(step: int, worker: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + 17 * worker + 1)
+    return [torch.randn(s, generator=g) for s in SHAPES]
+
+
+def _configs(name: str) -> list[tuple[str, dict]]:
+    info = registry.get(name)
+    out = [("default", {})]
+    if info.error_feedback == "optional":
+        out.append(("ef", {"error_feedback": True}))
+    return out
+
+
+def _digest(name: str, params: dict) -> str:
+    h = hashlib.sha256()
+    comp = registry.create(name, **params)
+    if registry.get(name).min_workers <= 1:
+        states = [comp.init_state(seed=11 + i) for i in range(len(SHAPES))]
+        for step in range(STEPS):
+            for payload, _ in comp.compress_group(_inputs(step), states, need_decoded=False):
+                h.update(payload.to_bytes())
+    # one multi-worker step over every unit: the paper's protocol where it has one
+    comp = registry.create(name, **params)
+    states = [[comp.init_state(seed=100 * w + u) for u in range(len(SHAPES))] for w in range(WORKERS)]
+    for step in range(STEPS):
+        grads = [_inputs(step, w) for w in range(WORKERS)]
+        for res in comp.exchange_group(grads, states):
+            for p in res.payloads:
+                h.update(p.to_bytes())
+            h.update(res.aggregate.detach().float().contiguous().numpy().tobytes())
+            h.update(repr([(r.phase, r.worker, r.sent, r.received) for r in res.traffic.records]).encode())
+    return h.hexdigest()
+
+
+def _cases() -> list[tuple[str, str, dict]]:
+    return [(n, label, params) for n in registry.names() for label, params in _configs(n)]
+
+
+def _stored() -> dict:
+    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+
+
+@pytest.mark.skipif(RECORD, reason="recording digests (GCBENCH_RECORD_DIGESTS=1)")
+@pytest.mark.parametrize(("name", "label", "params"), _cases(), ids=[f"{n}-{lab}" for n, lab, _ in _cases()])
+def test_payload_bytes_unchanged(name: str, label: str, params: dict) -> None:
+    stored = _stored()
+    if stored.get("platform") != _platform():
+        pytest.skip(f"digests were recorded on {stored.get('platform')}, this is {_platform()}")
+    key = f"{name}/{label}"
+    version = registry.get(name).version
+    entry = stored["digests"].get(key)
+    if entry is None:
+        pytest.fail(f"no stored digest for {key}: record them (see this module's docstring)")
+    if entry["version"] != version:
+        pytest.fail(f"{name} is version {version}, digest recorded at version {entry['version']}: record anew")
+    assert _digest(name, params) == entry["sha256"], f"{key}: payload bytes changed without a version bump"
+
+
+@pytest.mark.skipif(not RECORD, reason="set GCBENCH_RECORD_DIGESTS=1 to record")
+def test_record_digests() -> None:
+    digests = {f"{n}/{lab}": {"version": registry.get(n).version, "sha256": _digest(n, p)} for n, lab, p in _cases()}
+    GOLDEN.write_text(json.dumps({"platform": _platform(), "digests": digests}, indent=1, sort_keys=True) + "\n")
