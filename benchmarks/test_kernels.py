@@ -16,8 +16,8 @@ import os
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.bench import matrix_shape
+from gcbench.core import registry
+from gcbench.measure.bench import matrix_shape
 
 NUMEL = int(os.environ.get("GCBENCH_BENCH_NUMEL", "4000000"))
 NAMES = [n for n in registry.names() if registry.get(n).min_workers <= 1]

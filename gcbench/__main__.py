@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from gcbench import signals
+from gcbench.core import signals
 
 
 def main() -> None:

@@ -30,8 +30,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import gcbench
-from gcbench import registry, signals
-from gcbench.errors import GcbenchError
+from gcbench.core import registry, signals
+from gcbench.core.errors import GcbenchError
 
 app = typer.Typer(
     name="gcbench",
@@ -281,9 +281,9 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Run a benchmark suite and write one results file to reports/runs/."""
-    from gcbench import report as rep
-    from gcbench.runner import run_suite
-    from gcbench.suite import apply_overrides, find_suite, load_suite, require_trusted_code
+    from gcbench.measure.runner import run_suite
+    from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code
+    from gcbench.report import terminal as rep
 
     check_output_dir(out_dir, "--out")
     path = find_suite(suite)
@@ -328,7 +328,7 @@ def list_cmd(
     params: Annotated[bool, typer.Option("--params", "-p", help="Also show each compressor's parameters.")] = False,
 ) -> None:
     """List the registered compressors (default), zoo models, bundled suites or metrics."""
-    from gcbench.errors import UnknownNameError, did_you_mean
+    from gcbench.core.errors import UnknownNameError, did_you_mean
 
     kinds = ("compressors", "models", "suites", "metrics")
     if what not in kinds:
@@ -354,7 +354,7 @@ def list_cmd(
         return
     if what == "models":
         from gcbench.sources import hf
-        from gcbench.zoo import MODELS, layer_shapes
+        from gcbench.sources.zoo import MODELS, layer_shapes
 
         def sizes(name: str) -> tuple[int | None, int | None]:
             if hf.is_hf(name) and not hf.available():
@@ -381,7 +381,7 @@ def list_cmd(
         out.print(t)
         return
     if what == "suites":
-        from gcbench.suite import SUITE_DIR, load_suite
+        from gcbench.measure.suite import SUITE_DIR, load_suite
 
         rows = []
         for p in sorted(SUITE_DIR.glob("*.toml")):
@@ -400,7 +400,7 @@ def list_cmd(
             t.add_row(escape(r["name"]), str(r["compressors"]), escape(r["description"]))  # a suite's own text
         out.print(t)
         return
-    from gcbench.metrics import metrics_metadata
+    from gcbench.results.metrics import metrics_metadata
 
     rows = metrics_metadata()
     if as_json:
@@ -418,7 +418,7 @@ def list_cmd(
 @user_errors
 def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled suite name) to check.")]) -> None:
     """Check a suite file without running it: names, values, trace folders; imports no code and computes no gradient."""
-    from gcbench.suite import check_sources, find_suite, imported_code, load_suite
+    from gcbench.measure.suite import check_sources, find_suite, imported_code, load_suite
 
     path = find_suite(suite)
     s = load_suite(path)
@@ -471,7 +471,7 @@ def _dig(rec: Any, path: tuple[Any, ...]) -> Any:
 
 def compare_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Side-by-side rows with the best value per row and timing significance (Mann–Whitney)."""
-    from gcbench.metrics import mann_whitney
+    from gcbench.results.metrics import mann_whitney
 
     rows = []
     for label, path, higher, fmt in COMPARE_ROWS:
@@ -514,9 +514,9 @@ def compare(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Run compressors head to head on the same gradients and print them side by side."""
-    from gcbench import report as rep
-    from gcbench.runner import run_suite
-    from gcbench.suite import parse_suite
+    from gcbench.measure.runner import run_suite
+    from gcbench.measure.suite import parse_suite
+    from gcbench.report import terminal as rep
 
     if len(compressors) < 1:
         raise GcbenchError("compare needs at least one compressor")
@@ -602,7 +602,7 @@ def record(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Record live gradients of a model to a trace folder (manifest.json + safetensors)."""
-    from gcbench.recorder import record_live
+    from gcbench.sources.recorder import record_live
 
     check_output_dir(out_path, "--out")
     kwargs: dict[str, Any] = {}
@@ -640,8 +640,8 @@ def bench(
     """Time compress/decompress against a memory copy of the same tensor; print the target table."""
     from datetime import UTC, datetime
 
-    from gcbench.bench import parse_size, run_bench, verdict
-    from gcbench.results import SCHEMA_VERSION, create_run_file, environment, git_info, load_run, run_file_stem
+    from gcbench.measure.bench import parse_size, run_bench, verdict
+    from gcbench.results.store import SCHEMA_VERSION, create_run_file, environment, git_info, load_run, run_file_stem
 
     names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
@@ -754,7 +754,7 @@ def check_bench_options(sizes: list[int], sizes_text: str, repeats: int, warmup:
 
 def _claims_for(papers: Path | None, runs: list[Any]) -> tuple[list[Any], str]:
     """Paper claims matched to the runs; a missing default claims file is not an error (an installed wheel has none)."""
-    from gcbench.baselines import PAPERS_FILE, load_claims, match_claims
+    from gcbench.results.baselines import PAPERS_FILE, load_claims, match_claims
 
     path = papers or PAPERS_FILE
     if papers is None and not path.exists():
@@ -781,9 +781,9 @@ def report(
     papers: Annotated[Path | None, typer.Option(help="Paper claims file (default: baselines/papers.toml).")] = None,
 ) -> None:
     """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline."""
-    from gcbench import report as rep
-    from gcbench.compare_runs import compare_runs, gate_failures
-    from gcbench.results import load_run, resolve_run, run_finished
+    from gcbench.report import terminal as rep
+    from gcbench.results.compare import compare_runs, gate_failures
+    from gcbench.results.store import load_run, resolve_run, run_finished
 
     if md and as_html:
         raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
@@ -819,7 +819,7 @@ def report(
     claims, claims_missing = _claims_for(papers, detailed)
 
     if as_html:
-        from gcbench.html import write_html
+        from gcbench.report.html import write_html
 
         path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,
                           claims_missing=claims_missing)
@@ -863,7 +863,7 @@ def report(
             raise typer.Exit(1)
 
 
-# ----------------------------------------------------------------------------- train / simulate (gcbench.train, gcbench.netmodel)
+# ----------------------------------------------------------------------------- train / simulate (gcbench.distributed)
 
 
 def _number_list(text: str, option: str, kind: type) -> list[Any]:
@@ -924,8 +924,8 @@ def train_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks."""
-    from gcbench.train import TrainConfig, under_torchrun
-    from gcbench.train import train as run_training
+    from gcbench.distributed.train import TrainConfig, under_torchrun
+    from gcbench.distributed.train import train as run_training
 
     cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
                       granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
@@ -977,8 +977,8 @@ def simulate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable predictions.")] = False,
 ) -> None:
     """Predict step time and speed-up over uncompressed training for cluster sizes and link speeds."""
-    from gcbench import netmodel
-    from gcbench.results import load_run, resolve_run
+    from gcbench.distributed import netmodel
+    from gcbench.results.store import load_run, resolve_run
 
     if scheme not in netmodel.SCHEMES:
         raise GcbenchError(f"--scheme must be one of {', '.join(netmodel.SCHEMES)}, got {scheme!r}")
@@ -1034,7 +1034,7 @@ def simulate_cmd(
 def main() -> None:
     """Run the command line; SIGINT and SIGTERM stop it cleanly (one line, exit 130 / 143, results kept).
 
-    :func:`gcbench.signals.install` makes SIGTERM raise KeyboardInterrupt like Ctrl-C, so a run
+    :func:`gcbench.core.signals.install` makes SIGTERM raise KeyboardInterrupt like Ctrl-C, so a run
     records status ``interrupted`` with its completed cases, and swallows repeats that would
     interrupt that final write.  KeyboardInterrupt is caught around the whole app, including
     the imports commands do lazily, so no signal ends in a traceback.

@@ -231,7 +231,7 @@ def empty_maybe_zero(n: int, dtype: torch.dtype = torch.float32) -> tuple[torch.
 def residual_buffer(tensors: dict[str, torch.Tensor], key: str, shape: torch.Size | tuple[int, ...]) -> tuple[torch.Tensor, bool]:
     """An error-feedback residual to update in place, and whether it holds a previous residual.
 
-    Same rule as :meth:`gcbench.compressor.ErrorFeedback.corrected`: a missing residual, or one
+    Same rule as :meth:`gcbench.core.compressor.ErrorFeedback.corrected`: a missing residual, or one
     of another shape, counts as zero, and a fresh buffer is installed under ``key``.  Fused
     kernels write a = x + e and then the new residual into this one buffer, so error feedback
     allocates no new tensor per step.

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from gcbench.payload import _varint as scalar_varint
+from gcbench.core.payload import _varint as scalar_varint
 
 # Property tests must stay quick on a 2-core machine shared with other jobs: few examples, and no
 # per-example deadline (a JIT warm-up or a busy neighbour would otherwise fail them at random).
@@ -53,7 +53,7 @@ def normal(shape: tuple[int, ...], seed: int = 0, dtype: torch.dtype = torch.flo
 
 
 def omega(n: int) -> str:
-    """Elias-ω code of n >= 1 as a bit string, by the textbook recursion (independent of gcbench.codec)."""
+    """Elias-ω code of n >= 1 as a bit string, by the textbook recursion (independent of gcbench.core.codec)."""
     code = "0"
     while n > 1:
         b = bin(n)[2:]
@@ -63,7 +63,7 @@ def omega(n: int) -> str:
 
 
 def expected_index_bits(idx: np.ndarray, d: int, coding: str) -> int:
-    """Bits of a sorted index set under ``coding``, computed without gcbench.codec's size helpers."""
+    """Bits of a sorted index set under ``coding``, computed without gcbench.core.codec's size helpers."""
     gaps = np.diff(np.asarray(idx, dtype=np.int64), prepend=-1)
     if coding == "fixed":
         return len(idx) * max(1, (d - 1).bit_length())  # ceil(log2 d), at least 1

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gcbench import registry
-from gcbench.baselines import PAPERS_FILE, Claim, ClaimResult, load_claims, match_claims
-from gcbench.errors import GcbenchError
+from gcbench.core import registry
+from gcbench.core.errors import GcbenchError
+from gcbench.results.baselines import PAPERS_FILE, Claim, ClaimResult, load_claims, match_claims
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gcbench.bench import TARGETS, bench_case, matrix_shape, parse_size, run_bench, verdict
-from gcbench.errors import GcbenchError
+from gcbench.core.errors import GcbenchError
+from gcbench.measure.bench import TARGETS, bench_case, matrix_shape, parse_size, run_bench, verdict
 
 
 def test_parse_size() -> None:
@@ -65,7 +65,7 @@ def test_specs_with_parameters_are_benchmarked_and_labelled() -> None:
 
 
 def test_bench_comparison_matches_rows_by_label() -> None:
-    from gcbench.compare_runs import compare_runs
+    from gcbench.results.compare import compare_runs
 
     recs = run_bench(["topk:density=0.1", "topk"], [20_000], repeats=2, warmup=0, threads=1, isolate=False)
     env = {"cpu_model": "x", "cpu_count": 2, "torch_threads": 1}

@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gcbench.errors import ParamError
+from gcbench.core.errors import ParamError
 from gcbench.sources.trace import TraceSource
 
 LR = 0.1
@@ -55,7 +55,7 @@ def _check_sgd_used_recorded(trace: Path, before: list[dict[str, torch.Tensor]],
 
 def _replay(trace: Path, tmp_path: Path) -> None:
     from gcbench.cli import app
-    from gcbench.results import load_run
+    from gcbench.results.store import load_run
 
     out = tmp_path / "runs"
     res = CliRunner().invoke(app, ["run", "suites/quick.toml", "--trace", str(trace), "-c", "topk", "-c", "qsgd", "--no-timing", "-q",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gcbench import registry
 from gcbench.cli import app
-from gcbench.results import SCHEMA_VERSION, load_run
+from gcbench.core import registry
+from gcbench.results.store import SCHEMA_VERSION, load_run
 
 runner = CliRunner()
 

@@ -1,6 +1,6 @@
 """Wire codecs: bit packing, varints, Elias-ω, index codings and sparse vectors.
 
-Fast routines are checked against the plain references in :mod:`gcbench.codec` and against
+Fast routines are checked against the plain references in :mod:`gcbench.core.codec` and against
 hand-worked bytes; every size is checked against an independently computed bit count.
 """
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gcbench import codec
-from gcbench.errors import PayloadError
-from gcbench.payload import _varint as scalar_varint
+from gcbench.core import codec
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import _varint as scalar_varint
 from tests.conftest import expected_index_bits, omega
 
 # ---------------------------------------------------------------------------- helpers

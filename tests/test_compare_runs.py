@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from gcbench.compare_runs import (
+from gcbench.core.errors import ResultsError
+from gcbench.results.compare import (
     BETTER,
     COMPARED,
     FAILING,
@@ -34,7 +35,6 @@ from gcbench.compare_runs import (
     smallest_p,
     z_test,
 )
-from gcbench.errors import ResultsError
 
 GOLDEN = Path(__file__).parent / "golden"
 S2 = "synthetic <img src=x onerror=alert(1)> normal"

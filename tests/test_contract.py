@@ -1,7 +1,7 @@
 """The compressor contract, checked for every registered compressor.
 
 The compressor list is read from the registry at collection time, so a newly added compressor
-module is tested here with no edit to this file.  See :mod:`gcbench.compressor` for the contract:
+module is tested here with no edit to this file.  See :mod:`gcbench.core.compressor` for the contract:
 the input is never modified; ``decompress`` needs only the payload (a default-constructed instance
 decodes it, whatever parameters produced it); ``nbytes == len(to_bytes())``; ``from_bytes``
 restores a payload that decodes identically; the same seed gives the same bytes; empty tensors give
@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import Compressor, State, decompress
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import Compressor, State, decompress
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
 from tests.conftest import same_bits
 
 NAMES = registry.names()

@@ -1,4 +1,4 @@
-"""The DDP communication hook (gcbench.ddp) on a real 2-process gloo group.
+"""The DDP communication hook (gcbench.distributed.ddp) on a real 2-process gloo group.
 
 One worker group runs every scenario (process start-up dominates on a 2-core machine); each test
 then checks one scenario's measurements against an independent recomputation.
@@ -14,9 +14,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gcbench import registry
-from gcbench.ddp import HookStats, compressor_hook, register_compressor_hook, unit_seed
-from gcbench.train import WorkerContext, run_group
+from gcbench.core import registry
+from gcbench.distributed.ddp import HookStats, compressor_hook, register_compressor_hook, unit_seed
+from gcbench.distributed.train import WorkerContext, run_group
 
 WORLD = 2
 
@@ -81,7 +81,7 @@ def _scenario_qsgd(ctx: WorkerContext) -> dict[str, Any]:
     ddp = DDP(model, process_group=ctx.group, bucket_cap_mb_list=[0.0005, 0.0005])  # ~500-byte caps: several buckets
     comp = registry.create("qsgd", encoding="elias", s=4, bucket=64)
     stats = HookStats()
-    from gcbench.ddp import HookState
+    from gcbench.distributed.ddp import HookState
 
     state = HookState(comp, process_group=ctx.group, seed=7, stats=stats)
     state.name_parameters(model)
@@ -115,7 +115,7 @@ def _scenario_topk_ef(ctx: WorkerContext) -> dict[str, Any]:
     model = _mlp(2)
     ddp = DDP(model, process_group=ctx.group)
     comp = registry.create("topk", density=0.1, error_feedback=True)
-    from gcbench.ddp import HookState
+    from gcbench.distributed.ddp import HookState
 
     state = HookState(comp, process_group=ctx.group, seed=3)
     state.name_parameters(model)
@@ -159,7 +159,7 @@ def _scenario_protocols(ctx: WorkerContext) -> dict[str, Any]:
         model = _mlp(6)
         ddp = DDP(model, process_group=ctx.group)
         comp = registry.create(name)
-        from gcbench.ddp import HookState
+        from gcbench.distributed.ddp import HookState
 
         state = HookState(comp, process_group=ctx.group, seed=11)
         state.name_parameters(model)
@@ -194,7 +194,7 @@ def _scenario_protocols(ctx: WorkerContext) -> dict[str, Any]:
 
 def _scenario_onebit(ctx: WorkerContext) -> dict[str, Any]:
     """1-bit SGD's two legs through the hook vs OneBitSGD.exchange on the same tensors and mirrored states."""
-    from gcbench.ddp import HookState
+    from gcbench.distributed.ddp import HookState
 
     model = _mlp(7)
     ddp = DDP(model, process_group=ctx.group)
@@ -292,7 +292,7 @@ def test_onebit_runs_its_two_leg_protocol(ranks: list[dict[str, Any]]) -> None:
 
 
 def test_register_rejects_bad_settings_without_a_group() -> None:
-    from gcbench.errors import GcbenchError, UnknownNameError
+    from gcbench.core.errors import GcbenchError, UnknownNameError
 
     model = DDP.__new__(DDP)  # never used: the state check fails first
     with pytest.raises(GcbenchError, match="process group"):

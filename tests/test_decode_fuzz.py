@@ -2,14 +2,14 @@
 
 The DDP hook decodes what its peers send, so whatever bytes arrive, ``Payload.from_bytes`` then
 ``decompress`` (the registry-wide function and the compressor's own method) either returns a tensor
-of the declared shape or raises :class:`~gcbench.errors.PayloadError` — never another exception,
-never a tensor larger than the bytes could declare (:data:`gcbench.payload.MAX_ELEMENTS_PER_BYTE`
+of the declared shape or raises :class:`~gcbench.core.errors.PayloadError` — never another exception,
+never a tensor larger than the bytes could declare (:data:`gcbench.core.payload.MAX_ELEMENTS_PER_BYTE`
 per byte without an expected shape), never seconds of work.  The compressor list comes from the
 registry, so a new compressor is fuzzed with no edit here; its seeds are real payloads of small
 tensors for every choice of each string parameter and both values of each flag.
 
 The fuzzed errors must come from the codecs' own checks: a ``PayloadError`` chained to another
-exception is the safety net of :meth:`gcbench.compressor.Compressor.decompress` catching a check
+exception is the safety net of :meth:`gcbench.core.compressor.Compressor.decompress` catching a check
 that a codec is missing, and fails the test.
 """
 
@@ -26,10 +26,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gcbench import registry
-from gcbench.compressor import Compressor, decompress
-from gcbench.errors import PayloadError
-from gcbench.payload import _DTYPES, MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, Payload, decode_header, encode_header
+from gcbench.core import registry
+from gcbench.core.compressor import Compressor, decompress
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import _DTYPES, MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, Payload, decode_header, encode_header
 from tests.conftest import normal
 
 NAMES = registry.names()

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from gcbench.errors import ParamError, SourceError, UnknownNameError
-from gcbench.granularity import GRANULARITIES, MIB, Unit, bucket_assignment, gather, gather_reference, make_units, scatter
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError
+from gcbench.measure.granularity import GRANULARITIES, MIB, Unit, bucket_assignment, gather, gather_reference, make_units, scatter
 from gcbench.sources.base import TensorSpec
 from gcbench.sources.synthetic import SyntheticSource
 from gcbench.sources.trace import TraceSource, write_trace
-from gcbench.zoo import layer_shapes
+from gcbench.sources.zoo import layer_shapes
 
 
 def _layout(sizes: list[int]) -> list[TensorSpec]:

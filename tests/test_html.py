@@ -15,7 +15,7 @@ from markupsafe import escape
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.html import (
+from gcbench.report.html import (
     bench_as_timed,
     bench_bars,
     plot_bench_x_copy,
@@ -29,7 +29,7 @@ from gcbench.html import (
     render_html,
     train_curve_series,
 )
-from gcbench.report import LoadedRun, by_source, case_name
+from gcbench.report.terminal import LoadedRun, by_source, case_name
 
 GOLDEN = Path(__file__).parent / "golden"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import codec, kernels
+from gcbench import kernels
+from gcbench.core import codec
 
 # sizes around the kernels' block (1024) and part (65536) boundaries, with ragged tails
 SIZES = [1, 7, 8, 63, 64, 65, 1000, 1024, 1025, 65536, 65537, 150_003]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.metrics import bits_per_element, copy_roofline, delta_beznosikov, fidelity, mean_ci, pooled, ratio, time_call
+from gcbench.core import registry
+from gcbench.measure.metrics import bits_per_element, copy_roofline, delta_beznosikov, fidelity, mean_ci, pooled, ratio, time_call
 
 
 def _x(n: int = 4000, seed: int = 0) -> torch.Tensor:

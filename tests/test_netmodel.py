@@ -1,4 +1,4 @@
-"""gcbench.netmodel: hand-computed collective times, step times, the sparse-vs-dense crossover."""
+"""gcbench.distributed.netmodel: hand-computed collective times, step times, the sparse-vs-dense crossover."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gcbench.errors import ResultsError
-from gcbench.netmodel import (
+from gcbench.core.errors import ResultsError
+from gcbench.distributed.netmodel import (
     CaseCost,
     Network,
     break_even_bandwidth,
@@ -123,7 +123,7 @@ def test_simulate_grid_and_reading_results_files() -> None:
 
 def test_simulate_cli(tmp_path: Path) -> None:
     from gcbench.cli import app
-    from gcbench.results import SCHEMA_VERSION
+    from gcbench.results.store import SCHEMA_VERSION
 
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "run", "cases": [
@@ -149,7 +149,7 @@ def test_simulate_cli(tmp_path: Path) -> None:
 
 def test_simulate_latest_skips_an_unfinished_run(tmp_path: Path) -> None:
     from gcbench.cli import app
-    from gcbench.results import SCHEMA_VERSION
+    from gcbench.results.store import SCHEMA_VERSION
 
     def write(name: str, status: str, label: str) -> None:
         (tmp_path / name).write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "run", "status": status, "cases": [

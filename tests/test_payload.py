@@ -10,8 +10,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gcbench.errors import PayloadError
-from gcbench.payload import FORMAT_VERSION, Payload, decode_header, encode_header
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import FORMAT_VERSION, Payload, decode_header, encode_header
 
 ALL_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.uint8, torch.int8, torch.int32, torch.int64]
 
@@ -169,7 +169,7 @@ def test_header_refuses_repeated_meta_keys_and_too_many_dimensions() -> None:
 
 def test_declared_size_is_bounded_without_an_expected_shape() -> None:
     """At most MAX_NUMEL elements, and MAX_ELEMENTS_PER_BYTE per wire byte, unless the receiver expects the shape."""
-    from gcbench.payload import MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, check_shape
+    from gcbench.core.payload import MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, check_shape
 
     check_shape((MAX_NUMEL,))
     with pytest.raises(PayloadError, match="elements"):

@@ -17,13 +17,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gcbench import registry
 from gcbench.cli import app
-from gcbench.html import render_html
-from gcbench.phases import Window, case_phases, per_step_sent, phase_rows, phase_windows, source_windows, window_metrics
-from gcbench.report import LoadedRun, markdown_summary, phase_table
-from gcbench.runner import build_source, derive_seed, run_suite, suite_windows
-from gcbench.suite import parse_suite
+from gcbench.core import registry
+from gcbench.measure.runner import build_source, derive_seed, run_suite, suite_windows
+from gcbench.measure.suite import parse_suite
+from gcbench.report.html import render_html
+from gcbench.report.terminal import LoadedRun, markdown_summary, phase_table
+from gcbench.results.phases import Window, case_phases, per_step_sent, phase_rows, phase_windows, source_windows, window_metrics
 
 # ----------------------------------------------------------------------------- windows
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from gcbench.errors import ParamError, SourceError
-from gcbench.recorder import GradientRecorder, merge_parts, record_live
+from gcbench.core.errors import ParamError, SourceError
 from gcbench.sources.live import LiveSource
+from gcbench.sources.recorder import GradientRecorder, merge_parts, record_live
 from gcbench.sources.trace import MANIFEST, TraceSource
 
 # 2 shared cores: a second intra-op thread only adds spin-wait under load (see conftest.one_thread)
@@ -194,12 +194,12 @@ def test_a_malformed_part_file_is_one_line_naming_it(tmp_path: Path, content: st
 
 
 def test_an_output_that_is_a_file_fails_before_the_model_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gcbench.recorder
+    import gcbench.sources.recorder
 
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was built before the output folder was checked")
 
-    monkeypatch.setattr(gcbench.recorder, "LiveSource", no_model)
+    monkeypatch.setattr(gcbench.sources.recorder, "LiveSource", no_model)
     afile = tmp_path / "afile"
     afile.write_text("x", encoding="utf-8")
     with pytest.raises(SourceError, match=r"^cannot write .*afile"):

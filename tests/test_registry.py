@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import Compressor, State
 from gcbench.compressors._common import k_of
-from gcbench.errors import GcbenchError, ParamError, UnknownNameError
-from gcbench.registry import Param, parse_spec
+from gcbench.core import registry
+from gcbench.core.compressor import Compressor, State
+from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
+from gcbench.core.info import Param
+from gcbench.core.registry import parse_spec
 from tests.conftest import normal
 
 NAMES = registry.names()
@@ -227,8 +228,8 @@ def default_run() -> dict[str, dict]:
     """One tiny run of every registered compressor at its default parameters (plus TernGrad unclipped)."""
     import tempfile
 
-    from gcbench.runner import run_suite
-    from gcbench.suite import parse_suite
+    from gcbench.measure.runner import run_suite
+    from gcbench.measure.suite import parse_suite
 
     suite = {
         "name": "flags", "seed": 1,

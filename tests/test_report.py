@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.errors import ResultsError
-from gcbench.report import (
+from gcbench.core.errors import ResultsError
+from gcbench.report.terminal import (
     BENCH_COLUMNS,
     SUMMARY_COLUMNS,
     TRAIN_COLUMNS,
@@ -121,8 +121,8 @@ def test_markdown_escapes_pipes_so_columns_stay_aligned() -> None:
 
 
 def test_markdown_comparison_and_claims_sections() -> None:
-    from gcbench.baselines import load_claims, match_claims
-    from gcbench.compare_runs import compare_runs
+    from gcbench.results.baselines import load_claims, match_claims
+    from gcbench.results.compare import compare_runs
 
     base, new = _run("run_base"), _run("run_new")
     cmp = compare_runs(base.data, new.data)

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gcbench import results
 from gcbench.cli import app
-from gcbench.errors import GcbenchError, ResultsError
-from gcbench.results import RunWriter, check_structure, create_run_file, load_run, safe_slug
+from gcbench.core.errors import GcbenchError, ResultsError
+from gcbench.results import store as results
+from gcbench.results.store import RunWriter, check_structure, create_run_file, load_run, safe_slug
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -254,7 +254,7 @@ def test_stop_signals_leave_an_interrupted_file_with_the_completed_cases(tmp_pat
 
 
 def _handles_sigterm(pid: int) -> bool:
-    """Whether the process has a handler for SIGTERM (gcbench.signals.install has run)."""
+    """Whether the process has a handler for SIGTERM (gcbench.core.signals.install has run)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("SigCgt:"):
             return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
@@ -458,11 +458,11 @@ def _read_everything(path: Path, data: dict[str, Any], partner: dict[str, Any], 
 
     from rich.console import Console
 
-    from gcbench import netmodel
-    from gcbench import report as rep
-    from gcbench.baselines import PAPERS_FILE, load_claims, match_claims
-    from gcbench.compare_runs import compare_runs, gate_failures
-    from gcbench.html import render_html
+    from gcbench.distributed import netmodel
+    from gcbench.report import terminal as rep
+    from gcbench.report.html import render_html
+    from gcbench.results.baselines import PAPERS_FILE, load_claims, match_claims
+    from gcbench.results.compare import compare_runs, gate_failures
 
     run = rep.LoadedRun(path, data)
     con = Console(file=io.StringIO(), width=200)
@@ -556,7 +556,7 @@ def test_load_run_refuses_what_is_not_a_results_file(tmp_path: Path, text: str) 
 
 
 def test_list_runs_puts_a_same_second_clash_after_its_partner(tmp_path: Path) -> None:
-    from gcbench.results import list_runs
+    from gcbench.results.store import list_runs
 
     names = ["20261124T010119Z-quick-abc123-2.json", "20261124T010119Z-quick-abc123.json", "20261124T010118Z-quick-abc123.json",
              "20261124T010119Z-quick-abc123-10.json", "20261124T010120Z-bench.json"]

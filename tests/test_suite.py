@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gcbench.errors import GcbenchError
-from gcbench.suite import SUITE_DIR, apply_overrides, load_suite, parse_suite
+from gcbench.core.errors import GcbenchError
+from gcbench.measure.suite import SUITE_DIR, apply_overrides, load_suite, parse_suite
 
 GOOD = {
     "name": "t",

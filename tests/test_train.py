@@ -1,4 +1,4 @@
-"""gcbench.train: tasks, configuration, records, and the worker group's fault handling."""
+"""gcbench.distributed.train: tasks, configuration, records, and the worker group's fault handling."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 from typer.testing import CliRunner
 
-from gcbench.errors import ParamError, UnknownNameError
-from gcbench.train import (
+from gcbench.core.errors import ParamError, UnknownNameError
+from gcbench.distributed.train import (
     REFERENCE,
     CharLSTMTask,
     DigitsTask,
@@ -251,7 +251,7 @@ def test_train_cli_records_finished_compressors_and_names_the_crashed_rank(tmp_p
 
 @pytest.mark.slow
 def test_default_training_reaches_the_target_with_compression(tmp_path: Path) -> None:
-    from gcbench.train import train
+    from gcbench.distributed.train import train
 
     out = train(TrainConfig(workers=4), "none,topk:density=0.1,error_feedback=true,qsgd", tmp_path)
     assert not out.failed

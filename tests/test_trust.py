@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gcbench import registry
 from gcbench.cli import app
-from gcbench.errors import GcbenchError, ParamError
+from gcbench.core import registry
+from gcbench.core.errors import GcbenchError, ParamError
+from gcbench.measure.suite import imported_code, parse_suite, require_trusted_code
 from gcbench.sources.synthetic import SyntheticSource
 from gcbench.sources.trace import write_trace
-from gcbench.suite import imported_code, parse_suite, require_trusted_code
 
 runner = CliRunner()
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -316,7 +316,7 @@ def test_validate_trace_folders(tmp_path: Path) -> None:
 
 
 def test_validate_every_bundled_suite() -> None:
-    from gcbench.suite import SUITE_DIR
+    from gcbench.measure.suite import SUITE_DIR
 
     for path in sorted(SUITE_DIR.glob("*.toml")):
         r = runner.invoke(app, ["validate", str(path)])
@@ -357,8 +357,8 @@ def test_unknown_model_on_the_command_line_leaves_no_results_file(tmp_path: Path
 
 
 def test_user_factories_get_seeds_below_2_31(usermod: tuple[str, Path]) -> None:
-    from gcbench import zoo
-    from gcbench.runner import derive_seed
+    from gcbench.measure.runner import derive_seed
+    from gcbench.sources import zoo
 
     name, _ = usermod
     for seed in (0, 5, 2**31 - 1, 2**31, 2**62 + 7, derive_seed(0, "source", 0)):
@@ -368,8 +368,8 @@ def test_user_factories_get_seeds_below_2_31(usermod: tuple[str, Path]) -> None:
 
 
 def test_user_code_errors_chain_their_cause(usermod: tuple[str, Path]) -> None:
-    from gcbench import zoo
-    from gcbench.errors import SourceError
+    from gcbench.core.errors import SourceError
+    from gcbench.sources import zoo
     from gcbench.sources.live import LiveSource
 
     name, folder = usermod
@@ -389,7 +389,7 @@ def test_user_code_errors_chain_their_cause(usermod: tuple[str, Path]) -> None:
 
 
 def test_a_zoo_model_failing_is_a_bug_and_keeps_its_exception(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gcbench import zoo
+    from gcbench.sources import zoo
     from gcbench.sources.live import LiveSource
 
     def broken(self: object, x: object) -> object:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gcbench import zoo
-from gcbench.errors import ParamError, SourceError, UnknownNameError
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError
+from gcbench.sources import zoo
 
 # (parameters, gradient tensors, largest tensor) — torchvision's counts where one exists
 EXPECTED = {

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import torch
 
-from gcbench import codec
-from gcbench.compressor import body_numpy, meta_int, meta_keys, meta_str
-from gcbench.payload import Payload
-from gcbench.registry import Param
+from gcbench.core import codec
+from gcbench.core.compressor import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.info import Param
+from gcbench.core.payload import Payload
 
 
 def density_param(default: float, help: str = "fraction of entries sent, k = ceil(density * d)") -> Param:

@@ -34,7 +34,7 @@ the encoder is the re-implementation's; the rest is gcbench's own choice:
   generator (the re-implementation draws them from the global seed).
 
 Both are kept *functionally* — a plain ``dict[str, Tensor]`` of weights and plain optimizer state —
-so they live in :attr:`gcbench.compressor.State.values`, deep-copy with the state and survive
+so they live in :attr:`gcbench.core.compressor.State.values`, deep-copy with the state and survive
 ``state_dict()``/``load_state_dict()`` bit for bit.  :func:`reference_modules` and
 :func:`reference_arch_modules` build the same networks from ``torch.nn`` layers (the tests check
 the functional forwards against them); :func:`adam_step` follows ``torch.optim.Adam``'s

@@ -11,7 +11,7 @@ reconstructed) and ``threshold``:
 * :func:`clip_local`, :func:`momentum_buffers` — DGC/SDAGC local clipping and the momentum (u) and
   velocity (v) buffers of momentum correction.
 * :func:`sparse_or_dense_body` / :func:`sparse_or_dense_decode` — the DGC/SDAGC wire format: a
-  sparse (value, index) body in any :data:`gcbench.codec.SPARSE_CODINGS`, or a dense float32 body
+  sparse (value, index) body in any :data:`gcbench.core.codec.SPARSE_CODINGS`, or a dense float32 body
   for tensors that are not sparsified (:func:`gcbench.compressors.dgc.sent_dense`).
 * :class:`InPlaceEncoder` — the compress path of every compressor here: state tensors (the
   error-feedback residual included) are updated in place and the decoded tensor is only built
@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench import codec
-from gcbench.compressor import Compressor, ErrorFeedback, State, _overlaps, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, to_numpy
-from gcbench.errors import PayloadError
-from gcbench.payload import MetaValue, Payload
+from gcbench.core import codec
+from gcbench.core.compressor import Compressor, ErrorFeedback, State, _overlaps, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import MetaValue, Payload
 
 # Smallest positive float32 (a subnormal).  A threshold is never allowed below it, so ``|v| >= thr``
 # never selects exact zeros: sending a zero changes nothing but costs 32 + index bits, and an

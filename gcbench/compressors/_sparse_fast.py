@@ -1,7 +1,7 @@
 """Fast CPU kernels shared by the sparsifiers (topk, dgc, sdagc, graddrop, threshold, adacomp).
 
 Each kernel has a plain torch/NumPy counterpart — the ``*_reference`` functions of the compressor
-modules, :func:`gcbench.compressors._select.dgc_select`, :func:`gcbench.codec.encode_sparse` —
+modules, :func:`gcbench.compressors._select.dgc_select`, :func:`gcbench.core.codec.encode_sparse` —
 and the tests compare them bit for bit.  What makes them fast, on a 25.6M-element float32
 tensor with 2 threads (environment.md):
 
@@ -34,10 +34,10 @@ tensor with 2 threads (environment.md):
   index array).  A body whose fields are not sorted, unique and in range (never an encoder's)
   is scattered again in field order; :func:`decode_sparse_reference` is the plain version.
 
-Bit streams are :func:`gcbench.codec.pack_bits`'s layout (LSB first, field i at bits
+Bit streams are :func:`gcbench.core.codec.pack_bits`'s layout (LSB first, field i at bits
 ``[i·w, (i+1)·w)``).  Chunks of a parallel writer start at arbitrary bit offsets, so each writes
 the bytes it owns and hands the partial bytes it shares with a neighbour to a short serial fix-up
-(:func:`_fixup`); tests check the result against :func:`gcbench.codec.pack_bits_reference`.
+(:func:`_fixup`); tests check the result against :func:`gcbench.core.codec.pack_bits_reference`.
 
 Thresholds compare as torch compares a float32 tensor with a Python float: the threshold is first
 rounded to float32 (``x.abs() > 0.99999999`` is False for x = 1) and ``|a| > t`` is
@@ -57,10 +57,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench import codec, kernels
-from gcbench.compressor import body_numpy, meta_int, meta_str
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench import kernels
+from gcbench.core import codec
+from gcbench.core.compressor import body_numpy, meta_int, meta_str
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
 
 try:  # numba is a dependency; without it every caller takes its torch path
     from numba import njit
@@ -467,7 +468,7 @@ def select_encode(a: np.ndarray, t: np.float32 | None, coding: str | None, *, co
 
     ``a`` is a flat float32 array, written only per ``zero_mode``; ``t`` comes from
     :func:`f32_threshold`; ``counts`` may be passed when the caller already counted with the same
-    ``t``.  The body equals :func:`gcbench.codec.encode_sparse` of the selection in ``coding``
+    ``t``.  The body equals :func:`gcbench.core.codec.encode_sparse` of the selection in ``coding``
     (``fixed`` and ``int32`` are written by the selection pass itself); ``coding=None`` makes no
     body and returns the indices and values.
     """
@@ -536,7 +537,7 @@ def _pack_kernel(c0, c1, values, width, bit0, out, heads, tails, tail_pos, first
 
 
 def pack_into(values: np.ndarray, width: int, out: np.ndarray, bit0: int = 0) -> None:
-    """Write :func:`gcbench.codec.pack_bits` of non-negative ``values`` into ``out`` from stream bit ``bit0``.
+    """Write :func:`gcbench.core.codec.pack_bits` of non-negative ``values`` into ``out`` from stream bit ``bit0``.
 
     ``out`` must be zero wherever bits outside ``[bit0, bit0 + len·width)`` share a byte with the
     written range (those bytes are OR-ed); ``1 <= width <= 32``.
@@ -553,7 +554,7 @@ def pack_into(values: np.ndarray, width: int, out: np.ndarray, bit0: int = 0) ->
 
 
 def encode_sorted(vals: np.ndarray, idx: np.ndarray, d: int, coding: str) -> np.ndarray:
-    """:func:`gcbench.codec.encode_sparse` of indices already sorted and unique (no argsort; fast ``fixed``)."""
+    """:func:`gcbench.core.codec.encode_sparse` of indices already sorted and unique (no argsort; fast ``fixed``)."""
     vals = np.ascontiguousarray(vals, dtype=np.float32)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     if coding != "fixed" or not HAVE_NUMBA or idx.size == 0 or codec.index_width(d) > 32:
@@ -785,7 +786,7 @@ def scatter_zero(a: np.ndarray, idx: np.ndarray) -> None:
 
 
 def encode_indices(idx: np.ndarray, d: int, coding: str) -> np.ndarray:
-    """:func:`gcbench.codec.encode_indices` of sorted unique indices (the ``fixed`` packing in parallel)."""
+    """:func:`gcbench.core.codec.encode_indices` of sorted unique indices (the ``fixed`` packing in parallel)."""
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     width = codec.index_width(d)
     if coding != "fixed" or not HAVE_NUMBA or width > 32 or idx.size == 0:
@@ -798,7 +799,7 @@ def encode_indices(idx: np.ndarray, d: int, coding: str) -> np.ndarray:
 
 
 def decode_indices(data: np.ndarray, d: int, k: int, coding: str, codec_name: str) -> np.ndarray:
-    """:func:`gcbench.codec.decode_indices` (indices only) with the ``fixed`` fields read in parallel; checks the
+    """:func:`gcbench.core.codec.decode_indices` (indices only) with the ``fixed`` fields read in parallel; checks the
     range, and that the indices fill ``data`` exactly (an encoder writes nothing after them)."""
     width = codec.index_width(d)
     if coding == "fixed" and HAVE_NUMBA and width <= 32:
@@ -816,7 +817,7 @@ def decode_indices(data: np.ndarray, d: int, k: int, coding: str, codec_name: st
 
 
 def decode_payload(payload: Payload) -> torch.Tensor:
-    """Dense float32 tensor of a payload whose body is :func:`gcbench.codec.encode_sparse` (header k, coding)."""
+    """Dense float32 tensor of a payload whose body is :func:`gcbench.core.codec.encode_sparse` (header k, coding)."""
     return decode_sparse(body_numpy(payload), payload.numel, meta_int(payload, "k"), meta_str(payload, "coding"), payload.codec)
 
 
@@ -831,12 +832,12 @@ def dense_from(idx: np.ndarray, vals: np.ndarray, d: int) -> torch.Tensor:
 
 
 def decode_sparse(body: np.ndarray, d: int, k: int, coding: str, codec_name: str) -> torch.Tensor:
-    """Dense float32 CPU tensor from a :func:`gcbench.codec.encode_sparse` body (new memory).
+    """Dense float32 CPU tensor from a :func:`gcbench.core.codec.encode_sparse` body (new memory).
 
     The ``fixed`` coding decodes in one fused pass (:func:`unpack_scatter`) into a buffer from
     :func:`gcbench.kernels.empty_maybe_zero`: a freed earlier output of the same size is reused
     (no page faults) and cleared part by part inside that pass.  The other codings parse the
-    indices first (:func:`gcbench.codec.decode_sparse`) and scatter them.
+    indices first (:func:`gcbench.core.codec.decode_sparse`) and scatter them.
     """
     if not 0 <= k <= d:
         raise PayloadError(f"{codec_name} payload says {k} nonzeros in {d} elements")
@@ -868,7 +869,7 @@ def decode_sparse(body: np.ndarray, d: int, k: int, coding: str, codec_name: str
 
 def decode_sparse_reference(body: np.ndarray, d: int, k: int, coding: str) -> np.ndarray:
     """The plain decode :func:`decode_sparse` is checked against: parse every field (``fixed``
-    bit by bit with ``np.unpackbits``; the other codings by :mod:`gcbench.codec`), then write the
+    bit by bit with ``np.unpackbits``; the other codings by :mod:`gcbench.core.codec`), then write the
     values in field order (a repeated index keeps its last value); raises like the fast path."""
     data = np.ascontiguousarray(body, dtype=np.uint8).ravel()
     if not 0 <= k <= d:

@@ -57,13 +57,14 @@ import math
 import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors._select import InPlaceEncoder
-from gcbench.errors import PayloadError
-from gcbench.payload import MetaValue, Payload
-from gcbench.registry import Param, register
+from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.errors import PayloadError
+from gcbench.core.info import Param
+from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.registry import register
 
 RESIDUE = "residue"
 CONV_BIN = 50  # the paper's bin length for convolution weights

@@ -90,7 +90,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, State
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, density_param, k_of
 from gcbench.compressors._select import (
@@ -107,9 +106,11 @@ from gcbench.compressors._select import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
-from gcbench.errors import ParamError
-from gcbench.payload import MetaValue, Payload
-from gcbench.registry import Param, register
+from gcbench.core.compressor import Compressor, State
+from gcbench.core.errors import ParamError
+from gcbench.core.info import Param
+from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.registry import register
 
 # The official DGCCompressor clamps sample_ratio to [0.01, 1] (``min(max(sample_ratio, 0.01), 1.0)``);
 # gcbench rejects a smaller value instead, so that the parameter recorded in results is the one used.

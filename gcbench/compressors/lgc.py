@@ -141,7 +141,7 @@ leader's broadcast 32·n + K·b_d and 2(N−1)/N of 32·(latent floats − n) in
 ``preset="reference"``: the dense tensors 32·d each in every phase (ring: 2(N−1)/N of it), plus
 for the middle tensors — topk Σ K_u·(32 + b_u); compressed PS leader 32·4·L4 + Σ K_u·b_u + Σ
 k_inn_u·(32 + b_u), others Σ k_inn_u·(32 + b_u).  Every message is a real
-:class:`~gcbench.payload.Payload`; its ``nbytes`` (header included) is what the traffic counts and
+:class:`~gcbench.core.payload.Payload`; its ``nbytes`` (header included) is what the traffic counts and
 its ``body_nbytes`` the body-only count.  :func:`phase_summary` turns a run of exchanges into
 per-phase and amortised ratios.
 
@@ -160,8 +160,6 @@ from typing import Any, NoReturn
 import numpy as np
 import torch
 
-from gcbench import codec
-from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.compressors import _lgc_ae as ae
 from gcbench.compressors._common import (
     coding_param,
@@ -173,10 +171,12 @@ from gcbench.compressors._common import (
     sparse_decode,
     to_numpy,
 )
-from gcbench.errors import GcbenchError, ParamError, PayloadError
-from gcbench.metrics import dense_bytes
-from gcbench.payload import MetaValue, Payload
-from gcbench.registry import Param, ParamValue, register
+from gcbench.core import codec
+from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.errors import GcbenchError, ParamError, PayloadError
+from gcbench.core.info import Param, ParamValue
+from gcbench.core.payload import MetaValue, Payload, dense_bytes
+from gcbench.core.registry import register
 
 SERVER = -1  # sender id of the parameter server (not a worker)
 PHASES: tuple[str, ...] = ("dense", "topk", "compressed")

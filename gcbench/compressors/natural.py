@@ -56,12 +56,14 @@ import math
 import numpy as np
 import torch
 
-from gcbench import codec, kernels
-from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_keys
+from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
-from gcbench.registry import Param, register
+from gcbench.core import codec
+from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
+from gcbench.core.errors import PayloadError
+from gcbench.core.info import Param
+from gcbench.core.payload import Payload
+from gcbench.core.registry import register
 
 OMEGA_NATURAL = 1.0 / 8.0  # variance bound of C_nat (Horváth et al. 2019)
 

@@ -42,12 +42,14 @@ from itertools import pairwise
 import numpy as np
 import torch
 
-from gcbench import codec, kernels
-from gcbench.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
+from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.errors import PayloadError
-from gcbench.payload import MetaValue, Payload
-from gcbench.registry import Param, register
+from gcbench.core import codec
+from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
+from gcbench.core.errors import PayloadError
+from gcbench.core.info import Param
+from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.registry import register
 
 _GRANULARITIES = ("column", "row", "tensor")
 

@@ -30,12 +30,14 @@ import math
 import numpy as np
 import torch
 
-from gcbench import codec, kernels
-from gcbench.compressor import Compressor, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
+from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
-from gcbench.registry import Param, register
+from gcbench.core import codec
+from gcbench.core.compressor import Compressor, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
+from gcbench.core.errors import PayloadError
+from gcbench.core.info import Param
+from gcbench.core.payload import Payload
+from gcbench.core.registry import register
 
 
 def level_bits(s: int) -> int:

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressor import Compressor, State, body_numpy, meta_int, meta_keys
 from gcbench.compressors._common import density_param, k_of
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
-from gcbench.registry import register
+from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
+from gcbench.core.registry import register
 
 
 def indices_from_seed(seed: int, d: int, k: int) -> np.ndarray:

@@ -56,7 +56,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, State
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse
 from gcbench.compressors._select import (
@@ -73,8 +72,10 @@ from gcbench.compressors._select import (
     sparse_or_dense_nbytes,
 )
 from gcbench.compressors.dgc import clip_params, dense_params, sent_dense
-from gcbench.payload import MetaValue, Payload
-from gcbench.registry import Param, register
+from gcbench.core.compressor import Compressor, State
+from gcbench.core.info import Param
+from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.registry import register
 
 
 def sdagc_lambda(step: int, params: Mapping[str, Any]) -> float:

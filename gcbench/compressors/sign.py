@@ -9,7 +9,7 @@
 
 Fast paths (CPU, :mod:`gcbench.kernels`): the sign bits are packed straight from the float
 comparison, 64 elements per register, in the same pass that detects an all-zero tensor;
-``efsignsgd`` overrides :meth:`~gcbench.compressor.Compressor.compress_and_decode` to run error
+``efsignsgd`` overrides :meth:`~gcbench.core.compressor.Compressor.compress_and_decode` to run error
 feedback in two fused passes over the residual buffer, updated in place (pass 1: a = x + e and
 ‖a‖₁; pass 2: bits and e = a − sign(a)·scale), instead of the base class's separate x + e,
 encode, decode and subtraction.  The same definition in plain torch is each class's
@@ -21,12 +21,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gcbench import codec, kernels
-from gcbench.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
+from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.errors import PayloadError
-from gcbench.payload import MetaValue, Payload
-from gcbench.registry import register
+from gcbench.core import codec
+from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.registry import register
 
 
 def _sign_bits(a: torch.Tensor) -> np.ndarray:

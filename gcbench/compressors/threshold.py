@@ -22,12 +22,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gcbench.compressor import Compressor, ErrorFeedback, State
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import InPlaceEncoder, above
-from gcbench.payload import MetaValue, Payload
-from gcbench.registry import Param, register
+from gcbench.core.compressor import Compressor, ErrorFeedback, State
+from gcbench.core.info import Param
+from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.registry import register
 
 
 def threshold_reference_encode(comp: Compressor, x32: torch.Tensor,

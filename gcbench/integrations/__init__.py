@@ -1,6 +1,6 @@
 """One-line gradient recording from the trainers people use: Hugging Face ``Trainer`` and PyTorch Lightning.
 
-Each callback wraps :class:`gcbench.recorder.GradientRecorder`: at the selected optimizer steps it
+Each callback wraps :class:`gcbench.sources.recorder.GradientRecorder`: at the selected optimizer steps it
 saves every parameter's gradient after accumulation (and, for the HF ``Trainer``, after clipping)
 and before the optimizer step — what a gradient compressor in that job would be given — into a
 trace folder that ``gcbench run --trace`` replays.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from gcbench.errors import ParamError
+from gcbench.core.errors import ParamError
 
 
 def check_steps(steps: Iterable[int] | None) -> frozenset[int] | None:

@@ -16,7 +16,7 @@ are kept in the manifest as ``recorded_steps``.
 
 Under DDP the Trainer has already all-reduced the gradients at that point, so every rank holds
 the same averaged gradient: only the main process (``state.is_world_process_zero``) records, as
-one worker.  Per-worker gradients need a communication hook (see ``gcbench.ddp``).  With fp16
+one worker.  Per-worker gradients need a communication hook (see ``gcbench.distributed.ddp``).  With fp16
 mixed precision and no clipping the Trainer leaves gradients loss-scaled; set ``max_grad_norm``
 (the default 1.0 clips, which unscales) or use bf16.
 """
@@ -31,7 +31,7 @@ from torch import nn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from gcbench.integrations import check_out, check_steps
-from gcbench.recorder import GradientRecorder
+from gcbench.sources.recorder import GradientRecorder
 
 
 class GradientRecorderCallback(TrainerCallback):

@@ -30,7 +30,7 @@ except ImportError:  # the standalone package of the same framework
     import pytorch_lightning as pl
 
 from gcbench.integrations import check_out, check_steps
-from gcbench.recorder import GradientRecorder
+from gcbench.sources.recorder import GradientRecorder
 
 
 class GradientRecorderCallback(pl.Callback):

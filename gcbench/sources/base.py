@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gcbench.errors import SourceError
+from gcbench.core.errors import SourceError
 
 
 @dataclass(frozen=True)

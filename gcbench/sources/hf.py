@@ -24,7 +24,7 @@ resolved here and never imported as user code.  The defaults are the published s
   (``num_classes=2``, the ``ViTConfig()`` default, gives 85,800,194); cross-entropy loss.
 
 Token batches reuse the zoo's Zipf-plus-successor streams and image batches its class-prototype
-images (:mod:`gcbench.zoo`), so a batch is a pure function of ``(seed, batch_index, worker)``.
+images (:mod:`gcbench.sources.batches`), so a batch is a pure function of ``(seed, batch_index, worker)``.
 ``import transformers`` takes seconds, so it happens only when an ``hf:`` model is built; it is
 provided by the ``gcbench[hf]`` extra.
 """
@@ -40,7 +40,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from gcbench.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.sources.batches import batch_generator, image_batches, token_batches
 
 #: the name prefix that routes a model name to this module
 PREFIX = "hf:"
@@ -104,9 +105,7 @@ def _with_mask(ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def _causal_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
     """Zoo token streams as ``input_ids``/``attention_mask``/``labels`` (the model shifts the labels)."""
-    from gcbench.zoo import _token_batches
-
-    tokens = _token_batches(seed, o["vocab"], o["batch_size"], o["seq_len"])
+    tokens = token_batches(seed, o["vocab"], o["batch_size"], o["seq_len"])
 
     def make_batch(batch_index: int, worker: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         ids, _ = tokens(batch_index, worker)
@@ -117,12 +116,10 @@ def _causal_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
 
 def _mlm_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
     """BERT masked-LM batches: padded variable-length rows, attention masks, 15% of real tokens predicted."""
-    from gcbench.zoo import _token_batches, batch_generator
-
     vocab, batch, seq = o["vocab"], o["batch_size"], o["seq_len"]
     # ids 0 ([PAD]) and the [MASK] id are never drawn as text; 103 is [MASK] in BERT's vocabulary
     pad_id, mask_id = 0, 103 if vocab > 104 else vocab - 1
-    tokens = _token_batches(seed, vocab - 2, batch, seq)
+    tokens = token_batches(seed, vocab - 2, batch, seq)
 
     def make_batch(batch_index: int, worker: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         raw, _ = tokens(batch_index, worker)
@@ -149,11 +146,9 @@ def _mlm_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
     return make_batch
 
 
-def _image_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
+def _pixel_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
     """Zoo class-prototype images as ``pixel_values``/``labels``."""
-    from gcbench.zoo import _image_batches as zoo_images
-
-    images = zoo_images(seed, o["num_classes"], o["batch_size"], o["image_size"])
+    images = image_batches(seed, o["num_classes"], o["batch_size"], o["image_size"])
 
     def make_batch(batch_index: int, worker: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         x, y = images(batch_index, worker)
@@ -267,7 +262,7 @@ MODELS: dict[str, HFModelInfo] = {
         HFModelInfo("vit", "ViT-B/16 (transformers ViTForImageClassification): 12 layers, 768 hidden, 1,000 classes, 86.6M parameters; "
                     "batch 8 of 224×224",
                     {"layers": 12, "hidden": 768, "heads": 12, "image_size": 224, "patch": 16, "num_classes": 1000, "batch_size": 8},
-                    _vit_build, _image_batches, _vit_check),
+                    _vit_build, _pixel_batches, _vit_check),
     )
 }
 

@@ -15,7 +15,7 @@ Lin et al., "Deep Gradient Compression", ICLR 2018) simulated in one process:
   from initialisation, at 1/N of the cost), with batch indices far from the measured ones.
 
 User models (``package.module:factory``): anything their factory, ``make_batch``, forward pass or
-loss raises becomes one :class:`~gcbench.errors.SourceError` naming the model, chained to the
+loss raises becomes one :class:`~gcbench.core.errors.SourceError` naming the model, chained to the
 original exception; the same failure in a zoo model is a bug and keeps its traceback.
 
 Determinism: the model is initialised under ``torch.manual_seed(seed)``; each forward/backward runs
@@ -37,9 +37,10 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from gcbench.errors import ParamError
+from gcbench.core.errors import ParamError
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
-from gcbench.zoo import batch_generator, gradient_layout, is_user_model, load_model, user_code_error
+from gcbench.sources.batches import batch_generator
+from gcbench.sources.zoo import gradient_layout, is_user_model, load_model, user_code_error
 
 #: ``progress(done, total, message)`` after each forward/backward
 Progress = Callable[[int, int, str], None]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from gcbench.errors import ParamError
+from gcbench.core.errors import ParamError
 from gcbench.sources.base import GradientSource, TensorSpec
 
 DISTRIBUTIONS = ("normal", "laplace", "student-t", "sparse", "lowrank")

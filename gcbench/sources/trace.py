@@ -45,7 +45,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from gcbench.errors import ParamError, SourceError
+from gcbench.core.errors import ParamError, SourceError
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 
 FORMAT_VERSION = 1
@@ -359,7 +359,7 @@ def open_checked(path: Path, specs: list[TensorSpec]) -> Any:
 
 
 class TraceSource(GradientSource):
-    """Replay a trace folder written by :func:`write_trace` or :class:`~gcbench.recorder.GradientRecorder`.
+    """Replay a trace folder written by :func:`write_trace` or :class:`~gcbench.sources.recorder.GradientRecorder`.
 
     ``check_files`` (default) validates every file's header on open so a broken trace fails before a
     run starts; tensor data is read lazily by the mappings ``gradients()`` returns.

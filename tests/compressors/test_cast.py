@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import State, decompress
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import State, decompress
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
 from tests.conftest import normal, same_bits
 
 CASTS = [("none", torch.float32, 4), ("fp16", torch.float16, 2), ("bf16", torch.bfloat16, 2)]

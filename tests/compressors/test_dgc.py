@@ -10,12 +10,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gcbench import codec, registry
-from gcbench.compressor import State
 from gcbench.compressors._select import DGC_LOWER, DGCStep, dgc_sample_plan, dgc_select, dgc_step_fast, dgc_step_torch
 from gcbench.compressors.dgc import dgc_reference, scheduled_density
-from gcbench.errors import ParamError
-from gcbench.payload import Payload
+from gcbench.core import codec, registry
+from gcbench.core.compressor import State
+from gcbench.core.errors import ParamError
+from gcbench.core.payload import Payload
 
 
 def _gen(seed: int) -> np.random.Generator:

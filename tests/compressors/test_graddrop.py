@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import codec, registry
-from gcbench.compressor import ErrorFeedback
 from gcbench.compressors.graddrop import _GROUP_LEVELS
+from gcbench.core import codec, registry
+from gcbench.core.compressor import ErrorFeedback
 
 
 def _gen(seed: int) -> np.random.Generator:

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import codec, registry
-from gcbench.compressor import ErrorFeedback, State, decompress
 from gcbench.compressors import _lgc_ae as ae
 from gcbench.compressors import lgc as lgc_module
 from gcbench.compressors.lgc import LGC, SERVER, LGCExchangeResult, phase_summary
-from gcbench.errors import GcbenchError, ParamError, PayloadError
-from gcbench.payload import Payload
+from gcbench.core import codec, registry
+from gcbench.core.compressor import ErrorFeedback, State, decompress
+from gcbench.core.errors import GcbenchError, ParamError, PayloadError
+from gcbench.core.payload import Payload
 from tests.conftest import same_bits
 from tests.test_contract import check_contract
 

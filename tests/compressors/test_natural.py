@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import kernels, registry
-from gcbench.compressor import State
+from gcbench import kernels
 from gcbench.compressors.natural import (
     OMEGA_NATURAL,
     dither_encode,
@@ -23,8 +22,10 @@ from gcbench.compressors.natural import (
     natural_values,
     omega_natural_dither,
 )
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import State
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
 
 # ----------------------------------------------------------------------------- shared statistics
 
@@ -360,7 +361,7 @@ def test_natural_dither_decode_rejects_a_level_above_s() -> None:
 
 
 def test_float16_top_binade_never_overflows_to_inf() -> None:
-    from gcbench import registry
+    from gcbench.core import registry
 
     comp = registry.create("natural")
     x = torch.tensor([40000.0, -60000.0, 65504.0, 33000.0, 1.5, -0.75, float("inf")], dtype=torch.float16).repeat(200)

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import State
 from gcbench.compressors.powersgd import (
     Q_KEY,
     matrix_shape,
@@ -17,6 +15,8 @@ from gcbench.compressors.powersgd import (
     powersgd_reference,
     ring_allreduce_bytes,
 )
+from gcbench.core import registry
+from gcbench.core.compressor import State
 from tests.compressors.test_topk_dither import ef_drift
 
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import State, decompress
 from gcbench.compressors.qsgd import qsgd_fixed_bits
-from gcbench.errors import PayloadError
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import State, decompress
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, omega, unbiasedness_statistic
 from tests.test_kernels import torch_only
 

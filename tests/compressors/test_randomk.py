@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import kernels, registry
-from gcbench.compressor import State, decompress
+from gcbench import kernels
 from gcbench.compressors.randomk import indices_from_seed
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import State, decompress
+from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, unbiasedness_statistic
 
 

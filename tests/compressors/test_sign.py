@@ -8,9 +8,9 @@ import struct
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import Compressor, ErrorFeedback, State, decompress
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import Compressor, ErrorFeedback, State, decompress
+from gcbench.core.payload import Payload
 from tests.conftest import normal
 from tests.test_kernels import torch_only
 

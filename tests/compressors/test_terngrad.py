@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import State, decompress
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import State, decompress
+from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, unbiasedness_statistic
 from tests.test_kernels import torch_only
 
@@ -199,7 +199,7 @@ def test_measured_bias_against_x_is_significant_only_with_clipping(clip: float) 
     The expected value is the clipping bias itself, ‖clip(x) − x‖²/‖x‖², and the registry's flag
     says the same thing as the measurement.
     """
-    from gcbench.metrics import fidelity
+    from gcbench.measure.metrics import fidelity
 
     x = heavy_tailed(2000, seed=7)
     reps = 200

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import registry
-from gcbench.compressor import ErrorFeedback
-from gcbench.errors import ParamError
+from gcbench.core import registry
+from gcbench.core.compressor import ErrorFeedback
+from gcbench.core.errors import ParamError
 
 
 def _gen(seed: int) -> np.random.Generator:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench import codec, registry
-from gcbench.compressor import ErrorFeedback, State, decompress
-from gcbench.payload import Payload
+from gcbench.core import codec, registry
+from gcbench.core.compressor import ErrorFeedback, State, decompress
+from gcbench.core.payload import Payload
 from tests.conftest import expected_index_bits, normal
 
 

@@ -9,9 +9,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gcbench import zoo
-from gcbench.errors import ParamError, SourceError, UnknownNameError
-from gcbench.sources import hf
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError
+from gcbench.sources import hf, zoo
 from gcbench.sources.live import LiveSource
 
 needs_hf = pytest.mark.skipif(not hf.available(), reason="transformers is not installed (pip install 'gcbench[hf]')")
@@ -208,7 +207,7 @@ def test_live_source_gives_hf_parameter_names_and_repeatable_gradients() -> None
 @needs_hf
 def test_run_with_an_hf_model_from_the_cli(tmp_path: Path) -> None:
     from gcbench.cli import app
-    from gcbench.results import load_run
+    from gcbench.results.store import load_run
 
     res = CliRunner().invoke(app, ["run", "suites/quick.toml", "--model", tiny("hf:vit"), "--steps", "1", "--workers", "2",
                                    "-c", "topk", "-c", "qsgd", "--no-timing", "-q", "--out", str(tmp_path)])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gcbench.errors import ParamError, SourceError
+from gcbench.core.errors import ParamError, SourceError
 from gcbench.sources.live import WARMUP_BATCH_OFFSET, LiveSource
-from gcbench.zoo import load_model
+from gcbench.sources.zoo import load_model
 
 R18 = {"image_size": 32, "batch_size": 2}
 

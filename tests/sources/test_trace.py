@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import gcbench
-from gcbench.errors import ParamError, SourceError
+from gcbench.core.errors import ParamError, SourceError
 from gcbench.sources import trace as trace_mod
 from gcbench.sources.base import GradientSource, TensorSpec
 from gcbench.sources.live import LiveSource

@@ -9,13 +9,13 @@ new values, the relative change, a p-value where raw samples exist, and a verdic
   (kind, shapes/model, seed, workers, steps; a trace's manifest facts but not its folder, which may
   move between machines), granularity or unit count changed is not comparable on any metric: the
   numbers measure different things.  Timing metrics are also not comparable
-  across machines (:func:`gcbench.results.machine_key`: CPU model, cores, threads, GPU) or when
+  across machines (:func:`gcbench.results.store.machine_key`: CPU model, cores, threads, GPU) or when
   the case was timed on another device or thread count.  The suite hash itself is reported as a
   note, not used as a verdict: adding a compressor to a suite changes the hash but not the other
   cases, and every setting that decides a case is checked per case above.
-* **Better / worse.** Each metric's direction comes from :data:`gcbench.metrics.METRICS`.  A change
+* **Better / worse.** Each metric's direction comes from :data:`gcbench.results.metrics.METRICS`.  A change
   counts only if its relative size reaches ``threshold`` (default 5%) AND, where raw samples exist
-  in both runs, a two-sided Mann–Whitney test (:func:`gcbench.metrics.mann_whitney`) gives
+  in both runs, a two-sided Mann–Whitney test (:func:`gcbench.results.metrics.mann_whitney`) gives
   p < ``alpha``: timing samples for compress/decompress times, the per-tensor ``q_samples`` for q.
   bias² has no samples but a jackknife standard error; it is tested with a two-sided z-test on the
   difference (the mean of the per-tensor standard errors stands in for the standard error of the
@@ -29,7 +29,7 @@ new values, the relative change, a p-value where raw samples exist, and a verdic
 Samples-based tests need enough samples: with 3 timing repeats per run the smallest two-sided
 Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — use ≥ 5 repeats.
 
-**Kernel benchmarks** (``kind = "bench"``, :mod:`gcbench.bench`) are compared by
+**Kernel benchmarks** (``kind = "bench"``, :mod:`gcbench.measure.bench`) are compared by
 :func:`compare_bench`, chosen by :func:`compare_runs` from the files' kinds:
 
 * Cases are matched by (row label, element count), like ``gcbench bench --baseline``; the label is
@@ -39,17 +39,17 @@ Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — u
   machine's load of the moment.  For the same reason the Mann–Whitney test runs on the raw
   samples divided by that process's copy median (``samples_s / copy.median_s``), not on raw
   seconds: a uniformly slower process is not a slower kernel.
-* A pair is not comparable when the machine (:func:`gcbench.results.machine_key`), the
+* A pair is not comparable when the machine (:func:`gcbench.results.store.machine_key`), the
   compressor's version or parameters, or the benchmark's thread count or device differ.
 * The same threshold-and-test rule as above decides better / worse / ~.
 
-**Training runs** (``kind = "train"``, :mod:`gcbench.train`) are compared on the final held-out
+**Training runs** (``kind = "train"``, :mod:`gcbench.distributed.train`) are compared on the final held-out
 accuracy and loss besides ratio and bits per element; a case whose training settings (task,
 workers, epochs, steps, batch size, learning rate) changed is not comparable.
 
 ``run`` and ``compare`` files hold the same case records and compare with each other; any other
 pair of different kinds (a bench file against a run, a train file against a bench) is refused
-with one :class:`~gcbench.errors.ResultsError` line.
+with one :class:`~gcbench.core.errors.ResultsError` line.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ from typing import Any
 
 from scipy import stats
 
-from gcbench.errors import ResultsError
-from gcbench.metrics import METRICS, mann_whitney
-from gcbench.results import machine_key, run_finished
+from gcbench.core.errors import ResultsError
+from gcbench.results.metrics import METRICS, mann_whitney
+from gcbench.results.store import machine_key, run_finished
 
 BETTER = "better"
 WORSE = "worse"
@@ -88,7 +88,7 @@ _UNIT = {m.name: m.unit for m in METRICS}
 class Compared:
     """A metric that comparisons look at: where its value, raw samples and standard error live."""
 
-    name: str  # a name in gcbench.metrics.METRICS (gives direction and unit)
+    name: str  # a name in gcbench.results.metrics.METRICS (gives direction and unit)
     path: tuple[str | int, ...]
     samples: tuple[str, ...] | None = None
     se: tuple[str, ...] | None = None
@@ -114,7 +114,7 @@ COMPARED: tuple[Compared, ...] = (
 )
 
 
-# training runs (kind = "train", gcbench.train): what training reached, besides the bytes it sent
+# training runs (kind = "train", gcbench.distributed.train): what training reached, besides the bytes it sent
 COMPARED_TRAIN: tuple[Compared, ...] = (
     Compared("final_accuracy", ("training", "final_accuracy")),
     Compared("final_loss", ("training", "final_loss")),

@@ -1,4 +1,6 @@
-"""Metric definitions: size, fidelity and timing, exactly as design.md ("Metrics") defines them.
+"""How the metrics are measured: size, fidelity and timing, exactly as design.md ("Metrics") defines them.
+
+What each recorded metric means (unit, direction) is :data:`gcbench.results.metrics.METRICS`.
 
 For a gradient x and R independent compressions C_1(x)..C_R(x) with errors e_r = C_r(x) − x:
 
@@ -25,22 +27,14 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from scipy import stats
 
-DENSE_BYTES_PER_ELEMENT = 4  # ratios are against float32, as the papers count
-
-
-# ----------------------------------------------------------------------------- size
-
-
-def dense_bytes(numel: int) -> int:
-    """Bytes of the uncompressed float32 tensor(s)."""
-    return DENSE_BYTES_PER_ELEMENT * int(numel)
+from gcbench.core.payload import dense_bytes
 
 
 def ratio(numel: int, wire_bytes: float) -> float | None:
@@ -260,45 +254,3 @@ def throughput(numel: int, t: Timing) -> dict[str, float | None]:
     if med <= 0:
         return {"gbps": None, "elements_per_s": None}
     return {"gbps": dense_bytes(numel) / med / 1e9, "elements_per_s": numel / med}
-
-
-def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Two-sided Mann–Whitney U p-value (scipy) for two timing sample sets."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """Metadata written with every results file (unit and direction)."""
-
-    name: str
-    unit: str
-    higher_is_better: bool
-    description: str
-
-
-METRICS: tuple[MetricInfo, ...] = (
-    MetricInfo("ratio", "x", True, "dense float32 bytes / wire bytes (headers included)"),
-    MetricInfo("bits_per_element", "bits", False, "wire bits per gradient element"),
-    MetricInfo("q", "", False, "relative MSE (1/R) Σ‖C_r(x) − x‖²/‖x‖² (ω̂ for unbiased compressors)"),
-    MetricInfo("bias2", "", False, "relative bias² ‖E C(x) − x‖²/‖x‖² (U-statistic)"),
-    MetricInfo("variance", "", False, "relative variance (1/(R−1)) Σ‖C_r − mean‖²/‖x‖²"),
-    MetricInfo("delta", "", False, "Beznosikov δ = 1/(1 − q)"),
-    MetricInfo("alpha", "", True, "α = 1 − q (EF21 form)"),
-    MetricInfo("cosine", "", True, "⟨C(x), x⟩/(‖C(x)‖‖x‖)"),
-    MetricInfo("aggregate_q", "", False, "relative MSE of the exchanged aggregate vs the true worker mean"),
-    MetricInfo("ef_drift", "", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
-    MetricInfo("aggregate_drift", "", False, "‖Σ_t (aggregate_t − mean_t)‖/‖Σ_t mean_t‖ after the last step"),
-    MetricInfo("final_accuracy", "", True, "held-out accuracy at the end of a training run (gcbench train)"),
-    MetricInfo("final_loss", "", False, "held-out loss at the end of a training run (gcbench train)"),
-    MetricInfo("compress_s", "s", False, "median compress time per worker-step"),
-    MetricInfo("decompress_s", "s", False, "median decompress time per worker-step"),
-    MetricInfo("compress_gbps", "GB/s", True, "dense input bytes / median compress time"),
-    MetricInfo("copy_fraction", "", True, "copy time / compress time (1 = as fast as a memory copy)"),
-)
-
-
-def metrics_metadata() -> list[dict[str, Any]]:
-    return [asdict(m) for m in METRICS]

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gcbench.errors import ParamError, SourceError
+from gcbench.core.errors import ParamError, SourceError
 from gcbench.sources.base import TensorSpec
 from gcbench.sources.live import LiveSource
 from gcbench.sources.trace import (

@@ -47,23 +47,17 @@ import functools
 import importlib
 import inspect
 import itertools
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gcbench.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
 from gcbench.sources.base import TensorSpec
-
-#: ``make_batch(batch_index, worker) -> (inputs, targets)``
-MakeBatch = Callable[[int, int], tuple[Any, Any]]
-#: ``loss_fn(outputs, targets) -> scalar tensor``
-LossFn = Callable[[Any, Any], torch.Tensor]
+from gcbench.sources.batches import LossFn, MakeBatch, image_batches, token_batches, vector_batches
 
 
 def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -99,72 +93,6 @@ class ZooModel:
     module: nn.Module
     make_batch: MakeBatch
     loss_fn: LossFn
-
-
-# --------------------------------------------------------------------------------------------
-# deterministic data
-
-
-def batch_generator(seed: int, batch_index: int, worker: int, tag: int = 0) -> torch.Generator:
-    """A private torch generator determined by ``(seed, batch_index, worker, tag)`` only."""
-    # SeedSequence mixes the words well and accepts any non-negative ints; two's complement keeps
-    # negative seeds usable without colliding with small positive ones.
-    words = [int(x) % (1 << 64) for x in (seed, batch_index, worker, tag)]
-    state = np.random.SeedSequence(words).generate_state(2, dtype=np.uint32)
-    g = torch.Generator()
-    g.manual_seed(int(state[0]) << 31 ^ int(state[1]))
-    return g
-
-
-def _image_batches(seed: int, num_classes: int, batch_size: int, image_size: int, channels: int = 3) -> MakeBatch:
-    """Class-prototype images: upsampled 4×4 class patterns plus N(0, 1) noise."""
-    protos = torch.randn(num_classes, channels, 4, 4, generator=batch_generator(seed, 0, 0, tag=1))
-
-    def make_batch(batch_index: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = batch_generator(seed, batch_index, worker)
-        labels = torch.randint(0, num_classes, (batch_size,), generator=g)
-        base = F.interpolate(protos[labels], size=(image_size, image_size), mode="bilinear", align_corners=False)
-        return base + torch.randn(base.shape, generator=g), labels
-
-    return make_batch
-
-
-def _vector_batches(seed: int, num_classes: int, batch_size: int, features: int) -> MakeBatch:
-    """Class-prototype vectors plus N(0, 1) noise (MNIST-shaped for the MLP)."""
-    protos = torch.randn(num_classes, features, generator=batch_generator(seed, 0, 0, tag=1))
-
-    def make_batch(batch_index: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = batch_generator(seed, batch_index, worker)
-        labels = torch.randint(0, num_classes, (batch_size,), generator=g)
-        return protos[labels] + torch.randn(batch_size, features, generator=g), labels
-
-    return make_batch
-
-
-def _token_batches(seed: int, vocab: int, batch_size: int, seq_len: int) -> MakeBatch:
-    """Token streams: Zipf(1) unigrams mixed 50/50 with a fixed successor rule; targets = next token."""
-    zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
-    cdf = torch.cumsum(zipf / zipf.sum(), 0)
-    # an odd multiplier coprime with the vocabulary makes the successor rule a permutation
-    a, b = 2 * (vocab // 3) + 1, vocab // 7 + 1
-    while math.gcd(a, vocab) != 1:
-        a += 2
-
-    def make_batch(batch_index: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = batch_generator(seed, batch_index, worker)
-        n = seq_len + 1
-        # inverse-CDF sampling (torch.multinomial is avoided: environment.md, and it is slower here)
-        u = torch.rand(batch_size, n, generator=g, dtype=torch.float64)
-        draws = torch.searchsorted(cdf, u).clamp_(max=vocab - 1)
-        follow = torch.rand(batch_size, n, generator=g) < 0.5
-        tokens = torch.empty(batch_size, n, dtype=torch.long)
-        tokens[:, 0] = draws[:, 0]
-        for t in range(1, n):  # sequential by nature; n ≤ a few hundred, vectorised over the batch
-            succ = (a * tokens[:, t - 1] + b) % vocab
-            tokens[:, t] = torch.where(follow[:, t], succ, draws[:, t])
-        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-    return make_batch
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,7 +392,7 @@ def _resnet_factory(build: Callable[..., nn.Module], name: str) -> Callable[...,
         if batch_size * side * side < 2:
             raise ParamError(f"{name}: batch norm needs batch_size >= 2 at image_size {image_size} "
                              f"(the last stage is {side}×{side}); got batch_size {batch_size}")
-        return _seeded(seed, lambda: build(num_classes)), _image_batches(seed, num_classes, batch_size, image_size)
+        return _seeded(seed, lambda: build(num_classes)), image_batches(seed, num_classes, batch_size, image_size)
 
     return factory
 
@@ -478,7 +406,7 @@ def _vgg16_factory(seed: int = 0, *, batch_size: int = 8, image_size: int = 224,
     _positive("vgg16", batch_size=batch_size, image_size=image_size, num_classes=num_classes)
     if image_size < 32:
         raise ParamError(f"vgg16: image_size must be at least 32, got {image_size}")
-    return _seeded(seed, lambda: VGG(num_classes, dropout)), _image_batches(seed, num_classes, batch_size, image_size)
+    return _seeded(seed, lambda: VGG(num_classes, dropout)), image_batches(seed, num_classes, batch_size, image_size)
 
 
 def _lstm_build(vocab: int = 10_000, hidden: int = 650, layers: int = 2, dropout: float = 0.5) -> nn.Module:
@@ -489,7 +417,7 @@ def _lstm_factory(seed: int = 0, *, batch_size: int = 20, seq_len: int = 35, voc
                   layers: int = 2, dropout: float = 0.5) -> tuple[nn.Module, MakeBatch]:
     _positive("lstm_lm", batch_size=batch_size, seq_len=seq_len, vocab=vocab, hidden=hidden, layers=layers)
     module = _seeded(seed, lambda: LSTMLanguageModel(vocab, hidden, layers, dropout))
-    return module, _token_batches(seed, vocab, batch_size, seq_len)
+    return module, token_batches(seed, vocab, batch_size, seq_len)
 
 
 def _transformer_build(vocab: int = 8000, seq_len: int = 128, d_model: int = 256, heads: int = 4, layers: int = 4,
@@ -501,7 +429,7 @@ def _transformer_factory(seed: int = 0, *, batch_size: int = 8, seq_len: int = 1
                          heads: int = 4, layers: int = 4, dropout: float = 0.1) -> tuple[nn.Module, MakeBatch]:
     _positive("transformer", batch_size=batch_size, seq_len=seq_len, vocab=vocab, d_model=d_model, heads=heads, layers=layers)
     module = _seeded(seed, lambda: TinyGPT(vocab, seq_len, d_model, heads, layers, dropout))
-    return module, _token_batches(seed, vocab, batch_size, seq_len)
+    return module, token_batches(seed, vocab, batch_size, seq_len)
 
 
 def _mlp_build(sizes: tuple[int, ...] = (784, 512, 256, 10)) -> nn.Module:
@@ -513,7 +441,7 @@ def _mlp_factory(seed: int = 0, *, batch_size: int = 64, sizes: tuple[int, ...] 
     _positive("mlp", batch_size=batch_size, **{f"sizes[{i}]": s for i, s in enumerate(sizes)})
     if len(sizes) < 2:
         raise ParamError(f"mlp: sizes needs at least an input and an output size, got {list(sizes)}")
-    return _seeded(seed, lambda: MLP(sizes)), _vector_batches(seed, sizes[-1], batch_size, sizes[0])
+    return _seeded(seed, lambda: MLP(sizes)), vector_batches(seed, sizes[-1], batch_size, sizes[0])
 
 
 def _smallcnn_build(num_classes: int = 10, image_size: int = 32) -> nn.Module:
@@ -524,7 +452,7 @@ def _smallcnn_factory(seed: int = 0, *, batch_size: int = 32, image_size: int = 
     _positive("smallcnn", batch_size=batch_size, image_size=image_size, num_classes=num_classes)
     if image_size < 8:  # three 2× poolings must leave at least one pixel
         raise ParamError(f"smallcnn: image_size must be at least 8, got {image_size}")
-    return _seeded(seed, lambda: SmallCNN(num_classes, image_size)), _image_batches(seed, num_classes, batch_size, image_size)
+    return _seeded(seed, lambda: SmallCNN(num_classes, image_size)), image_batches(seed, num_classes, batch_size, image_size)
 
 
 def _defaults(factory: Callable[..., object]) -> dict[str, object]:

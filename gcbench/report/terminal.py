@@ -3,8 +3,8 @@
 ``gcbench report`` reads only results files (design.md, "Results and reports"), so any old run can
 be re-rendered.  This module holds what every output format shares — which runs to load, how cases
 group by gradient source, which columns a summary shows and how numbers are written — plus the
-terminal (rich) and Markdown renderers.  The HTML renderer with plots is :mod:`gcbench.html`, run
-comparison is :mod:`gcbench.compare_runs`, paper claims are :mod:`gcbench.baselines`.
+terminal (rich) and Markdown renderers.  The HTML renderer with plots is :mod:`gcbench.report.html`, run
+comparison is :mod:`gcbench.results.compare`, paper claims are :mod:`gcbench.results.baselines`.
 
 Choices:
 
@@ -16,10 +16,10 @@ Choices:
 * Failed cases are shown with their error; reconstructed compressors carry a dagger (†).
 * Each kind of results file gets its own tables, so one report can cover a folder holding all of
   them: ``run``/``compare`` files the per-source summary above; ``train`` files
-  (:mod:`gcbench.train`) the final accuracy and loss, the gap to the uncompressed run, the time
+  (:mod:`gcbench.distributed.train`) the final accuracy and loss, the gap to the uncompressed run, the time
   to the target accuracy, the step time split and the bytes each worker sent — the columns of
-  ``gcbench train``'s own table; ``bench`` files (:mod:`gcbench.bench`) the target table of
-  ``gcbench bench``, judged by :func:`gcbench.bench.verdict`, whose target text here also names
+  ``gcbench train``'s own table; ``bench`` files (:mod:`gcbench.measure.bench`) the target table of
+  ``gcbench bench``, judged by :func:`gcbench.measure.bench.verdict`, whose target text here also names
   the decompress limit that ``pass`` includes.
 """
 
@@ -34,9 +34,10 @@ from typing import Any
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
-from gcbench.baselines import ClaimResult, format_measured
-from gcbench.bench import TARGETS, verdict
-from gcbench.compare_runs import (
+from gcbench.core.errors import ResultsError
+from gcbench.measure.bench import TARGETS, verdict
+from gcbench.results.baselines import ClaimResult, format_measured
+from gcbench.results.compare import (
     BENCH_UNIT,
     BETTER,
     FIXED,
@@ -51,9 +52,8 @@ from gcbench.compare_runs import (
     results_kind,
     source_label,
 )
-from gcbench.errors import ResultsError
-from gcbench.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
-from gcbench.results import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
+from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
+from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 DAGGER = "†"
 
@@ -226,7 +226,7 @@ BENCH_TEXT_HEADERS = ("target", "verdict")
 
 
 def bench_target(rec: dict[str, Any]) -> tuple[str, str]:
-    """(target text, ``pass``/``short``/``—``/``error``) of a bench record: :func:`gcbench.bench.verdict` with details.
+    """(target text, ``pass``/``short``/``—``/``error``) of a bench record: :func:`gcbench.measure.bench.verdict` with details.
 
     The text names every limit that ``pass`` checks (verdict's own text leaves the decompress limit
     out) and, for topk/dgc, the measured speed-ups over ``torch.topk``.

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench import registry
 from gcbench.compressors._common import k_of
-from gcbench.errors import GcbenchError
-from gcbench.metrics import copy_roofline, time_call
+from gcbench.core import registry
+from gcbench.core.errors import GcbenchError
+from gcbench.measure.metrics import copy_roofline, time_call
 
 DEFAULT_NUMEL = 25_600_000
 
@@ -196,7 +196,8 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
 
 def _run_isolated(args: dict[str, Any]) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": str(args["threads"] or os.cpu_count())}
-    proc = subprocess.run([sys.executable, "-m", "gcbench.bench", json.dumps(args)], capture_output=True, text=True, env=env, timeout=1800)
+    cmd = [sys.executable, "-m", "gcbench.measure.bench", json.dumps(args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise GcbenchError(f"benchmark process for {args['label']} failed: {tail}")

@@ -28,7 +28,7 @@ Which collective applies (``scheme="auto"``):
 
 Step time: ``compute + compress + communicate + decompress × decoded payloads``, where decoded
 payloads is N for all-gather (and the parameter server), 1 for all-reduce.  No overlap of
-communication with the backward pass is modelled (the DDP hook of :mod:`gcbench.ddp` does not
+communication with the backward pass is modelled (the DDP hook of :mod:`gcbench.distributed.ddp` does not
 overlap either).  The uncompressed reference is ``compute + ring all-reduce of M`` (``scheme``
 ``ps``: a dense parameter server).  Speed-up = reference / predicted.  All functions are pure.
 """
@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gcbench.errors import ParamError, ResultsError
+from gcbench.core.errors import ParamError, ResultsError
 
 ALLREDUCE_COMPATIBLE = frozenset({"none", "fp16", "bf16"})
 ALLREDUCE_ROUNDS = {"powersgd": 2}  # protocols made of several all-reduces

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gcbench.metrics import dense_bytes
+from gcbench.core.payload import dense_bytes
 
 
 @dataclass(frozen=True)

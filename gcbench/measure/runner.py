@@ -34,15 +34,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench import registry
-from gcbench.compressor import Compressor, Payload, State
-from gcbench.errors import GcbenchError, SourceError
-from gcbench.granularity import Unit, gather, make_units
-from gcbench.metrics import (
+from gcbench.core import registry
+from gcbench.core.compressor import Compressor, Payload, State
+from gcbench.core.errors import GcbenchError, SourceError
+from gcbench.core.payload import dense_bytes
+from gcbench.measure.granularity import Unit, gather, make_units
+from gcbench.measure.metrics import (
     Fidelity,
     bits_per_element,
     copy_roofline,
-    dense_bytes,
     fidelity,
     mean_ci,
     pooled,
@@ -51,10 +51,10 @@ from gcbench.metrics import (
     throughput,
     time_call,
 )
-from gcbench.phases import Window, case_phases, phase_windows
-from gcbench.results import RunWriter
+from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
+from gcbench.results.phases import Window, case_phases, phase_windows
+from gcbench.results.store import RunWriter
 from gcbench.sources.base import GradientSource, check_finite
-from gcbench.suite import CompressorSpec, SourceSpec, Suite
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -90,7 +90,7 @@ def build_source(spec: SourceSpec, seed: int, progress: Progress = _noop) -> Gra
         if spec.shapes:
             shapes, names = [tuple(s) for s in spec.shapes], None
         else:
-            from gcbench.zoo import layer_shapes
+            from gcbench.sources.zoo import layer_shapes
 
             specs = layer_shapes(spec.model or "")
             shapes, names = [s.shape for s in specs], [s.name for s in specs]
@@ -508,7 +508,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     """Run every (source, compressor) case of ``suite``; the results file is kept current on disk.
 
     The file is created exclusively in ``out_dir`` when the first case is recorded (see
-    :class:`gcbench.results.RunWriter`) and ends with status ``complete``, ``complete-with-errors``,
+    :class:`gcbench.results.store.RunWriter`) and ends with status ``complete``, ``complete-with-errors``,
     ``interrupted`` (KeyboardInterrupt, SIGTERM under the CLI) or ``failed`` (an error outside any case).
     """
     progress = progress or _noop
@@ -546,7 +546,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 done += 1
                 progress("case", done, total, f"{c.label} done")
             source.close()
-    except KeyboardInterrupt:  # SIGINT, or SIGTERM through gcbench.signals: keep every completed case
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM through gcbench.core.signals: keep every completed case
         writer.finish("interrupted")
         raise
     except BaseException:  # a bug outside any one case: the file must not keep saying "running"

@@ -11,7 +11,7 @@ Contract (checked for every registered compressor by ``tests/test_contract.py``)
 * ``payload.nbytes == len(payload.to_bytes())`` and ``Payload.from_bytes`` restores a payload that
   decompresses identically.
 * Decoding is a trust boundary (the DDP hook decodes its peers' bytes): ``decompress`` raises
-  :class:`~gcbench.errors.PayloadError` alone on a malformed payload.  Each codec declares the
+  :class:`~gcbench.core.errors.PayloadError` alone on a malformed payload.  Each codec declares the
   exact body size (or a range) its header implies, :meth:`Compressor._expected_body_nbytes`,
   reading its header fields with the typed, range-checked :func:`meta_int` / :func:`meta_str` /
   :func:`meta_flag` and refusing fields it does not know (:func:`meta_keys`); the base checks
@@ -39,9 +39,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gcbench.errors import PayloadError, UnknownNameError
-from gcbench.payload import MetaValue, Payload, check_shape
-from gcbench.registry import CompressorInfo, Flags, ParamValue
+from gcbench.core.errors import PayloadError, UnknownNameError
+from gcbench.core.info import CompressorInfo, Flags, ParamValue
+from gcbench.core.payload import MetaValue, Payload, check_shape
 
 #: A body size a header implies: exact, or an inclusive (smallest, largest) range for variable-length codings.
 BodySize = int | tuple[int, int]
@@ -202,7 +202,7 @@ def _overlaps(t: torch.Tensor, u: torch.Tensor) -> bool:
 class Compressor(ABC):
     """Base class of every compressor; subclasses implement :meth:`_encode` and :meth:`_decode`.
 
-    Subclasses are registered with :func:`gcbench.registry.register`, which sets ``info``.
+    Subclasses are registered with :func:`gcbench.core.registry.register`, which sets ``info``.
     ``self.params`` is the validated, read-only parameter mapping.
 
     ``_encode(a, state)`` receives a float32 tensor that it may *not* modify (it can be the
@@ -331,7 +331,7 @@ class Compressor(ABC):
 
         ``expected_shape`` is the shape the receiver waits for (a DDP bucket's, a peer's tensor's);
         a payload declaring another raises before anything is allocated.  Without it the declared
-        size is at most :data:`gcbench.payload.MAX_NUMEL` elements.  Any malformed payload raises
+        size is at most :data:`gcbench.core.payload.MAX_NUMEL` elements.  Any malformed payload raises
         :class:`PayloadError` and nothing else.
         """
         check_shape(payload.shape, expected_shape)
@@ -439,7 +439,7 @@ def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | 
     ``expected_shape`` as in :meth:`Compressor.decompress`; an unknown codec name is a
     :class:`PayloadError` like any other malformed header.
     """
-    from gcbench import registry
+    from gcbench.core import registry
 
     try:
         comp = registry.create(payload.codec)

@@ -11,7 +11,7 @@ with status ``interrupted`` and the completed cases kept.  Two refinements make 
   still be interrupted.  :func:`received` tells ``main()`` which signal to report in the exit code
   (128 + signal number: 130 for SIGINT, 143 for SIGTERM).
 * :func:`deferred` holds SIGINT/SIGTERM for the few milliseconds of a results-file write (used by
-  :func:`gcbench.results.atomic_write_json`), then delivers a held signal to the handler that was
+  :func:`gcbench.results.store.atomic_write_json`), then delivers a held signal to the handler that was
   installed before.  A write is therefore never cut between its temporary file and the rename.
 
 This module imports nothing heavy: it runs before torch is imported.

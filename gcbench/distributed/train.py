@@ -2,7 +2,7 @@
 
 Trains a real task with N worker processes (gloo on 127.0.0.1) once uncompressed (``none``, the
 reference for the accuracy gap) and once per named compressor, exchanging gradients through the
-DDP communication hook of :mod:`gcbench.ddp`.  Per compressor it records the accuracy and loss
+DDP communication hook of :mod:`gcbench.distributed.ddp`.  Per compressor it records the accuracy and loss
 after every epoch, the training time to a target accuracy, the step time split into compute,
 compress, communicate and decompress, the bytes each worker sent, and the final accuracy gap to
 the uncompressed run.  One results file (``kind = "train"``) is written to ``reports/runs/`` and
@@ -68,11 +68,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from gcbench import registry, signals
-from gcbench.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
-from gcbench.results import RunWriter, atomic_write_json
+from gcbench.core import registry, signals
+from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
+from gcbench.results.store import RunWriter, atomic_write_json
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 TEXT_FILES = ("public_domain.txt",)
 REFERENCE = "none"
 FAULT_ENV = "GCBENCH_TRAIN_FAULT"
@@ -662,7 +662,7 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> d
     """Train ``task`` with one compressor on this worker; returns this rank's summary."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gcbench.ddp import register_compressor_hook
+    from gcbench.distributed.ddp import register_compressor_hook
 
     fault = Fault.parse(cfg.fault) if cfg.fault else None
     torch.manual_seed(cfg.seed)  # the same initial model for every compressor

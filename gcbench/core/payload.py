@@ -21,7 +21,7 @@ Header layout (all integers LEB128 varints unless noted)::
 Decoding is a trust boundary: the DDP hook decodes what its peers send.  :func:`decode_header`
 checks every field (format version, lengths, canonical varints below 2^64, dtype code, at most
 :data:`MAX_NDIM` dimensions, unique meta keys, known tags) and raises
-:class:`~gcbench.errors.PayloadError` alone, whatever the bytes.  :func:`check_shape` bounds the
+:class:`~gcbench.core.errors.PayloadError` alone, whatever the bytes.  :func:`check_shape` bounds the
 tensor a header may make its receiver allocate: the receiver's expected shape when it knows one
 (the DDP hook and the simulated exchanges do), otherwise at most :data:`MAX_NUMEL` elements and,
 for bytes from the wire (:meth:`Payload.from_bytes`), at most :data:`MAX_ELEMENTS_PER_BYTE`
@@ -40,7 +40,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from gcbench.errors import PayloadError
+from gcbench.core.errors import PayloadError
 
 FORMAT_VERSION = 1
 
@@ -297,3 +297,11 @@ class Payload:
         check_shape(shape, expected_shape, len(buf))
         body = torch.frombuffer(bytearray(buf[pos:]), dtype=torch.uint8) if len(buf) > pos else torch.empty(0, dtype=torch.uint8)
         return cls(codec, version, dtype, shape, body.to(device), meta)
+
+
+DENSE_BYTES_PER_ELEMENT = 4  # the uncompressed size: ratios are against float32, as the papers count
+
+
+def dense_bytes(numel: int) -> int:
+    """Bytes of the uncompressed float32 tensor(s)."""
+    return DENSE_BYTES_PER_ELEMENT * int(numel)

@@ -29,10 +29,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
-from gcbench import registry
-from gcbench.errors import GcbenchError, ParamError, UnknownNameError
+from gcbench.core import registry
+from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
 
-SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITE_DIR = Path(__file__).resolve().parents[2] / "suites"
 DEFAULT_SUITE = "quick"
 
 #: environment variable that, set to 1 (or true/yes/on), allows suites to import the code they name
@@ -207,7 +207,7 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
 
 def _check_models(where: str, suite: Suite) -> None:
     """Model names and zoo options, checked against the zoo without importing or building anything."""
-    from gcbench import zoo
+    from gcbench.sources import zoo
 
     for i, src in enumerate(suite.sources):
         if src.model is None or src.kind == "trace":
@@ -249,7 +249,7 @@ class CodeRef:
 
 def imported_code(suite: Suite) -> list[CodeRef]:
     """The user code running ``suite`` would import (zoo and ``hf:`` models are not user code)."""
-    from gcbench.zoo import is_user_model
+    from gcbench.sources.zoo import is_user_model
 
     return [CodeRef(f"sources[{i}].model", src.model) for i, src in enumerate(suite.sources)
             if src.kind != "trace" and src.model is not None and is_user_model(src.model)]

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 import gcbench
-from gcbench import signals
-from gcbench.errors import ResultsError
-from gcbench.metrics import metrics_metadata
+from gcbench.core import signals
+from gcbench.core.errors import ResultsError
+from gcbench.results.metrics import metrics_metadata
 
 SCHEMA_VERSION = 1
 DEFAULT_RUNS_DIR = Path("reports") / "runs"
@@ -115,7 +115,7 @@ def _write_temp(path: Path, data: Any) -> Path:
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write JSON to a temporary file beside ``path`` and rename it into place.
 
-    SIGINT/SIGTERM are held for the duration (:func:`gcbench.signals.deferred`), so a signal can
+    SIGINT/SIGTERM are held for the duration (:func:`gcbench.core.signals.deferred`), so a signal can
     neither leave a stray ``*.tmp`` file nor stop the write half-way; it is delivered afterwards.
     """
     path.parent.mkdir(parents=True, exist_ok=True)

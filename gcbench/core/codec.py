@@ -17,7 +17,7 @@ work on NumPy arrays (host memory); compressors convert tensors at the boundary.
 * :func:`index_nbytes_range` / :func:`sparse_nbytes_range` — the body sizes a header's (d, k,
   coding) allow, which decoders check before allocating anything (decoding is a trust boundary).
 
-Decoders raise :class:`~gcbench.errors.PayloadError` on malformed bytes and bound every
+Decoders raise :class:`~gcbench.core.errors.PayloadError` on malformed bytes and bound every
 allocation by the bytes they were given.
 
 Every fast routine has a plain reference (``*_reference``) that the tests compare against.  The
@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from gcbench import kernels
-from gcbench.errors import PayloadError
+from gcbench.core.errors import PayloadError
 
 INDEX_CODINGS: tuple[str, ...] = ("fixed", "int32", "delta-varint", "elias")
 SPARSE_CODINGS: tuple[str, ...] = (*INDEX_CODINGS, "paper")

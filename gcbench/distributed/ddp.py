@@ -32,7 +32,7 @@ Compressors whose paper defines another multi-worker protocol that the hook does
 (LGC's three phases) use ``gather``; :attr:`HookState.protocol_note` says so and the training
 results record it.
 
-State: one :class:`~gcbench.compressor.State` per compressed unit (the whole flat bucket with
+State: one :class:`~gcbench.core.compressor.State` per compressed unit (the whole flat bucket with
 ``granularity="bucket"``, each parameter's gradient with ``"layer"``), kept per bucket index, so
 error-feedback residuals, momentum, warm starts and schedules persist across steps.  DDP rebuilds
 its buckets once after the first iteration (bucket order follows gradient-ready order); a bucket
@@ -44,7 +44,7 @@ Accounting (:class:`HookStats`), per bucket and step: ``payload_bytes`` = Σ ``p
 worker sent (header included; for PowerSGD, the float32 factors and dense tensors it all-reduced);
 ``sent_bytes`` = everything this worker handed to collectives, including the size exchange (8 bytes
 per unit), the padding to the largest payload and TernGrad's scalers.  How a collective replicates
-those bytes across links (ring, tree) is the network model's business (:mod:`gcbench.netmodel`).
+those bytes across links (ring, tree) is the network model's business (:mod:`gcbench.distributed.netmodel`).
 Times are wall-clock (CUDA synchronised) for compress, communicate and decompress.  The hook is
 synchronous: it returns an already-completed future, so communication does not overlap the rest
 of the backward pass and the three times add up to the hook's share of the step.
@@ -61,10 +61,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gcbench import registry
-from gcbench.compressor import Compressor, ErrorFeedback, State
-from gcbench.errors import GcbenchError, ParamError
-from gcbench.payload import Payload
+from gcbench.core import registry
+from gcbench.core.compressor import Compressor, ErrorFeedback, State
+from gcbench.core.errors import GcbenchError, ParamError
+from gcbench.core.payload import Payload
 
 GRANULARITIES = ("bucket", "layer")
 PROTOCOL_CHOICES = ("auto", "gather")

@@ -44,12 +44,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
 import gcbench
-from gcbench.baselines import ClaimResult
-from gcbench.bench import TARGETS
-from gcbench.compare_runs import Comparison, bench_ok, dig
-from gcbench.metrics import METRICS
-from gcbench.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
-from gcbench.report import (
+from gcbench.measure.bench import TARGETS
+from gcbench.report.terminal import (
     BENCH_COLUMNS,
     BENCH_FOOTNOTE,
     DAGGER,
@@ -84,6 +80,10 @@ from gcbench.report import (
     train_notes,
     worker_cells,
 )
+from gcbench.results.baselines import ClaimResult
+from gcbench.results.compare import Comparison, bench_ok, dig
+from gcbench.results.metrics import METRICS
+from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
 
 DPI = 80
 # matplotlib's tab10, then ten darker/lighter companions: a sweep of 14+ cases keeps distinct colours

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gcbench.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
 from gcbench.sources.base import TensorSpec
 
 GRANULARITIES = ("layer", "bucket", "model")

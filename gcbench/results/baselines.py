@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gcbench.errors import GcbenchError
+from gcbench.core.errors import GcbenchError
 
-PAPERS_FILE = Path(__file__).resolve().parent.parent / "baselines" / "papers.toml"
+PAPERS_FILE = Path(__file__).resolve().parents[2] / "baselines" / "papers.toml"
 CLAIMS_SCHEMA = 1
 
 # metric name -> path into a case record; everything else is an end-to-end training claim

@@ -1,0 +1,81 @@
+"""Old module paths, kept importable for one deprecation cycle.
+
+Until 0.2 every module sat at the top of the package (``gcbench.ddp``, ``gcbench.registry`` …).
+They now live in the layer they belong to; importing an old path gives the new module itself (the
+same object, so ``isinstance`` and monkeypatching keep working) with a :class:`DeprecationWarning`
+naming the new path.  ``gcbench.results`` and ``gcbench.report`` are packages now: their old
+top-level names are forwarded by the packages themselves (see their ``__init__``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+#: old module -> new module
+MOVED: dict[str, str] = {
+    "gcbench.errors": "gcbench.core.errors",
+    "gcbench.signals": "gcbench.core.signals",
+    "gcbench.payload": "gcbench.core.payload",
+    "gcbench.codec": "gcbench.core.codec",
+    "gcbench.registry": "gcbench.core.registry",
+    "gcbench.compressor": "gcbench.core.compressor",
+    "gcbench.zoo": "gcbench.sources.zoo",
+    "gcbench.recorder": "gcbench.sources.recorder",
+    "gcbench.runner": "gcbench.measure.runner",
+    "gcbench.metrics": "gcbench.measure.metrics",
+    "gcbench.bench": "gcbench.measure.bench",
+    "gcbench.granularity": "gcbench.measure.granularity",
+    "gcbench.suite": "gcbench.measure.suite",
+    "gcbench.phases": "gcbench.results.phases",
+    "gcbench.compare_runs": "gcbench.results.compare",
+    "gcbench.baselines": "gcbench.results.baselines",
+    "gcbench.html": "gcbench.report.html",
+    "gcbench.ddp": "gcbench.distributed.ddp",
+    "gcbench.train": "gcbench.distributed.train",
+    "gcbench.netmodel": "gcbench.distributed.netmodel",
+}
+
+
+def warn_moved(old: str, new: str, stacklevel: int = 3) -> None:
+    warnings.warn(f"{old} moved to {new}; the old path goes away in gcbench 0.3", DeprecationWarning, stacklevel=stacklevel)
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the old paths and loads each as the module at its new path."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        warn_moved(spec.name, MOVED[spec.name], stacklevel=8)
+        return importlib.import_module(MOVED[spec.name])
+
+    def exec_module(self, module: ModuleType) -> None:
+        sys.modules[module.__name__] = module  # the new name stays the module's own
+
+
+def install() -> None:
+    if not any(isinstance(f, _Alias) for f in sys.meta_path):
+        sys.meta_path.append(_Alias())
+
+
+def forwarder(package: str, module: str) -> Callable[[str], Any]:
+    """A package ``__getattr__`` that finds the names of the old one-module ``package`` in ``module``, with a warning."""
+
+    def __getattr__(name: str) -> Any:
+        target = importlib.import_module(module)
+        if name.startswith("__") or not hasattr(target, name):
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        warn_moved(f"{package}.{name}", f"{module}.{name}")
+        return getattr(target, name)
+
+    return __getattr__

@@ -1,0 +1,55 @@
+"""The metrics a results record holds: name, unit, direction and meaning, and the test that compares samples.
+
+How each is measured is :mod:`gcbench.measure.metrics`; this catalogue is written into every results
+file and read by every comparison, so it sits with the results, below the measuring code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scipy import stats
+
+
+def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided Mann–Whitney U p-value (scipy) for two timing sample sets."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """Metadata written with every results file (unit and direction)."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    description: str
+
+
+METRICS: tuple[MetricInfo, ...] = (
+    MetricInfo("ratio", "x", True, "dense float32 bytes / wire bytes (headers included)"),
+    MetricInfo("bits_per_element", "bits", False, "wire bits per gradient element"),
+    MetricInfo("q", "", False, "relative MSE (1/R) Σ‖C_r(x) − x‖²/‖x‖² (ω̂ for unbiased compressors)"),
+    MetricInfo("bias2", "", False, "relative bias² ‖E C(x) − x‖²/‖x‖² (U-statistic)"),
+    MetricInfo("variance", "", False, "relative variance (1/(R−1)) Σ‖C_r − mean‖²/‖x‖²"),
+    MetricInfo("delta", "", False, "Beznosikov δ = 1/(1 − q)"),
+    MetricInfo("alpha", "", True, "α = 1 − q (EF21 form)"),
+    MetricInfo("cosine", "", True, "⟨C(x), x⟩/(‖C(x)‖‖x‖)"),
+    MetricInfo("aggregate_q", "", False, "relative MSE of the exchanged aggregate vs the true worker mean"),
+    MetricInfo("ef_drift", "", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
+    MetricInfo("aggregate_drift", "", False, "‖Σ_t (aggregate_t − mean_t)‖/‖Σ_t mean_t‖ after the last step"),
+    MetricInfo("final_accuracy", "", True, "held-out accuracy at the end of a training run (gcbench train)"),
+    MetricInfo("final_loss", "", False, "held-out loss at the end of a training run (gcbench train)"),
+    MetricInfo("compress_s", "s", False, "median compress time per worker-step"),
+    MetricInfo("decompress_s", "s", False, "median decompress time per worker-step"),
+    MetricInfo("compress_gbps", "GB/s", True, "dense input bytes / median compress time"),
+    MetricInfo("copy_fraction", "", True, "copy time / compress time (1 = as fast as a memory copy)"),
+)
+
+
+def metrics_metadata() -> list[dict[str, Any]]:
+    return [asdict(m) for m in METRICS]

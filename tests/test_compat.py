@@ -1,0 +1,47 @@
+"""Old module paths (gcbench 0.1's flat layout) still import, as the moved module itself, with a warning."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from gcbench._compat import MOVED
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_path_is_the_new_module_with_a_warning(old: str) -> None:
+    code = (
+        "import importlib, warnings\n"
+        "warnings.simplefilter('error', DeprecationWarning)\n"
+        f"try:\n    importlib.import_module({old!r})\n"
+        "except DeprecationWarning as w:\n    print(w)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert f"{old} moved to {MOVED[old]}" in out
+    with pytest.warns(DeprecationWarning):
+        sys.modules.pop(old, None)
+        mod = importlib.import_module(old)
+    assert mod is importlib.import_module(MOVED[old])
+
+
+def test_public_hook_import_kept() -> None:
+    with pytest.warns(DeprecationWarning, match="gcbench.distributed.ddp"):
+        sys.modules.pop("gcbench.ddp", None)
+        from gcbench.ddp import register_compressor_hook
+    from gcbench.distributed.ddp import register_compressor_hook as new
+
+    assert register_compressor_hook is new
+
+
+@pytest.mark.parametrize(("package", "name", "module"), [("gcbench.results", "load_run", "gcbench.results.store"),
+                                                         ("gcbench.report", "latest_run", "gcbench.report.terminal")])
+def test_old_module_names_forwarded_by_the_new_packages(package: str, name: str, module: str) -> None:
+    pkg = importlib.import_module(package)
+    with pytest.warns(DeprecationWarning, match=f"{module}.{name}"):
+        value = getattr(pkg, name)
+    assert value is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError):
+        pkg.no_such_name  # noqa: B018
