@@ -16,7 +16,7 @@ import os
 import pytest
 import torch
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.measure.bench import matrix_shape
 
 NUMEL = int(os.environ.get("GCBENCH_BENCH_NUMEL", "4000000"))

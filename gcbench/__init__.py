@@ -4,7 +4,7 @@ It replays recorded or live gradients through a registry of compressors and meas
 same tensors, the real compression ratio (bytes on the wire), the fidelity of the decompressed
 gradient (bias, variance, ω, δ) and compress/decompress throughput.
 
-Library entry points: :mod:`gcbench.core.registry` (``create``, ``names``), the
+Library entry points: :mod:`gcbench.compressors.registry` (``create``, ``names``), the
 :class:`~gcbench.core.compressor.Compressor` contract, :mod:`gcbench.sources` and
 :func:`gcbench.measure.runner.run_suite`.
 """
@@ -16,16 +16,16 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic, decompress
+    from gcbench.compressors.registry import create, decompress, get, names, register
+    from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic
     from gcbench.core.payload import Payload
-    from gcbench.core.registry import create, get, names, register
 
 # The public names are imported on first use (PEP 562), not with the package: ``python -m gcbench``
 # imports this package before its ``__main__`` can install the signal handlers, and importing
 # torch takes seconds, so an eager import here would turn an early Ctrl-C into a traceback.
 _LAZY = {"Compressor": "core.compressor", "ExchangeResult": "core.compressor", "State": "core.compressor",
-         "Traffic": "core.compressor", "decompress": "core.compressor", "Payload": "core.payload", "create": "core.registry",
-         "get": "core.registry", "names": "core.registry", "register": "core.registry"}
+         "Traffic": "core.compressor", "decompress": "compressors.registry", "Payload": "core.payload", "create": "compressors.registry",
+         "get": "compressors.registry", "names": "compressors.registry", "register": "compressors.registry"}
 
 
 from gcbench import _compat  # noqa: E402  (old module paths: gcbench.ddp -> gcbench.distributed.ddp)

@@ -24,7 +24,7 @@ MOVED: dict[str, str] = {
     "gcbench.signals": "gcbench.core.signals",
     "gcbench.payload": "gcbench.core.payload",
     "gcbench.codec": "gcbench.core.codec",
-    "gcbench.registry": "gcbench.core.registry",
+    "gcbench.registry": "gcbench.compressors.registry",
     "gcbench.compressor": "gcbench.core.compressor",
     "gcbench.zoo": "gcbench.sources.zoo",
     "gcbench.recorder": "gcbench.sources.recorder",

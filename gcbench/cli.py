@@ -30,7 +30,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import gcbench
-from gcbench.core import registry, signals
+from gcbench.compressors import registry
+from gcbench.core import signals
 from gcbench.core.errors import GcbenchError
 
 app = typer.Typer(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.results.baselines import PAPERS_FILE, Claim, ClaimResult, load_claims, match_claims
 

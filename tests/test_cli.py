@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.results.store import SCHEMA_VERSION, load_run
 
 runner = CliRunner()

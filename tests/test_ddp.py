@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.distributed.ddp import HookStats, compressor_hook, register_compressor_hook, unit_seed
 from gcbench.distributed.train import WorkerContext, run_group
 

@@ -26,8 +26,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gcbench.core import registry
-from gcbench.core.compressor import Compressor, decompress
+from gcbench.compressors import registry
+from gcbench.compressors.registry import decompress
+from gcbench.core.compressor import Compressor
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import _DTYPES, MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, Payload, decode_header, encode_header
 from tests.conftest import normal

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.measure.metrics import bits_per_element, copy_roofline, delta_beznosikov, fidelity, mean_ci, pooled, ratio, time_call
 
 

@@ -18,7 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.measure.runner import build_source, derive_seed, run_suite, suite_windows
 from gcbench.measure.suite import parse_suite
 from gcbench.report.html import render_html

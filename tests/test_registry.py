@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
-from gcbench.core import registry
+from gcbench.compressors.registry import parse_spec
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
 from gcbench.core.info import Param
-from gcbench.core.registry import parse_spec
 from tests.conftest import normal
 
 NAMES = registry.names()

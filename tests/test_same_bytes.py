@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 
 GOLDEN = Path(__file__).parent / "golden" / "payload_digests.json"
 RECORD = os.environ.get("GCBENCH_RECORD_DIGESTS") == "1"

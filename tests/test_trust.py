@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.measure.suite import imported_code, parse_suite, require_trusted_code
 from gcbench.sources.synthetic import SyntheticSource

@@ -1,7 +1,7 @@
 """Every registered compressor, one module each.
 
 Importing this package imports every public module in it, and each module registers its
-compressor(s) with :func:`gcbench.core.registry.register`.  Adding a compressor is adding a module
+compressor(s) with :func:`gcbench.compressors.registry.register`.  Adding a compressor is adding a module
 here: the registry, ``gcbench list`` and the registry-wide contract tests pick it up.
 """
 

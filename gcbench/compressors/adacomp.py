@@ -60,11 +60,11 @@ import torch
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors._select import InPlaceEncoder
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 RESIDUE = "residue"
 CONV_BIN = 50  # the paper's bin length for convolution weights

@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 
 from gcbench import kernels
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, State, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
-from gcbench.core.registry import register
 
 
 def cast_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:

@@ -106,11 +106,11 @@ from gcbench.compressors._select import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import ParamError
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 # The official DGCCompressor clamps sample_ratio to [0.01, 1] (``min(max(sample_ratio, 0.01), 1.0)``);
 # gcbench rejects a smaller value instead, so that the parameter recorded in results is the one used.

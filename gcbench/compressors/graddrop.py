@@ -94,12 +94,12 @@ import torch
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, to_numpy
 from gcbench.compressors._select import InPlaceEncoder, above, strided_sample
+from gcbench.compressors.registry import register
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 QUANTIZE = ("none", "1bit", "2bit")
 _SCALES = {"none": 0, "1bit": 1, "2bit": 2}  # fp32 scales in the body

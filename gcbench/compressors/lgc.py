@@ -171,12 +171,12 @@ from gcbench.compressors._common import (
     sparse_decode,
     to_numpy,
 )
+from gcbench.compressors.registry import register
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.info import Param, ParamValue
 from gcbench.core.payload import MetaValue, Payload, dense_bytes
-from gcbench.core.registry import register
 
 SERVER = -1  # sender id of the parameter server (not a worker)
 PHASES: tuple[str, ...] = ("dense", "topk", "compressed")

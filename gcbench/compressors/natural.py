@@ -58,12 +58,12 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
+from gcbench.compressors.registry import register
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import Payload
-from gcbench.core.registry import register
 
 OMEGA_NATURAL = 1.0 / 8.0  # variance bound of C_nat (Horváth et al. 2019)
 

@@ -44,12 +44,12 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
+from gcbench.compressors.registry import register
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 _GRANULARITIES = ("column", "row", "tensor")
 

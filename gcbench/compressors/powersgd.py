@@ -65,11 +65,11 @@ from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors._select import InPlaceEncoder
 from gcbench.compressors._sparse_fast import njit
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 Q_KEY = "q"  # warm-start factor (cols × r), float32
 _DEP_TOL = 1e-10  # a column whose norm fell below this fraction during projection is dependent

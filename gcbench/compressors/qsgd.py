@@ -32,12 +32,12 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
+from gcbench.compressors.registry import register
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import Payload
-from gcbench.core.registry import register
 
 
 def level_bits(s: int) -> int:

@@ -25,10 +25,10 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import density_param, k_of
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
-from gcbench.core.registry import register
 
 
 def indices_from_seed(seed: int, d: int, k: int) -> np.ndarray:

@@ -72,10 +72,10 @@ from gcbench.compressors._select import (
     sparse_or_dense_nbytes,
 )
 from gcbench.compressors.dgc import clip_params, dense_params, sent_dense
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 
 def sdagc_lambda(step: int, params: Mapping[str, Any]) -> float:

@@ -23,11 +23,11 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
+from gcbench.compressors.registry import register
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 
 def _sign_bits(a: torch.Tensor) -> np.ndarray:

@@ -35,12 +35,12 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
+from gcbench.compressors.registry import register
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import Payload
-from gcbench.core.registry import register
 
 # 2-bit codes: 0 -> 0, 1 -> +1, 2 -> -1
 _DECODE = torch.tensor([0.0, 1.0, -1.0, 0.0])

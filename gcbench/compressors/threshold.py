@@ -25,10 +25,10 @@ import torch
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import InPlaceEncoder, above
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 
 def threshold_reference_encode(comp: Compressor, x32: torch.Tensor,

@@ -22,9 +22,9 @@ import torch
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import InPlaceEncoder
+from gcbench.compressors.registry import register
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 
 def topk_indices(a: torch.Tensor, k: int) -> torch.Tensor:

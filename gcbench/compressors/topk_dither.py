@@ -41,13 +41,13 @@ import torch
 from gcbench import kernels
 from gcbench.compressors._common import coding_param, density_param, k_of, to_numpy
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, p_param, s_param, tensor_norm
+from gcbench.compressors.registry import register
 from gcbench.compressors.topk import topk_indices
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.registry import register
 
 
 def encode_body(n: float, idx: np.ndarray, field: np.ndarray, d: int, w: int, coding: str) -> np.ndarray:

@@ -7,7 +7,7 @@ Contract (checked for every registered compressor by ``tests/test_contract.py``)
 * ``decompress(payload) -> Tensor`` needs nothing but the payload: a default-constructed
   instance of the same compressor decodes any payload of that codec, whatever parameters
   produced it (decode-time settings travel in the payload header).  The result has ``x``'s shape
-  and dtype.
+  and dtype.  (:func:`gcbench.compressors.registry.decompress` decodes any payload by its codec name.)
 * ``payload.nbytes == len(payload.to_bytes())`` and ``Payload.from_bytes`` restores a payload that
   decompresses identically.
 * Decoding is a trust boundary (the DDP hook decodes its peers' bytes): ``decompress`` raises
@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gcbench.core.errors import PayloadError, UnknownNameError
+from gcbench.core.errors import PayloadError
 from gcbench.core.info import CompressorInfo, Flags, ParamValue
 from gcbench.core.payload import MetaValue, Payload, check_shape
 
@@ -202,7 +202,7 @@ def _overlaps(t: torch.Tensor, u: torch.Tensor) -> bool:
 class Compressor(ABC):
     """Base class of every compressor; subclasses implement :meth:`_encode` and :meth:`_decode`.
 
-    Subclasses are registered with :func:`gcbench.core.registry.register`, which sets ``info``.
+    Subclasses are registered with :func:`gcbench.compressors.registry.register`, which sets ``info``.
     ``self.params`` is the validated, read-only parameter mapping.
 
     ``_encode(a, state)`` receives a float32 tensor that it may *not* modify (it can be the
@@ -431,21 +431,6 @@ class Compressor(ABC):
 
     def describe(self) -> dict[str, ParamValue | None]:
         return dict(self.params)
-
-
-def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
-    """Decode any payload by its codec name alone (the "needs only the payload" guarantee).
-
-    ``expected_shape`` as in :meth:`Compressor.decompress`; an unknown codec name is a
-    :class:`PayloadError` like any other malformed header.
-    """
-    from gcbench.core import registry
-
-    try:
-        comp = registry.create(payload.codec)
-    except UnknownNameError:
-        raise PayloadError(f"payload of unknown codec {payload.codec!r}") from None
-    return comp.decompress(payload, expected_shape)
 
 
 def body_numpy(payload: Payload) -> np.ndarray:

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.payload import Payload

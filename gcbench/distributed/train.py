@@ -68,7 +68,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from gcbench.core import registry, signals
+from gcbench.compressors import registry
+from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 from gcbench.results.store import RunWriter, atomic_write_json
 

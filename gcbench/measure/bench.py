@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
-from gcbench.core import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.measure.metrics import copy_roofline, time_call
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, Payload, State
 from gcbench.core.errors import GcbenchError, SourceError
 from gcbench.core.payload import dense_bytes

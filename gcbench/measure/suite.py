@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "suites"

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors.adacomp import RESIDUE, adacomp_bits, adacomp_reference, count_width, index_width
-from gcbench.core import registry
 from tests.compressors.test_topk_dither import ef_drift
 
 # A hand-worked example: two bins of length 4, with a residue from an earlier step.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gcbench.core import registry
-from gcbench.core.compressor import State, decompress
+from gcbench.compressors import registry
+from gcbench.compressors.registry import decompress
+from gcbench.core.compressor import State
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from tests.conftest import normal, same_bits

@@ -10,9 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gcbench.compressors import registry
 from gcbench.compressors._select import DGC_LOWER, DGCStep, dgc_sample_plan, dgc_select, dgc_step_fast, dgc_step_torch
 from gcbench.compressors.dgc import dgc_reference, scheduled_density
-from gcbench.core import codec, registry
+from gcbench.core import codec
 from gcbench.core.compressor import State
 from gcbench.core.errors import ParamError
 from gcbench.core.payload import Payload

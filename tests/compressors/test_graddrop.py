@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors.graddrop import _GROUP_LEVELS
-from gcbench.core import codec, registry
+from gcbench.core import codec
 from gcbench.core.compressor import ErrorFeedback
 
 

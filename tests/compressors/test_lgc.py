@@ -15,9 +15,11 @@ import torch
 
 from gcbench.compressors import _lgc_ae as ae
 from gcbench.compressors import lgc as lgc_module
+from gcbench.compressors import registry
 from gcbench.compressors.lgc import LGC, SERVER, LGCExchangeResult, phase_summary
-from gcbench.core import codec, registry
-from gcbench.core.compressor import ErrorFeedback, State, decompress
+from gcbench.compressors.registry import decompress
+from gcbench.core import codec
+from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.payload import Payload
 from tests.conftest import same_bits

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gcbench import kernels
+from gcbench.compressors import registry
 from gcbench.compressors.natural import (
     OMEGA_NATURAL,
     dither_encode,
@@ -22,7 +23,6 @@ from gcbench.compressors.natural import (
     natural_values,
     omega_natural_dither,
 )
-from gcbench.core import registry
 from gcbench.core.compressor import State
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
@@ -361,7 +361,7 @@ def test_natural_dither_decode_rejects_a_level_above_s() -> None:
 
 
 def test_float16_top_binade_never_overflows_to_inf() -> None:
-    from gcbench.core import registry
+    from gcbench.compressors import registry
 
     comp = registry.create("natural")
     x = torch.tensor([40000.0, -60000.0, 65504.0, 33000.0, 1.5, -0.75, float("inf")], dtype=torch.float16).repeat(200)

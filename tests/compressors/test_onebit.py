@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors.onebit import _GRANULARITIES, OWNER_KEY, onebit_reference, split_stripes
-from gcbench.core import registry
-from gcbench.core.compressor import Compressor, ErrorFeedback, State, decompress
+from gcbench.compressors.registry import decompress
+from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.payload import Payload, encode_header
 from tests.conftest import normal
 from tests.test_kernels import torch_only

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors.powersgd import (
     Q_KEY,
     matrix_shape,
@@ -15,7 +16,6 @@ from gcbench.compressors.powersgd import (
     powersgd_reference,
     ring_allreduce_bytes,
 )
-from gcbench.core import registry
 from gcbench.core.compressor import State
 from tests.compressors.test_topk_dither import ef_drift
 

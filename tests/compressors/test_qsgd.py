@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors.qsgd import qsgd_fixed_bits
-from gcbench.core import registry
-from gcbench.core.compressor import State, decompress
+from gcbench.compressors.registry import decompress
+from gcbench.core.compressor import State
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, omega, unbiasedness_statistic

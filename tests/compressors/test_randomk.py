@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from gcbench import kernels
+from gcbench.compressors import registry
 from gcbench.compressors.randomk import indices_from_seed
-from gcbench.core import registry
-from gcbench.core.compressor import State, decompress
+from gcbench.compressors.registry import decompress
+from gcbench.core.compressor import State
 from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, unbiasedness_statistic
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors import sdagc as sdagc_module
 from gcbench.compressors.sdagc import sdagc_lambda, sdagc_threshold
-from gcbench.core import registry
 
 
 def _gen(seed: int) -> np.random.Generator:

@@ -8,8 +8,9 @@ import struct
 import pytest
 import torch
 
-from gcbench.core import registry
-from gcbench.core.compressor import Compressor, ErrorFeedback, State, decompress
+from gcbench.compressors import registry
+from gcbench.compressors.registry import decompress
+from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.payload import Payload
 from tests.conftest import normal
 from tests.test_kernels import torch_only

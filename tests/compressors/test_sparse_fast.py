@@ -401,7 +401,7 @@ def test_population_std_equals_torch_std_in_float32() -> None:
 def test_torch_path_gives_the_bytes_of_the_kernels(name: str, params: dict[str, object], shape: tuple[int, ...],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """What a CUDA tensor takes (the torch ops), run here on CPU tensors: the same bytes and states."""
-    from gcbench.core import registry
+    from gcbench.compressors import registry
 
     comp = registry.create(name, **params)
     fast_state, torch_state = comp.init_state(1), comp.init_state(1)
@@ -418,7 +418,7 @@ def test_torch_path_gives_the_bytes_of_the_kernels(name: str, params: dict[str, 
 
 
 def test_powersgd_torch_path_agrees_within_float64_rounding(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gcbench.core import registry
+    from gcbench.compressors import registry
 
     comp = registry.create("powersgd", rank=3)
     s1, s2 = comp.init_state(2), comp.init_state(2)

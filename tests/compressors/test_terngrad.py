@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.core import registry
-from gcbench.core.compressor import State, decompress
+from gcbench.compressors import registry
+from gcbench.compressors.registry import decompress
+from gcbench.core.compressor import State
 from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, unbiasedness_statistic
 from tests.test_kernels import torch_only

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.core import registry
+from gcbench.compressors import registry
 from gcbench.core.compressor import ErrorFeedback
 from gcbench.core.errors import ParamError
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.core import codec, registry
-from gcbench.core.compressor import ErrorFeedback, State, decompress
+from gcbench.compressors import registry
+from gcbench.compressors.registry import decompress
+from gcbench.core import codec
+from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.payload import Payload
 from tests.conftest import expected_index_bits, normal
 

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.compressors.natural import level_bits
 from gcbench.compressors.topk_dither import topk_dither_bits, topk_dither_parts
-from gcbench.core import codec, registry
+from gcbench.core import codec
 from gcbench.core.compressor import Compressor
 from tests.compressors.test_natural import assert_unbiased, dither_test_input
 

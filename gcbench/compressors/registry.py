@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gcbench.core.errors import ParamError, UnknownNameError, did_you_mean
+from gcbench.core.errors import ParamError, PayloadError, UnknownNameError, did_you_mean
 from gcbench.core.info import CompressorInfo, Param, ParamValue
+
+if TYPE_CHECKING:
+    import torch
+
+    from gcbench.core.payload import Payload
 
 _REGISTRY: dict[str, CompressorInfo] = {}
 
@@ -125,3 +130,16 @@ def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
         except ParamError as exc:
             raise ParamError(f"{info.name}.{p.name}: {exc}") from None
     return info.name, params
+
+
+def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
+    """Decode any payload by its codec name alone (the "needs only the payload" guarantee).
+
+    ``expected_shape`` as in :meth:`Compressor.decompress`; an unknown codec name is a
+    :class:`PayloadError` like any other malformed header.
+    """
+    try:
+        comp = create(payload.codec)
+    except UnknownNameError:
+        raise PayloadError(f"payload of unknown codec {payload.codec!r}") from None
+    return comp.decompress(payload, expected_shape)
