@@ -223,6 +223,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
 
         # 1. fidelity repeats from copies of the current state (worker 0)
         fids: list[Fidelity] | None = None
+        firsts: list[tuple[Payload, torch.Tensor]] = []
+        first_states: list[State] = []
         if repeats > 1 or custom_exchange:
             fids, firsts, first_states = _repeat_fidelity(comp, xs[0], states[0], refs[0], repeats, suite.seed, t)
 
@@ -232,13 +234,12 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
             step_phases.append(phase)
             outs0 = firsts  # worker 0's payloads: its first fidelity repeat
         else:
-            if fids is not None and type(comp).compress_group is Compressor.compress_group:
-                # worker 0's stream step is its first fidelity repeat (an independent draw from the same
-                # state), so stochastic compressors do not compress worker 0's tensors once more
+            # worker 0's stream step is its first fidelity repeat (an independent draw from the same
+            # state), so stochastic compressors do not compress worker 0's tensors once more
+            reuse = fids is not None and type(comp).compress_group is Compressor.compress_group
+            if reuse:
                 states[0] = first_states
-                outs = [firsts] + [comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(1, W)]
-            else:
-                outs = [comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(W)]
+            outs = [firsts if reuse and w == 0 else comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(W)]
             aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(units))]
             traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])
             outs0 = outs[0]
