@@ -17,6 +17,7 @@ from gcbench.compressors import registry
 from gcbench.compressors.registry import decompress
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.info import CompressorInfo
 from gcbench.core.payload import Payload
 from tests.conftest import same_bits
 
@@ -132,10 +133,10 @@ class _AliasingCast(Compressor):
         return payload.data.view(torch.float32).clone()
 
 
-_AliasingCast.info = registry.CompressorInfo(
-    name="test_aliasing_cast", version=1, description="test only", paper="—", biased=False, stateful=True,
-    error_feedback="always", deterministic=True, reconstructed=False, exchange="gather", params=(), cls=_AliasingCast,
-)  # fmt: skip
+_AliasingCast.info = CompressorInfo(
+    name="test_aliasing_cast", impl=f"{__name__}:_AliasingCast", version=1, description="test only", paper="—", biased=False,
+    stateful=True, traffic_bytes=12.0, error_feedback="always",
+)
 
 
 def test_error_feedback_does_not_rewrite_a_body_that_views_the_corrected_input() -> None:

@@ -6,15 +6,17 @@ compressor that declares the wrong ``deterministic`` flag fails here without edi
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.compressors.registry import parse_spec
-from gcbench.core.compressor import Compressor, State
+from gcbench.core.compressor import State
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
-from gcbench.core.info import Param
+from gcbench.core.info import CompressorInfo, Param
 from tests.conftest import normal
 
 NAMES = registry.names()
@@ -45,27 +47,22 @@ def test_unknown_parameter_suggests_close_match() -> None:
         parse_spec("qsgd:buckett=64")
 
 
+def _card(name: str, **kw: Any) -> CompressorInfo:
+    base = {"impl": "tests.test_registry:_Probe", "version": 1, "description": "d", "paper": "—", "biased": True, "stateful": False,
+            "traffic_bytes": 4.0}
+    return CompressorInfo(name=name, **{**base, **kw})
+
+
 def test_registering_a_name_twice_raises() -> None:
     before = registry.get("topk")
-
-    class Impostor(Compressor):
-        def _encode(self, a, state):  # pragma: no cover - never called
-            raise AssertionError
-
-        def _decode(self, payload):  # pragma: no cover - never called
-            raise AssertionError
-
-    deco = registry.register(name="topk", version=1, description="dup", paper="—", biased=True, stateful=False)
     with pytest.raises(ValueError, match="registered twice"):
-        deco(Impostor)
+        registry.register(_card("topk"))
     assert registry.get("topk") is before  # the original entry is untouched
 
 
-def test_register_rejects_bad_error_feedback_mode() -> None:
+def test_a_card_rejects_a_bad_error_feedback_mode() -> None:
     with pytest.raises(ValueError, match="error_feedback"):
-        registry.register(
-            name="x_never_registered", version=1, description="", paper="", biased=True, stateful=False, error_feedback="sometimes"
-        )
+        _card("x_never_registered", error_feedback="sometimes")
     assert "x_never_registered" not in registry.names()
 
 
@@ -205,22 +202,13 @@ def test_flags_follow_the_resolved_parameters() -> None:
 
 
 def test_unbiased_when_must_name_a_valid_setting_of_a_biased_compressor() -> None:
-    class Probe(Compressor):
-        def _encode(self, a, state):  # pragma: no cover - never called
-            raise AssertionError
-
-        def _decode(self, payload):  # pragma: no cover - never called
-            raise AssertionError
-
-    kw = {"version": 1, "description": "d", "paper": "—", "stateful": False, "params": (Param("c", float, 1.0, "c", low=0.0),)}
+    params = (Param("c", float, 1.0, "c", low=0.0),)
     with pytest.raises(UnknownNameError):
-        registry.register(name="test_probe_a", biased=True, unbiased_when={"nope": 0.0}, **kw)(Probe)
+        _card("test_probe_a", unbiased_when={"nope": 0.0}, params=params)
     with pytest.raises(ValueError, match="needs biased=True"):
-        registry.register(name="test_probe_b", biased=False, unbiased_when={"c": 0.0}, **kw)(Probe)
+        _card("test_probe_b", biased=False, unbiased_when={"c": 0.0}, params=params)
     with pytest.raises(ParamError):
-        registry.register(name="test_probe_c", biased=True, unbiased_when={"c": -1.0}, **kw)(Probe)
-    for n in ("test_probe_a", "test_probe_b", "test_probe_c"):
-        registry._REGISTRY.pop(n, None)
+        _card("test_probe_c", unbiased_when={"c": -1.0}, params=params)
 
 
 @pytest.fixture(scope="module")
