@@ -405,7 +405,7 @@ class CompressorInfo:
                 try:
                     values[p.name] = p.validate(given[p.name])
                 except ParamError as exc:
-                    raise ParamError(f"{self.name}.{p.name}: {exc}") from None
+                    raise ParamError(f"{self.name}.{p.name}: {exc}", p.name, str(exc)) from None
             else:
                 values[p.name] = p.default
         return self.record(**values)
@@ -418,7 +418,7 @@ class CompressorInfo:
             try:
                 values[p.name] = p.parse(raw)
             except ParamError as exc:
-                raise ParamError(f"{self.name}.{p.name}: {exc}") from None
+                raise ParamError(f"{self.name}.{p.name}: {exc}", p.name, str(exc)) from None
         return self.resolve(values)
 
     def resolve_flags(self, params: Mapping[str, Any] | None = None) -> Flags:

@@ -184,16 +184,13 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
             info = registry.get(c.name)
         except UnknownNameError as exc:
             raise GcbenchError(f"{where}: compressors[{i}].name: {exc}") from None
-        params = {}
-        for key, value in c.params.items():
-            try:
-                p = info.param(key)
-            except UnknownNameError as exc:
-                raise GcbenchError(f"{where}: compressors[{i}].params.{key}: {exc}") from None
-            try:
-                params[key] = p.validate(value)
-            except ParamError as exc:
-                raise GcbenchError(f"{where}: compressors[{i}].params.{key}: {exc}") from None
+        try:
+            record = info.resolve(c.params)  # the one validation of parameters (gcbench.core.info)
+        except UnknownNameError as exc:
+            raise GcbenchError(f"{where}: compressors[{i}].params: {exc}") from None
+        except ParamError as exc:
+            raise GcbenchError(f"{where}: compressors[{i}].params.{exc.param}: {exc.reason}") from None
+        params = {k: record[k] for k in c.params}
         label = c.label
         if label is None:
             label = c.name if not params else c.name + "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
