@@ -391,3 +391,15 @@ def apply_overrides(
     data["compressors"] = [{k: v for k, v in c.items() if v is not None} for c in data["compressors"]]
     data["metrics"] = {k: v for k, v in m.items() if v is not None}
     return parse_suite(data, "<command line>")
+
+
+def bundled_suites() -> list[dict[str, Any]]:
+    """The suites shipped in ``suites/`` (name, path, description, compressor count); an invalid one says why."""
+    rows = []
+    for p in sorted(SUITE_DIR.glob("*.toml")):
+        try:
+            s = load_suite(p)
+            rows.append({"name": p.stem, "path": str(p), "description": s.description, "compressors": len(s.compressors)})
+        except GcbenchError as exc:
+            rows.append({"name": p.stem, "path": str(p), "description": f"INVALID: {exc}", "compressors": 0})
+    return rows

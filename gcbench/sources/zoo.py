@@ -701,3 +701,19 @@ def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
     with torch.device("meta"):
         module = spec.build(**build_kwargs)
     return gradient_layout(module)
+
+
+def catalogue() -> list[dict[str, Any]]:
+    """Every model ``gcbench list models`` shows: zoo and Hugging Face names, sizes counted on the meta device."""
+    from gcbench.sources import hf
+
+    def sizes(name: str) -> tuple[int | None, int | None]:
+        if hf.is_hf(name) and not hf.available():
+            return None, None  # counted once the extra is installed
+        layout = layer_shapes(name)  # meta device: no weights allocated
+        return sum(s.numel for s in layout), len(layout)
+
+    return [{"name": n, "parameters": p, "tensors": k, "extra": e, "description": d}
+            for n, d, e in [*((n, m.description, None) for n, m in MODELS.items()),
+                            *((hf.PREFIX + n, m.description, hf.EXTRA) for n, m in hf.MODELS.items())]
+            for p, k in [sizes(n)]]
