@@ -275,3 +275,46 @@ def test_list_table_shows_the_resolved_flags() -> None:
     assert "biased, stateful, EF:on" in rows["topk_dither"]
     assert "biased (unbiased when clip=0.0)" in rows["terngrad"]
     assert "unbiased" not in rows["terngrad"].split("│")[3].replace("(unbiased when", "")
+
+
+def test_cards_are_read_without_importing_torch_or_an_implementation() -> None:
+    """`gcbench list` and suite validation read every card without torch (the reason list starts in well under a second)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom gcbench.compressors import registry\n"
+            "cards = registry.infos()\nassert len(cards) >= 20\n"
+            "[c.resolve_flags() for c in cards]\n"
+            "heavy = [m for m in ('torch', 'numpy', 'numba', 'gcbench.compressors.topk') if m in sys.modules]\n"
+            "print(','.join(heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"reading the cards imported {out}"
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_card_names_a_class_that_carries_it(name: str) -> None:
+    card = registry.get(name)
+    cls = card.load()
+    assert cls.info is card and registry.create(name).info is card
+    assert card.traffic_bytes > 0
+    assert isinstance(registry.create(name).params, card.record)
+
+
+def test_params_are_a_typed_frozen_record() -> None:
+    comp = registry.create("powersgd", rank=4)
+    assert comp.params.rank == 4 and comp.params["rank"] == 4 and dict(comp.params)["ef_residual"] == "aggregate"
+    assert comp.params == {**registry.get("powersgd").defaults, "rank": 4}
+    with pytest.raises(AttributeError):
+        comp.params.rank = 5  # type: ignore[misc]
+    with pytest.raises(KeyError):
+        comp.params["nope"]
+    card = registry.get("powersgd")
+    assert card.resolve(comp.params) is comp.params  # a record of this card is not validated again
+
+
+def test_a_card_whose_class_does_not_carry_it_is_one_clear_error() -> None:
+    card = _card("test_orphan", impl="gcbench.compressors.topk:TopK")
+    with pytest.raises(GcbenchError, match="does not carry this card"):
+        card.load()
+    with pytest.raises(GcbenchError, match="cannot load its implementation"):
+        _card("test_missing", impl="no_such_module:X").load()
