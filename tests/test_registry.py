@@ -318,3 +318,20 @@ def test_a_card_whose_class_does_not_carry_it_is_one_clear_error() -> None:
         card.load()
     with pytest.raises(GcbenchError, match="cannot load its implementation"):
         _card("test_missing", impl="no_such_module:X").load()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["list"], ["list", "--params"], ["list", "dgc"], ["list", "suites"],
+                                  ["validate", "suites/cnn.toml"], ["validate", "suites/llm.toml"]],
+                         ids=lambda a: " ".join(a))
+def test_quick_commands_never_import_torch(argv: list[str]) -> None:
+    """The start-up budget (list and validate under 1 s, --help under 0.5 s) holds because these import no torch (~2 s alone)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nfrom gcbench.__main__ import main\n"
+            f"sys.argv = ['gcbench', *{argv!r}]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+            "sys.stderr.write(f'\\nRC={code} TORCH={\"torch\" in sys.modules}\\n')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert "RC=0 TORCH=False" in r.stderr, r.stderr[-2000:]

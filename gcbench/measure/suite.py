@@ -204,14 +204,14 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
 
 def _check_models(where: str, suite: Suite) -> None:
     """Model names and zoo options, checked against the zoo without importing or building anything."""
-    from gcbench.sources import zoo
+    from gcbench.sources import catalog
 
     for i, src in enumerate(suite.sources):
         if src.model is None or src.kind == "trace":
             continue
         options = {k: v for k, v in (("batch_size", src.batch_size), ("image_size", src.image_size)) if v is not None}
         try:
-            zoo.check_model(src.model, **(options if src.kind == "live" else {}))
+            catalog.check_model(src.model, **(options if src.kind == "live" else {}))
         except GcbenchError as exc:
             raise GcbenchError(f"{where}: sources[{i}].model: {exc}") from None
 
@@ -246,7 +246,7 @@ class CodeRef:
 
 def imported_code(suite: Suite) -> list[CodeRef]:
     """The user code running ``suite`` would import (zoo and ``hf:`` models are not user code)."""
-    from gcbench.sources.zoo import is_user_model
+    from gcbench.sources.catalog import is_user_model
 
     return [CodeRef(f"sources[{i}].model", src.model) for i, src in enumerate(suite.sources)
             if src.kind != "trace" and src.model is not None and is_user_model(src.model)]
@@ -287,12 +287,12 @@ def check_sources(suite: Suite, where: str) -> list[str]:
     across several workers need that many.  (Names, options and shapes are checked by
     :func:`parse_suite`.)  Returns one line per problem.
     """
-    from gcbench.sources.trace import TraceSource
-
     problems: list[str] = []
     for i, src in enumerate(suite.sources):
         workers = _source_workers(src)
         if src.kind == "trace":
+            from gcbench.sources.trace import TraceSource  # torch and safetensors: only a suite with a trace pays for them
+
             try:
                 trace = TraceSource(src.path or "")
             except GcbenchError as exc:

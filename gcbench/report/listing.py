@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from gcbench.compressors.check import CheckResult
 from gcbench.core.info import CompressorInfo
+
+if TYPE_CHECKING:
+    from gcbench.compressors.check import CheckResult  # the checks import torch; listing must not
 
 
 def _flags(card: CompressorInfo) -> str:
