@@ -332,7 +332,7 @@ def _gather_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
     if state.protocol == "terngrad":
         from gcbench.compressors.terngrad import clip_and_scale
 
-        clip = float(comp.params["clip"])
+        clip = comp.params.clip
         scalers = torch.tensor([clip_and_scale(x.detach().float(), clip)[1] for x in xs], dtype=torch.float32, device=dev)
         t = clock.now()
         dist.all_reduce(scalers, op=dist.ReduceOp.MAX, group=group)
@@ -374,7 +374,7 @@ def _powersgd_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor],
     from gcbench.compressors import powersgd as ps
 
     comp, group, world = state.compressor, state.process_group, state.world_size
-    r = int(comp.params["rank"])
+    r = comp.params.rank
     dev = xs[0].device
     ms = [ErrorFeedback.corrected(x.detach().float(), st).reshape(x.shape) for x, st in zip(xs, states, strict=True)]
     low = [i for i, x in enumerate(xs) if ps.is_low_rank(tuple(x.shape), r)]
@@ -417,7 +417,7 @@ def _powersgd_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor],
         q_mean = second[qpos : qpos + cols * r].reshape(cols, r).contiguous()
         qpos += cols * r
         agg = ps.reconstruct(p_hats[i], q_mean)
-        approx = agg if comp.params["ef_residual"] == "aggregate" else ps.reconstruct(p_hats[i], q_parts[j])
+        approx = agg if comp.params.ef_residual == "aggregate" else ps.reconstruct(p_hats[i], q_parts[j])
         states[i].tensors[ErrorFeedback.KEY] = (mats[i] - approx).reshape(xs[i].shape)
         states[i].tensors[ps.Q_KEY] = q_mean.clone()
         out[i] = agg.reshape(-1)
@@ -465,7 +465,7 @@ def _onebit_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
 
     comp, group, world, rank = state.compressor, state.process_group, state.world_size, state.rank
     dev = xs[0].device
-    g = comp.params["granularity"]
+    g = comp.params.granularity
     bounds = [onebit.stripe_bounds(tuple(x.shape), g, world) for x in xs]
     # leg 1: stripe j of every unit goes to rank j (a unit with fewer columns than ranks has empty stripes)
     stripes = [onebit.worker_stripes(comp, x, st, b) for x, st, b in zip(xs, states, bounds, strict=True)]  # type: ignore[arg-type]  # OneBitSGD
