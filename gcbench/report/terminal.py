@@ -35,7 +35,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from gcbench.core.errors import ResultsError
-from gcbench.measure.bench import TARGETS, verdict
+from gcbench.measure.bench import target_of, verdict
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
     BENCH_UNIT,
@@ -236,7 +236,7 @@ def bench_target(rec: dict[str, Any]) -> tuple[str, str]:
     if any(not isinstance(rec.get(k), int | float) for k in ("compress_x_copy", "decompress_x_copy")):
         return ("—", "—")  # an incomplete record (hand-edited or from another tool): nothing to judge
     text, mark = verdict(rec)
-    t = TARGETS.get(str(rec.get("compressor")))
+    t = target_of(str(rec.get("compressor")))
     if t is not None and t.decompress_x_copy is not None:
         text = ", ".join(x for x in (text, f"decompress ≤ {t.decompress_x_copy:g}× copy") if x)
     extra = rec.get("vs_torch_topk")
