@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
-from gcbench.compressors.onebit import _GRANULARITIES, OWNER_KEY, onebit_reference, split_stripes
+from gcbench.compressors.cards.onebit import GRANULARITIES
+from gcbench.compressors.onebit import OWNER_KEY, onebit_reference, split_stripes
 from gcbench.compressors.registry import decompress
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.payload import Payload, encode_header
@@ -359,7 +360,7 @@ def test_fused_step_matches_the_base_class_path(granularity: str, shape: tuple[i
 
 
 def test_fused_decode_matches_the_torch_decode(monkeypatch: pytest.MonkeyPatch) -> None:
-    payloads = {g: registry.create("onebit", granularity=g).compress(normal((70, 1001), seed=2), State(0)) for g in _GRANULARITIES}
+    payloads = {g: registry.create("onebit", granularity=g).compress(normal((70, 1001), seed=2), State(0)) for g in GRANULARITIES}
     fast = {g: decompress(p) for g, p in payloads.items()}
     torch_only(monkeypatch)
     for g, p in payloads.items():
