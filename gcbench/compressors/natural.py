@@ -60,7 +60,7 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.registry import register
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import Payload
@@ -148,7 +148,7 @@ def natural_compress_reference(comp: Compressor, x32: torch.Tensor, state: State
 class Natural(Compressor):
     reference = natural_compress_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         seed = state.randint64()
         if not kernels.cpu_fast(a):
             return natural_torch(a, seed)[0], {}, None
@@ -301,7 +301,7 @@ def natural_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) 
 class NaturalDither(Compressor):
     reference = natural_dither_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         s, p = self.params["s"], self.params["p"]
         seed = state.randint64()

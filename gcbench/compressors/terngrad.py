@@ -37,7 +37,7 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.registry import register
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ExchangeResult, State, Traffic, body_numpy, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import Param
 from gcbench.core.payload import Payload
@@ -110,7 +110,9 @@ def terngrad_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
 class TernGrad(Compressor):
     reference = terngrad_reference
 
-    def _encode(self, a: torch.Tensor, state: State, scaler: float | None = None):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext = EncodeContext(), scaler: float | None = None) -> Encoded:
+        """The hook, and the exchange's encode with the group's shared ``scaler`` (``ctx`` defaults for
+        :mod:`gcbench.distributed.ddp`'s call, which hands over the scaler alone)."""
         seed = state.randint64()
         if not kernels.cpu_fast(a):
             return terngrad_torch(a, self.params["clip"], seed, scaler)[0], {}, None
@@ -156,7 +158,7 @@ class TernGrad(Compressor):
         payloads = []
         acc = torch.zeros(grads[0].numel(), dtype=torch.float32)
         for g, st in zip(grads, states, strict=True):
-            body, meta, _ = self._encode(g.detach().float(), st, scaler=shared)
+            body, meta, _ = self._encode(g.detach().float(), st, EncodeContext(need_decoded=False), scaler=shared)
             st.step += 1
             payloads.append(self._payload(g, body, meta))
             acc += self._decode_float(payloads[-1]).reshape(-1)

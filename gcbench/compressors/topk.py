@@ -21,9 +21,8 @@ import torch
 
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body, sparse_body_nbytes
-from gcbench.compressors._select import InPlaceEncoder
 from gcbench.compressors.registry import register
-from gcbench.core.compressor import Compressor, ErrorFeedback, State
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -59,11 +58,10 @@ def topk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
     error_feedback="optional",
     params=(density_param(0.01), coding_param("fixed")),
 )
-class TopK(InPlaceEncoder):
+class TopK(Compressor):
     reference = topk_reference
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         d = flat.numel()
         k = k_of(self.params["density"], d)
@@ -73,13 +71,13 @@ class TopK(InPlaceEncoder):
         if fast.fast_cpu(flat):
             idx_np, vals_np = idx.numpy(), vals.numpy()
             body = fast.encode_sorted(vals_np, idx_np, d, coding)
-            decoded = fast.dense_from(idx_np, vals_np, d) if need_decoded else None
-            if ef:
-                fast.scatter_sub(fast.as_numpy(flat), idx_np, vals_np)  # residual a − decoded
+            decoded = fast.dense_from(idx_np, vals_np, d) if ctx.need_decoded else None
+            if ctx.ef:
+                fast.scatter_sub(fast.as_numpy(flat), idx_np, vals_np)  # residual a − decoded: only k entries change
             return body, meta, decoded
         body = sparse_body(vals, idx, d, coding)
-        decoded = dense_from_sparse(vals, idx, d) if need_decoded else None
-        if ef:
+        decoded = dense_from_sparse(vals, idx, d) if ctx.need_decoded else None
+        if ctx.ef:
             flat[idx] = flat[idx] - vals
         return body, meta, decoded
 
