@@ -49,7 +49,7 @@ def test_registering_a_name_twice_raises() -> None:
     before = registry.get("topk")
 
     class Impostor(Compressor):
-        def _encode(self, a, state):  # pragma: no cover - never called
+        def _encode(self, a, state, ctx):  # pragma: no cover - never called
             raise AssertionError
 
         def _decode(self, payload):  # pragma: no cover - never called
@@ -206,7 +206,7 @@ def test_flags_follow_the_resolved_parameters() -> None:
 
 def test_unbiased_when_must_name_a_valid_setting_of_a_biased_compressor() -> None:
     class Probe(Compressor):
-        def _encode(self, a, state):  # pragma: no cover - never called
+        def _encode(self, a, state, ctx):  # pragma: no cover - never called
             raise AssertionError
 
         def _decode(self, payload):  # pragma: no cover - never called
