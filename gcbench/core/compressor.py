@@ -38,11 +38,15 @@ keeps ``e = a − decoded``.  Per non-empty tensor, :meth:`Compressor.compress_a
    overwrite it and must leave ``a − decoded`` in it, :meth:`EncodeContext.keep_residual`), else
    ``x32`` itself, read only.  :class:`EncodeContext` says which (``ef``), whether the caller wants
    the decoded tensor (``need_decoded``) and what the formation pass computed (``fused``).
-   ``_encode`` returns ``(body, meta, decoded or None)``; ``None`` makes the base decode the
-   payload, and only when the caller asks.
+   ``_encode`` returns ``(body, meta, decoded or None)``;
+4. builds the payload (a body or decoded tensor sharing memory with the residual buffer is an
+   encoder bug and raises ``RuntimeError``), counts the step, and decodes the payload only if
+   ``_encode`` returned no decoded tensor and the caller asks for one.
 
 A compressor without error feedback writes ``_encode`` as a plain function of ``a`` (read only);
 one with a fast path for error feedback still needs no other hook than ``_form_corrected``.
+Compressors with their own residual mechanism (``error_feedback="own"``: momentum correction,
+AdaComp's residue) keep those state tensors themselves and see ``ctx.ef`` False.
 """
 
 from __future__ import annotations
