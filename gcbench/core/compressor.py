@@ -238,14 +238,10 @@ class ErrorFeedback:
         return x32.clone() if e is None else x32 + e
 
     @classmethod
-    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor, body: torch.Tensor | None = None) -> None:
-        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory when safe).
-
-        ``body`` is the payload body just produced from ``corrected``: when it (or ``decoded``) is a
-        view of ``corrected``'s memory, an in-place subtraction would rewrite the payload.
-        """
-        if _overlaps(decoded32, corrected) or (body is not None and _overlaps(body, corrected)):
-            state.tensors[cls.KEY] = corrected - decoded32  # decoded or the body aliases the input
+    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor) -> None:
+        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory unless ``decoded`` is a view of it)."""
+        if _overlaps(decoded32, corrected):
+            state.tensors[cls.KEY] = corrected - decoded32
         else:
             state.tensors[cls.KEY] = corrected.sub_(decoded32)
 
