@@ -590,7 +590,7 @@ TRAIN_METRICS: dict[str, Callable[[TrainCase], Any]] = {
     "ratio": lambda c: c.size.ratio if c.size else None,
     "bits_per_element": lambda c: c.size.bits_per_element if c.size else None,
     **{k: _tr(k) for k in ("final_accuracy", "final_loss", "best_accuracy", "accuracy_gap", "time_to_target_s",
-                           "epochs_to_target", "train_time_s")},
+                           "epochs_to_target", "train_time_s", "target_accuracy")},
     **{f"step_{k}": _step(k) for k in ("total_s", "compute_s", "compress_s", "communicate_s", "decompress_s")},
     "payload_bytes_per_worker": lambda c: c.training.bytes.payload_bytes_per_worker if c.training and c.training.bytes else None,
 }
