@@ -438,7 +438,7 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     return Plot("size", title, _png(fig), caption)
 
 
-def train_curve_series(cases: Sequence[TrainCase], key: str) -> list[tuple[dict[str, Any], list[tuple[int, float]]]]:
+def train_curve_series(cases: Sequence[TrainCase], key: str) -> list[tuple[TrainCase, list[tuple[int, float]]]]:
     """(case, [(epoch, value), ...]) for every completed train case with ``key`` in its per-epoch curve."""
     series = []
     for c in _ok(cases, "train"):

@@ -26,13 +26,16 @@ Choices:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
 from rich.markup import escape as rich_escape
 from rich.table import Table
+from rich.text import Text
 
 from gcbench.core.errors import ResultsError
 from gcbench.measure.bench import TARGETS, verdict
@@ -47,6 +50,7 @@ from gcbench.results.compare import (
     WORSE,
     Comparison,
     Row,
+    head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
 from gcbench.results.record import BenchCase, RunCase, RunRecord, TrainCase, as_record
@@ -370,17 +374,22 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 def summary_tables(run: LoadedRun) -> list[Table]:
     """The tables of one results file: one per gradient source of a run, one for a train or bench file."""
     if run.kind == "train":
-        return [train_table(run)]
+        return [train_table(run.cases, f"{run.run_id} — training: {train_description(run)}")]
     if run.kind == "bench":
         return [bench_table(run)]
+    return case_tables(run.cases, run.run_id)
+
+
+def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
+    """One summary table per gradient source of run/compare cases, each followed by its per-phase table if it has one."""
     tables = []
-    for src, cases in by_source(run.cases).items():
-        t = Table(title=f"{rich_escape(run.run_id)} — {rich_escape(src)}", title_justify="left")
+    for src, group in by_source(cases).items():
+        t = Table(title=f"{rich_escape(title)} — {rich_escape(src)}", title_justify="left")
         t.add_column("case", no_wrap=True)
         for col in SUMMARY_COLUMNS:
             t.add_column(col.header, justify="right", no_wrap=True)
         errors = []
-        for c in cases:
+        for c in group:
             if not c.ok:
                 # the error goes under the table: in a cell it would stretch one numeric column
                 t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(SUMMARY_COLUMNS) - 1))
@@ -391,12 +400,51 @@ def summary_tables(run: LoadedRun) -> list[Table]:
             t.caption = "\n".join(errors)
             t.caption_justify = "left"
         tables.append(t)
-        phases = phase_table(cases, f"{run.run_id} — {src}")
+        phases = phase_table(group, f"{title} — {src}")
         if phases is not None:
             phases.caption = rich_escape(PHASE_NOTE)
             phases.caption_justify = "left"
             tables.append(phases)
     return tables
+
+
+def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
+    """What ``gcbench run`` prints after a run: the per-source tables of its cases and the footnote."""
+    return [*case_tables(cases, title), Text(FOOTNOTE)]
+
+
+def head_to_head_output(cases: Sequence[RunCase], granularity: str) -> list[RenderableType]:
+    """What ``gcbench compare`` prints: every metric of the cases side by side (best in green), failures, notes, phases."""
+    src = cases[0].source_label if cases else ""
+    first = next((c for c in cases if c.ok), None)
+    workers = "?" if first is None or first.workers is None else first.workers
+    steps = "?" if first is None or first.steps is None else first.steps
+    t = Table(title=rich_escape(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity}"),
+              title_justify="left")
+    t.add_column("metric")
+    for c in cases:
+        t.add_column(rich_escape(case_name(c)), justify="right")
+    for r in head_to_head(cases):
+        cells = []
+        for i, v in enumerate(r.values):
+            text = fmt(v, r.spec.format)
+            if r.best == i:
+                text = f"[bold green]{text}[/]"
+            elif r.not_significant[i]:
+                text = f"{text} ≈"
+            cells.append(text)
+        t.add_row(r.spec.label + (" ↑" if r.spec.higher_is_better else " ↓"), *cells)
+    out: list[RenderableType] = [t]
+    out += [Text.from_markup(f"[red]{rich_escape(c.label)} failed:[/] {rich_escape(c.error_text)}") for c in cases if not c.ok]
+    ref = {c.label: c.fidelity.reference for c in cases if c.ok and c.fidelity}
+    if any(v != "gradient" for v in ref.values()):
+        out.append(Text("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items())))
+    out.append(Text("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
+                    f"{DAGGER} = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run."))
+    phases = phase_table(cases, "gcbench compare")
+    if phases is not None:
+        out += [phases, Text(PHASE_NOTE)]
+    return out
 
 
 # ----------------------------------------------------------------------------- phases (LGC)
@@ -495,21 +543,21 @@ def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"[red]{rich_escape(n)} failed:[/] {rich_escape(e)}" for n, e in names_errors)
 
 
-def train_table(run: LoadedRun) -> Table:
-    """A train file: one row per compressor (the columns of ``gcbench train``), notes and failures under it."""
-    t = Table(title=f"{rich_escape(run.run_id)} — training: {rich_escape(train_description(run))}", title_justify="left")
+def train_table(cases: Sequence[TrainCase], title: str) -> Table:
+    """Train cases: one row per compressor (the columns of ``gcbench train``), notes and failures under it."""
+    t = Table(title=rich_escape(title), title_justify="left")
     t.add_column("compressor", no_wrap=True)
     for col in TRAIN_COLUMNS:
         t.add_column(col.header, justify="right", no_wrap=True)
     errors = []
-    for c in run.cases:
+    for c in cases:
         if not c.ok:
             t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(TRAIN_COLUMNS) - 1))
             errors.append((case_name(c), c.error_text))
             continue
         t.add_row(rich_escape(case_name(c)), *[col.text(c) for col in TRAIN_COLUMNS])
     lines = [_failure_caption(errors)] if errors else []
-    lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in train_notes(run)]
+    lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in train_notes(cases)]
     lines.append(rich_escape(TRAIN_FOOTNOTE))
     t.caption = "\n".join(lines)
     t.caption_justify = "left"
@@ -533,11 +581,20 @@ def bench_table(run: LoadedRun) -> Table:
             continue
         target, mark = bench_target(c)
         style = {"pass": "green", "short": "red"}.get(mark)
+        change = "" if c.baseline_change is None else f" ({100 * c.baseline_change:+.0f}% vs base)"  # `bench --baseline`
         t.add_row(rich_escape(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
-                  f"[{style}]{mark}[/]" if style else mark)
-    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)])
+                  (f"[{style}]{mark}[/]" if style else mark) + change)
+    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)] + bench_roofline(run.cases))
     t.caption_justify = "left"
     return t
+
+
+def bench_roofline(cases: Sequence[BenchCase]) -> list[str]:
+    """The median copy time of the cases that ran, the roofline every kernel time is a multiple of ([] when none ran)."""
+    copy_s = [c.copy_.median_s for c in cases if c.ok and c.copy_ is not None and c.copy_.median_s is not None]
+    if not copy_s:
+        return []
+    return [f"copy roofline (same tensor into a preallocated buffer): median {1e3 * statistics.median(copy_s):.2f} ms."]
 
 
 def bench_name(rec: BenchCase) -> str:

@@ -349,6 +349,75 @@ def compare_runs(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mappi
     return cmp
 
 
+# ----------------------------------------------------------------------------- head to head (``gcbench compare``)
+
+
+@dataclass(frozen=True)
+class SideMetric:
+    """A row of a head-to-head table: its text, the metric (``RunCase.metric``), direction, format and timing samples."""
+
+    label: str
+    metric: str
+    higher_is_better: bool
+    format: str  # a format kind of gcbench.report.terminal.fmt
+    samples: str | None = None  # the timing whose samples decide "within noise of the best"
+
+
+SIDE_METRICS: tuple[SideMetric, ...] = (
+    SideMetric("ratio (payload)", "ratio", True, "ratio"),
+    SideMetric("ratio (all traffic)", "traffic_ratio", True, "ratio"),
+    SideMetric("bits / element", "bits_per_element", False, "g"),
+    SideMetric("bias² (rel.)", "bias2", False, "g"),
+    SideMetric("variance (rel.)", "variance", False, "g"),
+    SideMetric("q = rel. MSE", "q", False, "g"),
+    SideMetric("ω̂ (unbiased)", "omega_hat", False, "g"),
+    SideMetric("δ (Beznosikov)", "delta", False, "g"),
+    SideMetric("cosine", "cosine", True, "g"),
+    SideMetric("aggregate q", "aggregate_q", False, "g"),
+    SideMetric("aggregate Σ drift (end)", "aggregate_drift", False, "g"),
+    SideMetric("EF drift (last step)", "ef_drift", False, "g"),
+    SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s"),
+    SideMetric("decompress GB/s", "decompress_gbps", True, "g", samples="decompress_s"),
+    SideMetric("compress ms", "compress_s", False, "ms", samples="compress_s"),
+    SideMetric("decompress ms", "decompress_s", False, "ms", samples="decompress_s"),
+)
+
+
+@dataclass(frozen=True)
+class SideRow:
+    """One metric of every case side by side, the best case's index, and which others are within timing noise of it."""
+
+    spec: SideMetric
+    values: list[float | None]
+    best: int | None
+    not_significant: list[bool]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.spec.label, "higher_is_better": self.spec.higher_is_better, "values": self.values,
+                "best": self.best, "not_significant": self.not_significant}
+
+
+def head_to_head(cases: Sequence[RunCase]) -> list[SideRow]:
+    """Side-by-side rows of ``gcbench compare``: the best value per row, and timings not significantly different from
+    the best one (two-sided Mann–Whitney p ≥ 0.05 on the raw timing samples)."""
+    rows = []
+    for spec in SIDE_METRICS:
+        vals = [c.metric(spec.metric) if c.ok else None for c in cases]
+        present = [(i, v) for i, v in enumerate(vals) if v is not None]
+        best = None
+        if len(present) > 1:
+            best = (max if spec.higher_is_better else min)(present, key=lambda iv: iv[1])[0]
+        same_as_best = [False] * len(cases)
+        if best is not None and spec.samples is not None:  # within noise of the best?
+            b_samples = cases[best].samples(spec.samples)
+            for i, _ in present:
+                if i != best:
+                    p = mann_whitney(b_samples, cases[i].samples(spec.samples))
+                    same_as_best[i] = p is not None and p >= 0.05
+        rows.append(SideRow(spec, vals, best, same_as_best))
+    return rows
+
+
 # ----------------------------------------------------------------------------- regression gate
 
 def gate_failures(baseline: RunRecord, new: RunRecord, cmp: Comparison) -> list[str]:
