@@ -263,7 +263,8 @@ def run(
         out.print(f"results: {outcome.path}", markup=False, highlight=False)
     failed = [c for c in cases if not c.ok]
     if failed:
-        err.print(f"[red]{len(failed)} case(s) failed[/]: " + escape("; ".join(f"{c.label}: {c.error}" for c in failed[:5])))
+        err.print(f"[red]{len(failed)} case(s) failed[/]: " + escape("; ".join(f"{c.label}: {c.error}" for c in failed[:5])),
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 

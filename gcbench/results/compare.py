@@ -420,7 +420,7 @@ def head_to_head(cases: Sequence[RunCase]) -> list[SideRow]:
 
 # ----------------------------------------------------------------------------- regression gate
 
-def gate_failures(baseline: RunRecord, new: RunRecord, cmp: Comparison) -> list[str]:
+def gate_failures(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapping[str, Any], cmp: Comparison) -> list[str]:
     """Why ``new`` fails a regression gate against ``baseline`` (empty: it passes); one line per reason.
 
     A gate passes only on evidence: the new run must have finished, run every case of the
@@ -429,7 +429,7 @@ def gate_failures(baseline: RunRecord, new: RunRecord, cmp: Comparison) -> list[
     (``failing``) does not pass vacuously.
     """
     out = []
-    for what, data in (("run", new), ("baseline", baseline)):
+    for what, data in (("run", as_record(new)), ("baseline", as_record(baseline))):
         if not data.finished:
             out.append(f"the {what} {data.run_id or '?'} did not finish (status {data.status!r}): "
                        "an unfinished run cannot pass a regression gate")

@@ -430,10 +430,6 @@ def _fid(name: str) -> Callable[[RunCase], Stat | None]:
     return lambda c: getattr(c.fidelity, name) if c.fidelity else None
 
 
-def _agg(name: str) -> Callable[[RunCase], Any]:
-    return lambda c: getattr(c.aggregate, name) if c.aggregate else None
-
-
 def _size(name: str) -> Callable[[RunCase], Any]:
     return lambda c: getattr(c.size, name) if c.size else None
 
@@ -734,11 +730,8 @@ _RECORD: TypeAdapter[RunRecord] = TypeAdapter(Annotated[
 # ----------------------------------------------------------------------------- versions
 
 
-def _no_upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    return data
-
-
-#: ``UPGRADES[v]`` turns a schema-``v`` dict into a schema-``v + 1`` one; schema 1 is the first
+#: ``UPGRADES[v]`` turns a schema-``v`` dict into a schema-``v + 1`` one.  Schema 1 is the first and still the
+#: newest: a change of the layout bumps SCHEMA_VERSION and adds its step here, so every older file still loads
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -746,7 +739,7 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A parsed file of an older schema brought up to :data:`SCHEMA_VERSION`, one step per version."""
     v = data["schema_version"]
     while v < SCHEMA_VERSION:
-        data = UPGRADES.get(v, _no_upgrade)(data)
+        data = UPGRADES[v](data)
         v += 1
         data["schema_version"] = v
     return data
