@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import warnings
 from collections.abc import Callable
@@ -72,8 +73,11 @@ def forwarder(package: str, module: str) -> Callable[[str], Any]:
     """A package ``__getattr__`` that finds the names of the old one-module ``package`` in ``module``, with a warning."""
 
     def __getattr__(name: str) -> Any:
+        # `from gcbench.report import listing` asks the package first: a submodule must not import the old module
+        if name.startswith("__") or importlib.util.find_spec(f"{package}.{name}") is not None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
         target = importlib.import_module(module)
-        if name.startswith("__") or not hasattr(target, name):
+        if not hasattr(target, name):
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         warn_moved(f"{package}.{name}", f"{module}.{name}")
         return getattr(target, name)

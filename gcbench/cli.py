@@ -274,95 +274,82 @@ def run(
 @app.command("list")
 @user_errors
 def list_cmd(
-    what: Annotated[str, typer.Argument(help="compressors, models, suites or metrics.")] = "compressors",
+    what: Annotated[str, typer.Argument(help="compressors, models, suites, metrics, or a compressor's name (its card).")] = "compressors",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     params: Annotated[bool, typer.Option("--params", "-p", help="Also show each compressor's parameters.")] = False,
 ) -> None:
-    """List the registered compressors (default), zoo models, bundled suites or metrics."""
+    """List the registered compressors (default), zoo models, bundled suites or metrics; or show one compressor's card.
+
+    Examples: `gcbench list`, `gcbench list -p`, `gcbench list dgc`, `gcbench list models --json`.
+    """
     from gcbench.core.errors import UnknownNameError, did_you_mean
+    from gcbench.report import listing
 
     kinds = ("compressors", "models", "suites", "metrics")
-    if what not in kinds:
-        raise UnknownNameError(did_you_mean(what, list(kinds), "list kind"))
+    if what not in kinds and what not in registry.names():
+        raise UnknownNameError(did_you_mean(what, [*kinds, *registry.names()], "list kind or compressor"))
     if what == "compressors":
-        infos = registry.infos()
+        cards = registry.infos()
+        origins = {c.name: registry.origin(c.name) for c in cards}
         if as_json:
-            print(json.dumps([i.to_dict() for i in infos], indent=1))
-            return
-        t = Table(title=f"{len(infos)} compressors", title_justify="left")
-        for col in ("name", "v", "flags", "description", "paper"):
-            t.add_column(col, overflow="fold")
-        for i in infos:
-            flags = i.flags().replace("RECONSTRUCTED", "[bold yellow]RECONSTRUCTED[/]")  # at default parameters
-            if i.bias_note():
-                flags += f" ({escape(i.bias_note())})"
-            desc = escape(i.description)
-            if params:
-                desc += "\n" + "\n".join(f"  [dim]{escape(f'{p.name}={p.default!r}')}[/] ({escape(p.range_text())}): {escape(p.help)}"
-                                          for p in i.params)
-            t.add_row(escape(i.name), str(i.version), flags, desc, escape(i.paper))
-        out.print(t)
+            print(json.dumps([{**c.to_dict(), "origin": origins[c.name]} for c in cards], indent=1))
+        else:
+            out.print(listing.compressors_table(cards, origins, params))
+        for line in registry.load_errors():
+            err.print(f"warning: {escape(line)}")
+        return
+    if what not in kinds:
+        card = registry.get(what)
+        if as_json:
+            print(json.dumps({**card.to_dict(), "origin": registry.origin(what)}, indent=1))
+        else:
+            out.print(listing.card_table(card, registry.origin(what)))
         return
     if what == "models":
-        from gcbench.sources import hf
-        from gcbench.sources.zoo import MODELS, layer_shapes
+        from gcbench.sources.zoo import catalogue
 
-        def sizes(name: str) -> tuple[int | None, int | None]:
-            if hf.is_hf(name) and not hf.available():
-                return None, None  # counted once the extra is installed
-            layout = layer_shapes(name)  # meta device: no weights allocated
-            return sum(s.numel for s in layout), len(layout)
+        rows, render = catalogue(), listing.models_table
+    elif what == "suites":
+        from gcbench.measure.suite import bundled_suites
 
-        rows = [{"name": n, "parameters": p, "tensors": k, "extra": e, "description": d}
-                for n, d, e in [*((n, m.description, None) for n, m in MODELS.items()),
-                                *((hf.PREFIX + n, m.description, hf.EXTRA) for n, m in hf.MODELS.items())]
-                for p, k in [sizes(n)]]
-        if as_json:
-            print(json.dumps(rows, indent=1))
-            return
-        t = Table(title="models (or any package.module:factory); hf: models take size options: hf:gpt2:layers=4,hidden=256,heads=4",
-                  title_justify="left")
-        for col, just in (("name", "left"), ("parameters", "right"), ("tensors", "right"), ("extra", "left"), ("description", "left")):
-            t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-        for r in rows:
-            missing = r["extra"] is not None and r["parameters"] is None
-            extra = escape(r["extra"] or "built in") + (" (not installed)" if missing else "")  # "[hf]" is not rich markup
-            t.add_row(r["name"], "—" if r["parameters"] is None else f"{r['parameters']:,}",
-                      "—" if r["tensors"] is None else str(r["tensors"]), extra, r["description"])
-        out.print(t)
-        return
-    if what == "suites":
-        from gcbench.measure.suite import SUITE_DIR, load_suite
+        rows, render = bundled_suites(), listing.suites_table
+    else:
+        from gcbench.results.metrics import metrics_metadata
 
-        rows = []
-        for p in sorted(SUITE_DIR.glob("*.toml")):
-            try:
-                s = load_suite(p)
-                rows.append({"name": p.stem, "path": str(p), "description": s.description, "compressors": len(s.compressors)})
-            except GcbenchError as exc:
-                rows.append({"name": p.stem, "path": str(p), "description": f"INVALID: {exc}", "compressors": 0})
-        if as_json:
-            print(json.dumps(rows, indent=1))
-            return
-        t = Table(title="bundled suites", title_justify="left")
-        for col in ("name", "compressors", "description"):
-            t.add_column(col, overflow="fold")
-        for r in rows:
-            t.add_row(escape(r["name"]), str(r["compressors"]), escape(r["description"]))  # a suite's own text
-        out.print(t)
-        return
-    from gcbench.results.metrics import metrics_metadata
-
-    rows = metrics_metadata()
+        rows, render = metrics_metadata(), listing.metrics_table
     if as_json:
         print(json.dumps(rows, indent=1))
-        return
-    t = Table(title="metrics", title_justify="left")
-    for col in ("name", "unit", "better", "description"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(r["name"], r["unit"], "higher" if r["higher_is_better"] else "lower", r["description"])
-    out.print(t)
+    else:
+        out.print(render(rows))
+
+
+@app.command()
+@user_errors
+def check(
+    specs: Annotated[list[str], typer.Argument(help="Compressors to check, as names or specs like 'topk:density=0.1'.",
+                                               metavar="SPEC...")],
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Check compressors against the contract (purity, round trip, exact sizes, determinism, empty and zero tensors, dtypes, exchange).
+
+    Runs the checks the test suite runs on every built-in compressor, on any registered one (a
+    plugin from another package included); exit status 1 when any check fails.
+
+    Examples: `gcbench check mycomp`, `gcbench check topk:density=0.1 qsgd:s=4 --json`.
+    """
+    from gcbench.compressors.check import run_checks
+    from gcbench.report import listing
+
+    for line in registry.load_errors():
+        err.print(f"warning: {escape(line)}")
+    results = {spec: run_checks(*registry.parse_spec(spec)) for spec in specs}
+    if as_json:
+        print(json.dumps({spec: [r.to_dict() for r in rows] for spec, rows in results.items()}, indent=1))
+    else:
+        for spec, rows in results.items():
+            out.print(listing.check_table(spec, rows))
+    if any(not r.ok for rows in results.values() for r in rows):
+        raise typer.Exit(1)
 
 
 @app.command()

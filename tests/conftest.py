@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from gcbench.compressors.check import same_bits  # noqa: F401  (re-exported for the tests)
 from gcbench.core.payload import _varint as scalar_varint
 
 # Property tests must stay quick on a 2-core machine shared with other jobs: few examples, and no
@@ -22,25 +23,6 @@ settings.register_profile(
     "gcbench", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 settings.load_profile("gcbench")
-
-_INT_OF = {
-    torch.float64: torch.int64,
-    torch.float32: torch.int32,
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-}
-
-
-def bits_of(t: torch.Tensor) -> torch.Tensor:
-    """The raw bit patterns of a float tensor (so -0.0 != 0.0 and NaN == NaN with the same payload)."""
-    t = t.detach().contiguous()
-    return t.view(_INT_OF[t.dtype]) if t.dtype in _INT_OF else t
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when two tensors have the same shape, dtype and bit-identical contents."""
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits_of(a), bits_of(b))
-
 
 def normal(shape: tuple[int, ...], seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A seeded N(0, 1) tensor (NumPy PCG64, independent of torch's global generator)."""

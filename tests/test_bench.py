@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gcbench.core.errors import GcbenchError
-from gcbench.measure.bench import TARGETS, bench_case, matrix_shape, parse_size, run_bench, verdict
+from gcbench.measure.bench import bench_case, matrix_shape, parse_size, run_bench, target_of, verdict
 
 
 def test_parse_size() -> None:
@@ -43,7 +43,19 @@ def test_verdict_uses_targets() -> None:
     assert verdict({**rec, "compress_x_copy": 2.5})[1] == "short"
     assert verdict({**rec, "decompress_x_copy": 3.5})[1] == "short"
     assert verdict({"compressor": "none", "compress_x_copy": 1, "decompress_x_copy": 1})[1] == "—"
-    assert TARGETS["dgc"].compress_x_copy == 8.0
+    assert target_of("dgc").compress_x_copy == 8.0  # read from DGC's card
+    slow_select = {"compressor": "dgc", "compress_x_copy": 7.0, "decompress_x_copy": 1.0, "vs_torch_topk": {"0.001": {"speedup": 4.0}}}
+    assert verdict(slow_select) == ("≤ 8× copy, 5× torch.topk @0.001", "short")  # 4× torch.topk misses the card's 5×
+    assert target_of("not_installed_here") is None
+
+
+def test_every_target_and_topk_row_comes_from_a_card() -> None:
+    from gcbench.compressors import registry
+
+    with_target = {c.name for c in registry.infos() if c.target is not None}
+    assert {"signsgd", "dgc", "topk", "adacomp"} <= with_target and "none" not in with_target
+    rec = bench_case("topk", numel=4096, repeats=1, warmup=0, threads=1, reference=False)
+    assert sorted(rec["vs_torch_topk"]) == ["0.001", "0.01"]  # the densities on topk's card
 
 
 def test_run_bench_isolated_records_failures_and_goes_on() -> None:

@@ -114,7 +114,7 @@ def _rewrite(buf: bytes, *, shape: tuple[int, ...] | None = None, dcode: int | N
 @pytest.mark.parametrize("name", NAMES)
 def test_every_codec_declares_its_body_size(name: str) -> None:
     """A codec without ``_expected_body_nbytes`` would let the header size the decoder's allocations."""
-    cls = registry.get(name).cls
+    cls = registry.get(name).load()
     assert cls._expected_body_nbytes is not Compressor._expected_body_nbytes, f"{name} declares no body size"
 
 

@@ -6,15 +6,17 @@ compressor that declares the wrong ``deterministic`` flag fails here without edi
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.compressors.registry import parse_spec
-from gcbench.core.compressor import Compressor, State
+from gcbench.core.compressor import State
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
-from gcbench.core.info import Param
+from gcbench.core.info import CompressorInfo, Param
 from tests.conftest import normal
 
 NAMES = registry.names()
@@ -45,27 +47,22 @@ def test_unknown_parameter_suggests_close_match() -> None:
         parse_spec("qsgd:buckett=64")
 
 
+def _card(name: str, **kw: Any) -> CompressorInfo:
+    base = {"impl": "tests.test_registry:_Probe", "version": 1, "description": "d", "paper": "—", "biased": True, "stateful": False,
+            "traffic_bytes": 4.0}
+    return CompressorInfo(name=name, **{**base, **kw})
+
+
 def test_registering_a_name_twice_raises() -> None:
     before = registry.get("topk")
-
-    class Impostor(Compressor):
-        def _encode(self, a, state):  # pragma: no cover - never called
-            raise AssertionError
-
-        def _decode(self, payload):  # pragma: no cover - never called
-            raise AssertionError
-
-    deco = registry.register(name="topk", version=1, description="dup", paper="—", biased=True, stateful=False)
     with pytest.raises(ValueError, match="registered twice"):
-        deco(Impostor)
+        registry.register(_card("topk"))
     assert registry.get("topk") is before  # the original entry is untouched
 
 
-def test_register_rejects_bad_error_feedback_mode() -> None:
+def test_a_card_rejects_a_bad_error_feedback_mode() -> None:
     with pytest.raises(ValueError, match="error_feedback"):
-        registry.register(
-            name="x_never_registered", version=1, description="", paper="", biased=True, stateful=False, error_feedback="sometimes"
-        )
+        _card("x_never_registered", error_feedback="sometimes")
     assert "x_never_registered" not in registry.names()
 
 
@@ -205,22 +202,13 @@ def test_flags_follow_the_resolved_parameters() -> None:
 
 
 def test_unbiased_when_must_name_a_valid_setting_of_a_biased_compressor() -> None:
-    class Probe(Compressor):
-        def _encode(self, a, state):  # pragma: no cover - never called
-            raise AssertionError
-
-        def _decode(self, payload):  # pragma: no cover - never called
-            raise AssertionError
-
-    kw = {"version": 1, "description": "d", "paper": "—", "stateful": False, "params": (Param("c", float, 1.0, "c", low=0.0),)}
+    params = (Param("c", float, 1.0, "c", low=0.0),)
     with pytest.raises(UnknownNameError):
-        registry.register(name="test_probe_a", biased=True, unbiased_when={"nope": 0.0}, **kw)(Probe)
+        _card("test_probe_a", unbiased_when={"nope": 0.0}, params=params)
     with pytest.raises(ValueError, match="needs biased=True"):
-        registry.register(name="test_probe_b", biased=False, unbiased_when={"c": 0.0}, **kw)(Probe)
+        _card("test_probe_b", biased=False, unbiased_when={"c": 0.0}, params=params)
     with pytest.raises(ParamError):
-        registry.register(name="test_probe_c", biased=True, unbiased_when={"c": -1.0}, **kw)(Probe)
-    for n in ("test_probe_a", "test_probe_b", "test_probe_c"):
-        registry._REGISTRY.pop(n, None)
+        _card("test_probe_c", unbiased_when={"c": -1.0}, params=params)
 
 
 @pytest.fixture(scope="module")
@@ -287,3 +275,63 @@ def test_list_table_shows_the_resolved_flags() -> None:
     assert "biased, stateful, EF:on" in rows["topk_dither"]
     assert "biased (unbiased when clip=0.0)" in rows["terngrad"]
     assert "unbiased" not in rows["terngrad"].split("│")[3].replace("(unbiased when", "")
+
+
+def test_cards_are_read_without_importing_torch_or_an_implementation() -> None:
+    """`gcbench list` and suite validation read every card without torch (the reason list starts in well under a second)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom gcbench.compressors import registry\n"
+            "cards = registry.infos()\nassert len(cards) >= 20\n"
+            "[c.resolve_flags() for c in cards]\n"
+            "heavy = [m for m in ('torch', 'numpy', 'numba', 'gcbench.compressors.topk') if m in sys.modules]\n"
+            "print(','.join(heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"reading the cards imported {out}"
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_card_names_a_class_that_carries_it(name: str) -> None:
+    card = registry.get(name)
+    cls = card.load()
+    assert cls.info is card and registry.create(name).info is card
+    assert card.traffic_bytes > 0
+    assert isinstance(registry.create(name).params, card.record)
+
+
+def test_params_are_a_typed_frozen_record() -> None:
+    comp = registry.create("powersgd", rank=4)
+    assert comp.params.rank == 4 and comp.params["rank"] == 4 and dict(comp.params)["ef_residual"] == "aggregate"
+    assert comp.params == {**registry.get("powersgd").defaults, "rank": 4}
+    with pytest.raises(AttributeError):
+        comp.params.rank = 5  # type: ignore[misc]
+    with pytest.raises(KeyError):
+        comp.params["nope"]
+    card = registry.get("powersgd")
+    assert card.resolve(comp.params) is comp.params  # a record of this card is not validated again
+
+
+def test_a_card_whose_class_does_not_carry_it_is_one_clear_error() -> None:
+    card = _card("test_orphan", impl="gcbench.compressors.topk:TopK")
+    with pytest.raises(GcbenchError, match="does not carry this card"):
+        card.load()
+    with pytest.raises(GcbenchError, match="cannot load its implementation"):
+        _card("test_missing", impl="no_such_module:X").load()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["list"], ["list", "--params"], ["list", "dgc"], ["list", "suites"],
+                                  ["validate", "suites/cnn.toml"], ["validate", "suites/llm.toml"]],
+                         ids=lambda a: " ".join(a))
+def test_quick_commands_never_import_torch(argv: list[str]) -> None:
+    """The start-up budget (list and validate under 1 s, --help under 0.5 s) holds because these import no torch (~2 s alone)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nfrom gcbench.__main__ import main\n"
+            f"sys.argv = ['gcbench', *{argv!r}]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+            "sys.stderr.write(f'\\nRC={code} TORCH={\"torch\" in sys.modules}\\n')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert "RC=0 TORCH=False" in r.stderr, r.stderr[-2000:]

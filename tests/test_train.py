@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 
 from gcbench.core.errors import ParamError, UnknownNameError
 from gcbench.distributed.train import (
-    REFERENCE,
     CharLSTMTask,
     DigitsTask,
     Fault,
@@ -27,6 +26,7 @@ from gcbench.distributed.train import (
     build_record,
     load_text,
     parse_compressors,
+    reference_name,
     run_group,
     sklearn_available,
 )
@@ -128,7 +128,7 @@ def test_build_record_medians_gap_and_time_to_target() -> None:
     diverged = build_record(Spec("topk", "topk"), [_summary(0, [0.5], steps0), _summary(1, [0.5], steps1, h="xyz")], cfg, {}, None)
     assert not diverged["training"]["replicas_consistent"]
     assert diverged["training"]["accuracy_gap"] is None and diverged["training"]["time_to_target_s"] is None
-    own = build_record(Spec(REFERENCE, REFERENCE), [_summary(0, [0.5], steps0)], cfg, {}, None)
+    own = build_record(Spec(reference_name(), reference_name()), [_summary(0, [0.5], steps0)], cfg, {}, None)
     assert own["training"]["accuracy_gap"] == 0.0
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gcbench.core.errors import ParamError, SourceError, UnknownNameError
-from gcbench.sources import zoo
+from gcbench.sources import catalog, zoo
 
 # (parameters, gradient tensors, largest tensor) — torchvision's counts where one exists
 EXPECTED = {
@@ -36,9 +36,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_zoo_has_the_documented_models() -> None:
-    assert zoo.model_names() == list(EXPECTED)
-    for name, spec in zoo.MODELS.items():
-        assert spec.name == name and spec.description and spec.build is not None
+    assert catalog.model_names() == list(EXPECTED)
+    for name, spec in catalog.MODELS.items():
+        assert spec.name == name and spec.description and callable(getattr(zoo, spec.build)) and callable(getattr(zoo, spec.factory))
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -63,7 +63,7 @@ def test_resnet50_exact_torchvision_count_and_names() -> None:
     assert by_name["layer4.0.conv2.weight"] == (512, 512, 3, 3)  # the 2.36M-element largest tensor
     assert by_name["fc.weight"] == (1000, 2048)
     # v1.5: the stride sits on the 3×3 conv; the 1×1 conv of the first block of layer2 keeps stride 1
-    m = zoo.MODELS["resnet50"].build()
+    m = zoo.resnet50_build()
     assert m.layer2[0].conv2.stride == (2, 2) and m.layer2[0].conv1.stride == (1, 1)
 
 
@@ -76,7 +76,7 @@ def test_resnet50_exact_torchvision_count_and_names() -> None:
 def test_large_models_forward_shapes_on_meta(name: str, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> None:
     # shape propagation only: no weights, no arithmetic
     with torch.device("meta"):
-        m = zoo.MODELS[name].build()
+        m = getattr(zoo, catalog.MODELS[name].build)()
         out = m(torch.empty(in_shape))
     assert tuple(out.shape) == out_shape
 
@@ -129,7 +129,7 @@ def test_default_batch_shapes() -> None:
     r = zoo.load_model("resnet18", 0, image_size=32)
     x, y = r.make_batch(0, 0)
     assert x.shape == (8, 3, 32, 32) and y.shape == (8,) and y.dtype == torch.long
-    assert zoo.MODELS["resnet50"].defaults["image_size"] == 224 and zoo.MODELS["resnet50"].defaults["batch_size"] == 8
+    assert catalog.MODELS["resnet50"].options["image_size"] == 224 and catalog.MODELS["resnet50"].options["batch_size"] == 8
     lm = zoo.load_model("lstm_lm", 0, hidden=8)
     t, target = lm.make_batch(0, 0)
     assert t.shape == (20, 35) and int(t.max()) < 10_000

@@ -1,15 +1,14 @@
-"""Every registered compressor, one module each.
+"""The compressors: one card and one implementation per compressor family.
 
-Importing this package imports every public module in it, and each module registers its
-compressor(s) with :func:`gcbench.compressors.registry.register`.  Adding a compressor is adding a module
-here: the registry, ``gcbench list`` and the registry-wide contract tests pick it up.
+* ``cards/<family>.py`` — the torch-free card of each compressor (:class:`gcbench.core.info.CompressorInfo`):
+  what it is, its parameters, flags, bench target, traffic bound and protocol.  The registry reads
+  these without importing torch.
+* ``<family>.py`` — the implementation: a :class:`gcbench.core.compressor.Compressor` subclass
+  carrying its card (``info = CARD``), imported when the compressor is first created.
+* ``registry.py`` — every card by name, built-in or from another package's entry point.
+* ``_common.py``, ``_select.py``, ``_sparse_fast.py``, ``_lgc_ae.py`` — helpers shared by implementations.
+
+Adding a compressor is adding a card module and an implementation module here (README, "Adding a
+compressor"); a compressor in another package registers through the entry-point group
+``gcbench.compressors`` instead.
 """
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-
-for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if not _mod.startswith("_"):
-        importlib.import_module(f"{__name__}.{_mod}")

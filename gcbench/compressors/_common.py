@@ -9,17 +9,7 @@ import torch
 
 from gcbench.core import codec
 from gcbench.core.compressor import body_numpy, meta_int, meta_keys, meta_str
-from gcbench.core.info import Param
 from gcbench.core.payload import Payload
-
-
-def density_param(default: float, help: str = "fraction of entries sent, k = ceil(density * d)") -> Param:
-    return Param("density", float, default, help, low=0.0, high=1.0, low_open=True)
-
-
-def coding_param(default: str = "fixed", with_paper: bool = False) -> Param:
-    choices = codec.SPARSE_CODINGS if with_paper else codec.INDEX_CODINGS
-    return Param("index_coding", str, default, "wire coding of the sparse indices", choices=tuple(choices))
 
 
 def k_of(density: float, d: int) -> int:

@@ -60,18 +60,14 @@ import torch
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors._select import InPlaceEncoder
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.adacomp import ADACOMP, QUANTIZE
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
 
 RESIDUE = "residue"
 CONV_BIN = 50  # the paper's bin length for convolution weights
 FC_BIN = 500  # … and for fully connected, LSTM and embedding weights
-_QUANTIZE = ("sign_scale", "none")
-
-
 def default_bin_size(shape: tuple[int, ...]) -> int:
     """The paper's bin length for a tensor of ``shape`` (see the module docstring)."""
     return FC_BIN if len(shape) == 2 else CONV_BIN
@@ -234,29 +230,8 @@ def adacomp_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -
     return adacomp_torch_encode(flat, e, L, comp.params["quantize"])[1].reshape(x32.shape)
 
 
-@register(
-    name="adacomp",
-    version=1,
-    description="RECONSTRUCTED AdaComp: per-bin self-adjusting selection (|G+x| ≥ bin max|G|), sign·scale, own residue",
-    paper="Chen et al. 2018, AdaComp: Adaptive Residual Gradient Compression for Data-Parallel Distributed Training (reconstructed)",
-    biased=True,
-    stateful=True,
-    error_feedback="own",
-    deterministic=True,
-    reconstructed=True,
-    params=(
-        Param(
-            "bin_size",
-            int,
-            None,
-            "bin length L; unset = 50 for conv and 1-D tensors, 500 for 2-D (FC, LSTM, embedding)",
-            low=1,
-            optional=True,
-        ),
-        Param("quantize", str, "sign_scale", "selected values: sign·scale (paper) or fp32 values ('none')", choices=_QUANTIZE),
-    ),
-)
 class AdaComp(InPlaceEncoder):
+    info = ADACOMP
     reference = adacomp_state_reference
 
     def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
@@ -283,7 +258,7 @@ class AdaComp(InPlaceEncoder):
     def _expected_body_nbytes(self, payload: Payload) -> tuple[int, int]:
         meta_keys(payload, "L", "q")
         d = payload.numel
-        L, mode = meta_int(payload, "L", 1, d), meta_str(payload, "q", _QUANTIZE)
+        L, mode = meta_int(payload, "L", 1, d), meta_str(payload, "q", QUANTIZE)
         nbins, cw = -(-d // L), count_width(L)
         # [scale,] per-bin counts, then 0..d selected (index within bin [, sign]) fields [, fp32 values]
         head = 4 if mode == "sign_scale" else 0
@@ -293,7 +268,7 @@ class AdaComp(InPlaceEncoder):
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
         L, mode = meta_int(payload, "L"), meta_str(payload, "q")
-        if mode not in _QUANTIZE or not 1 <= L <= d:
+        if mode not in QUANTIZE or not 1 <= L <= d:
             raise PayloadError(f"adacomp payload header is invalid (L={L}, q={mode!r})")
         nbins = -(-d // L)
         cw = count_width(L)

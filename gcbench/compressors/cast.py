@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from gcbench import kernels
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.cast import BF16, FP16, NONE
 from gcbench.core.compressor import Compressor, State, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
@@ -56,37 +56,16 @@ class _Cast(Compressor):
         return out
 
 
-@register(
-    name="none",
-    version=1,
-    description="identity: the dense float32 tensor (the baseline of every ratio)",
-    paper="—",
-    biased=False,
-    stateful=False,
-)
 class NoCompression(_Cast):
+    info = NONE
     wire_dtype = torch.float32
 
 
-@register(
-    name="fp16",
-    version=1,
-    description="cast to IEEE half precision (16 bits per element)",
-    paper="— (mixed-precision communication)",
-    biased=True,
-    stateful=False,
-)
 class Fp16(_Cast):
+    info = FP16
     wire_dtype = torch.float16
 
 
-@register(
-    name="bf16",
-    version=1,
-    description="cast to bfloat16 (16 bits per element, fp32 range)",
-    paper="— (mixed-precision communication)",
-    biased=True,
-    stateful=False,
-)
 class Bf16(_Cast):
+    info = BF16
     wire_dtype = torch.bfloat16

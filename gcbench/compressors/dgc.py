@@ -91,7 +91,7 @@ import numpy as np
 import torch
 
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import coding_param, density_param, k_of
+from gcbench.compressors._common import k_of
 from gcbench.compressors._select import (
     InPlaceEncoder,
     MomentumSGDReference,
@@ -106,29 +106,14 @@ from gcbench.compressors._select import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.dgc import DGC
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import ParamError
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
 
 # The official DGCCompressor clamps sample_ratio to [0.01, 1] (``min(max(sample_ratio, 0.01), 1.0)``);
 # gcbench rejects a smaller value instead, so that the parameter recorded in results is the one used.
-MIN_SAMPLE_RATIO = 0.01
 WARMUP_STAGES = 4  # the paper's 75%, 93.75%, 98.4375%, 99.6% sparsity, one stage each
-DENSE_MAX = 65536  # default element bound of the dense rule: far above any bias/norm, far below a bucket
-
-
-def dense_params() -> tuple[Param, Param]:
-    """``min_dims`` and ``dense_max``: which tensors skip sparsification (shared with SDAGC)."""
-    return (
-        Param("min_dims", int, 2, "tensors with fewer dimensions are sent dense (momentum-SGD update, fp32), up to dense_max elements",
-              low=0),
-        Param("dense_max", int, DENSE_MAX, "a tensor below min_dims dimensions is sent dense only up to this many elements; "
-              "larger 1-D tensors are flattened buckets and are sparsified", low=0),
-    )
-
-
 def sent_dense(x: torch.Tensor, params: Mapping[str, Any]) -> bool:
     """The dense rule of DGC/SDAGC: a small low-dimensional tensor (a bias or norm), not a flat bucket."""
     return x.dim() < params["min_dims"] and x.numel() <= params["dense_max"]
@@ -147,15 +132,6 @@ def scheduled_density(step: int, density: float, period: int) -> float:
         return density
     stage = (WARMUP_STAGES * step) // period
     return max(4.0 ** -(stage + 1), density)
-
-
-def clip_params() -> tuple[Param, Param]:
-    """The local clipping parameters shared with SDAGC."""
-    return (
-        Param("clip_norm", float, None, "local clipping: scale x so ||x||_2 <= clip_norm / sqrt(workers) (none = off)",
-              low=0.0, low_open=True, optional=True),
-        Param("workers", int, 1, "N in the local clipping bound clip_norm·N^(-1/2)", low=1),
-    )
 
 
 def dgc_reference(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, step: int,
@@ -194,31 +170,8 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
     return dgc_reference(x32, u if u.shape == x32.shape else zero, v if v.shape == x32.shape else zero, state.step, comp.params)[0]
 
 
-@register(
-    name="dgc",
-    version=3,
-    description="Deep Gradient Compression: momentum correction, sampled top-density threshold, momentum masking, warm-up",
-    paper="Lin et al. 2018, Deep Gradient Compression (ICLR; official code)",
-    biased=True,
-    stateful=True,
-    error_feedback="own",
-    deterministic=False,  # the sampling start is drawn from state.rng
-    params=(
-        density_param(0.001, "target fraction of entries sent after warm-up, k = ceil(density * d)"),
-        Param("momentum", float, 0.9, "momentum m of the local momentum correction", low=0.0, high=1.0, high_open=True),
-        Param("nesterov", bool, False, "Nesterov momentum correction (v += x + m·u)"),
-        Param("masking", bool, True, "momentum factor masking: zero u where v was sent"),
-        *clip_params(),
-        Param("sample_ratio", float, 0.01, "fraction of |v| sampled for the threshold (at least ceil(2/density) elements); "
-              "1 = exact top-k", low=MIN_SAMPLE_RATIO, high=1.0),
-        Param("warmup_steps", int, 0, "warm-up length in steps (4 stages of 25%, 6.25%, 1.5625%, 0.39% density)", low=0),
-        Param("warmup_epochs", int, 0, "warm-up length in epochs (needs steps_per_epoch); excludes warmup_steps", low=0),
-        Param("steps_per_epoch", int, None, "steps per epoch, for warmup_epochs", low=1, optional=True),
-        *dense_params(),
-        coding_param("fixed", with_paper=True),
-    ),
-)
 class DGC(MomentumSGDReference, InPlaceEncoder):
+    info = DGC
     """DGC with the official sampled threshold; state: momentum ``u`` and velocity ``v``."""
 
     reference = dgc_state_reference

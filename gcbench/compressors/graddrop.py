@@ -92,16 +92,14 @@ import numpy as np
 import torch
 
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import coding_param, dense_from_sparse, to_numpy
+from gcbench.compressors._common import dense_from_sparse, to_numpy
 from gcbench.compressors._select import InPlaceEncoder, above, strided_sample
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.graddrop import GRADDROP, QUANTIZE
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
 
-QUANTIZE = ("none", "1bit", "2bit")
 _SCALES = {"none": 0, "1bit": 1, "2bit": 2}  # fp32 scales in the body
 _CODE_BITS = {"1bit": 1, "2bit": 2}
 # state.values key through which compress_group hands the group's global levels to _encode
@@ -243,29 +241,8 @@ def graddrop_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
     return graddrop_reference_encode(comp, x32, state)[2]
 
 
-@register(
-    name="graddrop",
-    version=2,
-    description="gradient dropping: drop |x+e| below the sampled R-quantile (global or per layer), residual kept; 1/2-bit option",
-    paper="Aji & Heafield 2017, Sparse Communication for Distributed Gradient Descent (Marian implementation)",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    deterministic=True,
-    params=(
-        Param("drop_ratio", float, 0.99, "R: fraction of entries dropped; threshold = sampled R-quantile of |x+e|",
-              low=0.0, high=1.0, high_open=True),
-        Param("scope", str, "global", "one threshold over all tensors of the step (global, Marian) or per tensor (layer)",
-              choices=("global", "layer")),
-        Param("sample_size", int, 100000, "at most this many strided samples for the quantile", low=1),
-        coding_param("fixed"),
-        Param("quantize", str, "none", "survivor values: fp32 (none), sign + one scale (1bit), sign + bucket bit with Marian's two "
-              "equal-width buckets between the cut-off and the largest sampled magnitude (2bit)", choices=QUANTIZE),
-        Param("quant_scale", str, "min", "quantized survivors' magnitude: 1bit min or mean kept |a|; 2bit the bucket floors (min, "
-              "Marian's min-drop) or the sampled bucket means (mean, Marian's average)", choices=("min", "mean")),
-    ),
-)
 class GradDrop(InPlaceEncoder):
+    info = GRADDROP
     """Gradient dropping with a sampled quantile threshold and error feedback."""
 
     reference = graddrop_reference

@@ -58,11 +58,10 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.natural import NATURAL, NATURAL_DITHER
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import Payload
 
 OMEGA_NATURAL = 1.0 / 8.0  # variance bound of C_nat (Horváth et al. 2019)
@@ -136,16 +135,8 @@ def natural_compress_reference(comp: Compressor, x32: torch.Tensor, state: State
     return natural_torch(x32, state.randint64())[1]
 
 
-@register(
-    name="natural",
-    version=2,
-    description="natural compression: stochastic rounding to a neighbouring power of two, 9 bits/element, unbiased (ω = 1/8)",
-    paper="Horváth et al. 2019, Natural Compression for Distributed Deep Learning",
-    biased=False,
-    stateful=False,
-    deterministic=False,
-)
 class Natural(Compressor):
+    info = NATURAL
     reference = natural_compress_reference
 
     def _encode(self, a: torch.Tensor, state: State):
@@ -267,14 +258,6 @@ def omega_natural_dither(d: int, s: int, p: str) -> float:
     return 1.0 / 8.0 + t * min(1.0, t)
 
 
-def s_param(default: int = 8) -> Param:
-    return Param("s", int, default, "natural dithering levels 0, 2^(1−s), …, 1/2, 1 (s + 1 levels)", low=1, high=120)
-
-
-def p_param(default: str = "2") -> Param:
-    return Param("p", str, default, "norm the values are divided by: '2' or 'inf'", choices=("2", "inf"))
-
-
 def natural_dither_torch(flat: torch.Tensor, s: int, p: str, seed: int) -> tuple[np.ndarray, torch.Tensor]:
     """(body, decoded) of natural dithering in plain torch with the kernels' uniforms."""
     n, levels, neg = dither_encode(flat, s, p, kernels.uniforms(seed, flat.numel(), flat.device))
@@ -288,17 +271,8 @@ def natural_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) 
     return natural_dither_torch(x32.reshape(-1), comp.params["s"], comp.params["p"], state.randint64())[1]
 
 
-@register(
-    name="natural_dither",
-    version=2,
-    description="natural dithering: norm + sign + power-of-two level (s levels) per element, unbiased",
-    paper="Horváth et al. 2019, Natural Compression for Distributed Deep Learning (natural dithering)",
-    biased=False,
-    stateful=False,
-    deterministic=False,
-    params=(s_param(8), p_param("2")),
-)
 class NaturalDither(Compressor):
+    info = NATURAL_DITHER
     reference = natural_dither_reference
 
     def _encode(self, a: torch.Tensor, state: State):

@@ -44,14 +44,11 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.onebit import GRANULARITIES, ONEBIT
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
-
-_GRANULARITIES = ("column", "row", "tensor")
 
 
 def _matrix(a: torch.Tensor, shape: tuple[int, ...], granularity: str) -> torch.Tensor:
@@ -124,26 +121,8 @@ def _layout(shape: tuple[int, ...], granularity: str) -> tuple[int, bool]:
     return cols, granularity == "row"
 
 
-@register(
-    name="onebit",
-    version=2,
-    description="1-bit SGD: sign bit per element + two float32 means per column, error feedback",
-    paper="Seide et al. 2014, 1-Bit Stochastic Gradient Descent and its Application to Data-Parallel Distributed Training of Speech DNNs",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    exchange="two-leg: stripe owners sum and re-quantize with their own residual",
-    params=(
-        Param(
-            "granularity",
-            str,
-            "column",
-            "which entries share a pair of means: column (paper), row, or tensor (one pair; the framework variant)",
-            choices=_GRANULARITIES,
-        ),
-    ),
-)
 class OneBitSGD(Compressor):
+    info = ONEBIT
     reference = onebit_step_reference
 
     def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
@@ -175,7 +154,7 @@ class OneBitSGD(Compressor):
 
     def _expected_body_nbytes(self, payload: Payload) -> int:
         meta_keys(payload, "g")
-        g = meta_str(payload, "g", _GRANULARITIES)
+        g = meta_str(payload, "g", GRANULARITIES)
         return (payload.numel + 7) // 8 + 8 * _ngroups(payload.shape, g)  # sign bits, (mu0, mu1) per group
 
     def _decode(self, payload: Payload) -> torch.Tensor:
@@ -277,7 +256,7 @@ def assemble_stripes(columns: Sequence[torch.Tensor], granularity: str, shape: t
 def _checked_body(payload: Payload) -> tuple[str, tuple[int, ...], int, int, np.ndarray, int]:
     """``(granularity, shape, d, groups, body, sign-bit bytes)`` of a onebit payload, its body length checked."""
     g = meta_str(payload, "g")
-    if g not in _GRANULARITIES:
+    if g not in GRANULARITIES:
         raise PayloadError(f"onebit payload has unknown granularity {g!r}")
     shape, d = payload.shape, payload.numel
     ncols = _ngroups(shape, g)

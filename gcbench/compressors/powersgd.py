@@ -65,10 +65,9 @@ from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors._select import InPlaceEncoder
 from gcbench.compressors._sparse_fast import njit
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.powersgd import POWERSGD
 from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
 
 Q_KEY = "q"  # warm-start factor (cols × r), float32
@@ -324,28 +323,8 @@ def powersgd_state_reference(comp: Compressor, x32: torch.Tensor, state: State) 
     return powersgd_step_reference(a.reshape(rows, cols), q.to(a.device))[2].reshape(shape)
 
 
-@register(
-    name="powersgd",
-    version=2,
-    description="rank-r P Qᵀ by one warm-started power iteration, factors in fp32, error feedback; vectors dense",
-    paper="Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed Optimization",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    deterministic=False,  # the first Q is drawn from the state's seeded generator
-    exchange="all-reduce P (mean), orthonormalise, Q = Mᵀ P̂, all-reduce Q (mean); shared warm-start Q",
-    params=(
-        Param("rank", int, 2, "rank r of the approximation (paper's main setting 2; PyTorch's hook defaults to 1)", low=1),
-        Param(
-            "ef_residual",
-            str,
-            "aggregate",
-            "exchange only: residual e_w = M_w − aggregate (authors' code, PyTorch hook) or M_w − P̂ Q_wᵀ (Algorithm 2 text)",
-            choices=("aggregate", "local"),
-        ),
-    ),
-)
 class PowerSGD(InPlaceEncoder):
+    info = POWERSGD
     reference = powersgd_state_reference
 
     def _start_q(self, state: State, cols: int, r: int, device: torch.device) -> torch.Tensor:

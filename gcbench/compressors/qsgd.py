@@ -32,11 +32,10 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.qsgd import QSGD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import Payload
 
 
@@ -100,23 +99,8 @@ def qsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
     return qsgd_torch(flat, p["s"], p["bucket"], p["norm"], p["encoding"], state.randint64())[2]
 
 
-@register(
-    name="qsgd",
-    version=2,
-    description="stochastic quantization to s levels per bucket of B, norm 2 or inf; fixed or Elias coding",
-    paper="Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
-    biased=False,
-    stateful=False,
-    deterministic=False,
-    params=(
-        Param("s", int, 16, "number of quantization levels", low=1, high=2**20),
-        Param("bucket", int, 512, "bucket size B (elements sharing one norm)", low=1),
-        Param("norm", str, "inf", "bucket norm: '2' (theory) or 'inf' (the paper's experiments)", choices=("2", "inf")),
-        Param("encoding", str, "fixed", "wire coding: fixed-width or the paper's Elias-ω code", choices=("fixed", "elias")),
-        Param("min_numel", int, 0, "tensors with fewer elements are sent unquantized as float32 (paper: 10000)", low=0),
-    ),
-)
 class QSGD(Compressor):
+    info = QSGD
     reference = qsgd_reference
 
     def _encode(self, a: torch.Tensor, state: State):

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import density_param, k_of
-from gcbench.compressors.registry import register
+from gcbench.compressors._common import k_of
+from gcbench.compressors.cards.randomk import RANDOMK
 from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
@@ -51,17 +51,8 @@ def randomk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torc
     return out
 
 
-@register(
-    name="randomk",
-    version=2,
-    description="k random positions scaled by d/k (unbiased); only a 64-bit seed is sent for the indices",
-    paper="Stich et al. 2018; Wangni et al. 2018 (reference point)",
-    biased=False,
-    stateful=False,
-    deterministic=False,
-    params=(density_param(0.01),),
-)
 class RandomK(Compressor):
+    info = RANDOMK
     reference = randomk_reference
 
     def _encode(self, a: torch.Tensor, state: State):

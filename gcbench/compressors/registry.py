@@ -1,112 +1,129 @@
-"""The compressor registry: registration and loud lookups of the info records (:mod:`gcbench.core.info`).
+"""The compressor registry: every card, built-in or from another package, found by name without importing torch.
 
-Modelled on timm's ``OptimInfo`` and lm-evaluation-harness's registry: registering a name twice
-is an error, an unknown name gets "did you mean …", and every entry carries a frozen
-:class:`CompressorInfo` that drives ``gcbench list`` and the registry-wide contract tests.
+Modelled on timm's ``OptimInfo`` and lm-evaluation-harness's registry: a name registered twice is
+an error, an unknown name gets "did you mean …".  The records are the cards of
+:mod:`gcbench.core.info`; they come from two places, read once on first use:
+
+* the built-in cards, one module per compressor family in :mod:`gcbench.compressors.cards`
+  (each defines ``CARDS``);
+* installed plugins: the entry-point group ``gcbench.compressors``, each entry naming a card or
+  a sequence of cards (``mycomp = "mypkg.card:CARD"`` in the plugin's ``pyproject.toml``).
+
+Reading them imports neither torch nor an implementation: :func:`create` imports the class a card
+names, on first use.  A plugin that fails to load does not break gcbench: it is left out, and
+:func:`load_errors` says why (``gcbench list`` and ``gcbench check`` print it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from gcbench.core.errors import ParamError, PayloadError, UnknownNameError, did_you_mean
-from gcbench.core.info import CompressorInfo, Param, ParamValue
+from gcbench.core.info import CompressorInfo, ParamValue
 
 if TYPE_CHECKING:
     import torch
 
     from gcbench.core.payload import Payload
 
-_REGISTRY: dict[str, CompressorInfo] = {}
+#: the entry-point group through which other packages register compressors
+ENTRY_POINT_GROUP = "gcbench.compressors"
+BUILTIN = "gcbench.compressors.cards"
+
+_CARDS: dict[str, CompressorInfo] = {}
+_ORIGIN: dict[str, str] = {}  # name -> where the card came from ("gcbench" or "plugin <dist>: <entry point>")
+_ERRORS: list[str] = []
+_LOADED = False
 
 
-def register(
-    *,
-    name: str,
-    version: int,
-    description: str,
-    paper: str,
-    biased: bool,
-    stateful: bool,
-    error_feedback: str = "no",
-    deterministic: bool = True,
-    reconstructed: bool = False,
-    exchange: str = "gather",
-    params: tuple[Param, ...] = (),
-    min_workers: int = 1,
-    unbiased_when: Mapping[str, ParamValue | None] | None = None,
-):
-    """Class decorator: register a :class:`~gcbench.core.compressor.Compressor` subclass.
-
-    ``unbiased_when`` names the parameter values that make a ``biased`` compressor unbiased
-    (see :meth:`CompressorInfo.resolve_flags`); each must be a valid value of a declared parameter.
-    """
-    if error_feedback not in ("no", "optional", "always", "own"):
-        raise ValueError(f"error_feedback must be no/optional/always/own, got {error_feedback!r}")
-
-    def deco(cls: type) -> type:
-        if name in _REGISTRY:
-            raise ValueError(f"compressor {name!r} is registered twice ({_REGISTRY[name].cls.__module__} and {cls.__module__})")
-        all_params = params
-        if error_feedback == "optional" and not any(p.name == "error_feedback" for p in params):
-            all_params = (*params, Param("error_feedback", bool, False, "apply error feedback (residual) across steps"))
-        info = CompressorInfo(
-            name=name,
-            version=version,
-            description=description,
-            paper=paper,
-            biased=biased,
-            stateful=stateful or error_feedback in ("always", "own"),
-            error_feedback=error_feedback,
-            deterministic=deterministic,
-            reconstructed=reconstructed,
-            exchange=exchange,
-            params=all_params,
-            cls=cls,
-            min_workers=min_workers,
-            unbiased_when=MappingProxyType(dict(unbiased_when or {})),
-        )
-        for key, value in info.unbiased_when.items():
-            if not biased:
-                raise ValueError(f"compressor {name!r}: unbiased_when needs biased=True")
-            if info.param(key).validate(value) != value:
-                raise ValueError(f"compressor {name!r}: unbiased_when {key}={value!r} is not a value of the parameter")
-        cls.info = info
-        _REGISTRY[name] = info
-        return cls
-
-    return deco
+def _add(card: object, origin: str) -> None:
+    if not isinstance(card, CompressorInfo):
+        raise TypeError(f"{origin}: expected a gcbench CompressorInfo card, got {type(card).__name__}")
+    if card.name in _CARDS:
+        raise ValueError(f"compressor {card.name!r} is registered twice ({_ORIGIN[card.name]} and {origin})")
+    _CARDS[card.name] = card
+    _ORIGIN[card.name] = origin
 
 
-def _load_all() -> None:
-    import gcbench.compressors  # noqa: F401  (importing registers every compressor module)
+def _cards_of(obj: object) -> Iterable[object]:
+    return obj if isinstance(obj, list | tuple) else (obj,)
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    package = importlib.import_module(BUILTIN)
+    for mod in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        for card in importlib.import_module(f"{BUILTIN}.{mod}").CARDS:
+            _add(card, "gcbench")
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        origin = f"plugin {ep.dist.name if ep.dist else '?'}: {ep.name} = {ep.value}"
+        try:
+            for card in _cards_of(ep.load()):
+                _add(card, origin)
+        except Exception as exc:
+            _ERRORS.append(f"{origin}: {type(exc).__name__}: {exc}")
+
+
+def register(card: CompressorInfo, origin: str = "registered at run time") -> CompressorInfo:
+    """Add a card by hand (a notebook, a test); installed packages use the entry-point group instead."""
+    _load()
+    _add(card, origin)
+    return card
+
+
+def unregister(name: str) -> None:
+    """Remove a card added by :func:`register` (tests)."""
+    _CARDS.pop(name, None)
+    _ORIGIN.pop(name, None)
+
+
+def load_errors() -> list[str]:
+    """One line per plugin entry point that could not be loaded."""
+    _load()
+    return list(_ERRORS)
+
+
+def origin(name: str) -> str:
+    """Where the card of ``name`` came from: ``"gcbench"`` or the plugin's distribution and entry point."""
+    get(name)
+    return _ORIGIN[name]
 
 
 def names() -> list[str]:
     """Registered compressor names, sorted."""
-    _load_all()
-    return sorted(_REGISTRY)
+    _load()
+    return sorted(_CARDS)
 
 
 def infos() -> list[CompressorInfo]:
-    _load_all()
-    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
+    _load()
+    return [_CARDS[n] for n in sorted(_CARDS)]
 
 
 def get(name: str) -> CompressorInfo:
-    """The info record of ``name``; unknown names raise with "did you mean"."""
-    _load_all()
+    """The card of ``name``; unknown names raise with "did you mean"."""
+    _load()
     try:
-        return _REGISTRY[name]
+        return _CARDS[name]
     except KeyError:
-        raise UnknownNameError(did_you_mean(name, list(_REGISTRY), "compressor")) from None
+        raise UnknownNameError(did_you_mean(name, list(_CARDS), "compressor")) from None
+
+
+def identity() -> CompressorInfo:
+    """The card of the compressor that sends the float32 gradient unchanged (the reference of comparisons)."""
+    return next(c for c in infos() if c.identity)
 
 
 def create(name: str, **params: Any) -> Any:  # a gcbench.core.compressor.Compressor
-    """Instantiate a registered compressor with validated parameters."""
-    return get(name).cls(**params)
+    """Instantiate a registered compressor with validated parameters (imports its implementation on first use)."""
+    return get(name).load()(**params)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
@@ -117,19 +134,17 @@ def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
     """
     name, _, rest = spec.partition(":")
     info = get(name.strip())
-    params: dict[str, ParamValue | None] = {}
+    raw: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
             raise ParamError(f"{spec!r}: parameter {item!r} must look like key=value")
-        p = info.param(key.strip())
-        if p.name in params:
-            raise ParamError(f"{spec!r}: parameter {p.name!r} is given twice; give each parameter once")
-        try:
-            params[p.name] = p.parse(value)
-        except ParamError as exc:
-            raise ParamError(f"{info.name}.{p.name}: {exc}") from None
-    return info.name, params
+        key = info.param(key.strip()).name
+        if key in raw:
+            raise ParamError(f"{spec!r}: parameter {key!r} is given twice; give each parameter once")
+        raw[key] = value
+    record = info.parse(raw)
+    return info.name, {k: record[k] for k in raw}
 
 
 def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
@@ -143,3 +158,4 @@ def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | 
     except UnknownNameError:
         raise PayloadError(f"payload of unknown codec {payload.codec!r}") from None
     return comp.decompress(payload, expected_shape)
+

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import coding_param, dense_from_sparse
+from gcbench.compressors._common import dense_from_sparse
 from gcbench.compressors._select import (
     InPlaceEncoder,
     MomentumSGDReference,
@@ -71,10 +71,9 @@ from gcbench.compressors._select import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
-from gcbench.compressors.dgc import clip_params, dense_params, sent_dense
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.sdagc import SDAGC
+from gcbench.compressors.dgc import sent_dense
 from gcbench.core.compressor import Compressor, State
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -164,30 +163,8 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
     return decoded.reshape(x32.shape)
 
 
-@register(
-    name="sdagc",
-    version=2,
-    description="RECONSTRUCTED SDAGC: momentum compensation, residual accumulation, threshold lambda(t)*std(v) per layer",
-    paper="Chen et al. 2020, SDAGC (reconstructed from the abstract; not a verified reproduction)",
-    biased=True,
-    stateful=True,
-    error_feedback="own",
-    deterministic=True,
-    reconstructed=True,
-    params=(
-        Param("momentum", float, 0.9, "momentum m of the local momentum compensation", low=0.0, high=1.0, high_open=True),
-        Param("masking", bool, True, "zero the momentum u where v was sent"),
-        *clip_params(),
-        Param("lambda_start", float, 2.0, "lambda at step 0 of the warm-up (threshold = lambda * std(v))", low=0.0, low_open=True),
-        Param("lambda_final", float, 3.3, "lambda after the warm-up (about 0.1% density for Gaussian v)", low=0.0, low_open=True),
-        Param("warmup_steps", int, 0, "steps over which lambda rises linearly from lambda_start to lambda_final", low=0),
-        Param("lr_revision", bool, False, "scale the released update to at most the norm of the step's dense momentum update "
-              "(reconstruction of the adaptive learning-rate revision; held-back part stays in v)"),
-        *dense_params(),
-        coding_param("fixed", with_paper=True),
-    ),
-)
 class SDAGC(MomentumSGDReference, InPlaceEncoder):
+    info = SDAGC
     """Reconstructed SDAGC; state: momentum ``u`` and accumulated residual ``v``."""
 
     reference = sdagc_reference

@@ -23,7 +23,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.sign import EFSIGNSGD, SIGNSGD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
 from gcbench.core.errors import PayloadError
@@ -53,15 +53,8 @@ def signsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torc
     return torch.where(flat >= 0, 1.0, -1.0)
 
 
-@register(
-    name="signsgd",
-    version=1,
-    description="sign of each element, 1 bit each, decoded as ±1",
-    paper="Bernstein et al. 2018, signSGD: Compressed Optimisation for Non-Convex Problems",
-    biased=True,
-    stateful=False,
-)
 class SignSGD(Compressor):
+    info = SIGNSGD
     reference = signsgd_reference
 
     def _encode(self, a: torch.Tensor, state: State):
@@ -97,16 +90,8 @@ def efsignsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
     return decoded
 
 
-@register(
-    name="efsignsgd",
-    version=1,
-    description="error feedback + sign(x)·‖x‖₁/d (d + 32 bits)",
-    paper="Karimireddy et al. 2019, Error Feedback Fixes SignSGD and other Gradient Compression Schemes",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-)
 class EFSignSGD(Compressor):
+    info = EFSIGNSGD
     reference = efsignsgd_reference
 
     def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:

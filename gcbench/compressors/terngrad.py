@@ -35,11 +35,10 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.terngrad import TERNGRAD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy, meta_keys
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import Payload
 
 # 2-bit codes: 0 -> 0, 1 -> +1, 2 -> -1
@@ -90,24 +89,8 @@ def terngrad_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
     return terngrad_torch(x32, comp.params["clip"], state.randint64())[1]
 
 
-@register(
-    name="terngrad",
-    version=2,
-    description="stochastic ternary {-s, 0, +s} with 2.5σ clipping, 2 bits/element + one float",
-    paper="Wen et al. 2017, TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning",
-    # E[C(x)] = clip(x): biased with respect to x whenever clipping is on (the default), because
-    # clipping bites on every tensor with entries beyond c·σ; unbiased only with clip = 0
-    biased=True,
-    unbiased_when={"clip": 0.0},
-    stateful=False,
-    deterministic=False,
-    exchange="scaler sharing: s = max over workers (one extra float each)",
-    params=(
-        Param("clip", float, 2.5, "clip at clip·std before ternarizing (0 disables)", low=0.0),
-        Param("share_scaler", bool, True, "in the multi-worker exchange, share s = max of the workers' scalers"),
-    ),
-)
 class TernGrad(Compressor):
+    info = TERNGRAD
     reference = terngrad_reference
 
     def _encode(self, a: torch.Tensor, state: State, scaler: float | None = None):

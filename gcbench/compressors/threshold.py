@@ -23,11 +23,10 @@ import numpy as np
 import torch
 
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import coding_param, dense_from_sparse, sparse_body, sparse_body_nbytes
+from gcbench.compressors._common import dense_from_sparse, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import InPlaceEncoder, above
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.threshold import THRESHOLD
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -48,21 +47,8 @@ def threshold_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
     return threshold_reference_encode(comp, x32, state)[2]
 
 
-@register(
-    name="threshold",
-    version=1,
-    description="send entries with |x+e| > tau (fixed absolute threshold), error feedback always on",
-    paper="Strom 2015; Sahu et al. 2021, Rethinking gradient sparsification as total error minimization (reference point)",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    deterministic=True,
-    params=(
-        Param("tau", float, 1e-3, "absolute threshold: entries with |x + e| > tau are sent", low=0.0, low_open=True),
-        coding_param("fixed"),
-    ),
-)
 class Threshold(InPlaceEncoder):
+    info = THRESHOLD
     """Hard-threshold sparsifier: every |a_i| > tau is sent exactly."""
 
     reference = threshold_reference

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from gcbench.compressors import _sparse_fast as fast
-from gcbench.compressors._common import coding_param, dense_from_sparse, density_param, k_of, sparse_body, sparse_body_nbytes
+from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import InPlaceEncoder
-from gcbench.compressors.registry import register
+from gcbench.compressors.cards.topk import TOPK
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
 
@@ -49,17 +49,8 @@ def topk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
     return topk_reference_encode(comp, x32, state)[2]
 
 
-@register(
-    name="topk",
-    version=1,
-    description="exact top-k by magnitude, values fp32 + coded indices",
-    paper="Stich et al. 2018, Sparsified SGD with Memory (reference point)",
-    biased=True,
-    stateful=False,
-    error_feedback="optional",
-    params=(density_param(0.01), coding_param("fixed")),
-)
 class TopK(InPlaceEncoder):
+    info = TOPK
     reference = topk_reference
 
     def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,

@@ -39,14 +39,13 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import coding_param, density_param, k_of, to_numpy
-from gcbench.compressors.natural import dither_encode, dither_values, level_bits, p_param, s_param, tensor_norm
-from gcbench.compressors.registry import register
+from gcbench.compressors._common import k_of, to_numpy
+from gcbench.compressors.cards.topk_dither import TOPK_DITHER
+from gcbench.compressors.natural import dither_encode, dither_values, level_bits, tensor_norm
 from gcbench.compressors.topk import topk_indices
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.info import Param
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -113,24 +112,8 @@ def topk_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) -> 
     return decoded
 
 
-@register(
-    name="topk_dither",
-    version=2,
-    description="exact top-k, then natural dithering of the kept values (norm + sign + level), error feedback on",
-    paper="Beznosikov et al. 2020, On Biased Compression for Distributed Learning (top-k ∘ natural dithering of Horváth et al. 2019)",
-    biased=True,
-    stateful=False,
-    error_feedback="optional",
-    deterministic=False,
-    params=(
-        density_param(0.01),
-        s_param(8),
-        p_param("2"),
-        coding_param("fixed"),
-        Param("error_feedback", bool, True, "apply error feedback (residual) across steps; on by default for this biased compressor"),
-    ),
-)
 class TopKDither(Compressor):
+    info = TOPK_DITHER
     reference = topk_dither_reference
 
     def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:

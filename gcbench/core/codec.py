@@ -33,9 +33,7 @@ import numpy as np
 
 from gcbench import kernels
 from gcbench.core.errors import PayloadError
-
-INDEX_CODINGS: tuple[str, ...] = ("fixed", "int32", "delta-varint", "elias")
-SPARSE_CODINGS: tuple[str, ...] = (*INDEX_CODINGS, "paper")
+from gcbench.core.info import INDEX_CODINGS, SPARSE_CODINGS  # noqa: F401  (the coding names, declared torch-free)
 
 # ----------------------------------------------------------------------------- bit packing
 

@@ -20,7 +20,16 @@ class UnknownNameError(GcbenchError, KeyError):
 
 
 class ParamError(GcbenchError, ValueError):
-    """A compressor or suite parameter outside its documented range."""
+    """A compressor or suite parameter outside its documented range.
+
+    ``param`` names the parameter and ``reason`` is the message without the compressor prefix,
+    when the error comes from one parameter (so a suite can point at its own TOML key).
+    """
+
+    def __init__(self, message: str, param: str | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.reason = reason if reason is not None else message
 
 
 class PayloadError(GcbenchError, ValueError):

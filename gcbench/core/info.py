@@ -1,20 +1,34 @@
-"""What gcbench knows about a compressor without running it: typed parameters, flags and the info record.
+"""What gcbench knows about a compressor without running it: its card.
 
-Torch-free: ``gcbench list`` and suite validation read these records without importing any
-implementation.
+A card (:class:`CompressorInfo`) holds every per-compressor fact: name, version, paper, flags,
+typed parameters, the bench target, the memory-traffic bound and the multi-worker protocol, and
+names the class that implements it (``impl="package.module:Class"``).  Cards are plain data and
+this module imports neither torch nor any implementation, so ``gcbench list``, ``gcbench
+validate`` and ``--help`` read them in milliseconds; the implementation is imported only when a
+compressor is created (:meth:`CompressorInfo.load`).
+
+Nothing outside a compressor's card may hold a fact about one compressor: bench targets, the
+network model and the DDP hook read them from here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
-from gcbench.core.errors import ParamError, UnknownNameError, did_you_mean
+from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 
 ParamValue = int | float | bool | str
+
+#: wire codings of sparse indices (:mod:`gcbench.core.codec` implements them)
+INDEX_CODINGS: tuple[str, ...] = ("fixed", "int32", "delta-varint", "elias")
+#: index codings plus the papers' own (DGC's run-length delta, SDAGC's Golomb), for the sparsifiers that use them
+SPARSE_CODINGS: tuple[str, ...] = (*INDEX_CODINGS, "paper")
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,118 @@ class Param:
         }
 
 
+
+
+def density_param(default: float, help: str = "fraction of entries sent, k = ceil(density * d)") -> Param:
+    """The sparsifiers' ``density`` parameter."""
+    return Param("density", float, default, help, low=0.0, high=1.0, low_open=True)
+
+
+def coding_param(default: str = "fixed", with_paper: bool = False) -> Param:
+    """The sparsifiers' ``index_coding`` parameter (``with_paper``: the paper's own coding too)."""
+    return Param("index_coding", str, default, "wire coding of the sparse indices", choices=SPARSE_CODINGS if with_paper else INDEX_CODINGS)
+
+
+class Params(Mapping[str, "ParamValue | None"]):
+    """Base of the frozen, typed parameter record generated for each card (:meth:`CompressorInfo.resolve`).
+
+    Read by attribute (``comp.params.rank``) or, as a mapping, by name (``comp.params["rank"]``);
+    equal to a plain dict with the same items.  A record exists only validated: the one place that
+    builds one is :meth:`CompressorInfo.resolve`.
+    """
+
+    __slots__ = ()
+    card: ClassVar[str] = ""
+
+    def __getitem__(self, key: str) -> ParamValue | None:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.items()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.items())})"
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Target:
+    """The speed ``gcbench bench`` holds a compressor to, on a 25.6M-element float32 tensor with 2 threads.
+
+    Attributes:
+        compress_x_copy: compress time at most this multiple of a copy of the same tensor (None: no bound).
+        decompress_x_copy: the same for decompress.
+        vs_torch_topk: compress at least this many times faster than exact ``torch.topk`` at each of
+            ``topk_densities`` (the sparsifiers whose selection replaces a top-k); None: not compared.
+        topk_densities: the densities of that comparison.
+    """
+
+    compress_x_copy: float | None
+    decompress_x_copy: float | None = 3.0
+    vs_torch_topk: float | None = None
+    topk_densities: tuple[float, ...] = ()
+
+    def text(self) -> str:
+        """``≤ 8× copy, 5× torch.topk @0.001``: the target as the bench table shows it."""
+        parts = []
+        if self.compress_x_copy is not None:
+            parts.append(f"≤ {self.compress_x_copy:g}× copy")
+        if self.vs_torch_topk is not None:
+            at = "" if len(self.topk_densities) > 1 else " @" + ",".join(f"{d:g}" for d in self.topk_densities)
+            parts.append(f"{self.vs_torch_topk:g}× torch.topk{at}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How N workers exchange a compressor's payloads: the paper's protocol, as the transports and the network model see it.
+
+    Attributes:
+        name: what the transports dispatch on (``"allgather"``, ``"allreduce"``, ``"powersgd"`` …).
+        description: one line for listings and results.
+        allreduce_rounds: all-reduce legs per step that carry the payload (0: the payloads are
+            all-gathered). none/fp16/bf16 all-reduce their body (1); PowerSGD all-reduces P and Q (2).
+        summable: payloads can be summed without decoding (a server can send back a compressed sum).
+        scalar_allreduces: tiny all-reduces before the main leg (TernGrad's shared scaler).
+        per_tensor: needs each tensor's shape, so it compresses layer by layer whatever the granularity.
+        applies_when: parameter settings the protocol needs (TernGrad's ``share_scaler=True``); with
+            other settings the compressor uses the default all-gather.
+    """
+
+    name: str
+    description: str
+    allreduce_rounds: int = 0
+    summable: bool = False
+    scalar_allreduces: int = 0
+    per_tensor: bool = False
+    applies_when: Mapping[str, ParamValue] = field(default_factory=dict, compare=False)
+
+    @property
+    def allreduce(self) -> bool:
+        """Carried by all-reduces alone (no all-gather of payloads)."""
+        return self.allreduce_rounds > 0
+
+
+#: the default protocol: every worker's payload to every worker, each decodes all and averages
+ALLGATHER = Protocol("allgather", "all-gather the payloads, decode all, average")
+#: dense casts: the bodies are summed by an all-reduce and divided by N
+ALLREDUCE = Protocol("allreduce", "all-reduce the bodies (sum), divide by N", allreduce_rounds=1, summable=True)
+
+
 @dataclass(frozen=True)
 class Flags:
     """The flags of one *configured* compressor, derived from its resolved parameters.
@@ -159,52 +285,102 @@ class Flags:
 
 @dataclass(frozen=True)
 class CompressorInfo:
-    """Everything ``gcbench list`` and the results know about one registered compressor.
+    """A compressor's card: every fact gcbench knows about it without importing it.
 
-    The declarations below are per compressor; what holds for one *configuration* (TernGrad is
-    unbiased only with clipping off, ``topk_dither`` keeps a residual because its optional error
-    feedback defaults to on) comes from :meth:`resolve_flags`, which everything that shows or
-    records flags must use.
+    The declarations are per compressor; what holds for one *configuration* (TernGrad is unbiased
+    only with clipping off, ``topk_dither`` keeps a residual because its optional error feedback
+    defaults to on) comes from :meth:`resolve_flags`, which everything that shows or records flags
+    uses.
 
     Attributes:
         name: registry name, also the payload codec id.
-        version: bumped whenever the algorithm or encoding changes; results of different
-            versions are "not comparable".
+        impl: ``"package.module:Class"``, the :class:`~gcbench.core.compressor.Compressor` subclass
+            (imported by :meth:`load` only when the compressor is created).
+        version: bumped whenever the algorithm or encoding changes; results of different versions
+            are "not comparable".
         description: one line.
         paper: citation of the implemented paper (or "—" for reference points).
         biased: ``False`` only for compressors with E[C(x)] = x at their default parameters.
-        stateful: keeps state of its own across steps (residuals, momentum, warm starts),
-            whatever its parameters; optional error feedback is added by :meth:`resolve_flags`.
-        error_feedback: ``"no"``, ``"optional"`` (parameter ``error_feedback``), ``"always"``
+        stateful: keeps state of its own across steps (residuals, momentum, warm starts), whatever
+            its parameters; optional error feedback is added by :meth:`resolve_flags`.
+        error_feedback: ``"no"``, ``"optional"`` (adds a parameter ``error_feedback``), ``"always"``
             (the shared EF mechanism is mandatory) or ``"own"`` (the paper's own accumulation).
         deterministic: compress gives the same output for the same input and state (no RNG).
         reconstructed: the definition is a documented reconstruction, not the paper's verified
             algorithm; shown everywhere the compressor is.
-        exchange: ``"gather"`` for the default all-gather-and-average, else a short description
-            of the paper's own multi-worker protocol.
-        params: the typed parameters.
+        params: the typed parameters; :meth:`resolve` turns user values into a frozen record.
+        protocol: the multi-worker exchange (:class:`Protocol`).
+        target: what ``gcbench bench`` holds it to (None: reported only).
+        traffic_bytes: memory traffic of one compress at default parameters, in bytes read plus
+            written per float32 input element (4 = read the input once); the bench's "× traffic
+            bound" is compress time ÷ (traffic_bytes · numel ÷ copy bandwidth).
+        min_workers: LGC is defined only across several workers.
         unbiased_when: parameter values under which a compressor declared ``biased`` is unbiased
-            (TernGrad: ``{"clip": 0.0}``, no clipping); empty when the declaration always holds.
+            (TernGrad: ``{"clip": 0.0}``); empty when the declaration always holds.
+        identity: sends the float32 gradient unchanged: the uncompressed reference of comparisons.
     """
 
     name: str
+    impl: str
     version: int
     description: str
     paper: str
     biased: bool
     stateful: bool
-    error_feedback: str
-    deterministic: bool
-    reconstructed: bool
-    exchange: str
-    params: tuple[Param, ...]
-    cls: type = field(repr=False, compare=False)  # the Compressor subclass
-    min_workers: int = 1  # LGC is defined only across several workers
+    traffic_bytes: float
+    error_feedback: str = "no"
+    deterministic: bool = True
+    reconstructed: bool = False
+    params: tuple[Param, ...] = ()
+    protocol: Protocol = ALLGATHER
+    target: Target | None = None
+    min_workers: int = 1
     unbiased_when: Mapping[str, ParamValue | None] = field(default_factory=dict, compare=False)
+    identity: bool = False
+    record: type[Params] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"compressor card {self.name!r}"
+        if not self.name.isidentifier():
+            raise ValueError(f"{where}: the name must be an identifier (it is also the codec id)")
+        if ":" not in self.impl:
+            raise ValueError(f"{where}: impl must look like 'package.module:Class', got {self.impl!r}")
+        if self.error_feedback not in ("no", "optional", "always", "own"):
+            raise ValueError(f"{where}: error_feedback must be no/optional/always/own, got {self.error_feedback!r}")
+        params = tuple(self.params)
+        if self.error_feedback == "optional" and not any(p.name == "error_feedback" for p in params):
+            params = (*params, Param("error_feedback", bool, False, "apply error feedback (residual) across steps"))
+        names = [p.name for p in params]
+        if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+            raise ValueError(f"{where}: parameter names must be distinct identifiers, got {names}")
+        set_ = object.__setattr__  # a frozen record completes itself once, here
+        set_(self, "params", params)
+        set_(self, "stateful", self.stateful or self.error_feedback in ("always", "own"))
+        set_(self, "unbiased_when", MappingProxyType(dict(self.unbiased_when)))
+        fields = [(p.name, p.kind if not p.optional else p.kind | None) for p in params]
+        record = dataclasses.make_dataclass(_camel(self.name) + "Params", fields, bases=(Params,), frozen=True, eq=False,
+                                            slots=True, namespace={"card": self.name, "__module__": __name__})
+        set_(self, "record", record)
+        for p in params:
+            if p.default is not None or not p.optional:
+                p.validate(p.default)  # a card whose default breaks its own rule fails at import, not at run time
+        for key, value in self.unbiased_when.items():
+            if not self.biased:
+                raise ValueError(f"{where}: unbiased_when needs biased=True")
+            if self.param(key).validate(value) != value:
+                raise ValueError(f"{where}: unbiased_when {key}={value!r} is not a value of the parameter")
+        for key, value in self.protocol.applies_when.items():
+            if self.param(key).validate(value) != value:
+                raise ValueError(f"{where}: protocol applies_when {key}={value!r} is not a value of the parameter")
 
     @property
     def defaults(self) -> dict[str, ParamValue | None]:
         return {p.name: p.default for p in self.params}
+
+    @property
+    def exchange(self) -> str:
+        """The protocol as results record it: ``"gather"`` for the default all-gather, else its description."""
+        return "gather" if self.protocol is ALLGATHER else self.protocol.description
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -212,21 +388,38 @@ class CompressorInfo:
                 return p
         raise UnknownNameError(did_you_mean(name, [p.name for p in self.params], f"parameter of {self.name}"))
 
-    def resolve(self, params: Mapping[str, Any] | None = None) -> Mapping[str, ParamValue | None]:
-        """Validate user parameters and fill defaults; errors name the parameter."""
-        params = dict(params or {})
-        out: dict[str, ParamValue | None] = {}
-        for key in params:
+    def resolve(self, params: Mapping[str, Any] | None = None) -> Params:
+        """The one validation of parameters: user values checked and typed, defaults filled, as a frozen record.
+
+        Errors name the parameter (``topk.density: must be in (0, 1], got 5``); an unknown name gets
+        "did you mean".  A record this card already made is returned as it is.
+        """
+        if isinstance(params, self.record):
+            return params
+        given = dict(params or {})
+        for key in given:
             self.param(key)  # unknown name -> did you mean
+        values: dict[str, ParamValue | None] = {}
         for p in self.params:
-            if p.name in params:
+            if p.name in given:
                 try:
-                    out[p.name] = p.validate(params[p.name])
+                    values[p.name] = p.validate(given[p.name])
                 except ParamError as exc:
-                    raise ParamError(f"{self.name}.{p.name}: {exc}") from None
+                    raise ParamError(f"{self.name}.{p.name}: {exc}", p.name, str(exc)) from None
             else:
-                out[p.name] = p.default
-        return MappingProxyType(out)
+                values[p.name] = p.default
+        return self.record(**values)
+
+    def parse(self, text: Mapping[str, str]) -> Params:
+        """:meth:`resolve` for command-line strings (``{"density": "0.01"}``), each parsed by its parameter's type."""
+        values: dict[str, ParamValue | None] = {}
+        for key, raw in text.items():
+            p = self.param(key)
+            try:
+                values[p.name] = p.parse(raw)
+            except ParamError as exc:
+                raise ParamError(f"{self.name}.{p.name}: {exc}", p.name, str(exc)) from None
+        return self.resolve(values)
 
     def resolve_flags(self, params: Mapping[str, Any] | None = None) -> Flags:
         """The flags of this compressor configured with ``params`` (validated; defaults filled).
@@ -248,6 +441,13 @@ class CompressorInfo:
             exchange=self.exchange,
         )
 
+    def resolve_protocol(self, params: Mapping[str, Any] | None = None) -> Protocol:
+        """The protocol this configuration uses: the card's, unless its ``applies_when`` settings do not hold."""
+        p = self.resolve(params)
+        if all(p.get(k) == v for k, v in self.protocol.applies_when.items()):
+            return self.protocol
+        return ALLGATHER
+
     def flags(self, params: Mapping[str, Any] | None = None) -> str:
         """Compact flags text of the configuration ``params`` (default parameters when None)."""
         return self.resolve_flags(params).text()
@@ -257,6 +457,21 @@ class CompressorInfo:
         if not self.unbiased_when:
             return ""
         return "unbiased when " + ", ".join(f"{k}={v!r}" for k, v in self.unbiased_when.items())
+
+    def load(self) -> type:
+        """The implementing class (imported now, once); a card and its class must name each other.
+
+        Raises :class:`GcbenchError` (one line) when the module cannot be imported or the class does
+        not carry this card, so a broken plugin names itself instead of failing with a traceback.
+        """
+        module_name, _, attr = self.impl.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise GcbenchError(f"compressor {self.name!r}: cannot load its implementation {self.impl!r}: {exc}") from None
+        if getattr(cls, "info", None) is not self:
+            raise GcbenchError(f"compressor {self.name!r}: {self.impl} does not carry this card (set `info = <the card>` on the class)")
+        return cls
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -269,5 +484,15 @@ class CompressorInfo:
             "error_feedback_kind": self.error_feedback,
             "unbiased_when": dict(self.unbiased_when),
             "min_workers": self.min_workers,
+            "protocol": {"name": self.protocol.name, "description": self.protocol.description,
+                         "allreduce_rounds": self.protocol.allreduce_rounds, "summable": self.protocol.summable,
+                         "per_tensor": self.protocol.per_tensor, "applies_when": dict(self.protocol.applies_when)},
+            "target": None if self.target is None else dataclasses.asdict(self.target),
+            "traffic_bytes": self.traffic_bytes,
+            "impl": self.impl,
             "params": [p.to_dict() for p in self.params],
         }
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))

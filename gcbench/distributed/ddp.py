@@ -69,14 +69,9 @@ from gcbench.core.payload import Payload
 GRANULARITIES = ("bucket", "layer")
 PROTOCOL_CHOICES = ("auto", "gather")
 
-# compressors with their paper's multi-worker protocol implemented in the hook
-HOOK_PROTOCOLS: dict[str, str] = {
-    "terngrad": "all-reduce MAX of the per-tensor scalers, quantize with the shared scaler, all-gather the payloads",
-    "powersgd": "all-reduce P (mean), orthonormalise, all-reduce Q = Mᵀ P̂ (mean); shared warm-start Q",
-    "onebit": "all-to-all of 1-bit column stripes to their owners, owners re-quantize the average with a second residual, "
-              "all-gather of the owners' stripes",
-}
-PER_TENSOR = ("powersgd", "onebit")  # protocols that need each tensor's shape: they ignore granularity="bucket"
+#: the protocols (names as cards declare them, :class:`gcbench.core.info.Protocol`) this hook runs besides gather
+HOOK_PROTOCOLS = ("terngrad", "powersgd", "onebit")
+GATHER_DESCRIPTION = "all-gather the payloads, decode all, average"
 
 _SIZE_BYTES = 8  # one int64 length per unit in the size exchange
 
@@ -207,8 +202,11 @@ class HookState:
         self.protocol = self._resolve_protocol(protocol)
         # why the protocol differs from the paper's, when it does (recorded in results)
         self.protocol_note: str | None = None
-        if self.protocol == "gather" and info.exchange != "gather":
-            self.protocol_note = f"{info.name}'s own exchange ({info.exchange}) is not used by the DDP hook; gather-and-average instead"
+        paper = info.resolve_protocol(compressor.params)
+        #: the protocol's facts when the hook runs the card's protocol (None: gather)
+        self.card_protocol = paper if self.protocol == paper.name else None
+        if self.card_protocol is None and paper.name != "allgather":
+            self.protocol_note = f"{info.name}'s own exchange ({paper.description}) is not used by the DDP hook; gather-and-average instead"
         # bucket index -> states of its units; DDP's bucket rebuild invalidates them (see module doc)
         self.bucket_states: dict[int, list[State]] = {}
         self.bucket_signature: dict[int, tuple[Any, ...]] = {}
@@ -222,14 +220,16 @@ class HookState:
         self.param_names = {id(p): n for n, p in module.named_parameters()}
 
     def _resolve_protocol(self, requested: str) -> str:
-        name = self.compressor.name
+        """The card's protocol where the hook runs it (and ``requested`` allows it), else ``"gather"``."""
         if requested == "gather" or self.world_size == 1:
             return "gather"
-        if name == "terngrad":
-            return "terngrad" if self.compressor.params["share_scaler"] else "gather"
-        if name in ("powersgd", "onebit"):
-            return name
-        return "gather"
+        paper = self.compressor.info.resolve_protocol(self.compressor.params)
+        return paper.name if paper.name in HOOK_PROTOCOLS else "gather"
+
+    @property
+    def per_tensor(self) -> bool:
+        """The protocol in use needs each tensor's shape, so it ignores ``granularity="bucket"``."""
+        return self.card_protocol is not None and self.card_protocol.per_tensor
 
     def states_for(self, bucket: int, signature: tuple[Any, ...], n_units: int) -> list[State]:
         """This bucket's unit states, fresh when the bucket's parameters changed."""
@@ -252,9 +252,9 @@ class HookState:
             "version": info.version,
             "params": dict(self.compressor.params),
             "protocol": self.protocol,
-            "protocol_description": HOOK_PROTOCOLS.get(self.protocol, "all-gather the payloads, decode all, average"),
+            "protocol_description": GATHER_DESCRIPTION if self.card_protocol is None else self.card_protocol.description,
             "protocol_note": self.protocol_note,
-            "granularity": "layer" if self.protocol in PER_TENSOR else self.granularity,
+            "granularity": "layer" if self.per_tensor else self.granularity,
             "world_size": self.world_size,
             "seed": self.seed,
             "state_resets": self.state_resets,
@@ -300,7 +300,7 @@ def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor
     buf = bucket.buffer()
     params = bucket.parameters()
     signature = tuple(state.param_names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in params)
-    if state.granularity == "bucket" and state.protocol not in PER_TENSOR:
+    if state.granularity == "bucket" and not state.per_tensor:
         return [buf], [0], signature
     grads = bucket.gradients()
     base, esize = buf.data_ptr(), buf.element_size()
@@ -332,7 +332,7 @@ def _gather_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
     if state.protocol == "terngrad":
         from gcbench.compressors.terngrad import clip_and_scale
 
-        clip = float(comp.params["clip"])
+        clip = comp.params.clip
         scalers = torch.tensor([clip_and_scale(x.detach().float(), clip)[1] for x in xs], dtype=torch.float32, device=dev)
         t = clock.now()
         dist.all_reduce(scalers, op=dist.ReduceOp.MAX, group=group)
@@ -374,7 +374,7 @@ def _powersgd_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor],
     from gcbench.compressors import powersgd as ps
 
     comp, group, world = state.compressor, state.process_group, state.world_size
-    r = int(comp.params["rank"])
+    r = comp.params.rank
     dev = xs[0].device
     ms = [ErrorFeedback.corrected(x.detach().float(), st).reshape(x.shape) for x, st in zip(xs, states, strict=True)]
     low = [i for i, x in enumerate(xs) if ps.is_low_rank(tuple(x.shape), r)]
@@ -417,7 +417,7 @@ def _powersgd_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor],
         q_mean = second[qpos : qpos + cols * r].reshape(cols, r).contiguous()
         qpos += cols * r
         agg = ps.reconstruct(p_hats[i], q_mean)
-        approx = agg if comp.params["ef_residual"] == "aggregate" else ps.reconstruct(p_hats[i], q_parts[j])
+        approx = agg if comp.params.ef_residual == "aggregate" else ps.reconstruct(p_hats[i], q_parts[j])
         states[i].tensors[ErrorFeedback.KEY] = (mats[i] - approx).reshape(xs[i].shape)
         states[i].tensors[ps.Q_KEY] = q_mean.clone()
         out[i] = agg.reshape(-1)
@@ -465,7 +465,7 @@ def _onebit_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
 
     comp, group, world, rank = state.compressor, state.process_group, state.world_size, state.rank
     dev = xs[0].device
-    g = comp.params["granularity"]
+    g = comp.params.granularity
     bounds = [onebit.stripe_bounds(tuple(x.shape), g, world) for x in xs]
     # leg 1: stripe j of every unit goes to rank j (a unit with fewer columns than ranks has empty stripes)
     stripes = [onebit.worker_stripes(comp, x, st, b) for x, st, b in zip(xs, states, bounds, strict=True)]  # type: ignore[arg-type]  # OneBitSGD
@@ -520,13 +520,17 @@ def _onebit_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], s
     return means, rec
 
 
+#: the hook's transport of each protocol it runs (terngrad's shared scaler rides on the gather exchange)
+_EXCHANGES = {"powersgd": _powersgd_exchange, "onebit": _onebit_exchange}
+
+
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The DDP communication hook: compressed exchange of one bucket, averaged over the group."""
     buf = bucket.buffer()
     xs, offsets, signature = _units(state, bucket)
     states = state.states_for(bucket.index(), signature, len(xs))
     clock = _Clock(buf.device)
-    exchange = {"powersgd": _powersgd_exchange, "onebit": _onebit_exchange}.get(state.protocol, _gather_exchange)
+    exchange = _EXCHANGES.get(state.protocol, _gather_exchange)
     means, rec = exchange(state, bucket.index(), xs, states, clock)
     if len(xs) == 1 and offsets == [0] and xs[0].numel() == buf.numel():
         out = means[0].reshape(buf.shape).to(buf.dtype)

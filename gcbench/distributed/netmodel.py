@@ -14,17 +14,17 @@ Collectives (N workers; M = dense bytes, m = one worker's payload bytes):
 * ring all-gather of per-worker payloads: ``(N−1)·α + (N−1)·m/B``;
 * parameter server: one server with the same link; the N uploads share the server's link
   (``α + N·m/B``), the server decodes all N payloads and sums them, and sends each worker the dense
-  fp32 aggregate (``α + N·M/B``); for all-reduce-compatible formats (fp16/bf16/none) it sends the
+  fp32 aggregate (``α + N·M/B``); for formats whose card says ``summable`` (fp16/bf16/none) it sends the
   sum in the wire format (``α + N·m/B``).  Server-side summation time is ignored.
 
-Which collective applies (``scheme="auto"``):
+Which collective applies (``scheme="auto"``) is read from the compressor's card
+(:class:`gcbench.core.info.Protocol`), never from its name:
 
-* ``none``, ``fp16``, ``bf16``: the wire format can be summed in place → ring all-reduce of m;
-* ``powersgd``: its protocol is two all-reduces (P, then Q) → all-reduce of m with twice the
-  latency rounds;
-* every other compressor (sparse or quantized payloads that do not add up in their encoding) →
-  ring all-gather, and each worker decodes all N payloads; TernGrad's shared scaler adds one
-  all-reduce of a few floats (its latency only).
+* a protocol made of all-reduces (``allreduce_rounds``: none, fp16 and bf16 sum their bodies in
+  place, 1; PowerSGD all-reduces P then Q, 2) → ring all-reduce of m with that many latency rounds;
+* every other protocol (sparse or quantized payloads that do not add up in their encoding) →
+  ring all-gather, and each worker decodes all N payloads; ``scalar_allreduces`` (TernGrad's
+  shared scaler) add the latency of that many tiny all-reduces.
 
 Step time: ``compute + compress + communicate + decompress × decoded payloads``, where decoded
 payloads is N for all-gather (and the parameter server), 1 for all-reduce.  No overlap of
@@ -40,12 +40,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, ResultsError
+from gcbench.core.info import Protocol
 from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord, as_record
 
-ALLREDUCE_COMPATIBLE = frozenset({"none", "fp16", "bf16"})
-ALLREDUCE_ROUNDS = {"powersgd": 2}  # protocols made of several all-reduces
-EXTRA_ALLREDUCE_ROUNDS = {"terngrad": 1}  # a tiny all-reduce (scalers) before the all-gather
 SCHEMES = ("auto", "allreduce", "allgather", "ps")
 
 
@@ -116,6 +115,11 @@ class CaseCost:
     decompress_s: float = 0.0  # decoding ONE worker's payloads of a step
     source: str = ""
 
+    @property
+    def protocol(self) -> Protocol:
+        """The compressor's multi-worker protocol, from its card."""
+        return registry.get(self.compressor).protocol
+
 
 def collective_for(compressor: str, scheme: str = "auto") -> str:
     """``allreduce``, ``allgather`` or ``ps`` for a compressor under a scheme (see module docstring)."""
@@ -123,7 +127,7 @@ def collective_for(compressor: str, scheme: str = "auto") -> str:
         raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     if scheme != "auto":
         return scheme
-    if compressor in ALLREDUCE_COMPATIBLE or compressor in ALLREDUCE_ROUNDS:
+    if registry.get(compressor).protocol.allreduce:
         return "allreduce"
     return "allgather"
 
@@ -132,16 +136,16 @@ def communication(case: CaseCost, n: int, scheme: str = "auto") -> tuple[Cost, i
     """(communication cost, decoded payloads per step) of one case on ``n`` workers."""
     kind = collective_for(case.compressor, scheme)
     if kind == "allreduce":
-        rounds = ALLREDUCE_ROUNDS.get(case.compressor, 1)
+        rounds = case.protocol.allreduce_rounds
         c = ring_allreduce(case.wire_bytes, n)
         return Cost(c.alphas * rounds, c.volume), 1
     if kind == "allgather":
         c = ring_allgather(case.wire_bytes, n)
-        extra = EXTRA_ALLREDUCE_ROUNDS.get(case.compressor, 0)
+        extra = case.protocol.scalar_allreduces
         if extra:
             c = c + Cost(extra * ring_allreduce(0.0, n).alphas, 0.0)
         return c, n
-    compatible = case.compressor in ALLREDUCE_COMPATIBLE
+    compatible = case.protocol.summable
     down = case.wire_bytes if compatible else case.dense_bytes
     return parameter_server(case.wire_bytes, down, n), n + (1 if compatible else 0)
 

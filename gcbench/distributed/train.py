@@ -74,8 +74,14 @@ from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_
 from gcbench.results.store import RunWriter, atomic_write_json
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+
+def reference_name() -> str:
+    """The uncompressed reference every training comparison includes: the identity compressor's card."""
+    return registry.identity().name
+
+
 TEXT_FILES = ("public_domain.txt",)
-REFERENCE = "none"
 FAULT_ENV = "GCBENCH_TRAIN_FAULT"
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: finite, and far inside what torch.distributed can hold
 
@@ -405,10 +411,10 @@ def parse_compressors(text: str | Sequence[str]) -> list[Spec]:
     dup = sorted({x for x in seen if seen.count(x) > 1})
     if dup:
         raise ParamError(f"compressor {dup[0]!r} is listed twice")
-    if not any(s.name == REFERENCE and not s.params for s in specs):
-        specs.insert(0, Spec(REFERENCE, REFERENCE))
+    if not any(s.name == reference_name() and not s.params for s in specs):
+        specs.insert(0, Spec(reference_name(), reference_name()))
     else:  # the reference runs first so every later record can state its gap
-        specs.sort(key=lambda s: s.name != REFERENCE or bool(s.params))
+        specs.sort(key=lambda s: s.name != reference_name() or bool(s.params))
     return specs
 
 
@@ -766,7 +772,7 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
     hit = next((c for c in curve if c["test_accuracy"] >= target), None)
     acc = final.get("test_accuracy")
     ref_final = None
-    if spec.name == REFERENCE and not spec.params:
+    if spec.name == reference_name() and not spec.params:
         ref_final = acc  # the reference's own gap is zero by definition
     elif reference is not None and reference.get("status") == "ok":
         ref_final = reference["training"]["final_accuracy"]
@@ -782,7 +788,7 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
         "final_accuracy": acc,
         "final_loss": final.get("test_loss"),
         "best_accuracy": max((c["test_accuracy"] for c in curve), default=None),
-        "reference": REFERENCE,
+        "reference": reference_name(),
         "accuracy_gap": (ref_final - acc) if ref_final is not None and acc is not None else None,
         "target_accuracy": target,
         "time_to_target_s": hit["train_time_s"] if hit else None,
@@ -903,7 +909,7 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
                 while k < len(pending):
                     case = group.workdir / f"case-{k}.json"
                     if case.exists():
-                        ref = records[0] if records and records[0]["compressor"] == REFERENCE else None
+                        ref = records[0] if records and records[0]["compressor"] == reference_name() else None
                         rec = build_record(pending[k], json.loads(case.read_text(encoding="utf-8")), cfg, task_info, ref)
                         records.append(rec)
                         writer.add_case(rec)

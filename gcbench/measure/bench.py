@@ -29,7 +29,8 @@ import torch
 
 from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
-from gcbench.core.errors import GcbenchError
+from gcbench.core.errors import GcbenchError, UnknownNameError
+from gcbench.core.info import Target
 from gcbench.measure.metrics import copy_roofline, time_call
 from gcbench.results.record import BenchCase, RunRecord
 from gcbench.results.store import RunWriter, load_run
@@ -37,23 +38,12 @@ from gcbench.results.store import RunWriter, load_run
 DEFAULT_NUMEL = 25_600_000
 
 
-@dataclass(frozen=True)
-class Target:
-    """Compress-time target as a multiple of the copy roofline (None: no target, reported only)."""
-
-    compress_x_copy: float | None
-    decompress_x_copy: float | None = 3.0
-    note: str = ""
-
-
-TARGETS: dict[str, Target] = {
-    **{n: Target(2.0) for n in ("signsgd", "randomk")},
-    **{n: Target(4.0) for n in ("onebit", "efsignsgd")},
-    "adacomp": Target(5.0),
-    **{n: Target(6.0) for n in ("terngrad", "qsgd", "natural", "natural_dither", "topk_dither")},
-    **{n: Target(8.0) for n in ("dgc", "graddrop", "sdagc", "threshold")},
-    "topk": Target(None, note="≥ 2× faster than torch.topk at densities 0.001 and 0.01"),
-}
+def target_of(name: str) -> Target | None:
+    """The bench target on ``name``'s card; None for no target or a compressor not installed here."""
+    try:
+        return registry.get(name).target
+    except UnknownNameError:
+        return None
 
 
 def matrix_shape(numel: int) -> tuple[int, ...]:
@@ -130,10 +120,11 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
         t_r = time_call(lambda: ref(comp, x32, holder["st"]), r_rep, 0, device, setup)
         rec["reference"] = t_r.to_dict()
         rec["speedup_vs_reference"] = t_r.median / t_c.median
-    if name in ("topk", "dgc"):  # the issue's extra rows: against exact torch.topk
+    target = comp.info.target
+    if target is not None and target.vs_torch_topk is not None:  # the card's extra rows: against exact torch.topk
         flat = x.reshape(-1)
         rec["vs_torch_topk"] = {}
-        for density in (0.001, 0.01) if name == "topk" else (0.001,):
+        for density in target.topk_densities:
             k = k_of(density, flat.numel())  # the compressors' own k, so both rows select the same count
             t_t = time_call(lambda k=k: torch.topk(flat.abs(), k, sorted=False), max(1, min(3, repeats)), 0, device)
             c2 = registry.create(name, **{**(params or {}), "density": density})
@@ -144,26 +135,20 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
 
 
 def verdict(rec: dict[str, Any]) -> tuple[str, str]:
-    """(target text, pass/short/—) for a bench record."""
-    t = TARGETS.get(rec["compressor"])
+    """(target text, pass/short/—) for a bench record, against the target on the compressor's card."""
+    t = target_of(rec["compressor"])
     if rec.get("error"):
         return ("", "error")
     if t is None:
         return ("—", "—")
     ok = True
-    parts = []
     if t.compress_x_copy is not None:
-        parts.append(f"≤ {t.compress_x_copy:g}× copy")
         ok &= rec["compress_x_copy"] <= t.compress_x_copy
     if t.decompress_x_copy is not None:
         ok &= rec["decompress_x_copy"] <= t.decompress_x_copy
-    if rec["compressor"] == "topk":
-        parts.append("2× torch.topk")
-        ok &= all(v["speedup"] >= 2.0 for v in rec.get("vs_torch_topk", {}).values())
-    if rec["compressor"] == "dgc":
-        parts.append("5× torch.topk @0.001")
-        ok &= all(v["speedup"] >= 5.0 for v in rec.get("vs_torch_topk", {}).values())
-    return (", ".join(parts), "pass" if ok else "short")
+    if t.vs_torch_topk is not None:
+        ok &= all(v["speedup"] >= t.vs_torch_topk for v in rec.get("vs_torch_topk", {}).values())
+    return (t.text(), "pass" if ok else "short")
 
 
 def spec_label(name: str, params: dict[str, Any]) -> str:

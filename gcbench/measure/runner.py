@@ -22,7 +22,6 @@ error and the run goes on.
 
 from __future__ import annotations
 
-import math
 import os
 import traceback
 import zlib
@@ -38,19 +37,18 @@ from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, Payload, State
 from gcbench.core.errors import GcbenchError, SourceError
 from gcbench.core.payload import dense_bytes
-from gcbench.measure.granularity import Unit, gather, make_units
-from gcbench.measure.metrics import (
-    Fidelity,
-    bits_per_element,
-    copy_roofline,
-    fidelity,
-    mean_ci,
-    pooled,
-    ratio,
-    summarise,
-    throughput,
-    time_call,
+from gcbench.measure.casemath import (
+    StreamStats,
+    TrafficLog,
+    aggregate_summary,
+    fidelity_summary,
+    size_summary,
+    timing_summary,
+    unit_summary,
+    worker_mean,
 )
+from gcbench.measure.granularity import Unit, gather, make_units
+from gcbench.measure.metrics import Fidelity, copy_roofline, fidelity, time_call
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
@@ -175,21 +173,6 @@ class SourceData:
 # ----------------------------------------------------------------------------- one case
 
 
-@dataclass
-class _UnitAcc:
-    """Per-unit accumulators over steps (worker 0)."""
-
-    bytes: list[int]
-    fids: list[Fidelity]
-    agg: list[Fidelity]
-    sum_dec: torch.Tensor | None = None
-    sum_ref: torch.Tensor | None = None
-    sum_agg_err: torch.Tensor | None = None  # Σ_t (aggregate_t − true mean_t)
-    sum_mean: torch.Tensor | None = None  # Σ_t true mean_t
-    win_err: torch.Tensor | None = None  # the same two sums restarted at every phase window's first step
-    win_mean: torch.Tensor | None = None
-
-
 def _unit_states(comp: Compressor, seed: int, workers: int, n_units: int) -> list[list[State]]:
     return [[comp.init_state(derive_seed(seed, "state", w, u)) for u in range(n_units)] for w in range(workers)]
 
@@ -213,25 +196,20 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
 
     ``windows`` (the source's phase windows, :func:`suite_windows`) restart a second cumulative
     aggregate error at each window's first step, so every case is measured over the same phases.
+    The numbers themselves are :mod:`gcbench.measure.casemath`'s; this function runs the steps.
     """
     comp = registry.create(spec.name, **spec.params)
     info = comp.info
-    src = data.source
-    W, T, units = src.workers, src.steps, data.units
+    W, T, units = data.source.workers, data.source.steps, data.units
     if W < info.min_workers:
         raise GcbenchError(f"{info.name} needs at least {info.min_workers} workers ({info.exchange}); this source has {W} "
                            f"(use --workers {info.min_workers} or a source with more workers)")
-    seed = suite.seed
     repeats = 1 if info.deterministic else suite.metrics.repeats
-    states = _unit_states(comp, seed, W, len(units))
+    states = _unit_states(comp, suite.seed, W, len(units))
     ref_states: list[list[dict[str, Any]]] = [[{} for _ in units] for _ in range(W)]
     custom_exchange = W > 1 and type(comp).exchange is not Compressor.exchange
-    accs = [_UnitAcc([], [], []) for _ in units]
-    traffic_phase: dict[str, list[list[int]]] = {}  # phase -> [[sent, received] per (step, worker)]
-    drift, resid = [], []
-    agg_drift: list[float | None] = []
-    agg_cos: list[float | None] = []  # whole-model cosine(aggregate, true mean) per step
-    win_drift: list[float | None] = []
+    stats = StreamStats(len(units), comp.stateful, windowed=bool(windows))
+    traffic = TrafficLog(T, W)
     starts = {w.first for w in windows}
     step_phases: list[str | None] = []
     timing: dict[str, Any] | None = None
@@ -240,128 +218,80 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
         progress("step", t, T, f"{spec.label}: step {t + 1}/{T}")
         xs = [data.get(t, w) for w in range(W)]
         refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)]
-
         if suite.metrics.timing and t < suite.metrics.timing_steps:
             timing = _time_case(comp, xs[0], states[0], suite)
 
         # 1. fidelity repeats from copies of the current state (worker 0)
-        single: list[tuple[Payload, torch.Tensor] | None] = [None] * len(units)
+        fids: list[Fidelity] | None = None
+        firsts: list[tuple[Payload, torch.Tensor]] = []
         first_states: list[State] = []
         if repeats > 1 or custom_exchange:
-            for u, x in enumerate(xs[0]):
-                decs = []
-                for r in range(repeats):
-                    st = states[0][u].clone()
-                    if repeats > 1:
-                        st.reseed(derive_seed(seed, "repeat", t, u, r))
-                    p, dec = comp.compress_and_decode(x, st)
-                    decs.append(dec)
-                    if r == 0:
-                        single[u] = (p, dec)
-                        first_states.append(st)
-                accs[u].fids.append(fidelity(refs[0][u], decs))
+            fids, firsts, first_states = _repeat_fidelity(comp, xs[0], states[0], refs[0], repeats, suite.seed, t)
 
         # 2. the stream: every worker compresses; aggregate by the default or the paper's protocol
         if custom_exchange:
-            aggregates = []
-            for u, res in enumerate(comp.exchange_group(xs, states)):
-                aggregates.append(res.aggregate)
-                if u == 0:  # a protocol with phases by step (LGC) names the step's phase
-                    step_phases.append(getattr(res, "phase", None))
-                for ph in res.traffic.phases():
-                    rows = traffic_phase.setdefault(ph, [[0, 0, 0] for _ in range(T * W)])
-                    for w in range(W):
-                        rows[t * W + w][0] += res.traffic.sent(w, ph)
-                        rows[t * W + w][1] += res.traffic.received(w, ph)
-                        body = res.traffic.sent_body(w, ph)  # -1: the protocol did not say (no body-only ratio)
-                        rows[t * W + w][2] = -1 if body is None or rows[t * W + w][2] < 0 else rows[t * W + w][2] + body
-            dec0 = [s[1] for s in single]  # type: ignore[index]
-            bytes0 = [s[0].nbytes for s in single]  # type: ignore[union-attr]
-        elif single[0] is not None and type(comp).compress_group is Compressor.compress_group:
+            aggregates, phase = _protocol_exchange(comp, xs, states, traffic, t)
+            step_phases.append(phase)
+            outs0 = firsts  # worker 0's payloads: its first fidelity repeat
+        else:
             # worker 0's stream step is its first fidelity repeat (an independent draw from the same
             # state), so stochastic compressors do not compress worker 0's tensors once more
-            states[0] = first_states
-            outs = [list(single)] + [comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(1, W)]
-        else:
-            outs = [comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(W)]
-        if not custom_exchange:
-            aggregates = [sum(outs[w][u][1].float() for w in range(W)) / W for u in range(len(units))]
-            sizes = [[p.nbytes for p, _ in outs[w]] for w in range(W)]
-            total = sum(sum(s) for s in sizes)
-            rows = traffic_phase.setdefault("allgather", [[0, 0, 0] for _ in range(T * W)])
-            for w in range(W):
-                rows[t * W + w][0] += sum(sizes[w])
-                rows[t * W + w][1] += total - sum(sizes[w])
-                rows[t * W + w][2] += sum(p.body_nbytes for p, _ in outs[w])
-            dec0 = [d for _, d in outs[0]]
-            bytes0 = sizes[0]
-            if repeats == 1:
-                for u in range(len(units)):
-                    accs[u].fids.append(fidelity(refs[0][u], [dec0[u]]))
+            reuse = fids is not None and type(comp).compress_group is Compressor.compress_group
+            if reuse:
+                states[0] = first_states
+            outs = [firsts if reuse and w == 0 else comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(W)]
+            aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(units))]
+            traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])
+            outs0 = outs[0]
+            if fids is None:
+                fids = [fidelity(refs[0][u], [dec]) for u, (_, dec) in enumerate(outs0)]
 
         # 3. aggregate fidelity, the aggregate's cumulative error and EF drift
-        num = den = agg_num = agg_den = dot = n_agg = n_mean = win_num = win_den = 0.0
-        for u in range(len(units)):
-            a = accs[u]
-            a.bytes.append(bytes0[u])
-            true_mean = sum(refs[w][u].float() for w in range(W)) / W
-            a.agg.append(fidelity(true_mean, [aggregates[u]]))
-            agg64, mean64 = aggregates[u].double(), true_mean.double()
-            dot += float((agg64 * mean64).sum())
-            n_agg += float(agg64.pow(2).sum())
-            n_mean += float(mean64.pow(2).sum())
-            err = aggregates[u].float() - true_mean
-            a.sum_agg_err = err if a.sum_agg_err is None else a.sum_agg_err.add_(err)
-            a.sum_mean = true_mean.clone() if a.sum_mean is None else a.sum_mean.add_(true_mean)
-            agg_num += float(a.sum_agg_err.double().pow(2).sum())
-            agg_den += float(a.sum_mean.double().pow(2).sum())
-            if windows:
-                fresh = t in starts or a.win_err is None
-                a.win_err = err.clone() if fresh else a.win_err.add_(err)  # type: ignore[union-attr]
-                a.win_mean = true_mean.clone() if fresh else a.win_mean.add_(true_mean)  # type: ignore[union-attr]
-                win_num += float(a.win_err.double().pow(2).sum())
-                win_den += float(a.win_mean.double().pow(2).sum())
-            if comp.stateful:
-                a.sum_dec = dec0[u].float().clone() if a.sum_dec is None else a.sum_dec + dec0[u].float()
-                a.sum_ref = refs[0][u].float().clone() if a.sum_ref is None else a.sum_ref + refs[0][u].float()
-                num += float((a.sum_dec - a.sum_ref).double().pow(2).sum())
-                den += float(a.sum_ref.double().pow(2).sum())
-        agg_drift.append(math.sqrt(agg_num / agg_den) if agg_den > 0 else None)
-        agg_cos.append(dot / math.sqrt(n_agg * n_mean) if n_agg > 0 and n_mean > 0 else None)
-        if windows:
-            win_drift.append(math.sqrt(win_num / win_den) if win_den > 0 else None)
-        if comp.stateful:
-            g_now = math.sqrt(sum(float(refs[0][u].double().pow(2).sum()) for u in range(len(units))))
-            drift.append(math.sqrt(num / den) if den > 0 else None)
-            resid.append(math.sqrt(num) / g_now if g_now > 0 else None)
+        stats.add_step(refs, aggregates, [dec for _, dec in outs0], [p.nbytes for p, _ in outs0], fids, window_start=t in starts)
     progress("step", T, T, f"{spec.label}: done")
-    rec = _case_record(spec, comp, data, suite, repeats, accs, traffic_phase, drift, resid, timing)
-    # the whole model's aggregate per step: cosine with the true worker mean, and the cumulative
-    # error ‖Σ_s≤t (aggregate_s − mean_s)‖ / ‖Σ_s≤t mean_s‖ (what error feedback eventually delivers)
-    rec["aggregate"]["per_step_cosine"] = agg_cos
-    rec["aggregate"]["sum_drift"] = agg_drift
-    if windows:
-        rec["windows"] = [{"name": w.name, "first": w.first, "last": w.last,
-                           **_worker_traffic(traffic_phase, W, range(w.first, min(w.last, T - 1) + 1))} for w in windows]
-        rec["aggregate"]["window_drift"] = win_drift
-    if any(p is not None for p in step_phases):
-        rec["step_phases"] = step_phases
-        rec["phases"] = case_phases(rec, phase_windows(step_phases))
-    return rec
+    return _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases)
 
 
-def _worker_traffic(traffic_phase: dict[str, list[list[int]]], workers: int, steps: range) -> dict[str, list[float]]:
-    """Mean bytes each worker sent and received per step over ``steps``, every traffic phase but one-time ``setup:*``."""
-    sent, recv = [0.0] * workers, [0.0] * workers
-    n = max(len(steps), 1)
-    for ph, rows in traffic_phase.items():
-        if ph.startswith("setup"):
-            continue
-        for t in steps:
-            for w in range(workers):
-                sent[w] += rows[t * workers + w][0] / n
-                recv[w] += rows[t * workers + w][1] / n
-    return {"sent_by_worker": sent, "received_by_worker": recv}
+def _repeat_fidelity(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], refs: Sequence[torch.Tensor],
+                     repeats: int, seed: int, step: int) -> tuple[list[Fidelity], list[tuple[Payload, torch.Tensor]], list[State]]:
+    """Worker 0's fidelity per unit from ``repeats`` compressions, each from a reseeded copy of its state.
+
+    Also returns the first repeat's (payload, decoded) per unit and the state it left: an
+    independent draw from the current state, so the stream can take it as worker 0's step.
+    """
+    fids, firsts, first_states = [], [], []
+    for u, x in enumerate(xs):
+        decs = []
+        for r in range(repeats):
+            st = states[u].clone()
+            if repeats > 1:
+                st.reseed(derive_seed(seed, "repeat", step, u, r))
+            p, dec = comp.compress_and_decode(x, st)
+            decs.append(dec)
+            if r == 0:
+                firsts.append((p, dec))
+                first_states.append(st)
+        fids.append(fidelity(refs[u], decs))
+    return fids, firsts, first_states
+
+
+def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]],
+                       traffic: TrafficLog, step: int) -> tuple[list[torch.Tensor], str | None]:
+    """One step of the compressor's own exchange protocol over every unit, its messages counted in ``traffic``.
+
+    Returns the aggregate of each unit and the step's phase (a protocol with phases by step, LGC,
+    names it; None otherwise).
+    """
+    aggregates: list[torch.Tensor] = []
+    phase = None
+    for u, res in enumerate(comp.exchange_group(xs, states)):
+        aggregates.append(res.aggregate)
+        if u == 0:
+            phase = getattr(res, "phase", None)
+        for ph in res.traffic.phases():
+            for w in range(len(xs)):
+                traffic.add(ph, step, w, res.traffic.sent(w, ph), res.traffic.received(w, ph), res.traffic.sent_body(w, ph))
+    return aggregates, phase
 
 
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:
@@ -377,73 +307,16 @@ def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[St
     payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
     t_d = time_call(lambda: [comp.decompress(p) for p in payloads], m.timing_repeats, m.warmup, device)
     t_copy = copy_roofline(xs, m.timing_repeats, m.warmup)
-    numel = sum(x.numel() for x in xs)
-    return {
-        "numel": numel,
-        "device": str(device),
-        "threads": torch.get_num_threads(),
-        "compress": {**t_c.to_dict(), **throughput(numel, t_c)},
-        "decompress": {**t_d.to_dict(), **throughput(numel, t_d)},
-        "copy": {**t_copy.to_dict(), **throughput(numel, t_copy)},
-        "copy_fraction_compress": t_copy.median / t_c.median if t_c.median > 0 else None,
-        "copy_fraction_decompress": t_copy.median / t_d.median if t_d.median > 0 else None,
-    }
+    return timing_summary(sum(x.numel() for x in xs), str(device), torch.get_num_threads(), t_c, t_d, t_copy)
 
 
-def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite: Suite, repeats: int, accs: list[_UnitAcc],
-                 traffic_phase: dict[str, list[list[int]]], drift: list[Any], resid: list[Any],
-                 timing: dict[str, Any] | None) -> dict[str, Any]:
+def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite: Suite, repeats: int, stats: StreamStats,
+                 traffic: TrafficLog, timing: dict[str, Any] | None, windows: Sequence[Window],
+                 step_phases: list[str | None]) -> dict[str, Any]:
+    """The case record: what was measured, and the summaries of its streams."""
     info = comp.info
-    numel = data.numel
-    steps = data.source.steps
-    wire = sum(sum(a.bytes) for a in accs) / steps  # worker 0's bytes per step
-    all_fids = [f for a in accs for f in a.fids]
-    all_agg = [f for a in accs for f in a.agg]
-    per_step_pooled = [pooled([a.fids[t] for a in accs]) for t in range(steps)]
-    per_step_agg = [pooled([a.agg[t] for a in accs]) for t in range(steps)]
-    fd = [f.to_dict() for f in all_fids]
     flags = comp.flags  # from the resolved parameters: TernGrad with clipping is biased
-    unbiased = not flags.biased
-    fidelity_rec = {
-        "repeats": repeats,
-        "reference": comp.reference_name(),
-        "q": {**mean_ci([d["q"] for d in fd]), "model": _mean([p["q"] for p in per_step_pooled])},
-        "bias2": {**mean_ci([d["bias2"] for d in fd]), "model": _mean([p["bias2"] for p in per_step_pooled]),
-                  "se_mean": _mean([d["bias2_se"] for d in fd])},
-        "variance": {**mean_ci([d["variance"] for d in fd]), "model": _mean([p["variance"] for p in per_step_pooled])},
-        "omega_hat": ({**mean_ci([d["q"] for d in fd]), "model": _mean([p["q"] for p in per_step_pooled])} if unbiased else None),
-        "delta": {**summarise([d["delta"] for d in fd]), "model": _mean([p["delta"] for p in per_step_pooled])},
-        "alpha": {**summarise([d["alpha"] for d in fd], worst="min"), "model": _mean([p["alpha"] for p in per_step_pooled])},
-        "cosine": summarise([d["cosine"] for d in fd], worst="min"),
-        "q_samples": [s for f in all_fids for s in f.q_samples][:2000],
-    }
-    aggregate_rec = {
-        "q": {**summarise([f.q for f in all_agg]), "model": _mean([p["q"] for p in per_step_agg])},
-        "cosine": summarise([f.cosine for f in all_agg], worst="min"),
-        "per_step_q": [p["q"] for p in per_step_agg],
-    }
-    workers = data.source.workers
-    sent = sum(float(np.mean([r[0] for r in rows])) for rows in traffic_phase.values())
-    traffic_rec = {
-        ph: {"sent_mean": float(np.mean([r[0] for r in rows])), "received_mean": float(np.mean([r[1] for r in rows])),
-             "sent_max": int(max(r[0] for r in rows)),
-             # bytes per worker at each step: phases that run only in some steps (LGC) stay readable
-             "per_step_sent": [float(np.mean([rows[t * workers + w][0] for w in range(workers)])) for t in range(steps)],
-             # the same, payload bodies only (headers excluded: papers count bodies); None if the protocol did not say
-             "per_step_sent_body": ([float(np.mean([rows[t * workers + w][2] for w in range(workers)])) for t in range(steps)]
-                                    if all(r[2] >= 0 for r in rows) else None)}
-        for ph, rows in traffic_phase.items()
-    }
-    layers = []
-    for u, a in zip(data.units, accs, strict=True):
-        ufd = [f.to_dict() for f in a.fids]
-        b = float(np.mean(a.bytes))
-        layers.append({
-            "name": u.name, "numel": u.numel, "wire_bytes": b, "ratio": ratio(u.numel, b),
-            "q": _mean([d["q"] for d in ufd]), "bias2": _mean([d["bias2"] for d in ufd]),
-            "variance": _mean([d["variance"] for d in ufd]), "cosine": _mean([d["cosine"] for d in ufd]),
-        })
-    return {
+    rec: dict[str, Any] = {
         "label": spec.label,
         "compressor": info.name,
         "version": info.version,
@@ -453,25 +326,22 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
         "granularity": suite.granularity,
         "units": len(data.units),
         "workers": data.source.workers,
-        "steps": steps,
+        "steps": data.source.steps,
         "status": "ok",
-        "size": {"numel": numel, "dense_bytes": dense_bytes(numel), "wire_bytes": wire,
-                 "ratio": ratio(numel, wire), "bits_per_element": bits_per_element(numel, wire),
-                 # what a worker really sends per step in the exchange, every phase counted (scalers,
-                 # both legs of 1-bit SGD, LGC's latents and innovations)
-                 "traffic_sent_bytes": sent, "traffic_ratio": ratio(numel, sent) if sent else None},
-        "fidelity": fidelity_rec,
-        "aggregate": aggregate_rec,
-        "traffic": traffic_rec,
-        "ef_drift": {"sum_drift": drift, "residual_ratio": resid} if comp.stateful else None,
+        "size": size_summary(data.numel, stats.bytes, traffic.mean_sent()),
+        "fidelity": fidelity_summary(stats.fids, repeats, comp.reference_name(), unbiased=not flags.biased),
+        "aggregate": aggregate_summary(stats),
+        "traffic": traffic.summary(),
+        "ef_drift": {"sum_drift": stats.drift, "residual_ratio": stats.residual} if comp.stateful else None,
         "timing": timing,
-        "layers": layers,
+        "layers": [unit_summary(u.name, u.numel, b, f) for u, b, f in zip(data.units, stats.bytes, stats.fids, strict=True)],
     }
-
-
-def _mean(vals: Sequence[float | None]) -> float | None:
-    v = [x for x in vals if x is not None and math.isfinite(x)]
-    return float(np.mean(v)) if v else None
+    if windows:
+        rec["windows"] = traffic.windows(windows)
+    if any(p is not None for p in step_phases):
+        rec["step_phases"] = step_phases
+        rec["phases"] = case_phases(rec, phase_windows(step_phases))
+    return rec
 
 
 def _failed_record(spec: CompressorSpec, source_name: str, exc: BaseException, source_label: str | None = None) -> dict[str, Any]:

@@ -184,16 +184,13 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
             info = registry.get(c.name)
         except UnknownNameError as exc:
             raise GcbenchError(f"{where}: compressors[{i}].name: {exc}") from None
-        params = {}
-        for key, value in c.params.items():
-            try:
-                p = info.param(key)
-            except UnknownNameError as exc:
-                raise GcbenchError(f"{where}: compressors[{i}].params.{key}: {exc}") from None
-            try:
-                params[key] = p.validate(value)
-            except ParamError as exc:
-                raise GcbenchError(f"{where}: compressors[{i}].params.{key}: {exc}") from None
+        try:
+            record = info.resolve(c.params)  # the one validation of parameters (gcbench.core.info)
+        except UnknownNameError as exc:
+            raise GcbenchError(f"{where}: compressors[{i}].params: {exc}") from None
+        except ParamError as exc:
+            raise GcbenchError(f"{where}: compressors[{i}].params.{exc.param}: {exc.reason}") from None
+        params = {k: record[k] for k in c.params}
         label = c.label
         if label is None:
             label = c.name if not params else c.name + "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
@@ -207,14 +204,14 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
 
 def _check_models(where: str, suite: Suite) -> None:
     """Model names and zoo options, checked against the zoo without importing or building anything."""
-    from gcbench.sources import zoo
+    from gcbench.sources import catalog
 
     for i, src in enumerate(suite.sources):
         if src.model is None or src.kind == "trace":
             continue
         options = {k: v for k, v in (("batch_size", src.batch_size), ("image_size", src.image_size)) if v is not None}
         try:
-            zoo.check_model(src.model, **(options if src.kind == "live" else {}))
+            catalog.check_model(src.model, **(options if src.kind == "live" else {}))
         except GcbenchError as exc:
             raise GcbenchError(f"{where}: sources[{i}].model: {exc}") from None
 
@@ -249,7 +246,7 @@ class CodeRef:
 
 def imported_code(suite: Suite) -> list[CodeRef]:
     """The user code running ``suite`` would import (zoo and ``hf:`` models are not user code)."""
-    from gcbench.sources.zoo import is_user_model
+    from gcbench.sources.catalog import is_user_model
 
     return [CodeRef(f"sources[{i}].model", src.model) for i, src in enumerate(suite.sources)
             if src.kind != "trace" and src.model is not None and is_user_model(src.model)]
@@ -290,12 +287,12 @@ def check_sources(suite: Suite, where: str) -> list[str]:
     across several workers need that many.  (Names, options and shapes are checked by
     :func:`parse_suite`.)  Returns one line per problem.
     """
-    from gcbench.sources.trace import TraceSource
-
     problems: list[str] = []
     for i, src in enumerate(suite.sources):
         workers = _source_workers(src)
         if src.kind == "trace":
+            from gcbench.sources.trace import TraceSource  # torch and safetensors: only a suite with a trace pays for them
+
             try:
                 trace = TraceSource(src.path or "")
             except GcbenchError as exc:
@@ -394,3 +391,15 @@ def apply_overrides(
     data["compressors"] = [{k: v for k, v in c.items() if v is not None} for c in data["compressors"]]
     data["metrics"] = {k: v for k, v in m.items() if v is not None}
     return parse_suite(data, "<command line>")
+
+
+def bundled_suites() -> list[dict[str, Any]]:
+    """The suites shipped in ``suites/`` (name, path, description, compressor count); an invalid one says why."""
+    rows = []
+    for p in sorted(SUITE_DIR.glob("*.toml")):
+        try:
+            s = load_suite(p)
+            rows.append({"name": p.stem, "path": str(p), "description": s.description, "compressors": len(s.compressors)})
+        except GcbenchError as exc:
+            rows.append({"name": p.stem, "path": str(p), "description": f"INVALID: {exc}", "compressors": 0})
+    return rows

@@ -44,7 +44,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
 import gcbench
-from gcbench.measure.bench import TARGETS
+from gcbench.measure.bench import target_of
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
     BENCH_FOOTNOTE,
@@ -534,7 +534,7 @@ def bench_bars(cases: Sequence[RunCase]) -> BenchBars:
     names = list(dict.fromkeys(bench_name(c) for c in ok))
     targets = {}
     for n in names:
-        t = TARGETS.get(n)
+        t = target_of(n)
         if t is not None and t.compress_x_copy is not None:
             targets[n] = float(t.compress_x_copy)
     return BenchBars(names, sorted({c.numel for c in ok}), {(bench_name(c), c.numel): float(c.compress_x_copy) for c in ok}, targets)
@@ -561,7 +561,7 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
             ax.hlines(bars.targets[n], i - 0.46, i + 0.46, colors="#d62728", lw=2.4, zorder=4, label="target" if not marked else None)
             marked.append(bars.targets[n])
         else:
-            t = TARGETS.get(n)
+            t = target_of(n)
             untargeted.append(n + (f" ({t.note})" if t is not None and t.note else ""))
     ax.axhline(1.0, color="black", ls="--", lw=1.0, label="copy (1×)", zorder=2)
     _scale(ax, "y", [*value.values(), *marked, 1.0])

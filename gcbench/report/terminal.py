@@ -38,7 +38,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gcbench.core.errors import ResultsError
-from gcbench.measure.bench import TARGETS, verdict
+from gcbench.measure.bench import target_of, verdict
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
     BENCH_UNIT,
@@ -222,7 +222,7 @@ def bench_target(rec: BenchCase) -> tuple[str, str]:
     if rec.compress_x_copy is None or rec.decompress_x_copy is None:
         return ("—", "—")  # an incomplete record (hand-edited or from another tool): nothing to judge
     text, mark = verdict(rec.to_json_dict())
-    t = TARGETS.get(rec.compressor)
+    t = target_of(rec.compressor)
     if t is not None and t.decompress_x_copy is not None:
         text = ", ".join(x for x in (text, f"decompress ≤ {t.decompress_x_copy:g}× copy") if x)
     if rec.vs_torch_topk:

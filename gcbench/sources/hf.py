@@ -35,13 +35,14 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
-from gcbench.sources.batches import batch_generator, image_batches, token_batches
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 
 #: the name prefix that routes a model name to this module
 PREFIX = "hf:"
@@ -100,11 +101,15 @@ def available() -> bool:
 
 def _with_mask(ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """Packed causal-LM inputs: every position is real, as in LM pre-training on packed text."""
+    import torch
+
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
 
 
 def _causal_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
     """Zoo token streams as ``input_ids``/``attention_mask``/``labels`` (the model shifts the labels)."""
+    from gcbench.sources.batches import token_batches
+
     tokens = token_batches(seed, o["vocab"], o["batch_size"], o["seq_len"])
 
     def make_batch(batch_index: int, worker: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -116,6 +121,10 @@ def _causal_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
 
 def _mlm_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
     """BERT masked-LM batches: padded variable-length rows, attention masks, 15% of real tokens predicted."""
+    import torch
+
+    from gcbench.sources.batches import batch_generator, token_batches
+
     vocab, batch, seq = o["vocab"], o["batch_size"], o["seq_len"]
     # ids 0 ([PAD]) and the [MASK] id are never drawn as text; 103 is [MASK] in BERT's vocabulary
     pad_id, mask_id = 0, 103 if vocab > 104 else vocab - 1
@@ -148,6 +157,8 @@ def _mlm_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
 
 def _pixel_batches(seed: int, o: Mapping[str, int]) -> MakeBatch:
     """Zoo class-prototype images as ``pixel_values``/``labels``."""
+    from gcbench.sources.batches import image_batches
+
     images = image_batches(seed, o["num_classes"], o["batch_size"], o["image_size"])
 
     def make_batch(batch_index: int, worker: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -355,6 +366,7 @@ def _route_kwargs(module: nn.Module) -> None:
     names (``transformer.wte.weight``), so traces and per-layer tables read like the model card.
     """
 
+
     def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         if len(args) == 1 and isinstance(args[0], Mapping):
             return (), {**args[0], **kwargs}
@@ -378,6 +390,8 @@ def load(spec: str, seed: int = 0, **kwargs: object) -> tuple[str, nn.Module, Ma
     arguments (labels included); ``module(inputs)`` runs the forward and ``loss_fn(outputs, labels)``
     returns the model's own loss.
     """
+    import torch
+
     info, options, canonical = resolve(spec, kwargs)
     _transformers()  # a missing extra fails here, before the RNG is touched
     with torch.random.fork_rng(devices=[]):
@@ -389,6 +403,8 @@ def load(spec: str, seed: int = 0, **kwargs: object) -> tuple[str, nn.Module, Ma
 
 def build_meta(spec: str, **kwargs: object) -> nn.Module:
     """``spec`` built on the meta device: shapes without memory or initialisation time."""
+    import torch
+
     info, options, _ = resolve(spec, kwargs)
     _transformers()
     with torch.device("meta"):

@@ -40,7 +40,8 @@ import torch
 from gcbench.core.errors import ParamError
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 from gcbench.sources.batches import batch_generator
-from gcbench.sources.zoo import gradient_layout, is_user_model, load_model, user_code_error
+from gcbench.sources.catalog import is_user_model
+from gcbench.sources.zoo import gradient_layout, load_model, user_code_error
 
 #: ``progress(done, total, message)`` after each forward/backward
 Progress = Callable[[int, int, str], None]

@@ -32,7 +32,7 @@ those three numbers through numpy's ``SeedSequence``, so no global RNG state is 
 
 Each :class:`ModelSpec` has a ``factory(seed, **kwargs) -> (module, make_batch)``; the module is
 initialised under ``torch.manual_seed(seed)`` inside a forked RNG so the caller's RNG is untouched.
-:func:`load_model` also accepts ``package.module:factory`` for a user model (:func:`is_user_model`).
+:func:`load_model` also accepts ``package.module:factory`` for a user model (:func:`~gcbench.sources.catalog.is_user_model`).
 A user factory is called with a seed in ``[0, 2**31)`` (:data:`USER_SEED_LIMIT`), so plain
 arithmetic on it fits ``torch.Generator.manual_seed``; anything a user factory, its ``make_batch``
 or its loss raises becomes one :class:`SourceError` naming the factory, chained to the original
@@ -48,16 +48,18 @@ import importlib
 import inspect
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.core.errors import ParamError, SourceError
+from gcbench.sources import catalog
 from gcbench.sources.base import TensorSpec
 from gcbench.sources.batches import LossFn, MakeBatch, image_batches, token_batches, vector_batches
+from gcbench.sources.catalog import is_user_model, user_model_syntax_error
 
 
 def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -65,24 +67,6 @@ def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if outputs.dim() > 2:
         return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
     return F.cross_entropy(outputs, targets)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One zoo entry.
-
-    ``factory(seed, **kwargs)`` returns ``(module, make_batch)``; ``build(**kwargs)`` builds the bare
-    module (used on the meta device by :func:`layer_shapes`, so no memory and no time is spent on
-    weights); ``defaults`` lists the keyword arguments the factory accepts with their defaults.
-    """
-
-    name: str
-    description: str
-    factory: Callable[..., tuple[nn.Module, MakeBatch]]
-    loss_fn: LossFn = cross_entropy
-    build: Callable[..., nn.Module] | None = None
-    # compare=False keeps the frozen dataclass hashable despite the dict
-    defaults: Mapping[str, object] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -371,16 +355,16 @@ def _seeded(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
     return module.train()
 
 
-def _resnet18_build(num_classes: int = 1000) -> nn.Module:
+def resnet18_build(num_classes: int = 1000) -> nn.Module:
     return ResNet(BasicBlock, (2, 2, 2, 2), num_classes)
 
 
-def _resnet50_build(num_classes: int = 1000) -> nn.Module:
+def resnet50_build(num_classes: int = 1000) -> nn.Module:
     return ResNet(Bottleneck, (3, 4, 6, 3), num_classes)
 
 
 def _resnet_factory(build: Callable[..., nn.Module], name: str) -> Callable[..., tuple[nn.Module, MakeBatch]]:
-    def factory(seed: int = 0, *, batch_size: int = 8, image_size: int = 224, num_classes: int = 1000) -> tuple[nn.Module, MakeBatch]:
+    def factory(seed: int = 0, *, batch_size: int, image_size: int, num_classes: int) -> tuple[nn.Module, MakeBatch]:
         _positive(name, batch_size=batch_size, image_size=image_size, num_classes=num_classes)
         # below 32 px the 32× downsampling leaves nothing for the last stage to see
         if image_size < 32:
@@ -397,46 +381,50 @@ def _resnet_factory(build: Callable[..., nn.Module], name: str) -> Callable[...,
     return factory
 
 
-def _vgg16_build(num_classes: int = 1000, dropout: float = 0.5) -> nn.Module:
+resnet18_factory = _resnet_factory(resnet18_build, "resnet18")
+resnet50_factory = _resnet_factory(resnet50_build, "resnet50")
+
+
+def vgg16_build(num_classes: int = 1000, dropout: float = 0.5) -> nn.Module:
     return VGG(num_classes, dropout)
 
 
-def _vgg16_factory(seed: int = 0, *, batch_size: int = 8, image_size: int = 224, num_classes: int = 1000,
-                   dropout: float = 0.5) -> tuple[nn.Module, MakeBatch]:
+def vgg16_factory(seed: int = 0, *, batch_size: int, image_size: int, num_classes: int,
+                   dropout: float) -> tuple[nn.Module, MakeBatch]:
     _positive("vgg16", batch_size=batch_size, image_size=image_size, num_classes=num_classes)
     if image_size < 32:
         raise ParamError(f"vgg16: image_size must be at least 32, got {image_size}")
     return _seeded(seed, lambda: VGG(num_classes, dropout)), image_batches(seed, num_classes, batch_size, image_size)
 
 
-def _lstm_build(vocab: int = 10_000, hidden: int = 650, layers: int = 2, dropout: float = 0.5) -> nn.Module:
+def lstm_build(vocab: int = 10_000, hidden: int = 650, layers: int = 2, dropout: float = 0.5) -> nn.Module:
     return LSTMLanguageModel(vocab, hidden, layers, dropout)
 
 
-def _lstm_factory(seed: int = 0, *, batch_size: int = 20, seq_len: int = 35, vocab: int = 10_000, hidden: int = 650,
-                  layers: int = 2, dropout: float = 0.5) -> tuple[nn.Module, MakeBatch]:
+def lstm_factory(seed: int = 0, *, batch_size: int, seq_len: int, vocab: int, hidden: int,
+                  layers: int, dropout: float) -> tuple[nn.Module, MakeBatch]:
     _positive("lstm_lm", batch_size=batch_size, seq_len=seq_len, vocab=vocab, hidden=hidden, layers=layers)
     module = _seeded(seed, lambda: LSTMLanguageModel(vocab, hidden, layers, dropout))
     return module, token_batches(seed, vocab, batch_size, seq_len)
 
 
-def _transformer_build(vocab: int = 8000, seq_len: int = 128, d_model: int = 256, heads: int = 4, layers: int = 4,
+def transformer_build(vocab: int = 8000, seq_len: int = 128, d_model: int = 256, heads: int = 4, layers: int = 4,
                        dropout: float = 0.1) -> nn.Module:
     return TinyGPT(vocab, seq_len, d_model, heads, layers, dropout)
 
 
-def _transformer_factory(seed: int = 0, *, batch_size: int = 8, seq_len: int = 128, vocab: int = 8000, d_model: int = 256,
-                         heads: int = 4, layers: int = 4, dropout: float = 0.1) -> tuple[nn.Module, MakeBatch]:
+def transformer_factory(seed: int = 0, *, batch_size: int, seq_len: int, vocab: int, d_model: int,
+                         heads: int, layers: int, dropout: float) -> tuple[nn.Module, MakeBatch]:
     _positive("transformer", batch_size=batch_size, seq_len=seq_len, vocab=vocab, d_model=d_model, heads=heads, layers=layers)
     module = _seeded(seed, lambda: TinyGPT(vocab, seq_len, d_model, heads, layers, dropout))
     return module, token_batches(seed, vocab, batch_size, seq_len)
 
 
-def _mlp_build(sizes: tuple[int, ...] = (784, 512, 256, 10)) -> nn.Module:
+def mlp_build(sizes: tuple[int, ...] = (784, 512, 256, 10)) -> nn.Module:
     return MLP(tuple(sizes))
 
 
-def _mlp_factory(seed: int = 0, *, batch_size: int = 64, sizes: tuple[int, ...] = (784, 512, 256, 10)) -> tuple[nn.Module, MakeBatch]:
+def mlp_factory(seed: int = 0, *, batch_size: int, sizes: tuple[int, ...]) -> tuple[nn.Module, MakeBatch]:
     sizes = tuple(sizes)
     _positive("mlp", batch_size=batch_size, **{f"sizes[{i}]": s for i, s in enumerate(sizes)})
     if len(sizes) < 2:
@@ -444,84 +432,22 @@ def _mlp_factory(seed: int = 0, *, batch_size: int = 64, sizes: tuple[int, ...] 
     return _seeded(seed, lambda: MLP(sizes)), vector_batches(seed, sizes[-1], batch_size, sizes[0])
 
 
-def _smallcnn_build(num_classes: int = 10, image_size: int = 32) -> nn.Module:
+def smallcnn_build(num_classes: int = 10, image_size: int = 32) -> nn.Module:
     return SmallCNN(num_classes, image_size)
 
 
-def _smallcnn_factory(seed: int = 0, *, batch_size: int = 32, image_size: int = 32, num_classes: int = 10) -> tuple[nn.Module, MakeBatch]:
+def smallcnn_factory(seed: int = 0, *, batch_size: int, image_size: int, num_classes: int) -> tuple[nn.Module, MakeBatch]:
     _positive("smallcnn", batch_size=batch_size, image_size=image_size, num_classes=num_classes)
     if image_size < 8:  # three 2× poolings must leave at least one pixel
         raise ParamError(f"smallcnn: image_size must be at least 8, got {image_size}")
     return _seeded(seed, lambda: SmallCNN(num_classes, image_size)), image_batches(seed, num_classes, batch_size, image_size)
 
 
-def _defaults(factory: Callable[..., object]) -> dict[str, object]:
-    sig = inspect.signature(factory)
-    return {k: p.default for k, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def _spec(name: str, description: str, factory: Callable[..., tuple[nn.Module, MakeBatch]], build: Callable[..., nn.Module]) -> ModelSpec:
-    return ModelSpec(name, description, factory, cross_entropy, build, _defaults(factory))
-
-
-MODELS: dict[str, ModelSpec] = {
-    s.name: s
-    for s in (
-        _spec("resnet18", "ResNet-18 (He et al. 2016), 1000 classes, 11.7M parameters; batch 8 of 224×224",
-              _resnet_factory(_resnet18_build, "resnet18"), _resnet18_build),
-        _spec("resnet50", "ResNet-50 v1.5 (torchvision layout), 1000 classes, 25,557,032 parameters; batch 8 of 224×224",
-              _resnet_factory(_resnet50_build, "resnet50"), _resnet50_build),
-        _spec("vgg16", "VGG-16 (Simonyan & Zisserman 2015), 1000 classes, 138,357,544 parameters; batch 8 of 224×224",
-              _vgg16_factory, _vgg16_build),
-        _spec("lstm_lm", "PTB-size 2-layer LSTM LM (Zaremba et al. 2014 medium): vocab 10k, 650 hidden, untied, 19.8M parameters; "
-              "batch 20 × seq 35", _lstm_factory, _lstm_build),
-        _spec("transformer", "GPT-style decoder: 4 layers, d_model 256, 4 heads, vocab 8k, 7.3M parameters; batch 8 × seq 128",
-              _transformer_factory, _transformer_build),
-        _spec("mlp", "MLP 784-512-256-10 (MNIST-shaped), 0.54M parameters; batch 64", _mlp_factory, _mlp_build),
-        _spec("smallcnn", "small CIFAR-10-shaped CNN: 3 conv stages (32/64/128) + FC 2048-256-10, 620,362 parameters; "
-              "batch 32 of 32×32", _smallcnn_factory, _smallcnn_build),
-    )
-}
-
-
-def model_names() -> list[str]:
-    """Names of the built-in models, in zoo order."""
-    return list(MODELS)
-
-
-def _lookup(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise UnknownNameError(did_you_mean(name, model_names(), "model")) from None
-
-
-def _check_kwargs(name: str, accepted: Mapping[str, object], kwargs: Mapping[str, object]) -> None:
-    unknown = sorted(set(kwargs) - set(accepted))
-    if unknown:
-        raise ParamError(f"model {name!r} has no option {', '.join(map(repr, unknown))} (options: {', '.join(accepted) or 'none'})")
 
 
 #: seeds handed to user factories are in ``[0, USER_SEED_LIMIT)``: the runner derives 63-bit seeds,
 #: and a factory doing ``seed * 1_000_003`` with one overflows ``torch.Generator.manual_seed``
 USER_SEED_LIMIT = 2**31
-
-
-def is_user_model(name: str) -> bool:
-    """Whether ``name`` names user code (``package.module:factory``) that loading it would import.
-
-    ``hf:`` names are gcbench's own Hugging Face models, not user code.  This is the one place a
-    model name is classified: suites need ``--trust-code`` before gcbench imports what they name.
-    """
-    return ":" in name and not name.startswith("hf:")
-
-
-def user_model_syntax_error(path: str) -> str | None:
-    """Why ``path`` is not a well-formed ``package.module:factory`` (None if it is); imports nothing."""
-    mod_name, _, attr = path.partition(":")
-    if not all(part.isidentifier() for part in (*mod_name.split("."), *attr.split("."))):
-        return f"model {path!r}: a user model is written 'package.module:factory'"
-    return None
 
 
 def user_seed(seed: int) -> int:
@@ -629,33 +555,11 @@ def _guarded_loss(path: str, loss_fn: LossFn) -> LossFn:
     return guarded
 
 
-def check_model(name: str, **kwargs: object) -> None:
-    """Check a model name (and zoo options) without importing or building anything.
-
-    A zoo name must exist ("did you mean") and accept ``kwargs``; a user model must be written
-    ``package.module:factory`` (its options can only be checked by calling it); an ``hf:`` name is
-    parsed strictly by the Hugging Face source (transformers is not imported).  Raises
-    :class:`UnknownNameError`, :class:`ParamError` or :class:`SourceError`.
-    """
-    if name.startswith("hf:"):
-        from gcbench.sources import hf
-
-        hf.resolve(name, kwargs)
-        return
-    if is_user_model(name):
-        problem = user_model_syntax_error(name)
-        if problem:
-            raise SourceError(problem)
-        return
-    spec = _lookup(name)
-    _check_kwargs(spec.name, spec.defaults, kwargs)
-
-
 def load_model(name_or_path: str, seed: int = 0, **kwargs: object) -> ZooModel:
     """A zoo model by name, or a user model given as ``package.module:factory``.
 
-    Zoo options (``batch_size``, ``image_size``, …) go in ``kwargs``; see ``MODELS[name].defaults``.
-    A user factory (:func:`is_user_model`) is called with ``kwargs`` and with ``user_seed(seed)``, in
+    Zoo options (``batch_size``, ``image_size``, …) go in ``kwargs``; see ``catalog.MODELS[name].options``.
+    A user factory (:func:`~gcbench.sources.catalog.is_user_model`) is called with ``kwargs`` and with ``user_seed(seed)``, in
     ``[0, 2**31)``, when it accepts a seed (under ``torch.manual_seed`` of that seed in a forked RNG
     either way), and must return
     ``(module, make_batch)`` or ``(module, make_batch, loss_fn)`` (default loss: cross entropy).
@@ -668,10 +572,9 @@ def load_model(name_or_path: str, seed: int = 0, **kwargs: object) -> ZooModel:
         return ZooModel(name, module, make_batch, loss_fn)
     if is_user_model(name_or_path):
         return _load_user(name_or_path, seed, kwargs)
-    spec = _lookup(name_or_path)
-    _check_kwargs(spec.name, spec.defaults, kwargs)
-    module, make_batch = spec.factory(seed, **kwargs)
-    return ZooModel(spec.name, module, make_batch, spec.loss_fn)
+    card = catalog.lookup(name_or_path)
+    module, make_batch = globals()[card.factory](seed, **catalog.with_defaults(card, kwargs))
+    return ZooModel(card.name, module, make_batch, cross_entropy)
 
 
 def gradient_layout(module: nn.Module) -> list[TensorSpec]:
@@ -693,11 +596,26 @@ def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
         return gradient_layout(hf.build_meta(name, **kwargs))
     if is_user_model(name):
         return gradient_layout(load_model(name, 0, **kwargs).module)
-    spec = _lookup(name)
-    _check_kwargs(spec.name, spec.defaults, kwargs)
-    assert spec.build is not None  # every zoo entry has one
-    build_params = inspect.signature(spec.build).parameters
-    build_kwargs = {k: v for k, v in kwargs.items() if k in build_params}
+    card = catalog.lookup(name)
+    build = globals()[card.build]
+    build_params = inspect.signature(build).parameters
+    build_kwargs = {k: v for k, v in catalog.with_defaults(card, kwargs).items() if k in build_params}
     with torch.device("meta"):
-        module = spec.build(**build_kwargs)
+        module = build(**build_kwargs)
     return gradient_layout(module)
+
+
+def catalogue() -> list[dict[str, Any]]:
+    """Every model ``gcbench list models`` shows: zoo and Hugging Face names, sizes counted on the meta device."""
+    from gcbench.sources import hf
+
+    def sizes(name: str) -> tuple[int | None, int | None]:
+        if hf.is_hf(name) and not hf.available():
+            return None, None  # counted once the extra is installed
+        layout = layer_shapes(name)  # meta device: no weights allocated
+        return sum(s.numel for s in layout), len(layout)
+
+    return [{"name": n, "parameters": p, "tensors": k, "extra": e, "description": d}
+            for n, d, e in [*((n, m.description, None) for n, m in catalog.MODELS.items()),
+                            *((hf.PREFIX + n, m.description, hf.EXTRA) for n, m in hf.MODELS.items())]
+            for p, k in [sizes(n)]]

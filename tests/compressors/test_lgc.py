@@ -16,6 +16,7 @@ import torch
 from gcbench.compressors import _lgc_ae as ae
 from gcbench.compressors import lgc as lgc_module
 from gcbench.compressors import registry
+from gcbench.compressors.check import check_call
 from gcbench.compressors.lgc import LGC, SERVER, LGCExchangeResult, phase_summary
 from gcbench.compressors.registry import decompress
 from gcbench.core import codec
@@ -23,7 +24,6 @@ from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.payload import Payload
 from tests.conftest import same_bits
-from tests.test_contract import check_contract
 
 N = 4
 D = 20_000
@@ -97,7 +97,7 @@ def test_standalone_topk_phase_meets_the_contract(dense_steps: int) -> None:
     want[idx] = x.reshape(-1)[idx]
     assert torch.equal(out.reshape(-1), want)
     if dense_steps == 0:
-        check_contract(comp, x)
+        check_call(comp, x)
 
 
 def test_standalone_dense_phase_is_fp32() -> None:

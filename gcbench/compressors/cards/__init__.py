@@ -1,0 +1,1 @@
+"""The built-in compressor cards, one module per family, each defining ``CARDS``; torch-free by rule (a test checks it)."""

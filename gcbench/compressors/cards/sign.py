@@ -1,0 +1,32 @@
+"""Cards of signsgd, efsignsgd: what gcbench knows without importing :mod:`gcbench.compressors.sign`."""
+
+from __future__ import annotations
+
+from gcbench.core.info import CompressorInfo, Target
+
+SIGNSGD = CompressorInfo(
+    name="signsgd",
+    impl="gcbench.compressors.sign:SignSGD",
+    version=1,
+    description="sign of each element, 1 bit each, decoded as ±1",
+    paper="Bernstein et al. 2018, signSGD: Compressed Optimisation for Non-Convex Problems",
+    biased=True,
+    stateful=False,
+    target=Target(2.0),
+    traffic_bytes=4.125,  # read the input once, write 1 bit
+)
+
+EFSIGNSGD = CompressorInfo(
+    name="efsignsgd",
+    impl="gcbench.compressors.sign:EFSignSGD",
+    version=1,
+    description="error feedback + sign(x)·‖x‖₁/d (d + 32 bits)",
+    paper="Karimireddy et al. 2019, Error Feedback Fixes SignSGD and other Gradient Compression Schemes",
+    biased=True,
+    stateful=True,
+    error_feedback="always",
+    target=Target(4.0),
+    traffic_bytes=12.125,  # read x and the residual, write the residual, 1 bit out
+)
+
+CARDS = (SIGNSGD, EFSIGNSGD,)

@@ -1,0 +1,29 @@
+"""Card of topk_dither: what gcbench knows without importing :mod:`gcbench.compressors.topk_dither`."""
+
+from __future__ import annotations
+
+from gcbench.compressors.cards.natural import p_param, s_param
+from gcbench.core.info import CompressorInfo, Param, Target, coding_param, density_param
+
+TOPK_DITHER = CompressorInfo(
+    name="topk_dither",
+    impl="gcbench.compressors.topk_dither:TopKDither",
+    version=2,
+    description="exact top-k, then natural dithering of the kept values (norm + sign + level), error feedback on",
+    paper="Beznosikov et al. 2020, On Biased Compression for Distributed Learning (top-k ∘ natural dithering of Horváth et al. 2019)",
+    biased=True,
+    stateful=False,
+    error_feedback="optional",
+    deterministic=False,
+    params=(
+        density_param(0.01),
+        s_param(8),
+        p_param("2"),
+        coding_param("fixed"),
+        Param("error_feedback", bool, True, "apply error feedback (residual) across steps; on by default for this biased compressor"),
+    ),
+    target=Target(6.0),
+    traffic_bytes=12.0,  # error feedback on by default: read x and the residual, write the residual
+)
+
+CARDS = (TOPK_DITHER,)

@@ -1,0 +1,338 @@
+"""The maths of one benchmark case: the numbers the runner derives from a stream of steps.
+
+The runner (:mod:`gcbench.measure.runner`) feeds a source's steps through a compressor and hands
+the tensors here; this module turns them into the numbers of the case record.  Per-tensor fidelity
+(q, bias², variance, cosine, δ, α) is :mod:`gcbench.measure.metrics`; what spans units, workers and
+steps is defined here (design.md, "Metrics" and the "Stream" view):
+
+* **aggregate** of the default exchange: the element-wise mean of the workers' decoded tensors;
+  the **true mean** is the same mean of the workers' references;
+* **whole-model cosine** of the aggregate with the true mean at each step, dot products and
+  squared norms summed over units before the division;
+* **aggregate drift** after step t: ‖Σ_{s≤t}(aggregate_s − mean_s)‖ / ‖Σ_{s≤t} mean_s‖, norms over the
+  whole model (one minus the delivered fraction of the summed true update); the **window drift** is
+  the same with both sums restarted at each phase window's first step;
+* **EF drift** of a stateful compressor on worker 0: ‖Σ_{s≤t} C_s − Σ_{s≤t} g_s‖ / ‖Σ_{s≤t} g_s‖, and
+  the **residual ratio** ‖Σ_{s≤t} C_s − Σ_{s≤t} g_s‖ / ‖g_t‖ (the error still owed, against this step);
+* **traffic**: the bytes each worker sends and receives per (exchange phase, step), and their means;
+* the **summaries** of per-unit, per-step fidelities into the record's fidelity, aggregate, size,
+  per-layer and timing blocks (mean over tensors and steps, worst case, and the pooled whole model).
+
+Running sums are kept in float32 (the tensors' dtype), every squared norm is taken in float64.  A
+ratio whose denominator is zero is undefined and reported as ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from gcbench.core.payload import dense_bytes
+from gcbench.measure.metrics import Fidelity, Timing, bits_per_element, fidelity, mean_ci, pooled, ratio, summarise, throughput
+from gcbench.results.phases import Window
+
+# ----------------------------------------------------------------------------- tensors and norms
+
+
+def worker_mean(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The element-wise mean of the workers' tensors, in float32 (an all-gather's aggregate, the true mean)."""
+    return cast(torch.Tensor, sum(t.float() for t in tensors)) / len(tensors)
+
+
+def sq_norm(t: torch.Tensor) -> float:
+    """‖t‖², computed in float64."""
+    return float(t.double().pow(2).sum())
+
+
+def sum_sq_norms(tensors: Iterable[torch.Tensor]) -> float:
+    """Σ ‖t‖² over tensors (units): the squared norm of the whole model they make up."""
+    return float(sum(sq_norm(t) for t in tensors))
+
+
+def norm_ratio(num_sq: float, den_sq: float) -> float | None:
+    """√(num_sq / den_sq): a relative norm from two squared norms; ``None`` when the denominator is 0."""
+    return math.sqrt(num_sq / den_sq) if den_sq > 0 else None
+
+
+def cosine_terms(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
+    """⟨a, b⟩, ‖a‖² and ‖b‖² of one unit (float64): the terms :func:`model_cosine` sums over units."""
+    a64, b64 = a.double(), b.double()
+    return float((a64 * b64).sum()), float(a64.pow(2).sum()), float(b64.pow(2).sum())
+
+
+def model_cosine(terms: Iterable[tuple[float, float, float]]) -> float | None:
+    """cos(a, b) of two whole models from their units' :func:`cosine_terms`; ``None`` when either is all zeros."""
+    dot = n_a = n_b = 0.0
+    for d, sa, sb in terms:
+        dot += d
+        n_a += sa
+        n_b += sb
+    return dot / math.sqrt(n_a * n_b) if n_a > 0 and n_b > 0 else None
+
+
+# ----------------------------------------------------------------------------- sums over steps
+
+
+class RunningSum:
+    """Σ_s x_s of each unit over the steps since the last :meth:`restart`, in float32.
+
+    The sums are accumulated in place (one model-sized buffer per sum, whatever the stream length);
+    the first step's tensor is copied, so a caller's tensor is never modified.
+    """
+
+    def __init__(self, units: int) -> None:
+        self.sums: list[torch.Tensor | None] = [None] * units
+
+    def add(self, unit: int, x: torch.Tensor) -> None:
+        """Add this step's tensor of ``unit`` to its sum."""
+        s = self.sums[unit]
+        self.sums[unit] = x.float().clone() if s is None else s.add_(x.float())
+
+    def restart(self) -> None:
+        """Start every sum again from zero (a new phase window)."""
+        self.sums = [None] * len(self.sums)
+
+    def sq_norm(self) -> float:
+        """‖Σ_s x_s‖² over the whole model."""
+        return sum_sq_norms(s for s in self.sums if s is not None)
+
+
+def cumulative_drift(errors: RunningSum, means: RunningSum) -> float | None:
+    """‖Σ_s e_s‖ / ‖Σ_s m_s‖ over the whole model: the aggregate (or window) drift from its two running sums."""
+    return norm_ratio(errors.sq_norm(), means.sq_norm())
+
+
+def ef_drift(decoded: RunningSum, reference: RunningSum, current: Sequence[torch.Tensor]) -> tuple[float | None, float | None]:
+    """EF drift ‖Σ C_s − Σ g_s‖ / ‖Σ g_s‖ and residual ratio ‖Σ C_s − Σ g_s‖ / ‖g_t‖ (``current`` = g_t by unit)."""
+    num = sum_sq_norms(c - g for c, g in zip(decoded.sums, reference.sums, strict=True) if c is not None and g is not None)
+    g_now = math.sqrt(sum_sq_norms(current))
+    return norm_ratio(num, reference.sq_norm()), (math.sqrt(num) / g_now if g_now > 0 else None)
+
+
+class StreamStats:
+    """The per-step numbers of one case, accumulated step by step (worker 0's units, and the aggregate).
+
+    Per unit and step it keeps worker 0's wire bytes, its fidelity and the aggregate's fidelity
+    against the true worker mean; per step the whole-model cosine, the aggregate drift, the window
+    drift (when the case has phase windows) and, for stateful compressors, the EF drift and
+    residual ratio (see the module docstring for the definitions).
+    """
+
+    def __init__(self, units: int, stateful: bool, windowed: bool) -> None:
+        self.stateful, self.windowed = stateful, windowed
+        self.bytes: list[list[int]] = [[] for _ in range(units)]
+        self.fids: list[list[Fidelity]] = [[] for _ in range(units)]
+        self.agg: list[list[Fidelity]] = [[] for _ in range(units)]
+        self.agg_cosine: list[float | None] = []
+        self.agg_drift: list[float | None] = []
+        self.window_drift: list[float | None] = []
+        self.drift: list[float | None] = []
+        self.residual: list[float | None] = []
+        self._err, self._mean = RunningSum(units), RunningSum(units)
+        self._win_err, self._win_mean = RunningSum(units), RunningSum(units)
+        self._dec, self._ref = RunningSum(units), RunningSum(units)
+
+    def add_step(self, refs: Sequence[Sequence[torch.Tensor]], aggregates: Sequence[torch.Tensor],
+                 decoded0: Sequence[torch.Tensor], bytes0: Sequence[int], fids0: Sequence[Fidelity],
+                 window_start: bool = False) -> None:
+        """One step: ``refs[w][u]`` every worker's reference, the aggregate, worker 0's decoded tensors,
+        wire bytes and fidelity by unit; ``window_start`` restarts the window sums before this step."""
+        if window_start:
+            self._win_err.restart()
+            self._win_mean.restart()
+        cos_terms = []
+        for u, agg in enumerate(aggregates):  # unit by unit: one unit's temporaries alive at a time
+            true_mean = worker_mean([r[u] for r in refs])
+            self.bytes[u].append(bytes0[u])
+            self.fids[u].append(fids0[u])
+            self.agg[u].append(fidelity(true_mean, [agg]))  # one draw: the exchange happens once
+            err = agg.float() - true_mean
+            self._err.add(u, err)
+            self._mean.add(u, true_mean)
+            if self.windowed:
+                self._win_err.add(u, err)
+                self._win_mean.add(u, true_mean)
+            if self.stateful:
+                self._dec.add(u, decoded0[u])
+                self._ref.add(u, refs[0][u])
+            cos_terms.append(cosine_terms(agg, true_mean))
+        self.agg_cosine.append(model_cosine(cos_terms))
+        self.agg_drift.append(cumulative_drift(self._err, self._mean))
+        if self.windowed:
+            self.window_drift.append(cumulative_drift(self._win_err, self._win_mean))
+        if self.stateful:
+            drift, resid = ef_drift(self._dec, self._ref, refs[0])
+            self.drift.append(drift)
+            self.residual.append(resid)
+
+
+# ----------------------------------------------------------------------------- traffic
+
+
+def allgather_traffic(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(sent, received) bytes of each worker in an all-gather of payloads of ``sizes`` bytes (one per worker)."""
+    total = sum(sizes)
+    return [(s, total - s) for s in sizes]
+
+
+class TrafficLog:
+    """Bytes each worker sent and received at each step, per exchange phase, and the payload-body bytes it sent.
+
+    ``rows[phase][step * workers + worker]`` is ``[sent, received, body]``; ``body`` is −1 once the
+    protocol has not said how many of the bytes it sent are payload bodies (then there is no
+    body-only ratio for that phase).  Phases keep the order in which they first appear.
+    """
+
+    def __init__(self, steps: int, workers: int) -> None:
+        self.steps, self.workers = steps, workers
+        self.rows: dict[str, list[list[int]]] = {}
+
+    def add(self, phase: str, step: int, worker: int, sent: int, received: int, body: int | None) -> None:
+        """Count one message exchange of ``worker`` at ``step`` in ``phase`` (``body`` None: not known)."""
+        rows = self.rows.setdefault(phase, [[0, 0, 0] for _ in range(self.steps * self.workers)])
+        row = rows[step * self.workers + worker]
+        row[0] += sent
+        row[1] += received
+        row[2] = -1 if body is None or row[2] < 0 else row[2] + body
+
+    def add_allgather(self, step: int, sizes: Sequence[int], bodies: Sequence[int]) -> None:
+        """The default exchange: every worker's payloads (``sizes`` bytes, ``bodies`` of them bodies) go to every other."""
+        for w, ((sent, received), body) in enumerate(zip(allgather_traffic(sizes), bodies, strict=True)):
+            self.add("allgather", step, w, sent, received, body)
+
+    def _per_step(self, rows: list[list[int]], column: int) -> list[float]:
+        return [float(np.mean([rows[t * self.workers + w][column] for w in range(self.workers)])) for t in range(self.steps)]
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per phase: mean and max bytes a worker sent, mean received, and the mean sent at each step (all, bodies only)."""
+        return {
+            ph: {"sent_mean": float(np.mean([r[0] for r in rows])), "received_mean": float(np.mean([r[1] for r in rows])),
+                 "sent_max": int(max(r[0] for r in rows)),
+                 # bytes per worker at each step: phases that run only in some steps (LGC) stay readable
+                 "per_step_sent": self._per_step(rows, 0),
+                 # the same, payload bodies only (headers excluded: papers count bodies); None if the protocol did not say
+                 "per_step_sent_body": self._per_step(rows, 2) if all(r[2] >= 0 for r in rows) else None}
+            for ph, rows in self.rows.items()
+        }
+
+    def mean_sent(self) -> float:
+        """Bytes a worker sends per step in the exchange, every phase counted (mean over workers and steps)."""
+        return float(sum(float(np.mean([r[0] for r in rows])) for rows in self.rows.values()))
+
+    def by_worker(self, steps: range) -> dict[str, list[float]]:
+        """Mean bytes each worker sent and received per step over ``steps``, every phase but one-time ``setup:*``."""
+        sent, recv = [0.0] * self.workers, [0.0] * self.workers
+        n = max(len(steps), 1)
+        for ph, rows in self.rows.items():
+            if ph.startswith("setup"):
+                continue
+            for t in steps:
+                for w in range(self.workers):
+                    sent[w] += rows[t * self.workers + w][0] / n
+                    recv[w] += rows[t * self.workers + w][1] / n
+        return {"sent_by_worker": sent, "received_by_worker": recv}
+
+    def windows(self, windows: Sequence[Window]) -> list[dict[str, Any]]:
+        """Each phase window with the bytes each worker sent and received per step within it (clipped to the stream)."""
+        return [{"name": w.name, "first": w.first, "last": w.last, **self.by_worker(range(w.first, min(w.last, self.steps - 1) + 1))}
+                for w in windows]
+
+
+# ----------------------------------------------------------------------------- summaries for the case record
+
+
+def finite_mean(values: Iterable[float | None]) -> float | None:
+    """The mean of the finite values (``None`` and ±inf/NaN skipped); ``None`` when there are none."""
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    return float(np.mean(v)) if v else None
+
+
+def _by_step(per_unit: Sequence[Sequence[Fidelity]]) -> list[dict[str, Any]]:
+    """The whole model's pooled fidelity at each step (energy-weighted over units)."""
+    return [pooled([unit[t] for unit in per_unit]) for t in range(len(per_unit[0]))]
+
+
+def fidelity_summary(per_unit: Sequence[Sequence[Fidelity]], repeats: int, reference: str, unbiased: bool) -> dict[str, Any]:
+    """The record's fidelity block from worker 0's fidelity per unit and step (``per_unit[u][t]``).
+
+    Every statistic appears twice: over tensors and steps (mean with a CI or worst case), and as
+    ``model``, the mean over steps of the whole model's pooled value.  ω̂ is q, given only for
+    unbiased compressors.
+    """
+    fids = [f for unit in per_unit for f in unit]
+    fd = [f.to_dict() for f in fids]
+    model = _by_step(per_unit)
+
+    def col(key: str) -> list[Any]:
+        return [d[key] for d in fd]
+
+    def model_mean(key: str) -> float | None:
+        return finite_mean(p[key] for p in model)
+
+    return {
+        "repeats": repeats,
+        "reference": reference,
+        "q": {**mean_ci(col("q")), "model": model_mean("q")},
+        "bias2": {**mean_ci(col("bias2")), "model": model_mean("bias2"), "se_mean": finite_mean(col("bias2_se"))},
+        "variance": {**mean_ci(col("variance")), "model": model_mean("variance")},
+        "omega_hat": {**mean_ci(col("q")), "model": model_mean("q")} if unbiased else None,
+        "delta": {**summarise(col("delta")), "model": model_mean("delta")},
+        "alpha": {**summarise(col("alpha"), worst="min"), "model": model_mean("alpha")},
+        "cosine": summarise(col("cosine"), worst="min"),
+        "q_samples": [s for f in fids for s in f.q_samples][:2000],
+    }
+
+
+def aggregate_summary(stats: StreamStats) -> dict[str, Any]:
+    """The record's aggregate block: the aggregate's q and cosine against the true mean, and its stream per step."""
+    fids = [f for unit in stats.agg for f in unit]
+    per_step_q = [p["q"] for p in _by_step(stats.agg)]
+    rec: dict[str, Any] = {
+        "q": {**summarise([f.q for f in fids]), "model": finite_mean(per_step_q)},
+        "cosine": summarise([f.cosine for f in fids], worst="min"),
+        "per_step_q": per_step_q,
+        "per_step_cosine": stats.agg_cosine,
+        "sum_drift": stats.agg_drift,
+    }
+    if stats.windowed:
+        rec["window_drift"] = stats.window_drift
+    return rec
+
+
+def unit_summary(name: str, numel: int, wire_bytes: Sequence[int], fids: Sequence[Fidelity]) -> dict[str, Any]:
+    """One unit's row of the record's per-layer table: mean wire bytes and ratio, mean fidelity over steps."""
+    fd = [f.to_dict() for f in fids]
+    b = float(np.mean(wire_bytes))
+    return {"name": name, "numel": numel, "wire_bytes": b, "ratio": ratio(numel, b),
+            **{k: finite_mean(d[k] for d in fd) for k in ("q", "bias2", "variance", "cosine")}}
+
+
+def size_summary(numel: int, unit_bytes: Sequence[Sequence[int]], traffic_sent: float) -> dict[str, Any]:
+    """The record's size block from worker 0's wire bytes per unit and step and what a worker sends per step.
+
+    ``wire_bytes`` (and the ratio) is worker 0's payload bytes per step; ``traffic_sent_bytes`` is
+    what a worker really sends per step in the exchange, every phase counted (scalers, both legs
+    of 1-bit SGD, LGC's latents and innovations).
+    """
+    wire = sum(sum(b) for b in unit_bytes) / len(unit_bytes[0])
+    return {"numel": numel, "dense_bytes": dense_bytes(numel), "wire_bytes": wire,
+            "ratio": ratio(numel, wire), "bits_per_element": bits_per_element(numel, wire),
+            "traffic_sent_bytes": traffic_sent, "traffic_ratio": ratio(numel, traffic_sent) if traffic_sent else None}
+
+
+def timing_summary(numel: int, device: str, threads: int, compress: Timing, decompress: Timing, copy: Timing) -> dict[str, Any]:
+    """The record's timing block: each timing with its throughput, and the copy roofline as a fraction of each."""
+    return {
+        "numel": numel,
+        "device": device,
+        "threads": threads,
+        "compress": {**compress.to_dict(), **throughput(numel, compress)},
+        "decompress": {**decompress.to_dict(), **throughput(numel, decompress)},
+        "copy": {**copy.to_dict(), **throughput(numel, copy)},
+        "copy_fraction_compress": copy.median / compress.median if compress.median > 0 else None,
+        "copy_fraction_decompress": copy.median / decompress.median if decompress.median > 0 else None,
+    }

@@ -1,0 +1,115 @@
+"""The model catalogue: every zoo model's name, description and options, torch-free.
+
+``gcbench validate`` and ``gcbench list models`` check model names and options against this
+catalogue without importing torch; :mod:`gcbench.sources.zoo` builds the models, taking each
+model's option defaults from here (the one declaration of them).  User models
+(``package.module:factory``) and Hugging Face models (``hf:NAME``) are classified here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """One zoo model: ``options`` are the keyword options its factory takes, with their defaults.
+
+    ``factory`` and ``build`` name functions of :mod:`gcbench.sources.zoo`: ``factory(seed,
+    **options) -> (module, make_batch)`` and ``build(**architecture options) -> module`` (built on
+    the meta device by ``layer_shapes``).
+    """
+
+    name: str
+    description: str
+    factory: str
+    build: str
+    # compare=False keeps the frozen dataclass hashable despite the dict
+    options: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+
+_IMAGENET = {"batch_size": 8, "image_size": 224, "num_classes": 1000}
+
+MODELS: dict[str, ModelCard] = {
+    c.name: c
+    for c in (
+        ModelCard("resnet18", "ResNet-18 (He et al. 2016), 1000 classes, 11.7M parameters; batch 8 of 224×224",
+                  "resnet18_factory", "resnet18_build", _IMAGENET),
+        ModelCard("resnet50", "ResNet-50 v1.5 (torchvision layout), 1000 classes, 25,557,032 parameters; batch 8 of 224×224",
+                  "resnet50_factory", "resnet50_build", _IMAGENET),
+        ModelCard("vgg16", "VGG-16 (Simonyan & Zisserman 2015), 1000 classes, 138,357,544 parameters; batch 8 of 224×224",
+                  "vgg16_factory", "vgg16_build", {**_IMAGENET, "dropout": 0.5}),
+        ModelCard("lstm_lm", "PTB-size 2-layer LSTM LM (Zaremba et al. 2014 medium): vocab 10k, 650 hidden, untied, "
+                  "19.8M parameters; batch 20 × seq 35", "lstm_factory", "lstm_build",
+                  {"batch_size": 20, "seq_len": 35, "vocab": 10_000, "hidden": 650, "layers": 2, "dropout": 0.5}),
+        ModelCard("transformer", "GPT-style decoder: 4 layers, d_model 256, 4 heads, vocab 8k, 7.3M parameters; batch 8 × seq 128",
+                  "transformer_factory", "transformer_build",
+                  {"batch_size": 8, "seq_len": 128, "vocab": 8000, "d_model": 256, "heads": 4, "layers": 4, "dropout": 0.1}),
+        ModelCard("mlp", "MLP 784-512-256-10 (MNIST-shaped), 0.54M parameters; batch 64", "mlp_factory", "mlp_build",
+                  {"batch_size": 64, "sizes": (784, 512, 256, 10)}),
+        ModelCard("smallcnn", "small CIFAR-10-shaped CNN: 3 conv stages (32/64/128) + FC 2048-256-10, 620,362 parameters; "
+                  "batch 32 of 32×32", "smallcnn_factory", "smallcnn_build", {"batch_size": 32, "image_size": 32, "num_classes": 10}),
+    )
+}
+
+
+def model_names() -> list[str]:
+    """Names of the built-in models, in zoo order."""
+    return list(MODELS)
+
+
+def lookup(name: str) -> ModelCard:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise UnknownNameError(did_you_mean(name, model_names(), "model")) from None
+
+
+def with_defaults(card: ModelCard, kwargs: Mapping[str, object]) -> dict[str, object]:
+    """``kwargs`` checked against the card's options, defaults filled in."""
+    unknown = sorted(set(kwargs) - set(card.options))
+    if unknown:
+        raise ParamError(f"model {card.name!r} has no option {', '.join(map(repr, unknown))} "
+                         f"(options: {', '.join(card.options) or 'none'})")
+    return {**card.options, **kwargs}
+
+
+def is_user_model(name: str) -> bool:
+    """Whether ``name`` names user code (``package.module:factory``) that loading it would import.
+
+    ``hf:`` names are gcbench's own Hugging Face models, not user code.  This is the one place a
+    model name is classified: suites need ``--trust-code`` before gcbench imports what they name.
+    """
+    return ":" in name and not name.startswith("hf:")
+
+
+def user_model_syntax_error(path: str) -> str | None:
+    """Why ``path`` is not a well-formed ``package.module:factory`` (None if it is); imports nothing."""
+    mod_name, _, attr = path.partition(":")
+    if not all(part.isidentifier() for part in (*mod_name.split("."), *attr.split("."))):
+        return f"model {path!r}: a user model is written 'package.module:factory'"
+    return None
+
+
+def check_model(name: str, **kwargs: object) -> None:
+    """Check a model name (and zoo options) without importing torch, transformers or user code.
+
+    A zoo name must exist ("did you mean") and accept ``kwargs``; a user model must be written
+    ``package.module:factory`` (its options can only be checked by calling it); an ``hf:`` name is
+    parsed strictly by the Hugging Face source.  Raises :class:`UnknownNameError`,
+    :class:`ParamError` or :class:`SourceError`.
+    """
+    if name.startswith("hf:"):
+        from gcbench.sources import hf
+
+        hf.resolve(name, kwargs)
+        return
+    if is_user_model(name):
+        problem = user_model_syntax_error(name)
+        if problem:
+            raise SourceError(problem)
+        return
+    with_defaults(lookup(name), kwargs)

@@ -1,0 +1,1 @@
+"""A demo gcbench plugin: scaled sign compression (sign bits plus the mean magnitude), from its own package."""

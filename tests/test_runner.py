@@ -1,0 +1,361 @@
+"""The runner and the per-case maths it uses (gcbench.measure.runner, gcbench.measure.casemath).
+
+Each function of ``casemath`` is checked against its definition (design.md, "Metrics") on inputs
+small enough to work out by hand; ``run_case`` and ``run_suite`` are checked end to end on tiny
+hand-written or synthetic sources: the identity compressor loses nothing, a compressor that sends
+nothing has q = 1, top-k with error feedback has the EF drift worked out below, bytes and worker
+counts add up to the traffic records, and a failing case is recorded while the run goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gcbench.compressors import registry
+from gcbench.measure.casemath import (
+    RunningSum,
+    StreamStats,
+    TrafficLog,
+    allgather_traffic,
+    cosine_terms,
+    cumulative_drift,
+    ef_drift,
+    fidelity_summary,
+    finite_mean,
+    model_cosine,
+    norm_ratio,
+    size_summary,
+    timing_summary,
+    unit_summary,
+    worker_mean,
+)
+from gcbench.measure.granularity import make_units
+from gcbench.measure.metrics import Timing, fidelity
+from gcbench.measure.runner import SourceData, run_case, run_suite
+from gcbench.measure.suite import CompressorSpec, Suite, parse_suite
+from gcbench.results.phases import Window
+from gcbench.results.store import load_run
+from gcbench.sources.base import GradientSource, TensorSpec
+
+
+def vec(*v: float) -> torch.Tensor:
+    """A float32 vector of the given values."""
+    return torch.tensor(v, dtype=torch.float32)
+
+
+# ----------------------------------------------------------------------------- tensors and norms
+
+
+def test_worker_mean_is_the_elementwise_mean_in_float32() -> None:
+    m = worker_mean([vec(1, 2), vec(3, 6), vec(2, 1)])
+    assert m.dtype == torch.float32
+    assert m.tolist() == [2.0, 3.0]
+    assert worker_mean([torch.tensor([1.0, 3.0], dtype=torch.float16)]).dtype == torch.float32
+
+
+def test_norm_ratio_and_zero_denominator() -> None:
+    assert norm_ratio(9.0, 4.0) == pytest.approx(1.5)
+    assert norm_ratio(0.0, 4.0) == 0.0
+    assert norm_ratio(1.0, 0.0) is None
+
+
+def test_model_cosine_pools_units_before_dividing() -> None:
+    # a = ([1, 0], [0]), b = ([1, 0], [1]): ⟨a, b⟩ = 1, ‖a‖ = 1, ‖b‖ = √2 — not the mean of per-unit cosines (1 and undefined)
+    terms = [cosine_terms(vec(1, 0), vec(1, 0)), cosine_terms(vec(0), vec(1))]
+    assert terms == [(1.0, 1.0, 1.0), (0.0, 0.0, 1.0)]
+    assert model_cosine(terms) == pytest.approx(1 / math.sqrt(2))
+    assert model_cosine([cosine_terms(vec(0, 0), vec(1, 2))]) is None
+    assert model_cosine([cosine_terms(vec(-1, -2), vec(1, 2))]) == pytest.approx(-1.0)
+
+
+# ----------------------------------------------------------------------------- running sums and drift
+
+
+def test_running_sum_accumulates_restarts_and_leaves_inputs_alone() -> None:
+    s = RunningSum(2)
+    x0, x1 = vec(1, 2), vec(3)
+    s.add(0, x0)
+    s.add(1, x1)
+    s.add(0, vec(1, 1))
+    assert x0.tolist() == [1.0, 2.0]  # the first tensor was copied, not accumulated into
+    assert s.sums[0].tolist() == [2.0, 3.0]  # type: ignore[union-attr]
+    assert s.sq_norm() == 4 + 9 + 9
+    s.restart()
+    assert s.sq_norm() == 0.0
+    s.add(1, vec(2))
+    assert s.sq_norm() == 4.0
+
+
+def test_cumulative_drift_by_hand() -> None:
+    # aggregates (1, 1), (0, 1) against means (1, 0), (1, 0): Σ err = (−1, 2), Σ mean = (2, 0)
+    err, mean = RunningSum(1), RunningSum(1)
+    for a, m in [(vec(1, 1), vec(1, 0)), (vec(0, 1), vec(1, 0))]:
+        err.add(0, a - m)
+        mean.add(0, m)
+    assert cumulative_drift(err, mean) == pytest.approx(math.sqrt(5) / 2)
+
+
+# the top-k (k = 1) with error feedback example of test_run_case_ef_drift_by_hand, worker 0
+GRADS = [vec(4, 1, -2, 0.5), vec(1, 3, 1, 0), vec(0, 1, 1, 2)]
+SENT = [vec(4, 0, 0, 0), vec(0, 4, 0, 0), vec(0, 0, 0, 2.5)]
+# Σ C − Σ g after each step is minus the residual: (0, −1, 2, −.5), (−1, 0, 1, −.5), (−1, −1, 0, 0)
+EF_DRIFT = [math.sqrt(5.25 / 21.25), 1.5 / 6.5, math.sqrt(2) / 7.5]
+RESIDUAL = [math.sqrt(5.25) / math.sqrt(21.25), 1.5 / math.sqrt(11), math.sqrt(2) / math.sqrt(6)]
+
+
+def test_ef_drift_by_hand() -> None:
+    dec, ref = RunningSum(1), RunningSum(1)
+    drift, resid = [], []
+    for c, g in zip(SENT, GRADS, strict=True):
+        dec.add(0, c)
+        ref.add(0, g)
+        d, r = ef_drift(dec, ref, [g])
+        drift.append(d)
+        resid.append(r)
+    assert drift == pytest.approx(EF_DRIFT)
+    assert resid == pytest.approx(RESIDUAL)
+    zero_dec, zero_ref = RunningSum(1), RunningSum(1)
+    zero_dec.add(0, vec(0, 0))
+    zero_ref.add(0, vec(0, 0))
+    assert ef_drift(zero_dec, zero_ref, [vec(0, 0)]) == (None, None)
+
+
+def test_stream_stats_window_restarts_only_the_window_sums() -> None:
+    stats = StreamStats(1, stateful=False, windowed=True)
+    means = [vec(1, 0), vec(0, 2), vec(1, 1)]
+    aggs = [vec(2, 0), vec(0, 2), vec(1, 0)]
+    for t, (a, m) in enumerate(zip(aggs, means, strict=True)):
+        stats.add_step([[m]], [a], [a], [8], [fidelity(m, [a])], window_start=t in (0, 2))
+    # whole stream: Σ err = (1, 0), (1, 0), (1, −1); Σ mean = (1, 0), (1, 2), (2, 3)
+    assert stats.agg_drift == pytest.approx([1.0, 1 / math.sqrt(5), math.sqrt(2 / 13)])
+    # the window restarted at step 2: its drift is that step's alone, ‖(0, −1)‖ / ‖(1, 1)‖
+    assert stats.window_drift == pytest.approx([1.0, 1 / math.sqrt(5), 1 / math.sqrt(2)])
+    assert stats.agg_cosine == pytest.approx([1.0, 1.0, 1 / math.sqrt(2)])
+    assert [f.q for u in stats.agg for f in u] == pytest.approx([1.0, 0.0, 0.5])
+    assert stats.drift == [] and stats.bytes == [[8, 8, 8]]
+
+
+# ----------------------------------------------------------------------------- traffic
+
+
+def test_allgather_traffic() -> None:
+    assert allgather_traffic([3, 5, 7]) == [(3, 12), (5, 10), (7, 8)]
+    assert allgather_traffic([4]) == [(4, 0)]
+
+
+def test_traffic_log_summaries_by_hand() -> None:
+    log = TrafficLog(steps=2, workers=2)
+    log.add_allgather(0, [10, 30], [8, 28])
+    log.add_allgather(1, [20, 20], [18, 18])
+    log.add("setup:weights", 0, 1, 0, 100, None)  # one-time: left out of the per-worker means
+    s = log.summary()
+    assert list(s) == ["allgather", "setup:weights"]
+    assert s["allgather"]["sent_mean"] == 20.0 and s["allgather"]["received_mean"] == 20.0
+    assert s["allgather"]["sent_max"] == 30
+    assert s["allgather"]["per_step_sent"] == [20.0, 20.0]
+    assert s["allgather"]["per_step_sent_body"] == [18.0, 18.0]
+    assert s["setup:weights"]["per_step_sent_body"] is None  # the protocol did not say: no body-only numbers
+    assert log.mean_sent() == 20.0
+    assert log.by_worker(range(0, 2)) == {"sent_by_worker": [15.0, 25.0], "received_by_worker": [25.0, 15.0]}
+    rows = log.windows([Window("a", 0, 0), Window("b", 1, 5)])  # the last window is clipped to the stream
+    assert rows == [{"name": "a", "first": 0, "last": 0, "sent_by_worker": [10.0, 30.0], "received_by_worker": [30.0, 10.0]},
+                    {"name": "b", "first": 1, "last": 5, "sent_by_worker": [20.0, 20.0], "received_by_worker": [20.0, 20.0]}]
+
+
+def test_traffic_body_unknown_once_is_unknown_for_the_step() -> None:
+    log = TrafficLog(steps=1, workers=1)
+    log.add("p", 0, 0, 5, 0, None)
+    log.add("p", 0, 0, 5, 0, 3)
+    assert log.rows["p"] == [[10, 0, -1]]
+    assert log.summary()["p"]["per_step_sent_body"] is None
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def test_finite_mean_skips_none_and_non_finite() -> None:
+    assert finite_mean([1.0, None, math.inf, 3.0, math.nan]) == 2.0
+    assert finite_mean([None, math.inf]) is None
+
+
+def test_fidelity_summary_by_hand() -> None:
+    # unit 0: x = (3, 4), sent (3, 0): q = 16/25; unit 1: x = (0, 1) sent exactly: q = 0; one step
+    per_unit = [[fidelity(vec(3, 4), [vec(3, 0)])], [fidelity(vec(0, 1), [vec(0, 1)])]]
+    s = fidelity_summary(per_unit, repeats=1, reference="gradient", unbiased=False)
+    assert s["q"]["mean"] == pytest.approx((16 / 25) / 2)  # mean over tensors
+    assert s["q"]["worst"] == pytest.approx(16 / 25)
+    assert s["q"]["model"] == pytest.approx(16 / 26)  # pooled: energy-weighted over the whole model
+    assert s["alpha"]["worst"] == pytest.approx(1 - 16 / 25)
+    assert s["cosine"]["worst"] == pytest.approx(3 / 5)
+    assert s["omega_hat"] is None  # biased: q is not ω
+    assert s["q_samples"] == pytest.approx([16 / 25, 0.0])
+    assert fidelity_summary(per_unit, 1, "gradient", unbiased=True)["omega_hat"]["model"] == pytest.approx(16 / 26)
+
+
+def test_unit_and_size_summaries() -> None:
+    row = unit_summary("w", 4, [10, 14], [fidelity(vec(3, 4, 0, 0), [vec(3, 0, 0, 0)]), fidelity(vec(3, 4, 0, 0), [vec(3, 4, 0, 0)])])
+    assert row["wire_bytes"] == 12.0 and row["ratio"] == pytest.approx(16 / 12)
+    assert row["q"] == pytest.approx(8 / 25)
+    size = size_summary(100, [[100, 140], [20, 20]], traffic_sent=200.0)  # two units, two steps
+    assert size["wire_bytes"] == 140.0  # worker 0's bytes per step
+    assert size["ratio"] == pytest.approx(400 / 140)
+    assert size["bits_per_element"] == pytest.approx(8 * 140 / 100)
+    assert size["traffic_ratio"] == 2.0
+
+
+def test_timing_summary() -> None:
+    s = timing_summary(1000, "cpu", 2, Timing([2.0, 4.0, 3.0], 1), Timing([1.0], 0), Timing([0.5], 0))
+    assert s["compress"]["median_s"] == 3.0
+    assert s["compress"]["gbps"] == pytest.approx(4000 / 3.0 / 1e9)
+    assert s["copy_fraction_compress"] == pytest.approx(0.5 / 3.0)
+    assert s["copy_fraction_decompress"] == 0.5
+    assert timing_summary(1, "cpu", 1, Timing([0.0], 0), Timing([0.0], 0), Timing([0.0], 0))["copy_fraction_compress"] is None
+
+
+# ----------------------------------------------------------------------------- run_case end to end
+
+
+class HandSource(GradientSource):
+    """Hand-written gradients: ``grads[step][worker]`` is the list of tensors of the layout."""
+
+    def __init__(self, grads: Sequence[Sequence[Sequence[torch.Tensor]]]) -> None:
+        self.grads = grads
+        self.name = "hand"
+        self.steps, self.workers = len(grads), len(grads[0])
+
+    def layout(self) -> list[TensorSpec]:
+        return [TensorSpec(f"t{i}", tuple(t.shape)) for i, t in enumerate(self.grads[0][0])]
+
+    def gradients(self, step: int, worker: int) -> Mapping[str, torch.Tensor]:
+        return {f"t{i}": t for i, t in enumerate(self.grads[step][worker])}
+
+
+def _suite(**metrics: Any) -> Suite:
+    return parse_suite({"name": "t", "seed": 5, "sources": [{"kind": "synthetic", "shapes": [[4]]}],
+                        "compressors": [{"name": "none"}], "metrics": {"timing": False, **metrics}})
+
+
+def _data(source: GradientSource) -> SourceData:
+    return SourceData(source, make_units(source.layout(), "layer"), torch.device("cpu"), lambda *a: None)
+
+
+def _synthetic(workers: int, steps: int, shapes: list[tuple[int, ...]]) -> SourceData:
+    from gcbench.sources.synthetic import SyntheticSource
+
+    return _data(SyntheticSource(shapes, workers=workers, steps=steps, seed=11))
+
+
+def _run(name: str, data: SourceData, suite: Suite | None = None, windows: Sequence[Window] = (), **params: Any) -> dict[str, Any]:
+    return run_case(CompressorSpec(name=name, label=name, params=params), data, suite or _suite(repeats=3), windows=windows)
+
+
+def test_run_case_ef_drift_by_hand() -> None:
+    rec = _run("topk", _data(HandSource([[[g]] for g in GRADS])), windows=[Window("a", 0, 0), Window("b", 1, 2)],
+               density=0.25, error_feedback=True)
+    assert rec["status"] == "ok" and rec["steps"] == 3 and rec["workers"] == 1
+    assert rec["ef_drift"]["sum_drift"] == pytest.approx(EF_DRIFT)
+    assert rec["ef_drift"]["residual_ratio"] == pytest.approx(RESIDUAL)
+    # one worker: the aggregate is worker 0's message, so the aggregate drift is the EF drift
+    assert rec["aggregate"]["sum_drift"] == pytest.approx(EF_DRIFT)
+    # per-step q of the one-shot: ‖C_t − g_t‖² / ‖g_t‖²; C − g = (0, −1, 2, −.5), (−1, 1, −1, 0), (0, −1, −1, .5)
+    assert rec["aggregate"]["per_step_q"] == pytest.approx([5.25 / 21.25, 3 / 11, 2.25 / 6])
+    # window b restarts at step 1: Σ_{1..t} (C − g) = (−1, 1, −1, 0), then (−1, 0, −2, .5); Σ g = (1, 3, 1, 0), (1, 4, 2, 2)
+    assert rec["aggregate"]["window_drift"] == pytest.approx([EF_DRIFT[0], math.sqrt(3 / 11), math.sqrt(5.25) / 5])
+    assert [w["name"] for w in rec["windows"]] == ["a", "b"]
+    assert rec["windows"][1]["sent_by_worker"] == [rec["size"]["wire_bytes"]]  # a fixed-size payload every step
+
+
+def test_identity_loses_nothing_and_costs_only_its_header() -> None:
+    data = _synthetic(workers=2, steps=2, shapes=[(6, 5), (7,)])
+    rec = _run("none", data)
+    assert rec["fidelity"]["q"]["mean"] == 0.0 and rec["fidelity"]["q"]["model"] == 0.0
+    assert rec["fidelity"]["cosine"]["worst"] == pytest.approx(1.0)
+    assert rec["aggregate"]["q"]["worst"] == 0.0
+    assert rec["aggregate"]["sum_drift"] == [0.0, 0.0]
+    assert rec["aggregate"]["per_step_cosine"] == pytest.approx([1.0, 1.0])
+    assert rec["ef_drift"] is None  # stateless
+    traffic = rec["traffic"]["allgather"]
+    body = traffic["per_step_sent_body"][0]
+    assert body == rec["size"]["dense_bytes"] == 4 * 37  # the body is the dense tensor
+    header = rec["size"]["wire_bytes"] - body
+    assert 0 < header < 64 * rec["units"]
+    assert rec["size"]["ratio"] == pytest.approx(4 * 37 / (4 * 37 + header))
+
+
+def test_a_compressor_that_sends_nothing_has_q_one() -> None:
+    data = _synthetic(workers=2, steps=3, shapes=[(8, 4)])
+    rec = _run("threshold", data, tau=1e9)  # no entry exceeds tau: nothing is sent, everything stays in the residual
+    assert rec["fidelity"]["q"]["mean"] == 1.0 and rec["fidelity"]["q"]["model"] == 1.0
+    assert rec["fidelity"]["delta"]["mean"] is None  # δ = 1/(1 − q) is infinite
+    assert rec["aggregate"]["per_step_q"] == pytest.approx([1.0, 1.0, 1.0])
+    assert rec["aggregate"]["per_step_cosine"] == [None, None, None]  # a zero aggregate has no direction
+    assert rec["aggregate"]["sum_drift"] == pytest.approx([1.0, 1.0, 1.0])
+    assert rec["ef_drift"]["sum_drift"] == pytest.approx([1.0, 1.0, 1.0])  # nothing of Σ g delivered
+    # the residual is all of Σ g: ‖Σ_{s≤t} g_s‖ / ‖g_t‖ with worker 0's gradients
+    g = [data.get(t, 0)[0].double() for t in range(3)]
+    expected = [float(sum(g[: t + 1]).norm() / g[t].norm()) for t in range(3)]
+    assert rec["ef_drift"]["residual_ratio"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["fp16", "qsgd", "terngrad"])
+def test_bytes_and_counts_add_up_to_the_traffic(name: str) -> None:
+    W, steps = 3, 2
+    data = _synthetic(workers=W, steps=steps, shapes=[(16, 8), (5, 3), (9,)])
+    rec = _run(name, data)
+    assert (rec["workers"], rec["steps"], rec["units"]) == (W, steps, 3)
+    assert len(rec["layers"]) == 3 and [r["name"] for r in rec["layers"]] == ["t0", "t1", "t2"]
+    assert sum(r["numel"] for r in rec["layers"]) == rec["size"]["numel"] == 128 + 15 + 9
+    assert sum(r["wire_bytes"] for r in rec["layers"]) == pytest.approx(rec["size"]["wire_bytes"])
+    phases = rec["traffic"]
+    assert rec["size"]["traffic_sent_bytes"] == pytest.approx(sum(p["sent_mean"] for p in phases.values()))
+    gather = phases["allgather"]
+    assert gather["received_mean"] == pytest.approx((W - 1) * gather["sent_mean"])  # everyone gets everyone else's payloads
+    assert len(gather["per_step_sent"]) == steps
+    assert gather["sent_mean"] == pytest.approx(sum(gather["per_step_sent"]) / steps)
+    if name == "fp16":  # a fixed-size payload: every worker sends what worker 0 does
+        assert gather["sent_mean"] == gather["sent_max"] == rec["size"]["wire_bytes"]
+    if name == "terngrad":  # the paper's protocol: a shared scaler before the payloads
+        assert list(phases) == ["scaler", "allgather"]
+
+
+def test_stochastic_compressor_uses_the_suites_repeats() -> None:
+    rec = _run("randomk", _synthetic(workers=2, steps=2, shapes=[(10, 10), (20,)]), _suite(repeats=4))
+    assert rec["fidelity"]["repeats"] == 4
+    assert len(rec["fidelity"]["q_samples"]) == 2 * 2 * 4  # units × steps × repeats
+    assert rec["fidelity"]["bias2"]["se_mean"] is not None  # R ≥ 3: a jackknife error exists
+    assert rec["fidelity"]["omega_hat"] is not None  # unbiased
+    assert _run("fp16", _synthetic(1, 1, [(4,)]), _suite(repeats=4))["fidelity"]["repeats"] == 1  # deterministic
+
+
+# ----------------------------------------------------------------------------- run_suite
+
+
+def test_a_failing_case_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cls = type(registry.create("signsgd"))
+
+    def broken(self: Any, x: torch.Tensor, ref_state: dict[str, Any]) -> torch.Tensor:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cls, "reference_update", broken)
+    suite = parse_suite({
+        "name": "t", "seed": 0, "metrics": {"timing": False, "repeats": 2},
+        "sources": [{"kind": "synthetic", "shapes": [[6, 4]], "workers": 1, "steps": 2}],
+        "compressors": [{"name": "lgc"}, {"name": "signsgd"}, {"name": "none"}],
+    })
+    out = run_suite(suite, tmp_path)
+    assert [r["status"] for r in out.records] == ["error", "error", "ok"]
+    lgc, bug, ok = out.records
+    assert "at least 2 workers" in lgc["error"] and "traceback" not in lgc  # a user error: one clear line
+    assert bug["error"] == "RuntimeError: a bug" and "Traceback" in bug["traceback"]  # a bug keeps its traceback
+    assert ok["fidelity"]["q"]["mean"] == 0.0
+    assert out.failed == [lgc, bug]
+    assert out.path is not None
+    saved = load_run(out.path)
+    assert saved["status"] == "complete-with-errors"
+    assert [c["label"] for c in saved["cases"]] == ["lgc", "signsgd", "none"]
