@@ -85,11 +85,6 @@ class LoadedRun:
         """``run``, ``compare``, ``train`` or ``bench`` (what wrote the file; decides how it is rendered)."""
         return self.data.kind
 
-    @staticmethod
-    def case_ok(case: RunCase | TrainCase | BenchCase) -> bool:
-        """Whether a case measured something: bench records carry ``error`` when they failed, the others ``status``."""
-        return case.ok
-
 
 def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_RUNS_DIR,
               on_skip: Callable[[ResultsError], None] | None = None) -> list[LoadedRun]:
