@@ -21,8 +21,9 @@ and write the packed wire bits directly.
 * **Fused quantizers** — TernGrad, QSGD, natural compression and natural dithering: at most one
   read-only statistics pass (std and max, or norms; QSGD's bucket norms are taken inside its
   one pass while the bucket is in cache), then one pass that draws, quantizes and writes the
-  packed fields.  Sign and 1-bit SGD kernels form a = x + e and the new residual in the
-  residual buffer itself.  Exact top-k: a threshold from a strided sample, an exact count in
+  packed fields.  Sign and 1-bit SGD kernels work in the error-feedback residual buffer: their
+  first pass forms a = x + e there with the sums their scales need, the second writes the bits
+  and leaves the new residual.  Exact top-k: a threshold from a strided sample, an exact count in
   the pass that forms a, one collecting pass and an exact resolution of the ~1.1k candidates
   (a radix select over the magnitude bits when the sample's threshold fails).
 * **Bit fields** — LSB-first fixed-width packing for every width 1..64 (groups of 8 fields are
@@ -226,22 +227,6 @@ def empty_maybe_zero(n: int, dtype: torch.dtype = torch.float32) -> tuple[torch.
         return torch.from_numpy(np.zeros(nbytes, np.uint8)).view(dtype), True
     buf, reused = _buffer(nbytes)
     return buf.view(dtype), not reused
-
-
-def residual_buffer(tensors: dict[str, torch.Tensor], key: str, shape: torch.Size | tuple[int, ...]) -> tuple[torch.Tensor, bool]:
-    """An error-feedback residual to update in place, and whether it holds a previous residual.
-
-    Same rule as :meth:`gcbench.core.compressor.ErrorFeedback.corrected`: a missing residual, or one
-    of another shape, counts as zero, and a fresh buffer is installed under ``key``.  Fused
-    kernels write a = x + e and then the new residual into this one buffer, so error feedback
-    allocates no new tensor per step.
-    """
-    e = tensors.get(key)
-    if e is not None and e.shape == shape and e.dtype == torch.float32 and e.device.type == "cpu" and e.is_contiguous():
-        return e, True
-    e = empty(int(torch.Size(shape).numel())).reshape(shape)
-    tensors[key] = e
-    return e, False
 
 
 def fused_ef_ok(x: torch.Tensor) -> bool:
@@ -797,15 +782,19 @@ def _ef_sign_kernel(e, scale, out):  # pragma: no cover - compiled
         _sub_sign_scale(e[lo:hi], scale)
 
 
-def ef_sign_step(x: np.ndarray, e: np.ndarray, has_e: bool, out: np.ndarray) -> np.float32:
-    """EF-signSGD in two passes: a = x + e (into e) and ‖a‖₁; then the bits of a into ``out`` and
-    e <- a − sign(a)·scale.  Returns the float32 scale ‖a‖₁/d that is sent."""
+def ef_sign_form(x: np.ndarray, e: np.ndarray, has_e: bool) -> np.float32:
+    """Pass 1 of EF-signSGD: a = x + e written into ``e`` (``has_e`` False: a = x), with ‖a‖₁ in
+    the same pass.  Returns the float32 scale ‖a‖₁/d that is sent (pass 2: :func:`ef_sign_apply`)."""
     set_threads(x.size)
     parts = np.empty(_nparts(x.size), np.float64)
     _ef_add_abs_kernel(x, e, bool(has_e), parts)
-    scale = np.float32(float(parts.sum()) / x.size)
-    _ef_sign_kernel(e, scale, out)
-    return scale
+    return np.float32(float(parts.sum()) / x.size)
+
+
+def ef_sign_apply(e: np.ndarray, scale: np.float32, out: np.ndarray) -> None:
+    """Pass 2 of EF-signSGD on ``e`` holding a: the bits a >= 0 into ``out``, then e <- a − sign(a)·scale."""
+    set_threads(e.size)
+    _ef_sign_kernel(e, np.float32(scale), out)
 
 
 # 1-bit SGD: the flat tensor is a rows × cols matrix (row-major); each element's group is its
@@ -984,13 +973,13 @@ def _group_layout(n: int, cols: int, by_row: bool) -> tuple[int, bool, int]:
     return cols, by_row, groups
 
 
-def onebit_step(x: np.ndarray, e: np.ndarray, has_e: bool, cols: int, by_row: bool, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """1-bit SGD with error feedback in two passes over the rows × cols matrix of flat ``x``.
+def onebit_form(x: np.ndarray, e: np.ndarray, has_e: bool, cols: int, by_row: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Pass 1 of 1-bit SGD over the rows × cols matrix of flat ``x``: a = x + e written into ``e``
+    (``has_e`` False: a = x), with each group's sums in the same pass.
 
-    a = x + e is written into ``e``; each group (column, or row when ``by_row``) gets
-    mu1 = mean of its a >= 0 and mu0 = mean of its a < 0 (0 when empty; float64 sums rounded
-    to float32, as the torch path); the bits a >= 0 go to ``out`` in flat order; then
-    e <- a − decoded.  Returns (mu0, mu1) per group.
+    Each group (column, or row when ``by_row``) gets mu1 = mean of its a >= 0 and mu0 = mean of
+    its a < 0 (0 when empty; float64 sums rounded to float32, as the torch path).  Returns
+    (mu0, mu1) per group; pass 2 is :func:`onebit_apply`.
     """
     n = x.size
     cols, by_row, groups = _group_layout(n, cols, by_row)
@@ -1011,8 +1000,14 @@ def onebit_step(x: np.ndarray, e: np.ndarray, has_e: bool, cols: int, by_row: bo
     cnt_neg = (n // groups) - cnt_pos
     mu1 = np.where(cnt_pos > 0, tot[1] / np.maximum(cnt_pos, 1), 0.0).astype(np.float32)
     mu0 = np.where(cnt_neg > 0, (tot[0] - tot[1]) / np.maximum(cnt_neg, 1), 0.0).astype(np.float32)
-    _onebit_apply_kernel(e, cols, by_row, mu0, mu1, out, False)
     return mu0, mu1
+
+
+def onebit_apply(e: np.ndarray, cols: int, by_row: bool, mu0: np.ndarray, mu1: np.ndarray, out: np.ndarray) -> None:
+    """Pass 2 of 1-bit SGD on ``e`` holding a: the bits a >= 0 into ``out`` in flat order, then e <- a − decoded."""
+    cols, by_row, _ = _group_layout(e.size, cols, by_row)
+    set_threads(e.size)
+    _onebit_apply_kernel(e, cols, by_row, mu0, mu1, out, False)
 
 
 def onebit_decode(bits: np.ndarray, cols: int, by_row: bool, mu0: np.ndarray, mu1: np.ndarray, out: np.ndarray) -> None:
@@ -1691,12 +1686,19 @@ def topk_select(x: np.ndarray, k: int, e: np.ndarray | None = None, has_e: bool 
     corrected gradient; ``has_e`` False means there was no residual yet, so a = x).  The
     magnitudes are compared as the 31 low bits of the float32 pattern, which order like the
     values.  Selection: a threshold t from a strided sample of a; the pass that forms a also
-    counts exactly how many |a| >= t; if at least k (so every top-k element is among them) and
-    not far more, one pass collects those indices in ascending order and they are resolved
-    exactly.  Otherwise (an unlucky or periodic sample) a radix select (12 + 12 + 7 bits) runs
-    over the whole tensor.  Ties at the k-th magnitude keep the lowest indices; NaN ranks above
-    +inf.
+    counts exactly how many |a| >= t (:func:`topk_count`); if at least k (so every top-k element
+    is among them) and not far more, one pass collects those indices in ascending order and they
+    are resolved exactly.  Otherwise (an unlucky or periodic sample) a radix select (12 + 12 + 7
+    bits) runs over the whole tensor (:func:`topk_collect`).  Ties at the k-th magnitude keep the
+    lowest indices; NaN ranks above +inf.
     """
+    t, counts = topk_count(x, k, e, has_e)
+    return topk_collect(x if e is None else e, k, t, counts)
+
+
+def topk_count(x: np.ndarray, k: int, e: np.ndarray | None = None, has_e: bool = False) -> tuple[int, np.ndarray]:
+    """The first pass of :func:`topk_select`: (threshold bits t, per-chunk counts of |a| >= t),
+    forming a = x + e into ``e`` on the way when ``e`` is given."""
     n = x.size
     if not 0 < k <= n:
         raise ValueError(f"k must be in [1, {n}], got {k}")
@@ -1708,9 +1710,14 @@ def topk_select(x: np.ndarray, k: int, e: np.ndarray | None = None, has_e: bool 
     counts = np.empty(nchunks, np.int64)
     # with t = 0 this pass only forms a (every magnitude counts)
     _form_count_kernel(x, x if e is None else e, np.int64(mode), np.uint32(t), counts)
-    a = x if e is None else e
+    return t, counts
+
+
+def topk_collect(a: np.ndarray, k: int, t: int, counts: np.ndarray) -> np.ndarray:
+    """The rest of :func:`topk_select` on the formed ``a``, given :func:`topk_count`'s ``(t, counts)``."""
+    set_threads(a.size)
     got = _collect_at_least(a.view(np.uint32), k, t, counts)
-    return got if got is not None else _topk_radix(a, k, nchunks)
+    return got if got is not None else _topk_radix(a, k, counts.size)
 
 
 def _collect_at_least(ab: np.ndarray, k: int, t: int, counts: np.ndarray) -> np.ndarray | None:

@@ -10,12 +10,14 @@ an empty body; all-zero tensors decode to zeros without NaN; corrupt bodies rais
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
 from gcbench.compressors import registry
 from gcbench.compressors.check import CHECKS, DTYPES, SHAPES, check_call, run_checks, seeded_input
-from gcbench.core.compressor import Compressor, State
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import CompressorInfo
 from gcbench.core.payload import Payload
@@ -35,32 +37,131 @@ def test_contract(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None
     assert not torch.isnan(out).any()
 
 
-class _AliasingCast(Compressor):
-    """A float32 pass-through whose body is a zero-copy view of ``a`` (legal: ``a`` is never the
-    caller's tensor under error feedback).  The base must not then rewrite ``a`` in place."""
+class _EFCast(Compressor):
+    """A float32 pass-through under error feedback, written to the one hook: lossless, so each
+    step leaves a zero residual.  ``view_body`` makes the body a zero-copy view of ``a`` (the
+    residual buffer the encoder then overwrites), which the contract forbids."""
 
-    def _encode(self, a: torch.Tensor, state: State):
-        return a.reshape(-1).view(torch.uint8), {}, a.reshape(-1).clone()
+    view_body = False
+
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
+        flat = a.reshape(-1)
+        body = flat.view(torch.uint8) if self.view_body else flat.clone().view(torch.uint8)
+        decoded = flat.clone()
+        ctx.keep_residual(a, decoded)
+        return body, {}, decoded
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         return payload.data.view(torch.float32).clone()
 
 
-_AliasingCast.info = CompressorInfo(
-    name="test_aliasing_cast", impl=f"{__name__}:_AliasingCast", version=1, description="test only", paper="—", biased=False,
-    stateful=True, traffic_bytes=12.0, error_feedback="always",
-)
+class _AliasingCast(_EFCast):
+    view_body = True
 
 
-def test_error_feedback_does_not_rewrite_a_body_that_views_the_corrected_input() -> None:
-    comp = _AliasingCast()
+for _cls, _name in ((_EFCast, "test_ef_cast"), (_AliasingCast, "test_aliasing_cast")):
+    _cls.info = CompressorInfo(name=_name, impl=f"{__name__}:{_cls.__name__}", version=1, description="test only", paper="—",
+                               biased=False, stateful=True, traffic_bytes=12.0, error_feedback="always")
+
+
+def test_error_feedback_through_the_one_hook_keeps_the_residual_in_place() -> None:
+    comp = _EFCast()
     state = comp.init_state(0)
+    state.tensors["residual"] = torch.full((10, 3), 0.5)
+    buffer = state.tensors["residual"]
     for seed in range(3):
         x = seeded_input((10, 3), torch.float32, seed=seed)
         payload, decoded = comp.compress_and_decode(x, state)
+        assert torch.equal(decoded, x + 0.5 if seed == 0 else x)  # step 0 sends x + e
         assert torch.equal(comp.decompress(payload), decoded)
-        assert torch.equal(decoded, x)  # a lossless codec: nothing left in the residual
-        assert torch.count_nonzero(state.tensors["residual"]) == 0
+        assert state.tensors["residual"] is buffer  # updated in place: no new tensor per step
+        assert torch.count_nonzero(buffer) == 0  # a lossless codec leaves nothing behind
+
+
+def test_a_body_sharing_memory_with_the_residual_buffer_is_refused() -> None:
+    comp = _AliasingCast()
+    with pytest.raises(RuntimeError, match="residual buffer"):
+        comp.compress_and_decode(seeded_input((10, 3), torch.float32), comp.init_state(0))
+
+
+# ---------------------------------------------------------------- the one encode hook
+
+
+def _encode_hooks(cls: type) -> set[str]:
+    """Names of every encode-like method a class defines or inherits (below ``object``)."""
+    return {n for klass in cls.__mro__[:-1] for n in vars(klass) if n.startswith("_encode") and callable(getattr(cls, n))}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_compressor_implements_exactly_the_one_hook(name: str) -> None:
+    """Each compressor encodes through ``_encode(a, state, ctx)`` on the contract's one compress path:
+    no second encode hook, no own ``compress_and_decode``; only a compressor with error feedback
+    fuses work into the formation of ``a = x + e`` (``_form_corrected``)."""
+    info = registry.get(name)
+    cls = info.load()
+    assert _encode_hooks(cls) == {"_encode"}
+    assert cls._encode is not Compressor._encode
+    assert list(inspect.signature(cls._encode).parameters)[:4] == ["self", "a", "state", "ctx"]
+    assert cls.compress_and_decode is Compressor.compress_and_decode
+    if cls._form_corrected is not Compressor._form_corrected:
+        assert info.error_feedback in ("always", "optional"), "_form_corrected runs only under error feedback"
+
+
+def _ef_configs() -> list[tuple[str, dict[str, object]]]:
+    out: list[tuple[str, dict[str, object]]] = []
+    for info in registry.infos():
+        if info.error_feedback == "always":
+            out.append((info.name, {}))
+        elif info.error_feedback == "optional":
+            out.append((info.name, {"error_feedback": True}))
+    return out
+
+
+@pytest.mark.parametrize(("name", "params"), _ef_configs(), ids=[n for n, _ in _ef_configs()])
+@pytest.mark.parametrize("shape", [(1000,), (64, 3, 3, 3)], ids=["1000", "64x3x3x3"])
+def test_error_feedback_updates_the_residual_buffer_in_place(name: str, params: dict[str, object], shape: tuple[int, ...]) -> None:
+    """Every error-feedback compressor forms a = x + e in the state's residual and leaves a − decoded
+    in that same tensor: after the first step no residual is allocated, and the residual is exactly
+    (in float32) the previous residual plus x minus what was decoded."""
+    comp = registry.create(name, **params)
+    state = comp.init_state(3)
+    comp.compress(seeded_input(shape, torch.float32, seed=1), state)
+    buffer = state.tensors["residual"]
+    for seed in range(2, 5):
+        x = seeded_input(shape, torch.float32, seed=seed)
+        a = x + buffer  # what the step encodes
+        _, decoded = comp.compress_and_decode(x, state)
+        assert state.tensors["residual"] is buffer
+        assert torch.equal(buffer, a - decoded)
+
+
+def test_residual_buffer_reuses_the_residual_when_it_can() -> None:
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    st = State(0)
+    e, has = ErrorFeedback.buffer(st, x)
+    assert not has and st.tensors["residual"] is e and e.shape == (3, 4) and e.dtype == torch.float32
+    again, has = ErrorFeedback.buffer(st, x)
+    assert has and again is e  # updated in place from now on
+    other, has = ErrorFeedback.buffer(st, x.reshape(12))
+    assert not has and other is not e and st.tensors["residual"] is other  # another shape counts as zero
+
+
+@pytest.mark.parametrize("kind", ["float64", "non-contiguous", "shares-x"])
+def test_residual_buffer_copies_a_residual_it_cannot_update_in_place(kind: str) -> None:
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    prev = {
+        "float64": torch.full((3, 4), 0.25, dtype=torch.float64),
+        "non-contiguous": torch.full((4, 3), 0.25).t(),
+        "shares-x": x,
+    }[kind]
+    want = prev.float().clone()
+    st = State(0)
+    st.tensors["residual"] = prev
+    e, has = ErrorFeedback.buffer(st, x)
+    assert has and st.tensors["residual"] is e and e is not prev
+    assert e.dtype == torch.float32 and e.is_contiguous() and torch.equal(e, want)
+    ErrorFeedback.form(x, e, has)
+    assert torch.equal(e, x + want) and torch.equal(x, torch.arange(12, dtype=torch.float32).reshape(3, 4))
 
 
 # ---------------------------------------------------------------- decode-time settings in the header
@@ -139,7 +240,7 @@ def test_contract_check(name: str, check: tuple) -> None:
 class _Mutating(Compressor):
     """A lossless float32 codec that scales its input in place: the bug the contract's first rule forbids."""
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         a.mul_(2.0)
         return a.reshape(-1).clone().view(torch.uint8), {}, None
 
@@ -156,13 +257,13 @@ _Mutating.info = CompressorInfo(name="test_mutating", impl=f"{__name__}:_Mutatin
 
 def test_check_reports_each_broken_guarantee() -> None:
     """``run_checks`` passes a sound compressor, fails the rows a broken one breaks (with the reason) and runs the rest."""
-    registry.register(_AliasingCast.info, "test")
+    registry.register(_EFCast.info, "test")
     registry.register(_Mutating.info, "test")
     try:
-        good = {r.check: r for r in run_checks("test_aliasing_cast", only=("calls", "zeros", "exchange"))}
+        good = {r.check: r for r in run_checks("test_ef_cast", only=("calls", "zeros", "exchange"))}
         rows = {r.check: r for r in run_checks("test_mutating")}
     finally:
-        registry.unregister("test_aliasing_cast")
+        registry.unregister("test_ef_cast")
         registry.unregister("test_mutating")
     assert all(r.ok for r in good.values()), good
     assert not rows["calls"].ok and "compress modified its input" in rows["calls"].detail

@@ -177,16 +177,6 @@ def test_buffer_pool_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> Non
     assert int(torch.count_nonzero(z)) == 0
 
 
-def test_residual_buffer_reuses_only_a_matching_residual() -> None:
-    tensors: dict[str, torch.Tensor] = {}
-    e, has = kernels.residual_buffer(tensors, "residual", torch.Size([3, 4]))
-    assert not has and tensors["residual"] is e and e.shape == (3, 4)
-    again, has = kernels.residual_buffer(tensors, "residual", torch.Size([3, 4]))
-    assert has and again is e
-    other, has = kernels.residual_buffer(tensors, "residual", torch.Size([12]))
-    assert not has and other is not e and tensors["residual"] is other
-
-
 # ----------------------------------------------------------------------------- bit fields
 
 
@@ -257,14 +247,16 @@ def test_sign_pack_all_zero_flag() -> None:
 
 @pytest.mark.parametrize("has_e", [True, False])
 @pytest.mark.parametrize("n", [7, 1025, 150_003])
-def test_ef_sign_step(n: int, has_e: bool) -> None:
+def test_ef_sign_form_then_apply(n: int, has_e: bool) -> None:
     x = signed_values(n, 5)
     e0 = np.random.default_rng(6).standard_normal(n).astype(np.float32)
     a = x + e0 if has_e else x.copy()
     e = e0.copy()
     out = np.empty((n + 7) // 8, np.uint8)
-    scale = kernels.ef_sign_step(x, e, has_e, out)
+    scale = kernels.ef_sign_form(x, e, has_e)
     assert scale == np.float32(np.abs(a.astype(np.float64)).sum() / n)
+    np.testing.assert_array_equal(e, a)  # pass 1 leaves a = x + e in the buffer
+    kernels.ef_sign_apply(e, scale, out)
     np.testing.assert_array_equal(out, np.packbits(a >= 0, bitorder="little"))
     np.testing.assert_array_equal(e, a - np.where(a >= 0, scale, -scale).astype(np.float32))
 
@@ -287,14 +279,16 @@ def onebit_oracle(a: np.ndarray, rows: int, cols: int, by_row: bool) -> tuple[np
     ("rows", "cols", "by_row"),
     [(64, 27, False), (64, 27, True), (300, 1001, False), (7, 30_001, True), (1, 150_003, True), (150_003, 1, False), (3, 5, False)],
 )
-def test_onebit_step_and_decode(rows: int, cols: int, by_row: bool) -> None:
+def test_onebit_form_apply_and_decode(rows: int, cols: int, by_row: bool) -> None:
     n = rows * cols
     x = signed_values(n, rows) + 0.2
     e0 = np.random.default_rng(cols).standard_normal(n).astype(np.float32) * 0.1
     a = x + e0
     e = e0.copy()
     bits = np.empty((n + 7) // 8, np.uint8)
-    mu0, mu1 = kernels.onebit_step(x, e, True, cols, by_row, bits)
+    mu0, mu1 = kernels.onebit_form(x, e, True, cols, by_row)
+    np.testing.assert_array_equal(e, a)  # pass 1 leaves a = x + e in the buffer
+    kernels.onebit_apply(e, cols, by_row, mu0, mu1, bits)
     want0, want1, dec = onebit_oracle(a, rows, cols, by_row)
     np.testing.assert_allclose(mu0, want0, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(mu1, want1, rtol=1e-6, atol=1e-7)

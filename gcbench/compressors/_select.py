@@ -13,9 +13,9 @@ reconstructed) and ``threshold``:
 * :func:`sparse_or_dense_body` / :func:`sparse_or_dense_decode` — the DGC/SDAGC wire format: a
   sparse (value, index) body in any :data:`gcbench.core.codec.SPARSE_CODINGS`, or a dense float32 body
   for tensors that are not sparsified (:func:`gcbench.compressors.dgc.sent_dense`).
-* :class:`InPlaceEncoder` — the compress path of every compressor here: state tensors (the
-  error-feedback residual included) are updated in place and the decoded tensor is only built
-  when the caller asks for it.
+* :func:`form_counting` — error feedback's ``a = x + e`` with the counts of ``|a| >= t`` in the
+  same pass, for a threshold known before ``a`` is formed (``threshold``, ``graddrop``: their
+  :meth:`~gcbench.core.compressor.Compressor._form_corrected`).
 * :func:`dgc_step_fast` — DGC's momentum correction, sampled threshold and masking on CPU with the
   kernels of :mod:`gcbench.compressors._sparse_fast`: the same selection as :func:`dgc_select`
   (tested equal), in one update-and-count pass plus one selection pass.
@@ -27,7 +27,6 @@ implementations and the path for non-CPU tensors.
 from __future__ import annotations
 
 import math
-from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ import torch
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, to_numpy
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ErrorFeedback, State, _overlaps, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import MetaValue, Payload
 
@@ -342,75 +341,21 @@ class MomentumSGDReference:
         return "momentum-SGD update u_t = m·u_{t-1} + g_t"
 
 
-# ----------------------------------------------------------------------------- in-place compress path
+# ----------------------------------------------------------------------------- error feedback with a count
 
 
-def residual_in_place(x32: torch.Tensor, state: State, t: np.float32 | None = None) -> tuple[torch.Tensor, np.ndarray | None]:
-    """``a = x + e`` in the state's residual buffer (no new tensor), as :meth:`ErrorFeedback.corrected`.
+def form_counting(x32: torch.Tensor, e: torch.Tensor, has_e: bool, t: np.float32 | None) -> np.ndarray | None:
+    """``a = x + e`` in the residual buffer ``e`` and, on CPU, the per-chunk counts of ``|a| >= t`` in that pass.
 
-    A missing residual, or one of another shape, counts as zero (``a`` is then a fresh copy of x,
-    NumPy-backed on CPU); one on another device, of another dtype, not contiguous or sharing
-    memory with ``x`` gives a fresh ``x + e``.  The caller must leave the new residual in ``a``.
-    With a float32 threshold ``t`` (CPU), the per-chunk counts of ``|a| >= t`` are computed in the
-    same pass and returned; otherwise the counts are None.
+    A ``_form_corrected`` for a threshold ``t`` (from :func:`~gcbench.compressors._sparse_fast.f32_threshold`)
+    known before ``a`` is formed; the counts go to :func:`~gcbench.compressors._sparse_fast.select_encode`.
+    None (the selection counts for itself) where nothing is fused: no previous residual (``a``
+    is a copy of ``x``), no threshold, or tensors the kernels do not take.
     """
-    e = state.tensors.get(ErrorFeedback.KEY)
-    if e is None or e.shape != x32.shape:
-        if x32.device.type == "cpu":
-            a = fast.empty_f32_tensor(x32.numel()).reshape(x32.shape)
-            return a.copy_(x32), None
-        return x32.clone(), None
-    if e.device != x32.device or e.dtype != torch.float32 or not e.is_contiguous() or _overlaps(e, x32):
-        return x32 + e, None
-    if t is not None and fast.fast_cpu(e, x32):
-        return e, fast.add_count(fast.as_numpy(e).reshape(-1), fast.as_numpy(x32).reshape(-1), t)
-    return e.add_(x32), None
-
-
-class InPlaceEncoder(Compressor):
-    """Compress path shared by the sparsifiers and PowerSGD: state updated in place, decoded on demand.
-
-    Subclasses implement ``_encode_inplace(a, state, need_decoded, ef, counts) -> (body, meta,
-    decoded or None)``.  With error feedback (``ef``), ``a`` is the state's residual buffer already
-    holding ``x + e`` (:func:`residual_in_place`) and the encoder leaves the new residual
-    ``a − decoded`` in it, rounded as :meth:`ErrorFeedback.update` would; otherwise ``a`` is read
-    only (it may be the caller's tensor).  A subclass whose threshold is known before ``x + e`` is
-    formed returns it from :meth:`_ef_count_threshold`; the per-chunk counts of ``|x + e| >= t``
-    then come from the accumulation pass itself (``counts``, else None).  ``decoded`` may be None
-    when ``need_decoded`` is False, or when the payload decodes cheaply.  The contract of
-    :meth:`Compressor.compress_and_decode` is unchanged; what is saved is the fresh ``x + e``, the
-    dense decoded tensor and the ``a − decoded`` pass of the generic path (three 100 MB
-    allocations and passes at ResNet-50 size).
-    """
-
-    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
-        if not x.is_floating_point() or x.numel() == 0:
-            return super().compress_and_decode(x, state, need_decoded)
-        x32 = x.detach().float() if x.dtype != torch.float32 else x.detach()
-        ef = self.uses_error_feedback()
-        counts = None
-        if ef:
-            a, counts = residual_in_place(x32, state, self._ef_count_threshold(x32, state))
-        else:
-            a = x32
-        body, meta, decoded = self._encode_inplace(a, state, need_decoded, ef, counts)
-        if ef:
-            state.tensors[ErrorFeedback.KEY] = a
-        return self._finish(x, state, self._payload(x, body, meta), decoded, need_decoded)
-
-    def _encode(self, a: torch.Tensor, state: State) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
-        """The generic path's hook (``a`` read only): encode a working copy when error feedback writes it."""
-        ef = self.uses_error_feedback()
-        return self._encode_inplace(a.clone() if ef else a, state, True, ef, None)
-
-    def _ef_count_threshold(self, x32: torch.Tensor, state: State) -> np.float32 | None:
-        """The float32 threshold whose counts the error-feedback pass should compute (None: no fused count)."""
-        return None
-
-    @abstractmethod
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
-        """Encode ``a`` (the residual buffer holding x + e when ``ef``, else read only); see the class doc."""
+    if has_e and t is not None and fast.fast_cpu(e, x32):
+        return fast.add_count(fast.as_numpy(e).reshape(-1), fast.as_numpy(x32).reshape(-1), t)
+    ErrorFeedback.form(x32, e, has_e)
+    return None
 
 
 # ----------------------------------------------------------------------------- DGC, fast

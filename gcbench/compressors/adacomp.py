@@ -59,11 +59,10 @@ import torch
 
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors._select import InPlaceEncoder
 from gcbench.compressors.cards.adacomp import ADACOMP, QUANTIZE
-from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.payload import Payload
 
 RESIDUE = "residue"
 CONV_BIN = 50  # the paper's bin length for convolution weights
@@ -230,12 +229,11 @@ def adacomp_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -
     return adacomp_torch_encode(flat, e, L, comp.params["quantize"])[1].reshape(x32.shape)
 
 
-class AdaComp(InPlaceEncoder):
+class AdaComp(Compressor):
     info = ADACOMP
     reference = adacomp_state_reference
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         d = flat.numel()
         L = self.params["bin_size"] or default_bin_size(tuple(a.shape))
@@ -248,7 +246,7 @@ class AdaComp(InPlaceEncoder):
             if not usable:
                 e = torch.from_numpy(fast.zeros_f32(d))
             assert e is not None
-            body, decoded = adacomp_fast_encode(fast.as_numpy(x), fast.as_numpy(e), L, mode, need_decoded)
+            body, decoded = adacomp_fast_encode(fast.as_numpy(x), fast.as_numpy(e), L, mode, ctx.need_decoded)
             state.tensors[RESIDUE] = e  # updated in place: the new residue
             return body, {"L": L, "q": mode}, (torch.from_numpy(decoded) if decoded is not None else None)
         body, gq, residue = adacomp_torch_encode(x, e if usable and e is not None else torch.zeros_like(x), L, mode)

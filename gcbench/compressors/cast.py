@@ -15,7 +15,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors.cards.cast import BF16, FP16, NONE
-from gcbench.core.compressor import Compressor, State, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 
@@ -29,7 +29,7 @@ class _Cast(Compressor):
     wire_dtype: torch.dtype = torch.float32
     reference = cast_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         if flat.device.type != "cpu":
             return flat.to(self.wire_dtype, copy=True).view(torch.uint8), {}, None

@@ -87,13 +87,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import k_of
 from gcbench.compressors._select import (
-    InPlaceEncoder,
     MomentumSGDReference,
     clip_coef,
     clip_local,
@@ -107,9 +105,9 @@ from gcbench.compressors._select import (
     sparse_or_dense_nbytes,
 )
 from gcbench.compressors.cards.dgc import DGC
-from gcbench.core.compressor import Compressor, State
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import ParamError
-from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.payload import Payload
 
 # The official DGCCompressor clamps sample_ratio to [0.01, 1] (``min(max(sample_ratio, 0.01), 1.0)``);
 # gcbench rejects a smaller value instead, so that the parameter recorded in results is the one used.
@@ -170,7 +168,7 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
     return dgc_reference(x32, u if u.shape == x32.shape else zero, v if v.shape == x32.shape else zero, state.step, comp.params)[0]
 
 
-class DGC(MomentumSGDReference, InPlaceEncoder):
+class DGC(MomentumSGDReference, Compressor):
     info = DGC
     """DGC with the official sampled threshold; state: momentum ``u`` and velocity ``v``."""
 
@@ -188,8 +186,7 @@ class DGC(MomentumSGDReference, InPlaceEncoder):
         """The scheduled density at ``step`` (warm-up stages, then ``density``)."""
         return scheduled_density(step, self.params["density"], warmup_period(self.params))
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         p = self.params
         m, nesterov = p["momentum"], p["nesterov"]
         density = self.density_at(state.step)
@@ -206,7 +203,8 @@ class DGC(MomentumSGDReference, InPlaceEncoder):
         x = a.contiguous()
         coef = clip_coef(x, p["clip_norm"], p["workers"])
         step_fn = dgc_step_fast if fast.fast_cpu(x, u, v) else dgc_step_torch
-        step = step_fn(x, u, v, m, nesterov, coef, k, density, num_samples, stride, start, p["index_coding"], p["masking"], need_decoded)
+        step = step_fn(x, u, v, m, nesterov, coef, k, density, num_samples, stride, start, p["index_coding"], p["masking"],
+                       ctx.need_decoded)
         return step.body, {"k": step.sent, "coding": p["index_coding"]}, step.decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:

@@ -93,10 +93,10 @@ import torch
 
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import dense_from_sparse, to_numpy
-from gcbench.compressors._select import InPlaceEncoder, above, strided_sample
+from gcbench.compressors._select import above, form_counting, strided_sample
 from gcbench.compressors.cards.graddrop import GRADDROP, QUANTIZE
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import MetaValue, Payload
 
@@ -241,7 +241,7 @@ def graddrop_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
     return graddrop_reference_encode(comp, x32, state)[2]
 
 
-class GradDrop(InPlaceEncoder):
+class GradDrop(Compressor):
     info = GRADDROP
     """Gradient dropping with a sampled quantile threshold and error feedback."""
 
@@ -259,9 +259,8 @@ class GradDrop(InPlaceEncoder):
             if not x.is_floating_point():
                 raise TypeError(f"{self.name}: gradients must be floating point, got {x.dtype}")
             flat = x.detach().reshape(-1)
-            e = st.tensors.get(ErrorFeedback.KEY)
-            # same rule as ErrorFeedback.corrected: a residual of another shape is ignored
-            res = e.reshape(-1) if e is not None and e.shape == x.shape else None
+            e = ErrorFeedback.previous(st, x.shape)
+            res = e.reshape(-1) if e is not None else None
             gathers.append(_corrected_gather(flat, res))
             sizes.append(flat.numel())
         levels = graddrop_levels(gathers, sizes, self.params)
@@ -273,34 +272,32 @@ class GradDrop(InPlaceEncoder):
             for st in states:
                 st.values.pop(_GROUP_LEVELS, None)
 
-    def _ef_count_threshold(self, x32: torch.Tensor, state: State) -> np.float32 | None:
-        """The group's threshold (left for :meth:`_encode_inplace` to take), or the layer threshold of x + e."""
+    def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> np.ndarray | None:
+        """a = x + e with the counts of |a| > T in one pass: T is the group's threshold (left for
+        :meth:`_encode` to take) or the layer threshold of x + e, from its strided sample."""
         levels = state.values.get(_GROUP_LEVELS)
         if levels is None:
-            e = state.tensors.get(ErrorFeedback.KEY)
-            res = e.reshape(-1) if e is not None and e.shape == x32.shape and e.dtype == torch.float32 else None
-            levels = _layer_levels(x32.reshape(-1), self.params, res, buckets=False)
-        return fast.f32_threshold(levels.threshold, strict=True)
+            levels = _layer_levels(x32.reshape(-1), self.params, e.reshape(-1) if has_e else None, buckets=False)
+        return form_counting(x32, e, has_e, fast.f32_threshold(levels.threshold, strict=True))
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         p = self.params
         flat = a.reshape(-1)
         d = flat.numel()
         levels = state.values.pop(_GROUP_LEVELS, None)
         if levels is None:
-            levels = _layer_levels(flat, p)  # a = x + e: the threshold _ef_count_threshold found
+            levels = _layer_levels(flat, p)  # a = x + e: the threshold _form_corrected found
         thr = levels.threshold
         mode, coding = p["quantize"], p["index_coding"]
         cpu = fast.fast_cpu(flat)
         if cpu and mode == "none":
-            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), coding, counts=counts,
-                                     zero_mode=fast.ZERO_SUB if ef else fast.ZERO_NONE, want_decoded=need_decoded)
+            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), coding, counts=ctx.fused,
+                                     zero_mode=fast.ZERO_SUB if ctx.ef else fast.ZERO_NONE, want_decoded=ctx.need_decoded)
             body = sel.body if sel.k else np.zeros(0, np.uint8)
             decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
             return body, {"k": sel.k, "coding": coding, "q": mode}, decoded
         if cpu:
-            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), None, counts=counts, want_idx=True)
+            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), None, counts=ctx.fused, want_idx=True)
             assert sel.idx is not None and sel.vals is not None
             idx, vals = torch.from_numpy(sel.idx), torch.from_numpy(sel.vals)
         else:
@@ -308,7 +305,7 @@ class GradDrop(InPlaceEncoder):
             vals = flat[idx]
         meta: dict[str, MetaValue] = {"k": int(idx.numel()), "coding": coding, "q": mode}
         if idx.numel() == 0:
-            return np.zeros(0, np.uint8), meta, (torch.zeros(d, dtype=torch.float32, device=flat.device) if need_decoded else None)
+            return np.zeros(0, np.uint8), meta, (torch.zeros(d, dtype=torch.float32, device=flat.device) if ctx.need_decoded else None)
         if mode == "none":
             body = codec.encode_sparse(to_numpy(vals), to_numpy(idx), d, coding)
             dec_vals = vals
@@ -316,12 +313,12 @@ class GradDrop(InPlaceEncoder):
             codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"], levels)
             body = quantized_body(to_numpy(codes), to_numpy(scales), to_numpy(idx), d, mode, coding)
         if cpu:
-            decoded = fast.dense_from(idx.numpy(), dec_vals.numpy(), d) if need_decoded else None
-            if ef:
+            decoded = fast.dense_from(idx.numpy(), dec_vals.numpy(), d) if ctx.need_decoded else None
+            if ctx.ef:
                 fast.scatter_sub(fast.as_numpy(flat), idx.numpy(), dec_vals.numpy())  # the residual a − decoded
             return body, meta, decoded
-        decoded = dense_from_sparse(dec_vals, idx, d) if need_decoded else None
-        if ef:
+        decoded = dense_from_sparse(dec_vals, idx, d) if ctx.need_decoded else None
+        if ctx.ef:
             flat[idx] = flat[idx] - dec_vals
         return body, meta, decoded
 

@@ -171,7 +171,19 @@ from gcbench.compressors._common import (
 )
 from gcbench.compressors.cards.lgc import LGC, PRESETS
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import (
+    Compressor,
+    EncodeContext,
+    Encoded,
+    ErrorFeedback,
+    ExchangeResult,
+    State,
+    Traffic,
+    body_numpy,
+    meta_int,
+    meta_keys,
+    meta_str,
+)
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.payload import MetaValue, Payload, dense_bytes
 
@@ -364,16 +376,22 @@ class LGC(Compressor):
 
     # ------------------------------------------------------------------ single-tensor contract
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
+        meta: dict[str, MetaValue]
         if self.phase_of(state.step) == "dense":
-            return _f32_bytes(a), {"kind": "dense"}, a.clone()
-        flat = a.reshape(-1)
-        d = flat.numel()
-        k = self.k_of(d)
-        idx = topk_indices_sorted(flat, k)
-        vals = flat[idx]
-        coding = self.settings["index_coding"]
-        return sparse_body(vals, idx, d, coding), {"kind": "topk", "k": k, "coding": coding}, dense_from_sparse(vals, idx, d)
+            body = _f32_bytes(a).copy()  # not a view of a: a becomes the residual
+            meta, decoded = {"kind": "dense"}, a.clone()
+        else:
+            flat = a.reshape(-1)
+            d = flat.numel()
+            k = self.k_of(d)
+            idx = topk_indices_sorted(flat, k)
+            vals = flat[idx]
+            coding = self.settings["index_coding"]
+            body = sparse_body(vals, idx, d, coding)
+            meta, decoded = {"kind": "topk", "k": k, "coding": coding}, dense_from_sparse(vals, idx, d)
+        ctx.keep_residual(a, decoded)
+        return body, meta, decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
         kind = meta_str(payload, "kind")

@@ -60,7 +60,7 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.natural import NATURAL, NATURAL_DITHER
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 
@@ -139,7 +139,7 @@ class Natural(Compressor):
     info = NATURAL
     reference = natural_compress_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         seed = state.randint64()
         if not kernels.cpu_fast(a):
             return natural_torch(a, seed)[0], {}, None
@@ -275,7 +275,7 @@ class NaturalDither(Compressor):
     info = NATURAL_DITHER
     reference = natural_dither_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         s, p = self.params["s"], self.params["p"]
         seed = state.randint64()

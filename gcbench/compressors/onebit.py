@@ -26,10 +26,11 @@ the reported EF drift of multi-worker runs was wrong.  The worker residual is no
 ``residual``; exchange results (drift, per-step fidelity) change; single-tensor compression and
 the body layout do not (payload headers carry the new version).
 
-Fast path (CPU, :func:`gcbench.kernels.onebit_step`): :meth:`OneBitSGD.compress_and_decode`
-runs error feedback in two fused passes over the residual buffer, updated in place — pass 1
-forms a = x + e and the per-group float64 sums, pass 2 writes the sign bits and
-e = a − decoded — instead of the base class's x + e, encode, decode and subtraction.  The
+Fast path (CPU, :func:`gcbench.kernels.onebit_form` and :func:`~gcbench.kernels.onebit_apply`):
+error feedback in two passes over the residual buffer, updated in place — pass 1
+(:meth:`OneBitSGD._form_corrected`) forms a = x + e and the per-group float64 sums, pass 2
+(``_encode``) writes the sign bits and e = a − decoded — instead of separate x + e, encode,
+decode and subtraction passes.  The
 straightforward definition (:func:`onebit_reference`, a loop over the columns) is the class's
 ``reference``; the vectorised torch ``_encode`` serves other devices.
 """
@@ -46,9 +47,20 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.onebit import GRANULARITIES, ONEBIT
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
+from gcbench.core.compressor import (
+    Compressor,
+    EncodeContext,
+    Encoded,
+    ErrorFeedback,
+    ExchangeResult,
+    State,
+    Traffic,
+    body_numpy,
+    meta_keys,
+    meta_str,
+)
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.payload import Payload
 
 
 def _matrix(a: torch.Tensor, shape: tuple[int, ...], granularity: str) -> torch.Tensor:
@@ -125,31 +137,31 @@ class OneBitSGD(Compressor):
     info = ONEBIT
     reference = onebit_step_reference
 
-    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
-        """a = x + e, the bits, the means and the new residual fused on CPU."""
-        if not kernels.fused_ef_ok(x):
-            return None
-        g = self.params["granularity"]
-        shape = tuple(x.shape)
-        d = x.numel()
-        cols, by_row = _layout(shape, g)
-        ncols = _ngroups(shape, g)
-        nb = (d + 7) // 8
-        body = np.empty(nb + 8 * ncols, np.uint8)
-        e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
-        mu0, mu1 = kernels.onebit_step(kernels.flat_f32(x), e.reshape(-1).numpy(), has_e, cols, by_row, body[:nb])
-        body[nb:] = np.stack([mu0, mu1], 1).reshape(-1).astype("<f4").view(np.uint8)
-        return body, {"g": g}
+    def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool,
+                        state: State) -> tuple[np.ndarray, np.ndarray] | None:
+        """On CPU, a = x + e and each group's (mu0, mu1) in one pass (the kernels' pass 1)."""
+        if not kernels.fused_ef_ok(x32):
+            return super()._form_corrected(x32, e, has_e, state)
+        cols, by_row = _layout(tuple(x32.shape), self.params["granularity"])
+        return kernels.onebit_form(kernels.flat_f32(x32), e.reshape(-1).numpy(), has_e, cols, by_row)
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         g = self.params["granularity"]
         shape = tuple(a.shape)
+        if ctx.fused is not None:  # pass 2 on the means _form_corrected found: the bits, then e = a − decoded
+            mu0, mu1 = ctx.fused
+            nb = (a.numel() + 7) // 8
+            body = np.empty(nb + 8 * _ngroups(shape, g), np.uint8)
+            kernels.onebit_apply(a.reshape(-1).numpy(), *_layout(shape, g), mu0, mu1, body[:nb])
+            body[nb:] = np.stack([mu0, mu1], 1).reshape(-1).astype("<f4").view(np.uint8)
+            return body, {"g": g}, None
         m = _matrix(a, shape, g)
         pos, mu0, mu1 = quantize_columns(m)
         bits = codec.pack_bits(to_numpy(_from_matrix(pos, g, shape)), 1)
         means = torch.stack([mu0, mu1], 1).reshape(-1)
         body = np.concatenate([bits, to_numpy(means).astype("<f4").view(np.uint8)])
         decoded = _from_matrix(torch.where(pos, mu1, mu0), g, shape)
+        ctx.keep_residual(a, decoded)
         return body, {"g": g}, decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int:

@@ -63,12 +63,22 @@ import torch
 
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors._select import InPlaceEncoder
 from gcbench.compressors._sparse_fast import njit
 from gcbench.compressors.cards.powersgd import POWERSGD
-from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, Traffic, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import (
+    Compressor,
+    EncodeContext,
+    Encoded,
+    ErrorFeedback,
+    ExchangeResult,
+    State,
+    Traffic,
+    body_numpy,
+    meta_int,
+    meta_keys,
+)
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.payload import Payload
 
 Q_KEY = "q"  # warm-start factor (cols × r), float32
 _DEP_TOL = 1e-10  # a column whose norm fell below this fraction during projection is dependent
@@ -323,7 +333,7 @@ def powersgd_state_reference(comp: Compressor, x32: torch.Tensor, state: State) 
     return powersgd_step_reference(a.reshape(rows, cols), q.to(a.device))[2].reshape(shape)
 
 
-class PowerSGD(InPlaceEncoder):
+class PowerSGD(Compressor):
     info = POWERSGD
     reference = powersgd_state_reference
 
@@ -334,15 +344,14 @@ class PowerSGD(InPlaceEncoder):
             q = torch.from_numpy(state.rng.standard_normal((cols, r), dtype=np.float32))
         return q.to(device)
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         shape = tuple(a.shape)
         r = self.params["rank"]
         if not is_low_rank(shape, r):
             flat = a.reshape(-1)
             body = to_numpy(flat).astype("<f4").view(np.uint8)
-            decoded = flat.clone() if need_decoded else None
-            if ef:
+            decoded = flat.clone() if ctx.need_decoded else None
+            if ctx.ef:
                 a.sub_(a)  # the residual a − decoded: sent exactly (NaN where a is ±inf or NaN, as a − a)
             return body, {"r": 0}, decoded
         rows, cols = matrix_shape(shape)
@@ -352,8 +361,8 @@ class PowerSGD(InPlaceEncoder):
         p_hat, q_new = power_step(m, self._start_q(state, cols, r, a.device))
         state.tensors[Q_KEY] = q_new
         body = np.concatenate([to_numpy(p_hat).astype("<f4").view(np.uint8), to_numpy(q_new).astype("<f4").view(np.uint8)])
-        decoded = reconstruct(p_hat, q_new).reshape(-1) if need_decoded else None
-        if ef:  # e = a − P̂ Qᵀ in place, with the receiver's rounding of P̂ Qᵀ
+        decoded = reconstruct(p_hat, q_new).reshape(-1) if ctx.need_decoded else None
+        if ctx.ef:  # e = a − P̂ Qᵀ in place, with the receiver's rounding of P̂ Qᵀ
             if decoded is not None:
                 a.sub_(decoded.to(a.device).reshape(shape))
             else:

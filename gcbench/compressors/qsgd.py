@@ -34,7 +34,7 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.qsgd import QSGD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 
@@ -103,7 +103,7 @@ class QSGD(Compressor):
     info = QSGD
     reference = qsgd_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         d = flat.numel()
         s, bucket, enc, norm = self.params["s"], self.params["bucket"], self.params["encoding"], self.params["norm"]

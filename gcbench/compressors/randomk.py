@@ -26,7 +26,7 @@ import torch
 from gcbench import kernels
 from gcbench.compressors._common import k_of
 from gcbench.compressors.cards.randomk import RANDOMK
-from gcbench.core.compressor import Compressor, State, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 
@@ -55,7 +55,7 @@ class RandomK(Compressor):
     info = RANDOMK
     reference = randomk_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         d = flat.numel()
         k = k_of(self.params["density"], d)

@@ -59,7 +59,6 @@ import torch
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import dense_from_sparse
 from gcbench.compressors._select import (
-    InPlaceEncoder,
     MomentumSGDReference,
     above,
     accumulate,
@@ -73,7 +72,7 @@ from gcbench.compressors._select import (
 )
 from gcbench.compressors.cards.sdagc import SDAGC
 from gcbench.compressors.dgc import sent_dense
-from gcbench.core.compressor import Compressor, State
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -163,14 +162,13 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
     return decoded.reshape(x32.shape)
 
 
-class SDAGC(MomentumSGDReference, InPlaceEncoder):
+class SDAGC(MomentumSGDReference, Compressor):
     info = SDAGC
     """Reconstructed SDAGC; state: momentum ``u`` and accumulated residual ``v``."""
 
     reference = sdagc_reference
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         p = self.params
         d = a.numel()
         if sent_dense(a, p):
@@ -182,7 +180,7 @@ class SDAGC(MomentumSGDReference, InPlaceEncoder):
         x = a.contiguous()
         coef = clip_coef(x, p["clip_norm"], p["workers"])
         step_fn = sdagc_step_fast if fast.fast_cpu(x, u, v) else sdagc_step_torch
-        return step_fn(x, u, v, coef, state.step, p, need_decoded)
+        return step_fn(x, u, v, coef, state.step, p, ctx.need_decoded)
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
         return sparse_or_dense_nbytes(payload)

@@ -9,11 +9,11 @@
 
 Fast paths (CPU, :mod:`gcbench.kernels`): the sign bits are packed straight from the float
 comparison, 64 elements per register, in the same pass that detects an all-zero tensor;
-``efsignsgd`` overrides :meth:`~gcbench.core.compressor.Compressor.compress_and_decode` to run error
-feedback in two fused passes over the residual buffer, updated in place (pass 1: a = x + e and
-‖a‖₁; pass 2: bits and e = a − sign(a)·scale), instead of the base class's separate x + e,
-encode, decode and subtraction.  The same definition in plain torch is each class's
-``reference``, and the path used on other devices.
+``efsignsgd`` runs error feedback in two passes over the residual buffer, updated in place:
+pass 1 (:meth:`EFSignSGD._form_corrected`) forms a = x + e and ‖a‖₁, pass 2 (``_encode``) writes
+the bits and e = a − sign(a)·scale, instead of separate x + e, norm, encode, decode and
+subtraction passes.  The same definition in plain torch is each class's ``reference``, and the
+path used on other devices.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.sign import EFSIGNSGD, SIGNSGD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.payload import Payload
 
 
 def _sign_bits(a: torch.Tensor) -> np.ndarray:
@@ -57,7 +57,7 @@ class SignSGD(Compressor):
     info = SIGNSGD
     reference = signsgd_reference
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         if kernels.cpu_fast(a):
             body = np.empty((a.numel() + 7) // 8, np.uint8)
             nonzero = kernels.sign_pack(kernels.flat_f32(a), body)
@@ -94,25 +94,25 @@ class EFSignSGD(Compressor):
     info = EFSIGNSGD
     reference = efsignsgd_reference
 
-    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
-        """a = x + e, the bits and the new residual fused on CPU."""
-        if not kernels.fused_ef_ok(x):
-            return None
-        d = x.numel()
-        x32 = kernels.flat_f32(x)
-        e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
-        nb = (d + 7) // 8
-        body = np.empty(nb + 4, np.uint8)
-        scale = kernels.ef_sign_step(x32, e.reshape(-1).numpy(), has_e, body[:nb])
-        body[nb:] = np.array([scale], "<f4").view(np.uint8)
-        return body, {}
+    def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> np.float32 | None:
+        """On CPU, a = x + e and the scale ‖a‖₁/d in one pass (the kernels' pass 1)."""
+        if not kernels.fused_ef_ok(x32):
+            return super()._form_corrected(x32, e, has_e, state)
+        return kernels.ef_sign_form(kernels.flat_f32(x32), e.reshape(-1).numpy(), has_e)
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
+        if ctx.fused is not None:  # pass 2 on the scale _form_corrected found: the bits, then e = a − decoded
+            nb = (flat.numel() + 7) // 8
+            body = np.empty(nb + 4, np.uint8)
+            kernels.ef_sign_apply(flat.numpy(), ctx.fused, body[:nb])
+            body[nb:] = np.array([ctx.fused], "<f4").view(np.uint8)
+            return body, {}, None
         scale = float(flat.abs().sum(dtype=torch.float64)) / flat.numel()
         scale32 = np.float32(scale)
         body = np.concatenate([_sign_bits(flat), np.array([scale32], "<f4").view(np.uint8)])
         decoded = torch.where(flat >= 0, float(scale32), -float(scale32))
+        ctx.keep_residual(a, decoded)
         return body, {}, decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int:

@@ -37,7 +37,7 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.terngrad import TERNGRAD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic, body_numpy, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ExchangeResult, State, Traffic, body_numpy, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 
@@ -93,7 +93,9 @@ class TernGrad(Compressor):
     info = TERNGRAD
     reference = terngrad_reference
 
-    def _encode(self, a: torch.Tensor, state: State, scaler: float | None = None):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext = EncodeContext(), scaler: float | None = None) -> Encoded:
+        """The hook, and the exchange's encode with the group's shared ``scaler`` (``ctx`` defaults for
+        :mod:`gcbench.distributed.ddp`'s call, which hands over the scaler alone)."""
         seed = state.randint64()
         if not kernels.cpu_fast(a):
             return terngrad_torch(a, self.params["clip"], seed, scaler)[0], {}, None
@@ -139,7 +141,7 @@ class TernGrad(Compressor):
         payloads = []
         acc = torch.zeros(grads[0].numel(), dtype=torch.float32)
         for g, st in zip(grads, states, strict=True):
-            body, meta, _ = self._encode(g.detach().float(), st, scaler=shared)
+            body, meta, _ = self._encode(g.detach().float(), st, EncodeContext(need_decoded=False), scaler=shared)
             st.step += 1
             payloads.append(self._payload(g, body, meta))
             acc += self._decode_float(payloads[-1]).reshape(-1)

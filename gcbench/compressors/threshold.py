@@ -24,9 +24,9 @@ import torch
 
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import dense_from_sparse, sparse_body, sparse_body_nbytes
-from gcbench.compressors._select import InPlaceEncoder, above
+from gcbench.compressors._select import above, form_counting
 from gcbench.compressors.cards.threshold import THRESHOLD
-from gcbench.core.compressor import Compressor, ErrorFeedback, State
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -47,30 +47,30 @@ def threshold_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
     return threshold_reference_encode(comp, x32, state)[2]
 
 
-class Threshold(InPlaceEncoder):
+class Threshold(Compressor):
     info = THRESHOLD
     """Hard-threshold sparsifier: every |a_i| > tau is sent exactly."""
 
     reference = threshold_reference
 
-    def _ef_count_threshold(self, x32: torch.Tensor, state: State) -> np.float32 | None:
-        return fast.f32_threshold(self.params["tau"], strict=True)
+    def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> np.ndarray | None:
+        """a = x + e with the counts of |a| > tau (the selection's first pass) in one pass."""
+        return form_counting(x32, e, has_e, fast.f32_threshold(self.params["tau"], strict=True))
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         d = flat.numel()
         tau, coding = self.params["tau"], self.params["index_coding"]
         if fast.fast_cpu(flat):
-            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(tau, strict=True), coding, counts=counts,
-                                     zero_mode=fast.ZERO_SUB if ef else fast.ZERO_NONE, want_decoded=need_decoded)
+            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(tau, strict=True), coding, counts=ctx.fused,
+                                     zero_mode=fast.ZERO_SUB if ctx.ef else fast.ZERO_NONE, want_decoded=ctx.need_decoded)
             decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
             return sel.body, {"k": sel.k, "coding": coding}, decoded
         idx = above(flat, tau)
         vals = flat[idx]
         body = sparse_body(vals, idx, d, coding)
-        decoded = dense_from_sparse(vals, idx, d) if need_decoded else None
-        if ef:
+        decoded = dense_from_sparse(vals, idx, d) if ctx.need_decoded else None
+        if ctx.ef:
             flat[idx] = flat[idx] - vals  # the residual a − decoded
         return body, {"k": int(idx.numel()), "coding": coding}, decoded
 

@@ -21,9 +21,8 @@ import torch
 
 from gcbench.compressors import _sparse_fast as fast
 from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes
-from gcbench.compressors._select import InPlaceEncoder
 from gcbench.compressors.cards.topk import TOPK
-from gcbench.core.compressor import Compressor, ErrorFeedback, State
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -49,12 +48,11 @@ def topk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
     return topk_reference_encode(comp, x32, state)[2]
 
 
-class TopK(InPlaceEncoder):
+class TopK(Compressor):
     info = TOPK
     reference = topk_reference
 
-    def _encode_inplace(self, a: torch.Tensor, state: State, need_decoded: bool, ef: bool,
-                        counts: np.ndarray | None) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         d = flat.numel()
         k = k_of(self.params["density"], d)
@@ -64,13 +62,13 @@ class TopK(InPlaceEncoder):
         if fast.fast_cpu(flat):
             idx_np, vals_np = idx.numpy(), vals.numpy()
             body = fast.encode_sorted(vals_np, idx_np, d, coding)
-            decoded = fast.dense_from(idx_np, vals_np, d) if need_decoded else None
-            if ef:
-                fast.scatter_sub(fast.as_numpy(flat), idx_np, vals_np)  # residual a − decoded
+            decoded = fast.dense_from(idx_np, vals_np, d) if ctx.need_decoded else None
+            if ctx.ef:
+                fast.scatter_sub(fast.as_numpy(flat), idx_np, vals_np)  # residual a − decoded: only k entries change
             return body, meta, decoded
         body = sparse_body(vals, idx, d, coding)
-        decoded = dense_from_sparse(vals, idx, d) if need_decoded else None
-        if ef:
+        decoded = dense_from_sparse(vals, idx, d) if ctx.need_decoded else None
+        if ctx.ef:
             flat[idx] = flat[idx] - vals
         return body, meta, decoded
 

@@ -22,11 +22,12 @@ the float32 norm, then the sorted indices and one (level << 1) | sign field of
 
 Defaults: density 0.01, s = 8, p = 2, fixed index coding, error feedback on.
 
-Speed (CPU, :mod:`gcbench.kernels`): :meth:`TopKDither.compress_and_decode` fuses error feedback
-with an exact radix top-k select — the pass that forms a = x + e in the residual buffer also
-histograms the magnitudes' top bits, one more pass collects the k indices in ascending order —
-then dithers the k kept values with counter-based uniforms (one 64-bit key per compression from
-the state's generator; kept value j uses uniform j) and subtracts the decoded values from the
+Speed (CPU, :mod:`gcbench.kernels`): error feedback is fused with an exact top-k select — the
+pass that forms a = x + e in the residual buffer (:meth:`TopKDither._form_corrected`) also counts
+the magnitudes above a sampled threshold, one more pass collects the k indices in ascending order
+(:func:`gcbench.kernels.topk_select`) — then dithers the k kept values with counter-based
+uniforms (one 64-bit key per compression from the state's generator; kept value j uses uniform
+j) and subtracts the decoded values from the
 residual at those k positions only.  Ties at the k-th magnitude keep the lowest indices.  The
 plain torch composition (``torch.topk``, then :func:`gcbench.compressors.natural.dither_encode`)
 is the class's ``reference`` and the path on other devices.  Version 2: the uniforms come from
@@ -44,9 +45,9 @@ from gcbench.compressors.cards.topk_dither import TOPK_DITHER
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, tensor_norm
 from gcbench.compressors.topk import topk_indices
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.payload import Payload
 
 
 def encode_body(n: float, idx: np.ndarray, field: np.ndarray, d: int, w: int, coding: str) -> np.ndarray:
@@ -101,11 +102,28 @@ def topk_dither_parts(payload: Payload) -> tuple[float, np.ndarray, np.ndarray, 
     return n, idx, field >> 1, (field & 1).astype(bool)
 
 
+def topk_dither_torch(comp: Compressor, a: torch.Tensor, state: State) -> Encoded:
+    """(body, header, decoded) of float32 ``a`` (read only) with torch ops: any device, and the reference's encoder."""
+    flat = a.reshape(-1)
+    d = flat.numel()
+    k = k_of(comp.params["density"], d)
+    s, coding = comp.params["s"], comp.params["index_coding"]
+    idx = torch.sort(topk_indices(flat, k)).values  # sorted: the delta codings need it
+    y = flat[idx]
+    n, levels, neg = dither_encode(y, s, comp.params["p"], kernels.uniforms(state.randint64(), k, flat.device))
+    w = 1 + level_bits(s)
+    field = to_numpy((levels << 1) | neg.to(torch.int64))
+    body = encode_body(n, to_numpy(idx).astype(np.int64), field, d, w, coding)
+    decoded = torch.zeros(d, dtype=torch.float32, device=flat.device)
+    decoded[idx] = dither_values(levels, neg, n, s)
+    return body, {"k": k, "s": s, "coding": coding}, decoded
+
+
 def topk_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
     """One step of the plain torch composition (error feedback included when on): decoded."""
     ef = comp.uses_error_feedback()
     a = ErrorFeedback.corrected(x32, state) if ef else x32
-    decoded = comp._encode(a, state)[2]
+    decoded = topk_dither_torch(comp, a, state)[2]
     if ef:
         state.tensors[ErrorFeedback.KEY] = (a.reshape(-1) - decoded).reshape(x32.shape)
     state.step += 1
@@ -116,43 +134,29 @@ class TopKDither(Compressor):
     info = TOPK_DITHER
     reference = topk_dither_reference
 
-    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
-        """On CPU, error feedback, top-k and dithering fused (see the module)."""
-        if not kernels.fused_ef_ok(x):
-            return None
-        d = x.numel()
+    def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> tuple[int, np.ndarray] | None:
+        """On CPU, a = x + e and the count of the top-k candidates in one pass (:func:`gcbench.kernels.topk_count`)."""
+        if not kernels.fused_ef_ok(x32):
+            return super()._form_corrected(x32, e, has_e, state)
+        return kernels.topk_count(kernels.flat_f32(x32), k_of(self.params["density"], x32.numel()), e.reshape(-1).numpy(), has_e)
+
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
+        if not kernels.fused_ef_ok(a):
+            body, meta, decoded = topk_dither_torch(self, a, state)
+            ctx.keep_residual(a, decoded)
+            return body, meta, decoded
+        d = a.numel()
         k = k_of(self.params["density"], d)
         s, coding = self.params["s"], self.params["index_coding"]
-        xf = kernels.flat_f32(x)
-        if self.uses_error_feedback():
-            e, has_e = kernels.residual_buffer(state.tensors, ErrorFeedback.KEY, x.shape)
-            a = e.reshape(-1).numpy()
-            idx = kernels.topk_select(xf, k, a, has_e)  # a = x + e is now in the residual buffer
-        else:
-            a = xf
-            idx = kernels.topk_select(xf, k)
-        y = kernels.gather(a, idx)
+        af = kernels.flat_f32(a)  # under error feedback: a view of the residual buffer, which holds a = x + e
+        idx = kernels.topk_collect(af, k, *ctx.fused) if ctx.ef else kernels.topk_select(af, k)
+        y = kernels.gather(af, idx)
         n = tensor_norm(torch.from_numpy(y), self.params["p"])
         field = kernels.dither_fields(y, n, s, state.randint64())
         body = encode_body(n, idx, field, d, 1 + level_bits(s), coding)
-        if self.uses_error_feedback():
-            kernels.scatter_sub(a, idx, kernels.dither_values(field, s, n)[0])  # e = a − decoded: only k entries change
-        return body, {"k": k, "s": s, "coding": coding}
-
-    def _encode(self, a: torch.Tensor, state: State):
-        flat = a.reshape(-1)
-        d = flat.numel()
-        k = k_of(self.params["density"], d)
-        s, coding = self.params["s"], self.params["index_coding"]
-        idx = torch.sort(topk_indices(flat, k)).values  # sorted: the delta codings need it
-        y = flat[idx]
-        n, levels, neg = dither_encode(y, s, self.params["p"], kernels.uniforms(state.randint64(), k, flat.device))
-        w = 1 + level_bits(s)
-        field = to_numpy((levels << 1) | neg.to(torch.int64))
-        body = encode_body(n, to_numpy(idx).astype(np.int64), field, d, w, coding)
-        decoded = torch.zeros(d, dtype=torch.float32, device=flat.device)
-        decoded[idx] = dither_values(levels, neg, n, s)
-        return body, {"k": k, "s": s, "coding": coding}, decoded
+        if ctx.ef:
+            kernels.scatter_sub(af, idx, kernels.dither_values(field, s, n)[0])  # e = a − decoded: only k entries change
+        return body, {"k": k, "s": s, "coding": coding}, None
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
         meta_keys(payload, "k", "s", "coding")

@@ -22,9 +22,31 @@ Contract (checked for every registered compressor by ``tests/test_contract.py``)
 * Communication never happens inside a compressor; :meth:`Compressor.exchange` *simulates* the
   multi-worker protocol of N workers in one process and accounts for every byte.
 
-Error feedback is one mechanism (:class:`ErrorFeedback`) used by every compressor that declares
-``error_feedback="always"`` or ``"optional"``: the residual ``e`` lives in the state, the
-compressor encodes ``a = x + e`` and keeps ``e = a - decoded``.
+Encoding is one hook, :meth:`Compressor._encode`, with error feedback fused into it.  Error
+feedback is one mechanism (:class:`ErrorFeedback`) for every compressor that declares
+``error_feedback="always"`` or ``"optional"`` (Seide et al. 2014; Karimireddy et al. 2019): the
+residual ``e`` lives in ``state.tensors["residual"]``, the compressor encodes ``a = x + e`` and
+keeps ``e = a − decoded``.  Per non-empty tensor, :meth:`Compressor.compress_and_decode`:
+
+1. takes ``x`` as float32 (``x32``, never written);
+2. with error feedback, takes the state's residual buffer (:meth:`ErrorFeedback.buffer`: the
+   previous residual itself whenever it can be updated in place, so no full-size tensor is
+   allocated per step) and forms ``a = x + e`` in it, once, with :meth:`Compressor._form_corrected`;
+   a compressor may override that to compute in the same pass what its encoder needs (the
+   sparsifiers' counts of ``|a| >= t``, EF-signSGD's ‖a‖₁, 1-bit SGD's column sums);
+3. calls ``_encode(a, state, ctx)``: ``a`` is that buffer under error feedback (the compressor may
+   overwrite it and must leave ``a − decoded`` in it, :meth:`EncodeContext.keep_residual`), else
+   ``x32`` itself, read only.  :class:`EncodeContext` says which (``ef``), whether the caller wants
+   the decoded tensor (``need_decoded``) and what the formation pass computed (``fused``).
+   ``_encode`` returns ``(body, meta, decoded or None)``;
+4. builds the payload (a body or decoded tensor sharing memory with the residual buffer is an
+   encoder bug and raises ``RuntimeError``), counts the step, and decodes the payload only if
+   ``_encode`` returned no decoded tensor and the caller asks for one.
+
+A compressor without error feedback writes ``_encode`` as a plain function of ``a`` (read only);
+one with a fast path for error feedback still needs no other hook than ``_form_corrected``.
+Compressors with their own residual mechanism (``error_feedback="own"``: momentum correction,
+AdaComp's residue) keep those state tensors themselves and see ``ctx.ef`` False.
 """
 
 from __future__ import annotations
@@ -39,6 +61,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from gcbench import kernels
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import CompressorInfo, Flags, ParamValue
 from gcbench.core.payload import MetaValue, Payload, check_shape
@@ -165,28 +188,60 @@ class ErrorFeedback:
     """The one error-feedback mechanism: ``a = x + e``, send ``C(a)``, keep ``e = a - C(a)``.
 
     The residual is float32 and lives in ``state.tensors["residual"]``; it has the input's shape.
-    (Karimireddy et al. 2019; Seide et al. 2014 for 1-bit SGD.)
+    A missing residual, or one of another shape, counts as zero.  (Karimireddy et al. 2019;
+    Seide et al. 2014 for 1-bit SGD.)  :meth:`buffer` and :meth:`form` are the compress path's
+    (in place); :meth:`corrected` and :meth:`update` make new tensors, for the plain references
+    and the multi-worker exchanges.
     """
 
     KEY = "residual"
 
     @classmethod
-    def corrected(cls, x32: torch.Tensor, state: State) -> torch.Tensor:
-        """``x + e`` as a new float32 tensor (x is not modified)."""
+    def previous(cls, state: State, shape: torch.Size | tuple[int, ...]) -> torch.Tensor | None:
+        """The state's residual if it applies to a tensor of ``shape``, else None (it counts as zero)."""
         e = state.tensors.get(cls.KEY)
-        if e is None or e.shape != x32.shape:
-            return x32.clone()
-        return x32 + e
+        return e if e is not None and e.shape == shape else None
 
     @classmethod
-    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor, body: torch.Tensor | None = None) -> None:
-        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory when safe).
+    def buffer(cls, state: State, x32: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """The residual buffer to form ``a = x + e`` in, installed in the state; and whether it holds ``e``.
 
-        ``body`` is the payload body just produced from ``corrected``: when it (or ``decoded``) is a
-        view of ``corrected``'s memory, an in-place subtraction would rewrite the payload.
+        The previous residual itself when it can be updated in place (float32, contiguous, on
+        ``x32``'s device, sharing no memory with ``x32``); a copy of it otherwise; a fresh,
+        uninitialised buffer (False) when there is none.  Fresh CPU buffers come from
+        :func:`gcbench.kernels.empty` (cheap page faults).
         """
-        if _overlaps(decoded32, corrected) or (body is not None and _overlaps(body, corrected)):
-            state.tensors[cls.KEY] = corrected - decoded32  # decoded or the body aliases the input
+        e = cls.previous(state, x32.shape)
+        if e is not None and e.dtype == torch.float32 and e.device == x32.device and e.is_contiguous() and not _overlaps(e, x32):
+            return e, True
+        if x32.device.type == "cpu":
+            buf = kernels.empty(x32.numel()).reshape(x32.shape)
+        else:
+            buf = torch.empty(x32.shape, dtype=torch.float32, device=x32.device)
+        if e is not None:
+            buf.copy_(e)
+        state.tensors[cls.KEY] = buf
+        return buf, e is not None
+
+    @staticmethod
+    def form(x32: torch.Tensor, e: torch.Tensor, has_e: bool) -> None:
+        """``a = x + e`` written into the buffer ``e`` (``has_e`` False: ``a = x``), one pass."""
+        if has_e:
+            e.add_(x32)
+        else:
+            e.copy_(x32)
+
+    @classmethod
+    def corrected(cls, x32: torch.Tensor, state: State) -> torch.Tensor:
+        """``x + e`` as a new float32 tensor (x and the state are not modified)."""
+        e = cls.previous(state, x32.shape)
+        return x32.clone() if e is None else x32 + e
+
+    @classmethod
+    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor) -> None:
+        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory unless ``decoded`` is a view of it)."""
+        if _overlaps(decoded32, corrected):
+            state.tensors[cls.KEY] = corrected - decoded32
         else:
             state.tensors[cls.KEY] = corrected.sub_(decoded32)
 
@@ -199,16 +254,48 @@ def _overlaps(t: torch.Tensor, u: torch.Tensor) -> bool:
     return a.data_ptr() < b.data_ptr() + b.nbytes() and b.data_ptr() < a.data_ptr() + a.nbytes()
 
 
+#: What :meth:`Compressor._encode` returns: body bytes (uint8 NumPy array or tensor), the header's
+#: decode-time settings, and the decoded float32 tensor or None.
+Encoded = tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]
+
+
+@dataclass(frozen=True)
+class EncodeContext:
+    """What :meth:`Compressor._encode` is told besides the tensor ``a`` and the state.
+
+    Attributes:
+        need_decoded: the caller wants the decoded tensor.  When False, an encoder whose decoded
+            tensor costs a full-size pass may return None for it.
+        ef: error feedback is on: ``a`` is the state's residual buffer holding ``x + e``, the
+            encoder may overwrite it and must leave ``a − decoded`` in it (rounded as float32
+            ``a - decoded``).  When False, ``a`` is read only (it may be the caller's tensor).
+        fused: what :meth:`Compressor._form_corrected` computed in the pass that formed ``a``
+            (None by default, and without error feedback).
+    """
+
+    need_decoded: bool = True
+    ef: bool = False
+    fused: Any = None
+
+    def keep_residual(self, a: torch.Tensor, decoded: torch.Tensor) -> None:
+        """Under error feedback, leave ``a − decoded`` in ``a`` (one in-place pass); else nothing.
+
+        ``decoded`` must not share memory with ``a``; neither may the body, which must be built
+        (or copied) before this call.
+        """
+        if self.ef:
+            a.sub_(decoded.reshape(a.shape))
+
+
 class Compressor(ABC):
     """Base class of every compressor; subclasses implement :meth:`_encode` and :meth:`_decode`.
 
     Subclasses are registered with :func:`gcbench.compressors.registry.register`, which sets ``info``.
     ``self.params`` is the validated, read-only parameter mapping.
 
-    ``_encode(a, state)`` receives a float32 tensor that it may *not* modify (it can be the
-    caller's tensor) and returns ``(body, meta, decoded)``: body bytes (uint8 numpy array or
-    tensor), decode-time header settings, and optionally the float32 decoded tensor when it comes
-    for free (error feedback needs it; ``None`` makes the base decode the payload).
+    ``_encode(a, state, ctx)`` is the one encode hook (see the module docstring for the steps
+    around it and :class:`EncodeContext` for ``ctx``); :meth:`_form_corrected` is the optional
+    place to fuse work into the pass that forms ``a = x + e`` under error feedback.
     """
 
     info: ClassVar[CompressorInfo]
@@ -250,39 +337,40 @@ class Compressor(ABC):
         return self.compress_and_decode(x, state, need_decoded=False)[0]
 
     def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
-        """Encode ``x`` and, if asked, return what the receiver will decode (in x's dtype)."""
+        """Encode ``x`` and, if asked, return what the receiver will decode (in x's dtype).
+
+        The one compress path of every compressor (see the module docstring): error feedback,
+        if on, is formed here in the state's residual buffer and handed to :meth:`_encode`.
+        """
         if not x.is_floating_point():
             raise TypeError(f"{self.name}: gradients must be floating point, got {x.dtype}")
         if x.numel() == 0:
             payload = self._payload(x, np.zeros(0, np.uint8), {})
             state.step += 1
             return payload, (x.detach().clone() if need_decoded else None)
-        fused = self._encode_fused(x, state)
-        if fused is not None:
-            body, meta = fused
-            return self._finish(x, state, self._payload(x, body, meta), None, need_decoded)
         x32 = x.detach().float() if x.dtype != torch.float32 else x.detach()
         if self.uses_error_feedback():
-            a = ErrorFeedback.corrected(x32, state)
-            body, meta, decoded = self._encode(a, state)
-            payload = self._payload(x, body, meta)
-            if decoded is None:
-                decoded = self._decode_float(payload)
-            decoded = decoded.reshape(a.shape)
-            ErrorFeedback.update(state, a, decoded, payload.data)
+            a, has_e = ErrorFeedback.buffer(state, x32)
+            ctx = EncodeContext(need_decoded, ef=True, fused=self._form_corrected(x32, a, has_e, state))
         else:
-            body, meta, decoded = self._encode(x32, state)
-            payload = self._payload(x, body, meta)
+            a, ctx = x32, EncodeContext(need_decoded)
+        body, meta, decoded = self._encode(a, state, ctx)
+        payload = self._payload(x, body, meta)
+        if ctx.ef and (_overlaps(payload.data, a) or (decoded is not None and _overlaps(decoded, a))):
+            # the residual left in ``a`` would have rewritten them: a broken encoder, not bad input
+            raise RuntimeError(f"{self.name}._encode returned a body or decoded tensor sharing memory with the residual buffer a")
         return self._finish(x, state, payload, decoded, need_decoded)
 
-    def _encode_fused(self, x: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue]] | None:
-        """A fast path that runs error feedback and encoding in one go, or ``None`` (the default) for the generic path.
+    def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> Any:
+        """Form ``a = x + e`` in the residual buffer ``e`` (``has_e`` False: it holds nothing yet, ``a = x``).
 
-        An override returns ``(body, meta)`` of exactly the payload the generic path would build and
-        leaves the new residual ``a − decoded`` in ``state.tensors["residual"]`` itself (the step
-        counter and the decode are the base's); it returns ``None`` where it does not apply (e.g.
-        not a float32 CPU tensor), and the generic path runs.
+        Runs once per step, under error feedback only, before :meth:`_encode`; what it returns
+        reaches ``_encode`` as ``ctx.fused``.  The default is :meth:`ErrorFeedback.form` and
+        returns None.  Override it to compute what the encoder needs in the same pass (a count,
+        a norm, column sums) with a kernel that forms ``a`` too; where that kernel does not apply
+        (another device), call this default.  ``x32`` is read only.
         """
+        ErrorFeedback.form(x32, e, has_e)
         return None
 
     def _finish(self, x: torch.Tensor, state: State, payload: Payload, decoded: torch.Tensor | None,
@@ -377,8 +465,13 @@ class Compressor(ABC):
     # ------------------------------------------------------------------ for subclasses
 
     @abstractmethod
-    def _encode(self, a: torch.Tensor, state: State) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
-        """Encode float32 ``a`` (read only); return (body, meta, decoded float32 or None)."""
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
+        """Encode float32 ``a``; return (body, meta, decoded float32 or None).
+
+        ``a`` is read only unless ``ctx.ef``; then it is the residual buffer holding ``x + e``, and
+        the encoder leaves ``a − decoded`` in it (:meth:`EncodeContext.keep_residual`).  The body
+        and the decoded tensor must be new memory (neither ``a`` nor the caller's tensor).
+        """
 
     @abstractmethod
     def _decode(self, payload: Payload) -> torch.Tensor:

@@ -562,7 +562,7 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
             marked.append(bars.targets[n])
         else:
             t = target_of(n)
-            untargeted.append(n + (f" (target: {t.text()})" if t is not None and t.text() else ""))
+            untargeted.append(n + (f" ({t.text()})" if t is not None and t.text() else ""))
     ax.axhline(1.0, color="black", ls="--", lw=1.0, label="copy (1×)", zorder=2)
     _scale(ax, "y", [*value.values(), *marked, 1.0])
     ax.set_xticks(list(range(len(names))))

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from gcbench.core.compressor import Compressor, State, body_numpy, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_keys
 from gcbench.core.payload import Payload
 from gcbench_plugin_demo.card import HALFSIGN
 
@@ -11,7 +11,7 @@ from gcbench_plugin_demo.card import HALFSIGN
 class HalfSign(Compressor):
     info = HALFSIGN
 
-    def _encode(self, a: torch.Tensor, state: State):
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         scale = flat.abs().mean().reshape(1)
         bits = np.packbits((flat < 0).numpy(), bitorder="little")
