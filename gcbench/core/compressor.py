@@ -290,7 +290,7 @@ class EncodeContext:
 class Compressor(ABC):
     """Base class of every compressor; subclasses implement :meth:`_encode` and :meth:`_decode`.
 
-    Subclasses are registered with :func:`gcbench.compressors.registry.register`, which sets ``info``.
+    Each subclass carries its card, ``info = CARD`` (:class:`gcbench.core.info.CompressorInfo`, declared torch-free in ``compressors/cards/``).
     ``self.params`` is the validated, read-only parameter mapping.
 
     ``_encode(a, state, ctx)`` is the one encode hook (see the module docstring for the steps

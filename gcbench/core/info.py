@@ -273,14 +273,7 @@ class Flags:
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "biased": self.biased,
-            "stateful": self.stateful,
-            "error_feedback": self.error_feedback,
-            "deterministic": self.deterministic,
-            "reconstructed": self.reconstructed,
-            "exchange": self.exchange,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
