@@ -14,7 +14,6 @@ import errno
 import functools
 import json
 import os
-import statistics
 import sys
 import tempfile
 import traceback
@@ -205,48 +204,6 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
         yield update
 
 
-def _fmt(v: Any, kind: str = "g") -> str:
-    if v is None:
-        return "—"
-    if kind == "ratio":
-        return f"{v:,.1f}×" if v < 1000 else f"{v:,.0f}×"
-    if kind == "ms":
-        return f"{1e3 * v:.2f}"
-    if kind == "x":
-        return f"{v:.1f}×"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
-    return str(v)
-
-
-def results_tables(cases: list[dict[str, Any]], title: str) -> list[Table]:
-    """Ratio / error / time per case, one table per gradient source."""
-    by_source: dict[str, list[dict[str, Any]]] = {}
-    for c in cases:
-        src = c.get("source", {})
-        by_source.setdefault(src.get("label") or src.get("name", "?"), []).append(c)
-    tables = []
-    for src, rows in by_source.items():
-        t = Table(title=escape(f"{title} — {src}"), title_justify="left")
-        for col in ("case", "ratio", "bits/el", "q", "bias²", "cosine", "agg q", "comp ms", "dec ms", "comp/copy"):
-            t.add_column(col, justify="left" if col == "case" else "right", no_wrap=True)
-        for c in rows:
-            label = escape(c.get("label", "?")) + (" †" if c.get("flags", {}).get("reconstructed") else "")
-            if c.get("status") != "ok":
-                t.add_row(label, f"[red]failed: {escape(str(c.get('error', '')))}[/]", *[""] * 8)
-                continue
-            fid, tim = c["fidelity"], c.get("timing") or {}
-            t.add_row(
-                label, _fmt(c["size"]["ratio"], "ratio"), _fmt(c["size"]["bits_per_element"]),
-                _fmt(fid["q"]["model"]), _fmt(fid["bias2"]["model"]), _fmt(fid["cosine"]["mean"]),
-                _fmt(c["aggregate"]["q"]["model"]),
-                _fmt(tim.get("compress", {}).get("median_s"), "ms"), _fmt(tim.get("decompress", {}).get("median_s"), "ms"),
-                _fmt(1 / tim["copy_fraction_compress"] if tim.get("copy_fraction_compress") else None, "x"),
-            )
-        tables.append(t)
-    return tables
-
-
 def _parse_specs(specs: list[str] | None) -> list[tuple[str, dict[str, Any]]] | None:
     if not specs:
         return None
@@ -285,6 +242,7 @@ def run(
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code
     from gcbench.report import terminal as rep
+    from gcbench.results.record import as_cases
 
     check_output_dir(out_dir, "--out")
     path = find_suite(suite)
@@ -296,25 +254,17 @@ def run(
                         timing=False if no_timing else None)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(s, out_dir, prog, suite_path=str(path))
+    cases = as_cases(outcome.records)
     if as_json:
         print(json.dumps({"results": str(outcome.path), "cases": outcome.records}, default=str))
     else:
-        for table in results_tables(outcome.records, f"gcbench run {s.name}"):
-            out.print(table)
-        if any(c.get("flags", {}).get("reconstructed") for c in outcome.records):
-            out.print("† reconstructed definition (paper body unavailable); see `gcbench list`.")
-        out.print("q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model); bias² from R compressions; agg q = exchanged aggregate vs "
-                  "true worker mean; comp/copy = compress time as a multiple of a plain copy of the same tensors.")
-        phase_tables = [t for cases in rep.by_source(outcome.records).values()
-                        if (t := rep.phase_table(cases, f"gcbench run {s.name}")) is not None]
-        for t in phase_tables:
-            out.print(t)
-        if phase_tables:
-            out.print(rep.PHASE_NOTE, markup=False, highlight=False)
+        for item in rep.run_output(cases, f"gcbench run {s.name}"):
+            out.print(item)
         out.print(f"results: {outcome.path}", markup=False, highlight=False)
-    if outcome.failed:
-        failed = "; ".join(f"{c['label']}: {c.get('error')}" for c in outcome.failed[:5])
-        err.print(f"[red]{len(outcome.failed)} case(s) failed[/]: " + escape(failed))
+    failed = [c for c in cases if not c.ok]
+    if failed:
+        err.print(f"[red]{len(failed)} case(s) failed[/]: " + escape("; ".join(f"{c.label}: {c.error}" for c in failed[:5])),
+                  highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -425,62 +375,6 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
 
 # ----------------------------------------------------------------------------- compare
 
-# (row label, path into the case record, higher is better, format)
-COMPARE_ROWS: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
-    ("ratio (payload)", ("size", "ratio"), True, "ratio"),
-    ("ratio (all traffic)", ("size", "traffic_ratio"), True, "ratio"),
-    ("bits / element", ("size", "bits_per_element"), False, "g"),
-    ("bias² (rel.)", ("fidelity", "bias2", "model"), False, "g"),
-    ("variance (rel.)", ("fidelity", "variance", "model"), False, "g"),
-    ("q = rel. MSE", ("fidelity", "q", "model"), False, "g"),
-    ("ω̂ (unbiased)", ("fidelity", "omega_hat", "model"), False, "g"),
-    ("δ (Beznosikov)", ("fidelity", "delta", "model"), False, "g"),
-    ("cosine", ("fidelity", "cosine", "mean"), True, "g"),
-    ("aggregate q", ("aggregate", "q", "model"), False, "g"),
-    ("aggregate Σ drift (end)", ("aggregate", "sum_drift", -1), False, "g"),
-    ("EF drift (last step)", ("ef_drift", "sum_drift", -1), False, "g"),
-    ("compress GB/s", ("timing", "compress", "gbps"), True, "g"),
-    ("decompress GB/s", ("timing", "decompress", "gbps"), True, "g"),
-    ("compress ms", ("timing", "compress", "median_s"), False, "ms"),
-    ("decompress ms", ("timing", "decompress", "median_s"), False, "ms"),
-)
-
-
-def _dig(rec: Any, path: tuple[Any, ...]) -> Any:
-    for key in path:
-        if rec is None:
-            return None
-        if isinstance(key, int):
-            rec = rec[key] if isinstance(rec, list) and rec else None
-        else:
-            rec = rec.get(key) if isinstance(rec, dict) else None
-    return rec
-
-
-def compare_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Side-by-side rows with the best value per row and timing significance (Mann–Whitney)."""
-    from gcbench.results.metrics import mann_whitney
-
-    rows = []
-    for label, path, higher, fmt in COMPARE_ROWS:
-        vals = [_dig(c, path) if c.get("status") == "ok" else None for c in cases]
-        present = [(i, v) for i, v in enumerate(vals) if v is not None]
-        best = None
-        if len(present) > 1:
-            best = (max if higher else min)(present, key=lambda iv: iv[1])[0]
-        same_as_best: list[bool] = [False] * len(cases)
-        if best is not None and path[0] == "timing":  # within noise of the best?
-            kind = path[1]
-            b_samples = _dig(cases[best], ("timing", kind, "samples_s")) or []
-            for i, _ in present:
-                if i != best:
-                    p = mann_whitney(b_samples, _dig(cases[i], ("timing", kind, "samples_s")) or [])
-                    same_as_best[i] = p is not None and p >= 0.05
-        rows.append({"metric": label, "higher_is_better": higher, "values": vals, "best": best,
-                     "not_significant": same_as_best, "format": fmt})
-    return rows
-
-
 @app.command()
 @user_errors
 def compare(
@@ -505,6 +399,8 @@ def compare(
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import parse_suite
     from gcbench.report import terminal as rep
+    from gcbench.results.compare import head_to_head
+    from gcbench.results.record import as_cases
 
     if len(compressors) < 1:
         raise GcbenchError("compare needs at least one compressor")
@@ -532,42 +428,13 @@ def compare(
     }, "<compare>")
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")
-    cases = outcome.records
-    rows = compare_rows(cases)
+    cases = as_cases(outcome.records)
     if as_json:
-        print(json.dumps({"results": str(outcome.path), "compressors": [c["label"] for c in cases],
-                          "rows": [{k: v for k, v in r.items() if k != "format"} for r in rows]}, default=str))
+        print(json.dumps({"results": str(outcome.path), "compressors": [c.label for c in cases],
+                          "rows": [r.to_dict() for r in head_to_head(cases)]}, default=str))
     else:
-        src_name = cases[0].get("source", {}).get("label") or cases[0].get("source", {}).get("name", "") if cases else ""
-        first = next((c for c in cases if c.get("status") == "ok"), {})
-        t = Table(title=escape(f"gcbench compare — {src_name}, {first.get('workers', '?')} workers × {first.get('steps', '?')} steps, "
-                               f"granularity {granularity}"), title_justify="left")
-        t.add_column("metric")
-        for c in cases:
-            t.add_column(escape(c["label"]) + (" †" if c.get("flags", {}).get("reconstructed") else ""), justify="right")
-        for r in rows:
-            cells = []
-            for i, v in enumerate(r["values"]):
-                text = _fmt(v, r["format"])
-                if r["best"] == i:
-                    text = f"[bold green]{text}[/]"
-                elif r["not_significant"][i]:
-                    text = f"{text} ≈"
-                cells.append(text)
-            t.add_row(r["metric"] + (" ↑" if r["higher_is_better"] else " ↓"), *cells)
-        out.print(t)
-        for c in cases:
-            if c.get("status") != "ok":
-                out.print(f"[red]{escape(c['label'])} failed:[/] {escape(str(c.get('error')))}")
-        ref = {c["label"]: c["fidelity"]["reference"] for c in cases if c.get("status") == "ok"}
-        if any(v != "gradient" for v in ref.values()):
-            out.print("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items()), markup=False, highlight=False)
-        out.print("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
-                  "† = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run.")
-        phases = rep.phase_table(cases, "gcbench compare")
-        if phases is not None:
-            out.print(phases)
-            out.print(rep.PHASE_NOTE, markup=False, highlight=False)
+        for item in rep.head_to_head_output(cases, granularity):
+            out.print(item)
         out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:
         raise typer.Exit(1)
@@ -626,10 +493,8 @@ def bench(
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 if any case regressed against --baseline.")] = False,
 ) -> None:
     """Time compress/decompress against a memory copy of the same tensor; print the target table."""
-    from datetime import UTC, datetime
-
-    from gcbench.measure.bench import parse_size, run_bench, verdict
-    from gcbench.results.store import SCHEMA_VERSION, create_run_file, environment, git_info, load_run, run_file_stem
+    from gcbench.measure.bench import bench_to_file, parse_size
+    from gcbench.report import terminal as rep
 
     names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
@@ -637,73 +502,30 @@ def bench(
     check_output_dir(out_dir, "--out")
     if fail_on_regression and baseline is None:
         raise GcbenchError("--fail-on-regression needs --baseline FILE")
-    base_cases: dict[tuple[str, int], dict[str, Any]] = {}
-    if baseline is not None:
-        base = load_run(baseline)
-        base_cases = {(c.get("label") or c["compressor"], c["numel"]): c for c in base["cases"] if not c.get("error")}
     with progress_bar(not as_json) as prog:
-        recs = run_bench(names, size_list, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate, progress=prog)
-    regressions = []
-    compared = 0
-    for r in recs:
-        b = base_cases.get((r.get("label") or r["compressor"], r.get("numel")))
-        if b and not r.get("error"):
-            compared += 1
-            change = r["compress_x_copy"] / b["compress_x_copy"] - 1
-            r["baseline_change"] = change
-            if change > threshold:
-                regressions.append(r)
-    now = datetime.now(UTC)
-    path = create_run_file(out_dir, run_file_stem(now, "bench"), {
-        "schema_version": SCHEMA_VERSION, "kind": "bench", "run_id": None, "gcbench_version": gcbench.__version__,
-        "created_utc": now.isoformat(timespec="seconds"), "environment": environment(device), "git": git_info(),
-        "suite": {"name": "bench", "sizes": size_list, "repeats": repeats, "threads": threads}, "cases": recs})
+        outcome = bench_to_file(names, size_list, out_dir, repeats=repeats, warmup=warmup, threads=threads, device=device,
+                                isolate=isolate, baseline=baseline, threshold=threshold, progress=prog)
     if as_json:
-        print(json.dumps({"results": str(path), "cases": recs}, default=str))
+        print(json.dumps({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]}, default=str))
     else:
-        t = Table(title=f"gcbench bench — {threads} threads, {device}; times are medians of {repeats}", title_justify="left")
-        for col in ("compressor", "elements", "ratio", "comp ms", "comp×copy", "dec×copy", "vs ref", "GB/s", "peak/input", "target", ""):
-            t.add_column(col, justify="left" if col in ("compressor", "target") else "right")
-        for r in recs:
-            if r.get("error"):
-                t.add_row(escape(r.get("label") or r["compressor"]), f"{r.get('numel', 0):,}", f"[red]{escape(r['error'])}[/]", *[""] * 8)
-                continue
-            target, mark = verdict(r)
-            mark_txt = {"pass": "[green]pass[/]", "short": "[red]short[/]"}.get(mark, mark)
-            if "baseline_change" in r:
-                mark_txt += f" ({100 * r['baseline_change']:+.0f}% vs base)"
-            extra = r.get("vs_torch_topk")
-            if extra:
-                target += " (" + ", ".join(f"{d}: {v['speedup']:.2f}×" for d, v in extra.items()) + ")"
-            peak = r.get("peak_extra_bytes")
-            t.add_row(escape(r.get("label") or r["compressor"]), f"{r['numel']:,}", _fmt(r["ratio"], "ratio"),
-                      _fmt(r["compress"]["median_s"], "ms"),
-                      f"{r['compress_x_copy']:.1f}×", f"{r['decompress_x_copy']:.1f}×",
-                      f"{r['speedup_vs_reference']:.1f}×" if "speedup_vs_reference" in r else "—", f"{r['gbps_compress']:.2f}",
-                      f"{peak / r['input_bytes']:.2f}" if peak is not None else "—", target, mark_txt)
-        out.print(t)
-        copy_ms = [r["copy"]["median_s"] for r in recs if not r.get("error")]
-        if copy_ms:
-            out.print(f"copy roofline (same tensor into a preallocated buffer): median {1e3 * statistics.median(copy_ms):.2f} ms; "
-                      "vs ref = speed-up over the straightforward reference implementation; peak/input = peak extra resident "
-                      "memory during compress / input bytes.")
-        out.print(f"results: {path}", markup=False, highlight=False)
-    if regressions:
-        names_txt = ", ".join(escape(r.get("label") or r["compressor"]) for r in regressions)
-        err.print(f"[red]{len(regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
+        if outcome.path is not None:
+            out.print(rep.bench_table(rep.LoadedRun(outcome.path, outcome.record)))
+        out.print(f"results: {outcome.path}", markup=False, highlight=False)
+    if outcome.regressions:
+        names_txt = ", ".join(escape(c.name) for c in outcome.regressions)
+        err.print(f"[red]{len(outcome.regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
         if fail_on_regression:
             raise typer.Exit(1)
-    if fail_on_regression and baseline is not None and not compared:
+    if fail_on_regression and baseline is not None and not outcome.compared:
         # a gate that compared nothing must not pass (other sizes or labels than the baseline's)
         err.print(f"[bold red]error:[/] regression gate: no case of this bench matches a case of {escape(str(baseline))} "
                   "(same label and element count)", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    failed = [r for r in recs if r.get("error")]
-    if failed:  # a sweep goes on past a failing case, but the exit status says something failed
-        for r in failed:
-            err.print(f"[bold red]error:[/] {escape(r.get('label') or r['compressor'])} @ {r.get('numel', 0):,}: "
-                      f"{escape(_first_line(str(r['error'])))}", highlight=False, soft_wrap=True)
-        err.print(f"[red]{len(failed)} of {len(recs)} case(s) failed[/]", highlight=False)
+    if outcome.failed:  # a sweep goes on past a failing case, but the exit status says something failed
+        for c in outcome.failed:
+            err.print(f"[bold red]error:[/] {escape(c.name)} @ {c.numel or 0:,}: {escape(_first_line(c.error_text))}",
+                      highlight=False, soft_wrap=True)
+        err.print(f"[red]{len(outcome.failed)} of {len(outcome.record.cases)} case(s) failed[/]", highlight=False)
         raise typer.Exit(1)
 
 
@@ -771,7 +593,7 @@ def report(
     """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline."""
     from gcbench.report import terminal as rep
     from gcbench.results.compare import compare_runs, gate_failures
-    from gcbench.results.store import load_run, resolve_run, run_finished
+    from gcbench.results.store import load_run, resolve_run
 
     if md and as_html:
         raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
@@ -797,8 +619,8 @@ def report(
         loaded = [rep.LoadedRun(base_path, load_run(base_path)), rep.LoadedRun(new_path, load_run(new_path))]
         comparison = compare_runs(loaded[0].data, loaded[1].data, threshold, alpha)
         for r in loaded:
-            if not run_finished(r.data):
-                comparison.notes.append(f"{r.run_id} did not finish (status {r.data.get('status')!r}): its cases may be incomplete")
+            if not r.data.finished:
+                comparison.notes.append(f"{r.run_id} did not finish (status {r.data.status!r}): its cases may be incomplete")
     else:
         loaded = rep.load_runs(runs, runs_dir, on_skip=lambda exc: err.print(
             f"[yellow]warning:[/] skipped {escape(str(exc))}", highlight=False, soft_wrap=True))
@@ -865,32 +687,6 @@ def _number_list(text: str, option: str, kind: type) -> list[Any]:
     return values
 
 
-def train_table(records: list[dict[str, Any]], title: str) -> Table:
-    """Accuracy, gap, time to target, step-time split and bytes per compressor of a train run."""
-    t = Table(title=escape(title), title_justify="left")
-    for col in ("compressor", "final acc", "gap (pp)", "to target (s)", "step ms", "compute", "compress", "comm", "decomp",
-                "MB/worker", "ratio"):
-        t.add_column(col, justify="left" if col == "compressor" else "right", no_wrap=True)
-    for r in records:
-        if r.get("status") != "ok":
-            t.add_row(escape(str(r.get("label", "?"))), f"[red]failed: {escape(str(r.get('error', '')))}[/]", *[""] * 9)
-            continue
-        tr = r["training"]
-        st = tr["step_time"]
-        gap = tr.get("accuracy_gap")
-        ttt = tr.get("time_to_target_s")
-        t.add_row(
-            escape(r["label"]) + (" †" if r.get("flags", {}).get("reconstructed") else ""),
-            f"{tr['final_accuracy']:.4f}" if tr.get("final_accuracy") is not None else "—",
-            "—" if gap is None else f"{100 * gap:+.2f}",
-            "not reached" if ttt is None else f"{ttt:.2f}",
-            *(_fmt(st.get(k), "ms") for k in ("total_s", "compute_s", "compress_s", "communicate_s", "decompress_s")),
-            f"{tr['bytes']['payload_bytes_per_worker'] / 1e6:.3f}",
-            _fmt(r["size"].get("ratio"), "ratio"),
-        )
-    return t
-
-
 @app.command("train")
 @user_errors
 def train_cmd(
@@ -914,6 +710,8 @@ def train_cmd(
     """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks."""
     from gcbench.distributed.train import TrainConfig, under_torchrun
     from gcbench.distributed.train import train as run_training
+    from gcbench.report import terminal as rep
+    from gcbench.results.record import as_cases
 
     cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
                       granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
@@ -923,30 +721,16 @@ def train_cmd(
         outcome = run_training(cfg, compressors, out_dir, prog)
     if outcome.path is None:  # a non-zero rank under torchrun: rank 0 reports
         return
+    cases = as_cases(outcome.records, "train")
     if as_json:
         print(json.dumps({"results": str(outcome.path), "cases": outcome.records}, default=str))
     else:
-        ok = next((r for r in outcome.records if r.get("status") == "ok"), None)
-        desc = ""
-        if ok is not None:
-            tr = ok["training"]
-            desc = (f"{tr['task']['name']}, {tr['workers']} workers × {tr['threads_per_worker']} thread(s), {tr['epochs']} epochs, "
-                    f"target accuracy {tr['target_accuracy']:g}")
-        out.print(train_table(outcome.records, f"gcbench train — {desc}"))
-        for r in outcome.records:
-            tr = r.get("training") or {}
-            if tr and not tr.get("replicas_consistent"):
-                out.print(f"[yellow]warning:[/] {escape(r['label'])}: the workers' parameters differ at the end (replicas diverged)")
-            note = (tr.get("hook") or {}).get("protocol_note")
-            if note:
-                out.print(f"note: {note}", markup=False, highlight=False)
-        out.print("gap = accuracy of 'none' minus this compressor's, in percentage points; step ms = median step time "
-                  "(compute + compress + comm + decomp); MB/worker = payload bytes one worker sent over the whole run.",
-                  highlight=False)
+        out.print(rep.train_table(cases, f"gcbench train — {rep.train_description(cases)}"))
         out.print(f"results: {outcome.path}", markup=False, highlight=False)
-    if outcome.failed:
-        for r in outcome.failed:
-            err.print(f"[bold red]error:[/] {escape(r['label'])}: {escape(str(r.get('error')))}", highlight=False, soft_wrap=True)
+    failed = [c for c in cases if not c.ok]
+    if failed:
+        for c in failed:
+            err.print(f"[bold red]error:[/] {escape(c.label)}: {escape(str(c.error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -1010,7 +794,7 @@ def simulate_cmd(
         vals = [netmodel.break_even_bandwidth(c, n, latency_us * 1e-6, scheme) for n in ns]
         t.add_row(name(c), *("—" if v is None else f"{v:,.3g}" for v in vals))
     out.print(t)
-    kind = data.get("kind", "run")
+    kind = data.kind
     comp = (f"compute {compute_ms:g} ms per step (--compute-ms)" if compute_ms is not None
             else "compute measured in training" if kind == "train" else "compute 0 ms (run files have no compute time; set --compute-ms)")
     out.print(f"step = {comp} + compress + communicate + decompress × decoded payloads (N for all-gather, 1 for all-reduce); "

@@ -116,7 +116,7 @@ def test_wire_format_claims_match_any_model_but_not_synthetic() -> None:
     case = {"label": "t", "compressor": "terngrad", "status": "ok", "params": {"clip": 2.5}, "granularity": "layer",
             "source": {"kind": "trace", "model": "my.module:net", "label": "trace x"}, "size": {"bits_per_element": 2.0004}}
     synthetic = {**case, "source": {"kind": "synthetic", "label": "syn"}}
-    (res,) = match_claims([claim], [{"run_id": "r", "cases": [case, synthetic]}])
+    (res,) = match_claims([claim], [{"schema_version": 1, "run_id": "r", "cases": [case, synthetic]}])
     assert [m.source_label for m in res.measurements] == ["trace x"]
     assert res.measurements[0].value == 2.0004 and res.status == "measured"
 
@@ -126,7 +126,7 @@ def test_failed_matching_case_is_reported_not_measured() -> None:
                   params={"index_coding": "paper"})
     failed = {"label": "d", "compressor": "dgc", "status": "error", "error": "boom", "params": {"index_coding": "paper"},
               "source": {"kind": "live", "model": "ResNet50", "label": "live"}}
-    (res,) = match_claims([claim], [{"run_id": "r", "cases": [failed]}])
+    (res,) = match_claims([claim], [{"schema_version": 1, "run_id": "r", "cases": [failed]}])
     assert isinstance(res, ClaimResult) and res.status == "not measured in these runs"
     assert "boom" in res.sentence()
 

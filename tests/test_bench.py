@@ -81,8 +81,8 @@ def test_bench_comparison_matches_rows_by_label() -> None:
 
     recs = run_bench(["topk:density=0.1", "topk"], [20_000], repeats=2, warmup=0, threads=1, isolate=False)
     env = {"cpu_model": "x", "cpu_count": 2, "torch_threads": 1}
-    base = {"kind": "bench", "run_id": "b", "environment": env, "cases": recs}
-    new = {"kind": "bench", "run_id": "n", "environment": env, "cases": [recs[1]]}
+    base = {"schema_version": 1, "kind": "bench", "run_id": "b", "environment": env, "cases": recs}
+    new = {"schema_version": 1, "kind": "bench", "run_id": "n", "environment": env, "cases": [recs[1]]}
     cmp = compare_runs(base, new)
     cases = {(r.case, r.verdict) for r in cmp.rows if r.metric == ""}
     assert ("topk:density=0.1", "missing") in cases  # not matched to the plain topk row

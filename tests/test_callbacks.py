@@ -61,8 +61,8 @@ def _replay(trace: Path, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", "suites/quick.toml", "--trace", str(trace), "-c", "topk", "-c", "qsgd", "--no-timing", "-q",
                                    "--out", str(out)])
     assert res.exit_code == 0, res.output
-    cases = load_run(next(out.glob("*.json")))["cases"]
-    assert [c["status"] for c in cases] == ["ok", "ok"]
+    cases = load_run(next(out.glob("*.json"))).cases
+    assert [c.status for c in cases] == ["ok", "ok"]
 
 
 def test_bad_step_selection_is_a_user_error() -> None:

@@ -93,23 +93,23 @@ def test_run_writes_a_valid_results_file(tmp_path: Path) -> None:
     files = list(runs.glob("*.json"))
     assert len(files) == 1
     data = load_run(files[0])
-    assert data["schema_version"] == SCHEMA_VERSION and data["status"] == "complete"
-    assert data["suite"]["name"] == "tiny" and len(data["suite_hash"]) == 16
-    env = data["environment"]
-    assert env["cpu_count"] and env["torch_threads"] and env["torch"] and "cpu_model" in env
-    assert "commit" in data["git"] and "dirty" in data["git"]
-    labels = [c["label"] for c in data["cases"]]
+    assert data.schema_version == SCHEMA_VERSION and data.status == "complete"
+    assert data.suite.name == "tiny" and len(data.suite_hash) == 16
+    env = data.environment
+    assert env.cpu_count and env.torch_threads and env.torch and "cpu_model" in env.model_fields_set
+    assert data.git is not None and {"commit", "dirty"} <= data.git.model_fields_set
+    labels = [c.label for c in data.cases]
     assert labels == ["topk(density=0.1,error_feedback=True)", "qsgd", "terngrad"]
-    for c in data["cases"]:
-        assert c["status"] == "ok"
-        assert c["size"]["wire_bytes"] > 0 and c["size"]["ratio"] > 1
-        assert c["fidelity"]["q"]["model"] is not None and c["timing"]["compress"]["median_s"] > 0
-        assert len(c["timing"]["compress"]["samples_s"]) == 2
-    topk = data["cases"][0]
-    assert topk["ef_drift"]["sum_drift"] and len(topk["ef_drift"]["sum_drift"]) == 2
-    tern = data["cases"][2]
+    for c in data.cases:
+        assert c.status == "ok"
+        assert c.size.wire_bytes > 0 and c.size.ratio > 1
+        assert c.fidelity.q.model is not None and c.timing.compress.median_s > 0
+        assert len(c.timing.compress.samples_s) == 2
+    topk = data.cases[0]
+    assert topk.ef_drift.sum_drift and len(topk.ef_drift.sum_drift) == 2
+    tern = data.cases[2]
     # one 4-byte scaler per tensor (2 tensors) per step, received from the one other worker
-    assert tern["traffic"]["scaler"]["sent_mean"] == 8 and tern["traffic"]["scaler"]["received_mean"] == 8
+    assert tern.traffic["scaler"].sent_mean == 8 and tern.traffic["scaler"].received_mean == 8
     assert "ratio" in r.output and str(files[0]) in r.output.replace("\n", "")
 
 

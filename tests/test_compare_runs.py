@@ -35,6 +35,7 @@ from gcbench.results.compare import (
     smallest_p,
     z_test,
 )
+from gcbench.results.record import EfDrift, as_case, as_record
 
 GOLDEN = Path(__file__).parent / "golden"
 S2 = "synthetic <img src=x onerror=alert(1)> normal"
@@ -175,17 +176,17 @@ def test_timing_threads_change_is_not_comparable(base: dict[str, Any]) -> None:
 
 
 def test_compare_metric_directions_without_samples() -> None:
-    hi = Compared("ratio", ("size", "ratio"))
-    lo = Compared("bits_per_element", ("size", "bits_per_element"))
-    b = {"label": "x", "source": {"label": "s"}, "size": {"ratio": 10.0, "bits_per_element": 3.2}}
-    n = {"label": "x", "source": {"label": "s"}, "size": {"ratio": 8.0, "bits_per_element": 4.0}}
+    hi = Compared("ratio")
+    lo = Compared("bits_per_element")
+    b = as_case({"label": "x", "status": "ok", "source": {"label": "s"}, "size": {"ratio": 10.0, "bits_per_element": 3.2}})
+    n = as_case({"label": "x", "status": "ok", "source": {"label": "s"}, "size": {"ratio": 8.0, "bits_per_element": 4.0}})
     assert compare_metric(hi, b, n, 0.05, 0.05).verdict == WORSE  # type: ignore[union-attr]
     assert compare_metric(lo, b, n, 0.05, 0.05).verdict == WORSE  # type: ignore[union-attr]
     assert compare_metric(hi, n, b, 0.05, 0.05).verdict == BETTER  # type: ignore[union-attr]
     assert compare_metric(lo, n, b, 0.05, 0.05).verdict == BETTER  # type: ignore[union-attr]
     # a metric in neither run gives no row; in one run only, not comparable
-    assert compare_metric(Compared("ef_drift", ("ef_drift", "sum_drift", -1)), b, n, 0.05, 0.05) is None
-    m = compare_metric(Compared("ef_drift", ("ef_drift", "sum_drift", -1)), b, {**n, "ef_drift": {"sum_drift": [0.5]}}, 0.05, 0.05)
+    assert compare_metric(Compared("ef_drift"), b, n, 0.05, 0.05) is None
+    m = compare_metric(Compared("ef_drift"), b, n.model_copy(update={"ef_drift": EfDrift(sum_drift=[0.5])}), 0.05, 0.05)
     assert m is not None and m.verdict == NOT_COMPARABLE
 
 
@@ -198,12 +199,12 @@ def test_relative_change_and_z_test_edges() -> None:
 
 
 def test_match_cases_pairs_failed_records_by_source_name(base: dict[str, Any]) -> None:
-    pairs, only_new, only_base = match_cases(base["cases"], _load("run_new")["cases"])
-    labels = [n["label"] for _, n in pairs]
+    pairs, only_new, only_base = match_cases(as_record(base).cases, as_record(_load("run_new")).cases)
+    labels = [n.label for _, n in pairs]
     assert "efsignsgd" in labels and "graddrop-bad" in labels
-    assert [c["label"] for c in only_new] == ["fp16"] and [c["label"] for c in only_base] == ["none"]
+    assert [c.label for c in only_new] == ["fp16"] and [c.label for c in only_base] == ["none"]
     # dgc-paper appears on two sources and pairs with the right one each time
-    assert sum(1 for b, n in pairs if n["label"] == "dgc-paper" and b["source"]["label"] == n["source"]["label"]) == 2
+    assert sum(1 for b, n in pairs if n.label == "dgc-paper" and b.source.label == n.source.label) == 2
 
 
 # ----------------------------------------------------------------------------- kernel benchmarks (kind = "bench")

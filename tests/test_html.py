@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.report.html import (
-    bench_as_timed,
     bench_bars,
+    bench_size_point,
     plot_bench_x_copy,
     plot_ef_drift,
     plot_layers,
@@ -27,9 +27,11 @@ from gcbench.report.html import (
     plot_time_to_target,
     plot_train_curves,
     render_html,
+    run_size_point,
     train_curve_series,
 )
 from gcbench.report.terminal import LoadedRun, by_source, case_name
+from gcbench.results.record import as_case
 
 GOLDEN = Path(__file__).parent / "golden"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -144,7 +146,7 @@ def test_every_case_label_and_failure_and_marker(page: tuple[str, Doc]) -> None:
     for src in by_source(new.cases):
         assert f">{escape(src)}</h3>" in text
     for case in _load("run_base").cases:  # the baseline's cases, in the comparison rows
-        assert f"{case['label']} (" in body, case["label"]
+        assert f"{case.label} (" in body, case.label
     assert "golden-base (baseline)" in body
     assert "failed: SourceError: gradient 't0'" in body and "failed: RuntimeError: shape mismatch" in body
     assert 'class="l recon"' in text and "adacomp †" in body
@@ -183,7 +185,7 @@ def test_plots_are_skipped_without_their_data() -> None:
     assert plot_ef_drift([{**stateless, "ef_drift": {"sum_drift": [0.9]}}], "t") is None  # one step is not a drift
     assert plot_ef_drift([{**stateless, "ef_drift": {"sum_drift": [0.9, 0.8]}}], "t") is not None
     timed = [_case("a", timing={"numel": 1000, "compress": {"gbps": 1.0}}), _case("b", timing={"numel": 5000, "compress": {"gbps": 2.0}})]
-    assert plot_size_scaling(timed, "t") is None  # two labels at one size each
+    assert plot_size_scaling([run_size_point(as_case(c)) for c in timed], "t") is None  # two labels at one size each
     failed = {"label": "f", "status": "error", "error": "boom"}
     assert plot_pareto([failed], "t") is None
 
@@ -196,14 +198,14 @@ def test_plots_accept_mathtext_like_labels() -> None:
     p = plot_pareto(cases, "$$ title")
     assert p is not None and p.uri.startswith("data:image/png;base64,")
     assert "“none”" in p.caption  # lossless cases are listed, not dropped silently
-    s = plot_size_scaling([_case("a $", timing={"numel": n, "compress": {"gbps": g}, "copy": {"gbps": 10.0}})
+    s = plot_size_scaling([run_size_point(as_case(_case("a $", timing={"numel": n, "compress": {"gbps": g}, "copy": {"gbps": 10.0}})))
                            for n, g in ((1000, 0.5), (100000, 1.5))], "t")
     assert s is not None and "1 of 1 labels" in s.caption
 
 
 def test_render_without_claims_says_so() -> None:
     run = _load("run_base")
-    empty = LoadedRun(run.path, {**run.data, "cases": []})
+    empty = LoadedRun(run.path, run.data.model_copy(update={"cases": []}))
     text = render_html([empty], claims=None, claims_missing="No claims file at /x (pass --papers FILE).")
     assert "No claims file at /x" in text and "<img" not in text
 
@@ -263,9 +265,9 @@ def test_train_and_bench_tables_list_every_compressor(kinds_page: tuple[str, Doc
 def test_train_curves_have_one_line_per_compressor() -> None:
     run = _load("train_digits")
     acc = train_curve_series(run.cases, "test_accuracy")
-    assert [c["label"] for c, _ in acc] == ["none", "topk"]  # the failed qsgd has no curve
+    assert [c.label for c, _ in acc] == ["none", "topk"]  # the failed qsgd has no curve
     for c, pts in acc:
-        assert pts == [(e["epoch"], e["test_accuracy"]) for e in c["training"]["curve"]]
+        assert pts == [(e.epoch, e.test_accuracy) for e in c.training.curve]
     assert [len(p) for _, p in train_curve_series(run.cases, "test_loss")] == [2, 2]
     p = plot_time_to_target(run.cases, "t")
     assert p is not None and "1 of 2 reached the target" in p.caption and "accuracy 0.7" in p.caption
@@ -281,14 +283,13 @@ def test_bench_bars_mark_each_target() -> None:
     p = plot_bench_x_copy(_load("bench_small").cases, "t")
     assert p is not None and "No compress×copy target: topk" in p.caption and "Failed, not drawn: qsgd at 100K" in p.caption
     # one size only: no throughput-vs-size plot
-    one = [bench_as_timed(c) for c in _load("bench_small").cases if c.get("numel") == 100_000]
+    one = [bench_size_point(c) for c in _load("bench_small").cases if c.numel == 100_000]
     assert plot_size_scaling(one, "t") is None
-    both = [bench_as_timed(c) for c in _load("bench_small").cases]
+    both = [bench_size_point(c) for c in _load("bench_small").cases]
     s = plot_size_scaling(both, "t")
     assert s is not None and "2 of 2 labels" in s.caption
     rec = _load("bench_small").cases[0]
-    timed = bench_as_timed(rec)
-    assert timed["timing"]["copy"]["gbps"] == pytest.approx(4 * rec["numel"] / rec["copy"]["median_s"] / 1e9)
+    assert bench_size_point(rec).copy_gbps == pytest.approx(4 * rec.numel / rec.copy_.median_s / 1e9)
 
 
 def test_mixed_folder_renders_every_kind(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def test_sparse_allgather_wins_on_slow_links_and_loses_on_fast_ones() -> None:
 
 
 def test_simulate_grid_and_reading_results_files() -> None:
-    run = {"kind": "run", "cases": [
+    run = {"schema_version": 1, "kind": "run", "cases": [
         {"label": "topk", "compressor": "topk", "status": "ok", "source": {"label": "resnet50"},
          "size": {"wire_bytes": 2e6, "dense_bytes": 1e8}, "timing": {"compress": {"median_s": 0.02}, "decompress": {"median_s": 0.002}}},
         {"label": "bad", "compressor": "qsgd", "status": "error"},
@@ -106,7 +106,7 @@ def test_simulate_grid_and_reading_results_files() -> None:
     assert cases == [CaseCost("topk", "topk", 2e6, 1e8, 0.05, 0.02, 0.002, "resnet50")]
     preds = simulate(cases, [8, 64], [1, 10], ALPHA)
     assert [(p.workers, p.bandwidth_gbps) for p in preds] == [(8, 1), (64, 1), (8, 10), (64, 10)]
-    train = {"kind": "train", "cases": [
+    train = {"schema_version": 1, "kind": "train", "cases": [
         {"label": "qsgd", "compressor": "qsgd", "status": "ok",
          "training": {"task": {"name": "digits"}, "decoded_payloads_per_step": 4,
                       "bytes": {"payload_bytes_per_step": 4e4, "dense_bytes_per_step": 2e5},
@@ -116,7 +116,7 @@ def test_simulate_grid_and_reading_results_files() -> None:
     assert (c.wire_bytes, c.dense_bytes, c.compute_s, c.compress_s) == (4e4, 2e5, 0.001, 0.01)
     assert c.decompress_s == pytest.approx(0.015)  # measured for 4 payloads: one payload's decode
     with pytest.raises(ResultsError):
-        cases_from_results({"kind": "run", "cases": []})
+        cases_from_results({"schema_version": 1, "kind": "run", "cases": []})
     with pytest.raises(ValueError):
         Network(0, ALPHA)
 

@@ -90,7 +90,7 @@ def test_phase_rows_measure_every_case_over_the_phased_cases_windows() -> None:
     windows = source_windows([other, phased, failed])
     assert windows == [Window("a", 0, 1), Window("b", 2, 3)]
     rows = phase_rows([phased, other, failed], windows)
-    assert [r.case["label"] for r in rows] == ["c", "other"]
+    assert [r.case.label for r in rows] == ["c", "other"]
     assert rows[1].windows[1]["ratio"] == pytest.approx(4000 / 300)
     assert rows[0].overall_ratio == 7.0 and rows[0].final_drift == 0.4 and rows[0].overall_q == 0.5
 

@@ -28,6 +28,7 @@ from gcbench.report.terminal import (
     pareto_front,
     size_text,
 )
+from gcbench.results.record import BenchCase
 
 GOLDEN = Path(__file__).parent / "golden"
 runner = CliRunner()
@@ -99,9 +100,9 @@ def test_markdown_has_a_table_per_source_with_a_row_per_case() -> None:
         for row, case in zip(rows, cases, strict=True):
             cells = _cells(row)
             assert len(cells) == 1 + len(SUMMARY_COLUMNS)
-            assert cells[0].startswith(md_escape(case["label"]))
-            if case["status"] == "ok":
-                assert cells[1] == fmt(case["size"]["ratio"], "ratio")
+            assert cells[0].startswith(md_escape(case.label))
+            if case.ok:
+                assert cells[1] == fmt(case.size.ratio, "ratio")
             else:
                 assert cells[1].startswith("failed: ")
     # reconstructed compressors carry the dagger; hostile labels are neutralised
@@ -112,8 +113,8 @@ def test_markdown_has_a_table_per_source_with_a_row_per_case() -> None:
 
 def test_markdown_escapes_pipes_so_columns_stay_aligned() -> None:
     run = _run("run_base")
-    data = copy.deepcopy(run.data)
-    data["cases"][2]["label"] = "a|b *c* [d](e)"
+    data = run.data.model_copy(deep=True)
+    data.cases[2].label = "a|b *c* [d](e)"
     tables = _md_tables(markdown_report([LoadedRun(run.path, data)]))
     row = next(ln for t in tables for ln in t if "a\\|b" in ln)
     assert len(_cells(row)) == 1 + len(SUMMARY_COLUMNS)
@@ -225,8 +226,8 @@ def test_cli_report_without_runs(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "no results files" in r.output
 
 
-def _case(run: LoadedRun, label: str) -> dict[str, Any]:
-    return next(c for c in run.cases if c["label"] == label)
+def _case(run: LoadedRun, label: str) -> Any:
+    return next(c for c in run.cases if c.label == label)
 
 
 # ----------------------------------------------------------------------------- train and bench files
@@ -248,16 +249,16 @@ def test_markdown_train_table_has_every_compressor_and_the_training_columns() ->
     header, sep, *rows = tables[0]
     assert _cells(header) == ["compressor", *[md_escape(c.header) for c in TRAIN_COLUMNS]]
     assert set(_cells(sep)[1:]) == {"---:"}
-    assert [_cells(r)[0] for r in rows] == [c["label"] for c in run.cases] == ["none", "topk", "qsgd"]
+    assert [_cells(r)[0] for r in rows] == [c.label for c in run.cases] == ["none", "topk", "qsgd"]
     by = {_cells(r)[0]: dict(zip(_cells(header), _cells(r), strict=True)) for r in rows}
-    none, topk = _case(run, "none")["training"], _case(run, "topk")["training"]
-    assert by["none"]["final acc"] == f"{none['final_accuracy']:.4f}" == "0.8078"
-    assert by["topk"]["gap (pp)"] == f"{100 * topk['accuracy_gap']:+.2f}" == "+21.17"
-    assert by["none"]["to target (s)"] == f"{none['time_to_target_s']:.2f}"
+    none, topk = _case(run, "none").training, _case(run, "topk").training
+    assert by["none"]["final acc"] == f"{none.final_accuracy:.4f}" == "0.8078"
+    assert by["topk"]["gap (pp)"] == f"{100 * topk.accuracy_gap:+.2f}" == "+21.17"
+    assert by["none"]["to target (s)"] == f"{none.time_to_target_s:.2f}"
     assert by["topk"]["to target (s)"] == "not reached"  # a missing time means the target was not reached, not unknown
-    assert by["topk"]["MB/worker"] == f"{topk['bytes']['payload_bytes_per_worker'] / 1e6:.3f}"
-    assert by["topk"]["step ms"] == fmt(topk["step_time"]["total_s"], "ms")
-    assert by["topk"]["ratio"] == fmt(_case(run, "topk")["size"]["ratio"], "ratio")
+    assert by["topk"]["MB/worker"] == f"{topk.bytes.payload_bytes_per_worker / 1e6:.3f}"
+    assert by["topk"]["step ms"] == fmt(topk.step_time.total_s, "ms")
+    assert by["topk"]["ratio"] == fmt(_case(run, "topk").size.ratio, "ratio")
     assert by["qsgd"]["final acc"].startswith("failed: rank 1 exited with code 3")
     assert "&lt;b&gt;bold&lt;/b&gt;" in text and "<b>" not in text
     assert "q = relative MSE" not in text  # the run footnote belongs to run tables only
@@ -274,27 +275,27 @@ def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
         ("signsgd", "100,000"), ("signsgd", "1,000,000"), ("topk", "100,000"), ("topk", "1,000,000"), ("qsgd", "100,000")]
     assert [c["verdict"] for c in cells] == ["pass", "pass", "short", "short", "error"]
     for c, rec in zip(cells[:4], run.cases[:4], strict=True):
-        assert c["comp×copy"] == fmt(rec["compress_x_copy"], "x") and c["dec×copy"] == fmt(rec["decompress_x_copy"], "x")
-        assert c["GB/s"] == fmt(rec["gbps_compress"])
-        assert c["peak/input"] == fmt(rec["peak_extra_bytes"] / rec["input_bytes"])
+        assert c["comp×copy"] == fmt(rec.compress_x_copy, "x") and c["dec×copy"] == fmt(rec.decompress_x_copy, "x")
+        assert c["GB/s"] == fmt(rec.gbps_compress)
+        assert c["peak/input"] == fmt(rec.peak_extra_bytes / rec.input_bytes)
     assert cells[0]["target"] == "≤ 2× copy, decompress ≤ 3× copy"  # every limit that "pass" checks is named
     assert "measured 0.001: 0.33×, 0.01: 0.33×" in cells[2]["target"]
     assert cells[4]["ratio"].startswith("failed: GcbenchError")
 
 
 def test_bench_target_follows_bench_verdict() -> None:
-    rec = copy.deepcopy(_case_bench("signsgd", 100_000))
+    rec = _case_bench("signsgd", 100_000).model_copy(deep=True)
     assert bench_target(rec)[1] == "pass"
-    rec["compress_x_copy"] = 2.5  # over the 2× compress target
+    rec.compress_x_copy = 2.5  # over the 2× compress target
     assert bench_target(rec)[1] == "short"
-    rec["compress_x_copy"], rec["decompress_x_copy"] = 1.0, 3.5  # within it, but decompress over 3×
+    rec.compress_x_copy, rec.decompress_x_copy = 1.0, 3.5  # within it, but decompress over 3×
     assert bench_target(rec)[1] == "short"
-    assert bench_target({"compressor": "signsgd", "numel": 10, "error": "x"}) == ("", "error")
-    assert bench_target({"compressor": "nosuch", "compress_x_copy": 1.0, "decompress_x_copy": 1.0}) == ("—", "—")
+    assert bench_target(BenchCase(compressor="signsgd", numel=10, error="x")) == ("", "error")
+    assert bench_target(BenchCase(compressor="nosuch", compress_x_copy=1.0, decompress_x_copy=1.0)) == ("—", "—")
 
 
-def _case_bench(name: str, numel: int) -> dict[str, Any]:
-    return next(c for c in _run("bench_small").cases if c["compressor"] == name and c.get("numel") == numel)
+def _case_bench(name: str, numel: int) -> BenchCase:
+    return next(c for c in _run("bench_small").cases if c.compressor == name and c.numel == numel)
 
 
 def test_size_text() -> None:

@@ -126,7 +126,7 @@ def test_two_processes_started_together_leave_two_files(tmp_path: Path) -> None:
     assert len(files) == 2
     for f in files:
         data = load_run(f)
-        assert data["status"] == "complete" and [c["label"] for c in data["cases"]] == ["none", "fp16"]
+        assert data.status == "complete" and [c.label for c in data.cases] == ["none", "fp16"]
 
 
 # ----------------------------------------------------------------------------- 2. safe names
@@ -229,9 +229,9 @@ def _finish(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
 def _check_interrupted(out: Path, path: Path, stderr: str) -> None:
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     data = load_run(path)
-    assert data["status"] == "interrupted", data["status"]
-    assert 1 <= len(data["cases"]) < 100 and all(c["status"] == "ok" for c in data["cases"])
-    assert data["finished_utc"] is not None
+    assert data.status == "interrupted", data.status
+    assert 1 <= len(data.cases) < 100 and all(c.status == "ok" for c in data.cases)
+    assert data.finished_utc is not None
     assert [p.name for p in out.iterdir()] == [path.name]  # no stray *.tmp
 
 

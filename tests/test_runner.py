@@ -357,5 +357,5 @@ def test_a_failing_case_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypa
     assert out.failed == [lgc, bug]
     assert out.path is not None
     saved = load_run(out.path)
-    assert saved["status"] == "complete-with-errors"
-    assert [c["label"] for c in saved["cases"]] == ["lgc", "signsgd", "none"]
+    assert saved.status == "complete-with-errors"
+    assert [c.label for c in saved.cases] == ["lgc", "signsgd", "none"]

@@ -36,13 +36,14 @@ overlap either).  The uncompressed reference is ``compute + ring all-reduce of M
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, ResultsError
 from gcbench.core.info import Protocol
+from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord, as_record
 
 SCHEMES = ("auto", "allreduce", "allgather", "ps")
 
@@ -210,47 +211,40 @@ def break_even_bandwidth(case: CaseCost, n: int, latency_s: float, scheme: str =
 # ----------------------------------------------------------------------------- results files
 
 
-def _dig(rec: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(rec, dict):
-            return None
-        rec = rec.get(key)
-    return rec
-
-
-def cases_from_results(data: dict[str, Any], compute_s: float | None = None) -> list[CaseCost]:
-    """Cost inputs of every successful case of a ``run``/``compare`` or ``train`` results file.
+def cases_from_results(data: RunRecord | Mapping[str, Any], compute_s: float | None = None) -> list[CaseCost]:
+    """Cost inputs of every successful case of a ``run``/``compare`` or ``train`` results record (or dict).
 
     ``run`` files carry no compute time: ``compute_s`` (default 0) is used.  ``train`` files use
     their measured compute time unless ``compute_s`` overrides it, and divide the measured
     decompress time by the payloads decoded per step (N in the training run).
     """
     out = []
-    for c in data.get("cases", []):
-        if c.get("status") != "ok":
+    record = as_record(data)
+    for c in record.cases if isinstance(record, MeasureRecord | TrainRecord) else []:
+        if not c.ok:
             continue
-        label = str(c.get("label", c.get("compressor", "?")))
-        name = str(c.get("compressor", label))
-        tr = c.get("training")
-        if tr is not None:
-            st = tr.get("step_time") or {}
-            wire = _dig(tr, "bytes", "payload_bytes_per_step")
-            dense = _dig(tr, "bytes", "dense_bytes_per_step")
-            decoded = tr.get("decoded_payloads_per_step") or 1
+        name = str(c.compressor or c.label)
+        if isinstance(c, TrainCase):
+            tr = c.training
+            if tr is None:
+                continue
+            st = tr.step_time or StepTime()
+            wire = tr.bytes.payload_bytes_per_step if tr.bytes else None
+            dense = tr.bytes.dense_bytes_per_step if tr.bytes else None
             if wire is None or dense is None:
                 continue
-            out.append(CaseCost(label, name, float(wire), float(dense),
-                                float(compute_s if compute_s is not None else st.get("compute_s") or 0.0),
-                                float(st.get("compress_s") or 0.0), float(st.get("decompress_s") or 0.0) / decoded,
-                                _dig(tr, "task", "name") or "train"))
+            decoded = tr.decoded_payloads_per_step or 1
+            out.append(CaseCost(c.label, name, float(wire), float(dense),
+                                float(compute_s if compute_s is not None else st.compute_s or 0.0),
+                                float(st.compress_s or 0.0), float(st.decompress_s or 0.0) / decoded,
+                                (tr.task.name if tr.task else None) or "train"))
             continue
-        wire, dense = _dig(c, "size", "wire_bytes"), _dig(c, "size", "dense_bytes")
+        wire, dense = (c.size.wire_bytes, c.size.dense_bytes) if c.size else (None, None)
         if wire is None or dense is None:
             continue
-        src = _dig(c, "source", "label") or _dig(c, "source", "name") or ""
-        out.append(CaseCost(label, name, float(wire), float(dense), float(compute_s or 0.0),
-                            float(_dig(c, "timing", "compress", "median_s") or 0.0),
-                            float(_dig(c, "timing", "decompress", "median_s") or 0.0), str(src)))
+        src = c.source_label if c.source and (c.source.label or c.source.name) else ""
+        out.append(CaseCost(c.label, name, float(wire), float(dense), float(compute_s or 0.0),
+                            float(c.metric("compress_s") or 0.0), float(c.metric("decompress_s") or 0.0), src))
     if not out:
         raise ResultsError("the results file has no successful case with payload sizes to simulate")
     return out

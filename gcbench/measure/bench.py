@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from gcbench.compressors._common import k_of
 from gcbench.core.errors import GcbenchError, UnknownNameError
 from gcbench.core.info import Target
 from gcbench.measure.metrics import copy_roofline, time_call
+from gcbench.results.record import BenchCase, RunRecord
+from gcbench.results.store import RunWriter, load_run
 
 DEFAULT_NUMEL = 25_600_000
 
@@ -199,6 +202,51 @@ def parse_size(text: str) -> int:
     if not 1 <= value < float("inf"):  # NaN and inf fail this too
         raise GcbenchError(f"size {text!r}: must be a finite number of at least 1 element")
     return int(value)
+
+
+@dataclass
+class BenchOutcome:
+    """A written bench results file: its path, typed record, and the cases slower than the baseline by the threshold."""
+
+    path: Path | None
+    record: RunRecord
+    regressions: list[BenchCase]
+    compared: int  # cases matched with a baseline case (same label and element count)
+
+    @property
+    def failed(self) -> list[BenchCase]:
+        return [c for c in self.record.cases if not c.ok]
+
+
+def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | str, *, repeats: int = 5, warmup: int = 1,
+                  threads: int = 2, device: str = "cpu", isolate: bool = True, baseline: Path | str | None = None,
+                  threshold: float = 0.25, progress: Callable[[str, int, int, str], None] | None = None) -> BenchOutcome:
+    """:func:`run_bench`, each case compared with ``baseline`` (a stored bench file) and written as one ``kind="bench"`` file.
+
+    The baseline is read before anything is timed (a malformed file is one error, not a wasted sweep).  A case's
+    ``baseline_change`` is its compress×copy relative to the baseline case of the same label and element count; above
+    ``threshold`` it is a regression.
+    """
+    base_cases: dict[tuple[str, int | None], BenchCase] = {}
+    if baseline is not None:
+        base = load_run(baseline)
+        base_cases = {(c.name, c.numel): c for c in base.cases if isinstance(c, BenchCase) and c.ok}
+    recs = run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate, progress=progress)
+    writer = RunWriter(Path(out_dir), {"name": "bench", "sizes": list(sizes), "repeats": repeats, "threads": threads}, "", None,
+                       device, kind="bench")
+    regressions: list[BenchCase] = []
+    compared = 0
+    for rec in recs:
+        case = writer.add_case(rec)
+        assert isinstance(case, BenchCase)
+        b = base_cases.get((case.name, case.numel))
+        if b is not None and case.ok and case.compress_x_copy is not None and b.compress_x_copy:
+            compared += 1
+            case.baseline_change = case.compress_x_copy / b.compress_x_copy - 1
+            if case.baseline_change > threshold:
+                regressions.append(case)
+    writer.finish("complete")  # rewrites the file with the baseline changes
+    return BenchOutcome(writer.path, writer.record, regressions, compared)
 
 
 def main(argv: list[str]) -> None:  # the isolated worker

@@ -81,9 +81,10 @@ from gcbench.report.terminal import (
     worker_cells,
 )
 from gcbench.results.baselines import ClaimResult
-from gcbench.results.compare import Comparison, bench_ok, dig
+from gcbench.results.compare import Comparison
 from gcbench.results.metrics import METRICS
 from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
+from gcbench.results.record import BenchCase, RunCase, TrainCase, as_cases
 
 DPI = 80
 # matplotlib's tab10, then ten darker/lighter companions: a sweep of 14+ cases keeps distinct colours
@@ -127,15 +128,16 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _ok(cases: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in cases if c.get("status") == "ok"]
+def _ok(cases: Sequence[Any], kind: str = "run") -> list[Any]:
+    """The cases that ran (case dicts handed by a library caller are validated into the models of ``kind``)."""
+    return [c for c in as_cases(cases, kind) if c.ok]
 
 
-def _color_map(cases: Sequence[dict[str, Any]]) -> dict[str, str]:
+def _color_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, str]:
     """A stable colour per case label (the same label has the same colour in every plot of a section)."""
     out: dict[str, str] = {}
     for c in cases:
-        label = str(c.get("label"))
+        label = c.label
         if label not in out:
             out[label] = _COLORS[len(out) % len(_COLORS)]
     return out
@@ -155,25 +157,25 @@ def _legend(ax: Any, n: int) -> None:
         ax.legend(fontsize=7, ncol=1 if n <= 8 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
 
 
-def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, dict[str, Any]]]) -> set[int]:
+def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]]) -> set[int]:
     """One point per case (x = error, y = ratio); points on the Pareto front outlined; returns the front."""
     colors = _color_map([p[2] for p in pts])
     front = set(pareto_front([(q, r) for q, r, _ in pts]))
     for i, (q, r, c) in enumerate(pts):
         on = i in front
-        ax.scatter([q], [r], s=46 if on else 30, color=colors[str(c.get("label"))], edgecolors="black" if on else "none",
+        ax.scatter([q], [r], s=46 if on else 30, color=colors[c.label], edgecolors="black" if on else "none",
                    linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c)))
     _scale(ax, "x", [p[0] for p in pts])
     _scale(ax, "y", [p[1] for p in pts])
     return front
 
 
-def _step_lines(ax: Any, series: Sequence[tuple[dict[str, Any], Sequence[float | None]]], ms: float = 3) -> None:
+def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], ms: float = 3) -> None:
     """One line per case over steps (numbered from 1); missing values are skipped."""
     colors = _color_map([s[0] for s in series])
     for c, vals in series:
         xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=ms, lw=1.2, color=colors[str(c.get("label"))],
+        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=ms, lw=1.2, color=colors[c.label],
                 label=_mpl(case_name(c)))
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -182,12 +184,12 @@ def _step_lines(ax: Any, series: Sequence[tuple[dict[str, Any], Sequence[float |
 # ----------------------------------------------------------------------------- plots
 
 
-def plot_pareto(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Compression ratio against relative error q (log–log), the Pareto front marked."""
-    pts: list[tuple[float, float, dict[str, Any]]] = []
+    pts: list[tuple[float, float, RunCase]] = []
     lossless = []
     for c in _ok(cases):
-        q, r = _num(dig(c, ("fidelity", "q", "model"))), _num(dig(c, ("size", "ratio")))
+        q, r = c.metric("q"), c.metric("ratio")
         if q is None or r is None or r <= 0:
             continue
         if q <= 0:
@@ -212,10 +214,9 @@ def plot_pareto(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
     return Plot("pareto", title, _png(fig), caption)
 
 
-def plot_throughput(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Compress and decompress GB/s per case (log axis) with the copy roofline drawn."""
-    rows = [(case_name(c), _num(dig(c, ("timing", "compress", "gbps"))), _num(dig(c, ("timing", "decompress", "gbps"))),
-             _num(dig(c, ("timing", "copy", "gbps")))) for c in _ok(cases)]
+    rows = [(case_name(c), c.metric("compress_gbps"), c.metric("decompress_gbps"), c.metric("copy_gbps")) for c in _ok(cases)]
     rows = [r for r in rows if r[1] is not None or r[2] is not None]
     if not rows:
         return None
@@ -240,14 +241,14 @@ def plot_throughput(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
     return Plot("throughput", title, _png(fig), caption)
 
 
-def plot_layers(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+def plot_layers(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Ratio of every unit (layer or bucket), one line per case."""
     series = []
     for c in _ok(cases):
-        layers = c.get("layers") or []
+        layers = c.layers or []
         if len(layers) < 2:
             continue
-        series.append((c, [_num(u.get("ratio")) for u in layers]))
+        series.append((c, [_num(u.ratio) for u in layers]))
     if not series:
         return None
     colors = _color_map([s[0] for s in series])
@@ -255,7 +256,7 @@ def plot_layers(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
     n = max(len(v) for _, v in series)
     for c, vals in series:
         xs = [i for i, v in enumerate(vals) if v is not None and v > 0]
-        ax.plot(xs, [vals[i] for i in xs], marker="o" if n <= 40 else None, ms=3, lw=1.1, color=colors[str(c.get("label"))],
+        ax.plot(xs, [vals[i] for i in xs], marker="o" if n <= 40 else None, ms=3, lw=1.1, color=colors[c.label],
                 label=_mpl(case_name(c)))
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None and v > 0])
     ax.set_xlabel(f"unit index ({n} units, in model order)")
@@ -264,18 +265,18 @@ def plot_layers(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(series))
     first = series[0][0]
-    names = [str(u.get("name")) for u in first.get("layers") or []]
-    caption = f"Ratio of each unit ({first.get('granularity', 'layer')} granularity): " + ", ".join(
+    names = [str(u.name) for u in first.layers or []]
+    caption = f"Ratio of each unit ({first.granularity or 'layer'} granularity): " + ", ".join(
         f"{i}: {nm}" for i, nm in enumerate(names[:12])) + (", …" if len(names) > 12 else "") + "."
     return Plot("layers", title, _png(fig), caption)
 
 
-def plot_ef_drift(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+def plot_ef_drift(cases: Sequence[RunCase], title: str) -> Plot | None:
     """‖Σ C_t − Σ g_t‖/‖Σ g_t‖ over steps for the stateful cases (two steps or more: a drift needs a stream)."""
     series = []
     for c in _ok(cases):
-        drift = dig(c, ("ef_drift", "sum_drift"))
-        if isinstance(drift, list) and sum(_num(v) is not None for v in drift) >= 2:
+        drift = c.ef_drift.sum_drift if c.ef_drift else None
+        if drift is not None and sum(_num(v) is not None for v in drift) >= 2:
             series.append((c, [_num(v) for v in drift]))
     if not series:
         return None
@@ -299,11 +300,11 @@ def _phase_marks(ax: Any, windows: Sequence[Window]) -> None:
         ax.text((w.first + w.last) / 2 + 1, 1.0, _mpl(w.name), transform=trans, ha="center", va="bottom", fontsize=7, color="#57606a")
 
 
-def plot_phase_ratio(cases: Sequence[dict[str, Any]], windows: Sequence[Window], title: str) -> Plot | None:
+def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title: str) -> Plot | None:
     """Traffic ratio at every step (dense bytes / bytes a worker sent that step), phases marked."""
     series = []
     for c in _ok(cases):
-        dense = 4.0 * float(dig(c, ("size", "numel")) or 0)
+        dense = 4.0 * float((c.size.numel if c.size else None) or 0)
         sent = per_step_sent(c)
         if dense > 0 and sent and any(v > 0 for v in sent):
             series.append((c, [dense / v if v > 0 else None for v in sent]))
@@ -315,13 +316,13 @@ def plot_phase_ratio(cases: Sequence[dict[str, Any]], windows: Sequence[Window],
     colors = _color_map([c for c, _ in series])
     bodies = []
     for c, _ in series:
-        body = per_step_sent_body(c) if c.get("step_phases") else None
-        dense = 4.0 * float(dig(c, ("size", "numel")) or 0)
+        body = per_step_sent_body(c) if c.step_phases else None
+        dense = 4.0 * float((c.size.numel if c.size else None) or 0)
         if body and any(v > 0 for v in body):
             vals = [dense / v if v > 0 else None for v in body]
             bodies += [v for v in vals if v is not None]
             xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-            ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=colors[str(c.get("label"))],
+            ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=colors[c.label],
                     label=_mpl(case_name(c) + " (bodies only)"))
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
     _phase_marks(ax, windows)
@@ -334,13 +335,14 @@ def plot_phase_ratio(cases: Sequence[dict[str, Any]], windows: Sequence[Window],
     return Plot("phase_ratio", title, _png(fig), caption)
 
 
-def plot_aggregate_drift(cases: Sequence[dict[str, Any]], windows: Sequence[Window], title: str) -> Plot | None:
+def plot_aggregate_drift(cases: Sequence[RunCase], windows: Sequence[Window], title: str) -> Plot | None:
     """Cumulative aggregate error ‖Σ(aggregate − mean)‖/‖Σ mean‖ over steps, phases marked."""
     series = []
-    restarted = all(isinstance(dig(c, ("aggregate", "window_drift")), list) for c in _ok(cases))
-    for c in _ok(cases):
-        drift = dig(c, ("aggregate", "window_drift" if restarted else "sum_drift"))
-        if isinstance(drift, list) and sum(_num(v) is not None for v in drift) >= 2:
+    ok = _ok(cases)
+    restarted = all(c.aggregate is not None and c.aggregate.window_drift is not None for c in ok)
+    for c in ok:
+        drift = (c.aggregate.window_drift if restarted else c.aggregate.sum_drift) if c.aggregate else None
+        if drift is not None and sum(_num(v) is not None for v in drift) >= 2:
             series.append((c, [_num(v) for v in drift]))
     if not series or not windows:
         return None
@@ -356,7 +358,7 @@ def plot_aggregate_drift(cases: Sequence[dict[str, Any]], windows: Sequence[Wind
     return Plot("aggregate_drift", title, _png(fig), caption)
 
 
-def plot_phase_pareto(cases: Sequence[dict[str, Any]], window: Window, title: str) -> Plot | None:
+def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> Plot | None:
     """Ratio against aggregate error over one phase window (LGC's compressed phase) for every case."""
     metrics = [(c, window_metrics(c, window)) for c in _ok(cases)]
     key = "drift" if all(m is not None and _num(m.get("drift")) is not None for _, m in metrics) else "aggregate_q"
@@ -380,21 +382,41 @@ def plot_phase_pareto(cases: Sequence[dict[str, Any]], window: Window, title: st
     return Plot("phase_pareto", title, _png(fig), caption)
 
 
-def plot_size_scaling(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+@dataclass(frozen=True)
+class SizePoint:
+    """One timed case for :func:`plot_size_scaling`: its label and name, the elements timed, compress and copy GB/s."""
+
+    label: str
+    name: str
+    numel: int | None
+    gbps: float | None
+    copy_gbps: float | None
+
+
+def run_size_point(c: RunCase) -> SizePoint:
+    """A run case as a :class:`SizePoint` (its timing's element count and GB/s)."""
+    return SizePoint(c.label, case_name(c), c.timing.numel if c.timing else None, c.metric("compress_gbps"), c.metric("copy_gbps"))
+
+
+def bench_size_point(rec: BenchCase) -> SizePoint:
+    """A bench record as a :class:`SizePoint` (copy GB/s from its copy median and element count)."""
+    copy_s = _num(rec.copy_.median_s) if rec.copy_ else None
+    copy_gbps = 4 * rec.numel / copy_s / 1e9 if rec.numel is not None and copy_s else None
+    return SizePoint(bench_name(rec), bench_name(rec), rec.numel, rec.metric("gbps_compress") if rec.ok else None, copy_gbps)
+
+
+def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     """Compress GB/s against the number of elements timed, per case label (one run, one machine)."""
     by_label: dict[str, dict[int, float]] = {}
     names: dict[str, str] = {}
     copies: dict[int, list[float]] = {}
-    for c in _ok(cases):
-        numel, gbps = dig(c, ("timing", "numel")), _num(dig(c, ("timing", "compress", "gbps")))
-        if not isinstance(numel, int) or numel <= 0 or gbps is None:
+    for pt in points:
+        if pt.numel is None or pt.numel <= 0 or pt.gbps is None:
             continue
-        label = str(c.get("label"))
-        by_label.setdefault(label, {})[numel] = gbps
-        names[label] = case_name(c)
-        cp = _num(dig(c, ("timing", "copy", "gbps")))
-        if cp is not None:
-            copies.setdefault(numel, []).append(cp)
+        by_label.setdefault(pt.label, {})[pt.numel] = pt.gbps
+        names[pt.label] = pt.name
+        if pt.copy_gbps is not None:
+            copies.setdefault(pt.numel, []).append(pt.copy_gbps)
     series = {k: v for k, v in by_label.items() if len(v) >= 2}
     if not series:
         return None
@@ -416,21 +438,21 @@ def plot_size_scaling(cases: Sequence[dict[str, Any]], title: str) -> Plot | Non
     return Plot("size", title, _png(fig), caption)
 
 
-def train_curve_series(cases: Sequence[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], list[tuple[int, float]]]]:
+def train_curve_series(cases: Sequence[TrainCase], key: str) -> list[tuple[TrainCase, list[tuple[int, float]]]]:
     """(case, [(epoch, value), ...]) for every completed train case with ``key`` in its per-epoch curve."""
     series = []
-    for c in _ok(cases):
-        curve = dig(c, ("training", "curve"))
-        if not isinstance(curve, list):
+    for c in _ok(cases, "train"):
+        curve = c.training.curve if c.training else None
+        if curve is None:
             continue
-        pts = [(int(e["epoch"]), _num(e.get(key))) for e in curve if isinstance(e, dict) and isinstance(e.get("epoch"), int)]
+        pts = [(e.epoch, _num(getattr(e, key, None))) for e in curve if e.epoch is not None]
         pts_ok = [(x, y) for x, y in pts if y is not None]
         if pts_ok:
             series.append((c, pts_ok))
     return series
 
 
-def plot_train_curves(cases: Sequence[dict[str, Any]], key: str, title: str) -> Plot | None:
+def plot_train_curves(cases: Sequence[TrainCase], key: str, title: str) -> Plot | None:
     """Held-out ``test_accuracy`` or ``test_loss`` after every epoch, one line per compressor of a train file."""
     series = train_curve_series(cases, key)
     if not series:
@@ -439,9 +461,9 @@ def plot_train_curves(cases: Sequence[dict[str, Any]], key: str, title: str) -> 
     colors = _color_map([c for c, _ in series])
     fig, ax = _figure()
     for c, pts in series:
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=1.4, color=colors[str(c.get("label"))],
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=1.4, color=colors[c.label],
                 label=_mpl(case_name(c)))
-    targets = {_num(dig(c, ("training", "target_accuracy"))) for c, _ in series} - {None}
+    targets = {c.metric("target_accuracy") for c, _ in series} - {None}
     n_legend = len(series)
     if accuracy and len(targets) == 1:
         target = targets.pop()
@@ -461,17 +483,17 @@ def plot_train_curves(cases: Sequence[dict[str, Any]], key: str, title: str) -> 
     return Plot("train_accuracy" if accuracy else "train_loss", title, _png(fig), caption)
 
 
-def plot_time_to_target(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+def plot_time_to_target(cases: Sequence[TrainCase], title: str) -> Plot | None:
     """Training time to the target accuracy per compressor, over a grey bar of its whole training time."""
     rows = []
-    for c in _ok(cases):
-        total = _num(dig(c, ("training", "train_time_s")))
+    for c in _ok(cases, "train"):
+        total = c.metric("train_time_s")
         if total is None:
             continue
-        rows.append((case_name(c), _num(dig(c, ("training", "time_to_target_s"))), total, _num(dig(c, ("training", "best_accuracy")))))
+        rows.append((case_name(c), c.metric("time_to_target_s"), total, c.metric("best_accuracy")))
     if not rows:
         return None
-    targets = {_num(dig(c, ("training", "target_accuracy"))) for c in _ok(cases)} - {None}
+    targets = {c.metric("target_accuracy") for c in _ok(cases, "train")} - {None}
     fig, ax = _figure(5.6, max(1.9, 0.42 * len(rows) + 1.1))
     ys = list(range(len(rows)))[::-1]  # the first compressor on top
     ax.barh(ys, [r[2] for r in rows], 0.62, color="#d0d7de", label="whole training run", zorder=2)
@@ -507,19 +529,18 @@ class BenchBars:
     targets: dict[str, float]  # compressor → compress×copy target (compressors without one are absent)
 
 
-def bench_bars(cases: Sequence[dict[str, Any]]) -> BenchBars:
-    ok = [c for c in cases if bench_ok(c) and _num(c.get("compress_x_copy")) is not None and isinstance(c.get("numel"), int)]
+def bench_bars(cases: Sequence[RunCase]) -> BenchBars:
+    ok = [c for c in as_cases(cases, "bench") if c.ok and c.metric("compress_x_copy") is not None and c.numel is not None]
     names = list(dict.fromkeys(bench_name(c) for c in ok))
     targets = {}
     for n in names:
         t = target_of(n)
         if t is not None and t.compress_x_copy is not None:
             targets[n] = float(t.compress_x_copy)
-    return BenchBars(names, sorted({int(c["numel"]) for c in ok}),
-                     {(bench_name(c), int(c["numel"])): float(c["compress_x_copy"]) for c in ok}, targets)
+    return BenchBars(names, sorted({c.numel for c in ok}), {(bench_name(c), c.numel): float(c.compress_x_copy) for c in ok}, targets)
 
 
-def plot_bench_x_copy(cases: Sequence[dict[str, Any]], title: str) -> Plot | None:
+def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
     """compress×copy per compressor of a bench file (one bar per size), each compressor's target marked."""
     bars = bench_bars(cases)
     if not bars.values:
@@ -554,22 +575,13 @@ def plot_bench_x_copy(cases: Sequence[dict[str, Any]], title: str) -> Plot | Non
                "each compressor's compress×copy target in this gcbench version, the dashed line a copy.")
     if untargeted:
         caption += " No compress×copy target: " + "; ".join(untargeted) + "."
-    failed = [f"{bench_name(c)} at {size_text(c.get('numel'))}" for c in cases if not bench_ok(c)]
+    failed = [f"{bench_name(c)} at {size_text(c.numel)}" for c in as_cases(cases, "bench") if not c.ok]
     if failed:
         caption += " Failed, not drawn: " + ", ".join(failed) + "."
     return Plot("bench_x_copy", title, _png(fig), caption)
 
 
-def bench_as_timed(rec: dict[str, Any]) -> dict[str, Any]:
-    """A bench record in the shape :func:`plot_size_scaling` reads (label, status, timing numel/compress/copy GB/s)."""
-    numel = rec.get("numel")
-    copy_s = _num(dig(rec, ("copy", "median_s")))
-    copy_gbps = 4 * numel / copy_s / 1e9 if isinstance(numel, int) and copy_s else None
-    return {"label": bench_name(rec), "status": "ok" if bench_ok(rec) else "error",
-            "timing": {"numel": numel, "compress": {"gbps": rec.get("gbps_compress")}, "copy": {"gbps": copy_gbps}}}
-
-
-def source_plots(cases: Sequence[dict[str, Any]], source: str) -> list[Plot]:
+def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
     plots = [plot_pareto(cases, f"ratio vs error — {source}"), plot_throughput(cases, f"throughput — {source}"),
              plot_layers(cases, f"per-unit ratio — {source}"), plot_ef_drift(cases, f"EF drift — {source}")]
     windows = source_windows(cases)
@@ -580,7 +592,7 @@ def source_plots(cases: Sequence[dict[str, Any]], source: str) -> list[Plot]:
     return [p for p in plots if p is not None]
 
 
-def _phase_context(cases: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def _phase_context(cases: Sequence[RunCase]) -> dict[str, Any] | None:
     """The per-phase table of a source (every case over the phased case's windows), or ``None``."""
     windows = source_windows(cases)
     if not windows:
@@ -603,18 +615,17 @@ def _cell(col_kind: str, v: float | None) -> dict[str, Any]:
     return {"text": fmt(v, col_kind), "v": "" if v is None else repr(float(v))}
 
 
-def _case_row(c: dict[str, Any]) -> dict[str, Any]:
-    ok = c.get("status") == "ok"
+def _case_row(c: RunCase) -> dict[str, Any]:
     cols = [*SUMMARY_COLUMNS, *DETAIL_COLUMNS]
     return {
         "name": case_name(c),
-        "compressor": str(c.get("compressor", "?")),
-        "version": str(c.get("version", "?")),
+        "compressor": str(c.compressor or "?"),
+        "version": "?" if c.version is None else str(c.version),
         "params": params_text(c),
         "reconstructed": is_reconstructed(c),
-        "ok": ok,
-        "error": str(c.get("error", "")) if not ok else "",
-        "cells": [_cell(col.kind, col.get(c)) for col in cols] if ok else [],
+        "ok": c.ok,
+        "error": c.error_text if not c.ok else "",
+        "cells": [_cell(col.kind, col.get(c)) for col in cols] if c.ok else [],
     }
 
 
@@ -625,7 +636,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity")})
-    size_plot = plot_size_scaling(run.cases, f"throughput vs tensor size — {run.run_id}")
+    size_plot = plot_size_scaling([run_size_point(c) for c in run.cases if c.ok], f"throughput vs tensor size — {run.run_id}")
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
 
@@ -637,7 +648,7 @@ def _table(first: str, cols: Sequence[Column], text_headers: Sequence[tuple[str,
     return {"first": first, "headers": headers, "rows": []}
 
 
-def _num_cells(cols: Sequence[Column], case: dict[str, Any]) -> list[dict[str, Any]]:
+def _num_cells(cols: Sequence[Column], case: Any) -> list[dict[str, Any]]:
     out = []
     for col in cols:
         v = col.get(case)
@@ -649,12 +660,12 @@ def _train_context(i: int, run: LoadedRun) -> dict[str, Any]:
     cols = (*TRAIN_COLUMNS, *TRAIN_DETAIL_COLUMNS)
     table = _table("compressor", cols, (("params", "the compressor's parameters"),))
     for c in run.cases:
-        if run.case_ok(c):
+        if c.ok:
             cells = [*_num_cells(cols, c), {"text": params_text(c), "v": "", "cls": "params"}]
             table["rows"].append({"ok": True, "name": case_name(c), "recon": is_reconstructed(c), "cells": cells})
         else:
             table["rows"].append({"ok": False, "name": case_name(c), "recon": is_reconstructed(c), "lead": [],
-                                  "colspan": len(cols) + 1, "error": str(c.get("error", ""))})
+                                  "colspan": len(cols) + 1, "error": c.error_text})
     plots = [plot_train_curves(run.cases, "test_accuracy", f"held-out accuracy per epoch — {run.run_id}"),
              plot_train_curves(run.cases, "test_loss", f"held-out loss per epoch — {run.run_id}"),
              plot_time_to_target(run.cases, f"time to target — {run.run_id}")]
@@ -667,8 +678,8 @@ def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
     table = _table("compressor", BENCH_COLUMNS, (("target", "the fast-kernels issue's target; pass = within every limit"),
                                                  ("verdict", "pass, short (a limit missed), — (no target) or error")))
     for c in run.cases:
-        numel = _num(c.get("numel"))
-        if run.case_ok(c):
+        numel = c.numel
+        if c.ok:
             target, mark = bench_target(c)
             cells = [*_num_cells(BENCH_COLUMNS, c), {"text": target, "v": "", "cls": "wrap"},
                      {"text": mark, "v": "", "cls": "l b-" + mark if mark in ("pass", "short") else "l"}]
@@ -676,9 +687,9 @@ def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
         else:
             lead = [{"text": fmt(numel, "int"), "v": "" if numel is None else repr(numel), "cls": ""}]
             table["rows"].append({"ok": False, "name": bench_name(c), "recon": False, "lead": lead, "colspan": len(BENCH_COLUMNS) + 1,
-                                  "error": str(c.get("error", ""))})
+                                  "error": c.error_text})
     plots = [plot_bench_x_copy(run.cases, f"compress×copy against targets — {run.run_id}"),
-             plot_size_scaling([bench_as_timed(c) for c in run.cases], f"throughput vs tensor size — {run.run_id}")]
+             plot_size_scaling([bench_size_point(c) for c in run.cases], f"throughput vs tensor size — {run.run_id}")]
     return {"kind": "bench", "anchor": f"run{i}", "facts": run_facts(run), "description": bench_description(run), "table": table,
             "plots": [p for p in plots if p is not None], "notes": [], "footnote": BENCH_FOOTNOTE, "any_reconstructed": False}
 
@@ -692,10 +703,10 @@ def _section_context(i: int, run: LoadedRun) -> dict[str, Any]:
     return {"kind": "run", **_run_context(i, run)}
 
 
-def _first(cases: Sequence[dict[str, Any]], key: str) -> str:
+def _first(cases: Sequence[RunCase], key: str) -> str:
     for c in cases:
-        if c.get(key) is not None:
-            return str(c[key])
+        if getattr(c, key) is not None:
+            return str(getattr(c, key))
     return "?"
 
 

@@ -26,13 +26,16 @@ Choices:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
 from rich.markup import escape as rich_escape
 from rich.table import Table
+from rich.text import Text
 
 from gcbench.core.errors import ResultsError
 from gcbench.measure.bench import target_of, verdict
@@ -47,12 +50,10 @@ from gcbench.results.compare import (
     WORSE,
     Comparison,
     Row,
-    bench_ok,
-    dig,
-    results_kind,
-    source_label,
+    head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
+from gcbench.results.record import BenchCase, RunCase, RunRecord, TrainCase, as_record
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 DAGGER = "†"
@@ -63,27 +64,26 @@ DAGGER = "†"
 
 @dataclass(frozen=True)
 class LoadedRun:
-    """A results file and its parsed contents."""
+    """A results file and its typed record (a results dict handed here is validated into one)."""
 
     path: Path
-    data: dict[str, Any]
+    data: RunRecord
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data", as_record(self.data))
 
     @property
     def run_id(self) -> str:
-        return str(self.data.get("run_id") or self.path.stem)
+        return str(self.data.run_id or self.path.stem)
 
     @property
-    def cases(self) -> list[dict[str, Any]]:
-        return list(self.data.get("cases") or [])
+    def cases(self) -> list[Any]:
+        return list(self.data.cases)
 
     @property
     def kind(self) -> str:
         """``run``, ``compare``, ``train`` or ``bench`` (what wrote the file; decides how it is rendered)."""
-        return results_kind(self.data)
-
-    def case_ok(self, case: dict[str, Any]) -> bool:
-        """Whether a case measured something: bench records carry ``error`` when they failed, the others ``status``."""
-        return bench_ok(case) if self.kind == "bench" else case.get("status") == "ok"
+        return self.data.kind
 
 
 def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_RUNS_DIR,
@@ -122,128 +122,106 @@ def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:
 
 @dataclass(frozen=True)
 class Column:
-    """A summary column: header, how to read the value from a case record, how to write it."""
+    """A summary column: header, the metric of a case it shows (``case.metric(name)``), how to write it."""
 
     key: str
     header: str
-    get: Callable[[dict[str, Any]], float | None]
+    metric: str  # a name of RunCase.metric / TrainCase.metric / BenchCase.metric
     kind: str  # format kind for fmt()
     higher_is_better: bool | None
     help: str
     missing: str = "—"  # the text of a missing value in a case that ran (e.g. "not reached")
 
-    def text(self, case: dict[str, Any]) -> str:
+    def get(self, case: Any) -> float | None:
+        return case.metric(self.metric)
+
+    def text(self, case: Any) -> str:
         v = self.get(case)
         return self.missing if v is None else fmt(v, self.kind)
 
 
-def _path(*path: str | int) -> Callable[[dict[str, Any]], float | None]:
-    def get(case: dict[str, Any]) -> float | None:
-        v = dig(case, path)
-        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
-
-    return get
-
-
-def _comp_over_copy(case: dict[str, Any]) -> float | None:
-    f = dig(case, ("timing", "copy_fraction_compress"))
-    return 1.0 / f if isinstance(f, int | float) and f > 0 else None
-
-
 SUMMARY_COLUMNS: tuple[Column, ...] = (
-    Column("ratio", "ratio", _path("size", "ratio"), "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
-    Column("bits", "bits/el", _path("size", "bits_per_element"), "g", False, "wire bits per gradient element"),
-    Column("q", "q", _path("fidelity", "q", "model"), "g", False, "relative MSE ‖C(x)−x‖²/‖x‖², whole model"),
-    Column("bias2", "bias²", _path("fidelity", "bias2", "model"), "g", False, "relative bias² from R compressions, whole model"),
-    Column("cosine", "cosine", _path("fidelity", "cosine", "mean"), "g", True, "mean cosine of C(x) and x"),
-    Column("agg_q", "agg q", _path("aggregate", "q", "model"), "g", False, "relative MSE of the exchanged aggregate vs the true mean"),
-    Column("comp_ms", "comp ms", _path("timing", "compress", "median_s"), "ms", False, "median compress time per worker-step"),
-    Column("dec_ms", "dec ms", _path("timing", "decompress", "median_s"), "ms", False, "median decompress time per worker-step"),
-    Column("comp_copy", "comp/copy", _comp_over_copy, "x", False, "compress time as a multiple of a plain copy of the same tensors"),
+    Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
+    Column("bits", "bits/el", "bits_per_element", "g", False, "wire bits per gradient element"),
+    Column("q", "q", "q", "g", False, "relative MSE ‖C(x)−x‖²/‖x‖², whole model"),
+    Column("bias2", "bias²", "bias2", "g", False, "relative bias² from R compressions, whole model"),
+    Column("cosine", "cosine", "cosine", "g", True, "mean cosine of C(x) and x"),
+    Column("agg_q", "agg q", "aggregate_q", "g", False, "relative MSE of the exchanged aggregate vs the true mean"),
+    Column("comp_ms", "comp ms", "compress_s", "ms", False, "median compress time per worker-step"),
+    Column("dec_ms", "dec ms", "decompress_s", "ms", False, "median decompress time per worker-step"),
+    Column("comp_copy", "comp/copy", "comp_over_copy", "x", False, "compress time as a multiple of a plain copy of the same tensors"),
 )
 
 # extra columns of the HTML tables (the terminal stays narrow)
 DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("wire", "wire bytes", _path("size", "wire_bytes"), "int", False, "bytes one worker sends per step"),
-    Column("variance", "variance", _path("fidelity", "variance", "model"), "g", False, "relative variance, whole model"),
-    Column("delta", "δ", _path("fidelity", "delta", "model"), "g", False, "Beznosikov δ = 1/(1 − q)"),
-    Column("ef", "EF drift", _path("ef_drift", "sum_drift", -1), "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
-    Column("comp_gbps", "comp GB/s", _path("timing", "compress", "gbps"), "g", True, "dense input bytes / median compress time"),
-    Column("dec_gbps", "dec GB/s", _path("timing", "decompress", "gbps"), "g", True, "dense input bytes / median decompress time"),
+    Column("wire", "wire bytes", "wire_bytes", "int", False, "bytes one worker sends per step"),
+    Column("variance", "variance", "variance", "g", False, "relative variance, whole model"),
+    Column("delta", "δ", "delta", "g", False, "Beznosikov δ = 1/(1 − q)"),
+    Column("ef", "EF drift", "ef_drift", "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
+    Column("comp_gbps", "comp GB/s", "compress_gbps", "g", True, "dense input bytes / median compress time"),
+    Column("dec_gbps", "dec GB/s", "decompress_gbps", "g", True, "dense input bytes / median decompress time"),
 )
 
 
-def _step(part: str) -> Callable[[dict[str, Any]], float | None]:
-    return _path("training", "step_time", part)
-
-
 TRAIN_COLUMNS: tuple[Column, ...] = (
-    Column("final_acc", "final acc", _path("training", "final_accuracy"), "acc", True, "held-out accuracy after the last epoch"),
-    Column("final_loss", "final loss", _path("training", "final_loss"), "g", False, "held-out loss after the last epoch"),
-    Column("gap", "gap (pp)", _path("training", "accuracy_gap"), "pp", False,
+    Column("final_acc", "final acc", "final_accuracy", "acc", True, "held-out accuracy after the last epoch"),
+    Column("final_loss", "final loss", "final_loss", "g", False, "held-out loss after the last epoch"),
+    Column("gap", "gap (pp)", "accuracy_gap", "pp", False,
            "final accuracy of the uncompressed run ('none') minus this one's, in percentage points"),
-    Column("to_target", "to target (s)", _path("training", "time_to_target_s"), "s", False,
+    Column("to_target", "to target (s)", "time_to_target_s", "s", False,
            "training time (evaluation excluded) until the held-out accuracy first reached the target, checked at epoch ends",
            missing="not reached"),
-    Column("step", "step ms", _step("total_s"), "ms", False, "median step time over steps after the first, mean over workers"),
-    Column("compute", "compute", _step("compute_s"), "ms", False, "step time minus the communication hook (forward, backward, optimizer)"),
-    Column("compress", "compress", _step("compress_s"), "ms", False, "median compress time per step"),
-    Column("comm", "comm", _step("communicate_s"), "ms", False, "median time in collectives per step"),
-    Column("decomp", "decomp", _step("decompress_s"), "ms", False, "median decompress time per step (every decoded payload)"),
-    Column("mb", "MB/worker", _path("training", "bytes", "payload_bytes_per_worker"), "mb", False,
+    Column("step", "step ms", "step_total_s", "ms", False, "median step time over steps after the first, mean over workers"),
+    Column("compute", "compute", "step_compute_s", "ms", False, "step time minus the communication hook (forward, backward, optimizer)"),
+    Column("compress", "compress", "step_compress_s", "ms", False, "median compress time per step"),
+    Column("comm", "comm", "step_communicate_s", "ms", False, "median time in collectives per step"),
+    Column("decomp", "decomp", "step_decompress_s", "ms", False, "median decompress time per step (every decoded payload)"),
+    Column("mb", "MB/worker", "payload_bytes_per_worker", "mb", False,
            "payload bytes one worker sent over the whole run, in MB (10⁶ bytes)"),
-    Column("ratio", "ratio", _path("size", "ratio"), "ratio", True, "dense float32 bytes / payload bytes per step"),
+    Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / payload bytes per step"),
 )
 
 # extra columns of the HTML train tables
 TRAIN_DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("best_acc", "best acc", _path("training", "best_accuracy"), "acc", True, "best held-out accuracy over the epochs"),
-    Column("epoch_target", "target epoch", _path("training", "epochs_to_target"), "int", False,
+    Column("best_acc", "best acc", "best_accuracy", "acc", True, "best held-out accuracy over the epochs"),
+    Column("epoch_target", "target epoch", "epochs_to_target", "int", False,
            "the epoch at whose end the target accuracy was first reached", missing="—"),
-    Column("train_s", "train s", _path("training", "train_time_s"), "s", False, "training time of the whole run (evaluation excluded)"),
-    Column("bits", "bits/el", _path("size", "bits_per_element"), "g", False, "payload bits per gradient element per step"),
+    Column("train_s", "train s", "train_time_s", "s", False, "training time of the whole run (evaluation excluded)"),
+    Column("bits", "bits/el", "bits_per_element", "g", False, "payload bits per gradient element per step"),
 )
 
 
-def _peak_over_input(rec: dict[str, Any]) -> float | None:
-    peak, size = _path("peak_extra_bytes")(rec), _path("input_bytes")(rec)
-    return peak / size if peak is not None and size else None
-
-
 BENCH_COLUMNS: tuple[Column, ...] = (
-    Column("numel", "elements", _path("numel"), "int", None, "elements of the dense float32 tensor timed"),
-    Column("ratio", "ratio", _path("ratio"), "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
-    Column("comp_ms", "comp ms", _path("compress", "median_s"), "ms", False, "median compress time"),
-    Column("comp_copy", "comp×copy", _path("compress_x_copy"), "x", False,
+    Column("numel", "elements", "numel", "int", None, "elements of the dense float32 tensor timed"),
+    Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
+    Column("comp_ms", "comp ms", "compress_ms", "ms", False, "median compress time"),
+    Column("comp_copy", "comp×copy", "compress_x_copy", "x", False,
            "median compress time / median time of a plain copy of the same tensor, in the same process"),
-    Column("dec_copy", "dec×copy", _path("decompress_x_copy"), "x", False, "median decompress time / median copy time"),
-    Column("vs_ref", "vs ref", _path("speedup_vs_reference"), "x", True,
+    Column("dec_copy", "dec×copy", "decompress_x_copy", "x", False, "median decompress time / median copy time"),
+    Column("vs_ref", "vs ref", "speedup_vs_reference", "x", True,
            "speed-up over the compressor's straightforward reference implementation"),
-    Column("gbps", "GB/s", _path("gbps_compress"), "g", True, "dense input bytes / median compress time"),
-    Column("peak", "peak/input", _peak_over_input, "g", False, "peak extra resident memory during compress / input bytes"),
+    Column("gbps", "GB/s", "gbps_compress", "g", True, "dense input bytes / median compress time"),
+    Column("peak", "peak/input", "peak_over_input", "g", False, "peak extra resident memory during compress / input bytes"),
 )
 BENCH_TEXT_HEADERS = ("target", "verdict")
 
 
-def bench_target(rec: dict[str, Any]) -> tuple[str, str]:
+def bench_target(rec: BenchCase) -> tuple[str, str]:
     """(target text, ``pass``/``short``/``—``/``error``) of a bench record: :func:`gcbench.measure.bench.verdict` with details.
 
     The text names every limit that ``pass`` checks (verdict's own text leaves the decompress limit
     out) and, for topk/dgc, the measured speed-ups over ``torch.topk``.
     """
-    if not bench_ok(rec):
+    if not rec.ok:
         return ("", "error")
-    if any(not isinstance(rec.get(k), int | float) for k in ("compress_x_copy", "decompress_x_copy")):
+    if rec.compress_x_copy is None or rec.decompress_x_copy is None:
         return ("—", "—")  # an incomplete record (hand-edited or from another tool): nothing to judge
-    text, mark = verdict(rec)
-    t = target_of(str(rec.get("compressor")))
+    text, mark = verdict(rec.to_json_dict())
+    t = target_of(rec.compressor)
     if t is not None and t.decompress_x_copy is not None:
         text = ", ".join(x for x in (text, f"decompress ≤ {t.decompress_x_copy:g}× copy") if x)
-    extra = rec.get("vs_torch_topk")
-    if isinstance(extra, dict) and extra:
-        speedups = [f"{d}: {v['speedup']:.2f}×" for d, v in extra.items()
-                    if isinstance(v, dict) and isinstance(v.get("speedup"), int | float)]
-        text += " (measured " + ", ".join(speedups) + ")"
+    if rec.vs_torch_topk:
+        text += " (measured " + ", ".join(f"{d}: {v.speedup:.2f}×" for d, v in rec.vs_torch_topk.items()) + ")"
     return text, mark
 
 
@@ -289,21 +267,20 @@ def fmt(v: float | None, kind: str = "g") -> str:
     return f"{v:.3g}" if 1e-3 <= abs(v) < 1e5 else f"{v:.2e}"
 
 
-def is_reconstructed(case: dict[str, Any]) -> bool:
-    return bool((case.get("flags") or {}).get("reconstructed"))
+def is_reconstructed(case: RunCase | TrainCase) -> bool:
+    return case.reconstructed
 
 
-def case_name(case: dict[str, Any]) -> str:
+def case_name(case: RunCase | TrainCase) -> str:
     """The case label with a dagger for reconstructed compressors (unescaped)."""
-    return str(case.get("label", "?")) + (f" {DAGGER}" if is_reconstructed(case) else "")
+    return case.label + (f" {DAGGER}" if case.reconstructed else "")
 
 
-def params_text(case: dict[str, Any]) -> str:
-    params = case.get("params") or {}
-    return ", ".join(f"{k}={v}" for k, v in params.items())
+def params_text(case: RunCase | TrainCase | BenchCase) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (case.params or {}).items())
 
 
-def by_source(cases: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def by_source(cases: Sequence[RunCase]) -> dict[str, list[RunCase]]:
     """Cases grouped by gradient source label, in first-seen order.
 
     A case that failed inside the runner records only its source's *name*; it joins the group of
@@ -311,32 +288,36 @@ def by_source(cases: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     """
     labels_of: dict[str, set[str]] = {}
     for c in cases:
-        src = c.get("source") or {}
-        if src.get("label") and src.get("name"):
-            labels_of.setdefault(str(src["name"]), set()).add(str(src["label"]))
-    out: dict[str, list[dict[str, Any]]] = {}
+        src = c.source
+        if src and src.label and src.name:
+            labels_of.setdefault(src.name, set()).add(src.label)
+    out: dict[str, list[RunCase]] = {}
     for c in cases:
-        src = c.get("source") or {}
-        key = source_label(c)
-        if not src.get("label") and len(labels_of.get(str(src.get("name")), ())) == 1:
-            key = next(iter(labels_of[str(src.get("name"))]))
+        src = c.source
+        key = c.source_label
+        name = str(src.name) if src else "None"
+        if not (src and src.label) and len(labels_of.get(name, ())) == 1:
+            key = next(iter(labels_of[name]))
         out.setdefault(key, []).append(c)
     return out
 
 
-def short_commit(run: dict[str, Any]) -> str:
-    git = run.get("git") or {}
-    commit = git.get("commit")
-    if not commit:
+def _or(v: Any, default: str = "?") -> str:
+    return default if v is None else str(v)
+
+
+def short_commit(run: RunRecord) -> str:
+    git = run.git
+    if git is None or not git.commit:
         return "—"
-    return str(commit)[:10] + ("+dirty" if git.get("dirty") else "")
+    return git.commit[:10] + ("+dirty" if git.dirty else "")
 
 
-def machine_text(run: dict[str, Any]) -> str:
-    env = run.get("environment") or {}
-    parts = [str(env.get("cpu_model", "?")), f"{env.get('cpu_count', '?')} cores", f"{env.get('torch_threads', '?')} threads"]
-    if env.get("cuda_device"):
-        parts.append(str(env["cuda_device"]))
+def machine_text(run: RunRecord) -> str:
+    env = run.env
+    parts = [_or(env.cpu_model), f"{_or(env.cpu_count)} cores", f"{_or(env.torch_threads)} threads"]
+    if env.cuda_device:
+        parts.append(env.cuda_device)
     return ", ".join(parts)
 
 
@@ -344,30 +325,30 @@ def run_facts(run: LoadedRun) -> dict[str, str]:
     """The summary facts of one run, as text (unescaped)."""
     d = run.data
     cases = run.cases
-    failed = sum(1 for c in cases if not run.case_ok(c))
-    suite = d.get("suite") or {}
-    env = d.get("environment") or {}
+    failed = sum(1 for c in cases if not c.ok)
+    suite = d.suite
+    env = d.env
     if run.kind == "bench":
         # a bench file has no suite: its settings are the sizes, repeats and threads
-        sizes = ", ".join(size_text(n) for n in suite.get("sizes") or [])
-        suite_text = f"bench: sizes {sizes or '?'}, {suite.get('repeats', '?')} repeats, {suite.get('threads', '?')} threads"
+        sizes = ", ".join(size_text(n) for n in (suite.sizes if suite else None) or [])
+        suite_text = f"bench: sizes {sizes or '?'}, {_or(suite and suite.repeats)} repeats, {_or(suite and suite.threads)} threads"
     else:
-        suite_text = f"{suite.get('name', '?')} (hash {str(d.get('suite_hash', '?'))[:8]})"
-    status = d.get("status")
+        suite_text = f"{_or(suite and suite.name)} (hash {_or(d.suite_hash)[:8]})"
+    status = d.status
     if status is None and run.kind == "bench":
-        status = "complete"  # `gcbench bench` writes its file once, after every case
+        status = "complete"  # `gcbench bench` wrote its file once, after every case, without a status before 0.2
     return {
         "run": run.run_id,
         "kind": run.kind,
         "suite": suite_text,
-        "date": str(d.get("created_utc", "?")),
+        "date": _or(d.created_utc),
         "status": str(status or "?"),
         "cases": f"{len(cases) - failed} ok" + (f", {failed} failed" if failed else ""),
         "machine": machine_text(d),
-        "device": str(env.get("device", "?")),
-        "gcbench": str(d.get("gcbench_version", "?")),
+        "device": _or(env.device),
+        "gcbench": _or(d.gcbench_version),
         "commit": short_commit(d),
-        "torch": str(env.get("torch", "?")),
+        "torch": _or(env.torch),
         "file": str(run.path),
     }
 
@@ -388,33 +369,77 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 def summary_tables(run: LoadedRun) -> list[Table]:
     """The tables of one results file: one per gradient source of a run, one for a train or bench file."""
     if run.kind == "train":
-        return [train_table(run)]
+        return [train_table(run.cases, f"{run.run_id} — training: {train_description(run)}")]
     if run.kind == "bench":
         return [bench_table(run)]
+    return case_tables(run.cases, run.run_id)
+
+
+def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
+    """One summary table per gradient source of run/compare cases, each followed by its per-phase table if it has one."""
     tables = []
-    for src, cases in by_source(run.cases).items():
-        t = Table(title=f"{rich_escape(run.run_id)} — {rich_escape(src)}", title_justify="left")
+    for src, group in by_source(cases).items():
+        t = Table(title=f"{rich_escape(title)} — {rich_escape(src)}", title_justify="left")
         t.add_column("case", no_wrap=True)
         for col in SUMMARY_COLUMNS:
             t.add_column(col.header, justify="right", no_wrap=True)
         errors = []
-        for c in cases:
-            if c.get("status") != "ok":
+        for c in group:
+            if not c.ok:
                 # the error goes under the table: in a cell it would stretch one numeric column
                 t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(SUMMARY_COLUMNS) - 1))
-                errors.append(f"[red]{rich_escape(case_name(c))} failed:[/] {rich_escape(str(c.get('error', '')))}")
+                errors.append(f"[red]{rich_escape(case_name(c))} failed:[/] {rich_escape(c.error_text)}")
                 continue
             t.add_row(rich_escape(case_name(c)), *[fmt(col.get(c), col.kind) for col in SUMMARY_COLUMNS])
         if errors:
             t.caption = "\n".join(errors)
             t.caption_justify = "left"
         tables.append(t)
-        phases = phase_table(cases, f"{run.run_id} — {src}")
+        phases = phase_table(group, f"{title} — {src}")
         if phases is not None:
             phases.caption = rich_escape(PHASE_NOTE)
             phases.caption_justify = "left"
             tables.append(phases)
     return tables
+
+
+def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
+    """What ``gcbench run`` prints after a run: the per-source tables of its cases and the footnote."""
+    return [*case_tables(cases, title), Text(FOOTNOTE)]
+
+
+def head_to_head_output(cases: Sequence[RunCase], granularity: str) -> list[RenderableType]:
+    """What ``gcbench compare`` prints: every metric of the cases side by side (best in green), failures, notes, phases."""
+    src = cases[0].source_label if cases else ""
+    first = next((c for c in cases if c.ok), None)
+    workers = "?" if first is None or first.workers is None else first.workers
+    steps = "?" if first is None or first.steps is None else first.steps
+    t = Table(title=rich_escape(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity}"),
+              title_justify="left")
+    t.add_column("metric")
+    for c in cases:
+        t.add_column(rich_escape(case_name(c)), justify="right")
+    for r in head_to_head(cases):
+        cells = []
+        for i, v in enumerate(r.values):
+            text = fmt(v, r.spec.format)
+            if r.best == i:
+                text = f"[bold green]{text}[/]"
+            elif r.not_significant[i]:
+                text = f"{text} ≈"
+            cells.append(text)
+        t.add_row(r.spec.label + (" ↑" if r.spec.higher_is_better else " ↓"), *cells)
+    out: list[RenderableType] = [t]
+    out += [Text.from_markup(f"[red]{rich_escape(c.label)} failed:[/] {rich_escape(c.error_text)}") for c in cases if not c.ok]
+    ref = {c.label: c.fidelity.reference for c in cases if c.ok and c.fidelity}
+    if any(v != "gradient" for v in ref.values()):
+        out.append(Text("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items())))
+    out.append(Text("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
+                    f"{DAGGER} = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run."))
+    phases = phase_table(cases, "gcbench compare")
+    if phases is not None:
+        out += [phases, Text(PHASE_NOTE)]
+    return out
 
 
 # ----------------------------------------------------------------------------- phases (LGC)
@@ -459,7 +484,7 @@ def phase_values(row: PhaseRow, windows: Sequence[Window], detail: bool = False)
     return [*vals, row.overall_ratio, row.final_drift]
 
 
-def phase_table(cases: Sequence[dict[str, Any]], title: str) -> Table | None:
+def phase_table(cases: Sequence[RunCase], title: str) -> Table | None:
     """The per-phase table of one source (terminal), or ``None`` if no case of it has phases."""
     windows = source_windows(cases)
     if not windows:
@@ -491,7 +516,7 @@ def worker_cells(wt: WorkerTraffic) -> list[str]:
             " / ".join(fmt(v, "int") for v in wt.received)]
 
 
-def markdown_phases(cases: Sequence[dict[str, Any]]) -> str:
+def markdown_phases(cases: Sequence[RunCase]) -> str:
     """The per-phase table of one source as Markdown ('' if no case of it has phases)."""
     windows = source_windows(cases)
     if not windows:
@@ -513,21 +538,21 @@ def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"[red]{rich_escape(n)} failed:[/] {rich_escape(e)}" for n, e in names_errors)
 
 
-def train_table(run: LoadedRun) -> Table:
-    """A train file: one row per compressor (the columns of ``gcbench train``), notes and failures under it."""
-    t = Table(title=f"{rich_escape(run.run_id)} — training: {rich_escape(train_description(run))}", title_justify="left")
+def train_table(cases: Sequence[TrainCase], title: str) -> Table:
+    """Train cases: one row per compressor (the columns of ``gcbench train``), notes and failures under it."""
+    t = Table(title=rich_escape(title), title_justify="left")
     t.add_column("compressor", no_wrap=True)
     for col in TRAIN_COLUMNS:
         t.add_column(col.header, justify="right", no_wrap=True)
     errors = []
-    for c in run.cases:
-        if not run.case_ok(c):
+    for c in cases:
+        if not c.ok:
             t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(TRAIN_COLUMNS) - 1))
-            errors.append((case_name(c), str(c.get("error", ""))))
+            errors.append((case_name(c), c.error_text))
             continue
         t.add_row(rich_escape(case_name(c)), *[col.text(c) for col in TRAIN_COLUMNS])
     lines = [_failure_caption(errors)] if errors else []
-    lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in train_notes(run)]
+    lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in train_notes(cases)]
     lines.append(rich_escape(TRAIN_FOOTNOTE))
     t.caption = "\n".join(lines)
     t.caption_justify = "left"
@@ -544,57 +569,67 @@ def bench_table(run: LoadedRun) -> Table:
     t.add_column("verdict", no_wrap=True)
     errors = []
     for c in run.cases:
-        if not run.case_ok(c):
-            t.add_row(rich_escape(bench_name(c)), fmt(_path("numel")(c), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
+        if not c.ok:
+            t.add_row(rich_escape(bench_name(c)), fmt(c.metric("numel"), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
                       "", "[red]error[/]")
-            errors.append((bench_name(c), str(c.get("error", ""))))
+            errors.append((bench_name(c), c.error_text))
             continue
         target, mark = bench_target(c)
         style = {"pass": "green", "short": "red"}.get(mark)
+        change = "" if c.baseline_change is None else f" ({100 * c.baseline_change:+.0f}% vs base)"  # `bench --baseline`
         t.add_row(rich_escape(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
-                  f"[{style}]{mark}[/]" if style else mark)
-    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)])
+                  (f"[{style}]{mark}[/]" if style else mark) + change)
+    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)] + bench_roofline(run.cases))
     t.caption_justify = "left"
     return t
 
 
-def bench_name(rec: dict[str, Any]) -> str:
+def bench_roofline(cases: Sequence[BenchCase]) -> list[str]:
+    """The median copy time of the cases that ran, the roofline every kernel time is a multiple of ([] when none ran)."""
+    copy_s = [c.copy_.median_s for c in cases if c.ok and c.copy_ is not None and c.copy_.median_s is not None]
+    if not copy_s:
+        return []
+    return [f"copy roofline (same tensor into a preallocated buffer): median {1e3 * statistics.median(copy_s):.2f} ms."]
+
+
+def bench_name(rec: BenchCase) -> str:
     """A bench record's row name: its label (the compressor, or ``name:key=value`` for a spec with parameters)."""
-    return str(rec.get("label") or rec.get("compressor", "?"))
+    return rec.name
 
 
-def train_description(run: LoadedRun) -> str:
-    """Task, workers, epochs and target of a train file, from its first completed case (else its settings)."""
-    tr = next((c["training"] for c in run.cases if run.case_ok(c) and isinstance(c.get("training"), dict)), None)
-    cfg = (run.data.get("suite") or {}).get("config") or {}
+def train_description(run: LoadedRun | Sequence[TrainCase]) -> str:
+    """Task, workers, epochs and target of a train file (or of its cases), from its first completed case (else its settings)."""
+    cases = run.cases if isinstance(run, LoadedRun) else run
+    tr = next((c.training for c in cases if c.ok and c.training is not None), None)
     if tr is None:
+        suite = run.data.suite if isinstance(run, LoadedRun) else None
+        cfg = (suite.config if suite else None) or {}
         return f"task {cfg.get('task', '?')}, {cfg.get('workers', '?')} workers, target accuracy {cfg.get('target', '?')}"
-    task = tr.get("task") or {}
-    target = tr.get("target_accuracy")
-    return (f"{task.get('name', '?')} ({task.get('model', '?')}), {tr.get('workers', '?')} workers × "
-            f"{tr.get('threads_per_worker', '?')} thread(s), {tr.get('epochs', '?')} epochs, batch {tr.get('batch_size_per_worker', '?')} "
-            f"per worker, lr {tr.get('lr', '?')}, target {'?' if target is None else f'{target:g}'} accuracy")
+    task = tr.task
+    target = tr.target_accuracy
+    return (f"{_or(task and task.name)} ({_or(task and task.model)}), {_or(tr.workers)} workers × "
+            f"{_or(tr.threads_per_worker)} thread(s), {_or(tr.epochs)} epochs, batch {_or(tr.batch_size_per_worker)} "
+            f"per worker, lr {_or(tr.lr)}, target {'?' if target is None else f'{target:g}'} accuracy")
 
 
 def bench_description(run: LoadedRun) -> str:
-    suite = run.data.get("suite") or {}
-    env = run.data.get("environment") or {}
-    return (f"{suite.get('threads', '?')} threads, {env.get('device', '?')}; times are medians of {suite.get('repeats', '?')} "
+    suite = run.data.suite
+    return (f"{_or(suite and suite.threads)} threads, {_or(run.data.env.device)}; times are medians of {_or(suite and suite.repeats)} "
             f"repeats; {machine_text(run.data)}")
 
 
-def train_notes(run: LoadedRun) -> list[str]:
+def train_notes(cases: LoadedRun | Sequence[TrainCase]) -> list[str]:
     """What a reader of a train table must know: diverged losses, replicas that disagree, protocol notes."""
     notes = []
-    for c in run.cases:
-        tr = c.get("training") if run.case_ok(c) else None
-        if not isinstance(tr, dict):
+    for c in cases.cases if isinstance(cases, LoadedRun) else cases:
+        tr = c.training if c.ok else None
+        if tr is None:
             continue
-        if tr.get("diverged"):
-            notes.append(f"{case_name(c)}: the training loss became NaN or infinite; training stopped after epoch {tr.get('epochs', '?')}")
-        if tr.get("replicas_consistent") is False:
+        if tr.diverged:
+            notes.append(f"{case_name(c)}: the training loss became NaN or infinite; training stopped after epoch {_or(tr.epochs)}")
+        if tr.replicas_consistent is False:
             notes.append(f"{case_name(c)}: the workers' parameters differ at the end (replicas diverged)")
-        note = (tr.get("hook") or {}).get("protocol_note")
+        note = tr.hook.protocol_note if tr.hook else None
         if note:
             notes.append(f"{case_name(c)}: {note}")
     return notes
@@ -728,8 +763,8 @@ def markdown_train(run: LoadedRun) -> str:
              f"torch {md_escape(f['torch'])}.", ""]
     rows = []
     for c in run.cases:
-        if not run.case_ok(c):
-            rows.append([md_escape(case_name(c)), f"failed: {md_escape(str(c.get('error', '')))}", *[""] * (len(TRAIN_COLUMNS) - 1)])
+        if not c.ok:
+            rows.append([md_escape(case_name(c)), f"failed: {md_escape(c.error_text)}", *[""] * (len(TRAIN_COLUMNS) - 1)])
         else:
             rows.append([md_escape(case_name(c)), *[md_escape(col.text(c)) for col in TRAIN_COLUMNS]])
     headers = ["compressor", *[md_escape(c.header) for c in TRAIN_COLUMNS]]
@@ -748,8 +783,8 @@ def markdown_bench(run: LoadedRun) -> str:
              f"commit {md_escape(f['commit'])}, torch {md_escape(f['torch'])}.", ""]
     rows = []
     for c in run.cases:
-        if not run.case_ok(c):
-            rows.append([md_escape(bench_name(c)), fmt(_path("numel")(c), "int"), f"failed: {md_escape(str(c.get('error', '')))}",
+        if not c.ok:
+            rows.append([md_escape(bench_name(c)), fmt(c.metric("numel"), "int"), f"failed: {md_escape(c.error_text)}",
                          *[""] * (len(BENCH_COLUMNS) - 2), "", "error"])
         else:
             target, mark = bench_target(c)
@@ -773,8 +808,8 @@ def markdown_summary(run: LoadedRun) -> str:
     for src, cases in by_source(run.cases).items():
         rows = []
         for c in cases:
-            if c.get("status") != "ok":
-                rows.append([md_escape(case_name(c)), f"failed: {md_escape(str(c.get('error', '')))}", *[""] * (len(SUMMARY_COLUMNS) - 1)])
+            if not c.ok:
+                rows.append([md_escape(case_name(c)), f"failed: {md_escape(c.error_text)}", *[""] * (len(SUMMARY_COLUMNS) - 1)])
             else:
                 rows.append([md_escape(case_name(c)), *[fmt(col.get(c), col.kind) for col in SUMMARY_COLUMNS]])
         parts += [f"### {md_escape(src)}", "", md_table(headers, rows, [False] + [True] * len(SUMMARY_COLUMNS)), ""]

@@ -24,18 +24,20 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gcbench.core.errors import GcbenchError
+from gcbench.results.record import MeasureRecord, RunCase, RunRecord, as_record
 
 PAPERS_FILE = Path(__file__).resolve().parents[2] / "baselines" / "papers.toml"
 CLAIMS_SCHEMA = 1
 
 # metric name -> path into a case record; everything else is an end-to-end training claim
-MEASURED: dict[str, tuple[str, str]] = {"ratio": ("size", "ratio"), "bits_per_element": ("size", "bits_per_element")}
+# the claim metrics gcbench measures: names of RunCase.metric
+MEASURED = ("ratio", "bits_per_element")
 MODEL_SOURCES = ("live", "trace")
 
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
@@ -77,28 +79,27 @@ class Claim:
             text += f" (baseline {format_value(self.baseline_value, self.unit)})"
         return text
 
-    def matches_case(self, case: dict[str, Any]) -> bool:
+    def matches_case(self, case: RunCase) -> bool:
         """Same compressor on gradients of the same model (live or trace source; see module docstring)."""
-        if case.get("compressor") != self.compressor:
+        if case.compressor != self.compressor:
             return False
-        src = case.get("source") or {}
-        if src.get("kind") not in MODEL_SOURCES:
+        src = case.source
+        if src is None or src.kind not in MODEL_SOURCES:
             return False
         if self.model == "*":
             return True
-        model = src.get("model")
-        return isinstance(model, str) and model.lower() == self.model.lower()
+        return isinstance(src.model, str) and src.model.lower() == self.model.lower()
 
-    def differences(self, case: dict[str, Any]) -> list[str]:
+    def differences(self, case: RunCase) -> list[str]:
         """Where the case's configuration differs from the paper's wire format (empty = the same)."""
         diffs = []
-        params = case.get("params") or {}
+        params = case.params or {}
         for key, want in self.params.items():
             got = params.get(key)
             if not _same_value(got, want):
                 diffs.append(f"{key}={_show(got)} (paper: {_show(want)})")
-        if self.granularity is not None and case.get("granularity") != self.granularity:
-            diffs.append(f"granularity={_show(case.get('granularity'))} (paper: {self.granularity})")
+        if self.granularity is not None and case.granularity != self.granularity:
+            diffs.append(f"granularity={_show(case.granularity)} (paper: {self.granularity})")
         return diffs
 
 
@@ -262,28 +263,26 @@ def _type_name(typ: type | tuple[type, ...]) -> str:
 # ----------------------------------------------------------------------------- matching
 
 
-def match_claims(claims: Sequence[Claim], runs: Sequence[dict[str, Any]]) -> list[ClaimResult]:
-    """Every claim with the cases of ``runs`` (loaded results dicts) that measure it."""
+def match_claims(claims: Sequence[Claim], runs: Sequence[RunRecord | Mapping[str, Any]]) -> list[ClaimResult]:
+    """Every claim with the cases of ``runs`` (results records, or dicts validated here) that measure it.
+
+    Only ``run``/``compare`` cases measure claims: train and bench cases have no gradient source.
+    """
+    records = [r for r in (as_record(x) for x in runs) if isinstance(r, MeasureRecord)]
     results = []
     for claim in claims:
         found = []
-        for run in runs:
-            for case in run.get("cases", []):
+        for run in records:
+            for case in run.cases:
                 if not claim.matches_case(case):
                     continue
-                src = case.get("source") or {}
-                ok = case.get("status") == "ok"
-                value = None
-                if ok and claim.measurable:
-                    section, key = MEASURED[claim.metric]
-                    value = (case.get(section) or {}).get(key)
                 found.append(Measurement(
-                    run_id=str(run.get("run_id", "?")),
-                    case_label=str(case.get("label", "?")),
-                    source_label=str(src.get("label") or src.get("name") or "?"),
-                    value=value,
+                    run_id=str(run.run_id or "?"),
+                    case_label=case.label,
+                    source_label=case.source_label,
+                    value=case.metric(claim.metric) if case.ok and claim.measurable else None,
                     differences=tuple(claim.differences(case)),
-                    error=None if ok else str(case.get("error", "failed")),
+                    error=None if case.ok else case.error_text or "failed",
                 ))
         results.append(ClaimResult(claim, tuple(found)))
     return results

@@ -9,7 +9,7 @@ new values, the relative change, a p-value where raw samples exist, and a verdic
   (kind, shapes/model, seed, workers, steps; a trace's manifest facts but not its folder, which may
   move between machines), granularity or unit count changed is not comparable on any metric: the
   numbers measure different things.  Timing metrics are also not comparable
-  across machines (:func:`gcbench.results.store.machine_key`: CPU model, cores, threads, GPU) or when
+  across machines (:meth:`gcbench.results.record.Environment.machine_key`: CPU model, cores, threads, GPU) or when
   the case was timed on another device or thread count.  The suite hash itself is reported as a
   note, not used as a verdict: adding a compressor to a suite changes the hash but not the other
   cases, and every setting that decides a case is checked per case above.
@@ -39,7 +39,7 @@ Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — u
   machine's load of the moment.  For the same reason the Mann–Whitney test runs on the raw
   samples divided by that process's copy median (``samples_s / copy.median_s``), not on raw
   seconds: a uniformly slower process is not a slower kernel.
-* A pair is not comparable when the machine (:func:`gcbench.results.store.machine_key`), the
+* A pair is not comparable when the machine (:meth:`gcbench.results.record.Environment.machine_key`), the
   compressor's version or parameters, or the benchmark's thread count or device differ.
 * The same threshold-and-test rule as above decides better / worse / ~.
 
@@ -55,7 +55,7 @@ with one :class:`~gcbench.core.errors.ResultsError` line.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,7 @@ from scipy import stats
 
 from gcbench.core.errors import ResultsError
 from gcbench.results.metrics import METRICS, mann_whitney
-from gcbench.results.store import machine_key, run_finished
+from gcbench.results.record import BenchCase, BenchRecord, RunCase, RunRecord, TrainCase, as_record
 
 BETTER = "better"
 WORSE = "worse"
@@ -86,12 +86,13 @@ _UNIT = {m.name: m.unit for m in METRICS}
 
 @dataclass(frozen=True)
 class Compared:
-    """A metric that comparisons look at: where its value, raw samples and standard error live."""
+    """A metric that comparisons look at, by its name in :data:`gcbench.results.metrics.METRICS`.
 
-    name: str  # a name in gcbench.results.metrics.METRICS (gives direction and unit)
-    path: tuple[str | int, ...]
-    samples: tuple[str, ...] | None = None
-    se: tuple[str, ...] | None = None
+    Its value, raw samples and standard error are read from a case by name
+    (:meth:`gcbench.results.record.RunCase.metric`, ``samples``, ``standard_error``).
+    """
+
+    name: str
     timing: bool = False
 
     @property
@@ -100,29 +101,15 @@ class Compared:
 
 
 COMPARED: tuple[Compared, ...] = (
-    Compared("ratio", ("size", "ratio")),
-    Compared("bits_per_element", ("size", "bits_per_element")),
-    Compared("q", ("fidelity", "q", "model"), samples=("fidelity", "q_samples")),
-    Compared("bias2", ("fidelity", "bias2", "model"), se=("fidelity", "bias2", "se_mean")),
-    Compared("variance", ("fidelity", "variance", "model")),
-    Compared("cosine", ("fidelity", "cosine", "mean")),
-    Compared("aggregate_q", ("aggregate", "q", "model")),
-    Compared("ef_drift", ("ef_drift", "sum_drift", -1)),
-    Compared("aggregate_drift", ("aggregate", "sum_drift", -1)),
-    Compared("compress_s", ("timing", "compress", "median_s"), samples=("timing", "compress", "samples_s"), timing=True),
-    Compared("decompress_s", ("timing", "decompress", "median_s"), samples=("timing", "decompress", "samples_s"), timing=True),
+    *(Compared(n) for n in ("ratio", "bits_per_element", "q", "bias2", "variance", "cosine", "aggregate_q", "ef_drift",
+                            "aggregate_drift")),
+    Compared("compress_s", timing=True),
+    Compared("decompress_s", timing=True),
 )
 
 
 # training runs (kind = "train", gcbench.distributed.train): what training reached, besides the bytes it sent
-COMPARED_TRAIN: tuple[Compared, ...] = (
-    Compared("final_accuracy", ("training", "final_accuracy")),
-    Compared("final_loss", ("training", "final_loss")),
-    Compared("ratio", ("size", "ratio")),
-    Compared("bits_per_element", ("size", "bits_per_element")),
-)
-# the training settings that decide a train case's numbers (its curve and results are not settings)
-_TRAIN_SETTINGS = ("task", "metric", "workers", "epochs", "steps", "batch_size_per_worker", "lr")
+COMPARED_TRAIN: tuple[Compared, ...] = tuple(Compared(n) for n in ("final_accuracy", "final_loss", "ratio", "bits_per_element"))
 
 
 @dataclass(frozen=True)
@@ -164,27 +151,9 @@ class Comparison:
         return {k: v for k, v in out.items() if v}
 
 
-def dig(rec: Any, path: Sequence[str | int]) -> Any:
-    """``rec[path[0]][path[1]]...`` or None when any step is missing (ints index lists)."""
-    for key in path:
-        if rec is None:
-            return None
-        if isinstance(key, int):
-            rec = rec[key] if isinstance(rec, list) and -len(rec) <= key < len(rec) else None
-        else:
-            rec = rec.get(key) if isinstance(rec, dict) else None
-    return rec
-
-
-def source_label(case: dict[str, Any]) -> str:
-    src = case.get("source") or {}
-    task = ((case.get("training") or {}).get("task") or {}).get("name")  # a training run names its task instead
-    return str(src.get("label") or src.get("name") or task or "?")
-
-
-def _source_name(case: dict[str, Any]) -> str:
-    src = case.get("source") or {}
-    return str(src.get("name") or src.get("label") or "?")
+def source_label(case: RunCase | TrainCase) -> str:
+    """The source's label of a run case (its name for a failed one), the task's name of a train case."""
+    return case.source_label
 
 
 def relative_change(base: float, new: float) -> float:
@@ -204,71 +173,54 @@ def z_test(base: float, new: float, se_base: float, se_new: float) -> float | No
     return float(2.0 * stats.norm.sf(abs(new - base) / s))
 
 
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
-def _samples(case: dict[str, Any], path: tuple[str, ...] | None) -> list[float]:
-    vals = dig(case, path) if path else None
-    if not isinstance(vals, list):
-        return []
-    return [float(v) for v in vals if _number(v) is not None]
-
-
-def _case_config_diff(base: dict[str, Any], new: dict[str, Any]) -> str:
+def _case_config_diff(base: RunCase | TrainCase, new: RunCase | TrainCase) -> str:
     """Why two cases measure different things ("" when they measure the same thing)."""
-    if base.get("compressor") != new.get("compressor"):
-        return f"compressor {base.get('compressor')} → {new.get('compressor')}"
-    if base.get("version") != new.get("version"):
-        return f"{new.get('compressor')} version {base.get('version')} → {new.get('version')}"
-    if (base.get("params") or {}) != (new.get("params") or {}):
-        changed = sorted(k for k in set(base.get("params") or {}) | set(new.get("params") or {})
-                         if (base.get("params") or {}).get(k) != (new.get("params") or {}).get(k))
-        return "parameters changed: " + ", ".join(changed)
-    # the label is presentation and a trace's folder may move between machines; everything else identifies the gradients
-    sb = {k: v for k, v in (base.get("source") or {}).items() if k not in ("label", "path")}
-    sn = {k: v for k, v in (new.get("source") or {}).items() if k not in ("label", "path")}
+    if base.compressor != new.compressor:
+        return f"compressor {base.compressor} → {new.compressor}"
+    if base.version != new.version:
+        return f"{new.compressor} version {base.version} → {new.version}"
+    pb, pn = base.params or {}, new.params or {}
+    if pb != pn:
+        return "parameters changed: " + ", ".join(sorted(k for k in set(pb) | set(pn) if pb.get(k) != pn.get(k)))
+    sb = base.source.identity() if base.source else {}
+    sn = new.source.identity() if new.source else {}
     if sb != sn:
-        changed = sorted(k for k in set(sb) | set(sn) if sb.get(k) != sn.get(k))
-        return "source changed: " + ", ".join(changed)
+        return "source changed: " + ", ".join(sorted(k for k in set(sb) | set(sn) if sb.get(k) != sn.get(k)))
     for key in ("granularity", "units", "workers", "steps"):
-        if base.get(key) != new.get(key):
-            return f"{key} {base.get(key)} → {new.get(key)}"
-    tb, tn = base.get("training") or {}, new.get("training") or {}
-    changed = [k for k in _TRAIN_SETTINGS if tb.get(k) != tn.get(k)]
+        vb, vn = getattr(base, key, None), getattr(new, key, None)
+        if vb != vn:
+            return f"{key} {vb} → {vn}"
+    tb = base.training.settings() if isinstance(base, TrainCase) and base.training else {}
+    tn = new.training.settings() if isinstance(new, TrainCase) and new.training else {}
+    changed = [k for k in (tb or tn) if tb.get(k) != tn.get(k)]
     if changed:
         return "training settings changed: " + ", ".join(changed)
     return ""
 
 
-def _timing_diff(base_run: dict[str, Any], new_run: dict[str, Any], base: dict[str, Any], new: dict[str, Any]) -> str:
+def _timing_diff(base_run: RunRecord, new_run: RunRecord, base: RunCase, new: RunCase) -> str:
     """Why timings of two cases are not comparable ("" when they are)."""
-    mb, mn = machine_key(base_run.get("environment") or {}), machine_key(new_run.get("environment") or {})
+    mb, mn = base_run.env.machine_key(), new_run.env.machine_key()
     if mb != mn:
         return f"machine changed: {mb} → {mn}"
-    tb, tn = base.get("timing") or {}, new.get("timing") or {}
     for key in ("device", "threads"):
-        if tb.get(key) != tn.get(key):
-            return f"timing {key} {tb.get(key)} → {tn.get(key)}"
+        vb, vn = getattr(base.timing, key, None), getattr(new.timing, key, None)
+        if vb != vn:
+            return f"timing {key} {vb} → {vn}"
     return ""
 
 
-def compare_metric(spec: Compared, base: dict[str, Any], new: dict[str, Any], threshold: float, alpha: float,
+def compare_metric(spec: Compared, base: RunCase | TrainCase, new: RunCase | TrainCase, threshold: float, alpha: float,
                    not_comparable: str = "") -> Row | None:
     """The row of one metric of one matched pair of cases (None when neither run has the metric)."""
-    b, n = _number(dig(base, spec.path)), _number(dig(new, spec.path))
-    common = {"source": source_label(new), "case": str(new.get("label")), "metric": spec.name, "baseline": b, "new": n,
+    b, n = base.metric(spec.name), new.metric(spec.name)
+    common = {"source": source_label(new), "case": new.label, "metric": spec.name, "baseline": b, "new": n,
               "higher_is_better": spec.higher_is_better, "unit": _UNIT[spec.name]}
     if b is None and n is None:
         return None
-    se: tuple[float, float] | None = None
-    if spec.se is not None:
-        se_b, se_n = _number(dig(base, spec.se)), _number(dig(new, spec.se))
-        if se_b is not None and se_n is not None:
-            se = (se_b, se_n)
-    return judge(common, b, n, _samples(base, spec.samples), _samples(new, spec.samples), se, threshold, alpha, not_comparable)
+    se_b, se_n = base.standard_error(spec.name), new.standard_error(spec.name)
+    se = (se_b, se_n) if se_b is not None and se_n is not None else None
+    return judge(common, b, n, base.samples(spec.name), new.samples(spec.name), se, threshold, alpha, not_comparable)
 
 
 def judge(common: dict[str, Any], b: float | None, n: float | None, sb: Sequence[float], sn: Sequence[float],
@@ -302,22 +254,24 @@ def judge(common: dict[str, Any], b: float | None, n: float | None, sb: Sequence
     return Row(**common, change=change, p_value=p, verdict=BETTER if improved else WORSE, reason=reason)
 
 
-def _index(cases: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    out: dict[tuple[str, str], dict[str, Any]] = {}
+Case = RunCase | TrainCase
+
+
+def _index(cases: Sequence[Case]) -> dict[tuple[str, str], Case]:
+    out: dict[tuple[str, str], Case] = {}
     for c in cases:
-        out.setdefault((source_label(c), str(c.get("label"))), c)
+        out.setdefault((source_label(c), c.label), c)
     return out
 
 
-def match_cases(base_cases: Sequence[dict[str, Any]], new_cases: Sequence[dict[str, Any]]
-                ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
+def match_cases(base_cases: Sequence[Case], new_cases: Sequence[Case]) -> tuple[list[tuple[Case, Case]], list[Case], list[Case]]:
     """(matched pairs in the new run's order, new-only cases, baseline-only cases)."""
     bi = _index(base_cases)
     used: set[int] = set()
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    pairs: list[tuple[Case, Case]] = []
     unmatched_new = []
     for c in new_cases:
-        b = bi.get((source_label(c), str(c.get("label"))))
+        b = bi.get((source_label(c), c.label))
         if b is not None and id(b) not in used:
             used.add(id(b))
             pairs.append((b, c))
@@ -327,8 +281,7 @@ def match_cases(base_cases: Sequence[dict[str, Any]], new_cases: Sequence[dict[s
     rest_base = [b for b in base_cases if id(b) not in used]
     only_new = []
     for c in unmatched_new:
-        hits = [b for b in rest_base if id(b) not in used and str(b.get("label")) == str(c.get("label"))
-                and _source_name(b) == _source_name(c)]
+        hits = [b for b in rest_base if id(b) not in used and b.label == c.label and b.source_name == c.source_name]
         if len(hits) == 1:
             used.add(id(hits[0]))
             pairs.append((hits[0], c))
@@ -344,14 +297,9 @@ def match_cases(base_cases: Sequence[dict[str, Any]], new_cases: Sequence[dict[s
 _CASE_FAMILY = {"run": "run", "compare": "run"}
 
 
-def results_kind(data: dict[str, Any]) -> str:
-    """The kind of a loaded results file (files from before kinds existed are runs)."""
-    return str(data.get("kind") or "run")
-
-
-def compare_runs(baseline: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD,
+def compare_runs(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapping[str, Any], threshold: float = DEFAULT_THRESHOLD,
                  alpha: float = DEFAULT_ALPHA) -> Comparison:
-    """Compare two loaded results dicts (see the module docstring for every rule).
+    """Compare two results records (or results dicts, validated here; see the module docstring for every rule).
 
     Two bench files go to :func:`compare_bench`; files of different kinds raise :class:`ResultsError`.
     """
@@ -359,54 +307,120 @@ def compare_runs(baseline: dict[str, Any], new: dict[str, Any], threshold: float
         raise ValueError(f"threshold must be ≥ 0, got {threshold}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    kb, kn = results_kind(baseline), results_kind(new)
+    base_rec, new_rec = as_record(baseline), as_record(new)
+    kb, kn = base_rec.kind, new_rec.kind
     if _CASE_FAMILY.get(kb, kb) != _CASE_FAMILY.get(kn, kn):
-        raise ResultsError(f"cannot compare a {kn} results file ({new.get('run_id', '?')}) against a {kb} baseline "
-                           f"({baseline.get('run_id', '?')}): --baseline needs two results files of the same kind")
-    if kb == "bench":
-        return compare_bench(baseline, new, threshold, alpha)
-    cmp = Comparison(str(baseline.get("run_id", "baseline")), str(new.get("run_id", "new")), threshold, alpha)
-    mb, mn = machine_key(baseline.get("environment") or {}), machine_key(new.get("environment") or {})
+        raise ResultsError(f"cannot compare a {kn} results file ({new_rec.run_id or '?'}) against a {kb} baseline "
+                           f"({base_rec.run_id or '?'}): --baseline needs two results files of the same kind")
+    if isinstance(base_rec, BenchRecord) and isinstance(new_rec, BenchRecord):
+        return compare_bench(base_rec, new_rec, threshold, alpha)
+    cmp = Comparison(str(base_rec.run_id or "baseline"), str(new_rec.run_id or "new"), threshold, alpha)
+    mb, mn = base_rec.env.machine_key(), new_rec.env.machine_key()
     if mb != mn:
         cmp.notes.append(f"different machines ({mb} vs {mn}): timings are not comparable")
-    if baseline.get("suite_hash") != new.get("suite_hash"):
-        cmp.notes.append(f"suite hash {baseline.get('suite_hash')} → {new.get('suite_hash')}: cases are compared one by one "
+    if base_rec.suite_hash != new_rec.suite_hash:
+        cmp.notes.append(f"suite hash {base_rec.suite_hash} → {new_rec.suite_hash}: cases are compared one by one "
                          "and any case whose settings changed is marked not comparable")
-    if baseline.get("gcbench_version") != new.get("gcbench_version"):
-        cmp.notes.append(f"gcbench {baseline.get('gcbench_version')} → {new.get('gcbench_version')}")
+    if base_rec.gcbench_version != new_rec.gcbench_version:
+        cmp.notes.append(f"gcbench {base_rec.gcbench_version} → {new_rec.gcbench_version}")
 
-    pairs, only_new, only_base = match_cases(baseline.get("cases", []), new.get("cases", []))
+    pairs, only_new, only_base = match_cases(base_rec.cases, new_rec.cases)
     for b, n in pairs:
-        b_ok, n_ok = b.get("status") == "ok", n.get("status") == "ok"
         # a failed record names only its source; its partner may carry the label
-        src = source_label(n) if (n.get("source") or {}).get("label") else source_label(b)
-        case_row = {"source": src, "case": str(n.get("label")), "metric": "", "baseline": None, "new": None,
-                    "change": None, "p_value": None}
-        if not n_ok:
-            verdict = NEW_FAILURE if b_ok else FAILING
-            cmp.rows.append(Row(**case_row, verdict=verdict, reason=str(n.get("error", "failed"))))
+        src = source_label(n) if n.source and n.source.label else source_label(b)
+        case_row = {"source": src, "case": n.label, "metric": "", "baseline": None, "new": None, "change": None, "p_value": None}
+        if not n.ok:
+            cmp.rows.append(Row(**case_row, verdict=NEW_FAILURE if b.ok else FAILING, reason=n.error_text or "failed"))
             continue
-        if not b_ok:
-            cmp.rows.append(Row(**case_row, verdict=FIXED, reason=f"failed in the baseline: {b.get('error', 'failed')}"))
+        if not b.ok:
+            cmp.rows.append(Row(**case_row, verdict=FIXED, reason=f"failed in the baseline: {b.error_text or 'failed'}"))
             continue
         config = _case_config_diff(b, n)
-        timing = config or _timing_diff(baseline, new, b, n)
+        timing = config or (_timing_diff(base_rec, new_rec, b, n) if isinstance(b, RunCase) and isinstance(n, RunCase) else "")
         for spec in COMPARED_TRAIN if kb == "train" else COMPARED:
             row = compare_metric(spec, b, n, threshold, alpha, not_comparable=timing if spec.timing else config)
             if row is not None:
                 cmp.rows.append(row)
     for n in only_new:
-        cmp.rows.append(Row(source_label(n), str(n.get("label")), "", None, None, None, None,
-                            NEW if n.get("status") == "ok" else NEW_FAILURE,
-                            "" if n.get("status") == "ok" else str(n.get("error", "failed"))))
+        cmp.rows.append(Row(source_label(n), n.label, "", None, None, None, None, NEW if n.ok else NEW_FAILURE,
+                            "" if n.ok else n.error_text or "failed"))
     for b in only_base:
-        cmp.rows.append(Row(source_label(b), str(b.get("label")), "", None, None, None, None, MISSING, "not in the new run"))
+        cmp.rows.append(Row(source_label(b), b.label, "", None, None, None, None, MISSING, "not in the new run"))
     return cmp
+
+
+# ----------------------------------------------------------------------------- head to head (``gcbench compare``)
+
+
+@dataclass(frozen=True)
+class SideMetric:
+    """A row of a head-to-head table: its text, the metric (``RunCase.metric``), direction, format and timing samples."""
+
+    label: str
+    metric: str
+    higher_is_better: bool
+    format: str  # a format kind of gcbench.report.terminal.fmt
+    samples: str | None = None  # the timing whose samples decide "within noise of the best"
+
+
+SIDE_METRICS: tuple[SideMetric, ...] = (
+    SideMetric("ratio (payload)", "ratio", True, "ratio"),
+    SideMetric("ratio (all traffic)", "traffic_ratio", True, "ratio"),
+    SideMetric("bits / element", "bits_per_element", False, "g"),
+    SideMetric("bias² (rel.)", "bias2", False, "g"),
+    SideMetric("variance (rel.)", "variance", False, "g"),
+    SideMetric("q = rel. MSE", "q", False, "g"),
+    SideMetric("ω̂ (unbiased)", "omega_hat", False, "g"),
+    SideMetric("δ (Beznosikov)", "delta", False, "g"),
+    SideMetric("cosine", "cosine", True, "g"),
+    SideMetric("aggregate q", "aggregate_q", False, "g"),
+    SideMetric("aggregate Σ drift (end)", "aggregate_drift", False, "g"),
+    SideMetric("EF drift (last step)", "ef_drift", False, "g"),
+    SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s"),
+    SideMetric("decompress GB/s", "decompress_gbps", True, "g", samples="decompress_s"),
+    SideMetric("compress ms", "compress_s", False, "ms", samples="compress_s"),
+    SideMetric("decompress ms", "decompress_s", False, "ms", samples="decompress_s"),
+)
+
+
+@dataclass(frozen=True)
+class SideRow:
+    """One metric of every case side by side, the best case's index, and which others are within timing noise of it."""
+
+    spec: SideMetric
+    values: list[float | None]
+    best: int | None
+    not_significant: list[bool]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.spec.label, "higher_is_better": self.spec.higher_is_better, "values": self.values,
+                "best": self.best, "not_significant": self.not_significant}
+
+
+def head_to_head(cases: Sequence[RunCase]) -> list[SideRow]:
+    """Side-by-side rows of ``gcbench compare``: the best value per row, and timings not significantly different from
+    the best one (two-sided Mann–Whitney p ≥ 0.05 on the raw timing samples)."""
+    rows = []
+    for spec in SIDE_METRICS:
+        vals = [c.metric(spec.metric) if c.ok else None for c in cases]
+        present = [(i, v) for i, v in enumerate(vals) if v is not None]
+        best = None
+        if len(present) > 1:
+            best = (max if spec.higher_is_better else min)(present, key=lambda iv: iv[1])[0]
+        same_as_best = [False] * len(cases)
+        if best is not None and spec.samples is not None:  # within noise of the best?
+            b_samples = cases[best].samples(spec.samples)
+            for i, _ in present:
+                if i != best:
+                    p = mann_whitney(b_samples, cases[i].samples(spec.samples))
+                    same_as_best[i] = p is not None and p >= 0.05
+        rows.append(SideRow(spec, vals, best, same_as_best))
+    return rows
 
 
 # ----------------------------------------------------------------------------- regression gate
 
-def gate_failures(baseline: dict[str, Any], new: dict[str, Any], cmp: Comparison) -> list[str]:
+def gate_failures(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapping[str, Any], cmp: Comparison) -> list[str]:
     """Why ``new`` fails a regression gate against ``baseline`` (empty: it passes); one line per reason.
 
     A gate passes only on evidence: the new run must have finished, run every case of the
@@ -415,9 +429,9 @@ def gate_failures(baseline: dict[str, Any], new: dict[str, Any], cmp: Comparison
     (``failing``) does not pass vacuously.
     """
     out = []
-    for what, data in (("run", new), ("baseline", baseline)):
-        if not run_finished(data):
-            out.append(f"the {what} {data.get('run_id', '?')} did not finish (status {data.get('status')!r}): "
+    for what, data in (("run", as_record(new)), ("baseline", as_record(baseline))):
+        if not data.finished:
+            out.append(f"the {what} {data.run_id or '?'} did not finish (status {data.status!r}): "
                        "an unfinished run cannot pass a regression gate")
     missing = [r for r in cmp.rows if r.verdict == MISSING]
     if missing:
@@ -442,63 +456,49 @@ BENCH_METRICS: tuple[tuple[str, str], ...] = (("compress_x_copy", "compress"), (
 BENCH_UNIT = "× copy"
 
 
-def bench_ok(rec: dict[str, Any]) -> bool:
-    """A bench record that measured something (failed records carry ``error`` and nothing else)."""
-    return not rec.get("error")
-
-
-def bench_source(rec: dict[str, Any]) -> str:
+def bench_source(rec: BenchCase) -> str:
     """The size a bench record was timed at, as the row's "source" ("1,000,000 elements")."""
-    n = rec.get("numel")
-    return f"{n:,} elements" if isinstance(n, int) else "? elements"
+    return f"{rec.numel:,} elements" if rec.numel is not None else "? elements"
 
 
-def copy_normalised_samples(rec: dict[str, Any], section: str) -> list[float]:
-    """``rec[section].samples_s`` divided by the median copy time of the same process ([] without both)."""
-    copy_med = _number(dig(rec, ("copy", "median_s")))
-    if copy_med is None or copy_med <= 0:
-        return []
-    return [s / copy_med for s in _samples(rec, (section, "samples_s"))]
-
-
-def _bench_diff(base_file: dict[str, Any], new_file: dict[str, Any], b: dict[str, Any], n: dict[str, Any]) -> str:
+def _bench_diff(base_file: RunRecord, new_file: RunRecord, b: BenchCase, n: BenchCase) -> str:
     """Why two bench records are not comparable ("" when they are)."""
-    mb, mn = machine_key(base_file.get("environment") or {}), machine_key(new_file.get("environment") or {})
+    mb, mn = base_file.env.machine_key(), new_file.env.machine_key()
     if mb != mn:
         return f"machine changed: {mb} → {mn}"
-    if b.get("version") != n.get("version"):
-        return f"{n.get('compressor')} version {b.get('version')} → {n.get('version')}"
-    if (b.get("params") or {}) != (n.get("params") or {}):
-        changed = sorted(k for k in set(b.get("params") or {}) | set(n.get("params") or {})
-                         if (b.get("params") or {}).get(k) != (n.get("params") or {}).get(k))
-        return "parameters changed: " + ", ".join(changed)
+    if b.version != n.version:
+        return f"{n.compressor} version {b.version} → {n.version}"
+    pb, pn = b.params or {}, n.params or {}
+    if pb != pn:
+        return "parameters changed: " + ", ".join(sorted(k for k in set(pb) | set(pn) if pb.get(k) != pn.get(k)))
     for key in ("threads", "device"):
-        if b.get(key) != n.get(key):
-            return f"{key} {b.get(key)} → {n.get(key)}"
+        if getattr(b, key) != getattr(n, key):
+            return f"{key} {getattr(b, key)} → {getattr(n, key)}"
     return ""
 
 
-def compare_bench(baseline: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD,
+def compare_bench(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapping[str, Any], threshold: float = DEFAULT_THRESHOLD,
                   alpha: float = DEFAULT_ALPHA) -> Comparison:
     """Compare two ``gcbench bench`` results files per (compressor, element count); see the module docstring."""
-    cmp = Comparison(str(baseline.get("run_id", "baseline")), str(new.get("run_id", "new")), threshold, alpha)
-    mb, mn = machine_key(baseline.get("environment") or {}), machine_key(new.get("environment") or {})
+    base_rec, new_rec = as_record(baseline), as_record(new)
+    cmp = Comparison(str(base_rec.run_id or "baseline"), str(new_rec.run_id or "new"), threshold, alpha)
+    mb, mn = base_rec.env.machine_key(), new_rec.env.machine_key()
     if mb != mn:
         cmp.notes.append(f"different machines ({mb} vs {mn}): kernel timings are not comparable")
-    if baseline.get("gcbench_version") != new.get("gcbench_version"):
-        cmp.notes.append(f"gcbench {baseline.get('gcbench_version')} → {new.get('gcbench_version')}")
+    if base_rec.gcbench_version != new_rec.gcbench_version:
+        cmp.notes.append(f"gcbench {base_rec.gcbench_version} → {new_rec.gcbench_version}")
     cmp.notes.append("kernel times are compared as multiples of a copy timed in the same process; the Mann–Whitney test "
                      "runs on each timing sample divided by that process's copy median")
 
-    def key(rec: dict[str, Any]) -> tuple[str, Any]:  # older files have no label: the compressor name is theirs
-        return (str(rec.get("label") or rec.get("compressor")), rec.get("numel"))
+    def key(rec: BenchCase) -> tuple[str, int | None]:  # older files have no label: the compressor name is theirs
+        return (rec.name, rec.numel)
 
-    base_index: dict[tuple[str, Any], dict[str, Any]] = {}
-    for rec in baseline.get("cases", []):
+    base_index: dict[tuple[str, int | None], BenchCase] = {}
+    for rec in base_rec.cases:
         base_index.setdefault(key(rec), rec)
-    seen: set[tuple[str, Any]] = set()
+    seen: set[tuple[str, int | None]] = set()
     untestable: list[int] = []  # sample counts of the pairs whose test can never reach alpha
-    for n in new.get("cases", []):
+    for n in new_rec.cases:
         k = key(n)
         if k in seen:  # a duplicate (compressor, size) in one file: only the first is compared
             continue
@@ -507,30 +507,28 @@ def compare_bench(baseline: dict[str, Any], new: dict[str, Any], threshold: floa
         case_row = {**ident, "metric": "", "baseline": None, "new": None, "change": None, "p_value": None}
         b = base_index.get(k)
         if b is None:
-            cmp.rows.append(Row(**case_row, verdict=NEW if bench_ok(n) else NEW_FAILURE,
-                                reason="" if bench_ok(n) else str(n.get("error"))))
+            cmp.rows.append(Row(**case_row, verdict=NEW if n.ok else NEW_FAILURE, reason="" if n.ok else n.error_text))
             continue
-        if not bench_ok(n):
-            cmp.rows.append(Row(**case_row, verdict=NEW_FAILURE if bench_ok(b) else FAILING, reason=str(n.get("error"))))
+        if not n.ok:
+            cmp.rows.append(Row(**case_row, verdict=NEW_FAILURE if b.ok else FAILING, reason=n.error_text))
             continue
-        if not bench_ok(b):
-            cmp.rows.append(Row(**case_row, verdict=FIXED, reason=f"failed in the baseline: {b.get('error')}"))
+        if not b.ok:
+            cmp.rows.append(Row(**case_row, verdict=FIXED, reason=f"failed in the baseline: {b.error_text}"))
             continue
-        diff = _bench_diff(baseline, new, b, n)
+        diff = _bench_diff(base_rec, new_rec, b, n)
         for metric, section in BENCH_METRICS:
-            vb, vn = _number(b.get(metric)), _number(n.get(metric))
+            vb, vn = b.metric(metric), n.metric(metric)
             if vb is None and vn is None:
                 continue
-            sb, sn = copy_normalised_samples(b, section), copy_normalised_samples(n, section)
+            sb, sn = b.copy_normalised_samples(section), n.copy_normalised_samples(section)
             if not diff and len(sb) >= 2 and len(sn) >= 2 and smallest_p(len(sb), len(sn)) >= alpha:
                 untestable.append(min(len(sb), len(sn)))
             common = {**ident, "metric": metric, "baseline": vb, "new": vn, "higher_is_better": False, "unit": BENCH_UNIT}
             cmp.rows.append(judge(common, vb, vn, sb, sn, None, threshold, alpha, diff))
-    for b in baseline.get("cases", []):
+    for b in base_rec.cases:
         if key(b) not in seen:
             seen.add(key(b))
-            cmp.rows.append(Row(bench_source(b), str(b.get("label") or b.get("compressor")), "", None, None, None, None, MISSING,
-                                "not in the new run"))
+            cmp.rows.append(Row(bench_source(b), b.name, "", None, None, None, None, MISSING, "not in the new run"))
     if untestable:
         cmp.notes.append(f"{len(untestable)} comparison(s) have only {min(untestable)}–{max(untestable)} timing samples per side: "
                          f"no Mann–Whitney p can fall below α = {alpha:g}, so those timings are never called better or worse; "

@@ -33,11 +33,12 @@ gradient; momentum SGD's update for DGC and SDAGC, which fold momentum into what
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gcbench.core.payload import dense_bytes
+from gcbench.results.record import Aggregate, PhaseWindow, RunCase, TrafficPhase, as_case, as_cases
 
 
 @dataclass(frozen=True)
@@ -79,77 +80,83 @@ def _mean(vals: Sequence[Any]) -> float | None:
     return sum(v) / len(v) if v else None
 
 
-def per_step_sent(case: dict[str, Any]) -> list[float]:
+def _phases(case: RunCase) -> list[TrafficPhase]:
+    """The per-step traffic phases of a case: all but the one-time ``setup:*`` bytes."""
+    return [rec for ph, rec in (case.traffic or {}).items() if not ph.startswith("setup")]
+
+
+def per_step_sent(case: RunCase | Mapping[str, Any]) -> list[float]:
     """Mean bytes a worker sent at each step, every traffic phase but one-time ``setup:*`` summed."""
-    steps = case.get("steps")
-    out = [0.0] * (steps if isinstance(steps, int) else 0)
-    for ph, rec in (case.get("traffic") or {}).items():
-        if ph.startswith("setup"):
-            continue
-        for t, v in enumerate((rec.get("per_step_sent") or [])[:len(out)]):
+    case = as_case(case)
+    out = [0.0] * (case.steps or 0)
+    for rec in _phases(case):
+        for t, v in enumerate((rec.per_step_sent or [])[:len(out)]):
             out[t] += float(v)
     return out
 
 
-def per_step_sent_body(case: dict[str, Any]) -> list[float] | None:
+def per_step_sent_body(case: RunCase | Mapping[str, Any]) -> list[float] | None:
     """Like :func:`per_step_sent` with payload bodies only; ``None`` if a traffic phase lacks body counts."""
-    steps = case.get("steps")
-    out = [0.0] * (steps if isinstance(steps, int) else 0)
-    for ph, rec in (case.get("traffic") or {}).items():
-        if ph.startswith("setup"):
-            continue
-        body = rec.get("per_step_sent_body")
-        if not isinstance(body, list):
+    case = as_case(case)
+    out = [0.0] * (case.steps or 0)
+    for rec in _phases(case):
+        if rec.per_step_sent_body is None:
             return None
-        for t, v in enumerate(body[:len(out)]):
+        for t, v in enumerate(rec.per_step_sent_body[:len(out)]):
             out[t] += float(v)
     return out
 
 
-def window_metrics(case: dict[str, Any], w: Window) -> dict[str, Any] | None:
+def window_metrics(case: RunCase | Mapping[str, Any], w: Window) -> dict[str, Any] | None:
     """The case's numbers over window ``w``; ``None`` if the case has fewer steps."""
-    steps = case.get("steps")
-    if not isinstance(steps, int) or w.last >= steps:
+    case = as_case(case)
+    steps = case.steps
+    if steps is None or w.last >= steps:
         return None
     sent_steps = per_step_sent(case)[w.first:w.last + 1]
     sent = sum(sent_steps) / len(sent_steps)
     body_steps = per_step_sent_body(case)
     body = sum(body_steps[w.first:w.last + 1]) / w.steps if body_steps is not None else None
-    agg = case.get("aggregate") or {}
-    numel = (case.get("size") or {}).get("numel", 0)
-    drift = agg.get("sum_drift") or []
-    recorded = {(r.get("first"), r.get("last")) for r in case.get("windows") or []}
-    win = agg.get("window_drift") or []
+    agg = case.aggregate or Aggregate()
+    numel = (case.size.numel if case.size else None) or 0
+    drift = agg.sum_drift or []
+    recorded = {(r.first, r.last) for r in case.windows or []}
+    win = agg.window_drift or []
     return {
         "first": w.first, "last": w.last, "steps": w.steps,
         "sent_per_worker": sent,
         "ratio": dense_bytes(numel) / sent if sent > 0 else None,
         "body_per_worker": body,
         "body_ratio": dense_bytes(numel) / body if body else None,
-        "aggregate_q": _mean((agg.get("per_step_q") or [])[w.first:w.last + 1]),
-        "aggregate_cosine": _mean((agg.get("per_step_cosine") or [])[w.first:w.last + 1]),
+        "aggregate_q": _mean((agg.per_step_q or [])[w.first:w.last + 1]),
+        "aggregate_cosine": _mean((agg.per_step_cosine or [])[w.first:w.last + 1]),
         "drift": _finite(win[w.last]) if (w.first, w.last) in recorded and w.last < len(win) else None,
         "sum_drift": _finite(drift[w.last]) if w.last < len(drift) else None,
     }
 
 
-def case_phases(case: dict[str, Any], windows: Sequence[Window]) -> dict[str, Any]:
+def case_phases(case: RunCase | Mapping[str, Any], windows: Sequence[Window]) -> dict[str, Any]:
     """``{window name: window_metrics}`` for a case record (the runner stores this as ``phases``)."""
+    case = as_case(case)
     return {w.name: m for w in windows if (m := window_metrics(case, w)) is not None}
 
 
-def source_windows(cases: Sequence[dict[str, Any]]) -> list[Window]:
+def _window(r: PhaseWindow) -> Window:
+    return Window(r.name, r.first, r.last)
+
+
+def source_windows(cases: Sequence[RunCase | Mapping[str, Any]]) -> list[Window]:
     """A source's phase windows: those the runner measured its cases over (``windows``), else those
     of its first case with ``step_phases``; [] when no phased case ran (e.g. LGC failed)."""
-    ok = [c for c in cases if c.get("status") == "ok"]
-    if not any(c.get("step_phases") for c in ok):
+    ok = [c for c in as_cases(cases) if c.ok]
+    if not any(c.step_phases for c in ok):
         return []
     for c in ok:
-        if c.get("windows"):
-            return [Window(str(r["name"]), int(r["first"]), int(r["last"])) for r in c["windows"]]
+        if c.windows:
+            return [_window(r) for r in c.windows]
     for c in ok:
-        if c.get("step_phases"):
-            return phase_windows(c["step_phases"])
+        if c.step_phases:
+            return phase_windows(c.step_phases)
     return []
 
 
@@ -157,27 +164,26 @@ def source_windows(cases: Sequence[dict[str, Any]]) -> list[Window]:
 class PhaseRow:
     """One case over a source's phase windows, plus its whole-run numbers."""
 
-    case: dict[str, Any]
+    case: RunCase
     windows: list[dict[str, Any] | None]
     overall_ratio: float | None
     overall_q: float | None
     final_drift: float | None
 
 
-def phase_rows(cases: Sequence[dict[str, Any]], windows: Sequence[Window]) -> list[PhaseRow]:
+def phase_rows(cases: Sequence[RunCase | Mapping[str, Any]], windows: Sequence[Window]) -> list[PhaseRow]:
     """Every case that ran, measured over the same ``windows`` (the phases of the source's phased case)."""
     rows = []
-    for c in cases:
-        if c.get("status") != "ok":
+    for c in as_cases(cases):
+        if not c.ok:
             continue
-        agg = c.get("aggregate") or {}
-        drift = agg.get("sum_drift") or []
+        agg = c.aggregate or Aggregate()
         rows.append(PhaseRow(
             case=c,
             windows=[window_metrics(c, w) for w in windows],
-            overall_ratio=_finite((c.get("size") or {}).get("traffic_ratio")),
-            overall_q=_mean(agg.get("per_step_q") or []),
-            final_drift=_finite(drift[-1]) if drift else None,
+            overall_ratio=c.metric("traffic_ratio"),
+            overall_q=_mean(agg.per_step_q or []),
+            final_drift=c.metric("aggregate_drift"),
         ))
     return rows
 
@@ -186,20 +192,18 @@ def phase_rows(cases: Sequence[dict[str, Any]], windows: Sequence[Window]) -> li
 class WorkerTraffic:
     """Bytes each worker sent and received per step in one window of a phased case."""
 
-    case: dict[str, Any]
+    case: RunCase
     window: Window
     sent: list[float]
     received: list[float]
 
 
-def worker_traffic(cases: Sequence[dict[str, Any]]) -> list[WorkerTraffic]:
+def worker_traffic(cases: Sequence[RunCase | Mapping[str, Any]]) -> list[WorkerTraffic]:
     """Per-worker traffic by window of every phased case that ran (its protocol's asymmetry: LGC's PS leader)."""
     out = []
-    for c in cases:
-        if c.get("status") != "ok" or not c.get("step_phases"):
+    for c in as_cases(cases):
+        if not c.ok or not c.step_phases:
             continue
-        for r in c.get("windows") or []:
-            if isinstance(r.get("sent_by_worker"), list):
-                out.append(WorkerTraffic(c, Window(str(r["name"]), int(r["first"]), int(r["last"])),
-                                         [float(v) for v in r["sent_by_worker"]], [float(v) for v in r.get("received_by_worker") or []]))
+        for r in c.windows or []:
+            out.append(WorkerTraffic(c, _window(r), [float(v) for v in r.sent_by_worker], [float(v) for v in r.received_by_worker or []]))
     return out

@@ -212,9 +212,9 @@ def test_run_with_an_hf_model_from_the_cli(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", "suites/quick.toml", "--model", tiny("hf:vit"), "--steps", "1", "--workers", "2",
                                    "-c", "topk", "-c", "qsgd", "--no-timing", "-q", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    cases = load_run(next(tmp_path.glob("*.json")))["cases"]
-    assert [c["status"] for c in cases] == ["ok", "ok"]
-    assert cases[0]["source"]["model"] == tiny("hf:vit")
+    cases = load_run(next(tmp_path.glob("*.json"))).cases
+    assert [c.status for c in cases] == ["ok", "ok"]
+    assert cases[0].source.model == tiny("hf:vit")
 
 
 def test_bad_hf_spec_on_the_cli_is_one_error_line(tmp_path: Path) -> None:

@@ -1,0 +1,823 @@
+"""The results record: typed (pydantic v2) models of a results file, its schema version and upgrades.
+
+A results file (``reports/runs/*.json``) is one :class:`RunRecord`: a header (schema version,
+kind, gcbench version, times, environment, git, suite, metrics catalogue, status) and its cases.
+What a case holds depends on the file's ``kind``, so the record is a union discriminated by it:
+
+* ``run`` and ``compare`` (:class:`MeasureRecord`): :class:`RunCase`, one per (source,
+  compressor) of :mod:`gcbench.measure.runner` — size, fidelity, aggregate, traffic, timing,
+  per-unit rows, phase windows;
+* ``train`` (:class:`TrainRecord`): :class:`TrainCase`, one per compressor of
+  :mod:`gcbench.distributed.train` — the :class:`Training` results besides the size;
+* ``bench`` (:class:`BenchRecord`): :class:`BenchCase`, one per (compressor, size) of
+  :mod:`gcbench.measure.bench`.
+
+Choices:
+
+* **Field names are the JSON names**: the layout of the files is unchanged, so every file written
+  since schema 1 loads, and a record dumps back to the same JSON (:meth:`RunRecord.to_json_dict`
+  writes the fields a file or a writer set, in the models' order, unknown fields kept).
+* **Tolerant where files differ, strict where readers rely on a type.**  Every field but a few
+  identifying ones is optional (older files lack some, and failed cases hold only their label,
+  status and error), unknown fields are kept (a newer gcbench of the same schema may add some),
+  numbers may be null (NaN and infinity are stored as null).  But a field that is present must
+  have the type its readers use: a number is an int or a float, never a bool or a string
+  (:data:`Num`), so a file that loads cannot crash a reader.
+* **Versioned**: :data:`SCHEMA_VERSION`; :func:`upgrade` brings an older file's dict up to it
+  before validation (one step per version in :data:`UPGRADES`); a newer file is refused with one
+  line naming both versions (:func:`parse_record`).
+* **One line per problem**: :func:`problem_text` turns pydantic's first error into
+  ``field.path[i]: expected ..., got ...`` (from its ``loc``); no traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from gcbench.core.errors import ResultsError
+
+SCHEMA_VERSION = 1
+
+KINDS = ("run", "compare", "train", "bench")
+
+# ----------------------------------------------------------------------------- scalar types
+#
+# Own validators instead of pydantic's strict types: the messages name what a reader expects and
+# show what the file holds ("expected a number, got a string ("267x")"), and a number keeps its
+# JSON type (an int stays an int, so a record dumps back to the file it came from).
+
+
+def show(value: Any) -> str:
+    """A JSON value as an error message shows it: its kind, and the value itself when it is short."""
+    if value is None:
+        return "null"
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+    if isinstance(value, dict | list):
+        return kind
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return f"{kind} ({text[:37] + '...' if len(text) > 40 else text})"
+
+
+def _expected(what: str, value: Any) -> PydanticCustomError:
+    return PydanticCustomError("expected", "expected {what}, got {got}", {"what": what, "got": show(value)})
+
+
+def _number(v: Any) -> int | float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _expected("a number", v)
+    return v
+
+
+def _integer(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _expected("an integer", v)
+    return v
+
+
+# counts the readers build lists of (steps, workers): bounded so a file cannot make them allocate without limit
+COUNT_MAX = 10**6
+
+
+def _count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= COUNT_MAX:
+        raise _expected(f"an integer in [0, {COUNT_MAX:g}]", v)
+    return v
+
+
+def _string(v: Any) -> str:
+    if not isinstance(v, str):
+        raise _expected("a string", v)
+    return v
+
+
+def _boolean(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _expected("a boolean", v)
+    return v
+
+
+def _flag(v: Any) -> bool | str | int | float:
+    if not isinstance(v, bool | str | int | float):
+        raise _expected("a flag (boolean, string or number)", v)
+    return v
+
+
+#: an int or a float (never a bool, never a string): what every reader may do arithmetic with
+Num = Annotated[float, PlainValidator(_number)]
+Int = Annotated[int, PlainValidator(_integer)]
+Count = Annotated[int, PlainValidator(_count)]
+Str = Annotated[str, PlainValidator(_string)]
+Bool = Annotated[bool, PlainValidator(_boolean)]
+FlagValue = Annotated[bool | str | int | float, PlainValidator(_flag)]
+#: numbers a reader converts with float() one by one: no nulls
+Numbers = list[Num]
+#: series that may hold nulls (a NaN of one step is stored as null)
+Series = list[Num | None]
+
+
+class Model(BaseModel):
+    """Every part of the record: unknown fields kept, assignments validated, no type coercion."""
+
+    model_config = ConfigDict(extra="allow", strict=True, validate_assignment=True, populate_by_name=True)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The fields that were set (by the file or the writer), as JSON-ready Python values."""
+        return self.model_dump(mode="python", exclude_unset=True, by_alias=True)
+
+    def extra(self, name: str, default: Any = None) -> Any:
+        """A field of the file that no model declares (a newer gcbench's, or a source's own description)."""
+        return (self.model_extra or {}).get(name, default)
+
+
+# ----------------------------------------------------------------------------- header
+
+
+class Environment(Model):
+    """Machine and software facts that decide whether two runs are comparable (:func:`gcbench.results.store.environment`)."""
+
+    hostname: Str | None = None
+    cpu_model: Str | None = None
+    cpu_count: Int | None = None
+    torch_threads: Int | None = None
+    platform: Str | None = None
+    python: Str | None = None
+    torch: Str | None = None
+    numpy: Str | None = None
+    cuda_device: Str | None = None
+    cuda_version: Str | None = None
+    device: Str | None = None
+
+    def machine_key(self) -> str:
+        """What must match for timings to be comparable: CPU model, cores, threads, GPU."""
+        return f"{self.cpu_model}|{self.cpu_count}|{self.torch_threads}|{self.cuda_device}"
+
+
+class Git(Model):
+    commit: Str | None = None
+    dirty: Bool | None = None
+
+
+class SuiteInfo(Model):
+    """The resolved suite of a run (``Suite.to_dict()``), a train run's settings, or a bench run's sizes."""
+
+    name: Str | None = None
+    description: Str | None = None
+    sizes: list[Any] | None = None  # bench: element counts
+    repeats: Int | None = None  # bench
+    threads: Int | None = None  # bench
+    config: dict[str, Any] | None = None  # train: TrainConfig
+
+
+class MetricInfo(Model):
+    """One entry of the metrics catalogue (:data:`gcbench.results.metrics.METRICS`)."""
+
+    name: Str | None = None
+    unit: Str | None = None
+    higher_is_better: Bool | None = None
+    description: Str | None = None
+
+
+# ----------------------------------------------------------------------------- case parts
+
+
+class Flags(Model):
+    """The compressor's flags at its resolved parameters (``Flags.to_dict()``)."""
+
+    biased: Bool | None = None
+    stateful: Bool | None = None
+    error_feedback: Str | None = None
+    deterministic: Bool | None = None
+    reconstructed: Bool | None = None
+    exchange: Str | None = None
+
+    __pydantic_extra__: dict[str, FlagValue]  # other flags: scalars too
+
+
+class Source(Model):
+    """The gradient source a case ran on (``Source.describe()``; a failed case has its name and label only)."""
+
+    name: Str | None = None
+    label: Str | None = None
+    kind: Str | None = None
+    workers: Int | None = None
+    steps: Int | None = None
+    model: Str | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """What identifies the gradients: every fact but the label (presentation) and a trace's folder (it may move)."""
+        return {k: v for k, v in self.to_json_dict().items() if k not in ("label", "path")}
+
+
+class Size(Model):
+    numel: Num | None = None
+    dense_bytes: Num | None = None
+    wire_bytes: Num | None = None
+    ratio: Num | None = None
+    bits_per_element: Num | None = None
+    traffic_sent_bytes: Num | None = None
+    traffic_ratio: Num | None = None
+
+
+class Stat(Model):
+    """A metric over units: mean with its interval, worst unit, count, whole-model value, standard error."""
+
+    mean: Num | None = None
+    lo: Num | None = None
+    hi: Num | None = None
+    worst: Num | None = None
+    n: Num | None = None
+    model: Num | None = None
+    se_mean: Num | None = None
+
+
+class Fidelity(Model):
+    repeats: Int | None = None
+    reference: Str | None = None
+    q_samples: Series | None = None
+    q: Stat | None = None
+    bias2: Stat | None = None
+    variance: Stat | None = None
+    omega_hat: Stat | None = None
+    delta: Stat | None = None
+    alpha: Stat | None = None
+    cosine: Stat | None = None
+
+
+class Aggregate(Model):
+    q: Stat | None = None
+    cosine: Stat | None = None
+    per_step_q: Series | None = None
+    per_step_cosine: Series | None = None
+    sum_drift: Series | None = None
+    window_drift: Series | None = None
+
+
+class TrafficPhase(Model):
+    """Bytes of one traffic phase (a collective, or a protocol's message kind) per worker."""
+
+    sent_mean: Num | None = None
+    received_mean: Num | None = None
+    sent_max: Num | None = None
+    per_step_sent: Numbers | None = None
+    per_step_sent_body: Numbers | None = None
+
+
+class EfDrift(Model):
+    sum_drift: Series | None = None
+    residual_ratio: Series | None = None
+
+
+class Timing(Model):
+    """Timed calls of one kind: median, spread, raw samples."""
+
+    median_s: Num | None = None
+    iqr_s: Num | None = None
+    samples_s: Series | None = None
+    gbps: Num | None = None
+    elements_per_s: Num | None = None
+    warmup: Int | None = None
+
+
+class CaseTiming(Model):
+    numel: Int | None = None
+    device: Str | None = None
+    threads: Int | None = None
+    compress: Timing | None = None
+    decompress: Timing | None = None
+    copy_: Timing | None = Field(default=None, alias="copy")
+    copy_fraction_compress: Num | None = None
+    copy_fraction_decompress: Num | None = None
+
+
+class Layer(Model):
+    """One unit (layer or bucket) of a run case."""
+
+    name: Str | None = None
+    numel: Int | None = None
+    wire_bytes: Num | None = None
+    ratio: Num | None = None
+    q: Num | None = None
+    bias2: Num | None = None
+    variance: Num | None = None
+    cosine: Num | None = None
+
+
+class PhaseWindow(Model):
+    """Steps ``first..last`` of one phase and the bytes each worker sent and received per step in it."""
+
+    name: Str
+    first: Count
+    last: Count
+    sent_by_worker: Numbers
+    received_by_worker: Numbers | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> PhaseWindow:
+        if self.first > self.last:  # readers average over the window: it must not be empty
+            raise PydanticCustomError("window", "first step {first} after last step {last}", {"first": self.first, "last": self.last})
+        return self
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+class CaseBase(Model):
+    """What every run and train case has: identity, status and the size of what it sent."""
+
+    label: Str
+    status: Str
+    compressor: Str | None = None
+    version: Int | None = None
+    params: dict[str, Any] | None = None
+    flags: Flags | None = None
+    error: Any = None
+    workers: Count | None = None
+    steps: Count | None = None
+    size: Size | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def reconstructed(self) -> bool:
+        return bool(self.flags and self.flags.reconstructed)
+
+    @property
+    def error_text(self) -> str:
+        return "" if self.error is None else str(self.error)
+
+
+def _last(series: Sequence[Any] | None) -> Any:
+    return series[-1] if series else None
+
+
+class RunCase(CaseBase):
+    """One (source, compressor) case of ``gcbench run`` / ``gcbench compare``."""
+
+    source: Source | None = None
+    granularity: Str | None = None
+    units: Count | None = None
+    fidelity: Fidelity | None = None
+    aggregate: Aggregate | None = None
+    traffic: dict[str, TrafficPhase] | None = None
+    ef_drift: EfDrift | None = None
+    timing: CaseTiming | None = None
+    layers: list[Layer] | None = None
+    windows: list[PhaseWindow] | None = None
+    step_phases: list[Str | None] | None = None
+    phases: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def source_label(self) -> str:
+        """The source's label (its name for a failed case, which records only that)."""
+        s = self.source
+        return str(s.label or s.name) if s and (s.label or s.name) else "?"
+
+    @property
+    def source_name(self) -> str:
+        s = self.source
+        return str(s.name or s.label) if s and (s.name or s.label) else "?"
+
+    def metric(self, name: str) -> float | None:
+        """A metric of :data:`gcbench.results.metrics.METRICS` (or a report column) by name; None when absent or not finite."""
+        get = RUN_METRICS.get(name)
+        return None if get is None else _finite(get(self))
+
+    def samples(self, name: str) -> list[float]:
+        """The raw samples behind a metric (timing samples, per-tensor q), non-finite ones left out."""
+        get = RUN_SAMPLES.get(name)
+        vals = get(self) if get is not None else None
+        return [float(v) for v in vals or [] if _finite(v) is not None]
+
+    def standard_error(self, name: str) -> float | None:
+        """The standard error of a metric where the record has one (bias²'s jackknife)."""
+        if name == "bias2" and self.fidelity and self.fidelity.bias2:
+            return _finite(self.fidelity.bias2.se_mean)
+        return None
+
+
+def _finite(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    f = float(v)
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+def _stat(part: Callable[[RunCase], Stat | None], key: str) -> Callable[[RunCase], Any]:
+    return lambda c: getattr(part(c), key) if part(c) is not None else None
+
+
+def _fid(name: str) -> Callable[[RunCase], Stat | None]:
+    return lambda c: getattr(c.fidelity, name) if c.fidelity else None
+
+
+def _size(name: str) -> Callable[[RunCase], Any]:
+    return lambda c: getattr(c.size, name) if c.size else None
+
+
+def _timing(section: str, key: str) -> Callable[[RunCase], Any]:
+    def get(c: RunCase) -> Any:
+        t = getattr(c.timing, section) if c.timing else None
+        return getattr(t, key) if t is not None else None
+
+    return get
+
+
+def _comp_over_copy(c: RunCase) -> float | None:
+    f = c.timing.copy_fraction_compress if c.timing else None
+    return 1.0 / f if isinstance(f, int | float) and f > 0 else None
+
+
+#: every number of a run case that tables and comparisons name: one place for where each lives
+RUN_METRICS: dict[str, Callable[[RunCase], Any]] = {
+    "ratio": _size("ratio"),
+    "traffic_ratio": _size("traffic_ratio"),
+    "bits_per_element": _size("bits_per_element"),
+    "wire_bytes": _size("wire_bytes"),
+    "q": _stat(_fid("q"), "model"),
+    "bias2": _stat(_fid("bias2"), "model"),
+    "variance": _stat(_fid("variance"), "model"),
+    "omega_hat": _stat(_fid("omega_hat"), "model"),
+    "delta": _stat(_fid("delta"), "model"),
+    "cosine": _stat(_fid("cosine"), "mean"),
+    "aggregate_q": _stat(lambda c: c.aggregate.q if c.aggregate else None, "model"),
+    "aggregate_drift": lambda c: _last(c.aggregate.sum_drift if c.aggregate else None),
+    "ef_drift": lambda c: _last(c.ef_drift.sum_drift if c.ef_drift else None),
+    "compress_s": _timing("compress", "median_s"),
+    "decompress_s": _timing("decompress", "median_s"),
+    "compress_gbps": _timing("compress", "gbps"),
+    "decompress_gbps": _timing("decompress", "gbps"),
+    "copy_gbps": _timing("copy_", "gbps"),
+    "comp_over_copy": _comp_over_copy,
+}
+RUN_SAMPLES: dict[str, Callable[[RunCase], Any]] = {
+    "q": lambda c: c.fidelity.q_samples if c.fidelity else None,
+    "compress_s": _timing("compress", "samples_s"),
+    "decompress_s": _timing("decompress", "samples_s"),
+}
+
+
+class TaskInfo(Model):
+    name: Str | None = None
+    dataset: Str | None = None
+    model: Str | None = None
+
+
+class CurvePoint(Model):
+    """The held-out numbers at the end of one epoch."""
+
+    epoch: Int | None = None
+    step: Int | None = None
+    train_time_s: Num | None = None
+    train_loss: Num | None = None
+    test_loss: Num | None = None
+    test_accuracy: Num | None = None
+
+
+class StepTime(Model):
+    total_s: Num | None = None
+    compute_s: Num | None = None
+    compress_s: Num | None = None
+    communicate_s: Num | None = None
+    decompress_s: Num | None = None
+
+
+class TrainBytes(Model):
+    payload_bytes_per_step: Num | None = None
+    payload_bytes_per_worker: Num | None = None
+    payload_bytes_per_worker_max: Num | None = None
+    sent_bytes_per_worker: Num | None = None
+    dense_bytes_per_step: Num | None = None
+
+
+class HookInfo(Model):
+    """The DDP hook's description of itself (compressor, protocol, granularity, world size...)."""
+
+    protocol: Str | None = None
+    protocol_note: Str | None = None
+
+
+class Training(Model):
+    task: TaskInfo | None = None
+    metric: Str | None = None
+    workers: Int | None = None
+    epochs: Int | None = None
+    steps: Int | None = None
+    batch_size_per_worker: Int | None = None
+    lr: Num | None = None
+    threads_per_worker: Int | None = None
+    target_accuracy: Num | None = None
+    reference: Str | None = None
+    curve: list[CurvePoint] | None = None
+    final_accuracy: Num | None = None
+    final_loss: Num | None = None
+    best_accuracy: Num | None = None
+    accuracy_gap: Num | None = None
+    time_to_target_s: Num | None = None
+    epochs_to_target: Num | None = None
+    train_time_s: Num | None = None
+    step_time: StepTime | None = None
+    step_time_per_rank: list[StepTime] | None = None
+    bytes: TrainBytes | None = None
+    replicas_consistent: Bool | None = None
+    diverged: Bool | None = None
+    hook: HookInfo | None = None
+    decoded_payloads_per_step: Num | None = None
+    step_samples_rank0: dict[str, Series] | None = None
+    collectives: list[Str] | None = None
+    buckets: Int | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The training settings that decide a train case's numbers (its curve and results are not settings)."""
+        return {k: getattr(self, k) for k in ("task", "metric", "workers", "epochs", "steps", "batch_size_per_worker", "lr")}
+
+
+class TrainCase(CaseBase):
+    """One compressor of ``gcbench train``."""
+
+    training: Training | None = None
+    source: Source | None = None  # train files have none; declared so readers of any case may ask
+
+    @property
+    def source_label(self) -> str:
+        return str(self.training.task.name) if self.training and self.training.task and self.training.task.name else "?"
+
+    source_name = source_label
+
+    def metric(self, name: str) -> float | None:
+        get = TRAIN_METRICS.get(name)
+        return None if get is None else _finite(get(self))
+
+    def samples(self, name: str) -> list[float]:
+        return []
+
+    def standard_error(self, name: str) -> float | None:
+        return None
+
+
+def _tr(name: str) -> Callable[[TrainCase], Any]:
+    return lambda c: getattr(c.training, name) if c.training else None
+
+
+def _step(name: str) -> Callable[[TrainCase], Any]:
+    return lambda c: getattr(c.training.step_time, name) if c.training and c.training.step_time else None
+
+
+TRAIN_METRICS: dict[str, Callable[[TrainCase], Any]] = {
+    "ratio": lambda c: c.size.ratio if c.size else None,
+    "bits_per_element": lambda c: c.size.bits_per_element if c.size else None,
+    **{k: _tr(k) for k in ("final_accuracy", "final_loss", "best_accuracy", "accuracy_gap", "time_to_target_s",
+                           "epochs_to_target", "train_time_s", "target_accuracy")},
+    **{f"step_{k}": _step(k) for k in ("total_s", "compute_s", "compress_s", "communicate_s", "decompress_s")},
+    "payload_bytes_per_worker": lambda c: c.training.bytes.payload_bytes_per_worker if c.training and c.training.bytes else None,
+}
+
+
+class TopkSpeedup(Model):
+    speedup: Num
+
+
+class BenchCase(Model):
+    """One (compressor, element count) of ``gcbench bench``; a failed one holds its compressor, size and error."""
+
+    compressor: Str
+    label: Str | None = None
+    params: dict[str, Any] | None = None
+    version: Int | None = None
+    numel: Int | None = None
+    shape: list[Int] | None = None
+    threads: Int | None = None
+    device: Str | None = None
+    copy_: Timing | None = Field(default=None, alias="copy")
+    compress: Timing | None = None
+    decompress: Timing | None = None
+    error: Any = None
+    compress_x_copy: Num | None = None
+    decompress_x_copy: Num | None = None
+    gbps_compress: Num | None = None
+    gbps_decompress: Num | None = None
+    ratio: Num | None = None
+    peak_extra_bytes: Num | None = None
+    input_bytes: Num | None = None
+    speedup_vs_reference: Num | None = None
+    baseline_change: Num | None = None
+    reference: Any = None
+    vs_torch_topk: dict[str, TopkSpeedup] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the record measured something (a failed one carries ``error``)."""
+        return not self.error
+
+    @property
+    def name(self) -> str:
+        """The row name: the label (the compressor, or ``name:key=value`` when the benchmark set parameters)."""
+        return str(self.label or self.compressor)
+
+    @property
+    def error_text(self) -> str:
+        return "" if self.error is None else str(self.error)
+
+    def metric(self, name: str) -> float | None:
+        """A number of the record by field name (``compress_x_copy``, ``ratio`` ...), or ``peak_over_input``."""
+        if name == "peak_over_input":
+            peak, size = _finite(self.peak_extra_bytes), _finite(self.input_bytes)
+            return peak / size if peak is not None and size else None
+        if name == "compress_ms":
+            return _finite(self.compress.median_s) if self.compress else None
+        return _finite(getattr(self, name, None)) if name in type(self).model_fields else None
+
+    def copy_normalised_samples(self, section: str) -> list[float]:
+        """``section``'s timing samples divided by the median copy time of the same process ([] without both)."""
+        copy_med = _finite(self.copy_.median_s) if self.copy_ else None
+        timing = getattr(self, section, None)
+        if copy_med is None or copy_med <= 0 or not isinstance(timing, Timing):
+            return []
+        return [float(s) / copy_med for s in timing.samples_s or [] if _finite(s) is not None]
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+class RunRecord(Model):
+    """The header every results file has; :class:`MeasureRecord`, :class:`TrainRecord` and :class:`BenchRecord` add typed cases."""
+
+    schema_version: Int
+    kind: Str = "run"
+    run_id: Str | None = None
+    gcbench_version: Str | None = None
+    created_utc: Str | None = None
+    finished_utc: Str | None = None
+    status: Str | None = None
+    environment: Environment | None = None
+    git: Git | None = None
+    suite: SuiteInfo | None = None
+    suite_hash: Str | None = None
+    suite_path: Str | None = None
+    metrics: list[MetricInfo] | None = None
+    cases: list[Any]
+
+    @property
+    def env(self) -> Environment:
+        """The environment (an empty one when the file has none)."""
+        return self.environment or Environment()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run ran to its end (not ``running``, ``interrupted`` or ``failed``; a bench file has no status)."""
+        return self.status in FINISHED_STATUSES
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out = super().to_json_dict()
+        out["cases"] = [c.to_json_dict() if isinstance(c, Model) else c for c in self.cases]
+        return out
+
+
+# the statuses of a run that ran to its end (a bench file, written once at its end by older gcbench, has none)
+FINISHED_STATUSES = ("complete", "complete-with-errors", None)
+
+
+class MeasureRecord(RunRecord):
+    kind: Literal["run", "compare"] = "run"
+    cases: list[RunCase]
+
+
+class TrainRecord(RunRecord):
+    kind: Literal["train"]
+    cases: list[TrainCase]
+
+
+class BenchRecord(RunRecord):
+    kind: Literal["bench"]
+    cases: list[BenchCase]
+
+
+CASE_MODELS: dict[str, type[Model]] = {"run": RunCase, "compare": RunCase, "train": TrainCase, "bench": BenchCase}
+Case = RunCase | TrainCase | BenchCase
+
+
+def _tag(value: Any) -> str | None:
+    kind = value.get("kind", "run") if isinstance(value, dict) else getattr(value, "kind", None)
+    kind = "run" if kind is None else kind
+    return {"compare": "run"}.get(kind, kind) if isinstance(kind, str) else None
+
+
+_RECORD: TypeAdapter[RunRecord] = TypeAdapter(Annotated[
+    Annotated[MeasureRecord, Tag("run")] | Annotated[TrainRecord, Tag("train")] | Annotated[BenchRecord, Tag("bench")],
+    Discriminator(_tag, custom_error_type="kind", custom_error_message="kind"),
+])
+
+
+# ----------------------------------------------------------------------------- versions
+
+
+#: ``UPGRADES[v]`` turns a schema-``v`` dict into a schema-``v + 1`` one.  Schema 1 is the first and still the
+#: newest: a change of the layout bumps SCHEMA_VERSION and adds its step here, so every older file still loads
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A parsed file of an older schema brought up to :data:`SCHEMA_VERSION`, one step per version."""
+    v = data["schema_version"]
+    while v < SCHEMA_VERSION:
+        data = UPGRADES[v](data)
+        v += 1
+        data["schema_version"] = v
+    return data
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def location(loc: Sequence[str | int]) -> str:
+    """Pydantic's ``loc`` as a field path: ``('cases', 0, 'size', 'ratio')`` → ``cases[0].size.ratio``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_TYPE_TEXT = {
+    "model_type": "an object", "model_attributes_type": "an object", "dict_type": "an object", "list_type": "a list",
+    "int_type": "an integer", "float_type": "a number", "string_type": "a string", "bool_type": "a boolean",
+    "literal_error": "one of the kinds",
+}
+
+
+def problem_text(exc: ValidationError, tagged: bool = True) -> str:
+    """The first problem of a validation error as one line: ``field.path: expected ..., got ...``.
+
+    ``tagged``: the error comes from the record union, whose first ``loc`` item is the kind's tag.
+    """
+    e = exc.errors(include_url=False)[0]
+    loc = list(e["loc"])
+    if tagged and loc and e["type"] != "kind":
+        loc = loc[1:]
+    kind = e["type"]
+    if kind == "kind":
+        return f"kind: expected one of {', '.join(KINDS)}, got {show(e['input'].get('kind') if isinstance(e['input'], dict) else None)}"
+    if kind == "missing":
+        where = location(loc[:-1])
+        return f"{where + ': ' if where else ''}missing field {loc[-1]!r}"
+    where = location(loc) or "results"
+    if kind in _TYPE_TEXT:
+        return f"{where}: expected {_TYPE_TEXT[kind]}, got {show(e['input'])}"
+    return f"{where}: {e['msg']}"
+
+
+def parse_record(data: Any) -> RunRecord:
+    """A parsed results file (a dict) as its typed record: upgraded from older schemas, then validated.
+
+    Raises :class:`ResultsError` with one line (no file name; :func:`gcbench.results.store.load_run`
+    adds it) naming the first field that does not fit.
+    """
+    if not isinstance(data, dict):
+        raise ResultsError(f"expected a JSON object at the top, got {show(data)}")
+    v = data.get("schema_version")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ResultsError(f"schema_version: expected a positive integer, got {show(v)}")
+    if v > SCHEMA_VERSION:
+        raise ResultsError(f"written with results schema {v}, newer than this gcbench reads ({SCHEMA_VERSION}); upgrade gcbench")
+    try:
+        return _RECORD.validate_python(upgrade(data))
+    except ValidationError as exc:
+        raise ResultsError(problem_text(exc)) from None
+
+
+def as_record(data: RunRecord | Mapping[str, Any]) -> RunRecord:
+    """A record as it is, or a results dict validated into one (library callers may hand either)."""
+    return data if isinstance(data, RunRecord) else parse_record(dict(data))
+
+
+def as_case(case: Case | Mapping[str, Any], kind: str = "run") -> Case:
+    """A case as it is, or a case dict validated into the model of ``kind``."""
+    if isinstance(case, RunCase | TrainCase | BenchCase):
+        return case
+    try:
+        return CASE_MODELS[kind].model_validate(dict(case))  # type: ignore[return-value]
+    except ValidationError as exc:
+        raise ResultsError(f"not a valid {kind} case: {problem_text(exc, tagged=False)}") from None
+
+
+def as_cases(cases: Sequence[Case | Mapping[str, Any]], kind: str = "run") -> list[Any]:
+    """:func:`as_case` of each."""
+    return [as_case(c, kind) for c in cases]
