@@ -26,7 +26,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 import gcbench
 from gcbench.compressors import registry
@@ -750,6 +749,7 @@ def simulate_cmd(
 ) -> None:
     """Predict step time and speed-up over uncompressed training for cluster sizes and link speeds."""
     from gcbench.distributed import netmodel
+    from gcbench.report.simulation import simulation_output
     from gcbench.results.store import load_run, resolve_run
 
     if scheme not in netmodel.SCHEMES:
@@ -761,46 +761,16 @@ def simulate_cmd(
     ns = _number_list(workers, "--workers", int)
     bws = _number_list(bandwidth, "--bandwidth", float)
     path = resolve_run(results, runs_dir, finished=True)  # "latest": the newest run that finished
-    data = load_run(path)
-    cases = netmodel.cases_from_results(data, None if compute_ms is None else compute_ms / 1e3)
-    preds = netmodel.simulate(cases, ns, bws, latency_us * 1e-6, scheme)
+    sim = netmodel.simulate_results(load_run(path), ns, bws, latency_us * 1e-6, scheme, None if compute_ms is None else compute_ms / 1e3,
+                                    str(path))
     if as_json:
-        print(json.dumps({"results": str(path), "scheme": scheme, "latency_s": latency_us * 1e-6,
-                          "predictions": [p.to_dict() for p in preds]}, default=str))
+        print(json.dumps(sim.to_dict(), default=str))
         return
-    multi_source = len({c.source for c in cases}) > 1
-    name = lambda c: escape(f"{c.label} [{c.source}]" if multi_source else c.label)  # noqa: E731
-    by_key = {(p.label, p.source, p.workers, p.bandwidth_gbps): p for p in preds}
-    for bw in bws:
-        t = Table(title=f"predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {latency_us:g} µs, scheme {scheme}",
-                  title_justify="left")
-        t.add_column("compressor")
-        t.add_column("collective")
-        for n in ns:
-            t.add_column(f"N={n}", justify="right")
-        for c in cases:
-            cells = []
-            for n in ns:
-                p = by_key[(c.label, c.source, n, bw)]
-                text = f"{p.speedup:.2f}×"
-                cells.append(f"[green]{text}[/]" if p.speedup > 1.0 else text)
-            t.add_row(name(c), escape(netmodel.collective_for(c.compressor, scheme)), *cells)
-        out.print(t)
-    t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
-    t.add_column("compressor")
-    for n in ns:
-        t.add_column(f"N={n}", justify="right")
-    for c in cases:
-        vals = [netmodel.break_even_bandwidth(c, n, latency_us * 1e-6, scheme) for n in ns]
-        t.add_row(name(c), *("—" if v is None else f"{v:,.3g}" for v in vals))
-    out.print(t)
-    kind = data.kind
-    comp = (f"compute {compute_ms:g} ms per step (--compute-ms)" if compute_ms is not None
-            else "compute measured in training" if kind == "train" else "compute 0 ms (run files have no compute time; set --compute-ms)")
-    out.print(f"step = {comp} + compress + communicate + decompress × decoded payloads (N for all-gather, 1 for all-reduce); "
-              "reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication overlap. "
-              "— = compression never pays off (or never loses).", highlight=False)
-    out.print(f"results: {path}", markup=False, highlight=False)
+    for part in simulation_output(sim):
+        if isinstance(part, str):
+            out.print(part, markup=False, highlight=False)
+        else:
+            out.print(part)
 
 
 def main() -> None:

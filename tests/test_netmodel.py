@@ -21,6 +21,7 @@ from gcbench.distributed.netmodel import (
     ring_allgather,
     ring_allreduce,
     simulate,
+    simulate_results,
 )
 
 ALPHA = 5e-6
@@ -163,3 +164,18 @@ def test_simulate_latest_skips_an_unfinished_run(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["simulate", "latest", "--runs-dir", str(tmp_path), "--workers", "8", "--bandwidth", "1", "--json"])
     assert res.exit_code == 0, res.output
     assert [p["label"] for p in json.loads(res.output)["predictions"]] == ["finished-one"]
+
+
+def test_simulate_results_is_the_grid_of_predictions_and_break_evens() -> None:
+    """What `gcbench simulate` renders: every case × worker count × bandwidth, and a break-even per case and count."""
+    data = json.loads((Path(__file__).parent / "golden" / "run_base.json").read_text())
+    sim = simulate_results(data, [8, 64], [1.0, 10.0], ALPHA, "auto", 0.05, "run_base.json")
+    cases = cases_from_results(data, 0.05)
+    assert list(sim.cases) == cases and sim.kind == data["kind"] and sim.compute_s == 0.05
+    assert list(sim.predictions) == simulate(cases, [8, 64], [1.0, 10.0], ALPHA, "auto")
+    for c, row in zip(sim.cases, sim.break_even_gbps, strict=True):
+        assert list(row) == [break_even_bandwidth(c, n, ALPHA, "auto") for n in (8, 64)]
+        assert sim.prediction(c, 64, 10.0) == predict(c, 64, Network(10.0, ALPHA), "auto")
+    assert sim.to_dict()["predictions"][0] == sim.predictions[0].to_dict()
+    with pytest.raises(Exception, match="scheme must be one of"):
+        simulate_results(data, [8], [1.0], ALPHA, "mesh")

@@ -256,3 +256,41 @@ def simulate(cases: Sequence[CaseCost], workers: Iterable[int], bandwidths_gbps:
     bws = list(bandwidths_gbps)
     ns = list(workers)
     return [predict(c, n, Network(b, latency_s), scheme) for b in bws for c in cases for n in ns]
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """``gcbench simulate``: every case of one results file predicted on a grid of cluster sizes and link speeds."""
+
+    results: str
+    kind: str  # run, compare or train: where the compute time comes from
+    scheme: str
+    latency_s: float
+    compute_s: float | None  # given by the user; None: measured (train) or 0 (run)
+    workers: tuple[int, ...]
+    bandwidths_gbps: tuple[float, ...]
+    cases: tuple[CaseCost, ...]
+    predictions: tuple[Prediction, ...]
+    break_even_gbps: tuple[tuple[float | None, ...], ...]  # per case, per worker count
+
+    def prediction(self, case: CaseCost, n: int, bandwidth_gbps: float) -> Prediction:
+        return next(p for p in self.predictions
+                    if (p.label, p.source, p.workers, p.bandwidth_gbps) == (case.label, case.source, n, bandwidth_gbps))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"results": self.results, "scheme": self.scheme, "latency_s": self.latency_s,
+                "predictions": [p.to_dict() for p in self.predictions]}
+
+
+def simulate_results(data: RunRecord | Mapping[str, Any], workers: Sequence[int], bandwidths_gbps: Sequence[float],
+                     latency_s: float, scheme: str = "auto", compute_s: float | None = None, results: str = "") -> Simulation:
+    """Predictions and break-even bandwidths of every successful case of a results file (see the module docstring)."""
+    if scheme not in SCHEMES:
+        raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    record = as_record(data)
+    cases = cases_from_results(record, compute_s)
+    preds = simulate(cases, workers, bandwidths_gbps, latency_s, scheme)
+    kind = record.kind
+    even = tuple(tuple(break_even_bandwidth(c, n, latency_s, scheme) for n in workers) for c in cases)
+    return Simulation(results, kind, scheme, latency_s, compute_s, tuple(workers), tuple(bandwidths_gbps), tuple(cases),
+                      tuple(preds), even)

@@ -1,0 +1,48 @@
+"""The renderer of ``gcbench simulate``: speed-up tables per link speed and the break-even bandwidths."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from gcbench.distributed.netmodel import CaseCost, Simulation, collective_for
+
+
+def simulation_output(sim: Simulation) -> list[Table | str]:
+    """Tables and footnotes to print, in order (strings are plain text, not markup)."""
+    multi_source = len({c.source for c in sim.cases}) > 1
+
+    def name(c: CaseCost) -> str:
+        return escape(f"{c.label} [{c.source}]" if multi_source else c.label)
+
+    out: list[Table | str] = []
+    for bw in sim.bandwidths_gbps:
+        t = Table(title=f"predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {sim.latency_s * 1e6:g} µs, scheme {sim.scheme}",
+                  title_justify="left")
+        t.add_column("compressor")
+        t.add_column("collective")
+        for n in sim.workers:
+            t.add_column(f"N={n}", justify="right")
+        for c in sim.cases:
+            cells = []
+            for n in sim.workers:
+                speedup = sim.prediction(c, n, bw).speedup
+                cells.append(f"[green]{speedup:.2f}×[/]" if speedup > 1.0 else f"{speedup:.2f}×")
+            t.add_row(name(c), escape(collective_for(c.compressor, sim.scheme)), *cells)
+        out.append(t)
+    t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
+    t.add_column("compressor")
+    for n in sim.workers:
+        t.add_column(f"N={n}", justify="right")
+    for c, row in zip(sim.cases, sim.break_even_gbps, strict=True):
+        t.add_row(name(c), *("—" if v is None else f"{v:,.3g}" for v in row))
+    out.append(t)
+    if sim.compute_s is not None:
+        comp = f"compute {sim.compute_s * 1e3:g} ms per step (--compute-ms)"
+    else:
+        comp = "compute measured in training" if sim.kind == "train" else "compute 0 ms (run files have no compute time; set --compute-ms)"
+    out.append(f"step = {comp} + compress + communicate + decompress × decoded payloads (N for all-gather, 1 for all-reduce); "
+               "reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication overlap. "
+               "— = compression never pays off (or never loses).")
+    out.append(f"results: {sim.results}")
+    return out
