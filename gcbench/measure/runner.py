@@ -422,5 +422,5 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     except BaseException:  # a bug outside any one case: the file must not keep saying "running"
         writer.finish("failed")
         raise
-    writer.finish(status if not any(r.get("status") != "ok" for r in writer.data["cases"]) else "complete-with-errors")
-    return RunOutcome(writer.path, writer.data["cases"])
+    writer.finish(status if all(c.status == "ok" for c in writer.record.cases) else "complete-with-errors")
+    return RunOutcome(writer.path, writer.data["cases"])  # JSON-ready, as `run --json` prints them
