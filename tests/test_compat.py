@@ -45,3 +45,29 @@ def test_old_module_names_forwarded_by_the_new_packages(package: str, name: str,
     assert value is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError):
         pkg.no_such_name  # noqa: B018
+
+
+def test_the_0_1_register_decorator_still_registers_with_a_warning() -> None:
+    import torch
+
+    from gcbench.compressors import registry
+    from gcbench.core.compressor import Compressor
+
+    with pytest.warns(DeprecationWarning, match="deprecated: declare a CompressorInfo card"):
+        deco = registry.register(name="test_legacy", version=1, description="d", paper="—", biased=False, stateful=False,
+                                 exchange="gather")
+
+    @deco
+    class Legacy(Compressor):
+        def _encode(self, a, state, ctx):
+            return a.reshape(-1).clone().view(torch.uint8), {}, None
+
+        def _decode(self, payload):
+            return payload.data.view(torch.float32).clone()
+
+    try:
+        assert registry.get("test_legacy") is Legacy.info and registry.get("test_legacy").load() is Legacy
+        x = torch.arange(6.0)
+        assert torch.equal(registry.decompress(registry.create("test_legacy").compress(x, Legacy().init_state(0))), x)
+    finally:
+        registry.unregister("test_legacy")

@@ -457,6 +457,9 @@ class CompressorInfo:
         Raises :class:`GcbenchError` (one line) when the module cannot be imported or the class does
         not carry this card, so a broken plugin names itself instead of failing with a traceback.
         """
+        bound = self.__dict__.get("_bound")
+        if bound is not None:
+            return bound
         module_name, _, attr = self.impl.partition(":")
         try:
             cls = getattr(importlib.import_module(module_name), attr)
@@ -465,6 +468,11 @@ class CompressorInfo:
         if getattr(cls, "info", None) is not self:
             raise GcbenchError(f"compressor {self.name!r}: {self.impl} does not carry this card (set `info = <the card>` on the class)")
         return cls
+
+    def bind(self, cls: type) -> None:
+        """Tie this card to a class that cannot be imported by its path (one defined in a notebook or a function)."""
+        cls.info = self  # type: ignore[attr-defined]
+        object.__setattr__(self, "_bound", cls)
 
     def to_dict(self) -> dict[str, Any]:
         return {
