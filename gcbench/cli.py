@@ -203,6 +203,15 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
         yield update
 
 
+def _emit(parts: list[Any]) -> None:
+    """Print a renderer's output in order: tables as they are, strings as plain text (never markup)."""
+    for part in parts:
+        if isinstance(part, str):
+            out.print(part, markup=False, highlight=False)
+        else:
+            out.print(part)
+
+
 def _parse_specs(specs: list[str] | None) -> list[tuple[str, dict[str, Any]]] | None:
     if not specs:
         return None
@@ -591,8 +600,7 @@ def report(
 ) -> None:
     """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline."""
     from gcbench.report import terminal as rep
-    from gcbench.results.compare import compare_runs, gate_failures
-    from gcbench.results.store import load_run, resolve_run
+    from gcbench.results.compare import gate_failures
 
     if md and as_html:
         raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
@@ -606,27 +614,12 @@ def report(
         raise GcbenchError("--fail-on-regression needs --baseline RUN")
     if output is not None:
         check_output_file(output, "--output")
-    comparison = None
-    if baseline:
-        if runs and len(runs) > 1:
-            raise GcbenchError(f"--baseline compares one run against the baseline; got {len(runs)} runs")
-        base_path = resolve_run(baseline, runs_dir)
-        # a gate never picks up an unfinished run as "latest" (one named explicitly fails the gate below)
-        new_path = resolve_run(runs[0] if runs else "latest", runs_dir, finished=fail_on_regression)
-        if base_path.resolve() == new_path.resolve():
-            raise GcbenchError(f"the baseline and the run to compare are the same file ({new_path}); name the run to compare")
-        loaded = [rep.LoadedRun(base_path, load_run(base_path)), rep.LoadedRun(new_path, load_run(new_path))]
-        comparison = compare_runs(loaded[0].data, loaded[1].data, threshold, alpha)
-        for r in loaded:
-            if not r.data.finished:
-                comparison.notes.append(f"{r.run_id} did not finish (status {r.data.status!r}): its cases may be incomplete")
-    else:
-        loaded = rep.load_runs(runs, runs_dir, on_skip=lambda exc: err.print(
-            f"[yellow]warning:[/] skipped {escape(str(exc))}", highlight=False, soft_wrap=True))
-    # a comparison report details the new run only: the baseline's values are in the comparison rows
-    detailed = loaded[1:] if comparison is not None else loaded
-    claims, claims_missing = _claims_for(papers, detailed)
+    def skipped(exc: GcbenchError) -> None:
+        err.print(f"[yellow]warning:[/] skipped {escape(str(exc))}", highlight=False, soft_wrap=True)
 
+    inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped)
+    loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
+    claims, claims_missing = _claims_for(papers, detailed)
     if as_html:
         from gcbench.report.html import write_html
 
@@ -641,25 +634,8 @@ def report(
             out.print(f"report: {output}", markup=False, highlight=False)
         else:
             print(text)
-    elif comparison is not None:
-        out.print(rep.comparison_table(comparison, all_metrics))
-        for note in comparison.notes:
-            out.print(f"note: {note}", markup=False, highlight=False)
-        out.print(rep.counts_text(comparison), markup=False, highlight=False)
     else:
-        out.print(rep.runs_table(loaded))
-        for r in loaded:
-            for table in rep.summary_tables(r):
-                out.print(table)
-        measured = [c for c in claims if c.status.startswith("measured")]
-        if measured:
-            out.print(rep.claims_table(measured))
-        if claims:
-            out.print(f"{len(claims) - len(measured)}{' other' if measured else ''} paper claim(s) not measured by these runs "
-                      "(see --md or --html).", highlight=False)
-        elif claims_missing:
-            out.print(claims_missing, markup=False, highlight=False)
-        out.print(rep.FOOTNOTE, markup=False, highlight=False)
+        _emit(rep.terminal_report(inp, claims, claims_missing, all_metrics))
     if comparison is not None and comparison.regressions:
         err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {escape(comparison.new_id)} against "
                   f"{escape(comparison.baseline_id)}", highlight=False, soft_wrap=True)
@@ -766,11 +742,7 @@ def simulate_cmd(
     if as_json:
         print(json.dumps(sim.to_dict(), default=str))
         return
-    for part in simulation_output(sim):
-        if isinstance(part, str):
-            out.print(part, markup=False, highlight=False)
-        else:
-            out.print(part)
+    _emit(simulation_output(sim))
 
 
 def main() -> None:

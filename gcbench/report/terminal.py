@@ -50,6 +50,7 @@ from gcbench.results.compare import (
     WORSE,
     Comparison,
     Row,
+    compare_runs,
     head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
@@ -858,3 +859,58 @@ def markdown_report(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | N
     if not runs or any(r.kind not in ("train", "bench") for r in runs):  # train and bench sections carry their own notes
         parts += [md_escape(FOOTNOTE), ""]
     return "\n".join(parts)
+
+
+@dataclass
+class ReportInput:
+    """What ``gcbench report`` renders: the runs, the ones shown in detail, and the comparison with a baseline if asked."""
+
+    loaded: list[LoadedRun]
+    detailed: list[LoadedRun]
+    comparison: Comparison | None = None
+
+
+def report_input(refs: Sequence[str] | None, runs_dir: str | Path, baseline: str | None = None, threshold: float = 0.05,
+                 alpha: float = 0.05, finished_only: bool = False,
+                 on_skip: Callable[[ResultsError], None] | None = None) -> ReportInput:
+    """Load the runs a report shows; with ``baseline``, compare the newest (or the one named) against it.
+
+    ``finished_only``: "latest" never picks an unfinished run (what a regression gate needs).  A
+    comparison report details the new run only: the baseline's values are in the comparison rows.
+    """
+    if baseline is None:
+        loaded = load_runs(refs, runs_dir, on_skip=on_skip)
+        return ReportInput(loaded, loaded)
+    if refs and len(refs) > 1:
+        raise ResultsError(f"--baseline compares one run against the baseline; got {len(refs)} runs")
+    base_path = resolve_run(baseline, runs_dir)
+    new_path = resolve_run(refs[0] if refs else "latest", runs_dir, finished=finished_only)
+    if base_path.resolve() == new_path.resolve():
+        raise ResultsError(f"the baseline and the run to compare are the same file ({new_path}); name the run to compare")
+    loaded = [LoadedRun(base_path, load_run(base_path)), LoadedRun(new_path, load_run(new_path))]
+    comparison = compare_runs(loaded[0].data, loaded[1].data, threshold, alpha)
+    for r in loaded:
+        if not r.data.finished:
+            comparison.notes.append(f"{r.run_id} did not finish (status {r.data.status!r}): its cases may be incomplete")
+    return ReportInput(loaded, loaded[1:], comparison)
+
+
+def terminal_report(inp: ReportInput, claims: Sequence[ClaimResult], claims_missing: str | None,
+                    all_metrics: bool = False) -> list[RenderableType | str]:
+    """The terminal report, in print order (strings are plain text lines, not markup)."""
+    if inp.comparison is not None:
+        return [comparison_table(inp.comparison, all_metrics), *(f"note: {n}" for n in inp.comparison.notes),
+                counts_text(inp.comparison)]
+    out: list[RenderableType | str] = [runs_table(inp.loaded)]
+    for r in inp.loaded:
+        out.extend(summary_tables(r))
+    measured = [c for c in claims if c.status.startswith("measured")]
+    if measured:
+        out.append(claims_table(measured))
+    if claims:
+        out.append(f"{len(claims) - len(measured)}{' other' if measured else ''} paper claim(s) not measured by these runs "
+                   "(see --md or --html).")
+    elif claims_missing:
+        out.append(claims_missing)
+    out.append(FOOTNOTE)
+    return out
