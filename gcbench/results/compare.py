@@ -378,6 +378,7 @@ SIDE_METRICS: tuple[SideMetric, ...] = (
     SideMetric("EF drift (last step)", "ef_drift", False, "g"),
     SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s"),
     SideMetric("decompress GB/s", "decompress_gbps", True, "g", samples="decompress_s"),
+    SideMetric("compress ×copy", "comp_over_copy", False, "x", samples="comp_over_copy"),
     SideMetric("compress ms", "compress_s", False, "ms", samples="compress_s"),
     SideMetric("decompress ms", "decompress_s", False, "ms", samples="decompress_s"),
 )
