@@ -17,7 +17,6 @@ from gcbench.measure.metrics import (
     TimingPolicy,
     bits_per_element,
     calibration_done,
-    copy_roofline,
     delta_beznosikov,
     fidelity,
     mean_ci,
@@ -112,12 +111,6 @@ def test_time_call_respects_repeats_warmup_and_setup() -> None:
                   setup=lambda: calls.__setitem__("setup", calls["setup"] + 1))
     assert len(t.samples) == 5 and calls["fn"] == 7 and calls["setup"] == 7
     assert t.median > 0 and t.iqr >= 0
-
-
-def test_copy_roofline_copies_same_tensors() -> None:
-    xs = [torch.randn(1000), torch.randn(10, 10)]
-    t = copy_roofline(xs, repeats=3, warmup=1)
-    assert len(t.samples) == 3 and all(s > 0 for s in t.samples)
 
 
 # ----------------------------------------------------------------------------- interleaved, calibrated timing

@@ -243,18 +243,6 @@ def time_call(fn: Callable[[], Any], repeats: int, warmup: int, device: torch.de
     return Timing(samples, warmup)
 
 
-def copy_roofline(tensors: Sequence[torch.Tensor], repeats: int, warmup: int) -> Timing:
-    """Time a plain copy of the same tensors into preallocated buffers (the copy roofline)."""
-    bufs = [torch.empty_like(t) for t in tensors]
-    device = tensors[0].device if tensors else "cpu"
-
-    def run() -> None:
-        for b, t in zip(bufs, tensors, strict=True):
-            b.copy_(t)
-
-    return time_call(run, repeats, warmup, device)
-
-
 def throughput(numel: int, t: Timing) -> dict[str, float | None]:
     """GB/s of dense float32 input and elements/s at the median time."""
     med = t.median

@@ -660,6 +660,8 @@ class BenchCase(Model):
     baseline_change: Num | None = None
     reference: Any = None
     vs_torch_topk: dict[str, TopkSpeedup] | None = None
+    x_copy: dict[str, XCopy] | None = None  # per kernel: per-round ×copy, spread and flags (files before it: none)
+    load_per_core: Num | None = None  # highest 1-minute load average per core seen while timing
 
     @property
     def ok(self) -> bool:
