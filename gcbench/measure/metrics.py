@@ -272,7 +272,9 @@ class TimingPolicy:
     budget_s: float = 1.0  # calibration stops after this much wall time, stable or not
     stable_rel_iqr: float = 0.10  # calibration stops once every kernel's ×copy IQR / median is under this
     unstable_rel_iqr: float = 0.25  # a ×copy IQR / median above this flags the timing ``unstable``
-    load_per_core: float = 1.25  # a 1-minute load average per core above this (our own process included) flags ``unstable``
+    # a 1-minute load average per core above this flags ``unstable``: more runnable threads than cores (this process's
+    # own included), so parallel regions wait a scheduler slice for a core (a 5 MB copy: 15 ms instead of 0.3)
+    load_per_core: float = 1.0
     resolution_s: float = 50e-6  # a median kernel time under this is flagged ``too short``
 
     def to_dict(self) -> dict[str, float]:
