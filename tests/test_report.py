@@ -25,8 +25,10 @@ from gcbench.report.terminal import (
     LoadedRun,
     bench_target,
     by_source,
+    compress_gbps_text,
     compress_x_copy_text,
     fmt,
+    head_to_head_output,
     load_runs,
     markdown_report,
     md_escape,
@@ -35,7 +37,7 @@ from gcbench.report.terminal import (
     size_text,
     x_copy_text,
 )
-from gcbench.results.record import BenchCase, XCopy
+from gcbench.results.record import BenchCase, RunCase, XCopy
 from gcbench.results.store import load_run
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -404,3 +406,20 @@ def test_a_timed_run_prints_spreads_and_says_what_the_flags_mean(tmp_path: Path)
         row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith(case.label + " "))
         assert compress_x_copy_text(case) in row and ("±" in row or BEATS_BOUND in row)
     assert "(unstable) = " in text and "(beats traffic bound) = " in text
+
+
+def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_tables() -> None:
+    def case(label: str, flags: list[str]) -> RunCase:
+        return RunCase.model_validate({"label": label, "status": "ok", "timing": {
+            "compress": {"median_s": 0.001, "gbps": 4.0, "samples_s": [0.001] * 3},
+            "compress_x_copy": {"median": 0.1, "iqr": 0.01, "samples": [0.1] * 3, "flags": flags}}})
+
+    fast, honest = case("fast", [BEATS_BOUND]), case("honest", [])
+    assert compress_gbps_text(fast) == f"— ({BEATS_BOUND})" and compress_gbps_text(honest) == "4"
+    console = Console(record=True, width=400)
+    for part in head_to_head_output([fast, honest], "layer"):
+        console.print(part)
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]] for line in console.export_text().splitlines()
+            if line.startswith("│")}
+    assert rows["compress GB/s ↑"] == [f"— ({BEATS_BOUND})", "4"]
+    assert rows["compress ×copy ↓"] == [f"— ({BEATS_BOUND})", "0.1× ±0.005"]

@@ -42,6 +42,7 @@ import torch
 from scipy import stats
 
 from gcbench.core.payload import dense_bytes
+from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
 
 
 def ratio(numel: int, wire_bytes: float) -> float | None:
@@ -252,10 +253,6 @@ def throughput(numel: int, t: Timing) -> dict[str, float | None]:
 
 
 # ----------------------------------------------------------------------------- interleaved, calibrated timing
-
-UNSTABLE = "unstable"
-TOO_SHORT = "too short"
-BEATS_BOUND = "beats traffic bound"
 
 
 @dataclass(frozen=True)

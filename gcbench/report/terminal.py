@@ -39,7 +39,7 @@ from rich.text import Text
 
 from gcbench.core.errors import ResultsError
 from gcbench.measure.bench import target_of, verdict
-from gcbench.measure.metrics import BEATS_BOUND, TOO_SHORT, UNSTABLE, TimingPolicy
+from gcbench.measure.metrics import TimingPolicy
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
     BENCH_UNIT,
@@ -54,7 +54,7 @@ from gcbench.results.compare import (
     head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
-from gcbench.results.record import BenchCase, RunCase, RunRecord, TrainCase, XCopy, as_record
+from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE, BenchCase, RunCase, RunRecord, TrainCase, XCopy, as_record
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 DAGGER = "†"
@@ -149,7 +149,7 @@ def x_copy_text(x: XCopy | None) -> str:
     if x is None or x.median is None:
         return "—"
     flags = list(x.flags or [])
-    if BEATS_BOUND in flags:  # what it timed is not the work the compressor must do: not a speed
+    if x.beats_bound:  # what it timed is not the work the compressor must do: not a speed
         text = "—"
     else:
         text = fmt(x.median, "x") + (f" ±{x.iqr / 2:.2g}" if x.iqr is not None else "")
@@ -165,6 +165,11 @@ def bench_x_copy_text(rec: BenchCase, kernel: str) -> str:
 def compress_x_copy_text(case: RunCase) -> str:
     """The compress ×copy cell of a run case (:func:`x_copy_text`)."""
     return x_copy_text(case.timing.x_copy("compress") if case.timing else None)
+
+
+def compress_gbps_text(case: RunCase) -> str:
+    """The compress GB/s cell: no speed for a timing that beat its traffic bound."""
+    return f"— ({BEATS_BOUND})" if case.beats_bound else fmt(case.metric("compress_gbps"), "g")
 
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (
@@ -187,7 +192,8 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("variance", "variance", "variance", "g", False, "relative variance, whole model"),
     Column("delta", "δ", "delta", "g", False, "Beznosikov δ = 1/(1 − q)"),
     Column("ef", "EF drift", "ef_drift", "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
-    Column("comp_gbps", "comp GB/s", "compress_gbps", "g", True, "dense input bytes / median compress time"),
+    Column("comp_gbps", "comp GB/s", "compress_gbps", "g", True, "dense input bytes / median compress time",
+           cell=compress_gbps_text),
     Column("dec_gbps", "dec GB/s", "decompress_gbps", "g", True, "dense input bytes / median decompress time"),
 )
 
@@ -453,8 +459,12 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str) -> list[Rend
     for r in head_to_head(cases):
         cells = []
         for i, v in enumerate(r.values):
-            timed = r.spec.metric == "comp_over_copy" and v is not None  # with its spread and flags
-            text = rich_escape(compress_x_copy_text(cases[i])) if timed else fmt(v, r.spec.format)
+            if r.spec.metric == "comp_over_copy" and v is not None:  # with its spread and flags
+                text = rich_escape(compress_x_copy_text(cases[i]))
+            elif r.spec.metric in ("compress_gbps", "compress_s") and v is not None and cases[i].beats_bound:
+                text = f"— ({BEATS_BOUND})"  # not the work the compressor must do: no speed
+            else:
+                text = fmt(v, r.spec.format)
             if r.best == i:
                 text = f"[bold green]{text}[/]"
             elif r.not_significant[i]:

@@ -296,6 +296,12 @@ class Timing(Model):
     warmup: Int | None = None
 
 
+# the flags of a kernel timing (:func:`gcbench.measure.metrics.timing_flags` sets them; tables and comparisons read them)
+UNSTABLE = "unstable"
+TOO_SHORT = "too short"
+BEATS_BOUND = "beats traffic bound"
+
+
 class XCopy(Model):
     """A kernel's time as a multiple of the copy timed in the same round: per-round samples, their spread, its flags.
 
@@ -308,6 +314,11 @@ class XCopy(Model):
     rel_iqr: Num | None = None
     samples: Series | None = None
     flags: list[Str] | None = None
+
+    @property
+    def beats_bound(self) -> bool:
+        """Faster than the memory traffic the compressor must do: what was timed is not that work, so not a speed."""
+        return BEATS_BOUND in (self.flags or [])
 
 
 class CaseTiming(Model):
@@ -417,6 +428,12 @@ class RunCase(CaseBase):
     windows: list[PhaseWindow] | None = None
     step_phases: list[Str | None] | None = None
     phases: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def beats_bound(self) -> bool:
+        """Whether its compress timing beat the compressor's traffic bound (:attr:`XCopy.beats_bound`)."""
+        x = self.timing.x_copy("compress") if self.timing else None
+        return x is not None and x.beats_bound
 
     @property
     def source_label(self) -> str:
