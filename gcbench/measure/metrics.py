@@ -259,8 +259,8 @@ def throughput(numel: int, t: Timing) -> dict[str, float | None]:
 class TimingPolicy:
     """How kernel timings are taken and when they are flagged (every threshold stated here, recorded with each run).
 
-    The defaults suit these 2-core machines: a kernel of a few milliseconds settles in 10–30
-    rounds, and a case's timing costs about a second at most.
+    Calibration stops at the first of: every ×copy stable, ``max_rounds``, ``budget_s`` — so a
+    case's timing costs its ``min_rounds`` and at most about a second more.
     """
 
     warmup: int = 1  # untimed rounds first: first touch of output buffers, numba compilation, caches
