@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from gcbench.core.errors import GcbenchError
@@ -26,7 +28,9 @@ def test_matrix_shape_keeps_numel() -> None:
 def test_bench_case_records_same_process_ratios() -> None:
     rec = bench_case("signsgd", numel=20_000, repeats=3, warmup=1, threads=1)
     assert len(rec["copy"]["samples_s"]) == 3 and len(rec["compress"]["samples_s"]) == 3
-    assert rec["compress_x_copy"] == pytest.approx(rec["compress"]["median_s"] / rec["copy"]["median_s"])
+    per_round = [c / k for c, k in zip(rec["compress"]["samples_s"], rec["copy"]["samples_s"], strict=True)]
+    assert rec["compress_x_copy"] == pytest.approx(statistics.median(per_round))  # copy and compress of the same round
+    assert rec["x_copy"]["compress"]["samples"] == pytest.approx(per_round) and isinstance(rec["x_copy"]["decompress"]["flags"], list)
     assert rec["ratio"] > 30 and rec["numel"] == 20_000
 
 

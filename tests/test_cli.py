@@ -104,7 +104,7 @@ def test_run_writes_a_valid_results_file(tmp_path: Path) -> None:
         assert c.status == "ok"
         assert c.size.wire_bytes > 0 and c.size.ratio > 1
         assert c.fidelity.q.model is not None and c.timing.compress.median_s > 0
-        assert len(c.timing.compress.samples_s) == 2
+        assert len(c.timing.compress.samples_s) == c.timing.rounds >= 2  # timing_repeats is the least number of rounds
     topk = data.cases[0]
     assert topk.ef_drift.sum_drift and len(topk.ef_drift.sum_drift) == 2
     tern = data.cases[2]

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
 
 from gcbench.compressors import registry
-from gcbench.measure.metrics import bits_per_element, copy_roofline, delta_beznosikov, fidelity, mean_ci, pooled, ratio, time_call
+from gcbench.measure.metrics import (
+    BEATS_BOUND,
+    TOO_SHORT,
+    UNSTABLE,
+    TimingPolicy,
+    bits_per_element,
+    calibration_done,
+    delta_beznosikov,
+    fidelity,
+    mean_ci,
+    pooled,
+    ratio,
+    rel_iqr,
+    time_call,
+    time_interleaved,
+    timing_flags,
+)
 
 
 def _x(n: int = 4000, seed: int = 0) -> torch.Tensor:
@@ -96,7 +113,81 @@ def test_time_call_respects_repeats_warmup_and_setup() -> None:
     assert t.median > 0 and t.iqr >= 0
 
 
-def test_copy_roofline_copies_same_tensors() -> None:
-    xs = [torch.randn(1000), torch.randn(10, 10)]
-    t = copy_roofline(xs, repeats=3, warmup=1)
-    assert len(t.samples) == 3 and all(s > 0 for s in t.samples)
+# ----------------------------------------------------------------------------- interleaved, calibrated timing
+
+
+class FakeClock:
+    """A clock that moves only when a timed function says how long it took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def takes(self, durations: list[float]) -> Callable[[], None]:
+        """A function whose n-th call lasts ``durations[n % len(durations)]`` seconds of this clock."""
+        calls = {"n": 0}
+
+        def fn() -> None:
+            self.now += durations[calls["n"] % len(durations)]
+            calls["n"] += 1
+
+        return fn
+
+
+QUIET = TimingPolicy(warmup=2, min_rounds=5, max_rounds=40, budget_s=100.0)
+
+
+def test_interleaved_rounds_pair_copy_and_kernels_and_stop_when_stable() -> None:
+    clock, order = FakeClock(), []
+    copy = clock.takes([0.010])
+    comp = clock.takes([0.030])
+    rounds = time_interleaved(lambda: (order.append("c"), copy()), {"compress": lambda: (order.append("k"), comp())}, QUIET,
+                              setup=lambda: order.append("s"), clock=clock, load=lambda: 0.1)
+    assert order[:6] == ["s", "c", "k", "s", "c", "k"]  # setup, copy, kernel, round after round
+    assert rounds.stopped == "stable" and len(rounds.copy) == QUIET.min_rounds  # identical rounds: stable at once
+    assert len(order) == 3 * (QUIET.warmup + QUIET.min_rounds)  # warm-up rounds run but are not kept
+    assert rounds.x_copy("compress") == pytest.approx([3.0] * 5)
+    assert rounds.load_per_core == 0.1
+
+
+def test_load_that_hits_both_alike_cancels_in_the_per_round_ratio() -> None:
+    """Rounds 2x slower at random (load) move copy and kernel together: x-copy stays put, raw times do not."""
+    clock = FakeClock()
+    slow = [1.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0, 2.0]
+    copy = clock.takes([0.01 * s for s in slow])
+    comp = clock.takes([0.04 * s for s in slow])
+    r = time_interleaved(copy, {"compress": comp}, QUIET, clock=clock, load=lambda: None)
+    assert rel_iqr(r.kernels["compress"]) > 0.25  # the raw times spread …
+    assert rel_iqr(r.x_copy("compress")) == pytest.approx(0.0)  # … their ratio does not
+    assert r.stopped == "stable"
+
+
+def test_calibration_goes_on_while_unstable_until_max_rounds_or_budget() -> None:
+    noisy = {"compress": [1.0, 3.0, 1.0, 3.0, 1.0, 3.0]}
+    assert calibration_done({"compress": [2.0] * 4}, 0.0, QUIET) is None  # under min_rounds
+    assert calibration_done({"compress": [2.0] * 5}, 0.0, QUIET) == "stable"
+    assert calibration_done(noisy, 0.0, QUIET) is None
+    assert calibration_done(noisy, 100.0, QUIET) == "budget"
+    assert calibration_done(noisy, 0.0, TimingPolicy(min_rounds=5, max_rounds=6)) == "max rounds"
+    # every kernel must be stable, not just one
+    assert calibration_done({"compress": [2.0] * 6, "decompress": noisy["compress"]}, 0.0, QUIET) is None
+    clock = FakeClock()
+    policy = TimingPolicy(min_rounds=5, max_rounds=12, budget_s=100)
+    r = time_interleaved(clock.takes([0.01]), {"compress": clock.takes([0.01, 0.03])}, policy, clock=clock, load=lambda: None)
+    assert r.stopped == "max rounds" and len(r.copy) == 12
+
+
+def test_flags_unstable_by_spread_or_load_too_short_and_beating_the_traffic_bound() -> None:
+    p = TimingPolicy()
+    steady = [2.0, 2.05, 1.95, 2.0, 2.02]
+    assert timing_flags(steady, 0.01, 0.3, p, bound_x_copy=0.5) == []
+    assert timing_flags([1.0, 3.0, 1.0, 3.0, 2.0], 0.01, 0.3, p) == [UNSTABLE]  # IQR 2 over median 2
+    assert timing_flags(steady, 0.01, p.load_per_core + 0.5, p) == [UNSTABLE]  # loaded machine
+    assert timing_flags(steady, 0.01, None, p) == []  # no load average on this platform: judged on spread only
+    assert timing_flags(steady, p.resolution_s / 2, 0.3, p) == [TOO_SHORT]
+    # top-k must read its input once (4 of the copy's 8 bytes per element): 0.2x a copy is not a speed
+    assert timing_flags([0.2, 0.21, 0.19], 0.01, 0.3, p, bound_x_copy=0.5) == [BEATS_BOUND]
+    # the identity compressor at the bound, within noise, is not flagged: only a clear beat is
+    assert timing_flags([0.97, 1.01, 1.03, 0.99], 0.01, 0.3, p, bound_x_copy=1.0) == []

@@ -68,6 +68,30 @@ def test_writer_round_trip(tmp_path: Path) -> None:
     assert loaded.environment is not None and loaded.environment.machine_key().count("|") == 3
 
 
+def test_interleaved_timing_fields_round_trip_and_older_timings_still_read(tmp_path: Path) -> None:
+    """The timing block of interleaved timing (x-copy spread, flags, load, policy) is written and read back as it was;
+    a case from before it reads its x-copy from the copy fraction."""
+    from gcbench.measure.casemath import timing_summary
+    from gcbench.measure.metrics import BEATS_BOUND, Interleaved, TimingPolicy
+
+    timed = Interleaved([1.0, 1.0, 1.0], {"compress": [0.1, 0.1, 0.1], "decompress": [2.0, 2.2, 2.4]}, 1, "stable", 0.4)
+    timing = timing_summary(1000, "cpu", 2, timed, traffic_bytes=4.0, policy=TimingPolicy())
+    golden = _json(GOLDEN / "run_base.json")
+    w = RunWriter(tmp_path, {"name": "rt", "seed": 0}, "", None, "cpu")
+    w.add_case({**golden["cases"][3], "timing": timing})
+    w.finish("complete")
+    assert w.path is not None
+    case = load_run(w.path).cases[0]
+    assert isinstance(case, RunCase) and case.to_json_dict()["timing"] == timing
+    assert case.timing.compress_x_copy.flags == [BEATS_BOUND] and case.timing.load_per_core == 0.4
+    assert case.metric("comp_over_copy") == pytest.approx(0.1) and case.samples("comp_over_copy") == pytest.approx([0.1] * 3)
+    assert case.metric("decomp_over_copy") == pytest.approx(2.2)
+    old = RunCase.model_validate(golden["cases"][3])
+    assert old.timing is not None and old.timing.compress_x_copy is None  # written before interleaved timing
+    assert old.metric("comp_over_copy") == pytest.approx(1 / old.timing.copy_fraction_compress)
+    assert old.samples("comp_over_copy") == []
+
+
 def test_writer_refuses_a_case_that_does_not_fit(tmp_path: Path) -> None:
     w = RunWriter(tmp_path, {"name": "bad"}, "", None, "cpu")
     with pytest.raises(ResultsError, match=r"size\.ratio: expected a number"):
@@ -103,6 +127,7 @@ def test_a_newer_schema_is_one_clear_error() -> None:
     ({"flags": {"biased": "yes"}}, "cases[0].flags.biased: expected a boolean"),
     ({"traffic": {"push": []}}, "cases[0].traffic.push: expected an object, got a list"),
     ({"aggregate": {"per_step_q": [0.1, True]}}, "cases[0].aggregate.per_step_q[1]: expected a number, got a boolean"),
+    ({"timing": {"compress_x_copy": {"flags": [1]}}}, "cases[0].timing.compress_x_copy.flags[0]: expected a string"),
 ])
 def test_a_malformed_field_is_named_by_its_path(tmp_path: Path, case: dict[str, Any], where: str) -> None:
     path = tmp_path / "r.json"

@@ -10,10 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ResultsError
+from gcbench.measure.metrics import BEATS_BOUND, UNSTABLE
+from gcbench.measure.runner import run_suite
+from gcbench.measure.suite import parse_suite
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
     SUMMARY_COLUMNS,
@@ -21,14 +25,20 @@ from gcbench.report.terminal import (
     LoadedRun,
     bench_target,
     by_source,
+    compress_gbps_text,
+    compress_x_copy_text,
     fmt,
+    head_to_head_output,
     load_runs,
     markdown_report,
     md_escape,
     pareto_front,
+    run_output,
     size_text,
+    x_copy_text,
 )
-from gcbench.results.record import BenchCase
+from gcbench.results.record import BenchCase, RunCase, XCopy
+from gcbench.results.store import load_run
 
 GOLDEN = Path(__file__).parent / "golden"
 runner = CliRunner()
@@ -367,3 +377,49 @@ def test_cli_baseline_of_another_kind_is_one_clear_line() -> None:
     assert r.exit_code == 1 and "Traceback" not in r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "cannot compare a bench results file" in lines[0] and "same kind" in lines[0]
+
+
+# ----------------------------------------------------------------------------- timing cells
+
+
+def test_x_copy_cells_show_the_spread_and_flags_and_no_speed_beyond_the_traffic_bound() -> None:
+    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[])) == "3.1× ±0.4"
+    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[UNSTABLE])) == "3.1× ±0.4 (unstable)"
+    beaten = x_copy_text(XCopy(median=0.2, iqr=0.01, flags=[BEATS_BOUND]))
+    assert "0.2" not in beaten and "beats traffic bound" in beaten  # not printed as a speed
+    assert x_copy_text(XCopy(median=2.0)) == "2.0×"  # a file from before interleaved timing: median only
+    assert x_copy_text(None) == "—"
+
+
+def test_a_timed_run_prints_spreads_and_says_what_the_flags_mean(tmp_path: Path) -> None:
+    suite = parse_suite({"name": "tiny", "seed": 0, "sources": [{"kind": "synthetic", "shapes": [[128, 64]], "workers": 1, "steps": 1}],
+                         "compressors": [{"name": "none"}, {"name": "topk"}], "metrics": {"repeats": 1, "timing_repeats": 3}})
+    outcome = run_suite(suite, tmp_path)
+    cases = load_run(outcome.path).cases
+    console = Console(record=True, width=400)
+    for part in run_output(cases, "tiny"):
+        console.print(part)
+    text = console.export_text()
+    for case in cases:
+        x = case.timing.compress_x_copy
+        assert len(x.samples) == case.timing.rounds >= 3 and x.flags is not None
+        row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith(case.label + " "))
+        assert compress_x_copy_text(case) in row and ("±" in row or BEATS_BOUND in row)
+    assert "(unstable) = " in text and "(beats traffic bound) = " in text
+
+
+def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_tables() -> None:
+    def case(label: str, flags: list[str]) -> RunCase:
+        return RunCase.model_validate({"label": label, "status": "ok", "timing": {
+            "compress": {"median_s": 0.001, "gbps": 4.0, "samples_s": [0.001] * 3},
+            "compress_x_copy": {"median": 0.1, "iqr": 0.01, "samples": [0.1] * 3, "flags": flags}}})
+
+    fast, honest = case("fast", [BEATS_BOUND]), case("honest", [])
+    assert compress_gbps_text(fast) == f"— ({BEATS_BOUND})" and compress_gbps_text(honest) == "4"
+    console = Console(record=True, width=400)
+    for part in head_to_head_output([fast, honest], "layer"):
+        console.print(part)
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]] for line in console.export_text().splitlines()
+            if line.startswith("│")}
+    assert rows["compress GB/s ↑"] == [f"— ({BEATS_BOUND})", "4"]
+    assert rows["compress ×copy ↓"] == [f"— ({BEATS_BOUND})", "0.1× ±0.005"]

@@ -36,7 +36,7 @@ from gcbench.measure.casemath import (
     worker_mean,
 )
 from gcbench.measure.granularity import make_units
-from gcbench.measure.metrics import Timing, fidelity
+from gcbench.measure.metrics import BEATS_BOUND, TOO_SHORT, UNSTABLE, Interleaved, TimingPolicy, fidelity
 from gcbench.measure.runner import SourceData, run_case, run_suite
 from gcbench.measure.suite import CompressorSpec, Suite, parse_suite
 from gcbench.results.phases import Window
@@ -210,12 +210,21 @@ def test_unit_and_size_summaries() -> None:
 
 
 def test_timing_summary() -> None:
-    s = timing_summary(1000, "cpu", 2, Timing([2.0, 4.0, 3.0], 1), Timing([1.0], 0), Timing([0.5], 0))
-    assert s["compress"]["median_s"] == 3.0
-    assert s["compress"]["gbps"] == pytest.approx(4000 / 3.0 / 1e9)
-    assert s["copy_fraction_compress"] == pytest.approx(0.5 / 3.0)
-    assert s["copy_fraction_decompress"] == 0.5
-    assert timing_summary(1, "cpu", 1, Timing([0.0], 0), Timing([0.0], 0), Timing([0.0], 0))["copy_fraction_compress"] is None
+    """Per-round x-copy with its spread, throughputs, and compress held against the card's traffic bound."""
+    policy = TimingPolicy()
+    timed = Interleaved(copy=[1.0, 2.0, 1.0], kernels={"compress": [2.0, 4.0, 4.0], "decompress": [0.1, 0.2, 0.1]}, warmup=1,
+                        stopped="budget", load_per_core=0.2)
+    s = timing_summary(1000, "cpu", 2, timed, traffic_bytes=8.0, policy=policy)
+    assert s["compress"]["median_s"] == 4.0 and s["compress"]["gbps"] == pytest.approx(4000 / 4.0 / 1e9)
+    assert s["compress_x_copy"]["samples"] == [2.0, 2.0, 4.0] and s["compress_x_copy"]["median"] == 2.0
+    assert s["compress_x_copy"]["iqr"] == pytest.approx(1.0) and s["compress_x_copy"]["flags"] == [UNSTABLE]  # IQR = 50% of the median
+    assert s["copy_fraction_compress"] == pytest.approx(0.5)  # older readers: 1 / median x-copy
+    assert s["traffic_bound_x_copy"] == 1.0 and s["rounds"] == 3 and s["stopped"] == "budget" and s["policy"]["budget_s"] == 1.0
+    # decompress at 0.1x a copy is no traffic-bound breach: the card's bound is compress's
+    assert BEATS_BOUND not in s["decompress_x_copy"]["flags"] and TOO_SHORT not in s["decompress_x_copy"]["flags"]
+    fast = timing_summary(1000, "cpu", 2, Interleaved([1.0] * 3, {"compress": [0.1] * 3, "decompress": [1.0] * 3}, 1, "stable", None),
+                          traffic_bytes=8.0, policy=policy)
+    assert fast["compress_x_copy"]["flags"] == [BEATS_BOUND]
 
 
 # ----------------------------------------------------------------------------- run_case end to end

@@ -4,7 +4,9 @@
 size of ResNet-50's gradient, as a 6400×4000 matrix) and reports, all measured in the same
 process: the compress and decompress medians, the copy roofline (a copy of the same tensor into a
 preallocated buffer), their ratio, the speed-up over the compressor's straightforward reference
-implementation, and the peak extra resident memory during compress.  Each (compressor, size) runs
+implementation, and the peak extra resident memory during compress.  The copy is timed interleaved
+with each kernel, round by round (:func:`gcbench.measure.metrics.time_interleaved`, as in ``gcbench
+run``), so ×copy is a per-round ratio with its spread and flags.  Each (compressor, size) runs
 in a fresh Python process by default, because allocator state left by one compressor changed the
 next one's timings by up to 5× on these machines (environment.md).
 
@@ -31,7 +33,7 @@ from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.core.errors import GcbenchError, UnknownNameError
 from gcbench.core.info import Target
-from gcbench.measure.metrics import copy_roofline, time_call
+from gcbench.measure.metrics import TimingPolicy, time_call, time_interleaved, timing_flags, x_copy_summary
 from gcbench.results.record import BenchCase, RunRecord
 from gcbench.results.store import RunWriter, load_run
 
@@ -90,24 +92,36 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     x = torch.randn(shape, generator=gen).to(device)
     state = comp.init_state(seed)
     comp.compress(x, state)  # one step first, so error feedback / momentum run in steady state
-    t_copy = copy_roofline([x], repeats, warmup)
+    # the copy is interleaved with each kernel, round by round, as in `gcbench run`; --repeats rounds exactly (no
+    # calibration: the fresh process per case is this harness's isolation, and the repeats are the user's to set)
+    policy = TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=repeats)
+    buf = torch.empty_like(x)
     holder: dict[str, Any] = {}
+
+    def copy() -> None:
+        buf.copy_(x)
 
     def setup() -> None:
         holder["st"] = state.clone()
 
     rss0 = _vm_kib("VmRSS")
     measured_peak = _reset_peak()
-    t_c = time_call(lambda: comp.compress(x, holder["st"]), repeats, warmup, device, setup)
+    timed_c = time_interleaved(copy, {"compress": lambda: comp.compress(x, holder["st"])}, policy, device, setup)
     peak = _vm_kib("VmHWM") if measured_peak else None
     payload = comp.compress(x, state.clone())
-    t_d = time_call(lambda: comp.decompress(payload), repeats, warmup, device)
+    timed_d = time_interleaved(copy, {"decompress": lambda: comp.decompress(payload)}, policy, device)
+    t_copy, t_c, t_d = timed_c.copy_timing, timed_c.timing("compress"), timed_d.timing("decompress")
+    x_c, x_d = timed_c.x_copy("compress"), timed_d.x_copy("decompress")
+    load = max((v for v in (timed_c.load_per_core, timed_d.load_per_core) if v is not None), default=None)
+    x_copy = {"compress": x_copy_summary(x_c, timing_flags(x_c, t_c.median, load, policy, comp.info.traffic_bytes / 8)),
+              "decompress": x_copy_summary(x_d, timing_flags(x_d, t_d.median, load, policy))}
     rec: dict[str, Any] = {
         "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(),
         "shape": list(shape),
         "threads": torch.get_num_threads(), "device": device,
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
-        "compress_x_copy": t_c.median / t_copy.median, "decompress_x_copy": t_d.median / t_copy.median,
+        "compress_x_copy": x_copy["compress"]["median"], "decompress_x_copy": x_copy["decompress"]["median"],
+        "x_copy": x_copy, "load_per_core": load,
         "gbps_compress": 4 * x.numel() / t_c.median / 1e9, "gbps_decompress": 4 * x.numel() / t_d.median / 1e9,
         "ratio": 4 * x.numel() / payload.nbytes,
         "peak_extra_bytes": (peak - rss0) * 1024 if (peak is not None and rss0 is not None) else None,

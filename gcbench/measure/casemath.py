@@ -32,7 +32,20 @@ import numpy as np
 import torch
 
 from gcbench.core.payload import dense_bytes
-from gcbench.measure.metrics import Fidelity, Timing, bits_per_element, fidelity, mean_ci, pooled, ratio, summarise, throughput
+from gcbench.measure.metrics import (
+    Fidelity,
+    Interleaved,
+    TimingPolicy,
+    bits_per_element,
+    fidelity,
+    mean_ci,
+    pooled,
+    ratio,
+    summarise,
+    throughput,
+    timing_flags,
+    x_copy_summary,
+)
 from gcbench.results.phases import Window
 
 # ----------------------------------------------------------------------------- tensors and norms
@@ -324,15 +337,27 @@ def size_summary(numel: int, unit_bytes: Sequence[Sequence[int]], traffic_sent: 
             "traffic_sent_bytes": traffic_sent, "traffic_ratio": ratio(numel, traffic_sent) if traffic_sent else None}
 
 
-def timing_summary(numel: int, device: str, threads: int, compress: Timing, decompress: Timing, copy: Timing) -> dict[str, Any]:
-    """The record's timing block: each timing with its throughput, and the copy roofline as a fraction of each."""
-    return {
-        "numel": numel,
-        "device": device,
-        "threads": threads,
-        "compress": {**compress.to_dict(), **throughput(numel, compress)},
-        "decompress": {**decompress.to_dict(), **throughput(numel, decompress)},
-        "copy": {**copy.to_dict(), **throughput(numel, copy)},
-        "copy_fraction_compress": copy.median / compress.median if compress.median > 0 else None,
-        "copy_fraction_decompress": copy.median / decompress.median if decompress.median > 0 else None,
-    }
+def timing_summary(numel: int, device: str, threads: int, timed: Interleaved, traffic_bytes: float | None,
+                   policy: TimingPolicy) -> dict[str, Any]:
+    """The record's timing block from an interleaved measurement (:func:`gcbench.measure.metrics.time_interleaved`).
+
+    Each kernel's times with their throughput; its per-round ×copy (median, IQR, samples) with its
+    flags (:func:`gcbench.measure.metrics.timing_flags`) — compress is also held against the card's
+    traffic bound, ``traffic_bytes`` per element against the copy's 8; the load seen and the
+    policy whose thresholds the flags used.  ``copy_fraction_*`` (1 / median ×copy) is kept for
+    readers of older files.
+    """
+    bound = traffic_bytes / 8.0 if traffic_bytes is not None else None
+    rec: dict[str, Any] = {"numel": numel, "device": device, "threads": threads, "method": "interleaved",
+                           "rounds": len(timed.copy), "stopped": timed.stopped, "load_per_core": timed.load_per_core,
+                           "traffic_bound_x_copy": bound, "policy": policy.to_dict(),
+                           "copy": {**timed.copy_timing.to_dict(), **throughput(numel, timed.copy_timing)}}
+    for kernel in ("compress", "decompress"):
+        t = timed.timing(kernel)
+        x = timed.x_copy(kernel)
+        flags = timing_flags(x, t.median, timed.load_per_core, policy, bound if kernel == "compress" else None)
+        block = x_copy_summary(x, flags)
+        rec[kernel] = {**t.to_dict(), **throughput(numel, t)}
+        rec[f"{kernel}_x_copy"] = block
+        rec[f"copy_fraction_{kernel}"] = 1.0 / block["median"] if block["median"] else None
+    return rec

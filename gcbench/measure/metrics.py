@@ -16,17 +16,24 @@ Everything is computed from the R×R Gram matrix of the errors (float64), so one
 data serves every quantity.  Ratios of zero-norm inputs are undefined and reported as ``None``
 (an all-zero tensor in gives all-zero out; there is nothing to divide by).
 
-Timing follows timm's benchmark habits: warm-up, device synchronisation, repeats, medians and
-interquartile ranges, raw samples kept; the copy roofline (a copy of the same tensors into
-preallocated buffers) is timed in the same process with the same repeats.
+Timing follows timm's and pyperf's habits: warm-up, device synchronisation, medians and
+interquartile ranges, raw samples kept.  :func:`time_interleaved` times a plain copy of the same
+tensors (the copy baseline) and the kernels round by round — copy, compress, decompress, copy, …
+— so load that comes and goes hits both alike, and each kernel's **×copy** is taken per round
+(kernel_i / copy_i).  Rounds continue until the ×copy medians are stable (relative IQR under
+:attr:`TimingPolicy.stable_rel_iqr`), the time budget is spent or the maximum count is reached.
+:func:`timing_flags` then says which numbers cannot be read as speeds: ``unstable`` (spread or
+machine load over their thresholds), ``too short`` (under the timer's useful resolution) and
+``beats traffic bound`` (faster than the memory traffic the compressor must do).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +42,7 @@ import torch
 from scipy import stats
 
 from gcbench.core.payload import dense_bytes
+from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
 
 
 def ratio(numel: int, wire_bytes: float) -> float | None:
@@ -236,21 +244,166 @@ def time_call(fn: Callable[[], Any], repeats: int, warmup: int, device: torch.de
     return Timing(samples, warmup)
 
 
-def copy_roofline(tensors: Sequence[torch.Tensor], repeats: int, warmup: int) -> Timing:
-    """Time a plain copy of the same tensors into preallocated buffers (the copy roofline)."""
-    bufs = [torch.empty_like(t) for t in tensors]
-    device = tensors[0].device if tensors else "cpu"
-
-    def run() -> None:
-        for b, t in zip(bufs, tensors, strict=True):
-            b.copy_(t)
-
-    return time_call(run, repeats, warmup, device)
-
-
 def throughput(numel: int, t: Timing) -> dict[str, float | None]:
     """GB/s of dense float32 input and elements/s at the median time."""
     med = t.median
     if med <= 0:
         return {"gbps": None, "elements_per_s": None}
     return {"gbps": dense_bytes(numel) / med / 1e9, "elements_per_s": numel / med}
+
+
+# ----------------------------------------------------------------------------- interleaved, calibrated timing
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How kernel timings are taken and when they are flagged (every threshold stated here, recorded with each run).
+
+    Calibration stops at the first of: every ×copy stable, ``max_rounds``, ``budget_s`` — so a
+    case's timing costs its ``min_rounds`` and at most about a second more.
+    """
+
+    warmup: int = 1  # untimed rounds first: first touch of output buffers, numba compilation, caches
+    min_rounds: int = 5  # timed rounds at least (the suite's ``timing_repeats``)
+    max_rounds: int = 60  # … and at most
+    budget_s: float = 1.0  # calibration stops after this much wall time, stable or not
+    stable_rel_iqr: float = 0.10  # calibration stops once every kernel's ×copy IQR / median is under this
+    unstable_rel_iqr: float = 0.25  # a ×copy IQR / median above this flags the timing ``unstable``
+    # a 1-minute load average per core above this flags ``unstable``: more runnable threads than cores (this process's
+    # own included), so parallel regions wait a scheduler slice for a core (a 5 MB copy: 15 ms instead of 0.3)
+    load_per_core: float = 1.0
+    resolution_s: float = 50e-6  # a median kernel time under this is flagged ``too short``
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.__dict__.items()}
+
+
+def load_per_core() -> float | None:
+    """The 1-minute load average divided by the CPU count; None where the platform has none."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return None
+
+
+def rel_iqr(samples: Sequence[float]) -> float | None:
+    """Interquartile range / median: the spread of samples relative to their size; None when undefined."""
+    if len(samples) < 2:
+        return None
+    q1, med, q3 = np.percentile(samples, [25, 50, 75])
+    return float((q3 - q1) / med) if med > 0 else None
+
+
+def calibration_done(x_copy: Mapping[str, Sequence[float]], elapsed_s: float, policy: TimingPolicy) -> str | None:
+    """Why timing can stop after the rounds so far (``stable``, ``budget``, ``max rounds``), or None to go on.
+
+    ``x_copy`` holds each kernel's per-round ×copy.  Stability is judged on every kernel, as the
+    spread of the per-round ratios: the number reported.
+    """
+    rounds = min((len(v) for v in x_copy.values()), default=0)
+    if rounds < policy.min_rounds:
+        return None
+    spreads = [rel_iqr(v) for v in x_copy.values()]
+    if all(s is not None and s <= policy.stable_rel_iqr for s in spreads):
+        return "stable"
+    if rounds >= max(policy.max_rounds, policy.min_rounds):
+        return "max rounds"
+    if elapsed_s >= policy.budget_s:
+        return "budget"
+    return None
+
+
+@dataclass
+class Interleaved:
+    """Interleaved timings of a copy baseline and named kernels: ``copy[i]`` and ``kernels[k][i]`` share round i."""
+
+    copy: list[float]
+    kernels: dict[str, list[float]]
+    warmup: int
+    stopped: str  # why calibration stopped (:func:`calibration_done`)
+    load_per_core: float | None  # the highest 1-minute load per core seen during the measurement
+
+    def x_copy(self, kernel: str) -> list[float]:
+        """The kernel's time as a multiple of the copy of the same round, round by round."""
+        return [k / c for k, c in zip(self.kernels[kernel], self.copy, strict=True) if c > 0]
+
+    def timing(self, kernel: str) -> Timing:
+        return Timing(self.kernels[kernel], self.warmup)
+
+    @property
+    def copy_timing(self) -> Timing:
+        return Timing(self.copy, self.warmup)
+
+
+def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[], Any]], policy: TimingPolicy,
+                     device: torch.device | str = "cpu", setup: Callable[[], Any] | None = None,
+                     clock: Callable[[], float] = time.perf_counter,
+                     load: Callable[[], float | None] = load_per_core) -> Interleaved:
+    """Time ``copy`` and each kernel in rounds (setup, copy, kernel 1, kernel 2, …) until :func:`calibration_done`.
+
+    ``setup`` runs untimed at the start of every round (fresh state clones, so each compress starts
+    from the same state).  ``policy.warmup`` whole rounds run first, untimed.  The load is sampled
+    before and after; ``clock`` and ``load`` are injectable so the calibration can be tested.
+    """
+    copy_s: list[float] = []
+    kern_s: dict[str, list[float]] = {k: [] for k in kernels}
+    loads = [load()]
+
+    def timed(fn: Callable[[], Any]) -> float:
+        synchronize(device)
+        t0 = clock()
+        fn()
+        synchronize(device)
+        return clock() - t0
+
+    start = clock()
+    stopped: str | None = None
+    rounds = 0
+    while stopped is None:
+        if setup is not None:
+            setup()
+        c = timed(copy)
+        ks = {name: timed(fn) for name, fn in kernels.items()}
+        rounds += 1
+        if rounds <= policy.warmup:
+            start = clock()  # the budget is for timed rounds
+            continue
+        copy_s.append(c)
+        for name, dt in ks.items():
+            kern_s[name].append(dt)
+        x = {name: [k / c_ for k, c_ in zip(v, copy_s, strict=True) if c_ > 0] for name, v in kern_s.items()}
+        stopped = calibration_done(x, clock() - start, policy)
+    loads.append(load())
+    seen = [v for v in loads if v is not None]
+    return Interleaved(copy_s, kern_s, policy.warmup, stopped, max(seen) if seen else None)
+
+
+def timing_flags(x_copy: Sequence[float], median_s: float, load: float | None, policy: TimingPolicy,
+                 bound_x_copy: float | None = None) -> list[str]:
+    """What keeps a kernel timing from being read as a speed (empty: nothing).
+
+    * ``unstable``: the per-round ×copy spread (IQR / median) is over ``policy.unstable_rel_iqr``,
+      or the machine's load per core was over ``policy.load_per_core`` during the measurement;
+    * ``too short``: the median kernel time is under ``policy.resolution_s``;
+    * ``beats traffic bound``: even the upper quartile of ×copy is under ``bound_x_copy`` — the
+      kernel moved less memory than its card says it must (traffic_bytes / the copy's 8 bytes
+      per element), so the number measures something else (a lazy result, a cache, a bug).
+    """
+    flags = []
+    spread = rel_iqr(x_copy)
+    if (spread is not None and spread > policy.unstable_rel_iqr) or (load is not None and load > policy.load_per_core):
+        flags.append(UNSTABLE)
+    if median_s < policy.resolution_s:
+        flags.append(TOO_SHORT)
+    if bound_x_copy is not None and x_copy and float(np.percentile(x_copy, 75)) < bound_x_copy:
+        flags.append(BEATS_BOUND)
+    return flags
+
+
+def x_copy_summary(x_copy: Sequence[float], flags: Sequence[str]) -> dict[str, Any]:
+    """The record's ×copy block of one kernel: median, IQR, relative IQR, per-round samples and flags."""
+    if not x_copy:
+        return {"median": None, "iqr": None, "rel_iqr": None, "samples": [], "flags": list(flags)}
+    q1, med, q3 = np.percentile(x_copy, [25, 50, 75])
+    return {"median": float(med), "iqr": float(q3 - q1), "rel_iqr": rel_iqr(x_copy), "samples": [float(v) for v in x_copy],
+            "flags": list(flags)}

@@ -13,7 +13,8 @@ feedback, momentum and warm-up schedules see a real stream of gradients.  At eac
    legs, PowerSGD's all-reduces).  Sizes and traffic come from the real payloads.
 3. *Aggregate fidelity* against the true worker mean, and *error-feedback drift* over steps.
 4. *Timing* (first ``timing_steps`` steps): compress and decompress of all units of one worker,
-   and a copy of the same tensors into preallocated buffers, all in this process.
+   interleaved round by round with a copy of the same tensors into preallocated buffers, until
+   the per-round ×copy is stable (:func:`gcbench.measure.metrics.time_interleaved`), then flagged.
 
 The runner never prints: it reports progress through a callback, ``progress(stage, done, total,
 message)``, which the CLI turns into a rich progress bar.  A failing case is recorded with its
@@ -22,6 +23,7 @@ error and the run goes on.
 
 from __future__ import annotations
 
+import gc
 import os
 import traceback
 import zlib
@@ -48,7 +50,7 @@ from gcbench.measure.casemath import (
     worker_mean,
 )
 from gcbench.measure.granularity import Unit, gather, make_units
-from gcbench.measure.metrics import Fidelity, copy_roofline, fidelity, time_call
+from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, time_interleaved
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
@@ -295,19 +297,37 @@ def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], s
 
 
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:
-    """Compress/decompress timing of one worker-step and the copy roofline, in this process."""
+    """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors.
+
+    Kept apart from the fidelity work by discipline rather than by a process (a worker process
+    per case would cost more than the quick suite's whole run): the garbage the fidelity work left
+    is collected first and the collector stays off while timing; payloads, output buffers and
+    the state clones each round starts from are made outside the timed region; warm-up rounds
+    touch every buffer first; the thread count is the run's, fixed and recorded.
+    """
     m = suite.metrics
     device = xs[0].device if xs else torch.device("cpu")
+    policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats)
+    payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
+    bufs = [torch.empty_like(x) for x in xs]
     holder: dict[str, list[State]] = {}
 
     def setup() -> None:
         holder["st"] = [s.clone() for s in states]
 
-    t_c = time_call(lambda: comp.compress_group(xs, holder["st"], need_decoded=False), m.timing_repeats, m.warmup, device, setup)
-    payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
-    t_d = time_call(lambda: [comp.decompress(p) for p in payloads], m.timing_repeats, m.warmup, device)
-    t_copy = copy_roofline(xs, m.timing_repeats, m.warmup)
-    return timing_summary(sum(x.numel() for x in xs), str(device), torch.get_num_threads(), t_c, t_d, t_copy)
+    def copy() -> None:
+        for b, x in zip(bufs, xs, strict=True):
+            b.copy_(x)
+
+    kernels = {"compress": lambda: comp.compress_group(xs, holder["st"], need_decoded=False),
+               "decompress": lambda: [comp.decompress(p) for p in payloads]}
+    gc.collect()
+    gc.disable()  # a collection inside a timed call would be charged to whichever kernel it hit
+    try:
+        timed = time_interleaved(copy, kernels, policy, device, setup)
+    finally:
+        gc.enable()
+    return timing_summary(sum(x.numel() for x in xs), str(device), torch.get_num_threads(), timed, comp.info.traffic_bytes, policy)
 
 
 def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite: Suite, repeats: int, stats: StreamStats,

@@ -39,6 +39,7 @@ from rich.text import Text
 
 from gcbench.core.errors import ResultsError
 from gcbench.measure.bench import target_of, verdict
+from gcbench.measure.metrics import TimingPolicy
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
     BENCH_UNIT,
@@ -54,7 +55,7 @@ from gcbench.results.compare import (
     head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
-from gcbench.results.record import BenchCase, RunCase, RunRecord, TrainCase, as_record
+from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE, BenchCase, RunCase, RunRecord, TrainCase, XCopy, as_record
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 DAGGER = "†"
@@ -132,13 +133,44 @@ class Column:
     higher_is_better: bool | None
     help: str
     missing: str = "—"  # the text of a missing value in a case that ran (e.g. "not reached")
+    cell: Callable[[Any], str] | None = None  # a cell richer than the number (a timing's spread and flags)
 
     def get(self, case: Any) -> float | None:
         return case.metric(self.metric)
 
     def text(self, case: Any) -> str:
+        if self.cell is not None:
+            return self.cell(case)
         v = self.get(case)
         return self.missing if v is None else fmt(v, self.kind)
+
+
+def x_copy_text(x: XCopy | None) -> str:
+    """A kernel's ×copy as tables write it: ``3.1× ±0.4``, its flags in brackets; a bound-beating one is no number."""
+    if x is None or x.median is None:
+        return "—"
+    flags = list(x.flags or [])
+    if x.beats_bound:  # what it timed is not the work the compressor must do: not a speed
+        text = "—"
+    else:
+        text = fmt(x.median, "x") + (f" ±{x.iqr / 2:.2g}" if x.iqr is not None else "")
+    return text + (f" ({', '.join(flags)})" if flags else "")
+
+
+def bench_x_copy_text(rec: BenchCase, kernel: str) -> str:
+    """A bench row's ×copy cell: with spread and flags where the file has them, else the bare median."""
+    x = (rec.x_copy or {}).get(kernel)
+    return x_copy_text(x if x is not None else XCopy(median=rec.metric(f"{kernel}_x_copy")))
+
+
+def compress_x_copy_text(case: RunCase) -> str:
+    """The compress ×copy cell of a run case (:func:`x_copy_text`)."""
+    return x_copy_text(case.timing.x_copy("compress") if case.timing else None)
+
+
+def compress_gbps_text(case: RunCase) -> str:
+    """The compress GB/s cell: no speed for a timing that beat its traffic bound."""
+    return f"— ({BEATS_BOUND})" if case.beats_bound else fmt(case.metric("compress_gbps"), "g")
 
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (
@@ -150,7 +182,9 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("agg_q", "agg q", "aggregate_q", "g", False, "relative MSE of the exchanged aggregate vs the true mean"),
     Column("comp_ms", "comp ms", "compress_s", "ms", False, "median compress time per worker-step"),
     Column("dec_ms", "dec ms", "decompress_s", "ms", False, "median decompress time per worker-step"),
-    Column("comp_copy", "comp/copy", "comp_over_copy", "x", False, "compress time as a multiple of a plain copy of the same tensors"),
+    Column("comp_copy", "comp/copy", "comp_over_copy", "x", False,
+           "compress time as a multiple of a plain copy of the same tensors timed in the same round: median ± half the IQR, flags",
+           cell=compress_x_copy_text),
 )
 
 # extra columns of the HTML tables (the terminal stays narrow)
@@ -159,7 +193,8 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("variance", "variance", "variance", "g", False, "relative variance, whole model"),
     Column("delta", "δ", "delta", "g", False, "Beznosikov δ = 1/(1 − q)"),
     Column("ef", "EF drift", "ef_drift", "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
-    Column("comp_gbps", "comp GB/s", "compress_gbps", "g", True, "dense input bytes / median compress time"),
+    Column("comp_gbps", "comp GB/s", "compress_gbps", "g", True, "dense input bytes / median compress time",
+           cell=compress_gbps_text),
     Column("dec_gbps", "dec GB/s", "decompress_gbps", "g", True, "dense input bytes / median decompress time"),
 )
 
@@ -197,8 +232,10 @@ BENCH_COLUMNS: tuple[Column, ...] = (
     Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
     Column("comp_ms", "comp ms", "compress_ms", "ms", False, "median compress time"),
     Column("comp_copy", "comp×copy", "compress_x_copy", "x", False,
-           "median compress time / median time of a plain copy of the same tensor, in the same process"),
-    Column("dec_copy", "dec×copy", "decompress_x_copy", "x", False, "median decompress time / median copy time"),
+           "compress time / time of a plain copy of the same tensor in the same round: median ± half the IQR, flags",
+           cell=lambda c: bench_x_copy_text(c, "compress")),
+    Column("dec_copy", "dec×copy", "decompress_x_copy", "x", False, "decompress time / copy time, per round: median ± half the IQR",
+           cell=lambda c: bench_x_copy_text(c, "decompress")),
     Column("vs_ref", "vs ref", "speedup_vs_reference", "x", True,
            "speed-up over the compressor's straightforward reference implementation"),
     Column("gbps", "GB/s", "gbps_compress", "g", True, "dense input bytes / median compress time"),
@@ -391,7 +428,7 @@ def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
                 t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(SUMMARY_COLUMNS) - 1))
                 errors.append(f"[red]{rich_escape(case_name(c))} failed:[/] {rich_escape(c.error_text)}")
                 continue
-            t.add_row(rich_escape(case_name(c)), *[fmt(col.get(c), col.kind) for col in SUMMARY_COLUMNS])
+            t.add_row(rich_escape(case_name(c)), *[rich_escape(col.text(c)) for col in SUMMARY_COLUMNS])
         if errors:
             t.caption = "\n".join(errors)
             t.caption_justify = "left"
@@ -423,7 +460,12 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str) -> list[Rend
     for r in head_to_head(cases):
         cells = []
         for i, v in enumerate(r.values):
-            text = fmt(v, r.spec.format)
+            if r.spec.metric == "comp_over_copy" and v is not None:  # with its spread and flags
+                text = rich_escape(compress_x_copy_text(cases[i]))
+            elif r.spec.metric in ("compress_gbps", "compress_s") and v is not None and cases[i].beats_bound:
+                text = f"— ({BEATS_BOUND})"  # not the work the compressor must do: no speed
+            else:
+                text = fmt(v, r.spec.format)
             if r.best == i:
                 text = f"[bold green]{text}[/]"
             elif r.not_significant[i]:
@@ -436,7 +478,8 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str) -> list[Rend
     if any(v != "gradient" for v in ref.values()):
         out.append(Text("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items())))
     out.append(Text("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
-                    f"{DAGGER} = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run."))
+                    f"{DAGGER} = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run; "
+                    + TIMING_NOTE.replace("comp/copy", "compress ×copy", 1)))
     phases = phase_table(cases, "gcbench compare")
     if phases is not None:
         out += [phases, Text(PHASE_NOTE)]
@@ -723,14 +766,21 @@ def measured_text(res: ClaimResult) -> str:
     return "; ".join(parts)
 
 
+_POLICY = TimingPolicy()
+TIMING_NOTE = (f"comp/copy = compress time / the time of a plain copy of the same tensors, taken per round with the two "
+               f"interleaved: median over rounds ± half the interquartile range; ({UNSTABLE}) = that range is over "
+               f"{_POLICY.unstable_rel_iqr:.0%} of the median or the load per core was over {_POLICY.load_per_core:g} while "
+               f"timing; ({TOO_SHORT}) = median under {1e6 * _POLICY.resolution_s:.0f} µs; ({BEATS_BOUND}) = faster than the "
+               "memory traffic the compressor's card says it must do, so no speed is shown.")
 FOOTNOTE = ("q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, energy-weighted); bias² from R compressions; agg q = exchanged "
-            "aggregate vs the true worker mean; comp/copy = compress time as a multiple of a plain copy of the same tensors; "
-            f"{DAGGER} = reconstructed definition (paper body unavailable).")
+            f"aggregate vs the true worker mean; {TIMING_NOTE} {DAGGER} = reconstructed definition (paper body unavailable).")
 TRAIN_FOOTNOTE = ("gap = final accuracy of 'none' minus this compressor's, in percentage points; to target = training time until "
                   "the held-out accuracy first reached the target (checked at epoch ends); step ms = median step time = compute + "
                   "compress + comm + decomp; MB/worker = payload bytes one worker sent over the whole run.")
-BENCH_FOOTNOTE = ("comp×copy / dec×copy = median compress / decompress time as a multiple of a plain copy of the same tensor into a "
-                  "preallocated buffer, timed in the same process; vs ref = speed-up over the straightforward reference "
+BENCH_FOOTNOTE = ("comp×copy / dec×copy = compress / decompress time as a multiple of a plain copy of the same tensor into a "
+                  "preallocated buffer, the two interleaved round by round in one process per case: median over rounds ± half "
+                  f"the interquartile range, flagged ({UNSTABLE}), ({TOO_SHORT}) or ({BEATS_BOUND}) as in the run tables; "
+                  "vs ref = speed-up over the straightforward reference "
                   "implementation; GB/s = dense input bytes / median compress time; peak/input = peak extra resident memory during "
                   "compress / input bytes; pass = within every limit of the target.")
 
@@ -812,7 +862,7 @@ def markdown_summary(run: LoadedRun) -> str:
             if not c.ok:
                 rows.append([md_escape(case_name(c)), f"failed: {md_escape(c.error_text)}", *[""] * (len(SUMMARY_COLUMNS) - 1)])
             else:
-                rows.append([md_escape(case_name(c)), *[fmt(col.get(c), col.kind) for col in SUMMARY_COLUMNS]])
+                rows.append([md_escape(case_name(c)), *[md_escape(col.text(c)) for col in SUMMARY_COLUMNS]])
         parts += [f"### {md_escape(src)}", "", md_table(headers, rows, [False] + [True] * len(SUMMARY_COLUMNS)), ""]
         phases = markdown_phases(cases)
         if phases:

@@ -378,6 +378,7 @@ SIDE_METRICS: tuple[SideMetric, ...] = (
     SideMetric("EF drift (last step)", "ef_drift", False, "g"),
     SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s"),
     SideMetric("decompress GB/s", "decompress_gbps", True, "g", samples="decompress_s"),
+    SideMetric("compress ×copy", "comp_over_copy", False, "x", samples="comp_over_copy"),
     SideMetric("compress ms", "compress_s", False, "ms", samples="compress_s"),
     SideMetric("decompress ms", "decompress_s", False, "ms", samples="decompress_s"),
 )
@@ -403,7 +404,8 @@ def head_to_head(cases: Sequence[RunCase]) -> list[SideRow]:
     rows = []
     for spec in SIDE_METRICS:
         vals = [c.metric(spec.metric) if c.ok else None for c in cases]
-        present = [(i, v) for i, v in enumerate(vals) if v is not None]
+        # a timing that beat its traffic bound timed other work than the compressor's: never the best, never "≈ best"
+        present = [(i, v) for i, v in enumerate(vals) if v is not None and not (spec.samples and cases[i].beats_bound)]
         best = None
         if len(present) > 1:
             best = (max if spec.higher_is_better else min)(present, key=lambda iv: iv[1])[0]

@@ -296,15 +296,58 @@ class Timing(Model):
     warmup: Int | None = None
 
 
+# the flags of a kernel timing (:func:`gcbench.measure.metrics.timing_flags` sets them; tables and comparisons read them)
+UNSTABLE = "unstable"
+TOO_SHORT = "too short"
+BEATS_BOUND = "beats traffic bound"
+
+
+class XCopy(Model):
+    """A kernel's time as a multiple of the copy timed in the same round: per-round samples, their spread, its flags.
+
+    ``flags`` are :func:`gcbench.measure.metrics.timing_flags`'s (``unstable``, ``too short``,
+    ``beats traffic bound``); a flagged number is not a speed to act on.
+    """
+
+    median: Num | None = None
+    iqr: Num | None = None
+    rel_iqr: Num | None = None
+    samples: Series | None = None
+    flags: list[Str] | None = None
+
+    @property
+    def beats_bound(self) -> bool:
+        """Faster than the memory traffic the compressor must do: what was timed is not that work, so not a speed."""
+        return BEATS_BOUND in (self.flags or [])
+
+
 class CaseTiming(Model):
+    """A run case's kernel timing.  Files before interleaved timing have only the three timings and copy fractions."""
+
     numel: Int | None = None
     device: Str | None = None
     threads: Int | None = None
+    method: Str | None = None  # "interleaved": copy and kernels timed round by round
+    rounds: Count | None = None  # timed rounds after calibration
+    stopped: Str | None = None  # why calibration stopped: stable, budget, max rounds
+    load_per_core: Num | None = None  # highest 1-minute load average per core seen while timing
+    traffic_bound_x_copy: Num | None = None  # the card's traffic_bytes / 8: the least ×copy compress can honestly take
+    policy: dict[str, Num] | None = None  # the thresholds the flags used (TimingPolicy)
     compress: Timing | None = None
     decompress: Timing | None = None
     copy_: Timing | None = Field(default=None, alias="copy")
+    compress_x_copy: XCopy | None = None
+    decompress_x_copy: XCopy | None = None
     copy_fraction_compress: Num | None = None
     copy_fraction_decompress: Num | None = None
+
+    def x_copy(self, kernel: str) -> XCopy | None:
+        """``compress`` or ``decompress`` ×copy; for an older file, its median from the copy fraction (no spread, no flags)."""
+        block = getattr(self, f"{kernel}_x_copy")
+        if block is not None:
+            return block
+        f = getattr(self, f"copy_fraction_{kernel}")
+        return XCopy(median=1.0 / f) if isinstance(f, int | float) and f > 0 else None
 
 
 class Layer(Model):
@@ -387,6 +430,12 @@ class RunCase(CaseBase):
     phases: dict[str, dict[str, Any]] | None = None
 
     @property
+    def beats_bound(self) -> bool:
+        """Whether its compress timing beat the compressor's traffic bound (:attr:`XCopy.beats_bound`)."""
+        x = self.timing.x_copy("compress") if self.timing else None
+        return x is not None and x.beats_bound
+
+    @property
     def source_label(self) -> str:
         """The source's label (its name for a failed case, which records only that)."""
         s = self.source
@@ -442,9 +491,12 @@ def _timing(section: str, key: str) -> Callable[[RunCase], Any]:
     return get
 
 
-def _comp_over_copy(c: RunCase) -> float | None:
-    f = c.timing.copy_fraction_compress if c.timing else None
-    return 1.0 / f if isinstance(f, int | float) and f > 0 else None
+def _x_copy(kernel: str, key: str) -> Callable[[RunCase], Any]:
+    def get(c: RunCase) -> Any:
+        x = c.timing.x_copy(kernel) if c.timing else None
+        return getattr(x, key) if x is not None else None
+
+    return get
 
 
 #: every number of a run case that tables and comparisons name: one place for where each lives
@@ -467,12 +519,15 @@ RUN_METRICS: dict[str, Callable[[RunCase], Any]] = {
     "compress_gbps": _timing("compress", "gbps"),
     "decompress_gbps": _timing("decompress", "gbps"),
     "copy_gbps": _timing("copy_", "gbps"),
-    "comp_over_copy": _comp_over_copy,
+    "comp_over_copy": _x_copy("compress", "median"),
+    "decomp_over_copy": _x_copy("decompress", "median"),
 }
 RUN_SAMPLES: dict[str, Callable[[RunCase], Any]] = {
     "q": lambda c: c.fidelity.q_samples if c.fidelity else None,
     "compress_s": _timing("compress", "samples_s"),
     "decompress_s": _timing("decompress", "samples_s"),
+    "comp_over_copy": _x_copy("compress", "samples"),
+    "decomp_over_copy": _x_copy("decompress", "samples"),
 }
 
 
@@ -622,6 +677,8 @@ class BenchCase(Model):
     baseline_change: Num | None = None
     reference: Any = None
     vs_torch_topk: dict[str, TopkSpeedup] | None = None
+    x_copy: dict[str, XCopy] | None = None  # per kernel: per-round ×copy, spread and flags (files before it: none)
+    load_per_core: Num | None = None  # highest 1-minute load average per core seen while timing
 
     @property
     def ok(self) -> bool:
