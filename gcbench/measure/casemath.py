@@ -32,7 +32,19 @@ import numpy as np
 import torch
 
 from gcbench.core.payload import dense_bytes
-from gcbench.measure.metrics import Fidelity, Timing, bits_per_element, fidelity, mean_ci, pooled, ratio, summarise, throughput
+from gcbench.measure.metrics import (
+    Fidelity,
+    Timing,
+    bits_per_element,
+    fidelity,
+    mean_ci,
+    pooled,
+    ratio,
+    sq_dist64,
+    sq_norm64,
+    summarise,
+    throughput,
+)
 from gcbench.results.phases import Window
 
 # ----------------------------------------------------------------------------- tensors and norms
@@ -44,8 +56,8 @@ def worker_mean(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def sq_norm(t: torch.Tensor) -> float:
-    """‖t‖², computed in float64."""
-    return float(t.double().pow(2).sum())
+    """‖t‖², computed in float64 (one pass, no float64 copy of ``t``)."""
+    return sq_norm64(t)
 
 
 def sum_sq_norms(tensors: Iterable[torch.Tensor]) -> float:
@@ -108,7 +120,7 @@ def cumulative_drift(errors: RunningSum, means: RunningSum) -> float | None:
 
 def ef_drift(decoded: RunningSum, reference: RunningSum, current: Sequence[torch.Tensor]) -> tuple[float | None, float | None]:
     """EF drift ‖Σ C_s − Σ g_s‖ / ‖Σ g_s‖ and residual ratio ‖Σ C_s − Σ g_s‖ / ‖g_t‖ (``current`` = g_t by unit)."""
-    num = sum_sq_norms(c - g for c, g in zip(decoded.sums, reference.sums, strict=True) if c is not None and g is not None)
+    num = sum(sq_dist64(c, g) for c, g in zip(decoded.sums, reference.sums, strict=True) if c is not None and g is not None)
     g_now = math.sqrt(sum_sq_norms(current))
     return norm_ratio(num, reference.sq_norm()), (math.sqrt(num) / g_now if g_now > 0 else None)
 
@@ -149,7 +161,8 @@ class StreamStats:
             true_mean = worker_mean([r[u] for r in refs])
             self.bytes[u].append(bytes0[u])
             self.fids[u].append(fids0[u])
-            self.agg[u].append(fidelity(true_mean, [agg]))  # one draw: the exchange happens once
+            fid = fidelity(true_mean, [agg])  # one draw: the exchange happens once
+            self.agg[u].append(fid)
             err = agg.float() - true_mean
             self._err.add(u, err)
             self._mean.add(u, true_mean)
@@ -159,7 +172,7 @@ class StreamStats:
             if self.stateful:
                 self._dec.add(u, decoded0[u])
                 self._ref.add(u, refs[0][u])
-            cos_terms.append(cosine_terms(agg, true_mean))
+            cos_terms.append((fid.dots[0], fid.d_sq[0], fid.x_sq))  # cosine_terms(agg, true_mean), from the same pass
         self.agg_cosine.append(model_cosine(cos_terms))
         self.agg_drift.append(cumulative_drift(self._err, self._mean))
         if self.windowed:
