@@ -49,7 +49,7 @@ err = Console(stderr=True, emoji=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 # redraws of the progress display per second (see progress_bar)
-PROGRESS_REFRESH_HZ = 2
+PROGRESS_REFRESH_HZ = 1
 
 
 # set by the app callback (``--debug`` or GCBENCH_DEBUG=1): user errors also print their traceback
@@ -184,8 +184,9 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
     """A rich progress display fed by the runner's ``progress(stage, done, total, message)``.
 
     The ``case`` row shows cases done / total, elapsed time and the run's ETA (:class:`RunEta`).
-    The display redraws twice a second from rich's thread: at rich's default of 10 redraws a
-    second, redrawing took about 6% of a suite's samples; at 2 it is well under 1%.
+    The display redraws once a second (the elapsed and ETA cells show whole seconds) from rich's
+    thread: a redraw costs about 4-5 ms of CPU here, so rich's default of 10 a second took 2-2.5%
+    of a quick run's time (and about 6% of a suite's profile samples), once a second about 0.5%.
     """
     if not enabled:
         yield lambda *a: None
