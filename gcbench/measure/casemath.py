@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,8 +51,14 @@ from gcbench.results.phases import Window
 
 
 def worker_mean(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The element-wise mean of the workers' tensors, in float32 (an all-gather's aggregate, the true mean)."""
-    return cast(torch.Tensor, sum(t.float() for t in tensors)) / len(tensors)
+    """The element-wise mean of the workers' tensors, in float32 (an all-gather's aggregate, the true mean).
+
+    Summed in place into one new buffer, in worker order (the same roundings as ``sum(...) / W``,
+    without a temporary per worker)."""
+    out = tensors[0].to(torch.float32, copy=True)
+    for t in tensors[1:]:
+        out.add_(t.float())
+    return out.div_(len(tensors))
 
 
 def sq_norm(t: torch.Tensor) -> float:
