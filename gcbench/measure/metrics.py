@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 
 from gcbench import kernels
 from gcbench.core.payload import dense_bytes
@@ -257,6 +256,8 @@ def mean_ci(samples: Sequence[float], confidence: float = 0.95) -> dict[str, flo
     m = float(np.mean(vals))
     if len(vals) < 2 or float(np.std(vals)) == 0.0:
         return {"mean": m, "lo": m, "hi": m, "worst": float(max(vals)), "n": len(vals)}
+    from scipy import stats  # here, not at the top: scipy.stats takes 1-2.5 s to import, a third of a quick run's start
+
     lo, hi = stats.t.interval(confidence, len(vals) - 1, loc=m, scale=stats.sem(vals))
     return {"mean": m, "lo": float(lo), "hi": float(hi), "worst": float(max(vals)), "n": len(vals)}
 
