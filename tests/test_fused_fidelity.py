@@ -134,8 +134,10 @@ def test_other_dtypes_and_layouts_take_the_torch_path_and_match() -> None:
 def test_cosine_terms_kept_for_pooling() -> None:
     x, d = _rand(4000, 30), _rand(4000, 31)
     f = fidelity(x, [d])
-    assert f.dots[0] == pytest.approx(float(x.double() @ d.double()), rel=1e-12)
-    assert f.d_sq[0] == pytest.approx(float(d.double() @ d.double()), rel=1e-12)
+    dot, d_sq, x_sq = f.cosine_terms()
+    assert dot == pytest.approx(float(x.double() @ d.double()), rel=1e-12)
+    assert d_sq == pytest.approx(float(d.double() @ d.double()), rel=1e-12)
+    assert x_sq == f.x_sq
 
 
 def test_size_mismatch_is_an_error() -> None:

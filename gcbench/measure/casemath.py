@@ -178,7 +178,7 @@ class StreamStats:
             if self.stateful:
                 self._dec.add(u, decoded0[u])
                 self._ref.add(u, refs[0][u])
-            cos_terms.append((fid.dots[0], fid.d_sq[0], fid.x_sq))  # cosine_terms(agg, true_mean), from the same pass
+            cos_terms.append(fid.cosine_terms())  # = cosine_terms(agg, true_mean), from the fidelity pass
         self.agg_cosine.append(model_cosine(cos_terms))
         self.agg_drift.append(cumulative_drift(self._err, self._mean))
         if self.windowed:

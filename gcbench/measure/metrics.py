@@ -66,6 +66,10 @@ class Fidelity:
     dots: list[float] = field(default_factory=list)  # per-repeat ⟨C_r, x⟩ (cosine terms, pooled over units)
     d_sq: list[float] = field(default_factory=list)  # per-repeat ‖C_r‖²
 
+    def cosine_terms(self, repeat: int = 0) -> tuple[float, float, float]:
+        """⟨C_r, x⟩, ‖C_r‖² and ‖x‖² of one repeat: the terms a whole-model cosine sums over units."""
+        return self.dots[repeat], self.d_sq[repeat], self.x_sq
+
     @property
     def q(self) -> float | None:
         return self.err_sq_mean / self.x_sq if self.x_sq > 0 else None
@@ -169,25 +173,21 @@ def moments_torch(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Moments:
     r = len(decoded)
     fx = x.detach().reshape(-1)
     fds = [d.detach().reshape(-1) for d in decoded]
-    n = fx.numel()
-    x_sq = 0.0
-    gram = np.zeros((r, r))
-    dots, d_sq = np.zeros(r), np.zeros(r)
-    for lo in range(0, n, CHUNK):
+    pairs = [(i, j) for i in range(r) for j in range(i, r)]
+    # sums stay on the tensors' device until the end: one synchronisation per call, not per product
+    acc = torch.zeros(1 + 2 * r + len(pairs), dtype=torch.float64, device=fx.device)
+    for lo in range(0, fx.numel(), CHUNK):
         xc = fx[lo : lo + CHUNK].double()
         dcs = [f[lo : lo + CHUNK].to(torch.float64, copy=True) for f in fds]  # own copies: changed below
-        x_sq += float(torch.dot(xc, xc))
-        for i, dc in enumerate(dcs):
-            dots[i] += float(torch.dot(dc, xc))
-            d_sq[i] += float(torch.dot(dc, dc))
+        prods = [torch.dot(xc, xc)] + [torch.dot(dc, xc) for dc in dcs] + [torch.dot(dc, dc) for dc in dcs]
         ecs = [dc.sub_(xc) for dc in dcs]  # in place: the chunk's d_r is no longer needed
-        for i in range(r):
-            for j in range(i, r):
-                v = float(torch.dot(ecs[i], ecs[j]))
-                gram[i, j] += v
-                if j != i:
-                    gram[j, i] += v
-    return Moments(x_sq=x_sq, gram=gram, dots=dots, d_sq=d_sq)
+        prods += [torch.dot(ecs[i], ecs[j]) for i, j in pairs]
+        acc += torch.stack(prods)
+    sums = acc.cpu().numpy()
+    gram = np.zeros((r, r))
+    for (i, j), v in zip(pairs, sums[1 + 2 * r :], strict=True):
+        gram[i, j] = gram[j, i] = v
+    return Moments(x_sq=float(sums[0]), gram=gram, dots=sums[1 : 1 + r].copy(), d_sq=sums[1 + r : 1 + 2 * r].copy())
 
 
 def fidelity(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Fidelity:
