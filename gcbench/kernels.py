@@ -2087,8 +2087,12 @@ def random_subset_reference(seed: int, d: int, k: int) -> np.ndarray:
 
 MOMENT_BLOCK = 2048  # elements per block of the fidelity pass: x and the R errors (float64) stay in L1/L2
 
+# the sums may be reordered (SIMD lanes) and multiply-adds fused: 2-2.5x faster, a change of ~1e-15
+# relative; NaN and inf still propagate (no finite-math assumption)
+_SUM_MATH = {"reassoc", "contract"}
 
-@njit(cache=True)
+
+@njit(cache=True, fastmath=_SUM_MATH)
 def _moments_kernel(x, ds, gram, dots, d_sq):  # pragma: no cover - compiled
     r_n = len(ds)
     n = x.shape[0]
@@ -2136,7 +2140,7 @@ def moments(x: np.ndarray, ds: tuple[np.ndarray, ...]) -> tuple[float, np.ndarra
     return float(x_sq), gram, dots, d_sq
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_SUM_MATH)
 def _sq_dist_kernel(a, b):  # pragma: no cover - compiled
     total = 0.0
     for lo in range(0, a.shape[0], MOMENT_BLOCK):
@@ -2148,7 +2152,7 @@ def _sq_dist_kernel(a, b):  # pragma: no cover - compiled
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_SUM_MATH)
 def _sq_norm_kernel(a):  # pragma: no cover - compiled
     total = 0.0
     for lo in range(0, a.shape[0], MOMENT_BLOCK):
