@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +41,8 @@ from gcbench.measure.metrics import (
     mean_ci,
     pooled,
     ratio,
+    sq_dist64,
+    sq_norm64,
     summarise,
     throughput,
     timing_flags,
@@ -52,13 +54,19 @@ from gcbench.results.phases import Window
 
 
 def worker_mean(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The element-wise mean of the workers' tensors, in float32 (an all-gather's aggregate, the true mean)."""
-    return cast(torch.Tensor, sum(t.float() for t in tensors)) / len(tensors)
+    """The element-wise mean of the workers' tensors, in float32 (an all-gather's aggregate, the true mean).
+
+    Summed in place into one new buffer, in worker order (the same roundings as ``sum(...) / W``,
+    without a temporary per worker)."""
+    out = tensors[0].to(torch.float32, copy=True)
+    for t in tensors[1:]:
+        out.add_(t.float())
+    return out.div_(len(tensors))
 
 
 def sq_norm(t: torch.Tensor) -> float:
-    """‖t‖², computed in float64."""
-    return float(t.double().pow(2).sum())
+    """‖t‖², computed in float64 (one pass, no float64 copy of ``t``)."""
+    return sq_norm64(t)
 
 
 def sum_sq_norms(tensors: Iterable[torch.Tensor]) -> float:
@@ -121,7 +129,7 @@ def cumulative_drift(errors: RunningSum, means: RunningSum) -> float | None:
 
 def ef_drift(decoded: RunningSum, reference: RunningSum, current: Sequence[torch.Tensor]) -> tuple[float | None, float | None]:
     """EF drift ‖Σ C_s − Σ g_s‖ / ‖Σ g_s‖ and residual ratio ‖Σ C_s − Σ g_s‖ / ‖g_t‖ (``current`` = g_t by unit)."""
-    num = sum_sq_norms(c - g for c, g in zip(decoded.sums, reference.sums, strict=True) if c is not None and g is not None)
+    num = sum(sq_dist64(c, g) for c, g in zip(decoded.sums, reference.sums, strict=True) if c is not None and g is not None)
     g_now = math.sqrt(sum_sq_norms(current))
     return norm_ratio(num, reference.sq_norm()), (math.sqrt(num) / g_now if g_now > 0 else None)
 
@@ -162,7 +170,8 @@ class StreamStats:
             true_mean = worker_mean([r[u] for r in refs])
             self.bytes[u].append(bytes0[u])
             self.fids[u].append(fids0[u])
-            self.agg[u].append(fidelity(true_mean, [agg]))  # one draw: the exchange happens once
+            fid = fidelity(true_mean, [agg])  # one draw: the exchange happens once
+            self.agg[u].append(fid)
             err = agg.float() - true_mean
             self._err.add(u, err)
             self._mean.add(u, true_mean)
@@ -172,7 +181,7 @@ class StreamStats:
             if self.stateful:
                 self._dec.add(u, decoded0[u])
                 self._ref.add(u, refs[0][u])
-            cos_terms.append(cosine_terms(agg, true_mean))
+            cos_terms.append(fid.cosine_terms())  # = cosine_terms(agg, true_mean), from the fidelity pass
         self.agg_cosine.append(model_cosine(cos_terms))
         self.agg_drift.append(cumulative_drift(self._err, self._mean))
         if self.windowed:

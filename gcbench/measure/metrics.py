@@ -12,8 +12,9 @@ For a gradient x and R independent compressions C_1(x)..C_R(x) with errors e_r =
 * δ (Beznosikov)     1/(1 − q) when q < 1 (else ∞);  α = 1 − q;
 * cosine             mean over r of ⟨C_r, x⟩ / (‖C_r‖‖x‖).
 
-Everything is computed from the R×R Gram matrix of the errors (float64), so one pass over the
-data serves every quantity.  Ratios of zero-norm inputs are undefined and reported as ``None``
+Everything is computed from the R×R Gram matrix of the errors and the products ⟨C_r, x⟩, ‖C_r‖²
+(float64), taken in one chunked pass over x and the C_r (:func:`moments`), so one read of the data
+serves every quantity.  Ratios of zero-norm inputs are undefined and reported as ``None``
 (an all-zero tensor in gives all-zero out; there is nothing to divide by).
 
 Timing follows timm's and pyperf's habits: warm-up, device synchronisation, medians and
@@ -39,8 +40,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 
+from gcbench import kernels
 from gcbench.core.payload import dense_bytes
 from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
 
@@ -70,6 +71,12 @@ class Fidelity:
     var_sum: float  # (1/(R−1)) Σ‖C_r − mean‖² (0 when R = 1)
     cosine: float | None
     q_samples: list[float] = field(default_factory=list)  # per-repeat ‖e_r‖²/‖x‖²
+    dots: list[float] = field(default_factory=list)  # per-repeat ⟨C_r, x⟩ (cosine terms, pooled over units)
+    d_sq: list[float] = field(default_factory=list)  # per-repeat ‖C_r‖²
+
+    def cosine_terms(self, repeat: int = 0) -> tuple[float, float, float]:
+        """⟨C_r, x⟩, ‖C_r‖² and ‖x‖² of one repeat: the terms a whole-model cosine sums over units."""
+        return self.dots[repeat], self.d_sq[repeat], self.x_sq
 
     @property
     def q(self) -> float | None:
@@ -105,17 +112,90 @@ def delta_beznosikov(q: float | None) -> float | None:
     return 1.0 / (1.0 - q)
 
 
-def _gram(errors: Sequence[torch.Tensor]) -> np.ndarray:
-    """R×R float64 Gram matrix of flattened error tensors, in chunks to bound memory."""
-    r = len(errors)
-    g = np.zeros((r, r))
-    flat = [e.reshape(-1) for e in errors]
-    n = flat[0].numel()
-    chunk = 1 << 22
-    for lo in range(0, n, chunk):
-        block = torch.stack([f[lo : lo + chunk] for f in flat]).double()
-        g += (block @ block.T).numpy()
-    return g
+#: elements per chunk of the fused passes: a chunk's float64 rows (x, and one error per repeat)
+#: stay in cache while every product over them is taken, so no full-size float64 copy is made
+CHUNK = 1 << 16
+
+
+def _fast(*tensors: torch.Tensor) -> bool:
+    """Whether the numba passes of :mod:`gcbench.kernels` apply: float32 CPU tensors, numba present."""
+    return kernels.cpu_fast(*tensors) and all(t.dtype == torch.float32 for t in tensors)
+
+
+def sq_norm64(t: torch.Tensor) -> float:
+    """‖t‖², accumulated in float64 in one pass (no full-size float64 copy of ``t``)."""
+    if _fast(t):
+        return kernels.sq_norm(kernels.flat_f32(t))
+    flat = t.detach().reshape(-1)
+    total = 0.0
+    for lo in range(0, flat.numel(), CHUNK):
+        c = flat[lo : lo + CHUNK].double()
+        total += float(torch.dot(c, c))
+    return total
+
+
+def sq_dist64(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖²: the difference taken in the inputs' dtype (as ``a - b`` would), squared and summed in
+    float64, chunk by chunk, so no full-size difference tensor is made."""
+    fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
+    if fa.numel() != fb.numel():
+        raise ValueError(f"sq_dist64 needs tensors of one size, got {fa.numel()} and {fb.numel()}")
+    if _fast(fa, fb):
+        return kernels.sq_dist(kernels.flat_f32(fa), kernels.flat_f32(fb))
+    total = 0.0
+    for lo in range(0, fa.numel(), CHUNK):
+        c = (fa[lo : lo + CHUNK] - fb[lo : lo + CHUNK]).double()
+        total += float(torch.dot(c, c))
+    return total
+
+
+@dataclass(frozen=True)
+class Moments:
+    """The inner products fidelity needs, from one pass over x and its R decoded versions (float64)."""
+
+    x_sq: float  # ‖x‖²
+    gram: np.ndarray  # R×R ⟨e_r, e_s⟩ with e_r = d_r − x
+    dots: np.ndarray  # ⟨d_r, x⟩
+    d_sq: np.ndarray  # ‖d_r‖²
+
+
+def moments(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Moments:
+    """Every inner product of :func:`fidelity` in a single pass over ``x`` and ``decoded``: the numba
+    kernel :func:`gcbench.kernels.moments` for float32 CPU tensors, :func:`moments_torch` otherwise."""
+    for d in decoded:
+        if d.numel() != x.numel():
+            raise ValueError(f"decoded tensor has {d.numel()} elements, the gradient {x.numel()}")
+    if _fast(x, *decoded):
+        x_sq, gram, dots, d_sq = kernels.moments(kernels.flat_f32(x), tuple(kernels.flat_f32(d) for d in decoded))
+        return Moments(x_sq=x_sq, gram=gram, dots=dots, d_sq=d_sq)
+    return moments_torch(x, decoded)
+
+
+def moments_torch(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Moments:
+    """:func:`moments` in torch, chunk by chunk (any device and dtype; the numba kernel's reference).
+
+    Each chunk of x and of every d_r is converted to float64 once; the errors are formed from the
+    float64 chunks (as d.double() − x.double() would), and all products are taken while the chunk
+    is in cache, so the cost is one read of each tensor and no full-size temporary.
+    """
+    r = len(decoded)
+    fx = x.detach().reshape(-1)
+    fds = [d.detach().reshape(-1) for d in decoded]
+    pairs = [(i, j) for i in range(r) for j in range(i, r)]
+    # sums stay on the tensors' device until the end: one synchronisation per call, not per product
+    acc = torch.zeros(1 + 2 * r + len(pairs), dtype=torch.float64, device=fx.device)
+    for lo in range(0, fx.numel(), CHUNK):
+        xc = fx[lo : lo + CHUNK].double()
+        dcs = [f[lo : lo + CHUNK].to(torch.float64, copy=True) for f in fds]  # own copies: changed below
+        prods = [torch.dot(xc, xc)] + [torch.dot(dc, xc) for dc in dcs] + [torch.dot(dc, dc) for dc in dcs]
+        ecs = [dc.sub_(xc) for dc in dcs]  # in place: the chunk's d_r is no longer needed
+        prods += [torch.dot(ecs[i], ecs[j]) for i, j in pairs]
+        acc += torch.stack(prods)
+    sums = acc.cpu().numpy()
+    gram = np.zeros((r, r))
+    for (i, j), v in zip(pairs, sums[1 + 2 * r :], strict=True):
+        gram[i, j] = gram[j, i] = v
+    return Moments(x_sq=float(sums[0]), gram=gram, dots=sums[1 : 1 + r].copy(), d_sq=sums[1 + r : 1 + 2 * r].copy())
 
 
 def fidelity(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Fidelity:
@@ -123,10 +203,8 @@ def fidelity(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Fidelity:
     r = len(decoded)
     if r == 0:
         raise ValueError("fidelity needs at least one decoded tensor")
-    x64 = x.detach().reshape(-1).double()
-    x_sq = float(x64 @ x64)
-    errors = [d.detach().reshape(-1).double() - x64 for d in decoded]
-    g = _gram(errors)
+    m = moments(x, decoded)
+    x_sq, g = m.x_sq, m.gram
     diag = np.diag(g)
     err_sq_mean = float(diag.mean())
     if r == 1:
@@ -141,11 +219,10 @@ def fidelity(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Fidelity:
             loo = [(off - 2 * row[i]) / ((r - 1) * (r - 2)) for i in range(r)]
             se = math.sqrt((r - 1) / r * sum((v - np.mean(loo)) ** 2 for v in loo))
     cos = []
-    for d in decoded:
-        d64 = d.detach().reshape(-1).double()
-        nd = float(d64.norm())
+    for dot, dsq in zip(m.dots, m.d_sq, strict=True):
+        nd = math.sqrt(dsq)
         if x_sq > 0 and nd > 0:
-            cos.append(float(d64 @ x64) / (nd * math.sqrt(x_sq)))
+            cos.append(float(dot) / (nd * math.sqrt(x_sq)))
         elif x_sq > 0:
             cos.append(0.0)
     q_samples = [float(v / x_sq) for v in diag] if x_sq > 0 else []
@@ -159,6 +236,8 @@ def fidelity(x: torch.Tensor, decoded: Sequence[torch.Tensor]) -> Fidelity:
         var_sum=var_sum,
         cosine=float(np.mean(cos)) if cos else None,
         q_samples=q_samples,
+        dots=[float(v) for v in m.dots],
+        d_sq=[float(v) for v in m.d_sq],
     )
 
 
@@ -185,6 +264,8 @@ def mean_ci(samples: Sequence[float], confidence: float = 0.95) -> dict[str, flo
     m = float(np.mean(vals))
     if len(vals) < 2 or float(np.std(vals)) == 0.0:
         return {"mean": m, "lo": m, "hi": m, "worst": float(max(vals)), "n": len(vals)}
+    from scipy import stats  # here, not at the top: scipy.stats takes 1-2.5 s to import, a third of a quick run's start
+
     lo, hi = stats.t.interval(confidence, len(vals) - 1, loc=m, scale=stats.sem(vals))
     return {"mean": m, "lo": float(lo), "hi": float(hi), "worst": float(max(vals)), "n": len(vals)}
 

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scipy import stats
-
 
 def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Two-sided Mann–Whitney U p-value (scipy) for two timing sample sets."""
     if len(a) < 2 or len(b) < 2:
         return None
+    from scipy import stats  # on use: importing scipy.stats costs 1-2.5 s of every command's start
+
     return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
