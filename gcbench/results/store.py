@@ -232,16 +232,20 @@ class RunWriter:
 
     def add_case(self, case: Case | dict[str, Any]) -> Case:
         """Record one case (its model, or a dict validated into the model of this file's kind); returns the typed case."""
-        typed = as_case(_clean(case) if isinstance(case, dict) else case, self.kind)
-        self.record.cases.append(typed)
-        self.flush()
+        # validating and serialising the record run pydantic callbacks, which would turn a Ctrl-C arriving
+        # inside them into a serialisation error: the stop signal waits until the case is on disk
+        with signals.deferred():
+            typed = as_case(_clean(case) if isinstance(case, dict) else case, self.kind)
+            self.record.cases.append(typed)
+            self.flush()
         return typed
 
     def finish(self, status: str) -> None:
         """Record the final status; with no case recorded there is no file, and none is created."""
-        self.record.status = status
-        self.record.finished_utc = datetime.now(UTC).isoformat(timespec="seconds")
-        self.flush()
+        with signals.deferred():  # as in add_case
+            self.record.status = status
+            self.record.finished_utc = datetime.now(UTC).isoformat(timespec="seconds")
+            self.flush()
 
     def flush(self) -> None:
         if self.path is None:
