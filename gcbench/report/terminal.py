@@ -426,11 +426,11 @@ def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
             if not c.ok:
                 # the error goes under the table: in a cell it would stretch one numeric column
                 t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(SUMMARY_COLUMNS) - 1))
-                errors.append(f"[red]{rich_escape(case_name(c))} failed:[/] {rich_escape(c.error_text)}")
+                errors.append((case_name(c), c.error_text))
                 continue
             t.add_row(rich_escape(case_name(c)), *[rich_escape(col.text(c)) for col in SUMMARY_COLUMNS])
         if errors:
-            t.caption = "\n".join(errors)
+            t.caption = _failure_caption(errors)
             t.caption_justify = "left"
         tables.append(t)
         phases = phase_table(group, f"{title} — {src}")
