@@ -124,8 +124,22 @@ class MetricsSpec(_Strict):
     timing_repeats: Int = Field(5, ge=1, le=10000)
     warmup: Int = Field(1, ge=0, le=1000)
     timing_steps: Int = Field(1, ge=0, description="time compress/decompress on this many first steps")
+    fidelity_steps: Int = Field(2, ge=1, le=100000, description="one-shot fidelity (R compressions per tensor) on this "
+                                "many first steps; the stream needs one compression per worker-step")
+    min_stream_steps: Int = Field(10, ge=1, le=100000, description="the fewest steps whose stream can rank stateful "
+                                  "compressors; a shorter stream is reported as too short to conclude")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     threads: Int | None = Field(None, ge=1)
+
+
+class OptimizerSpec(_Strict):
+    """The suite's optimizer: its dense update is the one common reference of every case (design.md, "Metrics")."""
+
+    name: Literal["sgd"] = "sgd"
+    momentum: Float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False, description="0: plain SGD")
+
+    def describe(self) -> str:
+        return "dense SGD update" if self.momentum == 0 else f"dense momentum-SGD update (m={self.momentum:g})"
 
 
 class Suite(_Strict):
@@ -140,6 +154,7 @@ class Suite(_Strict):
     sources: list[SourceSpec] = Field(min_length=1)
     compressors: list[CompressorSpec] = Field(min_length=1)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
 
     def labels(self) -> list[str]:
         return [c.label or c.name for c in self.compressors]

@@ -38,7 +38,12 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("variance", "", False, "relative variance (1/(R−1)) Σ‖C_r − mean‖²/‖x‖²"),
     MetricInfo("delta", "", False, "Beznosikov δ = 1/(1 − q)"),
     MetricInfo("alpha", "", True, "α = 1 − q (EF21 form)"),
-    MetricInfo("cosine", "", True, "⟨C(x), x⟩/(‖C(x)‖‖x‖)"),
+    MetricInfo("cosine", "", True, "⟨C(x), x⟩/(‖C(x)‖‖x‖), whole model (sums over tensors before the division)"),
+    MetricInfo("q_scaled", "", False, "scale-free error 1 − cos²: relative MSE after the best scalar rescaling of C(x)"),
+    MetricInfo("delivered", "", True, "stream: 1 − ‖Σ_t (U_t − D_t)‖/‖Σ_t D_t‖, the fraction of the dense update delivered "
+               "after the last step (U: the case's update, D: the suite optimizer's dense update)"),
+    MetricInfo("stream_error", "", False, "stream: mean over steps of ‖U_t − D_t‖²/‖D_t‖² (whole model)"),
+    MetricInfo("stream_error_scaled", "", False, "stream: mean over steps of 1 − cos²(U_t, D_t)"),
     MetricInfo("aggregate_q", "", False, "relative MSE of the exchanged aggregate vs the true worker mean"),
     MetricInfo("ef_drift", "", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
     MetricInfo("aggregate_drift", "", False, "‖Σ_t (aggregate_t − mean_t)‖/‖Σ_t mean_t‖ after the last step"),

@@ -259,6 +259,7 @@ class Fidelity(Model):
     delta: Stat | None = None
     alpha: Stat | None = None
     cosine: Stat | None = None
+    q_scaled: Stat | None = None  # scale-free error 1 − cos²: the relative error after the best scalar rescaling
 
 
 class Aggregate(Model):
@@ -268,6 +269,28 @@ class Aggregate(Model):
     per_step_cosine: Series | None = None
     sum_drift: Series | None = None
     window_drift: Series | None = None
+
+
+class Stream(Model):
+    """The stream view of a case: what its aggregate delivers of the dense update over the steps.
+
+    U_t is the update the case applies at step t (the suite optimizer's update of the aggregate, or
+    the aggregate itself for a compressor that applies momentum of its own), D_t the dense update
+    (the suite optimizer on the true worker mean: the suite's one common reference).
+    """
+
+    reference: Str | None = None  # "dense SGD update", "dense momentum-SGD update (m=0.9)"
+    momentum: Num | None = None  # the suite optimizer's momentum (0: plain SGD)
+    own_momentum: Bool | None = None  # the compressor applies momentum itself: U_t is its aggregate
+    steps: Count | None = None
+    min_steps: Count | None = None  # the fewest steps that rank stateful compressors
+    enough: Bool | None = None  # steps >= min_steps, or the case keeps no state across steps
+    delivered: Num | None = None  # 1 − ‖Σ_t (U_t − D_t)‖ / ‖Σ_t D_t‖ after the last step
+    per_step_delivered: Series | None = None  # the same after each step
+    per_step_error: Series | None = None  # ‖U_t − D_t‖² / ‖D_t‖² (whole model)
+    per_step_error_scaled: Series | None = None  # 1 − cos²(U_t, D_t): the error after the best rescaling
+    worker_delivered: Series | None = None  # each worker's own update stream against its own dense update
+    worker_ci: Stat | None = None  # mean, lo, hi (95 %, Student t over workers), n of worker_delivered
 
 
 class TrafficPhase(Model):
@@ -423,6 +446,7 @@ class RunCase(CaseBase):
     aggregate: Aggregate | None = None
     traffic: dict[str, TrafficPhase] | None = None
     ef_drift: EfDrift | None = None
+    stream: Stream | None = None
     timing: CaseTiming | None = None
     layers: list[Layer] | None = None
     windows: list[PhaseWindow] | None = None
@@ -462,6 +486,11 @@ class RunCase(CaseBase):
         if name == "bias2" and self.fidelity and self.fidelity.bias2:
             return _finite(self.fidelity.bias2.se_mean)
         return None
+
+
+def _mean_finite(series: Sequence[Any] | None) -> float | None:
+    vals = [f for f in (_finite(v) for v in series or []) if f is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _finite(v: Any) -> float | None:
@@ -510,7 +539,11 @@ RUN_METRICS: dict[str, Callable[[RunCase], Any]] = {
     "variance": _stat(_fid("variance"), "model"),
     "omega_hat": _stat(_fid("omega_hat"), "model"),
     "delta": _stat(_fid("delta"), "model"),
-    "cosine": _stat(_fid("cosine"), "mean"),
+    "cosine": _stat(_fid("cosine"), "model"),
+    "q_scaled": _stat(_fid("q_scaled"), "model"),
+    "delivered": lambda c: c.stream.delivered if c.stream else None,
+    "stream_error": lambda c: _mean_finite(c.stream.per_step_error if c.stream else None),
+    "stream_error_scaled": lambda c: _mean_finite(c.stream.per_step_error_scaled if c.stream else None),
     "aggregate_q": _stat(lambda c: c.aggregate.q if c.aggregate else None, "model"),
     "aggregate_drift": lambda c: _last(c.aggregate.sum_drift if c.aggregate else None),
     "ef_drift": lambda c: _last(c.ef_drift.sum_drift if c.ef_drift else None),
@@ -524,6 +557,7 @@ RUN_METRICS: dict[str, Callable[[RunCase], Any]] = {
 }
 RUN_SAMPLES: dict[str, Callable[[RunCase], Any]] = {
     "q": lambda c: c.fidelity.q_samples if c.fidelity else None,
+    "delivered": lambda c: c.stream.worker_delivered if c.stream else None,
     "compress_s": _timing("compress", "samples_s"),
     "decompress_s": _timing("decompress", "samples_s"),
     "comp_over_copy": _x_copy("compress", "samples"),
