@@ -32,7 +32,7 @@ import math
 import os
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +51,8 @@ from gcbench.report.terminal import (
     DAGGER,
     DETAIL_COLUMNS,
     FOOTNOTE,
+    ONESHOT_COLUMNS,
+    ONESHOT_DETAIL_COLUMNS,
     PHASE_NOTE,
     SUMMARY_COLUMNS,
     TRAIN_COLUMNS,
@@ -69,6 +71,8 @@ from gcbench.report.terminal import (
     fmt,
     is_reconstructed,
     measured_text,
+    oneshot_caption,
+    oneshot_reference,
     params_text,
     pareto_front,
     phase_columns,
@@ -76,6 +80,8 @@ from gcbench.report.terminal import (
     row_cells,
     run_facts,
     size_text,
+    stream_caption,
+    stream_reference,
     train_description,
     train_notes,
     worker_cells,
@@ -84,7 +90,7 @@ from gcbench.results.baselines import ClaimResult
 from gcbench.results.compare import Comparison
 from gcbench.results.metrics import METRICS
 from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
-from gcbench.results.record import BenchCase, RunCase, TrainCase, as_cases
+from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, TrainCase, as_cases
 
 DPI = 80
 # matplotlib's tab10, then ten darker/lighter companions: a sweep of 14+ cases keeps distinct colours
@@ -143,13 +149,18 @@ def _color_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, str]:
     return out
 
 
-def _scale(ax: Any, axis: str, values: Sequence[float]) -> None:
-    """Log scale when the values span a decade or more; linear otherwise (log ticks over 267–277 are unreadable)."""
+def _scale(ax: Any, axis: str, values: Sequence[float]) -> bool:
+    """Log scale when the values span a decade or more; linear otherwise (log ticks over 267–277 are unreadable).
+
+    Returns whether the axis is logarithmic (axis labels say so).
+    """
     pos = [v for v in values if v > 0]
     if pos and len(pos) == len(values) and max(pos) / min(pos) >= 10:
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
         # label decades only: matplotlib labels minor ticks of short log spans (6×10⁰, 4×10⁰, ...), which clutters
         (ax.xaxis if axis == "x" else ax.yaxis).set_minor_formatter(NullFormatter())
+        return True
+    return False
 
 
 def _legend(ax: Any, n: int) -> None:
@@ -159,15 +170,22 @@ def _legend(ax: Any, n: int) -> None:
 
 def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]]) -> set[int]:
     """One point per case (x = error, y = ratio); points on the Pareto front outlined; returns the front."""
-    colors = _color_map([p[2] for p in pts])
     front = set(pareto_front([(q, r) for q, r, _ in pts]))
-    for i, (q, r, c) in enumerate(pts):
-        on = i in front
-        ax.scatter([q], [r], s=46 if on else 30, color=colors[c.label], edgecolors="black" if on else "none",
-                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c)))
+    _scatter(ax, pts, front)
     _scale(ax, "x", [p[0] for p in pts])
     _scale(ax, "y", [p[1] for p in pts])
     return front
+
+
+def _scatter(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[int], colors: dict[str, str] | None = None,
+             suffix: dict[str, str] | None = None) -> None:
+    """The points of a ratio-against-error plot: front members outlined, reconstructed compressors as diamonds."""
+    colors = colors or _color_map([p[2] for p in pts])
+    for i, (q, r, c) in enumerate(pts):
+        on = i in front
+        ax.scatter([q], [r], s=46 if on else 30, color=colors[c.label], edgecolors="black" if on else "none",
+                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3,
+                   label=_mpl(case_name(c) + (suffix or {}).get(c.label, "")))
 
 
 def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], ms: float = 3) -> None:
@@ -184,60 +202,196 @@ def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]
 # ----------------------------------------------------------------------------- plots
 
 
-def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
-    """Compression ratio against relative error q (log–log), the Pareto front marked."""
-    pts: list[tuple[float, float, RunCase]] = []
-    lossless = []
+#: an error at or above this is no better than sending nothing (‖0 − x‖²/‖x‖² = 1; delivered ≤ 0)
+NOTHING = 1.0
+
+
+@dataclass(frozen=True)
+class FrontPoints:
+    """What a ratio-against-error plot draws: ``(error, ratio, case)`` points split by what the front may hold.
+
+    ``drawn`` may be on the Pareto front (``front`` indexes it); ``worse`` are no better than sending
+    nothing (error ≥ :data:`NOTHING`): drawn in a shaded region, never on the front, however high their
+    ratio; ``lossless`` (error 0) have no place on a log axis and are listed instead.
+    """
+
+    drawn: list[tuple[float, float, RunCase]]
+    worse: list[tuple[float, float, RunCase]]
+    lossless: list[RunCase]
+    front: list[int]
+    order: list[RunCase]  # the cases drawn, in the order given (their colours follow it, as in the section's other plots)
+
+    @property
+    def front_labels(self) -> list[str]:
+        return [self.drawn[i][2].label for i in self.front]
+
+
+def front_points(cases: Sequence[RunCase], error: Callable[[RunCase], float | None]) -> FrontPoints:
+    """The cases that ran with a ratio and an ``error`` (lower is better), split for :func:`plot_pareto`."""
+    drawn, worse, lossless, order = [], [], [], []
     for c in _ok(cases):
-        q, r = c.metric("q"), c.metric("ratio")
-        if q is None or r is None or r <= 0:
+        e, r = error(c), c.metric("ratio")
+        if e is None or r is None or r <= 0:
             continue
-        if q <= 0:
-            lossless.append(case_name(c))
-            continue
-        pts.append((q, r, c))
-    if not pts:
+        if e > 0:
+            order.append(c)
+        if e <= 0:
+            lossless.append(c)
+        elif e >= NOTHING:
+            worse.append((e, r, c))
+        else:
+            drawn.append((e, r, c))
+    return FrontPoints(drawn, worse, lossless, pareto_front([(e, r) for e, r, _ in drawn]), order)
+
+
+def undelivered(case: RunCase) -> float | None:
+    """1 − delivered: the share of the summed dense update the case's stream did not deliver (the stream plot's error)."""
+    d = case.metric("delivered")
+    return None if d is None else 1.0 - d
+
+
+def _names(cases: Sequence[RunCase]) -> str:
+    return ", ".join(f"“{case_name(c)}”" for c in cases)
+
+
+def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: str,
+                suffix: dict[str, str] | None = None) -> Plot | None:
+    """Ratio against an error: the front of the cases better than nothing, the worse-than-nothing region shaded."""
+    if not fp.drawn and not fp.worse:
         return None
     fig, ax = _figure()
-    front = _scatter_front(ax, pts)
-    fp = sorted((pts[i][0], pts[i][1]) for i in front)
-    if len(fp) > 1:
-        ax.plot([p[0] for p in fp], [p[1] for p in fp], color="black", lw=1, ls="--", zorder=2, label="Pareto front")
-    ax.set_xlabel("relative error q = ‖C(x)−x‖²/‖x‖²  (← better)")
-    ax.set_ylabel("compression ratio  (better →)")
+    every = fp.drawn + fp.worse
+    colors = _color_map(fp.order)
+    _scatter(ax, fp.drawn, set(fp.front), colors, suffix)
+    for e, r, c in fp.worse:  # hollow: shown, but no claim to the front
+        ax.scatter([e], [r], s=30, facecolors="none", edgecolors=colors[c.label], linewidths=1.2,
+                   marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c) + (suffix or {}).get(c.label, "")))
+    log_x = _scale(ax, "x", [p[0] for p in every])
+    _scale(ax, "y", [p[1] for p in every])
+    fpts = sorted((fp.drawn[i][0], fp.drawn[i][1]) for i in fp.front)
+    if len(fpts) > 1:
+        ax.plot([p[0] for p in fpts], [p[1] for p in fpts], color="black", lw=1, ls="--", zorder=2, label="Pareto front")
+    lo, hi = ax.get_xlim()
+    shaded = hi > NOTHING
+    if shaded:
+        ax.axvspan(NOTHING, hi, color="#8c959f", alpha=0.22, lw=0, zorder=1, label="worse than sending nothing")
+        ax.set_xlim(lo, hi)
+    ax.set_xlabel(xlabel + ("  (log; ← better)" if log_x else "  (← better)"), fontsize=8)
+    ax.set_ylabel("compression ratio" + ("  (log; better →)" if ax.get_yscale() == "log" else "  (better →)"))
     ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, len(pts) + (len(fp) > 1))
-    caption = (f"Ratio against whole-model q; outlined points are on the Pareto front ({len(front)} of {len(pts)}); "
-               f"diamonds are reconstructed compressors.")
-    if lossless:
-        caption += " Not drawn (lossless, q = 0 has no place on a log axis): " + ", ".join(f"“{n}”" for n in lossless) + "."
-    return Plot("pareto", title, _png(fig), caption)
+    _legend(ax, len(every) + (len(fpts) > 1) + shaded)
+    caption += (f" Outlined points are on the Pareto front ({len(fp.front)} of {len(fp.drawn)}); diamonds are reconstructed "
+                "compressors.")
+    if fp.worse:
+        caption += (f" No better than sending nothing (error ≥ {NOTHING:g}; hollow, in the shaded region, left out of the front): "
+                    f"{_names([p[2] for p in fp.worse])}.")
+    if fp.lossless:
+        caption += f" Not drawn (lossless: an error of 0 has no place on a log axis): {_names(fp.lossless)}."
+    return Plot(kind, title, _png(fig), caption)
+
+
+def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
+    """The main plot: ratio against 1 − delivered on the suite's common reference (the stream view), front marked."""
+    ok = _ok(cases)
+    fp = front_points(ok, undelivered)
+    ref = stream_reference(ok) or "the common reference"
+    short = {c.label: " (short)" for c in ok if c.stream is not None and c.stream.enough is False}
+    caption = (f"Ratio against 1 − delivered: the share of the summed {ref} that a case's stream of updates did not "
+               "deliver after its last step (‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖, whole model); every case on this one reference.")
+    if short:
+        caption += (" (short) = a stream with too few steps to rank stateful compressors: "
+                    + _names([c for c in ok if c.label in short]) + ".")
+    return _plot_front(fp, "pareto", title, "1 − delivered = ‖Σ(U − D)‖ / ‖Σ D‖ after the last step", caption, short)
+
+
+def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
+    """The detail plot: ratio against one-shot q, each case against its OWN reference (not one axis of one reference)."""
+    ok = _ok(cases)
+    fp = front_points(ok, lambda c: c.metric("q"))
+    caption = "Ratio against one-shot q (whole model), each case against its own reference: " + oneshot_caption(ok)
+    return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference", caption)
+
+
+def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
+    """Delivered fraction after every step, one line per case, on the common reference (two steps or more)."""
+    series = []
+    for c in _ok(cases):
+        vals = [_num(v) for v in (c.stream.per_step_delivered or [])] if c.stream else []
+        if sum(v is not None for v in vals) >= 2:
+            series.append((c, vals))
+    if not series:
+        return None
+    floor = -1.0  # below this a case is far worse than sending nothing: clip, name it, keep the others readable
+    clipped = [c for c, vals in series if any(v is not None and v < floor for v in vals)]
+    fig, ax = _figure()
+    _step_lines(ax, [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series], ms=2.5)
+    ax.axhline(1.0, color="black", ls="--", lw=1, label="dense update (1)")
+    ax.axhline(0.0, color="#8c959f", ls=":", lw=1.2, label="sending nothing (0)")
+    low = min(v for _, vals in series for v in vals if v is not None)
+    ax.set_ylim(max(low, floor) - 0.05, 1.05)
+    ax.set_ylabel("delivered fraction  (higher is better)")
+    ax.set_title(_mpl(title), fontsize=9)
+    _legend(ax, len(series) + 2)
+    ok = [c for c, _ in series]
+    caption = (f"1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after each step (steps from 1): how much of the summed "
+               f"{stream_reference(ok) or 'dense update'} the case's updates have delivered; error feedback delays what it "
+               "does not send, so a stateful compressor's line rises as its residual arrives.")
+    short = [c for c in ok if c.stream is not None and c.stream.enough is False]
+    if short:
+        caption += f" Too short to rank on: {_names(short)}."
+    if clipped:
+        caption += f" Clipped at {floor:g} (far worse than sending nothing): {_names(clipped)}."
+    return Plot("stream", title, _png(fig), caption)
+
+
+def _timing_flags(case: RunCase, kernel: str) -> list[str]:
+    x = case.timing.x_copy(kernel) if case.timing else None
+    return list(x.flags or []) if x is not None else []
 
 
 def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
-    """Compress and decompress GB/s per case (log axis) with the copy roofline drawn."""
-    rows = [(case_name(c), c.metric("compress_gbps"), c.metric("decompress_gbps"), c.metric("copy_gbps")) for c in _ok(cases)]
+    """Compress and decompress GB/s per case (log axis) with the copy roofline drawn.
+
+    A case whose compress timing beat its traffic bound is not drawn (what was timed is not the work
+    the compressor must do, so it is no speed) and the caption names it; a flagged bar (unstable, too
+    short) is hatched and its flags follow its name.
+    """
+    ok = _ok(cases)
+    bound = [c for c in ok if c.beats_bound]
+    rows = [(c, c.metric("compress_gbps"), c.metric("decompress_gbps"), c.metric("copy_gbps")) for c in ok if not c.beats_bound]
     rows = [r for r in rows if r[1] is not None or r[2] is not None]
     if not rows:
         return None
     fig, ax = _figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
-    xs = range(len(rows))
+    xs = list(range(len(rows)))
     w = 0.38
-    ax.bar([x - w / 2 for x in xs], [r[1] or 0 for r in rows], w, color="#1f77b4", label="compress", zorder=3)
-    ax.bar([x + w / 2 for x in xs], [r[2] or 0 for r in rows], w, color="#ff7f0e", label="decompress", zorder=3)
+    flagged = []
+    for kernel, shift, color, col in (("compress", -w / 2, "#1f77b4", 1), ("decompress", w / 2, "#ff7f0e", 2)):
+        bars = ax.bar([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, label=kernel, zorder=3)
+        for bar, r in zip(bars, rows, strict=True):
+            if r[col] is not None and _timing_flags(r[0], kernel):
+                bar.set_hatch("///")  # a flagged time: drawn, but not a speed to act on
+                bar.set_edgecolor("black")
+                flagged.append(f"{case_name(r[0])} {kernel} ({', '.join(_timing_flags(r[0], kernel))})")
     copies = [r[3] for r in rows if r[3] is not None]
     roof = statistics.median(copies) if copies else None
     if roof is not None:
         ax.axhline(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4)
-    _scale(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels([_mpl(r[0]) for r in rows], rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("GB/s of dense fp32 input")
+    log_y = _scale(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
+    ax.set_xticks(xs)
+    ax.set_xticklabels([_mpl(case_name(r[0]) + (" *" if any(_timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
+                        for r in rows], rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("GB/s of dense fp32 input" + ("  (log)" if log_y else ""))
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, 3)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
                "is a plain copy of the same tensors into preallocated buffers, timed in the same process"
                + (f" (median of {len(copies)} measurements)." if copies else "."))
+    if flagged:
+        caption += " Hatched (and * after the name): a flagged time, not a speed to act on — " + "; ".join(flagged) + "."
+    if bound:
+        caption += (f" Not drawn ({BEATS_BOUND}: faster than the memory traffic its card says compress must do, so what was "
+                    f"timed is not that work): {_names(bound)}.")
     return Plot("throughput", title, _png(fig), caption)
 
 
@@ -405,8 +559,11 @@ def bench_size_point(rec: BenchCase) -> SizePoint:
     return SizePoint(bench_name(rec), bench_name(rec), rec.numel, rec.metric("gbps_compress") if rec.ok else None, copy_gbps)
 
 
-def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
-    """Compress GB/s against the number of elements timed, per case label (one run, one machine)."""
+def plot_size_scaling(points: Sequence[SizePoint], title: str, left_out: Sequence[str] = ()) -> Plot | None:
+    """Compress GB/s against the number of elements timed, per case label (one run, one machine).
+
+    ``left_out``: the cases not handed in because their timing is no speed (it beat the traffic bound); the caption names them.
+    """
     by_label: dict[str, dict[int, float]] = {}
     names: dict[str, str] = {}
     copies: dict[int, list[float]] = {}
@@ -435,6 +592,8 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     _legend(ax, len(series) + bool(copies))
     caption = ("Compress throughput against tensor size for each case label timed at two or more sizes in this run "
                f"({len(series)} of {len(by_label)} labels); the dashed line is the median copy throughput at each size.")
+    if left_out:
+        caption += f" Not drawn ({BEATS_BOUND}, so no speed): " + ", ".join(f"“{n}”" for n in left_out) + "."
     return Plot("size", title, _png(fig), caption)
 
 
@@ -582,13 +741,21 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
 
 
 def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
-    plots = [plot_pareto(cases, f"ratio vs error — {source}"), plot_throughput(cases, f"throughput — {source}"),
-             plot_layers(cases, f"per-unit ratio — {source}"), plot_ef_drift(cases, f"EF drift — {source}")]
+    """The main plots of one source: ratio vs stream error on the common reference, the stream, throughput, per unit, phases."""
+    plots = [plot_pareto(cases, f"ratio vs undelivered update — {source}"), plot_stream(cases, f"delivered update — {source}"),
+             plot_throughput(cases, f"throughput — {source}"), plot_layers(cases, f"per-unit ratio — {source}")]
     windows = source_windows(cases)
     if windows:
         plots += [plot_phase_ratio(cases, windows, f"ratio per step — {source}"),
                   plot_aggregate_drift(cases, windows, f"cumulative aggregate error — {source}"),
                   plot_phase_pareto(cases, windows[-1], f"ratio vs aggregate error, {windows[-1].name} phase — {source}")]
+    return [p for p in plots if p is not None]
+
+
+def oneshot_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
+    """The detail plots of one source, each case against its own reference: ratio vs one-shot q, EF drift of worker 0."""
+    plots = [plot_oneshot_pareto(cases, f"ratio vs one-shot q (own reference) — {source}"),
+             plot_ef_drift(cases, f"EF drift (own reference) — {source}")]
     return [p for p in plots if p is not None]
 
 
@@ -611,12 +778,16 @@ def _phase_context(cases: Sequence[RunCase]) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- context
 
 
-def _cell(col_kind: str, v: float | None) -> dict[str, Any]:
-    return {"text": fmt(v, col_kind), "v": "" if v is None else repr(float(v))}
+def _headers(cols: Sequence[Column]) -> list[dict[str, Any]]:
+    return [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""), "help": c.help}
+            for c in cols]
 
 
-def _case_row(c: RunCase) -> dict[str, Any]:
-    cols = [*SUMMARY_COLUMNS, *DETAIL_COLUMNS]
+def _case_row(c: RunCase, cols: Sequence[Column], reference: bool = False) -> dict[str, Any]:
+    """A run case as a table row over ``cols`` (numbers sort by value); ``reference``: its own one-shot reference last."""
+    cells = _num_cells(cols, c) if c.ok else []
+    if c.ok and reference:
+        cells.append({"text": oneshot_reference(c), "v": "", "cls": "l"})
     return {
         "name": case_name(c),
         "compressor": str(c.compressor or "?"),
@@ -625,18 +796,30 @@ def _case_row(c: RunCase) -> dict[str, Any]:
         "reconstructed": is_reconstructed(c),
         "ok": c.ok,
         "error": c.error_text if not c.ok else "",
-        "cells": [_cell(col.kind, col.get(c)) for col in cols] if c.ok else [],
+        "cells": cells,
     }
+
+
+MAIN_COLUMNS = (*SUMMARY_COLUMNS, *DETAIL_COLUMNS)
+HTML_ONESHOT_COLUMNS = (*ONESHOT_COLUMNS, *ONESHOT_DETAIL_COLUMNS)
 
 
 def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
     sources = []
     for j, (src, cases) in enumerate(by_source(run.cases).items()):
-        sources.append({"anchor": f"run{i}-src{j}", "name": src, "rows": [_case_row(c) for c in cases],
+        main = {"headers": _headers(MAIN_COLUMNS), "rows": [_case_row(c, MAIN_COLUMNS) for c in cases], "caption": stream_caption(cases)}
+        oneshot = None
+        if any(c.ok and c.fidelity is not None for c in cases):
+            headers = [*_headers(HTML_ONESHOT_COLUMNS), {"header": "reference", "help": "the case's own one-shot reference"}]
+            oneshot = {"headers": headers, "rows": [_case_row(c, HTML_ONESHOT_COLUMNS, reference=True) for c in cases],
+                       "caption": oneshot_caption(cases), "plots": oneshot_plots(cases, src)}
+        sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "oneshot": oneshot,
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity")})
-    size_plot = plot_size_scaling([run_size_point(c) for c in run.cases if c.ok], f"throughput vs tensor size — {run.run_id}")
+    ok = [c for c in run.cases if c.ok]
+    size_plot = plot_size_scaling([run_size_point(c) for c in ok if not c.beats_bound], f"throughput vs tensor size — {run.run_id}",
+                                  left_out=[case_name(c) for c in ok if c.beats_bound])
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
 
@@ -771,6 +954,8 @@ td.b-pass { color: #1a7f37; font-weight: 600; } td.b-short { color: #b42318; fon
 .c-measured { background: #e6f6e6; } .c-measured-other { background: #fff6d6; } .c-not { color: #57606a; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 6px 0; }
 dl.facts dt { color: #57606a; } dl.facts dd { margin: 0; }
+p.ref { margin: 4px 0; font-weight: 600; }
+h4.detail { margin: 26px 0 4px; color: #57606a; border-top: 1px dashed #d0d7de; padding-top: 8px; }
 </style>
 </head>
 <body>
@@ -778,6 +963,21 @@ dl.facts dt { color: #57606a; } dl.facts dd { margin: 0; }
 {% for p in plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
 <figcaption>{{ p.caption }}</figcaption></figure>
 {% endfor %}</div>{% endmacro %}
+{% macro case_table(t) %}<div class="tablewrap"><table class="sortable cases">
+<thead><tr><th class="l">case</th><th class="l">compressor</th>
+{% for h in t.headers %}<th title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
+<th class="l">params</th></tr></thead>
+<tbody>
+{% for row in t.rows %}{% if row.ok %}<tr>
+<td class="l{{ ' recon' if row.reconstructed }}"{% if row.reconstructed %} title="{{ recon_help }}"{% endif %}>{{ row.name }}</td>
+<td class="l">{{ row.compressor }} v{{ row.version }}</td>
+{% for c in row.cells %}<td{% if c.cls %} class="{{ c.cls }}"{% endif %}{% if c.v %} data-v="{{ c.v }}"{% endif %}>
+{{- c.text }}</td>{% endfor %}
+<td class="params">{{ row.params }}</td></tr>
+{% else %}<tr class="failed">
+<td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td><td class="l">{{ row.compressor }} v{{ row.version }}</td>
+<td class="err" colspan="{{ t.headers|length }}">failed: {{ row.error }}</td><td class="params">{{ row.params }}</td></tr>
+{% endif %}{% endfor %}</tbody></table></div>{% endmacro %}
 {% macro kind_table(t) %}<div class="tablewrap"><table class="sortable cases">
 <thead><tr><th class="l">{{ t.first }}</th>
 {% for h in t.headers %}<th{% if h.left %} class="l"{% endif %} title="{{ h.help }}">{{ h.header }}</th>{% endfor %}</tr></thead>
@@ -864,20 +1064,8 @@ reconstruction (see <code>gcbench list</code>).</p>{% endif %}
 <h3 id="{{ src.anchor }}">{{ src.name }}</h3>
 <p class="muted">{{ src.workers }} workers × {{ src.steps }} steps, granularity {{ src.granularity }}.
 Click a column header to sort; hover a header for its definition.</p>
-<div class="tablewrap"><table class="sortable cases">
-<thead><tr><th class="l">case</th><th class="l">compressor</th>
-{% for h in headers %}<th title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
-<th class="l">params</th></tr></thead>
-<tbody>
-{% for row in src.rows %}{% if row.ok %}<tr>
-<td class="l{{ ' recon' if row.reconstructed }}"{% if row.reconstructed %} title="{{ recon_help }}"{% endif %}>{{ row.name }}</td>
-<td class="l">{{ row.compressor }} v{{ row.version }}</td>
-{% for c in row.cells %}<td data-v="{{ c.v }}">{{ c.text }}</td>{% endfor %}
-<td class="params">{{ row.params }}</td></tr>
-{% else %}<tr class="failed">
-<td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td><td class="l">{{ row.compressor }} v{{ row.version }}</td>
-<td class="err" colspan="{{ headers|length }}">failed: {{ row.error }}</td><td class="params">{{ row.params }}</td></tr>
-{% endif %}{% endfor %}</tbody></table></div>
+<p class="ref">{{ src.main.caption }}</p>
+{{ case_table(src.main) }}
 {% if src.phases %}<h4>Per phase: {{ src.phases.windows }}</h4>
 <div class="tablewrap"><table class="sortable cases">
 <thead><tr><th class="l">case</th>
@@ -897,10 +1085,12 @@ Click a column header to sort; hover a header for its definition.</p>
 <p class="muted">{{ src.phases.worker_note }}</p>
 {% endif %}
 {% endif %}
-<div class="plots">
-{% for p in src.plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
-<figcaption>{{ p.caption }}</figcaption></figure>
-{% endfor %}</div>
+{{ plot_list(src.plots) }}
+{% if src.oneshot %}<h4 class="detail">Detail: one-shot fidelity, each case against its own reference — {{ src.name }}</h4>
+<p class="muted">{{ src.oneshot.caption }}</p>
+{{ case_table(src.oneshot) }}
+{{ plot_list(src.oneshot.plots) }}
+{% endif %}
 {% endfor %}
 {% if run.size_plot %}<h3>Throughput against tensor size</h3>
 <div class="plots"><figure class="plot" data-plot="{{ run.size_plot.kind }}">
@@ -984,15 +1174,12 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
     """
     template = _ENV.from_string(TEMPLATE)
     show = [detailed is None or any(r is d for d in detailed) for r in runs]
-    headers = [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""),
-                "help": c.help} for c in (*SUMMARY_COLUMNS, *DETAIL_COLUMNS)]
     return template.render(
         title=title,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=gcbench.__version__,
         runs=[{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i]} for i, r in enumerate(runs)],
         sections=[_section_context(i, r) for i, r in enumerate(runs) if show[i]],
-        headers=headers,
         comparison=_comparison_context(comparison) if comparison is not None else None,
         claims=_claims_context(claims or []),
         claims_missing=claims_missing,

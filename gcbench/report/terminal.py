@@ -8,9 +8,12 @@ comparison is :mod:`gcbench.results.compare`, paper claims are :mod:`gcbench.res
 
 Choices:
 
-* Columns are the ones the runner prints (ratio, bits/element, whole-model q and bias², mean
-  cosine, aggregate q, median compress/decompress time, compress time as a multiple of a plain
-  copy), so a report and a run's own output agree number for number.
+* Columns are the ones the runner prints, so a report and a run's own output agree number for
+  number.  One reference per table (design.md, "Metrics"): the main table has the ratio, the
+  stream view on the suite's common reference (delivered fraction with its CI over workers, mean
+  per-step error and its scale-free version) and the kernel times; the one-shot numbers (q, q
+  scaled, bias², cosine — whole model — and aggregate q), each against the case's own reference,
+  are a second table whose caption names every reference that is not the gradient.
 * Every user-supplied name (suite labels, source labels, parameters, error messages) is escaped
   for the output format: rich markup for the terminal, Markdown/HTML specials for Markdown.
 * Failed cases are shown with their error; reconstructed compressors carry a dagger (†).
@@ -173,30 +176,119 @@ def compress_gbps_text(case: RunCase) -> str:
     return f"— ({BEATS_BOUND})" if case.beats_bound else fmt(case.metric("compress_gbps"), "g")
 
 
+def delivered_text(case: RunCase) -> str:
+    """The delivered cell of a run case: ``0.931 [0.902, 0.960]`` with its CI over workers, a short stream marked.
+
+    A stream shorter than the steps that rank stateful compressors reads ``0.931 (short: 2 steps)``:
+    a number, but not one to rank on.
+    """
+    st = case.stream
+    v = case.metric("delivered")
+    if st is None or v is None:
+        return "—"
+    text = fraction_text(v)
+    ci = st.worker_ci
+    if ci is not None and ci.lo is not None and ci.hi is not None:
+        text += f" [{fraction_text(ci.lo)}, {fraction_text(ci.hi)}]"
+    if st.enough is False:
+        text += f" (short: {_or(st.steps)} step{'' if st.steps == 1 else 's'})"
+    return text
+
+
+def fraction_text(v: float) -> str:
+    """A delivered fraction: three decimals near [0, 1] (EF methods differ in the third), else three digits."""
+    return f"{v:.3f}" if abs(v) < 10 else fmt(v, "g")
+
+
+#: the main run table: bytes, fidelity on the suite's ONE common reference (the stream view), kernel time
 SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
     Column("bits", "bits/el", "bits_per_element", "g", False, "wire bits per gradient element"),
-    Column("q", "q", "q", "g", False, "relative MSE ‖C(x)−x‖²/‖x‖², whole model"),
-    Column("bias2", "bias²", "bias2", "g", False, "relative bias² from R compressions, whole model"),
-    Column("cosine", "cosine", "cosine", "g", True, "mean cosine of C(x) and x"),
-    Column("agg_q", "agg q", "aggregate_q", "g", False, "relative MSE of the exchanged aggregate vs the true mean"),
+    Column("delivered", "delivered", "delivered", "g", True,
+           "1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step: the fraction of the summed dense update D (the common "
+           "reference) that the case's updates U delivered; [95% CI over workers]; (short) = too few steps to rank on",
+           cell=delivered_text),
+    Column("step_err", "step err", "stream_error", "g", False,
+           "mean over steps of ‖U_t − D_t‖²/‖D_t‖², whole model, against the common reference"),
+    Column("scaled_err", "scaled err", "stream_error_scaled", "g", False,
+           "mean over steps of 1 − cos²(U_t, D_t): the step error after the best scalar rescaling (scale-free)"),
     Column("comp_ms", "comp ms", "compress_s", "ms", False, "median compress time per worker-step"),
     Column("dec_ms", "dec ms", "decompress_s", "ms", False, "median decompress time per worker-step"),
     Column("comp_copy", "comp/copy", "comp_over_copy", "x", False,
-           "compress time as a multiple of a plain copy of the same tensors timed in the same round: median ± half the IQR, flags",
+           "×copy: compress time / time of a plain copy of the same tensors timed in the same round (lower is better; "
+           "1× = as fast as a copy): median ± half the IQR, flags",
            cell=compress_x_copy_text),
+)
+
+#: the one-shot table: one compression of one gradient, each compressor against its OWN reference
+ONESHOT_COLUMNS: tuple[Column, ...] = (
+    Column("q", "q", "q", "g", False, "relative MSE ‖C(x)−x‖²/‖x‖², whole model, against the case's own reference"),
+    Column("q_scaled", "q scaled", "q_scaled", "g", False,
+           "scale-free one-shot error 1 − cos²(C(x), x): q after the best scalar rescaling, whole model"),
+    Column("bias2", "bias²", "bias2", "g", False, "relative bias² from R compressions, whole model"),
+    Column("cosine", "cosine", "cosine", "g", True, "cosine of C(x) and x, whole model (sums over tensors before the division)"),
+    Column("agg_q", "agg q", "aggregate_q", "g", False,
+           "relative MSE of the exchanged aggregate vs the true worker mean (own reference), mean over steps"),
 )
 
 # extra columns of the HTML tables (the terminal stays narrow)
 DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("wire", "wire bytes", "wire_bytes", "int", False, "bytes one worker sends per step"),
-    Column("variance", "variance", "variance", "g", False, "relative variance, whole model"),
-    Column("delta", "δ", "delta", "g", False, "Beznosikov δ = 1/(1 − q)"),
-    Column("ef", "EF drift", "ef_drift", "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step"),
     Column("comp_gbps", "comp GB/s", "compress_gbps", "g", True, "dense input bytes / median compress time",
            cell=compress_gbps_text),
     Column("dec_gbps", "dec GB/s", "decompress_gbps", "g", True, "dense input bytes / median decompress time"),
 )
+ONESHOT_DETAIL_COLUMNS: tuple[Column, ...] = (
+    Column("variance", "variance", "variance", "g", False, "relative variance, whole model"),
+    Column("delta", "δ", "delta", "g", False, "Beznosikov δ = 1/(1 − q)"),
+    Column("ef", "EF drift", "ef_drift", "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step (worker 0, own reference)"),
+)
+
+
+def stream_reference(cases: Sequence[RunCase]) -> str | None:
+    """The common reference the stream columns of these cases are measured against (``None``: no case has a stream)."""
+    refs = list(dict.fromkeys(str(c.stream.reference) for c in cases if c.ok and c.stream and c.stream.reference))
+    return "; ".join(refs) if refs else None
+
+
+def stream_caption(cases: Sequence[RunCase]) -> str:
+    """The main table's caption: which reference its fidelity columns use, over how many steps, and who applies momentum."""
+    ok = [c for c in cases if c.ok]
+    ref = stream_reference(ok)
+    if ref is None:
+        return ("delivered / step err / scaled err: no stream in these results (recorded before the stream view); "
+                "the one-shot table has each compressor against its own reference.")
+    steps = sorted({c.stream.steps for c in ok if c.stream and c.stream.steps is not None})
+    text = f"fidelity on the common reference: {ref}"
+    if steps:
+        text += f", over {steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} steps"
+    own = [c.label for c in ok if c.stream and c.stream.own_momentum]
+    if own:
+        text += (f" ({', '.join(own)} appl{'ies' if len(own) == 1 else 'y'} momentum itself: "
+                 f"{'its' if len(own) == 1 else 'their'} aggregate is the update)")
+    short = [c for c in ok if c.stream and c.stream.enough is False]
+    if short:
+        least = next((c.stream.min_steps for c in short if c.stream and c.stream.min_steps), None)
+        text += (f"; short = a stream of fewer than the {f'{least} ' if least else ''}steps that rank stateful "
+                 "compressors: do not rank on it")
+    return text + "."
+
+
+def oneshot_reference(case: RunCase) -> str:
+    """A case's own one-shot reference (``gradient`` unless its compressor names another, e.g. DGC's momentum-SGD update)."""
+    return str(case.fidelity.reference) if case.fidelity and case.fidelity.reference else "gradient"
+
+
+def oneshot_caption(cases: Sequence[RunCase]) -> str:
+    """The one-shot table's caption: each case against its own reference, naming those that are not the gradient."""
+    other: dict[str, list[str]] = {}
+    for c in cases:
+        if c.ok and oneshot_reference(c) != "gradient":
+            other.setdefault(oneshot_reference(c), []).append(c.label)
+    text = "one shot: one compression of one gradient, each case against its own reference: the gradient"
+    if other:
+        text += ", except " + "; ".join(f"{', '.join(labels)}: {ref}" for ref, labels in other.items())
+    return text + " — not comparable across references; the main table is."
 
 
 TRAIN_COLUMNS: tuple[Column, ...] = (
@@ -414,31 +506,50 @@ def summary_tables(run: LoadedRun) -> list[Table]:
 
 
 def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
-    """One summary table per gradient source of run/compare cases, each followed by its per-phase table if it has one."""
+    """Per gradient source of run/compare cases: the main table, the one-shot table, then the per-phase table if any.
+
+    The main table sets every case on the suite's one common reference (its caption names it); the
+    one-shot numbers, each against the case's own reference, are a second table so that no column
+    mixes references.
+    """
     tables = []
     for src, group in by_source(cases).items():
-        t = Table(title=f"{rich_escape(title)} — {rich_escape(src)}", title_justify="left")
-        t.add_column("case", no_wrap=True)
-        for col in SUMMARY_COLUMNS:
-            t.add_column(col.header, justify="right", no_wrap=True)
-        errors = []
-        for c in group:
-            if not c.ok:
-                # the error goes under the table: in a cell it would stretch one numeric column
-                t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(SUMMARY_COLUMNS) - 1))
-                errors.append((case_name(c), c.error_text))
-                continue
-            t.add_row(rich_escape(case_name(c)), *[rich_escape(col.text(c)) for col in SUMMARY_COLUMNS])
-        if errors:
-            t.caption = _failure_caption(errors)
-            t.caption_justify = "left"
-        tables.append(t)
+        main = _cases_table(f"{title} — {src}", group, SUMMARY_COLUMNS)
+        main.caption = "\n".join(x for x in (rich_escape(stream_caption(group)), main.caption) if x)
+        main.caption_justify = "left"
+        tables.append(main)
+        if any(c.ok and c.fidelity is not None for c in group):
+            oneshot = _cases_table(f"{title} — {src} — one-shot fidelity (own reference)", group, ONESHOT_COLUMNS,
+                                   with_errors=False)
+            oneshot.caption = rich_escape(oneshot_caption(group))
+            oneshot.caption_justify = "left"
+            tables.append(oneshot)
         phases = phase_table(group, f"{title} — {src}")
         if phases is not None:
             phases.caption = rich_escape(PHASE_NOTE)
             phases.caption_justify = "left"
             tables.append(phases)
     return tables
+
+
+def _cases_table(title: str, cases: Sequence[RunCase], columns: Sequence[Column], with_errors: bool = True) -> Table:
+    """One row per case over ``columns``; a failed case's error goes in the caption (``with_errors``), not in a cell."""
+    t = Table(title=rich_escape(title), title_justify="left")
+    t.add_column("case", no_wrap=True)
+    for col in columns:
+        t.add_column(col.header, justify="right", no_wrap=True)
+    errors = []
+    for c in cases:
+        if not c.ok:
+            # the error goes under the table: in a cell it would stretch one numeric column
+            t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(columns) - 1))
+            errors.append((case_name(c), c.error_text))
+            continue
+        t.add_row(rich_escape(case_name(c)), *[rich_escape(col.text(c)) for col in columns])
+    if errors and with_errors:
+        t.caption = _failure_caption(errors)
+        t.caption_justify = "left"
+    return t
 
 
 def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
@@ -767,13 +878,22 @@ def measured_text(res: ClaimResult) -> str:
 
 
 _POLICY = TimingPolicy()
-TIMING_NOTE = (f"comp/copy = compress time / the time of a plain copy of the same tensors, taken per round with the two "
-               f"interleaved: median over rounds ± half the interquartile range; ({UNSTABLE}) = that range is over "
-               f"{_POLICY.unstable_rel_iqr:.0%} of the median or the load per core was over {_POLICY.load_per_core:g} while "
-               f"timing; ({TOO_SHORT}) = median under {1e6 * _POLICY.resolution_s:.0f} µs; ({BEATS_BOUND}) = faster than the "
-               "memory traffic the compressor's card says it must do, so no speed is shown.")
-FOOTNOTE = ("q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, energy-weighted); bias² from R compressions; agg q = exchanged "
-            f"aggregate vs the true worker mean; {TIMING_NOTE} {DAGGER} = reconstructed definition (paper body unavailable).")
+TIMING_NOTE = (f"comp/copy = ×copy = compress time / the time of a plain copy of the same tensors (lower is better; 1× = as "
+               f"fast as a copy), taken per round with the two interleaved: median over rounds ± half the interquartile "
+               f"range; ({UNSTABLE}) = that range is over {_POLICY.unstable_rel_iqr:.0%} of the median or the load per core "
+               f"was over {_POLICY.load_per_core:g} while timing; ({TOO_SHORT}) = median under "
+               f"{1e6 * _POLICY.resolution_s:.0f} µs; ({BEATS_BOUND}) = faster than the memory traffic the compressor's card "
+               "says it must do, so no speed is shown.")
+STREAM_NOTE = ("Main table, on the suite's common reference (the dense update D_t of the suite's optimizer on the true worker "
+               "mean): delivered = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step, U_t the update the case applies "
+               "(1 = all of the dense update arrived, ≤ 0 = no better than sending nothing), [lo, hi] = 95% CI over "
+               "workers, each worker's own stream against its own dense update; step err = mean over steps of "
+               "‖U_t − D_t‖²/‖D_t‖² (≥ 1 = no better than sending nothing); scaled err = the same after the best scalar "
+               "rescaling (1 − cos²), so a compressor is not penalised for its scale alone.")
+ONESHOT_NOTE = ("One-shot table, each case against its own reference: q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, "
+                "energy-weighted); q scaled = 1 − cos²; bias² from R compressions; cosine whole model; agg q = exchanged "
+                "aggregate vs the true worker mean.")
+FOOTNOTE = f"{STREAM_NOTE} {ONESHOT_NOTE} {TIMING_NOTE} {DAGGER} = reconstructed definition (paper body unavailable)."
 TRAIN_FOOTNOTE = ("gap = final accuracy of 'none' minus this compressor's, in percentage points; to target = training time until "
                   "the held-out accuracy first reached the target (checked at epoch ends); step ms = median step time = compute + "
                   "compress + comm + decomp; MB/worker = payload bytes one worker sent over the whole run.")
@@ -855,19 +975,26 @@ def markdown_summary(run: LoadedRun) -> str:
              f"Suite {md_escape(f['suite'])}, {md_escape(f['date'])}, {md_escape(f['cases'])}; machine {md_escape(f['machine'])}, "
              f"device {md_escape(f['device'])}; gcbench {md_escape(f['gcbench'])}, commit {md_escape(f['commit'])}, "
              f"torch {md_escape(f['torch'])}.", ""]
-    headers = ["case", *[md_escape(c.header) for c in SUMMARY_COLUMNS]]
     for src, cases in by_source(run.cases).items():
-        rows = []
-        for c in cases:
-            if not c.ok:
-                rows.append([md_escape(case_name(c)), f"failed: {md_escape(c.error_text)}", *[""] * (len(SUMMARY_COLUMNS) - 1)])
-            else:
-                rows.append([md_escape(case_name(c)), *[md_escape(col.text(c)) for col in SUMMARY_COLUMNS]])
-        parts += [f"### {md_escape(src)}", "", md_table(headers, rows, [False] + [True] * len(SUMMARY_COLUMNS)), ""]
+        parts += [f"### {md_escape(src)}", "", md_escape(stream_caption(cases)), "", _md_cases(cases, SUMMARY_COLUMNS), ""]
+        if any(c.ok and c.fidelity is not None for c in cases):
+            parts += ["One-shot fidelity (own reference): " + md_escape(oneshot_caption(cases)), "",
+                      _md_cases(cases, ONESHOT_COLUMNS), ""]
         phases = markdown_phases(cases)
         if phases:
             parts.append(phases)
     return "\n".join(parts)
+
+
+def _md_cases(cases: Sequence[RunCase], columns: Sequence[Column]) -> str:
+    """One Markdown row per case over ``columns`` (a failed case: its error in the first column)."""
+    rows = []
+    for c in cases:
+        if not c.ok:
+            rows.append([md_escape(case_name(c)), f"failed: {md_escape(c.error_text)}", *[""] * (len(columns) - 1)])
+        else:
+            rows.append([md_escape(case_name(c)), *[md_escape(col.text(c)) for col in columns]])
+    return md_table(["case", *[md_escape(c.header) for c in columns]], rows, [False] + [True] * len(columns))
 
 
 def markdown_comparison(cmp: Comparison, all_rows: bool = False) -> str:

@@ -52,7 +52,10 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("compress_s", "s", False, "median compress time per worker-step"),
     MetricInfo("decompress_s", "s", False, "median decompress time per worker-step"),
     MetricInfo("compress_gbps", "GB/s", True, "dense input bytes / median compress time"),
-    MetricInfo("copy_fraction", "", True, "copy time / compress time (1 = as fast as a memory copy)"),
+    # ×copy replaces copy_fraction (copy / compress, its inverse): files keep copy_fraction_* for older readers
+    MetricInfo("comp_over_copy", "x", False, "×copy: compress time / time of a plain copy of the same tensors timed in the "
+               "same round (lower is better; 1 = as fast as a memory copy)"),
+    MetricInfo("decomp_over_copy", "x", False, "×copy of decompress: decompress time / copy time (lower is better)"),
 )
 
 
