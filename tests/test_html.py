@@ -18,19 +18,23 @@ from gcbench.cli import app
 from gcbench.report.html import (
     bench_bars,
     bench_size_point,
+    front_points,
     plot_bench_x_copy,
     plot_ef_drift,
     plot_layers,
+    plot_oneshot_pareto,
     plot_pareto,
     plot_size_scaling,
+    plot_stream,
     plot_throughput,
     plot_time_to_target,
     plot_train_curves,
     render_html,
     run_size_point,
+    throughput_rows,
     train_curve_series,
 )
-from gcbench.report.terminal import LoadedRun, by_source, case_name
+from gcbench.report.terminal import LoadedRun, by_source, case_name, pareto_front
 from gcbench.results.record import as_case
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -106,9 +110,10 @@ def test_well_formed(page: tuple[str, Doc]) -> None:
 
 def test_every_plot_is_an_inline_png(page: tuple[str, Doc]) -> None:
     _, doc = page
-    # the new run: 2 sources × (Pareto, throughput, per-unit ratio), EF drift for the synthetic source only (the
-    # ResNet-50 source has one step: no drift over steps), and throughput vs size (dgc-paper at two sizes)
-    assert Counter(doc.plots) == {"pareto": 2, "throughput": 2, "layers": 2, "ef_drift": 1, "size": 1}
+    # the new run (a file from before the stream view: no common-reference Pareto, no stream plot): 2 sources × (one-shot
+    # Pareto in the detail section, throughput, per-unit ratio), EF drift for the synthetic source only (the ResNet-50
+    # source has one step: no drift over steps), and throughput vs size (dgc-paper at two sizes)
+    assert Counter(doc.plots) == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "ef_drift": 1, "size": 1}
     assert len(doc.img_src) == 8 and doc.tags["svg"] == 0
     for src in doc.img_src:
         assert src.startswith("data:image/png;base64,")
@@ -178,7 +183,9 @@ def test_plots_are_skipped_without_their_data() -> None:
     lossless = _case("none", fidelity={"q": {"model": 0.0}}, size={"ratio": 1.0})
     stateless = _case("topk", fidelity={"q": {"model": 0.9}}, size={"ratio": 60.0}, ef_drift=None,
                       layers=[{"name": "w", "ratio": 60.0}], timing=None)
-    assert plot_pareto([lossless], "t") is None
+    assert plot_pareto([lossless], "t") is None and plot_oneshot_pareto([lossless], "t") is None
+    assert plot_pareto([stateless], "t") is None  # no stream: nothing on the common reference to draw
+    assert plot_stream([stateless], "t") is None
     assert plot_throughput([stateless], "t") is None
     assert plot_layers([stateless], "t") is None  # one unit: nothing to plot per unit
     assert plot_ef_drift([stateless], "t") is None
@@ -195,7 +202,7 @@ def test_plots_accept_mathtext_like_labels() -> None:
     cases = [_case("a $x_1$ $", fidelity={"q": {"model": 0.5}}, size={"ratio": 10.0}),
              _case("b", fidelity={"q": {"model": 0.1}}, size={"ratio": 5.0}),
              _case("none", fidelity={"q": {"model": 0.0}}, size={"ratio": 1.0})]
-    p = plot_pareto(cases, "$$ title")
+    p = plot_oneshot_pareto(cases, "$$ title")
     assert p is not None and p.uri.startswith("data:image/png;base64,")
     assert "“none”" in p.caption  # lossless cases are listed, not dropped silently
     s = plot_size_scaling([run_size_point(as_case(_case("a $", timing={"numel": n, "compress": {"gbps": g}, "copy": {"gbps": 10.0}})))
@@ -312,6 +319,99 @@ def test_mixed_folder_renders_every_kind(tmp_path: Path) -> None:
     assert [t for t in re.findall(r'<h2 id="run\d">([^<]+)</h2>', text)] == [
         "Run golden-base", "Run golden-compare", "Training run golden-train", "Kernel benchmark golden-bench"]
     plots = Counter(doc.plots)
-    assert plots == {"pareto": 2, "throughput": 2, "layers": 2, "train_accuracy": 1, "train_loss": 1, "time_to_target": 1,
+    assert plots == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "train_accuracy": 1, "train_loss": 1, "time_to_target": 1,
                      "bench_x_copy": 1, "size": 1}
     _assert_offline(text, doc)
+
+
+# ----------------------------------------------------------------------------- one reference per plot; timings that are speeds
+
+
+def _stream(delivered: float, steps: int = 12, enough: bool = True) -> dict[str, Any]:
+    """A stream block on the common reference whose delivered fraction ends at ``delivered``."""
+    per = [delivered * (t + 1) / steps for t in range(steps)]
+    return {"reference": "dense momentum-SGD update (m=0.9)", "momentum": 0.9, "steps": steps, "min_steps": 10, "enough": enough,
+            "delivered": delivered, "per_step_delivered": per, "per_step_error": [0.5] * steps,
+            "per_step_error_scaled": [0.2] * steps,
+            "worker_ci": {"mean": delivered, "lo": delivered - 0.05, "hi": delivered + 0.05, "n": 4}}
+
+
+def _with_streams(run: LoadedRun) -> LoadedRun:
+    """The golden run with a stream on every case that ran (one of them worse than sending nothing, one too short)."""
+    data = run.data.to_json_dict()
+    for i, c in enumerate(data["cases"]):
+        if c["status"] == "ok":
+            c["stream"] = _stream(-0.3 if c["label"] == "onebit" else 0.5 + 0.04 * i, steps=2 if c["label"] == "terngrad" else 12,
+                                  enough=c["label"] != "terngrad")
+    return LoadedRun(run.path, data)
+
+
+def test_the_worse_than_nothing_region_is_left_out_of_the_front() -> None:
+    cases = [as_case(_case("a", size={"ratio": 10.0}, stream=_stream(0.9))),
+             as_case(_case("b", size={"ratio": 50.0}, stream=_stream(0.5))),
+             as_case(_case("worse", size={"ratio": 1000.0}, stream=_stream(-0.2))),  # the highest ratio, but delivers nothing
+             as_case(_case("dense", size={"ratio": 1.0}, stream=_stream(1.0)))]
+    fp = front_points(cases, lambda c: 1.0 - c.metric("delivered"))
+    assert fp.front_labels == ["a", "b"] and [p[2].label for p in fp.worse] == ["worse"]
+    assert [c.label for c in fp.lossless] == ["dense"]
+    assert 0 in pareto_front([(1.2, 1000.0), (0.1, 10.0), (0.5, 50.0)])  # on ratio alone the raw front would take it
+    p = plot_pareto(cases, "t")
+    assert p is not None and p.kind == "pareto"
+    assert "dense momentum-SGD update (m=0.9)" in p.caption and "1 − delivered" in p.caption
+    assert "No better than sending nothing" in p.caption and "“worse”" in p.caption and "(2 of 2)" in p.caption
+    # the one-shot view shades q ≥ 1 the same way
+    q = [as_case(_case("x", size={"ratio": 500.0}, fidelity={"q": {"model": 2.9e3}})), as_case(_case("y", size={"ratio": 3.0},
+                                                                                                   fidelity={"q": {"model": 0.2}}))]
+    assert front_points(q, lambda c: c.metric("q")).front_labels == ["y"]
+
+
+def test_stream_plot_draws_delivered_over_steps_and_names_short_and_clipped_streams() -> None:
+    cases = [_case("ef", stream=_stream(0.9)), _case("short", stream=_stream(0.4, steps=3, enough=False)),
+             _case("awful", stream=_stream(-3.0)), _case("one", stream=_stream(0.5, steps=1))]
+    p = plot_stream(cases, "t")
+    assert p is not None and p.kind == "stream" and "dense momentum-SGD update (m=0.9)" in p.caption
+    assert "Too short to rank on: “short”" in p.caption and "Clipped at -1" in p.caption and "“awful”" in p.caption
+    assert "“one”" not in p.caption  # one step is no line: not drawn, nothing to name
+
+
+def test_a_timing_that_beats_its_traffic_bound_is_no_bar_and_no_point() -> None:
+    def timed(label: str, flags: list[str], numel: int, src: str) -> dict[str, Any]:
+        return _case(label, source={"name": src, "label": src}, timing={
+            "numel": numel, "compress": {"median_s": 0.001, "gbps": 4.0}, "decompress": {"median_s": 0.001, "gbps": 4.0},
+            "copy": {"gbps": 10.0}, "compress_x_copy": {"median": 0.1, "iqr": 0.01, "flags": flags}})
+
+    cases = [timed("fast", ["beats traffic bound"], 1000, "s1"), timed("honest", [], 1000, "s1"),
+             timed("shaky", ["unstable"], 1000, "s1"), timed("fast", ["beats traffic bound"], 100000, "s2"),
+             timed("honest", [], 100000, "s2")]
+    rows, left_out = throughput_rows([as_case(c) for c in cases[:3]])
+    assert [r[0].label for r in rows] == ["honest", "shaky"] and [c.label for c in left_out] == ["fast"]
+    p = plot_throughput(cases[:3], "t")
+    assert p is not None and "Not drawn (beats traffic bound" in p.caption and "“fast”" in p.caption
+    assert "Hatched" in p.caption and "shaky compress (unstable)" in p.caption
+    run = LoadedRun(GOLDEN / "x.json", {"schema_version": 1, "kind": "run", "cases": cases})
+    text = render_html([run])
+    size = re.search(r'data-plot="size">.*?<figcaption>(.*?)</figcaption>', text, re.S)
+    assert size is not None and "(1 of 2 labels)" in size.group(1)  # honest at two sizes; shaky at one
+    assert "Not drawn (beats traffic bound, so no speed): “fast”." in size.group(1)
+
+
+def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_detail_section() -> None:
+    run = _with_streams(_load("run_new"))
+    text = render_html([run])
+    doc = Doc()
+    doc.feed(text)
+    doc.close()
+    assert doc.errors == [] and doc.stack == []
+    assert Counter(doc.plots) == {"pareto": 2, "stream": 2, "pareto_oneshot": 2, "throughput": 2, "layers": 2, "ef_drift": 1,
+                                  "size": 1}
+    for src in by_source(run.cases):
+        section = text[text.index(f">{escape(src)}</h3>"):]
+        section = section[:section.find("<h3") if "<h3" in section else None]
+        detail = section.index("Detail: one-shot fidelity, each case against its own reference")
+        # the main table (delivered, on the one named reference) and its plots come before the one-shot detail
+        assert section.index("fidelity on the common reference: dense momentum-SGD update (m=0.9)") < detail
+        assert section.index('title="1 − ‖Σ_t(U_t − D_t)‖') < detail
+        assert section.index('data-plot="pareto"') < detail < section.index('data-plot="pareto_oneshot"')
+        assert 'title="relative MSE ‖C(x)−x‖²/‖x‖²' not in section[:detail]  # no one-shot column in the main table
+    assert "(short: 2 steps)" in text and "-0.300 [-0.350, -0.250]" in text
+    assert "dgc-paper, dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in text  # DGC's own reference named in the detail

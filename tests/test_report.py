@@ -20,13 +20,16 @@ from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
+    ONESHOT_COLUMNS,
     SUMMARY_COLUMNS,
+    TIMING_NOTE,
     TRAIN_COLUMNS,
     LoadedRun,
     bench_target,
     by_source,
     compress_gbps_text,
     compress_x_copy_text,
+    delivered_text,
     fmt,
     head_to_head_output,
     load_runs,
@@ -35,6 +38,8 @@ from gcbench.report.terminal import (
     pareto_front,
     run_output,
     size_text,
+    stream_caption,
+    summary_tables,
     x_copy_text,
 )
 from gcbench.results.record import BenchCase, RunCase, XCopy
@@ -99,12 +104,12 @@ def test_markdown_has_a_table_per_source_with_a_row_per_case() -> None:
     text = markdown_report([run])
     tables = _md_tables(text)
     groups = by_source(run.cases)
-    case_tables = [t for t in tables if _cells(t[0])[0] == "case"]
-    assert len(case_tables) == len(groups) == 2
-    for table, (src, cases) in zip(case_tables, groups.items(), strict=True):
+    main = [t for t in tables if _cells(t[0]) == ["case", *[md_escape(c.header) for c in SUMMARY_COLUMNS]]]
+    oneshot = [t for t in tables if _cells(t[0]) == ["case", *[md_escape(c.header) for c in ONESHOT_COLUMNS]]]
+    assert len(main) == len(oneshot) == len(groups) == 2  # per source: the common-reference table and the one-shot one
+    for table, (src, cases) in zip(main, groups.items(), strict=True):
         assert f"### {md_escape(src)}" in text
-        header, sep, *rows = table
-        assert _cells(header) == ["case", *[md_escape(c.header) for c in SUMMARY_COLUMNS]]
+        _, sep, *rows = table
         assert set(_cells(sep)[1:]) == {"---:"}
         assert len(rows) == len(cases)
         for row, case in zip(rows, cases, strict=True):
@@ -113,8 +118,14 @@ def test_markdown_has_a_table_per_source_with_a_row_per_case() -> None:
             assert cells[0].startswith(md_escape(case.label))
             if case.ok:
                 assert cells[1] == fmt(case.size.ratio, "ratio")
+                assert cells[3] == "—"  # a file from before the stream view: no delivered fraction, not an error
             else:
                 assert cells[1].startswith("failed: ")
+    for table, cases in zip(oneshot, groups.values(), strict=True):
+        for row, case in zip(table[2:], cases, strict=True):
+            if case.ok:
+                assert _cells(row)[1] == fmt(case.metric("q"))
+    assert "no stream in these results" in text and "One-shot fidelity (own reference)" in text
     # reconstructed compressors carry the dagger; hostile labels are neutralised
     assert "adacomp †" in text
     assert "<script>" not in text and "<img" not in text and "<b>" not in text
@@ -405,7 +416,8 @@ def test_a_timed_run_prints_spreads_and_says_what_the_flags_mean(tmp_path: Path)
         assert len(x.samples) == case.timing.rounds >= 3 and x.flags is not None
         row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith(case.label + " "))
         assert compress_x_copy_text(case) in row and ("±" in row or BEATS_BOUND in row)
-    assert "(unstable) = " in text and "(beats traffic bound) = " in text
+    notes = " ".join(text.split())  # the footnote wraps at the console's width
+    assert "(unstable) = " in notes and "(beats traffic bound) = " in notes
 
 
 def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_tables() -> None:
@@ -423,3 +435,76 @@ def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_
             if line.startswith("│")}
     assert rows["compress GB/s ↑"] == [f"— ({BEATS_BOUND})", "4"]
     assert rows["compress ×copy ↓"] == [f"— ({BEATS_BOUND})", "0.1× ±0.005"]
+
+
+# ----------------------------------------------------------------------------- one reference per table
+
+
+def _streamed(label: str, delivered: float, steps: int = 12, enough: bool = True, own_momentum: bool = False,
+              fidelity_reference: str = "gradient", ci: bool = True) -> RunCase:
+    """A run case with a stream on the common reference (momentum SGD, m = 0.9) and a one-shot block on its own reference."""
+    per = [delivered * (t + 1) / steps for t in range(steps)]
+    stream: dict[str, Any] = {"reference": "dense momentum-SGD update (m=0.9)", "momentum": 0.9, "own_momentum": own_momentum,
+                              "steps": steps, "min_steps": 10, "enough": enough, "delivered": delivered,
+                              "per_step_delivered": per, "per_step_error": [0.5] * steps, "per_step_error_scaled": [0.2] * steps}
+    if ci:
+        stream["worker_delivered"] = [delivered - 0.01, delivered + 0.01]
+        stream["worker_ci"] = {"mean": delivered, "lo": delivered - 0.05, "hi": delivered + 0.05, "n": 2}
+    return RunCase.model_validate({
+        "label": label, "status": "ok", "compressor": label, "source": {"name": "synthetic", "label": "synthetic"},
+        "size": {"ratio": 100.0}, "stream": stream,
+        "fidelity": {"reference": fidelity_reference, "q": {"model": 0.9}, "cosine": {"model": 0.3, "mean": 0.7},
+                     "q_scaled": {"model": 0.91}}})
+
+
+def _printed(parts: list[Any]) -> str:
+    console = Console(record=True, width=400)
+    for part in parts:
+        console.print(part)
+    return console.export_text()
+
+
+def test_delivered_cell_has_its_worker_ci_and_marks_a_short_stream() -> None:
+    assert delivered_text(_streamed("ef", 0.931)) == "0.931 [0.881, 0.981]"
+    assert delivered_text(_streamed("ef", 0.931, steps=2, enough=False, ci=False)) == "0.931 (short: 2 steps)"
+    old = RunCase.model_validate({"label": "old", "status": "ok", "size": {"ratio": 2.0}})  # a file from before the stream view
+    assert delivered_text(old) == "—"
+
+
+def test_run_tables_put_the_common_reference_first_and_each_own_reference_apart() -> None:
+    cases = [_streamed("dgc", 0.95, own_momentum=True, fidelity_reference="momentum-SGD update u_t = m·u_{t-1} + g_t"),
+             _streamed("topk", 0.6), _streamed("signsgd", -0.4, steps=3, enough=False)]
+    text = _printed(run_output(cases, "t"))
+    lines = text.splitlines()
+    main_header = next(i for i, ln in enumerate(lines) if "delivered" in ln and "step err" in ln and "scaled err" in ln)
+    oneshot_title = next(i for i, ln in enumerate(lines) if "one-shot fidelity (own reference)" in ln)
+    assert main_header < oneshot_title  # the common reference first
+    assert "q" not in [c.strip() for c in lines[main_header].split("┃")]  # no one-shot column in the main table
+    # the main table's caption names the one reference; the one-shot caption names each reference that is not the gradient
+    flat = " ".join(text.split())  # captions wrap at their table's width
+    assert "fidelity on the common reference: dense momentum-SGD update (m=0.9)" in flat
+    assert "dgc applies momentum itself" in flat
+    assert "dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in flat
+    row = {ln.split("│")[1].strip(): ln for ln in lines[main_header:oneshot_title] if ln.startswith("│")}
+    assert "0.950 [0.900, 1.000]" in row["dgc"] and "-0.400 [-0.450, -0.350] (short: 3 steps)" in row["signsgd"]
+    assert "short = a stream of fewer than the 10 steps" in flat
+    oneshot = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:-1]] for ln in lines[oneshot_title:] if ln.startswith("│")}
+    assert oneshot["topk"][:2] == ["0.9", "0.91"] and oneshot["topk"][3] == "0.3"  # q, q scaled, cosine: whole model
+
+
+def test_a_file_without_streams_still_renders_and_says_so() -> None:
+    run = _run("run_base")
+    text = " ".join(_printed(summary_tables(run)).split())
+    assert "no stream in these results" in text and "one-shot fidelity (own reference)" in text
+    assert stream_caption([]).startswith("delivered / step err / scaled err: no stream")
+
+
+def test_x_copy_means_one_thing_in_the_column_the_notes_and_the_glossary() -> None:
+    from gcbench.results.metrics import METRICS
+
+    col = next(c for c in SUMMARY_COLUMNS if c.metric == "comp_over_copy")
+    glossary = {m.name: m for m in METRICS}
+    assert col.higher_is_better is False and glossary["comp_over_copy"].higher_is_better is False
+    for text in (col.help, glossary["comp_over_copy"].description, TIMING_NOTE):
+        assert "compress time / " in text and "lower is better" in text
+    assert "copy_fraction" not in glossary  # its inverse, "higher is better", contradicted the ×copy column

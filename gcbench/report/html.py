@@ -10,8 +10,17 @@ drift over steps.  Choices:
 * The template is a string in this module (no package data to ship) rendered by jinja2 with
   autoescaping on, so suite labels, parameters and error messages cannot inject markup.  Text
   drawn into plots escapes ``$`` so matplotlib never parses a label as mathtext.
-* A plot is drawn only where its data exist, and its caption says what was left out: relative
-  error q is on a log axis, so lossless cases (q = 0) are listed instead of plotted; per-layer
+* One reference per plot and table (design.md, "Metrics").  A source's main table and plots use
+  the suite's common reference (the dense update of its optimizer): ratio against 1 − delivered,
+  the share of the summed dense update a case's stream did not deliver, and the delivered
+  fraction over steps.  The one-shot numbers, each case against its own reference (DGC's
+  momentum-SGD update, the gradient for most), go to a detail section under a heading that says
+  so.  A point no better than sending nothing (error ≥ 1, delivered ≤ 0) is drawn hollow in a
+  shaded region and never joins the Pareto front, whatever its ratio.
+* A timing is drawn as a speed only when it is one: a case whose compress timing beat its traffic
+  bound is left out of the throughput plots (the caption names it); flagged bars are hatched.
+* A plot is drawn only where its data exist, and its caption says what was left out: errors
+  are on a log axis, so lossless cases (error 0) are listed instead of plotted; per-layer
   plots need two or more units; EF drift needs a stateful compressor and two or more steps;
   throughput against tensor size needs one case label timed at two or more sizes within a run
   (one machine).  Axes are logarithmic when the values span a decade or more, linear otherwise.
@@ -349,6 +358,17 @@ def _timing_flags(case: RunCase, kernel: str) -> list[str]:
     return list(x.flags or []) if x is not None else []
 
 
+def throughput_rows(cases: Sequence[RunCase]) -> tuple[list[tuple[RunCase, float | None, float | None, float | None]], list[RunCase]]:
+    """``(case, compress GB/s, decompress GB/s, copy GB/s)`` of the cases a throughput plot draws, and those it leaves out.
+
+    Left out: a case whose compress timing beat its traffic bound (:attr:`RunCase.beats_bound`) — what
+    was timed is not the work the compressor must do, so neither of its numbers is drawn as a speed.
+    """
+    ok = _ok(cases)
+    rows = [(c, c.metric("compress_gbps"), c.metric("decompress_gbps"), c.metric("copy_gbps")) for c in ok if not c.beats_bound]
+    return [r for r in rows if r[1] is not None or r[2] is not None], [c for c in ok if c.beats_bound]
+
+
 def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Compress and decompress GB/s per case (log axis) with the copy roofline drawn.
 
@@ -356,10 +376,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     the compressor must do, so it is no speed) and the caption names it; a flagged bar (unstable, too
     short) is hatched and its flags follow its name.
     """
-    ok = _ok(cases)
-    bound = [c for c in ok if c.beats_bound]
-    rows = [(c, c.metric("compress_gbps"), c.metric("decompress_gbps"), c.metric("copy_gbps")) for c in ok if not c.beats_bound]
-    rows = [r for r in rows if r[1] is not None or r[2] is not None]
+    rows, bound = throughput_rows(cases)
     if not rows:
         return None
     fig, ax = _figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
@@ -819,7 +836,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
                         "granularity": _first(cases, "granularity")})
     ok = [c for c in run.cases if c.ok]
     size_plot = plot_size_scaling([run_size_point(c) for c in ok if not c.beats_bound], f"throughput vs tensor size — {run.run_id}",
-                                  left_out=[case_name(c) for c in ok if c.beats_bound])
+                                  left_out=list(dict.fromkeys(case_name(c) for c in ok if c.beats_bound)))
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
 
