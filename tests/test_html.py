@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.report.html import (
+    SizePoint,
     bench_bars,
     bench_size_point,
     front_points,
@@ -35,7 +36,7 @@ from gcbench.report.html import (
     train_curve_series,
 )
 from gcbench.report.terminal import LoadedRun, by_source, case_name, pareto_front
-from gcbench.results.record import as_case
+from gcbench.results.record import BEATS_BOUND, as_case
 
 GOLDEN = Path(__file__).parent / "golden"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -392,7 +393,12 @@ def test_a_timing_that_beats_its_traffic_bound_is_no_bar_and_no_point() -> None:
     text = render_html([run])
     size = re.search(r'data-plot="size">.*?<figcaption>(.*?)</figcaption>', text, re.S)
     assert size is not None and "(1 of 2 labels)" in size.group(1)  # honest at two sizes; shaky at one
-    assert "Not drawn (beats traffic bound, so no speed): “fast”." in size.group(1)
+    assert "Not drawn (beats traffic bound, so no speed): “fast”." in size.group(1) and "Hollow" not in size.group(1)
+    # the same rule for any timed point (bench records too): no bound-beating point, flagged ones hollow
+    pts = [SizePoint("k", "k", n, g, 10.0, f) for n, g, f in ((1000, 1.0, ()), (10**5, 2.0, ("unstable",)), (10**6, 90.0, (BEATS_BOUND,)))]
+    s = plot_size_scaling(pts, "t")
+    assert s is not None and "Hollow points" in s.caption and "Not drawn (beats traffic bound, so no speed): “k”" in s.caption
+    assert plot_size_scaling([*pts[2:], SizePoint("k", "k", 10, 1.0, None, (BEATS_BOUND,))], "t") is None  # nothing left to draw
 
 
 def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_detail_section() -> None:

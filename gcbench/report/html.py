@@ -555,40 +555,49 @@ def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> P
 
 @dataclass(frozen=True)
 class SizePoint:
-    """One timed case for :func:`plot_size_scaling`: its label and name, the elements timed, compress and copy GB/s."""
+    """One timed case for :func:`plot_size_scaling`: its label and name, the elements timed, compress and copy GB/s, flags."""
 
     label: str
     name: str
     numel: int | None
     gbps: float | None
     copy_gbps: float | None
+    flags: tuple[str, ...] = ()  # the compress timing's flags (unstable, too short, beats traffic bound)
 
 
 def run_size_point(c: RunCase) -> SizePoint:
-    """A run case as a :class:`SizePoint` (its timing's element count and GB/s)."""
-    return SizePoint(c.label, case_name(c), c.timing.numel if c.timing else None, c.metric("compress_gbps"), c.metric("copy_gbps"))
+    """A run case as a :class:`SizePoint` (its timing's element count, GB/s and compress flags)."""
+    return SizePoint(c.label, case_name(c), c.timing.numel if c.timing else None, c.metric("compress_gbps"), c.metric("copy_gbps"),
+                     tuple(_timing_flags(c, "compress")))
 
 
 def bench_size_point(rec: BenchCase) -> SizePoint:
     """A bench record as a :class:`SizePoint` (copy GB/s from its copy median and element count)."""
     copy_s = _num(rec.copy_.median_s) if rec.copy_ else None
     copy_gbps = 4 * rec.numel / copy_s / 1e9 if rec.numel is not None and copy_s else None
-    return SizePoint(bench_name(rec), bench_name(rec), rec.numel, rec.metric("gbps_compress") if rec.ok else None, copy_gbps)
+    x = (rec.x_copy or {}).get("compress")
+    return SizePoint(bench_name(rec), bench_name(rec), rec.numel, rec.metric("gbps_compress") if rec.ok else None, copy_gbps,
+                     tuple(x.flags or []) if x is not None else ())
 
 
-def plot_size_scaling(points: Sequence[SizePoint], title: str, left_out: Sequence[str] = ()) -> Plot | None:
+def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     """Compress GB/s against the number of elements timed, per case label (one run, one machine).
 
-    ``left_out``: the cases not handed in because their timing is no speed (it beat the traffic bound); the caption names them.
+    A point whose timing beat its traffic bound is no speed: left out, and the caption names it; other
+    flagged points (unstable, too short) are drawn hollow.
     """
     by_label: dict[str, dict[int, float]] = {}
     names: dict[str, str] = {}
     copies: dict[int, list[float]] = {}
+    hollow: set[tuple[str, int]] = set()
+    bound = list(dict.fromkeys(f"“{pt.name}”" for pt in points if BEATS_BOUND in pt.flags))
     for pt in points:
-        if pt.numel is None or pt.numel <= 0 or pt.gbps is None:
+        if pt.numel is None or pt.numel <= 0 or pt.gbps is None or BEATS_BOUND in pt.flags:
             continue
         by_label.setdefault(pt.label, {})[pt.numel] = pt.gbps
         names[pt.label] = pt.name
+        if pt.flags:
+            hollow.add((pt.label, pt.numel))
         if pt.copy_gbps is not None:
             copies.setdefault(pt.numel, []).append(pt.copy_gbps)
     series = {k: v for k, v in by_label.items() if len(v) >= 2}
@@ -597,7 +606,11 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str, left_out: Sequenc
     fig, ax = _figure()
     for i, (label, pts) in enumerate(series.items()):
         xs = sorted(pts)
-        ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, lw=1.2, color=_COLORS[i % len(_COLORS)], label=_mpl(names[label]))
+        color = _COLORS[i % len(_COLORS)]
+        ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, lw=1.2, color=color, label=_mpl(names[label]))
+        flagged = [x for x in xs if (label, x) in hollow]
+        if flagged:  # a flagged time: drawn, but not a speed to act on
+            ax.scatter(flagged, [pts[x] for x in flagged], s=40, facecolors="white", edgecolors=color, linewidths=1.4, zorder=4)
     if copies:
         xs = sorted(copies)
         ax.plot(xs, [statistics.median(copies[x]) for x in xs], color="black", ls="--", lw=1.2, label="copy roofline")
@@ -609,8 +622,10 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str, left_out: Sequenc
     _legend(ax, len(series) + bool(copies))
     caption = ("Compress throughput against tensor size for each case label timed at two or more sizes in this run "
                f"({len(series)} of {len(by_label)} labels); the dashed line is the median copy throughput at each size.")
-    if left_out:
-        caption += f" Not drawn ({BEATS_BOUND}, so no speed): " + ", ".join(f"“{n}”" for n in left_out) + "."
+    if any(label in series for label, _ in hollow):
+        caption += " Hollow points: a flagged time (unstable or too short), not a speed to act on."
+    if bound:
+        caption += f" Not drawn ({BEATS_BOUND}, so no speed): " + ", ".join(bound) + "."
     return Plot("size", title, _png(fig), caption)
 
 
@@ -834,9 +849,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity")})
-    ok = [c for c in run.cases if c.ok]
-    size_plot = plot_size_scaling([run_size_point(c) for c in ok if not c.beats_bound], f"throughput vs tensor size — {run.run_id}",
-                                  left_out=list(dict.fromkeys(case_name(c) for c in ok if c.beats_bound)))
+    size_plot = plot_size_scaling([run_size_point(c) for c in run.cases if c.ok], f"throughput vs tensor size — {run.run_id}")
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
 
