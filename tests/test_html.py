@@ -388,7 +388,7 @@ def test_a_timing_that_beats_its_traffic_bound_is_no_bar_and_no_point() -> None:
     assert [r[0].label for r in rows] == ["honest", "shaky"] and [c.label for c in left_out] == ["fast"]
     p = plot_throughput(cases[:3], "t")
     assert p is not None and "Not drawn (beats traffic bound" in p.caption and "“fast”" in p.caption
-    assert "Hatched" in p.caption and "shaky compress (unstable)" in p.caption
+    assert "Hatched" in p.caption and "compress unstable: shaky" in p.caption
     run = LoadedRun(GOLDEN / "x.json", {"schema_version": 1, "kind": "run", "cases": cases})
     text = render_html([run])
     size = re.search(r'data-plot="size">.*?<figcaption>(.*?)</figcaption>', text, re.S)

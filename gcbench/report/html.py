@@ -50,6 +50,7 @@ from typing import Any
 import jinja2
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
 import gcbench
@@ -228,7 +229,7 @@ class FrontPoints:
     worse: list[tuple[float, float, RunCase]]
     lossless: list[RunCase]
     front: list[int]
-    order: list[RunCase]  # the cases drawn, in the order given (their colours follow it, as in the section's other plots)
+    order: list[RunCase]  # every case above in the order given: colours follow it, as in the section's stream plot
 
     @property
     def front_labels(self) -> list[str]:
@@ -242,8 +243,7 @@ def front_points(cases: Sequence[RunCase], error: Callable[[RunCase], float | No
         e, r = error(c), c.metric("ratio")
         if e is None or r is None or r <= 0:
             continue
-        if e > 0:
-            order.append(c)
+        order.append(c)
         if e <= 0:
             lossless.append(c)
         elif e >= NOTHING:
@@ -317,7 +317,7 @@ def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     """The detail plot: ratio against one-shot q, each case against its OWN reference (not one axis of one reference)."""
     ok = _ok(cases)
     fp = front_points(ok, lambda c: c.metric("q"))
-    caption = "Ratio against one-shot q (whole model), each case against its own reference: " + oneshot_caption(ok)
+    caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok).removeprefix('one shot: ')}"
     return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference", caption)
 
 
@@ -382,30 +382,35 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     fig, ax = _figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
     xs = list(range(len(rows)))
     w = 0.38
-    flagged = []
+    flagged: dict[str, list[str]] = {}  # "compress, unstable" → case names
+    handles = []
     for kernel, shift, color, col in (("compress", -w / 2, "#1f77b4", 1), ("decompress", w / 2, "#ff7f0e", 2)):
-        bars = ax.bar([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, label=kernel, zorder=3)
+        bars = ax.bar([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, zorder=3)
+        handles.append(Patch(facecolor=color, label=kernel))
         for bar, r in zip(bars, rows, strict=True):
             if r[col] is not None and _timing_flags(r[0], kernel):
                 bar.set_hatch("///")  # a flagged time: drawn, but not a speed to act on
                 bar.set_edgecolor("black")
-                flagged.append(f"{case_name(r[0])} {kernel} ({', '.join(_timing_flags(r[0], kernel))})")
+                flagged.setdefault(f"{kernel} {', '.join(_timing_flags(r[0], kernel))}", []).append(case_name(r[0]))
+    if flagged:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="flagged time"))
     copies = [r[3] for r in rows if r[3] is not None]
     roof = statistics.median(copies) if copies else None
     if roof is not None:
-        ax.axhline(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4)
+        handles.append(ax.axhline(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4))
     log_y = _scale(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
     ax.set_xticks(xs)
     ax.set_xticklabels([_mpl(case_name(r[0]) + (" *" if any(_timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
                         for r in rows], rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("GB/s of dense fp32 input" + ("  (log)" if log_y else ""))
     ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, 3)
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
                "is a plain copy of the same tensors into preallocated buffers, timed in the same process"
                + (f" (median of {len(copies)} measurements)." if copies else "."))
     if flagged:
-        caption += " Hatched (and * after the name): a flagged time, not a speed to act on — " + "; ".join(flagged) + "."
+        caption += (" Hatched (and * after the name): a flagged time, not a speed to act on — "
+                    + "; ".join(f"{k}: {', '.join(names)}" for k, names in flagged.items()) + ".")
     if bound:
         caption += (f" Not drawn ({BEATS_BOUND}: faster than the memory traffic its card says compress must do, so what was "
                     f"timed is not that work): {_names(bound)}.")

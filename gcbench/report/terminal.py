@@ -286,9 +286,10 @@ def oneshot_caption(cases: Sequence[RunCase]) -> str:
         if c.ok and oneshot_reference(c) != "gradient":
             other.setdefault(oneshot_reference(c), []).append(c.label)
     text = "one shot: one compression of one gradient, each case against its own reference: the gradient"
-    if other:
-        text += ", except " + "; ".join(f"{', '.join(labels)}: {ref}" for ref, labels in other.items())
-    return text + " — not comparable across references; the main table is."
+    if not other:
+        return text + "."
+    return (text + ", except " + "; ".join(f"{', '.join(labels)}: {ref}" for ref, labels in other.items())
+            + " — not comparable across references; the main table is.")
 
 
 TRAIN_COLUMNS: tuple[Column, ...] = (
