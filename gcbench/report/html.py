@@ -317,7 +317,7 @@ def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     """The detail plot: ratio against one-shot q, each case against its OWN reference (not one axis of one reference)."""
     ok = _ok(cases)
     fp = front_points(ok, lambda c: c.metric("q"))
-    caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok).removeprefix('one shot: ')}"
+    caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok, 'the main plot').removeprefix('one shot: ')}"
     return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference", caption)
 
 

@@ -264,8 +264,9 @@ def stream_caption(cases: Sequence[RunCase]) -> str:
         text += f", over {steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} steps"
     own = [c.label for c in ok if c.stream and c.stream.own_momentum]
     if own:
-        text += (f" ({', '.join(own)} appl{'ies' if len(own) == 1 else 'y'} momentum itself: "
-                 f"{'its' if len(own) == 1 else 'their'} aggregate is the update)")
+        one = len(own) == 1
+        text += (f" ({', '.join(own)} appl{'ies' if one else 'y'} momentum {'itself' if one else 'themselves'}: "
+                 f"{'its' if one else 'their'} aggregate is the update)")
     short = [c for c in ok if c.stream and c.stream.enough is False]
     if short:
         least = next((c.stream.min_steps for c in short if c.stream and c.stream.min_steps), None)
@@ -279,8 +280,11 @@ def oneshot_reference(case: RunCase) -> str:
     return str(case.fidelity.reference) if case.fidelity and case.fidelity.reference else "gradient"
 
 
-def oneshot_caption(cases: Sequence[RunCase]) -> str:
-    """The one-shot table's caption: each case against its own reference, naming those that are not the gradient."""
+def oneshot_caption(cases: Sequence[RunCase], main: str = "the main table") -> str:
+    """The one-shot table's caption: each case against its own reference, naming those that are not the gradient.
+
+    ``main``: what to read instead when the references differ (the main table, or the main plot).
+    """
     other: dict[str, list[str]] = {}
     for c in cases:
         if c.ok and oneshot_reference(c) != "gradient":
@@ -289,7 +293,7 @@ def oneshot_caption(cases: Sequence[RunCase]) -> str:
     if not other:
         return text + "."
     return (text + ", except " + "; ".join(f"{', '.join(labels)}: {ref}" for ref, labels in other.items())
-            + " — not comparable across references; the main table is.")
+            + f" — not comparable across references; {main} is.")
 
 
 TRAIN_COLUMNS: tuple[Column, ...] = (
@@ -879,7 +883,7 @@ def measured_text(res: ClaimResult) -> str:
 
 
 _POLICY = TimingPolicy()
-TIMING_NOTE = (f"comp/copy = ×copy = compress time / the time of a plain copy of the same tensors (lower is better; 1× = as "
+TIMING_NOTE = (f"comp/copy = compress time / the time of a plain copy of the same tensors (×copy: lower is better; 1× = as "
                f"fast as a copy), taken per round with the two interleaved: median over rounds ± half the interquartile "
                f"range; ({UNSTABLE}) = that range is over {_POLICY.unstable_rel_iqr:.0%} of the median or the load per core "
                f"was over {_POLICY.load_per_core:g} while timing; ({TOO_SHORT}) = median under "
