@@ -983,7 +983,7 @@ def markdown_summary(run: LoadedRun) -> str:
     for src, cases in by_source(run.cases).items():
         parts += [f"### {md_escape(src)}", "", md_escape(stream_caption(cases)), "", _md_cases(cases, SUMMARY_COLUMNS), ""]
         if any(c.ok and c.fidelity is not None for c in cases):
-            parts += ["One-shot fidelity (own reference): " + md_escape(oneshot_caption(cases)), "",
+            parts += ["One-shot fidelity (own reference): " + md_escape(oneshot_caption(cases).removeprefix("one shot: ")), "",
                       _md_cases(cases, ONESHOT_COLUMNS), ""]
         phases = markdown_phases(cases)
         if phases:
