@@ -21,7 +21,15 @@ new values, the relative change, a p-value where raw samples exist, and a verdic
   difference (the mean of the per-tensor standard errors stands in for the standard error of the
   pooled value, which it bounds from above, so the test is conservative).  Metrics without samples
   (ratio, bits per element, variance, cosine, aggregate q, EF drift) are deterministic given the
-  suite's seed, so the threshold alone decides.
+  suite's seed, so the threshold alone decides.  The delivered update (``stream.delivered``) is
+  tested on its per-worker values, and is not comparable when the stream's reference changed.
+* **Timings are compared as ×copy, never as raw milliseconds.**  Compress and decompress time are
+  compared as multiples of a copy timed in the same round (``timing.compress_x_copy``; its samples
+  are the per-round ×copy), which cancels most of the machine's load of the moment.  Files from
+  before interleaved timing have no per-round ×copy: their samples are each kernel timing divided
+  by the case's median copy.  A timing flagged on either side (``unstable``, ``too short``,
+  ``beats traffic bound``: :class:`gcbench.results.record.XCopy`) is ``not comparable (flagged:
+  ...)``, never better or worse: it is not a speed to act on.
 * **Cases that appear or fail.** ``new`` / ``missing`` for cases in only one run; ``new failure``
   when a case that ran in the baseline fails now; ``fixed`` when it ran again; ``failing`` when it
   failed in both.  ``worse`` and ``new failure`` are regressions (``--fail-on-regression``).
@@ -94,6 +102,8 @@ class Compared:
 
     name: str
     timing: bool = False
+    kernel: str | None = None  # a timing: the kernel whose ×copy flags decide whether it is comparable
+    stream: bool = False  # measured on the stream: not comparable when the stream's reference changed
 
     @property
     def higher_is_better(self) -> bool:
@@ -101,10 +111,11 @@ class Compared:
 
 
 COMPARED: tuple[Compared, ...] = (
-    *(Compared(n) for n in ("ratio", "bits_per_element", "q", "bias2", "variance", "cosine", "aggregate_q", "ef_drift",
-                            "aggregate_drift")),
-    Compared("compress_s", timing=True),
-    Compared("decompress_s", timing=True),
+    *(Compared(n) for n in ("ratio", "bits_per_element", "q", "q_scaled", "bias2", "variance", "cosine", "aggregate_q",
+                            "ef_drift", "aggregate_drift")),
+    Compared("delivered", stream=True),
+    Compared("comp_over_copy", timing=True, kernel="compress"),
+    Compared("decomp_over_copy", timing=True, kernel="decompress"),
 )
 
 
@@ -210,6 +221,37 @@ def _timing_diff(base_run: RunRecord, new_run: RunRecord, base: RunCase, new: Ru
     return ""
 
 
+def timing_flags(case: RunCase | TrainCase, kernel: str) -> list[str]:
+    """The flags of a case's ``kernel`` ×copy (``unstable``, ``too short``, ``beats traffic bound``); [] when none."""
+    x = case.timing.x_copy(kernel) if isinstance(case, RunCase) and case.timing else None
+    return list(x.flags or []) if x is not None else []
+
+
+def metric_samples(spec: Compared, case: RunCase | TrainCase) -> list[float]:
+    """The samples a metric is tested on; a timing of a file from before per-round ×copy: its samples over its copy median."""
+    samples = case.samples(spec.name)
+    if samples or spec.kernel is None or not isinstance(case, RunCase) or case.timing is None:
+        return samples
+    timing, copy = getattr(case.timing, spec.kernel), case.timing.copy_
+    copy_med = copy.median_s if copy is not None else None
+    if timing is None or not isinstance(copy_med, int | float) or not copy_med > 0:
+        return []
+    return [float(v) / copy_med for v in timing.samples_s or [] if v is not None and math.isfinite(v)]
+
+
+def _not_comparable(spec: Compared, base: RunCase | TrainCase, new: RunCase | TrainCase) -> str:
+    """Why this metric of two otherwise comparable cases is not comparable: a flagged timing, a changed stream reference."""
+    if spec.kernel is not None:
+        flagged = [f"{side} {', '.join(flags)}" for side, flags in (("baseline", timing_flags(base, spec.kernel)),
+                                                                     ("new", timing_flags(new, spec.kernel))) if flags]
+        if flagged:
+            return "flagged: " + "; ".join(flagged)
+    if spec.stream and isinstance(base, RunCase) and isinstance(new, RunCase) and base.stream and new.stream:
+        if base.stream.reference != new.stream.reference:
+            return f"stream reference changed: {base.stream.reference} → {new.stream.reference}"
+    return ""
+
+
 def compare_metric(spec: Compared, base: RunCase | TrainCase, new: RunCase | TrainCase, threshold: float, alpha: float,
                    not_comparable: str = "") -> Row | None:
     """The row of one metric of one matched pair of cases (None when neither run has the metric)."""
@@ -220,7 +262,8 @@ def compare_metric(spec: Compared, base: RunCase | TrainCase, new: RunCase | Tra
         return None
     se_b, se_n = base.standard_error(spec.name), new.standard_error(spec.name)
     se = (se_b, se_n) if se_b is not None and se_n is not None else None
-    return judge(common, b, n, base.samples(spec.name), new.samples(spec.name), se, threshold, alpha, not_comparable)
+    return judge(common, b, n, metric_samples(spec, base), metric_samples(spec, new), se, threshold, alpha,
+                 not_comparable or _not_comparable(spec, base, new))
 
 
 def judge(common: dict[str, Any], b: float | None, n: float | None, sb: Sequence[float], sn: Sequence[float],
