@@ -199,10 +199,10 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
     ref = sa.reference or "the dense update"
     if lo > 0 or hi < 0:
         win, other = (a.label, b.label) if mean > 0 else (b.label, a.label)
-        m, l, h = (mean, lo, hi) if mean > 0 else (-mean, -hi, -lo)
-        clause = f"{win} delivers {num(m)} more of the dense update than {other} (95% CI {num(l)}–{num(h)})"
-        return AxisVerdict(DELIVERED, SIGNIFICANT, win, m, l, h, method, f"delivered update ({ref}): {clause}",
-                           f"{win} delivers {num(m)} more of the dense update (95% CI {num(l)}–{num(h)})")
+        m, low, high = (mean, lo, hi) if mean > 0 else (-mean, -hi, -lo)
+        clause = f"{win} delivers {num(m)} more of the dense update than {other} (95% CI {num(low)}–{num(high)})"
+        return AxisVerdict(DELIVERED, SIGNIFICANT, win, m, low, high, method, f"delivered update ({ref}): {clause}",
+                           f"{win} delivers {num(m)} more of the dense update (95% CI {num(low)}–{num(high)})")
     text = (f"delivered update ({ref}): no significant difference ({a.label} − {b.label} = {num(mean)}, "
             f"95% CI {num(lo)}–{num(hi)})")
     return AxisVerdict(DELIVERED, NO_DIFFERENCE, None, mean, lo, hi, method, text,
@@ -250,10 +250,10 @@ def time_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
               f"{BOOTSTRAP_SEED}) resampling each case's {len(sa)} and {len(sb)} round samples independently")
     if lo > 1 or hi < 1:
         # orient on the slower case: "B compress 1.3× slower (CI 1.1–1.5×)"
-        slow, fast, f, l, h = (a.label, b.label, r, lo, hi) if r > 1 else (b.label, a.label, 1 / r, 1 / hi, 1 / lo)
-        text = f"compress time: {slow} is {factor(f)} slower than {fast} (×copy, 95% CI {l:.2f}–{h:.2f}×, bootstrap)"
-        return AxisVerdict(TIME, SIGNIFICANT, fast, f, l, h, method, text,
-                           f"{slow} compress {factor(f)} slower (CI {l:.2f}–{h:.2f}×)")
+        slow, fast, f, low, high = (a.label, b.label, r, lo, hi) if r > 1 else (b.label, a.label, 1 / r, 1 / hi, 1 / lo)
+        text = f"compress time: {slow} is {factor(f)} slower than {fast} (×copy, 95% CI {low:.2f}–{high:.2f}×, bootstrap)"
+        return AxisVerdict(TIME, SIGNIFICANT, fast, f, low, high, method, text,
+                           f"{slow} compress {factor(f)} slower (CI {low:.2f}–{high:.2f}×)")
     text = (f"compress time: no significant difference ({a.label}/{b.label} = {r:.2f}× of ×copy, 95% CI "
             f"{lo:.2f}–{hi:.2f}×, bootstrap)")
     return AxisVerdict(TIME, NO_DIFFERENCE, None, r, lo, hi, method, text,
