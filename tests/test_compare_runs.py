@@ -30,6 +30,7 @@ from gcbench.results.compare import (
     Compared,
     compare_metric,
     compare_runs,
+    gate_failures,
     match_cases,
     relative_change,
     smallest_p,
@@ -174,6 +175,62 @@ def test_timing_threads_change_is_not_comparable(base: dict[str, Any]) -> None:
     by = {(r.case, r.metric): r for r in compare_runs(base, new).rows}
     assert by[("topk", "comp_over_copy")].verdict == NOT_COMPARABLE
     assert by[("topk", "ratio")].verdict == NOT_SIGNIFICANT
+
+
+def _with_x_copy(base: dict[str, Any], label: str, scale: float, flags: list[str] | None = None) -> dict[str, Any]:
+    """A copy of ``base`` whose ``label`` case has per-round compress ×copy samples (5 around 10×, times ``scale``)."""
+    out = copy.deepcopy(base)
+    for c in out["cases"]:
+        if c["label"] == label:
+            samples = [scale * v for v in (9.8, 10.0, 10.1, 9.9, 10.2)]
+            c["timing"]["compress_x_copy"] = {"median": scale * 10.0, "iqr": scale * 0.2, "samples": samples, "flags": flags or []}
+    return out
+
+
+def test_timings_compare_as_x_copy_samples_not_raw_seconds(base: dict[str, Any]) -> None:
+    # raw compress seconds 3× slower but the per-round ×copy unchanged (the machine was loaded): not worse
+    slow_machine = _with_x_copy(base, "topk", 1.0)
+    for c in slow_machine["cases"]:
+        if c["label"] == "topk":
+            c["timing"]["compress"]["samples_s"] = [3 * v for v in c["timing"]["compress"]["samples_s"]]
+            c["timing"]["compress"]["median_s"] *= 3
+    rows = {(r.case, r.metric): r for r in compare_runs(_with_x_copy(base, "topk", 1.0), slow_machine).rows}
+    assert rows[("topk", "comp_over_copy")].verdict == NOT_SIGNIFICANT
+    assert ("topk", "compress_s") not in rows
+    # the ×copy 40% higher in every round: worse, tested on the 5 per-round samples a side
+    rows = {(r.case, r.metric): r for r in compare_runs(_with_x_copy(base, "topk", 1.0), _with_x_copy(base, "topk", 1.4)).rows}
+    r = rows[("topk", "comp_over_copy")]
+    assert r.verdict == WORSE and r.p_value == pytest.approx(smallest_p(5, 5))
+
+
+@pytest.mark.parametrize(("side", "flag"), [("new", "unstable"), ("baseline", "beats traffic bound"), ("new", "too short")])
+def test_flagged_timing_is_not_comparable_and_does_not_fail_the_gate(base: dict[str, Any], side: str, flag: str) -> None:
+    old = _with_x_copy(base, "topk", 1.0, [flag] if side == "baseline" else None)
+    new = _with_x_copy(base, "topk", 3.0, [flag] if side == "new" else None)
+    for rec in (old, new):  # a run that passes apart from this timing: no failed cases in either
+        rec["cases"] = [c for c in rec["cases"] if c["status"] == "ok"]
+    cmp = compare_runs(old, new)
+    r = next(r for r in cmp.rows if (r.case, r.metric) == ("topk", "comp_over_copy") and "img" in r.source)
+    assert r.verdict == NOT_COMPARABLE and r.reason == f"flagged: {side} {flag}"
+    assert not [f for f in gate_failures(old, new, cmp) if "worse" in f]
+    # the same change unflagged is a regression the gate catches
+    cmp = compare_runs(_with_x_copy(old, "topk", 1.0), _with_x_copy(new, "topk", 3.0))
+    assert any("worse" in f for f in gate_failures(old, new, cmp))
+
+
+def test_delivered_and_q_scaled_are_compared() -> None:
+    def rec(delivered: float, workers: list[float], q_scaled: float, reference: str = "dense SGD update") -> dict[str, Any]:
+        return {"schema_version": 1, "kind": "run", "run_id": "r", "status": "complete", "cases": [{
+            "label": "dgc", "status": "ok", "source": {"label": "s"},
+            "fidelity": {"q_scaled": {"model": q_scaled}},
+            "stream": {"reference": reference, "delivered": delivered, "worker_delivered": workers}}]}
+
+    by = {r.metric: r for r in compare_runs(rec(0.9, [0.89, 0.9, 0.91, 0.92], 0.2), rec(0.7, [0.69, 0.7, 0.71, 0.72], 0.3)).rows}
+    assert by["delivered"].verdict == WORSE and by["delivered"].p_value == pytest.approx(smallest_p(4, 4))
+    assert by["q_scaled"].verdict == WORSE
+    assert {c.name for c in COMPARED} >= {"delivered", "q_scaled"}
+    by = {r.metric: r for r in compare_runs(rec(0.9, [0.9] * 4, 0.2), rec(0.7, [0.7] * 4, 0.2, "dense momentum-SGD update (m=0.9)")).rows}
+    assert by["delivered"].verdict == NOT_COMPARABLE and "stream reference changed" in by["delivered"].reason
 
 
 def test_compare_metric_directions_without_samples() -> None:

@@ -279,12 +279,12 @@ def _family(case: RunCase) -> tuple[str | None, tuple[tuple[str, str], ...]]:
 
 
 def sweep_curve(case: RunCase, sweep: Sequence[RunCase]) -> list[CurvePoint]:
-    """``case`` and the sweep cases of its family (same compressor and non-density parameters), by delivered update.
+    """``case`` and the cases of ``sweep`` of its family (same compressor and non-density parameters), by delivered update.
 
     Only points whose stream is long enough to rank count: a too-short stream's delivered value is not a level.
     """
     points = []
-    for c in (case, *(s for s in sweep if _family(s) == _family(case))):
+    for c in (case, *(s for s in sweep if s is not case and _family(s) == _family(case))):
         by, st = bytes_per_step(c), c.stream
         if c.ok and by is not None and st is not None and st.delivered is not None and st.enough is not False:
             d = (c.params or {}).get("density")
@@ -326,10 +326,10 @@ def equal_delivered_verdict(a: RunCase, b: RunCase, curve_a: Sequence[CurvePoint
     ya, yb = bytes_at(curve_a, x), bytes_at(curve_b, x)
     (win, w), (lose, lb) = sorted(((a.label, ya), (b.label, yb)), key=lambda t: t[1])
     f = lb / w
-    text = (f"at equal delivered update {num(x)}: {win} needs {factor(f)} fewer bytes per step than {lose} "
+    text = (f"at equal delivered update {num(x)}, {win} needs {factor(f)} fewer bytes per step than {lose} "
             f"({w:,.0f} vs {lb:,.0f}; the sweeps overlap on {num(lo)}–{num(hi)})")
     return AxisVerdict(EQUAL_DELIVERED, INTERPOLATED, win if f > 1 else None, f, None, None, method, text,
-                       f"at equal delivered update {num(x)} {win} needs {factor(f)} fewer bytes")
+                       f"at equal delivered update {num(x)}, {win} needs {factor(f)} fewer bytes")
 
 
 # ----------------------------------------------------------------------------- all pairs
@@ -349,7 +349,9 @@ def verdicts(cases: Sequence[RunCase], sweep: Sequence[RunCase] | None = None) -
     sources = {c.source_label for c in ok}
     if len(sources) > 1:
         raise ValueError(f"a verdict compares cases of one source, got {len(sources)}: {', '.join(sorted(sources))}")
-    return [pair_verdict(ok[i], ok[j], sweep) for i in range(len(ok)) for j in range(i + 1, len(ok))]
+    # a compared case of a swept family (topk and topk:density=0.1) is a point of that family's curve too
+    pool = None if sweep is None else [*ok, *sweep]
+    return [pair_verdict(ok[i], ok[j], pool) for i in range(len(ok)) for j in range(i + 1, len(ok))]
 
 
 def sweep_entries(compressors: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -357,20 +359,16 @@ def sweep_entries(compressors: Sequence[tuple[str, dict[str, Any]]]) -> list[dic
     :data:`SWEEP_DENSITIES` but its configured one, labelled ``name@density`` (its other parameters kept)."""
     from gcbench.compressors import registry  # on use: the registry imports torch
 
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    stems: dict[str, tuple[str, dict[str, Any], list[float]]] = {}  # family → (name, other params, configured densities)
     for name, params in compressors:
-        card = registry.get(name)
-        density = next((p for p in card.params if p.name == "density"), None)
+        density = next((p for p in registry.get(name).params if p.name == "density"), None)
         if density is None:
             continue
-        configured = params.get("density", density.default)
         rest = {k: v for k, v in params.items() if k != "density"}
         stem = name + ("(" + ",".join(f"{k}={v}" for k, v in rest.items()) + ")" if rest else "")
-        for d in SWEEP_DENSITIES:
-            label = f"{stem}@{d:g}"
-            if label in seen or (isinstance(configured, int | float) and math.isclose(d, configured)):
-                continue
-            seen.add(label)
-            out.append({"name": name, "params": {**rest, "density": d}, "label": label})
-    return out
+        configured = params.get("density", density.default)
+        stems.setdefault(stem, (name, rest, []))[2].append(float(configured) if isinstance(configured, int | float) else math.nan)
+    # a density some compared case of the family already runs is a point of its curve already
+    return [{"name": name, "params": {**rest, "density": d}, "label": f"{stem}@{d:g}"}
+            for stem, (name, rest, configured) in stems.items() for d in SWEEP_DENSITIES
+            if not any(math.isclose(d, c) for c in configured)]
