@@ -272,3 +272,16 @@ def test_compare_json_from_a_real_run(tmp_path: Path) -> None:
     assert not [f"{p}.{k}" for p, k in _keys(out) if not re.fullmatch(r"[a-z][a-z0-9_]*", k)]
     assert out["verdicts"][0]["summary"].startswith("topk vs randomk: ")
     assert Path(out["results"]).exists()
+
+
+def test_compared_cases_of_one_family_are_points_of_each_others_curve() -> None:
+    low = case("topk", sent=200, delivered=0.6, density=0.01)
+    high = case("topk(density=0.1)", compressor="topk", sent=2000, delivered=0.9, density=0.1)
+    randomk = case("randomk", sent=200, delivered=0.5, density=0.01)
+    sweep = [case("randomk@0.1", compressor="randomk", sent=2000, delivered=0.8, density=0.1)]
+    by_pair = {(v.a, v.b): v for v in verdicts([low, high, randomk], sweep)}
+    eq = by_pair[("topk", "randomk")].axis(EQUAL_DELIVERED)
+    # topk's curve is its two compared densities (the sweep skipped both): 0.6–0.9 overlaps randomk's 0.5–0.8
+    assert eq is not None and eq.status == INTERPOLATED and eq.better == "topk"
+    same = by_pair[("topk", "topk(density=0.1)")].axis(EQUAL_DELIVERED)
+    assert same is not None and same.estimate == pytest.approx(1.0) and same.better is None and "the same bytes" in same.text

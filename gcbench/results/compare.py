@@ -438,8 +438,6 @@ FIDELITY_METRICS: tuple[SideMetric, ...] = (
     SideMetric("q_scaled = 1 − cos²", "q_scaled", False, "g"),
 )
 
-SIDE_METRICS = MAIN_METRICS + FIDELITY_METRICS
-
 
 @dataclass(frozen=True)
 class SideRow:

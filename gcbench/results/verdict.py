@@ -326,9 +326,13 @@ def equal_delivered_verdict(a: RunCase, b: RunCase, curve_a: Sequence[CurvePoint
     ya, yb = bytes_at(curve_a, x), bytes_at(curve_b, x)
     (win, w), (lose, lb) = sorted(((a.label, ya), (b.label, yb)), key=lambda t: t[1])
     f = lb / w
+    if math.isclose(f, 1.0, rel_tol=1e-9):  # one curve (two settings of one compressor) or curves that cross at x
+        text = f"at equal delivered update {num(x)}, {a.label} and {b.label} need the same bytes per step ({w:,.0f})"
+        return AxisVerdict(EQUAL_DELIVERED, INTERPOLATED, None, 1.0, None, None, method, text,
+                           f"at equal delivered update {num(x)}, the same bytes")
     text = (f"at equal delivered update {num(x)}, {win} needs {factor(f)} fewer bytes per step than {lose} "
             f"({w:,.0f} vs {lb:,.0f}; the sweeps overlap on {num(lo)}–{num(hi)})")
-    return AxisVerdict(EQUAL_DELIVERED, INTERPOLATED, win if f > 1 else None, f, None, None, method, text,
+    return AxisVerdict(EQUAL_DELIVERED, INTERPOLATED, win, f, None, None, method, text,
                        f"at equal delivered update {num(x)}, {win} needs {factor(f)} fewer bytes")
 
 
