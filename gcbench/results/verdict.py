@@ -191,9 +191,9 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
         d = float(sa.delivered) - float(sb.delivered)
         win, other, gap = (a.label, b.label, d) if d >= 0 else (b.label, a.label, -d)
         text = (f"delivered update: {win} {num(sa.delivered if win == a.label else sb.delivered)} vs {other} "
-                f"{num(sb.delivered if win == a.label else sa.delivered)}, difference {num(gap)} (no CI: {why})")
+                f"{num(sb.delivered if win == a.label else sa.delivered)}, point difference {num(gap)}; no CI ({why})")
         return AxisVerdict(DELIVERED, NO_CI, None, gap, None, None, "point difference of stream.delivered", text,
-                           f"{win} delivers {num(gap)} more of the dense update (no CI: {why})")
+                           f"{win} delivers {num(gap)} more of the dense update (point difference; no CI ({why}))")
     mean, lo, hi = t_interval([x - y for x, y in zip(wa, wb, strict=True)])
     method = f"mean of the paired per-worker differences over {len(wa)} workers, 95% Student t (df = {len(wa) - 1})"
     ref = sa.reference or "the dense update"
