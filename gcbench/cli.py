@@ -410,12 +410,15 @@ def compare(
     shape: Annotated[str | None, typer.Option(help="Synthetic tensor shape, e.g. 1000x1000 (default when no model/trace).")] = None,
     distribution: Annotated[str, typer.Option(help="Synthetic distribution.")] = "normal",
     workers: Annotated[int | None, typer.Option(help="Workers (default 4 live, 2 synthetic, all of a trace).")] = None,
-    steps: Annotated[int | None, typer.Option(help="Steps (default 2 live/synthetic, all of a trace).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Steps (default 10, all of a trace); ranking error feedback needs 10+.")] = None,
     repeats: Annotated[int, typer.Option(help="R compressions per tensor for stochastic compressors.")] = 8,
     timing_repeats: Annotated[int, typer.Option(help="Timed repeats.")] = 7,
     granularity: Annotated[str, typer.Option(help="layer, bucket or model.")] = "layer",
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
+    momentum: Annotated[float | None, typer.Option(help="Momentum of the reference optimizer (SGD) whose dense update every case "
+                                                        "is measured against; default: that of a compared compressor that "
+                                                        "applies momentum itself (DGC, SDAGC: 0.9), else 0 (plain SGD).")] = None,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -437,7 +440,7 @@ def compare(
     one-shot metrics, each case against its own reference) and, with --sweep, sweep ([{label, compressor, density,
     bytes_per_step, delivered, enough_steps, status}]).
     """
-    from gcbench.measure.runner import run_suite
+    from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import parse_suite
     from gcbench.report import terminal as rep
     from gcbench.results.compare import compare_json
@@ -457,19 +460,20 @@ def compare(
     if trace:
         src: dict[str, Any] = {"kind": "trace", "path": trace}
     elif model:
-        src = {"kind": "live", "model": model, "workers": workers or 4, "steps": steps or 2}
+        src = {"kind": "live", "model": model, "workers": workers or 4, "steps": steps or 10}
     else:
         try:
             dims = [int(v) for v in (shape or "1024x1024").lower().replace("×", "x").split("x")]
         except ValueError:
             raise GcbenchError(f"--shape: expected dimensions like 1000x1000, got {shape!r}") from None
-        src = {"kind": "synthetic", "distribution": distribution, "shapes": [dims], "workers": workers or 2, "steps": steps or 2}
+        src = {"kind": "synthetic", "distribution": distribution, "shapes": [dims], "workers": workers or 2, "steps": steps or 10}
     if trace and (workers or steps):
         src.update({k: v for k, v in (("workers", workers), ("steps", steps)) if v})
     suite = parse_suite({
         "name": "compare", "seed": seed, "granularity": granularity, "sources": [src],
         "compressors": [{"name": n, "params": p} for n, p in specs] + extra,
         "metrics": {"repeats": repeats, "timing_repeats": timing_repeats, "warmup": 1, "device": device},
+        "optimizer": {"momentum": own_momentum(specs) if momentum is None else momentum},
     }, "<compare>")
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")

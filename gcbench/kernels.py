@@ -2164,6 +2164,41 @@ def _sq_norm_kernel(a):  # pragma: no cover - compiled
     return total
 
 
+@njit(cache=True)  # no fast-math: the float32 update must round exactly as torch's ``acc += a - b``
+def _accumulate_kernel(acc, a, b):  # pragma: no cover - compiled
+    total = 0.0
+    for lo in range(0, acc.shape[0], MOMENT_BLOCK):
+        s = 0.0
+        for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
+            v = acc[i] + (a[i] - b[i])
+            acc[i] = v
+            w = np.float64(v)
+            s += w * w
+        total += s
+    return total
+
+
+@njit(cache=True)
+def _accumulate1_kernel(acc, a):  # pragma: no cover - compiled
+    total = 0.0
+    for lo in range(0, acc.shape[0], MOMENT_BLOCK):
+        s = 0.0
+        for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
+            v = acc[i] + a[i]
+            acc[i] = v
+            w = np.float64(v)
+            s += w * w
+        total += s
+    return total
+
+
+def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
+    """``acc += a − b`` (``b`` None: ``acc += a``) in place (float32: the difference and the sum each
+    rounded), returning ‖acc‖² summed in float64: a running sum and its norm in one pass.  The torch
+    reference is :func:`gcbench.measure.metrics.accumulate64`'s chunked loop."""
+    return float(_accumulate1_kernel(acc, a) if b is None else _accumulate_kernel(acc, a, b))
+
+
 def sq_norm(a: np.ndarray) -> float:
     """‖a‖² of a float32 array, summed in float64 in one pass on the calling thread."""
     return float(_sq_norm_kernel(a))

@@ -299,3 +299,36 @@ def test_register_rejects_bad_settings_without_a_group() -> None:
         register_compressor_hook(model, "topk")
     with pytest.raises(UnknownNameError, match="did you mean"):
         register_compressor_hook(model, "topkk")
+
+
+def _bucket(compress_s: float) -> Any:
+    from gcbench.distributed.ddp import BucketStats
+
+    return BucketStats(bucket=0, numel=100, units=1, protocol="allgather", collective="allgather", payload_bytes=40,
+                       sent_bytes=40, dense_bytes=400, decoded_payloads=2, compress_s=compress_s, communicate_s=0.002,
+                       decompress_s=0.001)
+
+
+def test_hook_summary_gives_each_time_its_spread_and_flags() -> None:
+    from gcbench.measure.metrics import TimingPolicy
+
+    calm = TimingPolicy(load_per_core=1e9)  # judge the spread alone, whatever this machine's load
+    stats = HookStats()
+    for c in (0.010, 0.011, 0.010, 0.012, 0.010, 0.011):
+        stats.add(_bucket(c), last=True)
+    s = stats.summary(skip=0, policy=calm)
+    assert s["ratio"] == 10.0  # 400 dense bytes / 40 payload bytes
+    comp = s["timing"]["compress"]
+    assert comp["median_s"] == pytest.approx(0.0105) and comp["n"] == 6
+    assert comp["iqr_s"] == pytest.approx(0.001)  # sorted: .010 .010 .010 .011 .011 .012 → q1 .010, q3 .011
+    assert comp["flags"] == []
+    noisy = HookStats()
+    for c in (0.010, 0.030, 0.010, 0.050, 0.020, 0.010):
+        noisy.add(_bucket(c), last=True)
+    assert "unstable" in noisy.summary(policy=calm)["timing"]["compress"]["flags"]
+    short = HookStats()
+    for c in (0.010, 0.010):
+        short.add(_bucket(c), last=True)
+    assert "too few steps" in short.summary(policy=calm)["timing"]["compress"]["flags"]
+    loaded = stats.summary(policy=TimingPolicy(load_per_core=-1.0))  # any load is over this threshold
+    assert loaded["load_per_core"] is None or "unstable" in loaded["timing"]["compress"]["flags"]

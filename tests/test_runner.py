@@ -86,6 +86,9 @@ def test_running_sum_accumulates_restarts_and_leaves_inputs_alone() -> None:
     assert x0.tolist() == [1.0, 2.0]  # the first tensor was copied, not accumulated into
     assert s.sums[0].tolist() == [2.0, 3.0]  # type: ignore[union-attr]
     assert s.sq_norm() == 4 + 9 + 9
+    s.add(0, vec(3, 3), vec(1, 2))  # a difference: (2, 3) + (2, 1)
+    assert s.sums[0].tolist() == [4.0, 4.0]  # type: ignore[union-attr]
+    assert s.sq_norm() == 16 + 16 + 9
     s.restart()
     assert s.sq_norm() == 0.0
     s.add(1, vec(2))
@@ -96,7 +99,7 @@ def test_cumulative_drift_by_hand() -> None:
     # aggregates (1, 1), (0, 1) against means (1, 0), (1, 0): Σ err = (−1, 2), Σ mean = (2, 0)
     err, mean = RunningSum(1), RunningSum(1)
     for a, m in [(vec(1, 1), vec(1, 0)), (vec(0, 1), vec(1, 0))]:
-        err.add(0, a - m)
+        err.add(0, a, m)
         mean.add(0, m)
     assert cumulative_drift(err, mean) == pytest.approx(math.sqrt(5) / 2)
 
@@ -110,20 +113,20 @@ RESIDUAL = [math.sqrt(5.25) / math.sqrt(21.25), 1.5 / math.sqrt(11), math.sqrt(2
 
 
 def test_ef_drift_by_hand() -> None:
-    dec, ref = RunningSum(1), RunningSum(1)
+    err, ref = RunningSum(1), RunningSum(1)
     drift, resid = [], []
     for c, g in zip(SENT, GRADS, strict=True):
-        dec.add(0, c)
+        err.add(0, c, g)
         ref.add(0, g)
-        d, r = ef_drift(dec, ref, [g])
+        d, r = ef_drift(err, ref, [g])
         drift.append(d)
         resid.append(r)
     assert drift == pytest.approx(EF_DRIFT)
     assert resid == pytest.approx(RESIDUAL)
-    zero_dec, zero_ref = RunningSum(1), RunningSum(1)
-    zero_dec.add(0, vec(0, 0))
+    zero_err, zero_ref = RunningSum(1), RunningSum(1)
+    zero_err.add(0, vec(0, 0), vec(0, 0))
     zero_ref.add(0, vec(0, 0))
-    assert ef_drift(zero_dec, zero_ref, [vec(0, 0)]) == (None, None)
+    assert ef_drift(zero_err, zero_ref, [vec(0, 0)]) == (None, None)
 
 
 def test_stream_stats_window_restarts_only_the_window_sums() -> None:
@@ -340,6 +343,59 @@ def test_stochastic_compressor_uses_the_suites_repeats() -> None:
     assert rec["fidelity"]["bias2"]["se_mean"] is not None  # R ≥ 3: a jackknife error exists
     assert rec["fidelity"]["omega_hat"] is not None  # unbiased
     assert _run("fp16", _synthetic(1, 1, [(4,)]), _suite(repeats=4))["fidelity"]["repeats"] == 1  # deterministic
+
+
+def test_one_shot_fidelity_only_on_its_first_steps_and_the_stream_on_every_step() -> None:
+    data = _synthetic(workers=2, steps=5, shapes=[(10, 10), (20,)])
+    rec = _run("randomk", data, _suite(repeats=3, fidelity_steps=2))
+    assert len(rec["fidelity"]["q_samples"]) == 2 * 2 * 3  # units × one-shot steps × repeats
+    stream = rec["stream"]
+    assert stream["steps"] == 5 and len(stream["per_step_delivered"]) == 5 and len(stream["per_step_error"]) == 5
+    assert stream["reference"] == "dense SGD update" and stream["momentum"] == 0.0
+    assert len(stream["worker_delivered"]) == 2 and stream["worker_ci"]["n"] == 2
+    assert stream["enough"] is True  # random-k keeps no state: the stream length does not decide
+    assert len(rec["aggregate"]["per_step_q"]) == 5  # the aggregate is measured on every step
+    assert len(rec["traffic"]["allgather"]["per_step_sent"]) == 5
+
+
+def test_identity_delivers_the_whole_dense_update() -> None:
+    suite = parse_suite({"name": "t", "seed": 5, "sources": [{"kind": "synthetic", "shapes": [[4]]}], "compressors": [{"name": "none"}],
+                         "metrics": {"timing": False}, "optimizer": {"momentum": 0.9}})
+    rec = _run("none", _synthetic(workers=3, steps=4, shapes=[(6, 5), (7,)]), suite)
+    assert rec["stream"]["reference"] == "dense momentum-SGD update (m=0.9)"
+    assert rec["stream"]["per_step_delivered"] == pytest.approx([1.0] * 4)
+    assert rec["stream"]["per_step_error"] == [0.0] * 4  # the aggregate is bit for bit the true mean
+    assert rec["stream"]["worker_delivered"] == pytest.approx([1.0] * 3)
+
+
+def test_a_short_stream_of_a_stateful_case_is_not_enough() -> None:
+    rec = _run("topk", _synthetic(workers=2, steps=3, shapes=[(10, 10)]), density=0.1, error_feedback=True)
+    assert rec["stream"]["enough"] is False and rec["stream"]["min_steps"] == 10
+
+
+def test_worker_view_where_the_protocol_aggregate_is_a_mean_of_contributions() -> None:
+    data = _synthetic(workers=3, steps=2, shapes=[(16, 8)])
+    tern = _run("terngrad", data)["stream"]  # shared scaler: the aggregate is the mean of the ternary tensors
+    assert tern["worker_delivered"] is not None and len(tern["worker_delivered"]) == 3
+    assert _run("onebit", data)["stream"]["worker_delivered"] is None  # the owners re-quantize the mean
+    assert _run("powersgd", data)["stream"]["worker_delivered"] is None  # factors are all-reduced
+
+
+def test_dgc_on_its_own_momentum_reference_is_not_filtered_twice() -> None:
+    """DGC sends the momentum update itself: against the dense momentum-SGD update it delivers most of it,
+    but against plain SGD's it overshoots (its Σ is about 1/(1 − m) times larger)."""
+    data = _synthetic(workers=2, steps=6, shapes=[(32, 16)])
+
+    def suite(m: float) -> Suite:
+        return parse_suite({"name": "t", "seed": 5, "sources": [{"kind": "synthetic", "shapes": [[4]]}], "compressors": [{"name": "dgc"}],
+                            "metrics": {"timing": False}, "optimizer": {"momentum": m}})
+
+    dense = dict(density=1.0, min_dims=1, warmup_epochs=0)
+    on_momentum = _run("dgc", data, suite(0.9), **dense)["stream"]
+    on_sgd = _run("dgc", data, suite(0.0), **dense)["stream"]
+    assert on_momentum["own_momentum"] is True
+    assert on_momentum["delivered"] > 0.9
+    assert on_sgd["delivered"] < on_momentum["delivered"]
 
 
 # ----------------------------------------------------------------------------- run_suite

@@ -330,6 +330,8 @@ class MomentumSGDReference:
     """
 
     params: Any
+    #: what they send is already the momentum update: the stream takes their aggregate as the update
+    applies_momentum = True
 
     def reference_update(self, x: torch.Tensor, ref_state: dict[str, Any]) -> torch.Tensor:
         u = ref_state.get("u")

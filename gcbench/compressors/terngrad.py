@@ -138,14 +138,15 @@ class TernGrad(Compressor):
         traffic = Traffic()
         for w in range(n):
             traffic.add("scaler", w, 4, 4 * (n - 1))
-        payloads = []
+        payloads, decoded = [], []
         acc = torch.zeros(grads[0].numel(), dtype=torch.float32)
         for g, st in zip(grads, states, strict=True):
             body, meta, _ = self._encode(g.detach().float(), st, EncodeContext(need_decoded=False), scaler=shared)
             st.step += 1
             payloads.append(self._payload(g, body, meta))
-            acc += self._decode_float(payloads[-1]).reshape(-1)
+            decoded.append(self._decode_float(payloads[-1]).reshape(grads[0].shape))
+            acc += decoded[-1].reshape(-1)
         total = sum(p.nbytes for p in payloads)
         for w, p in enumerate(payloads):
             traffic.add("allgather", w, p.nbytes, total - p.nbytes)
-        return ExchangeResult((acc / n).reshape(grads[0].shape).to(grads[0].dtype), traffic, payloads)
+        return ExchangeResult((acc / n).reshape(grads[0].shape).to(grads[0].dtype), traffic, payloads, decoded)

@@ -182,6 +182,10 @@ class ExchangeResult:
     aggregate: torch.Tensor
     traffic: Traffic
     payloads: list[Payload]  # what each worker sent in the first (upload) phase
+    #: each worker's decoded contribution, where the aggregate is their mean (TernGrad's ternary tensors
+    #: at the shared scaler); None where it is not (1-bit SGD re-quantizes the mean, PowerSGD all-reduces
+    #: its factors before any worker's share exists)
+    contributions: list[torch.Tensor] | None = None
 
 
 class ErrorFeedback:
@@ -393,6 +397,10 @@ class Compressor(ABC):
         calls it, so they see every tensor of the step together.
         """
         return [self.compress_and_decode(x, s, need_decoded) for x, s in zip(xs, states, strict=True)]
+
+    #: True when what it sends is already an optimizer update with momentum of its own (DGC, SDAGC): the
+    #: stream then takes its aggregate as the update applied, instead of applying the suite's optimizer to it
+    applies_momentum: bool = False
 
     def reference_update(self, x: torch.Tensor, ref_state: dict[str, Any]) -> torch.Tensor:
         """What a decoded output is compared with for fidelity: by default the gradient itself.

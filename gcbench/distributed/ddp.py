@@ -65,6 +65,11 @@ from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.payload import Payload
+from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_iqr
+from gcbench.results.record import UNSTABLE
+
+#: a hook timing over fewer steps than this has no spread worth the name
+TOO_FEW_STEPS = "too few steps"
 
 GRANULARITIES = ("bucket", "layer")
 PROTOCOL_CHOICES = ("auto", "gather")
@@ -138,16 +143,41 @@ class HookStats:
         self.steps = []
         self._pending = []
 
-    def summary(self, skip: int = 0) -> dict[str, Any]:
-        """Totals and per-step medians over the steps after the first ``skip`` (warm-up)."""
+    def summary(self, skip: int = 0, policy: TimingPolicy | None = None) -> dict[str, Any]:
+        """Totals, and per-step medians with their spread, over the steps after the first ``skip`` (warm-up).
+
+        Each of compress, communicate and decompress gets ``{median_s, iqr_s, rel_iqr, n, flags}``
+        under ``timing``: flagged ``unstable`` when its IQR / median is over the policy's threshold
+        or the machine was loaded when the summary was taken, and ``too few steps`` under 5 steps.
+        ``ratio`` is dense bytes / payload bytes per step.
+        """
         steps = self.steps[skip:] or self.steps
         if not steps:
             return {"steps": 0}
+        policy = policy or TimingPolicy()
 
         def med(key: str) -> float:
             return float(np.median([s.total(key) for s in steps]))
 
+        load = load_per_core()
+        timing = {}
+        for key in ("compress_s", "communicate_s", "decompress_s"):
+            vals = [s.total(key) for s in steps]
+            spread = rel_iqr(vals)
+            q1, q3 = np.percentile(vals, [25, 75])
+            flags = []
+            if (spread is not None and spread > policy.unstable_rel_iqr) or (load is not None and load > policy.load_per_core):
+                flags.append(UNSTABLE)
+            if len(vals) < 5:
+                flags.append(TOO_FEW_STEPS)
+            timing[key.removesuffix("_s")] = {"median_s": float(np.median(vals)), "iqr_s": float(q3 - q1), "rel_iqr": spread,
+                                              "n": len(vals), "flags": flags}
+        payload = float(np.mean([s.total("payload_bytes") for s in self.steps]))
+        dense = float(np.mean([s.total("dense_bytes") for s in self.steps]))
         return {
+            "ratio": dense / payload if payload > 0 else None,
+            "timing": timing,
+            "load_per_core": load,
             "steps": len(self.steps),
             "payload_bytes_total": int(sum(s.total("payload_bytes") for s in self.steps)),
             "sent_bytes_total": int(sum(s.total("sent_bytes") for s in self.steps)),

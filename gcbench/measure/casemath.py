@@ -25,7 +25,7 @@ ratio whose denominator is zero is undefined and reported as ``None``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,11 +36,13 @@ from gcbench.measure.metrics import (
     Fidelity,
     Interleaved,
     TimingPolicy,
+    accumulate64,
     bits_per_element,
     fidelity,
     mean_ci,
     pooled,
     ratio,
+    scaled_error,
     sq_dist64,
     sq_norm64,
     summarise,
@@ -99,27 +101,32 @@ def model_cosine(terms: Iterable[tuple[float, float, float]]) -> float | None:
 
 
 class RunningSum:
-    """Σ_s x_s of each unit over the steps since the last :meth:`restart`, in float32.
+    """Σ_s (a_s − b_s) of each unit over the steps since the last :meth:`restart`, in float32, with its norm.
 
-    The sums are accumulated in place (one model-sized buffer per sum, whatever the stream length);
-    the first step's tensor is copied, so a caller's tensor is never modified.
+    Each :meth:`add` updates one unit's sum in place and takes its squared norm in the same pass
+    (:func:`gcbench.measure.metrics.accumulate64`), so :meth:`sq_norm` costs nothing; one
+    model-sized buffer per sum, whatever the stream length.  A caller's tensor is never modified.
     """
 
     def __init__(self, units: int) -> None:
         self.sums: list[torch.Tensor | None] = [None] * units
+        self._sq: list[float] = [0.0] * units
 
-    def add(self, unit: int, x: torch.Tensor) -> None:
-        """Add this step's tensor of ``unit`` to its sum."""
+    def add(self, unit: int, a: torch.Tensor, b: torch.Tensor | None = None) -> None:
+        """Add this step's ``a`` (minus ``b`` when given) of ``unit`` to its sum."""
         s = self.sums[unit]
-        self.sums[unit] = x.float().clone() if s is None else s.add_(x.float())
+        if s is None:
+            s = self.sums[unit] = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
+        self._sq[unit] = accumulate64(s, a, b)
 
     def restart(self) -> None:
         """Start every sum again from zero (a new phase window)."""
         self.sums = [None] * len(self.sums)
+        self._sq = [0.0] * len(self._sq)
 
     def sq_norm(self) -> float:
         """‖Σ_s x_s‖² over the whole model."""
-        return sum_sq_norms(s for s in self.sums if s is not None)
+        return float(sum(self._sq))
 
 
 def cumulative_drift(errors: RunningSum, means: RunningSum) -> float | None:
@@ -127,9 +134,10 @@ def cumulative_drift(errors: RunningSum, means: RunningSum) -> float | None:
     return norm_ratio(errors.sq_norm(), means.sq_norm())
 
 
-def ef_drift(decoded: RunningSum, reference: RunningSum, current: Sequence[torch.Tensor]) -> tuple[float | None, float | None]:
-    """EF drift ‖Σ C_s − Σ g_s‖ / ‖Σ g_s‖ and residual ratio ‖Σ C_s − Σ g_s‖ / ‖g_t‖ (``current`` = g_t by unit)."""
-    num = sum(sq_dist64(c, g) for c, g in zip(decoded.sums, reference.sums, strict=True) if c is not None and g is not None)
+def ef_drift(errors: RunningSum, reference: RunningSum, current: Sequence[torch.Tensor]) -> tuple[float | None, float | None]:
+    """EF drift ‖Σ C_s − Σ g_s‖ / ‖Σ g_s‖ and residual ratio ‖Σ C_s − Σ g_s‖ / ‖g_t‖ from the running sums of
+    C_s − g_s and of g_s (``current`` = g_t by unit)."""
+    num = errors.sq_norm()
     g_now = math.sqrt(sum_sq_norms(current))
     return norm_ratio(num, reference.sq_norm()), (math.sqrt(num) / g_now if g_now > 0 else None)
 
@@ -155,31 +163,33 @@ class StreamStats:
         self.residual: list[float | None] = []
         self._err, self._mean = RunningSum(units), RunningSum(units)
         self._win_err, self._win_mean = RunningSum(units), RunningSum(units)
-        self._dec, self._ref = RunningSum(units), RunningSum(units)
+        self._ef, self._ref = RunningSum(units), RunningSum(units)
 
     def add_step(self, refs: Sequence[Sequence[torch.Tensor]], aggregates: Sequence[torch.Tensor],
-                 decoded0: Sequence[torch.Tensor], bytes0: Sequence[int], fids0: Sequence[Fidelity],
-                 window_start: bool = False) -> None:
+                 decoded0: Sequence[torch.Tensor], bytes0: Sequence[int], fids0: Sequence[Fidelity] | None,
+                 window_start: bool = False, true_means: Sequence[torch.Tensor] | None = None) -> None:
         """One step: ``refs[w][u]`` every worker's reference, the aggregate, worker 0's decoded tensors,
-        wire bytes and fidelity by unit; ``window_start`` restarts the window sums before this step."""
+        wire bytes and (on the one-shot steps; None after them) fidelity by unit; ``window_start``
+        restarts the window sums before this step; ``true_means`` the workers' mean reference by unit
+        when the caller has it already (the common reference's ḡ_t)."""
         if window_start:
             self._win_err.restart()
             self._win_mean.restart()
         cos_terms = []
         for u, agg in enumerate(aggregates):  # unit by unit: one unit's temporaries alive at a time
-            true_mean = worker_mean([r[u] for r in refs])
+            true_mean = true_means[u] if true_means is not None else worker_mean([r[u] for r in refs])
             self.bytes[u].append(bytes0[u])
-            self.fids[u].append(fids0[u])
+            if fids0 is not None:
+                self.fids[u].append(fids0[u])
             fid = fidelity(true_mean, [agg])  # one draw: the exchange happens once
             self.agg[u].append(fid)
-            err = agg.float() - true_mean
-            self._err.add(u, err)
+            self._err.add(u, agg, true_mean)
             self._mean.add(u, true_mean)
             if self.windowed:
-                self._win_err.add(u, err)
+                self._win_err.add(u, agg, true_mean)
                 self._win_mean.add(u, true_mean)
             if self.stateful:
-                self._dec.add(u, decoded0[u])
+                self._ef.add(u, decoded0[u], refs[0][u])
                 self._ref.add(u, refs[0][u])
             cos_terms.append(fid.cosine_terms())  # = cosine_terms(agg, true_mean), from the fidelity pass
         self.agg_cosine.append(model_cosine(cos_terms))
@@ -187,9 +197,152 @@ class StreamStats:
         if self.windowed:
             self.window_drift.append(cumulative_drift(self._win_err, self._win_mean))
         if self.stateful:
-            drift, resid = ef_drift(self._dec, self._ref, refs[0])
+            drift, resid = ef_drift(self._ef, self._ref, refs[0])
             self.drift.append(drift)
             self.residual.append(resid)
+
+
+# ----------------------------------------------------------------------------- the stream on the common reference
+
+
+def stream_weights(steps: int, momentum: float) -> list[float]:
+    """w_s = Σ_{t=s}^{T−1} m^{t−s} = (1 − m^{T−s})/(1 − m): how much step s's input weighs in the sum of T momentum updates.
+
+    Momentum is linear, so the sum of the updates u_t = m·u_{t−1} + x_t over T steps is Σ_s w_s·x_s;
+    with m = 0 every weight is 1.
+    """
+    if momentum == 0:
+        return [1.0] * steps
+    return [(1.0 - momentum ** (steps - s)) / (1.0 - momentum) for s in range(steps)]
+
+
+class DenseReference:
+    """The suite's one common reference for a source: the dense update of the suite's optimizer, shared by every case.
+
+    D_t = u_t = m·u_{t−1} + ḡ_t (m = 0: plain SGD, D_t = ḡ_t), with ḡ_t the true worker mean of the
+    gradients; kept per step and unit with its squared norm, the squared norm of its running sum
+    Σ_{s≤t} D_s, and each worker's own dense-update sum R^w = Σ_s w_s·g^w_s over the whole stream
+    (:func:`stream_weights`).  Built once per source from its cached gradients (no compressor involved).
+    """
+
+    def __init__(self, grads: Callable[[int, int], Sequence[torch.Tensor]], steps: int, workers: int, momentum: float) -> None:
+        self.steps, self.workers, self.momentum = steps, workers, momentum
+        self.weights = stream_weights(steps, momentum)
+        self.mean: list[list[torch.Tensor]] = []
+        self.dense: list[list[torch.Tensor]] = []
+        self.dense_sq: list[float] = []
+        self.sum_sq: list[float] = []
+        running: RunningSum | None = None
+        self.worker_sums: list[list[torch.Tensor]] = [[] for _ in range(workers)]
+        u_buf: list[torch.Tensor] = []
+        for t in range(steps):
+            per_worker = [grads(t, w) for w in range(workers)]
+            mean = [worker_mean([g[u] for g in per_worker]) for u in range(len(per_worker[0]))]
+            if running is None:
+                running = RunningSum(len(mean))
+            if momentum == 0:
+                dense = mean
+            else:  # the dense update keeps its own buffer: u_t = m·u_{t−1} + ḡ_t
+                u_buf = [g.clone() for g in mean] if t == 0 else [b.mul_(momentum).add_(g) for b, g in zip(u_buf, mean, strict=True)]
+                dense = [b.clone() for b in u_buf]
+            for u, d in enumerate(dense):
+                running.add(u, d)
+            for w, g in enumerate(per_worker):
+                ws = self.weights[t]
+                if t == 0:
+                    self.worker_sums[w] = [x.float() * ws for x in g]
+                else:
+                    for acc, x in zip(self.worker_sums[w], g, strict=True):
+                        acc.add_(x.float(), alpha=ws)
+            self.mean.append(mean)
+            self.dense.append(dense)
+            self.dense_sq.append(sum_sq_norms(dense))
+            self.sum_sq.append(running.sq_norm())
+        self.worker_sum_sq = [sum_sq_norms(r) for r in self.worker_sums]
+
+    def describe(self) -> str:
+        return "dense SGD update" if self.momentum == 0 else f"dense momentum-SGD update (m={self.momentum:g})"
+
+
+class DeliveredStream:
+    """One case's stream on the common reference: what its updates U_t deliver of the dense updates D_t.
+
+    U_t is the aggregate itself when the compressor applies momentum of its own (DGC, SDAGC: what
+    they send is already the momentum update) or the suite's optimizer is plain SGD; otherwise the
+    suite optimizer's update of the aggregate, u_t = m·u_{t−1} + aggregate_t.  Per step it keeps the
+    whole-model ‖U_t − D_t‖²/‖D_t‖², the scale-free 1 − cos²(U_t, D_t) and the delivered fraction
+    1 − ‖Σ_{s≤t}(U_s − D_s)‖/‖Σ_{s≤t} D_s‖.  When each worker's decoded contribution C^w_t is known,
+    it also sums Σ_s w_s·C^w_s per worker (the same update filter, :func:`stream_weights`), so
+    each worker's own delivered fraction against R^w gives a spread over workers.
+    """
+
+    def __init__(self, ref: DenseReference, units: int, own_momentum: bool) -> None:
+        self.ref, self.own_momentum = ref, own_momentum
+        self.filtered = ref.momentum != 0 and not own_momentum
+        self._u: list[torch.Tensor | None] = [None] * units
+        self._err = RunningSum(units)
+        self._workers: list[list[torch.Tensor]] | None = [[] for _ in range(ref.workers)]
+        self.error: list[float | None] = []
+        self.error_scaled: list[float | None] = []
+        self.delivered: list[float | None] = []
+
+    def _update(self, unit: int, aggregate: torch.Tensor) -> torch.Tensor:
+        if not self.filtered:
+            return aggregate
+        b = self._u[unit]
+        self._u[unit] = aggregate.float().clone() if b is None else b.mul_(self.ref.momentum).add_(aggregate)
+        return self._u[unit]  # type: ignore[return-value]
+
+    def add_step(self, t: int, aggregates: Sequence[torch.Tensor], contributions: Sequence[Sequence[torch.Tensor]] | None) -> None:
+        """Step ``t``'s aggregate by unit, and each worker's decoded contribution by unit (None: not observable)."""
+        err_sq = dot = u_sq = 0.0
+        for u, agg in enumerate(aggregates):
+            upd = self._update(u, agg)
+            dense = self.ref.dense[t][u]
+            f = fidelity(dense, [upd])  # one fused pass: ‖U − D‖², ⟨U, D⟩, ‖U‖²
+            err_sq += f.err_sq_mean
+            dot += f.dots[0]
+            u_sq += f.d_sq[0]
+            self._err.add(u, upd, dense)  # Σ_s (U_s − D_s) and its norm, one pass
+        d_sq = self.ref.dense_sq[t]
+        self.error.append(err_sq / d_sq if d_sq > 0 else None)
+        self.error_scaled.append(scaled_error(dot, u_sq, d_sq) if d_sq > 0 else None)
+        r = norm_ratio(self._err.sq_norm(), self.ref.sum_sq[t])
+        self.delivered.append(None if r is None else 1.0 - r)
+        if contributions is None or self._workers is None:
+            self._workers = None  # one step without them and the per-worker sums are incomplete
+            return
+        ws = 1.0 if self.own_momentum else self.ref.weights[t]
+        for w, contrib in enumerate(contributions):
+            if t == 0:
+                self._workers[w] = [c.float() * ws for c in contrib]
+            else:
+                for acc, c in zip(self._workers[w], contrib, strict=True):
+                    acc.add_(c.float(), alpha=ws)
+
+    def worker_delivered(self) -> list[float | None] | None:
+        """Each worker's delivered fraction 1 − ‖Σ_s w_s C^w_s − R^w‖/‖R^w‖ after the last step (None: not observable)."""
+        if self._workers is None or any(not s for s in self._workers):
+            return None
+        out: list[float | None] = []
+        for sums, ref, ref_sq in zip(self._workers, self.ref.worker_sums, self.ref.worker_sum_sq, strict=True):
+            r = norm_ratio(sum(sq_dist64(a, b) for a, b in zip(sums, ref, strict=True)), ref_sq)
+            out.append(None if r is None else 1.0 - r)
+        return out
+
+    def summary(self, stateful: bool, min_steps: int) -> dict[str, Any]:
+        """The record's stream block (:class:`gcbench.results.record.Stream`)."""
+        workers = self.worker_delivered()
+        steps = len(self.delivered)
+        ci = mean_ci([v for v in workers if v is not None]) if workers else None
+        return {
+            "reference": self.ref.describe(), "momentum": self.ref.momentum, "own_momentum": self.own_momentum,
+            "steps": steps, "min_steps": min_steps, "enough": steps >= min_steps or not stateful,
+            "delivered": self.delivered[-1] if self.delivered else None,
+            "per_step_delivered": self.delivered, "per_step_error": self.error, "per_step_error_scaled": self.error_scaled,
+            "worker_delivered": workers,
+            "worker_ci": None if ci is None else {k: ci[k] for k in ("mean", "lo", "hi", "n")},
+        }
 
 
 # ----------------------------------------------------------------------------- traffic
@@ -304,7 +457,8 @@ def fidelity_summary(per_unit: Sequence[Sequence[Fidelity]], repeats: int, refer
         "omega_hat": {**mean_ci(col("q")), "model": model_mean("q")} if unbiased else None,
         "delta": {**summarise(col("delta")), "model": model_mean("delta")},
         "alpha": {**summarise(col("alpha"), worst="min"), "model": model_mean("alpha")},
-        "cosine": summarise(col("cosine"), worst="min"),
+        "cosine": {**summarise(col("cosine"), worst="min"), "model": model_mean("cosine")},
+        "q_scaled": {**summarise(col("q_scaled")), "model": model_mean("q_scaled")},
         "q_samples": [s for f in fids for s in f.q_samples][:2000],
     }
 
@@ -315,7 +469,7 @@ def aggregate_summary(stats: StreamStats) -> dict[str, Any]:
     per_step_q = [p["q"] for p in _by_step(stats.agg)]
     rec: dict[str, Any] = {
         "q": {**summarise([f.q for f in fids]), "model": finite_mean(per_step_q)},
-        "cosine": summarise([f.cosine for f in fids], worst="min"),
+        "cosine": {**summarise([f.cosine for f in fids], worst="min"), "model": finite_mean(stats.agg_cosine)},
         "per_step_q": per_step_q,
         "per_step_cosine": stats.agg_cosine,
         "sum_drift": stats.agg_drift,

@@ -83,6 +83,13 @@ class Fidelity:
         return self.err_sq_mean / self.x_sq if self.x_sq > 0 else None
 
     @property
+    def q_scaled(self) -> float | None:
+        """The scale-free error: mean over repeats of min_s ‖s·C_r − x‖²/‖x‖² = 1 − cos²(C_r, x) (1 for an all-zero C_r)."""
+        if self.x_sq <= 0 or not self.dots:
+            return None
+        return float(np.mean([scaled_error(d, c, self.x_sq) for d, c in zip(self.dots, self.d_sq, strict=True)]))
+
+    @property
     def bias2(self) -> float | None:
         return self.bias_sq / self.x_sq if self.x_sq > 0 else None
 
@@ -100,9 +107,19 @@ class Fidelity:
             "bias2_se": (self.bias_sq_se / self.x_sq) if (self.bias_sq_se is not None and self.x_sq > 0) else None,
             "variance": self.variance,
             "cosine": self.cosine,
+            "q_scaled": self.q_scaled,
             "delta": delta_beznosikov(q),
             "alpha": (1.0 - q) if q is not None else None,
         }
+
+
+def scaled_error(dot: float, c_sq: float, x_sq: float) -> float:
+    """min_s ‖s·c − x‖² / ‖x‖² = 1 − ⟨c, x⟩²/(‖c‖²‖x‖²): the relative error left after the best scalar rescaling of c.
+
+    Scale-free: an unscaled sign compressor is not charged for its scale alone.  1 when c is all
+    zeros (the best rescaling of nothing is nothing).  ``x_sq`` must be positive.
+    """
+    return 1.0 - (dot * dot / (c_sq * x_sq) if c_sq > 0 else 0.0)
 
 
 def delta_beznosikov(q: float | None) -> float | None:
@@ -146,6 +163,29 @@ def sq_dist64(a: torch.Tensor, b: torch.Tensor) -> float:
     for lo in range(0, fa.numel(), CHUNK):
         c = (fa[lo : lo + CHUNK] - fb[lo : lo + CHUNK]).double()
         total += float(torch.dot(c, c))
+    return total
+
+
+def accumulate64(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor | None = None) -> float:
+    """``acc += a − b`` (``b`` None: ``acc += a``) in place and ‖acc‖² in float64, in one pass: a running
+    sum and its squared norm, the two things a stream needs at every step, from one read of the data.
+
+    float32 ``acc``; the difference and the sum are each rounded to float32, chunk by chunk here and
+    element by element in the numba kernel, so both leave the same bits in ``acc``.
+    """
+    flat, fa = acc.view(-1), a.detach().reshape(-1)
+    fb = None if b is None else b.detach().reshape(-1)
+    if fa.numel() != flat.numel() or (fb is not None and fb.numel() != flat.numel()):
+        raise ValueError(f"accumulate64 needs tensors of one size, got {flat.numel()}, {fa.numel()} and "
+                         f"{flat.numel() if fb is None else fb.numel()}")
+    if _fast(flat, fa) and (fb is None or _fast(fb)):
+        return kernels.accumulate(flat.numpy(), kernels.flat_f32(fa), None if fb is None else kernels.flat_f32(fb))
+    total = 0.0
+    for lo in range(0, flat.numel(), CHUNK):
+        c = flat[lo : lo + CHUNK]
+        c.add_(fa[lo : lo + CHUNK] if fb is None else fa[lo : lo + CHUNK] - fb[lo : lo + CHUNK])
+        d = c.double()
+        total += float(torch.dot(d, d))
     return total
 
 
@@ -245,14 +285,21 @@ def pooled(fids: Sequence[Fidelity]) -> dict[str, Any]:
     """Whole-model quantities: numerators and ‖x‖² summed over tensors (energy-weighted)."""
     x_sq = sum(f.x_sq for f in fids)
     if x_sq <= 0:
-        return {"q": None, "bias2": None, "variance": None, "delta": None, "alpha": None}
+        return {"q": None, "bias2": None, "variance": None, "delta": None, "alpha": None, "cosine": None, "q_scaled": None}
     q = sum(f.err_sq_mean for f in fids) / x_sq
+    # cosine and its scale-free error, whole model: per repeat, ⟨C_r, x⟩ and ‖C_r‖² summed over tensors first
+    repeats = min((len(f.dots) for f in fids), default=0)
+    dots = [sum(f.dots[r] for f in fids) for r in range(repeats)]
+    c_sq = [sum(f.d_sq[r] for f in fids) for r in range(repeats)]
+    cos = [d / math.sqrt(c * x_sq) for d, c in zip(dots, c_sq, strict=True) if c > 0]
     return {
         "q": q,
         "bias2": sum(f.bias_sq for f in fids) / x_sq,
         "variance": sum(f.var_sum for f in fids) / x_sq,
         "delta": delta_beznosikov(q),
         "alpha": 1.0 - q,
+        "cosine": float(np.mean(cos)) if cos else None,
+        "q_scaled": float(np.mean([scaled_error(d, c, x_sq) for d, c in zip(dots, c_sq, strict=True)])) if repeats else None,
     }
 
 

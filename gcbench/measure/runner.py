@@ -40,6 +40,8 @@ from gcbench.core.compressor import Compressor, Payload, State
 from gcbench.core.errors import GcbenchError, SourceError
 from gcbench.core.payload import dense_bytes
 from gcbench.measure.casemath import (
+    DeliveredStream,
+    DenseReference,
     StreamStats,
     TrafficLog,
     aggregate_summary,
@@ -104,7 +106,7 @@ def build_source(spec: SourceSpec, seed: int, progress: Progress = _noop) -> Gra
             kwargs["batch_size"] = spec.batch_size
         if spec.image_size is not None:
             kwargs["image_size"] = spec.image_size
-        return LiveSource(spec.model or "", workers=spec.workers or 4, steps=spec.steps or 2, seed=seed,
+        return LiveSource(spec.model or "", workers=spec.workers or 4, steps=spec.steps or 10, seed=seed,
                           warmup_steps=spec.warmup_steps, lr=spec.lr, progress=lambda d, t, m: progress("gradients", d, t, m), **kwargs)
     from gcbench.sources.trace import TraceSource
 
@@ -148,6 +150,7 @@ class SourceData:
     def __init__(self, source: GradientSource, units: list[Unit], device: torch.device, progress: Progress) -> None:
         self.source, self.units, self.device = source, units, device
         self.numel = sum(u.numel for u in units)
+        self._reference: dict[float, DenseReference] = {}
         total = dense_bytes(self.numel) * source.workers * source.steps
         self.cache: dict[tuple[int, int], list[torch.Tensor]] | None = {} if total <= CACHE_LIMIT_BYTES else None
         if self.cache is not None:
@@ -171,12 +174,32 @@ class SourceData:
             return self.cache[(step, worker)]
         return self._load(step, worker)
 
+    def reference(self, momentum: float) -> DenseReference:
+        """The dense update of the suite's optimizer on this source (the common reference), built on first use."""
+        ref = self._reference.get(momentum)
+        if ref is None:
+            ref = self._reference[momentum] = DenseReference(self.get, self.source.steps, self.source.workers, momentum)
+        return ref
+
 
 # ----------------------------------------------------------------------------- one case
 
 
 def _unit_states(comp: Compressor, seed: int, workers: int, n_units: int) -> list[list[State]]:
     return [[comp.init_state(derive_seed(seed, "state", w, u)) for u in range(n_units)] for w in range(workers)]
+
+
+def own_momentum(specs: Sequence[tuple[str, dict[str, Any]]]) -> float:
+    """The momentum of the first compressor that applies momentum itself (DGC, SDAGC), else 0.
+
+    ``gcbench compare`` takes it as its optimizer's when none is given: comparing DGC with the
+    plain-SGD update would charge it for its momentum, not for its compression.
+    """
+    for name, params in specs:
+        comp = registry.create(name, **params)
+        if comp.applies_momentum:
+            return float(comp.params["momentum"])
+    return 0.0
 
 
 def suite_windows(suite: Suite, steps: int) -> list[Window]:
@@ -216,23 +239,32 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     step_phases: list[str | None] = []
     timing: dict[str, Any] | None = None
 
+    own_ref = type(comp).reference_update is not Compressor.reference_update  # DGC/SDAGC: momentum-SGD reference
+    ref = data.reference(suite.optimizer.momentum)
+    stream = DeliveredStream(ref, len(units), comp.applies_momentum)
+    one_shot_steps = min(suite.metrics.fidelity_steps, T)
+
     for t in range(T):
         progress("step", t, T, f"{spec.label}: step {t + 1}/{T}")
         xs = [data.get(t, w) for w in range(W)]
-        refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)]
+        refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)] if own_ref else xs
         if suite.metrics.timing and t < suite.metrics.timing_steps:
             timing = _time_case(comp, xs[0], states[0], suite)
 
-        # 1. fidelity repeats from copies of the current state (worker 0)
+        # 1. one-shot fidelity on the first steps: repeats from copies of the current state (worker 0)
         fids: list[Fidelity] | None = None
         firsts: list[tuple[Payload, torch.Tensor]] = []
         first_states: list[State] = []
-        if repeats > 1 or custom_exchange:
+        one_shot = t < one_shot_steps
+        if one_shot and (repeats > 1 or custom_exchange):
             fids, firsts, first_states = _repeat_fidelity(comp, xs[0], states[0], refs[0], repeats, suite.seed, t)
+        elif custom_exchange:  # worker 0's own compression from a copy of its state: its bytes and decoded tensors
+            firsts = [comp.compress_and_decode(x, st.clone()) for x, st in zip(xs[0], states[0], strict=True)]
 
         # 2. the stream: every worker compresses; aggregate by the default or the paper's protocol
+        contributions: list[list[torch.Tensor]] | None = None
         if custom_exchange:
-            aggregates, phase = _protocol_exchange(comp, xs, states, traffic, t)
+            aggregates, phase, contributions = _protocol_exchange(comp, xs, states, traffic, t)
             step_phases.append(phase)
             outs0 = firsts  # worker 0's payloads: its first fidelity repeat
         else:
@@ -245,13 +277,17 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
             aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(units))]
             traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])
             outs0 = outs[0]
-            if fids is None:
+            contributions = [[dec for _, dec in o] for o in outs]
+            if fids is None and one_shot:
                 fids = [fidelity(refs[0][u], [dec]) for u, (_, dec) in enumerate(outs0)]
 
-        # 3. aggregate fidelity, the aggregate's cumulative error and EF drift
-        stats.add_step(refs, aggregates, [dec for _, dec in outs0], [p.nbytes for p, _ in outs0], fids, window_start=t in starts)
+        # 3. the stream on the common reference; aggregate fidelity against the own reference and EF drift
+        stream.add_step(t, aggregates, contributions)
+        stats.add_step(refs, aggregates, [dec for _, dec in outs0], [p.nbytes for p, _ in outs0], fids, window_start=t in starts,
+                       true_means=None if own_ref else ref.mean[t])
     progress("step", T, T, f"{spec.label}: done")
-    return _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases)
+    return _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
+                        stream.summary(comp.stateful, suite.metrics.min_stream_steps))
 
 
 def _repeat_fidelity(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], refs: Sequence[torch.Tensor],
@@ -278,22 +314,27 @@ def _repeat_fidelity(comp: Compressor, xs: Sequence[torch.Tensor], states: Seque
 
 
 def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]],
-                       traffic: TrafficLog, step: int) -> tuple[list[torch.Tensor], str | None]:
+                       traffic: TrafficLog, step: int) -> tuple[list[torch.Tensor], str | None, list[list[torch.Tensor]] | None]:
     """One step of the compressor's own exchange protocol over every unit, its messages counted in ``traffic``.
 
-    Returns the aggregate of each unit and the step's phase (a protocol with phases by step, LGC,
-    names it; None otherwise).
+    Returns the aggregate of each unit, the step's phase (a protocol with phases by step, LGC,
+    names it; None otherwise) and each worker's decoded contribution by unit where the protocol's
+    aggregate is their mean (else None).
     """
     aggregates: list[torch.Tensor] = []
     phase = None
-    for u, res in enumerate(comp.exchange_group(xs, states)):
+    results = comp.exchange_group(xs, states)
+    contributions: list[list[torch.Tensor]] | None = None
+    if results and all(r.contributions is not None for r in results):
+        contributions = [[r.contributions[w] for r in results] for w in range(len(xs))]  # type: ignore[index]
+    for u, res in enumerate(results):
         aggregates.append(res.aggregate)
         if u == 0:
             phase = getattr(res, "phase", None)
         for ph in res.traffic.phases():
             for w in range(len(xs)):
                 traffic.add(ph, step, w, res.traffic.sent(w, ph), res.traffic.received(w, ph), res.traffic.sent_body(w, ph))
-    return aggregates, phase
+    return aggregates, phase, contributions
 
 
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:
@@ -332,7 +373,7 @@ def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[St
 
 def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite: Suite, repeats: int, stats: StreamStats,
                  traffic: TrafficLog, timing: dict[str, Any] | None, windows: Sequence[Window],
-                 step_phases: list[str | None]) -> dict[str, Any]:
+                 step_phases: list[str | None], stream: dict[str, Any]) -> dict[str, Any]:
     """The case record: what was measured, and the summaries of its streams."""
     info = comp.info
     flags = comp.flags  # from the resolved parameters: TernGrad with clipping is biased
@@ -353,6 +394,7 @@ def _case_record(spec: CompressorSpec, comp: Compressor, data: SourceData, suite
         "aggregate": aggregate_summary(stats),
         "traffic": traffic.summary(),
         "ef_drift": {"sum_drift": stats.drift, "residual_ratio": stats.residual} if comp.stateful else None,
+        "stream": stream,
         "timing": timing,
         "layers": [unit_summary(u.name, u.numel, b, f) for u, b, f in zip(data.units, stats.bytes, stats.fids, strict=True)],
     }

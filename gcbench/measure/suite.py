@@ -59,7 +59,7 @@ class SourceSpec(_Strict):
     kind: Literal["synthetic", "live", "trace"] = "synthetic"
     label: str | None = None
     workers: Int | None = Field(None, ge=1, le=1024, description="default: 1 synthetic, 4 live, all of a trace")
-    steps: Int | None = Field(None, ge=1, le=100000, description="default: 1 synthetic, 2 live, all of a trace")
+    steps: Int | None = Field(None, ge=1, le=100000, description="default: 1 synthetic, 10 live, all of a trace")
     # synthetic
     distribution: Literal["normal", "laplace", "student-t", "sparse", "lowrank"] = "normal"
     shapes: list[list[Int]] | None = None
@@ -391,7 +391,7 @@ def apply_overrides(
     if trace is not None:
         data["sources"] = [{"kind": "trace", "path": trace}]
     elif model is not None:
-        data["sources"] = [{"kind": "live", "model": model, "workers": 4, "steps": 2}]
+        data["sources"] = [{"kind": "live", "model": model, "workers": 4, "steps": 10}]
     for src in data["sources"]:
         if workers is not None:
             src["workers"] = workers

@@ -1,0 +1,168 @@
+"""The stream view on the suite's common reference (gcbench.measure.casemath: DenseReference, DeliveredStream).
+
+Hand-worked cases: what a case delivers of the dense update, its per-step error and scale-free
+error, each worker's delivered fraction, and the momentum filter, checked against the definitions
+in design.md ("Stream") computed here the slow way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gcbench.measure.casemath import DeliveredStream, DenseReference, stream_weights
+from gcbench.measure.metrics import scaled_error
+
+
+def _grads(steps: int, workers: int, units: int = 2, seed: int = 0) -> dict[tuple[int, int], list[torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    drift = [torch.randn(50 + 7 * u, generator=gen) for u in range(units)]  # a direction every step shares
+    return {(t, w): [d + 0.5 * torch.randn(d.shape, generator=gen) for d in drift] for t in range(steps) for w in range(workers)}
+
+
+def _reference(grads, steps: int, workers: int, momentum: float) -> DenseReference:
+    return DenseReference(lambda t, w: grads[(t, w)], steps, workers, momentum)
+
+
+def _mean(grads, t: int, workers: int) -> list[torch.Tensor]:
+    units = len(grads[(t, 0)])
+    return [sum(grads[(t, w)][u] for w in range(workers)) / workers for u in range(units)]
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([x.reshape(-1).double() for x in tensors])
+
+
+def test_stream_weights_sum_of_momentum_updates() -> None:
+    assert stream_weights(3, 0.0) == [1.0, 1.0, 1.0]
+    assert stream_weights(3, 0.5) == pytest.approx([1.75, 1.5, 1.0])
+    # Σ_t u_t with u_t = m·u_{t−1} + x_t equals Σ_s w_s x_s
+    xs = [2.0, -1.0, 3.0, 0.5]
+    u, total = 0.0, 0.0
+    for x in xs:
+        u = 0.9 * u + x
+        total += u
+    assert total == pytest.approx(sum(w * x for w, x in zip(stream_weights(4, 0.9), xs, strict=True)))
+
+
+def test_dense_reference_is_the_optimizer_on_the_true_mean() -> None:
+    steps, workers, m = 4, 3, 0.9
+    grads = _grads(steps, workers)
+    ref = _reference(grads, steps, workers, m)
+    u = None
+    running = None
+    for t in range(steps):
+        mean = _flat(_mean(grads, t, workers))
+        u = mean.clone() if u is None else m * u + mean
+        running = u.clone() if running is None else running + u
+        assert torch.allclose(_flat(ref.dense[t]), u, rtol=1e-5, atol=1e-6)
+        assert ref.dense_sq[t] == pytest.approx(float(u.pow(2).sum()), rel=1e-5)
+        assert ref.sum_sq[t] == pytest.approx(float(running.pow(2).sum()), rel=1e-5)
+    for w in range(workers):  # R^w = Σ_s w_s g^w_s
+        expect = sum(wt * _flat(grads[(s, w)]) for s, wt in enumerate(stream_weights(steps, m)))
+        assert torch.allclose(_flat(ref.worker_sums[w]), expect, rtol=1e-5, atol=1e-5)
+    assert "m=0.9" in ref.describe()
+    assert _reference(grads, steps, workers, 0.0).describe() == "dense SGD update"
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sending_everything_delivers_everything(momentum: float) -> None:
+    steps, workers = 5, 3
+    grads = _grads(steps, workers)
+    ref = _reference(grads, steps, workers, momentum)
+    s = DeliveredStream(ref, 2, own_momentum=False)
+    for t in range(steps):
+        s.add_step(t, ref.mean[t], [grads[(t, w)] for w in range(workers)])
+    out = s.summary(stateful=False, min_steps=10)
+    assert out["delivered"] == pytest.approx(1.0, abs=1e-6)
+    assert all(e == pytest.approx(0.0, abs=1e-10) for e in out["per_step_error"])
+    assert all(e == pytest.approx(0.0, abs=1e-6) for e in out["per_step_error_scaled"])
+    assert out["worker_delivered"] == pytest.approx([1.0] * workers, abs=1e-5)
+    assert out["worker_ci"]["n"] == workers
+    assert out["enough"] is True  # stateless: the stream length does not matter
+    assert out["steps"] == steps
+
+
+def test_half_of_every_update_delivers_half_and_is_scale_free() -> None:
+    steps, workers = 4, 2
+    grads = _grads(steps, workers)
+    ref = _reference(grads, steps, workers, 0.0)
+    s = DeliveredStream(ref, 2, own_momentum=False)
+    for t in range(steps):
+        s.add_step(t, [0.5 * g for g in ref.mean[t]], [[0.5 * g for g in grads[(t, w)]] for w in range(workers)])
+    out = s.summary(stateful=True, min_steps=10)
+    assert out["per_step_delivered"] == pytest.approx([0.5] * steps, abs=1e-6)
+    assert out["per_step_error"] == pytest.approx([0.25] * steps, abs=1e-6)  # ‖0.5 D − D‖²/‖D‖²
+    assert out["per_step_error_scaled"] == pytest.approx([0.0] * steps, abs=1e-6)  # a rescaling recovers D
+    assert out["worker_delivered"] == pytest.approx([0.5] * workers, abs=1e-5)
+    assert out["enough"] is False  # stateful and 4 < 10 steps: too short to rank
+
+
+def test_delivered_matches_the_definition_with_momentum() -> None:
+    """U_t = m·U_{t−1} + aggregate_t (the suite's optimizer on the aggregate) against D_t, summed over steps."""
+    steps, workers, m = 6, 2, 0.9
+    grads = _grads(steps, workers, seed=3)
+    ref = _reference(grads, steps, workers, m)
+    gen = torch.Generator().manual_seed(7)
+    aggs = [[g + 0.3 * torch.randn(g.shape, generator=gen) for g in ref.mean[t]] for t in range(steps)]
+    s = DeliveredStream(ref, 2, own_momentum=False)
+    u = d = None
+    sum_err = sum_d = None
+    for t in range(steps):
+        s.add_step(t, aggs[t], None)
+        a, mean = _flat(aggs[t]), _flat(ref.mean[t])
+        u = a.clone() if u is None else m * u + a
+        d = mean.clone() if d is None else m * d + mean
+        sum_err = (u - d) if sum_err is None else sum_err + (u - d)
+        sum_d = d.clone() if sum_d is None else sum_d + d
+        assert s.delivered[t] == pytest.approx(1 - float(sum_err.norm() / sum_d.norm()), rel=1e-4)
+        assert s.error[t] == pytest.approx(float((u - d).pow(2).sum() / d.pow(2).sum()), rel=1e-4)
+        cos = float(u @ d / (u.norm() * d.norm()))
+        assert s.error_scaled[t] == pytest.approx(1 - cos * cos, rel=1e-3, abs=1e-7)
+    assert s.summary(True, 10)["worker_delivered"] is None  # no per-worker contributions given
+
+
+def test_own_momentum_compressor_is_its_own_update() -> None:
+    """A compressor that applies momentum itself (DGC) sends the momentum update: sending exactly it delivers all."""
+    steps, workers, m = 5, 2, 0.9
+    grads = _grads(steps, workers, seed=5)
+    ref = _reference(grads, steps, workers, m)
+    own = DeliveredStream(ref, 2, own_momentum=True)
+    plain = DeliveredStream(ref, 2, own_momentum=False)
+    bufs: list[list[torch.Tensor] | None] = [None] * workers
+    for t in range(steps):
+        contrib = []
+        for w in range(workers):  # each worker's momentum update, as DGC with nothing dropped would send it
+            g = grads[(t, w)]
+            bufs[w] = [x.clone() for x in g] if bufs[w] is None else [m * b + x for b, x in zip(bufs[w], g, strict=True)]
+            contrib.append(bufs[w])
+        agg = [sum(c[u] for c in contrib) / workers for u in range(2)]
+        own.add_step(t, agg, contrib)
+        plain.add_step(t, agg, contrib)  # wrongly filtered a second time: more than the dense update
+    assert own.summary(True, 5)["delivered"] == pytest.approx(1.0, abs=1e-5)
+    assert own.summary(True, 5)["worker_delivered"] == pytest.approx([1.0] * workers, abs=1e-4)
+    assert plain.summary(True, 5)["delivered"] < 0  # momentum applied twice overshoots: worse than sending nothing
+
+
+def test_a_step_without_contributions_drops_the_worker_view() -> None:
+    steps, workers = 3, 2
+    grads = _grads(steps, workers)
+    ref = _reference(grads, steps, workers, 0.0)
+    s = DeliveredStream(ref, 2, own_momentum=False)
+    s.add_step(0, ref.mean[0], [grads[(0, w)] for w in range(workers)])
+    s.add_step(1, ref.mean[1], None)
+    s.add_step(2, ref.mean[2], [grads[(2, w)] for w in range(workers)])
+    assert s.summary(False, 10)["worker_delivered"] is None
+
+
+def test_scaled_error() -> None:
+    x = torch.randn(1000, dtype=torch.float64)
+    assert scaled_error(float(3 * x @ x), float(9 * x @ x), float(x @ x)) == pytest.approx(0.0, abs=1e-12)
+    y = torch.randn(1000, dtype=torch.float64)
+    best = float(y @ x / (y @ y))  # the least-squares scale
+    expect = float((best * y - x).pow(2).sum() / x.pow(2).sum())
+    assert scaled_error(float(y @ x), float(y @ y), float(x @ x)) == pytest.approx(expect, rel=1e-9)
+    assert scaled_error(0.0, 0.0, 1.0) == 1.0  # nothing sent: the whole gradient is the error
+    assert math.isfinite(scaled_error(-2.0, 1.0, 4.0))
