@@ -201,9 +201,9 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
         win, other = (a.label, b.label) if mean > 0 else (b.label, a.label)
         m, low, high = (mean, lo, hi) if mean > 0 else (-mean, -hi, -lo)
         clause = f"{win} delivers {num(m)} more of the dense update than {other} (95% CI {num(low)}–{num(high)})"
-        return AxisVerdict(DELIVERED, SIGNIFICANT, win, m, low, high, method, f"delivered update ({ref}): {clause}",
+        return AxisVerdict(DELIVERED, SIGNIFICANT, win, m, low, high, method, f"delivered update vs the {ref}: {clause}",
                            f"{win} delivers {num(m)} more of the dense update (95% CI {num(low)}–{num(high)})")
-    text = (f"delivered update ({ref}): no significant difference ({a.label} − {b.label} = {num(mean)}, "
+    text = (f"delivered update vs the {ref}: no significant difference ({a.label} − {b.label} = {num(mean)}, "
             f"95% CI {num(lo)}–{num(hi)})")
     return AxisVerdict(DELIVERED, NO_DIFFERENCE, None, mean, lo, hi, method, text,
                        f"delivered update: no significant difference (95% CI {num(lo)}–{num(hi)})")
