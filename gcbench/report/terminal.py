@@ -451,10 +451,10 @@ def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
     return [*case_tables(cases, title), Text(FOOTNOTE)]
 
 
-def verdict_output(verdicts: Sequence[PairVerdict]) -> list[RenderableType]:
+def verdict_output(pairs: Sequence[PairVerdict]) -> list[RenderableType]:
     """The verdict of ``gcbench compare``: each pair's one-line summary, then its axes one sentence each."""
     out: list[RenderableType] = []
-    for v in verdicts:
+    for v in pairs:
         out.append(Text(v.summary, style="bold"))
         out += [Text(f"  • {axis.text}") for axis in v.axes]
     return out
