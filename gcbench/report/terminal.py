@@ -471,7 +471,8 @@ def _side_cell(row: SideRow, i: int, case: RunCase) -> str:
         text = f"— ({BEATS_BOUND})"  # not the work the compressor must do: no speed
     elif metric == "delivered" and case.stream is not None:
         ci = case.stream.worker_ci
-        text = fmt(v, "g") + (f" ({fmt(ci.lo, 'g')}–{fmt(ci.hi, 'g')})" if ci is not None and ci.lo is not None
+        # the bracket is over each worker's own stream, not an interval of the aggregate's value beside it
+        text = fmt(v, "g") + (f" (workers {fmt(ci.lo, 'g')}–{fmt(ci.hi, 'g')})" if ci is not None and ci.lo is not None
                               and ci.hi is not None else "")
         text += " (too short)" if case.stream.enough is False else ""
     else:
@@ -510,8 +511,9 @@ def sweep_table(sweep: Sequence[RunCase], cases: Sequence[RunCase]) -> Table:
 
 
 STREAM_NOTE = ("delivered update = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step (U: the case's update, D: the dense "
-               "update on the true worker mean), in brackets its 95% interval over workers; per-step error = mean over steps of "
-               "‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
+               "update on the true worker mean), in brackets the 95% interval of the mean of each worker's own delivered "
+               "fraction (its own updates against its own dense update: a different number from the aggregate's); per-step "
+               "error = mean over steps of ‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
 ONE_SHOT_NOTE = ("One compression of one gradient, R repeats, on the first steps only; each case against its own reference "
                  "(DGC and SDAGC against their momentum-SGD update), so these rows rank cases only where the references agree.")
 

@@ -200,7 +200,8 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
     if lo > 0 or hi < 0:
         win, other = (a.label, b.label) if mean > 0 else (b.label, a.label)
         m, low, high = (mean, lo, hi) if mean > 0 else (-mean, -hi, -lo)
-        clause = f"{win} delivers {num(m)} more of the dense update than {other} (95% CI {num(low)}–{num(high)})"
+        clause = (f"{win} delivers {num(m)} more of the dense update than {other} (mean of the {len(wa)} workers' paired "
+                  f"differences, 95% CI {num(low)}–{num(high)})")
         return AxisVerdict(DELIVERED, SIGNIFICANT, win, m, low, high, method, f"delivered update vs the {ref}: {clause}",
                            f"{win} delivers {num(m)} more of the dense update (95% CI {num(low)}–{num(high)})")
     text = (f"delivered update vs the {ref}: no significant difference ({a.label} − {b.label} = {num(mean)}, "
