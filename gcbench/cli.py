@@ -402,7 +402,8 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
 @app.command()
 @user_errors
 def compare(
-    compressors: Annotated[list[str], typer.Argument(help="Two or more compressors, e.g. dgc sdagc 'topk:density=0.001'.")],
+    compressors: Annotated[list[str], typer.Argument(help="Two or more compressors (one is an error: use `gcbench run -c`), "
+                                                          "e.g. dgc sdagc 'topk:density=0.001'.")],
     model: Annotated[str | None, typer.Option(help="Live gradients of this zoo model, an 'hf:NAME[:key=value,...]' Hugging Face model, "
                                                          "or package.module:factory.")] = None,
     trace: Annotated[str | None, typer.Option(help="Replay a recorded trace folder.")] = None,
@@ -421,21 +422,41 @@ def compare(
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    sweep: Annotated[bool, typer.Option("--sweep", help=(
+        "Also run each compared compressor whose card has a density parameter at densities 0.1, 0.03, 0.01, 0.003 and 0.001 "
+        "(labels like topk@0.01), so the verdict can say how many bytes each needs at equal delivered update."))] = False,
 ) -> None:
-    """Run compressors head to head on the same gradients and print them side by side."""
+    """Run two or more compressors head to head on the same gradients: a verdict for each pair, then the numbers.
+
+    The verdict says, for each pair at its configured settings, which sends fewer bytes (exact), which delivers more of
+    the suite's dense update over the stream (95% CI over workers) and which compresses faster as ×copy (bootstrap CI),
+    or that there is no significant difference or nothing to conclude; "at equal delivered update" only with --sweep.
+
+    --json prints one object with snake_case keys: results (the results file), source, reference (the common
+    reference of the stream), cases (labels, the order of every per-case list), failed ([{label, error}]), summary (one
+    line per pair), verdicts ([{a, b, summary, axes: [{axis: bytes|delivered|time|equal_delivered, status, better,
+    estimate, lo, hi, method, text, short}]}]), rows ({metric_name: {higher_is_better, unit, values, best,
+    not_significantly_different_from_best, ...}}: the common-reference table), fidelity ({references, rows}: the
+    one-shot metrics, each case against its own reference) and, with --sweep, sweep ([{label, compressor, density,
+    bytes_per_step, delivered, enough_steps, status}]).
+    """
     from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import parse_suite
     from gcbench.report import terminal as rep
-    from gcbench.results.compare import head_to_head
+    from gcbench.results.compare import compare_json
     from gcbench.results.record import as_cases
+    from gcbench.results.verdict import sweep_entries, verdicts
 
-    if len(compressors) < 1:
-        raise GcbenchError("compare needs at least one compressor")
+    if len(compressors) < 2:
+        err.print(f"[bold red]error:[/] compare needs two or more compressors, got {len(compressors)}; "
+                  "to measure one, use gcbench run -c NAME", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     for option, value in (("--workers", workers), ("--steps", steps)):
         if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
             raise GcbenchError(f"{option} must be at least 1, got {value}")
     check_output_dir(out_dir, "--out")
     specs = [registry.parse_spec(c) for c in compressors]
+    extra = sweep_entries(specs) if sweep else []  # the density sweep's cases, labelled name@density
     if trace:
         src: dict[str, Any] = {"kind": "trace", "path": trace}
     elif model:
@@ -450,18 +471,19 @@ def compare(
         src.update({k: v for k, v in (("workers", workers), ("steps", steps)) if v})
     suite = parse_suite({
         "name": "compare", "seed": seed, "granularity": granularity, "sources": [src],
-        "compressors": [{"name": n, "params": p} for n, p in specs],
+        "compressors": [{"name": n, "params": p} for n, p in specs] + extra,
         "metrics": {"repeats": repeats, "timing_repeats": timing_repeats, "warmup": 1, "device": device},
         "optimizer": {"momentum": own_momentum(specs) if momentum is None else momentum},
     }, "<compare>")
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")
-    cases = as_cases(outcome.records)
+    swept = {e["label"] for e in extra}
+    cases = [c for c in as_cases(outcome.records) if c.label not in swept]
+    sweep_cases = [c for c in as_cases(outcome.records) if c.label in swept] if sweep else None
     if as_json:
-        print(json.dumps({"results": str(outcome.path), "compressors": [c.label for c in cases],
-                          "rows": [r.to_dict() for r in head_to_head(cases)]}, default=str))
+        print(json.dumps(compare_json(cases, str(outcome.path), verdicts(cases, sweep_cases), sweep_cases), default=str))
     else:
-        for item in rep.head_to_head_output(cases, granularity):
+        for item in rep.head_to_head_output(cases, granularity, sweep_cases):
             out.print(item)
         out.print(f"results: {outcome.path}", markup=False, highlight=False)
     if outcome.failed:

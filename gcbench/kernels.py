@@ -191,8 +191,7 @@ def empty(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     only after its last reference is gone, so nothing a caller holds is ever overwritten.
     Small buffers, and systems without the advice, use ``torch.empty``.
     """
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    nbytes = int(n) * itemsize
+    nbytes = int(n) * dtype.itemsize
     if not _huge_ok(nbytes):
         return torch.empty(int(n), dtype=dtype)
     return _buffer(nbytes)[0].view(dtype)

@@ -125,7 +125,7 @@ def _commands(suite: Path, runs: Path) -> dict[str, tuple[list[str], bool]]:
     """command name → (argv with OUT as the output path, whether OUT is a file rather than a folder)."""
     return {
         "run": (["run", str(suite), "--out", "OUT", "-q", "--no-timing"], False),
-        "compare": (["compare", "topk", "--shape", "8x8", "--out", "OUT", "-q"], False),
+        "compare": (["compare", "topk", "randomk", "--shape", "8x8", "--out", "OUT", "-q"], False),
         "record": (["record", "--model", "mlp", "--out", "OUT", "-q"], False),
         "train": (["train", "--task", "charlstm", "--workers", "2", "--out", "OUT", "-q"], False),
         "bench": (["bench", "topk", "--sizes", "1K", "--no-isolate", "--out", "OUT"], False),
@@ -255,10 +255,10 @@ BAD_NUMBERS: list[tuple[list[str], str]] = [
         ("--collective-timeout", "nan", "collective timeout"), ("--lr", "inf", "lr"), ("--lr", "nan", "lr"),
         ("--lr", "0", "lr"), ("--target", "nan", "target"), ("--workers", "0", "workers"), ("--epochs", "0", "epochs"),
         ("--threads", "0", "threads"), ("--batch-size", "0", "batch_size"))],
-    (["compare", "topk", "--workers", "0"], "--workers"),
-    (["compare", "topk", "--steps", "0"], "--steps"),
-    (["compare", "topk", "--repeats", "0"], "repeats"),
-    (["compare", "topk", "--shape", "nanx3"], "--shape"),
+    (["compare", "topk", "randomk", "--workers", "0"], "--workers"),
+    (["compare", "topk", "randomk", "--steps", "0"], "--steps"),
+    (["compare", "topk", "randomk", "--repeats", "0"], "repeats"),
+    (["compare", "topk", "randomk", "--shape", "nanx3"], "--shape"),
     (["report", "--runs-dir", "RUNS", "--threshold", "nan"], "--threshold"),
     (["report", "--runs-dir", "RUNS", "--threshold", "inf"], "--threshold"),
     (["report", "--runs-dir", "RUNS", "--alpha", "nan"], "--alpha"),

@@ -30,6 +30,7 @@ from gcbench.results.compare import (
     Compared,
     compare_metric,
     compare_runs,
+    gate_failures,
     match_cases,
     relative_change,
     smallest_p,
@@ -67,7 +68,7 @@ def test_higher_is_better_metric_that_rises_is_better(rows: dict[tuple[str, str]
 
 
 def test_timing_direction_and_significance(rows: dict[tuple[str, str], Any]) -> None:
-    slower, faster = rows[("topk", "compress_s")], rows[("topk", "decompress_s")]
+    slower, faster = rows[("topk", "comp_over_copy")], rows[("topk", "decomp_over_copy")]
     assert slower.verdict == WORSE and slower.change == pytest.approx(0.5)
     assert faster.verdict == BETTER and faster.change == pytest.approx(-0.3)
     # 7 fully separated samples per side: the exact two-sided Mann–Whitney p is 2/C(14,7)
@@ -82,7 +83,7 @@ def test_q_samples_shift_is_worse(rows: dict[tuple[str, str], Any]) -> None:
 
 def test_change_over_threshold_but_not_significant(rows: dict[tuple[str, str], Any]) -> None:
     # the median is 19% slower, but the samples overlap: threshold alone would call it worse
-    r = rows[("qsgd", "compress_s")]
+    r = rows[("qsgd", "comp_over_copy")]
     assert r.change is not None and r.change > 0.05
     assert r.p_value is not None and r.p_value >= 0.05
     assert r.verdict == NOT_SIGNIFICANT
@@ -98,7 +99,7 @@ def test_bias2_within_its_standard_error_is_not_significant(rows: dict[tuple[str
 
 def test_significant_change_under_threshold(rows: dict[tuple[str, str], Any]) -> None:
     # every sample 3% slower: p < 0.05, but below the 5% threshold; a test-only comparator says worse
-    r = rows[("onebit", "compress_s")]
+    r = rows[("onebit", "comp_over_copy")]
     assert r.p_value is not None and r.p_value < 0.05
     assert r.change == pytest.approx(0.03)
     assert r.verdict == NOT_SIGNIFICANT
@@ -120,9 +121,9 @@ def test_case_level_verdicts(rows: dict[tuple[str, str], Any]) -> None:
 
 def test_regressions_are_worse_and_new_failures(base: dict[str, Any]) -> None:
     cmp = compare_runs(base, _load("run_new"))
-    assert {(r.case, r.metric) for r in cmp.regressions} == {("topk", "compress_s"), ("qsgd", "q"), ("efsignsgd", "")}
+    assert {(r.case, r.metric) for r in cmp.regressions} == {("topk", "comp_over_copy"), ("qsgd", "q"), ("efsignsgd", "")}
     counts = cmp.counts()
-    assert counts[WORSE] == 2 and counts[NEW_FAILURE] == 1 and counts[BETTER] == 4
+    assert counts[WORSE] == 2 and counts[NEW_FAILURE] == 1 and counts[BETTER] == 4  # ratio, cosine, bits, decompress
 
 
 def test_machine_change_makes_only_timings_not_comparable(base: dict[str, Any]) -> None:
@@ -150,7 +151,7 @@ def test_threshold_option(base: dict[str, Any]) -> None:
     cmp = compare_runs(base, _load("run_new"), threshold=0.6)
     by = {(r.case, r.metric): r for r in cmp.rows}
     assert by[("topk", "ratio")].verdict == NOT_SIGNIFICANT  # +10% < 60%
-    assert by[("topk", "compress_s")].verdict == NOT_SIGNIFICANT  # +50% < 60%
+    assert by[("topk", "comp_over_copy")].verdict == NOT_SIGNIFICANT  # +50% < 60%
 
 
 def test_params_and_source_changes_are_not_comparable(base: dict[str, Any]) -> None:
@@ -171,8 +172,64 @@ def test_timing_threads_change_is_not_comparable(base: dict[str, Any]) -> None:
         if c["label"] == "topk":
             c["timing"]["threads"] = 1
     by = {(r.case, r.metric): r for r in compare_runs(base, new).rows}
-    assert by[("topk", "compress_s")].verdict == NOT_COMPARABLE
+    assert by[("topk", "comp_over_copy")].verdict == NOT_COMPARABLE
     assert by[("topk", "ratio")].verdict == NOT_SIGNIFICANT
+
+
+def _with_x_copy(base: dict[str, Any], label: str, scale: float, flags: list[str] | None = None) -> dict[str, Any]:
+    """A copy of ``base`` whose ``label`` case has per-round compress ×copy samples (5 around 10×, times ``scale``)."""
+    out = copy.deepcopy(base)
+    for c in out["cases"]:
+        if c["label"] == label:
+            samples = [scale * v for v in (9.8, 10.0, 10.1, 9.9, 10.2)]
+            c["timing"]["compress_x_copy"] = {"median": scale * 10.0, "iqr": scale * 0.2, "samples": samples, "flags": flags or []}
+    return out
+
+
+def test_timings_compare_as_x_copy_samples_not_raw_seconds(base: dict[str, Any]) -> None:
+    # raw compress seconds 3× slower but the per-round ×copy unchanged (the machine was loaded): not worse
+    slow_machine = _with_x_copy(base, "topk", 1.0)
+    for c in slow_machine["cases"]:
+        if c["label"] == "topk":
+            c["timing"]["compress"]["samples_s"] = [3 * v for v in c["timing"]["compress"]["samples_s"]]
+            c["timing"]["compress"]["median_s"] *= 3
+    rows = {(r.case, r.metric): r for r in compare_runs(_with_x_copy(base, "topk", 1.0), slow_machine).rows}
+    assert rows[("topk", "comp_over_copy")].verdict == NOT_SIGNIFICANT
+    assert ("topk", "compress_s") not in rows
+    # the ×copy 40% higher in every round: worse, tested on the 5 per-round samples a side
+    rows = {(r.case, r.metric): r for r in compare_runs(_with_x_copy(base, "topk", 1.0), _with_x_copy(base, "topk", 1.4)).rows}
+    r = rows[("topk", "comp_over_copy")]
+    assert r.verdict == WORSE and r.p_value == pytest.approx(smallest_p(5, 5))
+
+
+@pytest.mark.parametrize(("side", "flag"), [("new", "unstable"), ("baseline", "beats traffic bound"), ("new", "too short")])
+def test_flagged_timing_is_not_comparable_and_does_not_fail_the_gate(base: dict[str, Any], side: str, flag: str) -> None:
+    old = _with_x_copy(base, "topk", 1.0, [flag] if side == "baseline" else None)
+    new = _with_x_copy(base, "topk", 3.0, [flag] if side == "new" else None)
+    for rec in (old, new):  # a run that passes apart from this timing: no failed cases in either
+        rec["cases"] = [c for c in rec["cases"] if c["status"] == "ok"]
+    cmp = compare_runs(old, new)
+    r = next(r for r in cmp.rows if (r.case, r.metric) == ("topk", "comp_over_copy") and "img" in r.source)
+    assert r.verdict == NOT_COMPARABLE and r.reason == f"flagged: {side} {flag}"
+    assert not [f for f in gate_failures(old, new, cmp) if "worse" in f]
+    # the same change unflagged is a regression the gate catches
+    cmp = compare_runs(_with_x_copy(old, "topk", 1.0), _with_x_copy(new, "topk", 3.0))
+    assert any("worse" in f for f in gate_failures(old, new, cmp))
+
+
+def test_delivered_and_q_scaled_are_compared() -> None:
+    def rec(delivered: float, workers: list[float], q_scaled: float, reference: str = "dense SGD update") -> dict[str, Any]:
+        return {"schema_version": 1, "kind": "run", "run_id": "r", "status": "complete", "cases": [{
+            "label": "dgc", "status": "ok", "source": {"label": "s"},
+            "fidelity": {"q_scaled": {"model": q_scaled}},
+            "stream": {"reference": reference, "delivered": delivered, "worker_delivered": workers}}]}
+
+    by = {r.metric: r for r in compare_runs(rec(0.9, [0.89, 0.9, 0.91, 0.92], 0.2), rec(0.7, [0.69, 0.7, 0.71, 0.72], 0.3)).rows}
+    assert by["delivered"].verdict == WORSE and by["delivered"].p_value == pytest.approx(smallest_p(4, 4))
+    assert by["q_scaled"].verdict == WORSE
+    assert {c.name for c in COMPARED} >= {"delivered", "q_scaled"}
+    by = {r.metric: r for r in compare_runs(rec(0.9, [0.9] * 4, 0.2), rec(0.7, [0.7] * 4, 0.2, "dense momentum-SGD update (m=0.9)")).rows}
+    assert by["delivered"].verdict == NOT_COMPARABLE and "stream reference changed" in by["delivered"].reason
 
 
 def test_compare_metric_directions_without_samples() -> None:
@@ -365,4 +422,4 @@ def test_train_runs_compare_accuracy_and_loss() -> None:
     assert "epochs" in rows[(second["label"], "final_accuracy")].reason
     assert [r for r in cmp.regressions if r.metric == "final_accuracy"]
     # run-only metrics do not appear for training files
-    assert not [r for r in cmp.rows if r.metric in ("q", "aggregate_q", "compress_s")]
+    assert not [r for r in cmp.rows if r.metric in ("q", "aggregate_q", "comp_over_copy")]

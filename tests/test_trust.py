@@ -260,7 +260,7 @@ def test_raising_user_code_is_one_line_in_run_compare_record(tmp_path: Path, use
     model = f"{name}:{factory}"
     cmds = [
         ["run", "--model", model, "-c", "topk", "-c", "qsgd", "--no-timing", "--out", str(tmp_path / "runs"), "-q"],
-        ["compare", "topk", "--model", model, "--out", str(tmp_path / "runs"), "-q"],
+        ["compare", "topk", "randomk", "--model", model, "--out", str(tmp_path / "runs"), "-q"],
         ["record", "--model", model, "--out", str(tmp_path / "trace"), "-q"],
     ]
     for cmd in cmds:

@@ -11,6 +11,8 @@ new 100 MB result with small pages cost 4–5× the copy itself on these machine
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from gcbench import kernels
@@ -36,6 +38,26 @@ class _Cast(Compressor):
         wire = kernels.empty(flat.numel(), self.wire_dtype)
         wire.copy_(flat)  # a new buffer: the body never aliases the caller's tensor
         return wire.view(torch.uint8), {}, None
+
+    def compress_group(self, xs: Sequence[torch.Tensor], states: Sequence[State],
+                       need_decoded: bool = True) -> list[tuple[Payload, torch.Tensor | None]]:
+        """Every tensor of the step cast into one fresh buffer, each payload's body a slice of it.
+
+        The same payloads as compressing each tensor alone (the contract checks it), with the
+        per-tensor work cut to one slice copy and one payload: on ResNet-50's 161 tensors the
+        general path's per-tensor allocation and encode call cost about a third of a copy of the
+        whole model.  Float32 CPU tensors without decoding only; everything else takes the general path.
+        """
+        if need_decoded or not xs or any(x.device.type != "cpu" or x.dtype != torch.float32 for x in xs):
+            return super().compress_group(xs, states, need_decoded)
+        flat = [x.detach().reshape(-1) for x in xs]
+        wire = kernels.empty(sum(f.numel() for f in flat), self.wire_dtype)
+        torch.cat(flat, out=wire)  # one call casts every tensor into the new buffer: no body aliases a caller's tensor
+        bodies = wire.view(torch.uint8).split([f.numel() * self.wire_dtype.itemsize for f in flat])
+        name, version = self.name, self.info.version
+        for st in states:
+            st.step += 1
+        return [(Payload(name, version, x.dtype, tuple(x.shape), body, {}), None) for x, body in zip(xs, bodies, strict=True)]
 
     def _expected_body_nbytes(self, payload: Payload) -> int:
         meta_keys(payload)

@@ -504,7 +504,9 @@ class Compressor(ABC):
         if isinstance(body, np.ndarray):
             data = torch.from_numpy(np.ascontiguousarray(body, dtype=np.uint8).ravel())
         else:
-            data = body.reshape(-1).to(torch.uint8)
+            data = body.reshape(-1)
+            if data.dtype != torch.uint8:
+                data = data.to(torch.uint8)
         return Payload(self.name, self.info.version, x.dtype, tuple(x.shape), data, meta)
 
     def _decode_float(self, payload: Payload) -> torch.Tensor:

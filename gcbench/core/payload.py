@@ -256,7 +256,8 @@ class Payload:
     def __post_init__(self) -> None:
         if self.data.dtype != torch.uint8 or self.data.dim() != 1:
             raise TypeError(f"payload body must be a 1-D uint8 tensor, got {self.data.dtype} {tuple(self.data.shape)}")
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if type(self.shape) is not tuple or any(type(s) is not int for s in self.shape):  # a torch.Size, numpy ints
+            object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
 
     @cached_property
     def header(self) -> bytes:

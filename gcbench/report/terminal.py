@@ -47,19 +47,24 @@ from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
     BENCH_UNIT,
     BETTER,
+    FIDELITY_METRICS,
     FIXED,
+    MAIN_METRICS,
     NEW_FAILURE,
     NOT_COMPARABLE,
     NOT_SIGNIFICANT,
     WORSE,
     Comparison,
     Row,
+    SideRow,
     compare_runs,
+    fidelity_references,
     head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
 from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE, BenchCase, RunCase, RunRecord, TrainCase, XCopy, as_record
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
+from gcbench.results.verdict import PairVerdict, bytes_per_step, verdicts
 
 DAGGER = "†"
 
@@ -562,39 +567,99 @@ def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
     return [*case_tables(cases, title), Text(FOOTNOTE)]
 
 
-def head_to_head_output(cases: Sequence[RunCase], granularity: str) -> list[RenderableType]:
-    """What ``gcbench compare`` prints: every metric of the cases side by side (best in green), failures, notes, phases."""
+def verdict_output(pairs: Sequence[PairVerdict]) -> list[RenderableType]:
+    """The verdict of ``gcbench compare``: each pair's one-line summary, then its axes one sentence each."""
+    out: list[RenderableType] = []
+    for v in pairs:
+        out.append(Text(v.summary, style="bold"))
+        out += [Text(f"  • {axis.text}") for axis in v.axes]
+    return out
+
+
+def _side_cell(row: SideRow, i: int, case: RunCase) -> str:
+    """One cell of a head-to-head row (markup, escaped): the number, with its interval, spread or flags where it has them."""
+    v, metric = row.values[i], row.spec.metric
+    if v is None:
+        text = fmt(v, row.spec.format)
+    elif metric in ("comp_over_copy", "decomp_over_copy") and case.timing is not None:  # with its spread and flags
+        text = x_copy_text(case.timing.x_copy(row.spec.kernel or "compress"))
+    elif metric == "compress_gbps" and case.beats_bound:
+        text = f"— ({BEATS_BOUND})"  # not the work the compressor must do: no speed
+    elif metric == "delivered" and case.stream is not None:
+        ci = case.stream.worker_ci
+        # the bracket is over each worker's own stream, not an interval of the aggregate's value beside it
+        text = fmt(v, "g") + (f" (workers {fmt(ci.lo, 'g')}–{fmt(ci.hi, 'g')})" if ci is not None and ci.lo is not None
+                              and ci.hi is not None else "")
+        text += " (too short)" if case.stream.enough is False else ""
+    else:
+        text = fmt(v, row.spec.format)
+    text = rich_escape(text)
+    if row.best == i:
+        return f"[bold green]{text}[/]"
+    return f"{text} ≈" if row.not_significant[i] else text
+
+
+def _side_table(title: str, cases: Sequence[RunCase], rows: Sequence[SideRow]) -> Table:
+    t = Table(title=rich_escape(title), title_justify="left")
+    t.add_column("metric")
+    for c in cases:
+        t.add_column(rich_escape(case_name(c)), justify="right")
+    for r in rows:
+        t.add_row(rich_escape(r.spec.label) + (" ↑" if r.spec.higher_is_better else " ↓"),
+                  *[_side_cell(r, i, c) for i, c in enumerate(cases)])
+    return t
+
+
+def sweep_table(sweep: Sequence[RunCase], cases: Sequence[RunCase]) -> Table:
+    """The density sweep of ``gcbench compare --sweep``: bytes per step and delivered update of each point."""
+    t = Table(title="density sweep — bytes vs delivered update (for 'at equal delivered update')", title_justify="left")
+    for h in ("case", "density", "bytes / step", "delivered update"):
+        t.add_column(h, justify="left" if h == "case" else "right")
+    for c in sorted([*[c for c in cases if c.ok], *sweep], key=lambda c: (c.compressor or "", -((c.params or {}).get("density") or 0))):
+        if not c.ok:
+            t.add_row(rich_escape(case_name(c)), "", "[red]failed[/]", "")
+            continue
+        d = c.stream.delivered if c.stream else None
+        short = " (too short)" if c.stream is not None and c.stream.enough is False else ""
+        t.add_row(rich_escape(case_name(c)), fmt((c.params or {}).get("density"), "g"), fmt(bytes_per_step(c), "int"),
+                  fmt(d, "g") + short)
+    return t
+
+
+STREAM_NOTE = ("delivered update = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step (U: the case's update, D: the dense "
+               "update on the true worker mean), in brackets the 95% interval of the mean of each worker's own delivered "
+               "fraction (its own updates against its own dense update: a different number from the aggregate's); per-step "
+               "error = mean over steps of ‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
+ONE_SHOT_NOTE = ("One compression of one gradient, R repeats, on the first steps only; each case against its own reference "
+                 "(DGC and SDAGC against their momentum-SGD update), so these rows rank cases only where the references agree.")
+
+
+def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Sequence[RunCase] | None = None) -> list[RenderableType]:
+    """What ``gcbench compare`` prints: the verdict of each pair, the main table on the suite's common reference, the
+    one-shot fidelity (each case against its own reference), the density sweep when one ran, failures, notes, phases."""
     src = cases[0].source_label if cases else ""
     first = next((c for c in cases if c.ok), None)
     workers = "?" if first is None or first.workers is None else first.workers
     steps = "?" if first is None or first.steps is None else first.steps
-    t = Table(title=rich_escape(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity}"),
-              title_justify="left")
-    t.add_column("metric")
-    for c in cases:
-        t.add_column(rich_escape(case_name(c)), justify="right")
-    for r in head_to_head(cases):
-        cells = []
-        for i, v in enumerate(r.values):
-            if r.spec.metric == "comp_over_copy" and v is not None:  # with its spread and flags
-                text = rich_escape(compress_x_copy_text(cases[i]))
-            elif r.spec.metric in ("compress_gbps", "compress_s") and v is not None and cases[i].beats_bound:
-                text = f"— ({BEATS_BOUND})"  # not the work the compressor must do: no speed
-            else:
-                text = fmt(v, r.spec.format)
-            if r.best == i:
-                text = f"[bold green]{text}[/]"
-            elif r.not_significant[i]:
-                text = f"{text} ≈"
-            cells.append(text)
-        t.add_row(r.spec.label + (" ↑" if r.spec.higher_is_better else " ↓"), *cells)
-    out: list[RenderableType] = [t]
-    out += [Text.from_markup(f"[red]{rich_escape(c.label)} failed:[/] {rich_escape(c.error_text)}") for c in cases if not c.ok]
-    ref = {c.label: c.fidelity.reference for c in cases if c.ok and c.fidelity}
-    if any(v != "gradient" for v in ref.values()):
-        out.append(Text("fidelity reference: " + ", ".join(f"{k}: {v}" for k, v in ref.items())))
-    out.append(Text("green = best in row; ≈ = timing not significantly different from the best (Mann–Whitney p ≥ 0.05); "
-                    f"{DAGGER} = reconstructed definition; aggregate Σ drift = ‖Σ(aggregate − mean)‖/‖Σ mean‖ over the run; "
+    reference = first.stream.reference if first is not None and first.stream and first.stream.reference else None
+    out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep))]
+    if sweep is None:
+        out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
+    main = head_to_head(cases, MAIN_METRICS)
+    out.append(_side_table(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity} — "
+                           f"reference: {reference or 'none recorded'}", cases, main))
+    out.append(Text(STREAM_NOTE))
+    refs = fidelity_references(cases)
+    one_shot = _side_table("one-shot fidelity — each against its own reference", cases, head_to_head(cases, FIDELITY_METRICS))
+    one_shot.add_row("reference", *[rich_escape(r or "—") for r in refs])
+    out += [one_shot, Text(ONE_SHOT_NOTE)]
+    if sweep is not None:
+        out.append(sweep_table(sweep, cases))
+    failed = [c for c in (*cases, *(sweep or ())) if not c.ok]
+    out += [Text.from_markup(f"[red]{rich_escape(c.label)} failed:[/] {rich_escape(c.error_text)}") for c in failed]
+    out.append(Text("green = best in row, only where a best means something (no flagged timing, no too-short stream, one "
+                    "reference for the one-shot rows); ≈ = timing not significantly different from the best (Mann–Whitney "
+                    f"p ≥ 0.05); {DAGGER} = reconstructed definition; "
                     + TIMING_NOTE.replace("comp/copy", "compress ×copy", 1)))
     phases = phase_table(cases, "gcbench compare")
     if phases is not None:

@@ -21,7 +21,15 @@ new values, the relative change, a p-value where raw samples exist, and a verdic
   difference (the mean of the per-tensor standard errors stands in for the standard error of the
   pooled value, which it bounds from above, so the test is conservative).  Metrics without samples
   (ratio, bits per element, variance, cosine, aggregate q, EF drift) are deterministic given the
-  suite's seed, so the threshold alone decides.
+  suite's seed, so the threshold alone decides.  The delivered update (``stream.delivered``) is
+  tested on its per-worker values, and is not comparable when the stream's reference changed.
+* **Timings are compared as ×copy, never as raw milliseconds.**  Compress and decompress time are
+  compared as multiples of a copy timed in the same round (``timing.compress_x_copy``; its samples
+  are the per-round ×copy), which cancels most of the machine's load of the moment.  Files from
+  before interleaved timing have no per-round ×copy: their samples are each kernel timing divided
+  by the case's median copy.  A timing flagged on either side (``unstable``, ``too short``,
+  ``beats traffic bound``: :class:`gcbench.results.record.XCopy`) is ``not comparable (flagged:
+  ...)``, never better or worse: it is not a speed to act on.
 * **Cases that appear or fail.** ``new`` / ``missing`` for cases in only one run; ``new failure``
   when a case that ran in the baseline fails now; ``fixed`` when it ran again; ``failing`` when it
   failed in both.  ``worse`` and ``new failure`` are regressions (``--fail-on-regression``).
@@ -64,6 +72,7 @@ from scipy import stats
 from gcbench.core.errors import ResultsError
 from gcbench.results.metrics import METRICS, mann_whitney
 from gcbench.results.record import BenchCase, BenchRecord, RunCase, RunRecord, TrainCase, as_record
+from gcbench.results.verdict import PairVerdict, bytes_per_step
 
 BETTER = "better"
 WORSE = "worse"
@@ -94,6 +103,8 @@ class Compared:
 
     name: str
     timing: bool = False
+    kernel: str | None = None  # a timing: the kernel whose ×copy flags decide whether it is comparable
+    stream: bool = False  # measured on the stream: not comparable when the stream's reference changed
 
     @property
     def higher_is_better(self) -> bool:
@@ -101,10 +112,11 @@ class Compared:
 
 
 COMPARED: tuple[Compared, ...] = (
-    *(Compared(n) for n in ("ratio", "bits_per_element", "q", "bias2", "variance", "cosine", "aggregate_q", "ef_drift",
-                            "aggregate_drift")),
-    Compared("compress_s", timing=True),
-    Compared("decompress_s", timing=True),
+    *(Compared(n) for n in ("ratio", "bits_per_element", "q", "q_scaled", "bias2", "variance", "cosine", "aggregate_q",
+                            "ef_drift", "aggregate_drift")),
+    Compared("delivered", stream=True),
+    Compared("comp_over_copy", timing=True, kernel="compress"),
+    Compared("decomp_over_copy", timing=True, kernel="decompress"),
 )
 
 
@@ -210,6 +222,37 @@ def _timing_diff(base_run: RunRecord, new_run: RunRecord, base: RunCase, new: Ru
     return ""
 
 
+def timing_flags(case: RunCase | TrainCase, kernel: str) -> list[str]:
+    """The flags of a case's ``kernel`` ×copy (``unstable``, ``too short``, ``beats traffic bound``); [] when none."""
+    x = case.timing.x_copy(kernel) if isinstance(case, RunCase) and case.timing else None
+    return list(x.flags or []) if x is not None else []
+
+
+def metric_samples(spec: Compared, case: RunCase | TrainCase) -> list[float]:
+    """The samples a metric is tested on; a timing of a file from before per-round ×copy: its samples over its copy median."""
+    samples = case.samples(spec.name)
+    if samples or spec.kernel is None or not isinstance(case, RunCase) or case.timing is None:
+        return samples
+    timing, copy = getattr(case.timing, spec.kernel), case.timing.copy_
+    copy_med = copy.median_s if copy is not None else None
+    if timing is None or not isinstance(copy_med, int | float) or not copy_med > 0:
+        return []
+    return [float(v) / copy_med for v in timing.samples_s or [] if v is not None and math.isfinite(v)]
+
+
+def _not_comparable(spec: Compared, base: RunCase | TrainCase, new: RunCase | TrainCase) -> str:
+    """Why this metric of two otherwise comparable cases is not comparable: a flagged timing, a changed stream reference."""
+    if spec.kernel is not None:
+        flagged = [f"{side} {', '.join(flags)}" for side, flags in (("baseline", timing_flags(base, spec.kernel)),
+                                                                     ("new", timing_flags(new, spec.kernel))) if flags]
+        if flagged:
+            return "flagged: " + "; ".join(flagged)
+    if spec.stream and isinstance(base, RunCase) and isinstance(new, RunCase) and base.stream and new.stream:
+        if base.stream.reference != new.stream.reference:
+            return f"stream reference changed: {base.stream.reference} → {new.stream.reference}"
+    return ""
+
+
 def compare_metric(spec: Compared, base: RunCase | TrainCase, new: RunCase | TrainCase, threshold: float, alpha: float,
                    not_comparable: str = "") -> Row | None:
     """The row of one metric of one matched pair of cases (None when neither run has the metric)."""
@@ -220,7 +263,8 @@ def compare_metric(spec: Compared, base: RunCase | TrainCase, new: RunCase | Tra
         return None
     se_b, se_n = base.standard_error(spec.name), new.standard_error(spec.name)
     se = (se_b, se_n) if se_b is not None and se_n is not None else None
-    return judge(common, b, n, base.samples(spec.name), new.samples(spec.name), se, threshold, alpha, not_comparable)
+    return judge(common, b, n, metric_samples(spec, base), metric_samples(spec, new), se, threshold, alpha,
+                 not_comparable or _not_comparable(spec, base, new))
 
 
 def judge(common: dict[str, Any], b: float | None, n: float | None, sb: Sequence[float], sn: Sequence[float],
@@ -354,33 +398,44 @@ def compare_runs(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mappi
 
 @dataclass(frozen=True)
 class SideMetric:
-    """A row of a head-to-head table: its text, the metric (``RunCase.metric``), direction, format and timing samples."""
+    """A row of a head-to-head table: its text, the metric (``RunCase.metric``), direction, format and what decides "best".
+
+    ``samples``: the timing samples that decide "within noise of the best"; ``kernel``: a timing whose
+    flagged cases are never the best; ``stream``: a stream metric, with no best unless every stream
+    is long enough to rank.
+    """
 
     label: str
     metric: str
     higher_is_better: bool
     format: str  # a format kind of gcbench.report.terminal.fmt
-    samples: str | None = None  # the timing whose samples decide "within noise of the best"
+    samples: str | None = None
+    kernel: str | None = None
+    stream: bool = False
 
 
-SIDE_METRICS: tuple[SideMetric, ...] = (
+#: the main table of ``gcbench compare``: bytes, the stream on the suite's one common reference, kernel time as ×copy
+MAIN_METRICS: tuple[SideMetric, ...] = (
     SideMetric("ratio (payload)", "ratio", True, "ratio"),
     SideMetric("ratio (all traffic)", "traffic_ratio", True, "ratio"),
     SideMetric("bits / element", "bits_per_element", False, "g"),
+    SideMetric("delivered update", "delivered", True, "g", stream=True),
+    SideMetric("per-step error", "stream_error", False, "g", stream=True),
+    SideMetric("per-step error (scale-free)", "stream_error_scaled", False, "g", stream=True),
+    SideMetric("compress ×copy", "comp_over_copy", False, "x", samples="comp_over_copy", kernel="compress"),
+    SideMetric("decompress ×copy", "decomp_over_copy", False, "x", samples="decomp_over_copy", kernel="decompress"),
+    SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s", kernel="compress"),
+)
+
+#: the one-shot fidelity of ``gcbench compare``: one compression of one gradient, each case against its own reference
+FIDELITY_METRICS: tuple[SideMetric, ...] = (
+    SideMetric("q = rel. MSE", "q", False, "g"),
     SideMetric("bias² (rel.)", "bias2", False, "g"),
     SideMetric("variance (rel.)", "variance", False, "g"),
-    SideMetric("q = rel. MSE", "q", False, "g"),
     SideMetric("ω̂ (unbiased)", "omega_hat", False, "g"),
     SideMetric("δ (Beznosikov)", "delta", False, "g"),
     SideMetric("cosine", "cosine", True, "g"),
-    SideMetric("aggregate q", "aggregate_q", False, "g"),
-    SideMetric("aggregate Σ drift (end)", "aggregate_drift", False, "g"),
-    SideMetric("EF drift (last step)", "ef_drift", False, "g"),
-    SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s"),
-    SideMetric("decompress GB/s", "decompress_gbps", True, "g", samples="decompress_s"),
-    SideMetric("compress ×copy", "comp_over_copy", False, "x", samples="comp_over_copy"),
-    SideMetric("compress ms", "compress_s", False, "ms", samples="compress_s"),
-    SideMetric("decompress ms", "decompress_s", False, "ms", samples="decompress_s"),
+    SideMetric("q_scaled = 1 − cos²", "q_scaled", False, "g"),
 )
 
 
@@ -393,21 +448,37 @@ class SideRow:
     best: int | None
     not_significant: list[bool]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.spec.label, "higher_is_better": self.spec.higher_is_better, "values": self.values,
-                "best": self.best, "not_significant": self.not_significant}
+
+def fidelity_references(cases: Sequence[RunCase]) -> list[str | None]:
+    """Each case's one-shot reference ("gradient", DGC/SDAGC's momentum-SGD update ...)."""
+    return [c.fidelity.reference if c.fidelity else None for c in cases]
 
 
-def head_to_head(cases: Sequence[RunCase]) -> list[SideRow]:
-    """Side-by-side rows of ``gcbench compare``: the best value per row, and timings not significantly different from
-    the best one (two-sided Mann–Whitney p ≥ 0.05 on the raw timing samples)."""
+def _rankable(spec: SideMetric, case: RunCase) -> bool:
+    """Whether a case's value may be called the best of its row: not a timing flagged unstable, too short or beating its bound."""
+    if spec.kernel is not None:
+        x = case.timing.x_copy(spec.kernel) if case.timing else None
+        return x is None or not x.flags
+    return True
+
+
+def head_to_head(cases: Sequence[RunCase], metrics: Sequence[SideMetric] = MAIN_METRICS) -> list[SideRow]:
+    """Side-by-side rows of ``gcbench compare``: the best value per row where a best means something, and timings not
+    significantly different from the best one (two-sided Mann–Whitney p ≥ 0.05 on the raw samples).
+
+    No best: in a row of a timing for the cases whose timing is flagged (unstable, too short, beats its
+    traffic bound: not a speed); in a stream row when a stream is too short to rank; in a one-shot row
+    when the cases are measured against different references.
+    """
+    one_reference = len(set(fidelity_references([c for c in cases if c.ok]))) <= 1
+    short_stream = any(c.ok and c.stream is not None and c.stream.enough is False for c in cases)
     rows = []
-    for spec in SIDE_METRICS:
+    for spec in metrics:
         vals = [c.metric(spec.metric) if c.ok else None for c in cases]
-        # a timing that beat its traffic bound timed other work than the compressor's: never the best, never "≈ best"
-        present = [(i, v) for i, v in enumerate(vals) if v is not None and not (spec.samples and cases[i].beats_bound)]
+        present = [(i, v) for i, v in enumerate(vals) if v is not None and _rankable(spec, cases[i])]
+        meaningful = not (spec.stream and short_stream) and (spec in MAIN_METRICS or one_reference)
         best = None
-        if len(present) > 1:
+        if len(present) > 1 and meaningful:
             best = (max if spec.higher_is_better else min)(present, key=lambda iv: iv[1])[0]
         same_as_best = [False] * len(cases)
         if best is not None and spec.samples is not None:  # within noise of the best?
@@ -418,6 +489,53 @@ def head_to_head(cases: Sequence[RunCase]) -> list[SideRow]:
                     same_as_best[i] = p is not None and p >= 0.05
         rows.append(SideRow(spec, vals, best, same_as_best))
     return rows
+
+
+def _row_json(row: SideRow, cases: Sequence[RunCase]) -> dict[str, Any]:
+    """One row as JSON: values in the order of ``cases``, the best case's label, and what a value needs beside it."""
+    out: dict[str, Any] = {"higher_is_better": row.spec.higher_is_better, "unit": _UNIT.get(row.spec.metric, ""),
+                           "values": row.values, "best": None if row.best is None else cases[row.best].label,
+                           "not_significantly_different_from_best": row.not_significant}
+    if row.spec.metric == "delivered":
+        cis = [c.stream.worker_ci if c.ok and c.stream else None for c in cases]
+        out["ci95"] = [[ci.lo, ci.hi] if ci is not None and ci.lo is not None else None for ci in cis]
+        out["enough_steps"] = [c.stream.enough if c.ok and c.stream else None for c in cases]
+    if row.spec.kernel is not None:
+        xs = [c.timing.x_copy(row.spec.kernel) if c.ok and c.timing else None for c in cases]
+        out["iqr"] = [x.iqr if x is not None else None for x in xs] if row.spec.metric.endswith("_over_copy") else None
+        out["flags"] = [list(x.flags or []) if x is not None else [] for x in xs]
+        if out["iqr"] is None:
+            del out["iqr"]
+    return out
+
+
+def compare_json(cases: Sequence[RunCase], results: str, verdicts: Sequence[PairVerdict],
+                 sweep: Sequence[RunCase] | None = None) -> dict[str, Any]:
+    """``gcbench compare --json``: the verdicts, the main rows on the common reference and the one-shot rows, by metric name.
+
+    Keys are snake_case metric and field names, never display labels; per-case lists follow ``cases``.
+    """
+    first = next((c for c in cases if c.ok), None)
+    out: dict[str, Any] = {
+        "results": results,
+        "source": cases[0].source_label if cases else None,
+        "reference": first.stream.reference if first is not None and first.stream else None,
+        "cases": [c.label for c in cases],
+        "failed": [{"label": c.label, "error": c.error_text} for c in cases if not c.ok],
+        "summary": [v.summary for v in verdicts],
+        "verdicts": [v.to_dict() for v in verdicts],
+        "rows": {r.spec.metric: _row_json(r, cases) for r in head_to_head(cases, MAIN_METRICS)},
+        "fidelity": {
+            "references": fidelity_references(cases),
+            "rows": {r.spec.metric: _row_json(r, cases) for r in head_to_head(cases, FIDELITY_METRICS)},
+        },
+    }
+    if sweep is not None:
+        out["sweep"] = [{"label": c.label, "compressor": c.compressor, "density": (c.params or {}).get("density"),
+                         "bytes_per_step": bytes_per_step(c), "delivered": c.metric("delivered"),
+                         "enough_steps": c.stream.enough if c.stream else None, "status": c.status}
+                        for c in sweep]
+    return out
 
 
 # ----------------------------------------------------------------------------- regression gate

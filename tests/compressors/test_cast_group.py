@@ -1,0 +1,39 @@
+"""none / fp16 / bf16: the one-buffer group path gives exactly the payloads of compressing each tensor alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gcbench.compressors import registry
+from tests.conftest import normal
+
+
+def _shapes() -> list[tuple[int, ...]]:
+    return [(64, 3, 3, 3), (64,), (), (0,), (1000, 300), (7, 0, 2), (5,)]
+
+
+@pytest.mark.parametrize("name", ["none", "fp16", "bf16"])
+def test_group_payloads_are_the_single_payloads(name: str) -> None:
+    comp = registry.create(name)
+    xs = [normal(s, seed=i) * 1e3 for i, s in enumerate(_shapes())]  # fp16 overflows to inf on some: also the same
+    group_states = [comp.init_state(i) for i in range(len(xs))]
+    group = comp.compress_group(xs, group_states, need_decoded=False)
+    for i, (x, (payload, decoded)) in enumerate(zip(xs, group, strict=True)):
+        alone = comp.compress(x, comp.init_state(i))
+        assert payload.to_bytes() == alone.to_bytes()
+        assert decoded is None
+        assert torch.equal(comp.decompress(payload), comp.decompress(alone)) or torch.equal(
+            comp.decompress(payload).isnan(), comp.decompress(alone).isnan())
+        assert payload.data.data_ptr() != x.data_ptr() or x.numel() == 0  # never the caller's memory
+    assert all(s.step == 1 for s in group_states)
+    before = group[0][0].to_bytes()
+    xs[0].add_(1.0)  # the caller changing its tensor afterwards leaves the payload alone
+    assert group[0][0].to_bytes() == before
+
+
+def test_group_of_other_dtypes_takes_the_general_path() -> None:
+    comp = registry.create("fp16")
+    xs = [normal((50,), seed=1).double(), normal((20,), seed=2)]
+    group = comp.compress_group(xs, [comp.init_state(0), comp.init_state(1)], need_decoded=False)
+    assert [p.to_bytes() for p, _ in group] == [comp.compress(x, comp.init_state(i)).to_bytes() for i, x in enumerate(xs)]
