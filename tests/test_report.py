@@ -508,3 +508,4 @@ def test_x_copy_means_one_thing_in_the_column_the_notes_and_the_glossary() -> No
     for text in (col.help, glossary["comp_over_copy"].description, TIMING_NOTE):
         assert "compress time / " in text and "lower is better" in text
     assert "copy_fraction" not in glossary  # its inverse, "higher is better", contradicted the ×copy column
+    assert len(glossary) == len(METRICS)  # one entry per name: two definitions of one metric could disagree

@@ -51,15 +51,12 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("final_loss", "", False, "held-out loss at the end of a training run (gcbench train)"),
     MetricInfo("compress_s", "s", False, "median compress time per worker-step"),
     MetricInfo("decompress_s", "s", False, "median decompress time per worker-step"),
-    MetricInfo("comp_over_copy", "× copy", False, "median compress time as a multiple of a copy of the same tensors timed in the "
-               "same round (per-round samples)"),
-    MetricInfo("decomp_over_copy", "× copy", False, "median decompress time as a multiple of a copy of the same tensors timed in "
-               "the same round (per-round samples)"),
-    MetricInfo("compress_gbps", "GB/s", True, "dense input bytes / median compress time"),
     # ×copy replaces copy_fraction (copy / compress, its inverse): files keep copy_fraction_* for older readers
-    MetricInfo("comp_over_copy", "x", False, "×copy: compress time / time of a plain copy of the same tensors timed in the "
-               "same round (lower is better; 1 = as fast as a memory copy)"),
-    MetricInfo("decomp_over_copy", "x", False, "×copy of decompress: decompress time / copy time (lower is better)"),
+    MetricInfo("comp_over_copy", "× copy", False, "×copy: median compress time / time of a plain copy of the same tensors timed "
+               "in the same round (lower is better; 1 = as fast as a copy; per-round samples)"),
+    MetricInfo("decomp_over_copy", "× copy", False, "×copy of decompress: median decompress time / time of a copy of the same "
+               "tensors timed in the same round (lower is better; per-round samples)"),
+    MetricInfo("compress_gbps", "GB/s", True, "dense input bytes / median compress time"),
 )
 
 
