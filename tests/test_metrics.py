@@ -20,8 +20,10 @@ from gcbench.measure.metrics import (
     delta_beznosikov,
     fidelity,
     mean_ci,
+    median_ci,
     pooled,
     ratio,
+    rel_ci,
     rel_iqr,
     time_call,
     time_interleaved,
@@ -191,3 +193,22 @@ def test_flags_unstable_by_spread_or_load_too_short_and_beating_the_traffic_boun
     assert timing_flags([0.2, 0.21, 0.19], 0.01, 0.3, p, bound_x_copy=0.5) == [BEATS_BOUND]
     # the identity compressor at the bound, within noise, is not flagged: only a clear beat is
     assert timing_flags([0.97, 1.01, 1.03, 0.99], 0.01, 0.3, p, bound_x_copy=1.0) == []
+
+
+def test_median_ci_is_the_order_statistic_interval() -> None:
+    assert median_ci([]) is None
+    assert median_ci([3.0, 1.0, 2.0, 5.0, 4.0]) == (1.0, 5.0)  # n ≤ 5: the whole range
+    # n = 100: ranks ⌊50 − 1.96·5⌋ = 40 and ⌈50 + 9.8⌉ − 1 = 59 (0-based), a 95% interval by the binomial(100, ½)
+    assert median_ci([float(v) for v in range(100)]) == (40.0, 59.0)
+    assert rel_ci([2.0]) is None
+
+
+def test_more_rounds_pin_a_scattered_median_down() -> None:
+    """The flag is about the median's precision: the same scatter is unstable over 6 rounds, not over 400."""
+    pattern = [1.6, 2.4, 1.8, 2.2, 2.0]
+    few = [*pattern, 1.7]
+    many = pattern * 80
+    p = TimingPolicy()
+    assert timing_flags(few, 0.01, 0.3, p) == [UNSTABLE]
+    assert timing_flags(many, 0.01, 0.3, p) == []
+    assert rel_iqr(many) > 0.15  # the rounds themselves stay as scattered

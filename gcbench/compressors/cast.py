@@ -52,12 +52,14 @@ class _Cast(Compressor):
             return super().compress_group(xs, states, need_decoded)
         flat = [x.detach().reshape(-1) for x in xs]
         wire = kernels.empty(sum(f.numel() for f in flat), self.wire_dtype)
-        torch.cat(flat, out=wire)  # one call casts every tensor into the new buffer: no body aliases a caller's tensor
-        bodies = wire.view(torch.uint8).split([f.numel() * self.wire_dtype.itemsize for f in flat])
+        slices = wire.split([f.numel() for f in flat])
+        for f, body in zip(flat, slices, strict=True):
+            body.copy_(f)  # a new buffer: no body aliases a caller's tensor (torch.cat(out=) casts 1.5-2x slower)
         name, version = self.name, self.info.version
         for st in states:
             st.step += 1
-        return [(Payload(name, version, x.dtype, tuple(x.shape), body, {}), None) for x, body in zip(xs, bodies, strict=True)]
+        return [(Payload(name, version, x.dtype, tuple(x.shape), body.view(torch.uint8), {}), None)
+                for x, body in zip(xs, slices, strict=True)]
 
     def _expected_body_nbytes(self, payload: Payload) -> int:
         meta_keys(payload)

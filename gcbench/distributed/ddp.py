@@ -65,7 +65,7 @@ from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, ErrorFeedback, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.payload import Payload
-from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_iqr
+from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
 
 #: a hook timing over fewer steps than this has no spread worth the name
@@ -146,8 +146,8 @@ class HookStats:
     def summary(self, skip: int = 0, policy: TimingPolicy | None = None) -> dict[str, Any]:
         """Totals, and per-step medians with their spread, over the steps after the first ``skip`` (warm-up).
 
-        Each of compress, communicate and decompress gets ``{median_s, iqr_s, rel_iqr, n, flags}``
-        under ``timing``: flagged ``unstable`` when its IQR / median is over the policy's threshold
+        Each of compress, communicate and decompress gets ``{median_s, iqr_s, rel_iqr, rel_ci, n, flags}``
+        under ``timing``: flagged ``unstable`` when its median's CI half-width / median is over the policy's threshold
         or the machine was loaded when the summary was taken, and ``too few steps`` under 5 steps.
         ``ratio`` is dense bytes / payload bytes per step.
         """
@@ -163,14 +163,15 @@ class HookStats:
         timing = {}
         for key in ("compress_s", "communicate_s", "decompress_s"):
             vals = [s.total(key) for s in steps]
-            spread = rel_iqr(vals)
+            spread = rel_ci(vals)
             q1, q3 = np.percentile(vals, [25, 75])
             flags = []
-            if (spread is not None and spread > policy.unstable_rel_iqr) or (load is not None and load > policy.load_per_core):
+            if (spread is not None and spread > policy.unstable_rel_ci) or (load is not None and load > policy.load_per_core):
                 flags.append(UNSTABLE)
             if len(vals) < 5:
                 flags.append(TOO_FEW_STEPS)
-            timing[key.removesuffix("_s")] = {"median_s": float(np.median(vals)), "iqr_s": float(q3 - q1), "rel_iqr": spread,
+            timing[key.removesuffix("_s")] = {"median_s": float(np.median(vals)), "iqr_s": float(q3 - q1), "rel_iqr": rel_iqr(vals),
+                                              "rel_ci": spread,
                                               "n": len(vals), "flags": flags}
         payload = float(np.mean([s.total("payload_bytes") for s in self.steps]))
         dense = float(np.mean([s.total("dense_bytes") for s in self.steps]))

@@ -21,8 +21,9 @@ Timing follows timm's and pyperf's habits: warm-up, device synchronisation, medi
 interquartile ranges, raw samples kept.  :func:`time_interleaved` times a plain copy of the same
 tensors (the copy baseline) and the kernels round by round — copy, compress, decompress, copy, …
 — so load that comes and goes hits both alike, and each kernel's **×copy** is taken per round
-(kernel_i / copy_i).  Rounds continue until the ×copy medians are stable (relative IQR under
-:attr:`TimingPolicy.stable_rel_iqr`), the time budget is spent or the maximum count is reached.
+(kernel_i / copy_i).  Rounds continue until the ×copy medians are pinned down (their 95% CI,
+:func:`median_ci`, within ±:attr:`TimingPolicy.stable_rel_ci` of them), the time budget is spent or
+the maximum count is reached.
 :func:`timing_flags` then says which numbers cannot be read as speeds: ``unstable`` (spread or
 machine load over their thresholds), ``too short`` (under the timer's useful resolution) and
 ``beats traffic bound`` (faster than the memory traffic the compressor must do).
@@ -395,8 +396,11 @@ class TimingPolicy:
     min_rounds: int = 5  # timed rounds at least (the suite's ``timing_repeats``)
     max_rounds: int = 60  # … and at most
     budget_s: float = 1.0  # calibration stops after this much wall time, stable or not
-    stable_rel_iqr: float = 0.10  # calibration stops once every kernel's ×copy IQR / median is under this
-    unstable_rel_iqr: float = 0.25  # a ×copy IQR / median above this flags the timing ``unstable``
+    # the precision of the median, not the scatter of the rounds, decides: the half-width of the median's 95% CI
+    # (distribution-free, :func:`median_ci`) over the median.  More rounds narrow it; a scatter that does not shrink
+    # with more rounds (load that comes and goes) keeps it wide
+    stable_rel_ci: float = 0.03  # calibration stops once every kernel's ×copy CI half-width / median is under this
+    unstable_rel_ci: float = 0.10  # a ×copy CI half-width / median above this flags the timing ``unstable``
     # a 1-minute load average per core above this flags ``unstable``: more runnable threads than cores (this process's
     # own included), so parallel regions wait a scheduler slice for a core (a 5 MB copy: 15 ms instead of 0.3)
     load_per_core: float = 1.0
@@ -414,6 +418,31 @@ def load_per_core() -> float | None:
         return None
 
 
+def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float] | None:
+    """The distribution-free 95% confidence interval of the median: order statistics at ranks n/2 ∓ z·√n/2.
+
+    No assumption about the samples' distribution (timings are skewed); for n ≤ 5 it is the whole
+    range [min, max].  None without samples.
+    """
+    n = len(samples)
+    if n == 0:
+        return None
+    s = sorted(samples)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return float(s[lo]), float(s[hi])
+
+
+def rel_ci(samples: Sequence[float]) -> float | None:
+    """Half the width of :func:`median_ci` over the median: how precisely the rounds fix the median; None when undefined."""
+    ci = median_ci(samples)
+    med = float(np.median(samples)) if samples else 0.0
+    if ci is None or len(samples) < 2 or med <= 0:
+        return None
+    return (ci[1] - ci[0]) / (2 * med)
+
+
 def rel_iqr(samples: Sequence[float]) -> float | None:
     """Interquartile range / median: the spread of samples relative to their size; None when undefined."""
     if len(samples) < 2:
@@ -426,13 +455,13 @@ def calibration_done(x_copy: Mapping[str, Sequence[float]], elapsed_s: float, po
     """Why timing can stop after the rounds so far (``stable``, ``budget``, ``max rounds``), or None to go on.
 
     ``x_copy`` holds each kernel's per-round ×copy.  Stability is judged on every kernel, as the
-    spread of the per-round ratios: the number reported.
+    precision of the median of the per-round ratios (:func:`rel_ci`): the number reported.
     """
     rounds = min((len(v) for v in x_copy.values()), default=0)
     if rounds < policy.min_rounds:
         return None
-    spreads = [rel_iqr(v) for v in x_copy.values()]
-    if all(s is not None and s <= policy.stable_rel_iqr for s in spreads):
+    spreads = [rel_ci(v) for v in x_copy.values()]
+    if all(s is not None and s <= policy.stable_rel_ci for s in spreads):
         return "stable"
     if rounds >= max(policy.max_rounds, policy.min_rounds):
         return "max rounds"
@@ -510,16 +539,17 @@ def timing_flags(x_copy: Sequence[float], median_s: float, load: float | None, p
                  bound_x_copy: float | None = None) -> list[str]:
     """What keeps a kernel timing from being read as a speed (empty: nothing).
 
-    * ``unstable``: the per-round ×copy spread (IQR / median) is over ``policy.unstable_rel_iqr``,
-      or the machine's load per core was over ``policy.load_per_core`` during the measurement;
+    * ``unstable``: the median ×copy is not pinned down — its 95% CI half-width over the median
+      (:func:`rel_ci`) is over ``policy.unstable_rel_ci`` — or the machine's load per core was over
+      ``policy.load_per_core`` during the measurement;
     * ``too short``: the median kernel time is under ``policy.resolution_s``;
     * ``beats traffic bound``: even the upper quartile of ×copy is under ``bound_x_copy`` — the
       kernel moved less memory than its card says it must (traffic_bytes / the copy's 8 bytes
       per element), so the number measures something else (a lazy result, a cache, a bug).
     """
     flags = []
-    spread = rel_iqr(x_copy)
-    if (spread is not None and spread > policy.unstable_rel_iqr) or (load is not None and load > policy.load_per_core):
+    spread = rel_ci(x_copy)
+    if (spread is not None and spread > policy.unstable_rel_ci) or (load is not None and load > policy.load_per_core):
         flags.append(UNSTABLE)
     if median_s < policy.resolution_s:
         flags.append(TOO_SHORT)
@@ -529,9 +559,10 @@ def timing_flags(x_copy: Sequence[float], median_s: float, load: float | None, p
 
 
 def x_copy_summary(x_copy: Sequence[float], flags: Sequence[str]) -> dict[str, Any]:
-    """The record's ×copy block of one kernel: median, IQR, relative IQR, per-round samples and flags."""
+    """The record's ×copy block of one kernel: median with its 95% CI, IQR, relative IQR, per-round samples and flags."""
     if not x_copy:
-        return {"median": None, "iqr": None, "rel_iqr": None, "samples": [], "flags": list(flags)}
+        return {"median": None, "ci_lo": None, "ci_hi": None, "iqr": None, "rel_iqr": None, "samples": [], "flags": list(flags)}
     q1, med, q3 = np.percentile(x_copy, [25, 50, 75])
-    return {"median": float(med), "iqr": float(q3 - q1), "rel_iqr": rel_iqr(x_copy), "samples": [float(v) for v in x_copy],
-            "flags": list(flags)}
+    lo, hi = median_ci(x_copy) or (None, None)
+    return {"median": float(med), "ci_lo": lo, "ci_hi": hi, "iqr": float(q3 - q1), "rel_iqr": rel_iqr(x_copy),
+            "samples": [float(v) for v in x_copy], "flags": list(flags)}

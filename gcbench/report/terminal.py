@@ -950,7 +950,7 @@ def measured_text(res: ClaimResult) -> str:
 _POLICY = TimingPolicy()
 TIMING_NOTE = (f"comp/copy = compress time / the time of a plain copy of the same tensors (×copy: lower is better; 1× = as "
                f"fast as a copy), taken per round with the two interleaved: median over rounds ± half the interquartile "
-               f"range; ({UNSTABLE}) = that range is over {_POLICY.unstable_rel_iqr:.0%} of the median or the load per core "
+               f"range; ({UNSTABLE}) = the median's 95% CI is wider than ±{_POLICY.unstable_rel_ci:.0%} of it or the load per core "
                f"was over {_POLICY.load_per_core:g} while timing; ({TOO_SHORT}) = median under "
                f"{1e6 * _POLICY.resolution_s:.0f} µs; ({BEATS_BOUND}) = faster than the memory traffic the compressor's card "
                "says it must do, so no speed is shown.")

@@ -333,6 +333,8 @@ class XCopy(Model):
     """
 
     median: Num | None = None
+    ci_lo: Num | None = None  # the median's 95% CI (distribution-free): how precisely the rounds fix it
+    ci_hi: Num | None = None
     iqr: Num | None = None
     rel_iqr: Num | None = None
     samples: Series | None = None
