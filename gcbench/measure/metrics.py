@@ -399,7 +399,7 @@ class TimingPolicy:
     # the precision of the median, not the scatter of the rounds, decides: the half-width of the median's 95% CI
     # (distribution-free, :func:`median_ci`) over the median.  More rounds narrow it; a scatter that does not shrink
     # with more rounds (load that comes and goes) keeps it wide
-    stable_rel_ci: float = 0.03  # calibration stops once every kernel's ×copy CI half-width / median is under this
+    stable_rel_ci: float = 0.05  # calibration stops once every kernel's ×copy CI half-width / median is under this
     unstable_rel_ci: float = 0.10  # a ×copy CI half-width / median above this flags the timing ``unstable``
     # a 1-minute load average per core above this flags ``unstable``: more runnable threads than cores (this process's
     # own included), so parallel regions wait a scheduler slice for a core (a 5 MB copy: 15 ms instead of 0.3)
