@@ -128,9 +128,12 @@ _HUGE = 2 << 20  # x86-64 transparent huge page size
 _HUGE_MIN = 8 << 20  # below this, malloc's heap serves allocations without fresh page faults
 
 #: Freed output mappings kept for reuse by the next buffer of the same size (bytes, entries);
-#: POOL_BYTES = 0 turns the reuse off.
+#: POOL_BYTES = 0 turns the reuse off.  Sixteen entries: with four, the four 9 MB outputs of
+#: decoding ResNet-50's largest convolutions evicted the whole-step buffer of the compress before,
+#: so every compress mapped and faulted 100 MB afresh (the identity compressor at 8x a copy in the
+#: cnn suite instead of 1.2x).
 POOL_BYTES = 512 << 20
-POOL_ENTRIES = 4
+POOL_ENTRIES = 16
 _returned: collections.deque[tuple[int, mmap.mmap]] = collections.deque()  # filled by finalizers
 _pool: list[tuple[int, mmap.mmap]] = []
 _pool_lock = threading.Lock()
