@@ -472,7 +472,8 @@ def compare(
     suite = parse_suite({
         "name": "compare", "seed": seed, "granularity": granularity, "sources": [src],
         "compressors": [{"name": n, "params": p} for n, p in specs] + extra,
-        "metrics": {"repeats": repeats, "timing_repeats": timing_repeats, "warmup": 1, "device": device},
+        # a head-to-head times few cases: 3 s of rounds each pins the median of a 100 ms kernel (1 s gives ~7 rounds)
+        "metrics": {"repeats": repeats, "timing_repeats": timing_repeats, "warmup": 1, "device": device, "timing_budget_s": 3.0},
         "optimizer": {"momentum": own_momentum(specs) if momentum is None else momentum},
     }, "<compare>")
     with progress_bar(not quiet and not as_json) as prog:

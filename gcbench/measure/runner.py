@@ -348,7 +348,7 @@ def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[St
     """
     m = suite.metrics
     device = xs[0].device if xs else torch.device("cpu")
-    policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats)
+    policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats, budget_s=m.timing_budget_s)
     payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
     bufs = [torch.empty_like(x) for x in xs]
     holder: dict[str, list[State]] = {}

@@ -124,6 +124,8 @@ class MetricsSpec(_Strict):
     timing_repeats: Int = Field(5, ge=1, le=10000)
     warmup: Int = Field(1, ge=0, le=1000)
     timing_steps: Int = Field(1, ge=0, description="time compress/decompress on this many first steps")
+    timing_budget_s: Float = Field(1.0, gt=0, le=600, allow_inf_nan=False,
+                                   description="seconds of timed rounds per case before calibration stops, stable or not")
     fidelity_steps: Int = Field(2, ge=1, le=100000, description="one-shot fidelity (R compressions per tensor) on this "
                                 "many first steps; the stream needs one compression per worker-step")
     min_stream_steps: Int = Field(10, ge=1, le=100000, description="the fewest steps whose stream can rank stateful "
