@@ -216,6 +216,15 @@ def stream_weights(steps: int, momentum: float) -> list[float]:
     return [(1.0 - momentum ** (steps - s)) / (1.0 - momentum) for s in range(steps)]
 
 
+def weighted_add(sums: list[torch.Tensor], tensors: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:
+    """Σ += weight·x unit by unit, in float32 and in place (an empty ``sums`` starts from the first step's tensors)."""
+    if not sums:
+        return [x.float() * weight for x in tensors]
+    for acc, x in zip(sums, tensors, strict=True):
+        acc.add_(x.float(), alpha=weight)
+    return sums
+
+
 class DenseReference:
     """The suite's one common reference for a source: the dense update of the suite's optimizer, shared by every case.
 
@@ -248,12 +257,7 @@ class DenseReference:
             for u, d in enumerate(dense):
                 running.add(u, d)
             for w, g in enumerate(per_worker):
-                ws = self.weights[t]
-                if t == 0:
-                    self.worker_sums[w] = [x.float() * ws for x in g]
-                else:
-                    for acc, x in zip(self.worker_sums[w], g, strict=True):
-                        acc.add_(x.float(), alpha=ws)
+                self.worker_sums[w] = weighted_add(self.worker_sums[w], g, self.weights[t])
             self.mean.append(mean)
             self.dense.append(dense)
             self.dense_sq.append(sum_sq_norms(dense))
@@ -314,11 +318,7 @@ class DeliveredStream:
             return
         ws = 1.0 if self.own_momentum else self.ref.weights[t]
         for w, contrib in enumerate(contributions):
-            if t == 0:
-                self._workers[w] = [c.float() * ws for c in contrib]
-            else:
-                for acc, c in zip(self._workers[w], contrib, strict=True):
-                    acc.add_(c.float(), alpha=ws)
+            self._workers[w] = weighted_add(self._workers[w], contrib, ws)
 
     def worker_delivered(self) -> list[float | None] | None:
         """Each worker's delivered fraction 1 − ‖Σ_s w_s C^w_s − R^w‖/‖R^w‖ after the last step (None: not observable)."""
