@@ -542,10 +542,13 @@ def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
     return tables
 
 
-def _cases_table(title: str, cases: Sequence[RunCase], columns: Sequence[Column], with_errors: bool = True) -> Table:
-    """One row per case over ``columns``; a failed case's error goes in the caption (``with_errors``), not in a cell."""
+def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_errors: bool = True, first: str = "case",
+                 escape: bool = True) -> Table:
+    """One row per case over ``columns``; a failed case's error goes in the caption (``with_errors``), not in a cell.
+
+    ``escape`` False leaves the columns' markup (train's coloured cells) as it is."""
     t = Table(title=rich_escape(title), title_justify="left")
-    t.add_column("case", no_wrap=True)
+    t.add_column(first, no_wrap=True)
     for col in columns:
         t.add_column(col.header, justify="right", no_wrap=True)
     errors = []
@@ -555,7 +558,7 @@ def _cases_table(title: str, cases: Sequence[RunCase], columns: Sequence[Column]
             t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(columns) - 1))
             errors.append((case_name(c), c.error_text))
             continue
-        t.add_row(rich_escape(case_name(c)), *[rich_escape(col.text(c)) for col in columns])
+        t.add_row(rich_escape(case_name(c)), *[rich_escape(col.text(c)) if escape else col.text(c) for col in columns])
     if errors and with_errors:
         t.caption = _failure_caption(errors)
         t.caption_justify = "left"
@@ -765,17 +768,8 @@ def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
 
 def train_table(cases: Sequence[TrainCase], title: str) -> Table:
     """Train cases: one row per compressor (the columns of ``gcbench train``), notes and failures under it."""
-    t = Table(title=rich_escape(title), title_justify="left")
-    t.add_column("compressor", no_wrap=True)
-    for col in TRAIN_COLUMNS:
-        t.add_column(col.header, justify="right", no_wrap=True)
-    errors = []
-    for c in cases:
-        if not c.ok:
-            t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(TRAIN_COLUMNS) - 1))
-            errors.append((case_name(c), c.error_text))
-            continue
-        t.add_row(rich_escape(case_name(c)), *[col.text(c) for col in TRAIN_COLUMNS])
+    t = _cases_table(title, cases, TRAIN_COLUMNS, with_errors=False, first="compressor", escape=False)
+    errors = [(case_name(c), c.error_text) for c in cases if not c.ok]
     lines = [_failure_caption(errors)] if errors else []
     lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in train_notes(cases)]
     lines.append(rich_escape(TRAIN_FOOTNOTE))
