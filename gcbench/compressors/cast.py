@@ -48,34 +48,35 @@ class _Cast(Compressor):
         general path's per-tensor allocation and encode call cost about a third of a copy of the
         whole model.  Float32 CPU tensors without decoding only; everything else takes the general path.
         """
-        if need_decoded or not xs or any(x.device.type != "cpu" or x.dtype != torch.float32 for x in xs):
+        if need_decoded or not xs or any(x.device.type != "cpu" or x.dtype != torch.float32 or x.requires_grad for x in xs):
             return super().compress_group(xs, states, need_decoded)
-        flat = [x.detach().reshape(-1) for x in xs]
-        wire = kernels.empty(sum(f.numel() for f in flat), self.wire_dtype)
-        slices = wire.split([f.numel() for f in flat])
-        for f, body in zip(flat, slices, strict=True):
-            body.copy_(f)  # a new buffer: no body aliases a caller's tensor (torch.cat(out=) casts 1.5-2x slower)
+        sizes = [x.numel() for x in xs]
+        wire = kernels.empty(sum(sizes), self.wire_dtype)
+        # a new buffer: no body aliases a caller's tensor (torch.cat(out=) casts 1.5-2x slower);
+        # one foreach copy and one split per view type keep the per-tensor Python work to the payload
+        torch._foreach_copy_(wire.split(sizes), [x.reshape(-1) for x in xs])
+        esize = wire.element_size()
+        bodies = wire.view(torch.uint8).split([esize * n for n in sizes])
         name, version = self.name, self.info.version
         for st in states:
             st.step += 1
-        return [(Payload(name, version, x.dtype, tuple(x.shape), body.view(torch.uint8), {}), None)
-                for x, body in zip(xs, slices, strict=True)]
+        return [(Payload.trusted(name, version, torch.float32, tuple(x.shape), body), None)
+                for x, body in zip(xs, bodies, strict=True)]
 
     def _expected_body_nbytes(self, payload: Payload) -> int:
         meta_keys(payload)
-        return torch.empty(0, dtype=self.wire_dtype).element_size() * payload.numel
+        return self.wire_dtype.itemsize * payload.numel
 
     def _decode(self, payload: Payload) -> torch.Tensor:
-        data = payload.data
-        esize = torch.empty(0, dtype=self.wire_dtype).element_size()
-        if data.numel() != esize * payload.numel:
-            raise PayloadError(f"{self.name} body has {data.numel()} bytes, expected {esize * payload.numel}")
+        data, numel = payload.data, payload.numel
+        if data.numel() != self.wire_dtype.itemsize * numel:
+            raise PayloadError(f"{self.name} body has {data.numel()} bytes, expected {self.wire_dtype.itemsize * numel}")
         wire = data.view(self.wire_dtype)
         if data.device.type != "cpu":
             return wire.to(torch.float32, copy=True)
         # a new buffer: ``.float()`` of a float32 body would be a view, and a caller modifying the
         # decoded tensor in place would silently change the payload's bytes
-        out = kernels.empty(payload.numel)
+        out = kernels.empty(numel)
         out.copy_(wire)
         return out
 

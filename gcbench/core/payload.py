@@ -259,6 +259,20 @@ class Payload:
         if type(self.shape) is not tuple or any(type(s) is not int for s in self.shape):  # a torch.Size, numpy ints
             object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
 
+    @classmethod
+    def trusted(cls, codec: str, version: int, dtype: torch.dtype, shape: tuple[int, ...], data: torch.Tensor,
+                meta: Mapping[str, MetaValue] | None = None) -> Payload:
+        """A payload built without :meth:`__post_init__`'s checks, for a caller that guarantees them.
+
+        ``data`` must be a 1-D ``uint8`` tensor and ``shape`` a tuple of ints.  A compressor that
+        emits one payload per tensor of a whole step (the cast compressors' grouped path) saves the
+        frozen dataclass's five ``object.__setattr__`` calls and the checks: about 4 µs a tensor,
+        6% of a copy of ResNet-18's 62 gradients.
+        """
+        p = object.__new__(cls)
+        p.__dict__.update(codec=codec, version=version, dtype=dtype, shape=shape, data=data, meta={} if meta is None else meta)
+        return p
+
     @cached_property
     def header(self) -> bytes:
         """The serialised header (counted in :attr:`nbytes`)."""
@@ -274,7 +288,7 @@ class Payload:
         """Exact wire size: ``len(self.to_bytes())``."""
         return len(self.header) + self.body_nbytes
 
-    @property
+    @cached_property
     def numel(self) -> int:
         return math.prod(self.shape)
 
