@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -30,6 +31,7 @@ from gcbench.measure.casemath import (
     finite_mean,
     model_cosine,
     norm_ratio,
+    pool_copy_baseline,
     size_summary,
     timing_summary,
     unit_summary,
@@ -230,6 +232,46 @@ def test_timing_summary() -> None:
     assert fast["compress_x_copy"]["flags"] == [BEATS_BOUND]
 
 
+def test_pool_copy_baseline_holds_every_case_against_the_sources_median_copy() -> None:
+    """Cases of one source share one copy baseline: the median of every case's copy rounds."""
+    policy = TimingPolicy(min_rounds=3)
+    fast_copy = timing_summary(1000, "cpu", 2, Interleaved([0.8] * 4, {"compress": [8.0, 8.1, 7.9, 8.0], "decompress": [1.0] * 4}, 1,
+                                                           "stable", 0.2), traffic_bytes=8.0, policy=policy)
+    usual = [timing_summary(1000, "cpu", 2, Interleaved([1.0] * 4, {"compress": [2.0] * 4, "decompress": [1.0] * 4}, 1, "stable", 0.2),
+                            traffic_bytes=8.0, policy=policy) for _ in range(2)]
+    assert fast_copy["compress_x_copy"]["median"] == pytest.approx(10.0) and fast_copy["baseline"] == "round"
+    pool_copy_baseline([fast_copy, *usual])
+    # the pooled copy is 1.0 (8 of 12 rounds): the case whose own copy ran 20% fast is no longer 25% slower for it
+    assert fast_copy["baseline"] == "pooled" and fast_copy["pooled_copy_s"] == 1.0 and fast_copy["pooled_copy_rounds"] == 12
+    assert fast_copy["compress_x_copy"]["median"] == pytest.approx(8.0) and fast_copy["compress_x_copy"]["flags"] == []
+    assert fast_copy["copy_off_pooled"] == pytest.approx(-0.2)
+    assert fast_copy["compress_x_round_copy"]["median"] == pytest.approx(10.0)  # the per-round view is kept
+    assert fast_copy["copy_fraction_compress"] == pytest.approx(1 / 8.0)
+    assert usual[0]["compress_x_copy"]["median"] == pytest.approx(2.0)
+
+
+def test_pool_copy_baseline_flags_a_kernel_whose_own_median_is_not_pinned_down() -> None:
+    """Against a pooled copy the per-round ratio no longer cancels load: the kernel's own rounds must fix its median."""
+    policy = TimingPolicy(min_rounds=3)
+    noisy = timing_summary(1000, "cpu", 2, Interleaved([1.0, 2.0, 1.0, 3.0, 1.0], {"compress": [1.0, 2.0, 1.0, 3.0, 1.0],
+                                                                                    "decompress": [1.0] * 5}, 1, "stable", 0.2),
+                           traffic_bytes=None, policy=policy)
+    assert noisy["compress_x_copy"]["flags"] == []  # per round: the kernel and its copy moved together
+    steady = timing_summary(1000, "cpu", 2, Interleaved([1.0] * 5, {"compress": [1.0] * 5, "decompress": [1.0] * 5}, 1, "stable", 0.2),
+                            traffic_bytes=None, policy=policy)
+    pool_copy_baseline([noisy, steady])
+    assert noisy["compress_x_copy"]["flags"] == [UNSTABLE] and steady["compress_x_copy"]["flags"] == []
+
+
+def test_pool_copy_baseline_leaves_a_lone_case_alone() -> None:
+    policy = TimingPolicy(min_rounds=3)
+    one = timing_summary(1000, "cpu", 2, Interleaved([1.0] * 3, {"compress": [2.0] * 3, "decompress": [1.0] * 3}, 1, "stable", 0.2),
+                         traffic_bytes=None, policy=policy)
+    before = dict(one)
+    pool_copy_baseline([one, None])  # a case without timing does not count
+    assert one == before
+
+
 # ----------------------------------------------------------------------------- run_case end to end
 
 
@@ -424,3 +466,25 @@ def test_a_failing_case_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypa
     saved = load_run(out.path)
     assert saved.status == "complete-with-errors"
     assert [c.label for c in saved.cases] == ["lgc", "signsgd", "none"]
+
+
+def test_a_run_holds_each_sources_cases_against_its_pooled_copy(tmp_path: Path) -> None:
+    """Two sources, two cases each: every timed case is re-based on its own source's copy rounds, on disk too."""
+    suite = parse_suite({
+        "name": "t", "seed": 0, "metrics": {"repeats": 2, "timing_repeats": 3, "timing_budget_s": 0.05},
+        "sources": [{"kind": "synthetic", "shapes": [[64, 32]], "workers": 1, "steps": 1},
+                    {"kind": "synthetic", "shapes": [[128, 64]], "workers": 1, "steps": 1}],
+        "compressors": [{"name": "none"}, {"name": "topk"}],
+    })
+    out = run_suite(suite, tmp_path)
+    saved = load_run(out.path)
+    by_source: dict[str, list[Any]] = {}
+    for case in saved.cases:
+        by_source.setdefault(case.source.label, []).append(case.timing)
+    assert len(by_source) == 2
+    for timings in by_source.values():
+        pooled = float(np.median([v for t in timings for v in t.copy_.samples_s]))
+        for t in timings:
+            assert t.baseline == "pooled" and t.pooled_copy_s == pytest.approx(pooled)
+            assert t.compress_x_copy.median == pytest.approx(float(np.median(t.compress.samples_s)) / pooled)
+            assert t.compress_x_round_copy is not None and t.compress_x_round_copy.samples

@@ -46,6 +46,7 @@ from gcbench.measure.casemath import (
     TrafficLog,
     aggregate_summary,
     fidelity_summary,
+    pool_copy_baseline,
     size_summary,
     timing_summary,
     unit_summary,
@@ -423,6 +424,17 @@ def _failed_record(spec: CompressorSpec, source_name: str, exc: BaseException, s
 # ----------------------------------------------------------------------------- whole run
 
 
+def _pool_source_timings(writer: RunWriter, indices: Sequence[int]) -> None:
+    """Once a source's cases are done, hold their kernel times against the source's pooled copy (see
+    :func:`gcbench.measure.casemath.pool_copy_baseline`) and rewrite those cases."""
+    recs = {i: writer.record.cases[i].to_json_dict() for i in indices if writer.record.cases[i].status == "ok"}
+    timed = {i: r for i, r in recs.items() if r.get("timing")}
+    if len(timed) < 2:
+        return
+    pool_copy_baseline([r["timing"] for r in timed.values()])
+    writer.replace_cases(timed)
+
+
 @dataclass
 class RunOutcome:
     """The results file of a run (None when no case was recorded: no file is written) and its case records."""
@@ -465,6 +477,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                     done += 1
                     progress("case", done, total, f"{c.label}: source failed")
                 continue
+            source_cases: list[int] = []
             for c in suite.compressors:
                 progress("case", done, total, f"{c.label} on {source.name}")
                 try:
@@ -475,9 +488,11 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 except Exception as exc:  # one failing case does not abort the sweep
                     rec = _failed_record(c, source.name, exc, src_spec.display())
                 writer.add_case(rec)
+                source_cases.append(len(writer.record.cases) - 1)
                 done += 1
                 progress("case", done, total, f"{c.label} done")
             source.close()
+            _pool_source_timings(writer, source_cases)
     except KeyboardInterrupt:  # SIGINT, or SIGTERM through gcbench.core.signals: keep every completed case
         writer.finish("interrupted")
         raise

@@ -240,6 +240,13 @@ class RunWriter:
             self.flush()
         return typed
 
+    def replace_cases(self, cases: dict[int, Case | dict[str, Any]]) -> None:
+        """Replace recorded cases by index (validated as :meth:`add_case` does) and rewrite the file once."""
+        with signals.deferred():
+            for i, case in cases.items():
+                self.record.cases[i] = as_case(_clean(case) if isinstance(case, dict) else case, self.kind)
+            self.flush()
+
     def finish(self, status: str) -> None:
         """Record the final status; with no case recorded there is no file, and none is created."""
         with signals.deferred():  # as in add_case
