@@ -243,8 +243,10 @@ def test_pool_copy_baseline_holds_every_case_against_the_sources_median_copy() -
     pool_copy_baseline([fast_copy, *usual])
     # the pooled copy is 1.0 (8 of 12 rounds): the case whose own copy ran 20% fast is no longer 25% slower for it
     assert fast_copy["baseline"] == "pooled" and fast_copy["pooled_copy_s"] == 1.0 and fast_copy["pooled_copy_rounds"] == 12
-    assert fast_copy["compress_x_copy"]["median"] == pytest.approx(8.0) and fast_copy["compress_x_copy"]["flags"] == []
+    assert fast_copy["compress_x_copy"]["median"] == pytest.approx(8.0)
     assert fast_copy["copy_off_pooled"] == pytest.approx(-0.2)
+    # its copy ran 20% off the run's: the machine was in another state while it ran (over copy_drift, 15%)
+    assert fast_copy["compress_x_copy"]["flags"] == [UNSTABLE] and usual[0]["compress_x_copy"]["flags"] == []
     assert fast_copy["compress_x_round_copy"]["median"] == pytest.approx(10.0)  # the per-round view is kept
     assert fast_copy["copy_fraction_compress"] == pytest.approx(1 / 8.0)
     assert usual[0]["compress_x_copy"]["median"] == pytest.approx(2.0)

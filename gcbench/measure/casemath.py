@@ -51,6 +51,7 @@ from gcbench.measure.metrics import (
     x_copy_summary,
 )
 from gcbench.results.phases import Window
+from gcbench.results.record import UNSTABLE
 
 # ----------------------------------------------------------------------------- tensors and norms
 
@@ -539,8 +540,11 @@ def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
     these tensors; each kernel is held against it.  Changes ``timings`` in place: the per-round
     blocks move to ``<kernel>_x_round_copy``, ``<kernel>_x_copy`` is the kernel's rounds over the
     pooled copy, flagged ``unstable`` when the kernel's own median is not pinned down (its 95% CI
-    half-width over ``unstable_rel_ci``) or the load was high, and ``copy_off_pooled`` says how far
-    the case's own copy was from the pooled one.  A single case is left as it is.
+    half-width over ``unstable_rel_ci``), the load was high, or the case's own copy was more than
+    ``copy_drift`` (15%) from the pooled one (``copy_off_pooled``): the machine was in another state
+    while this case ran, and its kernels' times with it (three back-to-back cnn pairs: 10%, 17% and
+    52% of cases flagged, none, 4 and 3 of the rest off by over 20% in the second run).  A single
+    case is left as it is.
     """
     timings = [t for t in timings if t and t.get("copy") and t["copy"].get("samples_s")]
     if len(timings) < 2:
@@ -564,6 +568,8 @@ def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
             x = [v / pooled_copy for v in samples]
             flags = timing_flags(x, float(np.median(samples)), t.get("load_per_core"), policy,
                                  bound if kernel == "compress" else None)
+            if abs(t["copy_off_pooled"]) > policy.copy_drift and UNSTABLE not in flags:
+                flags.insert(0, UNSTABLE)
             t[f"{kernel}_x_round_copy"] = t.get(f"{kernel}_x_copy")
             block = x_copy_summary(x, flags)
             t[f"{kernel}_x_copy"] = block
