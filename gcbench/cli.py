@@ -177,6 +177,15 @@ def _main(
     """gcbench: which gradient compressor should I use, and what does it really cost and save?"""
     global _debug
     _debug = debug
+    mode = os.environ.get("GCBENCH_KERNELS", "auto").strip().lower() or "auto"
+    if mode not in KERNEL_MODES:
+        err.print(f"[bold red]error:[/] GCBENCH_KERNELS={escape(mode)}: expected one of {', '.join(KERNEL_MODES)} "
+                  "(torch runs every compressor on its torch path, the one a GPU takes)", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+
+
+#: gcbench.kernels.KERNEL_MODES, spelled here so the check does not import numba (a test ties the two)
+KERNEL_MODES = ("auto", "torch")
 
 
 @contextmanager

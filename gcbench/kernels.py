@@ -54,12 +54,25 @@ from typing import Any
 import numpy as np
 import torch
 
+#: The kernel switch: ``GCBENCH_KERNELS=torch`` runs every compressor on its plain torch path on
+#: the CPU — the path a CUDA device takes — so that path is tested where no GPU is lent;
+#: ``auto`` (the default) uses the numba kernels where they apply.
+KERNEL_MODES = ("auto", "torch")
+
+
+def kernel_mode() -> str:
+    """The kernel switch's value (``auto`` or ``torch``); anything else is refused by the CLI."""
+    return os.environ.get("GCBENCH_KERNELS", "auto").strip().lower() or "auto"
+
+
 try:
+    if kernel_mode() == "torch":
+        raise ImportError("GCBENCH_KERNELS=torch: the torch path everywhere")
     import numba
     from numba import njit, prange
 
     NUMBA = True
-except Exception:  # pragma: no cover - numba missing or broken: compressors use their torch paths
+except Exception:  # numba missing or broken, or the torch path asked for: compressors use their torch paths
     NUMBA = False
     prange = range
 

@@ -63,11 +63,13 @@ from gcbench.core.compressor import body_numpy, meta_int, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 
-try:  # numba is a dependency; without it every caller takes its torch path
+try:  # numba is a dependency; without it (or under GCBENCH_KERNELS=torch) every caller takes its torch path
+    if not kernels.NUMBA:
+        raise ImportError("numba kernels off")
     from numba import njit
 
     HAVE_NUMBA = True
-except Exception:  # pragma: no cover - numba missing or broken
+except Exception:  # numba missing or broken, or the kernel switch set to torch
     HAVE_NUMBA = False
 
     def njit(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]

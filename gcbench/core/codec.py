@@ -285,10 +285,12 @@ def _read_fields_py(bits: np.ndarray, count: int, pattern: np.ndarray) -> tuple[
 
 
 try:  # numba makes the sequential Elias-ω decoder fast; the pure-Python one is the reference
+    if not kernels.NUMBA:  # numba missing, or GCBENCH_KERNELS=torch: the reference decoder
+        raise ImportError("numba kernels off")
     import numba
 
     _read_fields_fast = numba.njit(cache=True, nogil=True)(_read_fields_py)
-except Exception:  # pragma: no cover - numba missing or broken: fall back to the reference
+except Exception:  # numba missing or broken, or the kernel switch: fall back to the reference
     _read_fields_fast = None
 
 

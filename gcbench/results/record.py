@@ -164,10 +164,12 @@ class Environment(Model):
     cuda_device: Str | None = None
     cuda_version: Str | None = None
     device: Str | None = None
+    kernels: Str | None = None  # "numba" or "torch" (GCBENCH_KERNELS=torch, or numba missing); older files: none
 
     def machine_key(self) -> str:
-        """What must match for timings to be comparable: CPU model, cores, threads, GPU."""
-        return f"{self.cpu_model}|{self.cpu_count}|{self.torch_threads}|{self.cuda_device}"
+        """What must match for timings to be comparable: CPU model, cores, threads, GPU, kernel path."""
+        key = f"{self.cpu_model}|{self.cpu_count}|{self.torch_threads}|{self.cuda_device}"
+        return key if self.kernels in (None, "numba") else f"{key}|{self.kernels}"
 
 
 class Git(Model):

@@ -61,6 +61,8 @@ def git_info(path: Path | None = None) -> dict[str, Any]:
 
 def environment(device: str = "cpu") -> dict[str, Any]:
     """Machine and software facts that decide whether two runs are comparable."""
+    from gcbench import kernels  # here: numba's import is for the commands that measure
+
     env: dict[str, Any] = {
         "hostname": platform.node(),
         "cpu_model": _cpu_model(),
@@ -72,6 +74,7 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "numpy": np.__version__,
         "cuda_device": None,
         "device": device,
+        "kernels": "numba" if kernels.NUMBA else "torch",  # GCBENCH_KERNELS and whether numba imports
     }
     if torch.cuda.is_available():
         env["cuda_device"] = torch.cuda.get_device_name(0)

@@ -1,0 +1,55 @@
+"""The kernel switch: ``GCBENCH_KERNELS=torch`` runs every compressor on its torch path (the device path) on the CPU.
+
+No GPU is lent to this project, so the path a CUDA tensor takes is exercised here by switching
+the numba kernels off for a whole process: the contract test and the same-bytes test run in a
+subprocess under the switch, and must pass there as they do with the kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, mode: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GCBENCH_KERNELS": mode, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def test_the_switch_turns_every_numba_path_off() -> None:
+    probe = ("from gcbench import kernels; from gcbench.compressors import _sparse_fast; "
+             "from gcbench.results.store import environment; import sys; "
+             "print(kernels.NUMBA, _sparse_fast.HAVE_NUMBA, environment()['kernels'], 'numba' in sys.modules)")
+    assert _run(probe, "torch").stdout.split() == ["False", "False", "torch", "False"]
+    on = _run(probe, "auto").stdout.split()
+    assert on[:3] == ["True", "True", "numba"] or on[:3] == ["False", "False", "torch"]  # auto: numba when it imports
+
+
+def test_the_cli_refuses_an_unknown_switch_value_in_one_line() -> None:
+    env = {**os.environ, "GCBENCH_KERNELS": "cuda", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-m", "gcbench", "list"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.strip().startswith("error: GCBENCH_KERNELS=cuda") and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_cli_spells_the_same_modes_as_the_kernels() -> None:
+    from gcbench import cli, kernels
+
+    assert cli.KERNEL_MODES == kernels.KERNEL_MODES
+
+
+@pytest.mark.parametrize("tests", [["tests/test_contract.py"], ["tests/test_same_bytes.py"]],
+                         ids=["contract", "same-bytes"])
+def test_the_contract_holds_on_the_torch_path(tests: list[str]) -> None:
+    """Every compressor's contract (round trips, exact bytes, EF identities ...) on the torch path, in a fresh process."""
+    env = {**os.environ, "GCBENCH_KERNELS": "torch", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
