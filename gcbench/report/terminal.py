@@ -762,6 +762,150 @@ def markdown_phases(cases: Sequence[RunCase]) -> str:
     return "\n".join(parts)
 
 
+# ----------------------------------------------------------------------------- per layer
+#
+# 161 layers × 30 cases do not fit one screen in any orientation: layers are the rows (they are
+# many, and a terminal scrolls down), cases the columns in pages that fit the width, one metric per
+# table — the ratio (where the bytes go) and the one-shot q (where the error goes).  The last row is
+# the whole model, so each column ends with the number of the summary table.
+
+
+@dataclass(frozen=True)
+class LayerMetric:
+    """A per-layer table's metric: the :class:`Layer` field, the whole-model metric, format and meaning."""
+
+    field: str
+    metric: str
+    kind: str
+    title: str
+    bad: float | None = None  # a value at or above it is marked (q ≥ 1: worse than sending nothing)
+
+
+LAYER_METRICS: tuple[LayerMetric, ...] = (
+    LayerMetric("ratio", "ratio", "ratio", "ratio = dense fp32 bytes / wire bytes of each layer (headers included); higher is better"),
+    LayerMetric("q", "q", "g", "one-shot q = ‖C(x)−x‖²/‖x‖² of each layer, against the case's own reference; lower is better, "
+                "≥ 1 (marked) is worse than sending nothing", bad=1.0),
+)
+LAYER_NOTE = ("Per layer: one row per unit the compressor saw (a layer, or a bucket at bucket granularity), the cases in "
+              "column pages; the last row is the whole model (the summary table's number); — = no value for that case.")
+
+
+def layer_units(cases: Sequence[RunCase]) -> list[tuple[str, int | None]]:
+    """The units (name, elements) of these cases in first-seen order: the rows of their per-layer tables."""
+    units: dict[str, int | None] = {}
+    for c in cases:
+        for u in c.layers or []:
+            if u.name is not None and u.name not in units:
+                units[u.name] = u.numel
+    return list(units.items())
+
+
+def layer_value(case: RunCase, unit: str, metric: LayerMetric) -> float | None:
+    """``metric`` of one unit of a case (``None`` when the case has no such unit or no value)."""
+    for u in case.layers or []:
+        if u.name == unit:
+            v = getattr(u, metric.field)
+            return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+    return None
+
+
+def layer_pages(cases: Sequence[RunCase], width: int, fixed: int) -> list[list[RunCase]]:
+    """The cases split into pages of columns whose table fits ``width`` characters beside ``fixed`` of row headers."""
+    pages: list[list[RunCase]] = [[]]
+    used = fixed
+    for c in cases:
+        w = max(len(case_name(c)), 9) + 3  # a cell's text and its padding and border
+        if pages[-1] and used + w > width:
+            pages.append([])
+            used = fixed
+        pages[-1].append(c)
+        used += w
+    return [p for p in pages if p]
+
+
+def _layer_cell(v: float | None, metric: LayerMetric) -> str:
+    text = rich_escape(fmt(v, metric.kind))
+    return f"[red]{text}[/]" if v is not None and metric.bad is not None and v >= metric.bad else text
+
+
+def layer_tables(cases: Sequence[RunCase], title: str, width: int = 160) -> list[Table]:
+    """The per-layer tables of one source's cases: per metric of :data:`LAYER_METRICS`, pages of cases that fit ``width``."""
+    ok = [c for c in cases if c.ok and c.layers]
+    units = layer_units(ok)
+    if not units:
+        return []
+    name_w = max(len(n) for n, _ in units)
+    fixed = name_w + len(f"{max((n or 0) for _, n in units):,}") + 7
+    pages = layer_pages(ok, width, fixed)
+    tables = []
+    for metric in LAYER_METRICS:
+        for i, page in enumerate(pages):
+            part = f" (cases {i + 1}/{len(pages)})" if len(pages) > 1 else ""
+            t = Table(title=f"{rich_escape(title)} — per layer: {metric.field}{part}", title_justify="left",
+                      caption=rich_escape(metric.title), caption_justify="left")
+            t.add_column("layer", no_wrap=True)
+            t.add_column("elements", justify="right", no_wrap=True)
+            for c in page:
+                t.add_column(rich_escape(case_name(c)), justify="right", no_wrap=True)
+            for name, numel in units:
+                t.add_row(rich_escape(name), fmt(numel, "int"), *[_layer_cell(layer_value(c, name, metric), metric) for c in page])
+            t.add_section()
+            t.add_row("whole model", fmt(sum(n or 0 for _, n in units), "int"),
+                      *[_layer_cell(c.metric(metric.metric), metric) for c in page])
+            tables.append(t)
+    return tables
+
+
+def layers_report(runs: Sequence[LoadedRun], width: int = 160) -> list[RenderableType | str]:
+    """What ``gcbench report --layers`` prints: the per-layer tables of every source of every run, then their note.
+
+    Raises :class:`ResultsError` when no case of these runs recorded per-layer rows (train and bench
+    files never do).
+    """
+    out: list[RenderableType | str] = []
+    for run in runs:
+        if run.kind in ("train", "bench"):
+            continue
+        for src, group in by_source(run.cases).items():
+            out += layer_tables(group, f"{run.run_id} — {src}", width)
+    if not out:
+        raise ResultsError("no per-layer rows in these results (only run and compare files record them)")
+    return [*out, LAYER_NOTE]
+
+
+def markdown_layers(runs: Sequence[LoadedRun], per_table: int = 10) -> str:
+    """The per-layer tables as Markdown: per run, source and metric, ``per_table`` cases per table ('' when none)."""
+    parts = []
+    for run in runs:
+        if run.kind in ("train", "bench"):
+            continue
+        for src, group in by_source(run.cases).items():
+            ok = [c for c in group if c.ok and c.layers]
+            units = layer_units(ok)
+            if not units:
+                continue
+            parts += [f"### {md_escape(run.run_id)} — {md_escape(src)}: per layer", ""]
+            for metric in LAYER_METRICS:
+                parts += [md_escape(metric.title) + ".", ""]
+                for i in range(0, len(ok), per_table):
+                    page = ok[i:i + per_table]
+                    rows = [[md_escape(name), fmt(numel, "int"), *[fmt(layer_value(c, name, metric), metric.kind) for c in page]]
+                            for name, numel in units]
+                    rows.append(["**whole model**", fmt(sum(n or 0 for _, n in units), "int"),
+                                 *[fmt(c.metric(metric.metric), metric.kind) for c in page]])
+                    parts += [md_table(["layer", "elements", *[md_escape(case_name(c)) for c in page]], rows,
+                                       [False] + [True] * (len(page) + 1)), ""]
+    return "\n".join([*parts, md_escape(LAYER_NOTE), ""]) if parts else ""
+
+
+def markdown_layers_report(runs: Sequence[LoadedRun]) -> str:
+    """What ``gcbench report --layers --md`` writes; :class:`ResultsError` when no case recorded per-layer rows."""
+    body = markdown_layers(runs)
+    if not body:
+        raise ResultsError("no per-layer rows in these results (only run and compare files record them)")
+    return "\n".join(["# gcbench report — per layer", "", body])
+
+
 def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"[red]{rich_escape(n)} failed:[/] {rich_escape(e)}" for n, e in names_errors)
 
