@@ -20,6 +20,7 @@ from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
+    FOOTNOTE,
     ONESHOT_COLUMNS,
     SUMMARY_COLUMNS,
     TIMING_NOTE,
@@ -38,6 +39,7 @@ from gcbench.report.terminal import (
     pareto_front,
     run_output,
     size_text,
+    spread_text,
     stream_caption,
     summary_tables,
     x_copy_text,
@@ -296,7 +298,9 @@ def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
         ("signsgd", "100,000"), ("signsgd", "1,000,000"), ("topk", "100,000"), ("topk", "1,000,000"), ("qsgd", "100,000")]
     assert [c["verdict"] for c in cells] == ["pass", "pass", "short", "short", "error"]
     for c, rec in zip(cells[:4], run.cases[:4], strict=True):
-        assert c["comp×copy"] == fmt(rec.compress_x_copy, "x") and c["dec×copy"] == fmt(rec.decompress_x_copy, "x")
+        # ×copy is written as every ×copy cell is (three digits, the spread at the same decimals where the file has one)
+        assert c["comp ×copy"].split(" ±")[0] == spread_text(rec.compress_x_copy, None, "×")
+        assert c["dec ×copy"].split(" ±")[0] == spread_text(rec.decompress_x_copy, None, "×")
         assert c["GB/s"] == fmt(rec.gbps_compress)
         assert c["peak/input"] == fmt(rec.peak_extra_bytes / rec.input_bytes)
     assert cells[0]["target"] == "≤ 2× copy, decompress ≤ 3× copy"  # every limit that "pass" checks is named
@@ -374,11 +378,11 @@ def test_cli_baseline_compares_bench_files(tmp_path: Path) -> None:
     b, n = _bench_pair(tmp_path)
     r = runner.invoke(app, ["report", "--baseline", str(b), str(n), "--fail-on-regression"])
     assert r.exit_code == 1, r.output
-    assert "topk (1,000,000 elements)" in r.output and "compress×copy ↓" in r.output and "worse" in r.output
+    assert "topk (1,000,000 elements)" in r.output and "compress ×copy ↓" in r.output and "worse" in r.output
     assert "+100.0%" in r.output and "1 regression(s)" in r.output
     r = runner.invoke(app, ["report", "--baseline", str(b), str(n), "--md"])
     assert r.exit_code == 0, r.output
-    row = next(ln for ln in r.output.splitlines() if ln.startswith("| topk (1,000,000 elements) | compress×copy"))
+    row = next(ln for ln in r.output.splitlines() if ln.startswith("| topk (1,000,000 elements) | compress ×copy"))
     assert _cells(row)[2:4] == ["7.18×", "14.35×"] and _cells(row)[6] == "worse"
     assert "## Kernel benchmark golden-bench-new" in r.output  # the new file in detail, the baseline in the rows
 
@@ -394,11 +398,26 @@ def test_cli_baseline_of_another_kind_is_one_clear_line() -> None:
 
 
 def test_x_copy_cells_show_the_spread_and_flags_and_no_speed_beyond_the_traffic_bound() -> None:
-    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[])) == "3.1× ±0.4"
-    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[UNSTABLE])) == "3.1× ±0.4 (unstable)"
+    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[])) == "3.10× ±0.40"
+    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[UNSTABLE])) == "3.10× ±0.40 (unstable)"
     beaten = x_copy_text(XCopy(median=0.2, iqr=0.01, flags=[BEATS_BOUND]))
     assert "0.2" not in beaten and "beats traffic bound" in beaten  # not printed as a speed
-    assert x_copy_text(XCopy(median=2.0)) == "2.0×"  # a file from before interleaved timing: median only
+    assert x_copy_text(XCopy(median=2.0)) == "2.00×"  # a file from before interleaved timing: median only
+    assert x_copy_text(None) == "—"
+
+
+def test_a_spread_is_written_to_the_decimals_of_its_value() -> None:
+    # the "1.1× ±0.012": a value and its spread at different precisions
+    assert spread_text(1.1, 0.012, "×") == "1.10× ±0.01"
+    assert spread_text(1.14, 0.0125, "×") == "1.14× ±0.01"
+    assert spread_text(12.4, 0.87, "×") == "12.4× ±0.9"
+    assert spread_text(266.4, 12.6, "×") == "266× ±13"
+    assert spread_text(1.03, 0.00016, "×") == "1.03× ±<0.01"  # not a false ±0.00
+    assert spread_text(7.7, None, "×") == "7.70×"
+    for v, sp in ((1.1, 0.012), (12.4, 0.87), (0.1, 0.005), (345.0, 2.0)):
+        value, spread = spread_text(v, sp).split(" ±")
+        decimals = len(value.partition(".")[2])
+        assert len(spread.lstrip("<").partition(".")[2]) == decimals
     assert x_copy_text(None) == "—"
 
 
@@ -417,7 +436,8 @@ def test_a_timed_run_prints_spreads_and_says_what_the_flags_mean(tmp_path: Path)
         row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith(case.label + " "))
         assert compress_x_copy_text(case) in row and ("±" in row or BEATS_BOUND in row)
     notes = " ".join(text.split())  # the footnote wraps at the console's width
-    assert "(unstable) = " in notes and "(beats traffic bound) = " in notes
+    assert "(unstable)" in notes and "(beats traffic bound)" in notes and "gcbench list metrics" in notes  # the short legend
+    assert "(unstable) = " in FOOTNOTE and "(beats traffic bound) = " in FOOTNOTE  # the definitions, in --md and --html
 
 
 def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_tables() -> None:
@@ -434,7 +454,7 @@ def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]] for line in console.export_text().splitlines()
             if line.startswith("│")}
     assert rows["compress GB/s ↑"] == [f"— ({BEATS_BOUND})", "4"]
-    assert rows["compress ×copy ↓"] == [f"— ({BEATS_BOUND})", "0.1× ±0.005"]
+    assert rows["compress ×copy ↓"] == [f"— ({BEATS_BOUND})", "0.10× ±0.01"]
 
 
 # ----------------------------------------------------------------------------- one reference per table
