@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 from rich.console import Console
+from rich.markup import escape as rich_escape
+from rich.text import Text
 from typer.testing import CliRunner
 
 from gcbench.cli import app
@@ -21,6 +24,7 @@ from gcbench.measure.suite import parse_suite
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
     FOOTNOTE,
+    LAYER_METRICS,
     ONESHOT_COLUMNS,
     SUMMARY_COLUMNS,
     TIMING_NOTE,
@@ -28,12 +32,15 @@ from gcbench.report.terminal import (
     LoadedRun,
     bench_target,
     by_source,
+    case_name,
     compress_gbps_text,
     compress_x_copy_text,
     delivered_text,
     fmt,
     head_to_head_output,
+    layer_tables,
     load_runs,
+    markdown_layers,
     markdown_report,
     md_escape,
     pareto_front,
@@ -529,3 +536,56 @@ def test_x_copy_means_one_thing_in_the_column_the_notes_and_the_glossary() -> No
         assert "compress time / " in text and "lower is better" in text
     assert "copy_fraction" not in glossary  # its inverse, "higher is better", contradicted the ×copy column
     assert len(glossary) == len(METRICS)  # one entry per name: two definitions of one metric could disagree
+
+
+# ----------------------------------------------------------------------------- per layer
+
+
+def test_layer_tables_have_every_layer_a_whole_model_row_and_pages_that_fit_the_width() -> None:
+    run = _run("run_base")
+    group = by_source(run.cases)["synthetic <img src=x onerror=alert(1)> normal"]
+    cases = [c for c in group if c.ok and c.layers]
+    tables = layer_tables(group, "base", width=70)
+    metrics = [m.field for m in LAYER_METRICS]
+    pages = len(tables) // len(metrics)
+    assert len(tables) == pages * len(metrics) and pages > 1  # 8 cases do not fit 70 columns: paged, not wrapped
+    for t, metric in zip(tables, [m for m in LAYER_METRICS for _ in range(pages)], strict=True):
+        console = Console(record=True, width=70)
+        console.print(t)
+        assert all(cell_len(line) <= 70 for line in console.export_text().splitlines())
+        names = list(t.columns[0].cells)
+        assert names == ["t0", "t1", "t2", "whole model"]  # every unit of the source, first seen first
+        for col in t.columns[2:]:
+            case = next(c for c in cases if rich_escape(case_name(c)) == col.header)
+            cells = list(col.cells)
+            assert Text.from_markup(cells[-1]).plain == fmt(case.metric(metric.metric), metric.kind)
+            for cell_text, unit in zip(cells[:-1], names[:-1], strict=True):
+                v = next((getattr(u, metric.field) for u in case.layers or [] if u.name == unit), None)
+                assert Text.from_markup(cell_text).plain == fmt(v, metric.kind)  # — where the case has no such unit
+                assert cell_text.startswith("[red]") == (metric.bad is not None and v is not None and v >= metric.bad)
+    seen = [col.header for t in tables[:pages] for col in t.columns[2:]]
+    assert seen == [rich_escape(case_name(c)) for c in cases]  # each case once, in order, over the pages
+
+
+def test_markdown_layer_tables_page_the_cases_and_escape_the_labels() -> None:
+    run = _run("run_base")
+    text = markdown_layers([run], per_table=4)
+    assert "&lt;script&gt;" in text and "<script>" not in text and "<img" not in text
+    tables = _md_tables(text)
+    live = [t for t in tables if "conv1.weight" in t[2]]
+    assert len(live) == len(LAYER_METRICS)  # 2 live cases: one page per metric
+    for header, _, *rows in tables:
+        assert 3 <= len(_cells(header)) <= 2 + 4 and rows[-1].startswith("| **whole model**")
+        assert len(rows) in (4, 13)  # 3 synthetic units or 12 live ones, and the whole model
+
+
+def test_report_layers_on_the_command_line() -> None:
+    r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--layers"])
+    assert r.exit_code == 0, r.output
+    assert "per layer: ratio" in r.output and "per layer: q" in r.output and "conv1.weight" in r.output
+    r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--layers", "--md"])
+    assert r.exit_code == 0 and r.output.startswith("# gcbench report — per layer") and "| conv1.weight |" in r.output
+    r = runner.invoke(app, ["report", str(GOLDEN / "bench_small.json"), "--layers"])
+    assert r.exit_code == 1 and "no per-layer rows" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--layers", "--html"])
+    assert r.exit_code == 1 and "--layers is for the terminal and --md" in r.output
