@@ -589,3 +589,49 @@ def test_report_layers_on_the_command_line() -> None:
     assert r.exit_code == 1 and "no per-layer rows" in r.output and "Traceback" not in r.output
     r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--layers", "--html"])
     assert r.exit_code == 1 and "--layers is for the terminal and --md" in r.output
+
+
+# ----------------------------------------------------------------------------- the compressor card
+
+
+def test_a_card_says_paper_flags_reconstruction_protocol_wire_format_and_parameters_with_ranges() -> None:
+    from gcbench.compressors import registry
+    from gcbench.report.listing import card_rows, card_table
+
+    dgc = dict(card_rows(registry.get("dgc"), "gcbench", None))
+    assert dgc["paper"].startswith("Lin et al. 2018") and dgc["reconstructed"].startswith("no")
+    assert dgc["flags"].startswith("biased, stateful, EF:own") and "randomised" in dgc["flags"]
+    assert dgc["protocol"].startswith("allgather") and "payload 'dgc' v3" in dgc["wire format"]
+    sdagc = dict(card_rows(registry.get("sdagc"), "gcbench", None))
+    assert sdagc["reconstructed"].startswith("YES") and "deterministic" in sdagc["flags"]
+    powersgd = dict(card_rows(registry.get("powersgd"), "gcbench", None))
+    assert "2 all-reduce round(s), per tensor" in powersgd["protocol"]
+    r = runner.invoke(app, ["list", "dgc"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "density=0.001 (in (0, 1]): target fraction" in text and "index_coding='fixed' (one of 'fixed'," in text
+    assert "reconstructed" in text and "wire format" in text and "protocol" in text
+    console = Console(record=True, width=200)
+    console.print(card_table(registry.get("sdagc"), "gcbench"))
+    assert "YES: a reconstructed definition" in console.export_text()
+
+
+@pytest.mark.parametrize("name", ["none", "fp16", "topk", "dgc", "qsgd"])
+def test_a_cards_bit_count_is_counted_from_a_real_encoding(name: str) -> None:
+    import torch
+
+    from gcbench.compressors import registry
+    from gcbench.report.listing import WIRE_SAMPLE_SHAPE, card_dict, wire_sample
+
+    card = registry.get(name)
+    w = wire_sample(card)
+    comp = registry.create(name)
+    x = torch.randn(*WIRE_SAMPLE_SHAPE, generator=torch.Generator().manual_seed(0))
+    wire = comp.compress(x, comp.init_state(0)).to_bytes()  # the bytes that cross the wire
+    assert w.bits_per_element == 8 * len(wire) / x.numel() and w.codec == name and w.version == card.version
+    if name in ("none", "fp16"):  # dense casts: the element width, plus a header that is a rounding error
+        assert w.bits_per_element == pytest.approx({"none": 32, "fp16": 16}[name], rel=1e-3)
+    assert f"{w.bits_per_element:.4g} bits/element" in w.text()
+    d = card_dict(card, "gcbench", w)
+    assert d["wire"]["bits_per_element"] == w.bits_per_element and d["name"] == name and d["origin"] == "gcbench"
+    json.dumps(d)  # what --json prints

@@ -92,7 +92,7 @@ def wire_sample(card: CompressorInfo, shape: tuple[int, ...] = WIRE_SAMPLE_SHAPE
 def card_rows(card: CompressorInfo, origin: str, wire: WireSample | str | None) -> list[tuple[str, str]]:
     """(field, value) rows of one compressor's card, unescaped: what ``gcbench list NAME`` shows.
 
-    ``wire``: the measured encoding, or a line saying why there is none.
+    ``wire``: the measured encoding, or a line saying why there is none (default: the unmeasured layout line).
     """
     target = card.target.text() if card.target is not None else "—"
     if card.target is not None and card.target.decompress_x_copy is not None:
@@ -109,7 +109,7 @@ def card_rows(card: CompressorInfo, origin: str, wire: WireSample | str | None) 
          + f"; {'deterministic' if flags.deterministic else 'randomised (seeded by its state)'}"),
         ("protocol", f"{proto.name}: {proto.description} ({legs}{', per tensor' if proto.per_tensor else ''}"
                      f"{', summable payloads' if proto.summable else ''})"),
-        ("wire format", wire.text() if isinstance(wire, WireSample) else wire or "—"),
+        ("wire format", wire.text() if isinstance(wire, WireSample) else wire or str(wire_text(card, measure=False))),
         ("bench target", target),
         ("traffic bound", f"{card.traffic_bytes:g} bytes read+written per element (a copy: 8); a timing under it is flagged"),
         ("min workers", str(card.min_workers)),
@@ -136,7 +136,6 @@ def wire_text(card: CompressorInfo, measure: bool) -> WireSample | str:
 
 def card_table(card: CompressorInfo, origin: str, wire: WireSample | str | None = None) -> Table:
     """Everything on one compressor's card (``gcbench list NAME``); ``wire``: :func:`wire_text` (default: unmeasured)."""
-    wire = wire_text(card, measure=False) if wire is None else wire
     t = Table(title=f"{escape(card.name)} (version {card.version})", title_justify="left", show_header=False)
     t.add_column("field", style="bold")
     t.add_column("value", overflow="fold")
