@@ -421,7 +421,8 @@ def test_a_spread_is_written_to_the_decimals_of_its_value() -> None:
     assert spread_text(266.4, 12.6, "×") == "266× ±13"
     assert spread_text(1.03, 0.00016, "×") == "1.03× ±<0.01"  # not a false ±0.00
     assert spread_text(7.7, None, "×") == "7.70×"
-    for v, sp in ((1.1, 0.012), (12.4, 0.87), (0.1, 0.005), (345.0, 2.0)):
+    assert spread_text(0.0234, 0.0031, "×") == "0.023× ±0.003"  # small values keep two significant digits
+    for v, sp in ((1.1, 0.012), (12.4, 0.87), (0.1, 0.005), (345.0, 2.0), (0.0234, 0.0031), (0.004, 0.0001)):
         value, spread = spread_text(v, sp).split(" ±")
         decimals = len(value.partition(".")[2])
         assert len(spread.lstrip("<").partition(".")[2]) == decimals

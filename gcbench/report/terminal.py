@@ -156,11 +156,13 @@ class Column:
 def spread_text(v: float, spread: float | None, unit: str = "") -> str:
     """A value and its spread written to the same decimals: ``1.14× ±0.03``, ``12.4× ±0.9``, ``1.00× ±<0.01``.
 
-    Three significant digits for the value (two decimals under 10, one under 100, none above), and
-    the spread at the value's last decimal, so the two read as one measurement; a spread that rounds
-    to zero there is written as under one unit of that decimal rather than as a false ``±0.00``.
+    Three significant digits for the value from 0.1 up (two decimals under 10, one under 100, none
+    above), at least two below (``0.023×``), and the spread at the value's last decimal, so the two
+    read as one measurement; a spread that rounds to zero there is written as under one unit of that
+    decimal rather than as a false ``±0.00``.
     """
-    d = 2 if abs(v) < 10 else 1 if abs(v) < 100 else 0
+    a = abs(v)
+    d = 2 if 0.1 <= a < 10 or a == 0 else 1 if 10 <= a < 100 else 0 if a >= 100 else min(6, 1 - math.floor(math.log10(a)))
     text = f"{v:,.{d}f}{unit}"
     if spread is None or not math.isfinite(spread):
         return text
