@@ -125,6 +125,11 @@ def test_several_runs_share_one_file_per_table_told_apart_by_run_id(tmp_path: Pa
     _, rows = _read(tmp_path, "cases.csv")
     failed = [r for r in rows if r["status"] != "ok"]
     assert failed and all(r["error"] and r["ratio"] == "" for r in failed)  # a failed case: its error, empty numbers
+    data = json.loads((GOLDEN / "run_new.json").read_text(encoding="utf-8"))
+    data["kind"] = "compare"  # `gcbench compare` files hold run cases: the same tables
+    write_csv(tmp_path, [LoadedRun(GOLDEN / "run_new.json", data)])
+    _, rows = _read(tmp_path, "cases.csv")
+    assert {r["kind"] for r in rows} == {"compare"} and len(rows) == len(data["cases"]) and rows[0]["ratio"]
 
 
 def test_a_bench_file_gets_its_own_columns_and_its_rounds(tmp_path: Path) -> None:
