@@ -649,8 +649,16 @@ def report(
     fail_on_regression: Annotated[bool, typer.Option(
         "--fail-on-regression", help="Exit 1 if any metric is worse or a case newly fails (CI).")] = False,
     papers: Annotated[Path | None, typer.Option(help="Paper claims file (default: baselines/papers.toml).")] = None,
+    csv_dir: Annotated[Path | None, typer.Option(
+        "--csv", metavar="DIR", help="Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
+        "observation) into DIR, replacing those four files.")] = None,
+    layers: Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
+                                         "instead of the summary; with --md as Markdown.")] = False,
 ) -> None:
-    """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline."""
+    """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline.
+
+    Examples: `gcbench report latest`, `gcbench report latest --layers`, `gcbench report RUN --csv out/`.
+    """
     from gcbench.report import terminal as rep
     from gcbench.results.compare import gate_failures
 
@@ -664,6 +672,10 @@ def report(
         raise GcbenchError(f"--alpha must be in (0, 1), got {alpha}")
     if fail_on_regression and not baseline:
         raise GcbenchError("--fail-on-regression needs --baseline RUN")
+    if csv_dir is not None and (md or as_html or baseline or output is not None or layers):
+        raise GcbenchError("--csv writes its own files: leave out --md, --html, --output, --baseline and --layers")
+    if layers and (as_html or baseline):
+        raise GcbenchError("--layers is for the terminal and --md (the HTML report has its own per-layer view), not --baseline")
     if output is not None:
         check_output_file(output, "--output")
     def skipped(exc: GcbenchError) -> None:
@@ -671,6 +683,15 @@ def report(
 
     inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped)
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
+    if csv_dir is not None:
+        from gcbench.report.export import write_csv
+
+        for w in write_csv(csv_dir, loaded):
+            out.print(f"{w.path}: {w.rows:,} rows{' (replaced)' if w.replaced else ''}", markup=False, highlight=False)
+        return
+    if layers and not md:
+        _emit(rep.layers_report(loaded, out.width))
+        return
     claims, claims_missing = _claims_for(papers, detailed)
     if as_html:
         from gcbench.report.html import write_html
@@ -679,7 +700,7 @@ def report(
                           claims_missing=claims_missing)
         out.print(f"report: {path}", markup=False, highlight=False)
     elif md:
-        text = rep.markdown_report(detailed, claims, comparison, all_metrics)
+        text = rep.markdown_layers_report(detailed) if layers else rep.markdown_report(detailed, claims, comparison, all_metrics)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(text, encoding="utf-8")

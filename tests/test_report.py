@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 from rich.console import Console
+from rich.markup import escape as rich_escape
+from rich.text import Text
 from typer.testing import CliRunner
 
 from gcbench.cli import app
@@ -20,6 +23,8 @@ from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
+    FOOTNOTE,
+    LAYER_METRICS,
     ONESHOT_COLUMNS,
     SUMMARY_COLUMNS,
     TIMING_NOTE,
@@ -27,17 +32,21 @@ from gcbench.report.terminal import (
     LoadedRun,
     bench_target,
     by_source,
+    case_name,
     compress_gbps_text,
     compress_x_copy_text,
     delivered_text,
     fmt,
     head_to_head_output,
+    layer_tables,
     load_runs,
+    markdown_layers,
     markdown_report,
     md_escape,
     pareto_front,
     run_output,
     size_text,
+    spread_text,
     stream_caption,
     summary_tables,
     x_copy_text,
@@ -296,7 +305,9 @@ def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
         ("signsgd", "100,000"), ("signsgd", "1,000,000"), ("topk", "100,000"), ("topk", "1,000,000"), ("qsgd", "100,000")]
     assert [c["verdict"] for c in cells] == ["pass", "pass", "short", "short", "error"]
     for c, rec in zip(cells[:4], run.cases[:4], strict=True):
-        assert c["comp×copy"] == fmt(rec.compress_x_copy, "x") and c["dec×copy"] == fmt(rec.decompress_x_copy, "x")
+        # ×copy is written as every ×copy cell is (three digits, the spread at the same decimals where the file has one)
+        assert c["comp ×copy"].split(" ±")[0] == spread_text(rec.compress_x_copy, None, "×")
+        assert c["dec ×copy"].split(" ±")[0] == spread_text(rec.decompress_x_copy, None, "×")
         assert c["GB/s"] == fmt(rec.gbps_compress)
         assert c["peak/input"] == fmt(rec.peak_extra_bytes / rec.input_bytes)
     assert cells[0]["target"] == "≤ 2× copy, decompress ≤ 3× copy"  # every limit that "pass" checks is named
@@ -374,11 +385,11 @@ def test_cli_baseline_compares_bench_files(tmp_path: Path) -> None:
     b, n = _bench_pair(tmp_path)
     r = runner.invoke(app, ["report", "--baseline", str(b), str(n), "--fail-on-regression"])
     assert r.exit_code == 1, r.output
-    assert "topk (1,000,000 elements)" in r.output and "compress×copy ↓" in r.output and "worse" in r.output
+    assert "topk (1,000,000 elements)" in r.output and "compress ×copy ↓" in r.output and "worse" in r.output
     assert "+100.0%" in r.output and "1 regression(s)" in r.output
     r = runner.invoke(app, ["report", "--baseline", str(b), str(n), "--md"])
     assert r.exit_code == 0, r.output
-    row = next(ln for ln in r.output.splitlines() if ln.startswith("| topk (1,000,000 elements) | compress×copy"))
+    row = next(ln for ln in r.output.splitlines() if ln.startswith("| topk (1,000,000 elements) | compress ×copy"))
     assert _cells(row)[2:4] == ["7.18×", "14.35×"] and _cells(row)[6] == "worse"
     assert "## Kernel benchmark golden-bench-new" in r.output  # the new file in detail, the baseline in the rows
 
@@ -394,11 +405,27 @@ def test_cli_baseline_of_another_kind_is_one_clear_line() -> None:
 
 
 def test_x_copy_cells_show_the_spread_and_flags_and_no_speed_beyond_the_traffic_bound() -> None:
-    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[])) == "3.1× ±0.4"
-    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[UNSTABLE])) == "3.1× ±0.4 (unstable)"
+    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[])) == "3.10× ±0.40"
+    assert x_copy_text(XCopy(median=3.1, iqr=0.8, flags=[UNSTABLE])) == "3.10× ±0.40 (unstable)"
     beaten = x_copy_text(XCopy(median=0.2, iqr=0.01, flags=[BEATS_BOUND]))
     assert "0.2" not in beaten and "beats traffic bound" in beaten  # not printed as a speed
-    assert x_copy_text(XCopy(median=2.0)) == "2.0×"  # a file from before interleaved timing: median only
+    assert x_copy_text(XCopy(median=2.0)) == "2.00×"  # a file from before interleaved timing: median only
+    assert x_copy_text(None) == "—"
+
+
+def test_a_spread_is_written_to_the_decimals_of_its_value() -> None:
+    # the "1.1× ±0.012": a value and its spread at different precisions
+    assert spread_text(1.1, 0.012, "×") == "1.10× ±0.01"
+    assert spread_text(1.14, 0.0125, "×") == "1.14× ±0.01"
+    assert spread_text(12.4, 0.87, "×") == "12.4× ±0.9"
+    assert spread_text(266.4, 12.6, "×") == "266× ±13"
+    assert spread_text(1.03, 0.00016, "×") == "1.03× ±<0.01"  # not a false ±0.00
+    assert spread_text(7.7, None, "×") == "7.70×"
+    assert spread_text(0.0234, 0.0031, "×") == "0.023× ±0.003"  # small values keep two significant digits
+    for v, sp in ((1.1, 0.012), (12.4, 0.87), (0.1, 0.005), (345.0, 2.0), (0.0234, 0.0031), (0.004, 0.0001)):
+        value, spread = spread_text(v, sp).split(" ±")
+        decimals = len(value.partition(".")[2])
+        assert len(spread.lstrip("<").partition(".")[2]) == decimals
     assert x_copy_text(None) == "—"
 
 
@@ -417,7 +444,8 @@ def test_a_timed_run_prints_spreads_and_says_what_the_flags_mean(tmp_path: Path)
         row = next(line for line in text.splitlines() if line.lstrip("│ ").startswith(case.label + " "))
         assert compress_x_copy_text(case) in row and ("±" in row or BEATS_BOUND in row)
     notes = " ".join(text.split())  # the footnote wraps at the console's width
-    assert "(unstable) = " in notes and "(beats traffic bound) = " in notes
+    assert "(unstable)" in notes and "(beats traffic bound)" in notes and "gcbench list metrics" in notes  # the short legend
+    assert "(unstable) = " in FOOTNOTE and "(beats traffic bound) = " in FOOTNOTE  # the definitions, in --md and --html
 
 
 def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_tables() -> None:
@@ -434,7 +462,7 @@ def test_a_timing_that_beats_its_traffic_bound_shows_no_speed_in_run_or_compare_
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]] for line in console.export_text().splitlines()
             if line.startswith("│")}
     assert rows["compress GB/s ↑"] == [f"— ({BEATS_BOUND})", "4"]
-    assert rows["compress ×copy ↓"] == [f"— ({BEATS_BOUND})", "0.1× ±0.005"]
+    assert rows["compress ×copy ↓"] == [f"— ({BEATS_BOUND})", "0.10× ±0.01"]
 
 
 # ----------------------------------------------------------------------------- one reference per table
@@ -509,3 +537,102 @@ def test_x_copy_means_one_thing_in_the_column_the_notes_and_the_glossary() -> No
         assert "compress time / " in text and "lower is better" in text
     assert "copy_fraction" not in glossary  # its inverse, "higher is better", contradicted the ×copy column
     assert len(glossary) == len(METRICS)  # one entry per name: two definitions of one metric could disagree
+
+
+# ----------------------------------------------------------------------------- per layer
+
+
+def test_layer_tables_have_every_layer_a_whole_model_row_and_pages_that_fit_the_width() -> None:
+    run = _run("run_base")
+    group = by_source(run.cases)["synthetic <img src=x onerror=alert(1)> normal"]
+    cases = [c for c in group if c.ok and c.layers]
+    tables = layer_tables(group, "base", width=70)
+    metrics = [m.field for m in LAYER_METRICS]
+    pages = len(tables) // len(metrics)
+    assert len(tables) == pages * len(metrics) and pages > 1  # 8 cases do not fit 70 columns: paged, not wrapped
+    for t, metric in zip(tables, [m for m in LAYER_METRICS for _ in range(pages)], strict=True):
+        console = Console(record=True, width=70)
+        console.print(t)
+        assert all(cell_len(line) <= 70 for line in console.export_text().splitlines())
+        names = list(t.columns[0].cells)
+        assert names == ["t0", "t1", "t2", "whole model"]  # every unit of the source, first seen first
+        for col in t.columns[2:]:
+            case = next(c for c in cases if rich_escape(case_name(c)) == col.header)
+            cells = list(col.cells)
+            assert Text.from_markup(cells[-1]).plain == fmt(case.metric(metric.metric), metric.kind)
+            for cell_text, unit in zip(cells[:-1], names[:-1], strict=True):
+                v = next((getattr(u, metric.field) for u in case.layers or [] if u.name == unit), None)
+                assert Text.from_markup(cell_text).plain == fmt(v, metric.kind)  # — where the case has no such unit
+                assert cell_text.startswith("[red]") == (metric.bad is not None and v is not None and v >= metric.bad)
+    seen = [col.header for t in tables[:pages] for col in t.columns[2:]]
+    assert seen == [rich_escape(case_name(c)) for c in cases]  # each case once, in order, over the pages
+
+
+def test_markdown_layer_tables_page_the_cases_and_escape_the_labels() -> None:
+    run = _run("run_base")
+    text = markdown_layers([run], per_table=4)
+    assert "&lt;script&gt;" in text and "<script>" not in text and "<img" not in text
+    tables = _md_tables(text)
+    live = [t for t in tables if "conv1.weight" in t[2]]
+    assert len(live) == len(LAYER_METRICS)  # 2 live cases: one page per metric
+    for header, _, *rows in tables:
+        assert 3 <= len(_cells(header)) <= 2 + 4 and rows[-1].startswith("| **whole model**")
+        assert len(rows) in (4, 13)  # 3 synthetic units or 12 live ones, and the whole model
+
+
+def test_report_layers_on_the_command_line() -> None:
+    r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--layers"])
+    assert r.exit_code == 0, r.output
+    assert "per layer: ratio" in r.output and "per layer: q" in r.output and "conv1.weight" in r.output
+    r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--layers", "--md"])
+    assert r.exit_code == 0 and r.output.startswith("# gcbench report — per layer") and "| conv1.weight |" in r.output
+    r = runner.invoke(app, ["report", str(GOLDEN / "bench_small.json"), "--layers"])
+    assert r.exit_code == 1 and "no per-layer rows" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["report", str(GOLDEN / "run_base.json"), "--layers", "--html"])
+    assert r.exit_code == 1 and "--layers is for the terminal and --md" in r.output
+
+
+# ----------------------------------------------------------------------------- the compressor card
+
+
+def test_a_card_says_paper_flags_reconstruction_protocol_wire_format_and_parameters_with_ranges() -> None:
+    from gcbench.compressors import registry
+    from gcbench.report.listing import card_rows, card_table
+
+    dgc = dict(card_rows(registry.get("dgc"), "gcbench", None))
+    assert dgc["paper"].startswith("Lin et al. 2018") and dgc["reconstructed"].startswith("no")
+    assert dgc["flags"].startswith("biased, stateful, EF:own") and "randomised" in dgc["flags"]
+    assert dgc["protocol"].startswith("allgather") and "payload 'dgc' v3" in dgc["wire format"]
+    sdagc = dict(card_rows(registry.get("sdagc"), "gcbench", None))
+    assert sdagc["reconstructed"].startswith("YES") and "deterministic" in sdagc["flags"]
+    powersgd = dict(card_rows(registry.get("powersgd"), "gcbench", None))
+    assert "2 all-reduce round(s), per tensor" in powersgd["protocol"]
+    r = runner.invoke(app, ["list", "dgc"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "density=0.001 (in (0, 1]): target fraction" in text and "index_coding='fixed' (one of 'fixed'," in text
+    assert "reconstructed" in text and "wire format" in text and "protocol" in text
+    console = Console(record=True, width=200)
+    console.print(card_table(registry.get("sdagc"), "gcbench"))
+    assert "YES: a reconstructed definition" in console.export_text()
+
+
+@pytest.mark.parametrize("name", ["none", "fp16", "topk", "dgc", "qsgd"])
+def test_a_cards_bit_count_is_counted_from_a_real_encoding(name: str) -> None:
+    import torch
+
+    from gcbench.compressors import registry
+    from gcbench.report.listing import WIRE_SAMPLE_SHAPE, card_dict, wire_sample
+
+    card = registry.get(name)
+    w = wire_sample(card)
+    comp = registry.create(name)
+    x = torch.randn(*WIRE_SAMPLE_SHAPE, generator=torch.Generator().manual_seed(0))
+    wire = comp.compress(x, comp.init_state(0)).to_bytes()  # the bytes that cross the wire
+    assert w.bits_per_element == 8 * len(wire) / x.numel() and w.codec == name and w.version == card.version
+    if name in ("none", "fp16"):  # dense casts: the element width, plus a header that is a rounding error
+        assert w.bits_per_element == pytest.approx({"none": 32, "fp16": 16}[name], rel=1e-3)
+    assert f"{w.bits_per_element:.4g} bits/element" in w.text()
+    d = card_dict(card, "gcbench", w)
+    assert d["wire"]["bits_per_element"] == w.bits_per_element and d["name"] == name and d["origin"] == "gcbench"
+    json.dumps(d)  # what --json prints

@@ -153,15 +153,35 @@ class Column:
         return self.missing if v is None else fmt(v, self.kind)
 
 
+def spread_text(v: float, spread: float | None, unit: str = "") -> str:
+    """A value and its spread written to the same decimals: ``1.14× ±0.03``, ``12.4× ±0.9``, ``1.00× ±<0.01``.
+
+    Three significant digits for the value from 0.1 up (two decimals under 10, one under 100, none
+    above), at least two below (``0.023×``), and the spread at the value's last decimal, so the two
+    read as one measurement; a spread that rounds to zero there is written as under one unit of that
+    decimal rather than as a false ``±0.00``.
+    """
+    a = abs(v)
+    d = 2 if 0.1 <= a < 10 or a == 0 else 1 if 10 <= a < 100 else 0 if a >= 100 else min(6, 1 - math.floor(math.log10(a)))
+    text = f"{v:,.{d}f}{unit}"
+    if spread is None or not math.isfinite(spread):
+        return text
+    step = 10.0 ** -d
+    return text + (f" ±{abs(spread):,.{d}f}" if round(abs(spread), d) >= step else f" ±<{step:.{d}f}")
+
+
 def x_copy_text(x: XCopy | None) -> str:
-    """A kernel's ×copy as tables write it: ``3.1× ±0.4``, its flags in brackets; a bound-beating one is no number."""
+    """A kernel's ×copy as tables write it: ``3.14× ±0.40`` (median ± half the IQR), its flags in brackets.
+
+    A timing that beat its traffic bound shows no number: what it timed is not the work the compressor must do.
+    """
     if x is None or x.median is None:
         return "—"
     flags = list(x.flags or [])
-    if x.beats_bound:  # what it timed is not the work the compressor must do: not a speed
+    if x.beats_bound:
         text = "—"
     else:
-        text = fmt(x.median, "x") + (f" ±{x.iqr / 2:.2g}" if x.iqr is not None else "")
+        text = spread_text(x.median, x.iqr / 2 if x.iqr is not None else None, "×")
     return text + (f" ({', '.join(flags)})" if flags else "")
 
 
@@ -205,6 +225,10 @@ def fraction_text(v: float) -> str:
     return f"{v:.3f}" if abs(v) < 10 else fmt(v, "g")
 
 
+#: the one name of a kernel's time over the copy's time (lower is better) in every table: run, compare, bench
+X_COPY_HEADER = "comp ×copy"
+X_COPY_DEC_HEADER = "dec ×copy"
+
 #: the main run table: bytes, fidelity on the suite's ONE common reference (the stream view), kernel time
 SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
@@ -219,9 +243,9 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
            "mean over steps of 1 − cos²(U_t, D_t): the step error after the best scalar rescaling (scale-free)"),
     Column("comp_ms", "comp ms", "compress_s", "ms", False, "median compress time per worker-step"),
     Column("dec_ms", "dec ms", "decompress_s", "ms", False, "median decompress time per worker-step"),
-    Column("comp_copy", "comp/copy", "comp_over_copy", "x", False,
-           "×copy: compress time / time of a plain copy of the same tensors timed in the same round (lower is better; "
-           "1× = as fast as a copy): median ± half the IQR, flags",
+    Column("comp_copy", X_COPY_HEADER, "comp_over_copy", "x", False,
+           "×copy: compress time / time of a plain copy of the same tensors, the copy timed in rounds interleaved with the "
+           "kernels (lower is better; 1× = as fast as a copy): median ± half the IQR, flags",
            cell=compress_x_copy_text),
 )
 
@@ -333,10 +357,12 @@ BENCH_COLUMNS: tuple[Column, ...] = (
     Column("numel", "elements", "numel", "int", None, "elements of the dense float32 tensor timed"),
     Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
     Column("comp_ms", "comp ms", "compress_ms", "ms", False, "median compress time"),
-    Column("comp_copy", "comp×copy", "compress_x_copy", "x", False,
-           "compress time / time of a plain copy of the same tensor in the same round: median ± half the IQR, flags",
+    Column("comp_copy", X_COPY_HEADER, "compress_x_copy", "x", False,
+           "×copy: compress time / time of a plain copy of the same tensor in the same round (lower is better): "
+           "median ± half the IQR, flags",
            cell=lambda c: bench_x_copy_text(c, "compress")),
-    Column("dec_copy", "dec×copy", "decompress_x_copy", "x", False, "decompress time / copy time, per round: median ± half the IQR",
+    Column("dec_copy", X_COPY_DEC_HEADER, "decompress_x_copy", "x", False,
+           "×copy of decompress: decompress time / copy time, per round (lower is better): median ± half the IQR",
            cell=lambda c: bench_x_copy_text(c, "decompress")),
     Column("vs_ref", "vs ref", "speedup_vs_reference", "x", True,
            "speed-up over the compressor's straightforward reference implementation"),
@@ -567,7 +593,7 @@ def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_
 
 def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
     """What ``gcbench run`` prints after a run: the per-source tables of its cases and the footnote."""
-    return [*case_tables(cases, title), Text(FOOTNOTE)]
+    return [*case_tables(cases, title), Text(LEGEND)]
 
 
 def verdict_output(pairs: Sequence[PairVerdict]) -> list[RenderableType]:
@@ -603,7 +629,7 @@ def _side_cell(row: SideRow, i: int, case: RunCase) -> str:
 
 
 def _side_table(title: str, cases: Sequence[RunCase], rows: Sequence[SideRow]) -> Table:
-    t = Table(title=rich_escape(title), title_justify="left")
+    t = Table(title=rich_escape(title) or None, title_justify="left")
     t.add_column("metric")
     for c in cases:
         t.add_column(rich_escape(case_name(c)), justify="right")
@@ -629,10 +655,10 @@ def sweep_table(sweep: Sequence[RunCase], cases: Sequence[RunCase]) -> Table:
     return t
 
 
-STREAM_NOTE = ("delivered update = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step (U: the case's update, D: the dense "
-               "update on the true worker mean), in brackets the 95% interval of the mean of each worker's own delivered "
-               "fraction (its own updates against its own dense update: a different number from the aggregate's); per-step "
-               "error = mean over steps of ‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
+COMPARE_STREAM_NOTE = ("delivered update = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step (U: the case's update, D: the "
+                       "dense update on the true worker mean); (workers lo–hi) = the 95% interval of the mean of each worker's "
+                       "own delivered fraction (its own updates against its own dense update: a different number from the "
+                       "aggregate's); per-step error = mean over steps of ‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
 ONE_SHOT_NOTE = ("One compression of one gradient, R repeats, on the first steps only; each case against its own reference "
                  "(DGC and SDAGC against their momentum-SGD update), so these rows rank cases only where the references agree.")
 
@@ -649,9 +675,11 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     if sweep is None:
         out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
     main = head_to_head(cases, MAIN_METRICS)
-    out.append(_side_table(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity} — "
-                           f"reference: {reference or 'none recorded'}", cases, main))
-    out.append(Text(STREAM_NOTE))
+    # the heading is a line of its own: as a table title it wraps at the width of a narrow two-case table
+    out.append(Text(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity} — "
+                    f"reference: {reference or 'none recorded'}", style="bold"))
+    out.append(_side_table("", cases, main))
+    out.append(Text(COMPARE_STREAM_NOTE))
     refs = fidelity_references(cases)
     one_shot = _side_table("one-shot fidelity — each against its own reference", cases, head_to_head(cases, FIDELITY_METRICS))
     one_shot.add_row("reference", *[rich_escape(r or "—") for r in refs])
@@ -663,7 +691,7 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     out.append(Text("green = best in row, only where a best means something (no flagged timing, no too-short stream, one "
                     "reference for the one-shot rows); ≈ = timing not significantly different from the best (Mann–Whitney "
                     f"p ≥ 0.05); {DAGGER} = reconstructed definition; "
-                    + TIMING_NOTE.replace("comp/copy", "compress ×copy", 1)))
+                    + TIMING_NOTE.replace(X_COPY_HEADER, "compress ×copy", 1)))
     phases = phase_table(cases, "gcbench compare")
     if phases is not None:
         out += [phases, Text(PHASE_NOTE)]
@@ -760,6 +788,150 @@ def markdown_phases(cases: Sequence[RunCase]) -> str:
         parts += [md_table(WORKER_HEADERS, [[md_escape(t) for t in worker_cells(wt)] for wt in workers], [False, False, True, True]), "",
                   md_escape(WORKER_NOTE), ""]
     return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- per layer
+#
+# 161 layers × 30 cases do not fit one screen in any orientation: layers are the rows (they are
+# many, and a terminal scrolls down), cases the columns in pages that fit the width, one metric per
+# table — the ratio (where the bytes go) and the one-shot q (where the error goes).  The last row is
+# the whole model, so each column ends with the number of the summary table.
+
+
+@dataclass(frozen=True)
+class LayerMetric:
+    """A per-layer table's metric: the :class:`Layer` field, the whole-model metric, format and meaning."""
+
+    field: str
+    metric: str
+    kind: str
+    title: str
+    bad: float | None = None  # a value at or above it is marked (q ≥ 1: worse than sending nothing)
+
+
+LAYER_METRICS: tuple[LayerMetric, ...] = (
+    LayerMetric("ratio", "ratio", "ratio", "ratio = dense fp32 bytes / wire bytes of each layer (headers included); higher is better"),
+    LayerMetric("q", "q", "g", "one-shot q = ‖C(x)−x‖²/‖x‖² of each layer, against the case's own reference; lower is better, "
+                "≥ 1 (marked) is worse than sending nothing", bad=1.0),
+)
+LAYER_NOTE = ("Per layer: one row per unit the compressor saw (a layer, or a bucket at bucket granularity), the cases in "
+              "column pages; the last row is the whole model (the summary table's number); — = no value for that case.")
+
+
+def layer_units(cases: Sequence[RunCase]) -> list[tuple[str, int | None]]:
+    """The units (name, elements) of these cases in first-seen order: the rows of their per-layer tables."""
+    units: dict[str, int | None] = {}
+    for c in cases:
+        for u in c.layers or []:
+            if u.name is not None and u.name not in units:
+                units[u.name] = u.numel
+    return list(units.items())
+
+
+def layer_value(case: RunCase, unit: str, metric: LayerMetric) -> float | None:
+    """``metric`` of one unit of a case (``None`` when the case has no such unit or no value)."""
+    for u in case.layers or []:
+        if u.name == unit:
+            v = getattr(u, metric.field)
+            return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+    return None
+
+
+def layer_pages(cases: Sequence[RunCase], width: int, fixed: int) -> list[list[RunCase]]:
+    """The cases split into pages of columns whose table fits ``width`` characters beside ``fixed`` of row headers."""
+    pages: list[list[RunCase]] = [[]]
+    used = fixed
+    for c in cases:
+        w = max(len(case_name(c)), 9) + 3  # a cell's text and its padding and border
+        if pages[-1] and used + w > width:
+            pages.append([])
+            used = fixed
+        pages[-1].append(c)
+        used += w
+    return [p for p in pages if p]
+
+
+def _layer_cell(v: float | None, metric: LayerMetric) -> str:
+    text = rich_escape(fmt(v, metric.kind))
+    return f"[red]{text}[/]" if v is not None and metric.bad is not None and v >= metric.bad else text
+
+
+def layer_tables(cases: Sequence[RunCase], title: str, width: int = 160) -> list[Table]:
+    """The per-layer tables of one source's cases: per metric of :data:`LAYER_METRICS`, pages of cases that fit ``width``."""
+    ok = [c for c in cases if c.ok and c.layers]
+    units = layer_units(ok)
+    if not units:
+        return []
+    name_w = max(len(n) for n, _ in units)
+    fixed = name_w + len(f"{max((n or 0) for _, n in units):,}") + 7
+    pages = layer_pages(ok, width, fixed)
+    tables = []
+    for metric in LAYER_METRICS:
+        for i, page in enumerate(pages):
+            part = f" (cases {i + 1}/{len(pages)})" if len(pages) > 1 else ""
+            t = Table(title=f"{rich_escape(title)} — per layer: {metric.field}{part}", title_justify="left",
+                      caption=rich_escape(metric.title), caption_justify="left")
+            t.add_column("layer", no_wrap=True)
+            t.add_column("elements", justify="right", no_wrap=True)
+            for c in page:
+                t.add_column(rich_escape(case_name(c)), justify="right", no_wrap=True)
+            for name, numel in units:
+                t.add_row(rich_escape(name), fmt(numel, "int"), *[_layer_cell(layer_value(c, name, metric), metric) for c in page])
+            t.add_section()
+            t.add_row("whole model", fmt(sum(n or 0 for _, n in units), "int"),
+                      *[_layer_cell(c.metric(metric.metric), metric) for c in page])
+            tables.append(t)
+    return tables
+
+
+def layers_report(runs: Sequence[LoadedRun], width: int = 160) -> list[RenderableType | str]:
+    """What ``gcbench report --layers`` prints: the per-layer tables of every source of every run, then their note.
+
+    Raises :class:`ResultsError` when no case of these runs recorded per-layer rows (train and bench
+    files never do).
+    """
+    out: list[RenderableType | str] = []
+    for run in runs:
+        if run.kind in ("train", "bench"):
+            continue
+        for src, group in by_source(run.cases).items():
+            out += layer_tables(group, f"{run.run_id} — {src}", width)
+    if not out:
+        raise ResultsError("no per-layer rows in these results (only run and compare files record them)")
+    return [*out, LAYER_NOTE]
+
+
+def markdown_layers(runs: Sequence[LoadedRun], per_table: int = 10) -> str:
+    """The per-layer tables as Markdown: per run, source and metric, ``per_table`` cases per table ('' when none)."""
+    parts = []
+    for run in runs:
+        if run.kind in ("train", "bench"):
+            continue
+        for src, group in by_source(run.cases).items():
+            ok = [c for c in group if c.ok and c.layers]
+            units = layer_units(ok)
+            if not units:
+                continue
+            parts += [f"### {md_escape(run.run_id)} — {md_escape(src)}: per layer", ""]
+            for metric in LAYER_METRICS:
+                parts += [md_escape(metric.title) + ".", ""]
+                for i in range(0, len(ok), per_table):
+                    page = ok[i:i + per_table]
+                    rows = [[md_escape(name), fmt(numel, "int"), *[fmt(layer_value(c, name, metric), metric.kind) for c in page]]
+                            for name, numel in units]
+                    rows.append(["**whole model**", fmt(sum(n or 0 for _, n in units), "int"),
+                                 *[fmt(c.metric(metric.metric), metric.kind) for c in page]])
+                    parts += [md_table(["layer", "elements", *[md_escape(case_name(c)) for c in page]], rows,
+                                       [False] + [True] * (len(page) + 1)), ""]
+    return "\n".join([*parts, md_escape(LAYER_NOTE), ""]) if parts else ""
+
+
+def markdown_layers_report(runs: Sequence[LoadedRun]) -> str:
+    """What ``gcbench report --layers --md`` writes; :class:`ResultsError` when no case recorded per-layer rows."""
+    body = markdown_layers(runs)
+    if not body:
+        raise ResultsError("no per-layer rows in these results (only run and compare files record them)")
+    return "\n".join(["# gcbench report — per layer", "", body])
 
 
 def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
@@ -882,7 +1054,7 @@ def row_cells(r: Row) -> list[str]:
     if metric.endswith("_s"):
         metric = metric[:-2] + " ms"
     elif r.unit == BENCH_UNIT:
-        metric = metric.replace("_x_copy", "×copy")
+        metric = metric.replace("_x_copy", " ×copy")  # "compress ×copy", as compare's tables name it
     if r.higher_is_better is not None and metric:
         metric += " ↑" if r.higher_is_better else " ↓"
     return [
@@ -942,7 +1114,7 @@ def measured_text(res: ClaimResult) -> str:
 
 
 _POLICY = TimingPolicy()
-TIMING_NOTE = (f"comp/copy = compress time / the time of a plain copy of the same tensors (×copy: lower is better; 1× = as "
+TIMING_NOTE = (f"{X_COPY_HEADER} = compress time / the time of a plain copy of the same tensors (×copy: lower is better; 1× = as "
                f"fast as a copy), the copy timed in rounds interleaved with each case's kernels and pooled over every case of "
                f"the source: median over rounds ± half the interquartile "
                f"range; ({UNSTABLE}) = the median's 95% CI is wider than ±{_POLICY.unstable_rel_ci:.0%} of it or the load per core "
@@ -958,11 +1130,22 @@ STREAM_NOTE = ("Main table, on the suite's common reference (the dense update D_
 ONESHOT_NOTE = ("One-shot table, each case against its own reference: q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, "
                 "energy-weighted); q scaled = 1 − cos²; bias² from R compressions; cosine whole model; agg q = exchanged "
                 "aggregate vs the true worker mean.")
+#: every definition the run tables need, in full: the Markdown and HTML reports print it under their tables
 FOOTNOTE = f"{STREAM_NOTE} {ONESHOT_NOTE} {TIMING_NOTE} {DAGGER} = reconstructed definition (paper body unavailable)."
+#: the terminal's short legend under the run tables: what each mark means, and where the full definitions are (FOOTNOTE
+#: in --md and --html, `gcbench list metrics`, the README) — a wall of text under 60 rows is not read
+LEGEND = ("Legend: delivered = fraction of the dense update (the common reference) that arrived, 1 = all, ≤ 0 = no better "
+          "than sending nothing, [95% CI over workers], (short) = too few steps to rank on; step err / scaled err = mean "
+          "per-step error, raw / after the best rescaling (≥ 1 = no better than nothing); one-shot table: each case against "
+          f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR; "
+          f"({UNSTABLE}), ({TOO_SHORT}), ({BEATS_BOUND}) = not a speed to act on; {DAGGER} = reconstructed definition. "
+          "Full definitions: gcbench report --md, `gcbench list metrics`, README \"What the metrics mean\" and \"How timings "
+          "are taken\".")
 TRAIN_FOOTNOTE = ("gap = final accuracy of 'none' minus this compressor's, in percentage points; to target = training time until "
                   "the held-out accuracy first reached the target (checked at epoch ends); step ms = median step time = compute + "
                   "compress + comm + decomp; MB/worker = payload bytes one worker sent over the whole run.")
-BENCH_FOOTNOTE = ("comp×copy / dec×copy = compress / decompress time as a multiple of a plain copy of the same tensor into a "
+BENCH_FOOTNOTE = (f"{X_COPY_HEADER} / {X_COPY_DEC_HEADER} = compress / decompress time as a multiple of a plain copy of the "
+                  "same tensor into a "
                   "preallocated buffer, the two interleaved round by round in one process per case: median over rounds ± half "
                   f"the interquartile range, flagged ({UNSTABLE}), ({TOO_SHORT}) or ({BEATS_BOUND}) as in the run tables; "
                   "vs ref = speed-up over the straightforward reference "
@@ -1154,5 +1337,6 @@ def terminal_report(inp: ReportInput, claims: Sequence[ClaimResult], claims_miss
                    "(see --md or --html).")
     elif claims_missing:
         out.append(claims_missing)
-    out.append(FOOTNOTE)
+    if any(r.kind not in ("train", "bench") for r in inp.loaded):  # train and bench tables carry their own notes
+        out.append(LEGEND)
     return out

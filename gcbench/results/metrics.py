@@ -52,10 +52,11 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("compress_s", "s", False, "median compress time per worker-step"),
     MetricInfo("decompress_s", "s", False, "median decompress time per worker-step"),
     # ×copy replaces copy_fraction (copy / compress, its inverse): files keep copy_fraction_* for older readers
-    MetricInfo("comp_over_copy", "× copy", False, "×copy: median compress time / time of a plain copy of the same tensors timed "
-               "in the same round (lower is better; 1 = as fast as a copy; per-round samples)"),
-    MetricInfo("decomp_over_copy", "× copy", False, "×copy of decompress: median decompress time / time of a copy of the same "
-               "tensors timed in the same round (lower is better; per-round samples)"),
+    MetricInfo("comp_over_copy", "× copy", False, "×copy: median compress time / time of a plain copy of the same tensors, "
+               "the copy timed in rounds interleaved with the kernels, pooled over the source's cases (timing.baseline) "
+               "(lower is better; 1 = as fast as a copy)"),
+    MetricInfo("decomp_over_copy", "× copy", False, "×copy of decompress: median decompress time / time of the same copy "
+               "(lower is better)"),
     MetricInfo("compress_gbps", "GB/s", True, "dense input bytes / median compress time"),
 )
 
