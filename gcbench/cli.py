@@ -504,7 +504,8 @@ def check(
     specs: Annotated[list[str] | None, typer.Argument(help="Compressors to check: name or name:key=value,...", metavar="SPEC")] = None,
     compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC",
                                                          help="A compressor to check (repeatable), as a positional SPEC.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output: {spec: [{check, what, ok, detail}]}.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Machine-readable output: [{spec, ok, checks: [{check, what, ok, detail}]}].")] = False,
 ) -> None:
     """Check compressors against the contract (purity, round trip, exact sizes, determinism, empty and zero tensors, dtypes, exchange).
 
@@ -521,7 +522,8 @@ def check(
         err.print(f"warning: {escape(line)}")
     results = {spec: run_checks(*registry.parse_spec(spec)) for spec in specs}
     if as_json:
-        print(json.dumps({spec: [r.to_dict() for r in rows] for spec, rows in results.items()}, indent=1))
+        print(json.dumps([{"spec": spec, "ok": all(r.ok for r in rows), "checks": [r.to_dict() for r in rows]}
+                          for spec, rows in results.items()], indent=1))
     else:
         for spec, rows in results.items():
             out.print(listing.check_table(spec, rows))
