@@ -64,7 +64,10 @@ class _Group(typer.core.TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="gcbench",
-    help="Benchmark gradient compressors: real wire bytes, bias/variance and kernel throughput on the same gradients.",
+    help=("Benchmark gradient compressors: real wire bytes, bias/variance and kernel throughput on the same gradients.\n\n"
+          "A compressor is a SPEC, name or name:key=value,... (commas separate its parameters); names ignore case.\n\n"
+          "Examples: `gcbench run quick`, `gcbench compare dgc sdagc --model resnet50`, `gcbench list dgc`, "
+          "`gcbench report --html`."),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -342,6 +345,34 @@ def old_comma_list(text: str) -> list[str] | None:
     return specs
 
 
+def suite_arg(text: str | None) -> str | None:
+    """A bundled suite's name matched ignoring case (``QUICK`` → ``quick``); a path is left as it is.
+
+    A bare name (no folder, no ``.toml``) that is neither a file nor a bundled suite is a
+    :class:`UsageError` with a suggestion; a path that does not exist is left to the loader (exit 1).
+    """
+    from gcbench.measure.suite import SUITE_DIR
+
+    if text is None or Path(text).exists() or "/" in text or text.endswith(".toml"):
+        return text
+    names = sorted(p.stem for p in SUITE_DIR.glob("*.toml"))
+    return choose(text, names, "suite") if names else text
+
+
+def model_arg(text: str | None) -> str | None:
+    """A zoo model's name matched ignoring case (``ResNet18`` → ``resnet18``); anything else is left to the loader.
+
+    Models are not a fixed set (``hf:NAME``, ``package.module:factory``), so an unknown name is the
+    source's error, with its own suggestion.
+    """
+    from gcbench.sources.catalog import model_names
+
+    if text is None:
+        return None
+    folded = [m for m in model_names() if m.lower() == text.lower()]
+    return folded[0] if len(folded) == 1 and text not in model_names() else text
+
+
 def suite_choices(field: str) -> tuple[str, ...]:
     """The names a suite file allows for ``field`` (device, granularity, distribution): the one list of them."""
     from typing import get_args
@@ -417,6 +448,7 @@ def run(
     from gcbench.report import terminal as rep
     from gcbench.results.record import as_cases
 
+    suite, model = suite_arg(suite), model_arg(model)
     device = None if device is None else choose(device, suite_choices("device"), "device")
     granularity = None if granularity is None else choose(granularity, suite_choices("granularity"), "granularity")
     specs = [registry.parse_spec(c) for c in compressor_specs(None, compressor)] or None
@@ -540,7 +572,7 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
     """
     from gcbench.measure.suite import check_sources, find_suite, imported_code, load_suite
 
-    path = find_suite(suite)
+    path = find_suite(suite_arg(suite))
     s = load_suite(path)
     problems = check_sources(s, str(path))
     if problems:
@@ -625,6 +657,7 @@ def compare(
     granularity = choose(granularity, suite_choices("granularity"), "granularity")
     device = choose(device, suite_choices("device"), "device")
     distribution = choose(distribution, suite_choices("distribution"), "distribution")
+    model = model_arg(model)
     for option, value in (("--workers", workers), ("--steps", steps)):
         if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
             raise GcbenchError(f"{option} must be at least 1, got {value}")
@@ -688,6 +721,7 @@ def record(
     """
     from gcbench.sources.recorder import record_live
 
+    model = model_arg(model) or model
     check_output_dir(out_path, "--out")
     kwargs: dict[str, Any] = {}
     if batch_size is not None:
@@ -742,7 +776,7 @@ def bench(
         rounds = repeats
     device = choose(device, ("cpu", "cuda"), "device")
     names = compressor_specs(compressors, compressor) or [n for n in registry.names() if registry.get(n).min_workers <= 1]
-    size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
+    size_list = size_list_arg(sizes, parse_size)
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
     check_output_dir(out_dir, "--out")
     if fail_on_regression and baseline is None:
@@ -777,6 +811,17 @@ def bench(
 def _first_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[0] if lines else ""
+
+
+def size_list_arg(text: str, parse: Callable[[str], int]) -> list[int]:
+    """``bench --sizes`` (``"1K,25.6M"``) → element counts; a bad item is one line naming ``--sizes`` and the item."""
+    sizes = []
+    for item in (s for s in text.split(",") if s.strip()):
+        try:
+            sizes.append(parse(item))
+        except GcbenchError as exc:
+            raise GcbenchError(f"--sizes: {exc} (in {text!r})") from None
+    return sizes
 
 
 def check_bench_options(sizes: list[int], sizes_text: str, rounds: int, warmup: int, threads: int, device: str,
@@ -928,15 +973,14 @@ def train_cmd(
     from gcbench.report import terminal as rep
     from gcbench.results.record import as_cases
 
-    texts = list(compressor or [])
-    for text in compressors_old or []:
-        deprecated(f"train --compressors {text!r}", " ".join(f"-c {c}" for c in old_comma_list(text) or [text]))
-        texts.append(text)
     specs: list[str] = []
-    for text in texts:  # the old -c "none,topk" named several compressors with commas
-        listed = old_comma_list(text)
-        if listed is not None and compressors_old is None:
-            deprecated(f"train -c {text!r} (commas between compressors)", " ".join(f"-c {c}" for c in listed))
+    for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:
+        listed = old_comma_list(text)  # the old -c "none,topk" named several compressors with commas
+        new_form = " ".join(f"-c {c}" for c in listed or [text])
+        if old_option:
+            deprecated(f"train --compressors {text!r}", new_form)
+        elif listed is not None:
+            deprecated(f"train -c {text!r} (commas between compressors)", new_form)
         specs.extend(listed or [text])
     specs = compressor_specs(specs or ["none", "topk", "qsgd"], None)
     task = choose(task, ["auto", *TASKS], "task")

@@ -331,3 +331,22 @@ def test_the_command_line_imports_no_heavy_library() -> None:
                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_bundled_suite_names_ignore_case_and_get_suggestions(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["validate", "QUICK"])
+    assert r.exit_code == 0 and "suites/quick.toml" in r.stdout.replace("\n", "")
+    _usage_error(runner.invoke(app, ["validate", "quik"]), "unknown suite 'quik'; did you mean 'quick'?")
+    _usage_error(runner.invoke(app, ["run", "Quik", "--out", str(tmp_path / "runs")]), "did you mean 'quick'?")
+    assert not (tmp_path / "runs").exists()
+    # a path is a path: its absence is the loader's error (exit 1), not a name to guess
+    r = runner.invoke(app, ["validate", str(tmp_path / "nope.toml")])
+    assert r.exit_code == 1 and "not found" in r.stderr
+
+
+def test_zoo_model_names_ignore_case_and_other_models_pass_through() -> None:
+    import gcbench.cli as cli
+
+    assert cli.model_arg("ResNet18") == "resnet18" and cli.model_arg("mlp") == "mlp"
+    for other in ("hf:gpt2:layers=2", "mypkg.Models:factory", "resnet19", None):
+        assert cli.model_arg(other) == other

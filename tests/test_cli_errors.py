@@ -246,7 +246,7 @@ BAD_NUMBERS: list[tuple[list[str], str]] = [
     (["bench", "topk", "--sizes", "1K", "--warmup", "-1"], "--warmup"),
     (["bench", "topk", "--sizes", "1K", "--threads", "0"], "--threads"),
     (["bench", "topk", "--sizes", "1K", "--threshold", "nan"], "--threshold"),
-    *[(["bench", "topk", "--sizes", v], "size") for v in ("nan", "inf", "0", "1e400", "x")],
+    *[(["bench", "topk", "--sizes", v], f"--sizes: size {v.split(',')[-1]!r}") for v in ("nan", "inf", "0", "1e400", "x", "1K,x")],
     (["bench", "topk", "--sizes", ","], "--sizes"),
     *[(["train", "--task", "charlstm", opt, v], name) for opt, v, name in (
         ("--timeout", "nan", "timeout"), ("--timeout", "inf", "timeout"), ("--timeout", "1e300", "timeout"),
