@@ -1,11 +1,14 @@
 """The ``gcbench`` command line: thin typer commands over the library.
 
-Every command is a small wrapper over an importable function.  User errors (bad suite, unknown
-name, bad file, an output that cannot be written, a meaningless number) print one clear line per
-problem to stderr and exit 1; ``--debug`` (or ``GCBENCH_DEBUG=1``) adds their traceback.  Bugs keep
-their traceback.  Outputs are checked before any work starts.  Long work shows a rich progress bar
-on stderr; ``--json`` prints machine-readable output.  Everything a user or a library wrote (labels,
-paths, error messages) is escaped before rich renders it: a ``[/]`` in a label is text, not markup.
+Every command is a small wrapper over an importable function, and every command reads its
+options by one grammar (see "the grammar shared by every command" below, and README's "One
+command-line grammar").  User errors (bad suite, bad file, an output that cannot be written, a
+meaningless number) print one clear line per problem to stderr and exit 1; a command line that
+cannot be read (an unknown name, too few compressors) exits 2 as click's own usage errors do;
+``--debug`` (or ``GCBENCH_DEBUG=1``) adds their traceback.  Bugs keep their traceback.  Outputs
+are checked before any work starts.  Long work shows a rich progress bar on stderr; ``--json``
+prints machine-readable output.  Everything a user or a library wrote (labels, paths, error
+messages) is escaped before rich renders it: a ``[/]`` in a label is text, not markup.
 """
 
 from __future__ import annotations
@@ -158,10 +161,10 @@ def _probe(named: Path, folder: Path, option: str) -> None:
 
 
 class UsageError(GcbenchError):
-    """A command line gcbench cannot read: an unknown name, a list item of the wrong type, too few compressors.
+    """A command line gcbench cannot read: an unknown name from a fixed set, too few compressors.
 
-    Exit status 2, as click gives ``--steps x`` or an unknown option; a well-formed value that is out
-    of range (``--steps 0``) stays a :class:`GcbenchError`, exit status 1.
+    Exit status 2, as click gives an unknown option or ``--steps x``; a value gcbench reads and
+    refuses (``--steps 0``, a list item that is not a number) stays a :class:`GcbenchError`, exit 1.
     """
 
 
@@ -175,7 +178,7 @@ def _fail(shown: BaseException, exc: BaseException, code: int = 1) -> None:
 
 
 def user_errors(fn: F) -> F:
-    """Turn user errors into one line per problem on stderr and exit status 1.
+    """Turn user errors into one line per problem on stderr and exit status 1 (2 for a :class:`UsageError`).
 
     User errors are :class:`GcbenchError` and ``OSError`` with a file name (an output that cannot
     be written: a file in the way, a read-only folder, a full disk).  With ``--debug`` (or
