@@ -506,7 +506,7 @@ def list_cmd(
         else:
             out.print(listing.compressors_table(cards, origins, params))
         for line in registry.load_errors():
-            err.print(f"warning: {escape(line)}")
+            warn(line)
         return
     if what not in kinds:
         card = registry.get(what)
@@ -554,7 +554,7 @@ def check(
 
     specs = compressor_specs(specs, compressor, least=1, command="check")
     for line in registry.load_errors():
-        err.print(f"warning: {escape(line)}")
+        warn(line)
     results = {spec: run_checks(*registry.parse_spec(spec)) for spec in specs}
     if as_json:
         print(json.dumps([{"spec": spec, "ok": all(r.ok for r in rows), "checks": [r.to_dict() for r in rows]}
