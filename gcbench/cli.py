@@ -312,6 +312,11 @@ def compressor_spec(text: str) -> str:
     The parameters are checked too (:func:`registry.parse_spec`), so a bad spec fails before any work.
     """
     name, sep, rest = text.partition(":")
+    listed = old_comma_list(text)
+    known = {n.lower() for n in registry.names()}
+    if listed is not None and all(item.partition(":")[0].strip().lower() in known for item in listed):
+        raise UsageError(f"{text!r} names {len(listed)} compressors: commas separate one spec's parameters; "
+                         f"give each compressor its own SPEC ({' '.join(f'-c {c}' for c in listed)})")
     spec = choose(name.strip(), registry.names(), "compressor") + sep + rest
     registry.parse_spec(spec)
     return spec

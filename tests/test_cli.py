@@ -350,3 +350,17 @@ def test_zoo_model_names_ignore_case_and_other_models_pass_through() -> None:
     assert cli.model_arg("ResNet18") == "resnet18" and cli.model_arg("mlp") == "mlp"
     for other in ("hf:gpt2:layers=2", "mypkg.Models:factory", "resnet19", None):
         assert cli.model_arg(other) == other
+
+
+@pytest.mark.parametrize(("argv", "new_form"), [
+    (["run", "-c", "none,topk"], "-c none -c topk"),
+    (["compare", "DGC,topk:density=0.1", "qsgd"], "-c DGC -c topk:density=0.1"),
+    (["check", "topk:density=0.1,qsgd"], "-c topk:density=0.1 -c qsgd"),
+])
+def test_commas_between_compressors_say_how_to_give_each_its_spec(argv: list[str], new_form: str, tmp_path: Path) -> None:
+    line = _usage_error(runner.invoke(app, [*argv, *(["--out", str(tmp_path)] if argv[0] != "check" else [])]),
+                        "commas separate one spec's parameters")
+    assert line.endswith(f"({new_form})")
+    # a parameter without '=' is not another compressor: the spec's own error says so
+    r = runner.invoke(app, ["check", "topk:density=0.1,foo"])
+    assert r.exit_code == 1 and "must look like key=value" in r.stderr
