@@ -32,7 +32,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import gcbench
-from gcbench.compressors import registry
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, did_you_mean
 from gcbench.report.progress import RunEta
@@ -311,6 +310,8 @@ def compressor_spec(text: str) -> str:
 
     The parameters are checked too (:func:`registry.parse_spec`), so a bad spec fails before any work.
     """
+    from gcbench.compressors import registry
+
     name, sep, rest = text.partition(":")
     listed = old_comma_list(text)
     known = {n.lower() for n in registry.names()}
@@ -451,6 +452,7 @@ def run(
     Examples: `gcbench run`, `gcbench run suites/cnn.toml`, `gcbench run quick -c dgc -c topk:density=0.01 --steps 20`,
     `gcbench run quick --model resnet18 --device auto --json`.
     """
+    from gcbench.compressors import registry
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code
     from gcbench.report import terminal as rep
@@ -499,6 +501,7 @@ def list_cmd(
 
     Examples: `gcbench list`, `gcbench list -p`, `gcbench list dgc`, `gcbench list models --json`.
     """
+    from gcbench.compressors import registry
     from gcbench.report import listing
 
     kinds = ("compressors", "models", "suites", "metrics")
@@ -554,6 +557,7 @@ def check(
 
     Examples: `gcbench check mycomp`, `gcbench check topk:density=0.1 qsgd:s=4 --json`, `gcbench check -c dgc -c sdagc`.
     """
+    from gcbench.compressors import registry
     from gcbench.compressors.check import run_checks
     from gcbench.report import listing
 
@@ -649,6 +653,7 @@ def compare(
     Examples: `gcbench compare dgc sdagc --model resnet50`, `gcbench compare topk randomk -c 'topk:density=0.1' --sweep`,
     `gcbench compare qsgd terngrad --shape 4096x1024 --distribution laplace --json`.
     """
+    from gcbench.compressors import registry
     from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import parse_suite
     from gcbench.report import terminal as rep
@@ -776,6 +781,7 @@ def bench(
     Examples: `gcbench bench`, `gcbench bench topk qsgd --sizes 1M,25.6M --rounds 9`,
     `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
     """
+    from gcbench.compressors import registry
     from gcbench.measure.bench import bench_to_file, parse_size
     from gcbench.report import terminal as rep
 
