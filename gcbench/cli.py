@@ -56,11 +56,38 @@ class _Command(typer.core.TyperCommand):
         return _typed_metavars(super().get_params(ctx))
 
 
+@contextmanager
+def _parser_errors_in_one_line() -> Iterator[None]:
+    """The parser's own usage errors (an unknown option, ``--steps x``) as one ``error:`` line, exit 2.
+
+    typer prints them as the usage line, a hint and a boxed panel; gcbench's own errors are one
+    line, and so are these: the message, then where the help is.  Asking for the help with no
+    arguments (``NoArgsIsHelpError``) is not an error and passes through.
+    """
+    try:
+        yield
+    except typer.core._click.exceptions.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            raise
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        text = " ".join(exc.format_message().split())  # one line, however the parser wrapped it
+        err.print(f"[bold red]error:[/] {escape(text)}{escape(where)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
 class _Group(typer.core.TyperGroup):
-    """The ``gcbench`` group: its ``--help`` shows typed metavars too."""
+    """The ``gcbench`` group: typed metavars in its ``--help``, and the parser's usage errors in one line."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _typed_metavars(super().get_params(ctx))
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _parser_errors_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _parser_errors_in_one_line():
+            return super().invoke(ctx)
 
 
 app = typer.Typer(

@@ -364,3 +364,20 @@ def test_commas_between_compressors_say_how_to_give_each_its_spec(argv: list[str
     # a parameter without '=' is not another compressor: the spec's own error says so
     r = runner.invoke(app, ["check", "topk:density=0.1,foo"])
     assert r.exit_code == 1 and "must look like key=value" in r.stderr
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["compare", "topk", "randomk", "--workers", "x"], "Invalid value for '--workers'"),
+    (["compare", "--worker", "3", "topk", "randomk"], "No such option: --worker"),
+    (["frob"], "No such command 'frob'"),
+    (["record"], "Missing option '--model'"),
+    (["simulate", "a", "b"], "unexpected extra argument"),
+])
+def test_the_parsers_own_usage_errors_are_one_line_too(argv: list[str], needle: str) -> None:
+    line = _usage_error(runner.invoke(app, argv), needle)
+    assert "--help" in line  # and it says where the help is
+
+
+def test_no_arguments_still_prints_the_help() -> None:
+    r = runner.invoke(app, [])
+    assert "Usage:" in r.output and "Commands" in r.output and "error:" not in r.output
