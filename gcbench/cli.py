@@ -1,11 +1,14 @@
 """The ``gcbench`` command line: thin typer commands over the library.
 
-Every command is a small wrapper over an importable function.  User errors (bad suite, unknown
-name, bad file, an output that cannot be written, a meaningless number) print one clear line per
-problem to stderr and exit 1; ``--debug`` (or ``GCBENCH_DEBUG=1``) adds their traceback.  Bugs keep
-their traceback.  Outputs are checked before any work starts.  Long work shows a rich progress bar
-on stderr; ``--json`` prints machine-readable output.  Everything a user or a library wrote (labels,
-paths, error messages) is escaped before rich renders it: a ``[/]`` in a label is text, not markup.
+Every command is a small wrapper over an importable function, and every command reads its
+options by one grammar (see "the grammar shared by every command" below, and README's "One
+command-line grammar").  User errors (bad suite, bad file, an output that cannot be written, a
+meaningless number) print one clear line per problem to stderr and exit 1; a command line that
+cannot be read (an unknown name, too few compressors) exits 2 as click's own usage errors do;
+``--debug`` (or ``GCBENCH_DEBUG=1``) adds their traceback.  Bugs keep their traceback.  Outputs
+are checked before any work starts.  Long work shows a rich progress bar on stderr; ``--json``
+prints machine-readable output.  Everything a user or a library wrote (labels, paths, error
+messages) is escaped before rich renders it: a ``[/]`` in a label is text, not markup.
 """
 
 from __future__ import annotations
@@ -17,25 +20,83 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import gcbench
-from gcbench.compressors import registry
 from gcbench.core import signals
-from gcbench.core.errors import GcbenchError
+from gcbench.core.errors import GcbenchError, did_you_mean
 from gcbench.report.progress import RunEta
 
+
+def _typed_metavars(params: list[Any]) -> list[Any]:
+    """Show each option's metavar (``INT``, ``SPEC``, ``LIST``) as its type in ``--help``, and nothing for a flag.
+
+    typer prints the Python type (``<bool>``, ``<list[str]>``) beside every parameter; a flag takes
+    no value, and an argument's metavar is already its name in the help's first column.
+    """
+    for param in params:
+        if isinstance(param, typer.core.TyperArgument) or getattr(param, "is_flag", False):
+            param.display_type_rich = lambda ctx: None
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    """A gcbench command: its ``--help`` shows typed metavars (:func:`_typed_metavars`)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _typed_metavars(super().get_params(ctx))
+
+
+@contextmanager
+def _parser_errors_in_one_line() -> Iterator[None]:
+    """The parser's own usage errors (an unknown option, ``--steps x``) as one ``error:`` line, exit 2.
+
+    typer prints them as the usage line, a hint and a boxed panel; gcbench's own errors are one
+    line, and so are these: the message, then where the help is.  Asking for the help with no
+    arguments (``NoArgsIsHelpError``) is not an error and passes through.
+    """
+    try:
+        yield
+    except typer.core._click.exceptions.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            raise
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        text = " ".join(exc.format_message().split())  # one line, however the parser wrapped it
+        err.print(f"[bold red]error:[/] {escape(text)}{escape(where)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+class _Group(typer.core.TyperGroup):
+    """The ``gcbench`` group: typed metavars in its ``--help``, and the parser's usage errors in one line."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _typed_metavars(super().get_params(ctx))
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _parser_errors_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _parser_errors_in_one_line():
+            return super().invoke(ctx)
+
+
 app = typer.Typer(
+    cls=_Group,
     name="gcbench",
-    help="Benchmark gradient compressors: real wire bytes, bias/variance and kernel throughput on the same gradients.",
+    help=("Benchmark gradient compressors: real wire bytes, bias/variance and kernel throughput on the same gradients.\n\n"
+          "A compressor is a SPEC, name or name:key=value,... (commas separate its parameters); names ignore case.\n\n"
+          "Examples: `gcbench run quick`, `gcbench compare dgc sdagc --model resnet50`, `gcbench list dgc`, "
+          "`gcbench report --html`."),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -125,17 +186,25 @@ def _probe(named: Path, folder: Path, option: str) -> None:
         raise OutputError(f"cannot write {named}: {exc.strerror or type(exc).__name__} ({option})") from exc
 
 
-def _fail(shown: BaseException, exc: BaseException) -> None:
-    """Print ``shown`` as ``error:`` lines (the traceback of ``exc`` too with ``--debug``) and exit 1."""
+class UsageError(GcbenchError):
+    """A command line gcbench cannot read: an unknown name from a fixed set, too few compressors.
+
+    Exit status 2, as click gives an unknown option or ``--steps x``; a value gcbench reads and
+    refuses (``--steps 0``, a list item that is not a number) stays a :class:`GcbenchError`, exit 1.
+    """
+
+
+def _fail(shown: BaseException, exc: BaseException, code: int = 1) -> None:
+    """Print ``shown`` as ``error:`` lines (the traceback of ``exc`` too with ``--debug``) and exit ``code``."""
     for line in str(shown).splitlines() or ["error"]:
         err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
     if _debug_enabled():
         _print_traceback(exc)
-    raise typer.Exit(1) from None
+    raise typer.Exit(code) from None
 
 
 def user_errors(fn: F) -> F:
-    """Turn user errors into one line per problem on stderr and exit status 1.
+    """Turn user errors into one line per problem on stderr and exit status 1 (2 for a :class:`UsageError`).
 
     User errors are :class:`GcbenchError` and ``OSError`` with a file name (an output that cannot
     be written: a file in the way, a read-only folder, a full disk).  With ``--debug`` (or
@@ -146,6 +215,8 @@ def user_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except UsageError as exc:
+            _fail(exc, exc, 2)
         except GcbenchError as exc:
             _fail(exc, exc)
         except OSError as exc:
@@ -237,53 +308,203 @@ def _emit(parts: list[Any]) -> None:
             out.print(part)
 
 
-def _parse_specs(specs: list[str] | None) -> list[tuple[str, dict[str, Any]]] | None:
-    if not specs:
+# ----------------------------------------------------------------------------- the grammar shared by every command
+#
+# A compressor is one SPEC, ``name`` or ``name:key=value,...``: commas separate a spec's
+# parameters, never compressors.  Commands that take compressors take them as positional specs
+# and as a repeatable ``-c SPEC``.  An option a command sweeps takes a comma LIST; elsewhere it
+# takes one value.  Names from a fixed set are matched case-insensitively, and an unknown one is a
+# usage error (exit 2) with a suggestion.
+
+
+def warn(text: str) -> None:
+    """One ``warning:`` line on stderr (a deprecated spelling, a skipped input): the command goes on."""
+    err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one line a deprecated spelling prints: what to write instead (it still works, for now)."""
+    warn(f"{old} is deprecated and will be removed; write {new}")
+
+
+def choose(value: str, choices: Sequence[str], what: str) -> str:
+    """The member of ``choices`` that ``value`` names, ignoring case; an unknown name is a :class:`UsageError`.
+
+    ``"DGC"`` is ``"dgc"``; ``"layers"`` gets "unknown granularity 'layers'; did you mean 'layer'?".
+    An exact match wins over a match that ignores case (two plugins may differ only in case).
+    """
+    if value in choices:
+        return value
+    folded = [c for c in choices if c.lower() == value.strip().lower()]
+    if len(folded) == 1:
+        return folded[0]
+    raise UsageError(did_you_mean(value, list(choices), what))
+
+
+def compressor_spec(text: str) -> str:
+    """One SPEC with its compressor name spelled as registered (``DGC:density=0.01`` → ``dgc:density=0.01``).
+
+    The parameters are checked too (:func:`registry.parse_spec`), so a bad spec fails before any work.
+    """
+    from gcbench.compressors import registry
+
+    name, sep, rest = text.partition(":")
+    listed = old_comma_list(text)
+    known = {n.lower() for n in registry.names()}
+    if listed is not None and all(item.partition(":")[0].strip().lower() in known for item in listed):
+        raise UsageError(f"{text!r} names {len(listed)} compressors: commas separate one spec's parameters; "
+                         f"give each compressor its own SPEC ({' '.join(f'-c {c}' for c in listed)})")
+    spec = choose(name.strip(), registry.names(), "compressor") + sep + rest
+    registry.parse_spec(spec)
+    return spec
+
+
+def compressor_specs(positional: Sequence[str] | None, options: Sequence[str] | None, *, least: int = 0,
+                     command: str = "") -> list[str]:
+    """The compressors of a command: its positional SPECs, then its ``-c SPEC`` ones, names as registered.
+
+    Fewer than ``least`` is a :class:`UsageError` that says what to give (``compare dgc`` compares nothing).
+    """
+    specs = [compressor_spec(t) for t in [*(positional or []), *(options or [])]]
+    if len(specs) < least:
+        raise UsageError(f"{command} needs {'a compressor' if least == 1 else f'{least} or more compressors'}, "
+                         f"got {len(specs)} (positional SPEC or -c SPEC)")
+    return specs
+
+
+def old_comma_list(text: str) -> list[str] | None:
+    """The compressors of a pre-0.2 comma list (``"none,topk:density=0.1,qsgd"``), or None when ``text`` is one SPEC.
+
+    An item after the first that is not ``key=value`` names another compressor; ``key=value``
+    items continue the spec before them, as the old form read them.
+    """
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if len(items) < 2 or all("=" in item and ":" not in item.partition("=")[0] for item in items[1:]):
         return None
-    return [registry.parse_spec(s) for s in specs]
+    specs: list[str] = []
+    for item in items:
+        if "=" in item and ":" not in item.partition("=")[0] and specs:
+            specs[-1] += ("," if ":" in specs[-1] else ":") + item
+        else:
+            specs.append(item)
+    return specs
+
+
+def suite_arg(text: str | None) -> str | None:
+    """A bundled suite's name matched ignoring case (``QUICK`` → ``quick``); a path is left as it is.
+
+    A bare name (no folder, no ``.toml``) that is neither a file nor a bundled suite is a
+    :class:`UsageError` with a suggestion; a path that does not exist is left to the loader (exit 1).
+    """
+    from gcbench.measure.suite import SUITE_DIR
+
+    if text is None or Path(text).exists() or "/" in text or text.endswith(".toml"):
+        return text
+    names = sorted(p.stem for p in SUITE_DIR.glob("*.toml"))
+    return choose(text, names, "suite") if names else text
+
+
+def model_arg(text: str | None) -> str | None:
+    """A zoo model's name matched ignoring case (``ResNet18`` → ``resnet18``); anything else is left to the loader.
+
+    Models are not a fixed set (``hf:NAME``, ``package.module:factory``), so an unknown name is the
+    source's error, with its own suggestion.
+    """
+    from gcbench.sources.catalog import model_names
+
+    if text is None:
+        return None
+    folded = [m for m in model_names() if m.lower() == text.lower()]
+    return folded[0] if len(folded) == 1 and text not in model_names() else text
+
+
+def suite_choices(field: str) -> tuple[str, ...]:
+    """The names a suite file allows for ``field`` (device, granularity, distribution): the one list of them."""
+    from typing import get_args
+
+    from gcbench.measure.suite import MetricsSpec, SourceSpec, Suite
+
+    model = next(m for m in (MetricsSpec, SourceSpec, Suite) if field in m.model_fields)
+    return get_args(model.model_fields[field].annotation)
+
+
+def number_list(text: str, option: str, kind: type[int] | type[float]) -> list[Any]:
+    """A swept option's comma LIST (``"8,16,32"``) → numbers.
+
+    An item that is not a number, or not positive and finite, is one line naming the option and
+    the item (exit 1, as a single value out of range is).
+    """
+    noun, example = ("an integer", "8,64") if kind is int else ("a number", "1,10")
+    values: list[Any] = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        try:
+            values.append(kind(item))
+        except ValueError:
+            raise GcbenchError(f"{option}: {item!r} is not {noun} (expected a comma list like {example}, got {text!r})") from None
+        if not 0 < values[-1] < float("inf"):  # NaN fails this too
+            raise GcbenchError(f"{option}: {item!r} is not a positive finite number (got {text!r})")
+    if not values:
+        raise GcbenchError(f"{option}: expected a comma list like {example}, got {text!r}")
+    return values
 
 
 # ----------------------------------------------------------------------------- run
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def run(
-    suite: Annotated[str | None, typer.Argument(help="Suite file or bundled suite name (default: suites/quick.toml).")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
-    seed: Annotated[int | None, typer.Option(help="Override the suite's seed.")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda or auto.")] = None,
-    repeats: Annotated[int | None, typer.Option(help="R: compressions per tensor for stochastic compressors.")] = None,
-    trace: Annotated[str | None, typer.Option(help="Replace the suite's sources with a recorded trace folder.")] = None,
-    model: Annotated[str | None, typer.Option(help="Replace the suite's sources with live gradients of a zoo model, a Hugging Face "
-                                             "model 'hf:NAME[:key=value,...]' (gpt2, bert, llama, vit; e.g. hf:gpt2:layers=2), or your "
-                                             "own package.module:factory (named here, it is your choice: no --trust-code needed).")] = None,
+    suite: Annotated[str | None, typer.Argument(help="Suite file or bundled suite name (default: suites/quick.toml).",
+                                                metavar="SUITE")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Folder for the results file.")] = Path("reports/runs"),
+    seed: Annotated[int | None, typer.Option(metavar="INT", help="Override the suite's seed.")] = None,
+    device: Annotated[str | None, typer.Option(metavar="NAME", help="cpu, cuda or auto.")] = None,
+    repeats: Annotated[int | None, typer.Option(metavar="INT", help=(
+        "Fidelity draws: compressions per tensor for stochastic compressors (the suite's metrics.repeats).")
+    )] = None,
+    trace: Annotated[str | None, typer.Option(metavar="PATH", help="Replace the suite's sources with a recorded trace folder.")] = None,
+    model: Annotated[str | None, typer.Option(metavar="MODEL", help=(
+        "Replace the suite's sources with live gradients of a zoo model, a Hugging Face model 'hf:NAME[:key=value,...]' "
+        "(gpt2, bert, llama, vit; e.g. hf:gpt2:layers=2), or your own package.module:factory (named here, it is your "
+        "choice: no --trust-code needed)."))] = None,
     trust_code: Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=(
         "Allow the suite file to import and run the package.module:factory models it names (only if you trust the "
         "file). Zoo models need no opt-in."))] = False,
-    workers: Annotated[int | None, typer.Option(help="Override the number of workers.")] = None,
-    steps: Annotated[int | None, typer.Option(help="Override the number of steps.")] = None,
-    granularity: Annotated[str | None, typer.Option(help="layer, bucket or model.")] = None,
-    bucket_mb: Annotated[float | None, typer.Option(help="Bucket size in MiB for granularity=bucket.")] = None,
+    workers: Annotated[int | None, typer.Option(metavar="INT", help="Override the number of workers.")] = None,
+    steps: Annotated[int | None, typer.Option(metavar="INT", help="Override the number of steps.")] = None,
+    granularity: Annotated[str | None, typer.Option(metavar="NAME", help="layer, bucket or model.")] = None,
+    bucket_mb: Annotated[float | None, typer.Option(metavar="FLOAT", help="Bucket size in MiB for granularity=bucket.")] = None,
     compressor: Annotated[list[str] | None, typer.Option(
-        "--compressor", "-c", help="Run these instead of the suite's (repeatable; name or name:key=value,...).")] = None,
+        "--compressor", "-c", metavar="SPEC",
+        help="Run this compressor instead of the suite's (repeatable): name or name:key=value,...")] = None,
     no_timing: Annotated[bool, typer.Option("--no-timing", help="Skip compress/decompress timing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results file's path and cases as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Run a benchmark suite and write one results file to reports/runs/."""
+    """Run a benchmark suite and write one results file to reports/runs/.
+
+    Examples: `gcbench run`, `gcbench run suites/cnn.toml`, `gcbench run quick -c dgc -c topk:density=0.01 --steps 20`,
+    `gcbench run quick --model resnet18 --device auto --json`.
+    """
+    from gcbench.compressors import registry
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code
     from gcbench.report import terminal as rep
     from gcbench.results.record import as_cases
 
+    suite, model = suite_arg(suite), model_arg(model)
+    device = None if device is None else choose(device, suite_choices("device"), "device")
+    granularity = None if granularity is None else choose(granularity, suite_choices("granularity"), "granularity")
+    specs = [registry.parse_spec(c) for c in compressor_specs(None, compressor)] or None
     check_output_dir(out_dir, "--out")
     path = find_suite(suite)
     s = load_suite(path)
     if model is None and trace is None:  # the file's own sources run: code they name needs the opt-in, before any file is written
         require_trusted_code(s, str(path), trust_code)
     s = apply_overrides(s, seed=seed, device=device, repeats=repeats, trace=trace, model=model, workers=workers, steps=steps,
-                        granularity=granularity, bucket_mb=bucket_mb, compressors=_parse_specs(compressor),
+                        granularity=granularity, bucket_mb=bucket_mb, compressors=specs,
                         timing=False if no_timing else None)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(s, out_dir, prog, suite_path=str(path))
@@ -304,10 +525,11 @@ def run(
 # ----------------------------------------------------------------------------- list / validate
 
 
-@app.command("list")
+@app.command("list", cls=_Command)
 @user_errors
 def list_cmd(
-    what: Annotated[str, typer.Argument(help="compressors, models, suites, metrics, or a compressor's name (its card).")] = "compressors",
+    what: Annotated[str, typer.Argument(help="compressors, models, suites, metrics, or a compressor's name (its card).",
+                                        metavar="KIND|NAME")] = "compressors",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     params: Annotated[bool, typer.Option("--params", "-p", help="Also show each compressor's parameters.")] = False,
 ) -> None:
@@ -315,12 +537,11 @@ def list_cmd(
 
     Examples: `gcbench list`, `gcbench list -p`, `gcbench list dgc`, `gcbench list models --json`.
     """
-    from gcbench.core.errors import UnknownNameError, did_you_mean
+    from gcbench.compressors import registry
     from gcbench.report import listing
 
     kinds = ("compressors", "models", "suites", "metrics")
-    if what not in kinds and what not in registry.names():
-        raise UnknownNameError(did_you_mean(what, [*kinds, *registry.names()], "list kind or compressor"))
+    what = choose(what, [*kinds, *registry.names()], "list kind or compressor")
     if what == "compressors":
         cards = registry.infos()
         origins = {c.name: registry.origin(c.name) for c in cards}
@@ -329,7 +550,7 @@ def list_cmd(
         else:
             out.print(listing.compressors_table(cards, origins, params))
         for line in registry.load_errors():
-            err.print(f"warning: {escape(line)}")
+            warn(line)
         return
     if what not in kinds:
         card = registry.get(what)
@@ -356,28 +577,33 @@ def list_cmd(
         out.print(render(rows))
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def check(
-    specs: Annotated[list[str], typer.Argument(help="Compressors to check, as names or specs like 'topk:density=0.1'.",
-                                               metavar="SPEC...")],
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    specs: Annotated[list[str] | None, typer.Argument(help="Compressors to check: name or name:key=value,...", metavar="SPEC")] = None,
+    compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC",
+                                                         help="A compressor to check (repeatable), as a positional SPEC.")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Machine-readable output: [{spec, ok, checks: [{check, what, ok, detail}]}].")] = False,
 ) -> None:
     """Check compressors against the contract (purity, round trip, exact sizes, determinism, empty and zero tensors, dtypes, exchange).
 
     Runs the checks the test suite runs on every built-in compressor, on any registered one (a
     plugin from another package included); exit status 1 when any check fails.
 
-    Examples: `gcbench check mycomp`, `gcbench check topk:density=0.1 qsgd:s=4 --json`.
+    Examples: `gcbench check mycomp`, `gcbench check topk:density=0.1 qsgd:s=4 --json`, `gcbench check -c dgc -c sdagc`.
     """
+    from gcbench.compressors import registry
     from gcbench.compressors.check import run_checks
     from gcbench.report import listing
 
+    specs = compressor_specs(specs, compressor, least=1, command="check")
     for line in registry.load_errors():
-        err.print(f"warning: {escape(line)}")
+        warn(line)
     results = {spec: run_checks(*registry.parse_spec(spec)) for spec in specs}
     if as_json:
-        print(json.dumps({spec: [r.to_dict() for r in rows] for spec, rows in results.items()}, indent=1))
+        print(json.dumps([{"spec": spec, "ok": all(r.ok for r in rows), "checks": [r.to_dict() for r in rows]}
+                          for spec, rows in results.items()], indent=1))
     else:
         for spec, rows in results.items():
             out.print(listing.check_table(spec, rows))
@@ -385,13 +611,16 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
-def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled suite name) to check.")]) -> None:
-    """Check a suite file without running it: names, values, trace folders; imports no code and computes no gradient."""
+def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled suite name) to check.", metavar="SUITE")]) -> None:
+    """Check a suite file without running it: names, values, trace folders; imports no code and computes no gradient.
+
+    Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`.
+    """
     from gcbench.measure.suite import check_sources, find_suite, imported_code, load_suite
 
-    path = find_suite(suite)
+    path = find_suite(suite_arg(suite))
     s = load_suite(path)
     problems = check_sources(s, str(path))
     if problems:
@@ -408,27 +637,35 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
 
 # ----------------------------------------------------------------------------- compare
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def compare(
-    compressors: Annotated[list[str], typer.Argument(help="Two or more compressors (one is an error: use `gcbench run -c`), "
-                                                          "e.g. dgc sdagc 'topk:density=0.001'.")],
-    model: Annotated[str | None, typer.Option(help="Live gradients of this zoo model, an 'hf:NAME[:key=value,...]' Hugging Face model, "
-                                                         "or package.module:factory.")] = None,
-    trace: Annotated[str | None, typer.Option(help="Replay a recorded trace folder.")] = None,
-    shape: Annotated[str | None, typer.Option(help="Synthetic tensor shape, e.g. 1000x1000 (default when no model/trace).")] = None,
-    distribution: Annotated[str, typer.Option(help="Synthetic distribution.")] = "normal",
-    workers: Annotated[int | None, typer.Option(help="Workers (default 4 live, 2 synthetic, all of a trace).")] = None,
-    steps: Annotated[int | None, typer.Option(help="Steps (default 10, all of a trace); ranking error feedback needs 10+.")] = None,
-    repeats: Annotated[int, typer.Option(help="R compressions per tensor for stochastic compressors.")] = 8,
-    timing_repeats: Annotated[int, typer.Option(help="Timed repeats.")] = 7,
-    granularity: Annotated[str, typer.Option(help="layer, bucket or model.")] = "layer",
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
-    momentum: Annotated[float | None, typer.Option(help="Momentum of the reference optimizer (SGD) whose dense update every case "
-                                                        "is measured against; default: that of a compared compressor that "
-                                                        "applies momentum itself (DGC, SDAGC: 0.9), else 0 (plain SGD).")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
+    compressors: Annotated[list[str] | None, typer.Argument(
+        help="Two or more compressors (one is an error: use `gcbench run -c`), e.g. dgc sdagc 'topk:density=0.001'.",
+        metavar="SPEC")] = None,
+    compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC",
+                                                         help="One more compressor to compare (repeatable), as a positional SPEC.")] = None,
+    model: Annotated[str | None, typer.Option(metavar="MODEL", help=(
+        "Live gradients of this zoo model, an 'hf:NAME[:key=value,...]' Hugging Face model, or package.module:factory."))] = None,
+    trace: Annotated[str | None, typer.Option(metavar="PATH", help="Replay a recorded trace folder.")] = None,
+    shape: Annotated[str | None, typer.Option(
+        metavar="SHAPE", help="Synthetic tensor shape, e.g. 1000x1000 (default when no model/trace).")] = None,
+    distribution: Annotated[str, typer.Option(
+        metavar="NAME", help="Synthetic distribution: normal, laplace, student-t, sparse or lowrank.")] = "normal",
+    workers: Annotated[int | None, typer.Option(metavar="INT", help="Workers (default 4 live, 2 synthetic, all of a trace).")] = None,
+    steps: Annotated[int | None, typer.Option(
+        metavar="INT", help="Steps (default 10, all of a trace); ranking error feedback needs 10+.")] = None,
+    repeats: Annotated[int, typer.Option(metavar="INT", help="Fidelity draws: compressions per tensor for stochastic compressors.")] = 8,
+    rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case, at least (more while the 3 s budget lasts).")] = 7,
+    timing_repeats: Annotated[int | None, typer.Option("--timing-repeats", metavar="INT", hidden=True,
+                                                       help="Deprecated spelling of --rounds.")] = None,
+    granularity: Annotated[str, typer.Option(metavar="NAME", help="layer, bucket or model.")] = "layer",
+    seed: Annotated[int, typer.Option(metavar="INT", help="Seed.")] = 0,
+    device: Annotated[str, typer.Option(metavar="NAME", help="cpu, cuda or auto.")] = "cpu",
+    momentum: Annotated[float | None, typer.Option(metavar="FLOAT", help=(
+        "Momentum of the reference optimizer (SGD) whose dense update every case is measured against; default: that of a "
+        "compared compressor that applies momentum itself (DGC, SDAGC: 0.9), else 0 (plain SGD)."))] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Folder for the results file.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     sweep: Annotated[bool, typer.Option("--sweep", help=(
@@ -448,7 +685,11 @@ def compare(
     not_significantly_different_from_best, ...}}: the common-reference table), fidelity ({references, rows}: the
     one-shot metrics, each case against its own reference) and, with --sweep, sweep ([{label, compressor, density,
     bytes_per_step, delivered, enough_steps, status}]).
+
+    Examples: `gcbench compare dgc sdagc --model resnet50`, `gcbench compare topk randomk -c 'topk:density=0.1' --sweep`,
+    `gcbench compare qsgd terngrad --shape 4096x1024 --distribution laplace --json`.
     """
+    from gcbench.compressors import registry
     from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import parse_suite
     from gcbench.report import terminal as rep
@@ -456,15 +697,21 @@ def compare(
     from gcbench.results.record import as_cases
     from gcbench.results.verdict import sweep_entries, verdicts
 
-    if len(compressors) < 2:
-        err.print(f"[bold red]error:[/] compare needs two or more compressors, got {len(compressors)}; "
-                  "to measure one, use gcbench run -c NAME", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+    given = compressor_specs(compressors, compressor)
+    if len(given) < 2:
+        raise UsageError(f"compare needs two or more compressors, got {len(given)}; to measure one, use gcbench run -c SPEC")
+    if timing_repeats is not None:
+        deprecated("compare --timing-repeats N", f"--rounds {timing_repeats}")
+        rounds = timing_repeats
+    granularity = choose(granularity, suite_choices("granularity"), "granularity")
+    device = choose(device, suite_choices("device"), "device")
+    distribution = choose(distribution, suite_choices("distribution"), "distribution")
+    model = model_arg(model)
     for option, value in (("--workers", workers), ("--steps", steps)):
         if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
             raise GcbenchError(f"{option} must be at least 1, got {value}")
     check_output_dir(out_dir, "--out")
-    specs = [registry.parse_spec(c) for c in compressors]
+    specs = [registry.parse_spec(c) for c in given]
     extra = sweep_entries(specs) if sweep else []  # the density sweep's cases, labelled name@density
     if trace:
         src: dict[str, Any] = {"kind": "trace", "path": trace}
@@ -482,7 +729,7 @@ def compare(
         "name": "compare", "seed": seed, "granularity": granularity, "sources": [src],
         "compressors": [{"name": n, "params": p} for n, p in specs] + extra,
         # a head-to-head times few cases: 3 s of rounds each pins the median of a 100 ms kernel (1 s gives ~7 rounds)
-        "metrics": {"repeats": repeats, "timing_repeats": timing_repeats, "warmup": 1, "device": device, "timing_budget_s": 3.0},
+        "metrics": {"repeats": repeats, "timing_repeats": rounds, "warmup": 1, "device": device, "timing_budget_s": 3.0},
         "optimizer": {"momentum": own_momentum(specs) if momentum is None else momentum},
     }, "<compare>")
     with progress_bar(not quiet and not as_json) as prog:
@@ -503,22 +750,27 @@ def compare(
 # ----------------------------------------------------------------------------- record
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def record(
-    model: Annotated[str, typer.Option(help="Zoo model name, 'hf:NAME[:key=value,...]' (Hugging Face), or package.module:factory.")],
-    out_path: Annotated[Path, typer.Option("--out", "-o", help="Trace folder to write.")],
-    steps: Annotated[int, typer.Option(help="Steps to record.")] = 4,
-    workers: Annotated[int, typer.Option(help="Simulated workers (different batches each).")] = 2,
-    seed: Annotated[int, typer.Option(help="Seed of the model and batches.")] = 0,
-    warmup_steps: Annotated[int, typer.Option(help="Plain SGD steps before recording.")] = 0,
-    batch_size: Annotated[int | None, typer.Option(help="Override the model's default batch size.")] = None,
-    image_size: Annotated[int | None, typer.Option(help="Override the input image size (CNNs).")] = None,
+    model: Annotated[str, typer.Option(
+        metavar="MODEL", help="Zoo model name, 'hf:NAME[:key=value,...]' (Hugging Face), or package.module:factory.")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Trace folder to write.")],
+    steps: Annotated[int, typer.Option(metavar="INT", help="Steps to record.")] = 4,
+    workers: Annotated[int, typer.Option(metavar="INT", help="Simulated workers (different batches each).")] = 2,
+    seed: Annotated[int, typer.Option(metavar="INT", help="Seed of the model and batches.")] = 0,
+    warmup_steps: Annotated[int, typer.Option(metavar="INT", help="Plain SGD steps before recording.")] = 0,
+    batch_size: Annotated[int | None, typer.Option(metavar="INT", help="Override the model's default batch size.")] = None,
+    image_size: Annotated[int | None, typer.Option(metavar="INT", help="Override the input image size (CNNs).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Record live gradients of a model to a trace folder (manifest.json + safetensors)."""
+    """Record live gradients of a model to a trace folder (manifest.json + safetensors).
+
+    Examples: `gcbench record --model resnet18 --out traces/r18 --steps 8`, then `gcbench run quick --trace traces/r18`.
+    """
     from gcbench.sources.recorder import record_live
 
+    model = model_arg(model) or model
     check_output_dir(out_path, "--out")
     kwargs: dict[str, Any] = {}
     if batch_size is not None:
@@ -535,35 +787,52 @@ def record(
 # ----------------------------------------------------------------------------- bench
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def bench(
     compressors: Annotated[list[str] | None, typer.Argument(
-        help="Compressors to time, as names or specs like 'threshold:tau=3.29' (default: every registered one).")] = None,
-    sizes: Annotated[str, typer.Option(help="Comma-separated element counts, e.g. 1K,1M,25.6M,100M.")] = "25.6M",
-    repeats: Annotated[int, typer.Option(help="Timed repeats per case.")] = 5,
-    warmup: Annotated[int, typer.Option(help="Untimed warm-up calls.")] = 1,
-    threads: Annotated[int, typer.Option(help="torch threads (the targets are defined for 2).")] = 2,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+        help="Compressors to time: name or name:key=value,... like 'threshold:tau=3.29' (default: every registered one).",
+        metavar="SPEC")] = None,
+    compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC",
+                                                         help="A compressor to time (repeatable), as a positional SPEC.")] = None,
+    sizes: Annotated[str, typer.Option(metavar="LIST", help="Element counts to sweep, a comma list like 1K,1M,25.6M,100M.")] = "25.6M",
+    rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case (exactly this many).")] = 5,
+    repeats: Annotated[int | None, typer.Option("--repeats", metavar="INT", hidden=True,
+                                                help="Deprecated spelling of --rounds.")] = None,
+    warmup: Annotated[int, typer.Option(metavar="INT", help="Untimed warm-up calls.")] = 1,
+    threads: Annotated[int, typer.Option(metavar="INT", help="torch threads (the targets are defined for 2).")] = 2,
+    device: Annotated[str, typer.Option(metavar="NAME", help="cpu or cuda.")] = "cpu",
     isolate: Annotated[bool, typer.Option(help="A fresh process per case (allocator state does not leak between cases).")] = True,
-    baseline: Annotated[Path | None, typer.Option(help="A stored bench results file: flag compressors that got slower.")] = None,
-    threshold: Annotated[float, typer.Option(help="Relative slow-down of compress×copy that counts as a regression.")] = 0.25,
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
+    baseline: Annotated[Path | None, typer.Option(
+        metavar="PATH", help="A stored bench results file: flag compressors that got slower.")] = None,
+    threshold: Annotated[float, typer.Option(
+        metavar="FLOAT", help="Relative slow-down of compress×copy that counts as a regression.")] = 0.25,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Folder for the results file.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 if any case regressed against --baseline.")] = False,
 ) -> None:
-    """Time compress/decompress against a memory copy of the same tensor; print the target table."""
+    """Time compress/decompress against a memory copy of the same tensor; print the target table.
+
+    Examples: `gcbench bench`, `gcbench bench topk qsgd --sizes 1M,25.6M --rounds 9`,
+    `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
+    """
+    from gcbench.compressors import registry
     from gcbench.measure.bench import bench_to_file, parse_size
     from gcbench.report import terminal as rep
 
-    names = compressors or [n for n in registry.names() if registry.get(n).min_workers <= 1]
-    size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
-    check_bench_options(size_list, sizes, repeats, warmup, threads, device, threshold)
+    if repeats is not None:
+        deprecated("bench --repeats N", f"--rounds {repeats} (--repeats means fidelity draws in run and compare)")
+        rounds = repeats
+    device = choose(device, ("cpu", "cuda"), "device")
+    names = compressor_specs(compressors, compressor) or [n for n in registry.names() if registry.get(n).min_workers <= 1]
+    size_list = size_list_arg(sizes, parse_size)
+    check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
     check_output_dir(out_dir, "--out")
     if fail_on_regression and baseline is None:
         raise GcbenchError("--fail-on-regression needs --baseline FILE")
-    with progress_bar(not as_json) as prog:
-        outcome = bench_to_file(names, size_list, out_dir, repeats=repeats, warmup=warmup, threads=threads, device=device,
+    with progress_bar(not as_json and not quiet) as prog:
+        outcome = bench_to_file(names, size_list, out_dir, repeats=rounds, warmup=warmup, threads=threads, device=device,
                                 isolate=isolate, baseline=baseline, threshold=threshold, progress=prog)
     if as_json:
         print(json.dumps({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]}, default=str))
@@ -594,23 +863,32 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def check_bench_options(sizes: list[int], sizes_text: str, repeats: int, warmup: int, threads: int, device: str,
+def size_list_arg(text: str, parse: Callable[[str], int]) -> list[int]:
+    """``bench --sizes`` (``"1K,25.6M"``) → element counts; a bad item is one line naming ``--sizes`` and the item."""
+    sizes = []
+    for item in (s for s in text.split(",") if s.strip()):
+        try:
+            sizes.append(parse(item))
+        except GcbenchError as exc:
+            raise GcbenchError(f"--sizes: {exc} (in {text!r})") from None
+    return sizes
+
+
+def check_bench_options(sizes: list[int], sizes_text: str, rounds: int, warmup: int, threads: int, device: str,
                         threshold: float) -> None:
     """One line per bad ``bench`` option before any case runs (a sweep of failing cases helps nobody)."""
     problems = []
     if not sizes:
         problems.append(f"--sizes: expected comma-separated element counts like 1K,25.6M, got {sizes_text!r}")
-    if repeats < 1:
-        problems.append(f"--repeats must be at least 1, got {repeats}")
+    if rounds < 1:
+        problems.append(f"--rounds must be at least 1, got {rounds}")
     if warmup < 0:
         problems.append(f"--warmup must be at least 0, got {warmup}")
     if threads < 1:
         problems.append(f"--threads must be at least 1, got {threads}")
     if not 0 <= threshold < float("inf"):
         problems.append(f"--threshold must be a finite number ≥ 0, got {threshold}")
-    if device not in ("cpu", "cuda"):
-        problems.append(f"--device must be cpu or cuda, got {device!r}")
-    elif device == "cuda":
+    if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
@@ -632,23 +910,23 @@ def _claims_for(papers: Path | None, runs: list[Any]) -> tuple[list[Any], str]:
     return match_claims(load_claims(path), [r.data for r in runs]), ""
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def report(
     runs: Annotated[list[str] | None, typer.Argument(
-        help="Results files, run ids, id prefixes or 'latest' (default: every run in --runs-dir).")] = None,
-    runs_dir: Annotated[Path, typer.Option("--runs-dir", help="Folder of stored runs.")] = Path("reports/runs"),
+        help="Results files, run ids, id prefixes or 'latest' (default: every run in --runs-dir).", metavar="RUN")] = None,
+    runs_dir: Annotated[Path, typer.Option("--runs-dir", metavar="PATH", help="Folder of stored runs.")] = Path("reports/runs"),
     md: Annotated[bool, typer.Option("--md", help="Markdown tables for a paper or PR (stdout, or -o FILE.md).")] = False,
     as_html: Annotated[bool, typer.Option("--html", help="One self-contained HTML file with plots (default reports/index.html).")] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the Markdown or HTML here.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH", help="Write the Markdown or HTML here.")] = None,
     baseline: Annotated[str | None, typer.Option(
-        "--baseline", "-b", help="Compare the newest run (or the one named) against this run.")] = None,
-    threshold: Annotated[float, typer.Option(help="Relative change below which a metric counts as unchanged (~).")] = 0.05,
-    alpha: Annotated[float, typer.Option(help="Significance level of the Mann–Whitney tests on raw samples.")] = 0.05,
+        "--baseline", "-b", metavar="RUN", help="Compare the newest run (or the one named) against this run.")] = None,
+    threshold: Annotated[float, typer.Option(metavar="FLOAT", help="Relative change below which a metric counts as unchanged (~).")] = 0.05,
+    alpha: Annotated[float, typer.Option(metavar="FLOAT", help="Significance level of the Mann–Whitney tests on raw samples.")] = 0.05,
     all_metrics: Annotated[bool, typer.Option("--all-metrics", help="Also list comparison rows that did not change (~).")] = False,
     fail_on_regression: Annotated[bool, typer.Option(
         "--fail-on-regression", help="Exit 1 if any metric is worse or a case newly fails (CI).")] = False,
-    papers: Annotated[Path | None, typer.Option(help="Paper claims file (default: baselines/papers.toml).")] = None,
+    papers: Annotated[Path | None, typer.Option(metavar="PATH", help="Paper claims file (default: baselines/papers.toml).")] = None,
     csv_dir: Annotated[Path | None, typer.Option(
         "--csv", metavar="DIR", help="Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
         "observation) into DIR, replacing those four files.")] = None,
@@ -657,7 +935,8 @@ def report(
 ) -> None:
     """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline.
 
-    Examples: `gcbench report latest`, `gcbench report latest --layers`, `gcbench report RUN --csv out/`.
+    Examples: `gcbench report latest`, `gcbench report --html -o reports/cnn.html`, `gcbench report --md > results.md`,
+    `gcbench report latest --layers`, `gcbench report RUN --csv out/`, `gcbench report NEW --baseline OLD --fail-on-regression`.
     """
     from gcbench.report import terminal as rep
     from gcbench.results.compare import gate_failures
@@ -724,49 +1003,62 @@ def report(
 # ----------------------------------------------------------------------------- train / simulate (gcbench.distributed)
 
 
-def _number_list(text: str, option: str, kind: type) -> list[Any]:
-    """``"8,16,32"`` → numbers; a bad item is a user error naming the option."""
-    try:
-        values = [kind(v) for v in (s.strip() for s in text.split(",")) if v]
-    except ValueError:
-        raise GcbenchError(f"{option}: expected comma-separated {kind.__name__}s, got {text!r}") from None
-    if not values or not all(0 < v < float("inf") for v in values):  # NaN fails this too
-        raise GcbenchError(f"{option}: expected positive finite {kind.__name__}s, got {text!r}")
-    return values
-
-
-@app.command("train")
+@app.command("train", cls=_Command)
 @user_errors
 def train_cmd(
-    compressors: Annotated[str, typer.Option("--compressors", "-c", help="Comma-separated compressors (name or name:key=value,...); "
-                                             "'none' (the reference) is added first if missing.")] = "none,topk,qsgd",
-    workers: Annotated[int, typer.Option(help="Worker processes (ignored under torchrun: WORLD_SIZE).")] = 4,
-    task: Annotated[str, typer.Option(help="digits, charlstm or auto (digits when scikit-learn is installed, else charlstm).")] = "auto",
-    epochs: Annotated[int | None, typer.Option(help="Epochs (default: the task's, digits 10, charlstm 6).")] = None,
-    target: Annotated[float | None, typer.Option(help="Target test accuracy for time-to-target (digits 0.9, charlstm 0.35).")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Batch size per worker.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Learning rate (default: the task's).")] = None,
-    granularity: Annotated[str, typer.Option(help="bucket (each DDP bucket) or layer (each parameter).")] = "bucket",
-    seed: Annotated[int, typer.Option(help="Seed of the model, the data order and the compressors.")] = 0,
-    timeout: Annotated[float, typer.Option(help="Seconds one compressor's run may take before its workers are killed.")] = 300.0,
-    collective_timeout: Annotated[float | None, typer.Option(help="Seconds a collective waits for a peer (max(30, timeout/3)).")] = None,
-    threads: Annotated[int | None, typer.Option(help="Torch threads per worker (default cores // workers).")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the results file.")] = Path("reports/runs"),
+    compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC", help=(
+        "Train with this compressor (repeatable): name or name:key=value,...; 'none' (the reference) is added first if "
+        "missing.  Default: -c none -c topk -c qsgd."))] = None,
+    compressors_old: Annotated[list[str] | None, typer.Option("--compressors", metavar="LIST", hidden=True,
+                                                              help="Deprecated: a comma list of compressors; use -c SPEC.")] = None,
+    workers: Annotated[int, typer.Option(metavar="INT", help="Worker processes (ignored under torchrun: WORLD_SIZE).")] = 4,
+    task: Annotated[str, typer.Option(
+        metavar="NAME", help="digits, charlstm or auto (digits when scikit-learn is installed, else charlstm).")] = "auto",
+    epochs: Annotated[int | None, typer.Option(metavar="INT", help="Epochs (default: the task's, digits 10, charlstm 6).")] = None,
+    target: Annotated[float | None, typer.Option(
+        metavar="FLOAT", help="Target test accuracy for time-to-target (digits 0.9, charlstm 0.35).")] = None,
+    batch_size: Annotated[int | None, typer.Option(metavar="INT", help="Batch size per worker.")] = None,
+    lr: Annotated[float | None, typer.Option(metavar="FLOAT", help="Learning rate (default: the task's).")] = None,
+    granularity: Annotated[str, typer.Option(metavar="NAME", help="bucket (each DDP bucket) or layer (each parameter).")] = "bucket",
+    seed: Annotated[int, typer.Option(metavar="INT", help="Seed of the model, the data order and the compressors.")] = 0,
+    timeout: Annotated[float, typer.Option(
+        metavar="FLOAT", help="Seconds one compressor's run may take before its workers are killed.")] = 300.0,
+    collective_timeout: Annotated[float | None, typer.Option(
+        metavar="FLOAT", help="Seconds a collective waits for a peer (max(30, timeout/3)).")] = None,
+    threads: Annotated[int | None, typer.Option(metavar="INT", help="Torch threads per worker (default cores // workers).")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Folder for the results file.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the results file's path and cases as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks."""
-    from gcbench.distributed.train import TrainConfig, under_torchrun
+    """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks.
+
+    Examples: `gcbench train -c topk -c qsgd --workers 4`, `gcbench train --task charlstm -c 'topk:density=0.05' --epochs 2`,
+    `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
+    """
+    from gcbench.distributed.ddp import GRANULARITIES
+    from gcbench.distributed.train import TASKS, TrainConfig, under_torchrun
     from gcbench.distributed.train import train as run_training
     from gcbench.report import terminal as rep
     from gcbench.results.record import as_cases
 
+    specs: list[str] = []
+    for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:
+        listed = old_comma_list(text)  # the old -c "none,topk" named several compressors with commas
+        new_form = " ".join(f"-c {c}" for c in listed or [text])
+        if old_option:
+            deprecated(f"train --compressors {text!r}", new_form)
+        elif listed is not None:
+            deprecated(f"train -c {text!r} (commas between compressors)", new_form)
+        specs.extend(listed or [text])
+    specs = compressor_specs(specs or ["none", "topk", "qsgd"], None)
+    task = choose(task, ["auto", *TASKS], "task")
+    granularity = choose(granularity, GRANULARITIES, "granularity")
     cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
                       granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
     cfg.resolved()  # bad options fail before the output check and before any process starts
     check_output_dir(out_dir, "--out")
     with progress_bar(not quiet and not as_json and not under_torchrun()) as prog:
-        outcome = run_training(cfg, compressors, out_dir, prog)
+        outcome = run_training(cfg, specs, out_dir, prog)
     if outcome.path is None:  # a non-zero rank under torchrun: rank 0 reports
         return
     cases = as_cases(outcome.records, "train")
@@ -782,33 +1074,39 @@ def train_cmd(
         raise typer.Exit(1)
 
 
-@app.command("simulate")
+@app.command("simulate", cls=_Command)
 @user_errors
 def simulate_cmd(
-    results: Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').")] = "latest",
-    workers: Annotated[str, typer.Option(help="Comma-separated worker counts.")] = "8,16,32,64,128,256,512,1024",
-    bandwidth: Annotated[str, typer.Option(help="Comma-separated link bandwidths in Gbit/s.")] = "1,10,25,100",
-    latency_us: Annotated[float, typer.Option(help="Latency α per message in microseconds.")] = 5.0,
-    compute_ms: Annotated[float | None, typer.Option(help="Compute time per step in ms (run files have none: default 0; "
+    results: Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').",
+                                           metavar="RUN")] = "latest",
+    workers: Annotated[str, typer.Option(
+        metavar="LIST", help="Worker counts to sweep, a comma list like 8,64.")] = "8,16,32,64,128,256,512,1024",
+    bandwidth: Annotated[str, typer.Option(
+        metavar="LIST", help="Link bandwidths in Gbit/s to sweep, a comma list like 1,10.")] = "1,10,25,100",
+    latency_us: Annotated[float, typer.Option(metavar="FLOAT", help="Latency α per message in microseconds.")] = 5.0,
+    compute_ms: Annotated[float | None, typer.Option(metavar="FLOAT", help="Compute time per step in ms (run files have none: default 0; "
                                                      "train files: measured).")] = None,
-    scheme: Annotated[str, typer.Option(help="auto (all-reduce for fp16/bf16/none/powersgd, all-gather otherwise), "
+    scheme: Annotated[str, typer.Option(metavar="NAME", help="auto (all-reduce for fp16/bf16/none/powersgd, all-gather otherwise), "
                                         "allreduce, allgather or ps (parameter server).")] = "auto",
-    runs_dir: Annotated[Path, typer.Option(help="Where run ids are looked up.")] = Path("reports/runs"),
+    runs_dir: Annotated[Path, typer.Option(metavar="PATH", help="Where run ids are looked up.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable predictions.")] = False,
 ) -> None:
-    """Predict step time and speed-up over uncompressed training for cluster sizes and link speeds."""
+    """Predict step time and speed-up over uncompressed training for cluster sizes and link speeds.
+
+    Examples: `gcbench simulate`, `gcbench simulate latest --workers 8,64 --bandwidth 1,10`,
+    `gcbench simulate RUN --scheme ps --compute-ms 50 --json`.
+    """
     from gcbench.distributed import netmodel
     from gcbench.report.simulation import simulation_output
     from gcbench.results.store import load_run, resolve_run
 
-    if scheme not in netmodel.SCHEMES:
-        raise GcbenchError(f"--scheme must be one of {', '.join(netmodel.SCHEMES)}, got {scheme!r}")
+    scheme = choose(scheme, netmodel.SCHEMES, "scheme")
     if not 0 <= latency_us < float("inf"):  # NaN fails this too
         raise GcbenchError(f"--latency-us must be a finite number >= 0, got {latency_us:g}")
     if compute_ms is not None and not 0 <= compute_ms < float("inf"):
         raise GcbenchError(f"--compute-ms must be a finite number >= 0, got {compute_ms:g}")
-    ns = _number_list(workers, "--workers", int)
-    bws = _number_list(bandwidth, "--bandwidth", float)
+    ns = number_list(workers, "--workers", int)
+    bws = number_list(bandwidth, "--bandwidth", float)
     path = resolve_run(results, runs_dir, finished=True)  # "latest": the newest run that finished
     sim = netmodel.simulate_results(load_run(path), ns, bws, latency_us * 1e-6, scheme, None if compute_ms is None else compute_ms / 1e3,
                                     str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -60,7 +61,7 @@ def test_list_shows_every_compressor_and_json() -> None:
 
 def test_list_unknown_kind_is_one_line() -> None:
     r = runner.invoke(app, ["list", "compresors"])
-    assert r.exit_code == 1 and "did you mean 'compressors'" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 2 and "did you mean 'compressors'" in r.output and "Traceback" not in r.output
 
 
 def test_validate_good_and_bad(tmp_path: Path) -> None:
@@ -141,3 +142,242 @@ def test_nan_source_is_reported_per_tensor(tmp_path: Path, monkeypatch: pytest.M
     assert r.exit_code == 1
     assert "t1" in r.output and "NaN" in r.output and "Traceback" not in r.output
     assert torch.isnan(torch.tensor(float("nan")))
+
+
+# ----------------------------------------------------------------------------- one grammar (issue 18)
+
+
+def _stderr_lines(res: Any) -> list[str]:
+    return [ln for ln in res.stderr.splitlines() if ln.strip()]
+
+
+def _usage_error(res: Any, *needles: str) -> str:
+    """Exit 2, no traceback, one ``error:`` line on stderr holding ``needles``."""
+    assert res.exit_code == 2, (res.exit_code, res.output)
+    assert "Traceback" not in res.output
+    lines = _stderr_lines(res)
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def test_compare_takes_positional_and_dash_c_specs_with_any_case(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["compare", "TopK", "-c", "randomk:density=0.1", "--shape", "16x8", "--steps", "1", "--rounds", "1",
+                            "--repeats", "2", "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["cases"] == ["topk", "randomk(density=0.1)"]
+
+
+@pytest.mark.parametrize(("argv", "needles"), [
+    (["compare", "dgc"], ["compare needs two or more compressors, got 1"]),
+    (["compare", "-c", "dgc"], ["compare needs two or more compressors, got 1"]),
+    (["check"], ["check needs a compressor, got 0"]),
+    (["compare", "dgcc", "topk"], ["unknown compressor 'dgcc'; did you mean 'dgc'"]),
+    (["bench", "-c", "TOPKK"], ["unknown compressor 'TOPKK'; did you mean 'topk'"]),
+    (["run", "--granularity", "layers"], ["unknown granularity 'layers'; did you mean 'layer'?"]),
+    (["compare", "dgc", "topk", "--granularity", "Bucketz"], ["unknown granularity 'Bucketz'; did you mean 'bucket'?"]),
+    (["compare", "dgc", "topk", "--device", "gpu"], ["unknown device 'gpu'"]),
+    (["compare", "dgc", "topk", "--distribution", "normall"], ["unknown distribution 'normall'; did you mean 'normal'?"]),
+    (["bench", "topk", "--device", "tpu"], ["unknown device 'tpu'"]),
+    (["run", "--device", "auto", "--model", "mlp", "-c", "qsdg"], ["unknown compressor 'qsdg'; did you mean 'qsgd'"]),
+    (["train", "--task", "digit"], ["unknown task 'digit'; did you mean 'digits'?"]),
+    (["train", "--granularity", "model"], ["unknown granularity 'model'"]),
+    (["simulate", "latest", "--scheme", "allreduc"], ["unknown scheme 'allreduc'; did you mean 'allreduce'?"]),
+    (["list", "compresors"], ["did you mean 'compressors'"]),
+    (["list", "dgx"], ["did you mean 'dgc'"]),
+])
+def test_unknown_names_and_missing_compressors_are_usage_errors(argv: list[str], needles: list[str], tmp_path: Path) -> None:
+    before = set(tmp_path.iterdir())
+    _usage_error(runner.invoke(app, [*argv, *(["--out", str(tmp_path)] if argv[0] in ("compare", "bench", "run", "train") else [])]),
+                 *needles)
+    assert set(tmp_path.iterdir()) == before  # refused before any work
+
+
+@pytest.mark.parametrize("argv", [["list", "MODELS", "--json"], ["list", "Metrics", "--json"]])
+def test_list_kinds_ignore_case(argv: list[str]) -> None:
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == runner.invoke(app, [argv[0], argv[1].lower(), "--json"]).stdout
+
+
+def test_a_compressor_name_in_any_case_shows_its_card() -> None:
+    r = runner.invoke(app, ["list", "DGC", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["name"] == "dgc"
+
+
+def test_check_json_has_stable_keys_and_takes_dash_c() -> None:
+    r = runner.invoke(app, ["check", "NONE", "-c", "fp16", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert [o["spec"] for o in out] == ["none", "fp16"] and all(o["ok"] for o in out)
+    assert {"check", "what", "ok", "detail"} == set(out[0]["checks"][0])
+
+
+def test_bench_rounds_and_its_deprecated_repeats(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["bench", "-c", "TopK", "--sizes", "1K", "--rounds", "2", "--no-isolate", "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    (case,) = json.loads(r.stdout)["cases"]
+    assert case["compressor"] == case["label"] == "topk" and len(case["compress"]["samples_s"]) == 2
+    assert not r.stderr.strip()
+    r = runner.invoke(app, ["bench", "topk", "--sizes", "1K", "--repeats", "3", "--no-isolate", "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    (case,) = json.loads(r.stdout)["cases"]
+    assert len(case["compress"]["samples_s"]) == 3  # the old spelling still works ...
+    (line,) = _stderr_lines(r)  # ... and says, in one line, what to write instead
+    assert line.startswith("warning: bench --repeats N is deprecated") and "--rounds 3" in line
+
+
+def test_compare_timing_repeats_is_a_deprecated_rounds(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["compare", "topk", "randomk", "--shape", "8x8", "--steps", "1", "--timing-repeats", "2", "--repeats", "2",
+                            "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    (line,) = _stderr_lines(r)
+    assert "--timing-repeats" in line and "--rounds 2" in line
+    data = json.loads(Path(json.loads(r.stdout)["results"]).read_text())
+    assert data["suite"]["metrics"]["timing_repeats"] == 2
+
+
+@pytest.fixture
+def trained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
+    """The compressor specs each `gcbench train` call hands to the trainer (which is not the subject here)."""
+    import gcbench.distributed.train as train_mod
+
+    calls: list[list[str]] = []
+
+    def fake_train(cfg: Any, compressors: Any, out_dir: Any, progress: Any) -> Any:
+        calls.append(list(compressors))
+        path = tmp_path / "train.json"
+        path.write_text("{}")
+        return train_mod.TrainOutcome(path, [])
+
+    monkeypatch.setattr(train_mod, "train", fake_train)
+    return calls
+
+
+@pytest.mark.parametrize(("argv", "specs", "warning"), [
+    (["-c", "none", "-c", "TOPK:density=0.1,error_feedback=true"], ["none", "topk:density=0.1,error_feedback=true"], None),
+    ([], ["none", "topk", "qsgd"], None),
+    (["-c", "none,topk:density=0.1,error_feedback=true,qsgd"], ["none", "topk:density=0.1,error_feedback=true", "qsgd"],
+     "-c none -c topk:density=0.1,error_feedback=true -c qsgd"),
+    (["--compressors", "none,dgc"], ["none", "dgc"], "-c none -c dgc"),
+])
+def test_train_takes_repeatable_specs_and_deprecates_comma_lists(argv: list[str], specs: list[str], warning: str | None,
+                                                                 trained: list[list[str]], tmp_path: Path) -> None:
+    r = runner.invoke(app, ["train", "--task", "CharLSTM", "--workers", "2", *argv, "--out", str(tmp_path), "-q"])
+    assert r.exit_code == 0, r.output
+    assert trained == [specs]
+    lines = _stderr_lines(r)
+    if warning is None:
+        assert not lines
+    else:
+        assert len(lines) == 1 and lines[0].startswith("warning: ") and "deprecated" in lines[0] and warning in lines[0], lines
+
+
+@pytest.mark.parametrize(("option", "value", "needle"), [
+    ("--workers", "8,x", "'x' is not an integer"), ("--workers", "8,0", "'0' is not a positive"),
+    ("--bandwidth", "1,fast", "'fast' is not a number"), ("--bandwidth", ",", "expected a comma list"),
+])
+def test_swept_lists_name_the_bad_item(option: str, value: str, needle: str) -> None:
+    r = runner.invoke(app, ["simulate", "/nonexistent.json", option, value])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    (line,) = _stderr_lines(r)
+    assert line.startswith(f"error: {option}: ") and needle in line
+
+
+def _commands() -> dict[str, Any]:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return {name: group.commands[name] for name in group.commands}  # type: ignore[attr-defined]
+
+
+def test_every_help_has_an_example_and_typed_metavars() -> None:
+    commands = _commands()
+    assert len(commands) >= 10
+    for name, command in commands.items():
+        for param in command.params:
+            if getattr(param, "is_flag", False) or param.hidden:
+                continue
+            assert param.metavar and param.metavar.replace("|", "").isupper(), (name, param.name, param.metavar)
+        text = " ".join(runner.invoke(app, [name, "--help"], env={"COLUMNS": "200"}).stdout.split())
+        assert "Examples: `gcbench" in text or "Examples: `torchrun" in text, name
+        for typename in ("<bool>", "<str>", "<int>", "<float>", "<path>", "<list"):
+            assert typename not in text, (name, typename)
+    top = runner.invoke(app, ["--help"]).stdout
+    assert "<bool>" not in top
+
+
+def test_the_command_line_imports_no_heavy_library() -> None:
+    """`--help` of every command, `list` and `validate` start without torch, numba, matplotlib or scipy."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from gcbench.cli import app\n"
+        "r = CliRunner()\n"
+        "assert r.invoke(app, ['list']).exit_code == 0\n"
+        "assert r.invoke(app, ['list', 'dgc']).exit_code == 0\n"
+        "assert r.invoke(app, ['validate', 'suites/cnn.toml']).exit_code == 0\n"
+        f"for name in {sorted(_commands())!r}:\n"
+        "    assert r.invoke(app, [name, '--help']).exit_code == 0, name\n"
+        "print(sorted(m for m in ('torch', 'numba', 'matplotlib', 'scipy') if m in sys.modules))\n"
+    )
+    root = Path(__file__).parents[1]
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+def test_bundled_suite_names_ignore_case_and_get_suggestions(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["validate", "QUICK"])
+    assert r.exit_code == 0 and "suites/quick.toml" in r.stdout.replace("\n", "")
+    _usage_error(runner.invoke(app, ["validate", "quik"]), "unknown suite 'quik'; did you mean 'quick'?")
+    _usage_error(runner.invoke(app, ["run", "Quik", "--out", str(tmp_path / "runs")]), "did you mean 'quick'?")
+    assert not (tmp_path / "runs").exists()
+    # a path is a path: its absence is the loader's error (exit 1), not a name to guess
+    r = runner.invoke(app, ["validate", str(tmp_path / "nope.toml")])
+    assert r.exit_code == 1 and "not found" in r.stderr
+
+
+def test_zoo_model_names_ignore_case_and_other_models_pass_through() -> None:
+    import gcbench.cli as cli
+
+    assert cli.model_arg("ResNet18") == "resnet18" and cli.model_arg("mlp") == "mlp"
+    for other in ("hf:gpt2:layers=2", "mypkg.Models:factory", "resnet19", None):
+        assert cli.model_arg(other) == other
+
+
+@pytest.mark.parametrize(("argv", "new_form"), [
+    (["run", "-c", "none,topk"], "-c none -c topk"),
+    (["compare", "DGC,topk:density=0.1", "qsgd"], "-c DGC -c topk:density=0.1"),
+    (["check", "topk:density=0.1,qsgd"], "-c topk:density=0.1 -c qsgd"),
+])
+def test_commas_between_compressors_say_how_to_give_each_its_spec(argv: list[str], new_form: str, tmp_path: Path) -> None:
+    line = _usage_error(runner.invoke(app, [*argv, *(["--out", str(tmp_path)] if argv[0] != "check" else [])]),
+                        "commas separate one spec's parameters")
+    assert line.endswith(f"({new_form})")
+    # a parameter without '=' is not another compressor: the spec's own error says so
+    r = runner.invoke(app, ["check", "topk:density=0.1,foo"])
+    assert r.exit_code == 1 and "must look like key=value" in r.stderr
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["compare", "topk", "randomk", "--workers", "x"], "Invalid value for '--workers'"),
+    (["compare", "--worker", "3", "topk", "randomk"], "No such option: --worker"),
+    (["frob"], "No such command 'frob'"),
+    (["record"], "Missing option '--model'"),
+    (["simulate", "a", "b"], "unexpected extra argument"),
+])
+def test_the_parsers_own_usage_errors_are_one_line_too(argv: list[str], needle: str) -> None:
+    line = _usage_error(runner.invoke(app, argv), needle)
+    assert "--help" in line  # and it says where the help is
+
+
+def test_no_arguments_still_prints_the_help() -> None:
+    r = runner.invoke(app, [])
+    assert "Usage:" in r.output and "Commands" in r.output and "error:" not in r.output

@@ -391,8 +391,8 @@ def test_bench_with_three_repeats_cannot_be_significant() -> None:
     r = next(r for r in cmp.rows if r.case == "signsgd" and r.source == "100,000 elements" and r.metric == "compress_x_copy")
     assert r.p_value == pytest.approx(smallest_p(3, 3)) == pytest.approx(0.1)
     assert r.verdict == NOT_SIGNIFICANT and "p = 0.1" in r.reason
-    assert any("--repeats 5" in n for n in cmp.notes)
-    assert not any("--repeats" in n for n in compare_runs(_bench_base(), _bench_base()).notes)  # 5 repeats are enough
+    assert any("--rounds 5" in n for n in cmp.notes)
+    assert not any("--rounds" in n for n in compare_runs(_bench_base(), _bench_base()).notes)  # 5 repeats are enough
 
 
 def test_mixed_kinds_are_refused_and_run_vs_compare_is_not(base: dict[str, Any]) -> None:

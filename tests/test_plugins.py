@@ -49,7 +49,9 @@ def test_plugin_is_listed_with_its_origin(site: Path) -> None:
 def test_plugin_passes_the_contract_checks(site: Path) -> None:
     r = _gcbench(site, "check", "halfsign", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = json.loads(r.stdout)["halfsign"]
+    (result,) = json.loads(r.stdout)
+    rows = result["checks"]
+    assert result["spec"] == "halfsign" and result["ok"]
     assert rows and all(row["ok"] for row in rows)
 
 

@@ -384,7 +384,7 @@ def _reader_args(reader: str, path: Path, tmp_path: Path) -> list[str]:
         "baseline-new": ["report", "--baseline", str(base), str(path)],
         "baseline-base": ["report", "--baseline", str(path), str(base), "--fail-on-regression"],
         "simulate": ["simulate", str(path)],
-        "bench-baseline": ["bench", "none", "--sizes", "1K", "--repeats", "1", "--no-isolate", "--baseline", str(path),
+        "bench-baseline": ["bench", "none", "--sizes", "1K", "--rounds", "1", "--no-isolate", "--baseline", str(path),
                            "--out", str(tmp_path / "out")],
     }[reader]
 

@@ -227,7 +227,7 @@ def test_train_cli_records_finished_compressors_and_names_the_crashed_rank(tmp_p
     monkeypatch.setenv("GCBENCH_TRAIN_FAULT", "crash:1@3/topk:density=0.05")
     t0 = time.monotonic()
     res = CliRunner().invoke(app, ["train", "--task", "charlstm", "--workers", "2", "--epochs", "1", "--timeout", "120",
-                                   "--compressors", "topk:density=0.05", "--out", str(tmp_path), "--quiet"])
+                                   "-c", "topk:density=0.05", "--out", str(tmp_path), "--quiet"])
     assert time.monotonic() - t0 < 120
     assert res.exit_code == 1, res.output
     assert "rank 1 exited with code 3" in res.output
@@ -305,7 +305,7 @@ def test_sigterm_stops_the_workers_promptly_and_keeps_finished_compressors(tmp_p
     # 'none' trains (1 epoch), then topk's rank 0 hangs at step 1 with every timeout far away
     env = {**os.environ, "GCBENCH_TRAIN_FAULT": "hang:0@1/topk:density=0.05", "PYTHONPATH": str(Path(__file__).parents[1])}
     proc = subprocess.Popen([sys.executable, "-m", "gcbench", "train", "--task", "charlstm", "--workers", "2", "--epochs", "1",
-                             "--compressors", "topk:density=0.05", "--timeout", "600", "--collective-timeout", "600",
+                             "-c", "topk:density=0.05", "--timeout", "600", "--collective-timeout", "600",
                              "--out", str(tmp_path), "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300

@@ -237,7 +237,7 @@ def test_readme_user_model_runs_as_written(tmp_path: Path, readme_pkg: None) -> 
     data = json.loads(r.output)
     assert [c["status"] for c in data["cases"]] == ["ok"]
     r = runner.invoke(app, ["compare", "topk", "randomk", "--model", "mypkg.models:factory", "--workers", "2", "--steps", "1",
-                            "--timing-repeats", "1", "--json", "--out", str(tmp_path / "runs")])
+                            "--rounds", "1", "--json", "--out", str(tmp_path / "runs")])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["record", "--model", "mypkg.models:factory", "--steps", "1", "--workers", "2", "--seed", "12345",
                             "--out", str(tmp_path / "trace"), "-q"])

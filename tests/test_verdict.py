@@ -264,7 +264,7 @@ def test_compare_with_one_compressor_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_compare_json_from_a_real_run(tmp_path: Path) -> None:
-    r = runner.invoke(app, ["compare", "topk", "randomk", "--shape", "16x16", "--steps", "2", "--timing-repeats", "1",
+    r = runner.invoke(app, ["compare", "topk", "randomk", "--shape", "16x16", "--steps", "2", "--rounds", "1",
                             "--repeats", "2", "--json", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)

@@ -48,7 +48,9 @@ def did_you_mean(name: str, choices: list[str] | tuple[str, ...], what: str) -> 
     """Message for an unknown ``name`` of kind ``what`` with the closest ``choices``."""
     import difflib
 
-    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    # case is ignored: "DGX" is close to "dgc", "Layers" to "layer"
+    folded = {c.lower(): c for c in choices}
+    close = [folded[c] for c in difflib.get_close_matches(name.lower(), list(folded), n=3, cutoff=0.5)]
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     known = ", ".join(sorted(choices))
     return f"unknown {what} {name!r}{hint} (known: {known})"

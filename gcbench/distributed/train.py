@@ -402,7 +402,7 @@ def parse_compressors(text: str | Sequence[str]) -> list[Spec]:
         else:
             labels.append(item)
     if not labels:
-        raise ParamError("no compressors given (e.g. --compressors none,topk,qsgd)")
+        raise ParamError("no compressors given (e.g. -c none -c topk -c qsgd)")
     specs = []
     for label in labels:
         name, params = registry.parse_spec(label)

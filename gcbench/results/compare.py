@@ -652,7 +652,7 @@ def compare_bench(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapp
     if untestable:
         cmp.notes.append(f"{len(untestable)} comparison(s) have only {min(untestable)}–{max(untestable)} timing samples per side: "
                          f"no Mann–Whitney p can fall below α = {alpha:g}, so those timings are never called better or worse; "
-                         "rerun `gcbench bench` with --repeats 5 or more")
+                         "rerun `gcbench bench` with --rounds 5 or more")
     return cmp
 
 
