@@ -48,10 +48,14 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import matplotlib
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, NullFormatter
+from matplotlib.transforms import Bbox
 
 import gcbench
 from gcbench.measure.bench import target_of
@@ -102,20 +106,31 @@ from gcbench.results.metrics import METRICS
 from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
 from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, TrainCase, as_cases
 
-DPI = 80
-# matplotlib's tab10, then ten darker/lighter companions: a sweep of 14+ cases keeps distinct colours
+DPI = 100
+# matplotlib's tab10, then six darker companions: sixteen colours that stay apart on white and in a legend
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-           "#0b3d66", "#b35806", "#98df8a", "#ff9896", "#c5b0d5", "#3d2419", "#f7b6d2", "#000000", "#6b6b00", "#9edae5")
+           "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#000000")
+# twelve markers that stay apart at 6 px: with the colours, 192 cases get a marker × colour of their own
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one case is drawn in every plot of its section: a colour and a marker (the pair never repeats in a section)."""
+
+    color: str
+    marker: str
 
 
 @dataclass(frozen=True)
 class Plot:
-    """One embedded figure: ``kind`` names the plot type (tests and CSS use it)."""
+    """One embedded figure: ``kind`` names the plot type (tests and CSS use it); ``wide`` plots take a row of their own."""
 
     kind: str
     title: str
     uri: str
     caption: str
+    wide: bool = False
 
 
 # ----------------------------------------------------------------------------- plot helpers
@@ -149,14 +164,83 @@ def _ok(cases: Sequence[Any], kind: str = "run") -> list[Any]:
     return [c for c in as_cases(cases, kind) if c.ok]
 
 
-def _color_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, str]:
-    """A stable colour per case label (the same label has the same colour in every plot of a section)."""
-    out: dict[str, str] = {}
+def style_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, Style]:
+    """A marker × colour per case label, no pair used twice: a reader names any point or line by its look alone.
+
+    A compressor's cases share a colour (topk, topk@0.1, topk@0.01 are one hue) and differ by marker;
+    a compressor with more variants than markers spills into the next colour.  Beyond
+    ``len(_COLORS) × len(_MARKERS)`` labels pairs repeat (no suite is near that).
+    """
+    out: dict[str, Style] = {}
+    used: set[tuple[int, int]] = set()
+    families: dict[str, int] = {}
     for c in cases:
-        label = c.label
-        if label not in out:
-            out[label] = _COLORS[len(out) % len(_COLORS)]
+        if c.label in out:
+            continue
+        fam = families.setdefault(str(getattr(c, "compressor", None) or c.label), len(families))
+        pair = next(((ci % len(_COLORS), mi) for ci in range(fam, fam + len(_COLORS)) for mi in range(len(_MARKERS))
+                     if (ci % len(_COLORS), mi) not in used), None)
+        if pair is None:  # every pair taken: cycle
+            pair = (len(out) % len(_COLORS), (len(out) // len(_COLORS)) % len(_MARKERS))
+        used.add(pair)
+        out[c.label] = Style(_COLORS[pair[0]], _MARKERS[pair[1]])
     return out
+
+
+def _label_points(ax: Any, pts: Sequence[tuple[float, float, str]], fontsize: float = 7.5, radius_pt: float = 4.0,
+                  obstacles: Sequence[Bbox] = ()) -> int:
+    """Write each point's name beside it where the text overlaps no other name, no point and no axes edge.
+
+    Tries eight positions around a point in turn (right first); a point with no free position keeps its
+    name in the legend only.  ``obstacles``: display boxes already drawn (a region's label) that no name
+    may cover.  Call after the axes' scales and limits are final.  Returns how many points were named.
+    """
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    xy = ax.transData.transform([(x, y) for x, y, _ in pts]) if pts else []
+    r = radius_pt * fig.dpi / 72
+    taken = [Bbox.from_extents(px - r, py - r, px + r, py + r) for px, py in xy] + list(obstacles)
+    frame = ax.get_window_extent(renderer)
+    offsets = ((5, 3, "left", "bottom"), (5, -3, "left", "top"), (-5, 3, "right", "bottom"), (-5, -3, "right", "top"),
+               (0, 6, "center", "bottom"), (0, -6, "center", "top"), (7, 0, "left", "center"), (-7, 0, "right", "center"))
+    named = 0
+    for x, y, name in pts:
+        for dx, dy, ha, va in offsets:
+            t = ax.annotate(_mpl(name), (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, fontsize=fontsize,
+                            color="#24292f", zorder=6)
+            box = t.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(o) for o in taken):
+                taken.append(box)
+                named += 1
+                break
+            t.remove()
+    return named
+
+
+def _end_labels(ax: Any, ends: Sequence[tuple[float, float, str, str]], fontsize: float = 7.5) -> None:
+    """Name each line at the right of the axes, beside its last point: names spread apart vertically, thin leaders.
+
+    ``ends`` are ``(x, y, name, colour)`` of each line's last point.  Call after the limits are final.
+    """
+    if not ends:
+        return
+    fig = ax.figure
+    frame = ax.get_window_extent(fig.canvas.get_renderer())
+    order = sorted(range(len(ends)), key=lambda i: ax.transData.transform((ends[i][0], ends[i][1]))[1])
+    want = [(ax.transData.transform((ends[i][0], ends[i][1]))[1] - frame.y0) / frame.height for i in order]
+    gap = min(fontsize * 1.25 * fig.dpi / 72 / frame.height, 1.0 / len(ends))
+    ys: list[float] = []
+    for w in want:  # bottom up: no name closer than ``gap`` to the one below
+        ys.append(max(w, ys[-1] + gap) if ys else max(w, 0.0))
+    top = 1.0
+    for k in range(len(ys) - 1, -1, -1):  # then top down: inside the axes
+        ys[k] = min(ys[k], top)
+        top = ys[k] - gap
+    for k, i in enumerate(order):
+        x, y, name, color = ends[i]
+        ax.annotate(_mpl(name), (x, y), xytext=(1.03, ys[k]), textcoords="axes fraction", va="center", ha="left", fontsize=fontsize,
+                    color=color, annotation_clip=False, arrowprops={"arrowstyle": "-", "lw": 0.5, "color": color, "alpha": 0.7})
 
 
 def _scale(ax: Any, axis: str, values: Sequence[float]) -> bool:
@@ -175,37 +259,44 @@ def _scale(ax: Any, axis: str, values: Sequence[float]) -> bool:
 
 def _legend(ax: Any, n: int) -> None:
     if n:
-        ax.legend(fontsize=7, ncol=1 if n <= 8 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        ax.legend(fontsize=7.5, ncol=1 if n <= 12 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+                  handletextpad=0.3, columnspacing=1.0, borderaxespad=0.2)
 
 
-def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]]) -> set[int]:
+def _styles(cases: Sequence[Any]) -> dict[str, Style]:
+    """The style of every case handed to a plot (all of a section's cases: each keeps its look across the section)."""
+    return style_map(as_cases(cases, "run"))
+
+
+def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]], styles: dict[str, Style]) -> set[int]:
     """One point per case (x = error, y = ratio); points on the Pareto front outlined; returns the front."""
     front = set(pareto_front([(q, r) for q, r, _ in pts]))
-    _scatter(ax, pts, front)
+    _scatter(ax, pts, front, styles)
     _scale(ax, "x", [p[0] for p in pts])
     _scale(ax, "y", [p[1] for p in pts])
     return front
 
 
-def _scatter(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[int], colors: dict[str, str] | None = None,
-             suffix: dict[str, str] | None = None) -> None:
-    """The points of a ratio-against-error plot: front members outlined, reconstructed compressors as diamonds."""
-    colors = colors or _color_map([p[2] for p in pts])
+def _scatter(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[int], styles: dict[str, Style],
+             suffix: dict[str, str] | None = None, hollow: bool = False) -> None:
+    """The points of a ratio-against-error plot, each in its case's marker × colour: front members outlined in black,
+    ``hollow`` points (no claim to the front) unfilled."""
     for i, (q, r, c) in enumerate(pts):
-        on = i in front
-        ax.scatter([q], [r], s=46 if on else 30, color=colors[c.label], edgecolors="black" if on else "none",
-                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3,
+        on, st = i in front, styles[c.label]
+        ax.scatter([q], [r], s=58 if on else 40, marker=st.marker, facecolors="none" if hollow else st.color,
+                   edgecolors="black" if on else st.color, linewidths=1.4 if on or hollow else 0.6, zorder=4 if on else 3,
                    label=_mpl(case_name(c) + (suffix or {}).get(c.label, "")))
 
 
-def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], ms: float = 3) -> None:
-    """One line per case over steps (numbered from 1); missing values are skipped."""
-    colors = _color_map([s[0] for s in series])
+def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], styles: dict[str, Style], ms: float = 4,
+                suffix: str = "", **line: Any) -> None:
+    """One line per case over steps (numbered from 1) in its case's colour, its marker on at most a dozen steps."""
     for c, vals in series:
         xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=ms, lw=1.2, color=colors[c.label],
-                label=_mpl(case_name(c)))
-    ax.set_xlabel("step")
+        st = styles[c.label]
+        ax.plot(xs, [v for v in vals if v is not None], marker=st.marker, ms=ms, lw=1.1, color=st.color,
+                markevery=max(1, len(xs) // 12), label=_mpl(case_name(c) + suffix), **line)
+    ax.set_xlabel("step (from 1)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
@@ -263,40 +354,50 @@ def _names(cases: Sequence[RunCase]) -> str:
     return ", ".join(f"“{case_name(c)}”" for c in cases)
 
 
-def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: str,
+def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: str, styles: dict[str, Style],
                 suffix: dict[str, str] | None = None) -> Plot | None:
-    """Ratio against an error: the front of the cases better than nothing, the worse-than-nothing region shaded."""
+    """Ratio against an error: the front of the cases better than nothing, the worse-than-nothing region shaded.
+
+    Every point has its case's marker × colour (the legend) and, where there is room, its name beside it.
+    """
     if not fp.drawn and not fp.worse:
         return None
-    fig, ax = _figure()
+    fig, ax = _figure(7.6, 4.8)
     every = fp.drawn + fp.worse
-    colors = _color_map(fp.order)
-    _scatter(ax, fp.drawn, set(fp.front), colors, suffix)
-    for e, r, c in fp.worse:  # hollow: shown, but no claim to the front
-        ax.scatter([e], [r], s=30, facecolors="none", edgecolors=colors[c.label], linewidths=1.2,
-                   marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c) + (suffix or {}).get(c.label, "")))
+    _scatter(ax, fp.drawn, set(fp.front), styles, suffix)
+    _scatter(ax, fp.worse, set(), styles, suffix, hollow=True)  # shown, but no claim to the front
     log_x = _scale(ax, "x", [p[0] for p in every])
-    _scale(ax, "y", [p[1] for p in every])
+    log_y = _scale(ax, "y", [p[1] for p in every])
     fpts = sorted((fp.drawn[i][0], fp.drawn[i][1]) for i in fp.front)
     if len(fpts) > 1:
         ax.plot([p[0] for p in fpts], [p[1] for p in fpts], color="black", lw=1, ls="--", zorder=2, label="Pareto front")
     lo, hi = ax.get_xlim()
+    if log_x:  # room on the right for the names of the rightmost points
+        hi *= 3.0
+    else:
+        hi += 0.08 * (hi - lo)
     shaded = hi > NOTHING
+    taken = []
     if shaded:
-        ax.axvspan(NOTHING, hi, color="#8c959f", alpha=0.22, lw=0, zorder=1, label="worse than sending nothing")
-        ax.set_xlim(lo, hi)
-    ax.set_xlabel(xlabel + ("  (log; ← better)" if log_x else "  (← better)"), fontsize=8)
-    ax.set_ylabel("compression ratio" + ("  (log; better →)" if ax.get_yscale() == "log" else "  (better →)"))
-    ax.set_title(_mpl(title), fontsize=9)
+        ax.axvspan(NOTHING, hi, color="#8c959f", alpha=0.22, lw=0, zorder=1, label=f"worse than sending nothing (error ≥ {NOTHING:g})")
+        region = ax.text(NOTHING, 0.985, " worse than sending nothing →", transform=ax.get_xaxis_transform(), ha="left", va="top",
+                         fontsize=7.5, color="#424a53", zorder=5)
+        taken.append(region.get_window_extent(fig.canvas.get_renderer()))
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel(xlabel + ("  (log scale; ← better)" if log_x else "  (← better)"), fontsize=8.5)
+    ax.set_ylabel("compression ratio, ×  (dense / wire bytes" + ("; log scale" if log_y else "") + "; better →)", fontsize=8.5)
+    ax.set_title(_mpl(title), fontsize=9.5)
     _legend(ax, len(every) + (len(fpts) > 1) + shaded)
-    caption += (f" Outlined points are on the Pareto front ({len(fp.front)} of {len(fp.drawn)}); diamonds are reconstructed "
-                "compressors.")
+    front_first = [fp.drawn[i] for i in fp.front] + [p for i, p in enumerate(fp.drawn) if i not in fp.front] + fp.worse
+    named = _label_points(ax, [(e, r, case_name(c)) for e, r, c in front_first], obstacles=taken)
+    caption += (f" Every point has a marker × colour of its own (the key); {named} of {len(every)} are also named beside the point "
+                f"where the name fits. Outlined in black: the Pareto front ({len(fp.front)} of {len(fp.drawn)}).")
     if fp.worse:
         caption += (f" No better than sending nothing (error ≥ {NOTHING:g}; hollow, in the shaded region, left out of the front): "
                     f"{_names([p[2] for p in fp.worse])}.")
     if fp.lossless:
         caption += f" Not drawn (lossless: an error of 0 has no place on a log axis): {_names(fp.lossless)}."
-    return Plot(kind, title, _png(fig), caption)
+    return Plot(kind, title, _png(fig), caption, wide=True)
 
 
 def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -310,7 +411,8 @@ def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     if short:
         caption += (" (short) = a stream with too few steps to rank stateful compressors: "
                     + _names([c for c in ok if c.label in short]) + ".")
-    return _plot_front(fp, "pareto", title, "1 − delivered = ‖Σ(U − D)‖ / ‖Σ D‖ after the last step", caption, short)
+    return _plot_front(fp, "pareto", title, "1 − delivered = ‖Σ(U − D)‖ / ‖Σ D‖ after the last step, fraction of ‖Σ D‖", caption,
+                       _styles(cases), short)
 
 
 def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -318,7 +420,8 @@ def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     ok = _ok(cases)
     fp = front_points(ok, lambda c: c.metric("q"))
     caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok, 'the main plot').removeprefix('one shot: ')}"
-    return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference", caption)
+    return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference, fraction of ‖x‖²", caption,
+                       _styles(cases))
 
 
 def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -332,25 +435,33 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
         return None
     floor = -1.0  # below this a case is far worse than sending nothing: clip, name it, keep the others readable
     clipped = [c for c, vals in series if any(v is not None and v < floor for v in vals)]
-    fig, ax = _figure()
-    _step_lines(ax, [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series], ms=2.5)
-    ax.axhline(1.0, color="black", ls="--", lw=1, label="dense update (1)")
-    ax.axhline(0.0, color="#8c959f", ls=":", lw=1.2, label="sending nothing (0)")
+    styles = _styles(cases)
+    fig, ax = _figure(7.6, 5.6)
+    drawn = [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series]
+    _step_lines(ax, drawn, styles, ms=3.5)
+    ax.axhline(1.0, color="black", ls="--", lw=1)
+    ax.axhline(0.0, color="#8c959f", ls=":", lw=1.2)
+    trans = ax.get_yaxis_transform()
+    ax.text(0.01, 1.0, "dense update (1)", transform=trans, fontsize=7.5, va="bottom", color="#24292f")
+    ax.text(0.01, 0.0, "sending nothing (0)", transform=trans, fontsize=7.5, va="bottom", color="#57606a")
     low = min(v for _, vals in series for v in vals if v is not None)
-    ax.set_ylim(max(low, floor) - 0.05, 1.05)
-    ax.set_ylabel("delivered fraction  (higher is better)")
-    ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, len(series) + 2)
+    ax.set_ylim(max(low, floor) - 0.05, 1.07)
+    ax.set_ylabel("delivered fraction of ‖Σ D‖, linear  (higher is better)", fontsize=8.5)
+    ax.set_title(_mpl(title), fontsize=9.5)
+    _end_labels(ax, [(xs[-1], ys[-1], case_name(c), styles[c.label].color) for c, vals in drawn
+                     for xs, ys in [([i + 1 for i, v in enumerate(vals) if v is not None], [v for v in vals if v is not None])]],
+                fontsize=7)
     ok = [c for c, _ in series]
     caption = (f"1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after each step (steps from 1): how much of the summed "
                f"{stream_reference(ok) or 'dense update'} the case's updates have delivered; error feedback delays what it "
-               "does not send, so a stateful compressor's line rises as its residual arrives.")
+               "does not send, so a stateful compressor's line rises as its residual arrives. Each line is named at the right, "
+               "beside its last step, and keeps its case's colour and marker from the section's other plots.")
     short = [c for c in ok if c.stream is not None and c.stream.enough is False]
     if short:
         caption += f" Too short to rank on: {_names(short)}."
     if clipped:
         caption += f" Clipped at {floor:g} (far worse than sending nothing): {_names(clipped)}."
-    return Plot("stream", title, _png(fig), caption)
+    return Plot("stream", title, _png(fig), caption, wide=True)
 
 
 def _timing_flags(case: RunCase, kernel: str) -> list[str]:
@@ -417,34 +528,70 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     return Plot("throughput", title, _png(fig), caption)
 
 
-def plot_layers(cases: Sequence[RunCase], title: str) -> Plot | None:
-    """Ratio of every unit (layer or bucket), one line per case."""
-    series = []
-    for c in _ok(cases):
-        layers = c.layers or []
-        if len(layers) < 2:
-            continue
-        series.append((c, [_num(u.ratio) for u in layers]))
-    if not series:
+#: what a per-layer heatmap can show: the Layer field, its colour-bar label, which way is better, the plot kind
+LAYER_METRICS = {
+    "ratio": ("compression ratio, × (dense / wire bytes)", True, "layers"),
+    "q": ("one-shot q = ‖C(x)−x‖²/‖x‖² of the layer, own reference", False, "layers_q"),
+}
+
+
+def layer_matrix(cases: Sequence[RunCase], metric: str = "ratio") -> tuple[list[RunCase], list[str], list[list[float | None]]]:
+    """The cases with two or more units, the unit names (of the case with the most) and ``metric`` per case × unit.
+
+    Units are matched by position (one source: one model, one unit order); a value that is missing or
+    not positive is ``None`` (no place on a log colour scale).
+    """
+    rows = [c for c in _ok(cases) if len(c.layers or []) >= 2]
+    if not rows:
+        return [], [], []
+    widest = max(rows, key=lambda c: len(c.layers or []))
+    names = [str(u.name) if u.name is not None else f"unit {i}" for i, u in enumerate(widest.layers or [])]
+    values = []
+    for c in rows:
+        vals: list[float | None] = [None] * len(names)
+        for i, u in enumerate(c.layers or []):
+            v = _num(getattr(u, metric))
+            vals[i] = v if v is not None and v > 0 else None
+        values.append(vals)
+    return rows, names, values
+
+
+def plot_layers(cases: Sequence[RunCase], title: str, metric: str = "ratio") -> Plot | None:
+    """A heatmap of ``metric`` per unit (columns, in model order) and case (rows) on a log colour scale.
+
+    One cell per case × unit reads at 161 layers where 29 overlaid lines did not: every Nth unit is
+    named on the axis (the per-layer table below the plots names them all).
+    """
+    rows, names, values = layer_matrix(cases, metric)
+    if not rows or not any(v is not None for vals in values for v in vals):
         return None
-    colors = _color_map([s[0] for s in series])
-    fig, ax = _figure()
-    n = max(len(v) for _, v in series)
-    for c, vals in series:
-        xs = [i for i, v in enumerate(vals) if v is not None and v > 0]
-        ax.plot(xs, [vals[i] for i in xs], marker="o" if n <= 40 else None, ms=3, lw=1.1, color=colors[c.label],
-                label=_mpl(case_name(c)))
-    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None and v > 0])
-    ax.set_xlabel(f"unit index ({n} units, in model order)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("compression ratio")
-    ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, len(series))
-    first = series[0][0]
-    names = [str(u.name) for u in first.layers or []]
-    caption = f"Ratio of each unit ({first.granularity or 'layer'} granularity): " + ", ".join(
-        f"{i}: {nm}" for i, nm in enumerate(names[:12])) + (", …" if len(names) > 12 else "") + "."
-    return Plot("layers", title, _png(fig), caption)
+    label, higher, kind = LAYER_METRICS[metric]
+    data = np.ma.masked_invalid(np.array([[np.nan if v is None else v for v in vals] for vals in values], dtype=float))
+    fig, ax = _figure(10.5, 1.9 + 0.17 * len(rows))
+    ax.grid(False)
+    cmap = matplotlib.colormaps["viridis" if higher else "viridis_r"].with_extremes(bad="#ffffff")
+    lo, hi = float(data.min()), float(data.max())
+    log = hi / lo >= 10
+    image = ax.imshow(data, aspect="auto", interpolation="nearest", cmap=cmap,
+                      norm=LogNorm(lo, hi) if log else Normalize(lo, hi if hi > lo else lo + 1))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([_mpl(case_name(c)) for c in rows], fontsize=7)
+    every = max(1, math.ceil(len(names) / 28))
+    ticks = list(range(0, len(names), every))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([_mpl(f"{i} {names[i]}") for i in ticks], rotation=90, fontsize=6.5)
+    ax.set_xlabel(f"unit: index and name (every {every}{'th' if every > 1 else ''} of {len(names)}, in model order)"
+                  if every > 1 else f"unit: index and name ({len(names)}, in model order)", fontsize=8.5)
+    bar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.035)
+    bar.set_label(f"{label}  ({'log colour scale; ' if log else ''}{'higher' if higher else 'lower'} is better)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    ax.set_title(_mpl(title), fontsize=9.5)
+    missing = sum(v is None for vals in values for v in vals)
+    caption = (f"{label.capitalize()} of each unit ({rows[0].granularity or 'layer'} granularity) of each case: one row per case, one "
+               f"column per unit; the per-layer table below lists every unit by name.")
+    if missing:
+        caption += f" White: no value, or one that is not positive (a lossless unit's q of 0): {missing} cells."
+    return Plot(kind, title, _png(fig), caption, wide=True)
 
 
 def plot_ef_drift(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -456,14 +603,16 @@ def plot_ef_drift(cases: Sequence[RunCase], title: str) -> Plot | None:
             series.append((c, [_num(v) for v in drift]))
     if not series:
         return None
-    fig, ax = _figure()
-    _step_lines(ax, series)
-    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
-    ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖")
-    ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, len(series))
+    styles = _styles(cases)
+    fig, ax = _figure(6.0, 3.6)
+    _step_lines(ax, series, styles)
+    log_y = _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
+    ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖, fraction" + ("  (log scale)" if log_y else ""), fontsize=8.5)
+    ax.set_title(_mpl(title), fontsize=9.5)
+    _end_labels(ax, [(i + 1, v, case_name(c), styles[c.label].color) for c, vals in series
+                     for i, v in [max(((i, v) for i, v in enumerate(vals) if v is not None), key=lambda t: t[0])]], fontsize=7)
     caption = ("Error-feedback drift of worker 0 over steps: how far the sum of what was sent is from the sum of the reference "
-               "updates (stateful compressors only).")
+               "updates (stateful compressors only; each case against its own reference). Lines are named at the right.")
     return Plot("ef_drift", title, _png(fig), caption)
 
 
@@ -486,10 +635,10 @@ def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title:
             series.append((c, [dense / v if v > 0 else None for v in sent]))
     if not series or not windows:
         return None
+    styles = _styles(cases)
     fig, ax = _figure()
-    _step_lines(ax, series, ms=2.5)
+    _step_lines(ax, series, styles, ms=3)
     # the phased cases (LGC) also body-only, dashed: their small compressed-phase messages are header-heavy
-    colors = _color_map([c for c, _ in series])
     bodies = []
     for c, _ in series:
         body = per_step_sent_body(c) if c.step_phases else None
@@ -498,7 +647,7 @@ def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title:
             vals = [dense / v if v > 0 else None for v in body]
             bodies += [v for v in vals if v is not None]
             xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-            ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=colors[c.label],
+            ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=styles[c.label].color,
                     label=_mpl(case_name(c) + " (bodies only)"))
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
     _phase_marks(ax, windows)
@@ -523,7 +672,7 @@ def plot_aggregate_drift(cases: Sequence[RunCase], windows: Sequence[Window], ti
     if not series or not windows:
         return None
     fig, ax = _figure()
-    _step_lines(ax, series, ms=2.5)
+    _step_lines(ax, series, _styles(cases), ms=3)
     _phase_marks(ax, windows)
     ax.set_ylabel("‖Σ(agg − mean)‖ / ‖Σ mean‖  (← better)")
     ax.set_title(_mpl(title), fontsize=9, pad=12)
@@ -546,7 +695,7 @@ def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> P
     if not pts:
         return None
     fig, ax = _figure()
-    _scatter_front(ax, pts)
+    _scatter_front(ax, pts, _styles(cases))
     ax.set_xlabel(("‖Σ(agg − mean)‖ / ‖Σ mean‖" if key == "drift" else "mean aggregate q") + " over the phase  (← better)")
     ax.set_ylabel("ratio over the phase  (better →)")
     ax.set_title(_mpl(title), fontsize=9)
@@ -654,10 +803,10 @@ def plot_train_curves(cases: Sequence[TrainCase], key: str, title: str) -> Plot 
     if not series:
         return None
     accuracy = key == "test_accuracy"
-    colors = _color_map([c for c, _ in series])
+    styles = style_map([c for c, _ in series])
     fig, ax = _figure()
     for c, pts in series:
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=1.4, color=colors[c.label],
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker=styles[c.label].marker, ms=4, lw=1.4, color=styles[c.label].color,
                 label=_mpl(case_name(c)))
     targets = {c.metric("target_accuracy") for c, _ in series} - {None}
     n_legend = len(series)
