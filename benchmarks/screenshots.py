@@ -46,6 +46,7 @@ MAX_HEIGHT = 16000
 _PROBE = r"""<script>
 (function () {
   var only = %(only)s;
+  if (%(open)s) { document.querySelectorAll("details").forEach(function (d) { d.open = true; }); }
   if (only) {
     var start = document.getElementById(only), level = start ? start.tagName : "H2", keep = false;
     Array.prototype.forEach.call(document.querySelectorAll("main > *"), function (el) {
@@ -66,7 +67,10 @@ _PROBE = r"""<script>
       svgs: document.querySelectorAll("svg").length, tables: document.querySelectorAll("table").length,
       plots: Array.prototype.map.call(document.querySelectorAll("figure[data-plot]"), function (f) { return f.dataset.plot; }),
       resources: performance.getEntriesByType("resource").map(function (e) { return e.name; }),
-      overflowing: wide.slice(0, 20)
+      overflowing: wide.slice(0, 20),
+      scrolling: Array.prototype.filter.call(document.querySelectorAll("*"), function (el) {
+        return el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== "visible";
+      }).map(function (el) { return el.tagName.toLowerCase() + (el.className ? "." + el.className : "") + " " + el.scrollWidth; })
     };
     var pre = document.createElement("pre");
     pre.id = "gcbench-probe";
@@ -90,6 +94,7 @@ class PageProbe:
     plots: list[str]  # the data-plot kinds of the page's figures, in page order
     resources: list[str]  # every resource the page fetched (Resource Timing; data: URIs are not fetches)
     overflowing: list[str]  # elements whose right edge passes the window (first 20)
+    scrolling: list[str]  # boxes that scroll sideways (a table wider than its wrapper): "tag.class scrollWidth"
     console: list[str] = field(default_factory=list)  # Chromium's console lines: errors, warnings, logs
     requests: list[str] = field(default_factory=list)  # request lines the local server answered (probe_page only)
 
@@ -99,8 +104,8 @@ def available() -> bool:
     return Path(CHROMIUM).is_file()
 
 
-def _with_probe(html: str, only: str = "") -> str:
-    probe = _PROBE % {"only": json.dumps(only)}
+def _with_probe(html: str, only: str = "", open_details: bool = False) -> str:
+    probe = _PROBE % {"only": json.dumps(only), "open": json.dumps(open_details)}
     cut = html.rfind("</body>")
     return html[:cut] + probe + html[cut:] if cut >= 0 else html + probe
 
@@ -123,29 +128,34 @@ def _parse(dom: str, stderr: str) -> PageProbe:
     text = m.group(1).replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace("&amp;", "&")
     d = json.loads(text)
     return PageProbe(d["scrollWidth"], d["scrollHeight"], d["innerWidth"], d["images"], d["svgs"], d["tables"], d["plots"],
-                     d["resources"], d["overflowing"], _console(stderr))
+                     d["resources"], d["overflowing"], d["scrolling"], _console(stderr))
 
 
-def probe_file(path: Path, width: int = 1400, height: int = 1000, only: str = "", timeout: float = 120) -> PageProbe:
-    """Load a copy of the page at ``path`` (with the probe) from disk and return what the browser measured."""
+def probe_file(path: Path, width: int = 1400, height: int = 1000, only: str = "", open_details: bool = False,
+               timeout: float = 120) -> PageProbe:
+    """Load a copy of the page at ``path`` (with the probe) from disk and return what the browser measured.
+
+    ``only``: the id of one section's heading (the rest hidden); ``open_details``: every ``<details>`` unfolded first.
+    """
     with tempfile.TemporaryDirectory(prefix="gcbench-probe-") as tmp:
         copy = Path(tmp) / path.name
-        copy.write_text(_with_probe(path.read_text(encoding="utf-8"), only), encoding="utf-8")
+        copy.write_text(_with_probe(path.read_text(encoding="utf-8"), only, open_details), encoding="utf-8")
         done = _chromium(copy.as_uri(), ["--dump-dom"], width, height, timeout)
     return _parse(done.stdout, done.stderr)
 
 
-def probe_page(html: str, width: int = 1400, height: int = 1000, timeout: float = 120) -> PageProbe:
+def probe_page(html: str, width: int = 1400, height: int = 1000, open_details: bool = True, timeout: float = 120) -> PageProbe:
     """Serve the page (with the probe) from localhost, load it once, and return what the browser measured.
 
+    Every ``<details>`` is unfolded first (unless ``open_details`` is false), so folded tables are measured too.
     The server answers every path (the page at ``/index.html``, 404 elsewhere) and records each
     request line, so a page that fetches anything beyond itself shows more than one request.
     """
-    body = _with_probe(html).encode("utf-8")
+    body = _with_probe(html, open_details=open_details).encode("utf-8")
     seen: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             seen.append(self.requestline)
             ok = self.path == "/index.html"
             self.send_response(200 if ok else 404)
@@ -157,7 +167,7 @@ def probe_page(html: str, width: int = 1400, height: int = 1000, timeout: float 
 
         do_POST = do_HEAD = do_GET
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's signature)
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -182,13 +192,14 @@ def sections(html: str) -> list[tuple[str, str]]:
     return out
 
 
-def screenshot(path: Path, out: Path, width: int = 1400, only: str = "", timeout: float = 180) -> PageProbe:
+def screenshot(path: Path, out: Path, width: int = 1400, only: str = "", open_details: bool = False,
+               timeout: float = 180) -> PageProbe:
     """A PNG of the page (or of one section, ``only`` = its heading's id) at ``width``, as tall as it is."""
-    probe = probe_file(path, width, 1000, only, timeout)
+    probe = probe_file(path, width, 1000, only, open_details, timeout)
     height = min(max(probe.scroll_height, 200), MAX_HEIGHT)
     with tempfile.TemporaryDirectory(prefix="gcbench-shot-") as tmp:
         copy = Path(tmp) / path.name
-        copy.write_text(_with_probe(path.read_text(encoding="utf-8"), only), encoding="utf-8")
+        copy.write_text(_with_probe(path.read_text(encoding="utf-8"), only, open_details), encoding="utf-8")
         done = _chromium(copy.as_uri(), [f"--screenshot={out}"], width, height, timeout)
     if not out.is_file():
         raise RuntimeError(f"Chromium wrote no screenshot {out}:\n{done.stderr[-2000:]}")
@@ -201,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path, help="folder for the PNGs (created)")
     ap.add_argument("--width", type=int, default=1400, help="window width in CSS pixels (default 1400)")
     ap.add_argument("--no-sections", action="store_true", help="the full page only")
+    ap.add_argument("--open", action="store_true", help="unfold every <details> (folded tables) before the screenshot")
     args = ap.parse_args(argv)
     if not available():
         print(f"screenshots: {CHROMIUM} not found (Debian: apt-get install chromium)", file=sys.stderr)
@@ -214,12 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     bad = False
     for name, only, text in views:
         png = args.out / f"{re.sub(r'[^A-Za-z0-9_-]', '_', name)}.png"
-        p = screenshot(args.report, png, args.width, only)
-        over = p.scroll_width > args.width
+        p = screenshot(args.report, png, args.width, only, args.open)
+        over = p.scroll_width > args.width or bool(p.scrolling)
         bad |= over or bool(p.console)
-        cut = " (cut at %d)" % MAX_HEIGHT if p.scroll_height > MAX_HEIGHT else ""
+        cut = f" (cut at {MAX_HEIGHT})" if p.scroll_height > MAX_HEIGHT else ""
         print(f"{png.name:<22} {text[:60]:<60} {p.scroll_width:>5} × {p.scroll_height}{cut} px  plots {len(p.plots)}, "
-              f"tables {p.tables}" + (f"  OVERFLOWS: {', '.join(p.overflowing[:5])}" if over else ""))
+              f"tables {p.tables}" + (f"  OVERFLOWS: {', '.join(p.overflowing[:5] + p.scrolling[:5])}" if over else ""))
         for line in p.console:
             print(f"    console: {line}")
     return 1 if bad else 0

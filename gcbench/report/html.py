@@ -442,8 +442,9 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.axhline(1.0, color="black", ls="--", lw=1)
     ax.axhline(0.0, color="#8c959f", ls=":", lw=1.2)
     trans = ax.get_yaxis_transform()
-    ax.text(0.01, 1.0, "dense update (1)", transform=trans, fontsize=7.5, va="bottom", color="#24292f")
-    ax.text(0.01, 0.0, "sending nothing (0)", transform=trans, fontsize=7.5, va="bottom", color="#57606a")
+    boxed = {"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
+    ax.text(0.01, 1.0, "dense update (1)", transform=trans, fontsize=7.5, va="bottom", color="#24292f", bbox=boxed, zorder=5)
+    ax.text(0.01, 0.0, "sending nothing (0)", transform=trans, fontsize=7.5, va="top", color="#424a53", bbox=boxed, zorder=5)
     low = min(v for _, vals in series for v in vals if v is not None)
     ax.set_ylim(max(low, floor) - 0.05, 1.07)
     ax.set_ylabel("delivered fraction of ‖Σ D‖, linear  (higher is better)", fontsize=8.5)
@@ -587,8 +588,8 @@ def plot_layers(cases: Sequence[RunCase], title: str, metric: str = "ratio") -> 
     bar.ax.tick_params(labelsize=7)
     ax.set_title(_mpl(title), fontsize=9.5)
     missing = sum(v is None for vals in values for v in vals)
-    caption = (f"{label.capitalize()} of each unit ({rows[0].granularity or 'layer'} granularity) of each case: one row per case, one "
-               f"column per unit; the per-layer table below lists every unit by name.")
+    caption = (f"{label[0].upper()}{label[1:]} of each unit ({rows[0].granularity or 'layer'} granularity) of each case: one row per "
+               "case, one column per unit; the source's per-layer table (folded under its plots) lists every unit by name.")
     if missing:
         caption += f" White: no value, or one that is not positive (a lossless unit's q of 0): {missing} cells."
     return Plot(kind, title, _png(fig), caption, wide=True)
@@ -929,7 +930,7 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
 def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
     """The main plots of one source: ratio vs stream error on the common reference, the stream, throughput, per unit, phases."""
     plots = [plot_pareto(cases, f"ratio vs undelivered update — {source}"), plot_stream(cases, f"delivered update — {source}"),
-             plot_throughput(cases, f"throughput — {source}"), plot_layers(cases, f"per-unit ratio — {source}")]
+             plot_throughput(cases, f"throughput — {source}"), plot_layers(cases, f"per-layer ratio — {source}")]
     windows = source_windows(cases)
     if windows:
         plots += [plot_phase_ratio(cases, windows, f"ratio per step — {source}"),
@@ -939,8 +940,9 @@ def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
 
 
 def oneshot_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
-    """The detail plots of one source, each case against its own reference: ratio vs one-shot q, EF drift of worker 0."""
+    """The detail plots of one source, each case against its own reference: ratio vs one-shot q, per-layer q, EF drift."""
     plots = [plot_oneshot_pareto(cases, f"ratio vs one-shot q (own reference) — {source}"),
+             plot_layers(cases, f"per-layer one-shot q (own reference) — {source}", "q"),
              plot_ef_drift(cases, f"EF drift (own reference) — {source}")]
     return [p for p in plots if p is not None]
 
@@ -964,16 +966,25 @@ def _phase_context(cases: Sequence[RunCase]) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- context
 
 
+def one_name(text: str) -> str:
+    """Kernel time over copy time has one name in this report, ``×copy`` (``comp×copy``: compress time / copy time,
+    lower is better), whatever a shared column or note calls it."""
+    return text.replace("comp/copy", "comp×copy").replace("dec/copy", "dec×copy")
+
+
+def _header(c: Column) -> str:
+    return one_name(c.header) + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else "")
+
+
 def _headers(cols: Sequence[Column]) -> list[dict[str, Any]]:
-    return [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""), "help": c.help}
-            for c in cols]
+    return [{"header": _header(c), "help": one_name(c.help)} for c in cols]
 
 
 def _case_row(c: RunCase, cols: Sequence[Column], reference: bool = False) -> dict[str, Any]:
     """A run case as a table row over ``cols`` (numbers sort by value); ``reference``: its own one-shot reference last."""
     cells = _num_cells(cols, c) if c.ok else []
     if c.ok and reference:
-        cells.append({"text": oneshot_reference(c), "v": "", "cls": "l"})
+        cells.append({"text": oneshot_reference(c), "v": "", "cls": "wrap"})
     return {
         "name": case_name(c),
         "compressor": str(c.compressor or "?"),
@@ -986,20 +997,51 @@ def _case_row(c: RunCase, cols: Sequence[Column], reference: bool = False) -> di
     }
 
 
-MAIN_COLUMNS = (*SUMMARY_COLUMNS, *DETAIL_COLUMNS)
+#: the summary table's columns, the ones that decide: bytes, fidelity on the common reference, kernel time against a copy
+SUMMARY_KEYS = ("ratio", "delivered", "step_err", "comp_copy")
+HTML_SUMMARY_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c.key in SUMMARY_KEYS)
+#: every other column of the main view, in a folded detail table under the summary
+HTML_DETAIL_COLUMNS = (*(c for c in SUMMARY_COLUMNS if c.key not in SUMMARY_KEYS), *DETAIL_COLUMNS)
 HTML_ONESHOT_COLUMNS = (*ONESHOT_COLUMNS, *ONESHOT_DETAIL_COLUMNS)
+
+#: the per-layer table: one row per case × unit
+LAYER_HEADERS = (("case", "the case", True), ("#", "unit index in model order", False), ("unit", "layer (or bucket) name", True),
+                 ("elements", "elements of the unit", False), ("ratio ↑", "dense float32 bytes / wire bytes of the unit", False),
+                 ("bits/el ↓", "wire bits per element of the unit", False),
+                 ("q ↓", "one-shot relative MSE ‖C(x)−x‖²/‖x‖² of the unit, against the case's own reference", False))
+
+
+def _short(v: float | None, digits: int = 4) -> str:
+    """A number as the per-layer table writes it: plain digits a browser's parseFloat sorts by (no units, no separators)."""
+    return "" if v is None else f"{v:.{digits}g}"
+
+
+def layer_rows(cases: Sequence[RunCase]) -> list[list[str]]:
+    """The per-layer table of a source: ``[case, index, unit, elements, ratio, bits/el, q]`` per case × unit (text cells)."""
+    rows = []
+    for c in _ok(cases):
+        for i, u in enumerate(c.layers or []):
+            numel, wire = _num(u.numel), _num(u.wire_bytes)
+            bits = 8 * wire / numel if numel and wire is not None else None
+            rows.append([case_name(c), str(i), str(u.name or ""), "" if numel is None else str(int(numel)), _short(_num(u.ratio)),
+                         _short(bits, 3), _short(_num(u.q), 3)])
+    return rows
 
 
 def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
     sources = []
     for j, (src, cases) in enumerate(by_source(run.cases).items()):
-        main = {"headers": _headers(MAIN_COLUMNS), "rows": [_case_row(c, MAIN_COLUMNS) for c in cases], "caption": stream_caption(cases)}
+        main = {"headers": _headers(HTML_SUMMARY_COLUMNS), "rows": [_case_row(c, HTML_SUMMARY_COLUMNS) for c in cases],
+                "caption": stream_caption(cases), "compact": True}
+        detail = {"headers": _headers(HTML_DETAIL_COLUMNS), "rows": [_case_row(c, HTML_DETAIL_COLUMNS) for c in cases],
+                  "compact": False}
         oneshot = None
         if any(c.ok and c.fidelity is not None for c in cases):
             headers = [*_headers(HTML_ONESHOT_COLUMNS), {"header": "reference", "help": "the case's own one-shot reference"}]
             oneshot = {"headers": headers, "rows": [_case_row(c, HTML_ONESHOT_COLUMNS, reference=True) for c in cases],
-                       "caption": oneshot_caption(cases), "plots": oneshot_plots(cases, src)}
-        sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "oneshot": oneshot,
+                       "caption": oneshot_caption(cases), "plots": oneshot_plots(cases, src), "compact": True}
+        sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "detail": detail, "oneshot": oneshot,
+                        "layers": layer_rows(cases), "layer_headers": LAYER_HEADERS,
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity")})
@@ -1009,8 +1051,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
 
 
 def _table(first: str, cols: Sequence[Column], text_headers: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-    headers = [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""),
-                "help": c.help, "left": False} for c in cols]
+    headers = [{"header": _header(c), "help": one_name(c.help), "left": False} for c in cols]
     headers += [{"header": h, "help": help_, "left": True} for h, help_ in text_headers]
     return {"first": first, "headers": headers, "rows": []}
 
@@ -1122,11 +1163,15 @@ table.sortable th { cursor: pointer; }
 table.sortable th[data-dir="asc"]::after { content: " ▲"; }
 table.sortable th[data-dir="desc"]::after { content: " ▼"; }
 td.l, th.l { text-align: left; } td.wrap { white-space: normal; max-width: 420px; text-align: left; }
-td.params { white-space: normal; min-width: 380px; text-align: left; font-size: 11px; color: #57606a; }
+td.params { white-space: normal; min-width: 240px; max-width: 420px; text-align: left; font-size: 11px; color: #57606a;
+            overflow-wrap: anywhere; }
 tr.failed td { background: #fff0f0; } td.err { color: #b42318; text-align: left; white-space: normal; }
 .recon { color: #9a6700; font-weight: 600; }
 .plots { display: flex; flex-wrap: wrap; gap: 14px; }
 figure.plot { margin: 0; background: #fff; border: 1px solid #d0d7de; padding: 8px; max-width: 700px; }
+figure.plot.wide { max-width: 100%; flex-basis: 100%; box-sizing: border-box; }
+details.fold { margin: 4px 0 12px; } details.fold > summary { cursor: pointer; color: #0969da; }
+table.layers td, table.layers th { padding: 1px 6px; font-size: 12px; }
 figure.plot img { max-width: 100%; height: auto; display: block; }
 figcaption { font-size: 12px; color: #57606a; margin-top: 4px; }
 /* a caption takes the width of its plot instead of widening the figure: plots then sit side by side */
@@ -1144,23 +1189,25 @@ h4.detail { margin: 26px 0 4px; color: #57606a; border-top: 1px dashed #d0d7de; 
 </head>
 <body>
 {% macro plot_list(plots) %}<div class="plots">
-{% for p in plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
+{% for p in plots %}<figure class="plot{{ ' wide' if p.wide }}" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
 <figcaption>{{ p.caption }}</figcaption></figure>
 {% endfor %}</div>{% endmacro %}
 {% macro case_table(t) %}<div class="tablewrap"><table class="sortable cases">
-<thead><tr><th class="l">case</th><th class="l">compressor</th>
+<thead><tr><th class="l">case</th>{% if not t.compact %}<th class="l">compressor</th>{% endif %}
 {% for h in t.headers %}<th title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
-<th class="l">params</th></tr></thead>
+{% if not t.compact %}<th class="l">params</th>{% endif %}</tr></thead>
 <tbody>
 {% for row in t.rows %}{% if row.ok %}<tr>
 <td class="l{{ ' recon' if row.reconstructed }}"{% if row.reconstructed %} title="{{ recon_help }}"{% endif %}>{{ row.name }}</td>
-<td class="l">{{ row.compressor }} v{{ row.version }}</td>
+{% if not t.compact %}<td class="l">{{ row.compressor }} v{{ row.version }}</td>{% endif %}
 {% for c in row.cells %}<td{% if c.cls %} class="{{ c.cls }}"{% endif %}{% if c.v %} data-v="{{ c.v }}"{% endif %}>
 {{- c.text }}</td>{% endfor %}
-<td class="params">{{ row.params }}</td></tr>
+{% if not t.compact %}<td class="params">{{ row.params }}</td>{% endif %}</tr>
 {% else %}<tr class="failed">
-<td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td><td class="l">{{ row.compressor }} v{{ row.version }}</td>
-<td class="err" colspan="{{ t.headers|length }}">failed: {{ row.error }}</td><td class="params">{{ row.params }}</td></tr>
+<td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td>
+{% if not t.compact %}<td class="l">{{ row.compressor }} v{{ row.version }}</td>{% endif %}
+<td class="err" colspan="{{ t.headers|length }}">failed: {{ row.error }}</td>
+{% if not t.compact %}<td class="params">{{ row.params }}</td>{% endif %}</tr>
 {% endif %}{% endfor %}</tbody></table></div>{% endmacro %}
 {% macro kind_table(t) %}<div class="tablewrap"><table class="sortable cases">
 <thead><tr><th class="l">{{ t.first }}</th>
@@ -1250,6 +1297,10 @@ reconstruction (see <code>gcbench list</code>).</p>{% endif %}
 Click a column header to sort; hover a header for its definition.</p>
 <p class="ref">{{ src.main.caption }}</p>
 {{ case_table(src.main) }}
+<details class="fold"><summary>All columns of the main view: compressor, bits/el, scaled err, kernel times and GB/s, wire bytes,
+parameters ({{ src.detail.rows|length }} cases)</summary>
+{{ case_table(src.detail) }}
+</details>
 {% if src.phases %}<h4>Per phase: {{ src.phases.windows }}</h4>
 <div class="tablewrap"><table class="sortable cases">
 <thead><tr><th class="l">case</th>
@@ -1270,6 +1321,16 @@ Click a column header to sort; hover a header for its definition.</p>
 {% endif %}
 {% endif %}
 {{ plot_list(src.plots) }}
+{% if src.layers %}<details class="fold"><summary>Per layer: ratio, bits/el and one-shot q of every case × unit
+({{ src.layers|length }} rows; click a header to sort)</summary>
+<div class="tablewrap"><table class="sortable layers">
+<thead><tr>{% for h, help, left in src.layer_headers %}<th{% if left %} class="l"{% endif %} title="{{ help }}">{{ h }}</th>{% endfor %}
+</tr></thead>
+<tbody>
+{% for r in src.layers %}<tr><td class="l">{{ r[0] }}</td><td>{{ r[1] }}</td><td class="l">{{ r[2] }}</td><td>{{ r[3] }}</td><td>{{ r[4] }}</td>
+<td>{{ r[5] }}</td><td>{{ r[6] }}</td></tr>
+{% endfor %}</tbody></table></div>
+</details>{% endif %}
 {% if src.oneshot %}<h4 class="detail">Detail: one-shot fidelity, each case against its own reference — {{ src.name }}</h4>
 <p class="muted">{{ src.oneshot.caption }}</p>
 {{ case_table(src.oneshot) }}
@@ -1320,7 +1381,9 @@ format (the claim's parameters); other parameters are shown as such. Hover a cla
     if (!td) return Infinity;
     var v = td.getAttribute("data-v");
     if (v !== null && v !== "") { var f = parseFloat(v); if (!isNaN(f)) return f; }
-    return td.textContent.trim().toLowerCase();
+    var t = td.textContent.trim();  // a bare number (the per-layer table) sorts as one
+    if (/^[-+]?\d*\.?\d+(e[-+]?\d+)?$/i.test(t)) return parseFloat(t);
+    return t.toLowerCase();
   }
   document.querySelectorAll("table.sortable").forEach(function (t) {
     var heads = t.tHead ? t.tHead.rows[0].cells : [];
@@ -1368,7 +1431,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
         claims=_claims_context(claims or []),
         claims_missing=claims_missing,
         metrics=METRICS,
-        footnote=FOOTNOTE,
+        footnote=one_name(FOOTNOTE),
         dagger=DAGGER,
         fact_keys=("kind", "suite", "date", "status", "cases", "machine", "device", "gcbench", "commit", "torch"),
         recon_help="reconstructed definition (the paper body was unavailable)",
