@@ -1328,8 +1328,8 @@ parameters ({{ src.detail.rows|length }} cases)</summary>
 <thead><tr>{% for h, help, left in src.layer_headers %}<th{% if left %} class="l"{% endif %} title="{{ help }}">{{ h }}</th>{% endfor %}
 </tr></thead>
 <tbody>
-{% for r in src.layers %}<tr><td class="l">{{ r[0] }}</td><td>{{ r[1] }}</td><td class="l">{{ r[2] }}</td><td>{{ r[3] }}</td><td>{{ r[4] }}</td>
-<td>{{ r[5] }}</td><td>{{ r[6] }}</td></tr>
+{% for r in src.layers %}<tr><td class="l">{{ r[0] }}</td><td>{{ r[1] }}</td><td class="l">{{ r[2] }}</td><td>{{ r[3] }}</td>
+<td>{{ r[4] }}</td><td>{{ r[5] }}</td><td>{{ r[6] }}</td></tr>
 {% endfor %}</tbody></table></div>
 </details>{% endif %}
 {% if src.oneshot %}<h4 class="detail">Detail: one-shot fidelity, each case against its own reference — {{ src.name }}</h4>
