@@ -2,11 +2,21 @@
 
 design.md ("Results and reports") asks for one file with no network fetches: tables plus plots of
 ratio vs error (Pareto front), throughput bars against the copy roofline, per-layer ratio and EF
-drift over steps.  Choices:
+drift over steps.  It must read at suite scale (60 cases, 161 layers, a 1,400-px window).  Choices:
 
-* Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state) at 80 dpi and
+* Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state) at 100 dpi and
   embedded as base64 PNG ``data:`` URIs — small, and identical in every browser.  Styles and the
-  few lines of table-sorting JavaScript are inline; no ``src``/``href`` points outside the file.
+  few lines of table-sorting JavaScript are inline; no ``src``/``href`` points outside the file
+  (an empty inline icon keeps browsers from asking for ``/favicon.ico``).
+* Every point and line can be named: each case of a section has a marker × colour pair of its own
+  (:func:`style_map`: a compressor's variants share a colour and differ by marker) kept across the
+  section's plots, points are named beside themselves wherever the name fits without covering
+  another (:func:`_label_points`), and lines are named at their right ends (:func:`_end_labels`).
+* Per-layer views are heatmaps (case × unit, log colour scale, labelled colour bar) — one cell per
+  value reads at 161 layers where overlaid lines did not — with a folded per-layer table.
+* Tables fit the window: a source's summary table holds the columns that decide (ratio, delivered,
+  step error, comp×copy); the rest, and the per-layer table, are folded in ``<details>``.  Kernel
+  time over copy time has one name, ×copy (:func:`one_name`).
 * The template is a string in this module (no package data to ship) rendered by jinja2 with
   autoescaping on, so suite labels, parameters and error messages cannot inject markup.  Text
   drawn into plots escapes ``$`` so matplotlib never parses a label as mathtext.
@@ -21,7 +31,7 @@ drift over steps.  Choices:
   bound is left out of the throughput plots (the caption names it); flagged bars are hatched.
 * A plot is drawn only where its data exist, and its caption says what was left out: errors
   are on a log axis, so lossless cases (error 0) are listed instead of plotted; per-layer
-  plots need two or more units; EF drift needs a stateful compressor and two or more steps;
+  heatmaps need two or more units; EF drift needs a stateful compressor and two or more steps;
   throughput against tensor size needs one case label timed at two or more sizes within a run
   (one machine).  Axes are logarithmic when the values span a decade or more, linear otherwise.
 * Train files (``gcbench train``) get held-out accuracy and loss per epoch, one line per
@@ -150,6 +160,11 @@ def _figure(width: float = 5.0, height: float = 3.1) -> tuple[Figure, Any]:
 
 
 def _png(fig: Figure) -> str:
+    """The figure as a ``data:`` URI; every log axis whose label does not say so gets "(log scale)" first."""
+    for ax in fig.axes:
+        for scale, get, put in ((ax.get_xscale, ax.get_xlabel, ax.set_xlabel), (ax.get_yscale, ax.get_ylabel, ax.set_ylabel)):
+            if scale() == "log" and get() and "log" not in get():
+                put(get() + "  (log scale)")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
@@ -514,7 +529,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_xticks(xs)
     ax.set_xticklabels([_mpl(case_name(r[0]) + (" *" if any(_timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
                         for r in rows], rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("GB/s of dense fp32 input" + ("  (log)" if log_y else ""))
+    ax.set_ylabel("GB/s of dense fp32 input" + ("  (log scale)" if log_y else ""))
     ax.set_title(_mpl(title), fontsize=9)
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
@@ -652,7 +667,7 @@ def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title:
                     label=_mpl(case_name(c) + " (bodies only)"))
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
     _phase_marks(ax, windows)
-    ax.set_ylabel("ratio at the step  (better →)")
+    ax.set_ylabel("ratio at the step, ×  (better →)")
     ax.set_title(_mpl(title), fontsize=9, pad=12)
     _legend(ax, len(series) + (1 if bodies else 0))
     caption = ("Dense fp32 bytes / bytes a worker sent at each step, every message of the exchange counted (payload headers included); "
@@ -698,7 +713,7 @@ def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> P
     fig, ax = _figure()
     _scatter_front(ax, pts, _styles(cases))
     ax.set_xlabel(("‖Σ(agg − mean)‖ / ‖Σ mean‖" if key == "drift" else "mean aggregate q") + " over the phase  (← better)")
-    ax.set_ylabel("ratio over the phase  (better →)")
+    ax.set_ylabel("ratio over the phase, ×  (better →)")
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(pts))
     what = ("the phase's cumulative aggregate error ‖Σ(agg − mean)‖/‖Σ mean‖" if key == "drift"
@@ -772,7 +787,7 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     _scale(ax, "x", [x for pts in series.values() for x in pts])
     _scale(ax, "y", [g for pts in series.values() for g in pts.values()] + [statistics.median(v) for v in copies.values()])
     ax.set_xlabel("elements compressed per worker-step")
-    ax.set_ylabel("compress GB/s")
+    ax.set_ylabel("compress GB/s of dense fp32 input")
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(series) + bool(copies))
     caption = ("Compress throughput against tensor size for each case label timed at two or more sizes in this run "
@@ -914,7 +929,7 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_xticks(list(range(len(names))))
     ax.set_xticklabels([_mpl(n) for n in names], rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center",
                        fontsize=8)
-    ax.set_ylabel("compress time / copy time  (← better)")
+    ax.set_ylabel("compress×copy: compress time / copy time, ×  (← better)")
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(sizes) + bool(marked) + 1)
     caption = ("Median compress time as a multiple of a plain copy of the same tensor (timed in the same process); red marks are "
@@ -1231,6 +1246,7 @@ file{{ "s" if runs|length != 1 }}. Reports read only stored results; re-renderin
 {% if comparison %}<a href="#comparison">comparison</a>{% endif %}
 <a href="#runs">runs</a>
 {% for run in sections %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>
+{% if run.kind == "run" %}{% for src in run.sources %}<a href="#{{ src.anchor }}">{{ src.name }}</a>{% endfor %}{% endif %}
 {% endfor %}
 <a href="#claims">paper claims</a>
 <a href="#metrics">metrics</a>
