@@ -10,11 +10,14 @@ fetch, a table wider than the window), so a pass means something.  Skipped where
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmarks.screenshots import CHROMIUM, PageProbe, available, probe_page
 from gcbench.report.html import render_html
-from tests.test_html import suite_run
+from gcbench.report.terminal import LoadedRun
+from tests.test_html import GOLDEN, suite_run
 
 pytestmark = pytest.mark.skipif(not available(), reason=f"{CHROMIUM} not found (Debian: apt-get install chromium)")
 
@@ -59,3 +62,12 @@ def test_the_probe_sees_what_it_must_catch() -> None:
     assert len(p.requests) == 2 and "GET /plot.png" in p.requests[1]  # a relative fetch reaches the local server
     assert any("cdn.example.com" in r for r in p.resources)  # an absolute one is seen, and never leaves the machine
     assert p.scrolling and p.images_loaded == [False, False]
+
+
+@pytest.mark.parametrize("files", [("train_digits", "bench_small"), ("run_base", "run_new")], ids=["train+bench", "two runs"])
+def test_other_kinds_of_report_fit_too(files: tuple[str, ...]) -> None:
+    runs = [LoadedRun(GOLDEN / f"{name}.json", json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))) for name in files]
+    p = probe_page(render_html(runs), width=WIDTH)
+    assert p.console == [] and p.requests == ["GET /index.html HTTP/1.1"] and p.resources == []
+    assert p.plots and all(p.images_loaded)
+    assert p.scroll_width <= WIDTH and p.overflowing == [] and p.scrolling == []

@@ -1079,21 +1079,28 @@ def _num_cells(cols: Sequence[Column], case: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _train_context(i: int, run: LoadedRun) -> dict[str, Any]:
-    cols = (*TRAIN_COLUMNS, *TRAIN_DETAIL_COLUMNS)
-    table = _table("compressor", cols, (("params", "the compressor's parameters"),))
-    for c in run.cases:
+def _train_rows(table: dict[str, Any], cases: Sequence[TrainCase], cols: Sequence[Column], params: bool) -> dict[str, Any]:
+    """Fill a train table's rows over ``cols`` (and the parameters last when ``params``)."""
+    for c in cases:
         if c.ok:
-            cells = [*_num_cells(cols, c), {"text": params_text(c), "v": "", "cls": "params"}]
+            cells = [*_num_cells(cols, c), *([{"text": params_text(c), "v": "", "cls": "params"}] if params else [])]
             table["rows"].append({"ok": True, "name": case_name(c), "recon": is_reconstructed(c), "cells": cells})
         else:
             table["rows"].append({"ok": False, "name": case_name(c), "recon": is_reconstructed(c), "lead": [],
-                                  "colspan": len(cols) + 1, "error": c.error_text})
+                                  "colspan": len(cols) + params, "error": c.error_text})
+    return table
+
+
+def _train_context(i: int, run: LoadedRun) -> dict[str, Any]:
+    # the accuracy, time and traffic columns in view; the rest folded under them (the page stays within 1,400 px)
+    table = _train_rows(_table("compressor", TRAIN_COLUMNS), run.cases, TRAIN_COLUMNS, params=False)
+    detail = _train_rows(_table("compressor", TRAIN_DETAIL_COLUMNS, (("params", "the compressor's parameters"),)), run.cases,
+                         TRAIN_DETAIL_COLUMNS, params=True)
     plots = [plot_train_curves(run.cases, "test_accuracy", f"held-out accuracy per epoch — {run.run_id}"),
              plot_train_curves(run.cases, "test_loss", f"held-out loss per epoch — {run.run_id}"),
              plot_time_to_target(run.cases, f"time to target — {run.run_id}")]
     return {"kind": "train", "anchor": f"run{i}", "facts": run_facts(run), "description": train_description(run), "table": table,
-            "plots": [p for p in plots if p is not None], "notes": train_notes(run), "footnote": TRAIN_FOOTNOTE,
+            "detail": detail, "plots": [p for p in plots if p is not None], "notes": train_notes(run), "footnote": TRAIN_FOOTNOTE,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
 
 
@@ -1114,7 +1121,8 @@ def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
     plots = [plot_bench_x_copy(run.cases, f"compress×copy against targets — {run.run_id}"),
              plot_size_scaling([bench_size_point(c) for c in run.cases], f"throughput vs tensor size — {run.run_id}")]
     return {"kind": "bench", "anchor": f"run{i}", "facts": run_facts(run), "description": bench_description(run), "table": table,
-            "plots": [p for p in plots if p is not None], "notes": [], "footnote": BENCH_FOOTNOTE, "any_reconstructed": False}
+            "detail": None, "plots": [p for p in plots if p is not None], "notes": [], "footnote": BENCH_FOOTNOTE,
+            "any_reconstructed": False}
 
 
 def _section_context(i: int, run: LoadedRun) -> dict[str, Any]:
@@ -1294,6 +1302,9 @@ regression{{ "s" if comparison.regressions != 1 }}.</strong>{% endif %}</p>
 </dl>
 <p class="muted">Click a column header to sort; hover a header for its definition.</p>
 {{ kind_table(run.table) }}
+{% if run.detail %}<details class="fold"><summary>More columns: {{ run.detail.headers|map(attribute="header")|join(", ") }}</summary>
+{{ kind_table(run.detail) }}
+</details>{% endif %}
 {% if run.notes %}<ul>{% for n in run.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 <p class="muted">{{ run.footnote }}</p>
 {{ plot_list(run.plots) }}
