@@ -992,7 +992,7 @@ def _header(c: Column) -> str:
 
 
 def _headers(cols: Sequence[Column]) -> list[dict[str, Any]]:
-    return [{"header": _header(c), "help": one_name(c.help)} for c in cols]
+    return [{"header": _header(c), "help": one_name(c.help), "left": False} for c in cols]
 
 
 def _case_row(c: RunCase, cols: Sequence[Column], reference: bool = False) -> dict[str, Any]:
@@ -1052,7 +1052,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
                   "compact": False}
         oneshot = None
         if any(c.ok and c.fidelity is not None for c in cases):
-            headers = [*_headers(HTML_ONESHOT_COLUMNS), {"header": "reference", "help": "the case's own one-shot reference"}]
+            headers = [*_headers(HTML_ONESHOT_COLUMNS), {"header": "reference", "help": "the case's own one-shot reference", "left": True}]
             oneshot = {"headers": headers, "rows": [_case_row(c, HTML_ONESHOT_COLUMNS, reference=True) for c in cases],
                        "caption": oneshot_caption(cases), "plots": oneshot_plots(cases, src), "compact": True}
         sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "detail": detail, "oneshot": oneshot,
@@ -1196,6 +1196,8 @@ figure.plot { margin: 0; background: #fff; border: 1px solid #d0d7de; padding: 8
 figure.plot.wide { max-width: 100%; flex-basis: 100%; box-sizing: border-box; }
 details.fold { margin: 4px 0 12px; } details.fold > summary { cursor: pointer; color: #0969da; }
 table.layers td, table.layers th { padding: 1px 6px; font-size: 12px; }
+/* case and unit names left-aligned by position, not by a class on each of the thousands of cells */
+table.layers td:nth-child(1), table.layers td:nth-child(3) { text-align: left; }
 figure.plot img { max-width: 100%; height: auto; display: block; }
 figcaption { font-size: 12px; color: #57606a; margin-top: 4px; }
 /* a caption takes the width of its plot instead of widening the figure: plots then sit side by side */
@@ -1218,7 +1220,7 @@ h4.detail { margin: 26px 0 4px; color: #57606a; border-top: 1px dashed #d0d7de; 
 {% endfor %}</div>{% endmacro %}
 {% macro case_table(t) %}<div class="tablewrap"><table class="sortable cases">
 <thead><tr><th class="l">case</th>{% if not t.compact %}<th class="l">compressor</th>{% endif %}
-{% for h in t.headers %}<th title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
+{% for h in t.headers %}<th{% if h.left %} class="l"{% endif %} title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
 {% if not t.compact %}<th class="l">params</th>{% endif %}</tr></thead>
 <tbody>
 {% for row in t.rows %}{% if row.ok %}<tr>
@@ -1355,8 +1357,8 @@ parameters ({{ src.detail.rows|length }} cases)</summary>
 <thead><tr>{% for h, help, left in src.layer_headers %}<th{% if left %} class="l"{% endif %} title="{{ help }}">{{ h }}</th>{% endfor %}
 </tr></thead>
 <tbody>
-{% for r in src.layers %}<tr><td class="l">{{ r[0] }}</td><td>{{ r[1] }}</td><td class="l">{{ r[2] }}</td><td>{{ r[3] }}</td>
-<td>{{ r[4] }}</td><td>{{ r[5] }}</td><td>{{ r[6] }}</td></tr>
+{% for r in src.layers %}<tr><td>{{ r[0] }}</td><td>{{ r[1] }}</td><td>{{ r[2] }}</td><td>{{ r[3] }}</td><td>{{ r[4] }}</td>
+<td>{{ r[5] }}</td><td>{{ r[6] }}</td></tr>
 {% endfor %}</tbody></table></div>
 </details>{% endif %}
 {% if src.oneshot %}<h4 class="detail">Detail: one-shot fidelity, each case against its own reference — {{ src.name }}</h4>
