@@ -17,9 +17,12 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.report.html import (
     SizePoint,
+    _label_points,
     bench_bars,
     bench_size_point,
     front_points,
+    layer_matrix,
+    layer_rows,
     plot_bench_x_copy,
     plot_ef_drift,
     plot_layers,
@@ -32,8 +35,10 @@ from gcbench.report.html import (
     plot_train_curves,
     render_html,
     run_size_point,
+    style_map,
     throughput_rows,
     train_curve_series,
+    undelivered,
 )
 from gcbench.report.terminal import LoadedRun, by_source, case_name, pareto_front
 from gcbench.results.record import BEATS_BOUND, as_case
@@ -112,10 +117,10 @@ def test_well_formed(page: tuple[str, Doc]) -> None:
 def test_every_plot_is_an_inline_png(page: tuple[str, Doc]) -> None:
     _, doc = page
     # the new run (a file from before the stream view: no common-reference Pareto, no stream plot): 2 sources × (one-shot
-    # Pareto in the detail section, throughput, per-unit ratio), EF drift for the synthetic source only (the ResNet-50
-    # source has one step: no drift over steps), and throughput vs size (dgc-paper at two sizes)
-    assert Counter(doc.plots) == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "ef_drift": 1, "size": 1}
-    assert len(doc.img_src) == 8 and doc.tags["svg"] == 0
+    # Pareto and per-layer q heatmap in the detail section, throughput, per-layer ratio heatmap), EF drift for the synthetic
+    # source only (the ResNet-50 source has one step: no drift over steps), and throughput vs size (dgc-paper at two sizes)
+    assert Counter(doc.plots) == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "layers_q": 2, "ef_drift": 1, "size": 1}
+    assert len(doc.img_src) == 10 and doc.tags["svg"] == 0
     for src in doc.img_src:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -123,11 +128,13 @@ def test_every_plot_is_an_inline_png(page: tuple[str, Doc]) -> None:
 
 def test_nothing_external(page: tuple[str, Doc]) -> None:
     text, doc = page
+    # the one <link> is an empty inline icon: without it a browser asks the server for /favicon.ico
+    assert ("link", "href", "data:,") in doc.attrs
     refs = [(t, k, v) for t, k, v in doc.attrs if k in ("src", "href", "action", "srcset", "poster", "data")]
     assert refs
     for tag, key, value in refs:
         assert value.startswith("data:") or re.fullmatch(r"#[\w-]+", value), (tag, key, value)
-    assert doc.tags["link"] == 0 and doc.tags["iframe"] == 0 and doc.tags["object"] == 0
+    assert doc.tags["link"] == 1 and doc.tags["iframe"] == 0 and doc.tags["object"] == 0
     assert "url(" not in text and "@import" not in text
     assert not re.search(r"(?i)\b(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", text))
 
@@ -224,7 +231,7 @@ def test_render_without_claims_says_so() -> None:
 def _assert_offline(text: str, doc: Doc) -> None:
     for tag, key, value in [(t, k, v) for t, k, v in doc.attrs if k in ("src", "href", "action", "srcset", "poster", "data")]:
         assert value.startswith("data:") or re.fullmatch(r"#[\w-]+", value), (tag, key, value)
-    assert doc.tags["link"] == 0 and doc.tags["iframe"] == 0 and "url(" not in text and "@import" not in text
+    assert doc.tags["link"] == 1 and doc.tags["iframe"] == 0 and "url(" not in text and "@import" not in text
     assert not re.search(r"(?i)\b(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", text))
 
 
@@ -320,8 +327,8 @@ def test_mixed_folder_renders_every_kind(tmp_path: Path) -> None:
     assert [t for t in re.findall(r'<h2 id="run\d">([^<]+)</h2>', text)] == [
         "Run golden-base", "Run golden-compare", "Training run golden-train", "Kernel benchmark golden-bench"]
     plots = Counter(doc.plots)
-    assert plots == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "train_accuracy": 1, "train_loss": 1, "time_to_target": 1,
-                     "bench_x_copy": 1, "size": 1}
+    assert plots == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "layers_q": 2, "train_accuracy": 1, "train_loss": 1,
+                     "time_to_target": 1, "bench_x_copy": 1, "size": 1}
     _assert_offline(text, doc)
 
 
@@ -408,8 +415,8 @@ def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_d
     doc.feed(text)
     doc.close()
     assert doc.errors == [] and doc.stack == []
-    assert Counter(doc.plots) == {"pareto": 2, "stream": 2, "pareto_oneshot": 2, "throughput": 2, "layers": 2, "ef_drift": 1,
-                                  "size": 1}
+    assert Counter(doc.plots) == {"pareto": 2, "stream": 2, "pareto_oneshot": 2, "throughput": 2, "layers": 2, "layers_q": 2,
+                                  "ef_drift": 1, "size": 1}
     for src in by_source(run.cases):
         section = text[text.index(f">{escape(src)}</h3>"):]
         section = section[:section.find("<h3") if "<h3" in section else None]
@@ -421,3 +428,156 @@ def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_d
         assert 'title="relative MSE ‖C(x)−x‖²/‖x‖²' not in section[:detail]  # no one-shot column in the main table
     assert "(short: 2 steps)" in text and "-0.300 [-0.350, -0.250]" in text
     assert "dgc-paper, dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in text  # DGC's own reference named in the detail
+
+
+# ----------------------------------------------------------------------------- suite scale: 60 cases, 161 layers
+
+#: the cnn suite's 30 case labels (tests/golden has no 60-case file: /work-sized runs are 3 MB) and their compressor
+SUITE_LABELS = ("none", "fp16", "bf16", "topk", "randomk", "onebit", "terngrad", "qsgd", "signsgd", "efsignsgd", "graddrop", "dgc",
+                "adacomp", "sdagc", "topk_dither", "natural_dither", "natural", "threshold", "powersgd", "topk@0.1", "randomk@0.1",
+                "dgc@0.1", "topk@0.01", "randomk@0.01", "dgc@0.01", "topk@0.001", "randomk@0.001", "dgc@0.001", "dgc-paper-format",
+                "graddrop@0.999")
+SUITE_LAYERS = 161
+
+
+def suite_run(sources: tuple[str, ...] = ("resnet50 live", "resnet18 live")) -> LoadedRun:
+    """A 60-case run built in memory with the shape of ``gcbench run suites/cnn.toml`` (2 sources × 30 cases, 161 layers).
+
+    Values are made up but span what a real run holds: ratios 1–1000×, delivered fractions from 1 down
+    to far below 0 (randomk at high sparsity is worse than sending nothing while having the highest
+    ratio), per-layer ratios and q over decades, one flagged timing.
+    """
+    import random
+
+    base = json.loads((GOLDEN / "run_new.json").read_text(encoding="utf-8"))
+    cases = []
+    for s, src in enumerate(sources):
+        rng = random.Random(s)
+        for i, label in enumerate(SUITE_LABELS):
+            family = "dgc" if label == "dgc-paper-format" else label.split("@")[0]
+            ratio = 1.0 if label == "none" else 2.0 + 950.0 * rng.random() ** 2
+            delivered = 1.0 if label in ("none", "fp16", "bf16") else (
+                -8.0 * rng.random() - 0.5 if family in ("randomk", "signsgd") else rng.random())
+            if label == "randomk@0.001":
+                ratio = 953.0
+            layers = []
+            for k in range(SUITE_LAYERS):
+                numel = 64 if k % 3 else 9408 * (1 + k // 20)
+                r = max(1.0, ratio * (0.2 + rng.random() * 2))
+                layers.append({"name": f"layer{k // 40}.{k % 40 // 3}.conv{k % 3}.weight", "numel": numel, "wire_bytes": 4 * numel / r,
+                               "ratio": r, "q": 0.0 if label == "none" else 10 ** rng.uniform(-6, 2)})
+            flags = ["unstable"] if label == "powersgd" else []
+            cases.append(_case(label, compressor=family, version=1, workers=4, steps=10, granularity="layer",
+                               source={"name": src.replace(" ", ":"), "label": src},
+                               size={"numel": 25_000_000, "ratio": ratio, "wire_bytes": 1e8 / ratio, "bits_per_element": 32 / ratio},
+                               fidelity={"q": {"model": 1.0 - delivered if label != "none" else 0.0}},
+                               stream=_stream(delivered, steps=10),
+                               timing={"numel": 25_000_000, "compress": {"median_s": 0.01 * (1 + i), "gbps": 10.0 / (1 + i)},
+                                       "decompress": {"median_s": 0.004, "gbps": 25.0}, "copy": {"median_s": 0.008, "gbps": 12.5},
+                                       "compress_x_copy": {"median": 1.25 * (1 + i), "iqr": 0.1, "flags": flags}},
+                               layers=layers))
+    return LoadedRun(GOLDEN / "suite60.json", {**base, "run_id": "suite-60", "cases": cases})
+
+
+@pytest.fixture(scope="module")
+def suite() -> LoadedRun:
+    return suite_run()
+
+
+@pytest.fixture(scope="module")
+def suite_page(suite: LoadedRun) -> tuple[str, Doc]:
+    text = render_html([suite])
+    doc = Doc()
+    doc.feed(text)
+    doc.close()
+    return text, doc
+
+
+def test_every_case_of_a_section_has_a_marker_and_colour_of_its_own(suite: LoadedRun) -> None:
+    for cases in by_source(suite.cases).values():
+        styles = style_map(cases)
+        assert len(styles) == 30
+        pairs = [(s.color, s.marker) for s in styles.values()]
+        assert len(set(pairs)) == len(pairs)  # never repeated: each point and line can be named by its look
+        # a compressor's variants share its colour and differ by marker
+        topk = {styles[k] for k in ("topk", "topk@0.1", "topk@0.01", "topk@0.001")}
+        assert len({s.color for s in topk}) == 1 and len({s.marker for s in topk}) == 4
+        assert styles["topk"].color != styles["randomk@0.01"].color  # the issue's clash
+    many = [as_case(_case(f"c{i}", compressor=f"family{i % 40}")) for i in range(150)]
+    assert len({(s.color, s.marker) for s in style_map(many).values()}) == 150
+
+
+def test_names_beside_points_never_overlap_each_other_or_leave_the_axes() -> None:
+    import random
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rng = random.Random(7)
+    pts = [(10 ** rng.uniform(-4, 1), 10 ** rng.uniform(0, 3), f"case-{i}") for i in range(40)]
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.scatter([p[0] for p in pts], [p[1] for p in pts])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    named = _label_points(ax, pts)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == named and 10 <= named <= 40  # many fit; those that do not stay in the legend only
+    frame = ax.get_window_extent(renderer)
+    for i, b in enumerate(boxes):
+        assert frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1
+        assert not any(b.overlaps(o) for o in boxes[i + 1:])
+    assert {t.get_text() for t in ax.texts} <= {p[2] for p in pts}
+
+
+def test_at_suite_scale_the_worse_than_nothing_cases_stay_off_the_front(suite: LoadedRun) -> None:
+    for cases in by_source(suite.cases).values():
+        fp = front_points(cases, undelivered)
+        worse = {p[2].label for p in fp.worse}
+        assert "randomk@0.001" in worse and worse >= {"randomk", "signsgd"}
+        assert not worse & set(fp.front_labels)
+        assert all(fp.drawn[i][0] < 1 for i in fp.front)
+        # the highest ratio of all is randomk@0.001's: a front on ratio alone would take it
+        assert max(cases, key=lambda c: c.metric("ratio")).label == "randomk@0.001"
+        p = plot_pareto(cases, "t")
+        assert p is not None and p.wide and "“randomk@0.001”" in p.caption and "Outlined in black" in p.caption
+
+
+def test_per_layer_view_is_a_heatmap_and_a_folded_table(suite: LoadedRun, suite_page: tuple[str, Doc]) -> None:
+    cases = by_source(suite.cases)["resnet50 live"]
+    rows, names, values = layer_matrix(cases)
+    assert len(rows) == 30 and len(names) == SUITE_LAYERS and all(len(v) == SUITE_LAYERS for v in values)
+    _, _, q = layer_matrix(cases, "q")
+    assert all(v is None for v in q[0])  # none's q of 0 has no place on a log colour scale: blank, not drawn
+    table = layer_rows(cases)
+    assert len(table) == 30 * SUITE_LAYERS and table[0][:3] == ["none", "0", names[0]]
+    text, doc = suite_page
+    assert Counter(doc.plots)["layers"] == 2 and Counter(doc.plots)["layers_q"] == 2
+    assert text.count('<table class="sortable layers">') == 2
+    folded = re.findall(r'<details class="fold"><summary>Per layer: ratio, bits/el and one-shot q of every case × unit\s*'
+                        r'\((\d+) rows', text)
+    assert folded == [str(30 * SUITE_LAYERS)] * 2
+
+
+def test_summary_tables_hold_the_deciding_columns_and_fold_the_rest(suite_page: tuple[str, Doc]) -> None:
+    text, doc = suite_page
+    tables = re.findall(r'<table class="sortable cases">\s*<thead><tr>(.*?)</tr></thead>', text, re.S)
+    heads = [re.findall(r"<th[^>]*>([^<]*)</th>", t) for t in tables]
+    summary = ["case", "ratio ↑", "delivered ↑", "step err ↓", "comp×copy ↓"]
+    assert heads.count(summary) == 2  # one per source
+    detail = [h for h in heads if "params" in h]
+    assert len(detail) == 2 and "compressor" in detail[0] and "comp×copy ↓" not in detail[0]
+    assert text.count('<details class="fold"><summary>All columns of the main view') == 2
+    # one name for kernel time over copy time, and nothing calls it the inverse
+    body = "".join(doc.text)
+    assert "comp/copy" not in text and "copy_fraction" not in text and "copy time / compress time" not in body
+    footnote = text[text.index('<h2 id="metrics">'):]
+    assert "comp×copy" in footnote and "lower is better" in footnote
+
+
+def test_stream_and_drift_lines_each_carry_their_name() -> None:
+    cases = [_case(f"c{i}", compressor=f"f{i % 7}", stream=_stream(1 - i / 15)) for i in range(30)]
+    p = plot_stream(cases, "t")
+    assert p is not None and p.wide and "named at the right" in p.caption

@@ -2,11 +2,21 @@
 
 design.md ("Results and reports") asks for one file with no network fetches: tables plus plots of
 ratio vs error (Pareto front), throughput bars against the copy roofline, per-layer ratio and EF
-drift over steps.  Choices:
+drift over steps.  It must read at suite scale (60 cases, 161 layers, a 1,400-px window).  Choices:
 
-* Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state) at 80 dpi and
+* Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state) at 100 dpi and
   embedded as base64 PNG ``data:`` URIs — small, and identical in every browser.  Styles and the
-  few lines of table-sorting JavaScript are inline; no ``src``/``href`` points outside the file.
+  few lines of table-sorting JavaScript are inline; no ``src``/``href`` points outside the file
+  (an empty inline icon keeps browsers from asking for ``/favicon.ico``).
+* Every point and line can be named: each case of a section has a marker × colour pair of its own
+  (:func:`style_map`: a compressor's variants share a colour and differ by marker) kept across the
+  section's plots, points are named beside themselves wherever the name fits without covering
+  another (:func:`_label_points`), and lines are named at their right ends (:func:`_end_labels`).
+* Per-layer views are heatmaps (case × unit, log colour scale, labelled colour bar) — one cell per
+  value reads at 161 layers where overlaid lines did not — with a folded per-layer table.
+* Tables fit the window: a source's summary table holds the columns that decide (ratio, delivered,
+  step error, comp×copy); the rest, and the per-layer table, are folded in ``<details>``.  Kernel
+  time over copy time has one name, ×copy (:func:`one_name`).
 * The template is a string in this module (no package data to ship) rendered by jinja2 with
   autoescaping on, so suite labels, parameters and error messages cannot inject markup.  Text
   drawn into plots escapes ``$`` so matplotlib never parses a label as mathtext.
@@ -21,7 +31,7 @@ drift over steps.  Choices:
   bound is left out of the throughput plots (the caption names it); flagged bars are hatched.
 * A plot is drawn only where its data exist, and its caption says what was left out: errors
   are on a log axis, so lossless cases (error 0) are listed instead of plotted; per-layer
-  plots need two or more units; EF drift needs a stateful compressor and two or more steps;
+  heatmaps need two or more units; EF drift needs a stateful compressor and two or more steps;
   throughput against tensor size needs one case label timed at two or more sizes within a run
   (one machine).  Axes are logarithmic when the values span a decade or more, linear otherwise.
 * Train files (``gcbench train``) get held-out accuracy and loss per epoch, one line per
@@ -48,10 +58,14 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import matplotlib
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, NullFormatter
+from matplotlib.transforms import Bbox
 
 import gcbench
 from gcbench.measure.bench import target_of
@@ -102,20 +116,31 @@ from gcbench.results.metrics import METRICS
 from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
 from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, TrainCase, as_cases
 
-DPI = 80
-# matplotlib's tab10, then ten darker/lighter companions: a sweep of 14+ cases keeps distinct colours
+DPI = 100
+# matplotlib's tab10, then six darker companions: sixteen colours that stay apart on white and in a legend
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-           "#0b3d66", "#b35806", "#98df8a", "#ff9896", "#c5b0d5", "#3d2419", "#f7b6d2", "#000000", "#6b6b00", "#9edae5")
+           "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#000000")
+# twelve markers that stay apart at 6 px: with the colours, 192 cases get a marker × colour of their own
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one case is drawn in every plot of its section: a colour and a marker (the pair never repeats in a section)."""
+
+    color: str
+    marker: str
 
 
 @dataclass(frozen=True)
 class Plot:
-    """One embedded figure: ``kind`` names the plot type (tests and CSS use it)."""
+    """One embedded figure: ``kind`` names the plot type (tests and CSS use it); ``wide`` plots take a row of their own."""
 
     kind: str
     title: str
     uri: str
     caption: str
+    wide: bool = False
 
 
 # ----------------------------------------------------------------------------- plot helpers
@@ -135,6 +160,11 @@ def _figure(width: float = 5.0, height: float = 3.1) -> tuple[Figure, Any]:
 
 
 def _png(fig: Figure) -> str:
+    """The figure as a ``data:`` URI; every log axis whose label does not say so gets "(log scale)" first."""
+    for ax in fig.axes:
+        for scale, get, put in ((ax.get_xscale, ax.get_xlabel, ax.set_xlabel), (ax.get_yscale, ax.get_ylabel, ax.set_ylabel)):
+            if scale() == "log" and get() and "log" not in get():
+                put(get() + "  (log scale)")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
@@ -149,14 +179,83 @@ def _ok(cases: Sequence[Any], kind: str = "run") -> list[Any]:
     return [c for c in as_cases(cases, kind) if c.ok]
 
 
-def _color_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, str]:
-    """A stable colour per case label (the same label has the same colour in every plot of a section)."""
-    out: dict[str, str] = {}
+def style_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, Style]:
+    """A marker × colour per case label, no pair used twice: a reader names any point or line by its look alone.
+
+    A compressor's cases share a colour (topk, topk@0.1, topk@0.01 are one hue) and differ by marker;
+    a compressor with more variants than markers spills into the next colour.  Beyond
+    ``len(_COLORS) × len(_MARKERS)`` labels pairs repeat (no suite is near that).
+    """
+    out: dict[str, Style] = {}
+    used: set[tuple[int, int]] = set()
+    families: dict[str, int] = {}
     for c in cases:
-        label = c.label
-        if label not in out:
-            out[label] = _COLORS[len(out) % len(_COLORS)]
+        if c.label in out:
+            continue
+        fam = families.setdefault(str(getattr(c, "compressor", None) or c.label), len(families))
+        pair = next(((ci % len(_COLORS), mi) for ci in range(fam, fam + len(_COLORS)) for mi in range(len(_MARKERS))
+                     if (ci % len(_COLORS), mi) not in used), None)
+        if pair is None:  # every pair taken: cycle
+            pair = (len(out) % len(_COLORS), (len(out) // len(_COLORS)) % len(_MARKERS))
+        used.add(pair)
+        out[c.label] = Style(_COLORS[pair[0]], _MARKERS[pair[1]])
     return out
+
+
+def _label_points(ax: Any, pts: Sequence[tuple[float, float, str]], fontsize: float = 7.5, radius_pt: float = 4.0,
+                  obstacles: Sequence[Bbox] = ()) -> int:
+    """Write each point's name beside it where the text overlaps no other name, no point and no axes edge.
+
+    Tries eight positions around a point in turn (right first); a point with no free position keeps its
+    name in the legend only.  ``obstacles``: display boxes already drawn (a region's label) that no name
+    may cover.  Call after the axes' scales and limits are final.  Returns how many points were named.
+    """
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    xy = ax.transData.transform([(x, y) for x, y, _ in pts]) if pts else []
+    r = radius_pt * fig.dpi / 72
+    taken = [Bbox.from_extents(px - r, py - r, px + r, py + r) for px, py in xy] + list(obstacles)
+    frame = ax.get_window_extent(renderer)
+    offsets = ((5, 3, "left", "bottom"), (5, -3, "left", "top"), (-5, 3, "right", "bottom"), (-5, -3, "right", "top"),
+               (0, 6, "center", "bottom"), (0, -6, "center", "top"), (7, 0, "left", "center"), (-7, 0, "right", "center"))
+    named = 0
+    for x, y, name in pts:
+        for dx, dy, ha, va in offsets:
+            t = ax.annotate(_mpl(name), (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, fontsize=fontsize,
+                            color="#24292f", zorder=6)
+            box = t.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(o) for o in taken):
+                taken.append(box)
+                named += 1
+                break
+            t.remove()
+    return named
+
+
+def _end_labels(ax: Any, ends: Sequence[tuple[float, float, str, str]], fontsize: float = 7.5) -> None:
+    """Name each line at the right of the axes, beside its last point: names spread apart vertically, thin leaders.
+
+    ``ends`` are ``(x, y, name, colour)`` of each line's last point.  Call after the limits are final.
+    """
+    if not ends:
+        return
+    fig = ax.figure
+    frame = ax.get_window_extent(fig.canvas.get_renderer())
+    order = sorted(range(len(ends)), key=lambda i: ax.transData.transform((ends[i][0], ends[i][1]))[1])
+    want = [(ax.transData.transform((ends[i][0], ends[i][1]))[1] - frame.y0) / frame.height for i in order]
+    gap = min(fontsize * 1.25 * fig.dpi / 72 / frame.height, 1.0 / len(ends))
+    ys: list[float] = []
+    for w in want:  # bottom up: no name closer than ``gap`` to the one below
+        ys.append(max(w, ys[-1] + gap) if ys else max(w, 0.0))
+    top = 1.0
+    for k in range(len(ys) - 1, -1, -1):  # then top down: inside the axes
+        ys[k] = min(ys[k], top)
+        top = ys[k] - gap
+    for k, i in enumerate(order):
+        x, y, name, color = ends[i]
+        ax.annotate(_mpl(name), (x, y), xytext=(1.03, ys[k]), textcoords="axes fraction", va="center", ha="left", fontsize=fontsize,
+                    color=color, annotation_clip=False, arrowprops={"arrowstyle": "-", "lw": 0.5, "color": color, "alpha": 0.7})
 
 
 def _scale(ax: Any, axis: str, values: Sequence[float]) -> bool:
@@ -175,37 +274,44 @@ def _scale(ax: Any, axis: str, values: Sequence[float]) -> bool:
 
 def _legend(ax: Any, n: int) -> None:
     if n:
-        ax.legend(fontsize=7, ncol=1 if n <= 8 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        ax.legend(fontsize=7.5, ncol=1 if n <= 12 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+                  handletextpad=0.3, columnspacing=1.0, borderaxespad=0.2)
 
 
-def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]]) -> set[int]:
+def _styles(cases: Sequence[Any]) -> dict[str, Style]:
+    """The style of every case handed to a plot (all of a section's cases: each keeps its look across the section)."""
+    return style_map(as_cases(cases, "run"))
+
+
+def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]], styles: dict[str, Style]) -> set[int]:
     """One point per case (x = error, y = ratio); points on the Pareto front outlined; returns the front."""
     front = set(pareto_front([(q, r) for q, r, _ in pts]))
-    _scatter(ax, pts, front)
+    _scatter(ax, pts, front, styles)
     _scale(ax, "x", [p[0] for p in pts])
     _scale(ax, "y", [p[1] for p in pts])
     return front
 
 
-def _scatter(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[int], colors: dict[str, str] | None = None,
-             suffix: dict[str, str] | None = None) -> None:
-    """The points of a ratio-against-error plot: front members outlined, reconstructed compressors as diamonds."""
-    colors = colors or _color_map([p[2] for p in pts])
+def _scatter(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[int], styles: dict[str, Style],
+             suffix: dict[str, str] | None = None, hollow: bool = False) -> None:
+    """The points of a ratio-against-error plot, each in its case's marker × colour: front members outlined in black,
+    ``hollow`` points (no claim to the front) unfilled."""
     for i, (q, r, c) in enumerate(pts):
-        on = i in front
-        ax.scatter([q], [r], s=46 if on else 30, color=colors[c.label], edgecolors="black" if on else "none",
-                   linewidths=1.2, marker="D" if is_reconstructed(c) else "o", zorder=3,
+        on, st = i in front, styles[c.label]
+        ax.scatter([q], [r], s=58 if on else 40, marker=st.marker, facecolors="none" if hollow else st.color,
+                   edgecolors="black" if on else st.color, linewidths=1.4 if on or hollow else 0.6, zorder=4 if on else 3,
                    label=_mpl(case_name(c) + (suffix or {}).get(c.label, "")))
 
 
-def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], ms: float = 3) -> None:
-    """One line per case over steps (numbered from 1); missing values are skipped."""
-    colors = _color_map([s[0] for s in series])
+def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], styles: dict[str, Style], ms: float = 4,
+                suffix: str = "", **line: Any) -> None:
+    """One line per case over steps (numbered from 1) in its case's colour, its marker on at most a dozen steps."""
     for c, vals in series:
         xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-        ax.plot(xs, [v for v in vals if v is not None], marker="o", ms=ms, lw=1.2, color=colors[c.label],
-                label=_mpl(case_name(c)))
-    ax.set_xlabel("step")
+        st = styles[c.label]
+        ax.plot(xs, [v for v in vals if v is not None], marker=st.marker, ms=ms, lw=1.1, color=st.color,
+                markevery=max(1, len(xs) // 12), label=_mpl(case_name(c) + suffix), **line)
+    ax.set_xlabel("step (from 1)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
@@ -263,40 +369,50 @@ def _names(cases: Sequence[RunCase]) -> str:
     return ", ".join(f"“{case_name(c)}”" for c in cases)
 
 
-def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: str,
+def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: str, styles: dict[str, Style],
                 suffix: dict[str, str] | None = None) -> Plot | None:
-    """Ratio against an error: the front of the cases better than nothing, the worse-than-nothing region shaded."""
+    """Ratio against an error: the front of the cases better than nothing, the worse-than-nothing region shaded.
+
+    Every point has its case's marker × colour (the legend) and, where there is room, its name beside it.
+    """
     if not fp.drawn and not fp.worse:
         return None
-    fig, ax = _figure()
+    fig, ax = _figure(7.6, 4.8)
     every = fp.drawn + fp.worse
-    colors = _color_map(fp.order)
-    _scatter(ax, fp.drawn, set(fp.front), colors, suffix)
-    for e, r, c in fp.worse:  # hollow: shown, but no claim to the front
-        ax.scatter([e], [r], s=30, facecolors="none", edgecolors=colors[c.label], linewidths=1.2,
-                   marker="D" if is_reconstructed(c) else "o", zorder=3, label=_mpl(case_name(c) + (suffix or {}).get(c.label, "")))
+    _scatter(ax, fp.drawn, set(fp.front), styles, suffix)
+    _scatter(ax, fp.worse, set(), styles, suffix, hollow=True)  # shown, but no claim to the front
     log_x = _scale(ax, "x", [p[0] for p in every])
-    _scale(ax, "y", [p[1] for p in every])
+    log_y = _scale(ax, "y", [p[1] for p in every])
     fpts = sorted((fp.drawn[i][0], fp.drawn[i][1]) for i in fp.front)
     if len(fpts) > 1:
         ax.plot([p[0] for p in fpts], [p[1] for p in fpts], color="black", lw=1, ls="--", zorder=2, label="Pareto front")
     lo, hi = ax.get_xlim()
+    if log_x:  # room on the right for the names of the rightmost points
+        hi *= 3.0
+    else:
+        hi += 0.08 * (hi - lo)
     shaded = hi > NOTHING
+    taken = []
     if shaded:
-        ax.axvspan(NOTHING, hi, color="#8c959f", alpha=0.22, lw=0, zorder=1, label="worse than sending nothing")
-        ax.set_xlim(lo, hi)
-    ax.set_xlabel(xlabel + ("  (log; ← better)" if log_x else "  (← better)"), fontsize=8)
-    ax.set_ylabel("compression ratio" + ("  (log; better →)" if ax.get_yscale() == "log" else "  (better →)"))
-    ax.set_title(_mpl(title), fontsize=9)
+        ax.axvspan(NOTHING, hi, color="#8c959f", alpha=0.22, lw=0, zorder=1, label=f"worse than sending nothing (error ≥ {NOTHING:g})")
+        region = ax.text(NOTHING, 0.985, " worse than sending nothing →", transform=ax.get_xaxis_transform(), ha="left", va="top",
+                         fontsize=7.5, color="#424a53", zorder=5)
+        taken.append(region.get_window_extent(fig.canvas.get_renderer()))
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel(xlabel + ("  (log scale; ← better)" if log_x else "  (← better)"), fontsize=8.5)
+    ax.set_ylabel("compression ratio, ×  (dense / wire bytes" + ("; log scale" if log_y else "") + "; better →)", fontsize=8.5)
+    ax.set_title(_mpl(title), fontsize=9.5)
     _legend(ax, len(every) + (len(fpts) > 1) + shaded)
-    caption += (f" Outlined points are on the Pareto front ({len(fp.front)} of {len(fp.drawn)}); diamonds are reconstructed "
-                "compressors.")
+    front_first = [fp.drawn[i] for i in fp.front] + [p for i, p in enumerate(fp.drawn) if i not in fp.front] + fp.worse
+    named = _label_points(ax, [(e, r, case_name(c)) for e, r, c in front_first], obstacles=taken)
+    caption += (f" Every point has a marker × colour of its own (the key); {named} of {len(every)} are also named beside the point "
+                f"where the name fits. Outlined in black: the Pareto front ({len(fp.front)} of {len(fp.drawn)}).")
     if fp.worse:
         caption += (f" No better than sending nothing (error ≥ {NOTHING:g}; hollow, in the shaded region, left out of the front): "
                     f"{_names([p[2] for p in fp.worse])}.")
     if fp.lossless:
         caption += f" Not drawn (lossless: an error of 0 has no place on a log axis): {_names(fp.lossless)}."
-    return Plot(kind, title, _png(fig), caption)
+    return Plot(kind, title, _png(fig), caption, wide=True)
 
 
 def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -310,7 +426,8 @@ def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     if short:
         caption += (" (short) = a stream with too few steps to rank stateful compressors: "
                     + _names([c for c in ok if c.label in short]) + ".")
-    return _plot_front(fp, "pareto", title, "1 − delivered = ‖Σ(U − D)‖ / ‖Σ D‖ after the last step", caption, short)
+    return _plot_front(fp, "pareto", title, "1 − delivered = ‖Σ(U − D)‖ / ‖Σ D‖ after the last step, fraction of ‖Σ D‖", caption,
+                       _styles(cases), short)
 
 
 def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -318,7 +435,8 @@ def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     ok = _ok(cases)
     fp = front_points(ok, lambda c: c.metric("q"))
     caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok, 'the main plot').removeprefix('one shot: ')}"
-    return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference", caption)
+    return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference, fraction of ‖x‖²", caption,
+                       _styles(cases))
 
 
 def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -332,25 +450,34 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
         return None
     floor = -1.0  # below this a case is far worse than sending nothing: clip, name it, keep the others readable
     clipped = [c for c, vals in series if any(v is not None and v < floor for v in vals)]
-    fig, ax = _figure()
-    _step_lines(ax, [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series], ms=2.5)
-    ax.axhline(1.0, color="black", ls="--", lw=1, label="dense update (1)")
-    ax.axhline(0.0, color="#8c959f", ls=":", lw=1.2, label="sending nothing (0)")
+    styles = _styles(cases)
+    fig, ax = _figure(7.6, 5.6)
+    drawn = [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series]
+    _step_lines(ax, drawn, styles, ms=3.5)
+    ax.axhline(1.0, color="black", ls="--", lw=1)
+    ax.axhline(0.0, color="#8c959f", ls=":", lw=1.2)
+    trans = ax.get_yaxis_transform()
+    boxed = {"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
+    ax.text(0.01, 1.0, "dense update (1)", transform=trans, fontsize=7.5, va="bottom", color="#24292f", bbox=boxed, zorder=5)
+    ax.text(0.01, 0.0, "sending nothing (0)", transform=trans, fontsize=7.5, va="top", color="#424a53", bbox=boxed, zorder=5)
     low = min(v for _, vals in series for v in vals if v is not None)
-    ax.set_ylim(max(low, floor) - 0.05, 1.05)
-    ax.set_ylabel("delivered fraction  (higher is better)")
-    ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, len(series) + 2)
+    ax.set_ylim(max(low, floor) - 0.05, 1.07)
+    ax.set_ylabel("delivered fraction of ‖Σ D‖, linear  (higher is better)", fontsize=8.5)
+    ax.set_title(_mpl(title), fontsize=9.5)
+    _end_labels(ax, [(xs[-1], ys[-1], case_name(c), styles[c.label].color) for c, vals in drawn
+                     for xs, ys in [([i + 1 for i, v in enumerate(vals) if v is not None], [v for v in vals if v is not None])]],
+                fontsize=7)
     ok = [c for c, _ in series]
     caption = (f"1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after each step (steps from 1): how much of the summed "
                f"{stream_reference(ok) or 'dense update'} the case's updates have delivered; error feedback delays what it "
-               "does not send, so a stateful compressor's line rises as its residual arrives.")
+               "does not send, so a stateful compressor's line rises as its residual arrives. Each line is named at the right, "
+               "beside its last step, and keeps its case's colour and marker from the section's other plots.")
     short = [c for c in ok if c.stream is not None and c.stream.enough is False]
     if short:
         caption += f" Too short to rank on: {_names(short)}."
     if clipped:
         caption += f" Clipped at {floor:g} (far worse than sending nothing): {_names(clipped)}."
-    return Plot("stream", title, _png(fig), caption)
+    return Plot("stream", title, _png(fig), caption, wide=True)
 
 
 def _timing_flags(case: RunCase, kernel: str) -> list[str]:
@@ -402,7 +529,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_xticks(xs)
     ax.set_xticklabels([_mpl(case_name(r[0]) + (" *" if any(_timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
                         for r in rows], rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("GB/s of dense fp32 input" + ("  (log)" if log_y else ""))
+    ax.set_ylabel("GB/s of dense fp32 input" + ("  (log scale)" if log_y else ""))
     ax.set_title(_mpl(title), fontsize=9)
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
@@ -417,34 +544,70 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     return Plot("throughput", title, _png(fig), caption)
 
 
-def plot_layers(cases: Sequence[RunCase], title: str) -> Plot | None:
-    """Ratio of every unit (layer or bucket), one line per case."""
-    series = []
-    for c in _ok(cases):
-        layers = c.layers or []
-        if len(layers) < 2:
-            continue
-        series.append((c, [_num(u.ratio) for u in layers]))
-    if not series:
+#: what a per-layer heatmap can show: the Layer field, its colour-bar label, which way is better, the plot kind
+LAYER_METRICS = {
+    "ratio": ("compression ratio, × (dense / wire bytes)", True, "layers"),
+    "q": ("one-shot q = ‖C(x)−x‖²/‖x‖² of the layer, own reference", False, "layers_q"),
+}
+
+
+def layer_matrix(cases: Sequence[RunCase], metric: str = "ratio") -> tuple[list[RunCase], list[str], list[list[float | None]]]:
+    """The cases with two or more units, the unit names (of the case with the most) and ``metric`` per case × unit.
+
+    Units are matched by position (one source: one model, one unit order); a value that is missing or
+    not positive is ``None`` (no place on a log colour scale).
+    """
+    rows = [c for c in _ok(cases) if len(c.layers or []) >= 2]
+    if not rows:
+        return [], [], []
+    widest = max(rows, key=lambda c: len(c.layers or []))
+    names = [str(u.name) if u.name is not None else f"unit {i}" for i, u in enumerate(widest.layers or [])]
+    values = []
+    for c in rows:
+        vals: list[float | None] = [None] * len(names)
+        for i, u in enumerate(c.layers or []):
+            v = _num(getattr(u, metric))
+            vals[i] = v if v is not None and v > 0 else None
+        values.append(vals)
+    return rows, names, values
+
+
+def plot_layers(cases: Sequence[RunCase], title: str, metric: str = "ratio") -> Plot | None:
+    """A heatmap of ``metric`` per unit (columns, in model order) and case (rows) on a log colour scale.
+
+    One cell per case × unit reads at 161 layers where 29 overlaid lines did not: every Nth unit is
+    named on the axis (the per-layer table below the plots names them all).
+    """
+    rows, names, values = layer_matrix(cases, metric)
+    if not rows or not any(v is not None for vals in values for v in vals):
         return None
-    colors = _color_map([s[0] for s in series])
-    fig, ax = _figure()
-    n = max(len(v) for _, v in series)
-    for c, vals in series:
-        xs = [i for i, v in enumerate(vals) if v is not None and v > 0]
-        ax.plot(xs, [vals[i] for i in xs], marker="o" if n <= 40 else None, ms=3, lw=1.1, color=colors[c.label],
-                label=_mpl(case_name(c)))
-    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None and v > 0])
-    ax.set_xlabel(f"unit index ({n} units, in model order)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("compression ratio")
-    ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, len(series))
-    first = series[0][0]
-    names = [str(u.name) for u in first.layers or []]
-    caption = f"Ratio of each unit ({first.granularity or 'layer'} granularity): " + ", ".join(
-        f"{i}: {nm}" for i, nm in enumerate(names[:12])) + (", …" if len(names) > 12 else "") + "."
-    return Plot("layers", title, _png(fig), caption)
+    label, higher, kind = LAYER_METRICS[metric]
+    data = np.ma.masked_invalid(np.array([[np.nan if v is None else v for v in vals] for vals in values], dtype=float))
+    fig, ax = _figure(10.5, 1.9 + 0.17 * len(rows))
+    ax.grid(False)
+    cmap = matplotlib.colormaps["viridis" if higher else "viridis_r"].with_extremes(bad="#ffffff")
+    lo, hi = float(data.min()), float(data.max())
+    log = hi / lo >= 10
+    image = ax.imshow(data, aspect="auto", interpolation="nearest", cmap=cmap,
+                      norm=LogNorm(lo, hi) if log else Normalize(lo, hi if hi > lo else lo + 1))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([_mpl(case_name(c)) for c in rows], fontsize=7)
+    every = max(1, math.ceil(len(names) / 28))
+    ticks = list(range(0, len(names), every))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([_mpl(f"{i} {names[i]}") for i in ticks], rotation=90, fontsize=6.5)
+    ax.set_xlabel(f"unit: index and name (every {every}{'th' if every > 1 else ''} of {len(names)}, in model order)"
+                  if every > 1 else f"unit: index and name ({len(names)}, in model order)", fontsize=8.5)
+    bar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.035)
+    bar.set_label(f"{label}  ({'log colour scale; ' if log else ''}{'higher' if higher else 'lower'} is better)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    ax.set_title(_mpl(title), fontsize=9.5)
+    missing = sum(v is None for vals in values for v in vals)
+    caption = (f"{label[0].upper()}{label[1:]} of each unit ({rows[0].granularity or 'layer'} granularity) of each case: one row per "
+               "case, one column per unit; the source's per-layer table (folded under its plots) lists every unit by name.")
+    if missing:
+        caption += f" White: no value, or one that is not positive (a lossless unit's q of 0): {missing} cells."
+    return Plot(kind, title, _png(fig), caption, wide=True)
 
 
 def plot_ef_drift(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -456,14 +619,16 @@ def plot_ef_drift(cases: Sequence[RunCase], title: str) -> Plot | None:
             series.append((c, [_num(v) for v in drift]))
     if not series:
         return None
-    fig, ax = _figure()
-    _step_lines(ax, series)
-    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
-    ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖")
-    ax.set_title(_mpl(title), fontsize=9)
-    _legend(ax, len(series))
+    styles = _styles(cases)
+    fig, ax = _figure(6.0, 3.6)
+    _step_lines(ax, series, styles)
+    log_y = _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
+    ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖, fraction" + ("  (log scale)" if log_y else ""), fontsize=8.5)
+    ax.set_title(_mpl(title), fontsize=9.5)
+    _end_labels(ax, [(i + 1, v, case_name(c), styles[c.label].color) for c, vals in series
+                     for i, v in [max(((i, v) for i, v in enumerate(vals) if v is not None), key=lambda t: t[0])]], fontsize=7)
     caption = ("Error-feedback drift of worker 0 over steps: how far the sum of what was sent is from the sum of the reference "
-               "updates (stateful compressors only).")
+               "updates (stateful compressors only; each case against its own reference). Lines are named at the right.")
     return Plot("ef_drift", title, _png(fig), caption)
 
 
@@ -486,10 +651,10 @@ def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title:
             series.append((c, [dense / v if v > 0 else None for v in sent]))
     if not series or not windows:
         return None
+    styles = _styles(cases)
     fig, ax = _figure()
-    _step_lines(ax, series, ms=2.5)
+    _step_lines(ax, series, styles, ms=3)
     # the phased cases (LGC) also body-only, dashed: their small compressed-phase messages are header-heavy
-    colors = _color_map([c for c, _ in series])
     bodies = []
     for c, _ in series:
         body = per_step_sent_body(c) if c.step_phases else None
@@ -498,11 +663,11 @@ def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title:
             vals = [dense / v if v > 0 else None for v in body]
             bodies += [v for v in vals if v is not None]
             xs = [i + 1 for i, v in enumerate(vals) if v is not None]
-            ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=colors[c.label],
+            ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=styles[c.label].color,
                     label=_mpl(case_name(c) + " (bodies only)"))
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
     _phase_marks(ax, windows)
-    ax.set_ylabel("ratio at the step  (better →)")
+    ax.set_ylabel("ratio at the step, ×  (better →)")
     ax.set_title(_mpl(title), fontsize=9, pad=12)
     _legend(ax, len(series) + (1 if bodies else 0))
     caption = ("Dense fp32 bytes / bytes a worker sent at each step, every message of the exchange counted (payload headers included); "
@@ -523,7 +688,7 @@ def plot_aggregate_drift(cases: Sequence[RunCase], windows: Sequence[Window], ti
     if not series or not windows:
         return None
     fig, ax = _figure()
-    _step_lines(ax, series, ms=2.5)
+    _step_lines(ax, series, _styles(cases), ms=3)
     _phase_marks(ax, windows)
     ax.set_ylabel("‖Σ(agg − mean)‖ / ‖Σ mean‖  (← better)")
     ax.set_title(_mpl(title), fontsize=9, pad=12)
@@ -546,9 +711,9 @@ def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> P
     if not pts:
         return None
     fig, ax = _figure()
-    _scatter_front(ax, pts)
+    _scatter_front(ax, pts, _styles(cases))
     ax.set_xlabel(("‖Σ(agg − mean)‖ / ‖Σ mean‖" if key == "drift" else "mean aggregate q") + " over the phase  (← better)")
-    ax.set_ylabel("ratio over the phase  (better →)")
+    ax.set_ylabel("ratio over the phase, ×  (better →)")
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(pts))
     what = ("the phase's cumulative aggregate error ‖Σ(agg − mean)‖/‖Σ mean‖" if key == "drift"
@@ -622,7 +787,7 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     _scale(ax, "x", [x for pts in series.values() for x in pts])
     _scale(ax, "y", [g for pts in series.values() for g in pts.values()] + [statistics.median(v) for v in copies.values()])
     ax.set_xlabel("elements compressed per worker-step")
-    ax.set_ylabel("compress GB/s")
+    ax.set_ylabel("compress GB/s of dense fp32 input")
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(series) + bool(copies))
     caption = ("Compress throughput against tensor size for each case label timed at two or more sizes in this run "
@@ -654,10 +819,10 @@ def plot_train_curves(cases: Sequence[TrainCase], key: str, title: str) -> Plot 
     if not series:
         return None
     accuracy = key == "test_accuracy"
-    colors = _color_map([c for c, _ in series])
+    styles = style_map([c for c, _ in series])
     fig, ax = _figure()
     for c, pts in series:
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=1.4, color=colors[c.label],
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker=styles[c.label].marker, ms=4, lw=1.4, color=styles[c.label].color,
                 label=_mpl(case_name(c)))
     targets = {c.metric("target_accuracy") for c, _ in series} - {None}
     n_legend = len(series)
@@ -764,7 +929,7 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_xticks(list(range(len(names))))
     ax.set_xticklabels([_mpl(n) for n in names], rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center",
                        fontsize=8)
-    ax.set_ylabel("compress time / copy time  (← better)")
+    ax.set_ylabel("compress×copy: compress time / copy time, ×  (← better)")
     ax.set_title(_mpl(title), fontsize=9)
     _legend(ax, len(sizes) + bool(marked) + 1)
     caption = ("Median compress time as a multiple of a plain copy of the same tensor (timed in the same process); red marks are "
@@ -780,7 +945,7 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
 def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
     """The main plots of one source: ratio vs stream error on the common reference, the stream, throughput, per unit, phases."""
     plots = [plot_pareto(cases, f"ratio vs undelivered update — {source}"), plot_stream(cases, f"delivered update — {source}"),
-             plot_throughput(cases, f"throughput — {source}"), plot_layers(cases, f"per-unit ratio — {source}")]
+             plot_throughput(cases, f"throughput — {source}"), plot_layers(cases, f"per-layer ratio — {source}")]
     windows = source_windows(cases)
     if windows:
         plots += [plot_phase_ratio(cases, windows, f"ratio per step — {source}"),
@@ -790,8 +955,9 @@ def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
 
 
 def oneshot_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
-    """The detail plots of one source, each case against its own reference: ratio vs one-shot q, EF drift of worker 0."""
+    """The detail plots of one source, each case against its own reference: ratio vs one-shot q, per-layer q, EF drift."""
     plots = [plot_oneshot_pareto(cases, f"ratio vs one-shot q (own reference) — {source}"),
+             plot_layers(cases, f"per-layer one-shot q (own reference) — {source}", "q"),
              plot_ef_drift(cases, f"EF drift (own reference) — {source}")]
     return [p for p in plots if p is not None]
 
@@ -815,16 +981,25 @@ def _phase_context(cases: Sequence[RunCase]) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- context
 
 
+def one_name(text: str) -> str:
+    """Kernel time over copy time has one name in this report, ``×copy`` (``comp×copy``: compress time / copy time,
+    lower is better), whatever a shared column or note calls it."""
+    return text.replace("comp/copy", "comp×copy").replace("dec/copy", "dec×copy")
+
+
+def _header(c: Column) -> str:
+    return one_name(c.header) + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else "")
+
+
 def _headers(cols: Sequence[Column]) -> list[dict[str, Any]]:
-    return [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""), "help": c.help}
-            for c in cols]
+    return [{"header": _header(c), "help": one_name(c.help), "left": False} for c in cols]
 
 
 def _case_row(c: RunCase, cols: Sequence[Column], reference: bool = False) -> dict[str, Any]:
     """A run case as a table row over ``cols`` (numbers sort by value); ``reference``: its own one-shot reference last."""
     cells = _num_cells(cols, c) if c.ok else []
     if c.ok and reference:
-        cells.append({"text": oneshot_reference(c), "v": "", "cls": "l"})
+        cells.append({"text": oneshot_reference(c), "v": "", "cls": "wrap"})
     return {
         "name": case_name(c),
         "compressor": str(c.compressor or "?"),
@@ -837,20 +1012,51 @@ def _case_row(c: RunCase, cols: Sequence[Column], reference: bool = False) -> di
     }
 
 
-MAIN_COLUMNS = (*SUMMARY_COLUMNS, *DETAIL_COLUMNS)
+#: the summary table's columns, the ones that decide: bytes, fidelity on the common reference, kernel time against a copy
+SUMMARY_KEYS = ("ratio", "delivered", "step_err", "comp_copy")
+HTML_SUMMARY_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c.key in SUMMARY_KEYS)
+#: every other column of the main view, in a folded detail table under the summary
+HTML_DETAIL_COLUMNS = (*(c for c in SUMMARY_COLUMNS if c.key not in SUMMARY_KEYS), *DETAIL_COLUMNS)
 HTML_ONESHOT_COLUMNS = (*ONESHOT_COLUMNS, *ONESHOT_DETAIL_COLUMNS)
+
+#: the per-layer table: one row per case × unit
+LAYER_HEADERS = (("case", "the case", True), ("#", "unit index in model order", False), ("unit", "layer (or bucket) name", True),
+                 ("elements", "elements of the unit", False), ("ratio ↑", "dense float32 bytes / wire bytes of the unit", False),
+                 ("bits/el ↓", "wire bits per element of the unit", False),
+                 ("q ↓", "one-shot relative MSE ‖C(x)−x‖²/‖x‖² of the unit, against the case's own reference", False))
+
+
+def _short(v: float | None, digits: int = 4) -> str:
+    """A number as the per-layer table writes it: plain digits a browser's parseFloat sorts by (no units, no separators)."""
+    return "" if v is None else f"{v:.{digits}g}"
+
+
+def layer_rows(cases: Sequence[RunCase]) -> list[list[str]]:
+    """The per-layer table of a source: ``[case, index, unit, elements, ratio, bits/el, q]`` per case × unit (text cells)."""
+    rows = []
+    for c in _ok(cases):
+        for i, u in enumerate(c.layers or []):
+            numel, wire = _num(u.numel), _num(u.wire_bytes)
+            bits = 8 * wire / numel if numel and wire is not None else None
+            rows.append([case_name(c), str(i), str(u.name or ""), "" if numel is None else str(int(numel)), _short(_num(u.ratio)),
+                         _short(bits, 3), _short(_num(u.q), 3)])
+    return rows
 
 
 def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
     sources = []
     for j, (src, cases) in enumerate(by_source(run.cases).items()):
-        main = {"headers": _headers(MAIN_COLUMNS), "rows": [_case_row(c, MAIN_COLUMNS) for c in cases], "caption": stream_caption(cases)}
+        main = {"headers": _headers(HTML_SUMMARY_COLUMNS), "rows": [_case_row(c, HTML_SUMMARY_COLUMNS) for c in cases],
+                "caption": stream_caption(cases), "compact": True}
+        detail = {"headers": _headers(HTML_DETAIL_COLUMNS), "rows": [_case_row(c, HTML_DETAIL_COLUMNS) for c in cases],
+                  "compact": False}
         oneshot = None
         if any(c.ok and c.fidelity is not None for c in cases):
-            headers = [*_headers(HTML_ONESHOT_COLUMNS), {"header": "reference", "help": "the case's own one-shot reference"}]
+            headers = [*_headers(HTML_ONESHOT_COLUMNS), {"header": "reference", "help": "the case's own one-shot reference", "left": True}]
             oneshot = {"headers": headers, "rows": [_case_row(c, HTML_ONESHOT_COLUMNS, reference=True) for c in cases],
-                       "caption": oneshot_caption(cases), "plots": oneshot_plots(cases, src)}
-        sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "oneshot": oneshot,
+                       "caption": oneshot_caption(cases), "plots": oneshot_plots(cases, src), "compact": True}
+        sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "detail": detail, "oneshot": oneshot,
+                        "layers": layer_rows(cases), "layer_headers": LAYER_HEADERS,
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity")})
@@ -860,8 +1066,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
 
 
 def _table(first: str, cols: Sequence[Column], text_headers: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-    headers = [{"header": c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else ""),
-                "help": c.help, "left": False} for c in cols]
+    headers = [{"header": _header(c), "help": one_name(c.help), "left": False} for c in cols]
     headers += [{"header": h, "help": help_, "left": True} for h, help_ in text_headers]
     return {"first": first, "headers": headers, "rows": []}
 
@@ -874,21 +1079,28 @@ def _num_cells(cols: Sequence[Column], case: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _train_context(i: int, run: LoadedRun) -> dict[str, Any]:
-    cols = (*TRAIN_COLUMNS, *TRAIN_DETAIL_COLUMNS)
-    table = _table("compressor", cols, (("params", "the compressor's parameters"),))
-    for c in run.cases:
+def _train_rows(table: dict[str, Any], cases: Sequence[TrainCase], cols: Sequence[Column], params: bool) -> dict[str, Any]:
+    """Fill a train table's rows over ``cols`` (and the parameters last when ``params``)."""
+    for c in cases:
         if c.ok:
-            cells = [*_num_cells(cols, c), {"text": params_text(c), "v": "", "cls": "params"}]
+            cells = [*_num_cells(cols, c), *([{"text": params_text(c), "v": "", "cls": "params"}] if params else [])]
             table["rows"].append({"ok": True, "name": case_name(c), "recon": is_reconstructed(c), "cells": cells})
         else:
             table["rows"].append({"ok": False, "name": case_name(c), "recon": is_reconstructed(c), "lead": [],
-                                  "colspan": len(cols) + 1, "error": c.error_text})
+                                  "colspan": len(cols) + params, "error": c.error_text})
+    return table
+
+
+def _train_context(i: int, run: LoadedRun) -> dict[str, Any]:
+    # the accuracy, time and traffic columns in view; the rest folded under them (the page stays within 1,400 px)
+    table = _train_rows(_table("compressor", TRAIN_COLUMNS), run.cases, TRAIN_COLUMNS, params=False)
+    detail = _train_rows(_table("compressor", TRAIN_DETAIL_COLUMNS, (("params", "the compressor's parameters"),)), run.cases,
+                         TRAIN_DETAIL_COLUMNS, params=True)
     plots = [plot_train_curves(run.cases, "test_accuracy", f"held-out accuracy per epoch — {run.run_id}"),
              plot_train_curves(run.cases, "test_loss", f"held-out loss per epoch — {run.run_id}"),
              plot_time_to_target(run.cases, f"time to target — {run.run_id}")]
     return {"kind": "train", "anchor": f"run{i}", "facts": run_facts(run), "description": train_description(run), "table": table,
-            "plots": [p for p in plots if p is not None], "notes": train_notes(run), "footnote": TRAIN_FOOTNOTE,
+            "detail": detail, "plots": [p for p in plots if p is not None], "notes": train_notes(run), "footnote": TRAIN_FOOTNOTE,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
 
 
@@ -909,7 +1121,8 @@ def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
     plots = [plot_bench_x_copy(run.cases, f"compress×copy against targets — {run.run_id}"),
              plot_size_scaling([bench_size_point(c) for c in run.cases], f"throughput vs tensor size — {run.run_id}")]
     return {"kind": "bench", "anchor": f"run{i}", "facts": run_facts(run), "description": bench_description(run), "table": table,
-            "plots": [p for p in plots if p is not None], "notes": [], "footnote": BENCH_FOOTNOTE, "any_reconstructed": False}
+            "detail": None, "plots": [p for p in plots if p is not None], "notes": [], "footnote": BENCH_FOOTNOTE,
+            "any_reconstructed": False}
 
 
 def _section_context(i: int, run: LoadedRun) -> dict[str, Any]:
@@ -957,6 +1170,7 @@ TEMPLATE = r"""<!DOCTYPE html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ title }}</title>
+<link rel="icon" href="data:,">
 <style>
 body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1b1f24; margin: 0;
        background: #fafbfc; }
@@ -973,11 +1187,17 @@ table.sortable th { cursor: pointer; }
 table.sortable th[data-dir="asc"]::after { content: " ▲"; }
 table.sortable th[data-dir="desc"]::after { content: " ▼"; }
 td.l, th.l { text-align: left; } td.wrap { white-space: normal; max-width: 420px; text-align: left; }
-td.params { white-space: normal; min-width: 380px; text-align: left; font-size: 11px; color: #57606a; }
+td.params { white-space: normal; min-width: 240px; max-width: 420px; text-align: left; font-size: 11px; color: #57606a;
+            overflow-wrap: anywhere; }
 tr.failed td { background: #fff0f0; } td.err { color: #b42318; text-align: left; white-space: normal; }
 .recon { color: #9a6700; font-weight: 600; }
 .plots { display: flex; flex-wrap: wrap; gap: 14px; }
 figure.plot { margin: 0; background: #fff; border: 1px solid #d0d7de; padding: 8px; max-width: 700px; }
+figure.plot.wide { max-width: 100%; flex-basis: 100%; box-sizing: border-box; }
+details.fold { margin: 4px 0 12px; } details.fold > summary { cursor: pointer; color: #0969da; }
+table.layers td, table.layers th { padding: 1px 6px; font-size: 12px; }
+/* case and unit names left-aligned by position, not by a class on each of the thousands of cells */
+table.layers td:nth-child(1), table.layers td:nth-child(3) { text-align: left; }
 figure.plot img { max-width: 100%; height: auto; display: block; }
 figcaption { font-size: 12px; color: #57606a; margin-top: 4px; }
 /* a caption takes the width of its plot instead of widening the figure: plots then sit side by side */
@@ -995,23 +1215,25 @@ h4.detail { margin: 26px 0 4px; color: #57606a; border-top: 1px dashed #d0d7de; 
 </head>
 <body>
 {% macro plot_list(plots) %}<div class="plots">
-{% for p in plots %}<figure class="plot" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
+{% for p in plots %}<figure class="plot{{ ' wide' if p.wide }}" data-plot="{{ p.kind }}"><img src="{{ p.uri }}" alt="{{ p.title }}">
 <figcaption>{{ p.caption }}</figcaption></figure>
 {% endfor %}</div>{% endmacro %}
 {% macro case_table(t) %}<div class="tablewrap"><table class="sortable cases">
-<thead><tr><th class="l">case</th><th class="l">compressor</th>
-{% for h in t.headers %}<th title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
-<th class="l">params</th></tr></thead>
+<thead><tr><th class="l">case</th>{% if not t.compact %}<th class="l">compressor</th>{% endif %}
+{% for h in t.headers %}<th{% if h.left %} class="l"{% endif %} title="{{ h.help }}">{{ h.header }}</th>{% endfor %}
+{% if not t.compact %}<th class="l">params</th>{% endif %}</tr></thead>
 <tbody>
 {% for row in t.rows %}{% if row.ok %}<tr>
 <td class="l{{ ' recon' if row.reconstructed }}"{% if row.reconstructed %} title="{{ recon_help }}"{% endif %}>{{ row.name }}</td>
-<td class="l">{{ row.compressor }} v{{ row.version }}</td>
+{% if not t.compact %}<td class="l">{{ row.compressor }} v{{ row.version }}</td>{% endif %}
 {% for c in row.cells %}<td{% if c.cls %} class="{{ c.cls }}"{% endif %}{% if c.v %} data-v="{{ c.v }}"{% endif %}>
 {{- c.text }}</td>{% endfor %}
-<td class="params">{{ row.params }}</td></tr>
+{% if not t.compact %}<td class="params">{{ row.params }}</td>{% endif %}</tr>
 {% else %}<tr class="failed">
-<td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td><td class="l">{{ row.compressor }} v{{ row.version }}</td>
-<td class="err" colspan="{{ t.headers|length }}">failed: {{ row.error }}</td><td class="params">{{ row.params }}</td></tr>
+<td class="l{{ ' recon' if row.reconstructed }}">{{ row.name }}</td>
+{% if not t.compact %}<td class="l">{{ row.compressor }} v{{ row.version }}</td>{% endif %}
+<td class="err" colspan="{{ t.headers|length }}">failed: {{ row.error }}</td>
+{% if not t.compact %}<td class="params">{{ row.params }}</td>{% endif %}</tr>
 {% endif %}{% endfor %}</tbody></table></div>{% endmacro %}
 {% macro kind_table(t) %}<div class="tablewrap"><table class="sortable cases">
 <thead><tr><th class="l">{{ t.first }}</th>
@@ -1034,6 +1256,7 @@ file{{ "s" if runs|length != 1 }}. Reports read only stored results; re-renderin
 {% if comparison %}<a href="#comparison">comparison</a>{% endif %}
 <a href="#runs">runs</a>
 {% for run in sections %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>
+{% if run.kind == "run" %}{% for src in run.sources %}<a href="#{{ src.anchor }}">{{ src.name }}</a>{% endfor %}{% endif %}
 {% endfor %}
 <a href="#claims">paper claims</a>
 <a href="#metrics">metrics</a>
@@ -1081,6 +1304,9 @@ regression{{ "s" if comparison.regressions != 1 }}.</strong>{% endif %}</p>
 </dl>
 <p class="muted">Click a column header to sort; hover a header for its definition.</p>
 {{ kind_table(run.table) }}
+{% if run.detail %}<details class="fold"><summary>More columns: {{ run.detail.headers|map(attribute="header")|join(", ") }}</summary>
+{{ kind_table(run.detail) }}
+</details>{% endif %}
 {% if run.notes %}<ul>{% for n in run.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 <p class="muted">{{ run.footnote }}</p>
 {{ plot_list(run.plots) }}
@@ -1101,6 +1327,10 @@ reconstruction (see <code>gcbench list</code>).</p>{% endif %}
 Click a column header to sort; hover a header for its definition.</p>
 <p class="ref">{{ src.main.caption }}</p>
 {{ case_table(src.main) }}
+<details class="fold"><summary>All columns of the main view: compressor, bits/el, scaled err, kernel times and GB/s, wire bytes,
+parameters ({{ src.detail.rows|length }} cases)</summary>
+{{ case_table(src.detail) }}
+</details>
 {% if src.phases %}<h4>Per phase: {{ src.phases.windows }}</h4>
 <div class="tablewrap"><table class="sortable cases">
 <thead><tr><th class="l">case</th>
@@ -1121,6 +1351,16 @@ Click a column header to sort; hover a header for its definition.</p>
 {% endif %}
 {% endif %}
 {{ plot_list(src.plots) }}
+{% if src.layers %}<details class="fold"><summary>Per layer: ratio, bits/el and one-shot q of every case × unit
+({{ src.layers|length }} rows; click a header to sort)</summary>
+<div class="tablewrap"><table class="sortable layers">
+<thead><tr>{% for h, help, left in src.layer_headers %}<th{% if left %} class="l"{% endif %} title="{{ help }}">{{ h }}</th>{% endfor %}
+</tr></thead>
+<tbody>
+{% for r in src.layers %}<tr><td>{{ r[0] }}</td><td>{{ r[1] }}</td><td>{{ r[2] }}</td><td>{{ r[3] }}</td><td>{{ r[4] }}</td>
+<td>{{ r[5] }}</td><td>{{ r[6] }}</td></tr>
+{% endfor %}</tbody></table></div>
+</details>{% endif %}
 {% if src.oneshot %}<h4 class="detail">Detail: one-shot fidelity, each case against its own reference — {{ src.name }}</h4>
 <p class="muted">{{ src.oneshot.caption }}</p>
 {{ case_table(src.oneshot) }}
@@ -1171,7 +1411,9 @@ format (the claim's parameters); other parameters are shown as such. Hover a cla
     if (!td) return Infinity;
     var v = td.getAttribute("data-v");
     if (v !== null && v !== "") { var f = parseFloat(v); if (!isNaN(f)) return f; }
-    return td.textContent.trim().toLowerCase();
+    var t = td.textContent.trim();  // a bare number (the per-layer table) sorts as one
+    if (/^[-+]?\d*\.?\d+(e[-+]?\d+)?$/i.test(t)) return parseFloat(t);
+    return t.toLowerCase();
   }
   document.querySelectorAll("table.sortable").forEach(function (t) {
     var heads = t.tHead ? t.tHead.rows[0].cells : [];
@@ -1219,7 +1461,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
         claims=_claims_context(claims or []),
         claims_missing=claims_missing,
         metrics=METRICS,
-        footnote=FOOTNOTE,
+        footnote=one_name(FOOTNOTE),
         dagger=DAGGER,
         fact_keys=("kind", "suite", "date", "status", "cases", "machine", "device", "gcbench", "commit", "torch"),
         recon_help="reconstructed definition (the paper body was unavailable)",
