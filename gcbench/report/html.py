@@ -16,7 +16,7 @@ drift over steps.  It must read at suite scale (60 cases, 161 layers, a 1,400-px
   value reads at 161 layers where overlaid lines did not — with a folded per-layer table.
 * Tables fit the window: a source's summary table holds the columns that decide (ratio, delivered,
   step error, comp×copy); the rest, and the per-layer table, are folded in ``<details>``.  Kernel
-  time over copy time has one name, ×copy (:func:`one_name`).
+  time over copy time has one name, ×copy (the shared column definitions of :mod:`gcbench.report.terminal`).
 * The template is a string in this module (no package data to ship) rendered by jinja2 with
   autoescaping on, so suite labels, parameters and error messages cannot inject markup.  Text
   drawn into plots escapes ``$`` so matplotlib never parses a label as mathtext.
@@ -981,18 +981,12 @@ def _phase_context(cases: Sequence[RunCase]) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- context
 
 
-def one_name(text: str) -> str:
-    """Kernel time over copy time has one name in this report, ``×copy`` (``comp×copy``: compress time / copy time,
-    lower is better), whatever a shared column or note calls it."""
-    return text.replace("comp/copy", "comp×copy").replace("dec/copy", "dec×copy")
-
-
 def _header(c: Column) -> str:
-    return one_name(c.header) + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else "")
+    return c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else "")
 
 
 def _headers(cols: Sequence[Column]) -> list[dict[str, Any]]:
-    return [{"header": _header(c), "help": one_name(c.help), "left": False} for c in cols]
+    return [{"header": _header(c), "help": c.help, "left": False} for c in cols]
 
 
 def _case_row(c: RunCase, cols: Sequence[Column], reference: bool = False) -> dict[str, Any]:
@@ -1066,7 +1060,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
 
 
 def _table(first: str, cols: Sequence[Column], text_headers: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-    headers = [{"header": _header(c), "help": one_name(c.help), "left": False} for c in cols]
+    headers = [{"header": _header(c), "help": c.help, "left": False} for c in cols]
     headers += [{"header": h, "help": help_, "left": True} for h, help_ in text_headers]
     return {"first": first, "headers": headers, "rows": []}
 
@@ -1461,7 +1455,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
         claims=_claims_context(claims or []),
         claims_missing=claims_missing,
         metrics=METRICS,
-        footnote=one_name(FOOTNOTE),
+        footnote=FOOTNOTE,
         dagger=DAGGER,
         fact_keys=("kind", "suite", "date", "status", "cases", "machine", "device", "gcbench", "commit", "torch"),
         recon_help="reconstructed definition (the paper body was unavailable)",

@@ -202,7 +202,14 @@ def compress_gbps_text(case: RunCase) -> str:
 
 
 def delivered_text(case: RunCase) -> str:
-    """The delivered cell of a run case: ``0.931 [0.902, 0.960]`` with its CI over workers, a short stream marked.
+    """The delivered cell of a run case: ``0.931 (workers 0.902–0.960)``, a short stream marked.
+
+    The headline is the aggregate's stream; the parenthesis is the 95% CI of the mean of each
+    worker's OWN delivered fraction (its compressed stream against its own dense update), another
+    quantity: the average of the workers' sparse updates delivers more than one worker's alone, so
+    the headline may lie outside it (top-k on ResNet-50: 0.090 vs workers 0.060–0.077).  It is
+    written as a range of the workers, not a bracket after the number, so it is not read as the
+    headline's interval.
 
     A stream shorter than the steps that rank stateful compressors reads ``0.931 (short: 2 steps)``:
     a number, but not one to rank on.
@@ -214,7 +221,7 @@ def delivered_text(case: RunCase) -> str:
     text = fraction_text(v)
     ci = st.worker_ci
     if ci is not None and ci.lo is not None and ci.hi is not None:
-        text += f" [{fraction_text(ci.lo)}, {fraction_text(ci.hi)}]"
+        text += f" (workers {fraction_text(ci.lo)}–{fraction_text(ci.hi)})"
     if st.enough is False:
         text += f" (short: {_or(st.steps)} step{'' if st.steps == 1 else 's'})"
     return text
@@ -235,7 +242,7 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("bits", "bits/el", "bits_per_element", "g", False, "wire bits per gradient element"),
     Column("delivered", "delivered", "delivered", "g", True,
            "1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step: the fraction of the summed dense update D (the common "
-           "reference) that the case's updates U delivered; [95% CI over workers]; (short) = too few steps to rank on",
+           "reference) that the case's updates U delivered; (workers lo–hi) = 95% CI of the mean of each worker's own delivered fraction; (short) = too few steps to rank on",
            cell=delivered_text),
     Column("step_err", "step err", "stream_error", "g", False,
            "mean over steps of ‖U_t − D_t‖²/‖D_t‖², whole model, against the common reference"),
@@ -1124,8 +1131,9 @@ TIMING_NOTE = (f"{X_COPY_HEADER} = compress time / the time of a plain copy of t
                "says it must do, so no speed is shown.")
 STREAM_NOTE = ("Main table, on the suite's common reference (the dense update D_t of the suite's optimizer on the true worker "
                "mean): delivered = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step, U_t the update the case applies "
-               "(1 = all of the dense update arrived, ≤ 0 = no better than sending nothing), [lo, hi] = 95% CI over "
-               "workers, each worker's own stream against its own dense update; step err = mean over steps of "
+               "(1 = all of the dense update arrived, ≤ 0 = no better than sending nothing); (workers lo–hi) = 95% CI of "
+               "the mean of each worker's own delivered fraction, its own compressed stream against its own dense update "
+               "(another quantity: the aggregate of several workers' sparse updates can deliver more than any one); step err = mean over steps of "
                "‖U_t − D_t‖²/‖D_t‖² (≥ 1 = no better than sending nothing); scaled err = the same after the best scalar "
                "rescaling (1 − cos²), so a compressor is not penalised for its scale alone.")
 ONESHOT_NOTE = ("One-shot table, each case against its own reference: q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, "
@@ -1136,7 +1144,7 @@ FOOTNOTE = f"{STREAM_NOTE} {ONESHOT_NOTE} {TIMING_NOTE} {DAGGER} = reconstructed
 #: the terminal's short legend under the run tables: what each mark means, and where the full definitions are (FOOTNOTE
 #: in --md and --html, `gcbench list metrics`, the README) — a wall of text under 60 rows is not read
 LEGEND = ("Legend: delivered = fraction of the dense update (the common reference) that arrived, 1 = all, ≤ 0 = no better "
-          "than sending nothing, [95% CI over workers], (short) = too few steps to rank on; step err / scaled err = mean "
+          "than sending nothing, (workers lo–hi) = 95% CI of the workers' own delivered fractions, (short) = too few steps to rank on; step err / scaled err = mean "
           "per-step error, raw / after the best rescaling (≥ 1 = no better than nothing); one-shot table: each case against "
           f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR; "
           f"({UNSTABLE}), ({TOO_SHORT}), ({BEATS_BOUND}) = not a speed to act on; {DAGGER} = reconstructed definition. "
