@@ -242,7 +242,8 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("bits", "bits/el", "bits_per_element", "g", False, "wire bits per gradient element"),
     Column("delivered", "delivered", "delivered", "g", True,
            "1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step: the fraction of the summed dense update D (the common "
-           "reference) that the case's updates U delivered; (workers lo–hi) = 95% CI of the mean of each worker's own delivered fraction; (short) = too few steps to rank on",
+           "reference) that the case's updates U delivered; (workers lo–hi) = 95% CI of the mean of each worker's own "
+           "delivered fraction; (short) = too few steps to rank on",
            cell=delivered_text),
     Column("step_err", "step err", "stream_error", "g", False,
            "mean over steps of ‖U_t − D_t‖²/‖D_t‖², whole model, against the common reference"),
@@ -1133,7 +1134,8 @@ STREAM_NOTE = ("Main table, on the suite's common reference (the dense update D_
                "mean): delivered = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step, U_t the update the case applies "
                "(1 = all of the dense update arrived, ≤ 0 = no better than sending nothing); (workers lo–hi) = 95% CI of "
                "the mean of each worker's own delivered fraction, its own compressed stream against its own dense update "
-               "(another quantity: the aggregate of several workers' sparse updates can deliver more than any one); step err = mean over steps of "
+               "(another quantity: the aggregate of several workers' sparse updates can deliver more than any one); "
+               "step err = mean over steps of "
                "‖U_t − D_t‖²/‖D_t‖² (≥ 1 = no better than sending nothing); scaled err = the same after the best scalar "
                "rescaling (1 − cos²), so a compressor is not penalised for its scale alone.")
 ONESHOT_NOTE = ("One-shot table, each case against its own reference: q = relative MSE ‖C(x)−x‖²/‖x‖² (whole model, "
@@ -1144,7 +1146,8 @@ FOOTNOTE = f"{STREAM_NOTE} {ONESHOT_NOTE} {TIMING_NOTE} {DAGGER} = reconstructed
 #: the terminal's short legend under the run tables: what each mark means, and where the full definitions are (FOOTNOTE
 #: in --md and --html, `gcbench list metrics`, the README) — a wall of text under 60 rows is not read
 LEGEND = ("Legend: delivered = fraction of the dense update (the common reference) that arrived, 1 = all, ≤ 0 = no better "
-          "than sending nothing, (workers lo–hi) = 95% CI of the workers' own delivered fractions, (short) = too few steps to rank on; step err / scaled err = mean "
+          "than sending nothing, (workers lo–hi) = 95% CI of the workers' own delivered fractions, (short) = too few "
+          "steps to rank on; step err / scaled err = mean "
           "per-step error, raw / after the best rescaling (≥ 1 = no better than nothing); one-shot table: each case against "
           f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR; "
           f"({UNSTABLE}), ({TOO_SHORT}), ({BEATS_BOUND}) = not a speed to act on; {DAGGER} = reconstructed definition. "
