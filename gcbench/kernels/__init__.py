@@ -62,7 +62,7 @@ from gcbench.kernels.runtime import (
                                         n_chunks,
                                         njit,
                                         run_chunks,
-                                        set_threads,
+                                     run_threads,
                                         workers,
 )
 from gcbench.kernels.scatter import gather, scatter, scatter_sub, scatter_zero, unpack_scatter
@@ -89,7 +89,7 @@ __all__ = [
     "momentum_update_count", "momentum_update_std", "n_chunks", "natural_decode", "natural_encode", "njit", "onebit_apply",
     "onebit_decode", "onebit_form", "pack_fields", "pack_into", "population_std", "prefault", "qsgd_decode", "qsgd_encode",
     "qsgd_fields", "qsgd_norms", "qsgd_plan", "qsgd_scatter", "rand24", "rand24_reference", "rand24_torch", "random_subset",
-    "random_subset_reference", "read_fixed", "run_chunks", "scatter", "scatter_sub", "scatter_zero", "select_write", "set_threads",
+    "random_subset_reference", "read_fixed", "run_chunks", "run_threads", "scatter", "scatter_sub", "scatter_zero", "select_write",
     "sign_pack", "sign_unpack", "sq_dist", "sq_norm", "std_and_absmax", "terngrad_codes", "terngrad_decode",
     "topk_collect", "topk_count", "topk_select", "topk_select_reference", "topk_select_torch",
     "topk_select_torch_exact", "topk_tensor", "uniforms", "unpack_fields", "unpack_scatter", "workers", "write_fields", "write_records",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.buffers import prefault
-from gcbench.kernels.runtime import KERNEL, PART, SERIAL_MAX, n_chunks, njit, prange, run_chunks, set_threads
+from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_chunks, run_threads, share
 
 _MASK64 = (1 << 64) - 1
 _U64 = np.uint64
@@ -187,50 +187,29 @@ def _unpack_part(data, lo, hi, width, out):  # pragma: no cover - compiled
         _unpack_wide(src, hi - lo, width, o)
 
 
-@njit(parallel=True, cache=True)
-def _pack_kernel(values, width, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _pack_kernel(tid, nth, values, width, out):  # pragma: no cover - compiled
     n = values.size
-    for p in prange((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         _pack_part(values, p * PART, min(n, (p + 1) * PART), width, out)
 
 
-@njit(cache=True)
-def _pack_serial(values, width, out):  # pragma: no cover - compiled
-    n = values.size
-    for p in range((n + PART - 1) // PART):
-        _pack_part(values, p * PART, min(n, (p + 1) * PART), width, out)
-
-
-@njit(parallel=True, cache=True)
-def _unpack_kernel(data, width, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _unpack_kernel(tid, nth, data, width, out):  # pragma: no cover - compiled
     n = out.size
-    for p in prange((n + PART - 1) // PART):
-        _unpack_part(data, p * PART, min(n, (p + 1) * PART), width, out)
-
-
-@njit(cache=True)
-def _unpack_serial(data, width, out):  # pragma: no cover - compiled
-    n = out.size
-    for p in range((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         _unpack_part(data, p * PART, min(n, (p + 1) * PART), width, out)
 
 
 def pack_fields(values: np.ndarray, width: int) -> np.ndarray:
     """Pack fields LSB-first, ``width`` (1..64) bits each, each value taken modulo 2^width.
-
-    Small inputs (sparse index lists, small tensors) use a serial twin of the parallel kernel,
-    so they never compile or wake a parallel region.
     """
     n = values.size
     out = np.empty((n * width + 7) // 8, np.uint8)
     if n:
         if values.dtype == np.bool_:
             values = values.view(np.uint8)
-        if n < SERIAL_MAX:
-            _pack_serial(values, np.int64(width), out)
-        else:
-            set_threads(n)
-            _pack_kernel(values, np.int64(width), out)
+        run_threads(_pack_kernel, n, values, np.int64(width), out)
     return out
 
 
@@ -238,11 +217,7 @@ def unpack_fields(data: np.ndarray, width: int, count: int) -> np.ndarray:
     """Inverse of :func:`pack_fields`: ``count`` fields as int64 (``data`` must be long enough)."""
     out = np.empty(int(count), np.int64)
     if count:
-        if count < SERIAL_MAX:
-            _unpack_serial(data, np.int64(width), out)
-        else:
-            set_threads(count)
-            _unpack_kernel(data, np.int64(width), out)
+        run_threads(_unpack_kernel, count, data, np.int64(width), out)
     return out
 
 
@@ -449,25 +424,32 @@ def _pack_items_kernel(c0, c1, values, width, bit0, out, heads, tails, tail_pos,
     n = values.size
     mask = np.uint64((1 << width) - 1)
     l32 = np.empty((_PACK_ITEM * width + 7) // 32 + 2, np.uint32)
-    l8 = l32.view(np.uint8)
     for c in range(c0, c1):
         lo = c * _PACK_ITEM
-        v = values[lo : min(lo + _PACK_ITEM, n)]
-        bit = bit0 + lo * width
-        sbit = bit & 7
-        nacc = sbit
-        acc = np.uint64(0)
-        wq = 0
-        for j in range(v.size):
-            acc |= (np.uint64(v[j]) & mask) << np.uint64(nacc)
-            nacc += width
-            if nacc >= 32:
-                l32[wq] = np.uint32(acc & np.uint64(0xFFFFFFFF))
-                wq += 1
-                acc >>= np.uint64(32)
-                nacc -= 32
-        _drain(l8, 4 * wq, acc, nacc)
-        _place(l8, sbit, 32 * wq + nacc, bit >> 3, c, out, heads, tails, tail_pos, firsts, shared)
+        _pack_place(values[lo : min(lo + _PACK_ITEM, n)], 0, mask, width, bit0 + lo * width, c, l32, out, heads, tails, tail_pos,
+                    firsts, shared)
+
+
+@njit(**KERNEL)
+def _pack_place(v, offset, mask, width, bit, c, l32, out, heads, tails, tail_pos, firsts, shared):  # pragma: no cover - numba
+    """Work item c of a parallel bit writer: fields ``(v[j] + offset) & mask`` packed LSB first into the
+    word buffer ``l32`` from stream bit ``bit`` on, then placed into ``out`` (:func:`_place`)."""
+    l8 = l32.view(np.uint8)
+    sbit = bit & 7
+    nacc = sbit
+    acc = np.uint64(0)
+    wq = 0
+    uoff = np.uint64(offset)
+    for j in range(v.size):
+        acc |= ((np.uint64(v[j]) + uoff) & mask) << np.uint64(nacc)
+        nacc += width
+        if nacc >= 32:
+            l32[wq] = np.uint32(acc & np.uint64(0xFFFFFFFF))
+            wq += 1
+            acc >>= np.uint64(32)
+            nacc -= 32
+    _drain(l8, 4 * wq, acc, nacc)
+    _place(l8, sbit, 32 * wq + nacc, bit >> 3, c, out, heads, tails, tail_pos, firsts, shared)
 
 
 def pack_into(values: np.ndarray, width: int, out: np.ndarray, bit0: int = 0) -> None:

@@ -17,39 +17,33 @@ from gcbench.kernels.stats import _chunk_sizes, _combine_std, _mean_m2
 # operation, no fused multiply-add (numba contracts nothing without fastmath).
 
 
-@njit(**KERNEL)
-def _momentum_chunk(u, v, x, m, coef, use_coef):  # pragma: no cover - numba
-    """u = m·u + x·coef; v = v + u on one chunk (float32, torch's rounding)."""
-    for i in range(u.size):
-        xi = x[i] * coef if use_coef else x[i]
-        un = u[i] * m
-        un = un + xi
-        u[i] = un
-        v[i] = v[i] + un
+@njit(inline="always")
+def _u_new(u, x, m, coef, use_coef):  # pragma: no cover - numba
+    """m·u + x·coef in float32 with torch's rounding (``x * coef``, ``u.mul_(m).add_(x)``)."""
+    xi = x * coef if use_coef else x
+    un = u * m
+    return un + xi
 
 
 @njit(**KERNEL)
-def _momentum_count_kernel(c0, c1, u, v, x, m, coef, use_coef, t, chunk, counts):  # pragma: no cover - numba
-    """Momentum update of chunks c0..c1, then counts[c] = #{|v| >= t} over the updated chunk (in cache)."""
+def _momentum_kernel(c0, c1, u, v, x, m, coef, use_coef, t, stats, chunk, counts, means, m2s):  # pragma: no cover - numba
+    """Chunks c0..c1: u = m·u + x·coef, v = v + u, then over the updated chunk (still in cache) either
+    counts[c] = #{|v| >= t} or (``stats``) its mean and Σ(v − mean)² in float64."""
     n = u.size
     for c in range(c0, c1):
         lo = c * chunk
         hi = min(lo + chunk, n)
+        ub = u[lo:hi]
         vb = v[lo:hi]
-        _momentum_chunk(u[lo:hi], vb, x[lo:hi], m, coef, use_coef)
-        counts[c] = _count_ge(vb, t)
-
-
-@njit(**KERNEL)
-def _momentum_stats_kernel(c0, c1, u, v, x, m, coef, use_coef, chunk, means, m2s):  # pragma: no cover - numba
-    """Momentum update of chunks c0..c1, then each chunk's mean and Σ(v − mean)² of v in float64."""
-    n = u.size
-    for c in range(c0, c1):
-        lo = c * chunk
-        hi = min(lo + chunk, n)
-        vb = v[lo:hi]
-        _momentum_chunk(u[lo:hi], vb, x[lo:hi], m, coef, use_coef)
-        means[c], m2s[c] = _mean_m2(vb)
+        xb = x[lo:hi]
+        for i in range(ub.size):
+            un = _u_new(ub[i], xb[i], m, coef, use_coef)
+            ub[i] = un
+            vb[i] = vb[i] + un
+        if stats:
+            means[c], m2s[c] = _mean_m2(vb)
+        else:
+            counts[c] = _count_ge(vb, t)
 
 
 @njit(**KERNEL)
@@ -60,14 +54,23 @@ def _momentum_sample_kernel(c0, c1, u, v, x, m, coef, use_coef, start, stride, o
         lo = c * 4096
         for j in range(lo, min(lo + 4096, ns)):
             i = start + j * stride
-            xi = x[i] * coef if use_coef else x[i]
-            un = u[i] * m
-            un = un + xi
-            out[j] = abs(v[i] + un)
+            out[j] = abs(v[i] + _u_new(u[i], x[i], m, coef, use_coef))
 
 
 def _f32(value: float | None) -> tuple[np.float32, bool]:
     return (np.float32(1.0), False) if value is None else (np.float32(value), True)
+
+
+def _momentum(u: np.ndarray, v: np.ndarray, x: np.ndarray, m: float, coef: float | None, t: np.float32,
+              stats: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The momentum update in place with per-chunk (counts of |v| >= t) or (means, M2s) of the new v."""
+    nch = n_chunks(u.size)
+    counts = np.zeros(0 if stats else nch, np.int64)
+    means = np.zeros(nch if stats else 0, np.float64)
+    m2s = np.zeros(nch if stats else 0, np.float64)
+    c32, use = _f32(coef)
+    run_chunks(_momentum_kernel, nch, u.size, u, v, x, np.float32(m), c32, use, np.float32(t), stats, PART, counts, means, m2s)
+    return counts, means, m2s
 
 
 def momentum_sample(u: np.ndarray, v: np.ndarray, x: np.ndarray, m: float, coef: float | None, start: int, stride: int,
@@ -82,11 +85,7 @@ def momentum_sample(u: np.ndarray, v: np.ndarray, x: np.ndarray, m: float, coef:
 
 def momentum_update_count(u: np.ndarray, v: np.ndarray, x: np.ndarray, m: float, coef: float | None, t: np.float32) -> np.ndarray:
     """``u = m·u + coef·x``; ``v += u`` in place (one pass), returning per-chunk counts of ``|v| >= t``."""
-    nch = n_chunks(u.size)
-    counts = np.zeros(nch, np.int64)
-    c32, use = _f32(coef)
-    run_chunks(_momentum_count_kernel, nch, u.size, u, v, x, np.float32(m), c32, use, t, PART, counts)
-    return counts
+    return _momentum(u, v, x, m, coef, t, False)[0]
 
 
 def momentum_update_std(u: np.ndarray, v: np.ndarray, x: np.ndarray, m: float, coef: float | None) -> float:
@@ -96,11 +95,7 @@ def momentum_update_std(u: np.ndarray, v: np.ndarray, x: np.ndarray, m: float, c
     ``torch.std(v, correction=0)`` after rounding to float32 (torch: float32 mean, then Σ(v − mean)²
     in float64 — both are within a few float64 ulps of the true value).
     """
-    nch = n_chunks(u.size)
-    means = np.zeros(nch, np.float64)
-    m2s = np.zeros(nch, np.float64)
-    c32, use = _f32(coef)
-    run_chunks(_momentum_stats_kernel, nch, u.size, u, v, x, np.float32(m), c32, use, PART, means, m2s)
+    _, means, m2s = _momentum(u, v, x, m, coef, np.float32(0.0), True)
     return _combine_std(_chunk_sizes(u.size), means, m2s)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from gcbench.kernels.bits import _pack_le, _pack_wide, _unpack_le, _unpack_wide
 from gcbench.kernels.rng import _TWO_M24, _fill_rand24, key_of
-from gcbench.kernels.runtime import PART, SUB, n_chunks, njit, prange, set_threads
+from gcbench.kernels.runtime import KERNEL, PART, SUB, n_chunks, njit, run_threads, share
 from gcbench.kernels.stats import _absmax_bits, _sumsq
 
 # ----------------------------------------------------------------------------- TernGrad
@@ -31,10 +31,10 @@ def _tern_codes(x, r, cb, s32, code):  # pragma: no cover - compiled
         code[j] = sign if keep else np.uint8(0)
 
 
-@njit(parallel=True, cache=True)
-def _terngrad_kernel(x, cb, s32, key, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _terngrad_kernel(tid, nth, x, cb, s32, key, out):  # pragma: no cover - compiled
     n = x.size
-    for p in prange((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         r = np.empty(SUB, np.uint32)
         code = np.empty(SUB, np.uint8)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -48,8 +48,7 @@ def _terngrad_kernel(x, cb, s32, key, out):  # pragma: no cover - compiled
 def terngrad_codes(x: np.ndarray, cb: float, s32: float, seed: int, out: np.ndarray) -> None:
     """TernGrad's 2-bit codes of float32 ``x`` (clip bound ``cb``, scaler ``s32`` > 0) into ``out``."""
     if x.size:
-        set_threads(x.size)
-        _terngrad_kernel(x, np.float32(cb), np.float32(s32), key_of(seed), out)
+        run_threads(_terngrad_kernel, x.size, x, np.float32(cb), np.float32(s32), key_of(seed), out)
 
 
 @njit(cache=True)
@@ -71,10 +70,10 @@ def _tern_values(codes, m, s32, out):  # pragma: no cover - compiled
         out[i] = np.float32((c & 1) - (c >> 1)) * s32
 
 
-@njit(parallel=True, cache=True)
-def _terngrad_decode_kernel(codes, s32, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _terngrad_decode_kernel(tid, nth, codes, s32, out):  # pragma: no cover - compiled
     n = out.size
-    for p in prange((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         lo = p * PART
         hi = min(n, lo + PART)
         _tern_values(codes[lo // 4 : (hi + 3) // 4], hi - lo, s32, out[lo:hi])
@@ -83,8 +82,7 @@ def _terngrad_decode_kernel(codes, s32, out):  # pragma: no cover - compiled
 def terngrad_decode(codes: np.ndarray, s32: float, out: np.ndarray) -> None:
     """out = s·t for the packed 2-bit codes."""
     if out.size:
-        set_threads(out.size)
-        _terngrad_decode_kernel(codes, np.float32(s32), out)
+        run_threads(_terngrad_decode_kernel, out.size, codes, np.float32(s32), out)
 
 
 # ----------------------------------------------------------------------------- QSGD
@@ -125,13 +123,13 @@ def _bucket_norm(x, xb, inf_norm):  # pragma: no cover - compiled
     return np.float32(math.sqrt(_sumsq(x)))
 
 
-@njit(parallel=True, cache=True)
-def _qsgd_kernel(x, bucket, part, norms, own_norms, inf_norm, sf, key, width, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _qsgd_kernel(tid, nth, x, bucket, part, norms, own_norms, inf_norm, sf, key, width, out):  # pragma: no cover - compiled
     """QSGD fixed-width fields, packed.  With ``own_norms`` each part (whole buckets) first
     computes its buckets' norms while they are in cache; otherwise ``norms`` is given."""
     n = x.size
     xb = x.view(np.uint32)
-    for p in prange((n + part - 1) // part):
+    for p in range(*share((n + part - 1) // part, tid, nth)):
         lo0 = p * part
         hi0 = min(n, lo0 + part)
         if own_norms:
@@ -153,12 +151,12 @@ def _qsgd_kernel(x, bucket, part, norms, own_norms, inf_norm, sf, key, width, ou
                 _pack_wide(field, m, width, dst)
 
 
-@njit(parallel=True, cache=True)
-def _bucket_norm_kernel(x, bucket, inf_norm, partial, per):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _bucket_norm_kernel(tid, nth, x, bucket, inf_norm, partial, per):  # pragma: no cover - compiled
     """Buckets larger than a part: partial[q] = max-bits or Σx² of piece q (``per`` per bucket)."""
     n = x.size
     xb = x.view(np.uint32)
-    for q in prange(partial.size):
+    for q in range(*share(partial.size, tid, nth)):
         b = q // per
         lo = b * bucket + (q - b * per) * PART
         hi = min(min(n, (b + 1) * bucket), lo + PART)
@@ -188,8 +186,7 @@ def qsgd_norms(x: np.ndarray, bucket: int, inf_norm: bool) -> np.ndarray:
     nb = -(-n // bucket)
     per = -(-bucket // PART)
     partial = np.empty(nb * per, np.float64)
-    set_threads(n)
-    _bucket_norm_kernel(x, np.int64(bucket), bool(inf_norm), partial, np.int64(per))
+    run_threads(_bucket_norm_kernel, n, x, np.int64(bucket), bool(inf_norm), partial, np.int64(per))
     pieces = partial.reshape(nb, per)
     if inf_norm:
         return pieces.max(axis=1).astype(np.uint32).view(np.float32)
@@ -203,14 +200,14 @@ def qsgd_encode(x: np.ndarray, bucket: int, inf_norm: bool, s: int, seed: int, w
     part, own = qsgd_plan(x.size, bucket)
     if not own:
         norms[:] = qsgd_norms(x, bucket, inf_norm)
-    set_threads(x.size)
-    _qsgd_kernel(x, np.int64(bucket), np.int64(part), norms, own, bool(inf_norm), np.float32(s), key_of(seed), np.int64(width), out)
+    run_threads(_qsgd_kernel, x.size, x, np.int64(bucket), np.int64(part), norms, own, bool(inf_norm), np.float32(s), key_of(seed),
+                np.int64(width), out)
 
 
-@njit(parallel=True, cache=True)
-def _qsgd_levels_kernel(x, bucket, norms, sf, key, field):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _qsgd_levels_kernel(tid, nth, x, bucket, norms, sf, key, field):  # pragma: no cover - compiled
     n = x.size
-    for p in prange((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         r = np.empty(SUB, np.uint32)
         for lo in range(p * PART, min(n, (p + 1) * PART), SUB):
             m = min(SUB, n - lo)
@@ -222,8 +219,7 @@ def qsgd_fields(x: np.ndarray, bucket: int, norms: np.ndarray, s: int, seed: int
     """Unpacked fields (level << 1) | sign, uint32 — the same draws as :func:`qsgd_encode`."""
     field = np.empty(x.size, np.uint32)
     if x.size:
-        set_threads(x.size)
-        _qsgd_levels_kernel(x, np.int64(bucket), norms, np.float32(s), key_of(seed), field)
+        run_threads(_qsgd_levels_kernel, x.size, x, np.int64(bucket), norms, np.float32(s), key_of(seed), field)
     return field
 
 
@@ -247,10 +243,10 @@ def _qsgd_values(field, start, bucket, norms, sf, out):  # pragma: no cover - co
         j = end
 
 
-@njit(parallel=True, cache=True)
-def _qsgd_decode_kernel(data, width, bucket, norms, sf, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _qsgd_decode_kernel(tid, nth, data, width, bucket, norms, sf, out):  # pragma: no cover - compiled
     n = out.size
-    for p in prange((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         field = np.empty(SUB, np.uint32)
         wide = np.empty(SUB, np.uint64)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -269,13 +265,12 @@ def _qsgd_decode_kernel(data, width, bucket, norms, sf, out):  # pragma: no cove
 def qsgd_decode(data: np.ndarray, width: int, bucket: int, norms: np.ndarray, s: int, out: np.ndarray) -> None:
     """out[i] = ±n_b·level_i/s from the packed fixed-width fields."""
     if out.size:
-        set_threads(out.size)
-        _qsgd_decode_kernel(data, np.int64(width), np.int64(bucket), norms, np.float32(s), out)
+        run_threads(_qsgd_decode_kernel, out.size, data, np.int64(width), np.int64(bucket), norms, np.float32(s), out)
 
 
-@njit(parallel=True, cache=True)
-def _qsgd_scatter_kernel(pos, field, bucket, norms, sf, out):  # pragma: no cover - compiled
-    for j in prange(pos.size):
+@njit(**KERNEL)
+def _qsgd_scatter_kernel(tid, nth, pos, field, bucket, norms, sf, out):  # pragma: no cover - compiled
+    for j in range(*share(pos.size, tid, nth)):
         i = pos[j]
         f = field[j]
         v = (norms[i // bucket] * np.float32(f >> np.uint32(1))) / sf
@@ -285,8 +280,7 @@ def _qsgd_scatter_kernel(pos, field, bucket, norms, sf, out):  # pragma: no cove
 def qsgd_scatter(pos: np.ndarray, field: np.ndarray, bucket: int, norms: np.ndarray, s: int, out: np.ndarray) -> None:
     """Write ±n_b·level/s at ``pos`` of zero-filled ``out`` (QSGD's Elias coding)."""
     if pos.size:
-        set_threads(pos.size)
-        _qsgd_scatter_kernel(pos, field.astype(np.uint32), np.int64(bucket), norms, np.float32(s), out)
+        run_threads(_qsgd_scatter_kernel, pos.size, pos, field.astype(np.uint32), np.int64(bucket), norms, np.float32(s), out)
 
 
 # ----------------------------------------------------------------------------- natural compression
@@ -308,10 +302,10 @@ def _natural_codes(xb, r, code, sign):  # pragma: no cover - compiled
         sign[j] = np.uint8((b >> np.uint32(31)) != 0 and c > 0)
 
 
-@njit(parallel=True, cache=True)
-def _natural_kernel(xb, key, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _natural_kernel(tid, nth, xb, key, out):  # pragma: no cover - compiled
     n = xb.size
-    for p in prange((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         r = np.empty(SUB, np.uint32)
         sign = np.empty(SUB, np.uint8)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -325,8 +319,7 @@ def _natural_kernel(xb, key, out):  # pragma: no cover - compiled
 def natural_encode(x: np.ndarray, seed: int, out: np.ndarray) -> None:
     """Natural compression body of float32 ``x``: n code bytes, then ceil(n/8) sign bytes."""
     if x.size:
-        set_threads(x.size)
-        _natural_kernel(x.view(np.uint32), key_of(seed), out)
+        run_threads(_natural_kernel, x.size, x.view(np.uint32), key_of(seed), out)
 
 
 @njit(cache=True)
@@ -351,9 +344,9 @@ def _natural_values(code, signs, out):  # pragma: no cover - compiled
         out[i] = (ci << np.uint32(23)) | (sg << np.uint32(31))
 
 
-@njit(parallel=True, cache=True)
-def _natural_decode_kernel(body, n, out):  # pragma: no cover - compiled
-    for p in prange((n + PART - 1) // PART):
+@njit(**KERNEL)
+def _natural_decode_kernel(tid, nth, body, n, out):  # pragma: no cover - compiled
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         lo = p * PART
         hi = min(n, lo + PART)
         _natural_values(body[lo:hi], body[n + lo // 8 : n + (hi + 7) // 8], out[lo:hi])
@@ -362,8 +355,7 @@ def _natural_decode_kernel(body, n, out):  # pragma: no cover - compiled
 def natural_decode(body: np.ndarray, out: np.ndarray) -> None:
     """float32 values ±2^(code−127) (0 for code 0) into ``out``."""
     if out.size:
-        set_threads(out.size)
-        _natural_decode_kernel(body, out.size, out.view(np.uint32))
+        run_threads(_natural_decode_kernel, out.size, body, out.size, out.view(np.uint32))
 
 
 # ----------------------------------------------------------------------------- natural dithering
@@ -398,11 +390,11 @@ def _dither_fields(x, ab, r, s, small, inv_small, field):  # pragma: no cover - 
         field[j] = (lv << np.uint32(1)) | ng
 
 
-@njit(parallel=True, cache=True)
-def _dither_kernel(x, n32, s, small, inv_small, key, width, out):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _dither_kernel(tid, nth, x, n32, s, small, inv_small, key, width, out):  # pragma: no cover - compiled
     """Natural dithering fields of ``width`` ≤ 8 bits, packed into ``out``."""
     n = x.size
-    for p in prange((n + PART - 1) // PART):
+    for p in range(*share((n + PART - 1) // PART, tid, nth)):
         r = np.empty(SUB, np.uint32)
         ab = np.empty(SUB, np.float32)
         field = np.empty(SUB, np.uint32)
@@ -436,8 +428,7 @@ def dither_pack(x: np.ndarray, n32: float, s: int, seed: int, width: int, out: n
     """Natural dithering of float32 ``x`` with norm ``n32``; fields of ``width`` ≤ 8 bits packed
     into ``out``.  Element j draws number j of stream ``seed``."""
     if x.size:
-        set_threads(x.size)
-        _dither_kernel(x, np.float32(n32), *_dither_args(s), key_of(seed), np.int64(width), out)
+        run_threads(_dither_kernel, x.size, x, np.float32(n32), *_dither_args(s), key_of(seed), np.int64(width), out)
 
 
 def dither_fields(x: np.ndarray, n32: float, s: int, seed: int) -> np.ndarray:
@@ -470,10 +461,10 @@ def _dither_values(field, s, n32, out, pw):  # pragma: no cover - compiled
     return top
 
 
-@njit(parallel=True, cache=True)
-def _dither_decode_kernel(data, width, s, n32, out, top):  # pragma: no cover - compiled
+@njit(**KERNEL)
+def _dither_decode_kernel(tid, nth, data, width, s, n32, out, top):  # pragma: no cover - compiled
     n = out.size
-    for p in prange(top.size):
+    for p in range(*share(top.size, tid, nth)):
         field = np.empty(SUB, np.uint32)
         pw = np.empty(SUB, np.uint32)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -489,9 +480,8 @@ def dither_decode(data: np.ndarray, width: int, s: int, n32: float, out: np.ndar
     """Decode packed natural dithering fields into float32 ``out``; returns the largest level read."""
     if out.size == 0:
         return 0
-    set_threads(out.size)
     top = np.zeros(n_chunks(out.size), np.uint32)
-    _dither_decode_kernel(data, np.int64(width), np.int64(s), np.float32(n32), out, top)
+    run_threads(_dither_decode_kernel, out.size, data, np.int64(width), np.int64(s), np.float32(n32), out, top)
     return int(top.max())
 
 

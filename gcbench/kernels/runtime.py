@@ -1,13 +1,15 @@
-"""The kernels' runtime: the kernel switch, the numba import, the one thread policy and the views.
+"""The kernels' runtime: the kernel switch, the numba import, the one thread model and the views.
 
 Everything that decides *how* a kernel runs is here, once: whether numba kernels run at all
 (:data:`NUMBA`, from the switch ``GCBENCH_KERNELS`` and whether numba imports), how many threads a
 call may use (:func:`workers`, with the one serial cut-off :data:`SERIAL_MAX`), and the fixed work
-unit :data:`PART`.  Two ways of running a kernel on those threads exist, both governed by
-:func:`workers`: numba ``prange`` kernels (:func:`set_threads` sizes numba's pool) and serial
-``nogil`` kernels over item ranges on a small Python thread pool (:func:`run_chunks`).  Work is
-cut into fixed parts in both, never by thread count, so results (float sums included) do not
-depend on the number of threads.
+unit :data:`PART`.  Every kernel is a serial ``numba.njit(nogil=True)`` function over a range of
+fixed parts; :func:`run_chunks` (a kernel over item ranges) and :func:`run_threads` (a kernel
+that takes its :func:`share` of the parts) run it on the calling thread and a small Python
+thread pool, the GIL released inside.  numba's own ``parallel=True`` was 5–10× slower here: its
+OpenMP pool and torch's (a second libgomp) spin against each other on two cores, and each parallel
+kernel took 2.5–3 s to compile cold against 0.2–0.5 s for a serial one.  Work is cut into fixed
+parts, never by thread count, so results (float sums included) do not depend on the number of threads.
 """
 
 from __future__ import annotations
@@ -35,13 +37,11 @@ def kernel_mode() -> str:
 try:
     if kernel_mode() == "torch":
         raise ImportError("GCBENCH_KERNELS=torch: the torch path everywhere")
-    import numba
-    from numba import njit, prange
+    from numba import njit
 
     NUMBA = True
 except Exception:  # numba missing or broken, or the torch path asked for: compressors use their torch paths
     NUMBA = False
-    prange = range
 
     def njit(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]
         """Stand-in decorator: the kernels stay importable (and unused) without numba."""
@@ -92,14 +92,6 @@ def workers(numel: int | None, n_items: int | None = None) -> int:
     return n if n_items is None else max(1, min(n, n_items))
 
 
-def set_threads(size: int | None = None) -> None:
-    """Size numba's pool for a ``prange`` kernel over ``size`` elements by :func:`workers`."""
-    if NUMBA:
-        n = min(workers(size), numba.config.NUMBA_NUM_THREADS)
-        if numba.get_num_threads() != n:
-            numba.set_num_threads(n)
-
-
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
@@ -131,6 +123,26 @@ def run_chunks(kernel: Callable[..., Any], n_items: int, numel: int, *args: Any)
     kernel(bounds[0], bounds[1], *args)
     for f in futures:
         f.result()
+
+
+def run_threads(kernel: Callable[..., Any], numel: int, *args: Any) -> None:
+    """Run the ``nogil`` kernel ``kernel(tid, nth, *args)`` once per thread, ``tid`` in ``[0, nth)``, with
+    ``nth`` from :func:`workers`; each call takes its :func:`share` of the kernel's fixed parts."""
+    nth = workers(numel)
+    if nth <= 1:
+        kernel(0, 1, *args)
+        return
+    pool = _get_pool(nth - 1)
+    futures = [pool.submit(kernel, tid, nth, *args) for tid in range(1, nth)]
+    kernel(0, nth, *args)
+    for f in futures:
+        f.result()
+
+
+@njit(inline="always")
+def share(n, tid, nth):  # pragma: no cover - compiled
+    """The parts ``[lo, hi)`` of ``n`` that thread ``tid`` of ``nth`` takes (contiguous, every part once)."""
+    return n * tid // nth, n * (tid + 1) // nth
 
 
 def n_chunks(n: int, chunk: int = PART) -> int:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcbench.kernels.bits import BitWriterSides, _copy, _drain, _place
+from gcbench.kernels.bits import BitWriterSides, _copy, _pack_place
 from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_chunks
 
 _F32_INF = np.float32(np.inf)
+_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def f32_threshold(thr: float, strict: bool) -> np.float32 | None:
@@ -155,7 +156,6 @@ def _write_kernel(c0, c1, a, t, nan_pass, chunk, counts, offsets, limit, vals, i
     loc = np.empty(chunk, np.int64)
     lval = np.empty(chunk, np.float32)
     l32 = np.empty((chunk * width + 7) // 32 + 2, np.uint32)
-    l8 = l32.view(np.uint8)
     for c in range(c0, c1):
         pos = offsets[c]
         if pos >= limit or counts[c] == 0:
@@ -191,21 +191,7 @@ def _write_kernel(c0, c1, a, t, nan_pass, chunk, counts, offsets, limit, vals, i
                 v = lval[q]
                 b[loc[q]] = v - v  # the residual a − decoded: 0, or NaN for ±inf/NaN as torch gives
         if do_pack:
-            bit = pos * width
-            sbit = bit & 7
-            nacc = sbit
-            acc = np.uint64(0)
-            wq = 0
-            for q in range(take):
-                acc |= np.uint64(lo + loc[q]) << np.uint64(nacc)
-                nacc += width
-                if nacc >= 32:
-                    l32[wq] = np.uint32(acc & np.uint64(0xFFFFFFFF))
-                    wq += 1
-                    acc >>= np.uint64(32)
-                    nacc -= 32
-            _drain(l8, 4 * wq, acc, nacc)
-            _place(l8, sbit, 32 * wq + nacc, bit >> 3, c, packed, heads, tails, tail_pos, firsts, shared)
+            _pack_place(loc[:take], lo, _ALL_BITS, width, pos * width, c, l32, packed, heads, tails, tail_pos, firsts, shared)
 
 
 _E_F32 = np.zeros(0, np.float32)
