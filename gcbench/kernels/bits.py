@@ -222,6 +222,23 @@ def unpack_fields(data: np.ndarray, width: int, count: int) -> np.ndarray:
 
 
 
+@njit(inline="always")
+def _append_msb(out, q, acc, nb, val, w):  # pragma: no cover - compiled
+    """Append the ``w`` (≤ 64) low bits of ``val`` MSB first to the stream ``out`` at byte ``q`` with ``nb`` bits
+    pending in ``acc`` (in pieces of at most 32 bits); returns the new (q, acc, nb)."""
+    while w > 0:
+        take = 32 if w > 32 else w
+        piece = (val >> np.uint64(w - take)) & ((np.uint64(1) << np.uint64(take)) - np.uint64(1))
+        acc = (acc << np.uint64(take)) | piece
+        nb += take
+        w -= take
+        while nb >= 8:
+            out[q] = np.uint8((acc >> np.uint64(nb - 8)) & np.uint64(0xFF))
+            q += 1
+            nb -= 8
+    return q, acc, nb
+
+
 @njit(cache=True)
 def _write_fields_kernel(values, widths, out):  # pragma: no cover - compiled
     """Fields MSB-first into ``out``; widths up to 64, appended in pieces of at most 32 bits."""
@@ -229,18 +246,7 @@ def _write_fields_kernel(values, widths, out):  # pragma: no cover - compiled
     nb = 0
     q = 0
     for i in range(values.size):
-        w = widths[i]
-        v = np.uint64(values[i])
-        while w > 0:
-            take = 32 if w > 32 else w
-            piece = (v >> np.uint64(w - take)) & ((np.uint64(1) << np.uint64(take)) - np.uint64(1))
-            acc = (acc << np.uint64(take)) | piece
-            nb += take
-            w -= take
-            while nb >= 8:
-                out[q] = np.uint8((acc >> np.uint64(nb - 8)) & np.uint64(0xFF))
-                q += 1
-                nb -= 8
+        q, acc, nb = _append_msb(out, q, acc, nb, np.uint64(values[i]), widths[i])
     if nb > 0:
         out[q] = np.uint8((acc << np.uint64(8 - nb)) & np.uint64(0xFF))
 
@@ -315,18 +321,7 @@ def _write_records_kernel(records, pattern, out):  # pragma: no cover - compiled
                     ng += 1
                     n = np.uint64(b - 1)
             for g in range(ng - 1, -1, -1):  # outermost group first, the terminator last
-                w = gw[g]
-                val = gv[g]
-                while w > 0:
-                    take = 32 if w > 32 else w
-                    piece = (val >> np.uint64(w - take)) & ((np.uint64(1) << np.uint64(take)) - np.uint64(1))
-                    acc = (acc << np.uint64(take)) | piece
-                    nb += take
-                    w -= take
-                    while nb >= 8:
-                        out[q] = np.uint8((acc >> np.uint64(nb - 8)) & np.uint64(0xFF))
-                        q += 1
-                        nb -= 8
+                q, acc, nb = _append_msb(out, q, acc, nb, gv[g], gw[g])
     if nb > 0:
         out[q] = np.uint8((acc << np.uint64(8 - nb)) & np.uint64(0xFF))
 
