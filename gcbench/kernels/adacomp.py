@@ -8,7 +8,7 @@ import torch
 
 from gcbench.kernels.bits import _copy
 from gcbench.kernels.buffers import prefault, zeros_f32
-from gcbench.kernels.runtime import KERNEL, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, bounds, njit, run_chunks
 from gcbench.kernels.select import _E_F32
 
 # ----------------------------------------------------------------------------- AdaComp
@@ -50,8 +50,7 @@ def _adacomp_pass1(b0, b1, e, x, L, gmax, counts):  # pragma: no cover - numba
     """Bins b0..b1: e = G = e + x in place, gmax_b = max |G| (NaN if any), counts_b = #{|G + x| >= gmax_b, G != 0}."""
     d = e.size
     for b in range(b0, b1):
-        lo = b * L
-        hi = min(lo + L, d)
+        lo, hi = bounds(b, L, d)
         mx, cnt = _adacomp_bin1(e[lo:hi], x[lo:hi])
         gmax[b] = mx
         counts[b] = cnt
@@ -91,8 +90,7 @@ def _adacomp_pass2(b0, b1, e, x, L, gmax, counts, offsets, scale, sign_mode, fie
     for b in range(b0, b1):
         if counts[b] == 0:
             continue
-        lo = b * L
-        hi = min(lo + L, d)
+        lo, hi = bounds(b, L, d)
         m = _adacomp_bin2(e[lo:hi], x[lo:hi], gmax[b], scale, sign_mode, lf, lv, dec[lo:hi] if do_dec else empty)
         pos = offsets[b]
         _copy(fields[pos : pos + m], lf[:m])

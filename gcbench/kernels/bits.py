@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.buffers import prefault
-from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_chunks, run_threads, share
+from gcbench.kernels.runtime import KERNEL, PART, bounds, my_parts, n_chunks, njit, run_chunks, run_threads
 
 _MASK64 = (1 << 64) - 1
 _U64 = np.uint64
@@ -190,14 +190,14 @@ def _unpack_part(data, lo, hi, width, out):  # pragma: no cover - compiled
 @njit(**KERNEL)
 def _pack_kernel(tid, nth, values, width, out):  # pragma: no cover - compiled
     n = values.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
+    for p in range(*my_parts(n, tid, nth)):
         _pack_part(values, p * PART, min(n, (p + 1) * PART), width, out)
 
 
 @njit(**KERNEL)
 def _unpack_kernel(tid, nth, data, width, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
+    for p in range(*my_parts(n, tid, nth)):
         _unpack_part(data, p * PART, min(n, (p + 1) * PART), width, out)
 
 
@@ -501,8 +501,7 @@ def _read_fixed_kernel(c0, c1, words, tailword, width, bit0, out):  # pragma: no
     nw = words.size
     mask = np.uint64((1 << width) - 1)
     for c in range(c0, c1):
-        lo = c * 4096
-        hi = min(lo + 4096, n)
+        lo, hi = bounds(c, 4096, n)
         bit = bit0 + lo * width
         wpos = bit >> 5
         w0 = words[wpos] if wpos < nw else tailword

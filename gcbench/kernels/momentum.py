@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, bounds, n_chunks, njit, run_chunks
 from gcbench.kernels.select import _count_ge
 from gcbench.kernels.stats import _chunk_sizes, _combine_std, _mean_m2
 
@@ -31,8 +31,7 @@ def _momentum_kernel(c0, c1, u, v, x, m, coef, use_coef, t, stats, chunk, counts
     counts[c] = #{|v| >= t} or (``stats``) its mean and Σ(v − mean)² in float64."""
     n = u.size
     for c in range(c0, c1):
-        lo = c * chunk
-        hi = min(lo + chunk, n)
+        lo, hi = bounds(c, chunk, n)
         ub = u[lo:hi]
         vb = v[lo:hi]
         xb = x[lo:hi]

@@ -13,7 +13,7 @@ import numpy as np
 
 from gcbench.kernels.bits import _pack_le, _pack_wide, _unpack_le, _unpack_wide
 from gcbench.kernels.rng import _TWO_M24, _fill_rand24, key_of
-from gcbench.kernels.runtime import KERNEL, PART, SUB, n_chunks, njit, run_threads, share
+from gcbench.kernels.runtime import KERNEL, PART, SUB, bounds, my_parts, n_chunks, njit, run_threads, share
 from gcbench.kernels.stats import _absmax_bits, _sumsq
 
 # ----------------------------------------------------------------------------- TernGrad
@@ -34,7 +34,7 @@ def _tern_codes(x, r, cb, s32, code):  # pragma: no cover - compiled
 @njit(**KERNEL)
 def _terngrad_kernel(tid, nth, x, cb, s32, key, out):  # pragma: no cover - compiled
     n = x.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
+    for p in range(*my_parts(n, tid, nth)):
         r = np.empty(SUB, np.uint32)
         code = np.empty(SUB, np.uint8)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -73,9 +73,8 @@ def _tern_values(codes, m, s32, out):  # pragma: no cover - compiled
 @njit(**KERNEL)
 def _terngrad_decode_kernel(tid, nth, codes, s32, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+    for p in range(*my_parts(n, tid, nth)):
+        lo, hi = bounds(p, PART, n)
         _tern_values(codes[lo // 4 : (hi + 3) // 4], hi - lo, s32, out[lo:hi])
 
 
@@ -207,7 +206,7 @@ def qsgd_encode(x: np.ndarray, bucket: int, inf_norm: bool, s: int, seed: int, w
 @njit(**KERNEL)
 def _qsgd_levels_kernel(tid, nth, x, bucket, norms, sf, key, field):  # pragma: no cover - compiled
     n = x.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
+    for p in range(*my_parts(n, tid, nth)):
         r = np.empty(SUB, np.uint32)
         for lo in range(p * PART, min(n, (p + 1) * PART), SUB):
             m = min(SUB, n - lo)
@@ -246,7 +245,7 @@ def _qsgd_values(field, start, bucket, norms, sf, out):  # pragma: no cover - co
 @njit(**KERNEL)
 def _qsgd_decode_kernel(tid, nth, data, width, bucket, norms, sf, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
+    for p in range(*my_parts(n, tid, nth)):
         field = np.empty(SUB, np.uint32)
         wide = np.empty(SUB, np.uint64)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -305,7 +304,7 @@ def _natural_codes(xb, r, code, sign):  # pragma: no cover - compiled
 @njit(**KERNEL)
 def _natural_kernel(tid, nth, xb, key, out):  # pragma: no cover - compiled
     n = xb.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
+    for p in range(*my_parts(n, tid, nth)):
         r = np.empty(SUB, np.uint32)
         sign = np.empty(SUB, np.uint8)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -346,9 +345,8 @@ def _natural_values(code, signs, out):  # pragma: no cover - compiled
 
 @njit(**KERNEL)
 def _natural_decode_kernel(tid, nth, body, n, out):  # pragma: no cover - compiled
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+    for p in range(*my_parts(n, tid, nth)):
+        lo, hi = bounds(p, PART, n)
         _natural_values(body[lo:hi], body[n + lo // 8 : n + (hi + 7) // 8], out[lo:hi])
 
 
@@ -394,7 +392,7 @@ def _dither_fields(x, ab, r, s, small, inv_small, field):  # pragma: no cover - 
 def _dither_kernel(tid, nth, x, n32, s, small, inv_small, key, width, out):  # pragma: no cover - compiled
     """Natural dithering fields of ``width`` ≤ 8 bits, packed into ``out``."""
     n = x.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
+    for p in range(*my_parts(n, tid, nth)):
         r = np.empty(SUB, np.uint32)
         ab = np.empty(SUB, np.float32)
         field = np.empty(SUB, np.uint32)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from gcbench.kernels.bits import _DEBRUIJN, _DEBRUIJN_TABLE, _MASK64
-from gcbench.kernels.runtime import KERNEL, NUMBA, PART, njit, run_threads, share
+from gcbench.kernels.runtime import KERNEL, NUMBA, PART, bounds, my_parts, njit, run_threads, share
 
 U64 = np.uint64
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment (odd, ≈ 2^64/φ)
@@ -53,9 +53,8 @@ def _fill_rand24(key, start, buf, m):  # pragma: no cover - compiled
 @njit(**KERNEL)
 def _rand24_kernel(tid, nth, key, start, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+    for p in range(*my_parts(n, tid, nth)):
+        lo, hi = bounds(p, PART, n)
         _fill_rand24(key, start + lo, out[lo:hi], hi - lo)
 
 

@@ -145,6 +145,19 @@ def share(n, tid, nth):  # pragma: no cover - compiled
     return n * tid // nth, n * (tid + 1) // nth
 
 
+@njit(inline="always")
+def my_parts(n, tid, nth):  # pragma: no cover - compiled
+    """The :data:`PART`-element parts of ``n`` elements that thread ``tid`` of ``nth`` takes (:func:`share`)."""
+    return share((n + PART - 1) // PART, tid, nth)
+
+
+@njit(inline="always")
+def bounds(i, size, n):  # pragma: no cover - compiled
+    """Elements ``[lo, hi)`` of work item ``i`` of ``size`` elements out of ``n``."""
+    lo = i * size
+    return lo, min(n, lo + size)
+
+
 def n_chunks(n: int, chunk: int = PART) -> int:
     """Work items of ``chunk`` elements covering ``n`` (at least one)."""
     return max(1, -(-n // chunk))

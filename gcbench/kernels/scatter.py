@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.bits import _U64, _stream_field, as_words
-from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, bounds, n_chunks, njit, run_chunks
 from gcbench.kernels.select import _E_F32
 
 
@@ -101,8 +101,7 @@ def _unpack_scatter_kernel(p0, p1, words, tailwords, n_main, width, vals, out, p
     d = out.size
     nparts = skipped.size
     for p in range(p0, p1):
-        lo = p * part
-        hi = min(lo + part, d)
+        lo, hi = bounds(p, part, d)
         if clear:
             _fill_zero(out[lo:hi])
         j0 = 0 if p == 0 else _first_at_least(words, tailwords, n_main, width, k, lo)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.bits import BitWriterSides, _copy, _pack_place
-from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, bounds, n_chunks, njit, run_chunks
 
 _F32_INF = np.float32(np.inf)
 _ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -64,8 +64,7 @@ def _add_count_kernel(c0, c1, e, x, t, chunk, counts):  # pragma: no cover - num
     """e += x over chunks c0..c1 (float32, as torch's ``add_``), then counts[c] = #{|e| >= t} of the chunk."""
     n = e.size
     for c in range(c0, c1):
-        lo = c * chunk
-        hi = min(lo + chunk, n)
+        lo, hi = bounds(c, chunk, n)
         eb = e[lo:hi]
         xb = x[lo:hi]
         for i in range(eb.size):

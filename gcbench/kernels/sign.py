@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_threads, share
+from gcbench.kernels.runtime import KERNEL, PART, bounds, my_parts, n_chunks, njit, run_threads, share
 
 # ----------------------------------------------------------------------------- sign / 1-bit
 
@@ -68,8 +68,7 @@ def _bits_to_values(bits, pos, neg, out):  # pragma: no cover - compiled
 def _sign_pack_kernel(tid, nth, x, out, nz):  # pragma: no cover - compiled
     n = x.size
     for p in range(*share(nz.size, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+        lo, hi = bounds(p, PART, n)
         _sign_bits(x[lo:hi], out[lo // 8 : (hi + 7) // 8])
         nz[p] = _any_nonzero(x[lo:hi])
 
@@ -89,9 +88,8 @@ def sign_pack(x: np.ndarray, out: np.ndarray) -> bool:
 @njit(**KERNEL)
 def _sign_unpack_kernel(tid, nth, bits, pos, neg, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+    for p in range(*my_parts(n, tid, nth)):
+        lo, hi = bounds(p, PART, n)
         _bits_to_values(bits[lo // 8 : (hi + 7) // 8], pos, neg, out[lo:hi])
 
 
@@ -131,17 +129,15 @@ def _sub_sign_scale(e, scale):  # pragma: no cover - compiled
 def _ef_add_abs_kernel(tid, nth, x, e, has_e, parts):  # pragma: no cover - compiled
     n = x.size
     for p in range(*share(parts.size, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+        lo, hi = bounds(p, PART, n)
         parts[p] = _add_abs(x[lo:hi], e[lo:hi], has_e)
 
 
 @njit(**KERNEL)
 def _ef_sign_kernel(tid, nth, e, scale, out):  # pragma: no cover - compiled
     n = e.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+    for p in range(*my_parts(n, tid, nth)):
+        lo, hi = bounds(p, PART, n)
         _sign_bits(e[lo:hi], out[lo // 8 : (hi + 7) // 8])
         _sub_sign_scale(e[lo:hi], scale)
 
@@ -302,9 +298,8 @@ def _onebit_apply_kernel(tid, nth, e, cols, by_row, mu0, mu1, out, decode):  # p
     """Per part: the bits (a >= 0) of e and e <- a − decoded; or, with ``decode``, e <- decoded
     from the bits in ``out`` (the receiver)."""
     n = e.size
-    for p in range(*share((n + PART - 1) // PART, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+    for p in range(*my_parts(n, tid, nth)):
+        lo, hi = bounds(p, PART, n)
         msk = np.empty(hi - lo if decode else 0, np.uint8)
         if decode:
             _expand_bits(out[lo // 8 : (hi + 7) // 8], hi - lo, msk)

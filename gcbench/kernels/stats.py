@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PART, n_chunks, njit, run_chunks, run_threads, share
+from gcbench.kernels.runtime import KERNEL, PART, bounds, n_chunks, njit, run_chunks, run_threads, share
 
 # ----------------------------------------------------------------------------- reductions
 
@@ -65,8 +65,7 @@ def _stats_kernel(tid, nth, x, shift, out, mx):  # pragma: no cover - compiled
     n = x.size
     xb = x.view(np.uint32)
     for p in range(*share(mx.size, tid, nth)):
-        lo = p * PART
-        hi = min(n, lo + PART)
+        lo, hi = bounds(p, PART, n)
         s1, s2 = _moments(x[lo:hi], shift)
         out[p, 0] = s1
         out[p, 1] = s2
