@@ -408,7 +408,7 @@ def _dither_kernel(tid, nth, x, n32, s, small, inv_small, key, width, out):  # p
 
 @njit(cache=True)
 def _dither_fields_serial(x, n32, s, small, inv_small, key, out):  # pragma: no cover - compiled
-    """The same fields unpacked, on one thread (top-k's k values: no parallel region to compile)."""
+    """The same fields unpacked, on one thread (top-k's k values: too few to share out)."""
     r = np.empty(SUB, np.uint32)
     ab = np.empty(SUB, np.float32)
     for lo in range(0, x.size, SUB):

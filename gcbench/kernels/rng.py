@@ -28,7 +28,7 @@ _TWO_M24 = np.float32(2.0**-24)
 # Kernel-writing rule used throughout: parallel drivers slice the arrays per part and call
 # serial functions whose loops index those slices with ``range`` counters from 0.  Numba then
 # knows the indices are non-negative and contiguous, and LLVM vectorises the loops (the same
-# loops indexed as ``x[lo + j]`` inside a ``prange`` body ran 4–10× slower here).
+# loops indexed as ``x[lo + j]`` inside a part loop ran 4–10× slower here).
 
 
 def key_of(seed: int) -> np.uint64:
