@@ -34,6 +34,18 @@ def test_bench_case_records_same_process_ratios() -> None:
     assert rec["ratio"] > 30 and rec["numel"] == 20_000
 
 
+def test_bench_case_records_the_traffic_bound() -> None:
+    from gcbench.compressors import registry
+    from gcbench.results.record import BenchCase
+
+    rec = bench_case("signsgd", numel=20_000, repeats=2, warmup=0, threads=1, reference=False)
+    bound = registry.create("signsgd").info.traffic_bytes / 8
+    assert rec["traffic_bound"] == pytest.approx(bound) and 0 < bound
+    assert rec["x_bound"] == pytest.approx(rec["compress_x_copy"] / bound)
+    case = BenchCase.model_validate(rec)  # the typed record keeps both, and --json writes them
+    assert case.x_bound == pytest.approx(rec["x_bound"]) and case.to_json_dict()["traffic_bound"] == pytest.approx(bound)
+
+
 def test_topk_row_compares_with_torch_topk() -> None:
     rec = bench_case("topk", numel=50_000, repeats=2, warmup=0, threads=1)
     assert set(rec["vs_torch_topk"]) == {"0.001", "0.01"}

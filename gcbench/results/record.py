@@ -725,6 +725,8 @@ class BenchCase(Model):
     vs_torch_topk: dict[str, TopkSpeedup] | None = None
     x_copy: dict[str, XCopy] | None = None  # per kernel: per-round ×copy, spread and flags (files before it: none)
     load_per_core: Num | None = None  # highest 1-minute load average per core seen while timing
+    traffic_bound: Num | None = None  # the compressor's declared traffic ÷ a copy's 8 bytes: the least ×copy it can take
+    x_bound: Num | None = None  # median compress ×copy ÷ traffic_bound (1: at the memory-traffic bound; files before it: none)
 
     @property
     def ok(self) -> bool:
