@@ -294,6 +294,14 @@ def test_markdown_train_table_has_every_compressor_and_the_training_columns() ->
     assert "q = relative MSE" not in text  # the run footnote belongs to run tables only
 
 
+def test_bench_table_shows_the_records_traffic_bound_multiple() -> None:
+    run = _run("bench_small")
+    run.cases[0].x_bound = 2.5  # compress at 2.5x the memory traffic it must do
+    header, _, *rows = _md_tables(markdown_report([run]))[0]
+    first = dict(zip(_cells(header), _cells(rows[0]), strict=True))
+    assert first["×bound"] == fmt(2.5, "x") and "×bound = compress ×copy ÷ the traffic bound" in markdown_report([run])
+
+
 def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
     run = _run("bench_small")
     text = markdown_report([run])
@@ -310,6 +318,7 @@ def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
         assert c["dec ×copy"].split(" ±")[0] == spread_text(rec.decompress_x_copy, None, "×")
         assert c["GB/s"] == fmt(rec.gbps_compress)
         assert c["peak/input"] == fmt(rec.peak_extra_bytes / rec.input_bytes)
+    assert all(c["×bound"] == "—" for c in cells)  # a file from before the traffic bound: no number made up
     assert cells[0]["target"] == "≤ 2× copy, decompress ≤ 3× copy"  # every limit that "pass" checks is named
     assert "measured 0.001: 0.33×, 0.01: 0.33×" in cells[2]["target"]
     assert cells[4]["ratio"].startswith("failed: GcbenchError")

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
+from gcbench.measure import casemath
 from gcbench.measure.casemath import (
     RunningSum,
     StreamStats,
@@ -232,7 +233,13 @@ def test_timing_summary() -> None:
     assert fast["compress_x_copy"]["flags"] == [BEATS_BOUND]
 
 
-def test_pool_copy_baseline_holds_every_case_against_the_sources_median_copy() -> None:
+@pytest.fixture
+def tiny_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A last-level cache of one byte: every copy in these tests is too large for the caches (pooling applies)."""
+    monkeypatch.setattr(casemath, "last_level_cache_bytes", lambda: 1)
+
+
+def test_pool_copy_baseline_holds_every_case_against_the_sources_median_copy(tiny_cache: None) -> None:
     """Cases of one source share one copy baseline: the median of every case's copy rounds."""
     policy = TimingPolicy(min_rounds=3)
     fast_copy = timing_summary(1000, "cpu", 2, Interleaved([0.8] * 4, {"compress": [8.0, 8.1, 7.9, 8.0], "decompress": [1.0] * 4}, 1,
@@ -252,7 +259,7 @@ def test_pool_copy_baseline_holds_every_case_against_the_sources_median_copy() -
     assert usual[0]["compress_x_copy"]["median"] == pytest.approx(2.0)
 
 
-def test_pool_copy_baseline_flags_a_kernel_whose_own_median_is_not_pinned_down() -> None:
+def test_pool_copy_baseline_flags_a_kernel_whose_own_median_is_not_pinned_down(tiny_cache: None) -> None:
     """Against a pooled copy the per-round ratio no longer cancels load: the kernel's own rounds must fix its median."""
     policy = TimingPolicy(min_rounds=3)
     noisy = timing_summary(1000, "cpu", 2, Interleaved([1.0, 2.0, 1.0, 3.0, 1.0], {"compress": [1.0, 2.0, 1.0, 3.0, 1.0],
@@ -263,6 +270,20 @@ def test_pool_copy_baseline_flags_a_kernel_whose_own_median_is_not_pinned_down()
                             traffic_bytes=None, policy=policy)
     pool_copy_baseline([noisy, steady])
     assert noisy["compress_x_copy"]["flags"] == [UNSTABLE] and steady["compress_x_copy"]["flags"] == []
+
+
+def test_pool_copy_baseline_keeps_the_round_copy_where_the_caches_hold_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy the caches can hold runs at the speed the kernel beside it left them in: only its own round compares."""
+    monkeypatch.setattr(casemath, "last_level_cache_bytes", lambda: 16 << 20)
+    policy = TimingPolicy(min_rounds=3)
+    small = [timing_summary(1 << 20, "cpu", 2, Interleaved([c] * 3, {"compress": [2 * c] * 3, "decompress": [c] * 3}, 1, "stable", 0.2),
+                            traffic_bytes=None, policy=policy) for c in (0.3e-3, 0.5e-3)]  # 8 MiB read + written < 4 x 16 MiB
+    pool_copy_baseline(small)
+    assert [t["baseline"] for t in small] == ["round", "round"] and [t["compress_x_copy"]["median"] for t in small] == [2.0, 2.0]
+    big = [timing_summary(1 << 24, "cpu", 2, Interleaved([c] * 3, {"compress": [2 * c] * 3, "decompress": [c] * 3}, 1, "stable", 0.2),
+                          traffic_bytes=None, policy=policy) for c in (8e-3, 10e-3)]  # 128 MiB: no cache holds it
+    pool_copy_baseline(big)
+    assert [t["baseline"] for t in big] == ["pooled", "pooled"]
 
 
 def test_pool_copy_baseline_leaves_a_lone_case_alone() -> None:
@@ -470,7 +491,7 @@ def test_a_failing_case_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypa
     assert [c.label for c in saved.cases] == ["lgc", "signsgd", "none"]
 
 
-def test_a_run_holds_each_sources_cases_against_its_pooled_copy(tmp_path: Path) -> None:
+def test_a_run_holds_each_sources_cases_against_its_pooled_copy(tmp_path: Path, tiny_cache: None) -> None:
     """Two sources, two cases each: every timed case is re-based on its own source's copy rounds, on disk too."""
     suite = parse_suite({
         "name": "t", "seed": 0, "metrics": {"repeats": 2, "timing_repeats": 3, "timing_budget_s": 0.05},

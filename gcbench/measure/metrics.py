@@ -414,6 +414,26 @@ class TimingPolicy:
         return {k: float(v) for k, v in self.__dict__.items()}
 
 
+def last_level_cache_bytes() -> int:
+    """The size of the CPU's largest cache (Linux sysfs), or 32 MiB where it cannot be read."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            try:
+                with open(os.path.join(base, entry, "size")) as f:
+                    text = f.read().strip().upper()
+            except OSError:
+                continue
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            digits = text[:-1] if text[-1:] in "KMG" else text
+            if digits.isdigit():
+                best = max(best, int(digits) * mult)
+    except OSError:
+        pass
+    return best or 32 << 20
+
+
 def load_per_core() -> float | None:
     """The 1-minute load average divided by the CPU count; None where the platform has none."""
     try:

@@ -369,6 +369,9 @@ BENCH_COLUMNS: tuple[Column, ...] = (
            "×copy: compress time / time of a plain copy of the same tensor in the same round (lower is better): "
            "median ± half the IQR, flags",
            cell=lambda c: bench_x_copy_text(c, "compress")),
+    Column("x_bound", "×bound", "x_bound", "x", False,
+           "compress ×copy ÷ the compressor's traffic bound (its card's bytes read and written per element ÷ a copy's "
+           "8): 1× = as fast as the memory traffic it must do allows; what is left over it is compute (lower is better)"),
     Column("dec_copy", X_COPY_DEC_HEADER, "decompress_x_copy", "x", False,
            "×copy of decompress: decompress time / copy time, per round (lower is better): median ± half the IQR",
            cell=lambda c: bench_x_copy_text(c, "decompress")),
@@ -1160,6 +1163,8 @@ BENCH_FOOTNOTE = (f"{X_COPY_HEADER} / {X_COPY_DEC_HEADER} = compress / decompres
                   "same tensor into a "
                   "preallocated buffer, the two interleaved round by round in one process per case: median over rounds ± half "
                   f"the interquartile range, flagged ({UNSTABLE}), ({TOO_SHORT}) or ({BEATS_BOUND}) as in the run tables; "
+                  "×bound = compress ×copy ÷ the traffic bound (the card's bytes read and written per element ÷ a copy's 8): "
+                  "1× = at the memory traffic the compressor must do; "
                   "vs ref = speed-up over the straightforward reference "
                   "implementation; GB/s = dense input bytes / median compress time; peak/input = peak extra resident memory during "
                   "compress / input bytes; pass = within every limit of the target.")
