@@ -318,7 +318,7 @@ def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
         assert c["dec ×copy"].split(" ±")[0] == spread_text(rec.decompress_x_copy, None, "×")
         assert c["GB/s"] == fmt(rec.gbps_compress)
         assert c["peak/input"] == fmt(rec.peak_extra_bytes / rec.input_bytes)
-    assert all(c["×bound"] == "—" for c in cells)  # a file from before the traffic bound: no number made up
+    assert all(c["×bound"] == "—" for c in cells[:4])  # a file from before the traffic bound: no number made up
     assert cells[0]["target"] == "≤ 2× copy, decompress ≤ 3× copy"  # every limit that "pass" checks is named
     assert "measured 0.001: 0.33×, 0.01: 0.33×" in cells[2]["target"]
     assert cells[4]["ratio"].startswith("failed: GcbenchError")
