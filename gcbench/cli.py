@@ -532,10 +532,12 @@ def list_cmd(
                                         metavar="KIND|NAME")] = "compressors",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     params: Annotated[bool, typer.Option("--params", "-p", help="Also show each compressor's parameters.")] = False,
+    bits: Annotated[bool, typer.Option("--bits", help="With a compressor's card: count its bits per element from one real "
+                                       "encoding at its defaults (imports torch: a few seconds).")] = False,
 ) -> None:
     """List the registered compressors (default), zoo models, bundled suites or metrics; or show one compressor's card.
 
-    Examples: `gcbench list`, `gcbench list -p`, `gcbench list dgc`, `gcbench list models --json`.
+    Examples: `gcbench list`, `gcbench list -p`, `gcbench list dgc`, `gcbench list dgc --bits`, `gcbench list models --json`.
     """
     from gcbench.compressors import registry
     from gcbench.report import listing
@@ -552,12 +554,15 @@ def list_cmd(
         for line in registry.load_errors():
             warn(line)
         return
+    if bits and what in kinds:
+        raise GcbenchError("--bits goes with a compressor's name: gcbench list NAME --bits")
     if what not in kinds:
         card = registry.get(what)
+        wire = listing.wire_sample(card) if bits else None  # the one place `list` imports torch: asked for
         if as_json:
-            print(json.dumps({**card.to_dict(), "origin": registry.origin(what)}, indent=1))
+            print(json.dumps(listing.card_dict(card, registry.origin(what), wire), indent=1))
         else:
-            out.print(listing.card_table(card, registry.origin(what)))
+            out.print(listing.card_table(card, registry.origin(what), wire))
         return
     if what == "models":
         from gcbench.sources.zoo import catalogue

@@ -207,6 +207,17 @@ def test_a_compressor_name_in_any_case_shows_its_card() -> None:
     assert json.loads(r.stdout)["name"] == "dgc"
 
 
+def test_a_card_counts_its_bits_from_a_real_encoding_when_asked() -> None:
+    r = runner.invoke(app, ["list", "topk", "--bits", "--json"])
+    assert r.exit_code == 0, r.output
+    wire = json.loads(r.stdout)["wire"]
+    numel = wire["shape"][0] * wire["shape"][1]
+    assert wire["codec"] == "topk" and wire["bits_per_element"] == 8 * (wire["header_bytes"] + wire["body_bytes"]) / numel
+    assert json.loads(runner.invoke(app, ["list", "topk", "--json"]).stdout)["wire"] is None  # not measured unless asked
+    bad = runner.invoke(app, ["list", "models", "--bits"])
+    assert bad.exit_code != 0 and "--bits goes with a compressor's name" in bad.output
+
+
 def test_check_json_has_stable_keys_and_takes_dash_c() -> None:
     r = runner.invoke(app, ["check", "NONE", "-c", "fp16", "--json"])
     assert r.exit_code == 0, r.output
