@@ -521,11 +521,16 @@ def timing_summary(numel: int, device: str, threads: int, timed: Interleaved, tr
         t = timed.timing(kernel)
         x = timed.x_copy(kernel)
         flags = timing_flags(x, t.median, timed.load_per_core, policy, bound if kernel == "compress" else None)
-        block = x_copy_summary(x, flags)
         rec[kernel] = {**t.to_dict(), **throughput(numel, t)}
-        rec[f"{kernel}_x_copy"] = block
-        rec[f"copy_fraction_{kernel}"] = 1.0 / block["median"] if block["median"] else None
+        _set_x_copy(rec, kernel, x, flags)
     return rec
+
+
+def _set_x_copy(rec: dict[str, Any], kernel: str, x_copy: Sequence[float], flags: Sequence[str]) -> None:
+    """Write a kernel's ×copy block and, for readers of older files, its inverse ``copy_fraction_<kernel>``."""
+    block = x_copy_summary(x_copy, flags)
+    rec[f"{kernel}_x_copy"] = block
+    rec[f"copy_fraction_{kernel}"] = 1.0 / block["median"] if block["median"] else None
 
 
 #: pool the copy baseline only when the copy's traffic (read + write) is this many times the last-level cache
@@ -565,8 +570,7 @@ def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
     if pooled_copy <= 0:
         return
     for t in timings:
-        raw = t.get("policy") or {}
-        policy = TimingPolicy(**{k: type(getattr(TimingPolicy, k))(v) for k, v in raw.items() if hasattr(TimingPolicy, k)})
+        policy = TimingPolicy.from_dict(t.get("policy") or {})
         bound = t.get("traffic_bound_x_copy")
         t["baseline"] = "pooled"
         t["pooled_copy_s"] = pooled_copy
@@ -582,6 +586,4 @@ def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
             if abs(t["copy_off_pooled"]) > policy.copy_drift and UNSTABLE not in flags:
                 flags.insert(0, UNSTABLE)
             t[f"{kernel}_x_round_copy"] = t.get(f"{kernel}_x_copy")
-            block = x_copy_summary(x, flags)
-            t[f"{kernel}_x_copy"] = block
-            t[f"copy_fraction_{kernel}"] = 1.0 / block["median"] if block["median"] else None
+            _set_x_copy(t, kernel, x, flags)

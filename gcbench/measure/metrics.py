@@ -413,6 +413,11 @@ class TimingPolicy:
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.__dict__.items()}
 
+    @classmethod
+    def from_dict(cls, recorded: dict[str, float]) -> TimingPolicy:
+        """The policy a results file recorded (:meth:`to_dict`); thresholds it predates take today's defaults."""
+        return cls(**{k: type(getattr(cls, k))(v) for k, v in recorded.items() if hasattr(cls, k)})
+
 
 def last_level_cache_bytes() -> int:
     """The size of the CPU's largest cache (Linux sysfs), or 32 MiB where it cannot be read."""
