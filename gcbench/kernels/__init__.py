@@ -50,6 +50,7 @@ from gcbench.kernels.runtime import (
                                         KERNEL,
                                         KERNEL_MODES,
                                         NUMBA,
+                                        PARALLEL,
                                         PART,
                                         SERIAL_MAX,
                                         as_numpy,
@@ -62,7 +63,7 @@ from gcbench.kernels.runtime import (
                                         n_chunks,
                                         njit,
                                         run_chunks,
-                                     run_threads,
+                                        run_parallel,
                                         workers,
 )
 from gcbench.kernels.scatter import gather, scatter, scatter_sub, scatter_zero, unpack_scatter
@@ -81,7 +82,7 @@ from gcbench.kernels.topk import (
 )
 
 __all__ = [
-    "KERNEL", "KERNEL_MODES", "MOMENT_BLOCK", "NUMBA", "PART", "SERIAL_MAX", "ZERO_NONE", "ZERO_SET", "ZERO_SUB",
+    "KERNEL", "KERNEL_MODES", "MOMENT_BLOCK", "NUMBA", "PARALLEL", "PART", "SERIAL_MAX", "ZERO_NONE", "ZERO_SET", "ZERO_SUB",
     "BitWriterSides", "absmax", "accumulate", "adacomp_finish", "adacomp_scatter", "adacomp_select", "add_count", "as_numpy",
     "as_words", "available", "count_chunks", "cpu_fast", "dither_decode", "dither_fields", "dither_pack", "dither_values",
     "ef_sign_apply", "ef_sign_form", "empty", "empty_f32_tensor", "empty_maybe_zero", "f32_threshold", "fast_cpu", "flat_f32",
@@ -89,7 +90,7 @@ __all__ = [
     "momentum_update_count", "momentum_update_std", "n_chunks", "natural_decode", "natural_encode", "njit", "onebit_apply",
     "onebit_decode", "onebit_form", "pack_fields", "pack_into", "population_std", "prefault", "qsgd_decode", "qsgd_encode",
     "qsgd_fields", "qsgd_norms", "qsgd_plan", "qsgd_scatter", "rand24", "rand24_reference", "rand24_torch", "random_subset",
-    "random_subset_reference", "read_fixed", "run_chunks", "run_threads", "scatter", "scatter_sub", "scatter_zero", "select_write",
+    "random_subset_reference", "read_fixed", "run_chunks", "run_parallel", "scatter", "scatter_sub", "scatter_zero", "select_write",
     "sign_pack", "sign_unpack", "sq_dist", "sq_norm", "std_and_absmax", "terngrad_codes", "terngrad_decode",
     "topk_collect", "topk_count", "topk_select", "topk_select_reference", "topk_select_torch",
     "topk_select_torch_exact", "topk_tensor", "uniforms", "unpack_fields", "unpack_scatter", "workers", "write_fields", "write_records",

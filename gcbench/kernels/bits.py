@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.buffers import prefault
-from gcbench.kernels.runtime import KERNEL, PART, bounds, my_parts, n_chunks, njit, run_chunks, run_threads
+from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, n_chunks, n_parts, njit, prange, run_chunks, run_parallel
 
 _MASK64 = (1 << 64) - 1
 _U64 = np.uint64
@@ -40,6 +40,22 @@ _DEBRUIJN_TABLE = np.array(
 # ----------------------------------------------------------------------------- bit fields
 
 
+@njit(inline="always")
+def load_le(d, nbytes):  # pragma: no cover - compiled
+    """``d[:nbytes]`` (at most 8 bytes) as one little-endian uint64: a group of packed fields in a register."""
+    acc = np.uint64(0)
+    for b in range(nbytes):
+        acc |= np.uint64(d[b]) << np.uint64(8 * b)
+    return acc
+
+
+@njit(inline="always")
+def store_le(acc, o, nbytes):  # pragma: no cover - compiled
+    """The low ``nbytes`` (at most 8) bytes of the uint64 ``acc`` into ``o[:nbytes]``, little-endian."""
+    for b in range(nbytes):
+        o[b] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(0xFF))
+
+
 @njit(cache=True)
 def _pack_le(fields, m, width, out, words):  # pragma: no cover - compiled
     """fields[:m] (each < 2^width, width ≤ 8) LSB-first into out[:ceil(m·width/8)].
@@ -60,15 +76,9 @@ def _pack_le(fields, m, width, out, words):  # pragma: no cover - compiled
     # thread's) bytes are never touched
     fast = min(full, max(0, (full * width - 8) // width + 1))
     for g in range(fast):
-        o = out[g * width : g * width + 8]
-        a = words[g]
-        for b in range(8):
-            o[b] = np.uint8((a >> np.uint64(8 * b)) & np.uint64(0xFF))
+        store_le(words[g], out[g * width : g * width + 8], 8)
     for g in range(fast, full):
-        o = out[g * width : g * width + width]
-        a = words[g]
-        for b in range(width):
-            o[b] = np.uint8((a >> np.uint64(8 * b)) & np.uint64(0xFF))
+        store_le(words[g], out[g * width : g * width + width], width)
     rest = m - full * 8
     if rest:
         s = fields[full * 8 : m]
@@ -76,8 +86,7 @@ def _pack_le(fields, m, width, out, words):  # pragma: no cover - compiled
         for t in range(rest):
             acc |= np.uint64(s[t]) << np.uint64(t * width)
         o = out[full * width : full * width + (rest * width + 7) // 8]
-        for b in range(o.size):
-            o[b] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(0xFF))
+        store_le(acc, o, o.size)
 
 
 @njit(cache=True)
@@ -91,11 +100,7 @@ def _unpack_le(data, m, width, out, words):  # pragma: no cover - compiled
     full = m // 8
     safe = min(full, max(0, (data.size - 8) // width + 1))  # groups whose 8-byte read stays inside data
     for g in range(safe):
-        d = data[g * width : g * width + 8]
-        acc = np.uint64(0)
-        for b in range(8):
-            acc |= np.uint64(d[b]) << np.uint64(8 * b)
-        words[g] = acc
+        words[g] = load_le(data[g * width : g * width + 8], 8)
     for g in range(safe):
         a = words[g]
         for t in range(8):
@@ -103,9 +108,7 @@ def _unpack_le(data, m, width, out, words):  # pragma: no cover - compiled
     for g in range(safe, (m + 7) // 8):
         cnt = min(8, m - g * 8)
         d = data[g * width : g * width + (cnt * width + 7) // 8]
-        acc = np.uint64(0)
-        for b in range(d.size):
-            acc |= np.uint64(d[b]) << np.uint64(8 * b)
+        acc = load_le(d, d.size)
         o = out[g * 8 : g * 8 + cnt]
         for t in range(cnt):
             o[t] = (acc >> np.uint64(t * width)) & mask
@@ -187,17 +190,17 @@ def _unpack_part(data, lo, hi, width, out):  # pragma: no cover - compiled
         _unpack_wide(src, hi - lo, width, o)
 
 
-@njit(**KERNEL)
-def _pack_kernel(tid, nth, values, width, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _pack_kernel(values, width, out):  # pragma: no cover - compiled
     n = values.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         _pack_part(values, p * PART, min(n, (p + 1) * PART), width, out)
 
 
-@njit(**KERNEL)
-def _unpack_kernel(tid, nth, data, width, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _unpack_kernel(data, width, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         _unpack_part(data, p * PART, min(n, (p + 1) * PART), width, out)
 
 
@@ -209,7 +212,7 @@ def pack_fields(values: np.ndarray, width: int) -> np.ndarray:
     if n:
         if values.dtype == np.bool_:
             values = values.view(np.uint8)
-        run_threads(_pack_kernel, n, values, np.int64(width), out)
+        run_parallel(_pack_kernel, n, values, np.int64(width), out)
     return out
 
 
@@ -217,7 +220,7 @@ def unpack_fields(data: np.ndarray, width: int, count: int) -> np.ndarray:
     """Inverse of :func:`pack_fields`: ``count`` fields as int64 (``data`` must be long enough)."""
     out = np.empty(int(count), np.int64)
     if count:
-        run_threads(_unpack_kernel, count, data, np.int64(width), out)
+        run_parallel(_unpack_kernel, count, data, np.int64(width), out)
     return out
 
 

@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from gcbench.kernels.bits import _pack_le, _pack_wide, _unpack_le, _unpack_wide
+from gcbench.kernels.bits import _pack_le, _pack_wide, _unpack_le, _unpack_wide, load_le
 from gcbench.kernels.rng import _TWO_M24, _fill_rand24, key_of
-from gcbench.kernels.runtime import KERNEL, PART, SUB, bounds, my_parts, n_chunks, njit, run_threads, share
+from gcbench.kernels.runtime import PARALLEL, PART, SUB, bounds, n_chunks, n_parts, njit, prange, run_parallel
 from gcbench.kernels.stats import _absmax_bits, _sumsq
 
 # ----------------------------------------------------------------------------- TernGrad
@@ -31,10 +31,10 @@ def _tern_codes(x, r, cb, s32, code):  # pragma: no cover - compiled
         code[j] = sign if keep else np.uint8(0)
 
 
-@njit(**KERNEL)
-def _terngrad_kernel(tid, nth, x, cb, s32, key, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _terngrad_kernel(x, cb, s32, key, out):  # pragma: no cover - compiled
     n = x.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         r = np.empty(SUB, np.uint32)
         code = np.empty(SUB, np.uint8)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -48,7 +48,7 @@ def _terngrad_kernel(tid, nth, x, cb, s32, key, out):  # pragma: no cover - comp
 def terngrad_codes(x: np.ndarray, cb: float, s32: float, seed: int, out: np.ndarray) -> None:
     """TernGrad's 2-bit codes of float32 ``x`` (clip bound ``cb``, scaler ``s32`` > 0) into ``out``."""
     if x.size:
-        run_threads(_terngrad_kernel, x.size, x, np.float32(cb), np.float32(s32), key_of(seed), out)
+        run_parallel(_terngrad_kernel, x.size, x, np.float32(cb), np.float32(s32), key_of(seed), out)
 
 
 @njit(cache=True)
@@ -57,10 +57,7 @@ def _tern_values(codes, m, s32, out):  # pragma: no cover - compiled
     never-sent 3 → 0); 32 codes per 8-byte register."""
     full = m // 32
     for g in range(full):
-        d = codes[g * 8 : g * 8 + 8]
-        acc = np.uint64(0)
-        for b in range(8):
-            acc |= np.uint64(d[b]) << np.uint64(8 * b)
+        acc = load_le(codes[g * 8 : g * 8 + 8], 8)
         o = out[g * 32 : g * 32 + 32]
         for t in range(32):
             c = np.int32((acc >> np.uint64(2 * t)) & np.uint64(3))
@@ -70,10 +67,10 @@ def _tern_values(codes, m, s32, out):  # pragma: no cover - compiled
         out[i] = np.float32((c & 1) - (c >> 1)) * s32
 
 
-@njit(**KERNEL)
-def _terngrad_decode_kernel(tid, nth, codes, s32, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _terngrad_decode_kernel(codes, s32, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         lo, hi = bounds(p, PART, n)
         _tern_values(codes[lo // 4 : (hi + 3) // 4], hi - lo, s32, out[lo:hi])
 
@@ -81,7 +78,7 @@ def _terngrad_decode_kernel(tid, nth, codes, s32, out):  # pragma: no cover - co
 def terngrad_decode(codes: np.ndarray, s32: float, out: np.ndarray) -> None:
     """out = s·t for the packed 2-bit codes."""
     if out.size:
-        run_threads(_terngrad_decode_kernel, out.size, codes, np.float32(s32), out)
+        run_parallel(_terngrad_decode_kernel, out.size, codes, np.float32(s32), out)
 
 
 # ----------------------------------------------------------------------------- QSGD
@@ -122,13 +119,13 @@ def _bucket_norm(x, xb, inf_norm):  # pragma: no cover - compiled
     return np.float32(math.sqrt(_sumsq(x)))
 
 
-@njit(**KERNEL)
-def _qsgd_kernel(tid, nth, x, bucket, part, norms, own_norms, inf_norm, sf, key, width, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _qsgd_kernel(x, bucket, part, norms, own_norms, inf_norm, sf, key, width, out):  # pragma: no cover - compiled
     """QSGD fixed-width fields, packed.  With ``own_norms`` each part (whole buckets) first
     computes its buckets' norms while they are in cache; otherwise ``norms`` is given."""
     n = x.size
     xb = x.view(np.uint32)
-    for p in range(*share((n + part - 1) // part, tid, nth)):
+    for p in prange((n + part - 1) // part):
         lo0 = p * part
         hi0 = min(n, lo0 + part)
         if own_norms:
@@ -150,12 +147,12 @@ def _qsgd_kernel(tid, nth, x, bucket, part, norms, own_norms, inf_norm, sf, key,
                 _pack_wide(field, m, width, dst)
 
 
-@njit(**KERNEL)
-def _bucket_norm_kernel(tid, nth, x, bucket, inf_norm, partial, per):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _bucket_norm_kernel(x, bucket, inf_norm, partial, per):  # pragma: no cover - compiled
     """Buckets larger than a part: partial[q] = max-bits or Σx² of piece q (``per`` per bucket)."""
     n = x.size
     xb = x.view(np.uint32)
-    for q in range(*share(partial.size, tid, nth)):
+    for q in prange(partial.size):
         b = q // per
         lo = b * bucket + (q - b * per) * PART
         hi = min(min(n, (b + 1) * bucket), lo + PART)
@@ -185,7 +182,7 @@ def qsgd_norms(x: np.ndarray, bucket: int, inf_norm: bool) -> np.ndarray:
     nb = -(-n // bucket)
     per = -(-bucket // PART)
     partial = np.empty(nb * per, np.float64)
-    run_threads(_bucket_norm_kernel, n, x, np.int64(bucket), bool(inf_norm), partial, np.int64(per))
+    run_parallel(_bucket_norm_kernel, n, x, np.int64(bucket), bool(inf_norm), partial, np.int64(per))
     pieces = partial.reshape(nb, per)
     if inf_norm:
         return pieces.max(axis=1).astype(np.uint32).view(np.float32)
@@ -199,14 +196,14 @@ def qsgd_encode(x: np.ndarray, bucket: int, inf_norm: bool, s: int, seed: int, w
     part, own = qsgd_plan(x.size, bucket)
     if not own:
         norms[:] = qsgd_norms(x, bucket, inf_norm)
-    run_threads(_qsgd_kernel, x.size, x, np.int64(bucket), np.int64(part), norms, own, bool(inf_norm), np.float32(s), key_of(seed),
+    run_parallel(_qsgd_kernel, x.size, x, np.int64(bucket), np.int64(part), norms, own, bool(inf_norm), np.float32(s), key_of(seed),
                 np.int64(width), out)
 
 
-@njit(**KERNEL)
-def _qsgd_levels_kernel(tid, nth, x, bucket, norms, sf, key, field):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _qsgd_levels_kernel(x, bucket, norms, sf, key, field):  # pragma: no cover - compiled
     n = x.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         r = np.empty(SUB, np.uint32)
         for lo in range(p * PART, min(n, (p + 1) * PART), SUB):
             m = min(SUB, n - lo)
@@ -218,7 +215,7 @@ def qsgd_fields(x: np.ndarray, bucket: int, norms: np.ndarray, s: int, seed: int
     """Unpacked fields (level << 1) | sign, uint32 — the same draws as :func:`qsgd_encode`."""
     field = np.empty(x.size, np.uint32)
     if x.size:
-        run_threads(_qsgd_levels_kernel, x.size, x, np.int64(bucket), norms, np.float32(s), key_of(seed), field)
+        run_parallel(_qsgd_levels_kernel, x.size, x, np.int64(bucket), norms, np.float32(s), key_of(seed), field)
     return field
 
 
@@ -242,10 +239,10 @@ def _qsgd_values(field, start, bucket, norms, sf, out):  # pragma: no cover - co
         j = end
 
 
-@njit(**KERNEL)
-def _qsgd_decode_kernel(tid, nth, data, width, bucket, norms, sf, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _qsgd_decode_kernel(data, width, bucket, norms, sf, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         field = np.empty(SUB, np.uint32)
         wide = np.empty(SUB, np.uint64)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -264,12 +261,12 @@ def _qsgd_decode_kernel(tid, nth, data, width, bucket, norms, sf, out):  # pragm
 def qsgd_decode(data: np.ndarray, width: int, bucket: int, norms: np.ndarray, s: int, out: np.ndarray) -> None:
     """out[i] = ±n_b·level_i/s from the packed fixed-width fields."""
     if out.size:
-        run_threads(_qsgd_decode_kernel, out.size, data, np.int64(width), np.int64(bucket), norms, np.float32(s), out)
+        run_parallel(_qsgd_decode_kernel, out.size, data, np.int64(width), np.int64(bucket), norms, np.float32(s), out)
 
 
-@njit(**KERNEL)
-def _qsgd_scatter_kernel(tid, nth, pos, field, bucket, norms, sf, out):  # pragma: no cover - compiled
-    for j in range(*share(pos.size, tid, nth)):
+@njit(**PARALLEL)
+def _qsgd_scatter_kernel(pos, field, bucket, norms, sf, out):  # pragma: no cover - compiled
+    for j in prange(pos.size):
         i = pos[j]
         f = field[j]
         v = (norms[i // bucket] * np.float32(f >> np.uint32(1))) / sf
@@ -279,7 +276,7 @@ def _qsgd_scatter_kernel(tid, nth, pos, field, bucket, norms, sf, out):  # pragm
 def qsgd_scatter(pos: np.ndarray, field: np.ndarray, bucket: int, norms: np.ndarray, s: int, out: np.ndarray) -> None:
     """Write ±n_b·level/s at ``pos`` of zero-filled ``out`` (QSGD's Elias coding)."""
     if pos.size:
-        run_threads(_qsgd_scatter_kernel, pos.size, pos, field.astype(np.uint32), np.int64(bucket), norms, np.float32(s), out)
+        run_parallel(_qsgd_scatter_kernel, pos.size, pos, field.astype(np.uint32), np.int64(bucket), norms, np.float32(s), out)
 
 
 # ----------------------------------------------------------------------------- natural compression
@@ -301,10 +298,10 @@ def _natural_codes(xb, r, code, sign):  # pragma: no cover - compiled
         sign[j] = np.uint8((b >> np.uint32(31)) != 0 and c > 0)
 
 
-@njit(**KERNEL)
-def _natural_kernel(tid, nth, xb, key, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _natural_kernel(xb, key, out):  # pragma: no cover - compiled
     n = xb.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         r = np.empty(SUB, np.uint32)
         sign = np.empty(SUB, np.uint8)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -318,7 +315,7 @@ def _natural_kernel(tid, nth, xb, key, out):  # pragma: no cover - compiled
 def natural_encode(x: np.ndarray, seed: int, out: np.ndarray) -> None:
     """Natural compression body of float32 ``x``: n code bytes, then ceil(n/8) sign bytes."""
     if x.size:
-        run_threads(_natural_kernel, x.size, x.view(np.uint32), key_of(seed), out)
+        run_parallel(_natural_kernel, x.size, x.view(np.uint32), key_of(seed), out)
 
 
 @njit(cache=True)
@@ -327,10 +324,7 @@ def _natural_values(code, signs, out):  # pragma: no cover - compiled
     m = out.size
     full = m // 64
     for g in range(full):
-        d = signs[g * 8 : g * 8 + 8]
-        acc = np.uint64(0)
-        for b in range(8):
-            acc |= np.uint64(d[b]) << np.uint64(8 * b)
+        acc = load_le(signs[g * 8 : g * 8 + 8], 8)
         c = code[g * 64 : g * 64 + 64]
         o = out[g * 64 : g * 64 + 64]
         for t in range(64):
@@ -343,9 +337,9 @@ def _natural_values(code, signs, out):  # pragma: no cover - compiled
         out[i] = (ci << np.uint32(23)) | (sg << np.uint32(31))
 
 
-@njit(**KERNEL)
-def _natural_decode_kernel(tid, nth, body, n, out):  # pragma: no cover - compiled
-    for p in range(*my_parts(n, tid, nth)):
+@njit(**PARALLEL)
+def _natural_decode_kernel(body, n, out):  # pragma: no cover - compiled
+    for p in prange(n_parts(n)):
         lo, hi = bounds(p, PART, n)
         _natural_values(body[lo:hi], body[n + lo // 8 : n + (hi + 7) // 8], out[lo:hi])
 
@@ -353,7 +347,7 @@ def _natural_decode_kernel(tid, nth, body, n, out):  # pragma: no cover - compil
 def natural_decode(body: np.ndarray, out: np.ndarray) -> None:
     """float32 values ±2^(code−127) (0 for code 0) into ``out``."""
     if out.size:
-        run_threads(_natural_decode_kernel, out.size, body, out.size, out.view(np.uint32))
+        run_parallel(_natural_decode_kernel, out.size, body, out.size, out.view(np.uint32))
 
 
 # ----------------------------------------------------------------------------- natural dithering
@@ -388,11 +382,11 @@ def _dither_fields(x, ab, r, s, small, inv_small, field):  # pragma: no cover - 
         field[j] = (lv << np.uint32(1)) | ng
 
 
-@njit(**KERNEL)
-def _dither_kernel(tid, nth, x, n32, s, small, inv_small, key, width, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _dither_kernel(x, n32, s, small, inv_small, key, width, out):  # pragma: no cover - compiled
     """Natural dithering fields of ``width`` ≤ 8 bits, packed into ``out``."""
     n = x.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         r = np.empty(SUB, np.uint32)
         ab = np.empty(SUB, np.float32)
         field = np.empty(SUB, np.uint32)
@@ -426,7 +420,7 @@ def dither_pack(x: np.ndarray, n32: float, s: int, seed: int, width: int, out: n
     """Natural dithering of float32 ``x`` with norm ``n32``; fields of ``width`` ≤ 8 bits packed
     into ``out``.  Element j draws number j of stream ``seed``."""
     if x.size:
-        run_threads(_dither_kernel, x.size, x, np.float32(n32), *_dither_args(s), key_of(seed), np.int64(width), out)
+        run_parallel(_dither_kernel, x.size, x, np.float32(n32), *_dither_args(s), key_of(seed), np.int64(width), out)
 
 
 def dither_fields(x: np.ndarray, n32: float, s: int, seed: int) -> np.ndarray:
@@ -459,10 +453,10 @@ def _dither_values(field, s, n32, out, pw):  # pragma: no cover - compiled
     return top
 
 
-@njit(**KERNEL)
-def _dither_decode_kernel(tid, nth, data, width, s, n32, out, top):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _dither_decode_kernel(data, width, s, n32, out, top):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*share(top.size, tid, nth)):
+    for p in prange(top.size):
         field = np.empty(SUB, np.uint32)
         pw = np.empty(SUB, np.uint32)
         words = np.empty(SUB // 8 + 1, np.uint64)
@@ -479,7 +473,7 @@ def dither_decode(data: np.ndarray, width: int, s: int, n32: float, out: np.ndar
     if out.size == 0:
         return 0
     top = np.zeros(n_chunks(out.size), np.uint32)
-    run_threads(_dither_decode_kernel, out.size, data, np.int64(width), np.int64(s), np.float32(n32), out, top)
+    run_parallel(_dither_decode_kernel, out.size, data, np.int64(width), np.int64(s), np.float32(n32), out, top)
     return int(top.max())
 
 

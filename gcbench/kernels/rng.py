@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from gcbench.kernels.bits import _DEBRUIJN, _DEBRUIJN_TABLE, _MASK64
-from gcbench.kernels.runtime import KERNEL, NUMBA, PART, bounds, my_parts, njit, run_threads, share
+from gcbench.kernels.runtime import NUMBA, PARALLEL, PART, bounds, n_parts, njit, prange, run_parallel
 
 U64 = np.uint64
 GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment (odd, ≈ 2^64/φ)
@@ -50,10 +50,10 @@ def _fill_rand24(key, start, buf, m):  # pragma: no cover - compiled
         buf[j] = np.uint32(_mix64(key + np.uint64(start + j + 1) * GAMMA) >> np.uint64(40))
 
 
-@njit(**KERNEL)
-def _rand24_kernel(tid, nth, key, start, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _rand24_kernel(key, start, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         lo, hi = bounds(p, PART, n)
         _fill_rand24(key, start + lo, out[lo:hi], hi - lo)
 
@@ -62,7 +62,7 @@ def rand24(seed: int, n: int, start: int = 0) -> np.ndarray:
     """Numbers ``start .. start+n-1`` of stream ``seed`` as uint32 in [0, 2^24) (numba kernel)."""
     out = np.empty(int(n), np.uint32)
     if n:
-        run_threads(_rand24_kernel, n, key_of(seed), np.int64(start), out)
+        run_parallel(_rand24_kernel, n, key_of(seed), np.int64(start), out)
     return out
 
 
@@ -152,10 +152,10 @@ def _block_subset(key, block, size, count, words, out):  # pragma: no cover - co
             v ^= low
 
 
-@njit(**KERNEL)
-def _subset_kernel(tid, nth, key, d, counts, offsets, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _subset_kernel(key, d, counts, offsets, out):  # pragma: no cover - compiled
     nb = counts.size
-    for b in range(*share(nb, tid, nth)):
+    for b in prange(nb):
         if counts[b] == 0:
             continue
         words = np.empty(SAMPLE_BLOCK // 64, np.uint64)
@@ -189,7 +189,7 @@ def random_subset(seed: int, d: int, k: int) -> np.ndarray:
     offsets[1:] = np.cumsum(counts)[:-1]
     out = np.empty(k, np.int64)
     if k:
-        run_threads(_subset_kernel, d, key, np.int64(d), counts, offsets, out)
+        run_parallel(_subset_kernel, d, key, np.int64(d), counts, offsets, out)
     return out
 
 

@@ -1,23 +1,32 @@
-"""The kernels' runtime: the kernel switch, the numba import, the one thread model and the views.
+"""The kernels' runtime: the kernel switch, the numba import, the thread policy and the views.
 
 Everything that decides *how* a kernel runs is here, once: whether numba kernels run at all
 (:data:`NUMBA`, from the switch ``GCBENCH_KERNELS`` and whether numba imports), how many threads a
-call may use (:func:`workers`, with the one serial cut-off :data:`SERIAL_MAX`), and the fixed work
-unit :data:`PART`.  Every kernel is a serial ``numba.njit(nogil=True)`` function over a range of
-fixed parts; :func:`run_chunks` (a kernel over item ranges) and :func:`run_threads` (a kernel
-that takes its :func:`share` of the parts) run it on the calling thread alone, or as the body of
-one numba ``prange`` loop over the threads (:func:`_launch_threads`, :func:`_launch_chunks`), so
-every threaded kernel runs on numba's OpenMP pool.  That pool was measured against a Python
-``ThreadPoolExecutor`` running the same nogil kernels (issue 15): on the 25.6M-element bench the
-Python pool made signSGD 1.01→1.48× a copy, natural compression 4.04→6.32×, 1-bit SGD
-3.02→4.96×, and the sparse kernels no faster.  Work is cut into fixed parts, never by thread
-count, so results (float sums included) do not depend on the number of threads.
+call may use (:func:`workers`, with the one serial cut-off :data:`SERIAL_MAX`), the fixed work
+unit :data:`PART`, and the two ways a kernel runs on those threads:
+
+* :data:`PARALLEL` kernels (the dense ones: quantizers, sign and 1-bit, statistics, bit packing,
+  the generator, top-k's histograms) are a numba ``prange`` over fixed parts, run on numba's
+  OpenMP pool by :func:`run_parallel`.  A Python pool running the same bodies as serial nogil
+  kernels was measured on the 25.6M-element bench (issue 15, quiet machine): signSGD 1.01→1.48×
+  a copy, natural 4.04→6.32×, 1-bit SGD 3.02→4.96×, QSGD 4.33→5.50×.
+* :data:`KERNEL` kernels over variable-size items (the sparse writers and scatters, AdaComp's
+  bins, PowerSGD's row blocks) take an item range ``(i0, i1)`` and run on the calling thread and a
+  small Python pool (:func:`run_chunks`), as they did before the package; on the same bench they
+  were no slower (topk 4.45→4.32×, threshold 9.75→8.27×, adacomp 7.32→7.58×).
+
+A generic ``prange`` launcher taking the kernel as an argument was tried and dropped: numba
+cannot cache a function specialised on a dispatcher argument (every process recompiled it and
+the cache index grew until loading it raised ``ReferenceError``).  Work is cut into fixed parts,
+never by thread count, so results (float sums included) do not depend on the number of threads.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -55,7 +64,8 @@ except Exception:  # numba missing or broken, or the torch path asked for: compr
 PART = 1 << 16  # elements per work item (256 KiB of float32): fixed, so results do not depend on the thread count
 SUB = 1024  # elements per inner block: the uniforms and codes of one block stay in L1
 SERIAL_MAX = 1 << 20  # inputs below this run on the calling thread alone
-KERNEL = dict(nogil=True, cache=True)  # the options of a serial kernel that :func:`run_chunks` runs on its threads
+KERNEL = dict(nogil=True, cache=True)  # a serial kernel over a range of items, which :func:`run_chunks` runs on its threads
+PARALLEL = dict(parallel=True, cache=True)  # a kernel whose ``prange`` over fixed parts :func:`run_parallel` runs on numba's pool
 
 
 def available() -> bool:
@@ -94,28 +104,34 @@ def workers(numel: int | None, n_items: int | None = None) -> int:
     return n if n_items is None else max(1, min(n, n_items))
 
 
-def _use_threads(nth: int) -> None:
-    """numba's thread count for the next parallel region on this thread (its own setting, per caller)."""
-    if numba.get_num_threads() != nth:
+def run_parallel(kernel: Callable[..., Any], numel: int, *args: Any) -> None:
+    """Run the :data:`PARALLEL` kernel ``kernel(*args)`` (a ``prange`` over fixed parts) on the
+    threads :func:`workers` gives for ``numel`` elements (numba's thread count is per calling thread)."""
+    nth = workers(numel)
+    if NUMBA and numba.get_num_threads() != nth:
         numba.set_num_threads(nth)
+    kernel(*args)
 
 
-@njit(parallel=True, cache=True)
-def _launch_threads(kernel, nth, args):  # pragma: no cover - compiled
-    """``kernel(tid, nth, *args)`` for every ``tid`` in ``[0, nth)``, one per thread of numba's pool."""
-    for tid in prange(nth):
-        kernel(tid, nth, *args)
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
 
 
-@njit(parallel=True, cache=True)
-def _launch_chunks(kernel, n_items, nth, args):  # pragma: no cover - compiled
-    """``kernel(i0, i1, *args)`` over ``nth`` contiguous ranges of ``[0, n_items)``, one per thread of numba's pool."""
-    for tid in prange(nth):
-        kernel(n_items * tid // nth, n_items * (tid + 1) // nth, *args)
+def _get_pool(size: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < size:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="gcbench-kernels")
+            _pool_size = size
+        return _pool
 
 
 def run_chunks(kernel: Callable[..., Any], n_items: int, numel: int, *args: Any) -> None:
-    """Run the ``nogil`` kernel ``kernel(i0, i1, *args)`` over ``[0, n_items)``, one contiguous range per thread.
+    """Run the :data:`KERNEL` kernel ``kernel(i0, i1, *args)`` over ``[0, n_items)``, one contiguous
+    range per thread: the calling thread and a small Python pool, the GIL released inside.
 
     ``numel`` (the elements the items cover) decides by :func:`workers` whether threads are worth starting.
     """
@@ -123,31 +139,18 @@ def run_chunks(kernel: Callable[..., Any], n_items: int, numel: int, *args: Any)
     if t <= 1:
         kernel(0, n_items, *args)
         return
-    _use_threads(t)
-    _launch_chunks(kernel, n_items, t, args)
-
-
-def run_threads(kernel: Callable[..., Any], numel: int, *args: Any) -> None:
-    """Run the ``nogil`` kernel ``kernel(tid, nth, *args)`` once per thread, ``tid`` in ``[0, nth)``, with
-    ``nth`` from :func:`workers`; each call takes its :func:`share` of the kernel's fixed parts."""
-    nth = workers(numel)
-    if nth <= 1:
-        kernel(0, 1, *args)
-        return
-    _use_threads(nth)
-    _launch_threads(kernel, nth, args)
+    bounds = [n_items * i // t for i in range(t + 1)]
+    pool = _get_pool(t - 1)
+    futures = [pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, t)]
+    kernel(bounds[0], bounds[1], *args)
+    for f in futures:
+        f.result()
 
 
 @njit(inline="always")
-def share(n, tid, nth):  # pragma: no cover - compiled
-    """The parts ``[lo, hi)`` of ``n`` that thread ``tid`` of ``nth`` takes (contiguous, every part once)."""
-    return n * tid // nth, n * (tid + 1) // nth
-
-
-@njit(inline="always")
-def my_parts(n, tid, nth):  # pragma: no cover - compiled
-    """The :data:`PART`-element parts of ``n`` elements that thread ``tid`` of ``nth`` takes (:func:`share`)."""
-    return share((n + PART - 1) // PART, tid, nth)
+def n_parts(n):  # pragma: no cover - compiled
+    """How many :data:`PART`-element parts cover ``n`` elements: a :data:`PARALLEL` kernel's ``prange``."""
+    return (n + PART - 1) // PART
 
 
 @njit(inline="always")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PART, bounds, my_parts, n_chunks, njit, run_threads, share
+from gcbench.kernels.bits import load_le, store_le
+from gcbench.kernels.runtime import PARALLEL, PART, bounds, n_chunks, n_parts, njit, prange, run_parallel
 
 # ----------------------------------------------------------------------------- sign / 1-bit
 
@@ -23,9 +24,7 @@ def _sign_bits(a, out):  # pragma: no cover - compiled
         acc = np.uint64(0)
         for t in range(64):
             acc |= np.uint64(s[t] >= 0) << np.uint64(t)
-        o = out[g * 8 : g * 8 + 8]
-        for b in range(8):
-            o[b] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(0xFF))
+        store_le(acc, out[g * 8 : g * 8 + 8], 8)
     if full * 64 < m:
         s = a[full * 64 : m]
         o = out[full * 8 : (m + 7) // 8]
@@ -50,10 +49,7 @@ def _bits_to_values(bits, pos, neg, out):  # pragma: no cover - compiled
     m = out.size
     full = m // 64
     for g in range(full):
-        d = bits[g * 8 : g * 8 + 8]
-        acc = np.uint64(0)
-        for b in range(8):
-            acc |= np.uint64(d[b]) << np.uint64(8 * b)
+        acc = load_le(bits[g * 8 : g * 8 + 8], 8)
         o = out[g * 64 : g * 64 + 64]
         for t in range(64):
             o[t] = pos if (acc >> np.uint64(t)) & np.uint64(1) else neg
@@ -64,10 +60,10 @@ def _bits_to_values(bits, pos, neg, out):  # pragma: no cover - compiled
             o[t] = pos if (d[t >> 3] >> (t & 7)) & 1 else neg
 
 
-@njit(**KERNEL)
-def _sign_pack_kernel(tid, nth, x, out, nz):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _sign_pack_kernel(x, out, nz):  # pragma: no cover - compiled
     n = x.size
-    for p in range(*share(nz.size, tid, nth)):
+    for p in prange(nz.size):
         lo, hi = bounds(p, PART, n)
         _sign_bits(x[lo:hi], out[lo // 8 : (hi + 7) // 8])
         nz[p] = _any_nonzero(x[lo:hi])
@@ -81,14 +77,14 @@ def sign_pack(x: np.ndarray, out: np.ndarray) -> bool:
     if x.size == 0:
         return False
     nz = np.empty(n_chunks(x.size), np.uint8)
-    run_threads(_sign_pack_kernel, x.size, x, out, nz)
+    run_parallel(_sign_pack_kernel, x.size, x, out, nz)
     return bool(nz.any())
 
 
-@njit(**KERNEL)
-def _sign_unpack_kernel(tid, nth, bits, pos, neg, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _sign_unpack_kernel(bits, pos, neg, out):  # pragma: no cover - compiled
     n = out.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         lo, hi = bounds(p, PART, n)
         _bits_to_values(bits[lo // 8 : (hi + 7) // 8], pos, neg, out[lo:hi])
 
@@ -96,7 +92,7 @@ def _sign_unpack_kernel(tid, nth, bits, pos, neg, out):  # pragma: no cover - co
 def sign_unpack(bits: np.ndarray, pos: float, neg: float, out: np.ndarray) -> None:
     """out[i] = pos where bit i is set else neg (float32 ``out``)."""
     if out.size:
-        run_threads(_sign_unpack_kernel, out.size, bits, np.float32(pos), np.float32(neg), out)
+        run_parallel(_sign_unpack_kernel, out.size, bits, np.float32(pos), np.float32(neg), out)
 
 
 @njit(cache=True, fastmath={"reassoc"})
@@ -125,18 +121,18 @@ def _sub_sign_scale(e, scale):  # pragma: no cover - compiled
         e[i] = a - (scale if a >= 0 else neg)
 
 
-@njit(**KERNEL)
-def _ef_add_abs_kernel(tid, nth, x, e, has_e, parts):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _ef_add_abs_kernel(x, e, has_e, parts):  # pragma: no cover - compiled
     n = x.size
-    for p in range(*share(parts.size, tid, nth)):
+    for p in prange(parts.size):
         lo, hi = bounds(p, PART, n)
         parts[p] = _add_abs(x[lo:hi], e[lo:hi], has_e)
 
 
-@njit(**KERNEL)
-def _ef_sign_kernel(tid, nth, e, scale, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _ef_sign_kernel(e, scale, out):  # pragma: no cover - compiled
     n = e.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         lo, hi = bounds(p, PART, n)
         _sign_bits(e[lo:hi], out[lo // 8 : (hi + 7) // 8])
         _sub_sign_scale(e[lo:hi], scale)
@@ -146,13 +142,13 @@ def ef_sign_form(x: np.ndarray, e: np.ndarray, has_e: bool) -> np.float32:
     """Pass 1 of EF-signSGD: a = x + e written into ``e`` (``has_e`` False: a = x), with ‖a‖₁ in
     the same pass.  Returns the float32 scale ‖a‖₁/d that is sent (pass 2: :func:`ef_sign_apply`)."""
     parts = np.empty(n_chunks(x.size), np.float64)
-    run_threads(_ef_add_abs_kernel, x.size, x, e, bool(has_e), parts)
+    run_parallel(_ef_add_abs_kernel, x.size, x, e, bool(has_e), parts)
     return np.float32(float(parts.sum()) / x.size)
 
 
 def ef_sign_apply(e: np.ndarray, scale: np.float32, out: np.ndarray) -> None:
     """Pass 2 of EF-signSGD on ``e`` holding a: the bits a >= 0 into ``out``, then e <- a − sign(a)·scale."""
-    run_threads(_ef_sign_kernel, e.size, e, np.float32(scale), out)
+    run_parallel(_ef_sign_kernel, e.size, e, np.float32(scale), out)
 
 
 # 1-bit SGD: the flat tensor is a rows × cols matrix (row-major); each element's group is its
@@ -211,11 +207,11 @@ def _add_col_sums4(x0, x1, x2, x3, e0, e1, e2, e3, has_e, sa, sp, cp):  # pragma
         cp[j] += ((1.0 if a0 >= 0 else 0.0) + (1.0 if a1 >= 0 else 0.0)) + ((1.0 if a2 >= 0 else 0.0) + (1.0 if a3 >= 0 else 0.0))
 
 
-@njit(**KERNEL)
-def _onebit_colstats_kernel(tid, nth, x, e, has_e, cols, nchunks, sums):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _onebit_colstats_kernel(x, e, has_e, cols, nchunks, sums):  # pragma: no cover - compiled
     """Column groups: chunk c (a fixed range of whole rows) accumulates sums[c, 0..2, :]."""
     rows = x.size // cols
-    for c in range(*share(nchunks, tid, nth)):
+    for c in prange(nchunks):
         r0 = rows * c // nchunks
         r1 = rows * (c + 1) // nchunks
         r = r0
@@ -232,11 +228,11 @@ def _onebit_colstats_kernel(tid, nth, x, e, has_e, cols, nchunks, sums):  # prag
             _add_col_sums(x[lo : lo + cols], e[lo : lo + cols], has_e, sums[c, 0], sums[c, 1], sums[c, 2])
 
 
-@njit(**KERNEL)
-def _onebit_rowstats_kernel(tid, nth, x, e, has_e, cols, per_row, sums):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _onebit_rowstats_kernel(x, e, has_e, cols, per_row, sums):  # pragma: no cover - compiled
     """Row groups: segment q = (row, piece of ≤ PART columns) writes sums[q, 0..2]."""
     rows = x.size // cols
-    for q in range(*share(rows * per_row, tid, nth)):
+    for q in prange(rows * per_row):
         r = q // per_row
         lo = r * cols + (q - r * per_row) * PART
         hi = min((r + 1) * cols, lo + PART)
@@ -293,12 +289,12 @@ def _select_row(msk, m0, m1, out):  # pragma: no cover - compiled
         out[j] = m1 if msk[j] else m0
 
 
-@njit(**KERNEL)
-def _onebit_apply_kernel(tid, nth, e, cols, by_row, mu0, mu1, out, decode):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _onebit_apply_kernel(e, cols, by_row, mu0, mu1, out, decode):  # pragma: no cover - compiled
     """Per part: the bits (a >= 0) of e and e <- a − decoded; or, with ``decode``, e <- decoded
     from the bits in ``out`` (the receiver)."""
     n = e.size
-    for p in range(*my_parts(n, tid, nth)):
+    for p in prange(n_parts(n)):
         lo, hi = bounds(p, PART, n)
         msk = np.empty(hi - lo if decode else 0, np.uint8)
         if decode:
@@ -343,14 +339,14 @@ def onebit_form(x: np.ndarray, e: np.ndarray, has_e: bool, cols: int, by_row: bo
     if by_row:
         per_row = (cols + PART - 1) // PART
         seg = np.empty((groups * per_row, 3), np.float64)
-        run_threads(_onebit_rowstats_kernel, n, x, e, bool(has_e), cols, per_row, seg)
+        run_parallel(_onebit_rowstats_kernel, n, x, e, bool(has_e), cols, per_row, seg)
         tot = seg.reshape(groups, per_row, 3).sum(axis=1).T
     else:
         rows = n // cols
         # chunks of whole rows, a count fixed by the shape: the float64 sums do not depend on threads
         nchunks = max(1, min(64, rows, n // 4096))
         sums = np.zeros((nchunks, 3, cols), np.float64)
-        run_threads(_onebit_colstats_kernel, n, x, e, bool(has_e), cols, nchunks, sums)
+        run_parallel(_onebit_colstats_kernel, n, x, e, bool(has_e), cols, nchunks, sums)
         tot = sums.sum(axis=0)
     cnt_pos = tot[2]
     cnt_neg = (n // groups) - cnt_pos
@@ -362,13 +358,13 @@ def onebit_form(x: np.ndarray, e: np.ndarray, has_e: bool, cols: int, by_row: bo
 def onebit_apply(e: np.ndarray, cols: int, by_row: bool, mu0: np.ndarray, mu1: np.ndarray, out: np.ndarray) -> None:
     """Pass 2 of 1-bit SGD on ``e`` holding a: the bits a >= 0 into ``out`` in flat order, then e <- a − decoded."""
     cols, by_row, _ = _group_layout(e.size, cols, by_row)
-    run_threads(_onebit_apply_kernel, e.size, e, cols, by_row, mu0, mu1, out, False)
+    run_parallel(_onebit_apply_kernel, e.size, e, cols, by_row, mu0, mu1, out, False)
 
 
 def onebit_decode(bits: np.ndarray, cols: int, by_row: bool, mu0: np.ndarray, mu1: np.ndarray, out: np.ndarray) -> None:
     """out[i] = mu1[g] where bit i is set else mu0[g], g the group of flat index i."""
     if out.size:
         cols, by_row, _ = _group_layout(out.size, cols, by_row)
-        run_threads(_onebit_apply_kernel, out.size, out, cols, by_row, mu0, mu1, bits, True)
+        run_parallel(_onebit_apply_kernel, out.size, out, cols, by_row, mu0, mu1, bits, True)
 
 

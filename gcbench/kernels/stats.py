@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PART, bounds, n_chunks, njit, run_chunks, run_threads, share
+from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, n_chunks, njit, prange, run_chunks, run_parallel
 
 # ----------------------------------------------------------------------------- reductions
 
@@ -45,26 +45,26 @@ def _moments(x, shift):  # pragma: no cover - compiled
     return s1, s2
 
 
-@njit(**KERNEL)
-def _absmax_kernel(tid, nth, xb, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _absmax_kernel(xb, out):  # pragma: no cover - compiled
     n = xb.size
-    for p in range(*share(out.size, tid, nth)):
+    for p in prange(out.size):
         out[p] = _absmax_bits(xb[p * PART : min(n, (p + 1) * PART)])
 
 
-@njit(**KERNEL)
-def _sumsq_kernel(tid, nth, x, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _sumsq_kernel(x, out):  # pragma: no cover - compiled
     n = x.size
-    for p in range(*share(out.size, tid, nth)):
+    for p in prange(out.size):
         out[p] = _sumsq(x[p * PART : min(n, (p + 1) * PART)])
 
 
-@njit(**KERNEL)
-def _stats_kernel(tid, nth, x, shift, out, mx):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _stats_kernel(x, shift, out, mx):  # pragma: no cover - compiled
     """Per part: shifted Σ and Σ² (float64) and the max sign-cleared bit pattern."""
     n = x.size
     xb = x.view(np.uint32)
-    for p in range(*share(mx.size, tid, nth)):
+    for p in prange(mx.size):
         lo, hi = bounds(p, PART, n)
         s1, s2 = _moments(x[lo:hi], shift)
         out[p, 0] = s1
@@ -81,7 +81,7 @@ def absmax(x: np.ndarray) -> float:
     if x.size == 0:
         return 0.0
     parts = np.empty(n_chunks(x.size), np.uint32)
-    run_threads(_absmax_kernel, x.size, x.view(np.uint32), parts)
+    run_parallel(_absmax_kernel, x.size, x.view(np.uint32), parts)
     return _bits_to_f32(int(parts.max()))
 
 
@@ -90,7 +90,7 @@ def l2norm(x: np.ndarray) -> float:
     if x.size == 0:
         return 0.0
     parts = np.empty(n_chunks(x.size), np.float64)
-    run_threads(_sumsq_kernel, x.size, x, parts)
+    run_parallel(_sumsq_kernel, x.size, x, parts)
     return math.sqrt(float(parts.sum()))
 
 
@@ -105,7 +105,7 @@ def std_and_absmax(x: np.ndarray) -> tuple[float, float]:
     shift = float(x[0]) if math.isfinite(float(x[0])) else 0.0
     parts = np.empty((n_chunks(n), 2), np.float64)
     mx = np.empty(n_chunks(n), np.uint32)
-    run_threads(_stats_kernel, n, x, shift, parts, mx)
+    run_parallel(_stats_kernel, n, x, shift, parts, mx)
     s1, s2 = float(parts[:, 0].sum()), float(parts[:, 1].sum())
     var = max(0.0, s2 / n - (s1 / n) ** 2)
     return math.sqrt(var), _bits_to_f32(int(mx.max()))

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from gcbench.kernels.bits import _DEBRUIJN, _DEBRUIJN_TABLE
-from gcbench.kernels.runtime import KERNEL, PART, SUB, as_numpy, fast_cpu, njit, run_threads, share
+from gcbench.kernels.runtime import PARALLEL, PART, SUB, as_numpy, fast_cpu, njit, prange, run_parallel
 from gcbench.kernels.scatter import gather
 
 # ----------------------------------------------------------------------------- exact top-k
@@ -48,21 +48,21 @@ def _histogram_all(ab, shift, h):  # pragma: no cover - compiled
         h[(ab[i] & np.uint32(0x7FFFFFFF)) >> shift] += 1
 
 
-@njit(**KERNEL)
-def _topk_hist_kernel(tid, nth, ab, hist):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _topk_hist_kernel(ab, hist):  # pragma: no cover - compiled
     """Per-chunk histograms of the top 12 magnitude bits (chunk c: a fixed range)."""
     n = ab.size
     nchunks = hist.shape[0]
-    for c in range(*share(nchunks, tid, nth)):
+    for c in prange(nchunks):
         _histogram_all(ab[n * c // nchunks : n * (c + 1) // nchunks], np.uint32(_RADIX_SHIFT), hist[c])
 
 
-@njit(**KERNEL)
-def _radix_kernel(tid, nth, ab, mask, value, shift, nbits, hist):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _radix_kernel(ab, mask, value, shift, nbits, hist):  # pragma: no cover - compiled
     """Refining histogram (read only) among magnitudes whose high bits equal ``value``."""
     n = ab.size
     nchunks = hist.shape[0]
-    for c in range(*share(nchunks, tid, nth)):
+    for c in prange(nchunks):
         _histogram(ab[n * c // nchunks : n * (c + 1) // nchunks], mask, value, shift, nbits, hist[c])
 
 
@@ -103,12 +103,12 @@ def _collect(ab, start, thr, ties, out):  # pragma: no cover - compiled
             q += 1
 
 
-@njit(**KERNEL)
-def _topk_collect_kernel(tid, nth, ab, thr, ties, offsets, out):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _topk_collect_kernel(ab, thr, ties, offsets, out):  # pragma: no cover - compiled
     """Chunk c writes its selected indices from offsets[c] (chunks as in the histograms)."""
     n = ab.size
     nchunks = offsets.size
-    for c in range(*share(nchunks, tid, nth)):
+    for c in prange(nchunks):
         lo = n * c // nchunks
         hi = n * (c + 1) // nchunks
         _collect(ab[lo:hi], lo, thr, ties[c], out[offsets[c] :])
@@ -131,8 +131,8 @@ def _count_at_least(ab, t):  # pragma: no cover - compiled
     return c
 
 
-@njit(**KERNEL)
-def _form_count_kernel(tid, nth, x, e, mode, t, counts):  # pragma: no cover - compiled
+@njit(**PARALLEL)
+def _form_count_kernel(x, e, mode, t, counts):  # pragma: no cover - compiled
     """Per chunk c: #(|a| >= t) (as magnitude bits) into counts[c], forming a on the way.
 
     mode 0: a = x; 1: a = x + e written to e (error feedback); 2: a = x written to e (no
@@ -140,7 +140,7 @@ def _form_count_kernel(tid, nth, x, e, mode, t, counts):  # pragma: no cover - c
     """
     n = x.size
     nchunks = counts.size
-    for c in range(*share(nchunks, tid, nth)):
+    for c in prange(nchunks):
         lo = n * c // nchunks
         hi = n * (c + 1) // nchunks
         cnt = 0
@@ -215,7 +215,7 @@ def topk_count(x: np.ndarray, k: int, e: np.ndarray | None = None, has_e: bool =
     t = _sample_threshold(x, e, has_e, k) if (n >= 1 << 14 and k <= n // 4) else 0
     counts = np.empty(nchunks, np.int64)
     # with t = 0 this pass only forms a (every magnitude counts)
-    run_threads(_form_count_kernel, n, x, x if e is None else e, np.int64(mode), np.uint32(t), counts)
+    run_parallel(_form_count_kernel, n, x, x if e is None else e, np.int64(mode), np.uint32(t), counts)
     return t, counts
 
 
@@ -234,7 +234,7 @@ def _collect_at_least(ab: np.ndarray, k: int, t: int, counts: np.ndarray) -> np.
     offsets = np.zeros(counts.size, np.int64)
     offsets[1:] = np.cumsum(counts)[:-1]
     cand = np.empty(total, np.int64)
-    run_threads(_topk_collect_kernel, ab.size, ab, np.uint32(t - 1), np.zeros(counts.size, np.int64), offsets, cand)  # m > t − 1 ⇔ m >= t
+    run_parallel(_topk_collect_kernel, ab.size, ab, np.uint32(t - 1), np.zeros(counts.size, np.int64), offsets, cand)  # m > t − 1 ⇔ m >= t
     return _resolve(ab, cand, k)
 
 
@@ -244,14 +244,14 @@ def _topk_sampled(ab: np.ndarray, k: int, nchunks: int) -> np.ndarray | None:
     x = ab.view(np.float32)
     t = _sample_threshold(x, None, False, k)
     counts = np.empty(nchunks, np.int64)
-    run_threads(_form_count_kernel, x.size, x, x, np.int64(0), np.uint32(t), counts)
+    run_parallel(_form_count_kernel, x.size, x, x, np.int64(0), np.uint32(t), counts)
     return _collect_at_least(ab, k, t, counts)
 
 
 def _topk_radix(a: np.ndarray, k: int, nchunks: int) -> np.ndarray:
     """Exact top-k of |a| by a radix select on the magnitude bits (see :func:`topk_select`)."""
     hist1 = np.zeros((nchunks, 1 << 12), np.int32)
-    run_threads(_topk_hist_kernel, a.size, a.view(np.uint32), hist1)
+    run_parallel(_topk_hist_kernel, a.size, a.view(np.uint32), hist1)
     ab = a.view(np.uint32)
     b1, need = _boundary(hist1, k)
     above = hist1[:, b1 + 1 :].sum(axis=1, dtype=np.int64)  # per chunk: strictly above the threshold
@@ -259,11 +259,11 @@ def _topk_radix(a: np.ndarray, k: int, nchunks: int) -> np.ndarray:
     thr = b1 << _RADIX_SHIFT
     if int(in_bin.sum()) > max(2 * k, 1 << 16):  # large boundary bin: refine before collecting
         hist2 = np.zeros((nchunks, 1 << 12), np.int32)
-        run_threads(_radix_kernel, ab.size, ab, np.uint32(0xFFF << 19), np.uint32(b1 << 19), np.uint32(7), np.int64(12), hist2)
+        run_parallel(_radix_kernel, ab.size, ab, np.uint32(0xFFF << 19), np.uint32(b1 << 19), np.uint32(7), np.int64(12), hist2)
         b2, need = _boundary(hist2, need)
         hist3 = np.zeros((nchunks, 1 << 7), np.int32)
         prefix = (b1 << 19) | (b2 << 7)
-        run_threads(_radix_kernel, ab.size, ab, np.uint32(0x7FFFFF80), np.uint32(prefix), np.uint32(0), np.int64(7), hist3)
+        run_parallel(_radix_kernel, ab.size, ab, np.uint32(0x7FFFFF80), np.uint32(prefix), np.uint32(0), np.int64(7), hist3)
         b3, need = _boundary(hist3, need)
         above = above + hist2[:, b2 + 1 :].sum(axis=1, dtype=np.int64) + hist3[:, b3 + 1 :].sum(axis=1, dtype=np.int64)
         thr = prefix | b3
@@ -272,13 +272,13 @@ def _topk_radix(a: np.ndarray, k: int, nchunks: int) -> np.ndarray:
         offsets = np.zeros(nchunks, np.int64)
         offsets[1:] = np.cumsum(above + ties)[:-1]
         out = np.empty(k, np.int64)
-        run_threads(_topk_collect_kernel, ab.size, ab, np.uint32(thr), ties, offsets, out)
+        run_parallel(_topk_collect_kernel, ab.size, ab, np.uint32(thr), ties, offsets, out)
         return out
     # small boundary bin: collect all of it and resolve it on the full 31 bits here
     offsets = np.zeros(nchunks, np.int64)
     offsets[1:] = np.cumsum(above + in_bin)[:-1]
     cand = np.empty(int((above + in_bin).sum()), np.int64)
-    run_threads(_topk_collect_kernel, ab.size, ab, np.uint32(thr), in_bin, offsets, cand)
+    run_parallel(_topk_collect_kernel, ab.size, ab, np.uint32(thr), in_bin, offsets, cand)
     return _resolve(ab, cand, k)
 
 
