@@ -100,16 +100,17 @@ def workers(numel: int | None, n_items: int | None = None) -> int:
     """
     if numel is not None and numel < SERIAL_MAX:
         return 1
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS if NUMBA else 1))
+    n = max(1, torch.get_num_threads())
     return n if n_items is None else max(1, min(n, n_items))
 
 
 def run_parallel(kernel: Callable[..., Any], numel: int, *args: Any) -> None:
     """Run the :data:`PARALLEL` kernel ``kernel(*args)`` (a ``prange`` over fixed parts) on the
     threads :func:`workers` gives for ``numel`` elements (numba's thread count is per calling thread)."""
-    nth = workers(numel)
-    if NUMBA and numba.get_num_threads() != nth:
-        numba.set_num_threads(nth)
+    if NUMBA:
+        nth = min(workers(numel), numba.config.NUMBA_NUM_THREADS)  # numba's pool has at most that many
+        if numba.get_num_threads() != nth:
+            numba.set_num_threads(nth)
     kernel(*args)
 
 

@@ -100,6 +100,18 @@ def test_workers_follow_torch_and_the_one_serial_cut_off(monkeypatch: pytest.Mon
     assert runtime.workers(runtime.SERIAL_MAX, n_items=1) == 1  # never more threads than items
 
 
+def test_parallel_kernels_run_on_the_threads_workers_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_parallel sets numba's pool to :func:`runtime.workers` (the serial cut-off included) before the kernel runs."""
+    import numba
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    seen: list[int] = []
+    for numel in (runtime.SERIAL_MAX - 1, runtime.SERIAL_MAX, 1):
+        runtime.run_parallel(lambda: seen.append(numba.get_num_threads()), numel)
+    two = min(2, numba.config.NUMBA_NUM_THREADS)
+    assert seen == [1, two, 1]
+
+
 def test_the_package_imports_nothing_above_it() -> None:
     """Kernels sit below core: importing them loads no payload, codec, compressor or measure code."""
     above = ("core", "compressors", "sources", "results", "measure", "report", "distributed", "integrations", "cli")
