@@ -7,7 +7,7 @@ The kernels here read the input once or twice, draw their random numbers inside 
 and write the packed wire bits directly.
 
 * :mod:`~gcbench.kernels.runtime` — the kernel switch (``GCBENCH_KERNELS``), the numba import, the
-  one thread policy and serial cut-off, views.
+  thread policy (dense kernels: numba prange; sparse item kernels: a small Python pool) and the one serial cut-off, views.
 * :mod:`~gcbench.kernels.buffers` — the one allocator: huge-page output buffers with a small reuse pool.
 * :mod:`~gcbench.kernels.rng` — counter-based SplitMix64 numbers and random k-subsets.
 * :mod:`~gcbench.kernels.bits` — bit-field packing and reading, record streams.
