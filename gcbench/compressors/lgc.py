@@ -959,14 +959,6 @@ class LGC(Compressor):
             pos += used
         return out, pos
 
-    def _reference_layout(self, a: list[list[torch.Tensor]],
-                          geo: list[tuple[tuple[int, ...], torch.dtype]]) -> tuple[int, int, list[int], list[int], list[int]]:
-        """(workers, middle units, each unit's size, its k, the units' offsets in the concatenated top-k values)."""
-        n, units = len(a), len(geo)
-        dims = [a[0][j].numel() for j in range(units)]
-        ks = [self.k_of(d) for d in dims]
-        return n, units, dims, ks, np.cumsum([0, *ks]).tolist()
-
     def _reference_ps(self, rec: dict[str, Any], a: list[list[torch.Tensor]], leader: int,
                       geo: list[tuple[tuple[int, ...], torch.dtype]]) -> _Phase3:
         """Phase 3, PS, reference preset: per middle unit the aggregate, the messages and each worker's sent part.
@@ -978,7 +970,10 @@ class LGC(Compressor):
         decoder's 33rd channel; no exact overwrite there, as in the re-implementation); w's
         innovation outside that set is added exactly (gcbench's choice: the values were paid for).
         """
-        n, units, dims, ks, offs = self._reference_layout(a, geo)
+        n, units = len(a), len(geo)
+        dims = [a[0][j].numel() for j in range(units)]
+        ks = [self.k_of(d) for d in dims]
+        offs = np.cumsum([0, *ks]).tolist()
         shape0, dtype0 = geo[0]
         coding = self.settings["index_coding"]
         params = rec["params"]
@@ -1061,7 +1056,10 @@ class LGC(Compressor):
         worker encodes its values there with the reference encoder; the latents are summed by a
         ring all-reduce and one decoder maps the mean latent (zero innovation) to the aggregate.
         """
-        n, units, dims, ks, offs = self._reference_layout(a, geo)
+        n, units = len(a), len(geo)
+        dims = [a[0][j].numel() for j in range(units)]
+        ks = [self.k_of(d) for d in dims]
+        offs = np.cumsum([0, *ks]).tolist()
         shape0, dtype0 = geo[0]
         coding = self.settings["index_coding"]
         params = rec["params"]
