@@ -440,6 +440,15 @@ class Compressor(ABC):
         except _STRAY_DECODE_ERRORS as exc:  # the safety net behind the codec's checks (see _STRAY_DECODE_ERRORS)
             raise PayloadError(f"{self.name} payload could not be decoded ({type(exc).__name__}: {exc})") from exc
 
+    def decompress_group(self, payloads: Sequence[Payload]) -> list[torch.Tensor]:
+        """Decode all payloads one worker received for one step (one per unit), in order.
+
+        What timings charge as a step's decompress.  The default decodes each with
+        :meth:`decompress`; a compressor may decode the group at once (the cast compressors), with
+        the same tensors and the same :class:`PayloadError` for a malformed payload.
+        """
+        return [self.decompress(p) for p in payloads]
+
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
         """Simulate N workers: each compresses, all payloads are all-gathered, decoded, averaged.
 
