@@ -33,7 +33,7 @@ from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.core.errors import GcbenchError, UnknownNameError
 from gcbench.core.info import Target
-from gcbench.measure.metrics import TimingPolicy, time_call, time_interleaved, timing_flags, x_copy_summary
+from gcbench.measure.metrics import TimingPolicy, flat_like, time_call, time_interleaved, timing_flags, x_copy_summary
 from gcbench.results.record import BenchCase, RunRecord
 from gcbench.results.store import RunWriter, load_run
 
@@ -95,7 +95,7 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     # the copy is interleaved with each kernel, round by round, as in `gcbench run`; --repeats rounds exactly (no
     # calibration: the fresh process per case is this harness's isolation, and the repeats are the user's to set)
     policy = TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=repeats)
-    buf = torch.empty_like(x)
+    buf = flat_like([x])[0]
     holder: dict[str, Any] = {}
 
     def copy() -> None:
