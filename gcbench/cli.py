@@ -801,6 +801,9 @@ def bench(
     compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC",
                                                          help="A compressor to time (repeatable), as a positional SPEC.")] = None,
     sizes: Annotated[str, typer.Option(metavar="LIST", help="Element counts to sweep, a comma list like 1K,1M,25.6M,100M.")] = "25.6M",
+    model: Annotated[str | None, typer.Option(
+        metavar="NAME", help="Time a whole step of this model's gradient tensors (a zoo name, `gcbench list models`) "
+                             "instead of one tensor per size: what a network prediction charges per step.")] = None,
     rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case (exactly this many).")] = 5,
     repeats: Annotated[int | None, typer.Option("--repeats", metavar="INT", hidden=True,
                                                 help="Deprecated spelling of --rounds.")] = None,
@@ -820,6 +823,7 @@ def bench(
     """Time compress/decompress against a memory copy of the same tensor; print the target table.
 
     Examples: `gcbench bench`, `gcbench bench topk qsgd --sizes 1M,25.6M --rounds 9`,
+    `gcbench bench --model resnet50 -c topk -c powersgd`,
     `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
     """
     from gcbench.compressors import registry
@@ -833,12 +837,18 @@ def bench(
     names = compressor_specs(compressors, compressor) or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = size_list_arg(sizes, parse_size)
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
+    if model is not None:
+        if sizes != "25.6M":
+            raise GcbenchError("--model times a whole step of the model's own tensors; leave out --sizes")
+        from gcbench.sources.catalog import check_model
+
+        check_model(model)
     check_output_dir(out_dir, "--out")
     if fail_on_regression and baseline is None:
         raise GcbenchError("--fail-on-regression needs --baseline FILE")
     with progress_bar(not as_json and not quiet) as prog:
         outcome = bench_to_file(names, size_list, out_dir, repeats=rounds, warmup=warmup, threads=threads, device=device,
-                                isolate=isolate, baseline=baseline, threshold=threshold, progress=prog)
+                                isolate=isolate, baseline=baseline, threshold=threshold, model=model, progress=prog)
     if as_json:
         print(json.dumps({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]}, default=str))
     else:

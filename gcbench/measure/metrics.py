@@ -31,6 +31,7 @@ machine load over their thresholds), ``too short`` (under the timer's useful res
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import statistics
@@ -43,6 +44,7 @@ import numpy as np
 import torch
 
 from gcbench import kernels
+from gcbench.core.compressor import Compressor, State
 from gcbench.core.payload import dense_bytes
 from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
 
@@ -583,6 +585,39 @@ def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[],
     loads.append(load())
     seen = [v for v in loads if v is not None]
     return Interleaved(copy_s, kern_s, policy.warmup, stopped, max(seen) if seen else None)
+
+
+def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], policy: TimingPolicy,
+              device: torch.device | str = "cpu") -> Interleaved:
+    """Time one worker-step of ``comp`` — compress of every tensor of ``xs`` as a group, and decode of
+    its payloads — interleaved with a copy of the same tensors (:func:`time_interleaved`).
+
+    What ``run`` and ``compare`` time for every case and ``gcbench bench --model`` for a model's
+    tensors.  Kept apart from other work by discipline rather than by a process (a worker process
+    per case would cost more than the quick suite's whole run; ``bench`` adds one): the garbage
+    earlier work left is collected first and the collector stays off while timing; payloads, the
+    copy's destination and the state clones each round starts from are made outside the timed
+    region, and warm-up rounds touch every buffer first.  ``states`` are left untouched.
+    """
+    payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
+    bufs = flat_like(xs)
+    holder: dict[str, list[State]] = {}
+
+    def setup() -> None:
+        holder["st"] = [s.clone() for s in states]
+
+    def copy() -> None:
+        for b, x in zip(bufs, xs, strict=True):
+            b.copy_(x)
+
+    kernels_ = {"compress": lambda: comp.compress_group(xs, holder["st"], need_decoded=False),
+                "decompress": lambda: comp.decompress_group(payloads)}
+    gc.collect()
+    gc.disable()  # a collection inside a timed call would be charged to whichever kernel it hit
+    try:
+        return time_interleaved(copy, kernels_, policy, device, setup)
+    finally:
+        gc.enable()
 
 
 def timing_flags(x_copy: Sequence[float], median_s: float, load: float | None, policy: TimingPolicy,

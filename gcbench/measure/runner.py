@@ -23,7 +23,6 @@ error and the run goes on.
 
 from __future__ import annotations
 
-import gc
 import os
 import traceback
 import zlib
@@ -53,7 +52,7 @@ from gcbench.measure.casemath import (
     worker_mean,
 )
 from gcbench.measure.granularity import Unit, gather, make_units
-from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, flat_like, time_interleaved
+from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, flat_like, time_step
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
@@ -346,36 +345,11 @@ def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], s
 
 
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:
-    """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors.
-
-    Kept apart from the fidelity work by discipline rather than by a process (a worker process
-    per case would cost more than the quick suite's whole run): the garbage the fidelity work left
-    is collected first and the collector stays off while timing; payloads, output buffers and
-    the state clones each round starts from are made outside the timed region; warm-up rounds
-    touch every buffer first; the thread count is the run's, fixed and recorded.
-    """
+    """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors (:func:`time_step`)."""
     m = suite.metrics
     device = xs[0].device if xs else torch.device("cpu")
     policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats, budget_s=m.timing_budget_s)
-    payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
-    bufs = flat_like(xs)
-    holder: dict[str, list[State]] = {}
-
-    def setup() -> None:
-        holder["st"] = [s.clone() for s in states]
-
-    def copy() -> None:
-        for b, x in zip(bufs, xs, strict=True):
-            b.copy_(x)
-
-    kernels = {"compress": lambda: comp.compress_group(xs, holder["st"], need_decoded=False),
-               "decompress": lambda: comp.decompress_group(payloads)}
-    gc.collect()
-    gc.disable()  # a collection inside a timed call would be charged to whichever kernel it hit
-    try:
-        timed = time_interleaved(copy, kernels, policy, device, setup)
-    finally:
-        gc.enable()
+    timed = time_step(comp, xs, states, policy, device)
     return timing_summary(sum(x.numel() for x in xs), str(device), torch.get_num_threads(), timed, comp.info.traffic_bytes, policy)
 
 

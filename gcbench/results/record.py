@@ -706,6 +706,8 @@ class BenchCase(Model):
     version: Int | None = None
     numel: Int | None = None
     shape: list[Int] | None = None
+    model: Str | None = None  # ``bench --model``: a whole step of this model's tensors (numel: its parameter count)
+    tensors: Int | None = None  # ``bench --model``: how many tensors one step compresses
     threads: Int | None = None
     device: Str | None = None
     copy_: Timing | None = Field(default=None, alias="copy")
