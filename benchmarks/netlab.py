@@ -106,6 +106,11 @@ class NetLab:
             if name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
                 _ip("netns", "del", name, check=False)
         _ip("link", "del", BRIDGE, check=False)
+        # a deleted namespace's links go away asynchronously: wait, or the next lab's veth "exists"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+                f" {PREFIX}p" in line or f" {PREFIX}v" in line for line in _ip("-o", "link", check=False).stdout.splitlines()):
+            time.sleep(0.05)
 
     def popen(self, rank: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
               **kwargs: object) -> subprocess.Popen[bytes]:
