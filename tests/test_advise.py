@@ -1,0 +1,115 @@
+"""gcbench advise: its inputs (bench --model files, fidelity of a run), the prediction and ranking, the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gcbench.cli import app
+from gcbench.compressors import registry
+from gcbench.core.errors import ResultsError
+from gcbench.distributed import advise as adv
+from gcbench.distributed.netmodel import Network, ring_allreduce
+from gcbench.measure.bench import bench_to_file, model_tensors
+from gcbench.measure.runner import run_suite
+from gcbench.measure.suite import parse_suite
+from gcbench.results.store import load_run
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def mlp_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    outcome = bench_to_file(["none", "topk", "fp16"], [], out, repeats=2, warmup=0, threads=1, isolate=False, model="mlp")
+    assert outcome.path is not None
+    return outcome.path
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    suite = parse_suite({"name": "adv", "version": 1, "seed": 0, "granularity": "layer",
+                         "sources": [{"kind": "live", "label": "mlp live", "model": "mlp", "workers": 2, "steps": 2}],
+                         "metrics": {"repeats": 2, "timing": False}, "compressors": [{"name": "none"}, {"name": "topk"}]})
+    outcome = run_suite(suite, tmp_path_factory.mktemp("run"))
+    return Path(outcome.path)
+
+
+def test_kernels_of_a_bench_file_are_its_whole_model_steps(mlp_bench: Path) -> None:
+    ks = adv.kernels_from_bench(load_run(mlp_bench), None, str(mlp_bench))
+    assert ks.model == "mlp" and ks.device == "cpu" and [k.label for k in ks.kernels] == ["none", "topk", "fp16"]
+    xs = model_tensors("mlp")
+    topk = registry.create("topk")
+    sent = sum(topk.compress(x, topk.init_state(i)).nbytes for i, x in enumerate(xs))
+    k = ks.get("topk")
+    assert k is not None and k.wire_bytes == pytest.approx(sent) and k.dense_bytes == 4 * sum(x.numel() for x in xs)
+    assert k.compress_s > 0 and k.decompress_s > 0 and k.copy_s > 0
+    with pytest.raises(ResultsError, match="no cases of resnet50"):
+        adv.kernels_from_bench(load_run(mlp_bench), "resnet50")
+
+
+def test_identity_whose_kernels_cost_a_copy_is_the_reference() -> None:
+    # no special case: a codec whose encode and decode each cost what DDP's copies into and out of its
+    # buckets cost, and that all-reduces the dense bytes, predicts exactly the uncompressed step
+    ident = adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8)
+    ks = adv.KernelSet("m", "cpu", "test", "", (ident,))
+    a = adv.advise(ks, 0.1, [2, 16, 256], [1, 10, 100], 5e-6)
+    assert all(s.speedup == pytest.approx(1.0) for sc in a.scenarios for s in sc.steps)
+    sc = a.scenarios[-1]
+    assert sc.reference_step_s == pytest.approx(0.1 + 2 * 0.004 + ring_allreduce(1e8, 256).seconds(Network(100, 5e-6)))
+
+
+def test_scenarios_rank_fastest_first_and_say_when_nothing_pays() -> None:
+    ks = adv.KernelSet("m", "cpu", "test", "", (
+        adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
+        adv.StepKernels("topk", "topk", 0.05, 0.002, 0.004, 2e6, 1e8),  # all-gathered: decodes N payloads
+        adv.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8)))
+    a = adv.advise(ks, 0.1, [16], [1, 400], 5e-6)
+    slow, fast = a.scenarios
+    assert [s.step_s for s in slow.steps] == sorted(s.step_s for s in slow.steps)
+    assert slow.paying and slow.paying[0].speedup > 1 and "best" in adv.summary_line(slow)
+    assert not fast.paying and "no compressor pays" in adv.summary_line(fast)  # at 400 Gbit/s the kernels cost more than they save
+    topk = next(s for s in slow.steps if s.label == "topk")
+    assert topk.collective == "allgather" and topk.decompress_s == pytest.approx(16 * 0.002)
+
+
+def test_delivered_comes_from_the_one_source_of_the_model(mlp_run: Path) -> None:
+    got = adv.delivered_from_results(load_run(mlp_run), "mlp", str(mlp_run))
+    assert set(got) == {"none", "topk"}
+    assert got["none"].value == pytest.approx(1.0) and 0 < got["topk"].value < 1 and got["topk"].steps == 2
+    with pytest.raises(ResultsError, match="no source of model resnet50"):
+        adv.delivered_from_results(load_run(mlp_run), "resnet50")
+
+
+def test_advise_command_with_kernels_and_fidelity(mlp_bench: Path, mlp_run: Path) -> None:
+    r = runner.invoke(app, ["advise", str(mlp_run), "--kernels", str(mlp_bench), "--compute-ms", "5", "--workers", "4,16",
+                            "--bandwidth", "0.1,10", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["model"] == "mlp" and d["compute_origin"] == "given" and len(d["scenarios"]) == 4
+    steps = {s["label"]: s for s in d["scenarios"][0]["steps"]}
+    assert steps["topk"]["delivered"]["value"] < 1 and steps["fp16"]["delivered"] is None  # fp16 was not in the run
+    r = runner.invoke(app, ["advise", "--kernels", str(mlp_bench), "--compute-ms", "5", "-c", "topk", "--workers", "8"])
+    assert r.exit_code == 0, r.output
+    assert "8 workers" in r.stdout and "kernels measured on cpu" in r.stdout and "topk" in r.stdout and "fp16" not in r.stdout
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["advise"], ("--model",)),
+    (["advise", "--model", "resnt50"], ("did you mean",)),
+    (["advise", "--model", "mlp", "--workers", "0"], ("--workers",)),
+    (["advise", "--model", "mlp", "--latency-us", "nan"], ("--latency-us",)),
+])
+def test_advise_bad_input_is_one_line(args: list[str], words: tuple[str, ...]) -> None:
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.output and all(w in lines[0] for w in words), r.output
+
+
+def test_advise_kernels_file_without_model_steps_is_one_line(mlp_run: Path) -> None:
+    r = runner.invoke(app, ["advise", "--kernels", str(mlp_run), "--compute-ms", "1"])
+    assert r.exit_code == 1 and "bench --model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
