@@ -33,7 +33,7 @@ def mlp_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def mlp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     suite = parse_suite({"name": "adv", "version": 1, "seed": 0, "granularity": "layer",
                          "sources": [{"kind": "live", "label": "mlp live", "model": "mlp", "workers": 2, "steps": 2}],
-                         "metrics": {"repeats": 2, "timing": False}, "compressors": [{"name": "none"}, {"name": "topk"}]})
+                         "metrics": {"repeats": 2, "timing_repeats": 2, "warmup": 0}, "compressors": [{"name": "none"}, {"name": "topk"}]})
     outcome = run_suite(suite, tmp_path_factory.mktemp("run"))
     return Path(outcome.path)
 
@@ -113,3 +113,24 @@ def test_advise_bad_input_is_one_line(args: list[str], words: tuple[str, ...]) -
 def test_advise_kernels_file_without_model_steps_is_one_line(mlp_run: Path) -> None:
     r = runner.invoke(app, ["advise", "--kernels", str(mlp_run), "--compute-ms", "1"])
     assert r.exit_code == 1 and "bench --model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_run: Path) -> None:
+    from gcbench.report.html import DECISION_BANDWIDTHS, decision_curves, plot_decision
+
+    record = load_run(mlp_run)
+    ks, compute = adv.kernels_from_run(record, "mlp live", str(mlp_run))
+    assert ks.model == "mlp" and {k.label for k in ks.kernels} == {"none", "topk"}
+    assert compute is not None and compute > 0  # the live source timed its forward + backward passes
+    assert record.cases[0].source.identity() == record.cases[1].source.identity()  # a timing is not part of the gradients' identity
+    assert "compute_s" not in record.cases[0].source.identity()
+    workers, compute2, curves, even = decision_curves(record.cases)
+    assert workers == 2 and compute2 == compute and all(len(v) == len(DECISION_BANDWIDTHS) for v in curves.values())
+    topk = curves["topk"]
+    assert topk[0] > topk[-1]  # the fewer bytes a compressor sends, the more it gains on slow links
+    e = even["topk"]
+    if e is not None:  # where it crosses 1x, the curve is on both sides of 1 around it
+        i = next(j for j, b in enumerate(DECISION_BANDWIDTHS) if b >= e)
+        assert (topk[i - 1] - 1) * (topk[i] - 1) <= 0
+    plot = plot_decision(record.cases, "t")
+    assert plot is not None and plot.kind == "decision" and "2 workers" in plot.caption

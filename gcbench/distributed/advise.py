@@ -24,6 +24,8 @@ lands at the reference up to its own overhead over a copy, with no special case 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -90,6 +92,36 @@ def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str 
     env = record.env
     machine = f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores"
     return KernelSet(model, device, machine, origin, tuple(out))
+
+
+def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | None]:
+    """The step kernels of ``cases`` (one source's cases of a ``run``/``compare`` record: the in-run timings of worker 0's
+    step, against the pooled copy) and that source's measured compute time per worker-step (live sources; else None)."""
+    out = []
+    ok = [c for c in cases if isinstance(c, RunCase) and c.ok]
+    for c in ok:
+        t, size = c.timing, c.size
+        comp_s, dec_s = c.metric("compress_s"), c.metric("decompress_s")
+        if t is None or size is None or comp_s is None or dec_s is None or not size.wire_bytes or not size.dense_bytes:
+            continue
+        copy_s = t.pooled_copy_s or (t.copy_.median_s if t.copy_ is not None else None)
+        if not copy_s:
+            continue
+        flags = sorted({f for k in ("compress", "decompress") for f in ((t.x_copy(k).flags or []) if t.x_copy(k) else [])})
+        out.append(StepKernels(c.label, str(c.compressor or c.label), float(comp_s), float(dec_s), float(copy_s),
+                               float(size.wire_bytes), float(size.dense_bytes), tuple(flags)))
+    compute = next((c.source.compute_s for c in ok if c.source is not None and c.source.compute_s), None)
+    return out, float(compute) if compute else None
+
+
+def kernels_from_run(record: RunRecord, source_label: str, origin: str = "") -> tuple[KernelSet, float | None]:
+    """:func:`step_kernels_of` the cases of one source of a results record, as a :class:`KernelSet`."""
+    cases = [c for c in record.cases if isinstance(c, RunCase) and c.source_label == source_label]
+    kernels, compute = step_kernels_of(cases)
+    model = next((str(c.source.model) for c in cases if c.source is not None and c.source.model), source_label)
+    device = next((str(c.timing.device) for c in cases if c.timing is not None and c.timing.device), "cpu")
+    env = record.env
+    return KernelSet(model, device, f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores", origin, tuple(kernels)), compute
 
 
 def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, rounds: int = 3, threads: int = 2,
@@ -208,39 +240,41 @@ class Advice:
         return d
 
 
-def predict_step(k: StepKernels, n: int, net: Network, compute_s: float) -> tuple[Step, float, float]:
-    """(the compressor's step, the reference step, the reference's communication) on ``n`` workers over ``net``."""
+def predict_step(k: StepKernels, n: int, net: Network, compute_s: float) -> Step:
+    """The compressor's step on ``n`` workers over ``net``: compute + compress + its protocol + decode of what it receives."""
     cost, decoded = communication(CaseCost(k.label, k.compressor, k.wire_bytes, k.dense_bytes), n)
     comm = cost.seconds(net)
     dec = k.decompress_s * decoded if n > 1 else k.decompress_s
     step = compute_s + k.compress_s + comm + dec
-    ref_comm = ring_allreduce(k.dense_bytes, n).seconds(net)
-    ref = compute_s + 2 * k.copy_s + ref_comm  # DDP's own path: copy into buckets, all-reduce, copy back
-    collective = collective_for(k.compressor)
-    return (Step(k.label, k.compressor, collective, compute_s, k.compress_s, comm, dec, step, ref / step, None, k.flags), ref, ref_comm)
+    return Step(k.label, k.compressor, collective_for(k.compressor), compute_s, k.compress_s, comm, dec, step, math.nan, None, k.flags)
+
+
+def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float) -> tuple[float, float]:
+    """(step, communication) of uncompressed training: DDP's own path — the gradients copied into buckets, a ring
+    all-reduce of the fp32 bytes, copied back.  The copy is the fastest of the kernels' copies of the same tensors:
+    load only ever slows a copy down (a case timed while the machine stalled measured its copy at 4 ms against 0.12)."""
+    dense = kernels[0].dense_bytes
+    copy_s = min(k.copy_s for k in kernels)
+    comm = ring_allreduce(dense, n).seconds(net)
+    return compute_s + 2 * copy_s + comm, comm
 
 
 def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
            fidelity_origin: str | None = None) -> Advice:
     """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring)."""
+    if not kernels.kernels:
+        raise ResultsError(f"no compressor of {kernels.origin or 'the input'} has kernel times and payload sizes to predict with")
     scenarios = []
     for n in workers:
         for bw in bandwidths_gbps:
             net = Network(bw, latency_s)
-            steps, refs = [], []
+            ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s)
+            steps = []
             for k in kernels.kernels:
-                s, ref, ref_comm = predict_step(k, n, net, compute_s)
-                if delivered is not None:
-                    s = Step(**{**asdict(s), "delivered": delivered.get(k.label), "flags": s.flags})
-                steps.append(s)
-                refs.append((ref, ref_comm))
-            # every case's reference is the same dense model on the same device: one value (the median of
-            # the cases' copy-based estimates, which differ only by their copy's timing noise)
-            ref_step = statistics.median(r for r, _ in refs)
-            ref_comm = refs[0][1]
-            steps = [Step(**{**asdict(s), "speedup": ref_step / s.step_s, "delivered": s.delivered, "flags": s.flags})
-                     for s in steps]
+                s = predict_step(k, n, net, compute_s)
+                steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s,
+                                                 delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
             scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps)))
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin)
