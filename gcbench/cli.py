@@ -1143,6 +1143,12 @@ def advise_cmd(
     bandwidth: Annotated[str, typer.Option(metavar="LIST", help="Link bandwidths in Gbit/s, a comma list like 1,10,25,100.")]
     = "1,10,25,100",
     latency_us: Annotated[float, typer.Option(metavar="FLOAT", help="Latency α per message in microseconds.")] = 5.0,
+    gpus_per_node: Annotated[int, typer.Option(metavar="INT", help="Workers per node: they share the node's link (--bandwidth) "
+                                               "and talk among themselves over --intra-bandwidth (1: a flat network).")] = 1,
+    intra_bandwidth: Annotated[float | None, typer.Option(metavar="FLOAT", help="Intra-node bandwidth in Gbit/s "
+                                                          "(NVLink, PCIe) with --gpus-per-node.")] = None,
+    overlap: Annotated[bool, typer.Option(help="Overlap communication with the backward pass, bucket by bucket as DDP does.")]
+    = False,
     compute_ms: Annotated[float | None, typer.Option(
         metavar="FLOAT", help="Compute time of one step in ms on the cluster's devices (default: measured here on the CPU, "
                               "forward + backward at the model's batch).")] = None,
@@ -1162,10 +1168,12 @@ def advise_cmd(
 
     Examples: `gcbench advise --model resnet50 --workers 16 --bandwidth 1,10,25,100`,
     `gcbench advise --model resnet50 --compute-ms 120 -c topk -c powersgd -c fp16`,
-    `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`.
+    `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`,
+    `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`.
     """
     from gcbench.compressors import registry
     from gcbench.distributed import advise as adv
+    from gcbench.distributed.netmodel import Topology
     from gcbench.report.advice import advice_output
     from gcbench.results.store import load_run, resolve_run
     from gcbench.sources.catalog import check_model
@@ -1178,6 +1186,14 @@ def advise_cmd(
         raise GcbenchError(f"--rounds must be at least 1, got {rounds}")
     ns = number_list(workers, "--workers", int)
     bws = number_list(bandwidth, "--bandwidth", float)
+    if gpus_per_node < 1:
+        raise GcbenchError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    if (gpus_per_node > 1) != (intra_bandwidth is not None):
+        raise GcbenchError("--gpus-per-node N (above 1) and --intra-bandwidth GBITS go together")
+    topology = Topology(gpus_per_node, intra_bandwidth or 0.0)
+    unfilled = [n for n in ns if n % gpus_per_node]
+    if unfilled:
+        raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
     if model is None and kernels is None:
         raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`)")
     if model is not None:
@@ -1206,7 +1222,7 @@ def advise_cmd(
             origin = "measured on this machine's CPU; give --compute-ms for the cluster's devices"
     delivered = adv.delivered_from_results(fidelity[0], ks.model, fidelity[1]) if fidelity else None
     advice = adv.advise(ks, compute_s, ns, bws, latency_us * 1e-6, compute_origin=origin, delivered=delivered,
-                        fidelity_origin=fidelity[1] if fidelity else None)
+                        fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap)
     if as_json:
         print(json.dumps(advice.to_dict(), default=str))
         return

@@ -12,7 +12,7 @@ from gcbench.cli import app
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.distributed import advise as adv
-from gcbench.distributed.netmodel import Network, ring_allreduce
+from gcbench.distributed.netmodel import Network, collective_seconds, ring_allreduce
 from gcbench.measure.bench import bench_to_file, model_tensors
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
@@ -59,7 +59,9 @@ def test_identity_whose_kernels_cost_a_copy_is_the_reference() -> None:
     a = adv.advise(ks, 0.1, [2, 16, 256], [1, 10, 100], 5e-6)
     assert all(s.speedup == pytest.approx(1.0) for sc in a.scenarios for s in sc.steps)
     sc = a.scenarios[-1]
-    assert sc.reference_step_s == pytest.approx(0.1 + 2 * 0.004 + ring_allreduce(1e8, 256).seconds(Network(100, 5e-6)))
+    net = Network(100, 5e-6)
+    assert sc.reference_step_s == pytest.approx(0.1 + 2 * 0.004 + collective_seconds("allreduce", 1e8, 256, net)[0])
+    assert collective_seconds("allreduce", 1e8, 256, net)[0] <= ring_allreduce(1e8, 256).seconds(net)  # ring or tree
 
 
 def test_scenarios_rank_fastest_first_and_say_when_nothing_pays() -> None:
@@ -73,7 +75,9 @@ def test_scenarios_rank_fastest_first_and_say_when_nothing_pays() -> None:
     assert slow.paying and slow.paying[0].speedup > 1 and "best" in adv.summary_line(slow)
     assert not fast.paying and "no compressor pays" in adv.summary_line(fast)  # at 400 Gbit/s the kernels cost more than they save
     topk = next(s for s in slow.steps if s.label == "topk")
-    assert topk.collective == "allgather" and topk.decompress_s == pytest.approx(16 * 0.002)
+    assert topk.collective == "allgather (ring)" and topk.decompress_s == pytest.approx(16 * 0.002)
+    psgd = next(s for s in slow.steps if s.label == "powersgd")
+    assert psgd.collective.startswith("allreduce") and psgd.decompress_s == pytest.approx(0.003)  # one aggregate to decode
 
 
 def test_delivered_comes_from_the_one_source_of_the_model(mlp_run: Path) -> None:
@@ -134,3 +138,26 @@ def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_
         assert (topk[i - 1] - 1) * (topk[i] - 1) <= 0
     plot = plot_decision(record.cases, "t")
     assert plot is not None and plot.kind == "decision" and "2 workers" in plot.caption
+
+
+def test_overlap_hides_communication_behind_the_backward_pass_but_never_the_last_bucket() -> None:
+    # 100 ms of compute (2/3 of it backward), 40 MB of gradients = 2 DDP buckets
+    assert adv.exposed(0.05, 0.1, 40e6, overlap=False) == 0.05
+    assert adv.exposed(0.05, 0.1, 40e6, overlap=True) == pytest.approx(0.025)  # hidden but for the last bucket's half
+    assert adv.exposed(0.5, 0.1, 40e6, overlap=True) == pytest.approx(0.5 - 0.1 * 2 / 3)  # longer than the backward pass
+    k = adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 4e7, 4e7)
+    ks = adv.KernelSet("m", "cpu", "test", "", (k,))
+    a = adv.advise(ks, 0.1, [8], [10], 5e-6, overlap=True)
+    assert a.overlap and a.scenarios[0].steps[0].speedup == pytest.approx(1.0)
+    assert a.scenarios[0].reference_step_s < adv.advise(ks, 0.1, [8], [10], 5e-6).scenarios[0].reference_step_s
+
+
+def test_advise_command_topology_options(mlp_bench: Path) -> None:
+    r = runner.invoke(app, ["advise", "--kernels", str(mlp_bench), "--compute-ms", "5", "--workers", "16", "--gpus-per-node", "8",
+                            "--intra-bandwidth", "800", "--overlap", "--bandwidth", "10"])
+    assert r.exit_code == 0, r.output
+    assert "nodes of 8 GPUs" in r.stdout and "hierarchical" in r.stdout and "overlap" in r.stdout
+    for args, words in ((["--gpus-per-node", "8"], "--intra-bandwidth"), (["--gpus-per-node", "8", "--intra-bandwidth", "800",
+                                                                           "--workers", "12"], "does not fill")):
+        r = runner.invoke(app, ["advise", "--kernels", str(mlp_bench), "--compute-ms", "5", *args])
+        assert r.exit_code != 0 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output

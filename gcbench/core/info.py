@@ -202,6 +202,37 @@ class Target:
 
 
 @dataclass(frozen=True)
+class CostLeg:
+    """One leg of a protocol as the network model prices it: a collective over bytes given by a rule of the payload.
+
+    Attributes:
+        collective: ``"allreduce"``, ``"allgather"`` or ``"alltoall"``.
+        size: ``"payload"`` — one worker's payload bytes of the step (m); ``"payload/n"`` — m split
+            among the n workers (1-bit SGD's re-quantized stripe, one per owner); ``"scalars"`` — one
+            float32 per tensor (TernGrad's shared scaler).
+        rounds: collectives the bytes are split over, each paying the latency (PowerSGD's P and Q: 2).
+    """
+
+    collective: str
+    size: str = "payload"
+    rounds: int = 1
+
+    def __post_init__(self) -> None:
+        if self.collective not in ("allreduce", "allgather", "alltoall"):
+            raise ValueError(f"cost leg: unknown collective {self.collective!r}")
+        if self.size not in ("payload", "payload/n", "scalars"):
+            raise ValueError(f"cost leg: unknown size rule {self.size!r}")
+        if self.rounds < 1:
+            raise ValueError(f"cost leg: rounds must be >= 1, got {self.rounds}")
+
+    def decodes(self, n: int) -> int:
+        """Payload-sized decodes a worker does after this leg: every gathered payload, one otherwise (none for scalars)."""
+        if self.size == "scalars":
+            return 0
+        return n if (self.collective == "allgather" and self.size == "payload") else 1
+
+
+@dataclass(frozen=True)
 class Protocol:
     """How N workers exchange a compressor's payloads: the paper's protocol, as the transports and the network model see it.
 
@@ -215,6 +246,7 @@ class Protocol:
         per_tensor: needs each tensor's shape, so it compresses layer by layer whatever the granularity.
         applies_when: parameter settings the protocol needs (TernGrad's ``share_scaler=True``); with
             other settings the compressor uses the default all-gather.
+        cost: its legs as the network model prices them (:class:`CostLeg`), in order.
     """
 
     name: str
@@ -224,6 +256,7 @@ class Protocol:
     scalar_allreduces: int = 0
     per_tensor: bool = False
     applies_when: Mapping[str, ParamValue] = field(default_factory=dict, compare=False)
+    cost: tuple[CostLeg, ...] = (CostLeg("allgather"),)
 
     @property
     def allreduce(self) -> bool:
@@ -234,7 +267,8 @@ class Protocol:
 #: the default protocol: every worker's payload to every worker, each decodes all and averages
 ALLGATHER = Protocol("allgather", "all-gather the payloads, decode all, average")
 #: dense casts: the bodies are summed by an all-reduce and divided by N
-ALLREDUCE = Protocol("allreduce", "all-reduce the bodies (sum), divide by N", allreduce_rounds=1, summable=True)
+ALLREDUCE = Protocol("allreduce", "all-reduce the bodies (sum), divide by N", allreduce_rounds=1, summable=True,
+                     cost=(CostLeg("allreduce"),))
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.netmodel import CaseCost, Network, collective_for, communication, ring_allreduce
+from gcbench.distributed.netmodel import Network, Topology, collective_seconds, protocol_seconds
 from gcbench.results.record import BenchCase, RunCase, RunRecord
 
 Progress = Callable[[str, int, int, str], None]
@@ -52,6 +53,8 @@ class StepKernels:
     wire_bytes: float  # what one worker sends per step (its payloads)
     dense_bytes: float  # the step's gradient in fp32
     flags: tuple[str, ...] = ()  # the bench's timing flags of compress and decompress (unstable, …)
+    tensors: int = 1  # tensors one step compresses (TernGrad's shared scaler: one float each)
+    params: tuple[tuple[str, Any], ...] = ()  # the configuration: the protocol can depend on it (TernGrad's share_scaler)
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str 
         flags = sorted({f for k in ("compress", "decompress") for f in ((c.x_copy or {}).get(k).flags if (c.x_copy or {}).get(k) else [])})
         out.append(StepKernels(c.name, c.compressor, float(c.compress.median_s or 0.0), float(c.decompress.median_s or 0.0),
                                float(c.copy_.median_s or 0.0), float(c.input_bytes) / float(c.ratio), float(c.input_bytes),
-                               tuple(flags)))
+                               tuple(flags), int(c.tensors or 1), tuple(sorted((c.params or {}).items()))))
     device = next((str(c.device) for c in cases if c.model == model and c.device), "cpu")
     env = record.env
     machine = f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores"
@@ -109,7 +112,8 @@ def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | No
             continue
         flags = sorted({f for k in ("compress", "decompress") for f in ((t.x_copy(k).flags or []) if t.x_copy(k) else [])})
         out.append(StepKernels(c.label, str(c.compressor or c.label), float(comp_s), float(dec_s), float(copy_s),
-                               float(size.wire_bytes), float(size.dense_bytes), tuple(flags)))
+                               float(size.wire_bytes), float(size.dense_bytes), tuple(flags), len(c.layers or []) or 1,
+                               tuple(sorted((c.params or {}).items()))))
     compute = next((c.source.compute_s for c in ok if c.source is not None and c.source.compute_s), None)
     return out, float(compute) if compute else None
 
@@ -232,7 +236,8 @@ class Advice:
     latency_s: float
     scenarios: tuple[Scenario, ...]
     fidelity_origin: str | None = None
-    notes: tuple[str, ...] = field(default=())
+    topology: Topology = field(default_factory=Topology)
+    overlap: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -240,28 +245,49 @@ class Advice:
         return d
 
 
-def predict_step(k: StepKernels, n: int, net: Network, compute_s: float) -> Step:
+#: the share of a step's compute that is the backward pass, which DDP overlaps with communication (backward costs
+#: about twice the forward pass)
+BACKWARD_SHARE = 2 / 3
+#: DDP's bucket size: the last bucket's communication starts only when the backward pass has ended
+BUCKET_BYTES = 25 * 2**20
+
+
+def exposed(comm_s: float, compute_s: float, dense_bytes: float, overlap: bool) -> float:
+    """The communication a step waits for: all of it, or with ``overlap`` what the backward pass does not hide —
+    at least the last bucket's share (DDP starts a bucket's exchange as soon as its gradients are ready)."""
+    if not overlap:
+        return comm_s
+    buckets = max(1, math.ceil(dense_bytes / BUCKET_BYTES))
+    return max(comm_s / buckets, comm_s - BACKWARD_SHARE * compute_s)
+
+
+def predict_step(k: StepKernels, n: int, net: Network, compute_s: float, topo: Topology = Topology(),
+                 overlap: bool = False) -> Step:
     """The compressor's step on ``n`` workers over ``net``: compute + compress + its protocol + decode of what it receives."""
-    cost, decoded = communication(CaseCost(k.label, k.compressor, k.wire_bytes, k.dense_bytes), n)
-    comm = cost.seconds(net)
-    dec = k.decompress_s * decoded if n > 1 else k.decompress_s
-    step = compute_s + k.compress_s + comm + dec
-    return Step(k.label, k.compressor, collective_for(k.compressor), compute_s, k.compress_s, comm, dec, step, math.nan, None, k.flags)
+    protocol = registry.get(k.compressor).resolve_protocol(dict(k.params))
+    comm, decodes, algos = protocol_seconds(protocol, k.wire_bytes, n, net, topo, k.tensors)
+    dec = k.decompress_s * max(1, decodes)
+    wait = exposed(comm, compute_s, k.dense_bytes, overlap)
+    step = compute_s + k.compress_s + wait + dec
+    return Step(k.label, k.compressor, algos, compute_s, k.compress_s, wait, dec, step, math.nan, None, k.flags)
 
 
-def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float) -> tuple[float, float]:
-    """(step, communication) of uncompressed training: DDP's own path — the gradients copied into buckets, a ring
-    all-reduce of the fp32 bytes, copied back.  The copy is the fastest of the kernels' copies of the same tensors:
-    load only ever slows a copy down (a case timed while the machine stalled measured its copy at 4 ms against 0.12)."""
+def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
+                   overlap: bool = False) -> tuple[float, float]:
+    """(step, communication waited for) of uncompressed training: DDP's own path — the gradients copied into
+    buckets, an all-reduce of the fp32 bytes (ring or tree, whichever is faster), copied back.  The copy is the
+    fastest of the kernels' copies of the same tensors: load only ever slows a copy down (a case timed while the
+    machine stalled measured its copy at 4 ms against 0.12)."""
     dense = kernels[0].dense_bytes
     copy_s = min(k.copy_s for k in kernels)
-    comm = ring_allreduce(dense, n).seconds(net)
-    return compute_s + 2 * copy_s + comm, comm
+    comm, _ = collective_seconds("allreduce", dense, n, net, topo)
+    wait = exposed(comm, compute_s, dense, overlap)
+    return compute_s + 2 * copy_s + wait, wait
 
 
 def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
-           fidelity_origin: str | None = None) -> Advice:
+           fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False) -> Advice:
     """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring)."""
     if not kernels.kernels:
         raise ResultsError(f"no compressor of {kernels.origin or 'the input'} has kernel times and payload sizes to predict with")
@@ -269,15 +295,16 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
     for n in workers:
         for bw in bandwidths_gbps:
             net = Network(bw, latency_s)
-            ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s)
+            ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s, topology, overlap)
             steps = []
             for k in kernels.kernels:
-                s = predict_step(k, n, net, compute_s)
+                s = predict_step(k, n, net, compute_s, topology, overlap)
                 steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s,
                                                  delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
             scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps)))
-    return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin)
+    return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
+                  topology=topology, overlap=overlap)
 
 
 def summary_line(sc: Scenario) -> str:

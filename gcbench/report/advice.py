@@ -18,7 +18,10 @@ def advice_output(adv: Advice) -> list[Table | str]:
     ks = adv.kernels
     out: list[Table | str] = [
         f"{adv.model}: kernels measured on {ks.device} ({ks.machine}) by `gcbench bench --model` ({ks.origin}); "
-        f"compute {1e3 * adv.compute_s:.1f} ms per step ({adv.compute_origin}); latency α = {1e6 * adv.latency_s:g} µs per message."]
+        f"compute {1e3 * adv.compute_s:.1f} ms per step ({adv.compute_origin}); latency α = {1e6 * adv.latency_s:g} µs per message; "
+        + ("a flat network" if adv.topology.flat else
+           f"nodes of {adv.topology.gpus_per_node} GPUs ({adv.topology.intra_gbps:g} Gbit/s inside a node, the bandwidth between nodes)")
+        + ("; communication overlapped with the backward pass" if adv.overlap else "") + "."]
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
     for n in sorted({sc.workers for sc in adv.scenarios}):
         scs = {sc.bandwidth_gbps: sc for sc in adv.scenarios if sc.workers == n}
@@ -41,6 +44,7 @@ def advice_output(adv: Advice) -> list[Table | str]:
     fid = (f"delivered = fraction of the dense update delivered over a stream, from {adv.fidelity_origin}"
            if adv.fidelity_origin else "delivered: not measured (pass a `gcbench run`/`compare` results file of this model)")
     out.append("step = compute + compress + communication of the compressor's protocol + decode of the payloads it receives "
-               "(decode ms: all of them); uncompressed = compute + copy into buckets + ring all-reduce of fp32 + copy back; "
-               f"no overlap of communication with the backward pass. {fid}.")
+               "(decode ms: all of them); uncompressed = compute + copy into buckets + all-reduce of fp32 (ring or tree) + copy back; "
+               + ("communication overlaps the backward pass (2/3 of compute) bucket by bucket, the last bucket's never"
+                  if adv.overlap else "no overlap of communication with the backward pass (--overlap models DDP's)") + f". {fid}.")
     return out

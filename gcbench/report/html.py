@@ -1000,7 +1000,7 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
             else "no compute time (this source measured none): communication and kernels only, an upper bound on any speed-up")
     caption = (f"gcbench advise's model on {workers} workers, α = {DECISION_LATENCY_S * 1e6:g} µs, {comp}; kernels from this run's "
                "timings on this machine. step = compute + compress + the compressor's protocol + decode; uncompressed = compute "
-               "+ copy into buckets + ring all-reduce + copy back; no overlap. A marker on the dashed line is a break-even "
+               "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. A marker on the dashed line is a break-even "
                "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`.")
     return Plot("decision", title, _png(fig), caption, wide=True)
 
