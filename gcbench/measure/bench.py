@@ -176,8 +176,8 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
     states = [comp.init_state(seed + i) for i in range(len(xs))]
     comp.compress_group(xs, states, need_decoded=False)  # one step first: error feedback / momentum in steady state
     policy = TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=repeats)
-    timed = time_step(comp, xs, states, policy, device)
     payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
+    timed = time_step(comp, xs, states, policy, device, payloads)
     numel = sum(x.numel() for x in xs)
     t_copy, t_c, t_d = timed.copy_timing, timed.timing("compress"), timed.timing("decompress")
     x_c, x_d = timed.x_copy("compress"), timed.x_copy("decompress")

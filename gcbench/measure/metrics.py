@@ -45,7 +45,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.core.compressor import Compressor, State
-from gcbench.core.payload import dense_bytes
+from gcbench.core.payload import Payload, dense_bytes
 from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
 
 
@@ -588,7 +588,7 @@ def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[],
 
 
 def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], policy: TimingPolicy,
-              device: torch.device | str = "cpu") -> Interleaved:
+              device: torch.device | str = "cpu", payloads: Sequence[Payload] | None = None) -> Interleaved:
     """Time one worker-step of ``comp`` — compress of every tensor of ``xs`` as a group, and decode of
     its payloads — interleaved with a copy of the same tensors (:func:`time_interleaved`).
 
@@ -597,9 +597,11 @@ def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[Sta
     per case would cost more than the quick suite's whole run; ``bench`` adds one): the garbage
     earlier work left is collected first and the collector stays off while timing; payloads, the
     copy's destination and the state clones each round starts from are made outside the timed
-    region, and warm-up rounds touch every buffer first.  ``states`` are left untouched.
+    region, and warm-up rounds touch every buffer first.  ``states`` are left untouched.  ``payloads`` (the step's,
+    compressed from clones of ``states``) are what the decompress decodes; made here when not given.
     """
-    payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
+    if payloads is None:
+        payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
     bufs = flat_like(xs)
     holder: dict[str, list[State]] = {}
 
