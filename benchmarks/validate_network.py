@@ -6,8 +6,8 @@ For each (workers, compressor, bandwidth) configuration this script
    step (the same N processes training without any communication, so they contend for the cores
    as in the real run), and the compressor's per-step compress and decompress time and payload
    bytes (the same N processes training through the DDP hook over unshaped links);
-2. **predicts** the step time with :mod:`gcbench.distributed.netmodel` from those inputs and the
-   link's nominal rate (nothing is fitted to the run being predicted);
+2. **predicts** the step time with ``gcbench advise``'s model (:mod:`gcbench.distributed.advise`) from
+   those inputs and the link's nominal rate (nothing is fitted to the run being predicted);
 3. **measures** the step time of real training: N processes in network namespaces whose links are
    shaped to the bandwidth (:mod:`netlab`), gloo, the gcbench DDP hook;
 4. prints predicted vs measured, the error, and the share of the step spent communicating.
@@ -140,35 +140,70 @@ def _median_step(recs: Sequence[dict[str, Any]]) -> tuple[float, float]:
     return statistics.median(per_step), q[2] - q[0]
 
 
-def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], latency_s: float, port: int = PORT) -> list[Row]:
-    from gcbench.distributed.netmodel import CaseCost, Network, predict
+def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], latency_s: float, overlap: bool,
+             port: int = PORT) -> list[Row]:
+    """Measure the inputs, predict with ``gcbench advise``'s model, measure the real step; one row per configuration."""
+    from gcbench.distributed.advise import StepKernels, predict_step, reference_step
+    from gcbench.distributed.netmodel import Network
 
+    dense = float(4 * sum(a * b + b for a, b in itertools.pairwise(SIZES)))
+    copy_s = _copy_seconds(dense)
     rows = []
     for n in workers:
         compute_s, _ = _median_step(_launch(None, n, "local", "none", port))
         for spec, mbit in configs:
-            port += 1
-            name = spec.split(":")[0]
+            port += 2
+            net = Network(mbit / 1000, latency_s)
             if spec == "allreduce":  # plain DDP: no hook, no kernels
-                comp_s = dec_s = 0.0
-                dense = float(4 * sum(a * b + b for a, b in itertools.pairwise(SIZES)))
-                wire = dense
-                name = "none"
+                ident = StepKernels("allreduce", "none", 0.0, 0.0, copy_s, dense, dense)
+                predicted, comm = reference_step([ident], n, net, compute_s, overlap=overlap)
+                k = ident
             else:
                 with NetLab(n, 10_000) as fast:  # unshaped (10 Gbit/s): the hook's kernels and bytes
                     hook = [r["hook"] for r in _launch(fast, n, "ddp", spec, port)]
-                port += 1
-                comp_s = statistics.mean(h["compress_s_median"] for h in hook)
-                dec_s = statistics.mean(h["decompress_s_median"] for h in hook) / max(1, hook[0]["decoded_payloads"])
-                wire = statistics.mean(h["payload_bytes_per_step"] for h in hook)
-                dense = statistics.mean(h["dense_bytes_per_step"] for h in hook)
-            pred = predict(CaseCost(spec, name, wire, dense, compute_s, comp_s, dec_s), n, Network(mbit / 1000, latency_s))
+                name = spec.split(":")[0]
+                params = dict(kv.split("=") for kv in spec.split(":")[1].split(",")) if ":" in spec else {}
+                from gcbench.compressors import registry
+
+                typed = registry.create(name, **{k_: _number(v) for k_, v in params.items()}).params
+                decoded = max(1, hook[0]["decoded_payloads"])
+                k = StepKernels(spec, name, statistics.mean(h["compress_s_median"] for h in hook),
+                                statistics.mean(h["decompress_s_median"] for h in hook) / decoded, copy_s,
+                                statistics.mean(h["payload_bytes_per_step"] for h in hook),
+                                statistics.mean(h["dense_bytes_per_step"] for h in hook), params=tuple(sorted(typed.items())))
+                st = predict_step(k, n, net, compute_s, overlap=overlap)
+                predicted, comm = st.step_s, st.communicate_s
             with NetLab(n, mbit) as lab:
-                measured, iqr = _median_step(_launch(lab, n, "ddp", spec, port))
-            rows.append(Row(n, spec, mbit, compute_s, comp_s, dec_s, wire, dense, pred.step_s, measured, iqr,
-                            pred.communicate_s / pred.step_s))
+                measured, iqr = _median_step(_launch(lab, n, "ddp", spec, port + 1))
+            rows.append(Row(n, spec, mbit, compute_s, k.compress_s, k.decompress_s, k.wire_bytes, k.dense_bytes, predicted,
+                            measured, iqr, comm / predicted))
             print(_line(rows[-1]), flush=True)
     return rows
+
+
+def _number(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _copy_seconds(dense_bytes: float) -> float:
+    """A copy of the model's gradient (DDP copies it into its buckets and back), median of 20."""
+    import time as _t
+
+    import torch
+
+    x = torch.randn(int(dense_bytes // 4))
+    y = torch.empty_like(x)
+    times = []
+    for _ in range(20):
+        t0 = _t.perf_counter()
+        y.copy_(x)
+        times.append(_t.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def _line(r: Row) -> str:
@@ -183,13 +218,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--config", action="append", metavar="SPEC@MBIT",
                     help="a compressor spec (or 'allreduce' for plain DDP) and a link rate, e.g. topk@5 (repeatable)")
     ap.add_argument("--latency-us", type=float, default=50.0, help="per-message latency the model charges (the veth's, measured by netlab)")
+    ap.add_argument("--overlap", action="store_true", help="predict with communication overlapping the backward pass (DDP's buckets)")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
     configs = DEFAULT_CONFIGS
     if args.config:
         configs = tuple((c.rpartition("@")[0], float(c.rpartition("@")[2])) for c in args.config)
     t0 = time.time()
-    rows = validate([int(w) for w in args.workers.split(",")], configs, args.latency_us * 1e-6)
+    rows = validate([int(w) for w in args.workers.split(",")], configs, args.latency_us * 1e-6, args.overlap)
     worst = max(abs(r.error) for r in rows)
     print(f"{len(rows)} configurations in {time.time() - t0:.0f} s; largest error {100 * worst:.1f}%")
     if args.json:
