@@ -463,19 +463,27 @@ class Compressor(ABC):
         in phase ``allgather`` (each worker's payload once, the others' received), as results
         always recorded them.  Compressors whose papers define another protocol override this.
         """
-        payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
-        n = ctx.world
         if self.info.resolve_protocol(self.params).summable and self.wire_dtype is not None:
-            sums = yield AllReduce([p.data.view(self.wire_dtype) for p in payloads], "allgather", count="once",
-                                   nbytes=[p.nbytes for p in payloads], body=True)
-            means = [s.reshape(x.shape).div_(n) for s, x in zip(sums, xs, strict=True)]
-            return Outcome(means, payloads)
+            return (yield from self.allreduce_protocol(xs, states, ctx))
+        return (yield from self.gather_protocol(xs, states, ctx))
+
+    def allreduce_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """Compress, all-reduce the bodies (sum, in :attr:`wire_dtype`), divide by N: the summable codecs' protocol."""
+        assert self.wire_dtype is not None, "only a codec with a wire dtype sums its bodies"
+        payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
+        sums = yield AllReduce([p.data.view(self.wire_dtype) for p in payloads], "allgather", count="once",
+                               nbytes=[p.nbytes for p in payloads], body=True)
+        return Outcome([s.reshape(x.shape).div_(ctx.world) for s, x in zip(sums, xs, strict=True)], payloads)
+
+    def gather_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """Compress, all-gather the payloads, decode all (peers' bytes checked) and average: the default protocol."""
+        payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
         gathered = yield AllGather(payloads, "allgather", body=True)
         acc = [torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in xs]
         for row in gathered:  # every worker's payload must have the receiver's shape (a peer sending another is refused)
             for a, p in zip(acc, row, strict=True):
                 a += self.decode_received(p, a.shape).to(a.device)
-        return Outcome([a.div_(n) for a in acc], payloads)
+        return Outcome([a.div_(ctx.world) for a in acc], payloads)
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
         """Simulate N workers running :meth:`worker_protocol` on one unit; every byte counted per phase and worker.
@@ -528,6 +536,11 @@ class Compressor(ABC):
         """Whether this compressor's exchange is its paper's protocol rather than the default all-gather/all-reduce."""
         cls = type(self)
         return cls.worker_protocol is not Compressor.worker_protocol or cls.exchange is not Compressor.exchange
+
+    def protocol_runs_anywhere(self) -> bool:
+        """Whether its exchange is written as a :meth:`worker_protocol` (so real transports run it), not as a simulation alone."""
+        cls = type(self)
+        return cls.exchange is Compressor.exchange or cls.worker_protocol is not Compressor.worker_protocol
 
     # ------------------------------------------------------------------ for subclasses
 
