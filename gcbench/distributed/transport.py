@@ -60,6 +60,7 @@ class LegBytes:
     counted: list[tuple[str, Counted]]
     handed: int
     delivered: int = 0  # payloads delivered to this worker (its own included)
+    op: str = ""  # an all-reduce's "sum" or "max"
 
 
 @dataclass
@@ -142,7 +143,7 @@ class TorchTransport:
     def _allreduce(self, leg: AllReduce) -> Future:
         sizes = [t.numel() * leg.itemsize(u) for u, t in enumerate(leg.tensors)]
         counted = count_allreduce(leg, [sizes] * self.world, self.world)
-        self.legs.append(LegBytes("allreduce", [(ph, c[self.rank]) for ph, c in counted], sum(sizes)))
+        self.legs.append(LegBytes("allreduce", [(ph, c[self.rank]) for ph, c in counted], sum(sizes), op=leg.op))
         if not leg.tensors:
             return _completed([])
         wire = {leg.wire or t.dtype for t in leg.tensors}
