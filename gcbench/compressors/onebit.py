@@ -214,12 +214,16 @@ class OneBitSGD(Compressor):
             owned.append(p)
             own_dec.append(dec)
         gathered = yield AllGather(owned, "allgather", per_peer=True)
-        aggregates = []
-        for u, sh in enumerate(shapes):
-            cols = [own_dec[u] if j == me else COLUMN.decode_received(row[u], stripe_shape(sh, g, bounds[u], j))  # type: ignore[arg-type]
-                    for j, row in enumerate(gathered) if row[u] is not None]
-            aggregates.append(assemble_stripes(cols, g, sh).reshape(sh).float())
-        return Outcome(aggregates, [p for p in first])  # type: ignore[misc]  # a worker owns a stripe of every non-empty unit
+
+        def assemble() -> list[torch.Tensor]:
+            out = []
+            for u, sh in enumerate(shapes):
+                cols = [own_dec[u] if j == me else COLUMN.decode_received(row[u], stripe_shape(sh, g, bounds[u], j))  # type: ignore[arg-type]
+                        for j, row in enumerate(gathered) if row[u] is not None]
+                out.append(assemble_stripes(cols, g, sh).reshape(sh).float())
+            return out
+
+        return Outcome(ctx.once("aggregate", assemble), [p for p in first])  # type: ignore[misc]  # None: no stripe of that unit
 
 
 COLUMN = OneBitSGD(granularity="column")  # stripes are columns of the view already: they decode as column payloads

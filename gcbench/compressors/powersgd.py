@@ -400,19 +400,21 @@ class PowerSGD(Compressor):
                                 wire=torch.float32)
         aggregates: list[torch.Tensor] = [torch.empty(0)] * len(xs)
         sent: list[Payload] = [None] * len(xs)  # type: ignore[list-item]  # every unit is filled below
+        dense_means = ctx.once("dense", lambda: [(first[len(low) + j] / n).float() for j in range(len(dense))])
         for j, u in enumerate(dense):
-            aggregates[u] = (first[len(low) + j] / n).float()
+            aggregates[u] = dense_means[j]
             sent[u] = self._payload(xs[u], to_numpy(ms[u].reshape(-1)).astype("<f4").view(np.uint8), {"r": 0})
             states[u].tensors[ErrorFeedback.KEY] = torch.zeros_like(ms[u])  # sent exactly: nothing left over
             states[u].step += 1
         if not low:
             return Outcome(aggregates, sent)
-        p_hats = [orthonormalize(first[j] / n).float().contiguous() for j in range(len(low))]
+        p_hats = ctx.once("p_hat", lambda: [orthonormalize(first[j] / n).float().contiguous() for j in range(len(low))])
         q_ws = [right_factor(mats[u].contiguous(), p_hat) for u, p_hat in zip(low, p_hats, strict=True)]
         second = yield AllReduce(q_ws, "allreduce-Q")
+        q_means = ctx.once("q_mean", lambda: [(second[j] / n).contiguous() for j in range(len(low))])
+        aggs = ctx.once("aggregate", lambda: [reconstruct(p, q) for p, q in zip(p_hats, q_means, strict=True)])
         for j, u in enumerate(low):
-            q_mean = (second[j] / n).contiguous()
-            agg = reconstruct(p_hats[j], q_mean)
+            q_mean, agg = q_means[j], aggs[j]
             aggregates[u] = agg.reshape(xs[u].shape)
             body = np.concatenate([to_numpy(p_hats[j]).astype("<f4").view(np.uint8), to_numpy(q_ws[j]).astype("<f4").view(np.uint8)])
             sent[u] = self._payload(xs[u], body, {"r": r})

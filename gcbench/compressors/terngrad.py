@@ -146,11 +146,16 @@ class TernGrad(Compressor):
             st.step += 1
             payloads.append(self._payload(x, body, meta))
         gathered = yield AllGather(payloads, "allgather")
-        decoded = [[self.decode_received(row[u], x.shape).to(x.device) for row in gathered] for u, x in enumerate(xs)]
-        means = []
-        for x, dec in zip(xs, decoded, strict=True):
-            acc = torch.zeros(x.numel(), dtype=torch.float32, device=x.device)
-            for d in dec:
-                acc += d.reshape(-1)
-            means.append((acc / ctx.world).reshape(x.shape))
+
+        def decode_all() -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+            decoded = [[self.decode_received(row[u], x.shape).to(x.device) for row in gathered] for u, x in enumerate(xs)]
+            means = []
+            for x, dec in zip(xs, decoded, strict=True):
+                acc = torch.zeros(x.numel(), dtype=torch.float32, device=x.device)
+                for d in dec:
+                    acc += d.reshape(-1)
+                means.append((acc / ctx.world).reshape(x.shape))
+            return means, decoded
+
+        means, decoded = ctx.once("mean", decode_all)
         return Outcome(means, payloads, decoded)

@@ -254,6 +254,15 @@ class ErrorFeedback:
             state.tensors[cls.KEY] = corrected.sub_(decoded32)
 
 
+def _drawing_copy(state: State) -> State:
+    """A copy of ``state`` to read and draw from: its own generator, the same tensors (a simulated worker's ``ctx.shared``)."""
+    out = copy.copy(state)
+    out.tensors = dict(state.tensors)
+    out.values = dict(state.values)
+    out.rng = copy.deepcopy(state.rng)
+    return out
+
+
 def _overlaps(t: torch.Tensor, u: torch.Tensor) -> bool:
     """Whether two tensors' storages share any byte (views at an offset included)."""
     if t.device != u.device:
@@ -473,17 +482,21 @@ class Compressor(ABC):
         payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
         sums = yield AllReduce([p.data.view(self.wire_dtype) for p in payloads], "allgather", count="once",
                                nbytes=[p.nbytes for p in payloads], body=True)
-        return Outcome([s.reshape(x.shape).div_(ctx.world) for s, x in zip(sums, xs, strict=True)], payloads)
+        return Outcome(ctx.once("mean", lambda: [s.reshape(x.shape) / ctx.world for s, x in zip(sums, xs, strict=True)]), payloads)
 
     def gather_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
         """Compress, all-gather the payloads, decode all (peers' bytes checked) and average: the default protocol."""
         payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
         gathered = yield AllGather(payloads, "allgather", body=True)
-        acc = [torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in xs]
-        for row in gathered:  # every worker's payload must have the receiver's shape (a peer sending another is refused)
-            for a, p in zip(acc, row, strict=True):
-                a += self.decode_received(p, a.shape).to(a.device)
-        return Outcome([a.div_(ctx.world) for a in acc], payloads)
+
+        def mean() -> list[torch.Tensor]:
+            acc = [torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in xs]
+            for row in gathered:  # every worker's payload must have the receiver's shape (a peer sending another is refused)
+                for a, p in zip(acc, row, strict=True):
+                    a += self.decode_received(p, a.shape).to(a.device)
+            return [a.div_(ctx.world) for a in acc]
+
+        return Outcome(ctx.once("mean", mean), payloads)
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
         """Simulate N workers running :meth:`worker_protocol` on one unit; every byte counted per phase and worker.
@@ -502,11 +515,15 @@ class Compressor(ABC):
         traffic is counted in the first unit's result; ``payloads`` are the workers' first messages
         (a worker that sent nothing for the unit is left out).  ``ctx.shared`` is worker 0's states for
         worker 0 and copies of them, taken before anything runs, for the others (real workers seed
-        those alike).
+        those alike).  The workers share one :meth:`Context.once` memo.
         """
         n = len(grads)
-        shared = [list(states[0]) if w == 0 else [s.clone() for s in states[0]] for w in range(n)]
-        run = simulate([self.worker_protocol(list(grads[w]), list(states[w]), Context(w, n, shared[w])) for w in range(n)])
+        memo: dict[Any, Any] = {}
+        if self.info.resolve_protocol(self.params).shared_seed:
+            shared = [list(states[0]) if w == 0 else [_drawing_copy(s) for s in states[0]] for w in range(n)]
+        else:
+            shared = [[] for _ in range(n)]
+        run = simulate([self.worker_protocol(list(grads[w]), list(states[w]), Context(w, n, shared[w], memo)) for w in range(n)])
         units = len(grads[0])
         traffic = Traffic()
         for phase, counted in run.legs:

@@ -40,14 +40,16 @@ of two workers only.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import torch
 
 from gcbench.core.payload import Payload
+
+T = TypeVar("T")
 
 #: a worker's message for one unit: a payload, or None when it sends nothing for that unit
 Slot = Payload | None
@@ -134,12 +136,27 @@ class Context:
     Attributes:
         rank, world: this worker and the number of workers.
         shared: states that are identical on every worker (seeded alike), where a protocol draws
-            what all workers must agree on (PowerSGD's first warm-start Q); by unit.
+            what all workers must agree on (PowerSGD's first warm-start Q); by unit; read and draw only.
+        memo: where :meth:`once` keeps values; the simulated transport shares one among its workers.
     """
 
     rank: int
     world: int
     shared: Sequence[Any] = ()
+    memo: dict[Any, Any] | None = field(default=None, compare=False)
+
+    def once(self, key: Any, compute: Callable[[], T]) -> T:
+        """``compute()``, for a value every worker computes alike from the legs' results (a decoded aggregate).
+
+        The simulated transport computes it once for the whole group (its workers share ``memo``),
+        so simulating N workers costs what the exchange costs, not N times its receiving side.
+        The value is shared: never modify it in place.
+        """
+        if self.memo is None:
+            return compute()
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -239,8 +256,7 @@ def _fulfil(legs: Sequence[Leg], world: int) -> tuple[list[LegResult], list[tupl
             # a sum adds in worker order from zero (what a decoder's accumulator does, so 0 + (−0) is +0)
             results.append(stacked.amax(0) if first.op == "max" else stacked.sum(0))
         sizes = [[t.numel() * first.itemsize(u) for u, t in enumerate(leg.tensors)] for leg in legs]  # type: ignore[union-attr]
-        # every worker gets its own copy (a worker may modify its result in place)
-        return [[r.clone() for r in results] if w else results for w in range(world)], count_allreduce(first, sizes, world)
+        return [results] * world, count_allreduce(first, sizes, world)  # shared by the workers: read only
     if isinstance(first, AllGather):
         gathered = [leg.payloads for leg in legs]  # type: ignore[union-attr]
         sizes = [[_nbytes(p) for p in row] for row in gathered]
@@ -255,7 +271,9 @@ def simulate(workers: Sequence[WorkerProtocol]) -> SimulatedRun:
     """Run N worker protocols in lock step in one process, fulfilling each leg across them.
 
     Every worker must yield the same kind of leg, with the same phase, at the same point, and all
-    must finish together; anything else is a protocol bug and raises ``RuntimeError``.
+    must finish together; anything else is a protocol bug and raises ``RuntimeError``.  The
+    workers get the same leg results (tensors, payloads): a protocol reads them, never modifies them
+    in place.  Build the workers' contexts with one ``memo`` dict (:meth:`Context.once`).
     """
     world = len(workers)
     run = SimulatedRun([])
