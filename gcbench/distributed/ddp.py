@@ -353,11 +353,13 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     states = state.states_for(index, signature, len(xs))
     cuda = buf.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else None
+    devices = [buf.device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
 
     def start(_: Any) -> torch.futures.Future[Any]:
         transport = TorchTransport(state.process_group, state.rank, state.world_size, buf.device)
         times = ChainTimes()
-        return then(drive(state.worker_protocol(xs, states), transport, times, sync), lambda out: finish(out, transport, times))
+        return then(drive(state.worker_protocol(xs, states), transport, times, sync), lambda out: finish(out, transport, times),
+                    devices)
 
     def finish(outcome: Any, transport: TorchTransport, times: ChainTimes) -> torch.Tensor:
         t0 = time.perf_counter()
@@ -373,7 +375,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
         state.stats.add(_bucket_stats(state, index, xs, transport, times, time.perf_counter() - t0), last)
         return out
 
-    done = then(state._queue, start)
+    done = then(state._queue, start, devices)
     queue: torch.futures.Future[Any] = torch.futures.Future()
     done.add_done_callback(lambda _: queue.set_result(None))  # the next bucket starts even after a failure here
     state._queue = queue

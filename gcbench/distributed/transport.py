@@ -91,9 +91,12 @@ def _completed(value: Any) -> Future:
     return fut
 
 
-def then(fut: Future, fn: Callable[[Any], Any]) -> Future:
-    """A future of ``fn(fut's value)``; when ``fn`` returns a future, of that future's value (errors propagate)."""
-    out: Future = Future()
+def then(fut: Future, fn: Callable[[Any], Any], devices: list[torch.device] | None = None) -> Future:
+    """A future of ``fn(fut's value)``; when ``fn`` returns a future, of that future's value (errors propagate).
+
+    ``devices``: the CUDA devices whose tensors the value may hold (as ``torch.futures.Future`` wants them).
+    """
+    out: Future = Future(devices=devices)
 
     def done(f: Future) -> None:
         try:
@@ -128,6 +131,7 @@ class TorchTransport:
 
     def __init__(self, group: dist.ProcessGroup | None, rank: int, world: int, device: torch.device) -> None:
         self.group, self.rank, self.world, self.device = group, rank, world, device
+        self.devices = [device] if device.type == "cuda" else None
         self.legs: list[LegBytes] = []
 
     def launch(self, leg: Leg) -> Future:
@@ -159,7 +163,7 @@ class TorchTransport:
             parts = flat.split([s.numel() for s, _ in shapes])
             return [p.to(dt).reshape(s) for p, (s, dt) in zip(parts, shapes, strict=True)]
 
-        return then(work.get_future(), split)
+        return then(work.get_future(), split, self.devices)
 
     def _allgather(self, leg: AllGather) -> Future:
         own = leg.payloads
@@ -183,9 +187,9 @@ class TorchTransport:
             self.legs.append(LegBytes("allgather", [(leg.phase, counted[self.rank])], _SIZE * units + longest,
                                       sum(1 for r in rows for n in r if n)))
             work2 = dist.all_gather(out, body, group=self.group, async_op=True)
-            return then(work2.get_future(), lambda _: self._parse_rows(rows, [o.cpu().numpy().tobytes() for o in out], own))
+            return then(work2.get_future(), lambda _: self._parse_rows(rows, [o.cpu().numpy().tobytes() for o in out], own), self.devices)
 
-        return then(work.get_future(), bodies)
+        return then(work.get_future(), bodies, self.devices)
 
     def _alltoall(self, leg: AllToAll) -> Future:
         me, world = self.rank, self.world
@@ -206,9 +210,10 @@ class TorchTransport:
                                       sum(1 for r in recv_rows for n in r if n) + sum(1 for p in leg.payloads[me] if p is not None)))
             work2 = dist.all_to_all_single(recv, send, [sum(r) for r in recv_rows], [sum(r) for r in send_rows],
                                            group=self.group, async_op=True)
-            return then(work2.get_future(), lambda _: self._parse_rows(recv_rows, self._split(recv, recv_rows), leg.payloads[me]))
+            return then(work2.get_future(), lambda _: self._parse_rows(recv_rows, self._split(recv, recv_rows), leg.payloads[me]),
+                        self.devices)
 
-        return then(work.get_future(), data)
+        return then(work.get_future(), data, self.devices)
 
     @staticmethod
     def _split(recv: torch.Tensor, rows: Sequence[Sequence[int]]) -> list[bytes]:
@@ -241,7 +246,7 @@ def drive(gen: WorkerProtocol, transport: TorchTransport, times: ChainTimes, syn
     The generator's first segment runs now; each later one in the completion callback of the
     leg before it.  ``sync`` (CUDA: synchronise) runs before each clock reading.
     """
-    out: Future = Future()
+    out: Future = Future(devices=transport.devices)
 
     def now() -> float:
         if sync is not None:
