@@ -41,7 +41,6 @@ from gcbench.core.protocol import (
     AllToAll,
     Counted,
     Leg,
-    Outcome,
     Slot,
     WorkerProtocol,
     count_allgather,
@@ -285,8 +284,3 @@ def drive(gen: WorkerProtocol, transport: TorchTransport, times: ChainTimes, syn
 
     resume(None)
     return out
-
-
-def run_blocking(gen: WorkerProtocol, transport: TorchTransport) -> Outcome:
-    """Run one worker protocol to its end (tests and tools; the hook uses :func:`drive`)."""
-    return drive(gen, transport, ChainTimes()).wait()
