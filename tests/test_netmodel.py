@@ -231,3 +231,43 @@ def test_protocol_legs_price_each_collective_of_the_protocol() -> None:
     assert protocol_seconds(psgd, m, n, net)[0] == pytest.approx(2 * collective_seconds("allreduce", m / 2, n, net)[0])
     topk = registry.get("topk").protocol  # the default: all-gather of every payload, each decoded
     assert protocol_seconds(topk, m, n, net)[:2] == (pytest.approx(collective_seconds("allgather", m, n, net)[0]), n)
+
+
+def _leg_kinds(name: str, params: dict[str, object], n: int = 3) -> list[str]:
+    """The legs the compressor's own protocol yields, in order, when n workers exchange two tensors on the simulated transport."""
+    from gcbench.compressors import registry
+    from gcbench.core.protocol import Context, simulate
+    from tests.conftest import normal
+
+    comp = registry.create(name, **params)
+    seen: list[str] = []
+
+    def recording(gen, rank):  # type: ignore[no-untyped-def]
+        value = None
+        while True:
+            try:
+                leg = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            if rank == 0:
+                seen.append(type(leg).__name__.lower())
+            value = yield leg
+
+    xs = [normal((64, 32), seed=1), normal((40,), seed=2)]
+    memo: dict[object, object] = {}
+    shared = [comp.init_state(u) for u in range(len(xs))]
+    simulate([recording(comp.worker_protocol([x.clone() for x in xs], [comp.init_state(10 * w + u) for u in range(len(xs))],
+                                             Context(w, n, shared, memo)), w) for w in range(n)])
+    return seen
+
+
+@pytest.mark.parametrize("name", [n for n in __import__("gcbench.compressors.registry", fromlist=["names"]).names() if n != "lgc"])
+def test_the_network_model_prices_the_legs_the_protocol_runs(name: str) -> None:
+    # the card's cost legs (what netmodel and advise price) are the legs the compressor's own protocol yields, in order
+    from gcbench.compressors import registry
+
+    info = registry.get(name)
+    configs = [{}] + ([{"share_scaler": True}] if "share_scaler" in info.defaults else [])
+    for params in configs:
+        want = [leg.collective for leg in info.resolve_protocol(params).cost for _ in range(leg.rounds)]
+        assert _leg_kinds(name, params) == want, (name, params)

@@ -237,13 +237,16 @@ class Protocol:
     """How N workers exchange a compressor's payloads: the paper's protocol, as the transports and the network model see it.
 
     Attributes:
-        name: what the transports dispatch on (``"allgather"``, ``"allreduce"``, ``"powersgd"`` …).
+        name: the protocol's name in listings and results (``"allgather"``, ``"allreduce"``, ``"powersgd"`` …);
+            its steps are the compressor's :meth:`~gcbench.core.compressor.Compressor.worker_protocol`.
         description: one line for listings and results.
         allreduce_rounds: all-reduce legs per step that carry the payload (0: the payloads are
             all-gathered). none/fp16/bf16 all-reduce their body (1); PowerSGD all-reduces P and Q (2).
         summable: payloads can be summed without decoding (a server can send back a compressed sum).
         scalar_allreduces: tiny all-reduces before the main leg (TernGrad's shared scaler).
         per_tensor: needs each tensor's shape, so it compresses layer by layer whatever the granularity.
+        shared_seed: the workers draw some random values alike (PowerSGD's first warm-start Q), so
+            real workers seed their states alike (:class:`gcbench.core.protocol.Context` ``shared``).
         applies_when: parameter settings the protocol needs (TernGrad's ``share_scaler=True``); with
             other settings the compressor uses the default all-gather.
         cost: its legs as the network model prices them (:class:`CostLeg`), in order.
@@ -255,6 +258,7 @@ class Protocol:
     summable: bool = False
     scalar_allreduces: int = 0
     per_tensor: bool = False
+    shared_seed: bool = False
     applies_when: Mapping[str, ParamValue] = field(default_factory=dict, compare=False)
     cost: tuple[CostLeg, ...] = (CostLeg("allgather"),)
 

@@ -28,9 +28,10 @@ Which collective applies (``scheme="auto"``) is read from the compressor's card
 
 Step time: ``compute + compress + communicate + decompress × decoded payloads``, where decoded
 payloads is N for all-gather (and the parameter server), 1 for all-reduce.  No overlap of
-communication with the backward pass is modelled (the DDP hook of :mod:`gcbench.distributed.ddp` does not
-overlap either).  The uncompressed reference is ``compute + ring all-reduce of M`` (``scheme``
-``ps``: a dense parameter server).  Speed-up = reference / predicted.  All functions are pure.
+communication with the backward pass is modelled, although the DDP hook of
+:mod:`gcbench.distributed.ddp` overlaps them: the prediction is an upper bound of such a step.
+The uncompressed reference is ``compute + ring all-reduce of M`` (``scheme`` ``ps``: a dense
+parameter server).  Speed-up = reference / predicted.  All functions are pure.
 """
 
 from __future__ import annotations

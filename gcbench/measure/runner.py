@@ -239,7 +239,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     repeats = 1 if info.deterministic else suite.metrics.repeats
     states = _unit_states(comp, suite.seed, W, len(units))
     ref_states: list[list[dict[str, Any]]] = [[{} for _ in units] for _ in range(W)]
-    custom_exchange = W > 1 and type(comp).exchange is not Compressor.exchange
+    custom_exchange = W > 1 and comp.has_own_exchange()
     stats = StreamStats(len(units), comp.stateful, windowed=bool(windows))
     traffic = TrafficLog(T, W)
     starts = {w.first for w in windows}
