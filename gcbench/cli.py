@@ -801,6 +801,9 @@ def bench(
     compressor: Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC",
                                                          help="A compressor to time (repeatable), as a positional SPEC.")] = None,
     sizes: Annotated[str, typer.Option(metavar="LIST", help="Element counts to sweep, a comma list like 1K,1M,25.6M,100M.")] = "25.6M",
+    model: Annotated[str | None, typer.Option(
+        metavar="NAME", help="Time a whole step of this model's gradient tensors (a zoo name, `gcbench list models`) "
+                             "instead of one tensor per size: what a network prediction charges per step.")] = None,
     rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case (exactly this many).")] = 5,
     repeats: Annotated[int | None, typer.Option("--repeats", metavar="INT", hidden=True,
                                                 help="Deprecated spelling of --rounds.")] = None,
@@ -820,6 +823,7 @@ def bench(
     """Time compress/decompress against a memory copy of the same tensor; print the target table.
 
     Examples: `gcbench bench`, `gcbench bench topk qsgd --sizes 1M,25.6M --rounds 9`,
+    `gcbench bench --model resnet50 -c topk -c powersgd`,
     `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
     """
     from gcbench.compressors import registry
@@ -833,12 +837,18 @@ def bench(
     names = compressor_specs(compressors, compressor) or [n for n in registry.names() if registry.get(n).min_workers <= 1]
     size_list = size_list_arg(sizes, parse_size)
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
+    if model is not None:
+        if sizes != "25.6M":
+            raise GcbenchError("--model times a whole step of the model's own tensors; leave out --sizes")
+        from gcbench.sources.catalog import check_model
+
+        check_model(model)
     check_output_dir(out_dir, "--out")
     if fail_on_regression and baseline is None:
         raise GcbenchError("--fail-on-regression needs --baseline FILE")
     with progress_bar(not as_json and not quiet) as prog:
         outcome = bench_to_file(names, size_list, out_dir, repeats=rounds, warmup=warmup, threads=threads, device=device,
-                                isolate=isolate, baseline=baseline, threshold=threshold, progress=prog)
+                                isolate=isolate, baseline=baseline, threshold=threshold, model=model, progress=prog)
     if as_json:
         print(json.dumps({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]}, default=str))
     else:
@@ -1119,6 +1129,104 @@ def simulate_cmd(
         print(json.dumps(sim.to_dict(), default=str))
         return
     _emit(simulation_output(sim))
+
+
+@app.command("advise", cls=_Command)
+@user_errors
+def advise_cmd(
+    results: Annotated[str | None, typer.Argument(
+        help="Optional results file of `gcbench run`/`compare` on the same model (path or run id): its delivered fractions "
+             "rank fidelity.", metavar="RUN")] = None,
+    model: Annotated[str | None, typer.Option(metavar="NAME", help="The model (a zoo name, `gcbench list models`); "
+                                              "default: the one model of --kernels.")] = None,
+    workers: Annotated[str, typer.Option(metavar="LIST", help="Worker counts, a comma list like 16 or 8,64.")] = "16",
+    bandwidth: Annotated[str, typer.Option(metavar="LIST", help="Link bandwidths in Gbit/s, a comma list like 1,10,25,100.")]
+    = "1,10,25,100",
+    latency_us: Annotated[float, typer.Option(metavar="FLOAT", help="Latency α per message in microseconds.")] = 5.0,
+    gpus_per_node: Annotated[int, typer.Option(metavar="INT", help="Workers per node: they share the node's link (--bandwidth) "
+                                               "and talk among themselves over --intra-bandwidth (1: a flat network).")] = 1,
+    intra_bandwidth: Annotated[float | None, typer.Option(metavar="FLOAT", help="Intra-node bandwidth in Gbit/s "
+                                                          "(NVLink, PCIe) with --gpus-per-node.")] = None,
+    overlap: Annotated[bool, typer.Option(help="Overlap communication with the backward pass, bucket by bucket as DDP does.")]
+    = False,
+    compute_ms: Annotated[float | None, typer.Option(
+        metavar="FLOAT", help="Compute time of one step in ms on the cluster's devices (default: measured here on the CPU, "
+                              "forward + backward at the model's batch).")] = None,
+    compressor: Annotated[list[str] | None, typer.Option(
+        "--compressor", "-c", metavar="SPEC", help="A compressor to consider (repeatable; default: every registered one).")] = None,
+    kernels: Annotated[Path | None, typer.Option(
+        metavar="PATH", help="A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
+                             "`--device cuda`): its kernel times instead of measuring them now.")] = None,
+    rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per compressor when measuring kernels.")] = 3,
+    runs_dir: Annotated[Path, typer.Option(metavar="PATH", help="Where run ids are looked up.")] = Path("reports/runs"),
+    out_dir: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Folder for the bench file it measures.")]
+    = Path("reports/runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable advice.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Predict which compressor makes training faster on a cluster, by how much, and at what fidelity cost.
+
+    Examples: `gcbench advise --model resnet50 --workers 16 --bandwidth 1,10,25,100`,
+    `gcbench advise --model resnet50 --compute-ms 120 -c topk -c powersgd -c fp16`,
+    `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`,
+    `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`.
+    """
+    from gcbench.compressors import registry
+    from gcbench.distributed import advise as adv
+    from gcbench.distributed.netmodel import Topology
+    from gcbench.report.advice import advice_output
+    from gcbench.results.store import load_run, resolve_run
+    from gcbench.sources.catalog import check_model
+
+    if not 0 <= latency_us < float("inf"):
+        raise GcbenchError(f"--latency-us must be a finite number >= 0, got {latency_us:g}")
+    if compute_ms is not None and not 0 <= compute_ms < float("inf"):
+        raise GcbenchError(f"--compute-ms must be a finite number >= 0, got {compute_ms:g}")
+    if rounds < 1:
+        raise GcbenchError(f"--rounds must be at least 1, got {rounds}")
+    ns = number_list(workers, "--workers", int)
+    bws = number_list(bandwidth, "--bandwidth", float)
+    if gpus_per_node < 1:
+        raise GcbenchError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    if (gpus_per_node > 1) != (intra_bandwidth is not None):
+        raise GcbenchError("--gpus-per-node N (above 1) and --intra-bandwidth GBITS go together")
+    topology = Topology(gpus_per_node, intra_bandwidth or 0.0)
+    unfilled = [n for n in ns if n % gpus_per_node]
+    if unfilled:
+        raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
+    if model is None and kernels is None:
+        raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`)")
+    if model is not None:
+        check_model(model)
+    specs = compressor_specs(None, compressor) or [n for n in registry.names() if registry.get(n).min_workers <= 1]
+    fidelity = None
+    if results is not None:  # read first: a bad file is one line before minutes of measuring
+        path = resolve_run(results, runs_dir, finished=True)
+        fidelity = (load_run(path), str(path))
+    if kernels is None:
+        check_output_dir(out_dir, "--out")
+    with progress_bar(not as_json and not quiet) as prog:
+        if kernels is not None:
+            ks = adv.kernels_from_bench(load_run(kernels), model, str(kernels))
+            wanted = {registry.parse_spec(sp)[0] for sp in specs} if compressor else None
+            if wanted is not None:
+                ks = adv.KernelSet(ks.model, ks.device, ks.machine, ks.origin,
+                                   tuple(k for k in ks.kernels if k.compressor in wanted))
+        else:
+            assert model is not None
+            ks = adv.measure_kernels(model, specs, out_dir, rounds=rounds, progress=prog)
+        if compute_ms is not None:
+            compute_s, origin = compute_ms / 1e3, "given"
+        else:
+            compute_s = adv.measure_compute(ks.model, progress=prog)
+            origin = "measured on this machine's CPU; give --compute-ms for the cluster's devices"
+    delivered = adv.delivered_from_results(fidelity[0], ks.model, fidelity[1]) if fidelity else None
+    advice = adv.advise(ks, compute_s, ns, bws, latency_us * 1e-6, compute_origin=origin, delivered=delivered,
+                        fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap)
+    if as_json:
+        print(json.dumps(advice.to_dict(), default=str))
+        return
+    _emit(advice_output(advice))
 
 
 def main() -> None:

@@ -103,3 +103,27 @@ def test_bench_comparison_matches_rows_by_label() -> None:
     cases = {(r.case, r.verdict) for r in cmp.rows if r.metric == ""}
     assert ("topk:density=0.1", "missing") in cases  # not matched to the plain topk row
     assert {r.case for r in cmp.rows if r.metric} == {"topk"}
+
+
+def test_bench_model_times_a_whole_step_of_the_model() -> None:
+    from gcbench.compressors import registry
+    from gcbench.measure.bench import model_tensors
+    from gcbench.results.record import BenchCase
+    from gcbench.sources.zoo import layer_shapes
+
+    layout = layer_shapes("mlp")
+    (rec,) = run_bench(["topk"], [123], repeats=2, warmup=0, threads=1, isolate=False, model="mlp")
+    assert rec["model"] == "mlp" and rec["tensors"] == len(layout) and rec["numel"] == sum(t.numel for t in layout)
+    assert len(rec["copy"]["samples_s"]) == 2 and len(rec["compress"]["samples_s"]) == 2  # the sizes list is not used
+    xs = model_tensors("mlp")
+    assert [tuple(x.shape) for x in xs] == [t.shape for t in layout]
+    comp = registry.create("topk")
+    sent = sum(comp.compress(x, comp.init_state(i)).nbytes for i, x in enumerate(xs))
+    assert rec["ratio"] == pytest.approx(4 * rec["numel"] / sent)  # every tensor of the step, each its own payload
+    case = BenchCase.model_validate(rec)
+    assert case.model == "mlp" and case.tensors == len(layout)
+
+
+def test_bench_model_of_an_unknown_model_fails_before_any_work() -> None:
+    with pytest.raises(GcbenchError, match="did you mean"):
+        run_bench(["topk"], [1], model="resnt50")

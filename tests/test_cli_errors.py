@@ -326,3 +326,10 @@ def test_bench_gate_that_compares_nothing_fails(tmp_path: Path) -> None:
     assert_one_line(res, "regression gate", "no case of this bench matches")
     res = runner.invoke(app, ["bench", "topk", "--sizes", "1K", "--out", str(new_dir), "--fail-on-regression"])
     assert_one_line(res, "--fail-on-regression needs --baseline")
+
+
+def test_bench_model_with_sizes_or_an_unknown_model_is_one_line() -> None:
+    res = runner.invoke(app, ["bench", "topk", "--model", "mlp", "--sizes", "1K"])
+    assert_one_line(res, "--model", "--sizes")
+    res = runner.invoke(app, ["bench", "topk", "--model", "resnt50"])
+    assert_one_line(res, "resnt50", "did you mean")

@@ -118,9 +118,11 @@ def test_every_plot_is_an_inline_png(page: tuple[str, Doc]) -> None:
     _, doc = page
     # the new run (a file from before the stream view: no common-reference Pareto, no stream plot): 2 sources × (one-shot
     # Pareto and per-layer q heatmap in the detail section, throughput, per-layer ratio heatmap), EF drift for the synthetic
-    # source only (the ResNet-50 source has one step: no drift over steps), and throughput vs size (dgc-paper at two sizes)
-    assert Counter(doc.plots) == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "layers_q": 2, "ef_drift": 1, "size": 1}
-    assert len(doc.img_src) == 10 and doc.tags["svg"] == 0
+    # source only (the ResNet-50 source has one step: no drift over steps), throughput vs size (dgc-paper at two sizes), and
+    # the decision plot of the source with several workers and timed cases
+    assert Counter(doc.plots) == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "layers_q": 2, "ef_drift": 1, "size": 1,
+                                  "decision": 1}
+    assert len(doc.img_src) == 11 and doc.tags["svg"] == 0
     for src in doc.img_src:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -416,7 +418,7 @@ def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_d
     doc.close()
     assert doc.errors == [] and doc.stack == []
     assert Counter(doc.plots) == {"pareto": 2, "stream": 2, "pareto_oneshot": 2, "throughput": 2, "layers": 2, "layers_q": 2,
-                                  "ef_drift": 1, "size": 1}
+                                  "ef_drift": 1, "size": 1, "decision": 1}
     for src in by_source(run.cases):
         section = text[text.index(f">{escape(src)}</h3>"):]
         section = section[:section.find("<h3") if "<h3" in section else None]

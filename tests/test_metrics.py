@@ -19,6 +19,7 @@ from gcbench.measure.metrics import (
     calibration_done,
     delta_beznosikov,
     fidelity,
+    flat_like,
     mean_ci,
     median_ci,
     pooled,
@@ -212,3 +213,22 @@ def test_more_rounds_pin_a_scattered_median_down() -> None:
     assert timing_flags(few, 0.01, 0.3, p) == [UNSTABLE]
     assert timing_flags(many, 0.01, 0.3, p) == []
     assert rel_iqr(many) > 0.15  # the rounds themselves stay as scattered
+
+
+def test_flat_like_lays_tensors_out_in_one_buffer() -> None:
+    xs = [torch.ones(3, 4), torch.ones(5), torch.ones(()), torch.ones(0, 2), torch.ones(2_500_000)]
+    out = flat_like(xs)
+    assert [o.shape for o in out] == [x.shape for x in xs] and all(o.dtype == torch.float32 for o in out)
+    base = out[0].untyped_storage().data_ptr()
+    assert all(o.untyped_storage().data_ptr() == base for o in out)  # one buffer
+    starts = [o.storage_offset() for o in out]
+    assert starts == [sum(x.numel() for x in xs[:i]) + starts[0] for i in range(len(xs))]  # back to back, no overlap
+    assert all(x.data_ptr() != o.data_ptr() for x, o in zip(xs, out, strict=True) if x.numel())
+
+
+def test_flat_like_of_mixed_dtypes_allocates_each() -> None:
+    xs = [torch.ones(3), torch.ones(4, dtype=torch.float16)]
+    out = flat_like(xs)
+    assert [(o.shape, o.dtype) for o in out] == [(x.shape, x.dtype) for x in xs]
+    assert out[0].untyped_storage().data_ptr() != out[1].untyped_storage().data_ptr()
+    assert flat_like([]) == []

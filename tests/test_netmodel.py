@@ -179,3 +179,95 @@ def test_simulate_results_is_the_grid_of_predictions_and_break_evens() -> None:
     assert sim.to_dict()["predictions"][0] == sim.predictions[0].to_dict()
     with pytest.raises(Exception, match="scheme must be one of"):
         simulate_results(data, [8], [1.0], ALPHA, "mesh")
+
+
+def test_tree_and_alltoall_by_hand() -> None:
+    from gcbench.distributed.netmodel import collective_seconds, pairwise_alltoall, tree_allreduce
+
+    # 256 workers: the tree pays 2·8 latency rounds and carries the buffer twice; the ring 2·255 rounds and 2·255/256 of it
+    net = Network(100, ALPHA)
+    assert (tree_allreduce(1e6, 256).alphas, tree_allreduce(1e6, 256).volume) == (16.0, 2e6)
+    small, _ = collective_seconds("allreduce", 1e3, 256, net)
+    assert small == pytest.approx(tree_allreduce(1e3, 256).seconds(net))  # latency-bound: the tree
+    big, algo = collective_seconds("allreduce", 1e9, 4, net)
+    assert algo == "ring" and big == pytest.approx(ring_allreduce(1e9, 4).seconds(net))  # bandwidth-bound: the ring
+    # all-to-all of 8 MB over 8 workers: 7 rounds, 7/8 of the message out through the link
+    assert pairwise_alltoall(8e6, 8).seconds(Network(1, ALPHA)) == pytest.approx(7 * ALPHA + 7e6 / 1.25e8)
+    # an all-gather grows with the workers, an all-reduce does not
+    assert collective_seconds("allgather", 1e6, 64, net)[0] > 7 * collective_seconds("allgather", 1e6, 8, net)[0]
+
+
+def test_hierarchical_collectives_charge_the_node_link_once_per_node() -> None:
+    from gcbench.distributed.netmodel import Topology, collective_seconds
+
+    net, topo = Network(10, 0.0), Topology(8, 800.0)
+    flat = collective_seconds("allreduce", 1e8, 4, net)[0]  # 4 nodes of one GPU
+    hier, algo = collective_seconds("allreduce", 1e8, 32, net, topo)  # 4 nodes of 8 GPUs: the same bytes between nodes
+    intra = 2 * (7 / 8) * 1e8 / (800e9 / 8)
+    assert "hierarchical" in algo and hier == pytest.approx(flat + intra)
+    # all-gather: each node's link carries its 8 payloads to the other 3 nodes' 8 payloads
+    ag = collective_seconds("allgather", 1e6, 32, net, topo)[0]
+    assert ag == pytest.approx(3 * 8e6 / 1.25e9 + (7e6 + 24e6) / 1e11)
+    with pytest.raises(ValueError, match="do not fill nodes"):
+        collective_seconds("allreduce", 1e6, 12, net, topo)
+    with pytest.raises(ValueError, match="intra-node"):
+        Topology(8)
+
+
+def test_protocol_legs_price_each_collective_of_the_protocol() -> None:
+    from gcbench.compressors import registry
+    from gcbench.distributed.netmodel import collective_seconds, protocol_seconds
+
+    net, n, m = Network(1, ALPHA), 8, 4e6
+    onebit = registry.get("onebit").protocol  # all-to-all of the stripes, then all-gather of the re-quantized m/n stripe
+    secs, decodes, algos = protocol_seconds(onebit, m, n, net)
+    assert secs == pytest.approx(collective_seconds("alltoall", m, n, net)[0] + collective_seconds("allgather", m / n, n, net)[0])
+    assert decodes == 2 and algos.startswith("alltoall")
+    tern = registry.get("terngrad").resolve_protocol({"share_scaler": True})
+    secs, decodes, _ = protocol_seconds(tern, m, n, net, tensors=161)  # one float per tensor all-reduced (MAX) first
+    assert secs == pytest.approx(collective_seconds("allreduce", 644, n, net)[0] + collective_seconds("allgather", m, n, net)[0])
+    assert decodes == n
+    psgd = registry.get("powersgd").protocol  # P and Q: two all-reduces sharing the bytes, two latencies
+    assert protocol_seconds(psgd, m, n, net)[0] == pytest.approx(2 * collective_seconds("allreduce", m / 2, n, net)[0])
+    topk = registry.get("topk").protocol  # the default: all-gather of every payload, each decoded
+    assert protocol_seconds(topk, m, n, net)[:2] == (pytest.approx(collective_seconds("allgather", m, n, net)[0]), n)
+
+
+def _leg_kinds(name: str, params: dict[str, object], n: int = 3) -> list[str]:
+    """The legs the compressor's own protocol yields, in order, when n workers exchange two tensors on the simulated transport."""
+    from gcbench.compressors import registry
+    from gcbench.core.protocol import Context, simulate
+    from tests.conftest import normal
+
+    comp = registry.create(name, **params)
+    seen: list[str] = []
+
+    def recording(gen, rank):  # type: ignore[no-untyped-def]
+        value = None
+        while True:
+            try:
+                leg = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            if rank == 0:
+                seen.append(type(leg).__name__.lower())
+            value = yield leg
+
+    xs = [normal((64, 32), seed=1), normal((40,), seed=2)]
+    memo: dict[object, object] = {}
+    shared = [comp.init_state(u) for u in range(len(xs))]
+    simulate([recording(comp.worker_protocol([x.clone() for x in xs], [comp.init_state(10 * w + u) for u in range(len(xs))],
+                                             Context(w, n, shared, memo)), w) for w in range(n)])
+    return seen
+
+
+@pytest.mark.parametrize("name", [n for n in __import__("gcbench.compressors.registry", fromlist=["names"]).names() if n != "lgc"])
+def test_the_network_model_prices_the_legs_the_protocol_runs(name: str) -> None:
+    # the card's cost legs (what netmodel and advise price) are the legs the compressor's own protocol yields, in order
+    from gcbench.compressors import registry
+
+    info = registry.get(name)
+    configs = [{}] + ([{"share_scaler": True}] if "share_scaler" in info.defaults else [])
+    for params in configs:
+        want = [leg.collective for leg in info.resolve_protocol(params).cost for _ in range(leg.rounds)]
+        assert _leg_kinds(name, params) == want, (name, params)

@@ -19,7 +19,7 @@ from gcbench import kernels
 from gcbench.compressors.cards.cast import BF16, FP16, NONE
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, meta_keys
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import Payload
+from gcbench.core.payload import Payload, check_shape
 
 
 def cast_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
@@ -50,11 +50,12 @@ class _Cast(Compressor):
         """
         if need_decoded or not xs or any(x.device.type != "cpu" or x.dtype != torch.float32 or x.requires_grad for x in xs):
             return super().compress_group(xs, states, need_decoded)
-        sizes = [x.numel() for x in xs]
+        sizes = list(map(torch.Tensor.numel, xs))
         wire = kernels.empty(sum(sizes), self.wire_dtype)
         # a new buffer: no body aliases a caller's tensor (torch.cat(out=) casts 1.5-2x slower);
-        # one foreach copy and one split per view type keep the per-tensor Python work to the payload
-        torch._foreach_copy_(wire.split(sizes), [x.reshape(-1) for x in xs])
+        # one foreach copy and one split per view type keep the per-tensor Python work to the
+        # payload (``torch.flatten`` costs half of ``reshape(-1)`` per call: 62 calls are 2% of a copy)
+        torch._foreach_copy_(wire.split(sizes), list(map(torch.flatten, xs)))
         esize = wire.element_size()
         bodies = wire.view(torch.uint8).split([esize * n for n in sizes])
         name, version = self.name, self.info.version
@@ -62,6 +63,31 @@ class _Cast(Compressor):
             st.step += 1
         return [(Payload.trusted(name, version, torch.float32, tuple(x.shape), body), None)
                 for x, body in zip(xs, bodies, strict=True)]
+
+    def decompress_group(self, payloads: Sequence[Payload]) -> list[torch.Tensor]:
+        """A whole step's payloads decoded into one fresh buffer, each tensor a view of it.
+
+        The same tensors as :meth:`decompress` of each (the contract checks it), with the
+        per-payload work cut to the checks, one split and one view: decoding ResNet-50's 161
+        payloads one by one cost about 1.5x a copy of the model.  Float32 payloads on the CPU
+        that pass every check of the general path only; anything else takes that path, which
+        raises the same :class:`PayloadError` for a malformed one.
+        """
+        name, version, isz = self.name, self.info.version, self.wire_dtype.itemsize
+        sizes = []
+        for p in payloads:
+            n = p.numel
+            if (p.codec != name or p.version != version or p.dtype != torch.float32 or n == 0
+                    or p.data.device.type != "cpu" or p.data.numel() != isz * n):
+                return super().decompress_group(payloads)
+            check_shape(p.shape)
+            sizes.append(n)
+        if not sizes:
+            return []
+        out = kernels.empty(sum(sizes))
+        parts = out.split(sizes)
+        torch._foreach_copy_(parts, [p.data.view(self.wire_dtype) for p in payloads])
+        return [part.view(p.shape) for part, p in zip(parts, payloads, strict=True)]
 
     def _expected_body_nbytes(self, payload: Payload) -> int:
         meta_keys(payload)

@@ -8,7 +8,7 @@ stays on the worker (mandatory error feedback).  Bits: d + 64·(number of column
 ``granularity`` chooses what shares one pair of means: ``column`` (the paper), ``row``, or
 ``tensor`` — the one-pair-per-tensor variant some frameworks ship as "1-bit SGD".
 
-The two-leg multi-worker aggregation of the paper is :meth:`OneBitSGD.exchange`.  Each worker
+The two-leg multi-worker aggregation of the paper is :meth:`OneBitSGD.worker_protocol`.  Each worker
 quantizes its whole tensor with its own state — the same error-feedback step as a plain
 ``compress`` — and only its *message* is cut into stripes of whole columns (:func:`split_stripes`;
 1-bit SGD quantizes per column, so a stripe's payload is the column encoding of those columns of
@@ -52,15 +52,14 @@ from gcbench.core.compressor import (
     EncodeContext,
     Encoded,
     ErrorFeedback,
-    ExchangeResult,
     State,
-    Traffic,
     body_numpy,
     meta_keys,
     meta_str,
 )
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
+from gcbench.core.protocol import AllGather, AllToAll, Context, Outcome, WorkerProtocol
 
 
 def _matrix(a: torch.Tensor, shape: tuple[int, ...], granularity: str) -> torch.Tensor:
@@ -183,52 +182,48 @@ class OneBitSGD(Compressor):
         pos = _matrix(torch.from_numpy(bits), shape, g)
         return _from_matrix(torch.where(pos, mt[:, 1], mt[:, 0]), g, shape)
 
-    def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
-        """The paper's two-leg aggregation (reduce-scatter of 1-bit stripes, then 1-bit all-gather).
+    def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """The paper's two-leg aggregation, one worker's side (reduce-scatter of 1-bit stripes, then 1-bit all-gather).
 
-        Leg 1: worker w quantizes its whole tensor with its own state — exactly
-        ``compress_and_decode(x_w, states[w])``, so ``states[w]``'s residual is the one a plain
-        compression leaves and the runner's fidelity and EF-drift measurements (taken on copies of
-        that state) see the residual the exchange really carries.  Its message is then cut into N
+        Leg 1 (phase ``reduce-scatter``, an all-to-all): the worker quantizes each whole tensor with its
+        own state — exactly ``compress_and_decode(x, state)``, so the state's residual is the one a
+        plain compression leaves and the runner's fidelity and EF-drift measurements (taken on copies
+        of that state) see the residual the exchange really carries.  Its message is cut into N
         stripes of whole columns of the view (the unit that shares a pair of means, so a stripe
-        payload is the column-granularity encoding of those columns of a = x + e) and
-        stripe j goes to its owner j.  Leg 2: owner j averages the decoded stripes, re-quantizes
-        the average with a second, owner-side residual (``states[j].tensors["owner_residual"]``)
-        and sends it to every other worker.  Both legs are counted from the real stripe payloads.
+        payload is the column-granularity encoding of those columns of a = x + e) and stripe j goes
+        to its owner j.  Leg 2 (phase ``allgather``, one copy per peer): owner j averages the decoded
+        stripes, re-quantizes the average with a second, owner-side residual
+        (``state.tensors["owner_residual"]``) and sends it to every other worker.  One worker, or an
+        empty unit (nothing to stripe), takes the default protocol.
         """
-        n = len(grads)
-        if len(states) != n:
-            raise ValueError("exchange needs one state per worker gradient")
-        if n == 1 or grads[0].numel() == 0:  # empty tensors: nothing to stripe (and empty bodies)
-            return super().exchange(grads, states)
-        shape = tuple(grads[0].shape)
-        bounds = stripe_bounds(shape, self.params["granularity"], n)
-        leg1 = np.zeros((n, n), dtype=np.int64)  # bytes worker w -> owner j
-        first_payloads: list[Payload] = []
-        received: list[list[torch.Tensor]] = [[] for _ in range(n)]  # what owner j decodes from each worker
-        for w, (x, st) in enumerate(zip(grads, states, strict=True)):
-            for j, p in enumerate(worker_stripes(self, x, st, bounds)):
-                if p is None:
-                    continue
-                leg1[w, j] = p.nbytes if j != w else 0
-                received[j].append(COLUMN.decompress(p, stripe_shape(shape, self.params["granularity"], bounds, j)))
-                if j == w:
-                    first_payloads.append(p)
-        leg2 = np.zeros(n, dtype=np.int64)  # bytes owner j sends to each other worker
-        out_cols: list[torch.Tensor] = []
-        for j in range(n):
-            if not received[j]:
-                continue
-            p, dec = owner_stripe(received[j], n, states[j])
-            leg2[j] = p.nbytes
-            out_cols.append(dec)
-        traffic = Traffic()
-        for w in range(n):
-            traffic.add("reduce-scatter", w, int(leg1[w].sum()), int(leg1[:, w].sum()))
-        for w in range(n):
-            traffic.add("allgather", w, int(leg2[w]) * (n - 1), int(leg2.sum() - leg2[w]))
-        aggregate = assemble_stripes(out_cols, self.params["granularity"], shape).reshape(shape)
-        return ExchangeResult(aggregate.to(grads[0].dtype), traffic, first_payloads)
+        n, me = ctx.world, ctx.rank
+        if n == 1 or any(x.numel() == 0 for x in xs):
+            return (yield from super().worker_protocol(xs, states, ctx))
+        g = self.params["granularity"]
+        shapes = [tuple(x.shape) for x in xs]
+        bounds = [stripe_bounds(sh, g, n) for sh in shapes]
+        stripes = [worker_stripes(self, x, st, b) for x, st, b in zip(xs, states, bounds, strict=True)]
+        first = [stripes[u][me] for u in range(len(xs))]
+        got = yield AllToAll([[stripes[u][j] for u in range(len(xs))] for j in range(n)], "reduce-scatter")
+        mine = [stripe_shape(sh, g, b, me) for sh, b in zip(shapes, bounds, strict=True)]
+        owned: list[Payload | None] = []
+        own_dec: list[torch.Tensor | None] = []
+        for u in range(len(xs)):  # my stripe of unit u from every worker, in worker order
+            received = [COLUMN.decode_received(row[u], mine[u]) for row in got if row[u] is not None]
+            p, dec = owner_stripe(received, n, states[u]) if received else (None, None)
+            owned.append(p)
+            own_dec.append(dec)
+        gathered = yield AllGather(owned, "allgather", per_peer=True)
+
+        def assemble() -> list[torch.Tensor]:
+            out = []
+            for u, sh in enumerate(shapes):
+                cols = [own_dec[u] if j == me else COLUMN.decode_received(row[u], stripe_shape(sh, g, bounds[u], j))  # type: ignore[arg-type]
+                        for j, row in enumerate(gathered) if row[u] is not None]
+                out.append(assemble_stripes(cols, g, sh).reshape(sh).float())
+            return out
+
+        return Outcome(ctx.once("aggregate", assemble), [p for p in first])  # type: ignore[misc]  # None: no stripe of that unit
 
 
 COLUMN = OneBitSGD(granularity="column")  # stripes are columns of the view already: they decode as column payloads

@@ -12,8 +12,9 @@ iteration with warm start, rank r::
     decoded = P̂ Qᵀ           # rank ≤ r
 
 The payload carries both factors as float32 (P̂ then Q): exactly ``32·r·(rows + cols)`` body bits.
-No communication happens inside ``compress``; :meth:`PowerSGD.exchange` simulates the paper's
-multi-worker protocol (below).  Vectors (biases, norms), scalars and matrices where
+No communication happens inside ``compress``; :meth:`PowerSGD.worker_protocol` is the paper's
+multi-worker protocol (below), run simulated by ``exchange`` and for real by the DDP hook.
+Vectors (biases, norms), scalars and matrices where
 ``r·(rows + cols) >= rows·cols`` (the factors would not be smaller) are sent dense in float32,
 as the authors do for rank-1 tensors.
 
@@ -69,15 +70,14 @@ from gcbench.core.compressor import (
     EncodeContext,
     Encoded,
     ErrorFeedback,
-    ExchangeResult,
     State,
-    Traffic,
     body_numpy,
     meta_int,
     meta_keys,
 )
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
+from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol, ring_allreduce_bytes  # noqa: F401  (re-exported)
 
 Q_KEY = "q"  # warm-start factor (cols × r), float32
 _DEP_TOL = 1e-10  # a column whose norm fell below this fraction during projection is dependent
@@ -297,22 +297,6 @@ def powersgd_reference(m: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (basis @ (basis.t() @ m.double())).float()
 
 
-def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[int, int]]:
-    """(sent, received) bytes per worker of a ring all-reduce of ``numel`` elements over ``n`` workers.
-
-    The buffer is split into n chunks (sizes differ by at most one element).  In reduce-scatter
-    step t worker w sends chunk (w − t) mod n, so over the n − 1 steps it sends every chunk but
-    (w + 1) mod n; in the all-gather it sends every chunk but (w + 2) mod n.  It receives what its
-    left neighbour sends.  Per worker this is about 2·(n − 1)/n × the buffer.
-    """
-    if n == 1:
-        return [(0, 0)]
-    chunks = [len(c) * itemsize for c in np.array_split(np.arange(numel), n)]
-    total = numel * itemsize
-    sent = [2 * total - chunks[(w + 1) % n] - chunks[(w + 2) % n] for w in range(n)]
-    return [(sent[w], sent[(w - 1) % n]) for w in range(n)]
-
-
 def powersgd_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
     """Decoded ``x + e`` by :func:`powersgd_step_reference` from the state's warm start (the class's ``reference``).
 
@@ -389,58 +373,54 @@ class PowerSGD(Compressor):
         q = torch.from_numpy(f[rows * r :].reshape(cols, r))
         return reconstruct(p, q).reshape(-1)
 
-    def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
-        """The paper's protocol (Algorithm 1) for N workers, simulated in one process.
+    def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """The paper's protocol (Algorithm 1), one worker's side, for all its units together (as PyTorch's hook).
 
-        1. each worker forms ``M_w = g_w + e_w`` and ``P_w = M_w Q`` with the shared warm-start Q
-           (worker 0's state provides it; real workers seed identically);
-        2. all-reduce the P_w (mean; phase ``allreduce-P``) and orthonormalise: P̂;
-        3. each worker computes ``Q_w = M_wᵀ P̂``; all-reduce (mean; phase ``allreduce-Q``): Q̄;
+        1. form ``M_w = g_w + e_w`` and ``P_w = M_w Q`` with the warm-start Q shared by all workers
+           (``ctx.shared``: real workers seed those states alike);
+        2. all-reduce the P_w (mean; phase ``allreduce-P``; float64 here, float32 on the wire) and
+           orthonormalise: P̂; dense tensors (vectors, small matrices) ride in the same all-reduce
+           (phase ``allreduce-dense``) and are done;
+        3. ``Q_w = M_wᵀ P̂``; all-reduce (mean; phase ``allreduce-Q``): Q̄;
         4. aggregate ``P̂ Q̄ᵀ``; every state keeps Q̄ for the next warm start and its residual
            (see ``ef_residual`` in the module docstring).
 
-        Traffic is a ring all-reduce of each factor: per worker about 2·(N − 1)/N × its size.
-        Dense tensors are one all-reduce (phase ``allreduce-dense``).  ``payloads`` are each
-        worker's message in this codec: (P̂, Q_w), which decodes to the worker's own P̂ Q_wᵀ.
+        Traffic is a ring all-reduce of each factor: per worker about 2·(N − 1)/N × its size.  The
+        payload a worker "sent" is its message in this codec: (P̂, Q_w), which decodes to its own P̂ Q_wᵀ.
         """
-        n = len(grads)
-        if n != len(states) or not n:
-            raise ValueError("exchange needs one state per worker gradient, and at least one worker")
-        shape = tuple(grads[0].shape)
-        r = self.params["rank"]
-        ms = [ErrorFeedback.corrected(g.detach().float(), st) for g, st in zip(grads, states, strict=True)]
-        traffic = Traffic()
-        if not is_low_rank(shape, r):
-            payloads = [
-                self._payload(g, to_numpy(m.reshape(-1)).astype("<f4").view(np.uint8), {"r": 0}) for g, m in zip(grads, ms, strict=True)
-            ]
-            agg = torch.stack(ms).mean(0)
-            for w, (sent, recv) in enumerate(ring_allreduce_bytes(ms[0].numel(), n)):
-                traffic.add("allreduce-dense", w, sent, recv)
-            for st, m in zip(states, ms, strict=True):
-                st.tensors[ErrorFeedback.KEY] = torch.zeros_like(m)  # sent exactly: nothing left over
-                st.step += 1
-            return ExchangeResult(agg.reshape(shape).to(grads[0].dtype), traffic, payloads)
-        rows, cols = matrix_shape(shape)
-        mats = [m.reshape(rows, cols) for m in ms]
-        q0 = self._start_q(states[0], cols, r, mats[0].device)
-        p_mean = torch.stack([left_factor(m.contiguous(), q0) for m in mats]).mean(0)
-        p_hat = orthonormalize(p_mean).float().contiguous()
-        q_ws = [right_factor(m.contiguous(), p_hat) for m in mats]
-        q_mean = torch.stack(q_ws).mean(0).contiguous()
-        agg = reconstruct(p_hat, q_mean)
-        for phase, numel in (("allreduce-P", rows * r), ("allreduce-Q", cols * r)):
-            for w, (sent, recv) in enumerate(ring_allreduce_bytes(numel, n)):
-                traffic.add(phase, w, sent, recv)
-        payloads = []
-        p_bytes = to_numpy(p_hat).astype("<f4").view(np.uint8)
-        for g, m, q_w, st in zip(grads, mats, q_ws, states, strict=True):
-            payloads.append(self._payload(g, np.concatenate([p_bytes, to_numpy(q_w).astype("<f4").view(np.uint8)]), {"r": r}))
-            approx = agg if self.params["ef_residual"] == "aggregate" else reconstruct(p_hat, q_w)
-            st.tensors[ErrorFeedback.KEY] = (m - approx).reshape(shape)
-            st.tensors[Q_KEY] = q_mean.clone()
-            st.step += 1
-        return ExchangeResult(agg.reshape(shape).to(grads[0].dtype), traffic, payloads)
+        n, r = ctx.world, self.params["rank"]
+        ms = [ErrorFeedback.corrected(x.detach().float(), st) for x, st in zip(xs, states, strict=True)]
+        low = [u for u, x in enumerate(xs) if is_low_rank(tuple(x.shape), r)]
+        dense = [u for u in range(len(xs)) if u not in low]
+        mats = {u: ms[u].reshape(matrix_shape(tuple(xs[u].shape))) for u in low}
+        ps = [left_factor(mats[u].contiguous(), self._start_q(ctx.shared[u], mats[u].shape[1], r, mats[u].device)) for u in low]
+        first = yield AllReduce(ps + [ms[u] for u in dense], ["allreduce-P"] * len(low) + ["allreduce-dense"] * len(dense),
+                                wire=torch.float32)
+        aggregates: list[torch.Tensor] = [torch.empty(0)] * len(xs)
+        sent: list[Payload] = [None] * len(xs)  # type: ignore[list-item]  # every unit is filled below
+        dense_means = ctx.once("dense", lambda: [(first[len(low) + j] / n).float() for j in range(len(dense))])
+        for j, u in enumerate(dense):
+            aggregates[u] = dense_means[j]
+            sent[u] = self._payload(xs[u], to_numpy(ms[u].reshape(-1)).astype("<f4").view(np.uint8), {"r": 0})
+            states[u].tensors[ErrorFeedback.KEY] = torch.zeros_like(ms[u])  # sent exactly: nothing left over
+            states[u].step += 1
+        if not low:
+            return Outcome(aggregates, sent)
+        p_hats = ctx.once("p_hat", lambda: [orthonormalize(first[j] / n).float().contiguous() for j in range(len(low))])
+        q_ws = [right_factor(mats[u].contiguous(), p_hat) for u, p_hat in zip(low, p_hats, strict=True)]
+        second = yield AllReduce(q_ws, "allreduce-Q")
+        q_means = ctx.once("q_mean", lambda: [(second[j] / n).contiguous() for j in range(len(low))])
+        aggs = ctx.once("aggregate", lambda: [reconstruct(p, q) for p, q in zip(p_hats, q_means, strict=True)])
+        for j, u in enumerate(low):
+            q_mean, agg = q_means[j], aggs[j]
+            aggregates[u] = agg.reshape(xs[u].shape)
+            body = np.concatenate([to_numpy(p_hats[j]).astype("<f4").view(np.uint8), to_numpy(q_ws[j]).astype("<f4").view(np.uint8)])
+            sent[u] = self._payload(xs[u], body, {"r": r})
+            approx = agg if self.params["ef_residual"] == "aggregate" else reconstruct(p_hats[j], q_ws[j])
+            states[u].tensors[ErrorFeedback.KEY] = (mats[u] - approx).reshape(xs[u].shape)
+            states[u].tensors[Q_KEY] = q_mean.clone()
+            states[u].step += 1
+        return Outcome(aggregates, sent)
 
 
 def powersgd_bits(shape: tuple[int, ...], r: int) -> int:

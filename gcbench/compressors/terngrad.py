@@ -13,7 +13,7 @@ dozen).  The registry therefore declares it biased, unbiased only with ``clip = 
 used.  The metrics measure bias² against x, as for every compressor, so the clipping bias is in
 bias² and q; no ω̂ is reported for a biased configuration (ω̂ = q would hide the bias).
 
-Multi-worker (:meth:`TernGrad.exchange`): scaler sharing — every worker sends its s_i (one
+Multi-worker (:meth:`TernGrad.worker_protocol`): scaler sharing — every worker sends its s_i (one
 float), all use s = max_i s_i, then the ternary payloads are all-gathered.
 
 Random numbers: each compression draws one 64-bit key from the state's generator and the
@@ -37,9 +37,10 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.terngrad import TERNGRAD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ExchangeResult, State, Traffic, body_numpy, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
+from gcbench.core.protocol import AllGather, AllReduce, Context, Outcome, WorkerProtocol
 
 # 2-bit codes: 0 -> 0, 1 -> +1, 2 -> -1
 _DECODE = torch.tensor([0.0, 1.0, -1.0, 0.0])
@@ -94,8 +95,7 @@ class TernGrad(Compressor):
     reference = terngrad_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext = EncodeContext(), scaler: float | None = None) -> Encoded:
-        """The hook, and the exchange's encode with the group's shared ``scaler`` (``ctx`` defaults for
-        :mod:`gcbench.distributed.ddp`'s call, which hands over the scaler alone)."""
+        """The hook, and the protocol's encode with the group's shared ``scaler``."""
         seed = state.randint64()
         if not kernels.cpu_fast(a):
             return terngrad_torch(a, self.params["clip"], seed, scaler)[0], {}, None
@@ -129,24 +129,33 @@ class TernGrad(Compressor):
         codes = torch.from_numpy(codec.unpack_bits(body[:nb], 2, d))
         return _DECODE[codes] * s
 
-    def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
-        if not self.params["share_scaler"] or len(grads) == 1 or grads[0].numel() == 0:  # empty: no scaler, empty bodies
-            return super().exchange(grads, states)
-        n = len(grads)
-        scalers = [clip_bound_and_scale(g.detach().float(), self.params["clip"])[1] for g in grads]
-        shared = max(scalers)
-        traffic = Traffic()
-        for w in range(n):
-            traffic.add("scaler", w, 4, 4 * (n - 1))
-        payloads, decoded = [], []
-        acc = torch.zeros(grads[0].numel(), dtype=torch.float32)
-        for g, st in zip(grads, states, strict=True):
-            body, meta, _ = self._encode(g.detach().float(), st, EncodeContext(need_decoded=False), scaler=shared)
+    def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """Scaler sharing: all-reduce (MAX) every unit's scaler ``s_w`` (phase ``scaler``, 4 bytes per unit), quantize
+        with the shared ``s = max_w s_w``, all-gather the ternary payloads, decode all and average.
+
+        Without ``share_scaler``, for one worker, or for an empty unit (no scaler, empty bodies), the default protocol.
+        """
+        if not self.params["share_scaler"] or ctx.world == 1 or any(x.numel() == 0 for x in xs):
+            return (yield from super().worker_protocol(xs, states, ctx))
+        clip = self.params["clip"]
+        own = torch.tensor([clip_bound_and_scale(x.detach().float(), clip)[1] for x in xs], dtype=torch.float32)
+        (shared,) = yield AllReduce([own], "scaler", op="max", count="once")
+        payloads = []
+        for x, st, s in zip(xs, states, shared.tolist(), strict=True):
+            body, meta, _ = self._encode(x.detach().float(), st, EncodeContext(need_decoded=False), scaler=s)
             st.step += 1
-            payloads.append(self._payload(g, body, meta))
-            decoded.append(self._decode_float(payloads[-1]).reshape(grads[0].shape))
-            acc += decoded[-1].reshape(-1)
-        total = sum(p.nbytes for p in payloads)
-        for w, p in enumerate(payloads):
-            traffic.add("allgather", w, p.nbytes, total - p.nbytes)
-        return ExchangeResult((acc / n).reshape(grads[0].shape).to(grads[0].dtype), traffic, payloads, decoded)
+            payloads.append(self._payload(x, body, meta))
+        gathered = yield AllGather(payloads, "allgather")
+
+        def decode_all() -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+            decoded = [[self.decode_received(row[u], x.shape).to(x.device) for row in gathered] for u, x in enumerate(xs)]
+            means = []
+            for x, dec in zip(xs, decoded, strict=True):
+                acc = torch.zeros(x.numel(), dtype=torch.float32, device=x.device)
+                for d in dec:
+                    acc += d.reshape(-1)
+                means.append((acc / ctx.world).reshape(x.shape))
+            return means, decoded
+
+        means, decoded = ctx.once("mean", decode_all)
+        return Outcome(means, payloads, decoded)

@@ -19,8 +19,11 @@ Contract (checked for every registered compressor by ``tests/test_contract.py``)
   expected_shape)`` refuses a header whose shape differs from what the receiver waits for.
 * The same seed gives the same bytes.  Empty tensors give an empty body; all-zero tensors give
   all-zero output with no NaN.
-* Communication never happens inside a compressor; :meth:`Compressor.exchange` *simulates* the
-  multi-worker protocol of N workers in one process and accounts for every byte.
+* Communication never happens inside a compressor.  Its multi-worker protocol is written once,
+  as SPMD code (:meth:`Compressor.worker_protocol`, a generator that yields collective legs,
+  :mod:`gcbench.core.protocol`); :meth:`Compressor.exchange` runs it for N workers on the
+  simulated transport, in one process, and accounts for every byte; the DDP hook runs the same
+  generator on ``torch.distributed`` (:mod:`gcbench.distributed.transport`).
 
 Encoding is one hook, :meth:`Compressor._encode`, with error feedback fused into it.  Error
 feedback is one mechanism (:class:`ErrorFeedback`) for every compressor that declares
@@ -65,6 +68,7 @@ from gcbench import kernels
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import CompressorInfo, Flags, ParamValue
 from gcbench.core.payload import MetaValue, Payload, check_shape
+from gcbench.core.protocol import AllGather, AllReduce, Context, Outcome, WorkerProtocol, simulate
 
 #: A body size a header implies: exact, or an inclusive (smallest, largest) range for variable-length codings.
 BodySize = int | tuple[int, int]
@@ -250,6 +254,15 @@ class ErrorFeedback:
             state.tensors[cls.KEY] = corrected.sub_(decoded32)
 
 
+def _drawing_copy(state: State) -> State:
+    """A copy of ``state`` to read and draw from: its own generator, the same tensors (a simulated worker's ``ctx.shared``)."""
+    out = copy.copy(state)
+    out.tensors = dict(state.tensors)
+    out.values = dict(state.values)
+    out.rng = copy.deepcopy(state.rng)
+    return out
+
+
 def _overlaps(t: torch.Tensor, u: torch.Tensor) -> bool:
     """Whether two tensors' storages share any byte (views at an offset included)."""
     if t.device != u.device:
@@ -430,34 +443,109 @@ class Compressor(ABC):
         size is at most :data:`gcbench.core.payload.MAX_NUMEL` elements.  Any malformed payload raises
         :class:`PayloadError` and nothing else.
         """
+        return self.decode_received(payload, expected_shape).to(payload.dtype)
+
+    def decode_received(self, payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
+        """:meth:`decompress` (its checks: a trust boundary) with a float32 result of the payload's shape.
+
+        What a protocol decodes its peers' payloads with: aggregates accumulate in float32.
+        """
         check_shape(payload.shape, expected_shape)
         if not payload.dtype.is_floating_point:
             raise PayloadError(f"{self.name} payload has dtype {payload.dtype}; gradients are floating point")
         try:
-            return self._decode_float(payload).reshape(payload.shape).to(payload.dtype)
+            return self._decode_float(payload).reshape(payload.shape)
         except PayloadError:
             raise
         except _STRAY_DECODE_ERRORS as exc:  # the safety net behind the codec's checks (see _STRAY_DECODE_ERRORS)
             raise PayloadError(f"{self.name} payload could not be decoded ({type(exc).__name__}: {exc})") from exc
 
-    def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
-        """Simulate N workers: each compresses, all payloads are all-gathered, decoded, averaged.
+    def decompress_group(self, payloads: Sequence[Payload]) -> list[torch.Tensor]:
+        """Decode all payloads one worker received for one step (one per unit), in order.
 
-        Traffic (phase ``allgather``): each worker sends its payload once and receives the
-        others'.  Compressors whose papers define another protocol override this.
+        What timings charge as a step's decompress.  The default decodes each with
+        :meth:`decompress`; a compressor may decode the group at once (the cast compressors), with
+        the same tensors and the same :class:`PayloadError` for a malformed payload.
+        """
+        return [self.decompress(p) for p in payloads]
+
+    #: the dtype a summable codec's body is summed in (its card's protocol says ``summable``): the casts' wire dtype
+    wire_dtype: torch.dtype | None = None
+
+    def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """One worker's side of the multi-worker exchange of its units ``xs`` (SPMD; see :mod:`gcbench.core.protocol`).
+
+        The default: compress every unit (:meth:`compress_group`); a summable codec (its card's
+        protocol ``summable``: the casts) all-reduces the bodies in :attr:`wire_dtype`, every other
+        all-gathers the payloads and decodes all; the aggregate is the mean.  Both legs are counted
+        in phase ``allgather`` (each worker's payload once, the others' received), as results
+        always recorded them.  Compressors whose papers define another protocol override this.
+        """
+        if self.info.resolve_protocol(self.params).summable and self.wire_dtype is not None:
+            return (yield from self.allreduce_protocol(xs, states, ctx))
+        return (yield from self.gather_protocol(xs, states, ctx))
+
+    def allreduce_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """Compress, all-reduce the bodies (sum, in :attr:`wire_dtype`), divide by N: the summable codecs' protocol."""
+        assert self.wire_dtype is not None, "only a codec with a wire dtype sums its bodies"
+        payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
+        sums = yield AllReduce([p.data.view(self.wire_dtype) for p in payloads], "allgather", count="once",
+                               nbytes=[p.nbytes for p in payloads], body=True)
+        return Outcome(ctx.once("mean", lambda: [s.reshape(x.shape) / ctx.world for s, x in zip(sums, xs, strict=True)]), payloads)
+
+    def gather_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """Compress, all-gather the payloads, decode all (peers' bytes checked) and average: the default protocol."""
+        payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
+        gathered = yield AllGather(payloads, "allgather", body=True)
+
+        def mean() -> list[torch.Tensor]:
+            acc = [torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in xs]
+            for row in gathered:  # every worker's payload must have the receiver's shape (a peer sending another is refused)
+                for a, p in zip(acc, row, strict=True):
+                    a += self.decode_received(p, a.shape).to(a.device)
+            return [a.div_(ctx.world) for a in acc]
+
+        return Outcome(ctx.once("mean", mean), payloads)
+
+    def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> ExchangeResult:
+        """Simulate N workers running :meth:`worker_protocol` on one unit; every byte counted per phase and worker.
+
+        Default protocol: each worker compresses, all payloads are all-gathered, decoded, averaged
+        (traffic phase ``allgather``: each worker sends its payload once and receives the others').
         """
         if len(grads) != len(states) or not grads:
             raise ValueError("exchange needs one state per worker gradient, and at least one worker")
-        payloads = [self.compress(g, s) for g, s in zip(grads, states, strict=True)]
-        acc = torch.zeros(grads[0].shape, dtype=torch.float32, device=grads[0].device)
-        for p in payloads:  # every worker's payload must have the receiver's shape (a peer sending another is refused)
-            check_shape(p.shape, acc.shape)
-            acc += self._decode_float(p).reshape(acc.shape)
+        return self.simulate_exchange([[g] for g in grads], [[s] for s in states])[0]
+
+    def simulate_exchange(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
+        """Run :meth:`worker_protocol` for N workers on the simulated transport; ``grads[w][u]``, ``states[w][u]``.
+
+        Worker 0's aggregate is the result (every worker's is the same by the protocol); all the
+        traffic is counted in the first unit's result; ``payloads`` are the workers' first messages
+        (a worker that sent nothing for the unit is left out).  ``ctx.shared`` is worker 0's states for
+        worker 0 and copies of them, taken before anything runs, for the others (real workers seed
+        those alike).  The workers share one :meth:`Context.once` memo.
+        """
+        n = len(grads)
+        memo: dict[Any, Any] = {}
+        if self.info.resolve_protocol(self.params).shared_seed:
+            shared = [list(states[0]) if w == 0 else [_drawing_copy(s) for s in states[0]] for w in range(n)]
+        else:
+            shared = [[] for _ in range(n)]
+        run = simulate([self.worker_protocol(list(grads[w]), list(states[w]), Context(w, n, shared[w], memo)) for w in range(n)])
+        units = len(grads[0])
         traffic = Traffic()
-        total = sum(p.nbytes for p in payloads)
-        for w, p in enumerate(payloads):
-            traffic.add("allgather", w, p.nbytes, total - p.nbytes, p.body_nbytes)
-        return ExchangeResult((acc / len(grads)).to(grads[0].dtype), traffic, payloads)
+        for phase, counted in run.legs:
+            for w, c in enumerate(counted):
+                traffic.add(phase, w, c.sent, c.received, c.sent_body)
+        first = run.outcomes[0]
+        results = []
+        for u in range(units):
+            contributions = None if first.contributions is None else first.contributions[u]
+            sent = [o.sent[u] for o in run.outcomes if o.sent[u] is not None]  # a worker with nothing to send is left out
+            results.append(ExchangeResult(first.aggregates[u].reshape(grads[0][u].shape).to(grads[0][u].dtype),
+                                          traffic if u == 0 else Traffic(), sent, contributions))
+        return results
 
     def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
         """One step of the multi-worker exchange for every unit: ``grads[w][u]``, ``states[w][u]``.
@@ -469,6 +557,16 @@ class Compressor(ABC):
         """
         units = len(grads[0]) if grads else 0
         return [self.exchange([g[u] for g in grads], [s[u] for s in states]) for u in range(units)]
+
+    def has_own_exchange(self) -> bool:
+        """Whether this compressor's exchange is its paper's protocol rather than the default all-gather/all-reduce."""
+        cls = type(self)
+        return cls.worker_protocol is not Compressor.worker_protocol or cls.exchange is not Compressor.exchange
+
+    def protocol_runs_anywhere(self) -> bool:
+        """Whether its exchange is written as a :meth:`worker_protocol` (so real transports run it), not as a simulation alone."""
+        cls = type(self)
+        return cls.exchange is Compressor.exchange or cls.worker_protocol is not Compressor.worker_protocol
 
     # ------------------------------------------------------------------ for subclasses
 

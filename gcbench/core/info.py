@@ -202,19 +202,54 @@ class Target:
 
 
 @dataclass(frozen=True)
+class CostLeg:
+    """One leg of a protocol as the network model prices it: a collective over bytes given by a rule of the payload.
+
+    Attributes:
+        collective: ``"allreduce"``, ``"allgather"`` or ``"alltoall"``.
+        size: ``"payload"`` — one worker's payload bytes of the step (m); ``"payload/n"`` — m split
+            among the n workers (1-bit SGD's re-quantized stripe, one per owner); ``"scalars"`` — one
+            float32 per tensor (TernGrad's shared scaler).
+        rounds: collectives the bytes are split over, each paying the latency (PowerSGD's P and Q: 2).
+    """
+
+    collective: str
+    size: str = "payload"
+    rounds: int = 1
+
+    def __post_init__(self) -> None:
+        if self.collective not in ("allreduce", "allgather", "alltoall"):
+            raise ValueError(f"cost leg: unknown collective {self.collective!r}")
+        if self.size not in ("payload", "payload/n", "scalars"):
+            raise ValueError(f"cost leg: unknown size rule {self.size!r}")
+        if self.rounds < 1:
+            raise ValueError(f"cost leg: rounds must be >= 1, got {self.rounds}")
+
+    def decodes(self, n: int) -> int:
+        """Payload-sized decodes a worker does after this leg: every gathered payload, one otherwise (none for scalars)."""
+        if self.size == "scalars":
+            return 0
+        return n if (self.collective == "allgather" and self.size == "payload") else 1
+
+
+@dataclass(frozen=True)
 class Protocol:
     """How N workers exchange a compressor's payloads: the paper's protocol, as the transports and the network model see it.
 
     Attributes:
-        name: what the transports dispatch on (``"allgather"``, ``"allreduce"``, ``"powersgd"`` …).
+        name: the protocol's name in listings and results (``"allgather"``, ``"allreduce"``, ``"powersgd"`` …);
+            its steps are the compressor's :meth:`~gcbench.core.compressor.Compressor.worker_protocol`.
         description: one line for listings and results.
         allreduce_rounds: all-reduce legs per step that carry the payload (0: the payloads are
             all-gathered). none/fp16/bf16 all-reduce their body (1); PowerSGD all-reduces P and Q (2).
         summable: payloads can be summed without decoding (a server can send back a compressed sum).
         scalar_allreduces: tiny all-reduces before the main leg (TernGrad's shared scaler).
         per_tensor: needs each tensor's shape, so it compresses layer by layer whatever the granularity.
+        shared_seed: the workers draw some random values alike (PowerSGD's first warm-start Q), so
+            real workers seed their states alike (:class:`gcbench.core.protocol.Context` ``shared``).
         applies_when: parameter settings the protocol needs (TernGrad's ``share_scaler=True``); with
             other settings the compressor uses the default all-gather.
+        cost: its legs as the network model prices them (:class:`CostLeg`), in order.
     """
 
     name: str
@@ -223,7 +258,9 @@ class Protocol:
     summable: bool = False
     scalar_allreduces: int = 0
     per_tensor: bool = False
+    shared_seed: bool = False
     applies_when: Mapping[str, ParamValue] = field(default_factory=dict, compare=False)
+    cost: tuple[CostLeg, ...] = (CostLeg("allgather"),)
 
     @property
     def allreduce(self) -> bool:
@@ -234,7 +271,8 @@ class Protocol:
 #: the default protocol: every worker's payload to every worker, each decodes all and averages
 ALLGATHER = Protocol("allgather", "all-gather the payloads, decode all, average")
 #: dense casts: the bodies are summed by an all-reduce and divided by N
-ALLREDUCE = Protocol("allreduce", "all-reduce the bodies (sum), divide by N", allreduce_rounds=1, summable=True)
+ALLREDUCE = Protocol("allreduce", "all-reduce the bodies (sum), divide by N", allreduce_rounds=1, summable=True,
+                     cost=(CostLeg("allreduce"),))
 
 
 @dataclass(frozen=True)

@@ -2,58 +2,51 @@
 
 ``register_compressor_hook(ddp_model, "topk:density=0.01")`` replaces DDP's gradient all-reduce with
 a real compressed exchange (PyTorch's ``DistributedDataParallel.register_comm_hook`` API; gloo on
-CPU, NCCL on GPU).  The same compressor objects and payloads as ``gcbench run`` are used, so the
-bytes measured in training are the bytes the benchmark reports.
+CPU, NCCL on GPU).  The same compressor objects, payloads and *protocols* as ``gcbench run`` are
+used: the hook runs the compressor's :meth:`~gcbench.core.compressor.Compressor.worker_protocol`
+generator on the ``torch.distributed`` transport (:mod:`gcbench.distributed.transport`), the very
+code ``exchange`` runs on the simulated one, so the bytes measured in training are the bytes the
+benchmark counts (``tests/test_protocol_transports.py`` checks it per leg and worker).  This module
+knows no compressor by name: none/fp16/bf16 all-reduce their bodies, TernGrad shares its scaler,
+PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, every other compressor all-gathers its
+payloads, because that is what their protocols yield.  ``protocol="gather"`` forces the plain
+all-gather.  LGC's protocols exist only as a simulation (its ``exchange``): the hook all-gathers
+its payloads and :attr:`HookState.protocol_note` says so (training results record it).
 
-Protocols (which exchange runs for which compressor):
+Asynchronous, as PyTorch's own hooks: :func:`compressor_hook` returns at once a future chained with
+the collectives' completion callbacks (each leg starts an ``async_op=True`` collective and the
+protocol resumes in its callback), so a bucket's communication overlaps the backward pass of the
+next buckets.  Collectives must start in the same order on every worker, so the buckets of a
+model are exchanged one after another (a queue in :class:`HookState`): bucket b + 1's protocol
+starts when bucket b's completed, while the main thread goes on with the backward pass.
 
-* ``gather`` (every compressor; the default): each worker compresses the bucket, the payloads are
-  serialised with :meth:`Payload.to_bytes` (header included), their sizes are all-gathered, the
-  bodies are padded to the largest and all-gathered as ``uint8``, and every worker decodes all N
-  payloads with :meth:`Payload.from_bytes` and averages them.  All workers decode the same bytes in
-  the same order, so replicas stay bit-identical.
-* ``terngrad`` (TernGrad with ``share_scaler=true``, Wen et al. 2017): the workers first all-reduce
-  (MAX) their per-tensor scalers ``s = max|clip(x)|`` (4 bytes per tensor), then quantize with the
-  shared scaler and run the gather exchange.
-* ``powersgd`` (Vogels et al. 2019, Algorithm 1, as PyTorch's ``powerSGD_hook``): per tensor of the
-  bucket, ``P = M Q`` is all-reduced (mean), orthonormalised, ``Q = Mᵀ P̂`` is all-reduced (mean), the
-  aggregate is ``P̂ Q̄ᵀ``; the warm-start Q is shared by all workers.  Tensors whose factors would not
-  be smaller (vectors, small matrices) are all-reduced dense in the first all-reduce.  PowerSGD
-  always works per tensor, whatever ``granularity`` says, because the low-rank view needs each
-  tensor's matrix shape.
-* ``onebit`` (1-bit SGD, Seide et al. 2014; :meth:`OneBitSGD.exchange`): each worker quantizes
-  every tensor with its own residual and cuts the message into N stripes of whole columns; an
-  all-to-all sends stripe j to rank j (leg 1); rank j averages the N stripes it holds,
-  re-quantizes the average with its owner-side residual and all-gathers it (leg 2).  Like PowerSGD
-  it works per tensor (the column view needs each tensor's shape; a flat bucket would be one
-  column).  Stripe sizes travel first (an all-to-all, then an all-gather, of int64 lengths).
+State (kept apart from the hook, like PyTorch's ``PowerSGDState``): one
+:class:`~gcbench.core.compressor.State` per compressed unit (the whole flat bucket with
+``granularity="bucket"``, each parameter's gradient with ``"layer"`` or a ``per_tensor``
+protocol), kept per bucket index, so error-feedback residuals, momentum, warm starts and schedules
+persist across steps.  DDP rebuilds its buckets once after the first iteration (bucket order
+follows gradient-ready order); a bucket whose parameters changed gets fresh state and
+:attr:`HookState.state_resets` counts it.  Random streams differ per worker (independent
+quantization noise is what makes averaging reduce variance), except where the card's protocol says
+``shared_seed`` (PowerSGD's initial Q must be identical on all workers).
 
-Compressors whose paper defines another multi-worker protocol that the hook does not implement
-(LGC's three phases) use ``gather``; :attr:`HookState.protocol_note` says so and the training
-results record it.
-
-State: one :class:`~gcbench.core.compressor.State` per compressed unit (the whole flat bucket with
-``granularity="bucket"``, each parameter's gradient with ``"layer"``), kept per bucket index, so
-error-feedback residuals, momentum, warm starts and schedules persist across steps.  DDP rebuilds
-its buckets once after the first iteration (bucket order follows gradient-ready order); a bucket
-whose parameters changed gets fresh state and :attr:`HookState.state_resets` counts it.  Random
-streams differ per worker (independent quantization noise is what makes averaging reduce variance),
-except PowerSGD's initial Q, which must be identical on all workers.
-
-Accounting (:class:`HookStats`), per bucket and step: ``payload_bytes`` = Σ ``payload.nbytes`` this
-worker sent (header included; for PowerSGD, the float32 factors and dense tensors it all-reduced);
-``sent_bytes`` = everything this worker handed to collectives, including the size exchange (8 bytes
-per unit), the padding to the largest payload and TernGrad's scalers.  How a collective replicates
-those bytes across links (ring, tree) is the network model's business (:mod:`gcbench.distributed.netmodel`).
-Times are wall-clock (CUDA synchronised) for compress, communicate and decompress.  The hook is
-synchronous: it returns an already-completed future, so communication does not overlap the rest
-of the backward pass and the three times add up to the hook's share of the step.
+Accounting (:class:`HookStats`), per bucket and step: ``payload_bytes`` = what this worker sent by
+the protocol's counting rules (:mod:`gcbench.core.protocol`: payloads with their headers, the
+ring all-reduce's chunks, TernGrad's scalers; the simulation's numbers); ``sent_bytes`` =
+everything it handed to collectives, including the size exchanges (8 bytes per unit), the padding
+to the largest payload and whole all-reduce buffers.  How a collective replicates those bytes
+across links (ring, tree) is the network model's business (:mod:`gcbench.distributed.netmodel`).
+Times (wall clock, CUDA synchronised), per bucket: ``compress_s`` = the protocol's computing
+before and between its legs, ``decompress_s`` = after its last leg (and the write-back into the
+bucket), ``communicate_s`` = from launching each leg's collectives to their completion callback,
+which includes waiting for slower peers and for the buckets queued before.  With the overlap these
+are not slices of the step: they can add up to more than the hook's share of it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -62,9 +55,10 @@ import torch
 import torch.distributed as dist
 
 from gcbench.compressors import registry
-from gcbench.core.compressor import Compressor, ErrorFeedback, State
+from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import GcbenchError, ParamError
-from gcbench.core.payload import Payload
+from gcbench.core.protocol import Context, WorkerProtocol
+from gcbench.distributed.transport import ChainTimes, TorchTransport, drive, then
 from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
 
@@ -73,12 +67,7 @@ TOO_FEW_STEPS = "too few steps"
 
 GRANULARITIES = ("bucket", "layer")
 PROTOCOL_CHOICES = ("auto", "gather")
-
-#: the protocols (names as cards declare them, :class:`gcbench.core.info.Protocol`) this hook runs besides gather
-HOOK_PROTOCOLS = ("terngrad", "powersgd", "onebit")
 GATHER_DESCRIPTION = "all-gather the payloads, decode all, average"
-
-_SIZE_BYTES = 8  # one int64 length per unit in the size exchange
 
 
 def unit_seed(seed: int, rank: int | None, bucket: int, unit: int) -> int:
@@ -101,11 +90,11 @@ class BucketStats:
     numel: int
     units: int
     protocol: str
-    collective: str  # "allgather" or "allreduce": what carried the payloads
+    collective: str  # the legs' collectives, "+"-joined in order ("allreduce", "alltoall+allgather" …)
     payload_bytes: int
     sent_bytes: int
     dense_bytes: int  # the bucket uncompressed (numel × element size)
-    decoded_payloads: int  # payloads decoded per unit (N for gather, 1 for all-reduce)
+    decoded_payloads: int  # payloads delivered per unit (N for gather, 2N for 1-bit SGD's two legs; 1 for all-reduce)
     compress_s: float
     communicate_s: float
     decompress_s: float
@@ -230,14 +219,22 @@ class HookState:
             raise GcbenchError(f"{info.name} needs at least {info.min_workers} workers ({info.exchange}); this group has {self.world_size}")
         self.seed = int(seed)
         self.granularity = granularity
-        self.protocol = self._resolve_protocol(protocol)
+        paper = info.resolve_protocol(compressor.params)
         # why the protocol differs from the paper's, when it does (recorded in results)
         self.protocol_note: str | None = None
-        paper = info.resolve_protocol(compressor.params)
+        runs = compressor.protocol_runs_anywhere()
+        if protocol == "gather" or not runs:
+            self.protocol = "gather"
+            if not runs:
+                self.protocol_note = (f"{info.name}'s own exchange ({paper.description}) exists as a simulation only; "
+                                      "the DDP hook all-gathers its payloads and averages them instead")
+        else:
+            self.protocol = paper.name
         #: the protocol's facts when the hook runs the card's protocol (None: gather)
         self.card_protocol = paper if self.protocol == paper.name else None
-        if self.card_protocol is None and paper.name != "allgather":
-            self.protocol_note = f"{info.name}'s own exchange ({paper.description}) is not used by the DDP hook; gather-and-average instead"
+        # the chain of buckets: each bucket's collectives start after the previous bucket's completed (module doc)
+        self._queue: torch.futures.Future[Any] = torch.futures.Future()
+        self._queue.set_result(None)
         # bucket index -> states of its units; DDP's bucket rebuild invalidates them (see module doc)
         self.bucket_states: dict[int, list[State]] = {}
         self.bucket_signature: dict[int, tuple[Any, ...]] = {}
@@ -250,17 +247,22 @@ class HookState:
         """Remember the names of ``module``'s parameters (bucket signatures use them)."""
         self.param_names = {id(p): n for n, p in module.named_parameters()}
 
-    def _resolve_protocol(self, requested: str) -> str:
-        """The card's protocol where the hook runs it (and ``requested`` allows it), else ``"gather"``."""
-        if requested == "gather" or self.world_size == 1:
-            return "gather"
-        paper = self.compressor.info.resolve_protocol(self.compressor.params)
-        return paper.name if paper.name in HOOK_PROTOCOLS else "gather"
-
     @property
     def per_tensor(self) -> bool:
         """The protocol in use needs each tensor's shape, so it ignores ``granularity="bucket"``."""
         return self.card_protocol is not None and self.card_protocol.per_tensor
+
+    @property
+    def shared_seed(self) -> bool:
+        """The protocol in use draws values all workers must agree on: the units' states are seeded alike."""
+        return self.card_protocol is not None and self.card_protocol.shared_seed
+
+    def worker_protocol(self, xs: list[torch.Tensor], states: list[State]) -> WorkerProtocol:
+        """This worker's protocol generator for one bucket's units (the card's, or the forced all-gather)."""
+        ctx = Context(self.rank, self.world_size, states if self.shared_seed else ())
+        if self.protocol == "gather":
+            return self.compressor.gather_protocol(xs, states, ctx)
+        return self.compressor.worker_protocol(xs, states, ctx)
 
     def states_for(self, bucket: int, signature: tuple[Any, ...], n_units: int) -> list[State]:
         """This bucket's unit states, fresh when the bucket's parameters changed."""
@@ -268,7 +270,7 @@ class HookState:
         if old != signature:
             if old is not None:
                 self.state_resets += 1
-            shared = self.protocol == "powersgd"  # the warm-start Q must start equal everywhere
+            shared = self.shared_seed  # e.g. PowerSGD's warm-start Q must start equal everywhere
             self.bucket_states[bucket] = [
                 self.compressor.init_state(unit_seed(self.seed, None if shared else self.rank, bucket, u)) for u in range(n_units)
             ]
@@ -308,24 +310,6 @@ class HookState:
 # ----------------------------------------------------------------------------- the hook
 
 
-class _Clock:
-    """Wall-clock laps, synchronising CUDA first so kernel time lands in the right phase."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.t = self.now()
-
-    def now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def lap(self) -> float:
-        t = self.now()
-        dt, self.t = t - self.t, t
-        return dt
-
-
 def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor], list[int], tuple[Any, ...]]:
     """(tensors to compress, their offsets in the flat buffer, parameter signature of the bucket)."""
     buf = bucket.buffer()
@@ -344,236 +328,58 @@ def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor
     return list(grads), offsets, signature
 
 
-def _terngrad_shared(comp: Compressor, x: torch.Tensor, st: State, scaler: float) -> Payload:
-    """TernGrad's payload with the group's shared scaler (what ``TernGrad.exchange`` does per worker)."""
-    if x.numel() == 0:
-        return comp.compress(x, st)
-    body, meta, _ = comp._encode(x.detach().float(), st, scaler=scaler)  # type: ignore[call-arg]  # TernGrad's scaler hand-over
-    st.step += 1
-    return comp._payload(x, body, meta)
-
-
-def _gather_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], states: Sequence[State],
-                     clock: _Clock) -> tuple[list[torch.Tensor], BucketStats]:
-    """Compress, all-gather sizes then padded bodies, decode every worker's payloads, average."""
-    comp, group, world = state.compressor, state.process_group, state.world_size
-    dev = xs[0].device
-    comm_s = 0.0
-    extra_sent = 0
-    if state.protocol == "terngrad":
-        from gcbench.compressors.terngrad import clip_and_scale
-
-        clip = comp.params.clip
-        scalers = torch.tensor([clip_and_scale(x.detach().float(), clip)[1] for x in xs], dtype=torch.float32, device=dev)
-        t = clock.now()
-        dist.all_reduce(scalers, op=dist.ReduceOp.MAX, group=group)
-        comm_s += clock.now() - t
-        extra_sent += 4 * len(xs)
-        shared = scalers.tolist()
-        payloads = [_terngrad_shared(comp, x, st, s) for x, st, s in zip(xs, states, shared, strict=True)]
-    else:
-        payloads = [p for p, _ in comp.compress_group(xs, states, need_decoded=False)]
-    messages = [p.to_bytes() for p in payloads]  # serialising is part of producing the wire message
-    compress_s = clock.lap() - comm_s
-
-    size_rows, bodies, longest = _padded_allgather(state, messages, dev)
-    comm_s += clock.lap()
-
-    acc = [torch.zeros(x.numel(), dtype=torch.float32, device=dev) for x in xs]
-    for r in range(world):
-        raw = bodies[r]
-        pos = 0
-        for u, n in enumerate(size_rows[r]):
-            # a peer's bytes: the unit's own shape is the only one accepted (checked before anything is allocated)
-            p = Payload.from_bytes(raw[pos : pos + n], device=dev, expected_shape=xs[u].shape)
-            pos += n
-            acc[u] += comp.decompress(p, expected_shape=xs[u].shape).reshape(-1).to(dev, torch.float32)
-    means = [a.div_(world) for a in acc]
-    decompress_s = clock.lap()
-    rec = BucketStats(
-        bucket=index, numel=sum(x.numel() for x in xs), units=len(xs), protocol=state.protocol, collective="allgather",
-        payload_bytes=sum(p.nbytes for p in payloads), sent_bytes=_SIZE_BYTES * len(xs) + longest + extra_sent,
-        dense_bytes=sum(x.numel() * x.element_size() for x in xs), decoded_payloads=world,
-        compress_s=compress_s, communicate_s=comm_s, decompress_s=decompress_s,
+def _bucket_stats(state: HookState, index: int, xs: list[torch.Tensor], transport: TorchTransport, times: ChainTimes,
+                  write_s: float) -> BucketStats:
+    legs = transport.legs
+    return BucketStats(
+        bucket=index, numel=sum(x.numel() for x in xs), units=len(xs), protocol=state.protocol,
+        collective="+".join(dict.fromkeys(leg.kind for leg in legs)),
+        payload_bytes=sum(c.sent for leg in legs for _, c in leg.counted), sent_bytes=sum(leg.handed for leg in legs),
+        dense_bytes=sum(x.numel() * x.element_size() for x in xs),
+        decoded_payloads=max(1, sum(leg.delivered for leg in legs) // max(len(xs), 1)),
+        compress_s=times.compress_s, communicate_s=times.communicate_s, decompress_s=times.decompress_s + write_s,
     )
-    return means, rec
-
-
-def _powersgd_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], states: Sequence[State],
-                       clock: _Clock) -> tuple[list[torch.Tensor], BucketStats]:
-    """PowerSGD's Algorithm 1 across the process group (see the module docstring)."""
-    from gcbench.compressors import powersgd as ps
-
-    comp, group, world = state.compressor, state.process_group, state.world_size
-    r = comp.params.rank
-    dev = xs[0].device
-    ms = [ErrorFeedback.corrected(x.detach().float(), st).reshape(x.shape) for x, st in zip(xs, states, strict=True)]
-    low = [i for i, x in enumerate(xs) if ps.is_low_rank(tuple(x.shape), r)]
-    dense = [i for i in range(len(xs)) if i not in low]
-    mats: dict[int, torch.Tensor] = {}
-    p_parts = []
-    for i in low:
-        rows, cols = ps.matrix_shape(tuple(xs[i].shape))
-        mats[i] = ms[i].reshape(rows, cols)
-        q0 = states[i].tensors.get(ps.Q_KEY)
-        if q0 is None or tuple(q0.shape) != (cols, r):  # the same first draw as PowerSGD._start_q
-            q0 = torch.from_numpy(states[i].rng.standard_normal((cols, r), dtype=np.float32))
-        p_parts.append((mats[i] @ q0.to(dev)).reshape(-1))
-    # dense tensors travel in the first all-reduce, as in PyTorch's hook
-    first = torch.cat(p_parts + [ms[i].reshape(-1) for i in dense])
-    compress_s = clock.lap()
-    dist.all_reduce(first, group=group)
-    first.div_(world)
-    comm_s = clock.lap()
-
-    p_hats: dict[int, torch.Tensor] = {}
-    q_parts = []
-    pos = 0
-    for i in low:
-        rows, cols = mats[i].shape
-        p_hats[i] = ps.orthonormalize(first[pos : pos + rows * r].reshape(rows, r)).contiguous()
-        pos += rows * r
-        q_parts.append((mats[i].t() @ p_hats[i]).contiguous())
-    second = torch.cat([q.reshape(-1) for q in q_parts]) if q_parts else torch.zeros(0, device=dev)
-    compress_s += clock.lap()
-    if second.numel():
-        dist.all_reduce(second, group=group)
-        second.div_(world)
-    comm_s += clock.lap()
-
-    out: list[torch.Tensor] = [torch.empty(0)] * len(xs)
-    qpos = 0
-    for j, i in enumerate(low):
-        rows, cols = mats[i].shape
-        q_mean = second[qpos : qpos + cols * r].reshape(cols, r).contiguous()
-        qpos += cols * r
-        agg = ps.reconstruct(p_hats[i], q_mean)
-        approx = agg if comp.params.ef_residual == "aggregate" else ps.reconstruct(p_hats[i], q_parts[j])
-        states[i].tensors[ErrorFeedback.KEY] = (mats[i] - approx).reshape(xs[i].shape)
-        states[i].tensors[ps.Q_KEY] = q_mean.clone()
-        out[i] = agg.reshape(-1)
-    for i in dense:
-        n = xs[i].numel()
-        out[i] = first[pos : pos + n]
-        pos += n
-        states[i].tensors[ErrorFeedback.KEY] = torch.zeros_like(ms[i])  # sent exactly: nothing left over
-    for st in states:
-        st.step += 1
-    decompress_s = clock.lap()
-    wire = 4 * (first.numel() + second.numel())
-    rec = BucketStats(
-        bucket=index, numel=sum(x.numel() for x in xs), units=len(xs), protocol="powersgd", collective="allreduce",
-        payload_bytes=wire, sent_bytes=wire, dense_bytes=sum(x.numel() * x.element_size() for x in xs), decoded_payloads=1,
-        compress_s=compress_s, communicate_s=comm_s, decompress_s=decompress_s,
-    )
-    return out, rec
-
-
-def _padded_allgather(state: HookState, messages: Sequence[bytes], dev: torch.device) -> tuple[list[list[int]], list[bytes], int]:
-    """All-gather one byte string per unit from every rank: sizes first, then the bodies padded to the longest.
-
-    Returns (each rank's unit sizes, each rank's concatenated bytes, the padded length this rank sent).
-    """
-    group, world = state.process_group, state.world_size
-    sizes = torch.tensor([len(m) for m in messages], dtype=torch.int64, device=dev)
-    all_sizes = [torch.empty_like(sizes) for _ in range(world)]
-    dist.all_gather(all_sizes, sizes, group=group)
-    size_rows = [s.tolist() for s in all_sizes]
-    longest = max(sum(r) for r in size_rows)
-    own = b"".join(messages)
-    body = torch.zeros(longest, dtype=torch.uint8)
-    if own:
-        body[: len(own)] = torch.frombuffer(bytearray(own), dtype=torch.uint8)
-    bodies = [torch.empty(longest, dtype=torch.uint8, device=dev) for _ in range(world)]
-    dist.all_gather(bodies, body.to(dev), group=group)
-    return size_rows, [b.cpu().numpy().tobytes() for b in bodies], longest
-
-
-def _onebit_exchange(state: HookState, index: int, xs: Sequence[torch.Tensor], states: Sequence[State],
-                     clock: _Clock) -> tuple[list[torch.Tensor], BucketStats]:
-    """1-bit SGD's two legs across the process group (see the module docstring)."""
-    from gcbench.compressors import onebit
-
-    comp, group, world, rank = state.compressor, state.process_group, state.world_size, state.rank
-    dev = xs[0].device
-    g = comp.params.granularity
-    bounds = [onebit.stripe_bounds(tuple(x.shape), g, world) for x in xs]
-    # leg 1: stripe j of every unit goes to rank j (a unit with fewer columns than ranks has empty stripes)
-    stripes = [onebit.worker_stripes(comp, x, st, b) for x, st, b in zip(xs, states, bounds, strict=True)]  # type: ignore[arg-type]  # OneBitSGD
-    to_rank = [[b"" if (p := stripes[u][j]) is None else p.to_bytes() for u in range(len(xs))] for j in range(world)]
-    compress_s = clock.lap()
-    # collectives take tensors on the group's device (NCCL: CUDA); payload bytes are decoded on the CPU
-    send_sizes = torch.tensor([[len(m) for m in row] for row in to_rank], dtype=torch.int64, device=dev).reshape(-1)
-    recv_sizes = torch.empty_like(send_sizes)
-    dist.all_to_all_single(recv_sizes, send_sizes, group=group)  # rank i's unit sizes for me, U per rank
-    send_rows, recv_rows = send_sizes.reshape(world, -1).tolist(), recv_sizes.reshape(world, -1).tolist()
-    flat = b"".join(b"".join(row) for row in to_rank)
-    send = torch.frombuffer(bytearray(flat), dtype=torch.uint8).to(dev) if flat else torch.empty(0, dtype=torch.uint8, device=dev)
-    recv = torch.empty(sum(map(sum, recv_rows)), dtype=torch.uint8, device=dev)
-    dist.all_to_all_single(recv, send, [sum(r) for r in recv_rows], [sum(r) for r in send_rows], group=group)
-    comm_s = clock.lap()
-
-    # leg 2: average my stripe of every unit, re-quantize with my owner residual, all-gather the results
-    raw = recv.cpu().numpy().tobytes()
-    received: list[list[torch.Tensor]] = [[] for _ in xs]
-    pos = 0
-    for i in range(world):
-        for u, n in enumerate(recv_rows[i]):
-            if n:  # my stripe of unit u from rank i: its shape is known here, so a peer cannot make me allocate more
-                mine = onebit.stripe_shape(tuple(xs[u].shape), g, bounds[u], rank)
-                received[u].append(onebit.COLUMN.decompress(Payload.from_bytes(raw[pos : pos + n], expected_shape=mine), mine))
-            pos += n
-    owned = [onebit.owner_stripe(received[u], world, states[u])[0] if received[u] else None for u in range(len(xs))]
-    messages = [b"" if p is None else p.to_bytes() for p in owned]
-    compress_s += clock.lap()
-    size_rows, bodies, longest = _padded_allgather(state, messages, dev)
-    comm_s += clock.lap()
-
-    out: list[list[torch.Tensor]] = [[] for _ in xs]
-    for r in range(world):
-        pos = 0
-        for u, n in enumerate(size_rows[r]):
-            if n:  # rank r's stripe of unit u
-                theirs = onebit.stripe_shape(tuple(xs[u].shape), g, bounds[u], r)
-                out[u].append(onebit.COLUMN.decompress(Payload.from_bytes(bodies[r][pos : pos + n], expected_shape=theirs), theirs))
-            pos += n
-    means = [onebit.assemble_stripes(cols, g, tuple(x.shape)).to(dev, torch.float32) if cols else torch.zeros(x.numel(), device=dev)
-             for cols, x in zip(out, xs, strict=True)]
-    decompress_s = clock.lap()
-    leg1_bytes = sum(n for j, row in enumerate(send_rows) if j != rank for n in row)
-    rec = BucketStats(
-        bucket=index, numel=sum(x.numel() for x in xs), units=len(xs), protocol="onebit", collective="alltoall+allgather",
-        payload_bytes=leg1_bytes + sum(len(m) for m in messages),
-        sent_bytes=_SIZE_BYTES * len(xs) * (world - 1) + leg1_bytes + _SIZE_BYTES * len(xs) + longest,
-        dense_bytes=sum(x.numel() * x.element_size() for x in xs), decoded_payloads=2 * world,
-        compress_s=compress_s, communicate_s=comm_s, decompress_s=decompress_s,
-    )
-    return means, rec
-
-
-#: the hook's transport of each protocol it runs (terngrad's shared scaler rides on the gather exchange)
-_EXCHANGES = {"powersgd": _powersgd_exchange, "onebit": _onebit_exchange}
 
 
 def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """The DDP communication hook: compressed exchange of one bucket, averaged over the group."""
+    """The DDP communication hook: the compressor's protocol on one bucket, averaged over the group, asynchronously.
+
+    Returns at once; the future completes when the bucket's last collective has landed and the
+    aggregate is written back into the bucket's layout (see the module docstring for the queue).
+    """
     buf = bucket.buffer()
     xs, offsets, signature = _units(state, bucket)
-    states = state.states_for(bucket.index(), signature, len(xs))
-    clock = _Clock(buf.device)
-    exchange = _EXCHANGES.get(state.protocol, _gather_exchange)
-    means, rec = exchange(state, bucket.index(), xs, states, clock)
-    if len(xs) == 1 and offsets == [0] and xs[0].numel() == buf.numel():
-        out = means[0].reshape(buf.shape).to(buf.dtype)
-    else:
-        out = torch.zeros_like(buf)  # zeros: any gap between views stays a zero gradient
-        for x, off, m in zip(xs, offsets, means, strict=True):
-            out[off : off + x.numel()] = m.to(buf.dtype)
-    rec.decompress_s += clock.lap()  # writing the averaged values back into the bucket layout
-    state.stats.add(rec, bucket.is_last())
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buf.device] if buf.device.type == "cuda" else None)
-    fut.set_result(out)
-    return fut
+    index, last = bucket.index(), bucket.is_last()
+    states = state.states_for(index, signature, len(xs))
+    cuda = buf.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else None
+    devices = [buf.device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
+
+    def start(_: Any) -> torch.futures.Future[Any]:
+        transport = TorchTransport(state.process_group, state.rank, state.world_size, buf.device)
+        times = ChainTimes()
+        return then(drive(state.worker_protocol(xs, states), transport, times, sync), lambda out: finish(out, transport, times),
+                    devices)
+
+    def finish(outcome: Any, transport: TorchTransport, times: ChainTimes) -> torch.Tensor:
+        t0 = time.perf_counter()
+        means = outcome.aggregates
+        if len(xs) == 1 and offsets == [0] and xs[0].numel() == buf.numel():
+            out = means[0].reshape(buf.shape).to(buf.dtype)
+        else:
+            out = torch.zeros_like(buf)  # zeros: any gap between views stays a zero gradient
+            for x, off, m in zip(xs, offsets, means, strict=True):
+                out[off : off + x.numel()] = m.reshape(-1).to(buf.dtype)
+        if sync is not None:
+            sync()
+        state.stats.add(_bucket_stats(state, index, xs, transport, times, time.perf_counter() - t0), last)
+        return out
+
+    done = then(state._queue, start, devices)
+    queue: torch.futures.Future[Any] = torch.futures.Future()
+    done.add_done_callback(lambda _: queue.set_result(None))  # the next bucket starts even after a failure here
+    state._queue = queue
+    return done
 
 
 # DDP checks the hook's annotations by identity, and this module's are strings (PEP 563)
@@ -611,8 +417,8 @@ def register_compressor_hook(
         seed: seeds every unit's state (per worker, per bucket, per unit).
         stats: an existing :class:`HookStats` to record into (default: a new one, ``state.stats``).
         granularity: ``"bucket"`` compresses each flat DDP bucket, ``"layer"`` each parameter's gradient.
-        protocol: ``"auto"`` uses the paper's exchange where the hook implements it (TernGrad,
-            PowerSGD, 1-bit SGD), ``"gather"`` forces gather-and-average.
+        protocol: ``"auto"`` runs the compressor's protocol (the paper's where it has one),
+            ``"gather"`` forces all-gather-and-average.
         process_group: the group to communicate in (default: the default group).
     """
     comp = make_compressor(compressor, params)

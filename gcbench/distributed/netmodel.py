@@ -28,9 +28,10 @@ Which collective applies (``scheme="auto"``) is read from the compressor's card
 
 Step time: ``compute + compress + communicate + decompress × decoded payloads``, where decoded
 payloads is N for all-gather (and the parameter server), 1 for all-reduce.  No overlap of
-communication with the backward pass is modelled (the DDP hook of :mod:`gcbench.distributed.ddp` does not
-overlap either).  The uncompressed reference is ``compute + ring all-reduce of M`` (``scheme``
-``ps``: a dense parameter server).  Speed-up = reference / predicted.  All functions are pure.
+communication with the backward pass is modelled, although the DDP hook of
+:mod:`gcbench.distributed.ddp` overlaps them: the prediction is an upper bound of such a step.
+The uncompressed reference is ``compute + ring all-reduce of M`` (``scheme`` ``ps``: a dense
+parameter server).  Speed-up = reference / predicted.  All functions are pure.
 """
 
 from __future__ import annotations
@@ -100,6 +101,104 @@ def parameter_server(up_bytes: float, down_bytes: float, n: int) -> Cost:
     if n <= 1:
         return Cost(0.0, 0.0)
     return Cost(2.0, n * float(up_bytes) + n * float(down_bytes))
+
+
+def tree_allreduce(nbytes: float, n: int) -> Cost:
+    """Pipelined double binary tree all-reduce (NCCL's tree): 2·⌈log₂ n⌉ rounds, each link carries the buffer twice.
+
+    Fewer latency rounds than the ring (log n against n), the same order of bytes: what large
+    clusters use for small and medium buffers.
+    """
+    if n <= 1:
+        return Cost(0.0, 0.0)
+    return Cost(2.0 * math.ceil(math.log2(n)), 2.0 * float(nbytes))
+
+
+def pairwise_alltoall(nbytes: float, n: int) -> Cost:
+    """All-to-all of ``nbytes`` per worker cut into n parts (part j to worker j): n−1 rounds, (n−1)/n of the message out."""
+    if n <= 1:
+        return Cost(0.0, 0.0)
+    return Cost(float(n - 1), (n - 1) / n * float(nbytes))
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Workers grouped in nodes: ``gpus_per_node`` workers share a node's link to the others (the network's bandwidth)
+    and talk among themselves over ``intra_gbps`` (NVLink, PCIe).  One worker per node is the flat network."""
+
+    gpus_per_node: int = 1
+    intra_gbps: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1:
+            raise ParamError(f"GPUs per node must be >= 1, got {self.gpus_per_node}")
+        if self.gpus_per_node > 1 and not 0 < self.intra_gbps < math.inf:
+            raise ParamError(f"the intra-node bandwidth must be a finite number > 0 Gbit/s, got {self.intra_gbps}")
+
+    @property
+    def flat(self) -> bool:
+        return self.gpus_per_node == 1
+
+
+def _intra_s(nbytes: float, topo: Topology) -> float:
+    return nbytes / (topo.intra_gbps * 1e9 / 8) if nbytes else 0.0
+
+
+def collective_seconds(kind: str, nbytes: float, n: int, net: Network, topo: Topology = Topology()) -> tuple[float, str]:
+    """(seconds, algorithm) of one collective of ``nbytes`` per worker over ``n`` workers.
+
+    ``kind``: ``allreduce`` (the faster of ring and tree, as NCCL picks), ``allgather`` (ring; every
+    worker receives every other's bytes, so the cost grows with n), ``alltoall`` (pairwise).  With
+    several GPUs per node the collective is hierarchical: intra-node steps on the intra-node
+    bandwidth, and between nodes one exchange per node whose link carries all its GPUs' bytes.
+    """
+    if n <= 1:
+        return 0.0, "none"
+    g = topo.gpus_per_node
+    if g > 1 and n % g:
+        raise ParamError(f"{n} workers do not fill nodes of {g} GPUs")
+    nodes = n // g if g > 1 else n
+    if kind == "allreduce":
+        if g == 1:
+            ring, tree = ring_allreduce(nbytes, n).seconds(net), tree_allreduce(nbytes, n).seconds(net)
+            return (ring, "ring") if ring <= tree else (tree, "tree")
+        # reduce-scatter inside the node, the nodes all-reduce (each GPU its 1/g shard, the node's link carries all
+        # g shards), all-gather inside the node
+        intra = 2 * ((g - 1) / g * nbytes / (topo.intra_gbps * 1e9 / 8) + (g - 1) * net.latency_s)
+        inter_ring, inter_tree = ring_allreduce(nbytes, nodes).seconds(net), tree_allreduce(nbytes, nodes).seconds(net)
+        return intra + min(inter_ring, inter_tree), f"hierarchical ({'ring' if inter_ring <= inter_tree else 'tree'} between nodes)"
+    if kind == "allgather":
+        if g == 1:
+            return ring_allgather(nbytes, n).seconds(net), "ring"
+        # gather inside the node, the nodes exchange their g payloads each, every GPU gets the other nodes' payloads
+        intra = _intra_s((g - 1) * nbytes, topo) + _intra_s((n - g) * nbytes, topo) + 2 * (g - 1) * net.latency_s
+        return intra + ring_allgather(g * nbytes, nodes).seconds(net), "hierarchical ring"
+    if kind == "alltoall":
+        if g == 1:
+            return pairwise_alltoall(nbytes, n).seconds(net), "pairwise"
+        off_node = g * nbytes * (n - g) / n  # what the node's link carries out (and, symmetric, in)
+        return (_intra_s(nbytes * (g - 1) / n, topo) + off_node / net.bytes_per_s + (n - 1) * net.latency_s), "pairwise"
+    raise ParamError(f"unknown collective {kind!r}")
+
+
+def protocol_seconds(protocol: Protocol, wire_bytes: float, n: int, net: Network, topo: Topology = Topology(),
+                     tensors: int = 1) -> tuple[float, int, str]:
+    """(seconds, payload decodes per worker, algorithms) of one step of ``protocol`` on ``n`` workers.
+
+    Each of the protocol's legs (:attr:`Protocol.cost`) is one collective (:func:`collective_seconds`)
+    over the bytes its size rule gives from ``wire_bytes`` (one worker's payload bytes of the step):
+    1-bit SGD's all-to-all of its stripes then all-gather of the re-quantized stripe (m/n each),
+    TernGrad's all-reduce of one float per tensor then all-gather, PowerSGD's all-reduces of P and
+    Q, the casts' all-reduce of their bodies, everyone else's all-gather of the payloads.
+    """
+    total, decodes, algos = 0.0, 0, []
+    for leg in protocol.cost:
+        nbytes = {"payload": wire_bytes, "payload/n": wire_bytes / n, "scalars": 4.0 * tensors}[leg.size]
+        secs, algo = collective_seconds(leg.collective, nbytes / leg.rounds, n, net, topo)
+        total += secs * leg.rounds
+        decodes += leg.decodes(n)
+        algos.append(f"{leg.collective} ({algo})" if n > 1 else leg.collective)
+    return total, decodes, " + ".join(algos)
 
 
 @dataclass(frozen=True)

@@ -698,7 +698,9 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> d
             dt = time.perf_counter() - t0
             s = hook.stats.steps[-1]
             parts = {k: s.total(k) for k in ("compress_s", "communicate_s", "decompress_s")}
-            steps.append({"total_s": dt, **parts, "compute_s": dt - sum(parts.values()),
+            # the asynchronous hook's parts overlap the backward pass, so the step less all of them is a lower
+            # bound of compute (and the network model's compute + parts, which assumes no overlap, an upper bound of the step)
+            steps.append({"total_s": dt, **parts, "compute_s": max(0.0, dt - sum(parts.values())),
                           **{k: s.total(k) for k in ("payload_bytes", "sent_bytes", "dense_bytes")}})
             train_time += dt
             loss_sum += float(loss.detach())

@@ -33,9 +33,10 @@ from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.core.errors import GcbenchError, UnknownNameError
 from gcbench.core.info import Target
-from gcbench.measure.metrics import TimingPolicy, time_call, time_interleaved, timing_flags, x_copy_summary
+from gcbench.measure.metrics import TimingPolicy, flat_like, time_call, time_interleaved, time_step, timing_flags, x_copy_summary
 from gcbench.results.record import BenchCase, RunRecord
 from gcbench.results.store import RunWriter, load_run
+from gcbench.sources import zoo
 
 DEFAULT_NUMEL = 25_600_000
 
@@ -78,14 +79,17 @@ def _reset_peak() -> bool:
 
 def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEFAULT_NUMEL, repeats: int = 5, warmup: int = 1,
                threads: int | None = 2, device: str = "cpu", seed: int = 0, reference: bool = True,
-               label: str | None = None) -> dict[str, Any]:
+               label: str | None = None, model: str | None = None) -> dict[str, Any]:
     """Time one compressor on one size in this process; returns a JSON-friendly record.
 
     ``label`` names the row (default: the compressor); a spec with parameters is labelled by its
     spec text, so two configurations of one compressor stay apart in tables and comparisons.
+    With ``model`` the case is a whole step of that model instead (:func:`bench_model_case`).
     """
     if threads:
         torch.set_num_threads(threads)
+    if model is not None:
+        return bench_model_case(name, params, model, repeats=repeats, warmup=warmup, device=device, seed=seed, label=label)
     comp = registry.create(name, **(params or {}))
     shape = matrix_shape(numel)
     gen = torch.Generator().manual_seed(seed)
@@ -95,7 +99,7 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     # the copy is interleaved with each kernel, round by round, as in `gcbench run`; --repeats rounds exactly (no
     # calibration: the fresh process per case is this harness's isolation, and the repeats are the user's to set)
     policy = TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=repeats)
-    buf = torch.empty_like(x)
+    buf = flat_like([x])[0]
     holder: dict[str, Any] = {}
 
     def copy() -> None:
@@ -151,6 +155,47 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     return rec
 
 
+def model_tensors(model: str, seed: int = 0, device: str = "cpu") -> list[torch.Tensor]:
+    """One step's gradient tensors of a model, in its layers' shapes (:func:`gcbench.sources.zoo.layer_shapes`),
+    filled with seeded N(0, 1) values: the sizes a kernel meets in training, without training."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(spec.shape, generator=gen).to(device) for spec in zoo.layer_shapes(model)]
+
+
+def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, repeats: int = 5, warmup: int = 1,
+                     device: str = "cpu", seed: int = 0, label: str | None = None) -> dict[str, Any]:
+    """Time one compressor on a whole step of ``model``: every gradient tensor compressed as one group
+    (layer by layer, one state each, as ``gcbench run`` does at layer granularity), then all payloads
+    decoded, interleaved with a copy of the same tensors (:func:`gcbench.measure.metrics.time_step`).
+
+    The per-step compress and decompress times a network prediction charges (``gcbench advise``);
+    ``numel`` is the model's parameter count.  No reference or torch.topk rows: those are per tensor.
+    """
+    comp = registry.create(name, **(params or {}))
+    xs = model_tensors(model, seed, device)
+    states = [comp.init_state(seed + i) for i in range(len(xs))]
+    comp.compress_group(xs, states, need_decoded=False)  # one step first: error feedback / momentum in steady state
+    policy = TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=repeats)
+    payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
+    timed = time_step(comp, xs, states, policy, device, payloads)
+    numel = sum(x.numel() for x in xs)
+    t_copy, t_c, t_d = timed.copy_timing, timed.timing("compress"), timed.timing("decompress")
+    x_c, x_d = timed.x_copy("compress"), timed.x_copy("decompress")
+    bound = comp.info.traffic_bytes / 8
+    x_copy = {"compress": x_copy_summary(x_c, timing_flags(x_c, t_c.median, timed.load_per_core, policy, bound)),
+              "decompress": x_copy_summary(x_d, timing_flags(x_d, t_d.median, timed.load_per_core, policy))}
+    return {
+        "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version,
+        "numel": numel, "model": model, "tensors": len(xs), "threads": torch.get_num_threads(), "device": device,
+        "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
+        "compress_x_copy": x_copy["compress"]["median"], "decompress_x_copy": x_copy["decompress"]["median"],
+        "x_copy": x_copy, "load_per_core": timed.load_per_core,
+        "traffic_bound": bound, "x_bound": x_copy["compress"]["median"] / bound if bound > 0 else None,
+        "gbps_compress": 4 * numel / t_c.median / 1e9, "gbps_decompress": 4 * numel / t_d.median / 1e9,
+        "ratio": 4 * numel / sum(p.nbytes for p in payloads), "input_bytes": 4 * numel,
+    }
+
+
 def verdict(rec: dict[str, Any]) -> tuple[str, str]:
     """(target text, pass/short/—) for a bench record, against the target on the compressor's card."""
     t = target_of(rec["compressor"])
@@ -174,25 +219,29 @@ def spec_label(name: str, params: dict[str, Any]) -> str:
 
 
 def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, warmup: int = 1, threads: int | None = 2,
-              device: str = "cpu", isolate: bool = True, seed: int = 0,
+              device: str = "cpu", isolate: bool = True, seed: int = 0, model: str | None = None,
               progress: Callable[[str, int, int, str], None] | None = None) -> list[dict[str, Any]]:
     """Benchmark every (compressor, size); a failing case is recorded and the sweep goes on.
 
     ``names`` are compressor names or CLI specs ``name:key=value,...`` (e.g. ``threshold:tau=3.29``).
+    With ``model``, one case per compressor: a whole step of that model's tensors (``sizes`` unused).
     """
     specs = [registry.parse_spec(n) for n in names]  # unknown names and bad parameters fail before any work
-    total = len(specs) * len(sizes)
+    model_numel = sum(t.numel for t in zoo.layer_shapes(model)) if model is not None else None  # an unknown model fails here
+    cases = [(sp, model_numel) for sp in specs] if model is not None else [(sp, s) for sp in specs for s in sizes]
+    total = len(cases)
     out = []
-    for i, ((name, params), numel) in enumerate((sp, s) for sp in specs for s in sizes):
+    for i, ((name, params), numel) in enumerate(cases):
         label = spec_label(name, params)
         if progress:
-            progress("bench", i, total, f"{label} @ {numel:,}")
+            progress("bench", i, total, f"{label} @ {model or f'{numel:,}'}")
         args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
-                "threads": threads, "device": device, "seed": seed}
+                "threads": threads, "device": device, "seed": seed, "model": model}
         try:
             out.append(_run_isolated(args) if isolate else bench_case(**args))
         except Exception as exc:  # recorded, the sweep goes on
-            out.append({"compressor": name, "label": label, "params": params, "numel": numel, "error": f"{type(exc).__name__}: {exc}"})
+            out.append({"compressor": name, "label": label, "params": params, "numel": numel, "model": model,
+                        "error": f"{type(exc).__name__}: {exc}"})
     if progress:
         progress("bench", total, total, "done")
     return out
@@ -237,26 +286,30 @@ class BenchOutcome:
 
 def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | str, *, repeats: int = 5, warmup: int = 1,
                   threads: int = 2, device: str = "cpu", isolate: bool = True, baseline: Path | str | None = None,
-                  threshold: float = 0.25, progress: Callable[[str, int, int, str], None] | None = None) -> BenchOutcome:
+                  threshold: float = 0.25, model: str | None = None,
+                  progress: Callable[[str, int, int, str], None] | None = None) -> BenchOutcome:
     """:func:`run_bench`, each case compared with ``baseline`` (a stored bench file) and written as one ``kind="bench"`` file.
 
     The baseline is read before anything is timed (a malformed file is one error, not a wasted sweep).  A case's
     ``baseline_change`` is its compress×copy relative to the baseline case of the same label and element count; above
     ``threshold`` it is a regression.
     """
-    base_cases: dict[tuple[str, int | None], BenchCase] = {}
+    base_cases: dict[tuple[str, int | None, str | None], BenchCase] = {}
     if baseline is not None:
         base = load_run(baseline)
-        base_cases = {(c.name, c.numel): c for c in base.cases if isinstance(c, BenchCase) and c.ok}
-    recs = run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate, progress=progress)
-    writer = RunWriter(Path(out_dir), {"name": "bench", "sizes": list(sizes), "repeats": repeats, "threads": threads}, "", None,
-                       device, kind="bench")
+        base_cases = {(c.name, c.numel, c.model): c for c in base.cases if isinstance(c, BenchCase) and c.ok}
+    recs = run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
+                     model=model, progress=progress)
+    setup: dict[str, Any] = {"name": "bench", "sizes": [] if model else list(sizes), "repeats": repeats, "threads": threads}
+    if model is not None:
+        setup["model"] = model
+    writer = RunWriter(Path(out_dir), setup, "", None, device, kind="bench")
     regressions: list[BenchCase] = []
     compared = 0
     for rec in recs:
         case = writer.add_case(rec)
         assert isinstance(case, BenchCase)
-        b = base_cases.get((case.name, case.numel))
+        b = base_cases.get((case.name, case.numel, case.model))
         if b is not None and case.ok and case.compress_x_copy is not None and b.compress_x_copy:
             compared += 1
             case.baseline_change = case.compress_x_copy / b.compress_x_copy - 1

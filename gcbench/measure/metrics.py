@@ -31,6 +31,7 @@ machine load over their thresholds), ``too short`` (under the timer's useful res
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import statistics
@@ -43,7 +44,8 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.core.payload import dense_bytes
+from gcbench.core.compressor import Compressor, State
+from gcbench.core.payload import Payload, dense_bytes
 from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
 
 
@@ -329,6 +331,23 @@ def summarise(values: Sequence[float | None], worst: str = "max") -> dict[str, f
 # ----------------------------------------------------------------------------- timing
 
 
+def flat_like(xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Uninitialised tensors shaped like ``xs``, laid out in one buffer from :func:`gcbench.kernels.empty`.
+
+    The memory every timed copy reads and writes (the copy baseline's destination, the run's
+    cached gradients) comes from the same huge-page allocator as the kernels' outputs.  Tensors
+    from ``torch.empty`` land on whatever 4 KiB pages the C allocator holds: in two back-to-back
+    cnn runs the copy of the same ResNet gradients was 12% slower in the second run (the median
+    over 60 cases) while the compressors' own times were equal to 1%, which moved every ×copy
+    by 12%.  Mixed dtypes, non-CPU tensors and an empty list get ``torch.empty_like`` each.
+    """
+    if not xs or any(x.device.type != "cpu" or x.dtype != xs[0].dtype for x in xs):
+        return [torch.empty_like(x) for x in xs]
+    sizes = [x.numel() for x in xs]
+    flat = kernels.empty(sum(sizes), xs[0].dtype)
+    return [part.view(x.shape) for part, x in zip(flat.split(sizes), xs, strict=True)]
+
+
 def synchronize(device: torch.device | str) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
@@ -566,6 +585,41 @@ def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[],
     loads.append(load())
     seen = [v for v in loads if v is not None]
     return Interleaved(copy_s, kern_s, policy.warmup, stopped, max(seen) if seen else None)
+
+
+def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], policy: TimingPolicy,
+              device: torch.device | str = "cpu", payloads: Sequence[Payload] | None = None) -> Interleaved:
+    """Time one worker-step of ``comp`` — compress of every tensor of ``xs`` as a group, and decode of
+    its payloads — interleaved with a copy of the same tensors (:func:`time_interleaved`).
+
+    What ``run`` and ``compare`` time for every case and ``gcbench bench --model`` for a model's
+    tensors.  Kept apart from other work by discipline rather than by a process (a worker process
+    per case would cost more than the quick suite's whole run; ``bench`` adds one): the garbage
+    earlier work left is collected first and the collector stays off while timing; payloads, the
+    copy's destination and the state clones each round starts from are made outside the timed
+    region, and warm-up rounds touch every buffer first.  ``states`` are left untouched.  ``payloads`` (the step's,
+    compressed from clones of ``states``) are what the decompress decodes; made here when not given.
+    """
+    if payloads is None:
+        payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
+    bufs = flat_like(xs)
+    holder: dict[str, list[State]] = {}
+
+    def setup() -> None:
+        holder["st"] = [s.clone() for s in states]
+
+    def copy() -> None:
+        for b, x in zip(bufs, xs, strict=True):
+            b.copy_(x)
+
+    kernels_ = {"compress": lambda: comp.compress_group(xs, holder["st"], need_decoded=False),
+                "decompress": lambda: comp.decompress_group(payloads)}
+    gc.collect()
+    gc.disable()  # a collection inside a timed call would be charged to whichever kernel it hit
+    try:
+        return time_interleaved(copy, kernels_, policy, device, setup)
+    finally:
+        gc.enable()
 
 
 def timing_flags(x_copy: Sequence[float], median_s: float, load: float | None, policy: TimingPolicy,

@@ -23,7 +23,6 @@ error and the run goes on.
 
 from __future__ import annotations
 
-import gc
 import os
 import traceback
 import zlib
@@ -53,7 +52,7 @@ from gcbench.measure.casemath import (
     worker_mean,
 )
 from gcbench.measure.granularity import Unit, gather, make_units
-from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, time_interleaved
+from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, flat_like, time_step
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
@@ -168,7 +167,14 @@ class SourceData:
             x = gather(u, grads).to(self.device)
             check_finite(u.name, x, f"{self.source.name} step {step} worker {worker}")
             out.append(x)
-        return out
+        if self.cache is None:
+            return out
+        # cached for the whole run: moved into one huge-page buffer, so the memory every case's
+        # kernels and copy baseline read is laid out the same way in every run (see flat_like)
+        packed = flat_like(out)
+        if packed:
+            torch._foreach_copy_(packed, out)
+        return packed
 
     def get(self, step: int, worker: int) -> list[torch.Tensor]:
         if self.cache is not None:
@@ -233,7 +239,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     repeats = 1 if info.deterministic else suite.metrics.repeats
     states = _unit_states(comp, suite.seed, W, len(units))
     ref_states: list[list[dict[str, Any]]] = [[{} for _ in units] for _ in range(W)]
-    custom_exchange = W > 1 and type(comp).exchange is not Compressor.exchange
+    custom_exchange = W > 1 and comp.has_own_exchange()
     stats = StreamStats(len(units), comp.stateful, windowed=bool(windows))
     traffic = TrafficLog(T, W)
     starts = {w.first for w in windows}
@@ -339,36 +345,11 @@ def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], s
 
 
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:
-    """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors.
-
-    Kept apart from the fidelity work by discipline rather than by a process (a worker process
-    per case would cost more than the quick suite's whole run): the garbage the fidelity work left
-    is collected first and the collector stays off while timing; payloads, output buffers and
-    the state clones each round starts from are made outside the timed region; warm-up rounds
-    touch every buffer first; the thread count is the run's, fixed and recorded.
-    """
+    """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors (:func:`time_step`)."""
     m = suite.metrics
     device = xs[0].device if xs else torch.device("cpu")
     policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats, budget_s=m.timing_budget_s)
-    payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
-    bufs = [torch.empty_like(x) for x in xs]
-    holder: dict[str, list[State]] = {}
-
-    def setup() -> None:
-        holder["st"] = [s.clone() for s in states]
-
-    def copy() -> None:
-        for b, x in zip(bufs, xs, strict=True):
-            b.copy_(x)
-
-    kernels = {"compress": lambda: comp.compress_group(xs, holder["st"], need_decoded=False),
-               "decompress": lambda: [comp.decompress(p) for p in payloads]}
-    gc.collect()
-    gc.disable()  # a collection inside a timed call would be charged to whichever kernel it hit
-    try:
-        timed = time_interleaved(copy, kernels, policy, device, setup)
-    finally:
-        gc.enable()
+    timed = time_step(comp, xs, states, policy, device)
     return timing_summary(sum(x.numel() for x in xs), str(device), torch.get_num_threads(), timed, comp.info.traffic_bytes, policy)
 
 

@@ -68,6 +68,7 @@ from matplotlib.ticker import MaxNLocator, NullFormatter
 from matplotlib.transforms import Bbox
 
 import gcbench
+from gcbench.distributed.advise import KernelSet, advise, step_kernels_of
 from gcbench.measure.bench import target_of
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
@@ -942,10 +943,73 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
     return Plot("bench_x_copy", title, _png(fig), caption)
 
 
+#: the decision plot's bandwidth axis (Gbit/s) and the latency it charges per message
+DECISION_BANDWIDTHS = tuple(float(b) for b in np.logspace(-1, math.log10(400), 49))
+DECISION_LATENCY_S = 5e-6
+
+
+def decision_curves(cases: Sequence[RunCase]) -> tuple[int, float | None, dict[str, list[float]], dict[str, float | None]] | None:
+    """(workers, compute time, per case label its predicted speed-up at every :data:`DECISION_BANDWIDTHS`, its break-even
+    bandwidth) from :mod:`gcbench.distributed.advise`'s model on the source's own kernels; None without two timed cases."""
+    kernels, compute = step_kernels_of(cases)
+    workers = next((int(c.source.workers) for c in _ok(cases) if c.source is not None and c.source.workers), 0)
+    if len(kernels) < 2 or workers < 2:
+        return None
+    ks = KernelSet("", "", "", "", tuple(kernels))
+    adv = advise(ks, compute or 0.0, [workers], DECISION_BANDWIDTHS, DECISION_LATENCY_S)
+    curves: dict[str, list[float]] = {k.label: [] for k in kernels}
+    for sc in adv.scenarios:
+        for st in sc.steps:
+            curves[st.label].append(st.speedup)
+    even: dict[str, float | None] = {}
+    logs = [math.log10(b) for b in DECISION_BANDWIDTHS]
+    for label, ys in curves.items():  # where the curve crosses 1×, interpolated on the log axis
+        even[label] = None
+        for i in range(len(ys) - 1):
+            a, b = ys[i] - 1.0, ys[i + 1] - 1.0
+            if a > 0 >= b or a < 0 <= b:
+                even[label] = 10 ** (logs[i] + (logs[i + 1] - logs[i]) * a / (a - b))
+                break
+    return workers, compute, curves, even
+
+
+def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
+    """Predicted speed-up over uncompressed all-reduce against link bandwidth at the source's worker count, break-evens marked."""
+    got = decision_curves(cases)
+    if got is None:
+        return None
+    workers, compute, curves, even = got
+    styles = _styles(cases)
+    by_label = {c.label: c for c in _ok(cases)}
+    fig, ax = _figure(7.6, 5.2)
+    ends = []
+    for label, ys in curves.items():
+        st = styles[label]
+        ax.plot(DECISION_BANDWIDTHS, ys, color=st.color, lw=1.2)
+        if even[label] is not None:
+            ax.plot([even[label]], [1.0], marker=st.marker, color=st.color, ms=6, ls="none", zorder=4)
+        ends.append((DECISION_BANDWIDTHS[-1], ys[-1], case_name(by_label[label]) if label in by_label else label, st.color))
+    ax.axhline(1.0, color="black", ls="--", lw=1)
+    ax.set_xscale("log")
+    _scale(ax, "y", [y for ys in curves.values() for y in ys])
+    ax.set_xlabel("link bandwidth per worker, Gbit/s", fontsize=8.5)
+    ax.set_ylabel("predicted speed-up over uncompressed (above 1: compression pays)", fontsize=8.5)
+    ax.set_title(_mpl(title), fontsize=9.5)
+    _end_labels(ax, ends, fontsize=7)
+    comp = (f"compute {1e3 * compute:.0f} ms per step (forward + backward measured on this machine)" if compute
+            else "no compute time (this source measured none): communication and kernels only, an upper bound on any speed-up")
+    caption = (f"gcbench advise's model on {workers} workers, α = {DECISION_LATENCY_S * 1e6:g} µs, {comp}; kernels from this run's "
+               "timings on this machine. step = compute + compress + the compressor's protocol + decode; uncompressed = compute "
+               "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. A marker on the dashed line is a break-even "
+               "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`.")
+    return Plot("decision", title, _png(fig), caption, wide=True)
+
+
 def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
     """The main plots of one source: ratio vs stream error on the common reference, the stream, throughput, per unit, phases."""
     plots = [plot_pareto(cases, f"ratio vs undelivered update — {source}"), plot_stream(cases, f"delivered update — {source}"),
-             plot_throughput(cases, f"throughput — {source}"), plot_layers(cases, f"per-layer ratio — {source}")]
+             plot_throughput(cases, f"throughput — {source}"), plot_layers(cases, f"per-layer ratio — {source}"),
+             plot_decision(cases, f"does compression pay? — {source}")]
     windows = source_windows(cases)
     if windows:
         plots += [plot_phase_ratio(cases, windows, f"ratio per step — {source}"),

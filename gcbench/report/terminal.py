@@ -1016,8 +1016,10 @@ def train_description(run: LoadedRun | Sequence[TrainCase]) -> str:
 
 def bench_description(run: LoadedRun) -> str:
     suite = run.data.suite
-    return (f"{_or(suite and suite.threads)} threads, {_or(run.data.env.device)}; times are medians of {_or(suite and suite.repeats)} "
-            f"repeats; {machine_text(run.data)}")
+    steps = sorted({f"{c.model} ({c.tensors} tensors)" for c in run.cases if isinstance(c, BenchCase) and c.model})
+    what = f"a whole step of {', '.join(steps)} per case; " if steps else ""
+    return (f"{what}{_or(suite and suite.threads)} threads, {_or(run.data.env.device)}; "
+            f"times are medians of {_or(suite and suite.repeats)} repeats; {machine_text(run.data)}")
 
 
 def train_notes(cases: LoadedRun | Sequence[TrainCase]) -> list[str]:

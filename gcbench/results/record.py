@@ -222,10 +222,12 @@ class Source(Model):
     workers: Int | None = None
     steps: Int | None = None
     model: Str | None = None
+    compute_s: Num | None = None  # live sources: median seconds of one worker's forward + backward, on the machine that ran
 
     def identity(self) -> dict[str, Any]:
-        """What identifies the gradients: every fact but the label (presentation) and a trace's folder (it may move)."""
-        return {k: v for k, v in self.to_json_dict().items() if k not in ("label", "path")}
+        """What identifies the gradients: every fact but the label (presentation), a trace's folder (it may move)
+        and the compute time (a measurement of the machine, not of the gradients)."""
+        return {k: v for k, v in self.to_json_dict().items() if k not in ("label", "path", "compute_s")}
 
 
 class Size(Model):
@@ -706,6 +708,8 @@ class BenchCase(Model):
     version: Int | None = None
     numel: Int | None = None
     shape: list[Int] | None = None
+    model: Str | None = None  # ``bench --model``: a whole step of this model's tensors (numel: its parameter count)
+    tensors: Int | None = None  # ``bench --model``: how many tensors one step compresses
     threads: Int | None = None
     device: Str | None = None
     copy_: Timing | None = Field(default=None, alias="copy")

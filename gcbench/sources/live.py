@@ -33,6 +33,8 @@ cost of computing them again (no copy of the start model is kept: VGG-16's would
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Mapping
 
 import torch
@@ -69,6 +71,7 @@ class LiveSource(GradientSource):
         self._total = warmup_steps + steps * workers
         self._step: int | None = None  # step held in _cache (None: nothing yet); the model is pre-update
         self._cache: list[dict[str, torch.Tensor]] = []
+        self._compute_s: list[float] = []  # each measured worker-step's forward + backward, seconds
         self._start()
         self.name = f"live {self._zoo_name}"
         self._layout = gradient_layout(self.module)
@@ -100,7 +103,9 @@ class LiveSource(GradientSource):
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "kind": "live", "model": self.model_name, "seed": self.seed,
                 "warmup_steps": self.warmup_steps, "lr": self.lr, "model_kwargs": {k: _jsonable(v) for k, v in self.model_kwargs.items()},
-                "parameters": sum(t.numel for t in self._layout)}
+                "parameters": sum(t.numel for t in self._layout),
+                # what a step of training costs before any exchange, on this machine (gcbench advise, the report's decision)
+                "compute_s": statistics.median(self._compute_s) if self._compute_s else None}
 
     def close(self) -> None:
         self._cache = []
@@ -166,9 +171,13 @@ class LiveSource(GradientSource):
         self._warmup()
 
     def _compute_step(self, step: int) -> list[dict[str, torch.Tensor]]:
-        return [self._forward_backward(step, w, _PHASE_MEASURE,
-                                       f"{self.model_name} step {step + 1}/{self.steps} worker {w + 1}/{self.workers}")
-                for w in range(self.workers)]
+        out = []
+        for w in range(self.workers):
+            t0 = time.perf_counter()
+            out.append(self._forward_backward(step, w, _PHASE_MEASURE,
+                                              f"{self.model_name} step {step + 1}/{self.steps} worker {w + 1}/{self.workers}"))
+            self._compute_s.append(time.perf_counter() - t0)
+        return out
 
     @torch.no_grad()
     def _sgd_update(self, worker_grads: list[dict[str, torch.Tensor]]) -> None:

@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
 from tests.conftest import normal
 
 
@@ -37,3 +39,34 @@ def test_group_of_other_dtypes_takes_the_general_path() -> None:
     xs = [normal((50,), seed=1).double(), normal((20,), seed=2)]
     group = comp.compress_group(xs, [comp.init_state(0), comp.init_state(1)], need_decoded=False)
     assert [p.to_bytes() for p, _ in group] == [comp.compress(x, comp.init_state(i)).to_bytes() for i, x in enumerate(xs)]
+
+
+@pytest.mark.parametrize("name", ["none", "fp16", "bf16"])
+def test_group_decode_gives_the_single_decodes(name: str) -> None:
+    comp = registry.create(name)
+    xs = [normal(s, seed=i) for i, s in enumerate(_shapes())]  # () and empty shapes: the general path
+    payloads = [comp.compress(x, comp.init_state(i)) for i, x in enumerate(xs)]
+    for group in (payloads, [p for p in payloads if p.numel]):  # the mixed group and the all-fast group
+        decoded = comp.decompress_group(group)
+        assert len(decoded) == len(group)
+        for p, d in zip(group, decoded, strict=True):
+            alone = comp.decompress(p)
+            assert d.shape == alone.shape and d.dtype == alone.dtype and torch.equal(d, alone)
+            assert d.untyped_storage().data_ptr() != p.data.untyped_storage().data_ptr()  # never the payload's memory
+    decoded = comp.decompress_group([p for p in payloads if p.numel])
+    decoded[0].add_(1.0)  # one decoded tensor changed in place leaves its neighbours alone
+    assert torch.equal(decoded[1], comp.decompress([p for p in payloads if p.numel][1]))
+
+
+@pytest.mark.parametrize("name", ["none", "fp16"])
+def test_group_decode_refuses_what_decode_refuses(name: str) -> None:
+    comp = registry.create(name)
+    good = comp.compress(normal((40,), seed=1), comp.init_state(0))
+    short = Payload(good.codec, good.version, good.dtype, good.shape, good.data[:-1].clone())
+    other = registry.create("fp16" if name == "none" else "none").compress(normal((40,), seed=2), comp.init_state(1))
+    for bad in (short, other):
+        with pytest.raises(PayloadError) as alone:
+            comp.decompress(bad)
+        with pytest.raises(PayloadError) as grouped:
+            comp.decompress_group([good, bad])
+        assert str(grouped.value) == str(alone.value)

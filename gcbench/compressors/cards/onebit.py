@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Param, Protocol, Target
+from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol, Target
 
 GRANULARITIES = ("column", "row", "tensor")
 
 
-ONEBIT_PROTOCOL = Protocol("onebit", "two-leg: stripe owners sum and re-quantize with their own residual", per_tensor=True)
+ONEBIT_PROTOCOL = Protocol("onebit", "two-leg: stripe owners sum and re-quantize with their own residual", per_tensor=True,
+                           cost=(CostLeg("alltoall"), CostLeg("allgather", "payload/n")))
 
 ONEBIT = CompressorInfo(
     name="onebit",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Param, Protocol
+from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol
 
 POWERSGD_PROTOCOL = Protocol("powersgd", "all-reduce P (mean), orthonormalise, Q = Mᵀ P̂, all-reduce Q (mean); shared warm-start Q",
-                    allreduce_rounds=2, per_tensor=True)
+                             allreduce_rounds=2, per_tensor=True, shared_seed=True,
+                             cost=(CostLeg("allreduce", rounds=2),))
 
 POWERSGD = CompressorInfo(
     name="powersgd",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Param, Protocol, Target
+from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol, Target
 
 TERNGRAD_PROTOCOL = Protocol("terngrad", "scaler sharing: s = max over workers (one extra float each)", scalar_allreduces=1,
-                    applies_when={"share_scaler": True})
+                             applies_when={"share_scaler": True}, cost=(CostLeg("allreduce", "scalars"), CostLeg("allgather")))
 
 TERNGRAD = CompressorInfo(
     name="terngrad",

@@ -1,0 +1,298 @@
+"""The multi-worker protocols as SPMD code: legs (collective requests) and the simulated transport.
+
+A compressor's protocol is written once, as a per-worker generator
+(:meth:`gcbench.core.compressor.Compressor.worker_protocol`): every worker runs the same code on
+its own gradients and states, computes locally, and *yields* a leg whenever it needs the other
+workers; the transport fulfils the leg across the workers and sends each worker its result; the
+generator finally returns the worker's :class:`Outcome`.  Two transports drive the same
+generators:
+
+* :func:`simulate` (here, no ``torch.distributed``): advances N worker generators in lock step
+  in one process and counts every byte of every leg per worker (what
+  :meth:`Compressor.exchange` returns as :class:`Traffic`);
+* :mod:`gcbench.distributed.transport`: one real collective per leg (``async_op=True``),
+  counting the bytes it hands to the collectives by the same rule.
+
+The legs (each carries one entry per *unit*: the tensors a worker exchanges together):
+
+* :class:`AllReduce` — element-wise SUM or MAX of equal-shape tensors; result: the reduced
+  tensors, float32.
+* :class:`AllGather` — every worker's payloads to every worker; result: per worker, its payloads.
+* :class:`AllToAll` — worker w's ``payloads[j]`` to worker j; result: per sending worker, what it
+  sent to this worker.
+
+A payload slot may be ``None`` (nothing to send for that unit).
+
+Byte counting (:class:`TrafficRecord`, per leg phase and worker) is a rule of the leg, applied by
+both transports to the messages they really move, so the numbers the benchmark has always
+recorded stay what they are:
+
+* ``AllReduce(count="ring")``: a ring all-reduce of each unit (:func:`ring_allreduce_bytes`);
+* ``AllReduce(count="once")`` and :class:`AllGather`: each worker's message counted once as sent
+  and the others' as received (``nbytes`` overrides a unit's message size: a summable payload
+  counts its header, which every receiver already knows);
+* ``AllGather(per_peer=True)`` and :class:`AllToAll`: one copy per receiving peer.
+
+The simulated :class:`AllReduce` sums in float32 (float64 tensors: float64) in worker order; a
+real one sums in the wire dtype and its own order, so the two agree bit for bit on float32 sums
+of two workers only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import torch
+
+from gcbench.core.payload import Payload
+
+T = TypeVar("T")
+
+#: a worker's message for one unit: a payload, or None when it sends nothing for that unit
+Slot = Payload | None
+
+
+def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[int, int]]:
+    """(sent, received) bytes per worker of a ring all-reduce of ``numel`` elements over ``n`` workers.
+
+    The buffer is split into n chunks (sizes differ by at most one element).  In reduce-scatter
+    step t worker w sends chunk (w − t) mod n, so over the n − 1 steps it sends every chunk but
+    (w + 1) mod n; in the all-gather it sends every chunk but (w + 2) mod n.  It receives what its
+    left neighbour sends.  Per worker this is about 2·(n − 1)/n × the buffer.
+    """
+    if n == 1:
+        return [(0, 0)]
+    chunks = [len(c) * itemsize for c in np.array_split(np.arange(numel), n)]
+    total = numel * itemsize
+    sent = [2 * total - chunks[(w + 1) % n] - chunks[(w + 2) % n] for w in range(n)]
+    return [(sent[w], sent[(w - 1) % n]) for w in range(n)]
+
+
+@dataclass
+class AllReduce:
+    """Reduce each unit's tensor element-wise across the workers (``op``: ``"sum"`` or ``"max"``).
+
+    Attributes:
+        tensors: one tensor per unit (same shapes and dtypes on every worker).
+        phase: the traffic phase this leg is counted under, or one per unit.
+        op: ``"sum"`` or ``"max"``.
+        count: ``"ring"`` (a ring all-reduce's chunks) or ``"once"`` (each worker's tensor once).
+        nbytes: per unit, the message size ``"once"`` counts (default: the tensor's bytes on the wire).
+        body: count body bytes too (the tensor's bytes on the wire; ``sent_body`` of the record).
+        wire: the dtype the tensors travel in, when not their own (PowerSGD computes P in float64
+            and sends it as float32): the real transport casts to it, both transports count it.
+    """
+
+    tensors: list[torch.Tensor]
+    phase: str | list[str]
+    op: Literal["sum", "max"] = "sum"
+    count: Literal["ring", "once"] = "ring"
+    nbytes: list[int] | None = None
+    body: bool = False
+    wire: torch.dtype | None = None
+
+    def itemsize(self, unit: int) -> int:
+        """Bytes per element on the wire."""
+        return (self.wire or self.tensors[unit].dtype).itemsize
+
+    def phase_of(self, unit: int) -> str:
+        return self.phase if isinstance(self.phase, str) else self.phase[unit]
+
+
+@dataclass
+class AllGather:
+    """Every worker's payloads (one slot per unit) to every other worker.
+
+    ``per_peer`` counts one copy per receiving peer (a message addressed to each of them);
+    ``body`` counts body bytes too.
+    """
+
+    payloads: list[Slot]
+    phase: str
+    per_peer: bool = False
+    body: bool = False
+
+
+@dataclass
+class AllToAll:
+    """Worker w's ``payloads[j][u]`` to worker j (its own slot ``payloads[w]`` stays with it, uncounted)."""
+
+    payloads: list[list[Slot]]
+    phase: str
+
+
+Leg = AllReduce | AllGather | AllToAll
+#: what a leg gives back to the generator (see each leg)
+LegResult = Any
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a worker's protocol knows about its place in the group.
+
+    Attributes:
+        rank, world: this worker and the number of workers.
+        shared: states that are identical on every worker (seeded alike), where a protocol draws
+            what all workers must agree on (PowerSGD's first warm-start Q); by unit; read and draw only.
+        memo: where :meth:`once` keeps values; the simulated transport shares one among its workers.
+    """
+
+    rank: int
+    world: int
+    shared: Sequence[Any] = ()
+    memo: dict[Any, Any] | None = field(default=None, compare=False)
+
+    def once(self, key: Any, compute: Callable[[], T]) -> T:
+        """``compute()``, for a value every worker computes alike from the legs' results (a decoded aggregate).
+
+        The simulated transport computes it once for the whole group (its workers share ``memo``),
+        so simulating N workers costs what the exchange costs, not N times its receiving side.
+        The value is shared: never modify it in place.
+        """
+        if self.memo is None:
+            return compute()
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]  # type: ignore[no-any-return]
+
+
+@dataclass
+class Outcome:
+    """What one worker's protocol returns.
+
+    Attributes:
+        aggregates: per unit, the aggregate this worker ends up with (float32, the unit's shape).
+        sent: per unit, the payload this worker sent first (its upload).
+        contributions: per unit, every worker's decoded contribution (by worker) where the
+            aggregate is their mean; None where it is not.
+    """
+
+    aggregates: list[torch.Tensor]
+    sent: list[Payload]
+    contributions: list[list[torch.Tensor]] | None = None
+
+
+#: one worker's protocol: yields legs, receives their results, returns its outcome
+WorkerProtocol = Generator[Leg, LegResult, Outcome]
+
+
+@dataclass
+class Counted:
+    """Bytes one worker moved in one leg, by the leg's counting rule."""
+
+    sent: int = 0
+    received: int = 0
+    sent_body: int | None = None
+
+
+def _nbytes(p: Slot) -> int:
+    return 0 if p is None else p.nbytes
+
+
+def _body(p: Slot) -> int:
+    return 0 if p is None else p.body_nbytes
+
+
+def count_allreduce(leg: AllReduce, sizes: Sequence[Sequence[int]], world: int) -> list[tuple[str, list[Counted]]]:
+    """Every worker's bytes in an all-reduce leg, by phase; ``sizes[w][u]``: worker w's tensor bytes of unit u."""
+    by_phase: dict[str, list[Counted]] = {}
+    for u in range(len(leg.tensors)):
+        out = by_phase.setdefault(leg.phase_of(u), [Counted(sent_body=0 if leg.body else None) for _ in range(world)])
+        if leg.count == "ring":
+            itemsize = leg.itemsize(u)
+            for w, (s, r) in enumerate(ring_allreduce_bytes(sizes[0][u] // itemsize, world, itemsize)):
+                out[w].sent += s
+                out[w].received += r
+        else:
+            msg = [sizes[w][u] if leg.nbytes is None else leg.nbytes[u] for w in range(world)]
+            for w in range(world):
+                out[w].sent += msg[w]
+                out[w].received += sum(msg) - msg[w]
+        if leg.body:
+            for w in range(world):
+                out[w].sent_body = (out[w].sent_body or 0) + sizes[w][u]
+    return list(by_phase.items())
+
+
+def count_allgather(per_peer: bool, body: bool, sizes: Sequence[Sequence[int]], bodies: Sequence[Sequence[int]]) -> list[Counted]:
+    """Every worker's bytes in an all-gather leg; ``sizes[w][u]`` / ``bodies[w][u]``: worker w's message of unit u."""
+    world = len(sizes)
+    totals = [sum(s) for s in sizes]
+    everything = sum(totals)
+    return [Counted(totals[w] * (world - 1 if per_peer else 1), everything - totals[w], sum(bodies[w]) if body else None)
+            for w in range(world)]
+
+
+def count_alltoall(sizes: Sequence[Sequence[Sequence[int]]]) -> list[Counted]:
+    """Every worker's bytes in an all-to-all leg; ``sizes[w][j][u]``: worker w's message to j of unit u."""
+    world = len(sizes)
+    return [Counted(sum(sum(sizes[w][j]) for j in range(world) if j != w), sum(sum(sizes[i][w]) for i in range(world) if i != w))
+            for w in range(world)]
+
+
+# ----------------------------------------------------------------------------- the simulated transport
+
+
+@dataclass
+class SimulatedRun:
+    """What :func:`simulate` returns: every worker's outcome and the counted bytes of every leg."""
+
+    outcomes: list[Outcome]
+    #: per leg in order (and per phase within a leg): (phase, per worker counted bytes)
+    legs: list[tuple[str, list[Counted]]] = field(default_factory=list)
+
+
+def _fulfil(legs: Sequence[Leg], world: int) -> tuple[list[LegResult], list[tuple[str, list[Counted]]]]:
+    """Every worker's result of one leg, and its counted bytes by phase."""
+    first = legs[0]
+    if isinstance(first, AllReduce):
+        results = []
+        for u, t0 in enumerate(first.tensors):
+            acc_dtype = torch.promote_types(t0.dtype, torch.float32)
+            stacked = torch.stack([leg.tensors[u].detach().to(acc_dtype).reshape(t0.shape) for leg in legs])  # type: ignore[union-attr]
+            # a sum adds in worker order from zero (what a decoder's accumulator does, so 0 + (−0) is +0)
+            results.append(stacked.amax(0) if first.op == "max" else stacked.sum(0))
+        sizes = [[t.numel() * first.itemsize(u) for u, t in enumerate(leg.tensors)] for leg in legs]  # type: ignore[union-attr]
+        return [results] * world, count_allreduce(first, sizes, world)  # shared by the workers: read only
+    if isinstance(first, AllGather):
+        gathered = [leg.payloads for leg in legs]  # type: ignore[union-attr]
+        sizes = [[_nbytes(p) for p in row] for row in gathered]
+        bodies = [[_body(p) for p in row] for row in gathered]
+        return [gathered] * world, [(first.phase, count_allgather(first.per_peer, first.body, sizes, bodies))]
+    matrix = [leg.payloads for leg in legs]  # type: ignore[union-attr]
+    sizes3 = [[[_nbytes(p) for p in matrix[w][j]] for j in range(world)] for w in range(world)]
+    return [[matrix[i][w] for i in range(world)] for w in range(world)], [(first.phase, count_alltoall(sizes3))]
+
+
+def simulate(workers: Sequence[WorkerProtocol]) -> SimulatedRun:
+    """Run N worker protocols in lock step in one process, fulfilling each leg across them.
+
+    Every worker must yield the same kind of leg, with the same phase, at the same point, and all
+    must finish together; anything else is a protocol bug and raises ``RuntimeError``.  The
+    workers get the same leg results (tensors, payloads): a protocol reads them, never modifies them
+    in place.  Build the workers' contexts with one ``memo`` dict (:meth:`Context.once`).
+    """
+    world = len(workers)
+    run = SimulatedRun([])
+    pending: list[LegResult] = [None] * world
+    while True:
+        legs: list[Leg] = []
+        done: list[Outcome] = []
+        for gen, value in zip(workers, pending, strict=True):
+            try:
+                legs.append(gen.send(value))
+            except StopIteration as stop:
+                done.append(stop.value)
+        if done:
+            if len(done) != world:
+                raise RuntimeError("worker protocols finished at different legs")
+            run.outcomes = done
+            return run
+        kinds = {(type(leg).__name__, str(leg.phase)) for leg in legs}
+        if len(kinds) != 1:
+            raise RuntimeError(f"worker protocols yielded different legs at one point: {sorted(kinds)}")
+        pending, counted = _fulfil(legs, world)
+        run.legs += counted

@@ -1,0 +1,322 @@
+"""``gcbench advise``: which compressor makes a model's training faster on a given cluster, and at what fidelity cost.
+
+Inputs, each measured apart from anything it predicts (nothing is fitted):
+
+* **Kernels and bytes of one worker-step** on the model's own tensors, per compressor: the cases of
+  ``gcbench bench --model NAME`` (an isolated process per compressor; compress of every tensor as
+  a group, decode of all its payloads, and a copy of the same tensors), run here or read from a
+  bench file measured elsewhere (``--kernels FILE``, e.g. ``gcbench bench --model resnet50 --device
+  cuda --json`` on a GPU machine).  The device the kernels ran on is named in every output.
+* **Compute time of one step**: given (``--compute-ms``: a GPU's, for a GPU cluster), or measured
+  here — forward and backward of the zoo model at its default batch, median of steps after a warm-up
+  — and then called this machine's.
+* **Fidelity**: the fraction of the dense update a compressor delivers over a stream, from a
+  ``run``/``compare`` results file with a source of the same model (``--results FILE``); without
+  one the ranking says fidelity was not measured.
+
+The step of each compressor is ``compute + compress + communicate + decompress`` with the
+communication of its protocol from :mod:`gcbench.distributed.netmodel`.  The uncompressed reference
+is DDP's own path: the gradients copied into buckets, a ring all-reduce of the dense fp32 bytes,
+and copied back (the copy time is the bench's, of the same tensors on the same device).  A
+compressor's compress replaces the copy in and its decode the copy out, so the identity codec
+lands at the reference up to its own overhead over a copy, with no special case for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gcbench.compressors import registry
+from gcbench.core.errors import ResultsError
+from gcbench.distributed.netmodel import Network, Topology, collective_seconds, protocol_seconds
+from gcbench.results.record import BenchCase, RunCase, RunRecord
+
+Progress = Callable[[str, int, int, str], None]
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """One compressor's cost of one worker-step of the model (seconds and bytes), from one bench case."""
+
+    label: str
+    compressor: str
+    compress_s: float
+    decompress_s: float  # decoding one worker's payloads of a step
+    copy_s: float  # a plain copy of the same tensors, measured beside the kernels
+    wire_bytes: float  # what one worker sends per step (its payloads)
+    dense_bytes: float  # the step's gradient in fp32
+    flags: tuple[str, ...] = ()  # the bench's timing flags of compress and decompress (unstable, …)
+    tensors: int = 1  # tensors one step compresses (TernGrad's shared scaler: one float each)
+    params: tuple[tuple[str, Any], ...] = ()  # the configuration: the protocol can depend on it (TernGrad's share_scaler)
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """Every compressor's step kernels on one model and one device, and where they come from."""
+
+    model: str
+    device: str
+    machine: str
+    origin: str  # the bench file
+    kernels: tuple[StepKernels, ...]
+
+    def get(self, label: str) -> StepKernels | None:
+        return next((k for k in self.kernels if k.label == label), None)
+
+
+def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str = "") -> KernelSet:
+    """The :class:`KernelSet` of a bench results record made with ``--model`` (one model; ``model`` picks one when it holds several)."""
+    cases = [c for c in record.cases if isinstance(c, BenchCase) and c.ok and c.model]
+    models = sorted({str(c.model) for c in cases})
+    if not models:
+        raise ResultsError(f"{origin or 'the bench file'} has no whole-model cases: make one with `gcbench bench --model NAME`")
+    if model is None:
+        if len(models) > 1:
+            raise ResultsError(f"{origin or 'the bench file'} holds steps of {', '.join(models)}: name one with --model")
+        model = models[0]
+    elif model not in models:
+        raise ResultsError(f"{origin or 'the bench file'} has no cases of {model} (it has {', '.join(models)})")
+    out = []
+    for c in cases:
+        if c.model != model or c.compress is None or c.decompress is None or c.copy_ is None or not c.ratio or not c.input_bytes:
+            continue
+        flags = sorted({f for k in ("compress", "decompress") for f in ((c.x_copy or {}).get(k).flags if (c.x_copy or {}).get(k) else [])})
+        out.append(StepKernels(c.name, c.compressor, float(c.compress.median_s or 0.0), float(c.decompress.median_s or 0.0),
+                               float(c.copy_.median_s or 0.0), float(c.input_bytes) / float(c.ratio), float(c.input_bytes),
+                               tuple(flags), int(c.tensors or 1), tuple(sorted((c.params or {}).items()))))
+    device = next((str(c.device) for c in cases if c.model == model and c.device), "cpu")
+    env = record.env
+    machine = f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores"
+    return KernelSet(model, device, machine, origin, tuple(out))
+
+
+def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | None]:
+    """The step kernels of ``cases`` (one source's cases of a ``run``/``compare`` record: the in-run timings of worker 0's
+    step, against the pooled copy) and that source's measured compute time per worker-step (live sources; else None)."""
+    out = []
+    ok = [c for c in cases if isinstance(c, RunCase) and c.ok]
+    for c in ok:
+        t, size = c.timing, c.size
+        comp_s, dec_s = c.metric("compress_s"), c.metric("decompress_s")
+        if t is None or size is None or comp_s is None or dec_s is None or not size.wire_bytes or not size.dense_bytes:
+            continue
+        copy_s = t.pooled_copy_s or (t.copy_.median_s if t.copy_ is not None else None)
+        if not copy_s:
+            continue
+        flags = sorted({f for k in ("compress", "decompress") for f in ((t.x_copy(k).flags or []) if t.x_copy(k) else [])})
+        out.append(StepKernels(c.label, str(c.compressor or c.label), float(comp_s), float(dec_s), float(copy_s),
+                               float(size.wire_bytes), float(size.dense_bytes), tuple(flags), len(c.layers or []) or 1,
+                               tuple(sorted((c.params or {}).items()))))
+    compute = next((c.source.compute_s for c in ok if c.source is not None and c.source.compute_s), None)
+    return out, float(compute) if compute else None
+
+
+def kernels_from_run(record: RunRecord, source_label: str, origin: str = "") -> tuple[KernelSet, float | None]:
+    """:func:`step_kernels_of` the cases of one source of a results record, as a :class:`KernelSet`."""
+    cases = [c for c in record.cases if isinstance(c, RunCase) and c.source_label == source_label]
+    kernels, compute = step_kernels_of(cases)
+    model = next((str(c.source.model) for c in cases if c.source is not None and c.source.model), source_label)
+    device = next((str(c.timing.device) for c in cases if c.timing is not None and c.timing.device), "cpu")
+    env = record.env
+    return KernelSet(model, device, f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores", origin, tuple(kernels)), compute
+
+
+def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, rounds: int = 3, threads: int = 2,
+                    device: str = "cpu", progress: Progress | None = None) -> KernelSet:
+    """Run ``gcbench bench --model`` for ``specs`` here (one isolated process each) and read its file."""
+    from gcbench.measure.bench import bench_to_file
+
+    outcome = bench_to_file(specs, [], out_dir, repeats=rounds, warmup=1, threads=threads, device=device, model=model,
+                            progress=progress)
+    failed = [c for c in outcome.record.cases if not c.ok]
+    if failed:
+        raise ResultsError(f"bench --model {model} failed for {', '.join(c.name for c in failed)}: {failed[0].error_text}")
+    return kernels_from_bench(outcome.record, model, str(outcome.path))
+
+
+def measure_compute(model: str, *, steps: int = 3, warmup: int = 1, seed: int = 0, progress: Progress | None = None) -> float:
+    """Median seconds of one forward + backward pass of zoo ``model`` at its default batch, on this machine's CPU."""
+    from gcbench.sources.zoo import load_model
+
+    zm = load_model(model, seed)
+    times = []
+    for i in range(warmup + steps):
+        if progress:
+            progress("compute", i, warmup + steps, f"{model}: forward + backward {i + 1}/{warmup + steps}")
+        inputs, targets = zm.make_batch(i, 0)
+        zm.module.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        zm.loss_fn(zm.module(inputs), targets).backward()
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(dt)
+    return statistics.median(times)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A compressor's delivered fraction of the dense update over a stream (with its CI over workers), from a results file."""
+
+    value: float
+    ci_lo: float | None
+    ci_hi: float | None
+    steps: int | None
+
+
+def delivered_from_results(record: RunRecord, model: str, origin: str = "") -> dict[str, Delivered]:
+    """Per case label, the delivered fraction on the one source of ``record`` that ran ``model`` (sources are never mixed)."""
+    cases = [c for c in record.cases if isinstance(c, RunCase) and c.ok]
+    labels = sorted({c.source_label for c in cases if c.source is not None and c.source.model == model})
+    if not labels:
+        raise ResultsError(f"{origin or 'the results file'} has no source of model {model}")
+    if len(labels) > 1:
+        raise ResultsError(f"{origin or 'the results file'} has {len(labels)} sources of {model} ({', '.join(labels)}); "
+                           "keep one per file")
+    out = {}
+    for c in cases:
+        if c.source_label != labels[0]:
+            continue
+        v = c.metric("delivered")
+        if v is None:
+            continue
+        st = c.stream
+        ci = st.worker_ci if st is not None else None
+        out[c.label] = Delivered(float(v), ci.lo if ci else None, ci.hi if ci else None, st.steps if st is not None else None)
+    return out
+
+
+@dataclass(frozen=True)
+class Step:
+    """One compressor's predicted step on one cluster (seconds)."""
+
+    label: str
+    compressor: str
+    collective: str
+    compute_s: float
+    compress_s: float
+    communicate_s: float
+    decompress_s: float
+    step_s: float
+    speedup: float  # the reference step over this one: above 1 compression pays
+    delivered: Delivered | None = None
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Every compressor on one cluster: workers × bandwidth, the reference step, the steps ranked fastest first."""
+
+    workers: int
+    bandwidth_gbps: float
+    reference_step_s: float
+    reference_communicate_s: float
+    steps: tuple[Step, ...]
+
+    @property
+    def paying(self) -> list[Step]:
+        """The compressors faster than the uncompressed reference, fastest first."""
+        return [s for s in self.steps if s.speedup > 1.0]
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The answer of ``gcbench advise``: scenarios and the inputs they came from."""
+
+    model: str
+    kernels: KernelSet
+    compute_s: float
+    compute_origin: str  # "given" or "measured on this machine (…)"
+    latency_s: float
+    scenarios: tuple[Scenario, ...]
+    fidelity_origin: str | None = None
+    topology: Topology = field(default_factory=Topology)
+    overlap: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kernels"]["kernels"] = [asdict(k) for k in self.kernels.kernels]
+        return d
+
+
+#: the share of a step's compute that is the backward pass, which DDP overlaps with communication (backward costs
+#: about twice the forward pass)
+BACKWARD_SHARE = 2 / 3
+#: DDP's bucket size: the last bucket's communication starts only when the backward pass has ended
+BUCKET_BYTES = 25 * 2**20
+
+
+def exposed(comm_s: float, compute_s: float, dense_bytes: float, overlap: bool) -> float:
+    """The communication a step waits for: all of it, or with ``overlap`` what the backward pass does not hide —
+    at least the last bucket's share (DDP starts a bucket's exchange as soon as its gradients are ready)."""
+    if not overlap:
+        return comm_s
+    buckets = max(1, math.ceil(dense_bytes / BUCKET_BYTES))
+    return max(comm_s / buckets, comm_s - BACKWARD_SHARE * compute_s)
+
+
+def predict_step(k: StepKernels, n: int, net: Network, compute_s: float, topo: Topology = Topology(),
+                 overlap: bool = False) -> Step:
+    """The compressor's step on ``n`` workers over ``net``: compute + compress + its protocol + decode of what it receives."""
+    protocol = registry.get(k.compressor).resolve_protocol(dict(k.params))
+    comm, decodes, algos = protocol_seconds(protocol, k.wire_bytes, n, net, topo, k.tensors)
+    dec = k.decompress_s * max(1, decodes)
+    wait = exposed(comm, compute_s, k.dense_bytes, overlap)
+    step = compute_s + k.compress_s + wait + dec
+    return Step(k.label, k.compressor, algos, compute_s, k.compress_s, wait, dec, step, math.nan, None, k.flags)
+
+
+def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
+                   overlap: bool = False) -> tuple[float, float]:
+    """(step, communication waited for) of uncompressed training: DDP's own path — the gradients copied into
+    buckets, an all-reduce of the fp32 bytes (ring or tree, whichever is faster), copied back.  The copy is the
+    fastest of the kernels' copies of the same tensors: load only ever slows a copy down (a case timed while the
+    machine stalled measured its copy at 4 ms against 0.12)."""
+    dense = kernels[0].dense_bytes
+    copy_s = min(k.copy_s for k in kernels)
+    comm, _ = collective_seconds("allreduce", dense, n, net, topo)
+    wait = exposed(comm, compute_s, dense, overlap)
+    return compute_s + 2 * copy_s + wait, wait
+
+
+def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
+           compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
+           fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False) -> Advice:
+    """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring)."""
+    if not kernels.kernels:
+        raise ResultsError(f"no compressor of {kernels.origin or 'the input'} has kernel times and payload sizes to predict with")
+    scenarios = []
+    for n in workers:
+        for bw in bandwidths_gbps:
+            net = Network(bw, latency_s)
+            ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s, topology, overlap)
+            steps = []
+            for k in kernels.kernels:
+                s = predict_step(k, n, net, compute_s, topology, overlap)
+                steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s,
+                                                 delivered=delivered.get(k.label) if delivered is not None else None))
+            steps.sort(key=lambda s: s.step_s)
+            scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps)))
+    return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
+                  topology=topology, overlap=overlap)
+
+
+def summary_line(sc: Scenario) -> str:
+    """One sentence for a scenario: the best compressor and what it costs, or that none pays."""
+    where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
+    if not sc.paying:
+        best = sc.steps[0]
+        return (f"{where}: no compressor pays — uncompressed all-reduce takes {1e3 * sc.reference_step_s:.0f} ms a step; "
+                f"the fastest compressor, {best.label}, is {best.speedup:.2f}×")
+    best = sc.paying[0]
+    fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
+    others = ", ".join(f"{s.label} {s.speedup:.2f}×" for s in sc.paying[1:3])
+    return (f"{where}: best {best.label}, {best.speedup:.2f}× the uncompressed step ({1e3 * best.step_s:.0f} vs "
+            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else ""))
+

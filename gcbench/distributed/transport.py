@@ -1,0 +1,286 @@
+"""The ``torch.distributed`` transport of the protocol legs (:mod:`gcbench.core.protocol`), asynchronous.
+
+:func:`drive` runs one worker's protocol generator: each leg it yields is launched as real
+collectives with ``async_op=True`` and the generator resumes in the collective's completion
+callback, so the whole exchange is one chain of futures and the caller (the DDP hook) returns at
+once.  Per leg:
+
+* :class:`AllReduce` — the units' tensors flattened into one buffer (cast to the leg's ``wire``
+  dtype), one ``all_reduce`` (SUM or MAX), split back (in float32, or float64 for float64 tensors);
+* :class:`AllGather` — the payloads serialised (:meth:`Payload.to_bytes`, header included); an
+  ``all_gather`` of every unit's message size (int64), then one ``all_gather`` of the messages
+  padded to the longest; peers' bytes parsed with :meth:`Payload.from_bytes` (this worker's own
+  payloads are used as they are);
+* :class:`AllToAll` — the same with ``all_to_all_single``: sizes first, then the messages.
+
+Nothing here knows a compressor: it moves legs.  Bytes are counted two ways per leg
+(:class:`LegBytes`): ``counted`` by the leg's rule from the messages really moved (the
+simulation's numbers, :func:`gcbench.core.protocol.count_allreduce` and the others; an all-reduce
+assumes every worker's tensors are the size of its own, which the collective requires), and
+``handed``, the bytes this worker handed to collectives (sizes, padding and all).
+
+Collectives of one process group must start in the same order on every worker.  The legs of one
+chain start in protocol order; the caller starts one chain after the previous one completed
+(:class:`gcbench.distributed.ddp.HookState` keeps that queue), so the order is the same everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gcbench.core.payload import Payload
+from gcbench.core.protocol import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Counted,
+    Leg,
+    Slot,
+    WorkerProtocol,
+    count_allgather,
+    count_allreduce,
+)
+
+Future = torch.futures.Future
+_SIZE = 8  # one int64 message length
+
+
+@dataclass
+class LegBytes:
+    """One leg as this worker saw it: its kind and phase(s), counted bytes by phase, bytes handed to collectives."""
+
+    kind: str  # "allreduce", "allgather", "alltoall"
+    counted: list[tuple[str, Counted]]
+    handed: int
+    delivered: int = 0  # payloads delivered to this worker (its own included)
+    op: str = ""  # an all-reduce's "sum" or "max"
+
+
+@dataclass
+class ChainTimes:
+    """Where one chain's time went: compute before/between legs, after the last leg, and inside collectives.
+
+    ``compute`` holds the generator's segments in order: all but the last produce the next leg's
+    message (compress), the last turns the final result into the aggregate (decompress).
+    ``communicate_s`` sums, per leg, the wall time from launching its first collective to its
+    last one's completion callback (waiting for slower peers included).
+    """
+
+    compute: list[float] = field(default_factory=list)
+    communicate_s: float = 0.0
+
+    @property
+    def compress_s(self) -> float:
+        return sum(self.compute[:-1])
+
+    @property
+    def decompress_s(self) -> float:
+        return self.compute[-1] if self.compute else 0.0
+
+
+def _completed(value: Any) -> Future:
+    fut: Future = Future()
+    fut.set_result(value)
+    return fut
+
+
+def then(fut: Future, fn: Callable[[Any], Any], devices: list[torch.device] | None = None) -> Future:
+    """A future of ``fn(fut's value)``; when ``fn`` returns a future, of that future's value (errors propagate).
+
+    ``devices``: the CUDA devices whose tensors the value may hold (as ``torch.futures.Future`` wants them).
+    """
+    out: Future = Future(devices=devices)
+
+    def done(f: Future) -> None:
+        try:
+            value = fn(f.value())
+        except BaseException as exc:  # handed to the waiting side, never swallowed
+            out.set_exception(exc)
+            return
+        if isinstance(value, Future):
+            value.add_done_callback(lambda g: _settle(out, g))
+        else:
+            out.set_result(value)
+
+    fut.add_done_callback(done)
+    return out
+
+
+def _settle(out: Future, f: Future) -> None:
+    try:
+        out.set_result(f.value())
+    except BaseException as exc:  # see then
+        out.set_exception(exc)
+
+
+def _bytes_tensor(data: bytes, device: torch.device) -> torch.Tensor:
+    if not data:
+        return torch.empty(0, dtype=torch.uint8, device=device)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+
+
+class TorchTransport:
+    """Fulfils legs with ``torch.distributed`` collectives on one process group; records :class:`LegBytes` per leg."""
+
+    def __init__(self, group: dist.ProcessGroup | None, rank: int, world: int, device: torch.device) -> None:
+        self.group, self.rank, self.world, self.device = group, rank, world, device
+        self.devices = [device] if device.type == "cuda" else None
+        self.legs: list[LegBytes] = []
+
+    def launch(self, leg: Leg) -> Future:
+        """Start the collectives of ``leg``; the future holds what the leg gives back to the generator."""
+        if isinstance(leg, AllReduce):
+            return self._allreduce(leg)
+        if isinstance(leg, AllGather):
+            return self._allgather(leg)
+        if isinstance(leg, AllToAll):
+            return self._alltoall(leg)
+        raise TypeError(f"not a protocol leg: {type(leg).__name__}")
+
+    def _allreduce(self, leg: AllReduce) -> Future:
+        sizes = [t.numel() * leg.itemsize(u) for u, t in enumerate(leg.tensors)]
+        counted = count_allreduce(leg, [sizes] * self.world, self.world)
+        self.legs.append(LegBytes("allreduce", [(ph, c[self.rank]) for ph, c in counted], sum(sizes), op=leg.op))
+        if not leg.tensors:
+            return _completed([])
+        wire = {leg.wire or t.dtype for t in leg.tensors}
+        if len(wire) != 1:
+            raise TypeError(f"an all-reduce leg carries one wire dtype, got {sorted(map(str, wire))}")
+        dtype = wire.pop()
+        flat = torch.cat([t.detach().reshape(-1).to(self.device, dtype) for t in leg.tensors])
+        op = dist.ReduceOp.MAX if leg.op == "max" else dist.ReduceOp.SUM
+        work = dist.all_reduce(flat, op=op, group=self.group, async_op=True)
+        shapes = [(t.shape, torch.promote_types(t.dtype, torch.float32)) for t in leg.tensors]
+
+        def split(_: Any) -> list[torch.Tensor]:
+            parts = flat.split([s.numel() for s, _ in shapes])
+            return [p.to(dt).reshape(s) for p, (s, dt) in zip(parts, shapes, strict=True)]
+
+        return then(work.get_future(), split, self.devices)
+
+    def _allgather(self, leg: AllGather) -> Future:
+        own = leg.payloads
+        msgs = [b"" if p is None else p.to_bytes() for p in own]
+        units = len(msgs)
+        sizes = torch.tensor([len(m) for m in msgs], dtype=torch.int64, device=self.device)
+        all_sizes = [torch.empty_like(sizes) for _ in range(self.world)]
+        work = dist.all_gather(all_sizes, sizes, group=self.group, async_op=True)
+
+        def bodies(_: Any) -> Future:
+            rows = [s.tolist() for s in all_sizes]
+            longest = max(sum(r) for r in rows)
+            body = torch.zeros(longest, dtype=torch.uint8, device=self.device)
+            mine = b"".join(msgs)
+            if mine:
+                body[: len(mine)] = _bytes_tensor(mine, self.device)
+            out = [torch.empty(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
+            bodies_own = [0 if p is None else p.body_nbytes for p in own]
+            counted = count_allgather(leg.per_peer, leg.body, rows, [bodies_own if r == self.rank else [0] * units
+                                                                     for r in range(self.world)])
+            self.legs.append(LegBytes("allgather", [(leg.phase, counted[self.rank])], _SIZE * units + longest,
+                                      sum(1 for r in rows for n in r if n)))
+            work2 = dist.all_gather(out, body, group=self.group, async_op=True)
+            return then(work2.get_future(), lambda _: self._parse_rows(rows, [o.cpu().numpy().tobytes() for o in out], own), self.devices)
+
+        return then(work.get_future(), bodies, self.devices)
+
+    def _alltoall(self, leg: AllToAll) -> Future:
+        me, world = self.rank, self.world
+        msgs = [[b"" if p is None or j == me else p.to_bytes() for p in leg.payloads[j]] for j in range(world)]
+        units = len(msgs[0]) if msgs else 0
+        send_sizes = torch.tensor([[len(m) for m in row] for row in msgs], dtype=torch.int64, device=self.device).reshape(-1)
+        recv_sizes = torch.empty_like(send_sizes)
+        work = dist.all_to_all_single(recv_sizes, send_sizes, group=self.group, async_op=True)
+
+        def data(_: Any) -> Future:
+            send_rows = send_sizes.reshape(world, units).tolist()
+            recv_rows = recv_sizes.reshape(world, units).tolist()
+            send = _bytes_tensor(b"".join(b"".join(row) for row in msgs), self.device)
+            recv = torch.empty(sum(map(sum, recv_rows)), dtype=torch.uint8, device=self.device)
+            sent = sum(sum(r) for r in send_rows)
+            received = sum(sum(r) for r in recv_rows)
+            self.legs.append(LegBytes("alltoall", [(leg.phase, Counted(sent, received))], _SIZE * units * (world - 1) + sent,
+                                      sum(1 for r in recv_rows for n in r if n) + sum(1 for p in leg.payloads[me] if p is not None)))
+            work2 = dist.all_to_all_single(recv, send, [sum(r) for r in recv_rows], [sum(r) for r in send_rows],
+                                           group=self.group, async_op=True)
+            return then(work2.get_future(), lambda _: self._parse_rows(recv_rows, self._split(recv, recv_rows), leg.payloads[me]),
+                        self.devices)
+
+        return then(work.get_future(), data, self.devices)
+
+    @staticmethod
+    def _split(recv: torch.Tensor, rows: Sequence[Sequence[int]]) -> list[bytes]:
+        raw = recv.cpu().numpy().tobytes()
+        out, pos = [], 0
+        for r in rows:
+            out.append(raw[pos : pos + sum(r)])
+            pos += sum(r)
+        return out
+
+    def _parse_rows(self, rows: Sequence[Sequence[int]], raws: Sequence[bytes], own: Sequence[Slot]) -> list[list[Slot]]:
+        """Per worker, its payload of every unit (None where it sent nothing); this worker's own as they are."""
+        out: list[list[Slot]] = []
+        for r, (sizes, raw) in enumerate(zip(rows, raws, strict=True)):
+            if r == self.rank:
+                out.append(list(own))
+                continue
+            row: list[Slot] = []
+            pos = 0
+            for n in sizes:
+                row.append(Payload.from_bytes(raw[pos : pos + n]) if n else None)  # shapes are checked where decoded
+                pos += n
+            out.append(row)
+        return out
+
+
+def drive(gen: WorkerProtocol, transport: TorchTransport, times: ChainTimes, sync: Callable[[], None] | None = None) -> Future:
+    """Run one worker protocol on ``transport``, asynchronously: a future of its :class:`Outcome`.
+
+    The generator's first segment runs now; each later one in the completion callback of the
+    leg before it.  ``sync`` (CUDA: synchronise) runs before each clock reading.
+    """
+    out: Future = Future(devices=transport.devices)
+
+    def now() -> float:
+        if sync is not None:
+            sync()
+        return time.perf_counter()
+
+    def resume(value: Any) -> None:
+        t0 = now()
+        try:
+            leg = gen.send(value)
+        except StopIteration as stop:
+            times.compute.append(now() - t0)
+            out.set_result(stop.value)
+            return
+        except BaseException as exc:  # a peer's bad bytes or a protocol bug: the waiting side raises it
+            out.set_exception(exc)
+            return
+        times.compute.append(now() - t0)
+        launched = now()
+        try:
+            fut = transport.launch(leg)
+        except BaseException as exc:  # see above
+            out.set_exception(exc)
+            return
+
+        def landed(f: Future) -> None:
+            times.communicate_s += now() - launched
+            try:
+                value = f.value()
+            except BaseException as exc:  # see above
+                out.set_exception(exc)
+                return
+            resume(value)
+
+        fut.add_done_callback(landed)
+
+    resume(None)
+    return out

@@ -1,0 +1,163 @@
+"""gcbench advise: its inputs (bench --model files, fidelity of a run), the prediction and ranking, the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gcbench.cli import app
+from gcbench.compressors import registry
+from gcbench.core.errors import ResultsError
+from gcbench.distributed import advise as adv
+from gcbench.distributed.netmodel import Network, collective_seconds, ring_allreduce
+from gcbench.measure.bench import bench_to_file, model_tensors
+from gcbench.measure.runner import run_suite
+from gcbench.measure.suite import parse_suite
+from gcbench.results.store import load_run
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def mlp_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    outcome = bench_to_file(["none", "topk", "fp16"], [], out, repeats=2, warmup=0, threads=1, isolate=False, model="mlp")
+    assert outcome.path is not None
+    return outcome.path
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    suite = parse_suite({"name": "adv", "version": 1, "seed": 0, "granularity": "layer",
+                         "sources": [{"kind": "live", "label": "mlp live", "model": "mlp", "workers": 2, "steps": 2}],
+                         "metrics": {"repeats": 2, "timing_repeats": 2, "warmup": 0}, "compressors": [{"name": "none"}, {"name": "topk"}]})
+    outcome = run_suite(suite, tmp_path_factory.mktemp("run"))
+    return Path(outcome.path)
+
+
+def test_kernels_of_a_bench_file_are_its_whole_model_steps(mlp_bench: Path) -> None:
+    ks = adv.kernels_from_bench(load_run(mlp_bench), None, str(mlp_bench))
+    assert ks.model == "mlp" and ks.device == "cpu" and [k.label for k in ks.kernels] == ["none", "topk", "fp16"]
+    xs = model_tensors("mlp")
+    topk = registry.create("topk")
+    sent = sum(topk.compress(x, topk.init_state(i)).nbytes for i, x in enumerate(xs))
+    k = ks.get("topk")
+    assert k is not None and k.wire_bytes == pytest.approx(sent) and k.dense_bytes == 4 * sum(x.numel() for x in xs)
+    assert k.compress_s > 0 and k.decompress_s > 0 and k.copy_s > 0
+    with pytest.raises(ResultsError, match="no cases of resnet50"):
+        adv.kernels_from_bench(load_run(mlp_bench), "resnet50")
+
+
+def test_identity_whose_kernels_cost_a_copy_is_the_reference() -> None:
+    # no special case: a codec whose encode and decode each cost what DDP's copies into and out of its
+    # buckets cost, and that all-reduces the dense bytes, predicts exactly the uncompressed step
+    ident = adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8)
+    ks = adv.KernelSet("m", "cpu", "test", "", (ident,))
+    a = adv.advise(ks, 0.1, [2, 16, 256], [1, 10, 100], 5e-6)
+    assert all(s.speedup == pytest.approx(1.0) for sc in a.scenarios for s in sc.steps)
+    sc = a.scenarios[-1]
+    net = Network(100, 5e-6)
+    assert sc.reference_step_s == pytest.approx(0.1 + 2 * 0.004 + collective_seconds("allreduce", 1e8, 256, net)[0])
+    assert collective_seconds("allreduce", 1e8, 256, net)[0] <= ring_allreduce(1e8, 256).seconds(net)  # ring or tree
+
+
+def test_scenarios_rank_fastest_first_and_say_when_nothing_pays() -> None:
+    ks = adv.KernelSet("m", "cpu", "test", "", (
+        adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
+        adv.StepKernels("topk", "topk", 0.05, 0.002, 0.004, 2e6, 1e8),  # all-gathered: decodes N payloads
+        adv.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8)))
+    a = adv.advise(ks, 0.1, [16], [1, 400], 5e-6)
+    slow, fast = a.scenarios
+    assert [s.step_s for s in slow.steps] == sorted(s.step_s for s in slow.steps)
+    assert slow.paying and slow.paying[0].speedup > 1 and "best" in adv.summary_line(slow)
+    assert not fast.paying and "no compressor pays" in adv.summary_line(fast)  # at 400 Gbit/s the kernels cost more than they save
+    topk = next(s for s in slow.steps if s.label == "topk")
+    assert topk.collective == "allgather (ring)" and topk.decompress_s == pytest.approx(16 * 0.002)
+    psgd = next(s for s in slow.steps if s.label == "powersgd")
+    assert psgd.collective.startswith("allreduce") and psgd.decompress_s == pytest.approx(0.003)  # one aggregate to decode
+
+
+def test_delivered_comes_from_the_one_source_of_the_model(mlp_run: Path) -> None:
+    got = adv.delivered_from_results(load_run(mlp_run), "mlp", str(mlp_run))
+    assert set(got) == {"none", "topk"}
+    assert got["none"].value == pytest.approx(1.0) and 0 < got["topk"].value < 1 and got["topk"].steps == 2
+    with pytest.raises(ResultsError, match="no source of model resnet50"):
+        adv.delivered_from_results(load_run(mlp_run), "resnet50")
+
+
+def test_advise_command_with_kernels_and_fidelity(mlp_bench: Path, mlp_run: Path) -> None:
+    r = runner.invoke(app, ["advise", str(mlp_run), "--kernels", str(mlp_bench), "--compute-ms", "5", "--workers", "4,16",
+                            "--bandwidth", "0.1,10", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["model"] == "mlp" and d["compute_origin"] == "given" and len(d["scenarios"]) == 4
+    steps = {s["label"]: s for s in d["scenarios"][0]["steps"]}
+    assert steps["topk"]["delivered"]["value"] < 1 and steps["fp16"]["delivered"] is None  # fp16 was not in the run
+    r = runner.invoke(app, ["advise", "--kernels", str(mlp_bench), "--compute-ms", "5", "-c", "topk", "--workers", "8"])
+    assert r.exit_code == 0, r.output
+    assert "8 workers" in r.stdout and "kernels measured on cpu" in r.stdout and "topk" in r.stdout and "fp16" not in r.stdout
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["advise"], ("--model",)),
+    (["advise", "--model", "resnt50"], ("did you mean",)),
+    (["advise", "--model", "mlp", "--workers", "0"], ("--workers",)),
+    (["advise", "--model", "mlp", "--latency-us", "nan"], ("--latency-us",)),
+])
+def test_advise_bad_input_is_one_line(args: list[str], words: tuple[str, ...]) -> None:
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.output and all(w in lines[0] for w in words), r.output
+
+
+def test_advise_kernels_file_without_model_steps_is_one_line(mlp_run: Path) -> None:
+    r = runner.invoke(app, ["advise", "--kernels", str(mlp_run), "--compute-ms", "1"])
+    assert r.exit_code == 1 and "bench --model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_run: Path) -> None:
+    from gcbench.report.html import DECISION_BANDWIDTHS, decision_curves, plot_decision
+
+    record = load_run(mlp_run)
+    ks, compute = adv.kernels_from_run(record, "mlp live", str(mlp_run))
+    assert ks.model == "mlp" and {k.label for k in ks.kernels} == {"none", "topk"}
+    assert compute is not None and compute > 0  # the live source timed its forward + backward passes
+    assert record.cases[0].source.identity() == record.cases[1].source.identity()  # a timing is not part of the gradients' identity
+    assert "compute_s" not in record.cases[0].source.identity()
+    workers, compute2, curves, even = decision_curves(record.cases)
+    assert workers == 2 and compute2 == compute and all(len(v) == len(DECISION_BANDWIDTHS) for v in curves.values())
+    topk = curves["topk"]
+    assert topk[0] > topk[-1]  # the fewer bytes a compressor sends, the more it gains on slow links
+    e = even["topk"]
+    if e is not None:  # where it crosses 1x, the curve is on both sides of 1 around it
+        i = next(j for j, b in enumerate(DECISION_BANDWIDTHS) if b >= e)
+        assert (topk[i - 1] - 1) * (topk[i] - 1) <= 0
+    plot = plot_decision(record.cases, "t")
+    assert plot is not None and plot.kind == "decision" and "2 workers" in plot.caption
+
+
+def test_overlap_hides_communication_behind_the_backward_pass_but_never_the_last_bucket() -> None:
+    # 100 ms of compute (2/3 of it backward), 40 MB of gradients = 2 DDP buckets
+    assert adv.exposed(0.05, 0.1, 40e6, overlap=False) == 0.05
+    assert adv.exposed(0.05, 0.1, 40e6, overlap=True) == pytest.approx(0.025)  # hidden but for the last bucket's half
+    assert adv.exposed(0.5, 0.1, 40e6, overlap=True) == pytest.approx(0.5 - 0.1 * 2 / 3)  # longer than the backward pass
+    k = adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 4e7, 4e7)
+    ks = adv.KernelSet("m", "cpu", "test", "", (k,))
+    a = adv.advise(ks, 0.1, [8], [10], 5e-6, overlap=True)
+    assert a.overlap and a.scenarios[0].steps[0].speedup == pytest.approx(1.0)
+    assert a.scenarios[0].reference_step_s < adv.advise(ks, 0.1, [8], [10], 5e-6).scenarios[0].reference_step_s
+
+
+def test_advise_command_topology_options(mlp_bench: Path) -> None:
+    r = runner.invoke(app, ["advise", "--kernels", str(mlp_bench), "--compute-ms", "5", "--workers", "16", "--gpus-per-node", "8",
+                            "--intra-bandwidth", "800", "--overlap", "--bandwidth", "10"])
+    assert r.exit_code == 0, r.output
+    assert "nodes of 8 GPUs" in r.stdout and "hierarchical" in r.stdout and "overlap" in r.stdout
+    for args, words in ((["--gpus-per-node", "8"], "--intra-bandwidth"), (["--gpus-per-node", "8", "--intra-bandwidth", "800",
+                                                                           "--workers", "12"], "does not fill")):
+        r = runner.invoke(app, ["advise", "--kernels", str(mlp_bench), "--compute-ms", "5", *args])
+        assert r.exit_code != 0 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
