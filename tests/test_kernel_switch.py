@@ -23,9 +23,9 @@ def _run(code: str, mode: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_switch_turns_every_numba_path_off() -> None:
-    probe = ("from gcbench import kernels; from gcbench.compressors import _sparse_fast; "
+    probe = ("from gcbench import kernels; from gcbench.kernels import runtime; "
              "from gcbench.results.store import environment; import sys; "
-             "print(kernels.NUMBA, _sparse_fast.HAVE_NUMBA, environment()['kernels'], 'numba' in sys.modules)")
+             "print(kernels.NUMBA, runtime.NUMBA, environment()['kernels'], 'numba' in sys.modules)")
     assert _run(probe, "torch").stdout.split() == ["False", "False", "torch", "False"]
     on = _run(probe, "auto").stdout.split()
     assert on[:3] == ["True", "True", "numba"] or on[:3] == ["False", "False", "torch"]  # auto: numba when it imports

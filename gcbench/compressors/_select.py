@@ -17,7 +17,7 @@ reconstructed) and ``threshold``:
   same pass, for a threshold known before ``a`` is formed (``threshold``, ``graddrop``: their
   :meth:`~gcbench.core.compressor.Compressor._form_corrected`).
 * :func:`dgc_step_fast` — DGC's momentum correction, sampled threshold and masking on CPU with the
-  kernels of :mod:`gcbench.compressors._sparse_fast`: the same selection as :func:`dgc_select`
+  kernels of :mod:`gcbench.kernels`: the same selection as :func:`dgc_select`
   (tested equal), in one update-and-count pass plus one selection pass.
 
 The torch functions (:func:`dgc_select`, :func:`accumulate`, :func:`above`) are the reference
@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
+from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, to_numpy
 from gcbench.core import codec
 from gcbench.core.compressor import ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
@@ -254,7 +255,7 @@ def momentum_buffers(state: State, like: torch.Tensor, velocity: bool) -> tuple[
 def _zeros_like(like: torch.Tensor) -> torch.Tensor:
     """A float32 zero tensor shaped like ``like`` (NumPy-allocated on CPU: no 4 KiB page-fault storm)."""
     if like.device.type == "cpu":
-        return torch.from_numpy(fast.prefault(np.zeros(tuple(like.shape), np.float32)))
+        return torch.from_numpy(kernels.prefault(np.zeros(tuple(like.shape), np.float32)))
     return torch.zeros_like(like, dtype=torch.float32)
 
 
@@ -317,7 +318,7 @@ def sparse_or_dense_decode(payload: Payload) -> torch.Tensor:
     k = meta_int(payload, "k")
     if not 0 <= k <= d:
         raise PayloadError(f"{payload.codec} payload says {k} nonzeros in {d} elements")
-    return fast.decode_sparse(body, d, k, coding, payload.codec)
+    return _sparse.decode_sparse(body, d, k, coding, payload.codec)
 
 
 class MomentumSGDReference:
@@ -349,13 +350,13 @@ class MomentumSGDReference:
 def form_counting(x32: torch.Tensor, e: torch.Tensor, has_e: bool, t: np.float32 | None) -> np.ndarray | None:
     """``a = x + e`` in the residual buffer ``e`` and, on CPU, the per-chunk counts of ``|a| >= t`` in that pass.
 
-    A ``_form_corrected`` for a threshold ``t`` (from :func:`~gcbench.compressors._sparse_fast.f32_threshold`)
-    known before ``a`` is formed; the counts go to :func:`~gcbench.compressors._sparse_fast.select_encode`.
+    A ``_form_corrected`` for a threshold ``t`` (from :func:`~gcbench.kernels.f32_threshold`)
+    known before ``a`` is formed; the counts go to :func:`~gcbench.compressors._sparse.select_encode`.
     None (the selection counts for itself) where nothing is fused: no previous residual (``a``
     is a copy of ``x``), no threshold, or tensors the kernels do not take.
     """
-    if has_e and t is not None and fast.fast_cpu(e, x32):
-        return fast.add_count(fast.as_numpy(e).reshape(-1), fast.as_numpy(x32).reshape(-1), t)
+    if has_e and t is not None and kernels.fast_cpu(e, x32):
+        return kernels.add_count(kernels.as_numpy(e).reshape(-1), kernels.as_numpy(x32).reshape(-1), t)
     ErrorFeedback.form(x32, e, has_e)
     return None
 
@@ -407,7 +408,7 @@ def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: f
     body, zeroes v at the sent positions and fills the decoded tensor when asked.  Nesterov
     momentum updates with the torch ops (their rounding of ``v + m·u`` is the reference).
     """
-    xn, un, vn = fast.as_numpy(x).reshape(-1), fast.as_numpy(u).reshape(-1), fast.as_numpy(v).reshape(-1)
+    xn, un, vn = kernels.as_numpy(x).reshape(-1), kernels.as_numpy(u).reshape(-1), kernels.as_numpy(v).reshape(-1)
     d = vn.size
     full = num_samples >= d
     counts: np.ndarray | None = None
@@ -415,15 +416,15 @@ def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: f
         if nesterov:
             accumulate(u, v, x if coef is None else x * coef, momentum, True)
         else:
-            fast.momentum_update_count(un, vn, xn, momentum, coef, np.float32(np.inf))
+            kernels.momentum_update_count(un, vn, xn, momentum, coef, np.float32(np.inf))
         samples = torch.from_numpy(np.abs(vn) if full else np.abs(vn[start : start + num_samples * stride : stride]))
     else:
-        samples = torch.from_numpy(fast.momentum_sample(un, vn, xn, momentum, coef, start, stride, num_samples))
-    thr = max(fast.kth_largest_np(samples.numpy(), sample_top(samples.numel(), density)), TINY)  # kth_largest's value
+        samples = torch.from_numpy(kernels.momentum_sample(un, vn, xn, momentum, coef, start, stride, num_samples))
+    thr = max(kernels.kth_largest_np(samples.numpy(), sample_top(samples.numel(), density)), TINY)  # kth_largest's value
     if nesterov or full:
-        counts = fast.count_chunks(vn, fast.f32_threshold(thr, False))
+        counts = kernels.count_chunks(vn, kernels.f32_threshold(thr, False))
     else:
-        counts = fast.momentum_update_count(un, vn, xn, momentum, coef, fast.f32_threshold(thr, False))
+        counts = kernels.momentum_update_count(un, vn, xn, momentum, coef, kernels.f32_threshold(thr, False))
     exact = False
     rounds = 0
     if not full:
@@ -438,13 +439,13 @@ def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: f
                 break
             thr = max(thr * DGC_LOWER, TINY)
             rounds += 1
-            counts = fast.count_chunks(vn, fast.f32_threshold(thr, False))
-    t = fast.f32_threshold(thr, False)
+            counts = kernels.count_chunks(vn, kernels.f32_threshold(thr, False))
+    t = kernels.f32_threshold(thr, False)
     ties = full and int(counts.sum()) > k  # the exact path with ties at the k-th largest: keep a true top-k
     if exact or ties:
         # the official exact top-k among the passing entries, with torch.topk's own choice among ties;
         # or, on the exact path, every entry above the threshold and then ties in position order
-        sel = fast.select_encode(vn, t, None, counts=counts, want_idx=True)
+        sel = _sparse.select_encode(vn, t, None, counts=counts, want_idx=True)
         assert sel.idx is not None and sel.vals is not None
         cval = torch.from_numpy(sel.vals)
         if exact:
@@ -452,16 +453,16 @@ def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: f
         else:
             pick = ties_by_position(cval.abs() > thr, k).numpy()
         idx, vals = sel.idx[pick], sel.vals[pick]
-        body = fast.encode_sorted(vals, idx, d, coding)
-        decoded = fast.dense_from(idx, vals, d) if want_decoded else None
-        fast.scatter_zero(vn, idx)
+        body = _sparse.encode_sorted(vals, idx, d, coding)
+        decoded = _sparse.dense_from(idx, vals, d) if want_decoded else None
+        kernels.scatter_zero(vn, idx)
         if masking:
-            fast.scatter_zero(un, idx)
+            kernels.scatter_zero(un, idx)
         return DGCStep(body, k, decoded, thr, k, exact, rounds)
-    sel = fast.select_encode(vn, t, coding, counts=counts, limit=k, zero_mode=fast.ZERO_SET, want_decoded=want_decoded,
+    sel = _sparse.select_encode(vn, t, coding, counts=counts, limit=k, zero_mode=kernels.ZERO_SET, want_decoded=want_decoded,
                              want_idx=masking)
     if masking:
         assert sel.idx is not None
-        fast.scatter_zero(un, sel.idx)
+        kernels.scatter_zero(un, sel.idx)
     decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
     return DGCStep(sel.body, sel.k, decoded, thr, sel.count, False, rounds)

@@ -45,7 +45,7 @@ sparser after the first steps).
 Speed: on CPU the residue buffer itself becomes G (no new tensor), one pass per bin computes
 G, gmax and the selection count while the bin is in cache, a second pass over the bins that
 select anything writes the fields and leaves the residue G − Gq in place, and the bit stream is
-packed in parallel (:mod:`gcbench.compressors._sparse_fast`).  :func:`adacomp_torch_encode` is
+packed in parallel (:mod:`gcbench.kernels.adacomp`).  :func:`adacomp_torch_encode` is
 the vectorised torch version (other devices, the class's ``reference``); :func:`adacomp_reference`
 is the bin-by-bin loop of the definition (the tests' oracle on small tensors).
 """
@@ -57,7 +57,7 @@ import math
 import numpy as np
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.adacomp import ADACOMP, QUANTIZE
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys, meta_str
@@ -200,18 +200,18 @@ def adacomp_fast_encode(x: np.ndarray, e: np.ndarray, L: int, quantize: str,
     Returns (body, decoded Gq or None); the body is byte-identical to the torch version's.
     """
     sign_mode = quantize == "sign_scale"
-    gmax, counts = fast.adacomp_select(e, x, L)  # e now holds G
+    gmax, counts = kernels.adacomp_select(e, x, L)  # e now holds G
     scale = adacomp_scale(gmax) if sign_mode else 0.0
-    fields, vals, decoded = fast.adacomp_finish(e, x, L, gmax, counts, np.float32(scale), sign_mode, want_decoded)
+    fields, vals, decoded = kernels.adacomp_finish(e, x, L, gmax, counts, np.float32(scale), sign_mode, want_decoded)
     nbins, nsel = counts.size, fields.size
     cw, ew = count_width(L), index_width(L) + (1 if sign_mode else 0)
     stream_bytes = (nbins * cw + nsel * ew + 7) // 8
     head = 4 if sign_mode else 0
     body = np.zeros(head + stream_bytes + (0 if sign_mode else 4 * nsel), np.uint8)
     stream = body[head : head + stream_bytes]
-    fast.pack_into(counts, cw, stream)
+    kernels.pack_into(counts, cw, stream)
     if ew:
-        fast.pack_into(fields, ew, stream, nbins * cw)
+        kernels.pack_into(fields, ew, stream, nbins * cw)
     if sign_mode:
         body[:4] = np.array([scale], "<f4").view(np.uint8)
     else:
@@ -242,11 +242,11 @@ class AdaComp(Compressor):
         e = state.tensors.get(RESIDUE)
         usable = e is not None and e.shape == flat.shape and e.device == flat.device and e.dtype == torch.float32 and e.is_contiguous()
         x = flat.contiguous()
-        if fast.fast_cpu(x):
+        if kernels.fast_cpu(x):
             if not usable:
-                e = torch.from_numpy(fast.zeros_f32(d))
+                e = torch.from_numpy(kernels.zeros_f32(d))
             assert e is not None
-            body, decoded = adacomp_fast_encode(fast.as_numpy(x), fast.as_numpy(e), L, mode, ctx.need_decoded)
+            body, decoded = adacomp_fast_encode(kernels.as_numpy(x), kernels.as_numpy(e), L, mode, ctx.need_decoded)
             state.tensors[RESIDUE] = e  # updated in place: the new residue
             return body, {"L": L, "q": mode}, (torch.from_numpy(decoded) if decoded is not None else None)
         body, gq, residue = adacomp_torch_encode(x, e if usable and e is not None else torch.zeros_like(x), L, mode)
@@ -275,7 +275,7 @@ class AdaComp(Compressor):
         if len(body) < head + (nbins * cw + 7) // 8:
             raise PayloadError("adacomp body is truncated")
         stream = body[head:]
-        counts = fast.read_fixed(stream, cw, nbins)
+        counts = kernels.read_fixed(stream, cw, nbins)
         if counts.size and (counts.max() > L or counts[-1] > d - (nbins - 1) * L):
             raise PayloadError("adacomp body has a bin count larger than its bin")
         nsel = int(counts.sum())
@@ -284,11 +284,14 @@ class AdaComp(Compressor):
         tail = 0 if mode == "sign_scale" else 4 * nsel  # fp32 values follow the stream in 'none' mode
         if len(body) != head + stream_bytes + tail:
             raise PayloadError(f"adacomp body has {len(body)} bytes, expected {head + stream_bytes + tail}")
-        fields = fast.read_fixed(stream[:stream_bytes], elem_w, nsel, nbins * cw) if elem_w else np.zeros(nsel, np.int64)
+        fields = kernels.read_fixed(stream[:stream_bytes], elem_w, nsel, nbins * cw) if elem_w else np.zeros(nsel, np.int64)
         if mode == "sign_scale":
             scale = float(body[:4].view("<f4")[0])
             vals = np.zeros(0, np.float32)
         else:
             scale = 0.0
             vals = np.ascontiguousarray(body[head + stream_bytes :]).view("<f4").astype(np.float32)
-        return fast.adacomp_scatter(fields, counts, L, mode == "sign_scale", scale, vals, d)
+        out, bad = kernels.adacomp_scatter(fields, counts, L, mode == "sign_scale", scale, vals, d)
+        if bad:
+            raise PayloadError("adacomp body has an index outside its bin")
+        return out

@@ -89,7 +89,7 @@ from typing import Any
 
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
 from gcbench.compressors._common import k_of
 from gcbench.compressors._select import (
     MomentumSGDReference,
@@ -202,7 +202,7 @@ class DGC(MomentumSGDReference, Compressor):
         start = int(state.rng.integers(0, stride)) if num_samples < d else 0
         x = a.contiguous()
         coef = clip_coef(x, p["clip_norm"], p["workers"])
-        step_fn = dgc_step_fast if fast.fast_cpu(x, u, v) else dgc_step_torch
+        step_fn = dgc_step_fast if kernels.fast_cpu(x, u, v) else dgc_step_torch
         step = step_fn(x, u, v, m, nesterov, coef, k, density, num_samples, stride, start, p["index_coding"], p["masking"],
                        ctx.need_decoded)
         return step.body, {"k": step.sent, "coding": p["index_coding"]}, step.decoded

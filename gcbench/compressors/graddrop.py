@@ -77,7 +77,7 @@ Biased; with error feedback the sum of what is sent tracks the sum of gradients
 (Σ decoded = Σ x − e_T).
 
 Speed: ``x + e`` is formed in the residual buffer itself, and on CPU the selection is
-:func:`gcbench.compressors._sparse_fast.select_encode` — a count pass and one pass that writes
+:func:`gcbench.compressors._sparse.select_encode` — a count pass and one pass that writes
 the body, leaves the residual in place and fills the decoded tensor only when asked.
 :func:`graddrop_reference_encode` is the plain torch version (the tests compare bodies).
 """
@@ -91,7 +91,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
+from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, to_numpy
 from gcbench.compressors._select import above, form_counting, strided_sample
 from gcbench.compressors.cards.graddrop import GRADDROP, QUANTIZE
@@ -185,7 +186,7 @@ def quantized_body(codes: np.ndarray, scales: np.ndarray, idx: np.ndarray, d: in
     return np.concatenate([
         np.ascontiguousarray(scales, dtype=np.float32).astype("<f4").view(np.uint8),
         codec.pack_bits(codes, _CODE_BITS[mode]),
-        fast.encode_indices(idx, d, coding),
+        _sparse.encode_indices(idx, d, coding),
     ])
 
 
@@ -198,12 +199,12 @@ def _layer_levels(flat: torch.Tensor, params: Mapping[str, Any], res: torch.Tens
     """
     d = flat.numel()
     two_bit = buckets and params["quantize"] == "2bit"
-    if fast.fast_cpu(flat) and (res is None or fast.fast_cpu(res)) and d:
+    if kernels.fast_cpu(flat) and (res is None or kernels.fast_cpu(res)) and d:
         m = min(int(params["sample_size"]), d)
         stride = d // m
-        sample = fast.as_numpy(flat)[: m * stride : stride]
+        sample = kernels.as_numpy(flat)[: m * stride : stride]
         if res is not None:
-            sample = sample + fast.as_numpy(res)[: m * stride : stride]
+            sample = sample + kernels.as_numpy(res)[: m * stride : stride]
         return drop_levels(np.abs(sample), params["drop_ratio"], two_bit, params["quant_scale"])
     sample = strided_sample([_corrected_gather(flat, res)], [d], params["sample_size"])
     return drop_levels(to_numpy(sample), params["drop_ratio"], two_bit, params["quant_scale"])
@@ -278,7 +279,7 @@ class GradDrop(Compressor):
         levels = state.values.get(_GROUP_LEVELS)
         if levels is None:
             levels = _layer_levels(x32.reshape(-1), self.params, e.reshape(-1) if has_e else None, buckets=False)
-        return form_counting(x32, e, has_e, fast.f32_threshold(levels.threshold, strict=True))
+        return form_counting(x32, e, has_e, kernels.f32_threshold(levels.threshold, strict=True))
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         p = self.params
@@ -289,15 +290,16 @@ class GradDrop(Compressor):
             levels = _layer_levels(flat, p)  # a = x + e: the threshold _form_corrected found
         thr = levels.threshold
         mode, coding = p["quantize"], p["index_coding"]
-        cpu = fast.fast_cpu(flat)
+        cpu = kernels.fast_cpu(flat)
         if cpu and mode == "none":
-            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), coding, counts=ctx.fused,
-                                     zero_mode=fast.ZERO_SUB if ctx.ef else fast.ZERO_NONE, want_decoded=ctx.need_decoded)
+            sel = _sparse.select_encode(kernels.as_numpy(flat), kernels.f32_threshold(thr, strict=True), coding, counts=ctx.fused,
+                                     zero_mode=kernels.ZERO_SUB if ctx.ef else kernels.ZERO_NONE, want_decoded=ctx.need_decoded)
             body = sel.body if sel.k else np.zeros(0, np.uint8)
             decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
             return body, {"k": sel.k, "coding": coding, "q": mode}, decoded
         if cpu:
-            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(thr, strict=True), None, counts=ctx.fused, want_idx=True)
+            sel = _sparse.select_encode(kernels.as_numpy(flat), kernels.f32_threshold(thr, strict=True), None, counts=ctx.fused,
+                                        want_idx=True)
             assert sel.idx is not None and sel.vals is not None
             idx, vals = torch.from_numpy(sel.idx), torch.from_numpy(sel.vals)
         else:
@@ -313,9 +315,9 @@ class GradDrop(Compressor):
             codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"], levels)
             body = quantized_body(to_numpy(codes), to_numpy(scales), to_numpy(idx), d, mode, coding)
         if cpu:
-            decoded = fast.dense_from(idx.numpy(), dec_vals.numpy(), d) if ctx.need_decoded else None
+            decoded = _sparse.dense_from(idx.numpy(), dec_vals.numpy(), d) if ctx.need_decoded else None
             if ctx.ef:
-                fast.scatter_sub(fast.as_numpy(flat), idx.numpy(), dec_vals.numpy())  # the residual a − decoded
+                kernels.scatter_sub(kernels.as_numpy(flat), idx.numpy(), dec_vals.numpy())  # the residual a − decoded
             return body, meta, decoded
         decoded = dense_from_sparse(dec_vals, idx, d) if ctx.need_decoded else None
         if ctx.ef:
@@ -341,18 +343,18 @@ class GradDrop(Compressor):
             raise PayloadError(f"graddrop payload header is invalid (k={k}, coding={coding!r}, q={mode!r})")
         body = body_numpy(payload)
         if k == 0:
-            return torch.from_numpy(fast.zeros_f32(d))
+            return torch.from_numpy(kernels.zeros_f32(d))
         if mode == "none":
-            return fast.decode_sparse(body, d, k, coding, payload.codec)
+            return _sparse.decode_sparse(body, d, k, coding, payload.codec)
         ns, width = _SCALES[mode], _CODE_BITS[mode]
         nc = codec.packed_nbytes(k, width)
         if len(body) < 4 * ns + nc:
             raise PayloadError("graddrop quantized body is truncated")
         scales = torch.from_numpy(body[: 4 * ns].view("<f4").astype(np.float32))
         codes = torch.from_numpy(codec.unpack_bits(body[4 * ns : 4 * ns + nc], width, k))
-        idx = fast.decode_indices(body[4 * ns + nc :], d, k, coding, payload.codec)
+        idx = _sparse.decode_indices(body[4 * ns + nc :], d, k, coding, payload.codec)
         sign = torch.where((codes & 1).bool(), -1.0, 1.0)
-        return fast.dense_from(idx, (sign * scales[codes >> 1]).numpy(), d)
+        return _sparse.dense_from(idx, (sign * scales[codes >> 1]).numpy(), d)
 
 
 def _corrected_gather(flat: torch.Tensor, res: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:

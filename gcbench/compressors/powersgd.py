@@ -62,9 +62,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors._sparse_fast import njit
 from gcbench.compressors.cards.powersgd import POWERSGD
 from gcbench.core.compressor import (
     Compressor,
@@ -125,10 +124,9 @@ def orthonormalize_reference(p: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- products (version 2 arithmetic)
 
 ROW_BLOCK = 64  # rows per work item of the row kernels
-_KERNEL = dict(nogil=True, cache=True)
 
 
-@njit(**_KERNEL)
+@kernels.njit(**kernels.KERNEL)
 def _dot4(u, v):  # pragma: no cover - numba
     """Σ u_j·v_j in float64 with four interleaved partial sums, added as (s0 + s1) + (s2 + s3)."""
     n = u.size
@@ -149,7 +147,7 @@ def _dot4(u, v):  # pragma: no cover - numba
     return (s0 + s1) + (s2 + s3)
 
 
-@njit(**_KERNEL)
+@kernels.njit(**kernels.KERNEL)
 def _mul_q_kernel(b0, b1, m, qt, out):  # pragma: no cover - numba
     """out[i, k] = Σ_j m[i, j]·q[j, k] (float64) for the rows of blocks b0..b1; ``qt`` is Qᵀ."""
     rows = m.shape[0]
@@ -161,7 +159,7 @@ def _mul_q_kernel(b0, b1, m, qt, out):  # pragma: no cover - numba
                 out[i, k_] = _dot4(row, qt[k_])
 
 
-@njit(**_KERNEL)
+@kernels.njit(**kernels.KERNEL)
 def _mul_t_kernel(c0, c1, m, p, per, parts):  # pragma: no cover - numba
     """parts[c, k, j] = Σ_{i in part c} m[i, j]·p[i, k] (float64); part c holds rows [c·per, (c+1)·per)."""
     rows, cols = m.shape
@@ -177,7 +175,7 @@ def _mul_t_kernel(c0, c1, m, p, per, parts):  # pragma: no cover - numba
                     a[j] += np.float64(row[j]) * pil
 
 
-@njit(**_KERNEL)
+@kernels.njit(**kernels.KERNEL)
 def _recon_row(p_row, qt, tmp):  # pragma: no cover - numba
     """tmp[j] = Σ_k p_row[k]·q[j, k] in float64, summed in k order (products of float32 are exact)."""
     r = qt.shape[0]
@@ -193,7 +191,7 @@ def _recon_row(p_row, qt, tmp):  # pragma: no cover - numba
             tmp[j] += pl * np.float64(ql[j])
 
 
-@njit(**_KERNEL)
+@kernels.njit(**kernels.KERNEL)
 def _recon_kernel(b0, b1, p, qt, out, subtract):  # pragma: no cover - numba
     """Rows of blocks b0..b1: out = float32(P̂ Qᵀ), or out -= float32(P̂ Qᵀ) when ``subtract``."""
     rows, cols = out.shape
@@ -221,15 +219,15 @@ def _parts(rows: int, cols: int, r: int) -> tuple[int, int]:
 
 
 def _cpu(*ts: torch.Tensor) -> bool:
-    return fast.fast_cpu(*ts)
+    return kernels.fast_cpu(*ts)
 
 
 def left_factor(m: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """P = M Q in float64 (rows × r) for float32 ``m`` (rows × cols) and ``q`` (cols × r)."""
-    if _cpu(m) and m.numel() >= fast.SERIAL_BELOW // 4:
+    if _cpu(m) and m.numel() >= kernels.SERIAL_MAX // 16:
         qt = np.ascontiguousarray(q.detach().cpu().numpy().T, dtype=np.float32)
         out = np.empty((m.shape[0], q.shape[1]), np.float64)
-        fast.run_chunks(_mul_q_kernel, _row_blocks(m.shape[0]), m.numel(), fast.as_numpy(m), qt, out)
+        kernels.run_chunks(_mul_q_kernel, _row_blocks(m.shape[0]), m.numel(), kernels.as_numpy(m), qt, out)
         return torch.from_numpy(out)
     return m.double() @ q.to(m.device).double()
 
@@ -238,10 +236,10 @@ def right_factor(m: torch.Tensor, p_hat: torch.Tensor) -> torch.Tensor:
     """Q = Mᵀ P̂ as float32 (cols × r): float64 sums over fixed parts of rows, added part by part."""
     rows, cols = m.shape
     r = p_hat.shape[1]
-    if _cpu(m) and m.numel() >= fast.SERIAL_BELOW // 4:
+    if _cpu(m) and m.numel() >= kernels.SERIAL_MAX // 16:
         per, nparts = _parts(rows, cols, r)
         parts = np.zeros((nparts, r, cols), np.float64)
-        fast.run_chunks(_mul_t_kernel, nparts, m.numel(), fast.as_numpy(m), np.ascontiguousarray(p_hat.cpu().numpy(), np.float32),
+        kernels.run_chunks(_mul_t_kernel, nparts, m.numel(), kernels.as_numpy(m), np.ascontiguousarray(p_hat.cpu().numpy(), np.float32),
                         per, parts)
         total = parts[0].copy()
         for c in range(1, nparts):  # a fixed order: the same bits for every thread count
@@ -254,10 +252,10 @@ def reconstruct(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """P Qᵀ as float32, each element float32(Σ_l p_il·q_jl) summed in float64 in l order (both sides of the wire)."""
     rows = p.shape[0]
     cols = q.shape[0]
-    if p.device.type == "cpu" and q.device.type == "cpu" and fast.HAVE_NUMBA:
+    if p.device.type == "cpu" and q.device.type == "cpu" and kernels.NUMBA:
         out = np.empty((rows, cols), np.float32)
         if out.size:
-            fast.run_chunks(_recon_kernel, _row_blocks(rows), out.size, np.ascontiguousarray(p.numpy(), np.float32),
+            kernels.run_chunks(_recon_kernel, _row_blocks(rows), out.size, np.ascontiguousarray(p.numpy(), np.float32),
                             np.ascontiguousarray(q.numpy().T, np.float32), out, False)
         return torch.from_numpy(out)
     return _reconstruct_torch(p, q)
@@ -274,8 +272,8 @@ def _reconstruct_torch(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def subtract_reconstruction(m: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> None:
     """``m -= reconstruct(p, q)`` in place, without forming the product."""
     if _cpu(m) and p.device.type == "cpu" and m.is_contiguous():
-        fast.run_chunks(_recon_kernel, _row_blocks(m.shape[0]), m.numel(), np.ascontiguousarray(p.numpy(), np.float32),
-                        np.ascontiguousarray(q.numpy().T, np.float32), fast.as_numpy(m), True)
+        kernels.run_chunks(_recon_kernel, _row_blocks(m.shape[0]), m.numel(), np.ascontiguousarray(p.numpy(), np.float32),
+                        np.ascontiguousarray(q.numpy().T, np.float32), kernels.as_numpy(m), True)
     else:
         m.sub_(reconstruct(p, q).to(m.device))
 

@@ -56,7 +56,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
+from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse
 from gcbench.compressors._select import (
     MomentumSGDReference,
@@ -120,32 +121,32 @@ def sdagc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: fl
 
 def sdagc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: float | None, step: int, params: Mapping[str, Any],
                     want_decoded: bool) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
-    """:func:`sdagc_step_torch` on contiguous CPU float32 tensors with the kernels of ``_sparse_fast``."""
-    xn, un, vn = fast.as_numpy(x).reshape(-1), fast.as_numpy(u).reshape(-1), fast.as_numpy(v).reshape(-1)
+    """:func:`sdagc_step_torch` on contiguous CPU float32 tensors with the kernels of :mod:`gcbench.kernels`."""
+    xn, un, vn = kernels.as_numpy(x).reshape(-1), kernels.as_numpy(u).reshape(-1), kernels.as_numpy(v).reshape(-1)
     d = vn.size
     coding = params["index_coding"]
-    std = fast.momentum_update_std(un, vn, xn, params["momentum"], coef)
+    std = kernels.momentum_update_std(un, vn, xn, params["momentum"], coef)
     thr = sdagc_lambda(step, params) * float(np.float32(std))  # torch.std's float32 result, as sdagc_threshold
-    t = fast.f32_threshold(thr, strict=True)
+    t = kernels.f32_threshold(thr, strict=True)
     if not params["lr_revision"]:
-        sel = fast.select_encode(vn, t, coding, zero_mode=fast.ZERO_SUB, want_decoded=want_decoded, want_idx=params["masking"])
+        sel = _sparse.select_encode(vn, t, coding, zero_mode=kernels.ZERO_SUB, want_decoded=want_decoded, want_idx=params["masking"])
         if params["masking"]:
             assert sel.idx is not None
-            fast.scatter_zero(un, sel.idx)
+            kernels.scatter_zero(un, sel.idx)
         decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
         return sel.body, {"k": sel.k, "coding": coding}, decoded
-    sel = fast.select_encode(vn, t, None, want_idx=True)
+    sel = _sparse.select_encode(vn, t, None, want_idx=True)
     assert sel.idx is not None and sel.vals is not None
     idx, vals = sel.idx, sel.vals
     if idx.size:
         scale = _revision_scale(torch.from_numpy(vals), u)
         if scale < 1.0:
             vals = (torch.from_numpy(vals) * scale).numpy()
-    decoded = fast.dense_from(idx, vals, d) if want_decoded else None
-    fast.scatter_sub(vn, idx, vals)
+    decoded = _sparse.dense_from(idx, vals, d) if want_decoded else None
+    kernels.scatter_sub(vn, idx, vals)
     if params["masking"]:
-        fast.scatter_zero(un, idx)
-    return fast.encode_sorted(vals, idx, d, coding), {"k": int(idx.size), "coding": coding}, decoded
+        kernels.scatter_zero(un, idx)
+    return _sparse.encode_sorted(vals, idx, d, coding), {"k": int(idx.size), "coding": coding}, decoded
 
 
 def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
@@ -179,7 +180,7 @@ class SDAGC(MomentumSGDReference, Compressor):
         u, v = momentum_buffers(state, a, velocity=True)
         x = a.contiguous()
         coef = clip_coef(x, p["clip_norm"], p["workers"])
-        step_fn = sdagc_step_fast if fast.fast_cpu(x, u, v) else sdagc_step_torch
+        step_fn = sdagc_step_fast if kernels.fast_cpu(x, u, v) else sdagc_step_torch
         return step_fn(x, u, v, coef, state.step, p, ctx.need_decoded)
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:

@@ -12,7 +12,7 @@ gradients of order 1e-3 (typical of real networks; it keeps about a third of a N
 tensor); for unit-scale synthetic tensors it keeps almost everything — set ``tau`` to the
 scale studied.
 
-On CPU the selection is :func:`gcbench.compressors._sparse_fast.select_encode`: one count pass and
+On CPU the selection is :func:`gcbench.compressors._sparse.select_encode`: one count pass and
 one pass that writes the body, clears the sent entries of the residual in place and fills the
 decoded tensor only when asked; :func:`threshold_reference` is the plain torch version.
 """
@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
+from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, sparse_body, sparse_body_nbytes
 from gcbench.compressors._select import above, form_counting
 from gcbench.compressors.cards.threshold import THRESHOLD
@@ -55,15 +56,15 @@ class Threshold(Compressor):
 
     def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> np.ndarray | None:
         """a = x + e with the counts of |a| > tau (the selection's first pass) in one pass."""
-        return form_counting(x32, e, has_e, fast.f32_threshold(self.params["tau"], strict=True))
+        return form_counting(x32, e, has_e, kernels.f32_threshold(self.params["tau"], strict=True))
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
         d = flat.numel()
         tau, coding = self.params["tau"], self.params["index_coding"]
-        if fast.fast_cpu(flat):
-            sel = fast.select_encode(fast.as_numpy(flat), fast.f32_threshold(tau, strict=True), coding, counts=ctx.fused,
-                                     zero_mode=fast.ZERO_SUB if ctx.ef else fast.ZERO_NONE, want_decoded=ctx.need_decoded)
+        if kernels.fast_cpu(flat):
+            sel = _sparse.select_encode(kernels.as_numpy(flat), kernels.f32_threshold(tau, strict=True), coding, counts=ctx.fused,
+                                     zero_mode=kernels.ZERO_SUB if ctx.ef else kernels.ZERO_NONE, want_decoded=ctx.need_decoded)
             decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
             return sel.body, {"k": sel.k, "coding": coding}, decoded
         idx = above(flat, tau)
@@ -78,4 +79,4 @@ class Threshold(Compressor):
         return sparse_body_nbytes(payload)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
-        return fast.decode_payload(payload)
+        return _sparse.decode_payload(payload)

@@ -4,9 +4,9 @@ Bits: k·(32 + index bits) with the selected index coding (``fixed`` = ceil(log2
 Biased and contractive: E‖C(x) − x‖² ≤ (1 − k/d)‖x‖², i.e. Beznosikov's B3(d/k).
 Reference point used by Stich et al. 2018, Beznosikov et al. 2020 and most sparsification papers.
 
-Selection (:func:`gcbench.compressors._sparse_fast.topk_select`): a threshold from a strided
+Selection (:func:`gcbench.kernels.topk_tensor`): a threshold from a strided
 sample keeps a candidate set that provably contains the top k when at least k pass (checked; a
-short count lowers the threshold, then falls back to ``torch.topk``), and the exact top k are
+short count falls back to a radix select over the magnitude bits), and the exact top k are
 chosen among the candidates.  The result is the exact top-k set; among magnitudes exactly equal
 to the k-th largest, the lowest indices are kept, where ``torch.topk`` leaves the choice
 unspecified (it may differ between versions, devices and thread counts).  The body is unchanged
@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gcbench.compressors import _sparse_fast as fast
+from gcbench import kernels
+from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes
 from gcbench.compressors.cards.topk import TOPK
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
@@ -28,7 +29,8 @@ from gcbench.core.payload import MetaValue, Payload
 
 def topk_indices(a: torch.Tensor, k: int) -> torch.Tensor:
     """Sorted indices of the k largest |a| (exact; equal magnitudes at the k-th keep the lowest indices)."""
-    return fast.topk_select(a.reshape(-1).float().contiguous(), k)[0]
+    flat = a.reshape(-1).float().contiguous()
+    return (kernels.topk_tensor(flat, k) if kernels.fast_cpu(flat) else kernels.topk_select_torch(flat, k))[0]
 
 
 def topk_reference_encode(comp: Compressor, x32: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
@@ -57,14 +59,15 @@ class TopK(Compressor):
         d = flat.numel()
         k = k_of(self.params["density"], d)
         coding = self.params["index_coding"]
-        idx, vals = fast.topk_select(flat, k)  # sorted indices; vals is a copy
+        fast = kernels.fast_cpu(flat)
+        idx, vals = kernels.topk_tensor(flat, k) if fast else kernels.topk_select_torch(flat, k)  # sorted indices; vals is a copy
         meta: dict[str, MetaValue] = {"k": k, "coding": coding}
-        if fast.fast_cpu(flat):
+        if fast:
             idx_np, vals_np = idx.numpy(), vals.numpy()
-            body = fast.encode_sorted(vals_np, idx_np, d, coding)
-            decoded = fast.dense_from(idx_np, vals_np, d) if ctx.need_decoded else None
+            body = _sparse.encode_sorted(vals_np, idx_np, d, coding)
+            decoded = _sparse.dense_from(idx_np, vals_np, d) if ctx.need_decoded else None
             if ctx.ef:
-                fast.scatter_sub(fast.as_numpy(flat), idx_np, vals_np)  # residual a − decoded: only k entries change
+                kernels.scatter_sub(kernels.as_numpy(flat), idx_np, vals_np)  # residual a − decoded: only k entries change
             return body, meta, decoded
         body = sparse_body(vals, idx, d, coding)
         decoded = dense_from_sparse(vals, idx, d) if ctx.need_decoded else None
@@ -76,4 +79,4 @@ class TopK(Compressor):
         return sparse_body_nbytes(payload)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
-        return fast.decode_payload(payload)
+        return _sparse.decode_payload(payload)

@@ -199,13 +199,17 @@ def elias_omega_fields(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return vals, widths
 
 
-def write_fields(values: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    """Concatenate fields MSB-first into a big-endian bit stream; returns uint8 bytes."""
+def _fields_of(values: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The fields of nonzero width as flat int64 arrays, and their total bits."""
     values = np.ascontiguousarray(values, dtype=np.int64).ravel()
     widths = np.ascontiguousarray(widths, dtype=np.int64).ravel()
     keep = widths > 0
-    values, widths = values[keep], widths[keep]
-    total = int(widths.sum())
+    return values[keep], widths[keep], int(widths[keep].sum())
+
+
+def write_fields(values: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Concatenate fields MSB-first into a big-endian bit stream; returns uint8 bytes."""
+    values, widths, total = _fields_of(values, widths)
     if total == 0:
         return np.zeros(0, np.uint8)
     if kernels.available():
@@ -215,11 +219,7 @@ def write_fields(values: np.ndarray, widths: np.ndarray) -> np.ndarray:
 
 def write_fields_reference(values: np.ndarray, widths: np.ndarray) -> np.ndarray:
     """Vectorised NumPy writer (one int64 per bit: memory-hungry), the oracle of :func:`write_fields`."""
-    values = np.ascontiguousarray(values, dtype=np.int64).ravel()
-    widths = np.ascontiguousarray(widths, dtype=np.int64).ravel()
-    keep = widths > 0
-    values, widths = values[keep], widths[keep]
-    total = int(widths.sum())
+    values, widths, total = _fields_of(values, widths)
     if total == 0:
         return np.zeros(0, np.uint8)
     starts = np.cumsum(widths) - widths

@@ -152,6 +152,26 @@ def test_fast_encode_equals_torch_encode_and_decodes(quantize: str, d: int, L: i
         e = residue
 
 
+@pytest.mark.parametrize("quantize", ["sign_scale", "none"])
+def test_decode_into_a_reused_output_equals_the_torch_decode(quantize: str) -> None:
+    """A decode of 2.1M elements (an 8 MB+ pooled output) right after another one's output was freed
+    reuses that dirty buffer: every element the second payload does not select must still read 0."""
+    from gcbench.compressors.adacomp import adacomp_torch_encode
+
+    d, L = 2_100_000, 50
+    gen = torch.Generator().manual_seed(7)
+    c = registry.create("adacomp", bin_size=L, quantize=quantize)
+    for step in range(3):  # decodes 2 and 3 get the freed output of the one before
+        x = torch.randn(d, generator=gen) * (1 + step)
+        e = torch.randn(d, generator=gen) * (0.5 if step != 1 else 0.0)  # step 1: fewer selected, the rest must be cleared
+        body, gq, _ = adacomp_torch_encode(x, e, L, quantize)
+        p = c.compress(x, c.init_state(0))
+        p = type(p)(p.codec, p.version, p.dtype, p.shape, torch.from_numpy(body), {"L": L, "q": quantize})
+        got = c.decompress(p)
+        assert torch.equal(got, gq), step
+        del got
+
+
 @cuda
 def test_cuda_tensors_give_the_cpu_bytes() -> None:
     c = registry.create("adacomp")

@@ -17,7 +17,7 @@ from gcbench.compressors.registry import decompress
 from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.payload import Payload, encode_header
 from tests.conftest import normal
-from tests.test_kernels import torch_only
+from tests.kernels.helpers import torch_only
 
 
 def column_view(x: torch.Tensor, granularity: str = "column") -> torch.Tensor:

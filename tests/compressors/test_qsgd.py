@@ -15,7 +15,7 @@ from gcbench.core.compressor import State
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, omega, unbiasedness_statistic
-from tests.test_kernels import torch_only
+from tests.kernels.helpers import torch_only
 
 
 def norms64(x: torch.Tensor, bucket: int, norm: str) -> torch.Tensor:

@@ -13,7 +13,7 @@ from gcbench.compressors.registry import decompress
 from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.payload import Payload
 from tests.conftest import normal
-from tests.test_kernels import torch_only
+from tests.kernels.helpers import torch_only
 
 SHAPES = [(1,), (7,), (9,), (1000,), (64, 3, 3, 3), (512, 512)]
 

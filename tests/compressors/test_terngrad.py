@@ -14,7 +14,7 @@ from gcbench.compressors.registry import decompress
 from gcbench.core.compressor import State
 from gcbench.core.payload import Payload
 from tests.conftest import looks_unbiased, normal, unbiasedness_statistic
-from tests.test_kernels import torch_only
+from tests.kernels.helpers import torch_only
 
 
 def clipped(x: torch.Tensor, c: float = 2.5) -> torch.Tensor:

@@ -14,7 +14,7 @@ from gcbench.compressors.natural import level_bits
 from gcbench.compressors.topk_dither import topk_dither_bits, topk_dither_parts
 from gcbench.core import codec
 from tests.compressors.test_natural import assert_unbiased, dither_test_input
-from tests.test_kernels import torch_only
+from tests.kernels.helpers import torch_only
 
 CODINGS = ("fixed", "int32", "delta-varint", "elias")
 

@@ -1,0 +1,176 @@
+"""The kernels' runtime: the kernel switch, the numba import, the thread policy and the views.
+
+Everything that decides *how* a kernel runs is here, once: whether numba kernels run at all
+(:data:`NUMBA`, from the switch ``GCBENCH_KERNELS`` and whether numba imports), how many threads a
+call may use (:func:`workers`, with the one serial cut-off :data:`SERIAL_MAX`), the fixed work
+unit :data:`PART`, and the two ways a kernel runs on those threads:
+
+* :data:`PARALLEL` kernels (the dense ones: quantizers, sign and 1-bit, statistics, bit packing,
+  the generator, top-k's histograms) are a numba ``prange`` over fixed parts, run on numba's
+  OpenMP pool by :func:`run_parallel`.  A Python pool running the same bodies as serial nogil
+  kernels was measured on the 25.6M-element bench (issue 15, quiet machine): signSGD 1.01→1.48×
+  a copy, natural 4.04→6.32×, 1-bit SGD 3.02→4.96×, QSGD 4.33→5.50×.
+* :data:`KERNEL` kernels over variable-size items (the sparse writers and scatters, AdaComp's
+  bins, PowerSGD's row blocks) take an item range ``(i0, i1)`` and run on the calling thread and a
+  small Python pool (:func:`run_chunks`), as they did before the package; on the same bench they
+  were no slower (topk 4.45→4.32×, threshold 9.75→8.27×, adacomp 7.32→7.58×).
+
+A generic ``prange`` launcher taking the kernel as an argument was tried and dropped: numba
+cannot cache a function specialised on a dispatcher argument (every process recompiled it and
+the cache index grew until loading it raised ``ReferenceError``).  Work is cut into fixed parts,
+never by thread count, so results (float sums included) do not depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+#: The kernel switch: ``GCBENCH_KERNELS=torch`` runs every compressor on its plain torch path on
+#: the CPU — the path a CUDA device takes — so that path is tested where no GPU is lent;
+#: ``auto`` (the default) uses the numba kernels where they apply.
+KERNEL_MODES = ("auto", "torch")
+
+
+def kernel_mode() -> str:
+    """The kernel switch's value (``auto`` or ``torch``); anything else is refused by the CLI."""
+    return os.environ.get("GCBENCH_KERNELS", "auto").strip().lower() or "auto"
+
+
+try:
+    if kernel_mode() == "torch":
+        raise ImportError("GCBENCH_KERNELS=torch: the torch path everywhere")
+    import numba
+    from numba import njit, prange
+
+    NUMBA = True
+except Exception:  # numba missing or broken, or the torch path asked for: compressors use their torch paths
+    NUMBA = False
+    prange = range
+
+    def njit(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]
+        """Stand-in decorator: the kernels stay importable (and unused) without numba."""
+        if args and callable(args[0]):
+            return args[0]
+        return lambda f: f
+
+
+PART = 1 << 16  # elements per work item (256 KiB of float32): fixed, so results do not depend on the thread count
+SUB = 1024  # elements per inner block: the uniforms and codes of one block stay in L1
+SERIAL_MAX = 1 << 20  # inputs below this run on the calling thread alone
+KERNEL = dict(nogil=True, cache=True)  # a serial kernel over a range of items, which :func:`run_chunks` runs on its threads
+PARALLEL = dict(parallel=True, cache=True)  # a kernel whose ``prange`` over fixed parts :func:`run_parallel` runs on numba's pool
+
+
+def available() -> bool:
+    """Whether the numba kernels can run in this process."""
+    return NUMBA
+
+
+def cpu_fast(*tensors: torch.Tensor) -> bool:
+    """True when every tensor is on the CPU and the numba kernels are available."""
+    return NUMBA and all(t.device.type == "cpu" for t in tensors)
+
+
+def fast_cpu(*tensors: torch.Tensor) -> bool:
+    """True when the numba kernels apply: numba present, every tensor a contiguous CPU float32 tensor."""
+    return cpu_fast(*tensors) and all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+
+
+def fused_ef_ok(x: torch.Tensor) -> bool:
+    """Whether a compressor's fused CPU error-feedback path applies to ``x``."""
+    return x.is_floating_point() and x.numel() > 0 and cpu_fast(x)
+
+
+def workers(numel: int | None, n_items: int | None = None) -> int:
+    """Threads for a call over ``numel`` elements (in ``n_items`` work items): one below :data:`SERIAL_MAX`,
+    else as many as torch uses (``torch.set_num_threads`` is the one knob), at most one per item.
+
+    Waking worker threads costs microseconds on an idle machine, but on these shared 2-core
+    machines some processes paid 8 ms per parallel region (sleeping workers waiting for a busy
+    core; torch's own parallel copy paid the same), which is 10–20× the whole one-thread
+    compression of a 1M-element tensor (0.4–0.8 ms).  Below 2^20 elements the second thread
+    would save at most a fraction of a millisecond, so small tensors never risk the stall.
+    """
+    if numel is not None and numel < SERIAL_MAX:
+        return 1
+    n = max(1, torch.get_num_threads())
+    return n if n_items is None else max(1, min(n, n_items))
+
+
+def run_parallel(kernel: Callable[..., Any], numel: int, *args: Any) -> None:
+    """Run the :data:`PARALLEL` kernel ``kernel(*args)`` (a ``prange`` over fixed parts) on the
+    threads :func:`workers` gives for ``numel`` elements (numba's thread count is per calling thread)."""
+    if NUMBA:
+        nth = min(workers(numel), numba.config.NUMBA_NUM_THREADS)  # numba's pool has at most that many
+        if numba.get_num_threads() != nth:
+            numba.set_num_threads(nth)
+    kernel(*args)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _get_pool(size: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < size:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="gcbench-kernels")
+            _pool_size = size
+        return _pool
+
+
+def run_chunks(kernel: Callable[..., Any], n_items: int, numel: int, *args: Any) -> None:
+    """Run the :data:`KERNEL` kernel ``kernel(i0, i1, *args)`` over ``[0, n_items)``, one contiguous
+    range per thread: the calling thread and a small Python pool, the GIL released inside.
+
+    ``numel`` (the elements the items cover) decides by :func:`workers` whether threads are worth starting.
+    """
+    t = workers(numel, n_items)
+    if t <= 1:
+        kernel(0, n_items, *args)
+        return
+    bounds = [n_items * i // t for i in range(t + 1)]
+    pool = _get_pool(t - 1)
+    futures = [pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, t)]
+    kernel(bounds[0], bounds[1], *args)
+    for f in futures:
+        f.result()
+
+
+@njit(inline="always")
+def n_parts(n):  # pragma: no cover - compiled
+    """How many :data:`PART`-element parts cover ``n`` elements: a :data:`PARALLEL` kernel's ``prange``."""
+    return (n + PART - 1) // PART
+
+
+@njit(inline="always")
+def bounds(i, size, n):  # pragma: no cover - compiled
+    """Elements ``[lo, hi)`` of work item ``i`` of ``size`` elements out of ``n``."""
+    lo = i * size
+    return lo, min(n, lo + size)
+
+
+def n_chunks(n: int, chunk: int = PART) -> int:
+    """Work items of ``chunk`` elements covering ``n`` (at least one)."""
+    return max(1, -(-n // chunk))
+
+
+def flat_f32(t: torch.Tensor) -> np.ndarray:
+    """Contiguous flat float32 NumPy view of a CPU tensor (copied only if needed)."""
+    return t.detach().reshape(-1).to(torch.float32).contiguous().numpy()
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """NumPy view of a contiguous CPU tensor (shares memory: writes go to the tensor)."""
+    return t.detach().numpy()
