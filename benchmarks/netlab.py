@@ -106,6 +106,12 @@ class NetLab:
             if name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
                 _ip("netns", "del", name, check=False)
         _ip("link", "del", BRIDGE, check=False)
+        # a namespace some process still holds (a worker that outlived its run) keeps its veth pair: delete
+        # the bridge-side ends here, which takes their peers with them
+        for line in _ip("-o", "link", check=False).stdout.splitlines():
+            name = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
+            if name.startswith((f"{PREFIX}p", f"{PREFIX}v")) and name[len(PREFIX) + 1:].isdigit():
+                _ip("link", "del", name, check=False)
         # a deleted namespace's links go away asynchronously: wait, or the next lab's veth "exists"
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(
