@@ -54,6 +54,24 @@ def _train(ddp: nn.Module, rank: int, steps: int, lr: float = 0.1) -> None:
         opt.step()
 
 
+def _learn_teacher(ddp: nn.Module, student: nn.Module, teacher: nn.Module, rank: int, steps: int) -> tuple[float, float]:
+    """Train ``student`` (inside ``ddp``) on ``teacher``'s labels of random inputs; its held-out loss (first, last)."""
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+    gen = torch.Generator().manual_seed(rank)
+    x_eval = torch.randn(256, 12, generator=torch.Generator().manual_seed(99))
+    y_eval = teacher(x_eval).argmax(1)
+    with torch.no_grad():
+        first = float(nn.functional.cross_entropy(student(x_eval), y_eval))
+    for _ in range(steps):
+        x = torch.randn(32, 12, generator=gen)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), teacher(x).argmax(1).detach()).backward()
+        opt.step()
+    with torch.no_grad():
+        last = float(nn.functional.cross_entropy(student(x_eval), y_eval))
+    return first, last
+
+
 def _gather(ctx: WorkerContext, t: torch.Tensor) -> list[torch.Tensor]:
     out = [torch.empty_like(t) for _ in range(ctx.world_size)]
     dist.all_gather(out, t.contiguous(), group=ctx.group)
@@ -136,18 +154,7 @@ def _scenario_topk_ef(ctx: WorkerContext) -> dict[str, Any]:
     teacher = _mlp(5)
     ddp2 = DDP(student, process_group=ctx.group)
     register_compressor_hook(ddp2, "topk:density=0.1,error_feedback=true", seed=3, process_group=ctx.group)
-    opt = torch.optim.SGD(ddp2.parameters(), lr=0.2, momentum=0.9)
-    gen = torch.Generator().manual_seed(ctx.rank)
-    x_eval = torch.randn(256, 12, generator=torch.Generator().manual_seed(99))
-    y_eval = teacher(x_eval).argmax(1)
-    first = float(nn.functional.cross_entropy(student(x_eval), y_eval))
-    for _ in range(150):
-        x = torch.randn(32, 12, generator=gen)
-        opt.zero_grad()
-        nn.functional.cross_entropy(ddp2(x), teacher(x).argmax(1).detach()).backward()
-        opt.step()
-    with torch.no_grad():
-        last = float(nn.functional.cross_entropy(student(x_eval), y_eval))
+    first, last = _learn_teacher(ddp2, student, teacher, ctx.rank, 150)
     return {"ef_rel_err": err, "residual_norm": float(residual.norm()), "resets": state.state_resets,
             "loss_first": first, "loss_last": last}
 
@@ -238,8 +245,6 @@ def _scenario_async_training(ctx: WorkerContext) -> dict[str, Any]:
     """Train a student MLP on a teacher's labels through the asynchronous hook, several buckets per step."""
     out: dict[str, Any] = {}
     teacher = _mlp(5)
-    x_eval = torch.randn(256, 12, generator=torch.Generator().manual_seed(99))
-    y_eval = teacher(x_eval).argmax(1)
     for name in ASYNC_TRAINING:
         student = _mlp(8)
         ddp = DDP(student, process_group=ctx.group, bucket_cap_mb_list=[0.0005, 0.0005])  # ~500-byte caps: several buckets
@@ -256,17 +261,7 @@ def _scenario_async_training(ctx: WorkerContext) -> dict[str, Any]:
 
         hook.__annotations__ = {"st": object, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
         ddp.register_comm_hook(state, hook)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
-        gen = torch.Generator().manual_seed(ctx.rank)
-        with torch.no_grad():
-            first = float(nn.functional.cross_entropy(student(x_eval), y_eval))
-        for _ in range(60):
-            x = torch.randn(32, 12, generator=gen)
-            opt.zero_grad()
-            nn.functional.cross_entropy(ddp(x), teacher(x).argmax(1).detach()).backward()
-            opt.step()
-        with torch.no_grad():
-            last = float(nn.functional.cross_entropy(student(x_eval), y_eval))
+        first, last = _learn_teacher(ddp, student, teacher, ctx.rank, 60)
         flat = torch.cat([p.detach().reshape(-1) for p in student.parameters()])
         replicas = _gather(ctx, flat)
         out[name] = {"first": first, "last": last, "identical": all(torch.equal(r, replicas[0]) for r in replicas),
