@@ -71,6 +71,12 @@ class KernelSet:
         return next((k for k in self.kernels if k.label == label), None)
 
 
+def _machine(record: RunRecord) -> str:
+    """The machine a results record was measured on, for the output's provenance line."""
+    env = record.env
+    return f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores"
+
+
 def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str = "") -> KernelSet:
     """The :class:`KernelSet` of a bench results record made with ``--model`` (one model; ``model`` picks one when it holds several)."""
     cases = [c for c in record.cases if isinstance(c, BenchCase) and c.ok and c.model]
@@ -92,8 +98,7 @@ def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str 
                                float(c.copy_.median_s or 0.0), float(c.input_bytes) / float(c.ratio), float(c.input_bytes),
                                tuple(flags), int(c.tensors or 1), tuple(sorted((c.params or {}).items()))))
     device = next((str(c.device) for c in cases if c.model == model and c.device), "cpu")
-    env = record.env
-    machine = f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores"
+    machine = _machine(record)
     return KernelSet(model, device, machine, origin, tuple(out))
 
 
@@ -124,8 +129,7 @@ def kernels_from_run(record: RunRecord, source_label: str, origin: str = "") -> 
     kernels, compute = step_kernels_of(cases)
     model = next((str(c.source.model) for c in cases if c.source is not None and c.source.model), source_label)
     device = next((str(c.timing.device) for c in cases if c.timing is not None and c.timing.device), "cpu")
-    env = record.env
-    return KernelSet(model, device, f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores", origin, tuple(kernels)), compute
+    return KernelSet(model, device, _machine(record), origin, tuple(kernels)), compute
 
 
 def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, rounds: int = 3, threads: int = 2,
