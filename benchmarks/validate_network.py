@@ -6,11 +6,16 @@ For each (workers, compressor, bandwidth) configuration this script
    step (the same N processes training without any communication, so they contend for the cores
    as in the real run), and the compressor's per-step compress and decompress time and payload
    bytes (the same N processes training through the DDP hook over unshaped links);
-2. **predicts** the step time with ``gcbench advise``'s model (:mod:`gcbench.distributed.advise`) from
-   those inputs and the link's nominal rate (nothing is fitted to the run being predicted);
-3. **measures** the step time of real training: N processes in network namespaces whose links are
+2. **prices the collectives on the shaped links** with bare collectives (``python -m
+   gcbench.distributed.calibrate``: each collective as gcbench issues it, at four message sizes, no
+   training), also apart from the run it predicts;
+3. **predicts** the step time with ``gcbench advise``'s model (:mod:`gcbench.distributed.advise`) from
+   those inputs, twice: with the collectives priced by the calibration (what ``gcbench advise
+   --network`` does) and by the bare α–β model at the link's nominal rate (nothing is fitted to the
+   run being predicted);
+4. **measures** the step time of real training: N processes in network namespaces whose links are
    shaped to the bandwidth (:mod:`netlab`), gloo, the gcbench DDP hook;
-4. prints predicted vs measured, the error, and the share of the step spent communicating.
+5. prints predicted vs measured, the error, and the share of the step spent communicating.
 
 The model is an MLP small enough that computing is a small part of a step at these bandwidths on
 a 2-core machine.  Needs root (network namespaces).  Example (about 4 minutes)::
@@ -34,14 +39,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from netlab import NetLab
 
+if TYPE_CHECKING:
+    from gcbench.distributed.netmodel import Calibration
+
 #: (compressor spec, link rate in Mbit/s): one all-reduce protocol, one all-gather, one of its own; the
 #: rates put communication at more than half of each step (checked and printed)
-DEFAULT_CONFIGS = (("allreduce", 100.0), ("fp16", 100.0), ("topk:density=0.01", 5.0), ("onebit", 20.0))
+DEFAULT_CONFIGS = (("allreduce", 100.0), ("fp16", 100.0), ("topk:density=0.01", 5.0), ("onebit", 5.0))
 SIZES = (784, 1024, 512, 10)  # the MLP: 1.34M parameters, 5.4 MB of float32 gradient
 STEPS, WARMUP = 30, 5
 PORT = 29611
@@ -59,7 +67,8 @@ class Row:
     decompress_s: float
     payload_bytes: float
     dense_bytes: float
-    predicted_s: float
+    predicted_s: float  # collectives priced by the calibration on the same links
+    model_only_s: float  # collectives priced by the bare α–β model at the nominal rate
     measured_s: float
     measured_iqr_s: float
     communicate_share: float
@@ -67,6 +76,10 @@ class Row:
     @property
     def error(self) -> float:
         return self.predicted_s / self.measured_s - 1
+
+    @property
+    def model_only_error(self) -> float:
+        return self.model_only_s / self.measured_s - 1
 
 
 # ----------------------------------------------------------------------------- one worker process
@@ -142,22 +155,29 @@ def _median_step(recs: Sequence[dict[str, Any]]) -> tuple[float, float]:
 
 def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], latency_s: float, overlap: bool,
              port: int = PORT) -> list[Row]:
-    """Measure the inputs, predict with ``gcbench advise``'s model, measure the real step; one row per configuration."""
+    """Measure the inputs, price the links, predict with ``gcbench advise``'s model, measure the real step; one row per
+    configuration."""
     from gcbench.distributed.advise import StepKernels, predict_step, reference_step
     from gcbench.distributed.netmodel import Network
 
     dense = float(4 * sum(a * b + b for a, b in itertools.pairwise(SIZES)))
     copy_s = _copy_seconds(dense)
     rows = []
+    calibrations: dict[tuple[int, float], Calibration] = {}
     for n in workers:
         compute_s, _ = _median_step(_launch(None, n, "local", "none", port))
         for spec, mbit in configs:
-            port += 2
+            port += 3
             net = Network(mbit / 1000, latency_s)
+            if (n, mbit) not in calibrations:  # bare collectives on the shaped links, apart from the training runs
+                with NetLab(n, mbit) as lab:
+                    calibrations[n, mbit] = _calibrate(lab, n, mbit, port + 2)
+                print(f"  {n} workers at {mbit:g} Mbit/s: {calibrations[n, mbit].describe()}", flush=True)
+            cal = calibrations[n, mbit]
             if spec == "allreduce":  # plain DDP: no hook, no kernels
-                ident = StepKernels("allreduce", "none", 0.0, 0.0, copy_s, dense, dense)
-                predicted, comm = reference_step([ident], n, net, compute_s, overlap=overlap)
-                k = ident
+                k = StepKernels("allreduce", "none", 0.0, 0.0, copy_s, dense, dense)
+                predicted, comm = reference_step([k], n, net, compute_s, overlap=overlap, calibration=cal)
+                model_only, _ = reference_step([k], n, net, compute_s, overlap=overlap)
             else:
                 with NetLab(n, 10_000) as fast:  # unshaped (10 Gbit/s): the hook's kernels and bytes
                     hook = [r["hook"] for r in _launch(fast, n, "ddp", spec, port)]
@@ -171,14 +191,32 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
                                 statistics.mean(h["decompress_s_median"] for h in hook) / decoded, copy_s,
                                 statistics.mean(h["payload_bytes_per_step"] for h in hook),
                                 statistics.mean(h["dense_bytes_per_step"] for h in hook), params=tuple(sorted(typed.items())))
-                st = predict_step(k, n, net, compute_s, overlap=overlap)
+                st = predict_step(k, n, net, compute_s, overlap=overlap, calibration=cal)
                 predicted, comm = st.step_s, st.communicate_s
+                model_only = predict_step(k, n, net, compute_s, overlap=overlap).step_s
             with NetLab(n, mbit) as lab:
                 measured, iqr = _median_step(_launch(lab, n, "ddp", spec, port + 1))
             rows.append(Row(n, spec, mbit, compute_s, k.compress_s, k.decompress_s, k.wire_bytes, k.dense_bytes, predicted,
-                            measured, iqr, comm / predicted))
+                            model_only, measured, iqr, comm / predicted))
             print(_line(rows[-1]), flush=True)
     return rows
+
+
+def _calibrate(lab: NetLab, n: int, mbit: float, port: int) -> Calibration:
+    """``python -m gcbench.distributed.calibrate`` in the lab's namespaces: the collectives' prices on its links."""
+    from gcbench.distributed.netmodel import load_calibration
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "net.json"
+        argv = [sys.executable, "-m", "gcbench.distributed.calibrate", "--bandwidth", str(mbit / 1000), "--out", str(out)]
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
+        procs = [lab.popen(r, argv, {**env, **lab.torch_env(r, port)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for r in range(n)]
+        for p in procs:
+            _, errb = p.communicate(timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError(f"calibration failed: {errb.decode().strip().splitlines()[-1:]}")
+        return load_calibration(out)
 
 
 def _number(text: str) -> object:
@@ -209,6 +247,7 @@ def _copy_seconds(dense_bytes: float) -> float:
 def _line(r: Row) -> str:
     return (f"{r.workers} × {r.compressor:22s} {r.mbit:7g} Mbit/s  predicted {1e3 * r.predicted_s:8.1f} ms  "
             f"measured {1e3 * r.measured_s:8.1f} ± {1e3 * r.measured_iqr_s / 2:5.1f} ms  error {100 * r.error:+6.1f}%  "
+            f"(α–β alone {1e3 * r.model_only_s:.1f} ms, {100 * r.model_only_error:+.1f}%)  "
             f"(compute {1e3 * r.compute_s:.1f} ms, communication {100 * r.communicate_share:.0f}% of the predicted step)")
 
 
@@ -227,9 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     rows = validate([int(w) for w in args.workers.split(",")], configs, args.latency_us * 1e-6, args.overlap)
     worst = max(abs(r.error) for r in rows)
-    print(f"{len(rows)} configurations in {time.time() - t0:.0f} s; largest error {100 * worst:.1f}%")
+    print(f"{len(rows)} configurations in {time.time() - t0:.0f} s; largest error {100 * worst:.1f}% "
+          f"(α–β model alone: {100 * max(abs(r.model_only_error) for r in rows):.1f}%)")
     if args.json:
-        args.json.write_text(json.dumps([{**asdict(r), "error": r.error} for r in rows], indent=1))
+        args.json.write_text(json.dumps([{**asdict(r), "error": r.error, "model_only_error": r.model_only_error} for r in rows],
+                                        indent=1))
     return 0
 
 

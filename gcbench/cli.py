@@ -1158,6 +1158,9 @@ def advise_cmd(
         metavar="PATH", help="A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
                              "`--device cuda`): its kernel times instead of measuring them now.")] = None,
     rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per compressor when measuring kernels.")] = 3,
+    network: Annotated[Path | None, typer.Option(
+        metavar="PATH", help="A network calibration (`python -m gcbench.distributed.calibrate`, run on the cluster): "
+                             "collectives priced as measured there instead of by the α–β model.")] = None,
     runs_dir: Annotated[Path, typer.Option(metavar="PATH", help="Where run ids are looked up.")] = Path("reports/runs"),
     out_dir: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Folder for the bench file it measures.")]
     = Path("reports/runs"),
@@ -1169,11 +1172,12 @@ def advise_cmd(
     Examples: `gcbench advise --model resnet50 --workers 16 --bandwidth 1,10,25,100`,
     `gcbench advise --model resnet50 --compute-ms 120 -c topk -c powersgd -c fp16`,
     `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`,
-    `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`.
+    `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`,
+    `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`.
     """
     from gcbench.compressors import registry
     from gcbench.distributed import advise as adv
-    from gcbench.distributed.netmodel import Topology
+    from gcbench.distributed.netmodel import Topology, load_calibration
     from gcbench.report.advice import advice_output
     from gcbench.results.store import load_run, resolve_run
     from gcbench.sources.catalog import check_model
@@ -1196,6 +1200,9 @@ def advise_cmd(
         raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
     if model is None and kernels is None:
         raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`)")
+    calibration = load_calibration(network) if network is not None else None
+    if calibration is not None and gpus_per_node > 1:
+        raise GcbenchError("--network prices a flat network as measured: leave out --gpus-per-node")
     if model is not None:
         check_model(model)
     specs = compressor_specs(None, compressor) or [n for n in registry.names() if registry.get(n).min_workers <= 1]
@@ -1222,7 +1229,8 @@ def advise_cmd(
             origin = "measured on this machine's CPU; give --compute-ms for the cluster's devices"
     delivered = adv.delivered_from_results(fidelity[0], ks.model, fidelity[1]) if fidelity else None
     advice = adv.advise(ks, compute_s, ns, bws, latency_us * 1e-6, compute_origin=origin, delivered=delivered,
-                        fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap)
+                        fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
+                        calibration=calibration)
     if as_json:
         print(json.dumps(advice.to_dict(), default=str))
         return

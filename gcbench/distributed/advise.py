@@ -35,7 +35,7 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.netmodel import Network, Topology, collective_seconds, protocol_seconds
+from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
 from gcbench.results.record import BenchCase, RunCase, RunRecord
 
 Progress = Callable[[str, int, int, str], None]
@@ -242,6 +242,7 @@ class Advice:
     fidelity_origin: str | None = None
     topology: Topology = field(default_factory=Topology)
     overlap: bool = False
+    calibration: Calibration | None = None  # collectives priced as measured on the network (else the α–β model)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -266,10 +267,10 @@ def exposed(comm_s: float, compute_s: float, dense_bytes: float, overlap: bool) 
 
 
 def predict_step(k: StepKernels, n: int, net: Network, compute_s: float, topo: Topology = Topology(),
-                 overlap: bool = False) -> Step:
+                 overlap: bool = False, calibration: Calibration | None = None) -> Step:
     """The compressor's step on ``n`` workers over ``net``: compute + compress + its protocol + decode of what it receives."""
     protocol = registry.get(k.compressor).resolve_protocol(dict(k.params))
-    comm, decodes, algos = protocol_seconds(protocol, k.wire_bytes, n, net, topo, k.tensors)
+    comm, decodes, algos = protocol_seconds(protocol, k.wire_bytes, n, net, topo, k.tensors, calibration)
     dec = k.decompress_s * max(1, decodes)
     wait = exposed(comm, compute_s, k.dense_bytes, overlap)
     step = compute_s + k.compress_s + wait + dec
@@ -277,21 +278,22 @@ def predict_step(k: StepKernels, n: int, net: Network, compute_s: float, topo: T
 
 
 def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
-                   overlap: bool = False) -> tuple[float, float]:
+                   overlap: bool = False, calibration: Calibration | None = None) -> tuple[float, float]:
     """(step, communication waited for) of uncompressed training: DDP's own path — the gradients copied into
     buckets, an all-reduce of the fp32 bytes (ring or tree, whichever is faster), copied back.  The copy is the
     fastest of the kernels' copies of the same tensors: load only ever slows a copy down (a case timed while the
     machine stalled measured its copy at 4 ms against 0.12)."""
     dense = kernels[0].dense_bytes
     copy_s = min(k.copy_s for k in kernels)
-    comm, _ = collective_seconds("allreduce", dense, n, net, topo)
+    comm, _ = collective_seconds("allreduce", dense, n, net, topo, calibration)
     wait = exposed(comm, compute_s, dense, overlap)
     return compute_s + 2 * copy_s + wait, wait
 
 
 def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
-           fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False) -> Advice:
+           fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False,
+           calibration: Calibration | None = None) -> Advice:
     """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring)."""
     if not kernels.kernels:
         raise ResultsError(f"no compressor of {kernels.origin or 'the input'} has kernel times and payload sizes to predict with")
@@ -299,16 +301,16 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
     for n in workers:
         for bw in bandwidths_gbps:
             net = Network(bw, latency_s)
-            ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s, topology, overlap)
+            ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s, topology, overlap, calibration)
             steps = []
             for k in kernels.kernels:
-                s = predict_step(k, n, net, compute_s, topology, overlap)
+                s = predict_step(k, n, net, compute_s, topology, overlap, calibration)
                 steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s,
                                                  delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
             scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps)))
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
-                  topology=topology, overlap=overlap)
+                  topology=topology, overlap=overlap, calibration=calibration)
 
 
 def summary_line(sc: Scenario) -> str:

@@ -36,9 +36,13 @@ parameter server).  Speed-up = reference / predicted.  All functions are pure.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from gcbench.compressors import registry
@@ -144,16 +148,144 @@ def _intra_s(nbytes: float, topo: Topology) -> float:
     return nbytes / (topo.intra_gbps * 1e9 / 8) if nbytes else 0.0
 
 
-def collective_seconds(kind: str, nbytes: float, n: int, net: Network, topo: Topology = Topology()) -> tuple[float, str]:
+# ----------------------------------------------------------------------------- collectives measured on a network
+
+#: the collectives a calibration prices, and the α–β cost of each that its measured price is relative to
+COLLECTIVES = {"allreduce": ring_allreduce, "allgather": ring_allgather, "alltoall": pairwise_alltoall}
+
+
+@dataclass(frozen=True)
+class CollectivePrice:
+    """One collective as a backend really runs it on one network, relative to the α–β model of :data:`COLLECTIVES`.
+
+    ``seconds = overhead_s + efficiency × volume / B``, where ``volume`` is the model's bytes through one link and
+    B the link's nominal rate.  ``efficiency`` above 1 is what the model leaves out: Ethernet/IP/TCP framing and
+    acknowledgements sharing the link, a backend algorithm that does not use both directions of a link (gloo's
+    all-gather), copies.  ``overhead_s`` is the fixed cost of one call at ``workers`` (latency rounds, the size
+    exchange gcbench's transport does first, the backend's own work)."""
+
+    kind: str
+    workers: int
+    efficiency: float
+    overhead_s: float
+    points: tuple[tuple[float, float], ...] = ()  # (bytes per worker, median seconds) it was fitted to
+
+
+def fit_price(kind: str, workers: int, points: Sequence[tuple[float, float]], bandwidth_gbps: float) -> CollectivePrice:
+    """Least-squares line through measured (bytes per worker, seconds) of one collective: its efficiency and overhead.
+
+    The line is fitted in the model's volume time (``volume / B``), so its slope is the efficiency; a negative
+    intercept (noise on a fixed cost near zero) is fixed at zero and the slope refitted through the origin."""
+    if kind not in COLLECTIVES:
+        raise ParamError(f"unknown collective {kind!r}: one of {', '.join(COLLECTIVES)}")
+    if len(points) < 2 or workers < 2:
+        raise ParamError(f"a price needs at least two message sizes on two or more workers, got {len(points)} on {workers}")
+    bps = bandwidth_gbps * 1e9 / 8
+    xs = [COLLECTIVES[kind](b, workers).volume / bps for b, _ in points]
+    ys = [t for _, t in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        raise ParamError("a price needs at least two different message sizes")
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    icept = my - slope * mx
+    if icept < 0:
+        slope, icept = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs), 0.0
+    if slope <= 0:
+        raise ParamError(f"the {kind} times do not grow with the message size ({', '.join(f'{1e3 * t:.2f} ms' for t in ys)}): "
+                         "the messages are too small to see the link; measure larger ones")
+    return CollectivePrice(kind, workers, slope, icept, tuple((float(b), float(t)) for b, t in points))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The collectives of one backend timed on one network (``python -m gcbench.distributed.calibrate``), for
+    ``gcbench advise --network FILE``: prices replace the α–β model's for the kinds and worker counts they cover."""
+
+    backend: str
+    bandwidth_gbps: float  # the nominal rate of the links the prices were measured on
+    prices: tuple[CollectivePrice, ...]
+    origin: str = ""
+
+    def price(self, kind: str, n: int) -> CollectivePrice | None:
+        """The price of ``kind`` measured at ``n`` workers, else at the nearest worker count measured (None: not priced)."""
+        mine = [p for p in self.prices if p.kind == kind]
+        return min(mine, key=lambda p: (abs(p.workers - n), -p.workers)) if mine else None
+
+    def seconds(self, kind: str, nbytes: float, n: int, net: Network) -> tuple[float, str] | None:
+        """(seconds, how) of ``kind`` from its measured price at ``net``'s rate; the fixed cost scales with the latency
+        rounds of the algorithm from the measured worker count to ``n``.  None when ``kind`` was not measured."""
+        p = self.price(kind, n)
+        if p is None:
+            return None
+        model, at = COLLECTIVES[kind](nbytes, n), COLLECTIVES[kind](1.0, p.workers)
+        fixed = p.overhead_s * (model.alphas / at.alphas if at.alphas else 1.0)
+        how = f"{self.backend} measured" + ("" if p.workers == n else f" at {p.workers} workers")
+        return fixed + p.efficiency * model.volume / net.bytes_per_s, how
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": "gcbench-network-calibration", "version": 1, "backend": self.backend,
+                "bandwidth_gbps": self.bandwidth_gbps,
+                "prices": [{**asdict(p), "points": [list(x) for x in p.points]} for p in self.prices]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], origin: str = "") -> Calibration:
+        """Read :meth:`to_dict`'s form; anything else is a :class:`ResultsError` naming ``origin``."""
+        where = origin or "the calibration file"
+        if not isinstance(data, Mapping) or data.get("format") != "gcbench-network-calibration":
+            raise ResultsError(f"{where} is not a gcbench network calibration (make one with "
+                               "`python -m gcbench.distributed.calibrate`)")
+        try:
+            prices = tuple(CollectivePrice(str(p["kind"]), int(p["workers"]), float(p["efficiency"]), float(p["overhead_s"]),
+                                           tuple((float(b), float(t)) for b, t in p.get("points", ())))
+                           for p in data["prices"])
+            cal = cls(str(data["backend"]), float(data["bandwidth_gbps"]), prices, origin)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ResultsError(f"{where} is damaged: {e}") from None
+        bad = [p for p in prices if p.kind not in COLLECTIVES or p.workers < 2 or not 0 < p.efficiency < math.inf
+               or not 0 <= p.overhead_s < math.inf]
+        if bad or not prices:
+            raise ResultsError(f"{where} is damaged: " + (f"a price of {bad[0].kind!r} at {bad[0].workers} workers is not usable"
+                                                          if bad else "it holds no price"))
+        return cal
+
+    def describe(self) -> str:
+        """One line for the output: where the prices come from and what they say."""
+        parts = ", ".join(f"{p.kind} {p.efficiency:.2f}× the model's volume time + {1e3 * p.overhead_s:.1f} ms at {p.workers} workers"
+                          for p in sorted(self.prices, key=lambda p: (p.kind, p.workers)))
+        return (f"collectives priced from {self.origin or 'a calibration'} ({self.backend}, measured at "
+                f"{self.bandwidth_gbps:g} Gbit/s): {parts}")
+
+
+def load_calibration(path: str | os.PathLike[str]) -> Calibration:
+    """Read a calibration file; a missing, unreadable or foreign file is one :class:`ResultsError` line."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"no calibration file {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsError(f"cannot read the calibration {path}: {e}") from None
+    return Calibration.from_dict(data, str(path))
+
+
+def collective_seconds(kind: str, nbytes: float, n: int, net: Network, topo: Topology = Topology(),
+                       calibration: Calibration | None = None) -> tuple[float, str]:
     """(seconds, algorithm) of one collective of ``nbytes`` per worker over ``n`` workers.
 
     ``kind``: ``allreduce`` (the faster of ring and tree, as NCCL picks), ``allgather`` (ring; every
     worker receives every other's bytes, so the cost grows with n), ``alltoall`` (pairwise).  With
     several GPUs per node the collective is hierarchical: intra-node steps on the intra-node
     bandwidth, and between nodes one exchange per node whose link carries all its GPUs' bytes.
+    With a ``calibration`` (flat networks) a kind it measured is priced as measured.
     """
     if n <= 1:
         return 0.0, "none"
+    if calibration is not None:
+        if not topo.flat:
+            raise ParamError("a network calibration prices a flat network: leave out --gpus-per-node, or the calibration")
+        measured = calibration.seconds(kind, nbytes, n, net)
+        if measured is not None:
+            return measured
     g = topo.gpus_per_node
     if g > 1 and n % g:
         raise ParamError(f"{n} workers do not fill nodes of {g} GPUs")
@@ -182,7 +314,7 @@ def collective_seconds(kind: str, nbytes: float, n: int, net: Network, topo: Top
 
 
 def protocol_seconds(protocol: Protocol, wire_bytes: float, n: int, net: Network, topo: Topology = Topology(),
-                     tensors: int = 1) -> tuple[float, int, str]:
+                     tensors: int = 1, calibration: Calibration | None = None) -> tuple[float, int, str]:
     """(seconds, payload decodes per worker, algorithms) of one step of ``protocol`` on ``n`` workers.
 
     Each of the protocol's legs (:attr:`Protocol.cost`) is one collective (:func:`collective_seconds`)
@@ -194,7 +326,7 @@ def protocol_seconds(protocol: Protocol, wire_bytes: float, n: int, net: Network
     total, decodes, algos = 0.0, 0, []
     for leg in protocol.cost:
         nbytes = {"payload": wire_bytes, "payload/n": wire_bytes / n, "scalars": 4.0 * tensors}[leg.size]
-        secs, algo = collective_seconds(leg.collective, nbytes / leg.rounds, n, net, topo)
+        secs, algo = collective_seconds(leg.collective, nbytes / leg.rounds, n, net, topo, calibration)
         total += secs * leg.rounds
         decodes += leg.decodes(n)
         algos.append(f"{leg.collective} ({algo})" if n > 1 else leg.collective)

@@ -22,6 +22,8 @@ def advice_output(adv: Advice) -> list[Table | str]:
         + ("a flat network" if adv.topology.flat else
            f"nodes of {adv.topology.gpus_per_node} GPUs ({adv.topology.intra_gbps:g} Gbit/s inside a node, the bandwidth between nodes)")
         + ("; communication overlapped with the backward pass" if adv.overlap else "") + "."]
+    if adv.calibration is not None:
+        out.append(adv.calibration.describe() + "; kinds it did not measure: the α–β model.")
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
     for n in sorted({sc.workers for sc in adv.scenarios}):
         scs = {sc.bandwidth_gbps: sc for sc in adv.scenarios if sc.workers == n}

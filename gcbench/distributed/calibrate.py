@@ -1,0 +1,147 @@
+"""Price the collectives of a backend on the network they will run on: a calibration for ``gcbench advise --network``.
+
+The α–β model (:mod:`gcbench.distributed.netmodel`) counts the bytes a collective's algorithm moves
+through one link.  A real backend moves more and worse: Ethernet, IP and TCP framing and the
+acknowledgements share the link (about a tenth at 1500-byte frames), gloo's all-gather does not use
+both directions of a link as the ring model assumes, and gcbench's transport first exchanges the
+payloads' sizes.  This module times each collective the way gcbench's transport and DDP issue it,
+on a running process group, at message sizes chosen from the link's nominal rate, and fits one
+:class:`~gcbench.distributed.netmodel.CollectivePrice` per collective: its efficiency against the
+model's volume time, and its fixed cost per call.  The prices are measured apart from any training
+they will predict; nothing is fitted to a training run.
+
+Run it on every rank of the cluster (any ``torch.distributed`` launcher; rank 0 writes the file)::
+
+    torchrun --nnodes 4 --nproc-per-node 1 --rdzv-endpoint HOST:29500 \\
+        -m gcbench.distributed.calibrate --bandwidth 10 --out net.json
+    gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gcbench.core.errors import GcbenchError
+from gcbench.distributed.netmodel import COLLECTIVES, Calibration, CollectivePrice, fit_price
+
+#: each size is chosen so that the model's volume time of the collective is this many seconds at the nominal rate
+DEFAULT_SECONDS = (0.05, 0.1, 0.2, 0.4)
+
+
+def _issue(kind: str, nbytes: int, world: int, group: Any) -> Callable[[], None]:
+    """One call of ``kind`` with ``nbytes`` per worker as gcbench issues it: DDP's fp32 all-reduce; the transport's
+    size exchange then the bodies for all-gather (padded to the longest) and all-to-all (``nbytes``/n to each peer,
+    nothing to itself)."""
+    if kind == "allreduce":
+        x = torch.zeros(max(1, nbytes // 4))
+        return lambda: dist.all_reduce(x, group=group)
+    if kind == "allgather":
+        size = torch.tensor([nbytes], dtype=torch.int64)
+        sizes = [torch.empty_like(size) for _ in range(world)]
+        body = torch.zeros(nbytes, dtype=torch.uint8)
+        out = [torch.empty_like(body) for _ in range(world)]
+
+        def allgather() -> None:
+            dist.all_gather(sizes, size, group=group)
+            dist.all_gather(out, body, group=group)
+
+        return allgather
+    part = max(1, nbytes // world)
+    splits = [0 if j == dist.get_rank(group) else part for j in range(world)]  # the transport sends nothing to itself
+    send_sizes = torch.tensor(splits, dtype=torch.int64)
+    recv_sizes = torch.empty_like(send_sizes)
+    send = torch.zeros(sum(splits), dtype=torch.uint8)
+    recv = torch.empty_like(send)
+
+    def alltoall() -> None:
+        dist.all_to_all_single(recv_sizes, send_sizes, group=group)
+        dist.all_to_all_single(recv, send, splits, splits, group=group)
+
+    return alltoall
+
+
+def _timed(call: Callable[[], None], repeats: int, group: Any) -> float:
+    """Median over ``repeats`` (after one warm-up) of the slowest rank's time of one call, every rank starting together."""
+    times = []
+    for i in range(repeats + 1):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        call()
+        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
+        if i:
+            times.append(float(dt))
+    return statistics.median(times)
+
+
+def measure(bandwidth_gbps: float, *, kinds: Sequence[str] = tuple(COLLECTIVES), seconds: Sequence[float] = DEFAULT_SECONDS,
+            repeats: int = 5, group: Any = None, progress: Callable[[str], None] | None = None) -> Calibration:
+    """Time every collective of ``kinds`` on ``group`` (default: the initialised default process group) and fit its price."""
+    world = dist.get_world_size(group)
+    bps = bandwidth_gbps * 1e9 / 8
+    prices: list[CollectivePrice] = []
+    for kind in kinds:
+        factor = COLLECTIVES[kind](1.0, world).volume  # model volume per byte of message
+        points = []
+        for s in seconds:
+            nbytes = max(world, int(s * bps / factor))
+            t = _timed(_issue(kind, nbytes, world, group), repeats, group)
+            points.append((float(nbytes), t))
+            if progress:
+                progress(f"{kind} {nbytes / 1e6:.3g} MB per worker: {1e3 * t:.1f} ms (model {1e3 * factor * nbytes / bps:.1f} ms)")
+        prices.append(fit_price(kind, world, points, bandwidth_gbps))
+    return Calibration(str(dist.get_backend(group)), bandwidth_gbps, tuple(prices))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m gcbench.distributed.calibrate`` on every rank (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m gcbench.distributed.calibrate", description=__doc__.split("\n\n")[0],
+                                 epilog="Example: torchrun --nproc-per-node 1 --nnodes 4 ... -m gcbench.distributed.calibrate "
+                                        "--bandwidth 10 --out net.json")
+    ap.add_argument("--bandwidth", type=float, required=True, help="the links' nominal rate in Gbit/s")
+    ap.add_argument("--out", type=Path, required=True, help="the calibration file rank 0 writes")
+    ap.add_argument("--backend", default="gloo", help="the process group's backend (default gloo)")
+    ap.add_argument("--seconds", default=",".join(map(str, DEFAULT_SECONDS)),
+                    help="model volume times (s) the message sizes are chosen for, a comma list")
+    ap.add_argument("--repeats", type=int, default=5, help="timed calls per size (median; after one warm-up)")
+    args = ap.parse_args(argv)
+    try:
+        secs = [float(x) for x in args.seconds.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--seconds must be a comma list of numbers, got {args.seconds!r}")
+    if not 0 < args.bandwidth < float("inf") or len(secs) < 2 or min(secs) <= 0 or args.repeats < 1:
+        ap.error("--bandwidth must be > 0, --seconds two or more positive numbers, --repeats at least 1")
+    if "RANK" not in os.environ:
+        ap.error("run it on every rank with a torch.distributed launcher (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR)")
+    dist.init_process_group(args.backend)
+    try:
+        if dist.get_world_size() < 2:
+            print("a calibration needs two or more ranks", file=sys.stderr)
+            return 2
+        rank0 = dist.get_rank() == 0
+        try:
+            cal = measure(args.bandwidth, seconds=secs, repeats=args.repeats, progress=print if rank0 else None)
+        except GcbenchError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        if rank0:
+            args.out.write_text(json.dumps(cal.to_dict(), indent=1))
+            print(Calibration.from_dict(cal.to_dict(), str(args.out)).describe())
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
