@@ -1101,8 +1101,9 @@ def simulate_cmd(
     latency_us: Annotated[float, typer.Option(metavar="FLOAT", help="Latency α per message in microseconds.")] = 5.0,
     compute_ms: Annotated[float | None, typer.Option(metavar="FLOAT", help="Compute time per step in ms (run files have none: default 0; "
                                                      "train files: measured).")] = None,
-    scheme: Annotated[str, typer.Option(metavar="NAME", help="auto (all-reduce for fp16/bf16/none/powersgd, all-gather otherwise), "
-                                        "allreduce, allgather or ps (parameter server).")] = "auto",
+    scheme: Annotated[str, typer.Option(metavar="NAME", help="auto (each compressor's own protocol, priced leg by leg as "
+                                        "`gcbench advise` does), or a what-if: allreduce, allgather or ps (parameter server).")]
+    = "auto",
     runs_dir: Annotated[Path, typer.Option(metavar="PATH", help="Where run ids are looked up.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable predictions.")] = False,
 ) -> None:

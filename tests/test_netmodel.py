@@ -271,3 +271,37 @@ def test_the_network_model_prices_the_legs_the_protocol_runs(name: str) -> None:
     for params in configs:
         want = [leg.collective for leg in info.resolve_protocol(params).cost for _ in range(leg.rounds)]
         assert _leg_kinds(name, params) == want, (name, params)
+
+
+def test_simulate_auto_is_advise_s_model_protocol_legs_and_ddp_s_copies() -> None:
+    """``auto`` prices each protocol leg by leg (1-bit SGD: all-to-all then all-gather of the stripes) and charges the
+    dense reference DDP's two bucket copies, so an identity codec whose kernels cost one copy each lands at 1.0×."""
+    from gcbench.distributed.advise import StepKernels, predict_step, reference_step
+    from gcbench.distributed.netmodel import collective_seconds
+
+    net = Network(10, ALPHA)
+    ident = CaseCost("none", "none", 1e8, 1e8, compute_s=0.05, compress_s=0.004, decompress_s=0.004, copy_s=0.004)
+    for n in (2, 8, 256):
+        assert predict(ident, n, net).speedup == pytest.approx(1.0, rel=1e-12)
+    onebit = CaseCost("onebit", "onebit", 4e6, 1e8, compute_s=0.05, compress_s=0.01, decompress_s=0.002, copy_s=0.004, tensors=3)
+    p = predict(onebit, 8, net)
+    assert p.communicate_s == pytest.approx(collective_seconds("alltoall", 4e6, 8, net)[0]
+                                            + collective_seconds("allgather", 4e6 / 8, 8, net)[0])
+    assert "alltoall" in p.collective and "allgather" in p.collective
+    # the same numbers as advise's step and reference from the same inputs
+    k = StepKernels("onebit", "onebit", 0.01, 0.002, 0.004, 4e6, 1e8, tensors=3)
+    st = predict_step(k, 8, net, 0.05)
+    assert (p.step_s, p.communicate_s, p.decompress_s) == pytest.approx((st.step_s, st.communicate_s, st.decompress_s))
+    assert p.reference_step_s == pytest.approx(reference_step([k], 8, net, 0.05)[0])
+    # the break-even bandwidth is where the model's speed-up crosses 1
+    b = break_even_bandwidth(onebit, 8, ALPHA)
+    assert b is not None and predict(onebit, 8, Network(b, ALPHA)).speedup == pytest.approx(1.0, rel=1e-9)
+
+
+def test_a_damaged_configuration_in_a_results_file_is_a_results_error() -> None:
+    run = {"schema_version": 1, "kind": "run", "cases": [
+        {"label": "tg", "compressor": "terngrad", "status": "ok", "params": {"share_scaler": {"a": 1}}, "source": {"label": "s"},
+         "size": {"wire_bytes": 2e6, "dense_bytes": 1e8}, "timing": {"compress": {"median_s": 0.02}, "decompress": {"median_s": 0.002}}},
+    ]}
+    with pytest.raises(ResultsError, match="cannot be priced"):
+        cases_from_results(run)

@@ -10,32 +10,33 @@ bandwidth B (Gbit/s, 1 Gbit = 10⁹ bit) and all links work in parallel.
 
 Collectives (N workers; M = dense bytes, m = one worker's payload bytes):
 
-* ring all-reduce: ``2(N−1)·α + 2(N−1)/N · M/B`` (reduce-scatter then all-gather);
-* ring all-gather of per-worker payloads: ``(N−1)·α + (N−1)·m/B``;
-* parameter server: one server with the same link; the N uploads share the server's link
-  (``α + N·m/B``), the server decodes all N payloads and sums them, and sends each worker the dense
-  fp32 aggregate (``α + N·M/B``); for formats whose card says ``summable`` (fp16/bf16/none) it sends the
-  sum in the wire format (``α + N·m/B``).  Server-side summation time is ignored.
+* all-reduce: ring ``2(N−1)·α + 2(N−1)/N · M/B`` or pipelined double binary tree
+  ``2⌈log₂N⌉·α + 2·M/B``, whichever is faster (as NCCL picks);
+* ring all-gather of per-worker payloads: ``(N−1)·α + (N−1)·m/B`` (grows with N);
+* pairwise all-to-all of m cut into N parts: ``(N−1)·α + (N−1)/N · m/B``;
+* with several GPUs per node (:class:`Topology`) the collectives are hierarchical;
+* with a :class:`Calibration` (``python -m gcbench.distributed.calibrate`` on the target network)
+  each collective it measured is priced as measured: framing and the backend's own algorithms
+  included.
 
-Which collective applies (``scheme="auto"``) is read from the compressor's card
-(:class:`gcbench.core.info.Protocol`), never from its name:
-
-* a protocol made of all-reduces (``allreduce_rounds``: none, fp16 and bf16 sum their bodies in
-  place, 1; PowerSGD all-reduces P then Q, 2) → ring all-reduce of m with that many latency rounds;
-* every other protocol (sparse or quantized payloads that do not add up in their encoding) →
-  ring all-gather, and each worker decodes all N payloads; ``scalar_allreduces`` (TernGrad's
-  shared scaler) add the latency of that many tiny all-reduces.
-
-Step time: ``compute + compress + communicate + decompress × decoded payloads``, where decoded
-payloads is N for all-gather (and the parameter server), 1 for all-reduce.  No overlap of
-communication with the backward pass is modelled, although the DDP hook of
-:mod:`gcbench.distributed.ddp` overlaps them: the prediction is an upper bound of such a step.
-The uncompressed reference is ``compute + ring all-reduce of M`` (``scheme`` ``ps``: a dense
-parameter server).  Speed-up = reference / predicted.  All functions are pure.
+A compressor's protocol is read from its card (:attr:`gcbench.core.info.Protocol.cost`, never from
+its name): the legs its :meth:`worker_protocol` runs, each one collective over the bytes its size
+rule gives (:func:`protocol_seconds`).  Step time: ``compute + compress + communicate + decompress ×
+decoded payloads``.  The uncompressed reference is DDP's own path: the gradients copied into
+buckets, an fp32 all-reduce, copied back; a compressor's encode and decode take the place of those
+copies, so an identity codec whose kernels cost one copy each predicts exactly 1.0×.  This is the
+model of ``gcbench advise`` (:mod:`gcbench.distributed.advise`) and of ``gcbench simulate``
+(``scheme="auto"``).  ``simulate``'s forced schemes are what-ifs: one ring all-reduce
+(``allreduce``) or all-gather (``allgather``) of the payloads, or one parameter server (``ps``: the
+N uploads share the server's link, it sends each worker the dense fp32 aggregate, or the sum in
+the wire format for ``summable`` formats), against a dense ring all-reduce (``ps``: a dense
+server).  Overlap of communication with the backward pass is an option of ``advise``.  All
+functions are pure.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from gcbench.compressors import registry
-from gcbench.core.errors import ParamError, ResultsError
+from gcbench.core.errors import ParamError, ResultsError, UnknownNameError
 from gcbench.core.info import Protocol
 from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord, as_record
 
@@ -345,11 +346,14 @@ class CaseCost:
     compress_s: float = 0.0
     decompress_s: float = 0.0  # decoding ONE worker's payloads of a step
     source: str = ""
+    copy_s: float = 0.0  # a copy of the same tensors measured beside the kernels (DDP's bucket copies); 0: not measured
+    tensors: int = 1  # tensors one step compresses (TernGrad's shared scaler: one float each)
+    params: tuple[tuple[str, Any], ...] = ()  # the configuration: the protocol can depend on it
 
     @property
     def protocol(self) -> Protocol:
-        """The compressor's multi-worker protocol, from its card."""
-        return registry.get(self.compressor).protocol
+        """The compressor's multi-worker protocol, from its card and configuration."""
+        return registry.get(self.compressor).resolve_protocol(dict(self.params))
 
 
 def collective_for(compressor: str, scheme: str = "auto") -> str:
@@ -364,10 +368,11 @@ def collective_for(compressor: str, scheme: str = "auto") -> str:
 
 
 def communication(case: CaseCost, n: int, scheme: str = "auto") -> tuple[Cost, int]:
-    """(communication cost, decoded payloads per step) of one case on ``n`` workers."""
+    """(communication cost, decoded payloads per step) of one case on ``n`` workers under a forced single-collective
+    scheme (``auto`` here is the card's all-reduce or all-gather; :func:`predict` prices ``auto`` by the protocol's legs)."""
     kind = collective_for(case.compressor, scheme)
     if kind == "allreduce":
-        rounds = case.protocol.allreduce_rounds
+        rounds = case.protocol.allreduce_rounds or 1
         c = ring_allreduce(case.wire_bytes, n)
         return Cost(c.alphas * rounds, c.volume), 1
     if kind == "allgather":
@@ -411,32 +416,51 @@ class Prediction:
 
 
 def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto") -> Prediction:
-    """Step time = compute + compress + communicate + decompress × decoded payloads; speed-up vs dense."""
+    """Step time = compute + compress + communicate + decompress × decoded payloads; speed-up vs dense.
+
+    ``auto`` is ``gcbench advise``'s model: the compressor's own protocol priced leg by leg, against DDP's
+    uncompressed path (copy into buckets, all-reduce of fp32 by ring or tree, copy back; the copies are the
+    case's measured copy of the same tensors, whose place the compressor's encode and decode take).  The forced
+    schemes (``allreduce``, ``allgather``, ``ps``) are what-ifs with one collective each against a dense ring
+    all-reduce (``ps``: a dense parameter server).
+    """
     if n < 1:
         raise ParamError(f"workers must be >= 1, got {n}")
-    cost, decoded = communication(case, n, scheme)
-    comm = cost.seconds(net)
+    if scheme not in SCHEMES:
+        raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if scheme == "auto":
+        comm, decoded, how = protocol_seconds(case.protocol, case.wire_bytes, n, net, tensors=case.tensors)
+        decoded = max(1, decoded)
+        ref = case.compute_s + 2 * case.copy_s + collective_seconds("allreduce", case.dense_bytes, n, net)[0]
+    else:
+        cost, decoded = communication(case, n, scheme)
+        comm, how = cost.seconds(net), scheme
+        ref = case.compute_s + reference(case, n, scheme).seconds(net)
     dec = case.decompress_s * decoded
     step = case.compute_s + case.compress_s + comm + dec
-    ref = case.compute_s + reference(case, n, scheme).seconds(net)
-    return Prediction(case.label, case.source, collective_for(case.compressor, scheme), n, net.bandwidth_gbps, net.latency_s,
+    return Prediction(case.label, case.source, how, n, net.bandwidth_gbps, net.latency_s,
                       case.compute_s, case.compress_s, comm, dec, step, ref, ref / step if step > 0 else math.inf)
 
 
 def break_even_bandwidth(case: CaseCost, n: int, latency_s: float, scheme: str = "auto") -> float | None:
     """Bandwidth (Gbit/s) at which the compressed step equals the dense one; None if it never does.
 
-    From ``comp + dec·k + a_c·α + v_c/B = a_r·α + v_r/B``: ``B* = (v_r − v_c) / (comp + dec·k + (a_c − a_r)·α)``.
-    Below B* (slower links) compression wins, above it the dense all-reduce wins — when the
-    compressor sends fewer bytes than the dense exchange and costs time to run (both > 0).
+    Below it (slower links) compression wins, above it the dense all-reduce wins.  Found on the
+    model itself (a log-spaced scan from 1 Mbit/s to 1 Pbit/s, then bisection), so it holds for
+    every protocol and collective the model prices.
     """
-    cost, decoded = communication(case, n, scheme)
-    ref = reference(case, n, scheme)
-    saved_volume = ref.volume - cost.volume
-    overhead = case.compress_s + case.decompress_s * decoded + (cost.alphas - ref.alphas) * latency_s
-    if saved_volume <= 0 or overhead <= 0:
-        return None
-    return saved_volume / overhead * 8 / 1e9
+    def pays(gbps: float) -> float:
+        return predict(case, n, Network(gbps, latency_s), scheme).speedup - 1.0
+
+    grid = [10.0 ** (k / 8) for k in range(-24, 49)]
+    values = [pays(b) for b in grid]
+    for (lo, vlo), (hi, vhi) in itertools.pairwise(zip(grid, values, strict=True)):
+        if vlo > 0 >= vhi:
+            for _ in range(80):
+                mid = math.sqrt(lo * hi)
+                lo, hi = (mid, hi) if pays(mid) > 0 else (lo, mid)
+            return math.sqrt(lo * hi)
+    return None
 
 
 # ----------------------------------------------------------------------------- results files
@@ -474,8 +498,16 @@ def cases_from_results(data: RunRecord | Mapping[str, Any], compute_s: float | N
         if wire is None or dense is None:
             continue
         src = c.source_label if c.source and (c.source.label or c.source.name) else ""
+        t = c.timing
+        copy_s = (t.pooled_copy_s or (t.copy_.median_s if t.copy_ is not None else None)) if t is not None else None
+        params = tuple(sorted((c.params or {}).items()))
+        try:
+            registry.get(name).resolve(dict(params))  # the protocol depends on them: a damaged value is the file's fault
+        except (ParamError, UnknownNameError) as e:
+            raise ResultsError(f"case {c.label!r} of the results file cannot be priced: {e}") from None
         out.append(CaseCost(c.label, name, float(wire), float(dense), float(compute_s or 0.0),
-                            float(c.metric("compress_s") or 0.0), float(c.metric("decompress_s") or 0.0), src))
+                            float(c.metric("compress_s") or 0.0), float(c.metric("decompress_s") or 0.0), src,
+                            float(copy_s or 0.0), len(c.layers or []) or 1, params))
     if not out:
         raise ResultsError("the results file has no successful case with payload sizes to simulate")
     return out

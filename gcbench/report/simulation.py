@@ -5,31 +5,34 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from gcbench.distributed.netmodel import CaseCost, Simulation, collective_for
+from gcbench.distributed.netmodel import CaseCost, Simulation
 
 
 def simulation_output(sim: Simulation) -> list[Table | str]:
     """Tables and footnotes to print, in order (strings are plain text, not markup)."""
-    multi_source = len({c.source for c in sim.cases}) > 1
+    sources = list(dict.fromkeys(c.source for c in sim.cases))  # one table per source: sources are never mixed
+    multi_source = len(sources) > 1
 
     def name(c: CaseCost) -> str:
         return escape(f"{c.label} [{c.source}]" if multi_source else c.label)
 
     out: list[Table | str] = []
-    for bw in sim.bandwidths_gbps:
-        t = Table(title=f"predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {sim.latency_s * 1e6:g} µs, scheme {sim.scheme}",
-                  title_justify="left")
-        t.add_column("compressor")
-        t.add_column("collective")
-        for n in sim.workers:
-            t.add_column(f"N={n}", justify="right")
-        for c in sim.cases:
-            cells = []
+    for src in sources:
+        for bw in sim.bandwidths_gbps:
+            of = f"{src} — " if multi_source else ""
+            t = Table(title=f"{of}predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {sim.latency_s * 1e6:g} µs, "
+                            f"scheme {sim.scheme}", title_justify="left")
+            t.add_column("compressor")
+            t.add_column("protocol" if sim.scheme == "auto" else "collective")
             for n in sim.workers:
-                speedup = sim.prediction(c, n, bw).speedup
-                cells.append(f"[green]{speedup:.2f}×[/]" if speedup > 1.0 else f"{speedup:.2f}×")
-            t.add_row(name(c), escape(collective_for(c.compressor, sim.scheme)), *cells)
-        out.append(t)
+                t.add_column(f"N={n}", justify="right")
+            for c in (c for c in sim.cases if c.source == src):
+                cells = []
+                for n in sim.workers:
+                    speedup = sim.prediction(c, n, bw).speedup
+                    cells.append(f"[green]{speedup:.2f}×[/]" if speedup > 1.0 else f"{speedup:.2f}×")
+                t.add_row(escape(c.label), escape(sim.prediction(c, sim.workers[-1], bw).collective), *cells)
+            out.append(t)
     t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
     t.add_column("compressor")
     for n in sim.workers:
@@ -41,8 +44,14 @@ def simulation_output(sim: Simulation) -> list[Table | str]:
         comp = f"compute {sim.compute_s * 1e3:g} ms per step (--compute-ms)"
     else:
         comp = "compute measured in training" if sim.kind == "train" else "compute 0 ms (run files have no compute time; set --compute-ms)"
-    out.append(f"step = {comp} + compress + communicate + decompress × decoded payloads (N for all-gather, 1 for all-reduce); "
-               "reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication overlap. "
-               "— = compression never pays off (or never loses).")
+    if sim.scheme == "auto":
+        out.append(f"step = {comp} + compress + the compressor's own protocol, leg by leg (algorithms at N={sim.workers[-1]}) + "
+                   "decode of the payloads it receives; reference = DDP's path: copy into buckets + fp32 all-reduce (ring or tree) + "
+                   "copy back, the copies measured beside the kernels (the model of `gcbench advise`); no compute/communication "
+                   "overlap. — = compression never pays off (or never loses).")
+    else:
+        out.append(f"step = {comp} + compress + one {sim.scheme} of the payloads (a what-if: --scheme) + decompress × decoded "
+                   "payloads; reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication "
+                   "overlap. — = compression never pays off (or never loses).")
     out.append(f"results: {sim.results}")
     return out
