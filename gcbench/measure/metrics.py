@@ -588,7 +588,8 @@ def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[],
 
 
 def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], policy: TimingPolicy,
-              device: torch.device | str = "cpu", payloads: Sequence[Payload] | None = None) -> Interleaved:
+              device: torch.device | str = "cpu", payloads: Sequence[Payload] | None = None,
+              copy_into: Sequence[torch.Tensor] | None = None) -> Interleaved:
     """Time one worker-step of ``comp`` — compress of every tensor of ``xs`` as a group, and decode of
     its payloads — interleaved with a copy of the same tensors (:func:`time_interleaved`).
 
@@ -598,11 +599,13 @@ def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[Sta
     earlier work left is collected first and the collector stays off while timing; payloads, the
     copy's destination and the state clones each round starts from are made outside the timed
     region, and warm-up rounds touch every buffer first.  ``states`` are left untouched.  ``payloads`` (the step's,
-    compressed from clones of ``states``) are what the decompress decodes; made here when not given.
+    compressed from clones of ``states``) are what the decompress decodes; made here when not given.  ``copy_into``
+    (shaped like ``xs``): the copy baseline's destination, one for all cases of a source (:func:`flat_like` here when
+    not given), so every case's copy writes the same memory.
     """
     if payloads is None:
         payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
-    bufs = flat_like(xs)
+    bufs = list(copy_into) if copy_into is not None else flat_like(xs)
     holder: dict[str, list[State]] = {}
 
     def setup() -> None:
@@ -620,6 +623,36 @@ def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[Sta
         return time_interleaved(copy, kernels_, policy, device, setup)
     finally:
         gc.enable()
+
+
+def settle_copy(xs: Sequence[torch.Tensor], into: Sequence[torch.Tensor], *, batch: int = 5, tolerance: float = 0.03,
+                max_s: float = 10.0, clock: Callable[[], float] = time.perf_counter,
+                copy_once: Callable[[], float] | None = None) -> tuple[int, float]:
+    """Copy ``xs`` into ``into`` in batches until two batches in a row agree (their medians within ``tolerance``) or
+    ``max_s`` has passed; returns (copies made, the last batch's median seconds).
+
+    Run before a source's first timed case: the copy is every kernel's baseline, and right after a large
+    run freed its memory the machine copied the same tensors 20% faster or slower from case to case
+    (the kernel reclaiming and compacting pages) while the run before it had not.  Settling costs
+    a few copies on a quiet machine and waits out such a state on a busy one, at most ``max_s``.
+    ``copy_once`` (one timed copy, its seconds) is injectable for tests.
+    """
+    def one() -> float:
+        t0 = clock()
+        for b, x in zip(into, xs, strict=True):
+            b.copy_(x)
+        return clock() - t0
+
+    timed = copy_once or one
+    if not xs:
+        return 0, 0.0
+    start, made, last = clock(), 0, None
+    while True:
+        med = float(np.median([timed() for _ in range(batch)]))
+        made += batch
+        if (last and abs(med / last - 1) <= tolerance) or clock() - start > max_s or med <= 0:
+            return made, med
+        last = med
 
 
 def timing_flags(x_copy: Sequence[float], median_s: float, load: float | None, policy: TimingPolicy,

@@ -52,7 +52,7 @@ from gcbench.measure.casemath import (
     worker_mean,
 )
 from gcbench.measure.granularity import Unit, gather, make_units
-from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, flat_like, time_step
+from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, flat_like, settle_copy, time_step
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
@@ -151,6 +151,7 @@ class SourceData:
         self.source, self.units, self.device = source, units, device
         self.numel = sum(u.numel for u in units)
         self._reference: dict[float, DenseReference] = {}
+        self._copy_into: tuple[Any, list[torch.Tensor]] | None = None
         total = dense_bytes(self.numel) * source.workers * source.steps
         self.cache: dict[tuple[int, int], list[torch.Tensor]] | None = {} if total <= CACHE_LIMIT_BYTES else None
         if self.cache is not None:
@@ -175,6 +176,17 @@ class SourceData:
         if packed:
             torch._foreach_copy_(packed, out)
         return packed
+
+    def copy_destination(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The copy baseline's destination for tensors shaped like ``xs``: one per source, made (and the copy settled,
+        :func:`settle_copy`) on the first timed case and reused by every other, so every case's copy writes the
+        same memory."""
+        key = tuple((tuple(x.shape), x.dtype, x.device) for x in xs)
+        if self._copy_into is None or self._copy_into[0] != key:
+            bufs = flat_like(xs)
+            settle_copy(xs, bufs)
+            self._copy_into = (key, bufs)
+        return self._copy_into[1]
 
     def get(self, step: int, worker: int) -> list[torch.Tensor]:
         if self.cache is not None:
@@ -256,7 +268,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
         xs = [data.get(t, w) for w in range(W)]
         refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)] if own_ref else xs
         if suite.metrics.timing and t < suite.metrics.timing_steps:
-            timing = _time_case(comp, xs[0], states[0], suite)
+            timing = _time_case(comp, xs[0], states[0], suite, data.copy_destination(xs[0]))
 
         # 1. one-shot fidelity on the first steps: repeats from copies of the current state (worker 0)
         fids: list[Fidelity] | None = None
@@ -344,12 +356,14 @@ def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], s
     return aggregates, phase, contributions
 
 
-def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite) -> dict[str, Any]:
-    """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors (:func:`time_step`)."""
+def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite,
+               copy_into: Sequence[torch.Tensor] | None = None) -> dict[str, Any]:
+    """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors (:func:`time_step`)
+    into ``copy_into`` (the source's one destination)."""
     m = suite.metrics
     device = xs[0].device if xs else torch.device("cpu")
     policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats, budget_s=m.timing_budget_s)
-    timed = time_step(comp, xs, states, policy, device)
+    timed = time_step(comp, xs, states, policy, device, copy_into=copy_into)
     return timing_summary(sum(x.numel() for x in xs), str(device), torch.get_num_threads(), timed, comp.info.traffic_bytes, policy)
 
 
