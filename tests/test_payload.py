@@ -185,3 +185,22 @@ def test_declared_size_is_bounded_without_an_expected_shape() -> None:
     with pytest.raises(PayloadError, match="per byte"):
         Payload.from_bytes(_payload(body=b"", shape=(MAX_ELEMENTS_PER_BYTE * n + 1,)).to_bytes())
     assert Payload.from_bytes(raw).shape == (1,)
+
+
+def test_a_sliced_payload_is_its_buffer_range_read_on_first_use() -> None:
+    """``Payload.sliced`` (the casts' grouped path) defers only the view: bytes, size, copies and pickles are a payload's."""
+    import dataclasses
+    import pickle
+
+    buf = torch.arange(40, dtype=torch.uint8)
+    p = Payload.sliced("none", 1, torch.float32, (2, 2), buf, 8, 24)
+    assert "data" not in p.__dict__
+    assert p.body_nbytes == 16 and "data" in p.__dict__
+    assert torch.equal(p.data, buf[8:24])
+    q = Payload("none", 1, torch.float32, (2, 2), buf[8:24].clone())
+    assert p.to_bytes() == q.to_bytes() and p.nbytes == q.nbytes
+    fresh = Payload.sliced("none", 1, torch.float32, (2, 2), buf, 8, 24)
+    assert pickle.loads(pickle.dumps(fresh)).to_bytes() == q.to_bytes()
+    assert torch.equal(dataclasses.replace(fresh, shape=(4,)).data, buf[8:24])
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        _ = p.nonsense  # type: ignore[attr-defined]
