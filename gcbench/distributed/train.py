@@ -101,15 +101,22 @@ def _derive(*parts: int) -> int:
 # ----------------------------------------------------------------------------- tasks
 
 
+@dataclass(frozen=True)
+class TaskDefaults:
+    """What a task trains with unless the command line says otherwise."""
+
+    epochs: int
+    target: float  # the metric's value training should reach
+    lr: float
+    batch: int
+
+
 class Task(ABC):
     """A small, real learning problem: data, model, optimizer, batches and evaluation."""
 
     name: str
     metric = "accuracy"
-    default_epochs: int
-    default_target: float
-    default_lr: float
-    default_batch: int
+    defaults: TaskDefaults
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
@@ -147,10 +154,7 @@ class DigitsTask(Task):
     """scikit-learn's 8×8 digits (1,797 images, bundled, no download) with an MLP."""
 
     name = "digits"
-    default_epochs = 10
-    default_target = 0.9
-    default_lr = 0.1
-    default_batch = 32
+    defaults = TaskDefaults(epochs=10, target=0.9, lr=0.1, batch=32)
 
     def __init__(self, seed: int) -> None:
         super().__init__(seed)
@@ -227,10 +231,7 @@ class CharLSTMTask(Task):
     """Next-character prediction on the shipped public-domain text."""
 
     name = "charlstm"
-    default_epochs = 6
-    default_target = 0.35
-    default_lr = 0.005
-    default_batch = 16
+    defaults = TaskDefaults(epochs=6, target=0.35, lr=0.005, batch=16)
     seq_len = 64
     steps_per_epoch = 20
 
@@ -368,8 +369,8 @@ class TrainConfig:
         if fault:
             Fault.parse(fault)
         return TrainConfig(
-            task=task, workers=self.workers, epochs=self.epochs or cls.default_epochs, batch_size=self.batch_size or cls.default_batch,
-            lr=self.lr or cls.default_lr, target=self.target or cls.default_target, seed=self.seed, granularity=self.granularity,
+            task=task, workers=self.workers, epochs=self.epochs or cls.defaults.epochs, batch_size=self.batch_size or cls.defaults.batch,
+            lr=self.lr or cls.defaults.lr, target=self.target or cls.defaults.target, seed=self.seed, granularity=self.granularity,
             timeout_s=float(self.timeout_s), collective_timeout_s=float(self.collective_timeout_s or max(30.0, self.timeout_s / 3)),
             threads=self.threads or max(1, (os.cpu_count() or 1) // self.workers), fault=fault,
         )

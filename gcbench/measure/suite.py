@@ -377,19 +377,11 @@ def apply_overrides(
 ) -> Suite:
     """Command-line overrides (they win over the suite file); re-validated."""
     data = suite.to_dict()
-    if seed is not None:
-        data["seed"] = seed
-    if granularity is not None:
-        data["granularity"] = granularity
-    if bucket_mb is not None:
-        data["bucket_mb"] = bucket_mb
     m = data["metrics"]
-    if device is not None:
-        m["device"] = device
-    if repeats is not None:
-        m["repeats"] = repeats
-    if timing is not None:
-        m["timing"] = timing
+    for where, key, value in ((data, "seed", seed), (data, "granularity", granularity), (data, "bucket_mb", bucket_mb),
+                              (m, "device", device), (m, "repeats", repeats), (m, "timing", timing)):
+        if value is not None:
+            where[key] = value
     if trace is not None:
         data["sources"] = [{"kind": "trace", "path": trace}]
     elif model is not None:
