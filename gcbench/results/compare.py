@@ -185,19 +185,27 @@ def z_test(base: float, new: float, se_base: float, se_new: float) -> float | No
     return float(2.0 * stats.norm.sf(abs(new - base) / s))
 
 
+def _keys_diff(what: str, base: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """``"<what> changed: k1, k2"``, the keys whose values differ ("" when none does)."""
+    keys = sorted(k for k in set(base) | set(new) if base.get(k) != new.get(k))
+    return f"{what} changed: " + ", ".join(keys) if keys else ""
+
+
+def _version_params_diff(base: RunCase | TrainCase | BenchCase, new: RunCase | TrainCase | BenchCase) -> str:
+    """The compressor version or parameters that changed between two cases of one compressor ("" when neither did)."""
+    if base.version != new.version:
+        return f"{new.compressor} version {base.version} → {new.version}"
+    return _keys_diff("parameters", base.params or {}, new.params or {})
+
+
 def _case_config_diff(base: RunCase | TrainCase, new: RunCase | TrainCase) -> str:
     """Why two cases measure different things ("" when they measure the same thing)."""
     if base.compressor != new.compressor:
         return f"compressor {base.compressor} → {new.compressor}"
-    if base.version != new.version:
-        return f"{new.compressor} version {base.version} → {new.version}"
-    pb, pn = base.params or {}, new.params or {}
-    if pb != pn:
-        return "parameters changed: " + ", ".join(sorted(k for k in set(pb) | set(pn) if pb.get(k) != pn.get(k)))
-    sb = base.source.identity() if base.source else {}
-    sn = new.source.identity() if new.source else {}
-    if sb != sn:
-        return "source changed: " + ", ".join(sorted(k for k in set(sb) | set(sn) if sb.get(k) != sn.get(k)))
+    sb, sn = (c.source.identity() if c.source else {} for c in (base, new))
+    why = _version_params_diff(base, new) or _keys_diff("source", sb, sn)
+    if why:
+        return why
     for key in ("granularity", "units", "workers", "steps"):
         vb, vn = getattr(base, key, None), getattr(new, key, None)
         if vb != vn:
@@ -586,11 +594,9 @@ def _bench_diff(base_file: RunRecord, new_file: RunRecord, b: BenchCase, n: Benc
     mb, mn = base_file.env.machine_key(), new_file.env.machine_key()
     if mb != mn:
         return f"machine changed: {mb} → {mn}"
-    if b.version != n.version:
-        return f"{n.compressor} version {b.version} → {n.version}"
-    pb, pn = b.params or {}, n.params or {}
-    if pb != pn:
-        return "parameters changed: " + ", ".join(sorted(k for k in set(pb) | set(pn) if pb.get(k) != pn.get(k)))
+    why = _version_params_diff(b, n)
+    if why:
+        return why
     for key in ("threads", "device"):
         if getattr(b, key) != getattr(n, key):
             return f"{key} {getattr(b, key)} → {getattr(n, key)}"
