@@ -415,35 +415,39 @@ class SideMetric:
 
     label: str
     metric: str
-    higher_is_better: bool
     format: str  # a format kind of gcbench.report.terminal.fmt
     samples: str | None = None
     kernel: str | None = None
     stream: bool = False
 
+    @property
+    def higher_is_better(self) -> bool:
+        """The metric's direction, as the catalogue (:data:`gcbench.results.metrics.METRICS`) states it."""
+        return _DIRECTION[self.metric]
+
 
 #: the main table of ``gcbench compare``: bytes, the stream on the suite's one common reference, kernel time as ×copy
 MAIN_METRICS: tuple[SideMetric, ...] = (
-    SideMetric("ratio (payload)", "ratio", True, "ratio"),
-    SideMetric("ratio (all traffic)", "traffic_ratio", True, "ratio"),
-    SideMetric("bits / element", "bits_per_element", False, "g"),
-    SideMetric("delivered update", "delivered", True, "g", stream=True),
-    SideMetric("per-step error", "stream_error", False, "g", stream=True),
-    SideMetric("per-step error (scale-free)", "stream_error_scaled", False, "g", stream=True),
-    SideMetric("compress ×copy", "comp_over_copy", False, "x", samples="comp_over_copy", kernel="compress"),
-    SideMetric("decompress ×copy", "decomp_over_copy", False, "x", samples="decomp_over_copy", kernel="decompress"),
-    SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s", kernel="compress"),
+    SideMetric("ratio (payload)", "ratio", "ratio"),
+    SideMetric("ratio (all traffic)", "traffic_ratio", "ratio"),
+    SideMetric("bits / element", "bits_per_element", "g"),
+    SideMetric("delivered update", "delivered", "g", stream=True),
+    SideMetric("per-step error", "stream_error", "g", stream=True),
+    SideMetric("per-step error (scale-free)", "stream_error_scaled", "g", stream=True),
+    SideMetric("compress ×copy", "comp_over_copy", "x", samples="comp_over_copy", kernel="compress"),
+    SideMetric("decompress ×copy", "decomp_over_copy", "x", samples="decomp_over_copy", kernel="decompress"),
+    SideMetric("compress GB/s", "compress_gbps", "g", samples="compress_s", kernel="compress"),
 )
 
 #: the one-shot fidelity of ``gcbench compare``: one compression of one gradient, each case against its own reference
 FIDELITY_METRICS: tuple[SideMetric, ...] = (
-    SideMetric("q = rel. MSE", "q", False, "g"),
-    SideMetric("bias² (rel.)", "bias2", False, "g"),
-    SideMetric("variance (rel.)", "variance", False, "g"),
-    SideMetric("ω̂ (unbiased)", "omega_hat", False, "g"),
-    SideMetric("δ (Beznosikov)", "delta", False, "g"),
-    SideMetric("cosine", "cosine", True, "g"),
-    SideMetric("q_scaled = 1 − cos²", "q_scaled", False, "g"),
+    SideMetric("q = rel. MSE", "q", "g"),
+    SideMetric("bias² (rel.)", "bias2", "g"),
+    SideMetric("variance (rel.)", "variance", "g"),
+    SideMetric("ω̂ (unbiased)", "omega_hat", "g"),
+    SideMetric("δ (Beznosikov)", "delta", "g"),
+    SideMetric("cosine", "cosine", "g"),
+    SideMetric("q_scaled = 1 − cos²", "q_scaled", "g"),
 )
 
 
