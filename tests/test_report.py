@@ -184,6 +184,10 @@ def test_fmt() -> None:
     assert fmt(0.01463, "ms") == "14.6" and fmt(0.000023, "ms") == "0.023"
     assert fmt(-7.7e-7) == "-7.70e-07" and fmt(0.915) == "0.915" and fmt(0.0) == "0"
     assert fmt(0.1, "pct") == "+10.0%" and fmt(float("inf"), "pct") == "+∞"
+    # the kinds that are one format spec and a suffix, and the two that scale first
+    assert fmt(1234.56, "x") == "1,234.6×" and fmt(2.005, "x2") == "2.00×" and fmt(0.91234, "acc") == "0.9123"
+    assert fmt(1.234, "s") == "1.23" and fmt(1234567, "int") == "1,234,567"
+    assert fmt(0.0123, "pp") == "+1.23" and fmt(2_500_000, "mb") == "2.500"
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -22,6 +22,13 @@ def k_of(density: float, d: int) -> int:
     return min(d, max(1, k))
 
 
+def flat_and_k(a: torch.Tensor, density: float) -> tuple[torch.Tensor, int, int]:
+    """A sparsifier's view of ``a``: flattened (a view when ``a`` is contiguous), its length d, and k = :func:`k_of` (density, d)."""
+    flat = a.reshape(-1)
+    d = flat.numel()
+    return flat, d, k_of(density, d)
+
+
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """Host NumPy view of a tensor (copied from the device if needed)."""
     return t.detach().to("cpu").contiguous().numpy()

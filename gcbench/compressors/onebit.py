@@ -47,16 +47,7 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.onebit import GRANULARITIES, ONEBIT
 from gcbench.core import codec
-from gcbench.core.compressor import (
-    Compressor,
-    EncodeContext,
-    Encoded,
-    ErrorFeedback,
-    State,
-    body_numpy,
-    meta_keys,
-    meta_str,
-)
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllGather, AllToAll, Context, Outcome, WorkerProtocol

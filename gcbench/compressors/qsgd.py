@@ -100,6 +100,9 @@ def qsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
 
 
 class QSGD(Compressor):
+    """QSGD at the card's s, bucket, norm and encoding: the fused CPU kernel on CPU tensors, :func:`qsgd_torch`
+    (the same bytes) elsewhere; tensors under ``min_numel`` elements are sent as float32."""
+
     info = QSGD
     reference = qsgd_reference
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import k_of
+from gcbench.compressors._common import flat_and_k
 from gcbench.compressors.cards.randomk import RANDOMK
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
@@ -42,9 +42,7 @@ def randomk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torc
     """Plain torch random-k: the same seed and index set, values gathered, scaled by d/k and
     scattered into a zero tensor with torch ops.  (The index expansion is shared: the tests
     check it against :func:`gcbench.kernels.random_subset_reference`, a plain Python twin.)"""
-    flat = x32.reshape(-1)
-    d = flat.numel()
-    k = k_of(comp.params["density"], d)
+    flat, d, k = flat_and_k(x32, comp.params["density"])
     idx = torch.from_numpy(indices_from_seed(state.randint64(), d, k)).to(flat.device)
     out = torch.zeros(d, dtype=torch.float32, device=flat.device)
     out[idx] = flat[idx] * (d / k)
@@ -52,13 +50,13 @@ def randomk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torc
 
 
 class RandomK(Compressor):
+    """Random-k: k = ceil(density·d) values at positions drawn from a 64-bit seed, the seed sent instead of the indices."""
+
     info = RANDOMK
     reference = randomk_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
-        flat = a.reshape(-1)
-        d = flat.numel()
-        k = k_of(self.params["density"], d)
+        flat, d, k = flat_and_k(a, self.params["density"])
         seed = state.randint64()
         idx = indices_from_seed(seed, d, k)
         body = np.empty(4 * k + 8, np.uint8)

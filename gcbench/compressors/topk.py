@@ -21,7 +21,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors import _sparse
-from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes
+from gcbench.compressors._common import dense_from_sparse, flat_and_k, sparse_body, sparse_body_nbytes
 from gcbench.compressors.cards.topk import TOPK
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
@@ -36,9 +36,7 @@ def topk_indices(a: torch.Tensor, k: int) -> torch.Tensor:
 def topk_reference_encode(comp: Compressor, x32: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
     """(body, header, decoded) for ``x32`` the straightforward way: ``torch.topk`` of |x + e| (state untouched)."""
     a = ErrorFeedback.corrected(x32, state) if comp.uses_error_feedback() else x32
-    flat = a.reshape(-1)
-    d = flat.numel()
-    k = k_of(comp.params["density"], d)
+    flat, d, k = flat_and_k(a, comp.params["density"])
     idx = torch.topk(flat.abs(), k, sorted=False).indices
     coding = comp.params["index_coding"]
     body = sparse_body(flat[idx], idx, d, coding)
@@ -51,13 +49,13 @@ def topk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
 
 
 class TopK(Compressor):
+    """Exact top-k by magnitude (:func:`gcbench.kernels.topk_tensor` on CPU, its torch twin elsewhere), values fp32 + coded indices."""
+
     info = TOPK
     reference = topk_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
-        flat = a.reshape(-1)
-        d = flat.numel()
-        k = k_of(self.params["density"], d)
+        flat, d, k = flat_and_k(a, self.params["density"])
         coding = self.params["index_coding"]
         fast = kernels.fast_cpu(flat)
         idx, vals = kernels.topk_tensor(flat, k) if fast else kernels.topk_select_torch(flat, k)  # sorted indices; vals is a copy

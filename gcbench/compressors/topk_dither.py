@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import k_of, to_numpy
+from gcbench.compressors._common import flat_and_k, k_of, to_numpy
 from gcbench.compressors.cards.topk_dither import TOPK_DITHER
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, tensor_norm
 from gcbench.compressors.topk import topk_indices
@@ -104,9 +104,7 @@ def topk_dither_parts(payload: Payload) -> tuple[float, np.ndarray, np.ndarray, 
 
 def topk_dither_torch(comp: Compressor, a: torch.Tensor, state: State) -> Encoded:
     """(body, header, decoded) of float32 ``a`` (read only) with torch ops: any device, and the reference's encoder."""
-    flat = a.reshape(-1)
-    d = flat.numel()
-    k = k_of(comp.params["density"], d)
+    flat, d, k = flat_and_k(a, comp.params["density"])
     s, coding = comp.params["s"], comp.params["index_coding"]
     idx = torch.sort(topk_indices(flat, k)).values  # sorted: the delta codings need it
     y = flat[idx]

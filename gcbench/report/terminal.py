@@ -412,6 +412,12 @@ def size_text(n: Any) -> str:
     return str(n)
 
 
+#: the kinds of :func:`fmt` that are one format spec and a suffix
+_FIXED_FORMATS: dict[str, tuple[str, str]] = {
+    "x": (",.1f", "×"), "x2": (",.2f", "×"), "acc": (".4f", ""), "s": (".2f", ""), "int": (",.0f", ""), "pct": ("+.1%", ""),
+}
+
+
 def fmt(v: float | None, kind: str = "g") -> str:
     """A number as reports write it; ``—`` for missing values."""
     if kind == "pct" and v is not None and math.isinf(v):
@@ -423,22 +429,13 @@ def fmt(v: float | None, kind: str = "g") -> str:
     if kind == "ms":
         ms = 1e3 * v
         return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.3g}"
-    if kind == "x":
-        return f"{v:,.1f}×"
-    if kind == "x2":
-        return f"{v:,.2f}×"
-    if kind == "acc":
-        return f"{v:.4f}"
     if kind == "pp":  # a fraction shown in percentage points
         return f"{100 * v:+.2f}"
-    if kind == "s":
-        return f"{v:.2f}"
     if kind == "mb":
         return f"{v / 1e6:.3f}"
-    if kind == "int":
-        return f"{v:,.0f}"
-    if kind == "pct":
-        return f"{v:+.1%}"
+    if kind in _FIXED_FORMATS:
+        spec, suffix = _FIXED_FORMATS[kind]
+        return f"{v:{spec}}{suffix}"
     if v == 0:
         return "0"
     return f"{v:.3g}" if 1e-3 <= abs(v) < 1e5 else f"{v:.2e}"
@@ -1117,13 +1114,7 @@ def measured_text(res: ClaimResult) -> str:
     if status == "not measured in these runs":
         failed = [m for m in res.measurements if m.error]
         return "not measured in these runs" + (f" (matching case failed: {failed[0].error})" if failed else "")
-    parts = []
-    for m in res.measurements:
-        if m.value is None:
-            continue
-        how = "with the paper's wire format" if m.paper_format else "with other parameters: " + ", ".join(m.differences)
-        parts.append(f"{format_measured(m.value, res.claim.unit)} {how} — {m.case_label} on {m.source_label}, run {m.run_id}")
-    return "; ".join(parts)
+    return "; ".join(f"{format_measured(m.value, res.claim.unit)} {m.how()} — {m.where()}" for m in res.measured())
 
 
 _POLICY = TimingPolicy()

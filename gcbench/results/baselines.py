@@ -118,6 +118,14 @@ class Measurement:
     def paper_format(self) -> bool:
         return not self.differences
 
+    def how(self) -> str:
+        """How the case matches the claim: the paper's wire format, or the parameters that differ."""
+        return "with the paper's wire format" if self.paper_format else "with other parameters: " + ", ".join(self.differences)
+
+    def where(self) -> str:
+        """``label on source, run id``: the case that was measured."""
+        return f"{self.case_label} on {self.source_label}, run {self.run_id}"
+
 
 @dataclass(frozen=True)
 class ClaimResult:
@@ -129,12 +137,16 @@ class ClaimResult:
         """``measured``, ``measured (other parameters)``, ``not measured in these runs`` or ``not measurable``."""
         if not self.claim.measurable:
             return "not measurable"
-        ok = [m for m in self.measurements if m.value is not None]
+        ok = self.measured()
         if any(m.paper_format for m in ok):
             return "measured"
         if ok:
             return "measured (other parameters)"
         return "not measured in these runs"
+
+    def measured(self) -> list[Measurement]:
+        """The matching cases that measured a value (a failed case has none)."""
+        return [m for m in self.measurements if m.value is not None]
 
     def sentence(self) -> str:
         """One line for reports: "paper claims X, gcbench measures Y with the paper's wire format"."""
@@ -148,12 +160,7 @@ class ClaimResult:
             failed = [m for m in self.measurements if m.error]
             extra = f" (matching case failed: {failed[0].error})" if failed else ""
             return f"{head}; not measured in these runs{extra}"
-        parts = []
-        for m in self.measurements:
-            if m.value is None:
-                continue
-            how = "with the paper's wire format" if m.paper_format else "with other parameters: " + ", ".join(m.differences)
-            parts.append(f"{format_measured(m.value, c.unit)} {how} ({m.case_label} on {m.source_label}, run {m.run_id})")
+        parts = [f"{format_measured(m.value, c.unit)} {m.how()} ({m.where()})" for m in self.measured()]
         return f"{head}; gcbench measures " + "; ".join(parts)
 
 

@@ -185,19 +185,27 @@ def z_test(base: float, new: float, se_base: float, se_new: float) -> float | No
     return float(2.0 * stats.norm.sf(abs(new - base) / s))
 
 
+def _keys_diff(what: str, base: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """``"<what> changed: k1, k2"``, the keys whose values differ ("" when none does)."""
+    keys = sorted(k for k in set(base) | set(new) if base.get(k) != new.get(k))
+    return f"{what} changed: " + ", ".join(keys) if keys else ""
+
+
+def _version_params_diff(base: RunCase | TrainCase | BenchCase, new: RunCase | TrainCase | BenchCase) -> str:
+    """The compressor version or parameters that changed between two cases of one compressor ("" when neither did)."""
+    if base.version != new.version:
+        return f"{new.compressor} version {base.version} → {new.version}"
+    return _keys_diff("parameters", base.params or {}, new.params or {})
+
+
 def _case_config_diff(base: RunCase | TrainCase, new: RunCase | TrainCase) -> str:
     """Why two cases measure different things ("" when they measure the same thing)."""
     if base.compressor != new.compressor:
         return f"compressor {base.compressor} → {new.compressor}"
-    if base.version != new.version:
-        return f"{new.compressor} version {base.version} → {new.version}"
-    pb, pn = base.params or {}, new.params or {}
-    if pb != pn:
-        return "parameters changed: " + ", ".join(sorted(k for k in set(pb) | set(pn) if pb.get(k) != pn.get(k)))
-    sb = base.source.identity() if base.source else {}
-    sn = new.source.identity() if new.source else {}
-    if sb != sn:
-        return "source changed: " + ", ".join(sorted(k for k in set(sb) | set(sn) if sb.get(k) != sn.get(k)))
+    sb, sn = (c.source.identity() if c.source else {} for c in (base, new))
+    why = _version_params_diff(base, new) or _keys_diff("source", sb, sn)
+    if why:
+        return why
     for key in ("granularity", "units", "workers", "steps"):
         vb, vn = getattr(base, key, None), getattr(new, key, None)
         if vb != vn:
@@ -407,35 +415,39 @@ class SideMetric:
 
     label: str
     metric: str
-    higher_is_better: bool
     format: str  # a format kind of gcbench.report.terminal.fmt
     samples: str | None = None
     kernel: str | None = None
     stream: bool = False
 
+    @property
+    def higher_is_better(self) -> bool:
+        """The metric's direction, as the catalogue (:data:`gcbench.results.metrics.METRICS`) states it."""
+        return _DIRECTION[self.metric]
+
 
 #: the main table of ``gcbench compare``: bytes, the stream on the suite's one common reference, kernel time as ×copy
 MAIN_METRICS: tuple[SideMetric, ...] = (
-    SideMetric("ratio (payload)", "ratio", True, "ratio"),
-    SideMetric("ratio (all traffic)", "traffic_ratio", True, "ratio"),
-    SideMetric("bits / element", "bits_per_element", False, "g"),
-    SideMetric("delivered update", "delivered", True, "g", stream=True),
-    SideMetric("per-step error", "stream_error", False, "g", stream=True),
-    SideMetric("per-step error (scale-free)", "stream_error_scaled", False, "g", stream=True),
-    SideMetric("compress ×copy", "comp_over_copy", False, "x", samples="comp_over_copy", kernel="compress"),
-    SideMetric("decompress ×copy", "decomp_over_copy", False, "x", samples="decomp_over_copy", kernel="decompress"),
-    SideMetric("compress GB/s", "compress_gbps", True, "g", samples="compress_s", kernel="compress"),
+    SideMetric("ratio (payload)", "ratio", "ratio"),
+    SideMetric("ratio (all traffic)", "traffic_ratio", "ratio"),
+    SideMetric("bits / element", "bits_per_element", "g"),
+    SideMetric("delivered update", "delivered", "g", stream=True),
+    SideMetric("per-step error", "stream_error", "g", stream=True),
+    SideMetric("per-step error (scale-free)", "stream_error_scaled", "g", stream=True),
+    SideMetric("compress ×copy", "comp_over_copy", "x", samples="comp_over_copy", kernel="compress"),
+    SideMetric("decompress ×copy", "decomp_over_copy", "x", samples="decomp_over_copy", kernel="decompress"),
+    SideMetric("compress GB/s", "compress_gbps", "g", samples="compress_s", kernel="compress"),
 )
 
 #: the one-shot fidelity of ``gcbench compare``: one compression of one gradient, each case against its own reference
 FIDELITY_METRICS: tuple[SideMetric, ...] = (
-    SideMetric("q = rel. MSE", "q", False, "g"),
-    SideMetric("bias² (rel.)", "bias2", False, "g"),
-    SideMetric("variance (rel.)", "variance", False, "g"),
-    SideMetric("ω̂ (unbiased)", "omega_hat", False, "g"),
-    SideMetric("δ (Beznosikov)", "delta", False, "g"),
-    SideMetric("cosine", "cosine", True, "g"),
-    SideMetric("q_scaled = 1 − cos²", "q_scaled", False, "g"),
+    SideMetric("q = rel. MSE", "q", "g"),
+    SideMetric("bias² (rel.)", "bias2", "g"),
+    SideMetric("variance (rel.)", "variance", "g"),
+    SideMetric("ω̂ (unbiased)", "omega_hat", "g"),
+    SideMetric("δ (Beznosikov)", "delta", "g"),
+    SideMetric("cosine", "cosine", "g"),
+    SideMetric("q_scaled = 1 − cos²", "q_scaled", "g"),
 )
 
 
@@ -586,11 +598,9 @@ def _bench_diff(base_file: RunRecord, new_file: RunRecord, b: BenchCase, n: Benc
     mb, mn = base_file.env.machine_key(), new_file.env.machine_key()
     if mb != mn:
         return f"machine changed: {mb} → {mn}"
-    if b.version != n.version:
-        return f"{n.compressor} version {b.version} → {n.version}"
-    pb, pn = b.params or {}, n.params or {}
-    if pb != pn:
-        return "parameters changed: " + ", ".join(sorted(k for k in set(pb) | set(pn) if pb.get(k) != pn.get(k)))
+    why = _version_params_diff(b, n)
+    if why:
+        return why
     for key in ("threads", "device"):
         if getattr(b, key) != getattr(n, key):
             return f"{key} {getattr(b, key)} → {getattr(n, key)}"

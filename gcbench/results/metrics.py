@@ -32,10 +32,13 @@ class MetricInfo:
 
 METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("ratio", "x", True, "dense float32 bytes / wire bytes (headers included)"),
+    MetricInfo("traffic_ratio", "x", True, "dense float32 bytes / what a worker really sends per step in the exchange, "
+               "every phase counted (scalers, both legs of 1-bit SGD, LGC's latents and innovations)"),
     MetricInfo("bits_per_element", "bits", False, "wire bits per gradient element"),
     MetricInfo("q", "", False, "relative MSE (1/R) Σ‖C_r(x) − x‖²/‖x‖² (ω̂ for unbiased compressors)"),
     MetricInfo("bias2", "", False, "relative bias² ‖E C(x) − x‖²/‖x‖² (U-statistic)"),
     MetricInfo("variance", "", False, "relative variance (1/(R−1)) Σ‖C_r − mean‖²/‖x‖²"),
+    MetricInfo("omega_hat", "", False, "ω̂ = q, the variance parameter of an unbiased compressor (none for a biased one)"),
     MetricInfo("delta", "", False, "Beznosikov δ = 1/(1 − q)"),
     MetricInfo("alpha", "", True, "α = 1 − q (EF21 form)"),
     MetricInfo("cosine", "", True, "⟨C(x), x⟩/(‖C(x)‖‖x‖), whole model (sums over tensors before the division)"),

@@ -67,7 +67,8 @@ class HFModelInfo:
     build: Callable[[Mapping[str, int]], nn.Module]
     #: ``batches(seed, options) -> make_batch``
     batches: Callable[[int, Mapping[str, int]], MakeBatch]
-    #: ``check(options)`` raises ParamError for inconsistent sizes (the positivity check is shared)
+    #: ``check(options)`` raises ParamError for inconsistent sizes (the positivity check and hidden
+    #: divisible by heads are shared: every model here splits its width among its attention heads)
     check: Callable[[Mapping[str, int]], None]
 
 
@@ -187,18 +188,26 @@ def _at_least(model: str, o: Mapping[str, int], key: str, low: int, why: str) ->
         raise ParamError(f"hf:{model}: {key} must be at least {low} ({why}), got {o[key]}")
 
 
+def _build(config: str, model: str, **settings: Any) -> nn.Module:
+    """``transformers.<model>(transformers.<config>(**settings))``: a freshly initialised model (nothing downloaded)."""
+    tf = _transformers()
+    return getattr(tf, model)(getattr(tf, config)(**settings))
+
+
+def _body(o: Mapping[str, int]) -> dict[str, int]:
+    """Layers, width and heads as the LLaMA, BERT and ViT configs name them (GPT-2's config has its own names)."""
+    return {"num_hidden_layers": o["layers"], "hidden_size": o["hidden"], "num_attention_heads": o["heads"]}
+
+
 def _gpt2_check(o: Mapping[str, int]) -> None:
-    _divisible("gpt2", o, "hidden", "heads")
     _at_most("gpt2", o, "seq_len", "positions")
     _at_least("gpt2", o, "vocab", 2, "a token stream needs two symbols")
 
 
 def _gpt2_build(o: Mapping[str, int]) -> nn.Module:
-    tf = _transformers()
     # bos/eos inside the vocabulary keeps the library from warning about small test vocabularies
-    cfg = tf.GPT2Config(n_layer=o["layers"], n_embd=o["hidden"], n_head=o["heads"], vocab_size=o["vocab"],
-                        n_positions=o["positions"], bos_token_id=o["vocab"] - 1, eos_token_id=o["vocab"] - 1)
-    module = tf.GPT2LMHeadModel(cfg)
+    module = _build("GPT2Config", "GPT2LMHeadModel", n_layer=o["layers"], n_embd=o["hidden"], n_head=o["heads"], vocab_size=o["vocab"],
+                    n_positions=o["positions"], bos_token_id=o["vocab"] - 1, eos_token_id=o["vocab"] - 1)
     # the class name ("LMHead") does not tell the library which loss it computes, and it warns
     # before falling back to the causal-LM loss; say so up front
     module.loss_type = "ForCausalLM"
@@ -211,7 +220,6 @@ def _llama_intermediate(hidden: int) -> int:
 
 
 def _llama_check(o: Mapping[str, int]) -> None:
-    _divisible("llama", o, "hidden", "heads")
     _divisible("llama", o, "heads", "kv_heads")
     _at_most("llama", o, "seq_len", "positions")
     _at_least("llama", o, "vocab", 3, "ids 1 and 2 are the begin and end tokens")
@@ -220,38 +228,29 @@ def _llama_check(o: Mapping[str, int]) -> None:
 
 
 def _llama_build(o: Mapping[str, int]) -> nn.Module:
-    tf = _transformers()
-    cfg = tf.LlamaConfig(num_hidden_layers=o["layers"], hidden_size=o["hidden"], num_attention_heads=o["heads"],
-                         num_key_value_heads=o["kv_heads"], intermediate_size=_llama_intermediate(o["hidden"]), vocab_size=o["vocab"],
-                         max_position_embeddings=o["positions"], tie_word_embeddings=False)
-    return tf.LlamaForCausalLM(cfg)
+    return _build("LlamaConfig", "LlamaForCausalLM", **_body(o), num_key_value_heads=o["kv_heads"],
+                  intermediate_size=_llama_intermediate(o["hidden"]), vocab_size=o["vocab"], max_position_embeddings=o["positions"],
+                  tie_word_embeddings=False)
 
 
 def _bert_check(o: Mapping[str, int]) -> None:
-    _divisible("bert", o, "hidden", "heads")
     _at_most("bert", o, "seq_len", "positions")
     _at_least("bert", o, "vocab", 4, "[PAD], [MASK] and two text tokens")
 
 
 def _bert_build(o: Mapping[str, int]) -> nn.Module:
-    tf = _transformers()
-    cfg = tf.BertConfig(num_hidden_layers=o["layers"], hidden_size=o["hidden"], num_attention_heads=o["heads"],
-                        intermediate_size=4 * o["hidden"], vocab_size=o["vocab"], max_position_embeddings=o["positions"],
-                        pad_token_id=0)
-    return tf.BertForMaskedLM(cfg)
+    return _build("BertConfig", "BertForMaskedLM", **_body(o), intermediate_size=4 * o["hidden"], vocab_size=o["vocab"],
+                  max_position_embeddings=o["positions"], pad_token_id=0)
 
 
 def _vit_check(o: Mapping[str, int]) -> None:
-    _divisible("vit", o, "hidden", "heads")
     _divisible("vit", o, "image_size", "patch")
     _at_least("vit", o, "num_classes", 2, "a classifier needs two classes")
 
 
 def _vit_build(o: Mapping[str, int]) -> nn.Module:
-    tf = _transformers()
-    cfg = tf.ViTConfig(num_hidden_layers=o["layers"], hidden_size=o["hidden"], num_attention_heads=o["heads"],
-                       intermediate_size=4 * o["hidden"], image_size=o["image_size"], patch_size=o["patch"], num_labels=o["num_classes"])
-    return tf.ViTForImageClassification(cfg)
+    return _build("ViTConfig", "ViTForImageClassification", **_body(o), intermediate_size=4 * o["hidden"], image_size=o["image_size"],
+                  patch_size=o["patch"], num_labels=o["num_classes"])
 
 
 MODELS: dict[str, HFModelInfo] = {
@@ -350,6 +349,7 @@ def resolve(spec: str, kwargs: Mapping[str, object] | None = None) -> tuple[HFMo
             raise ParamError(f"model {spec!r}: {key} is {options[key]} in the name but {value} in the options; give it once")
         options[key] = value
     full = {k: options.get(k, d) for k, d in info.defaults.items()}
+    _divisible(info.name, full, "hidden", "heads")
     info.check(full)
     changed = [f"{k}={v}" for k, v in full.items() if v != info.defaults[k]]
     return info, full, PREFIX + info.name + (":" + ",".join(changed) if changed else "")

@@ -10,35 +10,28 @@ NONE = CompressorInfo(
     version=1,
     description="identity: the dense float32 tensor (the baseline of every ratio)",
     paper="—",
-    biased=False,
-    stateful=False,
+    biased=False, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
     traffic_bytes=8.0,  # read the input, write it
     protocol=ALLREDUCE,
     identity=True,
 )
 
-FP16 = CompressorInfo(
-    name="fp16",
-    impl="gcbench.compressors.cast:Fp16",
-    version=1,
-    description="cast to IEEE half precision (16 bits per element)",
-    paper="— (mixed-precision communication)",
-    biased=True,
-    stateful=False,
-    traffic_bytes=6.0,  # read 4 bytes, write 2
-    protocol=ALLREDUCE,
-)
 
-BF16 = CompressorInfo(
-    name="bf16",
-    impl="gcbench.compressors.cast:Bf16",
-    version=1,
-    description="cast to bfloat16 (16 bits per element, fp32 range)",
-    paper="— (mixed-precision communication)",
-    biased=True,
-    stateful=False,
-    traffic_bytes=6.0,  # read 4 bytes, write 2
-    protocol=ALLREDUCE,
-)
+def _half(name: str, cls: str, description: str) -> CompressorInfo:
+    """The card of a cast to a 16-bit float: fp16 and bf16 differ only in the format."""
+    return CompressorInfo(
+        name=name,
+        impl=f"gcbench.compressors.cast:{cls}",
+        version=1,
+        description=description,
+        paper="— (mixed-precision communication)",
+        biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
+        traffic_bytes=6.0,  # read 4 bytes, write 2
+        protocol=ALLREDUCE,
+    )
+
+
+FP16 = _half("fp16", "Fp16", "cast to IEEE half precision (16 bits per element)")
+BF16 = _half("bf16", "Bf16", "cast to bfloat16 (16 bits per element, fp32 range)")
 
 CARDS = (NONE, FP16, BF16,)

@@ -35,10 +35,8 @@ DGC = CompressorInfo(
     version=3,
     description="Deep Gradient Compression: momentum correction, sampled top-density threshold, momentum masking, warm-up",
     paper="Lin et al. 2018, Deep Gradient Compression (ICLR; official code)",
-    biased=True,
-    stateful=True,
-    error_feedback="own",
-    deterministic=False,  # the sampling start is drawn from state.rng
+    # not deterministic: the sampling start is drawn from state.rng
+    biased=True, stateful=True, error_feedback="own", deterministic=False, reconstructed=False,
     params=(
         density_param(0.001, "target fraction of entries sent after warm-up, k = ceil(density * d)"),
         Param("momentum", float, 0.9, "momentum m of the local momentum correction", low=0.0, high=1.0, high_open=True),

@@ -13,10 +13,7 @@ GRADDROP = CompressorInfo(
     version=2,
     description="gradient dropping: drop |x+e| below the sampled R-quantile (global or per layer), residual kept; 1/2-bit option",
     paper="Aji & Heafield 2017, Sparse Communication for Distributed Gradient Descent (Marian implementation)",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    deterministic=True,
+    biased=True, stateful=True, error_feedback="always", deterministic=True, reconstructed=False,
     params=(
         Param("drop_ratio", float, 0.99, "R: fraction of entries dropped; threshold = sampled R-quantile of |x+e|",
               low=0.0, high=1.0, high_open=True),

@@ -19,9 +19,7 @@ NATURAL = CompressorInfo(
     version=2,
     description="natural compression: stochastic rounding to a neighbouring power of two, 9 bits/element, unbiased (ω = 1/8)",
     paper="Horváth et al. 2019, Natural Compression for Distributed Deep Learning",
-    biased=False,
-    stateful=False,
-    deterministic=False,
+    biased=False, stateful=False, error_feedback="no", deterministic=False, reconstructed=False,
     target=Target(6.0),
     traffic_bytes=5.125,  # one read, 9 bits out
 )
@@ -32,12 +30,10 @@ NATURAL_DITHER = CompressorInfo(
     version=2,
     description="natural dithering: norm + sign + power-of-two level (s levels) per element, unbiased",
     paper="Horváth et al. 2019, Natural Compression for Distributed Deep Learning (natural dithering)",
-    biased=False,
-    stateful=False,
-    deterministic=False,
+    biased=False, stateful=False, error_feedback="no", deterministic=False, reconstructed=False,
+    traffic_bytes=8.625,  # two reads (the norm needs the whole tensor first), 5 bits out at s=8
     params=(s_param(8), p_param("2")),
     target=Target(6.0),
-    traffic_bytes=8.625,  # two reads (the norm needs the whole tensor first), 5 bits out at s=8
 )
 
 CARDS = (NATURAL, NATURAL_DITHER,)

@@ -16,17 +16,10 @@ ONEBIT = CompressorInfo(
     version=2,
     description="1-bit SGD: sign bit per element + two float32 means per column, error feedback",
     paper="Seide et al. 2014, 1-Bit Stochastic Gradient Descent and its Application to Data-Parallel Distributed Training of Speech DNNs",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
+    biased=True, stateful=True, error_feedback="always", deterministic=True, reconstructed=False,
     params=(
-        Param(
-            "granularity",
-            str,
-            "column",
-            "which entries share a pair of means: column (paper), row, or tensor (one pair; the framework variant)",
-            choices=GRANULARITIES,
-        ),
+        Param("granularity", str, "column", "which entries share a pair of means: column (paper), row, or tensor (one pair; the "
+              "framework variant)", choices=GRANULARITIES),
     ),
     target=Target(4.0),
     traffic_bytes=12.125,  # read x and the residual, write the residual, 1 bit out

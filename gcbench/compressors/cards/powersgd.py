@@ -14,19 +14,12 @@ POWERSGD = CompressorInfo(
     version=2,
     description="rank-r P Qᵀ by one warm-started power iteration, factors in fp32, error feedback; vectors dense",
     paper="Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed Optimization",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    deterministic=False,  # the first Q is drawn from the state's seeded generator
+    # not deterministic: the first Q is drawn from the state's seeded generator
+    biased=True, stateful=True, error_feedback="always", deterministic=False, reconstructed=False,
     params=(
         Param("rank", int, 2, "rank r of the approximation (paper's main setting 2; PyTorch's hook defaults to 1)", low=1),
-        Param(
-            "ef_residual",
-            str,
-            "aggregate",
-            "exchange only: residual e_w = M_w − aggregate (authors' code, PyTorch hook) or M_w − P̂ Q_wᵀ (Algorithm 2 text)",
-            choices=("aggregate", "local"),
-        ),
+        Param("ef_residual", str, "aggregate", "exchange only: residual e_w = M_w − aggregate (authors' code, PyTorch hook) or "
+              "M_w − P̂ Q_wᵀ (Algorithm 2 text)", choices=("aggregate", "local")),
     ),
     traffic_bytes=20.0,  # error feedback (read x and e, write e) and two more reads of M for M·Q and Mᵀ·P
     protocol=POWERSGD_PROTOCOL,

@@ -10,9 +10,7 @@ QSGD = CompressorInfo(
     version=2,
     description="stochastic quantization to s levels per bucket of B, norm 2 or inf; fixed or Elias coding",
     paper="Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
-    biased=False,
-    stateful=False,
-    deterministic=False,
+    biased=False, stateful=False, error_feedback="no", deterministic=False, reconstructed=False,
     params=(
         Param("s", int, 16, "number of quantization levels", low=1, high=2**20),
         Param("bucket", int, 512, "bucket size B (elements sharing one norm)", low=1),

@@ -10,9 +10,7 @@ RANDOMK = CompressorInfo(
     version=2,
     description="k random positions scaled by d/k (unbiased); only a 64-bit seed is sent for the indices",
     paper="Stich et al. 2018; Wangni et al. 2018 (reference point)",
-    biased=False,
-    stateful=False,
-    deterministic=False,
+    biased=False, stateful=False, error_feedback="no", deterministic=False, reconstructed=False,
     params=(density_param(0.01),),
     target=Target(2.0),
     traffic_bytes=0.08,  # read and write only the k = density·d chosen entries (density 0.01)

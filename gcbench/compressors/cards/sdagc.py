@@ -11,11 +11,7 @@ SDAGC = CompressorInfo(
     version=2,
     description="RECONSTRUCTED SDAGC: momentum compensation, residual accumulation, threshold lambda(t)*std(v) per layer",
     paper="Chen et al. 2020, SDAGC (reconstructed from the abstract; not a verified reproduction)",
-    biased=True,
-    stateful=True,
-    error_feedback="own",
-    deterministic=True,
-    reconstructed=True,
+    biased=True, stateful=True, error_feedback="own", deterministic=True, reconstructed=True,
     params=(
         Param("momentum", float, 0.9, "momentum m of the local momentum compensation", low=0.0, high=1.0, high_open=True),
         Param("masking", bool, True, "zero the momentum u where v was sent"),

@@ -10,10 +10,9 @@ SIGNSGD = CompressorInfo(
     version=1,
     description="sign of each element, 1 bit each, decoded as ±1",
     paper="Bernstein et al. 2018, signSGD: Compressed Optimisation for Non-Convex Problems",
-    biased=True,
-    stateful=False,
-    target=Target(2.0),
+    biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
     traffic_bytes=4.125,  # read the input once, write 1 bit
+    target=Target(2.0),
 )
 
 EFSIGNSGD = CompressorInfo(
@@ -22,11 +21,9 @@ EFSIGNSGD = CompressorInfo(
     version=1,
     description="error feedback + sign(x)·‖x‖₁/d (d + 32 bits)",
     paper="Karimireddy et al. 2019, Error Feedback Fixes SignSGD and other Gradient Compression Schemes",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    target=Target(4.0),
+    biased=True, stateful=True, error_feedback="always", deterministic=True, reconstructed=False,
     traffic_bytes=12.125,  # read x and the residual, write the residual, 1 bit out
+    target=Target(4.0),
 )
 
 CARDS = (SIGNSGD, EFSIGNSGD,)

@@ -15,10 +15,8 @@ TERNGRAD = CompressorInfo(
     paper="Wen et al. 2017, TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning",
     # E[C(x)] = clip(x): biased with respect to x whenever clipping is on (the default), because
     # clipping bites on every tensor with entries beyond c·σ; unbiased only with clip = 0
-    biased=True,
+    biased=True, stateful=False, error_feedback="no", deterministic=False, reconstructed=False,
     unbiased_when={"clip": 0.0},
-    stateful=False,
-    deterministic=False,
     params=(
         Param("clip", float, 2.5, "clip at clip·std before ternarizing (0 disables)", low=0.0),
         Param("share_scaler", bool, True, "in the multi-worker exchange, share s = max of the workers' scalers"),

@@ -10,10 +10,7 @@ THRESHOLD = CompressorInfo(
     version=1,
     description="send entries with |x+e| > tau (fixed absolute threshold), error feedback always on",
     paper="Strom 2015; Sahu et al. 2021, Rethinking gradient sparsification as total error minimization (reference point)",
-    biased=True,
-    stateful=True,
-    error_feedback="always",
-    deterministic=True,
+    biased=True, stateful=True, error_feedback="always", deterministic=True, reconstructed=False,
     params=(
         Param("tau", float, 1e-3, "absolute threshold: entries with |x + e| > tau are sent", low=0.0, low_open=True),
         coding_param("fixed"),

@@ -10,9 +10,7 @@ TOPK = CompressorInfo(
     version=1,
     description="exact top-k by magnitude, values fp32 + coded indices",
     paper="Stich et al. 2018, Sparsified SGD with Memory (reference point)",
-    biased=True,
-    stateful=False,
-    error_feedback="optional",
+    biased=True, stateful=False, error_feedback="optional", deterministic=True, reconstructed=False,
     params=(density_param(0.01), coding_param("fixed")),
     target=Target(None, vs_torch_topk=2.0, topk_densities=(0.001, 0.01)),
     traffic_bytes=4.0,  # read the input once (the k values out are negligible)

@@ -11,10 +11,7 @@ TOPK_DITHER = CompressorInfo(
     version=2,
     description="exact top-k, then natural dithering of the kept values (norm + sign + level), error feedback on",
     paper="Beznosikov et al. 2020, On Biased Compression for Distributed Learning (top-k ∘ natural dithering of Horváth et al. 2019)",
-    biased=True,
-    stateful=False,
-    error_feedback="optional",
-    deterministic=False,
+    biased=True, stateful=False, error_feedback="optional", deterministic=False, reconstructed=False,
     params=(
         density_param(0.01),
         s_param(8),
