@@ -139,11 +139,20 @@ def _launch(lab: NetLab | None, n: int, mode: str, spec: str, port: int) -> list
                 procs.append(lab.popen(r, argv, {**env, **lab.torch_env(r, port)}, stderr=subprocess.PIPE))
             else:
                 procs.append(subprocess.Popen(argv, env={**os.environ, **env, "RANK": str(r)}, stderr=subprocess.PIPE))
-        for p in procs:
+        errs = []
+        for r, p in enumerate(procs):
             _, errb = p.communicate(timeout=900)
             if p.returncode != 0:
-                raise RuntimeError(f"worker failed ({mode} {spec}): {errb.decode().strip().splitlines()[-1:]}")
-        return [json.loads((Path(tmp) / f"r{r}.json").read_text()) for r in range(n)]
+                errs.append((r, p.returncode, errb.decode().strip().splitlines()[-1:]))
+        recs = []
+        for r in range(n):
+            try:
+                recs.append(json.loads((Path(tmp) / f"r{r}.json").read_text()))
+            except (OSError, ValueError):
+                raise RuntimeError(f"worker {r} failed ({mode} {spec}): {errs}") from None
+        for r, rc, tail in errs:  # gloo's threads can abort the process in its teardown, after the record was written
+            print(f"  note: worker {r} exited {rc} after writing its record ({mode} {spec}): {tail}", flush=True)
+        return recs
 
 
 def _median_step(recs: Sequence[dict[str, Any]]) -> tuple[float, float]:
