@@ -239,3 +239,19 @@ def test_smallcnn_image_size_changes_only_the_first_fc() -> None:
     assert {k for k in a if a[k] != b[k]} == {"fc0.weight"}
     with pytest.raises(ParamError, match="image_size"):
         zoo.load_model("smallcnn", image_size=4)
+
+
+def test_layer_shapes_skip_initialisers_and_restore_them() -> None:
+    """Shapes come from a meta build with ``nn.init`` skipped: the same shapes as a real build, and the initialisers back after."""
+    from torch import nn
+
+    from gcbench.sources.zoo import layer_shapes, load_model
+
+    before = nn.init.kaiming_normal_
+    shapes = layer_shapes("resnet18")
+    assert nn.init.kaiming_normal_ is before
+    real = load_model("resnet18", 0).module
+    assert [(s.name, s.shape) for s in shapes] == [(n, tuple(p.shape)) for n, p in real.named_parameters()]
+    t = torch.zeros(3, 3)
+    nn.init.ones_(t)
+    assert torch.equal(t, torch.ones(3, 3))

@@ -43,11 +43,12 @@ for a Hugging Face transformers model (:mod:`gcbench.sources.hf`, gcbench's own 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -582,6 +583,27 @@ def gradient_layout(module: nn.Module) -> list[TensorSpec]:
     return [TensorSpec(n, tuple(p.shape), torch.float32) for n, p in module.named_parameters() if p.requires_grad]
 
 
+#: ``torch.nn.init``'s in-place initialisers: a model built only for its shapes skips them (:func:`_shapes_only`)
+_INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
+                 "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+@contextlib.contextmanager
+def _shapes_only() -> Iterator[None]:
+    """Build modules on the meta device with ``torch.nn.init``'s initialisers skipped (as ``accelerate``'s empty-weights
+    context does): a meta tensor has no values to fill, and the first fill of one imports torch's Python reference
+    operators — 1.3–3 s of every ``bench --model`` worker process, for shapes that need none of it."""
+    saved = {n: getattr(nn.init, n) for n in _INITIALISERS if hasattr(nn.init, n)}
+    try:
+        for n in saved:
+            setattr(nn.init, n, lambda tensor, *args, **kwargs: tensor)
+        with torch.device("meta"):
+            yield
+    finally:
+        for n, fn in saved.items():
+            setattr(nn.init, n, fn)
+
+
 def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
     """Names and shapes of a model's gradient tensors, without running it.
 
@@ -600,7 +622,7 @@ def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
     build = globals()[card.build]
     build_params = inspect.signature(build).parameters
     build_kwargs = {k: v for k, v in catalog.with_defaults(card, kwargs).items() if k in build_params}
-    with torch.device("meta"):
+    with _shapes_only():
         module = build(**build_kwargs)
     return gradient_layout(module)
 
