@@ -72,6 +72,8 @@ class Row:
     measured_s: float
     measured_iqr_s: float
     communicate_share: float
+    predicted_comm_s: float  # the communication the prediction waits for
+    measured_comm_s: float | None  # the hook's own communicate time in the shaped run (median over steps, mean over ranks)
 
     @property
     def error(self) -> float:
@@ -204,9 +206,12 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
                 predicted, comm = st.step_s, st.communicate_s
                 model_only = predict_step(k, n, net, compute_s, overlap=overlap).step_s
             with NetLab(n, mbit) as lab:
-                measured, iqr = _median_step(_launch(lab, n, "ddp", spec, port + 1))
+                recs = _launch(lab, n, "ddp", spec, port + 1)
+            measured, iqr = _median_step(recs)
+            hooked = [r["hook"]["communicate_s_median"] for r in recs if "hook" in r]
             rows.append(Row(n, spec, mbit, compute_s, k.compress_s, k.decompress_s, k.wire_bytes, k.dense_bytes, predicted,
-                            model_only, measured, iqr, comm / predicted))
+                            model_only, measured, iqr, comm / predicted, comm,
+                            statistics.mean(hooked) if hooked else None))
             print(_line(rows[-1]), flush=True)
     return rows
 
@@ -257,7 +262,9 @@ def _line(r: Row) -> str:
     return (f"{r.workers} × {r.compressor:22s} {r.mbit:7g} Mbit/s  predicted {1e3 * r.predicted_s:8.1f} ms  "
             f"measured {1e3 * r.measured_s:8.1f} ± {1e3 * r.measured_iqr_s / 2:5.1f} ms  error {100 * r.error:+6.1f}%  "
             f"(α–β alone {1e3 * r.model_only_s:.1f} ms, {100 * r.model_only_error:+.1f}%)  "
-            f"(compute {1e3 * r.compute_s:.1f} ms, communication {100 * r.communicate_share:.0f}% of the predicted step)")
+            f"(compute {1e3 * r.compute_s:.1f} ms, communication {100 * r.communicate_share:.0f}% of the predicted step: "
+            f"{1e3 * r.predicted_comm_s:.1f} ms"
+            + ("" if r.measured_comm_s is None else f", the hook measured {1e3 * r.measured_comm_s:.1f} ms") + ")")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
