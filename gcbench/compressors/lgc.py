@@ -858,6 +858,7 @@ class LGC(Compressor):
             mask[w, where[inside]] = True
         return vals, mask
 
+    @torch.enable_grad()  # a DDP hook runs inside the backward pass, where gradient recording is off
     def _train(self, rec: dict[str, Any], values: torch.Tensor, inn_vals: torch.Tensor, inn_mask: torch.Tensor, leader: int) -> None:
         """``ae_iters`` optimizer steps of the phase-2 loss on one step's values (N, K) at the leader's indices."""
         n, k = values.shape

@@ -8,10 +8,11 @@ generator on the ``torch.distributed`` transport (:mod:`gcbench.distributed.tran
 code ``exchange`` runs on the simulated one, so the bytes measured in training are the bytes the
 benchmark counts (``tests/test_protocol_transports.py`` checks it per leg and worker).  This module
 knows no compressor by name: none/fp16/bf16 all-reduce their bodies, TernGrad shares its scaler,
-PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, every other compressor all-gathers its
-payloads, because that is what their protocols yield.  ``protocol="gather"`` forces the plain
-all-gather.  LGC's protocols exist only as a simulation (its ``exchange``): the hook all-gathers
-its payloads and :attr:`HookState.protocol_note` says so (training results record it).
+PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, LGC runs its parameter server (hosted
+by rank 0) or its ring, every other compressor all-gathers its payloads, because that is what their
+protocols yield.  ``protocol="gather"`` forces the plain all-gather.  A configuration whose
+exchange exists only as a simulation (one defined over the whole model at once, not per bucket)
+is all-gathered instead, and :attr:`HookState.protocol_note` says so (training results record it).
 
 Asynchronous, as PyTorch's own hooks: :func:`compressor_hook` returns at once a future chained with
 the collectives' completion callbacks (each leg starts an ``async_op=True`` collective and the

@@ -22,7 +22,9 @@ def _preset_help(name: str, what: str) -> str:
 
 LGC_PROTOCOL = Protocol("lgc", "3 phases by step: dense fp32; top-k+EF with online autoencoder training; "
     "ps: leader latent+indices+innovation, others innovation only (re-implementation) / ring (protocol inferred by gcbench): "
-    "summed latents at a rotating leader's indices")
+    "summed latents at a rotating leader's indices",
+    # ring mode: every worker trains a replica of the autoencoder, which must start from the same weights
+    shared_seed=True)
 
 LGC = CompressorInfo(
     name="lgc",
