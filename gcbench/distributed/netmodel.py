@@ -194,7 +194,12 @@ def protocol_seconds(protocol: Protocol, wire_bytes: float, n: int, net: Network
     total, decodes, algos = 0.0, 0, []
     for leg in protocol.cost:
         nbytes = {"payload": wire_bytes, "payload/n": wire_bytes / n, "scalars": 4.0 * tensors}[leg.size]
-        secs, algo = collective_seconds(leg.collective, nbytes / leg.rounds, n, net, topo)
+        if leg.collective in ("server", "broadcast"):  # minimal pricing, flat network (the topology is not modelled here)
+            cost = (parameter_server(nbytes / leg.rounds, nbytes / leg.rounds, n) if leg.collective == "server"
+                    else Cost(float(n - 1), (n - 1) * nbytes / leg.rounds))  # one message per hop, hops in sequence
+            secs, algo = cost.seconds(net), "one server" if leg.collective == "server" else "ring relay"
+        else:
+            secs, algo = collective_seconds(leg.collective, nbytes / leg.rounds, n, net, topo)
         total += secs * leg.rounds
         decodes += leg.decodes(n)
         algos.append(f"{leg.collective} ({algo})" if n > 1 else leg.collective)
