@@ -66,7 +66,7 @@ def _compare(name: str, ctx: WorkerContext, params: dict[str, Any] | None = None
         simulated = [(ph, c[me].sent, c[me].received, c[me].sent_body) for ph, c in run.legs]
         measured = [(ph, c.sent, c.received, c.sent_body) for leg in transport.legs for ph, c in leg.counted]
         out["bytes"].append((simulated, measured))
-        exact = not any(leg.kind == "allreduce" and leg.op == "sum" for leg in transport.legs)
+        exact = not any(leg.kind == "allreduce" and leg.op in ("sum", "mean") for leg in transport.legs)
         out["exact"] &= exact
         out["kinds"] = [leg.kind for leg in transport.legs]
         for a, b in zip(outcome.aggregates, run.outcomes[me].aggregates, strict=True):

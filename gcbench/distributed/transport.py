@@ -74,7 +74,7 @@ class LegBytes:
     counted: list[tuple[str, Counted]]
     handed: int
     delivered: int = 0  # payloads delivered to this worker (its own included)
-    op: str = ""  # an all-reduce's "sum" or "max"
+    op: str = ""  # an all-reduce's "sum", "mean" or "max"
 
 
 @dataclass
@@ -233,8 +233,11 @@ class TorchTransport:
         shapes = [(t.shape, torch.promote_types(t.dtype, torch.float32)) for t in leg.tensors]
 
         def split(_: Any) -> list[torch.Tensor]:
-            parts = flat.split([s.numel() for s, _ in shapes])
-            return [p.to(dt).reshape(s) for p, (s, dt) in zip(parts, shapes, strict=True)]
+            parts = [p.to(dt).reshape(s) for p, (s, dt) in zip(flat.split([s.numel() for s, _ in shapes]), shapes, strict=True)]
+            if leg.op == "mean":  # in place: the parts are this transport's (flat, or the casts of its slices)
+                for p in parts:
+                    p.div_(self.world)
+            return parts
 
         return then(work.get_future(), split, self.devices)
 
