@@ -121,3 +121,21 @@ def test_real_aggregates_are_the_simulated_ones(group: list[dict[str, Any]]) -> 
     assert kinds["lgc"] == ["server"] * len(SHAPES)  # its dense phase: one parameter-server round per tensor
     assert set(kinds["lgc:ps"]) == {"server"} and set(kinds["lgc:ring"]) == {"send"}
 
+
+
+def test_framed_messages_round_trip_and_malformed_bytes_are_payload_errors() -> None:
+    from gcbench.core.errors import PayloadError
+    from gcbench.core.protocol import Message
+    from gcbench.distributed.transport import frame_messages, unframe_messages
+
+    comp = registry.create("topk", density=0.1)
+    payloads = [comp.compress(torch.randn(50, generator=torch.Generator().manual_seed(s)), comp.init_state(s)) for s in range(2)]
+    msgs = [Message("topk:push", 1, (), payloads[0]), Message("phase:é", 1, (0, 2), payloads[1])]
+    raw = frame_messages(msgs)
+    back = unframe_messages(raw, 1, 3)
+    assert [(m.phase, m.sender, m.receivers, m.payload.to_bytes()) for m in back] == \
+        [(m.phase, m.sender, m.receivers, m.payload.to_bytes()) for m in msgs]
+    assert unframe_messages(b"", 1, 3) == []
+    for bad in (raw[:-1], raw[:5], raw + b"\x01", frame_messages([Message("x", 0, (7,), payloads[0])])):
+        with pytest.raises(PayloadError):  # truncated, trailing garbage, a receiver outside the group
+            unframe_messages(bad, 1, 3)

@@ -126,6 +126,15 @@ Choices of ``preset="gcbench"`` (all [gcbench] unless tagged):
   ``state_dict()``/``load_state_dict()`` round-trips it and the next exchange is bit-identical.
   It runs on the CPU in fp32.  Phase and leader derive from ``state.step``.
 
+Transports [gcbench].  ``preset="gcbench"`` is written once, as each worker's side
+(:meth:`LGC.worker_protocol`, legs of :mod:`gcbench.core.protocol`): the parameter server's rounds
+are :class:`~gcbench.core.protocol.ToServer` legs, hosted by rank 0 (the ps leader, whose unit
+state holds the autoencoder), and ring mode's messages (the ring all-reduces of fp32 chunk
+payloads, the ring broadcast of the leader's indices, the all-gathers) are
+:class:`~gcbench.core.protocol.Send` legs.  :meth:`LGC.exchange` runs it on the simulated
+transport, the DDP hook on ``torch.distributed``, with the same bytes counted per message.  The
+reference preset's whole-model exchange is a simulation only (:meth:`LGC.exchange_group`).
+
 Single-tensor API (the registry contract): ``compress(x, state)`` is the worker's standalone
 payload for its phase — fp32 dense in phase 1, top-k with error feedback in phases 2 and 3 (a
 phase-3 innovation cannot decode without the leader's latent; the reference preset's dense-tensor
