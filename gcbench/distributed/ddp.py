@@ -241,6 +241,9 @@ class HookState:
         self.bucket_signature: dict[int, tuple[Any, ...]] = {}
         self.state_resets = 0
         self.stats = stats if stats is not None else HookStats()
+        # the protocols compute with the creating thread's intra-op thread count, whichever thread runs a bucket's chain
+        # (the caller's for the first bucket, a collective's callback thread after): the same count on every worker
+        self.threads = torch.get_num_threads()
         # parameter names identify a bucket's contents across steps, processes and checkpoints
         self.param_names: dict[int, str] = {}
 
@@ -357,7 +360,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     devices = [buf.device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
 
     def start(_: Any) -> torch.futures.Future[Any]:
-        transport = TorchTransport(state.process_group, state.rank, state.world_size, buf.device)
+        transport = TorchTransport(state.process_group, state.rank, state.world_size, buf.device, state.threads)
         times = ChainTimes()
         return then(drive(state.worker_protocol(xs, states), transport, times, sync), lambda out: finish(out, transport, times),
                     devices)

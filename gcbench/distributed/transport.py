@@ -187,18 +187,20 @@ def _bytes_tensor(data: bytes, device: torch.device) -> torch.Tensor:
 class TorchTransport:
     """Fulfils legs with ``torch.distributed`` collectives on one process group; records :class:`LegBytes` per leg."""
 
-    def __init__(self, group: dist.ProcessGroup | None, rank: int, world: int, device: torch.device) -> None:
+    def __init__(self, group: dist.ProcessGroup | None, rank: int, world: int, device: torch.device,
+                 threads: int | None = None) -> None:
         self.group, self.rank, self.world, self.device = group, rank, world, device
         self.devices = [device] if device.type == "cuda" else None
         self.legs: list[LegBytes] = []
-        self.threads = torch.get_num_threads()
+        self.threads = threads if threads is not None else torch.get_num_threads()
 
     def keep_threads(self) -> None:
-        """Compute with the intra-op thread count of the thread that made this transport.
+        """Compute with ``threads`` intra-op threads (default: the count of the thread that made this transport).
 
         Protocol code runs in the collectives' callback threads, whose count is the process
         default, not what the caller set; with another count float kernels (convolutions) may
-        round differently, and the real transport would not reproduce the simulated one's bits.
+        round differently, and the real transport would not reproduce the simulated one's bits (nor
+        the workers each other's, where each computes the same thing, as replicas of a model).
         """
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
