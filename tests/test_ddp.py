@@ -239,18 +239,22 @@ def _scenario_onebit(ctx: WorkerContext) -> dict[str, Any]:
 
 #: compressors of every protocol shape: all-reduce of bodies, scaler + all-gather, P/Q all-reduces, all-to-all + all-gather, all-gather
 ASYNC_TRAINING = ("fp16", "terngrad", "powersgd", "onebit", "qsgd")
+#: LGC's parameter server (hosted by rank 0) and ring protocols, shortened so 60 steps reach its compressed phase;
+#: the buckets are small, so min_k lets them use the autoencoder
+LGC_SHORT = {"density": 0.5, "dense_steps": 5, "train_steps": 10, "ae_iters": 1, "min_k": 8, "window": 64}
+ASYNC_LGC = {f"lgc:{mode}": {**LGC_SHORT, "mode": mode} for mode in ("ps", "ring")}
 
 
 def _scenario_async_training(ctx: WorkerContext) -> dict[str, Any]:
     """Train a student MLP on a teacher's labels through the asynchronous hook, several buckets per step."""
     out: dict[str, Any] = {}
     teacher = _mlp(5)
-    for name in ASYNC_TRAINING:
+    for name, params in [(n, {}) for n in ASYNC_TRAINING] + list(ASYNC_LGC.items()):
         student = _mlp(8)
         ddp = DDP(student, process_group=ctx.group, bucket_cap_mb_list=[0.0005, 0.0005])  # ~500-byte caps: several buckets
         from gcbench.distributed.ddp import HookState
 
-        state = HookState(registry.create(name), process_group=ctx.group, seed=5)
+        state = HookState(registry.create(name.split(":")[0], **params), process_group=ctx.group, seed=5)
         state.name_parameters(student)
         pending: list[bool] = []
 
@@ -266,7 +270,8 @@ def _scenario_async_training(ctx: WorkerContext) -> dict[str, Any]:
         replicas = _gather(ctx, flat)
         out[name] = {"first": first, "last": last, "identical": all(torch.equal(r, replicas[0]) for r in replicas),
                      "pending": sum(pending), "hooks": len(pending), "steps": len(state.stats.steps),
-                     "buckets": max(len(s.buckets) for s in state.stats.steps)}
+                     "buckets": max(len(s.buckets) for s in state.stats.steps), "note": state.protocol_note,
+                     "protocol": state.protocol, "collectives": state.stats.summary()["collectives"]}
     return out
 
 
@@ -341,6 +346,19 @@ def test_asynchronous_hook_trains_with_identical_replicas_for_every_protocol_sha
             assert res["last"] < 0.7 * res["first"], (name, res)
             assert res["steps"] == 60 and res["buckets"] >= 2
             assert res["pending"] > 0, name  # futures returned before their collectives completed: the exchange overlaps the backward
+
+
+def test_lgc_runs_its_own_protocols_in_the_hook(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
+        for name in ASYNC_LGC:
+            res = r["async"][name]
+            assert res["protocol"] == "lgc" and res["note"] is None, name  # its own protocol, no all-gather fallback
+            # the parameter server's rounds / the ring's addressed messages (ring all-reduces, index broadcast)
+            assert res["collectives"] == (["server"] if name == "lgc:ps" else ["send"]), name
+            # every worker ends each step with the same aggregate: in ring mode each trains its own replica of the autoencoder
+            assert res["identical"], name
+            assert res["steps"] == 60 and res["pending"] > 0, name
+            assert res["last"] < res["first"], (name, res)
 
 
 def test_register_rejects_bad_settings_without_a_group() -> None:

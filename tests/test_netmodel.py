@@ -264,6 +264,7 @@ def _leg_kinds(name: str, params: dict[str, object], n: int = 3) -> list[str]:
 @pytest.mark.parametrize("name", [n for n in __import__("gcbench.compressors.registry", fromlist=["names"]).names() if n != "lgc"])
 def test_the_network_model_prices_the_legs_the_protocol_runs(name: str) -> None:
     # the card's cost legs (what netmodel and advise price) are the legs the compressor's own protocol yields, in order
+    # (LGC's, by phase and mode: tests/compressors/test_lgc.py::test_card_cost_legs_are_the_legs_the_compressed_phase_runs)
     from gcbench.compressors import registry
 
     info = registry.get(name)
@@ -305,3 +306,20 @@ def test_a_damaged_configuration_in_a_results_file_is_a_results_error() -> None:
     ]}
     with pytest.raises(ResultsError, match="cannot be priced"):
         cases_from_results(run)
+
+
+def test_lgc_s_server_and_relay_legs_by_hand() -> None:
+    """LGC's ps mode: three server rounds (every worker's message to a server on a worker, a reply back through its link);
+    ring mode: the leader's message relayed hop by hop, then a ring all-reduce."""
+    from gcbench.compressors import registry
+    from gcbench.distributed.netmodel import collective_seconds, protocol_seconds
+
+    net, m, n = Network(1, ALPHA), 3e5, 4
+    ps = registry.get("lgc").resolve_protocol({"mode": "ps"})
+    secs, decodes, algos = protocol_seconds(ps, m, n, net)
+    assert secs == pytest.approx(3 * (2 * ALPHA + 2 * n * (m / 3) / 1.25e8))
+    assert "server" in algos and decodes == n  # the server decodes every worker's payload
+    ring = registry.get("lgc").resolve_protocol({"mode": "ring"})
+    secs, _, algos = protocol_seconds(ring, m, n, net)
+    assert secs == pytest.approx((n - 1) * (ALPHA + m / 1.25e8) + collective_seconds("allreduce", m, n, net)[0])
+    assert "ring relay" in algos

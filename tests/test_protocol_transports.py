@@ -7,6 +7,10 @@ worker's).  Per step, per leg and worker, the bytes the real transport counted m
 simulated ones, and the aggregate must be the simulated one: bit for bit, except where a leg sums
 in the wire dtype in the collective's own order (casts, PowerSGD's float32 factors).
 
+LGC runs at its defaults (its dense phase) and, shortened, through all three of its phases in
+both modes (:data:`PHASED`): its parameter server's rounds, ring all-reduces of chunk payloads, the
+ring broadcast of the leader's indices and the autoencoder's training all run on both transports.
+
 One spawn per group size (2 and 3 processes) runs all compressors: process start-up dominates.
 """
 
@@ -25,6 +29,12 @@ from gcbench.distributed.transport import ChainTimes, TorchTransport, drive
 
 SHAPES = [(24, 20), (7,), (3, 40)]  # a matrix PowerSGD compresses, a vector it sends dense, a 1-bit stripe per worker
 STEPS = 3
+#: LGC through its phases (dense, top-k while the autoencoder trains, compressed twice: with and without the
+#: one-time encoder transfer); density 0.2 gives the (24, 20) tensor K = 96 >= min_k, so it uses the autoencoder,
+#: while the others keep top-k in phase 3
+LGC_PHASES = {"density": 0.2, "dense_steps": 1, "train_steps": 1, "ae_iters": 1}
+PHASED = {f"lgc:{mode}": ("lgc", {**LGC_PHASES, "mode": mode}, 4) for mode in ("ps", "ring")}
+PHASED["lgc:ps-per-worker"] = ("lgc", {**LGC_PHASES, "mode": "ps", "decoders": "per-worker"}, 4)
 
 
 def _inputs(worker: int, step: int) -> list[torch.Tensor]:
@@ -38,14 +48,15 @@ def _states(comp: Compressor, world: int) -> list[list[State]]:
     return [[comp.init_state(1000 * (0 if shared else w) + u) for u in range(len(SHAPES))] for w in range(world)]
 
 
-def _compare(name: str, ctx: WorkerContext) -> dict[str, Any]:
+def _compare(name: str, ctx: WorkerContext, params: dict[str, Any] | None = None, steps: int = STEPS) -> dict[str, Any]:
     world, me = ctx.world_size, ctx.rank
-    real = registry.create(name)
-    sim = registry.create(name)
+    real = registry.create(name, **(params or {}))
+    sim = registry.create(name, **(params or {}))
     real_states = _states(real, world)[me]
     sim_states = _states(sim, world)
-    out: dict[str, Any] = {"bytes": [], "err": [], "exact": True, "sent_equal": True, "kinds": []}
-    for step in range(STEPS):
+    out: dict[str, Any] = {"bytes": [], "err": [], "exact": True, "sent_equal": True, "kinds": [], "phases": []}
+    for step in range(steps):
+        out["phases"].append(sim.step_phase(sim_states[0][0].step))
         xs = [_inputs(w, step) for w in range(world)]
         shared = [list(sim_states[0]) if w == 0 else [s.clone() for s in sim_states[0]] for w in range(world)]
         run = simulate([sim.worker_protocol(xs[w], sim_states[w], Context(w, world, shared[w])) for w in range(world)])
@@ -55,7 +66,7 @@ def _compare(name: str, ctx: WorkerContext) -> dict[str, Any]:
         simulated = [(ph, c[me].sent, c[me].received, c[me].sent_body) for ph, c in run.legs]
         measured = [(ph, c.sent, c.received, c.sent_body) for leg in transport.legs for ph, c in leg.counted]
         out["bytes"].append((simulated, measured))
-        exact = not any(leg.kind == "allreduce" and leg.op == "sum" for leg in transport.legs)
+        exact = not any(leg.kind == "allreduce" and leg.op in ("sum", "mean") for leg in transport.legs)
         out["exact"] &= exact
         out["kinds"] = [leg.kind for leg in transport.legs]
         for a, b in zip(outcome.aggregates, run.outcomes[me].aggregates, strict=True):
@@ -71,7 +82,8 @@ def _compare(name: str, ctx: WorkerContext) -> dict[str, Any]:
 
 def _all(ctx: WorkerContext) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return {name: _compare(name, ctx) for name in registry.names() if registry.create(name).protocol_runs_anywhere()}
+    out = {name: _compare(name, ctx) for name in registry.names() if registry.create(name).protocol_runs_anywhere()}
+    return out | {label: _compare(name, ctx, params, steps) for label, (name, params, steps) in PHASED.items()}
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2-workers", "3-workers"])
@@ -80,9 +92,9 @@ def group(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
 
 
 def test_every_compressor_runs_its_protocol_on_both_transports(group: list[dict[str, Any]]) -> None:
-    names = set(group[0])
-    # LGC's exchange is still a simulation only (see gcbench.distributed.ddp): every other compressor is covered
-    assert names == {n for n in registry.names() if n != "lgc"}
+    assert set(group[0]) == set(registry.names()) | set(PHASED)
+    for label in PHASED:  # every phase of LGC, the compressed one with and without the one-time encoder transfer
+        assert group[0][label]["phases"] == ["dense", "topk", "compressed", "compressed"], label
 
 
 def test_real_transport_sends_exactly_the_simulated_bytes_per_leg_and_worker(group: list[dict[str, Any]]) -> None:
@@ -106,3 +118,24 @@ def test_real_aggregates_are_the_simulated_ones(group: list[dict[str, Any]]) -> 
     assert kinds["none"] == kinds["fp16"] == ["allreduce"]
     assert kinds["powersgd"] == ["allreduce", "allreduce"] and kinds["terngrad"] == ["allreduce", "allgather"]
     assert kinds["onebit"] == ["alltoall", "allgather"] and kinds["topk"] == ["allgather"]
+    assert kinds["lgc"] == ["server"] * len(SHAPES)  # its dense phase: one parameter-server round per tensor
+    assert set(kinds["lgc:ps"]) == {"server"} and set(kinds["lgc:ring"]) == {"send"}
+
+
+
+def test_framed_messages_round_trip_and_malformed_bytes_are_payload_errors() -> None:
+    from gcbench.core.errors import PayloadError
+    from gcbench.core.protocol import Message
+    from gcbench.distributed.transport import frame_messages, unframe_messages
+
+    comp = registry.create("topk", density=0.1)
+    payloads = [comp.compress(torch.randn(50, generator=torch.Generator().manual_seed(s)), comp.init_state(s)) for s in range(2)]
+    msgs = [Message("topk:push", 1, (), payloads[0]), Message("phase:é", 1, (0, 2), payloads[1])]
+    raw = frame_messages(msgs)
+    back = unframe_messages(raw, 1, 3)
+    assert [(m.phase, m.sender, m.receivers, m.payload.to_bytes()) for m in back] == \
+        [(m.phase, m.sender, m.receivers, m.payload.to_bytes()) for m in msgs]
+    assert unframe_messages(b"", 1, 3) == []
+    for bad in (raw[:-1], raw[:5], raw + b"\x01", frame_messages([Message("x", 0, (7,), payloads[0])])):
+        with pytest.raises(PayloadError):  # truncated, trailing garbage, a receiver outside the group
+            unframe_messages(bad, 1, 3)

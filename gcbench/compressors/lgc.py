@@ -126,6 +126,15 @@ Choices of ``preset="gcbench"`` (all [gcbench] unless tagged):
   ``state_dict()``/``load_state_dict()`` round-trips it and the next exchange is bit-identical.
   It runs on the CPU in fp32.  Phase and leader derive from ``state.step``.
 
+Transports [gcbench].  ``preset="gcbench"`` is written once, as each worker's side
+(:meth:`LGC.worker_protocol`, legs of :mod:`gcbench.core.protocol`): the parameter server's rounds
+are :class:`~gcbench.core.protocol.ToServer` legs, hosted by rank 0 (the ps leader, whose unit
+state holds the autoencoder), and ring mode's messages (the ring all-reduces of fp32 chunk
+payloads, the ring broadcast of the leader's indices, the all-gathers) are
+:class:`~gcbench.core.protocol.Send` legs.  :meth:`LGC.exchange` runs it on the simulated
+transport, the DDP hook on ``torch.distributed``, with the same bytes counted per message.  The
+reference preset's whole-model exchange is a simulation only (:meth:`LGC.exchange_group`).
+
 Single-tensor API (the registry contract): ``compress(x, state)`` is the worker's standalone
 payload for its phase — fp32 dense in phase 1, top-k with error feedback in phases 2 and 3 (a
 phase-3 innovation cannot decode without the leader's latent; the reference preset's dense-tensor
@@ -152,10 +161,10 @@ uncompressed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -186,8 +195,21 @@ from gcbench.core.compressor import (
 )
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.payload import MetaValue, Payload, dense_bytes
+from gcbench.core.protocol import (
+    SERVER,
+    Context,
+    Leg,
+    Message,
+    Outcome,
+    Send,
+    ToServer,
+    WorkerProtocol,
+    count_messages,
+    simulate,
+)
 
-SERVER = -1  # sender id of the parameter server (not a worker)
+T = TypeVar("T")
+
 PHASES: tuple[str, ...] = ("dense", "topk", "compressed")
 _STANDALONE = ("dense", "topk")
 _PROTOCOL = ("latent", "indices", "innovation", "values", "weights")
@@ -239,16 +261,6 @@ class Windows:
         w = self.split(v.reshape(1, -1).double())[0]
         count = self.valid().sum(1).double()
         return (w.pow(2).sum(1) / count).sqrt().float()
-
-
-@dataclass
-class Message:
-    """One message of the simulated protocol: sent once by ``sender``, delivered to ``receivers``."""
-
-    phase: str  # traffic phase, "<step phase>:<leg>", e.g. "compressed:innovation"
-    sender: int  # a worker, or SERVER
-    receivers: tuple[int, ...]  # workers (the server is not listed)
-    payload: Payload
 
 
 #: a whole-model phase-3 round: per middle unit the aggregate and the messages, per worker and unit the part counted as sent
@@ -416,12 +428,12 @@ class LGC(Compressor):
     # ------------------------------------------------------------------ exchange
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> LGCExchangeResult:
-        """One step of LGC across N workers for one tensor (see the module docstring for the protocol).
+        """One step of LGC across N workers for one tensor: :meth:`worker_protocol` on the simulated transport.
 
         With ``preset="reference"`` the tensor is a whole model of one tensor (:meth:`exchange_group`).
         """
         if self.reference_preset:
-            return self.exchange_group([[g] for g in grads], [[s] for s in states])[0]
+            return self.exchange_group([[g] for g in grads], [[s] for s in states])[0]  # type: ignore[return-value]
         n = len(grads)
         if n != len(states):
             raise ValueError(f"lgc exchange: {n} gradients but {len(states)} states")
@@ -433,46 +445,79 @@ class LGC(Compressor):
         shape, out_dtype = tuple(grads[0].shape), grads[0].dtype
         if any(tuple(g.shape) != shape for g in grads):
             raise ValueError("lgc exchange: workers' gradients differ in shape")
-        phase = self.phase_of(step)
-        leader = self.leader_of(step, n)
-        d = grads[0].numel()
-        if d == 0:
-            payloads = [self.compress(g, s) for g, s in zip(grads, states, strict=True)]
-            msgs = [Message(f"{phase}:empty", w, (), p) for w, p in enumerate(payloads)]
-            return self._result(torch.zeros(shape, dtype=out_dtype), msgs, n, phase, leader, False)
+        memo: dict[Any, Any] = {}
+        run = simulate([self.worker_protocol([grads[w]], [states[w]], Context(w, n, memo=memo)) for w in range(n)])
+        phase, d = self.phase_of(step), grads[0].numel()
+        used = self.uses_autoencoder(d) and phase != "dense"
+        agg = run.outcomes[0].aggregates[0].reshape(shape).to(out_dtype)
+        return self._result(agg, run.messages, n, phase, self.leader_of(step, n), used)
 
-        corrected = [ErrorFeedback.corrected(g.detach().float().reshape(shape), s) for g, s in zip(grads, states, strict=True)]
-        a = [c.reshape(-1) for c in corrected]
+    def protocol_runs_anywhere(self) -> bool:
+        """``preset="gcbench"`` is a :meth:`worker_protocol`; the reference preset's whole-model exchange is a simulation only."""
+        return not self.reference_preset
+
+    def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """One worker's side of LGC (``preset="gcbench"``), unit after unit (see the module docstring for the protocol).
+
+        The parameter server is hosted by rank 0, which is also the ps leader: the autoencoder
+        lives in rank 0's unit state, where the server trains and uses it.  Ring mode trains one
+        replica per worker on the same all-gathered data (the simulated transport trains one for the
+        group, :meth:`Context.once`), so the replicas must start alike: the card's protocol says
+        ``shared_seed``.
+        """
+        if self.reference_preset:
+            raise GcbenchError("lgc preset='reference' exchanges the whole model at once and exists as a simulation only "
+                               "(exchange_group); use preset='gcbench' on a real transport")
+        aggs: list[torch.Tensor] = []
+        firsts: list[Payload] = []
+        for u, (x, state) in enumerate(zip(xs, states, strict=True)):
+            legs = self._unit_protocol(u, x, state, ctx)
+            first: Payload | None = None
+            value: Any = None
+            while True:  # pass the legs through, noting this worker's first message (its upload)
+                try:
+                    leg = legs.send(value)
+                except StopIteration as stop:
+                    aggs.append(stop.value)
+                    break
+                if first is None:
+                    first = next((m.payload for m in leg.messages if m.sender == ctx.rank), None)
+                value = yield leg
+            assert first is not None, "every LGC round has each worker send a message"
+            firsts.append(first)
+        return Outcome(aggs, firsts)
+
+    def _unit_protocol(self, u: int, x: torch.Tensor, state: State, ctx: Context) -> Generator[Leg, Any, torch.Tensor]:
+        """One unit's step for this worker: its legs, error feedback, and the float32 aggregate (the unit's shape)."""
+        me, n = ctx.rank, ctx.world
+        phase, leader = self.phase_of(state.step), self.leader_of(state.step, n)
+        shape, dtype = tuple(x.shape), x.dtype
+        d = x.numel()
+        if d == 0:
+            p = self.compress(x, state)
+            yield Send([Message(f"{phase}:empty", me, (), p)], f"{phase}:empty")
+            return torch.zeros(shape, dtype=torch.float32)
+        corrected = ErrorFeedback.corrected(x.detach().float().reshape(shape), state)
+        a = corrected.reshape(-1)
         use_ae = self.uses_autoencoder(d)
         if phase == "dense":
-            agg, msgs, sent = self._dense_round(a, phase, shape, out_dtype)
+            agg = yield from self._dense_exchange(u, a, ctx, phase, shape, dtype)
+            sent = a  # a dense step leaves no residual
         elif phase == "topk" or not use_ae:
-            agg, msgs, sent, pushes = self._topk_round(a, phase, shape, out_dtype)
-            if phase == "topk" and use_ae:
-                msgs += self._train_round(pushes, a, leader, states[0], shape, out_dtype)
+            agg, sent = yield from self._topk_exchange(u, a, state, ctx, phase, leader, phase == "topk" and use_ae, shape, dtype)
         elif self.settings["mode"] == "ps":
-            agg, msgs, sent = self._ps_compressed(a, leader, states[0], shape, out_dtype)
+            agg, sent = yield from self._ps_compressed(u, a, state, ctx, leader, shape, dtype)
         else:
-            agg, msgs, sent = self._ring_compressed(a, leader, states[0], shape, out_dtype)
-        for c, s, dec in zip(corrected, states, sent, strict=True):
-            ErrorFeedback.update(s, c, dec.reshape(shape))
-            s.step += 1
-        return self._result(agg.reshape(shape).to(out_dtype), msgs, n, phase, leader, use_ae and phase != "dense")
+            agg, sent = yield from self._ring_compressed(u, a, state, ctx, leader, shape, dtype)
+        ErrorFeedback.update(state, corrected, sent.reshape(shape))
+        state.step += 1
+        return agg.to(x.device).reshape(shape)
 
     def _result(self, agg: torch.Tensor, msgs: list[Message], n: int, phase: str, leader: int, used: bool) -> LGCExchangeResult:
         traffic = Traffic()
-        sent: dict[tuple[str, int], int] = {}
-        body: dict[tuple[str, int], int] = {}
-        recv: dict[tuple[str, int], int] = {}
-        for m in msgs:
-            if m.sender != SERVER:
-                sent[(m.phase, m.sender)] = sent.get((m.phase, m.sender), 0) + m.payload.nbytes
-                body[(m.phase, m.sender)] = body.get((m.phase, m.sender), 0) + m.payload.body_nbytes
-            for r in m.receivers:
-                recv[(m.phase, r)] = recv.get((m.phase, r), 0) + m.payload.nbytes
-        for ph in dict.fromkeys(m.phase for m in msgs):
-            for w in range(n):
-                traffic.add(ph, w, sent.get((ph, w), 0), recv.get((ph, w), 0), body.get((ph, w), 0))
+        for ph, counted in count_messages(msgs, n):
+            for w, c in enumerate(counted):
+                traffic.add(ph, w, c.sent, c.received, c.sent_body)
         first: list[Payload] = []
         empty = Payload(self.name, self.info.version, agg.dtype, (0,), torch.zeros(0, dtype=torch.uint8), {"kind": "dense"})
         for w in range(n):  # what each worker sent first this step (its upload)
@@ -504,97 +549,303 @@ class LGC(Compressor):
         vals, idx = codec.decode_sparse(body_numpy(p), d, meta_int(p, "k"), meta_str(p, "coding"))
         return torch.from_numpy(vals), torch.from_numpy(idx)
 
-    # ------------------------------------------------------------------ phase rounds
+    # ------------------------------------------------------------------ phase rounds (one worker's side)
 
-    def _dense_round(self, a: list[torch.Tensor], phase: str, shape: tuple[int, ...], dtype: torch.dtype):
-        n = len(a)
-        msgs: list[Message] = []
-        if self.settings["mode"] == "ps":
-            pushes = [self._dense_payload(v, shape, dtype) for v in a]
-            msgs += [Message(f"{phase}:push", w, (), p) for w, p in enumerate(pushes)]
-            acc = torch.zeros(a[0].numel(), dtype=torch.float32)
-            for p in pushes:  # the server decodes what arrived
-                acc += self._decode_float(p).reshape(-1)
-            pull = self._dense_payload(acc / n, shape, dtype)
-            msgs.append(Message(f"{phase}:pull", SERVER, tuple(range(n)), pull))
-            agg = self._decode_float(pull)
-        else:
-            total, ring = self._ring_allreduce(a, f"{phase}:ring", dtype)
-            msgs += ring
-            agg = total / n
-        return agg.to(a[0].device), msgs, [v for v in a]  # a dense step leaves no residual
+    def _dense_exchange(self, u: int, a: torch.Tensor, ctx: Context, phase: str, shape: tuple[int, ...],
+                        dtype: torch.dtype) -> Generator[Leg, Any, torch.Tensor]:
+        """The mean of the workers' fp32 vectors, flat: ps through the server (push, pull), ring by a ring all-reduce."""
+        n = ctx.world
+        if self.settings["mode"] != "ps":
+            return (yield from self._ring_allreduce(a, ctx, f"{phase}:ring", dtype)) / n
 
-    def _topk_round(self, a: list[torch.Tensor], phase: str, shape: tuple[int, ...], dtype: torch.dtype):
-        n, d = len(a), a[0].numel()
+        def serve(rows: list[list[Message]]) -> list[Message]:
+            acc = torch.zeros(a.numel(), dtype=torch.float32)
+            for w in range(n):  # the server decodes what arrived
+                acc += self.decode_received(_only(rows[w], f"{phase}:push"), shape).reshape(-1)
+            return [Message(f"{phase}:pull", SERVER, tuple(range(n)), self._dense_payload(acc / n, shape, dtype))]
+
+        got = yield ToServer([Message(f"{phase}:push", ctx.rank, (), self._dense_payload(a, shape, dtype))], f"{phase}:push", serve)
+        pull = _only(got, f"{phase}:pull")
+        return ctx.once((u, "aggregate"), lambda: self.decode_received(pull, shape).reshape(-1))
+
+    def _topk_exchange(self, u: int, a: torch.Tensor, state: State | None, ctx: Context, phase: str, leader: int, train: bool,
+                       shape: tuple[int, ...], dtype: torch.dtype) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
+        """Top-k with error feedback: ps through the server (push, pull of the mean at the union of the
+        indices), ring by all-gather; with ``train``, then the autoencoder's training round.  (aggregate, sent)."""
+        me, n, d = ctx.rank, ctx.world, a.numel()
         k = self.k_of(d)
-        msgs: list[Message] = []
-        pushes, sent = [], []
-        for v in a:
-            idx = topk_indices_sorted(v, k)
-            pushes.append(self._topk_payload(v[idx], idx, d, shape, dtype))
-            sent.append(dense_from_sparse(v[idx], idx, d))
+        idx = topk_indices_sorted(a, k)
+        push = self._topk_payload(a[idx], idx, d, shape, dtype)
+        sent = dense_from_sparse(a[idx], idx, d)
         if self.settings["mode"] == "ps":
-            msgs += [Message(f"{phase}:push", w, (), p) for w, p in enumerate(pushes)]
+            server: dict[str, Any] = {}  # what the server keeps between its rounds (it runs where rank 0 is)
+
+            def serve(rows: list[list[Message]]) -> list[Message]:
+                pushes = [_only(row, f"{phase}:push") for row in rows]
+                acc = torch.zeros(d, dtype=torch.float32)
+                for p in pushes:
+                    acc += self.decode_received(p, shape).reshape(-1)
+                acc /= n
+                support = torch.unique(torch.cat([self._read_sparse(p, d)[1] for p in pushes]))
+                replies = [Message(f"{phase}:pull", SERVER, tuple(range(n)), self._topk_payload(acc[support], support, d, shape, dtype))]
+                if train:  # the server tells the other workers the leader's index set
+                    server["pushed"] = pushed = [self._read_sparse(p, d) for p in pushes]
+                    ip = self._indices_payload(pushed[leader][1], d, shape, dtype)
+                    replies.append(Message("topk:train", SERVER, _others(leader, n), ip))
+                return replies
+
+            got = yield ToServer([Message(f"{phase}:push", me, (), push)], f"{phase}:push", serve)
+            pull = _only(got, f"{phase}:pull")
+            agg = ctx.once((u, "aggregate"), lambda: self.decode_received(pull, shape).reshape(-1))
+            if train:
+                idx_l = idx if me == leader else self._read_indices(_only(got, "topk:train"), d, 0)[1]
+                mine = [] if me == leader else [Message("topk:train", me, (), self._missing_values(a, idx, idx_l, shape, dtype))]
+
+                def serve_train(rows: list[list[Message]]) -> list[Message]:
+                    pushed = server["pushed"]
+                    lead = pushed[leader][1]
+                    extra = [None if w == leader else _only(rows[w], "topk:train") for w in range(n)]
+                    values = self._values_at(pushed, lead, leader, extra)
+                    inn_vals, inn_mask = self._innovation_in_k(pushed, lead, True, d)
+                    assert state is not None, "training needs the unit's state"
+                    self._train(self.autoencoder(state, n), values, inn_vals, inn_mask, leader)
+                    return []
+
+                yield ToServer(mine, "topk:train", serve_train)
+            return agg, sent
+        # ring: all-gather (each sends its payload once and receives the others')
+        got = yield Send([Message(f"{phase}:allgather", me, _others(me, n), push)], f"{phase}:allgather")
+        pushes = _by_sender(me, push, got, n, f"{phase}:allgather")
+
+        def mean() -> torch.Tensor:
             acc = torch.zeros(d, dtype=torch.float32)
             for p in pushes:
-                acc += sparse_decode(p)
-            acc /= n
-            support = torch.unique(torch.cat([self._read_sparse(p, d)[1] for p in pushes]))
-            pull = self._topk_payload(acc[support], support, d, shape, dtype)
-            msgs.append(Message(f"{phase}:pull", SERVER, tuple(range(n)), pull))
-            agg = sparse_decode(pull)
-        else:  # all-gather: each sends its payload once and receives the others'
-            msgs += [Message(f"{phase}:allgather", w, tuple(r for r in range(n) if r != w), p) for w, p in enumerate(pushes)]
-            agg = torch.zeros(d, dtype=torch.float32)
-            for p in pushes:
-                agg += sparse_decode(p)
-            agg /= n
-        return agg.to(a[0].device), msgs, sent, pushes
+                acc += self.decode_received(p, shape).reshape(-1)
+            return acc / n
 
-    def _train_round(self, pushes: list[Payload], a: list[torch.Tensor], leader: int, state0: State,
-                     shape: tuple[int, ...], dtype: torch.dtype) -> list[Message]:
-        """Phase 2 (preset=gcbench): gather every worker's values at the leader's indices and train the autoencoder."""
-        n, d = len(a), a[0].numel()
-        ps = self.settings["mode"] == "ps"
-        values, pushed, idx_l, msgs = self._gather_at_leader(pushes, a, leader, shape, dtype)
-        inn_vals, inn_mask = self._innovation_in_k(pushed, idx_l, ps, d)
-        self._train(self.autoencoder(state0, n), values, inn_vals, inn_mask, leader)
-        return msgs
+        agg = ctx.once((u, "aggregate"), mean)
+        if train:  # every worker trains an identical replica on every worker's values at the leader's indices
+            pushed = [self._read_sparse(p, d) for p in pushes]
+            idx_l = pushed[leader][1]
+            extra = None if me == leader else self._missing_values(a, idx, idx_l, shape, dtype)
+            got = yield Send([] if extra is None else [Message("topk:train", me, _others(me, n), extra)], "topk:train")
+            rows = [None if w == leader else (extra if w == me else _only([m for m in got if m.sender == w], "topk:train"))
+                    for w in range(n)]
+            values = self._values_at(pushed, idx_l, leader, rows)
+            inn_vals, inn_mask = self._innovation_in_k(pushed, idx_l, False, d)
+            assert state is not None, "training needs the unit's state"
+            ctx.once((u, "train"), lambda: self._train(self.autoencoder(state, n), values, inn_vals, inn_mask, leader))
+        return agg, sent
 
-    def _gather_at_leader(self, pushes: list[Payload], a: list[torch.Tensor], leader: int, shape: tuple[int, ...],
-                          dtype: torch.dtype) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, list[Message]]:
-        """Every worker's values (N, K) at the leader's top-k indices, as the trainer receives them.
-
-        The trainer (PS: the server; ring: every worker, identically) decodes the top-k pushes it
-        received; a non-leader sends, in addition, its values at the leader's indices that its own
-        top-k did not contain (fp32, no indices: both sides know both index sets; ``topk:train``).
-        PS: the server first tells the other workers the leader's index set.  Returns the values,
-        the pushes as received ((values, ascending indices) per worker), the leader's indices and
-        the messages.
-        """
-        n, d = len(a), a[0].numel()
+    def _indices_payload(self, idx: torch.Tensor, d: int, shape: tuple[int, ...], dtype: torch.dtype) -> Payload:
         coding = self.settings["index_coding"]
-        ps = self.settings["mode"] == "ps"
-        msgs: list[Message] = []
-        pushed = [self._read_sparse(p, d) for p in pushes]  # (values, ascending indices) as received
-        idx_l = pushed[leader][1]
-        k = idx_l.numel()
-        if ps:  # the server tells the other workers the leader's index set
-            ip = self._msg("indices", codec.encode_indices(to_numpy(idx_l), d, coding), {"k": k, "coding": coding}, shape, dtype)
-            msgs.append(Message("topk:train", SERVER, tuple(w for w in range(n) if w != leader), ip))
-        values = torch.zeros((n, k), dtype=torch.float32)
-        for w in range(n):
-            vals_w, idx_w = pushed[w]
+        return self._msg("indices", codec.encode_indices(to_numpy(idx), d, coding), {"k": int(idx.numel()), "coding": coding}, shape, dtype)
+
+    def _missing_values(self, v: torch.Tensor, idx_w: torch.Tensor, idx_l: torch.Tensor, shape: tuple[int, ...],
+                        dtype: torch.dtype) -> Payload:
+        """A worker's values at the leader's indices that its own top-k (``idx_w``) did not hold (fp32, no indices)."""
+        _, have = _positions_in(idx_w, idx_l)
+        missing = idx_l[~have].to(v.device)
+        return self._msg("values", _f32_bytes(v[missing]), {"k": int(missing.numel())}, shape, dtype)
+
+    def _values_at(self, pushed: list[tuple[torch.Tensor, torch.Tensor]], idx_l: torch.Tensor, leader: int,
+                   extra: Sequence[Payload | None]) -> torch.Tensor:
+        """Every worker's values (N, K) at the leader's top-k indices: from its push, the rest from its ``values`` message."""
+        values = torch.zeros((len(pushed), idx_l.numel()), dtype=torch.float32)
+        for w, (vals_w, idx_w) in enumerate(pushed):
             where, have = _positions_in(idx_w, idx_l)  # which leader indices this worker's push already held
             values[w, have] = vals_w[where[have]]
-            if w == leader:
-                continue
-            missing = idx_l[~have].to(a[w].device)
-            p = self._msg("values", _f32_bytes(a[w][missing]), {"k": int(missing.numel())}, shape, dtype)
-            receivers = () if ps else tuple(r for r in range(n) if r != w)
-            msgs.append(Message("topk:train", w, receivers, p))
-            values[w, ~have] = _f32_read(body_numpy(p), 0, int(missing.numel()), "values")
-        return values, pushed, idx_l, msgs
+            p = extra[w]
+            if w != leader and p is not None:
+                values[w, ~have] = _f32_read(body_numpy(p), 0, int((~have).sum()), "values")
+        return values
+
+    def _ps_compressed(self, u: int, a: torch.Tensor, state: State, ctx: Context, leader: int, shape: tuple[int, ...],
+                       dtype: torch.dtype) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
+        """Phase 3, ps: the leader's latent and indices, everyone's innovation, the server's decoded mean.  (aggregate, sent)
+
+        Three server rounds: the one-time encoder transfer to the leader, the leader's latent and
+        indices (the server forwards the indices to the others), every worker's innovation (the
+        server decodes and sends the aggregate back).  The leader is rank 0, where the server and
+        its autoencoder are.
+        """
+        me, n, d = ctx.rank, ctx.world, a.numel()
+        k = self.k_of(d)
+        win = self.windows(k)
+        coding = self.settings["index_coding"]
+        latent_channels = int(self.settings["latent_channels"])
+        server: dict[str, Payload] = {}
+
+        def serve_weights(rows: list[list[Message]]) -> list[Message]:
+            rec = self.autoencoder(state, n)
+            if rec["encoder_at_leader"]:
+                return []
+            enc = torch.cat([rec["params"][nm].reshape(-1) for nm in ae.encoder_names(rec["params"])])
+            rec["encoder_at_leader"] = True  # one-time: the server's trained encoder goes to the leader
+            weights = self._msg("weights", _f32_bytes(enc), {"k": int(enc.numel())}, shape, dtype)
+            return [Message("setup:weights", SERVER, (leader,), weights)]
+
+        yield ToServer([], "setup:weights", serve_weights)
+
+        mine: list[Message] = []
+        if me == leader:  # the latent of its values at its own top-k indices, and the indices
+            params = self.autoencoder(state, n)["params"]
+            idx_l = topk_indices_sorted(a, k)
+            v_l = a[idx_l].cpu()
+            s = win.scales(v_l)
+            div = torch.where(s > 0, s, torch.ones_like(s))[:, None]
+            with torch.no_grad():
+                z = ae.encode(params, (win.split(v_l.reshape(1, -1))[0] / div).reshape(win.n, 1, win.length))
+            latent = self._msg("latent", np.concatenate([_f32_bytes(s), _f32_bytes(z)]), {"k": k}, shape, dtype)
+            mine = [Message("compressed:latent", me, (), latent),
+                    Message("compressed:indices", me, (), self._indices_payload(idx_l, d, shape, dtype))]
+
+        def serve_leader(rows: list[list[Message]]) -> list[Message]:
+            server["latent"] = _only(rows[leader], "compressed:latent")
+            server["indices"] = ip = _only(rows[leader], "compressed:indices")
+            return [Message("compressed:indices", SERVER, _others(leader, n), ip)]  # forwarded so the others can pick their values
+
+        got = yield ToServer(mine, "compressed:latent", serve_leader)
+        if me != leader:
+            idx_l = self._read_indices(_only(got, "compressed:indices"), d, 0)[1]
+        pos = topk_indices_sorted(a, k_of(self.settings["innovation_density"], d))
+        innovation = self._msg("innovation", sparse_body(a[pos], pos, d, coding), {"k": int(pos.numel()), "coding": coding}, shape, dtype)
+        keep = torch.zeros(d, dtype=torch.bool, device=a.device)
+        keep[idx_l] = True
+        keep[pos] = True
+        sent = torch.where(keep, a, 0.0)  # counted as sent for error feedback
+
+        def serve(rows: list[list[Message]]) -> list[Message]:
+            """Decode every worker at the leader's indices from the leader's latent + its innovation, average, send back."""
+            params = self.autoencoder(state, n)["params"]
+            body = body_numpy(server["latent"])
+            s_rx = _f32_read(body, 0, win.n, "latent")
+            z_rx = _f32_read(body, 4 * win.n, win.n * latent_channels * win.length // self.fold, "latent")
+            if len(body) != 4 * win.latent_floats(latent_channels, self.fold):
+                raise PayloadError("lgc latent: body length does not match its geometry")
+            z_rx = z_rx.reshape(win.n, latent_channels, win.length // self.fold)
+            _, idx_rx = self._read_indices(server["indices"], d, 0)
+            div_rx = torch.where(s_rx > 0, s_rx, torch.ones_like(s_rx))
+            inn_k = torch.zeros((n, k), dtype=torch.float32)
+            mask_k = torch.zeros((n, k), dtype=torch.bool)
+            extras: list[tuple[torch.Tensor, torch.Tensor]] = []
+            for w in range(n):
+                vals, at = self._read_sparse(_only(rows[w], "compressed:innovation"), d)
+                where, inside = _positions_in(idx_rx, at)
+                inn_k[w, where[inside]] = vals[inside]
+                mask_k[w, where[inside]] = True
+                extras.append((at[~inside], vals[~inside]))
+            inn_w = (win.split(inn_k) / div_rx[None, :, None]).reshape(n, win.n, 1, win.length)
+            im_w = win.split(mask_k).reshape(n, win.n, 1, win.length)
+            with torch.no_grad():  # worker w's values from the leader's latent and w's innovation (its own decoder if per-worker)
+                out = torch.stack([ae.decode(ae.decoder_view(params, w), z_rx, inn_w[w], im_w[w]) for w in range(n)])
+            recon = win.join(out.reshape(n, win.n, win.length) * s_rx[None, :, None])
+            recon = torch.where(mask_k, inn_k, recon)  # exact where sent (also where the scale was 0)
+            acc = torch.zeros(d, dtype=torch.float32)
+            for w in range(n):
+                r = torch.zeros(d, dtype=torch.float32)
+                r[idx_rx] = recon[w]
+                r[extras[w][0]] = extras[w][1]
+                acc += r
+            acc /= n
+            return [self._pull(acc, idx_rx, torch.unique(torch.cat([e[0] for e in extras])), n, shape, dtype)[1]]
+
+        got = yield ToServer([Message("compressed:innovation", me, (), innovation)], "compressed:innovation", serve)
+        pull = _only(got, "compressed:pull")
+        return ctx.once((u, "aggregate"), lambda: self._read_pull(pull, idx_l.cpu())), sent
+
+    def _pull(self, acc: torch.Tensor, idx: torch.Tensor, extra_pos: torch.Tensor, n: int, shape: tuple[int, ...],
+              dtype: torch.dtype) -> tuple[torch.Tensor, Message]:
+        """The server's aggregate message (values at the leader's indices, then the innovations outside them)
+        and the aggregate every worker rebuilds from it and the index set it knows."""
+        d = acc.numel()
+        coding = self.settings["index_coding"]
+        xb = codec.encode_sparse(to_numpy(acc[extra_pos]), to_numpy(extra_pos), d, coding)
+        pull = self._msg("values", np.concatenate([_f32_bytes(acc[idx]), xb]), {"k": idx.numel(), "m": int(extra_pos.numel()),
+                                                                                 "coding": coding}, shape, dtype)
+        return self._read_pull(pull, idx), Message("compressed:pull", SERVER, tuple(range(n)), pull)
+
+    def _read_pull(self, pull: Payload, idx: torch.Tensor) -> torch.Tensor:
+        """The flat aggregate from the server's ``values`` message and the leader's ascending indices ``idx``."""
+        k, d = idx.numel(), pull.numel
+        if meta_int(pull, "k") != k:
+            raise PayloadError(f"lgc aggregate: holds {meta_int(pull, 'k')} values, the leader's index set has {k}")
+        pb = body_numpy(pull)
+        agg = torch.zeros(d, dtype=torch.float32)
+        agg[idx] = _f32_read(pb, 0, k, "values")
+        ev, ei = codec.decode_sparse(pb[4 * k :], d, meta_int(pull, "m"), meta_str(pull, "coding"))
+        agg[torch.from_numpy(ei)] = torch.from_numpy(ev)
+        return agg
+
+    def _ring_compressed(self, u: int, a: torch.Tensor, state: State, ctx: Context, leader: int, shape: tuple[int, ...],
+                         dtype: torch.dtype) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
+        """Phase 3, ring: the leader's indices round the ring, every worker's latent there, ring-summed.  (aggregate, sent)"""
+        me, n, d = ctx.rank, ctx.world, a.numel()
+        k = self.k_of(d)
+        win = self.windows(k)
+        latent_channels = int(self.settings["latent_channels"])
+        params = ctx.once((u, "autoencoder"), lambda: self.autoencoder(state))["params"]
+        ip: Payload | None = None
+        if me == leader:
+            idx_l = topk_indices_sorted(a, k)
+            s = win.scales(a[idx_l].cpu())
+            coding = self.settings["index_coding"]
+            ip = self._msg("indices", np.concatenate([_f32_bytes(s), codec.encode_indices(to_numpy(idx_l), d, coding)]),
+                           {"k": k, "coding": coding}, shape, dtype)
+        ip = yield from self._ring_broadcast(ip, leader, ctx, "compressed:indices")
+        s_rx, idx_rx = self._read_indices(ip, d, win.n)
+        div = torch.where(s_rx > 0, s_rx, torch.ones_like(s_rx))[None, :, None]
+        # this worker's windows in the group's batch (zeros elsewhere): the encoder's kernels are chosen by the batch
+        # shape, and every worker's codes are those of the one batched encoding the simulation always did
+        batch = torch.zeros((n, win.n, win.length))
+        batch[me] = win.split(a[idx_rx].cpu().reshape(1, -1))[0] / div[0]
+        with torch.no_grad():
+            z = ae.encode(params, batch.reshape(n * win.n, 1, win.length)).reshape(n, -1)[me]
+        total = yield from self._ring_allreduce(z, ctx, "compressed:latent", dtype)
+
+        def decode() -> torch.Tensor:
+            zbar = (total / n).reshape(win.n, latent_channels, win.length // self.fold)
+            zeros = torch.zeros((win.n, 1, win.length))
+            with torch.no_grad():
+                out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
+            agg = torch.zeros(d, dtype=torch.float32)
+            agg[idx_rx] = win.join((out * s_rx[:, None]).reshape(1, win.n, win.length))[0]
+            return agg
+
+        keep = torch.zeros(d, dtype=torch.bool, device=a.device)
+        keep[idx_rx.to(a.device)] = True
+        return ctx.once((u, "aggregate"), decode), torch.where(keep, a, 0.0)
+
+    def _ring_broadcast(self, p: Payload | None, leader: int, ctx: Context, phase: str) -> Generator[Leg, Any, Payload]:
+        """``p`` from the leader along the ring, each worker forwarding it to the next (N − 1 legs); every worker's copy."""
+        me, n = ctx.rank, ctx.world
+        for j in range(n - 1):
+            sender = (leader + j) % n
+            got = yield Send([Message(phase, me, ((me + 1) % n,), p)] if me == sender and p is not None else [], phase)
+            if me == (sender + 1) % n:
+                p = _only(got, phase)
+        if p is None:
+            raise RuntimeError("lgc ring broadcast: the leader had nothing to send")
+        return p
+
+    def _ring_allreduce(self, v: torch.Tensor, ctx: Context, phase: str, dtype: torch.dtype) -> Generator[Leg, Any, torch.Tensor]:
+        """The sum over the workers of ``v`` by a ring all-reduce (reduce-scatter, then all-gather) of fp32 chunk payloads.
+
+        In step s of the reduce-scatter worker w sends chunk (w − s) mod N to w + 1, which adds it to
+        its own; in the all-gather it sends chunk (w + 1 − s) mod N, which the next worker keeps.
+        Every worker ends with the same sums, added in the same order.
+        """
+        me, n = ctx.rank, ctx.world
+        chunks = [c.float().cpu().clone() for c in torch.tensor_split(v.reshape(-1), n)]
+        for sweep in ("reduce", "gather"):
+            for s in range(n - 1):
+                c = (me - s) % n if sweep == "reduce" else (me + 1 - s) % n
+                p = self._dense_payload(chunks[c], (chunks[c].numel(),), dtype)
+                got = yield Send([Message(phase, me, ((me + 1) % n,), p)], phase)
+                c = (me - 1 - s) % n if sweep == "reduce" else (me - s) % n  # the chunk the previous worker sent
+                value = self.decode_received(_only(got, phase), (chunks[c].numel(),)).reshape(-1)
+                chunks[c] = chunks[c] + value if sweep == "reduce" else value
+        return torch.cat(chunks)
 
     def _innovation_in_k(self, pushed: list[tuple[torch.Tensor, torch.Tensor]], idx_l: torch.Tensor, ps: bool,
                          d: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -616,6 +867,7 @@ class LGC(Compressor):
             mask[w, where[inside]] = True
         return vals, mask
 
+    @torch.enable_grad()  # a DDP hook runs inside the backward pass, where gradient recording is off
     def _train(self, rec: dict[str, Any], values: torch.Tensor, inn_vals: torch.Tensor, inn_mask: torch.Tensor, leader: int) -> None:
         """``ae_iters`` optimizer steps of the phase-2 loss on one step's values (N, K) at the leader's indices."""
         n, k = values.shape
@@ -657,148 +909,6 @@ class LGC(Compressor):
                     p.requires_grad_(False)
             self._step_optimizer(rec, dict(zip(names, grads, strict=True)))
         rec["train_updates"] = int(rec["train_updates"]) + 1
-
-    def _ps_compressed(self, a: list[torch.Tensor], leader: int, state0: State, shape: tuple[int, ...], dtype: torch.dtype):
-        n, d = len(a), a[0].numel()
-        k = self.k_of(d)
-        win = self.windows(k)
-        coding = self.settings["index_coding"]
-        rec = self.autoencoder(state0, n)
-        params = rec["params"]
-        msgs: list[Message] = []
-        if not rec["encoder_at_leader"]:  # one-time: the server's trained encoder goes to the leader
-            enc = torch.cat([params[nm].reshape(-1) for nm in ae.encoder_names(params)])
-            wp = self._msg("weights", _f32_bytes(enc), {"k": int(enc.numel())}, shape, dtype)
-            msgs.append(Message("setup:weights", SERVER, (leader,), wp))
-            rec["encoder_at_leader"] = True
-
-        # the leader: latent of its values at its own top-k indices, the indices, its innovation
-        idx_l = topk_indices_sorted(a[leader], k)
-        v_l = a[leader][idx_l].cpu()
-        s = win.scales(v_l)
-        div = torch.where(s > 0, s, torch.ones_like(s))[:, None]
-        with torch.no_grad():
-            z = ae.encode(params, (win.split(v_l.reshape(1, -1))[0] / div).reshape(win.n, 1, win.length))
-        lat = self._msg("latent", np.concatenate([_f32_bytes(s), _f32_bytes(z)]), {"k": k}, shape, dtype)
-        ip = self._msg("indices", codec.encode_indices(to_numpy(idx_l), d, coding), {"k": k, "coding": coding}, shape, dtype)
-        msgs += [Message("compressed:latent", leader, (), lat), Message("compressed:indices", leader, (), ip)]
-        others = tuple(w for w in range(n) if w != leader)
-        msgs.append(Message("compressed:indices", SERVER, others, ip))  # forwarded so the others can pick their values
-        k_inn = k_of(self.settings["innovation_density"], d)
-        innov: list[Payload] = []
-        sent: list[torch.Tensor] = []
-        for w in range(n):
-            pos = topk_indices_sorted(a[w], k_inn)
-            p = self._msg("innovation", sparse_body(a[w][pos], pos, d, coding), {"k": k_inn, "coding": coding}, shape, dtype)
-            innov.append(p)
-            msgs.append(Message("compressed:innovation", w, (), p))
-            keep = torch.zeros(d, dtype=torch.bool, device=a[w].device)
-            keep[idx_l] = True
-            keep[pos] = True
-            sent.append(torch.where(keep, a[w], 0.0))  # counted as sent for error feedback
-
-        # the server: decode every worker at the leader's indices from the leader's latent + its innovation
-        body = body_numpy(lat)
-        s_rx = _f32_read(body, 0, win.n, "latent")
-        z_rx = _f32_read(body, 4 * win.n, win.n * int(self.settings["latent_channels"]) * win.length // self.fold, "latent")
-        if len(body) != 4 * win.latent_floats(int(self.settings["latent_channels"]), self.fold):
-            raise PayloadError("lgc latent: body length does not match its geometry")
-        z_rx = z_rx.reshape(win.n, int(self.settings["latent_channels"]), win.length // self.fold)
-        _, idx_rx = self._read_indices(ip, d, 0)
-        div_rx = torch.where(s_rx > 0, s_rx, torch.ones_like(s_rx))
-        inn_k = torch.zeros((n, k), dtype=torch.float32)
-        mask_k = torch.zeros((n, k), dtype=torch.bool)
-        extras: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for w, p in enumerate(innov):
-            vals, pos = self._read_sparse(p, d)
-            where, inside = _positions_in(idx_rx, pos)
-            inn_k[w, where[inside]] = vals[inside]
-            mask_k[w, where[inside]] = True
-            extras.append((pos[~inside], vals[~inside]))
-        inn_w = (win.split(inn_k) / div_rx[None, :, None]).reshape(n * win.n, 1, win.length)
-        im_w = win.split(mask_k).reshape(n * win.n, 1, win.length)
-        with torch.no_grad():  # worker w's values from the leader's latent and w's innovation (its own decoder if per-worker)
-            out = torch.stack([ae.decode(ae.decoder_view(params, w), z_rx, i_w, m_w) for w, (i_w, m_w) in
-                               enumerate(zip(inn_w.reshape(n, win.n, 1, win.length), im_w.reshape(n, win.n, 1, win.length),
-                                             strict=True))]).reshape(n, win.n, win.length)
-        recon = win.join(out * s_rx[None, :, None])
-        recon = torch.where(mask_k, inn_k, recon)  # exact where sent (also where the scale was 0)
-        acc = torch.zeros(d, dtype=torch.float32)
-        for w in range(n):
-            r = torch.zeros(d, dtype=torch.float32)
-            r[idx_rx] = recon[w]
-            r[extras[w][0]] = extras[w][1]
-            acc += r
-        acc /= n
-        agg, pull = self._pull(acc, idx_rx, torch.unique(torch.cat([e[0] for e in extras])), n, shape, dtype)
-        msgs.append(pull)
-        return agg.to(a[0].device), msgs, sent
-
-    def _pull(self, acc: torch.Tensor, idx: torch.Tensor, extra_pos: torch.Tensor, n: int, shape: tuple[int, ...],
-              dtype: torch.dtype) -> tuple[torch.Tensor, Message]:
-        """The server's aggregate message (values at the leader's indices, then the innovations outside them)
-        and the aggregate every worker rebuilds from it and the index set it knows."""
-        d, k = acc.numel(), idx.numel()
-        coding = self.settings["index_coding"]
-        xb = codec.encode_sparse(to_numpy(acc[extra_pos]), to_numpy(extra_pos), d, coding)
-        pull = self._msg("values", np.concatenate([_f32_bytes(acc[idx]), xb]), {"k": k, "m": int(extra_pos.numel()), "coding": coding},
-                         shape, dtype)
-        pb = body_numpy(pull)
-        agg = torch.zeros(d, dtype=torch.float32)
-        agg[idx] = _f32_read(pb, 0, k, "values")
-        ev, ei = codec.decode_sparse(pb[4 * k :], d, meta_int(pull, "m"), coding)
-        agg[torch.from_numpy(ei)] = torch.from_numpy(ev)
-        return agg, Message("compressed:pull", SERVER, tuple(range(n)), pull)
-
-    def _ring_compressed(self, a: list[torch.Tensor], leader: int, state0: State, shape: tuple[int, ...], dtype: torch.dtype):
-        n, d = len(a), a[0].numel()
-        k = self.k_of(d)
-        win = self.windows(k)
-        coding = self.settings["index_coding"]
-        params = self.autoencoder(state0)["params"]
-        idx_l = topk_indices_sorted(a[leader], k)
-        s = win.scales(a[leader][idx_l].cpu())
-        ip = self._msg("indices", np.concatenate([_f32_bytes(s), codec.encode_indices(to_numpy(idx_l), d, coding)]),
-                       {"k": k, "coding": coding}, shape, dtype)
-        msgs = [Message("compressed:indices", (leader + j) % n, ((leader + j + 1) % n,), ip) for j in range(n - 1)]  # ring broadcast
-        s_rx, idx_rx = self._read_indices(ip, d, win.n)
-        div = torch.where(s_rx > 0, s_rx, torch.ones_like(s_rx))[None, :, None]
-        values = torch.stack([v[idx_rx].cpu() for v in a])
-        with torch.no_grad():
-            z = ae.encode(params, (win.split(values) / div).reshape(n * win.n, 1, win.length))
-        z = z.reshape(n, -1)
-        total, ring = self._ring_allreduce(list(z), "compressed:latent", dtype)
-        msgs += ring
-        zbar = (total / n).reshape(win.n, int(self.settings["latent_channels"]), win.length // self.fold)
-        zeros = torch.zeros((win.n, 1, win.length))
-        with torch.no_grad():
-            out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
-        agg = torch.zeros(d, dtype=torch.float32)
-        agg[idx_rx] = win.join((out * s_rx[:, None]).reshape(1, win.n, win.length))[0]
-        sent = []
-        for v in a:
-            keep = torch.zeros(d, dtype=torch.bool, device=v.device)
-            keep[idx_l] = True
-            sent.append(torch.where(keep, v, 0.0))
-        return agg.to(a[0].device), msgs, sent
-
-    def _ring_allreduce(self, vecs: list[torch.Tensor], phase: str, dtype: torch.dtype) -> tuple[torch.Tensor, list[Message]]:
-        """Sum vectors with a ring all-reduce (reduce-scatter then all-gather) of real fp32 chunk payloads."""
-        n = len(vecs)
-        chunks = [[c.float().cpu().clone() for c in torch.tensor_split(v.reshape(-1), n)] for v in vecs]
-        msgs: list[Message] = []
-        for sweep in ("reduce", "gather"):
-            for s in range(n - 1):
-                sends = []
-                for w in range(n):
-                    c = (w - s) % n if sweep == "reduce" else (w + 1 - s) % n
-                    p = self._dense_payload(chunks[w][c], (chunks[w][c].numel(),), dtype)
-                    sends.append(((w + 1) % n, c, p))
-                    msgs.append(Message(phase, w, ((w + 1) % n,), p))
-                for dst, c, p in sends:  # all sends of one ring step happen together
-                    got = self._decode_float(p).reshape(-1)
-                    chunks[dst][c] = chunks[dst][c] + got if sweep == "reduce" else got
-        return torch.cat(chunks[0]), msgs
 
 
     # ------------------------------------------------------------------ whole-model exchange (preset=reference)
@@ -871,6 +981,41 @@ class LGC(Compressor):
             used = use_ae and phase != "dense" and u in mid
             results.append(self._result(aggs[u].reshape(shapes[u]).to(dtypes[u]), msgs[u], n, phase, leader, used))
         return results
+
+    def _simulate(self, legs: Callable[[Context], Generator[Leg, Any, T]], n: int) -> tuple[list[T], list[Message]]:
+        """Run one round's legs for N workers on the simulated transport: every worker's result, and the messages."""
+        memo: dict[Any, Any] = {}
+        run = simulate([legs(Context(w, n, memo=memo)) for w in range(n)])  # type: ignore[misc]
+        return run.outcomes, run.messages  # type: ignore[return-value]
+
+    def _dense_round(self, a: list[torch.Tensor], phase: str, shape: tuple[int, ...],
+                     dtype: torch.dtype) -> tuple[torch.Tensor, list[Message], list[torch.Tensor]]:
+        """Every worker's dense round (:meth:`_dense_exchange`), simulated: aggregate, messages, what each sent."""
+        aggs, msgs = self._simulate(lambda ctx: self._dense_exchange(0, a[ctx.rank], ctx, phase, shape, dtype), len(a))
+        return aggs[0].to(a[0].device), msgs, list(a)  # a dense step leaves no residual
+
+    def _topk_round(self, a: list[torch.Tensor], phase: str, shape: tuple[int, ...],
+                    dtype: torch.dtype) -> tuple[torch.Tensor, list[Message], list[torch.Tensor], list[Payload]]:
+        """Every worker's top-k round (:meth:`_topk_exchange`, no training), simulated: aggregate, messages, sent, pushes."""
+        outs, msgs = self._simulate(lambda ctx: self._topk_exchange(0, a[ctx.rank], None, ctx, phase, 0, False, shape, dtype), len(a))
+        pushes = [next(m.payload for m in msgs if m.sender == w) for w in range(len(a))]
+        return outs[0][0].to(a[0].device), msgs, [sent for _, sent in outs], pushes
+
+    def _gather_at_leader(self, pushes: list[Payload], a: list[torch.Tensor], leader: int, shape: tuple[int, ...],
+                          dtype: torch.dtype) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, list[Message]]:
+        """Ring mode's training data, for every worker at once: each worker's values (N, K) at the leader's top-k indices.
+
+        The all-gathered top-k pushes hold most of them; each other worker all-gathers the values
+        at the leader's indices that its push did not hold (``topk:train``, as :meth:`_topk_exchange`).
+        Returns the values, the pushes as received ((values, ascending indices) per worker), the
+        leader's indices and the messages.
+        """
+        n, d = len(a), a[0].numel()
+        pushed = [self._read_sparse(p, d) for p in pushes]
+        idx_l = pushed[leader][1]
+        extra = [None if w == leader else self._missing_values(a[w], pushed[w][1], idx_l, shape, dtype) for w in range(n)]
+        msgs = [Message("topk:train", w, _others(w, n), p) for w, p in enumerate(extra) if p is not None]
+        return self._values_at(pushed, idx_l, leader, extra), pushed, idx_l, msgs
 
     def _concat_values(self, vals: Sequence[torch.Tensor]) -> torch.Tensor:
         return torch.cat([v.reshape(-1).float().cpu() for v in vals]) if vals else torch.zeros(0)
@@ -1071,7 +1216,8 @@ class LGC(Compressor):
         x = torch.stack([self._concat_values([a[w][j][idx_rx[j].to(a[w][j].device)] for j in range(units)]) for w in range(n)])
         with torch.no_grad():
             z = ae.reference_encode(params, x[:, None, :])
-        total, ring = self._ring_allreduce(list(z.reshape(n, -1)), "compressed:latent", dtype0)
+        totals, ring = self._simulate(lambda ctx: self._ring_allreduce(z.reshape(n, -1)[ctx.rank], ctx, "compressed:latent", dtype0), n)
+        total = totals[0]
         msgs[0] += ring
         with torch.no_grad():
             out = ae.reference_decode(params, 0, (total / n).reshape(1, *z.shape[1:]), torch.zeros((1, 1, offs[-1]))).reshape(-1)
@@ -1089,6 +1235,24 @@ class LGC(Compressor):
                 row.append(torch.where(keep, a[w][j], 0.0))
             sent.append(row)
         return aggs, msgs, sent
+
+
+def _others(w: int, n: int) -> tuple[int, ...]:
+    """Every worker but w."""
+    return tuple(r for r in range(n) if r != w)
+
+
+def _only(msgs: Sequence[Message], phase: str) -> Payload:
+    """The one message of ``phase`` among ``msgs`` (a peer or server that sent none, or several, broke the protocol)."""
+    found = [m.payload for m in msgs if m.phase == phase]
+    if len(found) != 1:
+        raise PayloadError(f"lgc: expected one {phase!r} message, got {len(found)}")
+    return found[0]
+
+
+def _by_sender(me: int, own: Payload, got: Sequence[Message], n: int, phase: str) -> list[Payload]:
+    """Per worker, its ``phase`` message: this worker's own, the others' as received."""
+    return [own if w == me else _only([m for m in got if m.sender == w], phase) for w in range(n)]
 
 
 def _positions_in(sorted_idx: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

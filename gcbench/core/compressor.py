@@ -489,9 +489,9 @@ class Compressor(ABC):
         """Compress, all-reduce the bodies (sum, in :attr:`wire_dtype`), divide by N: the summable codecs' protocol."""
         assert self.wire_dtype is not None, "only a codec with a wire dtype sums its bodies"
         payloads = [p for p, _ in self.compress_group(xs, states, need_decoded=False)]
-        sums = yield AllReduce([p.data.view(self.wire_dtype) for p in payloads], "allgather", count="once",
-                               nbytes=[p.nbytes for p in payloads], body=True)
-        return Outcome(ctx.once("mean", lambda: [s.reshape(x.shape) / ctx.world for s, x in zip(sums, xs, strict=True)]), payloads)
+        means = yield AllReduce([p.data.view(self.wire_dtype) for p in payloads], "allgather", op="mean", count="once",
+                                nbytes=[p.nbytes for p in payloads], body=True)
+        return Outcome([m.reshape(x.shape) for m, x in zip(means, xs, strict=True)], payloads)
 
     def gather_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
         """Compress, all-gather the payloads, decode all (peers' bytes checked) and average: the default protocol."""

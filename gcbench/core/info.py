@@ -201,12 +201,20 @@ class Target:
         return ", ".join(parts)
 
 
+#: the collectives a :class:`CostLeg` may name
+COST_COLLECTIVES = ("allreduce", "allgather", "alltoall", "server", "broadcast")
+
+
 @dataclass(frozen=True)
 class CostLeg:
     """One leg of a protocol as the network model prices it: a collective over bytes given by a rule of the payload.
 
     Attributes:
-        collective: ``"allreduce"``, ``"allgather"`` or ``"alltoall"``.
+        collective: ``"allreduce"``, ``"allgather"``, ``"alltoall"``, ``"server"`` (a parameter
+            server's round: every worker sends its bytes to one server, hosted by a worker, which
+            sends each worker a reply of the same size; LGC's rounds) or ``"broadcast"`` (one
+            worker's bytes relayed hop by hop round the ring to every other worker, one message
+            per hop, n − 1 hops in sequence; LGC's ring broadcast of the leader's indices).
         size: ``"payload"`` — one worker's payload bytes of the step (m); ``"payload/n"`` — m split
             among the n workers (1-bit SGD's re-quantized stripe, one per owner); ``"scalars"`` — one
             float32 per tensor (TernGrad's shared scaler).
@@ -218,7 +226,7 @@ class CostLeg:
     rounds: int = 1
 
     def __post_init__(self) -> None:
-        if self.collective not in ("allreduce", "allgather", "alltoall"):
+        if self.collective not in COST_COLLECTIVES:
             raise ValueError(f"cost leg: unknown collective {self.collective!r}")
         if self.size not in ("payload", "payload/n", "scalars"):
             raise ValueError(f"cost leg: unknown size rule {self.size!r}")
@@ -229,7 +237,7 @@ class CostLeg:
         """Payload-sized decodes a worker does after this leg: every gathered payload, one otherwise (none for scalars)."""
         if self.size == "scalars":
             return 0
-        return n if (self.collective == "allgather" and self.size == "payload") else 1
+        return n if (self.collective in ("allgather", "server") and self.size == "payload") else 1
 
 
 @dataclass(frozen=True)
@@ -250,6 +258,8 @@ class Protocol:
         applies_when: parameter settings the protocol needs (TernGrad's ``share_scaler=True``); with
             other settings the compressor uses the default all-gather.
         cost: its legs as the network model prices them (:class:`CostLeg`), in order.
+        cost_by: where the legs depend on a parameter (LGC's ``mode``): that parameter and its
+            values' legs, which :meth:`CompressorInfo.resolve_protocol` puts in ``cost``.
     """
 
     name: str
@@ -261,6 +271,7 @@ class Protocol:
     shared_seed: bool = False
     applies_when: Mapping[str, ParamValue] = field(default_factory=dict, compare=False)
     cost: tuple[CostLeg, ...] = (CostLeg("allgather"),)
+    cost_by: tuple[str, Mapping[ParamValue, tuple[CostLeg, ...]]] | None = field(default=None, compare=False)
 
     @property
     def allreduce(self) -> bool:
@@ -475,9 +486,12 @@ class CompressorInfo:
     def resolve_protocol(self, params: Mapping[str, Any] | None = None) -> Protocol:
         """The protocol this configuration uses: the card's, unless its ``applies_when`` settings do not hold."""
         p = self.resolve(params)
-        if all(p.get(k) == v for k, v in self.protocol.applies_when.items()):
-            return self.protocol
-        return ALLGATHER
+        if not all(p.get(k) == v for k, v in self.protocol.applies_when.items()):
+            return ALLGATHER
+        if self.protocol.cost_by is not None:
+            key, legs = self.protocol.cost_by
+            return dataclasses.replace(self.protocol, cost=legs[p[key]])
+        return self.protocol
 
     def flags(self, params: Mapping[str, Any] | None = None) -> str:
         """Compact flags text of the configuration ``params`` (default parameters when None)."""

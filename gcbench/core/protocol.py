@@ -20,6 +20,11 @@ The legs (each carries one entry per *unit*: the tensors a worker exchanges toge
 * :class:`AllGather` — every worker's payloads to every worker; result: per worker, its payloads.
 * :class:`AllToAll` — worker w's ``payloads[j]`` to worker j; result: per sending worker, what it
   sent to this worker.
+* :class:`Send` — addressed :class:`Message` s (point to point, or one message to several workers);
+  result: the messages addressed to this worker.
+* :class:`ToServer` — a parameter server's round: every worker's messages to a server hosted by
+  one rank, the server's computation (``serve``) run there once, its replies to the workers;
+  result: the replies addressed to this worker.  The server is not a worker (:data:`SERVER`).
 
 A payload slot may be ``None`` (nothing to send for that unit).
 
@@ -31,7 +36,10 @@ recorded stay what they are:
 * ``AllReduce(count="once")`` and :class:`AllGather`: each worker's message counted once as sent
   and the others' as received (``nbytes`` overrides a unit's message size: a summable payload
   counts its header, which every receiver already knows);
-* ``AllGather(per_peer=True)`` and :class:`AllToAll`: one copy per receiving peer.
+* ``AllGather(per_peer=True)`` and :class:`AllToAll`: one copy per receiving peer;
+* :class:`Send` and :class:`ToServer` (:func:`count_messages`): a worker's message counted once as
+  sent (bytes and body) however many receive it, and as received by each receiver; the server's
+  replies are sent by no worker and its messages received by none.
 
 The simulated :class:`AllReduce` sums in float32 (float64 tensors: float64) in worker order; a
 real one sums in the wire dtype and its own order, so the two agree bit for bit on float32 sums
@@ -73,12 +81,13 @@ def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[in
 
 @dataclass
 class AllReduce:
-    """Reduce each unit's tensor element-wise across the workers (``op``: ``"sum"`` or ``"max"``).
+    """Reduce each unit's tensor element-wise across the workers (``op``: ``"sum"``, ``"mean"`` or ``"max"``).
 
     Attributes:
         tensors: one tensor per unit (same shapes and dtypes on every worker).
         phase: the traffic phase this leg is counted under, or one per unit.
-        op: ``"sum"`` or ``"max"``.
+        op: ``"sum"``, ``"max"``, or ``"mean"``: the sum divided by the number of workers (in float32, or float64
+            for float64 tensors), in place on the transport's own result, which saves the protocol a copy.
         count: ``"ring"`` (a ring all-reduce's chunks) or ``"once"`` (each worker's tensor once).
         nbytes: per unit, the message size ``"once"`` counts (default: the tensor's bytes on the wire).
         body: count body bytes too (the tensor's bytes on the wire; ``sent_body`` of the record).
@@ -88,7 +97,7 @@ class AllReduce:
 
     tensors: list[torch.Tensor]
     phase: str | list[str]
-    op: Literal["sum", "max"] = "sum"
+    op: Literal["sum", "max", "mean"] = "sum"
     count: Literal["ring", "once"] = "ring"
     nbytes: list[int] | None = None
     body: bool = False
@@ -124,7 +133,56 @@ class AllToAll:
     phase: str
 
 
-Leg = AllReduce | AllGather | AllToAll
+#: the sender of a :class:`Message` that the parameter server sends (the server is not a worker)
+SERVER = -1
+
+
+@dataclass
+class Message:
+    """One addressed message: sent once by ``sender`` (a worker's rank, or :data:`SERVER`), delivered to ``receivers``.
+
+    ``phase`` is the traffic phase it is counted under; ``receivers`` are workers (a message to the
+    server lists none).
+    """
+
+    phase: str
+    sender: int
+    receivers: tuple[int, ...]
+    payload: Payload
+
+
+@dataclass
+class Send:
+    """This worker's addressed ``messages`` (their sender is its rank); result: the messages addressed to it, by sender.
+
+    ``phase`` names the leg (every worker yields the same); each message is counted under its own phase.
+    """
+
+    messages: list[Message]
+    phase: str
+
+
+#: the server's computation of a :class:`ToServer` round: every worker's messages (by worker) -> its replies
+Serve = Callable[[list[list[Message]]], list[Message]]
+
+
+@dataclass
+class ToServer:
+    """A parameter server's round: this worker's ``messages`` to the server, ``serve`` run once where it is hosted.
+
+    The server is hosted by rank ``host`` and keeps its state there (every worker yields a
+    ``serve``; the host's runs, on every worker's messages, by worker, in one call).  Its replies
+    (sender :data:`SERVER`) are delivered; result: the replies addressed to this worker.  ``phase``
+    names the leg; each message is counted under its own phase (:func:`count_messages`).
+    """
+
+    messages: list[Message]
+    phase: str
+    serve: Serve
+    host: int = 0
+
+
+Leg = AllReduce | AllGather | AllToAll | Send | ToServer
 #: what a leg gives back to the generator (see each leg)
 LegResult = Any
 
@@ -233,6 +291,29 @@ def count_alltoall(sizes: Sequence[Sequence[Sequence[int]]]) -> list[Counted]:
             for w in range(world)]
 
 
+def count_messages(messages: Sequence[Message], world: int) -> list[tuple[str, list[Counted]]]:
+    """Every worker's bytes in addressed messages, by phase in order of first appearance.
+
+    A worker's message counts once as sent (``nbytes``, and ``body_nbytes`` as ``sent_body``)
+    however many workers receive it; each receiver counts it as received; the server's messages
+    are sent by no worker.  Every worker gets a record of every phase present (zeros included).
+    """
+    by_phase: dict[str, list[Counted]] = {}
+    for m in messages:
+        out = by_phase.setdefault(m.phase, [Counted(sent_body=0) for _ in range(world)])
+        if m.sender != SERVER:
+            out[m.sender].sent += m.payload.nbytes
+            out[m.sender].sent_body = (out[m.sender].sent_body or 0) + m.payload.body_nbytes
+        for r in m.receivers:
+            out[r].received += m.payload.nbytes
+    return list(by_phase.items())
+
+
+def addressed_to(rank: int, messages: Sequence[Message]) -> list[Message]:
+    """The messages ``rank`` receives, in order."""
+    return [m for m in messages if rank in m.receivers]
+
+
 # ----------------------------------------------------------------------------- the simulated transport
 
 
@@ -243,28 +324,37 @@ class SimulatedRun:
     outcomes: list[Outcome]
     #: per leg in order (and per phase within a leg): (phase, per worker counted bytes)
     legs: list[tuple[str, list[Counted]]] = field(default_factory=list)
+    #: every addressed message of the :class:`Send` and :class:`ToServer` legs, in order (the server's replies after its round's messages)
+    messages: list[Message] = field(default_factory=list)
 
 
-def _fulfil(legs: Sequence[Leg], world: int) -> tuple[list[LegResult], list[tuple[str, list[Counted]]]]:
-    """Every worker's result of one leg, and its counted bytes by phase."""
+def _fulfil(legs: Sequence[Leg], world: int) -> tuple[list[LegResult], list[tuple[str, list[Counted]]], list[Message]]:
+    """Every worker's result of one leg, its counted bytes by phase, and its addressed messages."""
     first = legs[0]
+    if isinstance(first, Send | ToServer):
+        rows = [leg.messages for leg in legs]  # type: ignore[union-attr]
+        moved = [m for row in rows for m in row]
+        if isinstance(first, ToServer):
+            moved += legs[first.host].serve(rows)  # type: ignore[union-attr]
+        return [addressed_to(w, moved) for w in range(world)], count_messages(moved, world), moved
     if isinstance(first, AllReduce):
         results = []
         for u, t0 in enumerate(first.tensors):
             acc_dtype = torch.promote_types(t0.dtype, torch.float32)
             stacked = torch.stack([leg.tensors[u].detach().to(acc_dtype).reshape(t0.shape) for leg in legs])  # type: ignore[union-attr]
             # a sum adds in worker order from zero (what a decoder's accumulator does, so 0 + (−0) is +0)
-            results.append(stacked.amax(0) if first.op == "max" else stacked.sum(0))
+            reduced = stacked.amax(0) if first.op == "max" else stacked.sum(0)
+            results.append(reduced.div_(world) if first.op == "mean" else reduced)
         sizes = [[t.numel() * first.itemsize(u) for u, t in enumerate(leg.tensors)] for leg in legs]  # type: ignore[union-attr]
-        return [results] * world, count_allreduce(first, sizes, world)  # shared by the workers: read only
+        return [results] * world, count_allreduce(first, sizes, world), []  # shared by the workers: read only
     if isinstance(first, AllGather):
         gathered = [leg.payloads for leg in legs]  # type: ignore[union-attr]
         sizes = [[_nbytes(p) for p in row] for row in gathered]
         bodies = [[_body(p) for p in row] for row in gathered]
-        return [gathered] * world, [(first.phase, count_allgather(first.per_peer, first.body, sizes, bodies))]
+        return [gathered] * world, [(first.phase, count_allgather(first.per_peer, first.body, sizes, bodies))], []
     matrix = [leg.payloads for leg in legs]  # type: ignore[union-attr]
     sizes3 = [[[_nbytes(p) for p in matrix[w][j]] for j in range(world)] for w in range(world)]
-    return [[matrix[i][w] for i in range(world)] for w in range(world)], [(first.phase, count_alltoall(sizes3))]
+    return [[matrix[i][w] for i in range(world)] for w in range(world)], [(first.phase, count_alltoall(sizes3))], []
 
 
 def simulate(workers: Sequence[WorkerProtocol]) -> SimulatedRun:
@@ -273,7 +363,9 @@ def simulate(workers: Sequence[WorkerProtocol]) -> SimulatedRun:
     Every worker must yield the same kind of leg, with the same phase, at the same point, and all
     must finish together; anything else is a protocol bug and raises ``RuntimeError``.  The
     workers get the same leg results (tensors, payloads): a protocol reads them, never modifies them
-    in place.  Build the workers' contexts with one ``memo`` dict (:meth:`Context.once`).
+    in place.  Build the workers' contexts with one ``memo`` dict (:meth:`Context.once`).  Workers
+    advance in rank order, so a value :meth:`Context.once` computes is computed by the lowest rank
+    that asks for it (rank 0 where every worker does).
     """
     world = len(workers)
     run = SimulatedRun([])
@@ -294,5 +386,6 @@ def simulate(workers: Sequence[WorkerProtocol]) -> SimulatedRun:
         kinds = {(type(leg).__name__, str(leg.phase)) for leg in legs}
         if len(kinds) != 1:
             raise RuntimeError(f"worker protocols yielded different legs at one point: {sorted(kinds)}")
-        pending, counted = _fulfil(legs, world)
+        pending, counted, moved = _fulfil(legs, world)
         run.legs += counted
+        run.messages += moved

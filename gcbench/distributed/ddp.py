@@ -8,10 +8,11 @@ generator on the ``torch.distributed`` transport (:mod:`gcbench.distributed.tran
 code ``exchange`` runs on the simulated one, so the bytes measured in training are the bytes the
 benchmark counts (``tests/test_protocol_transports.py`` checks it per leg and worker).  This module
 knows no compressor by name: none/fp16/bf16 all-reduce their bodies, TernGrad shares its scaler,
-PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, every other compressor all-gathers its
-payloads, because that is what their protocols yield.  ``protocol="gather"`` forces the plain
-all-gather.  LGC's protocols exist only as a simulation (its ``exchange``): the hook all-gathers
-its payloads and :attr:`HookState.protocol_note` says so (training results record it).
+PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, LGC runs its parameter server (hosted
+by rank 0) or its ring, every other compressor all-gathers its payloads, because that is what their
+protocols yield.  ``protocol="gather"`` forces the plain all-gather.  A configuration whose
+exchange exists only as a simulation (one defined over the whole model at once, not per bucket)
+is all-gathered instead, and :attr:`HookState.protocol_note` says so (training results record it).
 
 Asynchronous, as PyTorch's own hooks: :func:`compressor_hook` returns at once a future chained with
 the collectives' completion callbacks (each leg starts an ``async_op=True`` collective and the
@@ -240,6 +241,9 @@ class HookState:
         self.bucket_signature: dict[int, tuple[Any, ...]] = {}
         self.state_resets = 0
         self.stats = stats if stats is not None else HookStats()
+        # the protocols compute with the creating thread's intra-op thread count, whichever thread runs a bucket's chain
+        # (the caller's for the first bucket, a collective's callback thread after): the same count on every worker
+        self.threads = torch.get_num_threads()
         # parameter names identify a bucket's contents across steps, processes and checkpoints
         self.param_names: dict[int, str] = {}
 
@@ -356,7 +360,7 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     devices = [buf.device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
 
     def start(_: Any) -> torch.futures.Future[Any]:
-        transport = TorchTransport(state.process_group, state.rank, state.world_size, buf.device)
+        transport = TorchTransport(state.process_group, state.rank, state.world_size, buf.device, state.threads)
         times = ChainTimes()
         return then(drive(state.worker_protocol(xs, states), transport, times, sync), lambda out: finish(out, transport, times),
                     devices)

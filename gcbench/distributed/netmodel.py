@@ -281,6 +281,10 @@ def collective_seconds(kind: str, nbytes: float, n: int, net: Network, topo: Top
     """
     if n <= 1:
         return 0.0, "none"
+    if kind in ("server", "broadcast"):  # LGC's legs: priced on the flat network whatever the topology
+        if kind == "server":  # every worker's message to a server hosted by a worker, a reply of the same size back
+            return parameter_server(nbytes, nbytes, n).seconds(net), "one server"
+        return Cost(float(n - 1), (n - 1) * float(nbytes)).seconds(net), "ring relay"  # one message per hop, in sequence
     if calibration is not None:
         if not topo.flat:
             raise ParamError("a network calibration prices a flat network: leave out --gpus-per-node, or the calibration")

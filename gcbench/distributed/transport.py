@@ -11,7 +11,14 @@ once.  Per leg:
   ``all_gather`` of every unit's message size (int64), then one ``all_gather`` of the messages
   padded to the longest; peers' bytes parsed with :meth:`Payload.from_bytes` (this worker's own
   payloads are used as they are);
-* :class:`AllToAll` — the same with ``all_to_all_single``: sizes first, then the messages.
+* :class:`AllToAll` — the same with ``all_to_all_single``: sizes first, then the messages;
+* :class:`Send` — every worker's addressed messages framed (:func:`frame_messages`: phase,
+  receivers, payload bytes) and all-gathered (sizes, then the frames padded to the longest); each
+  worker keeps those addressed to it.  Every worker sees every message, so each counts every
+  message by the leg's rule; a point-to-point transport would move less (``handed`` says what moved);
+* :class:`ToServer` — the workers' messages all-gathered the same way; the host rank runs the
+  server's ``serve`` on them and broadcasts its framed replies (size, then bytes; a size of −1
+  tells the others the server failed, so they raise instead of waiting).
 
 Nothing here knows a compressor: it moves legs.  Bytes are counted two ways per leg
 (:class:`LegBytes`): ``counted`` by the leg's rule from the messages really moved (the
@@ -26,6 +33,7 @@ chain start in protocol order; the caller starts one chain after the previous on
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,17 +42,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import (
+    SERVER,
     AllGather,
     AllReduce,
     AllToAll,
     Counted,
     Leg,
+    Message,
+    Send,
     Slot,
+    ToServer,
     WorkerProtocol,
+    addressed_to,
     count_allgather,
     count_allreduce,
+    count_messages,
 )
 
 Future = torch.futures.Future
@@ -55,11 +70,11 @@ _SIZE = 8  # one int64 message length
 class LegBytes:
     """One leg as this worker saw it: its kind and phase(s), counted bytes by phase, bytes handed to collectives."""
 
-    kind: str  # "allreduce", "allgather", "alltoall"
+    kind: str  # "allreduce", "allgather", "alltoall", "send", "server"
     counted: list[tuple[str, Counted]]
     handed: int
     delivered: int = 0  # payloads delivered to this worker (its own included)
-    op: str = ""  # an all-reduce's "sum" or "max"
+    op: str = ""  # an all-reduce's "sum", "mean" or "max"
 
 
 @dataclass
@@ -119,6 +134,50 @@ def _settle(out: Future, f: Future) -> None:
         out.set_exception(exc)
 
 
+def frame_messages(messages: Sequence[Message]) -> bytes:
+    """Addressed messages as bytes: per message its phase (u16 length, UTF-8), receivers (u16 count, u16 each), payload (u64 length, bytes).
+
+    The sender is not framed: the receiving side knows whose bytes it holds.
+    """
+    out = bytearray()
+    for m in messages:
+        phase, body = m.phase.encode(), m.payload.to_bytes()
+        out += struct.pack(f"<H{len(phase)}sH{len(m.receivers)}HQ", len(phase), phase, len(m.receivers), *m.receivers, len(body))
+        out += body
+    return bytes(out)
+
+
+def unframe_messages(raw: bytes, sender: int, world: int) -> list[Message]:
+    """Inverse of :func:`frame_messages` for ``sender``'s bytes; malformed bytes raise :class:`PayloadError`."""
+    out: list[Message] = []
+    pos = 0
+
+    def take(fmt: str) -> tuple[Any, ...]:
+        nonlocal pos
+        size = struct.calcsize(fmt)
+        if pos + size > len(raw):
+            raise PayloadError(f"protocol messages from {'the server' if sender == SERVER else f'worker {sender}'} are truncated")
+        values = struct.unpack_from(fmt, raw, pos)
+        pos += size
+        return values
+
+    while pos < len(raw):
+        (n_phase,) = take("<H")
+        (phase_bytes,) = take(f"<{n_phase}s")
+        (n_recv,) = take("<H")
+        receivers = take(f"<{n_recv}H")
+        (n_body,) = take("<Q")
+        if pos + n_body > len(raw) or any(r >= world for r in receivers):
+            raise PayloadError(f"protocol message from {'the server' if sender == SERVER else f'worker {sender}'} is malformed")
+        try:
+            phase = phase_bytes.decode()
+        except UnicodeDecodeError:
+            raise PayloadError("protocol message: its phase is not UTF-8") from None
+        out.append(Message(phase, sender, tuple(receivers), Payload.from_bytes(raw[pos : pos + n_body])))
+        pos += n_body
+    return out
+
+
 def _bytes_tensor(data: bytes, device: torch.device) -> torch.Tensor:
     if not data:
         return torch.empty(0, dtype=torch.uint8, device=device)
@@ -128,10 +187,23 @@ def _bytes_tensor(data: bytes, device: torch.device) -> torch.Tensor:
 class TorchTransport:
     """Fulfils legs with ``torch.distributed`` collectives on one process group; records :class:`LegBytes` per leg."""
 
-    def __init__(self, group: dist.ProcessGroup | None, rank: int, world: int, device: torch.device) -> None:
+    def __init__(self, group: dist.ProcessGroup | None, rank: int, world: int, device: torch.device,
+                 threads: int | None = None) -> None:
         self.group, self.rank, self.world, self.device = group, rank, world, device
         self.devices = [device] if device.type == "cuda" else None
         self.legs: list[LegBytes] = []
+        self.threads = threads if threads is not None else torch.get_num_threads()
+
+    def keep_threads(self) -> None:
+        """Compute with ``threads`` intra-op threads (default: the count of the thread that made this transport).
+
+        Protocol code runs in the collectives' callback threads, whose count is the process
+        default, not what the caller set; with another count float kernels (convolutions) may
+        round differently, and the real transport would not reproduce the simulated one's bits (nor
+        the workers each other's, where each computes the same thing, as replicas of a model).
+        """
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
 
     def launch(self, leg: Leg) -> Future:
         """Start the collectives of ``leg``; the future holds what the leg gives back to the generator."""
@@ -141,6 +213,10 @@ class TorchTransport:
             return self._allgather(leg)
         if isinstance(leg, AllToAll):
             return self._alltoall(leg)
+        if isinstance(leg, Send):
+            return self._send(leg)
+        if isinstance(leg, ToServer):
+            return self._toserver(leg)
         raise TypeError(f"not a protocol leg: {type(leg).__name__}")
 
     def _allreduce(self, leg: AllReduce) -> Future:
@@ -159,8 +235,11 @@ class TorchTransport:
         shapes = [(t.shape, torch.promote_types(t.dtype, torch.float32)) for t in leg.tensors]
 
         def split(_: Any) -> list[torch.Tensor]:
-            parts = flat.split([s.numel() for s, _ in shapes])
-            return [p.to(dt).reshape(s) for p, (s, dt) in zip(parts, shapes, strict=True)]
+            parts = [p.to(dt).reshape(s) for p, (s, dt) in zip(flat.split([s.numel() for s, _ in shapes]), shapes, strict=True)]
+            if leg.op == "mean":  # in place: the parts are this transport's (flat, or the casts of its slices)
+                for p in parts:
+                    p.div_(self.world)
+            return parts
 
         return then(work.get_future(), split, self.devices)
 
@@ -214,6 +293,91 @@ class TorchTransport:
 
         return then(work.get_future(), data, self.devices)
 
+    def _gather_blobs(self, blob: bytes) -> tuple[Future, list[int]]:
+        """All-gather one byte string per worker (its length, then the strings padded to the longest): a future of
+        every worker's bytes, and a list that receives the bytes this worker handed to the collectives."""
+        handed: list[int] = []
+        size = torch.tensor([len(blob)], dtype=torch.int64, device=self.device)
+        sizes = [torch.empty_like(size) for _ in range(self.world)]
+        work = dist.all_gather(sizes, size, group=self.group, async_op=True)
+
+        def data(_: Any) -> Future | list[bytes]:
+            lens = [int(s.item()) for s in sizes]
+            longest = max(lens)
+            handed.append(_SIZE + longest)
+            if longest == 0:
+                return [b""] * self.world
+            buf = torch.zeros(longest, dtype=torch.uint8, device=self.device)
+            if blob:
+                buf[: len(blob)] = _bytes_tensor(blob, self.device)
+            out = [torch.empty(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
+            work2 = dist.all_gather(out, buf, group=self.group, async_op=True)
+            return then(work2.get_future(), lambda _: [o.cpu().numpy().tobytes()[:n] for o, n in zip(out, lens, strict=True)],
+                        self.devices)
+
+        return then(work.get_future(), data, self.devices), handed
+
+    def _rows(self, raws: Sequence[bytes], own: list[Message]) -> list[list[Message]]:
+        """Every worker's messages from the gathered bytes; this worker's own as they are."""
+        return [list(own) if r == self.rank else unframe_messages(raw, r, self.world) for r, raw in enumerate(raws)]
+
+    def _send(self, leg: Send) -> Future:
+        gathered, handed = self._gather_blobs(frame_messages(leg.messages))
+
+        def deliver(raws: list[bytes]) -> list[Message]:
+            moved = [m for row in self._rows(raws, leg.messages) for m in row]
+            mine = addressed_to(self.rank, moved)
+            self.legs.append(LegBytes("send", [(ph, c[self.rank]) for ph, c in count_messages(moved, self.world)], sum(handed),
+                                      len(mine)))
+            return mine
+
+        return then(gathered, deliver, self.devices)
+
+    def _toserver(self, leg: ToServer) -> Future:
+        gathered, handed = self._gather_blobs(frame_messages(leg.messages))
+        src = leg.host if self.group is None else dist.get_global_rank(self.group, leg.host)
+        host = self.rank == leg.host
+
+        def serve(raws: list[bytes]) -> Future:
+            rows = self._rows(raws, leg.messages)
+            replies: list[Message] = []
+            failure: BaseException | None = None
+            if host:
+                try:
+                    self.keep_threads()
+                    replies = leg.serve(rows)
+                except BaseException as exc:  # the others learn of it (size −1) and raise; this worker raises it
+                    failure = exc
+            blob = frame_messages(replies)
+            size = torch.tensor([-1 if failure is not None else len(blob)], dtype=torch.int64, device=self.device)
+            work = dist.broadcast(size, src=src, group=self.group, async_op=True)
+
+            def body(_: Any) -> Future | list[Message]:
+                n = int(size.item())
+                if failure is not None:
+                    raise failure
+                if n < 0:
+                    raise RuntimeError(f"the parameter server (rank {leg.host}) failed in the {leg.phase!r} round")
+                handed.append(_SIZE + n)
+                if n == 0:
+                    return finish(rows, replies)
+                buf = _bytes_tensor(blob, self.device) if host else torch.empty(n, dtype=torch.uint8, device=self.device)
+                work2 = dist.broadcast(buf, src=src, group=self.group, async_op=True)
+                return then(work2.get_future(), lambda _: finish(rows, replies if host else
+                                                                  unframe_messages(buf.cpu().numpy().tobytes(), SERVER, self.world)),
+                            self.devices)
+
+            return then(work.get_future(), body, self.devices)
+
+        def finish(rows: list[list[Message]], replies: list[Message]) -> list[Message]:
+            moved = [m for row in rows for m in row] + replies
+            mine = addressed_to(self.rank, replies)
+            self.legs.append(LegBytes("server", [(ph, c[self.rank]) for ph, c in count_messages(moved, self.world)], sum(handed),
+                                      len(mine)))
+            return mine
+
+        return then(gathered, serve, self.devices)
+
     @staticmethod
     def _split(recv: torch.Tensor, rows: Sequence[Sequence[int]]) -> list[bytes]:
         raw = recv.cpu().numpy().tobytes()
@@ -253,6 +417,7 @@ def drive(gen: WorkerProtocol, transport: TorchTransport, times: ChainTimes, syn
         return time.perf_counter()
 
     def resume(value: Any) -> None:
+        transport.keep_threads()
         t0 = now()
         try:
             leg = gen.send(value)

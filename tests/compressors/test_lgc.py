@@ -306,8 +306,10 @@ def test_ring_message_sizes_match_the_formulas() -> None:
 def test_ring_allreduce_sums_like_a_plain_sum() -> None:
     comp = make(mode="ring")
     vecs = [torch.randn(1001, generator=torch.Generator().manual_seed(w)) for w in range(5)]
-    total, ring = comp._ring_allreduce(vecs, "x", torch.float32)
-    torch.testing.assert_close(total, sum(vecs), rtol=1e-6, atol=1e-5)
+    totals, ring = comp._simulate(lambda ctx: comp._ring_allreduce(vecs[ctx.rank], ctx, "x", torch.float32), 5)
+    torch.testing.assert_close(totals[0], sum(vecs), rtol=1e-6, atol=1e-5)
+    assert all(torch.equal(t, totals[0]) for t in totals)  # every worker ends with the same sums, bit for bit
+    assert all(m.receivers == ((m.sender + 1) % 5,) for m in ring)  # each message to the next worker on the ring
     assert len(ring) == 2 * 4 * 5 and sum(m.payload.body_nbytes for m in ring) == 4 * 1001 * 2 * 4
 
 
@@ -686,3 +688,47 @@ def test_traffic_bodies_are_the_messages_bodies() -> None:
             assert res.traffic.sent_body(w) == sum(p.body_nbytes for p in own) < res.traffic.sent(w)
     summary = phase_summary([res], D)
     assert summary["compressed"]["body_ratio"] > summary["compressed"]["ratio"]
+
+
+@pytest.mark.parametrize("mode", ["ps", "ring"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_card_cost_legs_are_the_legs_the_compressed_phase_runs(mode: str, n: int) -> None:
+    """What the network model prices (the card's cost legs for the mode) is what the protocol yields in phase 3.
+
+    A :class:`ToServer` leg is one ``server`` round; ring mode's :class:`Send` legs come in runs:
+    n − 1 hops of the leader's indices (one ``broadcast``), then the 2(n − 1) steps of a ring
+    all-reduce of the latents (one ``allreduce``).
+    """
+    from gcbench.core.protocol import Context, Send, ToServer, simulate
+
+    comp = make(mode=mode, dense_steps=0, train_steps=1)
+    states = states_for(comp, n)
+    seen: list[tuple[str, str]] = []
+    for grads in stream(2, workers=n):  # the top-k step (trains), then the compressed step recorded below
+        seen.clear()
+
+        def recording(gen, rank: int):  # type: ignore[no-untyped-def]
+            value = None
+            while True:
+                try:
+                    leg = gen.send(value)
+                except StopIteration as stop:
+                    return stop.value
+                if rank == 0:
+                    seen.append((type(leg).__name__, leg.phase))
+                value = yield leg
+
+        memo: dict[object, object] = {}
+        simulate([recording(comp.worker_protocol([grads[w]], [states[w]], Context(w, n, memo=memo)), w) for w in range(n)])
+    runs: list[tuple[str, str, int]] = []
+    for kind, phase in seen:
+        if runs and runs[-1][:2] == (kind, phase) and kind == Send.__name__:
+            runs[-1] = (kind, phase, runs[-1][2] + 1)
+        else:
+            runs.append((kind, phase, 1))
+    legs = registry.get("lgc").resolve_protocol({"mode": mode}).cost
+    want = [leg.collective for leg in legs for _ in range(leg.rounds)]
+    priced = {(ToServer.__name__, 1): "server", (Send.__name__, n - 1): "broadcast", (Send.__name__, 2 * (n - 1)): "allreduce"}
+    assert [priced[(kind, count)] for kind, _, count in runs] == want
+    if mode == "ring":
+        assert [phase for _, phase, _ in runs] == ["compressed:indices", "compressed:latent"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Param, ParamValue, Protocol, coding_param, density_param
+from gcbench.core.info import CompressorInfo, CostLeg, Param, ParamValue, Protocol, coding_param, density_param
 
 PRESETS: dict[str, dict[str, ParamValue]] = {
     # gcbench's design: phases compressed so a short benchmark reaches phase 3; Adam, 8 steps per round
@@ -22,7 +22,14 @@ def _preset_help(name: str, what: str) -> str:
 
 LGC_PROTOCOL = Protocol("lgc", "3 phases by step: dense fp32; top-k+EF with online autoencoder training; "
     "ps: leader latent+indices+innovation, others innovation only (re-implementation) / ring (protocol inferred by gcbench): "
-    "summed latents at a rotating leader's indices")
+    "summed latents at a rotating leader's indices",
+    # ring mode: every worker trains a replica of the autoencoder, which must start from the same weights
+    shared_seed=True,
+    # the legs of the compressed phase (the steady state; the dense and top-k phases are shorter and differ): ps, three
+    # server rounds (the one-time encoder transfer, the leader's latent and indices, everyone's innovation and the
+    # aggregate back); ring, the leader's indices relayed round the ring, then a ring all-reduce of the latents
+    cost=(CostLeg("server", rounds=3),),
+    cost_by=("mode", {"ps": (CostLeg("server", rounds=3),), "ring": (CostLeg("broadcast"), CostLeg("allreduce"))}))
 
 LGC = CompressorInfo(
     name="lgc",
