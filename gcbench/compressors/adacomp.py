@@ -282,14 +282,13 @@ class AdaComp(Compressor):
         tail = 0 if mode == "sign_scale" else 4 * nsel  # fp32 values follow the stream in 'none' mode
         if len(body) != head + stream_bytes + tail:
             raise PayloadError(f"adacomp body has {len(body)} bytes, expected {head + stream_bytes + tail}")
-        fields = kernels.read_fixed(stream[:stream_bytes], elem_w, nsel, nbins * cw) if elem_w else np.zeros(nsel, np.int64)
         if mode == "sign_scale":
             scale = float(body[:4].view("<f4")[0])
             vals = np.zeros(0, np.float32)
         else:
             scale = 0.0
             vals = np.ascontiguousarray(body[head + stream_bytes :]).view("<f4").astype(np.float32)
-        out, bad = kernels.adacomp_scatter(fields, counts, L, mode == "sign_scale", scale, vals, d)
+        out, bad = kernels.adacomp_decode(stream[:stream_bytes], nbins * cw, elem_w, counts, L, mode == "sign_scale", scale, vals, d)
         if bad:
             raise PayloadError("adacomp body has an index outside its bin")
         return out

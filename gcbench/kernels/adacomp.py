@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gcbench.kernels.bits import BitWriterSides, _copy, _pack_place
+from gcbench.kernels.bits import BitWriterSides, _copy, _pack_place, as_words
 from gcbench.kernels.buffers import empty_f32_tensor, empty_maybe_zero, prefault
 from gcbench.kernels.runtime import KERNEL, bits_f32, bounds, ctz64, f32_bits, njit, run_chunks
 from gcbench.kernels.scatter import _fill_zero
@@ -170,44 +170,71 @@ def adacomp_encode(e: np.ndarray, x: np.ndarray, L: int, gmax: np.ndarray, count
 
 
 @njit(**KERNEL)
-def _adacomp_scatter_kernel(b0, b1, fields, counts, offsets, L, sign_mode, scale, vals, out, bad, clear):  # pragma: no cover - numba
-    """out[b·L + within] = ±scale (sign bit) or vals[pos] for the fields of bins b0..b1, each bin
-    first cleared when ``clear`` (a reused buffer: cleared while in cache); counts bad indices."""
+def _adacomp_decode(c0, c1, words, tailword, width, bit0, counts, per_item, item_pos, L, sign_mode, scale, vals, out, bad,
+                    clear):  # pragma: no cover - numba
+    """Items c0..c1 (bins [c·per_item, …)) of the decode: each item's output cleared while in cache when
+    ``clear`` (a reused buffer), then its fields read from stream bit ``bit0 + item_pos[c]·width`` on
+    (see :func:`gcbench.kernels.bits.as_words`) and written: ±scale by the sign bit, or ``vals``;
+    ``bad[c]`` counts the fields that point outside their bin (skipped)."""
     d = out.size
+    nbins = counts.size
+    nw = words.size
+    mask = np.uint64((1 << width) - 1)
+    uw = np.uint64(width)
     nscale = -scale
-    for b in range(b0, b1):
+    for c in range(c0, c1):
+        b_lo = c * per_item
+        b_hi = min(nbins, b_lo + per_item)
         if clear:
-            lo, hi = bounds(b, L, d)
-            _fill_zero(out[lo:hi])
-        pos = offsets[b]
-        for j in range(counts[b]):
-            f = fields[pos + j]
-            within = f >> 1 if sign_mode else f
-            i = b * L + within
-            if within >= L or i >= d:
-                bad[b] += 1
-                continue
-            if sign_mode:
-                out[i] = nscale if (f & 1) else scale
-            else:
-                out[i] = vals[pos + j]
+            _fill_zero(out[b_lo * L : min(d, b_hi * L)])
+        pos = item_pos[c]
+        bit = bit0 + pos * width
+        wpos = bit >> 5
+        acc = np.uint64(words[wpos] if wpos < nw else tailword) >> np.uint64(bit & 31)
+        nacc = 32 - (bit & 31)
+        wpos += 1
+        for b in range(b_lo, b_hi):
+            base = b * L
+            for _ in range(counts[b]):
+                if nacc < width:
+                    acc |= np.uint64(words[wpos] if wpos < nw else tailword) << np.uint64(nacc)
+                    wpos += 1
+                    nacc += 32
+                f = np.int64(acc & mask)
+                acc >>= uw
+                nacc -= width
+                within = f >> 1 if sign_mode else f
+                i = base + within
+                if within >= L or i >= d:
+                    bad[c] += 1
+                elif sign_mode:
+                    out[i] = nscale if (f & 1) else scale
+                else:
+                    out[i] = vals[pos]
+                pos += 1
 
 
-def adacomp_scatter(fields: np.ndarray, counts: np.ndarray, L: int, sign_mode: bool, scale: float, vals: np.ndarray,
-                    d: int) -> tuple[torch.Tensor, int]:
-    """The dense AdaComp decode from parsed fields (fresh float32) and how many fields lay outside their bin (skipped).
+def adacomp_decode(stream: np.ndarray, bit0: int, width: int, counts: np.ndarray, L: int, sign_mode: bool, scale: float,
+                   vals: np.ndarray, d: int) -> tuple[torch.Tensor, int]:
+    """The dense AdaComp decode (fresh float32) straight from the bit stream — fields of ``width`` bits
+    from ``bit0`` on, ``counts`` per bin — and how many fields lay outside their bin (skipped).
 
-    The bins cover the output, so a reused buffer is cleared bin by bin inside the scatter, not by
-    a separate fill (a torch fill's OpenMP workers spin against the scatter's threads afterwards:
-    the decode took 5.6x a copy that way against 4.0x before the package).
+    The bins cover the output, so a reused buffer is cleared item by item inside the kernel, not by
+    a separate fill (a torch fill's OpenMP workers spin against the kernel's threads afterwards: the
+    decode took 5.6x a copy that way against 4.0x before the package).
     """
     buf, zero = empty_maybe_zero(d)
     out = buf.numpy()
-    if zero and fields.size >= d // (1 << 16):
+    nsel = int(counts.sum())
+    if zero and nsel >= d // (1 << 16):
         prefault(out)  # many writes: fault the fresh pages on this thread first
-    offsets = np.zeros(counts.size, np.int64)
-    np.cumsum(counts[:-1], out=offsets[1:])
-    bad = np.zeros(counts.size, np.int64)
-    run_chunks(_adacomp_scatter_kernel, counts.size, max(d, 1), fields, counts, offsets, L, sign_mode, np.float32(scale),
-               vals, out, bad, not zero)
+    per_item = max(1, _ITEM // L)
+    items = -(-counts.size // per_item)
+    item_pos = np.zeros(items, np.int64)  # fields before each item
+    if items > 1:
+        np.cumsum(counts[: (items - 1) * per_item].reshape(items - 1, per_item).sum(axis=1), out=item_pos[1:])
+    bad = np.zeros(items, np.int64)
+    words, tailword = as_words(stream)
+    run_chunks(_adacomp_decode, items, max(d, 1), words, tailword, width, int(bit0), counts, per_item, item_pos, L, sign_mode,
+               np.float32(scale), vals, out, bad, not zero)
     return buf, int(bad.sum())
