@@ -139,6 +139,16 @@ def _adacomp_encode(c0, c1, e, x, L, per_item, gmax, item_pos, scale, sign_mode,
             _copy(vals[pos : pos + m], lv[:m])
 
 
+def _items(counts: np.ndarray, L: int) -> tuple[int, np.ndarray]:
+    """The work items of pass 2 and of the decode: (bins per item, fields before each item)."""
+    per_item = max(1, _ITEM // L)
+    items = -(-counts.size // per_item)
+    item_pos = np.zeros(items, np.int64)
+    if items > 1:
+        np.cumsum(counts[: (items - 1) * per_item].reshape(items - 1, per_item).sum(axis=1), out=item_pos[1:])
+    return per_item, item_pos
+
+
 def adacomp_bin_stats(e: np.ndarray, x: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
     """Pass 1 of AdaComp on flat float32 arrays (``e`` the residue, unchanged): (gmax, counts) per bin
     of G = e + x — gmax_b = max |G| over bin b (NaN if any G is), counts_b = #{|G + x| >= gmax_b, G != 0}."""
@@ -154,12 +164,8 @@ def adacomp_encode(e: np.ndarray, x: np.ndarray, L: int, gmax: np.ndarray, count
     """Pass 2: the selected fields (index in bin, then the sign bit in ``sign_mode``), ``width`` bits each,
     LSB first into ``stream`` from bit ``bit0`` (zero there: shared bytes are OR-ed), and ``e`` the
     residue G − Gq in place.  Returns (the selected G in 'none' mode, else empty; Gq or None)."""
-    nbins = counts.size
-    per_item = max(1, _ITEM // L)
-    items = -(-nbins // per_item)
-    item_pos = np.zeros(items, np.int64)  # fields before each item
-    if items > 1:
-        np.cumsum(counts[: (items - 1) * per_item].reshape(items - 1, per_item).sum(axis=1), out=item_pos[1:])
+    per_item, item_pos = _items(counts, L)
+    items = item_pos.size
     vals = prefault(np.empty(0 if sign_mode else int(counts.sum()), np.float32))
     dec = empty_f32_tensor(e.size).numpy() if want_decoded else np.empty(0, np.float32)
     sides = BitWriterSides(items)
@@ -228,11 +234,8 @@ def adacomp_decode(stream: np.ndarray, bit0: int, width: int, counts: np.ndarray
     nsel = int(counts.sum())
     if zero and nsel >= d // (1 << 16):
         prefault(out)  # many writes: fault the fresh pages on this thread first
-    per_item = max(1, _ITEM // L)
-    items = -(-counts.size // per_item)
-    item_pos = np.zeros(items, np.int64)  # fields before each item
-    if items > 1:
-        np.cumsum(counts[: (items - 1) * per_item].reshape(items - 1, per_item).sum(axis=1), out=item_pos[1:])
+    per_item, item_pos = _items(counts, L)
+    items = item_pos.size
     bad = np.zeros(items, np.int64)
     words, tailword = as_words(stream)
     run_chunks(_adacomp_decode, items, max(d, 1), words, tailword, width, int(bit0), counts, per_item, item_pos, L, sign_mode,
