@@ -51,22 +51,6 @@ class Selection:
 
 
 
-def _pooled_body(nbytes: int, zero_from: int) -> np.ndarray:
-    """A body buffer from the kernels' allocator, zero from byte ``zero_from`` on (the packed indices:
-    their shared bytes are OR-ed in); the bytes before it are all written by the caller.
-
-    A freed body of the same size is reused (the previous step's payload): a fresh ``np.zeros`` of
-    a 25.6M-element threshold body (180 MB) cost 1.7x a copy in page faults, the reuse and the fill 0.3x.
-    """
-    buf, zero = kernels.empty_maybe_zero(nbytes, torch.uint8)
-    body = buf.numpy()
-    if zero:
-        prefault(body)
-    else:
-        body[zero_from:] = 0
-    return body
-
-
 def select_encode(a: np.ndarray, t: np.float32 | None, coding: str | None, *, counts: np.ndarray | None = None,
                   limit: int | None = None, zero_mode: int = ZERO_NONE, want_decoded: bool = False, want_idx: bool = False,
                   nan_pass: bool = False) -> Selection:
@@ -92,7 +76,7 @@ def select_encode(a: np.ndarray, t: np.float32 | None, coding: str | None, *, co
     width = codec.index_width(d)
     body, packed, idx32 = _E_U8, _E_U8, _E_I32
     if coding == "fixed" and direct:
-        body = _pooled_body(4 * k + codec.packed_nbytes(k, width), 4 * k)
+        body = prefault(np.zeros(4 * k + codec.packed_nbytes(k, width), np.uint8))  # zeroed: shared bytes are OR-ed in
         vals, packed = body[: 4 * k].view(np.float32), body[4 * k :]
     elif coding == "int32":
         body = prefault(np.empty(8 * k, np.uint8))
