@@ -200,18 +200,16 @@ def adacomp_fast_encode(x: np.ndarray, e: np.ndarray, L: int, quantize: str,
     Returns (body, decoded Gq or None); the body is byte-identical to the torch version's.
     """
     sign_mode = quantize == "sign_scale"
-    gmax, counts = kernels.adacomp_select(e, x, L)  # e now holds G
+    gmax, counts = kernels.adacomp_bin_stats(e, x, L)
     scale = adacomp_scale(gmax) if sign_mode else 0.0
-    fields, vals, decoded = kernels.adacomp_finish(e, x, L, gmax, counts, np.float32(scale), sign_mode, want_decoded)
-    nbins, nsel = counts.size, fields.size
+    nbins, nsel = counts.size, int(counts.sum())
     cw, ew = count_width(L), index_width(L) + (1 if sign_mode else 0)
     stream_bytes = (nbins * cw + nsel * ew + 7) // 8
     head = 4 if sign_mode else 0
     body = np.zeros(head + stream_bytes + (0 if sign_mode else 4 * nsel), np.uint8)
     stream = body[head : head + stream_bytes]
     kernels.pack_into(counts, cw, stream)
-    if ew:
-        kernels.pack_into(fields, ew, stream, nbins * cw)
+    vals, decoded = kernels.adacomp_encode(e, x, L, gmax, counts, np.float32(scale), sign_mode, ew, stream, nbins * cw, want_decoded)
     if sign_mode:
         body[:4] = np.array([scale], "<f4").view(np.uint8)
     else:
@@ -284,14 +282,13 @@ class AdaComp(Compressor):
         tail = 0 if mode == "sign_scale" else 4 * nsel  # fp32 values follow the stream in 'none' mode
         if len(body) != head + stream_bytes + tail:
             raise PayloadError(f"adacomp body has {len(body)} bytes, expected {head + stream_bytes + tail}")
-        fields = kernels.read_fixed(stream[:stream_bytes], elem_w, nsel, nbins * cw) if elem_w else np.zeros(nsel, np.int64)
         if mode == "sign_scale":
             scale = float(body[:4].view("<f4")[0])
             vals = np.zeros(0, np.float32)
         else:
             scale = 0.0
             vals = np.ascontiguousarray(body[head + stream_bytes :]).view("<f4").astype(np.float32)
-        out, bad = kernels.adacomp_scatter(fields, counts, L, mode == "sign_scale", scale, vals, d)
+        out, bad = kernels.adacomp_decode(stream[:stream_bytes], nbins * cw, elem_w, counts, L, mode == "sign_scale", scale, vals, d)
         if bad:
             raise PayloadError("adacomp body has an index outside its bin")
         return out

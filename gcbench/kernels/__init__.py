@@ -25,7 +25,7 @@ that results do not depend on the thread count.  This package imports no payload
 compressor code: it sits below :mod:`gcbench.core`.
 """
 
-from gcbench.kernels.adacomp import adacomp_finish, adacomp_scatter, adacomp_select
+from gcbench.kernels.adacomp import adacomp_bin_stats, adacomp_decode, adacomp_encode
 from gcbench.kernels.bits import BitWriterSides, as_words, pack_fields, pack_into, read_fixed, unpack_fields, write_fields, write_records
 from gcbench.kernels.buffers import empty, empty_f32_tensor, empty_maybe_zero, prefault, zeros, zeros_f32
 from gcbench.kernels.momentum import momentum_sample, momentum_update_count, momentum_update_std
@@ -83,7 +83,7 @@ from gcbench.kernels.topk import (
 
 __all__ = [
     "KERNEL", "KERNEL_MODES", "MOMENT_BLOCK", "NUMBA", "PARALLEL", "PART", "SERIAL_MAX", "ZERO_NONE", "ZERO_SET", "ZERO_SUB",
-    "BitWriterSides", "absmax", "accumulate", "adacomp_finish", "adacomp_scatter", "adacomp_select", "add_count", "as_numpy",
+    "BitWriterSides", "absmax", "accumulate", "adacomp_bin_stats", "adacomp_decode", "adacomp_encode", "add_count", "as_numpy",
     "as_words", "available", "count_chunks", "cpu_fast", "dither_decode", "dither_fields", "dither_pack", "dither_values",
     "ef_sign_apply", "ef_sign_form", "empty", "empty_f32_tensor", "empty_maybe_zero", "f32_threshold", "fast_cpu", "flat_f32",
     "fused_ef_ok", "gather", "kernel_mode", "key_of", "kth_largest_np", "l2norm", "moments", "momentum_sample",

@@ -48,6 +48,7 @@ try:
         raise ImportError("GCBENCH_KERNELS=torch: the torch path everywhere")
     import numba
     from numba import njit, prange
+    from numba.extending import intrinsic
 
     NUMBA = True
 except Exception:  # numba missing or broken, or the torch path asked for: compressors use their torch paths
@@ -60,6 +61,48 @@ except Exception:  # numba missing or broken, or the torch path asked for: compr
             return args[0]
         return lambda f: f
 
+    def intrinsic(f: Any) -> Any:  # type: ignore[no-redef]
+        """Stand-in decorator: the intrinsics below are never called without numba."""
+        return f
+
+
+
+@intrinsic
+def f32_bits(typingctx, x):  # pragma: no cover - compiled
+    """The bit pattern of a float32 as an int32 (a register move): ``f32_bits(v) & 0x7FFFFFFF`` orders
+    |v| as integers, NaNs above every number, so a max of it is a plain integer reduction (LLVM
+    vectorises it; a float max with NaN checks it did not: 18 ms against 12.5 over 25.6M elements)."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, b):  # pragma: no cover - compiled
+    """Inverse of :func:`f32_bits`: the float32 whose bit pattern is the int32 ``b``."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+@intrinsic
+def ctz64(typingctx, v):  # pragma: no cover - compiled
+    """Trailing zero bits of a nonzero uint64 (one instruction; the result for 0 is undefined)."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return types.uint64(types.uint64), codegen
 
 PART = 1 << 16  # elements per work item (256 KiB of float32): fixed, so results do not depend on the thread count
 SUB = 1024  # elements per inner block: the uniforms and codes of one block stay in L1

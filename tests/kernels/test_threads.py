@@ -66,6 +66,16 @@ def _ops() -> dict[str, Callable[[], Any]]:
         u, v = e.copy(), x[::-1].copy()
         return kernels.momentum_update_std(u, v, x, 0.9, 0.5), u, v
 
+    def adacomp(sign_mode: bool) -> Callable[[], tuple[Any, ...]]:
+        def run() -> tuple[Any, ...]:
+            buf, L, ew = e.copy(), 50, 7 if sign_mode else 6
+            gmax, counts = kernels.adacomp_bin_stats(buf, x, L)
+            stream = np.zeros((counts.size * 6 + int(counts.sum()) * ew + 7) // 8, np.uint8)
+            vals, dec = kernels.adacomp_encode(buf, x, L, gmax, counts, np.float32(1.25), sign_mode, ew, stream, counts.size * 6, True)
+            out, _ = kernels.adacomp_decode(stream, counts.size * 6, ew, counts, L, sign_mode, 1.25, vals, D)
+            return gmax, counts, stream, vals, dec, buf, out.numpy()
+        return run
+
     qsgd_norms = np.zeros(-(-D // 512), np.float32)
     return {
         "rand24": lambda: kernels.rand24(5, D),
@@ -83,6 +93,8 @@ def _ops() -> dict[str, Callable[[], Any]]:
         "count_chunks": lambda: kernels.count_chunks(x, np.float32(1.5)),
         "momentum_update_std": momentum,
         "random_subset": lambda: kernels.random_subset(3, D, 5000),
+        "adacomp_sign_scale": adacomp(True),
+        "adacomp_none": adacomp(False),
     }
 
 
