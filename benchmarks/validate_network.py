@@ -200,8 +200,8 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
                 decoded = max(1, hook[0]["decoded_payloads"])
                 k = StepKernels(spec, name, statistics.mean(h["compress_s_median"] for h in hook),
                                 statistics.mean(h["decompress_s_median"] for h in hook) / decoded, copy_s,
-                                statistics.mean(h["payload_bytes_per_step"] for h in hook),
-                                statistics.mean(h["dense_bytes_per_step"] for h in hook), params=tuple(sorted(typed.items())))
+                                _payload_bytes(name, typed), statistics.mean(h["dense_bytes_per_step"] for h in hook),
+                                tensors=2 * (len(SIZES) - 1), params=tuple(sorted(typed.items())))
                 st = predict_step(k, n, net, compute_s, overlap=overlap, calibration=cal)
                 predicted, comm = st.step_s, st.communicate_s
                 model_only = predict_step(k, n, net, compute_s, overlap=overlap).step_s
@@ -231,6 +231,22 @@ def _calibrate(lab: NetLab, n: int, mbit: float, port: int) -> Calibration:
             if p.returncode != 0:
                 raise RuntimeError(f"calibration failed: {errb.decode().strip().splitlines()[-1:]}")
         return load_calibration(out)
+
+
+def _payload_bytes(name: str, params: dict[str, Any]) -> float:
+    """One worker's payload bytes of a step (what ``gcbench advise`` reads from ``bench --model``): the MLP's gradient
+    tensors compressed as a group, after one step so error feedback is in its steady state.  Not the hook's
+    ``payload_bytes``, which counts what a worker sends by its protocol (1-bit SGD's stripes once per peer)."""
+    import torch
+
+    from gcbench.compressors import registry
+
+    gen = torch.Generator().manual_seed(0)
+    xs = [t for a, b in itertools.pairwise(SIZES) for t in (torch.randn(b, a, generator=gen) * 0.01, torch.randn(b, generator=gen) * 0.01)]
+    comp = registry.create(name, **params)
+    states = [comp.init_state(i) for i in range(len(xs))]
+    comp.compress_group(xs, states, need_decoded=False)
+    return float(sum(p.nbytes for p, _ in comp.compress_group(xs, states, need_decoded=False)))
 
 
 def _number(text: str) -> object:
