@@ -97,3 +97,16 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def recording_legs(gen, sink: list):  # type: ignore[no-untyped-def,type-arg]
+    """Wrap a worker's protocol generator: every leg it yields is appended to ``sink`` and passed on unchanged; the
+    generator's return value is returned (for reading which legs a protocol runs, in order, on the simulated transport)."""
+    value = None
+    while True:
+        try:
+            leg = gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        sink.append(leg)
+        value = yield leg

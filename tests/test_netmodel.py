@@ -237,28 +237,17 @@ def _leg_kinds(name: str, params: dict[str, object], n: int = 3) -> list[str]:
     """The legs the compressor's own protocol yields, in order, when n workers exchange two tensors on the simulated transport."""
     from gcbench.compressors import registry
     from gcbench.core.protocol import Context, simulate
-    from tests.conftest import normal
+    from tests.conftest import normal, recording_legs
 
     comp = registry.create(name, **params)
-    seen: list[str] = []
-
-    def recording(gen, rank):  # type: ignore[no-untyped-def]
-        value = None
-        while True:
-            try:
-                leg = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            if rank == 0:
-                seen.append(type(leg).__name__.lower())
-            value = yield leg
-
+    seen: list[object] = []
     xs = [normal((64, 32), seed=1), normal((40,), seed=2)]
     memo: dict[object, object] = {}
     shared = [comp.init_state(u) for u in range(len(xs))]
-    simulate([recording(comp.worker_protocol([x.clone() for x in xs], [comp.init_state(10 * w + u) for u in range(len(xs))],
-                                             Context(w, n, shared, memo)), w) for w in range(n)])
-    return seen
+    gens = [comp.worker_protocol([x.clone() for x in xs], [comp.init_state(10 * w + u) for u in range(len(xs))],
+                                 Context(w, n, shared, memo)) for w in range(n)]
+    simulate([recording_legs(g, seen) if w == 0 else g for w, g in enumerate(gens)])
+    return [type(leg).__name__.lower() for leg in seen]
 
 
 @pytest.mark.parametrize("name", [n for n in __import__("gcbench.compressors.registry", fromlist=["names"]).names() if n != "lgc"])

@@ -23,7 +23,7 @@ from gcbench.core import codec
 from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.payload import Payload
-from tests.conftest import same_bits
+from tests.conftest import recording_legs, same_bits
 
 N = 4
 D = 20_000
@@ -703,25 +703,14 @@ def test_card_cost_legs_are_the_legs_the_compressed_phase_runs(mode: str, n: int
 
     comp = make(mode=mode, dense_steps=0, train_steps=1)
     states = states_for(comp, n)
-    seen: list[tuple[str, str]] = []
+    legs_seen: list[object] = []
     for grads in stream(2, workers=n):  # the top-k step (trains), then the compressed step recorded below
-        seen.clear()
-
-        def recording(gen, rank: int):  # type: ignore[no-untyped-def]
-            value = None
-            while True:
-                try:
-                    leg = gen.send(value)
-                except StopIteration as stop:
-                    return stop.value
-                if rank == 0:
-                    seen.append((type(leg).__name__, leg.phase))
-                value = yield leg
-
+        legs_seen.clear()
         memo: dict[object, object] = {}
-        simulate([recording(comp.worker_protocol([grads[w]], [states[w]], Context(w, n, memo=memo)), w) for w in range(n)])
+        gens = [comp.worker_protocol([grads[w]], [states[w]], Context(w, n, memo=memo)) for w in range(n)]
+        simulate([recording_legs(g, legs_seen) if w == 0 else g for w, g in enumerate(gens)])
     runs: list[tuple[str, str, int]] = []
-    for kind, phase in seen:
+    for kind, phase in ((type(leg).__name__, leg.phase) for leg in legs_seen):  # type: ignore[attr-defined]
         if runs and runs[-1][:2] == (kind, phase) and kind == Send.__name__:
             runs[-1] = (kind, phase, runs[-1][2] + 1)
         else:
