@@ -49,14 +49,20 @@ class _Cast(Compressor):
         general path's per-tensor allocation and encode call cost about a third of a copy of the
         whole model.  Float32 CPU tensors without decoding only; everything else takes the general path.
         """
-        if need_decoded or not xs or any(x.device.type != "cpu" or x.dtype != torch.float32 or x.requires_grad for x in xs):
+        f32 = torch.float32
+        if need_decoded or not xs or not all(x.dtype is f32 and x.is_cpu and not x.requires_grad for x in xs):
             return super().compress_group(xs, states, need_decoded)
         sizes = list(map(torch.Tensor.numel, xs))
-        wire = kernels.empty(sum(sizes), self.wire_dtype)
-        # a new buffer: no body aliases a caller's tensor (torch.cat(out=) casts 1.5-2x slower);
-        # one foreach copy and one split per view type keep the per-tensor Python work to the
-        # payload (``torch.flatten`` costs half of ``reshape(-1)`` per call: 62 calls are 2% of a copy)
-        torch._foreach_copy_(wire.split(sizes), list(map(torch.flatten, xs)))
+        total = sum(sizes)
+        wire = kernels.empty(total, self.wire_dtype)
+        # a new buffer: no body aliases a caller's tensor (torch.cat(out=) casts 1.5-2x slower)
+        span = _span(xs, sizes, total)
+        if span is not None:
+            wire.copy_(span)
+        else:
+            # one foreach copy and one split per view type keep the per-tensor Python work to the
+            # payload (``torch.flatten`` costs half of ``reshape(-1)`` per call: 62 calls are 2% of a copy)
+            torch._foreach_copy_(wire.split(sizes), list(map(torch.flatten, xs)))
         esize = wire.element_size()
         u8 = wire.view(torch.uint8)
         ends = list(itertools.accumulate(esize * n for n in sizes))
@@ -107,6 +113,25 @@ class _Cast(Compressor):
         out = kernels.empty(numel)
         out.copy_(wire)
         return out
+
+
+def _span(xs: Sequence[torch.Tensor], sizes: Sequence[int], total: int) -> torch.Tensor | None:
+    """One flat view of ``xs`` when they lie back to back, in order, in one buffer (a DDP bucket, the run's cached
+    gradients: :func:`gcbench.measure.metrics.flat_like`); None otherwise.
+
+    Copying the span is one pass with no per-tensor split or flatten: on ResNet-50's 161 tensors those cost
+    about 3.5% of a copy of the model.  Only views of one base are joined, so the span never reaches memory
+    that no tensor of ``xs`` owns.
+    """
+    base = xs[0]._base
+    if base is None:
+        return None
+    offset = start = xs[0].storage_offset()
+    for x, n in zip(xs, sizes, strict=True):
+        if x._base is not base or x.storage_offset() != offset or not x.is_contiguous():
+            return None
+        offset += n
+    return xs[0].as_strided((total,), (1,), start)
 
 
 class NoCompression(_Cast):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
+from gcbench.compressors.cast import _span
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from tests.conftest import normal
@@ -15,10 +16,36 @@ def _shapes() -> list[tuple[int, ...]]:
     return [(64, 3, 3, 3), (64,), (), (0,), (1000, 300), (7, 0, 2), (5,)]
 
 
-@pytest.mark.parametrize("name", ["none", "fp16", "bf16"])
-def test_group_payloads_are_the_single_payloads(name: str) -> None:
-    comp = registry.create(name)
+def _laid_out(layout: str) -> list[torch.Tensor]:
+    """The test tensors as separate tensors, or as views of one buffer: back to back (copied as one span), with a
+    gap, out of order, or one of them transposed (each of the last three copied tensor by tensor)."""
     xs = [normal(s, seed=i) * 1e3 for i, s in enumerate(_shapes())]  # fp16 overflows to inf on some: also the same
+    if layout == "separate":
+        return xs
+    sizes = [x.numel() for x in xs]
+    gap = 3 if layout == "gap" else 0
+    flat = torch.full((sum(sizes) + gap * len(xs),), float("nan"))
+    order = list(range(len(xs)))[::-1] if layout == "reversed" else list(range(len(xs)))
+    views: list[torch.Tensor | None] = [None] * len(xs)
+    offset = 0
+    for i in order:
+        views[i] = flat[offset:offset + sizes[i]].view(xs[i].shape)
+        views[i].copy_(xs[i])  # type: ignore[union-attr]
+        offset += sizes[i] + gap
+    out = [v for v in views if v is not None]
+    if layout == "transposed":
+        out[4] = out[4].reshape(-1).view(300, 1000).t()  # where the back-to-back layout puts it, not contiguous
+        out[4].copy_(xs[4].reshape(300, 1000).t())
+    return out
+
+
+@pytest.mark.parametrize("layout", ["separate", "back-to-back", "gap", "reversed", "transposed"])
+@pytest.mark.parametrize("name", ["none", "fp16", "bf16"])
+def test_group_payloads_are_the_single_payloads(name: str, layout: str) -> None:
+    comp = registry.create(name)
+    xs = _laid_out(layout)
+    sizes = [x.numel() for x in xs]
+    assert (_span(xs, sizes, sum(sizes)) is not None) == (layout == "back-to-back")  # one copy only where it is safe
     group_states = [comp.init_state(i) for i in range(len(xs))]
     group = comp.compress_group(xs, group_states, need_decoded=False)
     for i, (x, (payload, decoded)) in enumerate(zip(xs, group, strict=True)):
