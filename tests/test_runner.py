@@ -252,11 +252,47 @@ def test_pool_copy_baseline_holds_every_case_against_the_sources_median_copy(tin
     assert fast_copy["baseline"] == "pooled" and fast_copy["pooled_copy_s"] == 1.0 and fast_copy["pooled_copy_rounds"] == 12
     assert fast_copy["compress_x_copy"]["median"] == pytest.approx(8.0)
     assert fast_copy["copy_off_pooled"] == pytest.approx(-0.2)
-    # its copy ran 20% off the run's: the machine was in another state while it ran (over copy_drift, 15%)
-    assert fast_copy["compress_x_copy"]["flags"] == [UNSTABLE] and usual[0]["compress_x_copy"]["flags"] == []
+    # its copy ran 20% off the run's, but a kernel at 8x its traffic bound owes an eighth of its time to memory
+    # traffic: the drift moves it by 2.5%, under copy_drift (15%), so it is not flagged
+    assert fast_copy["compress_baseline"] == "pooled" and fast_copy["compress_x_copy"]["flags"] == []
     assert fast_copy["compress_x_round_copy"]["median"] == pytest.approx(10.0)  # the per-round view is kept
     assert fast_copy["copy_fraction_compress"] == pytest.approx(1 / 8.0)
-    assert usual[0]["compress_x_copy"]["median"] == pytest.approx(2.0)
+    # usual's compress, at 2x its bound, is memory-bound: its own rounds' copy stays its baseline
+    assert usual[0]["compress_baseline"] == "round" and usual[0]["compress_x_copy"]["median"] == pytest.approx(2.0)
+    # a decompress writes at least half a copy's traffic: at 1x its copy (2x that) usual's is memory-bound, at 1.25x
+    # fast_copy's is not, and goes on the pooled copy
+    assert usual[0]["decompress_baseline"] == "round" and usual[0]["decompress_x_copy"]["median"] == pytest.approx(1.0)
+    assert fast_copy["decompress_baseline"] == "pooled" and fast_copy["decompress_x_copy"]["median"] == pytest.approx(1.0)
+
+
+def _case(copy_s: float, compress_s: float, traffic_bytes: float | None, policy: TimingPolicy) -> dict[str, Any]:
+    return timing_summary(1000, "cpu", 2, Interleaved([copy_s] * 4, {"compress": [compress_s] * 4, "decompress": [copy_s] * 4},
+                                                      1, "stable", 0.2), traffic_bytes=traffic_bytes, policy=policy)
+
+
+def test_pool_copy_baseline_keeps_a_memory_bound_kernel_on_its_own_rounds_copy(tiny_cache: None) -> None:
+    """A kernel that is itself a copy moves with the copy beside it: the pooled copy would move its ×copy instead."""
+    policy = TimingPolicy(min_rounds=3)
+    fast_state = _case(0.8, 0.96, 8.0, policy)  # 1.2x its own copy, run while the copy ran 20% fast
+    others = [_case(1.0, 1.2, 8.0, policy), _case(1.0, 10.0, 8.0, policy)]
+    pool_copy_baseline([fast_state, *others])
+    assert fast_state["compress_baseline"] == "round" and fast_state["compress_x_copy"]["median"] == pytest.approx(1.2)
+    assert fast_state["compress_x_copy"]["flags"] == []  # no drift flag: its baseline ran beside it
+    assert others[0]["compress_x_copy"]["median"] == pytest.approx(1.2)
+    assert others[1]["compress_baseline"] == "pooled"
+
+
+def test_pool_copy_baseline_flags_a_drift_that_could_move_the_kernel(tiny_cache: None) -> None:
+    """Drift × the share of the kernel's time its traffic explains over copy_drift: flagged; no declared bound: all of it."""
+    policy = TimingPolicy(min_rounds=3)
+    cases = [_case(0.6, 1.5, 8.0, policy),  # 2.5x its own copy (compute-bound), 1.5x the pooled: share 2/3, drift 40%
+             _case(0.8, 4.0, None, policy),  # no bound declared: a 20% drift flags it
+             _case(1.0, 3.0, 8.0, policy), _case(1.0, 3.0, 8.0, policy), _case(1.0, 3.0, 8.0, policy)]
+    pool_copy_baseline(cases)
+    assert cases[0]["compress_baseline"] == "pooled" and cases[0]["copy_off_pooled"] == pytest.approx(-0.4)
+    assert cases[0]["compress_x_copy"]["flags"] == [UNSTABLE]  # 0.4 x (1 / 1.5) = 27% > 15%
+    assert cases[1]["compress_x_copy"]["flags"] == [UNSTABLE]
+    assert cases[2]["compress_x_copy"]["flags"] == []
 
 
 def test_pool_copy_baseline_flags_a_kernel_whose_own_median_is_not_pinned_down(tiny_cache: None) -> None:

@@ -425,8 +425,9 @@ class TimingPolicy:
     # own included), so parallel regions wait a scheduler slice for a core (a 5 MB copy: 15 ms instead of 0.3)
     load_per_core: float = 1.0
     resolution_s: float = 50e-6  # a median kernel time under this is flagged ``too short``
-    # a case whose own copy median is this far from its source's pooled copy (over the whole run) ran while the
-    # machine was in another state (a neighbour's memory traffic, another tenant's burst): flagged ``unstable``
+    # a case whose own copy median drifted from its source's pooled copy (over the whole run) far enough to move a
+    # kernel held against the pooled copy by this much (drift x the share of its time its traffic explains) ran
+    # while the machine was in another state (a neighbour's memory traffic, another tenant's burst): ``unstable``
     copy_drift: float = 0.15
 
     def to_dict(self) -> dict[str, float]:

@@ -1119,10 +1119,11 @@ def measured_text(res: ClaimResult) -> str:
 
 _POLICY = TimingPolicy()
 TIMING_NOTE = (f"{X_COPY_HEADER} = compress time / the time of a plain copy of the same tensors (×copy: lower is better; 1× = as "
-               f"fast as a copy), the copy timed in rounds interleaved with each case's kernels and pooled over every case of "
-               f"the source: median over rounds ± half the interquartile "
+               f"fast as a copy), the copy timed in rounds interleaved with each case's kernels, pooled over every case of "
+               f"the source for a compute-bound kernel, its own rounds' for one within 2× of its traffic bound: median over "
+               f"rounds ± half the interquartile "
                f"range; ({UNSTABLE}) = the median's 95% CI is wider than ±{_POLICY.unstable_rel_ci:.0%} of it, the case's own "
-               f"copy ran more than {_POLICY.copy_drift:.0%} from the pooled one, or the load per core "
+               f"copy drifted from the pooled one enough to move the kernel by over {_POLICY.copy_drift:.0%}, or the load per core "
                f"was over {_POLICY.load_per_core:g} while timing; ({TOO_SHORT}) = median under "
                f"{1e6 * _POLICY.resolution_s:.0f} µs; ({BEATS_BOUND}) = faster than the memory traffic the compressor's card "
                "says it must do, so no speed is shown.")

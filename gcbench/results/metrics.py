@@ -56,7 +56,8 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("decompress_s", "s", False, "median decompress time per worker-step"),
     # ×copy replaces copy_fraction (copy / compress, its inverse): files keep copy_fraction_* for older readers
     MetricInfo("comp_over_copy", "× copy", False, "×copy: median compress time / time of a plain copy of the same tensors, "
-               "the copy timed in rounds interleaved with the kernels, pooled over the source's cases (timing.baseline) "
+               "the copy timed in rounds interleaved with the kernels: pooled over the source's cases for a compute-bound "
+               "kernel, its own rounds' for one within 2x of its traffic bound (timing.compress_baseline) "
                "(lower is better; 1 = as fast as a copy)"),
     MetricInfo("decomp_over_copy", "× copy", False, "×copy of decompress: median decompress time / time of the same copy "
                "(lower is better)"),

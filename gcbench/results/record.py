@@ -367,14 +367,19 @@ class CaseTiming(Model):
     copy_: Timing | None = Field(default=None, alias="copy")
     compress_x_copy: XCopy | None = None
     decompress_x_copy: XCopy | None = None
-    # "round": ×copy against the copy of the same round; "pooled": against the median copy of every case of
-    # this source in the run (gcbench.measure.casemath.pool_copy_baseline), the per-round blocks kept beside
+    # "round": ×copy against the copy of the same round; "pooled": the source's cases were held against the median
+    # copy of every case of this source in the run (gcbench.measure.casemath.pool_copy_baseline), the per-round
+    # blocks kept beside; <kernel>_baseline says which copy each kernel's ×copy is against
     baseline: Str | None = None
     pooled_copy_s: Num | None = None
     pooled_copy_rounds: Count | None = None
     copy_off_pooled: Num | None = None  # this case's own copy median / the pooled one - 1
     compress_x_round_copy: XCopy | None = None
     decompress_x_round_copy: XCopy | None = None
+    # per kernel, the copy its ×copy is against: "round" (memory-bound: it moves with its own rounds' copy) or
+    # "pooled" (compute-bound); absent in files written before 2026-11-25 (every kernel then "pooled")
+    compress_baseline: Str | None = None
+    decompress_baseline: Str | None = None
     copy_fraction_compress: Num | None = None
     copy_fraction_decompress: Num | None = None
 
