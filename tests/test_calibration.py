@@ -171,14 +171,3 @@ def test_calibrate_times_every_collective_on_a_real_gloo_group() -> None:
         assert all(t > 0 for _, t in p.points)
         assert 0 < p.efficiency < math.inf and p.overhead_s >= 0
 
-
-def test_trimmed_mean_weighs_every_mode_of_a_bimodal_collective_and_drops_the_extremes() -> None:
-    """A two-way exchange over a shaped link takes one of a few discrete times: the estimate must not jump between
-    them as a median of few calls does, and one stall (a retransmission timeout) must not carry it."""
-    from gcbench.distributed.calibrate import trimmed_mean
-
-    modes = [0.156, 0.300, 0.156, 0.300, 0.300, 0.156, 0.300, 0.156, 0.156]
-    assert trimmed_mean(modes) == pytest.approx((0.156 * 4 + 0.300 * 3) / 7)  # the lowest and the highest dropped
-    assert 0.156 < trimmed_mean(modes) < 0.300
-    assert trimmed_mean([0.1] * 8 + [5.0]) == pytest.approx(0.1)  # one stall does not count
-    assert trimmed_mean([0.2, 0.4]) == pytest.approx(0.3)  # too few to trim: the plain mean

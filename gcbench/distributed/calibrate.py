@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -71,32 +70,26 @@ def _issue(kind: str, nbytes: int, world: int, group: Any) -> Callable[[], None]
     return alltoall
 
 
-def trimmed_mean(times: Sequence[float], cut: float = 0.1) -> float:
-    """The mean of ``times`` without the lowest and highest ``cut`` of them (at least one each side from five up)."""
-    xs = sorted(times)
-    k = max(int(len(xs) * cut), 1 if len(xs) >= 5 else 0)
-    return statistics.fmean(xs[k:len(xs) - k])
-
-
 def _timed(call: Callable[[], None], repeats: int, group: Any) -> float:
-    """Mean (10% trimmed each side, :func:`trimmed_mean`) over ``repeats`` (after one warm-up) of the slowest rank's time
-    of one call, every rank starting together.
+    """Seconds per call of ``repeats`` calls issued back to back (after one warm-up call and a barrier), on the
+    slowest rank.
 
-    A mean, not a median: a two-way exchange over a shaped link takes one of a few discrete times, call by call (two
-    processes swapping 93 KB over 5 Mbit/s: 156, about 226 or about 300 ms — the two directions overlapping fully,
-    partly or not at all, as each side's acknowledgements wait behind its own data in the link's queue).  A median of a
-    few calls lands on one mode or another from one calibration to the next (a 250 KB all-to-all: 223, 349 and 221 ms
-    in three calibrations); a training step pays the mixture, whose mean the trimmed mean estimates."""
-    times = []
-    for i in range(repeats + 1):
-        dist.barrier(group=group)
-        t0 = time.perf_counter()
+    Back to back, as a training step issues its collectives, not each from an idle link: a two-way exchange over a
+    shaped link takes one of a few discrete times (two processes swapping 93 KB over 5 Mbit/s: 156, about 226 or
+    about 300 ms — the two directions overlapping fully, partly or not at all, as each side's acknowledgements wait
+    behind its own data in the link's queue), and which one depends on how the link was left.  Each call timed from
+    an idle link after a barrier (the median of five) landed on one mode or another from one calibration to the next
+    (a 250 KB all-to-all: 223, 349 and 221 ms in three calibrations) and priced 1-bit SGD's two legs at 375 ms where
+    its training steps communicated for 458 ms; back to back, the all-to-all took 280–296 ms and the all-gather
+    185–210 ms a call, as in training.  The mean over the calls is what a run of steps pays."""
+    call()  # warm-up: the connections, the buffers
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
         call()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
-        if i:
-            times.append(float(dt))
-    return trimmed_mean(times)
+    dt = torch.tensor([(time.perf_counter() - t0) / repeats], dtype=torch.float64)
+    dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
+    return float(dt)
 
 
 def measure(bandwidth_gbps: float, *, kinds: Sequence[str] = tuple(COLLECTIVES), seconds: Sequence[float] = DEFAULT_SECONDS,
@@ -128,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--backend", default="gloo", help="the process group's backend (default gloo)")
     ap.add_argument("--seconds", default=",".join(map(str, DEFAULT_SECONDS)),
                     help="model volume times (s) the message sizes are chosen for, a comma list")
-    ap.add_argument("--repeats", type=int, default=9, help="timed calls per size (trimmed mean; after one warm-up)")
+    ap.add_argument("--repeats", type=int, default=9, help="calls per size, timed back to back (after one warm-up)")
     args = ap.parse_args(argv)
     try:
         secs = [float(x) for x in args.seconds.split(",") if x.strip()]
