@@ -306,7 +306,10 @@ def test_ring_message_sizes_match_the_formulas() -> None:
 def test_ring_allreduce_sums_like_a_plain_sum() -> None:
     comp = make(mode="ring")
     vecs = [torch.randn(1001, generator=torch.Generator().manual_seed(w)) for w in range(5)]
-    totals, ring = comp._simulate(lambda ctx: comp._ring_allreduce(vecs[ctx.rank], ctx, "x", torch.float32), 5)
+    from gcbench.core.protocol import Context, simulate
+
+    run = simulate([comp._ring_allreduce(vecs[w], Context(w, 5), "x", torch.float32) for w in range(5)])
+    totals, ring = run.outcomes, run.messages
     torch.testing.assert_close(totals[0], sum(vecs), rtol=1e-6, atol=1e-5)
     assert all(torch.equal(t, totals[0]) for t in totals)  # every worker ends with the same sums, bit for bit
     assert all(m.receivers == ((m.sender + 1) % 5,) for m in ring)  # each message to the next worker on the ring
