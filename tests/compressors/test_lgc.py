@@ -693,18 +693,22 @@ def test_traffic_bodies_are_the_messages_bodies() -> None:
     assert summary["compressed"]["body_ratio"] > summary["compressed"]["ratio"]
 
 
+@pytest.mark.parametrize("preset", ["gcbench", "reference"])
 @pytest.mark.parametrize("mode", ["ps", "ring"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_card_cost_legs_are_the_legs_the_compressed_phase_runs(mode: str, n: int) -> None:
+def test_card_cost_legs_are_the_legs_the_compressed_phase_runs(preset: str, mode: str, n: int) -> None:
     """What the network model prices (the card's cost legs for the mode) is what the protocol yields in phase 3.
 
     A :class:`ToServer` leg is one ``server`` round; ring mode's :class:`Send` legs come in runs:
     n − 1 hops of the leader's indices (one ``broadcast``), then the 2(n − 1) steps of a ring
-    all-reduce of the latents (one ``allreduce``).
+    all-reduce of the latents (one ``allreduce``).  Both presets (the reference preset's whole
+    model here being one tensor through its autoencoder, no dense tensors: each of those adds its
+    own dense round).
     """
     from gcbench.core.protocol import Context, Send, ToServer, simulate
 
-    comp = make(mode=mode, dense_steps=0, train_steps=1)
+    whole = {"preset": "reference", "dense_first": 0, "dense_last": 0} if preset == "reference" else {}
+    comp = make(mode=mode, dense_steps=0, train_steps=1, **whole)
     states = states_for(comp, n)
     legs_seen: list[object] = []
     for grads in stream(2, workers=n):  # the top-k step (trains), then the compressed step recorded below
