@@ -132,8 +132,10 @@ are :class:`~gcbench.core.protocol.ToServer` legs, hosted by rank 0 (the ps lead
 state holds the autoencoder), and ring mode's messages (the ring all-reduces of fp32 chunk
 payloads, the ring broadcast of the leader's indices, the all-gathers) are
 :class:`~gcbench.core.protocol.Send` legs.  :meth:`LGC.exchange` runs it on the simulated
-transport, the DDP hook on ``torch.distributed``, with the same bytes counted per message.  The
-reference preset's whole-model exchange is a simulation only (:meth:`LGC.exchange_group`).
+transport, the DDP hook on ``torch.distributed``, with the same bytes counted per message.  So is
+the reference preset's whole-model exchange: :meth:`LGC.worker_protocol` over every tensor of the
+model (:attr:`LGC.needs_whole_model`), run by :meth:`LGC.exchange_group` on the simulated transport
+and by the hook once per step over all its buckets.
 
 Single-tensor API (the registry contract): ``compress(x, state)`` is the worker's standalone
 payload for its phase — fp32 dense in phase 1, top-k with error feedback in phases 2 and 3 (a
