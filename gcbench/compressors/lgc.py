@@ -163,7 +163,7 @@ uncompressed.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -879,7 +879,6 @@ class LGC(Compressor):
             mask[w, where[inside]] = True
         return vals, mask
 
-    @torch.enable_grad()  # a DDP hook runs inside the backward pass, where gradient recording is off
     def _train(self, rec: dict[str, Any], values: torch.Tensor, inn_vals: torch.Tensor, inn_mask: torch.Tensor, leader: int) -> None:
         """``ae_iters`` optimizer steps of the phase-2 loss on one step's values (N, K) at the leader's indices."""
         n, k = values.shape
@@ -892,36 +891,44 @@ class LGC(Compressor):
         valid = win.valid()
         lam = float(self.settings["latent_weight"])
         ps = self.settings["mode"] == "ps"
+
+        def loss_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            z = ae.encode(params, x)
+            zw = z.reshape(n, win.n, *z.shape[1:])
+            zbar = zw.mean(0)
+            pull = (zw - zbar).pow(2).mean() / (zbar.pow(2).mean() + 1e-12)
+            if ps:  # each worker from the leader's latent and its own innovation, as phase 3 decodes
+                z_l = zw[leader]
+                outs = [ae.decode(ae.decoder_view(params, w), z_l, inn_w, im_w)
+                        for w, (inn_w, im_w) in enumerate(zip(inn.reshape(n, win.n, 1, win.length),
+                                                              im.reshape(n, win.n, 1, win.length), strict=True))]
+                out = torch.stack(outs).reshape(n, win.n, win.length)
+                recon = ((out - x.reshape(n, win.n, win.length)).pow(2) * valid).sum() / (n * valid.sum())
+            else:  # the mean values from the mean latent, as phase 3 decodes
+                zeros = torch.zeros((win.n, 1, win.length))
+                out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
+                target = x.reshape(n, win.n, win.length).mean(0)
+                recon = ((out - target).pow(2) * valid).sum() / valid.sum()
+            return (1 - lam) * recon + lam * pull
+
+        self._optimise(rec, loss_of)
+
+    @torch.enable_grad()  # a DDP hook runs inside the backward pass, where gradient recording is off
+    def _optimise(self, rec: dict[str, Any], loss_of: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None:
+        """``ae_iters`` optimizer steps of ``loss_of(the autoencoder's weights)``; a weight the loss leaves out gets a zero gradient."""
         params: dict[str, torch.Tensor] = rec["params"]
         names = list(params)
         for _ in range(int(self.settings["ae_iters"])):
             for p in params.values():
                 p.requires_grad_(True)
             try:
-                z = ae.encode(params, x)
-                zw = z.reshape(n, win.n, *z.shape[1:])
-                zbar = zw.mean(0)
-                pull = (zw - zbar).pow(2).mean() / (zbar.pow(2).mean() + 1e-12)
-                if ps:  # each worker from the leader's latent and its own innovation, as phase 3 decodes
-                    z_l = zw[leader]
-                    outs = [ae.decode(ae.decoder_view(params, w), z_l, inn_w, im_w)
-                            for w, (inn_w, im_w) in enumerate(zip(inn.reshape(n, win.n, 1, win.length),
-                                                                  im.reshape(n, win.n, 1, win.length), strict=True))]
-                    out = torch.stack(outs).reshape(n, win.n, win.length)
-                    recon = ((out - x.reshape(n, win.n, win.length)).pow(2) * valid).sum() / (n * valid.sum())
-                else:  # the mean values from the mean latent, as phase 3 decodes
-                    zeros = torch.zeros((win.n, 1, win.length))
-                    out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
-                    target = x.reshape(n, win.n, win.length).mean(0)
-                    recon = ((out - target).pow(2) * valid).sum() / valid.sum()
-                loss = (1 - lam) * recon + lam * pull
-                grads = torch.autograd.grad(loss, [params[nm] for nm in names])
+                grads = torch.autograd.grad(loss_of(params), [params[nm] for nm in names], allow_unused=True)
             finally:
                 for p in params.values():
                     p.requires_grad_(False)
-            self._step_optimizer(rec, dict(zip(names, grads, strict=True)))
+            self._step_optimizer(rec, {nm: (g if g is not None else torch.zeros_like(params[nm]))
+                                       for nm, g in zip(names, grads, strict=True)})
         rec["train_updates"] = int(rec["train_updates"]) + 1
-
 
     # ------------------------------------------------------------------ whole-model exchange (preset=reference)
 
@@ -1040,6 +1047,12 @@ class LGC(Compressor):
             pos += used
         return out, pos
 
+    def _concat_layout(self, a: Sequence[torch.Tensor]) -> tuple[list[int], list[int], list[int]]:
+        """The middle units' sizes, their K values, and where each unit's K values start in the concatenated vector (and its end)."""
+        dims = [t.numel() for t in a]
+        ks = [self.k_of(d) for d in dims]
+        return dims, ks, np.cumsum([0, *ks]).tolist()
+
     def _concat_values(self, vals: Sequence[torch.Tensor]) -> torch.Tensor:
         return torch.cat([v.reshape(-1).float().cpu() for v in vals]) if vals else torch.zeros(0)
 
@@ -1101,33 +1114,23 @@ class LGC(Compressor):
         x = torch.cat(cols, dim=1)[:, None, :]
         ctx.once(("model", "train"), lambda: self._reference_steps(self.autoencoder(state0, n), x, None))
 
-    @torch.enable_grad()  # a DDP hook runs inside the backward pass, where gradient recording is off
     def _reference_steps(self, rec: dict[str, Any], x: torch.Tensor, inn: torch.Tensor | None) -> None:
         """``ae_iters`` steps of the reference loss on (N, 1, K) values; ``inn``: the workers' innovations (ps), None (ring)."""
         n = x.shape[0]
-        params: dict[str, torch.Tensor] = rec["params"]
-        names = list(params)
-        for _ in range(int(self.settings["ae_iters"])):
-            for p in params.values():
-                p.requires_grad_(True)
-            try:
-                z = ae.reference_encode(params, x)
-                if inn is not None:
-                    pick = int(np.random.default_rng([int(rec["seed"]), int(rec["draws"])]).integers(n))
-                    rec["draws"] = int(rec["draws"]) + 1
-                    recon = sum((ae.reference_decode(params, w, z[pick:pick + 1], inn[w:w + 1]) - x[w:w + 1]).pow(2).mean()
-                                for w in range(n))
-                else:
-                    out = ae.reference_decode(params, 0, z.mean(0, keepdim=True), torch.zeros_like(x[:1]))
-                    recon = (out - x.mean(0, keepdim=True)).pow(2).mean()
-                loss = self._reference_loss(params, z, recon)  # type: ignore[arg-type]
-                grads = torch.autograd.grad(loss, [params[nm] for nm in names], allow_unused=True)
-            finally:
-                for p in params.values():
-                    p.requires_grad_(False)
-            self._step_optimizer(rec, {nm: (g if g is not None else torch.zeros_like(params[nm]))
-                                       for nm, g in zip(names, grads, strict=True)})
-        rec["train_updates"] = int(rec["train_updates"]) + 1
+
+        def loss_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            z = ae.reference_encode(params, x)
+            if inn is not None:
+                pick = int(np.random.default_rng([int(rec["seed"]), int(rec["draws"])]).integers(n))
+                rec["draws"] = int(rec["draws"]) + 1
+                recon = sum((ae.reference_decode(params, w, z[pick:pick + 1], inn[w:w + 1]) - x[w:w + 1]).pow(2).mean()
+                            for w in range(n))
+            else:
+                out = ae.reference_decode(params, 0, z.mean(0, keepdim=True), torch.zeros_like(x[:1]))
+                recon = (out - x.mean(0, keepdim=True)).pow(2).mean()
+            return self._reference_loss(params, z, recon)  # type: ignore[arg-type]
+
+        self._optimise(rec, loss_of)
 
     def _reference_ps(self, state0: State, ctx: Context, leader: int, a: list[torch.Tensor],
                       geo: list[tuple[tuple[int, ...], torch.dtype]],
@@ -1144,10 +1147,8 @@ class LGC(Compressor):
         aggregate of each middle unit (counted in that unit's result).
         """
         me, n, count = ctx.rank, ctx.world, len(geo)
-        dims = [t.numel() for t in a]
-        ks = [self.k_of(d) for d in dims]
-        offs = np.cumsum([0, *ks]).tolist()
-        shape0, dtype0 = geo[0]
+        dims, ks, offs = self._concat_layout(a)
+        shape0, dtype0 = geo[0]  # the whole-model messages carry the first middle unit's shape
         coding = self.settings["index_coding"]
         server: dict[str, Payload] = {}
         yield self._weights_round(state0, n, leader, shape0, dtype0)
@@ -1232,10 +1233,8 @@ class LGC(Compressor):
         (``units``: the middle units' model indices; every message here is counted in the first's.)
         """
         me, n, count = ctx.rank, ctx.world, len(geo)
-        dims = [t.numel() for t in a]
-        ks = [self.k_of(d) for d in dims]
-        offs = np.cumsum([0, *ks]).tolist()
-        shape0, dtype0 = geo[0]
+        dims, ks, offs = self._concat_layout(a)
+        shape0, dtype0 = geo[0]  # the whole-model messages carry the first middle unit's shape
         coding = self.settings["index_coding"]
         params = ctx.once(("model", "autoencoder"), lambda: self.autoencoder(state0, n))["params"]
         ip: Payload | None = None
