@@ -345,11 +345,28 @@ def _scenario_lgc_reference(ctx: WorkerContext) -> dict[str, Any]:
     return out
 
 
+def _scenario_simulation_only(ctx: WorkerContext) -> dict[str, Any]:
+    """A (plugin) compressor that overrides ``exchange`` but writes no ``worker_protocol``: refused, unless gather is asked for."""
+    from gcbench.core.errors import ParamError
+    from gcbench.distributed.ddp import HookState
+
+    class SimulationOnly(type(registry.create("topk"))):  # type: ignore[misc]
+        def exchange(self, grads: Any, states: Any) -> Any:
+            return super().exchange(grads, states)
+
+    try:
+        HookState(SimulationOnly(), process_group=ctx.group)
+        refused = ""
+    except ParamError as exc:
+        refused = str(exc)
+    return {"refused": refused, "forced": HookState(SimulationOnly(), process_group=ctx.group, protocol="gather").protocol}
+
+
 def _all_scenarios(ctx: WorkerContext) -> dict[str, Any]:
     torch.set_num_threads(1)
     return {"none": _scenario_none(ctx), "qsgd": _scenario_qsgd(ctx), "topk_ef": _scenario_topk_ef(ctx),
             "protocols": _scenario_protocols(ctx), "onebit": _scenario_onebit(ctx), "async": _scenario_async_training(ctx),
-            "lgc_reference": _scenario_lgc_reference(ctx)}
+            "lgc_reference": _scenario_lgc_reference(ctx), "simulation_only": _scenario_simulation_only(ctx)}
 
 
 @pytest.fixture(scope="module")
@@ -449,6 +466,13 @@ def test_lgc_reference_runs_its_whole_model_protocol_in_the_hook(ranks: list[dic
             assert res["sent_ok"], mode
             # the autoencoder trained twice: at the server (rank 0) in ps mode, in every worker's replica in ring mode
             assert res["trained"] == (2 if mode == "ring" or rank == 0 else None), mode
+
+
+def test_an_exchange_that_is_a_simulation_only_is_refused_not_replaced(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
+        res = r["simulation_only"]
+        assert "simulation only" in res["refused"] and "protocol='gather'" in res["refused"]
+        assert res["forced"] == "gather"
 
 
 def test_register_rejects_bad_settings_without_a_group() -> None:

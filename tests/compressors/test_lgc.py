@@ -653,6 +653,34 @@ def test_reference_ps_message_sizes_match_the_formulas() -> None:
 
 
 @pytest.mark.parametrize("mode", ["ps", "ring"])
+def test_reference_messages_are_counted_in_their_units(mode: str) -> None:
+    """Each unit's result counts its own rounds' messages; the rounds over every middle tensor are counted in the first
+    middle one's, except the server's aggregate of each middle tensor (ps), counted in that tensor's."""
+    comp = ref_make(mode=mode, dense_steps=1, train_steps=1)
+    st = ref_states(comp)
+    mid = [1, 2, 3, 4]
+    phases = []
+    for grads in model_stream(4):
+        res = comp.exchange_group(grads, st)
+        phases.append(res[0].phase)
+        for u, r in enumerate(res):
+            assert all(m.unit == u for m in r.messages), (r.phase, u)
+            assert r.traffic.to_dict() == comp._result(r.aggregate, r.messages, N, r.phase, r.leader, False).traffic.to_dict()
+        if res[0].phase != "compressed":
+            assert all(r.messages for r in res)  # each tensor its own round
+            continue
+        whole = {m.phase for m in res[1].messages}
+        if mode == "ps":
+            assert {"compressed:latent", "compressed:indices", "compressed:innovation", "compressed:pull"} <= whole
+            for u in mid[1:]:
+                assert [(m.phase, m.sender) for m in res[u].messages] == [("compressed:pull", SERVER)], u
+        else:
+            assert whole == {"compressed:indices", "compressed:latent"}
+            assert all(m.sender != SERVER for m in res[1].messages) and all(res[u].messages == [] for u in mid[1:])
+    assert phases == ["dense", "topk", "compressed", "compressed"]
+
+
+@pytest.mark.parametrize("mode", ["ps", "ring"])
 def test_reference_state_dict_round_trip_is_bit_identical(mode: str) -> None:
     comp = ref_make(mode=mode, dense_steps=1, train_steps=2)
     st = ref_states(comp)
