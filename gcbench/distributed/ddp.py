@@ -33,9 +33,10 @@ State (kept apart from the hook, like PyTorch's ``PowerSGDState``): one
 protocol), kept per bucket index, so error-feedback residuals, momentum, warm starts and schedules
 persist across steps.  DDP rebuilds its buckets once after the first iteration (bucket order
 follows gradient-ready order); a bucket whose parameters changed gets fresh state and
-:attr:`HookState.state_resets` counts it (the whole model's states survive a rebuild).  Random streams differ per worker (independent
-quantization noise is what makes averaging reduce variance), except where the card's protocol says
-``shared_seed`` (PowerSGD's initial Q must be identical on all workers).
+:attr:`HookState.state_resets` counts it (the whole model's states survive a rebuild).  Random
+streams differ per worker (independent quantization noise is what makes averaging reduce
+variance), except where the card's protocol says ``shared_seed`` (PowerSGD's initial Q must be
+identical on all workers).
 
 Accounting (:class:`HookStats`), per bucket and step: ``payload_bytes`` = what this worker sent by
 the protocol's counting rules (:mod:`gcbench.core.protocol`: payloads with their headers, the
