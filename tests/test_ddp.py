@@ -233,16 +233,19 @@ def _scenario_onebit(ctx: WorkerContext) -> dict[str, Any]:
             bad_bytes.append((idx, bs.payload_bytes, sent))
     residual = state.bucket_states[captured[-1]["index"]][0].tensors.get("residual")
     return {"err": max(errs), "protocol": state.protocol, "collective": per_step[0].collective, "bad_bytes": bad_bytes,
-            "checked": len(captured), "granularity": state.describe()["granularity"], "note": state.protocol_note,
+            "checked": len(captured), "granularity": state.describe()["granularity"],
             "residual": None if residual is None else float(residual.norm())}
 
 
 #: compressors of every protocol shape: all-reduce of bodies, scaler + all-gather, P/Q all-reduces, all-to-all + all-gather, all-gather
 ASYNC_TRAINING = ("fp16", "terngrad", "powersgd", "onebit", "qsgd")
 #: LGC's parameter server (hosted by rank 0) and ring protocols, shortened so 60 steps reach its compressed phase;
-#: the buckets are small, so min_k lets them use the autoencoder
+#: the buckets are small, so min_k lets them use the autoencoder.  The reference preset's protocols span the whole
+#: model: its first and last tensors dense, the two middle ones (K = 8 + 24 values) through its autoencoder
 LGC_SHORT = {"density": 0.5, "dense_steps": 5, "train_steps": 10, "ae_iters": 1, "min_k": 8, "window": 64}
 ASYNC_LGC = {f"lgc:{mode}": {**LGC_SHORT, "mode": mode} for mode in ("ps", "ring")}
+ASYNC_LGC |= {f"lgc:reference-{mode}": {"preset": "reference", "density": 0.5, "dense_steps": 5, "train_steps": 10, "mode": mode,
+                                        "dense_first": 1, "dense_last": 1} for mode in ("ps", "ring")}
 
 
 def _scenario_async_training(ctx: WorkerContext) -> dict[str, Any]:
@@ -270,20 +273,105 @@ def _scenario_async_training(ctx: WorkerContext) -> dict[str, Any]:
         replicas = _gather(ctx, flat)
         out[name] = {"first": first, "last": last, "identical": all(torch.equal(r, replicas[0]) for r in replicas),
                      "pending": sum(pending), "hooks": len(pending), "steps": len(state.stats.steps),
-                     "buckets": max(len(s.buckets) for s in state.stats.steps), "note": state.protocol_note,
+                     "buckets": max(len(s.buckets) for s in state.stats.steps),
                      "protocol": state.protocol, "collectives": state.stats.summary()["collectives"]}
     return out
+
+
+#: LGC's reference preset through its phases: dense (1 step), top-k while the autoencoder trains (2), compressed (2);
+#: on _six_tensors its first and last tensors are dense, the middle four (K = 4 + 103 + 4 + 10) go through the autoencoder
+LGC_REFERENCE = {"preset": "reference", "density": 0.1, "innovation_density": 0.02, "dense_steps": 1, "train_steps": 2,
+                 "dense_first": 1, "dense_last": 1}
+LGC_REFERENCE_STEPS = 5
+
+
+def _six_tensors(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3))
+
+
+def _scenario_lgc_reference(ctx: WorkerContext) -> dict[str, Any]:
+    """LGC's whole-model protocol through the hook, several buckets per step, vs the simulated ``exchange_group``.
+
+    The hook's gradients (what DDP wrote into ``.grad``) must be the simulated aggregate of every
+    worker's local gradients, unit by unit in model order, with states mirrored from the hook's seeds.
+    """
+    from gcbench.distributed.ddp import WHOLE_MODEL, HookState
+
+    out: dict[str, Any] = {}
+    for mode in ("ps", "ring"):
+        model = _six_tensors(9)
+        # ~1 kB buckets, in the first step too (the list; DDP's own first bucket would hold 1 MiB): several per step
+        ddp = DDP(model, process_group=ctx.group, bucket_cap_mb=0.001, bucket_cap_mb_list=[0.001] * 6)
+        comp = registry.create("lgc", mode=mode, **LGC_REFERENCE)
+        state = HookState(comp, process_group=ctx.group, seed=5)
+        state.name_parameters(model)
+        calls: list[tuple[int, dict[str, torch.Tensor], bool]] = []
+
+        def hook(st: Any, bucket: dist.GradBucket, calls: list[Any] = calls) -> torch.futures.Future[torch.Tensor]:
+            local = {st.param_names[id(p)]: g.detach().clone() for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True)}
+            fut = compressor_hook(st, bucket)
+            calls.append((bucket.index(), local, not fut.done()))
+            return fut
+
+        hook.__annotations__ = {"st": object, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+        ddp.register_comm_hook(state, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        names = [n for n, _ in model.named_parameters()]
+        steps: list[tuple[list[tuple[int, dict[str, torch.Tensor], bool]], dict[str, torch.Tensor]]] = []
+        for t in range(LGC_REFERENCE_STEPS):
+            x, y = _batch(ctx.rank, t)
+            opt.zero_grad()
+            before = len(calls)
+            nn.functional.cross_entropy(ddp(x), y).backward()
+            steps.append((calls[before:], {n: p.grad.detach().clone() for n, p in model.named_parameters()}))
+            opt.step()
+        mirror = [[comp.init_state(unit_seed(5, None, WHOLE_MODEL, u)) for u in range(len(names))] for _ in range(ctx.world_size)]
+        diffs, phases, sent_ok = [], [], True
+        for (step_calls, hooked), stats in zip(steps, state.stats.steps, strict=True):
+            local = {n: g for _, grads, _ in step_calls for n, g in grads.items()}
+            grads = [[_gather(ctx, local[n])[w] for n in names] for w in range(ctx.world_size)]
+            res = comp.exchange_group(grads, mirror)
+            phases.append(res[0].phase)
+            diffs.append(max(float((r.aggregate - hooked[n]).abs().max()) for r, n in zip(res, names, strict=True)))
+            # the hook's bytes by the protocol's rules: every message this worker sent, over all units
+            sent_ok &= stats.total("payload_bytes") == sum(r.traffic.sent(ctx.rank) for r in res)
+        rec = state.bucket_states[WHOLE_MODEL][0].values.get("lgc")
+        out[mode] = {"diffs": diffs, "phases": phases, "sent_ok": sent_ok, "resets": state.state_resets,
+                     "buckets": [len({b for b, _, _ in c}) for c, _ in steps], "held": [sum(h for _, _, h in c) for c, _ in steps],
+                     "records": [[b.bucket for b in s.buckets] for s in state.stats.steps],
+                     "units": state.stats.steps[-1].buckets[0].units, "granularity": state.describe()["granularity"],
+                     "trained": None if rec is None else rec["train_updates"]}
+    return out
+
+
+def _scenario_simulation_only(ctx: WorkerContext) -> dict[str, Any]:
+    """A (plugin) compressor that overrides ``exchange`` but writes no ``worker_protocol``: refused, unless gather is asked for."""
+    from gcbench.core.errors import ParamError
+    from gcbench.distributed.ddp import HookState
+
+    class SimulationOnly(type(registry.create("topk"))):  # type: ignore[misc]
+        def exchange(self, grads: Any, states: Any) -> Any:
+            return super().exchange(grads, states)
+
+    try:
+        HookState(SimulationOnly(), process_group=ctx.group)
+        refused = ""
+    except ParamError as exc:
+        refused = str(exc)
+    return {"refused": refused, "forced": HookState(SimulationOnly(), process_group=ctx.group, protocol="gather").protocol}
 
 
 def _all_scenarios(ctx: WorkerContext) -> dict[str, Any]:
     torch.set_num_threads(1)
     return {"none": _scenario_none(ctx), "qsgd": _scenario_qsgd(ctx), "topk_ef": _scenario_topk_ef(ctx),
-            "protocols": _scenario_protocols(ctx), "onebit": _scenario_onebit(ctx), "async": _scenario_async_training(ctx)}
+            "protocols": _scenario_protocols(ctx), "onebit": _scenario_onebit(ctx), "async": _scenario_async_training(ctx),
+            "lgc_reference": _scenario_lgc_reference(ctx), "simulation_only": _scenario_simulation_only(ctx)}
 
 
 @pytest.fixture(scope="module")
 def ranks() -> list[dict[str, Any]]:
-    return run_group(_all_scenarios, (), WORLD, timeout_s=150)
+    return run_group(_all_scenarios, (), WORLD, timeout_s=300)
 
 
 def test_none_hook_equals_plain_ddp(ranks: list[dict[str, Any]]) -> None:
@@ -330,7 +418,7 @@ def test_terngrad_and_powersgd_use_their_protocols(ranks: list[dict[str, Any]]) 
 def test_onebit_runs_its_two_leg_protocol(ranks: list[dict[str, Any]]) -> None:
     for r in ranks:
         ob = r["onebit"]
-        assert ob["protocol"] == "onebit" and ob["collective"] == "alltoall+allgather" and ob["note"] is None
+        assert ob["protocol"] == "onebit" and ob["collective"] == "alltoall+allgather"
         assert ob["granularity"] == "layer"  # the column view needs each tensor's shape
         assert ob["checked"] >= 3
         assert ob["err"] == 0.0  # the same quantizations, in the same order, as the single-process exchange
@@ -352,13 +440,39 @@ def test_lgc_runs_its_own_protocols_in_the_hook(ranks: list[dict[str, Any]]) -> 
     for r in ranks:
         for name in ASYNC_LGC:
             res = r["async"][name]
-            assert res["protocol"] == "lgc" and res["note"] is None, name  # its own protocol, no all-gather fallback
+            assert res["protocol"] == "lgc", name  # its own protocol, no all-gather fallback
             # the parameter server's rounds / the ring's addressed messages (ring all-reduces, index broadcast)
-            assert res["collectives"] == (["server"] if name == "lgc:ps" else ["send"]), name
+            assert res["collectives"] == (["server"] if name.endswith("ps") else ["send"]), name
             # every worker ends each step with the same aggregate: in ring mode each trains its own replica of the autoencoder
             assert res["identical"], name
             assert res["steps"] == 60 and res["pending"] > 0, name
             assert res["last"] < res["first"], (name, res)
+
+
+def test_lgc_reference_runs_its_whole_model_protocol_in_the_hook(ranks: list[dict[str, Any]]) -> None:
+    from gcbench.distributed.ddp import WHOLE_MODEL
+
+    for rank, r in enumerate(ranks):
+        for mode, res in r["lgc_reference"].items():
+            assert res["phases"] == ["dense", "topk", "topk", "compressed", "compressed"], mode
+            assert min(res["buckets"]) >= 2, mode  # DDP handed the hook several buckets every step
+            # every bucket's future but the last was held until the last bucket arrived (the last one's exchange may have
+            # completed by the time the hook returned); one exchange of the six tensors per step
+            assert all(h >= b - 1 for h, b in zip(res["held"], res["buckets"], strict=True)), mode
+            assert res["records"] == [[WHOLE_MODEL]] * LGC_REFERENCE_STEPS and res["units"] == 6, mode
+            assert res["granularity"] == "layer" and res["resets"] == 0, mode  # DDP's bucket rebuild leaves the model's states alone
+            # the hook's gradients are the simulated exchange's aggregates, to the bit (the same bytes decoded in the same order)
+            assert res["diffs"] == [0.0] * LGC_REFERENCE_STEPS, (mode, res["diffs"])
+            assert res["sent_ok"], mode
+            # the autoencoder trained twice: at the server (rank 0) in ps mode, in every worker's replica in ring mode
+            assert res["trained"] == (2 if mode == "ring" or rank == 0 else None), mode
+
+
+def test_an_exchange_that_is_a_simulation_only_is_refused_not_replaced(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
+        res = r["simulation_only"]
+        assert "simulation only" in res["refused"] and "protocol='gather'" in res["refused"]
+        assert res["forced"] == "gather"
 
 
 def test_register_rejects_bad_settings_without_a_group() -> None:

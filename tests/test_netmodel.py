@@ -253,7 +253,7 @@ def _leg_kinds(name: str, params: dict[str, object], n: int = 3) -> list[str]:
 @pytest.mark.parametrize("name", [n for n in __import__("gcbench.compressors.registry", fromlist=["names"]).names() if n != "lgc"])
 def test_the_network_model_prices_the_legs_the_protocol_runs(name: str) -> None:
     # the card's cost legs (what netmodel and advise price) are the legs the compressor's own protocol yields, in order
-    # (LGC's, by phase and mode: tests/compressors/test_lgc.py::test_card_cost_legs_are_the_legs_the_compressed_phase_runs)
+    # (LGC's, by preset, phase and mode: tests/compressors/test_lgc.py::test_card_cost_legs_are_the_legs_the_compressed_phase_runs)
     from gcbench.compressors import registry
 
     info = registry.get(name)

@@ -9,7 +9,8 @@ in the wire dtype in the collective's own order (casts, PowerSGD's float32 facto
 
 LGC runs at its defaults (its dense phase) and, shortened, through all three of its phases in
 both modes (:data:`PHASED`): its parameter server's rounds, ring all-reduces of chunk payloads, the
-ring broadcast of the leader's indices and the autoencoder's training all run on both transports.
+ring broadcast of the leader's indices and the autoencoder's training all run on both transports;
+so does its reference preset, whose protocol spans the whole model (:data:`REFERENCE_SHAPES`).
 
 One spawn per group size (2 and 3 processes) runs all compressors: process start-up dominates.
 """
@@ -35,17 +36,28 @@ STEPS = 3
 LGC_PHASES = {"density": 0.2, "dense_steps": 1, "train_steps": 1, "ae_iters": 1}
 PHASED = {f"lgc:{mode}": ("lgc", {**LGC_PHASES, "mode": mode}, 4) for mode in ("ps", "ring")}
 PHASED["lgc:ps-per-worker"] = ("lgc", {**LGC_PHASES, "mode": "ps", "decoders": "per-worker"}, 4)
+#: LGC's reference preset over a whole model of four tensors: the first and last dense in every phase, the middle two
+#: (K = 48 + 12 values) through its one autoencoder; top-k then its training, then compressed twice (the first with the
+#: one-time encoder transfer in ps mode)
+REFERENCE_SHAPES = [(7,), (24, 20), (3, 40), (5,)]
+REFERENCE = {"preset": "reference", "density": 0.1, "innovation_density": 0.02, "dense_steps": 1, "train_steps": 1,
+             "dense_first": 1, "dense_last": 1}
+PHASED |= {f"lgc:reference-{mode}": ("lgc", {**REFERENCE, "mode": mode}, 4) for mode in ("ps", "ring")}
 
 
-def _inputs(worker: int, step: int) -> list[torch.Tensor]:
+def _shapes(comp: Compressor) -> list[tuple[int, ...]]:
+    return REFERENCE_SHAPES if comp.needs_whole_model else SHAPES
+
+
+def _inputs(worker: int, step: int, shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(7919 * step + 31 * worker + 5)
-    return [torch.randn(s, generator=g) * (1 + worker) for s in SHAPES]
+    return [torch.randn(s, generator=g) * (1 + worker) for s in shapes]
 
 
 def _states(comp: Compressor, world: int) -> list[list[State]]:
     """Per worker, per unit: seeded per worker, or alike where the protocol draws shared values (as the hook seeds them)."""
     shared = comp.info.resolve_protocol(comp.params).shared_seed
-    return [[comp.init_state(1000 * (0 if shared else w) + u) for u in range(len(SHAPES))] for w in range(world)]
+    return [[comp.init_state(1000 * (0 if shared else w) + u) for u in range(len(_shapes(comp)))] for w in range(world)]
 
 
 def _compare(name: str, ctx: WorkerContext, params: dict[str, Any] | None = None, steps: int = STEPS) -> dict[str, Any]:
@@ -57,7 +69,7 @@ def _compare(name: str, ctx: WorkerContext, params: dict[str, Any] | None = None
     out: dict[str, Any] = {"bytes": [], "err": [], "exact": True, "sent_equal": True, "kinds": [], "phases": []}
     for step in range(steps):
         out["phases"].append(sim.step_phase(sim_states[0][0].step))
-        xs = [_inputs(w, step) for w in range(world)]
+        xs = [_inputs(w, step, _shapes(sim)) for w in range(world)]
         shared = [list(sim_states[0]) if w == 0 else [s.clone() for s in sim_states[0]] for w in range(world)]
         run = simulate([sim.worker_protocol(xs[w], sim_states[w], Context(w, world, shared[w])) for w in range(world)])
         transport = TorchTransport(ctx.group, me, world, torch.device("cpu"))
@@ -82,7 +94,7 @@ def _compare(name: str, ctx: WorkerContext, params: dict[str, Any] | None = None
 
 def _all(ctx: WorkerContext) -> dict[str, Any]:
     torch.set_num_threads(1)
-    out = {name: _compare(name, ctx) for name in registry.names() if registry.create(name).protocol_runs_anywhere()}
+    out = {name: _compare(name, ctx) for name in registry.names()}
     return out | {label: _compare(name, ctx, params, steps) for label, (name, params, steps) in PHASED.items()}
 
 
@@ -120,6 +132,8 @@ def test_real_aggregates_are_the_simulated_ones(group: list[dict[str, Any]]) -> 
     assert kinds["onebit"] == ["alltoall", "allgather"] and kinds["topk"] == ["allgather"]
     assert kinds["lgc"] == ["server"] * len(SHAPES)  # its dense phase: one parameter-server round per tensor
     assert set(kinds["lgc:ps"]) == {"server"} and set(kinds["lgc:ring"]) == {"send"}
+    # the reference preset's compressed step: the dense tensors' rounds, then its three server rounds (ps) / the ring's messages
+    assert kinds["lgc:reference-ps"] == ["server"] * 5 and set(kinds["lgc:reference-ring"]) == {"send"}
 
 
 

@@ -132,8 +132,10 @@ are :class:`~gcbench.core.protocol.ToServer` legs, hosted by rank 0 (the ps lead
 state holds the autoencoder), and ring mode's messages (the ring all-reduces of fp32 chunk
 payloads, the ring broadcast of the leader's indices, the all-gathers) are
 :class:`~gcbench.core.protocol.Send` legs.  :meth:`LGC.exchange` runs it on the simulated
-transport, the DDP hook on ``torch.distributed``, with the same bytes counted per message.  The
-reference preset's whole-model exchange is a simulation only (:meth:`LGC.exchange_group`).
+transport, the DDP hook on ``torch.distributed``, with the same bytes counted per message.  So is
+the reference preset's whole-model exchange: :meth:`LGC.worker_protocol` over every tensor of the
+model (:attr:`LGC.needs_whole_model`), run by :meth:`LGC.exchange_group` on the simulated transport
+and by the hook once per step over all its buckets.
 
 Single-tensor API (the registry contract): ``compress(x, state)`` is the worker's standalone
 payload for its phase — fp32 dense in phase 1, top-k with error feedback in phases 2 and 3 (a
@@ -164,7 +166,7 @@ import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -205,10 +207,9 @@ from gcbench.core.protocol import (
     ToServer,
     WorkerProtocol,
     count_messages,
+    counted_in,
     simulate,
 )
-
-T = TypeVar("T")
 
 PHASES: tuple[str, ...] = ("dense", "topk", "compressed")
 _STANDALONE = ("dense", "topk")
@@ -452,40 +453,32 @@ class LGC(Compressor):
         agg = run.outcomes[0].aggregates[0].reshape(shape).to(out_dtype)
         return self._result(agg, run.messages, n, phase, self.leader_of(step, n), used)
 
-    def protocol_runs_anywhere(self) -> bool:
-        """``preset="gcbench"`` is a :meth:`worker_protocol`; the reference preset's whole-model exchange is a simulation only."""
-        return not self.reference_preset
+    @property
+    def needs_whole_model(self) -> bool:
+        """``preset="reference"`` exchanges the whole model at once (one autoencoder over every middle tensor's top-k values)."""
+        return self.reference_preset
 
     def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
-        """One worker's side of LGC (``preset="gcbench"``), unit after unit (see the module docstring for the protocol).
+        """One worker's side of LGC (see the module docstring for the protocols).
 
-        The parameter server is hosted by rank 0, which is also the ps leader: the autoencoder
-        lives in rank 0's unit state, where the server trains and uses it.  Ring mode trains one
-        replica per worker on the same all-gathered data (the simulated transport trains one for the
-        group, :meth:`Context.once`), so the replicas must start alike: the card's protocol says
-        ``shared_seed``.
+        ``preset="gcbench"``: unit after unit.  ``preset="reference"``: ``xs`` is the whole model,
+        its tensors in model order (:attr:`needs_whole_model`; the first unit's state holds the
+        model's autoencoder).  The parameter server is hosted by rank 0, which is also the ps
+        leader: the autoencoder lives in rank 0's state, where the server trains and uses it.
+        Ring mode trains one replica per worker on the same all-gathered data (the simulated
+        transport trains one for the group, :meth:`Context.once`), so the replicas must start
+        alike: the card's protocol says ``shared_seed``.  Every message says the unit whose result
+        counts it (:func:`~gcbench.core.protocol.counted_in`).
         """
-        if self.reference_preset:
-            raise GcbenchError("lgc preset='reference' exchanges the whole model at once and exists as a simulation only "
-                               "(exchange_group); use preset='gcbench' on a real transport")
+        rounds = self._reference_protocol(xs, states, ctx) if self.reference_preset else self._units_protocol(xs, states, ctx)
+        return (yield from _noting_uploads(rounds, ctx.rank, len(xs)))
+
+    def _units_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> Generator[Leg, Any, list[torch.Tensor]]:
+        """``preset="gcbench"``: each unit's round on its own, one after another; the aggregates."""
         aggs: list[torch.Tensor] = []
-        firsts: list[Payload] = []
         for u, (x, state) in enumerate(zip(xs, states, strict=True)):
-            legs = self._unit_protocol(u, x, state, ctx)
-            first: Payload | None = None
-            value: Any = None
-            while True:  # pass the legs through, noting this worker's first message (its upload)
-                try:
-                    leg = legs.send(value)
-                except StopIteration as stop:
-                    aggs.append(stop.value)
-                    break
-                if first is None:
-                    first = next((m.payload for m in leg.messages if m.sender == ctx.rank), None)
-                value = yield leg
-            assert first is not None, "every LGC round has each worker send a message"
-            firsts.append(first)
-        return Outcome(aggs, firsts)
+            aggs.append((yield from counted_in(self._unit_protocol(u, x, state, ctx), u)))
+        return aggs
 
     def _unit_protocol(self, u: int, x: torch.Tensor, state: State, ctx: Context) -> Generator[Leg, Any, torch.Tensor]:
         """One unit's step for this worker: its legs, error feedback, and the float32 aggregate (the unit's shape)."""
@@ -569,9 +562,15 @@ class LGC(Compressor):
         return ctx.once((u, "aggregate"), lambda: self.decode_received(pull, shape).reshape(-1))
 
     def _topk_exchange(self, u: int, a: torch.Tensor, state: State | None, ctx: Context, phase: str, leader: int, train: bool,
-                       shape: tuple[int, ...], dtype: torch.dtype) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
+                       shape: tuple[int, ...], dtype: torch.dtype,
+                       keep: list[Payload] | None = None) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
         """Top-k with error feedback: ps through the server (push, pull of the mean at the union of the
-        indices), ring by all-gather; with ``train``, then the autoencoder's training round.  (aggregate, sent)."""
+        indices), ring by all-gather; with ``train``, then the autoencoder's training round.  (aggregate, sent).
+
+        ``keep`` receives every worker's push, by worker, where this worker sees them (ps: in the
+        server's round, where it is hosted; ring: from the all-gather), for a later training round
+        over several units (the reference preset's).
+        """
         me, n, d = ctx.rank, ctx.world, a.numel()
         k = self.k_of(d)
         idx = topk_indices_sorted(a, k)
@@ -582,6 +581,8 @@ class LGC(Compressor):
 
             def serve(rows: list[list[Message]]) -> list[Message]:
                 pushes = [_only(row, f"{phase}:push") for row in rows]
+                if keep is not None:
+                    keep[:] = pushes
                 acc = torch.zeros(d, dtype=torch.float32)
                 for p in pushes:
                     acc += self.decode_received(p, shape).reshape(-1)
@@ -616,6 +617,8 @@ class LGC(Compressor):
         # ring: all-gather (each sends its payload once and receives the others')
         got = yield Send([Message(f"{phase}:allgather", me, _others(me, n), push)], f"{phase}:allgather")
         pushes = _by_sender(me, push, got, n, f"{phase}:allgather")
+        if keep is not None:
+            keep[:] = pushes
 
         def mean() -> torch.Tensor:
             acc = torch.zeros(d, dtype=torch.float32)
@@ -675,17 +678,7 @@ class LGC(Compressor):
         coding = self.settings["index_coding"]
         latent_channels = int(self.settings["latent_channels"])
         server: dict[str, Payload] = {}
-
-        def serve_weights(rows: list[list[Message]]) -> list[Message]:
-            rec = self.autoencoder(state, n)
-            if rec["encoder_at_leader"]:
-                return []
-            enc = torch.cat([rec["params"][nm].reshape(-1) for nm in ae.encoder_names(rec["params"])])
-            rec["encoder_at_leader"] = True  # one-time: the server's trained encoder goes to the leader
-            weights = self._msg("weights", _f32_bytes(enc), {"k": int(enc.numel())}, shape, dtype)
-            return [Message("setup:weights", SERVER, (leader,), weights)]
-
-        yield ToServer([], "setup:weights", serve_weights)
+        yield self._weights_round(state, n, leader, shape, dtype)
 
         mine: list[Message] = []
         if me == leader:  # the latent of its values at its own top-k indices, and the indices
@@ -699,13 +692,7 @@ class LGC(Compressor):
             latent = self._msg("latent", np.concatenate([_f32_bytes(s), _f32_bytes(z)]), {"k": k}, shape, dtype)
             mine = [Message("compressed:latent", me, (), latent),
                     Message("compressed:indices", me, (), self._indices_payload(idx_l, d, shape, dtype))]
-
-        def serve_leader(rows: list[list[Message]]) -> list[Message]:
-            server["latent"] = _only(rows[leader], "compressed:latent")
-            server["indices"] = ip = _only(rows[leader], "compressed:indices")
-            return [Message("compressed:indices", SERVER, _others(leader, n), ip)]  # forwarded so the others can pick their values
-
-        got = yield ToServer(mine, "compressed:latent", serve_leader)
+        got = yield self._leader_round(mine, server, leader, n)
         if me != leader:
             idx_l = self._read_indices(_only(got, "compressed:indices"), d, 0)[1]
         pos = topk_indices_sorted(a, k_of(self.settings["innovation_density"], d))
@@ -753,6 +740,31 @@ class LGC(Compressor):
         got = yield ToServer([Message("compressed:innovation", me, (), innovation)], "compressed:innovation", serve)
         pull = _only(got, "compressed:pull")
         return ctx.once((u, "aggregate"), lambda: self._read_pull(pull, idx_l.cpu())), sent
+
+    def _weights_round(self, state: State, n: int, leader: int, shape: tuple[int, ...], dtype: torch.dtype) -> ToServer:
+        """Phase 3, ps: the server's round that sends its trained encoder to the leader, once (no messages after)."""
+
+        def serve(rows: list[list[Message]]) -> list[Message]:
+            rec = self.autoencoder(state, n)
+            if rec["encoder_at_leader"]:
+                return []
+            enc = torch.cat([rec["params"][nm].reshape(-1) for nm in ae.encoder_names(rec["params"])])
+            rec["encoder_at_leader"] = True  # one-time: the server's trained encoder goes to the leader
+            weights = self._msg("weights", _f32_bytes(enc), {"k": int(enc.numel())}, shape, dtype)
+            return [Message("setup:weights", SERVER, (leader,), weights)]
+
+        return ToServer([], "setup:weights", serve)
+
+    @staticmethod
+    def _leader_round(mine: list[Message], server: dict[str, Payload], leader: int, n: int) -> ToServer:
+        """Phase 3, ps: the leader's latent and indices to the server (kept in ``server``), which forwards the indices to the others."""
+
+        def serve(rows: list[list[Message]]) -> list[Message]:
+            server["latent"] = _only(rows[leader], "compressed:latent")
+            server["indices"] = ip = _only(rows[leader], "compressed:indices")
+            return [Message("compressed:indices", SERVER, _others(leader, n), ip)]  # forwarded so the others can pick their values
+
+        return ToServer(mine, "compressed:latent", serve)
 
     def _pull(self, acc: torch.Tensor, idx: torch.Tensor, extra_pos: torch.Tensor, n: int, shape: tuple[int, ...],
               dtype: torch.dtype) -> tuple[torch.Tensor, Message]:
@@ -867,7 +879,6 @@ class LGC(Compressor):
             mask[w, where[inside]] = True
         return vals, mask
 
-    @torch.enable_grad()  # a DDP hook runs inside the backward pass, where gradient recording is off
     def _train(self, rec: dict[str, Any], values: torch.Tensor, inn_vals: torch.Tensor, inn_mask: torch.Tensor, leader: int) -> None:
         """``ae_iters`` optimizer steps of the phase-2 loss on one step's values (N, K) at the leader's indices."""
         n, k = values.shape
@@ -880,36 +891,44 @@ class LGC(Compressor):
         valid = win.valid()
         lam = float(self.settings["latent_weight"])
         ps = self.settings["mode"] == "ps"
+
+        def loss_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            z = ae.encode(params, x)
+            zw = z.reshape(n, win.n, *z.shape[1:])
+            zbar = zw.mean(0)
+            pull = (zw - zbar).pow(2).mean() / (zbar.pow(2).mean() + 1e-12)
+            if ps:  # each worker from the leader's latent and its own innovation, as phase 3 decodes
+                z_l = zw[leader]
+                outs = [ae.decode(ae.decoder_view(params, w), z_l, inn_w, im_w)
+                        for w, (inn_w, im_w) in enumerate(zip(inn.reshape(n, win.n, 1, win.length),
+                                                              im.reshape(n, win.n, 1, win.length), strict=True))]
+                out = torch.stack(outs).reshape(n, win.n, win.length)
+                recon = ((out - x.reshape(n, win.n, win.length)).pow(2) * valid).sum() / (n * valid.sum())
+            else:  # the mean values from the mean latent, as phase 3 decodes
+                zeros = torch.zeros((win.n, 1, win.length))
+                out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
+                target = x.reshape(n, win.n, win.length).mean(0)
+                recon = ((out - target).pow(2) * valid).sum() / valid.sum()
+            return (1 - lam) * recon + lam * pull
+
+        self._optimise(rec, loss_of)
+
+    @torch.enable_grad()  # a DDP hook runs inside the backward pass, where gradient recording is off
+    def _optimise(self, rec: dict[str, Any], loss_of: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None:
+        """``ae_iters`` optimizer steps of ``loss_of(the autoencoder's weights)``; a weight the loss leaves out gets a zero gradient."""
         params: dict[str, torch.Tensor] = rec["params"]
         names = list(params)
         for _ in range(int(self.settings["ae_iters"])):
             for p in params.values():
                 p.requires_grad_(True)
             try:
-                z = ae.encode(params, x)
-                zw = z.reshape(n, win.n, *z.shape[1:])
-                zbar = zw.mean(0)
-                pull = (zw - zbar).pow(2).mean() / (zbar.pow(2).mean() + 1e-12)
-                if ps:  # each worker from the leader's latent and its own innovation, as phase 3 decodes
-                    z_l = zw[leader]
-                    outs = [ae.decode(ae.decoder_view(params, w), z_l, inn_w, im_w)
-                            for w, (inn_w, im_w) in enumerate(zip(inn.reshape(n, win.n, 1, win.length),
-                                                                  im.reshape(n, win.n, 1, win.length), strict=True))]
-                    out = torch.stack(outs).reshape(n, win.n, win.length)
-                    recon = ((out - x.reshape(n, win.n, win.length)).pow(2) * valid).sum() / (n * valid.sum())
-                else:  # the mean values from the mean latent, as phase 3 decodes
-                    zeros = torch.zeros((win.n, 1, win.length))
-                    out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
-                    target = x.reshape(n, win.n, win.length).mean(0)
-                    recon = ((out - target).pow(2) * valid).sum() / valid.sum()
-                loss = (1 - lam) * recon + lam * pull
-                grads = torch.autograd.grad(loss, [params[nm] for nm in names])
+                grads = torch.autograd.grad(loss_of(params), [params[nm] for nm in names], allow_unused=True)
             finally:
                 for p in params.values():
                     p.requires_grad_(False)
-            self._step_optimizer(rec, dict(zip(names, grads, strict=True)))
+            self._step_optimizer(rec, {nm: (g if g is not None else torch.zeros_like(params[nm]))
+                                       for nm, g in zip(names, grads, strict=True)})
         rec["train_updates"] = int(rec["train_updates"]) + 1
-
 
     # ------------------------------------------------------------------ whole-model exchange (preset=reference)
 
@@ -918,14 +937,25 @@ class LGC(Compressor):
         first, last = int(self.settings["dense_first"]), int(self.settings["dense_last"])
         return set(range(min(first, units))) | set(range(max(units - last, 0), units))
 
+    def middle_units(self, xs: Sequence[torch.Tensor]) -> tuple[list[int], bool]:
+        """The reference preset's middle units of a model (neither dense nor empty), and whether they use the autoencoder.
+
+        They use it when their K values total at least the encoder's shortest input; else they keep top-k+EF in phase 3.
+        """
+        dense = self.dense_units(len(xs))
+        mid = [u for u, x in enumerate(xs) if u not in dense and x.numel() > 0]
+        return mid, sum(self.k_of(xs[u].numel()) for u in mid) >= ae.REF_MIN_K
+
     def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
         """One step for every unit.  ``preset="gcbench"``: each tensor on its own (:meth:`exchange`).
 
-        ``preset="reference"``: the whole model at once, as the re-implementation does it — the
-        first ``dense_first`` and last ``dense_last`` units dense fp32 in every phase; the others
+        ``preset="reference"``: the whole model at once, as the re-implementation does it (its
+        :meth:`worker_protocol` over every unit, on the simulated transport) — the first
+        ``dense_first`` and last ``dense_last`` units dense fp32 in every phase; the others
         ("middle" units) top-k per unit in phase 2 and, in phase 3, one latent of the leader's
-        top-k values of every middle unit concatenated in unit order (K = Σ K_u values).  Messages
-        that cover the whole model are counted in the first middle unit's result.
+        top-k values of every middle unit concatenated in unit order (K = Σ K_u values).  Each
+        unit's result counts its own rounds' messages; those that cover the whole model are
+        counted in the first middle unit's, the server's aggregate of each middle unit in that unit's.
         """
         if not self.reference_preset:
             return list(super().exchange_group(grads, states))
@@ -944,149 +974,62 @@ class LGC(Compressor):
         if any([tuple(g.shape) for g in row] != shapes for row in grads):
             raise ValueError("lgc exchange: workers' gradients differ in shape")
         phase, leader = self.phase_of(step), self.leader_of(step, n)
-        dense = self.dense_units(units)
-        mid = [u for u in range(units) if u not in dense and grads[0][u].numel() > 0]
-        use_ae = sum(self.k_of(grads[0][u].numel()) for u in mid) >= ae.REF_MIN_K
-        corrected = [[ErrorFeedback.corrected(grads[w][u].detach().float().reshape(shapes[u]), states[w][u]).reshape(-1)
-                      for u in range(units)] for w in range(n)]
-        dtypes = [g.dtype for g in grads[0]]
-        aggs: dict[int, torch.Tensor] = {}
-        sent: dict[int, list[torch.Tensor]] = {}
-        msgs: dict[int, list[Message]] = {u: [] for u in range(units)}
-        pushes: dict[int, list[Payload]] = {}
-        for u in range(units):
-            a = [corrected[w][u] for w in range(n)]
+        mid, use_ae = self.middle_units(grads[0])
+        memo: dict[Any, Any] = {}
+        run = simulate([self.worker_protocol(list(grads[w]), list(states[w]), Context(w, n, memo=memo)) for w in range(n)])
+        msgs: list[list[Message]] = [[] for _ in range(units)]
+        for m in run.messages:
+            if m.unit is None:
+                raise RuntimeError(f"lgc: a {m.phase!r} message of the whole-model exchange names no unit")
+            msgs[m.unit].append(m)
+        aggs = run.outcomes[0].aggregates
+        return [self._result(aggs[u].reshape(shapes[u]).to(grads[0][u].dtype), msgs[u], n, phase, leader,
+                             use_ae and phase != "dense" and u in mid) for u in range(units)]
+
+    def _reference_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State],
+                            ctx: Context) -> Generator[Leg, Any, list[torch.Tensor]]:
+        """One worker's side of the reference preset's step over the whole model ``xs``; the aggregates.
+
+        Unit after unit: a dense unit (every unit in phase 1) a dense round (:meth:`_dense_exchange`),
+        a middle unit a top-k round (:meth:`_topk_exchange`; in phase 3 too when the middle units
+        are too small for the autoencoder); then the rounds over every middle unit: the
+        autoencoder's training in phase 2, the latent exchange in phase 3.  Error feedback and the
+        step counters are updated at the end.
+        """
+        units = len(xs)
+        if units == 0:
+            return []
+        n = ctx.world
+        phase, leader = self.phase_of(states[0].step), self.leader_of(states[0].step, n)
+        shapes = [tuple(x.shape) for x in xs]
+        mid, use_ae = self.middle_units(xs)
+        corrected = [ErrorFeedback.corrected(x.detach().float().reshape(shape), st).reshape(-1)
+                     for x, st, shape in zip(xs, states, shapes, strict=True)]
+        aggs: list[torch.Tensor] = list(corrected)  # each replaced by the unit's aggregate below
+        sent: list[torch.Tensor] = list(corrected)  # a dense round leaves no residual
+        pushes: list[list[Payload]] = []  # per middle unit, every worker's top-k push (where this worker sees them)
+        for u, a in enumerate(corrected):
             if u not in mid or phase == "dense":
                 tag = phase if phase == "dense" else f"{phase}:dense-tensor"
-                aggs[u], msgs[u], sent[u] = self._dense_round(a, tag, shapes[u], dtypes[u])
+                aggs[u] = yield from counted_in(self._dense_exchange(u, a, ctx, tag, shapes[u], xs[u].dtype), u)
             elif phase == "topk" or not use_ae:
-                aggs[u], msgs[u], sent[u], pushes[u] = self._topk_round(a, phase, shapes[u], dtypes[u])
+                pushes.append([])
+                aggs[u], sent[u] = yield from counted_in(
+                    self._topk_exchange(u, a, None, ctx, phase, 0, False, shapes[u], xs[u].dtype, pushes[-1]), u)
         if mid and phase != "dense" and use_ae:
-            rec = self.autoencoder(states[0][0], n)
-            a_mid = [[corrected[w][u] for u in mid] for w in range(n)]
-            geo = [(shapes[u], dtypes[u]) for u in mid]
+            a_mid = [corrected[u] for u in mid]
+            geo = [(shapes[u], xs[u].dtype) for u in mid]
             if phase == "topk":
-                msgs[mid[0]] += self._reference_train(rec, [pushes[u] for u in mid], a_mid, leader, geo)
+                yield from counted_in(self._reference_train(states[0], ctx, leader, pushes, a_mid, geo), mid[0])
             else:
                 proto = self._reference_ps if self.settings["mode"] == "ps" else self._reference_ring
-                out_aggs, out_msgs, out_sent = proto(rec, a_mid, leader, geo)
+                out_aggs, out_sent = yield from counted_in(proto(states[0], ctx, leader, a_mid, geo, mid), mid[0])
                 for j, u in enumerate(mid):
-                    aggs[u], sent[u] = out_aggs[j], [s_w[j] for s_w in out_sent]
-                    msgs[u] += out_msgs[j]
-        results: list[ExchangeResult] = []
-        for u in range(units):
-            for w in range(n):
-                ErrorFeedback.update(states[w][u], corrected[w][u].reshape(shapes[u]), sent[u][w].reshape(shapes[u]))
-                states[w][u].step += 1
-            used = use_ae and phase != "dense" and u in mid
-            results.append(self._result(aggs[u].reshape(shapes[u]).to(dtypes[u]), msgs[u], n, phase, leader, used))
-        return results
-
-    def _simulate(self, legs: Callable[[Context], Generator[Leg, Any, T]], n: int) -> tuple[list[T], list[Message]]:
-        """Run one round's legs for N workers on the simulated transport: every worker's result, and the messages."""
-        memo: dict[Any, Any] = {}
-        run = simulate([legs(Context(w, n, memo=memo)) for w in range(n)])  # type: ignore[misc]
-        return run.outcomes, run.messages  # type: ignore[return-value]
-
-    def _dense_round(self, a: list[torch.Tensor], phase: str, shape: tuple[int, ...],
-                     dtype: torch.dtype) -> tuple[torch.Tensor, list[Message], list[torch.Tensor]]:
-        """Every worker's dense round (:meth:`_dense_exchange`), simulated: aggregate, messages, what each sent."""
-        aggs, msgs = self._simulate(lambda ctx: self._dense_exchange(0, a[ctx.rank], ctx, phase, shape, dtype), len(a))
-        return aggs[0].to(a[0].device), msgs, list(a)  # a dense step leaves no residual
-
-    def _topk_round(self, a: list[torch.Tensor], phase: str, shape: tuple[int, ...],
-                    dtype: torch.dtype) -> tuple[torch.Tensor, list[Message], list[torch.Tensor], list[Payload]]:
-        """Every worker's top-k round (:meth:`_topk_exchange`, no training), simulated: aggregate, messages, sent, pushes."""
-        outs, msgs = self._simulate(lambda ctx: self._topk_exchange(0, a[ctx.rank], None, ctx, phase, 0, False, shape, dtype), len(a))
-        pushes = [next(m.payload for m in msgs if m.sender == w) for w in range(len(a))]
-        return outs[0][0].to(a[0].device), msgs, [sent for _, sent in outs], pushes
-
-    def _gather_at_leader(self, pushes: list[Payload], a: list[torch.Tensor], leader: int, shape: tuple[int, ...],
-                          dtype: torch.dtype) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, list[Message]]:
-        """Ring mode's training data, for every worker at once: each worker's values (N, K) at the leader's top-k indices.
-
-        The all-gathered top-k pushes hold most of them; each other worker all-gathers the values
-        at the leader's indices that its push did not hold (``topk:train``, as :meth:`_topk_exchange`).
-        Returns the values, the pushes as received ((values, ascending indices) per worker), the
-        leader's indices and the messages.
-        """
-        n, d = len(a), a[0].numel()
-        pushed = [self._read_sparse(p, d) for p in pushes]
-        idx_l = pushed[leader][1]
-        extra = [None if w == leader else self._missing_values(a[w], pushed[w][1], idx_l, shape, dtype) for w in range(n)]
-        msgs = [Message("topk:train", w, _others(w, n), p) for w, p in enumerate(extra) if p is not None]
-        return self._values_at(pushed, idx_l, leader, extra), pushed, idx_l, msgs
-
-    def _concat_values(self, vals: Sequence[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([v.reshape(-1).float().cpu() for v in vals]) if vals else torch.zeros(0)
-
-    def _reference_loss(self, params: dict[str, torch.Tensor], z: torch.Tensor, recon: torch.Tensor) -> torch.Tensor:
-        """(1 − λ)·recon + λ·Σ_{i≠j} MSE(z_i, z_j): the re-implementation's similarity term (λ = 0.5 there)."""
-        n = z.shape[0]
-        sim = sum(((z[i] - z[j]).pow(2).mean() for i in range(n) for j in range(n) if i != j), torch.zeros(()))
-        lam = float(self.settings["latent_weight"])
-        return (1 - lam) * recon + lam * sim
-
-    def _reference_train(self, rec: dict[str, Any], pushes: list[list[Payload]], a: list[list[torch.Tensor]], leader: int,
-                         geo: list[tuple[tuple[int, ...], torch.dtype]]) -> list[Message]:
-        """Phase 2 of the reference preset: ``ae_iters`` steps of its loss on this step's top-k values.
-
-        PS (the re-implementation's rule): each worker's *own* top-k values of every middle unit,
-        concatenated; one randomly chosen worker's latent is decoded by every worker's decoder
-        with that worker's innovation (its k_inn largest values, at their positions in its own
-        vector); loss = (1 − λ)·Σ_w MSE(decoded_w, values_w) + λ·Σ_{i≠j} MSE(z_i, z_j).  No extra
-        traffic: the server already holds every push.  Ring (gcbench's inference): every worker's
-        values at the rotating leader's indices (gathered with ``topk:train`` messages), the mean
-        values decoded from the mean latent with zero innovation, plus the same similarity term.
-        """
-        n = len(a)
-        params: dict[str, torch.Tensor] = rec["params"]
-        msgs: list[Message] = []
-        ps = self.settings["mode"] == "ps"
-        if ps:
-            x_rows, inn_rows = [], []
-            for w in range(n):
-                vals, innv = [], []
-                for j in range(len(geo)):
-                    v, _idx = self._read_sparse(pushes[j][w], a[w][j].numel())
-                    k_inn = min(k_of(self.settings["innovation_density"], a[w][j].numel()), v.numel())
-                    keep = torch.zeros(v.numel(), dtype=torch.bool)
-                    keep[torch.topk(v.abs(), k_inn, sorted=False).indices] = True
-                    vals.append(v)
-                    innv.append(torch.where(keep, v, 0.0))
-                x_rows.append(self._concat_values(vals))
-                inn_rows.append(self._concat_values(innv))
-            x, inn = torch.stack(x_rows)[:, None, :], torch.stack(inn_rows)[:, None, :]
-        else:
-            cols = []
-            for j, (shape, dtype) in enumerate(geo):
-                values, _, _, m = self._gather_at_leader(pushes[j], [a[w][j] for w in range(n)], leader, shape, dtype)
-                cols.append(values)
-                msgs += m
-            x = torch.cat(cols, dim=1)[:, None, :]
-        names = list(params)
-        for _ in range(int(self.settings["ae_iters"])):
-            for p in params.values():
-                p.requires_grad_(True)
-            try:
-                z = ae.reference_encode(params, x)
-                if ps:
-                    pick = int(np.random.default_rng([int(rec["seed"]), int(rec["draws"])]).integers(n))
-                    rec["draws"] = int(rec["draws"]) + 1
-                    recon = sum((ae.reference_decode(params, w, z[pick:pick + 1], inn[w:w + 1]) - x[w:w + 1]).pow(2).mean()
-                                for w in range(n))
-                else:
-                    out = ae.reference_decode(params, 0, z.mean(0, keepdim=True), torch.zeros_like(x[:1]))
-                    recon = (out - x.mean(0, keepdim=True)).pow(2).mean()
-                loss = self._reference_loss(params, z, recon)  # type: ignore[arg-type]
-                grads = torch.autograd.grad(loss, [params[nm] for nm in names], allow_unused=True)
-            finally:
-                for p in params.values():
-                    p.requires_grad_(False)
-            self._step_optimizer(rec, {nm: (g if g is not None else torch.zeros_like(params[nm]))
-                                       for nm, g in zip(names, grads, strict=True)})
-        rec["train_updates"] = int(rec["train_updates"]) + 1
-        return msgs
+                    aggs[u], sent[u] = out_aggs[j], out_sent[j]
+        for u, st in enumerate(states):
+            ErrorFeedback.update(st, corrected[u].reshape(shapes[u]), sent[u].reshape(shapes[u]))
+            st.step += 1
+        return [agg.to(x.device).reshape(x.shape) for agg, x in zip(aggs, xs, strict=True)]
 
     def _multi_indices(self, idx: Sequence[torch.Tensor], dims: Sequence[int]) -> np.ndarray:
         """One body holding each unit's ascending indices, coded into that unit's size, back to back."""
@@ -1104,142 +1047,247 @@ class LGC(Compressor):
             pos += used
         return out, pos
 
-    def _reference_ps(self, rec: dict[str, Any], a: list[list[torch.Tensor]], leader: int,
-                      geo: list[tuple[tuple[int, ...], torch.dtype]]) -> _Phase3:
-        """Phase 3, PS, reference preset: per middle unit the aggregate, the messages and each worker's sent part.
-
-        The leader sends its latent (fp32, 4·L4 floats, no scale), its top-k indices of every
-        middle unit (one message) and its innovation; the others their innovation (k_inn largest
-        |values| per unit, one message).  The server decodes worker w with w's decoder from the
-        leader's latent and w's innovation placed at its positions in the leader's index set (the
-        decoder's 33rd channel; no exact overwrite there, as in the re-implementation); w's
-        innovation outside that set is added exactly (gcbench's choice: the values were paid for).
-        """
-        n, units = len(a), len(geo)
-        dims = [a[0][j].numel() for j in range(units)]
+    def _concat_layout(self, a: Sequence[torch.Tensor]) -> tuple[list[int], list[int], list[int]]:
+        """The middle units' sizes, their K values, and where each unit's K values start in the concatenated vector (and its end)."""
+        dims = [t.numel() for t in a]
         ks = [self.k_of(d) for d in dims]
-        offs = np.cumsum([0, *ks]).tolist()
-        shape0, dtype0 = geo[0]
+        return dims, ks, np.cumsum([0, *ks]).tolist()
+
+    def _concat_values(self, vals: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([v.reshape(-1).float().cpu() for v in vals]) if vals else torch.zeros(0)
+
+    def _reference_loss(self, params: dict[str, torch.Tensor], z: torch.Tensor, recon: torch.Tensor) -> torch.Tensor:
+        """(1 − λ)·recon + λ·Σ_{i≠j} MSE(z_i, z_j): the re-implementation's similarity term (λ = 0.5 there)."""
+        n = z.shape[0]
+        sim = sum(((z[i] - z[j]).pow(2).mean() for i in range(n) for j in range(n) if i != j), torch.zeros(()))
+        lam = float(self.settings["latent_weight"])
+        return (1 - lam) * recon + lam * sim
+
+    def _reference_train(self, state0: State, ctx: Context, leader: int, pushes: list[list[Payload]], a: list[torch.Tensor],
+                         geo: list[tuple[tuple[int, ...], torch.dtype]]) -> Generator[Leg, Any, None]:
+        """Phase 2 of the reference preset: ``ae_iters`` steps of its loss on this step's top-k values.
+
+        ``pushes``: per middle unit, every worker's top-k push as this worker's top-k round kept
+        it; ``a``: this worker's corrected middle tensors.  PS (the re-implementation's rule): the
+        server, which already holds every push, trains in a round without messages on each
+        worker's *own* top-k values of every middle unit, concatenated; one randomly chosen
+        worker's latent is decoded by every worker's decoder with that worker's innovation (its
+        k_inn largest values, at their positions in its own vector); loss = (1 − λ)·Σ_w
+        MSE(decoded_w, values_w) + λ·Σ_{i≠j} MSE(z_i, z_j).  Ring (gcbench's inference): every
+        worker's values at the rotating leader's indices (each other worker all-gathers, per
+        middle unit, those its push did not hold: ``topk:train``, as :meth:`_topk_exchange`), the
+        mean values decoded from the mean latent with zero innovation, plus the same similarity
+        term; every worker trains its replica.
+        """
+        me, n = ctx.rank, ctx.world
+        dims = [math.prod(shape) for shape, _ in geo]
+        if self.settings["mode"] == "ps":
+
+            def serve(rows: list[list[Message]]) -> list[Message]:
+                x_rows, inn_rows = [], []
+                for w in range(n):
+                    vals, innv = [], []
+                    for j, d in enumerate(dims):
+                        v, _idx = self._read_sparse(pushes[j][w], d)
+                        k_inn = min(k_of(self.settings["innovation_density"], d), v.numel())
+                        keep = torch.zeros(v.numel(), dtype=torch.bool)
+                        keep[torch.topk(v.abs(), k_inn, sorted=False).indices] = True
+                        vals.append(v)
+                        innv.append(torch.where(keep, v, 0.0))
+                    x_rows.append(self._concat_values(vals))
+                    inn_rows.append(self._concat_values(innv))
+                self._reference_steps(self.autoencoder(state0, n), torch.stack(x_rows)[:, None, :], torch.stack(inn_rows)[:, None, :])
+                return []
+
+            yield ToServer([], "topk:train", serve)
+            return
+        pushed = [[self._read_sparse(p, d) for p in row] for row, d in zip(pushes, dims, strict=True)]
+        idx_l = [row[leader][1] for row in pushed]
+        extra = [None if me == leader else self._missing_values(a[j], pushed[j][me][1], idx_l[j], *geo[j]) for j in range(len(geo))]
+        # one leg for every middle unit: each other worker's messages, in unit order
+        got = yield Send([Message("topk:train", me, _others(me, n), p) for p in extra if p is not None], "topk:train")
+        received = [extra if w == me else [m.payload for m in got if m.sender == w and m.phase == "topk:train"] for w in range(n)]
+        if any(len(received[w]) != len(geo) for w in range(n) if w != leader):
+            raise PayloadError(f"lgc: expected one 'topk:train' message per middle tensor ({len(geo)}) from each worker but the leader")
+        cols = [self._values_at(pushed[j], idx_l[j], leader, [None if w == leader else received[w][j] for w in range(n)])
+                for j in range(len(geo))]
+        x = torch.cat(cols, dim=1)[:, None, :]
+        ctx.once(("model", "train"), lambda: self._reference_steps(self.autoencoder(state0, n), x, None))
+
+    def _reference_steps(self, rec: dict[str, Any], x: torch.Tensor, inn: torch.Tensor | None) -> None:
+        """``ae_iters`` steps of the reference loss on (N, 1, K) values; ``inn``: the workers' innovations (ps), None (ring)."""
+        n = x.shape[0]
+
+        def loss_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            z = ae.reference_encode(params, x)
+            if inn is not None:
+                pick = int(np.random.default_rng([int(rec["seed"]), int(rec["draws"])]).integers(n))
+                rec["draws"] = int(rec["draws"]) + 1
+                recon = sum((ae.reference_decode(params, w, z[pick:pick + 1], inn[w:w + 1]) - x[w:w + 1]).pow(2).mean()
+                            for w in range(n))
+            else:
+                out = ae.reference_decode(params, 0, z.mean(0, keepdim=True), torch.zeros_like(x[:1]))
+                recon = (out - x.mean(0, keepdim=True)).pow(2).mean()
+            return self._reference_loss(params, z, recon)  # type: ignore[arg-type]
+
+        self._optimise(rec, loss_of)
+
+    def _reference_ps(self, state0: State, ctx: Context, leader: int, a: list[torch.Tensor],
+                      geo: list[tuple[tuple[int, ...], torch.dtype]],
+                      units: Sequence[int]) -> Generator[Leg, Any, tuple[list[torch.Tensor], list[torch.Tensor]]]:
+        """Phase 3, PS, reference preset: per middle unit (``units``, model indices) the aggregate and this worker's sent part.
+
+        Three server rounds.  The one-time encoder transfer to the leader.  The leader's latent
+        (fp32, 4·L4 floats, no scale) and its top-k indices of every middle unit (one message; the
+        server forwards them to the others).  Every worker's innovation (k_inn largest |values| per
+        unit, one message): the server decodes worker w with w's decoder from the leader's latent
+        and w's innovation placed at its positions in the leader's index set (the decoder's 33rd
+        channel; no exact overwrite there, as in the re-implementation); w's innovation outside
+        that set is added exactly (gcbench's choice: the values were paid for); it sends back the
+        aggregate of each middle unit (counted in that unit's result).
+        """
+        me, n, count = ctx.rank, ctx.world, len(geo)
+        dims, ks, offs = self._concat_layout(a)
+        shape0, dtype0 = geo[0]  # the whole-model messages carry the first middle unit's shape
         coding = self.settings["index_coding"]
-        params = rec["params"]
-        msgs: list[list[Message]] = [[] for _ in range(units)]
-        if not rec["encoder_at_leader"]:  # one-time: the server's trained encoder goes to the leader
-            enc = torch.cat([params[nm].reshape(-1) for nm in ae.encoder_names(params)])
-            wp = self._msg("weights", _f32_bytes(enc), {"k": int(enc.numel())}, shape0, dtype0)
-            msgs[0].append(Message("setup:weights", SERVER, (leader,), wp))
-            rec["encoder_at_leader"] = True
-        idx_l = [topk_indices_sorted(a[leader][j], ks[j]) for j in range(units)]
-        v_l = self._concat_values([a[leader][j][idx_l[j]] for j in range(units)])
-        with torch.no_grad():
-            z = ae.reference_encode(params, v_l.reshape(1, 1, -1))
-        lat = self._msg("latent", _f32_bytes(z), {"k": int(v_l.numel())}, shape0, dtype0)
-        ip = self._msg("indices", self._multi_indices(idx_l, dims), {"k": int(v_l.numel()), "coding": coding}, shape0, dtype0)
-        others = tuple(w for w in range(n) if w != leader)
-        msgs[0] += [Message("compressed:latent", leader, (), lat), Message("compressed:indices", leader, (), ip),
-                    Message("compressed:indices", SERVER, others, ip)]
-        kinn = [k_of(self.settings["innovation_density"], d) for d in dims]
-        sent: list[list[torch.Tensor]] = []
-        innov: list[Payload] = []
-        for w in range(n):
-            pos = [topk_indices_sorted(a[w][j], kinn[j]) for j in range(units)]
-            vals = self._concat_values([a[w][j][pos[j]] for j in range(units)])
-            p = self._msg("innovation", np.concatenate([_f32_bytes(vals), self._multi_indices(pos, dims)]),
-                          {"k": int(vals.numel()), "coding": coding}, shape0, dtype0)
-            innov.append(p)
-            msgs[0].append(Message("compressed:innovation", w, (), p))
-            row = []
-            for j in range(units):
-                keep = torch.zeros(dims[j], dtype=torch.bool, device=a[w][j].device)
-                keep[idx_l[j].to(keep.device)] = True
-                keep[pos[j].to(keep.device)] = True
-                row.append(torch.where(keep, a[w][j], 0.0))  # counted as sent for error feedback
-            sent.append(row)
-
-        # the server
-        lb = body_numpy(lat)
-        length = ae.reference_latent_length(int(v_l.numel()))
-        if len(lb) != 4 * ae.REF_LATENT * length:
-            raise PayloadError("lgc latent: body length does not match its geometry")
-        z_rx = _f32_read(lb, 0, ae.REF_LATENT * length, "latent").reshape(1, ae.REF_LATENT, length)
-        idx_rx, _ = self._read_multi_indices(body_numpy(ip), ks, dims)
-        acc = [torch.zeros(d, dtype=torch.float32) for d in dims]
-        extra_all: list[list[torch.Tensor]] = [[] for _ in range(units)]
-        for w, p in enumerate(innov):
-            ib = body_numpy(p)
-            total = sum(kinn)
-            vals = _f32_read(ib, 0, total, "innovation")
-            pos_rx, _ = self._read_multi_indices(ib[4 * total:], kinn, dims)
-            inn_vec = torch.zeros(offs[-1], dtype=torch.float32)
-            extras = []
-            start = 0
-            for j in range(units):
-                v_j = vals[start:start + kinn[j]]
-                start += kinn[j]
-                where, inside = _positions_in(idx_rx[j], pos_rx[j])
-                inn_vec[offs[j] + where[inside]] = v_j[inside]
-                extras.append((pos_rx[j][~inside], v_j[~inside]))
+        server: dict[str, Payload] = {}
+        yield self._weights_round(state0, n, leader, shape0, dtype0)
+        mine: list[Message] = []
+        if me == leader:
+            idx_l = [topk_indices_sorted(a[j], ks[j]) for j in range(count)]
+            v_l = self._concat_values([a[j][idx_l[j]] for j in range(count)])
             with torch.no_grad():
-                out = ae.reference_decode(params, w, z_rx, inn_vec.reshape(1, 1, -1)).reshape(-1)
-            for j in range(units):
-                r = torch.zeros(dims[j], dtype=torch.float32)
-                r[idx_rx[j]] = out[offs[j]:offs[j + 1]]
-                r[extras[j][0]] = extras[j][1]
-                acc[j] += r
-                extra_all[j].append(extras[j][0])
-        aggs = []
-        for j in range(units):
-            agg, pull = self._pull(acc[j] / n, idx_rx[j], torch.unique(torch.cat(extra_all[j])), n, *geo[j])
-            aggs.append(agg.to(a[0][j].device))
-            msgs[j].append(pull)
-        return aggs, msgs, sent
+                z = ae.reference_encode(self.autoencoder(state0, n)["params"], v_l.reshape(1, 1, -1))
+            lat = self._msg("latent", _f32_bytes(z), {"k": int(v_l.numel())}, shape0, dtype0)
+            ip = self._msg("indices", self._multi_indices(idx_l, dims), {"k": int(v_l.numel()), "coding": coding}, shape0, dtype0)
+            mine = [Message("compressed:latent", me, (), lat), Message("compressed:indices", me, (), ip)]
+        got = yield self._leader_round(mine, server, leader, n)
+        if me != leader:
+            idx_l, _ = self._read_multi_indices(body_numpy(_only(got, "compressed:indices")), ks, dims)
+        kinn = [k_of(self.settings["innovation_density"], d) for d in dims]
+        pos = [topk_indices_sorted(a[j], kinn[j]) for j in range(count)]
+        vals = self._concat_values([a[j][pos[j]] for j in range(count)])
+        innovation = self._msg("innovation", np.concatenate([_f32_bytes(vals), self._multi_indices(pos, dims)]),
+                               {"k": int(vals.numel()), "coding": coding}, shape0, dtype0)
+        sent = []
+        for j in range(count):
+            keep = torch.zeros(dims[j], dtype=torch.bool, device=a[j].device)
+            keep[idx_l[j].to(keep.device)] = True
+            keep[pos[j].to(keep.device)] = True
+            sent.append(torch.where(keep, a[j], 0.0))  # counted as sent for error feedback
 
-    def _reference_ring(self, rec: dict[str, Any], a: list[list[torch.Tensor]], leader: int,
-                        geo: list[tuple[tuple[int, ...], torch.dtype]]) -> _Phase3:
-        """Phase 3, ring (gcbench's inference), reference preset.
+        def serve(rows: list[list[Message]]) -> list[Message]:
+            params = self.autoencoder(state0, n)["params"]
+            lb = body_numpy(server["latent"])
+            length = ae.reference_latent_length(offs[-1])
+            if len(lb) != 4 * ae.REF_LATENT * length:
+                raise PayloadError("lgc latent: body length does not match its geometry")
+            z_rx = _f32_read(lb, 0, ae.REF_LATENT * length, "latent").reshape(1, ae.REF_LATENT, length)
+            idx_rx, _ = self._read_multi_indices(body_numpy(server["indices"]), ks, dims)
+            acc = [torch.zeros(d, dtype=torch.float32) for d in dims]
+            extra_all: list[list[torch.Tensor]] = [[] for _ in range(count)]
+            for w in range(n):
+                ib = body_numpy(_only(rows[w], "compressed:innovation"))
+                total = sum(kinn)
+                v_w = _f32_read(ib, 0, total, "innovation")
+                pos_rx, _ = self._read_multi_indices(ib[4 * total:], kinn, dims)
+                inn_vec = torch.zeros(offs[-1], dtype=torch.float32)
+                extras = []
+                start = 0
+                for j in range(count):
+                    v_j = v_w[start:start + kinn[j]]
+                    start += kinn[j]
+                    where, inside = _positions_in(idx_rx[j], pos_rx[j])
+                    inn_vec[offs[j] + where[inside]] = v_j[inside]
+                    extras.append((pos_rx[j][~inside], v_j[~inside]))
+                with torch.no_grad():
+                    out = ae.reference_decode(params, w, z_rx, inn_vec.reshape(1, 1, -1)).reshape(-1)
+                for j in range(count):
+                    r = torch.zeros(dims[j], dtype=torch.float32)
+                    r[idx_rx[j]] = out[offs[j]:offs[j + 1]]
+                    r[extras[j][0]] = extras[j][1]
+                    acc[j] += r
+                    extra_all[j].append(extras[j][0])
+            pulls = []
+            for j in range(count):
+                pull = self._pull(acc[j] / n, idx_rx[j], torch.unique(torch.cat(extra_all[j])), n, *geo[j])[1]
+                pull.unit = units[j]
+                pulls.append(pull)
+            return pulls
+
+        got = yield ToServer([Message("compressed:innovation", me, (), innovation)], "compressed:innovation", serve)
+        pulls = [m.payload for m in got if m.phase == "compressed:pull"]
+        if len(pulls) != count:
+            raise PayloadError(f"lgc: expected the server's aggregate of each of {count} middle tensors, got {len(pulls)}")
+        aggs = ctx.once(("model", "aggregate"), lambda: [self._read_pull(p, i.cpu()) for p, i in zip(pulls, idx_l, strict=True)])
+        return [agg.to(t.device) for agg, t in zip(aggs, a, strict=True)], sent
+
+    def _reference_ring(self, state0: State, ctx: Context, leader: int, a: list[torch.Tensor],
+                        geo: list[tuple[tuple[int, ...], torch.dtype]],
+                        units: Sequence[int]) -> Generator[Leg, Any, tuple[list[torch.Tensor], list[torch.Tensor]]]:
+        """Phase 3, ring (gcbench's inference), reference preset: per middle unit the aggregate and this worker's sent part.
 
         The rotating leader's indices of every middle unit go round the ring (one message); every
         worker encodes its values there with the reference encoder; the latents are summed by a
         ring all-reduce and one decoder maps the mean latent (zero innovation) to the aggregate.
+        (``units``: the middle units' model indices; every message here is counted in the first's.)
         """
-        n, units = len(a), len(geo)
-        dims = [a[0][j].numel() for j in range(units)]
-        ks = [self.k_of(d) for d in dims]
-        offs = np.cumsum([0, *ks]).tolist()
-        shape0, dtype0 = geo[0]
+        me, n, count = ctx.rank, ctx.world, len(geo)
+        dims, ks, offs = self._concat_layout(a)
+        shape0, dtype0 = geo[0]  # the whole-model messages carry the first middle unit's shape
         coding = self.settings["index_coding"]
-        params = rec["params"]
-        idx_l = [topk_indices_sorted(a[leader][j], ks[j]) for j in range(units)]
-        ip = self._msg("indices", self._multi_indices(idx_l, dims), {"k": int(sum(ks)), "coding": coding}, shape0, dtype0)
-        msgs: list[list[Message]] = [[] for _ in range(units)]
-        msgs[0] += [Message("compressed:indices", (leader + j) % n, ((leader + j + 1) % n,), ip) for j in range(n - 1)]
+        params = ctx.once(("model", "autoencoder"), lambda: self.autoencoder(state0, n))["params"]
+        ip: Payload | None = None
+        if me == leader:
+            idx_l = [topk_indices_sorted(a[j], ks[j]) for j in range(count)]
+            ip = self._msg("indices", self._multi_indices(idx_l, dims), {"k": int(sum(ks)), "coding": coding}, shape0, dtype0)
+        ip = yield from self._ring_broadcast(ip, leader, ctx, "compressed:indices")
         idx_rx, _ = self._read_multi_indices(body_numpy(ip), ks, dims)
-        x = torch.stack([self._concat_values([a[w][j][idx_rx[j].to(a[w][j].device)] for j in range(units)]) for w in range(n)])
+        # this worker's values in the group's batch (zeros elsewhere): the encoder's kernels are chosen by the batch
+        # shape, and every worker's codes are those of the one batched encoding the simulation always did
+        batch = torch.zeros((n, 1, offs[-1]))
+        batch[me, 0] = self._concat_values([a[j][idx_rx[j].to(a[j].device)] for j in range(count)])
         with torch.no_grad():
-            z = ae.reference_encode(params, x[:, None, :])
-        totals, ring = self._simulate(lambda ctx: self._ring_allreduce(z.reshape(n, -1)[ctx.rank], ctx, "compressed:latent", dtype0), n)
-        total = totals[0]
-        msgs[0] += ring
-        with torch.no_grad():
-            out = ae.reference_decode(params, 0, (total / n).reshape(1, *z.shape[1:]), torch.zeros((1, 1, offs[-1]))).reshape(-1)
-        aggs = []
-        for j in range(units):
-            agg = torch.zeros(dims[j], dtype=torch.float32)
-            agg[idx_rx[j]] = out[offs[j]:offs[j + 1]]
-            aggs.append(agg.to(a[0][j].device))
+            z = ae.reference_encode(params, batch)[me]
+        total = yield from self._ring_allreduce(z.reshape(-1), ctx, "compressed:latent", dtype0)
+
+        def decode() -> list[torch.Tensor]:
+            with torch.no_grad():
+                out = ae.reference_decode(params, 0, (total / n).reshape(1, *z.shape), torch.zeros((1, 1, offs[-1]))).reshape(-1)
+            aggs = []
+            for j in range(count):
+                agg = torch.zeros(dims[j], dtype=torch.float32)
+                agg[idx_rx[j]] = out[offs[j]:offs[j + 1]]
+                aggs.append(agg)
+            return aggs
+
         sent = []
-        for w in range(n):
-            row = []
-            for j in range(units):
-                keep = torch.zeros(dims[j], dtype=torch.bool, device=a[w][j].device)
-                keep[idx_l[j].to(keep.device)] = True
-                row.append(torch.where(keep, a[w][j], 0.0))
-            sent.append(row)
-        return aggs, msgs, sent
+        for j in range(count):
+            keep = torch.zeros(dims[j], dtype=torch.bool, device=a[j].device)
+            keep[idx_rx[j].to(keep.device)] = True
+            sent.append(torch.where(keep, a[j], 0.0))
+        return [agg.to(t.device) for agg, t in zip(ctx.once(("model", "aggregate"), decode), a, strict=True)], sent
 
 
 def _others(w: int, n: int) -> tuple[int, ...]:
     """Every worker but w."""
     return tuple(r for r in range(n) if r != w)
+
+
+def _noting_uploads(rounds: Generator[Leg, Any, list[torch.Tensor]], me: int, units: int) -> WorkerProtocol:
+    """Pass a worker's rounds through, noting per unit the first message it sends there (its upload); its :class:`Outcome`."""
+    firsts: list[Payload | None] = [None] * units
+    value: Any = None
+    while True:
+        try:
+            leg = rounds.send(value)
+        except StopIteration as stop:
+            return Outcome(stop.value, list(firsts))
+        if isinstance(leg, Send | ToServer):
+            for m in leg.messages:
+                if m.sender == me and m.unit is not None and firsts[m.unit] is None:
+                    firsts[m.unit] = m.payload
+        value = yield leg
 
 
 def _only(msgs: Sequence[Message], phase: str) -> Payload:

@@ -550,13 +550,24 @@ class Compressor(ABC):
     def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
         """One step of the multi-worker exchange for every unit: ``grads[w][u]``, ``states[w][u]``.
 
-        The default exchanges each unit on its own (:meth:`exchange`).  Protocols defined over the
-        whole model (LGC's reference preset: one autoencoder over every tensor's top-k values)
-        override this; the runner always calls it, so they see every unit of the step together.
+        The default exchanges each unit on its own (:meth:`exchange`).  A protocol defined over the
+        whole model (:attr:`needs_whole_model`: LGC's reference preset, one autoencoder over every
+        tensor's top-k values) overrides this to run :meth:`worker_protocol` over all the units;
+        the runner always calls it, so such a protocol sees every unit of the step together.
         Returns one result per unit; a message that spans units may be counted in one of them.
         """
         units = len(grads[0]) if grads else 0
         return [self.exchange([g[u] for g in grads], [s[u] for s in states]) for u in range(units)]
+
+    @property
+    def needs_whole_model(self) -> bool:
+        """Whether :meth:`worker_protocol` must see every unit of a step at once (its protocol spans the model).
+
+        Such a protocol is run over the whole model's tensors (in model order) by
+        :meth:`exchange_group` and by the DDP hook, which holds each bucket until the step's last
+        one arrives.  False by default: each group of units (a bucket) is exchanged on its own.
+        """
+        return False
 
     def has_own_exchange(self) -> bool:
         """Whether this compressor's exchange is its paper's protocol rather than the default all-gather/all-reduce."""

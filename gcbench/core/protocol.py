@@ -49,7 +49,7 @@ of two workers only.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -142,13 +142,17 @@ class Message:
     """One addressed message: sent once by ``sender`` (a worker's rank, or :data:`SERVER`), delivered to ``receivers``.
 
     ``phase`` is the traffic phase it is counted under; ``receivers`` are workers (a message to the
-    server lists none).
+    server lists none).  ``unit``: the unit whose result counts it, where one protocol exchanges
+    several units and results are reported per unit (:func:`counted_in`; LGC's whole-model
+    exchange).  It is bookkeeping of the simulated transport's results, never sent: a message
+    that crossed a real transport has ``None``.
     """
 
     phase: str
     sender: int
     receivers: tuple[int, ...]
     payload: Payload
+    unit: int | None = None
 
 
 @dataclass
@@ -223,13 +227,14 @@ class Outcome:
 
     Attributes:
         aggregates: per unit, the aggregate this worker ends up with (float32, the unit's shape).
-        sent: per unit, the payload this worker sent first (its upload).
+        sent: per unit, the payload this worker sent first (its upload); None where it sent
+            nothing for that unit (a whole-model protocol counts a message in one unit).
         contributions: per unit, every worker's decoded contribution (by worker) where the
             aggregate is their mean; None where it is not.
     """
 
     aggregates: list[torch.Tensor]
-    sent: list[Payload]
+    sent: list[Slot]
     contributions: list[list[torch.Tensor]] | None = None
 
 
@@ -312,6 +317,34 @@ def count_messages(messages: Sequence[Message], world: int) -> list[tuple[str, l
 def addressed_to(rank: int, messages: Sequence[Message]) -> list[Message]:
     """The messages ``rank`` receives, in order."""
     return [m for m in messages if rank in m.receivers]
+
+
+def _mark(messages: list[Message], unit: int) -> list[Message]:
+    for m in messages:
+        if m.unit is None:
+            m.unit = unit
+    return messages
+
+
+def counted_in(legs: Generator[Leg, LegResult, T], unit: int) -> Generator[Leg, LegResult, T]:
+    """Pass a protocol's legs through, marking every message without a unit, the server's replies too, as ``unit``'s.
+
+    For a protocol over several units whose results are reported per unit: it runs each unit's
+    rounds (and its rounds over all units) inside ``counted_in``, and the simulated transport's
+    messages then say which unit's result counts them (:attr:`Message.unit`).
+    """
+    value: LegResult = None
+    while True:
+        try:
+            leg = legs.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        if isinstance(leg, Send | ToServer):
+            _mark(leg.messages, unit)
+        if isinstance(leg, ToServer):
+            serve = leg.serve
+            leg = replace(leg, serve=lambda rows, serve=serve: _mark(serve(rows), unit))  # type: ignore[misc]
+        value = yield leg
 
 
 # ----------------------------------------------------------------------------- the simulated transport

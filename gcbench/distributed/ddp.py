@@ -10,9 +10,15 @@ benchmark counts (``tests/test_protocol_transports.py`` checks it per leg and wo
 knows no compressor by name: none/fp16/bf16 all-reduce their bodies, TernGrad shares its scaler,
 PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, LGC runs its parameter server (hosted
 by rank 0) or its ring, every other compressor all-gathers its payloads, because that is what their
-protocols yield.  ``protocol="gather"`` forces the plain all-gather.  A configuration whose
-exchange exists only as a simulation (one defined over the whole model at once, not per bucket)
-is all-gathered instead, and :attr:`HookState.protocol_note` says so (training results record it).
+protocols yield.  ``protocol="gather"`` forces the plain all-gather.
+
+A compressor whose protocol spans the whole model
+(:attr:`~gcbench.core.compressor.Compressor.needs_whole_model`: LGC's reference preset) gets it:
+DDP hands the hook one bucket at a time and waits for the buckets' futures only at the end of the
+backward pass, so the hook holds each bucket's future until the step's last bucket arrives, then
+runs the protocol once over every parameter's gradient (units in the module's parameter order,
+states kept under :data:`WHOLE_MODEL`) and completes every bucket's future.  Everything else stays
+per bucket.
 
 Asynchronous, as PyTorch's own hooks: :func:`compressor_hook` returns at once a future chained with
 the collectives' completion callbacks (each leg starts an ``async_op=True`` collective and the
@@ -27,9 +33,10 @@ State (kept apart from the hook, like PyTorch's ``PowerSGDState``): one
 protocol), kept per bucket index, so error-feedback residuals, momentum, warm starts and schedules
 persist across steps.  DDP rebuilds its buckets once after the first iteration (bucket order
 follows gradient-ready order); a bucket whose parameters changed gets fresh state and
-:attr:`HookState.state_resets` counts it.  Random streams differ per worker (independent
-quantization noise is what makes averaging reduce variance), except where the card's protocol says
-``shared_seed`` (PowerSGD's initial Q must be identical on all workers).
+:attr:`HookState.state_resets` counts it (the whole model's states survive a rebuild).  Random
+streams differ per worker (independent quantization noise is what makes averaging reduce
+variance), except where the card's protocol says ``shared_seed`` (PowerSGD's initial Q must be
+identical on all workers).
 
 Accounting (:class:`HookStats`), per bucket and step: ``payload_bytes`` = what this worker sent by
 the protocol's counting rules (:mod:`gcbench.core.protocol`: payloads with their headers, the
@@ -41,15 +48,16 @@ Times (wall clock, CUDA synchronised), per bucket: ``compress_s`` = the protocol
 before and between its legs, ``decompress_s`` = after its last leg (and the write-back into the
 bucket), ``communicate_s`` = from launching each leg's collectives to their completion callback,
 which includes waiting for slower peers and for the buckets queued before.  With the overlap these
-are not slices of the step: they can add up to more than the hook's share of it.
+are not slices of the step: they can add up to more than the hook's share of it.  A whole-model
+exchange is recorded as one bucket per step, index :data:`WHOLE_MODEL`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -63,12 +71,16 @@ from gcbench.distributed.transport import ChainTimes, TorchTransport, drive, the
 from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
 
+T = TypeVar("T")
+
 #: a hook timing over fewer steps than this has no spread worth the name
 TOO_FEW_STEPS = "too few steps"
 
 GRANULARITIES = ("bucket", "layer")
 PROTOCOL_CHOICES = ("auto", "gather")
 GATHER_DESCRIPTION = "all-gather the payloads, decode all, average"
+#: the bucket index under which a whole-model protocol's unit states and statistics are kept
+WHOLE_MODEL = -1
 
 
 def unit_seed(seed: int, rank: int | None, bucket: int, unit: int) -> int:
@@ -76,7 +88,7 @@ def unit_seed(seed: int, rank: int | None, bucket: int, unit: int) -> int:
 
     Stable across processes (numpy's SeedSequence), so a restarted job draws the same streams.
     """
-    words = [int(seed) % 2**32, 0xDD9 if rank is None else 1 + int(rank), int(bucket), int(unit)]
+    words = [int(seed) % 2**32, 0xDD9 if rank is None else 1 + int(rank), int(bucket) % 2**32, int(unit)]  # WHOLE_MODEL too
     return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
@@ -221,18 +233,15 @@ class HookState:
         self.seed = int(seed)
         self.granularity = granularity
         paper = info.resolve_protocol(compressor.params)
-        # why the protocol differs from the paper's, when it does (recorded in results)
-        self.protocol_note: str | None = None
-        runs = compressor.protocol_runs_anywhere()
-        if protocol == "gather" or not runs:
-            self.protocol = "gather"
-            if not runs:
-                self.protocol_note = (f"{info.name}'s own exchange ({paper.description}) exists as a simulation only; "
-                                      "the DDP hook all-gathers its payloads and averages them instead")
-        else:
-            self.protocol = paper.name
+        if protocol == "auto" and not compressor.protocol_runs_anywhere():
+            raise ParamError(f"{info.name}'s own exchange ({paper.description}) exists as a simulation only (it overrides "
+                             "exchange, not worker_protocol); protocol='gather' all-gathers its payloads instead")
+        self.protocol = "gather" if protocol == "gather" else paper.name
         #: the protocol's facts when the hook runs the card's protocol (None: gather)
         self.card_protocol = paper if self.protocol == paper.name else None
+        #: the protocol spans the whole model: every bucket of a step is held until the last one arrives (module doc)
+        self.whole_model = self.card_protocol is not None and compressor.needs_whole_model
+        self._held: list[_Held] = []
         # the chain of buckets: each bucket's collectives start after the previous bucket's completed (module doc)
         self._queue: torch.futures.Future[Any] = torch.futures.Future()
         self._queue.set_result(None)
@@ -244,17 +253,17 @@ class HookState:
         # the protocols compute with the creating thread's intra-op thread count, whichever thread runs a bucket's chain
         # (the caller's for the first bucket, a collective's callback thread after): the same count on every worker
         self.threads = torch.get_num_threads()
-        # parameter names identify a bucket's contents across steps, processes and checkpoints
+        # parameter names identify a bucket's contents across steps, processes and checkpoints; their order is the model's
         self.param_names: dict[int, str] = {}
 
     def name_parameters(self, module: torch.nn.Module) -> None:
-        """Remember the names of ``module``'s parameters (bucket signatures use them)."""
+        """Remember the names of ``module``'s parameters, in order (bucket signatures and the whole model's unit order use them)."""
         self.param_names = {id(p): n for n, p in module.named_parameters()}
 
     @property
     def per_tensor(self) -> bool:
-        """The protocol in use needs each tensor's shape, so it ignores ``granularity="bucket"``."""
-        return self.card_protocol is not None and self.card_protocol.per_tensor
+        """The protocol in use needs each tensor (its shape, or the model's tensor list), so it ignores ``granularity="bucket"``."""
+        return self.whole_model or (self.card_protocol is not None and self.card_protocol.per_tensor)
 
     @property
     def shared_seed(self) -> bool:
@@ -290,7 +299,6 @@ class HookState:
             "params": dict(self.compressor.params),
             "protocol": self.protocol,
             "protocol_description": GATHER_DESCRIPTION if self.card_protocol is None else self.card_protocol.description,
-            "protocol_note": self.protocol_note,
             "granularity": "layer" if self.per_tensor else self.granularity,
             "world_size": self.world_size,
             "seed": self.seed,
@@ -350,30 +358,46 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
 
     Returns at once; the future completes when the bucket's last collective has landed and the
     aggregate is written back into the bucket's layout (see the module docstring for the queue).
+    A protocol over the whole model holds the bucket until the step's last one (:func:`_hold`).
     """
+    if state.whole_model:
+        return _hold(state, bucket)
     buf = bucket.buffer()
     xs, offsets, signature = _units(state, bucket)
-    index, last = bucket.index(), bucket.is_last()
+    index = bucket.index()
     states = state.states_for(index, signature, len(xs))
-    cuda = buf.device.type == "cuda"
+    return _queued(state, xs, states, buf.device, index, bucket.is_last(), lambda means: _write_back(buf, xs, offsets, means))
+
+
+def _write_back(buf: torch.Tensor, xs: list[torch.Tensor], offsets: list[int], means: list[torch.Tensor]) -> torch.Tensor:
+    """A bucket's result in its flat layout: each unit's aggregate at its offset (zeros in any gap between the views)."""
+    if len(xs) == 1 and offsets == [0] and xs[0].numel() == buf.numel():
+        return means[0].reshape(buf.shape).to(buf.dtype)
+    out = torch.zeros_like(buf)
+    for x, off, m in zip(xs, offsets, means, strict=True):
+        out[off : off + x.numel()] = m.reshape(-1).to(buf.dtype)
+    return out
+
+
+def _queued(state: HookState, xs: list[torch.Tensor], states: list[State], device: torch.device, index: int, last: bool,
+            write: Callable[[list[torch.Tensor]], T]) -> torch.futures.Future[T]:
+    """Run the protocol on units ``xs`` once the chain before it completed: a future of ``write(the aggregates)``.
+
+    Records the run's statistics as bucket ``index`` (``last``: the step's last record).
+    """
+    cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else None
-    devices = [buf.device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
+    devices = [device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
 
     def start(_: Any) -> torch.futures.Future[Any]:
-        transport = TorchTransport(state.process_group, state.rank, state.world_size, buf.device, state.threads)
+        transport = TorchTransport(state.process_group, state.rank, state.world_size, device, state.threads)
         times = ChainTimes()
         return then(drive(state.worker_protocol(xs, states), transport, times, sync), lambda out: finish(out, transport, times),
                     devices)
 
-    def finish(outcome: Any, transport: TorchTransport, times: ChainTimes) -> torch.Tensor:
+    def finish(outcome: Any, transport: TorchTransport, times: ChainTimes) -> T:
         t0 = time.perf_counter()
-        means = outcome.aggregates
-        if len(xs) == 1 and offsets == [0] and xs[0].numel() == buf.numel():
-            out = means[0].reshape(buf.shape).to(buf.dtype)
-        else:
-            out = torch.zeros_like(buf)  # zeros: any gap between views stays a zero gradient
-            for x, off, m in zip(xs, offsets, means, strict=True):
-                out[off : off + x.numel()] = m.reshape(-1).to(buf.dtype)
+        out = write(outcome.aggregates)
         if sync is not None:
             sync()
         state.stats.add(_bucket_stats(state, index, xs, transport, times, time.perf_counter() - t0), last)
@@ -384,6 +408,58 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     done.add_done_callback(lambda _: queue.set_result(None))  # the next bucket starts even after a failure here
     state._queue = queue
     return done
+
+
+@dataclass
+class _Held:
+    """A bucket whose exchange waits for the step's last bucket (a whole-model protocol): its layout and the future DDP holds."""
+
+    buffer: torch.Tensor
+    params: list[torch.Tensor]
+    xs: list[torch.Tensor]
+    offsets: list[int]
+    future: torch.futures.Future[torch.Tensor]
+
+
+def _hold(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """A whole-model protocol's hook: hold this bucket's future; at the step's last bucket run the protocol over all of them.
+
+    DDP starts the buckets in index order and waits for their futures only after the last one,
+    so nothing waits on a held future before the protocol can run.  The units are every held
+    bucket's parameter gradients in the module's parameter order (:meth:`HookState.name_parameters`).
+    """
+    buf = bucket.buffer()
+    xs, offsets, _ = _units(state, bucket)
+    if bucket.index() == 0 and state._held:  # a step that broke off before its last bucket: nothing will complete those
+        stale, state._held = state._held, []
+        for h in stale:
+            h.future.set_exception(RuntimeError("the DDP step ended before its last bucket reached the gradient hook"))
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buf.device] if buf.device.type == "cuda" else None)
+    state._held.append(_Held(buf, list(bucket.parameters()), xs, offsets, fut))
+    if not bucket.is_last():
+        return fut
+    held, state._held = state._held, []
+    order = {pid: i for i, pid in enumerate(state.param_names)}  # the module's parameter order (a stable sort keeps the rest)
+    units = sorted(((h, i) for h in held for i in range(len(h.xs))), key=lambda hi: order.get(id(hi[0].params[hi[1]]), len(order)))
+    signature = tuple(state.param_names.get(id(h.params[i]), f"<unnamed {tuple(h.params[i].shape)}>") for h, i in units)
+    states = state.states_for(WHOLE_MODEL, signature, len(units))
+
+    def write(means: list[torch.Tensor]) -> list[torch.Tensor]:
+        by_unit = {(id(h), i): m for (h, i), m in zip(units, means, strict=True)}  # back into each bucket's order
+        return [_write_back(h.buffer, h.xs, h.offsets, [by_unit[id(h), i] for i in range(len(h.xs))]) for h in held]
+
+    def settle(done: torch.futures.Future[list[torch.Tensor]]) -> None:
+        try:
+            outs = done.value()
+        except BaseException as exc:  # every held bucket's waiter raises it
+            for h in held:
+                h.future.set_exception(exc)
+            return
+        for h, out in zip(held, outs, strict=True):
+            h.future.set_result(out)
+
+    _queued(state, [h.xs[i] for h, i in units], states, buf.device, WHOLE_MODEL, True, write).add_done_callback(settle)
+    return fut
 
 
 # DDP checks the hook's annotations by identity, and this module's are strings (PEP 563)

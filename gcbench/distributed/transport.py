@@ -137,7 +137,8 @@ def _settle(out: Future, f: Future) -> None:
 def frame_messages(messages: Sequence[Message]) -> bytes:
     """Addressed messages as bytes: per message its phase (u16 length, UTF-8), receivers (u16 count, u16 each), payload (u64 length, bytes).
 
-    The sender is not framed: the receiving side knows whose bytes it holds.
+    The sender is not framed: the receiving side knows whose bytes it holds; nor is the unit a
+    message is counted in (:attr:`Message.unit`, the simulated transport's bookkeeping).
     """
     out = bytearray()
     for m in messages:

@@ -621,6 +621,7 @@ class HookInfo(Model):
     """The DDP hook's description of itself (compressor, protocol, granularity, world size...)."""
 
     protocol: Str | None = None
+    #: files written before every protocol ran on the real transport: why the hook all-gathered instead (None now)
     protocol_note: Str | None = None
 
 

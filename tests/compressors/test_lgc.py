@@ -306,7 +306,10 @@ def test_ring_message_sizes_match_the_formulas() -> None:
 def test_ring_allreduce_sums_like_a_plain_sum() -> None:
     comp = make(mode="ring")
     vecs = [torch.randn(1001, generator=torch.Generator().manual_seed(w)) for w in range(5)]
-    totals, ring = comp._simulate(lambda ctx: comp._ring_allreduce(vecs[ctx.rank], ctx, "x", torch.float32), 5)
+    from gcbench.core.protocol import Context, simulate
+
+    run = simulate([comp._ring_allreduce(vecs[w], Context(w, 5), "x", torch.float32) for w in range(5)])
+    totals, ring = run.outcomes, run.messages
     torch.testing.assert_close(totals[0], sum(vecs), rtol=1e-6, atol=1e-5)
     assert all(torch.equal(t, totals[0]) for t in totals)  # every worker ends with the same sums, bit for bit
     assert all(m.receivers == ((m.sender + 1) % 5,) for m in ring)  # each message to the next worker on the ring
@@ -650,6 +653,34 @@ def test_reference_ps_message_sizes_match_the_formulas() -> None:
 
 
 @pytest.mark.parametrize("mode", ["ps", "ring"])
+def test_reference_messages_are_counted_in_their_units(mode: str) -> None:
+    """Each unit's result counts its own rounds' messages; the rounds over every middle tensor are counted in the first
+    middle one's, except the server's aggregate of each middle tensor (ps), counted in that tensor's."""
+    comp = ref_make(mode=mode, dense_steps=1, train_steps=1)
+    st = ref_states(comp)
+    mid = [1, 2, 3, 4]
+    phases = []
+    for grads in model_stream(4):
+        res = comp.exchange_group(grads, st)
+        phases.append(res[0].phase)
+        for u, r in enumerate(res):
+            assert all(m.unit == u for m in r.messages), (r.phase, u)
+            assert r.traffic.to_dict() == comp._result(r.aggregate, r.messages, N, r.phase, r.leader, False).traffic.to_dict()
+        if res[0].phase != "compressed":
+            assert all(r.messages for r in res)  # each tensor its own round
+            continue
+        whole = {m.phase for m in res[1].messages}
+        if mode == "ps":
+            assert {"compressed:latent", "compressed:indices", "compressed:innovation", "compressed:pull"} <= whole
+            for u in mid[1:]:
+                assert [(m.phase, m.sender) for m in res[u].messages] == [("compressed:pull", SERVER)], u
+        else:
+            assert whole == {"compressed:indices", "compressed:latent"}
+            assert all(m.sender != SERVER for m in res[1].messages) and all(res[u].messages == [] for u in mid[1:])
+    assert phases == ["dense", "topk", "compressed", "compressed"]
+
+
+@pytest.mark.parametrize("mode", ["ps", "ring"])
 def test_reference_state_dict_round_trip_is_bit_identical(mode: str) -> None:
     comp = ref_make(mode=mode, dense_steps=1, train_steps=2)
     st = ref_states(comp)
@@ -690,18 +721,22 @@ def test_traffic_bodies_are_the_messages_bodies() -> None:
     assert summary["compressed"]["body_ratio"] > summary["compressed"]["ratio"]
 
 
+@pytest.mark.parametrize("preset", ["gcbench", "reference"])
 @pytest.mark.parametrize("mode", ["ps", "ring"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_card_cost_legs_are_the_legs_the_compressed_phase_runs(mode: str, n: int) -> None:
+def test_card_cost_legs_are_the_legs_the_compressed_phase_runs(preset: str, mode: str, n: int) -> None:
     """What the network model prices (the card's cost legs for the mode) is what the protocol yields in phase 3.
 
     A :class:`ToServer` leg is one ``server`` round; ring mode's :class:`Send` legs come in runs:
     n − 1 hops of the leader's indices (one ``broadcast``), then the 2(n − 1) steps of a ring
-    all-reduce of the latents (one ``allreduce``).
+    all-reduce of the latents (one ``allreduce``).  Both presets (the reference preset's whole
+    model here being one tensor through its autoencoder, no dense tensors: each of those adds its
+    own dense round).
     """
     from gcbench.core.protocol import Context, Send, ToServer, simulate
 
-    comp = make(mode=mode, dense_steps=0, train_steps=1)
+    whole = {"preset": "reference", "dense_first": 0, "dense_last": 0} if preset == "reference" else {}
+    comp = make(mode=mode, dense_steps=0, train_steps=1, **whole)
     states = states_for(comp, n)
     legs_seen: list[object] = []
     for grads in stream(2, workers=n):  # the top-k step (trains), then the compressed step recorded below

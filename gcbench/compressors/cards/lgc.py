@@ -27,7 +27,10 @@ LGC_PROTOCOL = Protocol("lgc", "3 phases by step: dense fp32; top-k+EF with onli
     shared_seed=True,
     # the legs of the compressed phase (the steady state; the dense and top-k phases are shorter and differ): ps, three
     # server rounds (the one-time encoder transfer, the leader's latent and indices, everyone's innovation and the
-    # aggregate back); ring, the leader's indices relayed round the ring, then a ring all-reduce of the latents
+    # aggregate back); ring, the leader's indices relayed round the ring, then a ring all-reduce of the latents.  Both presets
+    # (the reference preset's over the whole model at once); its dense tensors (dense_first, dense_last) each add a dense
+    # round of their own (ps: a server round, ring: a ring all-reduce), whose bytes the payload counts but whose latency
+    # these legs leave out
     cost=(CostLeg("server", rounds=3),),
     cost_by=("mode", {"ps": (CostLeg("server", rounds=3),), "ring": (CostLeg("broadcast"), CostLeg("allreduce"))}))
 
