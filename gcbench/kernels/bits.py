@@ -348,8 +348,15 @@ def write_records(records: np.ndarray, pattern: np.ndarray) -> np.ndarray:
 
 
 @njit(**KERNEL)
-def _fixup(out, heads, tails, tail_pos, firsts, shared):  # pragma: no cover - numba
-    """OR the bytes that chunks share with a neighbour into the stream (serial, one per chunk)."""
+def _fixup(out, heads, tails, tail_pos, firsts, shared, assign):  # pragma: no cover - numba
+    """OR the bytes that chunks share with a neighbour into the stream (serial, one per chunk);
+    with ``assign`` those bytes are cleared first (a stream written into uninitialised memory)."""
+    if assign:
+        for c in range(heads.size):
+            if shared[c]:
+                out[firsts[c]] = 0
+            if tail_pos[c] >= 0:
+                out[tail_pos[c]] = 0
     for c in range(heads.size):
         if shared[c]:
             out[firsts[c]] |= heads[c]
@@ -367,8 +374,9 @@ class BitWriterSides:
         self.firsts = np.zeros(n, np.int64)
         self.shared = np.zeros(n, np.bool_)
 
-    def fixup(self, out: np.ndarray) -> None:
-        _fixup(out, self.heads, self.tails, self.tail_pos, self.firsts, self.shared)
+    def fixup(self, out: np.ndarray, assign: bool = False) -> None:
+        """OR the shared bytes into ``out``; ``assign``: ``out`` was not zeroed (clear them first)."""
+        _fixup(out, self.heads, self.tails, self.tail_pos, self.firsts, self.shared, assign)
 
 
 # A work item packs its fields into a local word buffer (``l32``), starting at bit ``s`` = its

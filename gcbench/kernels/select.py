@@ -312,10 +312,10 @@ def select_write(a: np.ndarray, t: np.float32, nan_pass: bool, counts: np.ndarra
                  dec: np.ndarray) -> None:
     """The write pass of a threshold selection (see :func:`_write_kernel`): for the first ``limit`` entries with
     ``|a| >= t`` (``counts``/``offsets`` per chunk from :func:`count_chunks` with the same ``t``), write each
-    non-empty output — values, int64 or int32 indices, ``width``-bit packed indices (``packed`` zeroed), the
+    non-empty output — values, int64 or int32 indices, ``width``-bit packed indices (``packed`` uninitialised), the
     dense decoded ``dec`` — and update ``a`` per ``zero_mode``."""
     sides = BitWriterSides(counts.size)
     run_chunks(_write_kernel, counts.size, a.size, a, t, nan_pass, PART, counts, offsets, limit, vals, idx, idx32, packed, width,
                sides.heads, sides.tails, sides.tail_pos, sides.firsts, sides.shared, zero_mode, dec)
     if packed.size:
-        sides.fixup(packed)
+        sides.fixup(packed, assign=True)  # every byte of ``packed`` is then written: it need not be zeroed

@@ -128,6 +128,26 @@ def test_dense_write_pass_equals_the_plain_selection(coding: str, zero_mode: int
         assert same_bits(b, residual)
 
 
+def test_fixed_body_in_reused_dirty_memory_is_exact(threads: int) -> None:
+    """The ``fixed`` body comes from the buffer pool uninitialised: a freed body full of 0xFF bytes,
+    taken again by a slightly smaller one, still yields the codec's bytes (the bytes that chunks
+    share are cleared before they are OR-ed, and every other byte is written)."""
+    import gc
+
+    n = 3_000_001  # a body of ~20 MB: the pooled mapping path
+    a = t3(n, 11)
+    t = kernels.f32_threshold(float(np.quantile(np.abs(a), 0.05)), True)
+    first = _sparse.select_encode(a.copy(), t, "fixed")
+    ptr = first.body.ctypes.data
+    first.body[:] = 0xFF
+    del first
+    gc.collect()
+    t2 = kernels.f32_threshold(float(np.quantile(np.abs(a), 0.06)), True)  # fewer pass: a smaller body
+    sel = _sparse.select_encode(a.copy(), t2, "fixed", want_idx=True)
+    assert sel.body.ctypes.data == ptr  # the dirty memory was taken again
+    assert sel.idx is not None and np.array_equal(sel.body, codec.encode_sparse(a[sel.idx], sel.idx, n, "fixed"))
+
+
 def test_nan_pass_counts_nan_as_candidate() -> None:
     a = t3(1000, 3)
     a[5] = np.nan
