@@ -91,6 +91,49 @@ def _bin_fields(eb, xb, mx, sign_mode, lf, lv, m, s64):  # pragma: no cover - nu
 
 
 @njit(**KERNEL)
+def _bin_signs(eb, xb, mx, scale, lf, m, s64, db):  # pragma: no cover - numba
+    """:func:`_bin_fields` and :func:`_bin_update` of one bin in ``sign_scale`` mode, fused: one
+    vectorised loop forms G, selects, leaves the residue G − Gq in ``eb`` (and Gq in ``db`` when
+    not empty) and marks each element's byte with its selection (bit 0) and sign (bit 1); the
+    selected fields are then read off those bytes.  The bin's elements are read and written once
+    instead of G being formed three times (pass 2 of the bench row: 1.51 → 1.25 ns per element
+    on one thread).  Returns the new m.
+    """
+    n = eb.size
+    s8 = s64.view(np.uint8)
+    nscale = -scale
+    if db.size > 0:
+        for i in range(n):
+            g = eb[i] + xb[i]
+            sel = (abs(g + xb[i]) >= mx) & (g != 0)
+            q = (scale if g > 0 else nscale) if sel else np.float32(0.0)
+            eb[i] = g - q
+            db[i] = q
+            s8[i] = np.uint8(sel) | (np.uint8(g < 0) << np.uint8(1))
+    else:
+        for i in range(n):
+            g = eb[i] + xb[i]
+            sel = (abs(g + xb[i]) >= mx) & (g != 0)
+            q = (scale if g > 0 else nscale) if sel else np.float32(0.0)
+            eb[i] = g - q
+            s8[i] = np.uint8(sel) | (np.uint8(g < 0) << np.uint8(1))
+    npad = ((n + 63) >> 6) << 6
+    for i in range(n, npad):
+        s8[i] = 0
+    low = np.uint64(0x0101010101010101)
+    for w in range(npad >> 6):
+        mask = np.uint64(0)
+        for t in range(8):  # bit 0 of bytes -> bits, as in :func:`_bin_fields`
+            mask |= (((s64[8 * w + t] & low) * np.uint64(0x0102040810204080)) >> np.uint64(56)) << np.uint64(8 * t)
+        while mask:
+            i = (w << 6) + np.int64(ctz64(mask))
+            mask &= mask - np.uint64(1)
+            lf[m] = (i << 1) | np.int64(s8[i] >> np.uint8(1))
+            m += 1
+    return m
+
+
+@njit(**KERNEL)
 def _bin_update(eb, xb, mx, scale, sign_mode, db):  # pragma: no cover - numba
     """eb = G − Gq for one bin (Gq = ±scale, or G when not ``sign_mode``, at the selected entries),
     and db = Gq (zero elsewhere) when ``db`` is not empty."""
@@ -130,8 +173,12 @@ def _adacomp_encode(c0, c1, e, x, L, per_item, gmax, item_pos, scale, sign_mode,
         for b in range(c * per_item, min(nbins, (c + 1) * per_item)):
             lo, hi = bounds(b, L, d)
             mx = gmax[b]
-            m = _bin_fields(e[lo:hi], x[lo:hi], mx, sign_mode, lf, lv, m, s64)
-            _bin_update(e[lo:hi], x[lo:hi], mx, scale, sign_mode, dec[lo:hi] if dec.size > 0 else empty)
+            db = dec[lo:hi] if dec.size > 0 else empty
+            if sign_mode:
+                m = _bin_signs(e[lo:hi], x[lo:hi], mx, scale, lf, m, s64, db)
+            else:
+                m = _bin_fields(e[lo:hi], x[lo:hi], mx, sign_mode, lf, lv, m, s64)
+                _bin_update(e[lo:hi], x[lo:hi], mx, scale, sign_mode, db)
         pos = item_pos[c]
         if width > 0:
             _pack_place(lf[:m], 0, mask, width, bit0 + pos * width, c, l32, out, heads, tails, tail_pos, firsts, shared)
