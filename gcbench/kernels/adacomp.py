@@ -15,7 +15,7 @@ import torch
 
 from gcbench.kernels.bits import BitWriterSides, _copy, _pack_place, as_words
 from gcbench.kernels.buffers import empty_f32_tensor, empty_maybe_zero, prefault
-from gcbench.kernels.runtime import KERNEL, bits_f32, bounds, ctz64, f32_bits, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, PARALLEL, bits_f32, bounds, ctz64, f32_bits, launches, njit, prange, run_chunks
 from gcbench.kernels.scatter import _fill_zero
 
 _ABS = np.int32(0x7FFFFFFF)  # the sign bit cleared: |v| as an int32 bit pattern
@@ -54,6 +54,13 @@ def _adacomp_stats(b0, b1, e, x, L, gmax, counts):  # pragma: no cover - numba
         mx = _bin_max(e[lo:hi], x[lo:hi])
         gmax[b] = mx
         counts[b] = _bin_count(e[lo:hi], x[lo:hi], mx)
+
+
+@launches(_adacomp_stats)
+@njit(**PARALLEL)
+def _adacomp_stats_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _adacomp_stats(n * p // nth, n * (p + 1) // nth, *args)
 
 
 @njit(**KERNEL)
@@ -186,6 +193,13 @@ def _adacomp_encode(c0, c1, e, x, L, per_item, gmax, item_pos, scale, sign_mode,
             _copy(vals[pos : pos + m], lv[:m])
 
 
+@launches(_adacomp_encode)
+@njit(**PARALLEL)
+def _adacomp_encode_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _adacomp_encode(n * p // nth, n * (p + 1) // nth, *args)
+
+
 def _items(counts: np.ndarray, L: int) -> tuple[int, np.ndarray]:
     """The work items of pass 2 and of the decode: (bins per item, fields before each item)."""
     per_item = max(1, _ITEM // L)
@@ -265,6 +279,13 @@ def _adacomp_decode(c0, c1, words, tailword, width, bit0, counts, per_item, item
                 else:
                     out[i] = vals[pos]
                 pos += 1
+
+
+@launches(_adacomp_decode)
+@njit(**PARALLEL)
+def _adacomp_decode_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _adacomp_decode(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def adacomp_decode(stream: np.ndarray, bit0: int, width: int, counts: np.ndarray, L: int, sign_mode: bool, scale: float,

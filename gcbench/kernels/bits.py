@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.buffers import prefault
-from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, n_chunks, n_parts, njit, prange, run_chunks, run_parallel
+from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, launches, n_chunks, n_parts, njit, prange, run_chunks, run_parallel
 
 _MASK64 = (1 << 64) - 1
 _U64 = np.uint64
@@ -436,6 +436,13 @@ def _pack_items_kernel(c0, c1, values, width, bit0, out, heads, tails, tail_pos,
                     firsts, shared)
 
 
+@launches(_pack_items_kernel)
+@njit(**PARALLEL)
+def _pack_items_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _pack_items_kernel(n * p // nth, n * (p + 1) // nth, *args)
+
+
 @njit(**KERNEL)
 def _pack_place(v, offset, mask, width, bit, c, l32, out, heads, tails, tail_pos, firsts, shared):  # pragma: no cover - numba
     """Work item c of a parallel bit writer: fields ``(v[j] + offset) & mask`` packed LSB first into the
@@ -528,6 +535,13 @@ def _read_fixed_kernel(c0, c1, words, tailword, width, bit0, out):  # pragma: no
             out[i] = np.int64(acc & mask)
             acc >>= np.uint64(width)
             nacc -= width
+
+
+@launches(_read_fixed_kernel)
+@njit(**PARALLEL)
+def _read_fixed_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _read_fixed_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def read_fixed(data: np.ndarray, width: int, count: int, bit0: int = 0) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.bits import BitWriterSides, _copy, _drain, _pack_place, _place
-from gcbench.kernels.runtime import KERNEL, PART, SUB, bounds, n_chunks, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, SUB, bounds, launches, n_chunks, njit, prange, run_chunks
 
 _F32_INF = np.float32(np.inf)
 _ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -59,6 +59,13 @@ def _count_kernel(c0, c1, a, t, nan_pass, chunk, counts):  # pragma: no cover - 
         counts[c] = _count_not_lt(b, t) if nan_pass else _count_ge(b, t)
 
 
+@launches(_count_kernel)
+@njit(**PARALLEL)
+def _count_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _count_kernel(n * p // nth, n * (p + 1) // nth, *args)
+
+
 @njit(**KERNEL)
 def _add_count_kernel(c0, c1, e, x, t, chunk, counts):  # pragma: no cover - numba
     """e += x over chunks c0..c1 (float32, as torch's ``add_``), then counts[c] = #{|e| >= t} of the chunk."""
@@ -70,6 +77,13 @@ def _add_count_kernel(c0, c1, e, x, t, chunk, counts):  # pragma: no cover - num
         for i in range(eb.size):
             eb[i] = eb[i] + xb[i]
         counts[c] = _count_ge(eb, t)
+
+
+@launches(_add_count_kernel)
+@njit(**PARALLEL)
+def _add_count_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _add_count_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def add_count(e: np.ndarray, x: np.ndarray, t: np.float32) -> np.ndarray:
@@ -298,6 +312,13 @@ def _write_kernel(c0, c1, a, t, nan_pass, chunk, counts, offsets, limit, vals, i
                 b[loc[q]] = v - v  # the residual a − decoded: 0, or NaN for ±inf/NaN as torch gives
         if do_pack:
             _pack_place(loc[:take], lo, _ALL_BITS, width, pos * width, c, l32, packed, heads, tails, tail_pos, firsts, shared)
+
+
+@launches(_write_kernel)
+@njit(**PARALLEL)
+def _write_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _write_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 _E_F32 = np.zeros(0, np.float32)
