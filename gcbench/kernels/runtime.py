@@ -114,6 +114,17 @@ def ctz64(typingctx, v):  # pragma: no cover - compiled
 
     return types.uint64(types.uint64), codegen
 
+
+if not NUMBA:  # the kernels run as plain Python (the torch path's decoders call a few): the bit casts as NumPy views
+    def f32_bits(x: Any) -> np.int32:  # type: ignore[no-redef]
+        """Plain-Python :func:`f32_bits`."""
+        return np.float32(x).view(np.int32)
+
+    def bits_f32(b: Any) -> np.float32:  # type: ignore[no-redef]
+        """Plain-Python :func:`bits_f32`."""
+        return np.int32(b).view(np.float32)
+
+
 PART = 1 << 16  # elements per work item (256 KiB of float32): fixed, so results do not depend on the thread count
 SUB = 1024  # elements per inner block: the uniforms and codes of one block stay in L1
 SERIAL_MAX = 1 << 20  # inputs below this run on the calling thread alone
