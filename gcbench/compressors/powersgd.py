@@ -151,7 +151,6 @@ def _mul_q_kernel(b0, b1, m, qt, out):  # pragma: no cover - numba
 
 
 @kernels.launches(_mul_q_kernel)
-@kernels.njit(**kernels.PARALLEL)
 def _mul_q_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in kernels.prange(nth):
         _mul_q_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -174,7 +173,6 @@ def _mul_t_kernel(c0, c1, m, p, per, parts):  # pragma: no cover - numba
 
 
 @kernels.launches(_mul_t_kernel)
-@kernels.njit(**kernels.PARALLEL)
 def _mul_t_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in kernels.prange(nth):
         _mul_t_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -214,7 +212,6 @@ def _recon_kernel(b0, b1, p, qt, out, subtract):  # pragma: no cover - numba
 
 
 @kernels.launches(_recon_kernel)
-@kernels.njit(**kernels.PARALLEL)
 def _recon_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in kernels.prange(nth):
         _recon_kernel(n * p // nth, n * (p + 1) // nth, *args)

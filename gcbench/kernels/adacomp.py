@@ -15,7 +15,7 @@ import torch
 
 from gcbench.kernels.bits import BitWriterSides, _copy, _pack_place, as_words
 from gcbench.kernels.buffers import empty_f32_tensor, empty_maybe_zero, prefault
-from gcbench.kernels.runtime import KERNEL, PARALLEL, bits_f32, bounds, ctz64, f32_bits, launches, njit, prange, run_chunks
+from gcbench.kernels.runtime import KERNEL, bits_f32, bounds, ctz64, f32_bits, launches, njit, prange, run_chunks
 from gcbench.kernels.scatter import _fill_zero
 
 _ABS = np.int32(0x7FFFFFFF)  # the sign bit cleared: |v| as an int32 bit pattern
@@ -57,7 +57,6 @@ def _adacomp_stats(b0, b1, e, x, L, gmax, counts):  # pragma: no cover - numba
 
 
 @launches(_adacomp_stats)
-@njit(**PARALLEL)
 def _adacomp_stats_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _adacomp_stats(n * p // nth, n * (p + 1) // nth, *args)
@@ -194,7 +193,6 @@ def _adacomp_encode(c0, c1, e, x, L, per_item, gmax, item_pos, scale, sign_mode,
 
 
 @launches(_adacomp_encode)
-@njit(**PARALLEL)
 def _adacomp_encode_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _adacomp_encode(n * p // nth, n * (p + 1) // nth, *args)
@@ -282,7 +280,6 @@ def _adacomp_decode(c0, c1, words, tailword, width, bit0, counts, per_item, item
 
 
 @launches(_adacomp_decode)
-@njit(**PARALLEL)
 def _adacomp_decode_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _adacomp_decode(n * p // nth, n * (p + 1) // nth, *args)

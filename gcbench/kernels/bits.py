@@ -437,7 +437,6 @@ def _pack_items_kernel(c0, c1, values, width, bit0, out, heads, tails, tail_pos,
 
 
 @launches(_pack_items_kernel)
-@njit(**PARALLEL)
 def _pack_items_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _pack_items_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -538,7 +537,6 @@ def _read_fixed_kernel(c0, c1, words, tailword, width, bit0, out):  # pragma: no
 
 
 @launches(_read_fixed_kernel)
-@njit(**PARALLEL)
 def _read_fixed_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _read_fixed_kernel(n * p // nth, n * (p + 1) // nth, *args)

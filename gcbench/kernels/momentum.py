@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, launches, n_chunks, njit, prange, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, bounds, launches, n_chunks, njit, prange, run_chunks
 from gcbench.kernels.select import _count_ge
 from gcbench.kernels.stats import _chunk_sizes, _combine_std, _mean_m2
 
@@ -46,7 +46,6 @@ def _momentum_kernel(c0, c1, u, v, x, m, coef, use_coef, t, stats, chunk, counts
 
 
 @launches(_momentum_kernel)
-@njit(**PARALLEL)
 def _momentum_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _momentum_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -64,7 +63,6 @@ def _momentum_sample_kernel(c0, c1, u, v, x, m, coef, use_coef, start, stride, o
 
 
 @launches(_momentum_sample_kernel)
-@njit(**PARALLEL)
 def _momentum_sample_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _momentum_sample_kernel(n * p // nth, n * (p + 1) // nth, *args)

@@ -182,18 +182,19 @@ _LAUNCHERS: dict[Any, Callable[..., Any]] = {}
 
 
 def launches(kernel: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the decorated :data:`PARALLEL` function as the launcher of the :data:`KERNEL` item kernel ``kernel``.
+    """Compile the decorated function as :data:`PARALLEL` and register it as the launcher of the
+    :data:`KERNEL` item kernel ``kernel`` (what :func:`run_chunks` runs above the cut-off).
 
     The launcher is written once per kernel, at module level (numba caches it; one generic launcher
     taking the kernel as an argument, or a closure over it, is recompiled in every process)::
 
         @launches(_k)
-        @njit(**PARALLEL)
         def _k_par(nth, n, *args):
             for p in prange(nth):
                 _k(n * p // nth, n * (p + 1) // nth, *args)
     """
-    def register(launch: Callable[..., Any]) -> Callable[..., Any]:
+    def register(f: Callable[..., Any]) -> Callable[..., Any]:
+        launch = njit(**PARALLEL)(f)
         _LAUNCHERS[kernel] = launch
         return launch
     return register

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.bits import _U64, _stream_field, as_words
-from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, launches, n_chunks, njit, prange, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, bounds, launches, n_chunks, njit, prange, run_chunks
 from gcbench.kernels.select import _E_F32
 
 
@@ -113,7 +113,6 @@ def _unpack_scatter_kernel(p0, p1, words, tailwords, n_main, width, vals, out, p
 
 
 @launches(_unpack_scatter_kernel)
-@njit(**PARALLEL)
 def _unpack_scatter_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _unpack_scatter_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -165,7 +164,6 @@ def _fill_kernel(c0, c1, out, chunk):  # pragma: no cover - numba
 
 
 @launches(_fill_kernel)
-@njit(**PARALLEL)
 def _fill_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _fill_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -196,7 +194,6 @@ def _scatter_kernel(c0, c1, out, idx, vals, scale, use_scale, mode, bad):  # pra
 
 
 @launches(_scatter_kernel)
-@njit(**PARALLEL)
 def _scatter_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _scatter_kernel(n * p // nth, n * (p + 1) // nth, *args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.bits import BitWriterSides, _copy, _drain, _pack_place, _place
-from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, SUB, bounds, launches, n_chunks, njit, prange, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, SUB, bounds, launches, n_chunks, njit, prange, run_chunks
 
 _F32_INF = np.float32(np.inf)
 _ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -60,7 +60,6 @@ def _count_kernel(c0, c1, a, t, nan_pass, chunk, counts):  # pragma: no cover - 
 
 
 @launches(_count_kernel)
-@njit(**PARALLEL)
 def _count_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _count_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -80,7 +79,6 @@ def _add_count_kernel(c0, c1, e, x, t, chunk, counts):  # pragma: no cover - num
 
 
 @launches(_add_count_kernel)
-@njit(**PARALLEL)
 def _add_count_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _add_count_kernel(n * p // nth, n * (p + 1) // nth, *args)
@@ -315,7 +313,6 @@ def _write_kernel(c0, c1, a, t, nan_pass, chunk, counts, offsets, limit, vals, i
 
 
 @launches(_write_kernel)
-@njit(**PARALLEL)
 def _write_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _write_kernel(n * p // nth, n * (p + 1) // nth, *args)

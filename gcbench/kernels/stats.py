@@ -266,7 +266,6 @@ def _mean_m2_kernel(c0, c1, v, chunk, means, m2s):  # pragma: no cover - numba
 
 
 @launches(_mean_m2_kernel)
-@njit(**PARALLEL)
 def _mean_m2_kernel_par(nth, n, *args):  # pragma: no cover - numba
     for p in prange(nth):
         _mean_m2_kernel(n * p // nth, n * (p + 1) // nth, *args)
