@@ -76,7 +76,7 @@ def select_encode(a: np.ndarray, t: np.float32 | None, coding: str | None, *, co
     width = codec.index_width(d)
     body, packed, idx32 = _E_U8, _E_U8, _E_I32
     if coding == "fixed" and direct:
-        body = prefault(np.zeros(4 * k + codec.packed_nbytes(k, width), np.uint8))  # zeroed: shared bytes are OR-ed in
+        body = kernels.empty(4 * k + codec.packed_nbytes(k, width), torch.uint8).numpy()  # every byte written by select_write
         vals, packed = body[: 4 * k].view(np.float32), body[4 * k :]
     elif coding == "int32":
         body = prefault(np.empty(8 * k, np.uint8))

@@ -150,6 +150,12 @@ def _mul_q_kernel(b0, b1, m, qt, out):  # pragma: no cover - numba
                 out[i, k_] = _dot4(row, qt[k_])
 
 
+@kernels.launches(_mul_q_kernel)
+def _mul_q_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in kernels.prange(nth):
+        _mul_q_kernel(n * p // nth, n * (p + 1) // nth, *args)
+
+
 @kernels.njit(**kernels.KERNEL)
 def _mul_t_kernel(c0, c1, m, p, per, parts):  # pragma: no cover - numba
     """parts[c, k, j] = Σ_{i in part c} m[i, j]·p[i, k] (float64); part c holds rows [c·per, (c+1)·per)."""
@@ -164,6 +170,12 @@ def _mul_t_kernel(c0, c1, m, p, per, parts):  # pragma: no cover - numba
                 a = acc[k_]
                 for j in range(cols):
                     a[j] += np.float64(row[j]) * pil
+
+
+@kernels.launches(_mul_t_kernel)
+def _mul_t_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in kernels.prange(nth):
+        _mul_t_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 @kernels.njit(**kernels.KERNEL)
@@ -197,6 +209,12 @@ def _recon_kernel(b0, b1, p, qt, out, subtract):  # pragma: no cover - numba
             else:
                 for j in range(cols):
                     o[j] = np.float32(tmp[j])
+
+
+@kernels.launches(_recon_kernel)
+def _recon_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in kernels.prange(nth):
+        _recon_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def _row_blocks(rows: int) -> int:

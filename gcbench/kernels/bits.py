@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.buffers import prefault
-from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, n_chunks, n_parts, njit, prange, run_chunks, run_parallel
+from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, launches, n_chunks, n_parts, njit, prange, run_chunks, run_parallel
 
 _MASK64 = (1 << 64) - 1
 _U64 = np.uint64
@@ -348,8 +348,15 @@ def write_records(records: np.ndarray, pattern: np.ndarray) -> np.ndarray:
 
 
 @njit(**KERNEL)
-def _fixup(out, heads, tails, tail_pos, firsts, shared):  # pragma: no cover - numba
-    """OR the bytes that chunks share with a neighbour into the stream (serial, one per chunk)."""
+def _fixup(out, heads, tails, tail_pos, firsts, shared, assign):  # pragma: no cover - numba
+    """OR the bytes that chunks share with a neighbour into the stream (serial, one per chunk);
+    with ``assign`` those bytes are cleared first (a stream written into uninitialised memory)."""
+    if assign:
+        for c in range(heads.size):
+            if shared[c]:
+                out[firsts[c]] = 0
+            if tail_pos[c] >= 0:
+                out[tail_pos[c]] = 0
     for c in range(heads.size):
         if shared[c]:
             out[firsts[c]] |= heads[c]
@@ -367,8 +374,9 @@ class BitWriterSides:
         self.firsts = np.zeros(n, np.int64)
         self.shared = np.zeros(n, np.bool_)
 
-    def fixup(self, out: np.ndarray) -> None:
-        _fixup(out, self.heads, self.tails, self.tail_pos, self.firsts, self.shared)
+    def fixup(self, out: np.ndarray, assign: bool = False) -> None:
+        """OR the shared bytes into ``out``; ``assign``: ``out`` was not zeroed (clear them first)."""
+        _fixup(out, self.heads, self.tails, self.tail_pos, self.firsts, self.shared, assign)
 
 
 # A work item packs its fields into a local word buffer (``l32``), starting at bit ``s`` = its
@@ -426,6 +434,12 @@ def _pack_items_kernel(c0, c1, values, width, bit0, out, heads, tails, tail_pos,
         lo = c * _PACK_ITEM
         _pack_place(values[lo : min(lo + _PACK_ITEM, n)], 0, mask, width, bit0 + lo * width, c, l32, out, heads, tails, tail_pos,
                     firsts, shared)
+
+
+@launches(_pack_items_kernel)
+def _pack_items_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _pack_items_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 @njit(**KERNEL)
@@ -520,6 +534,12 @@ def _read_fixed_kernel(c0, c1, words, tailword, width, bit0, out):  # pragma: no
             out[i] = np.int64(acc & mask)
             acc >>= np.uint64(width)
             nacc -= width
+
+
+@launches(_read_fixed_kernel)
+def _read_fixed_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _read_fixed_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def read_fixed(data: np.ndarray, width: int, count: int, bit0: int = 0) -> np.ndarray:

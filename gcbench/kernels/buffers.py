@@ -29,6 +29,8 @@ _HUGE_MIN = 8 << 20  # below this, malloc's heap serves allocations without fres
 #: cnn suite instead of 1.2x).
 POOL_BYTES = 512 << 20
 POOL_ENTRIES = 16
+#: A pooled mapping serves a buffer up to 1/POOL_SLACK (and one huge page) smaller than it holds.
+POOL_SLACK = 8
 _returned: collections.deque[tuple[int, mmap.mmap]] = collections.deque()  # filled by finalizers
 _pool: list[tuple[int, mmap.mmap]] = []
 _pool_lock = threading.Lock()
@@ -38,42 +40,50 @@ def _huge_ok(nbytes: int) -> bool:
     return nbytes >= _HUGE_MIN and hasattr(mmap, "MADV_HUGEPAGE") and os.name == "posix"
 
 
-def _recycle(size: int, mm: mmap.mmap) -> None:
+def _recycle(capacity: int, mm: mmap.mmap) -> None:
     """Finalizer of a buffer's array: hand its mapping back (no lock: it may run inside any
     allocation, in any thread; ``deque.append`` is atomic)."""
-    _returned.append((size, mm))
+    _returned.append((capacity, mm))
 
 
-def _take_mapping(size: int) -> mmap.mmap | None:
-    """A freed mapping of exactly ``size`` bytes, if one is pooled (the pool is trimmed here)."""
+def _take_mapping(nbytes: int) -> mmap.mmap | None:
+    """The smallest freed mapping that holds ``nbytes`` with at most :data:`POOL_SLACK` of it to
+    spare, if one is pooled (the pool is trimmed here).
+
+    Not only an exact size: a sparsifier's body changes size with its count from step to step
+    (threshold's first step selects fewer than the next), and a mapping kept but never taken
+    again only holds memory (the bench's peak grew by a whole body when reuse needed the exact size).
+    """
     with _pool_lock:
         while _returned:
             _pool.append(_returned.popleft())
-        total = sum(sz for sz, _ in _pool)
+        total = sum(len(mm) for _, mm in _pool)
         while _pool and (len(_pool) > POOL_ENTRIES or total > POOL_BYTES):
-            total -= _pool.pop(0)[0]  # the oldest goes; it is unmapped when collected
-        for i in range(len(_pool) - 1, -1, -1):
-            if _pool[i][0] == size:
-                return _pool.pop(i)[1]
+            total -= len(_pool.pop(0)[1])  # the oldest goes; it is unmapped when collected
+        best = -1
+        for i, (cap, _) in enumerate(_pool):
+            if nbytes <= cap <= nbytes + nbytes // POOL_SLACK + _HUGE and (best < 0 or cap <= _pool[best][0]):  # the latest freed of equals
+                best = i
+        if best >= 0:
+            return _pool.pop(best)[1]
     return None
 
 
 def _buffer(nbytes: int) -> tuple[torch.Tensor, bool]:
     """(uint8 tensor of ``nbytes`` on huge pages, whether its memory was used before)."""
-    size = nbytes + _HUGE
-    mm = _take_mapping(size) if POOL_BYTES > 0 else None
+    mm = _take_mapping(nbytes) if POOL_BYTES > 0 else None
     reused = mm is not None
-    if mm is None:
-        mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if mm is None:  # whole huge pages and the alignment's slack: a slightly larger buffer fits it later
+        mm = mmap.mmap(-1, -(-nbytes // _HUGE) * _HUGE + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     raw = np.frombuffer(mm, dtype=np.uint8)  # the array (and every view of it) keeps ``mm`` alive
     off = (-raw.ctypes.data) % _HUGE
     if not reused:
         try:
-            mm.madvise(mmap.MADV_HUGEPAGE, off, nbytes)
+            mm.madvise(mmap.MADV_HUGEPAGE, off, len(mm) - off)
         except (OSError, ValueError):  # pragma: no cover - no THP: small pages, still correct
             pass
     if POOL_BYTES > 0:
-        weakref.finalize(raw, _recycle, size, mm).atexit = False
+        weakref.finalize(raw, _recycle, len(mm) - off, mm).atexit = False
     return torch.from_numpy(raw[off : off + nbytes]), reused
 
 
@@ -84,8 +94,8 @@ def empty(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     ``MADV_HUGEPAGE`` (a per-buffer hint that the machine's THP mode "madvise" honours): the
     first write faults 2 MiB at a time (a fresh 100 MB output: 6 ms here against 22–28 ms with
     4 KiB pages).  When the tensor (and every view of it) is freed, the mapping goes to a small
-    pool (:data:`POOL_BYTES`, :data:`POOL_ENTRIES`) and the next buffer of the same size reuses
-    it without faulting again — a caching allocator for these outputs only: a buffer is reused
+    pool (:data:`POOL_BYTES`, :data:`POOL_ENTRIES`) and the next buffer of about the same size
+    (:data:`POOL_SLACK`) reuses it without faulting again — a caching allocator for these outputs only: a buffer is reused
     only after its last reference is gone, so nothing a caller holds is ever overwritten.
     Small buffers, and systems without the advice, use ``torch.empty``.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PART, bounds, n_chunks, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, bounds, launches, n_chunks, njit, prange, run_chunks
 from gcbench.kernels.select import _count_ge
 from gcbench.kernels.stats import _chunk_sizes, _combine_std, _mean_m2
 
@@ -45,6 +45,12 @@ def _momentum_kernel(c0, c1, u, v, x, m, coef, use_coef, t, stats, chunk, counts
             counts[c] = _count_ge(vb, t)
 
 
+@launches(_momentum_kernel)
+def _momentum_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _momentum_kernel(n * p // nth, n * (p + 1) // nth, *args)
+
+
 @njit(**KERNEL)
 def _momentum_sample_kernel(c0, c1, u, v, x, m, coef, use_coef, start, stride, out):  # pragma: no cover - numba
     """out[j] = |v_new| at position start + j·stride (items of 4096 samples), without writing u or v."""
@@ -54,6 +60,12 @@ def _momentum_sample_kernel(c0, c1, u, v, x, m, coef, use_coef, start, stride, o
         for j in range(lo, min(lo + 4096, ns)):
             i = start + j * stride
             out[j] = abs(v[i] + _u_new(u[i], x[i], m, coef, use_coef))
+
+
+@launches(_momentum_sample_kernel)
+def _momentum_sample_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _momentum_sample_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def _f32(value: float | None) -> tuple[np.float32, bool]:

@@ -3,30 +3,40 @@
 Everything that decides *how* a kernel runs is here, once: whether numba kernels run at all
 (:data:`NUMBA`, from the switch ``GCBENCH_KERNELS`` and whether numba imports), how many threads a
 call may use (:func:`workers`, with the one serial cut-off :data:`SERIAL_MAX`), the fixed work
-unit :data:`PART`, and the two ways a kernel runs on those threads:
+unit :data:`PART`, and the one thread pool every kernel runs on — numba's (OpenMP) pool — in two
+shapes:
 
 * :data:`PARALLEL` kernels (the dense ones: quantizers, sign and 1-bit, statistics, bit packing,
-  the generator, top-k's histograms) are a numba ``prange`` over fixed parts, run on numba's
-  OpenMP pool by :func:`run_parallel`.  A Python pool running the same bodies as serial nogil
-  kernels was measured on the 25.6M-element bench (issue 15, quiet machine): signSGD 1.01→1.48×
-  a copy, natural 4.04→6.32×, 1-bit SGD 3.02→4.96×, QSGD 4.33→5.50×.
+  the generator, top-k's histograms) are a numba ``prange`` over fixed parts, run by
+  :func:`run_parallel`.  A Python pool running the same bodies as serial nogil kernels was
+  measured on the 25.6M-element bench (issue 15, quiet machine): signSGD 1.01→1.48× a copy,
+  natural 4.04→6.32×, 1-bit SGD 3.02→4.96×, QSGD 4.33→5.50×.
 * :data:`KERNEL` kernels over variable-size items (the sparse writers and scatters, AdaComp's
-  bins, PowerSGD's row blocks) take an item range ``(i0, i1)`` and run on the calling thread and a
-  small Python pool (:func:`run_chunks`), as they did before the package; on the same bench they
-  were no slower (topk 4.45→4.32×, threshold 9.75→8.27×, adacomp 7.32→7.58×).
+  bins, PowerSGD's row blocks) take an item range ``(i0, i1)``; :func:`run_chunks` runs them on
+  the calling thread alone below the cut-off, else through a ``prange`` launcher written once per
+  kernel (:func:`launches`), one contiguous range of items per thread.  They ran on a Python
+  ``ThreadPoolExecutor`` until issue 15's thread-model A/B: whole compress / decompress of the
+  25.6M-element tensor as ×copy, medians of 5 rounds per process, three processes per variant
+  alternated (load 1.1–1.3 on the 2 shared cores; spread between processes of one variant up to
+  ±10%), Python pool → numba pool: compress topk 4.55→4.25 (a second run of 4 processes each:
+  4.08→4.33), dgc 4.94→3.34, graddrop 5.29→4.39, threshold 8.38→7.35, sdagc 4.85→3.29,
+  topk_dither 5.58→5.91 (second run 6.38→6.05), randomk 0.90→0.90, adacomp 6.01→4.57, powersgd
+  7.71→6.31; decompress topk 1.33→0.74, threshold 4.24→2.85, adacomp 2.68→1.45, powersgd
+  3.27→1.71, the others equal or lower.  One pool also stops the two from spinning against each
+  other in a compressor that uses both (an A/B interleaved in one process slowed whichever
+  variant ran after the other's pool had been busy, so it was measured process by process).
 
-A generic ``prange`` launcher taking the kernel as an argument was tried and dropped: numba
-cannot cache a function specialised on a dispatcher argument (every process recompiled it and
-the cache index grew until loading it raised ``ReferenceError``).  Work is cut into fixed parts,
-never by thread count, so results (float sums included) do not depend on the number of threads.
+A generic ``prange`` launcher taking the kernel as an argument, or a closure over it, was tried
+and dropped: numba cannot cache either (every process recompiled it and the cache index grew
+until loading it raised ``ReferenceError``), hence one small launcher per kernel.  Work is cut
+into fixed parts, never by thread count, so results (float sums included) do not depend on the
+number of threads.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -104,10 +114,21 @@ def ctz64(typingctx, v):  # pragma: no cover - compiled
 
     return types.uint64(types.uint64), codegen
 
+
+if not NUMBA:  # the kernels run as plain Python (the torch path's decoders call a few): the bit casts as NumPy views
+    def f32_bits(x: Any) -> np.int32:  # type: ignore[no-redef]
+        """Plain-Python :func:`f32_bits`."""
+        return np.float32(x).view(np.int32)
+
+    def bits_f32(b: Any) -> np.float32:  # type: ignore[no-redef]
+        """Plain-Python :func:`bits_f32`."""
+        return np.int32(b).view(np.float32)
+
+
 PART = 1 << 16  # elements per work item (256 KiB of float32): fixed, so results do not depend on the thread count
 SUB = 1024  # elements per inner block: the uniforms and codes of one block stay in L1
 SERIAL_MAX = 1 << 20  # inputs below this run on the calling thread alone
-KERNEL = dict(nogil=True, cache=True)  # a serial kernel over a range of items, which :func:`run_chunks` runs on its threads
+KERNEL = dict(nogil=True, cache=True)  # a serial kernel over a range of items, which :func:`run_chunks` runs on numba's pool
 PARALLEL = dict(parallel=True, cache=True)  # a kernel whose ``prange`` over fixed parts :func:`run_parallel` runs on numba's pool
 
 
@@ -157,38 +178,42 @@ def run_parallel(kernel: Callable[..., Any], numel: int, *args: Any) -> None:
     kernel(*args)
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_pool_lock = threading.Lock()
+_LAUNCHERS: dict[Any, Callable[..., Any]] = {}
 
 
-def _get_pool(size: int) -> ThreadPoolExecutor:
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool is None or _pool_size < size:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="gcbench-kernels")
-            _pool_size = size
-        return _pool
+def launches(kernel: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Compile the decorated function as :data:`PARALLEL` and register it as the launcher of the
+    :data:`KERNEL` item kernel ``kernel`` (what :func:`run_chunks` runs above the cut-off).
+
+    The launcher is written once per kernel, at module level (numba caches it; one generic launcher
+    taking the kernel as an argument, or a closure over it, is recompiled in every process)::
+
+        @launches(_k)
+        def _k_par(nth, n, *args):
+            for p in prange(nth):
+                _k(n * p // nth, n * (p + 1) // nth, *args)
+    """
+    def register(f: Callable[..., Any]) -> Callable[..., Any]:
+        launch = njit(**PARALLEL)(f)
+        _LAUNCHERS[kernel] = launch
+        return launch
+    return register
 
 
 def run_chunks(kernel: Callable[..., Any], n_items: int, numel: int, *args: Any) -> None:
-    """Run the :data:`KERNEL` kernel ``kernel(i0, i1, *args)`` over ``[0, n_items)``, one contiguous
-    range per thread: the calling thread and a small Python pool, the GIL released inside.
-
-    ``numel`` (the elements the items cover) decides by :func:`workers` whether threads are worth starting.
+    """Run the :data:`KERNEL` item kernel ``kernel(i0, i1, *args)`` over ``[0, n_items)``: on the calling
+    thread alone when :func:`workers` gives one thread for ``numel`` elements (the items cover them),
+    else through its :func:`launches` launcher on numba's pool, one contiguous range of items per
+    thread — the same pool as :func:`run_parallel`, so there is one thread model.
     """
     t = workers(numel, n_items)
-    if t <= 1:
+    if t <= 1 or not NUMBA:
         kernel(0, n_items, *args)
         return
-    bounds = [n_items * i // t for i in range(t + 1)]
-    pool = _get_pool(t - 1)
-    futures = [pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, t)]
-    kernel(bounds[0], bounds[1], *args)
-    for f in futures:
-        f.result()
+    nth = min(t, numba.config.NUMBA_NUM_THREADS)
+    if numba.get_num_threads() != nth:
+        numba.set_num_threads(nth)
+    _LAUNCHERS[kernel](nth, n_items, *args)
 
 
 @njit(inline="always")

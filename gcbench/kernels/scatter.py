@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcbench.kernels.bits import _U64, _stream_field, as_words
-from gcbench.kernels.runtime import KERNEL, PART, bounds, n_chunks, njit, run_chunks
+from gcbench.kernels.runtime import KERNEL, PART, bounds, launches, n_chunks, njit, prange, run_chunks
 from gcbench.kernels.select import _E_F32
 
 
@@ -112,6 +112,12 @@ def _unpack_scatter_kernel(p0, p1, words, tailwords, n_main, width, vals, out, p
         skipped[p] = _scatter_span(words, tailwords, n_main, width, vals, out, j0, j1, lo, hi - 1 - lo)
 
 
+@launches(_unpack_scatter_kernel)
+def _unpack_scatter_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _unpack_scatter_kernel(n * p // nth, n * (p + 1) // nth, *args)
+
+
 def unpack_scatter(data: np.ndarray, width: int, vals: np.ndarray, out: np.ndarray, clear: bool) -> int:
     """``out[f_i] = vals[i]`` in field order for the ``vals.size`` width-bit (1..32) fields f_i packed
     LSB first in ``data`` (at least ``packed_nbytes(vals.size, width)`` bytes), every other element
@@ -157,6 +163,12 @@ def _fill_kernel(c0, c1, out, chunk):  # pragma: no cover - numba
         _fill_zero(out[lo : min(lo + chunk, n)])
 
 
+@launches(_fill_kernel)
+def _fill_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _fill_kernel(n * p // nth, n * (p + 1) // nth, *args)
+
+
 _SET, _SUB, _ZERO = 0, 1, 2  # what :func:`_scatter_kernel` does at each index
 _ITEM = 4096  # entries per work item of the scatters
 
@@ -179,6 +191,12 @@ def _scatter_kernel(c0, c1, out, idx, vals, scale, use_scale, mode, bad):  # pra
                 out[j] = out[j] - vals[i]
             else:
                 out[j] = 0.0
+
+
+@launches(_scatter_kernel)
+def _scatter_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _scatter_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def _scatter(out: np.ndarray, idx: np.ndarray, vals: np.ndarray | None, scale: float, mode: int, parallel: bool) -> int:

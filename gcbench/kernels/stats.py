@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, n_chunks, njit, prange, run_chunks, run_parallel
+from gcbench.kernels.runtime import KERNEL, PARALLEL, PART, bounds, launches, n_chunks, njit, prange, run_chunks, run_parallel
 
 # ----------------------------------------------------------------------------- reductions
 
@@ -263,6 +263,12 @@ def _mean_m2_kernel(c0, c1, v, chunk, means, m2s):  # pragma: no cover - numba
     for c in range(c0, c1):
         lo = c * chunk
         means[c], m2s[c] = _mean_m2(v[lo : min(lo + chunk, n)])
+
+
+@launches(_mean_m2_kernel)
+def _mean_m2_kernel_par(nth, n, *args):  # pragma: no cover - numba
+    for p in prange(nth):
+        _mean_m2_kernel(n * p // nth, n * (p + 1) // nth, *args)
 
 
 def _combine_std(counts: np.ndarray, means: np.ndarray, m2s: np.ndarray) -> float:

@@ -54,6 +54,9 @@ def test_encode_and_decode_equal_torch_with_special_values(quantize: str, L: int
     assert fast_body.tobytes() == body.tobytes()
     assert decoded is not None and same_bits(decoded, gq.numpy())
     assert same_bits(e_fast, residue.numpy())
+    e_plain = e.copy()  # without the decoded tensor (the compress path's loop)
+    plain_body, none = adacomp_fast_encode(x, e_plain, L, quantize, False)
+    assert none is None and plain_body.tobytes() == body.tobytes() and same_bits(e_plain, residue.numpy())
     sign_mode = quantize == "sign_scale"
     nbins = -(-x.size // L)
     cw, ew = count_width(L), index_width(L) + (1 if sign_mode else 0)

@@ -52,8 +52,14 @@ def test_freed_buffers_are_reused_only_after_their_last_reference_is_gone() -> N
     gc.collect()
     d = kernels.empty(n)
     assert d.data_ptr() == cp  # reused: no new mapping, no new page faults
-    e = kernels.empty(n + 1)  # another size never takes it
-    assert e.data_ptr() != cp
+    del d
+    gc.collect()
+    e = kernels.empty(n + 1000)  # a slightly larger buffer fits in the mapping's last huge page
+    assert e.data_ptr() == cp
+    del e
+    gc.collect()
+    assert kernels.empty(buffers._HUGE_MIN // 4 + 1).data_ptr() != cp  # a much smaller one never takes it (the rest would sit idle)
+    assert kernels.empty(2 * n).data_ptr() != cp  # nor a larger one
 
 
 def test_empty_maybe_zero_says_when_the_buffer_is_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,6 +87,67 @@ def test_select_encode_limit_zero_modes_and_nan() -> None:
             assert np.all(changed[fin] == 0) and np.all(np.isnan(changed[~fin]))
 
 
+@pytest.mark.parametrize("decoded", [False, True])
+@pytest.mark.parametrize("nan_pass", [False, True])
+@pytest.mark.parametrize("zero_mode", [0, 1, 2])
+@pytest.mark.parametrize("coding", ["fixed", "int32"])
+def test_dense_write_pass_equals_the_plain_selection(coding: str, zero_mode: int, nan_pass: bool, decoded: bool,
+                                                     threads: int) -> None:
+    """Chunks where most elements pass take the one-pass dense writer: every output (body, indices,
+    values, decoded tensor, the state update) equals the plain selection bit for bit, with NaN, ±inf
+    and -0.0 in the data, and a ``limit`` that cuts a chunk in the middle (that chunk takes the
+    collect-then-write path, the others the dense one)."""
+    a = t3(N, 9)
+    a[[3, 70_000, 699_999]] = np.nan
+    a[[4, 70_001]] = np.inf
+    a[[5, 140_000]] = -np.inf
+    a[[6, 7, 200_000]] = -0.0
+    thr = float(np.quantile(np.abs(a[np.isfinite(a)]), 0.1))  # about 90% pass: dense chunks
+    mag = np.abs(a)
+    passing = np.flatnonzero((mag >= np.float32(thr)) | (nan_pass & np.isnan(a)))
+    for limit in (None, int(passing.size * 0.37)):
+        want = passing if limit is None else passing[:limit]
+        b = a.copy()
+        sel = _sparse.select_encode(b, kernels.f32_threshold(thr, False), coding, limit=limit, zero_mode=zero_mode,
+                                    want_decoded=decoded, want_idx=coding == "int32", nan_pass=nan_pass)
+        assert sel.count == passing.size and sel.k == want.size
+        assert np.array_equal(sel.body, codec.encode_sparse(a[want], want, N, coding))
+        if coding == "int32":  # the int64 indices and values asked for besides the body
+            assert sel.idx is not None and sel.vals is not None
+            assert np.array_equal(sel.idx, want) and same_bits(sel.vals, a[want])
+        if decoded:
+            dense = np.zeros(N, np.float32)
+            dense[want] = a[want]
+            assert sel.decoded is not None and same_bits(sel.decoded, dense)
+        residual = a.copy()
+        if zero_mode == 1:
+            residual[want] = 0.0
+        elif zero_mode == 2:
+            with np.errstate(invalid="ignore"):
+                residual[want] = a[want] - a[want]  # NaN where a is ±inf or NaN
+        assert same_bits(b, residual)
+
+
+def test_fixed_body_in_reused_dirty_memory_is_exact(threads: int) -> None:
+    """The ``fixed`` body comes from the buffer pool uninitialised: a freed body full of 0xFF bytes,
+    taken again by a slightly smaller one, still yields the codec's bytes (the bytes that chunks
+    share are cleared before they are OR-ed, and every other byte is written)."""
+    import gc
+
+    n = 3_000_001  # a body of ~20 MB: the pooled mapping path
+    a = t3(n, 11)
+    t = kernels.f32_threshold(float(np.quantile(np.abs(a), 0.05)), True)
+    first = _sparse.select_encode(a.copy(), t, "fixed")
+    ptr = first.body.ctypes.data
+    first.body[:] = 0xFF
+    del first
+    gc.collect()
+    t2 = kernels.f32_threshold(float(np.quantile(np.abs(a), 0.06)), True)  # fewer pass: a smaller body
+    sel = _sparse.select_encode(a.copy(), t2, "fixed", want_idx=True)
+    assert sel.body.ctypes.data == ptr  # the dirty memory was taken again
+    assert sel.idx is not None and np.array_equal(sel.body, codec.encode_sparse(a[sel.idx], sel.idx, n, "fixed"))
+
+
 def test_nan_pass_counts_nan_as_candidate() -> None:
     a = t3(1000, 3)
     a[5] = np.nan

@@ -124,6 +124,42 @@ def test_parallel_kernels_run_on_the_threads_workers_gives(monkeypatch: pytest.M
     assert seen == [1, two, 1]
 
 
+def test_item_kernels_run_on_numbas_pool_through_their_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_chunks: the kernel itself over every item below the cut-off; above it, its registered
+    launcher on numba's pool with the threads :func:`runtime.workers` gives, the items split into
+    contiguous ranges that cover each item once."""
+    import numba
+
+    @numba.njit(nogil=True)
+    def kernel(i0: int, i1: int, out: np.ndarray) -> None:  # pragma: no cover - numba
+        for i in range(i0, i1):
+            out[i] += 1
+
+    calls: list[int] = []
+
+    def launch(nth: int, n: int, out: np.ndarray) -> None:  # the shape of every launcher, run here in Python
+        calls.append(numba.get_num_threads())
+        for p in range(nth):
+            kernel(n * p // nth, n * (p + 1) // nth, out)
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setitem(runtime._LAUNCHERS, kernel, launch)
+    out = np.zeros(7, np.int64)
+    runtime.run_chunks(kernel, 7, runtime.SERIAL_MAX - 1, out)  # small: no launcher
+    assert calls == [] and out.tolist() == [1] * 7
+    runtime.run_chunks(kernel, 7, runtime.SERIAL_MAX, out)
+    assert calls == [min(2, numba.config.NUMBA_NUM_THREADS)] and out.tolist() == [2] * 7
+
+
+def test_every_item_kernel_has_a_cached_launcher() -> None:
+    """Each registered launcher is a cached numba ``prange`` function (one per kernel, never generic)."""
+    import gcbench.compressors.powersgd  # noqa: F401  (its row-block kernels register theirs)
+
+    assert len(runtime._LAUNCHERS) >= 17
+    for kernel, launch in runtime._LAUNCHERS.items():
+        assert launch is not kernel and launch.targetoptions.get("parallel") and launch._cache.__class__.__name__ != "NullCache"
+
+
 def test_the_package_imports_nothing_above_it() -> None:
     """Kernels sit below core: importing them loads no payload, codec, compressor or measure code."""
     above = ("core", "compressors", "sources", "results", "measure", "report", "distributed", "integrations", "cli")
