@@ -609,7 +609,8 @@ def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
             x = [v / pooled_copy for v in samples]
             flags = timing_flags(x, float(np.median(samples)), t.get("load_per_core"), policy,
                                  declared if kernel == "compress" else None)
-            share = min(1.0, bound / float(np.median(x))) if bound and np.median(x) > 0 else 1.0
+            x_med = float(np.median(x))
+            share = min(1.0, bound / x_med) if bound and x_med > 0 else 1.0  # of the kernel's time its traffic explains
             if abs(off) * share > policy.copy_drift and UNSTABLE not in flags:
                 flags.insert(0, UNSTABLE)
             _set_x_copy(t, kernel, x, flags)
