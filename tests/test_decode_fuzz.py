@@ -3,8 +3,8 @@
 The DDP hook decodes what its peers send, so whatever bytes arrive, ``Payload.from_bytes`` then
 ``decompress`` (the registry-wide function and the compressor's own method) either returns a tensor
 of the declared shape or raises :class:`~gcbench.core.errors.PayloadError` — never another exception,
-never a tensor larger than the bytes could declare (:data:`gcbench.core.payload.MAX_ELEMENTS_PER_BYTE`
-per byte without an expected shape), never seconds of work.  The compressor list comes from the
+never a tensor larger than the bytes could declare (:func:`gcbench.core.payload.decode_budget` of the
+message's size without an expected shape, the expected shape with one), never seconds of work.  The compressor list comes from the
 registry, so a new compressor is fuzzed with no edit here; its seeds are real payloads of small
 tensors for every choice of each string parameter and both values of each flag.
 
@@ -16,6 +16,7 @@ that a codec is missing, and fails the test.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import struct
 import time
@@ -30,7 +31,15 @@ from gcbench.compressors import registry
 from gcbench.compressors.registry import decompress
 from gcbench.core.compressor import Compressor
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import _DTYPES, MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, Payload, decode_header, encode_header
+from gcbench.core.payload import (
+    _DTYPES,
+    MAX_NUMEL,
+    Payload,
+    decode_budget,
+    decode_header,
+    decode_nbytes,
+    encode_header,
+)
 from tests.conftest import normal
 
 NAMES = registry.names()
@@ -94,7 +103,7 @@ def _decodes(name: str, buf: bytes) -> None:
         assert dt < SLOW_S, f"{name}: decoding {len(buf)} bytes took {dt:.1f} s"
         if out is not None:
             assert out.shape == p.shape and out.dtype == p.dtype
-            assert out.numel() <= MAX_ELEMENTS_PER_BYTE * len(buf)
+            assert decode_nbytes(out.numel(), out.dtype) <= decode_budget(len(buf))
 
 
 def _rewrite(buf: bytes, *, shape: tuple[int, ...] | None = None, dcode: int | None = None,
@@ -230,8 +239,8 @@ def test_audit_70_byte_payload_cannot_decode_to_a_gibibyte() -> None:
     """Audit: a 70-byte random-k message decoded to a 1 GiB tensor (2^28 float32)."""
     buf = _randomk_bytes((2**28,), k=10)
     assert len(buf) == 70
-    with pytest.raises(PayloadError, match="per byte"):
-        Payload.from_bytes(buf)
+    with pytest.raises(PayloadError, match="for its size"):
+        decompress(Payload.from_bytes(buf))
     with pytest.raises(PayloadError, match="expects"):
         Payload.from_bytes(buf, expected_shape=(1000,))
     # a receiver that really waits for 2^28 elements may accept it (nothing is decoded here)
@@ -283,3 +292,170 @@ def test_nan_and_inf_meta_values_are_payload_errors() -> None:
         assert struct.pack("<d", v) in raw
         with pytest.raises(PayloadError, match="integer"):
             decompress(Payload.from_bytes(raw))
+
+
+# ---------------------------------------------------------------- hostile bytes must never allocate
+
+#: the audit's bound: no message under this many bytes may make a decoder allocate more than MAX_ALLOC without an expected shape
+SMALL_MESSAGE = 64 << 10
+MAX_ALLOC = 64 << 20
+#: element counts crafted headers declare: 2^31 (MAX_NUMEL, the audit's top-k), 2^26 (256 MiB float32), 3M (past the floor)
+HUGE_NUMELS = (2**31, 2**26, 3_000_000)
+CRAFT_DTYPES = (torch.float32, torch.float64)  # the audit's float64 header doubled what a small message made its receiver touch
+
+
+def _crafted(name: str, seeds: int = 6) -> list[bytes]:
+    """Messages under 64 KiB of ``name`` whose headers declare huge tensors (float32 and float64), each with a body of the
+    length its header implies (the codec's :meth:`_expected_body_nbytes`) where that fits in 64 KiB, so they pass every
+    size check of the body and reach the decode's allocations unless the size bound stops them; the seed's own body
+    elsewhere (a cast's body holds every element: no small message declares a huge tensor honestly)."""
+    comp = registry.create(name)
+    out: list[bytes] = []
+    kept = [b for b in _seeds(name) if math.prod(decode_header(b)[3]) > 0][:seeds]
+    for buf in kept:
+        codec, version, _, shape, meta, pos = decode_header(buf)
+        rest = math.prod(shape[1:])
+        for numel in HUGE_NUMELS:
+            huge = (numel // rest, *shape[1:])
+            for dtype in CRAFT_DTYPES:
+                probe = Payload(codec, version, dtype, huge, torch.zeros(0, dtype=torch.uint8), meta)
+                body = buf[pos:]
+                try:
+                    size = comp._expected_body_nbytes(probe)
+                except PayloadError:
+                    size = None
+                if size is not None:
+                    lo = size if isinstance(size, int) else size[0]
+                    if lo < SMALL_MESSAGE:  # else no small message holds it: the seed's body stands in (the wrong length)
+                        body = (body + bytes(max(lo - len(body), 0)))[:lo]  # the seed's bytes, zero-padded to the implied length
+                msg = encode_header(codec, version, dtype, huge, meta) + body
+                if len(msg) < SMALL_MESSAGE:
+                    out.append(msg)
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_huge_declarations_are_refused_before_anything_is_allocated(name: str) -> None:
+    """Audit: 32 KiB of top-k declaring 2^31 elements reached the buffer allocator (ENOMEM); 4 KiB declaring float64
+    touched 2 GiB.  Without an expected shape, a message that declares more decoded bytes than its size justifies is
+    refused by the size check that runs first (its own message, no safety net), whatever the dtype."""
+    comp = registry.create(name)
+    crafted = _crafted(name)
+    assert crafted, f"{name}: no crafted message under {SMALL_MESSAGE} bytes"
+    for buf in crafted:
+        p = Payload.from_bytes(buf)
+        assert decode_nbytes(p.numel, p.dtype) > decode_budget(len(buf)), "every crafted message asks more than its size allows"
+        for how in (decompress, comp.decompress, comp.decode_received):
+            with pytest.raises(PayloadError, match="for its size") as info:
+                how(p)
+            assert info.value.__cause__ is None
+        with pytest.raises(PayloadError, match="expects"):  # a receiver that knows its shape refuses any other at once
+            comp.decompress(p, expected_shape=(1000,))
+        if p.dtype != torch.float32:  # the output dtype is the receiver's: a float32 receiver refuses a float64 header
+            with pytest.raises(PayloadError, match="receiver expects torch.float32"):
+                comp.decompress(p, expected_shape=p.shape, dtype=torch.float32)
+
+
+def test_the_decode_budget_meets_the_audit_bound() -> None:
+    """No message under 64 KiB may demand more than 64 MiB; the floor leaves room for a codec's temporaries."""
+    assert decode_budget(SMALL_MESSAGE - 1) * 2 <= MAX_ALLOC
+    assert decode_nbytes(1, torch.float64) == 12 and decode_nbytes(1, torch.float32) == 8
+
+
+def test_receivers_dtype_is_checked_before_the_shape_is_decoded() -> None:
+    comp = registry.create("topk")
+    p = comp.compress(normal((50,)).double(), comp.init_state(0))
+    assert comp.decompress(p, (50,), torch.float64).dtype == torch.float64
+    with pytest.raises(PayloadError, match="receiver expects torch.float32"):
+        decompress(Payload.from_bytes(p.to_bytes()), (50,), torch.float32)
+
+
+_RLIMIT_SCRIPT = r"""
+import json, resource, sys
+import torch
+from gcbench.compressors import registry
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
+from tests.test_decode_fuzz import NAMES, _crafted, _vm_bytes
+cases = {name: _crafted(name, seeds=3) for name in NAMES}
+for name, bufs in cases.items():  # warm every decoder (numba compiles, pools, threads) before the limit is set
+    comp = registry.create(name)
+    for buf in bufs[:1]:
+        try:
+            comp.decompress(Payload.from_bytes(buf))
+        except PayloadError:
+            pass
+limit = _vm_bytes() + int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+out = {}
+def attempt(label, fn):
+    try:
+        fn()
+        out[label] = "decoded"
+    except PayloadError as exc:
+        out[label] = "refused" if exc.__cause__ is None else "caught:" + type(exc.__cause__).__name__
+    except BaseException as exc:
+        out[label] = "escaped:" + type(exc).__name__ + ": " + str(exc)[:200]
+for name, bufs in cases.items():
+    comp = registry.create(name)
+    for i, buf in enumerate(bufs):
+        attempt(f"{name}#{i}", lambda: comp.decompress(Payload.from_bytes(buf)))
+# a receiver that really waits for 2^31 elements: the allocation fails under the limit and is a PayloadError
+from tests.test_decode_fuzz import _big_expected
+for label, (buf, shape) in _big_expected().items():
+    attempt(label, lambda: registry.create(label.split("@")[0]).decompress(Payload.from_bytes(buf), shape))
+print(json.dumps(out))
+"""
+
+
+def _vm_bytes() -> int:
+    """This process's address space now (VmSize), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
+
+
+def _big_expected() -> dict[str, tuple[bytes, tuple[int, ...]]]:
+    """Messages for a receiver that waits for 2^31 elements (8 GiB of float32): a threshold payload that sent nothing
+    and the audit's top-k, 32,802 bytes."""
+    th = registry.create("threshold")
+    empty = Payload("threshold", th.info.version, torch.float32, (2**31,), torch.zeros(0, dtype=torch.uint8),
+                    {"k": 0, "coding": "fixed"})
+    k = 4160  # the audit's 32,802-byte top-k message: k float32 values and k 31-bit indices
+    tk = registry.create("topk")
+    probe = Payload("topk", tk.info.version, torch.float32, (2**31,), torch.zeros(0, dtype=torch.uint8), {"k": k, "coding": "fixed"})
+    size = tk._expected_body_nbytes(probe)
+    lo = size if isinstance(size, int) else size[0]
+    idx = np.arange(k, dtype=np.int64) * (2**31 // k)
+    from gcbench.core.codec import encode_indices
+
+    body = np.concatenate([np.ones(k, "<f4").view(np.uint8), encode_indices(idx, 2**31, "fixed")])
+    assert len(body) == lo
+    top = Payload("topk", tk.info.version, torch.float32, (2**31,), torch.from_numpy(body), {"k": k, "coding": "fixed"}).to_bytes()
+    return {"threshold@2^31": (empty.to_bytes(), (2**31,)), "topk@2^31": (top, (2**31,))}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc for the address-space measure")
+def test_hostile_bytes_never_allocate_under_an_address_space_limit() -> None:
+    """Audit: under ``ulimit -v`` the 32 KiB top-k message raised ``OSError: ENOMEM`` from the buffer allocator.
+
+    Every crafted message of every codec is decoded in a subprocess whose address space is limited to what it uses once
+    warm plus 1 GiB: each is refused by the size check (no allocation failure behind it); a receiver that expects 2^31
+    elements gets a :class:`PayloadError` (chained to the allocation failure), never an ``OSError`` or ``MemoryError``.
+    """
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, "-c", _RLIMIT_SCRIPT, str(1 << 30)], cwd=root, capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PYTHONPATH": root})
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    big = {k: out.pop(k) for k in list(out) if "@" in k}
+    assert {n.split("#")[0] for n in out} == set(NAMES)
+    assert {k: v for k, v in out.items() if v != "refused"} == {}
+    for label, outcome in big.items():
+        assert outcome.startswith("caught:"), (label, outcome)

@@ -168,8 +168,8 @@ def test_header_refuses_repeated_meta_keys_and_too_many_dimensions() -> None:
 
 
 def test_declared_size_is_bounded_without_an_expected_shape() -> None:
-    """At most MAX_NUMEL elements, and MAX_ELEMENTS_PER_BYTE per wire byte, unless the receiver expects the shape."""
-    from gcbench.core.payload import MAX_ELEMENTS_PER_BYTE, MAX_NUMEL, check_shape
+    """At most MAX_NUMEL elements, and decode_budget of the wire size in decoded bytes, unless the receiver expects the shape."""
+    from gcbench.core.payload import DECODE_BYTES_PER_WIRE_BYTE, DECODE_FLOOR_BYTES, MAX_NUMEL, check_shape, decode_nbytes
 
     check_shape((MAX_NUMEL,))
     with pytest.raises(PayloadError, match="elements"):
@@ -179,12 +179,26 @@ def test_declared_size_is_bounded_without_an_expected_shape() -> None:
     check_shape((2**40,), expected_shape=(2**40,))
     with pytest.raises(PayloadError, match="expects"):
         check_shape((4, 5), expected_shape=torch.Size([5, 4]))
-    raw = _payload(body=b"", shape=(1,)).to_bytes()
-    n = len(_payload(body=b"", shape=(MAX_ELEMENTS_PER_BYTE * 20,)).to_bytes())
-    assert Payload.from_bytes(_payload(body=b"", shape=(MAX_ELEMENTS_PER_BYTE * n,)).to_bytes()).numel == MAX_ELEMENTS_PER_BYTE * n
-    with pytest.raises(PayloadError, match="per byte"):
-        Payload.from_bytes(_payload(body=b"", shape=(MAX_ELEMENTS_PER_BYTE * n + 1,)).to_bytes())
-    assert Payload.from_bytes(raw).shape == (1,)
+    # the floor: any message may decode to DECODE_FLOOR_BYTES (float32 decode plus the cast to the header's dtype)
+    floor32 = DECODE_FLOOR_BYTES // decode_nbytes(1, torch.float32)
+    check_shape((floor32,), wire_nbytes=1)
+    with pytest.raises(PayloadError, match="for its size"):
+        check_shape((floor32 + 1,), wire_nbytes=1)
+    with pytest.raises(PayloadError, match="float64"):  # the same elements declared float64 cost more
+        check_shape((floor32,), wire_nbytes=1, dtype=torch.float64)
+    # beyond the floor: DECODE_BYTES_PER_WIRE_BYTE per byte of the message
+    n = 100_000
+    most = DECODE_BYTES_PER_WIRE_BYTE * n // decode_nbytes(1, torch.float32)
+    check_shape((most,), wire_nbytes=n)
+    check_shape((most,), wire_nbytes=lambda: n)
+    with pytest.raises(PayloadError, match="pass the expected shape"):
+        check_shape((most + 1,), wire_nbytes=lambda: n)
+    check_shape((most + 1,), expected_shape=(most + 1,), wire_nbytes=n)  # the receiver waits for it
+    # parsing allocates the body alone: from_bytes checks the structure, the decode the size
+    raw = _payload(body=b"", shape=(2**30,)).to_bytes()
+    assert Payload.from_bytes(raw).shape == (2**30,)
+    with pytest.raises(PayloadError, match="expects"):
+        Payload.from_bytes(raw, expected_shape=(2**30, 1))
 
 
 def test_a_sliced_payload_is_its_buffer_range_read_on_first_use() -> None:

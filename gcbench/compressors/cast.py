@@ -72,7 +72,8 @@ class _Cast(Compressor):
         return [(Payload.sliced(name, version, torch.float32, tuple(x.shape), u8, end - esize * n, end), None)
                 for x, n, end in zip(xs, sizes, ends, strict=True)]
 
-    def decompress_group(self, payloads: Sequence[Payload]) -> list[torch.Tensor]:
+    def decompress_group(self, payloads: Sequence[Payload],
+                         expected_shapes: Sequence[tuple[int, ...] | torch.Size] | None = None) -> list[torch.Tensor]:
         """A whole step's payloads decoded into one fresh buffer, each tensor a view of it.
 
         The same tensors as :meth:`decompress` of each (the contract checks it), with the
@@ -81,14 +82,17 @@ class _Cast(Compressor):
         that pass every check of the general path only; anything else takes that path, which
         raises the same :class:`PayloadError` for a malformed one.
         """
+        if expected_shapes is not None and len(expected_shapes) != len(payloads):
+            raise ValueError(f"{len(payloads)} payloads but {len(expected_shapes)} expected shapes")
         name, version, isz = self.name, self.info.version, self.wire_dtype.itemsize
         sizes = []
         for p in payloads:
             n = p.numel
             if (p.codec != name or p.version != version or p.dtype != torch.float32 or n == 0
                     or p.data.device.type != "cpu" or p.data.numel() != isz * n):
-                return super().decompress_group(payloads)
-            check_shape(p.shape)
+                return super().decompress_group(payloads, expected_shapes)
+            # the body holds every element (checked above): the header's shape is bounded by the bytes themselves
+            check_shape(p.shape, None if expected_shapes is None else expected_shapes[len(sizes)])
             sizes.append(n)
         if not sizes:
             return []

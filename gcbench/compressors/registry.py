@@ -167,15 +167,16 @@ def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
     return info.name, {k: record[k] for k in raw}
 
 
-def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
+def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
     """Decode any payload by its codec name alone (the "needs only the payload" guarantee).
 
-    ``expected_shape`` as in :meth:`Compressor.decompress`; an unknown codec name is a
+    ``expected_shape`` and ``dtype`` as in :meth:`Compressor.decompress`; an unknown codec name is a
     :class:`PayloadError` like any other malformed header.
     """
     try:
         comp = create(payload.codec)
     except UnknownNameError:
         raise PayloadError(f"payload of unknown codec {payload.codec!r}") from None
-    return comp.decompress(payload, expected_shape)
+    return comp.decompress(payload, expected_shape, dtype)
 

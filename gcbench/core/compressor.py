@@ -16,7 +16,13 @@ Contract (checked for every registered compressor by ``tests/test_contract.py``)
   reading its header fields with the typed, range-checked :func:`meta_int` / :func:`meta_str` /
   :func:`meta_flag` and refusing fields it does not know (:func:`meta_keys`); the base checks
   the body against it before the codec allocates anything.  ``decompress(payload,
-  expected_shape)`` refuses a header whose shape differs from what the receiver waits for.
+  expected_shape, dtype)`` refuses a header whose shape differs from what the receiver waits for,
+  and a header whose dtype differs from the receiver's ``dtype`` (the output dtype is the
+  receiver's choice: a sender cannot make it decode float64 where it waits for float32).  Without
+  an expected shape the decoded bytes are bounded by the message's size
+  (:func:`gcbench.core.payload.check_shape`): every allocation a decoder makes is justified by the
+  header, the body length and the expected shape, before it is made; an allocation that fails
+  anyway (``MemoryError``, ``OSError``, torch's ``RuntimeError``) is a ``PayloadError`` too.
 * The same seed gives the same bytes.  Empty tensors give an empty body; all-zero tensors give
   all-zero output with no NaN.
 * Communication never happens inside a compressor.  Its multi-worker protocol is written once,
@@ -76,8 +82,9 @@ BodySize = int | tuple[int, int]
 # Exceptions that a decoder must never let escape on hostile bytes.  Every codec checks its header
 # and body first; this list is only the safety net of :meth:`Compressor.decompress` behind those
 # checks (it turns a missed case into a PayloadError chained to the original, never a crash).
+# ``OSError``: the kernels' buffer allocator maps memory (ENOMEM when it is short; it raises MemoryError, this is the net).
 _STRAY_DECODE_ERRORS: tuple[type[BaseException], ...] = (
-    ValueError, ArithmeticError, LookupError, RuntimeError, MemoryError, TypeError, struct.error,
+    ValueError, ArithmeticError, LookupError, RuntimeError, MemoryError, OSError, TypeError, struct.error,
 )
 
 
@@ -435,22 +442,32 @@ class Compressor(ABC):
         """
         return None
 
-    def decompress(self, payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
+    def decompress(self, payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None,
+                   dtype: torch.dtype | None = None) -> torch.Tensor:
         """Decode a payload of this codec into a tensor of the original shape and dtype.
 
         ``expected_shape`` is the shape the receiver waits for (a DDP bucket's, a peer's tensor's);
-        a payload declaring another raises before anything is allocated.  Without it the declared
-        size is at most :data:`gcbench.core.payload.MAX_NUMEL` elements.  Any malformed payload raises
-        :class:`PayloadError` and nothing else.
+        a payload declaring another raises before anything is allocated.  Without it the decoded
+        bytes are at most :func:`gcbench.core.payload.decode_budget` of the message's size (and at
+        most :data:`gcbench.core.payload.MAX_NUMEL` elements).  ``dtype`` is the dtype the receiver
+        waits for: a header declaring another raises (the sender does not choose what the receiver
+        allocates).  Any malformed payload raises :class:`PayloadError` and nothing else.
         """
-        return self.decode_received(payload, expected_shape).to(payload.dtype)
+        if dtype is not None and payload.dtype != dtype:
+            raise PayloadError(f"{self.name} payload has dtype {payload.dtype}, the receiver expects {dtype}")
+        out = self.decode_received(payload, expected_shape)
+        try:
+            return out.to(payload.dtype)
+        except (RuntimeError, MemoryError) as exc:  # the cast's allocation failed: the message asked too much of this receiver
+            raise PayloadError(f"{self.name} payload could not be decoded ({type(exc).__name__}: {exc})") from exc
 
     def decode_received(self, payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor:
         """:meth:`decompress` (its checks: a trust boundary) with a float32 result of the payload's shape.
 
-        What a protocol decodes its peers' payloads with: aggregates accumulate in float32.
+        What a protocol decodes its peers' payloads with, always with the shape it waits for:
+        aggregates accumulate in float32.
         """
-        check_shape(payload.shape, expected_shape)
+        check_shape(payload.shape, expected_shape, lambda: payload.nbytes, payload.dtype)
         if not payload.dtype.is_floating_point:
             raise PayloadError(f"{self.name} payload has dtype {payload.dtype}; gradients are floating point")
         try:
@@ -460,14 +477,20 @@ class Compressor(ABC):
         except _STRAY_DECODE_ERRORS as exc:  # the safety net behind the codec's checks (see _STRAY_DECODE_ERRORS)
             raise PayloadError(f"{self.name} payload could not be decoded ({type(exc).__name__}: {exc})") from exc
 
-    def decompress_group(self, payloads: Sequence[Payload]) -> list[torch.Tensor]:
+    def decompress_group(self, payloads: Sequence[Payload],
+                         expected_shapes: Sequence[tuple[int, ...] | torch.Size] | None = None) -> list[torch.Tensor]:
         """Decode all payloads one worker received for one step (one per unit), in order.
 
-        What timings charge as a step's decompress.  The default decodes each with
-        :meth:`decompress`; a compressor may decode the group at once (the cast compressors), with
-        the same tensors and the same :class:`PayloadError` for a malformed payload.
+        What timings charge as a step's decompress.  ``expected_shapes``: the shape the receiver
+        waits for per payload (as :meth:`decompress`'s ``expected_shape``).  The default decodes
+        each with :meth:`decompress`; a compressor may decode the group at once (the cast
+        compressors), with the same tensors and the same :class:`PayloadError` for a malformed payload.
         """
-        return [self.decompress(p) for p in payloads]
+        if expected_shapes is None:
+            return [self.decompress(p) for p in payloads]
+        if len(expected_shapes) != len(payloads):
+            raise ValueError(f"{len(payloads)} payloads but {len(expected_shapes)} expected shapes")
+        return [self.decompress(p, s) for p, s in zip(payloads, expected_shapes, strict=True)]
 
     #: the dtype a summable codec's body is summed in (its card's protocol says ``summable``): the casts' wire dtype
     wire_dtype: torch.dtype | None = None

@@ -23,17 +23,21 @@ checks every field (format version, lengths, canonical varints below 2^64, dtype
 :data:`MAX_NDIM` dimensions, unique meta keys, known tags) and raises
 :class:`~gcbench.core.errors.PayloadError` alone, whatever the bytes.  :func:`check_shape` bounds the
 tensor a header may make its receiver allocate: the receiver's expected shape when it knows one
-(the DDP hook and the simulated exchanges do), otherwise at most :data:`MAX_NUMEL` elements and,
-for bytes from the wire (:meth:`Payload.from_bytes`), at most :data:`MAX_ELEMENTS_PER_BYTE`
-elements per wire byte, so a tiny message cannot make a receiver allocate gigabytes or loop for
-seconds before the codec's own body checks run.
+(the DDP hook's protocols and the simulated exchanges do, for every payload they decode),
+otherwise at most :data:`MAX_NUMEL` elements and, where the decode is sized (the decoders pass
+the message's wire size), at most :func:`decode_budget` bytes of decoded output for the message's
+size (:data:`DECODE_FLOOR_BYTES`, or :data:`DECODE_BYTES_PER_WIRE_BYTE` per wire byte when that is
+more), so a tiny message cannot make a receiver allocate gigabytes or loop for seconds before the
+codec's own body checks run.  :meth:`Payload.from_bytes` only parses: it allocates the body it was
+given and nothing the header declares, so it checks the structure (and the expected shape when
+given) and leaves the size to the decode, where the receiver's expected shape is known.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -47,11 +51,16 @@ FORMAT_VERSION = 1
 #: Most elements a payload header may declare when the receiver gives no expected shape (2^31:
 #: 8 GiB of float32, beyond any single gradient tensor or bucket gcbench measures).
 MAX_NUMEL = 2**31
-#: Most elements per wire byte (header included) that :meth:`Payload.from_bytes` accepts without an
-#: expected shape: 2^16 elements per byte is a compression ratio of 262,144x over float32, far
-#: beyond any published compressor (DGC's 600x, top-k at density 1e-5), yet it keeps a 70-byte
-#: message from declaring a 1 GiB tensor.  Receivers that know the shape pass it instead.
-MAX_ELEMENTS_PER_BYTE = 2**16
+#: Decoded bytes (see :func:`decode_nbytes`) any message may make a receiver allocate without an expected shape:
+#: 16 MiB, 2M float32 elements of float32 output.  With the decoders' own temporaries (indices,
+#: unpacked levels) a decode stays well below 64 MiB.
+DECODE_FLOOR_BYTES = 16 << 20
+#: Decoded bytes per wire byte (header included) beyond the floor, without an expected shape: 256 is
+#: 32 float32 elements per byte, a 128x compression ratio over float32, so a 64 KiB message decodes
+#: to at most 16 MiB.  A legitimate message can compress far more (a threshold payload of a bucket
+#: whose entries are all below tau is its header alone): receivers that know the shape (every
+#: protocol, the DDP hook) pass it and are bounded by it instead.
+DECODE_BYTES_PER_WIRE_BYTE = 256
 #: Most dimensions a header may declare (torch's own limit on tensor dimensions).
 MAX_NDIM = 64
 
@@ -205,14 +214,29 @@ def decode_header(buf: bytes) -> tuple[str, int, torch.dtype, tuple[int, ...], d
     return codec, version, _DTYPES[dcode], tuple(shape), meta, pos
 
 
+def decode_nbytes(numel: int, dtype: torch.dtype) -> int:
+    """Bytes a decode of ``numel`` elements allocates for its result: the float32 decode plus the cast to ``dtype``.
+
+    What :func:`check_shape` bounds; a codec's own temporaries are a small multiple of it.
+    """
+    return numel * (4 + dtype.itemsize)
+
+
+def decode_budget(wire_nbytes: int) -> int:
+    """Most :func:`decode_nbytes` a message of ``wire_nbytes`` bytes may demand without an expected shape."""
+    return max(DECODE_FLOOR_BYTES, DECODE_BYTES_PER_WIRE_BYTE * wire_nbytes)
+
+
 def check_shape(shape: tuple[int, ...], expected_shape: tuple[int, ...] | torch.Size | None = None,
-                wire_nbytes: int | None = None) -> None:
+                wire_nbytes: int | Callable[[], int] | None = None, dtype: torch.dtype = torch.float32) -> None:
     """Raise :class:`PayloadError` unless a receiver may decode a header's ``shape``.
 
     With ``expected_shape`` (the receiver knows what it waits for) the shapes must be equal.
     Without it, the declared element count is at most :data:`MAX_NUMEL` (no dimension alone above
     it, so an empty tensor cannot hide an absurd one) and, when the message's ``wire_nbytes`` is
-    given, at most :data:`MAX_ELEMENTS_PER_BYTE` per wire byte.  Runs before anything is allocated.
+    given (an int, or a callable computing it, called only for a decode above
+    :data:`DECODE_FLOOR_BYTES`), its :func:`decode_nbytes` in ``dtype`` is at most
+    :func:`decode_budget` of it.  Runs before anything is allocated.
     """
     if expected_shape is not None:
         want = tuple(int(s) for s in expected_shape)
@@ -228,9 +252,13 @@ def check_shape(shape: tuple[int, ...], expected_shape: tuple[int, ...] | torch.
         numel *= s
     if numel > MAX_NUMEL:
         raise PayloadError(f"payload declares {numel} elements, shape {tuple(shape)} (at most {MAX_NUMEL} without an expected shape)")
-    if wire_nbytes is not None and numel > MAX_ELEMENTS_PER_BYTE * wire_nbytes:
-        raise PayloadError(f"payload of {wire_nbytes} bytes declares {numel} elements, shape {tuple(shape)}: more than "
-                           f"{MAX_ELEMENTS_PER_BYTE} per byte; pass the expected shape to decode such a message")
+    need = decode_nbytes(numel, dtype)
+    if wire_nbytes is not None and need > DECODE_FLOOR_BYTES:
+        n = wire_nbytes() if callable(wire_nbytes) else wire_nbytes
+        if need > decode_budget(n):
+            raise PayloadError(f"payload of {n} bytes declares {numel} {str(dtype).removeprefix('torch.')} elements, shape "
+                               f"{tuple(shape)}: {need} bytes to decode, more than {decode_budget(n)} for its size; pass the "
+                               "expected shape to decode such a message")
 
 
 @dataclass(frozen=True, eq=False)
@@ -327,13 +355,14 @@ class Payload:
         """Restore a payload from :meth:`to_bytes` output; raises :class:`PayloadError` if corrupt.
 
         ``expected_shape`` is the shape the receiver waits for: a header declaring another raises
-        before anything is allocated.  Without it the declared size is bounded by
-        :func:`check_shape` (at most :data:`MAX_NUMEL` elements and :data:`MAX_ELEMENTS_PER_BYTE`
-        per byte of ``buf``).
+        before anything is allocated.  Without it the header's shape is checked for structure only
+        (at most :data:`MAX_NUMEL` elements): parsing allocates the body it was given and nothing
+        the header declares, and the decode bounds its output (:func:`check_shape` with the wire
+        size, or the receiver's expected shape).
         """
         buf = bytes(buf)
         codec, version, dtype, shape, meta, pos = decode_header(buf)
-        check_shape(shape, expected_shape, len(buf))
+        check_shape(shape, expected_shape)
         body = torch.frombuffer(bytearray(buf[pos:]), dtype=torch.uint8) if len(buf) > pos else torch.empty(0, dtype=torch.uint8)
         return cls(codec, version, dtype, shape, body.to(device), meta)
 

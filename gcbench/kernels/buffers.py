@@ -11,6 +11,7 @@ allocator; :func:`prefault` faults a fresh buffer's pages on the calling thread.
 from __future__ import annotations
 
 import collections
+import errno
 import mmap
 import os
 import threading
@@ -74,7 +75,12 @@ def _buffer(nbytes: int) -> tuple[torch.Tensor, bool]:
     mm = _take_mapping(nbytes) if POOL_BYTES > 0 else None
     reused = mm is not None
     if mm is None:  # whole huge pages and the alignment's slack: a slightly larger buffer fits it later
-        mm = mmap.mmap(-1, -(-nbytes // _HUGE) * _HUGE + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            mm = mmap.mmap(-1, -(-nbytes // _HUGE) * _HUGE + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError as exc:  # out of address space or memory: the error every other allocator raises
+            if exc.errno != errno.ENOMEM:
+                raise
+            raise MemoryError(f"cannot map a {nbytes}-byte buffer: {exc.strerror}") from exc
     raw = np.frombuffer(mm, dtype=np.uint8)  # the array (and every view of it) keeps ``mm`` alive
     off = (-raw.ctypes.data) % _HUGE
     if not reused:
