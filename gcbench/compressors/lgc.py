@@ -739,7 +739,7 @@ class LGC(Compressor):
 
         got = yield ToServer([Message("compressed:innovation", me, (), innovation)], "compressed:innovation", serve)
         pull = _only(got, "compressed:pull")
-        return ctx.once((u, "aggregate"), lambda: self._read_pull(pull, idx_l.cpu())), sent
+        return ctx.once((u, "aggregate"), lambda: self._read_pull(pull, idx_l.cpu(), d)), sent
 
     def _weights_round(self, state: State, n: int, leader: int, shape: tuple[int, ...], dtype: torch.dtype) -> ToServer:
         """Phase 3, ps: the server's round that sends its trained encoder to the leader, once (no messages after)."""
@@ -775,11 +775,16 @@ class LGC(Compressor):
         xb = codec.encode_sparse(to_numpy(acc[extra_pos]), to_numpy(extra_pos), d, coding)
         pull = self._msg("values", np.concatenate([_f32_bytes(acc[idx]), xb]), {"k": idx.numel(), "m": int(extra_pos.numel()),
                                                                                  "coding": coding}, shape, dtype)
-        return self._read_pull(pull, idx), Message("compressed:pull", SERVER, tuple(range(n)), pull)
+        return self._read_pull(pull, idx, d), Message("compressed:pull", SERVER, tuple(range(n)), pull)
 
-    def _read_pull(self, pull: Payload, idx: torch.Tensor) -> torch.Tensor:
-        """The flat aggregate from the server's ``values`` message and the leader's ascending indices ``idx``."""
-        k, d = idx.numel(), pull.numel
+    def _read_pull(self, pull: Payload, idx: torch.Tensor, d: int) -> torch.Tensor:
+        """The flat aggregate of ``d`` elements from the server's ``values`` message and the leader's ascending indices ``idx``.
+
+        ``d`` is the receiver's own tensor size: the message's header does not size what is allocated.
+        """
+        k = idx.numel()
+        if pull.numel != d:
+            raise PayloadError(f"lgc aggregate: the server's message declares {pull.numel} elements, the receiver expects {d}")
         if meta_int(pull, "k") != k:
             raise PayloadError(f"lgc aggregate: holds {meta_int(pull, 'k')} values, the leader's index set has {k}")
         pb = body_numpy(pull)

@@ -1,0 +1,100 @@
+"""A legitimate payload far smaller than its bucket trains: every registered compressor through the real DDP hook.
+
+Audit (issue 34): the gloo transport parsed its peers' payloads without the shape they decode to,
+and a per-byte size cap refused a valid ``threshold`` payload of a bucket whose entries were all
+below tau (its header alone, 37 bytes for 3M elements): training crashed at step 0.  Any codec whose
+payload can be tiny next to its tensor was at risk.  Here a model with one large parameter whose
+gradient is all tiny (1e-9, below every threshold) in a bucket of its own trains for a few steps
+under every registered compressor, on one 2-process gloo group reused for all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from gcbench.compressors import registry
+from gcbench.distributed.train import WorkerContext, run_group
+
+WORLD = 2
+#: elements of the all-tiny parameter: a 37-byte threshold payload of it was refused (more than 2^16 elements per byte)
+BIG = 3_000_000
+STEPS = 2
+
+
+class _TinyGradModel(nn.Module):
+    """A small linear layer, and a large parameter whose gradient is 1e-9 everywhere (it only adds a constant)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(12, 3)
+        # registered last: DDP buckets parameters in reverse order, so with a 1 MB cap it fills a bucket alone
+        self.big = nn.Parameter(torch.zeros(BIG))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + 1e-9 * self.big.sum()
+
+
+def _train_each(ctx: WorkerContext) -> dict[str, Any]:
+    from gcbench.distributed.ddp import HookState, compressor_hook
+
+    torch.set_num_threads(1)
+    out: dict[str, Any] = {}
+    for name in registry.names():
+        model = _TinyGradModel()
+        ddp = DDP(model, process_group=ctx.group, bucket_cap_mb=1)
+        state = HookState(registry.create(name), process_group=ctx.group, seed=3)
+        state.name_parameters(model)
+        ddp.register_comm_hook(state, compressor_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        error = ""
+        try:
+            for t in range(STEPS):
+                g = torch.Generator().manual_seed(100 * ctx.rank + t)
+                x, y = torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g)
+                opt.zero_grad()
+                nn.functional.cross_entropy(ddp(x), y).backward()
+                opt.step()
+        except Exception as exc:  # the audit's crash: reported per compressor, so one run shows every failure
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        replicas = [torch.empty_like(flat) for _ in range(ctx.world_size)]
+        dist.all_gather(replicas, flat, group=ctx.group)
+        big = [b for s in state.stats.steps for b in s.buckets if b.numel >= BIG]
+        out[name] = {"error": error, "steps": len(state.stats.steps), "finite": bool(torch.isfinite(flat).all()),
+                     "identical": all(torch.equal(r, replicas[0]) for r in replicas),
+                     "big_buckets": len(big), "big_payload_bytes": [b.payload_bytes for b in big]}
+        if error:  # the group may be out of step after a failure: stop here, the report names the compressor
+            break
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict[str, Any]]:
+    return run_group(_train_each, (), WORLD, timeout_s=600)
+
+
+def test_every_compressor_trains_through_a_bucket_that_compresses_to_almost_nothing(ranks: list[dict[str, Any]]) -> None:
+    for rank in ranks:
+        failed = {name: res["error"] for name, res in rank.items() if res["error"]}
+        assert failed == {}
+        assert set(rank) == set(registry.names())
+        for name, res in rank.items():
+            assert res["steps"] == STEPS, name
+            assert res["finite"] and res["identical"], name
+            assert res["big_buckets"] == STEPS, name  # the all-tiny parameter went through the hook every step
+
+
+def test_threshold_sends_its_header_alone_for_the_all_tiny_bucket(ranks: list[dict[str, Any]]) -> None:
+    """The case the audit hit: every entry below tau, nothing selected; the message is a few dozen bytes for 3M elements."""
+    for rank in ranks:
+        sent = rank["threshold"]["big_payload_bytes"]
+        # the first step's bucket also holds the linear layer (DDP rebuilds its buckets after it): from then on the
+        # all-tiny parameter is a bucket of its own, and its message is the header alone
+        assert len(sent) == STEPS and 0 < sent[-1] < 64, sent
