@@ -33,6 +33,7 @@ from gcbench.core.compressor import Compressor
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import (
     _DTYPES,
+    DECODE_FLOOR_BYTES,
     MAX_NUMEL,
     Payload,
     decode_budget,
@@ -304,20 +305,24 @@ HUGE_NUMELS = (2**31, 2**26, 3_000_000)
 CRAFT_DTYPES = (torch.float32, torch.float64)  # the audit's float64 header doubled what a small message made its receiver touch
 
 
-def _crafted(name: str, seeds: int = 6) -> list[bytes]:
+def _crafted(name: str, seeds: int = 6, at_budget: bool = False) -> list[bytes]:
     """Messages under 64 KiB of ``name`` whose headers declare huge tensors (float32 and float64), each with a body of the
     length its header implies (the codec's :meth:`_expected_body_nbytes`) where that fits in 64 KiB, so they pass every
     size check of the body and reach the decode's allocations unless the size bound stops them; the seed's own body
-    elsewhere (a cast's body holds every element: no small message declares a huge tensor honestly)."""
+    elsewhere (a cast's body holds every element: no small message declares a huge tensor honestly).
+
+    ``at_budget``: instead, honest messages (the implied body length, under 64 KiB) declaring the most elements any
+    message may decode without an expected shape (:data:`DECODE_FLOOR_BYTES`): they decode.
+    """
     comp = registry.create(name)
     out: list[bytes] = []
     kept = [b for b in _seeds(name) if math.prod(decode_header(b)[3]) > 0][:seeds]
     for buf in kept:
         codec, version, _, shape, meta, pos = decode_header(buf)
         rest = math.prod(shape[1:])
-        for numel in HUGE_NUMELS:
-            huge = (numel // rest, *shape[1:])
-            for dtype in CRAFT_DTYPES:
+        for dtype in CRAFT_DTYPES:
+            for numel in (DECODE_FLOOR_BYTES // decode_nbytes(1, dtype),) if at_budget else HUGE_NUMELS:
+                huge = (numel // rest, *shape[1:])
                 probe = Payload(codec, version, dtype, huge, torch.zeros(0, dtype=torch.uint8), meta)
                 body = buf[pos:]
                 try:
@@ -328,6 +333,10 @@ def _crafted(name: str, seeds: int = 6) -> list[bytes]:
                     lo = size if isinstance(size, int) else size[0]
                     if lo < SMALL_MESSAGE:  # else no small message holds it: the seed's body stands in (the wrong length)
                         body = (body + bytes(max(lo - len(body), 0)))[:lo]  # the seed's bytes, zero-padded to the implied length
+                    elif at_budget:
+                        continue
+                elif at_budget:
+                    continue
                 msg = encode_header(codec, version, dtype, huge, meta) + body
                 if len(msg) < SMALL_MESSAGE:
                     out.append(msg)
@@ -378,9 +387,10 @@ from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from tests.test_decode_fuzz import NAMES, _crafted, _vm_bytes
 cases = {name: _crafted(name, seeds=3) for name in NAMES}
-for name, bufs in cases.items():  # warm every decoder (numba compiles, pools, threads) before the limit is set
+fits = {name: _crafted(name, seeds=3, at_budget=True) for name in NAMES}
+for name in NAMES:  # warm every decoder (numba compiles, pools, threads) before the limit is set
     comp = registry.create(name)
-    for buf in bufs[:1]:
+    for buf in cases[name][:1] + fits[name]:
         try:
             comp.decompress(Payload.from_bytes(buf))
         except PayloadError:
@@ -400,6 +410,8 @@ for name, bufs in cases.items():
     comp = registry.create(name)
     for i, buf in enumerate(bufs):
         attempt(f"{name}#{i}", lambda: comp.decompress(Payload.from_bytes(buf)))
+    for i, buf in enumerate(fits[name]):  # the most a small message may decode: it fits
+        attempt(f"{name}~{i}", lambda: comp.decompress(Payload.from_bytes(buf)))
 # a receiver that really waits for 2^31 elements: the allocation fails under the limit and is a PayloadError
 from tests.test_decode_fuzz import _big_expected
 for label, (buf, shape) in _big_expected().items():
@@ -442,20 +454,25 @@ def test_hostile_bytes_never_allocate_under_an_address_space_limit() -> None:
     """Audit: under ``ulimit -v`` the 32 KiB top-k message raised ``OSError: ENOMEM`` from the buffer allocator.
 
     Every crafted message of every codec is decoded in a subprocess whose address space is limited to what it uses once
-    warm plus 1 GiB: each is refused by the size check (no allocation failure behind it); a receiver that expects 2^31
-    elements gets a :class:`PayloadError` (chained to the allocation failure), never an ``OSError`` or ``MemoryError``.
+    warm plus 64 MiB (the audit's bound): each is refused by the size check (no allocation failure behind it), an honest
+    message at the bound decodes within it, and a receiver that expects 2^31 elements gets a :class:`PayloadError`
+    (chained to the allocation failure), never an ``OSError`` or ``MemoryError``.
     """
     import json
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    res = subprocess.run([sys.executable, "-c", _RLIMIT_SCRIPT, str(1 << 30)], cwd=root, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", _RLIMIT_SCRIPT, str(MAX_ALLOC)], cwd=root, capture_output=True, text=True,
                          timeout=600, env={**os.environ, "PYTHONPATH": root})
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     big = {k: out.pop(k) for k in list(out) if "@" in k}
+    fits = {k: out.pop(k) for k in list(out) if "~" in k}
     assert {n.split("#")[0] for n in out} == set(NAMES)
     assert {k: v for k, v in out.items() if v != "refused"} == {}
+    # an honest message at the size bound decodes within the limit (or is refused by its codec's own checks)
+    assert fits and {k: v for k, v in fits.items() if v not in ("decoded", "refused")} == {}
+    assert any(v == "decoded" for v in fits.values())
     for label, outcome in big.items():
         assert outcome.startswith("caught:"), (label, outcome)

@@ -1224,7 +1224,8 @@ class LGC(Compressor):
         pulls = [m.payload for m in got if m.phase == "compressed:pull"]
         if len(pulls) != count:
             raise PayloadError(f"lgc: expected the server's aggregate of each of {count} middle tensors, got {len(pulls)}")
-        aggs = ctx.once(("model", "aggregate"), lambda: [self._read_pull(p, i.cpu()) for p, i in zip(pulls, idx_l, strict=True)])
+        aggs = ctx.once(("model", "aggregate"), lambda: [self._read_pull(p, i.cpu(), d)
+                                                      for p, i, d in zip(pulls, idx_l, dims, strict=True)])
         return [agg.to(t.device) for agg, t in zip(aggs, a, strict=True)], sent
 
     def _reference_ring(self, state0: State, ctx: Context, leader: int, a: list[torch.Tensor],
