@@ -98,3 +98,22 @@ def test_threshold_sends_its_header_alone_for_the_all_tiny_bucket(ranks: list[di
         # the first step's bucket also holds the linear layer (DDP rebuilds its buckets after it): from then on the
         # all-tiny parameter is a bucket of its own, and its message is the header alone
         assert len(sent) == STEPS and 0 < sent[-1] < 64, sent
+
+
+@pytest.mark.parametrize("name", ["threshold", "graddrop"])
+def test_simulated_exchange_decodes_a_payload_far_smaller_than_its_tensor(name: str) -> None:
+    """The simulated transport decodes with the receiver's shape too: the same all-tiny tensor, two workers."""
+    from gcbench.core.errors import PayloadError
+    from gcbench.core.payload import Payload
+
+    comp = registry.create(name)
+    grads = [torch.full((BIG,), 1e-9) for _ in range(WORLD)]
+    res = comp.exchange_group([[g] for g in grads], [[comp.init_state(w)] for w in range(WORLD)])[0]
+    assert res.aggregate.shape == (BIG,) and bool(torch.isfinite(res.aggregate).all())
+    small = res.payloads[0]
+    assert small.nbytes < 64
+    # from the wire, a receiver that knows the shape decodes it; one that does not is refused (its size cannot justify 3M)
+    raw = small.to_bytes()
+    assert comp.decompress(Payload.from_bytes(raw), (BIG,)).shape == (BIG,)
+    with pytest.raises(PayloadError, match="pass the expected shape"):
+        comp.decompress(Payload.from_bytes(raw))

@@ -476,3 +476,24 @@ def test_hostile_bytes_never_allocate_under_an_address_space_limit() -> None:
     assert any(v == "decoded" for v in fits.values())
     for label, outcome in big.items():
         assert outcome.startswith("caught:"), (label, outcome)
+
+
+def test_an_allocation_failure_while_decoding_is_a_payload_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Audit: the buffer allocator's ``OSError: ENOMEM`` escaped the decode.  It raises MemoryError now, and a decode
+    whose allocation fails (here a receiver that expects 4M elements, with memory short) raises PayloadError."""
+    import errno
+    import mmap
+
+    from gcbench.kernels import buffers
+
+    def no_memory(*args: object, **kwargs: object) -> mmap.mmap:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(buffers.mmap, "mmap", no_memory)
+    monkeypatch.setattr(buffers, "POOL_BYTES", 0)  # no pooled mapping may serve it
+    with pytest.raises(MemoryError):
+        buffers.zeros(4_000_000)
+    buf = _randomk_bytes((4_000_000,), k=10)
+    with pytest.raises(PayloadError, match="could not be decoded") as info:
+        registry.create("randomk").decompress(Payload.from_bytes(buf), expected_shape=(4_000_000,))
+    assert isinstance(info.value.__cause__, MemoryError)

@@ -96,7 +96,10 @@ class _Cast(Compressor):
             sizes.append(n)
         if not sizes:
             return []
-        out = kernels.empty(sum(sizes))
+        try:
+            out = kernels.empty(sum(sizes))
+        except (MemoryError, RuntimeError) as exc:  # as decompress: an allocation failure while decoding is a PayloadError
+            raise PayloadError(f"{name} payloads could not be decoded ({type(exc).__name__}: {exc})") from exc
         parts = out.split(sizes)
         torch._foreach_copy_(parts, [p.data.view(self.wire_dtype) for p in payloads])
         return [part.view(p.shape) for part, p in zip(parts, payloads, strict=True)]
