@@ -53,8 +53,8 @@ from gcbench.measure.metrics import (
     x_copy_summary,
 )
 from gcbench.results.phases import Window
-from gcbench.sources.base import FLOAT32_MAX
 from gcbench.results.record import UNSTABLE
+from gcbench.sources.base import FLOAT32_MAX
 
 # ----------------------------------------------------------------------------- tensors and norms
 

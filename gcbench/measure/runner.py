@@ -48,9 +48,9 @@ from gcbench.measure.casemath import (
     check_decoded,
     check_numbers,
     fidelity_summary,
+    max_abs,
     pool_copy_baseline,
     size_summary,
-    max_abs,
     timing_summary,
     unit_summary,
     worker_mean,
@@ -273,9 +273,9 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
         progress("step", t, T, f"{spec.label}: step {t + 1}/{T}")
         xs = [data.get(t, w) for w in range(W)]
 
-        def check(w: int, u: int, dec: torch.Tensor) -> int:
+        def check(w: int, u: int, dec: torch.Tensor, step: int = t, inputs: list[list[torch.Tensor]] = xs) -> int:
             """Refuse a non-finite decoded tensor of worker ``w``'s unit ``u`` (finite input); count saturated elements."""
-            return check_decoded(info.name, units[u].name, xs[w][u], dec, f"step {t} worker {w}", wire_max)
+            return check_decoded(info.name, units[u].name, inputs[w][u], dec, f"step {step} worker {w}", wire_max)
 
         refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)] if own_ref else xs
         if suite.metrics.timing and t < suite.metrics.timing_steps:
