@@ -21,6 +21,7 @@ from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFee
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import CompressorInfo
 from gcbench.core.payload import Payload
+from tests.conftest import on_test_device
 
 NAMES = registry.names()
 
@@ -32,7 +33,7 @@ _shape_ids = ["x".join(map(str, s)) for s in SHAPES]
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dtype_ids)
 @pytest.mark.parametrize("name", NAMES)
 def test_contract(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
-    x = seeded_input(shape, dtype, seed=len(shape) * 1000 + shape[0])
+    x = on_test_device(seeded_input(shape, dtype, seed=len(shape) * 1000 + shape[0]))
     _, out = check_call(registry.create(name), x)
     assert not torch.isnan(out).any()
 
@@ -125,10 +126,10 @@ def test_error_feedback_updates_the_residual_buffer_in_place(name: str, params: 
     (in float32) the previous residual plus x minus what was decoded."""
     comp = registry.create(name, **params)
     state = comp.init_state(3)
-    comp.compress(seeded_input(shape, torch.float32, seed=1), state)
+    comp.compress(on_test_device(seeded_input(shape, torch.float32, seed=1)), state)
     buffer = state.tensors["residual"]
     for seed in range(2, 5):
-        x = seeded_input(shape, torch.float32, seed=seed)
+        x = on_test_device(seeded_input(shape, torch.float32, seed=seed))
         a = x + buffer  # what the step encodes
         _, decoded = comp.compress_and_decode(x, state)
         assert state.tensors["residual"] is buffer
@@ -187,7 +188,7 @@ _VARIANTS: list[tuple[str, dict[str, object]]] = [
 @pytest.mark.parametrize("shape", [(1000,), (64, 3, 3, 3)], ids=["1000", "64x3x3x3"])
 def test_decode_settings_travel_in_header(name: str, params: dict[str, object], shape: tuple[int, ...]) -> None:
     comp = registry.create(name, **params)
-    x = seeded_input(shape, torch.float32, seed=3)
+    x = on_test_device(seeded_input(shape, torch.float32, seed=3))
     payload, out = check_call(comp, x)
     # a default instance decodes differently-configured payloads: the settings came from the header
     assert registry.create(name).params != comp.params
@@ -209,7 +210,7 @@ def _choice_variants() -> list[tuple[str, str, object]]:
 @pytest.mark.parametrize(("name", "param", "value"), _choice_variants(), ids=[f"{n}-{p}={v}" for n, p, v in _choice_variants()])
 def test_every_choice_decodes_by_default_instance(name: str, param: str, value: object) -> None:
     comp = registry.create(name, **{param: value})
-    check_call(comp, seeded_input((64, 3, 3, 3), torch.float32, seed=9))
+    check_call(comp, on_test_device(seeded_input((64, 3, 3, 3), torch.float32, seed=9)))
 
 
 # ---------------------------------------------------------------- corrupt payloads
