@@ -120,15 +120,16 @@ def check_decoded(compressor: str, unit: str, x: torch.Tensor, decoded: torch.Te
                          f"overflowed float32 (max {FLOAT32_MAX:.3g})" + (" or the format cannot hold the result" if peak > 1e30 else ""))
 
 
-def check_numbers(compressor: str, values: Iterable[float | None], what: str, x_peak: float) -> None:
+def check_numbers(compressor: str, values: Iterable[float | None], what: str, x_peak: Callable[[], float]) -> None:
     """Raise :class:`NonFiniteError` when a metric of finite tensors came out NaN or ±inf.
 
     ``None`` is a metric that is undefined (a zero denominator); a non-finite float is a float32
     running sum or difference that overflowed (gradients near float32's max leave no headroom).
+    ``x_peak()`` (the inputs' max |g|, for the message) is called only then.
     """
     if any(v is not None and not math.isfinite(v) for v in values):
         raise NonFiniteError(f"{compressor}: the {what} is not finite although every gradient and decoded tensor is "
-                             f"(max |g| = {x_peak:.3g}): its float32 sums overflow near float32's max ({FLOAT32_MAX:.3g}); "
+                             f"(max |g| = {x_peak():.3g}): its float32 sums overflow near float32's max ({FLOAT32_MAX:.3g}); "
                              "rescale the source")
 
 
