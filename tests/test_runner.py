@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
+from gcbench.core.errors import SourceError
 from gcbench.measure import casemath
 from gcbench.measure.casemath import (
     RunningSum,
@@ -649,3 +650,12 @@ def test_a_float64_trace_beyond_float32s_range_is_refused_naming_the_tensor(tmp_
     assert rec["status"] == "error"
     assert "'t1'" in rec["error"] and "step0001" in rec["error"] and "beyond float32's range" in rec["error"]
     assert load_run(out.path).status == "complete-with-errors"
+
+
+def test_a_float64_gradient_beyond_float32s_range_is_named_in_a_bucket_too() -> None:
+    ok = torch.ones(8, dtype=torch.float64)
+    huge = ok.clone()
+    huge[0] = -1e300
+    src = HandSource([[[ok, huge]]])
+    with pytest.raises(SourceError, match=r"gradient 't1' \(hand step 0 worker 0\) is float64 with 1 values beyond float32's range"):
+        SourceData(src, make_units(src.layout(), "model"), torch.device("cpu"), lambda *a: None)

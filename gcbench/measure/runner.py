@@ -169,7 +169,14 @@ class SourceData:
         out = []
         for u in self.units:
             x = gather(u, grads).to(self.device)
-            check_finite(u.name, x, f"{self.source.name} step {step} worker {worker}")
+            where = f"{self.source.name} step {step} worker {worker}"
+            try:
+                check_finite(u.name, x, where)
+            except SourceError:
+                # a bucket is float32: name the member behind it (a float64 value beyond float32's range becomes inf here)
+                for name in u.members if u.flat else ():
+                    check_finite(name, grads[name], where)
+                raise
             out.append(x)
         if self.cache is None:
             return out
