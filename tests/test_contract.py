@@ -270,3 +270,22 @@ def test_check_reports_each_broken_guarantee() -> None:
     assert not rows["calls"].ok and "compress modified its input" in rows["calls"].detail
     assert not rows["exchange"].ok and "modified a gradient" in rows["exchange"].detail
     assert len(rows) == len(CHECKS)
+
+
+# ---------------------------------------------------------------- extreme but representable inputs
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-40], ids=["1e20", "subnormal-1e-40"])
+@pytest.mark.parametrize("name", NAMES)
+def test_finite_input_far_from_float32s_limits_decodes_finite(name: str, scale: float) -> None:
+    """|g| ~ 1e20 squares beyond float32 (a norm summed in float32 overflows at 1e19) and 1e-40 is subnormal: every
+    compressor's intermediates must survive both, whatever its format loses (a cast to fp16 saturates at 65504, so it
+    is held to it below that)."""
+    comp = registry.create(name)
+    wire = getattr(comp, "wire_dtype", None)
+    if wire is not None and wire.is_floating_point and torch.finfo(wire).max < scale:
+        scale = torch.finfo(wire).max / 2
+    g = seeded_input((64, 3, 3, 3), torch.float32, seed=4)
+    x = on_test_device(g * (scale / float(g.abs().max())))  # max |x| = scale
+    _, out = check_call(comp, x)
+    assert torch.isfinite(out).all()

@@ -659,3 +659,21 @@ def test_a_float64_gradient_beyond_float32s_range_is_named_in_a_bucket_too() -> 
     src = HandSource([[[ok, huge]]])
     with pytest.raises(SourceError, match=r"gradient 't1' \(hand step 0 worker 0\) is float64 with 1 values beyond float32's range"):
         SourceData(src, make_units(src.layout(), "model"), torch.device("cpu"), lambda *a: None)
+
+
+def test_check_decoded_counts_saturation_only_where_the_input_was_beyond_the_formats_max() -> None:
+    x = vec(1e5, 2.0, -7e4, 3.0)
+    assert casemath.check_decoded("c", "u", x, vec(1.0, 2.0, 3.0, 4.0), "step 0 worker 0") == 0
+    assert casemath.check_decoded("c", "u", x, vec(math.inf, 2.0, -math.inf, 3.0), "step 0 worker 0", wire_max=65504.0) == 2
+    with pytest.raises(casemath.NonFiniteError, match=r"c: decompressed gradient is not finite \(0 NaN and 1 ±Inf of 4 elements "
+                                                      r"of 'u', step 0 worker 0\) though its input is finite \(max \|g\| = 1e\+05\)"):
+        casemath.check_decoded("c", "u", x, vec(1.0, math.inf, 0.0, 0.0), "step 0 worker 0", wire_max=65504.0)  # 2.0 fits fp16
+    with pytest.raises(casemath.NonFiniteError, match="1 NaN"):
+        casemath.check_decoded("c", "u", x, vec(math.nan, 2.0, 0.0, 0.0), "step 0 worker 0", wire_max=65504.0)
+
+
+def test_check_numbers_refuses_nan_and_inf_but_not_undefined() -> None:
+    casemath.check_numbers("c", [0.5, None], "error", lambda: 1.0)
+    for bad in (math.nan, math.inf):
+        with pytest.raises(casemath.NonFiniteError, match=r"c: the error is not finite .*max \|g\| = 3e\+38"):
+            casemath.check_numbers("c", [0.5, bad], "error", lambda: 3e38)
