@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOTAL_BUDGET_S = 450.0
 
 #: compressors and sizes of the bench step: a copy-like cast, a selection, a quantizer; one cache-sized and one larger tensor
-BENCH_COMPRESSORS = ("none", "fp16", "topk", "qsgd", "signsgd")
+BENCH_COMPRESSORS = ("none", "fp16", "topk", "qsgd")
 BENCH_SIZES = "1M,16M"
 
 
@@ -46,15 +46,16 @@ def _steps(out: Path) -> list[dict[str, Any]]:
     py = sys.executable
     gpu = {"GCBENCH_TEST_DEVICE": "cuda"}
     bench = [py, "-m", "gcbench", "bench", *[a for c in BENCH_COMPRESSORS for a in ("-c", c)], "--sizes", BENCH_SIZES,
-             "--device", "cuda", "--rounds", "5", "--out", str(out / "bench"), "--json", "--quiet"]
+             "--device", "cuda", "--rounds", "5", "--out", str(out / "bench"), "--json", "--quiet",
+             "--no-isolate"]  # one process: eight CUDA start-ups would take most of the step's time
     return [
-        {"name": "contract", "timeout_s": 210, "env": gpu,
+        {"name": "contract", "timeout_s": 180, "env": gpu,
          "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/test_contract.py",
                  "--junitxml", str(out / "contract.xml")]},
-        {"name": "same-bytes", "timeout_s": 120, "env": gpu,
+        {"name": "same-bytes", "timeout_s": 110, "env": gpu,
          "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/test_same_bytes.py",
                  "-k", "on_the_test_device", "--junitxml", str(out / "same_bytes.xml")]},
-        {"name": "bench", "timeout_s": 110, "env": {}, "cmd": bench},
+        {"name": "bench", "timeout_s": 150, "env": {}, "cmd": bench},
     ]
 
 

@@ -54,3 +54,17 @@ def test_a_step_is_logged_and_its_timeout_recorded(tmp_path: Path) -> None:
     assert sum(s["timeout_s"] for s in steps) <= mod.TOTAL_BUDGET_S < 8 * 60
     assert [s["name"] for s in steps] == ["contract", "same-bytes", "bench"]
     assert all(s["env"].get("GCBENCH_TEST_DEVICE") == "cuda" for s in steps[:2]) and "cuda" in steps[2]["cmd"]
+
+
+def test_the_bench_step_is_summarised_from_bench_json(tmp_path: Path) -> None:
+    """The bench step's summary reads `bench --json`'s last line (here a CPU bench of one small case)."""
+    mod = _module()
+    proc = subprocess.run([sys.executable, "-m", "gcbench", "bench", "-c", "none", "--sizes", "1K", "--rounds", "2", "--out",
+                           str(tmp_path), "--json", "--quiet", "--no-isolate"], capture_output=True, text=True, timeout=300,
+                          cwd=SCRIPT.parent.parent)
+    assert proc.returncode == 0, proc.stderr
+    got = mod._bench_summary(proc.stdout)
+    assert Path(got["results"]).parent == tmp_path
+    (case,) = got["cases"]
+    assert case["label"] == "none" and case["numel"] == 1000 and case["device"] == "cpu" and case["compress_x_copy"] > 0
+    assert mod._bench_summary("no json here") == {"error": "bench printed no JSON"}
