@@ -272,6 +272,38 @@ def test_check_reports_each_broken_guarantee() -> None:
     assert len(rows) == len(CHECKS)
 
 
+class _Float32Norm(_EFCast):
+    """Sends x/‖x‖ and ‖x‖, the norm's squares summed in float32: at |x| ~ 1e20 the sum is inf and the output NaN."""
+
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
+        flat = a.reshape(-1).float()
+        norm = flat.pow(2).sum().sqrt().reshape(1)  # the bug: float32 squares overflow at |x| > 1.8e19
+        unit = flat / norm if float(norm) > 0 else flat.clone()
+        return torch.cat([norm, unit]).view(torch.uint8), {}, None
+
+    def _decode(self, payload: Payload) -> torch.Tensor:
+        v = payload.data.view(torch.float32)
+        return v[1:] * v[0]
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        return 4 * payload.numel + 4
+
+
+_Float32Norm.info = CompressorInfo(name="test_f32norm", impl=f"{__name__}:_Float32Norm", version=1, description="test only",
+                                   paper="—", biased=True, stateful=False, traffic_bytes=8.0)
+
+
+def test_check_extremes_finds_a_norm_summed_in_float32() -> None:
+    registry.register(_Float32Norm.info, "test")
+    try:
+        (row,) = run_checks("test_f32norm", only=("extremes",))
+        (calls,) = run_checks("test_f32norm", only=("calls",))
+    finally:
+        registry.unregister("test_f32norm")
+    assert calls.ok, calls.detail  # a sound codec at ordinary scales
+    assert not row.ok and "max |x| = 1e+20 decoded to" in row.detail and "overflowed float32" in row.detail
+
+
 # ---------------------------------------------------------------- extreme but representable inputs
 
 
