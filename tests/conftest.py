@@ -7,6 +7,7 @@ parametrised tests can call them at collection time as well as inside test bodie
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -23,6 +24,25 @@ settings.register_profile(
     "gcbench", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 settings.load_profile("gcbench")
+
+#: where the device-aware tests (the contract, same bytes) put their input tensors: ``GCBENCH_TEST_DEVICE=cuda`` runs them
+#: on the GPU, the path a CUDA tensor takes through every compressor (benchmarks/device_check.py does so)
+TEST_DEVICE = os.environ.get("GCBENCH_TEST_DEVICE", "cpu").strip() or "cpu"
+
+
+def on_test_device(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the tests' device (:data:`TEST_DEVICE`; the CPU unless GCBENCH_TEST_DEVICE says otherwise)."""
+    return t.to(TEST_DEVICE)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse a GCBENCH_TEST_DEVICE this machine does not have: tests that silently ran on the CPU would prove nothing."""
+    try:
+        device = torch.device(TEST_DEVICE)
+    except RuntimeError as exc:
+        raise pytest.UsageError(f"GCBENCH_TEST_DEVICE={TEST_DEVICE!r} is not a torch device ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"GCBENCH_TEST_DEVICE={TEST_DEVICE!r}: no CUDA device is available here")
 
 def normal(shape: tuple[int, ...], seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A seeded N(0, 1) tensor (NumPy PCG64, independent of torch's global generator)."""

@@ -21,6 +21,7 @@ from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFee
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import CompressorInfo
 from gcbench.core.payload import Payload
+from tests.conftest import on_test_device
 
 NAMES = registry.names()
 
@@ -32,7 +33,7 @@ _shape_ids = ["x".join(map(str, s)) for s in SHAPES]
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dtype_ids)
 @pytest.mark.parametrize("name", NAMES)
 def test_contract(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
-    x = seeded_input(shape, dtype, seed=len(shape) * 1000 + shape[0])
+    x = on_test_device(seeded_input(shape, dtype, seed=len(shape) * 1000 + shape[0]))
     _, out = check_call(registry.create(name), x)
     assert not torch.isnan(out).any()
 
@@ -125,10 +126,10 @@ def test_error_feedback_updates_the_residual_buffer_in_place(name: str, params: 
     (in float32) the previous residual plus x minus what was decoded."""
     comp = registry.create(name, **params)
     state = comp.init_state(3)
-    comp.compress(seeded_input(shape, torch.float32, seed=1), state)
+    comp.compress(on_test_device(seeded_input(shape, torch.float32, seed=1)), state)
     buffer = state.tensors["residual"]
     for seed in range(2, 5):
-        x = seeded_input(shape, torch.float32, seed=seed)
+        x = on_test_device(seeded_input(shape, torch.float32, seed=seed))
         a = x + buffer  # what the step encodes
         _, decoded = comp.compress_and_decode(x, state)
         assert state.tensors["residual"] is buffer
@@ -187,7 +188,7 @@ _VARIANTS: list[tuple[str, dict[str, object]]] = [
 @pytest.mark.parametrize("shape", [(1000,), (64, 3, 3, 3)], ids=["1000", "64x3x3x3"])
 def test_decode_settings_travel_in_header(name: str, params: dict[str, object], shape: tuple[int, ...]) -> None:
     comp = registry.create(name, **params)
-    x = seeded_input(shape, torch.float32, seed=3)
+    x = on_test_device(seeded_input(shape, torch.float32, seed=3))
     payload, out = check_call(comp, x)
     # a default instance decodes differently-configured payloads: the settings came from the header
     assert registry.create(name).params != comp.params
@@ -209,7 +210,7 @@ def _choice_variants() -> list[tuple[str, str, object]]:
 @pytest.mark.parametrize(("name", "param", "value"), _choice_variants(), ids=[f"{n}-{p}={v}" for n, p, v in _choice_variants()])
 def test_every_choice_decodes_by_default_instance(name: str, param: str, value: object) -> None:
     comp = registry.create(name, **{param: value})
-    check_call(comp, seeded_input((64, 3, 3, 3), torch.float32, seed=9))
+    check_call(comp, on_test_device(seeded_input((64, 3, 3, 3), torch.float32, seed=9)))
 
 
 # ---------------------------------------------------------------- corrupt payloads
@@ -269,3 +270,54 @@ def test_check_reports_each_broken_guarantee() -> None:
     assert not rows["calls"].ok and "compress modified its input" in rows["calls"].detail
     assert not rows["exchange"].ok and "modified a gradient" in rows["exchange"].detail
     assert len(rows) == len(CHECKS)
+
+
+class _Float32Norm(_EFCast):
+    """Sends x/‖x‖ and ‖x‖, the norm's squares summed in float32: at |x| ~ 1e20 the sum is inf and the output NaN."""
+
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
+        flat = a.reshape(-1).float()
+        norm = flat.pow(2).sum().sqrt().reshape(1)  # the bug: float32 squares overflow at |x| > 1.8e19
+        unit = flat / norm if float(norm) > 0 else flat.clone()
+        return torch.cat([norm, unit]).view(torch.uint8), {}, None
+
+    def _decode(self, payload: Payload) -> torch.Tensor:
+        v = payload.data.view(torch.float32)
+        return v[1:] * v[0]
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        return 4 * payload.numel + 4
+
+
+_Float32Norm.info = CompressorInfo(name="test_f32norm", impl=f"{__name__}:_Float32Norm", version=1, description="test only",
+                                   paper="—", biased=True, stateful=False, traffic_bytes=8.0)
+
+
+def test_check_extremes_finds_a_norm_summed_in_float32() -> None:
+    registry.register(_Float32Norm.info, "test")
+    try:
+        (row,) = run_checks("test_f32norm", only=("extremes",))
+        (calls,) = run_checks("test_f32norm", only=("calls",))
+    finally:
+        registry.unregister("test_f32norm")
+    assert calls.ok, calls.detail  # a sound codec at ordinary scales
+    assert not row.ok and "max |x| = 1e+20 decoded to" in row.detail and "overflowed float32" in row.detail
+
+
+# ---------------------------------------------------------------- extreme but representable inputs
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-40], ids=["1e20", "subnormal-1e-40"])
+@pytest.mark.parametrize("name", NAMES)
+def test_finite_input_far_from_float32s_limits_decodes_finite(name: str, scale: float) -> None:
+    """|g| ~ 1e20 squares beyond float32 (a norm summed in float32 overflows at 1e19) and 1e-40 is subnormal: every
+    compressor's intermediates must survive both, whatever its format loses (a cast to fp16 saturates at 65504, so it
+    is held to it below that)."""
+    comp = registry.create(name)
+    wire = getattr(comp, "wire_dtype", None)
+    if wire is not None and wire.is_floating_point and torch.finfo(wire).max < scale:
+        scale = torch.finfo(wire).max / 2
+    g = seeded_input((64, 3, 3, 3), torch.float32, seed=4)
+    x = on_test_device(g * (scale / float(g.abs().max())))  # max |x| = scale
+    _, out = check_call(comp, x)
+    assert torch.isfinite(out).all()

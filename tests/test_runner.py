@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
+from gcbench.core.errors import SourceError
 from gcbench.measure import casemath
 from gcbench.measure.casemath import (
     RunningSum,
@@ -60,6 +61,14 @@ def test_worker_mean_is_the_elementwise_mean_in_float32() -> None:
     assert m.dtype == torch.float32
     assert m.tolist() == [2.0, 3.0]
     assert worker_mean([torch.tensor([1.0, 3.0], dtype=torch.float16)]).dtype == torch.float32
+
+
+def test_worker_mean_of_finite_values_near_float32s_max_stays_finite() -> None:
+    big = 3.0e38  # the float32 sum of two of them overflows; their mean does not
+    m = worker_mean([vec(big, -big, 1.0), vec(big, -big, 3.0)])
+    assert torch.isfinite(m).all()
+    assert m.tolist() == pytest.approx([big, -big, 2.0], rel=1e-6)
+    assert torch.isinf(worker_mean([vec(math.inf), vec(1.0)])).all()  # a non-finite input stays visibly non-finite
 
 
 def test_norm_ratio_and_zero_denominator() -> None:
@@ -547,3 +556,124 @@ def test_a_run_holds_each_sources_cases_against_its_pooled_copy(tmp_path: Path, 
             assert t.baseline == "pooled" and t.pooled_copy_s == pytest.approx(pooled)
             assert t.compress_x_copy.median == pytest.approx(float(np.median(t.compress.samples_s)) / pooled)
             assert t.compress_x_round_copy is not None and t.compress_x_round_copy.samples
+
+
+# ----------------------------------------------------------------------------- non-finite output
+
+
+#: float32 inputs near its max (uniform in ±1e37, then in ±3.4e38) and deep in its subnormals (±1e-40)
+EXTREMES = [1e37, 3.4e38, 1e-40]
+
+
+def _extreme_grads(scale: float, workers: int = 2, steps: int = 2) -> list[list[list[torch.Tensor]]]:
+    gen = torch.Generator().manual_seed(3)
+    return [[[(torch.rand(*shape, generator=gen) * 2 - 1) * scale for shape in ((64, 32), (40,))] for _ in range(workers)]
+            for _ in range(steps)]
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and math.isfinite(v)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("scale", EXTREMES, ids=["1e37", "3.4e38", "1e-40"])
+@pytest.mark.parametrize("name", registry.names())
+def test_every_compressor_near_float32s_limits_is_measured_flagged_or_failed_with_a_reason(name: str, scale: float) -> None:
+    """Finite gradients in: the case has finite numbers, or is flagged ``saturated`` (a narrower float format), or fails
+    with the reason; never an ``ok`` case whose every metric is empty."""
+    data = _data(HandSource(_extreme_grads(scale)))
+    try:
+        rec = _run(name, data)
+    except casemath.NonFiniteError as exc:
+        assert str(exc).startswith(f"{name}: ") and "not finite" in str(exc)
+        assert "float32" in str(exc)
+        return
+    assert rec["status"] == "ok"
+    if rec["flags"].get("saturated"):
+        assert getattr(registry.create(name), "wire_dtype", None) in (torch.float16, torch.bfloat16)
+        return
+    assert _finite(rec["fidelity"]["q"]["mean"]) and _finite(rec["fidelity"]["q"]["model"])
+    assert _finite(rec["aggregate"]["q"]["model"])
+    assert all(_finite(v) for v in rec["aggregate"]["sum_drift"])
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e37, 3.4e38])
+def test_qsgd_near_float32s_max_quantizes_as_it_does_at_unit_scale(scale: float) -> None:
+    """|g|·s overflowed float32 in the level and n·level in the decode (QSGD went ±inf at |g| ~ 1e37): the levels of
+    finite input are the same at any scale, and the decoded tensor is finite."""
+    grads = _extreme_grads(1.0, steps=1)  # one step: sums over steps of 3.4e38 would overflow the stream's float32 sums
+    unit = _run("qsgd", _data(HandSource(grads)))
+    big = _run("qsgd", _data(HandSource([[[t * scale for t in w] for w in s] for s in grads])))
+    assert big["status"] == "ok" and "saturated" not in big["flags"]
+    assert big["fidelity"]["q"]["mean"] == pytest.approx(unit["fidelity"]["q"]["mean"], rel=1e-3)
+
+
+def test_fp16_saturation_is_a_flag_with_the_count_of_saturated_elements() -> None:
+    g = [[[vec(1e5, 1.0, -7e4, 3.0)]], [[vec(2.0, -1e6, 0.5, 1.0)]]]  # 2, then 1 beyond fp16's 65504
+    rec = _run("fp16", _data(HandSource(g)))
+    assert rec["status"] == "ok" and rec["flags"]["saturated"] == 3
+    assert _run("bf16", _data(HandSource(g)))["flags"].get("saturated") is None  # bf16 holds float32's range
+
+
+def test_random_k_scaled_beyond_float32_fails_with_the_reason() -> None:
+    """d/k·g is beyond float32 for |g| = 1e37 at density 1%: the format cannot hold it, so the case fails, saying why."""
+    with pytest.raises(casemath.NonFiniteError, match=r"randomk: decompressed gradient is not finite .*'t0', step 0 worker 0"):
+        _run("randomk", _data(HandSource(_extreme_grads(1e37))))
+
+
+def test_a_run_records_a_non_finite_case_as_failed_and_goes_on(tmp_path: Path) -> None:
+    suite = parse_suite({
+        "name": "t", "seed": 0, "metrics": {"timing": False, "repeats": 2},
+        "sources": [{"kind": "synthetic", "shapes": [[64, 32]], "workers": 1, "steps": 2, "scale": 1e37}],
+        "compressors": [{"name": "randomk"}, {"name": "qsgd"}, {"name": "fp16"}],
+    })
+    out = run_suite(suite, tmp_path)
+    randomk, qsgd, fp16 = out.records
+    assert randomk["status"] == "error" and "decompressed gradient is not finite" in randomk["error"]
+    assert "traceback" not in randomk  # a reason, not a bug
+    assert qsgd["status"] == "ok" and _finite(qsgd["fidelity"]["q"]["mean"])
+    assert fp16["status"] == "ok" and fp16["flags"]["saturated"] > 0
+    assert load_run(out.path).status == "complete-with-errors"
+
+
+def test_a_float64_trace_beyond_float32s_range_is_refused_naming_the_tensor(tmp_path: Path) -> None:
+    from gcbench.sources.trace import write_trace
+
+    ok = torch.ones(8, dtype=torch.float64)
+    huge = ok.clone()
+    huge[3] = 1e300  # finite in float64, +inf in float32
+    write_trace(HandSource([[[ok, ok]], [[ok, huge]]]), tmp_path / "tr", "hand", 0)
+    suite = parse_suite({"name": "t", "seed": 0, "metrics": {"timing": False},
+                         "sources": [{"kind": "trace", "path": str(tmp_path / "tr")}], "compressors": [{"name": "none"}]})
+    out = run_suite(suite, tmp_path / "runs")
+    (rec,) = out.records
+    assert rec["status"] == "error"
+    assert "'t1'" in rec["error"] and "step0001" in rec["error"] and "beyond float32's range" in rec["error"]
+    assert load_run(out.path).status == "complete-with-errors"
+
+
+def test_a_float64_gradient_beyond_float32s_range_is_named_in_a_bucket_too() -> None:
+    ok = torch.ones(8, dtype=torch.float64)
+    huge = ok.clone()
+    huge[0] = -1e300
+    src = HandSource([[[ok, huge]]])
+    with pytest.raises(SourceError, match=r"gradient 't1' \(hand step 0 worker 0\) is float64 with 1 values beyond float32's range"):
+        SourceData(src, make_units(src.layout(), "model"), torch.device("cpu"), lambda *a: None)
+
+
+def test_check_decoded_counts_saturation_only_where_the_input_was_beyond_the_formats_max() -> None:
+    x = vec(1e5, 2.0, -7e4, 3.0)
+    assert casemath.check_decoded("c", "u", x, vec(1.0, 2.0, 3.0, 4.0), "step 0 worker 0") == 0
+    assert casemath.check_decoded("c", "u", x, vec(math.inf, 2.0, -math.inf, 3.0), "step 0 worker 0", wire_max=65504.0) == 2
+    with pytest.raises(casemath.NonFiniteError, match=r"c: decompressed gradient is not finite \(0 NaN and 1 ±Inf of 4 elements "
+                                                      r"of 'u', step 0 worker 0\) though its input is finite \(max \|g\| = 1e\+05\)"):
+        casemath.check_decoded("c", "u", x, vec(1.0, math.inf, 0.0, 0.0), "step 0 worker 0", wire_max=65504.0)  # 2.0 fits fp16
+    with pytest.raises(casemath.NonFiniteError, match="1 NaN"):
+        casemath.check_decoded("c", "u", x, vec(math.nan, 2.0, 0.0, 0.0), "step 0 worker 0", wire_max=65504.0)
+
+
+def test_check_numbers_refuses_nan_and_inf_but_not_undefined() -> None:
+    casemath.check_numbers("c", [0.5, None], "error", lambda: 1.0)
+    for bad in (math.nan, math.inf):
+        with pytest.raises(casemath.NonFiniteError, match=r"c: the error is not finite .*max \|g\| = 3e\+38"):
+            casemath.check_numbers("c", [0.5, bad], "error", lambda: 3e38)

@@ -12,6 +12,9 @@ the test skips elsewhere rather than fail for a reason unrelated to gcbench.  To
 a deliberate change of encoding (with a version bump), run::
 
     GCBENCH_RECORD_DIGESTS=1 python -m pytest tests/test_same_bytes.py
+
+With ``GCBENCH_TEST_DEVICE=cuda`` (benchmarks/device_check.py) the inputs also go to the GPU, and every
+compressor's digest there must equal its digest on the CPU in the same process.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
+from tests.conftest import TEST_DEVICE
 
 GOLDEN = Path(__file__).parent / "golden" / "payload_digests.json"
 RECORD = os.environ.get("GCBENCH_RECORD_DIGESTS") == "1"
@@ -39,9 +43,9 @@ def _platform() -> dict[str, str]:
     return {"machine": platform.machine(), "torch": torch.__version__, "numpy": np.__version__}
 
 
-def _inputs(step: int, worker: int = 0) -> list[torch.Tensor]:
+def _inputs(step: int, worker: int = 0, device: str = "cpu") -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(1000 * step + 17 * worker + 1)
-    return [torch.randn(s, generator=g) for s in SHAPES]
+    return [torch.randn(s, generator=g).to(device) for s in SHAPES]
 
 
 def _configs(name: str) -> list[tuple[str, dict]]:
@@ -52,23 +56,23 @@ def _configs(name: str) -> list[tuple[str, dict]]:
     return out
 
 
-def _digest(name: str, params: dict) -> str:
+def _digest(name: str, params: dict, device: str = "cpu") -> str:
     h = hashlib.sha256()
     comp = registry.create(name, **params)
     if registry.get(name).min_workers <= 1:
         states = [comp.init_state(seed=11 + i) for i in range(len(SHAPES))]
         for step in range(STEPS):
-            for payload, _ in comp.compress_group(_inputs(step), states, need_decoded=False):
+            for payload, _ in comp.compress_group(_inputs(step, 0, device), states, need_decoded=False):
                 h.update(payload.to_bytes())
     # one multi-worker step over every unit: the paper's protocol where it has one
     comp = registry.create(name, **params)
     states = [[comp.init_state(seed=100 * w + u) for u in range(len(SHAPES))] for w in range(WORKERS)]
     for step in range(STEPS):
-        grads = [_inputs(step, w) for w in range(WORKERS)]
+        grads = [_inputs(step, w, device) for w in range(WORKERS)]
         for res in comp.exchange_group(grads, states):
             for p in res.payloads:
                 h.update(p.to_bytes())
-            h.update(res.aggregate.detach().float().contiguous().numpy().tobytes())
+            h.update(res.aggregate.detach().float().cpu().contiguous().numpy().tobytes())
             h.update(repr([(r.phase, r.worker, r.sent, r.received) for r in res.traffic.records]).encode())
     return h.hexdigest()
 
@@ -95,6 +99,13 @@ def test_payload_bytes_unchanged(name: str, label: str, params: dict) -> None:
     if entry["version"] != version:
         pytest.fail(f"{name} is version {version}, digest recorded at version {entry['version']}: record anew")
     assert _digest(name, params) == entry["sha256"], f"{key}: payload bytes changed without a version bump"
+
+
+@pytest.mark.skipif(TEST_DEVICE == "cpu", reason="set GCBENCH_TEST_DEVICE=cuda to compare a device's bytes with the CPU's")
+@pytest.mark.parametrize(("name", "label", "params"), _cases(), ids=[f"{n}-{lab}" for n, lab, _ in _cases()])
+def test_payload_bytes_on_the_test_device_match_the_cpus(name: str, label: str, params: dict) -> None:
+    """A tensor on the device takes the torch path (no numba kernels there); it must send the bytes the CPU sends."""
+    assert _digest(name, params, TEST_DEVICE) == _digest(name, params, "cpu"), f"{name}/{label}: other bytes on {TEST_DEVICE}"
 
 
 @pytest.mark.skipif(not RECORD, reason="set GCBENCH_RECORD_DIGESTS=1 to record")

@@ -206,6 +206,27 @@ def check_exchange(make: Factory, shape: tuple[int, ...] | None = None) -> None:
                  "all-zero gradients gave a nonzero or NaN aggregate")
 
 
+#: input scales a compressor must carry to a finite output: |x| = 1e20 (its square overflows float32, so a norm
+#: summed in float32 goes inf) and 1e-40 (float32 subnormals)
+EXTREME_SCALES = (1e20, 1e-40)
+
+
+def check_extremes(make: Factory) -> None:
+    for scale in EXTREME_SCALES:
+        comp = make()
+        wire = getattr(comp, "wire_dtype", None)
+        if isinstance(wire, torch.dtype) and wire.is_floating_point and torch.finfo(wire).max < scale:
+            scale = torch.finfo(wire).max / 2  # a cast to fp16 saturates beyond 65504: a fact of its format
+        g = seeded_input((64, 3, 3, 3), seed=4)
+        x = g * (scale / float(g.abs().max()))  # max |x| = scale
+        # finiteness first: a NaN output would fail check_call's equality checks with a less telling message
+        out = registry.decompress(comp.compress(x, comp.init_state(7)))
+        _require(bool(torch.isfinite(out).all()),
+                 f"a finite input with max |x| = {scale:.3g} decoded to {int((~torch.isfinite(out)).sum())} non-finite values "
+                 "(an intermediate, e.g. a norm or scale, overflowed float32)")
+        check_call(make(), x)
+
+
 #: (name, what it checks, function): the order ``gcbench check`` runs and prints them in
 CHECKS: tuple[tuple[str, str, Callable[[Factory], None]], ...] = (
     ("calls", "purity, header, exact size, decode by codec name, round trip, determinism (fp32/fp16/bf16)", check_calls),
@@ -215,6 +236,7 @@ CHECKS: tuple[tuple[str, str, Callable[[Factory], None]], ...] = (
     ("resume", "cloned and state_dict-restored states continue identically", check_resume),
     ("bad bytes", "newer versions and truncated bodies raise PayloadError", check_bad_bytes),
     ("exchange", "the simulated multi-worker exchange: pure, complete, deterministic", check_exchange),
+    ("extremes", "finite input at |x| = 1e20 and 1e-40 (subnormal) decodes finite", check_extremes),
 )
 
 

@@ -194,11 +194,14 @@ def tensor_norm(v: torch.Tensor, p: str) -> float:
     """‖v‖_p as a float32-representable Python float (the value that is sent)."""
     if v.numel() == 0:
         return 0.0
-    if kernels.cpu_fast(v):
-        x = kernels.flat_f32(v)
-        return float(np.float32(kernels.l2norm(x) if p == "2" else kernels.absmax(x)))
-    n = v.double().pow(2).sum().sqrt() if p == "2" else v.abs().max().double()
-    return float(np.float32(float(n)))
+    # a norm beyond float32's max is sent as +inf (no warning): the wire holds a float32, and the runner
+    # fails such a case with its reason (the decoded tensor is not finite)
+    with np.errstate(over="ignore"):
+        if kernels.cpu_fast(v):
+            x = kernels.flat_f32(v)
+            return float(np.float32(kernels.l2norm(x) if p == "2" else kernels.absmax(x)))
+        n = v.double().pow(2).sum().sqrt() if p == "2" else v.abs().max().double()
+        return float(np.float32(float(n)))
 
 
 def dither_levels(u: torch.Tensor, s: int, uniforms: torch.Tensor) -> torch.Tensor:

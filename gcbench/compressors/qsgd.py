@@ -58,7 +58,11 @@ def quantize(flat: torch.Tensor, norms: torch.Tensor, s: int, bucket: int, u: to
     """Stochastic levels (int64, 0..s) given uniforms ``u``."""
     d = flat.numel()
     n_el = norms.repeat_interleave(bucket)[:d]
-    r = torch.where(n_el > 0, flat.abs() * s / torch.where(n_el > 0, n_el, 1.0), 0.0).clamp(max=s)
+    n_safe = torch.where(n_el > 0, n_el, 1.0)
+    num = flat.abs() * s
+    # |x|·s overflows float32 for |x| > max/s although r <= s: then |x|/n first (the kernels' rule, the same bits)
+    r = torch.where(num.isinf(), flat.abs() / n_safe * s, num / n_safe)
+    r = torch.where(n_el > 0, r, 0.0).clamp(max=s)
     lo = r.floor()
     return (lo + (u < (r - lo)).to(r.dtype)).to(torch.int64)
 
@@ -85,9 +89,15 @@ def qsgd_torch(flat: torch.Tensor, s: int, bucket: int, norm: str, enc: str, see
         nz = torch.nonzero(levels).reshape(-1)
         body = _elias_body(norms_np, to_numpy(nz).astype(np.int64), to_numpy(neg[nz]), to_numpy(levels[nz]))
         meta = {"s": s, "B": bucket, "enc": "elias", "nnz": int(nz.numel())}
-    n_el = norms.repeat_interleave(bucket)[:d]
-    decoded = n_el * levels.to(torch.float32) / s
+    decoded = qsgd_values(norms.repeat_interleave(bucket)[:d], levels, s)
     return body, meta, torch.where(neg, -decoded, decoded)
+
+
+def qsgd_values(n_el: torch.Tensor, levels: torch.Tensor, s: int) -> torch.Tensor:
+    """|decoded| = n·level/s in float32: (n·level)/s, or n·(level/s) where n·level overflows (the value is at most n)."""
+    lv = levels.to(torch.float32)
+    v = n_el * lv
+    return torch.where(v.isinf(), n_el * (lv / s), v / s)
 
 
 def qsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
@@ -191,7 +201,7 @@ class QSGD(Compressor):
             levels[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 2])
             neg[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 1].astype(bool))
         norms = torch.from_numpy(norms_np)
-        out = norms.repeat_interleave(bucket)[:d] * levels.to(torch.float32) / s
+        out = qsgd_values(norms.repeat_interleave(bucket)[:d], levels, s)
         return torch.where(neg, -out, out)
 
 

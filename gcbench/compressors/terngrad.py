@@ -61,7 +61,8 @@ def clip_bound_and_scale(x: torch.Tensor, clip: float) -> tuple[float, float]:
     else:
         sigma = float(flat.double().std(correction=0))
         amax = float(flat.abs().max())
-    cb = float(np.float32(clip * sigma)) if clip > 0 and flat.numel() > 1 and sigma > 0 else float("inf")
+    with np.errstate(over="ignore"):  # a bound beyond float32's max is +inf: nothing is clipped, as with the exact bound
+        cb = float(np.float32(clip * sigma)) if clip > 0 and flat.numel() > 1 and sigma > 0 else float("inf")
     return cb, float(np.float32(min(amax, cb)))
 
 

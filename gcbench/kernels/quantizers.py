@@ -89,7 +89,9 @@ def _qsgd_segment(x, r, nb, sf, field):  # pragma: no cover - compiled
     """Fields of one bucket's elements with norm ``nb`` (the torch path's float32 arithmetic)."""
     for t in range(x.size):
         v = x[t]
-        rr = (abs(v) * sf) / nb if nb > 0 else np.float32(0.0)
+        num = abs(v) * sf
+        # |v|·s overflows float32 for |v| > max/s although r <= s: then |v|/n first (never above 1), as the torch path does
+        rr = (num / nb if num != np.inf else (abs(v) / nb) * sf) if nb > 0 else np.float32(0.0)
         rr = sf if rr > sf else rr
         fl = np.floor(rr)
         lv = fl + (np.float32(1.0) if np.float32(r[t]) * _TWO_M24 < rr - fl else np.float32(0.0))
@@ -220,10 +222,17 @@ def qsgd_fields(x: np.ndarray, bucket: int, norms: np.ndarray, s: int, seed: int
 
 
 @njit(cache=True)
+def _qsgd_value(nb, level, sf):  # pragma: no cover - compiled
+    """n·level/s in float32: (n·level)/s, or n·(level/s) where n·level overflows although the value (at most n) does not."""
+    v = nb * level
+    return v / sf if v != np.inf else nb * (level / sf)
+
+
+@njit(cache=True)
 def _qsgd_value_segment(field, nb, sf, out):  # pragma: no cover - compiled
     for t in range(out.size):
         f = field[t]
-        v = (nb * np.float32(f >> np.uint32(1))) / sf
+        v = _qsgd_value(nb, np.float32(f >> np.uint32(1)), sf)
         out[t] = -v if f & np.uint32(1) else v
 
 
@@ -269,7 +278,7 @@ def _qsgd_scatter_kernel(pos, field, bucket, norms, sf, out):  # pragma: no cove
     for j in prange(pos.size):
         i = pos[j]
         f = field[j]
-        v = (norms[i // bucket] * np.float32(f >> np.uint32(1))) / sf
+        v = _qsgd_value(norms[i // bucket], np.float32(f >> np.uint32(1)), sf)
         out[i] = -v if f & np.uint32(1) else v
 
 

@@ -20,7 +20,8 @@ def f32_threshold(thr: float, strict: bool) -> np.float32 | None:
 
     None when nothing can pass (a strict comparison with +inf).
     """
-    t = np.float32(thr)
+    with np.errstate(over="ignore"):  # a threshold beyond float32's max rounds to +inf: no float32 passes it, as for the exact one
+        t = np.float32(thr)
     if strict:
         if t == _F32_INF:
             return None

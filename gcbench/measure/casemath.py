@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gcbench.core.errors import GcbenchError
 from gcbench.core.payload import dense_bytes
 from gcbench.measure.metrics import (
     Fidelity,
@@ -53,6 +54,7 @@ from gcbench.measure.metrics import (
 )
 from gcbench.results.phases import Window
 from gcbench.results.record import UNSTABLE
+from gcbench.sources.base import FLOAT32_MAX
 
 # ----------------------------------------------------------------------------- tensors and norms
 
@@ -61,11 +63,74 @@ def worker_mean(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """The element-wise mean of the workers' tensors, in float32 (an all-gather's aggregate, the true mean).
 
     Summed in place into one new buffer, in worker order (the same roundings as ``sum(...) / W``,
-    without a temporary per worker)."""
+    without a temporary per worker).  Where that float32 sum overflows although every input is
+    finite (gradients near float32's max), the mean is taken again in float64 and rounded once: the
+    mean of finite values is finite, and must not turn into ±inf on the way."""
     out = tensors[0].to(torch.float32, copy=True)
     for t in tensors[1:]:
         out.add_(t.float())
-    return out.div_(len(tensors))
+    out.div_(len(tensors))
+    if len(tensors) > 1 and not all_finite(out) and all(all_finite(t) for t in tensors):
+        acc = tensors[0].to(torch.float64, copy=True)
+        for t in tensors[1:]:
+            acc.add_(t.double())
+        out.copy_(acc.div_(len(tensors)))
+    return out
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every element of ``t`` is finite: a finite float64 sum proves it in one read; scan only otherwise."""
+    if not t.is_floating_point() or not t.numel():
+        return True
+    return math.isfinite(float(t.sum(dtype=torch.float64))) or bool(torch.isfinite(t).all())
+
+
+def max_abs(t: torch.Tensor) -> float:
+    """max |t| as a Python float (0 for an empty tensor)."""
+    return float(t.detach().abs().max()) if t.numel() else 0.0
+
+
+class NonFiniteError(GcbenchError):
+    """A case whose numbers cannot be finite although its input is: the case fails with this reason."""
+
+
+def check_decoded(compressor: str, unit: str, x: torch.Tensor, decoded: torch.Tensor, where: str,
+                  wire_max: float | None = None) -> int:
+    """Check one decoded tensor of finite input ``x``; returns how many of its elements saturated.
+
+    A compressor whose wire format is a narrower float (fp16, bf16: ``wire_max`` its largest value)
+    maps an input beyond that max to ±inf, exactly as a real fp16 all-reduce would: those elements
+    are counted (the case is flagged ``saturated``).  Any other non-finite element (NaN, or ±inf
+    from an input the format could hold) means an intermediate (a norm, a scale) overflowed:
+    :class:`NonFiniteError` says so, with the count and the input's range, so the case fails with
+    a reason instead of recording empty metrics.
+    """
+    if all_finite(decoded):
+        return 0
+    bad = ~torch.isfinite(decoded)
+    n_nan, n_inf = int(torch.isnan(decoded).sum()), int(torch.isinf(decoded).sum())
+    if wire_max is not None and n_nan == 0:
+        # the elements the format saturates: ±inf exactly where the input was beyond its max
+        beyond = x.detach().reshape(decoded.shape).abs() > wire_max
+        if not bool((bad & ~beyond).any()):
+            return n_inf
+    peak = max_abs(x)
+    raise NonFiniteError(f"{compressor}: decompressed gradient is not finite ({n_nan} NaN and {n_inf} ±Inf of {decoded.numel()} "
+                         f"elements of {unit!r}, {where}) though its input is finite (max |g| = {peak:.3g}): a norm or scale "
+                         f"overflowed float32 (max {FLOAT32_MAX:.3g})" + (" or the format cannot hold the result" if peak > 1e30 else ""))
+
+
+def check_numbers(compressor: str, values: Iterable[float | None], what: str, x_peak: Callable[[], float]) -> None:
+    """Raise :class:`NonFiniteError` when a metric of finite tensors came out NaN or ±inf.
+
+    ``None`` is a metric that is undefined (a zero denominator); a non-finite float is a float32
+    running sum or difference that overflowed (gradients near float32's max leave no headroom).
+    ``x_peak()`` (the inputs' max |g|, for the message) is called only then.
+    """
+    if any(v is not None and not math.isfinite(v) for v in values):
+        raise NonFiniteError(f"{compressor}: the {what} is not finite although every gradient and decoded tensor is "
+                             f"(max |g| = {x_peak():.3g}): its float32 sums overflow near float32's max ({FLOAT32_MAX:.3g}); "
+                             "rescale the source")
 
 
 def sq_norm(t: torch.Tensor) -> float:

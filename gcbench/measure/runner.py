@@ -44,7 +44,10 @@ from gcbench.measure.casemath import (
     StreamStats,
     TrafficLog,
     aggregate_summary,
+    check_decoded,
+    check_numbers,
     fidelity_summary,
+    max_abs,
     pool_copy_baseline,
     size_summary,
     timing_summary,
@@ -56,7 +59,7 @@ from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, flat_like,
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
-from gcbench.sources.base import GradientSource, check_finite
+from gcbench.sources.base import FLOAT32_MAX, GradientSource, check_finite
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -166,7 +169,14 @@ class SourceData:
         out = []
         for u in self.units:
             x = gather(u, grads).to(self.device)
-            check_finite(u.name, x, f"{self.source.name} step {step} worker {worker}")
+            where = f"{self.source.name} step {step} worker {worker}"
+            try:
+                check_finite(u.name, x, where)
+            except SourceError:
+                # a bucket is float32: name the member behind it (a float64 value beyond float32's range becomes inf here)
+                for name in u.members if u.flat else ():
+                    check_finite(name, grads[name], where)
+                raise
             out.append(x)
         if self.cache is None:
             return out
@@ -262,10 +272,17 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     ref = data.reference(suite.optimizer.momentum)
     stream = DeliveredStream(ref, len(units), comp.applies_momentum)
     one_shot_steps = min(suite.metrics.fidelity_steps, T)
+    wire_max = saturating_max(comp)
+    saturated = 0  # elements a narrower float format mapped to ±inf, over every worker and step of the stream
 
     for t in range(T):
         progress("step", t, T, f"{spec.label}: step {t + 1}/{T}")
         xs = [data.get(t, w) for w in range(W)]
+
+        def check(w: int, u: int, dec: torch.Tensor, step: int = t, inputs: list[list[torch.Tensor]] = xs) -> int:
+            """Refuse a non-finite decoded tensor of worker ``w``'s unit ``u`` (finite input); count saturated elements."""
+            return check_decoded(info.name, units[u].name, inputs[w][u], dec, f"step {step} worker {w}", wire_max)
+
         refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)] if own_ref else xs
         if suite.metrics.timing and t < suite.metrics.timing_steps:
             timing = _time_case(comp, xs[0], states[0], suite, data.copy_destination(xs[0]))
@@ -276,15 +293,23 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
         first_states: list[State] = []
         one_shot = t < one_shot_steps
         if one_shot and (repeats > 1 or custom_exchange):
-            fids, firsts, first_states = _repeat_fidelity(comp, xs[0], states[0], refs[0], repeats, suite.seed, t)
+            fids, firsts, first_states = _repeat_fidelity(comp, xs[0], states[0], refs[0], repeats, suite.seed, t,
+                                                          lambda u, dec: check(0, u, dec))
         elif custom_exchange:  # worker 0's own compression from a copy of its state: its bytes and decoded tensors
             firsts = [comp.compress_and_decode(x, st.clone()) for x, st in zip(xs[0], states[0], strict=True)]
+            for u, (_, dec) in enumerate(firsts):
+                check(0, u, dec)
 
         # 2. the stream: every worker compresses; aggregate by the default or the paper's protocol
         contributions: list[list[torch.Tensor]] | None = None
         if custom_exchange:
             aggregates, phase, contributions = _protocol_exchange(comp, xs, states, traffic, t)
             step_phases.append(phase)
+            for w, contribution in enumerate(contributions or []):
+                saturated += sum(check(w, u, dec) for u, dec in enumerate(contribution))
+            if not saturated:  # the protocol's aggregate of finite inputs, against the true mean's range
+                for u, agg in enumerate(aggregates):
+                    check_decoded(info.name, units[u].name, ref.mean[t][u], agg, f"step {t} aggregate", wire_max)
             outs0 = firsts  # worker 0's payloads: its first fidelity repeat
         else:
             # worker 0's stream step is its first fidelity repeat (an independent draw from the same
@@ -293,6 +318,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
             if reuse:
                 states[0] = first_states
             outs = [firsts if reuse and w == 0 else comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(W)]
+            saturated += sum(check(w, u, dec) for w, o in enumerate(outs) for u, (_, dec) in enumerate(o))
             aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(units))]
             traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])
             outs0 = outs[0]
@@ -304,17 +330,47 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
         stream.add_step(t, aggregates, contributions)
         stats.add_step(refs, aggregates, [dec for _, dec in outs0], [p.nbytes for p, _ in outs0], fids, window_start=t in starts,
                        true_means=None if own_ref else ref.mean[t])
+        if not saturated:  # finite tensors in and out: a metric that is NaN or ±inf is an overflowed float32 sum
+            _check_step_numbers(info.name, stats, stream, fids, xs)
     progress("step", T, T, f"{spec.label}: done")
-    return _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
-                        stream.summary(comp.stateful, suite.metrics.min_stream_steps))
+    rec = _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
+                       stream.summary(comp.stateful, suite.metrics.min_stream_steps))
+    if saturated:
+        rec["flags"]["saturated"] = saturated
+    else:  # the workers' own sums over the whole stream, summed in float32 like every other
+        check_numbers(info.name, rec["stream"]["worker_delivered"] or [], "workers' delivered fraction",
+                      lambda: max((max_abs(x) for w in range(W) for x in data.get(T - 1, w)), default=0.0))
+    return rec
+
+
+def saturating_max(comp: Compressor) -> float | None:
+    """The largest value of the compressor's wire format where that is a float narrower than float32 (fp16: 65504,
+    bf16: about 3.39e38), else None: beyond it the cast saturates to ±inf, a fact of the format, not a bug."""
+    wire = getattr(comp, "wire_dtype", None)
+    if isinstance(wire, torch.dtype) and wire.is_floating_point:
+        top = float(torch.finfo(wire).max)
+        return top if top < FLOAT32_MAX else None
+    return None
+
+
+def _check_step_numbers(name: str, stats: StreamStats, stream: DeliveredStream, fids: Sequence[Fidelity] | None,
+                        xs: Sequence[Sequence[torch.Tensor]]) -> None:
+    """Fail the case (:class:`~gcbench.measure.casemath.NonFiniteError`) when one of this step's numbers came out NaN or ±inf."""
+    values: list[float | None] = [f.err_sq_mean for f in fids or []]
+    values += [unit[-1].err_sq_mean for unit in stats.agg if unit]
+    values += [stats.agg_drift[-1], stats.drift[-1] if stats.drift else None]
+    values += [series[-1] for series in (stream.error, stream.error_scaled, stream.delivered) if series]
+    check_numbers(name, values, "error of this case", lambda: max((max_abs(x) for w in xs for x in w), default=0.0))
 
 
 def _repeat_fidelity(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], refs: Sequence[torch.Tensor],
-                     repeats: int, seed: int, step: int) -> tuple[list[Fidelity], list[tuple[Payload, torch.Tensor]], list[State]]:
+                     repeats: int, seed: int, step: int, check: Callable[[int, torch.Tensor], int] | None = None,
+                     ) -> tuple[list[Fidelity], list[tuple[Payload, torch.Tensor]], list[State]]:
     """Worker 0's fidelity per unit from ``repeats`` compressions, each from a reseeded copy of its state.
 
     Also returns the first repeat's (payload, decoded) per unit and the state it left: an
     independent draw from the current state, so the stream can take it as worker 0's step.
+    ``check(unit, decoded)`` sees every decoded tensor first (it raises on a non-finite one).
     """
     fids, firsts, first_states = [], [], []
     for u, x in enumerate(xs):
@@ -324,6 +380,8 @@ def _repeat_fidelity(comp: Compressor, xs: Sequence[torch.Tensor], states: Seque
             if repeats > 1:
                 st.reseed(derive_seed(seed, "repeat", step, u, r))
             p, dec = comp.compress_and_decode(x, st)
+            if check is not None:
+                check(u, dec)
             decs.append(dec)
             if r == 0:
                 firsts.append((p, dec))

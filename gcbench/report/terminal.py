@@ -446,8 +446,12 @@ def is_reconstructed(case: RunCase | TrainCase) -> bool:
 
 
 def case_name(case: RunCase | TrainCase) -> str:
-    """The case label with a dagger for reconstructed compressors (unescaped)."""
-    return case.label + (f" {DAGGER}" if case.reconstructed else "")
+    """The case label with a dagger for reconstructed compressors and, where a narrower float format (fp16) mapped
+    inputs beyond its max to ±inf, the count of those elements: their metrics are not finite, and this says why
+    (unescaped)."""
+    saturated = (case.flags.model_extra or {}).get("saturated") if case.flags is not None else None
+    return (case.label + (f" {DAGGER}" if case.reconstructed else "")
+            + (f" (saturated: {saturated} elements)" if saturated else ""))
 
 
 def params_text(case: RunCase | TrainCase | BenchCase) -> str:

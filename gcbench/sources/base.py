@@ -58,11 +58,25 @@ class GradientSource(ABC):
         """Release resources (open files, models)."""
 
 
+#: the largest float32: every compressor computes in float32, so a gradient must fit it
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
 def check_finite(name: str, t: torch.Tensor, where: str = "") -> None:
-    """Raise a :class:`SourceError` naming the tensor if it holds NaN or Inf."""
+    """Raise a :class:`SourceError` naming the tensor if it holds NaN or Inf, or values float32 cannot hold.
+
+    A wider tensor (float64) with a value beyond ±float32's max is refused too: the compressors and
+    the float32 measurements would turn it into ±inf and every number of the case into nothing.
+    """
+    loc = f" ({where})" if where else ""
     # a finite sum (one read, no temporary) proves every element is finite; scan only otherwise
     if t.is_floating_point() and t.numel() and not math.isfinite(float(t.sum(dtype=torch.float64))) and not bool(torch.isfinite(t).all()):
         n_nan = int(torch.isnan(t).sum())
         n_inf = int(torch.isinf(t).sum())
-        loc = f" ({where})" if where else ""
         raise SourceError(f"gradient {name!r}{loc} contains {n_nan} NaN and {n_inf} Inf values")
+    if t.is_floating_point() and t.numel() and torch.finfo(t.dtype).max > FLOAT32_MAX:
+        peak = float(t.detach().abs().max())
+        if peak > FLOAT32_MAX:
+            n = int((t.detach().abs() > FLOAT32_MAX).sum())
+            raise SourceError(f"gradient {name!r}{loc} is {str(t.dtype).removeprefix('torch.')} with {n} values beyond float32's range "
+                              f"(max |g| = {peak:.3g} > {FLOAT32_MAX:.3g}); gcbench compresses float32 gradients: rescale the source")

@@ -201,3 +201,23 @@ def test_fast_path_matches_the_torch_path(d: int, params: dict[str, object], mon
         assert fast[s].to_bytes() == slow.to_bytes()
         assert torch.equal(fast_dec[s], decompress(slow))
         assert torch.equal(fast_dec[s], ref[s])
+
+
+@pytest.mark.parametrize("params", [{}, {"encoding": "elias"}, {"norm": "2", "bucket": 4}], ids=str)
+def test_values_near_float32s_max_quantize_and_decode_finite_on_both_paths(params: dict[str, object],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """|x|·s and n·level overflowed float32 for |x| > max/s (the decoded tensor went ±inf at |x| ~ 2e37): the levels
+    are those of the same tensor at unit scale, the decoded tensor finite, and both paths send the same bytes."""
+    x = normal((4096,), seed=5)
+    big = x * (3.0e38 / float(x.abs().max()))
+    comp = registry.create("qsgd", min_numel=0, **params)
+    fast = comp.compress(big, State(1))
+    fast_dec = decompress(fast)
+    assert torch.isfinite(fast_dec).all()
+    rel = float((fast_dec.double() - big.double()).norm() / big.double().norm())
+    unit = decompress(comp.compress(x, State(1)))
+    assert rel == pytest.approx(float((unit.double() - x.double()).norm() / x.double().norm()), rel=1e-3)
+    torch_only(monkeypatch)
+    slow = comp.compress(big, State(1))
+    assert fast.to_bytes() == slow.to_bytes()
+    assert torch.equal(fast_dec, decompress(slow))
