@@ -804,7 +804,8 @@ def bench(
     model: Annotated[str | None, typer.Option(
         metavar="NAME", help="Time a whole step of this model's gradient tensors (a zoo name, `gcbench list models`) "
                              "instead of one tensor per size: what a network prediction charges per step.")] = None,
-    rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case (exactly this many).")] = 5,
+    rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case at least; more (up to 40 or 3 s per "
+                                        "kernel) until the median's 95% CI is within ±5%.")] = 5,
     repeats: Annotated[int | None, typer.Option("--repeats", metavar="INT", hidden=True,
                                                 help="Deprecated spelling of --rounds.")] = None,
     warmup: Annotated[int, typer.Option(metavar="INT", help="Untimed warm-up calls.")] = 1,

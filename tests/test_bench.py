@@ -234,3 +234,14 @@ def test_cpu_meter_takes_this_process_off_the_machines_busy_time() -> None:
     sum(i * i for i in range(200_000))
     share = live.share()
     assert share is None or 0.0 <= share <= 1.0
+
+
+def test_bench_table_says_what_triggered_each_flag() -> None:
+    from gcbench.report.terminal import flag_reason_lines
+    from gcbench.results.record import BenchCase
+
+    block = {"median": 3.1, "samples": [3.1] * 6, "flags": ["unstable"],
+             "reasons": {"unstable": "the median's 95% CI is ±14% of it (over ±10%) after 40 rounds"}}
+    case = BenchCase.model_validate({"compressor": "sdagc", "label": "sdagc", "numel": 1000, "compress_x_copy": 3.1,
+                                     "decompress_x_copy": 0.7, "x_copy": {"compress": block, "decompress": {"median": 0.7, "flags": []}}})
+    assert flag_reason_lines([case]) == ["sdagc compress — unstable: the median's 95% CI is ±14% of it (over ±10%) after 40 rounds."]
