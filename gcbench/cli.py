@@ -1224,15 +1224,19 @@ def advise_cmd(
         else:
             assert model is not None
             ks = adv.measure_kernels(model, specs, out_dir, rounds=rounds, progress=prog)
+        compute_flags: tuple[str, ...] = ()
         if compute_ms is not None:
             compute_s, origin = compute_ms / 1e3, "given"
         else:
-            compute_s = adv.measure_compute(ks.model, progress=prog)
-            origin = "measured on this machine's CPU; give --compute-ms for the cluster's devices"
+            ct = adv.measure_compute(ks.model, progress=prog)
+            compute_s, compute_flags = ct.median_s, ct.reasons
+            origin = (f"measured on this machine's CPU, median of {len(ct.samples)} steps"
+                      + (f" after {ct.attempts} measurements" if ct.attempts > 1 else "")
+                      + "; give --compute-ms for the cluster's devices")
     delivered = adv.delivered_from_results(fidelity[0], ks.model, fidelity[1]) if fidelity else None
     advice = adv.advise(ks, compute_s, ns, bws, latency_us * 1e-6, compute_origin=origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
-                        calibration=calibration)
+                        calibration=calibration, compute_flags=compute_flags)
     if as_json:
         print(json.dumps(advice.to_dict(), default=str))
         return
