@@ -1243,7 +1243,8 @@ def markdown_bench(run: LoadedRun) -> str:
             rows.append([md_escape(bench_name(c)), *[md_escape(col.text(c)) for col in BENCH_COLUMNS], md_escape(target), md_escape(mark)])
     headers = ["compressor", *[md_escape(c.header) for c in BENCH_COLUMNS], *BENCH_TEXT_HEADERS]
     parts += [md_table(headers, rows, [False] + [True] * len(BENCH_COLUMNS) + [False, False]), ""]
-    return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), ""])
+    reasons = [f"- {md_escape(line)}" for line in flag_reason_lines(run.cases)]
+    return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), *(["", *reasons] if reasons else []), ""])
 
 
 def markdown_summary(run: LoadedRun) -> str:
