@@ -245,3 +245,23 @@ def test_bench_table_says_what_triggered_each_flag() -> None:
     case = BenchCase.model_validate({"compressor": "sdagc", "label": "sdagc", "numel": 1000, "compress_x_copy": 3.1,
                                      "decompress_x_copy": 0.7, "x_copy": {"compress": block, "decompress": {"median": 0.7, "flags": []}}})
     assert flag_reason_lines([case]) == ["sdagc compress — unstable: the median's 95% CI is ±14% of it (over ±10%) after 40 rounds."]
+
+
+def test_garbage_collection_before_timing_scans_only_what_came_after_the_first() -> None:
+    """The quick suite spent a full collection (0.1-1 s over ~260,000 long-lived objects) before every case's timing."""
+    import gc
+
+    from gcbench.measure.metrics import collect_garbage
+
+    collect_garbage()
+    assert gc.get_freeze_count() > 0  # the long-lived objects are out of later collections' way
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    import weakref
+
+    ref = weakref.ref(Cycle())
+    collect_garbage()
+    assert ref() is None  # garbage made after the freeze is still collected
