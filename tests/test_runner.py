@@ -547,3 +547,16 @@ def test_a_run_holds_each_sources_cases_against_its_pooled_copy(tmp_path: Path, 
             assert t.baseline == "pooled" and t.pooled_copy_s == pytest.approx(pooled)
             assert t.compress_x_copy.median == pytest.approx(float(np.median(t.compress.samples_s)) / pooled)
             assert t.compress_x_round_copy is not None and t.compress_x_round_copy.samples
+
+
+def test_a_run_and_its_table_do_not_import_scipy_stats() -> None:
+    """Issue 34 item 25: scipy.stats cost 1-2.5 s of every quick run's start (the table's z-test imported it at the top)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gcbench.measure.runner, gcbench.report.terminal; "
+            "from gcbench.measure.metrics import mean_ci; from gcbench.results.verdict import t_interval; "
+            "mean_ci([1.0, 2.0, 4.0]); t_interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.stdout.strip() == "False"
