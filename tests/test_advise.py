@@ -245,14 +245,17 @@ def test_the_sentence_says_when_the_timings_behind_it_were_flagged() -> None:
                                      reasons=("compress unstable (other processes took 60% of the machine's CPU)",))
     busy = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, flagged_kernel)), 0.1, [16], [1], 5e-6)
     line = busy.summaries()[0]
-    assert "cannot be trusted" in line and "topk (compress unstable (other processes took 60%" in line
+    assert "cannot be trusted" in line and "flagged after re-measuring: topk (unstable)" in line
+    assert busy.untrusted_reasons() == ["topk — compress unstable (other processes took 60% of the machine's CPU)"]
     bad_compute = adv.advise(adv.KernelSet("m", "cpu", "test", "", ok), 0.1, [16], [1], 5e-6,
                              compute_flags=("unstable: the median's 95% CI is ±80% of it (over ±10%) after 30 rounds",))
-    assert "compute per step (unstable: the median's 95% CI" in bad_compute.summaries()[0]
+    assert "compute per step (unstable)" in bad_compute.summaries()[0]
+    assert "compute per step — unstable: the median's 95% CI" in bad_compute.untrusted_reasons()[0]
     assert bad_compute.to_dict()["summaries"] == bad_compute.summaries()
     from gcbench.report.advice import advice_output
 
-    assert any(isinstance(o, str) and "cannot be trusted" in o for o in advice_output(busy))
+    printed = [o for o in advice_output(busy) if isinstance(o, str)]
+    assert any("cannot be trusted" in o for o in printed) and any("other processes took 60%" in o for o in printed)
 
 
 def test_flagged_bench_cases_are_timed_again_and_the_less_flagged_kept(monkeypatch: pytest.MonkeyPatch) -> None:

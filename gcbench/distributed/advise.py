@@ -348,10 +348,16 @@ class Advice:
     compute_flags: tuple[str, ...] = ()  # what was wrong with the measured compute time, after its re-measurement
 
     def untrusted(self) -> list[str]:
-        """The flagged timings every scenario's answer rests on: the compute time, and any compressor's kernels
-        (a flagged kernel could move a compressor above or below the one named best)."""
-        out = [f"compute per step ({r})" for r in self.compute_flags]
-        out += [f"{k.label} ({'; '.join(k.reasons) if k.reasons else ', '.join(k.flags)})" for k in self.kernels.kernels if k.flags]
+        """The flagged timings every scenario's answer rests on, by name: the compute time, and any compressor's kernels
+        (a flagged kernel could move a compressor above or below the one named best).  :meth:`untrusted_reasons` says why."""
+        out = [f"compute per step ({r.split(':')[0]})" for r in self.compute_flags]
+        out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags]
+        return out
+
+    def untrusted_reasons(self) -> list[str]:
+        """Each flagged timing of :meth:`untrusted` with what triggered its flags (measured values and thresholds)."""
+        out = [f"compute per step — {r}" for r in self.compute_flags]
+        out += [f"{k.label} — {'; '.join(k.reasons) if k.reasons else ', '.join(k.flags)}" for k in self.kernels.kernels if k.flags]
         return out
 
     def summaries(self) -> list[str]:
@@ -363,6 +369,7 @@ class Advice:
         d = asdict(self)
         d["kernels"]["kernels"] = [asdict(k) for k in self.kernels.kernels]
         d["untrusted"] = self.untrusted()
+        d["untrusted_reasons"] = self.untrusted_reasons()
         d["summaries"] = self.summaries()
         return d
 
@@ -451,9 +458,9 @@ def caveat(flagged: Sequence[str]) -> str:
     """The clause a sentence ends with when the timings behind it were flagged ("" when none was)."""
     if not flagged:
         return ""
-    named = "; ".join(flagged[:CAVEAT_NAMES]) + (f"; and {len(flagged) - CAVEAT_NAMES} more" if len(flagged) > CAVEAT_NAMES else "")
-    return (f" — but this answer cannot be trusted: the timings behind it were flagged after re-measuring: {named}; "
-            "rerun on a quiet machine before acting on it")
+    named = ", ".join(flagged[:CAVEAT_NAMES]) + (f" and {len(flagged) - CAVEAT_NAMES} more" if len(flagged) > CAVEAT_NAMES else "")
+    return (f" — but this answer cannot be trusted: the timings behind it were flagged after re-measuring: {named} "
+            "(why: under the table); rerun on a quiet machine before acting on it")
 
 
 def summary_line(sc: Scenario, flagged: Sequence[str] = ()) -> str:

@@ -44,6 +44,9 @@ def advice_output(adv: Advice) -> list[Table | str]:
         out.append(t)
         flagged = adv.untrusted()
         out.extend(summary_line(scs[bw], flagged) for bw in bws)
+    why = adv.untrusted_reasons()
+    if why:
+        out.append("Flagged timings (re-measured once, still flagged):\n" + "\n".join(f"  {w}" for w in why))
     fid = (f"delivered = fraction of the dense update delivered over a stream, from {adv.fidelity_origin}"
            if adv.fidelity_origin else "delivered: not measured (pass a `gcbench run`/`compare` results file of this model)")
     out.append("step = compute + compress + communication of the compressor's protocol + decode of the payloads it receives "
