@@ -265,3 +265,10 @@ def test_garbage_collection_before_timing_scans_only_what_came_after_the_first()
     ref = weakref.ref(Cycle())
     collect_garbage()
     assert ref() is None  # garbage made after the freeze is still collected
+
+
+def test_a_flagged_timing_is_neither_pass_nor_short() -> None:
+    rec = {"compressor": "signsgd", "compress_x_copy": 2.5, "decompress_x_copy": 1.0,
+           "x_copy": {"compress": {"flags": ["unstable"]}, "decompress": {"flags": []}}}
+    assert verdict(rec)[1] == "flagged"  # 2.5x over the 2x target, but the number is not a speed
+    assert verdict({**rec, "x_copy": {"compress": {"flags": []}, "decompress": {"flags": []}}})[1] == "short"

@@ -974,7 +974,7 @@ def bench_table(run: LoadedRun) -> Table:
             errors.append((bench_name(c), c.error_text))
             continue
         target, mark = bench_target(c)
-        style = {"pass": "green", "short": "red"}.get(mark)
+        style = {"pass": "green", "short": "red", "flagged": "yellow"}.get(mark)
         change = "" if c.baseline_change is None else f" ({100 * c.baseline_change:+.0f}% vs base)"  # `bench --baseline`
         t.add_row(rich_escape(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
                   (f"[{style}]{mark}[/]" if style else mark) + change)
@@ -1183,7 +1183,8 @@ BENCH_FOOTNOTE = (f"{X_COPY_HEADER} / {X_COPY_DEC_HEADER} = compress / decompres
                   "1× = at the memory traffic the compressor must do; "
                   "vs ref = speed-up over the straightforward reference "
                   "implementation; GB/s = dense input bytes / median compress time; peak/input = peak extra resident memory during "
-                  "compress / input bytes; pass = within every limit of the target.")
+                  "compress / input bytes; pass = within every limit of the target; flagged = a timing the target checks is "
+                  "flagged, so neither pass nor short can be claimed.")
 
 
 # ----------------------------------------------------------------------------- Markdown
