@@ -272,3 +272,8 @@ def test_a_flagged_timing_is_neither_pass_nor_short() -> None:
            "x_copy": {"compress": {"flags": ["unstable"]}, "decompress": {"flags": []}}}
     assert verdict(rec)[1] == "flagged"  # 2.5x over the 2x target, but the number is not a speed
     assert verdict({**rec, "x_copy": {"compress": {"flags": []}, "decompress": {"flags": []}}})[1] == "short"
+
+
+def test_max_rounds_caps_calibration_in_the_isolated_process_too() -> None:
+    (rec,) = run_bench(["signsgd"], [5000], repeats=2, warmup=0, threads=1, isolate=True, max_rounds=4)
+    assert 2 <= len(rec["compress"]["samples_s"]) <= 4 and rec["policy"]["max_rounds"] == 4

@@ -179,6 +179,12 @@ def kernels_from_run(record: RunRecord, source_label: str, origin: str = "") -> 
     return KernelSet(model, device, _machine(record), origin, tuple(kernels)), compute
 
 
+#: the most rounds a kernel of advise's bench takes (bench's own cap is 40): the median of 15 rounds ignores up to 3 slow
+#: ones, and 19 compressors × 2 kernels of ResNet-50 at 40 rounds would spend a minute of the cold start on precision a
+#: step prediction does not need
+ADVISE_MAX_ROUNDS = 15
+
+
 def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, rounds: int = 3, threads: int = 2,
                     device: str = "cpu", progress: Progress | None = None) -> KernelSet:
     """Run ``gcbench bench --model`` for ``specs`` here (one isolated process each) and read its file; a compressor
@@ -186,7 +192,7 @@ def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, ro
     from gcbench.measure.bench import bench_to_file
 
     outcome = bench_to_file(specs, [], out_dir, repeats=rounds, warmup=1, threads=threads, device=device, model=model,
-                            progress=progress, remeasure=True)
+                            progress=progress, remeasure=True, max_rounds=ADVISE_MAX_ROUNDS)
     failed = [c for c in outcome.record.cases if not c.ok]
     if failed:
         raise ResultsError(f"bench --model {model} failed for {', '.join(c.name for c in failed)}: {failed[0].error_text}")

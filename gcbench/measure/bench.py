@@ -263,11 +263,12 @@ def spec_label(name: str, params: dict[str, Any]) -> str:
 
 def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, warmup: int = 1, threads: int | None = 2,
               device: str = "cpu", isolate: bool = True, seed: int = 0, model: str | None = None,
-              progress: Callable[[str, int, int, str], None] | None = None) -> list[dict[str, Any]]:
+              progress: Callable[[str, int, int, str], None] | None = None, max_rounds: int | None = None) -> list[dict[str, Any]]:
     """Benchmark every (compressor, size); a failing case is recorded and the sweep goes on.
 
     ``names`` are compressor names or CLI specs ``name:key=value,...`` (e.g. ``threshold:tau=3.29``).
     With ``model``, one case per compressor: a whole step of that model's tensors (``sizes`` unused).
+    ``max_rounds`` caps each kernel's calibrated rounds (:func:`bench_policy`; default :data:`BENCH_MAX_ROUNDS`).
     """
     specs = [registry.parse_spec(n) for n in names]  # unknown names and bad parameters fail before any work
     model_numel = sum(t.numel for t in zoo.layer_shapes(model)) if model is not None else None  # an unknown model fails here
@@ -279,7 +280,7 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
         if progress:
             progress("bench", i, total, f"{label} @ {model or f'{numel:,}'}")
         args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
-                "threads": threads, "device": device, "seed": seed, "model": model}
+                "threads": threads, "device": device, "seed": seed, "model": model, "max_rounds": max_rounds}
         try:
             out.append(_run_isolated(args) if isolate else bench_case(**args))
         except Exception as exc:  # recorded, the sweep goes on
@@ -299,7 +300,8 @@ def unstable_kernels(rec: dict[str, Any]) -> int:
 
 def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, repeats: int, warmup: int, threads: int | None,
                        device: str, isolate: bool, model: str | None,
-                       progress: Callable[[str, int, int, str], None] | None = None) -> list[dict[str, Any]]:
+                       progress: Callable[[str, int, int, str], None] | None = None,
+                       max_rounds: int | None = None) -> list[dict[str, Any]]:
     """``recs`` with every case flagged ``unstable`` timed once more, the less flagged record of the two kept.
 
     Only whole-model cases and single-size sweeps are matched back by label (``names`` are the specs ``recs`` ran).
@@ -309,7 +311,7 @@ def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, 
         return list(recs)
     sizes = sorted({int(r["numel"]) for r in recs if r.get("numel")})
     redo = run_bench(again, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
-                     model=model, progress=progress)
+                     model=model, progress=progress, max_rounds=max_rounds)
     by_key = {(r.get("label"), r.get("numel")): r for r in redo}
     out = []
     for r in recs:
@@ -362,7 +364,8 @@ class BenchOutcome:
 def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | str, *, repeats: int = 5, warmup: int = 1,
                   threads: int = 2, device: str = "cpu", isolate: bool = True, baseline: Path | str | None = None,
                   threshold: float = 0.25, model: str | None = None,
-                  progress: Callable[[str, int, int, str], None] | None = None, remeasure: bool = False) -> BenchOutcome:
+                  progress: Callable[[str, int, int, str], None] | None = None, remeasure: bool = False,
+                  max_rounds: int | None = None) -> BenchOutcome:
     """:func:`run_bench`, each case compared with ``baseline`` (a stored bench file) and written as one ``kind="bench"`` file.
 
     The baseline is read before anything is timed (a malformed file is one error, not a wasted sweep).  A case's
@@ -376,10 +379,10 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
         base = load_run(baseline)
         base_cases = {(c.name, c.numel, c.model): c for c in base.cases if isinstance(c, BenchCase) and c.ok}
     recs = run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
-                     model=model, progress=progress)
+                     model=model, progress=progress, max_rounds=max_rounds)
     if remeasure:
         recs = remeasure_unstable(recs, names, repeats=repeats, warmup=warmup, threads=threads, device=device,
-                                  isolate=isolate, model=model, progress=progress)
+                                  isolate=isolate, model=model, progress=progress, max_rounds=max_rounds)
     setup: dict[str, Any] = {"name": "bench", "sizes": [] if model else list(sizes), "repeats": repeats, "threads": threads}
     if model is not None:
         setup["model"] = model
