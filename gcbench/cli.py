@@ -804,7 +804,8 @@ def bench(
     model: Annotated[str | None, typer.Option(
         metavar="NAME", help="Time a whole step of this model's gradient tensors (a zoo name, `gcbench list models`) "
                              "instead of one tensor per size: what a network prediction charges per step.")] = None,
-    rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case (exactly this many).")] = 5,
+    rounds: Annotated[int, typer.Option(metavar="INT", help="Timed rounds per case at least; more (up to 40 or 3 s per "
+                                        "kernel) until the median's 95% CI is within ±5%.")] = 5,
     repeats: Annotated[int | None, typer.Option("--repeats", metavar="INT", hidden=True,
                                                 help="Deprecated spelling of --rounds.")] = None,
     warmup: Annotated[int, typer.Option(metavar="INT", help="Untimed warm-up calls.")] = 1,
@@ -1223,15 +1224,19 @@ def advise_cmd(
         else:
             assert model is not None
             ks = adv.measure_kernels(model, specs, out_dir, rounds=rounds, progress=prog)
+        compute_flags: tuple[str, ...] = ()
         if compute_ms is not None:
             compute_s, origin = compute_ms / 1e3, "given"
         else:
-            compute_s = adv.measure_compute(ks.model, progress=prog)
-            origin = "measured on this machine's CPU; give --compute-ms for the cluster's devices"
+            ct = adv.measure_compute(ks.model, progress=prog)
+            compute_s, compute_flags = ct.median_s, ct.reasons
+            origin = (f"measured on this machine's CPU, median of {len(ct.samples)} steps"
+                      + (f" after {ct.attempts} measurements" if ct.attempts > 1 else "")
+                      + "; give --compute-ms for the cluster's devices")
     delivered = adv.delivered_from_results(fidelity[0], ks.model, fidelity[1]) if fidelity else None
     advice = adv.advise(ks, compute_s, ns, bws, latency_us * 1e-6, compute_origin=origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
-                        calibration=calibration)
+                        calibration=calibration, compute_flags=compute_flags)
     if as_json:
         print(json.dumps(advice.to_dict(), default=str))
         return

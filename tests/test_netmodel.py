@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -312,3 +313,14 @@ def test_lgc_s_server_and_relay_legs_by_hand() -> None:
     secs, _, algos = protocol_seconds(ring, m, n, net)
     assert secs == pytest.approx((n - 1) * (ALPHA + m / 1.25e8) + collective_seconds("allreduce", m, n, net)[0])
     assert "ring relay" in algos
+
+
+def test_simulate_prices_an_identity_from_the_same_copy_as_the_reference() -> None:
+    """Issue 34: an identity whose own rounds ran while the machine copied 25% slower (its ×copy 1, its seconds 1.25x the
+    run's pooled copy) was priced below 1x against a reference charged the pooled copy.  By ×copy it is 1.0 exactly."""
+    net = Network(10, ALPHA)
+    drifted = CaseCost("none", "none", 1e8, 1e8, compute_s=0.012, compress_s=0.005, decompress_s=0.005, copy_s=0.004,
+                       compress_x_copy=1.0, decompress_x_copy=1.0)
+    for n in (2, 16, 256):
+        assert predict(drifted, n, net).speedup == 1.0
+    assert predict(dataclasses.replace(drifted, compress_x_copy=None, decompress_x_copy=None), 16, net).speedup < 0.99  # by seconds

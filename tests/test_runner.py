@@ -677,3 +677,16 @@ def test_check_numbers_refuses_nan_and_inf_but_not_undefined() -> None:
     for bad in (math.nan, math.inf):
         with pytest.raises(casemath.NonFiniteError, match=r"c: the error is not finite .*max \|g\| = 3e\+38"):
             casemath.check_numbers("c", [0.5, bad], "error", lambda: 3e38)
+
+
+def test_a_run_and_its_table_do_not_import_scipy_stats() -> None:
+    """Issue 34 item 25: scipy.stats cost 1-2.5 s of every quick run's start (the table's z-test imported it at the top)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gcbench.measure.runner, gcbench.report.terminal; "
+            "from gcbench.measure.metrics import mean_ci; from gcbench.results.verdict import t_interval; "
+            "mean_ci([1.0, 2.0, 4.0]); t_interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.stdout.strip() == "False"

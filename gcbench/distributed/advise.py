@@ -20,6 +20,18 @@ is DDP's own path: the gradients copied into buckets, a ring all-reduce of the d
 and copied back (the copy time is the bench's, of the same tensors on the same device).  A
 compressor's compress replaces the copy in and its decode the copy out, so the identity codec
 lands at the reference up to its own overhead over a copy, with no special case for it.
+
+Every kernel is priced as its ×copy (its time over the copy timed in the same rounds, which load
+that comes and goes moves alike) times the one copy the reference is charged, never as the raw
+seconds of its own bench case: the cases run minutes apart in their own processes, and a case that
+ran while the machine was disturbed measured ``none`` at 0.13–0.63× the reference it is identical
+to.  So the reference and ``none`` are priced from the same copy by construction: an identity whose
+×copy is 1 is exactly 1.0×.
+
+Timings that cannot be trusted are re-measured once (compute when its rounds disagree or other
+processes took the CPU, a compressor's kernels when bench flagged them), and what is still flagged
+is named in the scenario's sentence (:func:`summary_line`): an answer users act on either repeats
+or says it may not.
 """
 
 from __future__ import annotations
@@ -36,7 +48,8 @@ from typing import Any
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
-from gcbench.results.record import BenchCase, RunCase, RunRecord
+from gcbench.measure.metrics import CpuMeter, TimingPolicy, calibration_done, flag_reasons, load_per_core, rel_ci
+from gcbench.results.record import TOO_SHORT, BenchCase, RunCase, RunRecord, XCopy
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -55,6 +68,17 @@ class StepKernels:
     flags: tuple[str, ...] = ()  # the bench's timing flags of compress and decompress (unstable, …)
     tensors: int = 1  # tensors one step compresses (TernGrad's shared scaler: one float each)
     params: tuple[tuple[str, Any], ...] = ()  # the configuration: the protocol can depend on it (TernGrad's share_scaler)
+    # the kernels' median ×copy (time / the copy of the same rounds): what they are priced by (:meth:`priced`); None in
+    # hand-made inputs, which are priced by their seconds
+    compress_x_copy: float | None = None
+    decompress_x_copy: float | None = None
+    reasons: tuple[str, ...] = ()  # what triggered each flag ("compress unstable: …"), for the caveat sentence
+
+    def priced(self, copy_s: float) -> tuple[float, float]:
+        """(compress, decompress) seconds charged a step: ×copy × ``copy_s`` (the reference's copy), else the raw seconds."""
+        c = self.compress_x_copy * copy_s if self.compress_x_copy is not None else self.compress_s
+        d = self.decompress_x_copy * copy_s if self.decompress_x_copy is not None else self.decompress_s
+        return c, d
 
 
 @dataclass(frozen=True)
@@ -93,13 +117,33 @@ def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str 
     for c in cases:
         if c.model != model or c.compress is None or c.decompress is None or c.copy_ is None or not c.ratio or not c.input_bytes:
             continue
-        flags = sorted({f for k in ("compress", "decompress") for f in ((c.x_copy or {}).get(k).flags if (c.x_copy or {}).get(k) else [])})
+        xc = c.x_copy or {}
+        flags, reasons = _flags_of({k: xc.get(k) for k in ("compress", "decompress")})
         out.append(StepKernels(c.name, c.compressor, float(c.compress.median_s or 0.0), float(c.decompress.median_s or 0.0),
                                float(c.copy_.median_s or 0.0), float(c.input_bytes) / float(c.ratio), float(c.input_bytes),
-                               tuple(flags), int(c.tensors or 1), tuple(sorted((c.params or {}).items()))))
+                               flags, int(c.tensors or 1), tuple(sorted((c.params or {}).items())),
+                               _median_of(xc.get("compress")), _median_of(xc.get("decompress")), reasons))
     device = next((str(c.device) for c in cases if c.model == model and c.device), "cpu")
     machine = _machine(record)
     return KernelSet(model, device, machine, origin, tuple(out))
+
+
+def _median_of(x: XCopy | None) -> float | None:
+    """A ×copy block's median where it is a usable price (finite, positive), else None (priced by seconds)."""
+    v = x.median if x is not None else None
+    return float(v) if v is not None and math.isfinite(v) and v > 0 else None
+
+
+def _flags_of(blocks: Mapping[str, XCopy | None]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The flags of a case's kernels (sorted, each once) and, per kernel and flag, what triggered it."""
+    flags: set[str] = set()
+    reasons: list[str] = []
+    for kernel, x in blocks.items():
+        for f in (x.flags or []) if x is not None else []:
+            flags.add(f)
+            why = (x.reasons or {}).get(f) if x is not None else None
+            reasons.append(f"{kernel} {f}" + (f" ({why})" if why else ""))
+    return tuple(sorted(flags)), tuple(reasons)
 
 
 def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | None]:
@@ -115,10 +159,13 @@ def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | No
         copy_s = t.pooled_copy_s or (t.copy_.median_s if t.copy_ is not None else None)
         if not copy_s:
             continue
-        flags = sorted({f for k in ("compress", "decompress") for f in ((t.x_copy(k).flags or []) if t.x_copy(k) else [])})
+        blocks = {k: t.x_copy(k) for k in ("compress", "decompress")}
+        flags, reasons = _flags_of(blocks)
+        # ×copy against the copy its baseline chose (a memory-bound kernel's own rounds', else the pooled one): the price
         out.append(StepKernels(c.label, str(c.compressor or c.label), float(comp_s), float(dec_s), float(copy_s),
-                               float(size.wire_bytes), float(size.dense_bytes), tuple(flags), len(c.layers or []) or 1,
-                               tuple(sorted((c.params or {}).items()))))
+                               float(size.wire_bytes), float(size.dense_bytes), flags, len(c.layers or []) or 1,
+                               tuple(sorted((c.params or {}).items())), _median_of(blocks["compress"]),
+                               _median_of(blocks["decompress"]), reasons))
     compute = next((c.source.compute_s for c in ok if c.source is not None and c.source.compute_s), None)
     return out, float(compute) if compute else None
 
@@ -132,36 +179,97 @@ def kernels_from_run(record: RunRecord, source_label: str, origin: str = "") -> 
     return KernelSet(model, device, _machine(record), origin, tuple(kernels)), compute
 
 
+#: the most rounds a kernel of advise's bench takes (bench's own cap is 40): the median of 15 rounds ignores up to 3 slow
+#: ones, and 19 compressors × 2 kernels of ResNet-50 at 40 rounds would spend a minute of the cold start on precision a
+#: step prediction does not need
+ADVISE_MAX_ROUNDS = 15
+
+
 def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, rounds: int = 3, threads: int = 2,
                     device: str = "cpu", progress: Progress | None = None) -> KernelSet:
-    """Run ``gcbench bench --model`` for ``specs`` here (one isolated process each) and read its file."""
+    """Run ``gcbench bench --model`` for ``specs`` here (one isolated process each) and read its file; a compressor
+    whose timing was flagged ``unstable`` is timed once more and the less flagged of the two kept."""
     from gcbench.measure.bench import bench_to_file
 
     outcome = bench_to_file(specs, [], out_dir, repeats=rounds, warmup=1, threads=threads, device=device, model=model,
-                            progress=progress)
+                            progress=progress, remeasure=True, max_rounds=ADVISE_MAX_ROUNDS)
     failed = [c for c in outcome.record.cases if not c.ok]
     if failed:
         raise ResultsError(f"bench --model {model} failed for {', '.join(c.name for c in failed)}: {failed[0].error_text}")
     return kernels_from_bench(outcome.record, model, str(outcome.path))
 
 
-def measure_compute(model: str, *, steps: int = 3, warmup: int = 1, seed: int = 0, progress: Progress | None = None) -> float:
-    """Median seconds of one forward + backward pass of zoo ``model`` at its default batch, on this machine's CPU."""
+@dataclass(frozen=True)
+class ComputeTiming:
+    """One step's forward + backward time on this machine: the median over calibrated rounds, and whether to trust it."""
+
+    median_s: float
+    samples: tuple[float, ...]
+    flags: tuple[str, ...] = ()  # unstable: the rounds disagreed, or other processes took the CPU, in every attempt
+    reasons: tuple[str, ...] = ()  # what triggered each flag of the attempt kept
+    attempts: int = 1  # measurements made: a flagged one is measured once more
+
+
+#: compute is timed like a kernel (:func:`gcbench.measure.metrics.calibration_done`): 5 steps at least, more until the
+#: median's 95% CI is within ±5%, at most 30 steps or 20 s.  Three steps' median was 12.2-12.8 ms in three runs of
+#: the mlp and 200 ms in a fourth, unflagged: nothing looked at the steps' agreement or at the machine
+COMPUTE_POLICY = TimingPolicy(warmup=1, min_rounds=5, max_rounds=30, budget_s=20.0)
+
+
+def time_compute(step: Callable[[int], Any], policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2, *,
+                 clock: Callable[[], float] = time.perf_counter, meter: Callable[[], CpuMeter] = CpuMeter,
+                 progress: Callable[[int], None] | None = None) -> ComputeTiming:
+    """Time ``step(i)`` (one forward + backward of batch i) in rounds until its median is pinned down; flagged
+    (rounds disagree, or other processes took the CPU: :func:`gcbench.measure.metrics.flag_reasons`), it is measured
+    again, up to ``attempts`` times, and the least flagged attempt (then the tightest) is kept."""
+    best: ComputeTiming | None = None
+    best_key: tuple[int, float] = (0, 0.0)
+    i = 0
+    for attempt in range(1, attempts + 1):
+        for _ in range(policy.warmup):
+            step(i)
+            i += 1
+        cpu = meter().start()
+        start, times = clock(), []
+        while True:
+            if progress:
+                progress(i)
+            t0 = clock()
+            step(i)
+            times.append(clock() - t0)
+            i += 1
+            if calibration_done({"compute": times}, clock() - start, policy) is not None:
+                break
+        med = statistics.median(times)
+        why = flag_reasons(times, med, load_per_core(), policy, None, cpu.share())
+        why.pop(TOO_SHORT, None)  # a step is not a kernel: the timer's resolution is no concern at its length
+        got = ComputeTiming(med, tuple(times), tuple(why), tuple(f"{f}: {w}" for f, w in why.items()), attempt)
+        key = (len(got.flags), rel_ci(times) or 0.0)
+        if best is None or key < best_key:
+            best, best_key = got, key
+        if not got.flags:
+            break
+    assert best is not None
+    return dataclasses.replace(best, attempts=attempt)
+
+
+def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2,
+                    progress: Progress | None = None) -> ComputeTiming:
+    """One forward + backward pass of zoo ``model`` at its default batch on this machine's CPU (:func:`time_compute`)."""
     from gcbench.sources.zoo import load_model
 
     zm = load_model(model, seed)
-    times = []
-    for i in range(warmup + steps):
-        if progress:
-            progress("compute", i, warmup + steps, f"{model}: forward + backward {i + 1}/{warmup + steps}")
+
+    def step(i: int) -> None:
         inputs, targets = zm.make_batch(i, 0)
         zm.module.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
         zm.loss_fn(zm.module(inputs), targets).backward()
-        dt = time.perf_counter() - t0
-        if i >= warmup:
-            times.append(dt)
-    return statistics.median(times)
+
+    def tick(i: int) -> None:
+        if progress:
+            progress("compute", min(i, policy.max_rounds), policy.max_rounds, f"{model}: forward + backward, step {i + 1}")
+
+    return time_compute(step, policy, attempts, progress=tick)
 
 
 @dataclass(frozen=True)
@@ -243,10 +351,32 @@ class Advice:
     topology: Topology = field(default_factory=Topology)
     overlap: bool = False
     calibration: Calibration | None = None  # collectives priced as measured on the network (else the α–β model)
+    compute_flags: tuple[str, ...] = ()  # what was wrong with the measured compute time, after its re-measurement
+
+    def untrusted(self) -> list[str]:
+        """The flagged timings every scenario's answer rests on, by name: the compute time, and any compressor's kernels
+        (a flagged kernel could move a compressor above or below the one named best).  :meth:`untrusted_reasons` says why."""
+        out = [f"compute per step ({r.split(':')[0]})" for r in self.compute_flags]
+        out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags]
+        return out
+
+    def untrusted_reasons(self) -> list[str]:
+        """Each flagged timing of :meth:`untrusted` with what triggered its flags (measured values and thresholds)."""
+        out = [f"compute per step — {r}" for r in self.compute_flags]
+        out += [f"{k.label} — {'; '.join(k.reasons) if k.reasons else ', '.join(k.flags)}" for k in self.kernels.kernels if k.flags]
+        return out
+
+    def summaries(self) -> list[str]:
+        """:func:`summary_line` of every scenario, each with the caveat when the timings behind it were flagged."""
+        flagged = self.untrusted()
+        return [summary_line(sc, flagged) for sc in self.scenarios]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["kernels"]["kernels"] = [asdict(k) for k in self.kernels.kernels]
+        d["untrusted"] = self.untrusted()
+        d["untrusted_reasons"] = self.untrusted_reasons()
+        d["summaries"] = self.summaries()
         return d
 
 
@@ -266,34 +396,46 @@ def exposed(comm_s: float, compute_s: float, dense_bytes: float, overlap: bool) 
     return max(comm_s / buckets, comm_s - BACKWARD_SHARE * compute_s)
 
 
+def reference_copy(kernels: Sequence[StepKernels]) -> float:
+    """The copy of the step's tensors DDP's bucket copies are charged and every ×copy is priced against: the fastest
+    of the kernels' copies (load only ever slows a copy down: a case timed while the machine stalled measured its copy
+    at 4 ms against 0.12)."""
+    return min(k.copy_s for k in kernels)
+
+
 def predict_step(k: StepKernels, n: int, net: Network, compute_s: float, topo: Topology = Topology(),
-                 overlap: bool = False, calibration: Calibration | None = None) -> Step:
-    """The compressor's step on ``n`` workers over ``net``: compute + compress + its protocol + decode of what it receives."""
+                 overlap: bool = False, calibration: Calibration | None = None, copy_s: float | None = None) -> Step:
+    """The compressor's step on ``n`` workers over ``net``: compute + compress + its protocol + decode of what it receives.
+
+    The kernels are priced by :meth:`StepKernels.priced` against ``copy_s`` (the reference's copy,
+    :func:`reference_copy`; default: this case's own copy).
+    """
     protocol = registry.get(k.compressor).resolve_protocol(dict(k.params))
     comm, decodes, algos = protocol_seconds(protocol, k.wire_bytes, n, net, topo, k.tensors, calibration)
-    dec = k.decompress_s * max(1, decodes)
+    comp_s, dec_one = k.priced(k.copy_s if copy_s is None else copy_s)
+    dec = dec_one * max(1, decodes)
     wait = exposed(comm, compute_s, k.dense_bytes, overlap)
-    step = compute_s + k.compress_s + wait + dec
-    return Step(k.label, k.compressor, algos, compute_s, k.compress_s, wait, dec, step, math.nan, None, k.flags)
+    step = compute_s + comp_s + wait + dec
+    return Step(k.label, k.compressor, algos, compute_s, comp_s, wait, dec, step, math.nan, None, k.flags)
 
 
 def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
                    overlap: bool = False, calibration: Calibration | None = None) -> tuple[float, float]:
     """(step, communication waited for) of uncompressed training: DDP's own path — the gradients copied into
-    buckets, an all-reduce of the fp32 bytes (ring or tree, whichever is faster), copied back.  The copy is the
-    fastest of the kernels' copies of the same tensors: load only ever slows a copy down (a case timed while the
-    machine stalled measured its copy at 4 ms against 0.12)."""
+    buckets (:func:`reference_copy`), an all-reduce of the fp32 bytes (ring or tree, whichever is faster), copied
+    back.  The same copy prices every compressor's kernels (:func:`predict_step`), so an identity codec whose ×copy
+    is 1 and that all-reduces the dense bytes is this step exactly."""
     dense = kernels[0].dense_bytes
-    copy_s = min(k.copy_s for k in kernels)
+    copy_s = reference_copy(kernels)
     comm, _ = collective_seconds("allreduce", dense, n, net, topo, calibration)
     wait = exposed(comm, compute_s, dense, overlap)
-    return compute_s + 2 * copy_s + wait, wait
+    return compute_s + copy_s + wait + copy_s, wait  # predict_step's order of terms: an identity is 1.0 to the last bit
 
 
 def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
            fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False,
-           calibration: Calibration | None = None) -> Advice:
+           calibration: Calibration | None = None, compute_flags: Sequence[str] = ()) -> Advice:
     """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring)."""
     if not kernels.kernels:
         raise ResultsError(f"no compressor of {kernels.origin or 'the input'} has kernel times and payload sizes to predict with")
@@ -302,27 +444,42 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
         for bw in bandwidths_gbps:
             net = Network(bw, latency_s)
             ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s, topology, overlap, calibration)
+            copy_s = reference_copy(kernels.kernels)
             steps = []
             for k in kernels.kernels:
-                s = predict_step(k, n, net, compute_s, topology, overlap, calibration)
+                s = predict_step(k, n, net, compute_s, topology, overlap, calibration, copy_s)
                 steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s,
                                                  delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
             scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps)))
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
-                  topology=topology, overlap=overlap, calibration=calibration)
+                  topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags))
 
 
-def summary_line(sc: Scenario) -> str:
-    """One sentence for a scenario: the best compressor and what it costs, or that none pays."""
+#: flagged inputs named in a caveat before "and N more"
+CAVEAT_NAMES = 4
+
+
+def caveat(flagged: Sequence[str]) -> str:
+    """The clause a sentence ends with when the timings behind it were flagged ("" when none was)."""
+    if not flagged:
+        return ""
+    named = ", ".join(flagged[:CAVEAT_NAMES]) + (f" and {len(flagged) - CAVEAT_NAMES} more" if len(flagged) > CAVEAT_NAMES else "")
+    return (f" — but this answer cannot be trusted: the timings behind it were flagged after re-measuring: {named} "
+            "(why: under the table); rerun on a quiet machine before acting on it")
+
+
+def summary_line(sc: Scenario, flagged: Sequence[str] = ()) -> str:
+    """One sentence for a scenario: the best compressor and what it costs, or that none pays; when any timing behind
+    it is ``flagged`` (:meth:`Advice.untrusted`), the sentence says the answer cannot be trusted and why."""
     where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
     if not sc.paying:
         best = sc.steps[0]
         return (f"{where}: no compressor pays — uncompressed all-reduce takes {1e3 * sc.reference_step_s:.0f} ms a step; "
-                f"the fastest compressor, {best.label}, is {best.speedup:.2f}×")
+                f"the fastest compressor, {best.label}, is {best.speedup:.2f}×" + caveat(flagged))
     best = sc.paying[0]
     fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
     others = ", ".join(f"{s.label} {s.speedup:.2f}×" for s in sc.paying[1:3])
     return (f"{where}: best {best.label}, {best.speedup:.2f}× the uncompressed step ({1e3 * best.step_s:.0f} vs "
-            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else ""))
+            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + caveat(flagged))
 

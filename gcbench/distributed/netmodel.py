@@ -353,6 +353,16 @@ class CaseCost:
     copy_s: float = 0.0  # a copy of the same tensors measured beside the kernels (DDP's bucket copies); 0: not measured
     tensors: int = 1  # tensors one step compresses (TernGrad's shared scaler: one float each)
     params: tuple[tuple[str, Any], ...] = ()  # the configuration: the protocol can depend on it
+    # the kernels' median ×copy: with ``copy_s``, what ``auto`` prices them by (the reference's copies and the kernels
+    # from one copy, so an identity at 1× a copy is 1.0× however far its own rounds' copy drifted); None: the seconds
+    compress_x_copy: float | None = None
+    decompress_x_copy: float | None = None
+
+    def kernel_seconds(self) -> tuple[float, float]:
+        """(compress, decompress) seconds ``auto`` charges: ×copy × ``copy_s`` where both are known, else the raw seconds."""
+        c = self.compress_x_copy * self.copy_s if self.compress_x_copy is not None and self.copy_s > 0 else self.compress_s
+        d = self.decompress_x_copy * self.copy_s if self.decompress_x_copy is not None and self.copy_s > 0 else self.decompress_s
+        return c, d
 
     @property
     def protocol(self) -> Protocol:
@@ -432,18 +442,21 @@ def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto") -> Predi
         raise ParamError(f"workers must be >= 1, got {n}")
     if scheme not in SCHEMES:
         raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    comp_s, dec_s = case.compress_s, case.decompress_s
     if scheme == "auto":
         comm, decoded, how = protocol_seconds(case.protocol, case.wire_bytes, n, net, tensors=case.tensors)
         decoded = max(1, decoded)
-        ref = case.compute_s + 2 * case.copy_s + collective_seconds("allreduce", case.dense_bytes, n, net)[0]
+        comp_s, dec_s = case.kernel_seconds()
+        # summed in the step's order: an identity whose kernels cost the copy is 1.0 to the last bit
+        ref = case.compute_s + case.copy_s + collective_seconds("allreduce", case.dense_bytes, n, net)[0] + case.copy_s
     else:
         cost, decoded = communication(case, n, scheme)
         comm, how = cost.seconds(net), scheme
         ref = case.compute_s + reference(case, n, scheme).seconds(net)
-    dec = case.decompress_s * decoded
-    step = case.compute_s + case.compress_s + comm + dec
+    dec = dec_s * decoded
+    step = case.compute_s + comp_s + comm + dec
     return Prediction(case.label, case.source, how, n, net.bandwidth_gbps, net.latency_s,
-                      case.compute_s, case.compress_s, comm, dec, step, ref, ref / step if step > 0 else math.inf)
+                      case.compute_s, comp_s, comm, dec, step, ref, ref / step if step > 0 else math.inf)
 
 
 def break_even_bandwidth(case: CaseCost, n: int, latency_s: float, scheme: str = "auto") -> float | None:
@@ -509,9 +522,12 @@ def cases_from_results(data: RunRecord | Mapping[str, Any], compute_s: float | N
             registry.get(name).resolve(dict(params))  # the protocol depends on them: a damaged value is the file's fault
         except (ParamError, UnknownNameError) as e:
             raise ResultsError(f"case {c.label!r} of the results file cannot be priced: {e}") from None
+        xs = [t.x_copy(k) if t is not None else None for k in ("compress", "decompress")]
+        xm = [float(x.median) if x is not None and x.median is not None and math.isfinite(x.median) and x.median > 0 else None
+              for x in xs]
         out.append(CaseCost(c.label, name, float(wire), float(dense), float(compute_s or 0.0),
                             float(c.metric("compress_s") or 0.0), float(c.metric("decompress_s") or 0.0), src,
-                            float(copy_s or 0.0), len(c.layers or []) or 1, params))
+                            float(copy_s or 0.0), len(c.layers or []) or 1, params, xm[0], xm[1]))
     if not out:
         raise ResultsError("the results file has no successful case with payload sizes to simulate")
     return out

@@ -33,12 +33,28 @@ from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.core.errors import GcbenchError, UnknownNameError
 from gcbench.core.info import Target
-from gcbench.measure.metrics import TimingPolicy, flat_like, time_call, time_interleaved, time_step, timing_flags, x_copy_summary
+from gcbench.measure.metrics import (
+    Interleaved,
+    TimingPolicy,
+    flag_reasons,
+    flat_like,
+    time_call,
+    time_interleaved,
+    time_step,
+    x_copy_summary,
+)
 from gcbench.results.record import BenchCase, RunRecord
 from gcbench.results.store import RunWriter, load_run
 from gcbench.sources import zoo
 
 DEFAULT_NUMEL = 25_600_000
+
+#: bench's calibration per kernel: ``--rounds`` timed rounds at least, then more until the ×copy median's 95% CI is within
+#: the policy's ``stable_rel_ci`` (±5%), at most this many rounds or :data:`BENCH_BUDGET_S` of rounds.  With exactly 5
+#: rounds the median's CI is the whole range, so one slow round (a page-fault storm, a timer tick) flagged a row
+#: ``unstable``: 2 of 19 rows of the quiet reference bench, and no number of quiet rounds could clear it
+BENCH_MAX_ROUNDS = 40
+BENCH_BUDGET_S = 3.0
 
 
 def target_of(name: str) -> Target | None:
@@ -77,28 +93,50 @@ def _reset_peak() -> bool:
         return False
 
 
+def bench_policy(repeats: int, warmup: int, max_rounds: int | None = None) -> TimingPolicy:
+    """The timing policy of a bench case: at least ``repeats`` rounds, more until the median is pinned down
+    (at most ``max_rounds``, default :data:`BENCH_MAX_ROUNDS`, or :data:`BENCH_BUDGET_S`)."""
+    top = max(repeats, BENCH_MAX_ROUNDS if max_rounds is None else max_rounds)
+    return TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=top, budget_s=BENCH_BUDGET_S)
+
+
+def kernel_x_copy(timed: Interleaved, kernel: str, policy: TimingPolicy, bound: float | None = None,
+                  foreign: float | None = None, load: float | None = None) -> dict[str, Any]:
+    """One kernel's ×copy block of a bench record: per-round ratios, flags and what triggered them."""
+    x = timed.x_copy(kernel)
+    why = flag_reasons(x, timed.timing(kernel).median, timed.load_per_core if load is None else load, policy, bound,
+                       timed.foreign_cpu if foreign is None else foreign)
+    return {**x_copy_summary(x, list(why), why), "rounds": len(x), "stopped": timed.stopped}
+
+
+def _worst(*values: float | None) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
 def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEFAULT_NUMEL, repeats: int = 5, warmup: int = 1,
                threads: int | None = 2, device: str = "cpu", seed: int = 0, reference: bool = True,
-               label: str | None = None, model: str | None = None) -> dict[str, Any]:
+               label: str | None = None, model: str | None = None, max_rounds: int | None = None) -> dict[str, Any]:
     """Time one compressor on one size in this process; returns a JSON-friendly record.
 
     ``label`` names the row (default: the compressor); a spec with parameters is labelled by its
     spec text, so two configurations of one compressor stay apart in tables and comparisons.
     With ``model`` the case is a whole step of that model instead (:func:`bench_model_case`).
+    ``repeats`` is the least number of timed rounds (:func:`bench_policy`; ``max_rounds`` caps them).
     """
     if threads:
         torch.set_num_threads(threads)
     if model is not None:
-        return bench_model_case(name, params, model, repeats=repeats, warmup=warmup, device=device, seed=seed, label=label)
+        return bench_model_case(name, params, model, repeats=repeats, warmup=warmup, device=device, seed=seed, label=label,
+                                max_rounds=max_rounds)
     comp = registry.create(name, **(params or {}))
     shape = matrix_shape(numel)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=gen).to(device)
     state = comp.init_state(seed)
     comp.compress(x, state)  # one step first, so error feedback / momentum run in steady state
-    # the copy is interleaved with each kernel, round by round, as in `gcbench run`; --repeats rounds exactly (no
-    # calibration: the fresh process per case is this harness's isolation, and the repeats are the user's to set)
-    policy = TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=repeats)
+    # the copy is interleaved with each kernel, round by round, as in `gcbench run`; at least --rounds rounds, more until
+    # the median is pinned down, so a row is flagged only when more rounds could not pin it (bench_policy)
+    policy = bench_policy(repeats, warmup, max_rounds)
     buf = flat_like([x])[0]
     holder: dict[str, Any] = {}
 
@@ -116,19 +154,18 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     # the receiver knows the tensor it waits for: a payload far smaller than it (threshold's below-tau tensor) decodes
     timed_d = time_interleaved(copy, {"decompress": lambda: comp.decompress(payload, x.shape)}, policy, device)
     t_copy, t_c, t_d = timed_c.copy_timing, timed_c.timing("compress"), timed_d.timing("decompress")
-    x_c, x_d = timed_c.x_copy("compress"), timed_d.x_copy("decompress")
-    load = max((v for v in (timed_c.load_per_core, timed_d.load_per_core) if v is not None), default=None)
+    load = _worst(timed_c.load_per_core, timed_d.load_per_core)
     # the least ×copy the compress can honestly take: its declared bytes read and written per element over a copy's 8
     bound = comp.info.traffic_bytes / 8
-    x_copy = {"compress": x_copy_summary(x_c, timing_flags(x_c, t_c.median, load, policy, bound)),
-              "decompress": x_copy_summary(x_d, timing_flags(x_d, t_d.median, load, policy))}
+    x_copy = {"compress": kernel_x_copy(timed_c, "compress", policy, bound), "decompress": kernel_x_copy(timed_d, "decompress", policy)}
     rec: dict[str, Any] = {
         "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(),
         "shape": list(shape),
         "threads": torch.get_num_threads(), "device": device,
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
         "compress_x_copy": x_copy["compress"]["median"], "decompress_x_copy": x_copy["decompress"]["median"],
-        "x_copy": x_copy, "load_per_core": load,
+        "x_copy": x_copy, "load_per_core": load, "foreign_cpu": _worst(timed_c.foreign_cpu, timed_d.foreign_cpu),
+        "policy": policy.to_dict(),
         "traffic_bound": bound, "x_bound": x_copy["compress"]["median"] / bound if bound > 0 else None,
         "gbps_compress": 4 * x.numel() / t_c.median / 1e9, "gbps_decompress": 4 * x.numel() / t_d.median / 1e9,
         "ratio": 4 * x.numel() / payload.nbytes,
@@ -164,7 +201,7 @@ def model_tensors(model: str, seed: int = 0, device: str = "cpu") -> list[torch.
 
 
 def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, repeats: int = 5, warmup: int = 1,
-                     device: str = "cpu", seed: int = 0, label: str | None = None) -> dict[str, Any]:
+                     device: str = "cpu", seed: int = 0, label: str | None = None, max_rounds: int | None = None) -> dict[str, Any]:
     """Time one compressor on a whole step of ``model``: every gradient tensor compressed as one group
     (layer by layer, one state each, as ``gcbench run`` does at layer granularity), then all payloads
     decoded, interleaved with a copy of the same tensors (:func:`gcbench.measure.metrics.time_step`).
@@ -176,21 +213,19 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
     xs = model_tensors(model, seed, device)
     states = [comp.init_state(seed + i) for i in range(len(xs))]
     comp.compress_group(xs, states, need_decoded=False)  # one step first: error feedback / momentum in steady state
-    policy = TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=repeats)
+    policy = bench_policy(repeats, warmup, max_rounds)
     payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
     timed = time_step(comp, xs, states, policy, device, payloads)
     numel = sum(x.numel() for x in xs)
     t_copy, t_c, t_d = timed.copy_timing, timed.timing("compress"), timed.timing("decompress")
-    x_c, x_d = timed.x_copy("compress"), timed.x_copy("decompress")
     bound = comp.info.traffic_bytes / 8
-    x_copy = {"compress": x_copy_summary(x_c, timing_flags(x_c, t_c.median, timed.load_per_core, policy, bound)),
-              "decompress": x_copy_summary(x_d, timing_flags(x_d, t_d.median, timed.load_per_core, policy))}
+    x_copy = {"compress": kernel_x_copy(timed, "compress", policy, bound), "decompress": kernel_x_copy(timed, "decompress", policy)}
     return {
         "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version,
         "numel": numel, "model": model, "tensors": len(xs), "threads": torch.get_num_threads(), "device": device,
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
         "compress_x_copy": x_copy["compress"]["median"], "decompress_x_copy": x_copy["decompress"]["median"],
-        "x_copy": x_copy, "load_per_core": timed.load_per_core,
+        "x_copy": x_copy, "load_per_core": timed.load_per_core, "foreign_cpu": timed.foreign_cpu, "policy": policy.to_dict(),
         "traffic_bound": bound, "x_bound": x_copy["compress"]["median"] / bound if bound > 0 else None,
         "gbps_compress": 4 * numel / t_c.median / 1e9, "gbps_decompress": 4 * numel / t_d.median / 1e9,
         "ratio": 4 * numel / sum(p.nbytes for p in payloads), "input_bytes": 4 * numel,
@@ -198,12 +233,20 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
 
 
 def verdict(rec: dict[str, Any]) -> tuple[str, str]:
-    """(target text, pass/short/—) for a bench record, against the target on the compressor's card."""
+    """(target text, pass/short/flagged/—) for a bench record, against the target on the compressor's card.
+
+    ``flagged``: a timing the target checks is flagged (unstable, too short, beats traffic bound) — it is
+    not a speed, so neither pass nor short can be claimed from it (under load every row was "short" or
+    "pass" by chance).
+    """
     t = target_of(rec["compressor"])
     if rec.get("error"):
         return ("", "error")
     if t is None:
         return ("—", "—")
+    checked = [k for k, limit in (("compress", t.compress_x_copy), ("decompress", t.decompress_x_copy)) if limit is not None]
+    if any(((rec.get("x_copy") or {}).get(k) or {}).get("flags") for k in checked):
+        return (t.text(), "flagged")
     ok = True
     if t.compress_x_copy is not None:
         ok &= rec["compress_x_copy"] <= t.compress_x_copy
@@ -221,11 +264,12 @@ def spec_label(name: str, params: dict[str, Any]) -> str:
 
 def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, warmup: int = 1, threads: int | None = 2,
               device: str = "cpu", isolate: bool = True, seed: int = 0, model: str | None = None,
-              progress: Callable[[str, int, int, str], None] | None = None) -> list[dict[str, Any]]:
+              progress: Callable[[str, int, int, str], None] | None = None, max_rounds: int | None = None) -> list[dict[str, Any]]:
     """Benchmark every (compressor, size); a failing case is recorded and the sweep goes on.
 
     ``names`` are compressor names or CLI specs ``name:key=value,...`` (e.g. ``threshold:tau=3.29``).
     With ``model``, one case per compressor: a whole step of that model's tensors (``sizes`` unused).
+    ``max_rounds`` caps each kernel's calibrated rounds (:func:`bench_policy`; default :data:`BENCH_MAX_ROUNDS`).
     """
     specs = [registry.parse_spec(n) for n in names]  # unknown names and bad parameters fail before any work
     model_numel = sum(t.numel for t in zoo.layer_shapes(model)) if model is not None else None  # an unknown model fails here
@@ -237,7 +281,7 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
         if progress:
             progress("bench", i, total, f"{label} @ {model or f'{numel:,}'}")
         args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
-                "threads": threads, "device": device, "seed": seed, "model": model}
+                "threads": threads, "device": device, "seed": seed, "model": model, "max_rounds": max_rounds}
         try:
             out.append(_run_isolated(args) if isolate else bench_case(**args))
         except Exception as exc:  # recorded, the sweep goes on
@@ -245,6 +289,39 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
                         "error": f"{type(exc).__name__}: {exc}"})
     if progress:
         progress("bench", total, total, "done")
+    return out
+
+
+def unstable_kernels(rec: dict[str, Any]) -> int:
+    """How many of a bench record's kernels are flagged ``unstable`` (a failed case: more than any timed one)."""
+    if rec.get("error"):
+        return 3
+    return sum("unstable" in ((rec.get("x_copy") or {}).get(k) or {}).get("flags", []) for k in ("compress", "decompress"))
+
+
+def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, repeats: int, warmup: int, threads: int | None,
+                       device: str, isolate: bool, model: str | None,
+                       progress: Callable[[str, int, int, str], None] | None = None,
+                       max_rounds: int | None = None) -> list[dict[str, Any]]:
+    """``recs`` with every case flagged ``unstable`` timed once more, the less flagged record of the two kept.
+
+    Only whole-model cases and single-size sweeps are matched back by label (``names`` are the specs ``recs`` ran).
+    """
+    again = [n for n in names if any(r.get("label") == spec_label(*registry.parse_spec(n)) and unstable_kernels(r) for r in recs)]
+    if not again:
+        return list(recs)
+    sizes = sorted({int(r["numel"]) for r in recs if r.get("numel")})
+    redo = run_bench(again, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
+                     model=model, progress=progress, max_rounds=max_rounds)
+    by_key = {(r.get("label"), r.get("numel")): r for r in redo}
+    out = []
+    for r in recs:
+        new = by_key.get((r.get("label"), r.get("numel")))
+        if new is None:
+            out.append(r)
+            continue
+        keep = new if unstable_kernels(new) <= unstable_kernels(r) else r
+        out.append({**keep, "remeasured": 1})
     return out
 
 
@@ -288,19 +365,25 @@ class BenchOutcome:
 def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | str, *, repeats: int = 5, warmup: int = 1,
                   threads: int = 2, device: str = "cpu", isolate: bool = True, baseline: Path | str | None = None,
                   threshold: float = 0.25, model: str | None = None,
-                  progress: Callable[[str, int, int, str], None] | None = None) -> BenchOutcome:
+                  progress: Callable[[str, int, int, str], None] | None = None, remeasure: bool = False,
+                  max_rounds: int | None = None) -> BenchOutcome:
     """:func:`run_bench`, each case compared with ``baseline`` (a stored bench file) and written as one ``kind="bench"`` file.
 
     The baseline is read before anything is timed (a malformed file is one error, not a wasted sweep).  A case's
     ``baseline_change`` is its compress×copy relative to the baseline case of the same label and element count; above
-    ``threshold`` it is a regression.
+    ``threshold`` it is a regression.  With ``remeasure`` every case flagged ``unstable`` is timed once more and the
+    less flagged of the two kept (``remeasured``: how many times; what ``gcbench advise`` acts on must not rest on
+    one disturbed minute).
     """
     base_cases: dict[tuple[str, int | None, str | None], BenchCase] = {}
     if baseline is not None:
         base = load_run(baseline)
         base_cases = {(c.name, c.numel, c.model): c for c in base.cases if isinstance(c, BenchCase) and c.ok}
     recs = run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
-                     model=model, progress=progress)
+                     model=model, progress=progress, max_rounds=max_rounds)
+    if remeasure:
+        recs = remeasure_unstable(recs, names, repeats=repeats, warmup=warmup, threads=threads, device=device,
+                                  isolate=isolate, model=model, progress=progress, max_rounds=max_rounds)
     setup: dict[str, Any] = {"name": "bench", "sizes": [] if model else list(sizes), "repeats": repeats, "threads": threads}
     if model is not None:
         setup["model"] = model

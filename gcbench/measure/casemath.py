@@ -25,7 +25,7 @@ ratio whose denominator is zero is undefined and reported as ``None``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from gcbench.measure.metrics import (
     accumulate64,
     bits_per_element,
     fidelity,
+    flag_reasons,
     last_level_cache_bytes,
     mean_ci,
     pooled,
@@ -49,7 +50,6 @@ from gcbench.measure.metrics import (
     sq_norm64,
     summarise,
     throughput,
-    timing_flags,
     x_copy_summary,
 )
 from gcbench.results.phases import Window
@@ -580,20 +580,22 @@ def timing_summary(numel: int, device: str, threads: int, timed: Interleaved, tr
     bound = traffic_bytes / 8.0 if traffic_bytes is not None else None
     rec: dict[str, Any] = {"numel": numel, "device": device, "threads": threads, "method": "interleaved", "baseline": "round",
                            "rounds": len(timed.copy), "stopped": timed.stopped, "load_per_core": timed.load_per_core,
+                           "foreign_cpu": timed.foreign_cpu,
                            "traffic_bound_x_copy": bound, "policy": policy.to_dict(),
                            "copy": {**timed.copy_timing.to_dict(), **throughput(numel, timed.copy_timing)}}
     for kernel in ("compress", "decompress"):
         t = timed.timing(kernel)
         x = timed.x_copy(kernel)
-        flags = timing_flags(x, t.median, timed.load_per_core, policy, bound if kernel == "compress" else None)
+        why = flag_reasons(x, t.median, timed.load_per_core, policy, bound if kernel == "compress" else None, timed.foreign_cpu)
         rec[kernel] = {**t.to_dict(), **throughput(numel, t)}
-        _set_x_copy(rec, kernel, x, flags)
+        _set_x_copy(rec, kernel, x, why)
     return rec
 
 
-def _set_x_copy(rec: dict[str, Any], kernel: str, x_copy: Sequence[float], flags: Sequence[str]) -> None:
-    """Write a kernel's ×copy block and, for readers of older files, its inverse ``copy_fraction_<kernel>``."""
-    block = x_copy_summary(x_copy, flags)
+def _set_x_copy(rec: dict[str, Any], kernel: str, x_copy: Sequence[float], why: Mapping[str, str]) -> None:
+    """Write a kernel's ×copy block (its flags with what triggered each) and, for readers of older files, its inverse
+    ``copy_fraction_<kernel>``."""
+    block = x_copy_summary(x_copy, list(why), why)
     rec[f"{kernel}_x_copy"] = block
     rec[f"copy_fraction_{kernel}"] = 1.0 / block["median"] if block["median"] else None
 
@@ -672,10 +674,13 @@ def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
                 continue
             t[f"{kernel}_baseline"] = "pooled"
             x = [v / pooled_copy for v in samples]
-            flags = timing_flags(x, float(np.median(samples)), t.get("load_per_core"), policy,
-                                 declared if kernel == "compress" else None)
+            why = flag_reasons(x, float(np.median(samples)), t.get("load_per_core"), policy,
+                               declared if kernel == "compress" else None, t.get("foreign_cpu"))
             x_med = float(np.median(x))
             share = min(1.0, bound / x_med) if bound and x_med > 0 else 1.0  # of the kernel's time its traffic explains
-            if abs(off) * share > policy.copy_drift and UNSTABLE not in flags:
-                flags.insert(0, UNSTABLE)
-            _set_x_copy(t, kernel, x, flags)
+            if abs(off) * share > policy.copy_drift:
+                drift = (f"the case's copy ran {off:+.0%} off the run's pooled copy, enough to move this kernel by "
+                         f"{abs(off) * share:.0%} (over {policy.copy_drift:.0%})")
+                why = {UNSTABLE: "; ".join(v for v in (why.get(UNSTABLE), drift) if v),
+                       **{k: v for k, v in why.items() if k != UNSTABLE}}
+            _set_x_copy(t, kernel, x, why)

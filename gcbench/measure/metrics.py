@@ -314,9 +314,12 @@ def mean_ci(samples: Sequence[float], confidence: float = 0.95) -> dict[str, flo
     m = float(np.mean(vals))
     if len(vals) < 2 or float(np.std(vals)) == 0.0:
         return {"mean": m, "lo": m, "hi": m, "worst": float(max(vals)), "n": len(vals)}
-    from scipy import stats  # here, not at the top: scipy.stats takes 1-2.5 s to import, a third of a quick run's start
+    # the t quantile from scipy.special, on use: scipy.stats (whose t.interval this equals) costs 1-2.5 s to import, a third
+    # of a quick run's start; scipy.special about a third of that
+    from scipy.special import stdtrit
 
-    lo, hi = stats.t.interval(confidence, len(vals) - 1, loc=m, scale=stats.sem(vals))
+    half = float(stdtrit(len(vals) - 1, 0.5 + confidence / 2)) * float(np.std(vals, ddof=1)) / math.sqrt(len(vals))
+    lo, hi = m - half, m + half
     return {"mean": m, "lo": float(lo), "hi": float(hi), "worst": float(max(vals)), "n": len(vals)}
 
 
@@ -424,6 +427,11 @@ class TimingPolicy:
     # a 1-minute load average per core above this flags ``unstable``: more runnable threads than cores (this process's
     # own included), so parallel regions wait a scheduler slice for a core (a 5 MB copy: 15 ms instead of 0.3)
     load_per_core: float = 1.0
+    # the share of the machine's CPU time that other processes (and the hypervisor: steal) took while timing above this
+    # flags ``unstable``: measured from /proc/stat minus this process's own CPU time, so the timing's own threads never
+    # count.  The load average above counts them: a bench with 2 threads on 2 cores sits near 1.0 per core by itself,
+    # so any neighbour tipped every later row over.  Only where /proc/stat cannot be read is the load average used
+    foreign_cpu: float = 0.25
     resolution_s: float = 50e-6  # a median kernel time under this is flagged ``too short``
     # a case whose own copy median drifted from its source's pooled copy (over the whole run) far enough to move a
     # kernel held against the pooled copy by this much (drift x the share of its time its traffic explains) ran
@@ -465,6 +473,59 @@ def load_per_core() -> float | None:
         return os.getloadavg()[0] / (os.cpu_count() or 1)
     except (AttributeError, OSError):
         return None
+
+
+def _proc_stat_cpu() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, every CPU summed (Linux /proc/stat); None elsewhere.
+
+    Busy is user + nice + system + irq + softirq + steal: steal is time the hypervisor gave this
+    VM's CPUs to someone else, which slows a timed kernel as surely as a neighbour process does.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 8:
+        return None
+    v = [float(x) for x in fields[1:9]] + [0.0] * max(0, 9 - len(fields))
+    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+    busy = user + nice + system + irq + softirq + steal
+    return busy / hz, (busy + idle + iowait) / hz
+
+
+@dataclass
+class CpuMeter:
+    """How much of the machine's CPU other processes used between :meth:`start` and :meth:`share` (0 = none, 1 = all).
+
+    This process's own CPU time (every thread: :func:`time.process_time`) is taken off the
+    machine's busy time, so a timing's own threads never count as load — the 1-minute load
+    average counts them.  ``read`` and ``own`` are injectable for tests.
+    """
+
+    read: Callable[[], tuple[float, float] | None] = _proc_stat_cpu
+    own: Callable[[], float] = time.process_time
+    _start: tuple[float, float, float] | None = None
+
+    def start(self) -> CpuMeter:
+        m = self.read()
+        self._start = None if m is None else (m[0], m[1], self.own())
+        return self
+
+    def share(self) -> float | None:
+        """Other processes' share of the machine's CPU time since :meth:`start`; None where it cannot be measured."""
+        if self._start is None:
+            return None
+        m = self.read()
+        if m is None:
+            return None
+        busy0, total0, own0 = self._start
+        total = m[1] - total0
+        if total <= 0:
+            return None
+        foreign = (m[0] - busy0) - (self.own() - own0)
+        return min(1.0, max(0.0, foreign / total))
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float] | None:
@@ -528,6 +589,7 @@ class Interleaved:
     warmup: int
     stopped: str  # why calibration stopped (:func:`calibration_done`)
     load_per_core: float | None  # the highest 1-minute load per core seen during the measurement
+    foreign_cpu: float | None = None  # other processes' share of the machine's CPU during the rounds (:class:`CpuMeter`)
 
     def x_copy(self, kernel: str) -> list[float]:
         """The kernel's time as a multiple of the copy of the same round, round by round."""
@@ -544,16 +606,18 @@ class Interleaved:
 def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[], Any]], policy: TimingPolicy,
                      device: torch.device | str = "cpu", setup: Callable[[], Any] | None = None,
                      clock: Callable[[], float] = time.perf_counter,
-                     load: Callable[[], float | None] = load_per_core) -> Interleaved:
+                     load: Callable[[], float | None] = load_per_core, meter: CpuMeter | None = None) -> Interleaved:
     """Time ``copy`` and each kernel in rounds (setup, copy, kernel 1, kernel 2, …) until :func:`calibration_done`.
 
     ``setup`` runs untimed at the start of every round (fresh state clones, so each compress starts
     from the same state).  ``policy.warmup`` whole rounds run first, untimed.  The load is sampled
-    before and after; ``clock`` and ``load`` are injectable so the calibration can be tested.
+    before and after, and the CPU other processes took during the timed rounds (:class:`CpuMeter`);
+    ``clock``, ``load`` and ``meter`` are injectable so the calibration can be tested.
     """
     copy_s: list[float] = []
     kern_s: dict[str, list[float]] = {k: [] for k in kernels}
     loads = [load()]
+    cpu = meter if meter is not None else CpuMeter()
 
     def timed(fn: Callable[[], Any]) -> float:
         synchronize(device)
@@ -570,6 +634,8 @@ def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[],
     stopped: str | None = None
     rounds = 0
     while stopped is None:
+        if rounds == policy.warmup:
+            cpu.start()  # the timed rounds only: warm-up compiles and faults pages in, on this process's own CPU
         if setup is not None:
             setup()
         c = timed(copy)
@@ -585,7 +651,24 @@ def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[],
         stopped = calibration_done(x, clock() - start, policy)
     loads.append(load())
     seen = [v for v in loads if v is not None]
-    return Interleaved(copy_s, kern_s, policy.warmup, stopped, max(seen) if seen else None)
+    return Interleaved(copy_s, kern_s, policy.warmup, stopped, max(seen) if seen else None, cpu.share())
+
+
+_FROZEN = {"done": False}
+
+
+def collect_garbage() -> None:
+    """Collect the garbage earlier work left, before a timed region.
+
+    The first call also freezes what survives (:func:`gc.freeze`: torch, numba, scipy and the modules
+    — about 260,000 objects once the compressors are imported), so later calls scan only what was made
+    since: a full collection cost 0.1–1 s per case, a tenth of the quick suite's run spent on
+    objects that live as long as the process.  Garbage made after the first call is collected as before.
+    """
+    gc.collect()
+    if not _FROZEN["done"]:
+        gc.freeze()
+        _FROZEN["done"] = True
 
 
 def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], policy: TimingPolicy,
@@ -619,7 +702,7 @@ def time_step(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[Sta
 
     kernels_ = {"compress": lambda: comp.compress_group(xs, holder["st"], need_decoded=False),
                 "decompress": lambda: comp.decompress_group(payloads, shapes)}
-    gc.collect()
+    collect_garbage()
     gc.disable()  # a collection inside a timed call would be charged to whichever kernel it hit
     try:
         return time_interleaved(copy, kernels_, policy, device, setup)
@@ -657,34 +740,60 @@ def settle_copy(xs: Sequence[torch.Tensor], into: Sequence[torch.Tensor], *, bat
         last = med
 
 
+def flag_reasons(x_copy: Sequence[float], median_s: float, load: float | None, policy: TimingPolicy,
+                 bound_x_copy: float | None = None, foreign: float | None = None) -> dict[str, str]:
+    """Each flag of :func:`timing_flags` with what triggered it, in words with the measured value and the threshold.
+
+    The text goes into the results file (``reasons`` beside ``flags``) and under the tables, so a
+    reader sees why a number was flagged, not only that it was.
+    """
+    why: dict[str, list[str]] = {}
+    spread = rel_ci(x_copy)
+    if spread is not None and spread > policy.unstable_rel_ci:
+        why.setdefault(UNSTABLE, []).append(
+            f"the median's 95% CI is ±{spread:.0%} of it (over ±{policy.unstable_rel_ci:.0%}) after {len(x_copy)} rounds")
+    if foreign is not None:
+        if foreign > policy.foreign_cpu:
+            why.setdefault(UNSTABLE, []).append(
+                f"other processes took {foreign:.0%} of the machine's CPU while timing (over {policy.foreign_cpu:.0%})")
+    elif load is not None and load > policy.load_per_core:
+        why.setdefault(UNSTABLE, []).append(f"the load per core was {load:.2f} (over {policy.load_per_core:g})")
+    if median_s < policy.resolution_s:
+        why.setdefault(TOO_SHORT, []).append(f"median {1e6 * median_s:.0f} µs (under {1e6 * policy.resolution_s:.0f} µs)")
+    if bound_x_copy is not None and x_copy:
+        q3 = float(np.percentile(x_copy, 75))
+        if q3 < bound_x_copy:
+            why.setdefault(BEATS_BOUND, []).append(f"upper quartile {q3:.2f}× copy under the card's traffic bound {bound_x_copy:.2f}×")
+    return {flag: "; ".join(texts) for flag, texts in why.items()}
+
+
 def timing_flags(x_copy: Sequence[float], median_s: float, load: float | None, policy: TimingPolicy,
-                 bound_x_copy: float | None = None) -> list[str]:
+                 bound_x_copy: float | None = None, foreign: float | None = None) -> list[str]:
     """What keeps a kernel timing from being read as a speed (empty: nothing).
 
     * ``unstable``: the median ×copy is not pinned down — its 95% CI half-width over the median
-      (:func:`rel_ci`) is over ``policy.unstable_rel_ci`` — or the machine's load per core was over
-      ``policy.load_per_core`` during the measurement;
+      (:func:`rel_ci`) is over ``policy.unstable_rel_ci`` after calibration's rounds — or other
+      processes took over ``policy.foreign_cpu`` of the machine's CPU while timing (``foreign``,
+      :class:`CpuMeter`; where that was not measured, the 1-minute load per core ``load`` over
+      ``policy.load_per_core``);
     * ``too short``: the median kernel time is under ``policy.resolution_s``;
     * ``beats traffic bound``: even the upper quartile of ×copy is under ``bound_x_copy`` — the
       kernel moved less memory than its card says it must (traffic_bytes / the copy's 8 bytes
       per element), so the number measures something else (a lazy result, a cache, a bug).
+
+    :func:`flag_reasons` says what triggered each.
     """
-    flags = []
-    spread = rel_ci(x_copy)
-    if (spread is not None and spread > policy.unstable_rel_ci) or (load is not None and load > policy.load_per_core):
-        flags.append(UNSTABLE)
-    if median_s < policy.resolution_s:
-        flags.append(TOO_SHORT)
-    if bound_x_copy is not None and x_copy and float(np.percentile(x_copy, 75)) < bound_x_copy:
-        flags.append(BEATS_BOUND)
-    return flags
+    return list(flag_reasons(x_copy, median_s, load, policy, bound_x_copy, foreign))
 
 
-def x_copy_summary(x_copy: Sequence[float], flags: Sequence[str]) -> dict[str, Any]:
-    """The record's ×copy block of one kernel: median with its 95% CI, IQR, relative IQR, per-round samples and flags."""
+def x_copy_summary(x_copy: Sequence[float], flags: Sequence[str], reasons: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The record's ×copy block of one kernel: median with its 95% CI, IQR, relative IQR, per-round samples, flags and
+    (when given) what triggered each flag (:func:`flag_reasons`)."""
+    extra = {"reasons": {f: reasons[f] for f in flags if f in reasons}} if reasons is not None else {}
     if not x_copy:
-        return {"median": None, "ci_lo": None, "ci_hi": None, "iqr": None, "rel_iqr": None, "samples": [], "flags": list(flags)}
+        return {"median": None, "ci_lo": None, "ci_hi": None, "iqr": None, "rel_iqr": None, "samples": [], "flags": list(flags),
+                **extra}
     q1, med, q3 = np.percentile(x_copy, [25, 50, 75])
     lo, hi = median_ci(x_copy) or (None, None)
     return {"median": float(med), "ci_lo": lo, "ci_hi": hi, "iqr": float(q3 - q1), "rel_iqr": rel_iqr(x_copy),
-            "samples": [float(v) for v in x_copy], "flags": list(flags)}
+            "samples": [float(v) for v in x_copy], "flags": list(flags), **extra}

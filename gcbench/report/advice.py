@@ -42,7 +42,11 @@ def advice_output(adv: Advice) -> list[Table | str]:
             t.add_row(escape(s.label), s.collective, f"{(k.wire_bytes if k else 0) / 1e6:.3g}", f"{1e3 * s.compress_s:.1f}{flags}",
                       f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
         out.append(t)
-        out.extend(summary_line(scs[bw]) for bw in bws)
+        flagged = adv.untrusted()
+        out.extend(summary_line(scs[bw], flagged) for bw in bws)
+    why = adv.untrusted_reasons()
+    if why:
+        out.append("Flagged timings (re-measured once, still flagged):\n" + "\n".join(f"  {w}" for w in why))
     fid = (f"delivered = fraction of the dense update delivered over a stream, from {adv.fidelity_origin}"
            if adv.fidelity_origin else "delivered: not measured (pass a `gcbench run`/`compare` results file of this model)")
     out.append("step = compute + compress + communication of the compressor's protocol + decode of the payloads it receives "

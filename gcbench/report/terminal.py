@@ -41,7 +41,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gcbench.core.errors import ResultsError
-from gcbench.measure.bench import target_of, verdict
+from gcbench.measure.bench import BENCH_BUDGET_S, BENCH_MAX_ROUNDS, target_of, verdict
 from gcbench.measure.metrics import TimingPolicy
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
@@ -978,13 +978,28 @@ def bench_table(run: LoadedRun) -> Table:
             errors.append((bench_name(c), c.error_text))
             continue
         target, mark = bench_target(c)
-        style = {"pass": "green", "short": "red"}.get(mark)
+        style = {"pass": "green", "short": "red", "flagged": "yellow"}.get(mark)
         change = "" if c.baseline_change is None else f" ({100 * c.baseline_change:+.0f}% vs base)"  # `bench --baseline`
         t.add_row(rich_escape(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
                   (f"[{style}]{mark}[/]" if style else mark) + change)
-    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)] + bench_roofline(run.cases))
+    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)] + bench_roofline(run.cases)
+                          + [rich_escape(line) for line in flag_reason_lines(run.cases)])
     t.caption_justify = "left"
     return t
+
+
+def flag_reason_lines(cases: Sequence[BenchCase]) -> list[str]:
+    """One line per flagged bench kernel: what triggered each flag (files before 2026-11-27 recorded no reasons: none)."""
+    out = []
+    for c in cases:
+        for kernel in ("compress", "decompress"):
+            x = (c.x_copy or {}).get(kernel) if c.ok else None
+            if x is None or not x.flags or not x.reasons:
+                continue
+            why = "; ".join(f"{f}: {x.reasons[f]}" for f in x.flags if f in x.reasons)
+            if why:
+                out.append(f"{bench_name(c)} {kernel} — {why}.")
+    return out
 
 
 def bench_roofline(cases: Sequence[BenchCase]) -> list[str]:
@@ -1126,9 +1141,11 @@ TIMING_NOTE = (f"{X_COPY_HEADER} = compress time / the time of a plain copy of t
                f"fast as a copy), the copy timed in rounds interleaved with each case's kernels, pooled over every case of "
                f"the source for a compute-bound kernel, its own rounds' for one within 2× of its traffic bound: median over "
                f"rounds ± half the interquartile "
-               f"range; ({UNSTABLE}) = the median's 95% CI is wider than ±{_POLICY.unstable_rel_ci:.0%} of it, the case's own "
-               f"copy drifted from the pooled one enough to move the kernel by over {_POLICY.copy_drift:.0%}, or the load per core "
-               f"was over {_POLICY.load_per_core:g} while timing; ({TOO_SHORT}) = median under "
+               f"range; ({UNSTABLE}) = the median's 95% CI is still wider than ±{_POLICY.unstable_rel_ci:.0%} of it after "
+               f"the rounds calibration took (more rounds until it is within ±{_POLICY.stable_rel_ci:.0%}, up to a cap), the "
+               f"case's own copy drifted from the pooled one enough to move the kernel by over {_POLICY.copy_drift:.0%}, or "
+               f"other processes took over {_POLICY.foreign_cpu:.0%} of the machine's CPU while timing (the 1-minute load per "
+               f"core over {_POLICY.load_per_core:g} where that cannot be read); ({TOO_SHORT}) = median under "
                f"{1e6 * _POLICY.resolution_s:.0f} µs; ({BEATS_BOUND}) = faster than the memory traffic the compressor's card "
                "says it must do, so no speed is shown.")
 STREAM_NOTE = ("Main table, on the suite's common reference (the dense update D_t of the suite's optimizer on the true worker "
@@ -1160,12 +1177,18 @@ TRAIN_FOOTNOTE = ("gap = final accuracy of 'none' minus this compressor's, in pe
 BENCH_FOOTNOTE = (f"{X_COPY_HEADER} / {X_COPY_DEC_HEADER} = compress / decompress time as a multiple of a plain copy of the "
                   "same tensor into a "
                   "preallocated buffer, the two interleaved round by round in one process per case: median over rounds ± half "
-                  f"the interquartile range, flagged ({UNSTABLE}), ({TOO_SHORT}) or ({BEATS_BOUND}) as in the run tables; "
+                  f"the interquartile range, over at least --rounds rounds and more until the median's 95% CI is within "
+                  f"±{_POLICY.stable_rel_ci:.0%} (at most {BENCH_MAX_ROUNDS} rounds or {BENCH_BUDGET_S:g} s per kernel); "
+                  f"({UNSTABLE}) = that CI still wider than ±{_POLICY.unstable_rel_ci:.0%}, or other processes took over "
+                  f"{_POLICY.foreign_cpu:.0%} of the machine's CPU while timing (each flagged row says which, under the table); "
+                  f"({TOO_SHORT}) = median under {1e6 * _POLICY.resolution_s:.0f} µs; ({BEATS_BOUND}) = faster than the "
+                  "card's memory traffic; "
                   "×bound = compress ×copy ÷ the traffic bound (the card's bytes read and written per element ÷ a copy's 8): "
                   "1× = at the memory traffic the compressor must do; "
                   "vs ref = speed-up over the straightforward reference "
                   "implementation; GB/s = dense input bytes / median compress time; peak/input = peak extra resident memory during "
-                  "compress / input bytes; pass = within every limit of the target.")
+                  "compress / input bytes; pass = within every limit of the target; flagged = a timing the target checks is "
+                  "flagged, so neither pass nor short can be claimed.")
 
 
 # ----------------------------------------------------------------------------- Markdown
@@ -1225,7 +1248,8 @@ def markdown_bench(run: LoadedRun) -> str:
             rows.append([md_escape(bench_name(c)), *[md_escape(col.text(c)) for col in BENCH_COLUMNS], md_escape(target), md_escape(mark)])
     headers = ["compressor", *[md_escape(c.header) for c in BENCH_COLUMNS], *BENCH_TEXT_HEADERS]
     parts += [md_table(headers, rows, [False] + [True] * len(BENCH_COLUMNS) + [False, False]), ""]
-    return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), ""])
+    reasons = [f"- {md_escape(line)}" for line in flag_reason_lines(run.cases)]
+    return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), *(["", *reasons] if reasons else []), ""])
 
 
 def markdown_summary(run: LoadedRun) -> str:

@@ -343,6 +343,8 @@ class XCopy(Model):
     rel_iqr: Num | None = None
     samples: Series | None = None
     flags: list[Str] | None = None
+    reasons: dict[str, Str] | None = None  # per flag, what triggered it (measured value, threshold); files since 2026-11-27
+    rounds: Count | None = None  # bench: the timed rounds calibration took for this kernel
 
     @property
     def beats_bound(self) -> bool:
@@ -360,6 +362,7 @@ class CaseTiming(Model):
     rounds: Count | None = None  # timed rounds after calibration
     stopped: Str | None = None  # why calibration stopped: stable, budget, max rounds
     load_per_core: Num | None = None  # highest 1-minute load average per core seen while timing
+    foreign_cpu: Num | None = None  # other processes' share of the machine's CPU while timing (the flag's load measure)
     traffic_bound_x_copy: Num | None = None  # the card's traffic_bytes / 8: the least ×copy compress can honestly take
     policy: dict[str, Num] | None = None  # the thresholds the flags used (TimingPolicy)
     compress: Timing | None = None
@@ -735,6 +738,7 @@ class BenchCase(Model):
     vs_torch_topk: dict[str, TopkSpeedup] | None = None
     x_copy: dict[str, XCopy] | None = None  # per kernel: per-round ×copy, spread and flags (files before it: none)
     load_per_core: Num | None = None  # highest 1-minute load average per core seen while timing
+    foreign_cpu: Num | None = None  # other processes' share of the machine's CPU while timing (the flag's load measure)
     traffic_bound: Num | None = None  # the compressor's declared traffic ÷ a copy's 8 bytes: the least ×copy it can take
     x_bound: Num | None = None  # median compress ×copy ÷ traffic_bound (1: at the memory-traffic bound; files before it: none)
 
