@@ -50,10 +50,20 @@ bucket), ``communicate_s`` = from launching each leg's collectives to their comp
 which includes waiting for slower peers and for the buckets queued before.  With the overlap these
 are not slices of the step: they can add up to more than the hook's share of it.  A whole-model
 exchange is recorded as one bucket per step, index :data:`WHOLE_MODEL`.
+
+Agreement: every rank must run the same compressor, parameters, protocol, granularity and seed,
+or the ranks' collectives do not match (a peer's payload fails to decode, gloo aborts the process
+on a size mismatch, or one rank's all-reduce waits for another's all-gather until the collective
+timeout).  Before the first exchange the ranks all-gather a fixed-size fingerprint of that
+configuration (:meth:`HookState.check_peers`: at :func:`register_compressor_hook`, or at the
+first bucket for a state registered by hand) and every rank raises :class:`RankMismatchError`,
+one line naming each configuration and its ranks, when they differ.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -81,6 +91,13 @@ PROTOCOL_CHOICES = ("auto", "gather")
 GATHER_DESCRIPTION = "all-gather the payloads, decode all, average"
 #: the bucket index under which a whole-model protocol's unit states and statistics are kept
 WHOLE_MODEL = -1
+#: bytes of the configuration fingerprint every rank all-gathers: a SHA-256 digest, then the readable text
+FINGERPRINT_BYTES = 1024
+_DIGEST_BYTES = 32
+
+
+class RankMismatchError(GcbenchError):
+    """The ranks of a process group registered different compressor configurations (raised on every rank)."""
 
 
 def unit_seed(seed: int, rank: int | None, bucket: int, unit: int) -> int:
@@ -255,6 +272,8 @@ class HookState:
         self.threads = torch.get_num_threads()
         # parameter names identify a bucket's contents across steps, processes and checkpoints; their order is the model's
         self.param_names: dict[int, str] = {}
+        #: the ranks' configurations were compared (:meth:`check_peers`); the first bucket checks when nobody did
+        self.peers_checked = False
 
     def name_parameters(self, module: torch.nn.Module) -> None:
         """Remember the names of ``module``'s parameters, in order (bucket signatures and the whole model's unit order use them)."""
@@ -304,6 +323,54 @@ class HookState:
             "seed": self.seed,
             "state_resets": self.state_resets,
         }
+
+    def configuration(self) -> dict[str, Any]:
+        """What every rank must agree on for the exchanges to match: compressor, version, parameters, protocol, layout, seed."""
+        info = self.compressor.info
+        return {"compressor": info.name, "version": info.version, "params": dict(self.compressor.params), "protocol": self.protocol,
+                "granularity": "layer" if self.per_tensor else self.granularity, "seed": self.seed}
+
+    def configuration_text(self) -> str:
+        """:meth:`configuration` as one short readable phrase (``topk v1 density=0.01, ... (protocol gather, bucket, seed 0)``)."""
+        c = self.configuration()
+        params = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(c["params"].items()))
+        return (f"{c['compressor']} v{c['version']}{' ' + params if params else ''} "
+                f"(protocol {c['protocol']}, {c['granularity']}, seed {c['seed']})")
+
+    def fingerprint(self) -> torch.Tensor:
+        """This rank's configuration as :data:`FINGERPRINT_BYTES` uint8: SHA-256 of its canonical JSON, then its text.
+
+        A fixed size, so the all-gather that compares them is itself a matching collective whatever the ranks hold.
+        """
+        canonical = json.dumps(self.configuration(), sort_keys=True, separators=(",", ":"), default=repr).encode()
+        text = self.configuration_text().encode()[: FINGERPRINT_BYTES - _DIGEST_BYTES]
+        raw = hashlib.sha256(canonical).digest() + text
+        return torch.tensor(list(raw.ljust(FINGERPRINT_BYTES, b"\0")), dtype=torch.uint8)
+
+    def check_peers(self) -> None:
+        """Compare the configuration with every rank's (one all-gather); raises :class:`RankMismatchError` on every rank if any differs.
+
+        A collective: every rank of the group must call it (:func:`register_compressor_hook` does,
+        and the first bucket does for a state registered by hand).
+        """
+        backend = str(dist.get_backend(self.process_group))
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        mine = self.fingerprint().to(device)
+        every = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(every, mine, group=self.process_group)
+        self.peers_checked = True
+        raws = [bytes(t.cpu().tolist()) for t in every]
+        if len({raw[:_DIGEST_BYTES] for raw in raws}) == 1:
+            return
+        ranks_of: dict[bytes, list[int]] = {}
+        for r, raw in enumerate(raws):
+            ranks_of.setdefault(raw, []).append(r)
+        parts = []
+        for raw, rs in ranks_of.items():
+            text = raw[_DIGEST_BYTES:].rstrip(b"\0").decode("utf-8", "replace")
+            parts.append(f"{'rank' if len(rs) == 1 else 'ranks'} {', '.join(map(str, rs))}: {text}")
+        raise RankMismatchError(f"ranks disagree on the gradient compressor: {'; '.join(parts)} "
+                                "(every rank must register the same compressor, parameters, protocol, granularity and seed)")
 
     def state_dict(self) -> dict[str, Any]:
         """Compressor states per bucket (for checkpoints); settings are rebuilt by the caller."""
@@ -359,7 +426,11 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     Returns at once; the future completes when the bucket's last collective has landed and the
     aggregate is written back into the bucket's layout (see the module docstring for the queue).
     A protocol over the whole model holds the bucket until the step's last one (:func:`_hold`).
+    The first bucket of a state nobody checked compares the ranks' configurations first
+    (:meth:`HookState.check_peers`): nothing is queued yet, so the blocking all-gather cannot interleave with an exchange.
     """
+    if not state.peers_checked:
+        state.check_peers()
     if state.whole_model:
         return _hold(state, bucket)
     buf = bucket.buffer()
@@ -500,9 +571,13 @@ def register_compressor_hook(
         protocol: ``"auto"`` runs the compressor's protocol (the paper's where it has one),
             ``"gather"`` forces all-gather-and-average.
         process_group: the group to communicate in (default: the default group).
+
+    A collective: every rank of the group calls it, and every rank raises :class:`RankMismatchError`
+    when their configurations differ (:meth:`HookState.check_peers`), before any gradient is exchanged.
     """
     comp = make_compressor(compressor, params)
     state = HookState(comp, process_group=process_group, seed=seed, granularity=granularity, protocol=protocol, stats=stats)
+    state.check_peers()
     state.name_parameters(ddp_model.module)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state
