@@ -71,6 +71,7 @@ from torch import nn
 from gcbench.compressors import registry
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
+from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter, atomic_write_json
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -84,6 +85,8 @@ def reference_name() -> str:
 TEXT_FILES = ("public_domain.txt",)
 FAULT_ENV = "GCBENCH_TRAIN_FAULT"
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: finite, and far inside what torch.distributed can hold
+#: the shortest timeout: torch.distributed's stores and collectives cannot even connect in 1 ms (a run could never start)
+MIN_TIMEOUT_S = 1.0
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -359,10 +362,11 @@ class TrainConfig:
         if self.target is not None and not 0 < self.target <= 1:
             raise ParamError(f"target accuracy must be in (0, 1], got {self.target}")
         # torch.distributed keeps timeouts in integer milliseconds: inf or 1e300 s would overflow it
-        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise ParamError(f"timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.timeout_s}")
-        if self.collective_timeout_s is not None and not 0 < self.collective_timeout_s <= MAX_TIMEOUT_S:
-            raise ParamError(f"collective timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.collective_timeout_s}")
+        if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"timeout must be at least {MIN_TIMEOUT_S:g} and at most {MAX_TIMEOUT_S:g} seconds, got {self.timeout_s}")
+        if self.collective_timeout_s is not None and not MIN_TIMEOUT_S <= self.collective_timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"collective timeout must be at least {MIN_TIMEOUT_S:g} and at most {MAX_TIMEOUT_S:g} seconds, "
+                             f"got {self.collective_timeout_s}")
         if self.granularity not in ("bucket", "layer"):
             raise ParamError(f"granularity must be bucket or layer, got {self.granularity!r}")
         fault = self.fault or os.environ.get(FAULT_ENV) or None
@@ -521,7 +525,9 @@ class WorkerGroup:
 
     def start(self) -> None:
         ctx = mp.get_context("spawn")
-        self.store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=self.init_timeout_s), wait_for_workers=False)
+        # the parent's own connection to its local store must not inherit a short run timeout (the watch loop enforces that)
+        store_timeout = timedelta(seconds=max(self.init_timeout_s, 30.0))
+        self.store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=store_timeout, wait_for_workers=False)
         self.steps = ctx.Array("q", self.world_size, lock=False)
         self.procs = [
             ctx.Process(target=_worker_entry, name=f"gcbench-rank{r}",
@@ -855,8 +861,8 @@ class TrainOutcome:
 
 
 def under_torchrun() -> bool:
-    """True when launched by torchrun (or any launcher that sets RANK and WORLD_SIZE)."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """True when launched by torchrun (or any launcher that sets RANK or WORLD_SIZE; :func:`launch_env` checks the rest)."""
+    return launched()
 
 
 def _noop(stage: str, done: int, total: int, message: str) -> None:
@@ -878,12 +884,13 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
     rank; the other compressors still run.  Under torchrun the current processes are the workers.
     """
     progress = progress or _noop
+    launch = launch_env()  # a malformed launch fails here, in one line, before any rendezvous could wait on it
     cfg = config.resolved()
     specs = parse_compressors(compressors)
     for s in specs:  # validate every compressor before any process starts
         info = registry.get(s.name)
         registry.create(s.name, **s.params)
-        workers = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.workers
+        workers = launch.world_size if launch is not None else cfg.workers
         if workers < info.min_workers:
             raise ParamError(f"{s.label} needs at least {info.min_workers} workers")
     task_info = make_task(cfg.task, cfg.seed).describe()  # fails early (e.g. no scikit-learn), in this process
@@ -955,8 +962,7 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
 def _train_torchrun(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info: dict[str, Any], progress: Progress) -> TrainOutcome:
     """torchrun mode: this process is one worker; rank 0 writes the results file."""
     torch.set_num_threads(int(cfg.threads))  # type: ignore[arg-type]
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.timeout_s))
+    init_from_env("gloo", cfg.timeout_s)  # checked launch variables; a failed rendezvous is one LaunchError line
     rank, world = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]
     ctx = WorkerContext(rank, world, group, None)
