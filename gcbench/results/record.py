@@ -172,6 +172,14 @@ class Environment(Model):
         return key if self.kernels in (None, "numba") else f"{key}|{self.kernels}"
 
 
+class Writer(Model):
+    """The process writing the file (:func:`gcbench.core.liveness.identity`): a ``running`` file whose writer is gone was cut off."""
+
+    pid: Int | None = None
+    host: Str | None = None
+    process_start: Num | None = None  # seconds since the epoch; tells a reused pid apart (None off Linux)
+
+
 class Git(Model):
     commit: Str | None = None
     dirty: Bool | None = None
@@ -783,6 +791,7 @@ class RunRecord(Model):
     created_utc: Str | None = None
     finished_utc: Str | None = None
     status: Str | None = None
+    writer: Writer | None = None  # older files have none: their "running" cannot be checked
     environment: Environment | None = None
     git: Git | None = None
     suite: SuiteInfo | None = None
@@ -806,6 +815,9 @@ class RunRecord(Model):
         out["cases"] = [c.to_json_dict() if isinstance(c, Model) else c for c in self.cases]
         return out
 
+
+#: what a ``running`` file shows once its writer is known to be gone (killed before it could record an end)
+WRITER_GONE = "interrupted (writer gone)"
 
 # the statuses of a run that ran to its end (a bench file, written once at its end by older gcbench, has none)
 FINISHED_STATUSES = ("complete", "complete-with-errors", None)
