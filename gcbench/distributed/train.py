@@ -32,6 +32,11 @@ the least progress is the one that hung, since its peers went on into the step's
 Remaining workers are terminated (then killed), the compressor is recorded as failed, and the other
 compressors run in a fresh process group.  SIGTERM to the parent is handled like SIGINT: the
 workers are stopped at once and the results file ends "interrupted" with the finished compressors.
+A parent killed outright (SIGKILL, the OOM killer) takes its workers with it (the Linux
+parent-death signal, and a pipe every worker watches): nothing trains on as an orphan.  Its
+results file still says "running", but it records the writer's pid, host and start time, so a
+later command shows it as "interrupted (writer gone)"; the next ``train`` removes the orphaned
+work folder.
 ``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]`` (or ``hang:...``) injects a failure for testing.
 
 Choices: time to target is measured at epoch ends (evaluation resolution) in training time only
@@ -50,9 +55,11 @@ import math
 import multiprocessing.connection
 import os
 import platform
+import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -69,7 +76,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from gcbench.compressors import registry
-from gcbench.core import signals
+from gcbench.core import liveness, signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter, atomic_write_json
@@ -467,9 +474,46 @@ def is_communication_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError | ConnectionError | TimeoutError | dist.DistBackendError) and any(m in msg for m in _COMM_MARKERS)
 
 
+#: prctl(2) option: the signal the kernel sends this process when the thread that started it exits
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int, lifeline: Any) -> None:
+    """Make this worker end when the ``train`` process that spawned it does, however that one ends (SIGKILL included).
+
+    A parent killed outright runs no cleanup: without this its workers would go on training, as
+    orphans, into a temporary folder nobody reads.  Two guards: on Linux the kernel's parent-death
+    signal (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), immediate even while the worker is blocked in a
+    collective; everywhere, a daemon thread that waits on ``lifeline``, the read end of a pipe
+    whose only write end the parent holds, and exits the worker at its end of file (the parent's
+    exit closes it).  A parent that died before the signal was armed is caught by the pid check.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl (an unusual libc): the lifeline below still works
+            pass
+    if os.getppid() != parent_pid:  # the parent is already gone (we were re-parented before the signal was armed)
+        os._exit(1)
+
+    def watch() -> None:
+        try:
+            lifeline.recv()  # the parent never sends: this returns only by end of file
+        except (EOFError, OSError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gcbench-parent-watchdog", daemon=True).start()
+
+
 def _worker_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...], workdir: str,
-                  init_timeout_s: float, collective_timeout_s: float, threads: int, steps: Any) -> None:
-    """Body of one spawned worker: join the group, run ``fn``, leave a result or an error file."""
+                  init_timeout_s: float, collective_timeout_s: float, threads: int, steps: Any, parent_pid: int,
+                  lifeline: Any) -> None:
+    """Body of one spawned worker: join the group, run ``fn``, leave a result or an error file; die with the parent."""
+    _die_with_parent(parent_pid, lifeline)
     torch.set_num_threads(threads)
     if platform.system() == "Linux":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # a local group talks over loopback only
@@ -507,6 +551,29 @@ def _ranks(rs: Sequence[int]) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
 
 
+WORKDIR_PREFIX = "gcbench-train-"
+OWNER_FILE = "owner.json"
+
+
+def sweep_orphaned_workdirs(parent: Path | str | None = None) -> list[Path]:
+    """Remove work folders of :class:`WorkerGroup` whose owner is gone (killed before it could clean up); returns them.
+
+    Only folders named ``gcbench-train-*`` that hold an owner file naming a process of this host
+    that no longer runs (:func:`gcbench.core.liveness.gone`) are touched: a live run's folder, or
+    another host's on a shared temporary folder, is left alone.
+    """
+    removed = []
+    for d in Path(parent or tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            owner = json.loads((d / OWNER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(owner, dict) and liveness.gone(owner.get("pid"), owner.get("host"), owner.get("process_start")):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class WorkerGroup:
     """N spawned worker processes forming one gloo group on 127.0.0.1, watched by the parent.
 
@@ -518,10 +585,13 @@ class WorkerGroup:
                  init_timeout_s: float, threads: int = 1) -> None:
         self.fn, self.args, self.world_size = fn, args, world_size
         self.collective_timeout_s, self.init_timeout_s, self.threads = collective_timeout_s, init_timeout_s, threads
-        self._tmp = tempfile.TemporaryDirectory(prefix="gcbench-train-")
+        sweep_orphaned_workdirs()
+        self._tmp = tempfile.TemporaryDirectory(prefix=WORKDIR_PREFIX)
         self.workdir = Path(self._tmp.name)
+        atomic_write_json(self.workdir / OWNER_FILE, liveness.identity())  # lets a later run sweep it if this process is killed
         self.procs: list[Any] = []
         self.started = 0.0
+        self._lifeline: Any = None
 
     def start(self) -> None:
         ctx = mp.get_context("spawn")
@@ -529,14 +599,17 @@ class WorkerGroup:
         store_timeout = timedelta(seconds=max(self.init_timeout_s, 30.0))
         self.store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=store_timeout, wait_for_workers=False)
         self.steps = ctx.Array("q", self.world_size, lock=False)
+        # the workers' lifeline (:func:`_die_with_parent`): they get the read end, only this process holds the write end
+        lifeline, self._lifeline = ctx.Pipe(duplex=False)
         self.procs = [
             ctx.Process(target=_worker_entry, name=f"gcbench-rank{r}",
                         args=(r, self.world_size, self.store.port, self.fn, self.args, str(self.workdir), self.init_timeout_s,
-                              self.collective_timeout_s, self.threads, self.steps))
+                              self.collective_timeout_s, self.threads, self.steps, os.getpid(), lifeline))
             for r in range(self.world_size)
         ]
         for p in self.procs:
             p.start()
+        lifeline.close()  # the children have their copies; keeping ours would not matter, but nothing needs it
         self.started = time.monotonic()
 
     def codes(self) -> list[int | None]:
@@ -631,6 +704,9 @@ class WorkerGroup:
                 p.kill()
         for p in self.procs:
             p.join(join_s)
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
         self._tmp.cleanup()
 
 
