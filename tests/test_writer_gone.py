@@ -161,3 +161,35 @@ def test_sigkill_of_the_train_parent_ends_its_workers_and_its_file_reads_interru
     assert json.loads(path.read_text())["status"] == "running"  # what the killed writer left
     assert load_run(path).status == WRITER_GONE  # what a later command shows
     assert sweep_orphaned_workdirs(tmp_path) == workdirs  # and the next run clears the orphaned folder
+
+
+_PARENT = """
+import os, subprocess, sys, time
+code = ("import os, time; from gcbench.core import liveness; liveness.die_with_parent(int(os.environ['GCBENCH_PARENT_PID']));"
+        " print('armed', flush=True); time.sleep(600)")
+child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "GCBENCH_PARENT_PID": str(os.getpid())},
+                         stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "armed"
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@linux_only
+def test_a_child_armed_to_die_with_its_parent_ends_when_the_parent_is_sigkilled() -> None:
+    """What `gcbench bench --isolate`'s benchmark processes do (and train's workers, with their lifeline too)."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    end = time.monotonic() + 20
+    while time.monotonic() < end and _alive(child):
+        time.sleep(0.05)
+    alive = _alive(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive, "the child outlived its SIGKILLed parent"

@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import sys
+import threading
+import time
 from typing import Any
 
+#: prctl(2) option: the signal the kernel sends this process when the thread that started it exits
+PR_SET_PDEATHSIG = 1
+#: environment variable through which a parent names itself to a child that must die with it
+PARENT_PID_ENV = "GCBENCH_PARENT_PID"
 #: two readings of one process's start time differ by the rounding of its clock ticks at most
 _START_TOLERANCE_S = 1.0
 
@@ -88,3 +95,34 @@ def gone(pid: Any, host: Any, started: Any = None) -> bool:
         if now is not None and abs(now - float(started)) > _START_TOLERANCE_S:
             return True  # the pid now belongs to a process started later: the writer is gone
     return False
+
+
+def die_with_parent(parent_pid: int, poll_s: float | None = 1.0) -> None:
+    """Make this (child) process end when ``parent_pid``, the process that started it, ends, however it ends.
+
+    A parent killed outright (SIGKILL) runs no cleanup: without this its children would go on
+    computing as orphans.  On Linux the kernel's parent-death signal (``prctl(PR_SET_PDEATHSIG,
+    SIGKILL)``) ends the child at once, even while it is blocked in C code.  ``poll_s``: also a
+    daemon thread that checks every ``poll_s`` seconds whether the child was re-parented (the
+    portable guard, for systems without prctl).  A parent that died before this call is caught
+    by the same check, at once.  Note: Linux sends the signal when the *thread* that started the
+    child exits, so start such children from a thread that outlives them (the main thread).
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl in this libc: the check below still works
+            pass
+    if os.getppid() != parent_pid:  # already re-parented: the parent is gone
+        os._exit(1)
+    if poll_s is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gcbench-parent-watchdog", daemon=True).start()

@@ -474,30 +474,17 @@ def is_communication_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError | ConnectionError | TimeoutError | dist.DistBackendError) and any(m in msg for m in _COMM_MARKERS)
 
 
-#: prctl(2) option: the signal the kernel sends this process when the thread that started it exits
-PR_SET_PDEATHSIG = 1
-
-
 def _die_with_parent(parent_pid: int, lifeline: Any) -> None:
     """Make this worker end when the ``train`` process that spawned it does, however that one ends (SIGKILL included).
 
     A parent killed outright runs no cleanup: without this its workers would go on training, as
-    orphans, into a temporary folder nobody reads.  Two guards: on Linux the kernel's parent-death
-    signal (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), immediate even while the worker is blocked in a
-    collective; everywhere, a daemon thread that waits on ``lifeline``, the read end of a pipe
+    orphans, into a temporary folder nobody reads.  :func:`gcbench.core.liveness.die_with_parent`
+    arms the Linux parent-death signal (immediate, even while the worker is blocked in a
+    collective); and, everywhere, a daemon thread waits on ``lifeline``, the read end of a pipe
     whose only write end the parent holds, and exits the worker at its end of file (the parent's
-    exit closes it).  A parent that died before the signal was armed is caught by the pid check.
+    exit closes it).
     """
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):  # no prctl (an unusual libc): the lifeline below still works
-            pass
-    if os.getppid() != parent_pid:  # the parent is already gone (we were re-parented before the signal was armed)
-        os._exit(1)
+    liveness.die_with_parent(parent_pid, poll_s=None)
 
     def watch() -> None:
         try:
@@ -506,7 +493,7 @@ def _die_with_parent(parent_pid: int, lifeline: Any) -> None:
             pass
         os._exit(1)
 
-    threading.Thread(target=watch, name="gcbench-parent-watchdog", daemon=True).start()
+    threading.Thread(target=watch, name="gcbench-parent-lifeline", daemon=True).start()
 
 
 def _worker_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...], workdir: str,
