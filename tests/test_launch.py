@@ -93,3 +93,23 @@ def test_a_well_formed_single_rank_launch_trains(tmp_path: Path) -> None:
     proc = _train(tmp_path, ["--timeout", "120"], RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(list((tmp_path / "runs").glob("*.json"))) == 1
+
+
+def test_torchrun_ranks_started_with_different_options_all_fail_with_one_line(tmp_path: Path) -> None:
+    """Rank 1 with a stale command line (another --epochs) would run other steps and wait in a collective rank 0 never starts."""
+    port = str(_free_port())
+    procs = []
+    for rank, epochs in ((0, "1"), (1, "2")):
+        cmd = [sys.executable, "-m", "gcbench", "train", "-c", "none", "--task", "charlstm", "--epochs", epochs, "-q",
+               "-o", str(tmp_path / f"runs{rank}"), "--timeout", "600", "--collective-timeout", "600"]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=_env(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=BOUND_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    lines = [_one_error_line(subprocess.CompletedProcess(p.args, p.returncode, o, e)) for p, (o, e) in zip(procs, outs, strict=True)]
+    assert lines[0] == lines[1] and "ranks disagree on the training settings" in lines[0]
+    assert "rank 0: task charlstm, epochs 1" in lines[0] and "rank 1: task charlstm, epochs 2" in lines[0]

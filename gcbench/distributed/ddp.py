@@ -62,8 +62,6 @@ one line naming each configuration and its ranks, when they differ.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -77,6 +75,7 @@ from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.protocol import Context, WorkerProtocol
+from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import ChainTimes, TorchTransport, drive, then
 from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
@@ -91,13 +90,6 @@ PROTOCOL_CHOICES = ("auto", "gather")
 GATHER_DESCRIPTION = "all-gather the payloads, decode all, average"
 #: the bucket index under which a whole-model protocol's unit states and statistics are kept
 WHOLE_MODEL = -1
-#: bytes of the configuration fingerprint every rank all-gathers: a SHA-256 digest, then the readable text
-FINGERPRINT_BYTES = 1024
-_DIGEST_BYTES = 32
-
-
-class RankMismatchError(GcbenchError):
-    """The ranks of a process group registered different compressor configurations (raised on every rank)."""
 
 
 def unit_seed(seed: int, rank: int | None, bucket: int, unit: int) -> int:
@@ -337,40 +329,18 @@ class HookState:
         return (f"{c['compressor']} v{c['version']}{' ' + params if params else ''} "
                 f"(protocol {c['protocol']}, {c['granularity']}, seed {c['seed']})")
 
-    def fingerprint(self) -> torch.Tensor:
-        """This rank's configuration as :data:`FINGERPRINT_BYTES` uint8: SHA-256 of its canonical JSON, then its text.
-
-        A fixed size, so the all-gather that compares them is itself a matching collective whatever the ranks hold.
-        """
-        canonical = json.dumps(self.configuration(), sort_keys=True, separators=(",", ":"), default=repr).encode()
-        text = self.configuration_text().encode()[: FINGERPRINT_BYTES - _DIGEST_BYTES]
-        raw = hashlib.sha256(canonical).digest() + text
-        return torch.tensor(list(raw.ljust(FINGERPRINT_BYTES, b"\0")), dtype=torch.uint8)
-
     def check_peers(self) -> None:
         """Compare the configuration with every rank's (one all-gather); raises :class:`RankMismatchError` on every rank if any differs.
 
         A collective: every rank of the group must call it (:func:`register_compressor_hook` does,
         and the first bucket does for a state registered by hand).
         """
-        backend = str(dist.get_backend(self.process_group))
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-        mine = self.fingerprint().to(device)
-        every = [torch.empty_like(mine) for _ in range(self.world_size)]
-        dist.all_gather(every, mine, group=self.process_group)
         self.peers_checked = True
-        raws = [bytes(t.cpu().tolist()) for t in every]
-        if len({raw[:_DIGEST_BYTES] for raw in raws}) == 1:
-            return
-        ranks_of: dict[bytes, list[int]] = {}
-        for r, raw in enumerate(raws):
-            ranks_of.setdefault(raw, []).append(r)
-        parts = []
-        for raw, rs in ranks_of.items():
-            text = raw[_DIGEST_BYTES:].rstrip(b"\0").decode("utf-8", "replace")
-            parts.append(f"{'rank' if len(rs) == 1 else 'ranks'} {', '.join(map(str, rs))}: {text}")
-        raise RankMismatchError(f"ranks disagree on the gradient compressor: {'; '.join(parts)} "
-                                "(every rank must register the same compressor, parameters, protocol, granularity and seed)")
+        try:
+            check_agreement("gradient compressor", self.configuration(), self.configuration_text(), self.process_group)
+        except RankMismatchError as exc:
+            raise RankMismatchError(f"{exc} (every rank must register the same compressor, parameters, protocol, granularity "
+                                    "and seed)") from None
 
     def state_dict(self) -> dict[str, Any]:
         """Compressor states per bucket (for checkpoints); settings are rebuilt by the caller."""

@@ -16,6 +16,8 @@ so a bad launch fails in the time the command line takes to parse.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -23,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from gcbench.core.errors import GcbenchError
 
@@ -32,6 +35,43 @@ LAUNCH_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 class LaunchError(GcbenchError):
     """A launch environment that cannot form a process group, or a rendezvous that failed (one line, exit 1)."""
+
+
+class RankMismatchError(GcbenchError):
+    """The ranks of a process group hold different configurations (raised on every rank by :func:`check_agreement`)."""
+
+
+#: bytes of the configuration fingerprint every rank all-gathers: a SHA-256 digest, then the readable text
+FINGERPRINT_BYTES = 1024
+_DIGEST_BYTES = 32
+
+
+def check_agreement(what: str, configuration: Mapping[str, Any], text: str, group: Any = None) -> None:
+    """Compare this rank's ``configuration`` with every rank's in ``group``; on a difference every rank raises the same line.
+
+    One all-gather of a fixed-size fingerprint (SHA-256 of the canonical JSON, then ``text``,
+    the configuration in words, truncated to fit): fixed so the comparison is itself a matching
+    collective whatever the ranks hold.  A collective: every rank of the group must call it.  The
+    :class:`RankMismatchError` reads ``ranks disagree on the {what}: rank 0: ...; rank 1: ...``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    canonical = json.dumps(dict(configuration), sort_keys=True, separators=(",", ":"), default=repr).encode()
+    raw = hashlib.sha256(canonical).digest() + text.encode()[: FINGERPRINT_BYTES - _DIGEST_BYTES]
+    device = torch.device("cuda", torch.cuda.current_device()) if str(dist.get_backend(group)) == "nccl" else torch.device("cpu")
+    mine = torch.tensor(list(raw.ljust(FINGERPRINT_BYTES, b"\0")), dtype=torch.uint8, device=device)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    raws = [bytes(t.cpu().tolist()) for t in every]
+    if len({r[:_DIGEST_BYTES] for r in raws}) == 1:
+        return
+    ranks_of: dict[bytes, list[int]] = {}
+    for r, fp in enumerate(raws):
+        ranks_of.setdefault(fp, []).append(r)
+    texts = {fp: fp[_DIGEST_BYTES:].rstrip(b"\0").decode("utf-8", "replace") for fp in ranks_of}
+    parts = [f"{'rank' if len(rs) == 1 else 'ranks'} {', '.join(map(str, rs))}: {texts[fp]}" for fp, rs in ranks_of.items()]
+    raise RankMismatchError(f"ranks disagree on the {what}: {'; '.join(parts)}")
 
 
 @dataclass(frozen=True)

@@ -1022,12 +1022,35 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
     return TrainOutcome(writer.path, records)
 
 
+#: the settings every torchrun rank must share: they decide the model, the data, the steps and the collectives
+AGREED_SETTINGS = ("task", "epochs", "batch_size", "lr", "target", "seed", "granularity", "fault")
+
+
+def _check_ranks_agree(cfg: TrainConfig, specs: list[Spec], group: Any) -> None:
+    """Raise on every rank, in one line naming each rank's settings, when torchrun's ranks were started with different options.
+
+    Ranks with other epochs, batch sizes or compressors run different numbers of steps or other
+    collectives: one would wait in a collective the others never start until the timeout.
+    Threads and timeouts may differ per machine and are not compared.
+    """
+    from gcbench.distributed.launch import RankMismatchError, check_agreement
+
+    agreed: dict[str, Any] = {k: getattr(cfg, k) for k in AGREED_SETTINGS}
+    agreed["compressors"] = [s.label for s in specs]
+    text = ", ".join(f"{k} {v}" for k, v in agreed.items() if k not in ("compressors", "fault") or v)
+    try:
+        check_agreement("training settings", agreed, text, group)
+    except RankMismatchError as exc:
+        raise RankMismatchError(f"{exc} (start every rank with the same gcbench train options)") from None
+
+
 def _train_torchrun(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info: dict[str, Any], progress: Progress) -> TrainOutcome:
     """torchrun mode: this process is one worker; rank 0 writes the results file."""
     torch.set_num_threads(int(cfg.threads))  # type: ignore[arg-type]
     init_from_env("gloo", cfg.timeout_s)  # checked launch variables; a failed rendezvous is one LaunchError line
     rank, world = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]
+    _check_ranks_agree(cfg, specs, group)
     ctx = WorkerContext(rank, world, group, None)
     cfg = TrainConfig(**{**cfg.to_dict(), "workers": world})
     task = make_task(cfg.task, cfg.seed)
