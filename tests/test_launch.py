@@ -113,3 +113,11 @@ def test_torchrun_ranks_started_with_different_options_all_fail_with_one_line(tm
     lines = [_one_error_line(subprocess.CompletedProcess(p.args, p.returncode, o, e)) for p, (o, e) in zip(procs, outs, strict=True)]
     assert lines[0] == lines[1] and "ranks disagree on the training settings" in lines[0]
     assert "rank 0: task charlstm, epochs 1" in lines[0] and "rank 1: task charlstm, epochs 2" in lines[0]
+
+
+def test_calibrate_checks_the_launch_too(tmp_path: Path) -> None:
+    """``python -m gcbench.distributed.calibrate`` joins its group through the same check (RANK=5 of 2 used to wait forever)."""
+    cmd = [sys.executable, "-m", "gcbench.distributed.calibrate", "--bandwidth", "10", "--out", str(tmp_path / "net.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(RANK="5", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())),
+                          capture_output=True, text=True, timeout=BOUND_S)
+    assert "RANK=5 is outside 0..1" in _one_error_line(proc)
