@@ -1,7 +1,7 @@
 """The results record: typed (pydantic v2) models of a results file, its schema version and upgrades.
 
 A results file (``reports/runs/*.json``) is one :class:`RunRecord`: a header (schema version,
-kind, gcbench version, times, environment, git, suite, metrics catalogue, status) and its cases.
+kind, gcbench version, times, environment, git, suite, metrics catalogue, status and its writer) and its cases.
 What a case holds depends on the file's ``kind``, so the record is a union discriminated by it:
 
 * ``run`` and ``compare`` (:class:`MeasureRecord`): :class:`RunCase`, one per (source,
