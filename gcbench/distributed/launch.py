@@ -10,6 +10,11 @@ entry that joins a process group from the environment goes through :func:`init_f
 also turns a rendezvous that fails (the port taken, rank 0 absent, the timeout passed) into one
 :class:`LaunchError` line naming the address, the rank and the cause.
 
+Once the group exists, :func:`check_agreement` makes sure its ranks were configured alike (the
+DDP hook's compressor, ``gcbench train``'s options under torchrun): one all-gather of a fixed-size
+fingerprint, and every rank raises the same :class:`RankMismatchError` line when they differ,
+instead of aborting or hanging in mismatched collectives.
+
 No torch import at module level: ``gcbench train`` checks the environment before it loads torch,
 so a bad launch fails in the time the command line takes to parse.
 """
