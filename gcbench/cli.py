@@ -1051,6 +1051,9 @@ def train_cmd(
     Examples: `gcbench train -c topk -c qsgd --workers 4`, `gcbench train --task charlstm -c 'topk:density=0.05' --epochs 2`,
     `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
     """
+    from gcbench.distributed.launch import launch_env
+
+    launch_env()  # a malformed launch (RANK=-1, WORLD_SIZE=abc, no MASTER_ADDR) fails in one line before torch even loads
     from gcbench.distributed.ddp import GRANULARITIES
     from gcbench.distributed.train import TASKS, TrainConfig, under_torchrun
     from gcbench.distributed.train import train as run_training

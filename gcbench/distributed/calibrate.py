@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from gcbench.core.errors import GcbenchError
+from gcbench.distributed.launch import LaunchError, init_from_env, launched
 from gcbench.distributed.netmodel import COLLECTIVES, Calibration, CollectivePrice, fit_price
 
 #: each size is chosen so that the model's volume time of the collective is this many seconds at the nominal rate
@@ -129,9 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--seconds must be a comma list of numbers, got {args.seconds!r}")
     if not 0 < args.bandwidth < float("inf") or len(secs) < 2 or min(secs) <= 0 or args.repeats < 1:
         ap.error("--bandwidth must be > 0, --seconds two or more positive numbers, --repeats at least 1")
-    if "RANK" not in os.environ:
+    if not launched():
         ap.error("run it on every rank with a torch.distributed launcher (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR)")
-    dist.init_process_group(args.backend)
+    try:
+        init_from_env(args.backend)  # a malformed launch or a failed rendezvous: one line, not a traceback or a wait
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     try:
         if dist.get_world_size() < 2:
             print("a calibration needs two or more ranks", file=sys.stderr)

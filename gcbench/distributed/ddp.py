@@ -50,6 +50,14 @@ bucket), ``communicate_s`` = from launching each leg's collectives to their comp
 which includes waiting for slower peers and for the buckets queued before.  With the overlap these
 are not slices of the step: they can add up to more than the hook's share of it.  A whole-model
 exchange is recorded as one bucket per step, index :data:`WHOLE_MODEL`.
+
+Agreement: every rank must run the same compressor, parameters, protocol, granularity and seed,
+or the ranks' collectives do not match (a peer's payload fails to decode, gloo aborts the process
+on a size mismatch, or one rank's all-reduce waits for another's all-gather until the collective
+timeout).  Before the first exchange the ranks all-gather a fixed-size fingerprint of that
+configuration (:meth:`HookState.check_peers`: at :func:`register_compressor_hook`, or at the
+first bucket for a state registered by hand) and every rank raises :class:`RankMismatchError`,
+one line naming each configuration and its ranks, when they differ.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.protocol import Context, WorkerProtocol
+from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import ChainTimes, TorchTransport, drive, then
 from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
@@ -255,6 +264,8 @@ class HookState:
         self.threads = torch.get_num_threads()
         # parameter names identify a bucket's contents across steps, processes and checkpoints; their order is the model's
         self.param_names: dict[int, str] = {}
+        #: the ranks' configurations were compared (:meth:`check_peers`); the first bucket checks when nobody did
+        self.peers_checked = False
 
     def name_parameters(self, module: torch.nn.Module) -> None:
         """Remember the names of ``module``'s parameters, in order (bucket signatures and the whole model's unit order use them)."""
@@ -304,6 +315,32 @@ class HookState:
             "seed": self.seed,
             "state_resets": self.state_resets,
         }
+
+    def configuration(self) -> dict[str, Any]:
+        """What every rank must agree on for the exchanges to match: compressor, version, parameters, protocol, layout, seed."""
+        info = self.compressor.info
+        return {"compressor": info.name, "version": info.version, "params": dict(self.compressor.params), "protocol": self.protocol,
+                "granularity": "layer" if self.per_tensor else self.granularity, "seed": self.seed}
+
+    def configuration_text(self) -> str:
+        """:meth:`configuration` as one short readable phrase (``topk v1 density=0.01, ... (protocol gather, bucket, seed 0)``)."""
+        c = self.configuration()
+        params = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(c["params"].items()))
+        return (f"{c['compressor']} v{c['version']}{' ' + params if params else ''} "
+                f"(protocol {c['protocol']}, {c['granularity']}, seed {c['seed']})")
+
+    def check_peers(self) -> None:
+        """Compare the configuration with every rank's (one all-gather); raises :class:`RankMismatchError` on every rank if any differs.
+
+        A collective: every rank of the group must call it (:func:`register_compressor_hook` does,
+        and the first bucket does for a state registered by hand).
+        """
+        self.peers_checked = True
+        try:
+            check_agreement("gradient compressor", self.configuration(), self.configuration_text(), self.process_group)
+        except RankMismatchError as exc:
+            raise RankMismatchError(f"{exc} (every rank must register the same compressor, parameters, protocol, granularity "
+                                    "and seed)") from None
 
     def state_dict(self) -> dict[str, Any]:
         """Compressor states per bucket (for checkpoints); settings are rebuilt by the caller."""
@@ -359,7 +396,11 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     Returns at once; the future completes when the bucket's last collective has landed and the
     aggregate is written back into the bucket's layout (see the module docstring for the queue).
     A protocol over the whole model holds the bucket until the step's last one (:func:`_hold`).
+    The first bucket of a state nobody checked compares the ranks' configurations first
+    (:meth:`HookState.check_peers`): nothing is queued yet, so the blocking all-gather cannot interleave with an exchange.
     """
+    if not state.peers_checked:
+        state.check_peers()
     if state.whole_model:
         return _hold(state, bucket)
     buf = bucket.buffer()
@@ -500,9 +541,13 @@ def register_compressor_hook(
         protocol: ``"auto"`` runs the compressor's protocol (the paper's where it has one),
             ``"gather"`` forces all-gather-and-average.
         process_group: the group to communicate in (default: the default group).
+
+    A collective: every rank of the group calls it, and every rank raises :class:`RankMismatchError`
+    when their configurations differ (:meth:`HookState.check_peers`), before any gradient is exchanged.
     """
     comp = make_compressor(compressor, params)
     state = HookState(comp, process_group=process_group, seed=seed, granularity=granularity, protocol=protocol, stats=stats)
+    state.check_peers()
     state.name_parameters(ddp_model.module)
     ddp_model.register_comm_hook(state, compressor_hook)
     return state

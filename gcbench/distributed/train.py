@@ -32,6 +32,11 @@ the least progress is the one that hung, since its peers went on into the step's
 Remaining workers are terminated (then killed), the compressor is recorded as failed, and the other
 compressors run in a fresh process group.  SIGTERM to the parent is handled like SIGINT: the
 workers are stopped at once and the results file ends "interrupted" with the finished compressors.
+A parent killed outright (SIGKILL, the OOM killer) takes its workers with it (the Linux
+parent-death signal, and a pipe every worker watches): nothing trains on as an orphan.  Its
+results file still says "running", but it records the writer's pid, host and start time, so a
+later command shows it as "interrupted (writer gone)"; the next ``train`` removes the orphaned
+work folder.
 ``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]`` (or ``hang:...``) injects a failure for testing.
 
 Choices: time to target is measured at epoch ends (evaluation resolution) in training time only
@@ -50,9 +55,11 @@ import math
 import multiprocessing.connection
 import os
 import platform
+import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -69,8 +76,9 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from gcbench.compressors import registry
-from gcbench.core import signals
+from gcbench.core import liveness, signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
+from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter, atomic_write_json
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -84,6 +92,8 @@ def reference_name() -> str:
 TEXT_FILES = ("public_domain.txt",)
 FAULT_ENV = "GCBENCH_TRAIN_FAULT"
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: finite, and far inside what torch.distributed can hold
+#: the shortest timeout: torch.distributed's stores and collectives cannot even connect in 1 ms (a run could never start)
+MIN_TIMEOUT_S = 1.0
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -359,10 +369,11 @@ class TrainConfig:
         if self.target is not None and not 0 < self.target <= 1:
             raise ParamError(f"target accuracy must be in (0, 1], got {self.target}")
         # torch.distributed keeps timeouts in integer milliseconds: inf or 1e300 s would overflow it
-        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise ParamError(f"timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.timeout_s}")
-        if self.collective_timeout_s is not None and not 0 < self.collective_timeout_s <= MAX_TIMEOUT_S:
-            raise ParamError(f"collective timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {self.collective_timeout_s}")
+        if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"timeout must be at least {MIN_TIMEOUT_S:g} and at most {MAX_TIMEOUT_S:g} seconds, got {self.timeout_s}")
+        if self.collective_timeout_s is not None and not MIN_TIMEOUT_S <= self.collective_timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"collective timeout must be at least {MIN_TIMEOUT_S:g} and at most {MAX_TIMEOUT_S:g} seconds, "
+                             f"got {self.collective_timeout_s}")
         if self.granularity not in ("bucket", "layer"):
             raise ParamError(f"granularity must be bucket or layer, got {self.granularity!r}")
         fault = self.fault or os.environ.get(FAULT_ENV) or None
@@ -463,9 +474,33 @@ def is_communication_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError | ConnectionError | TimeoutError | dist.DistBackendError) and any(m in msg for m in _COMM_MARKERS)
 
 
+def _die_with_parent(parent_pid: int, lifeline: Any) -> None:
+    """Make this worker end when the ``train`` process that spawned it does, however that one ends (SIGKILL included).
+
+    A parent killed outright runs no cleanup: without this its workers would go on training, as
+    orphans, into a temporary folder nobody reads.  :func:`gcbench.core.liveness.die_with_parent`
+    arms the Linux parent-death signal (immediate, even while the worker is blocked in a
+    collective); and, everywhere, a daemon thread waits on ``lifeline``, the read end of a pipe
+    whose only write end the parent holds, and exits the worker at its end of file (the parent's
+    exit closes it).
+    """
+    liveness.die_with_parent(parent_pid, poll_s=None)
+
+    def watch() -> None:
+        try:
+            lifeline.recv()  # the parent never sends: this returns only by end of file
+        except (EOFError, OSError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gcbench-parent-lifeline", daemon=True).start()
+
+
 def _worker_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...], workdir: str,
-                  init_timeout_s: float, collective_timeout_s: float, threads: int, steps: Any) -> None:
-    """Body of one spawned worker: join the group, run ``fn``, leave a result or an error file."""
+                  init_timeout_s: float, collective_timeout_s: float, threads: int, steps: Any, parent_pid: int,
+                  lifeline: Any) -> None:
+    """Body of one spawned worker: join the group, run ``fn``, leave a result or an error file; die with the parent."""
+    _die_with_parent(parent_pid, lifeline)
     torch.set_num_threads(threads)
     if platform.system() == "Linux":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # a local group talks over loopback only
@@ -503,6 +538,29 @@ def _ranks(rs: Sequence[int]) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
 
 
+WORKDIR_PREFIX = "gcbench-train-"
+OWNER_FILE = "owner.json"
+
+
+def sweep_orphaned_workdirs(parent: Path | str | None = None) -> list[Path]:
+    """Remove work folders of :class:`WorkerGroup` whose owner is gone (killed before it could clean up); returns them.
+
+    Only folders named ``gcbench-train-*`` that hold an owner file naming a process of this host
+    that no longer runs (:func:`gcbench.core.liveness.gone`) are touched: a live run's folder, or
+    another host's on a shared temporary folder, is left alone.
+    """
+    removed = []
+    for d in Path(parent or tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            owner = json.loads((d / OWNER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(owner, dict) and liveness.gone(owner.get("pid"), owner.get("host"), owner.get("process_start")):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class WorkerGroup:
     """N spawned worker processes forming one gloo group on 127.0.0.1, watched by the parent.
 
@@ -514,23 +572,31 @@ class WorkerGroup:
                  init_timeout_s: float, threads: int = 1) -> None:
         self.fn, self.args, self.world_size = fn, args, world_size
         self.collective_timeout_s, self.init_timeout_s, self.threads = collective_timeout_s, init_timeout_s, threads
-        self._tmp = tempfile.TemporaryDirectory(prefix="gcbench-train-")
+        sweep_orphaned_workdirs()
+        self._tmp = tempfile.TemporaryDirectory(prefix=WORKDIR_PREFIX)
         self.workdir = Path(self._tmp.name)
+        atomic_write_json(self.workdir / OWNER_FILE, liveness.identity())  # lets a later run sweep it if this process is killed
         self.procs: list[Any] = []
         self.started = 0.0
+        self._lifeline: Any = None
 
     def start(self) -> None:
         ctx = mp.get_context("spawn")
-        self.store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=self.init_timeout_s), wait_for_workers=False)
+        # the parent's own connection to its local store must not inherit a short run timeout (the watch loop enforces that)
+        store_timeout = timedelta(seconds=max(self.init_timeout_s, 30.0))
+        self.store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=store_timeout, wait_for_workers=False)
         self.steps = ctx.Array("q", self.world_size, lock=False)
+        # the workers' lifeline (:func:`_die_with_parent`): they get the read end, only this process holds the write end
+        lifeline, self._lifeline = ctx.Pipe(duplex=False)
         self.procs = [
             ctx.Process(target=_worker_entry, name=f"gcbench-rank{r}",
                         args=(r, self.world_size, self.store.port, self.fn, self.args, str(self.workdir), self.init_timeout_s,
-                              self.collective_timeout_s, self.threads, self.steps))
+                              self.collective_timeout_s, self.threads, self.steps, os.getpid(), lifeline))
             for r in range(self.world_size)
         ]
         for p in self.procs:
             p.start()
+        lifeline.close()  # the children have their copies; keeping ours would not matter, but nothing needs it
         self.started = time.monotonic()
 
     def codes(self) -> list[int | None]:
@@ -625,6 +691,9 @@ class WorkerGroup:
                 p.kill()
         for p in self.procs:
             p.join(join_s)
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
         self._tmp.cleanup()
 
 
@@ -855,8 +924,8 @@ class TrainOutcome:
 
 
 def under_torchrun() -> bool:
-    """True when launched by torchrun (or any launcher that sets RANK and WORLD_SIZE)."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """True when launched by torchrun (or any launcher that sets RANK or WORLD_SIZE; :func:`launch_env` checks the rest)."""
+    return launched()
 
 
 def _noop(stage: str, done: int, total: int, message: str) -> None:
@@ -878,12 +947,13 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
     rank; the other compressors still run.  Under torchrun the current processes are the workers.
     """
     progress = progress or _noop
+    launch = launch_env()  # a malformed launch fails here, in one line, before any rendezvous could wait on it
     cfg = config.resolved()
     specs = parse_compressors(compressors)
     for s in specs:  # validate every compressor before any process starts
         info = registry.get(s.name)
         registry.create(s.name, **s.params)
-        workers = int(os.environ["WORLD_SIZE"]) if under_torchrun() else cfg.workers
+        workers = launch.world_size if launch is not None else cfg.workers
         if workers < info.min_workers:
             raise ParamError(f"{s.label} needs at least {info.min_workers} workers")
     task_info = make_task(cfg.task, cfg.seed).describe()  # fails early (e.g. no scikit-learn), in this process
@@ -952,13 +1022,35 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
     return TrainOutcome(writer.path, records)
 
 
+#: the settings every torchrun rank must share: they decide the model, the data, the steps and the collectives
+AGREED_SETTINGS = ("task", "epochs", "batch_size", "lr", "target", "seed", "granularity", "fault")
+
+
+def _check_ranks_agree(cfg: TrainConfig, specs: list[Spec], group: Any) -> None:
+    """Raise on every rank, in one line naming each rank's settings, when torchrun's ranks were started with different options.
+
+    Ranks with other epochs, batch sizes or compressors run different numbers of steps or other
+    collectives: one would wait in a collective the others never start until the timeout.
+    Threads and timeouts may differ per machine and are not compared.
+    """
+    from gcbench.distributed.launch import RankMismatchError, check_agreement
+
+    agreed: dict[str, Any] = {k: getattr(cfg, k) for k in AGREED_SETTINGS}
+    agreed["compressors"] = [s.label for s in specs]
+    text = ", ".join(f"{k} {v}" for k, v in agreed.items() if k not in ("compressors", "fault") or v)
+    try:
+        check_agreement("training settings", agreed, text, group)
+    except RankMismatchError as exc:
+        raise RankMismatchError(f"{exc} (start every rank with the same gcbench train options)") from None
+
+
 def _train_torchrun(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info: dict[str, Any], progress: Progress) -> TrainOutcome:
     """torchrun mode: this process is one worker; rank 0 writes the results file."""
     torch.set_num_threads(int(cfg.threads))  # type: ignore[arg-type]
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.timeout_s))
+    init_from_env("gloo", cfg.timeout_s)  # checked launch variables; a failed rendezvous is one LaunchError line
     rank, world = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]
+    _check_ranks_agree(cfg, specs, group)
     ctx = WorkerContext(rank, world, group, None)
     cfg = TrainConfig(**{**cfg.to_dict(), "workers": world})
     task = make_task(cfg.task, cfg.seed)

@@ -31,6 +31,7 @@ import torch
 
 from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
+from gcbench.core import liveness
 from gcbench.core.errors import GcbenchError, UnknownNameError
 from gcbench.core.info import Target
 from gcbench.measure.metrics import (
@@ -326,7 +327,8 @@ def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, 
 
 
 def _run_isolated(args: dict[str, Any]) -> dict[str, Any]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(args["threads"] or os.cpu_count())}
+    # the child dies with this process (main() below): a killed `gcbench bench` leaves no benchmark running on
+    env = {**os.environ, "OMP_NUM_THREADS": str(args["threads"] or os.cpu_count()), liveness.PARENT_PID_ENV: str(os.getpid())}
     cmd = [sys.executable, "-m", "gcbench.measure.bench", json.dumps(args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
@@ -404,6 +406,9 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
 
 
 def main(argv: list[str]) -> None:  # the isolated worker
+    parent = os.environ.get(liveness.PARENT_PID_ENV, "")
+    if parent.isdigit():
+        liveness.die_with_parent(int(parent))
     args = json.loads(argv[0])
     rec = bench_case(**args)
     print(json.dumps(rec, default=lambda o: None if isinstance(o, float) and not np.isfinite(o) else str(o)))

@@ -1,7 +1,7 @@
 """The results record: typed (pydantic v2) models of a results file, its schema version and upgrades.
 
 A results file (``reports/runs/*.json``) is one :class:`RunRecord`: a header (schema version,
-kind, gcbench version, times, environment, git, suite, metrics catalogue, status) and its cases.
+kind, gcbench version, times, environment, git, suite, metrics catalogue, status and its writer) and its cases.
 What a case holds depends on the file's ``kind``, so the record is a union discriminated by it:
 
 * ``run`` and ``compare`` (:class:`MeasureRecord`): :class:`RunCase`, one per (source,
@@ -170,6 +170,14 @@ class Environment(Model):
         """What must match for timings to be comparable: CPU model, cores, threads, GPU, kernel path."""
         key = f"{self.cpu_model}|{self.cpu_count}|{self.torch_threads}|{self.cuda_device}"
         return key if self.kernels in (None, "numba") else f"{key}|{self.kernels}"
+
+
+class Writer(Model):
+    """The process writing the file (:func:`gcbench.core.liveness.identity`): a ``running`` file whose writer is gone was cut off."""
+
+    pid: Int | None = None
+    host: Str | None = None
+    process_start: Num | None = None  # seconds since the epoch; tells a reused pid apart (None off Linux)
 
 
 class Git(Model):
@@ -787,6 +795,7 @@ class RunRecord(Model):
     created_utc: Str | None = None
     finished_utc: Str | None = None
     status: Str | None = None
+    writer: Writer | None = None  # older files have none: their "running" cannot be checked
     environment: Environment | None = None
     git: Git | None = None
     suite: SuiteInfo | None = None
@@ -810,6 +819,9 @@ class RunRecord(Model):
         out["cases"] = [c.to_json_dict() if isinstance(c, Model) else c for c in self.cases]
         return out
 
+
+#: what a ``running`` file shows once its writer is known to be gone (killed before it could record an end)
+WRITER_GONE = "interrupted (writer gone)"
 
 # the statuses of a run that ran to its end (a bench file, written once at its end by older gcbench, has none)
 FINISHED_STATUSES = ("complete", "complete-with-errors", None)

@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 import gcbench
-from gcbench.core import signals
+from gcbench.core import liveness, signals
 from gcbench.core.errors import ResultsError
 from gcbench.results.metrics import metrics_metadata
-from gcbench.results.record import SCHEMA_VERSION, Case, RunRecord, as_case, parse_record
+from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, Case, RunRecord, as_case, parse_record
 
 DEFAULT_RUNS_DIR = Path("reports") / "runs"
 
@@ -219,6 +219,7 @@ class RunWriter:
             "created_utc": now.isoformat(timespec="seconds"),
             "finished_utc": None,
             "status": "running",
+            "writer": liveness.identity(),  # so a later command can tell a killed writer's "running" from a live one
             "environment": environment(device),
             "git": git_info(),
             "suite": suite,
@@ -314,12 +315,27 @@ def load_run(path: str | Path) -> RunRecord:
     if _too_deep(data):
         raise ResultsError(f"{p}: not a gcbench results file (JSON nested deeper than {MAX_DEPTH} levels)")
     try:
-        return parse_record(data)
+        record = parse_record(data)
     except ResultsError as exc:
         text = str(exc)
         if text.startswith("written with"):
             raise ResultsError(f"{p}: {text}") from None
         raise ResultsError(f"{p}: not a valid gcbench results file: {text}") from None
+    return with_live_status(record)
+
+
+def with_live_status(record: RunRecord) -> RunRecord:
+    """``record`` with status :data:`~gcbench.results.record.WRITER_GONE` when it says ``running`` but its writer is gone.
+
+    A writer killed outright (SIGKILL, the OOM killer) records no end.  Its file keeps the
+    writer's pid, host and start time; when that process no longer runs on this host
+    (:func:`gcbench.core.liveness.gone`) the run cannot be going on.  The file itself is not
+    changed (reading never writes); a writer on another host, or a file without a writer, stays ``running``.
+    """
+    w = record.writer
+    if record.status == "running" and w is not None and liveness.gone(w.pid, w.host, w.process_start):
+        record.status = WRITER_GONE
+    return record
 
 
 def _run_order(path: Path) -> tuple[str, int]:
