@@ -327,6 +327,34 @@ def test_gate_fails_a_case_that_fails_in_both_runs(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "failed in new" in r.output, r.output
 
 
+def _null_metrics(obj: Any) -> Any:
+    """``obj`` with every number replaced by None (a baseline that measured nothing)."""
+    if isinstance(obj, dict):
+        return {k: _null_metrics(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_null_metrics(v) for v in obj]
+    return None if isinstance(obj, int | float) and not isinstance(obj, bool) else obj
+
+
+def test_gate_fails_against_a_baseline_with_no_cases(tmp_path: Path) -> None:
+    """Every case "new" is no evidence: the gate fails and says the baseline has no cases (it used to pass, "11 new")."""
+    base = {**_clean_run("base"), "cases": []}
+    r = _gate(tmp_path, {"20260101T000000Z-base": base, "20260102T000000Z-new": _clean_run("new")}, "20260102T000000Z-new")
+    assert r.exit_code == 1, r.output
+    assert "regression gate: the baseline base has no cases" in r.output and "Traceback" not in r.output
+
+
+def test_gate_fails_when_no_metric_is_comparable(tmp_path: Path) -> None:
+    """A baseline whose metrics are all null makes every row "not comparable": the gate fails naming that."""
+    base = _clean_run("base")
+    metrics = ("size", "fidelity", "aggregate", "traffic", "ef_drift", "timing", "layers")
+    base["cases"] = [{k: (_null_metrics(v) if k in metrics else v) for k, v in c.items()} for c in base["cases"]]
+    r = _gate(tmp_path, {"20260101T000000Z-base": base, "20260102T000000Z-new": _clean_run("new")}, "20260102T000000Z-new")
+    assert r.exit_code == 1, r.output
+    assert "regression gate: no metric of new could be compared with the baseline base" in r.output
+    assert "not comparable" in r.output and "Traceback" not in r.output
+
+
 def test_gate_latest_skips_unfinished_runs(tmp_path: Path) -> None:
     """The newest file is an interrupted run missing cases: `latest` for a gate is the newest finished run."""
     files = {"20260101T000000Z-base": _clean_run("base"), "20260102T000000Z-done": _clean_run("done"),
