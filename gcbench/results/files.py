@@ -144,9 +144,9 @@ def read_json_file(path: str | Path, what: str, error: type[GcbenchError] = Gcbe
     try:
         data = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
     except RecursionError:
-        raise error(f"{p}: not a {what} (JSON nested too deeply)") from None
+        raise error(f"{p}: not valid JSON (nested too deeply); not a {what}") from None
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        raise error(f"{p}: not a readable {what} ({exc})") from None
+        raise error(f"{p}: not valid JSON ({exc}); not a {what}") from None
     huge = _find_huge(data)
     if huge is not None:
         where, v = huge

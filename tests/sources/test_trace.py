@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 import gcbench
@@ -276,7 +277,9 @@ def test_nan_is_reported_on_read_naming_the_tensor(trace_dir: Path) -> None:
     tensors = {n: torch.randn(s) for n, s in zip(NAMES, SHAPES, strict=True)}
     tensors["block.w"][1, 0, 1] = float("nan")
     tensors["head.bias"][0] = float("inf")
-    save_file(tensors, str(f))
+    with safe_open(str(f), framework="pt") as h:
+        meta = h.metadata()  # the same recording's file, with other values
+    save_file(tensors, str(f), metadata=meta)
     tr = TraceSource(trace_dir)  # headers are fine
     g = tr.gradients(1, 0)
     g["conv.weight"]
