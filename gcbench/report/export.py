@@ -392,20 +392,25 @@ def write_csv(folder: Path, runs: Sequence[LoadedRun]) -> list[Written]:
         texts.append((folder / name, csv_text(rows, columns_of(rows, first)), len(rows)))
     written: list[Written] = []
     temps: list[tuple[Path, Path]] = []
+    current = folder  # the file being written, for the error line
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with signals.deferred():  # all four or none: a signal waits until the renames are done
             for path, text, _ in texts:
+                current = path
                 fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
                 temps.append((Path(tmp), path))
                 with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
                     f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())  # on disk before any rename, as results.files.atomic_write does
                 os.chmod(tmp, 0o644)  # mkstemp creates 0600; exports are meant to be shared
             for (tmp_path, path), (_, _, n) in zip(temps, texts, strict=True):
+                current = path
                 written.append(Written(path, n, path.exists()))
                 os.replace(tmp_path, path)
     except OSError as exc:
-        raise GcbenchError(f"cannot write CSV files into {folder}: {exc.strerror or type(exc).__name__}") from exc
+        raise GcbenchError(f"cannot write {current}: {exc.strerror or type(exc).__name__}") from exc
     finally:
         for tmp_path, _ in temps:
             tmp_path.unlink(missing_ok=True)
