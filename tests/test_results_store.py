@@ -709,3 +709,15 @@ def test_sigterm_right_after_the_final_write_leaves_a_complete_run(tmp_path: Pat
     assert outcome.path is not None and [c["label"] for c in outcome.records] == ["none"]
     data = json.loads(outcome.path.read_text())
     assert data["status"] == "complete" and len(data["cases"]) == 1
+
+
+def test_atomic_write_replaces_a_links_target_and_keeps_the_link(tmp_path: Path) -> None:
+    from gcbench.results.files import atomic_write
+
+    target = tmp_path / "real.md"
+    target.write_text("old")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    atomic_write(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.md", "real.md"]

@@ -41,14 +41,26 @@ def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None]) -
     ``data`` is text (UTF-8), bytes, or a function that writes the temporary file at the path it
     is given (for writers that only take a file name, such as safetensors' ``save_file``).  The
     destination's folder is created.  An ``OSError`` leaves the previous file untouched and no
-    temporary file, and is raised again with ``filename`` set to ``path``.
+    temporary file, and is raised again with ``filename`` set to ``path``.  A symlink's target is
+    replaced, not the link; an existing device or FIFO (``-o /dev/stdout``) is written into.
     """
     p = Path(path)
     tmp: Path | None = None
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        # a link is kept and its target replaced (renaming onto the link would replace the link itself)
+        dest = Path(os.path.realpath(p)) if p.is_symlink() else p
+        try:
+            mode = dest.stat().st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            # /dev/stdout, /dev/null, a FIFO: written into, never renamed over (as root that would
+            # replace the device node); there is no previous content to keep
+            _write_into(dest, data)
+            return p
+        dest.parent.mkdir(parents=True, exist_ok=True)
         with signals.deferred():
-            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+            fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
             tmp = Path(name)
             try:
                 if callable(data):
@@ -62,7 +74,7 @@ def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None]) -
                         f.flush()
                         os.fsync(f.fileno())
                 os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
-                os.replace(tmp, p)
+                os.replace(tmp, dest)
                 tmp = None
             finally:
                 if tmp is not None:
@@ -73,6 +85,16 @@ def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None]) -
         # a write that fills the disk names no file, and a temporary name means nothing to a user
         raise OSError(exc.errno, exc.strerror or str(exc), str(p)) from exc
     return p
+
+
+def _write_into(path: Path, data: str | bytes | Callable[[Path], None]) -> None:
+    """Write ``data`` into the existing non-regular file ``path`` (a device or FIFO) in place."""
+    if callable(data):
+        data(path)
+        return
+    with open(path, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        f.flush()
 
 
 class _HugeInt:
