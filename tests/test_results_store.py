@@ -624,6 +624,8 @@ def test_a_fifo_or_a_device_in_the_runs_folder_is_skipped_and_refused_when_named
     assert "warning: skipped" in r.output and "fifo.json: not a regular file" in r.output.replace("\n", "")
     assert "zero.json: not a regular file" in r.output.replace("\n", "")
     assert results.resolve_run("latest", d) == d / "20260105T100000Z-golden.json"
+    r = runner.invoke(app, ["report", "--runs-dir", str(d), "--baseline", str(GOLDEN / "run_new.json")])  # `latest` scans too
+    assert r.exit_code == 0 and "fifo.json: not a regular file" in r.output.replace("\n", ""), r.output
     for name in ("20260106T000000Z-fifo.json", "20260107T000000Z-zero.json"):
         r = runner.invoke(app, ["report", str(d / name)])
         assert r.exit_code == 1 and "Traceback" not in r.output, r.output

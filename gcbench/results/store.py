@@ -20,6 +20,7 @@ import platform
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -357,14 +358,16 @@ def _recorded_time(record: RunRecord) -> datetime | None:
     return None
 
 
-def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False) -> Path:
+def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False,
+               on_skip: Callable[[ResultsError], None] | None = None) -> Path:
     """The newest run in ``runs_dir`` by the time recorded in the file; with ``finished``, the newest that finished.
 
     Neither a file's name (a ``saved-copy.json`` sorts after every ``2026…`` name) nor its mtime
     (a copy, a checkout) says when the run was made: the record's ``created_utc`` does.  Files
     that do not load (corrupt, a FIFO, a link to a device) are passed over; a file without a
     recorded time (hand-made, or very old) counts as older than every file with one, and among
-    files of the same time (or none) the later name wins.
+    files of the same time (or none) the later name wins.  ``on_skip`` is handed the error of
+    each file passed over for not loading (the CLI prints it as a warning).
     """
     oldest = datetime.min.replace(tzinfo=UTC)
     best: tuple[tuple[bool, datetime, tuple[str, int]], Path] | None = None
@@ -374,6 +377,8 @@ def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False) 
             record = load_run(r)
         except ResultsError as exc:
             unreadable = exc
+            if on_skip is not None:
+                on_skip(exc)
             continue
         if finished and not record.finished:
             continue
@@ -390,7 +395,8 @@ def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False) 
     raise ResultsError(f"no runs in {runs_dir}")
 
 
-def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False) -> Path:
+def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False,
+                on_skip: Callable[[ResultsError], None] | None = None) -> Path:
     """A run by path, by id (file stem), by unique id prefix, or 'latest' (:func:`latest_run`).
 
     With ``finished``, 'latest' is the newest run that ran to its end (:attr:`RunRecord.finished`):
@@ -401,7 +407,7 @@ def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: boo
     if p.exists():
         return p
     if ref == "latest":
-        return latest_run(runs_dir, finished)
+        return latest_run(runs_dir, finished, on_skip)
     runs = list_runs(runs_dir)
     hits = [r for r in runs if r.stem == ref] or [r for r in runs if r.stem.startswith(ref)]
     if len(hits) == 1:
