@@ -35,17 +35,58 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
 
 
-def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None]) -> Path:
-    """Write ``data`` to ``path`` atomically: temporary file beside it, fsync, mode 0644, rename.
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` with ``filename`` set to ``path`` (a write that fills the disk names no file, a temporary name means nothing)."""
+    if exc.filename == str(path):
+        return exc
+    named = OSError(exc.errno, exc.strerror or str(exc), str(path))
+    named.__cause__ = exc  # --debug shows the original
+    return named
 
-    ``data`` is text (UTF-8), bytes, or a function that writes the temporary file at the path it
-    is given (for writers that only take a file name, such as safetensors' ``save_file``).  The
-    destination's folder is created.  An ``OSError`` leaves the previous file untouched and no
-    temporary file, and is raised again with ``filename`` set to ``path``.  A symlink's target is
-    replaced, not the link; an existing device or FIFO (``-o /dev/stdout``) is written into.
+
+def write_temp(path: Path, data: str | bytes | Callable[[Path], None]) -> Path:
+    """``data`` in a new temporary file beside ``path``, synced to disk, mode 0644; returns the temporary file.
+
+    The first half of :func:`atomic_write`, for a caller that renames several files together (the
+    CSV export's four).  ``data`` is text (UTF-8), bytes, or a function that writes the file at the
+    path it is given (for writers that only take a file name, such as safetensors' ``save_file``).
+    An ``OSError`` leaves no temporary file and is raised with ``filename`` set to ``path``.
+    """
+    tmp: Path | None = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
+        if callable(data):
+            os.close(fd)
+            data(tmp)
+            with open(tmp, "rb") as f:  # sync what the writer wrote
+                os.fsync(f.fileno())
+        else:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
+    except OSError as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise _named(exc, path)  # noqa: B904 (its cause is set: the original error)
+    except BaseException:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None]) -> Path:
+    """Write ``data`` to ``path`` atomically: :func:`write_temp` beside it, then rename; returns ``path``.
+
+    The destination's folder is created.  SIGINT/SIGTERM wait until the rename is done.  An
+    ``OSError`` leaves the previous file untouched and no temporary file, and is raised with
+    ``filename`` set to ``path``.  A symlink's target is replaced, not the link; an existing
+    device or FIFO (``-o /dev/stdout``) is written into.
     """
     p = Path(path)
-    tmp: Path | None = None
     try:
         # a link is kept and its target replaced (renaming onto the link would replace the link itself)
         dest = Path(os.path.realpath(p)) if p.is_symlink() else p
@@ -60,30 +101,14 @@ def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None]) -
             return p
         dest.parent.mkdir(parents=True, exist_ok=True)
         with signals.deferred():
-            fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-            tmp = Path(name)
+            tmp = write_temp(dest, data)
             try:
-                if callable(data):
-                    os.close(fd)
-                    data(tmp)
-                    with open(tmp, "rb") as f:  # sync what the writer wrote
-                        os.fsync(f.fileno())
-                else:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-                        f.flush()
-                        os.fsync(f.fileno())
-                os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
                 os.replace(tmp, dest)
-                tmp = None
-            finally:
-                if tmp is not None:
-                    tmp.unlink(missing_ok=True)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
     except OSError as exc:
-        if exc.filename == str(p):
-            raise
-        # a write that fills the disk names no file, and a temporary name means nothing to a user
-        raise OSError(exc.errno, exc.strerror or str(exc), str(p)) from exc
+        raise _named(exc, p)  # noqa: B904 (its cause is set: the original error)
     return p
 
 

@@ -19,7 +19,6 @@ import os
 import platform
 import re
 import subprocess
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +30,7 @@ import torch
 import gcbench
 from gcbench.core import signals
 from gcbench.core.errors import ResultsError
-from gcbench.results.files import MAX_JSON_BYTES, atomic_write, read_json_file
+from gcbench.results.files import MAX_JSON_BYTES, atomic_write, read_json_file, write_temp
 from gcbench.results.metrics import metrics_metadata
 from gcbench.results.record import SCHEMA_VERSION, Case, RunRecord, as_case, parse_record
 
@@ -103,29 +102,8 @@ def json_text(data: Any) -> str:
 
 
 def _write_temp(path: Path, data: Any) -> Path:
-    """``data`` as JSON in a new temporary file beside ``path`` (synced, mode 0644); returns its path.
-
-    An ``OSError`` (a full disk's names no file) is raised with ``filename`` set to ``path``.
-    """
-    text = json_text(data).encode("utf-8")
-    tmp: Path | None = None
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        tmp = Path(name)
-        with os.fdopen(fd, "wb") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-    except OSError as exc:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-    except BaseException:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise
-    return tmp
+    """``data`` as JSON in a new temporary file beside ``path`` (:func:`gcbench.results.files.write_temp`)."""
+    return write_temp(path, json_text(data))
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
