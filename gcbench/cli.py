@@ -35,6 +35,7 @@ import gcbench
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, did_you_mean
 from gcbench.report.progress import RunEta
+from gcbench.results.files import atomic_write
 
 
 def _typed_metavars(params: list[Any]) -> list[Any]:
@@ -166,6 +167,23 @@ def check_output_file(path: Path, option: str) -> None:
     if path.is_dir():
         raise OutputError(f"cannot write {path}: {option} names a folder; give a file name")
     _probe(path, path.parent, option)
+
+
+def check_not_an_input(outputs: Sequence[Path], inputs: Sequence[Path], option: str) -> None:
+    """Refuse an output file that is one of the command's input files (the same path, or the same file by a link).
+
+    ``gcbench report RUN.json --md -o RUN.json`` would otherwise replace the results file with
+    the Markdown rendered from it.
+    """
+    for out_path in outputs:
+        for in_path in inputs:
+            try:
+                same = out_path.resolve() == in_path.resolve() or (out_path.exists() and os.path.samefile(out_path, in_path))
+            except OSError:
+                same = False
+            if same:
+                raise GcbenchError(f"{option} {out_path} is an input of this command ({in_path}): writing it would replace "
+                                   "that input; choose another output")
 
 
 def _probe(named: Path, folder: Path, option: str) -> None:
@@ -978,8 +996,11 @@ def report(
 
     inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped)
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
+    inputs = [r.path for r in loaded] + ([papers] if papers is not None else [])
     if csv_dir is not None:
-        from gcbench.report.export import write_csv
+        from gcbench.report.export import CSV_FILES, write_csv
+
+        check_not_an_input([csv_dir / name for name in CSV_FILES], inputs, "--csv")
 
         for w in write_csv(csv_dir, loaded):
             out.print(f"{w.path}: {w.rows:,} rows{' (replaced)' if w.replaced else ''}", markup=False, highlight=False)
@@ -987,6 +1008,8 @@ def report(
     if layers and not md:
         _emit(rep.layers_report(loaded, out.width))
         return
+    if as_html or output is not None:
+        check_not_an_input([output or Path("reports/index.html")], inputs, "--output")
     claims, claims_missing = _claims_for(papers, detailed)
     if as_html:
         from gcbench.report.html import write_html
@@ -997,8 +1020,7 @@ def report(
     elif md:
         text = rep.markdown_layers_report(detailed) if layers else rep.markdown_report(detailed, claims, comparison, all_metrics)
         if output is not None:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(text, encoding="utf-8")
+            atomic_write(output, text)  # a full disk leaves the previous file whole, and the error names it
             out.print(f"report: {output}", markup=False, highlight=False)
         else:
             print(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,14 @@ def test_bad_claims_files_give_one_line_per_problem(tmp_path: Path) -> None:
         load_claims(p)
     with pytest.raises(GcbenchError, match="claims file not found"):
         load_claims(tmp_path / "nope.toml")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_claims_file_that_is_a_fifo_or_a_device_is_one_line(tmp_path: Path) -> None:
+    """`--papers` naming a FIFO used to wait forever for a writer, and /dev/zero to read until memory ran out."""
+    fifo = tmp_path / "claims.toml"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(GcbenchError, match="not a regular file") as info:
+            load_claims(path)
+        assert "\n" not in str(info.value)

@@ -11,6 +11,7 @@ import errno
 import io
 import json
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -167,6 +168,7 @@ def test_disk_full_while_writing_is_one_line(runs: Path) -> None:
         pytest.skip("needs /dev/full")
     res = runner.invoke(app, ["report", "--runs-dir", str(runs), "--md", "-o", "/dev/full"])
     assert_one_line(res, "cannot write", os.strerror(errno.ENOSPC))
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # written into, never renamed over (as root that replaced it)
 
 
 # ----------------------------------------------------------------------------- item 8: rich markup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,113 @@ def test_an_output_that_is_a_file_fails_before_the_model_is_built(tmp_path: Path
         record_live("mlp", steps=1, workers=1, out=afile / "trace")
     with pytest.raises(SourceError, match="cannot write"):
         GradientRecorder(afile / "t", _model(), worker=1, workers=2)
+
+
+# ----------------------------------------------------------------------------- issue 34: one recording per folder
+
+
+def test_a_second_recording_into_a_folder_being_recorded_is_refused(tmp_path: Path) -> None:
+    """Two `gcbench record` runs into one folder used to both exit 0, leaving a manifest of one with the files of the other."""
+    from typer.testing import CliRunner
+
+    from gcbench.cli import app
+    from gcbench.sources.trace import LOCK, acquire_lock
+
+    out = tmp_path / "t"
+    out.mkdir()
+    release = acquire_lock(out / LOCK, out)  # a recording in progress (another process, in real life)
+    try:
+        r = CliRunner().invoke(app, ["record", "--model", "mlp", "--out", str(out), "--steps", "1", "--workers", "1", "-q"])
+        assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+        assert f"error: {out}: another gcbench recording is writing into this folder" in r.output.replace("\n", "")
+        assert not (out / MANIFEST).exists() and not list(out.glob("*.safetensors"))
+        with pytest.raises(SourceError, match="another gcbench recording"):
+            record_live("mlp", steps=1, workers=1, out=out)
+    finally:
+        release()
+    assert not (out / LOCK).exists()
+    record_live("mlp", steps=1, workers=1, out=out)  # free again: the lock went with its holder
+    assert (out / MANIFEST).is_file() and not (out / LOCK).exists()
+
+
+def test_two_recorders_of_one_worker_cannot_share_a_folder(tmp_path: Path) -> None:
+    m = _model()
+    with GradientRecorder(tmp_path / "r", m) as rec:
+        with pytest.raises(SourceError, match="another gcbench recording"):
+            GradientRecorder(tmp_path / "r", m)
+        _train(m, 1, rec)
+    # the workers of one trace write side by side: one lock per worker
+    with GradientRecorder(tmp_path / "r2", m, worker=1, workers=2) as r1, GradientRecorder(tmp_path / "r2", m, workers=2) as r0:
+        _train(m, 1, r1)
+        _train(m, 1, r0)
+    TraceSource(tmp_path / "r2")
+
+
+def _mix(tmp_path: Path) -> Path:
+    """Trace ``a`` (seed 1) with the step files of trace ``b`` (seed 2): what two concurrent recordings left."""
+    a = record_live("mlp", steps=2, workers=1, out=tmp_path / "a", seed=1)
+    b = record_live("mlp", steps=2, workers=1, out=tmp_path / "b", seed=2)
+    (b / "step0001_worker00.safetensors").replace(a / "step0001_worker00.safetensors")
+    return a
+
+
+def test_a_trace_holding_files_of_another_recording_is_refused(tmp_path: Path) -> None:
+    a = _mix(tmp_path)
+    with pytest.raises(SourceError, match=r"step0001_worker00\.safetensors: belongs to another recording") as info:
+        TraceSource(a)
+    assert "\n" not in str(info.value)
+    lazy = TraceSource(a, check_files=False).gradients(1, 0)  # the lazy reader checks it too
+    with pytest.raises(SourceError, match="belongs to another recording"):
+        lazy[next(iter(lazy))]
+
+
+def test_validate_reports_a_mixed_trace(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gcbench.cli import app
+
+    a = _mix(tmp_path)
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'name = "t"\nseed = 0\n[[sources]]\nkind = "trace"\npath = "{a}"\n[[compressors]]\nname = "none"\n')
+    r = CliRunner().invoke(app, ["validate", str(suite)])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "belongs to another recording" in r.output.replace("\n", ""), r.output
+
+
+def test_a_multi_worker_recording_keeps_one_id_per_worker(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    for w in (0, 1):
+        m = _model()
+        with GradientRecorder(out, m, worker=w, workers=2) as rec:
+            _train(m, 2, rec, seed=w)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert len(set(manifest["recording_ids"])) == 2
+    TraceSource(out)  # each worker's files carry their worker's id
+    shutil.copy(out / "step0000_worker00.safetensors", out / "step0000_worker01.safetensors")
+    with pytest.raises(SourceError, match=r"step0000_worker01\.safetensors: belongs to another recording"):
+        TraceSource(out)
+
+
+def test_a_full_disk_while_recording_is_one_line_naming_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """safetensors reports a full disk as a SafetensorError; it used to escape as a traceback."""
+    from safetensors import SafetensorError
+    from typer.testing import CliRunner
+
+    import gcbench.sources.trace as trace
+    from gcbench.cli import app
+
+    real = trace.save_file
+    calls = {"n": 0}
+
+    def fill_up(tensors: object, filename: str, metadata: object = None) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        real(tensors, filename, metadata=metadata)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(trace, "save_file", fill_up)
+    out = tmp_path / "t"
+    r = CliRunner().invoke(app, ["record", "--model", "mlp", "--out", str(out), "--steps", "2", "--workers", "1", "-q"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert f"error: cannot write {out / 'step0001_worker00.safetensors'}: No space left on device" in r.output.replace("\n", "")
+    assert sorted(p.name for p in out.iterdir()) == ["step0000_worker00.safetensors"]  # no temporary file, no manifest

@@ -649,3 +649,58 @@ def test_a_cards_bit_count_is_counted_from_a_real_encoding(name: str) -> None:
     d = card_dict(card, "gcbench", w)
     assert d["wire"]["bits_per_element"] == w.bits_per_element and d["name"] == name and d["origin"] == "gcbench"
     json.dumps(d)  # what --json prints
+
+
+# ----------------------------------------------------------------------------- issue 34: output files
+
+
+def _copy_run(tmp_path: Path, name: str = "run.json", golden: str = "run_base.json") -> Path:
+    path = tmp_path / name
+    shutil.copy(Path(__file__).parent / "golden" / golden, path)
+    return path
+
+
+@pytest.mark.parametrize("case", ["md", "html", "link", "baseline", "csv"])
+def test_report_refuses_to_write_over_its_own_input(tmp_path: Path, case: str) -> None:
+    """`report RUN.json --md -o RUN.json` used to exit 0 and replace the results file with Markdown."""
+    run = _copy_run(tmp_path)
+    before = run.read_bytes()
+    if case == "link":
+        (tmp_path / "r.md").symlink_to(run)
+    args = {
+        "md": ["report", str(run), "--md", "-o", str(run)],
+        "html": ["report", str(run), "--html", "-o", str(run)],
+        "link": ["report", str(run), "--md", "-o", str(tmp_path / "r.md")],
+        "baseline": ["report", "--baseline", str(run), str(_copy_run(tmp_path, "new.json", "run_new.json")), "--md", "-o", str(run)],
+        "csv": ["report", str(_copy_run(tmp_path, "cases.csv")), "--csv", str(tmp_path)],
+    }[case]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "is an input of this command" in r.output.replace("\n", ""), r.output
+    assert run.read_bytes() == before
+    if case == "csv":
+        assert (tmp_path / "cases.csv").read_bytes() == before and not (tmp_path / "layers.csv").exists()
+
+
+@pytest.mark.parametrize("how", ["md", "html", "csv"])
+def test_a_report_write_on_a_full_disk_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """A full disk used to leave a truncated fragment in place of the previous report, and an error naming no file."""
+    import errno
+    import os
+
+    run = _copy_run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / {"md": "r.md", "html": "r.html", "csv": "cases.csv"}[how]
+    target.write_text("previous", encoding="utf-8")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")  # what a write that fills the disk raises: no file name
+
+    monkeypatch.setattr(os, "fsync", full)
+    opts = {"md": ["--md", "-o", str(target)], "html": ["--html", "-o", str(target)], "csv": ["--csv", str(out)]}[how]
+    r = CliRunner().invoke(app, ["report", str(run), *opts])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert f"error: cannot write {target}: No space left on device" in r.output.replace("\n", ""), r.output
+    assert target.read_text(encoding="utf-8") == "previous"
+    assert sorted(p.name for p in out.iterdir()) == [target.name]  # no temporary file left behind

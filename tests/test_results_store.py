@@ -169,16 +169,16 @@ def test_cli_run_with_an_escaping_suite_name_writes_inside_out(tmp_path: Path, m
 
 def test_a_signal_during_an_atomic_write_waits_for_the_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT landing inside atomic_write_json: the new content is in place, no temp file, then KeyboardInterrupt."""
-    real_dump = json.dump
+    real_text = results.json_text
 
-    def dump_then_signal(*args: Any, **kwargs: Any) -> None:
+    def text_then_signal(data: Any) -> str:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the handler would run here, half-way through the write
-        real_dump(*args, **kwargs)
+        return real_text(data)
 
     target = tmp_path / "r.json"
     results.atomic_write_json(target, {"v": 1})
-    monkeypatch.setattr(json, "dump", dump_then_signal)
+    monkeypatch.setattr(results, "json_text", text_then_signal)
     with pytest.raises(KeyboardInterrupt):
         results.atomic_write_json(target, {"v": 2})
     monkeypatch.undo()
@@ -325,6 +325,34 @@ def test_gate_fails_a_case_that_fails_in_both_runs(tmp_path: Path) -> None:
     r = _gate(tmp_path, {"20260101T000000Z-base": {**base, "status": "complete"},
                          "20260102T000000Z-new": {**base, "run_id": "new", "status": "complete-with-errors"}})
     assert r.exit_code == 1 and "failed in new" in r.output, r.output
+
+
+def _null_metrics(obj: Any) -> Any:
+    """``obj`` with every number replaced by None (a baseline that measured nothing)."""
+    if isinstance(obj, dict):
+        return {k: _null_metrics(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_null_metrics(v) for v in obj]
+    return None if isinstance(obj, int | float) and not isinstance(obj, bool) else obj
+
+
+def test_gate_fails_against_a_baseline_with_no_cases(tmp_path: Path) -> None:
+    """Every case "new" is no evidence: the gate fails and says the baseline has no cases (it used to pass, "11 new")."""
+    base = {**_clean_run("base"), "cases": []}
+    r = _gate(tmp_path, {"20260101T000000Z-base": base, "20260102T000000Z-new": _clean_run("new")}, "20260102T000000Z-new")
+    assert r.exit_code == 1, r.output
+    assert "regression gate: the baseline base has no cases" in r.output and "Traceback" not in r.output
+
+
+def test_gate_fails_when_no_metric_is_comparable(tmp_path: Path) -> None:
+    """A baseline whose metrics are all null makes every row "not comparable": the gate fails naming that."""
+    base = _clean_run("base")
+    metrics = ("size", "fidelity", "aggregate", "traffic", "ef_drift", "timing", "layers")
+    base["cases"] = [{k: (_null_metrics(v) if k in metrics else v) for k, v in c.items()} for c in base["cases"]]
+    r = _gate(tmp_path, {"20260101T000000Z-base": base, "20260102T000000Z-new": _clean_run("new")}, "20260102T000000Z-new")
+    assert r.exit_code == 1, r.output
+    assert "regression gate: no metric of new could be compared with the baseline base" in r.output
+    assert "not comparable" in r.output and "Traceback" not in r.output
 
 
 def test_gate_latest_skips_unfinished_runs(tmp_path: Path) -> None:
@@ -565,3 +593,133 @@ def test_list_runs_puts_a_same_second_clash_after_its_partner(tmp_path: Path) ->
     assert [p.name for p in list_runs(tmp_path)] == [
         "20261124T010118Z-quick-abc123.json", "20261124T010119Z-quick-abc123.json", "20261124T010119Z-quick-abc123-2.json",
         "20261124T010119Z-quick-abc123-10.json", "20261124T010120Z-bench.json"]
+
+
+# ----------------------------------------------------------------------------- issue 34: files a user hands in, `latest`, SIGTERM
+
+
+def test_an_over_long_integer_is_one_line_naming_the_file_and_field(tmp_path: Path) -> None:
+    """JSON integers of more than 4,300 digits used to escape as int()'s ValueError (a traceback)."""
+    text = json.dumps(_golden("run_base")).replace('"seed": 0', '"seed": ' + "9" * 5000, 1)
+    assert "9" * 5000 in text
+    path = tmp_path / "20260101T000000Z-big.json"
+    path.write_text(text)
+    with pytest.raises(ResultsError) as info:
+        load_run(path)
+    assert str(info.value).startswith(f"{path}: suite.seed: an integer of 5,000 digits"), info.value
+    r = runner.invoke(app, ["report", str(path)])
+    assert r.exit_code == 1 and "Traceback" not in r.output and "suite.seed: an integer of 5,000 digits" in r.output, r.output
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_fifo_or_a_device_in_the_runs_folder_is_skipped_and_refused_when_named(tmp_path: Path) -> None:
+    """A FIFO used to hang every reader; a link to /dev/zero used to read until MemoryError."""
+    d = tmp_path / "runs"
+    d.mkdir()
+    shutil.copy(GOLDEN / "run_base.json", d / "20260105T100000Z-golden.json")
+    os.mkfifo(d / "20260106T000000Z-fifo.json")
+    (d / "20260107T000000Z-zero.json").symlink_to("/dev/zero")
+    r = runner.invoke(app, ["report", "--runs-dir", str(d), "--md"])
+    assert r.exit_code == 0, r.output
+    assert "warning: skipped" in r.output and "fifo.json: not a regular file" in r.output.replace("\n", "")
+    assert "zero.json: not a regular file" in r.output.replace("\n", "")
+    assert results.resolve_run("latest", d) == d / "20260105T100000Z-golden.json"
+    r = runner.invoke(app, ["report", "--runs-dir", str(d), "--baseline", str(GOLDEN / "run_new.json")])  # `latest` scans too
+    assert r.exit_code == 0 and "fifo.json: not a regular file" in r.output.replace("\n", ""), r.output
+    for name in ("20260106T000000Z-fifo.json", "20260107T000000Z-zero.json"):
+        r = runner.invoke(app, ["report", str(d / name)])
+        assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+        assert f"error: {d / name}: not a regular file" in r.output.replace("\n", ""), r.output
+
+
+def test_a_results_file_over_the_size_bound_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.json"
+    shutil.copy(GOLDEN / "run_base.json", path)
+    monkeypatch.setattr(results, "MAX_JSON_BYTES", 1000)
+    with pytest.raises(ResultsError, match=r"r\.json: .* bytes, more than a gcbench results file can be \(1,000\)"):
+        load_run(path)
+
+
+def test_latest_is_the_newest_finished_run_by_its_recorded_time(tmp_path: Path) -> None:
+    """A copy of a 2020 run named ``saved-copy.json`` sorts after every ``2026…`` name; `latest` is still the 2026 run."""
+    old = {**_clean_run("old"), "created_utc": "2020-01-01T00:00:00+00:00"}
+    new = {**_clean_run("new"), "created_utc": "2026-01-02T00:00:00+00:00"}
+    running = {**_clean_run("going", "running"), "created_utc": "2026-01-03T00:00:00+00:00"}
+    files = {"20260101T000000Z-base": {**_clean_run("base"), "created_utc": "2026-01-01T00:00:00+00:00"},
+             "20260102T000000Z-new": new, "saved-copy": old, "zz-going": running}
+    r = _gate(tmp_path, files, "latest")
+    d = tmp_path / "runs"
+    assert results.resolve_run("latest", d, finished=True) == d / "20260102T000000Z-new.json"
+    assert results.resolve_run("latest", d) == d / "zz-going.json"  # without `finished`, the newest of all
+    assert r.exit_code == 0, r.output
+    assert "new vs baseline base" in r.output and "old vs" not in r.output
+
+
+def test_a_stop_signal_inside_a_record_serialisation_is_an_interrupt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pydantic calls Python while it serialises; a SIGTERM landing there was a PydanticSerializationError."""
+    from pydantic import field_serializer
+
+    from gcbench.core import signals
+    from gcbench.results.record import Model
+
+    class Signalling(Model):
+        x: int = 0
+
+        @field_serializer("x")
+        def _ser(self, v: int) -> int:
+            signal.raise_signal(signal.SIGTERM)  # as if the signal arrived just now
+            return v
+
+    monkeypatch.setattr(signals, "_first", {"signum": None, "at": 0.0})
+    with signals.handled(), pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        Signalling(x=1).to_json_dict()
+
+
+def test_sigterm_right_after_the_final_write_leaves_a_complete_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner used to serialise the record again after its final write, outside the held-signals section.
+
+    The hook raises SIGTERM at the first serialisation after the final write: the runner must not
+    make one (it returns the content written), so the run returns and the file is complete.
+    """
+    import tomllib
+
+    from gcbench.core import signals
+    from gcbench.measure.runner import run_suite
+    from gcbench.measure.suite import parse_suite
+    from gcbench.results import record
+
+    suite = parse_suite(tomllib.loads('name = "t"\nseed = 0\n[[sources]]\nkind = "synthetic"\nshapes = [[16]]\nworkers = 1\n'
+                                      'steps = 1\n[metrics]\ntiming = false\n[[compressors]]\nname = "none"\n'))
+    armed = {"on": False}
+    real_write, real_dump = results.atomic_write_json, record.Model.model_dump
+
+    def write(path: Path, data: Any) -> None:
+        real_write(path, data)
+        armed["on"] = data.get("status") != "running"
+
+    def dump(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if armed["on"]:
+            armed["on"] = False
+            signal.raise_signal(signal.SIGTERM)
+        return real_dump(self, *args, **kwargs)
+
+    monkeypatch.setattr(results, "atomic_write_json", write)
+    monkeypatch.setattr(record.Model, "model_dump", dump)
+    monkeypatch.setattr(signals, "_first", {"signum": None, "at": 0.0})
+    with signals.handled():
+        outcome = run_suite(suite, tmp_path)
+    assert outcome.path is not None and [c["label"] for c in outcome.records] == ["none"]
+    data = json.loads(outcome.path.read_text())
+    assert data["status"] == "complete" and len(data["cases"]) == 1
+
+
+def test_atomic_write_replaces_a_links_target_and_keeps_the_link(tmp_path: Path) -> None:
+    from gcbench.results.files import atomic_write
+
+    target = tmp_path / "real.md"
+    target.write_text("old")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    atomic_write(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.md", "real.md"]

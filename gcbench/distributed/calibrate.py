@@ -33,6 +33,7 @@ import torch.distributed as dist
 from gcbench.core.errors import GcbenchError
 from gcbench.distributed.launch import LaunchError, init_from_env, launched
 from gcbench.distributed.netmodel import COLLECTIVES, Calibration, CollectivePrice, fit_price
+from gcbench.results.files import atomic_write
 
 #: each size is chosen so that the model's volume time of the collective is this many seconds at the nominal rate
 DEFAULT_SECONDS = (0.05, 0.1, 0.2, 0.4)
@@ -147,7 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         if rank0:
-            args.out.write_text(json.dumps(cal.to_dict(), indent=1))
+            try:  # atomic: a full disk keeps an older calibration whole, and the error names the file
+                atomic_write(args.out, json.dumps(cal.to_dict(), indent=1))
+            except OSError as e:
+                print(f"error: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+                return 1
             print(Calibration.from_dict(cal.to_dict(), str(args.out)).describe())
     finally:
         dist.destroy_process_group()

@@ -37,7 +37,6 @@ functions are pure.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import statistics
@@ -49,6 +48,7 @@ from typing import Any
 from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, ResultsError, UnknownNameError
 from gcbench.core.info import Protocol
+from gcbench.results.files import read_json_file
 from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord, as_record
 
 SCHEMES = ("auto", "allreduce", "allgather", "ps")
@@ -260,12 +260,13 @@ class Calibration:
 
 def load_calibration(path: str | os.PathLike[str]) -> Calibration:
     """Read a calibration file; a missing, unreadable or foreign file is one :class:`ResultsError` line."""
+    if not Path(path).exists() and not Path(path).is_symlink():
+        raise ResultsError(f"no calibration file {path}")
+    # bounded, regular files only, an over-long integer named by its field: one line
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ResultsError(f"no calibration file {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultsError(f"cannot read the calibration {path}: {e}") from None
+        data = read_json_file(path, "calibration file", ResultsError, 16 * 1024 * 1024)
+    except ResultsError as e:
+        raise ResultsError(f"cannot read the calibration {e}") from None
     return Calibration.from_dict(data, str(path))
 
 

@@ -552,5 +552,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     except BaseException:  # a bug outside any one case: the file must not keep saying "running"
         writer.finish("failed")
         raise
-    writer.finish(status if all(c.status == "ok" for c in writer.record.cases) else "complete-with-errors")
-    return RunOutcome(writer.path, writer.data["cases"])  # JSON-ready, as `run --json` prints them
+    # the cases as written, serialised inside the write's held-signals section: a SIGTERM landing
+    # in a serialisation after it would surface as a PydanticSerializationError, not an interrupt
+    final = writer.finish(status if all(c.status == "ok" for c in writer.record.cases) else "complete-with-errors")
+    return RunOutcome(writer.path, final["cases"])  # JSON-ready, as `run --json` prints them

@@ -35,7 +35,6 @@ import csv
 import io
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from typing import Any
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError
 from gcbench.report.terminal import LoadedRun, bench_target, oneshot_reference, params_text
+from gcbench.results.files import write_temp
 from gcbench.results.record import BenchCase, RunCase, TrainCase, XCopy
 
 #: the files one export writes, in this order
@@ -392,20 +392,19 @@ def write_csv(folder: Path, runs: Sequence[LoadedRun]) -> list[Written]:
         texts.append((folder / name, csv_text(rows, columns_of(rows, first)), len(rows)))
     written: list[Written] = []
     temps: list[tuple[Path, Path]] = []
+    current = folder  # the file being written, for the error line
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with signals.deferred():  # all four or none: a signal waits until the renames are done
             for path, text, _ in texts:
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-                temps.append((Path(tmp), path))
-                with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                    f.write(text)
-                os.chmod(tmp, 0o644)  # mkstemp creates 0600; exports are meant to be shared
+                current = path
+                temps.append((write_temp(path, text), path))  # synced, 0644; renamed below, all four together
             for (tmp_path, path), (_, _, n) in zip(temps, texts, strict=True):
+                current = path
                 written.append(Written(path, n, path.exists()))
                 os.replace(tmp_path, path)
     except OSError as exc:
-        raise GcbenchError(f"cannot write CSV files into {folder}: {exc.strerror or type(exc).__name__}") from exc
+        raise GcbenchError(f"cannot write {current}: {exc.strerror or type(exc).__name__}") from exc
     finally:
         for tmp_path, _ in temps:
             tmp_path.unlink(missing_ok=True)

@@ -48,9 +48,7 @@ from __future__ import annotations
 import base64
 import io
 import math
-import os
 import statistics
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -113,6 +111,7 @@ from gcbench.report.terminal import (
 )
 from gcbench.results.baselines import ClaimResult
 from gcbench.results.compare import Comparison
+from gcbench.results.files import atomic_write
 from gcbench.results.metrics import METRICS
 from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
 from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, TrainCase, as_cases
@@ -1529,17 +1528,6 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
 def write_html(path: str | Path, runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,
                comparison: Comparison | None = None, detailed: Sequence[LoadedRun] | None = None,
                claims_missing: str = "No claims file was loaded.") -> Path:
-    """Render and write the report atomically (temporary file, then rename)."""
-    p = Path(path)
+    """Render and write the report atomically (:func:`gcbench.results.files.atomic_write`)."""
     text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return atomic_write(Path(path), text)

@@ -1348,7 +1348,7 @@ def report_input(refs: Sequence[str] | None, runs_dir: str | Path, baseline: str
     if refs and len(refs) > 1:
         raise ResultsError(f"--baseline compares one run against the baseline; got {len(refs)} runs")
     base_path = resolve_run(baseline, runs_dir)
-    new_path = resolve_run(refs[0] if refs else "latest", runs_dir, finished=finished_only)
+    new_path = resolve_run(refs[0] if refs else "latest", runs_dir, finished=finished_only, on_skip=on_skip)
     if base_path.resolve() == new_path.resolve():
         raise ResultsError(f"the baseline and the run to compare are the same file ({new_path}); name the run to compare")
     loaded = [LoadedRun(base_path, load_run(base_path)), LoadedRun(new_path, load_run(new_path))]

@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from gcbench.core.errors import GcbenchError
+from gcbench.results.files import read_bytes
 from gcbench.results.record import MeasureRecord, RunCase, RunRecord, as_record
 
 PAPERS_FILE = Path(__file__).resolve().parents[2] / "baselines" / "papers.toml"
 CLAIMS_SCHEMA = 1
+# the bundled file is ~20 kB; a claims file of megabytes is not one
+MAX_CLAIMS_BYTES = 16 * 1024 * 1024
 
 # metric name -> path into a case record; everything else is an end-to-end training claim
 # the claim metrics gcbench measures: names of RunCase.metric
@@ -215,11 +218,10 @@ def _show(v: Any) -> str:
 def load_claims(path: str | Path = PAPERS_FILE) -> list[Claim]:
     """Read and validate a claims file; every problem is one line of a :class:`GcbenchError`."""
     p = Path(path)
+    raw = read_bytes(p, MAX_CLAIMS_BYTES, "claims file")  # a FIFO or a link to /dev/zero: one line, no hang
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GcbenchError(f"{p}: claims file not found") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise GcbenchError(f"{p}: not a readable TOML file ({exc})") from None
     schema = data.get("schema", CLAIMS_SCHEMA)
     if not isinstance(schema, int) or schema > CLAIMS_SCHEMA:

@@ -575,9 +575,31 @@ def gate_failures(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapp
     worse = [r for r in cmp.rows if r.verdict == WORSE]
     if worse:
         out.append(f"{len(worse)} metric(s) worse than the baseline")
-    if not any(r.verdict not in (MISSING, NEW_FAILURE, FAILING) for r in cmp.rows) and not out:
-        out.append(f"no case of {cmp.new_id} was compared with the baseline")
+    if not out:
+        out.extend(_nothing_compared(as_record(baseline), cmp))
     return out
+
+
+# verdicts that are evidence: a metric measured in both runs and compared (``fixed`` compares no number)
+COMPARED_VERDICTS = (BETTER, WORSE, NOT_SIGNIFICANT)
+
+
+def _nothing_compared(baseline: RunRecord, cmp: Comparison) -> list[str]:
+    """Why a gate compared nothing (empty when at least one metric of one case was compared).
+
+    A baseline with no cases makes every case ``new``, and a baseline whose metrics are all null
+    makes every metric ``not comparable``: neither has any number the new run could regress from,
+    so such a gate would pass whatever the new run measured.
+    """
+    if any(r.verdict in COMPARED_VERDICTS for r in cmp.rows):
+        return []
+    if not baseline.cases:
+        return [f"the baseline {cmp.baseline_id} has no cases: nothing to compare {cmp.new_id} with"]
+    counts = ", ".join(f"{n} {v}" for v, n in cmp.counts().items())
+    reasons = sorted({r.reason for r in cmp.rows if r.verdict == NOT_COMPARABLE and r.reason})
+    why = f" ({'; '.join(reasons[:3])}{'; ...' if len(reasons) > 3 else ''})" if reasons else ""
+    return [f"no metric of {cmp.new_id} could be compared with the baseline {cmp.baseline_id}: "
+            f"{counts or 'no rows'}{why}"]
 
 
 # ----------------------------------------------------------------------------- kernel benchmarks (kind = "bench")

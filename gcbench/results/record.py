@@ -49,6 +49,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from gcbench.core import signals
 from gcbench.core.errors import ResultsError
 
 SCHEMA_VERSION = 1
@@ -139,8 +140,14 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, validate_assignment=True, populate_by_name=True)
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The fields that were set (by the file or the writer), as JSON-ready Python values."""
-        return self.model_dump(mode="python", exclude_unset=True, by_alias=True)
+        """The fields that were set (by the file or the writer), as JSON-ready Python values.
+
+        Stop signals are held while pydantic serialises (:func:`gcbench.core.signals.deferred`): it
+        calls Python functions for some fields, and a Ctrl-C or SIGTERM raised inside one would come
+        out as a ``PydanticSerializationError`` instead of the interrupt it is.
+        """
+        with signals.deferred():
+            return self.model_dump(mode="python", exclude_unset=True, by_alias=True)
 
     def extra(self, name: str, default: Any = None) -> Any:
         """A field of the file that no model declares (a newer gcbench's, or a source's own description)."""

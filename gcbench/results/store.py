@@ -19,7 +19,7 @@ import os
 import platform
 import re
 import subprocess
-import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import torch
 import gcbench
 from gcbench.core import liveness, signals
 from gcbench.core.errors import ResultsError
+from gcbench.results.files import MAX_JSON_BYTES, atomic_write, read_json_file, write_temp
 from gcbench.results.metrics import metrics_metadata
 from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, Case, RunRecord, as_case, parse_record
 
@@ -95,35 +96,24 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def json_text(data: Any) -> str:
+    """``data`` as the JSON text of a results file (NaN/inf as null, one-space indent)."""
+    return json.dumps(_clean(data), indent=1, allow_nan=False)
+
+
 def _write_temp(path: Path, data: Any) -> Path:
-    """``data`` as JSON in a new temporary file beside ``path`` (synced, mode 0644); returns its path."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(_clean(data), f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
+    """``data`` as JSON in a new temporary file beside ``path`` (:func:`gcbench.results.files.write_temp`)."""
+    return write_temp(path, json_text(data))
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place.
+    """Write JSON to a temporary file beside ``path`` and rename it into place (:func:`gcbench.results.files.atomic_write`).
 
     SIGINT/SIGTERM are held for the duration (:func:`gcbench.core.signals.deferred`), so a signal can
     neither leave a stray ``*.tmp`` file nor stop the write half-way; it is delivered afterwards.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with signals.deferred():
-        tmp = _write_temp(path, data)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+    with signals.deferred():  # the serialisation too: a signal must not land between it and the write
+        atomic_write(path, json_text(data))
 
 
 # a run file's name part taken from a suite's name: no path separators, no leading dot, bounded
@@ -251,22 +241,29 @@ class RunWriter:
                 self.record.cases[i] = as_case(_clean(case) if isinstance(case, dict) else case, self.kind)
             self.flush()
 
-    def finish(self, status: str) -> None:
-        """Record the final status; with no case recorded there is no file, and none is created."""
+    def finish(self, status: str) -> dict[str, Any]:
+        """Record the final status and return the file's content (JSON-ready, as written).
+
+        With no case recorded there is no file, and none is created.  The content is built inside
+        the same held-signals section as the write: a caller that needs the cases afterwards must
+        use this value, not serialise the record again where a SIGTERM could land inside pydantic.
+        """
         with signals.deferred():  # as in add_case
             self.record.status = status
             self.record.finished_utc = datetime.now(UTC).isoformat(timespec="seconds")
-            self.flush()
+            return self.flush()
 
-    def flush(self) -> None:
+    def flush(self) -> dict[str, Any]:
+        """Write the file (create it with the first case); returns the content written."""
+        data = self.data
         if self.path is None:
             if not self.record.cases:
-                return
-            data = self.data
+                return data
             self.path = create_run_file(self.out_dir, self.stem, data)
-            self.run_id = self.record.run_id = self.path.stem
-            return
-        atomic_write_json(self.path, self.data)
+            self.run_id = self.record.run_id = self.path.stem  # create_run_file set data["run_id"] too
+            return data
+        atomic_write_json(self.path, data)
+        return data
 
 
 # a results file nests about 6 levels; this bounds what pydantic's and a reader's recursion can meet
@@ -300,16 +297,8 @@ def load_run(path: str | Path) -> RunRecord:
     (:func:`gcbench.results.record.parse_record`), so a file that loads can be given to every reader.
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultsError(f"{p}: results file not found") from None
-    except IsADirectoryError:
-        raise ResultsError(f"{p}: is a folder, not a results file") from None
-    except RecursionError:
-        raise ResultsError(f"{p}: not a gcbench results file (JSON nested too deeply)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{p}: not a readable gcbench results file ({exc})") from None
+    # a FIFO, a device (a link to /dev/zero), a file over MAX_JSON_BYTES or an over-long integer: one line
+    data = read_json_file(p, "gcbench results file", ResultsError, MAX_JSON_BYTES)
     if not isinstance(data, dict) or "schema_version" not in data or "cases" not in data:
         raise ResultsError(f"{p}: not a gcbench results file (no schema_version/cases)")
     if _too_deep(data):
@@ -350,29 +339,70 @@ def list_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[Path]:
     return sorted(d.glob("*.json"), key=_run_order) if d.exists() else []
 
 
-def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False) -> Path:
-    """A run by path, by id (file stem), by unique id prefix, or 'latest'.
+def _recorded_time(record: RunRecord) -> datetime | None:
+    """When the run started by its own record (``created_utc``; ``finished_utc`` for a file without it), or None."""
+    for text in (record.created_utc, record.finished_utc):
+        if not text:
+            continue
+        try:
+            t = datetime.fromisoformat(text)
+        except ValueError:
+            continue
+        return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+    return None
 
-    With ``finished``, 'latest' is the newest run that ran to its end (:func:`run_finished`):
+
+def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False,
+               on_skip: Callable[[ResultsError], None] | None = None) -> Path:
+    """The newest run in ``runs_dir`` by the time recorded in the file; with ``finished``, the newest that finished.
+
+    Neither a file's name (a ``saved-copy.json`` sorts after every ``2026…`` name) nor its mtime
+    (a copy, a checkout) says when the run was made: the record's ``created_utc`` does.  Files
+    that do not load (corrupt, a FIFO, a link to a device) are passed over; a file without a
+    recorded time (hand-made, or very old) counts as older than every file with one, and among
+    files of the same time (or none) the later name wins.  ``on_skip`` is handed the error of
+    each file passed over for not loading (the CLI prints it as a warning).
+    """
+    oldest = datetime.min.replace(tzinfo=UTC)
+    best: tuple[tuple[bool, datetime, tuple[str, int]], Path] | None = None
+    unreadable: ResultsError | None = None
+    for r in list_runs(runs_dir):
+        try:
+            record = load_run(r)
+        except ResultsError as exc:
+            unreadable = exc
+            if on_skip is not None:
+                on_skip(exc)
+            continue
+        if finished and not record.finished:
+            continue
+        when = _recorded_time(record)
+        key = (when is not None, when or oldest, _run_order(r))
+        if best is None or key > best[0]:
+            best = (key, r)
+    if best is not None:
+        return best[1]
+    if finished:
+        raise ResultsError(f"no finished run in {runs_dir} (every run there is still running, interrupted, failed or unreadable)")
+    if unreadable is not None:
+        raise unreadable  # not one file loads: say what is wrong with one, by its name
+    raise ResultsError(f"no runs in {runs_dir}")
+
+
+def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False,
+                on_skip: Callable[[ResultsError], None] | None = None) -> Path:
+    """A run by path, by id (file stem), by unique id prefix, or 'latest' (:func:`latest_run`).
+
+    With ``finished``, 'latest' is the newest run that ran to its end (:attr:`RunRecord.finished`):
     a regression gate must not pick up a run that is still going, was interrupted or failed, nor
     an unreadable file.
     """
     p = Path(ref)
     if p.exists():
         return p
-    runs = list_runs(runs_dir)
     if ref == "latest":
-        if not runs:
-            raise ResultsError(f"no runs in {runs_dir}")
-        if not finished:
-            return runs[-1]
-        for r in reversed(runs):
-            try:
-                if load_run(r).finished:
-                    return r
-            except ResultsError:
-                continue
-        raise ResultsError(f"no finished run in {runs_dir} (every run there is still running, interrupted, failed or unreadable)")
+        return latest_run(runs_dir, finished, on_skip)
+    runs = list_runs(runs_dir)
     hits = [r for r in runs if r.stem == ref] or [r for r in runs if r.stem.startswith(ref)]
     if len(hits) == 1:
         return hits[0]

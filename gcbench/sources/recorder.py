@@ -27,7 +27,6 @@ The trace format is the one :func:`~gcbench.sources.trace.write_trace` writes.  
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -37,15 +36,19 @@ import torch
 from torch import nn
 
 from gcbench.core.errors import ParamError, SourceError
+from gcbench.results.files import read_json_file
 from gcbench.sources.base import TensorSpec
 from gcbench.sources.live import LiveSource
 from gcbench.sources.trace import (
     MANIFEST,
+    MAX_MANIFEST_BYTES,
+    acquire_lock,
     dtype_from_name,
     dtype_name,
     file_key,
     file_name,
     make_manifest,
+    new_recording_id,
     prepare_folder,
     save_tensors,
     write_json_atomic,
@@ -57,6 +60,11 @@ Progress = Callable[[int, int, str], None]
 
 def _part_name(worker: int) -> str:
     return f"part-worker{worker:02d}.json"
+
+
+def _lock_name(worker: int) -> str:
+    """The lock file of one worker's recorder (workers of one trace write side by side)."""
+    return f".gcbench-recording-worker{worker:02d}.lock"
 
 
 class GradientRecorder:
@@ -74,14 +82,23 @@ class GradientRecorder:
         self.steps: frozenset[int] | None = None if steps is None else frozenset(int(s) for s in steps)
         self.worker, self.workers = worker, workers
         self.model_name, self.seed = model_name, seed
-        # only worker 0 may clear an old trace: other ranks must not delete files it already wrote
-        if worker == 0:
-            prepare_folder(self.out, overwrite)
-        else:
-            try:
-                self.out.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise SourceError(f"cannot write {self.out}: {exc.strerror or exc}") from exc
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SourceError(f"cannot write {self.out}: {exc.strerror or exc}") from exc
+        # one recorder per worker and folder at a time (another would replace this one's files); the
+        # lock is held until close(), and released by the kernel if the process dies
+        self._release: Callable[[], None] | None = acquire_lock(self.out / _lock_name(worker), self.out)
+        try:
+            # only worker 0 may clear an old trace: other ranks must not delete files it already wrote
+            if worker == 0:
+                prepare_folder(self.out, overwrite)
+        except BaseException:
+            self._unlock()
+            raise
+        # stamped on every file this recorder writes and kept in the manifest, so the files of a
+        # second recording into the same folder are told apart when the trace is opened
+        self.recording_id = new_recording_id()
         self.recorded_steps: list[int] = []
         self._layout: list[TensorSpec] | None = None
         self._files: dict[str, str] = {}
@@ -132,7 +149,7 @@ class GradientRecorder:
         index = len(self.recorded_steps)
         fname = file_name(index, self.worker)
         save_tensors(self.out / fname, tensors, {"step": str(index), "worker": str(self.worker), "training_step": str(step),
-                                                 "model": self.model_name})
+                                                 "model": self.model_name, "recording_id": self.recording_id})
         self._files[file_key(index, self.worker)] = fname
         self.recorded_steps.append(step)
         return True
@@ -142,7 +159,7 @@ class GradientRecorder:
     def _part(self) -> dict[str, Any]:
         assert self._layout is not None
         return {"worker": self.worker, "workers": self.workers, "model": self.model_name, "seed": self.seed,
-                "recorded_steps": self.recorded_steps, "files": self._files,
+                "recorded_steps": self.recorded_steps, "files": self._files, "recording_id": self.recording_id,
                 "tensors": [{"name": s.name, "shape": list(s.shape), "dtype": dtype_name(s.dtype)} for s in self._layout]}
 
     def close(self) -> Path | None:
@@ -153,13 +170,22 @@ class GradientRecorder:
         if self._closed:
             return self.out / MANIFEST if (self.out / MANIFEST).exists() else None
         self._closed = True
-        if not self.recorded_steps:
-            sel = "every step" if self.steps is None else f"steps {sorted(self.steps)[:8]}"
-            raise SourceError(f"recorder for {self.out}: no step was recorded ({sel} selected); nothing to write")
-        if self.workers == 1:
-            return _write_merged(self.out, [self._part()])
-        write_json_atomic(self.out / _part_name(self.worker), self._part())
-        return merge_parts(self.out, self.workers)
+        try:
+            if not self.recorded_steps:
+                sel = "every step" if self.steps is None else f"steps {sorted(self.steps)[:8]}"
+                raise SourceError(f"recorder for {self.out}: no step was recorded ({sel} selected); nothing to write")
+            if self.workers == 1:
+                return _write_merged(self.out, [self._part()])
+            write_json_atomic(self.out / _part_name(self.worker), self._part())
+            return merge_parts(self.out, self.workers)
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        """Release this worker's lock of the folder (once)."""
+        if self._release is not None:
+            self._release()
+            self._release = None
 
     def __enter__(self) -> GradientRecorder:
         return self
@@ -171,6 +197,7 @@ class GradientRecorder:
                 self.close()
             else:
                 self._closed = True
+                self._unlock()
             return
         self.close()
 
@@ -180,10 +207,17 @@ def _write_merged(out: Path, parts: list[dict[str, Any]]) -> Path:
     files: dict[str, str] = {}
     for part in parts:
         files.update(part["files"])
+    # each worker's recorder stamped its files with its own id (the processes share no state)
+    ids = [p.get("recording_id") for p in parts]
+    if all(isinstance(i, str) for i in ids):
+        stamp: dict[str, object] = {"recording_id": ids[0]} if len(ids) == 1 else {"recording_ids": ids}
+    else:
+        stamp = {}
     tensors = [TensorSpec(t["name"], tuple(t["shape"]), dtype_from_name(t["dtype"])) for t in first["tensors"]]
     manifest = make_manifest(model=str(first["model"]), steps=len(first["recorded_steps"]), workers=len(parts), seed=int(first["seed"]),
                              tensors=tensors, files=files,
-                             extra={"recorded_steps": first["recorded_steps"], "source": {"kind": "recorder", "workers": len(parts)}})
+                             extra={"recorded_steps": first["recorded_steps"], "source": {"kind": "recorder", "workers": len(parts)},
+                                    **stamp})
     path = out / MANIFEST
     write_json_atomic(path, manifest)
     return path
@@ -191,14 +225,7 @@ def _write_merged(out: Path, parts: list[dict[str, Any]]) -> Path:
 
 def _read_part(path: Path, worker: int) -> dict[str, Any]:
     """Load and check one worker's part file; a wrong structure is one :class:`SourceError` naming the file."""
-    try:
-        part = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SourceError(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise SourceError(f"{path}: not valid JSON (nested too deeply)") from None
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    part = read_json_file(path, "recorder part file", SourceError, MAX_MANIFEST_BYTES)
     ok = (isinstance(part, dict) and isinstance(part.get("recorded_steps"), list) and isinstance(part.get("files"), dict)
           and isinstance(part.get("tensors"), list) and isinstance(part.get("model"), str)
           and isinstance(part.get("seed"), int) and part.get("worker") == worker

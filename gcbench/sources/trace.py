@@ -33,10 +33,13 @@ symlink pointing elsewhere is refused by name).  Flipped bytes inside tensor dat
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,10 +49,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from gcbench.core.errors import ParamError, SourceError
+from gcbench.results.files import atomic_write, read_json_file
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+#: held by the process writing a trace (``write_trace``; a recorder holds one per worker)
+LOCK = ".gcbench-recording.lock"
 
 #: manifest dtype name ↔ torch dtype ↔ safetensors header dtype
 _DTYPES: dict[str, tuple[torch.dtype, str]] = {
@@ -59,6 +65,8 @@ _DTYPES: dict[str, tuple[torch.dtype, str]] = {
     "float64": (torch.float64, "F64"),
 }
 _TORCH_TO_NAME = {t: n for n, (t, _) in _DTYPES.items()}
+#: a manifest lists a few hundred files; anything near this is not one
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.safetensors$")
 
 Progress = Callable[[int, int, str], None]
@@ -95,7 +103,7 @@ def utc_now() -> str:
 
 
 def save_tensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
-    """Write one safetensors file atomically (temporary name in the same folder, then rename)."""
+    """Write one safetensors file atomically (:func:`gcbench.results.files.atomic_write`); a failure names ``path``."""
     # save_file wants contiguous CPU tensors and refuses tensors that overlap in memory (e.g. one
     # tensor under two names): copy only tensors sharing a storage already seen, so the usual case
     # (separate .grad tensors) is written without any copy
@@ -108,24 +116,83 @@ def save_tensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapp
             t = t.clone()
         storages.add(t.untyped_storage().data_ptr())
         data[n] = t
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        save_file(data, str(tmp), metadata=dict(metadata or {}))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    def write(tmp: Path) -> None:
+        try:
+            save_file(data, str(tmp), metadata=dict(metadata or {}))
+        except SafetensorError as exc:  # a full disk is "I/O error: No space left on device (os error 28)"
+            m = re.search(r"os error (\d+)", str(exc))
+            code = int(m.group(1)) if m else errno.EIO
+            raise OSError(code, os.strerror(code) if m else str(exc), str(path)) from exc
+
+    atomic_write(path, write)
 
 
 def write_json_atomic(path: Path, obj: object) -> None:
-    """Write JSON to a temporary name and rename it over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    """Write JSON to a temporary name and rename it over ``path`` (:func:`gcbench.results.files.atomic_write`)."""
+    atomic_write(path, json.dumps(obj, indent=2) + "\n")
+
+
+def new_recording_id() -> str:
+    """A fresh id for one recording: its manifest records it and every file it writes carries it."""
+    return uuid.uuid4().hex
+
+
+def acquire_lock(path: Path, folder: Path) -> Callable[[], None]:
+    """Take the lock file ``path`` for a recording into ``folder``; returns the function that releases it.
+
+    Two recordings into one folder would each replace the other's step files and leave a manifest
+    of one with the files of both.  The lock is ``flock`` on the lock file (released by the kernel
+    if the process dies, so a crash leaves no stale lock); without ``fcntl`` it is the file's
+    exclusive creation.  A held lock is one :class:`SourceError` naming the folder.
+    """
     try:
-        tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        import fcntl
+    except ImportError:  # not POSIX
+        fcntl = None  # type: ignore[assignment]
+    busy = SourceError(f"{folder}: another gcbench recording is writing into this folder (it holds {path.name}); "
+                       "wait for it to finish or choose another folder")
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | (0 if fcntl is not None else os.O_EXCL), 0o644)
+        except FileExistsError:
+            raise busy from None
+        except OSError as exc:
+            raise SourceError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        if fcntl is None:
+            break
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise busy from None
+        try:  # the holder may have removed the file between our open and our lock: lock the current one
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.write(fd, f"{os.getpid()}\n".encode())
+
+    def release() -> None:
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                path.unlink()
+        except OSError:
+            pass
+        os.close(fd)
+
+    return release
+
+
+@contextmanager
+def recording_lock(folder: Path, name: str = LOCK) -> Iterator[None]:
+    """Hold the recording lock of ``folder`` for the block (:func:`acquire_lock`)."""
+    release = acquire_lock(folder / name, folder)
+    try:
+        yield
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        release()
 
 
 def make_manifest(*, model: str, steps: int, workers: int, seed: int, tensors: list[TensorSpec], files: Mapping[str, str],
@@ -173,7 +240,19 @@ def write_trace(source: GradientSource, out: Path, model_name: str, seed: int, p
     source delivers, in layout order.  The manifest is written last.
     """
     out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    with recording_lock(out):
+        return _write_trace(source, out, model_name, seed, progress, overwrite)
+
+
+def _write_trace(source: GradientSource, out: Path, model_name: str, seed: int, progress: Progress | None,
+                 overwrite: bool) -> Path:
+    """:func:`write_trace` with the folder's recording lock held."""
     prepare_folder(out, overwrite)
+    recording = new_recording_id()
     layout = source.layout()
     names = [t.name for t in layout]
     files: dict[str, str] = {}
@@ -197,14 +276,15 @@ def write_trace(source: GradientSource, out: Path, model_name: str, seed: int, p
                 extra = sorted(set(grads.keys()) - set(names))
                 raise SourceError(f"{source.name}: gradients hold tensors not in the layout: {', '.join(extra[:5])}")
             fname = file_name(step, worker)
-            save_tensors(out / fname, tensors, {"step": str(step), "worker": str(worker), "model": model_name})
+            save_tensors(out / fname, tensors, {"step": str(step), "worker": str(worker), "model": model_name,
+                                                "recording_id": recording})
             files[file_key(step, worker)] = fname
             done += 1
             if progress is not None:
                 progress(done, total, f"wrote {fname}")
     written = [TensorSpec(s.name, s.shape, dtypes[s.name]) for s in layout]
     manifest = make_manifest(model=model_name, steps=source.steps, workers=source.workers, seed=seed, tensors=written, files=files,
-                             extra={"source": source.describe()})
+                             extra={"source": source.describe(), "recording_id": recording})
     write_json_atomic(out / MANIFEST, manifest)
     return out
 
@@ -237,14 +317,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise _fail(path, "missing; not a gcbench trace folder (or the recording did not finish)")
     check_inside(folder, path)
-    try:
-        m = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _fail(path, f"not valid JSON ({exc})") from None
-    except RecursionError:
-        raise _fail(path, "not valid JSON (nested too deeply)") from None
-    except OSError as exc:
-        raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
+    # bounded, regular files only, over-long integers named: one SourceError line naming the manifest
+    m = read_json_file(path, "trace manifest", SourceError, MAX_MANIFEST_BYTES)
     if not isinstance(m, dict):
         raise _fail(path, "must hold a JSON object")
     fv = m.get("format_version")
@@ -284,7 +358,27 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             # a bare file name only: a manifest must not point outside its folder
             if not _SAFE_NAME.match(name) or name.startswith("."):
                 raise _fail(path, f"files[{key!r}]: {name!r} is not a plain *.safetensors file name")
+    rid, rids = m.get("recording_id"), m.get("recording_ids")
+    if rid is not None and not isinstance(rid, str):
+        raise _fail(path, f"recording_id must be a string, got {rid!r}")
+    if rids is not None and not (isinstance(rids, list) and len(rids) == m["workers"] and all(isinstance(r, str) for r in rids)):
+        raise _fail(path, f"recording_ids must be a list of {m['workers']} strings (one per worker), got {rids!r}")
     return m
+
+
+def expected_metadata(manifest: Mapping[str, Any], step: int, worker: int) -> dict[str, str]:
+    """What the (step, worker) file's safetensors metadata must say to belong to this manifest's recording.
+
+    A manifest with a ``recording_id`` (or one per worker, ``recording_ids``, from recorders that
+    wrote side by side) was written by a gcbench that stamps every file: the file must carry the
+    same id and its own step and worker.  Traces without one (older, or written by other tools)
+    are not checked.
+    """
+    rids = manifest.get("recording_ids")
+    rid = rids[worker] if isinstance(rids, list) else manifest.get("recording_id")
+    if not isinstance(rid, str):
+        return {}
+    return {"recording_id": rid, "step": str(step), "worker": str(worker)}
 
 
 class LazyGradients(Mapping[str, torch.Tensor]):
@@ -294,15 +388,16 @@ class LazyGradients(Mapping[str, torch.Tensor]):
     tensor every time — nothing is cached, so memory stays at one tensor per live reference).
     """
 
-    def __init__(self, path: Path, specs: list[TensorSpec]) -> None:
+    def __init__(self, path: Path, specs: list[TensorSpec], expect: Mapping[str, str] | None = None) -> None:
         self.path = path
+        self._expect = dict(expect or {})
         self._specs = {s.name: s for s in specs}
         self._order = [s.name for s in specs]
         self._handle: Any = None
 
     def _open(self) -> Any:
         if self._handle is None:
-            self._handle = open_checked(self.path, list(self._specs.values()))
+            self._handle = open_checked(self.path, list(self._specs.values()), self._expect)
         return self._handle
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -333,8 +428,12 @@ class LazyGradients(Mapping[str, torch.Tensor]):
         self._handle = None
 
 
-def open_checked(path: Path, specs: list[TensorSpec]) -> Any:
-    """``safe_open`` a gradient file and check its header against ``specs`` (reads no tensor data)."""
+def open_checked(path: Path, specs: list[TensorSpec], expect: Mapping[str, str] | None = None) -> Any:
+    """``safe_open`` a gradient file and check its header against ``specs`` (reads no tensor data).
+
+    ``expect``: metadata the file must carry (:func:`expected_metadata`); a file of another
+    recording (two recordings into one folder) is refused by name.
+    """
     if not path.is_file():
         raise _fail(path, "missing trace file")
     try:
@@ -343,6 +442,14 @@ def open_checked(path: Path, specs: list[TensorSpec]) -> Any:
         raise _fail(path, f"truncated or corrupt safetensors file ({exc})") from None
     except OSError as exc:
         raise _fail(path, f"cannot open ({exc.strerror or exc})") from None
+    meta = handle.metadata() or {}
+    for key, want in (expect or {}).items():
+        got = meta.get(key)
+        if got != want:
+            if key == "recording_id":
+                raise _fail(path, f"belongs to another recording (its recording_id is {got!r}, the manifest's is {want!r}): "
+                                  "two recordings wrote into this folder; record the trace again into an empty folder")
+            raise _fail(path, f"metadata {key} is {got!r}, the manifest lists this file as {key} {want}")
     keys = set(handle.keys())
     for spec in specs:
         if spec.name not in keys:
@@ -384,7 +491,7 @@ class TraceSource(GradientSource):
         if check_files:
             for step in range(self.steps):
                 for worker in range(self.workers):
-                    open_checked(self._files[file_key(step, worker)], self._layout)
+                    open_checked(self._files[file_key(step, worker)], self._layout, expected_metadata(m, step, worker))
 
     def layout(self) -> list[TensorSpec]:
         return list(self._layout)
@@ -398,7 +505,7 @@ class TraceSource(GradientSource):
             raise ParamError(f"{self.name}: step {step} out of range 0..{self.steps - 1}")
         if not 0 <= worker < self.workers:
             raise ParamError(f"{self.name}: worker {worker} out of range 0..{self.workers - 1}")
-        return LazyGradients(self.file(step, worker), self._layout)
+        return LazyGradients(self.file(step, worker), self._layout, expected_metadata(self.manifest, step, worker))
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "kind": "trace", "path": str(self.path), "model": self.model, "seed": self.seed,

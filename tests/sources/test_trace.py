@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 import gcbench
@@ -276,7 +277,9 @@ def test_nan_is_reported_on_read_naming_the_tensor(trace_dir: Path) -> None:
     tensors = {n: torch.randn(s) for n, s in zip(NAMES, SHAPES, strict=True)}
     tensors["block.w"][1, 0, 1] = float("nan")
     tensors["head.bias"][0] = float("inf")
-    save_file(tensors, str(f))
+    with safe_open(str(f), framework="pt") as h:
+        meta = h.metadata()  # the same recording's file, with other values
+    save_file(tensors, str(f), metadata=meta)
     tr = TraceSource(trace_dir)  # headers are fine
     g = tr.gradients(1, 0)
     g["conv.weight"]
@@ -352,4 +355,23 @@ def test_manifest_file_names_cannot_leave_the_folder(trace_dir: Path, name: str)
 def test_deeply_nested_manifest_is_one_line(trace_dir: Path) -> None:
     (trace_dir / MANIFEST).write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     with pytest.raises(SourceError, match="not valid JSON"):
+        TraceSource(trace_dir)
+
+
+def test_a_manifest_integer_of_5000_digits_is_one_line_naming_the_field(trace_dir: Path) -> None:
+    """int() refuses more than 4,300 digits; that ValueError used to escape as a traceback."""
+    text = json.dumps(_manifest(trace_dir)).replace('"steps": 2', '"steps": ' + "1" * 5000, 1)
+    assert "1" * 5000 in text
+    (trace_dir / MANIFEST).write_text(text)
+    with pytest.raises(SourceError, match=r"manifest\.json: steps: an integer of 5,000 digits") as exc:
+        TraceSource(trace_dir)
+    _one_line(exc)
+
+
+def test_a_manifest_that_is_a_fifo_is_refused_without_waiting(trace_dir: Path) -> None:
+    import os
+
+    (trace_dir / MANIFEST).unlink()
+    os.mkfifo(trace_dir / MANIFEST)
+    with pytest.raises(SourceError, match=r"manifest\.json: (missing|not a regular file)"):
         TraceSource(trace_dir)
