@@ -104,8 +104,31 @@ app = typer.Typer(
 )
 # piped output (logs, CI) gets wide tables instead of folded cells
 # emoji=False: rich would turn ':b:' in a user's text (a model 'a:b:c') into an emoji; escape() does not stop that
-out = Console(emoji=False) if sys.stdout.isatty() else Console(width=200, emoji=False)
+# (sys.stdout is None when the shell closed it, `gcbench list >&-`: main() says so in one line)
+out = Console(emoji=False) if sys.stdout is not None and sys.stdout.isatty() else Console(width=200, emoji=False)
 err = Console(stderr=True, emoji=False)
+
+
+def _console_streams() -> int | None:
+    """Make stdout and stderr write whatever text gcbench renders; an exit status when stdout is closed.
+
+    Tables hold ``≥``, ``×`` and users' labels: on a stream whose encoding cannot write them
+    (``PYTHONIOENCODING=ascii``, a C locale) a character it cannot encode is written as ``?``
+    (one character for one, so rich's columns stay aligned) instead of ending in a traceback.
+    A closed stdout (``>&-``) cannot take any result: one ``error:`` line, exit 1.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="replace")
+            except (OSError, ValueError):  # a stream closed or detached under us: nothing to set
+                pass
+    if sys.stdout is None:
+        err.print("[bold red]error:[/] standard output is closed: gcbench writes its results there "
+                  "(redirect it to a file or /dev/null instead)", highlight=False, soft_wrap=True)
+        return 1
+    return None
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -1247,6 +1270,9 @@ def main() -> None:
     the imports commands do lazily, so no signal ends in a traceback.
     """
     signals.install()
+    closed = _console_streams()
+    if closed is not None:
+        sys.exit(closed)
     try:
         try:
             app()  # standalone mode: always ends in SystemExit

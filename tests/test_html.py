@@ -583,3 +583,18 @@ def test_stream_and_drift_lines_each_carry_their_name() -> None:
     cases = [_case(f"c{i}", compressor=f"f{i % 7}", stream=_stream(1 - i / 15)) for i in range(30)]
     p = plot_stream(cases, "t")
     assert p is not None and p.wide and "named at the right" in p.caption
+
+
+def test_numbers_beyond_floats_and_lone_surrogates_render_into_the_page(tmp_path: Path) -> None:
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    case = data["cases"][0]
+    case["label"] = "lab\ud800el"  # matplotlib's fonts and a UTF-8 file both refuse a lone surrogate
+    case["layers"][0]["name"] = "lay\udfffer"
+    case["size"]["wire_bytes"] = case["size"]["ratio"] = 10**400  # float() of it raised OverflowError
+    src = tmp_path / "awkward.json"
+    src.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "index.html"
+    r = CliRunner().invoke(app, ["report", str(src), "--html", "-o", str(out)])
+    assert r.exit_code == 0 and r.exception is None, r.output
+    text = out.read_text(encoding="utf-8")
+    assert "lab?el" in text and "lay?er" in text

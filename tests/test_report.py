@@ -649,3 +649,55 @@ def test_a_cards_bit_count_is_counted_from_a_real_encoding(name: str) -> None:
     d = card_dict(card, "gcbench", w)
     assert d["wire"]["bits_per_element"] == w.bits_per_element and d["name"] == name and d["origin"] == "gcbench"
     json.dumps(d)  # what --json prints
+
+
+def _awkward_file(tmp_path: Path, name: str, edit: Any) -> Path:
+    """The golden run with ``edit(data)`` applied, written as ``name`` (json.dumps writes a lone surrogate as \\udxxx)."""
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _huge(data: dict[str, Any]) -> None:
+    case = data["cases"][0]
+    case["size"]["wire_bytes"] = case["size"]["ratio"] = 10**400  # an int no float holds (JSON reads 1e999 as inf)
+    case["fidelity"]["q"]["mean"] = 10**400
+    case["layers"][0]["ratio"] = -(10**400)
+
+
+def _surrogate(data: dict[str, Any]) -> None:
+    case = data["cases"][0]
+    case["label"] = "lab\ud800el"
+    case["layers"][0]["name"] = "lay\udfffer"
+    case["error"] = "\ud83d alone"
+
+
+@pytest.mark.parametrize("mode", [[], ["--md"], ["--layers"], ["--md", "--layers"], ["--csv", "CSV"], ["--md", "-o", "OUT.md"],
+                                  ["--baseline", str(GOLDEN / "run_base.json"), "--fail-on-regression"]])
+def test_numbers_beyond_floats_and_lone_surrogates_render_without_a_traceback(tmp_path: Path, mode: list[str]) -> None:
+    mode = [str(tmp_path / m) if m in ("CSV", "OUT.md") else m for m in mode]
+    for path in (_awkward_file(tmp_path, "huge.json", _huge), _awkward_file(tmp_path, "sur.json", _surrogate)):
+        r = runner.invoke(app, ["report", str(path), *mode])
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+        assert "Traceback" not in r.output and r.exit_code in (0, 1), r.output
+        if r.exit_code == 1:  # only the gate may fail, and it says why in a line
+            assert "--fail-on-regression" in mode and "error: regression gate" in r.output
+    if "--md" in mode and "-o" not in mode:
+        assert "lab?el" in r.output
+
+
+def test_a_record_reads_numbers_beyond_floats_as_infinity_and_refuses_huge_integers(tmp_path: Path) -> None:
+    run = load_run(_awkward_file(tmp_path, "huge.json", _huge))
+    assert run.cases[0].size.wire_bytes == float("inf") and run.cases[0].layers[0].ratio == float("-inf")
+    assert run.cases[0].metric("ratio") is None  # not finite: a reader's "no value", as a stored infinity
+    assert fmt(float("inf")) == "∞" and fmt(float("-inf"), "ratio") == "−∞" and fmt(float("nan")) == "—"
+
+    def huge_count(data: dict[str, Any]) -> None:
+        data["cases"][0]["layers"][0]["numel"] = 10**400
+
+    with pytest.raises(ResultsError, match=r"layers\[0\]\.numel: expected an integer of at most 64 bits"):
+        load_run(_awkward_file(tmp_path, "count.json", huge_count))
+    sur = load_run(_awkward_file(tmp_path, "sur.json", _surrogate))
+    assert sur.cases[0].label == "lab?el" and sur.cases[0].layers[0].name == "lay?er"

@@ -419,9 +419,13 @@ _FIXED_FORMATS: dict[str, tuple[str, str]] = {
 
 
 def fmt(v: float | None, kind: str = "g") -> str:
-    """A number as reports write it; ``—`` for missing values."""
-    if kind == "pct" and v is not None and math.isinf(v):
-        return "+∞" if v > 0 else "−∞"  # a change from a baseline of exactly 0
+    """A number as reports write it; ``—`` for missing values (and NaN), ``∞`` for an infinite one.
+
+    An infinite value is a change from a baseline of exactly 0, or a number a file holds beyond
+    the float range (``1e999``, a 400-digit integer: the record reads both as infinity).
+    """
+    if v is not None and isinstance(v, float) and math.isinf(v):
+        return ("+∞" if v > 0 else "−∞") if kind == "pct" else ("∞" if v > 0 else "−∞")
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     if kind == "ratio":
