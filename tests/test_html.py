@@ -598,3 +598,12 @@ def test_numbers_beyond_floats_and_lone_surrogates_render_into_the_page(tmp_path
     assert r.exit_code == 0 and r.exception is None, r.output
     text = out.read_text(encoding="utf-8")
     assert "lab?el" in text and "lay?er" in text
+
+
+def test_a_huge_label_is_bounded_where_the_page_draws_it(tmp_path: Path) -> None:
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    data["cases"][1]["label"] = "Y" * 200_000  # took minutes and gigabytes in matplotlib's layout before
+    run = LoadedRun(GOLDEN / "run_base.json", data)
+    text = render_html([run])
+    assert "Y" * 4096 not in text  # no table cell, caption or tooltip carries it whole
+    assert len(text) < len(render_html([_load("run_base")])) + 100_000  # each mention bounded: no 200,000-character copy

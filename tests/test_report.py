@@ -701,3 +701,29 @@ def test_a_record_reads_numbers_beyond_floats_as_infinity_and_refuses_huge_integ
         load_run(_awkward_file(tmp_path, "count.json", huge_count))
     sur = load_run(_awkward_file(tmp_path, "sur.json", _surrogate))
     assert sur.cases[0].label == "lab?el" and sur.cases[0].layers[0].name == "lay?er"
+
+
+def _long_names(data: dict[str, Any]) -> None:
+    for c in data["cases"]:
+        if c.get("layers"):
+            c["layers"][0]["name"] = "layer." + "L" * 5000 + ".weight"
+    data["cases"][0]["label"] = "X" * 5000
+    data["cases"][0]["source"]["label"] = "S" * 5000
+
+
+def test_long_names_are_clipped_in_terminal_tables_and_whole_in_files(tmp_path: Path) -> None:
+    src = _awkward_file(tmp_path, "long.json", _long_names)
+    for mode in (["--layers"], []):
+        r = runner.invoke(app, ["report", str(src), *mode], env={"COLUMNS": "160"})
+        assert r.exit_code == 0, r.output
+        lines = r.output.splitlines()
+        assert max(cell_len(line) for line in lines) <= 200  # the piped console's width: no line stretched past it
+        headers = [line for line in lines if line.startswith("┃ layer" if mode else "┃ case")]
+        # every other column keeps its header (before, a 5,000-character name squeezed them to nothing)
+        assert headers and all(("elements" in h) if mode else ("comp ×copy" in h or "agg q" in h) for h in headers), headers
+        assert "X" * 81 not in r.output and "L" * 81 not in r.output and "S" * 81 not in r.output
+    assert "X" * 52 + "…" + "X" * 27 in r.output  # clipped in the middle to NAME_MAX = 80 characters
+    r = runner.invoke(app, ["report", str(src), "--md", "--layers"])
+    assert r.exit_code == 0 and "layer." + "L" * 5000 + ".weight" in r.output  # a file keeps them whole
+    r = runner.invoke(app, ["report", str(src), "--md"])
+    assert r.exit_code == 0 and "X" * 5000 in r.output
