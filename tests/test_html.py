@@ -607,3 +607,45 @@ def test_a_huge_label_is_bounded_where_the_page_draws_it(tmp_path: Path) -> None
     text = render_html([run])
     assert "Y" * 4096 not in text  # no table cell, caption or tooltip carries it whole
     assert len(text) < len(render_html([_load("run_base")])) + 100_000  # each mention bounded: no 200,000-character copy
+
+
+def _runs_folder(folder: Path, n: int) -> list[str]:
+    """``n`` small results files (the golden bench file under new ids), oldest first; their ids."""
+    data = json.loads((GOLDEN / "bench_small.json").read_text(encoding="utf-8"))
+    folder.mkdir()
+    ids = [f"2026-01-01T{i // 3600:02d}-{i // 60 % 60:02d}-{i % 60:02d}Z-bench" for i in range(n)]
+    for run_id in ids:
+        data["run_id"] = run_id
+        (folder / f"{run_id}.json").write_text(json.dumps(data), encoding="utf-8")
+    return ids
+
+
+def test_html_renders_the_newest_run_and_lists_every_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder of 200 runs: one run rendered in full (before: every one, 0.75 s each), all 200 in the index."""
+    import gcbench.report.html as html_mod
+
+    ids = _runs_folder(tmp_path / "runs", 200)
+    rendered: list[str] = []
+    full = html_mod._section_context
+    monkeypatch.setattr(html_mod, "_section_context", lambda i, run: rendered.append(run.run_id) or full(i, run))
+    out = tmp_path / "index.html"
+    r = CliRunner().invoke(app, ["report", "--html", "--runs-dir", str(tmp_path / "runs"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert rendered == [ids[-1]]  # the full renderer ran once, for the newest run
+    doc = Doc()
+    doc.feed(out.read_text(encoding="utf-8"))
+    assert not doc.errors
+    text = "".join(doc.text)
+    assert all(run_id in text for run_id in ids)  # the index names every run
+    assert ("a", "href", "#run0") in doc.attrs and "199 others listed only" in " ".join(text.split())
+
+    rendered.clear()
+    few = _runs_folder(tmp_path / "few", 3)
+    r = CliRunner().invoke(app, ["report", "--html", "--all", "--runs-dir", str(tmp_path / "few"), "-o", str(out)])
+    assert r.exit_code == 0 and rendered == few, r.output  # --all: every run in detail, as before
+    rendered.clear()
+    r = CliRunner().invoke(app, ["report", "--html", "--runs-dir", str(tmp_path / "runs"), ids[3], ids[5], "-o", str(out)])
+    assert r.exit_code == 0 and rendered == [ids[3], ids[5]], r.output
+    for bad in (["--all"], ["--all", "--html", ids[0]]):
+        r = CliRunner().invoke(app, ["report", "--runs-dir", str(tmp_path / "runs"), *bad])
+        assert r.exit_code == 1 and r.output.startswith("error: --all") and "Traceback" not in r.output

@@ -1328,7 +1328,7 @@ h4.detail { margin: 26px 0 4px; color: #57606a; border-top: 1px dashed #d0d7de; 
 <main>
 <h1>{{ title }}</h1>
 <p class="muted">Rendered {{ generated }} by gcbench {{ version }} from {{ runs|length }} stored results
-file{{ "s" if runs|length != 1 }}. Reports read only stored results; re-rendering an old run gives the same numbers.</p>
+file{{ "s" if runs|length != 1 }}. Reports read only stored results; re-rendering an old run gives the same numbers.{{ index_note }}</p>
 <nav>
 {% if comparison %}<a href="#comparison">comparison</a>{% endif %}
 <a href="#runs">runs</a>
@@ -1365,7 +1365,7 @@ regression{{ "s" if comparison.regressions != 1 }}.</strong>{% endif %}</p>
 <th class="l">torch</th></tr></thead>
 <tbody>
 {% for run in runs %}<tr><td class="l">
-{% if run.detailed %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>{% else %}{{ run.facts.run }} (baseline){% endif %}</td>
+{% if run.detailed %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>{% else %}{{ run.facts.run }}{{ run.note }}{% endif %}</td>
 {% for key in fact_keys %}<td class="l">{{ run.facts[key] }}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table></div>
 
@@ -1521,19 +1521,31 @@ _ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, tri
 
 def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None, comparison: Comparison | None = None,
                 title: str = "gcbench report", claims_missing: str = "No claims file was loaded.",
-                detailed: Sequence[LoadedRun] | None = None) -> str:
+                detailed: Sequence[LoadedRun] | None = None, index: Sequence[dict[str, str]] | None = None) -> str:
     """The whole report as one self-contained HTML document.
 
     ``runs`` are listed in the summary; ``detailed`` (default: all of them) get their tables and plots.
     A comparison report details only the new run: the baseline's values are in the comparison rows.
+    ``index`` (:func:`gcbench.report.terminal.newest_with_index`): the facts of every run of the
+    folder, listed in the summary instead of ``runs``; a run of ``runs`` links to its section.
     """
     template = _ENV.from_string(TEMPLATE)
     show = [detailed is None or any(r is d for d in detailed) for r in runs]
+    listed = [{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i], "note": " (baseline)"} for i, r in enumerate(runs)]
+    index_note = ""
+    if index is not None:
+        anchors = {str(r.path): f"run{i}" for i, r in enumerate(runs) if show[i]}
+        listed = [{"anchor": anchors.get(f["file"], ""), "facts": f, "detailed": f["file"] in anchors, "note": ""} for f in index]
+        if len(index) > len(anchors):
+            index_note = (f" The newest is shown in detail, the {len(index) - len(anchors)} other"
+                          f"{'s' if len(index) - len(anchors) != 1 else ''} listed only: name runs "
+                          "(gcbench report --html RUN ...) or add --all to render them.")
     return template.render(
+        index_note=index_note,
         title=title,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=gcbench.__version__,
-        runs=[{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i]} for i, r in enumerate(runs)],
+        runs=listed,
         sections=[_section_context(i, r) for i, r in enumerate(runs) if show[i]],
         comparison=_comparison_context(comparison) if comparison is not None else None,
         claims=_claims_context(claims or []),
@@ -1548,10 +1560,10 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
 
 def write_html(path: str | Path, runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,
                comparison: Comparison | None = None, detailed: Sequence[LoadedRun] | None = None,
-               claims_missing: str = "No claims file was loaded.") -> Path:
-    """Render and write the report atomically (temporary file, then rename)."""
+               claims_missing: str = "No claims file was loaded.", index: Sequence[dict[str, str]] | None = None) -> Path:
+    """Render and write the report atomically (temporary file, then rename); ``index`` as :func:`render_html`."""
     p = Path(path)
-    text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed)
+    text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed, index=index)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
