@@ -319,7 +319,7 @@ def test_mixed_folder_renders_every_kind(tmp_path: Path) -> None:
     (d / "3-train.json").write_text((GOLDEN / "train_digits.json").read_text(encoding="utf-8"), encoding="utf-8")
     (d / "4-bench.json").write_text((GOLDEN / "bench_small.json").read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path / "index.html"
-    r = CliRunner().invoke(app, ["report", "--runs-dir", str(d), "--html", "-o", str(out)])
+    r = CliRunner().invoke(app, ["report", "--runs-dir", str(d), "--html", "--all", "-o", str(out)])
     assert r.exit_code == 0, r.output
     text = out.read_text(encoding="utf-8")
     doc = Doc()

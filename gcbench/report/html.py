@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -165,8 +166,12 @@ def _mpl(text: str, limit: int = NAME_MAX) -> str:
 
 
 def _page_text(value: Any) -> Any:
-    """Jinja's ``finalize``: every string the page shows bounded to :data:`PAGE_TEXT_MAX` (the plots' data URIs excepted)."""
-    if isinstance(value, str) and len(value) > PAGE_TEXT_MAX and not value.startswith("data:"):
+    """Jinja's ``finalize``: every string the page shows bounded to :data:`PAGE_TEXT_MAX` (the plots' data URIs excepted).
+
+    A macro's output is ``Markup`` (HTML already rendered, its own values bounded): cutting it would cut tags.
+    """
+    if (isinstance(value, str) and not isinstance(value, markupsafe.Markup) and len(value) > PAGE_TEXT_MAX
+            and not value.startswith("data:")):
         return clip(value, PAGE_TEXT_MAX)
     return value
 
