@@ -693,6 +693,7 @@ def test_a_record_reads_numbers_beyond_floats_as_infinity_and_refuses_huge_integ
     assert run.cases[0].size.wire_bytes == float("inf") and run.cases[0].layers[0].ratio == float("-inf")
     assert run.cases[0].metric("ratio") is None  # not finite: a reader's "no value", as a stored infinity
     assert fmt(float("inf")) == "∞" and fmt(float("-inf"), "ratio") == "−∞" and fmt(float("nan")) == "—"
+    assert fmt(10**400) == "∞" and fmt(-(10**400), "ms") == "−∞"  # an int beyond floats (a parameter) as text, no OverflowError
 
     def huge_count(data: dict[str, Any]) -> None:
         data["cases"][0]["layers"][0]["numel"] = 10**400

@@ -63,7 +63,18 @@ from gcbench.results.compare import (
     head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
-from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE, BenchCase, RunCase, RunRecord, TrainCase, XCopy, as_record
+from gcbench.results.record import (
+    BEATS_BOUND,
+    FLOAT_INT_MAX,
+    TOO_SHORT,
+    UNSTABLE,
+    BenchCase,
+    RunCase,
+    RunRecord,
+    TrainCase,
+    XCopy,
+    as_record,
+)
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 from gcbench.results.verdict import PairVerdict, bytes_per_step, verdicts
 
@@ -455,6 +466,8 @@ def fmt(v: float | None, kind: str = "g") -> str:
     An infinite value is a change from a baseline of exactly 0, or a number a file holds beyond
     the float range (``1e999``, a 400-digit integer: the record reads both as infinity).
     """
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > FLOAT_INT_MAX:
+        v = math.inf if v > 0 else -math.inf  # a number no float holds (a parameter's value): float formats would raise
     if v is not None and isinstance(v, float) and math.isinf(v):
         return ("+∞" if v > 0 else "−∞") if kind == "pct" else ("∞" if v > 0 else "−∞")
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
