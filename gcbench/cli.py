@@ -105,8 +105,31 @@ app = typer.Typer(
 )
 # piped output (logs, CI) gets wide tables instead of folded cells
 # emoji=False: rich would turn ':b:' in a user's text (a model 'a:b:c') into an emoji; escape() does not stop that
-out = Console(emoji=False) if sys.stdout.isatty() else Console(width=200, emoji=False)
+# (sys.stdout is None when the shell closed it, `gcbench list >&-`: main() says so in one line)
+out = Console(emoji=False) if sys.stdout is not None and sys.stdout.isatty() else Console(width=200, emoji=False)
 err = Console(stderr=True, emoji=False)
+
+
+def _console_streams() -> int | None:
+    """Make stdout and stderr write whatever text gcbench renders; an exit status when stdout is closed.
+
+    Tables hold ``≥``, ``×`` and users' labels: on a stream whose encoding cannot write them
+    (``PYTHONIOENCODING=ascii``, a C locale) a character it cannot encode is written as ``?``
+    (one character for one, so rich's columns stay aligned) instead of ending in a traceback.
+    A closed stdout (``>&-``) cannot take any result: one ``error:`` line, exit 1.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="replace")
+            except (OSError, ValueError):  # a stream closed or detached under us: nothing to set
+                pass
+    if sys.stdout is None:
+        err.print("[bold red]error:[/] standard output is closed: gcbench writes its results there "
+                  "(redirect it to a file or /dev/null instead)", highlight=False, soft_wrap=True)
+        return 1
+    return None
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -948,7 +971,8 @@ def _claims_for(papers: Path | None, runs: list[Any]) -> tuple[list[Any], str]:
 @user_errors
 def report(
     runs: Annotated[list[str] | None, typer.Argument(
-        help="Results files, run ids, id prefixes or 'latest' (default: every run in --runs-dir).", metavar="RUN")] = None,
+        help="Results files, run ids, id prefixes or 'latest' (default: every run in --runs-dir; with --html the newest, "
+        "the others listed).", metavar="RUN")] = None,
     runs_dir: Annotated[Path, typer.Option("--runs-dir", metavar="PATH", help="Folder of stored runs.")] = Path("reports/runs"),
     md: Annotated[bool, typer.Option("--md", help="Markdown tables for a paper or PR (stdout, or -o FILE.md).")] = False,
     as_html: Annotated[bool, typer.Option("--html", help="One self-contained HTML file with plots (default reports/index.html).")] = False,
@@ -966,6 +990,8 @@ def report(
         "observation) into DIR, replacing those four files.")] = None,
     layers: Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
                                          "instead of the summary; with --md as Markdown.")] = False,
+    all_runs: Annotated[bool, typer.Option("--all", help="With --html and no RUN: render every run of --runs-dir in "
+                                           "detail, not only the newest (about 0.75 s a run).")] = False,
 ) -> None:
     """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline.
 
@@ -989,12 +1015,18 @@ def report(
         raise GcbenchError("--csv writes its own files: leave out --md, --html, --output, --baseline and --layers")
     if layers and (as_html or baseline):
         raise GcbenchError("--layers is for the terminal and --md (the HTML report has its own per-layer view), not --baseline")
+    if all_runs and not as_html:
+        raise GcbenchError("--all is for --html (the terminal, Markdown and CSV reports show every run already)")
+    if all_runs and (runs or baseline):
+        raise GcbenchError("--all renders every run of --runs-dir: leave out the RUN names and --baseline")
     if output is not None:
         check_output_file(output, "--output")
     def skipped(exc: GcbenchError) -> None:
         err.print(f"[yellow]warning:[/] skipped {escape(str(exc))}", highlight=False, soft_wrap=True)
 
-    inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped)
+    # --html renders the newest run and lists the others: rendering every run of a big folder took minutes
+    inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped,
+                           newest_only=as_html and not all_runs)
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
     inputs = [r.path for r in loaded] + ([papers] if papers is not None else [])
     if csv_dir is not None:
@@ -1015,7 +1047,7 @@ def report(
         from gcbench.report.html import write_html
 
         path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,
-                          claims_missing=claims_missing)
+                          claims_missing=claims_missing, index=inp.index)
         out.print(f"report: {path}", markup=False, highlight=False)
     elif md:
         text = rep.markdown_layers_report(detailed) if layers else rep.markdown_report(detailed, claims, comparison, all_metrics)
@@ -1277,6 +1309,9 @@ def main() -> None:
     the imports commands do lazily, so no signal ends in a traceback.
     """
     signals.install()
+    closed = _console_streams()
+    if closed is not None:
+        sys.exit(closed)
     try:
         try:
             app()  # standalone mode: always ends in SystemExit

@@ -393,3 +393,28 @@ def test_the_parsers_own_usage_errors_are_one_line_too(argv: list[str], needle: 
 def test_no_arguments_still_prints_the_help() -> None:
     r = runner.invoke(app, [])
     assert "Usage:" in r.output and "Commands" in r.output and "error:" not in r.output
+
+
+def _gcbench_shell(command: str, **env: str) -> Any:
+    """``python -m gcbench`` from this checkout under ``sh`` (for redirections a CliRunner cannot make)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[1]
+    return subprocess.run(["sh", "-c", f"'{sys.executable}' -m gcbench {command}"], capture_output=True, cwd=root,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(root), **env})
+
+
+def test_an_ascii_only_stdout_gets_every_table_with_unencodable_characters_replaced() -> None:
+    res = _gcbench_shell("list", PYTHONIOENCODING="ascii")
+    assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
+    text = res.stdout.decode("ascii")  # every byte is ASCII
+    assert "topk" in text and "?" in text  # the ≥ and × of the table became ?, one character each
+
+
+def test_a_closed_stdout_is_one_line_and_exit_1() -> None:
+    res = _gcbench_shell("list >&-")
+    assert res.returncode == 1 and b"Traceback" not in res.stderr, res.stderr
+    assert res.stderr.decode().strip() == ("error: standard output is closed: gcbench writes its results there "
+                                           "(redirect it to a file or /dev/null instead)")

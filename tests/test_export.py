@@ -158,6 +158,28 @@ def test_awkward_text_round_trips_through_the_csv_quoting(tmp_path: Path) -> Non
     assert cell(float("nan")) == "" and cell(True) == "true" and cell(["a", "b"]) == "a;b" and cell(0.1) == "0.1"
 
 
+def test_text_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised(tmp_path: Path) -> None:
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    case = data["cases"][0]
+    case["label"] = '=HYPERLINK("http://x","y")'
+    case["source"]["label"] = "@SUM(A1)"
+    case["layers"][0]["name"] = "-2+3"
+    case["layers"][1]["name"] = "\tcmd"
+    case["layers"][2]["name"] = "+cmd|' /C calc'!A0"
+    case["layers"][3]["name"] = "\rx"
+    case["layers"][4]["name"] = "plain = text"
+    case["layers"][5]["name"] = "lone \ud800 surrogate"
+    write_csv(tmp_path, [LoadedRun(GOLDEN / "run_base.json", data)])
+    _, rows = _read(tmp_path, "cases.csv")
+    assert rows[0]["case"] == "'" + case["label"] and rows[0]["source"] == "'@SUM(A1)"
+    _, layers = _read(tmp_path, "layers.csv")
+    names = [r["unit"] for r in layers if r["case"] == rows[0]["case"]][:6]
+    assert names == ["'-2+3", "'\tcmd", "'+cmd|' /C calc'!A0", "'\rx", "plain = text", "lone ? surrogate"]
+    # numbers are numbers: a negative value is written as it is, never prefixed
+    assert cell(-0.5) == "-0.5" and cell(-3) == "-3" and cell("-0.5") == "'-0.5" and cell(["-a", "b"]) == "'-a;b"
+    assert all(not r["q"].startswith("'") for r in layers)
+
+
 def test_pandas_reads_the_files_as_they_are(tmp_path: Path, streamed_run: Path) -> None:
     pd = pytest.importorskip("pandas")
     runs = load_runs([str(streamed_run)])

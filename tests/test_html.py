@@ -319,7 +319,7 @@ def test_mixed_folder_renders_every_kind(tmp_path: Path) -> None:
     (d / "3-train.json").write_text((GOLDEN / "train_digits.json").read_text(encoding="utf-8"), encoding="utf-8")
     (d / "4-bench.json").write_text((GOLDEN / "bench_small.json").read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path / "index.html"
-    r = CliRunner().invoke(app, ["report", "--runs-dir", str(d), "--html", "-o", str(out)])
+    r = CliRunner().invoke(app, ["report", "--runs-dir", str(d), "--html", "--all", "-o", str(out)])
     assert r.exit_code == 0, r.output
     text = out.read_text(encoding="utf-8")
     doc = Doc()
@@ -583,3 +583,69 @@ def test_stream_and_drift_lines_each_carry_their_name() -> None:
     cases = [_case(f"c{i}", compressor=f"f{i % 7}", stream=_stream(1 - i / 15)) for i in range(30)]
     p = plot_stream(cases, "t")
     assert p is not None and p.wide and "named at the right" in p.caption
+
+
+def test_numbers_beyond_floats_and_lone_surrogates_render_into_the_page(tmp_path: Path) -> None:
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    case = data["cases"][0]
+    case["label"] = "lab\ud800el"  # matplotlib's fonts and a UTF-8 file both refuse a lone surrogate
+    case["layers"][0]["name"] = "lay\udfffer"
+    case["size"]["wire_bytes"] = case["size"]["ratio"] = 10**400  # float() of it raised OverflowError
+    src = tmp_path / "awkward.json"
+    src.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "index.html"
+    r = CliRunner().invoke(app, ["report", str(src), "--html", "-o", str(out)])
+    assert r.exit_code == 0 and r.exception is None, r.output
+    text = out.read_text(encoding="utf-8")
+    assert "lab?el" in text and "lay?er" in text
+
+
+def test_a_huge_label_is_bounded_where_the_page_draws_it(tmp_path: Path) -> None:
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    data["cases"][1]["label"] = "Y" * 200_000  # took minutes and gigabytes in matplotlib's layout before
+    run = LoadedRun(GOLDEN / "run_base.json", data)
+    text = render_html([run])
+    assert "Y" * 4096 not in text  # no table cell, caption or tooltip carries it whole
+    assert len(text) < len(render_html([_load("run_base")])) + 100_000  # each mention bounded: no 200,000-character copy
+
+
+def _runs_folder(folder: Path, n: int) -> list[str]:
+    """``n`` small results files (the golden bench file under new ids), oldest first; their ids."""
+    data = json.loads((GOLDEN / "bench_small.json").read_text(encoding="utf-8"))
+    folder.mkdir()
+    ids = [f"2026-01-01T{i // 3600:02d}-{i // 60 % 60:02d}-{i % 60:02d}Z-bench" for i in range(n)]
+    for run_id in ids:
+        data["run_id"] = run_id
+        (folder / f"{run_id}.json").write_text(json.dumps(data), encoding="utf-8")
+    return ids
+
+
+def test_html_renders_the_newest_run_and_lists_every_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder of 200 runs: one run rendered in full (before: every one, 0.75 s each), all 200 in the index."""
+    import gcbench.report.html as html_mod
+
+    ids = _runs_folder(tmp_path / "runs", 200)
+    rendered: list[str] = []
+    full = html_mod._section_context
+    monkeypatch.setattr(html_mod, "_section_context", lambda i, run: rendered.append(run.run_id) or full(i, run))
+    out = tmp_path / "index.html"
+    r = CliRunner().invoke(app, ["report", "--html", "--runs-dir", str(tmp_path / "runs"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert rendered == [ids[-1]]  # the full renderer ran once, for the newest run
+    doc = Doc()
+    doc.feed(out.read_text(encoding="utf-8"))
+    assert not doc.errors
+    text = "".join(doc.text)
+    assert all(run_id in text for run_id in ids)  # the index names every run
+    assert ("a", "href", "#run0") in doc.attrs and "199 others listed only" in " ".join(text.split())
+
+    rendered.clear()
+    few = _runs_folder(tmp_path / "few", 3)
+    r = CliRunner().invoke(app, ["report", "--html", "--all", "--runs-dir", str(tmp_path / "few"), "-o", str(out)])
+    assert r.exit_code == 0 and rendered == few, r.output  # --all: every run in detail, as before
+    rendered.clear()
+    r = CliRunner().invoke(app, ["report", "--html", "--runs-dir", str(tmp_path / "runs"), ids[3], ids[5], "-o", str(out)])
+    assert r.exit_code == 0 and rendered == [ids[3], ids[5]], r.output
+    for bad in (["--all"], ["--all", "--html", ids[0]]):
+        r = CliRunner().invoke(app, ["report", "--runs-dir", str(tmp_path / "runs"), *bad])
+        assert r.exit_code == 1 and r.output.startswith("error: --all") and "Traceback" not in r.output

@@ -704,3 +704,82 @@ def test_a_report_write_on_a_full_disk_keeps_the_previous_file(tmp_path: Path, m
     assert f"error: cannot write {target}: No space left on device" in r.output.replace("\n", ""), r.output
     assert target.read_text(encoding="utf-8") == "previous"
     assert sorted(p.name for p in out.iterdir()) == [target.name]  # no temporary file left behind
+
+
+def _awkward_file(tmp_path: Path, name: str, edit: Any) -> Path:
+    """The golden run with ``edit(data)`` applied, written as ``name`` (json.dumps writes a lone surrogate as \\udxxx)."""
+    data = json.loads((GOLDEN / "run_base.json").read_text(encoding="utf-8"))
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _huge(data: dict[str, Any]) -> None:
+    case = data["cases"][0]
+    case["size"]["wire_bytes"] = case["size"]["ratio"] = 10**400  # an int no float holds (JSON reads 1e999 as inf)
+    case["fidelity"]["q"]["mean"] = 10**400
+    case["layers"][0]["ratio"] = -(10**400)
+
+
+def _surrogate(data: dict[str, Any]) -> None:
+    case = data["cases"][0]
+    case["label"] = "lab\ud800el"
+    case["layers"][0]["name"] = "lay\udfffer"
+    case["error"] = "\ud83d alone"
+
+
+@pytest.mark.parametrize("mode", [[], ["--md"], ["--layers"], ["--md", "--layers"], ["--csv", "CSV"], ["--md", "-o", "OUT.md"],
+                                  ["--baseline", str(GOLDEN / "run_base.json"), "--fail-on-regression"]])
+def test_numbers_beyond_floats_and_lone_surrogates_render_without_a_traceback(tmp_path: Path, mode: list[str]) -> None:
+    mode = [str(tmp_path / m) if m in ("CSV", "OUT.md") else m for m in mode]
+    for path in (_awkward_file(tmp_path, "huge.json", _huge), _awkward_file(tmp_path, "sur.json", _surrogate)):
+        r = runner.invoke(app, ["report", str(path), *mode])
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+        assert "Traceback" not in r.output and r.exit_code in (0, 1), r.output
+        if r.exit_code == 1:  # only the gate may fail, and it says why in a line
+            assert "--fail-on-regression" in mode and "error: regression gate" in r.output
+    if "--md" in mode and "-o" not in mode:
+        assert "lab?el" in r.output
+
+
+def test_a_record_reads_numbers_beyond_floats_as_infinity_and_refuses_huge_integers(tmp_path: Path) -> None:
+    run = load_run(_awkward_file(tmp_path, "huge.json", _huge))
+    assert run.cases[0].size.wire_bytes == float("inf") and run.cases[0].layers[0].ratio == float("-inf")
+    assert run.cases[0].metric("ratio") is None  # not finite: a reader's "no value", as a stored infinity
+    assert fmt(float("inf")) == "∞" and fmt(float("-inf"), "ratio") == "−∞" and fmt(float("nan")) == "—"
+    assert fmt(10**400) == "∞" and fmt(-(10**400), "ms") == "−∞"  # an int beyond floats (a parameter) as text, no OverflowError
+
+    def huge_count(data: dict[str, Any]) -> None:
+        data["cases"][0]["layers"][0]["numel"] = 10**400
+
+    with pytest.raises(ResultsError, match=r"layers\[0\]\.numel: expected an integer of at most 64 bits"):
+        load_run(_awkward_file(tmp_path, "count.json", huge_count))
+    sur = load_run(_awkward_file(tmp_path, "sur.json", _surrogate))
+    assert sur.cases[0].label == "lab?el" and sur.cases[0].layers[0].name == "lay?er"
+
+
+def _long_names(data: dict[str, Any]) -> None:
+    for c in data["cases"]:
+        if c.get("layers"):
+            c["layers"][0]["name"] = "layer." + "L" * 5000 + ".weight"
+    data["cases"][0]["label"] = "X" * 5000
+    data["cases"][0]["source"]["label"] = "S" * 5000
+
+
+def test_long_names_are_clipped_in_terminal_tables_and_whole_in_files(tmp_path: Path) -> None:
+    src = _awkward_file(tmp_path, "long.json", _long_names)
+    for mode in (["--layers"], []):
+        r = runner.invoke(app, ["report", str(src), *mode], env={"COLUMNS": "160"})
+        assert r.exit_code == 0, r.output
+        lines = r.output.splitlines()
+        assert max(cell_len(line) for line in lines) <= 200  # the piped console's width: no line stretched past it
+        headers = [line for line in lines if line.startswith("┃ layer" if mode else "┃ case")]
+        # every other column keeps its header (before, a 5,000-character name squeezed them to nothing)
+        assert headers and all(("elements" in h) if mode else ("comp ×copy" in h or "agg q" in h) for h in headers), headers
+        assert "X" * 81 not in r.output and "L" * 81 not in r.output and "S" * 81 not in r.output
+    assert "X" * 52 + "…" + "X" * 27 in r.output  # clipped in the middle to NAME_MAX = 80 characters
+    r = runner.invoke(app, ["report", str(src), "--md", "--layers"])
+    assert r.exit_code == 0 and "layer." + "L" * 5000 + ".weight" in r.output  # a file keeps them whole
+    r = runner.invoke(app, ["report", str(src), "--md"])
+    assert r.exit_code == 0 and "X" * 5000 in r.output

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
 
 from gcbench.distributed.advise import Advice, Step, summary_line
+from gcbench.report.text import term
 
 
 def _speedup(s: Step) -> str:
@@ -39,7 +39,7 @@ def advice_output(adv: Advice) -> list[Table | str]:
             cells = [_speedup(next(x for x in scs[b].steps if x.label == s.label)) for b in bws]
             k = ks.get(s.label)
             flags = f" ({', '.join(s.flags)})" if s.flags else ""
-            t.add_row(escape(s.label), s.collective, f"{(k.wire_bytes if k else 0) / 1e6:.3g}", f"{1e3 * s.compress_s:.1f}{flags}",
+            t.add_row(term(s.label), s.collective, f"{(k.wire_bytes if k else 0) / 1e6:.3g}", f"{1e3 * s.compress_s:.1f}{flags}",
                       f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
         out.append(t)
         flagged = adv.untrusted()

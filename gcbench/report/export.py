@@ -21,6 +21,11 @@ Choices:
   booleans ``true``/``false`` (pandas and R's ``read.csv`` both read them as logical), lists joined
   with ``;``, an empty cell for a missing or non-finite value; RFC 4180 quoting by the ``csv`` module,
   UTF-8, ``\\r\\n`` line ends.
+* **Formula injection**: labels, layer and source names come from users' models and suites, and a
+  spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
+  as a formula.  Such a *text* cell gets a leading ``'`` (OWASP's CSV-injection guidance); numbers
+  are written as numbers and never prefixed, so ``-0.5`` stays a number.  A lone surrogate (JSON
+  allows ``\\ud800``, UTF-8 does not) is written as ``?``.
 * **One definition**: every metric column reads ``case.metric(name)`` (the one place that knows where a
   metric lives in the record), so a CSV number equals the table's number before formatting.
 * **Writing**: the four files are always written together (a table without rows gets its header
@@ -50,8 +55,22 @@ from gcbench.results.record import BenchCase, RunCase, TrainCase, XCopy
 CSV_FILES = ("cases.csv", "layers.csv", "steps.csv", "timings.csv")
 
 
+#: first characters that make a spreadsheet read a cell as a formula (OWASP: CSV injection)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def text_cell(text: str) -> str:
+    """A text cell a spreadsheet shows as text: ``'`` before a formula start, lone surrogates as ``?``."""
+    text = text.encode("utf-8", "replace").decode("utf-8")  # "\ud800" cannot be written as UTF-8
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def cell(value: Any) -> str:
-    """One CSV cell: ``repr`` of a finite number, ``true``/``false``, lists joined by ``;``, empty for missing."""
+    """One CSV cell: ``repr`` of a finite number, ``true``/``false``, lists joined by ``;``, empty for missing.
+
+    Text (and a joined list, which a spreadsheet reads as text) goes through :func:`text_cell`;
+    a number is never prefixed.
+    """
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -61,8 +80,9 @@ def cell(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, list | tuple):
-        return ";".join(cell(v) for v in value)
-    return str(value)
+        # the joined text is neutralised as a whole: only its first character can start a formula
+        return text_cell(";".join(v if isinstance(v, str) else cell(v) for v in value))
+    return text_cell(str(value))
 
 
 def _scaled(v: float | None, scale: float) -> float | None:
@@ -352,7 +372,7 @@ def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     """The rows as RFC 4180 CSV text under ``columns`` (a key a row lacks is an empty cell)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")
-    w.writerow(columns)
+    w.writerow([text_cell(c) for c in columns])
     for r in rows:
         w.writerow([cell(r.get(k)) for k in columns])
     return buf.getvalue()

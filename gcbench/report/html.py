@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -109,6 +110,7 @@ from gcbench.report.terminal import (
     train_notes,
     worker_cells,
 )
+from gcbench.report.text import NAME_MAX, clip
 from gcbench.results.baselines import ClaimResult
 from gcbench.results.compare import Comparison
 from gcbench.results.files import atomic_write
@@ -146,9 +148,31 @@ class Plot:
 # ----------------------------------------------------------------------------- plot helpers
 
 
-def _mpl(text: str) -> str:
-    """Plain text for matplotlib: a ``$`` would otherwise start mathtext (and can fail to parse)."""
-    return str(text).replace("$", r"\$")
+#: the most characters of a plot's title (it names a run and a source, both users' text)
+PLOT_TITLE_MAX = 120
+#: the most characters of any text the page shows (a table cell, a caption, a title attribute): a
+#: 200,000-character label made every table, caption and tooltip carry it, many times over
+PAGE_TEXT_MAX = 4096
+
+
+def _mpl(text: str, limit: int = NAME_MAX) -> str:
+    """Plain text for matplotlib, clipped to ``limit`` characters (:func:`clip`): a ``$`` would otherwise start mathtext.
+
+    Clipped because matplotlib lays out every character it is given: a 200,000-character label
+    took minutes and gigabytes to place beside a point, and no plot has room for more than a line.
+    """
+    return clip(str(text), limit).replace("$", r"\$")
+
+
+def _page_text(value: Any) -> Any:
+    """Jinja's ``finalize``: every string the page shows bounded to :data:`PAGE_TEXT_MAX` (the plots' data URIs excepted).
+
+    A macro's output is ``Markup`` (HTML already rendered, its own values bounded): cutting it would cut tags.
+    """
+    if (isinstance(value, str) and not isinstance(value, markupsafe.Markup) and len(value) > PAGE_TEXT_MAX
+            and not value.startswith("data:")):
+        return clip(value, PAGE_TEXT_MAX)
+    return value
 
 
 def _figure(width: float = 5.0, height: float = 3.1) -> tuple[Figure, Any]:
@@ -401,7 +425,7 @@ def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: st
     ax.set_xlim(lo, hi)
     ax.set_xlabel(xlabel + ("  (log scale; ← better)" if log_x else "  (← better)"), fontsize=8.5)
     ax.set_ylabel("compression ratio, ×  (dense / wire bytes" + ("; log scale" if log_y else "") + "; better →)", fontsize=8.5)
-    ax.set_title(_mpl(title), fontsize=9.5)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
     _legend(ax, len(every) + (len(fpts) > 1) + shaded)
     front_first = [fp.drawn[i] for i in fp.front] + [p for i, p in enumerate(fp.drawn) if i not in fp.front] + fp.worse
     named = _label_points(ax, [(e, r, case_name(c)) for e, r, c in front_first], obstacles=taken)
@@ -434,7 +458,7 @@ def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     """The detail plot: ratio against one-shot q, each case against its OWN reference (not one axis of one reference)."""
     ok = _ok(cases)
     fp = front_points(ok, lambda c: c.metric("q"))
-    caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok, 'the main plot').removeprefix('one shot: ')}"
+    caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok, 'the main plot', clip).removeprefix('one shot: ')}"
     return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference, fraction of ‖x‖²", caption,
                        _styles(cases))
 
@@ -463,7 +487,7 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     low = min(v for _, vals in series for v in vals if v is not None)
     ax.set_ylim(max(low, floor) - 0.05, 1.07)
     ax.set_ylabel("delivered fraction of ‖Σ D‖, linear  (higher is better)", fontsize=8.5)
-    ax.set_title(_mpl(title), fontsize=9.5)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
     _end_labels(ax, [(xs[-1], ys[-1], case_name(c), styles[c.label].color) for c, vals in drawn
                      for xs, ys in [([i + 1 for i, v in enumerate(vals) if v is not None], [v for v in vals if v is not None])]],
                 fontsize=7)
@@ -530,7 +554,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_xticklabels([_mpl(case_name(r[0]) + (" *" if any(_timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
                         for r in rows], rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("GB/s of dense fp32 input" + ("  (log scale)" if log_y else ""))
-    ax.set_title(_mpl(title), fontsize=9)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
                "is a plain copy of the same tensors into preallocated buffers, timed in the same process"
@@ -601,7 +625,7 @@ def plot_layers(cases: Sequence[RunCase], title: str, metric: str = "ratio") -> 
     bar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.035)
     bar.set_label(f"{label}  ({'log colour scale; ' if log else ''}{'higher' if higher else 'lower'} is better)", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    ax.set_title(_mpl(title), fontsize=9.5)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
     missing = sum(v is None for vals in values for v in vals)
     caption = (f"{label[0].upper()}{label[1:]} of each unit ({rows[0].granularity or 'layer'} granularity) of each case: one row per "
                "case, one column per unit; the source's per-layer table (folded under its plots) lists every unit by name.")
@@ -624,7 +648,7 @@ def plot_ef_drift(cases: Sequence[RunCase], title: str) -> Plot | None:
     _step_lines(ax, series, styles)
     log_y = _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
     ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖, fraction" + ("  (log scale)" if log_y else ""), fontsize=8.5)
-    ax.set_title(_mpl(title), fontsize=9.5)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
     _end_labels(ax, [(i + 1, v, case_name(c), styles[c.label].color) for c, vals in series
                      for i, v in [max(((i, v) for i, v in enumerate(vals) if v is not None), key=lambda t: t[0])]], fontsize=7)
     caption = ("Error-feedback drift of worker 0 over steps: how far the sum of what was sent is from the sum of the reference "
@@ -668,7 +692,7 @@ def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title:
     _scale(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
     _phase_marks(ax, windows)
     ax.set_ylabel("ratio at the step, ×  (better →)")
-    ax.set_title(_mpl(title), fontsize=9, pad=12)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9, pad=12)
     _legend(ax, len(series) + (1 if bodies else 0))
     caption = ("Dense fp32 bytes / bytes a worker sent at each step, every message of the exchange counted (payload headers included); "
                "dashed: the phased cases with payload bodies only (headers excluded, as papers count); dotted lines separate the "
@@ -691,7 +715,7 @@ def plot_aggregate_drift(cases: Sequence[RunCase], windows: Sequence[Window], ti
     _step_lines(ax, series, _styles(cases), ms=3)
     _phase_marks(ax, windows)
     ax.set_ylabel("‖Σ(agg − mean)‖ / ‖Σ mean‖  (← better)")
-    ax.set_title(_mpl(title), fontsize=9, pad=12)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9, pad=12)
     _legend(ax, len(series))
     caption = ("Cumulative error of the exchanged aggregate against the true worker mean, "
                + ("the sums restarted at each phase's first step" if restarted else "summed from the first step")
@@ -714,7 +738,7 @@ def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> P
     _scatter_front(ax, pts, _styles(cases))
     ax.set_xlabel(("‖Σ(agg − mean)‖ / ‖Σ mean‖" if key == "drift" else "mean aggregate q") + " over the phase  (← better)")
     ax.set_ylabel("ratio over the phase, ×  (better →)")
-    ax.set_title(_mpl(title), fontsize=9)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
     _legend(ax, len(pts))
     what = ("the phase's cumulative aggregate error ‖Σ(agg − mean)‖/‖Σ mean‖" if key == "drift"
             else "the mean aggregate error ‖agg − mean‖²/‖mean‖²")
@@ -788,7 +812,7 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     _scale(ax, "y", [g for pts in series.values() for g in pts.values()] + [statistics.median(v) for v in copies.values()])
     ax.set_xlabel("elements compressed per worker-step")
     ax.set_ylabel("compress GB/s of dense fp32 input")
-    ax.set_title(_mpl(title), fontsize=9)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
     _legend(ax, len(series) + bool(copies))
     caption = ("Compress throughput against tensor size for each case label timed at two or more sizes in this run "
                f"({len(series)} of {len(by_label)} labels); the dashed line is the median copy throughput at each size.")
@@ -835,7 +859,7 @@ def plot_train_curves(cases: Sequence[TrainCase], key: str, title: str) -> Plot 
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("held-out accuracy  (higher is better)" if accuracy else "held-out loss  (lower is better)")
-    ax.set_title(_mpl(title), fontsize=9)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
     _legend(ax, n_legend)
     what = "accuracy" if accuracy else "loss"
     caption = (f"Held-out {what} at the end of every epoch, one line per compressor (every compressor starts from the same "
@@ -872,7 +896,7 @@ def plot_time_to_target(cases: Sequence[TrainCase], title: str) -> Plot | None:
     ax.grid(False, axis="y")
     target_text = f"accuracy {next(iter(targets)):g}" if len(targets) == 1 else "the target accuracy"
     ax.set_xlabel(f"training seconds to reach {target_text}  (← better)")
-    ax.set_title(_mpl(title), fontsize=9)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
     _legend(ax, 2)
     reached = sum(r[1] is not None for r in rows)
     caption = (f"Training time (evaluation excluded) until the held-out accuracy first reached {target_text}, checked at epoch "
@@ -930,7 +954,7 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_xticklabels([_mpl(n) for n in names], rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center",
                        fontsize=8)
     ax.set_ylabel("compress×copy: compress time / copy time, ×  (← better)")
-    ax.set_title(_mpl(title), fontsize=9)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
     _legend(ax, len(sizes) + bool(marked) + 1)
     caption = ("Median compress time as a multiple of a plain copy of the same tensor (timed in the same process); red marks are "
                "each compressor's compress×copy target in this gcbench version, the dashed line a copy.")
@@ -993,7 +1017,7 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
     _scale(ax, "y", [y for ys in curves.values() for y in ys])
     ax.set_xlabel("link bandwidth per worker, Gbit/s", fontsize=8.5)
     ax.set_ylabel("predicted speed-up over uncompressed (above 1: compression pays)", fontsize=8.5)
-    ax.set_title(_mpl(title), fontsize=9.5)
+    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
     _end_labels(ax, ends, fontsize=7)
     comp = (f"compute {1e3 * compute:.0f} ms per step (forward + backward measured on this machine)" if compute
             else "no compute time (this source measured none): communication and kernels only, an upper bound on any speed-up")
@@ -1104,14 +1128,14 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
     sources = []
     for j, (src, cases) in enumerate(by_source(run.cases).items()):
         main = {"headers": _headers(HTML_SUMMARY_COLUMNS), "rows": [_case_row(c, HTML_SUMMARY_COLUMNS) for c in cases],
-                "caption": stream_caption(cases), "compact": True}
+                "caption": stream_caption(cases, clip), "compact": True}
         detail = {"headers": _headers(HTML_DETAIL_COLUMNS), "rows": [_case_row(c, HTML_DETAIL_COLUMNS) for c in cases],
                   "compact": False}
         oneshot = None
         if any(c.ok and c.fidelity is not None for c in cases):
             headers = [*_headers(HTML_ONESHOT_COLUMNS), {"header": "reference", "help": "the case's own one-shot reference", "left": True}]
             oneshot = {"headers": headers, "rows": [_case_row(c, HTML_ONESHOT_COLUMNS, reference=True) for c in cases],
-                       "caption": oneshot_caption(cases), "plots": oneshot_plots(cases, src), "compact": True}
+                       "caption": oneshot_caption(cases, label=clip), "plots": oneshot_plots(cases, src), "compact": True}
         sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "detail": detail, "oneshot": oneshot,
                         "layers": layer_rows(cases), "layer_headers": LAYER_HEADERS,
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
@@ -1308,7 +1332,7 @@ h4.detail { margin: 26px 0 4px; color: #57606a; border-top: 1px dashed #d0d7de; 
 <main>
 <h1>{{ title }}</h1>
 <p class="muted">Rendered {{ generated }} by gcbench {{ version }} from {{ runs|length }} stored results
-file{{ "s" if runs|length != 1 }}. Reports read only stored results; re-rendering an old run gives the same numbers.</p>
+file{{ "s" if runs|length != 1 }}. Reports read only stored results; re-rendering an old run gives the same numbers.{{ index_note }}</p>
 <nav>
 {% if comparison %}<a href="#comparison">comparison</a>{% endif %}
 <a href="#runs">runs</a>
@@ -1345,7 +1369,7 @@ regression{{ "s" if comparison.regressions != 1 }}.</strong>{% endif %}</p>
 <th class="l">torch</th></tr></thead>
 <tbody>
 {% for run in runs %}<tr><td class="l">
-{% if run.detailed %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>{% else %}{{ run.facts.run }} (baseline){% endif %}</td>
+{% if run.detailed %}<a href="#{{ run.anchor }}">{{ run.facts.run }}</a>{% else %}{{ run.facts.run }}{{ run.note }}{% endif %}</td>
 {% for key in fact_keys %}<td class="l">{{ run.facts[key] }}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table></div>
 
@@ -1495,24 +1519,37 @@ format (the claim's parameters); other parameters are shown as such. Hover a cla
 </html>
 """
 
-_ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False, lstrip_blocks=False)
+_ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False, lstrip_blocks=False,
+                          finalize=_page_text)
 
 
 def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None, comparison: Comparison | None = None,
                 title: str = "gcbench report", claims_missing: str = "No claims file was loaded.",
-                detailed: Sequence[LoadedRun] | None = None) -> str:
+                detailed: Sequence[LoadedRun] | None = None, index: Sequence[dict[str, str]] | None = None) -> str:
     """The whole report as one self-contained HTML document.
 
     ``runs`` are listed in the summary; ``detailed`` (default: all of them) get their tables and plots.
     A comparison report details only the new run: the baseline's values are in the comparison rows.
+    ``index`` (:func:`gcbench.report.terminal.newest_with_index`): the facts of every run of the
+    folder, listed in the summary instead of ``runs``; a run of ``runs`` links to its section.
     """
     template = _ENV.from_string(TEMPLATE)
     show = [detailed is None or any(r is d for d in detailed) for r in runs]
+    listed = [{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i], "note": " (baseline)"} for i, r in enumerate(runs)]
+    index_note = ""
+    if index is not None:
+        anchors = {str(r.path): f"run{i}" for i, r in enumerate(runs) if show[i]}
+        listed = [{"anchor": anchors.get(f["file"], ""), "facts": f, "detailed": f["file"] in anchors, "note": ""} for f in index]
+        if len(index) > len(anchors):
+            index_note = (f" The newest is shown in detail, the {len(index) - len(anchors)} other"
+                          f"{'s' if len(index) - len(anchors) != 1 else ''} listed only: name runs "
+                          "(gcbench report --html RUN ...) or add --all to render them.")
     return template.render(
+        index_note=index_note,
         title=title,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         version=gcbench.__version__,
-        runs=[{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i]} for i, r in enumerate(runs)],
+        runs=listed,
         sections=[_section_context(i, r) for i, r in enumerate(runs) if show[i]],
         comparison=_comparison_context(comparison) if comparison is not None else None,
         claims=_claims_context(claims or []),
@@ -1527,7 +1564,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
 
 def write_html(path: str | Path, runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,
                comparison: Comparison | None = None, detailed: Sequence[LoadedRun] | None = None,
-               claims_missing: str = "No claims file was loaded.") -> Path:
-    """Render and write the report atomically (:func:`gcbench.results.files.atomic_write`)."""
-    text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed)
+               claims_missing: str = "No claims file was loaded.", index: Sequence[dict[str, str]] | None = None) -> Path:
+    """Render and write the report atomically (:func:`gcbench.results.files.atomic_write`); ``index`` as :func:`render_html`."""
+    text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed, index=index)
     return atomic_write(Path(path), text)

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from gcbench.core.errors import GcbenchError
 from gcbench.core.info import CompressorInfo
+from gcbench.report.text import term
 
 if TYPE_CHECKING:
     from gcbench.compressors.check import CheckResult  # the checks import torch; listing must not
@@ -37,7 +38,7 @@ def compressors_table(cards: Sequence[CompressorInfo], origins: Mapping[str, str
             desc += f"\n  [cyan]{escape(origins[card.name])}[/]"
         if with_params:
             desc += "\n" + _param_lines(card)
-        t.add_row(escape(card.name), str(card.version), _flags(card), desc, escape(card.paper))
+        t.add_row(term(card.name), str(card.version), _flags(card), desc, escape(card.paper))
     return t
 
 

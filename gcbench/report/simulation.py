@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gcbench.distributed.netmodel import CaseCost, Simulation
+from gcbench.report.text import clip, term
 
 
 def simulation_output(sim: Simulation) -> list[Table | str]:
@@ -14,12 +15,12 @@ def simulation_output(sim: Simulation) -> list[Table | str]:
     multi_source = len(sources) > 1
 
     def name(c: CaseCost) -> str:
-        return escape(f"{c.label} [{c.source}]" if multi_source else c.label)
+        return escape(f"{clip(c.label)} [{clip(c.source)}]") if multi_source else term(c.label)
 
     out: list[Table | str] = []
     for src in sources:
         for bw in sim.bandwidths_gbps:
-            of = f"{src} — " if multi_source else ""
+            of = f"{term(src)} — " if multi_source else ""
             t = Table(title=f"{of}predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {sim.latency_s * 1e6:g} µs, "
                             f"scheme {sim.scheme}", title_justify="left")
             t.add_column("compressor")
@@ -31,7 +32,7 @@ def simulation_output(sim: Simulation) -> list[Table | str]:
                 for n in sim.workers:
                     speedup = sim.prediction(c, n, bw).speedup
                     cells.append(f"[green]{speedup:.2f}×[/]" if speedup > 1.0 else f"{speedup:.2f}×")
-                t.add_row(escape(c.label), escape(sim.prediction(c, sim.workers[-1], bw).collective), *cells)
+                t.add_row(term(c.label), escape(sim.prediction(c, sim.workers[-1], bw).collective), *cells)
             out.append(t)
     t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
     t.add_column("compressor")

@@ -43,6 +43,7 @@ from rich.text import Text
 from gcbench.core.errors import ResultsError
 from gcbench.measure.bench import BENCH_BUDGET_S, BENCH_MAX_ROUNDS, target_of, verdict
 from gcbench.measure.metrics import TimingPolicy
+from gcbench.report.text import NAME_MAX, TEXT_MAX, clip, term
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
     BENCH_UNIT,
@@ -62,7 +63,18 @@ from gcbench.results.compare import (
     head_to_head,
 )
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic, phase_rows, source_windows, worker_traffic
-from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE, BenchCase, RunCase, RunRecord, TrainCase, XCopy, as_record
+from gcbench.results.record import (
+    BEATS_BOUND,
+    FLOAT_INT_MAX,
+    TOO_SHORT,
+    UNSTABLE,
+    BenchCase,
+    RunCase,
+    RunRecord,
+    TrainCase,
+    XCopy,
+    as_record,
+)
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 from gcbench.results.verdict import PairVerdict, bytes_per_step, verdicts
 
@@ -121,6 +133,34 @@ def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_
     if not loaded:
         raise ResultsError(f"no readable results files in {runs_dir} ({len(paths)} skipped)")
     return loaded
+
+
+def newest_with_index(runs_dir: str | Path, on_skip: Callable[[ResultsError], None] | None = None) -> ReportInput:
+    """The newest readable run of ``runs_dir`` to render, and the facts of every run for an index of them.
+
+    What ``report --html`` shows by default: rendering a run in full (tables, a dozen plots) costs
+    about 0.75 s, so a folder of 1,000 runs took over 12 minutes; listing one costs its loading
+    only (:func:`run_facts` of its header and case statuses), and only the newest run is kept in
+    memory.  Files that do not load are handed to ``on_skip`` as :func:`load_runs` does.
+    """
+    paths = list_runs(runs_dir)
+    if not paths:
+        raise ResultsError(f"no results files in {runs_dir} (run `gcbench run` first, or name results files)")
+    index: list[dict[str, str]] = []
+    newest: LoadedRun | None = None
+    for p in paths:
+        try:
+            run = LoadedRun(p, load_run(p))
+        except ResultsError as exc:
+            if on_skip is None:
+                raise
+            on_skip(exc)
+            continue
+        index.append(run_facts(run))
+        newest = run  # oldest first: the last that loads is the newest
+    if newest is None:
+        raise ResultsError(f"no readable results files in {runs_dir} ({len(paths)} skipped)")
+    return ReportInput([newest], [newest], index=index)
 
 
 def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:
@@ -288,8 +328,10 @@ def stream_reference(cases: Sequence[RunCase]) -> str | None:
     return "; ".join(refs) if refs else None
 
 
-def stream_caption(cases: Sequence[RunCase]) -> str:
-    """The main table's caption: which reference its fidelity columns use, over how many steps, and who applies momentum."""
+def stream_caption(cases: Sequence[RunCase], label: Callable[[str], str] = str) -> str:
+    """The main table's caption: which reference its fidelity columns use, over how many steps, and who applies momentum.
+
+    ``label`` writes a case's label (:func:`clip` for the terminal and the HTML page; a Markdown file keeps it whole)."""
     ok = [c for c in cases if c.ok]
     ref = stream_reference(ok)
     if ref is None:
@@ -299,7 +341,7 @@ def stream_caption(cases: Sequence[RunCase]) -> str:
     text = f"fidelity on the common reference: {ref}"
     if steps:
         text += f", over {steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} steps"
-    own = [c.label for c in ok if c.stream and c.stream.own_momentum]
+    own = [label(c.label) for c in ok if c.stream and c.stream.own_momentum]
     if own:
         one = len(own) == 1
         text += (f" ({', '.join(own)} appl{'ies' if one else 'y'} momentum {'itself' if one else 'themselves'}: "
@@ -317,7 +359,7 @@ def oneshot_reference(case: RunCase) -> str:
     return str(case.fidelity.reference) if case.fidelity and case.fidelity.reference else "gradient"
 
 
-def oneshot_caption(cases: Sequence[RunCase], main: str = "the main table") -> str:
+def oneshot_caption(cases: Sequence[RunCase], main: str = "the main table", label: Callable[[str], str] = str) -> str:
     """The one-shot table's caption: each case against its own reference, naming those that are not the gradient.
 
     ``main``: what to read instead when the references differ (the main table, or the main plot).
@@ -325,7 +367,7 @@ def oneshot_caption(cases: Sequence[RunCase], main: str = "the main table") -> s
     other: dict[str, list[str]] = {}
     for c in cases:
         if c.ok and oneshot_reference(c) != "gradient":
-            other.setdefault(oneshot_reference(c), []).append(c.label)
+            other.setdefault(oneshot_reference(c), []).append(label(c.label))
     text = "one shot: one compression of one gradient, each case against its own reference: the gradient"
     if not other:
         return text + "."
@@ -419,9 +461,15 @@ _FIXED_FORMATS: dict[str, tuple[str, str]] = {
 
 
 def fmt(v: float | None, kind: str = "g") -> str:
-    """A number as reports write it; ``—`` for missing values."""
-    if kind == "pct" and v is not None and math.isinf(v):
-        return "+∞" if v > 0 else "−∞"  # a change from a baseline of exactly 0
+    """A number as reports write it; ``—`` for missing values (and NaN), ``∞`` for an infinite one.
+
+    An infinite value is a change from a baseline of exactly 0, or a number a file holds beyond
+    the float range (``1e999``, a 400-digit integer: the record reads both as infinity).
+    """
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > FLOAT_INT_MAX:
+        v = math.inf if v > 0 else -math.inf  # a number no float holds (a parameter's value): float formats would raise
+    if v is not None and isinstance(v, float) and math.isinf(v):
+        return ("+∞" if v > 0 else "−∞") if kind == "pct" else ("∞" if v > 0 else "−∞")
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     if kind == "ratio":
@@ -562,17 +610,18 @@ def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
     """
     tables = []
     for src, group in by_source(cases).items():
-        main = _cases_table(f"{title} — {src}", group, SUMMARY_COLUMNS)
-        main.caption = "\n".join(x for x in (rich_escape(stream_caption(group)), main.caption) if x)
+        src = clip(src)  # the titles name the source: a long one would fill them
+        main = _cases_table(f"{clip(title)} — {src}", group, SUMMARY_COLUMNS)
+        main.caption = "\n".join(x for x in (rich_escape(stream_caption(group, clip)), main.caption) if x)
         main.caption_justify = "left"
         tables.append(main)
         if any(c.ok and c.fidelity is not None for c in group):
-            oneshot = _cases_table(f"{title} — {src} — one-shot fidelity (own reference)", group, ONESHOT_COLUMNS,
+            oneshot = _cases_table(f"{clip(title)} — {src} — one-shot fidelity (own reference)", group, ONESHOT_COLUMNS,
                                    with_errors=False)
-            oneshot.caption = rich_escape(oneshot_caption(group))
+            oneshot.caption = rich_escape(oneshot_caption(group, label=clip))
             oneshot.caption_justify = "left"
             tables.append(oneshot)
-        phases = phase_table(group, f"{title} — {src}")
+        phases = phase_table(group, f"{clip(title)} — {src}")
         if phases is not None:
             phases.caption = rich_escape(PHASE_NOTE)
             phases.caption_justify = "left"
@@ -585,7 +634,7 @@ def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_
     """One row per case over ``columns``; a failed case's error goes in the caption (``with_errors``), not in a cell.
 
     ``escape`` False leaves the columns' markup (train's coloured cells) as it is."""
-    t = Table(title=rich_escape(title), title_justify="left")
+    t = Table(title=term(title, TEXT_MAX), title_justify="left")
     t.add_column(first, no_wrap=True)
     for col in columns:
         t.add_column(col.header, justify="right", no_wrap=True)
@@ -593,10 +642,10 @@ def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_
     for c in cases:
         if not c.ok:
             # the error goes under the table: in a cell it would stretch one numeric column
-            t.add_row(rich_escape(case_name(c)), "[red]failed[/]", *[""] * (len(columns) - 1))
+            t.add_row(term(case_name(c)), "[red]failed[/]", *[""] * (len(columns) - 1))
             errors.append((case_name(c), c.error_text))
             continue
-        t.add_row(rich_escape(case_name(c)), *[rich_escape(col.text(c)) if escape else col.text(c) for col in columns])
+        t.add_row(term(case_name(c)), *[rich_escape(col.text(c)) if escape else col.text(c) for col in columns])
     if errors and with_errors:
         t.caption = _failure_caption(errors)
         t.caption_justify = "left"
@@ -641,10 +690,10 @@ def _side_cell(row: SideRow, i: int, case: RunCase) -> str:
 
 
 def _side_table(title: str, cases: Sequence[RunCase], rows: Sequence[SideRow]) -> Table:
-    t = Table(title=rich_escape(title) or None, title_justify="left")
+    t = Table(title=term(title, TEXT_MAX) or None, title_justify="left")
     t.add_column("metric")
     for c in cases:
-        t.add_column(rich_escape(case_name(c)), justify="right")
+        t.add_column(term(case_name(c)), justify="right")
     for r in rows:
         t.add_row(rich_escape(r.spec.label) + (" ↑" if r.spec.higher_is_better else " ↓"),
                   *[_side_cell(r, i, c) for i, c in enumerate(cases)])
@@ -658,11 +707,11 @@ def sweep_table(sweep: Sequence[RunCase], cases: Sequence[RunCase]) -> Table:
         t.add_column(h, justify="left" if h == "case" else "right")
     for c in sorted([*[c for c in cases if c.ok], *sweep], key=lambda c: (c.compressor or "", -((c.params or {}).get("density") or 0))):
         if not c.ok:
-            t.add_row(rich_escape(case_name(c)), "", "[red]failed[/]", "")
+            t.add_row(term(case_name(c)), "", "[red]failed[/]", "")
             continue
         d = c.stream.delivered if c.stream else None
         short = " (too short)" if c.stream is not None and c.stream.enough is False else ""
-        t.add_row(rich_escape(case_name(c)), fmt((c.params or {}).get("density"), "g"), fmt(bytes_per_step(c), "int"),
+        t.add_row(term(case_name(c)), fmt((c.params or {}).get("density"), "g"), fmt(bytes_per_step(c), "int"),
                   fmt(d, "g") + short)
     return t
 
@@ -683,6 +732,7 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     workers = "?" if first is None or first.workers is None else first.workers
     steps = "?" if first is None or first.steps is None else first.steps
     reference = first.stream.reference if first is not None and first.stream and first.stream.reference else None
+    src = clip(src)
     out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep))]
     if sweep is None:
         out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
@@ -694,12 +744,12 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     out.append(Text(COMPARE_STREAM_NOTE))
     refs = fidelity_references(cases)
     one_shot = _side_table("one-shot fidelity — each against its own reference", cases, head_to_head(cases, FIDELITY_METRICS))
-    one_shot.add_row("reference", *[rich_escape(r or "—") for r in refs])
+    one_shot.add_row("reference", *[term(r or "—") for r in refs])
     out += [one_shot, Text(ONE_SHOT_NOTE)]
     if sweep is not None:
         out.append(sweep_table(sweep, cases))
     failed = [c for c in (*cases, *(sweep or ())) if not c.ok]
-    out += [Text.from_markup(f"[red]{rich_escape(c.label)} failed:[/] {rich_escape(c.error_text)}") for c in failed]
+    out += [Text.from_markup(f"[red]{term(c.label)} failed:[/] {term(c.error_text, TEXT_MAX)}") for c in failed]
     out.append(Text("green = best in row, only where a best means something (no flagged timing, no too-short stream, one "
                     "reference for the one-shot rows); ≈ = timing not significantly different from the best (Mann–Whitney "
                     f"p ≥ 0.05); {DAGGER} = reconstructed definition; "
@@ -758,7 +808,7 @@ def phase_table(cases: Sequence[RunCase], title: str) -> Table | None:
     if not windows:
         return None
     cols = phase_columns(windows)
-    t = Table(title=f"{rich_escape(title)} — per phase: " + ", ".join(rich_escape(w.text()) for w in windows), title_justify="left")
+    t = Table(title=f"{term(title, TEXT_MAX)} — per phase: " + ", ".join(rich_escape(w.text()) for w in windows), title_justify="left")
     t.add_column("case", no_wrap=True)
     # a terminal is narrow: each window's ratio and body-only ratio share one cell, "ratio (body)"
     merged = [i for i, c in enumerate(cols) if c[0] == "body_ratio"]
@@ -769,7 +819,7 @@ def phase_table(cases: Sequence[RunCase], title: str) -> Table | None:
     for r in phase_rows(cases, windows):
         cells = [fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)]
         row = [f"{cells[i]} ({cells[i + 1]})" if i + 1 in merged else cells[i] for i in range(len(cells)) if i not in merged]
-        t.add_row(rich_escape(case_name(r.case)), *row)
+        t.add_row(term(case_name(r.case)), *row)
     return t
 
 
@@ -854,7 +904,7 @@ def layer_pages(cases: Sequence[RunCase], width: int, fixed: int) -> list[list[R
     pages: list[list[RunCase]] = [[]]
     used = fixed
     for c in cases:
-        w = max(len(case_name(c)), 9) + 3  # a cell's text and its padding and border
+        w = max(len(clip(case_name(c))), 9) + 3  # a cell's text and its padding and border
         if pages[-1] and used + w > width:
             pages.append([])
             used = fixed
@@ -874,21 +924,21 @@ def layer_tables(cases: Sequence[RunCase], title: str, width: int = 160) -> list
     units = layer_units(ok)
     if not units:
         return []
-    name_w = max(len(n) for n, _ in units)
+    name_w = max(len(clip(n)) for n, _ in units)
     fixed = name_w + len(f"{max((n or 0) for _, n in units):,}") + 7
     pages = layer_pages(ok, width, fixed)
     tables = []
     for metric in LAYER_METRICS:
         for i, page in enumerate(pages):
             part = f" (cases {i + 1}/{len(pages)})" if len(pages) > 1 else ""
-            t = Table(title=f"{rich_escape(title)} — per layer: {metric.field}{part}", title_justify="left",
+            t = Table(title=f"{term(title, TEXT_MAX)} — per layer: {metric.field}{part}", title_justify="left",
                       caption=rich_escape(metric.title), caption_justify="left")
             t.add_column("layer", no_wrap=True)
             t.add_column("elements", justify="right", no_wrap=True)
             for c in page:
-                t.add_column(rich_escape(case_name(c)), justify="right", no_wrap=True)
+                t.add_column(term(case_name(c)), justify="right", no_wrap=True)
             for name, numel in units:
-                t.add_row(rich_escape(name), fmt(numel, "int"), *[_layer_cell(layer_value(c, name, metric), metric) for c in page])
+                t.add_row(term(name), fmt(numel, "int"), *[_layer_cell(layer_value(c, name, metric), metric) for c in page])
             t.add_section()
             t.add_row("whole model", fmt(sum(n or 0 for _, n in units), "int"),
                       *[_layer_cell(c.metric(metric.metric), metric) for c in page])
@@ -907,7 +957,7 @@ def layers_report(runs: Sequence[LoadedRun], width: int = 160) -> list[Renderabl
         if run.kind in ("train", "bench"):
             continue
         for src, group in by_source(run.cases).items():
-            out += layer_tables(group, f"{run.run_id} — {src}", width)
+            out += layer_tables(group, f"{clip(run.run_id)} — {clip(src)}", width)
     if not out:
         raise ResultsError("no per-layer rows in these results (only run and compare files record them)")
     return [*out, LAYER_NOTE]
@@ -947,7 +997,7 @@ def markdown_layers_report(runs: Sequence[LoadedRun]) -> str:
 
 
 def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
-    return "\n".join(f"[red]{rich_escape(n)} failed:[/] {rich_escape(e)}" for n, e in names_errors)
+    return "\n".join(f"[red]{term(n)} failed:[/] {term(e, TEXT_MAX)}" for n, e in names_errors)
 
 
 def train_table(cases: Sequence[TrainCase], title: str) -> Table:
@@ -964,7 +1014,7 @@ def train_table(cases: Sequence[TrainCase], title: str) -> Table:
 
 def bench_table(run: LoadedRun) -> Table:
     """A bench file: the target table of ``gcbench bench`` (one row per compressor and size)."""
-    t = Table(title=f"{rich_escape(run.run_id)} — kernel benchmark: {rich_escape(bench_description(run))}", title_justify="left")
+    t = Table(title=f"{term(run.run_id)} — kernel benchmark: {term(bench_description(run), TEXT_MAX)}", title_justify="left")
     t.add_column("compressor", no_wrap=True)
     for col in BENCH_COLUMNS:
         t.add_column(col.header, justify="right", no_wrap=True)
@@ -973,14 +1023,14 @@ def bench_table(run: LoadedRun) -> Table:
     errors = []
     for c in run.cases:
         if not c.ok:
-            t.add_row(rich_escape(bench_name(c)), fmt(c.metric("numel"), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
+            t.add_row(term(bench_name(c)), fmt(c.metric("numel"), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
                       "", "[red]error[/]")
             errors.append((bench_name(c), c.error_text))
             continue
         target, mark = bench_target(c)
         style = {"pass": "green", "short": "red", "flagged": "yellow"}.get(mark)
         change = "" if c.baseline_change is None else f" ({100 * c.baseline_change:+.0f}% vs base)"  # `bench --baseline`
-        t.add_row(rich_escape(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
+        t.add_row(term(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
                   (f"[{style}]{mark}[/]" if style else mark) + change)
     t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)] + bench_roofline(run.cases)
                           + [rich_escape(line) for line in flag_reason_lines(run.cases)])
@@ -1064,7 +1114,7 @@ def runs_table(runs: Sequence[LoadedRun]) -> Table:
         t.add_column(col)
     for r in runs:
         f = run_facts(r)
-        t.add_row(*[rich_escape(f[k]) for k in RUN_FACT_KEYS])
+        t.add_row(*[term(f[k]) for k in RUN_FACT_KEYS])
     return t
 
 
@@ -1097,12 +1147,12 @@ COMPARE_HEADERS = ("case", "metric", "baseline", "new", "change", "p", "verdict"
 
 
 def comparison_table(cmp: Comparison, all_rows: bool = False) -> Table:
-    t = Table(title=f"{rich_escape(cmp.new_id)} vs baseline {rich_escape(cmp.baseline_id)} "
+    t = Table(title=f"{term(cmp.new_id)} vs baseline {term(cmp.baseline_id)} "
                     f"(threshold {cmp.threshold:.0%}, α = {cmp.alpha:g})", title_justify="left")
     for h in COMPARE_HEADERS:
         t.add_column(h, justify="right" if h in ("baseline", "new", "change", "p") else "left")
     for r in visible_rows(cmp, all_rows):
-        cells = [rich_escape(c) for c in row_cells(r)]
+        cells = [term(c, NAME_MAX if i == 0 else TEXT_MAX) for i, c in enumerate(row_cells(r))]
         style = _VERDICT_STYLE.get(r.verdict)
         if style:
             cells[6] = f"[{style}]{cells[6]}[/]"
@@ -1120,8 +1170,8 @@ def claims_table(results: Sequence[ClaimResult]) -> Table:
         t.add_column(h, overflow="fold")
     for res in results:
         c = res.claim
-        t.add_row(rich_escape(c.paper), rich_escape(c.compressor), rich_escape(f"{c.model} / {c.data}"),
-                  rich_escape(f"{c.value_text()} {c.metric} ({c.source})"), rich_escape(measured_text(res)))
+        t.add_row(term(c.paper), term(c.compressor), term(f"{c.model} / {c.data}"),
+                  term(f"{c.value_text()} {c.metric} ({c.source})", TEXT_MAX), term(measured_text(res), TEXT_MAX))
     return t
 
 
@@ -1332,16 +1382,22 @@ class ReportInput:
     loaded: list[LoadedRun]
     detailed: list[LoadedRun]
     comparison: Comparison | None = None
+    #: every run of the folder as :func:`run_facts` (oldest first) when only the newest is loaded (``report --html``)
+    index: list[dict[str, str]] | None = None
 
 
 def report_input(refs: Sequence[str] | None, runs_dir: str | Path, baseline: str | None = None, threshold: float = 0.05,
                  alpha: float = 0.05, finished_only: bool = False,
-                 on_skip: Callable[[ResultsError], None] | None = None) -> ReportInput:
+                 on_skip: Callable[[ResultsError], None] | None = None, newest_only: bool = False) -> ReportInput:
     """Load the runs a report shows; with ``baseline``, compare the newest (or the one named) against it.
 
     ``finished_only``: "latest" never picks an unfinished run (what a regression gate needs).  A
     comparison report details the new run only: the baseline's values are in the comparison rows.
+    ``newest_only`` (no runs named, no baseline): only the newest run is kept, every other one
+    listed in :attr:`ReportInput.index` (:func:`newest_with_index`).
     """
+    if baseline is None and newest_only and not refs:
+        return newest_with_index(runs_dir, on_skip)
     if baseline is None:
         loaded = load_runs(refs, runs_dir, on_skip=on_skip)
         return ReportInput(loaded, loaded)

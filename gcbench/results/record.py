@@ -33,6 +33,8 @@ Choices:
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -81,15 +83,26 @@ def _expected(what: str, value: Any) -> PydanticCustomError:
     return PydanticCustomError("expected", "expected {what}, got {got}", {"what": what, "got": show(value)})
 
 
+#: the largest int every reader may turn into a float: float() of a larger one raises OverflowError
+FLOAT_INT_MAX = int(sys.float_info.max)
+#: the largest integer field (a count, a size, a 64-bit seed): readers multiply them and still need a float
+INT_MAX = 2**64
+
+
 def _number(v: Any) -> int | float:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _expected("a number", v)
+    if isinstance(v, int) and abs(v) > FLOAT_INT_MAX:
+        # JSON reads 1e999 as infinity but 1000...0 (400 digits) as an int no float can hold: the same number
+        return math.inf if v > 0 else -math.inf
     return v
 
 
 def _integer(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise _expected("an integer", v)
+    if abs(v) > INT_MAX:  # counts and sizes are multiplied, divided and formatted as floats by every reader
+        raise _expected("an integer of at most 64 bits", v)
     return v
 
 
@@ -936,9 +949,32 @@ def parse_record(data: Any) -> RunRecord:
     if v > SCHEMA_VERSION:
         raise ResultsError(f"written with results schema {v}, newer than this gcbench reads ({SCHEMA_VERSION}); upgrade gcbench")
     try:
-        return _RECORD.validate_python(upgrade(data))
+        return _RECORD.validate_python(upgrade(unicode_text(data)))
     except ValidationError as exc:
         raise ResultsError(problem_text(exc)) from None
+
+
+def unicode_text(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by ``?``.
+
+    JSON may hold ``"\\ud800"``, which no UTF-8 output (a terminal, a Markdown, HTML or CSV file,
+    matplotlib's fonts) can write: every renderer would fail on a label, layer name or error text
+    holding one.  Replaced once here, where a record is read, no renderer has to care.  Strings
+    that encode are returned as they are (no copy of a clean file's data).
+    """
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {unicode_text(k): unicode_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unicode_text(v) for v in value]
+    return value
 
 
 def as_record(data: RunRecord | Mapping[str, Any]) -> RunRecord:
