@@ -48,6 +48,7 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, ResultsError, UnknownNameError
+from gcbench.core.files import load_user_json
 from gcbench.core.info import Protocol
 from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord, as_record
 
@@ -260,12 +261,13 @@ class Calibration:
 
 def load_calibration(path: str | os.PathLike[str]) -> Calibration:
     """Read a calibration file; a missing, unreadable or foreign file is one :class:`ResultsError` line."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ResultsError(f"no calibration file {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultsError(f"cannot read the calibration {path}: {e}") from None
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        raise ResultsError(f"no calibration file {path}")
+    try:  # a regular file of at most 1 MiB: a device or FIFO given to --network is refused, not read forever
+        data = load_user_json(p, "calibration file", error=ResultsError)
+    except ResultsError as e:
+        raise ResultsError(f"cannot read the calibration: {e}") from None
     return Calibration.from_dict(data, str(path))
 
 

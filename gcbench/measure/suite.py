@@ -22,7 +22,6 @@ import hashlib
 import json
 import math
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,9 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, mode
 
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
+from gcbench.core.files import SMALL_FILE_BYTES, load_user_toml
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "suites"
 DEFAULT_SUITE = "quick"
+
+#: the largest suite file read (the bundled ones are a few KiB)
+SUITE_FILE_BYTES = SMALL_FILE_BYTES
 
 #: environment variable that, set to 1 (or true/yes/on), allows suites to import the code they name
 TRUST_ENV = "GCBENCH_TRUST_CODE"
@@ -350,12 +353,8 @@ def load_suite(name_or_path: str | Path | None) -> Suite:
     """
     path = find_suite(name_or_path)
     where = str(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise GcbenchError(f"{where}: not valid TOML: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GcbenchError(f"{where}: cannot read: {exc}") from None
+    # a regular file of at most 1 MiB: /dev/zero, a FIFO or a huge file is refused before reading
+    data = load_user_toml(path, "suite file", SUITE_FILE_BYTES)
     data.setdefault("name", path.stem)
     return parse_suite(data, where)
 

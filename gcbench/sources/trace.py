@@ -46,10 +46,15 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from gcbench.core.errors import ParamError, SourceError
+from gcbench.core.files import load_user_json
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+
+#: the largest manifest read: one entry per (step, worker) file and per tensor; 10,000 steps × 64
+#: workers of a 200-tensor model take about 1 MB, so 16 MiB is far past any real trace
+MAX_MANIFEST_BYTES = 16 << 20
 
 #: manifest dtype name ↔ torch dtype ↔ safetensors header dtype
 _DTYPES: dict[str, tuple[torch.dtype, str]] = {
@@ -237,14 +242,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise _fail(path, "missing; not a gcbench trace folder (or the recording did not finish)")
     check_inside(folder, path)
-    try:
-        m = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _fail(path, f"not valid JSON ({exc})") from None
-    except RecursionError:
-        raise _fail(path, "not valid JSON (nested too deeply)") from None
-    except OSError as exc:
-        raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
+    # a regular file of bounded size: a manifest replaced by a FIFO or a device is refused, not read forever
+    m = load_user_json(path, "trace manifest", MAX_MANIFEST_BYTES, SourceError)
     if not isinstance(m, dict):
         raise _fail(path, "must hold a JSON object")
     fv = m.get("format_version")
