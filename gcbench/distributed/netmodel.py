@@ -37,7 +37,6 @@ functions are pure.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import statistics
