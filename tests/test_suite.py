@@ -71,3 +71,100 @@ def test_overrides_win() -> None:
 def test_bundled_suites_validate(path: Path) -> None:
     s = load_suite(path)
     assert s.compressors and s.sources
+
+
+# ----------------------------------------------------------------------------- issue 34: suites and inputs
+
+
+def _write(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_deeply_nested_toml_is_one_error(tmp_path: Path) -> None:
+    # tomllib recurses per nesting level: 5000 levels were a RecursionError traceback
+    p = _write(tmp_path, 'name = "x"\na = ' + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(GcbenchError, match=r"s\.toml: not valid TOML: arrays or tables nested too deeply"):
+        load_suite(p)
+
+
+@pytest.mark.parametrize(("key", "value", "where"), [
+    ("bucket_mb", 1e308, "bucket_mb: must be in (0, 65536], got 1e+308"),
+    ("seed", 2**64, "seed: must be in [0, 9.22337e+18], got"),
+    ("metrics.threads", 100000, "metrics.threads: must be in [1, 1024], got 100000"),
+    ("sources.lr", 1e300, "sources[0].lr: must be in [0, 1000], got 1e+300"),
+    ("sources.scale", 1e300, "sources[0].scale: must be in [1e-30, 1e+06], got 1e+300"),
+    ("sources.df", 0.01, "sources[0].df: must be in [1, 1e+06], got 0.01"),
+    ("sources.warmup_steps", 10**9, "sources[0].warmup_steps: must be in [0, 100000]"),
+    ("sources.batch_size", 10**9, "sources[0].batch_size: must be in [1, 4096]"),
+    ("sources.image_size", 10**6, "sources[0].image_size: must be in [8, 1024]"),
+    ("metrics.timing_steps", 10**9, "metrics.timing_steps: must be in [0, 100000]"),
+])
+def test_numeric_keys_have_a_documented_range(key: str, value: float, where: str) -> None:
+    data: dict = {**GOOD, "sources": [{"kind": "live", "model": "mlp"}], "metrics": {}}
+    table, _, name = key.rpartition(".")
+    if table == "sources":
+        data["sources"][0][name] = value
+    elif table == "metrics":
+        data["metrics"][name] = value
+    else:
+        data[name] = value
+    msg = _err(data)
+    assert msg.startswith(f"x.toml: {where}"), msg
+    assert "\n" not in msg
+
+
+def test_a_synthetic_shape_of_more_than_32_dimensions_is_refused() -> None:
+    msg = _err({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[1] * 70]}]})
+    assert msg == "x.toml: sources[0]: shapes: a tensor may have at most 32 dimensions, got 70"
+    assert parse_suite({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[1] * 32]}]}).sources[0].shapes
+
+
+def test_synthetic_shapes_and_model_together_are_refused() -> None:
+    # the results file said "(resnet50 shapes)" while the shapes were measured
+    msg = _err({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[10]], "model": "resnet50"}]})
+    assert "takes 'shapes' or 'model'" in msg and "not both" in msg
+    assert "'shapes' is for synthetic sources" in _err({**GOOD, "sources": [{"kind": "live", "model": "mlp", "shapes": [[3]]}]})
+    assert parse_suite({**GOOD, "sources": [{"kind": "synthetic", "model": "mlp"}]}).sources[0].display() == "synthetic normal (mlp shapes)"
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])
+def test_a_device_is_not_a_suite(device: str) -> None:
+    if not Path(device).exists():
+        pytest.skip(f"no {device} here")
+    with pytest.raises(GcbenchError, match=rf"^{device}: suite file must be a regular file, not a character device$"):
+        load_suite(device)
+
+
+def test_a_fifo_or_folder_is_not_a_suite(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    with pytest.raises(GcbenchError, match="must be a regular file, not a directory"):
+        load_suite(tmp_path)
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    got: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_suite(fifo)
+        except BaseException as exc:  # the test inspects it
+            got.append(exc)
+
+    t = threading.Thread(target=load, daemon=True)  # opening a FIFO blocked forever: the thread must finish
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "reading a FIFO suite hangs"
+    assert len(got) == 1 and "must be a regular file, not a FIFO" in str(got[0])
+
+
+def test_a_huge_suite_file_is_refused_before_reading(tmp_path: Path) -> None:
+    p = tmp_path / "big.toml"
+    with p.open("wb") as f:
+        f.truncate(5 << 30)  # sparse: 5 GiB that were read whole before
+    with pytest.raises(GcbenchError, match=r"big\.toml: suite file is 5120\.0 MiB; gcbench reads at most 1\.0 MiB"):
+        load_suite(p)
