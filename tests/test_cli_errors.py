@@ -333,3 +333,61 @@ def test_bench_model_with_sizes_or_an_unknown_model_is_one_line() -> None:
     assert_one_line(res, "--model", "--sizes")
     res = runner.invoke(app, ["bench", "topk", "--model", "resnt50"])
     assert_one_line(res, "resnt50", "did you mean")
+
+
+# ----------------------------------------------------------------------------- issue 34: suites and inputs
+
+
+def _tiny_with(folder: Path, extra: str, metrics: str = "") -> Path:
+    """The tiny suite with ``extra`` top-level keys (and ``metrics`` keys) added."""
+    text = TINY.format(label="topk").replace('seed = 3\n', f"seed = 3\n{extra}\n").replace("[metrics]\n", f"[metrics]\n{metrics}\n")
+    path = folder / "x.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize(("extra", "metrics", "needle"), [
+    ("deep = " + "[" * 5000 + "]" * 5000, "", "not valid TOML: arrays or tables nested too deeply"),  # RecursionError
+    ('granularity = "bucket"\nbucket_mb = 1e308', "", "bucket_mb: must be in (0, 65536], got 1e+308"),  # OverflowError
+    ("", "threads = 100000", "metrics.threads: must be in [1, 1024], got 100000"),  # bad_alloc / MemoryError
+], ids=["deep", "bucket_mb", "threads"])
+def test_suite_values_that_raised_are_one_line(command: str, extra: str, metrics: str, needle: str, tmp_path: Path) -> None:
+    path = _tiny_with(tmp_path, extra, metrics)
+    argv = [command, str(path)] + (["--out", str(tmp_path / "o"), "-q", "--no-timing"] if command == "run" else [])
+    assert_one_line(runner.invoke(app, argv), needle)
+    assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+def test_a_live_lr_past_its_range_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "lr.toml"
+    path.write_text('name = "lr"\n[[sources]]\nkind = "live"\nmodel = "mlp"\nlr = 1e300\nsteps = 2\nworkers = 2\n'
+                    '[[compressors]]\nname = "topk"\n')
+    for command in ("validate", "run"):
+        assert_one_line(runner.invoke(app, [command, str(path), "--out", str(tmp_path)][: 2 if command == "validate" else 4]),
+                        "sources[0].lr: must be in [0, 1000], got 1e+300")
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_device_or_fifo_suite_is_one_line(command: str, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "character device"), ("/dev/urandom", "character device"), (str(fifo), "FIFO")):
+        res = runner.invoke(app, [command, path])
+        assert_one_line(res, f"{path}: suite file must be a regular file, not a {kind}")
+
+
+def test_a_claims_file_that_is_a_device_is_one_line(runs: Path) -> None:
+    res = runner.invoke(app, ["report", "--runs-dir", str(runs), "--papers", "/dev/zero"])
+    assert_one_line(res, "/dev/zero: claims file must be a regular file, not a character device")
+
+
+def test_compare_shape_of_too_many_dimensions_is_one_line(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["compare", "topk", "qsgd", "--shape", "x".join(["1"] * 70), "-q", "--out", str(tmp_path)])
+    assert_one_line(res, "a tensor may have at most 32 dimensions, got 70")
+
+
+@pytest.mark.parametrize("sizes", ["1e300", "1K,3G"])
+def test_bench_sizes_past_2_31_are_one_line(sizes: str, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["bench", "-c", "topk", "--sizes", sizes, "--out", str(tmp_path), "-q"])
+    assert_one_line(res, "--sizes: size", "must be 1 to 2,147,483,648 (2**31) elements")
