@@ -168,3 +168,27 @@ def test_a_huge_suite_file_is_refused_before_reading(tmp_path: Path) -> None:
         f.truncate(5 << 30)  # sparse: 5 GiB that were read whole before
     with pytest.raises(GcbenchError, match=r"big\.toml: suite file is 5120\.0 MiB; gcbench reads at most 1\.0 MiB"):
         load_suite(p)
+
+
+def test_list_valued_params_round_trip_between_the_command_line_and_toml(tmp_path: Path) -> None:
+    from gcbench.compressors import registry
+
+    # commas separate a spec's parameters, so lgc's channels could not be given on the command line
+    name, params = registry.parse_spec("lgc:channels=8/16/32,window=512")
+    assert (name, params) == ("lgc", {"channels": "8/16/32", "window": 512})
+    cli = apply_overrides(parse_suite(GOOD), compressors=[(name, params)])
+    for spelling in ("[8, 16, 32]", '"8/16/32"', '"8,16,32"'):  # the TOML list, the CLI text, the old comma string
+        p = _write(tmp_path, f'name = "t"\n[[sources]]\nshapes = [[10, 10]]\n[[compressors]]\nname = "lgc"\n'
+                             f"params = {{ channels = {spelling}, window = 512 }}\n")
+        suite = load_suite(p)
+        assert suite.labels() == ["lgc(channels=8/16/32,window=512)"] == cli.labels()
+        assert suite.compressors == cli.compressors
+    # the label is a spec the command line reads back
+    assert registry.parse_spec(cli.labels()[0].replace("(", ":").rstrip(")")) == (name, params)
+    for bad in ("[8, 0]", "[]", '"8/x"', "[1, 2, 3, 4, 5, 6, 7, 8, 9]", "[8.5]"):
+        p = _write(tmp_path, f'name = "t"\n[[sources]]\nshapes = [[10, 10]]\n[[compressors]]\nname = "lgc"\n'
+                             f"params = {{ channels = {bad} }}\n")
+        with pytest.raises(GcbenchError, match=r"compressors\[0\]\.params\.channels: must be 1 to 8 ints in \[1, inf\) separated by '/'"):
+            load_suite(p)
+    with pytest.raises(GcbenchError, match="a list's items are separated by '/'"):
+        registry.parse_spec("lgc:channels=8,16")
