@@ -391,3 +391,16 @@ def test_compare_shape_of_too_many_dimensions_is_one_line(tmp_path: Path) -> Non
 def test_bench_sizes_past_2_31_are_one_line(sizes: str, tmp_path: Path) -> None:
     res = runner.invoke(app, ["bench", "-c", "topk", "--sizes", sizes, "--out", str(tmp_path), "-q"])
     assert_one_line(res, "--sizes: size", "must be 1 to 2,147,483,648 (2**31) elements")
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_suite_too_big_for_the_machine_is_one_line_before_running(command: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcbench.measure import footprint
+
+    monkeypatch.setattr(footprint, "machine_memory", lambda: (8 * 2**30, 8 * 2**30))
+    path = tmp_path / "big.toml"
+    path.write_text('name = "big"\n[[sources]]\nshapes = [[2147483648], [2147483648]]\n[[compressors]]\nname = "topk"\n')
+    argv = [command, str(path)] + (["--out", str(tmp_path / "o"), "-q"] if command == "run" else [])
+    assert_one_line(runner.invoke(app, argv), "sources[0]", "more than this machine's 8.0 GiB", "--force")
+    assert not (tmp_path / "o").exists()

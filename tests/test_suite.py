@@ -192,3 +192,50 @@ def test_list_valued_params_round_trip_between_the_command_line_and_toml(tmp_pat
             load_suite(p)
     with pytest.raises(GcbenchError, match="a list's items are separated by '/'"):
         registry.parse_spec("lgc:channels=8,16")
+
+
+# ----------------------------------------------------------------------------- memory estimate (issue 34, item 9)
+
+GIB = 2**30
+
+
+def _machine(monkeypatch: pytest.MonkeyPatch, total: int, avail: int) -> None:
+    from gcbench.measure import footprint
+
+    monkeypatch.setattr(footprint, "machine_memory", lambda: (total, avail))
+
+
+def test_a_suite_that_cannot_fit_the_machine_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcbench.measure.footprint import check_memory
+
+    _machine(monkeypatch, 16 * GIB, 12 * GIB)
+    # two 8 GiB synthetic tensors validated, then every case tried the allocation
+    huge = parse_suite({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[2**31], [2**31]], "workers": 2}]})
+    with pytest.raises(GcbenchError) as ei:
+        check_memory(huge, "x.toml")
+    msg = str(ei.value)
+    assert msg.startswith("x.toml: sources[0] (synthetic normal 2147483648 +1 tensors) needs at least ")
+    assert "more than this machine's 16.0 GiB" in msg and "--force" in msg and "\n" not in msg
+    forced = check_memory(huge, "x.toml", force=True)  # --force: the same line as a warning
+    assert len(forced) == 1 and "more than this machine's 16.0 GiB" in forced[0]
+    # a live zoo model whose input batch alone is 51 GB (smallcnn 1024×1024, batch 4096)
+    zoo = parse_suite({**GOOD, "sources": [{"kind": "live", "model": "smallcnn", "image_size": 1024, "batch_size": 4096}]})
+    with pytest.raises(GcbenchError, match=r"sources\[0\] \(live smallcnn\) needs at least .* the model and activations"):
+        check_memory(zoo, "x.toml")
+
+
+def test_the_bundled_suites_fit_a_16_gib_machine_and_a_tight_one_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcbench.measure.footprint import check_memory
+
+    _machine(monkeypatch, 16 * GIB, 16 * GIB)
+    for path in sorted(SUITE_DIR.glob("*.toml")):
+        assert check_memory(load_suite(path), str(path)) == [], path
+    _machine(monkeypatch, 16 * GIB, 1 * GIB)
+    warnings = check_memory(load_suite(SUITE_DIR / "cnn.toml"), "cnn.toml")
+    assert warnings and all("more than the 1.0 GiB available now" in w for w in warnings)
+
+
+def test_the_estimate_cache_limit_is_the_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcbench.measure import footprint, runner
+
+    assert footprint._cache_limit() == runner.CACHE_LIMIT_BYTES

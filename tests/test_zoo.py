@@ -275,3 +275,12 @@ def test_zoo_options_have_bounds_checked_without_building(model: str, options: d
 def test_hf_size_options_have_upper_bounds() -> None:
     with pytest.raises(ParamError, match=r"hidden must be in \[1, 16384\], got 1000000000"):
         catalog.check_model("hf:gpt2:hidden=1000000000")
+
+
+@pytest.mark.parametrize("model", list(catalog.MODELS))
+def test_the_torch_free_parameter_counts_match_the_models(model: str) -> None:
+    from gcbench.measure.footprint import parameter_count
+
+    options = {"image_size": 64} if model == "smallcnn" else {}
+    built = sum(t.numel for t in zoo.layer_shapes(model, **options))
+    assert parameter_count(model, catalog.with_defaults(catalog.MODELS[model], options)) == built
