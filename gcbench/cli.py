@@ -788,9 +788,16 @@ def record(
 
     Examples: `gcbench record --model resnet18 --out traces/r18 --steps 8`, then `gcbench run quick --trace traces/r18`.
     """
+    from gcbench.measure.suite import SourceSpec, Suite, check_option
     from gcbench.sources.recorder import record_live
 
     model = model_arg(model) or model
+    # the ranges of a suite's live source: a bad value is one line before any gradient is computed
+    for option, key, value in (("--steps", "steps", steps), ("--workers", "workers", workers),
+                               ("--warmup-steps", "warmup_steps", warmup_steps), ("--batch-size", "batch_size", batch_size),
+                               ("--image-size", "image_size", image_size)):
+        check_option(SourceSpec, key, value, option)
+    check_option(Suite, "seed", seed, "--seed")
     check_output_dir(out_path, "--out")
     kwargs: dict[str, Any] = {}
     if batch_size is not None:
@@ -914,8 +921,8 @@ def check_bench_options(sizes: list[int], sizes_text: str, rounds: int, warmup: 
         problems.append(f"--rounds must be at least 1, got {rounds}")
     if warmup < 0:
         problems.append(f"--warmup must be at least 0, got {warmup}")
-    if threads < 1:
-        problems.append(f"--threads must be at least 1, got {threads}")
+    if not 1 <= threads <= 1024:  # a suite's metrics.threads range: 100000 threads aborted with std::bad_alloc
+        problems.append(f"--threads must be in [1, 1024], got {threads}")
     if not 0 <= threshold < float("inf"):
         problems.append(f"--threshold must be a finite number ≥ 0, got {threshold}")
     if device == "cuda":

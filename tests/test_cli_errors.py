@@ -263,6 +263,14 @@ BAD_NUMBERS: list[tuple[list[str], str]] = [
     (["report", "--runs-dir", "RUNS", "--alpha", "nan"], "--alpha"),
     (["record", "--model", "mlp", "--out", "TRACE", "--steps", "0"], "steps"),
     (["record", "--model", "mlp", "--out", "TRACE", "--workers", "0"], "workers"),
+    # issue 34: the upper ends too (a suite's ranges), before any allocation
+    (["record", "--model", "mlp", "--out", "TRACE", "--workers", "100000"], "--workers: must be in [1, 1024], got 100000"),
+    (["record", "--model", "smallcnn", "--out", "TRACE", "--image-size", "100000"], "--image-size: must be in [8, 1024]"),
+    (["record", "--model", "mlp", "--out", "TRACE", "--batch-size", "100000000"], "--batch-size: must be in [1, 4096]"),
+    (["record", "--model", "mlp", "--out", "TRACE", "--seed", "-1"], "--seed: must be in [0, 9223372036854775807]"),
+    (["bench", "topk", "--sizes", "1K", "--threads", "100000"], "--threads must be in [1, 1024], got 100000"),
+    (["compare", "topk", "randomk", "--workers", "100000"], "sources[0].workers: must be in [1, 1024], got 100000"),
+    (["compare", "topk", "randomk", "--seed", str(2**64)], "seed: must be in [0, 9223372036854775807]"),
 ]
 
 
@@ -284,16 +292,27 @@ def test_bench_without_cuda_is_one_line() -> None:
 
 
 def test_bench_exits_1_when_a_case_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # an allocation no machine can make: the case fails in its own process, the sweep goes on
+    # an allocation that fails: the case fails, the sweep goes on (sizes past 2**31 elements are refused up front,
+    # so the failure is made where the tensor would be allocated)
+    import gcbench.measure.bench as bench_mod
+
     res = runner.invoke(app, ["bench", "topk", "qsgd", "--sizes", "1K", "--out", str(tmp_path), "--rounds", "1", "--no-isolate"])
     assert res.exit_code == 0, res.output  # the control: both succeed
-    res = runner.invoke(app, ["bench", "topk", "topk:density=0.5", "--sizes", "1K,100000G", "--out", str(tmp_path),
+    real = bench_mod.bench_case
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("numel") == 2_000_000:
+            raise MemoryError("cannot allocate 8,000,000 bytes")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_mod, "bench_case", failing)
+    res = runner.invoke(app, ["bench", "topk", "topk:density=0.5", "--sizes", "1K,2M", "--out", str(tmp_path),
                               "--rounds", "1", "--no-isolate"])
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output
     lines = _error_lines(res)
     assert lines[-1].endswith("2 of 4 case(s) failed")
-    assert sum(ln.startswith("error: ") and "100,000,000,000,000" in ln for ln in lines) == 2
+    assert sum(ln.startswith("error: ") and "2,000,000" in ln for ln in lines) == 2
     # a second run in the same second gets a "-2" name, hence the pattern
     data = json.loads(max(tmp_path.glob("*-bench*.json"), key=os.path.getmtime).read_text())
     assert sum(bool(c.get("error")) for c in data["cases"]) == 2  # the failures are recorded too

@@ -226,7 +226,23 @@ def key_range(model: type[BaseModel], name: str) -> str | None:
         return None
     left = "(" if lo is None or lo_open else "["
     right = ")" if hi is None or hi_open else "]"
-    return f"{left}{'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'}{right}"
+    def text(v: float) -> str:
+        return str(v) if isinstance(v, int) else f"{v:g}"  # a seed's 2**63-1 in full, not 9.22337e+18
+
+    return f"{left}{'-inf' if lo is None else text(lo)}, {'inf' if hi is None else text(hi)}{right}"
+
+
+def check_option(model: type[BaseModel], key: str, value: float | None, option: str) -> None:
+    """Refuse a command-line ``option`` whose value is outside the range of the suite key ``key`` of ``model``."""
+    if value is None:
+        return
+    field = model.model_fields[key]
+    for m in field.metadata:
+        for attr, bad in (("ge", lambda v, b: v < b), ("gt", lambda v, b: v <= b), ("le", lambda v, b: v > b),
+                          ("lt", lambda v, b: v >= b)):
+            bound = getattr(m, attr, None)
+            if bound is not None and bad(value, bound):
+                raise GcbenchError(f"{option}: must be in {key_range(model, key)}, got {value}")
 
 
 def _model_at(loc: tuple[Any, ...]) -> tuple[type[BaseModel], str] | None:
