@@ -417,9 +417,15 @@ def test_a_suite_too_big_for_the_machine_is_one_line_before_running(command: str
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from gcbench.measure import footprint
 
-    monkeypatch.setattr(footprint, "machine_memory", lambda: (8 * 2**30, 8 * 2**30))
+    # a pretend 0.25 GiB machine and a 64 MiB tensor (working set ~0.4 GiB): small enough to run if the check broke
+    monkeypatch.setattr(footprint, "machine_memory", lambda: (2**28, 2**28))
     path = tmp_path / "big.toml"
-    path.write_text('name = "big"\n[[sources]]\nshapes = [[2147483648], [2147483648]]\n[[compressors]]\nname = "topk"\n')
+    path.write_text('name = "big"\n[[sources]]\nshapes = [[16777216]]\n[[compressors]]\nname = "topk"\n')
     argv = [command, str(path)] + (["--out", str(tmp_path / "o"), "-q"] if command == "run" else [])
-    assert_one_line(runner.invoke(app, argv), "sources[0]", "more than this machine's 8.0 GiB", "--force")
+    assert_one_line(runner.invoke(app, argv), "sources[0]", "more than this machine's 0.2 GiB", "--force")
     assert not (tmp_path / "o").exists()
+    if command == "run":  # --force: the same line as a warning, and the run goes on
+        res = runner.invoke(app, [*argv, "--force", "--no-timing"])
+        assert res.exit_code == 0, res.output
+        assert res.stderr.startswith("warning: ") and "more than this machine's 0.2 GiB" in res.stderr
+        assert list((tmp_path / "o").glob("*.json"))
