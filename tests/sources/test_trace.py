@@ -353,3 +353,12 @@ def test_deeply_nested_manifest_is_one_line(trace_dir: Path) -> None:
     (trace_dir / MANIFEST).write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     with pytest.raises(SourceError, match="not valid JSON"):
         TraceSource(trace_dir)
+
+
+def test_an_oversized_manifest_is_refused_before_reading(trace_dir: Path) -> None:
+    from gcbench.sources.trace import MAX_MANIFEST_BYTES, TraceSource
+
+    with (trace_dir / "manifest.json").open("r+b") as f:
+        f.truncate(MAX_MANIFEST_BYTES + 1)  # sparse: nothing is written, and nothing may be read
+    with pytest.raises(SourceError, match=r"manifest\.json: trace manifest is 16\.0 MiB; gcbench reads at most 16\.0 MiB"):
+        TraceSource(trace_dir)
