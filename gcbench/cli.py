@@ -363,6 +363,14 @@ def warn(text: str) -> None:
     err.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
+def memory_check(suite: Any, where: str, force: bool) -> None:
+    """Refuse a suite whose estimated memory exceeds this machine's (``--force``: warn), before any file is written."""
+    from gcbench.measure.footprint import check_memory
+
+    for line in check_memory(suite, where, force):
+        warn(line)
+
+
 def deprecated(old: str, new: str) -> None:
     """The one line a deprecated spelling prints: what to write instead (it still works, for now)."""
     warn(f"{old} is deprecated and will be removed; write {new}")
@@ -523,6 +531,8 @@ def run(
     no_timing: Annotated[bool, typer.Option("--no-timing", help="Skip compress/decompress timing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results file's path and cases as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    force: Annotated[bool, typer.Option("--force", help=(
+        "Run even when the suite's estimated memory exceeds this machine's (a warning instead of the error)."))] = False,
 ) -> None:
     """Run a benchmark suite and write one results file to reports/runs/.
 
@@ -547,6 +557,7 @@ def run(
     s = apply_overrides(s, seed=seed, device=device, repeats=repeats, trace=trace, model=model, workers=workers, steps=steps,
                         granularity=granularity, bucket_mb=bucket_mb, compressors=specs,
                         timing=False if no_timing else None)
+    memory_check(s, str(path), force)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(s, out_dir, prog, suite_path=str(path))
     cases = as_cases(outcome.records)
@@ -671,6 +682,7 @@ def validate(suite: Annotated[str, typer.Argument(help="Suite file (or bundled s
     problems = check_sources(s, str(path))
     if problems:
         raise GcbenchError("\n".join(problems))
+    memory_check(s, str(path), force=False)
     # paths and code names are the user's text: no markup, and no emoji (":b:" in "a:b:c" would become one)
     out.print(f"ok: {path} — {len(s.sources)} source(s), {len(s.compressors)} compressor configuration(s), hash {s.hash()}",
               markup=False, highlight=False, emoji=False)
@@ -714,6 +726,8 @@ def compare(
     out_dir: Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help="Folder for the results file.")] = Path("reports/runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    force: Annotated[bool, typer.Option("--force", help=(
+        "Run even when the estimated memory exceeds this machine's (a warning instead of the error)."))] = False,
     sweep: Annotated[bool, typer.Option("--sweep", help=(
         "Also run each compared compressor whose card has a density parameter at densities 0.1, 0.03, 0.01, 0.003 and 0.001 "
         "(labels like topk@0.01), so the verdict can say how many bytes each needs at equal delivered update."))] = False,
@@ -778,6 +792,7 @@ def compare(
         "metrics": {"repeats": repeats, "timing_repeats": rounds, "warmup": 1, "device": device, "timing_budget_s": 3.0},
         "optimizer": {"momentum": own_momentum(specs) if momentum is None else momentum},
     }, "<compare>")
+    memory_check(suite, "<compare>", force)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")
     swept = {e["label"] for e in extra}
@@ -814,9 +829,16 @@ def record(
 
     Examples: `gcbench record --model resnet18 --out traces/r18 --steps 8`, then `gcbench run quick --trace traces/r18`.
     """
+    from gcbench.measure.suite import SourceSpec, Suite, check_option
     from gcbench.sources.recorder import record_live
 
     model = model_arg(model) or model
+    # the ranges of a suite's live source: a bad value is one line before any gradient is computed
+    for option, key, value in (("--steps", "steps", steps), ("--workers", "workers", workers),
+                               ("--warmup-steps", "warmup_steps", warmup_steps), ("--batch-size", "batch_size", batch_size),
+                               ("--image-size", "image_size", image_size)):
+        check_option(SourceSpec, key, value, option)
+    check_option(Suite, "seed", seed, "--seed")
     check_output_dir(out_path, "--out")
     kwargs: dict[str, Any] = {}
     if batch_size is not None:
@@ -941,8 +963,8 @@ def check_bench_options(sizes: list[int], sizes_text: str, rounds: int, warmup: 
         problems.append(f"--rounds must be at least 1, got {rounds}")
     if warmup < 0:
         problems.append(f"--warmup must be at least 0, got {warmup}")
-    if threads < 1:
-        problems.append(f"--threads must be at least 1, got {threads}")
+    if not 1 <= threads <= 1024:  # a suite's metrics.threads range: 100000 threads aborted with std::bad_alloc
+        problems.append(f"--threads must be in [1, 1024], got {threads}")
     if not 0 <= threshold < float("inf"):
         problems.append(f"--threshold must be a finite number ≥ 0, got {threshold}")
     if device == "cuda":

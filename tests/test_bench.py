@@ -25,6 +25,22 @@ def test_matrix_shape_keeps_numel() -> None:
         assert prod == n
 
 
+@pytest.mark.parametrize("text", ["1e300", "3G", "2147483649", "inf", "nan"])
+def test_parse_size_refuses_sizes_no_tensor_can_have(text: str) -> None:
+    # 1e300 hung in matrix_shape's divisor search up to the 1,800 s subprocess timeout
+    with pytest.raises(GcbenchError, match=r"must be 1 to 2,147,483,648 \(2\*\*31\) elements"):
+        parse_size(text)
+    assert parse_size("2147483648") == 2**31
+
+
+def test_matrix_shape_of_a_large_prime_is_quick() -> None:
+    assert matrix_shape(2**31 - 1) == (1, 2**31 - 1)  # a prime: trial division to sqrt(2**31), ~23,000 steps
+    assert matrix_shape(25_600_000) == (4000, 6400) and matrix_shape(2**31) == (32768, 65536)
+    # the old search stepped down one row at a time from ~1.2e9 here: a hang, now one error
+    with pytest.raises(GcbenchError, match="must be 0 to 2,147,483,648"):
+        matrix_shape(2**61 - 1)
+
+
 def test_bench_case_records_same_process_ratios() -> None:
     rec = bench_case("signsgd", numel=20_000, repeats=3, warmup=1, threads=1)
     # --rounds is the least number of rounds: calibration adds rounds until the median is pinned down

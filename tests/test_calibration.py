@@ -171,3 +171,11 @@ def test_calibrate_times_every_collective_on_a_real_gloo_group() -> None:
         assert all(t > 0 for _, t in p.points)
         assert 0 < p.efficiency < math.inf and p.overhead_s >= 0
 
+
+
+def test_a_device_given_as_the_calibration_is_one_error() -> None:
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero here")
+    # read to the end before: /dev/zero never ends
+    with pytest.raises(ResultsError, match="/dev/zero: not a regular file: a calibration file must be a regular file, not a character"):
+        load_calibration("/dev/zero")

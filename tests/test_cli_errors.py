@@ -265,6 +265,14 @@ BAD_NUMBERS: list[tuple[list[str], str]] = [
     (["report", "--runs-dir", "RUNS", "--alpha", "nan"], "--alpha"),
     (["record", "--model", "mlp", "--out", "TRACE", "--steps", "0"], "steps"),
     (["record", "--model", "mlp", "--out", "TRACE", "--workers", "0"], "workers"),
+    # issue 34: the upper ends too (a suite's ranges), before any allocation
+    (["record", "--model", "mlp", "--out", "TRACE", "--workers", "100000"], "--workers: must be in [1, 1024], got 100000"),
+    (["record", "--model", "smallcnn", "--out", "TRACE", "--image-size", "100000"], "--image-size: must be in [8, 1024]"),
+    (["record", "--model", "mlp", "--out", "TRACE", "--batch-size", "100000000"], "--batch-size: must be in [1, 4096]"),
+    (["record", "--model", "mlp", "--out", "TRACE", "--seed", "-1"], "--seed: must be in [0, 9223372036854775807]"),
+    (["bench", "topk", "--sizes", "1K", "--threads", "100000"], "--threads must be in [1, 1024], got 100000"),
+    (["compare", "topk", "randomk", "--workers", "100000"], "sources[0].workers: must be in [1, 1024], got 100000"),
+    (["compare", "topk", "randomk", "--seed", str(2**64)], "seed: must be in [0, 9223372036854775807]"),
 ]
 
 
@@ -286,16 +294,27 @@ def test_bench_without_cuda_is_one_line() -> None:
 
 
 def test_bench_exits_1_when_a_case_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # an allocation no machine can make: the case fails in its own process, the sweep goes on
+    # an allocation that fails: the case fails, the sweep goes on (sizes past 2**31 elements are refused up front,
+    # so the failure is made where the tensor would be allocated)
+    import gcbench.measure.bench as bench_mod
+
     res = runner.invoke(app, ["bench", "topk", "qsgd", "--sizes", "1K", "--out", str(tmp_path), "--rounds", "1", "--no-isolate"])
     assert res.exit_code == 0, res.output  # the control: both succeed
-    res = runner.invoke(app, ["bench", "topk", "topk:density=0.5", "--sizes", "1K,100000G", "--out", str(tmp_path),
+    real = bench_mod.bench_case
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("numel") == 2_000_000:
+            raise MemoryError("cannot allocate 8,000,000 bytes")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_mod, "bench_case", failing)
+    res = runner.invoke(app, ["bench", "topk", "topk:density=0.5", "--sizes", "1K,2M", "--out", str(tmp_path),
                               "--rounds", "1", "--no-isolate"])
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output
     lines = _error_lines(res)
     assert lines[-1].endswith("2 of 4 case(s) failed")
-    assert sum(ln.startswith("error: ") and "100,000,000,000,000" in ln for ln in lines) == 2
+    assert sum(ln.startswith("error: ") and "2,000,000" in ln for ln in lines) == 2
     # a second run in the same second gets a "-2" name, hence the pattern
     data = json.loads(max(tmp_path.glob("*-bench*.json"), key=os.path.getmtime).read_text())
     assert sum(bool(c.get("error")) for c in data["cases"]) == 2  # the failures are recorded too
@@ -335,3 +354,80 @@ def test_bench_model_with_sizes_or_an_unknown_model_is_one_line() -> None:
     assert_one_line(res, "--model", "--sizes")
     res = runner.invoke(app, ["bench", "topk", "--model", "resnt50"])
     assert_one_line(res, "resnt50", "did you mean")
+
+
+# ----------------------------------------------------------------------------- issue 34: suites and inputs
+
+
+def _tiny_with(folder: Path, extra: str, metrics: str = "") -> Path:
+    """The tiny suite with ``extra`` top-level keys (and ``metrics`` keys) added."""
+    text = TINY.format(label="topk").replace('seed = 3\n', f"seed = 3\n{extra}\n").replace("[metrics]\n", f"[metrics]\n{metrics}\n")
+    path = folder / "x.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize(("extra", "metrics", "needle"), [
+    ("deep = " + "[" * 5000 + "]" * 5000, "", "not valid TOML: arrays or tables nested too deeply"),  # RecursionError
+    ('granularity = "bucket"\nbucket_mb = 1e308', "", "bucket_mb: must be in (0, 65536], got 1e+308"),  # OverflowError
+    ("", "threads = 100000", "metrics.threads: must be in [1, 1024], got 100000"),  # bad_alloc / MemoryError
+], ids=["deep", "bucket_mb", "threads"])
+def test_suite_values_that_raised_are_one_line(command: str, extra: str, metrics: str, needle: str, tmp_path: Path) -> None:
+    path = _tiny_with(tmp_path, extra, metrics)
+    argv = [command, str(path)] + (["--out", str(tmp_path / "o"), "-q", "--no-timing"] if command == "run" else [])
+    assert_one_line(runner.invoke(app, argv), needle)
+    assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+def test_a_live_lr_past_its_range_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "lr.toml"
+    path.write_text('name = "lr"\n[[sources]]\nkind = "live"\nmodel = "mlp"\nlr = 1e300\nsteps = 2\nworkers = 2\n'
+                    '[[compressors]]\nname = "topk"\n')
+    for command in ("validate", "run"):
+        assert_one_line(runner.invoke(app, [command, str(path), "--out", str(tmp_path)][: 2 if command == "validate" else 4]),
+                        "sources[0].lr: must be in [0, 1000], got 1e+300")
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_device_or_fifo_suite_is_one_line(command: str, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "character device"), ("/dev/urandom", "character device"), (str(fifo), "FIFO")):
+        res = runner.invoke(app, [command, path])
+        assert_one_line(res, f"{path}: not a regular file: a suite file must be a regular file, not a {kind}")
+
+
+def test_a_claims_file_that_is_a_device_is_one_line(runs: Path) -> None:
+    res = runner.invoke(app, ["report", "--runs-dir", str(runs), "--papers", "/dev/zero"])
+    assert_one_line(res, "/dev/zero: not a regular file: a claims file must be a regular file, not a character device")
+
+
+def test_compare_shape_of_too_many_dimensions_is_one_line(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["compare", "topk", "qsgd", "--shape", "x".join(["1"] * 70), "-q", "--out", str(tmp_path)])
+    assert_one_line(res, "a tensor may have at most 32 dimensions, got 70")
+
+
+@pytest.mark.parametrize("sizes", ["1e300", "1K,3G"])
+def test_bench_sizes_past_2_31_are_one_line(sizes: str, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["bench", "-c", "topk", "--sizes", sizes, "--out", str(tmp_path), "-q"])
+    assert_one_line(res, "--sizes: size", "must be 1 to 2,147,483,648 (2**31) elements")
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_suite_too_big_for_the_machine_is_one_line_before_running(command: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcbench.measure import footprint
+
+    # a pretend 0.25 GiB machine and a 64 MiB tensor (working set ~0.4 GiB): small enough to run if the check broke
+    monkeypatch.setattr(footprint, "machine_memory", lambda: (2**28, 2**28))
+    path = tmp_path / "big.toml"
+    path.write_text('name = "big"\n[[sources]]\nshapes = [[16777216]]\n[[compressors]]\nname = "topk"\n')
+    argv = [command, str(path)] + (["--out", str(tmp_path / "o"), "-q"] if command == "run" else [])
+    assert_one_line(runner.invoke(app, argv), "sources[0]", "more than this machine's 0.2 GiB", "--force")
+    assert not (tmp_path / "o").exists()
+    if command == "run":  # --force: the same line as a warning, and the run goes on
+        res = runner.invoke(app, [*argv, "--force", "--no-timing"])
+        assert res.exit_code == 0, res.output
+        assert res.stderr.startswith("warning: ") and "more than this machine's 0.2 GiB" in res.stderr
+        assert list((tmp_path / "o").glob("*.json"))

@@ -170,9 +170,9 @@ def test_unknown_model_did_you_mean() -> None:
 def test_bad_options_are_param_errors() -> None:
     with pytest.raises(ParamError, match=r"no option 'imagesize'"):
         zoo.load_model("resnet18", imagesize=32)
-    with pytest.raises(ParamError, match=r"batch_size must be a positive integer"):
+    with pytest.raises(ParamError, match=r"batch_size must be in \[1, 4096\], got 0"):
         zoo.load_model("mlp", batch_size=0)
-    with pytest.raises(ParamError, match=r"image_size must be at least 32"):
+    with pytest.raises(ParamError, match=r"image_size must be in \[32, 1024\], got 16"):
         zoo.load_model("resnet18", image_size=16)
     with pytest.raises(ParamError, match=r"batch norm needs batch_size >= 2 at image_size 32"):
         zoo.load_model("resnet18", image_size=32, batch_size=1)
@@ -255,3 +255,32 @@ def test_layer_shapes_skip_initialisers_and_restore_them() -> None:
     t = torch.zeros(3, 3)
     nn.init.ones_(t)
     assert torch.equal(t, torch.ones(3, 3))
+
+
+@pytest.mark.parametrize(("model", "options", "message"), [
+    ("smallcnn", {"image_size": 100_000}, r"smallcnn: image_size must be in \[8, 1024\], got 100000"),
+    ("resnet50", {"batch_size": 10**6}, r"resnet50: batch_size must be in \[1, 4096\], got 1000000"),
+    ("lstm_lm", {"hidden": 10**7}, r"lstm_lm: hidden must be in \[1, 16384\], got 10000000"),
+    ("mlp", {"sizes": (784, 10**7, 10)}, r"mlp: sizes must be in \[1, 65536\], got 10000000"),
+    ("mlp", {"sizes": (784,)}, r"mlp: sizes must list 2 to 64 layer widths, got 1"),
+])
+def test_zoo_options_have_bounds_checked_without_building(model: str, options: dict, message: str) -> None:
+    # image_size = 100000 validated and then ended in an allocation traceback in the live source
+    with pytest.raises(ParamError, match=message):
+        catalog.check_model(model, **options)
+    with pytest.raises(ParamError, match=message):
+        zoo.load_model(model, **options)
+
+
+def test_hf_size_options_have_upper_bounds() -> None:
+    with pytest.raises(ParamError, match=r"hidden must be in \[1, 16384\], got 1000000000"):
+        catalog.check_model("hf:gpt2:hidden=1000000000")
+
+
+@pytest.mark.parametrize("model", list(catalog.MODELS))
+def test_the_torch_free_parameter_counts_match_the_models(model: str) -> None:
+    from gcbench.measure.footprint import parameter_count
+
+    options = {"image_size": 64} if model == "smallcnn" else {}
+    built = sum(t.numel for t in zoo.layer_shapes(model, **options))
+    assert parameter_count(model, catalog.with_defaults(catalog.MODELS[model], options)) == built

@@ -279,10 +279,11 @@ class LGCExchangeResult(ExchangeResult):
 
 
 def _parse_channels(text: str) -> tuple[int, ...]:
+    """The widths of ``channels``: ``/``-separated as the card writes them (commas, as earlier results files hold them, too)."""
     try:
-        widths = tuple(int(t) for t in text.split(","))
+        widths = tuple(int(t) for t in text.replace(",", "/").split("/"))
     except ValueError:
-        raise ParamError(f"lgc.channels: must be comma-separated positive integers like '64,128,256,64', got {text!r}") from None
+        raise ParamError(f"lgc.channels: must be positive integers like 64/128/256/64, got {text!r}") from None
     if not 1 <= len(widths) <= 8 or any(w < 1 for w in widths):
         raise ParamError(f"lgc.channels: 1 to 8 positive layer widths (each halves the length), got {text!r}")
     return widths

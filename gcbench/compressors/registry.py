@@ -158,7 +158,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
-            raise ParamError(f"{spec!r}: parameter {item!r} must look like key=value")
+            lists = [p.name for p in info.params if p.items is not None]
+            hint = f" (a list's items are separated by '/', e.g. {lists[0]}=8/16/32)" if lists else ""
+            raise ParamError(f"{spec!r}: parameter {item!r} must look like key=value{hint}")
         key = info.param(key.strip()).name
         if key in raw:
             raise ParamError(f"{spec!r}: parameter {key!r} is given twice; give each parameter once")

@@ -25,6 +25,10 @@ from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_
 
 ParamValue = int | float | bool | str
 
+#: the separator of a list-valued parameter's items: a spec's parameters are separated by commas
+#: (``lgc:channels=8/16/32,window=512``), so list items cannot be
+LIST_SEP = "/"
+
 #: wire codings of sparse indices (:mod:`gcbench.core.codec` implements them)
 INDEX_CODINGS: tuple[str, ...] = ("fixed", "int32", "delta-varint", "elias")
 #: index codings plus the papers' own (DGC's run-length delta, SDAGC's Golomb), for the sparsifiers that use them
@@ -37,6 +41,12 @@ class Param:
 
     ``low``/``high`` bound numbers (``low_open``/``high_open`` make a bound exclusive);
     ``choices`` restricts strings.  ``help`` is shown by ``gcbench list``.
+
+    A list-valued parameter has ``kind=str`` and ``items`` (the items' type, e.g. ``int``): on the
+    command line its items are separated by ``/`` (``lgc:channels=8/16/32``), in TOML it is a list
+    (``channels = [8, 16, 32]``) or that string; ``low``/``high`` bound every item and
+    ``max_items`` their number.  Its value is the canonical ``/``-joined string, so a label or a
+    results file shows the spelling the command line takes back.
     """
 
     name: str
@@ -49,9 +59,16 @@ class Param:
     high_open: bool = False
     choices: tuple[str, ...] | None = None
     optional: bool = False  # None allowed (e.g. "no clipping")
+    items: type | None = None  # list-valued: the items' type (the value is their "/"-joined text)
+    max_items: int | None = None
 
     def range_text(self) -> str:
         """Human-readable allowed values, as used in error messages."""
+        if self.items is not None:
+            count = f"1 to {self.max_items}" if self.max_items else "1 or more"
+            item = dataclasses.replace(self, kind=self.items, items=None, max_items=None, optional=False)
+            bounds = f" {item.range_text()}" if self.low is not None or self.high is not None else ""
+            return f"{count} {self.items.__name__}s{bounds} separated by '{LIST_SEP}' (in TOML also a list)"
         if self.choices is not None:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.kind is bool:
@@ -71,6 +88,8 @@ class Param:
                 return None
             raise ParamError(f"must be {self.range_text()}, got none")
         bad = ParamError(f"must be {self.range_text()}, got {value!r}")
+        if self.items is not None:
+            return self._validate_list(value, bad)
         if self.kind is bool:
             if not isinstance(value, bool):
                 raise bad
@@ -95,6 +114,24 @@ class Param:
             raise ParamError(f"must be {self.range_text()}, got {value:g}")
         return value
 
+    def _validate_list(self, value: Any, bad: ParamError) -> str:
+        """A list-valued parameter's canonical text from a list (TOML) or a ``/``- or comma-separated string."""
+        if isinstance(value, str):
+            # commas: the TOML string spelling of earlier versions ("64,128,256,64")
+            parts: list[Any] = [t.strip() for t in value.replace(",", LIST_SEP).split(LIST_SEP)]
+        elif isinstance(value, list | tuple):
+            parts = list(value)
+        else:
+            raise bad
+        if not parts or (self.max_items is not None and len(parts) > self.max_items):
+            raise bad
+        item = dataclasses.replace(self, kind=self.items, items=None, max_items=None, optional=False)
+        try:
+            values = [item.parse(v) if isinstance(v, str) else item.validate(v) for v in parts]
+        except ParamError:
+            raise bad from None
+        return LIST_SEP.join(str(v) for v in values)
+
     def parse(self, text: str) -> ParamValue | None:
         """Parse a command-line string (``density=0.01``) into this parameter's type."""
         t = text.strip()
@@ -118,7 +155,7 @@ class Param:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "type": self.kind.__name__,
+            "type": f"list[{self.items.__name__}]" if self.items is not None else self.kind.__name__,
             "default": self.default,
             "allowed": self.range_text(),
             "help": self.help,

@@ -47,8 +47,8 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, ResultsError, UnknownNameError
+from gcbench.core.files import load_user_json
 from gcbench.core.info import Protocol
-from gcbench.results.files import read_json_file
 from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord, as_record
 
 SCHEMES = ("auto", "allreduce", "allgather", "ps")
@@ -260,13 +260,13 @@ class Calibration:
 
 def load_calibration(path: str | os.PathLike[str]) -> Calibration:
     """Read a calibration file; a missing, unreadable or foreign file is one :class:`ResultsError` line."""
-    if not Path(path).exists() and not Path(path).is_symlink():
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
         raise ResultsError(f"no calibration file {path}")
-    # bounded, regular files only, an over-long integer named by its field: one line
-    try:
-        data = read_json_file(path, "calibration file", ResultsError, 16 * 1024 * 1024)
+    try:  # a regular file of at most 1 MiB: a device or FIFO given to --network is refused, not read forever
+        data = load_user_json(p, "calibration file", error=ResultsError)
     except ResultsError as e:
-        raise ResultsError(f"cannot read the calibration {e}") from None
+        raise ResultsError(f"cannot read the calibration: {e}") from None
     return Calibration.from_dict(data, str(path))
 
 

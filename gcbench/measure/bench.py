@@ -57,6 +57,11 @@ DEFAULT_NUMEL = 25_600_000
 BENCH_MAX_ROUNDS = 40
 BENCH_BUDGET_S = 3.0
 
+#: the largest benchmarked tensor (elements): 8 GiB of float32, as for a suite's synthetic tensor;
+#: a bigger one cannot be allocated, and ``--sizes 1e300`` ran the shape search for the whole
+#: 1,800 s subprocess timeout
+MAX_NUMEL = 2**31
+
 
 def target_of(name: str) -> Target | None:
     """The bench target on ``name``'s card; None for no target or a compressor not installed here."""
@@ -67,12 +72,30 @@ def target_of(name: str) -> Target | None:
 
 
 def matrix_shape(numel: int) -> tuple[int, ...]:
-    """A 2-D shape with about ``numel`` elements (rows ≈ columns / 0.625, like a large FC layer)."""
+    """A 2-D shape with exactly ``numel`` elements (rows ≈ columns × 0.625, like a large FC layer).
+
+    Rows are the largest divisor of ``numel`` at most the target; the divisors come from
+    ``numel``'s factorisation by trial division, O(sqrt(numel)) at worst (a prime) instead of a
+    step-by-one search down from the target.  ``numel`` above :data:`MAX_NUMEL` is refused.
+    """
+    if not 0 <= numel <= MAX_NUMEL:
+        raise GcbenchError(f"size {numel:,}: must be 0 to {MAX_NUMEL:,} (2**31) elements")
     if numel < 16:
         return (numel,)
-    rows = max(1, int(math.sqrt(numel / 0.625) * 0.625))
-    while numel % rows:
-        rows -= 1
+    target = max(1, int(math.sqrt(numel / 0.625) * 0.625))
+    factors: dict[int, int] = {}
+    n, p = numel, 2
+    while p * p <= n:
+        while n % p == 0:
+            n //= p
+            factors[p] = factors.get(p, 0) + 1
+        p += 1 if p == 2 else 2
+    if n > 1:
+        factors[n] = factors.get(n, 0) + 1
+    divisors = [1]  # at most 1,536 divisors below 2**31
+    for prime, power in factors.items():
+        divisors = [d * prime**k for d in divisors for k in range(power + 1)]
+    rows = max(d for d in divisors if d <= target)
     return (rows, numel // rows)
 
 
@@ -345,8 +368,8 @@ def parse_size(text: str) -> int:
         value = float(t[:-1] if t[-1:] in "KMG" else t) * mult
     except ValueError:
         raise GcbenchError(f"size {text!r}: expected a number like 1K, 25.6M or 100M") from None
-    if not 1 <= value < float("inf"):  # NaN and inf fail this too
-        raise GcbenchError(f"size {text!r}: must be a finite number of at least 1 element")
+    if not 1 <= value <= MAX_NUMEL:  # NaN and inf fail this too
+        raise GcbenchError(f"size {text!r}: must be 1 to {MAX_NUMEL:,} (2**31) elements, 8 GiB of float32")
     return int(value)
 
 

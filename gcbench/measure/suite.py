@@ -22,7 +22,6 @@ import hashlib
 import json
 import math
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,9 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, mode
 
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
+from gcbench.core.files import SMALL_FILE_BYTES, load_user_toml
 
 SUITE_DIR = Path(__file__).resolve().parents[2] / "suites"
 DEFAULT_SUITE = "quick"
+
+#: the largest suite file read (the bundled ones are a few KiB)
+SUITE_FILE_BYTES = SMALL_FILE_BYTES
 
 #: environment variable that, set to 1 (or true/yes/on), allows suites to import the code they name
 TRUST_ENV = "GCBENCH_TRUST_CODE"
@@ -41,6 +44,16 @@ TRUST_ENV = "GCBENCH_TRUST_CODE"
 #: largest synthetic tensor (elements): 8 GiB of float32, beyond any real gradient tensor; numpy's
 #: element count of a bigger shape can wrap around int64 and the tensor could never be allocated
 MAX_SYNTHETIC_ELEMENTS = 2**31
+
+#: most dimensions of a synthetic tensor: numpy arrays have at most 64 (32 before numpy 2), and no
+#: layer of a real model has more than 5
+MAX_RANK = 32
+
+#: most tensors of one synthetic source (ResNet-50 has 161, BERT-base 202)
+MAX_TENSORS = 100_000
+
+#: the largest seed: seeds feed torch.manual_seed and numpy's generators, which take 64-bit values
+MAX_SEED = 2**63 - 1
 
 # TOML has real integers, floats and booleans: ``workers = true`` or ``steps = 2.0`` is a mistake,
 # not 1 and 2 (pydantic's lax mode would coerce them silently)
@@ -62,17 +75,20 @@ class SourceSpec(_Strict):
     steps: Int | None = Field(None, ge=1, le=100000, description="default: 1 synthetic, 10 live, all of a trace")
     # synthetic
     distribution: Literal["normal", "laplace", "student-t", "sparse", "lowrank"] = "normal"
-    shapes: list[list[Int]] | None = None
+    shapes: list[list[Int]] | None = Field(None, max_length=MAX_TENSORS)
     model: str | None = None  # live: the zoo model; synthetic: use a zoo model's layer shapes
-    scale: Float = Field(1.0, gt=0, allow_inf_nan=False)
-    df: Float = Field(3.0, gt=0, allow_inf_nan=False)
+    # float32 gradients: a scale past 1e6 (real gradients are ~1e-3) overflows heavy-tailed draws to inf
+    scale: Float = Field(1.0, ge=1e-30, le=1e6, allow_inf_nan=False)
+    # student-t below 1 degree of freedom draws values past float32's range
+    df: Float = Field(3.0, ge=1.0, le=1e6, allow_inf_nan=False)
     sparsity_density: Float = Field(0.05, gt=0, le=1)
     # live
-    warmup_steps: Int = Field(0, ge=0)
-    lr: Float = Field(0.1, ge=0, allow_inf_nan=False,
+    warmup_steps: Int = Field(0, ge=0, le=100000)
+    # an lr past 1000 only blows the model up (1e300 does not even fit the float32 update)
+    lr: Float = Field(0.1, ge=0, le=1000, allow_inf_nan=False,
                       description="live: SGD learning rate of the step the model takes between measured steps (and in warm-up)")
-    batch_size: Int | None = Field(None, ge=1)
-    image_size: Int | None = Field(None, ge=8)
+    batch_size: Int | None = Field(None, ge=1, le=4096)
+    image_size: Int | None = Field(None, ge=8, le=1024)
     # trace
     path: str | None = None
 
@@ -81,14 +97,20 @@ class SourceSpec(_Strict):
         if self.kind == "synthetic":
             if not self.shapes and not self.model:
                 raise ValueError("a synthetic source needs 'shapes' (list of shapes) or 'model' (zoo layer shapes)")
+            if self.shapes and self.model:  # one would be ignored, and the results would name the other
+                raise ValueError("a synthetic source takes 'shapes' or 'model' (a zoo model's layer shapes), not both")
             for sh in self.shapes or []:
                 if any(s < 0 for s in sh):
                     raise ValueError(f"shapes: dimensions must be >= 0, got {sh}")
+                if len(sh) > MAX_RANK:
+                    raise ValueError(f"shapes: a tensor may have at most {MAX_RANK} dimensions, got {len(sh)}")
                 if math.prod(sh) > MAX_SYNTHETIC_ELEMENTS:
                     raise ValueError(f"shapes: {sh} has {math.prod(sh):,} elements; a synthetic tensor may have at most "
                                      f"{MAX_SYNTHETIC_ELEMENTS:,} (2**31)")
         elif self.kind == "live" and not self.model:
             raise ValueError("a live source needs 'model' (a zoo name or package.module:factory)")
+        elif self.kind == "live" and self.shapes:
+            raise ValueError("a live source takes its shapes from its model; 'shapes' is for synthetic sources")
         elif self.kind == "trace" and not self.path:
             raise ValueError("a trace source needs 'path' (a folder written by gcbench record)")
         return self
@@ -123,7 +145,7 @@ class MetricsSpec(_Strict):
     timing: Bool = True
     timing_repeats: Int = Field(5, ge=1, le=10000)
     warmup: Int = Field(1, ge=0, le=1000)
-    timing_steps: Int = Field(1, ge=0, description="time compress/decompress on this many first steps")
+    timing_steps: Int = Field(1, ge=0, le=100000, description="time compress/decompress on this many first steps")
     timing_budget_s: Float = Field(1.0, gt=0, le=600, allow_inf_nan=False,
                                    description="seconds of timed rounds per case before calibration stops, stable or not")
     fidelity_steps: Int = Field(2, ge=1, le=100000, description="one-shot fidelity (R compressions per tensor) on this "
@@ -131,7 +153,8 @@ class MetricsSpec(_Strict):
     min_stream_steps: Int = Field(10, ge=1, le=100000, description="the fewest steps whose stream can rank stateful "
                                   "compressors; a shorter stream is reported as too short to conclude")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
-    threads: Int | None = Field(None, ge=1)
+    # torch allocates per-thread state: 100000 threads aborted with std::bad_alloc
+    threads: Int | None = Field(None, ge=1, le=1024)
 
 
 class OptimizerSpec(_Strict):
@@ -149,10 +172,11 @@ class Suite(_Strict):
 
     name: str
     description: str = ""
-    version: Int = Field(1, ge=1)
-    seed: Int = Field(0, ge=0)
+    version: Int = Field(1, ge=1, le=1_000_000)
+    seed: Int = Field(0, ge=0, le=MAX_SEED)
     granularity: Literal["layer", "bucket", "model"] = "layer"
-    bucket_mb: Float = Field(25.0, gt=0, allow_inf_nan=False)
+    # 64 GiB is past any model's gradient (a larger bucket is "model" granularity); 1e308 overflowed int()
+    bucket_mb: Float = Field(25.0, gt=0, le=65536, allow_inf_nan=False)
     sources: list[SourceSpec] = Field(min_length=1)
     compressors: list[CompressorSpec] = Field(min_length=1)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
@@ -179,11 +203,77 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def key_range(model: type[BaseModel], name: str) -> str | None:
+    """The allowed range of the numeric key ``name`` of ``model`` as text (``[1, 1024]``, ``(0, 65536]``), or None."""
+    field = model.model_fields.get(name)
+    if field is None:
+        return None
+    lo = hi = None
+    lo_open = hi_open = False
+    for m in field.metadata:
+        for attr, is_low, is_open in (("ge", True, False), ("gt", True, True), ("le", False, False), ("lt", False, True)):
+            v = getattr(m, attr, None)
+            if v is None:
+                continue
+            if is_low:
+                lo, lo_open = v, is_open
+            else:
+                hi, hi_open = v, is_open
+    if lo is None and hi is None:
+        return None
+    left = "(" if lo is None or lo_open else "["
+    right = ")" if hi is None or hi_open else "]"
+    def text(v: float) -> str:
+        return str(v) if isinstance(v, int) else f"{v:g}"  # a seed's 2**63-1 in full, not 9.22337e+18
+
+    return f"{left}{'-inf' if lo is None else text(lo)}, {'inf' if hi is None else text(hi)}{right}"
+
+
+def check_option(model: type[BaseModel], key: str, value: float | None, option: str) -> None:
+    """Refuse a command-line ``option`` whose value is outside the range of the suite key ``key`` of ``model``."""
+    if value is None:
+        return
+    field = model.model_fields[key]
+    for m in field.metadata:
+        for attr, bad in (("ge", lambda v, b: v < b), ("gt", lambda v, b: v <= b), ("le", lambda v, b: v > b),
+                          ("lt", lambda v, b: v >= b)):
+            bound = getattr(m, attr, None)
+            if bound is not None and bad(value, bound):
+                raise GcbenchError(f"{option}: must be in {key_range(model, key)}, got {value}")
+
+
+def _model_at(loc: tuple[Any, ...]) -> tuple[type[BaseModel], str] | None:
+    """The model class and field name a validation error's ``loc`` ends in (``sources[0].lr`` → SourceSpec, lr)."""
+    model: type[BaseModel] = Suite
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        if i == len(loc) - 1:
+            return model, str(part)
+        inner = next((a for a in (field.annotation, *getattr(field.annotation, "__args__", ()))
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if inner is None:
+            return None
+        model = inner
+    return None
+
+
 def _format_pydantic(where: str, err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        loc = _loc(tuple(p for p in e["loc"] if p not in ("synthetic", "live", "trace")))
+        raw_loc = tuple(p for p in e["loc"] if p not in ("synthetic", "live", "trace"))
+        loc = _loc(raw_loc)
         msg = e["msg"].removeprefix("Value error, ")
+        at = _model_at(raw_loc) if e["type"] in _BOUND_ERRORS else None
+        rng = key_range(*at) if at else None
+        if rng is not None:  # the whole range, not pydantic's one bound ("less than or equal to 1024")
+            msg = f"must be in {rng}"
         got = e.get("input")
         got_text = "" if e["type"] in ("missing",) or isinstance(got, dict) else f", got {got!r}"
         if e["type"] == "extra_forbidden":
@@ -350,12 +440,8 @@ def load_suite(name_or_path: str | Path | None) -> Suite:
     """
     path = find_suite(name_or_path)
     where = str(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise GcbenchError(f"{where}: not valid TOML: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GcbenchError(f"{where}: cannot read: {exc}") from None
+    # a regular file of at most 1 MiB: /dev/zero, a FIFO or a huge file is refused before reading
+    data = load_user_toml(path, "suite file", SUITE_FILE_BYTES)
     data.setdefault("name", path.stem)
     return parse_suite(data, where)
 

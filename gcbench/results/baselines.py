@@ -23,14 +23,13 @@ Matching rules (the choices, stated once):
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gcbench.core.errors import GcbenchError
-from gcbench.results.files import read_bytes
+from gcbench.core.files import load_user_toml
 from gcbench.results.record import MeasureRecord, RunCase, RunRecord, as_record
 
 PAPERS_FILE = Path(__file__).resolve().parents[2] / "baselines" / "papers.toml"
@@ -218,11 +217,8 @@ def _show(v: Any) -> str:
 def load_claims(path: str | Path = PAPERS_FILE) -> list[Claim]:
     """Read and validate a claims file; every problem is one line of a :class:`GcbenchError`."""
     p = Path(path)
-    raw = read_bytes(p, MAX_CLAIMS_BYTES, "claims file")  # a FIFO or a link to /dev/zero: one line, no hang
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise GcbenchError(f"{p}: not a readable TOML file ({exc})") from None
+    # a regular file of at most 1 MiB (the shipped one is ~9 KiB): a device or FIFO is refused before reading
+    data = load_user_toml(p, "claims file", MAX_CLAIMS_BYTES)
     schema = data.get("schema", CLAIMS_SCHEMA)
     if not isinstance(schema, int) or schema > CLAIMS_SCHEMA:
         raise GcbenchError(f"{p}: claims schema {schema!r} is newer than this gcbench reads ({CLAIMS_SCHEMA}); upgrade gcbench")

@@ -1,4 +1,4 @@
-"""The one way gcbench writes an output file, and the bounded way it reads a JSON file a user names.
+"""The one way gcbench writes an output file.
 
 Writing (:func:`atomic_write`): every file gcbench produces (results files, reports in Markdown,
 HTML and CSV, exports, trace files and manifests, bench and calibration JSON) is written to a
@@ -8,31 +8,18 @@ half a file.  SIGINT/SIGTERM are held for the write (:func:`gcbench.core.signals
 failure is an ``OSError`` whose ``filename`` is the destination (a full disk's write error carries
 no file name of its own), which the command line prints as one ``cannot write FILE: reason`` line.
 
-Reading (:func:`read_json_file`): a file named on the command line or found in a folder may be a
-FIFO (opening it would wait for a writer forever), a link to ``/dev/zero`` (reading it would
-never end), a huge file, or JSON holding an integer of more digits than Python converts
-(``ValueError`` from ``int()``).  Each is one error line naming the file (and, for the integer,
-the field).
+Reading a file a user names is :mod:`gcbench.core.files`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from gcbench.core import signals
-from gcbench.core.errors import GcbenchError
-
-# a results file of the largest reference run is ~3 MB; this is far above any real one and far below RAM
-MAX_JSON_BYTES = 256 * 1024 * 1024
-# Python refuses to convert longer digit strings (sys.set_int_max_str_digits); 4300 is its default
-MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
 
 
 def _named(exc: OSError, path: Path) -> OSError:
@@ -120,82 +107,3 @@ def _write_into(path: Path, data: str | bytes | Callable[[Path], None]) -> None:
     with open(path, "wb") as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
         f.flush()
-
-
-class _HugeInt:
-    """An integer literal too long for ``int()``: kept as text so the field holding it can be named."""
-
-    def __init__(self, text: str) -> None:
-        self.digits = len(text.lstrip("-"))
-
-
-def _parse_int(text: str) -> int | _HugeInt:
-    return _HugeInt(text) if len(text.lstrip("-")) > MAX_INT_DIGITS else int(text)
-
-
-def _find_huge(data: Any) -> tuple[str, _HugeInt] | None:
-    """The path (``cases[0].size.ratio``) and value of the first over-long integer in ``data``."""
-    stack: list[tuple[str, Any]] = [("", data)]
-    while stack:
-        where, v = stack.pop()
-        if isinstance(v, _HugeInt):
-            return where or "(top level)", v
-        if isinstance(v, dict):
-            stack.extend(reversed([(f"{where}.{k}" if where else str(k), x) for k, x in v.items()]))
-        elif isinstance(v, list):
-            stack.extend(reversed([(f"{where}[{i}]", x) for i, x in enumerate(v)]))
-    return None
-
-
-def read_bytes(path: str | Path, max_bytes: int, what: str, error: type[GcbenchError] = GcbenchError) -> bytes:
-    """The content of the regular file ``path``, at most ``max_bytes``; anything else raises ``error`` (one line).
-
-    The file is opened without blocking and checked to be a regular file on the open descriptor,
-    so a FIFO or a device (also behind a symlink) is refused without waiting or reading forever.
-    """
-    p = Path(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise error(f"{p}: {what} not found") from None
-    except IsADirectoryError:
-        raise error(f"{p}: is a folder, not a {what}") from None
-    except OSError as exc:
-        raise error(f"{p}: cannot read the {what} ({exc.strerror or type(exc).__name__})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if stat.S_ISDIR(st.st_mode):
-            raise error(f"{p}: is a folder, not a {what}")
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{p}: not a regular file (a FIFO, device or socket), not a {what}")
-        if st.st_size > max_bytes:
-            raise error(f"{p}: {st.st_size:,} bytes, more than a {what} can be ({max_bytes:,})")
-        try:
-            raw = f.read(max_bytes + 1)
-        except OSError as exc:
-            raise error(f"{p}: cannot read the {what} ({exc.strerror or type(exc).__name__})") from None
-    if len(raw) > max_bytes:  # grew while being read
-        raise error(f"{p}: more than {max_bytes:,} bytes, more than a {what} can be")
-    return raw
-
-
-def read_json_file(path: str | Path, what: str, error: type[GcbenchError] = GcbenchError,
-                   max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """Parse the JSON file ``path`` (a ``what``: "results file", "trace manifest"); every problem raises ``error``.
-
-    Besides :func:`read_bytes`'s checks: not UTF-8, not JSON, nested too deeply, or an integer of
-    more than :data:`MAX_INT_DIGITS` digits (named by its field) is one line naming the file.
-    """
-    p = Path(path)
-    raw = read_bytes(p, max_bytes, what, error)
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
-    except RecursionError:
-        raise error(f"{p}: not valid JSON (nested too deeply); not a {what}") from None
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        raise error(f"{p}: not valid JSON ({exc}); not a {what}") from None
-    huge = _find_huge(data)
-    if huge is not None:
-        where, v = huge
-        raise error(f"{p}: {where}: an integer of {v.digits:,} digits (at most {MAX_INT_DIGITS:,}): not a {what}")
-    return data

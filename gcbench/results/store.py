@@ -30,11 +30,14 @@ import torch
 import gcbench
 from gcbench.core import liveness, signals
 from gcbench.core.errors import ResultsError
-from gcbench.results.files import MAX_JSON_BYTES, atomic_write, read_json_file, write_temp
+from gcbench.core.files import load_user_json
+from gcbench.results.files import atomic_write, write_temp
 from gcbench.results.metrics import metrics_metadata
 from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, Case, RunRecord, as_case, parse_record
 
 DEFAULT_RUNS_DIR = Path("reports") / "runs"
+#: a results file of the largest reference run is ~3 MB; this is far above any real one and far below RAM
+MAX_JSON_BYTES = 256 * 1024 * 1024
 
 
 def _cpu_model() -> str:
@@ -298,7 +301,7 @@ def load_run(path: str | Path) -> RunRecord:
     """
     p = Path(path)
     # a FIFO, a device (a link to /dev/zero), a file over MAX_JSON_BYTES or an over-long integer: one line
-    data = read_json_file(p, "gcbench results file", ResultsError, MAX_JSON_BYTES)
+    data = load_user_json(p, "gcbench results file", MAX_JSON_BYTES, ResultsError)
     if not isinstance(data, dict) or "schema_version" not in data or "cases" not in data:
         raise ResultsError(f"{p}: not a gcbench results file (no schema_version/cases)")
     if _too_deep(data):

@@ -29,19 +29,35 @@ class ModelCard:
     build: str
     # compare=False keeps the frozen dataclass hashable despite the dict
     options: Mapping[str, object] = field(default_factory=dict, compare=False)
+    #: per-model bounds that narrow :data:`OPTION_BOUNDS` (a ResNet's five 2× downsamplings need 32 pixels)
+    bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False)
+
+
+#: the allowed range of every integer zoo option: far past the models' published sizes, short of
+#: sizes whose first allocation fails (``image_size = 100000`` asked for a 40 GB input batch and
+#: ended in an allocation traceback); checked by ``validate`` as by the factories
+OPTION_BOUNDS: Mapping[str, tuple[int, int]] = {
+    "batch_size": (1, 4096), "image_size": (8, 1024), "num_classes": (1, 100_000), "seq_len": (1, 16384),
+    "vocab": (2, 1_000_000), "hidden": (1, 16384), "d_model": (1, 16384), "heads": (1, 256), "layers": (1, 256),
+    "sizes": (1, 65536),  # each width of the MLP
+}
+
+#: the most layers an MLP's ``sizes`` may list
+MAX_MLP_SIZES = 64
 
 
 _IMAGENET = {"batch_size": 8, "image_size": 224, "num_classes": 1000}
+_IMAGENET_BOUNDS = {"image_size": (32, 1024)}
 
 MODELS: dict[str, ModelCard] = {
     c.name: c
     for c in (
         ModelCard("resnet18", "ResNet-18 (He et al. 2016), 1000 classes, 11.7M parameters; batch 8 of 224×224",
-                  "resnet18_factory", "resnet18_build", _IMAGENET),
+                  "resnet18_factory", "resnet18_build", _IMAGENET, _IMAGENET_BOUNDS),
         ModelCard("resnet50", "ResNet-50 v1.5 (torchvision layout), 1000 classes, 25,557,032 parameters; batch 8 of 224×224",
-                  "resnet50_factory", "resnet50_build", _IMAGENET),
+                  "resnet50_factory", "resnet50_build", _IMAGENET, _IMAGENET_BOUNDS),
         ModelCard("vgg16", "VGG-16 (Simonyan & Zisserman 2015), 1000 classes, 138,357,544 parameters; batch 8 of 224×224",
-                  "vgg16_factory", "vgg16_build", {**_IMAGENET, "dropout": 0.5}),
+                  "vgg16_factory", "vgg16_build", {**_IMAGENET, "dropout": 0.5}, _IMAGENET_BOUNDS),
         ModelCard("lstm_lm", "PTB-size 2-layer LSTM LM (Zaremba et al. 2014 medium): vocab 10k, 650 hidden, untied, "
                   "19.8M parameters; batch 20 × seq 35", "lstm_factory", "lstm_build",
                   {"batch_size": 20, "seq_len": 35, "vocab": 10_000, "hidden": 650, "layers": 2, "dropout": 0.5}),
@@ -74,7 +90,28 @@ def with_defaults(card: ModelCard, kwargs: Mapping[str, object]) -> dict[str, ob
     if unknown:
         raise ParamError(f"model {card.name!r} has no option {', '.join(map(repr, unknown))} "
                          f"(options: {', '.join(card.options) or 'none'})")
+    for key, value in kwargs.items():
+        _check_bound(card, key, value)
     return {**card.options, **kwargs}
+
+
+def option_bounds(card: ModelCard, key: str) -> tuple[int, int] | None:
+    """The allowed range of the integer option ``key`` of ``card`` (None: not an integer option)."""
+    return card.bounds.get(key, OPTION_BOUNDS.get(key))
+
+
+def _check_bound(card: ModelCard, key: str, value: object) -> None:
+    """Refuse an integer option outside :func:`option_bounds` (types are the factories' to check)."""
+    bounds = option_bounds(card, key)
+    if bounds is None:
+        return
+    lo, hi = bounds
+    values = value if key == "sizes" and isinstance(value, list | tuple) else [value]
+    if key == "sizes" and not 2 <= len(values) <= MAX_MLP_SIZES:
+        raise ParamError(f"{card.name}: sizes must list 2 to {MAX_MLP_SIZES} layer widths, got {len(values)}")
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
+            raise ParamError(f"{card.name}: {key} must be in [{lo}, {hi}], got {v}")
 
 
 def is_user_model(name: str) -> bool:

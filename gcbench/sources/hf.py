@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.sources.catalog import OPTION_BOUNDS
 
 if TYPE_CHECKING:
     import torch
@@ -332,6 +333,10 @@ def parse_name(spec: str) -> tuple[HFModelInfo, dict[str, int]]:
     return info, options
 
 
+#: the range of every size option: the zoo's (:data:`gcbench.sources.catalog.OPTION_BOUNDS`) and the ``hf:`` models' own
+HF_BOUNDS: Mapping[str, tuple[int, int]] = {**OPTION_BOUNDS, "positions": (1, 65536), "kv_heads": (1, 256), "patch": (1, 1024)}
+
+
 def resolve(spec: str, kwargs: Mapping[str, object] | None = None) -> tuple[HFModelInfo, dict[str, int], str]:
     """The model, its full validated options and its canonical name for ``spec`` plus keyword options.
 
@@ -349,6 +354,10 @@ def resolve(spec: str, kwargs: Mapping[str, object] | None = None) -> tuple[HFMo
             raise ParamError(f"model {spec!r}: {key} is {options[key]} in the name but {value} in the options; give it once")
         options[key] = value
     full = {k: options.get(k, d) for k, d in info.defaults.items()}
+    for key, value in full.items():  # upper bounds too: hidden=10**9 validated, then failed allocating
+        lo, hi = HF_BOUNDS.get(key, (1, 1 << 20))
+        if not lo <= value <= hi:
+            raise ParamError(f"model {spec!r}: {key} must be in [{lo}, {hi}], got {value}")
     _divisible(info.name, full, "hidden", "heads")
     info.check(full)
     changed = [f"{k}={v}" for k, v in full.items() if v != info.defaults[k]]

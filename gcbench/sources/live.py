@@ -33,13 +33,14 @@ cost of computing them again (no copy of the start model is kept: VGG-16's would
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
 
 import torch
 
-from gcbench.core.errors import ParamError
+from gcbench.core.errors import ParamError, SourceError
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 from gcbench.sources.batches import batch_generator
 from gcbench.sources.catalog import is_user_model
@@ -152,14 +153,29 @@ class LiveSource(GradientSource):
         return grads
 
     @torch.no_grad()
-    def _apply(self, grads: Mapping[str, torch.Tensor], scale: float) -> None:
+    def _apply(self, grad_of: Callable[[str], torch.Tensor], scale: float) -> None:
+        """``p -= scale * grad_of(name)`` for every parameter (one gradient built at a time).
+
+        An update that leaves a parameter non-finite is one error.
+        Too large an ``lr`` overflows float32 (or, past float32's range, cannot even be passed as the
+        update's factor): that is the suite's setting, not a bug, so it is a :class:`SourceError`
+        naming ``lr`` rather than a NaN gradient one step later.
+        """
         for name, p in self._params.items():
-            p.add_(grads[name].to(device=p.device, dtype=p.dtype), alpha=-scale)
+            try:
+                p.add_(grad_of(name).to(device=p.device, dtype=p.dtype), alpha=-scale)
+            except RuntimeError as exc:  # "value cannot be converted to type float without overflow"
+                raise SourceError(f"{self.model_name}: the SGD update with lr={self.lr:g} fails on parameter {name!r} "
+                                  f"({_first_line(exc)}); lower the source's lr") from None
+            # a finite float64 sum proves every element finite (one read, no temporary)
+            if p.is_floating_point() and not math.isfinite(float(p.sum(dtype=torch.float64))):
+                raise SourceError(f"{self.model_name}: the SGD update with lr={self.lr:g} made parameter {name!r} "
+                                  "non-finite (Inf or NaN); lower the source's lr")
 
     def _warmup(self) -> None:
         for i in range(self.warmup_steps):
             label = f"{self.model_name} warm-up step {i + 1}/{self.warmup_steps}"
-            self._apply(self._forward_backward(WARMUP_BATCH_OFFSET + i, 0, _PHASE_WARMUP, label), self.lr)
+            self._apply(self._forward_backward(WARMUP_BATCH_OFFSET + i, 0, _PHASE_WARMUP, label).__getitem__, self.lr)
 
     def _start(self) -> None:
         """Build the model from the seed and run the warm-up; nothing cached afterwards."""
@@ -183,9 +199,12 @@ class LiveSource(GradientSource):
     def _sgd_update(self, worker_grads: list[dict[str, torch.Tensor]]) -> None:
         if self.lr == 0.0:
             return
-        for name, p in self._params.items():
-            mean = torch.stack([g[name] for g in worker_grads]).mean(0)
-            p.add_(mean.to(device=p.device, dtype=p.dtype), alpha=-self.lr)
+        self._apply(lambda name: torch.stack([g[name] for g in worker_grads]).mean(0), self.lr)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _jsonable(v: object) -> object:

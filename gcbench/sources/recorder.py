@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from gcbench.core.errors import ParamError, SourceError
-from gcbench.results.files import read_json_file
+from gcbench.core.files import load_user_json
 from gcbench.sources.base import TensorSpec
 from gcbench.sources.live import LiveSource
 from gcbench.sources.trace import (
@@ -225,7 +225,7 @@ def _write_merged(out: Path, parts: list[dict[str, Any]]) -> Path:
 
 def _read_part(path: Path, worker: int) -> dict[str, Any]:
     """Load and check one worker's part file; a wrong structure is one :class:`SourceError` naming the file."""
-    part = read_json_file(path, "recorder part file", SourceError, MAX_MANIFEST_BYTES)
+    part = load_user_json(path, "recorder part file", MAX_MANIFEST_BYTES, SourceError)
     ok = (isinstance(part, dict) and isinstance(part.get("recorded_steps"), list) and isinstance(part.get("files"), dict)
           and isinstance(part.get("tensors"), list) and isinstance(part.get("model"), str)
           and isinstance(part.get("seed"), int) and part.get("worker") == worker

@@ -49,13 +49,18 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from gcbench.core.errors import ParamError, SourceError
-from gcbench.results.files import atomic_write, read_json_file
+from gcbench.core.files import load_user_json
+from gcbench.results.files import atomic_write
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 #: held by the process writing a trace (``write_trace``; a recorder holds one per worker)
 LOCK = ".gcbench-recording.lock"
+
+#: the largest manifest read: one entry per (step, worker) file and per tensor; 10,000 steps × 64
+#: workers of a 200-tensor model take about 1 MB, so 16 MiB is far past any real trace
+MAX_MANIFEST_BYTES = 16 << 20
 
 #: manifest dtype name ↔ torch dtype ↔ safetensors header dtype
 _DTYPES: dict[str, tuple[torch.dtype, str]] = {
@@ -65,8 +70,6 @@ _DTYPES: dict[str, tuple[torch.dtype, str]] = {
     "float64": (torch.float64, "F64"),
 }
 _TORCH_TO_NAME = {t: n for n, (t, _) in _DTYPES.items()}
-#: a manifest lists a few hundred files; anything near this is not one
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.safetensors$")
 
 Progress = Callable[[int, int, str], None]
@@ -317,8 +320,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise _fail(path, "missing; not a gcbench trace folder (or the recording did not finish)")
     check_inside(folder, path)
-    # bounded, regular files only, over-long integers named: one SourceError line naming the manifest
-    m = read_json_file(path, "trace manifest", SourceError, MAX_MANIFEST_BYTES)
+    # a regular file of bounded size: a manifest replaced by a FIFO or a device is refused, not read forever
+    m = load_user_json(path, "trace manifest", MAX_MANIFEST_BYTES, SourceError)
     if not isinstance(m, dict):
         raise _fail(path, "must hold a JSON object")
     fv = m.get("format_version")

@@ -153,3 +153,10 @@ def test_resnet50_live_step_full_size() -> None:
     src = LiveSource("resnet50", workers=1, steps=1)
     g = src.gradients(0, 0)
     assert len(g) == 161 and sum(t.numel() for t in g.values()) == 25_557_032
+
+
+def test_an_lr_that_breaks_the_sgd_update_is_one_source_error() -> None:
+    # the suite bounds lr to [0, 1000]; the source itself must not end in a RuntimeError from torch's add_
+    src = LiveSource("mlp", workers=2, steps=2, lr=1e300, batch_size=4)
+    with pytest.raises(SourceError, match=r"mlp: the SGD update with lr=1e\+300 fails on parameter '.*'.*; lower the source's lr"):
+        src.gradients(1, 0)

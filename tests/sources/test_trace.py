@@ -375,3 +375,13 @@ def test_a_manifest_that_is_a_fifo_is_refused_without_waiting(trace_dir: Path) -
     os.mkfifo(trace_dir / MANIFEST)
     with pytest.raises(SourceError, match=r"manifest\.json: (missing|not a regular file)"):
         TraceSource(trace_dir)
+
+
+def test_an_oversized_manifest_is_refused_before_reading(trace_dir: Path) -> None:
+    from gcbench.sources.trace import MAX_MANIFEST_BYTES, TraceSource
+
+    with (trace_dir / "manifest.json").open("r+b") as f:
+        f.truncate(MAX_MANIFEST_BYTES + 1)  # sparse: nothing is written, and nothing may be read
+    mib = f"{MAX_MANIFEST_BYTES / 2**20:.1f}"
+    with pytest.raises(SourceError, match=rf"manifest\.json: trace manifest is {mib} MiB; gcbench reads at most {mib} MiB"):
+        TraceSource(trace_dir)

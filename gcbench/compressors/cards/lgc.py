@@ -79,8 +79,9 @@ LGC = CompressorInfo(
         Param("latent_weight", float, 0.5, "weight of the latent-similarity term; reconstruction gets 1 - latent_weight "
               "(0.5/0.5: re-implementation's default)", low=0.0, high=1.0),
         Param("window", int, 1024, "preset=gcbench: K values are cut into ceil(K/window) equal windows (gcbench's choice)", low=16),
-        Param("channels", str, "64,128,256,64", "preset=gcbench: encoder widths of the stride-2 Conv1d layers (comma-separated; "
-              "re-implementation's widths; gcbench's decoder mirrors them)"),
+        Param("channels", str, "64/128/256/64", "preset=gcbench: encoder widths of the stride-2 Conv1d layers, each halving "
+              "the length (re-implementation's widths; gcbench's decoder mirrors them): lgc:channels=8/16/32 on the command "
+              "line, channels = [8, 16, 32] in a suite", low=1, items=int, max_items=8),
         Param("latent_channels", int, 4, "preset=gcbench: latent channels (kernel-1 head, 4 as in the re-implementation): "
               "latent = latent_channels * L / 2^layers floats", low=1),
         Param("min_k", int, 64, "preset=gcbench: tensors with K below this keep top-k+EF in phase 3, no autoencoder "
