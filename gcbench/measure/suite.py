@@ -77,8 +77,9 @@ class SourceSpec(_Strict):
     distribution: Literal["normal", "laplace", "student-t", "sparse", "lowrank"] = "normal"
     shapes: list[list[Int]] | None = Field(None, max_length=MAX_TENSORS)
     model: str | None = None  # live: the zoo model; synthetic: use a zoo model's layer shapes
-    # float32 gradients: a scale past 1e6 (real gradients are ~1e-3) overflows heavy-tailed draws to inf
-    scale: Float = Field(1.0, ge=1e-30, le=1e6, allow_inf_nan=False)
+    # float32 gradients: up to 1e38, so a suite can probe a compressor near float32's max (a case
+    # whose output overflows fails with its reason; a draw that overflows is refused by the source)
+    scale: Float = Field(1.0, ge=1e-30, le=1e38, allow_inf_nan=False)
     # student-t below 1 degree of freedom draws values past float32's range
     df: Float = Field(3.0, ge=1.0, le=1e6, allow_inf_nan=False)
     sparsity_density: Float = Field(0.05, gt=0, le=1)
