@@ -1293,6 +1293,7 @@ def advise_cmd(
         fidelity = (load_run(path), str(path))
     if kernels is None:
         check_output_dir(out_dir, "--out")
+    before: adv.ComputeTiming | None = None
     with progress_bar(not as_json and not quiet) as prog:
         if kernels is not None:
             ks = adv.kernels_from_bench(load_run(kernels), model, str(kernels))
@@ -1302,15 +1303,20 @@ def advise_cmd(
                                    tuple(k for k in ks.kernels if k.compressor in wanted))
         else:
             assert model is not None
+            # compute is timed before and after the kernels: two measurements a minute apart show a machine
+            # whose speed moved under the run (adv.combine_compute), which one measurement cannot
+            before = adv.measure_compute(model, progress=prog) if compute_ms is None else None
             ks = adv.measure_kernels(model, specs, out_dir, rounds=rounds, progress=prog)
         compute_flags: tuple[str, ...] = ()
         if compute_ms is not None:
             compute_s, origin = compute_ms / 1e3, "given"
         else:
             ct = adv.measure_compute(ks.model, progress=prog)
+            if before is not None:
+                ct = adv.combine_compute(before, ct)
             compute_s, compute_flags = ct.median_s, ct.reasons
             origin = (f"measured on this machine's CPU, median of {len(ct.samples)} steps"
-                      + (f" after {ct.attempts} measurements" if ct.attempts > 1 else "")
+                      + (f" in {ct.attempts} measurements" if ct.attempts > 1 else "")
                       + "; give --compute-ms for the cluster's devices")
     delivered = adv.delivered_from_results(fidelity[0], ks.model, fidelity[1]) if fidelity else None
     advice = adv.advise(ks, compute_s, ns, bws, latency_us * 1e-6, compute_origin=origin, delivered=delivered,

@@ -276,3 +276,42 @@ def test_flagged_bench_cases_are_timed_again_and_the_less_flagged_kept(monkeypat
     out = bench.remeasure_unstable(first, ["topk", "none"], repeats=3, warmup=1, threads=1, device="cpu", isolate=False, model="mlp")
     assert asked == [["topk"]]  # only the flagged one
     assert out[0]["compress_x_copy"] == 7.5 and out[0]["remeasured"] == 1 and out[1] is first[1]
+
+
+def _timing(ms: float, n: int = 5, flags: tuple[str, ...] = (), reasons: tuple[str, ...] = ()) -> adv.ComputeTiming:
+    return adv.ComputeTiming(ms / 1e3, tuple([ms / 1e3] * n), flags, reasons)
+
+
+def test_compute_measured_before_and_after_the_kernels_is_flagged_when_the_machine_changed_speed() -> None:
+    """Issue 34 item 27: the mlp's step took 1.3 ms one minute and 2.3 ms the next on a quiet VM, each measurement steady."""
+    same = adv.combine_compute(_timing(1.30), _timing(1.36))
+    assert same.flags == () and same.reasons == () and same.attempts == 2 and len(same.samples) == 10
+    assert same.median_s == pytest.approx(1.33e-3)
+    moved = adv.combine_compute(_timing(1.30), _timing(2.30))
+    assert moved.flags == ("drifted",)
+    assert "1.3 ms per step before the kernels were timed, 2.3 ms after (+77%, over ±10%)" in moved.reasons[0]
+    slower_first = adv.combine_compute(_timing(2.0), _timing(1.7))  # -15%: drift either way counts
+    assert slower_first.flags == ("drifted",)
+    kept = adv.combine_compute(_timing(1.3, flags=("unstable",), reasons=("unstable: x",)), _timing(1.31))
+    assert kept.flags == ("unstable",) and kept.reasons == ("unstable: x",)
+
+
+def test_compute_time_excludes_making_the_batch() -> None:
+    """The batch is made outside the timed region: a data loader works beside a real step."""
+    class Clock:
+        t = 0.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+
+    def prepare(i: int) -> int:
+        clock.t += 5.0  # an expensive batch: must not be timed
+        return i
+
+    def step(batch: int) -> None:
+        clock.t += 0.001
+
+    ct = adv.time_compute(step, clock=clock, meter=_Meter, prepare=prepare)
+    assert ct.median_s == pytest.approx(0.001)

@@ -179,10 +179,11 @@ def kernels_from_run(record: RunRecord, source_label: str, origin: str = "") -> 
     return KernelSet(model, device, _machine(record), origin, tuple(kernels)), compute
 
 
-#: the most rounds a kernel of advise's bench takes (bench's own cap is 40): the median of 15 rounds ignores up to 3 slow
-#: ones, and 19 compressors × 2 kernels of ResNet-50 at 40 rounds would spend a minute of the cold start on precision a
-#: step prediction does not need
-ADVISE_MAX_ROUNDS = 15
+#: the most rounds a kernel of advise's bench takes: bench's own cap, still bounded by its 3 s budget per case.  At 15
+#: rounds a small model's 0.05-0.2 ms kernels (mlp) could not pin their medians down on a quiet machine: 11 of 19
+#: compressors stayed flagged after re-measuring and the answer was called untrustworthy on every run; 40 rounds of
+#: them cost milliseconds, while a large model's rounds stop at the budget
+ADVISE_MAX_ROUNDS = 40
 
 
 def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, rounds: int = 3, threads: int = 2,
@@ -212,30 +213,37 @@ class ComputeTiming:
 
 #: compute is timed like a kernel (:func:`gcbench.measure.metrics.calibration_done`): 5 steps at least, more until the
 #: median's 95% CI is within ±5%, at most 30 steps or 20 s.  Three steps' median was 12.2-12.8 ms in three runs of
-#: the mlp and 200 ms in a fourth, unflagged: nothing looked at the steps' agreement or at the machine
-COMPUTE_POLICY = TimingPolicy(warmup=1, min_rounds=5, max_rounds=30, budget_s=20.0)
+#: the mlp and 200 ms in a fourth, unflagged: nothing looked at the steps' agreement or at the machine.  Three warm-up
+#: steps: the mlp's first steps take 3.5, 2.0 and 1.4 ms, then 1.3 (autograd's and the allocator's first use), and
+#: one warm-up step left the second in the median of runs that stopped at 5 steps
+COMPUTE_POLICY = TimingPolicy(warmup=3, min_rounds=5, max_rounds=30, budget_s=20.0)
 
 
-def time_compute(step: Callable[[int], Any], policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2, *,
+def time_compute(step: Callable[[Any], Any], policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2, *,
                  clock: Callable[[], float] = time.perf_counter, meter: Callable[[], CpuMeter] = CpuMeter,
-                 progress: Callable[[int], None] | None = None) -> ComputeTiming:
-    """Time ``step(i)`` (one forward + backward of batch i) in rounds until its median is pinned down; flagged
+                 progress: Callable[[int], None] | None = None, prepare: Callable[[int], Any] | None = None) -> ComputeTiming:
+    """Time ``step(prepare(i))`` (one forward + backward of batch i) in rounds until its median is pinned down; flagged
     (rounds disagree, or other processes took the CPU: :func:`gcbench.measure.metrics.flag_reasons`), it is measured
-    again, up to ``attempts`` times, and the least flagged attempt (then the tightest) is kept."""
+    again, up to ``attempts`` times, and the least flagged attempt (then the tightest) is kept.
+
+    ``prepare(i)`` (default: ``i`` itself) makes step i's input outside the timed region: a training loop's data
+    loader works beside the step, so synthesising the batch (0.3-1 ms of the mlp's 1.3 ms step) is not compute."""
+    make = prepare if prepare is not None else (lambda i: i)
     best: ComputeTiming | None = None
     best_key: tuple[int, float] = (0, 0.0)
     i = 0
     for attempt in range(1, attempts + 1):
         for _ in range(policy.warmup):
-            step(i)
+            step(make(i))
             i += 1
         cpu = meter().start()
         start, times = clock(), []
         while True:
             if progress:
                 progress(i)
+            batch = make(i)
             t0 = clock()
-            step(i)
+            step(batch)
             times.append(clock() - t0)
             i += 1
             if calibration_done({"compute": times}, clock() - start, policy) is not None:
@@ -253,6 +261,32 @@ def time_compute(step: Callable[[int], Any], policy: TimingPolicy = COMPUTE_POLI
     return dataclasses.replace(best, attempts=attempt)
 
 
+#: the most two measurements of the compute time, one before and one after the kernels are timed, may differ before
+#: the answer says the machine changed speed under it: this 2-core VM's mlp step took 1.3 ms in one minute and
+#: 1.7-2.3 ms in the next, quiet both times, and each measurement alone looked steady
+COMPUTE_DRIFT = 0.10
+
+
+def combine_compute(before: ComputeTiming, after: ComputeTiming, limit: float = COMPUTE_DRIFT) -> ComputeTiming:
+    """One compute time from two measurements taken apart in time (before and after the kernels' bench).
+
+    The median is over both measurements' steps; flags and reasons of either stand, and the two medians
+    differing by more than ``limit`` flags ``drifted``: a machine whose speed moved during the run gives
+    a compute time (and so every speed-up) that the next run will not repeat, however steady each
+    measurement was on its own.
+    """
+    samples = before.samples + after.samples
+    flags = dict.fromkeys(before.flags + after.flags)
+    reasons = list(dict.fromkeys(before.reasons + after.reasons))
+    change = after.median_s / before.median_s - 1.0 if before.median_s > 0 else 0.0
+    if abs(change) > limit:
+        flags["drifted"] = None
+        reasons.append(f"drifted: {before.median_s * 1e3:.3g} ms per step before the kernels were timed, "
+                       f"{after.median_s * 1e3:.3g} ms after ({change:+.0%}, over ±{limit:.0%}): the machine changed speed "
+                       "during the run, so the next run will not repeat this answer")
+    return ComputeTiming(statistics.median(samples), samples, tuple(flags), tuple(reasons), before.attempts + after.attempts)
+
+
 def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2,
                     progress: Progress | None = None) -> ComputeTiming:
     """One forward + backward pass of zoo ``model`` at its default batch on this machine's CPU (:func:`time_compute`)."""
@@ -260,8 +294,8 @@ def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE
 
     zm = load_model(model, seed)
 
-    def step(i: int) -> None:
-        inputs, targets = zm.make_batch(i, 0)
+    def step(batch: tuple[Any, Any]) -> None:
+        inputs, targets = batch
         zm.module.zero_grad(set_to_none=True)
         zm.loss_fn(zm.module(inputs), targets).backward()
 
@@ -269,7 +303,7 @@ def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE
         if progress:
             progress("compute", min(i, policy.max_rounds), policy.max_rounds, f"{model}: forward + backward, step {i + 1}")
 
-    return time_compute(step, policy, attempts, progress=tick)
+    return time_compute(step, policy, attempts, progress=tick, prepare=lambda i: zm.make_batch(i, 0))
 
 
 @dataclass(frozen=True)
