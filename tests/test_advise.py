@@ -315,3 +315,19 @@ def test_compute_time_excludes_making_the_batch() -> None:
 
     ct = adv.time_compute(step, clock=clock, meter=_Meter, prepare=prepare)
     assert ct.median_s == pytest.approx(0.001)
+
+
+def test_a_flagged_kernel_of_a_compressor_far_behind_does_not_put_the_answer_in_doubt() -> None:
+    """A flag rare on a quiet machine must still not ride on every sentence: only the timings the answer rests on count."""
+    ok = (adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
+          adv.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8))
+    far = adv.StepKernels("natural", "natural", 0.05, 0.03, 0.04, 6e7, 1e8, flags=("unstable",), reasons=("decompress unstable",))
+    a = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, far)), 0.1, [16], [1], 5e-6)
+    sc = a.scenarios[0]
+    step = {s.label: s for s in sc.steps}
+    assert step["natural"].speedup * adv.CONTENDER_MARGIN < sc.paying[0].speedup  # far behind the best
+    assert a.untrusted() == ["natural (unstable)"]  # still listed under the table and in --json
+    assert a.untrusted_for(sc) == [] and "cannot be trusted" not in a.summaries()[0]
+    near = adv.StepKernels("dgc", "dgc", 0.03, 0.003, 0.004, 1.1e6, 1e8, flags=("unstable",), reasons=("compress unstable",))
+    b = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, near)), 0.1, [16], [1], 5e-6)
+    assert "dgc (unstable)" in b.summaries()[0] and "cannot be trusted" in b.summaries()[0]
