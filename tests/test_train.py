@@ -323,8 +323,9 @@ def test_sigterm_stops_the_workers_promptly_and_keeps_finished_compressors(tmp_p
         assert len(workers) == 2, workers
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
-        assert time.monotonic() - t0 < 5, "the parent took too long to stop"
+        _, err = proc.communicate(timeout=60)
+        # the property is "does not wait for the 600 s timeouts"; 5 s failed once with the machine at a load of 10
+        assert time.monotonic() - t0 < 30, "the parent took too long to stop"
         assert proc.returncode == 143 and "Traceback" not in err, (proc.returncode, err)
         assert "interrupted (SIGTERM)" in err
         left = {w for w in workers if _alive(w)}
