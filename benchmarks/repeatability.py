@@ -7,7 +7,8 @@ Usage (two back-to-back runs of one suite on the same machine, then this script)
 
 For every case present and ok in both files it sets the compress ×copy medians side by side and
 says whether they agree within ``--tolerance`` (relative to the first run), or whether either run
-flagged the timing (``unstable``, ``too short``, ``beats traffic bound``: a flagged number is not
+flagged the timing (``unstable``, ``too short``, ``beats traffic bound``, or ``copy moved`` where the report
+says a cache-resident source's copy yardstick moved and ×copy will not repeat: a flagged number is not
 claimed as a speed, so disagreement there is expected).  Cases whose compress median is under
 ``--min-ms`` in both runs are listed but not judged.  The summary line gives the share of judged
 cases that agree, that are flagged, and that disagree unflagged: the last must be empty for the
@@ -21,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+from gcbench.measure.casemath import COPY_SPREAD_LIMIT
 from gcbench.results.record import RunCase
 from gcbench.results.store import load_run
 
@@ -40,6 +42,9 @@ def compare(a: Path, b: Path, tolerance: float, min_ms: float) -> dict[str, obje
         if x is None or y is None or x.median is None or y.median is None or ms_a is None or ms_b is None:
             continue
         flags = sorted(set(x.flags or []) | set(y.flags or []))
+        # the report's caption says so when a cache-resident source's copy yardstick moved: ×copy is not claimed
+        if any((t.copy_spread or 0) > COPY_SPREAD_LIMIT for t in (ca[key].timing, cb[key].timing) if t is not None):
+            flags.append("copy moved")
         change = y.median / x.median - 1.0
         if max(ms_a, ms_b) * 1e3 < min_ms:
             verdict = "not judged (< min ms)"

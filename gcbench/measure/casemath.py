@@ -603,6 +603,13 @@ def _set_x_copy(rec: dict[str, Any], kernel: str, x_copy: Sequence[float], why: 
 #: pool the copy baseline only when the copy's traffic (read + write) is this many times the last-level cache
 CACHE_RESIDENT_FACTOR = 4
 
+#: a cache-resident source whose cases' copies (the same bytes) spread by more than this factor gives ×copy numbers that
+#: will not repeat: the copy is the yardstick, and it moved.  On this 2-core VM (a 32 MB L3 shared with other tenants) the
+#: quick suite's 5.4 MB copy took 0.11-0.46 ms by case and by run while the kernels beside it repeated within ±11%
+#: (qsgd 0.93-1.16 ms in seven runs, read as 3.07× to 7.85× a copy); no other yardstick tried held (a warm copy, a
+#: 128 MiB streaming copy scaled to the source: ±15% run to run on its own)
+COPY_SPREAD_LIMIT = 1.3
+
 #: a kernel within this many times its traffic bound is limited by its memory traffic: it speeds and slows with the
 #: copy beside it, so its own rounds' copy is its baseline (the issue's "within 2x of its traffic bound")
 MEMORY_BOUND_FACTOR = 2.0
@@ -648,7 +655,14 @@ def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
     numel = timings[0].get("numel") or 0
     if 2 * dense_bytes(numel) < CACHE_RESIDENT_FACTOR * last_level_cache_bytes():
         # a copy the caches can hold runs at the speed the previous kernel left the caches in, so only the copy of
-        # the same round is its baseline (the quick suite's 4 MB: 0.31-0.49 ms by the case it ran beside)
+        # the same round is its baseline (the quick suite's 4 MB: 0.31-0.49 ms by the case it ran beside); how far
+        # the cases' copies spread is recorded, and past COPY_SPREAD_LIMIT the report says ×copy will not repeat
+        copies = [float(t["copy"]["median_s"]) for t in timings if t["copy"].get("median_s")]
+        if copies and min(copies) > 0:
+            spread = max(copies) / min(copies)
+            for t in timings:
+                t["copy_spread"] = spread
+                t["copy_range_s"] = [min(copies), max(copies)]
         return
     pooled_copy = float(np.median([v for t in timings for v in t["copy"]["samples_s"]]))
     rounds = sum(len(t["copy"]["samples_s"]) for t in timings)

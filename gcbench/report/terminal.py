@@ -42,6 +42,7 @@ from rich.text import Text
 
 from gcbench.core.errors import ResultsError
 from gcbench.measure.bench import BENCH_BUDGET_S, BENCH_MAX_ROUNDS, target_of, verdict
+from gcbench.measure.casemath import COPY_SPREAD_LIMIT
 from gcbench.measure.metrics import TimingPolicy
 from gcbench.report.text import NAME_MAX, TEXT_MAX, clip, term
 from gcbench.results.baselines import ClaimResult, format_measured
@@ -351,7 +352,19 @@ def stream_caption(cases: Sequence[RunCase], label: Callable[[str], str] = str) 
         least = next((c.stream.min_steps for c in short if c.stream and c.stream.min_steps), None)
         text += (f"; short = a stream of fewer than the {f'{least} ' if least else ''}steps that rank stateful "
                  "compressors: do not rank on it")
-    return text + "."
+    return text + "." + copy_caveat(ok)
+
+
+def copy_caveat(cases: Sequence[RunCase]) -> str:
+    """A sentence when the cases' copy yardstick moved (:data:`gcbench.measure.casemath.COPY_SPREAD_LIMIT`), else ""."""
+    moved = [c.timing for c in cases if c.timing is not None and c.timing.copy_spread is not None
+             and c.timing.copy_spread > COPY_SPREAD_LIMIT and c.timing.copy_range_s]
+    if not moved:
+        return ""
+    lo, hi = moved[0].copy_range_s[0], moved[0].copy_range_s[-1]  # type: ignore[index]
+    return (f" comp ×copy will not repeat run to run: the copy of these tensors, which the caches hold, took "
+            f"{lo * 1e3:.3g}–{hi * 1e3:.3g} ms across the cases (each at the speed the kernel before it left the caches "
+            "in); the kernels' own times (timing.compress.median_s in the results file) are what repeats.")
 
 
 def oneshot_reference(case: RunCase) -> str:

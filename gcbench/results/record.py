@@ -405,6 +405,10 @@ class CaseTiming(Model):
     pooled_copy_s: Num | None = None
     pooled_copy_rounds: Count | None = None
     copy_off_pooled: Num | None = None  # this case's own copy median / the pooled one - 1
+    # a cache-resident source (no pooling): its cases' copy medians, largest / smallest, and the two; past
+    # gcbench.measure.casemath.COPY_SPREAD_LIMIT the yardstick moved and ×copy will not repeat run to run
+    copy_spread: Num | None = None
+    copy_range_s: list[Num] | None = None
     compress_x_round_copy: XCopy | None = None
     decompress_x_round_copy: XCopy | None = None
     # per kernel, the copy its ×copy is against: "round" (memory-bound: it moves with its own rounds' copy) or
