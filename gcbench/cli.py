@@ -35,7 +35,7 @@ import gcbench
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, did_you_mean
 from gcbench.report.progress import RunEta
-from gcbench.results.files import atomic_write
+from gcbench.results.atomic import atomic_write
 
 
 def _typed_metavars(params: list[Any]) -> list[Any]:

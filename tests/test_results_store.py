@@ -714,7 +714,7 @@ def test_sigterm_right_after_the_final_write_leaves_a_complete_run(tmp_path: Pat
 
 
 def test_atomic_write_replaces_a_links_target_and_keeps_the_link(tmp_path: Path) -> None:
-    from gcbench.results.files import atomic_write
+    from gcbench.results.atomic import atomic_write
 
     target = tmp_path / "real.md"
     target.write_text("old")

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from gcbench.core.errors import GcbenchError
 from gcbench.distributed.launch import LaunchError, init_from_env, launched
 from gcbench.distributed.netmodel import COLLECTIVES, Calibration, CollectivePrice, fit_price
-from gcbench.results.files import atomic_write
+from gcbench.results.atomic import atomic_write
 
 #: each size is chosen so that the model's volume time of the collective is this many seconds at the nominal rate
 DEFAULT_SECONDS = (0.05, 0.1, 0.2, 0.4)

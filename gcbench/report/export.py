@@ -48,7 +48,7 @@ from typing import Any
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError
 from gcbench.report.terminal import LoadedRun, bench_target, oneshot_reference, params_text
-from gcbench.results.files import write_temp
+from gcbench.results.atomic import write_temp
 from gcbench.results.record import BenchCase, RunCase, TrainCase, XCopy
 
 #: the files one export writes, in this order

@@ -111,9 +111,9 @@ from gcbench.report.terminal import (
     worker_cells,
 )
 from gcbench.report.text import NAME_MAX, clip
+from gcbench.results.atomic import atomic_write
 from gcbench.results.baselines import ClaimResult
 from gcbench.results.compare import Comparison
-from gcbench.results.files import atomic_write
 from gcbench.results.metrics import METRICS
 from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, phase_rows, source_windows, window_metrics, worker_traffic
 from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, TrainCase, as_cases
@@ -1565,6 +1565,6 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
 def write_html(path: str | Path, runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,
                comparison: Comparison | None = None, detailed: Sequence[LoadedRun] | None = None,
                claims_missing: str = "No claims file was loaded.", index: Sequence[dict[str, str]] | None = None) -> Path:
-    """Render and write the report atomically (:func:`gcbench.results.files.atomic_write`); ``index`` as :func:`render_html`."""
+    """Render and write the report atomically (:func:`gcbench.results.atomic.atomic_write`); ``index`` as :func:`render_html`."""
     text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed, index=index)
     return atomic_write(Path(path), text)

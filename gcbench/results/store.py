@@ -31,7 +31,7 @@ import gcbench
 from gcbench.core import liveness, signals
 from gcbench.core.errors import ResultsError
 from gcbench.core.files import load_user_json
-from gcbench.results.files import atomic_write, write_temp
+from gcbench.results.atomic import atomic_write, write_temp
 from gcbench.results.metrics import metrics_metadata
 from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, Case, RunRecord, as_case, parse_record
 
@@ -105,12 +105,12 @@ def json_text(data: Any) -> str:
 
 
 def _write_temp(path: Path, data: Any) -> Path:
-    """``data`` as JSON in a new temporary file beside ``path`` (:func:`gcbench.results.files.write_temp`)."""
+    """``data`` as JSON in a new temporary file beside ``path`` (:func:`gcbench.results.atomic.write_temp`)."""
     return write_temp(path, json_text(data))
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place (:func:`gcbench.results.files.atomic_write`).
+    """Write JSON to a temporary file beside ``path`` and rename it into place (:func:`gcbench.results.atomic.atomic_write`).
 
     SIGINT/SIGTERM are held for the duration (:func:`gcbench.core.signals.deferred`), so a signal can
     neither leave a stray ``*.tmp`` file nor stop the write half-way; it is delivered afterwards.

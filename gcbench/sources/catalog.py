@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
+from gcbench.sources.bounds import MAX_MLP_SIZES, OPTION_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -33,17 +34,6 @@ class ModelCard:
     bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False)
 
 
-#: the allowed range of every integer zoo option: far past the models' published sizes, short of
-#: sizes whose first allocation fails (``image_size = 100000`` asked for a 40 GB input batch and
-#: ended in an allocation traceback); checked by ``validate`` as by the factories
-OPTION_BOUNDS: Mapping[str, tuple[int, int]] = {
-    "batch_size": (1, 4096), "image_size": (8, 1024), "num_classes": (1, 100_000), "seq_len": (1, 16384),
-    "vocab": (2, 1_000_000), "hidden": (1, 16384), "d_model": (1, 16384), "heads": (1, 256), "layers": (1, 256),
-    "sizes": (1, 65536),  # each width of the MLP
-}
-
-#: the most layers an MLP's ``sizes`` may list
-MAX_MLP_SIZES = 64
 
 
 _IMAGENET = {"batch_size": 8, "image_size": 224, "num_classes": 1000}

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gcbench.core.errors import ParamError, SourceError, UnknownNameError, did_you_mean
-from gcbench.sources.catalog import OPTION_BOUNDS
+from gcbench.sources.bounds import OPTION_BOUNDS
 
 if TYPE_CHECKING:
     import torch
@@ -333,7 +333,7 @@ def parse_name(spec: str) -> tuple[HFModelInfo, dict[str, int]]:
     return info, options
 
 
-#: the range of every size option: the zoo's (:data:`gcbench.sources.catalog.OPTION_BOUNDS`) and the ``hf:`` models' own
+#: the range of every size option: the zoo's (:data:`gcbench.sources.bounds.OPTION_BOUNDS`) and the ``hf:`` models' own
 HF_BOUNDS: Mapping[str, tuple[int, int]] = {**OPTION_BOUNDS, "positions": (1, 65536), "kv_heads": (1, 256), "patch": (1, 1024)}
 
 

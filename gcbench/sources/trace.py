@@ -50,7 +50,7 @@ from safetensors.torch import save_file
 
 from gcbench.core.errors import ParamError, SourceError
 from gcbench.core.files import load_user_json
-from gcbench.results.files import atomic_write
+from gcbench.results.atomic import atomic_write
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 
 FORMAT_VERSION = 1
@@ -106,7 +106,7 @@ def utc_now() -> str:
 
 
 def save_tensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
-    """Write one safetensors file atomically (:func:`gcbench.results.files.atomic_write`); a failure names ``path``."""
+    """Write one safetensors file atomically (:func:`gcbench.results.atomic.atomic_write`); a failure names ``path``."""
     # save_file wants contiguous CPU tensors and refuses tensors that overlap in memory (e.g. one
     # tensor under two names): copy only tensors sharing a storage already seen, so the usual case
     # (separate .grad tensors) is written without any copy
@@ -132,7 +132,7 @@ def save_tensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapp
 
 
 def write_json_atomic(path: Path, obj: object) -> None:
-    """Write JSON to a temporary name and rename it over ``path`` (:func:`gcbench.results.files.atomic_write`)."""
+    """Write JSON to a temporary name and rename it over ``path`` (:func:`gcbench.results.atomic.atomic_write`)."""
     atomic_write(path, json.dumps(obj, indent=2) + "\n")
 
 
