@@ -34,7 +34,7 @@ def _find(claims: list[Claim], compressor: str, model: str, metric: str) -> Clai
 
 
 def test_bundled_claims_cover_the_published_table(claims: list[Claim]) -> None:
-    # the table at the end of compressors.md ("Published claims for baselines/")
+    # the published claims bundled in baselines/papers.toml
     assert _find(claims, "dgc", "resnet50", "ratio").value == 277
     assert _find(claims, "dgc", "resnet50", "top1").value == 76.15
     assert _find(claims, "dgc", "resnet50", "top1").baseline_value == 75.96
@@ -64,7 +64,7 @@ def test_dgc_ratio_claims_carry_the_papers_wire_format(claims: list[Claim]) -> N
 
 def test_claim_params_are_valid_registry_parameters(claims: list[Claim]) -> None:
     names = set(registry.names())
-    # LGC is specified in compressors.md and registered by its own issue; every other claim names a registered compressor
+    # LGC is a registered compressor too; every other claim names a registered compressor
     assert {c.compressor for c in claims} - names <= {"lgc"}
     for c in claims:
         if c.compressor in names and c.params:

@@ -39,7 +39,7 @@ gcbench rejects them, so the recorded parameter is the one used.
 
 Choices made here (and why):
 
-* Comparison ``|v| >= thr`` as the official code (compressors.md writes ``>``; with an exact
+* Comparison ``|v| >= thr`` as the official code (the paper's text writes ``>``; with an exact
   k-th-largest threshold ``>`` would send k − 1 entries, and nothing when k = 1); the threshold
   is never below the smallest positive float, so zeros are never sent and an all-zero tensor
   sends nothing.

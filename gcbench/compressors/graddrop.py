@@ -37,7 +37,7 @@ Choices made here (and why):
   - ``none``: fp32 values.  Body bits: nnz·(32 + index bits).
   - ``1bit``: one sign bit per survivor and one fp32 scale ``s``; survivors decode to ±s with
     ``s`` = min kept |a| (``quant_scale="min"``) or mean kept |a| (``"mean"``), as
-    compressors.md defines it.  (Marian's one-bucket setting would use T itself, or the mean of
+    the card defines it.  (Marian's one-bucket setting would use T itself, or the mean of
     the sorted sample from rank c up; not implemented.)  Body: 32 + nnz·1 bits + index bits, each
     section rounded up to whole bytes.
   - ``2bit``: the authors' scheme, marian-dev ``src/training/dropper.h`` at commit 82fc5bf1

@@ -1,4 +1,4 @@
-"""SDAGC — Chen et al. 2020 (the SDAGC gradient sparsification paper; the compressors.md entry).
+"""SDAGC — Chen et al. 2020 (the SDAGC gradient sparsification paper, as its card in ``compressors/cards/sdagc.py`` states it).
 **RECONSTRUCTED**: only the abstract is public.  It names a per-layer threshold
 from the standard deviation of the gradient that adapts with training progress, residual
 accumulation, local gradient clipping, momentum compensation and an adaptive learning-rate

@@ -8,7 +8,7 @@ implementation, and the peak extra resident memory during compress.  The copy is
 with each kernel, round by round (:func:`gcbench.measure.metrics.time_interleaved`, as in ``gcbench
 run``), so ×copy is a per-round ratio with its spread and flags.  Each (compressor, size) runs
 in a fresh Python process by default, because allocator state left by one compressor changed the
-next one's timings by up to 5× on these machines (environment.md).
+next one's timings by up to 5× on these machines.
 
 The targets come from the fast-kernels issue; a row is ``pass`` when the measured ratio is within
 its target, ``short`` otherwise.  Timings vary 10–30% run to run: read ratios, not absolute times.

@@ -2,7 +2,7 @@
 
 Compression ratio, fidelity and speed all depend on it: top-k over a 25 MiB bucket picks different
 coordinates than top-k per layer, a scale per bucket quantizes differently from a scale per layer,
-and per-call overheads are paid per unit.  So a benchmark states it (design.md, "Granularity").
+and per-call overheads are paid per unit.  So a benchmark states it (README, "Suites": `granularity`).
 
 * ``layer`` — one unit per gradient tensor, with its own shape (what most papers describe).
 * ``bucket`` — flat float32 buckets formed as PyTorch ``DistributedDataParallel`` forms them after its
@@ -139,7 +139,7 @@ def gather(unit: Unit, grads: Mapping[str, torch.Tensor], out: torch.Tensor | No
     A layer unit returns the gradient tensor itself (same object, shape and dtype; never copied).  A
     bucket or model unit returns one flat float32 vector, the members flattened in unit order; pass a
     float32 ``out`` of ``unit.numel`` elements to fill a reused buffer instead of allocating (a fresh
-    100 MB result costs more in page faults than the copy, see environment.md).
+    100 MB result costs more in page faults than the copy on these machines).
     """
     if not unit.flat:
         return _member(unit, grads, unit.members[0], unit.shapes[0])

@@ -1,4 +1,4 @@
-"""How the metrics are measured: size, fidelity and timing, exactly as design.md ("Metrics") defines them.
+"""How the metrics are measured: size, fidelity and timing, exactly as README ("What the metrics mean") defines them.
 
 What each recorded metric means (unit, direction) is :data:`gcbench.results.metrics.METRICS`.
 

@@ -1,6 +1,6 @@
 """The self-contained HTML report: sortable tables and matplotlib plots in one offline file.
 
-design.md ("Results and reports") asks for one file with no network fetches: tables plus plots of
+The report is one file with no network fetches: tables plus plots of
 ratio vs error (Pareto front), throughput bars against the copy roofline, per-layer ratio and EF
 drift over steps.  It must read at suite scale (60 cases, 161 layers, a 1,400-px window).  Choices:
 
@@ -20,7 +20,7 @@ drift over steps.  It must read at suite scale (60 cases, 161 layers, a 1,400-px
 * The template is a string in this module (no package data to ship) rendered by jinja2 with
   autoescaping on, so suite labels, parameters and error messages cannot inject markup.  Text
   drawn into plots escapes ``$`` so matplotlib never parses a label as mathtext.
-* One reference per plot and table (design.md, "Metrics").  A source's main table and plots use
+* One reference per plot and table (README, "What the metrics mean").  A source's main table and plots use
   the suite's common reference (the dense update of its optimizer): ratio against 1 − delivered,
   the share of the summed dense update a case's stream did not deliver, and the delivered
   fraction over steps.  The one-shot numbers, each case against its own reference (DGC's

@@ -1,6 +1,6 @@
 """Reports from stored results files: loading, per-source summaries, terminal tables and Markdown.
 
-``gcbench report`` reads only results files (design.md, "Results and reports"), so any old run can
+``gcbench report`` reads only results files (README, "Measuring and comparing"), so any old run can
 be re-rendered.  This module holds what every output format shares — which runs to load, how cases
 group by gradient source, which columns a summary shows and how numbers are written — plus the
 terminal (rich) and Markdown renderers.  The HTML renderer with plots is :mod:`gcbench.report.html`, run
@@ -9,7 +9,7 @@ comparison is :mod:`gcbench.results.compare`, paper claims are :mod:`gcbench.res
 Choices:
 
 * Columns are the ones the runner prints, so a report and a run's own output agree number for
-  number.  One reference per table (design.md, "Metrics"): the main table has the ratio, the
+  number.  One reference per table (README, "What the metrics mean"): the main table has the ratio, the
   stream view on the suite's common reference (delivered fraction with its CI over workers, mean
   per-step error and its scale-free version) and the kernel times; the one-shot numbers (q, q
   scaled, bias², cosine — whole model — and aggregate q), each against the case's own reference,

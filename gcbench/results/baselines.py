@@ -1,6 +1,6 @@
 """Published claims of the papers (``baselines/papers.toml``) and their matching to measured cases.
 
-design.md ("Results and reports") asks reports to show "paper says 277×, we measure N× with the
+Reports show "paper says 277×, we measure N× with the
 paper's wire format".  This module loads the claims file, validates it with one clear line per
 problem, and matches every claim to the cases of the runs being reported.
 

@@ -65,7 +65,7 @@ def token_batches(seed: int, vocab: int, batch_size: int, seq_len: int) -> MakeB
     def make_batch(batch_index: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = batch_generator(seed, batch_index, worker)
         n = seq_len + 1
-        # inverse-CDF sampling (torch.multinomial is avoided: environment.md, and it is slower here)
+        # inverse-CDF sampling (torch.multinomial is avoided: it is slower here)
         u = torch.rand(batch_size, n, generator=g, dtype=torch.float64)
         draws = torch.searchsorted(cdf, u).clamp_(max=vocab - 1)
         follow = torch.rand(batch_size, n, generator=g) < 0.5

@@ -12,8 +12,8 @@ torchvision counterpart exists, so counts and shapes match the papers' setups:
 * ``lstm_lm`` — the "medium" PTB language model of Zaremba et al., "Recurrent Neural Network
   Regularization" (2014): vocabulary 10,000, embedding and 2×LSTM hidden size 650, dropout 0.5,
   sequence 35, batch 20, uniform(−0.05, 0.05) initialisation.  Input embedding and output projection
-  are NOT tied (as in that paper), giving 19,780,400 gradient elements in 11 tensors (environment.md's
-  19.8M); tied weights would give 13,280,400.
+  are NOT tied (as in that paper), giving 19,780,400 gradient elements in 11 tensors (the
+  19.8M the paper's setting gives); tied weights would give 13,280,400.
 * ``transformer`` — a small GPT-style decoder (Radford et al., GPT-2): 4 pre-LayerNorm blocks,
   d_model 256, 4 heads, MLP 4×, learned positions, vocabulary 8,000, sequence 128, batch 8, untied
   output head: 7,288,320 parameters in 53 tensors.
