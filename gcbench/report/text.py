@@ -3,7 +3,7 @@
 Labels, layer and source names come from users' suites, models and plugins: one of 5,000
 characters in a no-wrap column squeezes every other column of a terminal table to nothing.
 Terminal tables show them clipped with an ellipsis; Markdown, HTML and CSV files keep them whole
-(the HTML page clips what it draws and keeps the full text in a title attribute, itself bounded).
+(the HTML page clips the labels its plots draw, and bounds any text it shows to 4 KB).
 A module of its own, with nothing heavy imported, so ``gcbench list`` can use it too.
 """
 
