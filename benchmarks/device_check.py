@@ -54,7 +54,7 @@ def _steps(out: Path) -> list[dict[str, Any]]:
                  "--junitxml", str(out / "contract.xml")]},
         {"name": "same-bytes", "timeout_s": 110, "env": gpu,
          "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/test_same_bytes.py",
-                 "-k", "on_the_test_device", "--junitxml", str(out / "same_bytes.xml")]},
+                 "-k", "on_the_test_device", "-rA", "-s", "--junitxml", str(out / "same_bytes.xml")]},
         {"name": "bench", "timeout_s": 150, "env": {}, "cmd": bench},
     ]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gcbench.measure.bench import bench_policy
-from gcbench.measure.metrics import TimingPolicy, calibration_done, rel_ci
+from gcbench.measure.timing import TimingPolicy, calibration_done, rel_ci
 
 
 def calibrated_flag_rate(copy: list[float], kernel: list[float], repeats: int, trials: int, rng: random.Random) -> float:

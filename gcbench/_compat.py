@@ -30,7 +30,6 @@ MOVED: dict[str, str] = {
     "gcbench.zoo": "gcbench.sources.zoo",
     "gcbench.recorder": "gcbench.sources.recorder",
     "gcbench.runner": "gcbench.measure.runner",
-    "gcbench.metrics": "gcbench.measure.metrics",
     "gcbench.bench": "gcbench.measure.bench",
     "gcbench.granularity": "gcbench.measure.granularity",
     "gcbench.suite": "gcbench.measure.suite",
@@ -41,6 +40,16 @@ MOVED: dict[str, str] = {
     "gcbench.ddp": "gcbench.distributed.ddp",
     "gcbench.train": "gcbench.distributed.train",
     "gcbench.netmodel": "gcbench.distributed.netmodel",
+    # renamed so that no two modules share a base name across packages
+    "gcbench.compressors._select": "gcbench.compressors._sparsify",
+    "gcbench.sources.hf": "gcbench.sources.hf_models",
+}
+
+
+#: old module -> the modules its names were split into (``gcbench.measure.metrics`` held both fidelity and timing)
+SPLIT: dict[str, tuple[str, ...]] = {
+    "gcbench.metrics": ("gcbench.measure.fidelity", "gcbench.measure.timing"),
+    "gcbench.measure.metrics": ("gcbench.measure.fidelity", "gcbench.measure.timing"),
 }
 
 
@@ -52,16 +61,34 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the old paths and loads each as the module at its new path."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED:
+        if fullname not in MOVED and fullname not in SPLIT:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        if spec.name in SPLIT:
+            return _split_module(spec.name, SPLIT[spec.name])
         warn_moved(spec.name, MOVED[spec.name], stacklevel=8)
         return importlib.import_module(MOVED[spec.name])
 
     def exec_module(self, module: ModuleType) -> None:
         sys.modules[module.__name__] = module  # the new name stays the module's own
+
+
+def _split_module(old: str, parts: tuple[str, ...]) -> ModuleType:
+    """A stand-in for a module whose names now live in ``parts``: each name is looked up there, with a warning."""
+    warn_moved(old, " and ".join(parts), stacklevel=9)
+    module = ModuleType(old, f"Moved: the names of {old} are in {', '.join(parts)}.")
+
+    def __getattr__(name: str) -> Any:
+        for part in parts:
+            target = importlib.import_module(part)
+            if hasattr(target, name):
+                return getattr(target, name)
+        raise AttributeError(f"module {old!r} has no attribute {name!r}")
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    return module
 
 
 def install() -> None:

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from gcbench.core.errors import GcbenchError
-from gcbench.measure.bench import bench_case, matrix_shape, parse_size, run_bench, target_of, verdict
+from gcbench.measure.bench import bench_case, kernel_verdict, matrix_shape, parse_size, run_bench, target_of
 
 
 def test_parse_size() -> None:
@@ -66,19 +66,19 @@ def test_bench_case_records_the_traffic_bound() -> None:
 def test_topk_row_compares_with_torch_topk() -> None:
     rec = bench_case("topk", numel=50_000, repeats=2, warmup=0, threads=1)
     assert set(rec["vs_torch_topk"]) == {"0.001", "0.01"}
-    target, mark = verdict(rec)
+    target, mark = kernel_verdict(rec)
     assert "torch.topk" in target and mark in ("pass", "short", "flagged")  # flagged: the machine was busy
 
 
 def test_verdict_uses_targets() -> None:
     rec = {"compressor": "signsgd", "compress_x_copy": 1.5, "decompress_x_copy": 1.0}
-    assert verdict(rec)[1] == "pass"
-    assert verdict({**rec, "compress_x_copy": 2.5})[1] == "short"
-    assert verdict({**rec, "decompress_x_copy": 3.5})[1] == "short"
-    assert verdict({"compressor": "none", "compress_x_copy": 1, "decompress_x_copy": 1})[1] == "—"
+    assert kernel_verdict(rec)[1] == "pass"
+    assert kernel_verdict({**rec, "compress_x_copy": 2.5})[1] == "short"
+    assert kernel_verdict({**rec, "decompress_x_copy": 3.5})[1] == "short"
+    assert kernel_verdict({"compressor": "none", "compress_x_copy": 1, "decompress_x_copy": 1})[1] == "—"
     assert target_of("dgc").compress_x_copy == 8.0  # read from DGC's card
     slow_select = {"compressor": "dgc", "compress_x_copy": 7.0, "decompress_x_copy": 1.0, "vs_torch_topk": {"0.001": {"speedup": 4.0}}}
-    assert verdict(slow_select) == ("≤ 8× copy, 5× torch.topk @0.001", "short")  # 4× torch.topk misses the card's 5×
+    assert kernel_verdict(slow_select) == ("≤ 8× copy, 5× torch.topk @0.001", "short")  # 4× torch.topk misses the card's 5×
     assert target_of("not_installed_here") is None
 
 
@@ -184,7 +184,7 @@ class _Meter:
 def _bench_rounds(ratios: list[float], policy, foreign: float | None = 0.02, load: float | None = 0.3):
     """A bench kernel timed against a copy of 8 ms whose per-round ×copy cycles through ``ratios``, under ``policy``."""
     from gcbench.measure.bench import kernel_x_copy
-    from gcbench.measure.metrics import time_interleaved
+    from gcbench.measure.timing import time_interleaved
 
     clock = _Clock()
     timed = time_interleaved(clock.takes([0.008]), {"compress": clock.takes([0.008 * r for r in ratios])}, policy,
@@ -200,7 +200,7 @@ BIMODAL_ROUNDS = [3.4, 5.4, 3.4, 5.4, 5.4, 3.4]
 
 def test_five_fixed_rounds_flag_a_quiet_kernel_for_one_slow_round() -> None:
     """The old rule (exactly --rounds rounds): the median's CI over 5 rounds is their whole range, so one slow round flags."""
-    from gcbench.measure.metrics import TimingPolicy
+    from gcbench.measure.timing import TimingPolicy
 
     fixed = TimingPolicy(warmup=1, min_rounds=5, max_rounds=5, budget_s=1e9)
     assert _bench_rounds(QUIET_ROUNDS, fixed)["flags"] == ["unstable"]
@@ -237,7 +237,7 @@ def test_other_processes_flag_a_steady_kernel_but_its_own_threads_do_not() -> No
 
 
 def test_cpu_meter_takes_this_process_off_the_machines_busy_time() -> None:
-    from gcbench.measure.metrics import CpuMeter
+    from gcbench.measure.timing import CpuMeter
 
     stat = iter([(100.0, 200.0), (104.0, 204.0)])  # 4 CPU-seconds busy out of 4 (2 CPUs, 2 s): the machine was full
     own = iter([10.0, 14.0])  # … all of it this process's own threads
@@ -267,7 +267,7 @@ def test_garbage_collection_before_timing_scans_only_what_came_after_the_first()
     """The quick suite spent a full collection (0.1-1 s over ~260,000 long-lived objects) before every case's timing."""
     import gc
 
-    from gcbench.measure.metrics import collect_garbage
+    from gcbench.measure.timing import collect_garbage
 
     collect_garbage()
     assert gc.get_freeze_count() > 0  # the long-lived objects are out of later collections' way
@@ -286,8 +286,8 @@ def test_garbage_collection_before_timing_scans_only_what_came_after_the_first()
 def test_a_flagged_timing_is_neither_pass_nor_short() -> None:
     rec = {"compressor": "signsgd", "compress_x_copy": 2.5, "decompress_x_copy": 1.0,
            "x_copy": {"compress": {"flags": ["unstable"]}, "decompress": {"flags": []}}}
-    assert verdict(rec)[1] == "flagged"  # 2.5x over the 2x target, but the number is not a speed
-    assert verdict({**rec, "x_copy": {"compress": {"flags": []}, "decompress": {"flags": []}}})[1] == "short"
+    assert kernel_verdict(rec)[1] == "flagged"  # 2.5x over the 2x target, but the number is not a speed
+    assert kernel_verdict({**rec, "x_copy": {"compress": {"flags": []}, "decompress": {"flags": []}}})[1] == "short"
 
 
 def test_max_rounds_caps_calibration_in_the_isolated_process_too() -> None:

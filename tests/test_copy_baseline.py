@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gcbench.measure.metrics import settle_copy
+from gcbench.measure.timing import settle_copy
 
 
 class _Script:

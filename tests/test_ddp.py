@@ -494,7 +494,7 @@ def _bucket(compress_s: float) -> Any:
 
 
 def test_hook_summary_gives_each_time_its_spread_and_flags() -> None:
-    from gcbench.measure.metrics import TimingPolicy
+    from gcbench.measure.timing import TimingPolicy
 
     calm = TimingPolicy(load_per_core=1e9)  # judge the spread alone, whatever this machine's load
     stats = HookStats()

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from gcbench import kernels
-from gcbench.measure import metrics
-from gcbench.measure.metrics import CHUNK, Moments, fidelity, moments, moments_torch, sq_dist64, sq_norm64
+from gcbench.measure import fidelity as metrics
+from gcbench.measure.fidelity import CHUNK, Moments, fidelity, moments, moments_torch, sq_dist64, sq_norm64
 
 needs_numba = pytest.mark.skipif(not kernels.available(), reason="numba missing: only the torch path runs")
 

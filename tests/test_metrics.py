@@ -10,20 +10,15 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
-from gcbench.measure.metrics import (
+from gcbench.measure.fidelity import bits_per_element, delta_beznosikov, fidelity, mean_ci, pooled, ratio
+from gcbench.measure.timing import (
     BEATS_BOUND,
     TOO_SHORT,
     UNSTABLE,
     TimingPolicy,
-    bits_per_element,
     calibration_done,
-    delta_beznosikov,
-    fidelity,
     flat_like,
-    mean_ci,
     median_ci,
-    pooled,
-    ratio,
     rel_ci,
     rel_iqr,
     time_call,

@@ -72,7 +72,7 @@ def test_interleaved_timing_fields_round_trip_and_older_timings_still_read(tmp_p
     """The timing block of interleaved timing (x-copy spread, flags, load, policy) is written and read back as it was;
     a case from before it reads its x-copy from the copy fraction."""
     from gcbench.measure.casemath import timing_summary
-    from gcbench.measure.metrics import BEATS_BOUND, Interleaved, TimingPolicy
+    from gcbench.measure.timing import BEATS_BOUND, Interleaved, TimingPolicy
 
     timed = Interleaved([1.0, 1.0, 1.0], {"compress": [0.1, 0.1, 0.1], "decompress": [2.0, 2.2, 2.4]}, 1, "stable", 0.4)
     timing = timing_summary(1000, "cpu", 2, timed, traffic_bytes=4.0, policy=TimingPolicy())

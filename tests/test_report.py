@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ResultsError
-from gcbench.measure.metrics import BEATS_BOUND, UNSTABLE
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
+from gcbench.measure.timing import BEATS_BOUND, UNSTABLE
 from gcbench.report.terminal import (
     BENCH_COLUMNS,
     FOOTNOTE,

@@ -39,10 +39,11 @@ from gcbench.measure.casemath import (
     unit_summary,
     worker_mean,
 )
+from gcbench.measure.fidelity import fidelity
 from gcbench.measure.granularity import make_units
-from gcbench.measure.metrics import BEATS_BOUND, TOO_SHORT, UNSTABLE, Interleaved, TimingPolicy, fidelity
 from gcbench.measure.runner import SourceData, run_case, run_suite
 from gcbench.measure.suite import CompressorSpec, Suite, parse_suite
+from gcbench.measure.timing import BEATS_BOUND, TOO_SHORT, UNSTABLE, Interleaved, TimingPolicy
 from gcbench.results.phases import Window
 from gcbench.results.store import load_run
 from gcbench.sources.base import GradientSource, TensorSpec
@@ -715,7 +716,7 @@ def test_a_run_and_its_table_do_not_import_scipy_stats() -> None:
     import sys
 
     code = ("import sys, gcbench.measure.runner, gcbench.report.terminal; "
-            "from gcbench.measure.metrics import mean_ci; from gcbench.results.verdict import t_interval; "
+            "from gcbench.measure.fidelity import mean_ci; from gcbench.results.verdict import t_interval; "
             "mean_ci([1.0, 2.0, 4.0]); t_interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)

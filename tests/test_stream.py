@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gcbench.measure.casemath import DeliveredStream, DenseReference, stream_weights
-from gcbench.measure.metrics import scaled_error
+from gcbench.measure.fidelity import scaled_error
 
 
 def _grads(steps: int, workers: int, units: int = 2, seed: int = 0) -> dict[tuple[int, int], list[torch.Tensor]]:

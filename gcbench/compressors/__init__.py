@@ -6,7 +6,7 @@
 * ``<family>.py`` — the implementation: a :class:`gcbench.core.compressor.Compressor` subclass
   carrying its card (``info = CARD``), imported when the compressor is first created.
 * ``registry.py`` — every card by name, built-in or from another package's entry point.
-* ``_common.py``, ``_select.py``, ``_sparse.py`` (sparse bodies), ``_lgc_ae.py`` — helpers shared by implementations.
+* ``_common.py``, ``_sparsify.py``, ``_sparse.py`` (sparse bodies), ``_lgc_ae.py`` — helpers shared by implementations.
 
 Adding a compressor is adding a card module and an implementation module here (README, "Adding a
 compressor"); a compressor in another package registers through the entry-point group

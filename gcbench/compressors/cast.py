@@ -124,7 +124,7 @@ class _Cast(Compressor):
 
 def _span(xs: Sequence[torch.Tensor], sizes: Sequence[int], total: int) -> torch.Tensor | None:
     """One flat view of ``xs`` when they lie back to back, in order, in one buffer (a DDP bucket, the run's cached
-    gradients: :func:`gcbench.measure.metrics.flat_like`); None otherwise.
+    gradients: :func:`gcbench.measure.timing.flat_like`); None otherwise.
 
     Copying the span is one pass with no per-tensor split or flatten: on ResNet-50's 161 tensors those cost
     about 3.5% of a copy of the model.  Only views of one base are joined, so the span never reaches memory

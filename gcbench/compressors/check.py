@@ -59,7 +59,9 @@ def bits_of(t: torch.Tensor) -> torch.Tensor:
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when two tensors have the same shape, dtype and bit-identical contents."""
+    """True when two tensors have the same shape, dtype and bit-identical contents (on whichever devices they sit)."""
+    if a.device != b.device:  # a payload decoded on the CPU against the sender's tensor on the GPU
+        a, b = a.cpu(), b.cpu()
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits_of(a), bits_of(b))
 
 
@@ -89,7 +91,8 @@ def check_call(comp: Compressor, x: torch.Tensor, seed: int = 7) -> tuple[Payloa
     _require(out.shape == x.shape and out.dtype == x.dtype, "decompress gave another shape or dtype than the input's")
     _require(decoded is not None and decoded.shape == x.shape and decoded.dtype == x.dtype,
              "compress_and_decode's decoded tensor has another shape or dtype")
-    _require(torch.equal(decoded, out), "compress_and_decode's decoded differs from decompress(payload)")
+    _require(decoded.device == x.device, f"compress_and_decode's decoded tensor is on {decoded.device}, the input on {x.device}")
+    _require(torch.equal(decoded.cpu(), out.cpu()), "compress_and_decode's decoded differs from decompress(payload)")
 
     restored = Payload.from_bytes(raw)
     _require(restored.to_bytes() == raw, "from_bytes(to_bytes()) does not give the same bytes back")

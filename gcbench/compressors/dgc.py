@@ -17,7 +17,7 @@ that drift grow with density: an entry sent at every step restarts from u = 0 ea
 density 1 the sparse path sends x_t (plain SGD) — the official algorithm's behaviour, kept here;
 ``masking=False`` gives Σ sent + v_T = Σ u_t exactly.
 
-Threshold (official ``_sparsify``, implemented in :func:`gcbench.compressors._select.dgc_select`):
+Threshold (official ``_sparsify``, implemented in :func:`gcbench.compressors._sparsify.dgc_select`):
 the sample holds max(ceil(sample_ratio·d), ceil(2/density)) elements at an odd stride
 (≡ 1 mod 8) from a random start drawn from ``state.rng``; ``thr`` = the
 ``ceil(samples·density)``-th largest sampled |v|; ``|v| >= thr`` passes.  More than 1.3× the
@@ -74,11 +74,11 @@ unchanged for tensors up to 65536 elements, those under ``bucket``/``model`` gra
 :func:`dgc_reference` is the straightforward version (exact ``torch.topk`` selection), used by the
 tests to check the sampled path and by ``gcbench bench`` as the class's ``reference``.
 
-Speed: on CPU a step is :func:`gcbench.compressors._select.dgc_step_fast` — the sampled |v| is
+Speed: on CPU a step is :func:`gcbench.compressors._sparsify.dgc_step_fast` — the sampled |v| is
 computed ahead of the momentum update, so updating u and v and counting ``|v| >= thr`` is one
 pass; one more pass writes the body, zeroes v at the sent positions and (only when asked) fills
 the decoded tensor; masking u touches the k sent positions.  It makes exactly the selection of
-the torch path (:func:`gcbench.compressors._select.dgc_select`, kept for other devices); the
+the torch path (:func:`gcbench.compressors._sparsify.dgc_select`, kept for other devices); the
 tests compare the two bit for bit.
 """
 
@@ -91,7 +91,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import k_of
-from gcbench.compressors._select import (
+from gcbench.compressors._sparsify import (
     MomentumSGDReference,
     clip_coef,
     clip_local,

@@ -94,7 +94,7 @@ import torch
 from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, to_numpy
-from gcbench.compressors._select import above, form_counting, strided_sample
+from gcbench.compressors._sparsify import above, form_counting, strided_sample
 from gcbench.compressors.cards.graddrop import GRADDROP, QUANTIZE
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str

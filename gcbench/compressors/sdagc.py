@@ -59,7 +59,7 @@ import torch
 from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse
-from gcbench.compressors._select import (
+from gcbench.compressors._sparsify import (
     MomentumSGDReference,
     above,
     accumulate,

@@ -25,7 +25,7 @@ import torch
 from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, sparse_body, sparse_body_nbytes
-from gcbench.compressors._select import above, form_counting
+from gcbench.compressors._sparsify import above, form_counting
 from gcbench.compressors.cards.threshold import THRESHOLD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload

@@ -48,7 +48,7 @@ from typing import Any
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
-from gcbench.measure.metrics import CpuMeter, TimingPolicy, calibration_done, flag_reasons, load_per_core, rel_ci
+from gcbench.measure.timing import CpuMeter, TimingPolicy, calibration_done, flag_reasons, load_per_core, rel_ci
 from gcbench.results.record import TOO_SHORT, BenchCase, RunCase, RunRecord, XCopy
 
 Progress = Callable[[str, int, int, str], None]
@@ -211,7 +211,7 @@ class ComputeTiming:
     attempts: int = 1  # measurements made: a flagged one is measured once more
 
 
-#: compute is timed like a kernel (:func:`gcbench.measure.metrics.calibration_done`): 5 steps at least, more until the
+#: compute is timed like a kernel (:func:`gcbench.measure.timing.calibration_done`): 5 steps at least, more until the
 #: median's 95% CI is within ±5%, at most 30 steps or 20 s.  Three steps' median was 12.2-12.8 ms in three runs of
 #: the mlp and 200 ms in a fourth, unflagged: nothing looked at the steps' agreement or at the machine.  Three warm-up
 #: steps: the mlp's first steps take 3.5, 2.0 and 1.4 ms, then 1.3 (autograd's and the allocator's first use), and
@@ -223,7 +223,7 @@ def time_compute(step: Callable[[Any], Any], policy: TimingPolicy = COMPUTE_POLI
                  clock: Callable[[], float] = time.perf_counter, meter: Callable[[], CpuMeter] = CpuMeter,
                  progress: Callable[[int], None] | None = None, prepare: Callable[[int], Any] | None = None) -> ComputeTiming:
     """Time ``step(prepare(i))`` (one forward + backward of batch i) in rounds until its median is pinned down; flagged
-    (rounds disagree, or other processes took the CPU: :func:`gcbench.measure.metrics.flag_reasons`), it is measured
+    (rounds disagree, or other processes took the CPU: :func:`gcbench.measure.timing.flag_reasons`), it is measured
     again, up to ``attempts`` times, and the least flagged attempt (then the tightest) is kept.
 
     ``prepare(i)`` (default: ``i`` itself) makes step i's input outside the timed region: a training loop's data

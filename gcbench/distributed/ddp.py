@@ -77,7 +77,7 @@ from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.protocol import Context, WorkerProtocol
 from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import ChainTimes, TorchTransport, drive, then
-from gcbench.measure.metrics import TimingPolicy, load_per_core, rel_ci, rel_iqr
+from gcbench.measure.timing import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
 
 T = TypeVar("T")

@@ -162,7 +162,7 @@ def moments(x: np.ndarray, ds: tuple[np.ndarray, ...]) -> tuple[float, np.ndarra
     """‖x‖², the Gram matrix ⟨e_r, e_s⟩ of the errors e_r = d_r − x, ⟨d_r, x⟩ and ‖d_r‖², all in
     float64, from one read of float32 ``x`` and each ``d_r`` (block by block, on the calling
     thread, so the sums do not depend on the thread count).  The torch reference is
-    :func:`gcbench.measure.metrics.moments_torch`."""
+    :func:`gcbench.measure.fidelity.moments_torch`."""
     r = len(ds)
     gram, dots, d_sq = np.zeros((r, r)), np.zeros(r), np.zeros(r)
     x_sq = _moments_kernel(x, ds, gram, dots, d_sq)
@@ -224,7 +224,7 @@ def _accumulate1_kernel(acc, a):  # pragma: no cover - compiled
 def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
     """``acc += a − b`` (``b`` None: ``acc += a``) in place (float32: the difference and the sum each
     rounded), returning ‖acc‖² summed in float64: a running sum and its norm in one pass.  The torch
-    reference is :func:`gcbench.measure.metrics.accumulate64`'s chunked loop."""
+    reference is :func:`gcbench.measure.fidelity.accumulate64`'s chunked loop."""
     return float(_accumulate1_kernel(acc, a) if b is None else _accumulate_kernel(acc, a, b))
 
 

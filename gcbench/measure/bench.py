@@ -5,7 +5,7 @@ size of ResNet-50's gradient, as a 6400×4000 matrix) and reports, all measured 
 process: the compress and decompress medians, the copy roofline (a copy of the same tensor into a
 preallocated buffer), their ratio, the speed-up over the compressor's straightforward reference
 implementation, and the peak extra resident memory during compress.  The copy is timed interleaved
-with each kernel, round by round (:func:`gcbench.measure.metrics.time_interleaved`, as in ``gcbench
+with each kernel, round by round (:func:`gcbench.measure.timing.time_interleaved`, as in ``gcbench
 run``), so ×copy is a per-round ratio with its spread and flags.  Each (compressor, size) runs
 in a fresh Python process by default, because allocator state left by one compressor changed the
 next one's timings by up to 5× on these machines.
@@ -34,7 +34,7 @@ from gcbench.compressors._common import k_of
 from gcbench.core import liveness
 from gcbench.core.errors import GcbenchError, UnknownNameError
 from gcbench.core.info import Target
-from gcbench.measure.metrics import (
+from gcbench.measure.timing import (
     Interleaved,
     TimingPolicy,
     flag_reasons,
@@ -228,7 +228,7 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
                      device: str = "cpu", seed: int = 0, label: str | None = None, max_rounds: int | None = None) -> dict[str, Any]:
     """Time one compressor on a whole step of ``model``: every gradient tensor compressed as one group
     (layer by layer, one state each, as ``gcbench run`` does at layer granularity), then all payloads
-    decoded, interleaved with a copy of the same tensors (:func:`gcbench.measure.metrics.time_step`).
+    decoded, interleaved with a copy of the same tensors (:func:`gcbench.measure.timing.time_step`).
 
     The per-step compress and decompress times a network prediction charges (``gcbench advise``);
     ``numel`` is the model's parameter count.  No reference or torch.topk rows: those are per tensor.
@@ -256,7 +256,7 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
     }
 
 
-def verdict(rec: dict[str, Any]) -> tuple[str, str]:
+def kernel_verdict(rec: dict[str, Any]) -> tuple[str, str]:
     """(target text, pass/short/flagged/—) for a bench record, against the target on the compressor's card.
 
     ``flagged``: a timing the target checks is flagged (unstable, too short, beats traffic bound) — it is

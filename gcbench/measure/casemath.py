@@ -2,7 +2,7 @@
 
 The runner (:mod:`gcbench.measure.runner`) feeds a source's steps through a compressor and hands
 the tensors here; this module turns them into the numbers of the case record.  Per-tensor fidelity
-(q, bias², variance, cosine, δ, α) is :mod:`gcbench.measure.metrics`; what spans units, workers and
+(q, bias², variance, cosine, δ, α) is :mod:`gcbench.measure.fidelity`; what spans units, workers and
 steps is defined here (README, "What the metrics mean"):
 
 * **aggregate** of the default exchange: the element-wise mean of the workers' decoded tensors;
@@ -33,15 +33,11 @@ import torch
 
 from gcbench.core.errors import GcbenchError
 from gcbench.core.payload import dense_bytes
-from gcbench.measure.metrics import (
+from gcbench.measure.fidelity import (
     Fidelity,
-    Interleaved,
-    TimingPolicy,
     accumulate64,
     bits_per_element,
     fidelity,
-    flag_reasons,
-    last_level_cache_bytes,
     mean_ci,
     pooled,
     ratio,
@@ -49,9 +45,8 @@ from gcbench.measure.metrics import (
     sq_dist64,
     sq_norm64,
     summarise,
-    throughput,
-    x_copy_summary,
 )
+from gcbench.measure.timing import Interleaved, TimingPolicy, flag_reasons, last_level_cache_bytes, throughput, x_copy_summary
 from gcbench.results.phases import Window
 from gcbench.results.record import UNSTABLE
 from gcbench.sources.base import FLOAT32_MAX
@@ -171,7 +166,7 @@ class RunningSum:
     """Σ_s (a_s − b_s) of each unit over the steps since the last :meth:`restart`, in float32, with its norm.
 
     Each :meth:`add` updates one unit's sum in place and takes its squared norm in the same pass
-    (:func:`gcbench.measure.metrics.accumulate64`), so :meth:`sq_norm` costs nothing; one
+    (:func:`gcbench.measure.fidelity.accumulate64`), so :meth:`sq_norm` costs nothing; one
     model-sized buffer per sum, whatever the stream length.  A caller's tensor is never modified.
     """
 
@@ -569,10 +564,10 @@ def size_summary(numel: int, unit_bytes: Sequence[Sequence[int]], traffic_sent: 
 
 def timing_summary(numel: int, device: str, threads: int, timed: Interleaved, traffic_bytes: float | None,
                    policy: TimingPolicy) -> dict[str, Any]:
-    """The record's timing block from an interleaved measurement (:func:`gcbench.measure.metrics.time_interleaved`).
+    """The record's timing block from an interleaved measurement (:func:`gcbench.measure.timing.time_interleaved`).
 
     Each kernel's times with their throughput; its per-round ×copy (median, IQR, samples) with its
-    flags (:func:`gcbench.measure.metrics.timing_flags`) — compress is also held against the card's
+    flags (:func:`gcbench.measure.timing.timing_flags`) — compress is also held against the card's
     traffic bound, ``traffic_bytes`` per element against the copy's 8; the load seen and the
     policy whose thresholds the flags used.  ``copy_fraction_*`` (1 / median ×copy) is kept for
     readers of older files.

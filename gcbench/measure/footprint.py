@@ -113,7 +113,7 @@ def _model_numel_and_activations(model: str, options: Mapping[str, int]) -> tupl
         return None  # estimating it would import the user's code
     try:
         if model.startswith("hf:"):
-            from gcbench.sources import hf
+            from gcbench.sources import hf_models as hf
 
             _, full, _ = hf.resolve(model, options)
             base = "hf:" + model.split(":")[1]

@@ -14,7 +14,7 @@ feedback, momentum and warm-up schedules see a real stream of gradients.  At eac
 3. *Aggregate fidelity* against the true worker mean, and *error-feedback drift* over steps.
 4. *Timing* (first ``timing_steps`` steps): compress and decompress of all units of one worker,
    interleaved round by round with a copy of the same tensors into preallocated buffers, until
-   the per-round ×copy is stable (:func:`gcbench.measure.metrics.time_interleaved`), then flagged.
+   the per-round ×copy is stable (:func:`gcbench.measure.timing.time_interleaved`), then flagged.
 
 The runner never prints: it reports progress through a callback, ``progress(stage, done, total,
 message)``, which the CLI turns into a rich progress bar.  A failing case is recorded with its
@@ -54,9 +54,10 @@ from gcbench.measure.casemath import (
     unit_summary,
     worker_mean,
 )
+from gcbench.measure.fidelity import Fidelity, fidelity
 from gcbench.measure.granularity import Unit, gather, make_units
-from gcbench.measure.metrics import Fidelity, TimingPolicy, fidelity, flat_like, settle_copy, time_step
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
+from gcbench.measure.timing import TimingPolicy, flat_like, settle_copy, time_step
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
 from gcbench.sources.base import FLOAT32_MAX, GradientSource, check_finite

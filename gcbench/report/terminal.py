@@ -22,7 +22,7 @@ Choices:
   (:mod:`gcbench.distributed.train`) the final accuracy and loss, the gap to the uncompressed run, the time
   to the target accuracy, the step time split and the bytes each worker sent — the columns of
   ``gcbench train``'s own table; ``bench`` files (:mod:`gcbench.measure.bench`) the target table of
-  ``gcbench bench``, judged by :func:`gcbench.measure.bench.verdict`, whose target text here also names
+  ``gcbench bench``, judged by :func:`gcbench.measure.bench.kernel_verdict`, whose target text here also names
   the decompress limit that ``pass`` includes.
 """
 
@@ -41,9 +41,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gcbench.core.errors import ResultsError
-from gcbench.measure.bench import BENCH_BUDGET_S, BENCH_MAX_ROUNDS, target_of, verdict
+from gcbench.measure.bench import BENCH_BUDGET_S, BENCH_MAX_ROUNDS, kernel_verdict, target_of
 from gcbench.measure.casemath import COPY_SPREAD_LIMIT
-from gcbench.measure.metrics import TimingPolicy
+from gcbench.measure.timing import TimingPolicy
 from gcbench.report.text import NAME_MAX, TEXT_MAX, clip, term
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.compare import (
@@ -439,7 +439,7 @@ BENCH_TEXT_HEADERS = ("target", "verdict")
 
 
 def bench_target(rec: BenchCase) -> tuple[str, str]:
-    """(target text, ``pass``/``short``/``—``/``error``) of a bench record: :func:`gcbench.measure.bench.verdict` with details.
+    """(target text, ``pass``/``short``/``—``/``error``) of a bench record: :func:`gcbench.measure.bench.kernel_verdict` with details.
 
     The text names every limit that ``pass`` checks (verdict's own text leaves the decompress limit
     out) and, for topk/dgc, the measured speed-ups over ``torch.topk``.
@@ -448,7 +448,7 @@ def bench_target(rec: BenchCase) -> tuple[str, str]:
         return ("", "error")
     if rec.compress_x_copy is None or rec.decompress_x_copy is None:
         return ("—", "—")  # an incomplete record (hand-edited or from another tool): nothing to judge
-    text, mark = verdict(rec.to_json_dict())
+    text, mark = kernel_verdict(rec.to_json_dict())
     t = target_of(rec.compressor)
     if t is not None and t.decompress_x_copy is not None:
         text = ", ".join(x for x in (text, f"decompress ≤ {t.decompress_x_copy:g}× copy") if x)

@@ -1,6 +1,7 @@
 """The metrics a results record holds: name, unit, direction and meaning, and the test that compares samples.
 
-How each is measured is :mod:`gcbench.measure.metrics`; this catalogue is written into every results
+How each is measured is :mod:`gcbench.measure.fidelity` (size, fidelity) and
+:mod:`gcbench.measure.timing`; this catalogue is written into every results
 file and read by every comparison, so it sits with the results, below the measuring code.
 """
 

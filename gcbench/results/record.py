@@ -351,7 +351,7 @@ class Timing(Model):
     warmup: Int | None = None
 
 
-# the flags of a kernel timing (:func:`gcbench.measure.metrics.timing_flags` sets them; tables and comparisons read them)
+# the flags of a kernel timing (:func:`gcbench.measure.timing.timing_flags` sets them; tables and comparisons read them)
 UNSTABLE = "unstable"
 TOO_SHORT = "too short"
 BEATS_BOUND = "beats traffic bound"
@@ -360,7 +360,7 @@ BEATS_BOUND = "beats traffic bound"
 class XCopy(Model):
     """A kernel's time as a multiple of the copy timed in the same round: per-round samples, their spread, its flags.
 
-    ``flags`` are :func:`gcbench.measure.metrics.timing_flags`'s (``unstable``, ``too short``,
+    ``flags`` are :func:`gcbench.measure.timing.timing_flags`'s (``unstable``, ``too short``,
     ``beats traffic bound``); a flagged number is not a speed to act on.
     """
 

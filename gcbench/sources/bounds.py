@@ -1,5 +1,5 @@
 """The allowed range of every integer model option, torch-free: one table for the zoo (:mod:`gcbench.sources.catalog`)
-and the Hugging Face models (:mod:`gcbench.sources.hf`), which both check options against it before building anything.
+and the Hugging Face models (:mod:`gcbench.sources.hf_models`), which both check options against it before building anything.
 
 Kept in a module of its own so the two read it without importing each other (the catalogue imports ``hf`` lazily to
 check ``hf:`` names).

@@ -130,7 +130,7 @@ def check_model(name: str, **kwargs: object) -> None:
     :class:`ParamError` or :class:`SourceError`.
     """
     if name.startswith("hf:"):
-        from gcbench.sources import hf
+        from gcbench.sources import hf_models as hf
 
         hf.resolve(name, kwargs)
         return

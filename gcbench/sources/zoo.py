@@ -38,7 +38,7 @@ arithmetic on it fits ``torch.Generator.manual_seed``; anything a user factory, 
 or its loss raises becomes one :class:`SourceError` naming the factory, chained to the original
 exception (the CLI shows its traceback with ``--debug``).
 :func:`load_model` also accepts ``package.module:factory`` for a user model, and ``hf:NAME[:key=value,...]``
-for a Hugging Face transformers model (:mod:`gcbench.sources.hf`, gcbench's own names: never imported as user code).
+for a Hugging Face transformers model (:mod:`gcbench.sources.hf_models`, gcbench's own names: never imported as user code).
 """
 
 from __future__ import annotations
@@ -564,10 +564,10 @@ def load_model(name_or_path: str, seed: int = 0, **kwargs: object) -> ZooModel:
     ``[0, 2**31)``, when it accepts a seed (under ``torch.manual_seed`` of that seed in a forked RNG
     either way), and must return
     ``(module, make_batch)`` or ``(module, make_batch, loss_fn)`` (default loss: cross entropy).
-    ``hf:NAME[:key=value,...]`` is a Hugging Face model built by :mod:`gcbench.sources.hf`.
+    ``hf:NAME[:key=value,...]`` is a Hugging Face model built by :mod:`gcbench.sources.hf_models`.
     """
     if name_or_path.startswith("hf:"):  # gcbench's own names: never imported as user code
-        from gcbench.sources import hf
+        from gcbench.sources import hf_models as hf
 
         name, module, make_batch, loss_fn = hf.load(name_or_path, seed, **kwargs)
         return ZooModel(name, module, make_batch, loss_fn)
@@ -613,7 +613,7 @@ def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
     are built on the meta device too.
     """
     if name.startswith("hf:"):
-        from gcbench.sources import hf
+        from gcbench.sources import hf_models as hf
 
         return gradient_layout(hf.build_meta(name, **kwargs))
     if is_user_model(name):
@@ -629,7 +629,7 @@ def layer_shapes(name: str, **kwargs: object) -> list[TensorSpec]:
 
 def catalogue() -> list[dict[str, Any]]:
     """Every model ``gcbench list models`` shows: zoo and Hugging Face names, sizes counted on the meta device."""
-    from gcbench.sources import hf
+    from gcbench.sources import hf_models as hf
 
     def sizes(name: str) -> tuple[int | None, int | None]:
         if hf.is_hf(name) and not hf.available():

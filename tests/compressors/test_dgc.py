@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gcbench.compressors import registry
-from gcbench.compressors._select import DGC_LOWER, DGCStep, dgc_sample_plan, dgc_select, dgc_step_fast, dgc_step_torch
+from gcbench.compressors._sparsify import DGC_LOWER, DGCStep, dgc_sample_plan, dgc_select, dgc_step_fast, dgc_step_torch
 from gcbench.compressors.dgc import dgc_reference, scheduled_density
 from gcbench.core import codec
 from gcbench.core.compressor import State

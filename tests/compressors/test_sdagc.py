@@ -200,7 +200,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 @pytest.mark.parametrize("over", [{}, {"lr_revision": True, "lambda_final": 1.5}, {"masking": False, "index_coding": "paper"},
                                   {"clip_norm": 100.0, "workers": 4}], ids=str)
 def test_fused_step_equals_torch_step(over: dict[str, object]) -> None:
-    from gcbench.compressors._select import clip_coef
+    from gcbench.compressors._sparsify import clip_coef
     from gcbench.compressors.sdagc import sdagc_step_fast, sdagc_step_torch
 
     params = dict(registry.get("sdagc").defaults, **over)

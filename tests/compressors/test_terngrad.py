@@ -200,7 +200,7 @@ def test_measured_bias_against_x_is_significant_only_with_clipping(clip: float) 
     The expected value is the clipping bias itself, ‖clip(x) − x‖²/‖x‖², and the registry's flag
     says the same thing as the measurement.
     """
-    from gcbench.measure.metrics import fidelity
+    from gcbench.measure.fidelity import fidelity
 
     x = heavy_tailed(2000, seed=7)
     reps = 200

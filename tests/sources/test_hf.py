@@ -10,7 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 from gcbench.core.errors import ParamError, SourceError, UnknownNameError
-from gcbench.sources import hf, zoo
+from gcbench.sources import hf_models as hf
+from gcbench.sources import zoo
 from gcbench.sources.live import LiveSource
 
 needs_hf = pytest.mark.skipif(not hf.available(), reason="transformers is not installed (pip install 'gcbench[hf]')")
