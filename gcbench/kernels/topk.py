@@ -305,10 +305,25 @@ def kth_largest_np(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, n - k)[n - k])
 
 
+def kth_largest_torch(mag: torch.Tensor, k: int, via_topk: bool | None = None) -> torch.Tensor:
+    """The k-th largest of ``mag`` (1-D, no NaN, 0 < k <= numel) as a 0-d tensor on its device.
+
+    On a GPU ``torch.kthvalue`` of one long row runs in a single thread block (the device check
+    measured 107 ms for 16M floats on an H200, against 0.38 ms for ``torch.topk`` of the same
+    tensor), so there the k-th largest is the smallest of ``torch.topk``'s k values — the same
+    number.  On the CPU ``kthvalue`` is the faster of the two.  ``via_topk`` forces either way (tests).
+    """
+    if via_topk is None:
+        via_topk = mag.device.type != "cpu"
+    if via_topk:
+        return torch.topk(mag, k, sorted=False).values.min()
+    return torch.kthvalue(mag, mag.numel() - k + 1).values
+
+
 def topk_among(vals: torch.Tensor, k: int) -> torch.Tensor:
     """Positions (ascending) of the k largest |vals|; among values equal to the k-th, the earliest (torch ops, any device)."""
     mag = vals.abs()
-    kth = torch.kthvalue(mag, mag.numel() - k + 1).values
+    kth = kth_largest_torch(mag, k)
     keep = mag > kth
     need = k - int(keep.sum())
     keep[torch.nonzero(mag == kth).reshape(-1)[:need]] = True
