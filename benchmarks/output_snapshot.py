@@ -88,7 +88,8 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
-    files = [Path(a) for a in argv[1:]] or [*sorted(Path("tests/golden").glob("run_*.json")), Path("tests/golden/bench_small.json"), Path("tests/golden/train_digits.json")]
+    golden = Path("tests/golden")
+    files = [Path(a) for a in argv[1:]] or [*sorted(golden.glob("run_*.json")), golden / "bench_small.json", golden / "train_digits.json"]
     for f in files:
         render(out, f)
     new, base = Path("tests/golden/run_new.json"), Path("tests/golden/run_base.json")
