@@ -42,17 +42,25 @@ def gcbench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     return subprocess.run([sys.executable, "-m", "gcbench", *args], capture_output=True, text=True, env=full_env, check=False)
 
 
+#: significant digits kept of a fresh run's floats: parallel float sums may end in other last bits from
+#: run to run (seen: a compare's aggregate cosine 0.4731482072962915 then ...153 on the same commit)
+DIGITS = 10
+
+
 def strip(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: strip(v) for k, v in sorted(value.items()) if k not in VOLATILE and not k.endswith("_s")}
     if isinstance(value, list):
         return [strip(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.{DIGITS}g}")
     return value
 
 
 def html_numbers(html: str) -> str:
     """The numbers a reader sees on the page, in order: markup, scripts and styles dropped."""
     body = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.S)
+    body = re.sub(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?( ?UTC|Z)?", "DATE", body)  # when the page was rendered
     text = re.sub(r"<[^>]+>", " ", body)
     return "\n".join(re.findall(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", text)) + "\n"
 
