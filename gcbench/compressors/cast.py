@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from gcbench import kernels
-from gcbench.compressors.cards.cast import BF16, FP16, NONE
+from gcbench.compressors.cards.cast import BF16_CARD, FP16_CARD, NONE_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload, check_shape
@@ -142,15 +142,15 @@ def _span(xs: Sequence[torch.Tensor], sizes: Sequence[int], total: int) -> torch
 
 
 class NoCompression(_Cast):
-    info = NONE
+    info = NONE_CARD
     wire_dtype = torch.float32
 
 
 class Fp16(_Cast):
-    info = FP16
+    info = FP16_CARD
     wire_dtype = torch.float16
 
 
 class Bf16(_Cast):
-    info = BF16
+    info = BF16_CARD
     wire_dtype = torch.bfloat16

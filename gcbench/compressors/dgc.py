@@ -104,7 +104,7 @@ from gcbench.compressors._sparsify import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
-from gcbench.compressors.cards.dgc import DGC
+from gcbench.compressors.cards.dgc import DGC_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import ParamError
 from gcbench.core.payload import Payload
@@ -169,7 +169,7 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class DGC(MomentumSGDReference, Compressor):
-    info = DGC
+    info = DGC_CARD
     """DGC with the official sampled threshold; state: momentum ``u`` and velocity ``v``."""
 
     reference = dgc_state_reference

@@ -180,7 +180,7 @@ from gcbench.compressors._common import (
     sparse_decode,
     to_numpy,
 )
-from gcbench.compressors.cards.lgc import LGC, PRESETS
+from gcbench.compressors.cards.lgc import LGC_CARD, PRESETS
 from gcbench.core import codec
 from gcbench.core.compressor import (
     Compressor,
@@ -310,7 +310,7 @@ def _f32_read(body: np.ndarray, start: int, count: int, what: str) -> torch.Tens
 
 #: each preset's values of the parameters left at ``None`` (see the module docstring for their sources)
 class LGC(Compressor):
-    info = LGC
+    info = LGC_CARD
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         preset = PRESETS[str(self.params["preset"])]

@@ -58,7 +58,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.natural import NATURAL, NATURAL_DITHER
+from gcbench.compressors.cards.natural import NATURAL_CARD, NATURAL_DITHER_CARD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
@@ -136,7 +136,7 @@ def natural_compress_reference(comp: Compressor, x32: torch.Tensor, state: State
 
 
 class Natural(Compressor):
-    info = NATURAL
+    info = NATURAL_CARD
     reference = natural_compress_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
@@ -275,7 +275,7 @@ def natural_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) 
 
 
 class NaturalDither(Compressor):
-    info = NATURAL_DITHER
+    info = NATURAL_DITHER_CARD
     reference = natural_dither_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

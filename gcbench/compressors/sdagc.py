@@ -71,7 +71,7 @@ from gcbench.compressors._sparsify import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
-from gcbench.compressors.cards.sdagc import SDAGC
+from gcbench.compressors.cards.sdagc import SDAGC_CARD
 from gcbench.compressors.dgc import sent_dense
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.payload import MetaValue, Payload
@@ -164,7 +164,7 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
 
 
 class SDAGC(MomentumSGDReference, Compressor):
-    info = SDAGC
+    info = SDAGC_CARD
     """Reconstructed SDAGC; state: momentum ``u`` and accumulated residual ``v``."""
 
     reference = sdagc_reference

@@ -26,7 +26,7 @@ from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, sparse_body, sparse_body_nbytes
 from gcbench.compressors._sparsify import above, form_counting
-from gcbench.compressors.cards.threshold import THRESHOLD
+from gcbench.compressors.cards.threshold import THRESHOLD_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
 
@@ -49,7 +49,7 @@ def threshold_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class Threshold(Compressor):
-    info = THRESHOLD
+    info = THRESHOLD_CARD
     """Hard-threshold sparsifier: every |a_i| > tau is sent exactly."""
 
     reference = threshold_reference
