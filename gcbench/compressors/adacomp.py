@@ -228,6 +228,9 @@ def adacomp_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -
 
 
 class AdaComp(Compressor):
+    """AdaComp (Chen et al., AAAI 2018), RECONSTRUCTED: per bin, the residue entries whose self-adjusted value reaches
+    the bin's maximum, sent as sign·scale; the rest stays in the worker's residue."""
+
     info = ADACOMP_CARD
     reference = adacomp_state_reference
 

@@ -169,8 +169,10 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class DGC(MomentumSGDReference, Compressor):
+    """Deep Gradient Compression (Lin et al., ICLR 2018, following the official code): momentum correction, a sampled
+    top-density threshold, momentum masking and warm-up; state: momentum ``u`` and velocity ``v``."""
+
     info = DGC_CARD
-    """DGC with the official sampled threshold; state: momentum ``u`` and velocity ``v``."""
 
     reference = dgc_state_reference
 

@@ -243,8 +243,10 @@ def graddrop_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
 
 
 class GradDrop(Compressor):
+    """Gradient dropping (Aji & Heafield, EMNLP 2017, as implemented in Marian): a sampled quantile threshold drops
+    the small entries of ``a = x + e``, which stay in the residual."""
+
     info = GRADDROP_CARD
-    """Gradient dropping with a sampled quantile threshold and error feedback."""
 
     reference = graddrop_reference
 

@@ -136,6 +136,9 @@ def natural_compress_reference(comp: Compressor, x32: torch.Tensor, state: State
 
 
 class Natural(Compressor):
+    """``natural``: natural compression C_nat (Horváth et al. 2019, arXiv:1905.10988), every value rounded
+    stochastically to one of its two neighbouring powers of two (sign and exponent sent, 9 bits)."""
+
     info = NATURAL_CARD
     reference = natural_compress_reference
 
@@ -275,6 +278,9 @@ def natural_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) 
 
 
 class NaturalDither(Compressor):
+    """``natural_dither``: natural dithering (Horváth et al. 2019, arXiv:1905.10988), each |x_i| / ‖x‖_p
+    rounded stochastically to one of the levels 2^-j."""
+
     info = NATURAL_DITHER_CARD
     reference = natural_dither_reference
 

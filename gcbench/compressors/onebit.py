@@ -124,6 +124,9 @@ def _layout(shape: tuple[int, ...], granularity: str) -> tuple[int, bool]:
 
 
 class OneBitSGD(Compressor):
+    """1-bit SGD with error feedback (Seide et al. 2014, as implemented in CNTK): one bit per entry, decoded
+    to the mean of its column's non-negative or negative entries."""
+
     info = ONEBIT_CARD
     reference = onebit_step_reference
 

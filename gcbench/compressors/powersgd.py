@@ -325,6 +325,9 @@ def powersgd_state_reference(comp: Compressor, x32: torch.Tensor, state: State) 
 
 
 class PowerSGD(Compressor):
+    """PowerSGD (Vogels et al., NeurIPS 2019): rank-r power iteration on the tensor viewed as a matrix,
+    warm-started from the previous step's Q, with error feedback."""
+
     info = POWERSGD_CARD
     reference = powersgd_state_reference
 

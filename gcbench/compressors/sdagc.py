@@ -164,8 +164,10 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
 
 
 class SDAGC(MomentumSGDReference, Compressor):
+    """SDAGC (Chen et al. 2020), RECONSTRUCTED from its abstract: a per-layer threshold from the standard deviation of
+    the gradient; state: momentum ``u`` and accumulated residual ``v``."""
+
     info = SDAGC_CARD
-    """Reconstructed SDAGC; state: momentum ``u`` and accumulated residual ``v``."""
 
     reference = sdagc_reference
 

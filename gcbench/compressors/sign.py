@@ -54,6 +54,8 @@ def signsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torc
 
 
 class SignSGD(Compressor):
+    """``signsgd`` (Bernstein et al. 2018): the sign of every entry, one bit each, decoded as ±1."""
+
     info = SIGNSGD_CARD
     reference = signsgd_reference
 
@@ -91,6 +93,9 @@ def efsignsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class EFSignSGD(Compressor):
+    """``efsignsgd`` (Karimireddy et al. 2019, "Error Feedback Fixes SignSGD"): the signs scaled by
+    mean |a|, with error feedback."""
+
     info = EFSIGNSGD_CARD
     reference = efsignsgd_reference
 

@@ -92,6 +92,9 @@ def terngrad_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
 
 
 class TernGrad(Compressor):
+    """TernGrad (Wen et al. 2017): each entry stochastically ternarized to {-s, 0, s} after clipping at
+    c·σ; 2 bits per entry plus the scaler s."""
+
     info = TERNGRAD_CARD
     reference = terngrad_reference
 

@@ -49,8 +49,9 @@ def threshold_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class Threshold(Compressor):
+    """Hard-threshold sparsifier (Strom 2015; Sahu et al. 2021): every |a_i| > tau is sent exactly, with error feedback."""
+
     info = THRESHOLD_CARD
-    """Hard-threshold sparsifier: every |a_i| > tau is sent exactly."""
 
     reference = threshold_reference
 

@@ -129,6 +129,9 @@ def topk_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) -> 
 
 
 class TopKDither(Compressor):
+    """Top-k followed by natural dithering of the k values (Beznosikov et al. 2020, with Horváth et al.
+    2019's natural dithering)."""
+
     info = TOPK_DITHER_CARD
     reference = topk_dither_reference
 

@@ -9,6 +9,8 @@ from gcbench_plugin_demo.card import HALFSIGN_CARD
 
 
 class HalfSign(Compressor):
+    """``halfsign``: one sign bit per element times the mean |x| (the plugin demo of README, "A compressor in its own package")."""
+
     info = HALFSIGN_CARD
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
