@@ -16,13 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.compressors._common import (
-    dense_from_sparse,
-    k_of,
-    sparse_body,
-    sparse_body_nbytes,
-    sparse_decode,
-)
+from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, sparse_decode
 from gcbench.compressors.cards.lgc import LGC_CARD, PRESETS
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.gcbench_preset import GcbenchPreset
@@ -33,26 +27,10 @@ from gcbench.compressors.lgc.rounds import noting_uploads
 from gcbench.compressors.lgc.windows import Windows
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read, refuse_kind
 from gcbench.core import codec
-from gcbench.core.compressor import (
-    Compressor,
-    EncodeContext,
-    Encoded,
-    ExchangeResult,
-    State,
-    Traffic,
-    body_numpy,
-    meta_keys,
-    meta_str,
-)
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
 from gcbench.core.errors import ParamError, PayloadError
 from gcbench.core.payload import MetaValue, Payload
-from gcbench.core.protocol import (
-    Context,
-    Leg,
-    Message,
-    WorkerProtocol,
-    count_messages,
-)
+from gcbench.core.protocol import Context, Leg, Message, WorkerProtocol, count_messages
 
 PHASES: tuple[str, ...] = ("dense", "topk", "compressed")
 _STATE_KEY = "lgc"
@@ -207,7 +185,7 @@ class LGC(Compressor):
         return self.preset.whole_model
 
     def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
-        """One worker's side of LGC (see the module docstring for the protocols).
+        """One worker's side of LGC (the package docstring, gcbench/compressors/lgc/__init__.py, gives the protocols).
 
         ``preset="gcbench"``: unit after unit.  ``preset="reference"``: ``xs`` is the whole model,
         its tensors in model order (:attr:`needs_whole_model`; the first unit's state holds the

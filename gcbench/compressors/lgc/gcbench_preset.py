@@ -14,38 +14,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from gcbench.compressors._common import (
-    k_of,
-    sparse_body,
-    to_numpy,
-)
+from gcbench.compressors._common import k_of, sparse_body, to_numpy
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.index_sets import positions_in, topk_indices_sorted
 from gcbench.compressors.lgc.preset import Preset
 from gcbench.compressors.lgc.rounds import only
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read
+from gcbench.core import codec
+from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, body_numpy
+from gcbench.core.errors import GcbenchError, ParamError, PayloadError
+from gcbench.core.payload import Payload
+from gcbench.core.protocol import Context, Leg, Message, Send, ToServer, counted_in, simulate
 
 if TYPE_CHECKING:
     from gcbench.compressors.lgc.contract import LGCExchangeResult
-from gcbench.core import codec
-from gcbench.core.compressor import (
-    Compressor,
-    ErrorFeedback,
-    ExchangeResult,
-    State,
-    body_numpy,
-)
-from gcbench.core.errors import GcbenchError, ParamError, PayloadError
-from gcbench.core.payload import Payload
-from gcbench.core.protocol import (
-    Context,
-    Leg,
-    Message,
-    Send,
-    ToServer,
-    counted_in,
-    simulate,
-)
 
 
 class GcbenchPreset(Preset):

@@ -14,7 +14,6 @@ def topk_indices_sorted(a: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(torch.topk(a.abs(), k, sorted=False).indices).values
 
 
-
 def positions_in(sorted_idx: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For each of ``pos``: its position in ascending ``sorted_idx`` and whether it is there."""
     sorted_idx = sorted_idx.cpu()

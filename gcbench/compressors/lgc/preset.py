@@ -16,17 +16,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from gcbench.compressors.lgc.rounds import Rounds
+from gcbench.core.compressor import ExchangeResult, State
+from gcbench.core.protocol import Context, Leg
 
 if TYPE_CHECKING:
     from gcbench.compressors.lgc.contract import LGCExchangeResult
-from gcbench.core.compressor import (
-    ExchangeResult,
-    State,
-)
-from gcbench.core.protocol import (
-    Context,
-    Leg,
-)
 
 
 class Preset(Rounds, ABC):

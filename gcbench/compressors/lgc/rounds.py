@@ -15,32 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gcbench.compressors._common import (
-    dense_from_sparse,
-    k_of,
-)
+from gcbench.compressors._common import dense_from_sparse, k_of
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.index_sets import positions_in, topk_indices_sorted
 from gcbench.compressors.lgc.wire import Wire, f32_bytes, f32_read
+from gcbench.core.compressor import State, body_numpy
+from gcbench.core.errors import PayloadError
+from gcbench.core.payload import Payload
+from gcbench.core.protocol import SERVER, Context, Leg, Message, Outcome, Send, ToServer, WorkerProtocol
 
 if TYPE_CHECKING:
     from gcbench.compressors.lgc.contract import LGC
-from gcbench.core.compressor import (
-    State,
-    body_numpy,
-)
-from gcbench.core.errors import PayloadError
-from gcbench.core.payload import Payload
-from gcbench.core.protocol import (
-    SERVER,
-    Context,
-    Leg,
-    Message,
-    Outcome,
-    Send,
-    ToServer,
-    WorkerProtocol,
-)
 
 
 def others(w: int, n: int) -> tuple[int, ...]:
@@ -75,7 +60,6 @@ def only(msgs: Sequence[Message], phase: str) -> Payload:
 def by_sender(me: int, own: Payload, got: Sequence[Message], n: int, phase: str) -> list[Payload]:
     """Per worker, its ``phase`` message: this worker's own, the others' as received."""
     return [own if w == me else only([m for m in got if m.sender == w], phase) for w in range(n)]
-
 
 
 class Rounds:

@@ -8,9 +8,7 @@ from typing import Any
 import numpy as np
 
 from gcbench.compressors.lgc.contract import PHASES
-from gcbench.core.compressor import (
-    ExchangeResult,
-)
+from gcbench.core.compressor import ExchangeResult
 from gcbench.core.payload import dense_bytes
 
 
