@@ -17,8 +17,6 @@ def _compressor_classes() -> list[type]:
     """Every Compressor subclass defined in a module of gcbench.compressors (helpers and abstract bases included)."""
     found: dict[str, type] = {}
     for mod in pkgutil.walk_packages(gcbench.compressors.__path__, "gcbench.compressors."):
-        if mod.name.rsplit(".", 1)[-1] == "_lgc_ae":  # an old path, forwarded with a warning to lgc/autoencoder.py
-            continue
         module = importlib.import_module(mod.name)
         for obj in vars(module).values():
             if inspect.isclass(obj) and issubclass(obj, Compressor) and obj.__module__ == module.__name__:
