@@ -43,6 +43,8 @@ MOVED: dict[str, str] = {
     # renamed so that no two modules share a base name across packages
     "gcbench.compressors._select": "gcbench.compressors._sparsify",
     "gcbench.sources.hf": "gcbench.sources.hf_models",
+    # the LGC family is one package: gcbench/compressors/lgc/ (its card stays gcbench/compressors/cards/lgc.py)
+    "gcbench.compressors._lgc_ae": "gcbench.compressors.lgc.autoencoder",
 }
 
 

@@ -59,7 +59,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.adacomp import ADACOMP, QUANTIZE
+from gcbench.compressors.cards.adacomp import ADACOMP_CARD, QUANTIZE
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
@@ -228,7 +228,10 @@ def adacomp_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -
 
 
 class AdaComp(Compressor):
-    info = ADACOMP
+    """AdaComp (Chen et al., AAAI 2018), RECONSTRUCTED: per bin, the residue entries whose self-adjusted value reaches
+    the bin's maximum, sent as sign·scale; the rest stays in the worker's residue."""
+
+    info = ADACOMP_CARD
     reference = adacomp_state_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

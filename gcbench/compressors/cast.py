@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from gcbench import kernels
-from gcbench.compressors.cards.cast import BF16, FP16, NONE
+from gcbench.compressors.cards.cast import BF16_CARD, FP16_CARD, NONE_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload, check_shape
@@ -29,6 +29,8 @@ def cast_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
 
 
 class _Cast(Compressor):
+    """A cast of the float32 tensor to ``wire_dtype`` and back: the common body of ``none``, ``fp16`` and ``bf16``."""
+
     wire_dtype: torch.dtype = torch.float32
     reference = cast_reference
 
@@ -142,15 +144,21 @@ def _span(xs: Sequence[torch.Tensor], sizes: Sequence[int], total: int) -> torch
 
 
 class NoCompression(_Cast):
-    info = NONE
+    """``none``: the float32 tensor unchanged (32·d bits), the dense baseline every ratio is measured against."""
+
+    info = NONE_CARD
     wire_dtype = torch.float32
 
 
 class Fp16(_Cast):
-    info = FP16
+    """``fp16``: the tensor cast to IEEE half precision (16·d bits); values beyond its range become ±inf."""
+
+    info = FP16_CARD
     wire_dtype = torch.float16
 
 
 class Bf16(_Cast):
-    info = BF16
+    """``bf16``: the tensor cast to bfloat16 (16·d bits, float32's exponent range)."""
+
+    info = BF16_CARD
     wire_dtype = torch.bfloat16

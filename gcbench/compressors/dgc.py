@@ -104,7 +104,7 @@ from gcbench.compressors._sparsify import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
-from gcbench.compressors.cards.dgc import DGC
+from gcbench.compressors.cards.dgc import DGC_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import ParamError
 from gcbench.core.payload import Payload
@@ -169,8 +169,10 @@ def dgc_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class DGC(MomentumSGDReference, Compressor):
-    info = DGC
-    """DGC with the official sampled threshold; state: momentum ``u`` and velocity ``v``."""
+    """Deep Gradient Compression (Lin et al., ICLR 2018, following the official code): momentum correction, a sampled
+    top-density threshold, momentum masking and warm-up; state: momentum ``u`` and velocity ``v``."""
+
+    info = DGC_CARD
 
     reference = dgc_state_reference
 

@@ -95,7 +95,7 @@ from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, to_numpy
 from gcbench.compressors._sparsify import above, form_counting, strided_sample
-from gcbench.compressors.cards.graddrop import GRADDROP, QUANTIZE
+from gcbench.compressors.cards.graddrop import GRADDROP_CARD, QUANTIZE
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
@@ -243,8 +243,10 @@ def graddrop_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
 
 
 class GradDrop(Compressor):
-    info = GRADDROP
-    """Gradient dropping with a sampled quantile threshold and error feedback."""
+    """Gradient dropping (Aji & Heafield, EMNLP 2017, as implemented in Marian): a sampled quantile threshold drops
+    the small entries of ``a = x + e``, which stay in the residual."""
+
+    info = GRADDROP_CARD
 
     reference = graddrop_reference
 

@@ -58,7 +58,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.natural import NATURAL, NATURAL_DITHER
+from gcbench.compressors.cards.natural import NATURAL_CARD, NATURAL_DITHER_CARD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
@@ -136,7 +136,10 @@ def natural_compress_reference(comp: Compressor, x32: torch.Tensor, state: State
 
 
 class Natural(Compressor):
-    info = NATURAL
+    """``natural``: natural compression C_nat (Horváth et al. 2019, arXiv:1905.10988), every value rounded
+    stochastically to one of its two neighbouring powers of two (sign and exponent sent, 9 bits)."""
+
+    info = NATURAL_CARD
     reference = natural_compress_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
@@ -275,7 +278,10 @@ def natural_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) 
 
 
 class NaturalDither(Compressor):
-    info = NATURAL_DITHER
+    """``natural_dither``: natural dithering (Horváth et al. 2019, arXiv:1905.10988), each |x_i| / ‖x‖_p
+    rounded stochastically to one of the levels 2^-j."""
+
+    info = NATURAL_DITHER_CARD
     reference = natural_dither_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

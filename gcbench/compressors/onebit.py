@@ -45,7 +45,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.onebit import GRANULARITIES, ONEBIT
+from gcbench.compressors.cards.onebit import GRANULARITIES, ONEBIT_CARD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
@@ -124,7 +124,10 @@ def _layout(shape: tuple[int, ...], granularity: str) -> tuple[int, bool]:
 
 
 class OneBitSGD(Compressor):
-    info = ONEBIT
+    """1-bit SGD with error feedback (Seide et al. 2014, as implemented in CNTK): one bit per entry, decoded
+    to the mean of its column's non-negative or negative entries."""
+
+    info = ONEBIT_CARD
     reference = onebit_step_reference
 
     def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool,

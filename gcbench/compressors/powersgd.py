@@ -64,7 +64,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.powersgd import POWERSGD
+from gcbench.compressors.cards.powersgd import POWERSGD_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
@@ -325,7 +325,10 @@ def powersgd_state_reference(comp: Compressor, x32: torch.Tensor, state: State) 
 
 
 class PowerSGD(Compressor):
-    info = POWERSGD
+    """PowerSGD (Vogels et al., NeurIPS 2019): rank-r power iteration on the tensor viewed as a matrix,
+    warm-started from the previous step's Q, with error feedback."""
+
+    info = POWERSGD_CARD
     reference = powersgd_state_reference
 
     def _start_q(self, state: State, cols: int, r: int, device: torch.device) -> torch.Tensor:

@@ -32,7 +32,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.qsgd import QSGD
+from gcbench.compressors.cards.qsgd import QSGD_CARD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
@@ -113,7 +113,7 @@ class QSGD(Compressor):
     """QSGD at the card's s, bucket, norm and encoding: the fused CPU kernel on CPU tensors, :func:`qsgd_torch`
     (the same bytes) elsewhere; tensors under ``min_numel`` elements are sent as float32."""
 
-    info = QSGD
+    info = QSGD_CARD
     reference = qsgd_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

@@ -25,7 +25,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import flat_and_k
-from gcbench.compressors.cards.randomk import RANDOMK
+from gcbench.compressors.cards.randomk import RANDOMK_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
@@ -52,7 +52,7 @@ def randomk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torc
 class RandomK(Compressor):
     """Random-k: k = ceil(density·d) values at positions drawn from a 64-bit seed, the seed sent instead of the indices."""
 
-    info = RANDOMK
+    info = RANDOMK_CARD
     reference = randomk_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

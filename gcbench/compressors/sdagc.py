@@ -71,7 +71,7 @@ from gcbench.compressors._sparsify import (
     sparse_or_dense_decode,
     sparse_or_dense_nbytes,
 )
-from gcbench.compressors.cards.sdagc import SDAGC
+from gcbench.compressors.cards.sdagc import SDAGC_CARD
 from gcbench.compressors.dgc import sent_dense
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.payload import MetaValue, Payload
@@ -164,8 +164,10 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
 
 
 class SDAGC(MomentumSGDReference, Compressor):
-    info = SDAGC
-    """Reconstructed SDAGC; state: momentum ``u`` and accumulated residual ``v``."""
+    """SDAGC (Chen et al. 2020), RECONSTRUCTED from its abstract: a per-layer threshold from the standard deviation of
+    the gradient; state: momentum ``u`` and accumulated residual ``v``."""
+
+    info = SDAGC_CARD
 
     reference = sdagc_reference
 

@@ -23,7 +23,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.sign import EFSIGNSGD, SIGNSGD
+from gcbench.compressors.cards.sign import EFSIGNSGD_CARD, SIGNSGD_CARD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
 from gcbench.core.errors import PayloadError
@@ -54,7 +54,9 @@ def signsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torc
 
 
 class SignSGD(Compressor):
-    info = SIGNSGD
+    """``signsgd`` (Bernstein et al. 2018): the sign of every entry, one bit each, decoded as ±1."""
+
+    info = SIGNSGD_CARD
     reference = signsgd_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
@@ -91,7 +93,10 @@ def efsignsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class EFSignSGD(Compressor):
-    info = EFSIGNSGD
+    """``efsignsgd`` (Karimireddy et al. 2019, "Error Feedback Fixes SignSGD"): the signs scaled by
+    mean |a|, with error feedback."""
+
+    info = EFSIGNSGD_CARD
     reference = efsignsgd_reference
 
     def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> np.float32 | None:

@@ -35,7 +35,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
-from gcbench.compressors.cards.terngrad import TERNGRAD
+from gcbench.compressors.cards.terngrad import TERNGRAD_CARD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_keys
 from gcbench.core.errors import PayloadError
@@ -92,7 +92,10 @@ def terngrad_reference(comp: Compressor, x32: torch.Tensor, state: State) -> tor
 
 
 class TernGrad(Compressor):
-    info = TERNGRAD
+    """TernGrad (Wen et al. 2017): each entry stochastically ternarized to {-s, 0, s} after clipping at
+    c·σ; 2 bits per entry plus the scaler s."""
+
+    info = TERNGRAD_CARD
     reference = terngrad_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext = EncodeContext(), scaler: float | None = None) -> Encoded:

@@ -26,7 +26,7 @@ from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, sparse_body, sparse_body_nbytes
 from gcbench.compressors._sparsify import above, form_counting
-from gcbench.compressors.cards.threshold import THRESHOLD
+from gcbench.compressors.cards.threshold import THRESHOLD_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
 
@@ -49,8 +49,9 @@ def threshold_reference(comp: Compressor, x32: torch.Tensor, state: State) -> to
 
 
 class Threshold(Compressor):
-    info = THRESHOLD
-    """Hard-threshold sparsifier: every |a_i| > tau is sent exactly."""
+    """Hard-threshold sparsifier (Strom 2015; Sahu et al. 2021): every |a_i| > tau is sent exactly, with error feedback."""
+
+    info = THRESHOLD_CARD
 
     reference = threshold_reference
 

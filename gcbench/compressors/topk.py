@@ -22,7 +22,7 @@ import torch
 from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, flat_and_k, sparse_body, sparse_body_nbytes
-from gcbench.compressors.cards.topk import TOPK
+from gcbench.compressors.cards.topk import TOPK_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.payload import MetaValue, Payload
 
@@ -51,7 +51,7 @@ def topk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.T
 class TopK(Compressor):
     """Exact top-k by magnitude (:func:`gcbench.kernels.topk_tensor` on CPU, its torch twin elsewhere), values fp32 + coded indices."""
 
-    info = TOPK
+    info = TOPK_CARD
     reference = topk_reference
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

@@ -41,7 +41,7 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors._common import flat_and_k, k_of, to_numpy
-from gcbench.compressors.cards.topk_dither import TOPK_DITHER
+from gcbench.compressors.cards.topk_dither import TOPK_DITHER_CARD
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, tensor_norm
 from gcbench.compressors.topk import topk_indices
 from gcbench.core import codec
@@ -129,7 +129,10 @@ def topk_dither_reference(comp: Compressor, x32: torch.Tensor, state: State) -> 
 
 
 class TopKDither(Compressor):
-    info = TOPK_DITHER
+    """Top-k followed by natural dithering of the k values (Beznosikov et al. 2020, with Horváth et al.
+    2019's natural dithering)."""
+
+    info = TOPK_DITHER_CARD
     reference = topk_dither_reference
 
     def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> tuple[int, np.ndarray] | None:

@@ -7,7 +7,7 @@ from gcbench.core.info import CompressorInfo, Param, Target
 QUANTIZE = ("sign_scale", "none")
 
 
-ADACOMP = CompressorInfo(
+ADACOMP_CARD = CompressorInfo(
     name="adacomp",
     impl="gcbench.compressors.adacomp:AdaComp",
     version=1,
@@ -23,4 +23,4 @@ ADACOMP = CompressorInfo(
     traffic_bytes=12.0,  # read x and the residue G, write G
 )
 
-CARDS = (ADACOMP,)
+CARDS = (ADACOMP_CARD,)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcbench.core.info import ALLREDUCE, CompressorInfo
 
-NONE = CompressorInfo(
+NONE_CARD = CompressorInfo(
     name="none",
     impl="gcbench.compressors.cast:NoCompression",
     version=1,
@@ -31,7 +31,7 @@ def _half(name: str, cls: str, description: str) -> CompressorInfo:
     )
 
 
-FP16 = _half("fp16", "Fp16", "cast to IEEE half precision (16 bits per element)")
-BF16 = _half("bf16", "Bf16", "cast to bfloat16 (16 bits per element, fp32 range)")
+FP16_CARD = _half("fp16", "Fp16", "cast to IEEE half precision (16 bits per element)")
+BF16_CARD = _half("bf16", "Bf16", "cast to bfloat16 (16 bits per element, fp32 range)")
 
-CARDS = (NONE, FP16, BF16,)
+CARDS = (NONE_CARD, FP16_CARD, BF16_CARD,)

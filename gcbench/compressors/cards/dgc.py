@@ -29,7 +29,7 @@ def clip_params() -> tuple[Param, Param]:
     )
 
 
-DGC = CompressorInfo(
+DGC_CARD = CompressorInfo(
     name="dgc",
     impl="gcbench.compressors.dgc:DGC",
     version=3,
@@ -55,4 +55,4 @@ DGC = CompressorInfo(
     traffic_bytes=20.0,  # read x, read and write the momentum u and the accumulation v
 )
 
-CARDS = (DGC,)
+CARDS = (DGC_CARD,)

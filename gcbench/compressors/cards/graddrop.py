@@ -7,7 +7,7 @@ from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 QUANTIZE = ("none", "1bit", "2bit")
 
 
-GRADDROP = CompressorInfo(
+GRADDROP_CARD = CompressorInfo(
     name="graddrop",
     impl="gcbench.compressors.graddrop:GradDrop",
     version=2,
@@ -30,4 +30,4 @@ GRADDROP = CompressorInfo(
     traffic_bytes=12.0,  # read x and the residual, write the residual
 )
 
-CARDS = (GRADDROP,)
+CARDS = (GRADDROP_CARD,)

@@ -34,7 +34,7 @@ LGC_PROTOCOL = Protocol("lgc", "3 phases by step: dense fp32; top-k+EF with onli
     cost=(CostLeg("server", rounds=3),),
     cost_by=("mode", {"ps": (CostLeg("server", rounds=3),), "ring": (CostLeg("broadcast"), CostLeg("allreduce"))}))
 
-LGC = CompressorInfo(
+LGC_CARD = CompressorInfo(
     name="lgc",
     impl="gcbench.compressors.lgc:LGC",
     version=2,
@@ -92,4 +92,4 @@ LGC = CompressorInfo(
     protocol=LGC_PROTOCOL,
 )
 
-CARDS = (LGC,)
+CARDS = (LGC_CARD,)

@@ -13,7 +13,7 @@ def p_param(default: str = "2") -> Param:
     return Param("p", str, default, "norm the values are divided by: '2' or 'inf'", choices=("2", "inf"))
 
 
-NATURAL = CompressorInfo(
+NATURAL_CARD = CompressorInfo(
     name="natural",
     impl="gcbench.compressors.natural:Natural",
     version=2,
@@ -24,7 +24,7 @@ NATURAL = CompressorInfo(
     traffic_bytes=5.125,  # one read, 9 bits out
 )
 
-NATURAL_DITHER = CompressorInfo(
+NATURAL_DITHER_CARD = CompressorInfo(
     name="natural_dither",
     impl="gcbench.compressors.natural:NaturalDither",
     version=2,
@@ -36,4 +36,4 @@ NATURAL_DITHER = CompressorInfo(
     target=Target(6.0),
 )
 
-CARDS = (NATURAL, NATURAL_DITHER,)
+CARDS = (NATURAL_CARD, NATURAL_DITHER_CARD,)

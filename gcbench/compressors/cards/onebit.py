@@ -10,7 +10,7 @@ GRANULARITIES = ("column", "row", "tensor")
 ONEBIT_PROTOCOL = Protocol("onebit", "two-leg: stripe owners sum and re-quantize with their own residual", per_tensor=True,
                            cost=(CostLeg("alltoall"), CostLeg("allgather", "payload/n")))
 
-ONEBIT = CompressorInfo(
+ONEBIT_CARD = CompressorInfo(
     name="onebit",
     impl="gcbench.compressors.onebit:OneBitSGD",
     version=2,
@@ -26,4 +26,4 @@ ONEBIT = CompressorInfo(
     protocol=ONEBIT_PROTOCOL,
 )
 
-CARDS = (ONEBIT,)
+CARDS = (ONEBIT_CARD,)

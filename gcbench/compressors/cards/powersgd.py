@@ -8,7 +8,7 @@ POWERSGD_PROTOCOL = Protocol("powersgd", "all-reduce P (mean), orthonormalise, Q
                              allreduce_rounds=2, per_tensor=True, shared_seed=True,
                              cost=(CostLeg("allreduce", rounds=2),))
 
-POWERSGD = CompressorInfo(
+POWERSGD_CARD = CompressorInfo(
     name="powersgd",
     impl="gcbench.compressors.powersgd:PowerSGD",
     version=2,
@@ -25,4 +25,4 @@ POWERSGD = CompressorInfo(
     protocol=POWERSGD_PROTOCOL,
 )
 
-CARDS = (POWERSGD,)
+CARDS = (POWERSGD_CARD,)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcbench.core.info import CompressorInfo, Param, Target
 
-QSGD = CompressorInfo(
+QSGD_CARD = CompressorInfo(
     name="qsgd",
     impl="gcbench.compressors.qsgd:QSGD",
     version=2,
@@ -22,4 +22,4 @@ QSGD = CompressorInfo(
     traffic_bytes=4.75,  # one read (a bucket's norm is taken in cache), about 6 bits out at s=16
 )
 
-CARDS = (QSGD,)
+CARDS = (QSGD_CARD,)

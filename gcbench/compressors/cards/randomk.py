@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcbench.core.info import CompressorInfo, Target, density_param
 
-RANDOMK = CompressorInfo(
+RANDOMK_CARD = CompressorInfo(
     name="randomk",
     impl="gcbench.compressors.randomk:RandomK",
     version=2,
@@ -16,4 +16,4 @@ RANDOMK = CompressorInfo(
     traffic_bytes=0.08,  # read and write only the k = density·d chosen entries (density 0.01)
 )
 
-CARDS = (RANDOMK,)
+CARDS = (RANDOMK_CARD,)

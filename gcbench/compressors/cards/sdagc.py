@@ -5,7 +5,7 @@ from __future__ import annotations
 from gcbench.compressors.cards.dgc import clip_params, dense_params
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 
-SDAGC = CompressorInfo(
+SDAGC_CARD = CompressorInfo(
     name="sdagc",
     impl="gcbench.compressors.sdagc:SDAGC",
     version=2,
@@ -28,4 +28,4 @@ SDAGC = CompressorInfo(
     traffic_bytes=20.0,  # read x, read and write the momentum u and the accumulation v
 )
 
-CARDS = (SDAGC,)
+CARDS = (SDAGC_CARD,)

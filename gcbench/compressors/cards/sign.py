@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcbench.core.info import CompressorInfo, Target
 
-SIGNSGD = CompressorInfo(
+SIGNSGD_CARD = CompressorInfo(
     name="signsgd",
     impl="gcbench.compressors.sign:SignSGD",
     version=1,
@@ -15,7 +15,7 @@ SIGNSGD = CompressorInfo(
     target=Target(2.0),
 )
 
-EFSIGNSGD = CompressorInfo(
+EFSIGNSGD_CARD = CompressorInfo(
     name="efsignsgd",
     impl="gcbench.compressors.sign:EFSignSGD",
     version=1,
@@ -26,4 +26,4 @@ EFSIGNSGD = CompressorInfo(
     target=Target(4.0),
 )
 
-CARDS = (SIGNSGD, EFSIGNSGD,)
+CARDS = (SIGNSGD_CARD, EFSIGNSGD_CARD,)

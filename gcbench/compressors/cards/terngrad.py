@@ -7,7 +7,7 @@ from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol, Target
 TERNGRAD_PROTOCOL = Protocol("terngrad", "scaler sharing: s = max over workers (one extra float each)", scalar_allreduces=1,
                              applies_when={"share_scaler": True}, cost=(CostLeg("allreduce", "scalars"), CostLeg("allgather")))
 
-TERNGRAD = CompressorInfo(
+TERNGRAD_CARD = CompressorInfo(
     name="terngrad",
     impl="gcbench.compressors.terngrad:TernGrad",
     version=2,
@@ -26,4 +26,4 @@ TERNGRAD = CompressorInfo(
     protocol=TERNGRAD_PROTOCOL,
 )
 
-CARDS = (TERNGRAD,)
+CARDS = (TERNGRAD_CARD,)

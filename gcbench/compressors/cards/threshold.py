@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 
-THRESHOLD = CompressorInfo(
+THRESHOLD_CARD = CompressorInfo(
     name="threshold",
     impl="gcbench.compressors.threshold:Threshold",
     version=1,
@@ -19,4 +19,4 @@ THRESHOLD = CompressorInfo(
     traffic_bytes=12.0,  # read x and the residual, write the residual (the sparse output depends on the data)
 )
 
-CARDS = (THRESHOLD,)
+CARDS = (THRESHOLD_CARD,)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gcbench.core.info import CompressorInfo, Target, coding_param, density_param
 
-TOPK = CompressorInfo(
+TOPK_CARD = CompressorInfo(
     name="topk",
     impl="gcbench.compressors.topk:TopK",
     version=1,
@@ -16,4 +16,4 @@ TOPK = CompressorInfo(
     traffic_bytes=4.0,  # read the input once (the k values out are negligible)
 )
 
-CARDS = (TOPK,)
+CARDS = (TOPK_CARD,)

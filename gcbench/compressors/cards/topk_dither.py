@@ -5,7 +5,7 @@ from __future__ import annotations
 from gcbench.compressors.cards.natural import p_param, s_param
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param, density_param
 
-TOPK_DITHER = CompressorInfo(
+TOPK_DITHER_CARD = CompressorInfo(
     name="topk_dither",
     impl="gcbench.compressors.topk_dither:TopKDither",
     version=2,
@@ -23,4 +23,4 @@ TOPK_DITHER = CompressorInfo(
     traffic_bytes=12.0,  # error feedback on by default: read x and the residual, write the residual
 )
 
-CARDS = (TOPK_DITHER,)
+CARDS = (TOPK_DITHER_CARD,)

@@ -2,7 +2,7 @@
 
 from gcbench.core.info import CompressorInfo, Target
 
-HALFSIGN = CompressorInfo(
+HALFSIGN_CARD = CompressorInfo(
     name="halfsign",
     impl="gcbench_plugin_demo.impl:HalfSign",
     version=1,
@@ -14,4 +14,4 @@ HALFSIGN = CompressorInfo(
     target=Target(4.0),
 )
 
-CARDS = (HALFSIGN,)
+CARDS = (HALFSIGN_CARD,)

@@ -5,11 +5,13 @@ import torch
 
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_keys
 from gcbench.core.payload import Payload
-from gcbench_plugin_demo.card import HALFSIGN
+from gcbench_plugin_demo.card import HALFSIGN_CARD
 
 
 class HalfSign(Compressor):
-    info = HALFSIGN
+    """``halfsign``: one sign bit per element times the mean |x| (the plugin demo of README, "A compressor in its own package")."""
+
+    info = HALFSIGN_CARD
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         flat = a.reshape(-1)
