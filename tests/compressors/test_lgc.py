@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.compressors import _lgc_ae as ae
+from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors import lgc as lgc_module
 from gcbench.compressors import registry
 from gcbench.compressors.check import check_call
