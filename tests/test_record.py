@@ -10,12 +10,12 @@ import pytest
 
 from gcbench.core.errors import ResultsError
 from gcbench.results import record
+from gcbench.results.parse import parse_record
 from gcbench.results.record import (
     BenchRecord,
     MeasureRecord,
     RunCase,
     TrainRecord,
-    parse_record,
 )
 from gcbench.results.store import RunWriter, load_run
 

@@ -21,130 +21,64 @@ Choices:
   identifying ones is optional (older files lack some, and failed cases hold only their label,
   status and error), unknown fields are kept (a newer gcbench of the same schema may add some),
   numbers may be null (NaN and infinity are stored as null).  But a field that is present must
-  have the type its readers use: a number is an int or a float, never a bool or a string
-  (:data:`Num`), so a file that loads cannot crash a reader.
-* **Versioned**: :data:`SCHEMA_VERSION`; :func:`upgrade` brings an older file's dict up to it
-  before validation (one step per version in :data:`UPGRADES`); a newer file is refused with one
-  line naming both versions (:func:`parse_record`).
-* **One line per problem**: :func:`problem_text` turns pydantic's first error into
-  ``field.path[i]: expected ..., got ...`` (from its ``loc``); no traceback reaches the user.
+  have the type its readers use (:data:`Num`, :data:`Int` ... of :mod:`gcbench.results.fields`).
+* **Versioned**: :data:`SCHEMA_VERSION`, and :data:`UPGRADES` to bring an older file up to it.
+
+This module declares the schema; reading a file into it (upgrade, validation, one-line problems:
+``parse_record``, ``as_record``, ``as_case`` ...) is :mod:`gcbench.results.parse`, whose functions
+are importable from here too.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    PlainValidator,
-    Tag,
-    TypeAdapter,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from gcbench.core import signals
-from gcbench.core.errors import ResultsError
+from gcbench.results.fields import (  # noqa: F401  (COUNT_MAX, FLOAT_INT_MAX, INT_MAX, show: re-exported, defined here before)
+    COUNT_MAX,
+    FLOAT_INT_MAX,
+    INT_MAX,
+    Bool,
+    Count,
+    FlagValue,
+    Int,
+    Num,
+    Numbers,
+    Series,
+    Str,
+    show,
+)
 
 SCHEMA_VERSION = 1
 
 KINDS = ("run", "compare", "train", "bench")
 
-# ----------------------------------------------------------------------------- scalar types
-#
-# Own validators instead of pydantic's strict types: the messages name what a reader expects and
-# show what the file holds ("expected a number, got a string ("267x")"), and a number keeps its
-# JSON type (an int stays an int, so a record dumps back to the file it came from).
+#: ``UPGRADES[v]`` turns a schema-``v`` dict into a schema-``v + 1`` one (:func:`gcbench.results.parse.upgrade` applies
+#: them).  Schema 1 is the first and still the newest: a change of the layout bumps SCHEMA_VERSION and adds its step
+#: here, so every older file still loads
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+#: the functions that read a record, defined in :mod:`gcbench.results.parse` (which imports this module's models)
+#: and re-exported here on first use; the private validators of :mod:`gcbench.results.fields` likewise
+_PARSE_NAMES = ("upgrade", "location", "problem_text", "parse_record", "unicode_text", "as_record", "as_case", "as_cases",
+                "_tag", "_RECORD", "_TYPE_TEXT")
+_FIELD_NAMES = ("_expected", "_number", "_integer", "_count", "_string", "_boolean", "_flag")
 
 
-def show(value: Any) -> str:
-    """A JSON value as an error message shows it: its kind, and the value itself when it is short."""
-    if value is None:
-        return "null"
-    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
-    if isinstance(value, dict | list):
-        return kind
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return f"{kind} ({text[:37] + '...' if len(text) > 40 else text})"
+def __getattr__(name: str) -> Any:
+    if name in _PARSE_NAMES:
+        from gcbench.results import parse
 
+        return getattr(parse, name)
+    if name in _FIELD_NAMES:
+        from gcbench.results import fields
 
-def _expected(what: str, value: Any) -> PydanticCustomError:
-    return PydanticCustomError("expected", "expected {what}, got {got}", {"what": what, "got": show(value)})
-
-
-#: the largest int every reader may turn into a float: float() of a larger one raises OverflowError
-FLOAT_INT_MAX = int(sys.float_info.max)
-#: the largest integer field (a count, a size, a 64-bit seed): readers multiply them and still need a float
-INT_MAX = 2**64
-
-
-def _number(v: Any) -> int | float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise _expected("a number", v)
-    if isinstance(v, int) and abs(v) > FLOAT_INT_MAX:
-        # JSON reads 1e999 as infinity but 1000...0 (400 digits) as an int no float can hold: the same number
-        return math.inf if v > 0 else -math.inf
-    return v
-
-
-def _integer(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _expected("an integer", v)
-    if abs(v) > INT_MAX:  # counts and sizes are multiplied, divided and formatted as floats by every reader
-        raise _expected("an integer of at most 64 bits", v)
-    return v
-
-
-# counts the readers build lists of (steps, workers): bounded so a file cannot make them allocate without limit
-COUNT_MAX = 10**6
-
-
-def _count(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= COUNT_MAX:
-        raise _expected(f"an integer in [0, {COUNT_MAX:g}]", v)
-    return v
-
-
-def _string(v: Any) -> str:
-    if not isinstance(v, str):
-        raise _expected("a string", v)
-    return v
-
-
-def _boolean(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise _expected("a boolean", v)
-    return v
-
-
-def _flag(v: Any) -> bool | str | int | float:
-    if not isinstance(v, bool | str | int | float):
-        raise _expected("a flag (boolean, string or number)", v)
-    return v
-
-
-#: an int or a float (never a bool, never a string): what every reader may do arithmetic with
-Num = Annotated[float, PlainValidator(_number)]
-Int = Annotated[int, PlainValidator(_integer)]
-Count = Annotated[int, PlainValidator(_count)]
-Str = Annotated[str, PlainValidator(_string)]
-Bool = Annotated[bool, PlainValidator(_boolean)]
-FlagValue = Annotated[bool | str | int | float, PlainValidator(_flag)]
-#: numbers a reader converts with float() one by one: no nulls
-Numbers = list[Num]
-#: series that may hold nulls (a NaN of one step is stored as null)
-Series = list[Num | None]
+        return getattr(fields, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Model(BaseModel):
@@ -868,134 +802,3 @@ class BenchRecord(RunRecord):
 
 CASE_MODELS: dict[str, type[Model]] = {"run": RunCase, "compare": RunCase, "train": TrainCase, "bench": BenchCase}
 Case = RunCase | TrainCase | BenchCase
-
-
-def _tag(value: Any) -> str | None:
-    kind = value.get("kind", "run") if isinstance(value, dict) else getattr(value, "kind", None)
-    kind = "run" if kind is None else kind
-    return {"compare": "run"}.get(kind, kind) if isinstance(kind, str) else None
-
-
-_RECORD: TypeAdapter[RunRecord] = TypeAdapter(Annotated[
-    Annotated[MeasureRecord, Tag("run")] | Annotated[TrainRecord, Tag("train")] | Annotated[BenchRecord, Tag("bench")],
-    Discriminator(_tag, custom_error_type="kind", custom_error_message="kind"),
-])
-
-
-# ----------------------------------------------------------------------------- versions
-
-
-#: ``UPGRADES[v]`` turns a schema-``v`` dict into a schema-``v + 1`` one.  Schema 1 is the first and still the
-#: newest: a change of the layout bumps SCHEMA_VERSION and adds its step here, so every older file still loads
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-
-
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A parsed file of an older schema brought up to :data:`SCHEMA_VERSION`, one step per version."""
-    v = data["schema_version"]
-    while v < SCHEMA_VERSION:
-        data = UPGRADES[v](data)
-        v += 1
-        data["schema_version"] = v
-    return data
-
-
-# ----------------------------------------------------------------------------- parsing
-
-
-def location(loc: Sequence[str | int]) -> str:
-    """Pydantic's ``loc`` as a field path: ``('cases', 0, 'size', 'ratio')`` → ``cases[0].size.ratio``."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-_TYPE_TEXT = {
-    "model_type": "an object", "model_attributes_type": "an object", "dict_type": "an object", "list_type": "a list",
-    "int_type": "an integer", "float_type": "a number", "string_type": "a string", "bool_type": "a boolean",
-    "literal_error": "one of the kinds",
-}
-
-
-def problem_text(exc: ValidationError, tagged: bool = True) -> str:
-    """The first problem of a validation error as one line: ``field.path: expected ..., got ...``.
-
-    ``tagged``: the error comes from the record union, whose first ``loc`` item is the kind's tag.
-    """
-    e = exc.errors(include_url=False)[0]
-    loc = list(e["loc"])
-    if tagged and loc and e["type"] != "kind":
-        loc = loc[1:]
-    kind = e["type"]
-    if kind == "kind":
-        return f"kind: expected one of {', '.join(KINDS)}, got {show(e['input'].get('kind') if isinstance(e['input'], dict) else None)}"
-    if kind == "missing":
-        where = location(loc[:-1])
-        return f"{where + ': ' if where else ''}missing field {loc[-1]!r}"
-    where = location(loc) or "results"
-    if kind in _TYPE_TEXT:
-        return f"{where}: expected {_TYPE_TEXT[kind]}, got {show(e['input'])}"
-    return f"{where}: {e['msg']}"
-
-
-def parse_record(data: Any) -> RunRecord:
-    """A parsed results file (a dict) as its typed record: upgraded from older schemas, then validated.
-
-    Raises :class:`ResultsError` with one line (no file name; :func:`gcbench.results.store.load_run`
-    adds it) naming the first field that does not fit.
-    """
-    if not isinstance(data, dict):
-        raise ResultsError(f"expected a JSON object at the top, got {show(data)}")
-    v = data.get("schema_version")
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ResultsError(f"schema_version: expected a positive integer, got {show(v)}")
-    if v > SCHEMA_VERSION:
-        raise ResultsError(f"written with results schema {v}, newer than this gcbench reads ({SCHEMA_VERSION}); upgrade gcbench")
-    try:
-        return _RECORD.validate_python(upgrade(unicode_text(data)))
-    except ValidationError as exc:
-        raise ResultsError(problem_text(exc)) from None
-
-
-def unicode_text(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings (keys too) replaced by ``?``.
-
-    JSON may hold ``"\\ud800"``, which no UTF-8 output (a terminal, a Markdown, HTML or CSV file,
-    matplotlib's fonts) can write: every renderer would fail on a label, layer name or error text
-    holding one.  Replaced once here, where a record is read, no renderer has to care.  Strings
-    that encode are returned as they are (no copy of a clean file's data).
-    """
-    if isinstance(value, str):
-        if value.isascii():
-            return value
-        try:
-            value.encode("utf-8")
-            return value
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, dict):
-        return {unicode_text(k): unicode_text(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unicode_text(v) for v in value]
-    return value
-
-
-def as_record(data: RunRecord | Mapping[str, Any]) -> RunRecord:
-    """A record as it is, or a results dict validated into one (library callers may hand either)."""
-    return data if isinstance(data, RunRecord) else parse_record(dict(data))
-
-
-def as_case(case: Case | Mapping[str, Any], kind: str = "run") -> Case:
-    """A case as it is, or a case dict validated into the model of ``kind``."""
-    if isinstance(case, RunCase | TrainCase | BenchCase):
-        return case
-    try:
-        return CASE_MODELS[kind].model_validate(dict(case))  # type: ignore[return-value]
-    except ValidationError as exc:
-        raise ResultsError(f"not a valid {kind} case: {problem_text(exc, tagged=False)}") from None
-
-
-def as_cases(cases: Sequence[Case | Mapping[str, Any]], kind: str = "run") -> list[Any]:
-    """:func:`as_case` of each."""
-    return [as_case(c, kind) for c in cases]

@@ -1,0 +1,154 @@
+"""The settings of one ``gcbench train`` run: :class:`TrainConfig`, the compressors it compares, injected faults.
+
+:meth:`TrainConfig.resolved` fills the task's defaults and checks every option before any process
+starts; :func:`parse_compressors` turns ``-c`` options into :class:`Spec` objects with the
+uncompressed reference (:func:`reference_name`) first.  ``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]``
+(or ``hang:...``) injects a failure for testing (:class:`Fault`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gcbench.compressors import registry
+from gcbench.core.errors import ParamError, UnknownNameError, did_you_mean
+from gcbench.distributed.tasks import TASKS, default_task
+
+
+def reference_name() -> str:
+    """The uncompressed reference every training comparison includes: the identity compressor's card."""
+    return registry.identity().name
+
+
+FAULT_ENV = "GCBENCH_TRAIN_FAULT"
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: finite, and far inside what torch.distributed can hold
+#: the shortest timeout: torch.distributed's stores and collectives cannot even connect in 1 ms (a run could never start)
+MIN_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected failure for tests: ``crash`` (the process exits) or ``hang`` (it stops responding)."""
+
+    kind: str
+    rank: int
+    step: int = 2
+    label: str | None = None  # only this compressor's run (default: every run)
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        """``KIND:RANK[@STEP][/LABEL]``, e.g. ``crash:1``, ``hang:0@5/topk``."""
+        kind, _, rest = text.partition(":")
+        rest, _, label = rest.partition("/")
+        rank_s, _, step_s = rest.partition("@")
+        if kind not in ("crash", "hang") or not rank_s.strip().isdigit() or (step_s and not step_s.strip().isdigit()):
+            raise ParamError(f"fault must look like crash:RANK[@STEP][/LABEL] or hang:RANK[@STEP][/LABEL], got {text!r}")
+        return cls(kind, int(rank_s), int(step_s) if step_s else 2, label or None)
+
+    def fire(self, rank: int, step: int, label: str) -> None:
+        if rank != self.rank or step != self.step or (self.label is not None and label != self.label):
+            return
+        if self.kind == "crash":
+            os._exit(3)  # like a segfault or an OOM kill: no Python cleanup, no message
+        while True:  # hang: never return (the parent kills the process)
+            time.sleep(3600)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one ``gcbench train`` run (recorded in the results file)."""
+
+    task: str = "auto"
+    workers: int = 4
+    epochs: int | None = None  # None: the task's default
+    batch_size: int | None = None  # per worker
+    lr: float | None = None
+    target: float | None = None  # accuracy for time-to-target
+    seed: int = 0
+    granularity: str = "bucket"
+    timeout_s: float = 300.0  # per compressor
+    collective_timeout_s: float | None = None  # None: max(30, timeout / 3)
+    threads: int | None = None  # per worker; None: cpu_count // workers
+    fault: str | None = None
+
+    def resolved(self) -> TrainConfig:
+        """Fill task defaults and validate; raises :class:`ParamError` with the option's name."""
+        task = default_task() if self.task == "auto" else self.task
+        if task not in TASKS:
+            raise UnknownNameError(did_you_mean(task, list(TASKS), "task"))
+        cls = TASKS[task]
+        if self.workers < 1:
+            raise ParamError(f"workers must be at least 1, got {self.workers}")
+        for name in ("epochs", "batch_size", "threads"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ParamError(f"{name} must be at least 1, got {v}")
+        if self.lr is not None and not 0 < self.lr < math.inf:  # NaN fails this too
+            raise ParamError(f"lr must be a finite number > 0, got {self.lr}")
+        if self.target is not None and not 0 < self.target <= 1:
+            raise ParamError(f"target accuracy must be in (0, 1], got {self.target}")
+        # torch.distributed keeps timeouts in integer milliseconds: inf or 1e300 s would overflow it
+        if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"timeout must be at least {MIN_TIMEOUT_S:g} and at most {MAX_TIMEOUT_S:g} seconds, got {self.timeout_s}")
+        if self.collective_timeout_s is not None and not MIN_TIMEOUT_S <= self.collective_timeout_s <= MAX_TIMEOUT_S:
+            raise ParamError(f"collective timeout must be at least {MIN_TIMEOUT_S:g} and at most {MAX_TIMEOUT_S:g} seconds, "
+                             f"got {self.collective_timeout_s}")
+        if self.granularity not in ("bucket", "layer"):
+            raise ParamError(f"granularity must be bucket or layer, got {self.granularity!r}")
+        fault = self.fault or os.environ.get(FAULT_ENV) or None
+        if fault:
+            Fault.parse(fault)
+        return TrainConfig(
+            task=task, workers=self.workers, epochs=self.epochs or cls.defaults.epochs, batch_size=self.batch_size or cls.defaults.batch,
+            lr=self.lr or cls.defaults.lr, target=self.target or cls.defaults.target, seed=self.seed, granularity=self.granularity,
+            timeout_s=float(self.timeout_s), collective_timeout_s=float(self.collective_timeout_s or max(30.0, self.timeout_s / 3)),
+            threads=self.threads or max(1, (os.cpu_count() or 1) // self.workers), fault=fault,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One compressor configuration to train with; ``label`` is the user's spelling."""
+
+    label: str
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_compressors(text: str | Sequence[str]) -> list[Spec]:
+    """``none,topk:density=0.01,error_feedback=true,qsgd`` → specs, with ``none`` first.
+
+    Comma-separated; a ``key=value`` item without ``:`` continues the previous compressor's
+    parameters.  ``none`` (the reference of the accuracy gap) is added first if absent.
+    """
+    items = [s.strip() for part in ([text] if isinstance(text, str) else text) for s in part.split(",") if s.strip()]
+    labels: list[str] = []
+    for item in items:
+        if "=" in item and ":" not in item and labels:
+            sep = "," if ":" in labels[-1] else ":"
+            labels[-1] = f"{labels[-1]}{sep}{item}"
+        else:
+            labels.append(item)
+    if not labels:
+        raise ParamError("no compressors given (e.g. -c none -c topk -c qsgd)")
+    specs = []
+    for label in labels:
+        name, params = registry.parse_spec(label)
+        specs.append(Spec(label, name, dict(params)))
+    seen = [s.label for s in specs]
+    dup = sorted({x for x in seen if seen.count(x) > 1})
+    if dup:
+        raise ParamError(f"compressor {dup[0]!r} is listed twice")
+    if not any(s.name == reference_name() and not s.params for s in specs):
+        specs.insert(0, Spec(reference_name(), reference_name()))
+    else:  # the reference runs first so every later record can state its gap
+        specs.sort(key=lambda s: s.name != reference_name() or bool(s.params))
+    return specs
