@@ -418,3 +418,44 @@ def test_a_closed_stdout_is_one_line_and_exit_1() -> None:
     assert res.returncode == 1 and b"Traceback" not in res.stderr, res.stderr
     assert res.stderr.decode().strip() == ("error: standard output is closed: gcbench writes its results there "
                                            "(redirect it to a file or /dev/null instead)")
+
+
+def test_every_option_is_declared_once_in_the_cli_package() -> None:
+    """An option several commands take is declared in cli/options.py only; no flag is spelled in two declarations."""
+    import re
+
+    package = Path(__file__).parents[1] / "gcbench" / "cli"
+    declared: dict[str, list[str]] = {}
+    for path in sorted(package.glob("*.py")):
+        for flag in re.findall(r'typer\.Option\(\s*"(--[\w-]+)', path.read_text()):
+            declared.setdefault(flag, []).append(path.name)
+    assert declared and {f: where for f, where in declared.items() if len(where) > 1} == {}
+    # and every command still takes its options: the shared ones included (-c, --json, --quiet, --workers, ...)
+    params = {name: {o for p in cmd.params for o in p.opts} for name, cmd in _commands().items()}
+    assert {"-c", "--json", "--quiet", "--out", "--workers"} <= params["advise"]
+    assert {"--latency-us", "--bandwidth", "--workers", "--runs-dir", "--json"} <= params["simulate"]
+
+
+def test_the_library_functions_the_commands_call_check_and_build_what_the_commands_did() -> None:
+    """compare's suite, the bench gate and the link ranges live in the library, where a script can call them too."""
+    from gcbench.core.errors import GcbenchError, ParamError
+    from gcbench.distributed.netmodel import compute_seconds, latency_seconds
+    from gcbench.measure.suite import compare_suite
+    from gcbench.results.gate import bench_gate
+
+    suite = compare_suite([("topk", {}), ("qsgd", {})], momentum=0.0, shape="64x32", workers=3)
+    src = suite.sources[0]
+    assert (src.kind, src.shapes, src.workers, src.steps) == ("synthetic", [[64, 32]], 3, 10)
+    assert suite.name == "compare" and suite.metrics.timing_budget_s == 3.0 and len(suite.compressors) == 2
+    with pytest.raises(GcbenchError, match="--shape: expected dimensions like 1000x1000"):
+        compare_suite([("topk", {}), ("qsgd", {})], momentum=0.0, shape="64 by 32")
+    assert not bench_gate([], 3, "OLD.json").fails
+    assert bench_gate(["slow"], 3, "OLD.json").fails and not bench_gate(["slow"], 3, "OLD.json").reasons
+    unmatched = bench_gate([], 0, "OLD.json")
+    assert unmatched.fails and "no case of this bench matches a case of OLD.json" in unmatched.reasons[0]
+    assert latency_seconds(5.0) == pytest.approx(5e-6) and compute_seconds(None) is None and compute_seconds(20.0) == 0.02
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ParamError, match="--latency-us must be a finite number >= 0"):
+            latency_seconds(bad, "--latency-us")
+        with pytest.raises(ParamError, match="--compute-ms must be a finite number >= 0"):
+            compute_seconds(bad, "--compute-ms")

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-import gcbench.cli as cli
+import gcbench.cli.output as cli_output
 from gcbench.cli import app, user_errors
 
 runner = CliRunner()
@@ -185,7 +185,7 @@ def thread_errors(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[BaseExceptio
 def test_markup_in_a_label_is_printed_literally_and_the_progress_survives(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread_errors: list[BaseException]) -> None:
     # a terminal console, so the progress bar really renders (and refreshes from its thread)
-    monkeypatch.setattr(cli, "err", Console(file=io.StringIO(), force_terminal=True, width=160, stderr=True))
+    monkeypatch.setattr(cli_output, "err", Console(file=io.StringIO(), force_terminal=True, width=160, stderr=True))
     out = tmp_path / "[/]runs"  # the user's own folder name is text too
     res = runner.invoke(app, ["run", str(_suite(tmp_path, HOSTILE)), "--out", str(out), "--no-timing"])
     # numba, imported lazily during the run, points colorama's exit hook at the sys.stdout of that
@@ -207,8 +207,8 @@ def test_markup_in_a_label_is_printed_literally_and_the_progress_survives(
 
 def test_progress_bar_shows_messages_as_text(monkeypatch: pytest.MonkeyPatch, thread_errors: list[BaseException]) -> None:
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=buf, force_terminal=True, width=160, stderr=True))
-    with cli.progress_bar() as prog:
+    monkeypatch.setattr(cli_output, "err", Console(file=buf, force_terminal=True, width=160, stderr=True))
+    with cli_output.progress_bar() as prog:
         prog("run", 0, 2, "[/__w/pytorch/x] gloo says [bold]")
         prog("[/]", 1, 2, "case [/]x[bold]")
     assert not thread_errors

@@ -306,6 +306,54 @@ def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE
     return time_compute(step, policy, attempts, progress=tick, prepare=lambda i: zm.make_batch(i, 0))
 
 
+def select_kernels(kernels: KernelSet, compressors: Sequence[str]) -> KernelSet:
+    """``kernels`` with only the step kernels of the compressors ``compressors`` names (SPECs: their names count)."""
+    wanted = {registry.parse_spec(sp)[0] for sp in compressors}
+    return dataclasses.replace(kernels, kernels=tuple(k for k in kernels.kernels if k.compressor in wanted))
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What :func:`advise` prices a step with: the kernels, the compute time, where that time comes from and its flags."""
+
+    kernels: KernelSet
+    compute_s: float
+    compute_origin: str
+    compute_flags: tuple[str, ...] = ()
+
+
+def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *, kernels_file: Path | None = None,
+                only: Sequence[str] | None = None, compute_s: float | None = None, rounds: int = 3,
+                progress: Progress | None = None) -> StepInputs:
+    """The kernels and the compute time of :func:`advise`.
+
+    The kernels are read from the bench file ``kernels_file`` (only those of the compressors ``only`` names, when
+    given), else measured here for ``specs`` on ``model`` (the bench file goes to ``out_dir``).  The compute time is
+    ``compute_s`` when given, else measured here: before and after the kernels when they are measured too, since two
+    measurements a minute apart show a machine whose speed moved under the run (:func:`combine_compute`).
+    """
+    from gcbench.results.store import load_run
+
+    before: ComputeTiming | None = None
+    if kernels_file is not None:
+        ks = kernels_from_bench(load_run(kernels_file), model, str(kernels_file))
+        if only is not None:
+            ks = select_kernels(ks, only)
+    else:
+        assert model is not None
+        before = measure_compute(model, progress=progress) if compute_s is None else None
+        ks = measure_kernels(model, specs, out_dir, rounds=rounds, progress=progress)
+    if compute_s is not None:
+        return StepInputs(ks, compute_s, "given")
+    ct = measure_compute(ks.model, progress=progress)
+    if before is not None:
+        ct = combine_compute(before, ct)
+    origin = (f"measured on this machine's CPU, median of {len(ct.samples)} steps"
+              + (f" in {ct.attempts} measurements" if ct.attempts > 1 else "")
+              + "; give --compute-ms for the cluster's devices")
+    return StepInputs(ks, ct.median_s, origin, ct.reasons)
+
+
 @dataclass(frozen=True)
 class Delivered:
     """A compressor's delivered fraction of the dense update over a stream (with its CI over workers), from a results file."""

@@ -73,6 +73,23 @@ class Network:
         return self.bandwidth_gbps * 1e9 / 8
 
 
+def latency_seconds(latency_us: float, option: str = "latency_us") -> float:
+    """A latency α given in microseconds (``--latency-us``) in seconds; NaN, inf or below 0 is a ParamError naming ``option``."""
+    if not 0 <= latency_us < math.inf:  # NaN fails this too
+        raise ParamError(f"{option} must be a finite number >= 0, got {latency_us:g}")
+    return latency_us * 1e-6
+
+
+def compute_seconds(compute_ms: float | None, option: str = "compute_ms") -> float | None:
+    """A step's compute time given in milliseconds (``--compute-ms``) in seconds (None: not given); NaN, inf or below 0
+    is a ParamError naming ``option``."""
+    if compute_ms is None:
+        return None
+    if not 0 <= compute_ms < math.inf:
+        raise ParamError(f"{option} must be a finite number >= 0, got {compute_ms:g}")
+    return compute_ms / 1e3
+
+
 @dataclass(frozen=True)
 class Cost:
     """A communication cost as ``alphas·α + volume/B``: latency rounds and bytes through one link."""

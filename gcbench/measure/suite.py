@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -487,6 +488,50 @@ def apply_overrides(
     data["compressors"] = [{k: v for k, v in c.items() if v is not None} for c in data["compressors"]]
     data["metrics"] = {k: v for k, v in m.items() if v is not None}
     return parse_suite(data, "<command line>")
+
+
+def compare_suite(
+    compressors: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    momentum: float,
+    extra: Sequence[dict[str, Any]] = (),
+    trace: str | None = None,
+    model: str | None = None,
+    shape: str | None = None,
+    distribution: str = "normal",
+    workers: int | None = None,
+    steps: int | None = None,
+    repeats: int = 8,
+    rounds: int = 7,
+    granularity: str = "layer",
+    seed: int = 0,
+    device: str = "cpu",
+) -> Suite:
+    """The suite of a head-to-head (``gcbench compare``): ``compressors`` then ``extra`` entries on one gradient source.
+
+    The source is the recorded ``trace`` (all its workers and steps unless given), else live gradients of
+    ``model`` (4 workers, 10 steps by default), else synthetic tensors of ``shape`` (``"1000x1000"``, default
+    1024x1024) drawn from ``distribution`` (2 workers, 10 steps).  ``momentum`` is the reference optimizer's.
+    """
+    if trace:
+        src: dict[str, Any] = {"kind": "trace", "path": trace}
+    elif model:
+        src = {"kind": "live", "model": model, "workers": workers or 4, "steps": steps or 10}
+    else:
+        try:
+            dims = [int(v) for v in (shape or "1024x1024").lower().replace("×", "x").split("x")]
+        except ValueError:
+            raise GcbenchError(f"--shape: expected dimensions like 1000x1000, got {shape!r}") from None
+        src = {"kind": "synthetic", "distribution": distribution, "shapes": [dims], "workers": workers or 2, "steps": steps or 10}
+    if trace and (workers or steps):
+        src.update({k: v for k, v in (("workers", workers), ("steps", steps)) if v})
+    return parse_suite({
+        "name": "compare", "seed": seed, "granularity": granularity, "sources": [src],
+        "compressors": [{"name": n, "params": p} for n, p in compressors] + list(extra),
+        # a head-to-head times few cases: 3 s of rounds each pins the median of a 100 ms kernel (1 s gives ~7 rounds)
+        "metrics": {"repeats": repeats, "timing_repeats": rounds, "warmup": 1, "device": device, "timing_budget_s": 3.0},
+        "optimizer": {"momentum": momentum},
+    }, "<compare>")
 
 
 def bundled_suites() -> list[dict[str, Any]]:

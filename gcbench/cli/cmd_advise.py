@@ -1,0 +1,147 @@
+"""``gcbench simulate`` and ``advise``: predicted step times on clusters of any size, and which compressor pays off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gcbench.cli import options
+from gcbench.cli.failures import user_errors
+from gcbench.cli.grammar import choose, compressor_specs, number_list, single_worker_compressors
+from gcbench.cli.output import emit, print_json, progress_bar
+from gcbench.cli.preflight import check_output_dir
+from gcbench.core.errors import GcbenchError
+
+SimulateRun = Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').",
+                                            metavar="RUN")]
+SimulateComputeMs = options.compute_ms("Compute time per step in ms (run files have none: default 0; train files: measured).")
+Scheme = Annotated[str, typer.Option(metavar="NAME", help="auto (each compressor's own protocol, priced leg by leg as "
+                                     "`gcbench advise` does), or a what-if: allreduce, allgather or ps (parameter server).")]
+AdviseRun = Annotated[str | None, typer.Argument(
+    help="Optional results file of `gcbench run`/`compare` on the same model (path or run id): its delivered fractions "
+         "rank fidelity.", metavar="RUN")]
+AdviseModel = options.model(str | None, "The model (a zoo name, `gcbench list models`); default: the one model of --kernels.",
+                            metavar="NAME")
+GpusPerNode = Annotated[int, typer.Option(metavar="INT", help="Workers per node: they share the node's link (--bandwidth) "
+                                          "and talk among themselves over --intra-bandwidth (1: a flat network).")]
+IntraBandwidth = Annotated[float | None, typer.Option(metavar="FLOAT", help="Intra-node bandwidth in Gbit/s (NVLink, PCIe) "
+                                                      "with --gpus-per-node.")]
+Overlap = Annotated[bool, typer.Option(help="Overlap communication with the backward pass, bucket by bucket as DDP does.")]
+AdviseComputeMs = options.compute_ms("Compute time of one step in ms on the cluster's devices (default: measured here on the "
+                                     "CPU, forward + backward at the model's batch).")
+Kernels = Annotated[Path | None, typer.Option(
+    metavar="PATH", help="A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
+                         "`--device cuda`): its kernel times instead of measuring them now.")]
+Network = Annotated[Path | None, typer.Option(
+    metavar="PATH", help="A network calibration (`python -m gcbench.distributed.calibrate`, run on the cluster): "
+                         "collectives priced as measured there instead of by the α–β model.")]
+
+
+@user_errors
+def simulate_cmd(
+    results: SimulateRun = "latest",
+    workers: options.workers(str, "Worker counts to sweep, a comma list like 8,64.", metavar="LIST") = "8,16,32,64,128,256,512,1024",
+    bandwidth: options.bandwidth("Link bandwidths in Gbit/s to sweep, a comma list like 1,10.") = "1,10,25,100",
+    latency_us: options.LatencyUs = 5.0,
+    compute_ms: SimulateComputeMs = None,
+    scheme: Scheme = "auto",
+    runs_dir: options.runs_dir() = Path("reports/runs"),
+    as_json: options.json_flag("Machine-readable predictions.") = False,
+) -> None:
+    """Predict step time and speed-up over uncompressed training for cluster sizes and link speeds.
+
+    Examples: `gcbench simulate`, `gcbench simulate latest --workers 8,64 --bandwidth 1,10`,
+    `gcbench simulate RUN --scheme ps --compute-ms 50 --json`.
+    """
+    from gcbench.distributed import netmodel
+    from gcbench.report.simulation import simulation_output
+    from gcbench.results.store import load_run, resolve_run
+
+    scheme = choose(scheme, netmodel.SCHEMES, "scheme")
+    latency_s = netmodel.latency_seconds(latency_us, "--latency-us")
+    compute_s = netmodel.compute_seconds(compute_ms, "--compute-ms")
+    ns = number_list(workers, "--workers", int)
+    bws = number_list(bandwidth, "--bandwidth", float)
+    path = resolve_run(results, runs_dir, finished=True)  # "latest": the newest run that finished
+    sim = netmodel.simulate_results(load_run(path), ns, bws, latency_s, scheme, compute_s, str(path))
+    if as_json:
+        print_json(sim.to_dict())
+        return
+    emit(simulation_output(sim))
+
+
+@user_errors
+def advise_cmd(
+    results: AdviseRun = None,
+    model: AdviseModel = None,
+    workers: options.workers(str, "Worker counts, a comma list like 16 or 8,64.", metavar="LIST") = "16",
+    bandwidth: options.bandwidth("Link bandwidths in Gbit/s, a comma list like 1,10,25,100.") = "1,10,25,100",
+    latency_us: options.LatencyUs = 5.0,
+    gpus_per_node: GpusPerNode = 1,
+    intra_bandwidth: IntraBandwidth = None,
+    overlap: Overlap = False,
+    compute_ms: AdviseComputeMs = None,
+    compressor: options.compressor_option("A compressor to consider (repeatable; default: every registered one).") = None,
+    kernels: Kernels = None,
+    rounds: options.rounds("Timed rounds per compressor when measuring kernels.") = 3,
+    network: Network = None,
+    runs_dir: options.runs_dir() = Path("reports/runs"),
+    out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
+    as_json: options.json_flag("Machine-readable advice.") = False,
+    quiet: options.Quiet = False,
+) -> None:
+    """Predict which compressor makes training faster on a cluster, by how much, and at what fidelity cost.
+
+    Examples: `gcbench advise --model resnet50 --workers 16 --bandwidth 1,10,25,100`,
+    `gcbench advise --model resnet50 --compute-ms 120 -c topk -c powersgd -c fp16`,
+    `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`,
+    `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`,
+    `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`.
+    """
+    from gcbench.distributed import advise as adv
+    from gcbench.distributed.netmodel import Topology, compute_seconds, latency_seconds, load_calibration
+    from gcbench.report.advice import advice_output
+    from gcbench.results.store import load_run, resolve_run
+    from gcbench.sources.catalog import check_model
+
+    latency_s = latency_seconds(latency_us, "--latency-us")
+    compute_s = compute_seconds(compute_ms, "--compute-ms")
+    if rounds < 1:
+        raise GcbenchError(f"--rounds must be at least 1, got {rounds}")
+    ns = number_list(workers, "--workers", int)
+    bws = number_list(bandwidth, "--bandwidth", float)
+    if gpus_per_node < 1:
+        raise GcbenchError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    if (gpus_per_node > 1) != (intra_bandwidth is not None):
+        raise GcbenchError("--gpus-per-node N (above 1) and --intra-bandwidth GBITS go together")
+    topology = Topology(gpus_per_node, intra_bandwidth or 0.0)
+    unfilled = [n for n in ns if n % gpus_per_node]
+    if unfilled:
+        raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
+    if model is None and kernels is None:
+        raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`)")
+    calibration = load_calibration(network) if network is not None else None
+    if calibration is not None and gpus_per_node > 1:
+        raise GcbenchError("--network prices a flat network as measured: leave out --gpus-per-node")
+    if model is not None:
+        check_model(model)
+    specs = compressor_specs(None, compressor) or single_worker_compressors()
+    fidelity = None
+    if results is not None:  # read first: a bad file is one line before minutes of measuring
+        path = resolve_run(results, runs_dir, finished=True)
+        fidelity = (load_run(path), str(path))
+    if kernels is None:
+        check_output_dir(out_dir, "--out")
+    with progress_bar(not as_json and not quiet) as prog:
+        step = adv.step_inputs(model, specs, out_dir, kernels_file=kernels, only=specs if compressor else None,
+                               compute_s=compute_s, rounds=rounds, progress=prog)
+    delivered = adv.delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
+    advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
+                        fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
+                        calibration=calibration, compute_flags=step.compute_flags)
+    if as_json:
+        print_json(advice.to_dict())
+        return
+    emit(advice_output(advice))

@@ -1,0 +1,127 @@
+"""``gcbench bench``: compress/decompress timed against a memory copy of the same tensor, with a regression gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from gcbench.cli import options, output
+from gcbench.cli.failures import user_errors
+from gcbench.cli.grammar import choose, compressor_specs, single_worker_compressors, size_list_arg
+from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
+from gcbench.cli.preflight import check_output_dir
+from gcbench.core.errors import GcbenchError
+
+Compressors = Annotated[list[str] | None, typer.Argument(
+    help="Compressors to time: name or name:key=value,... like 'threshold:tau=3.29' (default: every registered one).",
+    metavar="SPEC")]
+Sizes = Annotated[str, typer.Option(metavar="LIST", help="Element counts to sweep, a comma list like 1K,1M,25.6M,100M.")]
+Model = options.model(str | None, "Time a whole step of this model's gradient tensors (a zoo name, `gcbench list models`) "
+                      "instead of one tensor per size: what a network prediction charges per step.", metavar="NAME")
+Rounds = options.rounds("Timed rounds per case at least; more (up to 40 or 3 s per kernel) until the median's 95% CI is within ±5%.")
+Warmup = Annotated[int, typer.Option(metavar="INT", help="Untimed warm-up calls.")]
+Isolate = Annotated[bool, typer.Option(help="A fresh process per case (allocator state does not leak between cases).")]
+Baseline = options.baseline(Path | None, "PATH", "A stored bench results file: flag compressors that got slower.")
+Threshold = options.threshold("Relative slow-down of compress×copy that counts as a regression.")
+FailOnRegression = options.fail_on_regression("Exit 1 if any case regressed against --baseline.", negatable=True)
+
+
+@user_errors
+def bench(
+    compressors: Compressors = None,
+    compressor: options.compressor_option("A compressor to time (repeatable), as a positional SPEC.") = None,
+    sizes: Sizes = "25.6M",
+    model: Model = None,
+    rounds: Rounds = 5,
+    repeats: options.repeats(int | None, "Deprecated spelling of --rounds.", hidden=True) = None,
+    warmup: Warmup = 1,
+    threads: options.threads(int, "torch threads (the targets are defined for 2).") = 2,
+    device: options.device(str, "cpu or cuda.") = "cpu",
+    isolate: Isolate = True,
+    baseline: Baseline = None,
+    threshold: Threshold = 0.25,
+    out_dir: options.out_path() = Path("reports/runs"),
+    as_json: options.json_flag() = False,
+    quiet: options.Quiet = False,
+    fail_on_regression: FailOnRegression = False,
+) -> None:
+    """Time compress/decompress against a memory copy of the same tensor; print the target table.
+
+    Examples: `gcbench bench`, `gcbench bench topk qsgd --sizes 1M,25.6M --rounds 9`,
+    `gcbench bench --model resnet50 -c topk -c powersgd`,
+    `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
+    """
+    from gcbench.measure.bench import bench_to_file, parse_size
+    from gcbench.report import terminal as rep
+    from gcbench.results.gate import bench_gate
+
+    if repeats is not None:
+        deprecated("bench --repeats N", f"--rounds {repeats} (--repeats means fidelity draws in run and compare)")
+        rounds = repeats
+    device = choose(device, ("cpu", "cuda"), "device")
+    names = compressor_specs(compressors, compressor) or single_worker_compressors()
+    size_list = size_list_arg(sizes, parse_size)
+    check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
+    if model is not None:
+        if sizes != "25.6M":
+            raise GcbenchError("--model times a whole step of the model's own tensors; leave out --sizes")
+        from gcbench.sources.catalog import check_model
+
+        check_model(model)
+    check_output_dir(out_dir, "--out")
+    if fail_on_regression and baseline is None:
+        raise GcbenchError("--fail-on-regression needs --baseline FILE")
+    with progress_bar(not as_json and not quiet) as prog:
+        outcome = bench_to_file(names, size_list, out_dir, repeats=rounds, warmup=warmup, threads=threads, device=device,
+                                isolate=isolate, baseline=baseline, threshold=threshold, model=model, progress=prog)
+    if as_json:
+        print_json({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]})
+    else:
+        if outcome.path is not None:
+            output.out.print(rep.bench_table(rep.LoadedRun(outcome.path, outcome.record)))
+        plain(f"results: {outcome.path}")
+    if outcome.regressions:
+        names_txt = ", ".join(escape(c.name) for c in outcome.regressions)
+        output.err.print(f"[red]{len(outcome.regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
+    if fail_on_regression and baseline is not None:
+        gate = bench_gate(outcome.regressions, outcome.compared, str(baseline))
+        for line in gate.reasons:
+            error_line(f"regression gate: {line}")
+        if gate.fails:
+            raise typer.Exit(1)
+    if outcome.failed:  # a sweep goes on past a failing case, but the exit status says something failed
+        for c in outcome.failed:
+            error_line(f"{c.name} @ {c.numel or 0:,}: {_first_line(c.error_text)}")
+        output.err.print(f"[red]{len(outcome.failed)} of {len(outcome.record.cases)} case(s) failed[/]", highlight=False)
+        raise typer.Exit(1)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def check_bench_options(sizes: list[int], sizes_text: str, rounds: int, warmup: int, threads: int, device: str,
+                        threshold: float) -> None:
+    """One line per bad ``bench`` option before any case runs (a sweep of failing cases helps nobody)."""
+    problems = []
+    if not sizes:
+        problems.append(f"--sizes: expected comma-separated element counts like 1K,25.6M, got {sizes_text!r}")
+    if rounds < 1:
+        problems.append(f"--rounds must be at least 1, got {rounds}")
+    if warmup < 0:
+        problems.append(f"--warmup must be at least 0, got {warmup}")
+    if not 1 <= threads <= 1024:  # a suite's metrics.threads range: 100000 threads aborted with std::bad_alloc
+        problems.append(f"--threads must be in [1, 1024], got {threads}")
+    if not 0 <= threshold < float("inf"):
+        problems.append(f"--threshold must be a finite number ≥ 0, got {threshold}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu")
+    if problems:
+        raise GcbenchError("\n".join(problems))

@@ -1,0 +1,112 @@
+"""``gcbench compare``: two or more compressors head to head on the same gradients, a verdict for each pair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gcbench.cli import options, output
+from gcbench.cli.failures import UsageError, user_errors
+from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_choices
+from gcbench.cli.output import deprecated, plain, print_json, progress_bar
+from gcbench.cli.preflight import check_output_dir, memory_check
+from gcbench.core.errors import GcbenchError
+
+Compressors = Annotated[list[str] | None, typer.Argument(
+    help="Two or more compressors (one is an error: use `gcbench run -c`), e.g. dgc sdagc 'topk:density=0.001'.", metavar="SPEC")]
+Model = options.model(str | None, "Live gradients of this zoo model, an 'hf:NAME[:key=value,...]' Hugging Face model, or "
+                      "package.module:factory.")
+Shape = Annotated[str | None, typer.Option(metavar="SHAPE", help="Synthetic tensor shape, e.g. 1000x1000 (default when no model/trace).")]
+Distribution = Annotated[str, typer.Option(metavar="NAME", help="Synthetic distribution: normal, laplace, student-t, sparse or lowrank.")]
+TimingRepeats = Annotated[int | None, typer.Option("--timing-repeats", metavar="INT", hidden=True, help="Deprecated spelling of --rounds.")]
+Momentum = Annotated[float | None, typer.Option(metavar="FLOAT", help=(
+    "Momentum of the reference optimizer (SGD) whose dense update every case is measured against; default: that of a "
+    "compared compressor that applies momentum itself (DGC, SDAGC: 0.9), else 0 (plain SGD)."))]
+Sweep = Annotated[bool, typer.Option("--sweep", help=(
+    "Also run each compared compressor whose card has a density parameter at densities 0.1, 0.03, 0.01, 0.003 and 0.001 "
+    "(labels like topk@0.01), so the verdict can say how many bytes each needs at equal delivered update."))]
+
+
+@user_errors
+def compare(
+    compressors: Compressors = None,
+    compressor: options.compressor_option("One more compressor to compare (repeatable), as a positional SPEC.") = None,
+    model: Model = None,
+    trace: options.trace("Replay a recorded trace folder.") = None,
+    shape: Shape = None,
+    distribution: Distribution = "normal",
+    workers: options.workers(int | None, "Workers (default 4 live, 2 synthetic, all of a trace).") = None,
+    steps: options.steps(int | None, "Steps (default 10, all of a trace); ranking error feedback needs 10+.") = None,
+    repeats: options.repeats(int, "Fidelity draws: compressions per tensor for stochastic compressors.") = 8,
+    rounds: options.rounds("Timed rounds per case, at least (more while the 3 s budget lasts).") = 7,
+    timing_repeats: TimingRepeats = None,
+    granularity: options.granularity(str, "layer, bucket or model.") = "layer",
+    seed: options.seed(int, "Seed.") = 0,
+    device: options.device(str, "cpu, cuda or auto.") = "cpu",
+    momentum: Momentum = None,
+    out_dir: options.out_path() = Path("reports/runs"),
+    as_json: options.json_flag() = False,
+    quiet: options.Quiet = False,
+    force: options.force("Run even when the estimated memory exceeds this machine's (a warning instead of the error).") = False,
+    sweep: Sweep = False,
+) -> None:
+    """Run two or more compressors head to head on the same gradients: a verdict for each pair, then the numbers.
+
+    The verdict says, for each pair at its configured settings, which sends fewer bytes (exact), which delivers more of
+    the suite's dense update over the stream (95% CI over workers) and which compresses faster as ×copy (bootstrap CI),
+    or that there is no significant difference or nothing to conclude; "at equal delivered update" only with --sweep.
+
+    --json prints one object with snake_case keys: results (the results file), source, reference (the common
+    reference of the stream), cases (labels, the order of every per-case list), failed ([{label, error}]), summary (one
+    line per pair), verdicts ([{a, b, summary, axes: [{axis: bytes|delivered|time|equal_delivered, status, better,
+    estimate, lo, hi, method, text, short}]}]), rows ({metric_name: {higher_is_better, unit, values, best,
+    not_significantly_different_from_best, ...}}: the common-reference table), fidelity ({references, rows}: the
+    one-shot metrics, each case against its own reference) and, with --sweep, sweep ([{label, compressor, density,
+    bytes_per_step, delivered, enough_steps, status}]).
+
+    Examples: `gcbench compare dgc sdagc --model resnet50`, `gcbench compare topk randomk -c 'topk:density=0.1' --sweep`,
+    `gcbench compare qsgd terngrad --shape 4096x1024 --distribution laplace --json`.
+    """
+    from gcbench.compressors import registry
+    from gcbench.measure.runner import own_momentum, run_suite
+    from gcbench.measure.suite import compare_suite
+    from gcbench.report import terminal as rep
+    from gcbench.results.compare import compare_json
+    from gcbench.results.record import as_cases
+    from gcbench.results.verdict import sweep_entries, verdicts
+
+    given = compressor_specs(compressors, compressor)
+    if len(given) < 2:
+        raise UsageError(f"compare needs two or more compressors, got {len(given)}; to measure one, use gcbench run -c SPEC")
+    if timing_repeats is not None:
+        deprecated("compare --timing-repeats N", f"--rounds {timing_repeats}")
+        rounds = timing_repeats
+    granularity = choose(granularity, suite_choices("granularity"), "granularity")
+    device = choose(device, suite_choices("device"), "device")
+    distribution = choose(distribution, suite_choices("distribution"), "distribution")
+    model = model_arg(model)
+    for option, value in (("--workers", workers), ("--steps", steps)):
+        if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
+            raise GcbenchError(f"{option} must be at least 1, got {value}")
+    check_output_dir(out_dir, "--out")
+    specs = [registry.parse_spec(c) for c in given]
+    extra = sweep_entries(specs) if sweep else []  # the density sweep's cases, labelled name@density
+    suite = compare_suite(specs, extra=extra, trace=trace, model=model, shape=shape, distribution=distribution, workers=workers,
+                          steps=steps, repeats=repeats, rounds=rounds, granularity=granularity, seed=seed, device=device,
+                          momentum=own_momentum(specs) if momentum is None else momentum)
+    memory_check(suite, "<compare>", force)
+    with progress_bar(not quiet and not as_json) as prog:
+        outcome = run_suite(suite, out_dir, prog, kind="compare")
+    swept = {e["label"] for e in extra}
+    cases = [c for c in as_cases(outcome.records) if c.label not in swept]
+    sweep_cases = [c for c in as_cases(outcome.records) if c.label in swept] if sweep else None
+    if as_json:
+        print_json(compare_json(cases, str(outcome.path), verdicts(cases, sweep_cases), sweep_cases))
+    else:
+        for item in rep.head_to_head_output(cases, granularity, sweep_cases):
+            output.out.print(item)
+        plain(f"results: {outcome.path}")
+    if outcome.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,129 @@
+"""``gcbench list``, ``check`` and ``validate``: what is registered, whether a compressor keeps the contract, whether a suite reads."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gcbench.cli import options, output
+from gcbench.cli.failures import user_errors
+from gcbench.cli.grammar import choose, compressor_specs, suite_arg
+from gcbench.cli.output import plain, print_json, warn
+from gcbench.cli.preflight import memory_check
+from gcbench.core.errors import GcbenchError
+
+ListWhat = Annotated[str, typer.Argument(help="compressors, models, suites, metrics, or a compressor's name (its card).",
+                                         metavar="KIND|NAME")]
+Params = Annotated[bool, typer.Option("--params", "-p", help="Also show each compressor's parameters.")]
+Bits = Annotated[bool, typer.Option("--bits", help="With a compressor's card: count its bits per element from one real "
+                                    "encoding at its defaults (imports torch: a few seconds).")]
+CheckSpecs = Annotated[list[str] | None, typer.Argument(help="Compressors to check: name or name:key=value,...", metavar="SPEC")]
+CheckJson = options.json_flag("Machine-readable output: [{spec, ok, checks: [{check, what, ok, detail}]}].")
+ValidateSuite = Annotated[str, typer.Argument(help="Suite file (or bundled suite name) to check.", metavar="SUITE")]
+
+
+@user_errors
+def list_cmd(
+    what: ListWhat = "compressors",
+    as_json: options.json_flag() = False,
+    params: Params = False,
+    bits: Bits = False,
+) -> None:
+    """List the registered compressors (default), zoo models, bundled suites or metrics; or show one compressor's card.
+
+    Examples: `gcbench list`, `gcbench list -p`, `gcbench list dgc`, `gcbench list dgc --bits`, `gcbench list models --json`.
+    """
+    from gcbench.compressors import registry
+    from gcbench.report import listing
+
+    kinds = ("compressors", "models", "suites", "metrics")
+    what = choose(what, [*kinds, *registry.names()], "list kind or compressor")
+    if what == "compressors":
+        cards = registry.infos()
+        origins = {c.name: registry.origin(c.name) for c in cards}
+        if as_json:
+            print_json([{**c.to_dict(), "origin": origins[c.name]} for c in cards], indent=1, default=None)
+        else:
+            output.out.print(listing.compressors_table(cards, origins, params))
+        for line in registry.load_errors():
+            warn(line)
+        return
+    if bits and what in kinds:
+        raise GcbenchError("--bits goes with a compressor's name: gcbench list NAME --bits")
+    if what not in kinds:
+        card = registry.get(what)
+        wire = listing.wire_sample(card) if bits else None  # the one place `list` imports torch: asked for
+        if as_json:
+            print_json(listing.card_dict(card, registry.origin(what), wire), indent=1, default=None)
+        else:
+            output.out.print(listing.card_table(card, registry.origin(what), wire))
+        return
+    if what == "models":
+        from gcbench.sources.zoo import catalogue
+
+        rows, render = catalogue(), listing.models_table
+    elif what == "suites":
+        from gcbench.measure.suite import bundled_suites
+
+        rows, render = bundled_suites(), listing.suites_table
+    else:
+        from gcbench.results.metrics import metrics_metadata
+
+        rows, render = metrics_metadata(), listing.metrics_table
+    if as_json:
+        print_json(rows, indent=1, default=None)
+    else:
+        output.out.print(render(rows))
+
+
+@user_errors
+def check(
+    specs: CheckSpecs = None,
+    compressor: options.compressor_option("A compressor to check (repeatable), as a positional SPEC.") = None,
+    as_json: CheckJson = False,
+) -> None:
+    """Check compressors against the contract (purity, round trip, exact sizes, determinism, empty and zero tensors, dtypes, exchange).
+
+    Runs the checks the test suite runs on every built-in compressor, on any registered one (a
+    plugin from another package included); exit status 1 when any check fails.
+
+    Examples: `gcbench check mycomp`, `gcbench check topk:density=0.1 qsgd:s=4 --json`, `gcbench check -c dgc -c sdagc`.
+    """
+    from gcbench.compressors import registry
+    from gcbench.compressors.check import run_checks
+    from gcbench.report import listing
+
+    specs = compressor_specs(specs, compressor, least=1, command="check")
+    for line in registry.load_errors():
+        warn(line)
+    results = {spec: run_checks(*registry.parse_spec(spec)) for spec in specs}
+    if as_json:
+        print_json([{"spec": spec, "ok": all(r.ok for r in rows), "checks": [r.to_dict() for r in rows]}
+                    for spec, rows in results.items()], indent=1, default=None)
+    else:
+        for spec, rows in results.items():
+            output.out.print(listing.check_table(spec, rows))
+    if any(not r.ok for rows in results.values() for r in rows):
+        raise typer.Exit(1)
+
+
+@user_errors
+def validate(suite: ValidateSuite) -> None:
+    """Check a suite file without running it: names, values, trace folders; imports no code and computes no gradient.
+
+    Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`.
+    """
+    from gcbench.measure.suite import check_sources, find_suite, imported_code, load_suite
+
+    path = find_suite(suite_arg(suite))
+    s = load_suite(path)
+    problems = check_sources(s, str(path))
+    if problems:
+        raise GcbenchError("\n".join(problems))
+    memory_check(s, str(path), force=False)
+    # paths and code names are the user's text: no markup, and no emoji (":b:" in "a:b:c" would become one)
+    plain(f"ok: {path} — {len(s.sources)} source(s), {len(s.compressors)} compressor configuration(s), hash {s.hash()}")
+    code = imported_code(s)
+    if code:
+        plain("would import: " + ", ".join(r.target for r in code) + " (needs --trust-code)")

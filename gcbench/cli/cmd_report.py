@@ -1,0 +1,149 @@
+"""``gcbench report``: stored results as terminal tables, Markdown, HTML or CSV; run against run with ``--baseline``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from gcbench.cli import options
+from gcbench.cli import output as shown
+from gcbench.cli.failures import user_errors
+from gcbench.cli.output import emit, error_line, plain
+from gcbench.cli.preflight import check_not_an_input, check_output_file
+from gcbench.core.errors import GcbenchError
+from gcbench.results.atomic import atomic_write
+
+Runs = Annotated[list[str] | None, typer.Argument(
+    help="Results files, run ids, id prefixes or 'latest' (default: every run in --runs-dir; with --html the newest, "
+    "the others listed).", metavar="RUN")]
+RunsDir = options.runs_dir("Folder of stored runs.")
+Md = Annotated[bool, typer.Option("--md", help="Markdown tables for a paper or PR (stdout, or -o FILE.md).")]
+Html = Annotated[bool, typer.Option("--html", help="One self-contained HTML file with plots (default reports/index.html).")]
+Output = Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH", help="Write the Markdown or HTML here.")]
+Baseline = options.baseline(str | None, "RUN", "Compare the newest run (or the one named) against this run.", "-b")
+Threshold = options.threshold("Relative change below which a metric counts as unchanged (~).")
+Alpha = Annotated[float, typer.Option(metavar="FLOAT", help="Significance level of the Mann–Whitney tests on raw samples.")]
+AllMetrics = Annotated[bool, typer.Option("--all-metrics", help="Also list comparison rows that did not change (~).")]
+FailOnRegression = options.fail_on_regression("Exit 1 if any metric is worse or a case newly fails (CI).")
+Papers = Annotated[Path | None, typer.Option(metavar="PATH", help="Paper claims file (default: baselines/papers.toml).")]
+Csv = Annotated[Path | None, typer.Option(
+    "--csv", metavar="DIR", help="Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
+    "observation) into DIR, replacing those four files.")]
+Layers = Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
+                                      "instead of the summary; with --md as Markdown.")]
+AllRuns = Annotated[bool, typer.Option("--all", help="With --html and no RUN: render every run of --runs-dir in "
+                                       "detail, not only the newest (about 0.75 s a run).")]
+
+
+def _claims_for(papers: Path | None, runs: list[Any]) -> tuple[list[Any], str]:
+    """Paper claims matched to the runs; a missing default claims file is not an error (an installed wheel has none)."""
+    from gcbench.results.baselines import PAPERS_FILE, load_claims, match_claims
+
+    path = papers or PAPERS_FILE
+    if papers is None and not path.exists():
+        return [], f"No claims file at {path} (pass --papers FILE)."
+    return match_claims(load_claims(path), [r.data for r in runs]), ""
+
+
+def _check_options(md: bool, as_html: bool, output: Path | None, baseline: str | None, threshold: float, alpha: float,
+                   fail_on_regression: bool, csv_dir: Path | None, layers: bool, all_runs: bool, runs: list[str] | None) -> None:
+    """The first combination of ``report``'s options that means nothing, as one error, before any run is read."""
+    if md and as_html:
+        raise GcbenchError("--md and --html are exclusive (run the command twice for both)")
+    if output is not None and not (md or as_html):
+        raise GcbenchError("--output needs --md or --html")
+    if not 0 <= threshold < float("inf"):  # NaN fails this too
+        raise GcbenchError(f"--threshold must be a finite number ≥ 0, got {threshold}")
+    if not 0 < alpha < 1:
+        raise GcbenchError(f"--alpha must be in (0, 1), got {alpha}")
+    if fail_on_regression and not baseline:
+        raise GcbenchError("--fail-on-regression needs --baseline RUN")
+    if csv_dir is not None and (md or as_html or baseline or output is not None or layers):
+        raise GcbenchError("--csv writes its own files: leave out --md, --html, --output, --baseline and --layers")
+    if layers and (as_html or baseline):
+        raise GcbenchError("--layers is for the terminal and --md (the HTML report has its own per-layer view), not --baseline")
+    if all_runs and not as_html:
+        raise GcbenchError("--all is for --html (the terminal, Markdown and CSV reports show every run already)")
+    if all_runs and (runs or baseline):
+        raise GcbenchError("--all renders every run of --runs-dir: leave out the RUN names and --baseline")
+
+
+@user_errors
+def report(
+    runs: Runs = None,
+    runs_dir: RunsDir = Path("reports/runs"),
+    md: Md = False,
+    as_html: Html = False,
+    output: Output = None,
+    baseline: Baseline = None,
+    threshold: Threshold = 0.05,
+    alpha: Alpha = 0.05,
+    all_metrics: AllMetrics = False,
+    fail_on_regression: FailOnRegression = False,
+    papers: Papers = None,
+    csv_dir: Csv = None,
+    layers: Layers = False,
+    all_runs: AllRuns = False,
+) -> None:
+    """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline.
+
+    Examples: `gcbench report latest`, `gcbench report --html -o reports/cnn.html`, `gcbench report --md > results.md`,
+    `gcbench report latest --layers`, `gcbench report RUN --csv out/`, `gcbench report NEW --baseline OLD --fail-on-regression`.
+    """
+    from gcbench.report import terminal as rep
+    from gcbench.results.gate import run_gate
+
+    _check_options(md, as_html, output, baseline, threshold, alpha, fail_on_regression, csv_dir, layers, all_runs, runs)
+    if output is not None:
+        check_output_file(output, "--output")
+
+    def skipped(exc: GcbenchError) -> None:
+        shown.warn(f"skipped {exc}")
+
+    # --html renders the newest run and lists the others: rendering every run of a big folder took minutes
+    inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped,
+                           newest_only=as_html and not all_runs)
+    loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
+    inputs = [r.path for r in loaded] + ([papers] if papers is not None else [])
+    if csv_dir is not None:
+        from gcbench.report.export import CSV_FILES, write_csv
+
+        check_not_an_input([csv_dir / name for name in CSV_FILES], inputs, "--csv")
+
+        for w in write_csv(csv_dir, loaded):
+            plain(f"{w.path}: {w.rows:,} rows{' (replaced)' if w.replaced else ''}")
+        return
+    if layers and not md:
+        emit(rep.layers_report(loaded, shown.out.width))
+        return
+    if as_html or output is not None:
+        check_not_an_input([output or Path("reports/index.html")], inputs, "--output")
+    claims, claims_missing = _claims_for(papers, detailed)
+    if as_html:
+        from gcbench.report.html import write_html
+
+        path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,
+                          claims_missing=claims_missing, index=inp.index)
+        plain(f"report: {path}")
+    elif md:
+        text = rep.markdown_layers_report(detailed) if layers else rep.markdown_report(detailed, claims, comparison, all_metrics)
+        if output is not None:
+            atomic_write(output, text)  # a full disk leaves the previous file whole, and the error names it
+            plain(f"report: {output}")
+        else:
+            print(text)
+    else:
+        emit(rep.terminal_report(inp, claims, claims_missing, all_metrics))
+    if comparison is not None and comparison.regressions:
+        shown.err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {escape(comparison.new_id)} against "
+                        f"{escape(comparison.baseline_id)}", highlight=False, soft_wrap=True)
+    if comparison is not None and fail_on_regression:
+        # missing, failed or unfinished is a failure of the gate too, not only a worse metric
+        gate = run_gate(loaded[0].data, loaded[1].data, comparison)
+        for line in gate.reasons:
+            error_line(f"regression gate: {line}")
+        if gate.fails:
+            raise typer.Exit(1)

@@ -1,0 +1,89 @@
+"""``gcbench run``: a benchmark suite, with the command line's overrides, into one results file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from gcbench.cli import options, output
+from gcbench.cli.failures import user_errors
+from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_arg, suite_choices
+from gcbench.cli.output import plain, print_json, progress_bar
+from gcbench.cli.preflight import check_output_dir, memory_check
+
+SuiteArg = Annotated[str | None, typer.Argument(help="Suite file or bundled suite name (default: suites/quick.toml).", metavar="SUITE")]
+Repeats = options.repeats(int | None, "Fidelity draws: compressions per tensor for stochastic compressors (the suite's metrics.repeats).")
+Model = options.model(str | None, (
+    "Replace the suite's sources with live gradients of a zoo model, a Hugging Face model 'hf:NAME[:key=value,...]' "
+    "(gpt2, bert, llama, vit; e.g. hf:gpt2:layers=2), or your own package.module:factory (named here, it is your "
+    "choice: no --trust-code needed)."))
+TrustCode = Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=(
+    "Allow the suite file to import and run the package.module:factory models it names (only if you trust the "
+    "file). Zoo models need no opt-in."))]
+BucketMb = Annotated[float | None, typer.Option(metavar="FLOAT", help="Bucket size in MiB for granularity=bucket.")]
+NoTiming = Annotated[bool, typer.Option("--no-timing", help="Skip compress/decompress timing.")]
+
+
+@user_errors
+def run(
+    suite: SuiteArg = None,
+    out_dir: options.out_path() = Path("reports/runs"),
+    seed: options.seed(int | None, "Override the suite's seed.") = None,
+    device: options.device(str | None, "cpu, cuda or auto.") = None,
+    repeats: Repeats = None,
+    trace: options.trace("Replace the suite's sources with a recorded trace folder.") = None,
+    model: Model = None,
+    trust_code: TrustCode = False,
+    workers: options.workers(int | None, "Override the number of workers.") = None,
+    steps: options.steps(int | None, "Override the number of steps.") = None,
+    granularity: options.granularity(str | None, "layer, bucket or model.") = None,
+    bucket_mb: BucketMb = None,
+    compressor: options.compressor_option(
+        "Run this compressor instead of the suite's (repeatable): name or name:key=value,...") = None,
+    no_timing: NoTiming = False,
+    as_json: options.json_flag("Print the results file's path and cases as JSON.") = False,
+    quiet: options.Quiet = False,
+    force: options.force("Run even when the suite's estimated memory exceeds this machine's (a warning instead of the error).")
+    = False,
+) -> None:
+    """Run a benchmark suite and write one results file to reports/runs/.
+
+    Examples: `gcbench run`, `gcbench run suites/cnn.toml`, `gcbench run quick -c dgc -c topk:density=0.01 --steps 20`,
+    `gcbench run quick --model resnet18 --device auto --json`.
+    """
+    from gcbench.compressors import registry
+    from gcbench.measure.runner import run_suite
+    from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code
+    from gcbench.report import terminal as rep
+    from gcbench.results.record import as_cases
+
+    suite, model = suite_arg(suite), model_arg(model)
+    device = None if device is None else choose(device, suite_choices("device"), "device")
+    granularity = None if granularity is None else choose(granularity, suite_choices("granularity"), "granularity")
+    specs = [registry.parse_spec(c) for c in compressor_specs(None, compressor)] or None
+    check_output_dir(out_dir, "--out")
+    path = find_suite(suite)
+    s = load_suite(path)
+    if model is None and trace is None:  # the file's own sources run: code they name needs the opt-in, before any file is written
+        require_trusted_code(s, str(path), trust_code)
+    s = apply_overrides(s, seed=seed, device=device, repeats=repeats, trace=trace, model=model, workers=workers, steps=steps,
+                        granularity=granularity, bucket_mb=bucket_mb, compressors=specs,
+                        timing=False if no_timing else None)
+    memory_check(s, str(path), force)
+    with progress_bar(not quiet and not as_json) as prog:
+        outcome = run_suite(s, out_dir, prog, suite_path=str(path))
+    cases = as_cases(outcome.records)
+    if as_json:
+        print_json({"results": str(outcome.path), "cases": outcome.records})
+    else:
+        for item in rep.run_output(cases, f"gcbench run {s.name}"):
+            output.out.print(item)
+        plain(f"results: {outcome.path}")
+    failed = [c for c in cases if not c.ok]
+    if failed:
+        output.err.print(f"[red]{len(failed)} case(s) failed[/]: " + escape("; ".join(f"{c.label}: {c.error}" for c in failed[:5])),
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(1)

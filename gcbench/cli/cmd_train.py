@@ -1,0 +1,93 @@
+"""``gcbench train``: a real task trained on N processes once per compressor, through DDP hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gcbench.cli import options, output
+from gcbench.cli.failures import user_errors
+from gcbench.cli.grammar import choose, compressor_specs, old_comma_list
+from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
+from gcbench.cli.preflight import check_output_dir
+
+Compressor = options.compressor_option(
+    "Train with this compressor (repeatable): name or name:key=value,...; 'none' (the reference) is added first if "
+    "missing.  Default: -c none -c topk -c qsgd.")
+CompressorsOld = Annotated[list[str] | None, typer.Option("--compressors", metavar="LIST", hidden=True,
+                                                          help="Deprecated: a comma list of compressors; use -c SPEC.")]
+Task = Annotated[str, typer.Option(metavar="NAME", help="digits, charlstm or auto (digits when scikit-learn is installed, else charlstm).")]
+Epochs = Annotated[int | None, typer.Option(metavar="INT", help="Epochs (default: the task's, digits 10, charlstm 6).")]
+Target = Annotated[float | None, typer.Option(metavar="FLOAT", help="Target test accuracy for time-to-target (digits 0.9, charlstm 0.35).")]
+Lr = Annotated[float | None, typer.Option(metavar="FLOAT", help="Learning rate (default: the task's).")]
+Timeout = Annotated[float, typer.Option(metavar="FLOAT", help="Seconds one compressor's run may take before its workers are killed.")]
+CollectiveTimeout = Annotated[float | None, typer.Option(metavar="FLOAT",
+                                                        help="Seconds a collective waits for a peer (max(30, timeout/3)).")]
+
+
+@user_errors
+def train_cmd(
+    compressor: Compressor = None,
+    compressors_old: CompressorsOld = None,
+    workers: options.workers(int, "Worker processes (ignored under torchrun: WORLD_SIZE).") = 4,
+    task: Task = "auto",
+    epochs: Epochs = None,
+    target: Target = None,
+    batch_size: options.batch_size("Batch size per worker.") = None,
+    lr: Lr = None,
+    granularity: options.granularity(str, "bucket (each DDP bucket) or layer (each parameter).") = "bucket",
+    seed: options.seed(int, "Seed of the model, the data order and the compressors.") = 0,
+    timeout: Timeout = 300.0,
+    collective_timeout: CollectiveTimeout = None,
+    threads: options.threads(int | None, "Torch threads per worker (default cores // workers).") = None,
+    out_dir: options.out_path() = Path("reports/runs"),
+    as_json: options.json_flag("Print the results file's path and cases as JSON.") = False,
+    quiet: options.Quiet = False,
+) -> None:
+    """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks.
+
+    Examples: `gcbench train -c topk -c qsgd --workers 4`, `gcbench train --task charlstm -c 'topk:density=0.05' --epochs 2`,
+    `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
+    """
+    from gcbench.distributed.launch import launch_env
+
+    launch_env()  # a malformed launch (RANK=-1, WORLD_SIZE=abc, no MASTER_ADDR) fails in one line before torch even loads
+    from gcbench.distributed.ddp import GRANULARITIES
+    from gcbench.distributed.train import TASKS, TrainConfig, under_torchrun
+    from gcbench.distributed.train import train as run_training
+    from gcbench.report import terminal as rep
+    from gcbench.results.record import as_cases
+
+    specs: list[str] = []
+    for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:
+        listed = old_comma_list(text)  # the old -c "none,topk" named several compressors with commas
+        new_form = " ".join(f"-c {c}" for c in listed or [text])
+        if old_option:
+            deprecated(f"train --compressors {text!r}", new_form)
+        elif listed is not None:
+            deprecated(f"train -c {text!r} (commas between compressors)", new_form)
+        specs.extend(listed or [text])
+    specs = compressor_specs(specs or ["none", "topk", "qsgd"], None)
+    task = choose(task, ["auto", *TASKS], "task")
+    granularity = choose(granularity, GRANULARITIES, "granularity")
+    cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
+                      granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
+    cfg.resolved()  # bad options fail before the output check and before any process starts
+    check_output_dir(out_dir, "--out")
+    with progress_bar(not quiet and not as_json and not under_torchrun()) as prog:
+        outcome = run_training(cfg, specs, out_dir, prog)
+    if outcome.path is None:  # a non-zero rank under torchrun: rank 0 reports
+        return
+    cases = as_cases(outcome.records, "train")
+    if as_json:
+        print_json({"results": str(outcome.path), "cases": outcome.records})
+    else:
+        output.out.print(rep.train_table(cases, f"gcbench train — {rep.train_description(cases)}"))
+        plain(f"results: {outcome.path}")
+    failed = [c for c in cases if not c.ok]
+    if failed:
+        for c in failed:
+            error_line(f"{c.label}: {c.error}")
+        raise typer.Exit(1)

@@ -1,0 +1,158 @@
+"""The grammar shared by every command: compressor SPECs, names from a fixed set, comma LISTs.
+
+A compressor is one SPEC, ``name`` or ``name:key=value,...``: commas separate a spec's
+parameters, never compressors.  Commands that take compressors take them as positional specs
+and as a repeatable ``-c SPEC``.  An option a command sweeps takes a comma LIST; elsewhere it
+takes one value.  Names from a fixed set are matched case-insensitively, and an unknown one is a
+usage error (exit 2) with a suggestion (see README's "One command-line grammar").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gcbench.cli.failures import UsageError
+from gcbench.core.errors import GcbenchError, did_you_mean
+
+
+def choose(value: str, choices: Sequence[str], what: str) -> str:
+    """The member of ``choices`` that ``value`` names, ignoring case; an unknown name is a :class:`UsageError`.
+
+    ``"DGC"`` is ``"dgc"``; ``"layers"`` gets "unknown granularity 'layers'; did you mean 'layer'?".
+    An exact match wins over a match that ignores case (two plugins may differ only in case).
+    """
+    if value in choices:
+        return value
+    folded = [c for c in choices if c.lower() == value.strip().lower()]
+    if len(folded) == 1:
+        return folded[0]
+    raise UsageError(did_you_mean(value, list(choices), what))
+
+
+def compressor_spec(text: str) -> str:
+    """One SPEC with its compressor name spelled as registered (``DGC:density=0.01`` → ``dgc:density=0.01``).
+
+    The parameters are checked too (:func:`registry.parse_spec`), so a bad spec fails before any work.
+    """
+    from gcbench.compressors import registry
+
+    name, sep, rest = text.partition(":")
+    listed = old_comma_list(text)
+    known = {n.lower() for n in registry.names()}
+    if listed is not None and all(item.partition(":")[0].strip().lower() in known for item in listed):
+        raise UsageError(f"{text!r} names {len(listed)} compressors: commas separate one spec's parameters; "
+                         f"give each compressor its own SPEC ({' '.join(f'-c {c}' for c in listed)})")
+    spec = choose(name.strip(), registry.names(), "compressor") + sep + rest
+    registry.parse_spec(spec)
+    return spec
+
+
+def compressor_specs(positional: Sequence[str] | None, options: Sequence[str] | None, *, least: int = 0,
+                     command: str = "") -> list[str]:
+    """The compressors of a command: its positional SPECs, then its ``-c SPEC`` ones, names as registered.
+
+    Fewer than ``least`` is a :class:`UsageError` that says what to give (``compare dgc`` compares nothing).
+    """
+    specs = [compressor_spec(t) for t in [*(positional or []), *(options or [])]]
+    if len(specs) < least:
+        raise UsageError(f"{command} needs {'a compressor' if least == 1 else f'{least} or more compressors'}, "
+                         f"got {len(specs)} (positional SPEC or -c SPEC)")
+    return specs
+
+
+def single_worker_compressors() -> list[str]:
+    """Every registered compressor that runs on one worker: what ``bench`` and ``advise`` consider by default."""
+    from gcbench.compressors import registry
+
+    return [n for n in registry.names() if registry.get(n).min_workers <= 1]
+
+
+def old_comma_list(text: str) -> list[str] | None:
+    """The compressors of a pre-0.2 comma list (``"none,topk:density=0.1,qsgd"``), or None when ``text`` is one SPEC.
+
+    An item after the first that is not ``key=value`` names another compressor; ``key=value``
+    items continue the spec before them, as the old form read them.
+    """
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if len(items) < 2 or all("=" in item and ":" not in item.partition("=")[0] for item in items[1:]):
+        return None
+    specs: list[str] = []
+    for item in items:
+        if "=" in item and ":" not in item.partition("=")[0] and specs:
+            specs[-1] += ("," if ":" in specs[-1] else ":") + item
+        else:
+            specs.append(item)
+    return specs
+
+
+def suite_arg(text: str | None) -> str | None:
+    """A bundled suite's name matched ignoring case (``QUICK`` → ``quick``); a path is left as it is.
+
+    A bare name (no folder, no ``.toml``) that is neither a file nor a bundled suite is a
+    :class:`UsageError` with a suggestion; a path that does not exist is left to the loader (exit 1).
+    """
+    from gcbench.measure.suite import SUITE_DIR
+
+    if text is None or Path(text).exists() or "/" in text or text.endswith(".toml"):
+        return text
+    names = sorted(p.stem for p in SUITE_DIR.glob("*.toml"))
+    return choose(text, names, "suite") if names else text
+
+
+def model_arg(text: str | None) -> str | None:
+    """A zoo model's name matched ignoring case (``ResNet18`` → ``resnet18``); anything else is left to the loader.
+
+    Models are not a fixed set (``hf:NAME``, ``package.module:factory``), so an unknown name is the
+    source's error, with its own suggestion.
+    """
+    from gcbench.sources.catalog import model_names
+
+    if text is None:
+        return None
+    folded = [m for m in model_names() if m.lower() == text.lower()]
+    return folded[0] if len(folded) == 1 and text not in model_names() else text
+
+
+def suite_choices(field: str) -> tuple[str, ...]:
+    """The names a suite file allows for ``field`` (device, granularity, distribution): the one list of them."""
+    from typing import get_args
+
+    from gcbench.measure.suite import MetricsSpec, SourceSpec, Suite
+
+    model = next(m for m in (MetricsSpec, SourceSpec, Suite) if field in m.model_fields)
+    return get_args(model.model_fields[field].annotation)
+
+
+def number_list(text: str, option: str, kind: type[int] | type[float]) -> list[Any]:
+    """A swept option's comma LIST (``"8,16,32"``) → numbers.
+
+    An item that is not a number, or not positive and finite, is one line naming the option and
+    the item (exit 1, as a single value out of range is).
+    """
+    noun, example = ("an integer", "8,64") if kind is int else ("a number", "1,10")
+    values: list[Any] = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        try:
+            values.append(kind(item))
+        except ValueError:
+            raise GcbenchError(f"{option}: {item!r} is not {noun} (expected a comma list like {example}, got {text!r})") from None
+        if not 0 < values[-1] < float("inf"):  # NaN fails this too
+            raise GcbenchError(f"{option}: {item!r} is not a positive finite number (got {text!r})")
+    if not values:
+        raise GcbenchError(f"{option}: expected a comma list like {example}, got {text!r}")
+    return values
+
+
+def size_list_arg(text: str, parse: Callable[[str], int]) -> list[int]:
+    """``bench --sizes`` (``"1K,25.6M"``) → element counts; a bad item is one line naming ``--sizes`` and the item."""
+    sizes = []
+    for item in (s for s in text.split(",") if s.strip()):
+        try:
+            sizes.append(parse(item))
+        except GcbenchError as exc:
+            raise GcbenchError(f"--sizes: {exc} (in {text!r})") from None
+    return sizes

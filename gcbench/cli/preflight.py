@@ -1,0 +1,81 @@
+"""Checks a command makes before any work starts: its outputs can be written, its suite fits in memory.
+
+A file in the way, a read-only folder, ``/proc``, a full disk or a suite too big for this machine is
+one clear line up front rather than a traceback after a long run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gcbench.cli.failures import OutputError
+from gcbench.cli.output import warn
+from gcbench.core.errors import GcbenchError
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """Fail before any work when the output folder ``path`` cannot hold a new file.
+
+    Writes and removes one probe file in ``path`` (or, when it does not exist yet, in its nearest
+    existing ancestor, so no folder is left behind by a later error), so a file in the way, a
+    read-only folder, ``/proc`` or a full disk is one clear line up front rather than a traceback
+    after a long run.  Probing is the only test that also holds for root, for whom permission bits
+    are not enforced.
+    """
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"cannot write {path}: {option} must be a folder, and this is a file")
+    _probe(path, path, option)
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Fail before any work when the output file ``path`` cannot be written (see :func:`check_output_dir`)."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: {option} names a folder; give a file name")
+    _probe(path, path.parent, option)
+
+
+def check_not_an_input(outputs: Sequence[Path], inputs: Sequence[Path], option: str) -> None:
+    """Refuse an output file that is one of the command's input files (the same path, or the same file by a link).
+
+    ``gcbench report RUN.json --md -o RUN.json`` would otherwise replace the results file with
+    the Markdown rendered from it.
+    """
+    for out_path in outputs:
+        for in_path in inputs:
+            try:
+                same = out_path.resolve() == in_path.resolve() or (out_path.exists() and os.path.samefile(out_path, in_path))
+            except OSError:
+                same = False
+            if same:
+                raise GcbenchError(f"{option} {out_path} is an input of this command ({in_path}): writing it would replace "
+                                   "that input; choose another output")
+
+
+def _probe(named: Path, folder: Path, option: str) -> None:
+    """Write and remove a file in ``folder`` or its nearest existing ancestor; errors name ``named``."""
+    probe_dir = folder
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise OutputError(f"cannot write {named}: {probe_dir} is a file, not a folder ({option})")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gcbench-probe-", dir=probe_dir)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"cannot write {named}: {exc.strerror or type(exc).__name__} ({option})") from exc
+
+
+def memory_check(suite: Any, where: str, force: bool) -> None:
+    """Refuse a suite whose estimated memory exceeds this machine's (``--force``: warn), before any file is written."""
+    from gcbench.measure.footprint import check_memory
+
+    for line in check_memory(suite, where, force):
+        warn(line)
