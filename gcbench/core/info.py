@@ -31,7 +31,7 @@ LIST_SEP = "/"
 
 #: wire codings of sparse indices (:mod:`gcbench.core.codec` implements them)
 INDEX_CODINGS: tuple[str, ...] = ("fixed", "int32", "delta-varint", "elias")
-#: index codings plus the papers' own (``paper``: DGC's 48-bit run-length delta records, which SDAGC's card uses too), for the sparsifiers that use them
+#: index codings plus the papers' own (``paper``: DGC's 48-bit run-length records, which SDAGC's card also uses)
 SPARSE_CODINGS: tuple[str, ...] = (*INDEX_CODINGS, "paper")
 
 

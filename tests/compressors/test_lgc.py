@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors import lgc as lgc_module
 from gcbench.compressors import registry
 from gcbench.compressors.check import check_call
 from gcbench.compressors.lgc import LGC, SERVER, LGCExchangeResult, phase_summary
+from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.registry import decompress
 from gcbench.core import codec
 from gcbench.core.compressor import ErrorFeedback, State
