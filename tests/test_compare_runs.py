@@ -36,7 +36,8 @@ from gcbench.results.compare import (
     smallest_p,
     z_test,
 )
-from gcbench.results.record import EfDrift, as_case, as_record
+from gcbench.results.parse import as_case, as_record
+from gcbench.results.record import EfDrift
 
 GOLDEN = Path(__file__).parent / "golden"
 S2 = "synthetic <img src=x onerror=alert(1)> normal"

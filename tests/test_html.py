@@ -41,7 +41,8 @@ from gcbench.report.html import (
     undelivered,
 )
 from gcbench.report.terminal import X_COPY_HEADER, LoadedRun, by_source, case_name, pareto_front
-from gcbench.results.record import BEATS_BOUND, as_case
+from gcbench.results.parse import as_case
+from gcbench.results.record import BEATS_BOUND
 
 GOLDEN = Path(__file__).parent / "golden"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}

@@ -74,7 +74,7 @@ def compare(
     from gcbench.measure.suite import compare_suite
     from gcbench.report import terminal as rep
     from gcbench.results.compare import compare_json
-    from gcbench.results.record import as_cases
+    from gcbench.results.parse import as_cases
     from gcbench.results.verdict import sweep_entries, verdicts
 
     given = compressor_specs(compressors, compressor)

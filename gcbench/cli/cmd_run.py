@@ -58,7 +58,7 @@ def run(
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code
     from gcbench.report import terminal as rep
-    from gcbench.results.record import as_cases
+    from gcbench.results.parse import as_cases
 
     suite, model = suite_arg(suite), model_arg(model)
     device = None if device is None else choose(device, suite_choices("device"), "device")

@@ -58,7 +58,7 @@ def train_cmd(
     from gcbench.distributed.train import TASKS, TrainConfig, under_torchrun
     from gcbench.distributed.train import train as run_training
     from gcbench.report import terminal as rep
-    from gcbench.results.record import as_cases
+    from gcbench.results.parse import as_cases
 
     specs: list[str] = []
     for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:

@@ -49,7 +49,8 @@ from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, ResultsError, UnknownNameError
 from gcbench.core.files import load_user_json
 from gcbench.core.info import Protocol
-from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord, as_record
+from gcbench.results.parse import as_record
+from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord
 
 SCHEMES = ("auto", "allreduce", "allgather", "ps")
 

@@ -30,7 +30,8 @@ from typing import Any
 
 from gcbench.core.errors import GcbenchError
 from gcbench.core.files import load_user_toml
-from gcbench.results.record import MeasureRecord, RunCase, RunRecord, as_record
+from gcbench.results.parse import as_record
+from gcbench.results.record import MeasureRecord, RunCase, RunRecord
 
 PAPERS_FILE = Path(__file__).resolve().parents[2] / "baselines" / "papers.toml"
 CLAIMS_SCHEMA = 1

@@ -69,7 +69,8 @@ from typing import Any
 
 from gcbench.core.errors import ResultsError
 from gcbench.results.metrics import METRICS, mann_whitney
-from gcbench.results.record import BenchCase, BenchRecord, RunCase, RunRecord, TrainCase, as_record
+from gcbench.results.parse import as_record
+from gcbench.results.record import BenchCase, BenchRecord, RunCase, RunRecord, TrainCase
 from gcbench.results.verdict import PairVerdict, bytes_per_step
 
 BETTER = "better"

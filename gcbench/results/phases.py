@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcbench.core.payload import dense_bytes
-from gcbench.results.record import Aggregate, PhaseWindow, RunCase, TrafficPhase, as_case, as_cases
+from gcbench.results.parse import as_case, as_cases
+from gcbench.results.record import Aggregate, PhaseWindow, RunCase, TrafficPhase
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from gcbench.core.errors import ResultsError
 from gcbench.core.files import load_user_json
 from gcbench.results.atomic import atomic_write, write_temp
 from gcbench.results.metrics import metrics_metadata
-from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, Case, RunRecord, as_case, parse_record
+from gcbench.results.parse import as_case, parse_record
+from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, Case, RunRecord
 
 DEFAULT_RUNS_DIR = Path("reports") / "runs"
 #: a results file of the largest reference run is ~3 MB; this is far above any real one and far below RAM
@@ -297,7 +298,7 @@ def load_run(path: str | Path) -> RunRecord:
     """Read a results file as its typed record; an unreadable, malformed or newer-schema file raises :class:`ResultsError`.
 
     The message is one line naming the file and the first field that does not fit
-    (:func:`gcbench.results.record.parse_record`), so a file that loads can be given to every reader.
+    (:func:`gcbench.results.parse.parse_record`), so a file that loads can be given to every reader.
     """
     p = Path(path)
     # a FIFO, a device (a link to /dev/zero), a file over MAX_JSON_BYTES or an over-long integer: one line
