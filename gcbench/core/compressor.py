@@ -406,13 +406,18 @@ class Compressor(ABC):
 
     def _finish(self, x: torch.Tensor, state: State, payload: Payload, decoded: torch.Tensor | None,
                 need_decoded: bool) -> tuple[Payload, torch.Tensor | None]:
-        """Common tail of every compress path: count the step, decode only if asked, restore x's shape and dtype."""
+        """Common tail of every compress path: count the step, decode only if asked, restore x's shape, dtype and device.
+
+        A payload decoded here (the encoder gave no decoded tensor) is decoded where its body lives,
+        the CPU; the sender's decoded tensor belongs on the input's device (the device check found
+        natural compression's on the CPU for a CUDA input).
+        """
         state.step += 1
         if not need_decoded:
             return payload, None
         if decoded is None:
             decoded = self._decode_float(payload)
-        return payload, decoded.reshape(x.shape).to(x.dtype)
+        return payload, decoded.reshape(x.shape).to(device=x.device, dtype=x.dtype)
 
     def compress_group(
         self, xs: Sequence[torch.Tensor], states: Sequence[State], need_decoded: bool = True
