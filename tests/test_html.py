@@ -622,7 +622,7 @@ def _runs_folder(folder: Path, n: int) -> list[str]:
 
 def test_html_renders_the_newest_run_and_lists_every_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder of 200 runs: one run rendered in full (before: every one, 0.75 s each), all 200 in the index."""
-    import gcbench.report.html as html_mod
+    import gcbench.report.html_page as html_mod
 
     ids = _runs_folder(tmp_path / "runs", 200)
     rendered: list[str] = []
