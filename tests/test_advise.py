@@ -331,3 +331,10 @@ def test_a_flagged_kernel_of_a_compressor_far_behind_does_not_put_the_answer_in_
     near = adv.StepKernels("dgc", "dgc", 0.03, 0.003, 0.004, 1.1e6, 1e8, flags=("unstable",), reasons=("compress unstable",))
     b = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, near)), 0.1, [16], [1], 5e-6)
     assert "dgc (unstable)" in b.summaries()[0] and "cannot be trusted" in b.summaries()[0]
+
+
+def test_a_curves_break_even_is_where_it_crosses_one_on_the_log_axis() -> None:
+    """:func:`gcbench.distributed.advise.crossing`, the break-even the decision plot marks."""
+    assert adv.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 0.0]) == pytest.approx(10 ** 1.5)
+    assert adv.crossing([1.0, 10.0], [0.5, 2.0]) == pytest.approx(10 ** (1 / 3))
+    assert adv.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 1.5]) is None

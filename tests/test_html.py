@@ -649,3 +649,19 @@ def test_html_renders_the_newest_run_and_lists_every_other(tmp_path: Path, monke
     for bad in (["--all"], ["--all", "--html", ids[0]]):
         r = CliRunner().invoke(app, ["report", "--runs-dir", str(tmp_path / "runs"), *bad])
         assert r.exit_code == 1 and r.output.startswith("error: --all") and "Traceback" not in r.output
+
+
+def test_the_page_modules_draw_from_the_view_model_not_the_terminal_renderer() -> None:
+    """No report/html* module imports the terminal renderer; the page's template is package data the wheel carries."""
+    import ast
+    import tomllib
+
+    import gcbench.report.html_page as page
+
+    folder = Path(page.__file__).parent
+    for path in folder.glob("html*.py"):
+        imported = {n.module for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ImportFrom)}
+        assert "gcbench.report.terminal" not in imported, path.name
+    assert (folder / page.TEMPLATE_FILE).is_file() and page.page_template().startswith("<!DOCTYPE html>")
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "report/templates/*.j2" in project["tool"]["setuptools"]["package-data"]["gcbench"]

@@ -783,3 +783,30 @@ def test_long_names_are_clipped_in_terminal_tables_and_whole_in_files(tmp_path: 
     assert r.exit_code == 0 and "layer." + "L" * 5000 + ".weight" in r.output  # a file keeps them whole
     r = runner.invoke(app, ["report", str(src), "--md"])
     assert r.exit_code == 0 and "X" * 5000 in r.output
+
+
+def test_case_rows_decide_a_failed_case_once_for_every_renderer() -> None:
+    """The view model (:func:`gcbench.report.views.case_rows`): a case that ran has a text per column, a failed one its error."""
+    from gcbench.report.views import case_rows
+
+    cases = [RunCase.model_validate(c) for c in json.loads((GOLDEN / "run_base.json").read_text())["cases"]]
+    failed = cases[0].model_copy(update={"status": "failed", "error": "boom | *x*"})
+    rows = case_rows([cases[0], failed], SUMMARY_COLUMNS)
+    assert rows[0].ok and len(rows[0].texts) == len(SUMMARY_COLUMNS) and rows[0].error == ""
+    assert rows[0].values(SUMMARY_COLUMNS) == [col.get(cases[0]) for col in SUMMARY_COLUMNS]
+    assert not rows[1].ok and rows[1].texts == () and rows[1].values(SUMMARY_COLUMNS) == [] and "boom" in rows[1].error
+    assert rows[1].name == case_name(failed)
+
+
+def test_a_columns_direction_is_the_metrics_catalogues() -> None:
+    """A column of a catalogued metric takes its direction from :data:`gcbench.results.metrics.METRICS`, spelled once."""
+    from gcbench.report.columns import CATALOGUE, Column
+    from gcbench.results.metrics import METRICS
+
+    direction = {m.name: m.higher_is_better for m in METRICS}
+    for col in (*SUMMARY_COLUMNS, *ONESHOT_COLUMNS, *TRAIN_COLUMNS, *BENCH_COLUMNS):
+        if col.metric in direction:
+            assert col.higher_is_better is direction[col.metric], col.key
+    assert Column("q", "q", "q", "g", CATALOGUE, "").titled == "q ↓"
+    with pytest.raises(ValueError, match="not in the metrics catalogue"):
+        Column("x", "x", "not_a_metric", "g", CATALOGUE, "")

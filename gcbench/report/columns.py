@@ -17,21 +17,41 @@ from typing import Any
 
 from gcbench.report.notes import X_COPY_DEC_HEADER, X_COPY_HEADER
 from gcbench.report.numbers import fmt, fraction_text, or_unknown, spread_text
+from gcbench.results.metrics import METRICS
 from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, XCopy
+
+#: a column's direction read from the metrics catalogue (:data:`gcbench.results.metrics.METRICS`), not spelled again
+CATALOGUE = "catalogue"
+_DIRECTION = {m.name: m.higher_is_better for m in METRICS}
 
 
 @dataclass(frozen=True)
 class Column:
-    """A summary column: header, the metric of a case it shows (``case.metric(name)``), how to write it."""
+    """A summary column: header, the metric of a case it shows (``case.metric(name)``), how to write it.
+
+    ``higher_is_better`` is :data:`CATALOGUE` for a metric of the catalogue: its direction is the
+    catalogue's (a column of a metric the catalogue lacks — bytes, speeds, train times — gives its own).
+    """
 
     key: str
     header: str
     metric: str  # a name of RunCase.metric / TrainCase.metric / BenchCase.metric
     kind: str  # format kind for fmt()
-    higher_is_better: bool | None
+    higher_is_better: bool | str | None
     help: str
     missing: str = "—"  # the text of a missing value in a case that ran (e.g. "not reached")
     cell: Callable[[Any], str] | None = None  # a cell richer than the number (a timing's spread and flags)
+
+    def __post_init__(self) -> None:
+        if self.higher_is_better == CATALOGUE:
+            if self.metric not in _DIRECTION:
+                raise ValueError(f"column {self.key!r}: {self.metric!r} is not in the metrics catalogue; give its direction")
+            object.__setattr__(self, "higher_is_better", _DIRECTION[self.metric])
+
+    @property
+    def titled(self) -> str:
+        """The header with its direction: ``ratio ↑``, ``q ↓`` (a column without one: the bare header)."""
+        return self.header + (" ↑" if self.higher_is_better else " ↓" if self.higher_is_better is not None else "")
 
     def get(self, case: Any) -> float | None:
         return case.metric(self.metric)
@@ -102,20 +122,20 @@ def delivered_text(case: RunCase) -> str:
 
 #: the main run table: bytes, fidelity on the suite's ONE common reference (the stream view), kernel time
 SUMMARY_COLUMNS: tuple[Column, ...] = (
-    Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
-    Column("bits", "bits/el", "bits_per_element", "g", False, "wire bits per gradient element"),
-    Column("delivered", "delivered", "delivered", "g", True,
+    Column("ratio", "ratio", "ratio", "ratio", CATALOGUE, "dense float32 bytes / wire bytes (headers included)"),
+    Column("bits", "bits/el", "bits_per_element", "g", CATALOGUE, "wire bits per gradient element"),
+    Column("delivered", "delivered", "delivered", "g", CATALOGUE,
            "1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step: the fraction of the summed dense update D (the common "
            "reference) that the case's updates U delivered; (workers lo–hi) = 95% CI of the mean of each worker's own "
            "delivered fraction; (short) = too few steps to rank on",
            cell=delivered_text),
-    Column("step_err", "step err", "stream_error", "g", False,
+    Column("step_err", "step err", "stream_error", "g", CATALOGUE,
            "mean over steps of ‖U_t − D_t‖²/‖D_t‖², whole model, against the common reference"),
-    Column("scaled_err", "scaled err", "stream_error_scaled", "g", False,
+    Column("scaled_err", "scaled err", "stream_error_scaled", "g", CATALOGUE,
            "mean over steps of 1 − cos²(U_t, D_t): the step error after the best scalar rescaling (scale-free)"),
-    Column("comp_ms", "comp ms", "compress_s", "ms", False, "median compress time per worker-step"),
-    Column("dec_ms", "dec ms", "decompress_s", "ms", False, "median decompress time per worker-step"),
-    Column("comp_copy", X_COPY_HEADER, "comp_over_copy", "x", False,
+    Column("comp_ms", "comp ms", "compress_s", "ms", CATALOGUE, "median compress time per worker-step"),
+    Column("dec_ms", "dec ms", "decompress_s", "ms", CATALOGUE, "median decompress time per worker-step"),
+    Column("comp_copy", X_COPY_HEADER, "comp_over_copy", "x", CATALOGUE,
            "×copy: compress time / time of a plain copy of the same tensors, the copy timed in rounds interleaved with the "
            "kernels (lower is better; 1× = as fast as a copy): median ± half the IQR, flags",
            cell=compress_x_copy_text),
@@ -124,12 +144,12 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
 
 #: the one-shot table: one compression of one gradient, each compressor against its OWN reference
 ONESHOT_COLUMNS: tuple[Column, ...] = (
-    Column("q", "q", "q", "g", False, "relative MSE ‖C(x)−x‖²/‖x‖², whole model, against the case's own reference"),
-    Column("q_scaled", "q scaled", "q_scaled", "g", False,
+    Column("q", "q", "q", "g", CATALOGUE, "relative MSE ‖C(x)−x‖²/‖x‖², whole model, against the case's own reference"),
+    Column("q_scaled", "q scaled", "q_scaled", "g", CATALOGUE,
            "scale-free one-shot error 1 − cos²(C(x), x): q after the best scalar rescaling, whole model"),
-    Column("bias2", "bias²", "bias2", "g", False, "relative bias² from R compressions, whole model"),
-    Column("cosine", "cosine", "cosine", "g", True, "cosine of C(x) and x, whole model (sums over tensors before the division)"),
-    Column("agg_q", "agg q", "aggregate_q", "g", False,
+    Column("bias2", "bias²", "bias2", "g", CATALOGUE, "relative bias² from R compressions, whole model"),
+    Column("cosine", "cosine", "cosine", "g", CATALOGUE, "cosine of C(x) and x, whole model (sums over tensors before the division)"),
+    Column("agg_q", "agg q", "aggregate_q", "g", CATALOGUE,
            "relative MSE of the exchanged aggregate vs the true worker mean (own reference), mean over steps"),
 )
 
@@ -137,22 +157,22 @@ ONESHOT_COLUMNS: tuple[Column, ...] = (
 # extra columns of the HTML tables (the terminal stays narrow)
 DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("wire", "wire bytes", "wire_bytes", "int", False, "bytes one worker sends per step"),
-    Column("comp_gbps", "comp GB/s", "compress_gbps", "g", True, "dense input bytes / median compress time",
+    Column("comp_gbps", "comp GB/s", "compress_gbps", "g", CATALOGUE, "dense input bytes / median compress time",
            cell=compress_gbps_text),
     Column("dec_gbps", "dec GB/s", "decompress_gbps", "g", True, "dense input bytes / median decompress time"),
 )
 
 
 ONESHOT_DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("variance", "variance", "variance", "g", False, "relative variance, whole model"),
-    Column("delta", "δ", "delta", "g", False, "Beznosikov δ = 1/(1 − q)"),
-    Column("ef", "EF drift", "ef_drift", "g", False, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step (worker 0, own reference)"),
+    Column("variance", "variance", "variance", "g", CATALOGUE, "relative variance, whole model"),
+    Column("delta", "δ", "delta", "g", CATALOGUE, "Beznosikov δ = 1/(1 − q)"),
+    Column("ef", "EF drift", "ef_drift", "g", CATALOGUE, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step (worker 0, own reference)"),
 )
 
 
 TRAIN_COLUMNS: tuple[Column, ...] = (
-    Column("final_acc", "final acc", "final_accuracy", "acc", True, "held-out accuracy after the last epoch"),
-    Column("final_loss", "final loss", "final_loss", "g", False, "held-out loss after the last epoch"),
+    Column("final_acc", "final acc", "final_accuracy", "acc", CATALOGUE, "held-out accuracy after the last epoch"),
+    Column("final_loss", "final loss", "final_loss", "g", CATALOGUE, "held-out loss after the last epoch"),
     Column("gap", "gap (pp)", "accuracy_gap", "pp", False,
            "final accuracy of the uncompressed run ('none') minus this one's, in percentage points"),
     Column("to_target", "to target (s)", "time_to_target_s", "s", False,
@@ -165,7 +185,7 @@ TRAIN_COLUMNS: tuple[Column, ...] = (
     Column("decomp", "decomp", "step_decompress_s", "ms", False, "median decompress time per step (every decoded payload)"),
     Column("mb", "MB/worker", "payload_bytes_per_worker", "mb", False,
            "payload bytes one worker sent over the whole run, in MB (10⁶ bytes)"),
-    Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / payload bytes per step"),
+    Column("ratio", "ratio", "ratio", "ratio", CATALOGUE, "dense float32 bytes / payload bytes per step"),
 )
 
 
@@ -175,13 +195,13 @@ TRAIN_DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("epoch_target", "target epoch", "epochs_to_target", "int", False,
            "the epoch at whose end the target accuracy was first reached", missing="—"),
     Column("train_s", "train s", "train_time_s", "s", False, "training time of the whole run (evaluation excluded)"),
-    Column("bits", "bits/el", "bits_per_element", "g", False, "payload bits per gradient element per step"),
+    Column("bits", "bits/el", "bits_per_element", "g", CATALOGUE, "payload bits per gradient element per step"),
 )
 
 
 BENCH_COLUMNS: tuple[Column, ...] = (
     Column("numel", "elements", "numel", "int", None, "elements of the dense float32 tensor timed"),
-    Column("ratio", "ratio", "ratio", "ratio", True, "dense float32 bytes / wire bytes (headers included)"),
+    Column("ratio", "ratio", "ratio", "ratio", CATALOGUE, "dense float32 bytes / wire bytes (headers included)"),
     Column("comp_ms", "comp ms", "compress_ms", "ms", False, "median compress time"),
     Column("comp_copy", X_COPY_HEADER, "compress_x_copy", "x", False,
            "×copy: compress time / time of a plain copy of the same tensor in the same round (lower is better): "

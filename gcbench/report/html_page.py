@@ -98,12 +98,8 @@ def _phase_context(cases: Sequence[RunCase]) -> dict[str, Any] | None:
             "rows": rows, "note": PHASE_NOTE, "workers": workers, "worker_headers": WORKER_HEADERS, "worker_note": WORKER_NOTE}
 
 
-def _header(c: Column) -> str:
-    return c.header + (" ↑" if c.higher_is_better else " ↓" if c.higher_is_better is not None else "")
-
-
 def _headers(cols: Sequence[Column]) -> list[dict[str, Any]]:
-    return [{"header": _header(c), "help": c.help, "left": False} for c in cols]
+    return [{"header": c.titled, "help": c.help, "left": False} for c in cols]
 
 
 def _case_rows(cases: Sequence[RunCase], cols: Sequence[Column], reference: bool = False) -> list[dict[str, Any]]:
@@ -188,7 +184,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
 
 
 def _table(first: str, cols: Sequence[Column], text_headers: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-    headers = [{"header": _header(c), "help": c.help, "left": False} for c in cols]
+    headers = [{"header": c.titled, "help": c.help, "left": False} for c in cols]
     headers += [{"header": h, "help": help_, "left": True} for h, help_ in text_headers]
     return {"first": first, "headers": headers, "rows": []}
 
