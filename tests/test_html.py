@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.report.html import (
     SizePoint,
-    _label_points,
     bench_bars,
     bench_size_point,
     front_points,
+    label_points,
     layer_matrix,
     layer_rows,
     plot_bench_x_copy,
@@ -523,7 +523,7 @@ def test_names_beside_points_never_overlap_each_other_or_leave_the_axes() -> Non
     ax.scatter([p[0] for p in pts], [p[1] for p in pts])
     ax.set_xscale("log")
     ax.set_yscale("log")
-    named = _label_points(ax, pts)
+    named = label_points(ax, pts)
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in ax.texts]
     assert len(boxes) == named and 10 <= named <= 40  # many fit; those that do not stay in the legend only

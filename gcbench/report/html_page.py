@@ -31,7 +31,7 @@ from gcbench.report.columns import (
     WORKER_HEADERS,
     Column,
 )
-from gcbench.report.html_plotkit import _num, _ok, _page_text
+from gcbench.report.html_plotkit import cases_that_ran, finite, page_text
 from gcbench.report.html_plots import oneshot_plots, source_plots
 from gcbench.report.html_train_bench_plots import (
     bench_size_point,
@@ -152,12 +152,12 @@ def _short(v: float | None, digits: int = 4) -> str:
 def layer_rows(cases: Sequence[RunCase]) -> list[list[str]]:
     """The per-layer table of a source: ``[case, index, unit, elements, ratio, bits/el, q]`` per case × unit (text cells)."""
     rows = []
-    for c in _ok(cases):
+    for c in cases_that_ran(cases):
         for i, u in enumerate(c.layers or []):
-            numel, wire = _num(u.numel), _num(u.wire_bytes)
+            numel, wire = finite(u.numel), finite(u.wire_bytes)
             bits = 8 * wire / numel if numel and wire is not None else None
-            rows.append([case_name(c), str(i), str(u.name or ""), "" if numel is None else str(int(numel)), _short(_num(u.ratio)),
-                         _short(bits, 3), _short(_num(u.q), 3)])
+            rows.append([case_name(c), str(i), str(u.name or ""), "" if numel is None else str(int(numel)), _short(finite(u.ratio)),
+                         _short(bits, 3), _short(finite(u.q), 3)])
     return rows
 
 
@@ -279,7 +279,7 @@ def _claims_context(results: Sequence[ClaimResult]) -> list[dict[str, Any]]:
 
 
 _ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False, lstrip_blocks=False,
-                          finalize=_page_text)
+                          finalize=page_text)
 
 
 def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None, comparison: Comparison | None = None,

@@ -5,10 +5,10 @@
 * Every point and line can be named: each case of a section has a marker × colour pair of its own
   (:func:`style_map`: a compressor's variants share a colour and differ by marker) kept across the
   section's plots, points are named beside themselves wherever the name fits without covering
-  another (:func:`_label_points`), and lines are named at their right ends (:func:`_end_labels`).
+  another (:func:`label_points`), and lines are named at their right ends (:func:`label_line_ends`).
 * Text drawn into plots escapes ``$`` so matplotlib never parses a label as mathtext, and is
-  clipped (:func:`_mpl`); text the page shows is bounded to :data:`PAGE_TEXT_MAX` (:func:`_page_text`).
-* Axes are logarithmic when the values span a decade or more, linear otherwise (:func:`_scale`).
+  clipped (:func:`plot_text`); text the page shows is bounded to :data:`PAGE_TEXT_MAX` (:func:`page_text`).
+* Axes are logarithmic when the values span a decade or more, linear otherwise (:func:`scale_axis`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ DPI = 100
 
 
 # matplotlib's tab10, then six darker companions: sixteen colours that stay apart on white and in a legend
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
            "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#000000")
 
 
 # twelve markers that stay apart at 6 px: with the colours, 192 cases get a marker × colour of their own
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ PLOT_TITLE_MAX = 120
 PAGE_TEXT_MAX = 4096
 
 
-def _mpl(text: str, limit: int = NAME_MAX) -> str:
+def plot_text(text: str, limit: int = NAME_MAX) -> str:
     """Plain text for matplotlib, clipped to ``limit`` characters (:func:`clip`): a ``$`` would otherwise start mathtext.
 
     Clipped because matplotlib lays out every character it is given: a 200,000-character label
@@ -79,7 +79,7 @@ def _mpl(text: str, limit: int = NAME_MAX) -> str:
     return clip(str(text), limit).replace("$", r"\$")
 
 
-def _page_text(value: Any) -> Any:
+def page_text(value: Any) -> Any:
     """Jinja's ``finalize``: every string the page shows bounded to :data:`PAGE_TEXT_MAX` (the plots' data URIs excepted).
 
     A macro's output is ``Markup`` (HTML already rendered, its own values bounded): cutting it would cut tags.
@@ -90,7 +90,7 @@ def _page_text(value: Any) -> Any:
     return value
 
 
-def _figure(width: float = 5.0, height: float = 3.1) -> tuple[Figure, Any]:
+def new_figure(width: float = 5.0, height: float = 3.1) -> tuple[Figure, Any]:
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
@@ -98,7 +98,7 @@ def _figure(width: float = 5.0, height: float = 3.1) -> tuple[Figure, Any]:
     return fig, ax
 
 
-def _png(fig: Figure) -> str:
+def png_uri(fig: Figure) -> str:
     """The figure as a ``data:`` URI; every log axis whose label does not say so gets "(log scale)" first."""
     for ax in fig.axes:
         for scale, get, put in ((ax.get_xscale, ax.get_xlabel, ax.set_xlabel), (ax.get_yscale, ax.get_ylabel, ax.set_ylabel)):
@@ -109,16 +109,16 @@ def _png(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _num(v: Any) -> float | None:
+def finite(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _ok(cases: Sequence[Any], kind: str = "run") -> list[Any]:
+def cases_that_ran(cases: Sequence[Any], kind: str = "run") -> list[Any]:
     """The cases that ran (case dicts handed by a library caller are validated into the models of ``kind``)."""
     return [c for c in as_cases(cases, kind) if c.ok]
 
 
-def _timing_flags(case: RunCase, kernel: str) -> list[str]:
+def timing_flags(case: RunCase, kernel: str) -> list[str]:
     """The flags of a case's ``kernel`` timing (``[]`` when it has none): a flagged bar is hatched."""
     x = case.timing.x_copy(kernel) if case.timing else None
     return list(x.flags or []) if x is not None else []
@@ -129,7 +129,7 @@ def style_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, Style]:
 
     A compressor's cases share a colour (topk, topk@0.1, topk@0.01 are one hue) and differ by marker;
     a compressor with more variants than markers spills into the next colour.  Beyond
-    ``len(_COLORS) × len(_MARKERS)`` labels pairs repeat (no suite is near that).
+    ``len(COLORS) × len(MARKERS)`` labels pairs repeat (no suite is near that).
     """
     out: dict[str, Style] = {}
     used: set[tuple[int, int]] = set()
@@ -138,16 +138,16 @@ def style_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, Style]:
         if c.label in out:
             continue
         fam = families.setdefault(str(getattr(c, "compressor", None) or c.label), len(families))
-        pair = next(((ci % len(_COLORS), mi) for ci in range(fam, fam + len(_COLORS)) for mi in range(len(_MARKERS))
-                     if (ci % len(_COLORS), mi) not in used), None)
+        pair = next(((ci % len(COLORS), mi) for ci in range(fam, fam + len(COLORS)) for mi in range(len(MARKERS))
+                     if (ci % len(COLORS), mi) not in used), None)
         if pair is None:  # every pair taken: cycle
-            pair = (len(out) % len(_COLORS), (len(out) // len(_COLORS)) % len(_MARKERS))
+            pair = (len(out) % len(COLORS), (len(out) // len(COLORS)) % len(MARKERS))
         used.add(pair)
-        out[c.label] = Style(_COLORS[pair[0]], _MARKERS[pair[1]])
+        out[c.label] = Style(COLORS[pair[0]], MARKERS[pair[1]])
     return out
 
 
-def _label_points(ax: Any, pts: Sequence[tuple[float, float, str]], fontsize: float = 7.5, radius_pt: float = 4.0,
+def label_points(ax: Any, pts: Sequence[tuple[float, float, str]], fontsize: float = 7.5, radius_pt: float = 4.0,
                   obstacles: Sequence[Bbox] = ()) -> int:
     """Write each point's name beside it where the text overlaps no other name, no point and no axes edge.
 
@@ -166,7 +166,7 @@ def _label_points(ax: Any, pts: Sequence[tuple[float, float, str]], fontsize: fl
     named = 0
     for x, y, name in pts:
         for dx, dy, ha, va in offsets:
-            t = ax.annotate(_mpl(name), (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, fontsize=fontsize,
+            t = ax.annotate(plot_text(name), (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, fontsize=fontsize,
                             color="#24292f", zorder=6)
             box = t.get_window_extent(renderer)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
@@ -178,7 +178,7 @@ def _label_points(ax: Any, pts: Sequence[tuple[float, float, str]], fontsize: fl
     return named
 
 
-def _end_labels(ax: Any, ends: Sequence[tuple[float, float, str, str]], fontsize: float = 7.5) -> None:
+def label_line_ends(ax: Any, ends: Sequence[tuple[float, float, str, str]], fontsize: float = 7.5) -> None:
     """Name each line at the right of the axes, beside its last point: names spread apart vertically, thin leaders.
 
     ``ends`` are ``(x, y, name, colour)`` of each line's last point.  Call after the limits are final.
@@ -199,11 +199,11 @@ def _end_labels(ax: Any, ends: Sequence[tuple[float, float, str, str]], fontsize
         top = ys[k] - gap
     for k, i in enumerate(order):
         x, y, name, color = ends[i]
-        ax.annotate(_mpl(name), (x, y), xytext=(1.03, ys[k]), textcoords="axes fraction", va="center", ha="left", fontsize=fontsize,
+        ax.annotate(plot_text(name), (x, y), xytext=(1.03, ys[k]), textcoords="axes fraction", va="center", ha="left", fontsize=fontsize,
                     color=color, annotation_clip=False, arrowprops={"arrowstyle": "-", "lw": 0.5, "color": color, "alpha": 0.7})
 
 
-def _scale(ax: Any, axis: str, values: Sequence[float]) -> bool:
+def scale_axis(ax: Any, axis: str, values: Sequence[float]) -> bool:
     """Log scale when the values span a decade or more; linear otherwise (log ticks over 267–277 are unreadable).
 
     Returns whether the axis is logarithmic (axis labels say so).
@@ -217,27 +217,27 @@ def _scale(ax: Any, axis: str, values: Sequence[float]) -> bool:
     return False
 
 
-def _legend(ax: Any, n: int) -> None:
+def add_legend(ax: Any, n: int) -> None:
     if n:
         ax.legend(fontsize=7.5, ncol=1 if n <= 12 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
                   handletextpad=0.3, columnspacing=1.0, borderaxespad=0.2)
 
 
-def _styles(cases: Sequence[Any]) -> dict[str, Style]:
+def styles_of(cases: Sequence[Any]) -> dict[str, Style]:
     """The style of every case handed to a plot (all of a section's cases: each keeps its look across the section)."""
     return style_map(as_cases(cases, "run"))
 
 
-def _scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]], styles: dict[str, Style]) -> set[int]:
+def scatter_front(ax: Any, pts: Sequence[tuple[float, float, RunCase]], styles: dict[str, Style]) -> set[int]:
     """One point per case (x = error, y = ratio); points on the Pareto front outlined; returns the front."""
     front = set(pareto_front([(q, r) for q, r, _ in pts]))
-    _scatter(ax, pts, front, styles)
-    _scale(ax, "x", [p[0] for p in pts])
-    _scale(ax, "y", [p[1] for p in pts])
+    scatter_points(ax, pts, front, styles)
+    scale_axis(ax, "x", [p[0] for p in pts])
+    scale_axis(ax, "y", [p[1] for p in pts])
     return front
 
 
-def _scatter(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[int], styles: dict[str, Style],
+def scatter_points(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[int], styles: dict[str, Style],
              suffix: dict[str, str] | None = None, hollow: bool = False) -> None:
     """The points of a ratio-against-error plot, each in its case's marker × colour: front members outlined in black,
     ``hollow`` points (no claim to the front) unfilled."""
@@ -245,16 +245,16 @@ def _scatter(ax: Any, pts: Sequence[tuple[float, float, RunCase]], front: set[in
         on, st = i in front, styles[c.label]
         ax.scatter([q], [r], s=58 if on else 40, marker=st.marker, facecolors="none" if hollow else st.color,
                    edgecolors="black" if on else st.color, linewidths=1.4 if on or hollow else 0.6, zorder=4 if on else 3,
-                   label=_mpl(case_name(c) + (suffix or {}).get(c.label, "")))
+                   label=plot_text(case_name(c) + (suffix or {}).get(c.label, "")))
 
 
-def _step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], styles: dict[str, Style], ms: float = 4,
+def step_lines(ax: Any, series: Sequence[tuple[RunCase, Sequence[float | None]]], styles: dict[str, Style], ms: float = 4,
                 suffix: str = "", **line: Any) -> None:
     """One line per case over steps (numbered from 1) in its case's colour, its marker on at most a dozen steps."""
     for c, vals in series:
         xs = [i + 1 for i, v in enumerate(vals) if v is not None]
         st = styles[c.label]
         ax.plot(xs, [v for v in vals if v is not None], marker=st.marker, ms=ms, lw=1.1, color=st.color,
-                markevery=max(1, len(xs) // 12), label=_mpl(case_name(c) + suffix), **line)
+                markevery=max(1, len(xs) // 12), label=plot_text(case_name(c) + suffix), **line)
     ax.set_xlabel("step (from 1)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -34,20 +34,20 @@ from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,
     Plot,
     Style,
-    _end_labels,
-    _figure,
-    _label_points,
-    _legend,
-    _mpl,
-    _num,
-    _ok,
-    _png,
-    _scale,
-    _scatter,
-    _scatter_front,
-    _step_lines,
-    _styles,
-    _timing_flags,
+    add_legend,
+    cases_that_ran,
+    finite,
+    label_line_ends,
+    label_points,
+    new_figure,
+    plot_text,
+    png_uri,
+    scale_axis,
+    scatter_front,
+    scatter_points,
+    step_lines,
+    styles_of,
+    timing_flags,
 )
 from gcbench.report.text import clip
 from gcbench.report.views import case_name, oneshot_caption, pareto_front, stream_reference
@@ -81,7 +81,7 @@ class FrontPoints:
 def front_points(cases: Sequence[RunCase], error: Callable[[RunCase], float | None]) -> FrontPoints:
     """The cases that ran with a ratio and an ``error`` (lower is better), split for :func:`plot_pareto`."""
     drawn, worse, lossless, order = [], [], [], []
-    for c in _ok(cases):
+    for c in cases_that_ran(cases):
         e, r = error(c), c.metric("ratio")
         if e is None or r is None or r <= 0:
             continue
@@ -113,12 +113,12 @@ def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: st
     """
     if not fp.drawn and not fp.worse:
         return None
-    fig, ax = _figure(7.6, 4.8)
+    fig, ax = new_figure(7.6, 4.8)
     every = fp.drawn + fp.worse
-    _scatter(ax, fp.drawn, set(fp.front), styles, suffix)
-    _scatter(ax, fp.worse, set(), styles, suffix, hollow=True)  # shown, but no claim to the front
-    log_x = _scale(ax, "x", [p[0] for p in every])
-    log_y = _scale(ax, "y", [p[1] for p in every])
+    scatter_points(ax, fp.drawn, set(fp.front), styles, suffix)
+    scatter_points(ax, fp.worse, set(), styles, suffix, hollow=True)  # shown, but no claim to the front
+    log_x = scale_axis(ax, "x", [p[0] for p in every])
+    log_y = scale_axis(ax, "y", [p[1] for p in every])
     fpts = sorted((fp.drawn[i][0], fp.drawn[i][1]) for i in fp.front)
     if len(fpts) > 1:
         ax.plot([p[0] for p in fpts], [p[1] for p in fpts], color="black", lw=1, ls="--", zorder=2, label="Pareto front")
@@ -137,10 +137,10 @@ def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: st
     ax.set_xlim(lo, hi)
     ax.set_xlabel(xlabel + ("  (log scale; ← better)" if log_x else "  (← better)"), fontsize=8.5)
     ax.set_ylabel("compression ratio, ×  (dense / wire bytes" + ("; log scale" if log_y else "") + "; better →)", fontsize=8.5)
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
-    _legend(ax, len(every) + (len(fpts) > 1) + shaded)
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
+    add_legend(ax, len(every) + (len(fpts) > 1) + shaded)
     front_first = [fp.drawn[i] for i in fp.front] + [p for i, p in enumerate(fp.drawn) if i not in fp.front] + fp.worse
-    named = _label_points(ax, [(e, r, case_name(c)) for e, r, c in front_first], obstacles=taken)
+    named = label_points(ax, [(e, r, case_name(c)) for e, r, c in front_first], obstacles=taken)
     caption += (f" Every point has a marker × colour of its own (the key); {named} of {len(every)} are also named beside the point "
                 f"where the name fits. Outlined in black: the Pareto front ({len(fp.front)} of {len(fp.drawn)}).")
     if fp.worse:
@@ -148,12 +148,12 @@ def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: st
                     f"{_names([p[2] for p in fp.worse])}.")
     if fp.lossless:
         caption += f" Not drawn (lossless: an error of 0 has no place on a log axis): {_names(fp.lossless)}."
-    return Plot(kind, title, _png(fig), caption, wide=True)
+    return Plot(kind, title, png_uri(fig), caption, wide=True)
 
 
 def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     """The main plot: ratio against 1 − delivered on the suite's common reference (the stream view), front marked."""
-    ok = _ok(cases)
+    ok = cases_that_ran(cases)
     fp = front_points(ok, undelivered)
     ref = stream_reference(ok) or "the common reference"
     short = {c.label: " (short)" for c in ok if c.stream is not None and c.stream.enough is False}
@@ -163,33 +163,33 @@ def plot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
         caption += (" (short) = a stream with too few steps to rank stateful compressors: "
                     + _names([c for c in ok if c.label in short]) + ".")
     return _plot_front(fp, "pareto", title, "1 − delivered = ‖Σ(U − D)‖ / ‖Σ D‖ after the last step, fraction of ‖Σ D‖", caption,
-                       _styles(cases), short)
+                       styles_of(cases), short)
 
 
 def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
     """The detail plot: ratio against one-shot q, each case against its OWN reference (not one axis of one reference)."""
-    ok = _ok(cases)
+    ok = cases_that_ran(cases)
     fp = front_points(ok, lambda c: c.metric("q"))
     caption = f"Ratio against one-shot q (whole model), {oneshot_caption(ok, 'the main plot', clip).removeprefix('one shot: ')}"
     return _plot_front(fp, "pareto_oneshot", title, "one-shot q = ‖C(x)−x‖²/‖x‖², own reference, fraction of ‖x‖²", caption,
-                       _styles(cases))
+                       styles_of(cases))
 
 
 def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Delivered fraction after every step, one line per case, on the common reference (two steps or more)."""
     series = []
-    for c in _ok(cases):
-        vals = [_num(v) for v in (c.stream.per_step_delivered or [])] if c.stream else []
+    for c in cases_that_ran(cases):
+        vals = [finite(v) for v in (c.stream.per_step_delivered or [])] if c.stream else []
         if sum(v is not None for v in vals) >= 2:
             series.append((c, vals))
     if not series:
         return None
     floor = -1.0  # below this a case is far worse than sending nothing: clip, name it, keep the others readable
     clipped = [c for c, vals in series if any(v is not None and v < floor for v in vals)]
-    styles = _styles(cases)
-    fig, ax = _figure(7.6, 5.6)
+    styles = styles_of(cases)
+    fig, ax = new_figure(7.6, 5.6)
     drawn = [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series]
-    _step_lines(ax, drawn, styles, ms=3.5)
+    step_lines(ax, drawn, styles, ms=3.5)
     ax.axhline(1.0, color="black", ls="--", lw=1)
     ax.axhline(0.0, color="#8c959f", ls=":", lw=1.2)
     trans = ax.get_yaxis_transform()
@@ -199,8 +199,8 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     low = min(v for _, vals in series for v in vals if v is not None)
     ax.set_ylim(max(low, floor) - 0.05, 1.07)
     ax.set_ylabel("delivered fraction of ‖Σ D‖, linear  (higher is better)", fontsize=8.5)
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
-    _end_labels(ax, [(xs[-1], ys[-1], case_name(c), styles[c.label].color) for c, vals in drawn
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
+    label_line_ends(ax, [(xs[-1], ys[-1], case_name(c), styles[c.label].color) for c, vals in drawn
                      for xs, ys in [([i + 1 for i, v in enumerate(vals) if v is not None], [v for v in vals if v is not None])]],
                 fontsize=7)
     ok = [c for c, _ in series]
@@ -213,7 +213,7 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
         caption += f" Too short to rank on: {_names(short)}."
     if clipped:
         caption += f" Clipped at {floor:g} (far worse than sending nothing): {_names(clipped)}."
-    return Plot("stream", title, _png(fig), caption, wide=True)
+    return Plot("stream", title, png_uri(fig), caption, wide=True)
 
 
 def throughput_rows(cases: Sequence[RunCase]) -> tuple[list[tuple[RunCase, float | None, float | None, float | None]], list[RunCase]]:
@@ -222,7 +222,7 @@ def throughput_rows(cases: Sequence[RunCase]) -> tuple[list[tuple[RunCase, float
     Left out: a case whose compress timing beat its traffic bound (:attr:`RunCase.beats_bound`) — what
     was timed is not the work the compressor must do, so neither of its numbers is drawn as a speed.
     """
-    ok = _ok(cases)
+    ok = cases_that_ran(cases)
     rows = [(c, c.metric("compress_gbps"), c.metric("decompress_gbps"), c.metric("copy_gbps")) for c in ok if not c.beats_bound]
     return [r for r in rows if r[1] is not None or r[2] is not None], [c for c in ok if c.beats_bound]
 
@@ -237,7 +237,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     rows, bound = throughput_rows(cases)
     if not rows:
         return None
-    fig, ax = _figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
+    fig, ax = new_figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
     xs = list(range(len(rows)))
     w = 0.38
     flagged: dict[str, list[str]] = {}  # "compress, unstable" → case names
@@ -246,22 +246,22 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
         bars = ax.bar([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, zorder=3)
         handles.append(Patch(facecolor=color, label=kernel))
         for bar, r in zip(bars, rows, strict=True):
-            if r[col] is not None and _timing_flags(r[0], kernel):
+            if r[col] is not None and timing_flags(r[0], kernel):
                 bar.set_hatch("///")  # a flagged time: drawn, but not a speed to act on
                 bar.set_edgecolor("black")
-                flagged.setdefault(f"{kernel} {', '.join(_timing_flags(r[0], kernel))}", []).append(case_name(r[0]))
+                flagged.setdefault(f"{kernel} {', '.join(timing_flags(r[0], kernel))}", []).append(case_name(r[0]))
     if flagged:
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="flagged time"))
     copies = [r[3] for r in rows if r[3] is not None]
     roof = statistics.median(copies) if copies else None
     if roof is not None:
         handles.append(ax.axhline(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4))
-    log_y = _scale(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
+    log_y = scale_axis(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
     ax.set_xticks(xs)
-    ax.set_xticklabels([_mpl(case_name(r[0]) + (" *" if any(_timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
+    ax.set_xticklabels([plot_text(case_name(r[0]) + (" *" if any(timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
                         for r in rows], rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("GB/s of dense fp32 input" + ("  (log scale)" if log_y else ""))
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9)
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
                "is a plain copy of the same tensors into preallocated buffers, timed in the same process"
@@ -272,7 +272,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     if bound:
         caption += (f" Not drawn ({BEATS_BOUND}: faster than the memory traffic its card says compress must do, so what was "
                     f"timed is not that work): {_names(bound)}.")
-    return Plot("throughput", title, _png(fig), caption)
+    return Plot("throughput", title, png_uri(fig), caption)
 
 
 #: what a per-layer heatmap can show: the Layer field, its colour-bar label, which way is better, the plot kind
@@ -288,7 +288,7 @@ def layer_matrix(cases: Sequence[RunCase], metric: str = "ratio") -> tuple[list[
     Units are matched by position (one source: one model, one unit order); a value that is missing or
     not positive is ``None`` (no place on a log colour scale).
     """
-    rows = [c for c in _ok(cases) if len(c.layers or []) >= 2]
+    rows = [c for c in cases_that_ran(cases) if len(c.layers or []) >= 2]
     if not rows:
         return [], [], []
     widest = max(rows, key=lambda c: len(c.layers or []))
@@ -297,7 +297,7 @@ def layer_matrix(cases: Sequence[RunCase], metric: str = "ratio") -> tuple[list[
     for c in rows:
         vals: list[float | None] = [None] * len(names)
         for i, u in enumerate(c.layers or []):
-            v = _num(getattr(u, metric))
+            v = finite(getattr(u, metric))
             vals[i] = v if v is not None and v > 0 else None
         values.append(vals)
     return rows, names, values
@@ -314,7 +314,7 @@ def plot_layers(cases: Sequence[RunCase], title: str, metric: str = "ratio") -> 
         return None
     label, higher, kind = LAYER_METRICS[metric]
     data = np.ma.masked_invalid(np.array([[np.nan if v is None else v for v in vals] for vals in values], dtype=float))
-    fig, ax = _figure(10.5, 1.9 + 0.17 * len(rows))
+    fig, ax = new_figure(10.5, 1.9 + 0.17 * len(rows))
     ax.grid(False)
     cmap = matplotlib.colormaps["viridis" if higher else "viridis_r"].with_extremes(bad="#ffffff")
     lo, hi = float(data.min()), float(data.max())
@@ -322,45 +322,45 @@ def plot_layers(cases: Sequence[RunCase], title: str, metric: str = "ratio") -> 
     image = ax.imshow(data, aspect="auto", interpolation="nearest", cmap=cmap,
                       norm=LogNorm(lo, hi) if log else Normalize(lo, hi if hi > lo else lo + 1))
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([_mpl(case_name(c)) for c in rows], fontsize=7)
+    ax.set_yticklabels([plot_text(case_name(c)) for c in rows], fontsize=7)
     every = max(1, math.ceil(len(names) / 28))
     ticks = list(range(0, len(names), every))
     ax.set_xticks(ticks)
-    ax.set_xticklabels([_mpl(f"{i} {names[i]}") for i in ticks], rotation=90, fontsize=6.5)
+    ax.set_xticklabels([plot_text(f"{i} {names[i]}") for i in ticks], rotation=90, fontsize=6.5)
     ax.set_xlabel(f"unit: index and name (every {every}{'th' if every > 1 else ''} of {len(names)}, in model order)"
                   if every > 1 else f"unit: index and name ({len(names)}, in model order)", fontsize=8.5)
     bar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.035)
     bar.set_label(f"{label}  ({'log colour scale; ' if log else ''}{'higher' if higher else 'lower'} is better)", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
     missing = sum(v is None for vals in values for v in vals)
     caption = (f"{label[0].upper()}{label[1:]} of each unit ({rows[0].granularity or 'layer'} granularity) of each case: one row per "
                "case, one column per unit; the source's per-layer table (folded under its plots) lists every unit by name.")
     if missing:
         caption += f" White: no value, or one that is not positive (a lossless unit's q of 0): {missing} cells."
-    return Plot(kind, title, _png(fig), caption, wide=True)
+    return Plot(kind, title, png_uri(fig), caption, wide=True)
 
 
 def plot_ef_drift(cases: Sequence[RunCase], title: str) -> Plot | None:
     """‖Σ C_t − Σ g_t‖/‖Σ g_t‖ over steps for the stateful cases (two steps or more: a drift needs a stream)."""
     series = []
-    for c in _ok(cases):
+    for c in cases_that_ran(cases):
         drift = c.ef_drift.sum_drift if c.ef_drift else None
-        if drift is not None and sum(_num(v) is not None for v in drift) >= 2:
-            series.append((c, [_num(v) for v in drift]))
+        if drift is not None and sum(finite(v) is not None for v in drift) >= 2:
+            series.append((c, [finite(v) for v in drift]))
     if not series:
         return None
-    styles = _styles(cases)
-    fig, ax = _figure(6.0, 3.6)
-    _step_lines(ax, series, styles)
-    log_y = _scale(ax, "y", [v for _, vals in series for v in vals if v is not None])
+    styles = styles_of(cases)
+    fig, ax = new_figure(6.0, 3.6)
+    step_lines(ax, series, styles)
+    log_y = scale_axis(ax, "y", [v for _, vals in series for v in vals if v is not None])
     ax.set_ylabel("‖Σ C_t − Σ g_t‖ / ‖Σ g_t‖, fraction" + ("  (log scale)" if log_y else ""), fontsize=8.5)
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
-    _end_labels(ax, [(i + 1, v, case_name(c), styles[c.label].color) for c, vals in series
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
+    label_line_ends(ax, [(i + 1, v, case_name(c), styles[c.label].color) for c, vals in series
                      for i, v in [max(((i, v) for i, v in enumerate(vals) if v is not None), key=lambda t: t[0])]], fontsize=7)
     caption = ("Error-feedback drift of worker 0 over steps: how far the sum of what was sent is from the sum of the reference "
                "updates (stateful compressors only; each case against its own reference). Lines are named at the right.")
-    return Plot("ef_drift", title, _png(fig), caption)
+    return Plot("ef_drift", title, png_uri(fig), caption)
 
 
 def _phase_marks(ax: Any, windows: Sequence[Window]) -> None:
@@ -369,22 +369,22 @@ def _phase_marks(ax: Any, windows: Sequence[Window]) -> None:
     for w in windows:
         if w.first > 0:
             ax.axvline(w.first + 0.5, color="#57606a", ls=":", lw=1)
-        ax.text((w.first + w.last) / 2 + 1, 1.0, _mpl(w.name), transform=trans, ha="center", va="bottom", fontsize=7, color="#57606a")
+        ax.text((w.first + w.last) / 2 + 1, 1.0, plot_text(w.name), transform=trans, ha="center", va="bottom", fontsize=7, color="#57606a")
 
 
 def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title: str) -> Plot | None:
     """Traffic ratio at every step (dense bytes / bytes a worker sent that step), phases marked."""
     series = []
-    for c in _ok(cases):
+    for c in cases_that_ran(cases):
         dense = 4.0 * float((c.size.numel if c.size else None) or 0)
         sent = per_step_sent(c)
         if dense > 0 and sent and any(v > 0 for v in sent):
             series.append((c, [dense / v if v > 0 else None for v in sent]))
     if not series or not windows:
         return None
-    styles = _styles(cases)
-    fig, ax = _figure()
-    _step_lines(ax, series, styles, ms=3)
+    styles = styles_of(cases)
+    fig, ax = new_figure()
+    step_lines(ax, series, styles, ms=3)
     # the phased cases (LGC) also body-only, dashed: their small compressed-phase messages are header-heavy
     bodies = []
     for c, _ in series:
@@ -395,63 +395,63 @@ def plot_phase_ratio(cases: Sequence[RunCase], windows: Sequence[Window], title:
             bodies += [v for v in vals if v is not None]
             xs = [i + 1 for i, v in enumerate(vals) if v is not None]
             ax.plot(xs, [v for v in vals if v is not None], ls="--", lw=1.0, color=styles[c.label].color,
-                    label=_mpl(case_name(c) + " (bodies only)"))
-    _scale(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
+                    label=plot_text(case_name(c) + " (bodies only)"))
+    scale_axis(ax, "y", [v for _, vals in series for v in vals if v is not None] + bodies)
     _phase_marks(ax, windows)
     ax.set_ylabel("ratio at the step, ×  (better →)")
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9, pad=12)
-    _legend(ax, len(series) + (1 if bodies else 0))
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9, pad=12)
+    add_legend(ax, len(series) + (1 if bodies else 0))
     caption = ("Dense fp32 bytes / bytes a worker sent at each step, every message of the exchange counted (payload headers included); "
                "dashed: the phased cases with payload bodies only (headers excluded, as papers count); dotted lines separate the "
                "phases of the source's phased case (steps numbered from 1).")
-    return Plot("phase_ratio", title, _png(fig), caption)
+    return Plot("phase_ratio", title, png_uri(fig), caption)
 
 
 def plot_aggregate_drift(cases: Sequence[RunCase], windows: Sequence[Window], title: str) -> Plot | None:
     """Cumulative aggregate error ‖Σ(aggregate − mean)‖/‖Σ mean‖ over steps, phases marked."""
     series = []
-    ok = _ok(cases)
+    ok = cases_that_ran(cases)
     restarted = all(c.aggregate is not None and c.aggregate.window_drift is not None for c in ok)
     for c in ok:
         drift = (c.aggregate.window_drift if restarted else c.aggregate.sum_drift) if c.aggregate else None
-        if drift is not None and sum(_num(v) is not None for v in drift) >= 2:
-            series.append((c, [_num(v) for v in drift]))
+        if drift is not None and sum(finite(v) is not None for v in drift) >= 2:
+            series.append((c, [finite(v) for v in drift]))
     if not series or not windows:
         return None
-    fig, ax = _figure()
-    _step_lines(ax, series, _styles(cases), ms=3)
+    fig, ax = new_figure()
+    step_lines(ax, series, styles_of(cases), ms=3)
     _phase_marks(ax, windows)
     ax.set_ylabel("‖Σ(agg − mean)‖ / ‖Σ mean‖  (← better)")
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9, pad=12)
-    _legend(ax, len(series))
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9, pad=12)
+    add_legend(ax, len(series))
     caption = ("Cumulative error of the exchanged aggregate against the true worker mean, "
                + ("the sums restarted at each phase's first step" if restarted else "summed from the first step")
                + ": error feedback delays what it does not send, so this shows whether it arrives.")
-    return Plot("aggregate_drift", title, _png(fig), caption)
+    return Plot("aggregate_drift", title, png_uri(fig), caption)
 
 
 def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> Plot | None:
     """Ratio against aggregate error over one phase window (LGC's compressed phase) for every case."""
-    metrics = [(c, window_metrics(c, window)) for c in _ok(cases)]
-    key = "drift" if all(m is not None and _num(m.get("drift")) is not None for _, m in metrics) else "aggregate_q"
+    metrics = [(c, window_metrics(c, window)) for c in cases_that_ran(cases)]
+    key = "drift" if all(m is not None and finite(m.get("drift")) is not None for _, m in metrics) else "aggregate_q"
     pts = []
     for c, m in metrics:
-        if m is None or _num(m.get("ratio")) is None or _num(m.get(key)) is None or m[key] <= 0:
+        if m is None or finite(m.get("ratio")) is None or finite(m.get(key)) is None or m[key] <= 0:
             continue
         pts.append((float(m[key]), float(m["ratio"]), c))
     if not pts:
         return None
-    fig, ax = _figure()
-    _scatter_front(ax, pts, _styles(cases))
+    fig, ax = new_figure()
+    scatter_front(ax, pts, styles_of(cases))
     ax.set_xlabel(("‖Σ(agg − mean)‖ / ‖Σ mean‖" if key == "drift" else "mean aggregate q") + " over the phase  (← better)")
     ax.set_ylabel("ratio over the phase, ×  (better →)")
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9)
-    _legend(ax, len(pts))
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9)
+    add_legend(ax, len(pts))
     what = ("the phase's cumulative aggregate error ‖Σ(agg − mean)‖/‖Σ mean‖" if key == "drift"
             else "the mean aggregate error ‖agg − mean‖²/‖mean‖²")
     caption = (f"Every case over {window.text()}: {what} against the ratio of the bytes sent in those steps; outlined points are "
                f"on the Pareto front. A compressor beats another at equal error when it sits higher at the same x.")
-    return Plot("phase_pareto", title, _png(fig), caption)
+    return Plot("phase_pareto", title, png_uri(fig), caption)
 
 
 def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
@@ -460,9 +460,9 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
     if got is None:
         return None
     workers, compute, curves, even = got
-    styles = _styles(cases)
-    by_label = {c.label: c for c in _ok(cases)}
-    fig, ax = _figure(7.6, 5.2)
+    styles = styles_of(cases)
+    by_label = {c.label: c for c in cases_that_ran(cases)}
+    fig, ax = new_figure(7.6, 5.2)
     ends = []
     for label, ys in curves.items():
         st = styles[label]
@@ -472,18 +472,18 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
         ends.append((DECISION_BANDWIDTHS[-1], ys[-1], case_name(by_label[label]) if label in by_label else label, st.color))
     ax.axhline(1.0, color="black", ls="--", lw=1)
     ax.set_xscale("log")
-    _scale(ax, "y", [y for ys in curves.values() for y in ys])
+    scale_axis(ax, "y", [y for ys in curves.values() for y in ys])
     ax.set_xlabel("link bandwidth per worker, Gbit/s", fontsize=8.5)
     ax.set_ylabel("predicted speed-up over uncompressed (above 1: compression pays)", fontsize=8.5)
-    ax.set_title(_mpl(title, PLOT_TITLE_MAX), fontsize=9.5)
-    _end_labels(ax, ends, fontsize=7)
+    ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
+    label_line_ends(ax, ends, fontsize=7)
     comp = (f"compute {1e3 * compute:.0f} ms per step (forward + backward measured on this machine)" if compute
             else "no compute time (this source measured none): communication and kernels only, an upper bound on any speed-up")
     caption = (f"gcbench advise's model on {workers} workers, α = {DECISION_LATENCY_S * 1e6:g} µs, {comp}; kernels from this run's "
                "timings on this machine. step = compute + compress + the compressor's protocol + decode; uncompressed = compute "
                "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. A marker on the dashed line is a break-even "
                "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`.")
-    return Plot("decision", title, _png(fig), caption, wide=True)
+    return Plot("decision", title, png_uri(fig), caption, wide=True)
 
 
 def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:
