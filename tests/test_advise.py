@@ -120,7 +120,8 @@ def test_advise_kernels_file_without_model_steps_is_one_line(mlp_run: Path) -> N
 
 
 def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_run: Path) -> None:
-    from gcbench.report.html import DECISION_BANDWIDTHS, decision_curves, plot_decision
+    from gcbench.distributed.advise import DECISION_BANDWIDTHS, decision_curves
+    from gcbench.report.html_plots import plot_decision
 
     record = load_run(mlp_run)
     ks, compute = adv.kernels_from_run(record, "mlp live", str(mlp_run))

@@ -15,32 +15,34 @@ from markupsafe import escape
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.report.html import (
-    SizePoint,
-    bench_bars,
-    bench_size_point,
+from gcbench.report.html_page import layer_rows, render_html
+from gcbench.report.html_plotkit import label_points, style_map
+from gcbench.report.html_plots import (
     front_points,
-    label_points,
     layer_matrix,
-    layer_rows,
-    plot_bench_x_copy,
     plot_ef_drift,
     plot_layers,
     plot_oneshot_pareto,
     plot_pareto,
-    plot_size_scaling,
     plot_stream,
     plot_throughput,
-    plot_time_to_target,
-    plot_train_curves,
-    render_html,
-    run_size_point,
-    style_map,
     throughput_rows,
-    train_curve_series,
     undelivered,
 )
-from gcbench.report.terminal import X_COPY_HEADER, LoadedRun, by_source, case_name, pareto_front
+from gcbench.report.html_train_bench_plots import (
+    SizePoint,
+    bench_bars,
+    bench_size_point,
+    plot_bench_x_copy,
+    plot_size_scaling,
+    plot_time_to_target,
+    plot_train_curves,
+    run_size_point,
+    train_curve_series,
+)
+from gcbench.report.load import LoadedRun
+from gcbench.report.notes import X_COPY_HEADER
+from gcbench.report.views import by_source, case_name, pareto_front
 from gcbench.results.record import BEATS_BOUND, as_case
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -21,36 +21,23 @@ from gcbench.core.errors import ResultsError
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.measure.timing import BEATS_BOUND, UNSTABLE
-from gcbench.report.terminal import (
+from gcbench.report.columns import (
     BENCH_COLUMNS,
-    FOOTNOTE,
     LAYER_METRICS,
     ONESHOT_COLUMNS,
     SUMMARY_COLUMNS,
-    TIMING_NOTE,
     TRAIN_COLUMNS,
-    LoadedRun,
-    bench_target,
-    by_source,
-    case_name,
     compress_gbps_text,
     compress_x_copy_text,
     delivered_text,
-    fmt,
-    head_to_head_output,
-    layer_tables,
-    load_runs,
-    markdown_layers,
-    markdown_report,
-    md_escape,
-    pareto_front,
-    run_output,
-    size_text,
-    spread_text,
-    stream_caption,
-    summary_tables,
     x_copy_text,
 )
+from gcbench.report.load import LoadedRun, load_runs
+from gcbench.report.markdown import markdown_layers, markdown_report, md_escape
+from gcbench.report.notes import FOOTNOTE, TIMING_NOTE
+from gcbench.report.numbers import fmt, size_text, spread_text
+from gcbench.report.terminal import head_to_head_output, layer_tables, run_output, summary_tables
+from gcbench.report.views import bench_target, by_source, case_name, pareto_front, stream_caption
 from gcbench.results.record import BenchCase, RunCase, XCopy
 from gcbench.results.store import load_run
 
@@ -810,3 +797,17 @@ def test_a_columns_direction_is_the_metrics_catalogues() -> None:
     assert Column("q", "q", "q", "g", CATALOGUE, "").titled == "q ↓"
     with pytest.raises(ValueError, match="not in the metrics catalogue"):
         Column("x", "x", "not_a_metric", "g", CATALOGUE, "")
+
+
+def test_the_names_of_the_report_before_its_split_still_resolve() -> None:
+    """``from gcbench.report import terminal as rep; rep.X`` (the CLI's way) and ``gcbench.report.html.X`` keep working."""
+    from gcbench.report import html
+    from gcbench.report import terminal as rep
+
+    cli = ("run_output", "head_to_head_output", "bench_table", "LoadedRun", "train_table", "train_description", "terminal_report",
+           "markdown_report", "markdown_layers_report", "layers_report", "report_input")
+    moved = ("load_runs", "latest_run", "fmt", "size_text", "Column", "SUMMARY_COLUMNS", "FOOTNOTE", "LEGEND", "case_name",
+             "by_source", "stream_caption", "markdown_summary", "md_escape", "phase_table", "copy_caveat", "flag_reason_lines")
+    assert all(callable(getattr(rep, n)) or getattr(rep, n) is not None for n in (*cli, *moved))
+    assert all(hasattr(html, n) for n in ("write_html", "render_html", "plot_pareto", "plot_decision", "decision_curves",
+                                          "DECISION_BANDWIDTHS", "layer_rows", "style_map", "SizePoint"))
