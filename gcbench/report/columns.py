@@ -2,11 +2,13 @@
 
 A :class:`Column` names a metric of a case (``case.metric(name)``, the names of
 :data:`gcbench.results.metrics.METRICS` and of the record's derived metrics), the format kind
-:func:`gcbench.report.numbers.fmt` writes it in, its direction and its help text; a few carry a
-richer cell (a timing's spread and flags, the delivered fraction's worker interval).  Every renderer
-(terminal, Markdown, HTML, and the CSV's column order) reads these tuples, so adding a column is a
-line here.  One reference per table (README, "What the metrics mean"): the main table is on the
-suite's common reference, the one-shot table on each case's own.
+:func:`gcbench.report.numbers.fmt` writes it in, its direction (the catalogue's, for a catalogued
+metric: :data:`CATALOGUE`) and its help text; a few carry a richer cell (a timing's spread and
+flags, the delivered fraction's worker interval).  The terminal, Markdown and HTML renderers read
+these tuples, so adding a column to their tables is a line here (the CSV files of
+:mod:`gcbench.report.export` keep their own, wider, column lists).  One reference per table (README,
+"What the metrics mean"): the main table is on the suite's common reference, the one-shot table on
+each case's own.
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
 
     ``runs`` are listed in the summary; ``detailed`` (default: all of them) get their tables and plots.
     A comparison report details only the new run: the baseline's values are in the comparison rows.
-    ``index`` (:func:`gcbench.report.terminal.newest_with_index`): the facts of every run of the
+    ``index`` (:func:`gcbench.report.load.newest_with_index`): the facts of every run of the
     folder, listed in the summary instead of ``runs``; a run of ``runs`` links to its section.
     """
     template = _ENV.from_string(page_template())
