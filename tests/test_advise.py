@@ -120,7 +120,8 @@ def test_advise_kernels_file_without_model_steps_is_one_line(mlp_run: Path) -> N
 
 
 def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_run: Path) -> None:
-    from gcbench.report.html import DECISION_BANDWIDTHS, decision_curves, plot_decision
+    from gcbench.distributed.advise import DECISION_BANDWIDTHS, decision_curves
+    from gcbench.report.html_plots import plot_decision
 
     record = load_run(mlp_run)
     ks, compute = adv.kernels_from_run(record, "mlp live", str(mlp_run))
@@ -331,3 +332,10 @@ def test_a_flagged_kernel_of_a_compressor_far_behind_does_not_put_the_answer_in_
     near = adv.StepKernels("dgc", "dgc", 0.03, 0.003, 0.004, 1.1e6, 1e8, flags=("unstable",), reasons=("compress unstable",))
     b = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, near)), 0.1, [16], [1], 5e-6)
     assert "dgc (unstable)" in b.summaries()[0] and "cannot be trusted" in b.summaries()[0]
+
+
+def test_a_curves_break_even_is_where_it_crosses_one_on_the_log_axis() -> None:
+    """:func:`gcbench.distributed.advise.crossing`, the break-even the decision plot marks."""
+    assert adv.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 0.0]) == pytest.approx(10 ** 1.5)
+    assert adv.crossing([1.0, 10.0], [0.5, 2.0]) == pytest.approx(10 ** (1 / 3))
+    assert adv.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 1.5]) is None

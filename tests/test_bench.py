@@ -253,7 +253,7 @@ def test_cpu_meter_takes_this_process_off_the_machines_busy_time() -> None:
 
 
 def test_bench_table_says_what_triggered_each_flag() -> None:
-    from gcbench.report.terminal import flag_reason_lines
+    from gcbench.report.views import flag_reason_lines
     from gcbench.results.record import BenchCase
 
     block = {"median": 3.1, "samples": [3.1] * 6, "flags": ["unstable"],

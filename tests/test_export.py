@@ -25,7 +25,7 @@ from gcbench.report.export import (
     cell,
     write_csv,
 )
-from gcbench.report.terminal import LoadedRun, load_runs
+from gcbench.report.load import LoadedRun, load_runs
 from gcbench.results.record import BenchCase, RunCase, TrainCase
 
 GOLDEN = Path(__file__).parent / "golden"

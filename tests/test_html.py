@@ -15,32 +15,34 @@ from markupsafe import escape
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.report.html import (
-    SizePoint,
-    _label_points,
-    bench_bars,
-    bench_size_point,
+from gcbench.report.html_page import layer_rows, render_html
+from gcbench.report.html_plotkit import label_points, style_map
+from gcbench.report.html_plots import (
     front_points,
     layer_matrix,
-    layer_rows,
-    plot_bench_x_copy,
     plot_ef_drift,
     plot_layers,
     plot_oneshot_pareto,
     plot_pareto,
-    plot_size_scaling,
     plot_stream,
     plot_throughput,
-    plot_time_to_target,
-    plot_train_curves,
-    render_html,
-    run_size_point,
-    style_map,
     throughput_rows,
-    train_curve_series,
     undelivered,
 )
-from gcbench.report.terminal import X_COPY_HEADER, LoadedRun, by_source, case_name, pareto_front
+from gcbench.report.html_train_bench_plots import (
+    SizePoint,
+    bench_bars,
+    bench_size_point,
+    plot_bench_x_copy,
+    plot_size_scaling,
+    plot_time_to_target,
+    plot_train_curves,
+    run_size_point,
+    train_curve_series,
+)
+from gcbench.report.load import LoadedRun
+from gcbench.report.notes import X_COPY_HEADER
+from gcbench.report.views import by_source, case_name, pareto_front
 from gcbench.results.parse import as_case
 from gcbench.results.record import BEATS_BOUND
 
@@ -524,7 +526,7 @@ def test_names_beside_points_never_overlap_each_other_or_leave_the_axes() -> Non
     ax.scatter([p[0] for p in pts], [p[1] for p in pts])
     ax.set_xscale("log")
     ax.set_yscale("log")
-    named = _label_points(ax, pts)
+    named = label_points(ax, pts)
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in ax.texts]
     assert len(boxes) == named and 10 <= named <= 40  # many fit; those that do not stay in the legend only
@@ -623,7 +625,7 @@ def _runs_folder(folder: Path, n: int) -> list[str]:
 
 def test_html_renders_the_newest_run_and_lists_every_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder of 200 runs: one run rendered in full (before: every one, 0.75 s each), all 200 in the index."""
-    import gcbench.report.html as html_mod
+    import gcbench.report.html_page as html_mod
 
     ids = _runs_folder(tmp_path / "runs", 200)
     rendered: list[str] = []
@@ -650,3 +652,19 @@ def test_html_renders_the_newest_run_and_lists_every_other(tmp_path: Path, monke
     for bad in (["--all"], ["--all", "--html", ids[0]]):
         r = CliRunner().invoke(app, ["report", "--runs-dir", str(tmp_path / "runs"), *bad])
         assert r.exit_code == 1 and r.output.startswith("error: --all") and "Traceback" not in r.output
+
+
+def test_the_page_modules_draw_from_the_view_model_not_the_terminal_renderer() -> None:
+    """No report/html* module imports the terminal renderer; the page's template is package data the wheel carries."""
+    import ast
+    import tomllib
+
+    import gcbench.report.html_page as page
+
+    folder = Path(page.__file__).parent
+    for path in folder.glob("html*.py"):
+        imported = {n.module for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ImportFrom)}
+        assert "gcbench.report.terminal" not in imported, path.name
+    assert (folder / page.TEMPLATE_FILE).is_file() and page.page_template().startswith("<!DOCTYPE html>")
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "report/templates/*.j2" in project["tool"]["setuptools"]["package-data"]["gcbench"]

@@ -15,8 +15,8 @@ import json
 import pytest
 
 from benchmarks.screenshots import CHROMIUM, PageProbe, available, probe_page
-from gcbench.report.html import render_html
-from gcbench.report.terminal import LoadedRun
+from gcbench.report.html_page import render_html
+from gcbench.report.load import LoadedRun
 from tests.test_html import GOLDEN, suite_run
 
 pytestmark = pytest.mark.skipif(not available(), reason=f"{CHROMIUM} not found (Debian: apt-get install chromium)")

@@ -21,8 +21,10 @@ from gcbench.cli import app
 from gcbench.compressors import registry
 from gcbench.measure.runner import build_source, derive_seed, run_suite, suite_windows
 from gcbench.measure.suite import parse_suite
-from gcbench.report.html import render_html
-from gcbench.report.terminal import LoadedRun, markdown_summary, phase_table
+from gcbench.report.html_page import render_html
+from gcbench.report.load import LoadedRun
+from gcbench.report.markdown import markdown_summary
+from gcbench.report.terminal import phase_table
 from gcbench.results.phases import Window, case_phases, per_step_sent, phase_rows, phase_windows, source_windows, window_metrics
 
 # ----------------------------------------------------------------------------- windows

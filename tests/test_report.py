@@ -21,36 +21,23 @@ from gcbench.core.errors import ResultsError
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.measure.timing import BEATS_BOUND, UNSTABLE
-from gcbench.report.terminal import (
+from gcbench.report.columns import (
     BENCH_COLUMNS,
-    FOOTNOTE,
     LAYER_METRICS,
     ONESHOT_COLUMNS,
     SUMMARY_COLUMNS,
-    TIMING_NOTE,
     TRAIN_COLUMNS,
-    LoadedRun,
-    bench_target,
-    by_source,
-    case_name,
     compress_gbps_text,
     compress_x_copy_text,
     delivered_text,
-    fmt,
-    head_to_head_output,
-    layer_tables,
-    load_runs,
-    markdown_layers,
-    markdown_report,
-    md_escape,
-    pareto_front,
-    run_output,
-    size_text,
-    spread_text,
-    stream_caption,
-    summary_tables,
     x_copy_text,
 )
+from gcbench.report.load import LoadedRun, load_runs
+from gcbench.report.markdown import markdown_layers, markdown_report, md_escape
+from gcbench.report.notes import FOOTNOTE, TIMING_NOTE
+from gcbench.report.numbers import fmt, size_text, spread_text
+from gcbench.report.terminal import head_to_head_output, layer_tables, run_output, summary_tables
+from gcbench.report.views import bench_target, by_source, case_name, pareto_front, stream_caption
 from gcbench.results.record import BenchCase, RunCase, XCopy
 from gcbench.results.store import load_run
 
@@ -783,3 +770,44 @@ def test_long_names_are_clipped_in_terminal_tables_and_whole_in_files(tmp_path: 
     assert r.exit_code == 0 and "layer." + "L" * 5000 + ".weight" in r.output  # a file keeps them whole
     r = runner.invoke(app, ["report", str(src), "--md"])
     assert r.exit_code == 0 and "X" * 5000 in r.output
+
+
+def test_case_rows_decide_a_failed_case_once_for_every_renderer() -> None:
+    """The view model (:func:`gcbench.report.views.case_rows`): a case that ran has a text per column, a failed one its error."""
+    from gcbench.report.views import case_rows
+
+    cases = [RunCase.model_validate(c) for c in json.loads((GOLDEN / "run_base.json").read_text())["cases"]]
+    failed = cases[0].model_copy(update={"status": "failed", "error": "boom | *x*"})
+    rows = case_rows([cases[0], failed], SUMMARY_COLUMNS)
+    assert rows[0].ok and len(rows[0].texts) == len(SUMMARY_COLUMNS) and rows[0].error == ""
+    assert rows[0].values(SUMMARY_COLUMNS) == [col.get(cases[0]) for col in SUMMARY_COLUMNS]
+    assert not rows[1].ok and rows[1].texts == () and rows[1].values(SUMMARY_COLUMNS) == [] and "boom" in rows[1].error
+    assert rows[1].name == case_name(failed)
+
+
+def test_a_columns_direction_is_the_metrics_catalogues() -> None:
+    """A column of a catalogued metric takes its direction from :data:`gcbench.results.metrics.METRICS`, spelled once."""
+    from gcbench.report.columns import CATALOGUE, Column
+    from gcbench.results.metrics import METRICS
+
+    direction = {m.name: m.higher_is_better for m in METRICS}
+    for col in (*SUMMARY_COLUMNS, *ONESHOT_COLUMNS, *TRAIN_COLUMNS, *BENCH_COLUMNS):
+        if col.metric in direction:
+            assert col.higher_is_better is direction[col.metric], col.key
+    assert Column("q", "q", "q", "g", CATALOGUE, "").titled == "q ↓"
+    with pytest.raises(ValueError, match="not in the metrics catalogue"):
+        Column("x", "x", "not_a_metric", "g", CATALOGUE, "")
+
+
+def test_the_names_of_the_report_before_its_split_still_resolve() -> None:
+    """``from gcbench.report import terminal as rep; rep.X`` (the CLI's way) and ``gcbench.report.html.X`` keep working."""
+    from gcbench.report import html
+    from gcbench.report import terminal as rep
+
+    cli = ("run_output", "head_to_head_output", "bench_table", "LoadedRun", "train_table", "train_description", "terminal_report",
+           "markdown_report", "markdown_layers_report", "layers_report", "report_input")
+    moved = ("load_runs", "latest_run", "fmt", "size_text", "Column", "SUMMARY_COLUMNS", "FOOTNOTE", "LEGEND", "case_name",
+             "by_source", "stream_caption", "markdown_summary", "md_escape", "phase_table", "copy_caveat", "flag_reason_lines")
+    assert all(callable(getattr(rep, n)) or getattr(rep, n) is not None for n in (*cli, *moved))
+    assert all(hasattr(html, n) for n in ("write_html", "render_html", "plot_pareto", "plot_decision", "decision_curves",
+                                          "DECISION_BANDWIDTHS", "layer_rows", "style_map", "SizePoint"))

@@ -351,7 +351,7 @@ def test_a_cache_resident_sources_copy_that_moved_is_recorded_and_said_under_its
     assert moved[0]["copy_spread"] == pytest.approx(0.46 / 0.13) and moved[0]["copy_range_s"] == [0.13e-3, 0.46e-3]
     assert [t["compress_x_copy"]["flags"] for t in moved] == [[], []]  # a source-level statement, not a flag on every row
 
-    from gcbench.report.terminal import copy_caveat
+    from gcbench.report.views import copy_caveat
     from gcbench.results.record import RunCase
 
     def cases(timings: list[dict[str, Any]]) -> list[RunCase]:

@@ -45,11 +45,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
 from gcbench.measure.timing import CpuMeter, TimingPolicy, calibration_done, flag_reasons, load_per_core, rel_ci
-from gcbench.results.record import TOO_SHORT, BenchCase, RunCase, RunRecord, XCopy
+from gcbench.results.record import TOO_SHORT, BenchCase, RunCase, RunRecord, XCopy, as_cases
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -583,3 +585,37 @@ def summary_line(sc: Scenario, flagged: Sequence[str] = ()) -> str:
     return (f"{where}: best {best.label}, {best.speedup:.2f}× the uncompressed step ({1e3 * best.step_s:.0f} vs "
             f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + caveat(flagged))
 
+
+# ----------------------------------------------------------------------------- decision curves (the HTML report's plot)
+
+#: the decision curves' bandwidth axis (Gbit/s) and the latency they charge per message
+DECISION_BANDWIDTHS = tuple(float(b) for b in np.logspace(-1, math.log10(400), 49))
+DECISION_LATENCY_S = 5e-6
+
+
+def crossing(xs: Sequence[float], ys: Sequence[float], level: float = 1.0) -> float | None:
+    """The first ``x`` where the curve ``ys`` over log-spaced ``xs`` crosses ``level``, interpolated on the log axis (None: never)."""
+    logs = [math.log10(x) for x in xs]
+    for i in range(len(ys) - 1):
+        a, b = ys[i] - level, ys[i + 1] - level
+        if a > 0 >= b or a < 0 <= b:
+            return 10 ** (logs[i] + (logs[i + 1] - logs[i]) * a / (a - b))
+    return None
+
+
+def decision_curves(cases: Sequence[Any]) -> tuple[int, float | None, dict[str, list[float]], dict[str, float | None]] | None:
+    """(workers, compute time, per case label its predicted speed-up at every :data:`DECISION_BANDWIDTHS`, its break-even
+    bandwidth) from :func:`advise`'s model on a source's own kernels (:func:`step_kernels_of`); None without two timed cases
+    or two workers.  The break-even is where the curve crosses 1× (:func:`crossing`): compression pays on slower links."""
+    kernels, compute = step_kernels_of(cases)
+    workers = next((int(c.source.workers) for c in as_cases(cases, "run") if c.ok and c.source is not None and c.source.workers), 0)
+    if len(kernels) < 2 or workers < 2:
+        return None
+    ks = KernelSet("", "", "", "", tuple(kernels))
+    adv = advise(ks, compute or 0.0, [workers], DECISION_BANDWIDTHS, DECISION_LATENCY_S)
+    curves: dict[str, list[float]] = {k.label: [] for k in kernels}
+    for sc in adv.scenarios:
+        for st in sc.steps:
+            curves[st.label].append(st.speedup)
+    even = {label: crossing(DECISION_BANDWIDTHS, ys) for label, ys in curves.items()}
+    return workers, compute, curves, even

@@ -47,7 +47,8 @@ from typing import Any
 
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError
-from gcbench.report.terminal import LoadedRun, bench_target, oneshot_reference, params_text
+from gcbench.report.load import LoadedRun
+from gcbench.report.views import bench_target, oneshot_reference, params_text
 from gcbench.results.atomic import write_temp
 from gcbench.results.record import BenchCase, RunCase, TrainCase, XCopy
 
