@@ -4,8 +4,9 @@ A CUDA tensor takes every compressor's plain torch path (the numba kernels are C
 the CPU test suite covers only with ``GCBENCH_KERNELS=torch``.  On a machine with CUDA this script
 runs, each step under its own timeout and within about 8 minutes in all:
 
-1. ``pytest tests/test_contract.py`` with ``GCBENCH_TEST_DEVICE=cuda`` (inputs on the GPU);
-2. ``pytest tests/test_same_bytes.py`` likewise: every compressor's bytes on the GPU equal its bytes on the CPU;
+1. ``pytest tests/compressors/test_contract.py`` with ``GCBENCH_TEST_DEVICE=cuda`` (inputs on the GPU);
+2. ``pytest tests/compressors/test_same_bytes.py`` likewise: every compressor's payloads on the GPU decode
+   to what its CPU payloads decode to, within float rounding (bit-identity is reported);
 3. ``python -m gcbench bench --device cuda`` on a few compressors and two sizes: compress and
    decompress ×copy against a device-to-device copy of the same tensor (the bench synchronises the
    device around every timed call).
@@ -50,10 +51,10 @@ def _steps(out: Path) -> list[dict[str, Any]]:
              "--no-isolate"]  # one process: eight CUDA start-ups would take most of the step's time
     return [
         {"name": "contract", "timeout_s": 180, "env": gpu,
-         "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/test_contract.py",
+         "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/compressors/test_contract.py",
                  "--junitxml", str(out / "contract.xml")]},
         {"name": "same-bytes", "timeout_s": 110, "env": gpu,
-         "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/test_same_bytes.py",
+         "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/compressors/test_same_bytes.py",
                  "-k", "on_the_test_device", "-rA", "-s", "--junitxml", str(out / "same_bytes.xml")]},
         {"name": "bench", "timeout_s": 150, "env": {}, "cmd": bench},
     ]

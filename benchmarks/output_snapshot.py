@@ -60,7 +60,7 @@ def strip(value: Any) -> Any:
 def html_numbers(html: str) -> str:
     """The numbers a reader sees on the page, in order: markup, scripts and styles dropped."""
     body = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.S)
-    body = re.sub(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?( ?UTC|Z)?", "DATE", body)  # when the page was rendered
+    body = re.sub(r"Rendered \d{4}-\d{2}-\d{2} \d{2}:\d{2}", "Rendered DATE", body)  # when the page was rendered
     text = re.sub(r"<[^>]+>", " ", body)
     return "\n".join(re.findall(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", text)) + "\n"
 

@@ -14,7 +14,7 @@ or a table that overflows is seen there first.
 Only Debian's ``chromium`` (``/usr/bin/chromium``) and the standard library are used: the page is
 loaded with ``--dump-dom`` after a small probe script appended to a copy of it has written its
 measurements into the DOM, and screenshots come from ``--screenshot`` at a window as tall as the
-measured page (or section).  The same probe drives ``tests/test_html_browser.py`` through
+measured page (or section).  The same probe drives ``tests/report/test_html_browser.py`` through
 :func:`probe_page`, which serves the report from a one-file HTTP server on localhost so that every
 request the page makes is counted.
 """

@@ -93,6 +93,22 @@ def _split_module(old: str, parts: tuple[str, ...]) -> ModuleType:
     return module
 
 
+def moved_names(module: str, targets: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for names that moved out of ``module``: each is found in its new module, with a warning.
+
+    The old module then needs no import of the new one (which may import it: ``results.parse`` reads
+    ``results.record``'s models), so no import circle is drawn for a forward kept for old callers.
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name not in targets:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warn_moved(f"{module}.{name}", f"{targets[name]}.{name}")
+        return getattr(importlib.import_module(targets[name]), name)
+
+    return __getattr__
+
+
 def install() -> None:
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.append(_Alias())

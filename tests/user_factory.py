@@ -1,4 +1,4 @@
-"""User model factories for the ``package.module:factory`` tests (tests/test_zoo.py and live tests)."""
+"""User model factories for the ``package.module:factory`` tests (tests/sources/test_zoo.py and live tests)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The compressor contract as runnable checks: what ``gcbench check SPEC`` and ``tests/test_contract.py`` run.
+"""The compressor contract as runnable checks: what ``gcbench check SPEC`` and ``tests/compressors/test_contract.py`` run.
 
 An author of a compressor, built in or from another package, verifies it against the contract of
 :mod:`gcbench.core.compressor` before benchmarking it.  Each check runs the compressor on fixed,

@@ -94,10 +94,16 @@ def qsgd_torch(flat: torch.Tensor, s: int, bucket: int, norm: str, enc: str, see
 
 
 def qsgd_values(n_el: torch.Tensor, levels: torch.Tensor, s: int) -> torch.Tensor:
-    """|decoded| = n·level/s in float32: (n·level)/s, or n·(level/s) where n·level overflows (the value is at most n)."""
+    """|decoded| = n·level/s in float32: (n·level)/s, or n·(level/s) where n·level overflows (the value is at most n).
+
+    ``s`` divides as a tensor on the values' device: on a GPU, torch divides by a Python number as a
+    multiplication by its reciprocal, which for s = 7 or 300 is an ulp off the CPU decoder's
+    division (the device check caught it: the sender's decoded tensor differed from its payload's).
+    """
     lv = levels.to(torch.float32)
     v = n_el * lv
-    return torch.where(v.isinf(), n_el * (lv / s), v / s)
+    sf = torch.full((), float(s), dtype=torch.float32, device=v.device)
+    return torch.where(v.isinf(), n_el * (lv / sf), v / sf)
 
 
 def qsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:

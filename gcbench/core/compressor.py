@@ -1,6 +1,6 @@
 """The compressor contract: a pure codec plus explicit state.
 
-Contract (checked for every registered compressor by ``tests/test_contract.py``):
+Contract (checked for every registered compressor by ``tests/compressors/test_contract.py``):
 
 * ``compress(x, state) -> Payload`` never modifies ``x``; it may update ``state`` (residuals,
   momentum, warm-start factors, the random generator, the step counter).

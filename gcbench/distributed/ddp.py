@@ -6,7 +6,7 @@ CPU, NCCL on GPU).  The same compressor objects, payloads and *protocols* as ``g
 used: the hook runs the compressor's :meth:`~gcbench.core.compressor.Compressor.worker_protocol`
 generator on the ``torch.distributed`` transport (:mod:`gcbench.distributed.transport`), the very
 code ``exchange`` runs on the simulated one, so the bytes measured in training are the bytes the
-benchmark counts (``tests/test_protocol_transports.py`` checks it per leg and worker).  This module
+benchmark counts (``tests/distributed/test_protocol_transports.py`` checks it per leg and worker).  This module
 knows no compressor by name: none/fp16/bf16 all-reduce their bodies, TernGrad shares its scaler,
 PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, LGC runs its parameter server (hosted
 by rank 0) or its ring, every other compressor all-gathers its payloads, because that is what their

@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from gcbench._compat import moved_names
 from gcbench.core import signals
 from gcbench.results.fields import (  # noqa: F401  (COUNT_MAX, FLOAT_INT_MAX, INT_MAX, show: re-exported, defined here before)
     COUNT_MAX,
@@ -62,23 +63,13 @@ KINDS = ("run", "compare", "train", "bench")
 #: here, so every older file still loads
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
-#: the functions that read a record, defined in :mod:`gcbench.results.parse` (which imports this module's models)
-#: and re-exported here on first use; the private validators of :mod:`gcbench.results.fields` likewise
-_PARSE_NAMES = ("upgrade", "location", "problem_text", "parse_record", "unicode_text", "as_record", "as_case", "as_cases",
-                "_tag", "_RECORD", "_TYPE_TEXT")
-_FIELD_NAMES = ("_expected", "_number", "_integer", "_count", "_string", "_boolean", "_flag")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _PARSE_NAMES:
-        from gcbench.results import parse
-
-        return getattr(parse, name)
-    if name in _FIELD_NAMES:
-        from gcbench.results import fields
-
-        return getattr(fields, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the functions that read a record moved to :mod:`gcbench.results.parse` (which imports this module's models) and
+#: the private validators to :mod:`gcbench.results.fields`; old imports from here still find them, with a warning
+__getattr__ = moved_names(__name__, {
+    **dict.fromkeys(("upgrade", "location", "problem_text", "parse_record", "unicode_text", "as_record", "as_case", "as_cases",
+                     "_tag", "_RECORD", "_TYPE_TEXT"), "gcbench.results.parse"),
+    **dict.fromkeys(("_expected", "_number", "_integer", "_count", "_string", "_boolean", "_flag"), "gcbench.results.fields"),
+})
 
 
 class Model(BaseModel):

@@ -9,7 +9,6 @@ Each step's exchange is delegated to the preset's strategy (gcbench/compressors/
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -23,6 +22,7 @@ from gcbench.compressors.lgc.gcbench_preset import GcbenchPreset
 from gcbench.compressors.lgc.index_sets import topk_indices_sorted
 from gcbench.compressors.lgc.preset import Preset
 from gcbench.compressors.lgc.reference_preset import ReferencePreset
+from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import noting_uploads
 from gcbench.compressors.lgc.windows import Windows
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read, refuse_kind
@@ -36,16 +36,6 @@ PHASES: tuple[str, ...] = ("dense", "topk", "compressed")
 _STATE_KEY = "lgc"
 #: the presets' strategies, by the value of the ``preset`` parameter
 PRESET_TYPES: dict[str, type[Preset]] = {p.name: p for p in (GcbenchPreset, ReferencePreset)}
-
-
-@dataclass
-class LGCExchangeResult(ExchangeResult):
-    """An :class:`ExchangeResult` that also says which LGC phase the step was in, and every message."""
-
-    phase: str = "dense"
-    leader: int = 0
-    uses_autoencoder: bool = False
-    messages: list[Message] = field(default_factory=list)
 
 
 def parse_channels(text: str) -> tuple[int, ...]:

@@ -9,7 +9,7 @@ ring-summed) and the phase-2 training loss; the package docstring (gcbench/compr
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from gcbench.compressors._common import k_of, sparse_body, to_numpy
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.index_sets import positions_in, topk_indices_sorted
 from gcbench.compressors.lgc.preset import Preset
+from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import only
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read
 from gcbench.core import codec
@@ -25,9 +26,6 @@ from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, S
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import Context, Leg, Message, Send, ToServer, counted_in, simulate
-
-if TYPE_CHECKING:
-    from gcbench.compressors.lgc.contract import LGCExchangeResult
 
 
 class GcbenchPreset(Preset):

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
+from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import Rounds
 from gcbench.core.compressor import ExchangeResult, State
 from gcbench.core.protocol import Context, Leg
-
-if TYPE_CHECKING:
-    from gcbench.compressors.lgc.contract import LGCExchangeResult
 
 
 class Preset(Rounds, ABC):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,15 +19,13 @@ from gcbench.compressors._common import k_of
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.index_sets import positions_in, topk_indices_sorted
 from gcbench.compressors.lgc.preset import Preset
+from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import only, others
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read
 from gcbench.core.compressor import ErrorFeedback, ExchangeResult, State, body_numpy
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import Context, Leg, Message, Send, ToServer, counted_in, simulate
-
-if TYPE_CHECKING:
-    from gcbench.compressors.lgc.contract import LGCExchangeResult
 
 
 class ReferencePreset(Preset):

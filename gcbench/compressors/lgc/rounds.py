@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -24,8 +24,19 @@ from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import SERVER, Context, Leg, Message, Outcome, Send, ToServer, WorkerProtocol
 
-if TYPE_CHECKING:
-    from gcbench.compressors.lgc.contract import LGC
+
+class LGCCompressor(Protocol):
+    """What the rounds use of the compressor they run for (:class:`gcbench.compressors.lgc.contract.LGC`)."""
+
+    name: str
+    info: Any
+    settings: MappingProxyType[str, Any]
+
+    def k_of(self, d: int) -> int: ...
+
+    def autoencoder(self, state0: State, workers: int = 1) -> dict[str, Any]: ...
+
+    def decode_received(self, payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor: ...
 
 
 def others(w: int, n: int) -> tuple[int, ...]:
@@ -66,7 +77,7 @@ class Rounds:
     """The exchange steps both presets run, as one worker's side: dense, top-k (with the autoencoder's training round),
     the phase-3 server rounds, and the ring's broadcast and all-reduce.  ``lgc`` is the compressor they run for."""
 
-    def __init__(self, lgc: LGC) -> None:
+    def __init__(self, lgc: LGCCompressor) -> None:
         self.lgc = lgc
         self.wire = Wire(lgc.name, lgc.info.version, str(lgc.settings["index_coding"]))
 

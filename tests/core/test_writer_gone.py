@@ -22,7 +22,7 @@ from gcbench.distributed.train import OWNER_FILE, WORKDIR_PREFIX, sweep_orphaned
 from gcbench.results.record import WRITER_GONE
 from gcbench.results.store import RunWriter, load_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process tree")
 
 

@@ -48,7 +48,7 @@ def test_unknown_parameter_suggests_close_match() -> None:
 
 
 def _card(name: str, **kw: Any) -> CompressorInfo:
-    base = {"impl": "tests.test_registry:_Probe", "version": 1, "description": "d", "paper": "—", "biased": True, "stateful": False,
+    base = {"impl": "tests.compressors.test_registry:_Probe", "version": 1, "description": "d", "paper": "—", "biased": True, "stateful": False,
             "traffic_bytes": 4.0}
     return CompressorInfo(name=name, **{**base, **kw})
 
@@ -333,5 +333,5 @@ def test_quick_commands_never_import_torch(argv: list[str]) -> None:
             f"sys.argv = ['gcbench', *{argv!r}]\n"
             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
             "sys.stderr.write(f'\\nRC={code} TORCH={\"torch\" in sys.modules}\\n')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert "RC=0 TORCH=False" in r.stderr, r.stderr[-2000:]

@@ -169,7 +169,7 @@ def test_simulate_latest_skips_an_unfinished_run(tmp_path: Path) -> None:
 
 def test_simulate_results_is_the_grid_of_predictions_and_break_evens() -> None:
     """What `gcbench simulate` renders: every case × worker count × bandwidth, and a break-even per case and count."""
-    data = json.loads((Path(__file__).parent / "golden" / "run_base.json").read_text())
+    data = json.loads((Path(__file__).resolve().parents[1] / "golden" / "run_base.json").read_text())
     sim = simulate_results(data, [8, 64], [1.0, 10.0], ALPHA, "auto", 0.05, "run_base.json")
     cases = cases_from_results(data, 0.05)
     assert list(sim.cases) == cases and sim.kind == data["kind"] and sim.compute_s == 0.05

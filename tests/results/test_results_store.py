@@ -28,8 +28,8 @@ from gcbench.core.errors import GcbenchError, ResultsError
 from gcbench.results import store as results
 from gcbench.results.store import RunWriter, check_structure, create_run_file, load_run, safe_slug
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).parent / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 runner = CliRunner()
 
 

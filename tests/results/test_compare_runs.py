@@ -39,7 +39,7 @@ from gcbench.results.compare import (
 from gcbench.results.parse import as_case, as_record
 from gcbench.results.record import EfDrift
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 S2 = "synthetic <img src=x onerror=alert(1)> normal"
 
 

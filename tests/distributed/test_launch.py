@@ -18,7 +18,7 @@ import pytest
 
 from gcbench.distributed.launch import LAUNCH_VARS, LaunchError, launch_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # far below the 300 s default rendezvous timeout a hang would wait, far above a loaded machine's start-up
 BOUND_S = 240
 

@@ -719,5 +719,5 @@ def test_a_run_and_its_table_do_not_import_scipy_stats() -> None:
             "from gcbench.measure.fidelity import mean_ci; from gcbench.results.verdict import t_interval; "
             "mean_ci([1.0, 2.0, 4.0]); t_interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-PLUGIN = Path(__file__).parent / "plugin_pkg"
-ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = Path(__file__).resolve().parents[1] / "plugin_pkg"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

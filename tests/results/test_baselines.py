@@ -14,7 +14,7 @@ from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.results.baselines import PAPERS_FILE, Claim, ClaimResult, load_claims, match_claims
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(code: str, mode: str) -> subprocess.CompletedProcess[str]:
@@ -45,7 +45,7 @@ def test_the_cli_spells_the_same_modes_as_the_kernels() -> None:
     assert cli.KERNEL_MODES == kernels.KERNEL_MODES
 
 
-@pytest.mark.parametrize("tests", [["tests/test_contract.py"], ["tests/test_same_bytes.py"]],
+@pytest.mark.parametrize("tests", [["tests/compressors/test_contract.py"], ["tests/compressors/test_same_bytes.py"]],
                          ids=["contract", "same-bytes"])
 def test_the_contract_holds_on_the_torch_path(tests: list[str]) -> None:
     """Every compressor's contract (round trips, exact bytes, EF identities ...) on the torch path, in a fresh process."""

@@ -41,7 +41,7 @@ from gcbench.report.views import bench_target, by_source, case_name, pareto_fron
 from gcbench.results.record import BenchCase, RunCase, XCopy
 from gcbench.results.store import load_run
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 runner = CliRunner()
 
 
@@ -643,7 +643,7 @@ def test_a_cards_bit_count_is_counted_from_a_real_encoding(name: str) -> None:
 
 def _copy_run(tmp_path: Path, name: str = "run.json", golden: str = "run_base.json") -> Path:
     path = tmp_path / name
-    shutil.copy(Path(__file__).parent / "golden" / golden, path)
+    shutil.copy(Path(__file__).resolve().parents[1] / "golden" / golden, path)
     return path
 
 

@@ -17,7 +17,7 @@ import pytest
 from benchmarks.screenshots import CHROMIUM, PageProbe, available, probe_page
 from gcbench.report.html_page import render_html
 from gcbench.report.load import LoadedRun
-from tests.test_html import GOLDEN, suite_run
+from tests.report.test_html import GOLDEN, suite_run
 
 pytestmark = pytest.mark.skipif(not available(), reason=f"{CHROMIUM} not found (Debian: apt-get install chromium)")
 

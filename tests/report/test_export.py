@@ -28,7 +28,7 @@ from gcbench.report.export import (
 from gcbench.report.load import LoadedRun, load_runs
 from gcbench.results.record import BenchCase, RunCase, TrainCase
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 runner = CliRunner()
 
 

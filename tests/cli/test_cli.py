@@ -338,7 +338,7 @@ def test_the_command_line_imports_no_heavy_library() -> None:
         "    assert r.invoke(app, [name, '--help']).exit_code == 0, name\n"
         "print(sorted(m for m in ('torch', 'numba', 'matplotlib', 'scipy') if m in sys.modules))\n"
     )
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert res.returncode == 0, res.stderr
@@ -401,7 +401,7 @@ def _gcbench_shell(command: str, **env: str) -> Any:
     import subprocess
     import sys
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     return subprocess.run(["sh", "-c", f"'{sys.executable}' -m gcbench {command}"], capture_output=True, cwd=root,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(root), **env})
 
@@ -424,7 +424,7 @@ def test_every_option_is_declared_once_in_the_cli_package() -> None:
     """An option several commands take is declared in cli/options.py only; no flag is spelled in two declarations."""
     import re
 
-    package = Path(__file__).parents[1] / "gcbench" / "cli"
+    package = Path(__file__).parents[2] / "gcbench" / "cli"
     declared: dict[str, list[str]] = {}
     for path in sorted(package.glob("*.py")):
         for flag in re.findall(r'typer\.Option\(\s*"(--[\w-]+)', path.read_text()):

@@ -19,8 +19,8 @@ from gcbench.results.record import (
 )
 from gcbench.results.store import RunWriter, load_run
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).parent / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FILES = [*(GOLDEN / f"{n}.json" for n in ("run_base", "run_new", "run_other_machine", "train_digits", "bench_small")),
          *sorted((ROOT / "baselines" / "reference").glob("*.json"))]
 

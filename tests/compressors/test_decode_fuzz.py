@@ -385,7 +385,7 @@ import torch
 from gcbench.compressors import registry
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
-from tests.test_decode_fuzz import NAMES, _crafted, _vm_bytes
+from tests.compressors.test_decode_fuzz import NAMES, _crafted, _vm_bytes
 cases = {name: _crafted(name, seeds=3) for name in NAMES}
 fits = {name: _crafted(name, seeds=3, at_budget=True) for name in NAMES}
 for name in NAMES:  # warm every decoder (numba compiles, pools, threads) before the limit is set
@@ -413,7 +413,7 @@ for name, bufs in cases.items():
     for i, buf in enumerate(fits[name]):  # the most a small message may decode: it fits
         attempt(f"{name}~{i}", lambda: comp.decompress(Payload.from_bytes(buf)))
 # a receiver that really waits for 2^31 elements: the allocation fails under the limit and is a PayloadError
-from tests.test_decode_fuzz import _big_expected
+from tests.compressors.test_decode_fuzz import _big_expected
 for label, (buf, shape) in _big_expected().items():
     attempt(label, lambda: registry.create(label.split("@")[0]).decompress(Payload.from_bytes(buf), shape))
 print(json.dumps(out))
@@ -462,7 +462,7 @@ def test_hostile_bytes_never_allocate_under_an_address_space_limit() -> None:
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     res = subprocess.run([sys.executable, "-c", _RLIMIT_SCRIPT, str(MAX_ALLOC)], cwd=root, capture_output=True, text=True,
                          timeout=600, env={**os.environ, "PYTHONPATH": root})
     assert res.returncode == 0, res.stderr[-3000:]

@@ -27,7 +27,7 @@ from gcbench.sources.synthetic import SyntheticSource
 from gcbench.sources.trace import write_trace
 
 runner = CliRunner()
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 # a module whose import and call leave marks on disk, so a test can prove nothing ran
 SENTINEL = '''

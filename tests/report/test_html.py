@@ -46,7 +46,7 @@ from gcbench.report.views import by_source, case_name, pareto_front
 from gcbench.results.parse import as_case
 from gcbench.results.record import BEATS_BOUND
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
@@ -666,5 +666,5 @@ def test_the_page_modules_draw_from_the_view_model_not_the_terminal_renderer() -
         imported = {n.module for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ImportFrom)}
         assert "gcbench.report.terminal" not in imported, path.name
     assert (folder / page.TEMPLATE_FILE).is_file() and page.page_template().startswith("<!DOCTYPE html>")
-    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
     assert "report/templates/*.j2" in project["tool"]["setuptools"]["package-data"]["gcbench"]

@@ -303,7 +303,7 @@ def test_sigterm_stops_the_workers_promptly_and_keeps_finished_compressors(tmp_p
     import sys
 
     # 'none' trains (1 epoch), then topk's rank 0 hangs at step 1 with every timeout far away
-    env = {**os.environ, "GCBENCH_TRAIN_FAULT": "hang:0@1/topk:density=0.05", "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "GCBENCH_TRAIN_FAULT": "hang:0@1/topk:density=0.05", "PYTHONPATH": str(Path(__file__).parents[2])}
     proc = subprocess.Popen([sys.executable, "-m", "gcbench", "train", "--task", "charlstm", "--workers", "2", "--epochs", "1",
                              "-c", "topk:density=0.05", "--timeout", "600", "--collective-timeout", "600",
                              "--out", str(tmp_path), "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -11,7 +11,7 @@ The digests in ``tests/golden/payload_digests.json`` were recorded on the platfo
 the test skips elsewhere rather than fail for a reason unrelated to gcbench.  To record anew after
 a deliberate change of encoding (with a version bump), run::
 
-    GCBENCH_RECORD_DIGESTS=1 python -m pytest tests/test_same_bytes.py
+    GCBENCH_RECORD_DIGESTS=1 python -m pytest tests/compressors/test_same_bytes.py
 
 With ``GCBENCH_TEST_DEVICE=cuda`` (benchmarks/device_check.py) the inputs also go to the GPU, and every
 compressor's payloads there must decode to what its CPU payloads decode to, within float rounding
@@ -34,7 +34,7 @@ from gcbench.compressors import registry
 from gcbench.core.payload import Payload
 from tests.conftest import TEST_DEVICE
 
-GOLDEN = Path(__file__).parent / "golden" / "payload_digests.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "payload_digests.json"
 RECORD = os.environ.get("GCBENCH_RECORD_DIGESTS") == "1"
 SHAPES = [(1000,), (64, 33), (5,), (3, 0), ((1 << 20) + 7,)]  # the last takes the parallel fast paths
 STEPS = 3
