@@ -48,8 +48,8 @@ def test_unknown_parameter_suggests_close_match() -> None:
 
 
 def _card(name: str, **kw: Any) -> CompressorInfo:
-    base = {"impl": "tests.compressors.test_registry:_Probe", "version": 1, "description": "d", "paper": "—", "biased": True, "stateful": False,
-            "traffic_bytes": 4.0}
+    base = {"impl": "tests.compressors.test_registry:_Probe", "version": 1, "description": "d", "paper": "—", "biased": True,
+            "stateful": False, "traffic_bytes": 4.0}
     return CompressorInfo(name=name, **{**base, **kw})
 
 
