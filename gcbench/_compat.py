@@ -109,6 +109,18 @@ def moved_names(module: str, targets: dict[str, str]) -> Callable[[str], Any]:
     return __getattr__
 
 
+def renamed(module: str, names: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for names renamed inside ``module`` (``DGC`` -> ``DGC_CARD``), with a warning."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warn_moved(f"{module}.{name}", f"{module}.{names[name]}")
+        return getattr(sys.modules[module], names[name])
+
+    return __getattr__
+
+
 def install() -> None:
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.append(_Alias())

@@ -71,3 +71,31 @@ def test_the_0_1_register_decorator_still_registers_with_a_warning() -> None:
         assert torch.equal(registry.decompress(registry.create("test_legacy").compress(x, Legacy().init_state(0))), x)
     finally:
         registry.unregister("test_legacy")
+
+
+def test_old_card_constant_names_resolve_with_a_warning() -> None:
+    """Cards were named like their classes (``DGC``) until 0.2; the old names still find the ``_CARD`` constants."""
+    from gcbench.compressors.cards import cast, dgc
+
+    with pytest.warns(DeprecationWarning, match=r"cards\.dgc\.DGC moved to gcbench\.compressors\.cards\.dgc\.DGC_CARD"):
+        assert dgc.DGC is dgc.DGC_CARD
+    with pytest.warns(DeprecationWarning):
+        assert cast.FP16 is cast.FP16_CARD
+    with pytest.raises(AttributeError):
+        _ = dgc.NOT_A_CARD
+
+
+def test_split_and_moved_names_forward_with_a_warning() -> None:
+    """measure.metrics became measure.fidelity + measure.timing; record's readers moved to results.parse."""
+    import importlib
+    import sys
+
+    from gcbench.measure import fidelity, timing
+    from gcbench.results import parse, record
+
+    sys.modules.pop("gcbench.measure.metrics", None)
+    with pytest.warns(DeprecationWarning, match="gcbench.measure.fidelity and gcbench.measure.timing"):
+        old = importlib.import_module("gcbench.measure.metrics")
+    assert old.fidelity is fidelity.fidelity and old.TimingPolicy is timing.TimingPolicy
+    with pytest.warns(DeprecationWarning, match="results.parse.parse_record"):
+        assert record.parse_record is parse.parse_record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gcbench._compat import renamed
 from gcbench.compressors.cards.dgc import clip_params, dense_params
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 
@@ -29,3 +30,6 @@ SDAGC_CARD = CompressorInfo(
 )
 
 CARDS = (SDAGC_CARD,)
+
+#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
+__getattr__ = renamed(__name__, {"SDAGC": "SDAGC_CARD"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 
 THRESHOLD_CARD = CompressorInfo(
@@ -20,3 +21,6 @@ THRESHOLD_CARD = CompressorInfo(
 )
 
 CARDS = (THRESHOLD_CARD,)
+
+#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
+__getattr__ = renamed(__name__, {"THRESHOLD": "THRESHOLD_CARD"})
