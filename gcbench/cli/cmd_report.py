@@ -28,7 +28,8 @@ Threshold = options.threshold("Relative change below which a metric counts as un
 Alpha = Annotated[float, typer.Option(metavar="FLOAT", help="Significance level of the Mann–Whitney tests on raw samples.")]
 AllMetrics = Annotated[bool, typer.Option("--all-metrics", help="Also list comparison rows that did not change (~).")]
 FailOnRegression = options.fail_on_regression("Exit 1 if any metric is worse or a case newly fails (CI).")
-Papers = Annotated[Path | None, typer.Option(metavar="PATH", help="Paper claims file (default: baselines/papers.toml).")]
+Papers = Annotated[Path | None, typer.Option(
+    metavar="PATH", help="Paper claims file (default: the bundled claims, baselines/papers.toml in a checkout).")]
 Csv = Annotated[Path | None, typer.Option(
     "--csv", metavar="DIR", help="Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
     "observation) into DIR, replacing those four files.")]

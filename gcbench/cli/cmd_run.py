@@ -56,7 +56,7 @@ def run(
     """
     from gcbench.compressors import registry
     from gcbench.measure.runner import run_suite
-    from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code
+    from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code, suite_label
     from gcbench.report import terminal as rep
     from gcbench.results.parse import as_cases
 
@@ -74,7 +74,7 @@ def run(
                         timing=False if no_timing else None)
     memory_check(s, str(path), force)
     with progress_bar(not quiet and not as_json) as prog:
-        outcome = run_suite(s, out_dir, prog, suite_path=str(path))
+        outcome = run_suite(s, out_dir, prog, suite_path=suite_label(path))
     cases = as_cases(outcome.records)
     if as_json:
         print_json({"results": str(outcome.path), "cases": outcome.records})

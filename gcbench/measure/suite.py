@@ -33,7 +33,7 @@ from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
 from gcbench.core.files import SMALL_FILE_BYTES, load_user_toml
 
-SUITE_DIR = Path(__file__).resolve().parents[2] / "suites"
+SUITE_DIR = Path(__file__).resolve().parents[1] / "suites"  # package data: found wherever gcbench is installed
 DEFAULT_SUITE = "quick"
 
 #: the largest suite file read (the bundled ones are a few KiB)
@@ -431,6 +431,16 @@ def find_suite(name_or_path: str | Path | None) -> Path:
     known = sorted(s.stem for s in SUITE_DIR.glob("*.toml")) if SUITE_DIR.exists() else []
     hint = f" (bundled suites: {', '.join(known)})" if known else ""
     raise GcbenchError(f"suite file {str(name_or_path)!r} not found{hint}")
+
+
+def suite_label(path: Path) -> str:
+    """How a results file names its suite: ``suites/NAME.toml`` for a bundled one (no machine path), else the path given."""
+    try:
+        if path.resolve().parent == SUITE_DIR:
+            return f"suites/{path.name}"
+    except OSError:
+        pass
+    return str(path)
 
 
 def load_suite(name_or_path: str | Path | None) -> Suite:

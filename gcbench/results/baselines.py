@@ -33,7 +33,7 @@ from gcbench.core.files import load_user_toml
 from gcbench.results.parse import as_record
 from gcbench.results.record import MeasureRecord, RunCase, RunRecord
 
-PAPERS_FILE = Path(__file__).resolve().parents[2] / "baselines" / "papers.toml"
+PAPERS_FILE = Path(__file__).resolve().parents[1] / "data" / "papers.toml"  # package data (baselines/papers.toml links to it)
 CLAIMS_SCHEMA = 1
 # the bundled file is ~20 kB; a claims file of megabytes is not one
 MAX_CLAIMS_BYTES = 16 * 1024 * 1024
