@@ -34,6 +34,9 @@ AdviseComputeMs = options.compute_ms("Compute time of one step in ms on the clus
 Kernels = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
                          "`--device cuda`): its kernel times instead of measuring them now.")]
+Remeasure = Annotated[bool, typer.Option(
+    help="Time the kernels anew, even where a bench of the same model, compressors, machine and gcbench version from the "
+         "last 24 h is in --out (reused by default: its file is named in the output).")]
 Network = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A network calibration (`python -m gcbench.distributed.calibrate`, run on the cluster): "
                          "collectives priced as measured there instead of by the α–β model.")]
@@ -86,6 +89,7 @@ def advise_cmd(
     compressor: options.compressor_option("A compressor to consider (repeatable; default: every registered one).") = None,
     kernels: Kernels = None,
     rounds: options.rounds("Timed rounds per compressor when measuring kernels.") = 3,
+    remeasure: Remeasure = False,
     network: Network = None,
     runs_dir: options.runs_dir() = Path("reports/runs"),
     out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
@@ -136,7 +140,7 @@ def advise_cmd(
         check_output_dir(out_dir, "--out")
     with progress_bar(not as_json and not quiet) as prog:
         step = adv.step_inputs(model, specs, out_dir, kernels_file=kernels, only=specs if compressor else None,
-                               compute_s=compute_s, rounds=rounds, progress=prog)
+                               compute_s=compute_s, rounds=rounds, progress=prog, remeasure=remeasure)
     delivered = adv.delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
     advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,

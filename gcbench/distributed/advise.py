@@ -37,6 +37,7 @@ or says it may not.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 import time
@@ -51,7 +52,9 @@ from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
 from gcbench.measure.timing import CpuMeter, TimingPolicy, calibration_done, flag_reasons, load_per_core, rel_ci
-from gcbench.results.record import TOO_SHORT, BenchCase, RunCase, RunRecord, XCopy, as_cases
+from gcbench.results.bench_cache import find_recent_bench
+from gcbench.results.parse import as_cases
+from gcbench.results.record import TOO_SHORT, BenchCase, RunCase, RunRecord, XCopy
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -324,36 +327,81 @@ class StepInputs:
     compute_flags: tuple[str, ...] = ()
 
 
+def _age_text(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *, kernels_file: Path | None = None,
                 only: Sequence[str] | None = None, compute_s: float | None = None, rounds: int = 3,
-                progress: Progress | None = None) -> StepInputs:
+                progress: Progress | None = None, remeasure: bool = False) -> StepInputs:
     """The kernels and the compute time of :func:`advise`.
 
     The kernels are read from the bench file ``kernels_file`` (only those of the compressors ``only`` names, when
-    given), else measured here for ``specs`` on ``model`` (the bench file goes to ``out_dir``).  The compute time is
-    ``compute_s`` when given, else measured here: before and after the kernels when they are measured too, since two
-    measurements a minute apart show a machine whose speed moved under the run (:func:`combine_compute`).
+    given), else from a recent bench in ``out_dir`` of the same model, compressors, machine and gcbench version
+    (:func:`gcbench.results.bench_cache.find_recent_bench`; not with ``remeasure``), else measured here for ``specs``
+    on ``model`` (the bench file goes to ``out_dir``).  The compute time is ``compute_s`` when given; else the one
+    stored with a reused bench (measured with its kernels); else measured here: before and after the kernels when
+    they are measured too, since two measurements a minute apart show a machine whose speed moved under the run
+    (:func:`combine_compute`), and stored in the new bench file for the next call.
     """
     from gcbench.results.store import load_run
 
     before: ComputeTiming | None = None
+    cached = None if kernels_file is not None or remeasure or model is None else find_recent_bench(model, specs, out_dir)
+    stored: ComputeTiming | None = None
     if kernels_file is not None:
         ks = kernels_from_bench(load_run(kernels_file), model, str(kernels_file))
         if only is not None:
             ks = select_kernels(ks, only)
+    elif cached is not None:
+        record, path, age_s = cached
+        ks = select_kernels(kernels_from_bench(record, model, f"{path}, reused: measured {_age_text(age_s)} ago by this gcbench "
+                                                             "on this machine; --remeasure times them again"), specs)
+        stored = stored_compute(record, ks.model)
     else:
         assert model is not None
         before = measure_compute(model, progress=progress) if compute_s is None else None
         ks = measure_kernels(model, specs, out_dir, rounds=rounds, progress=progress)
     if compute_s is not None:
         return StepInputs(ks, compute_s, "given")
+    if stored is not None:
+        return StepInputs(ks, stored.median_s, f"measured on this machine's CPU with the reused kernels, median of "
+                          f"{len(stored.samples)} steps; give --compute-ms for the cluster's devices", stored.reasons)
     ct = measure_compute(ks.model, progress=progress)
     if before is not None:
         ct = combine_compute(before, ct)
+        store_compute(Path(ks.origin), ks.model, ct)
     origin = (f"measured on this machine's CPU, median of {len(ct.samples)} steps"
               + (f" in {ct.attempts} measurements" if ct.attempts > 1 else "")
               + "; give --compute-ms for the cluster's devices")
     return StepInputs(ks, ct.median_s, origin, ct.reasons)
+
+
+#: the key of a bench file under which advise stores the compute time it measured with the kernels
+COMPUTE_KEY = "advise_compute"
+
+
+def store_compute(path: Path, model: str, ct: ComputeTiming) -> None:
+    """Add ``ct`` to the bench file advise just wrote (atomically), so a later call reusing its kernels reuses it too."""
+    from gcbench.results.store import atomic_write_json
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data[COMPUTE_KEY] = {"model": model, "median_s": ct.median_s, "samples": list(ct.samples), "flags": list(ct.flags),
+                         "reasons": list(ct.reasons), "attempts": ct.attempts}
+    atomic_write_json(path, data)
+
+
+def stored_compute(record: RunRecord, model: str) -> ComputeTiming | None:
+    """The compute time :func:`store_compute` left in a bench record for ``model``, or None (a plain ``gcbench bench``)."""
+    d = (record.model_extra or {}).get(COMPUTE_KEY)
+    try:
+        if not isinstance(d, dict) or d.get("model") != model or not float(d["median_s"]) > 0:
+            return None
+        return ComputeTiming(float(d["median_s"]), tuple(float(v) for v in d.get("samples") or ()),
+                             tuple(str(f) for f in d.get("flags") or ()), tuple(str(r) for r in d.get("reasons") or ()),
+                             int(d.get("attempts") or 1))
+    except (KeyError, TypeError, ValueError):
+        return None  # a hand-edited block: measure anew
 
 
 @dataclass(frozen=True)
@@ -465,9 +513,15 @@ class Advice:
         out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags and k.label in relevant]
         return out
 
+    def compute_note(self) -> str:
+        """The clause a sentence carries when compute was timed on this machine rather than given for the cluster."""
+        if self.compute_origin == "given":
+            return ""
+        return f" (compute: this machine's {1e3 * self.compute_s:.1f} ms a step; --compute-ms prices the cluster's devices)"
+
     def summaries(self) -> list[str]:
         """:func:`summary_line` of every scenario, each with the caveat when the timings behind it were flagged."""
-        return [summary_line(sc, self.untrusted_for(sc)) for sc in self.scenarios]
+        return [summary_line(sc, self.untrusted_for(sc), self.compute_note()) for sc in self.scenarios]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -571,19 +625,20 @@ def caveat(flagged: Sequence[str]) -> str:
             "(why: under the table); rerun on a quiet machine before acting on it")
 
 
-def summary_line(sc: Scenario, flagged: Sequence[str] = ()) -> str:
+def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = "") -> str:
     """One sentence for a scenario: the best compressor and what it costs, or that none pays; when any timing behind
     it is ``flagged`` (:meth:`Advice.untrusted`), the sentence says the answer cannot be trusted and why."""
     where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
     if not sc.paying:
         best = sc.steps[0]
         return (f"{where}: no compressor pays — uncompressed all-reduce takes {1e3 * sc.reference_step_s:.0f} ms a step; "
-                f"the fastest compressor, {best.label}, is {best.speedup:.2f}×" + caveat(flagged))
+                f"the fastest compressor, {best.label}, is {best.speedup:.2f}×" + compute_note + caveat(flagged))
     best = sc.paying[0]
     fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
     others = ", ".join(f"{s.label} {s.speedup:.2f}×" for s in sc.paying[1:3])
     return (f"{where}: best {best.label}, {best.speedup:.2f}× the uncompressed step ({1e3 * best.step_s:.0f} vs "
-            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + caveat(flagged))
+            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + compute_note
+            + caveat(flagged))
 
 
 # ----------------------------------------------------------------------------- decision curves (the HTML report's plot)

@@ -42,8 +42,7 @@ def advice_output(adv: Advice) -> list[Table | str]:
             t.add_row(term(s.label), s.collective, f"{(k.wire_bytes if k else 0) / 1e6:.3g}", f"{1e3 * s.compress_s:.1f}{flags}",
                       f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
         out.append(t)
-        flagged = adv.untrusted()
-        out.extend(summary_line(scs[bw], flagged) for bw in bws)
+        out.extend(summary_line(scs[bw], adv.untrusted_for(scs[bw]), adv.compute_note()) for bw in bws)
     why = adv.untrusted_reasons()
     if why:
         out.append("Flagged timings (re-measured once, still flagged):\n" + "\n".join(f"  {w}" for w in why))

@@ -343,7 +343,7 @@ def list_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[Path]:
     return sorted(d.glob("*.json"), key=_run_order) if d.exists() else []
 
 
-def _recorded_time(record: RunRecord) -> datetime | None:
+def recorded_time(record: RunRecord) -> datetime | None:
     """When the run started by its own record (``created_utc``; ``finished_utc`` for a file without it), or None."""
     for text in (record.created_utc, record.finished_utc):
         if not text:
@@ -380,7 +380,7 @@ def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False,
             continue
         if finished and not record.finished:
             continue
-        when = _recorded_time(record)
+        when = recorded_time(record)
         key = (when is not None, when or oldest, _run_order(r))
         if best is None or key > best[0]:
             best = (key, r)

@@ -1,0 +1,104 @@
+"""advise reuses a recent bench of the same model, compressors, machine and gcbench version (issue 33 item 3)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gcbench.distributed import advise as adv
+from gcbench.measure.bench import bench_to_file
+from gcbench.results.bench_cache import MAX_AGE_S, find_recent_bench
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real whole-model bench (mlp; none and fp16), as ``gcbench advise`` measures it."""
+    d = tmp_path_factory.mktemp("runs")
+    bench_to_file(["none", "fp16"], [], d, repeats=1, warmup=1, model="mlp", isolate=False, max_rounds=5)
+    return d
+
+
+def _only_file(d: Path) -> Path:
+    (f,) = d.glob("*.json")
+    return f
+
+
+def _edited(src: Path, dst: Path, edit: dict) -> Path:
+    dst.mkdir()
+    data = json.loads(_only_file(src).read_text(encoding="utf-8"))
+    for key, value in edit.items():
+        if isinstance(value, dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    (dst / _only_file(src).name).write_text(json.dumps(data), encoding="utf-8")
+    return dst
+
+
+def test_a_recent_bench_of_the_same_compressors_is_found(bench_dir: Path) -> None:
+    found = find_recent_bench("mlp", ["fp16", "none"], bench_dir)
+    assert found is not None and found[1] == _only_file(bench_dir) and 0 <= found[2] < 600
+    assert find_recent_bench("mlp", ["fp16"], bench_dir) is not None  # a subset is covered
+
+
+@pytest.mark.parametrize(("model", "specs"), [("mlp", ["topk"]), ("mlp", ["fp16", "qsgd"]), ("smallcnn", ["fp16"])])
+def test_a_bench_that_did_not_measure_what_is_asked_is_not_reused(bench_dir: Path, model: str, specs: list[str]) -> None:
+    assert find_recent_bench(model, specs, bench_dir) is None
+
+
+def test_other_parameters_are_another_compressor(bench_dir: Path, tmp_path: Path) -> None:
+    data = json.loads(_only_file(bench_dir).read_text(encoding="utf-8"))
+    assert data["cases"] and all(c["params"] == {} for c in data["cases"])
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(_only_file(bench_dir), runs)
+    assert find_recent_bench("mlp", ["topk:density=0.1"], runs) is None
+
+
+def test_an_old_bench_another_machine_or_version_is_measured_anew(bench_dir: Path, tmp_path: Path) -> None:
+    later = datetime.now(UTC) + timedelta(seconds=MAX_AGE_S + 60)
+    assert find_recent_bench("mlp", ["fp16"], bench_dir, now=later) is None
+    other_cpu = _edited(bench_dir, tmp_path / "cpu", {"environment": {"cpu_model": "Some Other CPU"}})
+    assert find_recent_bench("mlp", ["fp16"], other_cpu) is None
+    other_version = _edited(bench_dir, tmp_path / "version", {"gcbench_version": "0.0.1"})
+    assert find_recent_bench("mlp", ["fp16"], other_version) is None
+    unfinished = _edited(bench_dir, tmp_path / "status", {"status": "running"})
+    assert find_recent_bench("mlp", ["fp16"], unfinished) is None
+
+
+def test_a_broken_file_beside_it_is_skipped(bench_dir: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(_only_file(bench_dir), runs)
+    (runs / "99991231T000000Z-bench.json").write_text("{not json", encoding="utf-8")  # newest by name
+    assert find_recent_bench("mlp", ["none"], runs) is not None
+
+
+def test_advise_reuses_the_kernels_and_the_compute_stored_with_them(bench_dir: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    path = runs / _only_file(bench_dir).name
+    shutil.copy(_only_file(bench_dir), path)
+    adv.store_compute(path, "mlp", adv.ComputeTiming(0.0123, (0.012, 0.0123, 0.013)))
+    step = adv.step_inputs("mlp", ["none", "fp16"], runs)
+    assert "reused" in step.kernels.origin and str(path) in step.kernels.origin and "--remeasure" in step.kernels.origin
+    assert step.compute_s == 0.0123 and "reused kernels" in step.compute_origin
+    assert {k.compressor for k in step.kernels.kernels} == {"none", "fp16"}
+    again = adv.step_inputs("mlp", ["none", "fp16"], runs)
+    assert again == step  # back to back: the same kernels and compute, so the same answer
+
+
+def test_the_sentence_says_compute_is_this_machines_unless_given() -> None:
+    from gcbench.distributed.advise import KernelSet, StepKernels, advise
+
+    ks = KernelSet("mlp", "cpu", "test machine", "test", (
+        StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 4e6, 4e6, (), 1, ()),
+        StepKernels("fp16", "fp16", 1e-3, 1e-3, 1e-3, 2e6, 4e6, (), 1, ())))
+    local = advise(ks, 0.01, [16], [1.0], 5e-6, compute_origin="measured on this machine's CPU")
+    given = advise(ks, 0.01, [16], [1.0], 5e-6, compute_origin="given")
+    assert "this machine's 10.0 ms a step" in local.summaries()[0] and "--compute-ms" in local.summaries()[0]
+    assert "this machine" not in given.summaries()[0]
