@@ -189,16 +189,9 @@ class LGC(Compressor):
         return (yield from noting_uploads(self.preset.rounds(xs, states, ctx), ctx.rank, len(xs)))
 
     def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
-        """One step for every unit.  ``preset="gcbench"``: each tensor on its own (:meth:`exchange`).
-
-        ``preset="reference"``: the whole model at once, as the re-implementation does it (its
-        :meth:`worker_protocol` over every unit, on the simulated transport) — the first
-        ``dense_first`` and last ``dense_last`` units dense fp32 in every phase; the others
-        ("middle" units) top-k per unit in phase 2 and, in phase 3, one latent of the leader's
-        top-k values of every middle unit concatenated in unit order (K = Σ K_u values).  Each
-        unit's result counts its own rounds' messages; those that cover the whole model are
-        counted in the first middle unit's, the server's aggregate of each middle unit in that unit's.
-        """
+        """One step for every unit, as the preset's strategy runs it: ``preset="gcbench"`` each tensor on its own
+        (:meth:`exchange`), ``preset="reference"`` the whole model at once
+        (:meth:`gcbench.compressors.lgc.reference_preset.ReferencePreset.exchange_group` says how)."""
         return self.preset.exchange_group(grads, states)
 
     def _result(self, agg: torch.Tensor, msgs: list[Message], n: int, phase: str, leader: int, used: bool) -> LGCExchangeResult:
