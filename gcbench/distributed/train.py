@@ -342,7 +342,13 @@ def _train_torchrun(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_inf
     init_from_env("gloo", cfg.timeout_s)  # checked launch variables; a failed rendezvous is one LaunchError line
     rank, world = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]
-    _check_ranks_agree(cfg, specs, group)
+    try:
+        _check_ranks_agree(cfg, specs, group)
+    except BaseException:
+        # stop gloo's threads before the interpreter exits: left running they made a rank that had printed its one
+        # line abort at exit ("terminate called without an active exception", SIGABRT) in one of ~40 suite runs
+        dist.destroy_process_group()
+        raise
     ctx = WorkerContext(rank, world, group, None)
     cfg = TrainConfig(**{**cfg.to_dict(), "workers": world})
     task = make_task(cfg.task, cfg.seed)
