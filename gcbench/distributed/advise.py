@@ -37,10 +37,7 @@ or says it may not.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,11 +47,28 @@ import numpy as np
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
+from gcbench.distributed.compute_time import (  # the compute time's names stay importable from here
+    COMPUTE_DRIFT as COMPUTE_DRIFT,
+)
+from gcbench.distributed.compute_time import (
+    COMPUTE_KEY,
+    ComputeTiming,
+    against_previous,
+    combine_compute,
+    measure_compute,
+    store_compute,
+    stored_compute,
+)
+from gcbench.distributed.compute_time import (
+    COMPUTE_POLICY as COMPUTE_POLICY,
+)
+from gcbench.distributed.compute_time import (
+    time_compute as time_compute,
+)
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
-from gcbench.measure.timing import CpuMeter, TimingPolicy, calibration_done, flag_reasons, load_per_core, rel_ci
 from gcbench.results.bench_cache import find_recent_bench
 from gcbench.results.parse import as_cases
-from gcbench.results.record import TOO_SHORT, BenchCase, RunCase, RunRecord, XCopy
+from gcbench.results.record import BenchCase, RunCase, RunRecord, XCopy
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -205,112 +219,6 @@ def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, ro
     return kernels_from_bench(outcome.record, model, str(outcome.path))
 
 
-@dataclass(frozen=True)
-class ComputeTiming:
-    """One step's forward + backward time on this machine: the median over calibrated rounds, and whether to trust it."""
-
-    median_s: float
-    samples: tuple[float, ...]
-    flags: tuple[str, ...] = ()  # unstable: the rounds disagreed, or other processes took the CPU, in every attempt
-    reasons: tuple[str, ...] = ()  # what triggered each flag of the attempt kept
-    attempts: int = 1  # measurements made: a flagged one is measured once more
-
-
-#: compute is timed like a kernel (:func:`gcbench.measure.timing.calibration_done`): 5 steps at least, more until the
-#: median's 95% CI is within ±5%, at most 30 steps or 20 s.  Three steps' median was 12.2-12.8 ms in three runs of
-#: the mlp and 200 ms in a fourth, unflagged: nothing looked at the steps' agreement or at the machine.  Three warm-up
-#: steps: the mlp's first steps take 3.5, 2.0 and 1.4 ms, then 1.3 (autograd's and the allocator's first use), and
-#: one warm-up step left the second in the median of runs that stopped at 5 steps
-COMPUTE_POLICY = TimingPolicy(warmup=3, min_rounds=5, max_rounds=30, budget_s=20.0)
-
-
-def time_compute(step: Callable[[Any], Any], policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2, *,
-                 clock: Callable[[], float] = time.perf_counter, meter: Callable[[], CpuMeter] = CpuMeter,
-                 progress: Callable[[int], None] | None = None, prepare: Callable[[int], Any] | None = None) -> ComputeTiming:
-    """Time ``step(prepare(i))`` (one forward + backward of batch i) in rounds until its median is pinned down; flagged
-    (rounds disagree, or other processes took the CPU: :func:`gcbench.measure.timing.flag_reasons`), it is measured
-    again, up to ``attempts`` times, and the least flagged attempt (then the tightest) is kept.
-
-    ``prepare(i)`` (default: ``i`` itself) makes step i's input outside the timed region: a training loop's data
-    loader works beside the step, so synthesising the batch (0.3-1 ms of the mlp's 1.3 ms step) is not compute."""
-    make = prepare if prepare is not None else (lambda i: i)
-    best: ComputeTiming | None = None
-    best_key: tuple[int, float] = (0, 0.0)
-    i = 0
-    for attempt in range(1, attempts + 1):
-        for _ in range(policy.warmup):
-            step(make(i))
-            i += 1
-        cpu = meter().start()
-        start, times = clock(), []
-        while True:
-            if progress:
-                progress(i)
-            batch = make(i)
-            t0 = clock()
-            step(batch)
-            times.append(clock() - t0)
-            i += 1
-            if calibration_done({"compute": times}, clock() - start, policy) is not None:
-                break
-        med = statistics.median(times)
-        why = flag_reasons(times, med, load_per_core(), policy, None, cpu.share())
-        why.pop(TOO_SHORT, None)  # a step is not a kernel: the timer's resolution is no concern at its length
-        got = ComputeTiming(med, tuple(times), tuple(why), tuple(f"{f}: {w}" for f, w in why.items()), attempt)
-        key = (len(got.flags), rel_ci(times) or 0.0)
-        if best is None or key < best_key:
-            best, best_key = got, key
-        if not got.flags:
-            break
-    assert best is not None
-    return dataclasses.replace(best, attempts=attempt)
-
-
-#: the most two measurements of the compute time, one before and one after the kernels are timed, may differ before
-#: the answer says the machine changed speed under it: this 2-core VM's mlp step took 1.3 ms in one minute and
-#: 1.7-2.3 ms in the next, quiet both times, and each measurement alone looked steady
-COMPUTE_DRIFT = 0.10
-
-
-def combine_compute(before: ComputeTiming, after: ComputeTiming, limit: float = COMPUTE_DRIFT) -> ComputeTiming:
-    """One compute time from two measurements taken apart in time (before and after the kernels' bench).
-
-    The median is over both measurements' steps; flags and reasons of either stand, and the two medians
-    differing by more than ``limit`` flags ``drifted``: a machine whose speed moved during the run gives
-    a compute time (and so every speed-up) that the next run will not repeat, however steady each
-    measurement was on its own.
-    """
-    samples = before.samples + after.samples
-    flags = dict.fromkeys(before.flags + after.flags)
-    reasons = list(dict.fromkeys(before.reasons + after.reasons))
-    change = after.median_s / before.median_s - 1.0 if before.median_s > 0 else 0.0
-    if abs(change) > limit:
-        flags["drifted"] = None
-        reasons.append(f"drifted: {before.median_s * 1e3:.3g} ms per step before the kernels were timed, "
-                       f"{after.median_s * 1e3:.3g} ms after ({change:+.0%}, over ±{limit:.0%}): the machine changed speed "
-                       "during the run, so the next run will not repeat this answer")
-    return ComputeTiming(statistics.median(samples), samples, tuple(flags), tuple(reasons), before.attempts + after.attempts)
-
-
-def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2,
-                    progress: Progress | None = None) -> ComputeTiming:
-    """One forward + backward pass of zoo ``model`` at its default batch on this machine's CPU (:func:`time_compute`)."""
-    from gcbench.sources.zoo import load_model
-
-    zm = load_model(model, seed)
-
-    def step(batch: tuple[Any, Any]) -> None:
-        inputs, targets = batch
-        zm.module.zero_grad(set_to_none=True)
-        zm.loss_fn(zm.module(inputs), targets).backward()
-
-    def tick(i: int) -> None:
-        if progress:
-            progress("compute", min(i, policy.max_rounds), policy.max_rounds, f"{model}: forward + backward, step {i + 1}")
-
-    return time_compute(step, policy, attempts, progress=tick, prepare=lambda i: zm.make_batch(i, 0))
-
-
 def select_kernels(kernels: KernelSet, compressors: Sequence[str]) -> KernelSet:
     """``kernels`` with only the step kernels of the compressors ``compressors`` names (SPECs: their names count)."""
     wanted = {registry.parse_spec(sp)[0] for sp in compressors}
@@ -371,37 +279,14 @@ def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *,
     if before is not None:
         ct = combine_compute(before, ct)
         store_compute(Path(ks.origin), ks.model, ct)
+    if model is not None and kernels_file is None:  # a fresh measurement: does it agree with the last one stored here?
+        last = find_recent_bench(model, [], out_dir, stored=COMPUTE_KEY, skip=Path(ks.origin) if before is not None else None)
+        if last is not None:
+            ct = against_previous(ct, stored_compute(last[0], model), f"the bench of {_age_text(last[2])} ago ({last[1]})")
     origin = (f"measured on this machine's CPU, median of {len(ct.samples)} steps"
               + (f" in {ct.attempts} measurements" if ct.attempts > 1 else "")
               + "; give --compute-ms for the cluster's devices")
     return StepInputs(ks, ct.median_s, origin, ct.reasons)
-
-
-#: the key of a bench file under which advise stores the compute time it measured with the kernels
-COMPUTE_KEY = "advise_compute"
-
-
-def store_compute(path: Path, model: str, ct: ComputeTiming) -> None:
-    """Add ``ct`` to the bench file advise just wrote (atomically), so a later call reusing its kernels reuses it too."""
-    from gcbench.results.store import atomic_write_json
-
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data[COMPUTE_KEY] = {"model": model, "median_s": ct.median_s, "samples": list(ct.samples), "flags": list(ct.flags),
-                         "reasons": list(ct.reasons), "attempts": ct.attempts}
-    atomic_write_json(path, data)
-
-
-def stored_compute(record: RunRecord, model: str) -> ComputeTiming | None:
-    """The compute time :func:`store_compute` left in a bench record for ``model``, or None (a plain ``gcbench bench``)."""
-    d = (record.model_extra or {}).get(COMPUTE_KEY)
-    try:
-        if not isinstance(d, dict) or d.get("model") != model or not float(d["median_s"]) > 0:
-            return None
-        return ComputeTiming(float(d["median_s"]), tuple(float(v) for v in d.get("samples") or ()),
-                             tuple(str(f) for f in d.get("flags") or ()), tuple(str(r) for r in d.get("reasons") or ()),
-                             int(d.get("attempts") or 1))
-    except (KeyError, TypeError, ValueError):
-        return None  # a hand-edited block: measure anew
 
 
 @dataclass(frozen=True)
@@ -488,7 +373,7 @@ class Advice:
     def untrusted(self) -> list[str]:
         """The flagged timings every scenario's answer rests on, by name: the compute time, and any compressor's kernels
         (a flagged kernel could move a compressor above or below the one named best).  :meth:`untrusted_reasons` says why."""
-        out = [f"compute per step ({r.split(':')[0]})" for r in self.compute_flags]
+        out = list(dict.fromkeys(f"compute per step ({r.split(':')[0]})" for r in self.compute_flags))
         out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags]
         return out
 
@@ -509,7 +394,7 @@ class Advice:
             return self.untrusted()
         lead = ranked[0].speedup
         relevant = {s.label for s in ranked[:3]} | {s.label for s in sc.steps if s.speedup * CONTENDER_MARGIN >= lead}
-        out = [f"compute per step ({r.split(':')[0]})" for r in self.compute_flags]
+        out = list(dict.fromkeys(f"compute per step ({r.split(':')[0]})" for r in self.compute_flags))
         out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags and k.label in relevant]
         return out
 

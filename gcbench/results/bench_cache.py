@@ -50,13 +50,17 @@ def _covers(record: RunRecord, model: str, wanted: Sequence[tuple[str, str]]) ->
 
 
 def find_recent_bench(model: str, specs: Sequence[str], runs_dir: Path | str, *, device: str = "cpu",
-                      max_age_s: float = MAX_AGE_S, now: datetime | None = None) -> tuple[RunRecord, Path, float] | None:
+                      max_age_s: float = MAX_AGE_S, now: datetime | None = None, stored: str | None = None,
+                      skip: Path | None = None) -> tuple[RunRecord, Path, float] | None:
     """The newest complete bench file in ``runs_dir`` that measured ``model`` for every compressor ``specs`` names,
-    on this machine and gcbench version, at most ``max_age_s`` old: (record, path, age in seconds), or None."""
+    on this machine and gcbench version, at most ``max_age_s`` old: (record, path, age in seconds), or None.
+    ``stored``: only a file that holds this key (advise's compute time); ``skip``: not this file (the one just written)."""
     now = now or datetime.now(UTC)
     here = Environment.model_validate(environment(device)).machine_key()
     wanted = wanted_configs(specs)
     for path in reversed(list_runs(runs_dir)):
+        if skip is not None and path.resolve() == skip.resolve():
+            continue
         try:
             record = load_run(path)
         except GcbenchError:
@@ -68,6 +72,8 @@ def find_recent_bench(model: str, specs: Sequence[str], runs_dir: Path | str, *,
         if age is None or not 0 <= age <= max_age_s:
             continue
         if record.env.machine_key() != here or not _covers(record, model, wanted):
+            continue
+        if stored is not None and stored not in (record.model_extra or {}):
             continue
         return record, path, age
     return None

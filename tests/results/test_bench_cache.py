@@ -102,3 +102,25 @@ def test_the_sentence_says_compute_is_this_machines_unless_given() -> None:
     given = advise(ks, 0.01, [16], [1.0], 5e-6, compute_origin="given")
     assert "this machine's 10.0 ms a step" in local.summaries()[0] and "--compute-ms" in local.summaries()[0]
     assert "this machine" not in given.summaries()[0]
+
+
+def test_a_fresh_compute_time_far_from_the_last_stored_one_is_flagged_drifted(bench_dir: Path, tmp_path: Path) -> None:
+    """Each measurement steady alone, the machine's speed moved between runs: the answer must say so (issue 34 item 27)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    src = _only_file(bench_dir)
+    older, newer = runs / "20000101T000000Z-bench.json", runs / src.name  # by name: the stored one sorts first
+    shutil.copy(src, older)
+    shutil.copy(src, newer)
+    adv.store_compute(older, "mlp", adv.ComputeTiming(0.5, (0.5, 0.5, 0.5)))  # 500 ms: far from the mlp's step here
+    step = adv.step_inputs("mlp", ["none", "fp16"], runs)  # reuses `newer` (no compute stored): measures compute afresh
+    assert str(newer) in step.kernels.origin
+    assert any(r.startswith("drifted:") and "500 ms in the bench of" in r for r in step.compute_flags)
+
+
+def test_against_previous_keeps_a_time_within_ten_percent() -> None:
+    near = adv.against_previous(adv.ComputeTiming(1.35e-3, (1.35e-3,)), adv.ComputeTiming(1.30e-3, (1.30e-3,)), "x")
+    assert near.flags == () and near.reasons == ()
+    far = adv.against_previous(adv.ComputeTiming(1.8e-3, (1.8e-3,)), adv.ComputeTiming(1.3e-3, (1.3e-3,)), "the bench of 3 min ago")
+    assert far.flags == ("drifted",) and "1.8 ms per step now, 1.3 ms in the bench of 3 min ago (+38%" in far.reasons[0]
+    assert adv.against_previous(far, None, "x") is far
