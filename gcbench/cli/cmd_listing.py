@@ -114,7 +114,7 @@ def validate(suite: ValidateSuite) -> None:
 
     Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`.
     """
-    from gcbench.measure.suite import check_sources, find_suite, imported_code, load_suite
+    from gcbench.measure.suite import check_sources, duplicate_configs, find_suite, imported_code, load_suite
 
     path = find_suite(suite_arg(suite))
     s = load_suite(path)
@@ -122,6 +122,8 @@ def validate(suite: ValidateSuite) -> None:
     if problems:
         raise GcbenchError("\n".join(problems))
     memory_check(s, str(path), force=False)
+    for line in duplicate_configs(s):
+        warn(line)
     # paths and code names are the user's text: no markup, and no emoji (":b:" in "a:b:c" would become one)
     plain(f"ok: {path} — {len(s.sources)} source(s), {len(s.compressors)} compressor configuration(s), hash {s.hash()}")
     code = imported_code(s)

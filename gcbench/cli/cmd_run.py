@@ -11,7 +11,7 @@ from rich.markup import escape
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_arg, suite_choices
-from gcbench.cli.output import plain, print_json, progress_bar
+from gcbench.cli.output import plain, print_json, progress_bar, warn
 from gcbench.cli.preflight import check_output_dir, memory_check
 
 SuiteArg = Annotated[str | None, typer.Argument(help="Suite file or bundled suite name (default: suites/quick.toml).", metavar="SUITE")]
@@ -56,7 +56,7 @@ def run(
     """
     from gcbench.compressors import registry
     from gcbench.measure.runner import run_suite
-    from gcbench.measure.suite import apply_overrides, find_suite, load_suite, require_trusted_code, suite_label
+    from gcbench.measure.suite import apply_overrides, duplicate_configs, find_suite, load_suite, require_trusted_code, suite_label
     from gcbench.report import terminal as rep
     from gcbench.results.parse import as_cases
 
@@ -73,6 +73,8 @@ def run(
                         granularity=granularity, bucket_mb=bucket_mb, compressors=specs,
                         timing=False if no_timing else None)
     memory_check(s, str(path), force)
+    for line in duplicate_configs(s):
+        warn(line)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(s, out_dir, prog, suite_path=suite_label(path))
     cases = as_cases(outcome.records)

@@ -433,6 +433,26 @@ def find_suite(name_or_path: str | Path | None) -> Path:
     raise GcbenchError(f"suite file {str(name_or_path)!r} not found{hint}")
 
 
+def duplicate_configs(suite: Suite) -> list[str]:
+    """One line per compressor configuration that repeats an earlier one of ``suite`` (the same compressor with the
+    same effective parameters, defaults filled in from its card): it would measure the same thing twice."""
+    seen: dict[tuple[str, str], str] = {}
+    out = []
+    for c in suite.compressors:
+        try:
+            card = registry.get(c.name)
+            key = (card.name, json.dumps(dict(card.resolve(c.params)), sort_keys=True, default=str))
+        except GcbenchError:
+            continue  # an unknown name or a bad value: validation says so
+        label = c.label or c.name
+        if key in seen:
+            out.append(f"compressor {label!r} repeats {seen[key]!r}: {card.name} with the same parameters is measured twice "
+                       "(remove one, or give it other parameters)")
+        else:
+            seen[key] = label
+    return out
+
+
 def suite_label(path: Path) -> str:
     """How a results file names its suite: ``suites/NAME.toml`` for a bundled one (no machine path), else the path given."""
     try:

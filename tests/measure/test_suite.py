@@ -239,3 +239,23 @@ def test_the_estimate_cache_limit_is_the_runners(monkeypatch: pytest.MonkeyPatch
     from gcbench.measure import footprint, runner
 
     assert footprint._cache_limit() == runner.CACHE_LIMIT_BYTES
+
+
+def test_a_configuration_that_repeats_another_is_named() -> None:
+    """Issue 33 item 9: cnn measured topk and topk@0.01 (density 0.01 is topk's default), six cases twice."""
+    from gcbench.measure.suite import duplicate_configs, parse_suite
+
+    s = parse_suite({"name": "dup", "sources": [{"kind": "synthetic", "shapes": [[8, 8]]}], "compressors": [
+        {"name": "topk"}, {"name": "topk", "label": "topk@0.01", "params": {"density": 0.01}},
+        {"name": "topk", "label": "topk@0.1", "params": {"density": 0.1}}, {"name": "dgc"},
+        {"name": "dgc", "label": "dgc@0.001", "params": {"density": 0.001}}]})
+    lines = duplicate_configs(s)
+    assert len(lines) == 2
+    assert "'topk@0.01' repeats 'topk'" in lines[0] and "'dgc@0.001' repeats 'dgc'" in lines[1]
+
+
+def test_no_bundled_suite_measures_a_configuration_twice() -> None:
+    from gcbench.measure.suite import SUITE_DIR, duplicate_configs, load_suite
+
+    for path in sorted(SUITE_DIR.glob("*.toml")):
+        assert duplicate_configs(load_suite(path)) == [], path.name
