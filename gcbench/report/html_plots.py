@@ -464,9 +464,10 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
     by_label = {c.label: c for c in cases_that_ran(cases)}
     fig, ax = new_figure(7.6, 5.2)
     ends = []
-    for label, ys in curves.items():
+    for i, (label, ys) in enumerate(curves.items()):
         st = styles[label]
-        ax.plot(DECISION_BANDWIDTHS, ys, color=st.color, lw=1.2)
+        # markers along the line too: two curves of one colour (topk, topk@0.001) differ by marker, as in the legend
+        ax.plot(DECISION_BANDWIDTHS, ys, color=st.color, lw=1.2, marker=st.marker, ms=3.5, markevery=(i % 6, 6))
         if even[label] is not None:
             ax.plot([even[label]], [1.0], marker=st.marker, color=st.color, ms=6, ls="none", zorder=4)
         ends.append((DECISION_BANDWIDTHS[-1], ys[-1], case_name(by_label[label]) if label in by_label else label, st.color))

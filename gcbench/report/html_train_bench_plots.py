@@ -21,6 +21,7 @@ from matplotlib.ticker import MaxNLocator
 from gcbench.measure.bench import target_of
 from gcbench.report.html_plotkit import (
     COLORS,
+    MARKERS,
     PLOT_TITLE_MAX,
     Plot,
     add_legend,
@@ -92,8 +93,8 @@ def plot_size_scaling(points: Sequence[SizePoint], title: str) -> Plot | None:
     fig, ax = new_figure()
     for i, (label, pts) in enumerate(series.items()):
         xs = sorted(pts)
-        color = COLORS[i % len(COLORS)]
-        ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, lw=1.2, color=color, label=plot_text(names[label]))
+        color, marker = COLORS[i % len(COLORS)], MARKERS[(i // len(COLORS)) % len(MARKERS)]  # no two series share both
+        ax.plot(xs, [pts[x] for x in xs], marker=marker, ms=4, lw=1.2, color=color, label=plot_text(names[label]))
         flagged = [x for x in xs if (label, x) in hollow]
         if flagged:  # a flagged time: drawn, but not a speed to act on
             ax.scatter(flagged, [pts[x] for x in flagged], s=40, facecolors="white", edgecolors=color, linewidths=1.4, zorder=4)
