@@ -6,6 +6,7 @@ every user-supplied name is escaped for Markdown (:func:`md_escape`), and names 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from gcbench.core.errors import ResultsError
@@ -102,13 +103,18 @@ def markdown_layers_report(runs: Sequence[LoadedRun]) -> str:
     return "\n".join(["# gcbench report — per layer", "", body])
 
 
+# "<" and ">" become entities: every Markdown renderer shows them as text (a backslash escape of "<" is not one in
+# Python-Markdown, which would pass "\\<img onerror=...>" on as HTML).  "&" is escaped only where it would start an
+# entity: "Aji & Heafield" reads as written (it read "Aji &amp; Heafield" in the raw file)
 _MD_SPECIALS = str.maketrans({"\\": "\\\\", "|": "\\|", "*": "\\*", "_": "\\_", "`": "\\`", "[": "\\[", "]": "\\]",
-                              "<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "})
+                              "<": "&lt;", ">": "&gt;", "\n": " ", "\r": " "})
+#: an ampersand that would start an entity ("&lt;", "&#60;") in the text before escaping
+_ENTITY_START = re.compile(r"&(?=#?\w+;)")
 
 
 def md_escape(text: str) -> str:
-    """Text safe inside a Markdown table cell: pipes, emphasis, links and raw HTML neutralised."""
-    return str(text).translate(_MD_SPECIALS)
+    """Text safe inside a Markdown table cell: pipes, emphasis, links, raw HTML and entities neutralised."""
+    return _ENTITY_START.sub("&amp;", str(text)).translate(_MD_SPECIALS)
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] | None = None) -> str:

@@ -312,7 +312,8 @@ def bench_description(run: LoadedRun) -> str:
     steps = sorted({f"{c.model} ({c.tensors} tensors)" for c in run.cases if isinstance(c, BenchCase) and c.model})
     what = f"a whole step of {', '.join(steps)} per case; " if steps else ""
     return (f"{what}{or_unknown(suite and suite.threads)} threads, {or_unknown(run.data.env.device)}; "
-            f"times are medians of {or_unknown(suite and suite.repeats)} repeats; {machine_text(run.data)}")
+            f"times are medians of at least {or_unknown(suite and suite.repeats)} timed rounds per case, more until the median "
+            f"is pinned down (each case's rounds are in its record); {machine_text(run.data)}")
 
 
 def train_notes(cases: LoadedRun | Sequence[TrainCase]) -> list[str]:

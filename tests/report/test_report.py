@@ -296,7 +296,7 @@ def test_bench_table_shows_the_records_traffic_bound_multiple() -> None:
 def test_markdown_bench_table_has_every_row_target_and_verdict() -> None:
     run = _run("bench_small")
     text = markdown_report([run])
-    assert "## Kernel benchmark golden-bench" in text and "5 repeats" in text
+    assert "## Kernel benchmark golden-bench" in text and "at least 5 timed rounds" in text
     header, _, *rows = _md_tables(text)[0]
     assert _cells(header) == ["compressor", *[md_escape(c.header) for c in BENCH_COLUMNS], "target", "verdict"]
     cells = [dict(zip(_cells(header), _cells(r), strict=True)) for r in rows]
@@ -811,3 +811,11 @@ def test_the_names_of_the_report_before_its_split_still_resolve() -> None:
     assert all(callable(getattr(rep, n)) or getattr(rep, n) is not None for n in (*cli, *moved))
     assert all(hasattr(html, n) for n in ("write_html", "render_html", "plot_pareto", "plot_decision", "decision_curves",
                                           "DECISION_BANDWIDTHS", "layer_rows", "style_map", "SizePoint"))
+
+
+def test_markdown_escapes_what_would_be_html_or_an_entity_and_leaves_a_plain_ampersand() -> None:
+    """Issue 33 item 8: the Markdown read "Aji &amp; Heafield"; hostile text must still never become HTML."""
+    assert md_escape("Aji & Heafield") == "Aji & Heafield"
+    assert md_escape("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
+    assert md_escape("&lt;script&gt;") == "&amp;lt;script&amp;gt;"  # shown as typed, not turned into "<script>"
+    assert md_escape("a|b_c") == "a\\|b\\_c"
