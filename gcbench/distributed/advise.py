@@ -353,6 +353,16 @@ class Scenario:
         """The compressors faster than the uncompressed reference, fastest first."""
         return [s for s in self.steps if s.speedup > 1.0]
 
+    @property
+    def recommendable(self) -> list[Step]:
+        """The paying compressors that deliver at least :data:`DELIVERED_FLOOR` of the dense update (or were not measured)."""
+        return [s for s in self.paying if s.delivered is None or s.delivered.value >= DELIVERED_FLOOR]
+
+    @property
+    def below_floor(self) -> list[Step]:
+        """The paying compressors whose measured delivered fraction is under :data:`DELIVERED_FLOOR`: never recommended."""
+        return [s for s in self.paying if s.delivered is not None and s.delivered.value < DELIVERED_FLOOR]
+
 
 @dataclass(frozen=True)
 class Advice:
@@ -389,7 +399,7 @@ class Advice:
         flagged kernel could move above it.  A flagged kernel of a compressor far behind changes no answer: calling
         every sentence untrustworthy for it made the caveat ride on nearly every quiet run (one of 19 kernels just over
         ±10% is common on this 2-core machine)."""
-        ranked = list(sc.paying) or list(sc.steps)
+        ranked = list(sc.recommendable) or list(sc.paying) or list(sc.steps)
         if not ranked:
             return self.untrusted()
         lead = ranked[0].speedup
@@ -510,20 +520,39 @@ def caveat(flagged: Sequence[str]) -> str:
             "(why: under the table); rerun on a quiet machine before acting on it")
 
 
+#: the least fraction of the dense update a compressor must deliver over a stream to be recommended: one that delivers
+#: less is faster at sending something else (sdagc delivered 0.021 of the mlp's update and was named best; signsgd
+#: delivered -83.5, worse than sending nothing)
+DELIVERED_FLOOR = 0.5
+
+
+def _floor_text(s: Step) -> str:
+    d = s.delivered.value if s.delivered else float("nan")
+    why = "worse than sending nothing" if d < 0 else f"under the {DELIVERED_FLOOR:g} floor"
+    return f"{s.label} {s.speedup:.2f}× (delivers {d:.3g} of the dense update, {why})"
+
+
 def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = "") -> str:
     """One sentence for a scenario: the best compressor and what it costs, or that none pays; when any timing behind
-    it is ``flagged`` (:meth:`Advice.untrusted`), the sentence says the answer cannot be trusted and why."""
+    it is ``flagged`` (:meth:`Advice.untrusted`), the sentence says the answer cannot be trusted and why.  A compressor
+    that delivers less than :data:`DELIVERED_FLOOR` of the dense update is never the one recommended; the sentence names
+    it as faster but not recommended."""
     where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
+    low = sc.below_floor[:3]
+    not_rec = f"; faster but not recommended: {', '.join(_floor_text(s) for s in low)}" if low else ""
     if not sc.paying:
         best = sc.steps[0]
         return (f"{where}: no compressor pays — uncompressed all-reduce takes {1e3 * sc.reference_step_s:.0f} ms a step; "
                 f"the fastest compressor, {best.label}, is {best.speedup:.2f}×" + compute_note + caveat(flagged))
-    best = sc.paying[0]
+    if not sc.recommendable:
+        return (f"{where}: no compressor both pays and delivers enough of the update — uncompressed all-reduce takes "
+                f"{1e3 * sc.reference_step_s:.0f} ms a step{not_rec}" + compute_note + caveat(flagged))
+    best = sc.recommendable[0]
     fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
-    others = ", ".join(f"{s.label} {s.speedup:.2f}×" for s in sc.paying[1:3])
+    others = ", ".join(f"{s.label} {s.speedup:.2f}×" for s in sc.recommendable[1:3])
     return (f"{where}: best {best.label}, {best.speedup:.2f}× the uncompressed step ({1e3 * best.step_s:.0f} vs "
-            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + compute_note
-            + caveat(flagged))
+            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + not_rec
+            + compute_note + caveat(flagged))
 
 
 # ----------------------------------------------------------------------------- decision curves (the HTML report's plot)

@@ -339,3 +339,21 @@ def test_a_curves_break_even_is_where_it_crosses_one_on_the_log_axis() -> None:
     assert adv.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 0.0]) == pytest.approx(10 ** 1.5)
     assert adv.crossing([1.0, 10.0], [0.5, 2.0]) == pytest.approx(10 ** (1 / 3))
     assert adv.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 1.5]) is None
+
+
+def _step(label: str, speedup: float, delivered: float | None) -> adv.Step:
+    d = None if delivered is None else adv.Delivered(delivered, None, None, 10)
+    return adv.Step(label, label, "allgather", 0.01, 0.001, 0.001, 0.001, 0.02 / speedup, speedup, d)
+
+
+def test_a_compressor_under_the_fidelity_floor_is_never_recommended() -> None:
+    """Issue 33 item 2: advise named sdagc best while it delivered 0.021 of the update, and ranked signsgd (-83.5) silently."""
+    sc = adv.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("signsgd", 2.5, -83.5), _step("qsgd", 1.8, 0.95),
+                                             _step("fp16", 1.4, None), _step("none", 0.9, 1.0)))
+    line = adv.summary_line(sc)
+    assert "best qsgd, 1.80×" in line and "delivering 0.950" in line and "also faster: fp16 1.40×" in line
+    assert "faster but not recommended: sdagc 3.03× (delivers 0.021 of the dense update, under the 0.5 floor)" in line
+    assert "signsgd 2.50× (delivers -83.5 of the dense update, worse than sending nothing)" in line
+    only_low = adv.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("none", 0.9, 1.0)))
+    line = adv.summary_line(only_low)
+    assert "no compressor both pays and delivers enough" in line and "best" not in line
