@@ -68,6 +68,7 @@ from gcbench.distributed.compute_time import (
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
 from gcbench.results.bench_cache import find_recent_bench
 from gcbench.results.parse import as_cases
+from gcbench.results.recommend import DELIVERED_FLOOR
 from gcbench.results.record import BenchCase, RunCase, RunRecord, XCopy
 
 Progress = Callable[[str, int, int, str], None]
@@ -518,12 +519,6 @@ def caveat(flagged: Sequence[str]) -> str:
     named = ", ".join(flagged[:CAVEAT_NAMES]) + (f" and {len(flagged) - CAVEAT_NAMES} more" if len(flagged) > CAVEAT_NAMES else "")
     return (f" — but this answer cannot be trusted: the timings behind it were flagged after re-measuring: {named} "
             "(why: under the table); rerun on a quiet machine before acting on it")
-
-
-#: the least fraction of the dense update a compressor must deliver over a stream to be recommended: one that delivers
-#: less is faster at sending something else (sdagc delivered 0.021 of the mlp's update and was named best; signsgd
-#: delivered -83.5, worse than sending nothing)
-DELIVERED_FLOOR = 0.5
 
 
 def _floor_text(s: Step) -> str:

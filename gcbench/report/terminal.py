@@ -298,9 +298,16 @@ def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_
     return t
 
 
+def recommendation_output(cases: Sequence[RunCase]) -> list[RenderableType]:
+    """One sentence per source: which compressor to use (:func:`gcbench.results.recommend.recommendations`)."""
+    from gcbench.results.recommend import recommendations
+
+    return [Text(clip(r.sentence(), 2000), style="bold") for r in recommendations(cases)]
+
+
 def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
-    """What ``gcbench run`` prints after a run: the per-source tables of its cases and the footnote."""
-    return [*case_tables(cases, title), Text(LEGEND)]
+    """What ``gcbench run`` prints after a run: the per-source tables of its cases, the footnote, one recommendation per source."""
+    return [*case_tables(cases, title), Text(LEGEND), *recommendation_output(cases)]
 
 
 def verdict_output(pairs: Sequence[PairVerdict]) -> list[RenderableType]:
@@ -371,7 +378,8 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     steps = "?" if first is None or first.steps is None else first.steps
     reference = first.stream.reference if first is not None and first.stream and first.stream.reference else None
     src = clip(src)
-    out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep))]
+    out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep)),
+                                 *recommendation_output(cases)]
     if sweep is None:
         out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
     main = head_to_head(cases, MAIN_METRICS)
