@@ -129,7 +129,9 @@ def run_facts(run: LoadedRun) -> dict[str, str]:
     if run.kind == "bench":
         # a bench file has no suite: its settings are the sizes, repeats and threads
         sizes = ", ".join(size_text(n) for n in (suite.sizes if suite else None) or [])
-        suite_text = (f"bench: sizes {sizes or '?'}, {or_unknown(suite and suite.repeats)} repeats, "
+        models = sorted({str(c.model) for c in cases if getattr(c, "model", None)})
+        what = f"sizes {sizes}" if sizes else (f"whole steps of {', '.join(models)}" if models else "sizes not recorded")
+        suite_text = (f"bench: {what}, at least {or_unknown(suite and suite.repeats)} timed rounds, "
                       f"{or_unknown(suite and suite.threads)} threads")
     else:
         suite_text = f"{or_unknown(suite and suite.name)} (hash {or_unknown(d.suite_hash)[:8]})"

@@ -77,7 +77,7 @@ def stream_caption(cases: Sequence[RunCase], label: Callable[[str], str] = str) 
     steps = sorted({c.stream.steps for c in ok if c.stream and c.stream.steps is not None})
     text = f"fidelity on the common reference: {ref}"
     if steps:
-        text += f", over {steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} steps"
+        text += (f", over {steps[0]} step{'' if steps[0] == 1 else 's'}" if len(steps) == 1 else f", over {steps[0]}–{steps[-1]} steps")
     own = [label(c.label) for c in ok if c.stream and c.stream.own_momentum]
     if own:
         one = len(own) == 1
