@@ -10,6 +10,9 @@ import math
 import os
 from collections.abc import Iterator
 
+# the CLI's piped output takes its width from COLUMNS (else 200): tests read 200-column output whatever the shell exports
+os.environ["COLUMNS"] = "200"
+
 import numpy as np
 import pytest
 import torch

@@ -7,6 +7,7 @@ every stderr line goes through this module's ``err`` so that replacement sees th
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,10 +19,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gcbench.report.progress import RunEta
 
+
 # piped output (logs, CI) gets wide tables instead of folded cells
 # emoji=False: rich would turn ':b:' in a user's text (a model 'a:b:c') into an emoji; escape() does not stop that
 # (sys.stdout is None when the shell closed it, `gcbench list >&-`: main() says so in one line)
-out = Console(emoji=False) if sys.stdout is not None and sys.stdout.isatty() else Console(width=200, emoji=False)
+def _piped_width() -> int:
+    """The width of output that is not a terminal: ``COLUMNS`` when it names one, else 200 (a file is read, not wrapped)."""
+    try:
+        return max(40, min(1000, int(os.environ.get("COLUMNS", ""))))
+    except ValueError:
+        return 200
+
+
+out = Console(emoji=False) if sys.stdout is not None and sys.stdout.isatty() else Console(width=_piped_width(), emoji=False)
 err = Console(stderr=True, emoji=False)
 
 # redraws of the progress display per second (see progress_bar)

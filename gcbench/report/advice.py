@@ -7,6 +7,22 @@ from rich.table import Table
 from gcbench.distributed.advise import Advice, Step, summary_line
 from gcbench.report.text import term
 
+#: the collectives' short names in the table (the legend under it spells them out): the protocol column of a two-leg
+#: compressor ("alltoall (pairwise) + allgather (ring)") alone took 38 of the 120 columns a table may use
+SHORT_COLLECTIVES = {"allgather": "AG", "allreduce": "AR", "alltoall": "A2A", "reduce_scatter": "RS", "broadcast": "BC",
+                     "gather": "G", "scatter": "S"}
+COLLECTIVE_LEGEND = ("protocol: AG all-gather, AR all-reduce, A2A all-to-all, RS reduce-scatter, BC broadcast, G gather, "
+                     "S scatter; ring, tree, pairwise: the algorithm priced; * = a flagged timing (why: under the table)")
+
+
+def short_protocol(text: str) -> str:
+    """``alltoall (pairwise) + allgather (ring)`` as ``A2A pairwise + AG ring``."""
+    legs = []
+    for leg in text.split(" + "):
+        name, _, algo = leg.partition(" (")
+        legs.append(" ".join(filter(None, (SHORT_COLLECTIVES.get(name, name), algo.rstrip(")")))))
+    return " + ".join(legs)
+
 
 def _speedup(s: Step) -> str:
     text = f"{s.speedup:.2f}×"
@@ -27,21 +43,25 @@ def advice_output(adv: Advice) -> list[Table | str]:
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
     for n in sorted({sc.workers for sc in adv.scenarios}):
         scs = {sc.bandwidth_gbps: sc for sc in adv.scenarios if sc.workers == n}
-        t = Table(title=f"{n} workers — predicted speed-up over uncompressed all-reduce (above 1× compression pays)", title_justify="left")
-        for col, just in (("compressor", "left"), ("protocol", "left"), ("MB/step", "right"), ("compress ms", "right"),
-                          ("decode ms", "right"), ("delivered", "right")):
-            t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+        t = Table(title=f"{n} workers — predicted speed-up over uncompressed all-reduce at each link speed "
+                        "(G = Gbit/s; above 1× compression pays)", title_justify="left")
+        # names and protocols may wrap; numbers never do: the table keeps within 120 columns at four link speeds
+        for col, just, wrap in (("compressor", "left", True), ("protocol", "left", True), ("MB/step", "right", False),
+                                ("comp ms", "right", False), ("dec ms", "right", False), ("delivered", "right", False)):
+            t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
         for bw in bws:
-            t.add_column(f"{bw:g} Gbit/s", justify="right", no_wrap=True)
+            t.add_column(f"{bw:g}G", justify="right", no_wrap=True)
         first = scs[bws[0]]
         order = sorted(first.steps, key=lambda s: -max(next(x for x in scs[b].steps if x.label == s.label).speedup for b in bws))
         for s in order:
             cells = [_speedup(next(x for x in scs[b].steps if x.label == s.label)) for b in bws]
             k = ks.get(s.label)
-            flags = f" ({', '.join(s.flags)})" if s.flags else ""
-            t.add_row(term(s.label), s.collective, f"{(k.wire_bytes if k else 0) / 1e6:.3g}", f"{1e3 * s.compress_s:.1f}{flags}",
+            flags = "*" if s.flags else ""  # which flags, and why: the "Flagged timings" lines under the table
+            t.add_row(term(s.label), short_protocol(s.collective), f"{(k.wire_bytes if k else 0) / 1e6:.3g}",
+                      f"{1e3 * s.compress_s:.1f}{flags}",
                       f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
         out.append(t)
+        out.append(COLLECTIVE_LEGEND)
         out.extend(summary_line(scs[bw], adv.untrusted_for(scs[bw]), adv.compute_note()) for bw in bws)
     why = adv.untrusted_reasons()
     if why:
@@ -49,7 +69,8 @@ def advice_output(adv: Advice) -> list[Table | str]:
     fid = (f"delivered = fraction of the dense update delivered over a stream, from {adv.fidelity_origin}"
            if adv.fidelity_origin else "delivered: not measured (pass a `gcbench run`/`compare` results file of this model)")
     out.append("step = compute + compress + communication of the compressor's protocol + decode of the payloads it receives "
-               "(decode ms: all of them); uncompressed = compute + copy into buckets + all-reduce of fp32 (ring or tree) + copy back; "
+               "(comp ms: compress; dec ms: decoding all of them); uncompressed = compute + copy into buckets + all-reduce of fp32 "
+               "(ring or tree) + copy back; "
                + ("communication overlaps the backward pass (2/3 of compute) bucket by bucket, the last bucket's never"
                   if adv.overlap else "no overlap of communication with the backward pass (--overlap models DDP's)") + f". {fid}.")
     return out
