@@ -10,6 +10,7 @@ import terminal as rep`` keeps working.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -493,28 +494,44 @@ def train_table(cases: Sequence[TrainCase], title: str) -> Table:
     return t
 
 
+_FLAGS_IN_CELL = re.compile(r" \(([^()]*)\)$")
+
+
+def _marked(text: str) -> str:
+    """A cell's bracketed flags as one mark, ``*``: which flags and why are listed under the table (keeps it in 120 columns)."""
+    return _FLAGS_IN_CELL.sub("*", text)
+
+
 def bench_table(run: LoadedRun) -> Table:
-    """A bench file: the target table of ``gcbench bench`` (one row per compressor and size)."""
+    """A bench file: the target table of ``gcbench bench`` (one row per compressor and size).
+
+    Each compressor's target is written once under the table, not in a column of every row: the column wrapped onto
+    eight lines at 120 columns.  Flagged timings carry ``*``; the lines under the table say which flag and why.
+    """
     t = Table(title=f"{term(run.run_id)} — kernel benchmark: {term(bench_description(run), TEXT_MAX)}", title_justify="left")
     t.add_column("compressor", no_wrap=True)
     for col in BENCH_COLUMNS:
         t.add_column(col.header, justify="right", no_wrap=True)
-    t.add_column("target")
     t.add_column("verdict", no_wrap=True)
     errors = []
+    targets: dict[str, str] = {}
     for c in run.cases:
         if not c.ok:
             t.add_row(term(bench_name(c)), fmt(c.metric("numel"), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
-                      "", "[red]error[/]")
+                      "[red]error[/]")
             errors.append((bench_name(c), c.error_text))
             continue
         target, mark = bench_target(c)
+        targets.setdefault(str(c.name), target)
         style = {"pass": "green", "short": "red", "flagged": "yellow"}.get(mark)
         change = "" if c.baseline_change is None else f" ({100 * c.baseline_change:+.0f}% vs base)"  # `bench --baseline`
-        t.add_row(term(bench_name(c)), *[col.text(c) for col in BENCH_COLUMNS], rich_escape(target),
+        cells = [size_text(c.numel) if col.key == "numel" else _marked(col.text(c)) for col in BENCH_COLUMNS]  # 1M, not 1,000,000
+        t.add_row(term(bench_name(c)), *cells,
                   (f"[{style}]{mark}[/]" if style else mark) + change)
-    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(BENCH_FOOTNOTE)] + bench_roofline(run.cases)
-                          + [rich_escape(line) for line in flag_reason_lines(run.cases)])
+    target_line = "targets: " + "; ".join(f"{name} {text}" for name, text in targets.items() if text and text != "—")
+    t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(target_line)] * bool(targets)
+                          + ["* = a flagged timing (which flag and why: the lines below)", rich_escape(BENCH_FOOTNOTE)]
+                          + bench_roofline(run.cases) + [rich_escape(line) for line in flag_reason_lines(run.cases)])
     t.caption_justify = "left"
     return t
 

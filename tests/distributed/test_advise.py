@@ -357,3 +357,24 @@ def test_a_compressor_under_the_fidelity_floor_is_never_recommended() -> None:
     only_low = adv.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("none", 0.9, 1.0)))
     line = adv.summary_line(only_low)
     assert "no compressor both pays and delivers enough" in line and "best" not in line
+
+
+def test_the_advise_table_fits_120_columns_at_four_link_speeds() -> None:
+    """Issue 33 item 7: advise's table was 152 columns wide and truncated its headers ("1 Gbi…") at 160."""
+    from rich.console import Console
+
+    from gcbench.report.advice import advice_output, short_protocol
+
+    assert short_protocol("alltoall (pairwise) + allgather (ring)") == "A2A pairwise + AG ring"
+    ks = adv.KernelSet("mlp", "cpu", "test machine", "test", tuple(
+        adv.StepKernels(name, name, 1e-3, 1e-3, 1e-3, 4e6 / r, 4e6, ("unstable",) if name == "topk_dither" else (), 1, ())
+        for name, r in (("none", 1), ("natural_dither", 8), ("topk_dither", 50), ("onebit", 30), ("powersgd", 100))))
+    advice = adv.advise(ks, 0.01, [16], [1.0, 10.0, 25.0, 100.0], 5e-6)
+    console = Console(width=120, record=True, emoji=False)
+    for part in advice_output(advice):
+        console.print(part)
+    text = console.export_text()
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    assert rows and all(len(line) <= 120 for line in text.splitlines())
+    assert not any("…" in line for line in rows), "a cell was cut"
+    assert any("*" in line for line in rows if "topk_dither" in line)  # its flag, as a mark

@@ -819,3 +819,16 @@ def test_markdown_escapes_what_would_be_html_or_an_entity_and_leaves_a_plain_amp
     assert md_escape("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
     assert md_escape("&lt;script&gt;") == "&amp;lt;script&amp;gt;"  # shown as typed, not turned into "<script>"
     assert md_escape("a|b_c") == "a\\|b\\_c"
+
+
+def test_the_bench_table_fits_120_columns_without_cutting_a_number() -> None:
+    """Issue 33 item 7: bench's target column wrapped onto eight lines and cells were cut ("1 Gbi…")."""
+    from gcbench.report.terminal import bench_table
+
+    console = Console(width=120, record=True, emoji=False)
+    console.print(bench_table(_run("bench_small")))
+    text = console.export_text()
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    assert rows and all(len(line) <= 120 for line in text.splitlines())
+    assert not any("…" in line for line in rows), "a cell was cut"
+    assert "targets: " in text
