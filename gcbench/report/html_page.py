@@ -62,6 +62,7 @@ from gcbench.report.views import (
     phase_columns,
     phase_values,
     row_cells,
+    source_answers,
     stream_caption,
     train_description,
     train_notes,
@@ -177,7 +178,7 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
                         "layers": layer_rows(cases), "layer_headers": LAYER_HEADERS,
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
-                        "granularity": _first(cases, "granularity")})
+                        "granularity": _first(cases, "granularity"), "answers": source_answers(run.kind, cases)})
     size_plot = plot_size_scaling([run_size_point(c) for c in run.cases if c.ok], f"throughput vs tensor size — {run.run_id}")
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
             "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}

@@ -40,6 +40,7 @@ from gcbench.report.views import (
     phase_columns,
     phase_values,
     row_cells,
+    source_answers,
     stream_caption,
     train_description,
     train_notes,
@@ -171,6 +172,8 @@ def markdown_summary(run: LoadedRun) -> str:
              f"torch {md_escape(f['torch'])}.", ""]
     for src, cases in by_source(run.cases).items():
         parts += [f"### {md_escape(src)}", "", md_escape(stream_caption(cases)), "", _md_cases(cases, SUMMARY_COLUMNS), ""]
+        parts += [f"**{md_escape(line)}**" if i == 0 else f"* {md_escape(line)}" for i, line in
+                  enumerate(source_answers(run.kind, cases))] + [""]
         if any(c.ok and c.fidelity is not None for c in cases):
             parts += ["One-shot fidelity (own reference): " + md_escape(oneshot_caption(cases).removeprefix("one shot: ")), "",
                       _md_cases(cases, ONESHOT_COLUMNS), ""]

@@ -368,3 +368,23 @@ def measured_text(res: ClaimResult) -> str:
         failed = [m for m in res.measurements if m.error]
         return "not measured in these runs" + (f" (matching case failed: {failed[0].error})" if failed else "")
     return "; ".join(f"{format_measured(m.value, res.claim.unit)} {m.how()} — {m.where()}" for m in res.measured())
+
+
+def source_answers(kind: str | None, cases: Sequence[RunCase]) -> list[str]:
+    """The sentences a report puts under a source's table: the recommendation
+    (:func:`gcbench.results.recommend.recommend`) and, for a ``compare`` run, each pair's verdict — the same the
+    terminal prints, so the Markdown and HTML of a compare run carry its answer too."""
+    from gcbench.results.recommend import recommend
+    from gcbench.results.verdict import verdicts
+
+    run_cases = [c for c in cases if isinstance(c, RunCase)]
+    if not run_cases:
+        return []
+    out = [recommend(run_cases[0].source_label, run_cases).sentence()]
+    if kind == "compare":
+        try:
+            pairs = verdicts(run_cases)
+        except ValueError:  # cases of several sources: a verdict compares one
+            pairs = []
+        out += [f"verdict: {v.summary}" for v in pairs]
+    return out

@@ -832,3 +832,12 @@ def test_the_bench_table_fits_120_columns_without_cutting_a_number() -> None:
     assert rows and all(len(line) <= 120 for line in text.splitlines())
     assert not any("…" in line for line in rows), "a cell was cut"
     assert "targets: " in text
+
+
+def test_the_markdown_of_a_run_carries_each_sources_answer() -> None:
+    """Issue 33 items 2 and 4: the recommendation (and a compare run's verdicts) reach the Markdown, not only the terminal."""
+    text = markdown_report([_run("run_base")])
+    assert "**live resnet50: no recommendation — these results have no stream" in text
+    answers = [line for line in text.splitlines() if line.startswith("**")]
+    assert len(answers) == len(by_source(_run("run_base").cases))  # one per source
+    assert not any("<img" in line for line in answers)  # a hostile source label stays text
