@@ -127,7 +127,7 @@ def report(
         from gcbench.report.html import write_html
 
         path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,
-                          claims_missing=claims_missing, index=inp.index)
+                          claims_missing=claims_missing, index=inp.index, history=inp.history)
         plain(f"report: {path}")
     elif md:
         text = rep.markdown_layers_report(detailed) if layers else rep.markdown_report(detailed, claims, comparison, all_metrics)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gcbench.distributed.advise import DECISION_BANDWIDTHS, DECISION_LATENCY_S, decision_curves
 from gcbench.report.html_page import (
@@ -129,7 +130,8 @@ __all__ = [
 
 def write_html(path: str | Path, runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,
                comparison: Comparison | None = None, detailed: Sequence[LoadedRun] | None = None,
-               claims_missing: str = "No claims file was loaded.", index: Sequence[dict[str, str]] | None = None) -> Path:
+               claims_missing: str = "No claims file was loaded.", index: Sequence[dict[str, str]] | None = None,
+               history: Sequence[dict[str, Any]] | None = None) -> Path:
     """Render and write the report atomically (:func:`gcbench.results.atomic.atomic_write`); ``index`` as :func:`render_html`."""
-    text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed, index=index)
+    text = render_html(runs, claims, comparison, claims_missing=claims_missing, detailed=detailed, index=index, history=history)
     return atomic_write(Path(path), text)

@@ -42,7 +42,7 @@ from gcbench.report.html_train_bench_plots import (
     run_size_point,
 )
 from gcbench.report.load import LoadedRun, run_facts
-from gcbench.report.notes import BENCH_FOOTNOTE, DAGGER, FOOTNOTE, PHASE_NOTE, TRAIN_FOOTNOTE, WORKER_NOTE
+from gcbench.report.notes import BENCH_FOOTNOTE, DAGGER, FOOTNOTE, PHASE_NOTE, TRAIN_FOOTNOTE, WORKER_NOTE, X_COPY_HEADER
 from gcbench.report.numbers import fmt
 from gcbench.report.text import clip
 from gcbench.report.views import (
@@ -283,9 +283,23 @@ _ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, tri
                           finalize=page_text)
 
 
+#: the most runs the history table shows (the newest ones)
+HISTORY_RUNS = 12
+
+
+def _history_context(history: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The history table: one row per case of the newest run, one column per run of its suite (oldest → newest)."""
+    shown = list(history)[-HISTORY_RUNS:]
+    labels = list(shown[-1]["values"])
+    rows = [{"label": label, "cells": [fmt(h["values"].get(label), "x") for h in shown]} for label in labels]
+    return {"suite": shown[-1]["suite"], "metric": X_COPY_HEADER, "total": len(history),
+            "columns": [{"run": h["run"], "date": str(h["date"])[:16], "commit": h["commit"]} for h in shown], "rows": rows}
+
+
 def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None, comparison: Comparison | None = None,
                 title: str = "gcbench report", claims_missing: str = "No claims file was loaded.",
-                detailed: Sequence[LoadedRun] | None = None, index: Sequence[dict[str, str]] | None = None) -> str:
+                detailed: Sequence[LoadedRun] | None = None, index: Sequence[dict[str, str]] | None = None,
+                history: Sequence[dict[str, Any]] | None = None) -> str:
     """The whole report as one self-contained HTML document.
 
     ``runs`` are listed in the summary; ``detailed`` (default: all of them) get their tables and plots.
@@ -305,6 +319,7 @@ def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None 
                           f"{'s' if len(index) - len(anchors) != 1 else ''} listed only: name runs "
                           "(gcbench report --html RUN ...) or add --all to render them.")
     return template.render(
+        history=_history_context(history) if history else None,
         index_note=index_note,
         title=title,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -17,7 +17,7 @@ from gcbench.core.errors import ResultsError
 from gcbench.report.numbers import or_unknown, size_text
 from gcbench.results.compare import Comparison, compare_runs
 from gcbench.results.parse import as_record
-from gcbench.results.record import RunRecord
+from gcbench.results.record import RunCase, RunRecord
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 
@@ -84,6 +84,7 @@ def newest_with_index(runs_dir: str | Path, on_skip: Callable[[ResultsError], No
     if not paths:
         raise ResultsError(f"no results files in {runs_dir} (run `gcbench run` first, or name results files)")
     index: list[dict[str, str]] = []
+    history: list[dict[str, Any]] = []
     newest: LoadedRun | None = None
     for p in paths:
         try:
@@ -93,11 +94,29 @@ def newest_with_index(runs_dir: str | Path, on_skip: Callable[[ResultsError], No
                 raise
             on_skip(exc)
             continue
-        index.append(run_facts(run))
+        facts = run_facts(run)
+        index.append(facts)
+        history.append(_history_point(run, facts))
         newest = run  # oldest first: the last that loads is the newest
     if newest is None:
         raise ResultsError(f"no readable results files in {runs_dir} ({len(paths)} skipped)")
-    return ReportInput([newest], [newest], index=index)
+    mine = history[-1]
+    same = [h for h in history if h["kind"] == mine["kind"] and h["suite"] == mine["suite"] and h["values"]]
+    return ReportInput([newest], [newest], index=index, history=same if len(same) > 1 else None)
+
+
+#: the metric the history view follows across runs: the kernels' speed, what a change of code moves (asv's view)
+HISTORY_METRIC = "comp_over_copy"
+
+
+def _history_point(run: LoadedRun, facts: dict[str, str]) -> dict[str, Any]:
+    """One run's entry of the history view: its id, date, suite and each case's :data:`HISTORY_METRIC`."""
+    suite = run.data.suite
+    values = {}
+    if run.kind in ("run", "compare"):
+        values = {f"{c.source_label} / {c.label}": c.metric(HISTORY_METRIC) for c in run.cases if isinstance(c, RunCase) and c.ok}
+    return {"run": run.run_id, "date": facts.get("date", ""), "kind": run.kind,
+            "suite": getattr(suite, "name", None), "commit": facts.get("commit", ""), "values": values}
 
 
 def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Path:
@@ -163,6 +182,8 @@ class ReportInput:
     comparison: Comparison | None = None
     #: every run of the folder as :func:`run_facts` (oldest first) when only the newest is loaded (``report --html``)
     index: list[dict[str, str]] | None = None
+    #: the runs of the newest one's suite, oldest first, with each case's :data:`HISTORY_METRIC` (``report --html``)
+    history: list[dict[str, Any]] | None = None
 
 
 def report_input(refs: Sequence[str] | None, runs_dir: str | Path, baseline: str | None = None, threshold: float = 0.05,

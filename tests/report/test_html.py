@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
+import shutil
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
@@ -668,3 +670,21 @@ def test_the_page_modules_draw_from_the_view_model_not_the_terminal_renderer() -
     assert (folder / page.TEMPLATE_FILE).is_file() and page.page_template().startswith("<!DOCTYPE html>")
     project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
     assert "report/templates/*.j2" in project["tool"]["setuptools"]["package-data"]["gcbench"]
+
+
+def test_the_default_page_has_a_history_of_the_newest_runs_suite(tmp_path: Path) -> None:
+    """Issue 33 item 4: a metric's history across the stored runs of one suite (asv-style), beside the index of runs."""
+    from gcbench.report.load import newest_with_index
+
+    shutil.copy(GOLDEN / "run_base.json", tmp_path / "20260105T100000Z-golden.json")
+    shutil.copy(GOLDEN / "run_new.json", tmp_path / "20260106T100000Z-golden.json")
+    shutil.copy(GOLDEN / "bench_small.json", tmp_path / "20260107T100000Z-bench.json")  # another kind: not in the history
+    inp = newest_with_index(tmp_path)
+    assert inp.loaded[0].kind == "bench" and inp.history is None  # the newest is a bench: no run history to show
+    (tmp_path / "20260107T100000Z-bench.json").unlink()
+    inp = newest_with_index(tmp_path)
+    assert inp.history is not None and [h["run"] for h in inp.history] == ["golden-base", "golden-new"]
+    page = render_html(inp.loaded, detailed=inp.detailed, index=inp.index, history=inp.history)
+    assert 'id="history"' in page and "History — suite golden" in page
+    label = next(iter(inp.history[-1]["values"]))
+    assert html.escape(label) in page
