@@ -454,6 +454,22 @@ def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> P
     return Plot("phase_pareto", title, png_uri(fig), caption)
 
 
+#: a decision plot names the compressors among the best this many at some bandwidth; the rest are drawn in grey:
+#: 30 named curves fanned their labels out and could not be told apart
+DECISION_FRONT = 3
+
+
+def decision_front(curves: dict[str, list[float]], top: int = DECISION_FRONT) -> set[str]:
+    """The labels among the ``top`` highest speed-ups at some bandwidth of the decision curves (all, for few curves)."""
+    if len(curves) <= 2 * top:
+        return set(curves)
+    labels = list(curves)
+    out: set[str] = set()
+    for j in range(len(next(iter(curves.values())))):
+        out.update(sorted(labels, key=lambda lab: -curves[lab][j])[:top])
+    return out
+
+
 def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Predicted speed-up over uncompressed all-reduce against link bandwidth at the source's worker count, break-evens marked."""
     got = decision_curves(cases)
@@ -464,10 +480,14 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
     by_label = {c.label: c for c in cases_that_ran(cases)}
     fig, ax = new_figure(7.6, 5.2)
     ends = []
+    front = decision_front(curves)
     for i, (label, ys) in enumerate(curves.items()):
         st = styles[label]
+        if label not in front:  # the rest: thin grey, unnamed (its break-even is in the run's tables via advise)
+            ax.plot(DECISION_BANDWIDTHS, ys, color="#c9ced4", lw=0.8, zorder=1)
+            continue
         # markers along the line too: two curves of one colour (topk, topk@0.001) differ by marker, as in the legend
-        ax.plot(DECISION_BANDWIDTHS, ys, color=st.color, lw=1.2, marker=st.marker, ms=3.5, markevery=(i % 6, 6))
+        ax.plot(DECISION_BANDWIDTHS, ys, color=st.color, lw=1.2, marker=st.marker, ms=3.5, markevery=(i % 6, 6), zorder=3)
         if even[label] is not None:
             ax.plot([even[label]], [1.0], marker=st.marker, color=st.color, ms=6, ls="none", zorder=4)
         ends.append((DECISION_BANDWIDTHS[-1], ys[-1], case_name(by_label[label]) if label in by_label else label, st.color))
@@ -483,7 +503,9 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
     caption = (f"gcbench advise's model on {workers} workers, α = {DECISION_LATENCY_S * 1e6:g} µs, {comp}; kernels from this run's "
                "timings on this machine. step = compute + compress + the compressor's protocol + decode; uncompressed = compute "
                "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. A marker on the dashed line is a break-even "
-               "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`.")
+               "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`."
+               + (f" In colour the front: the best {DECISION_FRONT} at some bandwidth ({len(front)} of {len(curves)}); the "
+                  f"{len(curves) - len(front)} others in grey." if len(front) < len(curves) else ""))
     return Plot("decision", title, png_uri(fig), caption, wide=True)
 
 

@@ -688,3 +688,13 @@ def test_the_default_page_has_a_history_of_the_newest_runs_suite(tmp_path: Path)
     assert 'id="history"' in page and "History — suite golden" in page
     label = next(iter(inp.history[-1]["values"]))
     assert html.escape(label) in page
+
+
+def test_the_decision_plot_names_the_front_and_greys_the_rest() -> None:
+    """Issue 33 item 5: 30 named curves were unreadable; the best three at any bandwidth are named, the rest grey."""
+    from gcbench.report.html_plots import decision_front
+
+    few = {"a": [2.0, 1.0], "b": [1.0, 2.0]}
+    assert decision_front(few) == {"a", "b"}
+    many = {f"c{i}": [10.0 - i, 1.0 + 0.01 * i] for i in range(10)}  # c0 best on slow links, c9 on fast ones
+    assert decision_front(many) == {"c0", "c1", "c2", "c7", "c8", "c9"}
