@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcbench.report.notes import X_COPY_DEC_HEADER, X_COPY_HEADER
-from gcbench.report.numbers import fmt, fraction_text, or_unknown, spread_text
+from gcbench.report.numbers import fmt, fraction_text, or_unknown, range_text, spread_text
 from gcbench.results.metrics import METRICS
 from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, XCopy
 
@@ -116,7 +116,7 @@ def delivered_text(case: RunCase) -> str:
     text = fraction_text(v)
     ci = st.worker_ci
     if ci is not None and ci.lo is not None and ci.hi is not None:
-        text += f" (workers {fraction_text(ci.lo)}–{fraction_text(ci.hi)})"
+        text += f" (workers {range_text(fraction_text(ci.lo), fraction_text(ci.hi))})"
     if st.enough is False:
         text += f" (short: {or_unknown(st.steps)} step{'' if st.steps == 1 else 's'})"
     return text

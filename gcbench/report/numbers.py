@@ -81,3 +81,8 @@ def fmt(v: float | None, kind: str = "g") -> str:
 
 def or_unknown(v: Any, default: str = "?") -> str:
     return default if v is None else str(v)
+
+
+def range_text(lo: str, hi: str) -> str:
+    """``lo–hi``, or ``lo to hi`` where a bound is negative: "-10.5–-7.38" read as a subtraction."""
+    return f"{lo} to {hi}" if lo.startswith(("-", "−")) or hi.startswith(("-", "−")) else f"{lo}–{hi}"

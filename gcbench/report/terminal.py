@@ -81,7 +81,7 @@ from gcbench.report.notes import (
     X_COPY_DEC_HEADER,
     X_COPY_HEADER,
 )
-from gcbench.report.numbers import fmt, fraction_text, size_text, spread_text
+from gcbench.report.numbers import fmt, fraction_text, range_text, size_text, spread_text
 from gcbench.report.text import NAME_MAX, TEXT_MAX, clip, term
 from gcbench.report.views import (
     CaseRow,
@@ -332,7 +332,7 @@ def _side_cell(row: SideRow, i: int, case: RunCase) -> str:
     elif metric == "delivered" and case.stream is not None:
         ci = case.stream.worker_ci
         # the bracket is over each worker's own stream, not an interval of the aggregate's value beside it
-        text = fmt(v, "g") + (f" (workers {fmt(ci.lo, 'g')}–{fmt(ci.hi, 'g')})" if ci is not None and ci.lo is not None
+        text = fmt(v, "g") + (f" (workers {range_text(fmt(ci.lo, 'g'), fmt(ci.hi, 'g'))})" if ci is not None and ci.lo is not None
                               and ci.hi is not None else "")
         text += " (too short)" if case.stream.enough is False else ""
     else:

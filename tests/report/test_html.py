@@ -433,7 +433,7 @@ def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_d
         assert section.index('title="1 − ‖Σ_t(U_t − D_t)‖') < detail
         assert section.index('data-plot="pareto"') < detail < section.index('data-plot="pareto_oneshot"')
         assert 'title="relative MSE ‖C(x)−x‖²/‖x‖²' not in section[:detail]  # no one-shot column in the main table
-    assert "(short: 2 steps)" in text and "-0.300 (workers -0.350–-0.250)" in text
+    assert "(short: 2 steps)" in text and "-0.300 (workers -0.350 to -0.250)" in text
     assert "dgc-paper, dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in text  # DGC's own reference named in the detail
 
 

@@ -514,7 +514,7 @@ def test_run_tables_put_the_common_reference_first_and_each_own_reference_apart(
     assert "dgc applies momentum itself" in flat
     assert "dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in flat
     row = {ln.split("│")[1].strip(): ln for ln in lines[main_header:oneshot_title] if ln.startswith("│")}
-    assert "0.950 (workers 0.900–1.000)" in row["dgc"] and "-0.400 (workers -0.450–-0.350) (short: 3 steps)" in row["signsgd"]
+    assert "0.950 (workers 0.900–1.000)" in row["dgc"] and "-0.400 (workers -0.450 to -0.350) (short: 3 steps)" in row["signsgd"]
     assert "short = a stream of fewer than the 10 steps" in flat
     oneshot = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:-1]] for ln in lines[oneshot_title:] if ln.startswith("│")}
     assert oneshot["topk"][:2] == ["0.9", "0.91"] and oneshot["topk"][3] == "0.3"  # q, q scaled, cosine: whole model
