@@ -7,6 +7,7 @@ import html
 import json
 import re
 import shutil
+import subprocess
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
@@ -698,3 +699,32 @@ def test_the_decision_plot_names_the_front_and_greys_the_rest() -> None:
     assert decision_front(few) == {"a", "b"}
     many = {f"c{i}": [10.0 - i, 1.0 + 0.01 * i] for i in range(10)}  # c0 best on slow links, c9 on fast ones
     assert decision_front(many) == {"c0", "c1", "c2", "c7", "c8", "c9"}
+
+
+_FAKE_DOM = """
+const rows = [...Array(10).keys()].map(i => ({ textContent: `row ${i} topk`, style: {}, cells: [] }));
+let listener = null, inserted = null;
+const table = { tBodies: [{ rows }], tHead: null, parentNode: null };
+table.parentNode = { classList: { contains: c => c === "tablewrap" }, parentNode: { insertBefore: box => { inserted = box; } } };
+global.document = { getElementById: () => null, querySelectorAll: () => [table],
+  createElement: () => ({ setAttribute() {}, addEventListener: (e, f) => { listener = f; }, value: "" }) };
+eval(require("fs").readFileSync(process.argv[2], "utf8"));
+inserted.value = "ROW 3  topk";
+listener();
+console.log(JSON.stringify(rows.filter(r => r.style.display !== "none").map(r => r.textContent)));
+"""
+
+
+def test_the_pages_filter_box_keeps_the_rows_holding_every_word(tmp_path: Path) -> None:
+    """Issue 33 item 4: tables filterable, not only sortable (the page's own script, run on a stub DOM by node)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    page = render_html([_load("run_base")])
+    script = re.search(r"<script>(.*?)</script>", page, re.S)
+    assert script is not None
+    (tmp_path / "page.js").write_text(script.group(1), encoding="utf-8")
+    (tmp_path / "dom.js").write_text(_FAKE_DOM, encoding="utf-8")
+    out = subprocess.run([node, str(tmp_path / "dom.js"), str(tmp_path / "page.js")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["row 3 topk"]
