@@ -88,8 +88,10 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
 
     def update(stage: str, done: int, total: int, message: str) -> None:
         # messages carry labels and library errors: escaped, or a "[/]" in them kills the refresh thread
+        eta.update(stage, done, total, message)
+        if stage == "plan":  # the ETA's, not a row of the display
+            return
         text = escape(message)
-        eta.update(stage, done, total)
         if stage not in tasks:
             tasks[stage] = prog.add_task(text, total=total, stage=escape(stage), eta="")
         prog.update(tasks[stage], completed=done, total=total, description=text)

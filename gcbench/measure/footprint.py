@@ -135,6 +135,25 @@ def _trace_size(path: str) -> tuple[int, int, int] | None:
         return None  # check_sources reports a broken trace
 
 
+def source_work(src: SourceSpec) -> float | None:
+    """Gradient elements a source's cases compress over its stream (elements × workers × steps), without torch; None
+    when unknown (a user's model).  What a case costs grows with it: the run's ETA weighs its cases by it."""
+    if src.kind == "synthetic":
+        got = (sum(math.prod(s) for s in src.shapes), 0) if src.shapes else _model_numel_and_activations(src.model or "", {})
+        workers, steps = src.workers or 1, src.steps or 1
+    elif src.kind == "live":
+        options = {k: v for k, v in (("batch_size", src.batch_size), ("image_size", src.image_size)) if v is not None}
+        got = _model_numel_and_activations(src.model or "", options)
+        workers, steps = src.workers or 4, src.steps or 10
+    else:
+        traced = _trace_size(src.path or "")
+        if traced is None:
+            return None
+        got = (traced[0], 0)
+        workers, steps = min(src.workers or traced[1], traced[1]), min(src.steps or traced[2], traced[2])
+    return None if got is None else float(got[0] * workers * steps)
+
+
 def source_bytes(index: int, src: SourceSpec) -> Need | None:
     """The estimated peak memory of running ``src`` (None: not estimable without importing user code)."""
     model_bytes = 0

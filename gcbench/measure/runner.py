@@ -23,6 +23,7 @@ error and the run goes on.
 
 from __future__ import annotations
 
+import json
 import os
 import traceback
 import zlib
@@ -55,6 +56,7 @@ from gcbench.measure.casemath import (
     worker_mean,
 )
 from gcbench.measure.fidelity import Fidelity, fidelity
+from gcbench.measure.footprint import source_work
 from gcbench.measure.granularity import Unit, gather, make_units
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.measure.timing import TimingPolicy, flat_like, settle_copy, time_step
@@ -517,6 +519,9 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     total = len(suite.sources) * len(suite.compressors)
     done = 0
     status = "complete"
+    # what each case will cost, roughly: its source's elements × workers × steps (the ETA weighs cases by it)
+    work = [source_work(s) for s in suite.sources]
+    progress("plan", 0, total, json.dumps({"work": work, "cases": [c.label for c in suite.compressors]}))
     try:
         for s_idx, src_spec in enumerate(suite.sources):
             try:

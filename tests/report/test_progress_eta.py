@@ -87,3 +87,46 @@ def test_done_run_and_other_stages() -> None:
                                                 (3725.5, "1:02:06")])
 def test_format_seconds(seconds: float, text: str) -> None:
     assert format_seconds(seconds) == text
+
+
+def test_with_the_runners_plan_cases_are_weighed_by_their_sources_work_and_their_compressor() -> None:
+    """Issue 33 item 6: half way through two sources, the second (half the work) is priced from the first's times."""
+    import json
+
+    from gcbench.report.progress import RunEta
+
+    now = [0.0]
+    eta = RunEta(clock=lambda: now[0])
+    eta.update("plan", 0, 4, json.dumps({"work": [10.0, 5.0], "cases": ["a", "b"]}))
+
+    def case(start: float, end: float, done_before: int) -> None:
+        now[0] = start
+        eta.update("case", done_before, 4, "x on s")
+        eta.update("step", 0, 2, "")
+        now[0] = end
+        eta.update("step", 2, 2, "")
+        eta.update("case", done_before + 1, 4, "x done")
+
+    case(2.0, 4.0, 0)  # source 0 built in 2 s; a: 2 s for 10 units
+    case(4.0, 10.0, 1)  # b: 6 s for 10 units
+    # left: building source 1 (0.2 s a unit × 5) + a (0.2 × 5) + b (0.6 × 5) = 5 s; the unweighted mean said 8 s
+    assert eta.remaining() == pytest.approx(5.0)
+    case(11.0, 12.0, 2)  # source 1 built in 1 s, a took 1 s
+    assert eta.remaining() == pytest.approx(3.0)
+
+
+def test_a_plan_that_cannot_be_read_or_holds_an_unknown_work_leaves_the_mean() -> None:
+    import json
+
+    from gcbench.report.progress import RunEta
+
+    for message in ("not json", json.dumps({"work": [None, 5.0], "cases": ["a", "b"]})):
+        now = [0.0]
+        eta = RunEta(clock=lambda now=now: now[0])
+        eta.update("plan", 0, 4, message)
+        eta.update("case", 0, 4, "a on s")
+        eta.update("step", 0, 1, "")
+        now[0] = 3.0
+        eta.update("step", 1, 1, "")
+        eta.update("case", 1, 4, "a done")
+        assert eta.remaining() == pytest.approx(9.0)  # 3 s a case × 3 cases left
