@@ -41,11 +41,12 @@ def replay(trace: Path) -> None:
     data = json.loads(trace.read_text(encoding="utf-8"))
     calls = data["calls"]
     if not any(c[1] == "plan" for c in calls):  # recorded before the runner announced its plan: the same plan, from the suite
-        from gcbench.measure.footprint import source_work
+        from gcbench.measure.footprint import source_build_work, source_work
         from gcbench.measure.suite import find_suite, load_suite
 
         suite = load_suite(find_suite(data["suite"]))
-        plan = {"work": [source_work(s) for s in suite.sources], "cases": [c.label for c in suite.compressors]}
+        plan = {"work": [source_work(s) for s in suite.sources], "build": [source_build_work(s) for s in suite.sources],
+                "cases": [c.label for c in suite.compressors]}
         calls.insert(0, [0.0, "plan", 0, len(suite.sources) * len(suite.compressors), json.dumps(plan)])
     now = [0.0]
     eta = RunEta(clock=lambda: now[0])

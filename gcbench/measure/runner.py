@@ -56,7 +56,7 @@ from gcbench.measure.casemath import (
     worker_mean,
 )
 from gcbench.measure.fidelity import Fidelity, fidelity
-from gcbench.measure.footprint import source_work
+from gcbench.measure.footprint import source_build_work, source_work
 from gcbench.measure.granularity import Unit, gather, make_units
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
 from gcbench.measure.timing import TimingPolicy, flat_like, settle_copy, time_step
@@ -520,8 +520,9 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     done = 0
     status = "complete"
     # what each case will cost, roughly: its source's elements × workers × steps (the ETA weighs cases by it)
-    work = [source_work(s) for s in suite.sources]
-    progress("plan", 0, total, json.dumps({"work": work, "cases": [c.label for c in suite.compressors]}))
+    plan = {"work": [source_work(s) for s in suite.sources], "build": [source_build_work(s) for s in suite.sources],
+            "cases": [c.label for c in suite.compressors]}
+    progress("plan", 0, total, json.dumps(plan))
     try:
         for s_idx, src_spec in enumerate(suite.sources):
             try:

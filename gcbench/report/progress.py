@@ -16,7 +16,8 @@ into "cases done / total, elapsed, time left":
 * with the runner's plan (stage ``plan``: each source's work — elements × workers × steps — and the
   compressors, cases source-major), cases are weighed instead: each compressor's seconds per unit of
   work are learned from its cases done and priced at the work of the cases left, and building each
-  source not started is priced at the rate the started ones took.  On the quick suite the unweighted
+  source not started is priced at the rate the started ones took per unit of their build work (a
+  live model's activations × workers × steps).  On the quick suite the unweighted
   ETA was 80% short a quarter in: a cast takes milliseconds, a sparsifier seconds.
 
 The clock is injected, so the arithmetic is tested without waiting.
@@ -49,6 +50,7 @@ class RunEta:
         self._fraction = 0.0  # steps done / steps of the running case
         # the runner's plan (stage ``plan``): each source's work and the compressor labels, cases source-major
         self._work: list[float | None] | None = None
+        self._build: list[float | None] | None = None  # what building each source costs (a live model: its activations)
         self._labels: list[str] = []
         self._timed: dict[int, float] = {}  # case index -> seconds, for the plan's weighting
         self._gaps: dict[int, float] = {}  # source index -> seconds before its first case's first step (building it)
@@ -80,11 +82,13 @@ class RunEta:
         try:
             plan = json.loads(message)
             work = [None if w is None else float(w) for w in plan["work"]]
+            build = [None if w is None else float(w) for w in plan.get("build") or plan["work"]]
             labels = [str(x) for x in plan["cases"]]
         except (ValueError, KeyError, TypeError):
             return  # no plan: every case weighs the same
-        if labels and len(work) * len(labels) == total and all(w is None or w > 0 for w in work):
-            self._work, self._labels, self.total, self._last_done_at = work, labels, total, now
+        if labels and len(work) * len(labels) == total and len(build) == len(work) and all(
+                w is None or w > 0 for w in (*work, *build)):
+            self._work, self._build, self._labels, self.total, self._last_done_at = work, build, labels, total, now
 
     def _weighted_left(self) -> float | None:
         """Seconds left by the plan: each case's seconds per unit of its source's work, learned per compressor from
@@ -103,10 +107,11 @@ class RunEta:
             rs = rates.get(labels[i % n])
             cost = (sum(rs) / len(rs) if rs else mean_rate) * work[i // n]  # type: ignore[operator]
             left += cost * (1.0 - self._fraction) if i == self.done and self._case_start is not None else cost
-        if self._gaps:
-            gap_rate = sum(self._gaps.values()) / sum(work[s] for s in self._gaps)  # type: ignore[misc]
+        build = self._build or work
+        if self._gaps and all(build[s] is not None for s in range(len(build))):
+            gap_rate = sum(self._gaps.values()) / sum(build[s] for s in self._gaps)  # type: ignore[misc]
             started = (self.done + (1 if self._case_start is not None else 0) + n - 1) // n
-            left += sum(gap_rate * work[s] for s in range(started, len(work)))  # type: ignore[operator]
+            left += sum(gap_rate * build[s] for s in range(started, len(build)))  # type: ignore[operator]
         return left
 
     def per_case(self) -> float | None:

@@ -130,3 +130,21 @@ def test_a_plan_that_cannot_be_read_or_holds_an_unknown_work_leaves_the_mean() -
         eta.update("step", 1, 1, "")
         eta.update("case", 1, 4, "a done")
         assert eta.remaining() == pytest.approx(9.0)  # 3 s a case × 3 cases left
+
+
+def test_building_a_source_is_priced_by_its_build_work() -> None:
+    """A live model's build (forward + backward on every worker-step) follows its activations, not its parameters."""
+    import json
+
+    from gcbench.report.progress import RunEta
+
+    now = [0.0]
+    eta = RunEta(clock=lambda: now[0])
+    eta.update("plan", 0, 2, json.dumps({"work": [10.0, 10.0], "build": [100.0, 10.0], "cases": ["a"]}))
+    now[0] = 20.0  # building source 0 took 20 s (0.2 s a unit of build work)
+    eta.update("case", 0, 2, "a on s0")
+    eta.update("step", 0, 1, "")
+    now[0] = 25.0
+    eta.update("step", 1, 1, "")
+    eta.update("case", 1, 2, "a done")
+    assert eta.remaining() == pytest.approx(0.2 * 10 + 5.0)  # source 1's build (10 units) + a's 5 s on equal work
