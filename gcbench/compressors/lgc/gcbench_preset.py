@@ -93,7 +93,8 @@ class GcbenchPreset(Preset):
             agg = yield from self._dense_exchange(u, a, ctx, phase, shape, dtype)
             sent = a  # a dense step leaves no residual
         elif phase == "topk" or not use_ae:
-            agg, sent = yield from self._topk_exchange(u, a, state, ctx, phase, leader, phase == "topk" and use_ae, shape, dtype)
+            agg, sent = yield from self._topk_exchange(u, a, state, ctx, phase, leader,
+                                                        self._train if phase == "topk" and use_ae else None, shape, dtype)
         elif self.settings["mode"] == "ps":
             agg, sent = yield from self._ps_compressed(u, a, state, ctx, leader, shape, dtype)
         else:

@@ -126,7 +126,7 @@ class ReferencePreset(Preset):
             elif phase == "topk" or not use_ae:
                 pushes.append([])
                 aggs[u], sent[u] = yield from counted_in(
-                    self._topk_exchange(u, a, None, ctx, phase, 0, False, shapes[u], xs[u].dtype, pushes[-1]), u)
+                    self._topk_exchange(u, a, None, ctx, phase, 0, None, shapes[u], xs[u].dtype, pushes[-1]), u)
         if mid and phase != "dense" and use_ae:
             a_mid = [corrected[u] for u in mid]
             geo = [(shapes[u], xs[u].dtype) for u in mid]

@@ -9,7 +9,7 @@ what each phase sends.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -23,6 +23,9 @@ from gcbench.core.compressor import State, body_numpy
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import SERVER, Context, Leg, Message, Outcome, Send, ToServer, WorkerProtocol
+
+#: one autoencoder training step of a top-k round: (autoencoder record, values, innovation values, innovation mask, leader)
+Trainer = Callable[[dict[str, Any], torch.Tensor, torch.Tensor, torch.Tensor, int], None]
 
 
 class LGCCompressor(Protocol):
@@ -86,10 +89,6 @@ class Rounds:
         """The compressor's effective parameters (:attr:`LGC.settings`)."""
         return self.lgc.settings
 
-    def _train(self, rec: dict[str, Any], values: torch.Tensor, inn_vals: torch.Tensor, inn_mask: torch.Tensor, leader: int) -> None:
-        """The training round of :meth:`_topk_exchange` (``train``): only ``preset="gcbench"`` trains there."""
-        raise NotImplementedError(f"{type(self).__name__} trains no per-tensor autoencoder in a top-k round")
-
     def _dense_exchange(self, u: int, a: torch.Tensor, ctx: Context, phase: str, shape: tuple[int, ...],
                         dtype: torch.dtype) -> Generator[Leg, Any, torch.Tensor]:
         """The mean of the workers' fp32 vectors, flat: ps through the server (push, pull), ring by a ring all-reduce."""
@@ -107,11 +106,12 @@ class Rounds:
         pull = only(got, f"{phase}:pull")
         return ctx.once((u, "aggregate"), lambda: self.lgc.decode_received(pull, shape).reshape(-1))
 
-    def _topk_exchange(self, u: int, a: torch.Tensor, state: State | None, ctx: Context, phase: str, leader: int, train: bool,
+    def _topk_exchange(self, u: int, a: torch.Tensor, state: State | None, ctx: Context, phase: str, leader: int, train: Trainer | None,
                        shape: tuple[int, ...], dtype: torch.dtype,
                        keep: list[Payload] | None = None) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
         """Top-k with error feedback: ps through the server (push, pull of the mean at the union of the
-        indices), ring by all-gather; with ``train``, then the autoencoder's training round.  (aggregate, sent).
+        indices), ring by all-gather; with a ``train`` step (only ``preset="gcbench"`` trains per tensor), then the
+        autoencoder's training round, which calls it.  (aggregate, sent).
 
         ``keep`` receives every worker's push, by worker, where this worker sees them (ps: in the
         server's round, where it is hosted; ring: from the all-gather), for a later training round
@@ -135,7 +135,7 @@ class Rounds:
                 acc /= n
                 support = torch.unique(torch.cat([self.wire.read_sparse(p, d)[1] for p in pushes]))
                 replies = [Message(f"{phase}:pull", SERVER, tuple(range(n)), self.wire.topk(acc[support], support, d, shape, dtype))]
-                if train:  # the server tells the other workers the leader's index set
+                if train is not None:  # the server tells the other workers the leader's index set
                     server["pushed"] = pushed = [self.wire.read_sparse(p, d) for p in pushes]
                     ip = self.wire.indices(pushed[leader][1], d, shape, dtype)
                     replies.append(Message("topk:train", SERVER, others(leader, n), ip))
@@ -144,7 +144,7 @@ class Rounds:
             got = yield ToServer([Message(f"{phase}:push", me, (), push)], f"{phase}:push", serve)
             pull = only(got, f"{phase}:pull")
             agg = ctx.once((u, "aggregate"), lambda: self.lgc.decode_received(pull, shape).reshape(-1))
-            if train:
+            if train is not None:
                 idx_l = idx if me == leader else self.wire.read_indices(only(got, "topk:train"), d, 0)[1]
                 mine = [] if me == leader else [Message("topk:train", me, (), self.wire.missing_values(a, idx, idx_l, shape, dtype))]
 
@@ -155,7 +155,7 @@ class Rounds:
                     values = self._values_at(pushed, lead, leader, extra)
                     inn_vals, inn_mask = self._innovation_in_k(pushed, lead, True, d)
                     assert state is not None, "training needs the unit's state"
-                    self._train(self.lgc.autoencoder(state, n), values, inn_vals, inn_mask, leader)
+                    train(self.lgc.autoencoder(state, n), values, inn_vals, inn_mask, leader)
                     return []
 
                 yield ToServer(mine, "topk:train", serve_train)
@@ -173,7 +173,7 @@ class Rounds:
             return acc / n
 
         agg = ctx.once((u, "aggregate"), mean)
-        if train:  # every worker trains an identical replica on every worker's values at the leader's indices
+        if train is not None:  # every worker trains an identical replica on every worker's values at the leader's indices
             pushed = [self.wire.read_sparse(p, d) for p in pushes]
             idx_l = pushed[leader][1]
             extra = None if me == leader else self.wire.missing_values(a, idx, idx_l, shape, dtype)
@@ -183,7 +183,7 @@ class Rounds:
             values = self._values_at(pushed, idx_l, leader, rows)
             inn_vals, inn_mask = self._innovation_in_k(pushed, idx_l, False, d)
             assert state is not None, "training needs the unit's state"
-            ctx.once((u, "train"), lambda: self._train(self.lgc.autoencoder(state, n), values, inn_vals, inn_mask, leader))
+            ctx.once((u, "train"), lambda: train(self.lgc.autoencoder(state, n), values, inn_vals, inn_mask, leader))
         return agg, sent
 
     def _values_at(self, pushed: list[tuple[torch.Tensor, torch.Tensor]], idx_l: torch.Tensor, leader: int,
