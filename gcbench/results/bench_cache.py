@@ -61,6 +61,8 @@ def find_recent_bench(model: str, specs: Sequence[str], runs_dir: Path | str, *,
     for path in reversed(list_runs(runs_dir)):
         if skip is not None and path.resolve() == skip.resolve():
             continue
+        if not path.stem.split("-", 1)[-1].startswith("bench"):
+            continue  # bench files are named <UTC time>-bench[-N].json: skip loading the run and compare files
         try:
             record = load_run(path)
         except GcbenchError:
