@@ -31,6 +31,7 @@ from gcbench.results.record import (
     BenchCase,
     BenchRecord,
     Case,
+    ConvergeRecord,
     MeasureRecord,
     RunCase,
     RunRecord,
@@ -46,7 +47,8 @@ def _tag(value: Any) -> str | None:
 
 
 _RECORD: TypeAdapter[RunRecord] = TypeAdapter(Annotated[
-    Annotated[MeasureRecord, Tag("run")] | Annotated[TrainRecord, Tag("train")] | Annotated[BenchRecord, Tag("bench")],
+    Annotated[MeasureRecord, Tag("run")] | Annotated[TrainRecord, Tag("train")] | Annotated[BenchRecord, Tag("bench")]
+    | Annotated[ConvergeRecord, Tag("converge")],
     Discriminator(_tag, custom_error_type="kind", custom_error_message="kind"),
 ])
 

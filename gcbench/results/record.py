@@ -10,7 +10,10 @@ What a case holds depends on the file's ``kind``, so the record is a union discr
 * ``train`` (:class:`TrainRecord`): :class:`TrainCase`, one per compressor of
   :mod:`gcbench.distributed.train` — the :class:`Training` results besides the size;
 * ``bench`` (:class:`BenchRecord`): :class:`BenchCase`, one per (compressor, size) of
-  :mod:`gcbench.measure.bench`.
+  :mod:`gcbench.measure.bench`;
+* ``converge`` (:class:`ConvergeRecord`): :class:`ConvergeCase`, one per compressor (and the
+  uncompressed reference) of ``gcbench converge`` — settings, every seed's closed-loop curve and
+  outcome, and the summary across seeds with 95% intervals.
 
 Choices:
 
@@ -56,7 +59,7 @@ from gcbench.results.fields import (  # noqa: F401  (COUNT_MAX, FLOAT_INT_MAX, I
 
 SCHEMA_VERSION = 1
 
-KINDS = ("run", "compare", "train", "bench")
+KINDS = ("run", "compare", "train", "bench", "converge")
 
 #: ``UPGRADES[v]`` turns a schema-``v`` dict into a schema-``v + 1`` one (:func:`gcbench.results.parse.upgrade` applies
 #: them).  Schema 1 is the first and still the newest: a change of the layout bumps SCHEMA_VERSION and adds its step
@@ -731,6 +734,167 @@ class BenchCase(Model):
         return [float(s) / copy_med for s in timing.samples_s or [] if _finite(s) is not None]
 
 
+# ----------------------------------------------------------------------------- convergence (gcbench converge)
+
+# The schema of a closed-loop convergence results file (``kind = "converge"``, ``gcbench converge``).
+#
+# A convergence run trains one problem (a *task*: a zoo, Hugging Face or user model with its loss,
+# or one of the ``train`` tasks) with N simulated workers, once uncompressed (the *reference*) and
+# once per compressor, each over several seeds.  Every step's update is made from the compressed
+# aggregate (the compressor's own protocol), so a compressor's errors change the trajectory it is
+# measured on.  One :class:`ConvergeCase` per compressor holds:
+#
+# * ``convergence.settings`` (:class:`ConvergeSettings`): what decides the numbers — task, metric
+#   and its direction, workers, steps, batch, optimizer, learning rate, evaluation interval, seeds,
+#   the target rule.  Every case of one file has the same settings (the reference's are the file's);
+#   ``advise --convergence`` refuses a file whose ``task`` is not the model it is asked about.
+# * ``convergence.seeds`` (:class:`SeedRun`): one per seed — its outcome (``ok``, ``diverged``,
+#   ``error``), its curve (:class:`ConvergePoint` at every evaluation), the final metric, and the
+#   steps it took to reach the target (``None`` when it did not reach it within the budget:
+#   :attr:`SeedRun.reached` tells the two apart from a missing number).
+# * ``convergence.summary`` (:class:`ConvergeSummary`): across seeds — the final metric's mean and
+#   95% CI, the final gap to the reference (reference minus compressor, paired by seed where both
+#   finished) with its 95% CI, the steps to target over the seeds that reached it with a CI, how
+#   many seeds reached it, how many diverged, and the mean curve with its band.
+#
+# A :class:`Interval` is ``mean`` with ``low``/``high`` (a 95% Student-t interval over seeds; equal
+# to the mean with one seed) and ``n`` the number of values it is over.
+#
+# The metric is always "higher is better" on the file (accuracy; a loss-only task records the
+# negated loss as ``metric`` and says so in ``settings.metric``/``settings.metric_direction``), so
+# readers compare one way.
+
+#: the outcomes of one seed's run
+SEED_STATUSES = ("ok", "diverged", "error")
+
+
+class Interval(Model):
+    """A mean over seeds with its 95% confidence interval (Student t); ``n`` values."""
+
+    mean: Num | None = None
+    low: Num | None = None
+    high: Num | None = None
+    n: Count | None = None
+
+
+class ConvergePoint(Model):
+    """The numbers at one evaluation of one seed's run."""
+
+    step: Int
+    train_loss: Num | None = None
+    eval_loss: Num | None = None
+    metric: Num | None = None
+    #: the simulated wall time so far is not stored: it depends on the cluster (advise computes it)
+
+
+class SeedRun(Model):
+    """One seed of one compressor: outcome, curve, final metric, steps to the target."""
+
+    seed: Int
+    status: Str  # one of SEED_STATUSES
+    error: Str | None = None
+    diverged_at_step: Int | None = None
+    diverged_reason: Str | None = None  # "non-finite loss", "loss above 10x its start" ...
+    steps_run: Int | None = None
+    curve: list[ConvergePoint] | None = None
+    final_metric: Num | None = None
+    final_loss: Num | None = None
+    reached: Bool | None = None  # whether the metric reached the target within the budget
+    steps_to_target: Int | None = None  # the first evaluated step at or above the target; None when not reached
+    wall_s: Num | None = None  # this machine's time for the seed (simulation cost, not a cluster prediction)
+
+
+class ConvergeSettings(Model):
+    """What decides a convergence run's numbers (the same for every case of a file)."""
+
+    task: Str  # "zoo:smallcnn", "hf:gpt2", "digits", "module:pkg:factory" ...
+    dataset: Str | None = None
+    metric: Str  # "accuracy", "neg_loss" ...
+    metric_direction: Literal["higher"] = "higher"
+    workers: Count
+    steps: Count
+    batch_per_worker: Count | None = None
+    optimizer: Str  # "sgd", "adam", "adamw"
+    lr: Num
+    momentum: Num | None = None
+    weight_decay: Num | None = None
+    eval_every: Count | None = None
+    seeds: list[Int]
+    #: how the target was set: "fraction" (of the reference's final metric) or "value"
+    target_rule: Str | None = None
+    target_fraction: Num | None = None
+    target: Num | None = None  # the metric value to reach (resolved from the reference when a fraction)
+    parameters: Int | None = None  # the model's parameter count
+    divergence_factor: Num | None = None  # loss above this × its first value counts as divergence
+
+
+class ConvergeSummary(Model):
+    """Across seeds: final metric, gap to the reference, steps to target, divergence, mean curve with a band."""
+
+    final_metric: Interval | None = None
+    gap: Interval | None = None  # reference minus this compressor (positive: worse), paired by seed
+    steps_to_target: Interval | None = None  # over the seeds that reached the target
+    reached: Count | None = None
+    diverged: Count | None = None
+    failed: Count | None = None
+    seeds: Count | None = None
+    curve_steps: list[Int] | None = None
+    curve_mean: Series | None = None
+    curve_low: Series | None = None
+    curve_high: Series | None = None
+    loss_mean: Series | None = None
+
+
+class ConvergeBytes(Model):
+    """Bytes each worker sent per step (the protocol's traffic, as ``run`` counts it)."""
+
+    sent_per_worker_per_step: Num | None = None
+    payload_per_worker_per_step: Num | None = None
+    dense_per_step: Num | None = None
+
+
+class Convergence(Model):
+    settings: ConvergeSettings
+    reference: Bool | None = None  # this case is the uncompressed reference
+    seeds: list[SeedRun] | None = None
+    summary: ConvergeSummary | None = None
+    bytes: ConvergeBytes | None = None
+
+
+class ConvergeCase(CaseBase):
+    """One compressor (or the reference) of ``gcbench converge``."""
+
+    convergence: Convergence | None = None
+
+    @property
+    def source_label(self) -> str:
+        return self.convergence.settings.task if self.convergence else "?"
+
+    source_name = source_label
+
+    def metric(self, name: str) -> float | None:
+        s = self.convergence.summary if self.convergence else None
+        if s is None:
+            return None
+        get: dict[str, Any] = {
+            "final_metric": s.final_metric.mean if s.final_metric else None,
+            "gap": s.gap.mean if s.gap else None,
+            "steps_to_target": s.steps_to_target.mean if s.steps_to_target else None,
+            "reached": s.reached,
+            "diverged": s.diverged,
+        }
+        v = get.get(name)
+        return None if v is None else float(v)
+
+    def samples(self, name: str) -> list[float]:
+        return []
+
+    def standard_error(self, name: str) -> float | None:
+        return None
+
+
+
+
 # ----------------------------------------------------------------------------- the record
 
 
@@ -791,5 +955,11 @@ class BenchRecord(RunRecord):
     cases: list[BenchCase]
 
 
-CASE_MODELS: dict[str, type[Model]] = {"run": RunCase, "compare": RunCase, "train": TrainCase, "bench": BenchCase}
-Case = RunCase | TrainCase | BenchCase
+class ConvergeRecord(RunRecord):
+    kind: Literal["converge"]
+    cases: list[ConvergeCase]
+
+
+CASE_MODELS: dict[str, type[Model]] = {"run": RunCase, "compare": RunCase, "train": TrainCase, "bench": BenchCase,
+                                       "converge": ConvergeCase}
+Case = RunCase | TrainCase | BenchCase | ConvergeCase
