@@ -26,6 +26,21 @@ simulation's numbers, :func:`gcbench.core.protocol.count_allreduce` and the othe
 assumes every worker's tensors are the size of its own, which the collective requires), and
 ``handed``, the bytes this worker handed to collectives (sizes, padding and all).
 
+Wire verification (the guard against silent fallbacks that send more than the codec promised:
+a tensor that travels in a wider dtype than its payload, a dense exchange in place of a compressed
+one).  Every tensor this worker contributes to a collective passes :meth:`TorchTransport._on_wire`
+and is measured there (``numel × element_size``: :attr:`LegBytes.wire`).  Independently, the leg
+declares what it should be: :attr:`LegBytes.promised`, the messages' own sizes (each payload's
+``nbytes``; an all-reduce unit's elements × its declared wire itemsize, and never more than the
+payload it stands for when the leg gives ``nbytes``: a summable payload's header is known to every
+receiver and not sent), :attr:`LegBytes.overhead`, the transport's own declared bytes (8 per size
+exchanged, the message framing of :func:`frame_messages`), and :attr:`LegBytes.padding`, the
+padding of a gathered message to the longest (a real cost on the wire, reported apart).  When the
+leg completes, ``wire == promised + overhead + padding`` or the transport raises
+:class:`WireMismatchError` naming the leg and both sizes (``verify=False`` records without raising).
+Only what this worker contributes is measured (receive buffers hold the peers' contributions), except a
+broadcast's receivers, which hand the buffer that receives and are held to what arrives.
+
 Collectives of one process group must start in the same order on every worker.  The legs of one
 chain start in protocol order; the caller starts one chain after the previous one completed
 (:class:`gcbench.distributed.ddp.HookState` keeps that queue), so the order is the same everywhere.
@@ -42,7 +57,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gcbench.core.errors import PayloadError
+from gcbench.core.errors import GcbenchError, PayloadError
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import (
     SERVER,
@@ -66,15 +81,37 @@ Future = torch.futures.Future
 _SIZE = 8  # one int64 message length
 
 
+class WireMismatchError(GcbenchError):
+    """A leg handed torch.distributed other bytes than its messages promise (module doc: wire verification)."""
+
+
 @dataclass
 class LegBytes:
-    """One leg as this worker saw it: its kind and phase(s), counted bytes by phase, bytes handed to collectives."""
+    """One leg as this worker saw it: its kind and phase(s), counted bytes by phase, bytes handed to collectives.
+
+    The wire verification's figures (module doc): ``wire`` measured from the tensors handed,
+    ``promised`` + ``overhead`` + ``padding`` declared by the messages and the transport.
+    """
 
     kind: str  # "allreduce", "allgather", "alltoall", "send", "server"
     counted: list[tuple[str, Counted]]
     handed: int
     delivered: int = 0  # payloads delivered to this worker (its own included)
     op: str = ""  # an all-reduce's "sum", "mean" or "max"
+    phase: str = ""
+    promised: int = 0  # the messages' declared bytes (payloads' nbytes, an all-reduce's declared body)
+    overhead: int = 0  # the transport's declared bytes: size exchanges, message framing
+    padding: int = 0  # padding of this worker's message to the longest of a gather
+    wire: int = 0  # measured: numel × element_size of every tensor this worker contributed to the leg's collectives
+
+    @property
+    def verified(self) -> bool:
+        return self.wire == self.promised + self.overhead + self.padding
+
+    @property
+    def ratio(self) -> float | None:
+        """The bytes on the wire for the messages (padding and overhead off) per promised byte: 1.0 when verified."""
+        return (self.wire - self.overhead - self.padding) / self.promised if self.promised else None
 
 
 @dataclass
@@ -148,6 +185,11 @@ def frame_messages(messages: Sequence[Message]) -> bytes:
     return bytes(out)
 
 
+def frame_overhead(messages: Sequence[Message]) -> int:
+    """Bytes :func:`frame_messages` adds around the messages' payloads (declared by the format, not measured)."""
+    return sum(2 + len(m.phase.encode()) + 2 + 2 * len(m.receivers) + 8 for m in messages)
+
+
 def unframe_messages(raw: bytes, sender: int, world: int) -> list[Message]:
     """Inverse of :func:`frame_messages` for ``sender``'s bytes; malformed bytes raise :class:`PayloadError`."""
     out: list[Message] = []
@@ -186,14 +228,20 @@ def _bytes_tensor(data: bytes, device: torch.device) -> torch.Tensor:
 
 
 class TorchTransport:
-    """Fulfils legs with ``torch.distributed`` collectives on one process group; records :class:`LegBytes` per leg."""
+    """Fulfils legs with ``torch.distributed`` collectives on one process group; records :class:`LegBytes` per leg.
+
+    ``label`` names the exchange in a :class:`WireMismatchError` (the DDP hook gives the compressor's
+    name); ``verify`` (default) raises it when a leg's measured bytes differ from its promise.
+    """
 
     def __init__(self, group: dist.ProcessGroup | None, rank: int, world: int, device: torch.device,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, *, label: str = "", verify: bool = True) -> None:
         self.group, self.rank, self.world, self.device = group, rank, world, device
         self.devices = [device] if device.type == "cuda" else None
         self.legs: list[LegBytes] = []
         self.threads = threads if threads is not None else torch.get_num_threads()
+        self.label = label
+        self.verify = verify
 
     def keep_threads(self) -> None:
         """Compute with ``threads`` intra-op threads (default: the count of the thread that made this transport).
@@ -205,6 +253,41 @@ class TorchTransport:
         """
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
+
+    # ------------------------------------------------------------------ wire verification
+
+    def _on_wire(self, t: torch.Tensor) -> torch.Tensor:
+        """The tensor handed to a collective, as it is handed (identity: the one place a contributed tensor enters one).
+
+        Kept apart so that a test can stand in a broken transport (one that widens what it sends)
+        and see the verification catch it.
+        """
+        return t
+
+    def _hand(self, rec: LegBytes, t: torch.Tensor) -> torch.Tensor:
+        """``t`` as handed to a collective of leg ``rec``, its bytes added to the leg's measured ``wire``."""
+        t = self._on_wire(t)
+        rec.wire += t.numel() * t.element_size()
+        return t
+
+    def _leg(self, kind: str, phase: str, op: str = "") -> LegBytes:
+        rec = LegBytes(kind, [], 0, op=op, phase=phase)
+        self.legs.append(rec)
+        return rec
+
+    def _verify(self, rec: LegBytes) -> None:
+        """Raise :class:`WireMismatchError` when leg ``rec``'s measured bytes differ from its declared ones (``verify``)."""
+        if not self.verify or rec.verified:
+            return
+        index = next(i for i, leg in enumerate(self.legs) if leg is rec)
+        ratio = rec.ratio
+        times = f"{ratio:.3g}x the promised bytes" if ratio is not None else "nothing was promised"
+        raise WireMismatchError(
+            f"{self.label or 'exchange'}: wire check failed on leg {index} ({rec.kind}, phase {rec.phase!r}) of rank {self.rank}: "
+            f"promised {rec.promised} bytes (+ {rec.overhead} sizes/framing, + {rec.padding} padding), sent {rec.wire} bytes to "
+            f"torch.distributed ({times}): a wider dtype or a dense fallback on the wire")
+
+    # ------------------------------------------------------------------ legs
 
     def launch(self, leg: Leg) -> Future:
         """Start the collectives of ``leg``; the future holds what the leg gives back to the generator."""
@@ -223,19 +306,23 @@ class TorchTransport:
     def _allreduce(self, leg: AllReduce) -> Future:
         sizes = [t.numel() * leg.itemsize(u) for u, t in enumerate(leg.tensors)]
         counted = count_allreduce(leg, [sizes] * self.world, self.world)
-        self.legs.append(LegBytes("allreduce", [(ph, c[self.rank]) for ph, c in counted], sum(sizes), op=leg.op))
+        rec = self._leg("allreduce", "+".join(dict.fromkeys(leg.phase_of(u) for u in range(len(leg.tensors)))) or str(leg.phase), leg.op)
+        rec.counted, rec.handed = [(ph, c[self.rank]) for ph, c in counted], sum(sizes)
+        # a unit's body as declared, never more than the payload it stands for (a summable payload: header + body)
+        rec.promised = sum(s if leg.nbytes is None else min(s, leg.nbytes[u]) for u, s in enumerate(sizes))
         if not leg.tensors:
             return _completed([])
         wire = {leg.wire or t.dtype for t in leg.tensors}
         if len(wire) != 1:
             raise TypeError(f"an all-reduce leg carries one wire dtype, got {sorted(map(str, wire))}")
         dtype = wire.pop()
-        flat = torch.cat([t.detach().reshape(-1).to(self.device, dtype) for t in leg.tensors])
+        flat = self._hand(rec, torch.cat([t.detach().reshape(-1).to(self.device, dtype) for t in leg.tensors]))
         op = dist.ReduceOp.MAX if leg.op == "max" else dist.ReduceOp.SUM
         work = dist.all_reduce(flat, op=op, group=self.group, async_op=True)
         shapes = [(t.shape, torch.promote_types(t.dtype, torch.float32)) for t in leg.tensors]
 
         def split(_: Any) -> list[torch.Tensor]:
+            self._verify(rec)
             parts = [p.to(dt).reshape(s) for p, (s, dt) in zip(flat.split([s.numel() for s, _ in shapes]), shapes, strict=True)]
             if leg.op == "mean":  # in place: the parts are this transport's (flat, or the casts of its slices)
                 for p in parts:
@@ -248,7 +335,10 @@ class TorchTransport:
         own = leg.payloads
         msgs = [b"" if p is None else p.to_bytes() for p in own]
         units = len(msgs)
-        sizes = torch.tensor([len(m) for m in msgs], dtype=torch.int64, device=self.device)
+        rec = self._leg("allgather", leg.phase)
+        rec.promised = sum(p.nbytes for p in own if p is not None)
+        rec.overhead = _SIZE * units
+        sizes = self._hand(rec, torch.tensor([len(m) for m in msgs], dtype=torch.int64, device=self.device))
         all_sizes = [torch.empty_like(sizes) for _ in range(self.world)]
         work = dist.all_gather(all_sizes, sizes, group=self.group, async_op=True)
 
@@ -263,10 +353,17 @@ class TorchTransport:
             bodies_own = [0 if p is None else p.body_nbytes for p in own]
             counted = count_allgather(leg.per_peer, leg.body, rows, [bodies_own if r == self.rank else [0] * units
                                                                      for r in range(self.world)])
-            self.legs.append(LegBytes("allgather", [(leg.phase, counted[self.rank])], _SIZE * units + longest,
-                                      sum(1 for r in rows for n in r if n)))
+            rec.counted, rec.handed = [(leg.phase, counted[self.rank])], _SIZE * units + longest
+            rec.delivered = sum(1 for r in rows for n in r if n)
+            rec.padding = longest - len(mine)
+            body = self._hand(rec, body)
             work2 = dist.all_gather(out, body, group=self.group, async_op=True)
-            return then(work2.get_future(), lambda _: self._parse_rows(rows, [o.cpu().numpy().tobytes() for o in out], own), self.devices)
+
+            def parse(_: Any) -> list[list[Slot]]:
+                self._verify(rec)
+                return self._parse_rows(rows, [o.cpu().numpy().tobytes() for o in out], own)
+
+            return then(work2.get_future(), parse, self.devices)
 
         return then(work.get_future(), bodies, self.devices)
 
@@ -274,31 +371,43 @@ class TorchTransport:
         me, world = self.rank, self.world
         msgs = [[b"" if p is None or j == me else p.to_bytes() for p in leg.payloads[j]] for j in range(world)]
         units = len(msgs[0]) if msgs else 0
-        send_sizes = torch.tensor([[len(m) for m in row] for row in msgs], dtype=torch.int64, device=self.device).reshape(-1)
+        rec = self._leg("alltoall", leg.phase)
+        rec.promised = sum(p.nbytes for j in range(world) if j != me for p in leg.payloads[j] if p is not None)
+        rec.overhead = _SIZE * units * world  # this worker's row of sizes is exchanged too (zeros to itself)
+        send_sizes = self._hand(rec, torch.tensor([[len(m) for m in row] for row in msgs], dtype=torch.int64,
+                                                  device=self.device).reshape(-1))
         recv_sizes = torch.empty_like(send_sizes)
         work = dist.all_to_all_single(recv_sizes, send_sizes, group=self.group, async_op=True)
 
         def data(_: Any) -> Future:
             send_rows = send_sizes.reshape(world, units).tolist()
             recv_rows = recv_sizes.reshape(world, units).tolist()
-            send = _bytes_tensor(b"".join(b"".join(row) for row in msgs), self.device)
+            send = self._hand(rec, _bytes_tensor(b"".join(b"".join(row) for row in msgs), self.device))
             recv = torch.empty(sum(map(sum, recv_rows)), dtype=torch.uint8, device=self.device)
             sent = sum(sum(r) for r in send_rows)
             received = sum(sum(r) for r in recv_rows)
-            self.legs.append(LegBytes("alltoall", [(leg.phase, Counted(sent, received))], _SIZE * units * (world - 1) + sent,
-                                      sum(1 for r in recv_rows for n in r if n) + sum(1 for p in leg.payloads[me] if p is not None)))
+            rec.counted, rec.handed = [(leg.phase, Counted(sent, received))], _SIZE * units * (world - 1) + sent
+            rec.delivered = sum(1 for r in recv_rows for n in r if n) + sum(1 for p in leg.payloads[me] if p is not None)
             work2 = dist.all_to_all_single(recv, send, [sum(r) for r in recv_rows], [sum(r) for r in send_rows],
                                            group=self.group, async_op=True)
-            return then(work2.get_future(), lambda _: self._parse_rows(recv_rows, self._split(recv, recv_rows), leg.payloads[me]),
-                        self.devices)
+
+            def parse(_: Any) -> list[list[Slot]]:
+                self._verify(rec)
+                return self._parse_rows(recv_rows, self._split(recv, recv_rows), leg.payloads[me])
+
+            return then(work2.get_future(), parse, self.devices)
 
         return then(work.get_future(), data, self.devices)
 
-    def _gather_blobs(self, blob: bytes) -> tuple[Future, list[int]]:
+    def _gather_blobs(self, blob: bytes, rec: LegBytes) -> tuple[Future, list[int]]:
         """All-gather one byte string per worker (its length, then the strings padded to the longest): a future of
-        every worker's bytes, and a list that receives the bytes this worker handed to the collectives."""
+        every worker's bytes, and a list that receives the bytes this worker handed to the collectives.
+
+        ``rec`` gets the measured bytes, the size exchange and the padding (its caller declares the promise and framing).
+        """
         handed: list[int] = []
-        size = torch.tensor([len(blob)], dtype=torch.int64, device=self.device)
+        rec.overhead += _SIZE
+        size = self._hand(rec, torch.tensor([len(blob)], dtype=torch.int64, device=self.device))
         sizes = [torch.empty_like(size) for _ in range(self.world)]
         work = dist.all_gather(sizes, size, group=self.group, async_op=True)
 
@@ -308,9 +417,11 @@ class TorchTransport:
             handed.append(_SIZE + longest)
             if longest == 0:
                 return [b""] * self.world
+            rec.padding += longest - len(blob)
             buf = torch.zeros(longest, dtype=torch.uint8, device=self.device)
             if blob:
                 buf[: len(blob)] = _bytes_tensor(blob, self.device)
+            buf = self._hand(rec, buf)
             out = [torch.empty(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
             work2 = dist.all_gather(out, buf, group=self.group, async_op=True)
             return then(work2.get_future(), lambda _: [o.cpu().numpy().tobytes()[:n] for o, n in zip(out, lens, strict=True)],
@@ -322,20 +433,30 @@ class TorchTransport:
         """Every worker's messages from the gathered bytes; this worker's own as they are."""
         return [list(own) if r == self.rank else unframe_messages(raw, r, self.world) for r, raw in enumerate(raws)]
 
+    def _declare(self, rec: LegBytes, messages: Sequence[Message]) -> None:
+        """Add framed ``messages`` to the leg's promise: their payloads' sizes, and the framing as overhead."""
+        rec.promised += sum(m.payload.nbytes for m in messages)
+        rec.overhead += frame_overhead(messages)
+
     def _send(self, leg: Send) -> Future:
-        gathered, handed = self._gather_blobs(frame_messages(leg.messages))
+        rec = self._leg("send", leg.phase)
+        self._declare(rec, leg.messages)
+        gathered, handed = self._gather_blobs(frame_messages(leg.messages), rec)
 
         def deliver(raws: list[bytes]) -> list[Message]:
+            self._verify(rec)
             moved = [m for row in self._rows(raws, leg.messages) for m in row]
             mine = addressed_to(self.rank, moved)
-            self.legs.append(LegBytes("send", [(ph, c[self.rank]) for ph, c in count_messages(moved, self.world)], sum(handed),
-                                      len(mine)))
+            rec.counted = [(ph, c[self.rank]) for ph, c in count_messages(moved, self.world)]
+            rec.handed, rec.delivered = sum(handed), len(mine)
             return mine
 
         return then(gathered, deliver, self.devices)
 
     def _toserver(self, leg: ToServer) -> Future:
-        gathered, handed = self._gather_blobs(frame_messages(leg.messages))
+        rec = self._leg("server", leg.phase)
+        self._declare(rec, leg.messages)
+        gathered, handed = self._gather_blobs(frame_messages(leg.messages), rec)
         src = leg.host if self.group is None else dist.get_global_rank(self.group, leg.host)
         host = self.rank == leg.host
 
@@ -350,7 +471,8 @@ class TorchTransport:
                 except BaseException as exc:  # the others learn of it (size −1) and raise; this worker raises it
                     failure = exc
             blob = frame_messages(replies)
-            size = torch.tensor([-1 if failure is not None else len(blob)], dtype=torch.int64, device=self.device)
+            rec.overhead += _SIZE
+            size = self._hand(rec, torch.tensor([-1 if failure is not None else len(blob)], dtype=torch.int64, device=self.device))
             work = dist.broadcast(size, src=src, group=self.group, async_op=True)
 
             def body(_: Any) -> Future | list[Message]:
@@ -362,7 +484,9 @@ class TorchTransport:
                 handed.append(_SIZE + n)
                 if n == 0:
                     return finish(rows, replies)
+                # the host sends its replies; the others hand a buffer that receives them (their promise: what arrives)
                 buf = _bytes_tensor(blob, self.device) if host else torch.empty(n, dtype=torch.uint8, device=self.device)
+                buf = self._hand(rec, buf)
                 work2 = dist.broadcast(buf, src=src, group=self.group, async_op=True)
                 return then(work2.get_future(), lambda _: finish(rows, replies if host else
                                                                   unframe_messages(buf.cpu().numpy().tobytes(), SERVER, self.world)),
@@ -371,10 +495,12 @@ class TorchTransport:
             return then(work.get_future(), body, self.devices)
 
         def finish(rows: list[list[Message]], replies: list[Message]) -> list[Message]:
+            self._declare(rec, replies)
+            self._verify(rec)
             moved = [m for row in rows for m in row] + replies
             mine = addressed_to(self.rank, replies)
-            self.legs.append(LegBytes("server", [(ph, c[self.rank]) for ph, c in count_messages(moved, self.world)], sum(handed),
-                                      len(mine)))
+            rec.counted = [(ph, c[self.rank]) for ph, c in count_messages(moved, self.world)]
+            rec.handed, rec.delivered = sum(handed), len(mine)
             return mine
 
         return then(gathered, serve, self.devices)
