@@ -44,6 +44,16 @@ ring all-reduce's chunks, TernGrad's scalers; the simulation's numbers); ``sent_
 everything it handed to collectives, including the size exchanges (8 bytes per unit), the padding
 to the largest payload and whole all-reduce buffers.  How a collective replicates those bytes
 across links (ring, tree) is the network model's business (:mod:`gcbench.distributed.netmodel`).
+
+Wire verification (:mod:`gcbench.distributed.transport`): per bucket, ``promised_bytes`` (what the
+messages declare: the payloads' ``nbytes``, an all-reduce's declared body), ``overhead_bytes`` (size
+exchanges, framing), ``padding_bytes`` (this worker's message padded to the longest of a gather)
+and ``wire_bytes``, measured from the tensors handed to ``torch.distributed``; ``wire_verified`` when
+they add up.  A leg that does not raises :class:`~gcbench.distributed.transport.WireMismatchError`
+(the compressor, the leg, promised and sent bytes), and so does a payload this worker sent whose
+body is not the size its codec's header declares (``Compressor._expected_body_nbytes``): a silent
+fallback to a wider dtype or a dense exchange is an error, not a number in a table.
+``HookState(verify_wire=False)`` records the figures without raising.
 Times (wall clock, CUDA synchronised), per bucket: ``compress_s`` = the protocol's computing
 before and between its legs, ``decompress_s`` = after its last leg (and the write-back into the
 bucket), ``communicate_s`` = from launching each leg's collectives to their completion callback,
@@ -76,7 +86,7 @@ from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.protocol import Context, WorkerProtocol
 from gcbench.distributed.launch import RankMismatchError, check_agreement
-from gcbench.distributed.transport import ChainTimes, TorchTransport, drive, then
+from gcbench.distributed.transport import ChainTimes, LegBytes, TorchTransport, WireMismatchError, drive, then
 from gcbench.measure.timing import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
 
@@ -120,6 +130,17 @@ class BucketStats:
     compress_s: float
     communicate_s: float
     decompress_s: float
+    # wire verification (module doc): declared bytes, measured bytes, and whether they add up
+    promised_bytes: int = 0
+    overhead_bytes: int = 0
+    padding_bytes: int = 0
+    wire_bytes: int = 0
+    wire_verified: bool | None = None
+
+
+def wire_ratio(wire: float, overhead: float, padding: float, promised: float) -> float | None:
+    """Bytes on the wire for the messages (overhead and padding off) per promised byte: 1.0 when verified."""
+    return (wire - overhead - padding) / promised if promised else None
 
 
 @dataclass
@@ -133,8 +154,16 @@ class StepStats:
         return sum(getattr(b, key) for b in self.buckets)
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("payload_bytes", "sent_bytes", "dense_bytes", "compress_s", "communicate_s", "decompress_s")
-        return {"step": self.step, **{k: self.total(k) for k in keys}, "buckets": [asdict(b) for b in self.buckets]}
+        keys = ("payload_bytes", "sent_bytes", "dense_bytes", "compress_s", "communicate_s", "decompress_s", "promised_bytes",
+                "overhead_bytes", "padding_bytes", "wire_bytes")
+        return {"step": self.step, **{k: self.total(k) for k in keys}, "wire_verified": self.wire_verified,
+                "buckets": [asdict(b) for b in self.buckets]}
+
+    @property
+    def wire_verified(self) -> bool | None:
+        """Every bucket's wire check passed (None: no bucket was checked)."""
+        checked = [b.wire_verified for b in self.buckets if b.wire_verified is not None]
+        return all(checked) if checked else None
 
 
 class HookStats:
@@ -160,7 +189,8 @@ class HookStats:
         Each of compress, communicate and decompress gets ``{median_s, iqr_s, rel_iqr, rel_ci, n, flags}``
         under ``timing``: flagged ``unstable`` when its median's CI half-width / median is over the policy's threshold
         or the machine was loaded when the summary was taken, and ``too few steps`` under 5 steps.
-        ``ratio`` is dense bytes / payload bytes per step.
+        ``ratio`` is dense bytes / payload bytes per step.  ``wire`` is the wire verification over
+        every step (module doc): verified or not, the byte totals, and ``ratio`` (1.0 when verified).
         """
         steps = self.steps[skip:] or self.steps
         if not steps:
@@ -202,7 +232,16 @@ class HookStats:
             "buckets": len(steps[-1].buckets),
             "collectives": sorted({b.collective for s in steps for b in s.buckets}),
             "decoded_payloads": max(b.decoded_payloads for s in steps for b in s.buckets),
+            "wire": self.wire_summary(),
         }
+
+    def wire_summary(self) -> dict[str, Any]:
+        """The wire verification over every recorded step: ``verified`` (None when nothing was checked), totals, ``ratio``."""
+        buckets = [b for s in self.steps for b in s.buckets]
+        checked = [b.wire_verified for b in buckets if b.wire_verified is not None]
+        tot = {k: int(sum(getattr(b, k) for b in buckets)) for k in ("promised_bytes", "overhead_bytes", "padding_bytes", "wire_bytes")}
+        return {"verified": all(checked) if checked else None, **tot,
+                "ratio": wire_ratio(tot["wire_bytes"], tot["overhead_bytes"], tot["padding_bytes"], tot["promised_bytes"])}
 
 
 # ----------------------------------------------------------------------------- state
@@ -225,6 +264,7 @@ class HookState:
         granularity: str = "bucket",
         protocol: str = "auto",
         stats: HookStats | None = None,
+        verify_wire: bool = True,
     ) -> None:
         if granularity not in GRANULARITIES:
             raise ParamError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
@@ -259,6 +299,8 @@ class HookState:
         self.bucket_signature: dict[int, tuple[Any, ...]] = {}
         self.state_resets = 0
         self.stats = stats if stats is not None else HookStats()
+        #: raise :class:`WireMismatchError` when the bytes handed to collectives are not those promised (module doc)
+        self.verify_wire = bool(verify_wire)
         # the protocols compute with the creating thread's intra-op thread count, whichever thread runs a bucket's chain
         # (the caller's for the first bucket, a collective's callback thread after): the same count on every worker
         self.threads = torch.get_num_threads()
@@ -304,6 +346,7 @@ class HookState:
     def describe(self) -> dict[str, Any]:
         """What results record about the hook's configuration."""
         info = self.compressor.info
+        wire = self.stats.wire_summary()
         return {
             "compressor": info.name,
             "version": info.version,
@@ -314,6 +357,9 @@ class HookState:
             "world_size": self.world_size,
             "seed": self.seed,
             "state_resets": self.state_resets,
+            # this rank's wire verification so far (module doc): None before any bucket was checked
+            "wire_verified": wire["verified"],
+            "wire_bytes_ratio": wire["ratio"],
         }
 
     def configuration(self) -> dict[str, Any]:
@@ -377,9 +423,31 @@ def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor
     return list(grads), offsets, signature
 
 
+def check_payload_sizes(compressor: Compressor, payloads: list[Any], verify: bool = True) -> bool:
+    """Whether every payload ``compressor`` made has the body its header declares (``_expected_body_nbytes``).
+
+    ``verify`` raises :class:`WireMismatchError` naming the compressor and both sizes instead of returning False.
+    Payloads of other codecs (a protocol's own messages) and of empty tensors are left to their receivers.
+    """
+    for p in payloads:
+        if p is None or getattr(p, "codec", None) != compressor.name or p.numel == 0:
+            continue
+        size = compressor._expected_body_nbytes(p)
+        if size is None:
+            continue
+        lo, hi = (size, size) if isinstance(size, int) else size
+        if not lo <= p.body_nbytes <= hi:
+            if verify:
+                want = str(lo) if lo == hi else f"{lo} to {hi}"
+                raise WireMismatchError(f"{compressor.name}: wire check failed: a payload's body has {p.body_nbytes} bytes where its "
+                                        f"header promises {want} (shape {tuple(p.shape)})")
+            return False
+    return True
+
+
 def _bucket_stats(state: HookState, index: int, xs: list[torch.Tensor], transport: TorchTransport, times: ChainTimes,
-                  write_s: float) -> BucketStats:
-    legs = transport.legs
+                  write_s: float, payloads_ok: bool = True) -> BucketStats:
+    legs: list[LegBytes] = transport.legs
     return BucketStats(
         bucket=index, numel=sum(x.numel() for x in xs), units=len(xs), protocol=state.protocol,
         collective="+".join(dict.fromkeys(leg.kind for leg in legs)),
@@ -387,6 +455,9 @@ def _bucket_stats(state: HookState, index: int, xs: list[torch.Tensor], transpor
         dense_bytes=sum(x.numel() * x.element_size() for x in xs),
         decoded_payloads=max(1, sum(leg.delivered for leg in legs) // max(len(xs), 1)),
         compress_s=times.compress_s, communicate_s=times.communicate_s, decompress_s=times.decompress_s + write_s,
+        promised_bytes=sum(leg.promised for leg in legs), overhead_bytes=sum(leg.overhead for leg in legs),
+        padding_bytes=sum(leg.padding for leg in legs), wire_bytes=sum(leg.wire for leg in legs),
+        wire_verified=payloads_ok and all(leg.verified for leg in legs),
     )
 
 
@@ -431,17 +502,19 @@ def _queued(state: HookState, xs: list[torch.Tensor], states: list[State], devic
     devices = [device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
 
     def start(_: Any) -> torch.futures.Future[Any]:
-        transport = TorchTransport(state.process_group, state.rank, state.world_size, device, state.threads)
+        transport = TorchTransport(state.process_group, state.rank, state.world_size, device, state.threads,
+                                   label=state.compressor.info.name, verify=state.verify_wire)
         times = ChainTimes()
         return then(drive(state.worker_protocol(xs, states), transport, times, sync), lambda out: finish(out, transport, times),
                     devices)
 
     def finish(outcome: Any, transport: TorchTransport, times: ChainTimes) -> T:
+        ok = check_payload_sizes(state.compressor, list(outcome.sent), state.verify_wire)
         t0 = time.perf_counter()
         out = write(outcome.aggregates)
         if sync is not None:
             sync()
-        state.stats.add(_bucket_stats(state, index, xs, transport, times, time.perf_counter() - t0), last)
+        state.stats.add(_bucket_stats(state, index, xs, transport, times, time.perf_counter() - t0, ok), last)
         return out
 
     done = then(state._queue, start, devices)
@@ -527,6 +600,7 @@ def register_compressor_hook(
     granularity: str = "bucket",
     protocol: str = "auto",
     process_group: dist.ProcessGroup | None = None,
+    verify_wire: bool = True,
 ) -> HookState:
     """Make ``ddp_model`` exchange gradients through a gcbench compressor; returns the hook state.
 
@@ -541,12 +615,15 @@ def register_compressor_hook(
         protocol: ``"auto"`` runs the compressor's protocol (the paper's where it has one),
             ``"gather"`` forces all-gather-and-average.
         process_group: the group to communicate in (default: the default group).
+        verify_wire: raise :class:`~gcbench.distributed.transport.WireMismatchError` when the bytes handed to
+            ``torch.distributed`` are not what the messages promise (module doc); False records it in the stats only.
 
     A collective: every rank of the group calls it, and every rank raises :class:`RankMismatchError`
     when their configurations differ (:meth:`HookState.check_peers`), before any gradient is exchanged.
     """
     comp = make_compressor(compressor, params)
-    state = HookState(comp, process_group=process_group, seed=seed, granularity=granularity, protocol=protocol, stats=stats)
+    state = HookState(comp, process_group=process_group, seed=seed, granularity=granularity, protocol=protocol, stats=stats,
+                      verify_wire=verify_wire)
     state.check_peers()
     state.name_parameters(ddp_model.module)
     ddp_model.register_comm_hook(state, compressor_hook)

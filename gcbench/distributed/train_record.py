@@ -24,6 +24,18 @@ def _median(vals: Sequence[float]) -> float | None:
     return float(np.median(vals)) if len(vals) else None
 
 
+def _hook_info(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's hook description, with the wire verification of every rank (verified only if every rank's was;
+    the largest ratio of bytes on the wire to promised bytes).  Summaries without it (older workers) keep theirs."""
+    hook = dict(ranks[0]["hook"])
+    if all("wire_verified" in r["hook"] for r in ranks):
+        flags = [r["hook"]["wire_verified"] for r in ranks]
+        hook["wire_verified"] = None if None in flags else all(flags)
+        ratios = [r["hook"].get("wire_bytes_ratio") for r in ranks]
+        hook["wire_bytes_ratio"] = max((x for x in ratios if x is not None), default=None)
+    return hook
+
+
 def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task_info: dict[str, Any],
                  reference: dict[str, Any] | None) -> dict[str, Any]:
     """The results record of one compressor from every rank's summary."""
@@ -87,7 +99,7 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
         "replicas_consistent": len({r["replica_hash"] for r in ranks}) == 1,
         "diverged": any(r["diverged"] for r in ranks),
         "threads_per_worker": r0["threads"],
-        "hook": r0["hook"],
+        "hook": _hook_info(ranks),
     }
     return {
         "label": spec.label,
