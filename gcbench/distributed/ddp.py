@@ -83,7 +83,7 @@ import torch.distributed as dist
 
 from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, State
-from gcbench.core.errors import GcbenchError, ParamError
+from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.protocol import Context, WorkerProtocol
 from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import ChainTimes, LegBytes, TorchTransport, WireMismatchError, drive, then
@@ -427,12 +427,16 @@ def check_payload_sizes(compressor: Compressor, payloads: list[Any], verify: boo
     """Whether every payload ``compressor`` made has the body its header declares (``_expected_body_nbytes``).
 
     ``verify`` raises :class:`WireMismatchError` naming the compressor and both sizes instead of returning False.
-    Payloads of other codecs (a protocol's own messages) and of empty tensors are left to their receivers.
+    Payloads of other codecs, of empty tensors, and a protocol's own messages that its codec does not decode
+    alone (LGC's latent and innovation messages: ``_expected_body_nbytes`` refuses them) are left to their receivers.
     """
     for p in payloads:
         if p is None or getattr(p, "codec", None) != compressor.name or p.numel == 0:
             continue
-        size = compressor._expected_body_nbytes(p)
+        try:
+            size = compressor._expected_body_nbytes(p)
+        except PayloadError:  # a message of the exchange, not a payload the codec decodes on its own
+            continue
         if size is None:
             continue
         lo, hi = (size, size) if isinstance(size, int) else size
