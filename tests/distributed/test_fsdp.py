@@ -112,7 +112,29 @@ def _scenarios(ctx: WorkerContext) -> dict[str, Any]:
         out[spec] = {"identical": identical, "losses": losses, "exact": exact, "steps": s["steps"], "wire": s["wire"],
                      "payload": s["payload_bytes_per_step"], "dense": s["dense_bytes_per_step"], "ops": sorted({c["op"] for c in captured}),
                      "hash": hashlib.sha256(_full(model).numpy().tobytes()).hexdigest()}
+
+    # a codec whose payloads serialise four bytes for each one they declare: the reduce-scatter raises, naming it
+    model = _model(ctx)
+    register_fsdp_compressor(model, _lying_topk(), seed=3)
+    try:
+        _train(ctx, model, steps=1)
+        out["lying"] = ""
+    except Exception as exc:
+        out["lying"] = f"{type(exc).__name__}: {exc}"
+    dist.barrier(group=ctx.group)
     return out
+
+
+def _lying_topk() -> Any:
+    """``topk`` whose payloads hold their body bytes widened to int32 (declared: one byte per element)."""
+    from gcbench.core.payload import Payload
+
+    class LyingTopK(type(registry.create("topk"))):  # type: ignore[misc]
+        def compress_group(self, xs: Any, states: Any, need_decoded: bool = True) -> Any:
+            out = super().compress_group(xs, states, need_decoded)
+            return [(Payload.trusted(p.codec, p.version, p.dtype, p.shape, p.data.to(torch.int32), p.meta), d) for p, d in out]
+
+    return LyingTopK(density=0.25)
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +166,9 @@ def test_lossy_compressors_train_with_identical_full_parameters_and_verified_byt
             assert res["ops"] == ["RedOpType.AVG"], spec  # float32 gradients: FSDP asks for the average
             assert all(res["exact"]) and len(res["exact"]) == 2, spec  # independent recomputation, to the bit
         assert len({r[spec]["hash"] for r in ranks}) == 1, spec
+
+
+def test_a_payload_that_declares_fewer_bytes_than_it_sends_is_an_error(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
+        msg = r["lying"]
+        assert msg.startswith("WireMismatchError: topk: wire check failed on leg 0 (alltoall, phase 'reduce-scatter')"), msg

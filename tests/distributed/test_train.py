@@ -132,6 +132,26 @@ def test_build_record_medians_gap_and_time_to_target() -> None:
     assert own["training"]["accuracy_gap"] == 0.0
 
 
+def test_build_record_combines_the_ranks_wire_verification() -> None:
+    cfg = TrainConfig(task="charlstm", workers=2, target=0.6).resolved()
+    steps = [(1.0, 0.1, 0.2, 0.3, 100)]
+
+    def ranks(*wire: tuple[bool | None, float | None]) -> list[dict[str, Any]]:
+        out = [_summary(r, [0.5], steps) for r in range(len(wire))]
+        for r, (ok, ratio) in zip(out, wire, strict=True):
+            r["hook"] = {"protocol": "gather", "wire_verified": ok, "wire_bytes_ratio": ratio}
+        return out
+
+    def hook(*wire: tuple[bool | None, float | None]) -> dict[str, Any]:
+        return build_record(Spec("topk", "topk"), ranks(*wire), cfg, {}, None)["training"]["hook"]
+
+    assert hook((True, 1.0), (True, 1.0)) == {"protocol": "gather", "wire_verified": True, "wire_bytes_ratio": 1.0}
+    assert hook((True, 1.0), (False, 2.0))["wire_verified"] is False  # one rank's failed check fails the run's
+    assert hook((True, 1.0), (False, 2.0))["wire_bytes_ratio"] == 2.0  # the worst rank's ratio
+    assert hook((True, 1.0), (None, None))["wire_verified"] is None  # a rank that checked nothing: unknown, not verified
+    assert "wire_verified" not in build_record(Spec("topk", "topk"), [_summary(0, [0.5], steps)], cfg, {}, None)["training"]["hook"]
+
+
 # ----------------------------------------------------------------------------- worker faults (2 processes)
 
 
@@ -241,6 +261,7 @@ def test_train_cli_records_finished_compressors_and_names_the_crashed_rank(tmp_p
     assert tr["workers"] == 2 and tr["epochs"] == 1 and tr["steps"] == CharLSTMTask.steps_per_epoch
     assert tr["replicas_consistent"] and tr["accuracy_gap"] == 0.0
     assert 0 < tr["final_accuracy"] <= 1
+    assert tr["hook"]["wire_verified"] is True and tr["hook"]["wire_bytes_ratio"] == 1.0  # both ranks' wire checks passed
     numel = none["size"]["numel"]
     # none sends the dense fp32 model plus one payload header per step
     assert 4 * numel < tr["bytes"]["payload_bytes_per_step"] < 4 * numel + 64
