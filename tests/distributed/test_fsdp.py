@@ -172,3 +172,13 @@ def test_a_payload_that_declares_fewer_bytes_than_it_sends_is_an_error(ranks: li
     for r in ranks:
         msg = r["lying"]
         assert msg.startswith("WireMismatchError: topk: wire check failed on leg 0 (alltoall, phase 'reduce-scatter')"), msg
+
+
+def test_misuse_is_one_clear_error() -> None:
+    from gcbench.core.errors import GcbenchError, ParamError
+    from gcbench.distributed.fsdp import FSDPCompression, register_fsdp_compressor
+
+    with pytest.raises(GcbenchError, match=r"initialised torch\.distributed process group"):
+        register_fsdp_compressor(nn.Linear(2, 2), "topk")
+    with pytest.raises(ParamError, match=r"accum must be torch\.float32 or torch\.float64"):
+        FSDPCompression(registry.create("none"), accum=torch.float16)
