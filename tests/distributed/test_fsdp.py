@@ -77,6 +77,10 @@ def _scenarios(ctx: WorkerContext) -> dict[str, Any]:
     out["none"] = {"maxdiff": float((_full(default) - _full(hooked)).abs().max()), "identical": identical,
                    "modules": len(shared.comms), "wire": shared.stats.wire_summary(), "steps": len(shared.stats.steps),
                    "describe": shared.describe()}
+    wide = _model(ctx)
+    register_fsdp_compressor(wide, "none", seed=3, accum=torch.float64)
+    _train(ctx, wide)
+    out["none"]["maxdiff_float64"] = float((_full(default) - _full(wide)).abs().max())
 
     # every call's input and output, for the independent recomputation
     captured: list[dict[str, Any]] = []
@@ -147,6 +151,7 @@ def test_none_matches_fsdp2s_own_reduce_scatter(ranks: list[dict[str, Any]]) -> 
         res = r["none"]
         assert res["modules"] == 2  # the two Linear layers; the parameterless root never reduce-scatters
         assert res["maxdiff"] < 1e-6, res["maxdiff"]  # the same mean, summed in another order
+        assert res["maxdiff_float64"] < 1e-6, res["maxdiff_float64"]  # summed in float64, rounded once
         assert res["identical"] == [True] * STEPS
         assert res["steps"] == STEPS
         assert res["wire"]["verified"] is True and res["wire"]["ratio"] == 1.0
