@@ -40,6 +40,12 @@ Remeasure = Annotated[bool, typer.Option(
 Network = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A network calibration (`python -m gcbench.distributed.calibrate`, run on the cluster): "
                          "collectives priced as measured there instead of by the α–β model.")]
+AdviseBaseline = Annotated[str, typer.Option(
+    "--baseline", metavar="NAME", help="The uncompressed all-reduce speed-ups are claimed against: bf16 (default: what "
+    "mixed-precision training sends) or fp32; the sentence gives both.")]
+Convergence = Annotated[Path | None, typer.Option(
+    metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
+                         "target (steps to target × step time), not by step time alone.")]
 
 
 @user_errors
@@ -91,6 +97,8 @@ def advise_cmd(
     rounds: options.rounds("Timed rounds per compressor when measuring kernels.") = 3,
     remeasure: Remeasure = False,
     network: Network = None,
+    baseline: AdviseBaseline = "bf16",
+    convergence: Convergence = None,
     runs_dir: options.runs_dir() = Path("reports/runs"),
     out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
     as_json: options.json_flag("Machine-readable advice.") = False,
@@ -102,7 +110,8 @@ def advise_cmd(
     `gcbench advise --model resnet50 --compute-ms 120 -c topk -c powersgd -c fp16`,
     `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`,
     `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`,
-    `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`.
+    `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`,
+    `gcbench advise --model mlp --convergence conv.json --baseline fp32`.
     """
     from gcbench.distributed import advise as adv
     from gcbench.distributed.netmodel import Topology, compute_seconds, latency_seconds, load_calibration
@@ -112,6 +121,7 @@ def advise_cmd(
 
     latency_s = latency_seconds(latency_us, "--latency-us")
     compute_s = compute_seconds(compute_ms, "--compute-ms")
+    baseline = choose(baseline, adv.BASELINES, "baseline")
     if rounds < 1:
         raise GcbenchError(f"--rounds must be at least 1, got {rounds}")
     ns = number_list(workers, "--workers", int)
@@ -144,7 +154,7 @@ def advise_cmd(
     delivered = adv.delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
     advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
-                        calibration=calibration, compute_flags=step.compute_flags)
+                        calibration=calibration, compute_flags=step.compute_flags, baseline=baseline)
     if as_json:
         print_json(advice.to_dict())
         return

@@ -43,8 +43,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.distributed.compute_time import (  # the compute time's names stay importable from here
@@ -67,7 +65,6 @@ from gcbench.distributed.compute_time import (
 )
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
 from gcbench.results.bench_cache import find_recent_bench
-from gcbench.results.parse import as_cases
 from gcbench.results.recommend import DELIVERED_FLOOR
 from gcbench.results.record import BenchCase, RunCase, RunRecord, XCopy
 
@@ -93,6 +90,20 @@ class StepKernels:
     compress_x_copy: float | None = None
     decompress_x_copy: float | None = None
     reasons: tuple[str, ...] = ()  # what triggered each flag ("compress unstable: …"), for the caveat sentence
+    # the 95% CIs of those medians (bench's distribution-free interval): the step time's spread (:meth:`at_ci`)
+    compress_x_copy_ci: tuple[float, float] | None = None
+    decompress_x_copy_ci: tuple[float, float] | None = None
+
+    @property
+    def larger_than_bf16(self) -> bool:
+        """Whether one worker's payload of a step is larger than the bf16 cast's (half the dense fp32 bytes)."""
+        return self.wire_bytes > self.dense_bytes / 2
+
+    def at_ci(self, end: int) -> StepKernels:
+        """These kernels priced at the low (``end`` 0) or high (1) end of their ×copy 95% CIs (unchanged where there is none)."""
+        c = self.compress_x_copy_ci[end] if self.compress_x_copy_ci and self.compress_x_copy is not None else self.compress_x_copy
+        d = self.decompress_x_copy_ci[end] if self.decompress_x_copy_ci and self.decompress_x_copy is not None else self.decompress_x_copy
+        return dataclasses.replace(self, compress_x_copy=c, decompress_x_copy=d)
 
     def priced(self, copy_s: float) -> tuple[float, float]:
         """(compress, decompress) seconds charged a step: ×copy × ``copy_s`` (the reference's copy), else the raw seconds."""
@@ -142,7 +153,8 @@ def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str 
         out.append(StepKernels(c.name, c.compressor, float(c.compress.median_s or 0.0), float(c.decompress.median_s or 0.0),
                                float(c.copy_.median_s or 0.0), float(c.input_bytes) / float(c.ratio), float(c.input_bytes),
                                flags, int(c.tensors or 1), tuple(sorted((c.params or {}).items())),
-                               _median_of(xc.get("compress")), _median_of(xc.get("decompress")), reasons))
+                               _median_of(xc.get("compress")), _median_of(xc.get("decompress")), reasons,
+                               _ci_of(xc.get("compress")), _ci_of(xc.get("decompress"))))
     device = next((str(c.device) for c in cases if c.model == model and c.device), "cpu")
     machine = _machine(record)
     return KernelSet(model, device, machine, origin, tuple(out))
@@ -152,6 +164,14 @@ def _median_of(x: XCopy | None) -> float | None:
     """A ×copy block's median where it is a usable price (finite, positive), else None (priced by seconds)."""
     v = x.median if x is not None else None
     return float(v) if v is not None and math.isfinite(v) and v > 0 else None
+
+
+def _ci_of(x: XCopy | None) -> tuple[float, float] | None:
+    """A ×copy block's median 95% CI where both ends are usable prices around a usable median, else None."""
+    if x is None or _median_of(x) is None or x.ci_lo is None or x.ci_hi is None:
+        return None
+    lo, hi = float(x.ci_lo), float(x.ci_hi)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi else None
 
 
 def _flags_of(blocks: Mapping[str, XCopy | None]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -185,7 +205,7 @@ def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | No
         out.append(StepKernels(c.label, str(c.compressor or c.label), float(comp_s), float(dec_s), float(copy_s),
                                float(size.wire_bytes), float(size.dense_bytes), flags, len(c.layers or []) or 1,
                                tuple(sorted((c.params or {}).items())), _median_of(blocks["compress"]),
-                               _median_of(blocks["decompress"]), reasons))
+                               _median_of(blocks["decompress"]), reasons, _ci_of(blocks["compress"]), _ci_of(blocks["decompress"])))
     compute = next((c.source.compute_s for c in ok if c.source is not None and c.source.compute_s), None)
     return out, float(compute) if compute else None
 
@@ -337,6 +357,12 @@ class Step:
     speedup: float  # the reference step over this one: above 1 compression pays
     delivered: Delivered | None = None
     flags: tuple[str, ...] = ()
+    speedup_bf16: float | None = None  # the bf16 all-reduce's step over this one (:attr:`Scenario.bf16_step_s`)
+    larger_than_bf16: bool = False  # one worker's payload is larger than the bf16 cast's
+
+    def speedup_vs(self, baseline: str) -> float:
+        """The speed-up over the ``baseline`` all-reduce (``bf16`` or ``fp32``; fp32 where bf16 was not priced)."""
+        return self.speedup_bf16 if baseline == "bf16" and self.speedup_bf16 is not None else self.speedup
 
 
 @dataclass(frozen=True)
@@ -348,11 +374,27 @@ class Scenario:
     reference_step_s: float
     reference_communicate_s: float
     steps: tuple[Step, ...]
+    bf16_step_s: float | None = None  # the bf16 all-reduce's step (:func:`bf16_step`)
+    baseline: str = "bf16"  # the reference claims are made against (:data:`BASELINES`)
+
+    @property
+    def claim_baseline(self) -> str:
+        """The baseline the claims are made against: :attr:`baseline`, fp32 where bf16 was not priced."""
+        return self.baseline if self.baseline == "fp32" or self.bf16_step_s is not None else "fp32"
+
+    @property
+    def baseline_step_s(self) -> float:
+        """The step of :attr:`claim_baseline`."""
+        return self.bf16_step_s if self.claim_baseline == "bf16" and self.bf16_step_s is not None else self.reference_step_s
+
+    def claim(self, s: Step) -> float:
+        """``s``'s speed-up over :attr:`claim_baseline`."""
+        return s.speedup_vs(self.claim_baseline)
 
     @property
     def paying(self) -> list[Step]:
-        """The compressors faster than the uncompressed reference, fastest first."""
-        return [s for s in self.steps if s.speedup > 1.0]
+        """The compressors faster than the claims' baseline all-reduce (bf16 by default), fastest first."""
+        return [s for s in self.steps if self.claim(s) > 1.0]
 
     @property
     def recommendable(self) -> list[Step]:
@@ -380,6 +422,9 @@ class Advice:
     overlap: bool = False
     calibration: Calibration | None = None  # collectives priced as measured on the network (else the α–β model)
     compute_flags: tuple[str, ...] = ()  # what was wrong with the measured compute time, after its re-measurement
+    baseline: str = "bf16"  # the all-reduce claims are made against (:data:`BASELINES`)
+    bf16_origin: str = ""  # how the bf16 all-reduce was priced (:func:`bf16_step`)
+    convergence_origin: str | None = None  # the convergence file time to accuracy was ranked with (else accuracy unmeasured)
 
     def untrusted(self) -> list[str]:
         """The flagged timings every scenario's answer rests on, by name: the compute time, and any compressor's kernels
@@ -405,6 +450,8 @@ class Advice:
             return self.untrusted()
         lead = ranked[0].speedup
         relevant = {s.label for s in ranked[:3]} | {s.label for s in sc.steps if s.speedup * CONTENDER_MARGIN >= lead}
+        if self.bf16_origin.startswith("measured"):  # the bf16 kernels price the baseline every claim is made against
+            relevant |= {k.label for k in self.kernels.kernels if _is_bf16(k)}
         out = list(dict.fromkeys(f"compute per step ({r.split(':')[0]})" for r in self.compute_flags))
         out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags and k.label in relevant]
         return out
@@ -415,9 +462,15 @@ class Advice:
             return ""
         return f" (compute: this machine's {1e3 * self.compute_s:.1f} ms a step; --compute-ms prices the cluster's devices)"
 
+    def summary_for(self, sc: Scenario) -> str:
+        """:func:`summary_line` of one scenario, with the caveat when the timings behind it were flagged and, without a
+        convergence file, the clause saying accuracy was not measured."""
+        acc = "" if self.convergence_origin else ACCURACY_NOT_MEASURED
+        return summary_line(sc, self.untrusted_for(sc), self.compute_note(), acc)
+
     def summaries(self) -> list[str]:
-        """:func:`summary_line` of every scenario, each with the caveat when the timings behind it were flagged."""
-        return [summary_line(sc, self.untrusted_for(sc), self.compute_note()) for sc in self.scenarios]
+        """:meth:`summary_for` every scenario."""
+        return [self.summary_for(sc) for sc in self.scenarios]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -480,11 +533,43 @@ def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute
     return compute_s + copy_s + wait + copy_s, wait  # predict_step's order of terms: an identity is 1.0 to the last bit
 
 
+#: the all-reduce a compressor's speed-up is claimed against: ``bf16`` (the default: mixed-precision training's own
+#: baseline; Han et al. 2024 show claims against fp32 overstate what compression buys) or ``fp32``
+BASELINES = ("bf16", "fp32")
+
+#: how the bf16 all-reduce is priced when no bf16 kernels were measured
+BF16_MODELLED = ("modelled: DDP's fp32 path with half the bytes all-reduced, each cast priced as the copy it replaces "
+                 "(no bench of bf16; `-c bf16` measures its casts)")
+
+
+def _is_bf16(k: StepKernels) -> bool:
+    return k.compressor == "bf16" and not k.params
+
+
+def bf16_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
+              overlap: bool = False, calibration: Calibration | None = None) -> tuple[float, str]:
+    """(step, how it was priced) of training with a bf16 all-reduce: the ``bf16`` compressor's own predicted step
+    where its kernels were measured (its casts as ×copy, an all-reduce of half the bytes), else DDP's path
+    (:func:`reference_step`) with half the bytes all-reduced and each cast priced as one copy — a cast reads the fp32
+    gradient and writes half its bytes, no more traffic than the copy it replaces; said so (:data:`BF16_MODELLED`)."""
+    own = next((k for k in kernels if _is_bf16(k)), None)
+    if own is not None:
+        return predict_step(own, n, net, compute_s, topo, overlap, calibration, reference_copy(kernels)).step_s, \
+            "measured: the bf16 compressor's casts (×copy) from the same bench, all-reduce of half the bytes"
+    dense = kernels[0].dense_bytes / 2
+    copy_s = reference_copy(kernels)
+    comm, _ = collective_seconds("allreduce", dense, n, net, topo, calibration)
+    return compute_s + copy_s + exposed(comm, compute_s, kernels[0].dense_bytes, overlap) + copy_s, BF16_MODELLED
+
+
 def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
            fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False,
-           calibration: Calibration | None = None, compute_flags: Sequence[str] = ()) -> Advice:
-    """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring)."""
+           calibration: Calibration | None = None, compute_flags: Sequence[str] = (), baseline: str = "bf16") -> Advice:
+    """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring);
+    each step's speed-up over the fp32 and the bf16 all-reduce (:func:`bf16_step`), claims against ``baseline``."""
+    if baseline not in BASELINES:
+        raise ResultsError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     if not kernels.kernels:
         raise ResultsError(f"no compressor of {kernels.origin or 'the input'} has kernel times and payload sizes to predict with")
     scenarios = []
@@ -492,16 +577,19 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
         for bw in bandwidths_gbps:
             net = Network(bw, latency_s)
             ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s, topology, overlap, calibration)
+            bf16_s, bf16_origin = bf16_step(kernels.kernels, n, net, compute_s, topology, overlap, calibration)
             copy_s = reference_copy(kernels.kernels)
             steps = []
             for k in kernels.kernels:
                 s = predict_step(k, n, net, compute_s, topology, overlap, calibration, copy_s)
-                steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s,
+                steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s, speedup_bf16=bf16_s / s.step_s,
+                                                 larger_than_bf16=k.larger_than_bf16,
                                                  delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
-            scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps)))
+            scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps), bf16_s, baseline))
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
-                  topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags))
+                  topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags),
+                  baseline=baseline, bf16_origin=bf16_origin if scenarios else "")
 
 
 #: a compressor whose predicted speed-up is within this factor of the best one's could be moved above it by a flagged
@@ -521,65 +609,52 @@ def caveat(flagged: Sequence[str]) -> str:
             "(why: under the table); rerun on a quiet machine before acting on it")
 
 
-def _floor_text(s: Step) -> str:
+def _floor_text(sc: Scenario, s: Step) -> str:
     d = s.delivered.value if s.delivered else float("nan")
     why = "worse than sending nothing" if d < 0 else f"under the {DELIVERED_FLOOR:g} floor"
-    return f"{s.label} {s.speedup:.2f}× (delivers {d:.3g} of the dense update, {why})"
+    return f"{s.label} {sc.claim(s):.2f}× (delivers {d:.3g} of the dense update, {why})"
 
 
-def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = "") -> str:
+#: the clause a sentence carries when no convergence file was given: the ranking is of step time alone
+ACCURACY_NOT_MEASURED = "; accuracy not measured (a faster step may reach it later: --convergence FILE ranks by time to it)"
+
+
+def both_speedups(sc: Scenario, s: Step) -> str:
+    """``1.20× vs bf16 (2.10× vs fp32)``: the speed-up over the claims' baseline, then over the other all-reduce."""
+    b = sc.claim_baseline
+    other = "fp32" if b == "bf16" else "bf16"
+    o = s.speedup if other == "fp32" else s.speedup_bf16
+    return f"{sc.claim(s):.2f}× vs {b}" + (f" ({o:.2f}× vs {other})" if o is not None else "")
+
+
+def baseline_steps(sc: Scenario) -> str:
+    """``bf16 all-reduce 96.1 ms, fp32 168 ms``: the uncompressed steps, the claims' baseline first."""
+    ms = {"fp32": sc.reference_step_s, "bf16": sc.bf16_step_s}
+    order = (sc.claim_baseline, "fp32" if sc.claim_baseline == "bf16" else "bf16")
+    parts = [f"{b} {1e3 * ms[b]:.3g} ms" for b in order if ms[b] is not None]  # type: ignore[operator]
+    return parts[0].replace(" ", " all-reduce ", 1) + "".join(f", {p}" for p in parts[1:])
+
+
+def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = "", accuracy_note: str = "") -> str:
     """One sentence for a scenario: the best compressor and what it costs, or that none pays; when any timing behind
     it is ``flagged`` (:meth:`Advice.untrusted`), the sentence says the answer cannot be trusted and why.  A compressor
     that delivers less than :data:`DELIVERED_FLOOR` of the dense update is never the one recommended; the sentence names
-    it as faster but not recommended."""
+    it as faster but not recommended.  Speed-ups are claimed against the scenario's baseline all-reduce (bf16 by
+    default) with the other one's in brackets ("1.20× vs bf16 (2.10× vs fp32)"); a best compressor whose payload is
+    larger than bf16's is said to be.  ``accuracy_note``: :data:`ACCURACY_NOT_MEASURED` where no convergence was given."""
     where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
     low = sc.below_floor[:3]
-    not_rec = f"; faster but not recommended: {', '.join(_floor_text(s) for s in low)}" if low else ""
+    not_rec = f"; faster but not recommended: {', '.join(_floor_text(sc, s) for s in low)}" if low else ""
+    tail = compute_note + accuracy_note + caveat(flagged)
     if not sc.paying:
         best = sc.steps[0]
-        return (f"{where}: no compressor pays — uncompressed all-reduce takes {1e3 * sc.reference_step_s:.0f} ms a step; "
-                f"the fastest compressor, {best.label}, is {best.speedup:.2f}×" + compute_note + caveat(flagged))
+        return (f"{where}: no compressor pays against the {sc.claim_baseline} all-reduce ({baseline_steps(sc)}); "
+                f"the fastest compressor, {best.label}, is {both_speedups(sc, best)}" + tail)
     if not sc.recommendable:
-        return (f"{where}: no compressor both pays and delivers enough of the update — uncompressed all-reduce takes "
-                f"{1e3 * sc.reference_step_s:.0f} ms a step{not_rec}" + compute_note + caveat(flagged))
+        return (f"{where}: no compressor both pays and delivers enough of the update ({baseline_steps(sc)}){not_rec}" + tail)
     best = sc.recommendable[0]
     fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
-    others = ", ".join(f"{s.label} {s.speedup:.2f}×" for s in sc.recommendable[1:3])
-    return (f"{where}: best {best.label}, {best.speedup:.2f}× the uncompressed step ({1e3 * best.step_s:.0f} vs "
-            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + not_rec
-            + compute_note + caveat(flagged))
-
-
-# ----------------------------------------------------------------------------- decision curves (the HTML report's plot)
-
-#: the decision curves' bandwidth axis (Gbit/s) and the latency they charge per message
-DECISION_BANDWIDTHS = tuple(float(b) for b in np.logspace(-1, math.log10(400), 49))
-DECISION_LATENCY_S = 5e-6
-
-
-def crossing(xs: Sequence[float], ys: Sequence[float], level: float = 1.0) -> float | None:
-    """The first ``x`` where the curve ``ys`` over log-spaced ``xs`` crosses ``level``, interpolated on the log axis (None: never)."""
-    logs = [math.log10(x) for x in xs]
-    for i in range(len(ys) - 1):
-        a, b = ys[i] - level, ys[i + 1] - level
-        if a > 0 >= b or a < 0 <= b:
-            return 10 ** (logs[i] + (logs[i + 1] - logs[i]) * a / (a - b))
-    return None
-
-
-def decision_curves(cases: Sequence[Any]) -> tuple[int, float | None, dict[str, list[float]], dict[str, float | None]] | None:
-    """(workers, compute time, per case label its predicted speed-up at every :data:`DECISION_BANDWIDTHS`, its break-even
-    bandwidth) from :func:`advise`'s model on a source's own kernels (:func:`step_kernels_of`); None without two timed cases
-    or two workers.  The break-even is where the curve crosses 1× (:func:`crossing`): compression pays on slower links."""
-    kernels, compute = step_kernels_of(cases)
-    workers = next((int(c.source.workers) for c in as_cases(cases, "run") if c.ok and c.source is not None and c.source.workers), 0)
-    if len(kernels) < 2 or workers < 2:
-        return None
-    ks = KernelSet("", "", "", "", tuple(kernels))
-    adv = advise(ks, compute or 0.0, [workers], DECISION_BANDWIDTHS, DECISION_LATENCY_S)
-    curves: dict[str, list[float]] = {k.label: [] for k in kernels}
-    for sc in adv.scenarios:
-        for st in sc.steps:
-            curves[st.label].append(st.speedup)
-    even = {label: crossing(DECISION_BANDWIDTHS, ys) for label, ys in curves.items()}
-    return workers, compute, curves, even
+    big = ", its payload larger than bf16's" if best.larger_than_bf16 else ""
+    others = ", ".join(f"{s.label} {sc.claim(s):.2f}×" for s in sc.recommendable[1:3])
+    return (f"{where}: best {best.label}, {both_speedups(sc, best)} ({1e3 * best.step_s:.3g} ms a step; {baseline_steps(sc)})"
+            f"{fid}{big}" + (f"; also faster: {others}" if others else "") + not_rec + tail)
