@@ -146,6 +146,12 @@ def advise_cmd(
     if results is not None:  # read first: a bad file is one line before minutes of measuring
         path = resolve_run(results, runs_dir, finished=True)
         fidelity = (load_run(path), str(path))
+    conv_record = None
+    if convergence is not None:  # read first too: a file of another kind is one line before any measuring
+        from gcbench.distributed.time_to_accuracy import read_convergence
+
+        conv_record = load_run(convergence)
+        read_convergence(conv_record, model, str(convergence))
     if kernels is None:
         check_output_dir(out_dir, "--out")
     with progress_bar(not as_json and not quiet) as prog:
@@ -154,8 +160,22 @@ def advise_cmd(
     delivered = adv.delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
     advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
-                        calibration=calibration, compute_flags=step.compute_flags, baseline=baseline)
+                        calibration=calibration, compute_flags=step.compute_flags, baseline=baseline,
+                        convergence_origin=str(convergence) if convergence is not None else None)
+    times = None
+    if conv_record is not None:
+        from gcbench.distributed.time_to_accuracy import read_convergence, time_to_accuracy
+
+        conv = read_convergence(conv_record, step.kernels.model, str(convergence))
+        times = (conv, time_to_accuracy(advice, conv))
     if as_json:
-        print_json(advice.to_dict())
+        d = advice.to_dict()
+        if times is not None:
+            from gcbench.distributed.time_to_accuracy import time_sentence
+
+            d["convergence"] = {"origin": times[0].origin, "task": times[0].task, "metric": times[0].metric,
+                                "target": times[0].target, "budget_steps": times[0].budget, "seeds": times[0].seeds}
+            d["time_to_accuracy"] = [st.to_dict() | {"summary": time_sentence(st, times[0])} for st in times[1]]
+        print_json(d)
         return
-    emit(advice_output(advice))
+    emit(advice_output(advice, times))

@@ -565,7 +565,8 @@ def bf16_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: f
 def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
            fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False,
-           calibration: Calibration | None = None, compute_flags: Sequence[str] = (), baseline: str = "bf16") -> Advice:
+           calibration: Calibration | None = None, compute_flags: Sequence[str] = (), baseline: str = "bf16",
+           convergence_origin: str | None = None) -> Advice:
     """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring);
     each step's speed-up over the fp32 and the bf16 all-reduce (:func:`bf16_step`), claims against ``baseline``."""
     if baseline not in BASELINES:
@@ -589,7 +590,7 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
             scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps), bf16_s, baseline))
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
                   topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags),
-                  baseline=baseline, bf16_origin=bf16_origin if scenarios else "")
+                  baseline=baseline, bf16_origin=bf16_origin if scenarios else "", convergence_origin=convergence_origin)
 
 
 #: a compressor whose predicted speed-up is within this factor of the best one's could be moved above it by a flagged

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from gcbench.distributed.advise import Advice, Scenario, Step
+from gcbench.distributed.time_to_accuracy import ConvergenceInput, ScenarioTime, TimeRow, time_sentence
 from gcbench.report.text import term
 
 #: the collectives' short names in the table (the legend under it spells them out): the protocol column of a two-leg
@@ -40,8 +41,9 @@ def baselines_line(adv: Advice, scs: list[Scenario]) -> str:
             f"{adv.bf16_origin or 'not priced'}.")
 
 
-def advice_output(adv: Advice) -> list[Table | str]:
-    """Tables and lines to print, in order (strings are plain text, not markup)."""
+def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None) -> list[Table | str]:
+    """Tables and lines to print, in order (strings are plain text, not markup); with ``times`` (``advise
+    --convergence``), the time-to-accuracy table and sentence of every cluster after the step tables."""
     ks = adv.kernels
     out: list[Table | str] = [
         f"{adv.model}: kernels measured on {ks.device} ({ks.machine}) by `gcbench bench --model` ({ks.origin}); "
@@ -87,4 +89,59 @@ def advice_output(adv: Advice) -> list[Table | str]:
                "(ring or tree) + copy back; "
                + ("communication overlaps the backward pass (2/3 of compute) bucket by bucket, the last bucket's never"
                   if adv.overlap else "no overlap of communication with the backward pass (--overlap models DDP's)") + f". {fid}.")
+    if times is not None:
+        out.extend(time_output(*times))
+    return out
+
+
+#: the note marks of the time-to-accuracy table (its legend under it)
+TIME_MARKS = {"slower": "a", "assumed": "b", "modelled": "c"}
+TIME_LEGEND = ("time to target = steps to target (mean over the seeds that reached it, 95% CI) × predicted step (CI: the "
+               "kernels' ×copy CIs; compute and network as given); low/high multiply the ends. reached: seeds that reached "
+               "the target within the budget / seeds. a: faster per step than the baseline but slower to the target; "
+               "b: steps assumed the fp32 reference's (no bf16 case in the file); c: bf16 all-reduce modelled, not measured")
+
+
+def _time_marks(st: ScenarioTime, r: TimeRow) -> str:
+    marks = []
+    if r in st.faster_step_slower_to_target:
+        marks.append(TIME_MARKS["slower"])
+    if r.note.startswith("steps assumed"):
+        marks.append(TIME_MARKS["assumed"])
+    if r.role == "bf16 baseline" and "modelled" in r.note:
+        marks.append(TIME_MARKS["modelled"])
+    return ",".join(marks)
+
+
+def _time_cell(r: TimeRow, budget: int) -> str:
+    if r.time is not None:
+        return r.time.text()
+    return {"diverged": "diverged", "failed": "failed"}.get(r.status, f"not in {budget}")
+
+
+def time_table(st: ScenarioTime, conv: ConvergenceInput) -> Table:
+    """One cluster's compressors ranked by predicted time to the target (within 120 columns)."""
+    t = Table(title=f"{st.workers} workers × {st.bandwidth_gbps:g} Gbit/s — predicted time to {conv.target_text} "
+                    f"(seconds; {conv.seeds} seeds, budget {conv.budget} steps)", title_justify="left")
+    for col, just, wrap in (("compressor", "left", True), ("reached", "right", False), ("steps to target", "right", False),
+                            ("step ms", "right", False), ("time to target s", "right", False), ("vs bf16", "right", False),
+                            ("vs fp32", "right", False), ("note", "left", False)):
+        t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
+    for r in st.rows:
+        o = r.outcome
+        name = term(r.label) + ("" if r.role == "compressor" else f" ({r.role.split()[0]})" if r.role == "fp32 reference" else "")
+        t.add_row(name, f"{o.reached}/{o.seeds}", o.steps.text(spec=".0f") if o.steps else "—", r.step.text(1e3),
+                  _time_cell(r, conv.budget), f"{r.vs_bf16:.2f}×" if r.vs_bf16 is not None else "—",
+                  f"{r.vs_fp32:.2f}×" if r.vs_fp32 is not None else "—", _time_marks(st, r))
+    return t
+
+
+def time_output(conv: ConvergenceInput, times: list[ScenarioTime]) -> list[Table | str]:
+    """The time-to-accuracy tables and sentences of ``advise --convergence``."""
+    out: list[Table | str] = [f"time to accuracy: steps to the target from {conv.origin} ({conv.task}, {conv.workers} workers "
+                              f"simulated, {conv.seeds} seeds)"]
+    for st in times:
+        out.append(time_table(st, conv))
+    out.append(TIME_LEGEND)
+    out.extend(time_sentence(st, conv) for st in times)
     return out
