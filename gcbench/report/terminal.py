@@ -246,6 +246,10 @@ def summary_tables(run: LoadedRun) -> list[Table]:
         return [train_table(run.cases, f"{run.run_id} — training: {train_description(run)}")]
     if run.kind == "bench":
         return [bench_table(run)]
+    if run.kind == "converge":
+        from gcbench.report.convergence import convergence_table
+
+        return [convergence_table(run)]
     return case_tables(run.cases, run.run_id)
 
 
@@ -594,6 +598,6 @@ def terminal_report(inp: ReportInput, claims: Sequence[ClaimResult], claims_miss
                    "(see --md or --html).")
     elif claims_missing:
         out.append(claims_missing)
-    if any(r.kind not in ("train", "bench") for r in inp.loaded):  # train and bench tables carry their own notes
+    if any(r.kind not in ("train", "bench", "converge") for r in inp.loaded):  # these tables carry their own notes
         out.append(LEGEND)
     return out
