@@ -130,7 +130,7 @@ from gcbench.results.compare import (
 )
 from gcbench.results.phases import phase_rows, source_windows
 from gcbench.results.record import BEATS_BOUND, RunCase, TrainCase
-from gcbench.results.verdict import PairVerdict, bytes_per_step, verdicts
+from gcbench.results.verdict import PairVerdict, baseline_bytes_line, bytes_per_step, verdicts
 
 # Re-exported: every public name this module held before the report was split (loading, columns, notes, views, Markdown),
 # so `from gcbench.report import terminal as rep; rep.X` and `gcbench.report.X` keep working.
@@ -387,6 +387,9 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
                                  *recommendation_output(cases)]
     if sweep is None:
         out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
+    against = baseline_bytes_line(cases)
+    if against:
+        out.append(Text(against))
     main = head_to_head(cases, MAIN_METRICS)
     # the heading is a line of its own: as a table title it wraps at the width of a narrow two-case table
     out.append(Text(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity} — "

@@ -74,7 +74,7 @@ from gcbench.core.errors import ResultsError
 from gcbench.results.metrics import METRICS, mann_whitney
 from gcbench.results.parse import as_record
 from gcbench.results.record import BenchCase, BenchRecord, RunCase, RunRecord, TrainCase
-from gcbench.results.verdict import PairVerdict, bytes_per_step
+from gcbench.results.verdict import PairVerdict, baseline_bytes, bytes_per_step
 
 BETTER = "better"
 WORSE = "worse"
@@ -541,6 +541,7 @@ def compare_json(cases: Sequence[RunCase], results: str, verdicts: Sequence[Pair
         "cases": [c.label for c in cases],
         "failed": [{"label": c.label, "error": c.error_text} for c in cases if not c.ok],
         "summary": [v.summary for v in verdicts],
+        "baselines": [b.to_dict() for b in baseline_bytes(cases)],
         "verdicts": [v.to_dict() for v in verdicts],
         "rows": {r.spec.metric: _row_json(r, cases) for r in head_to_head(cases, MAIN_METRICS)},
         "fidelity": {
