@@ -555,7 +555,7 @@ def bf16_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: f
     own = next((k for k in kernels if _is_bf16(k)), None)
     if own is not None:
         return predict_step(own, n, net, compute_s, topo, overlap, calibration, reference_copy(kernels)).step_s, \
-            "measured: the bf16 compressor's casts (×copy) from the same bench, all-reduce of half the bytes"
+            "measured: the bf16 compressor's casts (×copy, timed with the others), all-reduce of half the bytes"
     dense = kernels[0].dense_bytes / 2
     copy_s = reference_copy(kernels)
     comm, _ = collective_seconds("allreduce", dense, n, net, topo, calibration)
