@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.advise import Advice, Scenario, Step, StepKernels, predict_step, reference_copy
+from gcbench.distributed.advise import Advice, KernelSet, Scenario, Step, StepKernels, advise, predict_step, reference_copy
 from gcbench.distributed.netmodel import Network
 from gcbench.results.record import ConvergeCase, ConvergeRecord, Interval, RunRecord
 
@@ -335,3 +335,39 @@ def time_sentence(st: ScenarioTime, conv: ConvergenceInput) -> str:
         parts.append("accuracy not measured (not in the convergence file): " + ", ".join(st.unmeasured[:6])
                      + (f" and {len(st.unmeasured) - 6} more" if len(st.unmeasured) > 6 else ""))
     return head + "".join(f"; {p}" for p in parts)
+
+
+# ----------------------------------------------------------------------------- a convergence file priced on named clusters
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """A convergence file priced on named clusters (``report --cluster``): the advice per cluster and the times."""
+
+    conv: ConvergenceInput
+    advice: Advice
+    times: tuple[ScenarioTime, ...]
+
+
+def parse_cluster(text: str) -> tuple[int, float]:
+    """``16x10`` → (16 workers, 10 Gbit/s per worker); a one-line :class:`ResultsError` for anything else."""
+    workers, sep, gbps = text.lower().replace("×", "x").partition("x")
+    try:
+        n, bw = int(workers), float(gbps)
+    except ValueError:
+        n, bw = 0, 0.0
+    if not sep or n < 2 or not 0 < bw < float("inf"):
+        raise ResultsError(f"--cluster takes WORKERSxGBITS with at least 2 workers and a positive bandwidth, e.g. 16x10; got {text!r}")
+    return n, bw
+
+
+def price_convergence(conv: ConvergenceInput, kernels: KernelSet, compute_s: float, clusters: Sequence[tuple[int, float]],
+                      latency_s: float, *, compute_origin: str = "given", baseline: str = "bf16") -> Pricing:
+    """:func:`time_to_accuracy` on each (workers, Gbit/s) of ``clusters`` (not their cross product)."""
+    if not same_model(conv.task, kernels.model):
+        raise ResultsError(f"{conv.origin} is a convergence run of {conv.task}, not of {kernels.model}, the model of the kernels "
+                           f"({kernels.origin})")
+    parts = [advise(kernels, compute_s, [n], [bw], latency_s, compute_origin=compute_origin, baseline=baseline,
+                    convergence_origin=conv.origin) for n, bw in clusters]
+    adv = dataclasses.replace(parts[0], scenarios=tuple(sc for p in parts for sc in p.scenarios))
+    return Pricing(conv, adv, tuple(time_to_accuracy(adv, conv)))

@@ -37,8 +37,17 @@ HEADERS = (("reached", "seeds that reached the target within the budget of steps
 
 FOOTNOTE = ("A convergence run trains with N simulated workers, each update made from the compressed aggregate, over several "
             "seeds; intervals are 95% Student t over seeds (± half-width). Ranked by steps only: a step's wall time depends on "
-            "the cluster, which this report is not given — `gcbench advise --model MODEL --convergence FILE` prices the steps "
-            "on a cluster and ranks by time to the target. † = more bytes per step than a bf16 all-reduce sends.")
+            "the cluster, which this report is not given — `gcbench report FILE --cluster 16x10 --kernels BENCH` or "
+            "`gcbench advise --model MODEL --convergence FILE` price the steps on a cluster and rank by time to the target. "
+            "† = more bytes per step than a bf16 all-reduce sends.")
+PRICED_FOOTNOTE = ("A convergence run trains with N simulated workers, each update made from the compressed aggregate, over "
+                   "several seeds; intervals are 95% Student t over seeds (± half-width). This table is by steps; the "
+                   "time to the target on each cluster given (--cluster) follows it. † = more bytes per step than a bf16 "
+                   "all-reduce sends.")
+
+
+def footnote(run: LoadedRun) -> str:
+    return PRICED_FOOTNOTE if run.pricing is not None else FOOTNOTE
 
 
 def ci_text(s: Span | None, spec: str = ".3g") -> str:
@@ -137,8 +146,29 @@ def answer(run: LoadedRun) -> str:
     failed = [o.label for o in comps if o.status == "failed"]
     if failed:
         parts.append("failed: " + ", ".join(failed))
+    if run.pricing is not None:
+        return parts[0] + ": " + "; ".join(parts[1:]) + ". Time to the target on each cluster given: below."
     return parts[0] + ": " + "; ".join(parts[1:]) + (". Steps only: wall time depends on the cluster "
                                                      "(`gcbench advise --convergence FILE` prices it).")
+
+
+def priced_sentences(run: LoadedRun) -> list[str]:
+    """One sentence per cluster the file was priced on (``report --cluster``), none otherwise."""
+    from gcbench.distributed.time_to_accuracy import time_sentence
+
+    p = run.pricing
+    return [time_sentence(st, p.conv) for st in p.times] if p is not None else []
+
+
+def pricing_origin(run: LoadedRun) -> str:
+    """Where the step times of ``report --cluster`` come from, as one line ("" without a cluster)."""
+    p = run.pricing
+    if p is None:
+        return ""
+    a = p.advice
+    return (f"step times: kernels measured on {a.kernels.device} ({a.kernels.machine}, {a.kernels.origin}); compute "
+            f"{1e3 * a.compute_s:.3g} ms per step ({a.compute_origin}); α = {1e6 * a.latency_s:g} µs; bf16 all-reduce "
+            f"{a.bf16_origin}.")
 
 
 def convergence_table(run: LoadedRun) -> Table:
@@ -154,9 +184,21 @@ def convergence_table(run: LoadedRun) -> Table:
         else:
             t.add_row(term(r.name), "[red]failed[/]", *[""] * (len(HEADERS) - 1))
             errors.append(f"{r.name}: {r.error}")
-    t.caption = rich_escape("\n".join([answer(run), *errors, FOOTNOTE]))
+    t.caption = rich_escape("\n".join([answer(run), *errors, footnote(run)]))
     t.caption_justify = "left"
     return t
+
+
+def convergence_output(run: LoadedRun) -> list[Any]:
+    """The terminal output of a convergence file: its table, then with ``--cluster`` the time-to-accuracy tables and
+    one sentence per cluster (:func:`gcbench.report.advice.time_output`)."""
+    out: list[Any] = [convergence_table(run)]
+    if run.pricing is not None:
+        from gcbench.report.advice import time_output
+
+        out.append(pricing_origin(run))
+        out.extend(time_output(run.pricing.conv, list(run.pricing.times)))
+    return out
 
 
 def markdown_convergence(run: LoadedRun, md_escape: Any, md_table: Any, facts: dict[str, str]) -> str:
@@ -168,7 +210,8 @@ def markdown_convergence(run: LoadedRun, md_escape: Any, md_table: Any, facts: d
              f"{md_escape(description(run))}; {md_escape(facts['date'])}, {md_escape(facts['cases'])}; machine "
              f"{md_escape(facts['machine'])}; gcbench {md_escape(facts['gcbench'])}, commit {md_escape(facts['commit'])}.", "",
              md_table(["compressor", *[md_escape(h) for h, _ in HEADERS]], rows, [False] + [True] * len(HEADERS)), "",
-             f"**{md_escape(answer(run))}**", "", md_escape(FOOTNOTE), ""]
+             f"**{md_escape(answer(run))}**", "", *[f"* {md_escape(s)}" for s in priced_sentences(run)],
+             *([md_escape(pricing_origin(run)), ""] if run.pricing is not None else []), md_escape(footnote(run)), ""]
     return "\n".join(parts)
 
 

@@ -255,9 +255,10 @@ def _converge_context(i: int, run: LoadedRun) -> dict[str, Any]:
         else:
             table["rows"].append({"ok": False, "name": r.name, "recon": False, "lead": [], "colspan": len(cv.HEADERS),
                                   "error": r.error})
+    notes = [cv.answer(run), *cv.priced_sentences(run), *([cv.pricing_origin(run)] if run.pricing is not None else [])]
     return {"kind": "converge", "anchor": f"run{i}", "facts": run_facts(run), "description": cv.description(run), "table": table,
-            "detail": None, "plots": convergence_plots(run.cases, run.run_id), "notes": [cv.answer(run)],
-            "footnote": cv.FOOTNOTE, "any_reconstructed": False}
+            "detail": None, "plots": convergence_plots(run.cases, run.run_id, run.pricing), "notes": notes,
+            "footnote": cv.footnote(run), "any_reconstructed": False}
 
 
 def _section_context(i: int, run: LoadedRun) -> dict[str, Any]:

@@ -27,6 +27,9 @@ class LoadedRun:
 
     path: Path
     data: RunRecord
+    #: a convergence file priced on named clusters (``report --cluster``:
+    #: :class:`gcbench.distributed.time_to_accuracy.Pricing`); None: reported by steps only
+    pricing: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data", as_record(self.data))

@@ -240,16 +240,17 @@ __all__ = [
 ]
 
 
-def summary_tables(run: LoadedRun) -> list[Table]:
-    """The tables of one results file: one per gradient source of a run, one for a train or bench file."""
+def summary_tables(run: LoadedRun) -> list[Any]:
+    """The tables of one results file: one per gradient source of a run, one for a train or bench file; a convergence
+    file's table, then its time to accuracy on each cluster given (``report --cluster``)."""
     if run.kind == "train":
         return [train_table(run.cases, f"{run.run_id} — training: {train_description(run)}")]
     if run.kind == "bench":
         return [bench_table(run)]
     if run.kind == "converge":
-        from gcbench.report.convergence import convergence_table
+        from gcbench.report.convergence import convergence_output
 
-        return [convergence_table(run)]
+        return convergence_output(run)
     return case_tables(run.cases, run.run_id)
 
 

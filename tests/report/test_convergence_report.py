@@ -119,3 +119,50 @@ def test_a_failed_case_of_a_convergence_file_is_shown_failed(tmp_path: Path) -> 
     r = runner.invoke(app, ["report", str(path)], env={"COLUMNS": "120"})
     assert r.exit_code == 0, r.output
     assert re.search(r"topk.*failed", r.stdout) and "boom" in r.stdout
+
+
+def _bench(tmp_path: Path) -> Path:
+    from tests.distributed.test_time_to_accuracy import _bench_record
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_bench_record()))
+    return path
+
+
+def test_report_prices_a_convergence_file_on_each_cluster_given(conv: Path, tmp_path: Path) -> None:
+    bench = _bench(tmp_path)
+    args = ["report", str(conv), "--cluster", "16x1", "--cluster", "64x100", "--kernels", str(bench), "--compute-ms", "5"]
+    r = runner.invoke(app, args, env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.output
+    assert "on 16 × 1 Gbit/s, to accuracy 0.8" in r.stdout and "on 64 × 100 Gbit/s, to accuracy 0.8" in r.stdout
+    assert "16 workers × 1 Gbit/s — predicted time to accuracy 0.8" in r.stdout and "Steps only" not in r.stdout
+    assert "not priced (not in the kernels advise has): fp16, signsgd, qsgd" in r.stdout  # the bench has none, topk, randomk
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, [*args, "--html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert page.count('data-plot="converge_time"') == 2 and "against predicted wall time on 16 workers × 1 Gbit/s" in page
+    assert "on 64 × 100 Gbit/s, to accuracy 0.8" in page
+    r = runner.invoke(app, [*args, "--md"])
+    assert r.exit_code == 0 and "* on 16 × 1 Gbit/s, to accuracy 0.8" in r.stdout, r.output
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (["--cluster", "16x1"], "--cluster WORKERSxGBITS and --kernels FILE go together"),
+    (["--cluster", "16", "--kernels", "BENCH"], "--cluster takes WORKERSxGBITS"),
+    (["--cluster", "1x10", "--kernels", "BENCH"], "at least 2 workers"),
+    (["--cluster", "16x10", "--kernels", "BENCH"], "stores no compute time of mlp: give --compute-ms"),
+])
+def test_report_cluster_bad_input_is_one_line(conv: Path, tmp_path: Path, extra: list[str], words: str) -> None:
+    bench = _bench(tmp_path)
+    r = runner.invoke(app, ["report", str(conv), *[str(bench) if a == "BENCH" else a for a in extra]])
+    assert r.exit_code == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+def test_report_cluster_refuses_a_run_that_is_not_a_convergence_file(tmp_path: Path) -> None:
+    run = Path(__file__).parents[1] / "golden" / "run_base.json"
+    r = runner.invoke(app, ["report", str(run), "--cluster", "16x1", "--kernels", str(_bench(tmp_path)), "--compute-ms", "5"])
+    assert r.exit_code == 1 and "none of the runs shown is one" in r.stderr, r.output
+    other = write_converge(tmp_path / "cnn.json", task="zoo:smallcnn")
+    r = runner.invoke(app, ["report", str(other), "--cluster", "16x1", "--kernels", str(_bench(tmp_path)), "--compute-ms", "5"])
+    assert r.exit_code == 1 and "smallcnn" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
