@@ -74,7 +74,11 @@ def simulate_cmd(
     ns = number_list(workers, "--workers", int)
     bws = number_list(bandwidth, "--bandwidth", float)
     path = resolve_run(results, runs_dir, finished=True)  # "latest": the newest run that finished
-    sim = netmodel.simulate_results(load_run(path), ns, bws, latency_s, scheme, compute_s, str(path))
+    record = load_run(path)
+    if record.kind == "converge":
+        raise GcbenchError(f"{path} is a convergence file: `gcbench advise --convergence FILE` or `gcbench report FILE --cluster "
+                           "WORKERSxGBITS --kernels BENCH` price its steps on a cluster")
+    sim = netmodel.simulate_results(record, ns, bws, latency_s, scheme, compute_s, str(path))
     if as_json:
         print_json(sim.to_dict())
         return
@@ -146,6 +150,9 @@ def advise_cmd(
     if results is not None:  # read first: a bad file is one line before minutes of measuring
         path = resolve_run(results, runs_dir, finished=True)
         fidelity = (load_run(path), str(path))
+        if fidelity[0].kind == "converge":
+            raise GcbenchError(f"{path} is a convergence file: pass it with --convergence (RUN is a `run`/`compare` file whose "
+                               "delivered fractions rank fidelity)")
     conv_record = None
     if convergence is not None:  # read first too: a file of another kind is one line before any measuring
         from gcbench.distributed.time_to_accuracy import read_convergence

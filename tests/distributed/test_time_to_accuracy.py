@@ -228,3 +228,29 @@ def test_the_time_to_accuracy_table_fits_120_columns() -> None:
     assert all(len(line) <= 120 for line in text.splitlines()) and not any("…" in line for line in rows)
     assert any("signsgd" in line and "1/3" in line for line in rows) and any("qsgd" in line and "diverged" in line for line in rows)
     assert "b: steps assumed the fp32 reference's" in text and "accuracy not measured" not in text
+
+
+def test_a_convergence_file_given_where_a_run_is_expected_says_where_it_goes(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(_bench_record()))
+    conv = write_converge(tmp_path / "conv.json")
+    r = runner.invoke(app, ["advise", str(conv), "--kernels", str(bench), "--compute-ms", "5"])
+    assert r.exit_code == 1 and "pass it with --convergence" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = runner.invoke(app, ["simulate", str(conv)])
+    assert r.exit_code == 1 and "is a convergence file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_clusters_are_priced_one_by_one_not_as_a_cross_product() -> None:
+    conv = _conv()
+    p = tta.price_convergence(conv, _kernels(), 0.005, [(16, 1.0), (64, 100.0)], 5e-6)
+    assert [(st.workers, st.bandwidth_gbps) for st in p.times] == [(16, 1.0), (64, 100.0)]
+    assert tta.parse_cluster("16x10") == (16, 10.0) and tta.parse_cluster("8×2.5") == (8, 2.5)
+    for bad in ("16", "x10", "1x10", "16x0", "16xnan", "ax1"):
+        with pytest.raises(ResultsError, match="WORKERSxGBITS"):
+            tta.parse_cluster(bad)
+    with pytest.raises(ResultsError, match="not of mlp"):
+        tta.price_convergence(_conv_of("zoo:smallcnn"), _kernels(), 0.005, [(16, 1.0)], 5e-6)
+
+
+def _conv_of(task: str) -> tta.ConvergenceInput:
+    return tta.read_convergence(parse_record(converge_record(task)), None, "conv.json")
