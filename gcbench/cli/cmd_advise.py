@@ -31,18 +31,16 @@ IntraBandwidth = Annotated[float | None, typer.Option(metavar="FLOAT", help="Int
 Overlap = Annotated[bool, typer.Option(help="Overlap communication with the backward pass, bucket by bucket as DDP does.")]
 AdviseComputeMs = options.compute_ms("Compute time of one step in ms on the cluster's devices (default: measured here on the "
                                      "CPU, forward + backward at the model's batch).")
-Kernels = Annotated[Path | None, typer.Option(
-    metavar="PATH", help="A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
-                         "`--device cuda`): its kernel times instead of measuring them now.")]
+Kernels = options.kernels("A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
+                          "`--device cuda`): its kernel times instead of measuring them now.")
 Remeasure = Annotated[bool, typer.Option(
     help="Time the kernels anew, even where a bench of the same model, compressors, machine and gcbench version from the "
          "last 24 h is in --out (reused by default: its file is named in the output).")]
 Network = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A network calibration (`python -m gcbench.distributed.calibrate`, run on the cluster): "
                          "collectives priced as measured there instead of by the α–β model.")]
-AdviseBaseline = Annotated[str, typer.Option(
-    "--baseline", metavar="NAME", help="The uncompressed all-reduce speed-ups are claimed against: bf16 (default: what "
-    "mixed-precision training sends) or fp32; the sentence gives both.")]
+AdviseBaseline = options.baseline(str, "NAME", "The uncompressed all-reduce speed-ups are claimed against: bf16 (default: "
+                                  "what mixed-precision training sends) or fp32; the sentence gives both.")
 Convergence = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
                          "target (steps to target × step time), not by step time alone.")]

@@ -38,10 +38,9 @@ Layers = Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio 
 AllRuns = Annotated[bool, typer.Option("--all", help="With --html and no RUN: render every run of --runs-dir in "
                                        "detail, not only the newest (about 0.75 s a run).")]
 Cluster = Annotated[list[str] | None, typer.Option(
-    "--cluster", metavar="WORKERSxGBITS", help="Price a convergence file's steps on this cluster (repeatable), e.g. 16x10: "
-    "time to the target per compressor, as `gcbench advise --convergence` does; needs --kernels.")]
-ReportKernels = Annotated[Path | None, typer.Option(
-    "--kernels", metavar="PATH", help="With --cluster: a bench file of `gcbench bench --model` of the convergence file's model.")]
+    "--cluster", metavar="CLUSTER", help="Price a convergence file's steps on this cluster, WORKERSxGBITS (repeatable), e.g. "
+    "16x10: time to the target per compressor, as `gcbench advise --convergence` does; needs --kernels.")]
+ReportKernels = options.kernels("With --cluster: a bench file of `gcbench bench --model` of the convergence file's model.")
 ReportComputeMs = options.compute_ms("With --cluster: compute time of one step in ms on the cluster's devices (default: the "
                                      "one stored with an advise bench file).")
 
