@@ -75,7 +75,7 @@ def markdown_layers(runs: Sequence[LoadedRun], per_table: int = 10) -> str:
     """The per-layer tables as Markdown: per run, source and metric, ``per_table`` cases per table ('' when none)."""
     parts = []
     for run in runs:
-        if run.kind in ("train", "bench"):
+        if run.kind in ("train", "bench", "converge"):  # no per-layer rows
             continue
         for src, group in by_source(run.cases).items():
             ok = [c for c in group if c.ok and c.layers]

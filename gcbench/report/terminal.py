@@ -477,7 +477,7 @@ def layers_report(runs: Sequence[LoadedRun], width: int = 160) -> list[Renderabl
     """
     out: list[RenderableType | str] = []
     for run in runs:
-        if run.kind in ("train", "bench"):
+        if run.kind in ("train", "bench", "converge"):  # no per-layer rows
             continue
         for src, group in by_source(run.cases).items():
             out += layer_tables(group, f"{clip(run.run_id)} — {clip(src)}", width)

@@ -166,3 +166,9 @@ def test_report_cluster_refuses_a_run_that_is_not_a_convergence_file(tmp_path: P
     other = write_converge(tmp_path / "cnn.json", task="zoo:smallcnn")
     r = runner.invoke(app, ["report", str(other), "--cluster", "16x1", "--kernels", str(_bench(tmp_path)), "--compute-ms", "5"])
     assert r.exit_code == 1 and "smallcnn" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+def test_layers_of_a_convergence_file_are_one_line(conv: Path) -> None:
+    for extra in ([], ["--md"]):
+        r = runner.invoke(app, ["report", str(conv), "--layers", *extra])
+        assert r.exit_code == 1 and "no per-layer rows" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
