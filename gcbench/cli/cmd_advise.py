@@ -11,7 +11,7 @@ from gcbench.cli import options
 from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import choose, compressor_specs, number_list, single_worker_compressors
 from gcbench.cli.output import emit, print_json, progress_bar
-from gcbench.cli.preflight import check_output_dir
+from gcbench.cli.preflight import check_output_dir, check_output_file
 from gcbench.core.errors import GcbenchError
 
 SimulateRun = Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').",
@@ -101,6 +101,8 @@ def advise_cmd(
     network: Network = None,
     baseline: AdviseBaseline = "bf16",
     convergence: Convergence = None,
+    csv: options.csv_path("PATH", "Also write the prediction as CSV: one row per cluster × compressor (step terms, "
+                          "both baselines, speed-ups; with --convergence the time to the target).") = None,
     runs_dir: options.runs_dir() = Path("reports/runs"),
     out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
     as_json: options.json_flag("Machine-readable advice.") = False,
@@ -159,6 +161,8 @@ def advise_cmd(
         read_convergence(conv_record, model, str(convergence))
     if kernels is None:
         check_output_dir(out_dir, "--out")
+    if csv is not None:
+        check_output_file(csv, "--csv")
     with progress_bar(not as_json and not quiet) as prog:
         step = adv.step_inputs(model, specs, out_dir, kernels_file=kernels, only=specs if compressor else None,
                                compute_s=compute_s, rounds=rounds, progress=prog, remeasure=remeasure)
@@ -173,6 +177,14 @@ def advise_cmd(
 
         conv = read_convergence(conv_record, step.kernels.model, str(convergence))
         times = (conv, time_to_accuracy(advice, conv))
+    if csv is not None:
+        from gcbench.report.advice_csv import advice_csv
+        from gcbench.results.atomic import atomic_write
+
+        try:
+            atomic_write(csv, advice_csv(advice, times))
+        except OSError as exc:
+            raise GcbenchError(f"cannot write {csv}: {exc.strerror or type(exc).__name__}") from exc
     if as_json:
         d = advice.to_dict()
         if times is not None:

@@ -254,3 +254,32 @@ def test_clusters_are_priced_one_by_one_not_as_a_cross_product() -> None:
 
 def _conv_of(task: str) -> tta.ConvergenceInput:
     return tta.read_convergence(parse_record(converge_record(task)), None, "conv.json")
+
+
+def test_advise_csv_has_a_row_per_cluster_and_compressor_with_the_new_columns(tmp_path: Path) -> None:
+    import csv
+
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(_bench_record()))
+    conv = write_converge(tmp_path / "conv.json")
+    out = tmp_path / "advice.csv"
+    base = ["advise", "--kernels", str(bench), "--compute-ms", "5", "--workers", "16", "--bandwidth", "1,10", "--csv", str(out)]
+    r = runner.invoke(app, base)
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 2 * 3 and {row["compressor"] for row in rows} == {"none", "topk", "randomk"}
+    topk = next(row for row in rows if row["compressor"] == "topk" and row["bandwidth_gbps"] == "1.0")
+    assert float(topk["speedup_vs_bf16"]) == pytest.approx(float(topk["bf16_step_ms"]) / float(topk["step_ms"]))
+    assert float(topk["speedup_vs_fp32"]) == pytest.approx(float(topk["fp32_step_ms"]) / float(topk["step_ms"]))
+    assert topk["larger_than_bf16"] == "false" and "time_to_target_s" not in topk  # no convergence file: no such column
+    r = runner.invoke(app, [*base, "--convergence", str(conv)])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(out.open()))
+    by = {(row["compressor"], row["bandwidth_gbps"]): row for row in rows}
+    topk = by[("topk", "1.0")]
+    assert float(topk["time_to_target_s_low"]) <= float(topk["time_to_target_s"]) <= float(topk["time_to_target_s_high"])
+    assert by[("randomk", "1.0")]["status"] == "never" and by[("randomk", "1.0")]["time_to_target_s"] == ""
+    assert by[("bf16 all-reduce", "1.0")]["role"] == "bf16 baseline"  # the modelled baseline has a row of its own
+    assert by[("none", "1.0")]["role"] == "fp32 reference" and by[("none", "1.0")]["accuracy_measured"] == "true"
+    r = runner.invoke(app, [*base[:-1], str(tmp_path)])
+    assert r.exit_code == 1 and "--csv names a folder" in r.stderr
