@@ -301,6 +301,10 @@ def time_sentence(st: ScenarioTime, conv: ConvergenceInput) -> str:
     parts = []
     if base is None or base.time is None:
         head = f"{where}: the {st.baseline} baseline has no time to the target (its run did not reach it)"
+        if ranked:
+            b = ranked[0]
+            head += (f"; fastest compressor {b.label}, {_seconds(b.time)} = {b.outcome.steps.text(spec='.0f')} steps × "  # type: ignore
+                     f"{b.step.text(1e3)} ms")
     elif not ranked or ranked[0].time.mean >= base.time.mean:  # type: ignore[union-attr]
         head = (f"{where}: no compressor reaches it sooner than the {st.baseline} all-reduce ({_seconds(base.time)} = "
                 f"{base.outcome.steps.text(spec='.0f')} steps × {base.step.text(1e3)} ms)")  # type: ignore[union-attr]

@@ -283,3 +283,15 @@ def test_advise_csv_has_a_row_per_cluster_and_compressor_with_the_new_columns(tm
     assert by[("none", "1.0")]["role"] == "fp32 reference" and by[("none", "1.0")]["accuracy_measured"] == "true"
     r = runner.invoke(app, [*base[:-1], str(tmp_path)])
     assert r.exit_code == 1 and "--csv names a folder" in r.stderr
+
+
+def test_a_reference_that_never_reaches_the_target_leaves_the_baseline_without_a_time() -> None:
+    data = converge_record()
+    ref = data["cases"][0]["convergence"]
+    ref["summary"]["reached"], ref["summary"]["steps_to_target"] = 0, None
+    conv = tta.read_convergence(parse_record(data), "mlp")
+    (st,) = tta.time_to_accuracy(adv.advise(_kernels(), 0.005, [16], [1.0], 5e-6), conv)
+    base = st.baseline_row()
+    assert base is not None and base.time is None and all(r.vs_bf16 is None for r in st.rows)
+    line = tta.time_sentence(st, conv)
+    assert "the bf16 baseline has no time to the target" in line and "fastest compressor topk" in line
