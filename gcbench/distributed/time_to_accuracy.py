@@ -72,8 +72,15 @@ class Outcome:
     steps: Span | None  # steps to target over the seeds that reached it
     final: Span | None  # final metric over the seeds that finished
     gap: Span | None  # reference minus this compressor, paired by seed (positive: worse)
-    sent_bytes: float | None = None  # per worker per step
+    sent_bytes: float | None = None  # per worker per step: the protocol's traffic
     dense_bytes: float | None = None
+    payload_bytes: float | None = None  # per worker per step: its payloads (what is held against bf16's)
+
+    @property
+    def larger_than_bf16(self) -> bool | None:
+        """Whether the payload per worker-step is larger than a bf16 cast's (half the dense bytes); None without sizes."""
+        p = self.payload_bytes if self.payload_bytes is not None else self.sent_bytes
+        return None if p is None or not self.dense_bytes else p > self.dense_bytes / 2
 
     @property
     def status(self) -> str:
@@ -128,7 +135,8 @@ def _outcome(c: ConvergeCase) -> Outcome:
     b = conv.bytes
     return Outcome(c.label, str(c.compressor or c.label), bool(conv.reference), int(seeds), int(reached), int(diverged),
                    int(failed), Span.of(s.steps_to_target) if s else None, Span.of(s.final_metric) if s else None,
-                   Span.of(s.gap) if s else None, b.sent_per_worker_per_step if b else None, b.dense_per_step if b else None)
+                   Span.of(s.gap) if s else None, b.sent_per_worker_per_step if b else None, b.dense_per_step if b else None,
+                   b.payload_per_worker_per_step if b else None)
 
 
 def read_convergence(record: RunRecord, model: str | None = None, origin: str = "") -> ConvergenceInput:
@@ -251,7 +259,8 @@ def scenario_time(adv: Advice, sc: Scenario, conv: ConvergenceInput) -> Scenario
     if sc.bf16_step_s is not None and ref is not None and not any(r.role == "bf16 baseline" for r in rows):
         st = Span(sc.bf16_step_s, sc.bf16_step_s, sc.bf16_step_s)
         o = dataclasses.replace(ref, label="bf16 all-reduce", compressor="bf16", reference=False,
-                                sent_bytes=ref.dense_bytes / 2 if ref.dense_bytes else None)
+                                sent_bytes=ref.sent_bytes / 2 if ref.sent_bytes else None,
+                                payload_bytes=ref.dense_bytes / 2 if ref.dense_bytes else None)
         rows.append(TimeRow(o.label, "bf16 baseline", o, st, _time(o, st),
                             note=f"steps assumed the fp32 reference's (no bf16 case in the convergence file); {adv.bf16_origin}"))
     times = {r.role: r.time.mean for r in rows if r.role != "compressor" and r.time is not None}

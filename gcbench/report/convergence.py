@@ -33,7 +33,7 @@ HEADERS = (("reached", "seeds that reached the target within the budget of steps
            ("final metric", "the metric at the last step, mean ± half its 95% CI over the seeds that finished"),
            ("gap", "reference minus this compressor at the last step, paired by seed (positive: worse), mean ± half its 95% CI"),
            ("steps to target", "steps to reach the target, mean ± half its 95% CI over the seeds that reached it"),
-           ("MB/step", "bytes one worker sent per step; † larger than a bf16 all-reduce's (half the fp32 bytes)"))
+           ("MB/step", "payload bytes one worker sends per step; † larger than a bf16 all-reduce's (half the fp32 bytes)"))
 
 FOOTNOTE = ("A convergence run trains with N simulated workers, each update made from the compressed aggregate, over several "
             "seeds; intervals are 95% Student t over seeds (± half-width). Ranked by steps only: a step's wall time depends on "
@@ -79,10 +79,10 @@ class ConvergenceRow:
 
 
 def _mb(o: Outcome) -> tuple[str, float | None]:
-    if o.sent_bytes is None:
+    p = o.payload_bytes if o.payload_bytes is not None else o.sent_bytes
+    if p is None:
         return "—", None
-    big = o.dense_bytes is not None and o.sent_bytes > o.dense_bytes / 2
-    return f"{o.sent_bytes / 1e6:.3g}" + ("†" if big else ""), o.sent_bytes
+    return f"{p / 1e6:.3g}" + ("†" if o.larger_than_bf16 else ""), p
 
 
 def convergence_input(run: LoadedRun) -> ConvergenceInput:
@@ -230,11 +230,11 @@ def converge_case_row(run: LoadedRun, case: ConvergeCase, outcome: Outcome | Non
                            "status": "ok" if case.ok else "failed", "error": case.error_text or None}
     if outcome is None:
         return row
-    big = outcome.sent_bytes is not None and outcome.dense_bytes is not None and outcome.sent_bytes > outcome.dense_bytes / 2
     row.update({"reference": outcome.reference, "seeds": outcome.seeds, "reached": outcome.reached, "diverged": outcome.diverged,
                 **_span_fields("final_metric", outcome.final), **_span_fields("gap", outcome.gap),
                 **_span_fields("steps_to_target", outcome.steps), "sent_bytes": outcome.sent_bytes,
-                "larger_than_bf16": big if outcome.sent_bytes is not None else None})
+                "payload_bytes": outcome.payload_bytes, "dense_bytes": outcome.dense_bytes,
+                "larger_than_bf16": outcome.larger_than_bf16})
     return row
 
 
