@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from gcbench.distributed.advise import Advice, KernelSet, advise, step_kernels_of
+from gcbench.distributed.advise import Advice, advise
+from gcbench.distributed.step_kernels import KernelSet, step_kernels_of
 from gcbench.results.parse import as_cases
 
 #: the decision curves' bandwidth axis (Gbit/s) and the latency they charge per message
