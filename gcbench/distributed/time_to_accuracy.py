@@ -16,8 +16,9 @@ product is the time to the target on that cluster:
 * **Ranking**: compressors that reached the target in every seed, fastest first; then those that reached it in only
   some seeds (their time is over those seeds alone: an optimistic number, marked k/n); then those that never reached it
   within the budget; then those that diverged.  Only the first group is ever recommended.
-* A compressor of the file that the kernels do not hold cannot be priced and is listed as such; a compressor of the
-  kernels that the file does not hold has no measured accuracy and is listed too.
+* A compressor of the file that the kernels do not hold (matched by label: the same compressor at the same
+  parameters) cannot be priced and is listed as such; a compressor of the kernels that the file does not hold has no
+  measured accuracy and is listed too.
 """
 
 from __future__ import annotations
@@ -216,11 +217,9 @@ def _spread(k: StepKernels, n: int, net: Network, adv: Advice) -> tuple[float, f
 
 
 def _find(sc: Scenario, o: Outcome) -> Step | None:
-    by_label = next((s for s in sc.steps if s.label == o.label), None)
-    if by_label is not None:
-        return by_label
-    same = [s for s in sc.steps if s.compressor == o.compressor]
-    return same[0] if len(same) == 1 and o.label == o.compressor else None
+    """The predicted step of the same configuration: matched by label (a compressor's spec, ``topk:density=0.01``), never
+    by name alone, which would price one density's convergence with another density's kernels."""
+    return next((s for s in sc.steps if s.label == o.label), None)
 
 
 def _time(o: Outcome, step: Span) -> Span | None:
@@ -268,7 +267,7 @@ def scenario_time(adv: Advice, sc: Scenario, conv: ConvergenceInput) -> Scenario
                                 vs_bf16=times["bf16 baseline"] / r.time.mean if r.time and "bf16 baseline" in times else None)
             for r in rows]
     rows.sort(key=lambda r: (STATUSES.index(r.status), r.time.mean if r.time else float("inf"), r.step.mean))
-    in_file = {o.label for o in conv.outcomes} | {o.compressor for o in conv.outcomes}
+    in_file = {o.label for o in conv.outcomes}
     unmeasured = tuple(s.label for s in sc.steps if s.label not in in_file and s.compressor != "bf16")  # bf16: the baseline
     base = sc.claim_baseline
     return ScenarioTime(sc.workers, sc.bandwidth_gbps, base, tuple(rows), tuple(unpriced), unmeasured)

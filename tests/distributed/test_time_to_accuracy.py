@@ -295,3 +295,12 @@ def test_a_reference_that_never_reaches_the_target_leaves_the_baseline_without_a
     assert base is not None and base.time is None and all(r.vs_bf16 is None for r in st.rows)
     line = tta.time_sentence(st, conv)
     assert "the bf16 baseline has no time to the target" in line and "fastest compressor topk" in line
+
+
+def test_a_compressor_is_priced_only_with_the_kernels_of_its_own_configuration() -> None:
+    """The file's topk (default density) must not be priced with a bench of topk at another density."""
+    other = adv.KernelSet("mlp", "cpu", "t", "", (adv.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, DENSE, DENSE),
+                                                  adv.StepKernels("topk:density=0.1", "topk", 1e-3, 1e-3, 1e-3, DENSE / 5, DENSE)))
+    (st,) = tta.time_to_accuracy(adv.advise(other, 0.005, [16], [1.0], 5e-6), _conv())
+    assert "topk" in st.unpriced and "topk:density=0.1" in st.unmeasured
+    assert all(r.label != "topk" for r in st.rows)
