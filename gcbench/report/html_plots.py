@@ -507,8 +507,8 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
             else "no compute time (this source measured none): communication and kernels only, an upper bound on any speed-up")
     caption = (f"gcbench advise's model on {workers} workers, α = {DECISION_LATENCY_S * 1e6:g} µs, {comp}; kernels from this run's "
                "timings on this machine. step = compute + compress + the compressor's protocol + decode; uncompressed = compute "
-               "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. Speed-ups are over the bf16 all-reduce "
-               f"(the 16-bit baseline claims are made against; {fp32[1]}); the dotted line is the fp32 all-reduce on the same "
+               "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. Speed-ups are over the bf16 all-reduce, "
+               f"the 16-bit baseline claims are made against (bf16 {fp32[1]}); the dotted line is the fp32 all-reduce on the same "
                "scale: a curve between it and 1× beats fp32 but not bf16. A marker on the dashed line is a break-even "
                "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`."
                + (f" In colour the front: the best {DECISION_FRONT} at some bandwidth ({len(front)} of {len(curves)}); the "
