@@ -11,7 +11,7 @@ from gcbench.cli import options
 from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import choose, compressor_specs, number_list, single_worker_compressors
 from gcbench.cli.output import emit, print_json, progress_bar
-from gcbench.cli.preflight import check_output_dir
+from gcbench.cli.preflight import check_output_dir, check_output_file
 from gcbench.core.errors import GcbenchError
 
 SimulateRun = Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').",
@@ -31,15 +31,19 @@ IntraBandwidth = Annotated[float | None, typer.Option(metavar="FLOAT", help="Int
 Overlap = Annotated[bool, typer.Option(help="Overlap communication with the backward pass, bucket by bucket as DDP does.")]
 AdviseComputeMs = options.compute_ms("Compute time of one step in ms on the cluster's devices (default: measured here on the "
                                      "CPU, forward + backward at the model's batch).")
-Kernels = Annotated[Path | None, typer.Option(
-    metavar="PATH", help="A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
-                         "`--device cuda`): its kernel times instead of measuring them now.")]
+Kernels = options.kernels("A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
+                          "`--device cuda`): its kernel times instead of measuring them now.")
 Remeasure = Annotated[bool, typer.Option(
     help="Time the kernels anew, even where a bench of the same model, compressors, machine and gcbench version from the "
          "last 24 h is in --out (reused by default: its file is named in the output).")]
 Network = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A network calibration (`python -m gcbench.distributed.calibrate`, run on the cluster): "
                          "collectives priced as measured there instead of by the α–β model.")]
+AdviseBaseline = options.baseline(str, "NAME", "The uncompressed all-reduce speed-ups are claimed against: bf16 (default: "
+                                  "what mixed-precision training sends) or fp32; the sentence gives both.")
+Convergence = Annotated[Path | None, typer.Option(
+    metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
+                         "target (steps to target × step time), not by step time alone.")]
 
 
 @user_errors
@@ -68,7 +72,11 @@ def simulate_cmd(
     ns = number_list(workers, "--workers", int)
     bws = number_list(bandwidth, "--bandwidth", float)
     path = resolve_run(results, runs_dir, finished=True)  # "latest": the newest run that finished
-    sim = netmodel.simulate_results(load_run(path), ns, bws, latency_s, scheme, compute_s, str(path))
+    record = load_run(path)
+    if record.kind == "converge":
+        raise GcbenchError(f"{path} is a convergence file: `gcbench advise --convergence FILE` or `gcbench report FILE --cluster "
+                           "WORKERSxGBITS --kernels BENCH` price its steps on a cluster")
+    sim = netmodel.simulate_results(record, ns, bws, latency_s, scheme, compute_s, str(path))
     if as_json:
         print_json(sim.to_dict())
         return
@@ -91,6 +99,10 @@ def advise_cmd(
     rounds: options.rounds("Timed rounds per compressor when measuring kernels.") = 3,
     remeasure: Remeasure = False,
     network: Network = None,
+    baseline: AdviseBaseline = "bf16",
+    convergence: Convergence = None,
+    csv: options.csv_path("PATH", "Also write the prediction as CSV: one row per cluster × compressor (step terms, "
+                          "both baselines, speed-ups; with --convergence the time to the target).") = None,
     runs_dir: options.runs_dir() = Path("reports/runs"),
     out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
     as_json: options.json_flag("Machine-readable advice.") = False,
@@ -102,7 +114,8 @@ def advise_cmd(
     `gcbench advise --model resnet50 --compute-ms 120 -c topk -c powersgd -c fp16`,
     `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`,
     `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`,
-    `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`.
+    `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`,
+    `gcbench advise --model mlp --convergence conv.json --baseline fp32`.
     """
     from gcbench.distributed import advise as adv
     from gcbench.distributed.netmodel import Topology, compute_seconds, latency_seconds, load_calibration
@@ -112,6 +125,7 @@ def advise_cmd(
 
     latency_s = latency_seconds(latency_us, "--latency-us")
     compute_s = compute_seconds(compute_ms, "--compute-ms")
+    baseline = choose(baseline, adv.BASELINES, "baseline")
     if rounds < 1:
         raise GcbenchError(f"--rounds must be at least 1, got {rounds}")
     ns = number_list(workers, "--workers", int)
@@ -136,16 +150,49 @@ def advise_cmd(
     if results is not None:  # read first: a bad file is one line before minutes of measuring
         path = resolve_run(results, runs_dir, finished=True)
         fidelity = (load_run(path), str(path))
+        if fidelity[0].kind == "converge":
+            raise GcbenchError(f"{path} is a convergence file: pass it with --convergence (RUN is a `run`/`compare` file whose "
+                               "delivered fractions rank fidelity)")
+    conv_record = None
+    if convergence is not None:  # read first too: a file of another kind is one line before any measuring
+        from gcbench.distributed.time_to_accuracy import read_convergence
+
+        conv_record = load_run(convergence)
+        read_convergence(conv_record, model, str(convergence))
     if kernels is None:
         check_output_dir(out_dir, "--out")
+    if csv is not None:
+        check_output_file(csv, "--csv")
     with progress_bar(not as_json and not quiet) as prog:
         step = adv.step_inputs(model, specs, out_dir, kernels_file=kernels, only=specs if compressor else None,
                                compute_s=compute_s, rounds=rounds, progress=prog, remeasure=remeasure)
     delivered = adv.delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
     advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
-                        calibration=calibration, compute_flags=step.compute_flags)
+                        calibration=calibration, compute_flags=step.compute_flags, baseline=baseline,
+                        convergence_origin=str(convergence) if convergence is not None else None)
+    times = None
+    if conv_record is not None:
+        from gcbench.distributed.time_to_accuracy import read_convergence, time_to_accuracy
+
+        conv = read_convergence(conv_record, step.kernels.model, str(convergence))
+        times = (conv, time_to_accuracy(advice, conv))
+    if csv is not None:
+        from gcbench.report.advice_csv import advice_csv
+        from gcbench.results.atomic import atomic_write
+
+        try:
+            atomic_write(csv, advice_csv(advice, times))
+        except OSError as exc:
+            raise GcbenchError(f"cannot write {csv}: {exc.strerror or type(exc).__name__}") from exc
     if as_json:
-        print_json(advice.to_dict())
+        d = advice.to_dict()
+        if times is not None:
+            from gcbench.distributed.time_to_accuracy import time_sentence
+
+            d["convergence"] = {"origin": times[0].origin, "task": times[0].task, "metric": times[0].metric,
+                                "target": times[0].target, "budget_steps": times[0].budget, "seeds": times[0].seeds}
+            d["time_to_accuracy"] = [st.to_dict() | {"summary": time_sentence(st, times[0])} for st in times[1]]
+        print_json(d)
         return
-    emit(advice_output(advice))
+    emit(advice_output(advice, times))

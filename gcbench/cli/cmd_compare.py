@@ -60,11 +60,12 @@ def compare(
 
     --json prints one object with snake_case keys: results (the results file), source, reference (the common
     reference of the stream), cases (labels, the order of every per-case list), failed ([{label, error}]), summary (one
-    line per pair), verdicts ([{a, b, summary, axes: [{axis: bytes|delivered|time|equal_delivered, status, better,
-    estimate, lo, hi, method, text, short}]}]), rows ({metric_name: {higher_is_better, unit, values, best,
-    not_significantly_different_from_best, ...}}: the common-reference table), fidelity ({references, rows}: the
-    one-shot metrics, each case against its own reference) and, with --sweep, sweep ([{label, compressor, density,
-    bytes_per_step, delivered, enough_steps, status}]).
+    line per pair), baselines ([{label, payload_bytes, dense_bytes, vs_fp32, vs_bf16, larger_than_bf16}]: each payload
+    against the fp32 gradient and a bf16 all-reduce's), verdicts ([{a, b, summary, axes: [{axis:
+    bytes|delivered|time|equal_delivered, status, better, estimate, lo, hi, method, text, short}]}]), rows ({metric_name:
+    {higher_is_better, unit, values, best, not_significantly_different_from_best, ...}}: the common-reference table),
+    fidelity ({references, rows}: the one-shot metrics, each case against its own reference) and, with --sweep, sweep
+    ([{label, compressor, density, bytes_per_step, delivered, enough_steps, status}]).
 
     Examples: `gcbench compare dgc sdagc --model resnet50`, `gcbench compare topk randomk -c 'topk:density=0.1' --sweep`,
     `gcbench compare qsgd terngrad --shape 4096x1024 --distribution laplace --json`.

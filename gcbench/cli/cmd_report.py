@@ -30,13 +30,18 @@ AllMetrics = Annotated[bool, typer.Option("--all-metrics", help="Also list compa
 FailOnRegression = options.fail_on_regression("Exit 1 if any metric is worse or a case newly fails (CI).")
 Papers = Annotated[Path | None, typer.Option(
     metavar="PATH", help="Paper claims file (default: the bundled claims, baselines/papers.toml in a checkout).")]
-Csv = Annotated[Path | None, typer.Option(
-    "--csv", metavar="DIR", help="Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
-    "observation) into DIR, replacing those four files.")]
+Csv = options.csv_path("DIR", "Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
+                       "observation) into DIR, replacing those four files.")
 Layers = Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
                                       "instead of the summary; with --md as Markdown.")]
 AllRuns = Annotated[bool, typer.Option("--all", help="With --html and no RUN: render every run of --runs-dir in "
                                        "detail, not only the newest (about 0.75 s a run).")]
+Cluster = Annotated[list[str] | None, typer.Option(
+    "--cluster", metavar="CLUSTER", help="Price a convergence file's steps on this cluster, WORKERSxGBITS (repeatable), e.g. "
+    "16x10: time to the target per compressor, as `gcbench advise --convergence` does; needs --kernels.")]
+ReportKernels = options.kernels("With --cluster: a bench file of `gcbench bench --model` of the convergence file's model.")
+ReportComputeMs = options.compute_ms("With --cluster: compute time of one step in ms on the cluster's devices (default: the "
+                                     "one stored with an advise bench file).")
 
 
 def _claims_for(papers: Path | None, runs: list[Any]) -> tuple[list[Any], str]:
@@ -72,6 +77,45 @@ def _check_options(md: bool, as_html: bool, output: Path | None, baseline: str |
         raise GcbenchError("--all renders every run of --runs-dir: leave out the RUN names and --baseline")
 
 
+def _priced(inp: Any, clusters: list[str], kernels: Path | None, compute_ms: float | None, latency_us: float) -> Any:
+    """``inp`` with every convergence file priced on ``clusters`` (``--cluster``) from the bench file ``kernels``."""
+    import dataclasses
+
+    from gcbench.distributed.advise import kernels_from_bench
+    from gcbench.distributed.compute_time import stored_compute
+    from gcbench.distributed.netmodel import compute_seconds, latency_seconds
+    from gcbench.distributed.time_to_accuracy import parse_cluster, price_convergence, read_convergence
+    from gcbench.results.store import load_run
+
+    if not clusters or kernels is None:
+        raise GcbenchError("--cluster WORKERSxGBITS and --kernels FILE go together (--compute-ms with them)")
+    if inp.comparison is not None:
+        raise GcbenchError("--cluster prices convergence files: leave out --baseline")
+    pairs = [parse_cluster(c) for c in clusters]
+    latency_s = latency_seconds(latency_us, "--latency-us")
+    conv_runs = [r for r in inp.detailed if r.kind == "converge"]
+    if not conv_runs:
+        raise GcbenchError("--cluster prices convergence files (`gcbench converge`); none of the runs shown is one")
+    bench = load_run(kernels)
+    priced = {}
+    for r in conv_runs:
+        conv = read_convergence(r.data, None, str(r.path))
+        model = conv.task[4:] if conv.task.startswith("zoo:") else conv.task
+        ks = kernels_from_bench(bench, model, str(kernels))
+        if compute_ms is not None:
+            compute_s, origin = compute_seconds(compute_ms, "--compute-ms"), "given"
+        else:
+            stored = stored_compute(bench, ks.model)
+            if stored is None:
+                raise GcbenchError(f"{kernels} stores no compute time of {ks.model}: give --compute-ms for the cluster's devices")
+            compute_s, origin = stored.median_s, "stored with the bench file: this machine's CPU; --compute-ms prices the cluster's"
+        priced[id(r)] = price_convergence(conv, ks, compute_s, pairs, latency_s, compute_origin=origin)
+
+    # one new object per run, in both lists: the HTML page finds the detailed runs among the loaded ones by identity
+    new = {k: dataclasses.replace(r, pricing=priced[k]) for r in conv_runs for k in (id(r),)}
+    return dataclasses.replace(inp, loaded=[new.get(id(r), r) for r in inp.loaded], detailed=[new.get(id(r), r) for r in inp.detailed])
+
+
 @user_errors
 def report(
     runs: Runs = None,
@@ -88,11 +132,16 @@ def report(
     csv_dir: Csv = None,
     layers: Layers = False,
     all_runs: AllRuns = False,
+    cluster: Cluster = None,
+    kernels: ReportKernels = None,
+    compute_ms: ReportComputeMs = None,
+    latency_us: options.LatencyUs = 5.0,
 ) -> None:
     """Render stored results: terminal tables, Markdown (--md) or one self-contained HTML file (--html); compare with --baseline.
 
     Examples: `gcbench report latest`, `gcbench report --html -o reports/cnn.html`, `gcbench report --md > results.md`,
-    `gcbench report latest --layers`, `gcbench report RUN --csv out/`, `gcbench report NEW --baseline OLD --fail-on-regression`.
+    `gcbench report latest --layers`, `gcbench report RUN --csv out/`, `gcbench report NEW --baseline OLD --fail-on-regression`,
+    `gcbench report CONV.json --cluster 16x10 --cluster 64x1 --kernels bench.json --compute-ms 120`.
     """
     from gcbench.report import terminal as rep
     from gcbench.results.gate import run_gate
@@ -107,6 +156,8 @@ def report(
     # --html renders the newest run and lists the others: rendering every run of a big folder took minutes
     inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped,
                            newest_only=as_html and not all_runs)
+    if cluster or kernels is not None or compute_ms is not None:
+        inp = _priced(inp, cluster or [], kernels, compute_ms, latency_us)
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
     inputs = [r.path for r in loaded] + ([papers] if papers is not None else [])
     if csv_dir is not None:

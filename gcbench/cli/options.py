@@ -111,8 +111,19 @@ def compute_ms(help: str) -> Any:
 
 
 def baseline(kind: Any, metavar: str, help: str, *short: str) -> Any:
-    """``--baseline``: a stored bench file (bench) or a run to compare against (report, also ``-b``)."""
+    """``--baseline``: a stored bench file (bench), a run to compare against (report, also ``-b``), or the all-reduce
+    advise claims speed-ups against (``bf16``/``fp32``)."""
     return Annotated[kind, typer.Option("--baseline", *short, metavar=metavar, help=help)]
+
+
+def csv_path(metavar: str, help: str) -> Any:
+    """``--csv``: where CSV goes (report: a folder of four tables; advise: one file)."""
+    return Annotated[Path | None, typer.Option("--csv", metavar=metavar, help=help)]
+
+
+def kernels(help: str) -> Any:
+    """``--kernels PATH``: a bench file of ``gcbench bench --model`` whose kernel times price a step (advise, report)."""
+    return Annotated[Path | None, typer.Option("--kernels", metavar="PATH", help=help)]
 
 
 def threshold(help: str) -> Any:

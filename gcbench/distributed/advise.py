@@ -43,10 +43,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
+from gcbench.distributed.advise_text import ACCURACY_NOT_MEASURED, summary_line
+from gcbench.distributed.advise_text import caveat as caveat  # the sentence's names stay importable from here
 from gcbench.distributed.compute_time import (  # the compute time's names stay importable from here
     COMPUTE_DRIFT as COMPUTE_DRIFT,
 )
@@ -66,137 +66,14 @@ from gcbench.distributed.compute_time import (
     time_compute as time_compute,
 )
 from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
+from gcbench.distributed.step_kernels import KernelSet, StepKernels, kernels_from_bench
+from gcbench.distributed.step_kernels import kernels_from_run as kernels_from_run  # importable from here, as before
+from gcbench.distributed.step_kernels import step_kernels_of as step_kernels_of
 from gcbench.results.bench_cache import find_recent_bench
-from gcbench.results.parse import as_cases
 from gcbench.results.recommend import DELIVERED_FLOOR
-from gcbench.results.record import BenchCase, RunCase, RunRecord, XCopy
+from gcbench.results.record import RunCase, RunRecord
 
 Progress = Callable[[str, int, int, str], None]
-
-
-@dataclass(frozen=True)
-class StepKernels:
-    """One compressor's cost of one worker-step of the model (seconds and bytes), from one bench case."""
-
-    label: str
-    compressor: str
-    compress_s: float
-    decompress_s: float  # decoding one worker's payloads of a step
-    copy_s: float  # a plain copy of the same tensors, measured beside the kernels
-    wire_bytes: float  # what one worker sends per step (its payloads)
-    dense_bytes: float  # the step's gradient in fp32
-    flags: tuple[str, ...] = ()  # the bench's timing flags of compress and decompress (unstable, …)
-    tensors: int = 1  # tensors one step compresses (TernGrad's shared scaler: one float each)
-    params: tuple[tuple[str, Any], ...] = ()  # the configuration: the protocol can depend on it (TernGrad's share_scaler)
-    # the kernels' median ×copy (time / the copy of the same rounds): what they are priced by (:meth:`priced`); None in
-    # hand-made inputs, which are priced by their seconds
-    compress_x_copy: float | None = None
-    decompress_x_copy: float | None = None
-    reasons: tuple[str, ...] = ()  # what triggered each flag ("compress unstable: …"), for the caveat sentence
-
-    def priced(self, copy_s: float) -> tuple[float, float]:
-        """(compress, decompress) seconds charged a step: ×copy × ``copy_s`` (the reference's copy), else the raw seconds."""
-        c = self.compress_x_copy * copy_s if self.compress_x_copy is not None else self.compress_s
-        d = self.decompress_x_copy * copy_s if self.decompress_x_copy is not None else self.decompress_s
-        return c, d
-
-
-@dataclass(frozen=True)
-class KernelSet:
-    """Every compressor's step kernels on one model and one device, and where they come from."""
-
-    model: str
-    device: str
-    machine: str
-    origin: str  # the bench file
-    kernels: tuple[StepKernels, ...]
-
-    def get(self, label: str) -> StepKernels | None:
-        return next((k for k in self.kernels if k.label == label), None)
-
-
-def _machine(record: RunRecord) -> str:
-    """The machine a results record was measured on, for the output's provenance line."""
-    env = record.env
-    return f"{env.cpu_model or 'unknown CPU'}, {env.cpu_count or '?'} cores"
-
-
-def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str = "") -> KernelSet:
-    """The :class:`KernelSet` of a bench results record made with ``--model`` (one model; ``model`` picks one when it holds several)."""
-    cases = [c for c in record.cases if isinstance(c, BenchCase) and c.ok and c.model]
-    models = sorted({str(c.model) for c in cases})
-    if not models:
-        raise ResultsError(f"{origin or 'the bench file'} has no whole-model cases: make one with `gcbench bench --model NAME`")
-    if model is None:
-        if len(models) > 1:
-            raise ResultsError(f"{origin or 'the bench file'} holds steps of {', '.join(models)}: name one with --model")
-        model = models[0]
-    elif model not in models:
-        raise ResultsError(f"{origin or 'the bench file'} has no cases of {model} (it has {', '.join(models)})")
-    out = []
-    for c in cases:
-        if c.model != model or c.compress is None or c.decompress is None or c.copy_ is None or not c.ratio or not c.input_bytes:
-            continue
-        xc = c.x_copy or {}
-        flags, reasons = _flags_of({k: xc.get(k) for k in ("compress", "decompress")})
-        out.append(StepKernels(c.name, c.compressor, float(c.compress.median_s or 0.0), float(c.decompress.median_s or 0.0),
-                               float(c.copy_.median_s or 0.0), float(c.input_bytes) / float(c.ratio), float(c.input_bytes),
-                               flags, int(c.tensors or 1), tuple(sorted((c.params or {}).items())),
-                               _median_of(xc.get("compress")), _median_of(xc.get("decompress")), reasons))
-    device = next((str(c.device) for c in cases if c.model == model and c.device), "cpu")
-    machine = _machine(record)
-    return KernelSet(model, device, machine, origin, tuple(out))
-
-
-def _median_of(x: XCopy | None) -> float | None:
-    """A ×copy block's median where it is a usable price (finite, positive), else None (priced by seconds)."""
-    v = x.median if x is not None else None
-    return float(v) if v is not None and math.isfinite(v) and v > 0 else None
-
-
-def _flags_of(blocks: Mapping[str, XCopy | None]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The flags of a case's kernels (sorted, each once) and, per kernel and flag, what triggered it."""
-    flags: set[str] = set()
-    reasons: list[str] = []
-    for kernel, x in blocks.items():
-        for f in (x.flags or []) if x is not None else []:
-            flags.add(f)
-            why = (x.reasons or {}).get(f) if x is not None else None
-            reasons.append(f"{kernel} {f}" + (f" ({why})" if why else ""))
-    return tuple(sorted(flags)), tuple(reasons)
-
-
-def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | None]:
-    """The step kernels of ``cases`` (one source's cases of a ``run``/``compare`` record: the in-run timings of worker 0's
-    step, against the pooled copy) and that source's measured compute time per worker-step (live sources; else None)."""
-    out = []
-    ok = [c for c in cases if isinstance(c, RunCase) and c.ok]
-    for c in ok:
-        t, size = c.timing, c.size
-        comp_s, dec_s = c.metric("compress_s"), c.metric("decompress_s")
-        if t is None or size is None or comp_s is None or dec_s is None or not size.wire_bytes or not size.dense_bytes:
-            continue
-        copy_s = t.pooled_copy_s or (t.copy_.median_s if t.copy_ is not None else None)
-        if not copy_s:
-            continue
-        blocks = {k: t.x_copy(k) for k in ("compress", "decompress")}
-        flags, reasons = _flags_of(blocks)
-        # ×copy against the copy its baseline chose (a memory-bound kernel's own rounds', else the pooled one): the price
-        out.append(StepKernels(c.label, str(c.compressor or c.label), float(comp_s), float(dec_s), float(copy_s),
-                               float(size.wire_bytes), float(size.dense_bytes), flags, len(c.layers or []) or 1,
-                               tuple(sorted((c.params or {}).items())), _median_of(blocks["compress"]),
-                               _median_of(blocks["decompress"]), reasons))
-    compute = next((c.source.compute_s for c in ok if c.source is not None and c.source.compute_s), None)
-    return out, float(compute) if compute else None
-
-
-def kernels_from_run(record: RunRecord, source_label: str, origin: str = "") -> tuple[KernelSet, float | None]:
-    """:func:`step_kernels_of` the cases of one source of a results record, as a :class:`KernelSet`."""
-    cases = [c for c in record.cases if isinstance(c, RunCase) and c.source_label == source_label]
-    kernels, compute = step_kernels_of(cases)
-    model = next((str(c.source.model) for c in cases if c.source is not None and c.source.model), source_label)
-    device = next((str(c.timing.device) for c in cases if c.timing is not None and c.timing.device), "cpu")
-    return KernelSet(model, device, _machine(record), origin, tuple(kernels)), compute
 
 
 #: the most rounds a kernel of advise's bench takes: bench's own cap, still bounded by its 3 s budget per case.  At 15
@@ -337,6 +214,12 @@ class Step:
     speedup: float  # the reference step over this one: above 1 compression pays
     delivered: Delivered | None = None
     flags: tuple[str, ...] = ()
+    speedup_bf16: float | None = None  # the bf16 all-reduce's step over this one (:attr:`Scenario.bf16_step_s`)
+    larger_than_bf16: bool = False  # one worker's payload is larger than the bf16 cast's
+
+    def speedup_vs(self, baseline: str) -> float:
+        """The speed-up over the ``baseline`` all-reduce (``bf16`` or ``fp32``; fp32 where bf16 was not priced)."""
+        return self.speedup_bf16 if baseline == "bf16" and self.speedup_bf16 is not None else self.speedup
 
 
 @dataclass(frozen=True)
@@ -348,11 +231,27 @@ class Scenario:
     reference_step_s: float
     reference_communicate_s: float
     steps: tuple[Step, ...]
+    bf16_step_s: float | None = None  # the bf16 all-reduce's step (:func:`bf16_step`)
+    baseline: str = "bf16"  # the reference claims are made against (:data:`BASELINES`)
+
+    @property
+    def claim_baseline(self) -> str:
+        """The baseline the claims are made against: :attr:`baseline`, fp32 where bf16 was not priced."""
+        return self.baseline if self.baseline == "fp32" or self.bf16_step_s is not None else "fp32"
+
+    @property
+    def baseline_step_s(self) -> float:
+        """The step of :attr:`claim_baseline`."""
+        return self.bf16_step_s if self.claim_baseline == "bf16" and self.bf16_step_s is not None else self.reference_step_s
+
+    def claim(self, s: Step) -> float:
+        """``s``'s speed-up over :attr:`claim_baseline`."""
+        return s.speedup_vs(self.claim_baseline)
 
     @property
     def paying(self) -> list[Step]:
-        """The compressors faster than the uncompressed reference, fastest first."""
-        return [s for s in self.steps if s.speedup > 1.0]
+        """The compressors faster than the claims' baseline all-reduce (bf16 by default), fastest first."""
+        return [s for s in self.steps if self.claim(s) > 1.0]
 
     @property
     def recommendable(self) -> list[Step]:
@@ -380,6 +279,9 @@ class Advice:
     overlap: bool = False
     calibration: Calibration | None = None  # collectives priced as measured on the network (else the α–β model)
     compute_flags: tuple[str, ...] = ()  # what was wrong with the measured compute time, after its re-measurement
+    baseline: str = "bf16"  # the all-reduce claims are made against (:data:`BASELINES`)
+    bf16_origin: str = ""  # how the bf16 all-reduce was priced (:func:`bf16_step`)
+    convergence_origin: str | None = None  # the convergence file time to accuracy was ranked with (else accuracy unmeasured)
 
     def untrusted(self) -> list[str]:
         """The flagged timings every scenario's answer rests on, by name: the compute time, and any compressor's kernels
@@ -405,6 +307,8 @@ class Advice:
             return self.untrusted()
         lead = ranked[0].speedup
         relevant = {s.label for s in ranked[:3]} | {s.label for s in sc.steps if s.speedup * CONTENDER_MARGIN >= lead}
+        if self.bf16_origin.startswith("measured"):  # the bf16 kernels price the baseline every claim is made against
+            relevant |= {k.label for k in self.kernels.kernels if _is_bf16(k)}
         out = list(dict.fromkeys(f"compute per step ({r.split(':')[0]})" for r in self.compute_flags))
         out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags and k.label in relevant]
         return out
@@ -415,9 +319,15 @@ class Advice:
             return ""
         return f" (compute: this machine's {1e3 * self.compute_s:.1f} ms a step; --compute-ms prices the cluster's devices)"
 
+    def summary_for(self, sc: Scenario) -> str:
+        """:func:`summary_line` of one scenario, with the caveat when the timings behind it were flagged and, without a
+        convergence file, the clause saying accuracy was not measured."""
+        acc = "" if self.convergence_origin else ACCURACY_NOT_MEASURED
+        return summary_line(sc, self.untrusted_for(sc), self.compute_note(), acc)
+
     def summaries(self) -> list[str]:
-        """:func:`summary_line` of every scenario, each with the caveat when the timings behind it were flagged."""
-        return [summary_line(sc, self.untrusted_for(sc), self.compute_note()) for sc in self.scenarios]
+        """:meth:`summary_for` every scenario."""
+        return [self.summary_for(sc) for sc in self.scenarios]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -480,11 +390,44 @@ def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute
     return compute_s + copy_s + wait + copy_s, wait  # predict_step's order of terms: an identity is 1.0 to the last bit
 
 
+#: the all-reduce a compressor's speed-up is claimed against: ``bf16`` (the default: mixed-precision training's own
+#: baseline; Han et al. 2024 show claims against fp32 overstate what compression buys) or ``fp32``
+BASELINES = ("bf16", "fp32")
+
+#: how the bf16 all-reduce is priced when no bf16 kernels were measured
+BF16_MODELLED = ("modelled: DDP's fp32 path with half the bytes all-reduced, each cast priced as the copy it replaces "
+                 "(no bench of bf16; `-c bf16` measures its casts)")
+
+
+def _is_bf16(k: StepKernels) -> bool:
+    return k.compressor == "bf16" and not k.params
+
+
+def bf16_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
+              overlap: bool = False, calibration: Calibration | None = None) -> tuple[float, str]:
+    """(step, how it was priced) of training with a bf16 all-reduce: the ``bf16`` compressor's own predicted step
+    where its kernels were measured (its casts as ×copy, an all-reduce of half the bytes), else DDP's path
+    (:func:`reference_step`) with half the bytes all-reduced and each cast priced as one copy — a cast reads the fp32
+    gradient and writes half its bytes, no more traffic than the copy it replaces; said so (:data:`BF16_MODELLED`)."""
+    own = next((k for k in kernels if _is_bf16(k)), None)
+    if own is not None:
+        return predict_step(own, n, net, compute_s, topo, overlap, calibration, reference_copy(kernels)).step_s, \
+            "measured: the bf16 compressor's casts (×copy, timed with the others), all-reduce of half the bytes"
+    dense = kernels[0].dense_bytes / 2
+    copy_s = reference_copy(kernels)
+    comm, _ = collective_seconds("allreduce", dense, n, net, topo, calibration)
+    return compute_s + copy_s + exposed(comm, compute_s, kernels[0].dense_bytes, overlap) + copy_s, BF16_MODELLED
+
+
 def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwidths_gbps: Sequence[float], latency_s: float, *,
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
            fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False,
-           calibration: Calibration | None = None, compute_flags: Sequence[str] = ()) -> Advice:
-    """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring)."""
+           calibration: Calibration | None = None, compute_flags: Sequence[str] = (), baseline: str = "bf16",
+           convergence_origin: str | None = None) -> Advice:
+    """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring);
+    each step's speed-up over the fp32 and the bf16 all-reduce (:func:`bf16_step`), claims against ``baseline``."""
+    if baseline not in BASELINES:
+        raise ResultsError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     if not kernels.kernels:
         raise ResultsError(f"no compressor of {kernels.origin or 'the input'} has kernel times and payload sizes to predict with")
     scenarios = []
@@ -492,94 +435,21 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
         for bw in bandwidths_gbps:
             net = Network(bw, latency_s)
             ref_step, ref_comm = reference_step(kernels.kernels, n, net, compute_s, topology, overlap, calibration)
+            bf16_s, bf16_origin = bf16_step(kernels.kernels, n, net, compute_s, topology, overlap, calibration)
             copy_s = reference_copy(kernels.kernels)
             steps = []
             for k in kernels.kernels:
                 s = predict_step(k, n, net, compute_s, topology, overlap, calibration, copy_s)
-                steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s,
+                steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s, speedup_bf16=bf16_s / s.step_s,
+                                                 larger_than_bf16=k.larger_than_bf16,
                                                  delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
-            scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps)))
+            scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps), bf16_s, baseline))
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
-                  topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags))
+                  topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags),
+                  baseline=baseline, bf16_origin=bf16_origin if scenarios else "", convergence_origin=convergence_origin)
 
 
 #: a compressor whose predicted speed-up is within this factor of the best one's could be moved above it by a flagged
 #: kernel (a flag means the median's 95% CI is wider than ±10%), so its flags put the answer in doubt
 CONTENDER_MARGIN = 1.25
-
-#: flagged inputs named in a caveat before "and N more"
-CAVEAT_NAMES = 4
-
-
-def caveat(flagged: Sequence[str]) -> str:
-    """The clause a sentence ends with when the timings behind it were flagged ("" when none was)."""
-    if not flagged:
-        return ""
-    named = ", ".join(flagged[:CAVEAT_NAMES]) + (f" and {len(flagged) - CAVEAT_NAMES} more" if len(flagged) > CAVEAT_NAMES else "")
-    return (f" — but this answer cannot be trusted: the timings behind it were flagged after re-measuring: {named} "
-            "(why: under the table); rerun on a quiet machine before acting on it")
-
-
-def _floor_text(s: Step) -> str:
-    d = s.delivered.value if s.delivered else float("nan")
-    why = "worse than sending nothing" if d < 0 else f"under the {DELIVERED_FLOOR:g} floor"
-    return f"{s.label} {s.speedup:.2f}× (delivers {d:.3g} of the dense update, {why})"
-
-
-def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = "") -> str:
-    """One sentence for a scenario: the best compressor and what it costs, or that none pays; when any timing behind
-    it is ``flagged`` (:meth:`Advice.untrusted`), the sentence says the answer cannot be trusted and why.  A compressor
-    that delivers less than :data:`DELIVERED_FLOOR` of the dense update is never the one recommended; the sentence names
-    it as faster but not recommended."""
-    where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
-    low = sc.below_floor[:3]
-    not_rec = f"; faster but not recommended: {', '.join(_floor_text(s) for s in low)}" if low else ""
-    if not sc.paying:
-        best = sc.steps[0]
-        return (f"{where}: no compressor pays — uncompressed all-reduce takes {1e3 * sc.reference_step_s:.0f} ms a step; "
-                f"the fastest compressor, {best.label}, is {best.speedup:.2f}×" + compute_note + caveat(flagged))
-    if not sc.recommendable:
-        return (f"{where}: no compressor both pays and delivers enough of the update — uncompressed all-reduce takes "
-                f"{1e3 * sc.reference_step_s:.0f} ms a step{not_rec}" + compute_note + caveat(flagged))
-    best = sc.recommendable[0]
-    fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
-    others = ", ".join(f"{s.label} {s.speedup:.2f}×" for s in sc.recommendable[1:3])
-    return (f"{where}: best {best.label}, {best.speedup:.2f}× the uncompressed step ({1e3 * best.step_s:.0f} vs "
-            f"{1e3 * sc.reference_step_s:.0f} ms){fid}" + (f"; also faster: {others}" if others else "") + not_rec
-            + compute_note + caveat(flagged))
-
-
-# ----------------------------------------------------------------------------- decision curves (the HTML report's plot)
-
-#: the decision curves' bandwidth axis (Gbit/s) and the latency they charge per message
-DECISION_BANDWIDTHS = tuple(float(b) for b in np.logspace(-1, math.log10(400), 49))
-DECISION_LATENCY_S = 5e-6
-
-
-def crossing(xs: Sequence[float], ys: Sequence[float], level: float = 1.0) -> float | None:
-    """The first ``x`` where the curve ``ys`` over log-spaced ``xs`` crosses ``level``, interpolated on the log axis (None: never)."""
-    logs = [math.log10(x) for x in xs]
-    for i in range(len(ys) - 1):
-        a, b = ys[i] - level, ys[i + 1] - level
-        if a > 0 >= b or a < 0 <= b:
-            return 10 ** (logs[i] + (logs[i + 1] - logs[i]) * a / (a - b))
-    return None
-
-
-def decision_curves(cases: Sequence[Any]) -> tuple[int, float | None, dict[str, list[float]], dict[str, float | None]] | None:
-    """(workers, compute time, per case label its predicted speed-up at every :data:`DECISION_BANDWIDTHS`, its break-even
-    bandwidth) from :func:`advise`'s model on a source's own kernels (:func:`step_kernels_of`); None without two timed cases
-    or two workers.  The break-even is where the curve crosses 1× (:func:`crossing`): compression pays on slower links."""
-    kernels, compute = step_kernels_of(cases)
-    workers = next((int(c.source.workers) for c in as_cases(cases, "run") if c.ok and c.source is not None and c.source.workers), 0)
-    if len(kernels) < 2 or workers < 2:
-        return None
-    ks = KernelSet("", "", "", "", tuple(kernels))
-    adv = advise(ks, compute or 0.0, [workers], DECISION_BANDWIDTHS, DECISION_LATENCY_S)
-    curves: dict[str, list[float]] = {k.label: [] for k in kernels}
-    for sc in adv.scenarios:
-        for st in sc.steps:
-            curves[st.label].append(st.speedup)
-    even = {label: crossing(DECISION_BANDWIDTHS, ys) for label, ys in curves.items()}
-    return workers, compute, curves, even

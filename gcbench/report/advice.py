@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from gcbench.distributed.advise import Advice, Step, summary_line
+from gcbench.distributed.advise import Advice, Scenario, Step
+from gcbench.distributed.time_to_accuracy import ConvergenceInput, ScenarioTime, TimeRow, time_sentence
 from gcbench.report.text import term
 
 #: the collectives' short names in the table (the legend under it spells them out): the protocol column of a two-leg
@@ -12,7 +13,8 @@ from gcbench.report.text import term
 SHORT_COLLECTIVES = {"allgather": "AG", "allreduce": "AR", "alltoall": "A2A", "reduce_scatter": "RS", "broadcast": "BC",
                      "gather": "G", "scatter": "S"}
 COLLECTIVE_LEGEND = ("protocol: AG all-gather, AR all-reduce, A2A all-to-all, RS reduce-scatter, BC broadcast, G gather, "
-                     "S scatter; ring, tree, pairwise: the algorithm priced; * = a flagged timing (why: under the table)")
+                     "S scatter; ring, tree, pairwise: the algorithm priced; * = a flagged timing (why: under the table); "
+                     "† = a payload larger than bf16's (half the fp32 bytes): a plain bf16 all-reduce sends less")
 
 
 def short_protocol(text: str) -> str:
@@ -24,13 +26,24 @@ def short_protocol(text: str) -> str:
     return " + ".join(legs)
 
 
-def _speedup(s: Step) -> str:
-    text = f"{s.speedup:.2f}×"
-    return f"[green]{text}[/]" if s.speedup > 1.0 else text
+def _speedup(sc: Scenario, s: Step) -> str:
+    x = sc.claim(s)
+    text = f"{x:.2f}×"
+    return f"[green]{text}[/]" if x > 1.0 else text
 
 
-def advice_output(adv: Advice) -> list[Table | str]:
-    """Tables and lines to print, in order (strings are plain text, not markup)."""
+def baselines_line(adv: Advice, scs: list[Scenario]) -> str:
+    """The two uncompressed baselines' steps at each link speed, and how the bf16 one was priced."""
+    steps = "; ".join(f"{sc.bandwidth_gbps:g}G: fp32 {1e3 * sc.reference_step_s:.3g} ms"
+                      + (f", bf16 {1e3 * sc.bf16_step_s:.3g} ms" if sc.bf16_step_s is not None else "") for sc in scs)
+    base = scs[0].claim_baseline if scs else adv.baseline
+    return (f"uncompressed steps — {steps}. Claims are against the {base} all-reduce (--baseline fp32|bf16); bf16 all-reduce "
+            f"{adv.bf16_origin or 'not priced'}.")
+
+
+def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None) -> list[Table | str]:
+    """Tables and lines to print, in order (strings are plain text, not markup); with ``times`` (``advise
+    --convergence``), the time-to-accuracy table and sentence of every cluster after the step tables."""
     ks = adv.kernels
     out: list[Table | str] = [
         f"{adv.model}: kernels measured on {ks.device} ({ks.machine}) by `gcbench bench --model` ({ks.origin}); "
@@ -43,7 +56,8 @@ def advice_output(adv: Advice) -> list[Table | str]:
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
     for n in sorted({sc.workers for sc in adv.scenarios}):
         scs = {sc.bandwidth_gbps: sc for sc in adv.scenarios if sc.workers == n}
-        t = Table(title=f"{n} workers — predicted speed-up over uncompressed all-reduce at each link speed "
+        base = scs[bws[0]].claim_baseline
+        t = Table(title=f"{n} workers — predicted speed-up over the {base} all-reduce at each link speed "
                         "(G = Gbit/s; above 1× compression pays)", title_justify="left")
         # names and protocols may wrap; numbers never do: the table keeps within 120 columns at four link speeds
         for col, just, wrap in (("compressor", "left", True), ("protocol", "left", True), ("MB/step", "right", False),
@@ -52,17 +66,19 @@ def advice_output(adv: Advice) -> list[Table | str]:
         for bw in bws:
             t.add_column(f"{bw:g}G", justify="right", no_wrap=True)
         first = scs[bws[0]]
-        order = sorted(first.steps, key=lambda s: -max(next(x for x in scs[b].steps if x.label == s.label).speedup for b in bws))
+        order = sorted(first.steps, key=lambda s: -max(scs[b].claim(next(x for x in scs[b].steps if x.label == s.label)) for b in bws))
         for s in order:
-            cells = [_speedup(next(x for x in scs[b].steps if x.label == s.label)) for b in bws]
+            cells = [_speedup(scs[b], next(x for x in scs[b].steps if x.label == s.label)) for b in bws]
             k = ks.get(s.label)
             flags = "*" if s.flags else ""  # which flags, and why: the "Flagged timings" lines under the table
-            t.add_row(term(s.label), short_protocol(s.collective), f"{(k.wire_bytes if k else 0) / 1e6:.3g}",
+            big = "†" if s.larger_than_bf16 else ""
+            t.add_row(term(s.label), short_protocol(s.collective), f"{(k.wire_bytes if k else 0) / 1e6:.3g}{big}",
                       f"{1e3 * s.compress_s:.1f}{flags}",
                       f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
         out.append(t)
         out.append(COLLECTIVE_LEGEND)
-        out.extend(summary_line(scs[bw], adv.untrusted_for(scs[bw]), adv.compute_note()) for bw in bws)
+        out.append(baselines_line(adv, [scs[bw] for bw in bws]))
+        out.extend(adv.summary_for(scs[bw]) for bw in bws)
     why = adv.untrusted_reasons()
     if why:
         out.append("Flagged timings (re-measured once, still flagged):\n" + "\n".join(f"  {w}" for w in why))
@@ -73,4 +89,59 @@ def advice_output(adv: Advice) -> list[Table | str]:
                "(ring or tree) + copy back; "
                + ("communication overlaps the backward pass (2/3 of compute) bucket by bucket, the last bucket's never"
                   if adv.overlap else "no overlap of communication with the backward pass (--overlap models DDP's)") + f". {fid}.")
+    if times is not None:
+        out.extend(time_output(*times))
+    return out
+
+
+#: the note marks of the time-to-accuracy table (its legend under it)
+TIME_MARKS = {"slower": "a", "assumed": "b", "modelled": "c"}
+TIME_LEGEND = ("time to target = steps to target (mean over the seeds that reached it, 95% CI) × predicted step (CI: the "
+               "kernels' ×copy CIs; compute and network as given); low/high multiply the ends. reached: seeds that reached "
+               "the target within the budget / seeds. a: faster per step than the baseline but slower to the target; "
+               "b: steps assumed the fp32 reference's (no bf16 case in the file); c: bf16 all-reduce modelled, not measured")
+
+
+def _time_marks(st: ScenarioTime, r: TimeRow) -> str:
+    marks = []
+    if r in st.faster_step_slower_to_target:
+        marks.append(TIME_MARKS["slower"])
+    if r.note.startswith("steps assumed"):
+        marks.append(TIME_MARKS["assumed"])
+    if r.role == "bf16 baseline" and "modelled" in r.note:
+        marks.append(TIME_MARKS["modelled"])
+    return ",".join(marks)
+
+
+def _time_cell(r: TimeRow, budget: int) -> str:
+    if r.time is not None:
+        return r.time.text()
+    return {"diverged": "diverged", "failed": "failed"}.get(r.status, f"not in {budget}")
+
+
+def time_table(st: ScenarioTime, conv: ConvergenceInput) -> Table:
+    """One cluster's compressors ranked by predicted time to the target (within 120 columns)."""
+    t = Table(title=f"{st.workers} workers × {st.bandwidth_gbps:g} Gbit/s — predicted time to {conv.target_text} "
+                    f"(seconds; {conv.seeds} seeds, budget {conv.budget} steps)", title_justify="left")
+    for col, just, wrap in (("compressor", "left", True), ("reached", "right", False), ("steps to target", "right", False),
+                            ("step ms", "right", False), ("time to target s", "right", False), ("vs bf16", "right", False),
+                            ("vs fp32", "right", False), ("note", "left", False)):
+        t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
+    for r in st.rows:
+        o = r.outcome
+        name = term(r.label) + ("" if r.role == "compressor" else f" ({r.role.split()[0]})" if r.role == "fp32 reference" else "")
+        t.add_row(name, f"{o.reached}/{o.seeds}", o.steps.text(spec=".0f") if o.steps else "—", r.step.text(1e3),
+                  _time_cell(r, conv.budget), f"{r.vs_bf16:.2f}×" if r.vs_bf16 is not None else "—",
+                  f"{r.vs_fp32:.2f}×" if r.vs_fp32 is not None else "—", _time_marks(st, r))
+    return t
+
+
+def time_output(conv: ConvergenceInput, times: list[ScenarioTime]) -> list[Table | str]:
+    """The time-to-accuracy tables and sentences of ``advise --convergence``."""
+    out: list[Table | str] = [f"time to accuracy: steps to the target from {conv.origin} ({conv.task}, {conv.workers} workers "
+                              f"simulated, {conv.seeds} seeds)"]
+    for st in times:
+        out.append(time_table(st, conv))
+    out.append(TIME_LEGEND)
+    out.extend(time_sentence(st, conv) for st in times)
     return out

@@ -12,6 +12,11 @@ and case so that files of several runs concatenate and join:
   aggregate's per-step numbers.
 * ``timings.csv`` — one row per case × kernel × timed round: the raw samples behind every median.
 
+A convergence file (``gcbench converge``) gives one ``cases.csv`` row per compressor (seeds, reached, diverged,
+final metric, gap and steps to target each with ``_low``/``_high`` 95% bounds, bytes sent, ``larger_than_bf16``)
+and one ``steps.csv`` row per compressor × evaluated step (``metric_mean``/``_low``/``_high``, ``loss_mean``):
+:mod:`gcbench.report.convergence`.
+
 Choices:
 
 * **Names**: stable snake_case column names with the unit in the name where a value has one
@@ -47,6 +52,7 @@ from typing import Any
 
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError
+from gcbench.report.convergence import converge_cases_rows, converge_steps_rows
 from gcbench.report.load import LoadedRun
 from gcbench.report.views import bench_target, oneshot_reference, params_text
 from gcbench.results.atomic import write_temp
@@ -245,6 +251,9 @@ def cases_rows(runs: Sequence[LoadedRun]) -> list[dict[str, Any]]:
     """cases.csv: one row per case of every run."""
     rows = []
     for run in runs:
+        if run.kind == "converge":
+            rows += converge_cases_rows(run)
+            continue
         for c in run.cases:
             if isinstance(c, BenchCase):
                 rows.append(bench_case_row(run.run_id, run.kind, c))
@@ -301,8 +310,9 @@ def _sent(c: RunCase, i: int) -> float | None:
 
 
 def steps_rows(runs: Sequence[LoadedRun]) -> list[dict[str, Any]]:
-    """steps.csv: one row per case × step (step 1 is the first): the stream and the aggregate after that step."""
-    rows = []
+    """steps.csv: one row per case × step (step 1 is the first): the stream and the aggregate after that step; of a
+    convergence file, one per compressor × evaluated step (:func:`gcbench.report.convergence.converge_steps_rows`)."""
+    rows = [r for run in runs if run.kind == "converge" for r in converge_steps_rows(run)]
     for run, c in _run_cases(runs):
         st, ag, ef = c.stream, c.aggregate, c.ef_drift
         series = {

@@ -242,8 +242,29 @@ def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
             "any_reconstructed": False}
 
 
+def _converge_context(i: int, run: LoadedRun) -> dict[str, Any]:
+    from gcbench.report import convergence as cv
+    from gcbench.report.html_converge_plots import convergence_plots
+
+    table: dict[str, Any] = {"first": "compressor", "headers": [{"header": h, "help": help_, "left": False} for h, help_ in cv.HEADERS],
+                             "rows": []}
+    for r in cv.convergence_rows(run):
+        if r.ok:
+            cells = [{"text": t, "v": "" if v is None else repr(float(v)), "cls": ""} for t, v in zip(r.cells, r.values, strict=True)]
+            table["rows"].append({"ok": True, "name": r.name, "recon": False, "cells": cells})
+        else:
+            table["rows"].append({"ok": False, "name": r.name, "recon": False, "lead": [], "colspan": len(cv.HEADERS),
+                                  "error": r.error})
+    notes = [cv.answer(run), *cv.priced_sentences(run), *([cv.pricing_origin(run)] if run.pricing is not None else [])]
+    return {"kind": "converge", "anchor": f"run{i}", "facts": run_facts(run), "description": cv.description(run), "table": table,
+            "detail": None, "plots": convergence_plots(run.cases, run.run_id, run.pricing), "notes": notes,
+            "footnote": cv.footnote(run), "any_reconstructed": False}
+
+
 def _section_context(i: int, run: LoadedRun) -> dict[str, Any]:
     """The template context of one results file, by its kind."""
+    if run.kind == "converge":
+        return _converge_context(i, run)
     if run.kind == "train":
         return _train_context(i, run)
     if run.kind == "bench":

@@ -12,7 +12,7 @@ bound is left out of the throughput plots (the caption names it); flagged bars a
 plot is drawn only where its data exist, and its caption says what was left out: errors are on a
 log axis, so lossless cases (error 0) are listed instead of plotted; per-layer heatmaps (case ×
 unit, log colour scale) need two or more units; EF drift needs a stateful compressor and two or
-more steps.  The decision plot draws :func:`gcbench.distributed.advise.decision_curves`: the
+more steps.  The decision plot draws :func:`gcbench.distributed.decision.decision_curves`: the
 report draws, the model computes.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.patches import Patch
 
-from gcbench.distributed.advise import DECISION_BANDWIDTHS, DECISION_LATENCY_S, decision_curves
+from gcbench.distributed.decision import DECISION_BANDWIDTHS, DECISION_LATENCY_S, decision_curves, fp32_against_bf16
 from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,
     Plot,
@@ -471,9 +471,11 @@ def decision_front(curves: dict[str, list[float]], top: int = DECISION_FRONT) ->
 
 
 def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
-    """Predicted speed-up over uncompressed all-reduce against link bandwidth at the source's worker count, break-evens marked."""
-    got = decision_curves(cases)
-    if got is None:
+    """Predicted speed-up over the bf16 all-reduce against link bandwidth at the source's worker count (the fp32
+    all-reduce drawn on the same scale), break-evens marked."""
+    got = decision_curves(cases, "bf16")
+    fp32 = fp32_against_bf16(cases)
+    if got is None or fp32 is None:
         return None
     workers, compute, curves, even = got
     styles = styles_of(cases)
@@ -492,17 +494,22 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
             ax.plot([even[label]], [1.0], marker=st.marker, color=st.color, ms=6, ls="none", zorder=4)
         ends.append((DECISION_BANDWIDTHS[-1], ys[-1], case_name(by_label[label]) if label in by_label else label, st.color))
     ax.axhline(1.0, color="black", ls="--", lw=1)
+    if len(fp32[0]) == len(DECISION_BANDWIDTHS):  # the fp32 all-reduce against bf16: a curve above it beats fp32 too
+        ax.plot(DECISION_BANDWIDTHS, fp32[0], color="black", ls=":", lw=1.2, zorder=2)
+        ends.append((DECISION_BANDWIDTHS[-1], fp32[0][-1], "fp32 all-reduce", "black"))
     ax.set_xscale("log")
-    scale_axis(ax, "y", [y for ys in curves.values() for y in ys])
+    scale_axis(ax, "y", [y for ys in (*curves.values(), fp32[0]) for y in ys])
     ax.set_xlabel("link bandwidth per worker, Gbit/s", fontsize=8.5)
-    ax.set_ylabel("predicted speed-up over uncompressed (above 1: compression pays)", fontsize=8.5)
+    ax.set_ylabel("predicted speed-up over the bf16 all-reduce (above 1: compression pays)", fontsize=8.5)
     ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
     label_line_ends(ax, ends, fontsize=7)
     comp = (f"compute {1e3 * compute:.0f} ms per step (forward + backward measured on this machine)" if compute
             else "no compute time (this source measured none): communication and kernels only, an upper bound on any speed-up")
     caption = (f"gcbench advise's model on {workers} workers, α = {DECISION_LATENCY_S * 1e6:g} µs, {comp}; kernels from this run's "
                "timings on this machine. step = compute + compress + the compressor's protocol + decode; uncompressed = compute "
-               "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. A marker on the dashed line is a break-even "
+               "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. Speed-ups are over the bf16 all-reduce, "
+               f"the 16-bit baseline claims are made against (bf16 {fp32[1]}); the dotted line is the fp32 all-reduce on the same "
+               "scale: a curve between it and 1× beats fp32 but not bf16. A marker on the dashed line is a break-even "
                "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`."
                + (f" In colour the front: the best {DECISION_FRONT} at some bandwidth ({len(front)} of {len(curves)}); the "
                   f"{len(curves) - len(front)} others in grey." if len(front) < len(curves) else ""))

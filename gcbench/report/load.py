@@ -27,6 +27,9 @@ class LoadedRun:
 
     path: Path
     data: RunRecord
+    #: a convergence file priced on named clusters (``report --cluster``:
+    #: :class:`gcbench.distributed.time_to_accuracy.Pricing`); None: reported by steps only
+    pricing: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data", as_record(self.data))
@@ -41,7 +44,7 @@ class LoadedRun:
 
     @property
     def kind(self) -> str:
-        """``run``, ``compare``, ``train`` or ``bench`` (what wrote the file; decides how it is rendered)."""
+        """``run``, ``compare``, ``train``, ``bench`` or ``converge`` (what wrote the file; decides how it is rendered)."""
         return self.data.kind
 
 
@@ -152,6 +155,9 @@ def run_facts(run: LoadedRun) -> dict[str, str]:
         what = f"sizes {sizes}" if sizes else (f"whole steps of {', '.join(models)}" if models else "sizes not recorded")
         suite_text = (f"bench: {what}, at least {or_unknown(suite and suite.repeats)} timed rounds, "
                       f"{or_unknown(suite and suite.threads)} threads")
+    elif run.kind == "converge":
+        tasks = sorted({c.source_label for c in cases})
+        suite_text = f"convergence of {', '.join(tasks) or '?'}"
     else:
         suite_text = f"{or_unknown(suite and suite.name)} (hash {or_unknown(d.suite_hash)[:8]})"
     status = d.status

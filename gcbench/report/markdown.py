@@ -75,7 +75,7 @@ def markdown_layers(runs: Sequence[LoadedRun], per_table: int = 10) -> str:
     """The per-layer tables as Markdown: per run, source and metric, ``per_table`` cases per table ('' when none)."""
     parts = []
     for run in runs:
-        if run.kind in ("train", "bench"):
+        if run.kind in ("train", "bench", "converge"):  # no per-layer rows
             continue
         for src, group in by_source(run.cases).items():
             ok = [c for c in group if c.ok and c.layers]
@@ -165,6 +165,10 @@ def markdown_summary(run: LoadedRun) -> str:
         return markdown_train(run)
     if run.kind == "bench":
         return markdown_bench(run)
+    if run.kind == "converge":
+        from gcbench.report.convergence import markdown_convergence
+
+        return markdown_convergence(run, md_escape, md_table, run_facts(run))
     f = run_facts(run)
     parts = [f"## Run {md_escape(run.run_id)}", "",
              f"Suite {md_escape(f['suite'])}, {md_escape(f['date'])}, {md_escape(f['cases'])}; machine {md_escape(f['machine'])}, "
@@ -227,6 +231,6 @@ def markdown_report(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | N
         parts.append(markdown_summary(r))
     if claims:
         parts.append(markdown_claims(claims))
-    if not runs or any(r.kind not in ("train", "bench") for r in runs):  # train and bench sections carry their own notes
+    if not runs or any(r.kind not in ("train", "bench", "converge") for r in runs):  # these sections carry their own notes
         parts += [md_escape(FOOTNOTE), ""]
     return "\n".join(parts)

@@ -130,7 +130,7 @@ from gcbench.results.compare import (
 )
 from gcbench.results.phases import phase_rows, source_windows
 from gcbench.results.record import BEATS_BOUND, RunCase, TrainCase
-from gcbench.results.verdict import PairVerdict, bytes_per_step, verdicts
+from gcbench.results.verdict import PairVerdict, baseline_bytes_line, bytes_per_step, verdicts
 
 # Re-exported: every public name this module held before the report was split (loading, columns, notes, views, Markdown),
 # so `from gcbench.report import terminal as rep; rep.X` and `gcbench.report.X` keep working.
@@ -240,12 +240,17 @@ __all__ = [
 ]
 
 
-def summary_tables(run: LoadedRun) -> list[Table]:
-    """The tables of one results file: one per gradient source of a run, one for a train or bench file."""
+def summary_tables(run: LoadedRun) -> list[Any]:
+    """The tables of one results file: one per gradient source of a run, one for a train or bench file; a convergence
+    file's table, then its time to accuracy on each cluster given (``report --cluster``)."""
     if run.kind == "train":
         return [train_table(run.cases, f"{run.run_id} — training: {train_description(run)}")]
     if run.kind == "bench":
         return [bench_table(run)]
+    if run.kind == "converge":
+        from gcbench.report.convergence import convergence_output
+
+        return convergence_output(run)
     return case_tables(run.cases, run.run_id)
 
 
@@ -383,6 +388,9 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
                                  *recommendation_output(cases)]
     if sweep is None:
         out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
+    against = baseline_bytes_line(cases)
+    if against:
+        out.append(Text(against))
     main = head_to_head(cases, MAIN_METRICS)
     # the heading is a line of its own: as a table title it wraps at the width of a narrow two-case table
     out.append(Text(f"gcbench compare — {src}, {workers} workers × {steps} steps, granularity {granularity} — "
@@ -469,7 +477,7 @@ def layers_report(runs: Sequence[LoadedRun], width: int = 160) -> list[Renderabl
     """
     out: list[RenderableType | str] = []
     for run in runs:
-        if run.kind in ("train", "bench"):
+        if run.kind in ("train", "bench", "converge"):  # no per-layer rows
             continue
         for src, group in by_source(run.cases).items():
             out += layer_tables(group, f"{clip(run.run_id)} — {clip(src)}", width)
@@ -594,6 +602,6 @@ def terminal_report(inp: ReportInput, claims: Sequence[ClaimResult], claims_miss
                    "(see --md or --html).")
     elif claims_missing:
         out.append(claims_missing)
-    if any(r.kind not in ("train", "bench") for r in inp.loaded):  # train and bench tables carry their own notes
+    if any(r.kind not in ("train", "bench", "converge") for r in inp.loaded):  # these tables carry their own notes
         out.append(LEGEND)
     return out

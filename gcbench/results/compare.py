@@ -51,6 +51,9 @@ Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — u
   compressor's version or parameters, or the benchmark's thread count or device differ.
 * The same threshold-and-test rule as above decides better / worse / ~.
 
+**Convergence files** (``kind = "converge"``) are refused with one line: their numbers are intervals over seeds,
+not samples of one measurement, and ``gcbench report A B`` shows two of them side by side.
+
 **Training runs** (``kind = "train"``, :mod:`gcbench.distributed.train`) are compared on the final held-out
 accuracy and loss besides ratio and bits per element; a case whose training settings (task,
 workers, epochs, steps, batch size, learning rate) changed is not comparable.
@@ -71,7 +74,7 @@ from gcbench.core.errors import ResultsError
 from gcbench.results.metrics import METRICS, mann_whitney
 from gcbench.results.parse import as_record
 from gcbench.results.record import BenchCase, BenchRecord, RunCase, RunRecord, TrainCase
-from gcbench.results.verdict import PairVerdict, bytes_per_step
+from gcbench.results.verdict import PairVerdict, baseline_bytes, bytes_per_step
 
 BETTER = "better"
 WORSE = "worse"
@@ -364,6 +367,9 @@ def compare_runs(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mappi
     if _CASE_FAMILY.get(kb, kb) != _CASE_FAMILY.get(kn, kn):
         raise ResultsError(f"cannot compare a {kn} results file ({new_rec.run_id or '?'}) against a {kb} baseline "
                            f"({base_rec.run_id or '?'}): --baseline needs two results files of the same kind")
+    if kb == "converge":
+        raise ResultsError(f"--baseline does not compare convergence files ({base_rec.run_id or '?'}, {new_rec.run_id or '?'}): "
+                           "name both to `gcbench report` to see their tables side by side")
     if isinstance(base_rec, BenchRecord) and isinstance(new_rec, BenchRecord):
         return compare_bench(base_rec, new_rec, threshold, alpha)
     cmp = Comparison(str(base_rec.run_id or "baseline"), str(new_rec.run_id or "new"), threshold, alpha)
@@ -535,6 +541,7 @@ def compare_json(cases: Sequence[RunCase], results: str, verdicts: Sequence[Pair
         "cases": [c.label for c in cases],
         "failed": [{"label": c.label, "error": c.error_text} for c in cases if not c.ok],
         "summary": [v.summary for v in verdicts],
+        "baselines": [b.to_dict() for b in baseline_bytes(cases)],
         "verdicts": [v.to_dict() for v in verdicts],
         "rows": {r.spec.metric: _row_json(r, cases) for r in head_to_head(cases, MAIN_METRICS)},
         "fidelity": {

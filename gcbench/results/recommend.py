@@ -10,6 +10,10 @@ faithful member of the front when it is another one.  This is the step-level ans
 pays on a cluster is ``gcbench advise``'s, and whether training still reaches its accuracy is a training
 run's.  Without a stream (a suite that recorded none) there is no delivered fraction, and the sentence says
 so instead of recommending on bytes alone.
+
+Bytes are stated against both uncompressed baselines: the compression ratio is against the fp32 gradient, and the
+sentence adds the factor against a bf16 all-reduce (half the bytes, :data:`BF16_RATIO`), the reference a claim should
+beat (Han et al. 2024); a recommended compressor whose payload is larger than bf16's is said to be.
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ from gcbench.results.record import RunCase
 
 #: the least fraction of the dense update a recommended compressor delivers over the stream (advise's floor too)
 DELIVERED_FLOOR = 0.5
+
+#: the compression ratio of a bf16 cast against fp32: a compressor below it sends more than a bf16 all-reduce
+BF16_RATIO = 2.0
+
+
+def bf16_text(ratio: float) -> str:
+    """``16× vs bf16``, or ``larger than bf16's payload`` when the ratio is under :data:`BF16_RATIO`."""
+    r = ratio / BF16_RATIO
+    return f"{r:.3g}× vs bf16" if ratio >= BF16_RATIO else f"{r:.3g}× vs bf16: larger than bf16's payload"
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,8 @@ class Recommendation:
             text = f"{src}: no compressor delivers at least {DELIVERED_FLOOR:g} of the dense update"
         else:
             b = self.best
-            text = (f"{src}: use {b.label} — {b.ratio:.3g}× fewer bytes, delivers {b.delivered:.3g} of the dense update"
+            text = (f"{src}: use {b.label} — {b.ratio:.3g}× fewer bytes ({bf16_text(b.ratio)}), delivers {b.delivered:.3g} of the "
+                    "dense update"
                     + (f", compress {b.x_copy:.3g}× a copy" if b.x_copy is not None else ""))
             if self.most_faithful is not None:
                 m = self.most_faithful

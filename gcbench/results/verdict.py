@@ -20,6 +20,10 @@ judged on three axes, each with how sure the judgement is:
   unstable, too short, or faster than the compressor's traffic bound (:class:`XCopy` ``flags``)
   is not a speed: "cannot say (flagged: ...)".
 
+**Against the uncompressed baselines** (:func:`baseline_bytes`): each case's payload per step (``size.wire_bytes``)
+against the fp32 gradient (``size.dense_bytes``) and against a bf16 all-reduce's payload (half of it), the 16-bit
+baseline claims should be made against (Han et al. 2024); a payload larger than bf16's is flagged.
+
 A statement **at equal delivered update** needs a density sweep (``gcbench compare --sweep``): each
 compressor whose card has a ``density`` parameter is also run at :data:`SWEEP_DENSITIES`; on each
 one's curve, log bytes is interpolated linearly in delivered update, and the two curves are compared
@@ -121,6 +125,58 @@ def _missing(axis: str, why: str) -> AxisVerdict:
 
 
 # ----------------------------------------------------------------------------- bytes
+
+
+@dataclass(frozen=True)
+class BaselineBytes:
+    """One case's payload per step against the dense fp32 gradient and against a bf16 all-reduce's payload (half of it)."""
+
+    label: str
+    payload: float
+    dense: float
+
+    @property
+    def vs_fp32(self) -> float:
+        """How many times smaller than the fp32 gradient (above 1: smaller)."""
+        return self.dense / self.payload
+
+    @property
+    def vs_bf16(self) -> float:
+        """How many times smaller than a bf16 all-reduce's payload (under 1: larger than bf16)."""
+        return self.dense / 2 / self.payload
+
+    @property
+    def larger_than_bf16(self) -> bool:
+        return self.payload > self.dense / 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "payload_bytes": self.payload, "dense_bytes": self.dense, "vs_fp32": self.vs_fp32,
+                "vs_bf16": self.vs_bf16, "larger_than_bf16": self.larger_than_bf16}
+
+
+def baseline_bytes(cases: Sequence[RunCase]) -> list[BaselineBytes]:
+    """:class:`BaselineBytes` of every case that ran with a payload and a dense size."""
+    out = []
+    for c in cases:
+        s = c.size if c.ok else None
+        if s is not None and s.wire_bytes and s.dense_bytes:
+            out.append(BaselineBytes(c.label, float(s.wire_bytes), float(s.dense_bytes)))
+    return out
+
+
+def baseline_bytes_line(cases: Sequence[RunCase]) -> str:
+    """``payload per step against a bf16 all-reduce (fp32 in brackets): topk 16× smaller (32×); …; larger than bf16: …``
+    ("" when no case has sizes)."""
+    rows = baseline_bytes(cases)
+    if not rows:
+        return ""
+    small = [r for r in rows if not r.larger_than_bf16]
+    big = [r for r in rows if r.larger_than_bf16]
+    text = "payload per step against a bf16 all-reduce's (fp32's in brackets): "
+    text += "; ".join(f"{r.label} {factor(r.vs_bf16)} smaller ({factor(r.vs_fp32)})" for r in small) if small else "none smaller"
+    if big:
+        text += "; larger than bf16: " + ", ".join(f"{r.label} ({1 / r.vs_bf16:.3g}× bf16's payload)" for r in big)
+    return text
 
 
 def bytes_per_step(case: RunCase) -> float | None:

@@ -28,7 +28,7 @@ def test_the_front_member_that_saves_most_bytes_is_used_and_the_rest_are_named()
     assert {p.label for p in r.front} == {"none", "fp16", "qsgd", "dgc"}  # slow_qsgd is dominated; topk under the floor
     assert r.most_faithful is not None and r.most_faithful.label == "none"
     text = r.sentence()
-    assert text.startswith("src: use dgc — 50× fewer bytes, delivers 0.9 of the dense update, compress 20× a copy")
+    assert text.startswith("src: use dgc — 50× fewer bytes (25× vs bf16), delivers 0.9 of the dense update, compress 20× a copy")
     assert f"topk (delivers 0.3, under the {DELIVERED_FLOOR:g} floor)" in text and "worse than sending nothing: signsgd" in text
 
 
@@ -49,3 +49,10 @@ def test_a_short_stream_is_said_and_sources_are_kept_apart() -> None:
     first, second = recommendations(cases)
     assert first.source == "a" and "too short to rank" in first.sentence()
     assert second.source == "b" and second.best is None and "no compressor delivers at least" in second.sentence()
+
+
+def test_a_recommended_payload_larger_than_bf16s_is_said_to_be() -> None:
+    """Issue 31: claims against a 16-bit baseline; a ratio under 2 sends more than a bf16 all-reduce."""
+    r = recommend("src", [_case("none", 1.0, 1.0, 1.0), _case("big", 1.6, 0.99, 1.0)])
+    assert r.best is not None and r.best.label == "big"
+    assert "1.6× fewer bytes (0.8× vs bf16: larger than bf16's payload)" in r.sentence()

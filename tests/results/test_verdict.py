@@ -286,3 +286,19 @@ def test_compared_cases_of_one_family_are_points_of_each_others_curve() -> None:
     assert eq is not None and eq.status == INTERPOLATED and eq.better == "topk"
     same = by_pair[("topk", "topk(density=0.1)")].axis(EQUAL_DELIVERED)
     assert same is not None and same.estimate == pytest.approx(1.0) and same.better is None and "the same bytes" in same.text
+
+
+def test_payloads_are_stated_against_bf16_and_fp32_and_larger_than_bf16_flagged() -> None:
+    """Issue 31: against a 16-bit baseline too; a payload over half the dense fp32 bytes is larger than bf16's."""
+    from gcbench.results.verdict import baseline_bytes, baseline_bytes_line
+
+    small, big = case("topk", sent=1000.0), case("natural", sent=1000.0)
+    small.size.dense_bytes = 900.0 * 64  # payload 900 bytes: 64× smaller than fp32, 32× than bf16
+    big.size.dense_bytes = 900.0 * 1.5  # payload 900 of 1350 fp32 bytes: larger than bf16's 675
+    rows = {b.label: b for b in baseline_bytes([small, big])}
+    assert rows["topk"].vs_fp32 == pytest.approx(64) and rows["topk"].vs_bf16 == pytest.approx(32)
+    assert rows["natural"].larger_than_bf16 and not rows["topk"].larger_than_bf16
+    line = baseline_bytes_line([small, big])
+    assert "topk 32× smaller (64×)" in line and "larger than bf16: natural (1.33× bf16's payload)" in line
+    d = compare_json([small, big], "r.json", [])
+    assert [b["larger_than_bf16"] for b in d["baselines"]] == [False, True]

@@ -1,0 +1,81 @@
+"""The sentence ``gcbench advise`` says per cluster (:func:`summary_line`), and the caveat of flagged timings.
+
+Speed-ups are claimed against the scenario's baseline all-reduce (bf16 by default,
+:data:`gcbench.distributed.advise.BASELINES`) with the other one's in brackets; a compressor under the delivered floor
+(:data:`gcbench.results.recommend.DELIVERED_FLOOR`) is never the one recommended.  Every name here is importable from
+:mod:`gcbench.distributed.advise` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gcbench.results.recommend import DELIVERED_FLOOR
+
+if TYPE_CHECKING:
+    from gcbench.distributed.advise import Scenario, Step
+
+
+#: flagged inputs named in a caveat before "and N more"
+CAVEAT_NAMES = 4
+
+
+def caveat(flagged: Sequence[str]) -> str:
+    """The clause a sentence ends with when the timings behind it were flagged ("" when none was)."""
+    if not flagged:
+        return ""
+    named = ", ".join(flagged[:CAVEAT_NAMES]) + (f" and {len(flagged) - CAVEAT_NAMES} more" if len(flagged) > CAVEAT_NAMES else "")
+    return (f" — but this answer cannot be trusted: the timings behind it were flagged after re-measuring: {named} "
+            "(why: under the table); rerun on a quiet machine before acting on it")
+
+
+def _floor_text(sc: Scenario, s: Step) -> str:
+    d = s.delivered.value if s.delivered else float("nan")
+    why = "worse than sending nothing" if d < 0 else f"under the {DELIVERED_FLOOR:g} floor"
+    return f"{s.label} {sc.claim(s):.2f}× (delivers {d:.3g} of the dense update, {why})"
+
+
+#: the clause a sentence carries when no convergence file was given: the ranking is of step time alone
+ACCURACY_NOT_MEASURED = "; accuracy not measured (a faster step may reach it later: --convergence FILE ranks by time to it)"
+
+
+def both_speedups(sc: Scenario, s: Step) -> str:
+    """``1.20× vs bf16 (2.10× vs fp32)``: the speed-up over the claims' baseline, then over the other all-reduce."""
+    b = sc.claim_baseline
+    other = "fp32" if b == "bf16" else "bf16"
+    o = s.speedup if other == "fp32" else s.speedup_bf16
+    return f"{sc.claim(s):.2f}× vs {b}" + (f" ({o:.2f}× vs {other})" if o is not None else "")
+
+
+def baseline_steps(sc: Scenario) -> str:
+    """``bf16 all-reduce 96.1 ms, fp32 168 ms``: the uncompressed steps, the claims' baseline first."""
+    ms = {"fp32": sc.reference_step_s, "bf16": sc.bf16_step_s}
+    order = (sc.claim_baseline, "fp32" if sc.claim_baseline == "bf16" else "bf16")
+    parts = [f"{b} {1e3 * ms[b]:.3g} ms" for b in order if ms[b] is not None]  # type: ignore[operator]
+    return parts[0].replace(" ", " all-reduce ", 1) + "".join(f", {p}" for p in parts[1:])
+
+
+def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = "", accuracy_note: str = "") -> str:
+    """One sentence for a scenario: the best compressor and what it costs, or that none pays; when any timing behind
+    it is ``flagged`` (:meth:`Advice.untrusted`), the sentence says the answer cannot be trusted and why.  A compressor
+    that delivers less than :data:`DELIVERED_FLOOR` of the dense update is never the one recommended; the sentence names
+    it as faster but not recommended.  Speed-ups are claimed against the scenario's baseline all-reduce (bf16 by
+    default) with the other one's in brackets ("1.20× vs bf16 (2.10× vs fp32)"); a best compressor whose payload is
+    larger than bf16's is said to be.  ``accuracy_note``: :data:`ACCURACY_NOT_MEASURED` where no convergence was given."""
+    where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
+    low = sc.below_floor[:3]
+    not_rec = f"; faster but not recommended: {', '.join(_floor_text(sc, s) for s in low)}" if low else ""
+    tail = compute_note + accuracy_note + caveat(flagged)
+    if not sc.paying:
+        best = sc.steps[0]
+        return (f"{where}: no compressor pays against the {sc.claim_baseline} all-reduce ({baseline_steps(sc)}); "
+                f"the fastest compressor, {best.label}, is {both_speedups(sc, best)}" + tail)
+    if not sc.recommendable:
+        return (f"{where}: no compressor both pays and delivers enough of the update ({baseline_steps(sc)}){not_rec}" + tail)
+    best = sc.recommendable[0]
+    fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
+    big = ", its payload larger than bf16's" if best.larger_than_bf16 else ""
+    others = ", ".join(f"{s.label} {sc.claim(s):.2f}×" for s in sc.recommendable[1:3])
+    return (f"{where}: best {best.label}, {both_speedups(sc, best)} ({1e3 * best.step_s:.3g} ms a step; {baseline_steps(sc)})"
+            f"{fid}{big}" + (f"; also faster: {others}" if others else "") + not_rec + tail)

@@ -1,0 +1,174 @@
+"""Reports of a convergence file (kind converge): terminal, Markdown, CSV, HTML with its curves, and no crash anywhere."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from gcbench.cli import app
+from gcbench.core.errors import ResultsError
+from gcbench.distributed.time_to_accuracy import Span
+from gcbench.report.convergence import answer, ci_text, convergence_rows
+from gcbench.report.load import LoadedRun
+from gcbench.results.compare import compare_runs
+from gcbench.results.store import load_run
+from tests.converge_fixture import converge_record, write_converge
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def conv(tmp_path: Path) -> Path:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    return write_converge(runs / "conv.json")
+
+
+def test_the_rows_put_the_reference_first_then_reached_partial_never_diverged(conv: Path) -> None:
+    rows = convergence_rows(LoadedRun(conv, load_run(conv)))
+    assert [r.name for r in rows] == ["none (reference)", "fp16", "topk", "signsgd", "randomk", "qsgd"]
+    topk = rows[2]
+    assert topk.cells[0] == "3/3" and topk.cells[1] == "0/3" and topk.cells[4].startswith("153 ±")
+    assert rows[-1].cells[:2] == ("0/3", "3/3") and rows[-1].cells[2] == "—"  # diverged: no final metric
+    assert rows[0].cells[5] == "4†" and rows[2].cells[5] == "0.08"  # fp32's bytes are larger than bf16's, topk's not
+    line = answer(LoadedRun(conv, load_run(conv)))
+    assert "reach it in only some seeds: signsgd 1/3" in line and "diverged: qsgd (3/3 seeds)" in line
+    assert "within the budget of 200 steps: randomk" in line and "Steps only" in line
+
+
+def test_an_interval_is_shown_as_plus_minus_when_symmetric() -> None:
+    assert ci_text(Span(0.877, 0.865, 0.889)) == "0.877 ±0.012"
+    assert ci_text(Span(0.4, 0.4 - 1e-17, 0.4 + 1e-17)) == "0.4"  # equal values: no spread shown
+    assert ci_text(Span(10.0, 5.0, 20.0)) == "10 (5–20)" and ci_text(None) == "—"
+
+
+def test_terminal_report_of_a_convergence_file_fits_120_columns(conv: Path) -> None:
+    r = runner.invoke(app, ["report", str(conv)], env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.output
+    assert "convergence: zoo:mlp" in r.stdout and "steps to target" in r.stdout and "signsgd" in r.stdout
+    from gcbench.report.convergence import convergence_table
+
+    console = Console(width=120, record=True, emoji=False)
+    console.print(convergence_table(LoadedRun(conv, load_run(conv))))
+    text = console.export_text()
+    assert all(len(line) <= 120 for line in text.splitlines())
+    assert not any("…" in line for line in text.splitlines() if line.startswith("│"))
+
+
+def test_markdown_and_csv_of_a_convergence_file(conv: Path, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["report", str(conv), "--md"])
+    assert r.exit_code == 0, r.output
+    assert "## Convergence run conv-test" in r.stdout and "| topk | 3/3 | 0/3 |" in r.stdout
+    out = tmp_path / "csv"
+    r = runner.invoke(app, ["report", str(conv), "--csv", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader((out / "cases.csv").open()))
+    by = {row["case"]: row for row in rows}
+    assert by["topk"]["kind"] == "converge" and by["topk"]["reached"] == "3" and by["topk"]["larger_than_bf16"] == "false"
+    assert float(by["topk"]["steps_to_target_low"]) < float(by["topk"]["steps_to_target"]) < float(by["topk"]["steps_to_target_high"])
+    assert by["qsgd"]["diverged"] == "3" and by["qsgd"]["steps_to_target"] == "" and by["none"]["larger_than_bf16"] == "true"
+    steps = list(csv.DictReader((out / "steps.csv").open()))
+    topk = [s for s in steps if s["case"] == "topk"]
+    assert [int(s["step"]) for s in topk] == list(range(20, 201, 20)) and all(s["metric_mean"] for s in topk)
+
+
+def test_html_of_a_convergence_file_draws_its_curves_and_says_steps_only(conv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", str(conv), "--html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "Convergence run conv-test" in page and 'data-plot="converge_curves"' in page
+    assert "Against steps only" in page and "diverged: qsgd" in page
+
+
+def test_a_folder_with_a_convergence_file_renders_its_index_and_history(conv: Path, tmp_path: Path) -> None:
+    runs = conv.parent
+    (runs / "conv-b.json").write_text(json.dumps(converge_record() | {"run_id": "conv-b", "created_utc": "2026-11-27T13:00:00+00:00"}))
+    out = tmp_path / "i.html"
+    r = runner.invoke(app, ["report", "--runs-dir", str(runs), "--html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "convergence of zoo:mlp" in out.read_text()
+    r = runner.invoke(app, ["report", "--runs-dir", str(runs)], env={"COLUMNS": "120"})
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+
+
+def test_comparing_convergence_files_is_one_clear_refusal(conv: Path) -> None:
+    other = conv.parent / "conv-b.json"
+    other.write_text(json.dumps(converge_record() | {"run_id": "conv-b"}))
+    with pytest.raises(ResultsError, match="does not compare convergence files"):
+        compare_runs(load_run(conv), load_run(other))
+    r = runner.invoke(app, ["report", str(other), "--baseline", str(conv)])
+    assert r.exit_code == 1 and "does not compare convergence files" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    run = Path(__file__).parents[1] / "golden" / "run_base.json"
+    r = runner.invoke(app, ["report", str(conv), "--baseline", str(run)])
+    assert r.exit_code == 1 and "cannot compare a converge results file" in r.stderr, r.output
+
+
+def test_a_failed_case_of_a_convergence_file_is_shown_failed(tmp_path: Path) -> None:
+    data = converge_record()
+    data["cases"][2]["status"] = "error"
+    data["cases"][2]["error"] = "RuntimeError: boom"
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(data))
+    r = runner.invoke(app, ["report", str(path)], env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.output
+    assert re.search(r"topk.*failed", r.stdout) and "boom" in r.stdout
+
+
+def _bench(tmp_path: Path) -> Path:
+    from tests.distributed.test_time_to_accuracy import _bench_record
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_bench_record()))
+    return path
+
+
+def test_report_prices_a_convergence_file_on_each_cluster_given(conv: Path, tmp_path: Path) -> None:
+    bench = _bench(tmp_path)
+    args = ["report", str(conv), "--cluster", "16x1", "--cluster", "64x100", "--kernels", str(bench), "--compute-ms", "5"]
+    r = runner.invoke(app, args, env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.output
+    assert "on 16 × 1 Gbit/s, to accuracy 0.8" in r.stdout and "on 64 × 100 Gbit/s, to accuracy 0.8" in r.stdout
+    assert "16 workers × 1 Gbit/s — predicted time to accuracy 0.8" in r.stdout and "Steps only" not in r.stdout
+    assert "not priced (not in the kernels advise has): fp16, signsgd, qsgd" in r.stdout  # the bench has none, topk, randomk
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, [*args, "--html", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert page.count('data-plot="converge_time"') == 2 and "against predicted wall time on 16 workers × 1 Gbit/s" in page
+    assert "on 64 × 100 Gbit/s, to accuracy 0.8" in page
+    r = runner.invoke(app, [*args, "--md"])
+    assert r.exit_code == 0 and "* on 16 × 1 Gbit/s, to accuracy 0.8" in r.stdout, r.output
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (["--cluster", "16x1"], "--cluster WORKERSxGBITS and --kernels FILE go together"),
+    (["--cluster", "16", "--kernels", "BENCH"], "--cluster takes WORKERSxGBITS"),
+    (["--cluster", "1x10", "--kernels", "BENCH"], "at least 2 workers"),
+    (["--cluster", "16x10", "--kernels", "BENCH"], "stores no compute time of mlp: give --compute-ms"),
+])
+def test_report_cluster_bad_input_is_one_line(conv: Path, tmp_path: Path, extra: list[str], words: str) -> None:
+    bench = _bench(tmp_path)
+    r = runner.invoke(app, ["report", str(conv), *[str(bench) if a == "BENCH" else a for a in extra]])
+    assert r.exit_code == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+def test_report_cluster_refuses_a_run_that_is_not_a_convergence_file(tmp_path: Path) -> None:
+    run = Path(__file__).parents[1] / "golden" / "run_base.json"
+    r = runner.invoke(app, ["report", str(run), "--cluster", "16x1", "--kernels", str(_bench(tmp_path)), "--compute-ms", "5"])
+    assert r.exit_code == 1 and "none of the runs shown is one" in r.stderr, r.output
+    other = write_converge(tmp_path / "cnn.json", task="zoo:smallcnn")
+    r = runner.invoke(app, ["report", str(other), "--cluster", "16x1", "--kernels", str(_bench(tmp_path)), "--compute-ms", "5"])
+    assert r.exit_code == 1 and "smallcnn" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+def test_layers_of_a_convergence_file_are_one_line(conv: Path) -> None:
+    for extra in ([], ["--md"]):
+        r = runner.invoke(app, ["report", str(conv), "--layers", *extra])
+        assert r.exit_code == 1 and "no per-layer rows" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
