@@ -296,35 +296,54 @@ class DenseReference:
     (:func:`stream_weights`).  Built once per source from its cached gradients (no compressor involved).
     """
 
-    def __init__(self, grads: Callable[[int, int], Sequence[torch.Tensor]], steps: int, workers: int, momentum: float) -> None:
+    def __init__(self, grads: Callable[[int, int], Sequence[torch.Tensor]] | None, steps: int, workers: int, momentum: float) -> None:
         self.steps, self.workers, self.momentum = steps, workers, momentum
         self.weights = stream_weights(steps, momentum)
         self.mean: list[list[torch.Tensor]] = []
         self.dense: list[list[torch.Tensor]] = []
         self.dense_sq: list[float] = []
         self.sum_sq: list[float] = []
-        running: RunningSum | None = None
+        self._running: RunningSum | None = None
         self.worker_sums: list[list[torch.Tensor]] = [[] for _ in range(workers)]
-        u_buf: list[torch.Tensor] = []
-        for t in range(steps):
-            per_worker = [grads(t, w) for w in range(workers)]
-            mean = [worker_mean([g[u] for g in per_worker]) for u in range(len(per_worker[0]))]
-            if running is None:
-                running = RunningSum(len(mean))
-            if momentum == 0:
-                dense = mean
-            else:  # the dense update keeps its own buffer: u_t = m·u_{t−1} + ḡ_t
-                u_buf = [g.clone() for g in mean] if t == 0 else [b.mul_(momentum).add_(g) for b, g in zip(u_buf, mean, strict=True)]
-                dense = [b.clone() for b in u_buf]
-            for u, d in enumerate(dense):
-                running.add(u, d)
-            for w, g in enumerate(per_worker):
-                self.worker_sums[w] = weighted_add(self.worker_sums[w], g, self.weights[t])
-            self.mean.append(mean)
-            self.dense.append(dense)
-            self.dense_sq.append(sum_sq_norms(dense))
-            self.sum_sq.append(running.sq_norm())
-        self.worker_sum_sq = [sum_sq_norms(r) for r in self.worker_sums]
+        self._u_buf: list[torch.Tensor] = []
+        self._worker_sum_sq: list[float] | None = None
+        if grads is not None:  # an open-loop source: every step is known up front
+            for t in range(steps):
+                self.add_step(t, [grads(t, w) for w in range(workers)])
+
+    def add_step(self, t: int, per_worker: Sequence[Sequence[torch.Tensor]]) -> None:
+        """Step ``t``'s gradients of every worker, by unit (steps in order; a closed-loop source feeds them one step
+        at a time, as its model moves with the case's own aggregate)."""
+        if t != len(self.mean):
+            raise ValueError(f"dense reference: step {t} added after {len(self.mean)} steps")
+        momentum = self.momentum
+        mean = [worker_mean([g[u] for g in per_worker]) for u in range(len(per_worker[0]))]
+        if self._running is None:
+            self._running = RunningSum(len(mean))
+        if momentum == 0:
+            dense = mean
+        else:  # the dense update keeps its own buffer: u_t = m·u_{t−1} + ḡ_t
+            if t == 0:
+                self._u_buf = [g.clone() for g in mean]
+            else:
+                self._u_buf = [b.mul_(momentum).add_(g) for b, g in zip(self._u_buf, mean, strict=True)]
+            dense = [b.clone() for b in self._u_buf]
+        for u, d in enumerate(dense):
+            self._running.add(u, d)
+        for w, g in enumerate(per_worker):
+            self.worker_sums[w] = weighted_add(self.worker_sums[w], g, self.weights[t])
+        self.mean.append(mean)
+        self.dense.append(dense)
+        self.dense_sq.append(sum_sq_norms(dense))
+        self.sum_sq.append(self._running.sq_norm())
+        self._worker_sum_sq = None
+
+    @property
+    def worker_sum_sq(self) -> list[float]:
+        """‖R^w‖² of each worker's dense-update sum over the steps added so far."""
+        if self._worker_sum_sq is None:
+            self._worker_sum_sq = [sum_sq_norms(r) for r in self.worker_sums]
+        return self._worker_sum_sq
 
     def describe(self) -> str:
         return "dense SGD update" if self.momentum == 0 else f"dense momentum-SGD update (m={self.momentum:g})"

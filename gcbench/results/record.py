@@ -178,6 +178,7 @@ class Source(Model):
     workers: Int | None = None
     steps: Int | None = None
     model: Str | None = None
+    loop: Str | None = None  # live sources: "closed" when each case's model stepped with its own aggregate (absent: open)
     compute_s: Num | None = None  # live sources: median seconds of one worker's forward + backward, on the machine that ran
 
     def identity(self) -> dict[str, Any]:
@@ -251,6 +252,7 @@ class Stream(Model):
     per_step_error_scaled: Series | None = None  # 1 − cos²(U_t, D_t): the error after the best rescaling
     worker_delivered: Series | None = None  # each worker's own update stream against its own dense update
     worker_ci: Stat | None = None  # mean, lo, hi (95 %, Student t over workers), n of worker_delivered
+    loop: Str | None = None  # "open": the model stepped with the dense mean; "closed": with this case's aggregate (absent: open)
 
 
 class TrafficPhase(Model):
