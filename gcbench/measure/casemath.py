@@ -411,11 +411,58 @@ class DeliveredStream:
             out.append(None if r is None else 1.0 - r)
         return out
 
+    def delivered_jackknife(self) -> list[float | None] | None:
+        """The aggregate's delivered fraction with each worker left out in turn, from the workers' own sums.
+
+        Where the aggregate is the workers' mean (contributions observable), Σ_t(U_t − D_t) is the mean
+        over workers of E^w = Σ_s w_s C^w_s − R^w and Σ_t D_t the mean of R^w, so leaving worker w out gives
+        1 − ‖Σ_{v≠w} E^v‖/‖Σ_{v≠w} R^v‖; both norms come from the W×W Gram matrices of E and R (float64,
+        summed in chunks).  None with one worker or contributions not observable.
+        """
+        sums = self._workers
+        W = self.ref.workers
+        if W < 2 or sums is None or any(not s for s in sums):
+            return None
+        g_e = np.zeros((W, W))
+        g_r = np.zeros((W, W))
+        chunk = 1 << 20
+        for u in range(len(sums[0])):
+            n = sums[0][u].numel()
+            for lo in range(0, n, chunk):
+                r = torch.stack([self.ref.worker_sums[w][u].reshape(-1)[lo:lo + chunk].double() for w in range(W)])
+                e = torch.stack([sums[w][u].reshape(-1)[lo:lo + chunk].double() for w in range(W)]) - r
+                g_e += (e @ e.T).cpu().numpy()
+                g_r += (r @ r.T).cpu().numpy()
+        out: list[float | None] = []
+        for w in range(W):
+            keep = [v for v in range(W) if v != w]
+            e_sq, r_sq = g_e[np.ix_(keep, keep)].sum(), g_r[np.ix_(keep, keep)].sum()
+            ratio = norm_ratio(max(float(e_sq), 0.0), float(r_sq))
+            out.append(None if ratio is None else 1.0 - ratio)
+        return out
+
+    def delivered_ci(self, loo: Sequence[float | None] | None, confidence: float = 0.95) -> dict[str, Any] | None:
+        """A 95% interval of the aggregate's own delivered fraction: the headline ± t(W−1) × the jackknife standard
+        error over workers, √((W−1)/W · Σ_w (d_(−w) − mean d_(−·))²).  It is the sampling spread of the figure over
+        the workers' batches and the compressor's draws (each worker draws its own), centred on the headline.
+        None where the leave-one-out values are not all known."""
+        headline = self.delivered[-1] if self.delivered else None
+        if headline is None or not loo or any(v is None or not math.isfinite(v) for v in loo):
+            return None
+        vals = np.array(loo, dtype=float)
+        n = len(vals)
+        se = math.sqrt((n - 1) / n * float(((vals - vals.mean()) ** 2).sum()))
+        from scipy.special import stdtrit  # scipy.stats costs seconds to import; see fidelity.mean_ci
+
+        half = float(stdtrit(n - 1, 0.5 + confidence / 2)) * se
+        return {"mean": headline, "lo": headline - half, "hi": headline + half, "n": n, "se_mean": se}
+
     def summary(self, stateful: bool, min_steps: int) -> dict[str, Any]:
         """The record's stream block (:class:`gcbench.results.record.Stream`)."""
         workers = self.worker_delivered()
         steps = len(self.delivered)
         ci = mean_ci([v for v in workers if v is not None]) if workers else None
+        loo = self.delivered_jackknife()
         return {
             "reference": self.ref.describe(), "momentum": self.ref.momentum, "own_momentum": self.own_momentum,
             "steps": steps, "min_steps": min_steps, "enough": steps >= min_steps or not stateful,
@@ -423,6 +470,7 @@ class DeliveredStream:
             "per_step_delivered": self.delivered, "per_step_error": self.error, "per_step_error_scaled": self.error_scaled,
             "worker_delivered": workers,
             "worker_ci": None if ci is None else {k: ci[k] for k in ("mean", "lo", "hi", "n")},
+            "delivered_jackknife": loo, "delivered_ci": self.delivered_ci(loo),
         }
 
 

@@ -349,7 +349,8 @@ def _stream(delivered: float, steps: int = 12, enough: bool = True) -> dict[str,
     return {"reference": "dense momentum-SGD update (m=0.9)", "momentum": 0.9, "steps": steps, "min_steps": 10, "enough": enough,
             "delivered": delivered, "per_step_delivered": per, "per_step_error": [0.5] * steps,
             "per_step_error_scaled": [0.2] * steps,
-            "worker_ci": {"mean": delivered, "lo": delivered - 0.05, "hi": delivered + 0.05, "n": 4}}
+            "worker_ci": {"mean": delivered - 0.07, "lo": delivered - 0.1, "hi": delivered - 0.04, "n": 4},
+            "delivered_ci": {"mean": delivered, "lo": delivered - 0.012, "hi": delivered + 0.012, "n": 4}}
 
 
 def _with_streams(run: LoadedRun) -> LoadedRun:
@@ -434,7 +435,9 @@ def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_d
         assert section.index('title="1 − ‖Σ_t(U_t − D_t)‖') < detail
         assert section.index('data-plot="pareto"') < detail < section.index('data-plot="pareto_oneshot"')
         assert 'title="relative MSE ‖C(x)−x‖²/‖x‖²' not in section[:detail]  # no one-shot column in the main table
-    assert "(short: 2 steps)" in text and "-0.300 (workers -0.350 to -0.250)" in text
+    # the headline with its own interval in the summary; the workers' own range (below it, here) in the detail column
+    assert "(short: 2 steps)" in text and "-0.300 ± 0.012" in text and "-0.400 to -0.340 (4 workers)" in text
+    assert "(workers " not in text
     assert "dgc-paper, dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in text  # DGC's own reference named in the detail
 
 
