@@ -21,7 +21,8 @@ X_COPY_DEC_HEADER = "dec ×copy"
 
 COMPARE_STREAM_NOTE = ("delivered update = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step (U: the case's update, D: the "
                        "dense update on the true worker mean), ± its 95% interval (t × the jackknife standard error over the workers, "
-                       "each left out in turn; none where the aggregate is not the workers' mean); per-step error = mean over steps of ‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
+                       "each left out in turn; none where the aggregate is not the workers' mean); per-step error = mean over steps of "
+                       "‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
 
 
 ONE_SHOT_NOTE = ("One compression of one gradient, R repeats, on the first steps only; each case against its own reference "
