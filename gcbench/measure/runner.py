@@ -110,7 +110,9 @@ def build_source(spec: SourceSpec, seed: int, progress: Progress = _noop) -> Gra
         if spec.image_size is not None:
             kwargs["image_size"] = spec.image_size
         return LiveSource(spec.model or "", workers=spec.workers or 4, steps=spec.steps or 10, seed=seed,
-                          warmup_steps=spec.warmup_steps, lr=spec.lr, progress=lambda d, t, m: progress("gradients", d, t, m),
+                          warmup_steps=spec.warmup_steps, lr=spec.lr,
+                          # the bar counts passes done; the source's own "step 3/10 worker 2/4" would be a second numbering
+                          progress=lambda d, t, m: progress("gradients", d, t, f"{spec.model}: forward + backward passes"),
                           loop=spec.loop, **kwargs)
     from gcbench.sources.trace import TraceSource
 
@@ -207,8 +209,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     wire_max = saturating_max(comp)
     saturated = 0  # elements a narrower float format mapped to ±inf, over every worker and step of the stream
 
+    progress("step", 0, T, spec.label)  # the bar counts steps done, from 1 as each one ends (one numbering for every bar)
     for t in range(T):
-        progress("step", t, T, f"{spec.label}: step {t + 1}/{T}")
         xs = [data.get(t, w) for w in range(W)]
 
         def check(w: int, u: int, dec: torch.Tensor, step: int = t, inputs: list[list[torch.Tensor]] = xs) -> int:
@@ -265,7 +267,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
                        true_means=None if own_ref else ref.mean[t])
         if not saturated:  # finite tensors in and out: a metric that is NaN or ±inf is an overflowed float32 sum
             _check_step_numbers(info.name, stats, stream, fids, xs)
-    progress("step", T, T, f"{spec.label}: done")
+        progress("step", t + 1, T, spec.label)
     rec = _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
                        {**stream.summary(comp.stateful, suite.metrics.min_stream_steps), "loop": data.loop})
     if saturated:

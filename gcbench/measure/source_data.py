@@ -56,7 +56,7 @@ class SourceData:
             for t in range(source.steps):
                 for w in range(source.workers):
                     self.cache[(t, w)] = self._load(t, w)
-                    progress("load", t * source.workers + w + 1, n, f"{source.name}: step {t} worker {w}")
+                    progress("load", t * source.workers + w + 1, n, f"{source.name}: gradients into memory")
 
     def _load(self, step: int, worker: int) -> list[torch.Tensor]:
         grads = self.source.gradients(step, worker)
