@@ -222,7 +222,7 @@ class StageBars:
                 planned = str(json.loads(message).get("stage", "case"))
             except (ValueError, AttributeError):
                 planned = "case"
-            self._eta(planned)  # created now: it times the first source's build from the plan on
+            self.etas[planned] = RunEta(self.clock, stage=planned)  # a new plan is a new sweep (advise re-times flagged kernels)
         if stage in COUNTING_STAGES:
             self._eta(stage)
         for eta in self.etas.values():

@@ -136,3 +136,19 @@ def test_the_runners_bars_count_one_way(tmp_path: Path) -> None:
     steps = [d for s, d, _, _ in calls if s == "step"]
     assert steps == [0, 1, 2, 3, 0, 1, 2, 3]
     assert [d for s, d, _, _ in calls if s == "load"] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_second_plan_of_a_stage_starts_its_eta_over() -> None:
+    """advise times flagged kernels once more: a second bench sweep, with its own plan, after the first ended."""
+    bars, prog, _, now = _display(terminal=False)
+    plan = {"stage": "bench", "labels": ["a", "b"], "case_work": [1.0, 1.0]}
+    bars.update("plan", 0, 2, json.dumps(plan))
+    bars.update("bench", 0, 2, "a")
+    now[0] = 4.0
+    bars.update("bench", 1, 2, "b")
+    now[0] = 8.0
+    bars.update("bench", 2, 2, "done")
+    bars.update("plan", 0, 1, json.dumps({**plan, "labels": ["b"], "case_work": [1.0]}))
+    bars.update("bench", 0, 1, "b")
+    assert _rows(prog)["bench"][:2] == (0, 1)
+    assert bars.etas["bench"].done == 0 and bars.etas["bench"].total == 1
