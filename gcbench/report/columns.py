@@ -134,14 +134,13 @@ def half_width_text(v: float, half: float) -> str:
 
 
 def worker_delivered_text(case: RunCase) -> str:
-    """The workers' own delivered fractions: the 95% interval of their mean, ``0.060–0.077 (4 workers)``; ``—`` where
+    """The workers' own delivered fractions: the 95% interval of their mean, ``0.060–0.077``; ``—`` where
     the workers' contributions are not observable (a protocol whose aggregate is not their mean)."""
     stream = getattr(case, "stream", None)  # the detail columns also serve train cases, which have no stream
     ci = stream.worker_ci if stream is not None else None
     if ci is None or ci.lo is None or ci.hi is None:
         return "—"
-    n = f" ({ci.n:g} workers)" if isinstance(ci.n, int | float) else ""
-    return range_text(fraction_text(ci.lo), fraction_text(ci.hi)) + n
+    return range_text(fraction_text(ci.lo), fraction_text(ci.hi))
 
 
 #: the main run table: bytes, fidelity on the suite's ONE common reference (the stream view), kernel time

@@ -227,6 +227,13 @@ def throughput_rows(cases: Sequence[RunCase]) -> tuple[list[tuple[RunCase, float
     return [r for r in rows if r[1] is not None or r[2] is not None], [c for c in ok if c.beats_bound]
 
 
+#: the most cases a throughput plot draws as upright bars; more lie down, one named row each
+THROUGHPUT_UPRIGHT_MAX = 12
+
+#: the tallest figure drawn, in inches (a suite of hundreds of cases still fits a browser's screenshot)
+PLOT_MAX_HEIGHT_IN = 40.0
+
+
 def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Compress and decompress GB/s per case (log axis) with the copy roofline drawn.
 
@@ -237,13 +244,20 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     rows, bound = throughput_rows(cases)
     if not rows:
         return None
-    fig, ax = new_figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
+    # past a dozen cases the bars lie down: one row per case, its name written out level (60 names slanted under a
+    # 8-inch axis could not be read)
+    across = len(rows) > THROUGHPUT_UPRIGHT_MAX
+    if across:
+        fig, ax = new_figure(7.6, min(PLOT_MAX_HEIGHT_IN, 0.24 * len(rows) + 1.3))
+    else:
+        fig, ax = new_figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
     xs = list(range(len(rows)))
     w = 0.38
     flagged: dict[str, list[str]] = {}  # "compress, unstable" → case names
     handles = []
     for kernel, shift, color, col in (("compress", -w / 2, "#1f77b4", 1), ("decompress", w / 2, "#ff7f0e", 2)):
-        bars = ax.bar([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, zorder=3)
+        place = ax.barh if across else ax.bar
+        bars = place([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, zorder=3)
         handles.append(Patch(facecolor=color, label=kernel))
         for bar, r in zip(bars, rows, strict=True):
             if r[col] is not None and timing_flags(r[0], kernel):
@@ -255,12 +269,22 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     copies = [r[3] for r in rows if r[3] is not None]
     roof = statistics.median(copies) if copies else None
     if roof is not None:
-        handles.append(ax.axhline(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4))
-    log_y = scale_axis(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
-    ax.set_xticks(xs)
-    ax.set_xticklabels([plot_text(case_name(r[0]) + (" *" if any(timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
-                        for r in rows], rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("GB/s of dense fp32 input" + ("  (log scale)" if log_y else ""))
+        line = ax.axvline if across else ax.axhline
+        handles.append(line(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4))
+    log_y = scale_axis(ax, "x" if across else "y",
+                       [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
+    names = [plot_text(case_name(r[0]) + (" *" if any(timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
+             for r in rows]
+    unit = "GB/s of dense fp32 input" + ("  (log scale)" if log_y else "")
+    if across:
+        ax.set_yticks(xs)
+        ax.set_yticklabels(names, fontsize=7.5)
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # the table's order, top down
+        ax.set_xlabel(unit)
+    else:
+        ax.set_xticks(xs)
+        ax.set_xticklabels(names, rotation=40, ha="right", fontsize=8)
+        ax.set_ylabel(unit)
     ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9)
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
@@ -272,7 +296,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     if bound:
         caption += (f" Not drawn ({BEATS_BOUND}: faster than the memory traffic its card says compress must do, so what was "
                     f"timed is not that work): {_names(bound)}.")
-    return Plot("throughput", title, png_uri(fig), caption)
+    return Plot("throughput", title, png_uri(fig), caption, wide=across)
 
 
 #: what a per-layer heatmap can show: the Layer field, its colour-bar label, which way is better, the plot kind
@@ -505,8 +529,26 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
                "+ copy into buckets + all-reduce (ring or tree) + copy back; no overlap. A marker on the dashed line is a break-even "
                "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`."
                + (f" In colour the front: the best {DECISION_FRONT} at some bandwidth ({len(front)} of {len(curves)}); the "
-                  f"{len(curves) - len(front)} others in grey." if len(front) < len(curves) else ""))
-    return Plot("decision", title, png_uri(fig), caption, wide=True)
+                  f"{len(curves) - len(front)} others in grey, each named in the table folded below." if len(front) < len(curves)
+                  else ""))
+    more = None
+    if len(front) < len(curves):  # the grey curves, on demand: each named with its break-even and speed-ups
+        picks = [i for b in (1.0, 10.0, 100.0) for i in [min(range(len(DECISION_BANDWIDTHS)),
+                                                             key=lambda j, b=b: abs(math.log(DECISION_BANDWIDTHS[j] / b)))]]
+        rows = tuple(
+            (case_name(by_label[label]) if label in by_label else label, "front" if label in front else "grey",
+             _break_even_text(even[label], curves[label]), *(f"{curves[label][j]:.3g}×" for j in picks))
+            for label in sorted(curves, key=lambda lab: -max(curves[lab])))
+        more = (f"Every curve, named: break-even and predicted speed-up of all {len(curves)} (sortable)",
+                ("case", "drawn", "break-even Gbit/s", *(f"at {DECISION_BANDWIDTHS[j]:.3g} Gbit/s" for j in picks)), rows)
+    return Plot("decision", title, png_uri(fig), caption, wide=True, more=more)
+
+
+def _break_even_text(bandwidth: float | None, ys: Sequence[float]) -> str:
+    """A curve's break-even bandwidth, or where it has none in the plotted range: pays at every bandwidth, or at none."""
+    if bandwidth is not None:
+        return f"{bandwidth:.3g}"
+    return "pays throughout" if min(ys) > 1.0 else "never pays" if max(ys) < 1.0 else "—"
 
 
 def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:

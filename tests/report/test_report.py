@@ -496,7 +496,7 @@ def _printed(parts: list[Any]) -> str:
 
 def test_delivered_cell_has_its_worker_ci_and_marks_a_short_stream() -> None:
     assert delivered_text(_streamed("ef", 0.931)) == "0.931 ± 0.050"  # the headline's own interval
-    assert worker_delivered_text(_streamed("ef", 0.931)) == "0.851–0.891 (2 workers)"  # the workers' own: another column
+    assert worker_delivered_text(_streamed("ef", 0.931)) == "0.851–0.891"  # the workers' own: another column
     tiny = _streamed("ef", 0.5)
     tiny.stream.delivered_ci.lo, tiny.stream.delivered_ci.hi = 0.4999, 0.5001  # type: ignore[union-attr]
     assert delivered_text(tiny) == "0.500 ± < 0.001"
