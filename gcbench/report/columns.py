@@ -136,8 +136,7 @@ def half_width_text(v: float, half: float) -> str:
 def worker_delivered_text(case: RunCase) -> str:
     """The workers' own delivered fractions: the 95% interval of their mean, ``0.060–0.077``; ``—`` where
     the workers' contributions are not observable (a protocol whose aggregate is not their mean)."""
-    stream = getattr(case, "stream", None)  # the detail columns also serve train cases, which have no stream
-    ci = stream.worker_ci if stream is not None else None
+    ci = case.stream.worker_ci if case.stream else None
     if ci is None or ci.lo is None or ci.hi is None:
         return "—"
     return range_text(fraction_text(ci.lo), fraction_text(ci.hi))
@@ -179,7 +178,7 @@ ONESHOT_COLUMNS: tuple[Column, ...] = (
 
 # extra columns of the HTML tables (the terminal stays narrow)
 DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("workers_delivered", "workers' delivered", "delivered_workers", "g", True,
+    Column("workers_delivered", "workers' own", "delivered_workers", "g", True,
            "each worker's OWN delivered fraction (its compressed stream against its own dense update): 95% CI of their "
            "mean; another quantity than the aggregate's, lower where the workers' errors average out in the aggregate",
            cell=worker_delivered_text),
@@ -191,10 +190,6 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
 
 
 ONESHOT_DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("workers_delivered", "workers' delivered", "delivered_workers", "g", True,
-           "each worker's OWN delivered fraction (its compressed stream against its own dense update): 95% CI of their "
-           "mean; another quantity than the aggregate's, lower where the workers' errors average out in the aggregate",
-           cell=worker_delivered_text),
     Column("variance", "variance", "variance", "g", CATALOGUE, "relative variance, whole model"),
     Column("delta", "δ", "delta", "g", CATALOGUE, "Beznosikov δ = 1/(1 − q)"),
     Column("ef", "EF drift", "ef_drift", "g", CATALOGUE, "‖Σ C_t − Σ g_t‖/‖Σ g_t‖ after the last step (worker 0, own reference)"),
@@ -222,10 +217,6 @@ TRAIN_COLUMNS: tuple[Column, ...] = (
 
 # extra columns of the HTML train tables
 TRAIN_DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("workers_delivered", "workers' delivered", "delivered_workers", "g", True,
-           "each worker's OWN delivered fraction (its compressed stream against its own dense update): 95% CI of their "
-           "mean; another quantity than the aggregate's, lower where the workers' errors average out in the aggregate",
-           cell=worker_delivered_text),
     Column("best_acc", "best acc", "best_accuracy", "acc", True, "best held-out accuracy over the epochs"),
     Column("epoch_target", "target epoch", "epochs_to_target", "int", False,
            "the epoch at whose end the target accuracy was first reached", missing="—"),

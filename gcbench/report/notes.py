@@ -68,7 +68,7 @@ TIMING_NOTE = (f"{X_COPY_HEADER} = compress time / the time of a plain copy of t
 STREAM_NOTE = ("Main table, on the suite's common reference (the dense update D_t of the suite's optimizer on the true worker "
                "mean): delivered = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step, U_t the update the case applies "
                "(1 = all of the dense update arrived, ≤ 0 = no better than sending nothing), ± its 95% interval (t × the "
-               "jackknife standard error over the workers, each left out in turn); workers' delivered (detail table) = 95% CI "
+               "jackknife standard error over the workers, each left out in turn); workers' own (detail table) = 95% CI "
                "of the mean of each worker's own delivered fraction, its own compressed stream against its own dense update "
                "(another quantity: the aggregate of several workers' sparse updates can deliver more than any one); "
                "step err = mean over steps of "
