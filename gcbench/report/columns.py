@@ -124,12 +124,12 @@ def delivered_text(case: RunCase) -> str:
 
 
 def half_width_text(v: float, half: float) -> str:
-    """An interval's half-width at the headline's precision: three decimals beside a fraction near [0, 1] (``< 0.001``
-    when it rounds to nothing but is not zero), three digits otherwise."""
+    """An interval's half-width at the headline's precision: three decimals beside a fraction near [0, 1] (three
+    significant digits when it would round to nothing but is not zero: ``4.2e-05``), three digits otherwise."""
     if half == 0:
         return "0"
-    if abs(v) < 10:
-        return "< 0.001" if half < 0.0005 else f"{half:.3f}"
+    if abs(v) < 10 and half >= 0.0005:
+        return f"{half:.3f}"
     return fmt(half, "g")
 
 
