@@ -21,9 +21,13 @@ into "cases done / total, elapsed, time left":
   ETA was 80% short a quarter in: a cast takes milliseconds, a sparsifier seconds.
 
 Other commands count their cases on their own stage (``RunEta(stage=...)``): ``bench`` (bench, and
-advise's kernels) sends a per-case plan (each case's compressor and element count: a compressor's
-seconds per element are learned from its cases and priced at the sizes left, a compressor not yet
-timed at the mean rate) and times a case from its own call to the next; ``train`` sends no plan
+advise's kernels) sends a per-case plan (each case's compressor and element count) and times a case
+from its own call to the next.  A bench case is a fresh process whose rounds stop at a time budget,
+so its seconds are not proportional to its elements (topk took 10 s at 100K elements and at 1M
+here): a case costs its compressor's fixed part plus a slope per element shared by all compressors,
+the slope learned from a compressor timed at two sizes (none yet: 0, every case of a compressor
+the same), the fixed part from each compressor's cases (one not yet timed: the mean of those that
+are); ``train`` sends no plan
 (every compressor trains the same epochs on the same task, so each weighs the same) and gets its
 estimate once its first compressor is done.
 
@@ -63,6 +67,7 @@ class RunEta:
         self._labels: list[str] = []
         self._sources: list[int | None] = []
         self._build: list[float | None] = []  # what building each source costs (a live model: its activations)
+        self._affine = False  # a per-case plan (bench): a case costs its compressor's fixed part + a slope × its elements
         self._timed: dict[int, float] = {}  # case index -> seconds, for the plan's weighting
         self._gaps: dict[int, float] = {}  # source index -> seconds before its first case's first step (building it)
         self._last_done_at: float | None = None  # when the previous case was counted done (or the plan came)
@@ -101,7 +106,8 @@ class RunEta:
             plan = json.loads(message)
             if plan.get("stage", "case") != self.stage:
                 return  # another stage's plan
-            if "case_work" in plan:
+            affine = "case_work" in plan
+            if affine:
                 work = [None if w is None else float(w) for w in plan["case_work"]]
                 labels = [str(x) for x in plan["labels"]]
                 sources: list[int | None] = [None] * len(work)
@@ -119,6 +125,7 @@ class RunEta:
             return  # no plan: every case weighs the same
         if ok and labels and all(w is None or w > 0 for w in (*work, *build)):
             self._work, self._build, self._labels, self._sources = work, build, labels, sources
+            self._affine = affine
             self.total, self._last_done_at = total, now
 
     def _weighted_left(self) -> float | None:
@@ -128,6 +135,8 @@ class RunEta:
         work, labels = self._work, self._labels
         if work is None or not self._timed or any(w is None for w in work):
             return None
+        if self._affine:
+            return self._affine_left()
         rates: dict[str, list[float]] = {}
         for i, secs in self._timed.items():
             rates.setdefault(labels[i], []).append(secs / work[i])  # type: ignore[operator]
@@ -143,6 +152,27 @@ class RunEta:
             running = self.done if self._case_start is not None else self.done - 1
             started = max((s for s in self._sources[:running + 1] if s is not None), default=-1)
             left += sum(gap_rate * build[s] for s in range(started + 1, len(build)))  # type: ignore[operator]
+        return left
+
+    def _affine_left(self) -> float:
+        """Seconds left of a per-case plan: case i costs fixed[label_i] + slope × work_i (see the module docstring)."""
+        work, labels = self._work or [], self._labels
+        by_label: dict[str, list[tuple[float, float]]] = {}  # label -> (work, seconds) of its cases done
+        for i, secs in self._timed.items():
+            by_label.setdefault(labels[i], []).append((float(work[i] or 0.0), secs))
+        slopes = []
+        for pts in by_label.values():  # a compressor timed at two sizes or more: its least-squares slope
+            ws = [w for w, _ in pts]
+            if len(set(ws)) > 1:
+                mw, mt = sum(ws) / len(ws), sum(t for _, t in pts) / len(pts)
+                slopes.append(sum((w - mw) * (t - mt) for w, t in pts) / sum((w - mw) ** 2 for w in ws))
+        slope = max(0.0, sum(slopes) / len(slopes)) if slopes else 0.0
+        fixed = {lab: sum(t - slope * w for w, t in pts) / len(pts) for lab, pts in by_label.items()}
+        mean_fixed = sum(fixed.values()) / len(fixed)
+        left = 0.0
+        for i in range(self.done, self.total):
+            cost = max(0.0, fixed.get(labels[i], mean_fixed) + slope * float(work[i] or 0.0))
+            left += cost * (1.0 - self._fraction) if i == self.done and self._case_start is not None else cost
         return left
 
     def per_case(self) -> float | None:

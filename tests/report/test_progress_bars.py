@@ -86,21 +86,34 @@ def test_a_bar_without_units_done_says_it_has_no_estimate_and_a_restart_starts_i
     assert _rows(prog)["compute"][2] == "ETA 0:09"
 
 
-def test_bench_cases_are_weighed_by_their_elements_and_their_compressors_rate() -> None:
-    """bench's plan (stage bench, one compressor and element count per case): a compressor timed at 1M elements is
-    priced at 10M by its own rate; one not yet timed at the mean rate."""
+def test_bench_cases_cost_their_compressors_fixed_part_plus_a_slope_per_element() -> None:
+    """bench's plan (stage bench, one compressor and element count per case).  A bench case is a fresh process whose
+    rounds stop at a budget: topk took 10 s at 100K elements and at 1M, and pricing elements proportionally said 3:40 left
+    for 30 s of work.  Until a compressor is timed at two sizes every case of a compressor costs the same; then the slope
+    it shows prices the sizes left, over each compressor's fixed part (a compressor not yet timed: the mean one)."""
     now = [0.0]
     eta = RunEta(clock=lambda: now[0], stage="bench")
-    eta.update("plan", 0, 4, json.dumps({"stage": "bench", "labels": ["a", "a", "b", "b"], "case_work": [1e6, 1e7, 1e6, 1e7]}))
+    eta.update("plan", 0, 4, json.dumps({"stage": "bench", "labels": ["a", "a", "b", "b"], "case_work": [1e5, 1e6, 1e5, 1e6]}))
     eta.update("plan", 0, 4, json.dumps({"work": [1.0], "cases": ["x", "y", "z", "w"]}))  # the runner's plan: not bench's
-    eta.update("bench", 0, 4, "a @ 1,000,000")  # no step calls: a bench case runs from its own call on
-    now[0] = 2.0
-    eta.update("bench", 1, 4, "a @ 10,000,000")
-    assert eta.remaining() == pytest.approx(20.0 + 2.0 + 20.0)  # a at 10M, then b at 1M and 10M at a's rate
-    now[0] = 12.0
-    eta.update("bench", 2, 4, "b @ 1,000,000")
-    assert eta.remaining() == pytest.approx(1.5e-6 * 11e6)  # a took 2e-6 and 1e-6 s an element: b at their mean, 11M elements
-    assert eta.text().startswith("ETA ")
+    eta.update("bench", 0, 4, "a @ 100,000")  # no step calls: a bench case runs from its own call on
+    now[0] = 10.0
+    eta.update("bench", 1, 4, "a @ 1,000,000")
+    assert eta.remaining() == pytest.approx(30.0)  # one size seen: a's 10 s for each case left
+    now[0] = 20.0
+    eta.update("bench", 2, 4, "b @ 100,000")
+    assert eta.remaining() == pytest.approx(20.0)  # a took 10 s at both sizes: no slope; b at a's fixed part
+    eta2 = RunEta(clock=lambda: now[0], stage="bench")
+    now[0] = 0.0
+    eta2.update("plan", 0, 4, json.dumps({"stage": "bench", "labels": ["a", "a", "b", "b"], "case_work": [1e5, 1e6, 1e5, 1e6]}))
+    eta2.update("bench", 0, 4, "a")
+    now[0] = 10.0
+    eta2.update("bench", 1, 4, "a")
+    now[0] = 28.0  # a: 10 s at 100K, 18 s at 1M: 8 s more for 900K elements
+    eta2.update("bench", 2, 4, "b")
+    slope = 8.0 / 9e5
+    fixed_a = (10.0 - slope * 1e5 + 18.0 - slope * 1e6) / 2
+    assert eta2.remaining() == pytest.approx(2 * fixed_a + slope * 1.1e6)
+    assert eta2.text().startswith("ETA ")
 
 
 def test_train_gets_an_eta_after_its_first_compressor() -> None:
