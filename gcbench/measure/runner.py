@@ -16,9 +16,14 @@ feedback, momentum and warm-up schedules see a real stream of gradients.  At eac
    interleaved round by round with a copy of the same tensors into preallocated buffers, until
    the per-round ×copy is stable (:func:`gcbench.measure.timing.time_interleaved`), then flagged.
 
+A live source with ``loop = "closed"`` gives every case its own model (built from the same seed
+and warm-up): after each step the case's aggregate is fed back and the model steps with it, so the
+next step's gradients follow that compressor's trajectory (:mod:`gcbench.measure.source_data`).
+
 The runner never prints: it reports progress through a callback, ``progress(stage, done, total,
-message)``, which the CLI turns into a rich progress bar.  A failing case is recorded with its
-error and the run goes on.
+message)``, which the CLI turns into a rich progress bar: every stage counts units done (the
+``step`` stage from 0 at a case's start to its steps), and a message names what runs.  A failing
+case is recorded with its error and the run goes on.
 """
 
 from __future__ import annotations
