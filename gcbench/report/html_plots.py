@@ -175,6 +175,14 @@ def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
                        styles_of(cases))
 
 
+#: the tallest figure drawn, in inches (a suite of hundreds of cases still fits a browser's screenshot)
+PLOT_MAX_HEIGHT_IN = 40.0
+
+
+#: the size of the names at the end of the stream plot's lines, in points
+STREAM_LABEL_PT = 7.0
+
+
 def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Delivered fraction after every step, one line per case, on the common reference (two steps or more)."""
     series = []
@@ -187,7 +195,9 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     floor = -1.0  # below this a case is far worse than sending nothing: clip, name it, keep the others readable
     clipped = [c for c, vals in series if any(v is not None and v < floor for v in vals)]
     styles = styles_of(cases)
-    fig, ax = new_figure(7.6, 5.6)
+    # every line is named at its end, one name per 1.25 font heights: past ~35 lines the axes grow to hold them (60 names
+    # squeezed into 5.6 inches overlapped)
+    fig, ax = new_figure(7.6, min(PLOT_MAX_HEIGHT_IN, max(5.6, len(series) * STREAM_LABEL_PT * 1.25 / 72 / 0.78 + 1.0)))
     drawn = [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series]
     step_lines(ax, drawn, styles, ms=3.5)
     ax.axhline(1.0, color="black", ls="--", lw=1)
@@ -202,7 +212,7 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
     label_line_ends(ax, [(xs[-1], ys[-1], case_name(c), styles[c.label].color) for c, vals in drawn
                      for xs, ys in [([i + 1 for i, v in enumerate(vals) if v is not None], [v for v in vals if v is not None])]],
-                fontsize=7)
+                fontsize=STREAM_LABEL_PT)
     ok = [c for c, _ in series]
     caption = (f"1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after each step (steps from 1): how much of the summed "
                f"{stream_reference(ok) or 'dense update'} the case's updates have delivered; error feedback delays what it "
@@ -229,10 +239,6 @@ def throughput_rows(cases: Sequence[RunCase]) -> tuple[list[tuple[RunCase, float
 
 #: the most cases a throughput plot draws as upright bars; more lie down, one named row each
 THROUGHPUT_UPRIGHT_MAX = 12
-
-#: the tallest figure drawn, in inches (a suite of hundreds of cases still fits a browser's screenshot)
-PLOT_MAX_HEIGHT_IN = 40.0
-
 
 def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Compress and decompress GB/s per case (log axis) with the copy roofline drawn.

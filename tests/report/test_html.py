@@ -780,3 +780,23 @@ def test_the_decision_plot_names_every_grey_curve_on_demand(thirteen_timed: list
                                                       "cases": [c.to_json_dict() for c in thirteen_timed]})])
     figure = re.search(r'data-plot="decision">.*?</figure>', page, re.S)
     assert figure is not None and "<details class=\"more\">" in figure.group(0) and figure.group(0).count("<tr>") == len(rows) + 1
+
+
+def _png_height(uri: str) -> int:
+    import base64
+    import struct
+
+    data = base64.b64decode(uri.split(",", 1)[1])
+    return struct.unpack(">I", data[20:24])[0]  # the IHDR chunk: width, then height
+
+
+def test_the_stream_plot_grows_to_name_every_line() -> None:
+    """60 names at the lines' ends overlapped in 5.6 inches: the axes grow by one name height per line past ~35."""
+    def cases(n: int) -> list[RunCase]:
+        return [as_case(_case(f"c{i}", size={"ratio": 10.0}, stream=_stream(0.9 - 0.01 * i))) for i in range(n)]
+
+    few, many = plot_stream(cases(6), "t"), plot_stream(cases(60), "t")
+    assert few is not None and many is not None
+    assert _png_height(many.uri) > 1.5 * _png_height(few.uri)
+    # 30 names still fit the usual height (a tight crop moves by a few pixels with the names)
+    assert _png_height(plot_stream(cases(30), "t").uri) < 1.05 * _png_height(few.uri)  # type: ignore[union-attr]
