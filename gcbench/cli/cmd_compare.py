@@ -46,6 +46,7 @@ def compare(
     seed: options.seed(int, "Seed.") = 0,
     device: options.device(str, "cpu, cuda or auto.") = "cpu",
     momentum: Momentum = None,
+    loop: options.Loop = None,
     out_dir: options.out_path() = Path("reports/runs"),
     as_json: options.json_flag() = False,
     quiet: options.Quiet = False,
@@ -88,6 +89,7 @@ def compare(
     device = choose(device, suite_choices("device"), "device")
     distribution = choose(distribution, suite_choices("distribution"), "distribution")
     model = model_arg(model)
+    loop = None if loop is None else choose(loop, ["open", "closed"], "loop")
     for option, value in (("--workers", workers), ("--steps", steps)):
         if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
             raise GcbenchError(f"{option} must be at least 1, got {value}")
@@ -96,7 +98,7 @@ def compare(
     extra = sweep_entries(specs) if sweep else []  # the density sweep's cases, labelled name@density
     suite = compare_suite(specs, extra=extra, trace=trace, model=model, shape=shape, distribution=distribution, workers=workers,
                           steps=steps, repeats=repeats, rounds=rounds, granularity=granularity, seed=seed, device=device,
-                          momentum=own_momentum(specs) if momentum is None else momentum)
+                          momentum=own_momentum(specs) if momentum is None else momentum, loop=loop)
     memory_check(suite, "<compare>", force)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")

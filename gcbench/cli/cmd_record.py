@@ -52,6 +52,6 @@ def record(
         kwargs["image_size"] = image_size
     with progress_bar(not quiet) as prog:
         path = record_live(model, steps=steps, workers=workers, out=out_path, seed=seed, warmup_steps=warmup_steps,
-                           progress=lambda d, t, m: prog("record", d, t, m), **kwargs)
+                           progress=lambda d, t, m: prog("record", d, t, f"{model}: forward + backward passes"), **kwargs)
     size = sum(f.stat().st_size for f in Path(path).glob("*") if f.is_file())
     plain(f"trace: {path} — {steps} steps × {workers} workers, {size / 2**20:.1f} MiB")

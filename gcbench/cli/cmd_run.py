@@ -41,6 +41,7 @@ def run(
     steps: options.steps(int | None, "Override the number of steps.") = None,
     granularity: options.granularity(str | None, "layer, bucket or model.") = None,
     bucket_mb: BucketMb = None,
+    loop: options.Loop = None,
     compressor: options.compressor_option(
         "Run this compressor instead of the suite's (repeatable): name or name:key=value,...") = None,
     no_timing: NoTiming = False,
@@ -63,6 +64,7 @@ def run(
     suite, model = suite_arg(suite), model_arg(model)
     device = None if device is None else choose(device, suite_choices("device"), "device")
     granularity = None if granularity is None else choose(granularity, suite_choices("granularity"), "granularity")
+    loop = None if loop is None else choose(loop, ["open", "closed"], "loop")
     specs = [registry.parse_spec(c) for c in compressor_specs(None, compressor)] or None
     check_output_dir(out_dir, "--out")
     path = find_suite(suite)
@@ -71,7 +73,7 @@ def run(
         require_trusted_code(s, str(path), trust_code)
     s = apply_overrides(s, seed=seed, device=device, repeats=repeats, trace=trace, model=model, workers=workers, steps=steps,
                         granularity=granularity, bucket_mb=bucket_mb, compressors=specs,
-                        timing=False if no_timing else None)
+                        timing=False if no_timing else None, loop=loop)
     memory_check(s, str(path), force)
     for line in duplicate_configs(s):
         warn(line)

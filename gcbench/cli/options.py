@@ -75,6 +75,12 @@ def device(kind: Any, help: str) -> Any:
     return Annotated[kind, typer.Option("--device", metavar="NAME", help=help)]
 
 
+#: ``--loop open|closed``: what a live model steps with between measured steps (run, compare)
+Loop = Annotated[str | None, typer.Option("--loop", metavar="NAME", help=(
+    "Live sources: open (the model steps with the workers' dense mean; default) or closed (each compressor's own model "
+    "steps with its compressed aggregate: what training with it sees)."))]
+
+
 def granularity(kind: Any, help: str) -> Any:
     """``--granularity NAME``: what one compression covers (layer, bucket, model)."""
     return Annotated[kind, typer.Option("--granularity", metavar="NAME", help=help)]

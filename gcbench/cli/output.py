@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gcbench.report.progress import RunEta
+from gcbench.report.progress import StageBars
 
 
 # piped output (logs, CI) gets wide tables instead of folded cells
@@ -62,9 +62,10 @@ def console_streams() -> int | None:
 
 @contextmanager
 def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str], None]]:
-    """A rich progress display fed by the runner's ``progress(stage, done, total, message)``.
+    """A rich progress display fed by the library's ``progress(stage, done, total, message)`` (:class:`StageBars`).
 
-    The ``case`` row shows cases done / total, elapsed time and the run's ETA (:class:`RunEta`).
+    One bar per stage, each counting its units done, with elapsed time and an ETA: the cases' bar the
+    command's weighted ETA (:class:`gcbench.report.progress.RunEta`), the others their own rate.
     The display redraws once a second (the elapsed and ETA cells show whole seconds) from rich's
     thread: a redraw costs about 4-5 ms of CPU here, so rich's default of 10 a second took 2-2.5%
     of a quick run's time (and about 6% of a suite's profile samples), once a second about 0.5%.
@@ -83,20 +84,10 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
         transient=True,
         refresh_per_second=PROGRESS_REFRESH_HZ,
     )
-    tasks: dict[str, Any] = {}
-    eta = RunEta()
+    bars = StageBars(prog)  # one bar per stage, one numbering, an ETA on each, finished bars collapsed
 
     def update(stage: str, done: int, total: int, message: str) -> None:
-        # messages carry labels and library errors: escaped, or a "[/]" in them kills the refresh thread
-        eta.update(stage, done, total, message)
-        if stage == "plan":  # the ETA's, not a row of the display
-            return
-        text = escape(message)
-        if stage not in tasks:
-            tasks[stage] = prog.add_task(text, total=total, stage=escape(stage), eta="")
-        prog.update(tasks[stage], completed=done, total=total, description=text)
-        if "case" in tasks and stage in ("case", "step"):
-            prog.update(tasks["case"], eta=eta.text())
+        bars.update(stage, done, total, message)  # messages are escaped there: a "[/]" in one kills the refresh thread
 
     with prog:
         yield update

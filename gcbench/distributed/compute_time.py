@@ -139,9 +139,12 @@ def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE
 
     def tick(i: int) -> None:
         if progress:
-            progress("compute", min(i, policy.max_rounds), policy.max_rounds, f"{model}: forward + backward, step {i + 1}")
+            progress("compute", min(i, policy.max_rounds), policy.max_rounds, f"{model}: forward + backward passes")
 
-    return time_compute(step, policy, attempts, progress=tick, prepare=lambda i: zm.make_batch(i, 0))
+    timed = time_compute(step, policy, attempts, progress=tick, prepare=lambda i: zm.make_batch(i, 0))
+    if progress:  # stable before the last round: the measurement is done all the same (its bar closes)
+        progress("compute", policy.max_rounds, policy.max_rounds, f"{model}: forward + backward passes")
+    return timed
 
 
 #: the key of a bench file under which advise stores the compute time it measured with the kernels

@@ -300,6 +300,9 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
     cases = [(sp, model_numel) for sp in specs] if model is not None else [(sp, s) for sp in specs for s in sizes]
     total = len(cases)
     out = []
+    if progress:  # the ETA's plan: each case's compressor and elements (a compressor's seconds per element, learned)
+        progress("plan", 0, total, json.dumps({"stage": "bench", "labels": [name for (name, _), _ in cases],
+                                               "case_work": [numel for _, numel in cases]}))
     for i, ((name, params), numel) in enumerate(cases):
         label = spec_label(name, params)
         if progress:

@@ -296,35 +296,54 @@ class DenseReference:
     (:func:`stream_weights`).  Built once per source from its cached gradients (no compressor involved).
     """
 
-    def __init__(self, grads: Callable[[int, int], Sequence[torch.Tensor]], steps: int, workers: int, momentum: float) -> None:
+    def __init__(self, grads: Callable[[int, int], Sequence[torch.Tensor]] | None, steps: int, workers: int, momentum: float) -> None:
         self.steps, self.workers, self.momentum = steps, workers, momentum
         self.weights = stream_weights(steps, momentum)
         self.mean: list[list[torch.Tensor]] = []
         self.dense: list[list[torch.Tensor]] = []
         self.dense_sq: list[float] = []
         self.sum_sq: list[float] = []
-        running: RunningSum | None = None
+        self._running: RunningSum | None = None
         self.worker_sums: list[list[torch.Tensor]] = [[] for _ in range(workers)]
-        u_buf: list[torch.Tensor] = []
-        for t in range(steps):
-            per_worker = [grads(t, w) for w in range(workers)]
-            mean = [worker_mean([g[u] for g in per_worker]) for u in range(len(per_worker[0]))]
-            if running is None:
-                running = RunningSum(len(mean))
-            if momentum == 0:
-                dense = mean
-            else:  # the dense update keeps its own buffer: u_t = m·u_{t−1} + ḡ_t
-                u_buf = [g.clone() for g in mean] if t == 0 else [b.mul_(momentum).add_(g) for b, g in zip(u_buf, mean, strict=True)]
-                dense = [b.clone() for b in u_buf]
-            for u, d in enumerate(dense):
-                running.add(u, d)
-            for w, g in enumerate(per_worker):
-                self.worker_sums[w] = weighted_add(self.worker_sums[w], g, self.weights[t])
-            self.mean.append(mean)
-            self.dense.append(dense)
-            self.dense_sq.append(sum_sq_norms(dense))
-            self.sum_sq.append(running.sq_norm())
-        self.worker_sum_sq = [sum_sq_norms(r) for r in self.worker_sums]
+        self._u_buf: list[torch.Tensor] = []
+        self._worker_sum_sq: list[float] | None = None
+        if grads is not None:  # an open-loop source: every step is known up front
+            for t in range(steps):
+                self.add_step(t, [grads(t, w) for w in range(workers)])
+
+    def add_step(self, t: int, per_worker: Sequence[Sequence[torch.Tensor]]) -> None:
+        """Step ``t``'s gradients of every worker, by unit (steps in order; a closed-loop source feeds them one step
+        at a time, as its model moves with the case's own aggregate)."""
+        if t != len(self.mean):
+            raise ValueError(f"dense reference: step {t} added after {len(self.mean)} steps")
+        momentum = self.momentum
+        mean = [worker_mean([g[u] for g in per_worker]) for u in range(len(per_worker[0]))]
+        if self._running is None:
+            self._running = RunningSum(len(mean))
+        if momentum == 0:
+            dense = mean
+        else:  # the dense update keeps its own buffer: u_t = m·u_{t−1} + ḡ_t
+            if t == 0:
+                self._u_buf = [g.clone() for g in mean]
+            else:
+                self._u_buf = [b.mul_(momentum).add_(g) for b, g in zip(self._u_buf, mean, strict=True)]
+            dense = [b.clone() for b in self._u_buf]
+        for u, d in enumerate(dense):
+            self._running.add(u, d)
+        for w, g in enumerate(per_worker):
+            self.worker_sums[w] = weighted_add(self.worker_sums[w], g, self.weights[t])
+        self.mean.append(mean)
+        self.dense.append(dense)
+        self.dense_sq.append(sum_sq_norms(dense))
+        self.sum_sq.append(self._running.sq_norm())
+        self._worker_sum_sq = None
+
+    @property
+    def worker_sum_sq(self) -> list[float]:
+        """‖R^w‖² of each worker's dense-update sum over the steps added so far."""
+        if self._worker_sum_sq is None:
+            self._worker_sum_sq = [sum_sq_norms(r) for r in self.worker_sums]
+        return self._worker_sum_sq
 
     def describe(self) -> str:
         return "dense SGD update" if self.momentum == 0 else f"dense momentum-SGD update (m={self.momentum:g})"
@@ -392,11 +411,58 @@ class DeliveredStream:
             out.append(None if r is None else 1.0 - r)
         return out
 
+    def delivered_jackknife(self) -> list[float | None] | None:
+        """The aggregate's delivered fraction with each worker left out in turn, from the workers' own sums.
+
+        Where the aggregate is the workers' mean (contributions observable), Σ_t(U_t − D_t) is the mean
+        over workers of E^w = Σ_s w_s C^w_s − R^w and Σ_t D_t the mean of R^w, so leaving worker w out gives
+        1 − ‖Σ_{v≠w} E^v‖/‖Σ_{v≠w} R^v‖; both norms come from the W×W Gram matrices of E and R (float64,
+        summed in chunks).  None with one worker or contributions not observable.
+        """
+        sums = self._workers
+        W = self.ref.workers
+        if W < 2 or sums is None or any(not s for s in sums):
+            return None
+        g_e = np.zeros((W, W))
+        g_r = np.zeros((W, W))
+        chunk = 1 << 20
+        for u in range(len(sums[0])):
+            n = sums[0][u].numel()
+            for lo in range(0, n, chunk):
+                r = torch.stack([self.ref.worker_sums[w][u].reshape(-1)[lo:lo + chunk].double() for w in range(W)])
+                e = torch.stack([sums[w][u].reshape(-1)[lo:lo + chunk].double() for w in range(W)]) - r
+                g_e += (e @ e.T).cpu().numpy()
+                g_r += (r @ r.T).cpu().numpy()
+        out: list[float | None] = []
+        for w in range(W):
+            keep = [v for v in range(W) if v != w]
+            e_sq, r_sq = g_e[np.ix_(keep, keep)].sum(), g_r[np.ix_(keep, keep)].sum()
+            ratio = norm_ratio(max(float(e_sq), 0.0), float(r_sq))
+            out.append(None if ratio is None else 1.0 - ratio)
+        return out
+
+    def delivered_ci(self, loo: Sequence[float | None] | None, confidence: float = 0.95) -> dict[str, Any] | None:
+        """A 95% interval of the aggregate's own delivered fraction: the headline ± t(W−1) × the jackknife standard
+        error over workers, √((W−1)/W · Σ_w (d_(−w) − mean d_(−·))²).  It is the sampling spread of the figure over
+        the workers' batches and the compressor's draws (each worker draws its own), centred on the headline.
+        None where the leave-one-out values are not all known."""
+        headline = self.delivered[-1] if self.delivered else None
+        if headline is None or not loo or any(v is None or not math.isfinite(v) for v in loo):
+            return None
+        vals = np.array(loo, dtype=float)
+        n = len(vals)
+        se = math.sqrt((n - 1) / n * float(((vals - vals.mean()) ** 2).sum()))
+        from scipy.special import stdtrit  # scipy.stats costs seconds to import; see fidelity.mean_ci
+
+        half = float(stdtrit(n - 1, 0.5 + confidence / 2)) * se
+        return {"mean": headline, "lo": headline - half, "hi": headline + half, "n": n, "se_mean": se}
+
     def summary(self, stateful: bool, min_steps: int) -> dict[str, Any]:
         """The record's stream block (:class:`gcbench.results.record.Stream`)."""
         workers = self.worker_delivered()
         steps = len(self.delivered)
         ci = mean_ci([v for v in workers if v is not None]) if workers else None
+        loo = self.delivered_jackknife()
         return {
             "reference": self.ref.describe(), "momentum": self.ref.momentum, "own_momentum": self.own_momentum,
             "steps": steps, "min_steps": min_steps, "enough": steps >= min_steps or not stateful,
@@ -404,6 +470,7 @@ class DeliveredStream:
             "per_step_delivered": self.delivered, "per_step_error": self.error, "per_step_error_scaled": self.error_scaled,
             "worker_delivered": workers,
             "worker_ci": None if ci is None else {k: ci[k] for k in ("mean", "lo", "hi", "n")},
+            "delivered_jackknife": loo, "delivered_ci": self.delivered_ci(loo),
         }
 
 

@@ -16,15 +16,19 @@ feedback, momentum and warm-up schedules see a real stream of gradients.  At eac
    interleaved round by round with a copy of the same tensors into preallocated buffers, until
    the per-round ×copy is stable (:func:`gcbench.measure.timing.time_interleaved`), then flagged.
 
+A live source with ``loop = "closed"`` gives every case its own model (built from the same seed
+and warm-up): after each step the case's aggregate is fed back and the model steps with it, so the
+next step's gradients follow that compressor's trajectory (:mod:`gcbench.measure.source_data`).
+
 The runner never prints: it reports progress through a callback, ``progress(stage, done, total,
-message)``, which the CLI turns into a rich progress bar.  A failing case is recorded with its
-error and the run goes on.
+message)``, which the CLI turns into a rich progress bar: every stage counts units done (the
+``step`` stage from 0 at a case's start to its steps), and a message names what runs.  A failing
+case is recorded with its error and the run goes on.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import traceback
 import zlib
 from collections.abc import Callable, Sequence
@@ -38,10 +42,8 @@ import torch
 from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, Payload, State
 from gcbench.core.errors import GcbenchError, SourceError
-from gcbench.core.payload import dense_bytes
 from gcbench.measure.casemath import (
     DeliveredStream,
-    DenseReference,
     StreamStats,
     TrafficLog,
     aggregate_summary,
@@ -57,16 +59,16 @@ from gcbench.measure.casemath import (
 )
 from gcbench.measure.fidelity import Fidelity, fidelity
 from gcbench.measure.footprint import source_build_work, source_work
-from gcbench.measure.granularity import Unit, gather, make_units
+from gcbench.measure.granularity import make_units
+from gcbench.measure.source_data import CACHE_LIMIT_BYTES, ClosedLoopData, SourceData  # noqa: F401 (CACHE_LIMIT_BYTES: its old home)
 from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
-from gcbench.measure.timing import TimingPolicy, flat_like, settle_copy, time_step
+from gcbench.measure.timing import TimingPolicy, time_step
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
-from gcbench.sources.base import FLOAT32_MAX, GradientSource, check_finite
+from gcbench.sources.base import FLOAT32_MAX, GradientSource
 
 Progress = Callable[[str, int, int, str], None]
 
-CACHE_LIMIT_BYTES = int(float(os.environ.get("GCBENCH_CACHE_GB", "6")) * 2**30)
 
 
 def _noop(stage: str, done: int, total: int, message: str) -> None:
@@ -113,7 +115,10 @@ def build_source(spec: SourceSpec, seed: int, progress: Progress = _noop) -> Gra
         if spec.image_size is not None:
             kwargs["image_size"] = spec.image_size
         return LiveSource(spec.model or "", workers=spec.workers or 4, steps=spec.steps or 10, seed=seed,
-                          warmup_steps=spec.warmup_steps, lr=spec.lr, progress=lambda d, t, m: progress("gradients", d, t, m), **kwargs)
+                          warmup_steps=spec.warmup_steps, lr=spec.lr,
+                          # the bar counts passes done; the source's own "step 3/10 worker 2/4" would be a second numbering
+                          progress=lambda d, t, m: progress("gradients", d, t, f"{spec.model}: forward + backward passes"),
+                          loop=spec.loop, **kwargs)
     from gcbench.sources.trace import TraceSource
 
     src = TraceSource(Path(spec.path or ""))
@@ -143,75 +148,6 @@ class _Limited(GradientSource):
 
     def describe(self) -> dict[str, object]:
         return {**self.inner.describe(), "workers": self.workers, "steps": self.steps}
-
-
-class SourceData:
-    """Units of every (step, worker), computed once and cached in memory when they fit.
-
-    Live gradients are expensive (ResNet-50: ~1.7 s per worker-step on 2 cores) and every case
-    needs the same tensors, so they are computed once per run.  Traces too large for the cache
-    are re-read lazily, one unit at a time, for each case.
-    """
-
-    def __init__(self, source: GradientSource, units: list[Unit], device: torch.device, progress: Progress) -> None:
-        self.source, self.units, self.device = source, units, device
-        self.numel = sum(u.numel for u in units)
-        self._reference: dict[float, DenseReference] = {}
-        self._copy_into: tuple[Any, list[torch.Tensor]] | None = None
-        total = dense_bytes(self.numel) * source.workers * source.steps
-        self.cache: dict[tuple[int, int], list[torch.Tensor]] | None = {} if total <= CACHE_LIMIT_BYTES else None
-        if self.cache is not None:
-            n = source.steps * source.workers
-            for t in range(source.steps):
-                for w in range(source.workers):
-                    self.cache[(t, w)] = self._load(t, w)
-                    progress("load", t * source.workers + w + 1, n, f"{source.name}: step {t} worker {w}")
-
-    def _load(self, step: int, worker: int) -> list[torch.Tensor]:
-        grads = self.source.gradients(step, worker)
-        out = []
-        for u in self.units:
-            x = gather(u, grads).to(self.device)
-            where = f"{self.source.name} step {step} worker {worker}"
-            try:
-                check_finite(u.name, x, where)
-            except SourceError:
-                # a bucket is float32: name the member behind it (a float64 value beyond float32's range becomes inf here)
-                for name in u.members if u.flat else ():
-                    check_finite(name, grads[name], where)
-                raise
-            out.append(x)
-        if self.cache is None:
-            return out
-        # cached for the whole run: moved into one huge-page buffer, so the memory every case's
-        # kernels and copy baseline read is laid out the same way in every run (see flat_like)
-        packed = flat_like(out)
-        if packed:
-            torch._foreach_copy_(packed, out)
-        return packed
-
-    def copy_destination(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The copy baseline's destination for tensors shaped like ``xs``: one per source, made (and the copy settled,
-        :func:`settle_copy`) on the first timed case and reused by every other, so every case's copy writes the
-        same memory."""
-        key = tuple((tuple(x.shape), x.dtype, x.device) for x in xs)
-        if self._copy_into is None or self._copy_into[0] != key:
-            bufs = flat_like(xs)
-            settle_copy(xs, bufs)
-            self._copy_into = (key, bufs)
-        return self._copy_into[1]
-
-    def get(self, step: int, worker: int) -> list[torch.Tensor]:
-        if self.cache is not None:
-            return self.cache[(step, worker)]
-        return self._load(step, worker)
-
-    def reference(self, momentum: float) -> DenseReference:
-        """The dense update of the suite's optimizer on this source (the common reference), built on first use."""
-        ref = self._reference.get(momentum)
-        if ref is None:
-            ref = self._reference[momentum] = DenseReference(self.get, self.source.steps, self.source.workers, momentum)
-        return ref
 
 
 # ----------------------------------------------------------------------------- one case
@@ -278,8 +214,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     wire_max = saturating_max(comp)
     saturated = 0  # elements a narrower float format mapped to ±inf, over every worker and step of the stream
 
+    progress("step", 0, T, spec.label)  # the bar counts steps done, from 1 as each one ends (one numbering for every bar)
     for t in range(T):
-        progress("step", t, T, f"{spec.label}: step {t + 1}/{T}")
         xs = [data.get(t, w) for w in range(W)]
 
         def check(w: int, u: int, dec: torch.Tensor, step: int = t, inputs: list[list[torch.Tensor]] = xs) -> int:
@@ -331,13 +267,14 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
 
         # 3. the stream on the common reference; aggregate fidelity against the own reference and EF drift
         stream.add_step(t, aggregates, contributions)
+        data.advance(t, aggregates)  # closed loop: the model takes this aggregate before the next step's gradients
         stats.add_step(refs, aggregates, [dec for _, dec in outs0], [p.nbytes for p, _ in outs0], fids, window_start=t in starts,
                        true_means=None if own_ref else ref.mean[t])
         if not saturated:  # finite tensors in and out: a metric that is NaN or ±inf is an overflowed float32 sum
             _check_step_numbers(info.name, stats, stream, fids, xs)
-    progress("step", T, T, f"{spec.label}: done")
+        progress("step", t + 1, T, spec.label)
     rec = _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
-                       stream.summary(comp.stateful, suite.metrics.min_stream_steps))
+                       {**stream.summary(comp.stateful, suite.metrics.min_stream_steps), "loop": data.loop})
     if saturated:
         rec["flags"]["saturated"] = saturated
     else:  # the workers' own sums over the whole stream, summed in float32 like every other
@@ -491,6 +428,15 @@ def _pool_source_timings(writer: RunWriter, indices: Sequence[int]) -> None:
     writer.replace_cases(timed)
 
 
+def _open_source(spec: SourceSpec, seed: int, suite: Suite, device: torch.device,
+                 progress: Progress) -> tuple[GradientSource, SourceData, list[Window]]:
+    """Build a suite's source and the data its cases read: cached once (open loop) or one case's own (closed loop)."""
+    source = build_source(spec, seed, progress)
+    units = make_units(source.layout(), suite.granularity, suite.bucket_mb)
+    data = ClosedLoopData(source, units, device) if spec.loop == "closed" else SourceData(source, units, device, progress)
+    return source, data, suite_windows(suite, source.steps)
+
+
 @dataclass
 class RunOutcome:
     """The results file of a run (None when no case was recorded: no file is written) and its case records."""
@@ -525,12 +471,9 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     progress("plan", 0, total, json.dumps(plan))
     try:
         for s_idx, src_spec in enumerate(suite.sources):
+            src_seed = derive_seed(suite.seed, "source", s_idx) if src_spec.kind != "trace" else suite.seed
             try:
-                src_seed = derive_seed(suite.seed, "source", s_idx) if src_spec.kind != "trace" else suite.seed
-                source = build_source(src_spec, src_seed, progress)
-                units = make_units(source.layout(), suite.granularity, suite.bucket_mb)
-                data = SourceData(source, units, device, progress)
-                windows = suite_windows(suite, source.steps)
+                source, data, windows = _open_source(src_spec, src_seed, suite, device, progress)
             except SourceError as exc:
                 for c in suite.compressors:
                     writer.add_case(_failed_record(c, src_spec.display(), exc, src_spec.display()))
@@ -538,9 +481,11 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                     progress("case", done, total, f"{c.label}: source failed")
                 continue
             source_cases: list[int] = []
-            for c in suite.compressors:
+            for c_idx, c in enumerate(suite.compressors):
                 progress("case", done, total, f"{c.label} on {source.name}")
                 try:
+                    if data.loop == "closed" and c_idx > 0:  # every case its own model: same seed, same warm-up, own steps
+                        source, data, windows = _open_source(src_spec, src_seed, suite, device, progress)
                     rec = run_case(c, data, suite, progress, windows)
                     rec["source"]["label"] = src_spec.display()
                 except KeyboardInterrupt:
@@ -551,6 +496,8 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 source_cases.append(len(writer.record.cases) - 1)
                 done += 1
                 progress("case", done, total, f"{c.label} done")
+                if data.loop == "closed":
+                    source.close()
             source.close()
             _pool_source_timings(writer, source_cases)
     except KeyboardInterrupt:  # SIGINT, or SIGTERM through gcbench.core.signals: keep every completed case

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_serializer, model_validator
 
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
@@ -91,6 +91,8 @@ class SourceSpec(_Strict):
                       description="live: SGD learning rate of the step the model takes between measured steps (and in warm-up)")
     batch_size: Int | None = Field(None, ge=1, le=4096)
     image_size: Int | None = Field(None, ge=8, le=1024)
+    loop: Literal["open", "closed"] = Field("open", description="live: between steps the model takes the dense mean step (open) "
+                                            "or, per case, that case's compressed aggregate (closed: what training with it sees)")
     # trace
     path: str | None = None
 
@@ -115,7 +117,19 @@ class SourceSpec(_Strict):
             raise ValueError("a live source takes its shapes from its model; 'shapes' is for synthetic sources")
         elif self.kind == "trace" and not self.path:
             raise ValueError("a trace source needs 'path' (a folder written by gcbench record)")
+        if self.loop == "closed" and self.kind != "live":
+            raise ValueError(f"loop = 'closed' needs a live source (its model takes each case's aggregate); {self.kind} gradients "
+                             "do not depend on any model's steps")
         return self
+
+    @model_serializer(mode="wrap")
+    def _open_loop_unwritten(self, handler: Any) -> dict[str, Any]:
+        """``loop = "open"`` (the default) is left out of the resolved suite, so a suite's hash is what it was before the
+        key existed."""
+        data = handler(self)
+        if data.get("loop") == "open":
+            del data["loop"]
+        return data
 
     def display(self) -> str:
         if self.label:
@@ -128,7 +142,7 @@ class SourceSpec(_Strict):
             more = f" +{len(shapes) - 1} tensors" if len(shapes) > 1 else ""
             return f"synthetic {self.distribution} {first}{more}"
         if self.kind == "live":
-            return f"live {self.model}"
+            return f"live {self.model}" + (" (closed loop)" if self.loop == "closed" else "")
         return f"trace {Path(self.path or '').name}"
 
 
@@ -492,6 +506,7 @@ def apply_overrides(
     bucket_mb: float | None = None,
     compressors: list[tuple[str, dict[str, Any]]] | None = None,
     timing: bool | None = None,
+    loop: str | None = None,
 ) -> Suite:
     """Command-line overrides (they win over the suite file); re-validated."""
     data = suite.to_dict()
@@ -509,6 +524,8 @@ def apply_overrides(
             src["workers"] = workers
         if steps is not None:
             src["steps"] = steps
+        if loop is not None:
+            src["loop"] = loop
     if compressors is not None:
         data["compressors"] = [{"name": n, "params": p} for n, p in compressors]
         for c in data["compressors"]:
@@ -536,6 +553,7 @@ def compare_suite(
     granularity: str = "layer",
     seed: int = 0,
     device: str = "cpu",
+    loop: str | None = None,
 ) -> Suite:
     """The suite of a head-to-head (``gcbench compare``): ``compressors`` then ``extra`` entries on one gradient source.
 
@@ -555,6 +573,8 @@ def compare_suite(
         src = {"kind": "synthetic", "distribution": distribution, "shapes": [dims], "workers": workers or 2, "steps": steps or 10}
     if trace and (workers or steps):
         src.update({k: v for k, v in (("workers", workers), ("steps", steps)) if v})
+    if loop is not None:
+        src["loop"] = loop
     return parse_suite({
         "name": "compare", "seed": seed, "granularity": granularity, "sources": [src],
         "compressors": [{"name": n, "params": p} for n, p in compressors] + list(extra),

@@ -97,16 +97,17 @@ def compress_gbps_text(case: RunCase) -> str:
 
 
 def delivered_text(case: RunCase) -> str:
-    """The delivered cell of a run case: ``0.931 (workers 0.902–0.960)``, a short stream marked.
+    """The delivered cell of a run case: ``0.931 ± 0.012``, the aggregate's figure with its own 95% interval.
 
-    The headline is the aggregate's stream; the parenthesis is the 95% CI of the mean of each
-    worker's OWN delivered fraction (its compressed stream against its own dense update), another
-    quantity: the average of the workers' sparse updates delivers more than one worker's alone, so
-    the headline may lie outside it (top-k on ResNet-50: 0.090 vs workers 0.060–0.077).  It is
-    written as a range of the workers, not a bracket after the number, so it is not read as the
-    headline's interval.
+    The interval is the record's ``stream.delivered_ci``: the headline ± t(W−1) × the jackknife
+    standard error over the W workers (each left out in turn), so it is the spread of this very
+    figure and always holds it.  A case whose aggregate is not the workers' mean (PowerSGD), or one
+    worker, has no interval: the number alone.  Each worker's OWN delivered fraction (its stream
+    against its own dense update) is another quantity, lower where the workers' errors average out
+    (top-k on ResNet-50: 0.090 vs workers 0.060–0.077): it is in its own detail column
+    (:func:`worker_delivered_text`).
 
-    A stream shorter than the steps that rank stateful compressors reads ``0.931 (short: 2 steps)``:
+    A stream shorter than the steps that rank stateful compressors reads ``0.931 ± 0.012 (short: 2 steps)``:
     a number, but not one to rank on.
     """
     st = case.stream
@@ -114,12 +115,31 @@ def delivered_text(case: RunCase) -> str:
     if st is None or v is None:
         return "—"
     text = fraction_text(v)
-    ci = st.worker_ci
+    ci = st.delivered_ci
     if ci is not None and ci.lo is not None and ci.hi is not None:
-        text += f" (workers {range_text(fraction_text(ci.lo), fraction_text(ci.hi))})"
+        text += f" ± {half_width_text(v, (ci.hi - ci.lo) / 2)}"
     if st.enough is False:
         text += f" (short: {or_unknown(st.steps)} step{'' if st.steps == 1 else 's'})"
     return text
+
+
+def half_width_text(v: float, half: float) -> str:
+    """An interval's half-width at the headline's precision: three decimals beside a fraction near [0, 1] (three
+    significant digits when it would round to nothing but is not zero: ``4.2e-05``), three digits otherwise."""
+    if half == 0:
+        return "0"
+    if abs(v) < 10 and half >= 0.0005:
+        return f"{half:.3f}"
+    return fmt(half, "g")
+
+
+def worker_delivered_text(case: RunCase) -> str:
+    """The workers' own delivered fractions: the 95% interval of their mean, ``0.060–0.077``; ``—`` where
+    the workers' contributions are not observable (a protocol whose aggregate is not their mean)."""
+    ci = case.stream.worker_ci if case.stream else None
+    if ci is None or ci.lo is None or ci.hi is None:
+        return "—"
+    return range_text(fraction_text(ci.lo), fraction_text(ci.hi))
 
 
 #: the main run table: bytes, fidelity on the suite's ONE common reference (the stream view), kernel time
@@ -128,8 +148,8 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("bits", "bits/el", "bits_per_element", "g", CATALOGUE, "wire bits per gradient element"),
     Column("delivered", "delivered", "delivered", "g", CATALOGUE,
            "1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step: the fraction of the summed dense update D (the common "
-           "reference) that the case's updates U delivered; (workers lo–hi) = 95% CI of the mean of each worker's own "
-           "delivered fraction; (short) = too few steps to rank on",
+           "reference) that the case's updates U delivered, ± its 95% interval (t × the jackknife standard error over "
+           "workers, each left out in turn); (short) = too few steps to rank on",
            cell=delivered_text),
     Column("step_err", "step err", "stream_error", "g", CATALOGUE,
            "mean over steps of ‖U_t − D_t‖²/‖D_t‖², whole model, against the common reference"),
@@ -158,6 +178,10 @@ ONESHOT_COLUMNS: tuple[Column, ...] = (
 
 # extra columns of the HTML tables (the terminal stays narrow)
 DETAIL_COLUMNS: tuple[Column, ...] = (
+    Column("workers_delivered", "workers' own", "delivered_workers", "g", True,
+           "each worker's OWN delivered fraction (its compressed stream against its own dense update): 95% CI of their "
+           "mean; another quantity than the aggregate's, lower where the workers' errors average out in the aggregate",
+           cell=worker_delivered_text),
     Column("wire", "wire bytes", "wire_bytes", "int", False, "bytes one worker sends per step"),
     Column("comp_gbps", "comp GB/s", "compress_gbps", "g", CATALOGUE, "dense input bytes / median compress time",
            cell=compress_gbps_text),

@@ -192,6 +192,7 @@ def run_case_row(run_id: str, kind: str, case: RunCase) -> dict[str, Any]:
     """cases.csv's row of a run or compare case, its columns in the order of the report's tables."""
     st, ti, fl = case.stream, case.timing, case.flags
     ci = st.worker_ci if st else None
+    dci = st.delivered_ci if st else None  # the headline's own interval (jackknife over workers)
     return {
         "run_id": run_id, "kind": kind, "source": case.source_label, "case": case.label, "compressor": case.compressor,
         "version": case.version, "params": params_text(case), "status": case.status, "error": case.error_text or None,
@@ -202,6 +203,7 @@ def run_case_row(run_id: str, kind: str, case: RunCase) -> dict[str, Any]:
         "stream_reference": st.reference if st else None, "stream_steps": st.steps if st else None,
         "stream_enough": st.enough if st else None,
         **_metrics(case, RUN_STREAM_COLUMNS[:1]),
+        "delivered_ci_lo": dci.lo if dci else None, "delivered_ci_hi": dci.hi if dci else None,
         "delivered_workers_ci_lo": ci.lo if ci else None, "delivered_workers_ci_hi": ci.hi if ci else None,
         **_metrics(case, RUN_STREAM_COLUMNS[1:]),
         "oneshot_reference": oneshot_reference(case) if case.fidelity else None,

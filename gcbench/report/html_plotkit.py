@@ -60,6 +60,8 @@ class Plot:
     uri: str
     caption: str
     wide: bool = False
+    #: what the figure leaves out, on demand: a folded table (its summary line, headers, rows) under the caption
+    more: tuple[str, tuple[str, ...], tuple[tuple[str, ...], ...]] | None = None
 
 
 #: the most characters of a plot's title (it names a run and a source, both users' text)

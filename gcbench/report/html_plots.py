@@ -175,6 +175,14 @@ def plot_oneshot_pareto(cases: Sequence[RunCase], title: str) -> Plot | None:
                        styles_of(cases))
 
 
+#: the tallest figure drawn, in inches (a suite of hundreds of cases still fits a browser's screenshot)
+PLOT_MAX_HEIGHT_IN = 40.0
+
+
+#: the size of the names at the end of the stream plot's lines, in points
+STREAM_LABEL_PT = 7.0
+
+
 def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Delivered fraction after every step, one line per case, on the common reference (two steps or more)."""
     series = []
@@ -187,7 +195,9 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     floor = -1.0  # below this a case is far worse than sending nothing: clip, name it, keep the others readable
     clipped = [c for c, vals in series if any(v is not None and v < floor for v in vals)]
     styles = styles_of(cases)
-    fig, ax = new_figure(7.6, 5.6)
+    # every line is named at its end, one name per 1.25 font heights: past ~35 lines the axes grow to hold them (60 names
+    # squeezed into 5.6 inches overlapped)
+    fig, ax = new_figure(7.6, min(PLOT_MAX_HEIGHT_IN, max(5.6, len(series) * STREAM_LABEL_PT * 1.25 / 72 / 0.78 + 1.0)))
     drawn = [(c, [None if v is None else max(v, floor) for v in vals]) for c, vals in series]
     step_lines(ax, drawn, styles, ms=3.5)
     ax.axhline(1.0, color="black", ls="--", lw=1)
@@ -202,7 +212,7 @@ def plot_stream(cases: Sequence[RunCase], title: str) -> Plot | None:
     ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9.5)
     label_line_ends(ax, [(xs[-1], ys[-1], case_name(c), styles[c.label].color) for c, vals in drawn
                      for xs, ys in [([i + 1 for i, v in enumerate(vals) if v is not None], [v for v in vals if v is not None])]],
-                fontsize=7)
+                fontsize=STREAM_LABEL_PT)
     ok = [c for c, _ in series]
     caption = (f"1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after each step (steps from 1): how much of the summed "
                f"{stream_reference(ok) or 'dense update'} the case's updates have delivered; error feedback delays what it "
@@ -227,6 +237,9 @@ def throughput_rows(cases: Sequence[RunCase]) -> tuple[list[tuple[RunCase, float
     return [r for r in rows if r[1] is not None or r[2] is not None], [c for c in ok if c.beats_bound]
 
 
+#: the most cases a throughput plot draws as upright bars; more lie down, one named row each
+THROUGHPUT_UPRIGHT_MAX = 12
+
 def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     """Compress and decompress GB/s per case (log axis) with the copy roofline drawn.
 
@@ -237,13 +250,20 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     rows, bound = throughput_rows(cases)
     if not rows:
         return None
-    fig, ax = new_figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
+    # past a dozen cases the bars lie down: one row per case, its name written out level (60 names slanted under a
+    # 8-inch axis could not be read)
+    across = len(rows) > THROUGHPUT_UPRIGHT_MAX
+    if across:
+        fig, ax = new_figure(7.6, min(PLOT_MAX_HEIGHT_IN, 0.24 * len(rows) + 1.3))
+    else:
+        fig, ax = new_figure(min(8.0, max(4.2, 0.42 * len(rows) + 1.5)), 3.1)
     xs = list(range(len(rows)))
     w = 0.38
     flagged: dict[str, list[str]] = {}  # "compress, unstable" → case names
     handles = []
     for kernel, shift, color, col in (("compress", -w / 2, "#1f77b4", 1), ("decompress", w / 2, "#ff7f0e", 2)):
-        bars = ax.bar([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, zorder=3)
+        place = ax.barh if across else ax.bar
+        bars = place([x + shift for x in xs], [r[col] or 0 for r in rows], w, color=color, zorder=3)
         handles.append(Patch(facecolor=color, label=kernel))
         for bar, r in zip(bars, rows, strict=True):
             if r[col] is not None and timing_flags(r[0], kernel):
@@ -255,12 +275,22 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     copies = [r[3] for r in rows if r[3] is not None]
     roof = statistics.median(copies) if copies else None
     if roof is not None:
-        handles.append(ax.axhline(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4))
-    log_y = scale_axis(ax, "y", [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
-    ax.set_xticks(xs)
-    ax.set_xticklabels([plot_text(case_name(r[0]) + (" *" if any(timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
-                        for r in rows], rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("GB/s of dense fp32 input" + ("  (log scale)" if log_y else ""))
+        line = ax.axvline if across else ax.axhline
+        handles.append(line(roof, color="black", ls="--", lw=1.2, label=f"copy roofline {roof:.3g} GB/s", zorder=4))
+    log_y = scale_axis(ax, "x" if across else "y",
+                       [v for r in rows for v in (r[1], r[2]) if v is not None] + ([roof] if roof is not None else []))
+    names = [plot_text(case_name(r[0]) + (" *" if any(timing_flags(r[0], k) for k in ("compress", "decompress")) else ""))
+             for r in rows]
+    unit = "GB/s of dense fp32 input" + ("  (log scale)" if log_y else "")
+    if across:
+        ax.set_yticks(xs)
+        ax.set_yticklabels(names, fontsize=7.5)
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # the table's order, top down
+        ax.set_xlabel(unit)
+    else:
+        ax.set_xticks(xs)
+        ax.set_xticklabels(names, rotation=40, ha="right", fontsize=8)
+        ax.set_ylabel(unit)
     ax.set_title(plot_text(title, PLOT_TITLE_MAX), fontsize=9)
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     caption = ("Median compress and decompress throughput (dense float32 bytes / time) of one worker-step; the dashed line "
@@ -272,7 +302,7 @@ def plot_throughput(cases: Sequence[RunCase], title: str) -> Plot | None:
     if bound:
         caption += (f" Not drawn ({BEATS_BOUND}: faster than the memory traffic its card says compress must do, so what was "
                     f"timed is not that work): {_names(bound)}.")
-    return Plot("throughput", title, png_uri(fig), caption)
+    return Plot("throughput", title, png_uri(fig), caption, wide=across)
 
 
 #: what a per-layer heatmap can show: the Layer field, its colour-bar label, which way is better, the plot kind
@@ -512,8 +542,26 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
                "scale: a curve between it and 1× beats fp32 but not bf16. A marker on the dashed line is a break-even "
                "bandwidth: compression pays on slower links. For another cluster or device run `gcbench advise`."
                + (f" In colour the front: the best {DECISION_FRONT} at some bandwidth ({len(front)} of {len(curves)}); the "
-                  f"{len(curves) - len(front)} others in grey." if len(front) < len(curves) else ""))
-    return Plot("decision", title, png_uri(fig), caption, wide=True)
+                  f"{len(curves) - len(front)} others in grey, each named in the table folded below." if len(front) < len(curves)
+                  else ""))
+    more = None
+    if len(front) < len(curves):  # the grey curves, on demand: each named with its break-even and speed-ups
+        picks = [i for b in (1.0, 10.0, 100.0) for i in [min(range(len(DECISION_BANDWIDTHS)),
+                                                             key=lambda j, b=b: abs(math.log(DECISION_BANDWIDTHS[j] / b)))]]
+        rows = tuple(
+            (case_name(by_label[label]) if label in by_label else label, "front" if label in front else "grey",
+             _break_even_text(even[label], curves[label]), *(f"{curves[label][j]:.3g}×" for j in picks))
+            for label in sorted(curves, key=lambda lab: -max(curves[lab])))
+        more = (f"Every curve, named: break-even and predicted speed-up of all {len(curves)} (sortable)",
+                ("case", "drawn", "break-even Gbit/s", *(f"at {DECISION_BANDWIDTHS[j]:.3g} Gbit/s" for j in picks)), rows)
+    return Plot("decision", title, png_uri(fig), caption, wide=True, more=more)
+
+
+def _break_even_text(bandwidth: float | None, ys: Sequence[float]) -> str:
+    """A curve's break-even bandwidth, or where it has none in the plotted range: pays at every bandwidth, or at none."""
+    if bandwidth is not None:
+        return f"{bandwidth:.3g}"
+    return "pays throughout" if min(ys) > 1.0 else "never pays" if max(ys) < 1.0 else "—"
 
 
 def source_plots(cases: Sequence[RunCase], source: str) -> list[Plot]:

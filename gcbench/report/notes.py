@@ -20,9 +20,9 @@ X_COPY_DEC_HEADER = "dec ×copy"
 
 
 COMPARE_STREAM_NOTE = ("delivered update = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step (U: the case's update, D: the "
-                       "dense update on the true worker mean); (workers lo–hi) = the 95% interval of the mean of each worker's "
-                       "own delivered fraction (its own updates against its own dense update: a different number from the "
-                       "aggregate's); per-step error = mean over steps of ‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
+                       "dense update on the true worker mean), ± its 95% interval (t × the jackknife standard error over the workers, "
+                       "each left out in turn; none where the aggregate is not the workers' mean); per-step error = mean over steps of "
+                       "‖U_t − D_t‖²/‖D_t‖²; scale-free = 1 − cos²(U_t, D_t).")
 
 
 ONE_SHOT_NOTE = ("One compression of one gradient, R repeats, on the first steps only; each case against its own reference "
@@ -67,8 +67,9 @@ TIMING_NOTE = (f"{X_COPY_HEADER} = compress time / the time of a plain copy of t
 
 STREAM_NOTE = ("Main table, on the suite's common reference (the dense update D_t of the suite's optimizer on the true worker "
                "mean): delivered = 1 − ‖Σ_t(U_t − D_t)‖/‖Σ_t D_t‖ after the last step, U_t the update the case applies "
-               "(1 = all of the dense update arrived, ≤ 0 = no better than sending nothing); (workers lo–hi) = 95% CI of "
-               "the mean of each worker's own delivered fraction, its own compressed stream against its own dense update "
+               "(1 = all of the dense update arrived, ≤ 0 = no better than sending nothing), ± its 95% interval (t × the "
+               "jackknife standard error over the workers, each left out in turn); workers' own (detail table) = 95% CI "
+               "of the mean of each worker's own delivered fraction, its own compressed stream against its own dense update "
                "(another quantity: the aggregate of several workers' sparse updates can deliver more than any one); "
                "step err = mean over steps of "
                "‖U_t − D_t‖²/‖D_t‖² (≥ 1 = no better than sending nothing); scaled err = the same after the best scalar "
@@ -87,7 +88,7 @@ FOOTNOTE = f"{STREAM_NOTE} {ONESHOT_NOTE} {TIMING_NOTE} {DAGGER} = reconstructed
 #: the terminal's short legend under the run tables: what each mark means, and where the full definitions are (FOOTNOTE
 #: in --md and --html, `gcbench list metrics`, the README) — a wall of text under 60 rows is not read
 LEGEND = ("Legend: delivered = fraction of the dense update (the common reference) that arrived, 1 = all, ≤ 0 = no better "
-          "than sending nothing, (workers lo–hi) = 95% CI of the workers' own delivered fractions, (short) = too few "
+          "than sending nothing, ± its 95% interval (jackknife over workers), (short) = too few "
           "steps to rank on; step err / scaled err = mean "
           "per-step error, raw / after the best rescaling (≥ 1 = no better than nothing); one-shot table: each case against "
           f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR; "

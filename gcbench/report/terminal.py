@@ -38,6 +38,7 @@ from gcbench.report.columns import (
     compress_gbps_text,
     compress_x_copy_text,
     delivered_text,
+    half_width_text,
     x_copy_text,
 )
 from gcbench.report.load import (
@@ -81,7 +82,7 @@ from gcbench.report.notes import (
     X_COPY_DEC_HEADER,
     X_COPY_HEADER,
 )
-from gcbench.report.numbers import fmt, fraction_text, range_text, size_text, spread_text
+from gcbench.report.numbers import fmt, fraction_text, size_text, spread_text
 from gcbench.report.text import NAME_MAX, TEXT_MAX, clip, term
 from gcbench.report.views import (
     CaseRow,
@@ -335,9 +336,8 @@ def _side_cell(row: SideRow, i: int, case: RunCase) -> str:
     elif metric == "compress_gbps" and case.beats_bound:
         text = f"— ({BEATS_BOUND})"  # not the work the compressor must do: no speed
     elif metric == "delivered" and case.stream is not None:
-        ci = case.stream.worker_ci
-        # the bracket is over each worker's own stream, not an interval of the aggregate's value beside it
-        text = fmt(v, "g") + (f" (workers {range_text(fmt(ci.lo, 'g'), fmt(ci.hi, 'g'))})" if ci is not None and ci.lo is not None
+        ci = case.stream.delivered_ci  # the aggregate's own interval (jackknife over workers)
+        text = fmt(v, "g") + (f" ± {half_width_text(v, (ci.hi - ci.lo) / 2)}" if ci is not None and ci.lo is not None
                               and ci.hi is not None else "")
         text += " (too short)" if case.stream.enough is False else ""
     else:

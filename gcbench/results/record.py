@@ -178,6 +178,7 @@ class Source(Model):
     workers: Int | None = None
     steps: Int | None = None
     model: Str | None = None
+    loop: Str | None = None  # live sources: "closed" when each case's model stepped with its own aggregate (absent: open)
     compute_s: Num | None = None  # live sources: median seconds of one worker's forward + backward, on the machine that ran
 
     def identity(self) -> dict[str, Any]:
@@ -251,6 +252,11 @@ class Stream(Model):
     per_step_error_scaled: Series | None = None  # 1 − cos²(U_t, D_t): the error after the best rescaling
     worker_delivered: Series | None = None  # each worker's own update stream against its own dense update
     worker_ci: Stat | None = None  # mean, lo, hi (95 %, Student t over workers), n of worker_delivered
+    # the aggregate's delivered fraction with each worker left out in turn (contributions observable, 2+ workers)
+    delivered_jackknife: Series | None = None
+    # the headline's own 95% interval: delivered ± t(n−1) × the jackknife standard error over the n workers (se_mean)
+    delivered_ci: Stat | None = None
+    loop: Str | None = None  # "open": the model stepped with the dense mean; "closed": with this case's aggregate (absent: open)
 
 
 class TrafficPhase(Model):
@@ -524,6 +530,7 @@ RUN_METRICS: dict[str, Callable[[RunCase], Any]] = {
     "cosine": _stat(_fid("cosine"), "model"),
     "q_scaled": _stat(_fid("q_scaled"), "model"),
     "delivered": lambda c: c.stream.delivered if c.stream else None,
+    "delivered_workers": lambda c: c.stream.worker_ci.mean if c.stream and c.stream.worker_ci else None,  # a report column
     "stream_error": lambda c: _mean_finite(c.stream.per_step_error if c.stream else None),
     "stream_error_scaled": lambda c: _mean_finite(c.stream.per_step_error_scaled if c.stream else None),
     "aggregate_q": _stat(lambda c: c.aggregate.q if c.aggregate else None, "model"),

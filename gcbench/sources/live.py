@@ -9,7 +9,13 @@ Lin et al., "Deep Gradient Compression", ICLR 2018) simulated in one process:
 * Between measured steps the model takes one plain SGD step with the worker-mean gradient
   (``p -= lr * mean_w g_w``, what DDP's all-reduce average feeds the optimiser), so step ``t+1``'s
   gradients come from the updated model.  The update uses the true (uncompressed) mean: the source
-  describes the gradients a compressor is given, independent of the compressor under test.
+  describes the gradients a compressor is given, independent of the compressor under test
+  (``loop="open"``, the default).
+* ``loop="closed"``: the model takes the update it is fed instead (:meth:`LiveSource.feed`: the
+  compressed aggregate of the case under test, ``p -= lr * update``), so step ``t+1``'s gradients
+  come from the trajectory that compressor's errors produce, as training with it would.  One closed
+  source serves one case (the runner builds one per case from the same seed, warm-up included), and
+  its steps can only go forward.
 * ``warmup_steps`` optional steps of plain SGD come first, each on one batch
   ``make_batch(WARMUP_BATCH_OFFSET + i, 0)`` (single-worker: it is only meant to move the model away
   from initialisation, at 1/N of the cost), with batch indices far from the measured ones.
@@ -60,12 +66,16 @@ class LiveSource(GradientSource):
     """Gradients of ``model`` for ``workers`` data-parallel workers over ``steps`` SGD steps."""
 
     def __init__(self, model: str, workers: int = 4, steps: int = 2, seed: int = 0, warmup_steps: int = 0, lr: float = 0.1,
-                 progress: Progress | None = None, **model_kwargs: object) -> None:
+                 progress: Progress | None = None, loop: str = "open", **model_kwargs: object) -> None:
         for key, v, low in (("workers", workers, 1), ("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ParamError(f"live source: {key} must be an integer >= {low}, got {v!r}")
         if not (isinstance(lr, (int, float)) and lr >= 0 and lr == lr and lr != float("inf")):
             raise ParamError(f"live source: lr must be a finite number >= 0, got {lr!r}")
+        if loop not in ("open", "closed"):
+            raise ParamError(f"live source: loop must be 'open' or 'closed', got {loop!r}")
+        self.loop = loop
+        self._fed: dict[int, Mapping[str, torch.Tensor]] = {}  # closed loop: step -> the update taken after it
         self.model_name, self.workers, self.steps, self.seed = model, workers, steps, seed
         self.warmup_steps, self.lr, self.progress = warmup_steps, float(lr), progress
         self.model_kwargs = dict(model_kwargs)
@@ -88,6 +98,9 @@ class LiveSource(GradientSource):
         if not 0 <= worker < self.workers:
             raise ParamError(f"{self.name}: worker {worker} out of range 0..{self.workers - 1}")
         if self._step is not None and step < self._step:
+            if self.loop == "closed":
+                raise SourceError(f"{self.name}: a closed-loop source cannot go back from step {self._step} to {step} "
+                                  "(its trajectory depends on the updates it was fed)")
             # going back: rebuild and re-warm from the seed rather than keep a copy of the start model
             # (VGG-16's would be 553 MB); deterministic, so the values are the same as the first time
             self._start()
@@ -95,14 +108,28 @@ class LiveSource(GradientSource):
             self._cache = self._compute_step(0)
             self._step = 0
         while self._step < step:
-            self._sgd_update(self._cache)
+            if self.loop == "closed":
+                self._closed_update(self._step)
+            else:
+                self._sgd_update(self._cache)
             self._step += 1
             self._cache = self._compute_step(self._step)
         # a shallow copy: a consumer that replaces entries cannot corrupt the cached step
         return dict(self._cache[worker])
 
+    def feed(self, step: int, update: Mapping[str, torch.Tensor]) -> None:
+        """Closed loop: the update (by parameter name, the shapes of :meth:`layout`) the model takes after ``step``,
+        in place of the workers' true mean; it is applied when step ``step + 1`` is first asked for."""
+        if self.loop != "closed":
+            raise ParamError(f"{self.name}: feed() is for a closed-loop source (loop='closed')")
+        if not 0 <= step < self.steps:
+            raise ParamError(f"{self.name}: step {step} out of range 0..{self.steps - 1}")
+        self._fed[step] = update
+
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "kind": "live", "model": self.model_name, "seed": self.seed,
+        # an open-loop source's description is what it was before the loop existed (its identity across runs)
+        loop = {"loop": "closed"} if self.loop == "closed" else {}
+        return {**super().describe(), "kind": "live", **loop, "model": self.model_name, "seed": self.seed,
                 "warmup_steps": self.warmup_steps, "lr": self.lr, "model_kwargs": {k: _jsonable(v) for k, v in self.model_kwargs.items()},
                 "parameters": sum(t.numel for t in self._layout),
                 # what a step of training costs before any exchange, on this machine (gcbench advise, the report's decision)
@@ -111,6 +138,7 @@ class LiveSource(GradientSource):
     def close(self) -> None:
         self._cache = []
         self._step = None
+        self._fed = {}
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -200,6 +228,19 @@ class LiveSource(GradientSource):
         if self.lr == 0.0:
             return
         self._apply(lambda name: torch.stack([g[name] for g in worker_grads]).mean(0), self.lr)
+
+
+    @torch.no_grad()
+    def _closed_update(self, step: int) -> None:
+        update = self._fed.pop(step, None)
+        if update is None:
+            raise SourceError(f"{self.name}: closed loop: step {step + 1} was asked for before the update after step {step} was fed")
+        if self.lr == 0.0:
+            return
+        missing = [name for name in self._params if name not in update]
+        if missing:
+            raise SourceError(f"{self.name}: closed loop: the update after step {step} has no tensor for {missing[0]!r}")
+        self._apply(lambda name: update[name].reshape(self._params[name].shape), self.lr)
 
 
 def _first_line(exc: BaseException) -> str:

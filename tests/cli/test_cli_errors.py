@@ -431,3 +431,15 @@ def test_a_suite_too_big_for_the_machine_is_one_line_before_running(command: str
         assert res.exit_code == 0, res.output
         assert res.stderr.startswith("warning: ") and "more than this machine's 0.2 GiB" in res.stderr
         assert list((tmp_path / "o").glob("*.json"))
+
+
+def test_a_closed_loop_needs_a_live_source_and_a_known_loop(tmp_path: Path) -> None:
+    """``--loop`` (run, compare): an unknown loop or a closed loop on synthetic gradients is one line, nothing written."""
+    for argv, words in ((["run", "--loop", "half"], "unknown loop 'half'"),
+                        (["run", "--loop", "closed"], "loop = 'closed' needs a live source"),
+                        (["compare", "topk", "dgc", "--loop", "closed"], "loop = 'closed' needs a live source")):
+        res = runner.invoke(app, [*argv, "--out", str(tmp_path)])
+        assert res.exit_code != 0 and "Traceback" not in res.output, argv
+        lines = _error_lines(res)
+        assert len(lines) == 1 and words in lines[0], (argv, lines)
+    assert list(tmp_path.iterdir()) == []

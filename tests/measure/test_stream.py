@@ -166,3 +166,47 @@ def test_scaled_error() -> None:
     assert scaled_error(float(y @ x), float(y @ y), float(x @ x)) == pytest.approx(expect, rel=1e-9)
     assert scaled_error(0.0, 0.0, 1.0) == 1.0  # nothing sent: the whole gradient is the error
     assert math.isfinite(scaled_error(-2.0, 1.0, 4.0))
+
+
+def _stream(grads, contribs, steps: int, workers: list[int], momentum: float, own: bool = False) -> DeliveredStream:
+    """The stream of the workers in ``workers`` alone (renumbered from 0), their aggregate the mean of their contributions."""
+    sub = {(t, i): grads[(t, w)] for t in range(steps) for i, w in enumerate(workers)}
+    stream = DeliveredStream(_reference(sub, steps, len(workers), momentum), len(grads[(0, 0)]), own)
+    for t in range(steps):
+        cs = [contribs[(t, w)] for w in workers]
+        stream.add_step(t, [sum(c[u] for c in cs) / len(cs) for u in range(len(cs[0]))], cs)
+    return stream
+
+
+@pytest.mark.parametrize(("momentum", "own"), [(0.0, False), (0.9, False), (0.9, True)])
+def test_leaving_a_worker_out_is_the_stream_of_the_others(momentum: float, own: bool) -> None:
+    """Each jackknife value equals the delivered fraction of a stream run without that worker, and the interval is the
+    headline ± t(W−1) × √((W−1)/W Σ (d_(−w) − mean)²)."""
+    steps, workers = 3, 4
+    grads = _grads(steps, workers, seed=4)
+    gen = torch.Generator().manual_seed(9)
+    contribs = {k: [x * (torch.rand(x.shape, generator=gen) < 0.3) / 0.3 for x in v] for k, v in grads.items()}
+    full = _stream(grads, contribs, steps, list(range(workers)), momentum, own)
+    loo = full.delivered_jackknife()
+    assert loo is not None and len(loo) == workers
+    for w in range(workers):
+        others = _stream(grads, contribs, steps, [v for v in range(workers) if v != w], momentum, own)
+        assert loo[w] == pytest.approx(others.delivered[-1], rel=1e-4, abs=1e-5)
+    ci = full.summary(stateful=False, min_steps=1)["delivered_ci"]
+    from scipy.stats import t as student
+
+    se = math.sqrt((workers - 1) / workers * sum((v - sum(loo) / workers) ** 2 for v in loo))
+    assert ci["mean"] == full.delivered[-1] and ci["n"] == workers and ci["se_mean"] == pytest.approx(se)
+    assert ci["hi"] - ci["mean"] == pytest.approx(student.ppf(0.975, workers - 1) * se)
+    assert ci["lo"] < ci["mean"] < ci["hi"]
+
+
+def test_no_interval_without_the_workers_contributions_or_with_one_worker() -> None:
+    grads = _grads(2, 1)
+    one = _stream(grads, grads, 2, [0], 0.0)
+    assert one.delivered_jackknife() is None and one.summary(False, 1)["delivered_ci"] is None
+    grads = _grads(2, 2)
+    hidden = DeliveredStream(_reference(grads, 2, 2, 0.0), 2, False)
+    for t in range(2):
+        hidden.add_step(t, _mean(grads, t, 2), None)  # a protocol whose aggregate is not the workers' mean (PowerSGD)
+    assert hidden.summary(False, 1)["delivered_ci"] is None

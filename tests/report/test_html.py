@@ -23,6 +23,7 @@ from gcbench.report.html_plotkit import label_points, style_map
 from gcbench.report.html_plots import (
     front_points,
     layer_matrix,
+    plot_decision,
     plot_ef_drift,
     plot_layers,
     plot_oneshot_pareto,
@@ -47,7 +48,7 @@ from gcbench.report.load import LoadedRun
 from gcbench.report.notes import X_COPY_HEADER
 from gcbench.report.views import by_source, case_name, pareto_front
 from gcbench.results.parse import as_case
-from gcbench.results.record import BEATS_BOUND
+from gcbench.results.record import BEATS_BOUND, RunCase
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -349,7 +350,8 @@ def _stream(delivered: float, steps: int = 12, enough: bool = True) -> dict[str,
     return {"reference": "dense momentum-SGD update (m=0.9)", "momentum": 0.9, "steps": steps, "min_steps": 10, "enough": enough,
             "delivered": delivered, "per_step_delivered": per, "per_step_error": [0.5] * steps,
             "per_step_error_scaled": [0.2] * steps,
-            "worker_ci": {"mean": delivered, "lo": delivered - 0.05, "hi": delivered + 0.05, "n": 4}}
+            "worker_ci": {"mean": delivered - 0.07, "lo": delivered - 0.1, "hi": delivered - 0.04, "n": 4},
+            "delivered_ci": {"mean": delivered, "lo": delivered - 0.012, "hi": delivered + 0.012, "n": 4}}
 
 
 def _with_streams(run: LoadedRun) -> LoadedRun:
@@ -434,7 +436,9 @@ def test_report_with_streams_puts_the_common_reference_first_and_one_shot_in_a_d
         assert section.index('title="1 − ‖Σ_t(U_t − D_t)‖') < detail
         assert section.index('data-plot="pareto"') < detail < section.index('data-plot="pareto_oneshot"')
         assert 'title="relative MSE ‖C(x)−x‖²/‖x‖²' not in section[:detail]  # no one-shot column in the main table
-    assert "(short: 2 steps)" in text and "-0.300 (workers -0.350 to -0.250)" in text
+    # the headline with its own interval in the summary; the workers' own range (below it, here) in the detail column
+    assert "(short: 2 steps)" in text and "-0.300 ± 0.012" in text and "-0.400 to -0.340" in text
+    assert "(workers " not in text
     assert "dgc-paper, dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in text  # DGC's own reference named in the detail
 
 
@@ -728,3 +732,71 @@ def test_the_pages_filter_box_keeps_the_rows_holding_every_word(tmp_path: Path) 
     out = subprocess.run([node, str(tmp_path / "dom.js"), str(tmp_path / "page.js")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["row 3 topk"]
+
+
+@pytest.fixture(scope="module")
+def thirteen_timed(tmp_path_factory: pytest.TempPathFactory) -> list[RunCase]:
+    """A real run of 13 timed cases on 2 workers: more than the throughput plot draws upright, more than the decision front."""
+    from gcbench.measure.runner import run_suite
+    from gcbench.measure.suite import parse_suite
+
+    names = ["none", "fp16", "bf16", "signsgd", "efsignsgd", "onebit", "terngrad", "qsgd", "topk", "randomk", "dgc", "natural",
+             "graddrop"]
+    suite = parse_suite({"name": "t", "seed": 0, "metrics": {"repeats": 2, "timing_repeats": 3, "timing_budget_s": 0.02},
+                         "sources": [{"kind": "synthetic", "shapes": [[64, 64]], "workers": 2, "steps": 1}],
+                         "compressors": [{"name": n} for n in names]})
+    out = run_suite(suite, tmp_path_factory.mktemp("thirteen"))
+    return [as_case(r) for r in out.records]
+
+
+def test_the_throughput_bars_lie_down_past_a_dozen_cases(thirteen_timed: list[RunCase]) -> None:
+    """Issue 33 item 5 at suite scale: 60 slanted names under one axis could not be read; past 12 cases each case is a
+    row named level, and the figure takes a row of the page."""
+    from gcbench.report.html_plots import THROUGHPUT_UPRIGHT_MAX
+
+    rows, _ = throughput_rows(thirteen_timed)
+    assert len(rows) > THROUGHPUT_UPRIGHT_MAX
+    p = plot_throughput(thirteen_timed, "t")
+    assert p is not None and p.wide
+    few = plot_throughput(thirteen_timed[:4], "t")
+    assert few is not None and not few.wide
+
+
+def test_the_decision_plot_names_every_grey_curve_on_demand(thirteen_timed: list[RunCase]) -> None:
+    """The front in colour; every curve, grey ones included, in a folded table with its break-even and speed-ups."""
+    from gcbench.distributed.advise import decision_curves
+
+    p = plot_decision(thirteen_timed, "t")
+    got = decision_curves(thirteen_timed)
+    assert p is not None and got is not None and p.more is not None
+    summary, headers, rows = p.more
+    assert summary.startswith("Every curve, named")
+    assert headers[:3] == ("case", "drawn", "break-even Gbit/s") and len(rows) == len(got[2])
+    drawn = {r[1] for r in rows}
+    assert drawn == {"front", "grey"} and "named in the table folded below" in p.caption
+    for row in rows:
+        assert row[2] in ("pays throughout", "never pays", "—") or float(row[2]) > 0
+    page = render_html([LoadedRun(GOLDEN / "x.json", {"schema_version": 1, "kind": "run",
+                                                      "cases": [c.to_json_dict() for c in thirteen_timed]})])
+    figure = re.search(r'data-plot="decision">.*?</figure>', page, re.S)
+    assert figure is not None and "<details class=\"more\">" in figure.group(0) and figure.group(0).count("<tr>") == len(rows) + 1
+
+
+def _png_height(uri: str) -> int:
+    import base64
+    import struct
+
+    data = base64.b64decode(uri.split(",", 1)[1])
+    return struct.unpack(">I", data[20:24])[0]  # the IHDR chunk: width, then height
+
+
+def test_the_stream_plot_grows_to_name_every_line() -> None:
+    """60 names at the lines' ends overlapped in 5.6 inches: the axes grow by one name height per line past ~35."""
+    def cases(n: int) -> list[RunCase]:
+        return [as_case(_case(f"c{i}", size={"ratio": 10.0}, stream=_stream(0.9 - 0.01 * i))) for i in range(n)]
+
+    few, many = plot_stream(cases(6), "t"), plot_stream(cases(60), "t")
+    assert few is not None and many is not None
+    assert _png_height(many.uri) > 1.5 * _png_height(few.uri)
+    # 30 names still fit the usual height (a tight crop moves by a few pixels with the names)
+    assert _png_height(plot_stream(cases(30), "t").uri) < 1.05 * _png_height(few.uri)  # type: ignore[union-attr]

@@ -30,6 +30,7 @@ from gcbench.report.columns import (
     compress_gbps_text,
     compress_x_copy_text,
     delivered_text,
+    worker_delivered_text,
     x_copy_text,
 )
 from gcbench.report.load import LoadedRun, load_runs
@@ -477,7 +478,8 @@ def _streamed(label: str, delivered: float, steps: int = 12, enough: bool = True
                               "per_step_delivered": per, "per_step_error": [0.5] * steps, "per_step_error_scaled": [0.2] * steps}
     if ci:
         stream["worker_delivered"] = [delivered - 0.01, delivered + 0.01]
-        stream["worker_ci"] = {"mean": delivered, "lo": delivered - 0.05, "hi": delivered + 0.05, "n": 2}
+        stream["worker_ci"] = {"mean": delivered - 0.06, "lo": delivered - 0.08, "hi": delivered - 0.04, "n": 2}
+        stream["delivered_ci"] = {"mean": delivered, "lo": delivered - 0.05, "hi": delivered + 0.05, "n": 2, "se_mean": 0.004}
     return RunCase.model_validate({
         "label": label, "status": "ok", "compressor": label, "source": {"name": "synthetic", "label": "synthetic"},
         "size": {"ratio": 100.0}, "stream": stream,
@@ -493,7 +495,12 @@ def _printed(parts: list[Any]) -> str:
 
 
 def test_delivered_cell_has_its_worker_ci_and_marks_a_short_stream() -> None:
-    assert delivered_text(_streamed("ef", 0.931)) == "0.931 (workers 0.881–0.981)"  # a range of the workers, not the headline's CI
+    assert delivered_text(_streamed("ef", 0.931)) == "0.931 ± 0.050"  # the headline's own interval
+    assert worker_delivered_text(_streamed("ef", 0.931)) == "0.851–0.891"  # the workers' own: another column
+    tiny = _streamed("ef", 0.5)
+    tiny.stream.delivered_ci.lo, tiny.stream.delivered_ci.hi = 0.4999, 0.5001  # type: ignore[union-attr]
+    assert delivered_text(tiny) == "0.500 ± 1.00e-04"  # not "< 0.001": the Markdown would carry an entity
+    assert worker_delivered_text(_streamed("ef", 0.931, ci=False)) == "—"
     assert delivered_text(_streamed("ef", 0.931, steps=2, enough=False, ci=False)) == "0.931 (short: 2 steps)"
     old = RunCase.model_validate({"label": "old", "status": "ok", "size": {"ratio": 2.0}})  # a file from before the stream view
     assert delivered_text(old) == "—"
@@ -514,7 +521,7 @@ def test_run_tables_put_the_common_reference_first_and_each_own_reference_apart(
     assert "dgc applies momentum itself" in flat
     assert "dgc: momentum-SGD update u_t = m·u_{t-1} + g_t" in flat
     row = {ln.split("│")[1].strip(): ln for ln in lines[main_header:oneshot_title] if ln.startswith("│")}
-    assert "0.950 (workers 0.900–1.000)" in row["dgc"] and "-0.400 (workers -0.450 to -0.350) (short: 3 steps)" in row["signsgd"]
+    assert "0.950 ± 0.050" in row["dgc"] and "-0.400 ± 0.050 (short: 3 steps)" in row["signsgd"]
     assert "short = a stream of fewer than the 10 steps" in flat
     oneshot = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:-1]] for ln in lines[oneshot_title:] if ln.startswith("│")}
     assert oneshot["topk"][:2] == ["0.9", "0.91"] and oneshot["topk"][3] == "0.3"  # q, q scaled, cosine: whole model
