@@ -1,0 +1,361 @@
+"""Block-scaled low-precision element formats: fp8 (e4m3, e5m2), fp4 (e2m1), int8, int4.
+
+One element quantizer serves every format: a float32 value ``y`` (already divided by its block's
+scale) is saturated to the format's largest finite magnitude, then rounded to the format's grid
+— round to nearest, ties to even, or stochastically — and written as the format's bit code:
+
+* floats (sign, exponent, mantissa; OCP 8-bit floating point spec and OCP Microscaling spec v1.0
+  for e2m1): for ``|y|`` in binade ``[2^e, 2^(e+1))`` (``e`` at least the format's smallest normal
+  exponent ``emin``, so the subnormals share the spacing of the first binade) the grid spacing is
+  ``2^(e − m)``; ``k = |y|·2^(m − e)`` is exact in float32 and rounds to an integer; the code is the
+  sign bit, then ``e + bias`` and ``k − 2^m`` for a normal result, or ``0`` and ``k`` for a subnormal;
+* integers (symmetric): ``k = |y|`` rounds to an integer at most ``qmax`` (127 or 7); the code is
+  the two's complement of ``±k`` in 8 or 4 bits.
+
+Stochastic rounding keeps ``⌊k⌋ + 1`` when the element's counter-based uniform
+(:mod:`gcbench.kernels.rng`, number ``i`` of the compression's stream for element ``i``) is below
+``k − ⌊k⌋``, so E[q] = y up to the uniforms' 2^-24 grid.  Decoding is a table lookup (``lut``) times
+the block's multiplier.  Saturation: ``|y|`` beyond the largest finite value becomes that value
+(e4m3 has no infinity: ±448; e5m2's ±inf is never produced: ±57344); a NaN ``y`` never reaches the
+quantizer (its block's multiplier is NaN, the compressors' rule, :mod:`gcbench.compressors.lowprec`).
+
+The numba kernels (:func:`encode_blocks`, :func:`encode_elements`, :func:`decode_blocks`,
+:func:`block_amax`) and the plain torch functions (:func:`quantize_torch`, :func:`block_amax_torch`,
+any device) compute the same bits; ``tests/compressors/test_lowprec.py`` checks both against
+torch's own float8 casts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gcbench.kernels.rng import _TWO_M24, GAMMA, _mix64, key_of
+from gcbench.kernels.runtime import PARALLEL, PART, bits_f32, f32_bits, njit, prange, run_parallel
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True)
+class ElemFormat:
+    """An element format: ``bits`` wide, ``m`` mantissa bits, smallest normal exponent ``emin``,
+    exponent ``bias``, largest finite magnitude ``maxv``, ``emax`` the exponent of its largest
+    binade (the MX scale rule subtracts it); integers have ``is_int`` and ``maxv = qmax``."""
+
+    name: str
+    bits: int
+    m: int
+    emin: int
+    bias: int
+    maxv: float
+    emax: int
+    is_int: bool = False
+
+    def lut(self) -> np.ndarray:
+        """The float32 value of every code (``2^bits`` entries): the decoder's table.
+
+        Codes the encoder never writes keep the format's meaning: e4m3's 0x7F/0xFF are NaN, e5m2's
+        exponent 31 is ±inf or NaN (what torch's float8 dtypes decode them to).
+        """
+        n = 1 << self.bits
+        codes = np.arange(n)
+        if self.is_int:
+            return np.where(codes >= n // 2, codes - n, codes).astype(np.float32)
+        ebits = self.bits - 1 - self.m
+        sign = np.where(codes >> (self.bits - 1), -1.0, 1.0)
+        ex = (codes >> self.m) & ((1 << ebits) - 1)
+        man = codes & ((1 << self.m) - 1)
+        mag = np.where(ex == 0, man * 2.0 ** (self.emin - self.m), (1.0 + man / 2.0**self.m) * 2.0 ** (ex - self.bias))
+        if self.name == "e4m3":
+            mag = np.where((ex == 15) & (man == 7), np.nan, mag)
+        elif self.name == "e5m2":
+            mag = np.where(ex == 31, np.where(man == 0, np.inf, np.nan), mag)
+        return (sign * mag).astype(np.float32)
+
+    def packed_nbytes(self, d: int) -> int:
+        """Bytes of ``d`` codes: one each at 8 bits, two per byte at 4 (low nibble first)."""
+        return d if self.bits == 8 else (d + 1) // 2
+
+
+E4M3 = ElemFormat("e4m3", 8, 3, -6, 7, 448.0, 8)
+E5M2 = ElemFormat("e5m2", 8, 2, -14, 15, 57344.0, 15)
+E2M1 = ElemFormat("e2m1", 4, 1, 0, 1, 6.0, 2)
+INT8 = ElemFormat("int8", 8, 0, 0, 0, 127.0, 0, is_int=True)
+INT4 = ElemFormat("int4", 4, 0, 0, 0, 7.0, 0, is_int=True)
+FORMATS = {f.name: f for f in (E4M3, E5M2, E2M1, INT8, INT4)}
+
+# how a block's scale is made from its amax (the compressors' scale rules; the numba kernels branch on it)
+SCALE_F32 = 0  # fp32 amax / maxv (fp8 per tensor or block, blockint)
+SCALE_E8M0 = 1  # OCP MX: 2^(floor(log2 amax) − emax), 8-bit exponent code, 0xFF NaN
+SCALE_NV = 2  # NVFP4: e4m3 code of (amax / 6) / tensor_scale, the multiplier that value times tensor_scale
+
+
+# ----------------------------------------------------------------------------- torch (any device)
+
+
+def block_amax_torch(flat: torch.Tensor, block: int) -> torch.Tensor:
+    """max |x| of each block of ``block`` elements (the last may be shorter), float32; NaN for a block
+    holding a NaN or ±inf."""
+    d = flat.numel()
+    nb = -(-d // block)
+    pad = nb * block - d
+    v = torch.nn.functional.pad(flat, (0, pad)) if pad else flat
+    amax = v.reshape(nb, block).abs().amax(1)
+    return torch.where(torch.isfinite(amax), amax, torch.full_like(amax, float("nan")))
+
+
+def quantize_torch(y: torch.Tensor, fmt: ElemFormat, u: torch.Tensor | None = None) -> torch.Tensor:
+    """Codes (uint8, one per element) of float32 ``y`` (no NaN): saturated, rounded to nearest even
+    (``u`` None) or stochastically with the uniforms ``u``."""
+    a = y.abs().clamp(max=fmt.maxv)
+    neg = torch.signbit(y)
+    if fmt.is_int:
+        k = a
+    else:
+        e = ((a.view(torch.int32) >> 23) & 0xFF) - 127
+        e = e.clamp(min=fmt.emin)
+        k = a * ((fmt.m - e + 127) << 23).view(torch.float32)  # times 2^(m − e): exact
+    if u is None:
+        q = torch.round(k)  # half to even
+    else:
+        fl = torch.floor(k)
+        q = fl + (u < k - fl).to(k.dtype)
+    qi = q.to(torch.int32)
+    if fmt.is_int:
+        code = torch.where(neg, -qi, qi) & ((1 << fmt.bits) - 1)
+    else:
+        up = qi >= (2 << fmt.m)  # rounded up into the next binade: k = 2^(m+1) is 2^m there
+        e = e + up.to(torch.int32)
+        qi = torch.where(up, qi >> 1, qi)
+        normal = qi >= (1 << fmt.m)
+        code = torch.where(normal, ((e + fmt.bias) << fmt.m) | (qi - (1 << fmt.m)), qi)
+        code = code | (neg.to(torch.int32) << (fmt.bits - 1))
+    return code.to(torch.uint8)
+
+
+def pack_nibbles_torch(codes: torch.Tensor) -> torch.Tensor:
+    """Two 4-bit codes per byte, the first in the low nibble (an odd count pads a zero nibble)."""
+    if codes.numel() % 2:
+        codes = torch.cat([codes, codes.new_zeros(1)])
+    pairs = codes.reshape(-1, 2)
+    return pairs[:, 0] | (pairs[:, 1] << 4)
+
+
+def unpack_nibbles_torch(data: torch.Tensor, d: int) -> torch.Tensor:
+    """The ``d`` 4-bit codes of :func:`pack_nibbles_torch`'s bytes."""
+    return torch.stack([data & 15, data >> 4], 1).reshape(-1)[:d]
+
+
+def uniforms_torch(seed: int, n: int, device: torch.device | str) -> torch.Tensor:
+    """The stochastic rounding's uniforms in plain torch (number ``i`` for element ``i``)."""
+    from gcbench.kernels.rng import rand24_torch
+
+    return rand24_torch(seed, n, device).to(torch.float32) * 2.0**-24
+
+
+# ----------------------------------------------------------------------------- numba (CPU)
+
+
+@njit(inline="always")
+def _code(y, u, m, emin, bias, maxv, bits, is_int, stochastic):  # pragma: no cover - compiled
+    """The code of one float32 value (no NaN): :func:`quantize_torch`'s arithmetic, element by element."""
+    a = abs(y)
+    if not (a <= maxv):
+        a = maxv
+    if is_int:
+        k = a
+        e = np.int32(0)
+    else:
+        e = np.int32(((f32_bits(a) >> 23) & 0xFF) - 127)
+        if e < emin:
+            e = np.int32(emin)
+        k = a * bits_f32(np.int32((m - e + 127) << 23))
+    if stochastic:
+        fl = np.float32(np.floor(k))
+        q = np.int32(fl) + (np.int32(1) if u < k - fl else np.int32(0))
+    else:
+        q = np.int32(np.rint(k))
+    neg = f32_bits(y) < 0
+    if is_int:
+        c = -q if neg else q
+        return np.uint8(c & ((1 << bits) - 1))
+    if q >= (2 << m):
+        e += 1
+        q >>= 1
+    if q >= (1 << m):
+        c = ((e + bias) << m) | (q - (1 << m))
+    else:
+        c = q
+    if neg:
+        c |= 1 << (bits - 1)
+    return np.uint8(c)
+
+
+@njit(inline="always")
+def _uniform(key, i):  # pragma: no cover - compiled
+    return np.float32(np.uint32(_mix64(key + np.uint64(i + 1) * GAMMA) >> np.uint64(40))) * _TWO_M24
+
+
+@njit(inline="always")
+def _quantize_range(x, lo, hi, den, m, emin, bias, maxv, bits, is_int, stochastic, key, out):  # pragma: no cover - compiled
+    """Codes of x[lo:hi] divided by ``den`` into ``out`` (bytes, or nibbles at 4 bits; ``lo`` even then)."""
+    ok = den > 0
+    u = np.float32(0.0)
+    if bits == 8:
+        for i in range(lo, hi):
+            y = x[i] / den if ok else np.float32(0.0)
+            if stochastic:
+                u = _uniform(key, i)
+            out[i] = _code(y, u, m, emin, bias, maxv, bits, is_int, stochastic)
+    else:
+        for i in range(lo, hi):
+            y = x[i] / den if ok else np.float32(0.0)
+            if stochastic:
+                u = _uniform(key, i)
+            c = _code(y, u, m, emin, bias, maxv, bits, is_int, stochastic)
+            if i & 1:
+                out[i >> 1] |= np.uint8(c << 4)
+            else:
+                out[i >> 1] = c
+
+
+@njit(inline="always")
+def _scale(amax, kind, maxv, emax, ts):  # pragma: no cover - compiled
+    """(scale code bits, multiplier) of one block from its amax (NaN: a non-finite block).
+
+    SCALE_F32: amax / maxv (the code is the float32's bits); SCALE_E8M0: E = floor(log2 amax) − emax + 127
+    clamped to [0, 254], 255 for NaN, multiplier 2^(E − 127); SCALE_NV: the e4m3 code of (amax / 6) / ts and
+    its value times ts."""
+    if kind == SCALE_F32:
+        s = amax / maxv
+        return np.int64(f32_bits(s)), s
+    if kind == SCALE_E8M0:
+        if amax != amax:
+            return np.int64(255), np.float32(np.nan)
+        ex = np.int32(((f32_bits(amax) >> 23) & 0xFF) - 127) - emax + 127
+        if ex < 0:
+            ex = np.int32(0)
+        mult = bits_f32(np.int32(0x00400000)) if ex == 0 else bits_f32(np.int32(ex << 23))
+        return np.int64(ex), mult
+    v = (amax / np.float32(6.0)) / ts if ts > 0 else np.float32(0.0)
+    if v != v:
+        v = np.float32(0.0)
+    c = _code(v, np.float32(0.0), 3, -6, 7, np.float32(448.0), 8, False, False)
+    return np.int64(c), _e4m3_value(c) * ts
+
+
+@njit(inline="always")
+def _e4m3_value(c):  # pragma: no cover - compiled
+    ex = (c >> 3) & 15
+    man = c & 7
+    if ex == 0:
+        return np.float32(man) * np.float32(2.0**-9)
+    return bits_f32(np.int32(((ex - 7 + 127) << 23) | (man << 20)))
+
+
+@njit(inline="always")
+def _block_absmax(x, lo, hi):  # pragma: no cover - compiled
+    """max |x[lo:hi]| via the bit patterns (NaN and ±inf above every finite value), NaN if any is non-finite."""
+    mx = np.int32(0)
+    for i in range(lo, hi):
+        b = f32_bits(x[i]) & np.int32(0x7FFFFFFF)
+        if b > mx:
+            mx = b
+    if mx >= np.int32(0x7F800000):
+        return np.float32(np.nan)
+    return bits_f32(mx)
+
+
+@njit(**PARALLEL)
+def _encode_blocks_kernel(x, block, kind, maxv, emax, ts, m, emin, bias, emaxv, bits, is_int, stochastic, key,
+                          scode, mult, out):  # pragma: no cover - compiled
+    n = x.size
+    nb = (n + block - 1) // block
+    per = max(1, PART // block)
+    if block & 1 and per & 1:
+        per += 1  # an even number of odd blocks: a nibble pair never straddles two threads
+    for g in prange((nb + per - 1) // per):
+        for b in range(g * per, min(nb, (g + 1) * per)):
+            lo = b * block
+            hi = min(n, lo + block)
+            c, s = _scale(_block_absmax(x, lo, hi), kind, maxv, emax, ts)
+            scode[b] = c
+            mult[b] = s
+            _quantize_range(x, lo, hi, s, m, emin, bias, emaxv, bits, is_int, stochastic, key, out)
+
+
+def encode_blocks(x: np.ndarray, block: int, kind: int, fmt: ElemFormat, ts: float, seed: int | None,
+                  scode: np.ndarray, mult: np.ndarray, out: np.ndarray) -> None:
+    """Blocks of at most :data:`PART` elements in one pass each: amax, scale (code into ``scode``, int64;
+    multiplier into ``mult``), then the codes into ``out``; ``ts`` is NVFP4's tensor scale."""
+    run_parallel(_encode_blocks_kernel, x.size, x, np.int64(block), np.int64(kind), np.float32(fmt.maxv), np.int32(fmt.emax),
+                 np.float32(ts), np.int32(fmt.m), np.int32(fmt.emin), np.int32(fmt.bias), np.float32(fmt.maxv), np.int64(fmt.bits),
+                 fmt.is_int, seed is not None, key_of(seed or 0), scode, mult, out)
+
+
+@njit(**PARALLEL)
+def _amax_chunks_kernel(x, block, cpb, out):  # pragma: no cover - compiled
+    n = x.size
+    nb = (n + block - 1) // block
+    for j in prange(nb * cpb):
+        b = j // cpb
+        lo = b * block + (j % cpb) * PART
+        hi = min(n, b * block + block, lo + PART)
+        out[j] = _block_absmax(x, lo, hi) if lo < hi else np.float32(0.0)
+
+
+def block_amax(x: np.ndarray, block: int) -> np.ndarray:
+    """max |x| per block of ``block`` elements (NaN for a non-finite block), for blocks larger than :data:`PART`,
+    in parallel parts of each block (:func:`block_amax_torch`'s numbers)."""
+    cpb = -(-block // PART)
+    nb = -(-x.size // block)
+    parts = np.empty(nb * cpb, np.float32)
+    run_parallel(_amax_chunks_kernel, x.size, x, np.int64(block), np.int64(cpb), parts)
+    return parts.reshape(nb, cpb).max(1)  # NaN propagates
+
+
+@njit(**PARALLEL)
+def _encode_elements_kernel(x, block, mult, m, emin, bias, maxv, bits, is_int, stochastic, key, out):  # pragma: no cover - compiled
+    n = x.size
+    for p in prange((n + PART - 1) // PART):
+        lo = p * PART
+        hi = min(n, lo + PART)
+        i = lo
+        while i < hi:  # the part in runs of one block (PART is even: a nibble pair never straddles parts)
+            b = i // block
+            end = min(hi, (b + 1) * block)
+            _quantize_range(x, i, end, mult[b], m, emin, bias, maxv, bits, is_int, stochastic, key, out)
+            i = end
+
+
+def encode_elements(x: np.ndarray, block: int, mult: np.ndarray, fmt: ElemFormat, seed: int | None, out: np.ndarray) -> None:
+    """The codes of ``x`` divided by its block's multiplier ``mult[i // block]`` (blocks of any size, parts in parallel)."""
+    run_parallel(_encode_elements_kernel, x.size, x, np.int64(block), mult, np.int32(fmt.m), np.int32(fmt.emin), np.int32(fmt.bias),
+                 np.float32(fmt.maxv), np.int64(fmt.bits), fmt.is_int, seed is not None, key_of(seed or 0), out)
+
+
+@njit(**PARALLEL)
+def _decode_kernel(data, bits, lut, block, mult, out):  # pragma: no cover - compiled
+    n = out.size
+    for p in prange((n + PART - 1) // PART):
+        lo = p * PART
+        hi = min(n, lo + PART)
+        i = lo
+        while i < hi:
+            b = i // block
+            end = min(hi, (b + 1) * block)
+            s = mult[b]
+            if bits == 8:
+                for j in range(i, end):
+                    out[j] = lut[data[j]] * s
+            else:
+                for j in range(i, end):
+                    out[j] = lut[(data[j >> 1] >> ((j & 1) * 4)) & 15] * s
+            i = end
+
+
+def decode_blocks(data: np.ndarray, fmt: ElemFormat, lut: np.ndarray, block: int, mult: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = lut[code i] · mult[i // block] for the packed codes ``data``."""
+    run_parallel(_decode_kernel, out.size, data, np.int64(fmt.bits), lut, np.int64(block), mult, out)
