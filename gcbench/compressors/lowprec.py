@@ -94,7 +94,8 @@ def encode_torch(flat: torch.Tensor, fmt: lp.ElemFormat, kind: int, block: int, 
     ts = _tensor_scale(amax.max()) if kind == lp.SCALE_NV else _scalar(0.0, flat)
     scale_bytes, mult = scales_torch(amax, kind, fmt, ts)
     den = mult.repeat_interleave(block)[:d]
-    y = torch.where(den > 0, flat / den, _scalar(0.0, flat))
+    inv = torch.where(mult > 0, (_scalar(1.0, mult) / mult).clamp(max=lp.F32_MAX), _scalar(0.0, mult)).repeat_interleave(block)[:d]
+    y = torch.where(inv > 0, flat * inv, _scalar(0.0, flat))
     u = None if seed is None else lp.uniforms_torch(seed, d, flat.device)
     codes = lp.quantize_torch(y, fmt, u)
     wire = codes if fmt.bits == 8 else lp.pack_nibbles_torch(codes)

@@ -36,6 +36,7 @@ from gcbench.kernels.rng import _TWO_M24, GAMMA, _mix64, key_of
 from gcbench.kernels.runtime import PARALLEL, PART, bits_f32, f32_bits, njit, prange, run_parallel
 
 F32_MAX = float(np.finfo(np.float32).max)
+_F32_MAX = np.float32(F32_MAX)
 
 
 @dataclass(frozen=True)
@@ -194,31 +195,63 @@ def _code(y, u, m, emin, bias, maxv, bits, is_int, stochastic):  # pragma: no co
 
 
 @njit(inline="always")
+def _code_nearest(y, m, emin, bias, maxv, bits, is_int):  # pragma: no cover - compiled
+    """:func:`_code` with round to nearest even, without branches on the value (so the loop vectorises).
+
+    Floats: a normal result rounds the float32 bit pattern at mantissa bit ``23 − m`` (ties to even,
+    a carry runs into the exponent); a subnormal one adds ``C = 2^(emin − m + 23)``, whose spacing is the
+    format's subnormal step, and takes the float32 addition's own rounding: the same grid and ties as
+    :func:`_code` (the tests check both against torch's float8 casts)."""
+    a = min(abs(y), maxv)
+    neg = np.int32(1) if f32_bits(y) < 0 else np.int32(0)
+    if is_int:
+        q = np.int32(np.rint(a))
+        return np.uint8(((q ^ -neg) + neg) & ((1 << bits) - 1))
+    b = f32_bits(a)
+    sh = 23 - m
+    cn = ((b + ((np.int32(1) << (sh - 1)) - 1) + ((b >> sh) & 1)) >> sh) - ((127 - bias) << m)
+    cc = bits_f32(np.int32((emin - m + 23 + 127) << 23))
+    cs = f32_bits(a + cc) - f32_bits(cc)
+    c = cn if a >= bits_f32(np.int32((emin + 127) << 23)) else cs
+    return np.uint8(c | (neg << (bits - 1)))
+
+
+@njit(inline="always")
 def _uniform(key, i):  # pragma: no cover - compiled
     return np.float32(np.uint32(_mix64(key + np.uint64(i + 1) * GAMMA) >> np.uint64(40))) * _TWO_M24
 
 
 @njit(inline="always")
-def _quantize_range(x, lo, hi, den, m, emin, bias, maxv, bits, is_int, stochastic, key, out):  # pragma: no cover - compiled
-    """Codes of x[lo:hi] divided by ``den`` into ``out`` (bytes, or nibbles at 4 bits; ``lo`` even then)."""
-    ok = den > 0
-    u = np.float32(0.0)
-    if bits == 8:
-        for i in range(lo, hi):
-            y = x[i] / den if ok else np.float32(0.0)
-            if stochastic:
-                u = _uniform(key, i)
-            out[i] = _code(y, u, m, emin, bias, maxv, bits, is_int, stochastic)
+def _inv(s):  # pragma: no cover - compiled
+    """The encoder's factor of a block with multiplier ``s``: min(1/s, float32 max), 0 when s is 0 or NaN."""
+    if s > 0:
+        r = np.float32(1.0) / s
+        return r if r <= _F32_MAX else _F32_MAX
+    return np.float32(0.0)
+
+
+@njit(inline="always")
+def _quantize(xs, start, inv, m, emin, bias, maxv, bits, is_int, stochastic, key, dst):  # pragma: no cover - compiled
+    """dst[t] = code of xs[t]·inv (element ``start + t`` of the tensor draws uniform ``start + t``); zeros when inv = 0."""
+    n = xs.size
+    if inv == 0:
+        for t in range(n):
+            dst[t] = 0
+    elif stochastic:
+        for t in range(n):
+            dst[t] = _code(xs[t] * inv, _uniform(key, start + t), m, emin, bias, maxv, bits, is_int, True)
     else:
-        for i in range(lo, hi):
-            y = x[i] / den if ok else np.float32(0.0)
-            if stochastic:
-                u = _uniform(key, i)
-            c = _code(y, u, m, emin, bias, maxv, bits, is_int, stochastic)
-            if i & 1:
-                out[i >> 1] |= np.uint8(c << 4)
-            else:
-                out[i >> 1] = c
+        for t in range(n):
+            dst[t] = _code_nearest(xs[t] * inv, m, emin, bias, maxv, bits, is_int)
+
+
+@njit(inline="always")
+def _pack_nibbles(tmp, n, dst):  # pragma: no cover - compiled
+    """dst[j] = tmp[2j] | tmp[2j+1] << 4 over ``n`` codes (an odd last one alone in its low nibble)."""
+    for j in range(n // 2):
+        dst[j] = tmp[2 * j] | (tmp[2 * j + 1] << 4)
+    if n & 1:
+        dst[n // 2] = tmp[n - 1]
 
 
 @njit(inline="always")
@@ -242,7 +275,7 @@ def _scale(amax, kind, maxv, emax, ts):  # pragma: no cover - compiled
     v = (amax / np.float32(6.0)) / ts if ts > 0 else np.float32(0.0)
     if v != v:
         v = np.float32(0.0)
-    c = _code(v, np.float32(0.0), 3, -6, 7, np.float32(448.0), 8, False, False)
+    c = _code_nearest(v, 3, -6, 7, np.float32(448.0), 8, False)
     return np.int64(c), _e4m3_value(c) * ts
 
 
@@ -256,11 +289,11 @@ def _e4m3_value(c):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _block_absmax(x, lo, hi):  # pragma: no cover - compiled
-    """max |x[lo:hi]| via the bit patterns (NaN and ±inf above every finite value), NaN if any is non-finite."""
+def _block_absmax(xs):  # pragma: no cover - compiled
+    """max |xs| via the bit patterns (NaN and ±inf above every finite value), NaN if any is non-finite."""
     mx = np.int32(0)
-    for i in range(lo, hi):
-        b = f32_bits(x[i]) & np.int32(0x7FFFFFFF)
+    for i in range(xs.size):
+        b = f32_bits(xs[i]) & np.int32(0x7FFFFFFF)
         if b > mx:
             mx = b
     if mx >= np.int32(0x7F800000):
@@ -268,29 +301,58 @@ def _block_absmax(x, lo, hi):  # pragma: no cover - compiled
     return bits_f32(mx)
 
 
+@njit(inline="always")
+def _quantize_each(xs, start, invx, m, emin, bias, maxv, bits, is_int, stochastic, key, dst):  # pragma: no cover - compiled
+    """dst[t] = code of xs[t]·invx[t]: one flat loop over many small blocks (their factors spread per element)."""
+    if stochastic:
+        for t in range(xs.size):
+            dst[t] = _code(xs[t] * invx[t], _uniform(key, start + t), m, emin, bias, maxv, bits, is_int, True)
+    else:
+        for t in range(xs.size):
+            dst[t] = _code_nearest(xs[t] * invx[t], m, emin, bias, maxv, bits, is_int)
+
+
 @njit(**PARALLEL)
-def _encode_blocks_kernel(x, block, kind, maxv, emax, ts, m, emin, bias, emaxv, bits, is_int, stochastic, key,
+def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, is_int, stochastic, key,
                           scode, mult, out):  # pragma: no cover - compiled
     n = x.size
     nb = (n + block - 1) // block
     per = max(1, PART // block)
     if block & 1 and per & 1:
-        per += 1  # an even number of odd blocks: a nibble pair never straddles two threads
+        per += 1  # an even number of odd blocks: a group starts on an even element, a nibble pair in one thread
     for g in prange((nb + per - 1) // per):
-        for b in range(g * per, min(nb, (g + 1) * per)):
+        b0 = g * per
+        b1 = min(nb, b0 + per)
+        lo0 = b0 * block
+        hi1 = min(n, b1 * block)
+        invx = np.empty(hi1 - lo0, np.float32)
+        zero = False
+        for b in range(b0, b1):  # the group's scales, then one loop over its elements
             lo = b * block
             hi = min(n, lo + block)
-            c, s = _scale(_block_absmax(x, lo, hi), kind, maxv, emax, ts)
+            c, s = _scale(_block_absmax(x[lo:hi]), kind, maxv, emax, ts)
             scode[b] = c
             mult[b] = s
-            _quantize_range(x, lo, hi, s, m, emin, bias, emaxv, bits, is_int, stochastic, key, out)
+            iv = _inv(s)
+            zero |= iv == 0
+            inv_b = invx[lo - lo0:hi - lo0]
+            for t in range(inv_b.size):
+                inv_b[t] = iv
+        codes = out[lo0:hi1] if bits == 8 else np.empty(hi1 - lo0, np.uint8)
+        _quantize_each(x[lo0:hi1], lo0, invx, m, emin, bias, maxv, bits, is_int, stochastic, key, codes)
+        if zero:  # a block of scale 0 or NaN sends zero codes
+            for b in range(b0, b1):
+                if _inv(mult[b]) == 0:
+                    codes[b * block - lo0:min(n, b * block + block) - lo0] = 0
+        if bits == 4:
+            _pack_nibbles(codes, hi1 - lo0, out[lo0 // 2:(hi1 + 1) // 2])
 
 
 def encode_blocks(x: np.ndarray, block: int, kind: int, fmt: ElemFormat, ts: float, seed: int | None,
                   scode: np.ndarray, mult: np.ndarray, out: np.ndarray) -> None:
     """Blocks of at most :data:`PART` elements in one pass each: amax, scale (code into ``scode``, int64;
     multiplier into ``mult``), then the codes into ``out``; ``ts`` is NVFP4's tensor scale."""
-    run_parallel(_encode_blocks_kernel, x.size, x, np.int64(block), np.int64(kind), np.float32(fmt.maxv), np.int32(fmt.emax),
+    run_parallel(_encode_blocks_kernel, x.size, x, np.int64(block), np.int64(kind), np.int32(fmt.emax),
                  np.float32(ts), np.int32(fmt.m), np.int32(fmt.emin), np.int32(fmt.bias), np.float32(fmt.maxv), np.int64(fmt.bits),
                  fmt.is_int, seed is not None, key_of(seed or 0), scode, mult, out)
 
@@ -303,7 +365,7 @@ def _amax_chunks_kernel(x, block, cpb, out):  # pragma: no cover - compiled
         b = j // cpb
         lo = b * block + (j % cpb) * PART
         hi = min(n, b * block + block, lo + PART)
-        out[j] = _block_absmax(x, lo, hi) if lo < hi else np.float32(0.0)
+        out[j] = _block_absmax(x[lo:hi]) if lo < hi else np.float32(0.0)
 
 
 def block_amax(x: np.ndarray, block: int) -> np.ndarray:
@@ -320,14 +382,18 @@ def block_amax(x: np.ndarray, block: int) -> np.ndarray:
 def _encode_elements_kernel(x, block, mult, m, emin, bias, maxv, bits, is_int, stochastic, key, out):  # pragma: no cover - compiled
     n = x.size
     for p in prange((n + PART - 1) // PART):
-        lo = p * PART
+        lo = p * PART  # PART is even: a nibble pair never straddles two parts
         hi = min(n, lo + PART)
+        tmp = np.empty(hi - lo if bits == 4 else 0, np.uint8)
         i = lo
-        while i < hi:  # the part in runs of one block (PART is even: a nibble pair never straddles parts)
+        while i < hi:  # the part in runs of one block
             b = i // block
             end = min(hi, (b + 1) * block)
-            _quantize_range(x, i, end, mult[b], m, emin, bias, maxv, bits, is_int, stochastic, key, out)
+            dst = out[i:end] if bits == 8 else tmp[i - lo:end - lo]
+            _quantize(x[i:end], i, _inv(mult[b]), m, emin, bias, maxv, bits, is_int, stochastic, key, dst)
             i = end
+        if bits == 4:
+            _pack_nibbles(tmp, hi - lo, out[lo // 2:(hi + 1) // 2])
 
 
 def encode_elements(x: np.ndarray, block: int, mult: np.ndarray, fmt: ElemFormat, seed: int | None, out: np.ndarray) -> None:
@@ -336,23 +402,33 @@ def encode_elements(x: np.ndarray, block: int, mult: np.ndarray, fmt: ElemFormat
                  np.float32(fmt.maxv), np.int64(fmt.bits), fmt.is_int, seed is not None, key_of(seed or 0), out)
 
 
+@njit(inline="always")
+def _values(codes, lut, s, out):  # pragma: no cover - compiled
+    for t in range(out.size):
+        out[t] = lut[codes[t]] * s
+
+
 @njit(**PARALLEL)
 def _decode_kernel(data, bits, lut, block, mult, out):  # pragma: no cover - compiled
     n = out.size
     for p in prange((n + PART - 1) // PART):
         lo = p * PART
         hi = min(n, lo + PART)
+        if bits == 8:
+            codes = data[lo:hi]
+        else:  # PART is even: the part's nibbles are whole bytes
+            codes = np.empty(hi - lo, np.uint8)
+            src = data[lo // 2:(hi + 1) // 2]
+            for j in range((hi - lo) // 2):
+                codes[2 * j] = src[j] & 15
+                codes[2 * j + 1] = src[j] >> 4
+            if (hi - lo) & 1:
+                codes[hi - lo - 1] = src[(hi - lo) // 2] & 15
         i = lo
-        while i < hi:
+        while i < hi:  # runs of one block
             b = i // block
             end = min(hi, (b + 1) * block)
-            s = mult[b]
-            if bits == 8:
-                for j in range(i, end):
-                    out[j] = lut[data[j]] * s
-            else:
-                for j in range(i, end):
-                    out[j] = lut[(data[j >> 1] >> ((j & 1) * 4)) & 15] * s
+            _values(codes[i - lo:end - lo], lut, mult[b], out[i:end])
             i = end
 
 
