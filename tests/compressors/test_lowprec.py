@@ -188,7 +188,7 @@ def test_numba_path_sends_the_torch_paths_bytes(name: str, params: dict) -> None
         x = normal((d,), seed=d + 1) * torch.logspace(-4, 4, d)
         block = min(comp._block(d), d)
         seed = 77 if params.get("rounding") == "stochastic" else None
-        body, decoded = encode_torch(x, comp._fmt(), comp.kind, block, seed)
+        body, _ = encode_torch(x, comp._fmt(), comp.kind, block, seed)
         assert np.array_equal(encode_cpu(x.numpy(), comp._fmt(), comp.kind, block, seed), body.numpy()), d
         p = comp.compress(x, State(3))
         assert torch.equal(comp.decompress(p).reshape(-1), comp.reference(x, State(3)))
@@ -335,3 +335,12 @@ def test_hostile_scale_bytes_decode_without_raising(name: str) -> None:
     data[:8] = 0xFF
     out = decompress(Payload(p.codec, p.version, p.dtype, p.shape, data, p.meta))
     assert out.shape == (100,)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_flags_follow_the_rounding(name: str) -> None:
+    """Deterministic with round to nearest, randomised with stochastic rounding (the card's ``random_when``)."""
+    info = registry.get(name)
+    assert info.resolve_flags().deterministic and not info.resolve_flags({"rounding": "stochastic"}).deterministic
+    assert info.resolve_flags().biased
+    assert info.resolve_flags({"rounding": "stochastic"}).biased == (name in ("mxfp8", "mxfp4", "nvfp4"))

@@ -3,10 +3,9 @@
 Every card offers ``rounding=nearest`` (round to nearest even, deterministic, biased) and
 ``rounding=stochastic``.  Stochastic rounding makes ``fp8`` and ``blockint`` unbiased
 (``unbiased_when``); ``mxfp8``, ``mxfp4`` and ``nvfp4`` stay biased with it, since their scale
-rules let block values saturate (see :mod:`gcbench.compressors.lowprec`).  A card declares one
-``deterministic`` flag for every configuration, so these say ``deterministic=False`` (the runner
-then repeats each one-shot measurement, which for ``rounding=nearest`` measures zero variance);
-with ``rounding=nearest`` no random number is drawn.
+rules let block values saturate (see :mod:`gcbench.compressors.lowprec`).  Each card is
+deterministic with ``rounding=nearest`` (no random number is drawn) and randomised with
+``rounding=stochastic`` (``random_when``), so the runner repeats the one-shot measurement only then.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ FP8_CARD = CompressorInfo(
     version=1,
     description="fp8 (e4m3 or e5m2) with an fp32 scale amax/max per tensor or per block, saturating",
     paper="Micikevicius et al. 2022, FP8 Formats for Deep Learning (OCP 8-bit floating point); per-tensor scaling as torchao's fp8",
-    biased=True, stateful=False, error_feedback="no", deterministic=False, reconstructed=False,
-    unbiased_when={"rounding": "stochastic"},
+    biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
+    unbiased_when={"rounding": "stochastic"}, random_when={"rounding": "stochastic"},
     params=(
         Param("format", str, "e4m3", "element format: e4m3 (max 448, no inf) or e5m2 (max 57344)", choices=("e4m3", "e5m2")),
         Param("scale", str, "tensor", "one fp32 scale per tensor, or one per block of `block` elements", choices=("tensor", "block")),
@@ -46,8 +45,8 @@ def _mx(name: str, cls: str, elem: str, bits: int, target: Target) -> Compressor
         version=1,
         description=f"OCP Microscaling {name.upper()}: {elem} elements, 32-element blocks sharing an E8M0 power-of-two scale",
         paper="OCP Microscaling Formats (MX) Specification v1.0 (2023); Rouhani et al. 2023, Microscaling Data Formats for Deep Learning",
-        biased=True, stateful=False, error_feedback="no", deterministic=False, reconstructed=False,
-        params=(rounding_param(),),
+        biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
+        params=(rounding_param(),), random_when={"rounding": "stochastic"},
         target=target,
         traffic_bytes=4.0 + bits / 8 + 1 / 32,  # one read (a block's amax in cache), the codes and one scale byte per 32 out
     )
@@ -62,8 +61,8 @@ NVFP4_CARD = CompressorInfo(
     version=1,
     description="NVFP4: e2m1 elements, an e4m3 scale per 16, one fp32 tensor scale amax/(448*6)",
     paper="NVIDIA 2025, NVFP4 (Blackwell two-level microscaling; Pretraining LLMs with NVFP4)",
-    biased=True, stateful=False, error_feedback="no", deterministic=False, reconstructed=True,
-    params=(rounding_param(),),
+    biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=True,
+    params=(rounding_param(),), random_when={"rounding": "stochastic"},
     target=Target(4.0, 4.0),
     traffic_bytes=8.5625,  # two reads (the tensor amax first), 4 bits and one scale byte per 16 out
 )
@@ -74,8 +73,8 @@ BLOCKINT_CARD = CompressorInfo(
     version=1,
     description="symmetric int8/int4 per block with an fp32 scale amax/qmax (ZeRO++ qgZ-style gradient quantization)",
     paper="Wang et al. 2023, ZeRO++: Extremely Efficient Collective Communication for Giant Model Training (qgZ)",
-    biased=True, stateful=False, error_feedback="no", deterministic=False, reconstructed=True,
-    unbiased_when={"rounding": "stochastic"},
+    biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=True,
+    unbiased_when={"rounding": "stochastic"}, random_when={"rounding": "stochastic"},
     params=(
         Param("bits", int, 8, "bits per element: 8 or 4 (int4 two per byte)", low=4, high=8),
         Param("block", int, 256, "elements per fp32 scale (0.125 bits/element of scales); a shorter tail block is sent",
