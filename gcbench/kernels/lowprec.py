@@ -264,28 +264,24 @@ def _scale(amax, kind, maxv, emax, ts):  # pragma: no cover - compiled
     if kind == SCALE_F32:
         s = amax / maxv
         return np.int64(f32_bits(s)), s
-    if kind == SCALE_E8M0:
-        if amax != amax:
-            return np.int64(255), np.float32(np.nan)
-        ex = np.int32(((f32_bits(amax) >> 23) & 0xFF) - 127) - emax + 127
-        if ex < 0:
-            ex = np.int32(0)
+    if kind == SCALE_E8M0:  # written as selects, so a loop over blocks vectorises
+        nan = amax != amax
+        ex = max(np.int32((f32_bits(amax) >> 23) & 0xFF) - emax, np.int32(0))
         mult = bits_f32(np.int32(0x00400000)) if ex == 0 else bits_f32(np.int32(ex << 23))
-        return np.int64(ex), mult
+        return (np.int64(255) if nan else np.int64(ex)), (np.float32(np.nan) if nan else mult)
     v = (amax / np.float32(6.0)) / ts if ts > 0 else np.float32(0.0)
-    if v != v:
-        v = np.float32(0.0)
+    v = np.float32(0.0) if v != v else v
     c = _code_nearest(v, 3, -6, 7, np.float32(448.0), 8, False)
     return np.int64(c), _e4m3_value(c) * ts
 
 
 @njit(inline="always")
 def _e4m3_value(c):  # pragma: no cover - compiled
-    ex = (c >> 3) & 15
-    man = c & 7
-    if ex == 0:
-        return np.float32(man) * np.float32(2.0**-9)
-    return bits_f32(np.int32(((ex - 7 + 127) << 23) | (man << 20)))
+    """The value of a non-negative e4m3 code (a block scale: never NaN)."""
+    ex = np.int32((c >> 3) & 15)
+    man = np.int32(c & 7)
+    sub = np.float32(man) * np.float32(2.0**-9)
+    return sub if ex == 0 else bits_f32(np.int32(((ex - 7 + 127) << 23) | (man << 20)))
 
 
 @njit(inline="always")
@@ -325,19 +321,23 @@ def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, i
         b1 = min(nb, b0 + per)
         lo0 = b0 * block
         hi1 = min(n, b1 * block)
-        invx = np.empty(hi1 - lo0, np.float32)
+        nblk = b1 - b0
+        amaxs = np.empty(nblk, np.float32)
+        for j in range(nblk):  # amaxes, then scales, then factors, then one loop over the elements: each loop vectorises
+            amaxs[j] = _block_absmax(x[(b0 + j) * block:min(n, (b0 + j + 1) * block)])
+        invs = np.empty(nblk, np.float32)
         zero = False
-        for b in range(b0, b1):  # the group's scales, then one loop over its elements
-            lo = b * block
-            hi = min(n, lo + block)
-            c, s = _scale(_block_absmax(x[lo:hi]), kind, maxv, emax, ts)
-            scode[b] = c
-            mult[b] = s
-            iv = _inv(s)
-            zero |= iv == 0
-            inv_b = invx[lo - lo0:hi - lo0]
+        for j in range(nblk):
+            c, s = _scale(amaxs[j], kind, maxv, emax, ts)
+            scode[b0 + j] = c
+            mult[b0 + j] = s
+            invs[j] = _inv(s)
+            zero |= invs[j] == 0
+        invx = np.empty(hi1 - lo0, np.float32)
+        for j in range(nblk):
+            inv_b = invx[j * block:min(hi1 - lo0, (j + 1) * block)]
             for t in range(inv_b.size):
-                inv_b[t] = iv
+                inv_b[t] = invs[j]
         codes = out[lo0:hi1] if bits == 8 else np.empty(hi1 - lo0, np.uint8)
         _quantize_each(x[lo0:hi1], lo0, invx, m, emin, bias, maxv, bits, is_int, stochastic, key, codes)
         if zero:  # a block of scale 0 or NaN sends zero codes
