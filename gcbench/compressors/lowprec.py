@@ -12,10 +12,11 @@ or stochastically (``rounding=stochastic``).  Decoded: ``code value × scale``.
 | ``mxfp8`` | e4m3 | E8M0 ``2^(⌊log2 amax⌋ − 8)``, B = 32 (OCP MX v1.0) | ⌈d/32⌉ + d bytes |
 | ``mxfp4`` | e2m1 | E8M0 ``2^(⌊log2 amax⌋ − 2)``, B = 32 (OCP MX v1.0) | ⌈d/32⌉ + ⌈d/2⌉ bytes |
 | ``nvfp4`` | e2m1 | e4m3 of ``(amax / 6) / ts``, B = 16, times one fp32 ``ts = amax_tensor / (448·6)`` | 4 + ⌈d/16⌉ + ⌈d/2⌉ bytes |
-| ``blockint`` | int8 or int4 (symmetric) | fp32 ``amax / 127`` or ``amax / 7``, B = 256 | 4·⌈d/B⌉ + d or ⌈d/2⌉ bytes |
+| ``blockint`` | int2 … int8 (symmetric) | fp32 ``amax / qmax``, qmax = 2^(bits−1) − 1, B = 256 | 4·⌈d/B⌉ + ⌈bits·d/8⌉ bytes |
 
-Wire layout: the scales first (fp32 little-endian, or one byte each), then the codes (4-bit codes
-two per byte, the first element in the low nibble).  The header carries the element format and B
+Wire layout: the scales first (fp32 little-endian, or one byte each), then the codes bit-packed
+least significant bit first (4-bit codes two per byte, the first element in the low nibble; other
+widths than 8 and 4 as the fixed-width fields of :func:`gcbench.core.codec.pack_bits`).  The header carries the element format and B
 where the codec has a choice (``fp8``: ``fmt``, ``B``; ``blockint``: ``bits``, ``B``).
 
 Non-finite input: a block holding a NaN or ±inf gets a NaN scale (fp32 NaN, E8M0 0xFF, or for
@@ -44,8 +45,9 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors.cards.lowprec import BLOCKINT_CARD, FP8_CARD, MXFP4_CARD, MXFP8_CARD, NVFP4_CARD
+from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys, meta_str
-from gcbench.core.errors import ParamError, PayloadError
+from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
 from gcbench.kernels import lowprec as lp
 
@@ -98,11 +100,20 @@ def encode_torch(flat: torch.Tensor, fmt: lp.ElemFormat, kind: int, block: int, 
     y = torch.where(inv > 0, flat * inv, _scalar(0.0, flat))
     u = None if seed is None else lp.uniforms_torch(seed, d, flat.device)
     codes = lp.quantize_torch(y, fmt, u)
-    wire = codes if fmt.bits == 8 else lp.pack_nibbles_torch(codes)
+    wire = pack_codes_torch(codes, fmt)
     head = [ts.reshape(1).view(torch.uint8)] if kind == lp.SCALE_NV else []
     body = torch.cat([*head, scale_bytes.reshape(-1), wire])
     decoded = torch.from_numpy(_LUTS[fmt.name]).to(flat.device)[codes.long()] * den
     return body, decoded
+
+
+def pack_codes_torch(codes: torch.Tensor, fmt: lp.ElemFormat) -> torch.Tensor:
+    """The wire bytes of one code per element: as they are at 8 bits, nibbles at 4, else LSB-first fields (on the host)."""
+    if fmt.bits == 8:
+        return codes
+    if fmt.bits == 4:
+        return lp.pack_nibbles_torch(codes)
+    return torch.from_numpy(codec.pack_bits(codes.cpu().numpy(), fmt.bits)).to(codes.device)
 
 
 def encode_cpu(x: np.ndarray, fmt: lp.ElemFormat, kind: int, block: int, seed: int | None) -> np.ndarray:
@@ -112,7 +123,8 @@ def encode_cpu(x: np.ndarray, fmt: lp.ElemFormat, kind: int, block: int, seed: i
     head = 4 if kind == lp.SCALE_NV else 0
     snb = 4 * nb if kind == lp.SCALE_F32 else nb
     body = np.empty(head + snb + fmt.packed_nbytes(d), np.uint8)
-    codes = body[head + snb:]
+    packed = fmt.bits != fmt.store  # widths other than 8 and 4: the kernels write bytes, packed after
+    codes = np.empty(d, np.uint8) if packed else body[head + snb:]
     ts = 0.0
     if kind == lp.SCALE_NV:
         amax = kernels.absmax(x)
@@ -123,11 +135,13 @@ def encode_cpu(x: np.ndarray, fmt: lp.ElemFormat, kind: int, block: int, seed: i
         mult = np.empty(nb, np.float32)
         lp.encode_blocks(x, block, kind, fmt, ts, seed, scode, mult, codes)
         body[head:head + snb] = scode.astype(np.uint32).view(np.uint8) if kind == lp.SCALE_F32 else scode.astype(np.uint8)
-        return body
-    amax_t = torch.from_numpy(lp.block_amax(x, block))
-    scale_bytes, mult_t = scales_torch(amax_t, kind, fmt, _scalar(ts, amax_t))
-    body[head:head + snb] = scale_bytes.numpy()
-    lp.encode_elements(x, block, mult_t.numpy(), fmt, seed, codes)
+    else:
+        amax_t = torch.from_numpy(lp.block_amax(x, block))
+        scale_bytes, mult_t = scales_torch(amax_t, kind, fmt, _scalar(ts, amax_t))
+        body[head:head + snb] = scale_bytes.numpy()
+        lp.encode_elements(x, block, mult_t.numpy(), fmt, seed, codes)
+    if packed:
+        body[head + snb:] = codec.pack_bits(codes, fmt.bits)
     return body
 
 
@@ -198,9 +212,11 @@ class _BlockScaled(Compressor):
         ts = float(body[:4].view("<f4")[0]) if head else 0.0
         mult = multipliers(body[head:head + snb], self.kind, ts)
         codes = body[head + snb:]
+        if fmt.bits != fmt.store:
+            codes = codec.unpack_bits(codes, fmt.bits, d).astype(np.uint8)
         if kernels.available():
             out = kernels.empty(d)
-            lp.decode_blocks(codes, fmt, _LUTS[fmt.name], block, mult, out.numpy())
+            lp.decode_blocks(codes, 8 if fmt.bits != 4 else 4, _LUTS[fmt.name], block, mult, out.numpy())
             return out
         c = torch.from_numpy(codes)
         if fmt.bits == 4:
@@ -287,18 +303,13 @@ class NvFp4(_BlockScaled):
 
 
 class BlockInt(_BlockScaled):
-    """``blockint``: symmetric int8 or int4 per block of B with an fp32 scale amax/qmax (ZeRO++ qgZ style)."""
+    """``blockint``: symmetric 2- to 8-bit integers (int8, int4 …) per block of B with an fp32 scale amax/qmax (ZeRO++ qgZ style)."""
 
     info = BLOCKINT_CARD
     reference = lowprec_reference
 
-    def __init__(self, **params: object) -> None:
-        super().__init__(**params)
-        if self.params["bits"] not in (4, 8):
-            raise ParamError(f"blockint.bits: must be 4 or 8, got {self.params['bits']}", "bits", "must be 4 or 8")
-
     def _fmt(self) -> lp.ElemFormat:
-        return lp.INT8 if self.params["bits"] == 8 else lp.INT4
+        return lp.INTS[self.params["bits"]]
 
     def _block(self, d: int) -> int:
         return self.params["block"]
@@ -308,7 +319,4 @@ class BlockInt(_BlockScaled):
 
     def _wire(self, payload: Payload) -> tuple[lp.ElemFormat, int]:
         meta_keys(payload, "bits", "B")
-        bits = meta_int(payload, "bits", 4, 8)
-        if bits not in (4, 8):
-            raise PayloadError(f"blockint payload declares {bits}-bit elements (4 or 8)")
-        return (lp.INT8 if bits == 8 else lp.INT4), meta_int(payload, "B", 1, 2**62)
+        return lp.INTS[meta_int(payload, "bits", 2, 8)], meta_int(payload, "B", 1, 2**62)

@@ -10,7 +10,7 @@ scale) is saturated to the format's largest finite magnitude, then rounded to th
   ``2^(e − m)``; ``k = |y|·2^(m − e)`` is exact in float32 and rounds to an integer; the code is the
   sign bit, then ``e + bias`` and ``k − 2^m`` for a normal result, or ``0`` and ``k`` for a subnormal;
 * integers (symmetric): ``k = |y|`` rounds to an integer at most ``qmax`` (127 or 7); the code is
-  the two's complement of ``±k`` in 8 or 4 bits.
+  the two's complement of ``±k`` in its 2 to 8 bits.
 
 Stochastic rounding keeps ``⌊k⌋ + 1`` when the element's counter-based uniform
 (:mod:`gcbench.kernels.rng`, number ``i`` of the compression's stream for element ``i``) is below
@@ -76,16 +76,29 @@ class ElemFormat:
         return (sign * mag).astype(np.float32)
 
     def packed_nbytes(self, d: int) -> int:
-        """Bytes of ``d`` codes: one each at 8 bits, two per byte at 4 (low nibble first)."""
-        return d if self.bits == 8 else (d + 1) // 2
+        """Bytes of ``d`` codes on the wire, bit-packed LSB first: one each at 8 bits, two per byte at 4 (low nibble first)."""
+        return (d * self.bits + 7) // 8
+
+    @property
+    def store(self) -> int:
+        """How the kernels write codes: 4 (nibbles, two per byte) or 8 (one byte each; other widths are packed after)."""
+        return 4 if self.bits == 4 else 8
 
 
 E4M3 = ElemFormat("e4m3", 8, 3, -6, 7, 448.0, 8)
 E5M2 = ElemFormat("e5m2", 8, 2, -14, 15, 57344.0, 15)
 E2M1 = ElemFormat("e2m1", 4, 1, 0, 1, 6.0, 2)
 INT8 = ElemFormat("int8", 8, 0, 0, 0, 127.0, 0, is_int=True)
-INT4 = ElemFormat("int4", 4, 0, 0, 0, 7.0, 0, is_int=True)
-FORMATS = {f.name: f for f in (E4M3, E5M2, E2M1, INT8, INT4)}
+
+
+def int_format(bits: int) -> ElemFormat:
+    """The symmetric ``bits``-bit integer format (2 to 8 bits): codes −qmax..qmax, qmax = 2^(bits−1) − 1."""
+    return ElemFormat(f"int{bits}", bits, 0, 0, 0, float((1 << (bits - 1)) - 1), 0, is_int=True)
+
+
+INTS = {b: int_format(b) for b in range(2, 9)}
+INT8, INT4 = INTS[8], INTS[4]
+FORMATS = {f.name: f for f in (E4M3, E5M2, E2M1, *INTS.values())}
 
 # how a block's scale is made from its amax (the compressors' scale rules; the numba kernels branch on it)
 SCALE_F32 = 0  # fp32 amax / maxv (fp8 per tensor or block, blockint)
@@ -310,7 +323,7 @@ def _quantize_each(xs, start, invx, m, emin, bias, maxv, bits, is_int, stochasti
 
 @njit(**PARALLEL)
 def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, is_int, stochastic, key,
-                          scode, mult, out):  # pragma: no cover - compiled
+                          scode, mult, store, out):  # pragma: no cover - compiled
     n = x.size
     nb = (n + block - 1) // block
     per = max(1, PART // block)
@@ -338,23 +351,31 @@ def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, i
             inv_b = invx[j * block:min(hi1 - lo0, (j + 1) * block)]
             for t in range(inv_b.size):
                 inv_b[t] = invs[j]
-        codes = out[lo0:hi1] if bits == 8 else np.empty(hi1 - lo0, np.uint8)
+        codes = out[lo0:hi1] if store == 8 else np.empty(hi1 - lo0, np.uint8)
         _quantize_each(x[lo0:hi1], lo0, invx, m, emin, bias, maxv, bits, is_int, stochastic, key, codes)
         if zero:  # a block of scale 0 or NaN sends zero codes
             for b in range(b0, b1):
                 if _inv(mult[b]) == 0:
                     codes[b * block - lo0:min(n, b * block + block) - lo0] = 0
-        if bits == 4:
+        if store == 4:
             _pack_nibbles(codes, hi1 - lo0, out[lo0 // 2:(hi1 + 1) // 2])
+
+
+def _check_out(n: int, fmt: ElemFormat, out: np.ndarray) -> None:
+    """The kernels write without bounds checks: refuse an output buffer shorter than ``n`` codes in ``fmt.store``."""
+    need = n if fmt.store == 8 else (n + 1) // 2
+    if out.size < need:
+        raise ValueError(f"{fmt.name} codes of {n} elements need {need} bytes, the buffer has {out.size}")
 
 
 def encode_blocks(x: np.ndarray, block: int, kind: int, fmt: ElemFormat, ts: float, seed: int | None,
                   scode: np.ndarray, mult: np.ndarray, out: np.ndarray) -> None:
     """Blocks of at most :data:`PART` elements in one pass each: amax, scale (code into ``scode``, int64;
-    multiplier into ``mult``), then the codes into ``out``; ``ts`` is NVFP4's tensor scale."""
+    multiplier into ``mult``), then the codes into ``out`` (nibbles or bytes, ``fmt.store``); ``ts`` is NVFP4's tensor scale."""
+    _check_out(x.size, fmt, out)
     run_parallel(_encode_blocks_kernel, x.size, x, np.int64(block), np.int64(kind), np.int32(fmt.emax),
                  np.float32(ts), np.int32(fmt.m), np.int32(fmt.emin), np.int32(fmt.bias), np.float32(fmt.maxv), np.int64(fmt.bits),
-                 fmt.is_int, seed is not None, key_of(seed or 0), scode, mult, out)
+                 fmt.is_int, seed is not None, key_of(seed or 0), scode, mult, np.int64(fmt.store), out)
 
 
 @njit(**PARALLEL)
@@ -379,27 +400,28 @@ def block_amax(x: np.ndarray, block: int) -> np.ndarray:
 
 
 @njit(**PARALLEL)
-def _encode_elements_kernel(x, block, mult, m, emin, bias, maxv, bits, is_int, stochastic, key, out):  # pragma: no cover - compiled
+def _encode_elements_kernel(x, block, mult, m, emin, bias, maxv, bits, is_int, stochastic, key, store, out):  # pragma: no cover - compiled
     n = x.size
     for p in prange((n + PART - 1) // PART):
         lo = p * PART  # PART is even: a nibble pair never straddles two parts
         hi = min(n, lo + PART)
-        tmp = np.empty(hi - lo if bits == 4 else 0, np.uint8)
+        tmp = np.empty(hi - lo if store == 4 else 0, np.uint8)
         i = lo
         while i < hi:  # the part in runs of one block
             b = i // block
             end = min(hi, (b + 1) * block)
-            dst = out[i:end] if bits == 8 else tmp[i - lo:end - lo]
+            dst = out[i:end] if store == 8 else tmp[i - lo:end - lo]
             _quantize(x[i:end], i, _inv(mult[b]), m, emin, bias, maxv, bits, is_int, stochastic, key, dst)
             i = end
-        if bits == 4:
+        if store == 4:
             _pack_nibbles(tmp, hi - lo, out[lo // 2:(hi + 1) // 2])
 
 
 def encode_elements(x: np.ndarray, block: int, mult: np.ndarray, fmt: ElemFormat, seed: int | None, out: np.ndarray) -> None:
     """The codes of ``x`` divided by its block's multiplier ``mult[i // block]`` (blocks of any size, parts in parallel)."""
+    _check_out(x.size, fmt, out)
     run_parallel(_encode_elements_kernel, x.size, x, np.int64(block), mult, np.int32(fmt.m), np.int32(fmt.emin), np.int32(fmt.bias),
-                 np.float32(fmt.maxv), np.int64(fmt.bits), fmt.is_int, seed is not None, key_of(seed or 0), out)
+                 np.float32(fmt.maxv), np.int64(fmt.bits), fmt.is_int, seed is not None, key_of(seed or 0), np.int64(fmt.store), out)
 
 
 @njit(inline="always")
@@ -409,12 +431,12 @@ def _values(codes, lut, s, out):  # pragma: no cover - compiled
 
 
 @njit(**PARALLEL)
-def _decode_kernel(data, bits, lut, block, mult, out):  # pragma: no cover - compiled
+def _decode_kernel(data, store, lut, block, mult, out):  # pragma: no cover - compiled
     n = out.size
     for p in prange((n + PART - 1) // PART):
         lo = p * PART
         hi = min(n, lo + PART)
-        if bits == 8:
+        if store == 8:
             codes = data[lo:hi]
         else:  # PART is even: the part's nibbles are whole bytes
             codes = np.empty(hi - lo, np.uint8)
@@ -432,6 +454,8 @@ def _decode_kernel(data, bits, lut, block, mult, out):  # pragma: no cover - com
             i = end
 
 
-def decode_blocks(data: np.ndarray, fmt: ElemFormat, lut: np.ndarray, block: int, mult: np.ndarray, out: np.ndarray) -> None:
-    """out[i] = lut[code i] · mult[i // block] for the packed codes ``data``."""
-    run_parallel(_decode_kernel, out.size, data, np.int64(fmt.bits), lut, np.int64(block), mult, out)
+def decode_blocks(data: np.ndarray, store: int, lut: np.ndarray, block: int, mult: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = lut[code i] · mult[i // block] for the codes ``data``, two per byte (``store`` 4) or one (8)."""
+    if data.size < (out.size if store == 8 else (out.size + 1) // 2):  # (the table has an entry for every code of its width)
+        raise ValueError("lowprec decode: fewer codes than the output needs")
+    run_parallel(_decode_kernel, out.size, data, np.int64(store), lut, np.int64(block), mult, out)
