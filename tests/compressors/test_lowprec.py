@@ -344,3 +344,31 @@ def test_flags_follow_the_rounding(name: str) -> None:
     assert info.resolve_flags().deterministic and not info.resolve_flags({"rounding": "stochastic"}).deterministic
     assert info.resolve_flags().biased
     assert info.resolve_flags({"rounding": "stochastic"}).biased == (name in ("mxfp8", "mxfp4", "nvfp4"))
+
+
+@needs_numba
+@pytest.mark.parametrize(("name", "params"), [("fp8", {}), ("nvfp4", {}), ("blockint", {"bits": 4, "block": 33, "rounding": "stochastic"}),
+                                              ("mxfp4", {}), ("blockint", {"bits": 5})])
+def test_one_and_two_threads_send_the_same_bytes(name: str, params: dict) -> None:
+    """Work is cut into fixed parts and groups of whole blocks (an even number of odd blocks), never by thread count."""
+    from gcbench.kernels import runtime
+
+    x = normal((runtime.SERIAL_MAX + 12_345,), seed=6)  # above the serial cut-off: the parallel kernels run
+    n = torch.get_num_threads()
+    try:
+        wires = []
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            wires.append(registry.create(name, **params).compress(x, State(4)).to_bytes())
+    finally:
+        torch.set_num_threads(n)
+    assert wires[0] == wires[1]
+
+
+@needs_numba
+def test_kernels_refuse_a_short_output_buffer() -> None:
+    x = np.ones(100, np.float32)
+    with pytest.raises(ValueError, match="need 50 bytes"):
+        lp.encode_elements(x, 100, np.ones(1, np.float32), lp.E2M1, None, np.empty(49, np.uint8))
+    with pytest.raises(ValueError, match="fewer codes"):
+        lp.decode_blocks(np.zeros(99, np.uint8), 8, lp.E4M3.lut(), 100, np.ones(1, np.float32), np.empty(100, np.float32))
