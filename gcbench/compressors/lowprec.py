@@ -2,7 +2,8 @@
 
 Each splits the flat tensor into blocks of B elements (the last block may be shorter: its scale
 comes from its own elements and its bytes are counted), gives each block one scale, and sends
-every element as a code of an element format (:mod:`gcbench.kernels.lowprec`) of ``x / scale``,
+every element as a code of an element format (:mod:`gcbench.kernels.lowprec`) of
+``y = x · min(1/scale, float32 max)`` (exactly ``x / scale`` for the power-of-two MX scales),
 saturated at the format's largest finite value and rounded to nearest even (``rounding=nearest``)
 or stochastically (``rounding=stochastic``).  Decoded: ``code value × scale``.
 

@@ -1,7 +1,7 @@
 """Block-scaled low-precision element formats: fp8 (e4m3, e5m2), fp4 (e2m1), int8, int4.
 
-One element quantizer serves every format: a float32 value ``y`` (already divided by its block's
-scale) is saturated to the format's largest finite magnitude, then rounded to the format's grid
+One element quantizer serves every format: a float32 value ``y`` (the element times its block's
+factor, ``min(1/scale, float32 max)``) is saturated to the format's largest finite magnitude, then rounded to the format's grid
 — round to nearest, ties to even, or stochastically — and written as the format's bit code:
 
 * floats (sign, exponent, mantissa; OCP 8-bit floating point spec and OCP Microscaling spec v1.0
