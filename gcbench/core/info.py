@@ -582,6 +582,7 @@ class CompressorInfo:
             **self.resolve_flags().to_dict(),
             "error_feedback_kind": self.error_feedback,
             "unbiased_when": dict(self.unbiased_when),
+            "random_when": dict(self.random_when),
             "min_workers": self.min_workers,
             "protocol": {"name": self.protocol.name, "description": self.protocol.description,
                          "allreduce_rounds": self.protocol.allreduce_rounds, "summable": self.protocol.summable,

@@ -372,3 +372,13 @@ def test_kernels_refuse_a_short_output_buffer() -> None:
         lp.encode_elements(x, 100, np.ones(1, np.float32), lp.E2M1, None, np.empty(49, np.uint8))
     with pytest.raises(ValueError, match="fewer codes"):
         lp.decode_blocks(np.zeros(99, np.uint8), 8, lp.E4M3.lut(), 100, np.ones(1, np.float32), np.empty(100, np.float32))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_determinism_matches_the_resolved_flag(name: str) -> None:
+    """Nearest: the same bytes from states of other seeds; stochastic: other bytes (as the per-configuration flag says)."""
+    x = normal((1000,), seed=4)
+    for rounding in ("nearest", "stochastic"):
+        comp = registry.create(name, rounding=rounding)
+        same = comp.compress(x, State(1)).to_bytes() == comp.compress(x, State(2)).to_bytes()
+        assert same == comp.flags.deterministic == (rounding == "nearest")
