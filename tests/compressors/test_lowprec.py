@@ -141,6 +141,24 @@ def test_fp8_payload_codes_are_torchs_cast_of_x_times_the_scales_inverse() -> No
         assert torch.equal(p.data[4 * nb:], want)
 
 
+def test_mxfp8_payload_is_torchs_e8m0_scales_and_e4m3_cast() -> None:
+    """Elements: torch's e4m3 cast of x / X (saturated), X the E8M0 scale read back with torch's float8_e8m0fnu."""
+    x = normal((32 * 200,), seed=3) * torch.logspace(-30, 30, 32 * 200)
+    p = registry.create("mxfp8").compress(x, State(0))
+    X = p.data[:200].view(torch.float8_e8m0fnu).float().repeat_interleave(32)
+    want = (x / X).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+    assert torch.equal(p.data[200:], want)
+
+
+def test_nvfp4_block_scales_are_torchs_e4m3_cast() -> None:
+    x = normal((16 * 300,), seed=8) * torch.logspace(-3, 3, 16 * 300)
+    p = registry.create("nvfp4").compress(x, State(0))
+    ts = p.data[:4].view(torch.float32)
+    assert torch.equal(ts, (x.abs().max() / torch.tensor(448.0 * 6.0)).reshape(1))
+    v = x.reshape(300, 16).abs().amax(1) / torch.tensor(6.0) / ts
+    assert torch.equal(p.data[4:304], v.clamp(max=448).to(torch.float8_e4m3fn).view(torch.uint8))
+
+
 # ------------------------------------------------------------------ exact sizes, tails, both paths
 
 SIZES = (1, 7, 16, 31, 33, 1000, 4097, (1 << 16) + 3, (1 << 17) + 1)
