@@ -132,10 +132,8 @@ def encode_cpu(x: np.ndarray, fmt: lp.ElemFormat, kind: int, block: int, seed: i
         ts = _tensor_scale(amax if np.isfinite(amax) else float("nan"))
         body[:4] = np.array([ts], "<f4").view(np.uint8)
     if block <= lp.PART:
-        scode = np.empty(nb, np.int64)
-        mult = np.empty(nb, np.float32)
-        lp.encode_blocks(x, block, kind, fmt, ts, seed, scode, mult, codes)
-        body[head:head + snb] = scode.astype(np.uint32).view(np.uint8) if kind == lp.SCALE_F32 else scode.astype(np.uint8)
+        scales = body[head:head + snb]  # the kernel writes the scales in place (head is 0 for fp32 scales: aligned)
+        lp.encode_blocks(x, block, kind, fmt, ts, seed, scales.view(np.uint32) if kind == lp.SCALE_F32 else scales, codes)
     else:
         amax_t = torch.from_numpy(lp.block_amax(x, block))
         scale_bytes, mult_t = scales_torch(amax_t, kind, fmt, _scalar(ts, amax_t))

@@ -323,7 +323,7 @@ def _quantize_each(xs, start, invx, m, emin, bias, maxv, bits, is_int, stochasti
 
 @njit(**PARALLEL)
 def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, is_int, stochastic, key,
-                          scode, mult, store, out):  # pragma: no cover - compiled
+                          scode, store, out):  # pragma: no cover - compiled
     n = x.size
     nb = (n + block - 1) // block
     per = max(1, PART // block)
@@ -343,7 +343,6 @@ def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, i
         for j in range(nblk):
             c, s = _scale(amaxs[j], kind, maxv, emax, ts)
             scode[b0 + j] = c
-            mult[b0 + j] = s
             invs[j] = _inv(s)
             zero |= invs[j] == 0
         invx = np.empty(hi1 - lo0, np.float32)
@@ -354,9 +353,9 @@ def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, i
         codes = out[lo0:hi1] if store == 8 else np.empty(hi1 - lo0, np.uint8)
         _quantize_each(x[lo0:hi1], lo0, invx, m, emin, bias, maxv, bits, is_int, stochastic, key, codes)
         if zero:  # a block of scale 0 or NaN sends zero codes
-            for b in range(b0, b1):
-                if _inv(mult[b]) == 0:
-                    codes[b * block - lo0:min(n, b * block + block) - lo0] = 0
+            for j in range(nblk):
+                if invs[j] == 0:
+                    codes[j * block:min(hi1 - lo0, (j + 1) * block)] = 0
         if store == 4:
             _pack_nibbles(codes, hi1 - lo0, out[lo0 // 2:(hi1 + 1) // 2])
 
@@ -369,13 +368,14 @@ def _check_out(n: int, fmt: ElemFormat, out: np.ndarray) -> None:
 
 
 def encode_blocks(x: np.ndarray, block: int, kind: int, fmt: ElemFormat, ts: float, seed: int | None,
-                  scode: np.ndarray, mult: np.ndarray, out: np.ndarray) -> None:
-    """Blocks of at most :data:`PART` elements in one pass each: amax, scale (code into ``scode``, int64;
-    multiplier into ``mult``), then the codes into ``out`` (nibbles or bytes, ``fmt.store``); ``ts`` is NVFP4's tensor scale."""
+                  scode: np.ndarray, out: np.ndarray) -> None:
+    """Blocks of at most :data:`PART` elements in one pass each: amax, scale, then the codes into ``out`` (nibbles or
+    bytes, ``fmt.store``); ``ts`` is NVFP4's tensor scale.  ``scode`` receives each block's scale as it goes on the wire:
+    a uint32 array of float32 bit patterns (SCALE_F32) or a uint8 array of codes (E8M0, e4m3), a view of the body."""
     _check_out(x.size, fmt, out)
     run_parallel(_encode_blocks_kernel, x.size, x, np.int64(block), np.int64(kind), np.int32(fmt.emax),
                  np.float32(ts), np.int32(fmt.m), np.int32(fmt.emin), np.int32(fmt.bias), np.float32(fmt.maxv), np.int64(fmt.bits),
-                 fmt.is_int, seed is not None, key_of(seed or 0), scode, mult, np.int64(fmt.store), out)
+                 fmt.is_int, seed is not None, key_of(seed or 0), scode, np.int64(fmt.store), out)
 
 
 @njit(**PARALLEL)
