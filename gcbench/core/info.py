@@ -396,6 +396,8 @@ class CompressorInfo:
         min_workers: LGC is defined only across several workers.
         unbiased_when: parameter values under which a compressor declared ``biased`` is unbiased
             (TernGrad: ``{"clip": 0.0}``); empty when the declaration always holds.
+        random_when: parameter values under which a compressor declared ``deterministic`` draws random
+            numbers (the low-precision formats' ``{"rounding": "stochastic"}``); empty when the declaration always holds.
         identity: sends the float32 gradient unchanged: the uncompressed reference of comparisons.
     """
 
@@ -415,6 +417,7 @@ class CompressorInfo:
     target: Target | None = None
     min_workers: int = 1
     unbiased_when: Mapping[str, ParamValue | None] = field(default_factory=dict, compare=False)
+    random_when: Mapping[str, ParamValue | None] = field(default_factory=dict, compare=False)
     identity: bool = False
     record: type[Params] = field(init=False, repr=False, compare=False)
 
@@ -436,6 +439,7 @@ class CompressorInfo:
         set_(self, "params", params)
         set_(self, "stateful", self.stateful or self.error_feedback in ("always", "own"))
         set_(self, "unbiased_when", MappingProxyType(dict(self.unbiased_when)))
+        set_(self, "random_when", MappingProxyType(dict(self.random_when)))
         fields = [(p.name, p.kind if not p.optional else p.kind | None) for p in params]
         record = dataclasses.make_dataclass(_camel(self.name) + "Params", fields, bases=(Params,), frozen=True, eq=False,
                                             slots=True, namespace={"card": self.name, "__module__": __name__})
@@ -448,6 +452,9 @@ class CompressorInfo:
                 raise ValueError(f"{where}: unbiased_when needs biased=True")
             if self.param(key).validate(value) != value:
                 raise ValueError(f"{where}: unbiased_when {key}={value!r} is not a value of the parameter")
+        for key, value in self.random_when.items():
+            if not self.deterministic or self.param(key).validate(value) != value:
+                raise ValueError(f"{where}: random_when {key}={value!r} needs deterministic=True and a value of the parameter")
         for key, value in self.protocol.applies_when.items():
             if self.param(key).validate(value) != value:
                 raise ValueError(f"{where}: protocol applies_when {key}={value!r} is not a value of the parameter")
@@ -503,7 +510,8 @@ class CompressorInfo:
     def resolve_flags(self, params: Mapping[str, Any] | None = None) -> Flags:
         """The flags of this compressor configured with ``params`` (validated; defaults filled).
 
-        The one rule for flags: ``biased`` unless every ``unbiased_when`` setting holds;
+        The one rule for flags: ``biased`` unless every ``unbiased_when`` setting holds; ``deterministic``
+        unless every ``random_when`` setting holds;
         ``stateful`` when the compressor keeps its own state or error feedback is on.
         """
         p = self.resolve(params)
@@ -511,11 +519,12 @@ class CompressorInfo:
         if ef == "optional":
             ef = "on" if p.get("error_feedback") else "off"
         biased = self.biased and not (self.unbiased_when and all(p.get(k) == v for k, v in self.unbiased_when.items()))
+        random = bool(self.random_when) and all(p.get(k) == v for k, v in self.random_when.items())
         return Flags(
             biased=biased,
             stateful=self.stateful or ef in ("on", "always", "own"),
             error_feedback=ef,
-            deterministic=self.deterministic,
+            deterministic=self.deterministic and not random,
             reconstructed=self.reconstructed,
             exchange=self.exchange,
         )
@@ -573,6 +582,7 @@ class CompressorInfo:
             **self.resolve_flags().to_dict(),
             "error_feedback_kind": self.error_feedback,
             "unbiased_when": dict(self.unbiased_when),
+            "random_when": dict(self.random_when),
             "min_workers": self.min_workers,
             "protocol": {"name": self.protocol.name, "description": self.protocol.description,
                          "allreduce_rounds": self.protocol.allreduce_rounds, "summable": self.protocol.summable,

@@ -18,6 +18,7 @@ and write the packed wire bits directly.
 * :mod:`~gcbench.kernels.sign`, :mod:`~gcbench.kernels.quantizers` — sign/1-bit, TernGrad, QSGD,
   natural compression and dithering.
 * :mod:`~gcbench.kernels.momentum`, :mod:`~gcbench.kernels.adacomp` — DGC/SDAGC momentum, AdaComp.
+* :mod:`~gcbench.kernels.lowprec` — block-scaled low-precision element formats (fp8, fp4, int2–int8).
 
 Each operation has its plain reference beside it (``*_reference`` or ``*_torch``, or the
 compressor's torch path named in its docstring); ``tests/kernels/`` checks fast == reference and

@@ -197,7 +197,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     if W < info.min_workers:
         raise GcbenchError(f"{info.name} needs at least {info.min_workers} workers ({info.exchange}); this source has {W} "
                            f"(use --workers {info.min_workers} or a source with more workers)")
-    repeats = 1 if info.deterministic else suite.metrics.repeats
+    repeats = 1 if comp.flags.deterministic else suite.metrics.repeats  # per configuration (the card's random_when)
     states = _unit_states(comp, suite.seed, W, len(units))
     ref_states: list[list[dict[str, Any]]] = [[{} for _ in units] for _ in range(W)]
     custom_exchange = W > 1 and comp.has_own_exchange()

@@ -211,6 +211,18 @@ def test_unbiased_when_must_name_a_valid_setting_of_a_biased_compressor() -> Non
         _card("test_probe_c", unbiased_when={"c": -1.0}, params=params)
 
 
+def test_random_when_must_name_a_valid_setting_of_a_deterministic_compressor() -> None:
+    params = (Param("c", float, 1.0, "c", low=0.0),)
+    card = _card("test_probe_d", random_when={"c": 0.0}, params=params)
+    assert card.resolve_flags().deterministic and not card.resolve_flags({"c": 0.0}).deterministic
+    with pytest.raises(UnknownNameError):
+        _card("test_probe_e", random_when={"nope": 0.0}, params=params)
+    with pytest.raises(ValueError, match="needs deterministic=True"):
+        _card("test_probe_f", deterministic=False, random_when={"c": 0.0}, params=params)
+    with pytest.raises(ParamError):
+        _card("test_probe_g", random_when={"c": -1.0}, params=params)
+
+
 @pytest.fixture(scope="module")
 def default_run() -> dict[str, dict]:
     """One tiny run of every registered compressor at its default parameters (plus TernGrad unclipped)."""
