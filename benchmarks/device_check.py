@@ -37,8 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the whole check stays under this many seconds (the device machine's budget is short); each step also has its own cap
 TOTAL_BUDGET_S = 450.0
 
-#: compressors and sizes of the bench step: a copy-like cast, a selection, a quantizer; one cache-sized and one larger tensor
-BENCH_COMPRESSORS = ("none", "fp16", "topk", "qsgd")
+#: compressors and sizes of the bench step: a copy-like cast, a selection, a quantizer, the block-scaled formats (their torch
+#: path is the GPU path); one cache-sized and one larger tensor
+BENCH_COMPRESSORS = ("none", "fp16", "topk", "qsgd", "fp8", "mxfp4", "nvfp4")
 BENCH_SIZES = "1M,16M"
 
 
