@@ -290,8 +290,8 @@ def count_allgather(per_peer: bool, body: bool, sizes: Sequence[Sequence[int]], 
     world = len(sizes)
     totals = [sum(s) for s in sizes]
     everything = sum(totals)
-    return [Counted(totals[w] * (world - 1 if per_peer else 1), everything - totals[w], sum(bodies[w]) if body else None)
-            for w in range(world)]
+    copies = world - 1 if per_peer else 1  # the body bytes too: one copy per receiving peer
+    return [Counted(totals[w] * copies, everything - totals[w], sum(bodies[w]) * copies if body else None) for w in range(world)]
 
 
 def count_alltoall(sizes: Sequence[Sequence[Sequence[int]]]) -> list[Counted]:
