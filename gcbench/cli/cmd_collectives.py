@@ -47,12 +47,12 @@ def tables(sweep: dict[str, Any]) -> list[Any]:
         ("bytes sent per worker, × an fp32 ring all-reduce's", lambda r: f"{r['x_fp32_ring']:.3f}×"),
     ):
         t = Table(title=title, title_justify="left")
-        for name in ("compressor", "scheme", "acc"):
+        for name in ("compressor", "scheme/acc"):
             t.add_column(name, no_wrap=True)
         for n in ns:
             t.add_column(f"N={n}", justify="right", no_wrap=True)
         for key in keys:
-            t.add_row(*key, *(fmt(cells[(*key, n)]) if (*key, n) in cells else "" for n in ns))
+            t.add_row(key[0], f"{key[1]}/{key[2]}", *(fmt(cells[(*key, n)]) if (*key, n) in cells else "" for n in ns))
         out.append(t)
     for s in sweep["skipped"]:
         out.append(f"skipped {s['compressor']} {s['scheme']}/{s['accumulate']}: {s['reason']}")
