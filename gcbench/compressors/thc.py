@@ -13,7 +13,7 @@ Per tensor of n elements, on each worker (:mod:`gcbench.kernels.hadamard`):
    of step t is drawn from (``seed``, t), the same on every worker;
 2. range: M = max |rotated value|, all-reduced with MAX across the workers (phase ``range``: one
    float32 per tensor), so all quantize on [−M, M];
-3. quantize: r = (y + M)/(2M)·(2^b − 1), level ⌊r⌋ + 1 with probability r − ⌊r⌋ (counter-based
+3. quantize: r = (y + M)·((2^b − 1)/(2M)), level ⌊r⌋ + 1 with probability r − ⌊r⌋ (counter-based
    uniforms from the worker's own state), an integer in [0, 2^b − 1]; E[level] = r, so the decoded
    value is unbiased, and so is the rotated-back tensor (the rotation is orthogonal);
 4. sum: the levels travel at w = b + ⌈log2 N⌉ bits, packed ⌊63/w⌋ to an int64 word with the top bit
@@ -33,8 +33,13 @@ Reconstructed, not the paper's released code: THC quantizes with a lookup table 
 levels chosen for the rotated distribution, on granularity settings of its own (and aggregates in a
 programmable switch or parameter server); here the levels are uniform, there is one range per
 tensor, the rotation is blockwise with a power-of-two block, and the sum is an all-reduce of
-int64 words.  The card says ``reconstructed=True``.  The rotation is float32 BLAS arithmetic: the
-bytes are reproducible on one device, and agree across devices to float32 rounding only.
+int64 words.  The card says ``reconstructed=True``.
+
+Paths: on the CPU, numba kernels (:func:`gcbench.kernels.hadamard.rotate_fast`,
+``quantize_pack_fast``, ``decode_fast``) rotate, quantize and pack, and decode, block by block in
+cache; elsewhere (a GPU, or ``GCBENCH_KERNELS=torch``) the torch functions of this module and of
+:mod:`gcbench.kernels.hadamard` do.  They run the same float32 operations in the same order and give
+the same bytes.
 """
 
 from __future__ import annotations
@@ -83,7 +88,8 @@ def quantize(y: torch.Tensor, m: float, bits: int, u: torch.Tensor) -> torch.Ten
     top = (1 << bits) - 1
     if m == 0:
         return torch.zeros(y.shape, dtype=torch.int64, device=y.device)
-    r = ((y + m) / (2.0 * m)).mul_(top).clamp_(0.0, float(top))
+    factor = torch.tensor(top / (2.0 * m), dtype=torch.float32, device=y.device)  # rounded to float32 once, as the kernel does
+    r = (y + m).mul_(factor).clamp_(0.0, float(top))
     lo = r.floor()
     return lo.add_((u < r.sub_(lo)).to(lo.dtype)).to(torch.int64)
 
@@ -124,24 +130,32 @@ class THC(Compressor):
 
     # ------------------------------------------------------------------ one worker's message
 
-    def _rotated(self, a: torch.Tensor, state: State) -> tuple[torch.Tensor, int]:
+    def _rotated(self, a: torch.Tensor, state: State) -> tuple[torch.Tensor, int, float]:
+        """(the rotated blocks, the rotation key, max |rotated value|): the fused kernel on the CPU, torch elsewhere."""
         key = rotation_key(int(self.params["seed"]), state.step)
-        return hadamard.rotate(a.reshape(-1), key, int(self.params["block"])), key
+        block = int(self.params["block"])
+        if kernels.cpu_fast(a):
+            y, m = hadamard.rotate_fast(kernels.flat_f32(a), key, block)
+            return torch.from_numpy(y), key, m
+        y = hadamard.rotate(a.reshape(-1), key, block)
+        return y, key, float(y.abs().max())
 
     def _message(self, x: torch.Tensor, y: torch.Tensor, key: int, m: float, width: int,
                  state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, int]]:
         """(int64 words on y's device, body bytes, meta) of rotated blocks ``y`` quantized on [−m, m]."""
         bits = int(self.params["bits"])
         flat = y.reshape(-1)
-        levels = quantize(flat, m, bits, kernels.uniforms(state.randint64(), flat.numel(), flat.device))
-        words = pack(levels, width)
-        body = np.concatenate([np.array([m], "<f4").view(np.uint8), words.cpu().numpy().astype("<i8").view(np.uint8)])
+        seed = state.randint64()
+        if kernels.cpu_fast(flat):
+            words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), m, bits, seed, width))
+        else:
+            words = pack(quantize(flat, m, bits, kernels.uniforms(seed, flat.numel(), flat.device)), width)
+        body = np.concatenate([np.array([m], "<f4").view(np.uint8), words.cpu().numpy().astype("<i8", copy=False).view(np.uint8)])
         meta = {"b": bits, "w": width, "c": 1, "B": y.shape[1].bit_length() - 1, "key": key}
         return words, body, meta
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
-        y, key = self._rotated(a, state)
-        m = float(y.abs().max())
+        y, key, m = self._rotated(a, state)
         _, body, meta = self._message(a, y, key, m, int(self.params["bits"]), state)
         return body, meta, None
 
@@ -169,6 +183,10 @@ class THC(Compressor):
         if len(body) != body_nbytes(padded, width):
             raise PayloadError(f"thc body has {len(body)} bytes, its header implies {body_nbytes(padded, width)}")
         m = float(body[:4].view("<f4")[0])
+        if kernels.available():
+            scale = 2.0 * m / (count * ((1 << bits) - 1))
+            out = hadamard.decode_fast(body[4:].view("<i8").astype(np.int64), width, padded, block, m, scale, key)
+            return torch.from_numpy(out)[: payload.numel]
         words = torch.from_numpy(body[4:].view("<i8").astype(np.int64))
         values = dequantize(unpack(words, width, padded), m, bits, count)
         return hadamard.unrotate(values.reshape(padded // block, block), key, payload.numel)
@@ -185,11 +203,11 @@ class THC(Compressor):
         if any(x.numel() == 0 for x in xs):
             return (yield from self.gather_protocol(xs, states, ctx))
         rotated = [self._rotated(x.detach().float(), st) for x, st in zip(xs, states, strict=True)]
-        own = torch.stack([y.abs().max() for y, _ in rotated]).to(torch.float32)
+        own = torch.tensor([m for _, _, m in rotated], dtype=torch.float32, device=xs[0].device)
         (ranges,) = yield AllReduce([own], "range", op="max", count="once")
         width = sum_width(int(self.params["bits"]), ctx.world)
         words, payloads = [], []
-        for x, st, (y, key), m in zip(xs, states, rotated, ranges.tolist(), strict=True):
+        for x, st, (y, key, _), m in zip(xs, states, rotated, ranges.tolist(), strict=True):
             w, body, meta = self._message(x, y, key, float(np.float32(m)), width, st)
             st.step += 1
             words.append(w)

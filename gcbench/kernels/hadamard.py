@@ -2,26 +2,26 @@
 
 A flat tensor of ``n`` elements is zero-padded to ``nb`` blocks of ``B = 2^m`` elements; each block
 ``v`` becomes ``H_B · D · v / sqrt(B)`` where ``D`` flips signs at random (one bit per element of a
-counter-based stream, :mod:`gcbench.kernels.rng`) and ``H_B`` is the Sylvester Hadamard matrix.
-The transform is orthonormal and its own inverse up to the signs: ``v = D · H_B · y / sqrt(B)``.
+counter-based SplitMix64 stream, :mod:`gcbench.kernels.rng`) and ``H_B`` is the Sylvester Hadamard
+matrix.  The transform is orthonormal and its own inverse up to the signs: ``v = D · H_B · y / sqrt(B)``.
 
-``H_B`` is the Kronecker product of small Hadamard matrices (``H_B = H_a ⊗ H_b ⊗ …``, each at most
-:data:`FACTOR` wide), so the transform is a few batched matrix products over one axis of the
-``(nb, a, b, …)`` view of the blocks: O(n log B) arithmetic in dense GEMMs, vectorised on every
-torch device (the CPU's BLAS, cuBLAS on a GPU) instead of log2 B elementwise butterfly passes.
+``H_B`` is applied as the fast transform's log2 B butterfly levels (``a, c -> a + c, a − c`` at
+distance 1, 2, 4, …): O(n log B) additions, then one multiplication by the float32 ``1/sqrt(B)``.
+The torch functions (:func:`fwht`, :func:`rotate`, :func:`unrotate`; any device) run one
+vectorised pass per level; the numba kernels below (:func:`rotate_fast`, :func:`decode_fast`) run
+the same additions in the same order block by block in cache, so both give the same float32 bits
+(IEEE addition is exact to the order of operations; ``tests/kernels/test_hadamard.py`` checks it).
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
+import numpy as np
 import torch
 
-from gcbench.kernels.rng import GAMMA, MIX1, MIX2, _lshr, _signed, key_of
-
-#: the widest Hadamard factor applied by one matrix product (B is split into factors of at most this)
-FACTOR = 64
+from gcbench.kernels.rng import _TWO_M24, GAMMA, MIX1, MIX2, _fill_rand24, _lshr, _mix64, _signed, key_of
+from gcbench.kernels.runtime import PARALLEL, njit, prange, run_parallel
 
 
 def block_size(n: int, block: int) -> int:
@@ -37,51 +37,32 @@ def padded_numel(n: int, block: int) -> int:
     return -(-n // b) * b
 
 
-def factors(b: int) -> list[int]:
-    """Split a power of two ``b`` into near-equal powers of two of at most :data:`FACTOR` (their product is ``b``)."""
-    m = b.bit_length() - 1
-    parts = max(1, math.ceil(m / (FACTOR.bit_length() - 1)))
-    sizes = [m // parts + (1 if i < m % parts else 0) for i in range(parts)]
-    return [1 << s for s in sizes if s]
+def inv_sqrt(b: int) -> float:
+    """The float32 normalisation ``1/sqrt(B)`` both paths multiply by (a float32 value, as a Python float)."""
+    return float(np.float32(1.0 / math.sqrt(b)))
 
 
-@lru_cache(maxsize=64)
-def _hadamard_cpu(size: int, dtype: torch.dtype) -> torch.Tensor:
-    h = torch.ones(1, 1, dtype=torch.float64)
-    while h.shape[0] < size:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return (h / math.sqrt(size)).to(dtype)
+def butterfly(blocks: torch.Tensor) -> torch.Tensor:
+    """The unnormalised Walsh–Hadamard transform of each row of ``blocks`` ((nb, B), B a power of two): a new tensor.
 
-
-_ON_DEVICE: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
-
-
-def hadamard(size: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The orthonormal Sylvester Hadamard matrix ``H_size / sqrt(size)`` (cached per device)."""
-    dev = torch.device(device)
-    if dev.type == "cpu":
-        return _hadamard_cpu(size, dtype)
-    key = (size, dtype, dev)
-    if key not in _ON_DEVICE:
-        _ON_DEVICE[key] = _hadamard_cpu(size, dtype).to(dev)
-    return _ON_DEVICE[key]
+    Level h pairs elements h apart within each 2h-run: (a, c) -> (a + c, a − c), for h = 1, 2, 4, …, B/2.
+    """
+    nb, b = blocks.shape
+    y = blocks.clone()
+    h = 1
+    while h < b:
+        v = y.view(nb, b // (2 * h), 2, h)
+        a, c = v[:, :, 0, :], v[:, :, 1, :]
+        y = torch.stack((a + c, a - c), dim=2).view(nb, b)
+        h *= 2
+    return y
 
 
 def fwht(blocks: torch.Tensor) -> torch.Tensor:
-    """The orthonormal Walsh–Hadamard transform of each row of ``blocks`` (shape (nb, B), B a power of two); a new tensor."""
-    nb, b = blocks.shape
-    y = blocks
-    left = nb
-    right = b
-    for f in factors(b):
-        right //= f
-        h = hadamard(f, blocks.dtype, blocks.device)
-        if right == 1:
-            y = torch.matmul(y.reshape(left, f), h)  # H is symmetric: rows times H
-        else:
-            y = torch.matmul(h, y.reshape(left, f, right))
-        left *= f
-    return y.reshape(nb, b) if y is not blocks else blocks.clone()
+    """The orthonormal Walsh–Hadamard transform of each row of ``blocks``: :func:`butterfly` times the float32 1/sqrt(B)."""
+    b = blocks.shape[1]
+    scale = inv_sqrt(b) if blocks.dtype == torch.float32 else 1.0 / math.sqrt(b)
+    return butterfly(blocks).mul_(torch.tensor(scale, dtype=blocks.dtype, device=blocks.device))
 
 
 def random_words(key: int, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -125,6 +106,160 @@ def rotate(flat: torch.Tensor, key: int, block: int) -> torch.Tensor:
 
 
 def unrotate(blocks: torch.Tensor, key: int, n: int) -> torch.Tensor:
-    """Inverse of :func:`rotate`: the first ``n`` elements of ``D · H · y`` (float32, flat)."""
+    """Inverse of :func:`rotate`: the first ``n`` elements of ``D · H · y / sqrt(B)`` (float32, flat)."""
     flat = fwht(blocks).reshape(-1)
     return flat.mul_(signs(key, flat.numel(), flat.device))[:n]
+
+
+# ----------------------------------------------------------------------------- the fused CPU kernels (numba)
+#
+# The same definitions as the torch functions above, block by block in cache: signs, the butterfly (log2 B in-place
+# passes over one block, the same additions in the same order as :func:`butterfly`), the scaling and the block's max
+# in one pass; quantization, its uniforms and the packing in another; the decoder's unpacking, dequantization,
+# transform and signs in a third.  They give the torch functions' bits (``tests/kernels/test_hadamard.py``).
+
+
+@njit(inline="always")
+def _pairs(lo, hi, h):  # pragma: no cover - compiled
+    for j in range(h):  # two disjoint slices indexed from 0: LLVM vectorises it
+        a = lo[j]
+        c = hi[j]
+        lo[j] = a + c
+        hi[j] = a - c
+
+
+@njit(inline="always")
+def _butterfly(o, b):  # pragma: no cover - compiled
+    """The unnormalised Walsh–Hadamard transform of ``o[:b]`` in place: the first three levels as one 8-point transform
+    per 8 elements (in registers), then one vectorised pass per level."""
+    h = 1
+    if b >= 8:
+        for s in range(0, b, 8):
+            a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
+            b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
+            c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
+            o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
+            o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+        h = 8
+    while h < b:
+        for s in range(0, b, 2 * h):
+            _pairs(o[s : s + h], o[s + h : s + 2 * h], h)
+        h *= 2
+
+
+@njit(inline="always")
+def _sign_word(key, w):  # pragma: no cover - compiled
+    return _mix64(key + np.uint64(w + 1) * GAMMA)
+
+
+@njit(**PARALLEL)
+def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compiled
+    nb = out.size // b
+    for blk in prange(nb):
+        o = out[blk * b : (blk + 1) * b]
+        base = blk * b
+        word = np.uint64(0)
+        for j in range(b):
+            i = base + j
+            if j == 0 or (i & 63) == 0:
+                word = _sign_word(key, i >> 6)
+            v = x[i] if i < n else np.float32(0.0)
+            o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+        _butterfly(o, b)
+        m = np.float32(0.0)
+        for j in range(b):
+            v = o[j] * scale
+            o[j] = v
+            a = abs(v)
+            if a > m:
+                m = a
+        maxes[blk] = m
+
+
+def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]:
+    """:func:`rotate` of a flat float32 array by the fused kernel: the (nb, B) blocks as a float32 array, and max |y|."""
+    n = x.size
+    b = block_size(n, block)
+    total = padded_numel(n, block)
+    out = np.empty(total, np.float32)
+    maxes = np.zeros(total // b, np.float32)
+    run_parallel(_rotate_kernel, total, x, np.int64(n), np.int64(b), key_of(key), np.float32(inv_sqrt(b)), out, maxes)
+    return out.reshape(total // b, b), float(maxes.max()) if maxes.size else 0.0
+
+
+@njit(cache=True)
+def _levels(y, m, factor, top, u, lv):  # pragma: no cover - compiled
+    """lv[j] = ⌊r⌋ + [u_j < r − ⌊r⌋], r = clamp((y_j + m)·factor, 0, top): the torch path's float32 arithmetic."""
+    for j in range(y.size):
+        r = (y[j] + m) * factor
+        r = np.float32(0.0) if r < np.float32(0.0) else (top if r > top else r)
+        fl = np.floor(r)
+        lv[j] = np.int64(fl) + np.int64(np.float32(u[j]) * _TWO_M24 < r - fl)
+
+
+@njit(cache=True)
+def _pack_words(lv, m, width, k, words):  # pragma: no cover - compiled
+    """words[i] = Σ_f lv[i·k + f] << f·width over the fields present (m of them)."""
+    for i in range(words.size):
+        acc = np.int64(0)
+        top = min(k, m - i * k)
+        for f in range(top):
+            acc |= lv[i * k + f] << np.int64(f * width)
+        words[i] = acc
+
+
+@njit(**PARALLEL)
+def _quantize_pack_kernel(y, m, factor, top, key, width, k, words):  # pragma: no cover - compiled
+    n = y.size
+    nw = words.size
+    per = 256  # words per sub-chunk: its uniforms, levels and words stay in cache
+    for p in prange((nw + per - 1) // per):
+        w0 = p * per
+        w1 = min(nw, w0 + per)
+        e0 = w0 * k
+        e1 = min(n, w1 * k)
+        u = np.empty(e1 - e0, np.uint32)
+        lv = np.empty(e1 - e0, np.int64)
+        _fill_rand24(key, e0, u, e1 - e0)
+        _levels(y[e0:e1], m, factor, top, u, lv)
+        _pack_words(lv, e1 - e0, width, k, words[w0:w1])
+
+
+def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int) -> np.ndarray:
+    """Stochastic levels of flat float32 ``y`` on [−m, m] with the uniforms of stream ``seed``, packed ⌊63/width⌋ per
+    int64 word (field j at bits j·width): what ``quantize`` then ``pack`` of :mod:`gcbench.compressors.thc` give."""
+    k = 63 // width
+    words = np.zeros(-(-y.size // k), np.int64)
+    if m != 0.0 and words.size:
+        top = (1 << bits) - 1
+        run_parallel(_quantize_pack_kernel, y.size, y, np.float32(m), np.float32(top / (2.0 * m)), np.float32(top), key_of(seed),
+                     np.int64(width), np.int64(k), words)
+    return words
+
+
+@njit(**PARALLEL)
+def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma: no cover - compiled
+    nb = out.size // b
+    for blk in prange(nb):
+        o = out[blk * b : (blk + 1) * b]
+        base = blk * b
+        for j in range(b):
+            e = base + j
+            field = (words[e // k] >> np.int64((e % k) * width)) & mask
+            o[j] = np.float32(np.float64(field) * scale - m)
+        _butterfly(o, b)
+        word = np.uint64(0)
+        for j in range(b):
+            i = base + j
+            if j == 0 or (i & 63) == 0:
+                word = _sign_word(key, i >> 6)
+            v = o[j] * inv
+            o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+
+
+def decode_fast(words: np.ndarray, width: int, padded: int, block: int, m: float, scale: float, key: int) -> np.ndarray:
+    """Unpack ``padded`` fields, dequantize (field·scale − m, in float64), rotate back: the padded flat float32 array."""
+    out = np.empty(padded, np.float32)
+    run_parallel(_decode_kernel, padded, words, np.int64(width), np.int64(63 // width), np.int64((1 << width) - 1),
+                 np.float64(scale), np.float64(m), key_of(key), np.int64(block), np.float32(inv_sqrt(block)), out)
+    return out
