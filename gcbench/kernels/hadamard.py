@@ -129,9 +129,22 @@ def _pairs(lo, hi, h):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _quads(q0, q1, q2, q3, h):  # pragma: no cover - compiled
+    for j in range(h):  # level h on (q0, q1) and (q2, q3), then level 2h on (q0, q2) and (q1, q3): the same additions
+        a = q0[j] + q1[j]
+        b = q0[j] - q1[j]
+        c = q2[j] + q3[j]
+        d = q2[j] - q3[j]
+        q0[j] = a + c
+        q2[j] = a - c
+        q1[j] = b + d
+        q3[j] = b - d
+
+
+@njit(inline="always")
 def _butterfly(o, b):  # pragma: no cover - compiled
     """The unnormalised Walsh–Hadamard transform of ``o[:b]`` in place: the first three levels as one 8-point transform
-    per 8 elements (in registers), then one vectorised pass per level."""
+    per 8 elements (in registers), then vectorised passes of two levels each (the last alone when their count is odd)."""
     h = 1
     if b >= 8:
         for s in range(0, b, 8):
@@ -141,15 +154,30 @@ def _butterfly(o, b):  # pragma: no cover - compiled
             o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
             o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
         h = 8
-    while h < b:
+    while 4 * h <= b:  # two levels (h, 2h) per pass: four slices h apart
+        for s in range(0, b, 4 * h):
+            _quads(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h)
+        h *= 4
+    if h < b:
         for s in range(0, b, 2 * h):
             _pairs(o[s : s + h], o[s + h : s + 2 * h], h)
-        h *= 2
 
 
 @njit(inline="always")
 def _sign_word(key, w):  # pragma: no cover - compiled
     return _mix64(key + np.uint64(w + 1) * GAMMA)
+
+
+@njit(inline="always")
+def _signed_copy(x, key, w0, o):  # pragma: no cover - compiled
+    """o[j] = ±x[j] for whole 64-element words: bit j % 64 of stream word w0 + j // 64 set means −."""
+    for w in range(o.size // 64):
+        word = _sign_word(key, w0 + w)
+        xs = x[64 * w : 64 * w + 64]
+        os = o[64 * w : 64 * w + 64]
+        for t in range(64):
+            flip = np.float32(1.0) - np.float32(2.0) * np.float32((word >> np.uint64(t)) & np.uint64(1))
+            os[t] = xs[t] * flip
 
 
 @njit(**PARALLEL)
@@ -158,13 +186,16 @@ def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compi
     for blk in prange(nb):
         o = out[blk * b : (blk + 1) * b]
         base = blk * b
-        word = np.uint64(0)
-        for j in range(b):
-            i = base + j
-            if j == 0 or (i & 63) == 0:
-                word = _sign_word(key, i >> 6)
-            v = x[i] if i < n else np.float32(0.0)
-            o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+        if b % 64 == 0 and base + b <= n:  # a whole block of input: branch-free signs, one word per 64 elements
+            _signed_copy(x[base : base + b], key, base >> 6, o)
+        else:
+            word = np.uint64(0)
+            for j in range(b):
+                i = base + j
+                if j == 0 or (i & 63) == 0:
+                    word = _sign_word(key, i >> 6)
+                v = x[i] if i < n else np.float32(0.0)
+                o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
         _butterfly(o, b)
         m = np.float32(0.0)
         for j in range(b):
@@ -243,18 +274,26 @@ def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma
     for blk in prange(nb):
         o = out[blk * b : (blk + 1) * b]
         base = blk * b
-        for j in range(b):
-            e = base + j
-            field = (words[e // k] >> np.int64((e % k) * width)) & mask
-            o[j] = np.float32(np.float64(field) * scale - m)
+        for wi in range(base // k, (base + b - 1) // k + 1):  # the words holding this block's fields, k fields each
+            word = words[wi]
+            e0 = wi * k - base
+            for f in range(k):
+                j = e0 + f
+                if 0 <= j < b:
+                    o[j] = np.float32(np.float64((word >> np.int64(f * width)) & mask) * scale - m)
         _butterfly(o, b)
-        word = np.uint64(0)
-        for j in range(b):
-            i = base + j
-            if j == 0 or (i & 63) == 0:
-                word = _sign_word(key, i >> 6)
-            v = o[j] * inv
-            o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+        if b % 64 == 0:
+            for j in range(b):
+                o[j] = o[j] * inv
+            _signed_copy(o, key, base >> 6, o)
+        else:
+            word = np.uint64(0)
+            for j in range(b):
+                i = base + j
+                if j == 0 or (i & 63) == 0:
+                    word = _sign_word(key, i >> 6)
+                v = o[j] * inv
+                o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
 
 
 def decode_fast(words: np.ndarray, width: int, padded: int, block: int, m: float, scale: float, key: int) -> np.ndarray:
