@@ -88,8 +88,10 @@ def quantize(y: torch.Tensor, m: float, bits: int, u: torch.Tensor) -> torch.Ten
     top = (1 << bits) - 1
     if m == 0:
         return torch.zeros(y.shape, dtype=torch.int64, device=y.device)
-    factor = torch.tensor(top / (2.0 * m), dtype=torch.float32, device=y.device)  # rounded to float32 once, as the kernel does
-    r = (y + m).mul_(factor).clamp_(0.0, float(top))
+    up, m_up, f = hadamard.quant_factor(m, top)  # the kernel's factor (and, for a subnormal range, its exact 2^100 scaling)
+    factor = torch.tensor(f, dtype=torch.float32, device=y.device)
+    y_up = y if up == 1.0 else y * torch.tensor(up, dtype=torch.float32, device=y.device)
+    r = (y_up + torch.tensor(m_up, dtype=torch.float32, device=y.device)).mul_(factor).clamp_(0.0, float(top))
     lo = r.floor()
     return lo.add_((u < r.sub_(lo)).to(lo.dtype)).to(torch.int64)
 

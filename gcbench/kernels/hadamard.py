@@ -219,10 +219,10 @@ def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]
 
 
 @njit(cache=True)
-def _levels(y, m, factor, top, u, lv):  # pragma: no cover - compiled
-    """lv[j] = ⌊r⌋ + [u_j < r − ⌊r⌋], r = clamp((y_j + m)·factor, 0, top): the torch path's float32 arithmetic."""
+def _levels(y, up, m, factor, top, u, lv):  # pragma: no cover - compiled
+    """lv[j] = ⌊r⌋ + [u_j < r − ⌊r⌋], r = clamp((y_j·up + m)·factor, 0, top): the torch path's float32 arithmetic."""
     for j in range(y.size):
-        r = (y[j] + m) * factor
+        r = (y[j] * up + m) * factor
         r = np.float32(0.0) if r < np.float32(0.0) else (top if r > top else r)
         fl = np.floor(r)
         lv[j] = np.int64(fl) + np.int64(np.float32(u[j]) * _TWO_M24 < r - fl)
@@ -240,7 +240,7 @@ def _pack_words(lv, m, width, k, words):  # pragma: no cover - compiled
 
 
 @njit(**PARALLEL)
-def _quantize_pack_kernel(y, m, factor, top, key, width, k, words):  # pragma: no cover - compiled
+def _quantize_pack_kernel(y, up, m, factor, top, key, width, k, words):  # pragma: no cover - compiled
     n = y.size
     nw = words.size
     per = 256  # words per sub-chunk: its uniforms, levels and words stay in cache
@@ -252,8 +252,20 @@ def _quantize_pack_kernel(y, m, factor, top, key, width, k, words):  # pragma: n
         u = np.empty(e1 - e0, np.uint32)
         lv = np.empty(e1 - e0, np.int64)
         _fill_rand24(key, e0, u, e1 - e0)
-        _levels(y[e0:e1], m, factor, top, u, lv)
+        _levels(y[e0:e1], up, m, factor, top, u, lv)
         _pack_words(lv, e1 - e0, width, k, words[w0:w1])
+
+
+def quant_factor(m: float, top: int) -> tuple[float, float, float]:
+    """(up, m·up, factor) with r = (y·up + m·up)·factor: factor = top/(2m) rounded to float32 once, and where that
+    overflows float32 (m under about 1e-37: subnormal ranges) y and m scaled up by 2^100 first (exact) so it does not."""
+    m32 = float(np.float32(m))
+    with np.errstate(over="ignore"):
+        factor = np.float32(top / (2.0 * m32))
+    if np.isfinite(factor):
+        return 1.0, m32, float(factor)
+    up = 2.0**100
+    return up, m32 * up, float(np.float32(top / (2.0 * m32 * up)))
 
 
 def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int) -> np.ndarray:
@@ -263,8 +275,9 @@ def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int
     words = np.zeros(-(-y.size // k), np.int64)
     if m != 0.0 and words.size:
         top = (1 << bits) - 1
-        run_parallel(_quantize_pack_kernel, y.size, y, np.float32(m), np.float32(top / (2.0 * m)), np.float32(top), key_of(seed),
-                     np.int64(width), np.int64(k), words)
+        up, m_up, factor = quant_factor(m, top)
+        run_parallel(_quantize_pack_kernel, y.size, y, np.float32(up), np.float32(m_up), np.float32(factor), np.float32(top),
+                     key_of(seed), np.int64(width), np.int64(k), words)
     return words
 
 

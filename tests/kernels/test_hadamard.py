@@ -56,3 +56,14 @@ def _bits(key: int, n: int) -> np.ndarray:
     w ^= w >> np.uint64(31)
     e = np.arange(n)
     return ((w[e // 64] >> (e % 64).astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+
+@pytest.mark.parametrize("scale", [1e-40, 1e-30, 1e20])
+def test_extreme_ranges_quantize_alike_and_finite(scale: float) -> None:
+    y = normal((999,), seed=8) * scale
+    m = float(y.abs().max())
+    got = hadamard.quantize_pack_fast(y.numpy(), m, 4, 77, 5)
+    want = pack(quantize(y, m, 4, kernels.uniforms(77, y.numel())), 5)
+    assert np.array_equal(got, want.numpy())
+    levels = unpack(want, 5, 999)
+    assert int(levels.min()) >= 0 and int(levels.max()) <= 15 and int(levels.max()) >= 8  # the range is used, no NaN level
