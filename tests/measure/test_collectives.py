@@ -69,3 +69,39 @@ def test_plan_rules() -> None:
         run_sweep(["bf16"], workers=[2], numel=10, distribution="cauchy")
     with pytest.raises(GcbenchError, match="draws"):
         run_sweep(["bf16"], workers=[2], numel=10, draws=0)
+
+
+SUITE = {"name": "t", "sources": [{"kind": "synthetic", "shapes": [[16, 8]], "workers": 2, "steps": 1}],
+         "compressors": [{"name": "bf16"}], "metrics": {"repeats": 2, "timing": False}}
+
+
+def test_a_suite_collectives_table_runs_after_the_cases_and_is_stored(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from gcbench.measure.runner import run_suite
+    from gcbench.measure.suite import parse_suite
+    from gcbench.results.store import load_run
+
+    table = {"compressors": ["bf16", "qsgd"], "workers": [2, 3], "numel": 200, "draws": 2, "schemes": ["ring", "allgather"]}
+    suite = parse_suite({**SUITE, "collectives": table})
+    out = run_suite(suite, tmp_path)
+    data = json.loads(out.path.read_text())
+    assert data["status"] == "complete" and len(data["cases"]) == 1
+    sweep = data["collectives"]
+    assert sweep["workers"] == [2, 3] and len(sweep["rows"]) == 2 * 3 * 2  # compressors × (ring fp32, ring bf16, allgather fp32) × N
+    assert load_run(out.path).extra("collectives")["numel"] == 200  # the record keeps the field
+    # a suite without the table hashes as before; a compressor that cannot be chunked is recorded as an error
+    assert "collectives" not in parse_suite(SUITE).to_dict()
+    out = run_suite(parse_suite({**SUITE, "collectives": {"compressors": ["dgc"], "workers": [2], "numel": 10}}), tmp_path)
+    assert "keeps state" in json.loads(out.path.read_text())["collectives"]["error"]
+
+
+@pytest.mark.parametrize(("table", "text"), [({"workerz": [2]}, "collectives.workerz: unknown key"),
+                                             ({"compressors": ["nope"]}, "collectives.compressors[0]"),
+                                             ({"accumulate": ["fp8"]}, "collectives.accumulate[0]"),
+                                             ({"workers": []}, "collectives.workers")])
+def test_bad_collectives_tables_are_one_clear_error(table: dict, text: str) -> None:
+    from gcbench.measure.suite import parse_suite
+
+    with pytest.raises(GcbenchError, match=text.replace("[", r"\[").replace("]", r"\]")):
+        parse_suite({**SUITE, "collectives": table})
