@@ -142,8 +142,7 @@ class THC(Compressor):
         y = hadamard.rotate(a.reshape(-1), key, block)
         return y, key, float(y.abs().max())
 
-    def _message(self, x: torch.Tensor, y: torch.Tensor, key: int, m: float, width: int,
-                 state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, int]]:
+    def _message(self, y: torch.Tensor, key: int, m: float, width: int, state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, int]]:
         """(int64 words on y's device, body bytes, meta) of rotated blocks ``y`` quantized on [−m, m]."""
         bits = int(self.params["bits"])
         flat = y.reshape(-1)
@@ -158,7 +157,7 @@ class THC(Compressor):
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         y, key, m = self._rotated(a, state)
-        _, body, meta = self._message(a, y, key, m, int(self.params["bits"]), state)
+        _, body, meta = self._message(y, key, m, int(self.params["bits"]), state)
         return body, meta, None
 
     # ------------------------------------------------------------------ decoding
@@ -210,7 +209,7 @@ class THC(Compressor):
         width = sum_width(int(self.params["bits"]), ctx.world)
         words, payloads = [], []
         for x, st, (y, key, _), m in zip(xs, states, rotated, ranges.tolist(), strict=True):
-            w, body, meta = self._message(x, y, key, float(np.float32(m)), width, st)
+            w, body, meta = self._message(y, key, float(np.float32(m)), width, st)
             st.step += 1
             words.append(w)
             payloads.append(self._payload(x, body, meta))

@@ -123,13 +123,12 @@ def ring_protocol(comp: Compressor, x: torch.Tensor, state: State, ctx: Context,
     partial = own[me].to(acc)  # what this worker sends first: its own chunk me
     first: Payload | None = None
     for t in range(n - 1):
-        c_send, c_recv = (me - t) % n, (me - t - 1) % n
+        c_recv = (me - t - 1) % n  # this step it sends its partial sum of chunk me − t and receives chunk me − t − 1's
         payload = _encode(comp, partial, state)
         first = payload if first is None else first
         got = yield Send([Message("reduce-scatter", me, ((me + 1) % n,), payload)], "reduce-scatter")
         (msg,) = got
         partial = _decode(comp, msg.payload, sizes[c_recv], flat.device).to(acc) + own[c_recv].to(acc)
-        assert c_send == (c_recv + 1) % n
     mine = _encode(comp, partial.float() / n, state)  # after N − 1 hops: the full sum of chunk me + 1
     rows = yield AllGather([mine], "allgather", per_peer=True, body=True)
     owned = [(j + 1) % n for j in range(n)]
