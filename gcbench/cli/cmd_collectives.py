@@ -25,7 +25,7 @@ Numel = Annotated[int, typer.Option("--numel", metavar="INT", help="Elements of 
 Distribution = Annotated[str, typer.Option(metavar="NAME", help=(
     "Distribution of the gradients' common and per-worker parts: normal, laplace, student-t, sparse or lowrank."))]
 Draws = Annotated[int, typer.Option("--draws", metavar="INT", help="Exchanges per cell, differing in the compressors' seeds.")]
-CsvOut = Annotated[Path | None, typer.Option("--csv", metavar="PATH", help="Also write the rows as a CSV file.")]
+CsvOut = options.csv_path("PATH", "Also write the rows as a CSV file.")
 
 
 def _cell_error(row: dict[str, Any]) -> str:

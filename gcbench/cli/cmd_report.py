@@ -30,9 +30,8 @@ AllMetrics = Annotated[bool, typer.Option("--all-metrics", help="Also list compa
 FailOnRegression = options.fail_on_regression("Exit 1 if any metric is worse or a case newly fails (CI).")
 Papers = Annotated[Path | None, typer.Option(
     metavar="PATH", help="Paper claims file (default: the bundled claims, baselines/papers.toml in a checkout).")]
-Csv = Annotated[Path | None, typer.Option(
-    "--csv", metavar="DIR", help="Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
-    "observation) into DIR, replacing those four files.")]
+Csv = options.csv_path("DIR", "Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per observation) "
+                       "into DIR, replacing those four files.")
 Layers = Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
                                       "instead of the summary; with --md as Markdown.")]
 AllRuns = Annotated[bool, typer.Option("--all", help="With --html and no RUN: render every run of --runs-dir in "

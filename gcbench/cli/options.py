@@ -30,6 +30,11 @@ def json_flag(help: str = "Machine-readable output.") -> Any:
     return Annotated[bool, typer.Option("--json", help=help)]
 
 
+def csv_path(metavar: str, help: str) -> Any:
+    """``--csv PATH``: tidy CSV output (report: a folder of four files; collectives: one file)."""
+    return Annotated[Path | None, typer.Option("--csv", metavar=metavar, help=help)]
+
+
 def out_path(help: str = "Folder for the results file.") -> Any:
     """``--out``/``-o PATH``: the folder (or, for record, the trace folder) a command writes."""
     return Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help=help)]
