@@ -13,6 +13,7 @@ from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import compressor_specs, number_list
 from gcbench.cli.output import emit, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_file
+from gcbench.core.errors import GcbenchError
 
 Compressors = Annotated[list[str] | None, typer.Argument(
     help="Compressors to sweep (default: bf16, fp16, the block formats that are installed, qsgd, thc).", metavar="SPEC")]
@@ -80,6 +81,9 @@ def collectives(
     distribution: Distribution = "laplace",
     draws: Draws = 3,
     seed: options.seed(int, "Seed of the gradients (and, with the draw, of the compressors).") = 0,
+    model: options.model(str | None, "Real gradients: one step of this zoo model on as many workers as the largest N "
+                         "(each worker's whole gradient flattened), instead of the synthetic ones.") = None,
+    trace: options.trace("Real gradients: step 0 of a recorded trace folder (it must have as many workers as the largest N).") = None,
     as_json: options.json_flag("Print the sweep as JSON: numel, distribution, draws, seed, workers, rows ([{compressor, "
                                "scheme, accumulate, workers, error, error_std, error_lo, error_hi, bias, bytes_per_worker, "
                                "x_fp32_ring, draws}]), skipped ([{compressor, scheme, accumulate, reason}]).") = False,
@@ -96,7 +100,8 @@ def collectives(
     keeps state across steps, or whose protocol spans the model or needs tensor shapes, cannot be chunked: an error.
 
     Examples: `gcbench collectives`, `gcbench collectives bf16 --scheme ring,alltoall --accumulate fp32 --workers 2,8,32,64`,
-    `gcbench collectives thc qsgd --numel 65536 --draws 5 --json`, `gcbench collectives fp16 --csv collectives.csv`.
+    `gcbench collectives thc qsgd --numel 65536 --draws 5 --json`, `gcbench collectives fp16 --csv collectives.csv`,
+    `gcbench collectives bf16 thc --model resnet18 --workers 2,4,8`.
     """
     from gcbench.measure.collectives import csv_rows, default_compressors, run_sweep
 
@@ -106,9 +111,22 @@ def collectives(
     accs = [a.strip() for a in accumulate.split(",") if a.strip()]
     if csv_path is not None:
         check_output_file(csv_path, "--csv")
+    if model is not None and trace is not None:
+        raise GcbenchError("give --model or --trace, not both")
     with progress_bar(not quiet and not as_json) as prog:
-        sweep = run_sweep(specs, workers=ns, schemes=schemes, accumulate=accs, numel=numel, distribution=distribution,
-                          draws=draws, seed=seed, progress=prog)
+        source = None
+        if model is not None or trace is not None:
+            from gcbench.measure.runner import build_source
+            from gcbench.measure.suite import SourceSpec
+
+            spec = SourceSpec(kind="live", model=model, workers=max(ns), steps=1) if model else SourceSpec(kind="trace", path=trace)
+            source = build_source(spec, seed, prog)
+        try:
+            sweep = run_sweep(specs, workers=ns, schemes=schemes, accumulate=accs, numel=numel, distribution=distribution,
+                              draws=draws, seed=seed, progress=prog, source=source)
+        finally:
+            if source is not None:
+                source.close()
     if csv_path is not None:
         write_csv(csv_path, csv_rows(sweep))
     if as_json:

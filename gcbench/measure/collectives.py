@@ -16,7 +16,9 @@ the simulated transport, and the row records:
 The gradients: worker w's is ``c + e_w``, a part ``c`` common to all workers plus its own part
 ``e_w``, both drawn from ``distribution`` (:func:`gcbench.sources.synthetic.sample`) with equal
 scale, so the workers agree as minibatch gradients of one model partly do and the mean does not
-shrink to noise as N grows.
+shrink to noise as N grows.  With a gradient source instead (``gcbench collectives --model`` or
+``--trace``), worker w's gradient is the source's step-0 gradient of worker w, every tensor of the
+model flattened and concatenated in layout order (:func:`source_gradients`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.core.protocol import ring_allreduce_bytes
 from gcbench.core.sharded import ACCUMULATE, SCHEMES, CollectiveError, check_fits, simulate_sharded
+from gcbench.sources.base import GradientSource
 from gcbench.sources.synthetic import DISTRIBUTIONS, sample
 
 DEFAULT_WORKERS = (2, 4, 8, 16, 32, 64)
@@ -151,6 +154,18 @@ def worker_gradients(numel: int, world: int, distribution: str, seed: int) -> li
             for w in range(world)]
 
 
+def source_gradients(source: GradientSource, world: int) -> list[torch.Tensor]:
+    """The first ``world`` workers' step-0 gradients of ``source``, each one flat float32 tensor (layout order)."""
+    if world > source.workers:
+        raise GcbenchError(f"{source.name} has {source.workers} workers; the sweep asks for {world}")
+    names = [t.name for t in source.layout()]
+    out = []
+    for w in range(world):
+        grads = source.gradients(0, w)
+        out.append(torch.cat([grads[n].detach().reshape(-1).float().cpu() for n in names]))
+    return out
+
+
 def _interval(values: Sequence[float]) -> tuple[float, float, float, float]:
     """(mean, sd, lo, hi): the mean with a two-sided 95% t interval (the value itself for one draw or no spread)."""
     k = len(values)
@@ -187,8 +202,12 @@ def measure(comp: Any, combo: Combo, grads: Sequence[torch.Tensor], draws: int, 
 
 def run_sweep(specs: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS, schemes: Sequence[str] = SCHEMES,
               accumulate: Sequence[str] = tuple(ACCUMULATE), numel: int = DEFAULT_NUMEL, distribution: str = "laplace",
-              draws: int = 3, seed: int = 0, progress: Progress | None = None) -> Sweep:
-    """Measure every combination of :func:`plan` at every worker count (progress: a plan, then cases of draws as steps)."""
+              draws: int = 3, seed: int = 0, progress: Progress | None = None, source: GradientSource | None = None) -> Sweep:
+    """Measure every combination of :func:`plan` at every worker count (progress: a plan, then cases of draws as steps).
+
+    ``source``: real gradients (:func:`source_gradients`) instead of the synthetic ones; ``numel`` and
+    ``distribution`` then describe nothing and the sweep records the source's element count and name.
+    """
     if numel < 1:
         raise GcbenchError(f"the tensor needs at least one element, got {numel}")
     if draws < 1:
@@ -197,6 +216,10 @@ def run_sweep(specs: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS,
     if not ns or ns[0] < 1:
         raise GcbenchError(f"worker counts must be at least 1, got {list(workers)}")
     combos, skipped = plan(specs, schemes, accumulate)
+    if source is not None:
+        if ns[-1] > source.workers:
+            raise GcbenchError(f"{source.name} has {source.workers} workers; --workers asks for up to {ns[-1]}")
+        numel, distribution = sum(t.numel for t in source.layout()), source.name
     sweep = Sweep(numel, distribution, draws, seed, ns, combos, skipped=skipped)
     comps = {c.compressor: _create(c.compressor) for c in combos}
     report = progress or (lambda *a: None)
@@ -205,7 +228,7 @@ def run_sweep(specs: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS,
     report("plan", 0, total, json.dumps({"work": [n * numel for n in ns], "build": [numel] * len(ns), "cases": [c.label for c in combos]}))
     done = 0
     for n in ns:
-        grads = worker_gradients(numel, n, distribution, seed)
+        grads = worker_gradients(numel, n, distribution, seed) if source is None else source_gradients(source, n)
         for combo in combos:
             report("case", done, total, f"{combo.label} N={n}")
             row = measure(comps[combo.compressor], combo, grads, draws, seed,

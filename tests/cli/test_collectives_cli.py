@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
@@ -43,3 +44,15 @@ def test_errors_are_one_line_exit_1() -> None:
         assert res.exit_code == 1, (args, res.output)
         assert text in res.output and "Traceback" not in res.output
         assert len([line for line in res.output.splitlines() if line.strip()]) == 1, res.output
+
+
+def test_real_gradients_of_a_zoo_model() -> None:
+    res = runner.invoke(app, ["collectives", "bf16", "--model", "mlp", "--workers", "2", "--scheme", "alltoall", "--accumulate",
+                              "fp32", "--draws", "1", "--json", "-q"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["numel"] == 535_818 and "mlp" in data["distribution"]
+    (row,) = data["rows"]
+    assert 1e-4 < row["error"] < 1e-2 and row["x_fp32_ring"] == pytest.approx(0.5, abs=0.01)
+    both = runner.invoke(app, ["collectives", "bf16", "--model", "mlp", "--trace", "somewhere"])
+    assert both.exit_code == 1 and "not both" in both.output
