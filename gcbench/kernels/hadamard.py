@@ -180,6 +180,17 @@ def _signed_copy(x, key, w0, o):  # pragma: no cover - compiled
             os[t] = xs[t] * flip
 
 
+@njit(inline="always")
+def _scale_max(o, scale):  # pragma: no cover - compiled
+    """o *= scale in place; returns max |o| (a branch-free reduction: vectorised)."""
+    m = np.float32(0.0)
+    for j in range(o.size):
+        v = o[j] * scale
+        o[j] = v
+        m = max(m, abs(v))
+    return m
+
+
 @njit(**PARALLEL)
 def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compiled
     nb = out.size // b
@@ -197,14 +208,7 @@ def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compi
                 v = x[i] if i < n else np.float32(0.0)
                 o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
         _butterfly(o, b)
-        m = np.float32(0.0)
-        for j in range(b):
-            v = o[j] * scale
-            o[j] = v
-            a = abs(v)
-            if a > m:
-                m = a
-        maxes[blk] = m
+        maxes[blk] = _scale_max(o, scale)
 
 
 def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]:
