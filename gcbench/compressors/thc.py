@@ -24,7 +24,7 @@ Per tensor of n elements, on each worker (:mod:`gcbench.kernels.hadamard`):
 
 A payload is one message of that format: header ``b``, ``w``, ``c`` (the workers summed in it: 1 for
 a worker's own message, N for the all-reduced sum), ``B`` (log2 of the block) and ``key`` (the
-rotation), body M (float32) then the words (little-endian int64).  A payload from ``compress``
+rotation), body: the words (little-endian int64), then M (float32).  A payload from ``compress``
 alone has w = b and c = 1 and decodes by itself like any codec's.  Bytes on the wire are the
 payload's, header and M included; the ⌊63/w⌋ packing wastes 63 mod w + 1 bits per word (w = 4:
 60 of 64 bits used).
@@ -79,7 +79,7 @@ def per_word(width: int) -> int:
 
 
 def body_nbytes(padded: int, width: int) -> int:
-    """Body bytes of ``padded`` levels at ``width`` bits: the float32 range, then the int64 words."""
+    """Body bytes of ``padded`` levels at ``width`` bits: the int64 words, then the float32 range."""
     return 4 + 8 * -(-padded // per_word(width))
 
 
@@ -147,11 +147,14 @@ class THC(Compressor):
         bits = int(self.params["bits"])
         flat = y.reshape(-1)
         seed = state.randint64()
+        nw = -(-flat.numel() // per_word(width))
+        body = kernels.empty(8 * nw + 4, torch.uint8).numpy()  # the words (aligned at its start), then M
+        body[8 * nw :] = np.array([m], "<f4").view(np.uint8)
         if kernels.cpu_fast(flat):
-            words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), m, bits, seed, width))
+            words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), m, bits, seed, width, body[: 8 * nw].view(np.int64)))
         else:
             words = pack(quantize(flat, m, bits, kernels.uniforms(seed, flat.numel(), flat.device)), width)
-        body = np.concatenate([np.array([m], "<f4").view(np.uint8), words.cpu().numpy().astype("<i8", copy=False).view(np.uint8)])
+            body[: 8 * nw] = words.cpu().numpy().astype("<i8", copy=False).view(np.uint8)
         meta = {"b": bits, "w": width, "c": 1, "B": y.shape[1].bit_length() - 1, "key": key}
         return words, body, meta
 
@@ -183,12 +186,15 @@ class THC(Compressor):
         body = body_numpy(payload)
         if len(body) != body_nbytes(padded, width):
             raise PayloadError(f"thc body has {len(body)} bytes, its header implies {body_nbytes(padded, width)}")
-        m = float(body[:4].view("<f4")[0])
+        m = float(body[-4:].view("<f4")[0])
+        words_np = body[:-4].view("<i8")
+        if not words_np.flags.aligned:  # a payload parsed from bytes at an odd offset
+            words_np = words_np.copy()
         if kernels.available():
             scale = 2.0 * m / (count * ((1 << bits) - 1))
-            out = hadamard.decode_fast(body[4:].view("<i8").astype(np.int64), width, padded, block, m, scale, key)
+            out = hadamard.decode_fast(words_np, width, padded, block, m, scale, key)
             return torch.from_numpy(out)[: payload.numel]
-        words = torch.from_numpy(body[4:].view("<i8").astype(np.int64))
+        words = torch.from_numpy(words_np.astype(np.int64))
         values = dequantize(unpack(words, width, padded), m, bits, count)
         return hadamard.unrotate(values.reshape(padded // block, block), key, payload.numel)
 
@@ -218,7 +224,7 @@ class THC(Compressor):
         def mean() -> list[torch.Tensor]:
             out = []
             for x, p, s in zip(xs, payloads, sums, strict=True):
-                body = np.concatenate([body_numpy(p)[:4], s.to(torch.int64).cpu().numpy().astype("<i8").view(np.uint8)])
+                body = np.concatenate([s.to(torch.int64).cpu().numpy().astype("<i8").view(np.uint8), body_numpy(p)[-4:]])
                 total = Payload(p.codec, p.version, p.dtype, p.shape, torch.from_numpy(body), {**p.meta, "c": ctx.world})
                 out.append(self.decode_received(total, x.shape).to(x.device))
             return out

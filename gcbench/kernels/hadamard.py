@@ -20,6 +20,7 @@ import math
 import numpy as np
 import torch
 
+from gcbench.kernels.buffers import empty
 from gcbench.kernels.rng import _TWO_M24, GAMMA, MIX1, MIX2, _fill_rand24, _lshr, _mix64, _signed, key_of
 from gcbench.kernels.runtime import PARALLEL, njit, prange, run_parallel
 
@@ -216,7 +217,7 @@ def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]
     n = x.size
     b = block_size(n, block)
     total = padded_numel(n, block)
-    out = np.empty(total, np.float32)
+    out = empty(total).numpy()  # huge pages, pooled: a fresh 100 MB output costs no page-fault storm
     maxes = np.zeros(total // b, np.float32)
     run_parallel(_rotate_kernel, total, x, np.int64(n), np.int64(b), key_of(key), np.float32(inv_sqrt(b)), out, maxes)
     return out.reshape(total // b, b), float(maxes.max()) if maxes.size else 0.0
@@ -272,12 +273,18 @@ def quant_factor(m: float, top: int) -> tuple[float, float, float]:
     return up, m32 * up, float(np.float32(top / (2.0 * m32 * up)))
 
 
-def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int) -> np.ndarray:
+def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int, words: np.ndarray | None = None) -> np.ndarray:
     """Stochastic levels of flat float32 ``y`` on [−m, m] with the uniforms of stream ``seed``, packed ⌊63/width⌋ per
-    int64 word (field j at bits j·width): what ``quantize`` then ``pack`` of :mod:`gcbench.compressors.thc` give."""
+    int64 word (field j at bits j·width): what ``quantize`` then ``pack`` of :mod:`gcbench.compressors.thc` give.
+
+    ``words``: where to write them (an aligned int64 array of ⌈n/⌊63/width⌋⌉ words, e.g. a view of the payload body)."""
     k = 63 // width
-    words = np.zeros(-(-y.size // k), np.int64)
-    if m != 0.0 and words.size:
+    nw = -(-y.size // k)
+    if words is None:
+        words = empty(nw, torch.int64).numpy()
+    if m == 0.0:
+        words[:] = 0
+    elif nw:
         top = (1 << bits) - 1
         up, m_up, factor = quant_factor(m, top)
         run_parallel(_quantize_pack_kernel, y.size, y, np.float32(up), np.float32(m_up), np.float32(factor), np.float32(top),
@@ -315,7 +322,7 @@ def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma
 
 def decode_fast(words: np.ndarray, width: int, padded: int, block: int, m: float, scale: float, key: int) -> np.ndarray:
     """Unpack ``padded`` fields, dequantize (field·scale − m, in float64), rotate back: the padded flat float32 array."""
-    out = np.empty(padded, np.float32)
+    out = empty(padded).numpy()
     run_parallel(_decode_kernel, padded, words, np.int64(width), np.int64(63 // width), np.int64((1 << width) - 1),
                  np.float64(scale), np.float64(m), key_of(key), np.int64(block), np.float32(inv_sqrt(block)), out)
     return out
