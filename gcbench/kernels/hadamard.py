@@ -248,7 +248,7 @@ def _pack_words(lv, m, width, k, words):  # pragma: no cover - compiled
 def _quantize_pack_kernel(y, up, m, factor, top, key, width, k, words):  # pragma: no cover - compiled
     n = y.size
     nw = words.size
-    per = 256  # words per sub-chunk: its uniforms, levels and words stay in cache
+    per = 1024  # words per sub-chunk: its uniforms, levels and words stay in cache
     for p in prange((nw + per - 1) // per):
         w0 = p * per
         w1 = min(nw, w0 + per)
