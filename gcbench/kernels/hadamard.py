@@ -165,6 +165,69 @@ def _butterfly(o, b):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _quads_scaled(q0, q1, q2, q3, h, scale):  # pragma: no cover - compiled
+    """:func:`_quads` as the transform's last pass, each output times ``scale`` (the same two roundings as a separate
+    pass) and their max |·| taken in the same loop."""
+    m = np.float32(0.0)
+    for j in range(h):
+        a = q0[j] + q1[j]
+        b = q0[j] - q1[j]
+        c = q2[j] + q3[j]
+        d = q2[j] - q3[j]
+        v0 = (a + c) * scale
+        v2 = (a - c) * scale
+        v1 = (b + d) * scale
+        v3 = (b - d) * scale
+        q0[j] = v0
+        q2[j] = v2
+        q1[j] = v1
+        q3[j] = v3
+        m = max(m, max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))))
+    return m
+
+
+@njit(inline="always")
+def _pairs_scaled(lo, hi, h, scale):  # pragma: no cover - compiled
+    """:func:`_pairs` as the transform's last pass, scaled, with the max |·| (see :func:`_quads_scaled`)."""
+    m = np.float32(0.0)
+    for j in range(h):
+        a = lo[j]
+        c = hi[j]
+        v0 = (a + c) * scale
+        v1 = (a - c) * scale
+        lo[j] = v0
+        hi[j] = v1
+        m = max(m, max(abs(v0), abs(v1)))
+    return m
+
+
+@njit(inline="always")
+def _butterfly_scale_max(o, b, scale):  # pragma: no cover - compiled
+    """:func:`_butterfly`, then o *= scale, returning max |o|: the scaling fused into the last pass (same bits)."""
+    if b < 32:  # at most one pass after the 8-point one: not worth fusing
+        _butterfly(o, b)
+        return _scale_max(o, scale)
+    for s in range(0, b, 8):  # as _butterfly's first pass
+        a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
+        b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
+        c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
+        o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
+        o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+    h = 8
+    while 4 * h < b:  # every two-level pass but a last one
+        for s in range(0, b, 4 * h):
+            _quads(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h)
+        h *= 4
+    m = np.float32(0.0)
+    if 4 * h == b:  # the last pass is two levels
+        for s in range(0, b, 4 * h):
+            m = max(m, _quads_scaled(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h, scale))
+    else:  # one level left (2h == b)
+        m = _pairs_scaled(o[0:h], o[h : 2 * h], h, scale)
+    return m
+
+
+@njit(inline="always")
 def _sign_word(key, w):  # pragma: no cover - compiled
     return _mix64(key + np.uint64(w + 1) * GAMMA)
 
@@ -208,8 +271,7 @@ def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compi
                     word = _sign_word(key, i >> 6)
                 v = x[i] if i < n else np.float32(0.0)
                 o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
-        _butterfly(o, b)
-        maxes[blk] = _scale_max(o, scale)
+        maxes[blk] = _butterfly_scale_max(o, b, scale)
 
 
 def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]:

@@ -14,7 +14,7 @@ from tests.conftest import normal
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba kernels unavailable")
 
 
-@pytest.mark.parametrize("n,block", [(1, 4096), (5, 4096), (100, 8), (1000, 64), (10_007, 4096)])
+@pytest.mark.parametrize("n,block", [(1, 4096), (5, 4096), (100, 8), (30, 4096), (1000, 64), (100, 128), (3000, 2048), (10_007, 4096)])
 def test_rotation_kernel_gives_the_torch_bits(n: int, block: int) -> None:
     x = normal((n,), seed=n)
     y, m = hadamard.rotate_fast(x.numpy(), 11, block)
