@@ -123,7 +123,7 @@ def baseline(kind: Any, metavar: str, help: str, *short: str) -> Any:
 
 
 def csv_path(metavar: str, help: str) -> Any:
-    """``--csv``: where CSV goes (report: a folder of four tables; advise: one file)."""
+    """``--csv``: where CSV goes (report: a folder of four tables; advise and collectives: one file)."""
     return Annotated[Path | None, typer.Option("--csv", metavar=metavar, help=help)]
 
 

@@ -16,7 +16,7 @@ generators:
 The legs (each carries one entry per *unit*: the tensors a worker exchanges together):
 
 * :class:`AllReduce` — element-wise SUM or MAX of equal-shape tensors; result: the reduced
-  tensors, float32.
+  tensors, float32 (integer tensors: their own dtype, summed exactly; THC's packed levels).
 * :class:`AllGather` — every worker's payloads to every worker; result: per worker, its payloads.
 * :class:`AllToAll` — worker w's ``payloads[j]`` to worker j; result: per sending worker, what it
   sent to this worker.
@@ -77,6 +77,11 @@ def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[in
     total = numel * itemsize
     sent = [2 * total - chunks[(w + 1) % n] - chunks[(w + 2) % n] for w in range(n)]
     return [(sent[w], sent[(w - 1) % n]) for w in range(n)]
+
+
+def reduce_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype an all-reduce's result comes back in: float32 (float64 for float64), an integer tensor's own dtype."""
+    return dtype if not dtype.is_floating_point else torch.promote_types(dtype, torch.float32)
 
 
 @dataclass
@@ -285,8 +290,8 @@ def count_allgather(per_peer: bool, body: bool, sizes: Sequence[Sequence[int]], 
     world = len(sizes)
     totals = [sum(s) for s in sizes]
     everything = sum(totals)
-    return [Counted(totals[w] * (world - 1 if per_peer else 1), everything - totals[w], sum(bodies[w]) if body else None)
-            for w in range(world)]
+    copies = world - 1 if per_peer else 1  # the body bytes too: one copy per receiving peer
+    return [Counted(totals[w] * copies, everything - totals[w], sum(bodies[w]) * copies if body else None) for w in range(world)]
 
 
 def count_alltoall(sizes: Sequence[Sequence[Sequence[int]]]) -> list[Counted]:
@@ -373,7 +378,7 @@ def _fulfil(legs: Sequence[Leg], world: int) -> tuple[list[LegResult], list[tupl
     if isinstance(first, AllReduce):
         results = []
         for u, t0 in enumerate(first.tensors):
-            acc_dtype = torch.promote_types(t0.dtype, torch.float32)
+            acc_dtype = reduce_dtype(t0.dtype)
             stacked = torch.stack([leg.tensors[u].detach().to(acc_dtype).reshape(t0.shape) for leg in legs])  # type: ignore[union-attr]
             # a sum adds in worker order from zero (what a decoder's accumulator does, so 0 + (−0) is +0)
             reduced = stacked.amax(0) if first.op == "max" else stacked.sum(0)

@@ -75,6 +75,7 @@ from gcbench.core.protocol import (
     count_allgather,
     count_allreduce,
     count_messages,
+    reduce_dtype,
 )
 
 Future = torch.futures.Future
@@ -319,7 +320,7 @@ class TorchTransport:
         flat = self._hand(rec, torch.cat([t.detach().reshape(-1).to(self.device, dtype) for t in leg.tensors]))
         op = dist.ReduceOp.MAX if leg.op == "max" else dist.ReduceOp.SUM
         work = dist.all_reduce(flat, op=op, group=self.group, async_op=True)
-        shapes = [(t.shape, torch.promote_types(t.dtype, torch.float32)) for t in leg.tensors]
+        shapes = [(t.shape, reduce_dtype(t.dtype)) for t in leg.tensors]
 
         def split(_: Any) -> list[torch.Tensor]:
             self._verify(rec)

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from gcbench.compressors import registry
+from gcbench.core import signals
 from gcbench.core.compressor import Compressor, Payload, State
 from gcbench.core.errors import GcbenchError, SourceError
 from gcbench.measure.casemath import (
@@ -449,6 +450,33 @@ class RunOutcome:
         return [r for r in self.records if r.get("status") != "ok"]
 
 
+def _run_collectives(suite: Suite, writer: RunWriter, progress: Progress) -> None:
+    """The suite's ``[collectives]`` sweep after its cases, stored as the file's top-level ``collectives`` object.
+
+    A compressor that cannot run under a scheme is recorded as ``{"error": ...}`` (the cases stand).
+    The sweep's progress shows as its own ``sweep`` row, so the run's case count and ETA are untouched.
+    """
+    from gcbench.measure.collectives import default_compressors, run_sweep
+
+    spec = suite.collectives
+    assert spec is not None
+
+    def shown(stage: str, done: int, total: int, message: str) -> None:
+        if stage == "case":
+            progress("sweep", done, total, f"collectives: {message}")
+
+    try:
+        sweep = run_sweep(spec.compressors or default_compressors(), workers=spec.workers, schemes=spec.schemes,
+                          accumulate=spec.accumulate, numel=spec.numel, distribution=spec.distribution, draws=spec.draws,
+                          seed=suite.seed, progress=shown)
+        result: dict[str, Any] = sweep.to_dict()
+    except GcbenchError as exc:
+        result = {"error": str(exc)}
+    with signals.deferred():
+        setattr(writer.record, "collectives", result)  # noqa: B010 - an extra field of the record (kept by its schema)
+        writer.flush()
+
+
 def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Progress | None = None, suite_path: str | None = None,
               kind: str = "run") -> RunOutcome:
     """Run every (source, compressor) case of ``suite``; the results file is kept current on disk.
@@ -500,6 +528,8 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                     source.close()
             source.close()
             _pool_source_timings(writer, source_cases)
+        if suite.collectives is not None:
+            _run_collectives(suite, writer, progress)
     except KeyboardInterrupt:  # SIGINT, or SIGTERM through gcbench.core.signals: keep every completed case
         writer.finish("interrupted")
         raise

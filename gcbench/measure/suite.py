@@ -183,6 +183,24 @@ class OptimizerSpec(_Strict):
         return "dense SGD update" if self.momentum == 0 else f"dense momentum-SGD update (m={self.momentum:g})"
 
 
+class CollectivesSpec(_Strict):
+    """A ``[collectives]`` table: the sweep of :mod:`gcbench.measure.collectives`, run after the suite's cases.
+
+    Its rows are stored in the results file as a top-level ``collectives`` object (the ``--json`` of
+    ``gcbench collectives``).  An empty ``compressors`` list sweeps the command's default compressors.
+    """
+
+    compressors: list[str] = Field(default_factory=list, max_length=64)
+    workers: list[Annotated[int, Strict(), Field(ge=1, le=4096)]] = Field(default_factory=lambda: [2, 4, 8, 16, 32, 64],
+                                                                        min_length=1, max_length=64)
+    schemes: list[Literal["ring", "alltoall", "allgather"]] = Field(default_factory=lambda: ["ring", "alltoall", "allgather"],
+                                                                    min_length=1)
+    accumulate: list[Literal["fp32", "bf16"]] = Field(default_factory=lambda: ["fp32", "bf16"], min_length=1)
+    numel: Int = Field(1 << 20, ge=1, le=1 << 30)
+    distribution: Literal["normal", "laplace", "student-t", "sparse", "lowrank"] = "laplace"
+    draws: Int = Field(3, ge=1, le=1000)
+
+
 class Suite(_Strict):
     """A validated suite. ``compressors`` labels are unique after resolution."""
 
@@ -197,12 +215,16 @@ class Suite(_Strict):
     compressors: list[CompressorSpec] = Field(min_length=1)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    collectives: CollectivesSpec | None = None
 
     def labels(self) -> list[str]:
         return [c.label or c.name for c in self.compressors]
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(self.model_dump_json())
+        data = json.loads(self.model_dump_json())
+        if data.get("collectives") is None:  # a suite without the table hashes as it always did
+            data.pop("collectives", None)
+        return data
 
     def hash(self) -> str:
         """Stable short hash of the resolved suite (recorded in results)."""
@@ -339,6 +361,18 @@ def _check_models(where: str, suite: Suite) -> None:
             raise GcbenchError(f"{where}: sources[{i}].model: {exc}") from None
 
 
+def _check_collectives(where: str, suite: Suite) -> None:
+    """The ``[collectives]`` compressors' names and parameters, by their cards (whether each fits a scheme is checked
+    when the sweep runs: that needs the implementation)."""
+    if suite.collectives is None:
+        return
+    for i, spec in enumerate(suite.collectives.compressors):
+        try:
+            registry.parse_spec(spec)
+        except GcbenchError as exc:
+            raise GcbenchError(f"{where}: collectives.compressors[{i}]: {exc}") from None
+
+
 def parse_suite(data: dict[str, Any], where: str = "<suite>") -> Suite:
     """Validate a suite mapping (as read from TOML) into a :class:`Suite`.
 
@@ -353,6 +387,7 @@ def parse_suite(data: dict[str, Any], where: str = "<suite>") -> Suite:
     except ValidationError as exc:
         raise GcbenchError(_format_pydantic(where, exc)) from None
     _check_models(where, suite)
+    _check_collectives(where, suite)
     return _resolve_compressors(where, suite)
 
 

@@ -1,0 +1,232 @@
+"""THC-style homomorphic quantization — in the spirit of Li et al. 2024 (NSDI), THC: Tensor Homomorphic Compression.
+
+The idea taken from the paper: make the quantized integers *summable*, so that the workers' messages
+are added by an ordinary all-reduce (or a switch/server) without decoding, and one decode of the sum
+gives the mean.  What makes that possible and accurate, also from the paper: every worker quantizes
+against the same range, and a shared-seed randomized Hadamard rotation first spreads each tensor's
+energy evenly over its coordinates, which shrinks that range.
+
+Per tensor of n elements, on each worker (:mod:`gcbench.kernels.hadamard`):
+
+1. rotate: zero-pad to blocks of B = 2^m (``block``, or the next power of two of a shorter tensor),
+   flip signs at random and apply the orthonormal Walsh–Hadamard transform per block; the rotation
+   of step t is drawn from (``seed``, t), the same on every worker;
+2. range: M = max |rotated value|, all-reduced with MAX across the workers (phase ``range``: one
+   float32 per tensor), so all quantize on [−M, M];
+3. quantize: r = (y + M)·((2^b − 1)/(2M)), level ⌊r⌋ + 1 with probability r − ⌊r⌋ (counter-based
+   uniforms from the worker's own state), an integer in [0, 2^b − 1]; E[level] = r, so the decoded
+   value is unbiased, and so is the rotated-back tensor (the rotation is orthogonal);
+4. sum: the levels travel at w = b + ⌈log2 N⌉ bits, packed ⌊63/w⌋ to an int64 word with the top bit
+   free; N such words add field by field without any carry crossing a field (each field's sum is at
+   most N·(2^b − 1) < 2^w), so a SUM all-reduce of the words is the bit-packed sum of the levels
+   (phase ``allreduce``);
+5. decode once: mean level = sum / N, value = level·2M/(2^b − 1) − M, rotate back, drop the padding.
+
+A payload is one message of that format: header ``b``, ``w``, ``c`` (the workers summed in it: 1 for
+a worker's own message, N for the all-reduced sum), ``B`` (log2 of the block) and ``key`` (the
+rotation), body: the words (little-endian int64), then M (float32).  A payload from ``compress``
+alone has w = b and c = 1 and decodes by itself like any codec's.  Bytes on the wire are the
+payload's, header and M included; the ⌊63/w⌋ packing wastes 63 mod w + 1 bits per word (w = 4:
+60 of 64 bits used).
+
+Reconstructed, not the paper's released code: THC quantizes with a lookup table of non-uniform
+levels chosen for the rotated distribution, on granularity settings of its own (and aggregates in a
+programmable switch or parameter server); here the levels are uniform, there is one range per
+tensor, the rotation is blockwise with a power-of-two block, and the sum is an all-reduce of
+int64 words.  The card says ``reconstructed=True``.
+
+Paths: on the CPU, numba kernels (:func:`gcbench.kernels.hadamard.rotate_fast`,
+``quantize_pack_fast``, ``decode_fast``) rotate, quantize and pack, and decode, block by block in
+cache; elsewhere (a GPU, or ``GCBENCH_KERNELS=torch``) the torch functions of this module and of
+:mod:`gcbench.kernels.hadamard` do.  They run the same float32 operations in the same order and give
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from gcbench import kernels
+from gcbench.compressors.cards.thc import THC_CARD
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
+from gcbench.core.errors import ParamError, PayloadError
+from gcbench.core.payload import Payload
+from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
+from gcbench.kernels import hadamard
+from gcbench.kernels.rng import _mix64_py
+
+_KEY_MASK = (1 << 63) - 1
+_WORD_BITS = 63  # bits of an int64 word that carry fields: the sign bit stays clear, so sums never overflow
+
+
+def rotation_key(seed: int, step: int) -> int:
+    """The rotation of step ``step`` for the shared ``seed``: the same on every worker (a 63-bit SplitMix64 output)."""
+    return _mix64_py((int(seed) << 32) + int(step) + 1) & _KEY_MASK
+
+
+def sum_width(bits: int, world: int) -> int:
+    """Bits per packed field that hold the sum of ``world`` levels of ``bits`` bits: b + ⌈log2 N⌉."""
+    return bits + (math.ceil(math.log2(world)) if world > 1 else 0)
+
+
+def per_word(width: int) -> int:
+    """Fields of ``width`` bits per int64 word (the top bit left clear)."""
+    return _WORD_BITS // width
+
+
+def body_nbytes(padded: int, width: int) -> int:
+    """Body bytes of ``padded`` levels at ``width`` bits: the int64 words, then the float32 range."""
+    return 4 + 8 * -(-padded // per_word(width))
+
+
+def quantize(y: torch.Tensor, m: float, bits: int, u: torch.Tensor) -> torch.Tensor:
+    """Stochastic levels (int64 in [0, 2^b − 1]) of ``y`` on [−m, m] given uniforms ``u``; all zero when m = 0."""
+    top = (1 << bits) - 1
+    if m == 0:
+        return torch.zeros(y.shape, dtype=torch.int64, device=y.device)
+    up, m_up, f = hadamard.quant_factor(m, top)  # the kernel's factor (and, for a subnormal range, its exact 2^100 scaling)
+    factor = torch.tensor(f, dtype=torch.float32, device=y.device)
+    y_up = y if up == 1.0 else y * torch.tensor(up, dtype=torch.float32, device=y.device)
+    r = (y_up + torch.tensor(m_up, dtype=torch.float32, device=y.device)).mul_(factor).clamp_(0.0, float(top))
+    lo = r.floor()
+    return lo.add_((u < r.sub_(lo)).to(lo.dtype)).to(torch.int64)
+
+
+def pack(levels: torch.Tensor, width: int) -> torch.Tensor:
+    """Levels (int64, each < 2^width) packed :func:`per_word` to an int64 word, field j at bits j·width; on their device."""
+    k = per_word(width)
+    n = levels.numel()
+    words = -(-n // k)
+    lv = torch.nn.functional.pad(levels, (0, words * k - n)).reshape(words, k)
+    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=levels.device)
+    return (lv << shifts).sum(1)  # disjoint fields: the sum is their OR
+
+
+def unpack(words: torch.Tensor, width: int, n: int) -> torch.Tensor:
+    """The first ``n`` fields of :func:`pack`'s words (int64)."""
+    k = per_word(width)
+    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=words.device)
+    return ((words.unsqueeze(1) >> shifts) & ((1 << width) - 1)).reshape(-1)[:n]
+
+
+def dequantize(sums: torch.Tensor, m: float, bits: int, count: int) -> torch.Tensor:
+    """Values of summed levels: (sum / c)·2m/(2^b − 1) − m, computed in float64, returned float32."""
+    scale = 2.0 * m / (count * ((1 << bits) - 1))
+    return (sums.to(torch.float64) * scale - m).to(torch.float32)
+
+
+class THC(Compressor):
+    """Rotate, quantize to ``bits`` on a shared range, sum the packed integers by all-reduce (see the module docstring)."""
+
+    info = THC_CARD
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        block = int(self.params["block"])
+        if block & (block - 1):
+            raise ParamError(f"thc: block must be a power of two, got {block}")
+
+    # ------------------------------------------------------------------ one worker's message
+
+    def _rotated(self, a: torch.Tensor, state: State) -> tuple[torch.Tensor, int, float]:
+        """(the rotated blocks, the rotation key, max |rotated value|): the fused kernel on the CPU, torch elsewhere."""
+        key = rotation_key(int(self.params["seed"]), state.step)
+        block = int(self.params["block"])
+        if kernels.cpu_fast(a):
+            y, m = hadamard.rotate_fast(kernels.flat_f32(a), key, block)
+            return torch.from_numpy(y), key, m
+        y = hadamard.rotate(a.reshape(-1), key, block)
+        return y, key, float(y.abs().max())
+
+    def _message(self, y: torch.Tensor, key: int, m: float, width: int, state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, int]]:
+        """(int64 words on y's device, body bytes, meta) of rotated blocks ``y`` quantized on [−m, m]."""
+        bits = int(self.params["bits"])
+        flat = y.reshape(-1)
+        seed = state.randint64()
+        nw = -(-flat.numel() // per_word(width))
+        body = kernels.empty(8 * nw + 4, torch.uint8).numpy()  # the words (aligned at its start), then M
+        body[8 * nw :] = np.array([m], "<f4").view(np.uint8)
+        if kernels.cpu_fast(flat):
+            words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), m, bits, seed, width, body[: 8 * nw].view(np.int64)))
+        else:
+            words = pack(quantize(flat, m, bits, kernels.uniforms(seed, flat.numel(), flat.device)), width)
+            body[: 8 * nw] = words.cpu().numpy().astype("<i8", copy=False).view(np.uint8)
+        meta = {"b": bits, "w": width, "c": 1, "B": y.shape[1].bit_length() - 1, "key": key}
+        return words, body, meta
+
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
+        y, key, m = self._rotated(a, state)
+        _, body, meta = self._message(y, key, m, int(self.params["bits"]), state)
+        return body, meta, None
+
+    # ------------------------------------------------------------------ decoding
+
+    def _header(self, payload: Payload) -> tuple[int, int, int, int, int, int]:
+        """(bits, width, count, block, key, padded length) from a checked header."""
+        meta_keys(payload, "b", "w", "c", "B", "key")
+        n = payload.numel
+        bits = meta_int(payload, "b", 1, 16)
+        width = meta_int(payload, "w", bits, 62)
+        count = meta_int(payload, "c", 1, ((1 << width) - 1) // ((1 << bits) - 1))
+        log_block = meta_int(payload, "B", 0, max(0, (n - 1).bit_length()))
+        key = meta_int(payload, "key", 0, _KEY_MASK)
+        block = 1 << log_block
+        return bits, width, count, block, key, -(-n // block) * block
+
+    def _expected_body_nbytes(self, payload: Payload) -> int:
+        _, width, _, _, _, padded = self._header(payload)
+        return body_nbytes(padded, width)
+
+    def _decode(self, payload: Payload) -> torch.Tensor:
+        bits, width, count, block, key, padded = self._header(payload)
+        body = body_numpy(payload)
+        if len(body) != body_nbytes(padded, width):
+            raise PayloadError(f"thc body has {len(body)} bytes, its header implies {body_nbytes(padded, width)}")
+        m = float(body[-4:].view("<f4")[0])
+        words_np = body[:-4].view("<i8")
+        if not words_np.flags.aligned:  # a payload parsed from bytes at an odd offset
+            words_np = words_np.copy()
+        if kernels.available():
+            scale = 2.0 * m / (count * ((1 << bits) - 1))
+            out = hadamard.decode_fast(words_np, width, padded, block, m, scale, key)
+            return torch.from_numpy(out)[: payload.numel]
+        words = torch.from_numpy(words_np.astype(np.int64))
+        values = dequantize(unpack(words, width, padded), m, bits, count)
+        return hadamard.unrotate(values.reshape(padded // block, block), key, payload.numel)
+
+    # ------------------------------------------------------------------ the protocol
+
+    def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
+        """THC's exchange: rotate, all-reduce MAX of the ranges (phase ``range``, 4 bytes per tensor), quantize on the shared
+        range at b + ⌈log2 N⌉ bits, all-reduce SUM of the packed words (phase ``allreduce``, each worker's payload counted
+        once, header and range included), decode the sum once.
+
+        Units with no elements leave every unit to the default protocol (all-gather), as their payloads have no range.
+        """
+        if any(x.numel() == 0 for x in xs):
+            return (yield from self.gather_protocol(xs, states, ctx))
+        rotated = [self._rotated(x.detach().float(), st) for x, st in zip(xs, states, strict=True)]
+        own = torch.tensor([m for _, _, m in rotated], dtype=torch.float32, device=xs[0].device)
+        (ranges,) = yield AllReduce([own], "range", op="max", count="once")
+        width = sum_width(int(self.params["bits"]), ctx.world)
+        words, payloads = [], []
+        for x, st, (y, key, _), m in zip(xs, states, rotated, ranges.tolist(), strict=True):
+            w, body, meta = self._message(y, key, float(np.float32(m)), width, st)
+            st.step += 1
+            words.append(w)
+            payloads.append(self._payload(x, body, meta))
+        sums = yield AllReduce(words, "allreduce", op="sum", count="once", nbytes=[p.nbytes for p in payloads], body=True)
+
+        def mean() -> list[torch.Tensor]:
+            out = []
+            for x, p, s in zip(xs, payloads, sums, strict=True):
+                body = np.concatenate([s.to(torch.int64).cpu().numpy().astype("<i8").view(np.uint8), body_numpy(p)[-4:]])
+                total = Payload(p.codec, p.version, p.dtype, p.shape, torch.from_numpy(body), {**p.meta, "c": ctx.world})
+                out.append(self.decode_received(total, x.shape).to(x.device))
+            return out
+
+        return Outcome(ctx.once("mean", mean), payloads)

@@ -1,0 +1,390 @@
+"""The randomized Hadamard rotation in blocks: random sign flips, then an orthonormal fast Walsh–Hadamard transform.
+
+A flat tensor of ``n`` elements is zero-padded to ``nb`` blocks of ``B = 2^m`` elements; each block
+``v`` becomes ``H_B · D · v / sqrt(B)`` where ``D`` flips signs at random (one bit per element of a
+counter-based SplitMix64 stream, :mod:`gcbench.kernels.rng`) and ``H_B`` is the Sylvester Hadamard
+matrix.  The transform is orthonormal and its own inverse up to the signs: ``v = D · H_B · y / sqrt(B)``.
+
+``H_B`` is applied as the fast transform's log2 B butterfly levels (``a, c -> a + c, a − c`` at
+distance 1, 2, 4, …): O(n log B) additions, then one multiplication by the float32 ``1/sqrt(B)``.
+The torch functions (:func:`fwht`, :func:`rotate`, :func:`unrotate`; any device) run one
+vectorised pass per level; the numba kernels below (:func:`rotate_fast`, :func:`decode_fast`) run
+the same additions in the same order block by block in cache, so both give the same float32 bits
+(IEEE addition is exact to the order of operations; ``tests/kernels/test_hadamard.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from gcbench.kernels.buffers import empty
+from gcbench.kernels.rng import _TWO_M24, GAMMA, MIX1, MIX2, _fill_rand24, _lshr, _mix64, _signed, key_of
+from gcbench.kernels.runtime import PARALLEL, njit, prange, run_parallel
+
+
+def block_size(n: int, block: int) -> int:
+    """The block length used for ``n`` elements: ``block`` (a power of two), or the next power of two of ``n`` if smaller."""
+    if n <= 1:
+        return 1
+    return min(block, 1 << (n - 1).bit_length())
+
+
+def padded_numel(n: int, block: int) -> int:
+    """Elements after padding ``n`` to whole blocks of :func:`block_size` (``n`` < result < 2n + block)."""
+    b = block_size(n, block)
+    return -(-n // b) * b
+
+
+def inv_sqrt(b: int) -> float:
+    """The float32 normalisation ``1/sqrt(B)`` both paths multiply by (a float32 value, as a Python float)."""
+    return float(np.float32(1.0 / math.sqrt(b)))
+
+
+def butterfly(blocks: torch.Tensor) -> torch.Tensor:
+    """The unnormalised Walsh–Hadamard transform of each row of ``blocks`` ((nb, B), B a power of two): a new tensor.
+
+    Level h pairs elements h apart within each 2h-run: (a, c) -> (a + c, a − c), for h = 1, 2, 4, …, B/2.
+    """
+    nb, b = blocks.shape
+    y = blocks.clone()
+    h = 1
+    while h < b:
+        v = y.view(nb, b // (2 * h), 2, h)
+        a, c = v[:, :, 0, :], v[:, :, 1, :]
+        y = torch.stack((a + c, a - c), dim=2).view(nb, b)
+        h *= 2
+    return y
+
+
+def fwht(blocks: torch.Tensor) -> torch.Tensor:
+    """The orthonormal Walsh–Hadamard transform of each row of ``blocks``: :func:`butterfly` times the float32 1/sqrt(B)."""
+    b = blocks.shape[1]
+    scale = inv_sqrt(b) if blocks.dtype == torch.float32 else 1.0 / math.sqrt(b)
+    return butterfly(blocks).mul_(torch.tensor(scale, dtype=blocks.dtype, device=blocks.device))
+
+
+def random_words(key: int, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """SplitMix64 outputs 1..n of stream ``key`` (all 64 bits, as int64): :func:`gcbench.kernels.rng.rand24_torch` before its shift."""
+    z = torch.arange(1, n + 1, dtype=torch.int64, device=device)
+    z = z * _signed(int(GAMMA)) + _signed(int(key_of(key)))  # int64 multiply wraps like uint64
+    z = (z ^ _lshr(z, 30)) * _signed(int(MIX1))
+    z = (z ^ _lshr(z, 27)) * _signed(int(MIX2))
+    return z ^ _lshr(z, 31)
+
+
+_SIGN_TABLE: dict[torch.device, torch.Tensor] = {}
+
+
+def _sign_table(device: torch.device) -> torch.Tensor:
+    """Row v: the 8 signs (±1.0) of byte v, bit j (least significant first) set meaning −1."""
+    if device not in _SIGN_TABLE:
+        bits = (torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1
+        _SIGN_TABLE[device] = (1.0 - 2.0 * bits.to(torch.float32)).to(device)
+    return _SIGN_TABLE[device]
+
+
+def signs(key: int, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``n`` random ±1.0 (float32) from stream ``key``: element 64·i + 8·k + j is −1 where bit j of byte k
+    (little-endian) of the stream's number i is set; one table lookup per byte."""
+    dev = torch.device(device)
+    words = random_words(key, -(-n // 64), dev)
+    as_bytes = words.view(torch.uint8)  # little-endian on every device torch runs on
+    return _sign_table(dev)[as_bytes.long()].reshape(-1)[:n]
+
+
+def rotate(flat: torch.Tensor, key: int, block: int) -> torch.Tensor:
+    """``flat`` (float32, n elements) padded to blocks and rotated: shape (nb, B), float32, on ``flat``'s device."""
+    n = flat.numel()
+    b = block_size(n, block)
+    total = padded_numel(n, block)
+    padded = torch.zeros(total, dtype=torch.float32, device=flat.device)
+    padded[:n] = flat
+    padded.mul_(signs(key, total, flat.device))
+    return fwht(padded.reshape(total // b, b))
+
+
+def unrotate(blocks: torch.Tensor, key: int, n: int) -> torch.Tensor:
+    """Inverse of :func:`rotate`: the first ``n`` elements of ``D · H · y / sqrt(B)`` (float32, flat)."""
+    flat = fwht(blocks).reshape(-1)
+    return flat.mul_(signs(key, flat.numel(), flat.device))[:n]
+
+
+# ----------------------------------------------------------------------------- the fused CPU kernels (numba)
+#
+# The same definitions as the torch functions above, block by block in cache: signs, the butterfly (log2 B in-place
+# passes over one block, the same additions in the same order as :func:`butterfly`), the scaling and the block's max
+# in one pass; quantization, its uniforms and the packing in another; the decoder's unpacking, dequantization,
+# transform and signs in a third.  They give the torch functions' bits (``tests/kernels/test_hadamard.py``).
+
+
+@njit(inline="always")
+def _pairs(lo, hi, h):  # pragma: no cover - compiled
+    for j in range(h):  # two disjoint slices indexed from 0: LLVM vectorises it
+        a = lo[j]
+        c = hi[j]
+        lo[j] = a + c
+        hi[j] = a - c
+
+
+@njit(inline="always")
+def _quads(q0, q1, q2, q3, h):  # pragma: no cover - compiled
+    for j in range(h):  # level h on (q0, q1) and (q2, q3), then level 2h on (q0, q2) and (q1, q3): the same additions
+        a = q0[j] + q1[j]
+        b = q0[j] - q1[j]
+        c = q2[j] + q3[j]
+        d = q2[j] - q3[j]
+        q0[j] = a + c
+        q2[j] = a - c
+        q1[j] = b + d
+        q3[j] = b - d
+
+
+@njit(inline="always")
+def _butterfly(o, b):  # pragma: no cover - compiled
+    """The unnormalised Walsh–Hadamard transform of ``o[:b]`` in place: the first three levels as one 8-point transform
+    per 8 elements (in registers), then vectorised passes of two levels each (the last alone when their count is odd)."""
+    h = 1
+    if b >= 8:
+        for s in range(0, b, 8):
+            a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
+            b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
+            c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
+            o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
+            o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+        h = 8
+    while 4 * h <= b:  # two levels (h, 2h) per pass: four slices h apart
+        for s in range(0, b, 4 * h):
+            _quads(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h)
+        h *= 4
+    if h < b:
+        for s in range(0, b, 2 * h):
+            _pairs(o[s : s + h], o[s + h : s + 2 * h], h)
+
+
+@njit(inline="always")
+def _quads_scaled(q0, q1, q2, q3, h, scale):  # pragma: no cover - compiled
+    """:func:`_quads` as the transform's last pass, each output times ``scale`` (the same two roundings as a separate
+    pass) and their max |·| taken in the same loop."""
+    m = np.float32(0.0)
+    for j in range(h):
+        a = q0[j] + q1[j]
+        b = q0[j] - q1[j]
+        c = q2[j] + q3[j]
+        d = q2[j] - q3[j]
+        v0 = (a + c) * scale
+        v2 = (a - c) * scale
+        v1 = (b + d) * scale
+        v3 = (b - d) * scale
+        q0[j] = v0
+        q2[j] = v2
+        q1[j] = v1
+        q3[j] = v3
+        m = max(m, max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))))
+    return m
+
+
+@njit(inline="always")
+def _pairs_scaled(lo, hi, h, scale):  # pragma: no cover - compiled
+    """:func:`_pairs` as the transform's last pass, scaled, with the max |·| (see :func:`_quads_scaled`)."""
+    m = np.float32(0.0)
+    for j in range(h):
+        a = lo[j]
+        c = hi[j]
+        v0 = (a + c) * scale
+        v1 = (a - c) * scale
+        lo[j] = v0
+        hi[j] = v1
+        m = max(m, max(abs(v0), abs(v1)))
+    return m
+
+
+@njit(inline="always")
+def _butterfly_scale_max(o, b, scale):  # pragma: no cover - compiled
+    """:func:`_butterfly`, then o *= scale, returning max |o|: the scaling fused into the last pass (same bits)."""
+    if b < 32:  # at most one pass after the 8-point one: not worth fusing
+        _butterfly(o, b)
+        return _scale_max(o, scale)
+    for s in range(0, b, 8):  # as _butterfly's first pass
+        a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
+        b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
+        c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
+        o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
+        o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+    h = 8
+    while 4 * h < b:  # every two-level pass but a last one
+        for s in range(0, b, 4 * h):
+            _quads(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h)
+        h *= 4
+    m = np.float32(0.0)
+    if 4 * h == b:  # the last pass is two levels
+        for s in range(0, b, 4 * h):
+            m = max(m, _quads_scaled(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h, scale))
+    else:  # one level left (2h == b)
+        m = _pairs_scaled(o[0:h], o[h : 2 * h], h, scale)
+    return m
+
+
+@njit(inline="always")
+def _sign_word(key, w):  # pragma: no cover - compiled
+    return _mix64(key + np.uint64(w + 1) * GAMMA)
+
+
+@njit(inline="always")
+def _signed_copy(x, key, w0, o):  # pragma: no cover - compiled
+    """o[j] = ±x[j] for whole 64-element words: bit j % 64 of stream word w0 + j // 64 set means −."""
+    for w in range(o.size // 64):
+        word = _sign_word(key, w0 + w)
+        xs = x[64 * w : 64 * w + 64]
+        os = o[64 * w : 64 * w + 64]
+        for t in range(64):
+            flip = np.float32(1.0) - np.float32(2.0) * np.float32((word >> np.uint64(t)) & np.uint64(1))
+            os[t] = xs[t] * flip
+
+
+@njit(inline="always")
+def _scale_max(o, scale):  # pragma: no cover - compiled
+    """o *= scale in place; returns max |o| (a branch-free reduction: vectorised)."""
+    m = np.float32(0.0)
+    for j in range(o.size):
+        v = o[j] * scale
+        o[j] = v
+        m = max(m, abs(v))
+    return m
+
+
+@njit(**PARALLEL)
+def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compiled
+    nb = out.size // b
+    for blk in prange(nb):
+        o = out[blk * b : (blk + 1) * b]
+        base = blk * b
+        if b % 64 == 0 and base + b <= n:  # a whole block of input: branch-free signs, one word per 64 elements
+            _signed_copy(x[base : base + b], key, base >> 6, o)
+        else:
+            word = np.uint64(0)
+            for j in range(b):
+                i = base + j
+                if j == 0 or (i & 63) == 0:
+                    word = _sign_word(key, i >> 6)
+                v = x[i] if i < n else np.float32(0.0)
+                o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+        maxes[blk] = _butterfly_scale_max(o, b, scale)
+
+
+def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]:
+    """:func:`rotate` of a flat float32 array by the fused kernel: the (nb, B) blocks as a float32 array, and max |y|."""
+    n = x.size
+    b = block_size(n, block)
+    total = padded_numel(n, block)
+    out = empty(total).numpy()  # huge pages, pooled: a fresh 100 MB output costs no page-fault storm
+    maxes = np.zeros(total // b, np.float32)
+    run_parallel(_rotate_kernel, total, x, np.int64(n), np.int64(b), key_of(key), np.float32(inv_sqrt(b)), out, maxes)
+    return out.reshape(total // b, b), float(maxes.max()) if maxes.size else 0.0
+
+
+@njit(cache=True)
+def _levels(y, up, m, factor, top, u, lv):  # pragma: no cover - compiled
+    """lv[j] = ⌊r⌋ + [u_j < r − ⌊r⌋], r = clamp((y_j·up + m)·factor, 0, top): the torch path's float32 arithmetic."""
+    for j in range(y.size):
+        r = (y[j] * up + m) * factor
+        r = np.float32(0.0) if r < np.float32(0.0) else (top if r > top else r)
+        fl = np.floor(r)
+        lv[j] = np.int64(fl) + np.int64(np.float32(u[j]) * _TWO_M24 < r - fl)
+
+
+@njit(cache=True)
+def _pack_words(lv, m, width, k, words):  # pragma: no cover - compiled
+    """words[i] = Σ_f lv[i·k + f] << f·width over the fields present (m of them)."""
+    for i in range(words.size):
+        acc = np.int64(0)
+        top = min(k, m - i * k)
+        for f in range(top):
+            acc |= lv[i * k + f] << np.int64(f * width)
+        words[i] = acc
+
+
+@njit(**PARALLEL)
+def _quantize_pack_kernel(y, up, m, factor, top, key, width, k, words):  # pragma: no cover - compiled
+    n = y.size
+    nw = words.size
+    per = 1024  # words per sub-chunk: its uniforms, levels and words stay in cache
+    for p in prange((nw + per - 1) // per):
+        w0 = p * per
+        w1 = min(nw, w0 + per)
+        e0 = w0 * k
+        e1 = min(n, w1 * k)
+        u = np.empty(e1 - e0, np.uint32)
+        lv = np.empty(e1 - e0, np.int64)
+        _fill_rand24(key, e0, u, e1 - e0)
+        _levels(y[e0:e1], up, m, factor, top, u, lv)
+        _pack_words(lv, e1 - e0, width, k, words[w0:w1])
+
+
+def quant_factor(m: float, top: int) -> tuple[float, float, float]:
+    """(up, m·up, factor) with r = (y·up + m·up)·factor: factor = top/(2m) rounded to float32 once, and where that
+    overflows float32 (m under about 1e-37: subnormal ranges) y and m scaled up by 2^100 first (exact) so it does not."""
+    m32 = float(np.float32(m))
+    with np.errstate(over="ignore"):
+        factor = np.float32(top / (2.0 * m32))
+    if np.isfinite(factor):
+        return 1.0, m32, float(factor)
+    up = 2.0**100
+    return up, m32 * up, float(np.float32(top / (2.0 * m32 * up)))
+
+
+def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int, words: np.ndarray | None = None) -> np.ndarray:
+    """Stochastic levels of flat float32 ``y`` on [−m, m] with the uniforms of stream ``seed``, packed ⌊63/width⌋ per
+    int64 word (field j at bits j·width): what ``quantize`` then ``pack`` of :mod:`gcbench.compressors.thc` give.
+
+    ``words``: where to write them (an aligned int64 array of ⌈n/⌊63/width⌋⌉ words, e.g. a view of the payload body)."""
+    k = 63 // width
+    nw = -(-y.size // k)
+    if words is None:
+        words = empty(nw, torch.int64).numpy()
+    if m == 0.0:
+        words[:] = 0
+    elif nw:
+        top = (1 << bits) - 1
+        up, m_up, factor = quant_factor(m, top)
+        run_parallel(_quantize_pack_kernel, y.size, y, np.float32(up), np.float32(m_up), np.float32(factor), np.float32(top),
+                     key_of(seed), np.int64(width), np.int64(k), words)
+    return words
+
+
+@njit(**PARALLEL)
+def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma: no cover - compiled
+    nb = out.size // b
+    for blk in prange(nb):
+        o = out[blk * b : (blk + 1) * b]
+        base = blk * b
+        for wi in range(base // k, (base + b - 1) // k + 1):  # the words holding this block's fields, k fields each
+            word = words[wi]
+            e0 = wi * k - base
+            for f in range(k):
+                j = e0 + f
+                if 0 <= j < b:
+                    o[j] = np.float32(np.float64((word >> np.int64(f * width)) & mask) * scale - m)
+        _butterfly(o, b)
+        if b % 64 == 0:
+            for j in range(b):
+                o[j] = o[j] * inv
+            _signed_copy(o, key, base >> 6, o)
+        else:
+            word = np.uint64(0)
+            for j in range(b):
+                i = base + j
+                if j == 0 or (i & 63) == 0:
+                    word = _sign_word(key, i >> 6)
+                v = o[j] * inv
+                o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+
+
+def decode_fast(words: np.ndarray, width: int, padded: int, block: int, m: float, scale: float, key: int) -> np.ndarray:
+    """Unpack ``padded`` fields, dequantize (field·scale − m, in float64), rotate back: the padded flat float32 array."""
+    out = empty(padded).numpy()
+    run_parallel(_decode_kernel, padded, words, np.int64(width), np.int64(63 // width), np.int64((1 << width) - 1),
+                 np.float64(scale), np.float64(m), key_of(key), np.int64(block), np.float32(inv_sqrt(block)), out)
+    return out

@@ -1,0 +1,69 @@
+"""The fused Hadamard/THC kernels against their torch definitions (gcbench/kernels/hadamard.py, gcbench/compressors/thc.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gcbench import kernels
+from gcbench.compressors.thc import dequantize, pack, quantize, unpack
+from gcbench.kernels import hadamard
+from tests.conftest import normal
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba kernels unavailable")
+
+
+@pytest.mark.parametrize("n,block", [(1, 4096), (5, 4096), (100, 8), (30, 4096), (1000, 64), (100, 128), (3000, 2048), (10_007, 4096)])
+def test_rotation_kernel_gives_the_torch_bits(n: int, block: int) -> None:
+    x = normal((n,), seed=n)
+    y, m = hadamard.rotate_fast(x.numpy(), 11, block)
+    want = hadamard.rotate(x, 11, block)
+    assert np.array_equal(y, want.numpy())  # the same additions in the same order
+    assert m == float(want.abs().max())
+
+
+@pytest.mark.parametrize("width", [1, 4, 7, 9, 21])
+def test_quantize_and_pack_kernel_gives_the_torch_bits(width: int) -> None:
+    bits = min(width, 4)
+    y = normal((3001,), seed=width)
+    m = float(y.abs().max())
+    got = hadamard.quantize_pack_fast(y.numpy(), m, bits, 1234, width)
+    want = pack(quantize(y, m, bits, kernels.uniforms(1234, y.numel())), width)
+    assert np.array_equal(got, want.numpy())
+    assert not hadamard.quantize_pack_fast(y.numpy(), 0.0, bits, 1234, width).any()  # zero range: all levels 0
+
+
+def test_decode_kernel_gives_the_torch_bits() -> None:
+    x = normal((5000,), seed=3)
+    y = hadamard.rotate(x, 5, 1024)
+    m = float(y.abs().max())
+    words = pack(quantize(y.reshape(-1), m, 4, kernels.uniforms(9, y.numel())), 6)
+    scale = 2.0 * m / 15
+    fast = hadamard.decode_fast(words.numpy(), 6, y.numel(), 1024, m, scale, 5)[:5000]
+    slow = hadamard.unrotate(dequantize(unpack(words, 6, y.numel()), m, 4, 1).reshape(-1, 1024), 5, 5000)
+    assert np.array_equal(fast, slow.numpy())
+    assert torch.equal(hadamard.signs(3, 200), torch.from_numpy(np.where(_bits(3, 200), -1.0, 1.0).astype(np.float32)))
+
+
+def _bits(key: int, n: int) -> np.ndarray:
+    """Bit e % 64 of SplitMix64 output e // 64 + 1 of stream ``key`` (NumPy's wrapping uint64, the oracle)."""
+    from gcbench.kernels.rng import GAMMA, MIX1, MIX2, key_of
+
+    w = np.arange(1, -(-n // 64) + 1, dtype=np.uint64) * GAMMA + key_of(key)
+    w = (w ^ (w >> np.uint64(30))) * MIX1
+    w = (w ^ (w >> np.uint64(27))) * MIX2
+    w ^= w >> np.uint64(31)
+    e = np.arange(n)
+    return ((w[e // 64] >> (e % 64).astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+
+@pytest.mark.parametrize("scale", [1e-40, 1e-30, 1e20])
+def test_extreme_ranges_quantize_alike_and_finite(scale: float) -> None:
+    y = normal((999,), seed=8) * scale
+    m = float(y.abs().max())
+    got = hadamard.quantize_pack_fast(y.numpy(), m, 4, 77, 5)
+    want = pack(quantize(y, m, 4, kernels.uniforms(77, y.numel())), 5)
+    assert np.array_equal(got, want.numpy())
+    levels = unpack(want, 5, 999)
+    assert int(levels.min()) >= 0 and int(levels.max()) <= 15 and int(levels.max()) >= 8  # the range is used, no NaN level
