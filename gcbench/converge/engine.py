@@ -96,16 +96,17 @@ def _bucket_assignment(sizes: Sequence[int], order: Sequence[int]) -> list[list[
         buckets, _ = dist._compute_bucket_assignment_by_size(  # DDP's own function: the same cuts as the reducer makes
             tensors, [getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", FIRST_BUCKET_BYTES), BUCKET_BYTES], [False] * len(order), list(order))
         return [list(b) for b in buckets]
-    except (ImportError, AttributeError, RuntimeError, TypeError):  # no torch.distributed: cut by the same rule here
-        out: list[list[int]] = [[]]
+    except (ImportError, AttributeError, RuntimeError, TypeError):  # no torch.distributed: DDP's rule, here
+        out: list[list[int]] = []
+        current: list[int] = []
         used, cap = 0, FIRST_BUCKET_BYTES
-        for i in order:
-            if out[-1] and used + 4 * sizes[i] > cap:
-                out.append([])
-                used, cap = 0, BUCKET_BYTES
-            out[-1].append(i)
+        for i in order:  # a bucket closes once it holds at least its limit
+            current.append(i)
             used += 4 * sizes[i]
-        return out
+            if used >= cap:
+                out.append(current)
+                current, used, cap = [], 0, BUCKET_BYTES
+        return [*out, current] if current else out
 
 
 class UnitLayout:
