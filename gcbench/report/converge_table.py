@@ -1,6 +1,7 @@
 """The terminal table of a convergence run (``gcbench converge``) and its one-sentence verdict.
 
-One row per compressor (the reference first): the final metric with its 95% interval over seeds,
+One row per compressor (the reference first): the final metric with its 95% interval over seeds
+(written ``mean ± half-width``: a Student-t interval is symmetric),
 the final gap to the reference (paired by seed), the steps to the target with their interval and
 how many seeds reached it, how many diverged, and the bytes one worker sent per step.  Under 120
 columns.  :func:`verdict` names the compressors that fail to reach the reference's accuracy: those
@@ -20,20 +21,18 @@ from gcbench.report.text import term
 
 
 def _iv(iv: Mapping[str, Any] | None, kind: str = "acc", signed: bool = False) -> str:
-    """``mean [low, high]`` (or the mean alone over one value), ``—`` when absent."""
+    """``mean ± half-width`` of a 95% t-interval (symmetric), the mean alone over one value, ``—`` when absent."""
     if not iv or iv.get("mean") is None:
         return "—"
-
-    def one(v: float | None) -> str:
-        if v is None:
-            return "—"
-        if kind == "int":
-            return fmt(v, "int")
-        return f"{v:+.4f}" if signed else f"{v:.4f}"
-
+    mean = float(iv["mean"])
+    if kind == "int":
+        text = fmt(mean, "int")
+    else:
+        text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
     if iv.get("n", 0) < 2 or iv.get("low") is None or iv.get("high") is None:
-        return one(iv["mean"])
-    return f"{one(iv['mean'])} [{one(iv['low'])}, {one(iv['high'])}]"
+        return text
+    half = (float(iv["high"]) - float(iv["low"])) / 2
+    return f"{text} ± {fmt(half, 'int') if kind == 'int' else f'{half:.3f}'}"
 
 
 def _bytes(n: float | None) -> str:
@@ -58,10 +57,10 @@ def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
     settings = _conv(cases[0]).get("settings", {}) if cases else {}
     metric = metric_name(settings)
     t = Table(title=term(title, 116), title_justify="left")
-    t.add_column("compressor", no_wrap=True, max_width=26)
-    t.add_column(f"final {metric} [95% CI]", justify="right", no_wrap=True)
-    t.add_column("gap to ref [95% CI]", justify="right", no_wrap=True)
-    t.add_column("steps to target [CI]", justify="right", no_wrap=True)
+    t.add_column("compressor", max_width=24, overflow="fold")
+    t.add_column(f"final {metric}", justify="right", no_wrap=True)
+    t.add_column("gap to ref", justify="right", no_wrap=True)
+    t.add_column("steps to target", justify="right", no_wrap=True)
     t.add_column("reached", justify="right", no_wrap=True)
     t.add_column("diverged", justify="right", no_wrap=True)
     t.add_column("bytes/worker/step", justify="right", no_wrap=True)
@@ -69,7 +68,7 @@ def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
         conv = _conv(case)
         s = conv.get("summary") or {}
         n = s.get("seeds", 0)
-        name = term(str(case.get("label", "?")), 26) + (" (ref)" if conv.get("reference") else "")
+        name = term(str(case.get("label", "?")), 60) + (" (ref)" if conv.get("reference") else "")
         if case.get("status") != "ok" and not s.get("final_metric"):
             t.add_row(name, "[red]failed[/]", "", "", "", "", "")
             continue
@@ -84,8 +83,8 @@ def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
     if target is not None:
         rule = (f"{settings.get('target_fraction'):g} of the reference's final mean" if settings.get("target_rule") == "fraction"
                 else "given value")
-        t.caption = (f"target {metric} {target:.4f} ({rule}); gap = reference − compressor, paired by seed; "
-                     f"{len(settings.get('seeds') or [])} seeds, {settings.get('steps')} steps, {settings.get('workers')} workers")
+        t.caption = (f"± = half-width of the 95% t-interval over seeds; gap = reference − compressor, paired by seed; "
+                     f"target {metric} {target:.4f} ({rule}), steps to target over the seeds that reached it")
         t.caption_justify = "left"
     return t
 
