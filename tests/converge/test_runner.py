@@ -57,7 +57,7 @@ def test_an_interrupted_run_keeps_every_finished_seed(tmp_path: Path) -> None:
 
 
 def test_a_target_value_the_reference_never_reaches_is_refused_and_the_file_kept(tmp_path: Path) -> None:
-    with pytest.raises(ConvergeError, match="--target-value 1.5 is never reached by the reference none"):
+    with pytest.raises(ConvergeError, match=r"--target-value 1\.5 is never reached by the reference none"):
         run_converge(_cfg(target_value=1.5, seeds=1), tmp_path)
     (path,) = tmp_path.glob("*.json")
     rec = load_run(path)
