@@ -204,6 +204,9 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
     opt = make_optimizer(s.optimizer, params, s.lr, s.momentum, s.weight_decay)
     layout = UnitLayout(params, comp.needs_whole_model)
     states = _States(comp, seed, s.workers)
+    # numba's OpenMP layer, started by a compressor's first parallel kernel, can reset the process's OpenMP thread
+    # count, which torch shares: the count the run started with is put back after every exchange
+    threads = torch.get_num_threads()
     out.curve.append(_evaluate(sp, model, 0, None))
     first_loss: float | None = None
     window: list[float] = []  # training losses since the last evaluation
@@ -243,6 +246,8 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
                 out.sent_bytes += r.traffic.sent()
                 out.payload_bytes += sum(pl.nbytes for pl in r.payloads)
         del grads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         opt.step()
         opt.zero_grad(set_to_none=True)
         out.steps_run = step + 1
