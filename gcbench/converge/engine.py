@@ -18,6 +18,10 @@ ready (1 MiB first bucket, then 25 MiB); the hook gives a bucket whose parameter
 states (``HookState.state_resets``), and so does this engine.  A protocol over the whole model
 (LGC's reference preset) gets every parameter, in module order, as one group.
 
+Buffers (batch-norm running statistics) are updated by every worker's forward pass on the shared
+model; after each step they are put back to what worker 0's pass left, as DDP's default
+``broadcast_buffers`` gives every replica rank 0's buffers.
+
 Divergence: a non-finite training loss, or one above ``divergence_factor`` × the first step's,
 stops the seed with status ``diverged``.  Bytes are the protocol's :class:`~gcbench.core.compressor.Traffic`,
 summed over the run (no per-step history is kept beyond the evaluation curve).
@@ -207,6 +211,8 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
     # numba's OpenMP layer, started by a compressor's first parallel kernel, can reset the process's OpenMP thread
     # count, which torch shares: the count the run started with is put back after every exchange
     threads = torch.get_num_threads()
+    buffers = [b for b in model.buffers() if b.is_floating_point() or b.dtype == torch.long]
+    kept: list[torch.Tensor] = []
     out.curve.append(_evaluate(sp, model, 0, None))
     first_loss: float | None = None
     window: list[float] = []  # training losses since the last evaluation
@@ -221,12 +227,18 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
             loss.backward()
             for h in hooks:
                 h.remove()
+            if w == 0 and buffers:  # DDP broadcasts rank 0's buffers (batch-norm statistics): its update is the one kept
+                kept = [b.detach().clone() for b in buffers]
             loss_sum += float(loss.detach())
             row = []
             for p in params:  # the gradient itself, taken out of the parameter: one gradient per worker is held
                 row.append(p.grad if p.grad is not None else torch.zeros_like(p))
                 p.grad = None
             grads.append(row)
+        if buffers:
+            with torch.no_grad():
+                for b, k in zip(buffers, kept, strict=True):
+                    b.copy_(k)
         loss_value = loss_sum / len(batches)
         if first_loss is None:
             first_loss = loss_value

@@ -123,3 +123,43 @@ def test_the_callers_random_state_is_left_alone() -> None:
     before = torch.get_rng_state()
     run_seed(make_problem(None, TINY), "qsgd", _settings(steps=2), seed=0)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_batch_norm_statistics_are_worker_0s_as_ddp_broadcasts_them(tmp_path: object) -> None:
+    import sys
+    import types
+
+    mod = types.ModuleType("gcbench_test_bn_factory")
+
+    def factory(seed: int = 0) -> tuple[torch.nn.Module, object]:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 2))
+
+        def make_batch(i: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+            g = torch.Generator().manual_seed(1000 * i + w)
+            return torch.randn(8, 4, generator=g) + 5 * w, torch.randint(0, 2, (8,), generator=g)
+
+        return model, make_batch
+
+    mod.factory = factory  # type: ignore[attr-defined]
+    sys.modules[mod.__name__] = mod
+    try:
+        problem = make_problem(None, f"{mod.__name__}:factory")
+        seen: list[torch.Tensor] = []
+        instance = problem.instance
+
+        def spying(seed: int, workers: int, batch: int | None) -> object:
+            sp = instance(seed, workers, batch)
+            evaluate = sp.evaluate
+            sp.evaluate = lambda m: (seen.append(m[1].running_mean.clone()), evaluate(m))[1]
+            return sp
+
+        problem.instance = spying  # type: ignore[method-assign]
+        run_seed(problem, "none", _settings(steps=1, eval_every=1, lr=0.0), seed=0)
+        bn = torch.nn.BatchNorm1d(6)
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(4, 6)
+        bn(lin(factory(0)[1](0, 0)[0]))  # worker 0's batch alone (worker 1's inputs are shifted by 5)
+        assert torch.allclose(seen[-1], bn.running_mean, atol=1e-6)
+    finally:
+        del sys.modules[mod.__name__]
