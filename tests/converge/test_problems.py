@@ -127,3 +127,11 @@ def test_naming_the_problem_needs_exactly_one_of_task_and_model() -> None:
         make_problem("charlstn", None)
     with pytest.raises(SourceError):
         make_problem(None, "tests.user_factory:not_a_tuple")
+
+
+def test_a_hugging_face_model_without_transformers_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    with pytest.raises(ConvergeError, match=r"needs transformers \(pip install 'gcbench\[hf\]'\)"):
+        make_problem(None, "hf:gpt2")
