@@ -13,6 +13,7 @@ from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import compressor_specs
 from gcbench.cli.output import plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir
+from gcbench.core.errors import GcbenchError
 
 Suite = Annotated[str | None, typer.Argument(metavar="SUITE", help=(
     "A convergence suite (TOML with kind = \"converge\"), e.g. suites/converge.toml, the bundled default; options override it."))]
@@ -39,6 +40,8 @@ TargetValue = Annotated[float | None, typer.Option("--target-value", metavar="FL
     "Target as a metric value (the reference must reach it)."))]
 Divergence = Annotated[float | None, typer.Option("--divergence-factor", metavar="FLOAT", help=(
     "A loss above this x its first value is divergence (default 10)."))]
+TrustCode = Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=(
+    "Allow the suite file to import and run the user model (factory) it names (only if you trust the file)."))]
 Name = Annotated[str | None, typer.Option("--name", metavar="TEXT", help="The run's name (in the results file's name).")]
 
 
@@ -62,6 +65,7 @@ def converge_cmd(
     divergence_factor: Divergence = None,
     threads: options.threads(int | None, "Torch threads (default: torch's).") = None,
     name: Name = None,
+    trust_code: TrustCode = False,
     out_dir: options.out_path() = Path("reports/runs"),
     as_json: options.json_flag("Print the results file's path and cases as JSON.") = False,
     quiet: options.Quiet = False,
@@ -88,6 +92,9 @@ def converge_cmd(
         base = replace(base, extra={"description": data.get("description")})
     if task is not None or model is not None:  # the command line's problem replaces the suite's
         base = replace(base, task=task, model=model)
+    elif suite is not None and base.model is not None and ":" in base.model and not base.model.startswith("hf:") and not trust_code:
+        raise GcbenchError(f"{suite}: model = {base.model!r}: the suite would import and run this code; if you trust it, pass "
+                           "--trust-code (or set GCBENCH_TRUST_CODE=1), or name the model yourself with --model")
     if base.task is None and base.model is None:
         base = replace(base, task="auto")
     specs = compressor_specs(None, compressor) if compressor else None

@@ -75,6 +75,15 @@ def test_an_unreachable_target_value_is_one_line_and_the_reference_is_kept(tmp_p
     assert load_run(path).status == "failed"
 
 
+def test_a_suite_naming_user_code_needs_trust(tmp_path: Path, monkeypatch: object) -> None:
+    suite = tmp_path / "s.toml"
+    suite.write_text('kind = "converge"\nmodel = "tests.user_factory:tiny"\nsteps = 2\nseeds = 1\nworkers = 2\n', encoding="utf-8")
+    monkeypatch.delenv("GCBENCH_TRUST_CODE", raising=False)  # type: ignore[attr-defined]
+    _one_error_line([str(suite)], tmp_path, "the suite would import and run this code")
+    r = runner.invoke(app, ["converge", str(suite), "--trust-code", "-c", "qsgd", "-o", str(tmp_path), "-q", "--json"])
+    assert r.exit_code == 0, r.output
+
+
 def test_help_shows_examples() -> None:
     r = runner.invoke(app, ["converge", "--help"])
     assert r.exit_code == 0 and "gcbench converge suites/converge.toml" in r.output and "--target-value" in r.output
