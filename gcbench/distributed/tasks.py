@@ -5,10 +5,10 @@
   64-256-128-10 (50,826 parameters), SGD with momentum.  Metric: test accuracy.
 * ``digits_cnn``: the same digits and split as 8×8 one-channel images, a small CNN (two 3×3
   convolutions of 16 and 32 channels, 2×2 max-pool, fully connected 512-64-10: 38,282 parameters,
-  three of its six tensors under 5,000 elements), SGD with momentum.  Metric: test accuracy.  Its
-  small convolution tensors next to one large fully connected layer make per-tensor compressors at
-  a fixed density or rank behave very differently from the MLP (``gcbench converge`` uses it to
-  separate them).
+  three of its six tensors under 5,000 elements), SGD with momentum.  Metric: test accuracy.  Added
+  for ``gcbench converge`` (docs/convergence.md): its small convolution tensors beside one large
+  fully connected layer are where a per-tensor compressor at a fixed density or rank starves some
+  tensors, which the MLP has none of.
 * ``charlstm`` (the default without scikit-learn): next-character prediction on the public-domain
   texts shipped in ``gcbench/data/`` (last 10% held out), an embedding-32 / LSTM-128 / linear model,
   Adam.  Metric: next-character accuracy on the held-out text.
