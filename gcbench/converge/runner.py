@@ -160,6 +160,8 @@ def resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], d
     problem = make_problem(cfg.task, cfg.model, cfg.batch)
     d = problem.defaults
     optimizer = cfg.optimizer or d.optimizer
+    if cfg.momentum is not None and optimizer != "sgd":
+        raise ParamError(f"--momentum applies to sgd; {optimizer} keeps its own moment estimates (betas)")
     momentum = cfg.momentum if cfg.momentum is not None else (d.momentum if optimizer == d.optimizer else None)
     if optimizer == "sgd" and momentum is None:
         momentum = 0.9

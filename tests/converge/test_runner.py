@@ -79,6 +79,7 @@ def test_a_reachable_target_value_is_used_as_given(tmp_path: Path) -> None:
     ({"target_fraction": 1.5}, ParamError, "fraction in"),
     ({"workers": 1, "compressors": ("lgc",)}, ParamError, "lgc needs at least 2 workers"),
     ({"compressors": ("nosuch",)}, UnknownNameError, "nosuch"),
+    ({"optimizer": "adam", "momentum": 0.5}, ParamError, "--momentum applies to sgd"),
 ])
 def test_bad_settings_fail_before_anything_runs(kw: dict[str, Any], error: type[Exception], match: str, tmp_path: Path) -> None:
     with pytest.raises(error, match=match):
