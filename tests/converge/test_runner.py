@@ -111,3 +111,11 @@ def test_a_suite_must_say_it_is_a_convergence_suite_and_know_its_keys(tmp_path: 
     p.write_text('kind = "converge"\nsteps = "3"\n', encoding="utf-8")
     with pytest.raises(GcbenchError, match="steps has the wrong type"):
         load_suite(p)
+
+
+def test_a_reference_that_diverges_on_every_seed_gives_no_target(tmp_path: Path) -> None:
+    with pytest.raises(ConvergeError, match="the reference none finished no seed"):
+        run_converge(_cfg(lr=1e6, steps=20, seeds=1), tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    rec = load_run(path)
+    assert rec.status == "failed" and rec.cases[0].convergence.seeds[0].status == "diverged"
