@@ -11,7 +11,7 @@ import typer
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import compressor_specs
-from gcbench.cli.output import plain, print_json, progress_bar
+from gcbench.cli.output import error_line, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir
 from gcbench.core.errors import GcbenchError
 
@@ -98,8 +98,10 @@ def converge_cmd(
     if base.task is None and base.model is None:
         base = replace(base, task="auto")
     specs = compressor_specs(None, compressor) if compressor else None
-    if target_value is not None:  # a value given here replaces the suite's fraction
+    if target_value is not None:  # a target given here replaces the suite's, whichever way the suite gave it
         base = replace(base, target_fraction=None)
+    if target is not None:
+        base = replace(base, target_value=None)
     cfg = with_overrides(base, compressors=tuple(specs) if specs else None, workers=workers, steps=steps, batch=batch,
                          optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, eval_every=eval_every,
                          seeds=seeds, target_fraction=target, target_value=target_value, divergence_factor=divergence_factor,
@@ -117,3 +119,8 @@ def converge_cmd(
     output.out.print(converge_table(outcome.cases, title))
     plain(verdict(outcome.cases))
     plain(f"results: {outcome.path}")
+    failed = [(c["label"], r) for c in outcome.cases for r in c["convergence"]["seeds"] if r["status"] == "error"]
+    for label, r in failed:  # a seed that raised is a failure (diverging or missing the target is an outcome)
+        error_line(f"{label} seed {r['seed']}: {r['error']}")
+    if failed:
+        raise typer.Exit(1)

@@ -84,6 +84,20 @@ def test_a_suite_naming_user_code_needs_trust(tmp_path: Path, monkeypatch: objec
     assert r.exit_code == 0, r.output
 
 
+def test_a_seed_that_raises_is_reported_and_exits_1(tmp_path: Path, monkeypatch: object) -> None:
+    from gcbench.compressors.topk import TopK
+
+    def broken(self: object, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(TopK, "exchange_group", broken)  # type: ignore[attr-defined]
+    r = runner.invoke(app, ["converge", *TINY, "-c", "topk", "-o", str(tmp_path), "-q"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "error: topk seed 0: RuntimeError: kernel exploded" in r.output
+    (path,) = tmp_path.glob("*.json")
+    assert load_run(path).status == "complete-with-errors"
+
+
 def test_help_shows_examples() -> None:
     r = runner.invoke(app, ["converge", "--help"])
     assert r.exit_code == 0 and "gcbench converge suites/converge.toml" in r.output and "--target-value" in r.output
