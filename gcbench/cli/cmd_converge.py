@@ -40,8 +40,7 @@ TargetValue = Annotated[float | None, typer.Option("--target-value", metavar="FL
     "Target as a metric value (the reference must reach it)."))]
 Divergence = Annotated[float | None, typer.Option("--divergence-factor", metavar="FLOAT", help=(
     "A loss above this x its first value is divergence (default 10)."))]
-TrustCode = Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=(
-    "Allow the suite file to import and run the user model (factory) it names (only if you trust the file)."))]
+TrustCode = options.trust_code("Allow the suite file to import and run the user model (factory) it names (only if you trust the file).")
 Name = Annotated[str | None, typer.Option("--name", metavar="TEXT", help="The run's name (in the results file's name).")]
 
 
