@@ -34,9 +34,9 @@ from gcbench.distributed.train import TrainConfig, train
 COMPRESSORS = ["none", "topk:density=0.05,error_feedback=true", "efsignsgd", "qsgd"]
 
 
-def _twin(task: str, epochs: int, batch: int, lr: float, tmp_path: Path) -> None:
+def _twin(task: str, epochs: int, batch: int, lr: float, tmp_path: Path, compressors: list[str] = COMPRESSORS) -> None:
     cfg = TrainConfig(task=task, workers=2, epochs=epochs, batch_size=batch, lr=lr, seed=3, granularity="layer", timeout_s=240)
-    outcome = train(cfg, COMPRESSORS, tmp_path)
+    outcome = train(cfg, compressors, tmp_path)
     assert not outcome.failed, [r.get("error") for r in outcome.failed]
     problem = TaskProblem(task)
     d = problem.defaults
@@ -65,6 +65,11 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def test_one_epoch_twin_of_a_stateful_and_a_randomized_compressor(tmp_path: Path, one_thread: None) -> None:
+    """The quick twin (one epoch of charlstm, 20 steps: DDP's rebuild and the state reset included)."""
+    _twin("charlstm", 1, 4, 0.005, tmp_path, ["topk:density=0.05,error_feedback=true", "qsgd"])
 
 
 @pytest.mark.slow
