@@ -17,7 +17,8 @@ import typer.core
 from rich.markup import escape
 
 import gcbench
-from gcbench.cli import cmd_advise, cmd_bench, cmd_collectives, cmd_compare, cmd_listing, cmd_record, cmd_report, cmd_run, cmd_train, output
+from gcbench.cli import (cmd_advise, cmd_bench, cmd_collectives, cmd_compare, cmd_converge, cmd_listing, cmd_record, cmd_report,
+                         cmd_run, cmd_train, output)
 from gcbench.cli.failures import set_debug
 from gcbench.core import signals
 
@@ -117,6 +118,7 @@ def _main(
 for _name, _fn in (("run", cmd_run.run), ("list", cmd_listing.list_cmd), ("check", cmd_listing.check),
                    ("validate", cmd_listing.validate), ("compare", cmd_compare.compare), ("record", cmd_record.record),
                    ("bench", cmd_bench.bench), ("report", cmd_report.report), ("train", cmd_train.train_cmd),
+                   ("converge", cmd_converge.converge_cmd),
                    ("simulate", cmd_advise.simulate_cmd), ("advise", cmd_advise.advise_cmd),
                    ("collectives", cmd_collectives.collectives)):
     app.command(_name, cls=_Command)(_fn)

@@ -20,9 +20,9 @@ Model = options.model(str | None, (
     "Replace the suite's sources with live gradients of a zoo model, a Hugging Face model 'hf:NAME[:key=value,...]' "
     "(gpt2, bert, llama, vit; e.g. hf:gpt2:layers=2), or your own package.module:factory (named here, it is your "
     "choice: no --trust-code needed)."))
-TrustCode = Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=(
-    "Allow the suite file to import and run the package.module:factory models it names (only if you trust the "
-    "file). Zoo models need no opt-in."))]
+TrustCode = options.trust_code(
+    "Allow the suite file to import and run the package.module:factory models it names (only if you trust the file). Zoo models need "
+    "no opt-in.")
 BucketMb = Annotated[float | None, typer.Option(metavar="FLOAT", help="Bucket size in MiB for granularity=bucket.")]
 NoTiming = Annotated[bool, typer.Option("--no-timing", help="Skip compress/decompress timing.")]
 

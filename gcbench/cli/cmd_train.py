@@ -18,7 +18,7 @@ Compressor = options.compressor_option(
     "missing.  Default: -c none -c topk -c qsgd.")
 CompressorsOld = Annotated[list[str] | None, typer.Option("--compressors", metavar="LIST", hidden=True,
                                                           help="Deprecated: a comma list of compressors; use -c SPEC.")]
-Task = Annotated[str, typer.Option(metavar="NAME", help="digits, charlstm or auto (digits when scikit-learn is installed, else charlstm).")]
+Task = Annotated[str, typer.Option(metavar="NAME", help="digits, digits_cnn, charlstm or auto (digits with scikit-learn, else charlstm).")]
 Epochs = Annotated[int | None, typer.Option(metavar="INT", help="Epochs (default: the task's, digits 10, charlstm 6).")]
 Target = Annotated[float | None, typer.Option(metavar="FLOAT", help="Target test accuracy for time-to-target (digits 0.9, charlstm 0.35).")]
 Lr = Annotated[float | None, typer.Option(metavar="FLOAT", help="Learning rate (default: the task's).")]

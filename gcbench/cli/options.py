@@ -35,6 +35,11 @@ def out_path(help: str = "Folder for the results file.") -> Any:
     return Annotated[Path, typer.Option("--out", "-o", metavar="PATH", help=help)]
 
 
+def trust_code(help: str) -> Any:
+    """``--trust-code`` (or ``GCBENCH_TRUST_CODE=1``): let a suite file import the user code it names (run, converge)."""
+    return Annotated[bool, typer.Option("--trust-code", envvar="GCBENCH_TRUST_CODE", help=help)]
+
+
 def compressor_option(help: str) -> Any:
     """``--compressor``/``-c SPEC``, repeatable: one compressor, name or name:key=value,..."""
     return Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC", help=help)]

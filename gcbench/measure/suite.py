@@ -35,6 +35,8 @@ from gcbench.core.files import SMALL_FILE_BYTES, load_user_toml
 
 SUITE_DIR = Path(__file__).resolve().parents[1] / "suites"  # package data: found wherever gcbench is installed
 DEFAULT_SUITE = "quick"
+#: the ``kind`` a convergence suite declares: ``gcbench converge`` reads it (gcbench/converge/runner.py), run and validate refuse it
+CONVERGE_KIND = "converge"
 
 #: the largest suite file read (the bundled ones are a few KiB)
 SUITE_FILE_BYTES = SMALL_FILE_BYTES
@@ -523,8 +525,23 @@ def load_suite(name_or_path: str | Path | None) -> Suite:
     where = str(path)
     # a regular file of at most 1 MiB: /dev/zero, a FIFO or a huge file is refused before reading
     data = load_user_toml(path, "suite file", SUITE_FILE_BYTES)
+    if data.get("kind") == CONVERGE_KIND:
+        raise GcbenchError(f"{where}: a convergence suite (kind = \"{CONVERGE_KIND}\"): run it with gcbench converge {where}")
     data.setdefault("name", path.stem)
     return parse_suite(data, where)
+
+
+def is_converge_suite(path: Path) -> bool:
+    """Whether the TOML file ``path`` declares ``kind = "converge"`` (an unreadable file is not one)."""
+    try:
+        return load_user_toml(path, "suite file", SUITE_FILE_BYTES).get("kind") == CONVERGE_KIND
+    except GcbenchError:
+        return False
+
+
+def measurement_suites() -> list[Path]:
+    """The bundled suites ``run``, ``validate`` and ``compare`` read (every one but the convergence suites)."""
+    return [p for p in sorted(SUITE_DIR.glob("*.toml")) if not is_converge_suite(p)]
 
 
 def apply_overrides(
@@ -623,6 +640,11 @@ def bundled_suites() -> list[dict[str, Any]]:
     """The suites shipped in ``suites/`` (name, path, description, compressor count); an invalid one says why."""
     rows = []
     for p in sorted(SUITE_DIR.glob("*.toml")):
+        if is_converge_suite(p):
+            data = load_user_toml(p, "suite file", SUITE_FILE_BYTES)
+            rows.append({"name": p.stem, "path": str(p), "description": f"gcbench converge: {data.get('description', '')}".strip(),
+                         "compressors": len(data.get("compressors") or [])})
+            continue
         try:
             s = load_suite(p)
             rows.append({"name": p.stem, "path": str(p), "description": s.description, "compressors": len(s.compressors)})

@@ -181,7 +181,7 @@ def test_compare_takes_positional_and_dash_c_specs_with_any_case(tmp_path: Path)
     (["compare", "dgc", "topk", "--distribution", "normall"], ["unknown distribution 'normall'; did you mean 'normal'?"]),
     (["bench", "topk", "--device", "tpu"], ["unknown device 'tpu'"]),
     (["run", "--device", "auto", "--model", "mlp", "-c", "qsdg"], ["unknown compressor 'qsdg'; did you mean 'qsgd'"]),
-    (["train", "--task", "digit"], ["unknown task 'digit'; did you mean 'digits'?"]),
+    (["train", "--task", "digit"], ["unknown task 'digit'; did you mean 'digits'"]),
     (["train", "--granularity", "model"], ["unknown granularity 'model'"]),
     (["simulate", "latest", "--scheme", "allreduc"], ["unknown scheme 'allreduc'; did you mean 'allreduce'?"]),
     (["list", "compresors"], ["did you mean 'compressors'"]),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gcbench.core.errors import GcbenchError
-from gcbench.measure.suite import SUITE_DIR, apply_overrides, load_suite, parse_suite
+from gcbench.measure.suite import SUITE_DIR, apply_overrides, load_suite, measurement_suites, parse_suite
 
 GOOD = {
     "name": "t",
@@ -67,7 +67,7 @@ def test_overrides_win() -> None:
     assert t.sources[0].kind == "trace" and t.sources[0].path == "traces/x"
 
 
-@pytest.mark.parametrize("path", sorted(SUITE_DIR.glob("*.toml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", measurement_suites(), ids=lambda p: p.stem)
 def test_bundled_suites_validate(path: Path) -> None:
     s = load_suite(path)
     assert s.compressors and s.sources
@@ -228,7 +228,7 @@ def test_the_bundled_suites_fit_a_16_gib_machine_and_a_tight_one_warns(monkeypat
     from gcbench.measure.footprint import check_memory
 
     _machine(monkeypatch, 16 * GIB, 16 * GIB)
-    for path in sorted(SUITE_DIR.glob("*.toml")):
+    for path in measurement_suites():
         assert check_memory(load_suite(path), str(path)) == [], path
     _machine(monkeypatch, 16 * GIB, 1 * GIB)
     warnings = check_memory(load_suite(SUITE_DIR / "cnn.toml"), "cnn.toml")
@@ -255,7 +255,7 @@ def test_a_configuration_that_repeats_another_is_named() -> None:
 
 
 def test_no_bundled_suite_measures_a_configuration_twice() -> None:
-    from gcbench.measure.suite import SUITE_DIR, duplicate_configs, load_suite
+    from gcbench.measure.suite import duplicate_configs, load_suite, measurement_suites
 
-    for path in sorted(SUITE_DIR.glob("*.toml")):
+    for path in measurement_suites():
         assert duplicate_configs(load_suite(path)) == [], path.name

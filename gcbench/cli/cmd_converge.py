@@ -1,0 +1,125 @@
+"""``gcbench converge``: closed-loop simulated training, several seeds per compressor, with the statistics a reviewer accepts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gcbench.cli import options, output
+from gcbench.cli.failures import user_errors
+from gcbench.cli.grammar import compressor_specs
+from gcbench.cli.output import error_line, plain, print_json, progress_bar
+from gcbench.cli.preflight import check_output_dir
+from gcbench.core.errors import GcbenchError
+
+Suite = Annotated[str | None, typer.Argument(metavar="SUITE", help=(
+    "A convergence suite (TOML with kind = \"converge\"), e.g. suites/converge.toml, the bundled default; options override it."))]
+Compressor = options.compressor_option(
+    "A compressor (repeatable): name or name:key=value,...; 'none' (the reference) always runs first.  Default: the suite's, or "
+    "none, topk, topk:error_feedback=true, signsgd, efsignsgd, qsgd, powersgd.")
+Task = Annotated[str | None, typer.Option("--task", metavar="NAME", help=(
+    "A train task: digits, digits_cnn (scikit-learn's 8x8 digits), charlstm (bundled text) or auto."))]
+Model = options.model(str | None, "Instead of --task: a zoo model (smallcnn, resnet18 ...), hf:NAME, package.module:factory or "
+                      "path/file.py:factory (its factory may return a loss_fn).")
+Steps = options.steps(int | None, "Optimizer steps per seed (default 300).")
+Batch = Annotated[int | None, typer.Option("--batch", "--batch-size", metavar="INT",
+                                           help="Batch per worker (default: the task's or model's).")]
+Optimizer = Annotated[str | None, typer.Option("--optimizer", metavar="NAME", help="sgd, adam or adamw (default: the task's).")]
+Lr = Annotated[float | None, typer.Option("--lr", metavar="FLOAT", help="Learning rate (default: the task's).")]
+Momentum = Annotated[float | None, typer.Option("--momentum", metavar="FLOAT", help="SGD momentum (default 0.9).")]
+WeightDecay = Annotated[float | None, typer.Option("--weight-decay", metavar="FLOAT", help="Weight decay (default 0).")]
+EvalEvery = Annotated[int | None, typer.Option("--eval-every", metavar="INT", help="Steps between evaluations (default steps/20).")]
+Seeds = Annotated[int | None, typer.Option("--seeds", metavar="INT", help=(
+    "Seeds per compressor (default 3): each changes the initial model, the data order and the compressors' randomness."))]
+Target = Annotated[float | None, typer.Option("--target", metavar="FLOAT", help=(
+    "Target as a fraction of the reference's final mean metric (default 0.95)."))]
+TargetValue = Annotated[float | None, typer.Option("--target-value", metavar="FLOAT", help=(
+    "Target as a metric value (the reference must reach it)."))]
+Divergence = Annotated[float | None, typer.Option("--divergence-factor", metavar="FLOAT", help=(
+    "A loss above this x its first value is divergence (default 10)."))]
+TrustCode = options.trust_code("Allow the suite file to import and run the user model (factory) it names (only if you trust the file).")
+Name = Annotated[str | None, typer.Option("--name", metavar="TEXT", help="The run's name (in the results file's name).")]
+
+
+@user_errors
+def converge_cmd(
+    suite: Suite = None,
+    compressor: Compressor = None,
+    task: Task = None,
+    model: Model = None,
+    workers: options.workers(int | None, "Simulated workers (default 8).") = None,
+    steps: Steps = None,
+    batch: Batch = None,
+    optimizer: Optimizer = None,
+    lr: Lr = None,
+    momentum: Momentum = None,
+    weight_decay: WeightDecay = None,
+    eval_every: EvalEvery = None,
+    seeds: Seeds = None,
+    target: Target = None,
+    target_value: TargetValue = None,
+    divergence_factor: Divergence = None,
+    threads: options.threads(int | None, "Torch threads (default: torch's).") = None,
+    name: Name = None,
+    trust_code: TrustCode = False,
+    out_dir: options.out_path() = Path("reports/runs"),
+    as_json: options.json_flag("Print the results file's path and cases as JSON.") = False,
+    quiet: options.Quiet = False,
+) -> None:
+    """Will my model still reach its accuracy with this compressor, and in how many steps?
+
+    Closed-loop simulated data-parallel training (every update from the compressed aggregate), reference first, 3 seeds each.
+
+    Reports the final metric and its gap to the reference with 95% intervals, steps to a target, divergence, bytes.
+
+    Examples: `gcbench converge suites/converge.toml`,
+    `gcbench converge --task charlstm -c topk -c topk:error_feedback=true -c signsgd -c efsignsgd --seeds 3 --steps 300 --workers 8`,
+    `gcbench converge --model smallcnn -c qsgd --steps 200 --optimizer adam --lr 0.001`.
+    """
+    from gcbench.converge.runner import ConvergeConfig, load_suite, run_converge, with_overrides
+    from gcbench.report.converge_table import converge_table, verdict
+
+    base, suite_path = ConvergeConfig(), None
+    if suite is not None:
+        base, data = load_suite(suite)
+        from gcbench.measure.suite import find_suite, suite_label
+
+        suite_path = suite_label(find_suite(suite))
+        base = replace(base, extra={"description": data.get("description")})
+    if task is not None or model is not None:  # the command line's problem replaces the suite's
+        base = replace(base, task=task, model=model)
+    elif suite is not None and base.model is not None and ":" in base.model and not base.model.startswith("hf:") and not trust_code:
+        raise GcbenchError(f"{suite}: model = {base.model!r}: the suite would import and run this code; if you trust it, pass "
+                           "--trust-code (or set GCBENCH_TRUST_CODE=1), or name the model yourself with --model")
+    if base.task is None and base.model is None:
+        base = replace(base, task="auto")
+    specs = compressor_specs(None, compressor) if compressor else None
+    if target_value is not None:  # a target given here replaces the suite's, whichever way the suite gave it
+        base = replace(base, target_fraction=None)
+    if target is not None:
+        base = replace(base, target_value=None)
+    cfg = with_overrides(base, compressors=tuple(specs) if specs else None, workers=workers, steps=steps, batch=batch,
+                         optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, eval_every=eval_every,
+                         seeds=seeds, target_fraction=target, target_value=target_value, divergence_factor=divergence_factor,
+                         threads=threads, name=name)
+    cfg.check()  # a meaningless option fails before the output check
+    check_output_dir(out_dir, "--out")
+    with progress_bar(not quiet and not as_json) as prog:
+        outcome = run_converge(cfg, out_dir, prog, suite_path)
+    if as_json:
+        print_json({"results": str(outcome.path), "target": outcome.target, "settings": outcome.settings, "cases": outcome.cases})
+        return
+    s = outcome.settings
+    title = (f"gcbench converge — {s['task']}, {s['workers']} workers, {s['steps']} steps, {s['optimizer']} lr {s['lr']:g}, "
+             f"{len(s['seeds'])} seeds")
+    output.out.print(converge_table(outcome.cases, title))
+    plain(verdict(outcome.cases))
+    plain(f"results: {outcome.path}")
+    failed = [(c["label"], r) for c in outcome.cases for r in c["convergence"]["seeds"] if r["status"] == "error"]
+    for label, r in failed:  # a seed that raised is a failure (diverging or missing the target is an outcome)
+        error_line(f"{label} seed {r['seed']}: {r['error']}")
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,71 @@
+"""A compressor's seed runs as one ``kind = "converge"`` case (:class:`gcbench.results.record.ConvergeCase`).
+
+:func:`seed_run` turns an engine :class:`~gcbench.converge.engine.SeedResult` into a
+:class:`~gcbench.results.record.SeedRun` (its ``reached`` / ``steps_to_target`` once the target is
+known); :func:`build_case` adds the settings, the summary over seeds (:mod:`gcbench.converge.stats`)
+and the bytes per worker per step.  The reference is recorded like any compressor, with
+``convergence.reference = true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from gcbench.compressors import registry
+from gcbench.converge import stats
+from gcbench.converge.engine import SeedResult
+
+
+def seed_run(r: SeedResult, target: float | None) -> dict[str, Any]:
+    """The SeedRun fields of one seed; ``reached``/``steps_to_target`` against ``target`` (left out while it is unknown)."""
+    final = r.final
+    run: dict[str, Any] = {
+        "seed": r.seed, "status": r.status, "error": r.error, "diverged_at_step": r.diverged_at_step,
+        "diverged_reason": r.diverged_reason, "steps_run": r.steps_run, "curve": r.curve,
+        "final_metric": final["metric"] if final else None, "final_loss": final["eval_loss"] if final else None,
+        "wall_s": r.wall_s, "state_resets": r.state_resets,
+    }
+    if target is not None and r.status != "error":
+        hit = stats.steps_to_target(r.curve, target)
+        run["reached"] = hit is not None
+        run["steps_to_target"] = hit
+    return run
+
+
+def bytes_per_step(results: Sequence[SeedResult], workers: int) -> dict[str, Any]:
+    """Mean bytes one worker sent per step over the seeds' steps (the protocol's traffic), and the dense gradient's bytes."""
+    steps = sum(r.steps_run for r in results)
+    if not steps:
+        return {}
+    return {"sent_per_worker_per_step": sum(r.sent_bytes for r in results) / workers / steps,
+            "payload_per_worker_per_step": sum(r.payload_bytes for r in results) / workers / steps,
+            "dense_per_step": float(np.mean([r.dense_bytes for r in results]))}
+
+
+def build_case(label: str, settings: Mapping[str, Any], results: Sequence[SeedResult], target: float | None,
+               reference_finals: Mapping[int, float] | None, is_reference: bool, numel: int | None) -> dict[str, Any]:
+    """One compressor's case: identity and flags, settings, every seed's run, the summary and the bytes."""
+    name, params = registry.parse_spec(label)
+    comp = registry.create(name, **params)
+    seeds = [seed_run(r, target) for r in results]
+    summary = stats.summarize(seeds, None if is_reference else reference_finals, target)
+    size_bytes = bytes_per_step(results, int(settings["workers"]))
+    ok = [s for s in seeds if s["status"] != "error"]
+    case: dict[str, Any] = {
+        "label": label, "compressor": comp.info.name, "version": comp.info.version, "params": dict(comp.params),
+        "flags": comp.flags.to_dict(), "workers": settings["workers"], "steps": settings["steps"],
+        "status": "ok" if ok else "error",
+        "convergence": {"settings": dict(settings), "reference": is_reference, "seeds": seeds, "summary": summary,
+                        "bytes": size_bytes},
+    }
+    if not ok:
+        case["error"] = next((s["error"] for s in seeds if s.get("error")), "every seed failed")
+    sent = size_bytes.get("payload_per_worker_per_step")
+    dense = size_bytes.get("dense_per_step")
+    if sent and dense:  # the same keys as run and train records, so size readers work on converge files too
+        case["size"] = {"numel": numel, "dense_bytes": dense, "wire_bytes": sent, "ratio": dense / sent,
+                        "bits_per_element": 8.0 * sent / numel if numel else None}
+    return case

@@ -1,0 +1,274 @@
+"""One seed of one compressor in closed loop: N simulated workers, the compressor's protocol, the optimizer.
+
+Each step, every worker computes its gradient on its own batch with the shared parameters (all
+replicas are identical by construction: every worker applies the same aggregate, so one model
+suffices and the workers' forward/backward passes run one after another on it).  The gradients are
+exchanged by the compressor's own protocol, :meth:`~gcbench.core.compressor.Compressor.exchange_group`
+(the simulated transport of the generator the DDP hook runs on ``torch.distributed``: the same
+bytes and the same aggregate), and the optimizer steps with the aggregate.  Compressor state
+(error-feedback residuals, momentum, warm starts, random streams) is carried across steps: one
+:class:`~gcbench.core.compressor.State` per worker and parameter tensor.
+
+The units are laid out as the hook sees them under ``gcbench train --granularity layer``
+(:class:`UnitLayout`): DDP hands the hook one bucket at a time, and the hook keeps one state per
+(bucket, unit), seeded ``unit_seed(seed, rank, bucket, unit)`` (:func:`gcbench.distributed.ddp.unit_seed`;
+``rank=None`` for a protocol with a shared seed).  PyTorch's DDP puts every parameter in one bucket,
+in module order, for the first step, then rebuilds its buckets in the order the gradients became
+ready (1 MiB first bucket, then 25 MiB); the hook gives a bucket whose parameters changed fresh
+states (``HookState.state_resets``), and so does this engine.  A protocol over the whole model
+(LGC's reference preset) gets every parameter, in module order, as one group.
+
+Buffers (batch-norm running statistics) are updated by every worker's forward pass on the shared
+model; after each step they are put back to what worker 0's pass left, as DDP's default
+``broadcast_buffers`` gives every replica rank 0's buffers.
+
+Divergence: a non-finite training loss, or one above ``divergence_factor`` × the first step's,
+stops the seed with status ``diverged``.  Bytes are the protocol's :class:`~gcbench.core.compressor.Traffic`,
+summed over the run (no per-step history is kept beyond the evaluation curve).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gcbench.compressors import registry
+from gcbench.converge.problems import Problem, make_optimizer
+from gcbench.core.compressor import Compressor, State
+
+#: the gradient-ready order is unknown until the first backward pass; DDP's default bucket caps after it
+FIRST_BUCKET_BYTES = 1024 * 1024
+BUCKET_BYTES = 25 * 1024 * 1024
+#: the group index of a whole-model protocol (the hook's ``WHOLE_MODEL``)
+WHOLE_MODEL = -1
+
+#: ``progress(step, steps)`` after every step of a seed
+StepProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What one seed's run needs besides the problem and the compressor."""
+
+    workers: int
+    steps: int
+    batch: int | None
+    optimizer: str
+    lr: float
+    momentum: float | None
+    weight_decay: float
+    eval_every: int
+    divergence_factor: float = 10.0
+
+
+@dataclass
+class SeedResult:
+    """One seed's outcome: the :class:`~gcbench.results.record.SeedRun` fields, and the bytes it sent."""
+
+    seed: int
+    status: str  # "ok", "diverged" or "error"
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    steps_run: int = 0
+    error: str | None = None
+    diverged_at_step: int | None = None
+    diverged_reason: str | None = None
+    wall_s: float = 0.0
+    sent_bytes: float = 0.0  # every worker's, summed over the steps run
+    payload_bytes: float = 0.0  # every worker's first-phase payloads (headers included), summed
+    dense_bytes: int = 0  # the model's gradient, uncompressed, per step
+    state_resets: int = 0
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        """The last evaluation of a seed that ran to its end (None for a diverged or failed seed)."""
+        return self.curve[-1] if self.status == "ok" and self.curve else None
+
+
+def _bucket_assignment(sizes: Sequence[int], order: Sequence[int]) -> list[list[int]]:
+    """DDP's rebuilt buckets: parameters in gradient-ready ``order`` cut at 1 MiB (the first), then 25 MiB (float32 bytes)."""
+    try:
+        import torch.distributed as dist
+
+        tensors = [torch.empty(sizes[i], dtype=torch.float32, device="meta") for i in order]
+        buckets, _ = dist._compute_bucket_assignment_by_size(  # DDP's own function: the same cuts as the reducer makes
+            tensors, [getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", FIRST_BUCKET_BYTES), BUCKET_BYTES], [False] * len(order), list(order))
+        return [list(b) for b in buckets]
+    except (ImportError, AttributeError, RuntimeError, TypeError):  # no torch.distributed: DDP's rule, here
+        out: list[list[int]] = []
+        current: list[int] = []
+        used, cap = 0, FIRST_BUCKET_BYTES
+        for i in order:  # a bucket closes once it holds at least its limit
+            current.append(i)
+            used += 4 * sizes[i]
+            if used >= cap:
+                out.append(current)
+                current, used, cap = [], 0, BUCKET_BYTES
+        return [*out, current] if current else out
+
+
+class UnitLayout:
+    """Which parameters the hook exchanges together, in which order, at each step (see the module docstring)."""
+
+    def __init__(self, params: Sequence[nn.Parameter], whole_model: bool) -> None:
+        self.params = list(params)
+        self.whole_model = whole_model
+        self.ready: list[int] | None = None  # gradient-ready order, seen in the first backward pass
+        self._rebuilt: list[tuple[int, tuple[int, ...]]] | None = None
+
+    def watch(self) -> list[Any]:
+        """Hooks recording the order gradients become ready (remove them after the first backward pass)."""
+        self.ready = []
+        order = self.ready
+        return [p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i)) for i, p in enumerate(self.params)]
+
+    def groups(self, step: int) -> list[tuple[int, tuple[int, ...]]]:
+        """``(bucket index, parameter indices in unit order)`` per group exchanged at ``step``."""
+        everything = tuple(range(len(self.params)))
+        if self.whole_model:
+            return [(WHOLE_MODEL, everything)]
+        if step == 0 or self.ready is None:
+            return [(0, everything)]  # DDP's first step: one bucket in module order
+        if self._rebuilt is None:
+            order = list(dict.fromkeys(self.ready)) + [i for i in everything if i not in set(self.ready)]
+            buckets = _bucket_assignment([p.numel() for p in self.params], order)
+            self._rebuilt = [(b, tuple(ix)) for b, ix in enumerate(buckets)]
+        return self._rebuilt
+
+
+class _States:
+    """The compressor's states per (bucket, worker, unit), fresh when a bucket's parameters change (as the hook's)."""
+
+    def __init__(self, comp: Compressor, seed: int, workers: int) -> None:
+        from gcbench.distributed.ddp import unit_seed
+
+        self.comp, self.seed, self.workers, self._unit_seed = comp, seed, workers, unit_seed
+        self.shared = comp.info.resolve_protocol(comp.params).shared_seed
+        self.by_bucket: dict[int, tuple[tuple[int, ...], list[list[State]]]] = {}
+        self.resets = 0
+
+    def get(self, bucket: int, signature: tuple[int, ...]) -> list[list[State]]:
+        old = self.by_bucket.get(bucket)
+        if old is not None and old[0] == signature:
+            return old[1]
+        if old is not None:
+            self.resets += 1
+        states = [[self.comp.init_state(self._unit_seed(self.seed, None if self.shared else w, bucket, u)) for u in range(len(signature))]
+                  for w in range(self.workers)]
+        self.by_bucket[bucket] = (signature, states)
+        return states
+
+
+def _dropout_seed(seed: int, step: int, worker: int) -> int:
+    words = [int(seed) % 2**32, 0xC0E, int(step) % 2**32, int(worker)]
+    return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def _evaluate(sp: Any, model: nn.Module, step: int, train_loss: float | None) -> dict[str, Any]:
+    eval_loss, metric = sp.evaluate(model)
+    return {"step": step, "train_loss": train_loss, "eval_loss": float(eval_loss), "metric": float(metric)}
+
+
+def run_seed(problem: Problem, compressor: str | Compressor, settings: EngineSettings, seed: int,
+             progress: StepProgress | None = None) -> SeedResult:
+    """Train ``problem`` for ``settings.steps`` steps with ``compressor`` and ``settings.workers`` simulated workers.
+
+    A compressor or problem that raises during the run gives status ``error`` with its message;
+    ``KeyboardInterrupt`` propagates.  The caller's random state is left as it was.
+    """
+    if isinstance(compressor, Compressor):
+        comp = compressor
+    else:
+        name, params = registry.parse_spec(compressor)
+        comp = registry.create(name, **params)
+    t0 = time.perf_counter()
+    out = SeedResult(seed, "ok")
+    with torch.random.fork_rng(devices=[]):
+        try:
+            _train(problem, comp, settings, seed, out, progress)
+        except Exception as exc:  # recorded as this seed's error; the other seeds and compressors go on
+            text = str(exc).strip().splitlines()
+            out.status, out.error = "error", f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    out.wall_s = time.perf_counter() - t0
+    return out
+
+
+def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out: SeedResult,
+           progress: StepProgress | None) -> None:
+    sp = problem.instance(seed, s.workers, s.batch)
+    model = sp.model
+    params = [p for p in model.parameters() if p.requires_grad]
+    out.dense_bytes = sum(p.numel() * p.element_size() for p in params)
+    opt = make_optimizer(s.optimizer, params, s.lr, s.momentum, s.weight_decay)
+    layout = UnitLayout(params, comp.needs_whole_model)
+    states = _States(comp, seed, s.workers)
+    # numba's OpenMP layer, started by a compressor's first parallel kernel, can reset the process's OpenMP thread
+    # count, which torch shares: the count the run started with is put back after every exchange
+    threads = torch.get_num_threads()
+    buffers = [b for b in model.buffers() if b.is_floating_point() or b.dtype == torch.long]
+    kept: list[torch.Tensor] = []
+    out.curve.append(_evaluate(sp, model, 0, None))
+    first_loss: float | None = None
+    window: list[float] = []  # training losses since the last evaluation
+    for step in range(s.steps):
+        batches = next(sp.batches)
+        grads: list[list[torch.Tensor]] = []
+        loss_sum = 0.0
+        for w, (x, y) in enumerate(batches):
+            torch.manual_seed(_dropout_seed(seed, step, w))
+            hooks = layout.watch() if step == 0 and w == 0 else []
+            loss = sp.loss(model(x), y)
+            loss.backward()
+            for h in hooks:
+                h.remove()
+            if w == 0 and buffers:  # DDP broadcasts rank 0's buffers (batch-norm statistics): its update is the one kept
+                kept = [b.detach().clone() for b in buffers]
+            loss_sum += float(loss.detach())
+            row = []
+            for p in params:  # the gradient itself, taken out of the parameter: one gradient per worker is held
+                row.append(p.grad if p.grad is not None else torch.zeros_like(p))
+                p.grad = None
+            grads.append(row)
+        if buffers:
+            with torch.no_grad():
+                for b, k in zip(buffers, kept, strict=True):
+                    b.copy_(k)
+        loss_value = loss_sum / len(batches)
+        if first_loss is None:
+            first_loss = loss_value
+        if not math.isfinite(loss_value):
+            out.status, out.diverged_at_step, out.diverged_reason = "diverged", step, "non-finite loss"
+            break
+        if first_loss > 0 and loss_value > s.divergence_factor * first_loss:
+            out.status, out.diverged_at_step = "diverged", step
+            out.diverged_reason = f"loss above {s.divergence_factor:g}x its start"
+            break
+        window.append(loss_value)
+        for bucket, signature in layout.groups(step):
+            st = states.get(bucket, signature)
+            results = comp.exchange_group([[row[i] for i in signature] for row in grads], st)
+            for i, r in zip(signature, results, strict=True):
+                params[i].grad = r.aggregate.to(params[i].dtype)
+                out.sent_bytes += r.traffic.sent()
+                out.payload_bytes += sum(pl.nbytes for pl in r.payloads)
+        del grads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        out.steps_run = step + 1
+        if out.steps_run % s.eval_every == 0 or out.steps_run == s.steps:
+            out.curve.append(_evaluate(sp, model, out.steps_run, sum(window) / len(window)))
+            window = []
+            if not math.isfinite(out.curve[-1]["metric"]):
+                out.status, out.diverged_at_step, out.diverged_reason = "diverged", out.steps_run, "non-finite held-out metric"
+                break
+        if progress is not None:
+            progress(out.steps_run, s.steps)
+    out.state_resets = states.resets

@@ -1,0 +1,272 @@
+"""``gcbench converge``: settings, suites, the reference first, every (compressor, seed) run, the results file.
+
+:func:`run_converge` trains the problem once per seed with the uncompressed reference (``none``,
+always first) and then with every compressor, and writes one ``kind = "converge"`` results file
+through :class:`~gcbench.results.store.RunWriter`, rewritten after every finished (compressor,
+seed): an interrupted run (Ctrl-C, SIGTERM) keeps every finished seed and ends ``interrupted``.
+
+Everything the command line can get wrong is refused before the first step (one
+:class:`~gcbench.core.errors.GcbenchError` line): zero steps, an unknown optimizer, a compressor
+that needs more workers, more workers than a task has batches, a factory whose targets need a loss
+it does not give.  A ``--target-value`` the reference never reaches is refused once the
+reference's seeds have run (its runs are kept in the file, which ends ``failed``).
+
+A convergence suite is a TOML file with ``kind = "converge"`` and the command's options as keys
+(``gcbench/suites/converge.toml`` is the default one); options on the command line override it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from gcbench.compressors import registry
+from gcbench.converge import stats
+from gcbench.converge.build_record import build_case
+from gcbench.converge.engine import EngineSettings, SeedResult, run_seed
+from gcbench.converge.problems import OPTIMIZERS, ConvergeError, ModelProblem, Problem, make_problem
+from gcbench.core import signals
+from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
+from gcbench.core.files import load_user_toml
+from gcbench.distributed.train_config import Spec, parse_compressors, reference_name
+from gcbench.results.store import RunWriter
+
+#: ``progress(stage, done, total, message)``: stage ``case`` counts finished (compressor, seed) runs, ``step`` a run's steps
+Progress = Callable[[str, int, int, str], None]
+
+DEFAULT_COMPRESSORS = ("none", "topk", "topk:error_feedback=true", "signsgd", "efsignsgd", "qsgd", "powersgd")
+#: the number of evaluations a run makes when ``eval_every`` is not given
+DEFAULT_EVALUATIONS = 20
+
+
+@dataclass(frozen=True)
+class ConvergeConfig:
+    """The options of one ``gcbench converge`` run (None: the problem's default, see :meth:`resolve`)."""
+
+    task: str | None = None
+    model: str | None = None
+    compressors: tuple[str, ...] = DEFAULT_COMPRESSORS
+    workers: int = 8
+    steps: int = 300
+    batch: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None
+    momentum: float | None = None
+    weight_decay: float = 0.0
+    eval_every: int | None = None
+    seeds: int = 3
+    target_fraction: float | None = None
+    target_value: float | None = None
+    divergence_factor: float = 10.0
+    name: str | None = None
+    threads: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def check(self) -> None:
+        """Refuse a meaningless value, naming the option (:class:`ParamError`)."""
+        for key, low in (("workers", 1), ("steps", 1), ("seeds", 1), ("batch", 1), ("eval_every", 1), ("threads", 1)):
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+                raise ParamError(f"{key.replace('_', '-')} must be an integer of at least {low}, got {v!r}")
+        if self.lr is not None and not 0 < self.lr < math.inf:
+            raise ParamError(f"lr must be a finite number > 0, got {self.lr}")
+        if self.momentum is not None and not 0 <= self.momentum < 1:
+            raise ParamError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ParamError(f"weight-decay must be a finite number >= 0, got {self.weight_decay}")
+        if self.target_fraction is not None and self.target_value is not None:
+            raise ParamError("give --target (a fraction of the reference's final metric) or --target-value, not both")
+        if self.target_fraction is not None and not 0 < self.target_fraction <= 1:
+            raise ParamError(f"target must be a fraction in (0, 1] of the reference's final metric, got {self.target_fraction}")
+        if self.target_value is not None and not math.isfinite(self.target_value):
+            raise ParamError(f"target-value must be a finite number, got {self.target_value}")
+        if not 1 < self.divergence_factor < math.inf:
+            raise ParamError(f"divergence-factor must be a finite number > 1, got {self.divergence_factor}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise UnknownNameError(did_you_mean(self.optimizer, list(OPTIMIZERS), "optimizer"))
+
+
+SUITE_KEYS = {f.name for f in fields(ConvergeConfig)} - {"extra"} | {"kind", "description", "target"}
+
+
+def load_suite(path: str | Path) -> tuple[ConvergeConfig, dict[str, Any]]:
+    """A convergence suite file (``kind = "converge"``): its options as a config, and the file's table (for the record)."""
+    from gcbench.measure.suite import find_suite
+
+    p = find_suite(path)
+    data = load_user_toml(p, "suite file")
+    if data.get("kind") != "converge":
+        raise GcbenchError(f"{p}: not a convergence suite (it needs kind = \"converge\"; run a measurement suite with gcbench run)")
+    unknown = sorted(set(data) - SUITE_KEYS)
+    if unknown:
+        raise GcbenchError(f"{p}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(SUITE_KEYS))})")
+    values = {k: v for k, v in data.items() if k not in ("kind", "description", "target")}
+    if "target" in data:
+        values["target_fraction"] = data["target"]
+    if "compressors" in values:
+        if not isinstance(values["compressors"], list) or not all(isinstance(c, str) for c in values["compressors"]):
+            raise GcbenchError(f"{p}: compressors must be a list of compressor specs (strings)")
+        values["compressors"] = tuple(values["compressors"])
+    for key, v in values.items():
+        want = {"task": str, "model": str, "optimizer": str, "name": str, "compressors": tuple}.get(key, (int, float))
+        if isinstance(v, bool) or not isinstance(v, want):
+            raise GcbenchError(f"{p}: {key} has the wrong type ({type(v).__name__})")
+    cfg = ConvergeConfig(**values)
+    return cfg, data
+
+
+@dataclass
+class ConvergeOutcome:
+    """What :func:`run_converge` returns: the results file and its cases (JSON-ready dicts)."""
+
+    path: Path | None
+    cases: list[dict[str, Any]]
+    target: float | None
+    settings: dict[str, Any]
+
+
+def _specs(cfg: ConvergeConfig) -> list[Spec]:
+    specs = parse_compressors(list(cfg.compressors))
+    for s in specs:
+        info = registry.get(s.name)
+        registry.create(s.name, **s.params)  # a bad parameter fails here, in one line
+        if cfg.workers < info.min_workers:
+            raise ParamError(f"{s.label} needs at least {info.min_workers} workers, got --workers {cfg.workers}")
+    return specs
+
+
+def _probe(problem: Problem, s: EngineSettings) -> None:
+    """Build seed 0's problem and run one worker's forward pass and loss: a bad factory or too few batches fail before any run."""
+    sp = problem.instance(0, s.workers, s.batch)
+    try:
+        batches = next(sp.batches)
+    except StopIteration:
+        raise ConvergeError(f"{problem.spec}: no batches for {s.workers} workers") from None
+    x, y = batches[0]
+    loss = sp.loss(sp.model(x), y)
+    if not hasattr(loss, "backward") or getattr(loss, "numel", lambda: 0)() != 1:
+        raise ConvergeError(f"{problem.spec}: the loss must be a scalar tensor, got {type(loss).__name__}")
+
+
+def resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any]]:
+    """Check ``cfg``, build the problem and fill its defaults: the engine's settings, the compressors and the record's settings."""
+    cfg.check()
+    specs = _specs(cfg)
+    problem = make_problem(cfg.task, cfg.model, cfg.batch)
+    d = problem.defaults
+    optimizer = cfg.optimizer or d.optimizer
+    if cfg.momentum is not None and optimizer != "sgd":
+        raise ParamError(f"--momentum applies to sgd; {optimizer} keeps its own moment estimates (betas)")
+    momentum = cfg.momentum if cfg.momentum is not None else (d.momentum if optimizer == d.optimizer else None)
+    if optimizer == "sgd" and momentum is None:
+        momentum = 0.9
+    eval_every = cfg.eval_every or max(1, cfg.steps // DEFAULT_EVALUATIONS)
+    engine = EngineSettings(workers=cfg.workers, steps=cfg.steps, batch=cfg.batch, optimizer=optimizer, lr=float(cfg.lr or d.lr),
+                            momentum=momentum if optimizer == "sgd" else None, weight_decay=float(cfg.weight_decay),
+                            eval_every=min(eval_every, cfg.steps), divergence_factor=float(cfg.divergence_factor))
+    _probe(problem, engine)
+    task = f"zoo:{problem.spec}" if isinstance(problem, ModelProblem) and not problem.user and not problem.hf else problem.spec
+    fraction = None if cfg.target_value is not None else (cfg.target_fraction or stats.DEFAULT_TARGET_FRACTION)
+    settings: dict[str, Any] = {
+        "task": task, "dataset": problem.dataset, "metric": problem.metric, "metric_direction": "higher",
+        "workers": cfg.workers, "steps": cfg.steps, "batch_per_worker": cfg.batch or d.batch, "optimizer": optimizer,
+        "lr": engine.lr, "momentum": engine.momentum, "weight_decay": engine.weight_decay, "eval_every": engine.eval_every,
+        "seeds": list(range(cfg.seeds)), "target_rule": "value" if cfg.target_value is not None else "fraction",
+        "target_fraction": fraction, "target": cfg.target_value, "divergence_factor": engine.divergence_factor,
+        # added to the schema's fields: how the units were laid out (see gcbench/converge/engine.py)
+        "granularity": "layer", "unit_layout": "ddp buckets (as gcbench train --granularity layer)",
+    }
+    return problem, engine, specs, settings
+
+
+def _noop(stage: str, done: int, total: int, message: str) -> None:
+    pass
+
+
+def run_converge(cfg: ConvergeConfig, out_dir: Path | str = "reports/runs", progress: Progress | None = None,
+                 suite_path: str | None = None) -> ConvergeOutcome:
+    """Run the reference and every compressor over every seed; write and return the results (see the module docstring)."""
+    import torch
+
+    progress = progress or _noop
+    problem, engine, specs, settings = resolve(cfg)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    parameters = getattr(problem, "parameters", None)
+    suite = {"name": cfg.name or f"converge-{settings['task']}", "kind": "converge", "description": cfg.extra.get("description"),
+             "config": {k: v for k, v in asdict(cfg).items() if k != "extra"}, "task": problem.describe(),
+             "compressors": [s.label for s in specs]}
+    digest = hashlib.sha256(json.dumps(suite, sort_keys=True, default=str).encode()).hexdigest()
+    writer = RunWriter(Path(out_dir), suite, digest, suite_path, "cpu", kind="converge")
+    seeds = settings["seeds"]
+    total = len(specs) * len(seeds)
+    target: float | None = settings["target"]
+    reference_finals: dict[int, float] = {}
+    cases: list[dict[str, Any]] = []
+    done = 0
+    progress("case", 0, total, f"{specs[0].label} seed {seeds[0]}")
+    try:
+        for index, spec in enumerate(specs):
+            is_ref = index == 0 and spec.name == reference_name() and not spec.params
+            results: list[SeedResult] = []
+            for seed in seeds:
+                where = f"{spec.label} seed {seed}"
+                r = run_seed(problem, spec.label, engine, seed,
+                             lambda step, steps, where=where: progress("step", step, steps, where))  # type: ignore[misc]
+                results.append(r)
+                done += 1
+                case = build_case(spec.label, {**settings, "target": target}, results, target, reference_finals, is_ref, parameters)
+                if len(results) == 1:
+                    writer.add_case(case)
+                    cases.append(case)
+                else:
+                    writer.replace_cases({len(cases) - 1: case})
+                    cases[-1] = case
+                progress("case", done, total, f"{where}: {r.status}")
+            if is_ref:
+                target = _target(spec.label, results, settings, writer)
+                settings["target"] = target
+                reference_finals = {r.seed: r.final["metric"] for r in results if r.final is not None}
+                case = build_case(spec.label, settings, results, target, None, True, parameters)
+                writer.replace_cases({0: case})
+                cases[0] = case
+    except KeyboardInterrupt:
+        with signals.deferred():
+            writer.finish("interrupted")
+        raise
+    failed = any(c["status"] != "ok" or c["convergence"]["summary"].get("failed") for c in cases)
+    with signals.deferred():
+        writer.finish("complete-with-errors" if failed else "complete")
+    return ConvergeOutcome(writer.path, cases, target, settings)
+
+
+def _target(label: str, results: Sequence[SeedResult], settings: dict[str, Any], writer: RunWriter) -> float:
+    """The metric to reach, from the reference's seeds; a target it never reaches (or no finished seed) ends the run."""
+    finals = [r.final["metric"] for r in results if r.final is not None]
+    if settings["target_rule"] == "value":
+        target = float(settings["target"])
+        best = stats.best_metric([r.curve for r in results if r.status != "error"])
+        if best is None or best < target:
+            with signals.deferred():
+                writer.finish("failed")
+            seen = "no evaluation" if best is None else f"its best over {len(results)} seeds is {best:.4g}"
+            raise ConvergeError(f"--target-value {target:g} is never reached by the reference {label} within {settings['steps']} "
+                                f"steps ({seen}); lower it, or give --target as a fraction")
+        return target
+    if not finals:
+        with signals.deferred():
+            writer.finish("failed")
+        reasons = sorted({r.error or r.diverged_reason or r.status for r in results})
+        raise ConvergeError(f"the reference {label} finished no seed ({'; '.join(str(x) for x in reasons)}), so there is no "
+                            "target; lower --lr or check the problem")
+    return stats.target_from_fraction(sum(finals) / len(finals), float(settings["target_fraction"]))
+
+
+def with_overrides(base: ConvergeConfig, **given: Any) -> ConvergeConfig:
+    """``base`` with every option that was given (not None) replaced."""
+    return replace(base, **{k: v for k, v in given.items() if v is not None})

@@ -1,0 +1,124 @@
+"""The terminal table of a convergence run (``gcbench converge``) and its one-sentence verdict.
+
+One row per compressor (the reference first): the final metric with its 95% interval over seeds
+(written ``mean ± half-width``: a Student-t interval is symmetric),
+the final gap to the reference (paired by seed), the steps to the target with their interval and
+how many seeds reached it, how many diverged, and the bytes one worker sent per step.  Under 120
+columns.  :func:`verdict` names the compressors that fail to reach the reference's accuracy: those
+that did not reach the target on every seed (a diverged seed does not reach it), and those whose
+gap's interval lies above zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+
+from gcbench.report.numbers import fmt
+from gcbench.report.text import term
+
+
+def _iv(iv: Mapping[str, Any] | None, kind: str = "acc", signed: bool = False) -> str:
+    """``mean ± half-width`` of a 95% t-interval (symmetric), the mean alone over one value, ``—`` when absent."""
+    if not iv or iv.get("mean") is None:
+        return "—"
+    mean = float(iv["mean"])
+    if kind == "int":
+        text = fmt(mean, "int")
+    else:
+        text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
+    if iv.get("n", 0) < 2 or iv.get("low") is None or iv.get("high") is None:
+        return text
+    half = (float(iv["high"]) - float(iv["low"])) / 2
+    return f"{text} ± {fmt(half, 'int') if kind == 'int' else f'{half:.3f}'}"
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "—"
+    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _conv(case: Mapping[str, Any]) -> Mapping[str, Any]:
+    return case.get("convergence") or {}
+
+
+def metric_name(settings: Mapping[str, Any]) -> str:
+    return "−loss" if settings.get("metric") == "neg_loss" else str(settings.get("metric", "metric"))
+
+
+def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
+    """The table of a convergence run's cases (JSON-ready dicts of :class:`~gcbench.results.record.ConvergeCase`)."""
+    settings = _conv(cases[0]).get("settings", {}) if cases else {}
+    metric = metric_name(settings)
+    t = Table(title=term(title, 116), title_justify="left")
+    t.add_column("compressor", max_width=24, overflow="fold")
+    t.add_column(f"final {metric}", justify="right", no_wrap=True)
+    t.add_column("gap to ref", justify="right", no_wrap=True)
+    t.add_column("steps to target", justify="right", no_wrap=True)
+    t.add_column("reached", justify="right", no_wrap=True)
+    t.add_column("diverged", justify="right", no_wrap=True)
+    t.add_column("bytes/worker/step", justify="right", no_wrap=True)
+    for case in cases:
+        conv = _conv(case)
+        s = conv.get("summary") or {}
+        n = s.get("seeds", 0)
+        name = term(str(case.get("label", "?")), 60) + (" (ref)" if conv.get("reference") else "")
+        if case.get("status") != "ok" and not s.get("final_metric"):
+            t.add_row(name, "[red]failed[/]", "", "", "", "", "")
+            continue
+        reached = "—" if s.get("reached") is None else f"{s['reached']}/{n}"
+        diverged = f"{s.get('diverged', 0)}/{n}"
+        if s.get("diverged"):
+            diverged = f"[red]{diverged}[/]"
+        t.add_row(name, _iv(s.get("final_metric")), "0" if conv.get("reference") else _iv(s.get("gap"), signed=True),
+                  _iv(s.get("steps_to_target"), "int"), reached, diverged,
+                  _bytes((conv.get("bytes") or {}).get("sent_per_worker_per_step")))
+    target = settings.get("target")
+    if target is not None:
+        rule = (f"{settings.get('target_fraction'):g} of the reference's final mean" if settings.get("target_rule") == "fraction"
+                else "given value")
+        t.caption = (f"± = half-width of the 95% t-interval over seeds; gap = reference − compressor, paired by seed; "
+                     f"target {metric} {target:.4f} ({rule}), steps to target over the seeds that reached it")
+        t.caption_justify = "left"
+    return t
+
+
+def failing(cases: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """``(label, why)`` of every compressor that fails to reach the reference's accuracy (see the module docstring)."""
+    out = []
+    for case in cases:
+        conv = _conv(case)
+        if conv.get("reference"):
+            continue
+        s = conv.get("summary") or {}
+        n = s.get("seeds", 0)
+        reasons = []
+        if case.get("status") != "ok":
+            reasons.append("failed")
+        if s.get("reached") is not None and s["reached"] < n:
+            reasons.append(f"reached the target on {s['reached']} of {n} seeds")
+        if s.get("diverged"):
+            reasons.append(f"diverged on {s['diverged']}")
+        gap = s.get("gap")
+        if gap and gap.get("n", 0) >= 2 and gap.get("low") is not None and gap["low"] > 0:
+            reasons.append(f"final gap {gap['mean']:+.4f}, interval above 0")
+        if reasons:
+            out.append((str(case.get("label")), "; ".join(reasons)))
+    return out
+
+
+def verdict(cases: Sequence[Mapping[str, Any]]) -> str:
+    """One plain sentence naming the compressors that fail to reach the reference's accuracy (or saying none does)."""
+    settings = _conv(cases[0]).get("settings", {}) if cases else {}
+    steps = settings.get("steps")
+    bad = failing(cases)
+    if not bad:
+        return f"Every compressor reached the target on every seed within {steps} steps, with no final gap significantly above 0."
+    names = ", ".join(f"{label} ({why})" for label, why in bad)
+    return f"Fail to reach the reference's {metric_name(settings)} within {steps} steps: {names}."

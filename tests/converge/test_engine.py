@@ -1,0 +1,165 @@
+"""The closed-loop engine (gcbench/converge/engine.py): DDP's unit layout, the update, state, divergence, bytes.
+
+The agreement with real DDP training is tests/converge/test_twin.py; these check the pieces fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from gcbench.compressors import registry
+from gcbench.converge import engine
+from gcbench.converge.engine import EngineSettings, UnitLayout, run_seed
+from gcbench.converge.problems import EVAL_BATCH_OFFSET, EVAL_BATCHES, make_problem
+from gcbench.sources.zoo import load_model
+
+TINY = "tests.user_factory:tiny"
+
+
+def _settings(**kw: object) -> EngineSettings:
+    base = {"workers": 2, "steps": 6, "batch": None, "optimizer": "sgd", "lr": 0.1, "momentum": 0.0, "weight_decay": 0.0,
+            "eval_every": 3}
+    return EngineSettings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sizes", [[10, 300_000, 20, 5], [262_144, 1, 262_145, 7_000_000, 3], [5] * 40])
+def test_the_fallback_bucket_cut_is_ddps(sizes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    order = list(reversed(range(len(sizes))))
+    ddp = engine._bucket_assignment(sizes, order)
+    monkeypatch.delattr(dist, "_compute_bucket_assignment_by_size")
+    assert engine._bucket_assignment(sizes, order) == ddp
+
+
+def test_the_layout_is_one_module_order_bucket_then_ddps_rebuilt_buckets() -> None:
+    zm = load_model("smallcnn", 0)  # 620k parameters: two buckets after the rebuild (1 MiB, then the rest)
+    params = list(zm.module.parameters())
+    layout = UnitLayout(params, whole_model=False)
+    assert layout.groups(0) == [(0, tuple(range(len(params))))]
+    hooks = layout.watch()
+    x, y = zm.make_batch(0, 0)
+    zm.loss_fn(zm.module(x), y).backward()
+    for h in hooks:
+        h.remove()
+    # what the gcbench DDP hook saw for this model (gloo, granularity layer): see the engine's module docstring
+    assert layout.groups(1) == [(0, (9, 8, 7, 6)), (1, (4, 5, 2, 3, 0, 1))]
+    assert UnitLayout(params, whole_model=True).groups(5) == [(engine.WHOLE_MODEL, tuple(range(len(params))))]
+
+
+def test_uncompressed_training_is_sgd_on_the_workers_mean_gradient() -> None:
+    problem = make_problem(None, TINY)
+    r = run_seed(problem, "none", _settings(), seed=4)
+    assert r.status == "ok" and r.steps_run == 6 and [p["step"] for p in r.curve] == [0, 3, 6]
+    zm = load_model(TINY, 4)
+    for step in range(6):
+        grads = []
+        for w in range(2):
+            zm.module.zero_grad()
+            x, y = zm.make_batch(step, w)
+            zm.loss_fn(zm.module(x), y).backward()
+            grads.append([p.grad.clone() for p in zm.module.parameters()])
+        with torch.no_grad():
+            for i, p in enumerate(zm.module.parameters()):
+                p -= 0.1 * (grads[0][i] + grads[1][i]) / 2
+    with torch.no_grad():
+        held = [zm.make_batch(EVAL_BATCH_OFFSET + i, 0) for i in range(EVAL_BATCHES)]
+        loss = sum(float(zm.loss_fn(zm.module(x), y)) for x, y in held) / EVAL_BATCHES
+    assert r.curve[-1]["eval_loss"] == pytest.approx(loss, rel=1e-6)
+
+
+def test_a_seed_is_reproducible_and_another_seed_differs() -> None:
+    problem = make_problem(None, TINY)
+    a = run_seed(problem, "qsgd", _settings(), seed=1)
+    b = run_seed(problem, "qsgd", _settings(), seed=1)
+    c = run_seed(problem, "qsgd", _settings(), seed=2)
+    assert a.curve == b.curve and a.curve != c.curve
+    assert a.payload_bytes == b.payload_bytes
+
+
+def test_bytes_are_the_protocols_traffic_and_the_sparsifier_sends_less() -> None:
+    problem = make_problem(None, TINY)
+    dense = run_seed(problem, "none", _settings(), seed=0)
+    sparse = run_seed(problem, "topk:density=0.1", _settings(), seed=0)
+    assert dense.dense_bytes == 4 * (6 * 5 + 5 + 5 * 3 + 3)
+    assert 0 < sparse.payload_bytes < dense.payload_bytes and sparse.sent_bytes > 0
+    comp = registry.create("none")
+    # one step's traffic, worker 0 and 1, per tensor (4 tensors): what exchange counts for the same gradients
+    one = sum(comp.exchange([torch.zeros(s), torch.zeros(s)], [comp.init_state(0), comp.init_state(1)]).traffic.sent()
+              for s in [(5, 6), (5,), (3, 5), (3,)])
+    assert dense.sent_bytes == pytest.approx(6 * one)
+
+
+def test_error_feedback_state_is_carried_across_steps() -> None:
+    problem = make_problem(None, TINY)
+    with_ef = run_seed(problem, "topk:density=0.1,error_feedback=true", _settings(steps=9), seed=0)
+    without = run_seed(problem, "topk:density=0.1", _settings(steps=9), seed=0)
+    assert with_ef.status == without.status == "ok"
+    assert with_ef.curve[-1]["eval_loss"] != without.curve[-1]["eval_loss"]
+    assert with_ef.state_resets == 1  # DDP's bucket rebuild after the first step: the hook resets once, so does the engine
+
+
+def test_a_huge_learning_rate_diverges_as_an_outcome() -> None:
+    problem = make_problem(None, TINY)
+    r = run_seed(problem, "none", _settings(lr=1e6, steps=20, eval_every=5), seed=0)
+    assert r.status == "diverged" and r.diverged_at_step is not None and r.diverged_at_step < 20
+    assert r.diverged_reason in ("non-finite loss", "loss above 10x its start", "non-finite held-out metric")
+    assert r.final is None and r.error is None
+
+
+def test_a_failing_compressor_is_this_seeds_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    comp = registry.create("topk")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("kernel exploded\nsecond line")
+
+    monkeypatch.setattr(comp, "exchange_group", broken)
+    r = run_seed(make_problem(None, TINY), comp, _settings(), seed=0)
+    assert r.status == "error" and r.error == "RuntimeError: kernel exploded"
+
+
+def test_the_callers_random_state_is_left_alone() -> None:
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    run_seed(make_problem(None, TINY), "qsgd", _settings(steps=2), seed=0)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_batch_norm_statistics_are_worker_0s_as_ddp_broadcasts_them(tmp_path: object) -> None:
+    import sys
+    import types
+
+    mod = types.ModuleType("gcbench_test_bn_factory")
+
+    def factory(seed: int = 0) -> tuple[torch.nn.Module, object]:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 2))
+
+        def make_batch(i: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+            g = torch.Generator().manual_seed(1000 * i + w)
+            return torch.randn(8, 4, generator=g) + 5 * w, torch.randint(0, 2, (8,), generator=g)
+
+        return model, make_batch
+
+    mod.factory = factory  # type: ignore[attr-defined]
+    sys.modules[mod.__name__] = mod
+    try:
+        problem = make_problem(None, f"{mod.__name__}:factory")
+        seen: list[torch.Tensor] = []
+        instance = problem.instance
+
+        def spying(seed: int, workers: int, batch: int | None) -> object:
+            sp = instance(seed, workers, batch)
+            evaluate = sp.evaluate
+            sp.evaluate = lambda m: (seen.append(m[1].running_mean.clone()), evaluate(m))[1]
+            return sp
+
+        problem.instance = spying  # type: ignore[method-assign]
+        run_seed(problem, "none", _settings(steps=1, eval_every=1, lr=0.0), seed=0)
+        bn = torch.nn.BatchNorm1d(6)
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(4, 6)
+        bn(lin(factory(0)[1](0, 0)[0]))  # worker 0's batch alone (worker 1's inputs are shifted by 5)
+        assert torch.allclose(seen[-1], bn.running_mean, atol=1e-6)
+    finally:
+        del sys.modules[mod.__name__]

@@ -1,0 +1,121 @@
+"""The convergence runner (gcbench/converge/runner.py): the results file, the reference first, targets, interruption, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gcbench.converge.problems import ConvergeError
+from gcbench.converge.runner import ConvergeConfig, load_suite, resolve, run_converge
+from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
+from gcbench.distributed.tasks import sklearn_available
+from gcbench.measure.suite import SUITE_DIR
+from gcbench.results.record import ConvergeRecord
+from gcbench.results.store import load_run
+
+TINY = "tests.user_factory:tiny"
+
+
+def _cfg(**kw: Any) -> ConvergeConfig:
+    base: dict[str, Any] = {"model": TINY, "compressors": ("topk:density=0.2",), "workers": 2, "steps": 6, "seeds": 2,
+                            "eval_every": 3, "lr": 0.2}
+    return ConvergeConfig(**{**base, **kw})
+
+
+def test_a_run_writes_a_converge_file_with_the_reference_first(tmp_path: Path) -> None:
+    calls: list[tuple[str, int, int]] = []
+    out = run_converge(_cfg(), tmp_path, lambda stage, done, total, msg: calls.append((stage, done, total)))
+    rec = load_run(out.path)
+    assert isinstance(rec, ConvergeRecord) and rec.status == "complete"
+    ref, topk = rec.cases
+    assert ref.label == "none" and ref.convergence.reference and not topk.convergence.reference
+    st = topk.convergence.settings
+    assert (st.task, st.metric, st.workers, st.steps, st.seeds, st.optimizer) == (TINY, "accuracy", 2, 6, [0, 1], "sgd")
+    assert st.target_rule == "fraction" and st.target_fraction == 0.95 and st.target == pytest.approx(out.target)
+    assert st.target == ref.convergence.settings.target  # the reference's case was rewritten with the target
+    assert [s.seed for s in topk.convergence.seeds] == [0, 1]
+    assert all(s.reached is not None for c in rec.cases for s in c.convergence.seeds)  # reached or not: never missing
+    s = topk.convergence.summary
+    assert s.seeds == 2 and s.final_metric.n == 2 and s.gap.n == 2 and s.curve_steps == [0, 3, 6]
+    assert topk.convergence.bytes.sent_per_worker_per_step < ref.convergence.bytes.sent_per_worker_per_step
+    assert ("case", 4, 4) in calls and any(c[0] == "step" for c in calls)
+
+
+def test_an_interrupted_run_keeps_every_finished_seed(tmp_path: Path) -> None:
+    def progress(stage: str, done: int, total: int, message: str) -> None:
+        if stage == "case" and done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_converge(_cfg(), tmp_path, progress)
+    (path,) = tmp_path.glob("*.json")
+    rec = load_run(path)
+    assert rec.status == "interrupted"
+    assert [len(c.convergence.seeds) for c in rec.cases] == [2, 1]
+
+
+def test_a_target_value_the_reference_never_reaches_is_refused_and_the_file_kept(tmp_path: Path) -> None:
+    with pytest.raises(ConvergeError, match=r"--target-value 1\.5 is never reached by the reference none"):
+        run_converge(_cfg(target_value=1.5, seeds=1), tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    rec = load_run(path)
+    assert rec.status == "failed" and [c.label for c in rec.cases] == ["none"]
+
+
+def test_a_reachable_target_value_is_used_as_given(tmp_path: Path) -> None:
+    out = run_converge(_cfg(target_value=0.0, seeds=1, compressors=("signsgd",)), tmp_path)
+    assert out.target == 0.0 and out.settings["target_rule"] == "value"
+    assert all(c["convergence"]["summary"]["reached"] == 1 for c in out.cases)
+
+
+@pytest.mark.parametrize(("kw", "error", "match"), [
+    ({"steps": 0}, ParamError, "steps must be an integer of at least 1"),
+    ({"seeds": 0}, ParamError, "seeds must be"),
+    ({"optimizer": "adagrad"}, UnknownNameError, "unknown optimizer 'adagrad'"),
+    ({"lr": float("nan")}, ParamError, "lr must be"),
+    ({"target_fraction": 0.5, "target_value": 0.3}, ParamError, "not both"),
+    ({"target_fraction": 1.5}, ParamError, "fraction in"),
+    ({"workers": 1, "compressors": ("lgc",)}, ParamError, "lgc needs at least 2 workers"),
+    ({"compressors": ("nosuch",)}, UnknownNameError, "nosuch"),
+    ({"optimizer": "adam", "momentum": 0.5}, ParamError, "--momentum applies to sgd"),
+])
+def test_bad_settings_fail_before_anything_runs(kw: dict[str, Any], error: type[Exception], match: str, tmp_path: Path) -> None:
+    with pytest.raises(error, match=match):
+        run_converge(_cfg(**kw), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not sklearn_available(), reason="scikit-learn not installed")
+def test_more_workers_than_batches_is_one_error() -> None:
+    with pytest.raises(GcbenchError, match="cannot give 2000 workers a batch"):
+        resolve(ConvergeConfig(task="digits", workers=2000, compressors=("none",)))
+
+
+def test_the_bundled_suite_loads_with_the_reference_and_six_compressors() -> None:
+    cfg, data = load_suite("suites/converge.toml")
+    assert cfg.task == "charlstm" and cfg.seeds == 3 and cfg.compressors[0] == "none" and len(cfg.compressors) == 7
+    assert any("error_feedback=true" in c for c in cfg.compressors) and "signsgd" in cfg.compressors
+    assert (SUITE_DIR / "converge.toml").exists() and data["kind"] == "converge"
+
+
+def test_a_suite_must_say_it_is_a_convergence_suite_and_know_its_keys(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text('task = "charlstm"\n', encoding="utf-8")
+    with pytest.raises(GcbenchError, match="not a convergence suite"):
+        load_suite(p)
+    p.write_text('kind = "converge"\ntask = "charlstm"\nstepz = 3\n', encoding="utf-8")
+    with pytest.raises(GcbenchError, match="unknown key 'stepz'"):
+        load_suite(p)
+    p.write_text('kind = "converge"\nsteps = "3"\n', encoding="utf-8")
+    with pytest.raises(GcbenchError, match="steps has the wrong type"):
+        load_suite(p)
+
+
+def test_a_reference_that_diverges_on_every_seed_gives_no_target(tmp_path: Path) -> None:
+    with pytest.raises(ConvergeError, match="the reference none finished no seed"):
+        run_converge(_cfg(lr=1e6, steps=20, seeds=1), tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    rec = load_run(path)
+    assert rec.status == "failed" and rec.cases[0].convergence.seeds[0].status == "diverged"
