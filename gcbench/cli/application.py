@@ -17,8 +17,19 @@ import typer.core
 from rich.markup import escape
 
 import gcbench
-from gcbench.cli import (cmd_advise, cmd_bench, cmd_collectives, cmd_compare, cmd_converge, cmd_listing, cmd_record, cmd_report,
-                         cmd_run, cmd_train, output)
+from gcbench.cli import (
+    cmd_advise,
+    cmd_bench,
+    cmd_collectives,
+    cmd_compare,
+    cmd_converge,
+    cmd_listing,
+    cmd_record,
+    cmd_report,
+    cmd_run,
+    cmd_train,
+    output,
+)
 from gcbench.cli.failures import set_debug
 from gcbench.core import signals
 
