@@ -9,7 +9,7 @@ import typer
 
 from gcbench.cli import options
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import choose, compressor_specs, number_list, single_worker_compressors
+from gcbench.cli.grammar import choose, compressor_spec, compressor_specs, number_list, single_worker_compressors
 from gcbench.cli.output import emit, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir, check_output_file
 from gcbench.core.errors import GcbenchError
@@ -43,7 +43,7 @@ AdviseBaseline = options.baseline(str, "NAME", "The uncompressed all-reduce spee
                                   "what mixed-precision training sends) or fp32; the sentence gives both.")
 Convergence = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
-                         "target (steps to target × step time), not by step time alone.")]
+                         "target (steps to target × step time), not by step time alone; without --model, its model.")]
 
 
 @user_errors
@@ -138,14 +138,27 @@ def advise_cmd(
     unfilled = [n for n in ns if n % gpus_per_node]
     if unfilled:
         raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
+    conv_record = None
+    if convergence is not None:  # read first: a file of another kind is one line before any measuring
+        from gcbench.distributed.time_to_accuracy import read_convergence
+
+        conv_record = load_run(convergence)
+        conv_task = read_convergence(conv_record, model, str(convergence)).task
+        if model is None and kernels is None:  # the model the convergence run trained (a train task's model is in the zoo)
+            model = conv_task.removeprefix("zoo:")
     if model is None and kernels is None:
-        raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`)")
+        raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`, or --convergence FILE)")
     calibration = load_calibration(network) if network is not None else None
     if calibration is not None and gpus_per_node > 1:
         raise GcbenchError("--network prices a flat network as measured: leave out --gpus-per-node")
     if model is not None:
         check_model(model)
-    specs = compressor_specs(None, compressor) or single_worker_compressors()
+    specs = compressor_specs(None, compressor)
+    if not specs and conv_record is not None:  # the compressors the convergence run trained, as it named them
+        # and bf16, so the 16-bit baseline claims are made against is measured here, not modelled
+        specs = list(dict.fromkeys([*(compressor_spec(c.label) for c in conv_record.cases if c.ok), "bf16"]))
+        compressor = specs
+    specs = specs or single_worker_compressors()
     fidelity = None
     if results is not None:  # read first: a bad file is one line before minutes of measuring
         path = resolve_run(results, runs_dir, finished=True)
@@ -153,12 +166,6 @@ def advise_cmd(
         if fidelity[0].kind == "converge":
             raise GcbenchError(f"{path} is a convergence file: pass it with --convergence (RUN is a `run`/`compare` file whose "
                                "delivered fractions rank fidelity)")
-    conv_record = None
-    if convergence is not None:  # read first too: a file of another kind is one line before any measuring
-        from gcbench.distributed.time_to_accuracy import read_convergence
-
-        conv_record = load_run(convergence)
-        read_convergence(conv_record, model, str(convergence))
     if kernels is None:
         check_output_dir(out_dir, "--out")
     if csv is not None:

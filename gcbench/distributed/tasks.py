@@ -30,6 +30,7 @@ from torch import nn
 
 from gcbench.core.errors import UnknownNameError, did_you_mean
 from gcbench.distributed.workers import TrainError
+from gcbench.sources.zoo import CharLSTM, digits_build, digits_cnn_build
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
@@ -114,7 +115,7 @@ class DigitsTask(Task):
         self.x_train, self.y_train = x[perm[n_test:]], y[perm[n_test:]]
 
     def build_model(self) -> nn.Module:
-        return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+        return digits_build()
 
     def optimizer(self, params: Any, lr: float) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
@@ -149,8 +150,7 @@ class DigitsCNNTask(DigitsTask):
     defaults = TaskDefaults(epochs=10, target=0.9, lr=0.05, batch=32)
 
     def build_model(self) -> nn.Module:
-        return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1),
-                             nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+        return digits_cnn_build()
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "name": self.name, "model": "CNN conv3x3-16, conv3x3-32, maxpool 2, FC 512-64-10"}
@@ -167,20 +167,6 @@ def load_text() -> str:
             raise TrainError(f"task 'charlstm': cannot read {path} ({exc})") from None
         parts.append("\n".join(line for line in raw.splitlines() if not line.startswith("#")).strip())
     return "\n\n".join(parts)
-
-
-class CharLSTM(nn.Module):
-    """Embedding → one-layer LSTM → linear over the vocabulary (a character language model)."""
-
-    def __init__(self, vocab: int, embed: int = 32, hidden: int = 128) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, embed)
-        self.lstm = nn.LSTM(embed, hidden, batch_first=True)
-        self.head = nn.Linear(hidden, vocab)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, _ = self.lstm(self.embed(x))
-        return self.head(h)
 
 
 class CharLSTMTask(Task):

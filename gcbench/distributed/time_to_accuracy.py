@@ -113,7 +113,24 @@ class ConvergenceInput:
         return f"{self.metric} {self.target:.4g}" if self.target is not None else f"the {self.metric} target"
 
     def get(self, label: str) -> Outcome | None:
-        return next((o for o in self.outcomes if o.label == label), None)
+        return next((o for o in self.outcomes if same_spec(o.label, label)), None)
+
+
+def spec_key(label: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A compressor spec's name and its ``key=value`` settings, sorted, booleans in one case: ``topk:error_feedback=true``
+    as a user wrote it and ``topk:error_feedback=True`` as a bench file labels the same configuration are one key."""
+    name, _, rest = label.partition(":")
+    items = []
+    for item in filter(None, rest.split(",")):
+        k, _, v = item.partition("=")
+        v = v.strip()
+        items.append((k.strip(), v.lower() if v.lower() in ("true", "false") else v))
+    return name.strip(), tuple(sorted(items))
+
+
+def same_spec(a: str, b: str) -> bool:
+    """Whether two labels name the same configuration (:func:`spec_key`)."""
+    return a == b or spec_key(a) == spec_key(b)
 
 
 def same_model(task: str, model: str) -> bool:
@@ -219,7 +236,7 @@ def _spread(k: StepKernels, n: int, net: Network, adv: Advice) -> tuple[float, f
 def _find(sc: Scenario, o: Outcome) -> Step | None:
     """The predicted step of the same configuration: matched by label (a compressor's spec, ``topk:density=0.01``), never
     by name alone, which would price one density's convergence with another density's kernels."""
-    return next((s for s in sc.steps if s.label == o.label), None)
+    return next((s for s in sc.steps if same_spec(s.label, o.label)), None)
 
 
 def _time(o: Outcome, step: Span) -> Span | None:
@@ -267,8 +284,8 @@ def scenario_time(adv: Advice, sc: Scenario, conv: ConvergenceInput) -> Scenario
                                 vs_bf16=times["bf16 baseline"] / r.time.mean if r.time and "bf16 baseline" in times else None)
             for r in rows]
     rows.sort(key=lambda r: (STATUSES.index(r.status), r.time.mean if r.time else float("inf"), r.step.mean))
-    in_file = {o.label for o in conv.outcomes}
-    unmeasured = tuple(s.label for s in sc.steps if s.label not in in_file and s.compressor != "bf16")  # bf16: the baseline
+    in_file = {spec_key(o.label) for o in conv.outcomes}
+    unmeasured = tuple(s.label for s in sc.steps if spec_key(s.label) not in in_file and s.compressor != "bf16")  # bf16: the baseline
     base = sc.claim_baseline
     return ScenarioTime(sc.workers, sc.bandwidth_gbps, base, tuple(rows), tuple(unpriced), unmeasured)
 

@@ -68,6 +68,10 @@ def _activation_floats(model: str, o: Mapping[str, object]) -> int:
     batch = i("batch_size")
     if model in _PIXEL_FLOATS:
         return batch * i("image_size") ** 2 * (_PIXEL_FLOATS[model] + 3)
+    if model in ("digits", "digits_cnn"):  # 8×8 inputs: the CNN's two 16/32-channel maps dominate
+        return batch * 3 * (458 if model == "digits" else 64 * 48 + 586)
+    if model == "charlstm":  # per token: the LSTM's 4 gates and states (~6 × 128) and the logits with their gradient
+        return batch * i("seq_len") * (6 * 128 + 3 * i("vocab"))
     if model == "mlp":
         sizes = o.get("sizes", ())
         return batch * 3 * sum(int(s) for s in sizes) if isinstance(sizes, tuple | list) else 0
@@ -84,7 +88,8 @@ def _activation_floats(model: str, o: Mapping[str, object]) -> int:
 #: gradient elements of the zoo models at their default options (``gcbench list models``; a test checks them
 #: against the built models): counted without torch, so ``validate`` stays torch-free
 ZOO_PARAMETERS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "vgg16": 138_357_544, "lstm_lm": 19_780_400,
-                  "transformer": 7_288_320, "mlp": 535_818, "smallcnn": 620_362}
+                  "transformer": 7_288_320, "mlp": 535_818, "smallcnn": 620_362, "digits": 50_826, "digits_cnn": 38_282,
+                  "charlstm": 94_375}
 
 
 def parameter_count(model: str, options: Mapping[str, object]) -> int:
@@ -100,6 +105,8 @@ def parameter_count(model: str, options: Mapping[str, object]) -> int:
             return layers * 12 * hidden**2 + 3 * i("patch") ** 2 * hidden + i("num_classes") * hidden
         return layers * 12 * hidden**2 + (i("vocab") + i("positions")) * hidden
     count = ZOO_PARAMETERS[model]
+    if model == "charlstm":  # embedding 32 and a linear head over the vocabulary: 161 per character, the LSTM 82,944
+        return 161 * i("vocab", 71) + 82_944
     if model == "smallcnn":  # only its first FC layer depends on the image: 128 × (side/8)² inputs × 256 outputs
         count += 128 * 256 * ((i("image_size", 32) // 8) ** 2 - 16)
     return count

@@ -36,6 +36,9 @@ class ModelCard:
 
 
 
+#: the characters of the text the charlstm task ships (gcbench/data/public_domain.txt); a test ties the two
+CHARLSTM_VOCAB = 71
+
 _IMAGENET = {"batch_size": 8, "image_size": 224, "num_classes": 1000}
 _IMAGENET_BOUNDS = {"image_size": (32, 1024)}
 
@@ -58,6 +61,14 @@ MODELS: dict[str, ModelCard] = {
                   {"batch_size": 64, "sizes": (784, 512, 256, 10)}),
         ModelCard("smallcnn", "small CIFAR-10-shaped CNN: 3 conv stages (32/64/128) + FC 2048-256-10, 620,362 parameters; "
                   "batch 32 of 32×32", "smallcnn_factory", "smallcnn_build", {"batch_size": 32, "image_size": 32, "num_classes": 10}),
+        # the train tasks' models on synthetic batches of their shapes: what advise prices for a convergence run of the task
+        ModelCard("digits", "the digits task's MLP 64-256-128-10 (50,826 parameters) on synthetic 8×8 inputs; batch 32",
+                  "digits_factory", "digits_build", {"batch_size": 32}),
+        ModelCard("digits_cnn", "the digits_cnn task's CNN (conv 16, conv 32, FC 512-64-10) on synthetic 8×8 inputs; batch 32",
+                  "digits_cnn_factory", "digits_cnn_build", {"batch_size": 32}),
+        ModelCard("charlstm", "the charlstm task's character LSTM (embedding 32, LSTM 128, 71 characters) on synthetic "
+                  "tokens; batch 16 × seq 64", "charlstm_factory", "charlstm_build",
+                  {"batch_size": 16, "seq_len": 64, "vocab": CHARLSTM_VOCAB}),
     )
 }
 

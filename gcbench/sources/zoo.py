@@ -339,6 +339,41 @@ class SmallCNN(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
+# the models of the train tasks (digits, digits_cnn, charlstm): one definition, used by the tasks
+# (gcbench.distributed.tasks) on their real data and by the zoo on synthetic batches of the same shapes,
+# so that `gcbench advise --convergence` can price a step of the model a convergence run trained
+
+
+def digits_build() -> nn.Module:
+    """The ``digits`` task's MLP 64-256-128-10 (50,826 parameters) on flattened 8×8 images."""
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def digits_cnn_build() -> nn.Module:
+    """The ``digits_cnn`` task's CNN: conv3×3-16, conv3×3-32, maxpool 2, FC 512-64-10, on flattened 8×8 images."""
+    return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1),
+                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+class CharLSTM(nn.Module):
+    """Embedding → one-layer LSTM → linear over the vocabulary (the ``charlstm`` task's character language model)."""
+
+    def __init__(self, vocab: int, embed: int = 32, hidden: int = 128) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, _ = self.lstm(self.embed(x))
+        return self.head(h)
+
+
+def charlstm_build(vocab: int = 71) -> nn.Module:
+    return CharLSTM(vocab)
+
+
+# --------------------------------------------------------------------------------------------
 # factories
 
 
@@ -444,6 +479,21 @@ def smallcnn_factory(seed: int = 0, *, batch_size: int, image_size: int, num_cla
     return _seeded(seed, lambda: SmallCNN(num_classes, image_size)), image_batches(seed, num_classes, batch_size, image_size)
 
 
+
+
+def digits_factory(seed: int = 0, *, batch_size: int) -> tuple[nn.Module, MakeBatch]:
+    _positive("digits", batch_size=batch_size)
+    return _seeded(seed, digits_build), vector_batches(seed, 10, batch_size, 64)
+
+
+def digits_cnn_factory(seed: int = 0, *, batch_size: int) -> tuple[nn.Module, MakeBatch]:
+    _positive("digits_cnn", batch_size=batch_size)
+    return _seeded(seed, digits_cnn_build), vector_batches(seed, 10, batch_size, 64)
+
+
+def charlstm_factory(seed: int = 0, *, batch_size: int, seq_len: int, vocab: int) -> tuple[nn.Module, MakeBatch]:
+    _positive("charlstm", batch_size=batch_size, seq_len=seq_len, vocab=vocab)
+    return _seeded(seed, lambda: CharLSTM(vocab)), token_batches(seed, vocab, batch_size, seq_len)
 
 
 #: seeds handed to user factories are in ``[0, USER_SEED_LIMIT)``: the runner derives 63-bit seeds,

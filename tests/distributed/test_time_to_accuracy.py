@@ -304,3 +304,28 @@ def test_a_compressor_is_priced_only_with_the_kernels_of_its_own_configuration()
     (st,) = tta.time_to_accuracy(adv.advise(other, 0.005, [16], [1.0], 5e-6), _conv())
     assert "topk" in st.unpriced and "topk:density=0.1" in st.unmeasured
     assert all(r.label != "topk" for r in st.rows)
+
+
+def test_a_spec_as_the_user_wrote_it_and_as_a_bench_labels_it_are_one_configuration() -> None:
+    """converge keeps the user's spelling (``error_feedback=true``), a bench file the parsed value's (``True``)."""
+    assert tta.same_spec("topk:density=0.01,error_feedback=true", "topk:error_feedback=True,density=0.01")
+    assert not tta.same_spec("topk:density=0.01", "topk:density=0.1")
+    assert not tta.same_spec("topk", "randomk")
+    conv = _conv()
+    assert conv.get("topk") is not None and conv.get("topk:density=0.5") is None
+
+
+def test_advise_takes_the_model_and_the_compressors_of_the_convergence_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --model, advise prices the model the convergence run trained, for the compressors it trained (and bf16)."""
+    asked: dict[str, object] = {}
+
+    def step_inputs(model: str | None, specs: list[str], *args: object, **kwargs: object) -> object:
+        asked.update(model=model, specs=list(specs), only=kwargs.get("only"))
+        raise SystemExit(0)  # stop before measuring anything: the arguments are what this test checks
+
+    monkeypatch.setattr(adv, "step_inputs", step_inputs)
+    conv = write_converge(tmp_path / "conv.json", task="charlstm")
+    r = runner.invoke(app, ["advise", "--convergence", str(conv), "--compute-ms", "5", "-o", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    labels = [c["label"] for c in json.loads(conv.read_text())["cases"] if c["status"] == "ok"]
+    assert asked["model"] == "charlstm" and asked["specs"] == [*dict.fromkeys([*labels, "bf16"])] and asked["only"] == asked["specs"]

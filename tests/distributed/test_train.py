@@ -357,3 +357,18 @@ def test_sigterm_stops_the_workers_promptly_and_keeps_finished_compressors(tmp_p
     data = json.loads(files[0].read_text())
     assert data["status"] == "interrupted"
     assert [c["label"] for c in data["cases"]] == ["none"] and data["cases"][0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("task", ["digits", "digits_cnn", "charlstm"])
+def test_the_train_tasks_models_are_in_the_zoo_with_the_same_tensors(task: str) -> None:
+    """advise prices a convergence run of a train task on the zoo model of that name: the same parameters, in order."""
+    if task.startswith("digits"):
+        pytest.importorskip("sklearn")
+    from gcbench.distributed.tasks import make_task
+    from gcbench.sources.zoo import layer_shapes, load_model
+
+    ours = [tuple(p.shape) for p in make_task(task, 0).build_model().parameters()]
+    assert ours == [tuple(s.shape) for s in layer_shapes(task)]
+    m = load_model(task, seed=1)
+    x, y = m.make_batch(0, 0)
+    assert torch.isfinite(m.loss_fn(m.module(x), y))

@@ -17,6 +17,10 @@ EXPECTED = {
     "transformer": (7_288_320, 53, 2_048_000),
     "mlp": (535_818, 6, 401_408),
     "smallcnn": (620_362, 10, 524_288),
+    # the train tasks' models (tests/distributed/test_train.py ties them to the tasks)
+    "digits": (50_826, 6, 32_768),
+    "digits_cnn": (38_282, 8, 32_768),
+    "charlstm": (94_375, 7, 65_536),
 }
 
 # small configurations that run a forward/backward in well under a second
@@ -28,6 +32,9 @@ SMALL = {
     "transformer": {"batch_size": 2, "seq_len": 8, "vocab": 50, "d_model": 16, "heads": 2, "layers": 1},
     "mlp": {"batch_size": 4},
     "smallcnn": {"batch_size": 2},
+    "digits": {"batch_size": 2},
+    "digits_cnn": {"batch_size": 2},
+    "charlstm": {"batch_size": 2, "seq_len": 5},
 }
 
 
