@@ -41,6 +41,8 @@ amax pass in parallel parts, then a code pass.  Elsewhere (a CUDA tensor, ``GCBE
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import numpy as np
 import torch
 
@@ -162,11 +164,13 @@ class _BlockScaled(Compressor):
 
     kind: int = lp.SCALE_F32
 
+    @abstractmethod
     def _fmt(self) -> lp.ElemFormat:
-        raise NotImplementedError
+        """The element format (e4m3, e5m2, e2m1 or an integer width)."""
 
+    @abstractmethod
     def _block(self, d: int) -> int:
-        raise NotImplementedError
+        """The block size of a tensor of ``d`` elements (``d`` itself for a per-tensor scale)."""
 
     def _meta(self, d: int) -> dict:
         return {}
@@ -186,9 +190,9 @@ class _BlockScaled(Compressor):
 
     # --- decoding: the header says the format and block size, the body holds scales then codes
 
+    @abstractmethod
     def _wire(self, payload: Payload) -> tuple[lp.ElemFormat, int]:
         """(element format, block size) this payload was encoded with."""
-        raise NotImplementedError
 
     def _sizes(self, payload: Payload) -> tuple[int, int, int]:
         """(head bytes, scale bytes, code bytes) of this payload's body."""
