@@ -203,6 +203,11 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
            progress: StepProgress | None) -> None:
     sp = problem.instance(seed, s.workers, s.batch)
     model = sp.model
+    # 2-D convolutions run about 12% faster on the CPU in channels-last memory (smallcnn's pass at batch 32: 17.5 ms
+    # against 19.9 ms); gradients keep their logical shapes, so the compressors see the same tensors
+    image = any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    if image:
+        model = model.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     out.dense_bytes = sum(p.numel() * p.element_size() for p in params)
     opt = make_optimizer(s.optimizer, params, s.lr, s.momentum, s.weight_decay)
@@ -223,6 +228,8 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
         for w, (x, y) in enumerate(batches):
             torch.manual_seed(_dropout_seed(seed, step, w))
             hooks = layout.watch() if step == 0 and w == 0 else []
+            if image and isinstance(x, torch.Tensor) and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
             loss = sp.loss(model(x), y)
             loss.backward()
             for h in hooks:
