@@ -143,17 +143,23 @@ def _quads(q0, q1, q2, q3, h):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _eight_point(o, b):  # pragma: no cover - compiled
+    """The first three levels of the transform of ``o[:b]`` (b a multiple of 8): one 8-point transform per 8 elements, in registers."""
+    for s in range(0, b, 8):
+        a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
+        b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
+        c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
+        o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
+        o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+
+
+@njit(inline="always")
 def _butterfly(o, b):  # pragma: no cover - compiled
     """The unnormalised Walsh–Hadamard transform of ``o[:b]`` in place: the first three levels as one 8-point transform
     per 8 elements (in registers), then vectorised passes of two levels each (the last alone when their count is odd)."""
     h = 1
     if b >= 8:
-        for s in range(0, b, 8):
-            a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
-            b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
-            c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
-            o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
-            o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+        _eight_point(o, b)
         h = 8
     while 4 * h <= b:  # two levels (h, 2h) per pass: four slices h apart
         for s in range(0, b, 4 * h):
@@ -207,12 +213,7 @@ def _butterfly_scale_max(o, b, scale):  # pragma: no cover - compiled
     if b < 32:  # at most one pass after the 8-point one: not worth fusing
         _butterfly(o, b)
         return _scale_max(o, scale)
-    for s in range(0, b, 8):  # as _butterfly's first pass
-        a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
-        b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
-        c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
-        o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
-        o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+    _eight_point(o, b)  # as _butterfly's first pass
     h = 8
     while 4 * h < b:  # every two-level pass but a last one
         for s in range(0, b, 4 * h):
