@@ -24,10 +24,17 @@ Per tensor of n elements, on each worker (:mod:`gcbench.kernels.hadamard`):
 
 A payload is one message of that format: header ``b``, ``w``, ``c`` (the workers summed in it: 1 for
 a worker's own message, N for the all-reduced sum), ``B`` (log2 of the block) and ``key`` (the
-rotation), body: the words (little-endian int64), then M (float32).  A payload from ``compress``
+rotation), body: the words (little-endian int64), then M (float32).  The fields are laid out field-major: of
+nw = ⌈padded/k⌉ words (k = ⌊63/w⌋ fields each), word i holds element f·nw + i in field f (bits f·w to f·w + w − 1),
+so that packing and unpacking walk contiguous runs of elements (version 2; version 1 packed k consecutive elements
+per word).  A payload from ``compress``
 alone has w = b and c = 1 and decodes by itself like any codec's.  Bytes on the wire are the
 payload's, header and M included; the ⌊63/w⌋ packing wastes 63 mod w + 1 bits per word (w = 4:
 60 of 64 bits used).
+
+Non-finite input: a NaN or ±Inf anywhere in the tensor makes M non-finite; the levels are then all 0 and M is
+stored as it is, so the whole tensor decodes to NaN (and so does the mean of any exchange it enters): the
+divergence shows instead of being quantized away.
 
 Reconstructed, not the paper's released code: THC quantizes with a lookup table of non-uniform
 levels chosen for the rotated distribution, on granularity settings of its own (and aggregates in a
@@ -84,9 +91,10 @@ def body_nbytes(padded: int, width: int) -> int:
 
 
 def quantize(y: torch.Tensor, m: float, bits: int, u: torch.Tensor) -> torch.Tensor:
-    """Stochastic levels (int64 in [0, 2^b − 1]) of ``y`` on [−m, m] given uniforms ``u``; all zero when m = 0."""
+    """Stochastic levels (int64 in [0, 2^b − 1]) of ``y`` on [−m, m] given uniforms ``u``; all zero when m is 0 or not
+    finite (a non-finite range decodes to NaN whatever the levels)."""
     top = (1 << bits) - 1
-    if m == 0:
+    if m == 0 or not math.isfinite(m):
         return torch.zeros(y.shape, dtype=torch.int64, device=y.device)
     up, m_up, f = hadamard.quant_factor(m, top)  # the kernel's factor (and, for a subnormal range, its exact 2^100 scaling)
     factor = torch.tensor(f, dtype=torch.float32, device=y.device)
@@ -97,20 +105,24 @@ def quantize(y: torch.Tensor, m: float, bits: int, u: torch.Tensor) -> torch.Ten
 
 
 def pack(levels: torch.Tensor, width: int) -> torch.Tensor:
-    """Levels (int64, each < 2^width) packed :func:`per_word` to an int64 word, field j at bits j·width; on their device."""
+    """Levels (int64, each < 2^width) packed :func:`per_word` to an int64 word, on their device: of nw = ⌈n/k⌉ words,
+    word i holds element f·nw + i in field f (bits f·width to (f+1)·width − 1); fields past the last element are 0.
+
+    Field-major, so that one field of consecutive words is consecutive elements: a packing and unpacking kernel
+    then reads and writes contiguous runs (vectorised), and a block of the rotation unpacks from one or two runs."""
     k = per_word(width)
     n = levels.numel()
     words = -(-n // k)
-    lv = torch.nn.functional.pad(levels, (0, words * k - n)).reshape(words, k)
-    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=levels.device)
-    return (lv << shifts).sum(1)  # disjoint fields: the sum is their OR
+    lv = torch.nn.functional.pad(levels.reshape(-1), (0, words * k - n)).reshape(k, words)
+    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=levels.device).unsqueeze(1)
+    return (lv << shifts).sum(0)  # disjoint fields: the sum is their OR
 
 
 def unpack(words: torch.Tensor, width: int, n: int) -> torch.Tensor:
-    """The first ``n`` fields of :func:`pack`'s words (int64)."""
+    """The first ``n`` elements of :func:`pack`'s words (int64)."""
     k = per_word(width)
-    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=words.device)
-    return ((words.unsqueeze(1) >> shifts) & ((1 << width) - 1)).reshape(-1)[:n]
+    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=words.device).unsqueeze(1)
+    return ((words.unsqueeze(0) >> shifts) & ((1 << width) - 1)).reshape(-1)[:n]
 
 
 def dequantize(sums: torch.Tensor, m: float, bits: int, count: int) -> torch.Tensor:
@@ -140,7 +152,7 @@ class THC(Compressor):
             y, m = hadamard.rotate_fast(kernels.flat_f32(a), key, block)
             return torch.from_numpy(y), key, m
         y = hadamard.rotate(a.reshape(-1), key, block)
-        return y, key, float(y.abs().max())
+        return y, key, float(y.abs().max())  # NaN if any element is NaN, as the kernel's
 
     def _message(self, y: torch.Tensor, key: int, m: float, width: int, state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, int]]:
         """(int64 words on y's device, body bytes, meta) of rotated blocks ``y`` quantized on [−m, m]."""
@@ -149,7 +161,7 @@ class THC(Compressor):
         seed = state.randint64()
         nw = -(-flat.numel() // per_word(width))
         body = kernels.empty(8 * nw + 4, torch.uint8).numpy()  # the words (aligned at its start), then M
-        body[8 * nw :] = np.array([m], "<f4").view(np.uint8)
+        body[8 * nw :] = np.array([m if m == m else math.nan], "<f4").view(np.uint8)  # one NaN pattern on both paths
         if kernels.cpu_fast(flat):
             words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), m, bits, seed, width, body[: 8 * nw].view(np.int64)))
         else:

@@ -143,24 +143,76 @@ def _quads(q0, q1, q2, q3, h):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _eight_point(o, b):  # pragma: no cover - compiled
-    """The first three levels of the transform of ``o[:b]`` (b a multiple of 8): one 8-point transform per 8 elements, in registers."""
-    for s in range(0, b, 8):
-        a0, a1, a2, a3, a4, a5, a6, a7 = o[s], o[s + 1], o[s + 2], o[s + 3], o[s + 4], o[s + 5], o[s + 6], o[s + 7]
-        b0, b1, b2, b3, b4, b5, b6, b7 = a0 + a1, a0 - a1, a2 + a3, a2 - a3, a4 + a5, a4 - a5, a6 + a7, a6 - a7
-        c0, c1, c2, c3, c4, c5, c6, c7 = b0 + b2, b1 + b3, b0 - b2, b1 - b3, b4 + b6, b5 + b7, b4 - b6, b5 - b7
-        o[s], o[s + 1], o[s + 2], o[s + 3] = c0 + c4, c1 + c5, c2 + c6, c3 + c7
-        o[s + 4], o[s + 5], o[s + 6], o[s + 7] = c0 - c4, c1 - c5, c2 - c6, c3 - c7
+def _level_1(o, b):  # pragma: no cover - compiled
+    """Level 1 of ``o[:b]`` (b even): one loop over the pairs with stride-2 loads, which LLVM vectorises by de-interleaving."""
+    for j in range(b // 2):
+        a = o[2 * j]
+        c = o[2 * j + 1]
+        o[2 * j] = a + c
+        o[2 * j + 1] = a - c
+
+
+@njit(inline="always")
+def _levels_1_2(o, b):  # pragma: no cover - compiled
+    """Levels 1 then 2 of ``o[:b]`` (b a multiple of 4), four elements a step (a stride-4 loop: vectorised)."""
+    for j in range(b // 4):
+        i = 4 * j
+        a0 = o[i]
+        a1 = o[i + 1]
+        a2 = o[i + 2]
+        a3 = o[i + 3]
+        b0 = a0 + a1
+        b1 = a0 - a1
+        b2 = a2 + a3
+        b3 = a2 - a3
+        o[i] = b0 + b2
+        o[i + 1] = b1 + b3
+        o[i + 2] = b0 - b2
+        o[i + 3] = b1 - b3
+
+
+@njit(inline="always")
+def _level_4(o, b):  # pragma: no cover - compiled
+    """Level 4 of ``o[:b]`` (b a multiple of 8), written out over eight elements a step (a stride-8 loop: vectorised)."""
+    for j in range(b // 8):
+        i = 8 * j
+        a0 = o[i]
+        a1 = o[i + 1]
+        a2 = o[i + 2]
+        a3 = o[i + 3]
+        c0 = o[i + 4]
+        c1 = o[i + 5]
+        c2 = o[i + 6]
+        c3 = o[i + 7]
+        o[i] = a0 + c0
+        o[i + 1] = a1 + c1
+        o[i + 2] = a2 + c2
+        o[i + 3] = a3 + c3
+        o[i + 4] = a0 - c0
+        o[i + 5] = a1 - c1
+        o[i + 6] = a2 - c2
+        o[i + 7] = a3 - c3
+
+
+@njit(inline="always")
+def _small_levels(o, b):  # pragma: no cover - compiled
+    """Levels 1, 2 and 4 of ``o[:b]`` (those that exist for b), as strided loops LLVM vectorises; returns the next level."""
+    if b >= 4:
+        _levels_1_2(o, b)
+        if b >= 8:
+            _level_4(o, b)
+            return 8
+        return 4
+    if b == 2:
+        _level_1(o, b)
+    return b
 
 
 @njit(inline="always")
 def _butterfly(o, b):  # pragma: no cover - compiled
-    """The unnormalised Walsh–Hadamard transform of ``o[:b]`` in place: the first three levels as one 8-point transform
-    per 8 elements (in registers), then vectorised passes of two levels each (the last alone when their count is odd)."""
-    h = 1
-    if b >= 8:
-        _eight_point(o, b)
-        h = 8
+    """The unnormalised Walsh–Hadamard transform of ``o[:b]`` in place: levels 1, 2 and 4 as strided loops, then
+    vectorised passes of two levels each over slices (the last alone when their count is odd)."""
+    h = _small_levels(o, b)
     while 4 * h <= b:  # two levels (h, 2h) per pass: four slices h apart
         for s in range(0, b, 4 * h):
             _quads(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h)
@@ -172,59 +224,62 @@ def _butterfly(o, b):  # pragma: no cover - compiled
 
 @njit(inline="always")
 def _quads_scaled(q0, q1, q2, q3, h, scale):  # pragma: no cover - compiled
-    """:func:`_quads` as the transform's last pass, each output times ``scale`` (the same two roundings as a separate
-    pass) and their max |·| taken in the same loop."""
-    m = np.float32(0.0)
+    """:func:`_quads` as the transform's last pass, each output times ``scale`` (the same two roundings as a separate pass)."""
     for j in range(h):
         a = q0[j] + q1[j]
         b = q0[j] - q1[j]
         c = q2[j] + q3[j]
         d = q2[j] - q3[j]
-        v0 = (a + c) * scale
-        v2 = (a - c) * scale
-        v1 = (b + d) * scale
-        v3 = (b - d) * scale
-        q0[j] = v0
-        q2[j] = v2
-        q1[j] = v1
-        q3[j] = v3
-        m = max(m, max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))))
-    return m
+        q0[j] = (a + c) * scale
+        q2[j] = (a - c) * scale
+        q1[j] = (b + d) * scale
+        q3[j] = (b - d) * scale
 
 
 @njit(inline="always")
 def _pairs_scaled(lo, hi, h, scale):  # pragma: no cover - compiled
-    """:func:`_pairs` as the transform's last pass, scaled, with the max |·| (see :func:`_quads_scaled`)."""
-    m = np.float32(0.0)
+    """:func:`_pairs` as the transform's last pass, scaled (see :func:`_quads_scaled`)."""
     for j in range(h):
         a = lo[j]
         c = hi[j]
-        v0 = (a + c) * scale
-        v1 = (a - c) * scale
-        lo[j] = v0
-        hi[j] = v1
-        m = max(m, max(abs(v0), abs(v1)))
-    return m
+        lo[j] = (a + c) * scale
+        hi[j] = (a - c) * scale
 
 
 @njit(inline="always")
-def _butterfly_scale_max(o, b, scale):  # pragma: no cover - compiled
-    """:func:`_butterfly`, then o *= scale, returning max |o|: the scaling fused into the last pass (same bits)."""
-    if b < 32:  # at most one pass after the 8-point one: not worth fusing
+def _scale(o, scale):  # pragma: no cover - compiled
+    for j in range(o.size):
+        o[j] = o[j] * scale
+
+
+@njit(inline="always")
+def _butterfly_scaled(o, b, scale):  # pragma: no cover - compiled
+    """:func:`_butterfly`, then o *= scale: the scaling fused into the last pass where there is one (same bits)."""
+    if b < 32:  # at most one pass after the strided ones: not worth fusing
         _butterfly(o, b)
-        return _scale_max(o, scale)
-    _eight_point(o, b)  # as _butterfly's first pass
-    h = 8
+        _scale(o, scale)
+        return
+    h = _small_levels(o, b)  # 8
     while 4 * h < b:  # every two-level pass but a last one
         for s in range(0, b, 4 * h):
             _quads(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h)
         h *= 4
-    m = np.float32(0.0)
     if 4 * h == b:  # the last pass is two levels
-        for s in range(0, b, 4 * h):
-            m = max(m, _quads_scaled(o[s : s + h], o[s + h : s + 2 * h], o[s + 2 * h : s + 3 * h], o[s + 3 * h : s + 4 * h], h, scale))
+        _quads_scaled(o[0:h], o[h : 2 * h], o[2 * h : 3 * h], o[3 * h : 4 * h], h, scale)
     else:  # one level left (2h == b)
-        m = _pairs_scaled(o[0:h], o[h : 2 * h], h, scale)
+        _pairs_scaled(o[0:h], o[h : 2 * h], h, scale)
+
+
+@njit(inline="always")
+def _absmax_bits(bits):  # pragma: no cover - compiled
+    """max |x| over float32 values given as their int32 bit patterns: the max of the bits with the sign cleared.
+
+    For non-negative floats the order of the bit patterns is the order of the values, and every NaN's pattern lies
+    above +Inf's, so a NaN anywhere gives a NaN (as torch's ``abs().max()`` does); an integer reduction vectorises
+    where a float ``max`` (with its NaN rule) does not."""
+    m = np.int32(0)
+    for j in range(bits.size):
+        m = max(m, bits[j] & np.int32(0x7FFFFFFF))
     return m
 
 
@@ -245,19 +300,8 @@ def _signed_copy(x, key, w0, o):  # pragma: no cover - compiled
             os[t] = xs[t] * flip
 
 
-@njit(inline="always")
-def _scale_max(o, scale):  # pragma: no cover - compiled
-    """o *= scale in place; returns max |o| (a branch-free reduction: vectorised)."""
-    m = np.float32(0.0)
-    for j in range(o.size):
-        v = o[j] * scale
-        o[j] = v
-        m = max(m, abs(v))
-    return m
-
-
 @njit(**PARALLEL)
-def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compiled
+def _rotate_kernel(x, n, b, key, scale, out, bits, maxes):  # pragma: no cover - compiled
     nb = out.size // b
     for blk in prange(nb):
         o = out[blk * b : (blk + 1) * b]
@@ -272,7 +316,8 @@ def _rotate_kernel(x, n, b, key, scale, out, maxes):  # pragma: no cover - compi
                     word = _sign_word(key, i >> 6)
                 v = x[i] if i < n else np.float32(0.0)
                 o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
-        maxes[blk] = _butterfly_scale_max(o, b, scale)
+        _butterfly_scaled(o, b, scale)
+        maxes[blk] = _absmax_bits(bits[blk * b : (blk + 1) * b])
 
 
 def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]:
@@ -281,47 +326,39 @@ def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]
     b = block_size(n, block)
     total = padded_numel(n, block)
     out = empty(total).numpy()  # huge pages, pooled: a fresh 100 MB output costs no page-fault storm
-    maxes = np.zeros(total // b, np.float32)
-    run_parallel(_rotate_kernel, total, x, np.int64(n), np.int64(b), key_of(key), np.float32(inv_sqrt(b)), out, maxes)
-    return out.reshape(total // b, b), float(maxes.max()) if maxes.size else 0.0
-
-
-@njit(cache=True)
-def _levels(y, up, m, factor, top, u, lv):  # pragma: no cover - compiled
-    """lv[j] = ⌊r⌋ + [u_j < r − ⌊r⌋], r = clamp((y_j·up + m)·factor, 0, top): the torch path's float32 arithmetic."""
-    for j in range(y.size):
-        r = (y[j] * up + m) * factor
-        r = np.float32(0.0) if r < np.float32(0.0) else (top if r > top else r)
-        fl = np.floor(r)
-        lv[j] = np.int64(fl) + np.int64(np.float32(u[j]) * _TWO_M24 < r - fl)
-
-
-@njit(cache=True)
-def _pack_words(lv, m, width, k, words):  # pragma: no cover - compiled
-    """words[i] = Σ_f lv[i·k + f] << f·width over the fields present (m of them)."""
-    for i in range(words.size):
-        acc = np.int64(0)
-        top = min(k, m - i * k)
-        for f in range(top):
-            acc |= lv[i * k + f] << np.int64(f * width)
-        words[i] = acc
+    maxes = np.zeros(total // b, np.int32)  # each block's max |y| as float32 bits
+    run_parallel(_rotate_kernel, total, x, np.int64(n), np.int64(b), key_of(key), np.float32(inv_sqrt(b)), out,
+                 out.view(np.int32), maxes)
+    return out.reshape(total // b, b), float(np.int32(maxes.max()).view(np.float32)) if maxes.size else 0.0
 
 
 @njit(**PARALLEL)
 def _quantize_pack_kernel(y, up, m, factor, top, key, width, k, words):  # pragma: no cover - compiled
+    """words[i] = Σ_f level(f·nw + i) << f·width (nw = words.size), level(e) = ⌊r⌋ + [u_e < r − ⌊r⌋] with
+    r = clamp((y_e·up + m)·factor, 0, top): the torch path's float32 arithmetic, field by field over runs of words."""
     n = y.size
     nw = words.size
-    per = 1024  # words per sub-chunk: its uniforms, levels and words stay in cache
+    per = 512  # words per work item: their uniforms and partial words stay in L1
     for p in prange((nw + per - 1) // per):
         w0 = p * per
         w1 = min(nw, w0 + per)
-        e0 = w0 * k
-        e1 = min(n, w1 * k)
-        u = np.empty(e1 - e0, np.uint32)
-        lv = np.empty(e1 - e0, np.int64)
-        _fill_rand24(key, e0, u, e1 - e0)
-        _levels(y[e0:e1], up, m, factor, top, u, lv)
-        _pack_words(lv, e1 - e0, width, k, words[w0:w1])
+        acc = words[w0:w1]
+        acc[:] = 0
+        u = np.empty(w1 - w0, np.uint32)
+        for f in range(k):
+            e0 = f * nw + w0
+            cnt = min(n, f * nw + w1) - e0
+            if cnt <= 0:
+                break
+            _fill_rand24(key, e0, u, cnt)
+            ys = y[e0 : e0 + cnt]
+            shift = np.int64(f * width)
+            for j in range(cnt):  # one field of consecutive words: contiguous elements, vectorised
+                r = (ys[j] * up + m) * factor
+                r = np.float32(0.0) if r < np.float32(0.0) else (top if r > top else r)
+                fl = np.floor(r)
+                level = np.int64(fl) + np.int64(np.float32(u[j]) * _TWO_M24 < r - fl)
+                acc[j] |= level << shift
 
 
 def quant_factor(m: float, top: int) -> tuple[float, float, float]:
@@ -338,14 +375,15 @@ def quant_factor(m: float, top: int) -> tuple[float, float, float]:
 
 def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int, words: np.ndarray | None = None) -> np.ndarray:
     """Stochastic levels of flat float32 ``y`` on [−m, m] with the uniforms of stream ``seed``, packed ⌊63/width⌋ per
-    int64 word (field j at bits j·width): what ``quantize`` then ``pack`` of :mod:`gcbench.compressors.thc` give.
+    int64 word (element f·nw + i in field f, bits f·width, of word i): what ``quantize`` then ``pack`` of
+    :mod:`gcbench.compressors.thc` give.  A zero or non-finite range gives all-zero words.
 
     ``words``: where to write them (an aligned int64 array of ⌈n/⌊63/width⌋⌉ words, e.g. a view of the payload body)."""
     k = 63 // width
     nw = -(-y.size // k)
     if words is None:
         words = empty(nw, torch.int64).numpy()
-    if m == 0.0:
+    if m == 0.0 or not math.isfinite(m):
         words[:] = 0
     elif nw:
         top = (1 << bits) - 1
@@ -356,18 +394,23 @@ def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int
 
 
 @njit(**PARALLEL)
-def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma: no cover - compiled
+def _decode_kernel(words, width, mask, scale, m, key, b, inv, out):  # pragma: no cover - compiled
     nb = out.size // b
+    nw = words.size
     for blk in prange(nb):
         o = out[blk * b : (blk + 1) * b]
         base = blk * b
-        for wi in range(base // k, (base + b - 1) // k + 1):  # the words holding this block's fields, k fields each
-            word = words[wi]
-            e0 = wi * k - base
-            for f in range(k):
-                j = e0 + f
-                if 0 <= j < b:
-                    o[j] = np.float32(np.float64((word >> np.int64(f * width)) & mask) * scale - m)
+        j = 0
+        while j < b:  # runs of the block's elements in one field: element e is field e // nw of word e % nw
+            f = (base + j) // nw
+            i = base + j - f * nw
+            run = min(b - j, nw - i)
+            shift = np.int64(f * width)
+            ws = words[i : i + run]
+            os = o[j : j + run]
+            for t in range(run):
+                os[t] = np.float32(np.float64((ws[t] >> shift) & mask) * scale - m)
+            j += run
         _butterfly(o, b)
         if b % 64 == 0:
             for j in range(b):
@@ -386,6 +429,8 @@ def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma
 def decode_fast(words: np.ndarray, width: int, padded: int, block: int, m: float, scale: float, key: int) -> np.ndarray:
     """Unpack ``padded`` fields, dequantize (field·scale − m, in float64), rotate back: the padded flat float32 array."""
     out = empty(padded).numpy()
-    run_parallel(_decode_kernel, padded, words, np.int64(width), np.int64(63 // width), np.int64((1 << width) - 1),
+    if words.size != -(-padded // (63 // width)):
+        raise ValueError(f"{words.size} words do not hold {padded} fields of {width} bits")
+    run_parallel(_decode_kernel, padded, words, np.int64(width), np.int64((1 << width) - 1),
                  np.float64(scale), np.float64(m), key_of(key), np.int64(block), np.float32(inv_sqrt(block)), out)
     return out

@@ -103,6 +103,14 @@ def test_payload_bytes_unchanged(name: str, label: str, params: dict) -> None:
     assert _digest(name, params) == entry["sha256"], f"{key}: payload bytes changed without a version bump"
 
 
+@pytest.mark.skipif(not RECORD, reason="set GCBENCH_RECORD_DIGESTS=1 to record the digests")
+def test_record_digests() -> None:
+    """Write every configuration's digest, its compressor's version and this platform to :data:`GOLDEN`."""
+    digests = {f"{n}/{label}": {"sha256": _digest(n, params), "version": registry.get(n).version} for n, label, params in _cases()}
+    GOLDEN.write_text(json.dumps({"digests": digests, "platform": _platform()}, indent=1, sort_keys=True) + "\n")
+    assert json.loads(GOLDEN.read_text())["digests"] == digests
+
+
 #: how far a device's decoded tensors may sit from the CPU's, relative to their norm: float reductions on a GPU
 #: (norms, means, sums of workers) round in another order, which can move an aggregate by an ulp or flip a
 #: stochastic-rounding or threshold decision for a few elements; a wrong kernel moves far more

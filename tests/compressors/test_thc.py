@@ -130,3 +130,13 @@ def test_hostile_headers_raise_payload_error() -> None:
             decompress(bad)
     with pytest.raises(GcbenchError):
         registry.create("thc", block=100)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_element_decodes_the_tensor_to_nan(bad: float) -> None:
+    """The documented rule: a NaN or Inf anywhere makes the range non-finite, every level 0, and the decode NaN."""
+    comp = registry.create("thc", block=256)
+    x = normal((1000,), seed=5)
+    x[17] = bad
+    out = decompress(Payload.from_bytes(comp.compress(x, comp.init_state(0)).to_bytes()))
+    assert out.shape == x.shape and bool(torch.isnan(out).all())

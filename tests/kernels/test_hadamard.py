@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -67,3 +69,30 @@ def test_extreme_ranges_quantize_alike_and_finite(scale: float) -> None:
     assert np.array_equal(got, want.numpy())
     levels = unpack(want, 5, 999)
     assert int(levels.min()) >= 0 and int(levels.max()) <= 15 and int(levels.max()) >= 8  # the range is used, no NaN level
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_input_gives_the_torch_range_and_zero_levels(bad: float) -> None:
+    """A NaN anywhere makes the range NaN on both paths (a float max that skipped NaN once kept the kernel's finite),
+    ±Inf makes it +Inf; either way every level is 0, so the message is the same on both paths and decodes to NaN."""
+    x = normal((10_007,), seed=4)
+    x[1234] = bad
+    y, m = hadamard.rotate_fast(x.numpy(), 11, 4096)
+    want = float(hadamard.rotate(x, 11, 4096).abs().max())
+    assert (math.isnan(m) and math.isnan(want)) if math.isnan(bad) else m == want == math.inf
+    got = hadamard.quantize_pack_fast(y.reshape(-1), m, 4, 1234, 4)
+    ref = pack(quantize(torch.from_numpy(y.reshape(-1)), m, 4, kernels.uniforms(1234, y.size)), 4)
+    assert not got.any() and not ref.any()
+
+
+@pytest.mark.parametrize("n,width", [(4096, 4), (10_000, 5), (63, 62), (64 * 21 + 5, 21)])
+def test_packing_is_field_major(n: int, width: int) -> None:
+    """Word i holds element f·nw + i in field f (the version-2 layout both kernels and the torch path write)."""
+    levels = torch.randint(0, 1 << min(width, 4), (n,), generator=torch.Generator().manual_seed(n))
+    k = 63 // width
+    nw = -(-n // k)
+    words = pack(levels, width)
+    assert words.numel() == nw
+    for e in (0, 1, n // 2, n - 1):
+        f, i = divmod(e, nw)
+        assert (int(words[i]) >> (f * width)) & ((1 << width) - 1) == int(levels[e])

@@ -11,7 +11,7 @@ THC_PROTOCOL = Protocol("thc", "all-reduce MAX of the rotated range (one float p
 THC_CARD = CompressorInfo(
     name="thc",
     impl="gcbench.compressors.thc:THC",
-    version=1,
+    version=2,  # 2: field-major packing of the words (1: k consecutive elements per word)
     description="randomized Hadamard rotation, stochastic b-bit uniform quantization on a shared range; integers summed "
                 "by an all-reduce without decoding",
     paper="Li et al. 2024 (NSDI), THC: Accelerating Distributed Deep Learning Using Tensor Homomorphic Compression",
