@@ -282,10 +282,32 @@ def _scale(amax, kind, maxv, emax, ts):  # pragma: no cover - compiled
         ex = max(np.int32((f32_bits(amax) >> 23) & 0xFF) - emax, np.int32(0))
         mult = bits_f32(np.int32(0x00400000)) if ex == 0 else bits_f32(np.int32(ex << 23))
         return (np.int64(255) if nan else np.int64(ex)), (np.float32(np.nan) if nan else mult)
+    return _scale_nv(amax, ts)
+
+
+@njit(inline="always")
+def _scale_nv(amax, ts):  # pragma: no cover - compiled
+    """NVFP4's block scale: (e4m3 code of (amax / 6) / ts, its value times ts); code 0 where ts is not positive."""
     v = (amax / np.float32(6.0)) / ts if ts > 0 else np.float32(0.0)
     v = np.float32(0.0) if v != v else v
     c = _code_nearest(v, 3, -6, 7, np.float32(448.0), 8, False)
     return np.int64(c), _e4m3_value(c) * ts
+
+
+@njit(inline="always")
+def _scales(amaxs, kind, maxv, emax, ts, scode, invs):  # pragma: no cover - compiled
+    """scode[j], invs[j] = the scale code and the encoder's factor of the block of amax ``amaxs[j]``; the rule is
+    chosen once, outside the loop, so NVFP4's e4m3 scales vectorise (with the choice inside, they ran 4× slower)."""
+    if kind == SCALE_NV:
+        for j in range(amaxs.size):
+            c, s = _scale_nv(amaxs[j], ts)
+            scode[j] = c
+            invs[j] = _inv(s)
+    else:
+        for j in range(amaxs.size):
+            c, s = _scale(amaxs[j], kind, maxv, emax, ts)
+            scode[j] = c
+            invs[j] = _inv(s)
 
 
 @njit(inline="always")
@@ -339,11 +361,9 @@ def _encode_blocks_kernel(x, block, kind, emax, ts, m, emin, bias, maxv, bits, i
         for j in range(nblk):  # amaxes, then scales, then factors, then one loop over the elements: each loop vectorises
             amaxs[j] = _block_absmax(x[(b0 + j) * block:min(n, (b0 + j + 1) * block)])
         invs = np.empty(nblk, np.float32)
+        _scales(amaxs, kind, maxv, emax, ts, scode[b0:b1], invs)
         zero = False
         for j in range(nblk):
-            c, s = _scale(amaxs[j], kind, maxv, emax, ts)
-            scode[b0 + j] = c
-            invs[j] = _inv(s)
             zero |= invs[j] == 0
         invx = np.empty(hi1 - lo0, np.float32)
         for j in range(nblk):
