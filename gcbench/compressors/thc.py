@@ -14,7 +14,8 @@ Per tensor of n elements, on each worker (:mod:`gcbench.kernels.hadamard`):
 2. range: M = max |rotated value|, all-reduced with MAX across the workers (phase ``range``: one
    float32 per tensor), so all quantize on [−M, M];
 3. quantize: r = (y + M)·((2^b − 1)/(2M)), level ⌊r⌋ + 1 with probability r − ⌊r⌋ (counter-based
-   uniforms from the worker's own state), an integer in [0, 2^b − 1]; E[level] = r, so the decoded
+   uniforms from the worker's own state, two 24-bit uniforms from each SplitMix64 output:
+   :func:`gcbench.kernels.rng.paired_uniforms`), an integer in [0, 2^b − 1]; E[level] = r, so the decoded
    value is unbiased, and so is the rotated-back tensor (the rotation is orthogonal);
 4. sum: the levels travel at w = b + ⌈log2 N⌉ bits, packed ⌊63/w⌋ to an int64 word with the top bit
    free; N such words add field by field without any carry crossing a field (each field's sum is at
@@ -165,7 +166,7 @@ class THC(Compressor):
         if kernels.cpu_fast(flat):
             words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), m, bits, seed, width, body[: 8 * nw].view(np.int64)))
         else:
-            words = pack(quantize(flat, m, bits, kernels.uniforms(seed, flat.numel(), flat.device)), width)
+            words = pack(quantize(flat, m, bits, kernels.paired_uniforms(seed, flat.numel(), flat.device)), width)
             body[: 8 * nw] = words.cpu().numpy().astype("<i8", copy=False).view(np.uint8)
         meta = {"b": bits, "w": width, "c": 1, "B": y.shape[1].bit_length() - 1, "key": key}
         return words, body, meta

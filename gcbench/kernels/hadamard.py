@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from gcbench.kernels.buffers import empty
-from gcbench.kernels.rng import _TWO_M24, GAMMA, MIX1, MIX2, _fill_rand24, _lshr, _mix64, _signed, key_of
+from gcbench.kernels.rng import _TWO_M24, GAMMA, MIX1, MIX2, _fill_rand24_pairs, _lshr, _mix64, _signed, key_of
 from gcbench.kernels.runtime import PARALLEL, njit, prange, run_parallel
 
 
@@ -338,7 +338,7 @@ def _quantize_pack_kernel(y, up, m, factor, top, key, width, k, words):  # pragm
     r = clamp((y_e·up + m)·factor, 0, top): the torch path's float32 arithmetic, field by field over runs of words."""
     n = y.size
     nw = words.size
-    per = 512  # words per work item: their uniforms and partial words stay in L1
+    per = 4096  # words per work item: longer runs of each field's elements stream better (512: 0.4 ms slower on 25.6M)
     for p in prange((nw + per - 1) // per):
         w0 = p * per
         w1 = min(nw, w0 + per)
@@ -350,7 +350,7 @@ def _quantize_pack_kernel(y, up, m, factor, top, key, width, k, words):  # pragm
             cnt = min(n, f * nw + w1) - e0
             if cnt <= 0:
                 break
-            _fill_rand24(key, e0, u, cnt)
+            _fill_rand24_pairs(key, e0, u, cnt)
             ys = y[e0 : e0 + cnt]
             shift = np.int64(f * width)
             for j in range(cnt):  # one field of consecutive words: contiguous elements, vectorised
@@ -374,7 +374,8 @@ def quant_factor(m: float, top: int) -> tuple[float, float, float]:
 
 
 def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int, words: np.ndarray | None = None) -> np.ndarray:
-    """Stochastic levels of flat float32 ``y`` on [−m, m] with the uniforms of stream ``seed``, packed ⌊63/width⌋ per
+    """Stochastic levels of flat float32 ``y`` on [−m, m] with the paired uniforms of stream ``seed``
+    (:func:`gcbench.kernels.rng.paired_uniforms`), packed ⌊63/width⌋ per
     int64 word (element f·nw + i in field f, bits f·width, of word i): what ``quantize`` then ``pack`` of
     :mod:`gcbench.compressors.thc` give.  A zero or non-finite range gives all-zero words.
 

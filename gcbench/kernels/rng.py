@@ -7,6 +7,10 @@ machine.  A uniform is the top 24 bits over 2^24: a float32 in [0, 1) on the gri
 ``P(u < p)`` equals ``p`` exactly for every float32 ``p`` on that grid.  :func:`rand24` (numba),
 :func:`rand24_reference` (NumPy) and :func:`rand24_torch` (any torch device) compute the same numbers;
 :func:`random_subset` has :func:`random_subset_reference` beside it.
+
+*Paired* numbers (:func:`rand24_pairs` and its twins) take two 24-bit numbers from each output:
+number 2p is the top 24 bits of output p, number 2p + 1 the next 24 (bits 16–39), at half the
+multiplications a number; a compressor that uses them says so (``thc``; the others draw one per output).
 """
 
 from __future__ import annotations
@@ -105,6 +109,74 @@ def uniforms(seed: int, n: int, device: torch.device | str = "cpu", start: int =
         return torch.from_numpy(rand24(seed, n, start).astype(np.float32) * _TWO_M24)
     return rand24_torch(seed, n, device, start).to(torch.float32) * 2.0**-24
 
+
+
+@njit(inline="always")
+def _pair_number(key, e):  # pragma: no cover - compiled
+    """Paired number ``e`` of stream ``key``: bits 40–63 (e even) or 16–39 (e odd) of output ⌊e/2⌋."""
+    z = _mix64(key + np.uint64(e // 2 + 1) * GAMMA)
+    return np.uint32((z >> np.uint64(40 - 24 * (e & 1))) & np.uint64(0xFFFFFF))
+
+
+@njit(inline="always")
+def _fill_rand24_pairs(key, start, buf, m):  # pragma: no cover - compiled
+    """buf[j] = paired number ``start + j`` of stream ``key``, j < m: whole outputs in the loop (it vectorises), an odd
+    first or last number alone."""
+    j = 0
+    if start & 1 and m > 0:
+        buf[0] = _pair_number(key, start)
+        j = 1
+    p0 = (start + j) // 2
+    half = (m - j) // 2
+    for q in range(half):
+        z = _mix64(key + np.uint64(p0 + q + 1) * GAMMA)
+        buf[j + 2 * q] = np.uint32(z >> np.uint64(40))
+        buf[j + 2 * q + 1] = np.uint32((z >> np.uint64(16)) & np.uint64(0xFFFFFF))
+    if (m - j) & 1:
+        buf[m - 1] = _pair_number(key, start + m - 1)
+
+
+@njit(**PARALLEL)
+def _rand24_pairs_kernel(key, start, out):  # pragma: no cover - compiled
+    n = out.size
+    for p in prange(n_parts(n)):
+        lo, hi = bounds(p, PART, n)
+        _fill_rand24_pairs(key, start + lo, out[lo:hi], hi - lo)
+
+
+def rand24_pairs(seed: int, n: int, start: int = 0) -> np.ndarray:
+    """Paired numbers ``start .. start+n-1`` of stream ``seed`` as uint32 in [0, 2^24) (numba kernel)."""
+    out = np.empty(int(n), np.uint32)
+    if n:
+        run_parallel(_rand24_pairs_kernel, n, key_of(seed), np.int64(start), out)
+    return out
+
+
+def rand24_pairs_reference(seed: int, n: int, start: int = 0) -> np.ndarray:
+    """The same paired numbers with NumPy's wrapping uint64 arithmetic (the tests' oracle)."""
+    e = np.arange(start, start + n, dtype=np.uint64)
+    z = (e // U64(2) + U64(1)) * GAMMA + key_of(seed)
+    z = (z ^ (z >> U64(30))) * MIX1
+    z = (z ^ (z >> U64(27))) * MIX2
+    z ^= z >> U64(31)
+    return ((z >> (U64(40) - U64(24) * (e & U64(1)))) & U64(0xFFFFFF)).astype(np.uint32)
+
+
+def rand24_pairs_torch(seed: int, n: int, device: torch.device | str = "cpu", start: int = 0) -> torch.Tensor:
+    """The same paired numbers with int64 torch ops on any device (int64 tensor)."""
+    e = torch.arange(start, start + n, dtype=torch.int64, device=device)
+    z = (e // 2 + 1) * _signed(int(GAMMA)) + _signed(int(key_of(seed)))
+    z = (z ^ _lshr(z, 30)) * _signed(int(MIX1))
+    z = (z ^ _lshr(z, 27)) * _signed(int(MIX2))
+    z = z ^ _lshr(z, 31)
+    return torch.where((e & 1) == 0, _lshr(z, 40), _lshr(z, 16) & 0xFFFFFF)
+
+
+def paired_uniforms(seed: int, n: int, device: torch.device | str = "cpu", start: int = 0) -> torch.Tensor:
+    """float32 uniforms in [0, 1) on the 2^-24 grid from the paired numbers (:func:`uniforms`' twin for ``thc``)."""
+    if torch.device(device).type == "cpu" and NUMBA:
+        return torch.from_numpy(rand24_pairs(seed, n, start).astype(np.float32) * _TWO_M24)
+    return rand24_pairs_torch(seed, n, device, start).to(torch.float32) * 2.0**-24
 
 
 # ----------------------------------------------------------------------------- random k-subsets

@@ -31,7 +31,7 @@ def test_quantize_and_pack_kernel_gives_the_torch_bits(width: int) -> None:
     y = normal((3001,), seed=width)
     m = float(y.abs().max())
     got = hadamard.quantize_pack_fast(y.numpy(), m, bits, 1234, width)
-    want = pack(quantize(y, m, bits, kernels.uniforms(1234, y.numel())), width)
+    want = pack(quantize(y, m, bits, kernels.paired_uniforms(1234, y.numel())), width)
     assert np.array_equal(got, want.numpy())
     assert not hadamard.quantize_pack_fast(y.numpy(), 0.0, bits, 1234, width).any()  # zero range: all levels 0
 
@@ -40,7 +40,7 @@ def test_decode_kernel_gives_the_torch_bits() -> None:
     x = normal((5000,), seed=3)
     y = hadamard.rotate(x, 5, 1024)
     m = float(y.abs().max())
-    words = pack(quantize(y.reshape(-1), m, 4, kernels.uniforms(9, y.numel())), 6)
+    words = pack(quantize(y.reshape(-1), m, 4, kernels.paired_uniforms(9, y.numel())), 6)
     scale = 2.0 * m / 15
     fast = hadamard.decode_fast(words.numpy(), 6, y.numel(), 1024, m, scale, 5)[:5000]
     slow = hadamard.unrotate(dequantize(unpack(words, 6, y.numel()), m, 4, 1).reshape(-1, 1024), 5, 5000)
@@ -65,7 +65,7 @@ def test_extreme_ranges_quantize_alike_and_finite(scale: float) -> None:
     y = normal((999,), seed=8) * scale
     m = float(y.abs().max())
     got = hadamard.quantize_pack_fast(y.numpy(), m, 4, 77, 5)
-    want = pack(quantize(y, m, 4, kernels.uniforms(77, y.numel())), 5)
+    want = pack(quantize(y, m, 4, kernels.paired_uniforms(77, y.numel())), 5)
     assert np.array_equal(got, want.numpy())
     levels = unpack(want, 5, 999)
     assert int(levels.min()) >= 0 and int(levels.max()) <= 15 and int(levels.max()) >= 8  # the range is used, no NaN level
@@ -81,7 +81,7 @@ def test_non_finite_input_gives_the_torch_range_and_zero_levels(bad: float) -> N
     want = float(hadamard.rotate(x, 11, 4096).abs().max())
     assert (math.isnan(m) and math.isnan(want)) if math.isnan(bad) else m == want == math.inf
     got = hadamard.quantize_pack_fast(y.reshape(-1), m, 4, 1234, 4)
-    ref = pack(quantize(torch.from_numpy(y.reshape(-1)), m, 4, kernels.uniforms(1234, y.size)), 4)
+    ref = pack(quantize(torch.from_numpy(y.reshape(-1)), m, 4, kernels.paired_uniforms(1234, y.size)), 4)
     assert not got.any() and not ref.any()
 
 

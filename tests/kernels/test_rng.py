@@ -55,6 +55,37 @@ def test_bernoulli_frequency_matches_probability() -> None:
         assert abs(freq - p) < 5 * math.sqrt(p * (1 - p) / n), (p, freq)
 
 
+def test_paired_numbers_are_two_fields_of_each_splitmix64_output() -> None:
+    # the same outputs as above: 0xE220A8397B1DCDAF gives 0xE220A8 then 0x397B1D, 0x6E789E6AA1B965F4 gives 0x6E789E, 0x6AA1B9
+    assert kernels.rand24_pairs(0, 4).tolist() == [0xE220A8, 0x397B1D, 0x6E789E, 0x6AA1B9]
+    assert kernels.rand24_pairs(0, 2, start=1).tolist() == [0x397B1D, 0x6E789E]
+
+
+@pytest.mark.parametrize(("n", "start"), [(1, 0), (1, 1), (2, 1), (1001, 0), (1001, 7), (65537, 12345), (200_000, 3)])
+@pytest.mark.parametrize("seed", [0, 2**63 - 5, 123456789])
+def test_paired_kernel_numpy_and_torch_agree(n: int, start: int, seed: int) -> None:
+    fast = kernels.rand24_pairs(seed, n, start)
+    assert fast.dtype == np.uint32 and int(fast.max()) < 2**24
+    np.testing.assert_array_equal(fast, kernels.rand24_pairs_reference(seed, n, start))
+    np.testing.assert_array_equal(fast.astype(np.int64), kernels.rand24_pairs_torch(seed, n, "cpu", start).numpy())
+
+
+def test_paired_uniforms_are_uniform_and_neighbours_uncorrelated() -> None:
+    """The two halves of one output must not be correlated (they are neighbours in every stream that uses them)."""
+    n = 400_000
+    u = kernels.paired_uniforms(99, n).double()
+    counts = torch.histc(u.float(), bins=100, min=0.0, max=1.0)
+    chi2 = float(((counts - n / 100) ** 2 / (n / 100)).sum())
+    assert abs(chi2 - 99) < 5 * math.sqrt(2 * 99), chi2
+    assert abs(float(torch.corrcoef(torch.stack([u[0::2], u[1::2]]))[0, 1])) < 5 / math.sqrt(n / 2)
+    assert abs(float(torch.corrcoef(torch.stack([u[1:-1:2], u[2::2]]))[0, 1])) < 5 / math.sqrt(n / 2)
+    for p in (2.0**-10, 0.3, 0.75 + 2.0**-20):
+        for half in (u[0::2], u[1::2]):
+            freq = float((half < p).double().mean())
+            assert abs(freq - p) < 5 * math.sqrt(p * (1 - p) / half.numel()), (p, freq)
+    assert torch.equal(kernels.paired_uniforms(99, 10, start=5).double(), u[5:15])
+
+
 # ----------------------------------------------------------------------------- random k-subsets
 
 
