@@ -62,28 +62,18 @@ from gcbench import kernels
 from gcbench.compressors.cards.thc import THC_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import ParamError, PayloadError
+from gcbench.core.info import per_word, sum_width
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
 from gcbench.kernels import hadamard
 from gcbench.kernels.rng import _mix64_py
 
 _KEY_MASK = (1 << 63) - 1
-_WORD_BITS = 63  # bits of an int64 word that carry fields: the sign bit stays clear, so sums never overflow
 
 
 def rotation_key(seed: int, step: int) -> int:
     """The rotation of step ``step`` for the shared ``seed``: the same on every worker (a 63-bit SplitMix64 output)."""
     return _mix64_py((int(seed) << 32) + int(step) + 1) & _KEY_MASK
-
-
-def sum_width(bits: int, world: int) -> int:
-    """Bits per packed field that hold the sum of ``world`` levels of ``bits`` bits: b + ⌈log2 N⌉."""
-    return bits + (math.ceil(math.log2(world)) if world > 1 else 0)
-
-
-def per_word(width: int) -> int:
-    """Fields of ``width`` bits per int64 word (the top bit left clear)."""
-    return _WORD_BITS // width
 
 
 def body_nbytes(padded: int, width: int) -> int:

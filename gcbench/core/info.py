@@ -297,6 +297,9 @@ class Protocol:
         cost: its legs as the network model prices them (:class:`CostLeg`), in order.
         cost_by: where the legs depend on a parameter (LGC's ``mode``): that parameter and its
             values' legs, which :meth:`CompressorInfo.resolve_protocol` puts in ``cost``.
+        packed_sum_bits: a protocol that all-reduces integer fields packed into int64 words (THC): the
+            parameter holding the fields' bits b.  On N workers they are b + ⌈log2 N⌉ bits wide, so the
+            payload grows with N; the network model resizes a measured payload (:meth:`payload_scale`).
     """
 
     name: str
@@ -309,11 +312,39 @@ class Protocol:
     applies_when: Mapping[str, ParamValue] = field(default_factory=dict, compare=False)
     cost: tuple[CostLeg, ...] = (CostLeg("allgather"),)
     cost_by: tuple[str, Mapping[ParamValue, tuple[CostLeg, ...]]] | None = field(default=None, compare=False)
+    packed_sum_bits: str | None = None
 
     @property
     def allreduce(self) -> bool:
         """Carried by all-reduces alone (no all-gather of payloads)."""
         return self.allreduce_rounds > 0
+
+    def payload_scale(self, params: Mapping[str, Any], measured_workers: int, workers: int) -> float:
+        """How much larger one worker's payload is on ``workers`` workers than as measured on ``measured_workers``.
+
+        1.0, except for a protocol that sums integer fields packed into int64 words (:attr:`packed_sum_bits`,
+        THC): its fields are b + ⌈log2 N⌉ bits wide, :func:`per_word` of them to a word, so the words it sends
+        grow with N (b = 4: 15 fields a word alone, 7 on 16 workers).  The ratio of the word counts; the few bytes
+        of header and range a tensor are scaled with them (an overestimate of at most those bytes)."""
+        if not self.packed_sum_bits:
+            return 1.0
+        bits = int(params[self.packed_sum_bits])
+        return per_word(sum_width(bits, max(1, measured_workers))) / per_word(sum_width(bits, max(1, workers)))
+
+
+#: the bits of an int64 word a packed integer sum uses: the sign bit stays clear, so sums of non-negative fields never
+#: overflow it
+PACKED_WORD_BITS = 63
+
+
+def sum_width(bits: int, world: int) -> int:
+    """Bits per packed field that hold the sum of ``world`` non-negative levels of ``bits`` bits: b + ⌈log2 N⌉."""
+    return bits + (math.ceil(math.log2(world)) if world > 1 else 0)
+
+
+def per_word(width: int) -> int:
+    """Fields of ``width`` bits per int64 word (the top bit left clear)."""
+    return PACKED_WORD_BITS // width
 
 
 #: the default protocol: every worker's payload to every worker, each decodes all and averages
@@ -586,7 +617,8 @@ class CompressorInfo:
             "min_workers": self.min_workers,
             "protocol": {"name": self.protocol.name, "description": self.protocol.description,
                          "allreduce_rounds": self.protocol.allreduce_rounds, "summable": self.protocol.summable,
-                         "per_tensor": self.protocol.per_tensor, "applies_when": dict(self.protocol.applies_when)},
+                         "per_tensor": self.protocol.per_tensor, "applies_when": dict(self.protocol.applies_when),
+                         "packed_sum_bits": self.protocol.packed_sum_bits},
             "target": None if self.target is None else dataclasses.asdict(self.target),
             "traffic_bytes": self.traffic_bytes,
             "impl": self.impl,

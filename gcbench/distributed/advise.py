@@ -216,6 +216,7 @@ class Step:
     flags: tuple[str, ...] = ()
     speedup_bf16: float | None = None  # the bf16 all-reduce's step over this one (:attr:`Scenario.bf16_step_s`)
     larger_than_bf16: bool = False  # one worker's payload is larger than the bf16 cast's
+    payload_bytes: float | None = None  # one worker's payload of the step on this cluster's workers (THC's widen with N)
 
     def speedup_vs(self, baseline: str) -> float:
         """The speed-up over the ``baseline`` all-reduce (``bf16`` or ``fp32``; fp32 where bf16 was not priced)."""
@@ -369,12 +370,15 @@ def predict_step(k: StepKernels, n: int, net: Network, compute_s: float, topo: T
     :func:`reference_copy`; default: this case's own copy).
     """
     protocol = registry.get(k.compressor).resolve_protocol(dict(k.params))
-    comm, decodes, algos = protocol_seconds(protocol, k.wire_bytes, n, net, topo, k.tensors, calibration)
+    scale = protocol.payload_scale(registry.get(k.compressor).resolve(dict(k.params)), k.measured_workers, n)
+    comm, decodes, algos = protocol_seconds(protocol, k.wire_bytes, n, net, topo, k.tensors, calibration, scale)
     comp_s, dec_one = k.priced(k.copy_s if copy_s is None else copy_s)
     dec = dec_one * max(1, decodes)
     wait = exposed(comm, compute_s, k.dense_bytes, overlap)
     step = compute_s + comp_s + wait + dec
-    return Step(k.label, k.compressor, algos, compute_s, comp_s, wait, dec, step, math.nan, None, k.flags)
+    payload = k.wire_bytes * scale
+    return Step(k.label, k.compressor, algos, compute_s, comp_s, wait, dec, step, math.nan, None, k.flags,
+                larger_than_bf16=payload > k.dense_bytes / 2, payload_bytes=payload)
 
 
 def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
@@ -441,7 +445,6 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
             for k in kernels.kernels:
                 s = predict_step(k, n, net, compute_s, topology, overlap, calibration, copy_s)
                 steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s, speedup_bf16=bf16_s / s.step_s,
-                                                 larger_than_bf16=k.larger_than_bf16,
                                                  delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
             scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps), bf16_s, baseline))

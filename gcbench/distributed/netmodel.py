@@ -50,7 +50,7 @@ from gcbench.core.errors import ParamError, ResultsError, UnknownNameError
 from gcbench.core.files import load_user_json
 from gcbench.core.info import Protocol
 from gcbench.results.parse import as_record
-from gcbench.results.record import MeasureRecord, RunRecord, StepTime, TrainCase, TrainRecord
+from gcbench.results.record import MeasureRecord, RunCase, RunRecord, StepTime, TrainCase, TrainRecord
 
 SCHEMES = ("auto", "allreduce", "allgather", "ps")
 
@@ -338,16 +338,19 @@ def collective_seconds(kind: str, nbytes: float, n: int, net: Network, topo: Top
 
 
 def protocol_seconds(protocol: Protocol, wire_bytes: float, n: int, net: Network, topo: Topology = Topology(),
-                     tensors: int = 1, calibration: Calibration | None = None) -> tuple[float, int, str]:
+                     tensors: int = 1, calibration: Calibration | None = None, payload_scale: float = 1.0) -> tuple[float, int, str]:
     """(seconds, payload decodes per worker, algorithms) of one step of ``protocol`` on ``n`` workers.
 
     Each of the protocol's legs (:attr:`Protocol.cost`) is one collective (:func:`collective_seconds`)
     over the bytes its size rule gives from ``wire_bytes`` (one worker's payload bytes of the step):
     1-bit SGD's all-to-all of its stripes then all-gather of the re-quantized stripe (m/n each),
     TernGrad's all-reduce of one float per tensor then all-gather, PowerSGD's all-reduces of P and
-    Q, the casts' all-reduce of their bodies, everyone else's all-gather of the payloads.
+    Q, the casts' all-reduce of their bodies, THC's all-reduce of its packed integer sums, everyone
+    else's all-gather of the payloads.  ``payload_scale`` resizes a payload measured on another
+    number of workers (:func:`payload_scale`: THC's fields widen with N).
     """
     total, decodes, algos = 0.0, 0, []
+    wire_bytes = wire_bytes * payload_scale
     for leg in protocol.cost:
         nbytes = {"payload": wire_bytes, "payload/n": wire_bytes / n, "scalars": 4.0 * tensors}[leg.size]
         secs, algo = collective_seconds(leg.collective, nbytes / leg.rounds, n, net, topo, calibration)
@@ -355,6 +358,14 @@ def protocol_seconds(protocol: Protocol, wire_bytes: float, n: int, net: Network
         decodes += leg.decodes(n)
         algos.append(f"{leg.collective} ({algo})" if n > 1 else leg.collective)
     return total, decodes, " + ".join(algos)
+
+
+def payload_scale(compressor: str, params: Mapping[str, Any] | Iterable[tuple[str, Any]], measured_workers: int, n: int) -> float:
+    """How much larger one worker's payload is on ``n`` workers than on the ``measured_workers`` it was measured on:
+    1.0 except for a protocol whose packed integer fields widen with N (THC, :meth:`Protocol.payload_scale`)."""
+    info = registry.get(compressor)
+    full = info.resolve(dict(params))
+    return info.resolve_protocol(full).payload_scale(full, measured_workers, n)
 
 
 @dataclass(frozen=True)
@@ -376,6 +387,7 @@ class CaseCost:
     # from one copy, so an identity at 1× a copy is 1.0× however far its own rounds' copy drifted); None: the seconds
     compress_x_copy: float | None = None
     decompress_x_copy: float | None = None
+    measured_workers: int = 1  # the workers whose exchange ``wire_bytes`` was measured in (1: compress alone)
 
     def kernel_seconds(self) -> tuple[float, float]:
         """(compress, decompress) seconds ``auto`` charges: ×copy × ``copy_s`` where both are known, else the raw seconds."""
@@ -404,19 +416,21 @@ def communication(case: CaseCost, n: int, scheme: str = "auto") -> tuple[Cost, i
     """(communication cost, decoded payloads per step) of one case on ``n`` workers under a forced single-collective
     scheme (``auto`` here is the card's all-reduce or all-gather; :func:`predict` prices ``auto`` by the protocol's legs)."""
     kind = collective_for(case.compressor, scheme)
+    # summed payloads (all-reduce, a server's sum) at the width N of them need; all-gathered ones as one worker sends them
+    summed = payload_scale(case.compressor, case.params, case.measured_workers, n) * case.wire_bytes
     if kind == "allreduce":
         rounds = case.protocol.allreduce_rounds or 1
-        c = ring_allreduce(case.wire_bytes, n)
+        c = ring_allreduce(summed, n)
         return Cost(c.alphas * rounds, c.volume), 1
     if kind == "allgather":
-        c = ring_allgather(case.wire_bytes, n)
+        c = ring_allgather(payload_scale(case.compressor, case.params, case.measured_workers, 1) * case.wire_bytes, n)
         extra = case.protocol.scalar_allreduces
         if extra:
             c = c + Cost(extra * ring_allreduce(0.0, n).alphas, 0.0)
         return c, n
     compatible = case.protocol.summable
-    down = case.wire_bytes if compatible else case.dense_bytes
-    return parameter_server(case.wire_bytes, down, n), n + (1 if compatible else 0)
+    down = summed if compatible else case.dense_bytes
+    return parameter_server(summed if compatible else case.wire_bytes, down, n), n + (1 if compatible else 0)
 
 
 def reference(case: CaseCost, n: int, scheme: str = "auto") -> Cost:
@@ -463,7 +477,8 @@ def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto") -> Predi
         raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     comp_s, dec_s = case.compress_s, case.decompress_s
     if scheme == "auto":
-        comm, decoded, how = protocol_seconds(case.protocol, case.wire_bytes, n, net, tensors=case.tensors)
+        comm, decoded, how = protocol_seconds(case.protocol, case.wire_bytes, n, net, tensors=case.tensors,
+                                              payload_scale=payload_scale(case.compressor, case.params, case.measured_workers, n))
         decoded = max(1, decoded)
         comp_s, dec_s = case.kernel_seconds()
         # summed in the step's order: an identity whose kernels cost the copy is 1.0 to the last bit
@@ -515,6 +530,11 @@ def cases_from_results(data: RunRecord | Mapping[str, Any], compute_s: float | N
         if not c.ok:
             continue
         name = str(c.compressor or c.label)
+        params = tuple(sorted((c.params or {}).items()))
+        try:
+            registry.get(name).resolve(dict(params))  # the protocol depends on them: a damaged value is the file's fault
+        except (ParamError, UnknownNameError) as e:
+            raise ResultsError(f"case {c.label!r} of the results file cannot be priced: {e}") from None
         if isinstance(c, TrainCase):
             tr = c.training
             if tr is None:
@@ -528,7 +548,8 @@ def cases_from_results(data: RunRecord | Mapping[str, Any], compute_s: float | N
             out.append(CaseCost(c.label, name, float(wire), float(dense),
                                 float(compute_s if compute_s is not None else st.compute_s or 0.0),
                                 float(st.compress_s or 0.0), float(st.decompress_s or 0.0) / decoded,
-                                (tr.task.name if tr.task else None) or "train"))
+                                (tr.task.name if tr.task else None) or "train", params=params,
+                                measured_workers=int(tr.workers or 1)))
             continue
         wire, dense = (c.size.wire_bytes, c.size.dense_bytes) if c.size else (None, None)
         if wire is None or dense is None:
@@ -536,17 +557,13 @@ def cases_from_results(data: RunRecord | Mapping[str, Any], compute_s: float | N
         src = c.source_label if c.source and (c.source.label or c.source.name) else ""
         t = c.timing
         copy_s = (t.pooled_copy_s or (t.copy_.median_s if t.copy_ is not None else None)) if t is not None else None
-        params = tuple(sorted((c.params or {}).items()))
-        try:
-            registry.get(name).resolve(dict(params))  # the protocol depends on them: a damaged value is the file's fault
-        except (ParamError, UnknownNameError) as e:
-            raise ResultsError(f"case {c.label!r} of the results file cannot be priced: {e}") from None
         xs = [t.x_copy(k) if t is not None else None for k in ("compress", "decompress")]
         xm = [float(x.median) if x is not None and x.median is not None and math.isfinite(x.median) and x.median > 0 else None
               for x in xs]
+        measured = c.source.workers if isinstance(c, RunCase) and c.source is not None else None
         out.append(CaseCost(c.label, name, float(wire), float(dense), float(compute_s or 0.0),
                             float(c.metric("compress_s") or 0.0), float(c.metric("decompress_s") or 0.0), src,
-                            float(copy_s or 0.0), len(c.layers or []) or 1, params, xm[0], xm[1]))
+                            float(copy_s or 0.0), len(c.layers or []) or 1, params, xm[0], xm[1], int(measured or 1)))
     if not out:
         raise ResultsError("the results file has no successful case with payload sizes to simulate")
     return out

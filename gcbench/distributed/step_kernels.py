@@ -42,6 +42,7 @@ class StepKernels:
     # the 95% CIs of those medians (bench's distribution-free interval): the step time's spread (:meth:`at_ci`)
     compress_x_copy_ci: tuple[float, float] | None = None
     decompress_x_copy_ci: tuple[float, float] | None = None
+    measured_workers: int = 1  # the workers whose exchange ``wire_bytes`` was measured in (1: a bench's compress alone)
 
     @property
     def larger_than_bf16(self) -> bool:
@@ -154,7 +155,8 @@ def step_kernels_of(cases: Sequence[Any]) -> tuple[list[StepKernels], float | No
         out.append(StepKernels(c.label, str(c.compressor or c.label), float(comp_s), float(dec_s), float(copy_s),
                                float(size.wire_bytes), float(size.dense_bytes), flags, len(c.layers or []) or 1,
                                tuple(sorted((c.params or {}).items())), _median_of(blocks["compress"]),
-                               _median_of(blocks["decompress"]), reasons, _ci_of(blocks["compress"]), _ci_of(blocks["decompress"])))
+                               _median_of(blocks["decompress"]), reasons, _ci_of(blocks["compress"]), _ci_of(blocks["decompress"]),
+                               int(c.source.workers or 1) if c.source is not None else 1))
     compute = next((c.source.compute_s for c in ok if c.source is not None and c.source.compute_s), None)
     return out, float(compute) if compute else None
 

@@ -72,7 +72,7 @@ def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]
             k = ks.get(s.label)
             flags = "*" if s.flags else ""  # which flags, and why: the "Flagged timings" lines under the table
             big = "†" if s.larger_than_bf16 else ""
-            t.add_row(term(s.label), short_protocol(s.collective), f"{(k.wire_bytes if k else 0) / 1e6:.3g}{big}",
+            t.add_row(term(s.label), short_protocol(s.collective), f"{(s.payload_bytes or (k.wire_bytes if k else 0)) / 1e6:.3g}{big}",
                       f"{1e3 * s.compress_s:.1f}{flags}",
                       f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
         out.append(t)

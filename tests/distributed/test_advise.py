@@ -379,3 +379,18 @@ def test_the_advise_table_fits_120_columns_at_four_link_speeds() -> None:
     assert rows and all(len(line) <= 120 for line in text.splitlines())
     assert not any("…" in line for line in rows), "a cell was cut"
     assert any("*" in line for line in rows if "topk_dither" in line)  # its flag, as a mark
+
+
+def test_thc_s_payload_widens_with_the_workers_and_is_flagged_when_it_passes_bf16() -> None:
+    """A bench measures THC's payload alone (b bits a field); on N workers its fields are b + ⌈log2 N⌉ bits, and advise
+    prices, shows and flags the wider payload (10 bits on 64 workers: 16-bit fields, 3 a word, 21.3 bits an element)."""
+    dense = 4e8
+    k4 = adv.StepKernels("thc", "thc", 0.01, 0.01, 0.004, dense / 4 / 8 * 4 * 64 / 60, dense, params=(("bits", 4),))
+    net = adv.Network(10, 5e-6)
+    s1, s16 = adv.predict_step(k4, 1, net, 0.1), adv.predict_step(k4, 16, net, 0.1)
+    assert s1.payload_bytes == pytest.approx(k4.wire_bytes)
+    assert s16.payload_bytes == pytest.approx(k4.wire_bytes * 15 / 7) and not s16.larger_than_bf16
+    k10 = adv.StepKernels("thc10", "thc", 0.01, 0.01, 0.004, dense / 4 * 64 / 6 / 8, dense, params=(("bits", 10),))
+    assert not adv.predict_step(k10, 1, net, 0.1).larger_than_bf16 and not adv.predict_step(k10, 8, net, 0.1).larger_than_bf16
+    wide = adv.predict_step(k10, 64, net, 0.1)
+    assert wide.payload_bytes == pytest.approx(k10.wire_bytes * 2) and wide.larger_than_bf16

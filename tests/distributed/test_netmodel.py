@@ -324,3 +324,29 @@ def test_simulate_prices_an_identity_from_the_same_copy_as_the_reference() -> No
     for n in (2, 16, 256):
         assert predict(drifted, n, net).speedup == 1.0
     assert predict(dataclasses.replace(drifted, compress_x_copy=None, decompress_x_copy=None), 16, net).speedup < 0.99  # by seconds
+
+
+@pytest.mark.parametrize(("bits", "n"), [(4, 2), (4, 16), (2, 64), (8, 5)])
+def test_thc_s_summed_payload_is_priced_at_its_width_on_n_workers(bits: int, n: int) -> None:
+    """THC's fields are b + ⌈log2 N⌉ bits on N workers: the payload a worker sends in the real exchange is the one the
+    model prices from a payload measured alone (compress at b bits), to within the per-tensor header and range."""
+    from gcbench.compressors import registry
+    from gcbench.distributed.netmodel import collective_seconds, payload_scale, protocol_seconds
+    from tests.conftest import normal
+
+    comp = registry.create("thc", bits=bits, block=1024)
+    xs = [[normal((50_000,), seed=10 * w + u) for u in range(2)] for w in range(n)]
+    alone = sum(comp.compress(x, comp.init_state(0)).nbytes for x in xs[0])
+    states = [[comp.init_state(100 * w + u) for u in range(2)] for w in range(n)]
+    sent = sum(r.payloads[0].nbytes for r in comp.exchange_group(xs, states))
+    scale = payload_scale("thc", {"bits": bits}, 1, n)
+    assert scale == pytest.approx((63 // bits) / (63 // (bits + (n - 1).bit_length())))
+    assert abs(alone * scale - sent) <= 2 * 64 * scale  # two tensors' headers and ranges, scaled with the words
+    assert payload_scale("thc", {"bits": bits}, n, n) == 1.0 and payload_scale("qsgd", {}, 1, n) == 1.0
+    net, proto = Network(1, ALPHA), registry.get("thc").protocol
+    secs, _, _ = protocol_seconds(proto, alone, n, net, tensors=2, payload_scale=scale)
+    assert secs == pytest.approx(collective_seconds("allreduce", 8, n, net)[0] + collective_seconds("allreduce", alone * scale, n, net)[0])
+    # a case measured alone and predicted on n workers pays for the wider words; measured on n, it is priced as measured
+    one = CaseCost("thc", "thc", alone, 400_000.0, params=(("bits", bits),))
+    on_n = dataclasses.replace(one, wire_bytes=float(sent), measured_workers=n)
+    assert predict(one, n, net).communicate_s == pytest.approx(predict(on_n, n, net).communicate_s, rel=0.01)

@@ -6,7 +6,7 @@ from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol, Target
 
 THC_PROTOCOL = Protocol("thc", "all-reduce MAX of the rotated range (one float per tensor), then all-reduce SUM of the "
                         "bit-packed integers at b + ceil(log2 N) bits, decoded once", allreduce_rounds=1, summable=True,
-                        scalar_allreduces=1, cost=(CostLeg("allreduce", "scalars"), CostLeg("allreduce")))
+                        scalar_allreduces=1, cost=(CostLeg("allreduce", "scalars"), CostLeg("allreduce")), packed_sum_bits="bits")
 
 THC_CARD = CompressorInfo(
     name="thc",
