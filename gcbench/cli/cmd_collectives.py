@@ -29,37 +29,6 @@ Draws = Annotated[int, typer.Option("--draws", metavar="INT", help="Exchanges pe
 CsvOut = options.csv_path("PATH", "Also write the rows as a CSV file.")
 
 
-def _cell_error(row: dict[str, Any]) -> str:
-    rel = row["error_std"] / row["error"] if row["error"] else 0.0
-    return f"{row['error']:.2e}" + (f" ±{100 * rel:.0f}%" if rel >= 0.005 else "")
-
-
-def tables(sweep: dict[str, Any]) -> list[Any]:
-    """Two rich tables (error, then bytes × an fp32 ring all-reduce), one row per compressor/scheme/accumulation."""
-    from rich.table import Table
-
-    ns = sweep["workers"]
-    keys = list(dict.fromkeys((r["compressor"], r["scheme"], r["accumulate"]) for r in sweep["rows"]))
-    cells = {(r["compressor"], r["scheme"], r["accumulate"], r["workers"]): r for r in sweep["rows"]}
-    out: list[Any] = []
-    for title, fmt in (
-        (f"aggregate error ‖agg − mean‖/‖mean‖ (mean ±sd over {sweep['draws']} draws), {sweep['numel']:,} elements, "
-         f"{sweep['distribution']}", _cell_error),
-        ("bytes sent per worker, × an fp32 ring all-reduce's", lambda r: f"{r['x_fp32_ring']:.3f}×"),
-    ):
-        t = Table(title=title, title_justify="left")
-        for name in ("compressor", "scheme/acc"):
-            t.add_column(name, no_wrap=True)
-        for n in ns:
-            t.add_column(f"N={n}", justify="right", no_wrap=True)
-        for key in keys:
-            t.add_row(key[0], f"{key[1]}/{key[2]}", *(fmt(cells[(*key, n)]) if (*key, n) in cells else "" for n in ns))
-        out.append(t)
-    for s in sweep["skipped"]:
-        out.append(f"skipped {s['compressor']} {s['scheme']}/{s['accumulate']}: {s['reason']}")
-    return out
-
-
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     """The rows as CSV, written to a temporary file then renamed (an interrupted write leaves no half file)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -104,6 +73,7 @@ def collectives(
     `gcbench collectives bf16 thc --model resnet18 --workers 2,4,8`.
     """
     from gcbench.measure.collectives import csv_rows, default_compressors, run_sweep
+    from gcbench.report.collectives_table import terminal_tables
 
     specs = compressor_specs(compressors, compressor) or default_compressors()
     ns = number_list(workers, "--workers", int)
@@ -132,6 +102,6 @@ def collectives(
     if as_json:
         print_json(sweep.to_dict())
         return
-    emit(tables(sweep.to_dict()))
+    emit(terminal_tables(sweep.to_dict()))
     if csv_path is not None:
         plain(f"csv: {csv_path}")

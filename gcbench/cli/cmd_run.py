@@ -81,10 +81,17 @@ def run(
         outcome = run_suite(s, out_dir, prog, suite_path=suite_label(path))
     cases = as_cases(outcome.records)
     if as_json:
-        print_json({"results": str(outcome.path), "cases": outcome.records})
+        print_json({"results": str(outcome.path), "cases": outcome.records,
+                    **({"collectives": outcome.collectives} if outcome.collectives is not None else {})})
     else:
         for item in rep.run_output(cases, f"gcbench run {s.name}"):
             output.out.print(item)
+        if outcome.collectives is not None:
+            from gcbench.report.collectives_table import terminal_tables
+
+            output.out.print(f"gcbench run {s.name} — sharded collectives: the aggregate's error and the bytes per worker as N grows")
+            for item in terminal_tables(outcome.collectives):
+                output.out.print(item)
         plain(f"results: {outcome.path}")
     failed = [c for c in cases if not c.ok]
     if failed:

@@ -46,8 +46,19 @@ from gcbench.kernels.quantizers import (
                                         terngrad_codes,
                                         terngrad_decode,
 )
-from gcbench.kernels.rng import (key_of, paired_uniforms, rand24, rand24_pairs, rand24_pairs_reference, rand24_pairs_torch, rand24_reference,
-                                 rand24_torch, random_subset, random_subset_reference, uniforms)
+from gcbench.kernels.rng import (
+                                        key_of,
+                                        paired_uniforms,
+                                        rand24,
+                                        rand24_pairs,
+                                        rand24_pairs_reference,
+                                        rand24_pairs_torch,
+                                        rand24_reference,
+                                        rand24_torch,
+                                        random_subset,
+                                        random_subset_reference,
+                                        uniforms,
+)
 from gcbench.kernels.runtime import (
                                         KERNEL,
                                         KERNEL_MODES,
@@ -92,8 +103,9 @@ __all__ = [
     "ef_sign_apply", "ef_sign_form", "empty", "empty_f32_tensor", "empty_maybe_zero", "f32_threshold", "fast_cpu", "flat_f32",
     "fused_ef_ok", "gather", "kernel_mode", "key_of", "kth_largest_np", "l2norm", "launches", "moments", "momentum_sample",
     "momentum_update_count", "momentum_update_std", "n_chunks", "natural_decode", "natural_encode", "njit", "onebit_apply",
-    "onebit_decode", "onebit_form", "pack_fields", "pack_into", "population_std", "prange", "prefault", "qsgd_decode", "qsgd_encode",
-    "qsgd_fields", "qsgd_norms", "qsgd_plan", "qsgd_scatter", "paired_uniforms", "rand24", "rand24_pairs", "rand24_pairs_reference", "rand24_pairs_torch", "rand24_reference", "rand24_torch", "random_subset",
+    "onebit_decode", "onebit_form", "pack_fields", "pack_into", "paired_uniforms", "population_std", "prange", "prefault", "qsgd_decode",
+    "qsgd_encode", "qsgd_fields", "qsgd_norms", "qsgd_plan", "qsgd_scatter", "rand24", "rand24_pairs", "rand24_pairs_reference",
+    "rand24_pairs_torch", "rand24_reference", "rand24_torch", "random_subset",
     "random_subset_reference", "read_fixed", "run_chunks", "run_parallel", "scatter", "scatter_sub", "scatter_zero", "select_write",
     "sign_pack", "sign_unpack", "sq_dist", "sq_norm", "std_and_absmax", "terngrad_codes", "terngrad_decode",
     "topk_collect", "topk_count", "topk_select", "topk_select_reference", "topk_select_torch",

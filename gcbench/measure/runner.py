@@ -444,6 +444,7 @@ class RunOutcome:
 
     path: Path | None
     records: list[dict[str, Any]]
+    collectives: dict[str, Any] | None = None  # the suite's ``[collectives]`` sweep as stored (None: the suite has none)
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -539,4 +540,4 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     # the cases as written, serialised inside the write's held-signals section: a SIGTERM landing
     # in a serialisation after it would surface as a PydanticSerializationError, not an interrupt
     final = writer.finish(status if all(c.status == "ok" for c in writer.record.cases) else "complete-with-errors")
-    return RunOutcome(writer.path, final["cases"])  # JSON-ready, as `run --json` prints them
+    return RunOutcome(writer.path, final["cases"], final.get("collectives"))  # JSON-ready, as `run --json` prints them

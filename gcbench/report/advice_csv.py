@@ -45,7 +45,8 @@ def _time_fields(r: TimeRow | None) -> dict[str, Any]:
 def _step_row(adv: Advice, sc: Scenario, s: Step) -> dict[str, Any]:
     k = adv.kernels.get(s.label)
     return {"workers": sc.workers, "bandwidth_gbps": sc.bandwidth_gbps, "compressor": s.label, "compressor_name": s.compressor,
-            "protocol": s.collective, "payload_bytes": s.payload_bytes if s.payload_bytes is not None else (k.wire_bytes if k else None), "larger_than_bf16": s.larger_than_bf16,
+            "protocol": s.collective, "larger_than_bf16": s.larger_than_bf16,
+            "payload_bytes": s.payload_bytes if s.payload_bytes is not None else (k.wire_bytes if k else None),
             "compute_ms": _ms(s.compute_s), "compress_ms": _ms(s.compress_s), "communicate_ms": _ms(s.communicate_s),
             "decompress_ms": _ms(s.decompress_s), "step_ms": _ms(s.step_s), "fp32_step_ms": _ms(sc.reference_step_s),
             "bf16_step_ms": _ms(sc.bf16_step_s), "speedup_vs_fp32": s.speedup, "speedup_vs_bf16": s.speedup_bf16,

@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 
 import gcbench
+from gcbench.report.collectives_table import sweep_of
 from gcbench.report.columns import (
     BENCH_COLUMNS,
     DETAIL_COLUMNS,
@@ -31,6 +32,7 @@ from gcbench.report.columns import (
     WORKER_HEADERS,
     Column,
 )
+from gcbench.report.html_collectives_plot import collectives_context
 from gcbench.report.html_plotkit import cases_that_ran, finite, page_text
 from gcbench.report.html_plots import oneshot_plots, source_plots
 from gcbench.report.html_train_bench_plots import (
@@ -180,8 +182,10 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity"), "answers": source_answers(run.kind, cases)})
     size_plot = plot_size_scaling([run_size_point(c) for c in run.cases if c.ok], f"throughput vs tensor size — {run.run_id}")
+    sweep = sweep_of(run.data)
     return {"anchor": f"run{i}", "facts": run_facts(run), "sources": sources, "size_plot": size_plot,
-            "any_reconstructed": any(is_reconstructed(c) for c in run.cases)}
+            "any_reconstructed": any(is_reconstructed(c) for c in run.cases),
+            "collectives": collectives_context(sweep, run.run_id) if sweep is not None else None}
 
 
 def _table(first: str, cols: Sequence[Column], text_headers: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:

@@ -7,9 +7,11 @@ every user-supplied name is escaped for Markdown (:func:`md_escape`), and names 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gcbench.core.errors import ResultsError
+from gcbench.report.collectives_table import failure, grid, sweep_of
 from gcbench.report.columns import (
     BENCH_COLUMNS,
     BENCH_TEXT_HEADERS,
@@ -184,7 +186,26 @@ def markdown_summary(run: LoadedRun) -> str:
         phases = markdown_phases(cases)
         if phases:
             parts.append(phases)
+    sweep = sweep_of(run.data)
+    if sweep is not None:
+        parts.append(markdown_collectives(sweep))
     return "\n".join(parts)
+
+
+def markdown_collectives(sweep: Mapping[str, Any]) -> str:
+    """A results file's sharded-collectives sweep: the error table, the bytes table and the cells not run."""
+    parts = ["### Sharded collectives: error and bytes as N grows", ""]
+    bad = failure(sweep)
+    if bad is not None:
+        return "\n".join([*parts, md_escape(bad), ""])
+    g = grid(sweep)
+    headers = ["compressor", "scheme/acc", *(f"N={n}" for n in g.workers)]
+    right = [False, False] + [True] * len(g.workers)
+    for title, rows in ((g.error_title, g.error_rows), (g.bytes_title, g.bytes_rows)):
+        table = md_table(headers, [[md_escape(c) for c in r] for r in rows], right)
+        parts += [md_escape(title[0].upper() + title[1:]) + ":", "", table, ""]
+    parts += [f"* {md_escape(line)}" for line in g.skipped]
+    return "\n".join([*parts, ""])
 
 
 def _md_cases(cases: Sequence[RunCase | TrainCase], columns: Sequence[Column], first: str = "case") -> str:

@@ -252,7 +252,12 @@ def summary_tables(run: LoadedRun) -> list[Any]:
         from gcbench.report.convergence import convergence_output
 
         return convergence_output(run)
-    return case_tables(run.cases, run.run_id)
+    from gcbench.report.collectives_table import sweep_of, terminal_tables
+
+    sweep = sweep_of(run.data)
+    extra = [f"{run.run_id} — sharded collectives: the aggregate's error and the bytes per worker as N grows",
+             *terminal_tables(sweep)] if sweep is not None else []
+    return [*case_tables(run.cases, run.run_id), *extra]
 
 
 def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
