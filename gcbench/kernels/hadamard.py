@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from gcbench.kernels.buffers import empty
-from gcbench.kernels.rng import _TWO_M24, GAMMA, MIX1, MIX2, _fill_rand24_pairs, _lshr, _mix64, _signed, key_of
+from gcbench.kernels.rng import _TWO_M24, GAMMA, _fill_rand24_pairs, _mix64, key_of, splitmix64_torch
 from gcbench.kernels.runtime import PARALLEL, njit, prange, run_parallel
 
 
@@ -68,11 +68,7 @@ def fwht(blocks: torch.Tensor) -> torch.Tensor:
 
 def random_words(key: int, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """SplitMix64 outputs 1..n of stream ``key`` (all 64 bits, as int64): :func:`gcbench.kernels.rng.rand24_torch` before its shift."""
-    z = torch.arange(1, n + 1, dtype=torch.int64, device=device)
-    z = z * _signed(int(GAMMA)) + _signed(int(key_of(key)))  # int64 multiply wraps like uint64
-    z = (z ^ _lshr(z, 30)) * _signed(int(MIX1))
-    z = (z ^ _lshr(z, 27)) * _signed(int(MIX2))
-    return z ^ _lshr(z, 31)
+    return splitmix64_torch(key, torch.arange(n, dtype=torch.int64, device=device))
 
 
 _SIGN_TABLE: dict[torch.device, torch.Tensor] = {}

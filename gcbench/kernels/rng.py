@@ -55,18 +55,22 @@ def _fill_rand24(key, start, buf, m):  # pragma: no cover - compiled
 
 
 @njit(**PARALLEL)
-def _rand24_kernel(key, start, out):  # pragma: no cover - compiled
+def _rand24_kernel(key, start, out, paired):  # pragma: no cover - compiled
     n = out.size
     for p in prange(n_parts(n)):
         lo, hi = bounds(p, PART, n)
-        _fill_rand24(key, start + lo, out[lo:hi], hi - lo)
+        if paired:
+            _fill_rand24_pairs(key, start + lo, out[lo:hi], hi - lo)
+        else:
+            _fill_rand24(key, start + lo, out[lo:hi], hi - lo)
 
 
-def rand24(seed: int, n: int, start: int = 0) -> np.ndarray:
-    """Numbers ``start .. start+n-1`` of stream ``seed`` as uint32 in [0, 2^24) (numba kernel)."""
+def rand24(seed: int, n: int, start: int = 0, paired: bool = False) -> np.ndarray:
+    """Numbers ``start .. start+n-1`` of stream ``seed`` as uint32 in [0, 2^24) (numba kernel); ``paired``: the paired
+    numbers (:func:`rand24_pairs`)."""
     out = np.empty(int(n), np.uint32)
     if n:
-        run_parallel(_rand24_kernel, n, key_of(seed), np.int64(start), out)
+        run_parallel(_rand24_kernel, n, key_of(seed), np.int64(start), out, paired)
     return out
 
 
@@ -91,12 +95,15 @@ def _lshr(z: torch.Tensor, k: int) -> torch.Tensor:
 
 def rand24_torch(seed: int, n: int, device: torch.device | str = "cpu", start: int = 0) -> torch.Tensor:
     """The same numbers as :func:`rand24` with int64 torch ops on any device (int64 tensor)."""
-    z = torch.arange(start + 1, start + n + 1, dtype=torch.int64, device=device)
-    z = z * _signed(int(GAMMA)) + _signed(int(key_of(seed)))  # int64 multiply wraps like uint64
+    return _lshr(splitmix64_torch(seed, torch.arange(start, start + n, dtype=torch.int64, device=device)), 40)
+
+
+def splitmix64_torch(seed: int, counters: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 outputs ``counters`` of stream ``seed`` (int64 tensors with uint64 bits: torch has no wrapping uint64)."""
+    z = (counters + 1) * _signed(int(GAMMA)) + _signed(int(key_of(seed)))  # int64 multiply wraps like uint64
     z = (z ^ _lshr(z, 30)) * _signed(int(MIX1))
     z = (z ^ _lshr(z, 27)) * _signed(int(MIX2))
-    z = z ^ _lshr(z, 31)
-    return _lshr(z, 40)
+    return z ^ _lshr(z, 31)
 
 
 def uniforms(seed: int, n: int, device: torch.device | str = "cpu", start: int = 0) -> torch.Tensor:
@@ -136,20 +143,9 @@ def _fill_rand24_pairs(key, start, buf, m):  # pragma: no cover - compiled
         buf[m - 1] = _pair_number(key, start + m - 1)
 
 
-@njit(**PARALLEL)
-def _rand24_pairs_kernel(key, start, out):  # pragma: no cover - compiled
-    n = out.size
-    for p in prange(n_parts(n)):
-        lo, hi = bounds(p, PART, n)
-        _fill_rand24_pairs(key, start + lo, out[lo:hi], hi - lo)
-
-
 def rand24_pairs(seed: int, n: int, start: int = 0) -> np.ndarray:
     """Paired numbers ``start .. start+n-1`` of stream ``seed`` as uint32 in [0, 2^24) (numba kernel)."""
-    out = np.empty(int(n), np.uint32)
-    if n:
-        run_parallel(_rand24_pairs_kernel, n, key_of(seed), np.int64(start), out)
-    return out
+    return rand24(seed, n, start, paired=True)
 
 
 def rand24_pairs_reference(seed: int, n: int, start: int = 0) -> np.ndarray:
@@ -165,10 +161,7 @@ def rand24_pairs_reference(seed: int, n: int, start: int = 0) -> np.ndarray:
 def rand24_pairs_torch(seed: int, n: int, device: torch.device | str = "cpu", start: int = 0) -> torch.Tensor:
     """The same paired numbers with int64 torch ops on any device (int64 tensor)."""
     e = torch.arange(start, start + n, dtype=torch.int64, device=device)
-    z = (e // 2 + 1) * _signed(int(GAMMA)) + _signed(int(key_of(seed)))
-    z = (z ^ _lshr(z, 30)) * _signed(int(MIX1))
-    z = (z ^ _lshr(z, 27)) * _signed(int(MIX2))
-    z = z ^ _lshr(z, 31)
+    z = splitmix64_torch(seed, e // 2)
     return torch.where((e & 1) == 0, _lshr(z, 40), _lshr(z, 16) & 0xFFFFFF)
 
 
