@@ -61,7 +61,7 @@ import torch
 from gcbench import kernels
 from gcbench.compressors.cards.thc import THC_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
-from gcbench.core.errors import ParamError, PayloadError
+from gcbench.core.errors import PayloadError
 from gcbench.core.info import per_word, sum_width
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
@@ -126,12 +126,6 @@ class THC(Compressor):
     """Rotate, quantize to ``bits`` on a shared range, sum the packed integers by all-reduce (see the module docstring)."""
 
     info = THC_CARD
-
-    def __init__(self, **params: object) -> None:
-        super().__init__(**params)
-        block = int(self.params["block"])
-        if block & (block - 1):
-            raise ParamError(f"thc: block must be a power of two, got {block}")
 
     # ------------------------------------------------------------------ one worker's message
 

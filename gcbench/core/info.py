@@ -61,6 +61,7 @@ class Param:
     optional: bool = False  # None allowed (e.g. "no clipping")
     items: type | None = None  # list-valued: the items' type (the value is their "/"-joined text)
     max_items: int | None = None
+    power_of_two: bool = False  # an int that must be a power of two (THC's Hadamard block)
 
     def range_text(self) -> str:
         """Human-readable allowed values, as used in error messages."""
@@ -73,13 +74,14 @@ class Param:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.kind is bool:
             return "true or false"
+        what = "a power of two" if self.power_of_two else f"a {self.kind.__name__}"
         if self.low is None and self.high is None:
-            return f"a {self.kind.__name__}"
+            return what
         lo = "-inf" if self.low is None else f"{self.low:g}"
         hi = "inf" if self.high is None else f"{self.high:g}"
         left = "(" if (self.low_open or self.low is None) else "["
         right = ")" if (self.high_open or self.high is None) else "]"
-        return f"in {left}{lo}, {hi}{right}"
+        return ("a power of two " if self.power_of_two else "") + f"in {left}{lo}, {hi}{right}"
 
     def validate(self, value: Any) -> ParamValue | None:
         """Return ``value`` coerced to this parameter's type, or raise :class:`ParamError`."""
@@ -111,6 +113,8 @@ class Param:
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             raise ParamError(f"must be {self.range_text()}, got {value:g}")
         if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            raise ParamError(f"must be {self.range_text()}, got {value:g}")
+        if self.power_of_two and (value < 1 or int(value) & (int(value) - 1)):
             raise ParamError(f"must be {self.range_text()}, got {value:g}")
         return value
 

@@ -128,8 +128,11 @@ def test_hostile_headers_raise_payload_error() -> None:
         bad = Payload(p.codec, p.version, p.dtype, p.shape, p.data, meta)
         with pytest.raises(PayloadError):
             decompress(bad)
-    with pytest.raises(GcbenchError):
+    with pytest.raises(GcbenchError, match="power of two"):
         registry.create("thc", block=100)
+    with pytest.raises(GcbenchError, match=r"thc\.block: must be a power of two in \[1, .*\], got 3"):
+        registry.parse_spec("thc:block=3")  # refused where every spec is checked, before any work (bench, run, suites)
+    assert registry.parse_spec("thc:block=1")[1] == {"block": 1}
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

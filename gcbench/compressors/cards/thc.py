@@ -21,7 +21,7 @@ THC_CARD = CompressorInfo(
     params=(
         Param("bits", int, 4, "bits b per quantized coordinate (one worker's message)", low=1, high=16),
         Param("block", int, 4096, "Hadamard block length (a power of two; a tensor shorter than it uses its next power of two)",
-              low=1, high=2**20),
+              low=1, high=2**20, power_of_two=True),
         Param("seed", int, 0, "shared rotation seed: every worker's rotation of step t is drawn from (seed, t)", low=0,
               high=2**31 - 1),
     ),
