@@ -54,13 +54,15 @@ def simulate_cmd(
     latency_us: options.LatencyUs = 5.0,
     compute_ms: SimulateComputeMs = None,
     scheme: Scheme = "auto",
+    baseline: AdviseBaseline = "bf16",
     runs_dir: options.runs_dir() = Path("reports/runs"),
     as_json: options.json_flag("Machine-readable predictions.") = False,
 ) -> None:
-    """Predict step time and speed-up over uncompressed training for cluster sizes and link speeds.
+    """Predict step time and speed-up over uncompressed training (the bf16 and the fp32 all-reduce) for cluster sizes
+    and link speeds.
 
     Examples: `gcbench simulate`, `gcbench simulate latest --workers 8,64 --bandwidth 1,10`,
-    `gcbench simulate RUN --scheme ps --compute-ms 50 --json`.
+    `gcbench simulate RUN --scheme ps --compute-ms 50 --json`, `gcbench simulate RUN --baseline fp32`.
     """
     from gcbench.distributed import netmodel
     from gcbench.report.simulation import simulation_output
@@ -76,7 +78,8 @@ def simulate_cmd(
     if record.kind == "converge":
         raise GcbenchError(f"{path} is a convergence file: `gcbench advise --convergence FILE` or `gcbench report FILE --cluster "
                            "WORKERSxGBITS --kernels BENCH` price its steps on a cluster")
-    sim = netmodel.simulate_results(record, ns, bws, latency_s, scheme, compute_s, str(path))
+    baseline = choose(baseline, netmodel.BASELINES, "baseline")
+    sim = netmodel.simulate_results(record, ns, bws, latency_s, scheme, compute_s, str(path), baseline)
     if as_json:
         print_json(sim.to_dict())
         return

@@ -457,12 +457,40 @@ class Prediction:
     step_s: float
     reference_step_s: float
     speedup: float
+    bf16_step_s: float | None = None  # the same step with a bf16 all-reduce (:func:`bf16_step`)
+    speedup_bf16: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def speedup_vs(self, baseline: str) -> float:
+        """The speed-up over the ``baseline`` all-reduce (``bf16`` or ``fp32``; fp32 where bf16 was not priced)."""
+        return self.speedup_bf16 if baseline == "bf16" and self.speedup_bf16 is not None else self.speedup
 
-def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto") -> Prediction:
+
+#: how :func:`bf16_step` prices the bf16 all-reduce when the source has no bf16 case
+BF16_MODELLED = ("modelled: DDP's fp32 path with half the bytes all-reduced, each cast priced as the copy it replaces "
+                 "(no bf16 case in the file; `-c bf16` in the run measures its casts)")
+BF16_MEASURED = "measured: the file's bf16 case (its casts, timed with the others), all-reduce of half the bytes"
+BASELINES = ("bf16", "fp32")
+
+
+def bf16_step(case: CaseCost, n: int, net: Network, scheme: str = "auto", bf16_case: CaseCost | None = None) -> tuple[float, str]:
+    """(step, how it was priced) of ``case``'s training with an uncompressed bf16 all-reduce instead: the source's own
+    ``bf16`` case predicted (``auto``, where the file has one), else the fp32 reference with half the bytes, each cast
+    priced as the copy it replaces (``auto``; a cast reads the fp32 gradient and writes half its bytes), or the forced
+    scheme's dense reference of half the bytes."""
+    if scheme == "auto":
+        if bf16_case is not None:
+            return predict(bf16_case, n, net, "auto").step_s, BF16_MEASURED
+        comm = collective_seconds("allreduce", case.dense_bytes / 2, n, net)[0]
+        return case.compute_s + case.copy_s + comm + case.copy_s, BF16_MODELLED
+    half = CaseCost(case.label, case.compressor, case.wire_bytes, case.dense_bytes / 2, params=case.params)
+    return case.compute_s + reference(half, n, scheme).seconds(net), "modelled: the dense reference with half the bytes"
+
+
+def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto", bf16_case: CaseCost | None = None,
+            with_bf16: bool = False) -> Prediction:
     """Step time = compute + compress + communicate + decompress × decoded payloads; speed-up vs dense.
 
     ``auto`` is ``gcbench advise``'s model: the compressor's own protocol priced leg by leg, against DDP's
@@ -489,19 +517,23 @@ def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto") -> Predi
         ref = case.compute_s + reference(case, n, scheme).seconds(net)
     dec = dec_s * decoded
     step = case.compute_s + comp_s + comm + dec
+    bf16 = bf16_step(case, n, net, scheme, bf16_case)[0] if with_bf16 else None
     return Prediction(case.label, case.source, how, n, net.bandwidth_gbps, net.latency_s,
-                      case.compute_s, comp_s, comm, dec, step, ref, ref / step if step > 0 else math.inf)
+                      case.compute_s, comp_s, comm, dec, step, ref, ref / step if step > 0 else math.inf,
+                      bf16, None if bf16 is None else (bf16 / step if step > 0 else math.inf))
 
 
-def break_even_bandwidth(case: CaseCost, n: int, latency_s: float, scheme: str = "auto") -> float | None:
-    """Bandwidth (Gbit/s) at which the compressed step equals the dense one; None if it never does.
+def break_even_bandwidth(case: CaseCost, n: int, latency_s: float, scheme: str = "auto", baseline: str = "fp32",
+                         bf16_case: CaseCost | None = None) -> float | None:
+    """Bandwidth (Gbit/s) at which the compressed step equals the uncompressed one (the ``baseline`` all-reduce:
+    fp32, or bf16 as :func:`bf16_step` prices it); None if it never does.
 
     Below it (slower links) compression wins, above it the dense all-reduce wins.  Found on the
     model itself (a log-spaced scan from 1 Mbit/s to 1 Pbit/s, then bisection), so it holds for
     every protocol and collective the model prices.
     """
     def pays(gbps: float) -> float:
-        return predict(case, n, Network(gbps, latency_s), scheme).speedup - 1.0
+        return predict(case, n, Network(gbps, latency_s), scheme, bf16_case, baseline == "bf16").speedup_vs(baseline) - 1.0
 
     grid = [10.0 ** (k / 8) for k in range(-24, 49)]
     values = [pays(b) for b in grid]
@@ -569,12 +601,18 @@ def cases_from_results(data: RunRecord | Mapping[str, Any], compute_s: float | N
     return out
 
 
+def bf16_case_of(cases: Sequence[CaseCost], source: str) -> CaseCost | None:
+    """The source's own ``bf16`` case (its casts measured beside the others), if the file has one."""
+    return next((c for c in cases if c.source == source and c.compressor == "bf16"), None)
+
+
 def simulate(cases: Sequence[CaseCost], workers: Iterable[int], bandwidths_gbps: Iterable[float], latency_s: float,
              scheme: str = "auto") -> list[Prediction]:
-    """Predictions for every case × worker count × bandwidth."""
+    """Predictions for every case × worker count × bandwidth, each against the fp32 and the bf16 all-reduce."""
     bws = list(bandwidths_gbps)
     ns = list(workers)
-    return [predict(c, n, Network(b, latency_s), scheme) for b in bws for c in cases for n in ns]
+    return [predict(c, n, Network(b, latency_s), scheme, bf16_case_of(cases, c.source), True)
+            for b in bws for c in cases for n in ns]
 
 
 @dataclass(frozen=True)
@@ -590,26 +628,36 @@ class Simulation:
     bandwidths_gbps: tuple[float, ...]
     cases: tuple[CaseCost, ...]
     predictions: tuple[Prediction, ...]
-    break_even_gbps: tuple[tuple[float | None, ...], ...]  # per case, per worker count
+    break_even_gbps: tuple[tuple[float | None, ...], ...]  # per case, per worker count, against the baseline
+    baseline: str = "bf16"  # the uncompressed all-reduce speed-ups are claimed against (the other in brackets)
+    bf16_priced: tuple[tuple[str, str], ...] = ()  # (source, how its bf16 all-reduce was priced)
 
     def prediction(self, case: CaseCost, n: int, bandwidth_gbps: float) -> Prediction:
         return next(p for p in self.predictions
                     if (p.label, p.source, p.workers, p.bandwidth_gbps) == (case.label, case.source, n, bandwidth_gbps))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"results": self.results, "scheme": self.scheme, "latency_s": self.latency_s,
-                "predictions": [p.to_dict() for p in self.predictions]}
+        return {"results": self.results, "scheme": self.scheme, "latency_s": self.latency_s, "baseline": self.baseline,
+                "bf16_priced": dict(self.bf16_priced), "predictions": [p.to_dict() for p in self.predictions]}
 
 
 def simulate_results(data: RunRecord | Mapping[str, Any], workers: Sequence[int], bandwidths_gbps: Sequence[float],
-                     latency_s: float, scheme: str = "auto", compute_s: float | None = None, results: str = "") -> Simulation:
-    """Predictions and break-even bandwidths of every successful case of a results file (see the module docstring)."""
+                     latency_s: float, scheme: str = "auto", compute_s: float | None = None, results: str = "",
+                     baseline: str = "bf16") -> Simulation:
+    """Predictions and break-even bandwidths of every successful case of a results file (see the module docstring),
+    against the fp32 and the bf16 all-reduce; the break-even bandwidths against ``baseline``."""
     if scheme not in SCHEMES:
         raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if baseline not in BASELINES:
+        raise ParamError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     record = as_record(data)
     cases = cases_from_results(record, compute_s)
     preds = simulate(cases, workers, bandwidths_gbps, latency_s, scheme)
     kind = record.kind
-    even = tuple(tuple(break_even_bandwidth(c, n, latency_s, scheme) for n in workers) for c in cases)
+    even = tuple(tuple(break_even_bandwidth(c, n, latency_s, scheme, baseline, bf16_case_of(cases, c.source)) for n in workers)
+                 for c in cases)
+    sources = list(dict.fromkeys(c.source for c in cases))
+    priced = tuple((src, bf16_step(next(c for c in cases if c.source == src), 1, Network(1.0, latency_s), scheme,
+                                   bf16_case_of(cases, src))[1]) for src in sources)
     return Simulation(results, kind, scheme, latency_s, compute_s, tuple(workers), tuple(bandwidths_gbps), tuple(cases),
-                      tuple(preds), even)
+                      tuple(preds), even, baseline, priced)

@@ -17,12 +17,13 @@ def simulation_output(sim: Simulation) -> list[Table | str]:
     def name(c: CaseCost) -> str:
         return escape(f"{clip(c.label)} [{clip(c.source)}]") if multi_source else term(c.label)
 
+    other = "fp32" if sim.baseline == "bf16" else "bf16"
     out: list[Table | str] = []
     for src in sources:
         for bw in sim.bandwidths_gbps:
             of = f"{term(src)} — " if multi_source else ""
-            t = Table(title=f"{of}predicted speed-up over uncompressed — {bw:g} Gbit/s, α = {sim.latency_s * 1e6:g} µs, "
-                            f"scheme {sim.scheme}", title_justify="left")
+            t = Table(title=f"{of}predicted speed-up over the {sim.baseline} all-reduce ({other} in brackets) — {bw:g} Gbit/s, "
+                            f"α = {sim.latency_s * 1e6:g} µs, scheme {sim.scheme}", title_justify="left")
             t.add_column("compressor")
             t.add_column("protocol" if sim.scheme == "auto" else "collective")
             for n in sim.workers:
@@ -30,11 +31,14 @@ def simulation_output(sim: Simulation) -> list[Table | str]:
             for c in (c for c in sim.cases if c.source == src):
                 cells = []
                 for n in sim.workers:
-                    speedup = sim.prediction(c, n, bw).speedup
-                    cells.append(f"[green]{speedup:.2f}×[/]" if speedup > 1.0 else f"{speedup:.2f}×")
+                    p = sim.prediction(c, n, bw)
+                    claim, beside = p.speedup_vs(sim.baseline), p.speedup_vs(other)
+                    text = f"{claim:.2f}× ({beside:.2f}×)"
+                    cells.append(f"[green]{text}[/]" if claim > 1.0 else text)
                 t.add_row(term(c.label), escape(sim.prediction(c, sim.workers[-1], bw).collective), *cells)
             out.append(t)
-    t = Table(title="break-even bandwidth (Gbit/s): compression is faster on slower links, slower on faster ones", title_justify="left")
+    t = Table(title=f"break-even bandwidth (Gbit/s) against the {sim.baseline} all-reduce: compression is faster on slower "
+                    "links, slower on faster ones", title_justify="left")
     t.add_column("compressor")
     for n in sim.workers:
         t.add_column(f"N={n}", justify="right")
@@ -48,11 +52,14 @@ def simulation_output(sim: Simulation) -> list[Table | str]:
     if sim.scheme == "auto":
         out.append(f"step = {comp} + compress + the compressor's own protocol, leg by leg (algorithms at N={sim.workers[-1]}) + "
                    "decode of the payloads it receives; reference = DDP's path: copy into buckets + fp32 all-reduce (ring or tree) + "
-                   "copy back, the copies measured beside the kernels (the model of `gcbench advise`); no compute/communication "
+                   "copy back, the copies measured beside the kernels (the model of `gcbench advise`), and the same with a bf16 "
+                   "all-reduce (--baseline bf16|fp32 picks the one claimed against); no compute/communication "
                    "overlap. — = compression never pays off (or never loses).")
     else:
         out.append(f"step = {comp} + compress + one {sim.scheme} of the payloads (a what-if: --scheme) + decompress × decoded "
                    "payloads; reference = dense fp32 ring all-reduce (ps: dense parameter server); no compute/communication "
                    "overlap. — = compression never pays off (or never loses).")
+    for src, how in sim.bf16_priced:
+        out.append(f"bf16 all-reduce{f' ({src})' if multi_source else ''}: {how}.")
     out.append(f"results: {sim.results}")
     return out

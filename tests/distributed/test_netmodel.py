@@ -139,10 +139,14 @@ def test_simulate_cli(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())  # rich wraps titles to the table's width
     assert "— 1 Gbit/s" in text and "— 100 Gbit/s" in text and "break-even" in text
+    assert "over the bf16 all-reduce (fp32 in brackets)" in text and "bf16 all-reduce: modelled" in text
+    fp32 = runner.invoke(app, ["simulate", str(path), "--workers", "8", "--bandwidth", "1", "--baseline", "fp32"])
+    assert fp32.exit_code == 0 and "over the fp32 all-reduce (bf16 in brackets)" in " ".join(fp32.output.split())
     res = runner.invoke(app, ["simulate", str(path), "--workers", "8", "--bandwidth", "1", "--compute-ms", "50", "--json"])
     data = json.loads(res.output)
     (topk,) = [p for p in data["predictions"] if p["label"] == "topk"]
     assert topk["speedup"] == pytest.approx(predict(CaseCost("topk", "topk", 2e6, 1e8, 0.05, 0.02, 0.002), 8, Network(1, ALPHA)).speedup)
+    assert data["baseline"] == "bf16" and topk["speedup_bf16"] < topk["speedup"] and topk["bf16_step_s"] > 0.05
     bad = runner.invoke(app, ["simulate", str(path), "--workers", "8,x"])
     assert bad.exit_code == 1 and "--workers" in bad.output
     missing = runner.invoke(app, ["simulate", str(tmp_path / "nope.json")])
@@ -174,12 +178,34 @@ def test_simulate_results_is_the_grid_of_predictions_and_break_evens() -> None:
     cases = cases_from_results(data, 0.05)
     assert list(sim.cases) == cases and sim.kind == data["kind"] and sim.compute_s == 0.05
     assert list(sim.predictions) == simulate(cases, [8, 64], [1.0, 10.0], ALPHA, "auto")
-    for c, row in zip(sim.cases, sim.break_even_gbps, strict=True):
-        assert list(row) == [break_even_bandwidth(c, n, ALPHA, "auto") for n in (8, 64)]
-        assert sim.prediction(c, 64, 10.0) == predict(c, 64, Network(10.0, ALPHA), "auto")
-    assert sim.to_dict()["predictions"][0] == sim.predictions[0].to_dict()
+    for c, row in zip(sim.cases, sim.break_even_gbps, strict=True):  # against the bf16 all-reduce by default
+        assert list(row) == [break_even_bandwidth(c, n, ALPHA, "auto", "bf16") for n in (8, 64)]
+        assert sim.prediction(c, 64, 10.0) == predict(c, 64, Network(10.0, ALPHA), "auto", None, True)
+        fp32 = simulate_results(data, [8, 64], [1.0, 10.0], ALPHA, "auto", 0.05, "run_base.json", baseline="fp32")
+        assert list(fp32.break_even_gbps[sim.cases.index(c)]) == [break_even_bandwidth(c, n, ALPHA, "auto") for n in (8, 64)]
+    assert sim.to_dict()["predictions"][0] == sim.predictions[0].to_dict() and sim.to_dict()["baseline"] == "bf16"
     with pytest.raises(Exception, match="scheme must be one of"):
         simulate_results(data, [8], [1.0], ALPHA, "mesh")
+    with pytest.raises(Exception, match="baseline must be one of"):
+        simulate_results(data, [8], [1.0], ALPHA, baseline="fp16")
+
+
+def test_simulate_prices_the_bf16_all_reduce_beside_fp32() -> None:
+    """Without a bf16 case the bf16 step is the fp32 reference with half the bytes (the copies standing for the casts);
+    with one, the bf16 case's own predicted step, so its own speed-up over bf16 is exactly 1."""
+    from gcbench.distributed.netmodel import BF16_MEASURED, BF16_MODELLED, bf16_step, collective_seconds
+
+    net, n = Network(10, ALPHA), 16
+    topk = CaseCost("topk", "topk", 2e6, 1e8, compute_s=0.05, compress_s=0.01, decompress_s=0.001, copy_s=0.004)
+    p = predict(topk, n, net, "auto", None, True)
+    want = 0.05 + 2 * 0.004 + collective_seconds("allreduce", 5e7, n, net)[0]
+    assert p.bf16_step_s == pytest.approx(want) and p.speedup_bf16 == pytest.approx(want / p.step_s)
+    assert p.speedup_vs("fp32") == p.speedup and p.speedup_vs("bf16") == p.speedup_bf16 < p.speedup
+    assert bf16_step(topk, n, net)[1] == BF16_MODELLED
+    bf16 = CaseCost("bf16", "bf16", 5e7, 1e8, compute_s=0.05, compress_s=0.003, decompress_s=0.003, copy_s=0.004)
+    assert predict(bf16, n, net, "auto", bf16, True).speedup_bf16 == 1.0 and bf16_step(topk, n, net, "auto", bf16)[1] == BF16_MEASURED
+    ps = predict(topk, n, net, "ps", None, True)  # a forced scheme: its dense reference with half the bytes
+    assert ps.bf16_step_s == pytest.approx(0.05 + parameter_server(5e7, 5e7, n).seconds(net))
 
 
 def test_tree_and_alltoall_by_hand() -> None:
