@@ -25,8 +25,9 @@ Per tensor of n elements, on each worker (:mod:`gcbench.kernels.hadamard`):
 
 A payload is one message of that format: header ``b``, ``w``, ``c`` (the workers summed in it: 1 for
 a worker's own message, N for the all-reduced sum), ``B`` (log2 of the block) and ``key`` (the
-rotation), body: the words (little-endian int64), then M (float32).  The fields are laid out field-major: of
-nw = ⌈padded/k⌉ words (k = ⌊63/w⌋ fields each), word i holds element f·nw + i in field f (bits f·w to f·w + w − 1),
+rotation), body: the words (little-endian int64), then M (float32).  The fields are laid out field-major in chunks
+of 1024 words (k = ⌊63/w⌋ fields each): chunk c holds the elements from c·1024·k on, in w_c words (1024, fewer in
+the last chunk), element c·1024·k + f·w_c + i in field f (bits f·w to f·w + w − 1) of word c·1024 + i (:func:`pack`),
 so that packing and unpacking walk contiguous runs of elements (version 2; version 1 packed k consecutive elements
 per word).  A payload from ``compress``
 alone has w = b and c = 1 and decodes by itself like any codec's.  Bytes on the wire are the
@@ -95,25 +96,47 @@ def quantize(y: torch.Tensor, m: float, bits: int, u: torch.Tensor) -> torch.Ten
     return lo.add_((u < r.sub_(lo)).to(lo.dtype)).to(torch.int64)
 
 
-def pack(levels: torch.Tensor, width: int) -> torch.Tensor:
-    """Levels (int64, each < 2^width) packed :func:`per_word` to an int64 word, on their device: of nw = ⌈n/k⌉ words,
-    word i holds element f·nw + i in field f (bits f·width to (f+1)·width − 1); fields past the last element are 0.
+def _pack_rows(lv: torch.Tensor, width: int) -> torch.Tensor:
+    """Rows of ``(..., k, w)`` levels, field f in bits f·width: the ``(..., w)`` words (disjoint fields: their sum is their OR)."""
+    shifts = torch.arange(0, lv.shape[-2] * width, width, dtype=torch.int64, device=lv.device).unsqueeze(1)
+    return (lv << shifts).sum(-2)
 
-    Field-major, so that one field of consecutive words is consecutive elements: a packing and unpacking kernel
-    then reads and writes contiguous runs (vectorised), and a block of the rotation unpacks from one or two runs."""
+
+def _unpack_rows(words: torch.Tensor, width: int, k: int) -> torch.Tensor:
+    """``(..., w)`` words to their ``(..., k, w)`` fields (:func:`_pack_rows` inverted)."""
+    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=words.device).unsqueeze(1)
+    return (words.unsqueeze(-2) >> shifts) & ((1 << width) - 1)
+
+
+def pack(levels: torch.Tensor, width: int) -> torch.Tensor:
+    """Levels (int64, each < 2^width) packed k = :func:`per_word` to an int64 word, on their device.
+
+    Field-major within chunks of W = :data:`~gcbench.kernels.hadamard.CHUNK_WORDS` words: chunk c holds the
+    elements from c·W·k on (W·k of them, fewer in the last), in w_c = ⌈elements/k⌉ words, element c·W·k + f·w_c + i
+    in field f (bits f·width to (f+1)·width − 1) of word c·W + i; fields past the last element are 0.  So one field
+    of consecutive words is consecutive elements: packing and unpacking read and write contiguous runs (vectorised),
+    a chunk's elements are one contiguous span (streamed), and a block of the rotation unpacks from a few runs."""
     k = per_word(width)
-    n = levels.numel()
-    words = -(-n // k)
-    lv = torch.nn.functional.pad(levels.reshape(-1), (0, words * k - n)).reshape(k, words)
-    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=levels.device).unsqueeze(1)
-    return (lv << shifts).sum(0)  # disjoint fields: the sum is their OR
+    flat = levels.reshape(-1)
+    span = hadamard.CHUNK_WORDS * k
+    full = flat.numel() // span
+    parts = [_pack_rows(flat[: full * span].reshape(full, k, hadamard.CHUNK_WORDS), width).reshape(-1)]
+    rest = flat[full * span :]
+    if rest.numel():
+        words = -(-rest.numel() // k)
+        parts.append(_pack_rows(torch.nn.functional.pad(rest, (0, words * k - rest.numel())).reshape(k, words), width))
+    return torch.cat(parts)
 
 
 def unpack(words: torch.Tensor, width: int, n: int) -> torch.Tensor:
     """The first ``n`` elements of :func:`pack`'s words (int64)."""
     k = per_word(width)
-    shifts = torch.arange(0, k * width, width, dtype=torch.int64, device=words.device).unsqueeze(1)
-    return ((words.unsqueeze(0) >> shifts) & ((1 << width) - 1)).reshape(-1)[:n]
+    span = hadamard.CHUNK_WORDS * k
+    full = n // span
+    parts = [_unpack_rows(words[: full * hadamard.CHUNK_WORDS].reshape(full, hadamard.CHUNK_WORDS), width, k).reshape(-1)]
+    if n - full * span:
+        parts.append(_unpack_rows(words[full * hadamard.CHUNK_WORDS :], width, k).reshape(-1)[: n - full * span])
+    return torch.cat(parts)
 
 
 def dequantize(sums: torch.Tensor, m: float, bits: int, count: int) -> torch.Tensor:

@@ -328,24 +328,34 @@ def rotate_fast(x: np.ndarray, key: int, block: int) -> tuple[np.ndarray, float]
     return out.reshape(total // b, b), float(np.int32(maxes.max()).view(np.float32)) if maxes.size else 0.0
 
 
+#: words per chunk of the packing (part of thc's version-2 wire format): chunk c holds elements c·W·k onwards
+CHUNK_WORDS = 1024
+
+
+@njit(inline="always")
+def _chunk(n, k, c):  # pragma: no cover - compiled
+    """(first element, elements, words) of packing chunk ``c`` of ``n`` elements at ``k`` fields a word."""
+    span = CHUNK_WORDS * k
+    base = c * span
+    count = min(n - base, span)
+    return base, count, (count + k - 1) // k
+
+
 @njit(**PARALLEL)
 def _quantize_pack_kernel(y, up, m, factor, top, key, width, k, words):  # pragma: no cover - compiled
-    """words[i] = Σ_f level(f·nw + i) << f·width (nw = words.size), level(e) = ⌊r⌋ + [u_e < r − ⌊r⌋] with
-    r = clamp((y_e·up + m)·factor, 0, top): the torch path's float32 arithmetic, field by field over runs of words."""
+    """Chunk c's word c·W + i = Σ_f level(c·W·k + f·w_c + i) << f·width (w_c: the chunk's words), level(e) = ⌊r⌋ +
+    [u_e < r − ⌊r⌋] with r = clamp((y_e·up + m)·factor, 0, top): the torch path's float32 arithmetic, field by field."""
     n = y.size
-    nw = words.size
-    per = 4096  # words per work item: longer runs of each field's elements stream better (512: 0.4 ms slower on 25.6M)
-    for p in prange((nw + per - 1) // per):
-        w0 = p * per
-        w1 = min(nw, w0 + per)
-        acc = words[w0:w1]
+    for c in prange((n + CHUNK_WORDS * k - 1) // (CHUNK_WORDS * k)):
+        base, count, wc = _chunk(n, k, c)
+        acc = words[c * CHUNK_WORDS : c * CHUNK_WORDS + wc]
         acc[:] = 0
-        u = np.empty(w1 - w0, np.uint32)
+        u = np.empty(wc, np.uint32)
         for f in range(k):
-            e0 = f * nw + w0
-            cnt = min(n, f * nw + w1) - e0
+            cnt = min(count - f * wc, wc)
             if cnt <= 0:
                 break
+            e0 = base + f * wc
             _fill_rand24_pairs(key, e0, u, cnt)
             ys = y[e0 : e0 + cnt]
             shift = np.int64(f * width)
@@ -371,9 +381,9 @@ def quant_factor(m: float, top: int) -> tuple[float, float, float]:
 
 def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int, words: np.ndarray | None = None) -> np.ndarray:
     """Stochastic levels of flat float32 ``y`` on [−m, m] with the paired uniforms of stream ``seed``
-    (:func:`gcbench.kernels.rng.paired_uniforms`), packed ⌊63/width⌋ per
-    int64 word (element f·nw + i in field f, bits f·width, of word i): what ``quantize`` then ``pack`` of
-    :mod:`gcbench.compressors.thc` give.  A zero or non-finite range gives all-zero words.
+    (:func:`gcbench.kernels.rng.paired_uniforms`), packed ⌊63/width⌋ = k per int64 word, field-major within chunks
+    of :data:`CHUNK_WORDS` words (element c·W·k + f·w_c + i in field f, bits f·width, of word c·W + i): what
+    ``quantize`` then ``pack`` of :mod:`gcbench.compressors.thc` give.  A zero or non-finite range gives all-zero words.
 
     ``words``: where to write them (an aligned int64 array of ⌈n/⌊63/width⌋⌉ words, e.g. a view of the payload body)."""
     k = 63 // width
@@ -391,19 +401,21 @@ def quantize_pack_fast(y: np.ndarray, m: float, bits: int, seed: int, width: int
 
 
 @njit(**PARALLEL)
-def _decode_kernel(words, width, mask, scale, m, key, b, inv, out):  # pragma: no cover - compiled
+def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma: no cover - compiled
     nb = out.size // b
-    nw = words.size
+    n = out.size
     for blk in prange(nb):
         o = out[blk * b : (blk + 1) * b]
         base = blk * b
         j = 0
-        while j < b:  # runs of the block's elements in one field: element e is field e // nw of word e % nw
-            f = (base + j) // nw
-            i = base + j - f * nw
-            run = min(b - j, nw - i)
+        while j < b:  # runs of the block's elements in one field of one chunk (see _quantize_pack_kernel)
+            c = (base + j) // (CHUNK_WORDS * k)
+            first, _, wc = _chunk(n, k, c)
+            f = (base + j - first) // wc
+            i = base + j - first - f * wc
+            run = min(b - j, wc - i)
             shift = np.int64(f * width)
-            ws = words[i : i + run]
+            ws = words[c * CHUNK_WORDS + i : c * CHUNK_WORDS + i + run]
             os = o[j : j + run]
             for t in range(run):
                 os[t] = np.float32(np.float64((ws[t] >> shift) & mask) * scale - m)
@@ -428,6 +440,6 @@ def decode_fast(words: np.ndarray, width: int, padded: int, block: int, m: float
     out = empty(padded).numpy()
     if words.size != -(-padded // (63 // width)):
         raise ValueError(f"{words.size} words do not hold {padded} fields of {width} bits")
-    run_parallel(_decode_kernel, padded, words, np.int64(width), np.int64((1 << width) - 1),
+    run_parallel(_decode_kernel, padded, words, np.int64(width), np.int64(63 // width), np.int64((1 << width) - 1),
                  np.float64(scale), np.float64(m), key_of(key), np.int64(block), np.float32(inv_sqrt(block)), out)
     return out

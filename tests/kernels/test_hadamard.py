@@ -36,14 +36,16 @@ def test_quantize_and_pack_kernel_gives_the_torch_bits(width: int) -> None:
     assert not hadamard.quantize_pack_fast(y.numpy(), 0.0, bits, 1234, width).any()  # zero range: all levels 0
 
 
-def test_decode_kernel_gives_the_torch_bits() -> None:
-    x = normal((5000,), seed=3)
-    y = hadamard.rotate(x, 5, 1024)
+@pytest.mark.parametrize(("n", "block", "width"), [(5000, 1024, 6), (60_001, 4096, 5), (30_000, 256, 9), (70_000, 64, 4)])
+def test_decode_kernel_gives_the_torch_bits(n: int, block: int, width: int) -> None:
+    """Single and multi-chunk words (1024 words a chunk), blocks crossing chunks and fields."""
+    x = normal((n,), seed=3)
+    y = hadamard.rotate(x, 5, block)
     m = float(y.abs().max())
-    words = pack(quantize(y.reshape(-1), m, 4, kernels.paired_uniforms(9, y.numel())), 6)
+    words = pack(quantize(y.reshape(-1), m, 4, kernels.paired_uniforms(9, y.numel())), width)
     scale = 2.0 * m / 15
-    fast = hadamard.decode_fast(words.numpy(), 6, y.numel(), 1024, m, scale, 5)[:5000]
-    slow = hadamard.unrotate(dequantize(unpack(words, 6, y.numel()), m, 4, 1).reshape(-1, 1024), 5, 5000)
+    fast = hadamard.decode_fast(words.numpy(), width, y.numel(), block, m, scale, 5)[:n]
+    slow = hadamard.unrotate(dequantize(unpack(words, width, y.numel()), m, 4, 1).reshape(-1, block), 5, n)
     assert np.array_equal(fast, slow.numpy())
     assert torch.equal(hadamard.signs(3, 200), torch.from_numpy(np.where(_bits(3, 200), -1.0, 1.0).astype(np.float32)))
 
@@ -85,14 +87,20 @@ def test_non_finite_input_gives_the_torch_range_and_zero_levels(bad: float) -> N
     assert not got.any() and not ref.any()
 
 
-@pytest.mark.parametrize("n,width", [(4096, 4), (10_000, 5), (63, 62), (64 * 21 + 5, 21)])
-def test_packing_is_field_major(n: int, width: int) -> None:
-    """Word i holds element f·nw + i in field f (the version-2 layout both kernels and the torch path write)."""
+@pytest.mark.parametrize("n,width", [(4096, 4), (10_000, 5), (63, 62), (64 * 21 + 5, 21), (40_000, 4), (2 * 1024 * 9, 7)])
+def test_packing_is_field_major_in_chunks(n: int, width: int) -> None:
+    """Chunk c (1024 words, W·k elements; the last fewer) holds element c·W·k + f·w_c + i in field f of word c·W + i:
+    the version-2 layout the kernels and the torch path write, and the kernel quantizer agrees across chunks."""
     levels = torch.randint(0, 1 << min(width, 4), (n,), generator=torch.Generator().manual_seed(n))
-    k = 63 // width
-    nw = -(-n // k)
+    k, chunk = 63 // width, hadamard.CHUNK_WORDS
     words = pack(levels, width)
-    assert words.numel() == nw
-    for e in (0, 1, n // 2, n - 1):
-        f, i = divmod(e, nw)
-        assert (int(words[i]) >> (f * width)) & ((1 << width) - 1) == int(levels[e])
+    assert words.numel() == -(-n // k) and torch.equal(unpack(words, width, n), levels)
+    for e in (0, 1, n // 3, n // 2, n - 1):
+        c, rem = divmod(e, chunk * k)
+        wc = -(-min(n - c * chunk * k, chunk * k) // k)
+        f, i = divmod(rem, wc)
+        assert (int(words[c * chunk + i]) >> (f * width)) & ((1 << width) - 1) == int(levels[e])
+    y = normal((n,), seed=n)
+    m = float(y.abs().max())
+    got = hadamard.quantize_pack_fast(y.numpy(), m, min(width, 4), 77, width)
+    assert np.array_equal(got, pack(quantize(y, m, min(width, 4), kernels.paired_uniforms(77, n)), width).numpy())
