@@ -14,8 +14,8 @@ The units are laid out as the hook sees them under ``gcbench train --granularity
 (bucket, unit), seeded ``unit_seed(seed, rank, bucket, unit)`` (:func:`gcbench.distributed.ddp.unit_seed`;
 ``rank=None`` for a protocol with a shared seed).  PyTorch's DDP puts every parameter in one bucket,
 in module order, for the first step, then rebuilds its buckets in the order the gradients became
-ready (1 MiB first bucket, then 25 MiB); the hook gives a bucket whose parameters changed fresh
-states (``HookState.state_resets``), and so does this engine.  A protocol over the whole model
+ready (1 MiB first bucket, then 25 MiB); the hook's unit states follow their parameters into the
+new buckets (:mod:`gcbench.distributed.unit_states`), and so do this engine's.  A protocol over the whole model
 (LGC's reference preset) gets every parameter, in module order, as one group.
 
 Buffers (batch-norm running statistics) are updated by every worker's forward pass on the shared
@@ -143,24 +143,36 @@ class UnitLayout:
 
 
 class _States:
-    """The compressor's states per (bucket, worker, unit), fresh when a bucket's parameters change (as the hook's)."""
+    """The compressor's states per (bucket, worker, unit), as the hook keeps them: fresh for a parameter first seen,
+    and each parameter's own state after DDP's bucket rebuild (:mod:`gcbench.distributed.unit_states`)."""
 
-    def __init__(self, comp: Compressor, seed: int, workers: int) -> None:
+    def __init__(self, comp: Compressor, seed: int, workers: int, sizes: Sequence[int]) -> None:
         from gcbench.distributed.ddp import unit_seed
+        from gcbench.distributed.unit_states import StatePlaces
 
-        self.comp, self.seed, self.workers, self._unit_seed = comp, seed, workers, unit_seed
+        self.comp, self.seed, self.workers, self._unit_seed, self.sizes = comp, seed, workers, unit_seed, list(sizes)
         self.shared = comp.info.resolve_protocol(comp.params).shared_seed
         self.by_bucket: dict[int, tuple[tuple[int, ...], list[list[State]]]] = {}
+        self.places = [StatePlaces() for _ in range(workers)]
         self.resets = 0
 
     def get(self, bucket: int, signature: tuple[int, ...]) -> list[list[State]]:
+        from gcbench.distributed.unit_states import Part
+
         old = self.by_bucket.get(bucket)
         if old is not None and old[0] == signature:
             return old[1]
-        if old is not None:
-            self.resets += 1
-        states = [[self.comp.init_state(self._unit_seed(self.seed, None if self.shared else w, bucket, u)) for u in range(len(signature))]
-                  for w in range(self.workers)]
+        parts = [[Part(str(i), 0, self.sizes[i])] for i in signature]
+        numels = [self.sizes[i] for i in signature]
+        states = []
+        for w in range(self.workers):
+            fresh = [self.comp.init_state(self._unit_seed(self.seed, None if self.shared else w, bucket, u)) for u in range(len(signature))]
+            if self.places[w]:
+                carried = [self.places[w].carry(p, n, f) for p, n, f in zip(parts, numels, fresh, strict=True)]
+                self.resets += sum(c is None for c in carried) if w == 0 else 0  # counted as the hook of worker 0 counts
+                fresh = [f if c is None else c for c, f in zip(carried, fresh, strict=True)]
+            self.places[w].record(parts, numels, fresh)
+            states.append(fresh)
         self.by_bucket[bucket] = (signature, states)
         return states
 
@@ -212,7 +224,7 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
     out.dense_bytes = sum(p.numel() * p.element_size() for p in params)
     opt = make_optimizer(s.optimizer, params, s.lr, s.momentum, s.weight_decay)
     layout = UnitLayout(params, comp.needs_whole_model)
-    states = _States(comp, seed, s.workers)
+    states = _States(comp, seed, s.workers, [p.numel() for p in params])
     # numba's OpenMP layer, started by a compressor's first parallel kernel, can reset the process's OpenMP thread
     # count, which torch shares: the count the run started with is put back after every exchange
     threads = torch.get_num_threads()

@@ -32,8 +32,11 @@ State (kept apart from the hook, like PyTorch's ``PowerSGDState``): one
 ``granularity="bucket"``, each parameter's gradient with ``"layer"`` or a ``per_tensor``
 protocol), kept per bucket index, so error-feedback residuals, momentum, warm starts and schedules
 persist across steps.  DDP rebuilds its buckets once after the first iteration (bucket order
-follows gradient-ready order); a bucket whose parameters changed gets fresh state and
-:attr:`HookState.state_resets` counts it (the whole model's states survive a rebuild).  Random
+follows gradient-ready order); the states follow their parameters into the new buckets
+(:mod:`gcbench.distributed.unit_states`: a parameter's own state as it is, a flat bucket's residuals
+and momenta assembled slice by slice), and a unit that cannot be carried (a PowerSGD-like state
+that is not element-aligned, in a flat bucket) gets a fresh one, counted by
+:attr:`HookState.state_resets` (the whole model's states are never rebuilt).  Random
 streams differ per worker (independent quantization noise is what makes averaging reduce
 variance), except where the card's protocol says ``shared_seed`` (PowerSGD's initial Q must be
 identical on all workers).
@@ -73,7 +76,7 @@ one line naming each configuration and its ranks, when they differ.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -87,6 +90,7 @@ from gcbench.core.errors import GcbenchError, ParamError, PayloadError
 from gcbench.core.protocol import Context, WorkerProtocol
 from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import ChainTimes, LegBytes, TorchTransport, WireMismatchError, drive, then
+from gcbench.distributed.unit_states import Part, StatePlaces
 from gcbench.measure.timing import TimingPolicy, load_per_core, rel_ci, rel_iqr
 from gcbench.results.record import UNSTABLE
 
@@ -294,9 +298,12 @@ class HookState:
         # the chain of buckets: each bucket's collectives start after the previous bucket's completed (module doc)
         self._queue: torch.futures.Future[Any] = torch.futures.Future()
         self._queue.set_result(None)
-        # bucket index -> states of its units; DDP's bucket rebuild invalidates them (see module doc)
+        # bucket index -> states of its units; across DDP's bucket rebuild they follow their parameters (module doc)
         self.bucket_states: dict[int, list[State]] = {}
         self.bucket_signature: dict[int, tuple[Any, ...]] = {}
+        self.bucket_parts: dict[int, list[list[Part]]] = {}  # each unit's parameters and their slices of it
+        self.bucket_numels: dict[int, list[int]] = {}  # each unit's elements
+        self.places = StatePlaces()
         self.state_resets = 0
         self.stats = stats if stats is not None else HookStats()
         #: raise :class:`WireMismatchError` when the bytes handed to collectives are not those promised (module doc)
@@ -330,16 +337,27 @@ class HookState:
             return self.compressor.gather_protocol(xs, states, ctx)
         return self.compressor.worker_protocol(xs, states, ctx)
 
-    def states_for(self, bucket: int, signature: tuple[Any, ...], n_units: int) -> list[State]:
-        """This bucket's unit states, fresh when the bucket's parameters changed."""
+    def states_for(self, bucket: int, signature: tuple[Any, ...], n_units: int,
+                   parts: Sequence[Sequence[Part]] | None = None, unit_numels: Sequence[int] | None = None) -> list[State]:
+        """This bucket's unit states.  When the bucket's parameters changed (DDP's rebuild after the first step), each
+        unit's state is carried from where its parameters' were (:mod:`gcbench.distributed.unit_states`: ``parts``,
+        each unit's parameters and their slices, ``unit_numels`` its elements); a unit that cannot be carried gets a
+        fresh state and counts in :attr:`state_resets`."""
         old = self.bucket_signature.get(bucket)
         if old != signature:
-            if old is not None:
-                self.state_resets += 1
             shared = self.shared_seed  # e.g. PowerSGD's warm-start Q must start equal everywhere
-            self.bucket_states[bucket] = [
-                self.compressor.init_state(unit_seed(self.seed, None if shared else self.rank, bucket, u)) for u in range(n_units)
-            ]
+            fresh = [self.compressor.init_state(unit_seed(self.seed, None if shared else self.rank, bucket, u)) for u in range(n_units)]
+            if parts is not None and unit_numels is not None:
+                if self.places:
+                    carried = [self.places.carry(p, n, f) for p, n, f in zip(parts, unit_numels, fresh, strict=True)]
+                    self.state_resets += sum(c is None for c in carried)
+                    fresh = [f if c is None else c for c, f in zip(carried, fresh, strict=True)]
+                self.places.record(parts, unit_numels, fresh)
+                self.bucket_parts[bucket] = [list(p) for p in parts]
+                self.bucket_numels[bucket] = list(unit_numels)
+            elif old is not None:
+                self.state_resets += 1
+            self.bucket_states[bucket] = fresh
             self.bucket_signature[bucket] = signature
         return self.bucket_states[bucket]
 
@@ -393,6 +411,8 @@ class HookState:
         return {
             "bucket_states": {b: [s.state_dict() for s in sts] for b, sts in self.bucket_states.items()},
             "bucket_signature": {b: list(sig) for b, sig in self.bucket_signature.items()},
+            "bucket_parts": {b: [[(p.name, p.offset, p.numel) for p in unit] for unit in units] for b, units in self.bucket_parts.items()},
+            "bucket_numels": {b: list(ns) for b, ns in self.bucket_numels.items()},
             "state_resets": self.state_resets,
         }
 
@@ -400,18 +420,25 @@ class HookState:
         self.bucket_states = {int(b): [State.from_state_dict(s) for s in sts] for b, sts in sd["bucket_states"].items()}
         self.bucket_signature = {int(b): tuple(sig) for b, sig in sd["bucket_signature"].items()}
         self.state_resets = int(sd["state_resets"])
+        # where each parameter's state is, for a later rebuild (a checkpoint without it: those units start fresh then)
+        self.bucket_parts = {int(b): [[Part(str(n), int(o), int(k)) for n, o, k in unit] for unit in units]
+                             for b, units in sd.get("bucket_parts", {}).items()}
+        self.bucket_numels = {int(b): [int(n) for n in ns] for b, ns in sd.get("bucket_numels", {}).items()}
+        self.places = StatePlaces()
+        for b, units in self.bucket_parts.items():
+            if b in self.bucket_states and b in self.bucket_numels:
+                self.places.record(units, self.bucket_numels[b], self.bucket_states[b])
 
 
 # ----------------------------------------------------------------------------- the hook
 
 
-def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor], list[int], tuple[Any, ...]]:
-    """(tensors to compress, their offsets in the flat buffer, parameter signature of the bucket)."""
+def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor], list[int], tuple[Any, ...], list[list[Part]]]:
+    """(tensors to compress, their offsets in the flat buffer, parameter signature of the bucket, each unit's parameters
+    and their slices of it)."""
     buf = bucket.buffer()
     params = bucket.parameters()
     signature = tuple(state.param_names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in params)
-    if state.granularity == "bucket" and not state.per_tensor:
-        return [buf], [0], signature
     grads = bucket.gradients()
     base, esize = buf.data_ptr(), buf.element_size()
     offsets = []
@@ -420,7 +447,9 @@ def _units(state: HookState, bucket: dist.GradBucket) -> tuple[list[torch.Tensor
         if not 0 <= off <= buf.numel() - g.numel():
             raise RuntimeError("DDP bucket gradient is not a view of the bucket buffer")
         offsets.append(int(off))
-    return list(grads), offsets, signature
+    if state.granularity == "bucket" and not state.per_tensor:
+        return [buf], [0], signature, [[Part(n, o, g.numel()) for n, o, g in zip(signature, offsets, grads, strict=True)]]
+    return list(grads), offsets, signature, [[Part(n, 0, g.numel())] for n, g in zip(signature, grads, strict=True)]
 
 
 def check_payload_sizes(compressor: Compressor, payloads: list[Any], verify: bool = True) -> bool:
@@ -479,9 +508,9 @@ def compressor_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     if state.whole_model:
         return _hold(state, bucket)
     buf = bucket.buffer()
-    xs, offsets, signature = _units(state, bucket)
+    xs, offsets, signature, parts = _units(state, bucket)
     index = bucket.index()
-    states = state.states_for(index, signature, len(xs))
+    states = state.states_for(index, signature, len(xs), parts, [x.numel() for x in xs])
     return _queued(state, xs, states, buf.device, index, bucket.is_last(), lambda means: _write_back(buf, xs, offsets, means))
 
 
@@ -547,7 +576,7 @@ def _hold(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
     bucket's parameter gradients in the module's parameter order (:meth:`HookState.name_parameters`).
     """
     buf = bucket.buffer()
-    xs, offsets, _ = _units(state, bucket)
+    xs, offsets, _, _ = _units(state, bucket)
     if bucket.index() == 0 and state._held:  # a step that broke off before its last bucket: nothing will complete those
         stale, state._held = state._held, []
         for h in stale:
