@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gcbench.compressors import registry
+from gcbench.core.compressor import State
 from gcbench.distributed.ddp import HookStats, compressor_hook, register_compressor_hook, unit_seed
 from gcbench.distributed.train import WorkerContext, run_group
 
@@ -162,6 +163,13 @@ def _scenario_topk_ef(ctx: WorkerContext) -> dict[str, Any]:
     lhs = sum(_gather(ctx, flat(g_sum) - flat(residual))) / ctx.world_size
     err = float((lhs - flat(out_sum)).abs().max() / flat(out_sum).abs().max())
     layouts = len({tuple(sorted(r["where"].items())) for r in captured})
+    # a checkpoint keeps where each parameter's state is: a restored hook can carry the residuals through a later rebuild
+    restored = HookState(comp, process_group=ctx.group, seed=3)
+    restored.load_state_dict(state.state_dict())
+    carried_ok = all(
+        torch.equal(restored.places.carry(units[0], restored.bucket_numels[b][0], State(0)).tensors["residual"].reshape(-1),
+                    state.bucket_states[b][0].tensors["residual"].reshape(-1))
+        for b, units in restored.bucket_parts.items()) and bool(restored.bucket_parts)
 
     # the same hook on a learnable problem: a teacher MLP's labels, loss must drop well below its start
     student = _mlp(4)
@@ -170,7 +178,7 @@ def _scenario_topk_ef(ctx: WorkerContext) -> dict[str, Any]:
     register_compressor_hook(ddp2, "topk:density=0.1,error_feedback=true", seed=3, process_group=ctx.group)
     first, last = _learn_teacher(ddp2, student, teacher, ctx.rank, 150)
     return {"ef_rel_err": err, "residual_norm": float(flat(residual).norm()), "resets": state.state_resets,
-            "layouts": layouts, "loss_first": first, "loss_last": last}
+            "layouts": layouts, "checkpoint_carries": carried_ok, "loss_first": first, "loss_last": last}
 
 
 def _scenario_protocols(ctx: WorkerContext) -> dict[str, Any]:
@@ -413,6 +421,7 @@ def test_topk_error_feedback_residual_persists_and_training_converges(ranks: lis
         res = r["topk_ef"]
         assert res["layouts"] >= 2  # DDP rebuilt the bucket after the first step (the parameters moved)
         assert res["resets"] == 0  # ... and the residual followed them
+        assert res["checkpoint_carries"]  # state_dict / load_state_dict keep where each parameter's residual is
         assert res["residual_norm"] > 0
         assert res["ef_rel_err"] < 1e-5  # Σ_t C_t + e_T = Σ_t g_t over every step, averaged over the workers
         assert res["loss_last"] < 0.5 * res["loss_first"]
