@@ -400,3 +400,18 @@ def test_determinism_matches_the_resolved_flag(name: str) -> None:
         comp = registry.create(name, rounding=rounding)
         same = comp.compress(x, State(1)).to_bytes() == comp.compress(x, State(2)).to_bytes()
         assert same == comp.flags.deterministic == (rounding == "nearest")
+
+
+def test_the_e2m1_compare_coder_is_the_bit_arithmetic() -> None:
+    """The fast e2m1 path (seven midpoint compares) gives :func:`_code_nearest`'s codes on every probe value and on
+    every float32 near each midpoint (one ulp either side), both signs."""
+    if not kernels.available():
+        pytest.skip("numba kernels unavailable")
+    from numba import njit
+
+    fast = njit(lambda y: np.array([lp._code_e2m1(v) for v in y], dtype=np.uint8))
+    slow = njit(lambda y: np.array([lp._code_nearest(v, 1, 0, 1, np.float32(6.0), 4, False) for v in y], dtype=np.uint8))
+    mids = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], np.float32)
+    near = np.concatenate([mids, np.nextafter(mids, np.float32(0)), np.nextafter(mids, np.float32(10))])
+    y = np.concatenate([probe_values(lp.E2M1).numpy(), near, -near]).astype(np.float32)
+    assert np.array_equal(fast(y), slow(y))
