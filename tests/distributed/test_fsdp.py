@@ -18,6 +18,7 @@ from torch import nn
 from gcbench.compressors import registry
 from gcbench.distributed.ddp import unit_seed
 from gcbench.distributed.train import WorkerContext, run_group
+from tests.distributed.fakes import lying_topk
 
 WORLD = 2
 STEPS = 4
@@ -119,7 +120,7 @@ def _scenarios(ctx: WorkerContext) -> dict[str, Any]:
 
     # a codec whose payloads serialise four bytes for each one they declare: the reduce-scatter raises, naming it
     model = _model(ctx)
-    register_fsdp_compressor(model, _lying_topk(), seed=3)
+    register_fsdp_compressor(model, lying_topk(), seed=3)
     try:
         _train(ctx, model, steps=1)
         out["lying"] = ""
@@ -127,18 +128,6 @@ def _scenarios(ctx: WorkerContext) -> dict[str, Any]:
         out["lying"] = f"{type(exc).__name__}: {exc}"
     dist.barrier(group=ctx.group)
     return out
-
-
-def _lying_topk() -> Any:
-    """``topk`` whose payloads hold their body bytes widened to int32 (declared: one byte per element)."""
-    from gcbench.core.payload import Payload
-
-    class LyingTopK(type(registry.create("topk"))):  # type: ignore[misc]
-        def compress_group(self, xs: Any, states: Any, need_decoded: bool = True) -> Any:
-            out = super().compress_group(xs, states, need_decoded)
-            return [(Payload.trusted(p.codec, p.version, p.dtype, p.shape, p.data.to(torch.int32), p.meta), d) for p, d in out]
-
-    return LyingTopK(density=0.25)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from gcbench.core.protocol import AllReduce, Message, Outcome
 from gcbench.distributed.ddp import HookStats, check_payload_sizes, register_compressor_hook
 from gcbench.distributed.train import WorkerContext, run_group
 from gcbench.distributed.transport import LegBytes, TorchTransport, WireMismatchError, frame_messages, frame_overhead
+from tests.distributed.fakes import lying_topk
 
 WORLD = 2
 VERIFIED = ("none", "bf16", "topk", "qsgd", "powersgd", "terngrad", "onebit", "lgc")
@@ -97,17 +98,6 @@ def _wide_bf16() -> Any:
     return WideBF16()
 
 
-def _lying_topk() -> Any:
-    """``topk`` whose payloads hold their body bytes widened to int32: each declares a byte per element and serialises four."""
-
-    class LyingTopK(type(registry.create("topk"))):  # type: ignore[misc]
-        def compress_group(self, xs: Any, states: Any, need_decoded: bool = True) -> Any:
-            out = super().compress_group(xs, states, need_decoded)
-            return [(Payload.trusted(p.codec, p.version, p.dtype, p.shape, p.data.to(torch.int32), p.meta), d) for p, d in out]
-
-    return LyingTopK(density=0.25)
-
-
 def _widening(self: TorchTransport, t: torch.Tensor) -> torch.Tensor:
     return t.double() if t.is_floating_point() else t
 
@@ -128,7 +118,7 @@ def _scenarios(ctx: WorkerContext) -> dict[str, Any]:
     finally:
         TorchTransport._on_wire = original  # type: ignore[method-assign]
     out["wide_bf16"] = _train(ctx, _wide_bf16(), steps=1)
-    out["lying_topk"] = _train(ctx, _lying_topk(), steps=1)
+    out["lying_topk"] = _train(ctx, lying_topk(), steps=1)
     dist.barrier(group=ctx.group)
     return out
 
