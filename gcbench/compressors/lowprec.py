@@ -24,7 +24,9 @@ Non-finite input: a block holding a NaN or ±inf gets a NaN scale (fp32 NaN, E8M
 ``nvfp4`` a NaN tensor scale, since the tensor amax is then non-finite) and decodes to NaN in
 every element; nothing raises (the OCP MX spec's rule, used for every format here).  A block
 whose scale is 0 (all zeros, or an amax so small that ``amax / max`` underflows float32) sends
-zero codes.
+zero codes.  Decoding never warns: scale bytes that no encoder writes (an NVFP4 tensor scale of
+±inf, NaN or near the float32 maximum, whose products with the block scales overflow) decode
+quietly to ±inf or NaN by the same rule, as the hostile-payload tests check with warnings as errors.
 
 Bias: with ``rounding=nearest`` every format is biased (deterministic rounding).  Stochastic
 rounding is unbiased for ``fp8`` and ``blockint``, whose scale maps the block's amax onto the
@@ -156,7 +158,10 @@ def multipliers(scale_bytes: np.ndarray, kind: int, ts: float) -> np.ndarray:
         mult[ex == 0] = np.float32(2.0**-127)
         mult[ex == 255] = np.float32(np.nan)
         return mult
-    return _LUTS["e4m3"][scale_bytes] * np.float32(ts)
+    # A hostile (or merely huge) tensor scale overflows the product to ±inf, and an inf one times a zero block
+    # scale gives NaN: both are the non-finite rule's quiet results (module doc), not warnings on the caller's stderr.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _LUTS["e4m3"][scale_bytes] * np.float32(ts)
 
 
 class _BlockScaled(Compressor):

@@ -4,6 +4,7 @@ exact byte counts, tail blocks, saturation, non-finite input, unbiased stochasti
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -415,3 +416,23 @@ def test_the_e2m1_compare_coder_is_the_bit_arithmetic() -> None:
     near = np.concatenate([mids, np.nextafter(mids, np.float32(0)), np.nextafter(mids, np.float32(10))])
     y = np.concatenate([probe_values(lp.E2M1).numpy(), near, -near]).astype(np.float32)
     assert np.array_equal(fast(y), slow(y))
+
+
+@pytest.mark.parametrize("kernel_path", [True, False])
+@pytest.mark.parametrize("ts", [3e38, -3e38, float("inf"), float("-inf"), float("nan"), 1e-45])
+def test_a_hostile_nvfp4_tensor_scale_decodes_quietly(ts: float, kernel_path: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor scale no encoder writes decodes to ±inf/NaN by the non-finite rule, with no NumPy warning on stderr
+    (warnings are errors here: before the fix, 3e38 times the block scales printed "overflow encountered in multiply")."""
+    x = normal((100,), seed=2)
+    x[:16] = 0.0  # a zero block scale: inf times it is NaN, numpy's "invalid value" case
+    p = registry.create("nvfp4").compress(x, State(0))
+    data = p.data.clone()
+    data[:4] = torch.from_numpy(np.array([ts], "<f4").view(np.uint8))
+    if not kernel_path:
+        monkeypatch.setattr(kernels, "available", lambda: False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = decompress(Payload(p.codec, p.version, p.dtype, p.shape, data, p.meta))
+    assert out.shape == (100,)
+    if ts in (3e38, -3e38, float("inf"), float("-inf")):
+        assert not torch.isfinite(out[16:]).any(), "a scale past float32's range decodes to ±inf (or NaN), not to a number"
