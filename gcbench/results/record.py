@@ -868,10 +868,25 @@ class Convergence(Model):
     bytes: ConvergeBytes | None = None
 
 
+def _converge_problem(problem: str | None) -> None:
+    """Refuse a convergence file whose numbers no run can produce (:mod:`gcbench.results.converge_checks`)."""
+    if problem:
+        raise PydanticCustomError("converge", "{problem}", {"problem": problem})
+
+
 class ConvergeCase(CaseBase):
     """One compressor (or the reference) of ``gcbench converge``."""
 
     convergence: Convergence | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ConvergeCase:
+        # on the case, not on Convergence: a bad number is then reported as cases[i]: convergence.summary...
+        if self.convergence is not None:
+            from gcbench.results.converge_checks import convergence_problem
+
+            _converge_problem(convergence_problem(self.convergence))
+        return self
 
     @property
     def source_label(self) -> str:
@@ -965,6 +980,13 @@ class BenchRecord(RunRecord):
 class ConvergeRecord(RunRecord):
     kind: Literal["converge"]
     cases: list[ConvergeCase]
+
+    @model_validator(mode="after")
+    def _gaps(self) -> ConvergeRecord:
+        from gcbench.results.converge_checks import record_problem
+
+        _converge_problem(record_problem(self.cases))
+        return self
 
 
 CASE_MODELS: dict[str, type[Model]] = {"run": RunCase, "compare": RunCase, "train": TrainCase, "bench": BenchCase,
