@@ -245,6 +245,20 @@ def _time(o: Outcome, step: Span) -> Span | None:
     return Span(o.steps.mean * step.mean, o.steps.low * step.low, o.steps.high * step.high)
 
 
+def _speedup(base_s: float | None, time: Span | None) -> float | None:
+    """The baseline's time to the target over this row's; None where either is missing.
+
+    A target met at step 0 (the first evaluation, before any update: ``--target-value`` at or below the untrained
+    model's metric) is a real outcome with a time of 0 s: two such times are the same time (1×), and a finite time
+    over 0 s is no number to print, so it is left out (:func:`time_sentence` says why).
+    """
+    if base_s is None or time is None:
+        return None
+    if time.mean <= 0:
+        return 1.0 if base_s <= 0 else None
+    return base_s / time.mean
+
+
 def _is_bf16(o: Outcome) -> bool:
     return o.compressor == "bf16" and o.label == "bf16"
 
@@ -280,8 +294,8 @@ def scenario_time(adv: Advice, sc: Scenario, conv: ConvergenceInput) -> Scenario
         rows.append(TimeRow(o.label, "bf16 baseline", o, st, _time(o, st),
                             note=f"steps assumed the fp32 reference's (no bf16 case in the convergence file); {adv.bf16_origin}"))
     times = {r.role: r.time.mean for r in rows if r.role != "compressor" and r.time is not None}
-    rows = [dataclasses.replace(r, vs_fp32=times["fp32 reference"] / r.time.mean if r.time and "fp32 reference" in times else None,
-                                vs_bf16=times["bf16 baseline"] / r.time.mean if r.time and "bf16 baseline" in times else None)
+    rows = [dataclasses.replace(r, vs_fp32=_speedup(times.get("fp32 reference"), r.time),
+                                vs_bf16=_speedup(times.get("bf16 baseline"), r.time))
             for r in rows]
     rows.sort(key=lambda r: (STATUSES.index(r.status), r.time.mean if r.time else float("inf"), r.step.mean))
     in_file = {spec_key(o.label) for o in conv.outcomes}
@@ -321,6 +335,10 @@ def time_sentence(st: ScenarioTime, conv: ConvergenceInput) -> str:
     reaches the target sooner — then who is faster per step but slower to accuracy, who reaches it only in some seeds,
     never within the budget, or diverged, and who could not be priced."""
     where = f"on {st.workers} × {st.bandwidth_gbps:g} Gbit/s, to {conv.target_text}"
+    at_start = [r for r in st.rows if r.time is not None and r.outcome.steps is not None and r.outcome.steps.high <= 0]
+    if at_start:  # the first evaluation already meets it: a time of 0 s is an outcome, but it ranks nothing
+        where += (f" (met at step 0, before any update, by {_names(at_start)}: time to accuracy 0 s, which tells "
+                  "compressors apart by nothing; a higher --target-value does)")
     base = st.baseline_row()
     ranked = [r for r in st.compressors if r.status == "reached" and r.time is not None]
     parts = []

@@ -331,3 +331,31 @@ def test_advise_takes_the_model_and_the_compressors_of_the_convergence_file(tmp_
     assert r.exit_code == 0, r.output
     labels = [c["label"] for c in json.loads(conv.read_text())["cases"] if c["status"] == "ok"]
     assert asked["model"] == "charlstm" and asked["specs"] == [*dict.fromkeys([*labels, "bf16"])] and asked["only"] == asked["specs"]
+
+
+def test_a_target_met_at_step_0_is_priced_as_0_s_and_said_so_end_to_end(tmp_path: Path) -> None:
+    """A real run whose target the untrained model already meets (``--target-value -1``: accuracy is never below it)
+    reaches it at step 0; advise --convergence and report --cluster price it at 0 s instead of dividing by it."""
+    runs = tmp_path / "runs"
+    r = runner.invoke(app, ["converge", "--task", "digits", "--steps", "2", "--eval-every", "1", "--workers", "2", "--seeds", "2",
+                            "-c", "topk", "--target-value", "-1", "-o", str(runs), "-q"])
+    assert r.exit_code == 0, r.output
+    (conv,) = runs.glob("*.json")
+    steps = {c["label"]: c["convergence"]["summary"]["steps_to_target"] for c in json.loads(conv.read_text())["cases"]}
+    assert {k: (v["mean"], v["low"], v["high"]) for k, v in steps.items()} == {"none": (0, 0, 0), "topk": (0, 0, 0)}
+    bench = _bench_record()
+    for c in bench["cases"]:
+        c["model"] = "digits"
+    kernels = tmp_path / "bench.json"
+    kernels.write_text(json.dumps(bench))
+    r = runner.invoke(app, ["advise", "--kernels", str(kernels), "--compute-ms", "5", "--workers", "4", "--bandwidth", "10",
+                            "--convergence", str(conv), "--json"])
+    assert r.exit_code == 0, r.output
+    (st,) = json.loads(r.stdout)["time_to_accuracy"]
+    rows = {row["label"]: row for row in st["rows"]}
+    assert rows["topk"]["time"]["mean"] == 0 and rows["topk"]["vs_fp32"] == 1.0 and rows["topk"]["vs_bf16"] == 1.0
+    assert "met at step 0, before any update" in st["summary"]
+    r = runner.invoke(app, ["report", str(conv), "--cluster", "4x10", "--kernels", str(kernels), "--compute-ms", "5"],
+                      env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "met at step 0, before any update" in r.stdout and "time to accuracy 0 s" in r.stdout
