@@ -51,7 +51,8 @@ def build_case(label: str, settings: Mapping[str, Any], results: Sequence[SeedRe
     name, params = registry.parse_spec(label)
     comp = registry.create(name, **params)
     seeds = [seed_run(r, target) for r in results]
-    summary = stats.summarize(seeds, None if is_reference else reference_finals, target)
+    summary = stats.summarize(seeds, None if is_reference else reference_finals, target, str(settings.get("metric")),
+                              int(settings["steps"]))
     size_bytes = bytes_per_step(results, int(settings["workers"]))
     ok = [s for s in seeds if s["status"] != "error"]
     case: dict[str, Any] = {

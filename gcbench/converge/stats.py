@@ -14,6 +14,10 @@
   reaches it within the step budget is an outcome (``reached = False``), never a missing number.
 * The **curve** is the mean over seeds at each evaluated step, with the 95% interval as its band,
   over the seeds that were still running at that step (a diverged seed stops contributing).
+* Every interval is **clipped to what its quantity can be** (:func:`domain`): a t-interval over two seeds of 0.43
+  and 0.84 reaches 1.31, an accuracy no run can have.  Steps to the target lie in ``[0, budget]``, an accuracy in
+  ``[0, 1]`` and a gap of accuracies in ``[-1, 1]``; the mean is never moved (it is an average of values inside the
+  domain).  A negated loss (``neg_loss``) is not clipped: it is a user's ``loss_fn``, which may go below 0.
 """
 
 from __future__ import annotations
@@ -35,8 +39,39 @@ def t_quantile(df: int) -> float:
     return float(t.ppf(0.975, df))
 
 
-def interval(values: Sequence[float]) -> dict[str, Any] | None:
-    """``{mean, low, high, n}``: the mean of the finite ``values`` with its 95% t-interval; None without a value."""
+#: the bounds of a quantity an interval may not leave (None: unbounded on that side)
+Domain = tuple[float | None, float | None]
+UNBOUNDED: Domain = (None, None)
+
+
+def domain(quantity: str, metric: str | None = None, budget: int | None = None) -> Domain:
+    """What ``quantity`` (``"steps"``, ``"metric"`` or ``"gap"``) of a run of ``metric`` over ``budget`` steps can be.
+
+    Steps to the target: ``[0, budget]``; accuracy: ``[0, 1]``, so a gap of two accuracies ``[-1, 1]``; anything else
+    (a negated user loss) is unbounded.
+    """
+    if quantity == "steps":
+        return (0.0, float(budget) if budget is not None else None)
+    if metric == "accuracy":
+        return (0.0, 1.0) if quantity == "metric" else (-1.0, 1.0)
+    return UNBOUNDED
+
+
+def clip(value: float | None, bounds: Domain) -> float | None:
+    """``value`` moved into ``bounds`` (None stays None)."""
+    if value is None:
+        return None
+    lo, hi = bounds
+    if lo is not None and value < lo:
+        return lo
+    if hi is not None and value > hi:
+        return hi
+    return value
+
+
+def interval(values: Sequence[float], bounds: Domain = UNBOUNDED) -> dict[str, Any] | None:
+    """``{mean, low, high, n}``: the mean of the finite ``values`` with its 95% t-interval clipped to ``bounds``; None
+    without a value."""
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     if not vals:
         return None
@@ -44,7 +79,7 @@ def interval(values: Sequence[float]) -> dict[str, Any] | None:
     if len(vals) == 1:
         return {"mean": mean, "low": mean, "high": mean, "n": 1}
     half = t_quantile(len(vals) - 1) * float(np.std(vals, ddof=1)) / math.sqrt(len(vals))
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": len(vals)}
+    return {"mean": mean, "low": clip(mean - half, bounds), "high": clip(mean + half, bounds), "n": len(vals)}
 
 
 def target_from_fraction(reference_final_mean: float, fraction: float) -> float:
@@ -67,8 +102,9 @@ def best_metric(curves: Sequence[Sequence[Mapping[str, Any]]]) -> float | None:
     return max(vals) if vals else None
 
 
-def curve_band(curves: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
-    """Mean metric and its 95% band at each evaluated step (over the curves that have it), and the mean training loss."""
+def curve_band(curves: Sequence[Sequence[Mapping[str, Any]]], bounds: Domain = UNBOUNDED) -> dict[str, Any]:
+    """Mean metric and its 95% band (clipped to the metric's ``bounds``) at each evaluated step (over the curves that have
+    it), and the mean training loss."""
     steps = sorted({int(p["step"]) for c in curves for p in c})
     by_step: dict[int, list[Mapping[str, Any]]] = {s: [] for s in steps}
     for c in curves:
@@ -76,7 +112,7 @@ def curve_band(curves: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
             by_step[int(p["step"])].append(p)
     mean, low, high, loss = [], [], [], []
     for s in steps:
-        iv = interval([p.get("metric") for p in by_step[s]])
+        iv = interval([p.get("metric") for p in by_step[s]], bounds)
         mean.append(iv["mean"] if iv else None)
         low.append(iv["low"] if iv else None)
         high.append(iv["high"] if iv else None)
@@ -85,16 +121,19 @@ def curve_band(curves: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
     return {"curve_steps": steps, "curve_mean": mean, "curve_low": low, "curve_high": high, "loss_mean": loss}
 
 
-def summarize(seeds: Sequence[Mapping[str, Any]], reference_finals: Mapping[int, float] | None, target: float | None) -> dict[str, Any]:
+def summarize(seeds: Sequence[Mapping[str, Any]], reference_finals: Mapping[int, float] | None, target: float | None,
+              metric: str | None = None, budget: int | None = None) -> dict[str, Any]:
     """The :class:`~gcbench.results.record.ConvergeSummary` of one compressor's seed runs.
 
     ``seeds``: :class:`~gcbench.results.record.SeedRun` dicts (``seed``, ``status``, ``curve``,
     ``final_metric``); ``reference_finals``: the reference's final metric per seed (None for the
-    reference itself, whose gap is zero by definition); ``target``: the metric to reach.
+    reference itself, whose gap is zero by definition); ``target``: the metric to reach; ``metric`` and
+    ``budget`` (the settings' metric and steps): the domains the intervals are clipped to (:func:`domain`).
     """
     finished = [s for s in seeds if s["status"] == "ok" and s.get("final_metric") is not None]
+    gap_bounds = domain("gap", metric)
     out: dict[str, Any] = {
-        "final_metric": interval([s["final_metric"] for s in finished]),
+        "final_metric": interval([s["final_metric"] for s in finished], domain("metric", metric)),
         "seeds": len(seeds),
         "diverged": sum(1 for s in seeds if s["status"] == "diverged"),
         "failed": sum(1 for s in seeds if s["status"] == "error"),
@@ -102,10 +141,11 @@ def summarize(seeds: Sequence[Mapping[str, Any]], reference_finals: Mapping[int,
     if reference_finals is None:
         out["gap"] = interval([0.0 for _ in finished])
     else:
-        out["gap"] = interval([reference_finals[s["seed"]] - s["final_metric"] for s in finished if s["seed"] in reference_finals])
+        out["gap"] = interval([reference_finals[s["seed"]] - s["final_metric"] for s in finished if s["seed"] in reference_finals],
+                              gap_bounds)
     if target is not None:
         hits = [s["steps_to_target"] for s in seeds if s.get("reached")]
         out["reached"] = len(hits)
-        out["steps_to_target"] = interval(hits)
-    out.update(curve_band([s.get("curve") or [] for s in seeds if s["status"] != "error"]))
+        out["steps_to_target"] = interval(hits, domain("steps", budget=budget))
+    out.update(curve_band([s.get("curve") or [] for s in seeds if s["status"] != "error"], domain("metric", metric)))
     return out

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gcbench.converge.stats import UNBOUNDED, Domain, clip, domain
 from gcbench.core.errors import ResultsError
 from gcbench.distributed.advise import Advice, KernelSet, Scenario, Step, StepKernels, advise, predict_step, reference_copy
 from gcbench.distributed.netmodel import Network
@@ -43,11 +44,14 @@ class Span:
     high: float
 
     @classmethod
-    def of(cls, iv: Interval | None) -> Span | None:
+    def of(cls, iv: Interval | None, bounds: Domain = UNBOUNDED) -> Span | None:
+        """The interval's span, its ends clipped to ``bounds`` (files written before the writer clipped them hold ends
+        outside what the quantity can be: "4 (-3–10) steps", an accuracy up to 1.3)."""
         if iv is None or iv.mean is None:
             return None
         m = float(iv.mean)
-        return cls(m, float(iv.low) if iv.low is not None else m, float(iv.high) if iv.high is not None else m)
+        lo, hi = clip(iv.low, bounds), clip(iv.high, bounds)
+        return cls(m, float(lo) if lo is not None else m, float(hi) if hi is not None else m)
 
     def text(self, scale: float = 1.0, spec: str = ".3g") -> str:
         """``12.3 (10.1–14.9)``, or the mean alone when the interval is a point."""
@@ -151,10 +155,12 @@ def _outcome(c: ConvergeCase) -> Outcome:
     if not c.ok:
         failed = seeds = max(seeds, 1)
     b = conv.bytes
+    metric, budget = conv.settings.metric, int(conv.settings.steps)
     return Outcome(c.label, str(c.compressor or c.label), bool(conv.reference), int(seeds), int(reached), int(diverged),
-                   int(failed), Span.of(s.steps_to_target) if s else None, Span.of(s.final_metric) if s else None,
-                   Span.of(s.gap) if s else None, b.sent_per_worker_per_step if b else None, b.dense_per_step if b else None,
-                   b.payload_per_worker_per_step if b else None)
+                   int(failed), Span.of(s.steps_to_target, domain("steps", budget=budget)) if s else None,
+                   Span.of(s.final_metric, domain("metric", metric)) if s else None,
+                   Span.of(s.gap, domain("gap", metric)) if s else None, b.sent_per_worker_per_step if b else None,
+                   b.dense_per_step if b else None, b.payload_per_worker_per_step if b else None)
 
 
 def read_convergence(record: RunRecord, model: str | None = None, origin: str = "") -> ConvergenceInput:

@@ -21,18 +21,22 @@ from gcbench.report.text import term
 
 
 def _iv(iv: Mapping[str, Any] | None, kind: str = "acc", signed: bool = False) -> str:
-    """``mean ± half-width`` of a 95% t-interval (symmetric), the mean alone over one value, ``—`` when absent."""
+    """``mean ± half-width`` of a 95% t-interval, ``mean (low–high)`` where clipping to the quantity's domain made it
+    asymmetric (:func:`gcbench.converge.stats.domain`), the mean alone over one value, ``—`` when absent."""
     if not iv or iv.get("mean") is None:
         return "—"
     mean = float(iv["mean"])
-    if kind == "int":
-        text = fmt(mean, "int")
-    else:
-        text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
+
+    def num(v: float, sign: bool = signed) -> str:
+        return fmt(v, "int") if kind == "int" else (f"{v:+.3f}" if sign else f"{v:.3f}")
+
+    text = num(mean)
     if iv.get("n", 0) < 2 or iv.get("low") is None or iv.get("high") is None:
         return text
-    half = (float(iv["high"]) - float(iv["low"])) / 2
-    return f"{text} ± {fmt(half, 'int') if kind == 'int' else f'{half:.3f}'}"
+    low, high = float(iv["low"]), float(iv["high"])
+    if num(mean - low, False) != num(high - mean, False):  # clipped at a bound: the two halves differ
+        return f"{text} ({num(low)}–{num(high)})"
+    return f"{text} ± {num((high - low) / 2, False)}"
 
 
 def _bytes(n: float | None) -> str:
@@ -83,7 +87,8 @@ def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
     if target is not None:
         rule = (f"{settings.get('target_fraction'):g} of the reference's final mean" if settings.get("target_rule") == "fraction"
                 else "given value")
-        t.caption = (f"± = half-width of the 95% t-interval over seeds; gap = reference − compressor, paired by seed; "
+        t.caption = (f"± = half-width of the 95% t-interval over seeds (low–high where clipped to what the quantity can "
+                     f"be); gap = reference − compressor, paired by seed; "
                      f"target {metric} {target:.4f} ({rule}), steps to target over the seeds that reached it")
         t.caption_justify = "left"
     return t

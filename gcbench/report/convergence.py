@@ -245,15 +245,18 @@ def converge_cases_rows(run: LoadedRun) -> list[dict[str, Any]]:
 
 def converge_steps_rows(run: LoadedRun) -> list[dict[str, Any]]:
     """steps.csv: one row per compressor × evaluated step, the mean curve over seeds with its band."""
+    from gcbench.converge.stats import clip, domain
+
     rows = []
     for c in run.cases:
         s = c.convergence.summary if isinstance(c, ConvergeCase) and c.convergence is not None else None
         if s is None or not s.curve_steps:
             continue
+        bounds = domain("metric", c.convergence.settings.metric)  # type: ignore[union-attr]  # band ends of older files
         for i, step in enumerate(s.curve_steps):
             rows.append({"run_id": run.run_id, "source": c.source_label, "case": c.label, "step": step,
-                         "metric_mean": _at(s.curve_mean, i), "metric_low": _at(s.curve_low, i),
-                         "metric_high": _at(s.curve_high, i), "loss_mean": _at(s.loss_mean, i)})
+                         "metric_mean": _at(s.curve_mean, i), "metric_low": clip(_at(s.curve_low, i), bounds),
+                         "metric_high": clip(_at(s.curve_high, i), bounds), "loss_mean": _at(s.loss_mean, i)})
     return rows
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator
 
+from gcbench.converge.stats import UNBOUNDED, clip, domain
 from gcbench.distributed.time_to_accuracy import Pricing, ScenarioTime
 from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,
@@ -36,13 +37,15 @@ def curve_series(cases: Sequence[ConvergeCase]) -> list[tuple[ConvergeCase, list
         s = c.convergence.summary if c.convergence is not None else None
         if s is None or not s.curve_steps or not s.curve_mean:
             continue
+        # the band clipped to the metric's domain: files written before the writer clipped it hold accuracies above 1
+        bounds = domain("metric", c.convergence.settings.metric) if c.convergence is not None else UNBOUNDED
         pts = []
         for i, step in enumerate(s.curve_steps):
             m = finite(s.curve_mean[i]) if i < len(s.curve_mean) else None
             if m is None:
                 continue
-            lo = finite(s.curve_low[i]) if s.curve_low and i < len(s.curve_low) else None
-            hi = finite(s.curve_high[i]) if s.curve_high and i < len(s.curve_high) else None
+            lo = clip(finite(s.curve_low[i]), bounds) if s.curve_low and i < len(s.curve_low) else None
+            hi = clip(finite(s.curve_high[i]), bounds) if s.curve_high and i < len(s.curve_high) else None
             pts.append((int(step), m, lo, hi))
         if pts:
             out.append((c, pts))

@@ -62,3 +62,22 @@ def test_the_reference_gap_is_zero_and_nobody_reaching_is_an_outcome() -> None:
     assert s["gap"]["mean"] == 0.0 and "reached" not in s
     s = stats.summarize([_seed(0, "ok", 0.5, False), _seed(1, "error", None)], {0: 0.9, 1: 0.9}, target=0.85)
     assert s["reached"] == 0 and s["steps_to_target"] is None and s["failed"] == 1
+
+
+def test_intervals_are_clipped_to_what_the_quantity_can_be() -> None:
+    """Two seeds of accuracy 0.43 and 0.84 give a t-interval up to 2.3; steps 0 and 4 of a 4-step budget one from -23."""
+    acc = stats.interval([0.43, 0.84], stats.domain("metric", "accuracy"))
+    assert acc is not None and acc["mean"] == pytest.approx(0.635) and acc["high"] == 1.0 and acc["low"] == 0.0
+    steps = stats.interval([0.0, 4.0], stats.domain("steps", budget=4))
+    assert steps is not None and (steps["low"], steps["mean"], steps["high"]) == (0.0, 2.0, 4.0)
+    gap = stats.interval([0.5, -0.3], stats.domain("gap", "accuracy"))
+    assert gap is not None and (gap["low"], gap["high"]) == (-1.0, 1.0)
+    loss = stats.interval([-0.5, 0.4], stats.domain("metric", "neg_loss"))  # a user's loss may be below 0: unclipped
+    assert loss is not None and loss["high"] > 1 and loss["low"] < -1
+    seeds = [{"seed": s, "status": "ok", "final_metric": f, "reached": True, "steps_to_target": k,
+              "curve": [{"step": 0, "metric": 0.1 * s, "train_loss": 2.0}, {"step": 4, "metric": f, "train_loss": 1.0}]}
+             for s, f, k in ((0, 0.43, 0), (1, 0.84, 4))]
+    summary = stats.summarize(seeds, {0: 0.9, 1: 0.1}, 0.0, "accuracy", 4)
+    assert summary["final_metric"]["high"] == 1.0 and summary["steps_to_target"]["low"] == 0.0
+    assert summary["steps_to_target"]["high"] == 4.0 and summary["gap"]["high"] == 1.0 and summary["gap"]["low"] == -1.0
+    assert max(summary["curve_high"]) == 1.0 and min(summary["curve_low"]) == 0.0

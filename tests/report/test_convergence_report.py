@@ -18,7 +18,7 @@ from gcbench.report.convergence import answer, ci_text, convergence_rows
 from gcbench.report.load import LoadedRun
 from gcbench.results.compare import compare_runs
 from gcbench.results.store import load_run
-from tests.converge_fixture import converge_record, write_converge
+from tests.converge_fixture import case, converge_record, write_converge
 
 runner = CliRunner()
 
@@ -172,3 +172,44 @@ def test_layers_of_a_convergence_file_are_one_line(conv: Path) -> None:
     for extra in ([], ["--md"]):
         r = runner.invoke(app, ["report", str(conv), "--layers", *extra])
         assert r.exit_code == 1 and "no per-layer rows" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+def test_intervals_of_a_file_written_before_clipping_are_clipped_where_shown(tmp_path: Path) -> None:
+    """A file whose stored intervals leave the quantity's domain (written before the writer clipped them: an accuracy
+    up to 1.3, steps from -1170 on a 200-step budget) is shown clipped in the table, the CSV and the HTML curves."""
+    extra = case("wide", "topk", {0: ("ok", 0.43, 0), 1: ("ok", 0.84, 200)}, ref_finals={0: 0.90, 1: 0.91, 2: 0.89})
+    summary = extra["convergence"]["summary"]
+    assert summary["final_metric"]["high"] > 1 and summary["steps_to_target"]["low"] < 0  # the fixture does not clip
+    assert max(summary["curve_high"]) > 1
+    path = write_converge(tmp_path / "conv.json", extra=[extra])
+    run = LoadedRun(path, load_run(path))
+    row = next(r for r in convergence_rows(run) if r.name == "wide")
+    assert row.cells[2] == "0.635 (0–1)" and row.cells[4] == "100 ±100"  # 0–200, not -1170–1370
+    out = tmp_path / "csv"
+    r = runner.invoke(app, ["report", str(path), "--csv", str(out)])
+    assert r.exit_code == 0, r.output
+    with (out / "cases.csv").open() as f:
+        wide = next(c for c in csv.DictReader(f) if c["case"] == "wide")
+    assert float(wide["final_metric_high"]) == 1.0 and float(wide["steps_to_target_low"]) == 0.0
+    with (out / "steps.csv").open() as f:
+        highs = [float(c["metric_high"]) for c in csv.DictReader(f) if c["case"] == "wide" and c["metric_high"]]
+    assert highs and max(highs) <= 1.0
+    from gcbench.report.html_converge_plots import curve_series
+
+    (pts,) = [p for c, p in curve_series([c for c in run.cases if c.label == "wide"])]
+    assert max(p[3] for p in pts if p[3] is not None) == 1.0
+
+
+def test_the_converge_commands_table_writes_a_clipped_interval_by_its_ends() -> None:
+    """``gcbench converge``'s own table: an interval clipped at a bound is not symmetric, so not written ± half-width."""
+    from gcbench.converge import stats
+    from gcbench.report.converge_table import converge_table
+
+    c = case("topk", "topk", {0: ("ok", 0.43, 0), 1: ("ok", 0.84, 200)})
+    s = c["convergence"]["summary"]
+    s["final_metric"] = stats.interval([0.43, 0.84], stats.domain("metric", "accuracy"))
+    s["steps_to_target"] = stats.interval([100.0, 102.0], stats.domain("steps", budget=200))
+    console = Console(width=120, record=True)
+    console.print(converge_table([c], "t"))
+    text = console.export_text()
+    assert "0.635 (0.000–1.000)" in text and "101 ± 13" in text  # unclipped: still ± half-width
