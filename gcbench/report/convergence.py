@@ -132,6 +132,8 @@ def answer(run: LoadedRun) -> str:
     parts = [f"{conv.task}, to {conv.target_text} within {conv.budget} steps ({conv.seeds} seeds)"]
     if ref is not None and ref.steps is not None:
         parts.append(f"the reference takes {ci_text(ref.steps, '.0f')} steps")
+    if ref is not None and ref.status in ("partial", "never", "diverged"):  # what every compressor is held against
+        parts.append(f"the target is not reliably reached by the reference itself ({ref.reached}/{ref.seeds} seeds)")
     if reached:
         parts.append("fewest steps among compressors: " + ", ".join(f"{o.label} {ci_text(o.steps, '.0f')}" for o in reached[:3]))
     partial = [o for o in comps if o.status == "partial"]

@@ -18,7 +18,7 @@ from gcbench.report.convergence import answer, ci_text, convergence_rows
 from gcbench.report.load import LoadedRun
 from gcbench.results.compare import compare_runs
 from gcbench.results.store import load_run
-from tests.converge_fixture import case, converge_record, write_converge
+from tests.converge_fixture import case, converge_record, interval, write_converge
 
 runner = CliRunner()
 
@@ -213,3 +213,39 @@ def test_the_converge_commands_table_writes_a_clipped_interval_by_its_ends() -> 
     console.print(converge_table([c], "t"))
     text = console.export_text()
     assert "0.635 (0.000–1.000)" in text and "101 ± 13" in text  # unclipped: still ± half-width
+
+
+def test_the_verdict_holds_compressors_against_the_references_own_outcome() -> None:
+    """The reference reached the target on 1 of 2 seeds: fp8, bit-identical to it, is not "failing"; a compressor that
+    reached it on as many seeds is not either; one that never reached it is, and the sentence says the reference's 1/2."""
+    from gcbench.report.converge_table import failing, same_as_reference, verdict
+
+    ref_runs = {0: ("ok", 0.90, 100), 1: ("ok", 0.70, None)}
+    finals = {0: 0.90, 1: 0.70}
+    ref = case("none", "none", ref_runs, reference=True, ref_finals=finals)
+    fp8 = case("fp8", "fp8", ref_runs, ref_finals=finals)
+    half = case("qsgd", "qsgd", {0: ("ok", 0.89, 120), 1: ("ok", 0.70, None)}, ref_finals=finals)
+    never = case("topk", "topk", {0: ("ok", 0.50, None), 1: ("ok", 0.40, None)}, ref_finals=finals)
+    cases = [ref, fp8, half, never]
+    assert same_as_reference(fp8, ref) and not same_as_reference(half, ref)
+    assert failing(cases) == [("topk", "reached the target on 0 of 2 seeds, the reference on 1")]
+    text = verdict(cases)
+    assert "The target is not reliably reached by the reference itself (1 of 2 seeds within 200 steps)" in text
+    assert "fp8" not in text and "qsgd" not in text and "topk (reached the target on 0 of 2 seeds" in text
+    assert verdict([ref, fp8, half]).startswith("Every compressor reached the target on as many seeds as the reference")
+    # a compressor whose curves equal the reference's is its outcome even where a gap test would flag a pair of seeds
+    full = {0: ("ok", 0.90, 100), 1: ("ok", 0.91, 120)}
+    full_ref = case("none", "none", full, reference=True, ref_finals={0: 0.90, 1: 0.91})
+    assert verdict([full_ref, case("fp8", "fp8", full, ref_finals={0: 0.90, 1: 0.91})]).startswith("Every compressor")
+
+
+def test_the_reports_answer_says_when_the_reference_itself_reached_the_target_on_some_seeds(tmp_path: Path) -> None:
+    data = converge_record()
+    ref = data["cases"][0]["convergence"]
+    ref["seeds"][2].update(reached=False, steps_to_target=None)
+    ref["summary"].update(reached=2, steps_to_target=interval([100.0, 120.0]))
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(data))
+    line = answer(LoadedRun(path, load_run(path)))
+    assert "the target is not reliably reached by the reference itself (2/3 seeds)" in line
+    assert "reliably" not in answer(LoadedRun(tmp_path, converge_record()))
