@@ -41,6 +41,11 @@ Network = Annotated[Path | None, typer.Option(
                          "collectives priced as measured there instead of by the α–β model.")]
 AdviseBaseline = options.baseline(str, "NAME", "The uncompressed all-reduce speed-ups are claimed against: bf16 (default: "
                                   "what mixed-precision training sends) or fp32; the sentence gives both.")
+Budget = Annotated[float, typer.Option(
+    "--budget", metavar="SECONDS", help="Time the kernel measurement may take, the second timing of flagged kernels "
+    "included: each compressor's rounds get a share of it, and a figure it stopped early is flagged 'cut short'.")]
+AllCompressors = Annotated[bool, typer.Option(
+    "--all", help="Time every registered compressor (default: the baselines and the cheapest member of each family).")]
 Convergence = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
                          "target (steps to target × step time), not by step time alone; without --model, its model.")]
@@ -97,7 +102,10 @@ def advise_cmd(
     intra_bandwidth: IntraBandwidth = None,
     overlap: Overlap = False,
     compute_ms: AdviseComputeMs = None,
-    compressor: options.compressor_option("A compressor to consider (repeatable; default: every registered one).") = None,
+    compressor: options.compressor_option("A compressor to consider (repeatable; default: the baselines none and bf16 and "
+                                          "the cheapest member of each family, --all every one).") = None,
+    all_compressors: AllCompressors = False,
+    budget: Budget = 60.0,
     kernels: Kernels = None,
     rounds: options.rounds("Timed rounds per compressor when measuring kernels.") = 3,
     remeasure: Remeasure = False,
@@ -131,6 +139,10 @@ def advise_cmd(
     baseline = choose(baseline, adv.BASELINES, "baseline")
     if rounds < 1:
         raise GcbenchError(f"--rounds must be at least 1, got {rounds}")
+    if not budget > 0 or budget == float("inf"):  # NaN fails the first test
+        raise GcbenchError(f"--budget must be a positive number of seconds, got {budget:g}")
+    if all_compressors and compressor:
+        raise GcbenchError("-c names the compressors to time and --all times every one: give one of them")
     ns = number_list(workers, "--workers", int)
     bws = number_list(bandwidth, "--bandwidth", float)
     if gpus_per_node < 1:
@@ -157,11 +169,15 @@ def advise_cmd(
     if model is not None:
         check_model(model)
     specs = compressor_specs(None, compressor)
-    if not specs and conv_record is not None:  # the compressors the convergence run trained, as it named them
+    if not specs and conv_record is not None and not all_compressors:  # the compressors the convergence run trained
         # and bf16, so the 16-bit baseline claims are made against is measured here, not modelled
         specs = list(dict.fromkeys([*(compressor_spec(c.label) for c in conv_record.cases if c.ok), "bf16"]))
         compressor = specs
-    specs = specs or single_worker_compressors()
+    candidates = None
+    if not specs:
+        every = single_worker_compressors()
+        candidates = adv.Candidates(tuple(every), ()) if all_compressors else adv.default_candidates(every)
+        specs = list(candidates.specs)
     fidelity = None
     if results is not None:  # read first: a bad file is one line before minutes of measuring
         path = resolve_run(results, runs_dir, finished=True)
@@ -175,12 +191,13 @@ def advise_cmd(
         check_output_file(csv, "--csv")
     with progress_bar(not as_json and not quiet) as prog:
         step = adv.step_inputs(model, specs, out_dir, kernels_file=kernels, only=specs if compressor else None,
-                               compute_s=compute_s, rounds=rounds, progress=prog, remeasure=remeasure)
+                               compute_s=compute_s, rounds=rounds, progress=prog, remeasure=remeasure, budget_s=budget)
     delivered = adv.delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
     advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
                         calibration=calibration, compute_flags=step.compute_flags, baseline=baseline,
-                        convergence_origin=str(convergence) if convergence is not None else None)
+                        convergence_origin=str(convergence) if convergence is not None else None,
+                        candidates=candidates.text() if candidates is not None and kernels is None else "")
     times = None
     if conv_record is not None:
         from gcbench.distributed.time_to_accuracy import read_convergence, time_to_accuracy

@@ -70,7 +70,7 @@ from gcbench.distributed.step_kernels import KernelSet, StepKernels, kernels_fro
 from gcbench.distributed.step_kernels import kernels_from_run as kernels_from_run  # importable from here, as before
 from gcbench.distributed.step_kernels import step_kernels_of as step_kernels_of
 from gcbench.results.bench_cache import find_recent_bench
-from gcbench.results.recommend import DELIVERED_FLOOR
+from gcbench.results.recommend import DELIVERED_FLOOR, larger_than_bf16
 from gcbench.results.record import RunCase, RunRecord
 
 Progress = Callable[[str, int, int, str], None]
@@ -83,18 +83,73 @@ Progress = Callable[[str, int, int, str], None]
 ADVISE_MAX_ROUNDS = 40
 
 
+#: the time advise's kernel measurement may take by default (``--budget``), the second timing of flagged kernels
+#: included: a cold advise of the mlp benched 26 compressors for 546 s on a 2-core machine under load (3-7), every figure
+#: flagged and re-timed; within this budget the rounds of each case get its share and a figure the budget stopped early
+#: is flagged ``cut short``
+KERNEL_BUDGET_S = 60.0
+
+
 def measure_kernels(model: str, specs: Sequence[str], out_dir: Path | str, *, rounds: int = 3, threads: int = 2,
-                    device: str = "cpu", progress: Progress | None = None) -> KernelSet:
-    """Run ``gcbench bench --model`` for ``specs`` here (one isolated process each) and read its file; a compressor
-    whose timing was flagged ``unstable`` is timed once more and the less flagged of the two kept."""
+                    device: str = "cpu", progress: Progress | None = None, budget_s: float | None = KERNEL_BUDGET_S) -> KernelSet:
+    """Run ``gcbench bench --model`` for ``specs`` here (one worker process for all of them) within ``budget_s`` and
+    read its file; a compressor whose timing was flagged ``unstable`` is timed once more, while the budget lasts, and the
+    less flagged of the two kept."""
     from gcbench.measure.bench import bench_to_file
 
     outcome = bench_to_file(specs, [], out_dir, repeats=rounds, warmup=1, threads=threads, device=device, model=model,
-                            progress=progress, remeasure=True, max_rounds=ADVISE_MAX_ROUNDS)
+                            progress=progress, remeasure=True, max_rounds=ADVISE_MAX_ROUNDS, budget_s=budget_s,
+                            shared_worker=True)
     failed = [c for c in outcome.record.cases if not c.ok]
     if failed:
         raise ResultsError(f"bench --model {model} failed for {', '.join(c.name for c in failed)}: {failed[0].error_text}")
     return kernels_from_bench(outcome.record, model, str(outcome.path))
+
+
+def family_of(name: str) -> str:
+    """The family of a registered compressor: the module that implements it (``gcbench.compressors.lowprec`` holds
+    blockint, fp8, mxfp4, mxfp8 and nvfp4), as its card names it — the registry's own unit, so a new card joins its
+    family without a list to update."""
+    return registry.get(name).impl.partition(":")[0]
+
+
+def baseline_names() -> list[str]:
+    """The compressors every advise weighs: the identity (the fp32 reference, DDP's own path) and the bf16 cast (the
+    16-bit baseline claims are made against, measured rather than modelled)."""
+    return [n for n in registry.names() if registry.get(n).identity] + [n for n in registry.names() if n == "bf16"]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The compressors a cold advise times by default, and the registered ones it leaves out (``--all`` times them)."""
+
+    specs: tuple[str, ...]
+    left_out: tuple[str, ...]
+
+    def text(self) -> str:
+        """What was timed and why, for the output's header."""
+        if not self.left_out:
+            return f"compressors: all {len(self.specs)} registered (--all)"
+        return (f"compressors: the baselines and, per family (the module implementing it), the member whose card declares "
+                f"the least memory traffic per element: {len(self.specs)} of {len(self.specs) + len(self.left_out)} "
+                f"(left out: {', '.join(self.left_out)}; --all times every one, -c names them)")
+
+
+def default_candidates(names: Sequence[str]) -> Candidates:
+    """Of ``names`` (registered compressors), the baselines (:func:`baseline_names`) and one member per other family
+    (:func:`family_of`): the one whose card declares the least memory traffic per element of its compress (the cheapest
+    kernel; ties to the first name).  A family that holds a baseline is represented by it (the casts: fp16 is bf16's
+    twin).  Timing every registered compressor cost a cold advise 26 cases for the answer of about 17 families."""
+    base = [n for n in baseline_names() if n in names]
+    fams: dict[str, list[str]] = {}
+    for n in names:
+        fams.setdefault(family_of(n), []).append(n)
+    keep = set(base)
+    for members in fams.values():
+        if not keep.intersection(members):
+            keep.add(min(members, key=lambda n: (registry.get(n).traffic_bytes, n)))
+    chosen = [*base, *(n for n in names if n in keep and n not in base)]
+    return Candidates(tuple(chosen), tuple(n for n in names if n not in keep))
 
 
 def select_kernels(kernels: KernelSet, compressors: Sequence[str]) -> KernelSet:
@@ -119,13 +174,15 @@ def _age_text(seconds: float) -> str:
 
 def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *, kernels_file: Path | None = None,
                 only: Sequence[str] | None = None, compute_s: float | None = None, rounds: int = 3,
-                progress: Progress | None = None, remeasure: bool = False) -> StepInputs:
+                progress: Progress | None = None, remeasure: bool = False,
+                budget_s: float | None = KERNEL_BUDGET_S) -> StepInputs:
     """The kernels and the compute time of :func:`advise`.
 
     The kernels are read from the bench file ``kernels_file`` (only those of the compressors ``only`` names, when
     given), else from a recent bench in ``out_dir`` of the same model, compressors, machine and gcbench version
     (:func:`gcbench.results.bench_cache.find_recent_bench`; not with ``remeasure``), else measured here for ``specs``
-    on ``model`` (the bench file goes to ``out_dir``).  The compute time is ``compute_s`` when given; else the one
+    on ``model`` within ``budget_s`` (:func:`measure_kernels`; the bench file goes to ``out_dir``).  The compute time
+    is ``compute_s`` when given; else the one
     stored with a reused bench (measured with its kernels); else measured here: before and after the kernels when
     they are measured too, since two measurements a minute apart show a machine whose speed moved under the run
     (:func:`combine_compute`), and stored in the new bench file for the next call.
@@ -147,7 +204,7 @@ def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *,
     else:
         assert model is not None
         before = measure_compute(model, progress=progress) if compute_s is None else None
-        ks = measure_kernels(model, specs, out_dir, rounds=rounds, progress=progress)
+        ks = measure_kernels(model, specs, out_dir, rounds=rounds, progress=progress, budget_s=budget_s)
     if compute_s is not None:
         return StepInputs(ks, compute_s, "given")
     if stored is not None:
@@ -283,6 +340,7 @@ class Advice:
     baseline: str = "bf16"  # the all-reduce claims are made against (:data:`BASELINES`)
     bf16_origin: str = ""  # how the bf16 all-reduce was priced (:func:`bf16_step`)
     convergence_origin: str | None = None  # the convergence file time to accuracy was ranked with (else accuracy unmeasured)
+    candidates: str = ""  # which compressors were timed and why (:meth:`Candidates.text`; "" when the user named them)
 
     def untrusted(self) -> list[str]:
         """The flagged timings every scenario's answer rests on, by name: the compute time, and any compressor's kernels
@@ -378,7 +436,7 @@ def predict_step(k: StepKernels, n: int, net: Network, compute_s: float, topo: T
     step = compute_s + comp_s + wait + dec
     payload = k.wire_bytes * scale
     return Step(k.label, k.compressor, algos, compute_s, comp_s, wait, dec, step, math.nan, None, k.flags,
-                larger_than_bf16=payload > k.dense_bytes / 2, payload_bytes=payload)
+                larger_than_bf16=larger_than_bf16(payload, k.dense_bytes), payload_bytes=payload)
 
 
 def reference_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
@@ -407,6 +465,13 @@ def _is_bf16(k: StepKernels) -> bool:
     return k.compressor == "bf16" and not k.params
 
 
+def _is_identity(k: StepKernels) -> bool:
+    """Whether ``k`` is the identity codec (``none``): the fp32 reference, priced as :func:`reference_step` in every row.
+    Priced by its own ×copy instead, a ``none`` timed while the machine was disturbed (0.13-0.63× or 1.3× a copy) put the
+    table's fp32 row at 1.22× the bf16 all-reduce that the sentence, pricing fp32 by DDP's copies, called faster."""
+    return k.compressor in registry.names() and registry.get(k.compressor).identity
+
+
 def bf16_step(kernels: Sequence[StepKernels], n: int, net: Network, compute_s: float, topo: Topology = Topology(),
               overlap: bool = False, calibration: Calibration | None = None) -> tuple[float, str]:
     """(step, how it was priced) of training with a bf16 all-reduce: the ``bf16`` compressor's own predicted step
@@ -427,7 +492,7 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
            compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
            fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False,
            calibration: Calibration | None = None, compute_flags: Sequence[str] = (), baseline: str = "bf16",
-           convergence_origin: str | None = None) -> Advice:
+           convergence_origin: str | None = None, candidates: str = "") -> Advice:
     """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring);
     each step's speed-up over the fp32 and the bf16 all-reduce (:func:`bf16_step`), claims against ``baseline``."""
     if baseline not in BASELINES:
@@ -444,13 +509,16 @@ def advise(kernels: KernelSet, compute_s: float, workers: Sequence[int], bandwid
             steps = []
             for k in kernels.kernels:
                 s = predict_step(k, n, net, compute_s, topology, overlap, calibration, copy_s)
+                if _is_identity(k):  # the fp32 reference itself: one price for it in the sentence, the line and the table
+                    s = dataclasses.replace(s, compress_s=copy_s, communicate_s=ref_comm, decompress_s=copy_s, step_s=ref_step)
                 steps.append(dataclasses.replace(s, speedup=ref_step / s.step_s, speedup_bf16=bf16_s / s.step_s,
                                                  delivered=delivered.get(k.label) if delivered is not None else None))
             steps.sort(key=lambda s: s.step_s)
             scenarios.append(Scenario(n, bw, ref_step, ref_comm, tuple(steps), bf16_s, baseline))
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
                   topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags),
-                  baseline=baseline, bf16_origin=bf16_origin if scenarios else "", convergence_origin=convergence_origin)
+                  baseline=baseline, bf16_origin=bf16_origin if scenarios else "", convergence_origin=convergence_origin,
+                  candidates=candidates)
 
 
 #: a compressor whose predicted speed-up is within this factor of the best one's could be moved above it by a flagged

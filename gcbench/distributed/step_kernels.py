@@ -47,7 +47,9 @@ class StepKernels:
     @property
     def larger_than_bf16(self) -> bool:
         """Whether one worker's payload of a step is larger than the bf16 cast's (half the dense fp32 bytes)."""
-        return self.wire_bytes > self.dense_bytes / 2
+        from gcbench.results.recommend import larger_than_bf16
+
+        return larger_than_bf16(self.wire_bytes, self.dense_bytes)
 
     def at_ci(self, end: int) -> StepKernels:
         """These kernels priced at the low (``end`` 0) or high (1) end of their ×copy 95% CIs (unchanged where there is none)."""
@@ -71,9 +73,28 @@ class KernelSet:
     machine: str
     origin: str  # the bench file
     kernels: tuple[StepKernels, ...]
+    budget_s: float | None = None  # the time budget the bench's timing had (advise's --budget; None: a bench's own)
+    timing_s: float | None = None  # … and the seconds it took
 
     def get(self, label: str) -> StepKernels | None:
         return next((k for k in self.kernels if k.label == label), None)
+
+    @property
+    def cut_short(self) -> list[str]:
+        """The compressors whose kernels the time budget stopped before their rounds were pinned down."""
+        from gcbench.measure.bench import CUT_SHORT  # here: the bench's imports are not every reader's
+
+        return [k.label for k in self.kernels if CUT_SHORT in k.flags]
+
+    def budget_text(self) -> str:
+        """The clause that states the timing's budget, what it took and what it cut short ("" without a budget)."""
+        if self.budget_s is None:
+            return ""
+        took = f", took {self.timing_s:.0f} s" if self.timing_s is not None else ""
+        cut = self.cut_short
+        return (f"kernels timed within a {self.budget_s:g} s budget (--budget SECONDS{took}); "
+                + (f"{len(cut)} of {len(self.kernels)} cut short by it (flagged *: {', '.join(cut[:6])}"
+                   + (f" and {len(cut) - 6} more" if len(cut) > 6 else "") + ")" if cut else "none cut short by it"))
 
 
 def _machine(record: RunRecord) -> str:
@@ -107,7 +128,10 @@ def kernels_from_bench(record: RunRecord, model: str | None = None, origin: str 
                                _ci_of(xc.get("compress")), _ci_of(xc.get("decompress"))))
     device = next((str(c.device) for c in cases if c.model == model and c.device), "cpu")
     machine = _machine(record)
-    return KernelSet(model, device, machine, origin, tuple(out))
+    setup = (record.suite.model_extra or {}) if record.suite is not None else {}
+    budget, took = setup.get("budget_s"), setup.get("timing_s")
+    return KernelSet(model, device, machine, origin, tuple(out), float(budget) if isinstance(budget, int | float) else None,
+                     float(took) if isinstance(took, int | float) else None)
 
 
 def _median_of(x: XCopy | None) -> float | None:

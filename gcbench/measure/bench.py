@@ -21,6 +21,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from gcbench.core.info import Target
 from gcbench.measure.timing import (
     Interleaved,
     TimingPolicy,
+    collect_garbage,
     flag_reasons,
     flat_like,
     time_call,
@@ -117,11 +119,41 @@ def _reset_peak() -> bool:
         return False
 
 
-def bench_policy(repeats: int, warmup: int, max_rounds: int | None = None) -> TimingPolicy:
+def bench_policy(repeats: int, warmup: int, max_rounds: int | None = None, budget_s: float | None = None) -> TimingPolicy:
     """The timing policy of a bench case: at least ``repeats`` rounds, more until the median is pinned down
-    (at most ``max_rounds``, default :data:`BENCH_MAX_ROUNDS`, or :data:`BENCH_BUDGET_S`)."""
+    (at most ``max_rounds``, default :data:`BENCH_MAX_ROUNDS`, or ``budget_s``, default :data:`BENCH_BUDGET_S`)."""
     top = max(repeats, BENCH_MAX_ROUNDS if max_rounds is None else max_rounds)
-    return TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=top, budget_s=BENCH_BUDGET_S)
+    return TimingPolicy(warmup=warmup, min_rounds=repeats, max_rounds=top, budget_s=BENCH_BUDGET_S if budget_s is None else budget_s)
+
+
+#: the flag of a kernel whose rounds a whole-sweep time budget stopped before they were pinned down (:func:`run_bench`'s
+#: ``budget_s``, advise's ``--budget``): with a bench's own :data:`BENCH_BUDGET_S` it might have taken more rounds
+CUT_SHORT = "cut short"
+#: of a case's share of a sweep's budget, what its calibrated rounds may take: the rest pays for the warm-up round, the
+#: payloads decoded and the model's tensors made, which the calibration's clock does not see
+CALIBRATION_SHARE = 0.5
+#: the least calibration budget a case gets however little of the sweep's budget is left: its minimum rounds still run
+MIN_CASE_BUDGET_S = 0.05
+
+
+def case_budget(budget_left_s: float, cases_left: int) -> float:
+    """The calibration budget of the next case of a sweep with ``budget_left_s`` of its time budget left for
+    ``cases_left`` cases: its even share (:data:`CALIBRATION_SHARE` of it), never above a bench's own
+    :data:`BENCH_BUDGET_S` nor under :data:`MIN_CASE_BUDGET_S`."""
+    share = max(0.0, budget_left_s) / max(1, cases_left) * CALIBRATION_SHARE
+    return min(BENCH_BUDGET_S, max(MIN_CASE_BUDGET_S, share))
+
+
+def mark_cut_short(x_copy: dict[str, dict[str, Any]], stopped: str, budget_s: float, rounds_cap: int) -> None:
+    """Flag every kernel of a case :data:`CUT_SHORT` (with why) when a sweep's budget, smaller than a bench's own
+    :data:`BENCH_BUDGET_S`, is what stopped its rounds; a case that stopped stable or at its round cap is left alone."""
+    if stopped != "budget" or budget_s >= BENCH_BUDGET_S:
+        return
+    for block in x_copy.values():
+        why = (f"the sweep's time budget left {budget_s:.2g} s for this case's rounds (a bench alone gives "
+               f"{BENCH_BUDGET_S:g} s): stopped after {block.get('rounds')} of up to {rounds_cap}")
+        block["flags"] = [*(block.get("flags") or []), CUT_SHORT]
+        block["reasons"] = {**(block.get("reasons") or {}), CUT_SHORT: why}
 
 
 def kernel_x_copy(timed: Interleaved, kernel: str, policy: TimingPolicy, bound: float | None = None,
@@ -139,19 +171,21 @@ def _worst(*values: float | None) -> float | None:
 
 def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEFAULT_NUMEL, repeats: int = 5, warmup: int = 1,
                threads: int | None = 2, device: str = "cpu", seed: int = 0, reference: bool = True,
-               label: str | None = None, model: str | None = None, max_rounds: int | None = None) -> dict[str, Any]:
+               label: str | None = None, model: str | None = None, max_rounds: int | None = None,
+               budget_s: float | None = None) -> dict[str, Any]:
     """Time one compressor on one size in this process; returns a JSON-friendly record.
 
     ``label`` names the row (default: the compressor); a spec with parameters is labelled by its
     spec text, so two configurations of one compressor stay apart in tables and comparisons.
     With ``model`` the case is a whole step of that model instead (:func:`bench_model_case`).
-    ``repeats`` is the least number of timed rounds (:func:`bench_policy`; ``max_rounds`` caps them).
+    ``repeats`` is the least number of timed rounds (:func:`bench_policy`; ``max_rounds`` caps them, ``budget_s`` bounds
+    each kernel's calibration, default :data:`BENCH_BUDGET_S`).
     """
     if threads:
         torch.set_num_threads(threads)
     if model is not None:
         return bench_model_case(name, params, model, repeats=repeats, warmup=warmup, device=device, seed=seed, label=label,
-                                max_rounds=max_rounds)
+                                max_rounds=max_rounds, budget_s=budget_s)
     comp = registry.create(name, **(params or {}))
     shape = matrix_shape(numel)
     gen = torch.Generator().manual_seed(seed)
@@ -160,7 +194,7 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     comp.compress(x, state)  # one step first, so error feedback / momentum run in steady state
     # the copy is interleaved with each kernel, round by round, as in `gcbench run`; at least --rounds rounds, more until
     # the median is pinned down, so a row is flagged only when more rounds could not pin it (bench_policy)
-    policy = bench_policy(repeats, warmup, max_rounds)
+    policy = bench_policy(repeats, warmup, max_rounds, budget_s)
     buf = flat_like([x])[0]
     holder: dict[str, Any] = {}
 
@@ -182,6 +216,8 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     # the least ×copy the compress can honestly take: its declared bytes read and written per element over a copy's 8
     bound = comp.info.traffic_bytes / 8
     x_copy = {"compress": kernel_x_copy(timed_c, "compress", policy, bound), "decompress": kernel_x_copy(timed_d, "decompress", policy)}
+    mark_cut_short({"compress": x_copy["compress"]}, timed_c.stopped, policy.budget_s, policy.max_rounds)
+    mark_cut_short({"decompress": x_copy["decompress"]}, timed_d.stopped, policy.budget_s, policy.max_rounds)
     rec: dict[str, Any] = {
         "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(),
         "shape": list(shape),
@@ -225,7 +261,8 @@ def model_tensors(model: str, seed: int = 0, device: str = "cpu") -> list[torch.
 
 
 def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, repeats: int = 5, warmup: int = 1,
-                     device: str = "cpu", seed: int = 0, label: str | None = None, max_rounds: int | None = None) -> dict[str, Any]:
+                     device: str = "cpu", seed: int = 0, label: str | None = None, max_rounds: int | None = None,
+                     budget_s: float | None = None) -> dict[str, Any]:
     """Time one compressor on a whole step of ``model``: every gradient tensor compressed as one group
     (layer by layer, one state each, as ``gcbench run`` does at layer granularity), then all payloads
     decoded, interleaved with a copy of the same tensors (:func:`gcbench.measure.timing.time_step`).
@@ -237,13 +274,14 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
     xs = model_tensors(model, seed, device)
     states = [comp.init_state(seed + i) for i in range(len(xs))]
     comp.compress_group(xs, states, need_decoded=False)  # one step first: error feedback / momentum in steady state
-    policy = bench_policy(repeats, warmup, max_rounds)
+    policy = bench_policy(repeats, warmup, max_rounds, budget_s)
     payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
     timed = time_step(comp, xs, states, policy, device, payloads)
     numel = sum(x.numel() for x in xs)
     t_copy, t_c, t_d = timed.copy_timing, timed.timing("compress"), timed.timing("decompress")
     bound = comp.info.traffic_bytes / 8
     x_copy = {"compress": kernel_x_copy(timed, "compress", policy, bound), "decompress": kernel_x_copy(timed, "decompress", policy)}
+    mark_cut_short(x_copy, timed.stopped, policy.budget_s, policy.max_rounds)
     return {
         "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version,
         "numel": numel, "model": model, "tensors": len(xs), "threads": torch.get_num_threads(), "device": device,
@@ -288,12 +326,18 @@ def spec_label(name: str, params: dict[str, Any]) -> str:
 
 def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, warmup: int = 1, threads: int | None = 2,
               device: str = "cpu", isolate: bool = True, seed: int = 0, model: str | None = None,
-              progress: Callable[[str, int, int, str], None] | None = None, max_rounds: int | None = None) -> list[dict[str, Any]]:
+              progress: Callable[[str, int, int, str], None] | None = None, max_rounds: int | None = None,
+              budget_s: float | None = None, shared_worker: bool = False,
+              clock: Callable[[], float] = time.monotonic) -> list[dict[str, Any]]:
     """Benchmark every (compressor, size); a failing case is recorded and the sweep goes on.
 
     ``names`` are compressor names or CLI specs ``name:key=value,...`` (e.g. ``threshold:tau=3.29``).
     With ``model``, one case per compressor: a whole step of that model's tensors (``sizes`` unused).
     ``max_rounds`` caps each kernel's calibrated rounds (:func:`bench_policy`; default :data:`BENCH_MAX_ROUNDS`).
+    ``budget_s`` bounds the whole sweep's time: each case's calibration gets its share of what is left
+    (:func:`case_budget`) and a kernel that share stopped is flagged :data:`CUT_SHORT`.  ``shared_worker`` (with
+    ``isolate``) runs the cases one after another in one worker process instead of one process each: a process's
+    start (imports, compiled kernels loaded) cost 3-9 s of a 2-core machine under load, more than a small model's rounds.
     """
     specs = [registry.parse_spec(n) for n in names]  # unknown names and bad parameters fail before any work
     model_numel = sum(t.numel for t in zoo.layer_shapes(model)) if model is not None else None  # an unknown model fails here
@@ -303,17 +347,25 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
     if progress:  # the ETA's plan: each case's compressor and elements (a compressor's seconds per element, learned)
         progress("plan", 0, total, json.dumps({"stage": "bench", "labels": [name for (name, _), _ in cases],
                                                "case_work": [numel for _, numel in cases]}))
-    for i, ((name, params), numel) in enumerate(cases):
-        label = spec_label(name, params)
-        if progress:
-            progress("bench", i, total, f"{label} @ {model or f'{numel:,}'}")
-        args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
-                "threads": threads, "device": device, "seed": seed, "model": model, "max_rounds": max_rounds}
-        try:
-            out.append(_run_isolated(args) if isolate else bench_case(**args))
-        except Exception as exc:  # recorded, the sweep goes on
-            out.append({"compressor": name, "label": label, "params": params, "numel": numel, "model": model,
-                        "error": f"{type(exc).__name__}: {exc}"})
+    start = clock()
+    worker = _SharedWorker(threads) if isolate and shared_worker else None
+    try:
+        for i, ((name, params), numel) in enumerate(cases):
+            label = spec_label(name, params)
+            if progress:
+                progress("bench", i, total, f"{label} @ {model or f'{numel:,}'}")
+            args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
+                    "threads": threads, "device": device, "seed": seed, "model": model, "max_rounds": max_rounds}
+            if budget_s is not None:
+                args["budget_s"] = case_budget(budget_s - (clock() - start), total - i)
+            try:
+                out.append(worker.run(args) if worker is not None else _run_isolated(args) if isolate else bench_case(**args))
+            except Exception as exc:  # recorded, the sweep goes on
+                out.append({"compressor": name, "label": label, "params": params, "numel": numel, "model": model,
+                            "error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        if worker is not None:
+            worker.close()
     if progress:
         progress("bench", total, total, "done")
     return out
@@ -329,17 +381,19 @@ def unstable_kernels(rec: dict[str, Any]) -> int:
 def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, repeats: int, warmup: int, threads: int | None,
                        device: str, isolate: bool, model: str | None,
                        progress: Callable[[str, int, int, str], None] | None = None,
-                       max_rounds: int | None = None) -> list[dict[str, Any]]:
+                       max_rounds: int | None = None, budget_s: float | None = None,
+                       shared_worker: bool = False) -> list[dict[str, Any]]:
     """``recs`` with every case flagged ``unstable`` timed once more, the less flagged record of the two kept.
 
     Only whole-model cases and single-size sweeps are matched back by label (``names`` are the specs ``recs`` ran).
+    ``budget_s``: the time the second timing may take (:func:`run_bench`); under :data:`MIN_REMEASURE_S` none is taken.
     """
     again = [n for n in names if any(r.get("label") == spec_label(*registry.parse_spec(n)) and unstable_kernels(r) for r in recs)]
-    if not again:
+    if not again or (budget_s is not None and budget_s < MIN_REMEASURE_S):
         return list(recs)
     sizes = sorted({int(r["numel"]) for r in recs if r.get("numel")})
     redo = run_bench(again, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
-                     model=model, progress=progress, max_rounds=max_rounds)
+                     model=model, progress=progress, max_rounds=max_rounds, budget_s=budget_s, shared_worker=shared_worker)
     by_key = {(r.get("label"), r.get("numel")): r for r in redo}
     out = []
     for r in recs:
@@ -350,6 +404,86 @@ def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, 
         keep = new if unstable_kernels(new) <= unstable_kernels(r) else r
         out.append({**keep, "remeasured": 1})
     return out
+
+
+#: the least of a sweep's time budget worth spending on timing flagged cases again: below it their second rounds would
+#: be cut short in turn, and a cut-short figure is no better than the flagged one it would replace
+MIN_REMEASURE_S = 5.0
+
+
+class _SharedWorker:
+    """One worker process that runs bench cases one after another (``python -m gcbench.measure.bench --serve``): a
+    case's arguments go in as one JSON line on its stdin, its record comes back as one JSON line on its stdout.  A
+    worker that dies is started again for the next case (the case it died on is recorded as failed)."""
+
+    def __init__(self, threads: int | None) -> None:
+        self.threads = threads
+        self.proc: subprocess.Popen[str] | None = None
+        self.log: Any = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        import tempfile
+
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads or os.cpu_count()), liveness.PARENT_PID_ENV: str(os.getpid())}
+        self.log = tempfile.TemporaryFile(mode="w+")  # its stderr: read back only when it dies, so a pipe never fills up
+        self.proc = subprocess.Popen([sys.executable, "-m", "gcbench.measure.bench", "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
+        return self.proc
+
+    def run(self, args: dict[str, Any]) -> dict[str, Any]:
+        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(args) + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except OSError:
+            line = ""
+        if not line:
+            proc.wait()
+            self.log.seek(0)
+            tail = (self.log.read().strip().splitlines() or ["no output"])[-1]
+            self.proc = None
+            raise GcbenchError(f"benchmark worker died on {args['label']}: {tail}")
+        reply = json.loads(line)
+        if "worker_error" in reply:
+            raise GcbenchError(reply["worker_error"])
+        return dict(reply)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # end of input: the worker returns
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.log is not None:
+            self.log.close()
+
+
+def _serve() -> None:
+    """The shared worker's loop (:class:`_SharedWorker`): one case per stdin line, its record as one stdout line.  Anything
+    else the cases print goes to stderr, so the reply channel carries records only."""
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        args = json.loads(line)
+        try:
+            rec: dict[str, Any] = bench_case(**args)
+        except Exception as exc:  # the parent records the case as failed and goes on
+            rec = {"worker_error": f"{type(exc).__name__}: {exc}"}
+        reply.write(json.dumps(rec, default=_json_default) + "\n")
+        reply.flush()
+        collect_garbage()  # what this case left is not the next case's to collect while it is timed
+
+
+def _json_default(o: Any) -> Any:
+    return None if isinstance(o, float) and not np.isfinite(o) else str(o)
 
 
 def _run_isolated(args: dict[str, Any]) -> dict[str, Any]:
@@ -394,25 +528,34 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
                   threads: int = 2, device: str = "cpu", isolate: bool = True, baseline: Path | str | None = None,
                   threshold: float = 0.25, model: str | None = None,
                   progress: Callable[[str, int, int, str], None] | None = None, remeasure: bool = False,
-                  max_rounds: int | None = None) -> BenchOutcome:
+                  max_rounds: int | None = None, budget_s: float | None = None, shared_worker: bool = False,
+                  clock: Callable[[], float] = time.monotonic) -> BenchOutcome:
     """:func:`run_bench`, each case compared with ``baseline`` (a stored bench file) and written as one ``kind="bench"`` file.
 
     The baseline is read before anything is timed (a malformed file is one error, not a wasted sweep).  A case's
     ``baseline_change`` is its compress×copy relative to the baseline case of the same label and element count; above
     ``threshold`` it is a regression.  With ``remeasure`` every case flagged ``unstable`` is timed once more and the
     less flagged of the two kept (``remeasured``: how many times; what ``gcbench advise`` acts on must not rest on
-    one disturbed minute).
+    one disturbed minute).  ``budget_s`` bounds the timing of the whole sweep, the second timing of flagged cases
+    included (it gets what the first left; :func:`run_bench`); the file's setup records it with the seconds the timing
+    took (``budget_s``, ``timing_s``).  ``shared_worker``: as :func:`run_bench`.
     """
     base_cases: dict[tuple[str, int | None, str | None], BenchCase] = {}
     if baseline is not None:
         base = load_run(baseline)
         base_cases = {(c.name, c.numel, c.model): c for c in base.cases if isinstance(c, BenchCase) and c.ok}
+    start = clock()
     recs = run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
-                     model=model, progress=progress, max_rounds=max_rounds)
+                     model=model, progress=progress, max_rounds=max_rounds, budget_s=budget_s, shared_worker=shared_worker,
+                     clock=clock)
     if remeasure:
+        left = None if budget_s is None else budget_s - (clock() - start)
         recs = remeasure_unstable(recs, names, repeats=repeats, warmup=warmup, threads=threads, device=device,
-                                  isolate=isolate, model=model, progress=progress, max_rounds=max_rounds)
+                                  isolate=isolate, model=model, progress=progress, max_rounds=max_rounds, budget_s=left,
+                                  shared_worker=shared_worker)
     setup: dict[str, Any] = {"name": "bench", "sizes": [] if model else list(sizes), "repeats": repeats, "threads": threads}
+    if budget_s is not None:
+        setup.update(budget_s=budget_s, timing_s=round(clock() - start, 3))
     if model is not None:
         setup["model"] = model
     writer = RunWriter(Path(out_dir), setup, "", None, device, kind="bench")
@@ -435,9 +578,12 @@ def main(argv: list[str]) -> None:  # the isolated worker
     parent = os.environ.get(liveness.PARENT_PID_ENV, "")
     if parent.isdigit():
         liveness.die_with_parent(int(parent))
+    if argv[:1] == ["--serve"]:
+        _serve()
+        return
     args = json.loads(argv[0])
     rec = bench_case(**args)
-    print(json.dumps(rec, default=lambda o: None if isinstance(o, float) and not np.isfinite(o) else str(o)))
+    print(json.dumps(rec, default=_json_default))
 
 
 if __name__ == "__main__":

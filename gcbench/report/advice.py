@@ -51,6 +51,9 @@ def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]
         + ("a flat network" if adv.topology.flat else
            f"nodes of {adv.topology.gpus_per_node} GPUs ({adv.topology.intra_gbps:g} Gbit/s inside a node, the bandwidth between nodes)")
         + ("; communication overlapped with the backward pass" if adv.overlap else "") + "."]
+    timing = "; ".join(filter(None, (ks.budget_text(), adv.candidates)))
+    if timing:
+        out.append(timing[0].upper() + timing[1:] + ".")
     if adv.calibration is not None:
         out.append(adv.calibration.describe() + "; kinds it did not measure: the α–β model.")
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})

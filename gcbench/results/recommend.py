@@ -28,12 +28,22 @@ DELIVERED_FLOOR = 0.5
 
 #: the compression ratio of a bf16 cast against fp32: a compressor below it sends more than a bf16 all-reduce
 BF16_RATIO = 2.0
+#: a payload at most this fraction over half the dense bytes is a bf16 cast's own size, not larger: a cast's payload
+#: carries a 13-byte header per tensor (16.002 bits an element on the mlp), so held to exactly half, bf16's and fp16's
+#: own rows were marked "larger than bf16's payload"
+BF16_SLACK = 0.01
+
+
+def larger_than_bf16(payload_bytes: float, dense_bytes: float) -> bool:
+    """Whether a payload is larger than a bf16 all-reduce's of the same gradient (half its fp32 bytes, :data:`BF16_SLACK`
+    over it for the cast's own headers)."""
+    return payload_bytes > dense_bytes / BF16_RATIO * (1 + BF16_SLACK)
 
 
 def bf16_text(ratio: float) -> str:
-    """``16× vs bf16``, or ``larger than bf16's payload`` when the ratio is under :data:`BF16_RATIO`."""
+    """``16× vs bf16``, or ``larger than bf16's payload`` when the payload is (:func:`larger_than_bf16`)."""
     r = ratio / BF16_RATIO
-    return f"{r:.3g}× vs bf16" if ratio >= BF16_RATIO else f"{r:.3g}× vs bf16: larger than bf16's payload"
+    return f"{r:.3g}× vs bf16: larger than bf16's payload" if larger_than_bf16(1.0, ratio) else f"{r:.3g}× vs bf16"
 
 
 @dataclass(frozen=True)

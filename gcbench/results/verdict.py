@@ -147,7 +147,9 @@ class BaselineBytes:
 
     @property
     def larger_than_bf16(self) -> bool:
-        return self.payload > self.dense / 2
+        from gcbench.results.recommend import larger_than_bf16  # the one rule (a cast's headers are not "larger")
+
+        return larger_than_bf16(self.payload, self.dense)
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "payload_bytes": self.payload, "dense_bytes": self.dense, "vs_fp32": self.vs_fp32,
