@@ -1,7 +1,7 @@
 """The ``gcbench`` command line: thin typer commands over the library.
 
 Every command is a small wrapper over an importable function, and every command reads its
-options by one grammar (:mod:`gcbench.cli.grammar`, and README's "One command-line grammar"),
+options by one grammar (:mod:`gcbench.cli.grammar`, and docs/grammar.md),
 each shared option declared once (:mod:`gcbench.cli.options`).  User errors (bad suite, bad file,
 an output that cannot be written, a meaningless number) print one clear line per problem to
 stderr and exit 1; a command line that cannot be read (an unknown name, too few compressors)

@@ -10,7 +10,7 @@
   ``lgc/autoencoder.py``).
 * ``_common.py``, ``_sparsify.py``, ``_sparse.py`` (sparse bodies) — helpers shared by implementations.
 
-Adding a compressor is adding a card module and an implementation module here (README, "Adding a
-compressor"); a compressor in another package registers through the entry-point group
+Adding a compressor is adding a card module and an implementation module here (docs/adding.md); a
+compressor in another package registers through the entry-point group
 ``gcbench.compressors`` instead.
 """

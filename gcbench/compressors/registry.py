@@ -85,7 +85,7 @@ def register(card: CompressorInfo | None = None, origin: str = "registered at ru
     import warnings
 
     warnings.warn("register(name=..., ...) as a class decorator is deprecated: declare a CompressorInfo card with "
-                  "impl='module:Class', set info = card on the class, and register the card (README, 'Adding a compressor')",
+                  "impl='module:Class', set info = card on the class, and register the card (docs/adding.md)",
                   DeprecationWarning, stacklevel=2)
     legacy.pop("exchange", None)  # 0.1's free-text protocol; a card declares a Protocol
 

@@ -3,7 +3,7 @@
 The runner (:mod:`gcbench.measure.runner`) feeds a source's steps through a compressor and hands
 the tensors here; this module turns them into the numbers of the case record.  Per-tensor fidelity
 (q, bias², variance, cosine, δ, α) is :mod:`gcbench.measure.fidelity`; what spans units, workers and
-steps is defined here (README, "What the metrics mean"):
+steps is defined here (docs/metrics.md):
 
 * **aggregate** of the default exchange: the element-wise mean of the workers' decoded tensors;
   the **true mean** is the same mean of the workers' references;

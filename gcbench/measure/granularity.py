@@ -2,7 +2,7 @@
 
 Compression ratio, fidelity and speed all depend on it: top-k over a 25 MiB bucket picks different
 coordinates than top-k per layer, a scale per bucket quantizes differently from a scale per layer,
-and per-call overheads are paid per unit.  So a benchmark states it (README, "Suites": `granularity`).
+and per-call overheads are paid per unit.  So a benchmark states it (docs/suites.md: `granularity`).
 
 * ``layer`` — one unit per gradient tensor, with its own shape (what most papers describe).
 * ``bucket`` — flat float32 buckets formed as PyTorch ``DistributedDataParallel`` forms them after its

@@ -176,7 +176,7 @@ class MetricsSpec(_Strict):
 
 
 class OptimizerSpec(_Strict):
-    """The suite's optimizer: its dense update is the one common reference of every case (README, "What the metrics mean")."""
+    """The suite's optimizer: its dense update is the one common reference of every case (docs/metrics.md)."""
 
     name: Literal["sgd"] = "sgd"
     momentum: Float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False, description="0: plain SGD")

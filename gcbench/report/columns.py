@@ -6,8 +6,8 @@ A :class:`Column` names a metric of a case (``case.metric(name)``, the names of
 metric: :data:`CATALOGUE`) and its help text; a few carry a richer cell (a timing's spread and
 flags, the delivered fraction's worker interval).  The terminal, Markdown and HTML renderers read
 these tuples, so adding a column to their tables is a line here (the CSV files of
-:mod:`gcbench.report.export` keep their own, wider, column lists).  One reference per table (README,
-"What the metrics mean"): the main table is on the suite's common reference, the one-shot table on
+:mod:`gcbench.report.export` keep their own, wider, column lists).  One reference per table
+(docs/metrics.md): the main table is on the suite's common reference, the one-shot table on
 each case's own.
 """
 

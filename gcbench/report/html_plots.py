@@ -1,6 +1,6 @@
 """The plots of one gradient source of a run or compare file: ratio against error, the stream, speed, layers, phases.
 
-One reference per plot (README, "What the metrics mean").  A source's main plots use the suite's
+One reference per plot (docs/metrics.md).  A source's main plots use the suite's
 common reference (the dense update of its optimizer): ratio against 1 − delivered, the share of the
 summed dense update a case's stream did not deliver, and the delivered fraction over steps.  The
 one-shot plots, each case against its own reference (DGC's momentum-SGD update, the gradient for

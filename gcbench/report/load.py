@@ -1,6 +1,6 @@
 """Loading the runs a report shows: results files into :class:`LoadedRun`, a baseline comparison, a folder's index.
 
-``gcbench report`` reads only results files (README, "Measuring and comparing"), so any old run can
+``gcbench report`` reads only results files (docs/usage.md, "Measuring and comparing"), so any old run can
 be re-rendered.  Which runs to load (named ones, a folder, the newest with an index of the rest) and
 the facts of a run's header (:func:`run_facts`: suite, date, status, machine, version) are here;
 how the loaded runs become tables is :mod:`gcbench.report.views`.

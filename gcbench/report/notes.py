@@ -1,7 +1,7 @@
 """The notes, legends and footnotes under the report's tables: every definition a reader needs, written once.
 
 The terminal prints the short :data:`LEGEND`; the Markdown and HTML reports print :data:`FOOTNOTE` in
-full (README, "What the metrics mean" and "How timings are taken").  Column headers that the notes
+full (docs/metrics.md and docs/timing.md).  Column headers that the notes
 name (:data:`X_COPY_HEADER`) live here too, so a note and its column cannot disagree.
 """
 
@@ -86,15 +86,14 @@ FOOTNOTE = f"{STREAM_NOTE} {ONESHOT_NOTE} {TIMING_NOTE} {DAGGER} = reconstructed
 
 
 #: the terminal's short legend under the run tables: what each mark means, and where the full definitions are (FOOTNOTE
-#: in --md and --html, `gcbench list metrics`, the README) — a wall of text under 60 rows is not read
+#: in --md and --html, `gcbench list metrics`, docs/metrics.md) — a wall of text under 60 rows is not read
 LEGEND = ("Legend: delivered = fraction of the dense update (the common reference) that arrived, 1 = all, ≤ 0 = no better "
           "than sending nothing, ± its 95% interval (jackknife over workers), (short) = too few "
           "steps to rank on; step err / scaled err = mean "
           "per-step error, raw / after the best rescaling (≥ 1 = no better than nothing); one-shot table: each case against "
           f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR; "
           f"({UNSTABLE}), ({TOO_SHORT}), ({BEATS_BOUND}) = not a speed to act on; {DAGGER} = reconstructed definition. "
-          "Full definitions: gcbench report --md, `gcbench list metrics`, README \"What the metrics mean\" and \"How timings "
-          "are taken\".")
+          "Full definitions: gcbench report --md, `gcbench list metrics`, docs/metrics.md and docs/timing.md.")
 
 
 TRAIN_FOOTNOTE = ("gap = final accuracy of 'none' minus this compressor's, in percentage points; to target = training time until "

@@ -1,6 +1,6 @@
 """The view model of a report: records turned into the rows, groups, captions and notes every renderer draws.
 
-``gcbench report`` reads only results files (README, "Measuring and comparing").  What every output
+``gcbench report`` reads only results files (docs/usage.md, "Measuring and comparing").  What every output
 format shares is here, once: how cases group by gradient source (:func:`by_source`), the rows of a
 case table with failed cases handled in one place (:func:`case_rows`), each case's name (a dagger
 for a reconstructed compressor), the captions that name a table's reference, the per-phase and

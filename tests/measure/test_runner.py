@@ -1,6 +1,6 @@
 """The runner and the per-case maths it uses (gcbench.measure.runner, gcbench.measure.casemath).
 
-Each function of ``casemath`` is checked against its definition (README, "What the metrics mean") on inputs
+Each function of ``casemath`` is checked against its definition (docs/metrics.md) on inputs
 small enough to work out by hand; ``run_case`` and ``run_suite`` are checked end to end on tiny
 hand-written or synthetic sources: the identity compressor loses nothing, a compressor that sends
 nothing has q = 1, top-k with error feedback has the EF drift worked out below, bytes and worker

@@ -2,7 +2,7 @@
 
 Hand-worked cases: what a case delivers of the dense update, its per-step error and scale-free
 error, each worker's delivered fraction, and the momentum filter, checked against the definitions
-in README ("What the metrics mean") computed here the slow way.
+in docs/metrics.md computed here the slow way.
 """
 
 from __future__ import annotations

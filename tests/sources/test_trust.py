@@ -2,8 +2,8 @@
 
 Issue 13, items 3, 4, 10 and 12: a ``package.module:factory`` named in a suite FILE is imported
 only with ``--trust-code`` / ``GCBENCH_TRUST_CODE=1``; ``validate`` imports nothing and says what a
-suite would import; seeds handed to user code are in ``[0, 2**31)`` and the README's user-model
-example runs as written; a raising factory, ``make_batch`` or loss is one line naming it.
+suite would import; seeds handed to user code are in ``[0, 2**31)`` and the user-model example of
+``docs/sources.md`` runs as written; a raising factory, ``make_batch`` or loss is one line naming it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from gcbench.sources.synthetic import SyntheticSource
 from gcbench.sources.trace import write_trace
 
 runner = CliRunner()
-README = Path(__file__).resolve().parents[2] / "README.md"
+#: the page that shows users how to name their own model (it moved there from the README)
+SOURCES_DOC = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 
 # a module whose import and call leave marks on disk, so a test can prove nothing ran
 SENTINEL = '''
@@ -209,11 +210,11 @@ def test_imported_code_classifies_names() -> None:
     require_trusted_code(suite("resnet18"), "f.toml", trust_code=False)
 
 
-# -- item 4: seeds handed to user code; the README's example runs as written ----------------
+# -- item 4: seeds handed to user code; the docs' example runs as written -----------------
 
 
 def _readme_user_model() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", SOURCES_DOC.read_text(encoding="utf-8"), re.S)
     [code] = [b for b in blocks if b.startswith("# mypkg/models.py")]
     return code
 

@@ -9,7 +9,7 @@ from gcbench_plugin_demo.card import HALFSIGN_CARD
 
 
 class HalfSign(Compressor):
-    """``halfsign``: one sign bit per element times the mean |x| (the plugin demo of README, "A compressor in its own package")."""
+    """``halfsign``: one sign bit per element times the mean |x| (the plugin demo of docs/adding.md)."""
 
     info = HALFSIGN_CARD
 
