@@ -6,7 +6,8 @@ Usage::
     python benchmarks/screenshots.py /tmp/report/index.html /tmp/shots [--width 1400]
 
 writes ``full.png`` (the whole page) and one PNG per section (every ``<h2>``/``<h3>`` with an id:
-``run0.png``, ``run0-src0.png``, ...) into the folder, and prints what the page measured in the
+``run0.png``, ``run0-src0.png``, ...) into the folder (``--top PX`` keeps each shot's first PX pixels: what a
+reader sees first, small enough for a README; ``--only ID`` takes that one section), and prints what the page measured in the
 browser: its scroll width against the window (a table or plot wider than the window overflows),
 its height, and the plots and tables it holds.  Open the PNGs: a plot whose points cannot be named
 or a table that overflows is seen there first.
@@ -193,10 +194,14 @@ def sections(html: str) -> list[tuple[str, str]]:
 
 
 def screenshot(path: Path, out: Path, width: int = 1400, only: str = "", open_details: bool = False,
-               timeout: float = 180) -> PageProbe:
-    """A PNG of the page (or of one section, ``only`` = its heading's id) at ``width``, as tall as it is."""
+               timeout: float = 180, top: int | None = None) -> PageProbe:
+    """A PNG of the page (or of one section, ``only`` = its heading's id) at ``width``, as tall as it is.
+
+    ``top``: only the first ``top`` CSS pixels (the window is that tall), for a picture of what a reader sees first
+    that stays small enough to commit; the probe still measures the whole page.
+    """
     probe = probe_file(path, width, 1000, only, open_details, timeout)
-    height = min(max(probe.scroll_height, 200), MAX_HEIGHT)
+    height = min(max(probe.scroll_height, 200), MAX_HEIGHT, top if top is not None else MAX_HEIGHT)
     with tempfile.TemporaryDirectory(prefix="gcbench-shot-") as tmp:
         copy = Path(tmp) / path.name
         copy.write_text(_with_probe(path.read_text(encoding="utf-8"), only, open_details), encoding="utf-8")
@@ -213,7 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=1400, help="window width in CSS pixels (default 1400)")
     ap.add_argument("--no-sections", action="store_true", help="the full page only")
     ap.add_argument("--open", action="store_true", help="unfold every <details> (folded tables) before the screenshot")
+    ap.add_argument("--top", type=int, default=None, metavar="PX",
+                    help="keep only the first PX CSS pixels of each shot (e.g. the README's picture of a report)")
+    ap.add_argument("--only", default=None, metavar="ID", help="only the section whose heading has this id (e.g. run0-src0)")
     args = ap.parse_args(argv)
+    if args.top is not None and args.top < 1:
+        print(f"screenshots: --top must be at least 1 pixel, got {args.top}", file=sys.stderr)
+        return 1
     if not available():
         print(f"screenshots: {CHROMIUM} not found (Debian: apt-get install chromium)", file=sys.stderr)
         return 1
@@ -223,10 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     html = args.report.read_text(encoding="utf-8")
     views = [("full", "", "the whole page")] + ([] if args.no_sections else [(i, i, t) for i, t in sections(html)])
+    if args.only is not None:
+        views = [v for v in views if v[1] == args.only]
+        if not views:
+            known = ", ".join(i for i, _ in sections(html)) or "none"
+            print(f"screenshots: no section {args.only!r} in {args.report} (sections: {known})", file=sys.stderr)
+            return 1
     bad = False
     for name, only, text in views:
         png = args.out / f"{re.sub(r'[^A-Za-z0-9_-]', '_', name)}.png"
-        p = screenshot(args.report, png, args.width, only, args.open)
+        p = screenshot(args.report, png, args.width, only, args.open, top=args.top)
         over = p.scroll_width > args.width or bool(p.scrolling)
         bad |= over or bool(p.console)
         cut = f" (cut at {MAX_HEIGHT})" if p.scroll_height > MAX_HEIGHT else ""
