@@ -62,7 +62,9 @@ def converge_cmd(
     target: Target = None,
     target_value: TargetValue = None,
     divergence_factor: Divergence = None,
-    threads: options.threads(int | None, "Torch threads (default: torch's).") = None,
+    threads: options.threads(int | None, (
+        "Torch threads (default: chosen from the model's size and the machine's load: one for a small model; "
+        "the title and the results file say which).")) = None,
     name: Name = None,
     trust_code: TrustCode = False,
     out_dir: options.out_path() = Path("reports/runs"),
@@ -110,11 +112,16 @@ def converge_cmd(
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_converge(cfg, out_dir, prog, suite_path)
     if as_json:
-        print_json({"results": str(outcome.path), "target": outcome.target, "settings": outcome.settings, "cases": outcome.cases})
+        chosen = {"count": outcome.threads.threads, "rule": outcome.threads.rule} if outcome.threads else None
+        print_json({"results": str(outcome.path), "target": outcome.target, "settings": outcome.settings, "threads": chosen,
+                    "cases": outcome.cases})
         return
     s = outcome.settings
     title = (f"gcbench converge — {s['task']}, {s['workers']} workers, {s['steps']} steps, {s['optimizer']} lr {s['lr']:g}, "
              f"{len(s['seeds'])} seeds")
+    if outcome.threads is not None:  # the thread count decides the wall times, and a chosen one can change between runs
+        n = outcome.threads.threads
+        title += f", {n} torch thread{'s' if n > 1 else ''} ({'auto' if outcome.threads.rule.startswith('auto') else 'given'})"
     output.out.print(converge_table(outcome.cases, title))
     plain(verdict(outcome.cases))
     plain(f"results: {outcome.path}")

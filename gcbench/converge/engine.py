@@ -22,9 +22,12 @@ Buffers (batch-norm running statistics) are updated by every worker's forward pa
 model; after each step they are put back to what worker 0's pass left, as DDP's default
 ``broadcast_buffers`` gives every replica rank 0's buffers.
 
-Divergence: a non-finite training loss, or one above ``divergence_factor`` × the first step's,
-stops the seed with status ``diverged``.  Bytes are the protocol's :class:`~gcbench.core.compressor.Traffic`,
-summed over the run (no per-step history is kept beyond the evaluation curve).
+Divergence: a non-finite training loss, one above ``divergence_factor`` × the first step's, a
+non-finite held-out loss or metric at an evaluation after the first step, or an update torch
+cannot represent in float32 (``--lr 1e308``) stops the seed with status ``diverged``; a non-finite
+held-out loss before any update is the seed's error (the model or its data, not the training).
+Bytes are the protocol's :class:`~gcbench.core.compressor.Traffic`, summed over the run (no
+per-step history is kept beyond the evaluation curve).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import torch
 from torch import nn
 
 from gcbench.compressors import registry
-from gcbench.converge.problems import Problem, make_optimizer
+from gcbench.converge.problems import ConvergeError, Problem, make_optimizer
 from gcbench.core.compressor import Compressor, State
 
 #: the gradient-ready order is unknown until the first backward pass; DDP's default bucket caps after it
@@ -187,12 +190,19 @@ def _evaluate(sp: Any, model: nn.Module, step: int, train_loss: float | None) ->
     return {"step": step, "train_loss": train_loss, "eval_loss": float(eval_loss), "metric": float(metric)}
 
 
+def _finite(point: dict[str, Any]) -> bool:
+    """Whether an evaluation's held-out loss and metric are both finite numbers."""
+    return math.isfinite(point["eval_loss"]) and math.isfinite(point["metric"])
+
+
 def run_seed(problem: Problem, compressor: str | Compressor, settings: EngineSettings, seed: int,
              progress: StepProgress | None = None) -> SeedResult:
     """Train ``problem`` for ``settings.steps`` steps with ``compressor`` and ``settings.workers`` simulated workers.
 
-    A compressor or problem that raises during the run gives status ``error`` with its message;
-    ``KeyboardInterrupt`` propagates.  The caller's random state is left as it was.
+    A compressor or problem that raises during the run gives status ``error`` with its message, a
+    ``SystemExit`` from a user's model or hook included (it is that code's failure, not a request to
+    end gcbench); ``KeyboardInterrupt`` (Ctrl-C, SIGTERM) propagates.  The caller's random state is
+    left as it was.
     """
     if isinstance(compressor, Compressor):
         comp = compressor
@@ -204,7 +214,9 @@ def run_seed(problem: Problem, compressor: str | Compressor, settings: EngineSet
     with torch.random.fork_rng(devices=[]):
         try:
             _train(problem, comp, settings, seed, out, progress)
-        except Exception as exc:  # recorded as this seed's error; the other seeds and compressors go on
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # recorded as this seed's error; the other seeds and compressors go on
             text = str(exc).strip().splitlines()
             out.status, out.error = "error", f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
     out.wall_s = time.perf_counter() - t0
@@ -231,6 +243,9 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
     buffers = [b for b in model.buffers() if b.is_floating_point() or b.dtype == torch.long]
     kept: list[torch.Tensor] = []
     out.curve.append(_evaluate(sp, model, 0, None))
+    if not _finite(out.curve[0]):  # before any update: the model or its held-out data, not a divergence
+        raise ConvergeError(f"the initial model's held-out loss is {out.curve[0]['eval_loss']} (before any update): "
+                            "check the model and its held-out batches")
     first_loss: float | None = None
     window: list[float] = []  # training losses since the last evaluation
     for step in range(s.steps):
@@ -279,14 +294,23 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
         del grads
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        opt.step()
+        try:
+            opt.step()
+        except RuntimeError as exc:
+            # torch refuses an update factor (lr x a moment, lr x weight decay) beyond float32's range: the same
+            # outcome as an update that overflows to inf, which the next loss shows as non-finite
+            if "without overflow" not in str(exc):
+                raise
+            out.status, out.diverged_at_step = "diverged", step
+            out.diverged_reason = "non-finite update (the step overflows float32)"
+            break
         opt.zero_grad(set_to_none=True)
         out.steps_run = step + 1
         if out.steps_run % s.eval_every == 0 or out.steps_run == s.steps:
             out.curve.append(_evaluate(sp, model, out.steps_run, sum(window) / len(window)))
             window = []
-            if not math.isfinite(out.curve[-1]["metric"]):
-                out.status, out.diverged_at_step, out.diverged_reason = "diverged", out.steps_run, "non-finite held-out metric"
+            if not _finite(out.curve[-1]):  # a NaN held-out loss with a finite accuracy is a divergence too
+                out.status, out.diverged_at_step, out.diverged_reason = "diverged", out.steps_run, "non-finite held-out loss"
                 break
         if progress is not None:
             progress(out.steps_run, s.steps)

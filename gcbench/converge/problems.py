@@ -142,8 +142,12 @@ def _is_file_factory(spec: str) -> bool:
     return bool(sep) and path.endswith(".py")
 
 
-def _import_file_factory(spec: str) -> str:
-    """``path/to/file.py:factory`` imported as a module of its own; returns the ``module:factory`` name that loads it."""
+def _import_file_factory(spec: str) -> Callable[..., object]:
+    """The factory of ``path/to/file.py:factory``, its file imported as a module of its own.
+
+    Every error names the file and the factory as the user typed them: the module's internal name
+    (``gcbench_user_<stem>_<digest>``, unique per path) means nothing to them.
+    """
     path_text, _, attr = spec.rpartition(":")
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
@@ -158,12 +162,27 @@ def _import_file_factory(spec: str) -> str:
         sys.modules[name] = module
         try:
             loader_spec.loader.exec_module(module)
-        except Exception as exc:  # the file's own top-level code failed: the user's error
+        except KeyboardInterrupt:
+            del sys.modules[name]
+            raise
+        except BaseException as exc:  # the file's own top-level code failed (a sys.exit() too): the user's error
             del sys.modules[name]
             first = str(exc).strip().splitlines()
             raise ConvergeError(f"model {spec!r}: importing {path_text!r} raised {type(exc).__name__}"
                                 f"{': ' + first[0] if first else ''}") from exc
-    return f"{name}:{attr}"
+    obj: Any = sys.modules[name]
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            import difflib
+
+            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n))]
+            close = difflib.get_close_matches(part, names, n=3, cutoff=0.5)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ConvergeError(f"model {spec!r}: {path_text!r} has no {attr!r}{hint}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConvergeError(f"model {spec!r}: {attr!r} in {path_text!r} is not callable (it is a {type(obj).__name__})")
+    return obj
 
 
 class ModelProblem(Problem):
@@ -177,7 +196,9 @@ class ModelProblem(Problem):
         self._load_model, self._cross_entropy = load_model, cross_entropy
         self.user = _is_file_factory(spec) or catalog.is_user_model(spec)
         self.hf = spec.startswith("hf:")
-        self._name = _import_file_factory(spec) if _is_file_factory(spec) else spec
+        self._name = spec
+        #: a file's factory, built by :func:`~gcbench.sources.zoo.build_user_model` under the user's own spec
+        self._file_factory = _import_file_factory(spec) if _is_file_factory(spec) else None
         if not self.user and not self.hf:
             card = catalog.lookup(spec)  # an unknown zoo name: "did you mean" in one line
             self._batch_option = "batch_size" in card.options
@@ -210,6 +231,10 @@ class ModelProblem(Problem):
         kwargs: dict[str, Any] = {}
         if batch is not None and self._batch_option:
             kwargs["batch_size"] = int(batch)
+        if self._file_factory is not None:
+            from gcbench.sources.zoo import build_user_model
+
+            return build_user_model(self.spec, self._file_factory, seed, kwargs)
         return self._load_model(self._name, seed, **kwargs)
 
     def instance(self, seed: int, workers: int, batch: int | None) -> SeedProblem:

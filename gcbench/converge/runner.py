@@ -128,6 +128,7 @@ class ConvergeOutcome:
     cases: list[dict[str, Any]]
     target: float | None
     settings: dict[str, Any]
+    threads: ThreadChoice | None = None
 
 
 def _specs(cfg: ConvergeConfig) -> list[Spec]:
@@ -140,21 +141,68 @@ def _specs(cfg: ConvergeConfig) -> list[Spec]:
     return specs
 
 
-def _probe(problem: Problem, s: EngineSettings) -> None:
-    """Build seed 0's problem and run one worker's forward pass and loss: a bad factory or too few batches fail before any run."""
+def _probe(problem: Problem, s: EngineSettings) -> float | None:
+    """Build seed 0's problem and run one worker's forward pass and loss: a bad factory, a forward that fails on its own
+    batch, a model with nothing to train or too few batches fail here, in one line, before any run.
+
+    Returns the FLOPs of that forward pass (None where they cannot be counted), for :func:`choose_threads`.
+    """
     sp = problem.instance(0, s.workers, s.batch)
+    user = bool(getattr(problem, "user", False))
+    label = f"model {problem.spec!r}" if user else problem.spec
     try:
         batches = next(sp.batches)
     except StopIteration:
         raise ConvergeError(f"{problem.spec}: no batches for {s.workers} workers") from None
+    if not any(p.requires_grad for p in sp.model.parameters()):
+        raise ConvergeError(f"{label} has no trainable parameters (none with requires_grad): there is nothing to train "
+                            "or to compress")
     x, y = batches[0]
-    loss = sp.loss(sp.model(x), y)
+    try:
+        outputs = sp.model(x)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        if not user:
+            raise  # a bundled model failing on its own batches is gcbench's bug: it keeps its traceback
+        from gcbench.sources.zoo import user_code_error
+
+        raise user_code_error(problem.spec, "the forward pass on make_batch(0, 0)", exc) from exc
+    loss = sp.loss(outputs, y)
     if not hasattr(loss, "backward") or getattr(loss, "numel", lambda: 0)() != 1:
-        raise ConvergeError(f"{problem.spec}: the loss must be a scalar tensor, got {type(loss).__name__}")
+        raise ConvergeError(f"{label}: the loss must be a scalar tensor, got {type(loss).__name__}")
+    if not loss.requires_grad:
+        raise ConvergeError(f"{label}: the loss does not depend on any trainable parameter (it has no gradient), so "
+                            "there is nothing to train")
+    return _forward_flops(sp.model, x)
+
+
+def _forward_flops(model: Any, x: Any) -> float | None:
+    """The FLOPs torch counts for one forward pass of ``model`` on ``x`` (matrix products and convolutions); None if
+    the count fails (an operator the counter cannot take: the thread choice then treats the model as large)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = model.training
+    model.eval()  # no batch-norm statistics updated, no dropout drawn: the count leaves the model as it was
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x)
+        return float(counter.get_total_flops())
+    except Exception:  # counting is an estimate for a speed choice: never a reason to fail the run
+        return None
+    finally:
+        model.train(was_training)
 
 
 def resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any]]:
     """Check ``cfg``, build the problem and fill its defaults: the engine's settings, the compressors and the record's settings."""
+    problem, engine, specs, settings, _ = _resolve(cfg)
+    return problem, engine, specs, settings
+
+
+def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any], float | None]:
+    """:func:`resolve`, and the FLOPs of one worker's forward pass (:func:`_probe`)."""
     cfg.check()
     specs = _specs(cfg)
     problem = make_problem(cfg.task, cfg.model, cfg.batch)
@@ -169,7 +217,7 @@ def resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], d
     engine = EngineSettings(workers=cfg.workers, steps=cfg.steps, batch=cfg.batch, optimizer=optimizer, lr=float(cfg.lr or d.lr),
                             momentum=momentum if optimizer == "sgd" else None, weight_decay=float(cfg.weight_decay),
                             eval_every=min(eval_every, cfg.steps), divergence_factor=float(cfg.divergence_factor))
-    _probe(problem, engine)
+    flops = _probe(problem, engine)
     task = f"zoo:{problem.spec}" if isinstance(problem, ModelProblem) and not problem.user and not problem.hf else problem.spec
     fraction = None if cfg.target_value is not None else (cfg.target_fraction or stats.DEFAULT_TARGET_FRACTION)
     settings: dict[str, Any] = {
@@ -181,7 +229,80 @@ def resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], d
         # added to the schema's fields: how the units were laid out (see gcbench/converge/engine.py)
         "granularity": "layer", "unit_layout": "ddp buckets (as gcbench train --granularity layer)",
     }
-    return problem, engine, specs, settings
+    return problem, engine, specs, settings, flops
+
+
+#: a worker's forward pass under this many FLOPs runs on one torch thread whatever the machine (see :func:`choose_threads`)
+SMALL_PASS_FLOPS = 10e6
+#: the shortest window over which other processes' CPU use is measured before the threads are chosen
+LOAD_WINDOW_S = 0.25
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """How many torch threads a run uses, and why (the results file's ``environment.torch_threads`` and ``threads_rule``)."""
+
+    threads: int
+    rule: str
+
+
+def choose_threads(flops: float | None, cores: int, others: float | None, default: int) -> ThreadChoice:
+    """The torch threads for a run whose workers' forward pass is ``flops``, on ``cores`` cores of which ``others`` are
+    busy with other processes, ``default`` being torch's own count (the upper bound: OMP_NUM_THREADS still caps it).
+
+    Intra-op threads meet at a barrier after every operator; a thread whose core another process
+    holds makes the others spin until the scheduler gives it one.  A forward pass of a few MFLOP is
+    a handful of sub-millisecond operators, so a second thread can save at most microseconds a pass
+    and, under load, costs milliseconds at every barrier (the digits MLP, 3.2 MFLOP: 0.4 ms a pass on
+    one thread, 400 ms on two, at load 9.5 on 2 cores): below :data:`SMALL_PASS_FLOPS` the run takes
+    one thread, whatever the load, so its numbers are also those of ``--threads 1``.  A larger model
+    gets the cores no other process is using (rounded), at least one, at most ``default``.
+    """
+    if flops is not None and flops < SMALL_PASS_FLOPS:
+        return ThreadChoice(1, f"auto: 1 thread, a worker's forward pass being {_flops_text(flops)} "
+                               f"(under {_flops_text(SMALL_PASS_FLOPS)} one thread is used whatever the load)")
+    free = float(cores) if others is None else cores - others
+    n = max(1, min(default, cores, math.floor(free + 0.5)))
+    size = "an uncounted" if flops is None else f"a {_flops_text(flops)}"
+    load = "load unknown" if others is None else f"{others:.2g} of them busy with other processes"
+    return ThreadChoice(n, f"auto: {n} thread{'s' if n > 1 else ''} for {size} forward pass, {cores} cores, {load}")
+
+
+def _flops_text(flops: float) -> str:
+    """``3.23 MFLOP``, ``694 MFLOP``, ``80 FLOP``: three significant digits in the largest unit below the count."""
+    for unit, scale in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.3g} FLOP"
+
+
+def machine_load(meter: Any, since: float) -> tuple[int, float | None]:
+    """The cores this process may run on, and how many cores' worth of work other processes are doing now.
+
+    The work is the larger of the 1-minute load average and other processes' share of the CPU since
+    ``since`` (``meter``: a started :class:`~gcbench.measure.timing.CpuMeter`, over at least
+    :data:`LOAD_WINDOW_S`): the average lags a load that has just started by a minute, the window
+    misses one that pauses; too few threads cost at most the cores' factor, too many far more.
+    """
+    import os
+    import time
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    wait = LOAD_WINDOW_S - (time.perf_counter() - since)
+    if wait > 0:
+        time.sleep(wait)
+    seen: list[float] = []
+    share = meter.share()
+    if share is not None:
+        seen.append(share * (os.cpu_count() or cores))
+    try:
+        seen.append(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        pass
+    return cores, (max(seen) if seen else None)
 
 
 def _noop(stage: str, done: int, total: int, message: str) -> None:
@@ -191,25 +312,48 @@ def _noop(stage: str, done: int, total: int, message: str) -> None:
 def run_converge(cfg: ConvergeConfig, out_dir: Path | str = "reports/runs", progress: Progress | None = None,
                  suite_path: str | None = None) -> ConvergeOutcome:
     """Run the reference and every compressor over every seed; write and return the results (see the module docstring)."""
+    import time
+
     import torch
 
+    from gcbench.measure.timing import CpuMeter
+
     progress = progress or _noop
-    problem, engine, specs, settings = resolve(cfg)
+    meter, since = CpuMeter().start(), time.perf_counter()
+    problem, engine, specs, settings, flops = _resolve(cfg)
+    before = torch.get_num_threads()
     if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+        choice = ThreadChoice(cfg.threads, f"given: threads = {cfg.threads}")
+    else:
+        choice = choose_threads(flops, *machine_load(meter, since), default=before)
+    torch.set_num_threads(choice.threads)
+    try:
+        return _run(cfg, problem, engine, specs, settings, choice, out_dir, progress, suite_path)
+    finally:
+        torch.set_num_threads(before)  # a library caller gets its own thread count back
+
+
+def _run(cfg: ConvergeConfig, problem: Problem, engine: EngineSettings, specs: list[Spec], settings: dict[str, Any],
+         choice: ThreadChoice, out_dir: Path | str, progress: Progress, suite_path: str | None) -> ConvergeOutcome:
+    """:func:`run_converge` once the problem is built and the threads are set."""
     parameters = getattr(problem, "parameters", None)
     suite = {"name": cfg.name or f"converge-{settings['task']}", "kind": "converge", "description": cfg.extra.get("description"),
              "config": {k: v for k, v in asdict(cfg).items() if k != "extra"}, "task": problem.describe(),
              "compressors": [s.label for s in specs]}
     digest = hashlib.sha256(json.dumps(suite, sort_keys=True, default=str).encode()).hexdigest()
     writer = RunWriter(Path(out_dir), suite, digest, suite_path, "cpu", kind="converge")
+    # the count in force (the writer read torch's) and why: a timing is only comparable with its thread count
+    writer.record.environment.torch_threads = choice.threads
+    writer.record.environment.threads_rule = choice.rule
     seeds = settings["seeds"]
     total = len(specs) * len(seeds)
     target: float | None = settings["target"]
     reference_finals: dict[int, float] = {}
     cases: list[dict[str, Any]] = []
     done = 0
-    progress("case", 0, total, f"{specs[0].label} seed {seeds[0]}")
+    threads = f"{choice.threads} thread{'s' if choice.threads > 1 else ''}"
+    progress("case", 0, total, f"{specs[0].label} seed {seeds[0]} ({threads})")
+    where = "before the first seed"
     try:
         for index, spec in enumerate(specs):
             is_ref = index == 0 and spec.name == reference_name() and not spec.params
@@ -217,7 +361,7 @@ def run_converge(cfg: ConvergeConfig, out_dir: Path | str = "reports/runs", prog
             for seed in seeds:
                 where = f"{spec.label} seed {seed}"
                 r = run_seed(problem, spec.label, engine, seed,
-                             lambda step, steps, where=where: progress("step", step, steps, where))  # type: ignore[misc]
+                             lambda step, steps, where=where: progress("step", step, steps, f"{where} ({threads})"))  # type: ignore[misc]
                 results.append(r)
                 done += 1
                 case = build_case(spec.label, {**settings, "target": target}, results, target, reference_finals, is_ref, parameters)
@@ -239,10 +383,20 @@ def run_converge(cfg: ConvergeConfig, out_dir: Path | str = "reports/runs", prog
         with signals.deferred():
             writer.finish("interrupted")
         raise
+    except BaseException as exc:  # whatever stopped the run, its file says so: never left "running" for a reader to trust
+        if writer.record.status == "running":
+            with signals.deferred():
+                writer.finish("failed")
+        if isinstance(exc, Exception):
+            raise
+        # a SystemExit (or another BaseException) from code the run called is that code's error, not a quiet exit
+        text = str(exc).strip().splitlines()
+        kept = f"; the finished seeds are in {writer.path}" if writer.path is not None else ""
+        raise ConvergeError(f"{where}: {type(exc).__name__}{': ' + text[0] if text else ''} stopped the run{kept}") from exc
     failed = any(c["status"] != "ok" or c["convergence"]["summary"].get("failed") for c in cases)
     with signals.deferred():
         writer.finish("complete-with-errors" if failed else "complete")
-    return ConvergeOutcome(writer.path, cases, target, settings)
+    return ConvergeOutcome(writer.path, cases, target, settings, choice)
 
 
 def _target(label: str, results: Sequence[SeedResult], settings: dict[str, Any], writer: RunWriter) -> float:
@@ -262,8 +416,10 @@ def _target(label: str, results: Sequence[SeedResult], settings: dict[str, Any],
         with signals.deferred():
             writer.finish("failed")
         reasons = sorted({r.error or r.diverged_reason or r.status for r in results})
+        # a lower rate cures a divergence, not an error (a model that cannot run would still not run)
+        hint = "lower --lr or check the problem" if all(r.status == "diverged" for r in results) else "fix the error"
         raise ConvergeError(f"the reference {label} finished no seed ({'; '.join(str(x) for x in reasons)}), so there is no "
-                            "target; lower --lr or check the problem")
+                            f"target; {hint}")
     return stats.target_from_fraction(sum(finals) / len(finals), float(settings["target_fraction"]))
 
 

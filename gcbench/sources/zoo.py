@@ -539,7 +539,16 @@ def _import_factory(path: str) -> Callable[..., object]:
 
 
 def _load_user(path: str, seed: int, kwargs: Mapping[str, object]) -> ZooModel:
-    factory = _import_factory(path)
+    return build_user_model(path, _import_factory(path), seed, kwargs)
+
+
+def build_user_model(path: str, factory: Callable[..., object], seed: int, kwargs: Mapping[str, object]) -> ZooModel:
+    """Call a user ``factory`` as :func:`load_model` does, and check and guard what it returns.
+
+    ``path`` names the model in every error: the ``package.module:factory`` a user typed, or the
+    ``file.py:factory`` of a factory imported from a file (gcbench/converge/problems.py), never the
+    internal module name such a file is imported under.
+    """
     seed = user_seed(seed)
     call_kwargs = dict(kwargs)
     try:
@@ -560,7 +569,9 @@ def _load_user(path: str, seed: int, kwargs: Mapping[str, object]) -> ZooModel:
         torch.manual_seed(seed)
         try:
             result = factory(**call_kwargs)
-        except Exception as exc:  # the user's code failed: one line naming it, the traceback chained
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the user's code failed (SystemExit included): one line naming it, the traceback chained
             raise user_code_error(path, None, exc) from exc
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise SourceError(f"model {path!r}: the factory must return (module, make_batch) or (module, make_batch, loss_fn), "
@@ -583,7 +594,9 @@ def _guarded_batches(path: str, make_batch: MakeBatch) -> MakeBatch:
     def guarded(batch_index: int, worker: int) -> tuple[Any, Any]:
         try:
             batch = make_batch(batch_index, worker)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a sys.exit() in user code is its error too, not a silent exit of gcbench
             raise user_code_error(path, f"make_batch({batch_index}, {worker})", exc) from exc
         if not isinstance(batch, tuple | list) or len(batch) != 2:
             raise SourceError(f"model {path!r}: make_batch({batch_index}, {worker}) must return (inputs, targets), "
@@ -600,7 +613,9 @@ def _guarded_loss(path: str, loss_fn: LossFn) -> LossFn:
     def guarded(outputs: Any, targets: Any) -> torch.Tensor:
         try:
             return loss_fn(outputs, targets)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # as in make_batch: SystemExit too
             raise user_code_error(path, "loss_fn", exc) from exc
 
     return guarded

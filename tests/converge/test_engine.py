@@ -103,7 +103,8 @@ def test_a_huge_learning_rate_diverges_as_an_outcome() -> None:
     problem = make_problem(None, TINY)
     r = run_seed(problem, "none", _settings(lr=1e6, steps=20, eval_every=5), seed=0)
     assert r.status == "diverged" and r.diverged_at_step is not None and r.diverged_at_step < 20
-    assert r.diverged_reason in ("non-finite loss", "loss above 10x its start", "non-finite held-out metric")
+    assert r.diverged_reason in ("non-finite loss", "loss above 10x its start", "non-finite held-out loss",
+                                 "non-finite update (the step overflows float32)")
     assert r.final is None and r.error is None
 
 
@@ -163,3 +164,72 @@ def test_batch_norm_statistics_are_worker_0s_as_ddp_broadcasts_them(tmp_path: ob
         assert torch.allclose(seen[-1], bn.running_mean, atol=1e-6)
     finally:
         del sys.modules[mod.__name__]
+
+
+def _held_out_loss_nan_from(problem: object, evaluation: int) -> None:
+    """Make ``problem``'s held-out loss NaN from its ``evaluation``-th evaluation on (0: the one before any update), the
+    metric (accuracy) staying finite: what a model whose held-out pass overflows, or held-out data with a NaN, gives."""
+    instance = problem.instance  # type: ignore[attr-defined]
+
+    def patched(seed: int, workers: int, batch: int | None) -> object:
+        sp = instance(seed, workers, batch)
+        evaluate, calls = sp.evaluate, []
+
+        def nan_loss(model: torch.nn.Module) -> tuple[float, float]:
+            loss, metric = evaluate(model)
+            calls.append(model)
+            return (float("nan") if len(calls) > evaluation else loss), metric
+
+        sp.evaluate = nan_loss
+        return sp
+
+    problem.instance = patched  # type: ignore[attr-defined]
+
+
+def test_a_nan_held_out_loss_is_a_divergence_not_an_ok_seed() -> None:
+    problem = make_problem(None, TINY)
+    _held_out_loss_nan_from(problem, 1)  # the evaluation at step 3
+    r = run_seed(problem, "none", _settings(), seed=0)
+    assert (r.status, r.diverged_at_step, r.diverged_reason) == ("diverged", 3, "non-finite held-out loss")
+    assert r.final is None and r.error is None and r.steps_run == 3
+
+
+def test_a_nan_held_out_loss_before_any_update_is_the_seeds_error() -> None:
+    problem = make_problem(None, TINY)
+    _held_out_loss_nan_from(problem, 0)
+    r = run_seed(problem, "none", _settings(), seed=0)
+    assert r.status == "error" and r.steps_run == 0
+    assert r.error == ("ConvergeError: the initial model's held-out loss is nan (before any update): check the model and "
+                       "its held-out batches")
+
+
+@pytest.mark.parametrize(("optimizer", "lr", "weight_decay"), [("sgd", 1e308, 0.0), ("adam", 1e38, 0.0), ("sgd", 0.1, 1e308)])
+def test_an_update_that_overflows_float32_is_a_divergence(optimizer: str, lr: float, weight_decay: float) -> None:
+    momentum = 0.9 if optimizer == "sgd" else None
+    r = run_seed(make_problem(None, TINY), "topk:density=0.2", _settings(optimizer=optimizer, lr=lr, momentum=momentum,
+                                                                        weight_decay=weight_decay), seed=0)
+    assert (r.status, r.error, r.diverged_at_step) == ("diverged", None, 0)
+    assert r.diverged_reason == "non-finite update (the step overflows float32)"
+
+
+def test_a_system_exit_from_the_users_forward_is_the_seeds_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = make_problem(None, TINY)
+    instance = problem.instance
+
+    def exiting(seed: int, workers: int, batch: int | None) -> object:
+        sp = instance(seed, workers, batch)
+        forward = sp.model.forward
+        calls: list[int] = []
+
+        def forward_then_exit(x: torch.Tensor) -> torch.Tensor:
+            calls.append(1)
+            if len(calls) > 10:  # past the initial evaluation (8 held-out batches) and one step
+                raise SystemExit(3)
+            return forward(x)
+
+        monkeypatch.setattr(sp.model, "forward", forward_then_exit)
+        return sp
+
+    monkeypatch.setattr(problem, "instance", exiting)
+    r = run_seed(problem, "none", _settings(), seed=0)
+    assert (r.status, r.error) == ("error", "SystemExit: 3")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from gcbench.converge.problems import ConvergeError
 from gcbench.converge.runner import ConvergeConfig, load_suite, resolve, run_converge
@@ -119,3 +120,140 @@ def test_a_reference_that_diverges_on_every_seed_gives_no_target(tmp_path: Path)
     (path,) = tmp_path.glob("*.json")
     rec = load_run(path)
     assert rec.status == "failed" and rec.cases[0].convergence.seeds[0].status == "diverged"
+
+
+def _module_factory(name: str, build: Any) -> str:
+    """Register ``build`` (``() -> nn.Module``) as the factory of an in-memory user module; returns its ``module:factory``."""
+    import sys
+    import types
+
+    mod = types.ModuleType(name)
+
+    def factory(seed: int = 0) -> tuple[Any, Any]:
+        torch.manual_seed(seed)
+
+        def make_batch(i: int, w: int) -> tuple[Any, Any]:
+            g = torch.Generator().manual_seed(100 * i + w)
+            return torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
+
+        return build(), make_batch
+
+    mod.factory = factory  # type: ignore[attr-defined]
+    sys.modules[name] = mod
+    return f"{name}:factory"
+
+
+class _NoParameters(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        return x[:, :3] * 2.0
+
+
+class _IgnoresItsParameters(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.unused = torch.nn.Linear(6, 3)
+
+    def forward(self, x: Any) -> Any:
+        return x[:, :3] * 2.0
+
+
+@pytest.mark.parametrize(("build", "match"), [
+    (_NoParameters, "has no trainable parameters"),
+    (lambda: torch.nn.Linear(6, 3).requires_grad_(False), "has no trainable parameters"),
+    (_IgnoresItsParameters, "the loss does not depend on any trainable parameter"),
+])
+def test_a_model_with_nothing_to_train_is_refused_before_any_run(build: Any, match: str, tmp_path: Path) -> None:
+    import sys
+
+    spec = _module_factory("gcbench_test_nothing_to_train", build)
+    try:
+        with pytest.raises(ConvergeError, match=match) as exc:
+            run_converge(_cfg(model=spec, seeds=1), tmp_path)
+        assert "--lr" not in str(exc.value)  # not a divergence: a lower rate would not help
+    finally:
+        del sys.modules["gcbench_test_nothing_to_train"]
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_system_exit_that_stops_the_run_marks_the_file_failed_and_keeps_the_finished_seeds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcbench.converge import runner
+
+    calls: list[int] = []
+    run_seed = runner.run_seed
+
+    def third_exits(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise SystemExit(4)
+        return run_seed(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_seed", third_exits)
+    with pytest.raises(ConvergeError, match=r"^topk:density=0\.2 seed 0: SystemExit: 4 stopped the run; the finished seeds "
+                                            r"are in .*\.json$"):
+        run_converge(_cfg(), tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    rec = load_run(path)
+    assert rec.status == "failed" and [len(c.convergence.seeds) for c in rec.cases] == [2]
+
+
+@pytest.mark.parametrize(("flops", "cores", "others", "default", "threads"), [
+    (3.2e6, 2, 0.0, 2, 1),  # a small model: one thread even on an idle machine
+    (3.2e6, 16, 9.5, 16, 1),
+    (7e8, 2, 0.0, 2, 2),  # a large model gets the free cores
+    (7e8, 2, 0.4, 2, 2),
+    (7e8, 2, 1.0, 2, 1),  # one busy process on two cores: one thread
+    (7e8, 2, 9.5, 2, 1),  # never fewer than one
+    (7e8, 16, 5.2, 16, 11),
+    (7e8, 16, 0.0, 4, 4),  # never more than torch's own count (OMP_NUM_THREADS)
+    (None, 2, 1.0, 2, 1),  # an uncounted model is taken as a large one
+    (7e8, 2, None, 2, 2),  # no load reading: torch's count, within the cores
+])
+def test_the_thread_count_follows_the_models_size_and_the_free_cores(flops: float | None, cores: int, others: float | None,
+                                                                      default: int, threads: int) -> None:
+    from gcbench.converge.runner import choose_threads
+
+    choice = choose_threads(flops, cores, others, default)
+    assert choice.threads == threads and choice.rule.startswith(f"auto: {threads} thread")
+
+
+def test_the_load_is_the_larger_of_the_load_average_and_the_cpu_other_processes_use_now(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import time
+
+    from gcbench.converge.runner import machine_load
+
+    class Meter:
+        def __init__(self, share: float | None) -> None:
+            self.value = share
+
+        def share(self) -> float | None:
+            return self.value
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 5.0, 5.0))
+    long_ago = time.perf_counter() - 10
+    assert machine_load(Meter(0.5), long_ago) == (2, 2.0)  # half of 4 CPUs busy now, though the average says 1
+    assert machine_load(Meter(0.1), long_ago) == (2, 1.0)  # a load that just paused still counts for a minute
+    assert machine_load(Meter(None), long_ago) == (2, 1.0)
+
+
+def test_a_small_model_runs_on_one_thread_and_the_results_file_says_which(tmp_path: Path) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        auto = run_converge(_cfg(seeds=1), tmp_path / "auto")
+        assert torch.get_num_threads() == 2  # the caller's count is given back
+        given = run_converge(_cfg(seeds=1, threads=2), tmp_path / "given")
+    finally:
+        torch.set_num_threads(before)
+    env = load_run(auto.path).environment
+    assert auto.threads is not None and auto.threads.threads == 1 and env.torch_threads == 1
+    assert env.threads_rule.startswith("auto: 1 thread, a worker's forward pass being ")  # type: ignore[attr-defined]
+    env = load_run(given.path).environment
+    assert env.torch_threads == 2 and env.threads_rule == "given: threads = 2"  # type: ignore[attr-defined]
+    # the numbers do not depend on the count for this model (docs/convergence.md says for which models they do)
+    curves = [[[s["curve"] for s in c["convergence"]["seeds"]] for c in out.cases] for out in (auto, given)]
+    assert curves[0] == curves[1]
