@@ -44,7 +44,8 @@ def _mx(name: str, cls: str, elem: str, bits: int, target: Target) -> Compressor
         impl=f"gcbench.compressors.lowprec:{cls}",
         version=1,
         description=f"OCP Microscaling {name.upper()}: {elem} elements, 32-element blocks sharing an E8M0 power-of-two scale",
-        paper="OCP Microscaling Formats (MX) Specification v1.0 (2023); Rouhani et al. 2023, Microscaling Data Formats for Deep Learning",
+        paper="OCP Microscaling Formats (MX) Specification v1.0 (2023); Rouhani et al. 2023, Microscaling Data Formats for Deep Learning; "
+          "equals torchao's to_mx (floor scale rule)",
         biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
         params=(rounding_param(),), random_when={"rounding": "stochastic"},
         target=target,
@@ -60,8 +61,11 @@ NVFP4_CARD = CompressorInfo(
     impl="gcbench.compressors.lowprec:NvFp4",
     version=1,
     description="NVFP4: e2m1 elements, an e4m3 scale per 16, one fp32 tensor scale amax/(448*6)",
-    paper="NVIDIA 2025, NVFP4 (Blackwell two-level microscaling; Pretraining LLMs with NVFP4)",
-    biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=True,
+    # not reconstructed: the payload equals torchao's nvfp4_quantize byte for byte (tests/compressors/test_lowprec_torchao.py)
+    # except a block whose e4m3 scale underflows (sent as zeros here, clamped to e4m3's smallest subnormal there)
+    paper="NVIDIA 2025, NVFP4 as described in 'Introducing NVFP4 for Efficient and Accurate Low-Precision Inference' "
+          "(NVIDIA technical blog) and 'Pretraining Large Language Models with NVFP4' (arXiv:2509.25149); equals torchao's nvfp4_quantize",
+    biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
     params=(rounding_param(),), random_when={"rounding": "stochastic"},
     target=Target(4.0, 4.0),
     traffic_bytes=8.5625,  # two reads (the tensor amax first), 4 bits and one scale byte per 16 out
@@ -73,6 +77,8 @@ BLOCKINT_CARD = CompressorInfo(
     version=1,
     description="symmetric int8/int4 (2-8 bits) per block with an fp32 scale amax/qmax (ZeRO++ qgZ-style gradient quantization)",
     paper="Wang et al. 2023, ZeRO++: Extremely Efficient Collective Communication for Giant Model Training (qgZ)",
+    # reconstructed: the claim is ZeRO++'s qgZ, whose DeepSpeed (CUDA) kernels were not compared byte for byte; the
+    # arithmetic itself equals torchao's symmetric affine quantizer over [-qmax, qmax] (tests/compressors/test_lowprec_torchao.py)
     biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=True,
     unbiased_when={"rounding": "stochastic"}, random_when={"rounding": "stochastic"},
     params=(
