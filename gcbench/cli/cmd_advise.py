@@ -156,8 +156,9 @@ def advise_cmd(
     conv_record = None
     if convergence is not None:  # read first: a file of another kind is one line before any measuring
         from gcbench.distributed.time_to_accuracy import read_convergence
+        from gcbench.results.converge_thin import thin_curves
 
-        conv_record = load_run(convergence)
+        conv_record = load_run(convergence, object_hook=thin_curves)  # advise reads summaries: the curves cut while decoded
         conv_task = read_convergence(conv_record, model, str(convergence)).task
         if model is None and kernels is None:  # the model the convergence run trained (a train task's model is in the zoo)
             model = conv_task.removeprefix("zoo:")

@@ -19,6 +19,7 @@ import os
 import stat
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,16 +140,20 @@ def _find_huge(data: Any) -> tuple[str, _HugeInt] | None:
 
 
 def load_user_json(path: str | os.PathLike[str], what: str, max_bytes: int = SMALL_FILE_BYTES,
-                   error: type[GcbenchError] = GcbenchError) -> Any:
+                   error: type[GcbenchError] = GcbenchError,
+                   object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """A user's JSON file decoded; every problem is one ``error`` line naming the file.
 
     Besides :func:`read_user_file`'s checks: not UTF-8, not JSON, nested too deeply, or an integer
     of more than :data:`MAX_INT_DIGITS` digits (Python's int-string limit, named by its field).
+    ``object_hook`` is :func:`json.loads`'s: called on each object once decoded, innermost first (a reader
+    that needs less than the whole file cuts it there, before the rest is decoded:
+    :func:`gcbench.results.converge_thin.thin_curves`).
     """
     p = Path(path)
     text = read_user_text(p, max_bytes, what, error)
     try:
-        data = json.loads(text, parse_int=_parse_int)
+        data = json.loads(text, parse_int=_parse_int, object_hook=object_hook)
     except RecursionError:
         raise error(f"{p}: not valid JSON (nested too deeply); not a {what}") from None
     except ValueError as exc:  # JSONDecodeError is a ValueError

@@ -47,7 +47,19 @@ PRICED_FOOTNOTE = ("A convergence run trains with N simulated workers, each upda
 
 
 def footnote(run: LoadedRun) -> str:
-    return PRICED_FOOTNOTE if run.pricing is not None else FOOTNOTE
+    return (PRICED_FOOTNOTE if run.pricing is not None else FOOTNOTE) + thinned_note(run)
+
+
+def thinned_note(run: LoadedRun) -> str:
+    """`` Curves drawn at ...`` when the file's curves were cut on reading (:mod:`gcbench.results.converge_thin`), else ""."""
+    from gcbench.results.converge_thin import MAX_CURVE_POINTS, THINNED_FROM
+
+    most = max((int(c.convergence.summary.extra(THINNED_FROM) or 0) for c in run.cases
+                if isinstance(c, ConvergeCase) and c.convergence is not None and c.convergence.summary is not None), default=0)
+    if not most:
+        return ""
+    return (f" Curves (plots, steps.csv) drawn at {MAX_CURVE_POINTS:,} evenly spaced evaluations of the file's {most:,}, "
+            "first and last kept; every number above is the file's summary, exact.")
 
 
 def ci_text(s: Span | None, spec: str = ".3g") -> str:

@@ -16,9 +16,17 @@ from typing import Any
 from gcbench.core.errors import ResultsError
 from gcbench.report.numbers import or_unknown, size_text
 from gcbench.results.compare import Comparison, compare_runs
+from gcbench.results.converge_thin import thin_curves
 from gcbench.results.parse import as_record
 from gcbench.results.record import RunCase, RunRecord
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
+
+
+def _read(path: Path) -> RunRecord:
+    """A results file as a report reads it: a convergence file's curves cut to a bounded number of points while it is
+    decoded (:mod:`gcbench.results.converge_thin`; every number the report prints is the summary's, kept exact), so a
+    report's memory does not grow with how often a long run was evaluated.  Reports never write results files."""
+    return load_run(path, object_hook=thin_curves)
 
 
 @dataclass(frozen=True)
@@ -58,14 +66,14 @@ def load_runs(refs: Sequence[str] | None = None, runs_dir: str | Path = DEFAULT_
     other run.  A folder in which no file loads is an error.
     """
     if refs:
-        return [LoadedRun(p, load_run(p)) for p in (resolve_run(r, runs_dir) for r in refs)]
+        return [LoadedRun(p, _read(p)) for p in (resolve_run(r, runs_dir) for r in refs)]
     paths = list_runs(runs_dir)
     if not paths:
         raise ResultsError(f"no results files in {runs_dir} (run `gcbench run` first, or name results files)")
     loaded = []
     for p in paths:
         try:
-            loaded.append(LoadedRun(p, load_run(p)))
+            loaded.append(LoadedRun(p, _read(p)))
         except ResultsError as exc:
             if on_skip is None:
                 raise
@@ -91,7 +99,7 @@ def newest_with_index(runs_dir: str | Path, on_skip: Callable[[ResultsError], No
     newest: LoadedRun | None = None
     for p in paths:
         try:
-            run = LoadedRun(p, load_run(p))
+            run = LoadedRun(p, _read(p))
         except ResultsError as exc:
             if on_skip is None:
                 raise
@@ -213,7 +221,7 @@ def report_input(refs: Sequence[str] | None, runs_dir: str | Path, baseline: str
     new_path = resolve_run(refs[0] if refs else "latest", runs_dir, finished=finished_only, on_skip=on_skip)
     if base_path.resolve() == new_path.resolve():
         raise ResultsError(f"the baseline and the run to compare are the same file ({new_path}); name the run to compare")
-    loaded = [LoadedRun(base_path, load_run(base_path)), LoadedRun(new_path, load_run(new_path))]
+    loaded = [LoadedRun(base_path, _read(base_path)), LoadedRun(new_path, _read(new_path))]
     comparison = compare_runs(loaded[0].data, loaded[1].data, threshold, alpha)
     for r in loaded:
         if not r.data.finished:

@@ -294,15 +294,17 @@ def check_structure(data: Any) -> str | None:
     return None
 
 
-def load_run(path: str | Path) -> RunRecord:
+def load_run(path: str | Path, object_hook: Callable[[dict[str, Any]], Any] | None = None) -> RunRecord:
     """Read a results file as its typed record; an unreadable, malformed or newer-schema file raises :class:`ResultsError`.
 
     The message is one line naming the file and the first field that does not fit
     (:func:`gcbench.results.parse.parse_record`), so a file that loads can be given to every reader.
+    ``object_hook``: applied to each JSON object as it is decoded (a reader's cut of what it needs:
+    :func:`gcbench.results.converge_thin.thin_curves`); a record read with one is never written back.
     """
     p = Path(path)
     # a FIFO, a device (a link to /dev/zero), a file over MAX_JSON_BYTES or an over-long integer: one line
-    data = load_user_json(p, "gcbench results file", MAX_JSON_BYTES, ResultsError)
+    data = load_user_json(p, "gcbench results file", MAX_JSON_BYTES, ResultsError, object_hook)
     if not isinstance(data, dict) or "schema_version" not in data or "cases" not in data:
         raise ResultsError(f"{p}: not a gcbench results file (no schema_version/cases)")
     if _too_deep(data):
