@@ -187,7 +187,12 @@ class HookStats:
         self.steps = []
         self._pending = []
 
-    def summary(self, skip: int = 0, policy: TimingPolicy | None = None) -> dict[str, Any]:
+    def summary(self, skip: int = 0, policy: TimingPolicy | None = None) -> HookSummary:
+        """:meth:`as_dict`'s numbers as a :class:`HookSummary`: ``print()`` shows readable lines, and it is still the dict
+        (``summary()["wire"]``) that scripts and the docs index; ``.as_dict()`` gives a plain one (JSON)."""
+        return HookSummary(self.as_dict(skip, policy))
+
+    def as_dict(self, skip: int = 0, policy: TimingPolicy | None = None) -> dict[str, Any]:
         """Totals, and per-step medians with their spread, over the steps after the first ``skip`` (warm-up).
 
         Each of compress, communicate and decompress gets ``{median_s, iqr_s, rel_iqr, rel_ci, n, flags}``
@@ -239,6 +244,8 @@ class HookStats:
             "wire": self.wire_summary(),
         }
 
+    to_dict = as_dict
+
     def wire_summary(self) -> dict[str, Any]:
         """The wire verification over every recorded step: ``verified`` (None when nothing was checked), totals, ``ratio``."""
         buckets = [b for s in self.steps for b in s.buckets]
@@ -246,6 +253,61 @@ class HookStats:
         tot = {k: int(sum(getattr(b, k) for b in buckets)) for k in ("promised_bytes", "overhead_bytes", "padding_bytes", "wire_bytes")}
         return {"verified": all(checked) if checked else None, **tot,
                 "ratio": wire_ratio(tot["wire_bytes"], tot["overhead_bytes"], tot["padding_bytes"], tot["promised_bytes"])}
+
+
+def _bytes_text(n: float) -> str:
+    """A byte count at a readable scale (binary units, as the report tables)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _ms_text(s: float | None) -> str:
+    return "?" if s is None else f"{s * 1e3:.3g} ms"
+
+
+class HookSummary(dict[str, Any]):
+    """:meth:`HookStats.summary`: the summary's dict, printed as a few readable lines instead of one nested dict.
+
+    A ``dict`` subclass so that every existing ``summary()["wire"]`` keeps working; ``str()`` and ``repr()`` are the
+    text (what ``print(hook.stats.summary())`` and an interactive session show), :meth:`as_dict` a plain dict.
+    """
+
+    def as_dict(self) -> dict[str, Any]:
+        """The numbers as a plain dict (for JSON and scripts)."""
+        return dict(self)
+
+    to_dict = as_dict
+
+    def text(self) -> str:
+        """One line per subject: steps and buckets, bytes per step, each timed phase, the wire check, the load."""
+        if not self.get("steps"):
+            return "hook summary: no step recorded"
+        lines = [f"hook summary: {self['steps']} steps, {self['buckets']} bucket(s) a step, "
+                 f"collectives {', '.join(self['collectives']) or '-'}, {self['decoded_payloads']} payload(s) decoded per unit"]
+        ratio = self.get("ratio")
+        per_step = (f"payload {_bytes_text(self['payload_bytes_per_step'])}, sent {_bytes_text(self['sent_bytes_per_step'])}, "
+                    f"dense {_bytes_text(self['dense_bytes_per_step'])}")
+        lines.append(f"  bytes/step:  {per_step}" + (f" (dense/payload {ratio:.3g}x)" if ratio else ""))
+        lines.append(f"  totals:      payload {_bytes_text(self['payload_bytes_total'])}, sent {_bytes_text(self['sent_bytes_total'])}")
+        for name, t in self.get("timing", {}).items():
+            flags = f"  [{', '.join(t['flags'])}]" if t.get("flags") else ""
+            lines.append(f"  {name + ':':<12} median {_ms_text(t['median_s'])} a step, IQR {_ms_text(t['iqr_s'])} (n={t['n']}){flags}")
+        wire = self.get("wire") or {}
+        state = {True: "verified", False: "NOT verified", None: "not checked"}[wire.get("verified")]
+        wr = wire.get("ratio")
+        lines.append(f"  wire:        {state}" + ("" if wr is None else f", ratio {wr:.4g}")
+                     + f" ({_bytes_text(wire.get('wire_bytes', 0))} on the wire, {_bytes_text(wire.get('overhead_bytes', 0))} overhead, "
+                       f"{_bytes_text(wire.get('padding_bytes', 0))} padding)")
+        load = self.get("load_per_core")
+        lines.append(f"  load/core:   {'unknown' if load is None else f'{load:.2f}'} when summarised")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    __repr__ = __str__
 
 
 # ----------------------------------------------------------------------------- state

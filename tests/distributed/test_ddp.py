@@ -540,3 +540,29 @@ def test_hook_summary_gives_each_time_its_spread_and_flags() -> None:
     assert "too few steps" in short.summary(policy=calm)["timing"]["compress"]["flags"]
     loaded = stats.summary(policy=TimingPolicy(load_per_core=-1.0))  # any load is over this threshold
     assert loaded["load_per_core"] is None or "unstable" in loaded["timing"]["compress"]["flags"]
+
+
+def test_hook_summary_prints_as_readable_lines_and_stays_a_dict_for_scripts() -> None:
+    """print(hook.stats.summary()) was one nested dict of about 1,000 characters; now a few short lines, while
+    summary()["wire"] and as_dict() give the numbers (JSON-ready)."""
+    import json
+
+    from gcbench.measure.timing import TimingPolicy
+
+    stats = HookStats()
+    for c in (0.010, 0.011, 0.010, 0.012, 0.010, 0.011):
+        stats.add(_bucket(c), last=True)
+    s = stats.summary(policy=TimingPolicy(load_per_core=1e9))
+    text = str(s)
+    lines = text.splitlines()
+    assert len(lines) >= 6 and max(len(line) for line in lines) <= 140, text
+    assert lines[0].startswith("hook summary: 6 steps") and "allgather" in lines[0]
+    assert any(line.strip().startswith("compress:") and "10.5 ms" in line for line in lines), text
+    assert any("dense/payload 10x" in line for line in lines), text  # 400 dense bytes / 40 payload bytes
+    assert repr(s) == text and "{" not in text
+    assert s["ratio"] == 10.0 and s["timing"]["compress"]["n"] == 6  # still indexed like the dict it was
+    plain = s.as_dict()
+    again = stats.as_dict(policy=TimingPolicy(load_per_core=1e9))
+    assert type(plain) is dict and plain == again | {"load_per_core": plain["load_per_core"]}  # the load is read at each call
+    json.dumps(plain)
+    assert str(HookStats().summary()) == "hook summary: no step recorded"
