@@ -155,13 +155,13 @@ def advise_cmd(
         raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
     conv_record = None
     if convergence is not None:  # read first: a file of another kind is one line before any measuring
-        from gcbench.distributed.time_to_accuracy import read_convergence
+        from gcbench.distributed.time_to_accuracy import read_convergence, run_model
         from gcbench.results.converge_thin import thin_curves
 
         conv_record = load_run(convergence, object_hook=thin_curves)  # advise reads summaries: the curves cut while decoded
-        conv_task = read_convergence(conv_record, model, str(convergence)).task
+        conv_input = read_convergence(conv_record, model, str(convergence))
         if model is None and kernels is None:  # the model the convergence run trained (a train task's model is in the zoo)
-            model = conv_task.removeprefix("zoo:")
+            model = run_model(conv_input)  # a file factory: the file the run recorded, from any folder
     if model is None and kernels is None:
         raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`, or --convergence FILE)")
     calibration = load_calibration(network) if network is not None else None

@@ -10,6 +10,7 @@ and the bytes per worker per step.  The reference is recorded like any compresso
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,16 @@ def bytes_per_step(results: Sequence[SeedResult], workers: int) -> dict[str, Any
             "dense_per_step": float(np.mean([r.dense_bytes for r in results]))}
 
 
+def recorded_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings as the file records them: a ``path/file.py:factory`` task gets ``task_path``, its file made
+    absolute against this process's folder (where the run imported it), so advise and report can find it from anywhere."""
+    out = dict(settings)
+    file, sep, factory = str(out.get("task", "")).rpartition(":")
+    if sep and file.endswith(".py") and not out.get("task_path"):
+        out["task_path"] = f"{Path(file).expanduser().resolve()}:{factory}"
+    return out
+
+
 def build_case(label: str, settings: Mapping[str, Any], results: Sequence[SeedResult], target: float | None,
                reference_finals: Mapping[int, float] | None, is_reference: bool, numel: int | None) -> dict[str, Any]:
     """One compressor's case: identity and flags, settings, every seed's run, the summary and the bytes."""
@@ -59,7 +70,7 @@ def build_case(label: str, settings: Mapping[str, Any], results: Sequence[SeedRe
         "label": label, "compressor": comp.info.name, "version": comp.info.version, "params": dict(comp.params),
         "flags": comp.flags.to_dict(), "workers": settings["workers"], "steps": settings["steps"],
         "status": "ok" if ok else "error",
-        "convergence": {"settings": dict(settings), "reference": is_reference, "seeds": seeds, "summary": summary,
+        "convergence": {"settings": recorded_settings(settings), "reference": is_reference, "seeds": seeds, "summary": summary,
                         "bytes": size_bytes},
     }
     if not ok:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from gcbench.converge.stats import UNBOUNDED, Domain, clip, domain
@@ -111,6 +112,7 @@ class ConvergenceInput:
     workers: int
     origin: str
     outcomes: tuple[Outcome, ...]
+    task_path: str | None = None  # a file factory's file as the run resolved it (settings.task_path)
 
     @property
     def target_text(self) -> str:
@@ -137,11 +139,74 @@ def same_spec(a: str, b: str) -> bool:
     return a == b or spec_key(a) == spec_key(b)
 
 
-def same_model(task: str, model: str) -> bool:
-    """Whether a convergence run's ``task`` is ``model`` (a zoo model is recorded as ``zoo:NAME``)."""
-    def bare(s: str) -> str:
-        return s[4:] if s.startswith("zoo:") else s
-    return bare(task) == bare(model)
+def _file_spec(spec: str) -> tuple[str, str] | None:
+    """``(file, factory)`` of a ``path/to/file.py:factory`` model, None for any other name."""
+    file, sep, factory = spec.rpartition(":")
+    return (file, factory) if sep and file.endswith(".py") else None
+
+
+def model_identity(spec: str, recorded: str | None = None) -> str:
+    """What names one model whatever its spelling: a file factory's absolute ``path.py:factory`` (``recorded``, the
+    run's ``settings.task_path``, when there is one: the file as the run resolved it), a zoo model without ``zoo:``,
+    anything else as it is.  Imports nothing."""
+    if recorded:
+        return recorded
+    f = _file_spec(spec)
+    if f is not None:
+        return f"{Path(f[0]).expanduser().resolve()}:{f[1]}"
+    return spec[4:] if spec.startswith("zoo:") else spec
+
+
+def _module_file(spec: str) -> str | None:
+    """The ``file.py:factory`` a ``package.module:factory`` name loads, found without running the module (a package's
+    ``__init__`` does run); None when it is not a module on the path."""
+    import importlib.util
+
+    module, sep, factory = spec.partition(":")
+    if not sep or spec.startswith("hf:"):
+        return None
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    origin = getattr(found, "origin", None)
+    return f"{Path(origin).resolve()}:{factory}" if origin and origin.endswith(".py") else None
+
+
+def same_model(task: str, model: str, task_path: str | None = None) -> bool:
+    """Whether a convergence run's ``task`` is ``model``: a zoo model is recorded as ``zoo:NAME``; a
+    ``path/to/file.py:factory`` run (its file in ``task_path``) is the same file and factory however it is spelled
+    — relative, absolute, or as the ``module:factory`` that loads that file."""
+    if _file_spec(task) is None and not task_path:
+        return model_identity(task) == model_identity(model)
+    want = model_identity(task, task_path)
+    return (model_identity(model) if _file_spec(model) is not None else _module_file(model)) == want
+
+
+def mismatch_text(where: str, task: str, task_path: str | None, model: str, what: str, fix: str) -> str:
+    """One line: ``where`` is a run of ``task``, not of ``model`` (``what``); for a file factory, both files and ``fix``
+    (how to name the run's model: ``{model}`` in it stands for the run's file)."""
+    if _file_spec(task) is None and not task_path:
+        return f"{where} is a convergence run of {task}, not of {model}, {what}"
+    ran = model_identity(task, task_path)
+    asked = model_identity(model) if _file_spec(model) is not None else _module_file(model)
+    return (f"{where} is a convergence run of {task} ({ran}), not of {model}"
+            + (f" ({asked})" if asked and asked != model else "") + f", {what}; " + fix.format(model=ran))
+
+
+def run_model(conv: ConvergenceInput) -> str:
+    """The model to price a convergence run's steps with when none is named: its task (a zoo model without ``zoo:``),
+    or a file factory's recorded absolute path, refused in one line with the fix when that file is gone."""
+    f = _file_spec(conv.task_path or conv.task)
+    if f is None:
+        return model_identity(conv.task)
+    ran = model_identity(conv.task, conv.task_path)
+    file = ran.rpartition(":")[0]
+    if not Path(file).is_file():
+        raise ResultsError(f"{conv.origin} is a convergence run of {conv.task}, whose file {file} is no longer there: give "
+                           f"--model path/to/{Path(file).name}:{f[1]} where it is now, or --kernels BENCH with --compute-ms "
+                           "MS (advise then imports nothing)")
+    return ran
 
 
 def _outcome(c: ConvergeCase) -> Outcome:
@@ -173,10 +238,11 @@ def read_convergence(record: RunRecord, model: str | None = None, origin: str = 
     if not cases:
         raise ResultsError(f"{where} has no convergence cases")
     settings = next((c.convergence.settings for c in cases if c.convergence.reference), cases[0].convergence.settings)  # type: ignore[union-attr]
-    if model is not None and not same_model(settings.task, model):
-        raise ResultsError(f"{where} is a convergence run of {settings.task}, not of {model}, the model advise was asked about")
+    if model is not None and not same_model(settings.task, model, settings.task_path):
+        raise ResultsError(mismatch_text(where, settings.task, settings.task_path, model, "the model advise was asked about",
+                                         "give --model {model}, or leave --model out (advise takes the run's own model)"))
     return ConvergenceInput(settings.task, settings.metric, settings.target, int(settings.steps), len(settings.seeds),
-                            int(settings.workers), where, tuple(_outcome(c) for c in cases))
+                            int(settings.workers), where, tuple(_outcome(c) for c in cases), settings.task_path)
 
 
 # ----------------------------------------------------------------------------- priced on a cluster
@@ -417,9 +483,10 @@ def parse_cluster(text: str) -> tuple[int, float]:
 def price_convergence(conv: ConvergenceInput, kernels: KernelSet, compute_s: float, clusters: Sequence[tuple[int, float]],
                       latency_s: float, *, compute_origin: str = "given", baseline: str = "bf16") -> Pricing:
     """:func:`time_to_accuracy` on each (workers, Gbit/s) of ``clusters`` (not their cross product)."""
-    if not same_model(conv.task, kernels.model):
-        raise ResultsError(f"{conv.origin} is a convergence run of {conv.task}, not of {kernels.model}, the model of the kernels "
-                           f"({kernels.origin})")
+    if not same_model(conv.task, kernels.model, conv.task_path):
+        raise ResultsError(mismatch_text(conv.origin, conv.task, conv.task_path, kernels.model,
+                                         f"the model of the kernels ({kernels.origin})",
+                                         "give --kernels of `gcbench bench --model {model}`"))
     parts = [advise(kernels, compute_s, [n], [bw], latency_s, compute_origin=compute_origin, baseline=baseline,
                     convergence_origin=conv.origin) for n, bw in clusters]
     adv = dataclasses.replace(parts[0], scenarios=tuple(sc for p in parts for sc in p.scenarios))

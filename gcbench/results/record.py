@@ -815,6 +815,9 @@ class ConvergeSettings(Model):
     """What decides a convergence run's numbers (the same for every case of a file)."""
 
     task: Str  # "zoo:smallcnn", "hf:gpt2", "digits", "module:pkg:factory" ...
+    #: a ``path/file.py:factory`` task's file made absolute when it ran (``task`` keeps the user's spelling): how
+    #: advise and report find the model again from another folder, and compare by the file, not by its spelling
+    task_path: Str | None = None
     dataset: Str | None = None
     metric: Str  # "accuracy", "neg_loss" ...
     metric_direction: Literal["higher"] = "higher"

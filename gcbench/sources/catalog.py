@@ -125,7 +125,13 @@ def is_user_model(name: str) -> bool:
 
 
 def user_model_syntax_error(path: str) -> str | None:
-    """Why ``path`` is not a well-formed ``package.module:factory`` (None if it is); imports nothing."""
+    """Why ``path`` is not a well-formed ``package.module:factory`` or ``path/to/file.py:factory`` (None if it is);
+    imports nothing."""
+    file_text, sep, file_attr = path.rpartition(":")
+    if sep and file_text.endswith(".py") and len(file_text) > 3:  # a file: any path, then the factory's dotted name
+        if all(part.isidentifier() for part in file_attr.split(".")):
+            return None
+        return f"model {path!r}: a user model is written 'package.module:factory' or 'path/to/file.py:factory'"
     mod_name, _, attr = path.partition(":")
     if not all(part.isidentifier() for part in (*mod_name.split("."), *attr.split("."))):
         return f"model {path!r}: a user model is written 'package.module:factory'"

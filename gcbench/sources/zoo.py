@@ -517,17 +517,55 @@ def user_code_error(path: str, what: str | None, exc: BaseException) -> SourceEr
     return SourceError(f"{where} raised {type(exc).__name__}{detail}")
 
 
+def _import_file(path: str, file_text: str) -> Any:
+    """The file of a ``path/to/file.py:factory`` model imported as a module of its own.
+
+    Under the name ``gcbench_user_<stem>_<digest of the absolute path>``, the one ``gcbench converge`` gives it
+    (gcbench/converge/problems.py), so a process that imported it there reuses it, and every process that is given
+    the same path (advise's bench workers) imports the same file.  A converge run records the file's absolute path
+    (``settings.task_path``), which is how ``advise --convergence`` finds it again from another folder.
+    """
+    import hashlib
+    import importlib.util
+    import re
+    import sys
+    from pathlib import Path
+
+    file = Path(file_text).expanduser().resolve()
+    if not file.is_file():
+        raise SourceError(f"model {path!r}: no such file {file_text!r}")
+    name = f"gcbench_user_{re.sub(r'[^0-9A-Za-z_]', '_', file.stem)}_{hashlib.sha256(str(file).encode()).hexdigest()[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise SourceError(f"model {path!r}: {file_text!r} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the file's own top-level code failed: the user's error
+        del sys.modules[name]
+        raise user_code_error(path, f"importing {file_text!r}", exc) from exc
+    return module
+
+
 def _import_factory(path: str) -> Callable[..., object]:
     problem = user_model_syntax_error(path)
     if problem:
         raise SourceError(problem)
-    mod_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise SourceError(f"model {path!r}: cannot import module {mod_name!r} ({exc})") from exc
-    except Exception as exc:  # the module's own top-level code failed: the user's error, not gcbench's
-        raise user_code_error(path, f"importing {mod_name!r}", exc) from exc
+    file_text, _, file_attr = path.rpartition(":")
+    if file_text.endswith(".py"):  # path/to/file.py:factory
+        mod_name, attr = file_text, file_attr
+        module = _import_file(path, file_text)
+    else:
+        mod_name, _, attr = path.partition(":")
+        try:
+            module = importlib.import_module(mod_name)
+        except ImportError as exc:
+            raise SourceError(f"model {path!r}: cannot import module {mod_name!r} ({exc})") from exc
+        except Exception as exc:  # the module's own top-level code failed: the user's error, not gcbench's
+            raise user_code_error(path, f"importing {mod_name!r}", exc) from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
