@@ -46,9 +46,24 @@ Budget = Annotated[float, typer.Option(
     "included: each compressor's rounds get a share of it, and a figure it stopped early is flagged 'cut short'.")]
 AllCompressors = Annotated[bool, typer.Option(
     "--all", help="Time every registered compressor (default: the baselines and the cheapest member of each family).")]
+Detail = Annotated[bool, typer.Option(
+    "--detail", "--verbose", help="Print everything: every table (a time-to-accuracy table per cluster), the baselines' "
+    "steps, why each flagged timing was flagged, the model's terms (default: the answer, its table, one line on trust).")]
 Convergence = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
-                         "target (steps to target × step time), not by step time alone; without --model, its model.")]
+                         "target (steps to target × step time), not by step time alone; without --model, its model. "
+                         "Default: the newest convergence file of the model in --runs-dir, named in the output.")]
+
+
+def cluster_workers(text: str) -> list[int]:
+    """``--workers`` of simulate and advise: a comma list of worker counts, each at least 2.  One worker exchanges
+    nothing, so there is nothing for compression to save: its column priced a step without communication (speed-ups
+    that only measured a compressor's kernels against DDP's copies, 1.11× for qsgd) and bytes nobody sends."""
+    ns = number_list(text, "--workers", int)
+    if min(ns) < 2:
+        raise GcbenchError(f"--workers {min(ns)}: one worker exchanges nothing, so there is no exchange for compression to "
+                           "shorten; give 2 or more")
+    return ns
 
 
 @user_errors
@@ -76,7 +91,7 @@ def simulate_cmd(
     scheme = choose(scheme, netmodel.SCHEMES, "scheme")
     latency_s = netmodel.latency_seconds(latency_us, "--latency-us")
     compute_s = netmodel.compute_seconds(compute_ms, "--compute-ms")
-    ns = number_list(workers, "--workers", int)
+    ns = cluster_workers(workers)
     bws = number_list(bandwidth, "--bandwidth", float)
     path = resolve_run(results, runs_dir, finished=True)  # "latest": the newest run that finished
     record = load_run(path)
@@ -118,6 +133,7 @@ def advise_cmd(
     out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
     as_json: options.json_flag("Machine-readable advice.") = False,
     quiet: options.Quiet = False,
+    detail: Detail = False,
 ) -> None:
     """Predict which compressor makes training faster on a cluster, by how much, and at what fidelity cost.
 
@@ -143,7 +159,7 @@ def advise_cmd(
         raise GcbenchError(f"--budget must be a positive number of seconds, got {budget:g}")
     if all_compressors and compressor:
         raise GcbenchError("-c names the compressors to time and --all times every one: give one of them")
-    ns = number_list(workers, "--workers", int)
+    ns = cluster_workers(workers)
     bws = number_list(bandwidth, "--bandwidth", float)
     if gpus_per_node < 1:
         raise GcbenchError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
@@ -154,6 +170,7 @@ def advise_cmd(
     if unfilled:
         raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
     conv_record = None
+    conv_named = str(convergence) if convergence is not None else None
     if convergence is not None:  # read first: a file of another kind is one line before any measuring
         from gcbench.distributed.time_to_accuracy import read_convergence, run_model
         from gcbench.results.converge_thin import thin_curves
@@ -164,6 +181,11 @@ def advise_cmd(
             model = run_model(conv_input)  # a file factory: the file the run recorded, from any folder
     if model is None and kernels is None:
         raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`, or --convergence FILE)")
+    if conv_record is None and model is not None:  # the closed-loop evidence of this model already in the runs folder
+        found = adv.find_convergence(model, runs_dir)
+        if found is not None:
+            conv_record = found[0]
+            conv_named = f"{found[1]} (the newest convergence file of {model} in {runs_dir}; --convergence FILE names another)"
     calibration = load_calibration(network) if network is not None else None
     if calibration is not None and gpus_per_node > 1:
         raise GcbenchError("--network prices a flat network as measured: leave out --gpus-per-node")
@@ -197,13 +219,13 @@ def advise_cmd(
     advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
                         fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
                         calibration=calibration, compute_flags=step.compute_flags, baseline=baseline,
-                        convergence_origin=str(convergence) if convergence is not None else None,
+                        convergence_origin=conv_named,
                         candidates=candidates.text() if candidates is not None and kernels is None else "")
     times = None
     if conv_record is not None:
         from gcbench.distributed.time_to_accuracy import read_convergence, time_to_accuracy
 
-        conv = read_convergence(conv_record, step.kernels.model, str(convergence))
+        conv = read_convergence(conv_record, step.kernels.model, conv_named or "")
         times = (conv, time_to_accuracy(advice, conv))
     if csv is not None:
         from gcbench.report.advice_csv import advice_csv
@@ -223,4 +245,4 @@ def advise_cmd(
             d["time_to_accuracy"] = [st.to_dict() | {"summary": time_sentence(st, times[0])} for st in times[1]]
         print_json(d)
         return
-    emit(advice_output(advice, times))
+    emit(advice_output(advice, times, detail=detail))

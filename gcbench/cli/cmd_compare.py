@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +13,9 @@ from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_choic
 from gcbench.cli.output import deprecated, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir, memory_check
 from gcbench.core.errors import GcbenchError
+
+if TYPE_CHECKING:
+    from gcbench.results.record import RunRecord
 
 Compressors = Annotated[list[str] | None, typer.Argument(
     help="Two or more compressors (one is an error: use `gcbench run -c`), e.g. dgc sdagc 'topk:density=0.001'.", metavar="SPEC")]
@@ -27,6 +30,10 @@ Momentum = Annotated[float | None, typer.Option(metavar="FLOAT", help=(
 Sweep = Annotated[bool, typer.Option("--sweep", help=(
     "Also run each compared compressor whose card has a density parameter at densities 0.1, 0.03, 0.01, 0.003 and 0.001 "
     "(labels like topk@0.01), so the verdict can say how many bytes each needs at equal delivered update."))]
+CompareConvergence = Annotated[Path | None, typer.Option(
+    "--convergence", metavar="PATH", help="A results file of `gcbench converge` on the same model: the recommendation is "
+    "held to it (a compressor that reached the target in every seed is recommendable whatever its open-loop fraction; "
+    "one that did not never is). Default: the newest such file in --out, named in the sentence.")]
 
 
 @user_errors
@@ -52,6 +59,7 @@ def compare(
     quiet: options.Quiet = False,
     force: options.force("Run even when the estimated memory exceeds this machine's (a warning instead of the error).") = False,
     sweep: Sweep = False,
+    convergence: CompareConvergence = None,
 ) -> None:
     """Run two or more compressors head to head on the same gradients: a verdict for each pair, then the numbers.
 
@@ -65,8 +73,9 @@ def compare(
     against the fp32 gradient and a bf16 all-reduce's), verdicts ([{a, b, summary, axes: [{axis:
     bytes|delivered|time|equal_delivered, status, better, estimate, lo, hi, method, text, short}]}]), rows ({metric_name:
     {higher_is_better, unit, values, best, not_significantly_different_from_best, ...}}: the common-reference table),
-    fidelity ({references, rows}: the one-shot metrics, each case against its own reference) and, with --sweep, sweep
-    ([{label, compressor, density, bytes_per_step, delivered, enough_steps, status}]).
+    fidelity ({references, rows}: the one-shot metrics, each case against its own reference), recommendation (the sentence,
+    held to the closed loop where a convergence file covers a case), convergence (that file, or null) and, with --sweep,
+    sweep ([{label, compressor, density, bytes_per_step, delivered, enough_steps, status}]).
 
     Examples: `gcbench compare dgc sdagc --model resnet50`, `gcbench compare topk randomk -c 'topk:density=0.1' --sweep`,
     `gcbench compare qsgd terngrad --shape 4096x1024 --distribution laplace --json`.
@@ -94,6 +103,7 @@ def compare(
         if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
             raise GcbenchError(f"{option} must be at least 1, got {value}")
     check_output_dir(out_dir, "--out")
+    conv = _convergence_of(model, convergence, out_dir)  # read first: a bad file is one line before minutes of work
     specs = [registry.parse_spec(c) for c in given]
     extra = sweep_entries(specs) if sweep else []  # the density sweep's cases, labelled name@density
     suite = compare_suite(specs, extra=extra, trace=trace, model=model, shape=shape, distribution=distribution, workers=workers,
@@ -105,11 +115,38 @@ def compare(
     swept = {e["label"] for e in extra}
     cases = [c for c in as_cases(outcome.records) if c.label not in swept]
     sweep_cases = [c for c in as_cases(outcome.records) if c.label in swept] if sweep else None
+    closed = None
+    if conv is not None and model is not None:
+        from gcbench.distributed.advise import closed_evidence
+
+        closed = closed_evidence(conv[0], model, conv[1], [c.label for c in cases])
     if as_json:
-        print_json(compare_json(cases, str(outcome.path), verdicts(cases, sweep_cases), sweep_cases))
+        from gcbench.results.recommend import recommend
+
+        d = compare_json(cases, str(outcome.path), verdicts(cases, sweep_cases), sweep_cases)
+        d["recommendation"] = recommend(cases[0].source_label, cases, closed).sentence() if cases else None
+        d["convergence"] = closed.origin if closed is not None else None
+        print_json(d)
     else:
-        for item in rep.head_to_head_output(cases, granularity, sweep_cases):
+        for item in rep.head_to_head_output(cases, granularity, sweep_cases, closed):
             output.out.print(item)
         plain(f"results: {outcome.path}")
     if outcome.failed:
         raise typer.Exit(1)
+
+
+def _convergence_of(model: str | None, given: Path | None, runs_dir: Path) -> tuple[RunRecord, str] | None:
+    """(record, how it is named) of the convergence file a compare's recommendation is held to: the one given (refused in
+    one line when it is not a convergence run of ``model``), else the newest of ``model`` in ``runs_dir``, else None."""
+    from gcbench.distributed.advise import find_convergence
+    from gcbench.distributed.time_to_accuracy import read_convergence
+    from gcbench.results.store import load_run
+
+    if given is not None:
+        if model is None:
+            raise GcbenchError("--convergence holds a model's recommendation to its closed loop: give --model NAME too")
+        record = load_run(given)
+        read_convergence(record, model, str(given))
+        return record, str(given)
+    found = find_convergence(model, runs_dir) if model is not None else None
+    return (found[0], f"{found[1]}, the newest convergence file of {model} in {runs_dir}") if found is not None else None

@@ -70,7 +70,13 @@ from gcbench.distributed.step_kernels import KernelSet, StepKernels, kernels_fro
 from gcbench.distributed.step_kernels import kernels_from_run as kernels_from_run  # importable from here, as before
 from gcbench.distributed.step_kernels import step_kernels_of as step_kernels_of
 from gcbench.results.bench_cache import find_recent_bench
-from gcbench.results.recommend import DELIVERED_FLOOR, larger_than_bf16
+from gcbench.results.recommend import (
+    DELIVERED_FLOOR,
+    ClosedEvidence,
+    ClosedLoop,
+    case_point,  # one rule for which open-loop fractions judge a compressor
+    larger_than_bf16,
+)
 from gcbench.results.record import RunCase, RunRecord
 
 Progress = Callable[[str, int, int, str], None]
@@ -224,6 +230,45 @@ def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *,
     return StepInputs(ks, ct.median_s, origin, ct.reasons)
 
 
+def find_convergence(model: str, runs_dir: Path | str) -> tuple[RunRecord, Path] | None:
+    """The newest convergence file (``gcbench converge``) in ``runs_dir`` of ``model`` (a zoo model is recorded as
+    ``zoo:NAME``), or None: the closed-loop evidence a recommendation is held to when none was named.  Only files whose
+    head says ``converge`` are parsed: a runs folder holds hundreds of run and bench files."""
+    from gcbench.core.errors import GcbenchError
+    from gcbench.distributed.time_to_accuracy import read_convergence
+    from gcbench.results.store import list_runs, load_run
+
+    for path in reversed(list_runs(runs_dir)):
+        try:
+            with path.open(encoding="utf-8") as fh:
+                if '"converge"' not in fh.read(4096):
+                    continue
+            record = load_run(path)
+            read_convergence(record, model, str(path))
+        except (OSError, UnicodeDecodeError, GcbenchError):
+            continue  # unreadable, another kind or another model: not this model's evidence
+        return record, path
+    return None
+
+
+def closed_evidence(record: RunRecord, model: str, origin: str, labels: Sequence[str]) -> ClosedEvidence:
+    """The outcomes of a convergence file of ``model`` for the case ``labels`` (matched by configuration:
+    ``topk:error_feedback=true`` as typed and ``=True`` as a file labels it are one), for
+    :func:`gcbench.results.recommend.recommend`.  A file of another model is refused in one line."""
+    from gcbench.distributed.time_to_accuracy import read_convergence
+
+    conv = read_convergence(record, model, origin)
+    outcomes = {}
+    for label in labels:
+        o = conv.get(label)
+        if o is not None:
+            outcomes[label] = ClosedLoop(o.status, o.reached, o.seeds, o.steps.mean if o.steps else None,
+                                         o.final.mean if o.final else None)
+    ref = next((o for o in conv.outcomes if o.reference), None)
+    return ClosedEvidence(f"{origin}: {conv.task}, {conv.seeds} seeds", conv.target_text, conv.budget,
+                          ref.steps.mean if ref is not None and ref.steps is not None else None, outcomes)
+
+
 @dataclass(frozen=True)
 class Delivered:
     """A compressor's delivered fraction of the dense update over a stream (with its CI over workers), from a results file."""
@@ -232,6 +277,10 @@ class Delivered:
     ci_lo: float | None
     ci_hi: float | None
     steps: int | None
+    # False: an error-feedback compressor on a stream shorter than its residual needs to drain (recommend.Point.judged),
+    # whose fraction is no verdict on it: never "under the floor", named as not judged
+    judged: bool = True
+    drain: int | None = None  # the steps its residual needs to drain, where its configuration says (1/density)
 
 
 def delivered_from_results(record: RunRecord, model: str, origin: str = "") -> dict[str, Delivered]:
@@ -252,7 +301,9 @@ def delivered_from_results(record: RunRecord, model: str, origin: str = "") -> d
             continue
         st = c.stream
         ci = st.worker_ci if st is not None else None
-        out[c.label] = Delivered(float(v), ci.lo if ci else None, ci.hi if ci else None, st.steps if st is not None else None)
+        p = case_point(c)
+        out[c.label] = Delivered(float(v), ci.lo if ci else None, ci.hi if ci else None, st.steps if st is not None else None,
+                                 p.judged if p is not None else True, p.drain if p is not None else None)
     return out
 
 
@@ -313,13 +364,20 @@ class Scenario:
 
     @property
     def recommendable(self) -> list[Step]:
-        """The paying compressors that deliver at least :data:`DELIVERED_FLOOR` of the dense update (or were not measured)."""
-        return [s for s in self.paying if s.delivered is None or s.delivered.value >= DELIVERED_FLOOR]
+        """The paying compressors that deliver at least :data:`DELIVERED_FLOOR` of the dense update, were not measured, or
+        whose fraction is no verdict on them (:attr:`not_judged`)."""
+        return [s for s in self.paying if s.delivered is None or not s.delivered.judged or s.delivered.value >= DELIVERED_FLOOR]
 
     @property
     def below_floor(self) -> list[Step]:
         """The paying compressors whose measured delivered fraction is under :data:`DELIVERED_FLOOR`: never recommended."""
-        return [s for s in self.paying if s.delivered is not None and s.delivered.value < DELIVERED_FLOOR]
+        return [s for s in self.paying if s.delivered is not None and s.delivered.judged and s.delivered.value < DELIVERED_FLOOR]
+
+    @property
+    def not_judged(self) -> list[Step]:
+        """The paying error-feedback compressors under the floor on a stream shorter than their residual needs to drain:
+        their open-loop fraction is no verdict (they send the rest later), so neither rejected nor vouched for."""
+        return [s for s in self.paying if s.delivered is not None and not s.delivered.judged and s.delivered.value < DELIVERED_FLOOR]
 
 
 @dataclass(frozen=True)

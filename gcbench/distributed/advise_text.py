@@ -27,13 +27,31 @@ def caveat(flagged: Sequence[str]) -> str:
         return ""
     named = ", ".join(flagged[:CAVEAT_NAMES]) + (f" and {len(flagged) - CAVEAT_NAMES} more" if len(flagged) > CAVEAT_NAMES else "")
     return (f" — but this answer cannot be trusted: the timings behind it were flagged after re-measuring: {named} "
-            "(why: under the table); rerun on a quiet machine before acting on it")
+            "(--detail says why); rerun on a quiet machine before acting on it")
+
+
+def _over(s: Step) -> str:
+    """`` over 10 open-loop steps``: what a delivered fraction was measured over."""
+    steps = s.delivered.steps if s.delivered else None
+    return f" over {steps} open-loop steps" if steps else " over the open-loop stream"
 
 
 def _floor_text(sc: Scenario, s: Step) -> str:
     d = s.delivered.value if s.delivered else float("nan")
     why = "worse than sending nothing" if d < 0 else f"under the {DELIVERED_FLOOR:g} floor"
-    return f"{s.label} {sc.claim(s):.2f}× (delivers {d:.3g} of the dense update, {why})"
+    return f"{s.label} {sc.claim(s):.2f}× (delivers {d:.3g} of the dense update{_over(s)}, {why})"
+
+
+def _unjudged_text(s: Step) -> str:
+    d = s.delivered
+    assert d is not None
+    drain = f"its residual needs about {d.drain:,} steps to drain" if d.drain else "how long its residual takes to drain is not known"
+    return f"{s.label} (delivers {d.value:.3g}{_over(s)}; {drain})"
+
+
+#: what a sentence says of error-feedback compressors its open-loop fractions cannot judge
+NOT_JUDGED = ("error feedback delivers the rest of the update in later steps: `gcbench converge` says whether it reaches the "
+              "accuracy, --convergence FILE ranks by it")
 
 
 #: the clause a sentence carries when no convergence file was given: the ranking is of step time alone
@@ -66,6 +84,9 @@ def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = 
     where = f"on {sc.workers} × {sc.bandwidth_gbps:g} Gbit/s"
     low = sc.below_floor[:3]
     not_rec = f"; faster but not recommended: {', '.join(_floor_text(sc, s) for s in low)}" if low else ""
+    unjudged = sc.not_judged[:3]
+    if unjudged:
+        not_rec += f"; not judged by their open-loop fraction: {', '.join(_unjudged_text(s) for s in unjudged)} — {NOT_JUDGED}"
     tail = compute_note + accuracy_note + caveat(flagged)
     if not sc.paying:
         best = sc.steps[0]
@@ -74,7 +95,8 @@ def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = 
     if not sc.recommendable:
         return (f"{where}: no compressor both pays and delivers enough of the update ({baseline_steps(sc)}){not_rec}" + tail)
     best = sc.recommendable[0]
-    fid = f", delivering {best.delivered.value:.3f} of the dense update" if best.delivered else ""
+    fid = (f", delivering {best.delivered.value:.3f} of the dense update{_over(best)}"
+           if best.delivered and best not in unjudged else "")
     big = ", its payload larger than bf16's" if best.larger_than_bf16 else ""
     others = ", ".join(f"{s.label} {sc.claim(s):.2f}×" for s in sc.recommendable[1:3])
     return (f"{where}: best {best.label}, {both_speedups(sc, best)} ({1e3 * best.step_s:.3g} ms a step; {baseline_steps(sc)})"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.table import Table
 
 from gcbench.distributed.advise import Advice, Scenario, Step
@@ -41,50 +43,108 @@ def baselines_line(adv: Advice, scs: list[Scenario]) -> str:
             f"{adv.bf16_origin or 'not priced'}.")
 
 
-def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None) -> list[Table | str]:
-    """Tables and lines to print, in order (strings are plain text, not markup); with ``times`` (``advise
-    --convergence``), the time-to-accuracy table and sentence of every cluster after the step tables."""
-    ks = adv.kernels
-    out: list[Table | str] = [
-        f"{adv.model}: kernels measured on {ks.device} ({ks.machine}) by `gcbench bench --model` ({ks.origin}); "
-        f"compute {1e3 * adv.compute_s:.1f} ms per step ({adv.compute_origin}); latency α = {1e6 * adv.latency_s:g} µs per message; "
-        + ("a flat network" if adv.topology.flat else
-           f"nodes of {adv.topology.gpus_per_node} GPUs ({adv.topology.intra_gbps:g} Gbit/s inside a node, the bandwidth between nodes)")
-        + ("; communication overlapped with the backward pass" if adv.overlap else "") + "."]
-    timing = "; ".join(filter(None, (ks.budget_text(), adv.candidates)))
+def trust_line(adv: Advice) -> str:
+    """One line on how far the answer can be trusted: the flagged timings behind it (by name; why: ``--detail``), and
+    where the compute time and the kernels come from."""
+    flagged = adv.untrusted()
+    names = ", ".join(flagged[:4]) + (f" and {len(flagged) - 4} more" if len(flagged) > 4 else "")
+    head = (f"Trust: {len(flagged)} timing{'s' if len(flagged) != 1 else ''} flagged ({names}; --detail says why): rerun on a "
+            "quiet machine before acting on it" if flagged else "Trust: no timing behind the answer was flagged")
+    compute = "given" if adv.compute_origin == "given" else "this machine's CPU (--compute-ms prices the cluster's devices)"
+    return f"{head}; compute {1e3 * adv.compute_s:.3g} ms a step, {compute}; kernels on {adv.kernels.device}."
+
+
+def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None,
+                  detail: bool = False) -> list[Table | str]:
+    """Tables and lines to print, in order (strings are plain text, not markup).
+
+    By default the answer, the table that supports it and one line on trust (:func:`trust_line`): with ``times``
+    (``advise --convergence``) one table of every compressor's time to the target on every cluster and the sentence of
+    each cluster; without, the step tables and their sentences.  ``detail`` (``--detail``) prints everything: the step
+    tables, the baselines' steps, why each flagged timing was flagged, the model's terms and, with ``times``, a
+    time-to-accuracy table per cluster (``advise --convergence`` printed about 100 lines and 8 tables for a
+    4-sentence answer)."""
+    if detail:
+        return detail_output(adv, times)
+    out: list[Table | str] = [_header(adv)]
+    timing = _timing_line(adv)
     if timing:
-        out.append(timing[0].upper() + timing[1:] + ".")
+        out.append(timing)
+    if times is not None:
+        conv, per = times
+        out.append(time_summary_table(conv, per))
+        out.append(TIME_SUMMARY_LEGEND)
+        out.extend(time_sentence(st, conv) for st in per)
+    else:
+        for n in sorted({sc.workers for sc in adv.scenarios}):
+            out.append(_step_table(adv, n))
+            out.append(COLLECTIVE_LEGEND)
+            out.extend(adv.summary_for(sc) for sc in adv.scenarios if sc.workers == n)
+    out.append(trust_line(adv))
+    return out
+
+
+def _header(adv: Advice) -> str:
+    ks = adv.kernels
+    return (f"{adv.model}: kernels measured on {ks.device} ({ks.machine}) by `gcbench bench --model` ({ks.origin}); "
+            f"compute {1e3 * adv.compute_s:.1f} ms per step ({adv.compute_origin}); latency α = {1e6 * adv.latency_s:g} µs per "
+            "message; " + ("a flat network" if adv.topology.flat else
+                           f"nodes of {adv.topology.gpus_per_node} GPUs ({adv.topology.intra_gbps:g} Gbit/s inside a node, "
+                           "the bandwidth between nodes)")
+            + ("; communication overlapped with the backward pass" if adv.overlap else "") + ".")
+
+
+def _timing_line(adv: Advice) -> str:
+    timing = "; ".join(filter(None, (adv.kernels.budget_text(), adv.candidates)))
+    return timing[0].upper() + timing[1:] + "." if timing else ""
+
+
+def _step_table(adv: Advice, n: int) -> Table:
+    """The step table of ``n`` workers: every compressor's predicted speed-up at each link speed."""
+    ks = adv.kernels
+    bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
+    scs = {sc.bandwidth_gbps: sc for sc in adv.scenarios if sc.workers == n}
+    base = scs[bws[0]].claim_baseline
+    t = Table(title=f"{n} workers — predicted speed-up over the {base} all-reduce at each link speed "
+                    "(G = Gbit/s; above 1× compression pays)", title_justify="left")
+    # names and protocols may wrap; numbers never do: the table keeps within 120 columns at four link speeds
+    for col, just, wrap in (("compressor", "left", True), ("protocol", "left", True), ("MB/step", "right", False),
+                            ("comp ms", "right", False), ("dec ms", "right", False), ("delivered", "right", False)):
+        t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
+    for bw in bws:
+        t.add_column(f"{bw:g}G", justify="right", no_wrap=True)
+    first = scs[bws[0]]
+    order = sorted(first.steps, key=lambda s: -max(scs[b].claim(next(x for x in scs[b].steps if x.label == s.label)) for b in bws))
+    for s in order:
+        cells = [_speedup(scs[b], next(x for x in scs[b].steps if x.label == s.label)) for b in bws]
+        k = ks.get(s.label)
+        flags = "*" if s.flags else ""  # which flags, and why: the "Flagged timings" lines under the table
+        big = "†" if s.larger_than_bf16 else ""
+        t.add_row(term(s.label), short_protocol(s.collective), f"{(s.payload_bytes or (k.wire_bytes if k else 0)) / 1e6:.3g}{big}",
+                  f"{1e3 * s.compress_s:.1f}{flags}",
+                  f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
+    return t
+
+
+def detail_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None) -> list[Table | str]:
+    """Everything ``advise --detail`` prints: :func:`advice_output`'s lines and, with ``times``, the time-to-accuracy
+    table and sentence of every cluster after the step tables."""
+    out: list[Table | str] = [_header(adv)]
+    timing = _timing_line(adv)
+    if timing:
+        out.append(timing)
     if adv.calibration is not None:
         out.append(adv.calibration.describe() + "; kinds it did not measure: the α–β model.")
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
     for n in sorted({sc.workers for sc in adv.scenarios}):
         scs = {sc.bandwidth_gbps: sc for sc in adv.scenarios if sc.workers == n}
-        base = scs[bws[0]].claim_baseline
-        t = Table(title=f"{n} workers — predicted speed-up over the {base} all-reduce at each link speed "
-                        "(G = Gbit/s; above 1× compression pays)", title_justify="left")
-        # names and protocols may wrap; numbers never do: the table keeps within 120 columns at four link speeds
-        for col, just, wrap in (("compressor", "left", True), ("protocol", "left", True), ("MB/step", "right", False),
-                                ("comp ms", "right", False), ("dec ms", "right", False), ("delivered", "right", False)):
-            t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
-        for bw in bws:
-            t.add_column(f"{bw:g}G", justify="right", no_wrap=True)
-        first = scs[bws[0]]
-        order = sorted(first.steps, key=lambda s: -max(scs[b].claim(next(x for x in scs[b].steps if x.label == s.label)) for b in bws))
-        for s in order:
-            cells = [_speedup(scs[b], next(x for x in scs[b].steps if x.label == s.label)) for b in bws]
-            k = ks.get(s.label)
-            flags = "*" if s.flags else ""  # which flags, and why: the "Flagged timings" lines under the table
-            big = "†" if s.larger_than_bf16 else ""
-            t.add_row(term(s.label), short_protocol(s.collective), f"{(s.payload_bytes or (k.wire_bytes if k else 0)) / 1e6:.3g}{big}",
-                      f"{1e3 * s.compress_s:.1f}{flags}",
-                      f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
-        out.append(t)
+        out.append(_step_table(adv, n))
         out.append(COLLECTIVE_LEGEND)
         out.append(baselines_line(adv, [scs[bw] for bw in bws]))
         out.extend(adv.summary_for(scs[bw]) for bw in bws)
     why = adv.untrusted_reasons()
     if why:
-        out.append("Flagged timings (re-measured once, still flagged):\n" + "\n".join(f"  {w}" for w in why))
+        out.append("Flagged timings (what triggered each flag):\n" + "\n".join(f"  {w}" for w in why))
     fid = (f"delivered = fraction of the dense update delivered over a stream, from {adv.fidelity_origin}"
            if adv.fidelity_origin else "delivered: not measured (pass a `gcbench run`/`compare` results file of this model)")
     out.append("step = compute + compress + communication of the compressor's protocol + decode of the payloads it receives "
@@ -136,6 +196,33 @@ def time_table(st: ScenarioTime, conv: ConvergenceInput) -> Table:
         t.add_row(name, f"{o.reached}/{o.seeds}", o.steps.text(spec=".0f") if o.steps else "—", r.step.text(1e3),
                   _time_cell(r, conv.budget), f"{r.vs_bf16:.2f}×" if r.vs_bf16 is not None else "—",
                   f"{r.vs_fp32:.2f}×" if r.vs_fp32 is not None else "—", _time_marks(st, r))
+    return t
+
+
+TIME_SUMMARY_LEGEND = ("time to target = steps to target (mean over the seeds that reached it) × predicted step, in seconds; "
+                       "reached: seeds that reached the target within the budget / seeds; --detail gives each cluster's table "
+                       "with the intervals, the step times and both baselines' ratios")
+
+
+def time_summary_table(conv: ConvergenceInput, times: Sequence[ScenarioTime]) -> Table:
+    """One table of every compressor's predicted time to the target on every cluster (a column each), ranked as the
+    first cluster ranks them: the table behind ``advise --convergence``'s sentences."""
+    t = Table(title=f"predicted time to {conv.target_text} (seconds; {conv.seeds} seeds, budget {conv.budget} steps; "
+                    "G = Gbit/s)", title_justify="left")
+    for col, just in (("compressor", "left"), ("reached", "right"), ("steps to target", "right")):
+        t.add_column(col, justify=just, no_wrap=col != "compressor")  # type: ignore[arg-type]
+    for st in times:
+        t.add_column(f"{st.workers}×{st.bandwidth_gbps:g}G", justify="right", no_wrap=True)
+    if not times:
+        return t
+    for r in times[0].rows:
+        o = r.outcome
+        name = term(r.label) + (" (fp32)" if r.role == "fp32 reference" else "")
+        cells = []
+        for st in times:
+            same = next((x for x in st.rows if x.label == r.label), None)
+            cells.append(_time_cell(same, conv.budget).split(" (")[0] if same is not None else "—")
+        t.add_row(name, f"{o.reached}/{o.seeds}", f"{o.steps.mean:.0f}" if o.steps else "—", *cells)
     return t
 
 

@@ -130,6 +130,7 @@ from gcbench.results.compare import (
     head_to_head,
 )
 from gcbench.results.phases import phase_rows, source_windows
+from gcbench.results.recommend import ClosedEvidence
 from gcbench.results.record import BEATS_BOUND, RunCase, TrainCase
 from gcbench.results.verdict import PairVerdict, baseline_bytes_line, bytes_per_step, verdicts
 
@@ -310,11 +311,13 @@ def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_
     return t
 
 
-def recommendation_output(cases: Sequence[RunCase]) -> list[RenderableType]:
-    """One sentence per source: which compressor to use (:func:`gcbench.results.recommend.recommendations`)."""
+def recommendation_output(cases: Sequence[RunCase], closed: ClosedEvidence | None = None) -> list[RenderableType]:
+    """One sentence per source: which compressor to use (:func:`gcbench.results.recommend.recommendations`; ``closed``:
+    a convergence file's outcomes for the one source of ``gcbench compare``, which decide where they cover a case)."""
     from gcbench.results.recommend import recommendations
 
-    return [Text(clip(r.sentence(), 2000), style="bold") for r in recommendations(cases)]
+    per = {c.source_label: closed for c in cases} if closed is not None else None
+    return [Text(clip(r.sentence(), 2000), style="bold") for r in recommendations(cases, per)]
 
 
 def run_output(cases: Sequence[RunCase], title: str) -> list[RenderableType]:
@@ -380,9 +383,11 @@ def sweep_table(sweep: Sequence[RunCase], cases: Sequence[RunCase]) -> Table:
     return t
 
 
-def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Sequence[RunCase] | None = None) -> list[RenderableType]:
-    """What ``gcbench compare`` prints: the verdict of each pair, the main table on the suite's common reference, the
-    one-shot fidelity (each case against its own reference), the density sweep when one ran, failures, notes, phases."""
+def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Sequence[RunCase] | None = None,
+                        closed: ClosedEvidence | None = None) -> list[RenderableType]:
+    """What ``gcbench compare`` prints: the verdict of each pair, the recommendation (held to ``closed``, a convergence
+    file's outcomes, where given), the main table on the suite's common reference, the one-shot fidelity (each case
+    against its own reference), the density sweep when one ran, failures, notes, phases."""
     src = cases[0].source_label if cases else ""
     first = next((c for c in cases if c.ok), None)
     workers = "?" if first is None or first.workers is None else first.workers
@@ -390,7 +395,7 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     reference = first.stream.reference if first is not None and first.stream and first.stream.reference else None
     src = clip(src)
     out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep)),
-                                 *recommendation_output(cases)]
+                                 *recommendation_output(cases, closed)]
     if sweep is None:
         out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
     against = baseline_bytes_line(cases)

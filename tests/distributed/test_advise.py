@@ -256,8 +256,11 @@ def test_the_sentence_says_when_the_timings_behind_it_were_flagged() -> None:
     assert bad_compute.to_dict()["summaries"] == bad_compute.summaries()
     from gcbench.report.advice import advice_output
 
-    printed = [o for o in advice_output(busy) if isinstance(o, str)]
+    printed = [o for o in advice_output(busy, detail=True) if isinstance(o, str)]
     assert any("cannot be trusted" in o for o in printed) and any("other processes took 60%" in o for o in printed)
+    short = [o for o in advice_output(busy) if isinstance(o, str)]  # by default: which timings, and where to read why
+    assert any(o.startswith("Trust: 1 timing flagged (topk (unstable); --detail says why)") for o in short)
+    assert not any("other processes took 60%" in o for o in short)
 
 
 def test_flagged_bench_cases_are_timed_again_and_the_less_flagged_kept(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -353,8 +356,9 @@ def test_a_compressor_under_the_fidelity_floor_is_never_recommended() -> None:
                                              _step("fp16", 1.4, None), _step("none", 0.9, 1.0)))
     line = adv.summary_line(sc)
     assert "best qsgd, 1.80×" in line and "delivering 0.950" in line and "also faster: fp16 1.40×" in line
-    assert "faster but not recommended: sdagc 3.03× (delivers 0.021 of the dense update, under the 0.5 floor)" in line
-    assert "signsgd 2.50× (delivers -83.5 of the dense update, worse than sending nothing)" in line
+    assert ("faster but not recommended: sdagc 3.03× (delivers 0.021 of the dense update over 10 open-loop steps, under the 0.5 "
+            "floor)") in line
+    assert "signsgd 2.50× (delivers -83.5 of the dense update over 10 open-loop steps, worse than sending nothing)" in line
     only_low = adv.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("none", 0.9, 1.0)))
     line = adv.summary_line(only_low)
     assert "no compressor both pays and delivers enough" in line and "best" not in line

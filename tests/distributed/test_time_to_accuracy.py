@@ -220,14 +220,16 @@ def test_the_time_to_accuracy_table_fits_120_columns() -> None:
 
     conv = _conv()
     a = adv.advise(_kernels(), 0.005, [16], [1.0, 100.0], 5e-6, convergence_origin="conv.json")
-    console = Console(width=120, record=True, emoji=False)
-    for part in advice_output(a, (conv, tta.time_to_accuracy(a, conv))):
-        console.print(part)
-    text = console.export_text()
-    rows = [line for line in text.splitlines() if line.startswith("│")]
-    assert all(len(line) <= 120 for line in text.splitlines()) and not any("…" in line for line in rows)
-    assert any("signsgd" in line and "1/3" in line for line in rows) and any("qsgd" in line and "diverged" in line for line in rows)
-    assert "b: steps assumed the fp32 reference's" in text and "accuracy not measured" not in text
+    for detail in (False, True):
+        console = Console(width=120, record=True, emoji=False)
+        for part in advice_output(a, (conv, tta.time_to_accuracy(a, conv)), detail=detail):
+            console.print(part)
+        text = console.export_text()
+        rows = [line for line in text.splitlines() if line.startswith("│")]
+        assert all(len(line) <= 120 for line in text.splitlines()) and not any("…" in line for line in rows)
+        assert any("signsgd" in line and "1/3" in line for line in rows)
+        assert any("qsgd" in line and "diverged" in line for line in rows)
+        assert ("b: steps assumed the fp32 reference's" in text) == detail and "accuracy not measured" not in text
 
 
 def test_a_convergence_file_given_where_a_run_is_expected_says_where_it_goes(tmp_path: Path) -> None:

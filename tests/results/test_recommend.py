@@ -9,11 +9,11 @@ from gcbench.results.recommend import DELIVERED_FLOOR, recommend, recommendation
 
 
 def _case(label: str, ratio: float, delivered: float | None, x_copy: float | None = None, *, source: str = "src",
-          enough: bool = True, flags: tuple[str, ...] = ()) -> Any:
-    data: dict[str, Any] = {"label": label, "compressor": label.split("@")[0], "status": "ok", "source": {"name": source, "label": source},
-                            "size": {"ratio": ratio}}
+          enough: bool = True, flags: tuple[str, ...] = (), steps: int | None = None, params: dict[str, Any] | None = None) -> Any:
+    data: dict[str, Any] = {"label": label, "compressor": label.split("@")[0].split(":")[0], "status": "ok",
+                            "source": {"name": source, "label": source}, "size": {"ratio": ratio}, "params": params or {}}
     if delivered is not None:
-        data["stream"] = {"delivered": delivered, "enough": enough}
+        data["stream"] = {"delivered": delivered, "enough": enough, "steps": steps}
     if x_copy is not None:
         data["timing"] = {"compress_x_copy": {"median": x_copy, "flags": list(flags)}}
     return as_case(data)
@@ -28,8 +28,10 @@ def test_the_front_member_that_saves_most_bytes_is_used_and_the_rest_are_named()
     assert {p.label for p in r.front} == {"none", "fp16", "qsgd", "dgc"}  # slow_qsgd is dominated; topk under the floor
     assert r.most_faithful is not None and r.most_faithful.label == "none"
     text = r.sentence()
-    assert text.startswith("src: use dgc — 50× fewer bytes (25× vs bf16), delivers 0.9 of the dense update, compress 20× a copy")
-    assert f"topk (delivers 0.3, under the {DELIVERED_FLOOR:g} floor)" in text and "worse than sending nothing: signsgd" in text
+    assert text.startswith("src: use dgc — 50× fewer bytes (25× vs bf16), delivers 0.9 of the dense update over the open-loop "
+                           "stream, compress 20× a copy")
+    assert f"topk (delivers 0.3 of the dense update over the open-loop stream, under the {DELIVERED_FLOOR:g} floor)" in text
+    assert "worse than sending nothing: signsgd" in text
 
 
 def test_a_flagged_timing_constrains_nothing() -> None:
@@ -48,7 +50,7 @@ def test_a_short_stream_is_said_and_sources_are_kept_apart() -> None:
     cases = [_case("qsgd", 6.0, 0.95, source="a", enough=False), _case("topk", 100.0, 0.2, source="b")]
     first, second = recommendations(cases)
     assert first.source == "a" and "too short to rank" in first.sentence()
-    assert second.source == "b" and second.best is None and "no compressor delivers at least" in second.sentence()
+    assert second.source == "b" and second.best is None and "open-loop delivered fraction" in second.sentence()
 
 
 def test_a_recommended_payload_larger_than_bf16s_is_said_to_be() -> None:
@@ -56,3 +58,44 @@ def test_a_recommended_payload_larger_than_bf16s_is_said_to_be() -> None:
     r = recommend("src", [_case("none", 1.0, 1.0, 1.0), _case("big", 1.6, 0.99, 1.0)])
     assert r.best is not None and r.best.label == "big"
     assert "1.6× fewer bytes (0.8× vs bf16: larger than bf16's payload)" in r.sentence()
+
+
+def test_an_error_feedback_compressor_is_not_judged_on_a_stream_shorter_than_its_residual_drains() -> None:
+    """Third audit, item 2: `compare dgc sdagc --model resnet50` ended "not recommended: dgc (delivers 0.0528, under the
+    0.5 floor), sdagc (0.0214)" after 10 open-loop steps; error feedback delivers most of its update later by design."""
+    r = recommend("resnet50", [_case("dgc", 1000.0, 0.0528, steps=10), _case("sdagc", 300.0, 0.0214, steps=10),
+                               _case("signsgd", 32.0, 0.3, steps=10)])
+    text = r.sentence()
+    assert {p.label for p in r.not_judged} == {"dgc", "sdagc"} and [p.label for p in r.below_floor] == ["signsgd"]
+    assert "not recommended: signsgd (delivers 0.3 of the dense update over 10 open-loop steps, under the 0.5 floor)" in text
+    assert "not recommended: dgc" not in text and "dgc (delivers 0.0528 of the dense update over 10 open-loop steps; its " \
+        "residual needs about 1,000 steps to drain)" in text
+    assert "sdagc (delivers 0.0214 of the dense update over 10 open-loop steps; how long its residual takes to drain is not known)" in text
+    assert "`gcbench converge -c dgc -c sdagc`" in text
+    assert "open-loop delivered fraction (the share of the dense update its updates delivered over the stream" in text
+
+
+def test_an_error_feedback_compressor_on_a_stream_long_enough_to_drain_is_judged() -> None:
+    long_ = recommend("src", [_case("topk:error_feedback=True", 100.0, 0.3, steps=100, params={"error_feedback": True})])
+    short = recommend("src", [_case("topk:error_feedback=True", 100.0, 0.3, steps=99, params={"error_feedback": True})])
+    assert [p.label for p in long_.below_floor] == ["topk:error_feedback=True"] and not long_.not_judged  # 1/0.01 steps
+    assert [p.label for p in short.not_judged] == ["topk:error_feedback=True"] and not short.below_floor
+
+
+def test_closed_loop_evidence_decides_where_it_covers_a_case() -> None:
+    from gcbench.results.recommend import ClosedEvidence, ClosedLoop
+
+    closed = ClosedEvidence("conv.json: digits_cnn, 3 seeds", "accuracy 0.972", 300, 120.0, {
+        "topk:error_feedback=True": ClosedLoop("reached", 3, 3, 153.0, 0.99),
+        "signsgd": ClosedLoop("never", 0, 3, None, 0.5)})
+    cases = [_case("topk:error_feedback=True", 100.0, 0.17, steps=10, params={"error_feedback": True}),
+             _case("signsgd", 32.0, 0.9, steps=10), _case("qsgd", 6.0, 0.95, steps=10)]
+    r = recommend("digits_cnn", cases, closed)
+    text = r.sentence()
+    assert r.best is not None and r.best.label == "topk:error_feedback=True"  # its 0.17 open loop is no verdict on it
+    assert text.startswith("digits_cnn: use topk:error_feedback=True — in closed-loop training (conv.json: digits_cnn, 3 "
+                           "seeds) it reaches it in 3/3 seeds, 153 steps to accuracy 0.972 (the reference: 120)")
+    assert "not recommended (closed loop, accuracy 0.972): signsgd does not reach it within 300 steps (3 seeds)" in text
+    assert "use signsgd" not in text and "use qsgd" not in text  # faithful open loop, but the closed loop ranks first
+    failing = recommend("digits_cnn", cases[1:2], closed)
+    assert failing.best is None and "no compressor reaches accuracy 0.972 in every seed" in failing.sentence()
