@@ -136,11 +136,13 @@ CALIBRATION_SHARE = 0.5
 MIN_CASE_BUDGET_S = 0.05
 
 
-def case_budget(budget_left_s: float, cases_left: int) -> float:
+def case_budget(budget_left_s: float, cases_left: int, overhead_s: float | None = None) -> float:
     """The calibration budget of the next case of a sweep with ``budget_left_s`` of its time budget left for
-    ``cases_left`` cases: its even share (:data:`CALIBRATION_SHARE` of it), never above a bench's own
+    ``cases_left`` cases: its even share less ``overhead_s`` (what a case has cost beyond its rounds so far), or
+    :data:`CALIBRATION_SHARE` of it before any case has shown its overhead; never above a bench's own
     :data:`BENCH_BUDGET_S` nor under :data:`MIN_CASE_BUDGET_S`."""
-    share = max(0.0, budget_left_s) / max(1, cases_left) * CALIBRATION_SHARE
+    even = max(0.0, budget_left_s) / max(1, cases_left)
+    share = even * CALIBRATION_SHARE if overhead_s is None else even - overhead_s
     return min(BENCH_BUDGET_S, max(MIN_CASE_BUDGET_S, share))
 
 
@@ -349,6 +351,7 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
                                                "case_work": [numel for _, numel in cases]}))
     start = clock()
     worker = _SharedWorker(threads) if isolate and shared_worker else None
+    overheads: list[float] = []  # per case whose rounds ran to their budget: its seconds beyond them (start, warm-up, payloads)
     try:
         for i, ((name, params), numel) in enumerate(cases):
             label = spec_label(name, params)
@@ -357,9 +360,13 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
             args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
                     "threads": threads, "device": device, "seed": seed, "model": model, "max_rounds": max_rounds}
             if budget_s is not None:
-                args["budget_s"] = case_budget(budget_s - (clock() - start), total - i)
+                args["budget_s"] = case_budget(budget_s - (clock() - start), total - i,
+                                               sum(overheads) / len(overheads) if overheads else None)
+            began = clock()
             try:
                 out.append(worker.run(args) if worker is not None else _run_isolated(args) if isolate else bench_case(**args))
+                if budget_s is not None and ((out[-1].get("x_copy") or {}).get("compress") or {}).get("stopped") == "budget":
+                    overheads.append(max(0.0, clock() - began - args["budget_s"]))
             except Exception as exc:  # recorded, the sweep goes on
                 out.append({"compressor": name, "label": label, "params": params, "numel": numel, "model": model,
                             "error": f"{type(exc).__name__}: {exc}"})
@@ -382,13 +389,16 @@ def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, 
                        device: str, isolate: bool, model: str | None,
                        progress: Callable[[str, int, int, str], None] | None = None,
                        max_rounds: int | None = None, budget_s: float | None = None,
-                       shared_worker: bool = False) -> list[dict[str, Any]]:
+                       shared_worker: bool = False, case_s: float | None = None) -> list[dict[str, Any]]:
     """``recs`` with every case flagged ``unstable`` timed once more, the less flagged record of the two kept.
 
     Only whole-model cases and single-size sweeps are matched back by label (``names`` are the specs ``recs`` ran).
-    ``budget_s``: the time the second timing may take (:func:`run_bench`); under :data:`MIN_REMEASURE_S` none is taken.
+    ``budget_s``: the time the second timing may take (:func:`run_bench`); under :data:`MIN_REMEASURE_S` none is taken,
+    and with ``case_s`` (what a case took the first time) only as many cases as fit in it, the first flagged ones.
     """
     again = [n for n in names if any(r.get("label") == spec_label(*registry.parse_spec(n)) and unstable_kernels(r) for r in recs)]
+    if budget_s is not None and case_s:
+        again = again[:max(0, int(budget_s // case_s))]  # a case's start and warm-up cost what they cost, budget or not
     if not again or (budget_s is not None and budget_s < MIN_REMEASURE_S):
         return list(recs)
     sizes = sorted({int(r["numel"]) for r in recs if r.get("numel")})
@@ -549,10 +559,11 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
                      model=model, progress=progress, max_rounds=max_rounds, budget_s=budget_s, shared_worker=shared_worker,
                      clock=clock)
     if remeasure:
-        left = None if budget_s is None else budget_s - (clock() - start)
+        first_s = clock() - start
+        left = None if budget_s is None else budget_s - first_s
         recs = remeasure_unstable(recs, names, repeats=repeats, warmup=warmup, threads=threads, device=device,
                                   isolate=isolate, model=model, progress=progress, max_rounds=max_rounds, budget_s=left,
-                                  shared_worker=shared_worker)
+                                  shared_worker=shared_worker, case_s=first_s / max(1, len(recs)))
     setup: dict[str, Any] = {"name": "bench", "sizes": [] if model else list(sizes), "repeats": repeats, "threads": threads}
     if budget_s is not None:
         setup.update(budget_s=budget_s, timing_s=round(clock() - start, 3))

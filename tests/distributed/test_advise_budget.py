@@ -47,6 +47,27 @@ def test_case_budget_is_an_even_share_of_what_is_left_within_a_benchs_own_bounds
     assert bench.case_budget(60.0, 20) == pytest.approx(60.0 / 20 * bench.CALIBRATION_SHARE)
     assert bench.case_budget(1000.0, 1) == bench.BENCH_BUDGET_S  # never more than a bench alone gives
     assert bench.case_budget(-3.0, 4) == bench.MIN_CASE_BUDGET_S  # overrun: the minimum rounds still run
+    assert bench.case_budget(40.0, 10, overhead_s=1.5) == pytest.approx(2.5)  # what a case costs beyond its rounds, known
+
+
+def test_flagged_cases_are_timed_again_only_as_far_as_the_budget_left_reaches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under load every figure is flagged: timing all of them again with 10 s left cost minutes (a case's start and
+    warm-up are paid whatever its rounds' budget)."""
+    asked: list[list[str]] = []
+
+    def fake_run_bench(names: list[str], sizes: Any, **kw: Any) -> list[dict[str, Any]]:
+        asked.append(list(names))
+        return [{"label": n, "numel": 10} for n in names]
+
+    monkeypatch.setattr(bench, "run_bench", fake_run_bench)
+    names = ["none", "topk", "qsgd", "signsgd"]
+    recs = [{"label": n, "numel": 10, "x_copy": {"compress": {"flags": ["unstable"]}}} for n in names]
+    kw: dict[str, Any] = {"repeats": 3, "warmup": 1, "threads": 1, "device": "cpu", "isolate": False, "model": "mlp"}
+    bench.remeasure_unstable(recs, names, budget_s=10.0, case_s=4.0, **kw)
+    assert asked == [["none", "topk"]]  # two cases of 4 s fit in 10 s
+    assert bench.remeasure_unstable(recs, names, budget_s=10.0, case_s=11.0, **kw) == recs and len(asked) == 1
+    bench.remeasure_unstable(recs, names, budget_s=None, **kw)
+    assert asked[-1] == names  # no budget: every flagged case, as before
 
 
 def test_a_kernel_the_budget_stopped_is_flagged_cut_short_and_no_other() -> None:
