@@ -125,6 +125,8 @@ def converge_cmd(
     output.out.print(converge_table(outcome.cases, title))
     plain(verdict(outcome.cases))
     plain(f"results: {outcome.path}")
+    if outcome.threads is not None and outcome.threads.held_for_bits:  # the user may prefer the speed to the bits
+        plain(f"threads: {outcome.threads.rule.removeprefix('auto: ')}")
     failed = [(c["label"], r) for c in outcome.cases for r in c["convergence"]["seeds"] if r["status"] == "error"]
     for label, r in failed:  # a seed that raised is a failure (diverging or missing the target is an outcome)
         error_line(f"{label} seed {r['seed']}: {r['error']}")

@@ -23,15 +23,10 @@ loss (``metric = "neg_loss"``).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import itertools
-import re
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -142,49 +137,6 @@ def _is_file_factory(spec: str) -> bool:
     return bool(sep) and path.endswith(".py")
 
 
-def _import_file_factory(spec: str) -> Callable[..., object]:
-    """The factory of ``path/to/file.py:factory``, its file imported as a module of its own.
-
-    Every error names the file and the factory as the user typed them: the module's internal name
-    (``gcbench_user_<stem>_<digest>``, unique per path) means nothing to them.
-    """
-    path_text, _, attr = spec.rpartition(":")
-    path = Path(path_text).expanduser().resolve()
-    if not path.is_file():
-        raise ConvergeError(f"model {spec!r}: no such file {path_text!r}")
-    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    name = f"gcbench_user_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}"
-    if name not in sys.modules:
-        loader_spec = importlib.util.spec_from_file_location(name, path)
-        if loader_spec is None or loader_spec.loader is None:
-            raise ConvergeError(f"model {spec!r}: {path_text!r} cannot be imported as Python")
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[name] = module
-        try:
-            loader_spec.loader.exec_module(module)
-        except KeyboardInterrupt:
-            del sys.modules[name]
-            raise
-        except BaseException as exc:  # the file's own top-level code failed (a sys.exit() too): the user's error
-            del sys.modules[name]
-            first = str(exc).strip().splitlines()
-            raise ConvergeError(f"model {spec!r}: importing {path_text!r} raised {type(exc).__name__}"
-                                f"{': ' + first[0] if first else ''}") from exc
-    obj: Any = sys.modules[name]
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            import difflib
-
-            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n))]
-            close = difflib.get_close_matches(part, names, n=3, cutoff=0.5)
-            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            raise ConvergeError(f"model {spec!r}: {path_text!r} has no {attr!r}{hint}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ConvergeError(f"model {spec!r}: {attr!r} in {path_text!r} is not callable (it is a {type(obj).__name__})")
-    return obj
-
-
 class ModelProblem(Problem):
     """A zoo, Hugging Face or user model on the batches its factory makes (:func:`gcbench.sources.zoo.load_model`)."""
 
@@ -196,9 +148,7 @@ class ModelProblem(Problem):
         self._load_model, self._cross_entropy = load_model, cross_entropy
         self.user = _is_file_factory(spec) or catalog.is_user_model(spec)
         self.hf = spec.startswith("hf:")
-        self._name = spec
-        #: a file's factory, built by :func:`~gcbench.sources.zoo.build_user_model` under the user's own spec
-        self._file_factory = _import_file_factory(spec) if _is_file_factory(spec) else None
+        self._name = spec  # a path/file.py:factory too: the loader imports the file and names it in every error
         if not self.user and not self.hf:
             card = catalog.lookup(spec)  # an unknown zoo name: "did you mean" in one line
             self._batch_option = "batch_size" in card.options
@@ -231,10 +181,6 @@ class ModelProblem(Problem):
         kwargs: dict[str, Any] = {}
         if batch is not None and self._batch_option:
             kwargs["batch_size"] = int(batch)
-        if self._file_factory is not None:
-            from gcbench.sources.zoo import build_user_model
-
-            return build_user_model(self.spec, self._file_factory, seed, kwargs)
         return self._load_model(self._name, seed, **kwargs)
 
     def instance(self, seed: int, workers: int, batch: int | None) -> SeedProblem:

@@ -141,11 +141,50 @@ def _specs(cfg: ConvergeConfig) -> list[Spec]:
     return specs
 
 
-def _probe(problem: Problem, s: EngineSettings) -> float | None:
+@dataclass
+class Probe:
+    """Seed 0's model and worker 0's first batch after :func:`_probe` ran them: what :func:`choose_threads` weighs."""
+
+    flops: float | None  # one forward pass (None where torch's counter cannot count it)
+    model: Any
+    inputs: Any
+    targets: Any
+    loss: Callable[[Any, Any], Any]
+
+    def same_bits(self, a: int, b: int) -> bool:
+        """Whether the loss and every gradient of one worker's pass are bit-identical on ``a`` and on ``b`` torch threads.
+
+        The pass is the engine's (a convolutional model in channels-last memory, dropout seeded the
+        same), so a difference here is one the run's numbers would show.
+        """
+        import torch
+
+        model, x = self.model, self.inputs
+        if any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
+            model = model.to(memory_format=torch.channels_last)
+            if isinstance(x, torch.Tensor) and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+        params = [p for p in model.parameters() if p.requires_grad]
+        before = torch.get_num_threads()
+        seen: list[list[bytes]] = []
+        try:
+            for n in (a, b):
+                torch.set_num_threads(n)
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(0)
+                    loss = self.loss(model(x), self.targets)
+                    grads = torch.autograd.grad(loss, params, allow_unused=True)
+                seen.append([t.detach().cpu().numpy().tobytes() for t in (loss, *grads) if t is not None])
+        finally:
+            torch.set_num_threads(before)
+        return seen[0] == seen[1]
+
+
+def _probe(problem: Problem, s: EngineSettings) -> Probe:
     """Build seed 0's problem and run one worker's forward pass and loss: a bad factory, a forward that fails on its own
     batch, a model with nothing to train or too few batches fail here, in one line, before any run.
 
-    Returns the FLOPs of that forward pass (None where they cannot be counted), for :func:`choose_threads`.
+    Returns the model, the batch and the FLOPs of that forward pass, for :func:`choose_threads`.
     """
     sp = problem.instance(0, s.workers, s.batch)
     user = bool(getattr(problem, "user", False))
@@ -174,7 +213,7 @@ def _probe(problem: Problem, s: EngineSettings) -> float | None:
     if not loss.requires_grad:
         raise ConvergeError(f"{label}: the loss does not depend on any trainable parameter (it has no gradient), so "
                             "there is nothing to train")
-    return _forward_flops(sp.model, x)
+    return Probe(_forward_flops(sp.model, x), sp.model, x, y, sp.loss)
 
 
 def _forward_flops(model: Any, x: Any) -> float | None:
@@ -201,8 +240,8 @@ def resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], d
     return problem, engine, specs, settings
 
 
-def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any], float | None]:
-    """:func:`resolve`, and the FLOPs of one worker's forward pass (:func:`_probe`)."""
+def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any], Probe]:
+    """:func:`resolve`, and what :func:`_probe` ran (for the thread count)."""
     cfg.check()
     specs = _specs(cfg)
     problem = make_problem(cfg.task, cfg.model, cfg.batch)
@@ -217,7 +256,7 @@ def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], 
     engine = EngineSettings(workers=cfg.workers, steps=cfg.steps, batch=cfg.batch, optimizer=optimizer, lr=float(cfg.lr or d.lr),
                             momentum=momentum if optimizer == "sgd" else None, weight_decay=float(cfg.weight_decay),
                             eval_every=min(eval_every, cfg.steps), divergence_factor=float(cfg.divergence_factor))
-    flops = _probe(problem, engine)
+    probe = _probe(problem, engine)
     task = f"zoo:{problem.spec}" if isinstance(problem, ModelProblem) and not problem.user and not problem.hf else problem.spec
     fraction = None if cfg.target_value is not None else (cfg.target_fraction or stats.DEFAULT_TARGET_FRACTION)
     settings: dict[str, Any] = {
@@ -229,7 +268,7 @@ def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], 
         # added to the schema's fields: how the units were laid out (see gcbench/converge/engine.py)
         "granularity": "layer", "unit_layout": "ddp buckets (as gcbench train --granularity layer)",
     }
-    return problem, engine, specs, settings, flops
+    return problem, engine, specs, settings, probe
 
 
 #: a worker's forward pass under this many FLOPs runs on one torch thread whatever the machine (see :func:`choose_threads`)
@@ -244,19 +283,28 @@ class ThreadChoice:
 
     threads: int
     rule: str
+    #: fewer threads would be faster on the machine as it is, but would change the run's bits (the command line says so)
+    held_for_bits: bool = False
 
 
-def choose_threads(flops: float | None, cores: int, others: float | None, default: int) -> ThreadChoice:
+def choose_threads(flops: float | None, cores: int, others: float | None, default: int,
+                   same_bits: Callable[[int, int], bool] | None = None) -> ThreadChoice:
     """The torch threads for a run whose workers' forward pass is ``flops``, on ``cores`` cores of which ``others`` are
-    busy with other processes, ``default`` being torch's own count (the upper bound: OMP_NUM_THREADS still caps it).
+    busy with other processes, ``default`` being torch's own count (OMP_NUM_THREADS, else the cores).
 
     Intra-op threads meet at a barrier after every operator; a thread whose core another process
     holds makes the others spin until the scheduler gives it one.  A forward pass of a few MFLOP is
     a handful of sub-millisecond operators, so a second thread can save at most microseconds a pass
     and, under load, costs milliseconds at every barrier (the digits MLP, 3.2 MFLOP: 0.4 ms a pass on
     one thread, 400 ms on two, at load 9.5 on 2 cores): below :data:`SMALL_PASS_FLOPS` the run takes
-    one thread, whatever the load, so its numbers are also those of ``--threads 1``.  A larger model
-    gets the cores no other process is using (rounded), at least one, at most ``default``.
+    one thread, whatever the load, and its numbers are those of ``--threads 1``.
+
+    A larger model gets the cores no other process is using (rounded; at least one, at most
+    ``default``), but only where that cannot change its numbers: torch's matrix products and
+    convolutions may sum in another order on another thread count, so a load-dependent count would
+    make the same command give other bits on a busy machine.  ``same_bits(n, default)`` (one
+    worker's pass run on both, :meth:`Probe.same_bits`) decides; where the bits differ the run keeps
+    ``default`` and the rule says so (``--threads`` pins any count).
     """
     if flops is not None and flops < SMALL_PASS_FLOPS:
         return ThreadChoice(1, f"auto: 1 thread, a worker's forward pass being {_flops_text(flops)} "
@@ -264,7 +312,12 @@ def choose_threads(flops: float | None, cores: int, others: float | None, defaul
     free = float(cores) if others is None else cores - others
     n = max(1, min(default, cores, math.floor(free + 0.5)))
     size = "an uncounted" if flops is None else f"a {_flops_text(flops)}"
-    load = "load unknown" if others is None else f"{others:.2g} of them busy with other processes"
+    load = "the load unknown" if others is None else f"other processes' load {others:.2g}"
+    if n < default and same_bits is not None and not same_bits(n, default):
+        return ThreadChoice(default, f"auto: {default} threads (torch's count) for {size} forward pass, {cores} cores, {load}: "
+                                     f"this model's gradients differ in rounding between {n} and {default} threads, so the "
+                                     f"count does not follow the load (--threads {n} is faster now, with other bits)",
+                           held_for_bits=True)
     return ThreadChoice(n, f"auto: {n} thread{'s' if n > 1 else ''} for {size} forward pass, {cores} cores, {load}")
 
 
@@ -320,12 +373,13 @@ def run_converge(cfg: ConvergeConfig, out_dir: Path | str = "reports/runs", prog
 
     progress = progress or _noop
     meter, since = CpuMeter().start(), time.perf_counter()
-    problem, engine, specs, settings, flops = _resolve(cfg)
+    problem, engine, specs, settings, probe = _resolve(cfg)
     before = torch.get_num_threads()
     if cfg.threads is not None:
         choice = ThreadChoice(cfg.threads, f"given: threads = {cfg.threads}")
     else:
-        choice = choose_threads(flops, *machine_load(meter, since), default=before)
+        choice = choose_threads(probe.flops, *machine_load(meter, since), default=before, same_bits=probe.same_bits)
+    del probe
     torch.set_num_threads(choice.threads)
     try:
         return _run(cfg, problem, engine, specs, settings, choice, out_dir, progress, suite_path)

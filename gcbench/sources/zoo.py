@@ -544,7 +544,10 @@ def _import_file(path: str, file_text: str) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the file's own top-level code failed: the user's error
+    except KeyboardInterrupt:
+        del sys.modules[name]
+        raise
+    except BaseException as exc:  # the file's own top-level code failed (a sys.exit() too): the user's error
         del sys.modules[name]
         raise user_code_error(path, f"importing {file_text!r}", exc) from exc
     return module
@@ -569,7 +572,12 @@ def _import_factory(path: str) -> Callable[..., object]:
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise SourceError(f"model {path!r}: module {mod_name!r} has no attribute {attr!r}")
+            import difflib
+
+            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))]
+            close = difflib.get_close_matches(part, names, n=3, cutoff=0.5)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise SourceError(f"model {path!r}: module {mod_name!r} has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)
     if not callable(obj):
         raise SourceError(f"model {path!r}: {attr!r} is not callable")
@@ -577,16 +585,9 @@ def _import_factory(path: str) -> Callable[..., object]:
 
 
 def _load_user(path: str, seed: int, kwargs: Mapping[str, object]) -> ZooModel:
-    return build_user_model(path, _import_factory(path), seed, kwargs)
-
-
-def build_user_model(path: str, factory: Callable[..., object], seed: int, kwargs: Mapping[str, object]) -> ZooModel:
-    """Call a user ``factory`` as :func:`load_model` does, and check and guard what it returns.
-
-    ``path`` names the model in every error: the ``package.module:factory`` a user typed, or the
-    ``file.py:factory`` of a factory imported from a file (gcbench/converge/problems.py), never the
-    internal module name such a file is imported under.
-    """
+    """The user model ``path`` names, built by its factory, checked, its hooks guarded: every error names ``path`` as the
+    user typed it (a ``file.py`` is imported under an internal module name that would mean nothing to them)."""
+    factory = _import_factory(path)
     seed = user_seed(seed)
     call_kwargs = dict(kwargs)
     try:

@@ -87,7 +87,7 @@ def test_a_forward_that_fails_on_its_own_batch_is_one_line_naming_the_file(model
 @pytest.mark.parametrize(("factory", "says"), [
     ("raises", "raised ValueError: no weights here"),
     ("returns_a_number", "the factory must return (module, make_batch) or (module, make_batch, loss_fn), got int"),
-    ("gud", "has no 'gud'; did you mean 'good'?"),
+    ("gud", "has no attribute 'gud'; did you mean 'good'?"),
 ])
 def test_factory_errors_name_the_users_file_and_factory(factory: str, says: str, models: Path, tmp_path: Path) -> None:
     line = _error_line(["--model", f"{models}:{factory}"], tmp_path)

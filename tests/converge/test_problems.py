@@ -106,7 +106,7 @@ def test_a_factory_file_is_imported_by_path(tmp_path: Path) -> None:
                  "    return m, make_batch\n", encoding="utf-8")
     p = make_problem(None, f"{f}:factory")
     assert p.metric == "accuracy" and p.spec == f"{f}:factory"
-    with pytest.raises(ConvergeError, match="no such file"):
+    with pytest.raises(SourceError, match="no such file"):
         make_problem(None, f"{tmp_path / 'nope.py'}:factory")
 
 

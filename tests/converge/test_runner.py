@@ -213,8 +213,31 @@ def test_the_thread_count_follows_the_models_size_and_the_free_cores(flops: floa
                                                                       default: int, threads: int) -> None:
     from gcbench.converge.runner import choose_threads
 
-    choice = choose_threads(flops, cores, others, default)
+    calls: list[tuple[int, int]] = []
+    choice = choose_threads(flops, cores, others, default, lambda a, b: calls.append((a, b)) or True)
     assert choice.threads == threads and choice.rule.startswith(f"auto: {threads} thread")
+    # the bits are compared only where the load would take threads away from torch's count
+    assert calls == ([(threads, default)] if (flops is None or flops >= 1e7) and threads < default else [])
+
+
+def test_a_model_whose_bits_depend_on_the_thread_count_keeps_torchs_count_under_load() -> None:
+    from gcbench.converge.runner import choose_threads
+
+    choice = choose_threads(7e8, 2, 1.0, 2, lambda a, b: False)
+    assert choice.threads == 2 and choice.held_for_bits
+    assert "gradients differ in rounding between 1 and 2 threads, so the count does not follow the load" in choice.rule
+    assert choose_threads(3.2e6, 2, 1.0, 2, lambda a, b: False).threads == 1  # a small model's one thread is not a choice
+
+
+def test_the_probe_compares_one_workers_pass_bit_for_bit() -> None:
+    from gcbench.converge.runner import _resolve
+
+    probe = _resolve(_cfg(seeds=1))[4]
+    assert probe.flops is not None and 0 < probe.flops < 1e4  # a 6-5-3 MLP on 4 examples
+    assert probe.same_bits(1, 2)  # products this small run on one thread whatever the count
+    plain = probe.loss
+    probe.loss = lambda out, y: plain(out, y) * (1 + 1e-3 * torch.get_num_threads())  # a loss that sees the count
+    assert not probe.same_bits(1, 2)
 
 
 def test_the_load_is_the_larger_of_the_load_average_and_the_cpu_other_processes_use_now(
