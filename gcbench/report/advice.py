@@ -8,7 +8,7 @@ from rich.table import Table
 
 from gcbench.distributed.advise import Advice, Scenario, Step
 from gcbench.distributed.time_to_accuracy import ConvergenceInput, ScenarioTime, TimeRow, time_sentence
-from gcbench.report.text import term
+from gcbench.report.columns import Label
 
 #: the collectives' short names in the table (the legend under it spells them out): the protocol column of a two-leg
 #: compressor ("alltoall (pairwise) + allgather (ring)") alone took 38 of the 120 columns a table may use
@@ -120,7 +120,7 @@ def _step_table(adv: Advice, n: int) -> Table:
         k = ks.get(s.label)
         flags = "*" if s.flags else ""  # which flags, and why: the "Flagged timings" lines under the table
         big = "†" if s.larger_than_bf16 else ""
-        t.add_row(term(s.label), short_protocol(s.collective), f"{(s.payload_bytes or (k.wire_bytes if k else 0)) / 1e6:.3g}{big}",
+        t.add_row(Label(s.label), short_protocol(s.collective), f"{(s.payload_bytes or (k.wire_bytes if k else 0)) / 1e6:.3g}{big}",
                   f"{1e3 * s.compress_s:.1f}{flags}",
                   f"{1e3 * s.decompress_s:.1f}", "—" if s.delivered is None else f"{s.delivered.value:.3f}", *cells)
     return t
@@ -192,7 +192,7 @@ def time_table(st: ScenarioTime, conv: ConvergenceInput) -> Table:
         t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
     for r in st.rows:
         o = r.outcome
-        name = term(r.label) + ("" if r.role == "compressor" else f" ({r.role.split()[0]})" if r.role == "fp32 reference" else "")
+        name = Label(r.label + ("" if r.role == "compressor" else f" ({r.role.split()[0]})" if r.role == "fp32 reference" else ""))
         t.add_row(name, f"{o.reached}/{o.seeds}", o.steps.text(spec=".0f") if o.steps else "—", r.step.text(1e3),
                   _time_cell(r, conv.budget), f"{r.vs_bf16:.2f}×" if r.vs_bf16 is not None else "—",
                   f"{r.vs_fp32:.2f}×" if r.vs_fp32 is not None else "—", _time_marks(st, r))
@@ -217,7 +217,7 @@ def time_summary_table(conv: ConvergenceInput, times: Sequence[ScenarioTime]) ->
         return t
     for r in times[0].rows:
         o = r.outcome
-        name = term(r.label) + (" (fp32)" if r.role == "fp32 reference" else "")
+        name = Label(r.label + (" (fp32)" if r.role == "fp32 reference" else ""))
         cells = []
         for st in times:
             same = next((x for x in st.rows if x.label == r.label), None)

@@ -13,14 +13,69 @@ each case's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
+from rich.measure import Measurement
+from rich.text import Text
+
 from gcbench.report.notes import X_COPY_DEC_HEADER, X_COPY_HEADER
 from gcbench.report.numbers import fmt, fraction_text, or_unknown, range_text, spread_text
+from gcbench.report.text import NAME_MAX, term
 from gcbench.results.metrics import METRICS
 from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, XCopy
+
+#: a label piece: up to and including a run of separators (a spec's ``,`` ``:`` ``=``, or a space), or the tail
+_LABEL_PIECE = re.compile(r"[^,:= ]*[,:= ]+|[^,:= ]+")
+
+
+class Label:
+    """A case label (a compressor spec such as ``topk:density=0.01,error_feedback=true``) as a table cell that wraps
+    only after ``,`` ``:`` ``=`` or a space, never inside a name or value.
+
+    Rich wraps at spaces and folds anything else at the column's edge, which cut ``error_`` from ``feedback=true``
+    and made a narrow table look like it named another parameter.  Its minimum width is the longest piece, so
+    rich's column sizing keeps every piece whole; only a piece wider than the whole column is folded (nothing
+    else could fit).  The text is plain, never markup: ``[`` in a user's label is shown as it is.
+    """
+
+    def __init__(self, text: str, limit: int = NAME_MAX, style: str = "") -> None:
+        # term's text (clipped, control characters written out) read back from its markup: plain, as a cell shows it
+        self.text = Text.from_markup(term(text, limit)).plain
+        self.style = style
+        self.pieces = _LABEL_PIECE.findall(self.text) or [""]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        longest = max(cell_len(p.rstrip(" ")) for p in self.pieces)
+        return Measurement(longest, cell_len(self.text)).with_maximum(options.max_width)
+
+    def lines(self, width: int) -> list[str]:
+        """The label cut into lines of at most ``width`` cells, at piece boundaries (a longer piece folded)."""
+        width = max(width, 1)
+        out: list[str] = []
+        line = ""
+        for piece in self.pieces:
+            if line and cell_len((line + piece).rstrip(" ")) > width:
+                out.append(line.rstrip(" "))
+                line = ""
+            line += piece
+            while cell_len(line.rstrip(" ")) > width:  # one piece wider than the column: fold it, nothing else fits
+                out.append(line[:width])
+                line = line[width:]
+        if line.rstrip(" ") or not out:
+            out.append(line.rstrip(" "))
+        return out
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        yield Text("\n".join(self.lines(options.max_width)), style=self.style, no_wrap=True, overflow="fold")
+
+    def __str__(self) -> str:
+        return self.text
+
 
 #: a column's direction read from the metrics catalogue (:data:`gcbench.results.metrics.METRICS`), not spelled again
 CATALOGUE = "catalogue"

@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
+from gcbench.report.columns import Label
 from gcbench.report.numbers import fmt
 from gcbench.report.text import term
 
@@ -64,7 +65,7 @@ def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
     settings = _conv(cases[0]).get("settings", {}) if cases else {}
     metric = metric_name(settings)
     t = Table(title=term(title, 116), title_justify="left")
-    t.add_column("compressor", max_width=24, overflow="fold")
+    t.add_column("compressor", max_width=24)  # a Label: wrapped after , : = only, never inside a name or value
     t.add_column(f"final {metric}", justify="right", no_wrap=True)
     t.add_column("gap to ref", justify="right", no_wrap=True)
     t.add_column("steps to target", justify="right", no_wrap=True)
@@ -75,7 +76,7 @@ def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
         conv = _conv(case)
         s = conv.get("summary") or {}
         n = s.get("seeds", 0)
-        name = term(str(case.get("label", "?")), 60) + (" (ref)" if conv.get("reference") else "")
+        name = Label(str(case.get("label", "?"))[:60] + (" (ref)" if conv.get("reference") else ""))
         if case.get("status") != "ok" and not s.get("final_metric"):
             t.add_row(name, "[red]failed[/]", "", "", "", "", "")
             continue

@@ -23,6 +23,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from gcbench.distributed.time_to_accuracy import ConvergenceInput, Outcome, Span, read_convergence
+from gcbench.report.columns import Label
 from gcbench.report.load import LoadedRun
 from gcbench.report.text import term
 from gcbench.results.record import ConvergeCase
@@ -194,9 +195,9 @@ def convergence_table(run: LoadedRun) -> Table:
     errors = []
     for r in convergence_rows(run):
         if r.ok:
-            t.add_row(term(r.name), *[rich_escape(c) for c in r.cells])
+            t.add_row(Label(r.name), *[rich_escape(c) for c in r.cells])
         else:
-            t.add_row(term(r.name), "[red]failed[/]", *[""] * (len(HEADERS) - 1))
+            t.add_row(Label(r.name), "[red]failed[/]", *[""] * (len(HEADERS) - 1))
             errors.append(f"{r.name}: {r.error}")
     t.caption = rich_escape("\n".join([answer(run), *errors, footnote(run)]))
     t.caption_justify = "left"

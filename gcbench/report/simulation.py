@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gcbench.distributed.netmodel import CaseCost, Simulation
+from gcbench.report.columns import Label
 from gcbench.report.text import clip, term
 
 
@@ -35,7 +36,7 @@ def simulation_output(sim: Simulation) -> list[Table | str]:
                     claim, beside = p.speedup_vs(sim.baseline), p.speedup_vs(other)
                     text = f"{claim:.2f}× ({beside:.2f}×)"
                     cells.append(f"[green]{text}[/]" if claim > 1.0 else text)
-                t.add_row(term(c.label), escape(sim.prediction(c, sim.workers[-1], bw).collective), *cells)
+                t.add_row(Label(c.label), escape(sim.prediction(c, sim.workers[-1], bw).collective), *cells)
             out.append(t)
     t = Table(title=f"break-even bandwidth (Gbit/s) against the {sim.baseline} all-reduce: compression is faster on slower "
                     "links, slower on faster ones", title_justify="left")

@@ -33,6 +33,7 @@ from gcbench.report.columns import (
     TRAIN_DETAIL_COLUMNS,
     WORKER_HEADERS,
     Column,
+    Label,
     LayerMetric,
     bench_x_copy_text,
     compress_gbps_text,
@@ -374,11 +375,11 @@ def sweep_table(sweep: Sequence[RunCase], cases: Sequence[RunCase]) -> Table:
         t.add_column(h, justify="left" if h == "case" else "right")
     for c in sorted([*[c for c in cases if c.ok], *sweep], key=lambda c: (c.compressor or "", -((c.params or {}).get("density") or 0))):
         if not c.ok:
-            t.add_row(term(case_name(c)), "", "[red]failed[/]", "")
+            t.add_row(Label(case_name(c)), "", "[red]failed[/]", "")
             continue
         d = c.stream.delivered if c.stream else None
         short = " (too short)" if c.stream is not None and c.stream.enough is False else ""
-        t.add_row(term(case_name(c)), fmt((c.params or {}).get("density"), "g"), fmt(bytes_per_step(c), "int"),
+        t.add_row(Label(case_name(c)), fmt((c.params or {}).get("density"), "g"), fmt(bytes_per_step(c), "int"),
                   fmt(d, "g") + short)
     return t
 
