@@ -13,6 +13,10 @@ into "cases done / total, elapsed, time left":
   the fraction of its steps done;
 * the time left is the mean case time times the cases not started, plus the unfinished fraction of
   the running case;
+* the machine's load is followed (:meth:`RunEta.speed`): once more than :data:`RECENT` cases are timed, the
+  time left is scaled by how long the last :data:`RECENT` cases took against what the whole run's rates predict
+  for them, so a machine that became loaded mid-run (other jobs, a shared CI runner) gets a longer ETA within
+  a few cases, and one that became quiet a shorter one, instead of the run-long mean lagging behind;
 * with the runner's plan (stage ``plan``: each source's work — elements × workers × steps — and the
   compressors, cases source-major), cases are weighed instead: each compressor's seconds per unit of
   work are learned from its cases done and priced at the work of the cases left, and building each
@@ -48,6 +52,12 @@ def format_seconds(seconds: float) -> str:
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+#: the cases whose durations say how fast the machine is now (:meth:`RunEta.speed`)
+RECENT = 3
+#: the most the recent cases may scale the estimate either way (one odd case must not multiply it by 100)
+SPEED_BOUNDS = (0.25, 4.0)
 
 
 class RunEta:
@@ -175,6 +185,28 @@ class RunEta:
             left += cost * (1.0 - self._fraction) if i == self.done and self._case_start is not None else cost
         return left
 
+    def _predicted(self, i: int) -> float | None:
+        """Seconds the whole run's history predicts for timed case ``i``: its compressor's mean rate × its work
+        under a plan, else the mean of every timed case (None: the plan cannot price it)."""
+        if self._work is None or self._affine:
+            return sum(self._timed.values()) / len(self._timed)
+        work = self._work[i]
+        rates = [secs / w for j, secs in self._timed.items() if self._labels[j] == self._labels[i] and (w := self._work[j])]
+        return None if work is None or not rates else sum(rates) / len(rates) * work
+
+    def speed(self) -> float:
+        """How much slower (above 1) or faster the machine runs now than over the run: the last :data:`RECENT` timed
+        cases' seconds over what the run's history predicts for them, bounded by :data:`SPEED_BOUNDS`; 1.0 until
+        more than :data:`RECENT` cases are timed (no history to compare with)."""
+        if len(self._timed) <= RECENT or self._affine:  # a bench case stops at a time budget: its seconds are not the load's
+            return 1.0
+        last = sorted(self._timed)[-RECENT:]
+        predicted = [self._predicted(i) for i in last]
+        if any(p is None for p in predicted) or not sum(predicted):  # type: ignore[arg-type]
+            return 1.0
+        lo, hi = SPEED_BOUNDS
+        return min(hi, max(lo, sum(self._timed[i] for i in last) / sum(predicted)))  # type: ignore[arg-type]
+
     def per_case(self) -> float | None:
         """Estimated seconds per case: the mean of the timed cases, else the running case's rate."""
         if self.durations:
@@ -191,14 +223,14 @@ class RunEta:
             return 0.0
         weighted = self._weighted_left()
         if weighted is not None:
-            return max(0.0, weighted)
+            return max(0.0, weighted * self.speed())
         per = self.per_case()
         if per is None:
             return None
         left = self.total - self.done
         if self._case_start is not None:  # the running case is partly done
             left -= self._fraction
-        return max(0.0, per * left)
+        return max(0.0, per * left * self.speed())
 
     def text(self) -> str:
         """The display's ETA cell: ``ETA 1:05``, or ``ETA …`` before a first estimate."""
