@@ -44,8 +44,8 @@ AdviseBaseline = options.baseline(str, "NAME", "The uncompressed all-reduce spee
 Budget = Annotated[float, typer.Option(
     "--budget", metavar="SECONDS", help="Time the kernel measurement may take, the second timing of flagged kernels "
     "included: each compressor's rounds get a share of it, and a figure it stopped early is flagged 'cut short'.")]
-AllCompressors = Annotated[bool, typer.Option(
-    "--all", help="Time every registered compressor (default: the baselines and the cheapest member of each family).")]
+AllCompressors = options.all_flag("Time every registered compressor (default: the baselines and the cheapest member of each "
+                                  "family).")
 Detail = Annotated[bool, typer.Option(
     "--detail", "--verbose", help="Print everything: every table (a time-to-accuracy table per cluster), the baselines' "
     "steps, why each flagged timing was flagged, the model's terms (default: the answer, its table, one line on trust).")]

@@ -34,8 +34,8 @@ Csv = options.csv_path("DIR", "Write cases.csv, layers.csv, steps.csv and timing
                        "observation) into DIR, replacing those four files.")
 Layers = Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
                                       "instead of the summary; with --md as Markdown.")]
-AllRuns = Annotated[bool, typer.Option("--all", help="With --html and no RUN: render every run of --runs-dir in "
-                                       "detail, not only the newest (about 0.75 s a run).")]
+AllRuns = options.all_flag("With --html and no RUN: render every run of --runs-dir in detail, not only the newest (about "
+                           "0.75 s a run).")
 Cluster = Annotated[list[str] | None, typer.Option(
     "--cluster", metavar="CLUSTER", help="Price a convergence file's steps on this cluster, WORKERSxGBITS (repeatable), e.g. "
     "16x10: time to the target per compressor, as `gcbench advise --convergence` does; needs --kernels.")]

@@ -45,6 +45,12 @@ def compressor_option(help: str) -> Any:
     return Annotated[list[str] | None, typer.Option("--compressor", "-c", metavar="SPEC", help=help)]
 
 
+def all_flag(help: str) -> Any:
+    """``--all``: every one of what the command would otherwise choose for you (advise: every registered compressor,
+    not the baselines and one member of each family; report --html: every run, not only the newest)."""
+    return Annotated[bool, typer.Option("--all", help=help)]
+
+
 def force(help: str) -> Any:
     """``--force``: run even when the estimated memory exceeds this machine's."""
     return Annotated[bool, typer.Option("--force", help=help)]
