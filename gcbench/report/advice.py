@@ -15,7 +15,8 @@ from gcbench.report.columns import Label
 SHORT_COLLECTIVES = {"allgather": "AG", "allreduce": "AR", "alltoall": "A2A", "reduce_scatter": "RS", "broadcast": "BC",
                      "gather": "G", "scatter": "S"}
 COLLECTIVE_LEGEND = ("protocol: AG all-gather, AR all-reduce, A2A all-to-all, RS reduce-scatter, BC broadcast, G gather, "
-                     "S scatter; ring, tree, pairwise: the algorithm priced; * = a flagged timing (why: under the table); "
+                     "S scatter; ring, tree, pairwise: the algorithm priced; * = a flagged timing (unstable, cut short by the budget, …; "
+                     "why: --detail); "
                      "† = a payload larger than bf16's (half the fp32 bytes): a plain bf16 all-reduce sends less")
 
 

@@ -92,7 +92,10 @@ def test_advise_finds_the_models_convergence_file_in_the_runs_folder_and_names_i
 
 @pytest.mark.parametrize("workers", ["1", "1,16"])
 def test_one_worker_is_refused_in_one_line(workers: str, tmp_path: Path) -> None:
+    """A 1-worker column priced only kernels against DDP's copies (qsgd 1.11x) and bytes nobody sends."""
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps(_bench_record()))
     line = _one_line_error(["advise", "--kernels", str(bench), "--compute-ms", "5", "--workers", workers])
+    assert "--workers 1" in line and "no exchange" in line
+    line = _one_line_error(["simulate", str(bench), "--workers", workers])
     assert "--workers 1" in line and "no exchange" in line
