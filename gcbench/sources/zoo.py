@@ -567,7 +567,9 @@ def _import_factory(path: str) -> Callable[..., object]:
             module = importlib.import_module(mod_name)
         except ImportError as exc:
             raise SourceError(f"model {path!r}: cannot import module {mod_name!r} ({exc})") from exc
-        except Exception as exc:  # the module's own top-level code failed: the user's error, not gcbench's
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the module's own top-level code failed (a sys.exit() too): the user's error
             raise user_code_error(path, f"importing {mod_name!r}", exc) from exc
     obj: Any = module
     for part in attr.split("."):

@@ -136,3 +136,16 @@ def test_the_thread_count_is_shown_and_recorded(models: Path, tmp_path: Path) ->
     data = json.loads(r.output)
     assert data["threads"] == {"count": 2, "rule": "given: threads = 2"}
     assert load_run(Path(data["results"])).environment.torch_threads == 2
+
+
+def test_a_sys_exit_while_importing_the_users_code_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    f = tmp_path / "exits_on_import.py"
+    f.write_text("import sys\nsys.exit(5)\n", encoding="utf-8")
+    line = _error_line(["--model", f"{f}:factory"], tmp_path / "a")
+    assert line == f"error: model '{f}:factory': importing '{f}' raised SystemExit: 5"
+    monkeypatch.syspath_prepend(str(tmp_path))  # the same module named package-style
+    monkeypatch.delitem(sys.modules, "exits_on_import", raising=False)
+    line = _error_line(["--model", "exits_on_import:factory"], tmp_path / "b")
+    assert line == "error: model 'exits_on_import:factory': importing 'exits_on_import' raised SystemExit: 5"
