@@ -45,7 +45,7 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.advise_text import ACCURACY_NOT_MEASURED, summary_line
+from gcbench.distributed.advise_text import ACCURACY_NOT_MEASURED, STEP_ONLY, summary_line
 from gcbench.distributed.advise_text import caveat as caveat  # the sentence's names stay importable from here
 from gcbench.distributed.compute_time import (  # the compute time's names stay importable from here
     COMPUTE_DRIFT as COMPUTE_DRIFT,
@@ -437,9 +437,10 @@ class Advice:
         return f" (compute: this machine's {1e3 * self.compute_s:.1f} ms a step; --compute-ms prices the cluster's devices)"
 
     def summary_for(self, sc: Scenario) -> str:
-        """:func:`summary_line` of one scenario, with the caveat when the timings behind it were flagged and, without a
-        convergence file, the clause saying accuracy was not measured."""
-        acc = "" if self.convergence_origin else ACCURACY_NOT_MEASURED
+        """:func:`summary_line` of one scenario, with the caveat when the timings behind it were flagged and the clause
+        saying accuracy was not measured, or, with a convergence file, that it ranks by step time alone (its fastest step
+        is no "best": the time-to-accuracy sentence is the answer)."""
+        acc = STEP_ONLY if self.convergence_origin else ACCURACY_NOT_MEASURED
         return summary_line(sc, self.untrusted_for(sc), self.compute_note(), acc)
 
     def summaries(self) -> list[str]:

@@ -137,6 +137,8 @@ def test_advise_command_with_a_convergence_file(tmp_path: Path) -> None:
     rows = {row["label"]: row for row in d["time_to_accuracy"][0]["rows"]}
     assert rows["topk"]["time"]["mean"] > 0 and rows["randomk"]["time"] is None and "bf16 all-reduce" in d["time_to_accuracy"][0]["summary"]
     assert "accuracy not measured" not in d["summaries"][0]
+    # the step sentence names no "best" that the convergence file may show never reaching the target (randomk)
+    assert ": fastest step " in d["summaries"][0] and "by step time alone" in d["summaries"][0] and ": best " not in d["summaries"][0]
     r = runner.invoke(app, ["advise", "--kernels", str(bench), "--compute-ms", "5", "--workers", "16", "--bandwidth", "1",
                             "--convergence", str(conv)])
     assert r.exit_code == 0, r.output
