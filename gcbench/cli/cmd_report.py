@@ -34,8 +34,8 @@ Csv = options.csv_path("DIR", "Write cases.csv, layers.csv, steps.csv and timing
                        "observation) into DIR, replacing those four files.")
 Layers = Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
                                       "instead of the summary; with --md as Markdown.")]
-AllRuns = options.all_flag("With --html and no RUN: render every run of --runs-dir in detail, not only the newest (about "
-                           "0.75 s a run).")
+AllRuns = options.all_flag("With --html and no RUN: link every run of --runs-dir to a page of its own beside the report "
+                           "(rendered once, reused while its results file is unchanged).")
 Cluster = Annotated[list[str] | None, typer.Option(
     "--cluster", metavar="CLUSTER", help="Price a convergence file's steps on this cluster, WORKERSxGBITS (repeatable), e.g. "
     "16x10: time to the target per compressor, as `gcbench advise --convergence` does; needs --kernels.")]
@@ -155,7 +155,7 @@ def report(
 
     # --html renders the newest run and lists the others: rendering every run of a big folder took minutes
     inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped,
-                           newest_only=as_html and not all_runs)
+                           newest_only=as_html)  # --all: each run's page is rendered on its own (report/html_all.py)
     if cluster or kernels is not None or compute_ms is not None:
         inp = _priced(inp, cluster or [], kernels, compute_ms, latency_us)
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
@@ -174,7 +174,12 @@ def report(
     if as_html or output is not None:
         check_not_an_input([output or Path("reports/index.html")], inputs, "--output")
     claims, claims_missing = _claims_for(papers, detailed)
-    if as_html:
+    if as_html and all_runs:
+        from gcbench.report.html_all import write_html_all
+
+        pages = write_html_all(output or Path("reports/index.html"), inp, claims, claims_missing, on_skip=skipped)
+        plain(f"report: {pages.index} ({pages.rendered} run page(s) rendered, {pages.reused} reused in {pages.folder})")
+    elif as_html:
         from gcbench.report.html import write_html
 
         path = write_html(output or Path("reports/index.html"), loaded, claims, comparison, detailed=detailed,

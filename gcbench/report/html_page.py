@@ -12,7 +12,7 @@ markup.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -324,22 +324,30 @@ def _history_context(history: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def render_html(runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None, comparison: Comparison | None = None,
                 title: str = "gcbench report", claims_missing: str = "No claims file was loaded.",
                 detailed: Sequence[LoadedRun] | None = None, index: Sequence[dict[str, str]] | None = None,
-                history: Sequence[dict[str, Any]] | None = None) -> str:
+                history: Sequence[dict[str, Any]] | None = None, pages: Mapping[str, str] | None = None) -> str:
     """The whole report as one self-contained HTML document.
 
     ``runs`` are listed in the summary; ``detailed`` (default: all of them) get their tables and plots.
     A comparison report details only the new run: the baseline's values are in the comparison rows.
     ``index`` (:func:`gcbench.report.load.newest_with_index`): the facts of every run of the
     folder, listed in the summary instead of ``runs``; a run of ``runs`` links to its section.
+    ``pages`` (``report --html --all``, :mod:`gcbench.report.html_all`): results file -> the relative link of
+    that run's own page, which a listed run not detailed here links to.
     """
     template = _ENV.from_string(page_template())
     show = [detailed is None or any(r is d for d in detailed) for r in runs]
-    listed = [{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i], "note": " (baseline)"} for i, r in enumerate(runs)]
+    listed = [{"anchor": f"run{i}", "facts": run_facts(r), "detailed": show[i], "note": " (baseline)", "href": ""}
+              for i, r in enumerate(runs)]
     index_note = ""
     if index is not None:
         anchors = {str(r.path): f"run{i}" for i, r in enumerate(runs) if show[i]}
-        listed = [{"anchor": anchors.get(f["file"], ""), "facts": f, "detailed": f["file"] in anchors, "note": ""} for f in index]
-        if len(index) > len(anchors):
+        listed = [{"anchor": anchors.get(f["file"], ""), "facts": f, "detailed": f["file"] in anchors, "note": "",
+                   "href": (pages or {}).get(f["file"], "")} for f in index]
+        if pages:
+            folder = next(iter(pages.values())).split("/")[0]
+            index_note = (f" The newest is shown in detail; each run links to its own page in {folder}/, rendered once and "
+                          "reused while its results file is unchanged.")
+        elif len(index) > len(anchors):
             index_note = (f" The newest is shown in detail, the {len(index) - len(anchors)} other"
                           f"{'s' if len(index) - len(anchors) != 1 else ''} listed only: name runs "
                           "(gcbench report --html RUN ...) or add --all to render them.")

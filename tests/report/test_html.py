@@ -328,17 +328,26 @@ def test_mixed_folder_renders_every_kind(tmp_path: Path) -> None:
     out = tmp_path / "index.html"
     r = CliRunner().invoke(app, ["report", "--runs-dir", str(d), "--html", "--all", "-o", str(out)])
     assert r.exit_code == 0, r.output
-    text = out.read_text(encoding="utf-8")
+    pages = [out, *(tmp_path / "index_runs" / f"{stem}.html" for stem in ("1-run", "2-compare", "3-train", "4-bench"))]
+    assert all(p.is_file() for p in pages)
     doc = Doc()
-    doc.feed(text)
+    headings = []
+    for p in pages[1:]:  # each run's own page (the index details the newest again: counted once here)
+        text = p.read_text(encoding="utf-8")
+        doc.feed(text)
+        headings += re.findall(r'<h2 id="run\d">([^<]+)</h2>', text)
+        own = Doc()
+        own.feed(text)
+        own.close()
+        _assert_offline(text, own)
     doc.close()
     assert doc.errors == []
-    assert [t for t in re.findall(r'<h2 id="run\d">([^<]+)</h2>', text)] == [
-        "Run golden-base", "Run golden-compare", "Training run golden-train", "Kernel benchmark golden-bench"]
+    assert headings == ["Run golden-base", "Run golden-compare", "Training run golden-train", "Kernel benchmark golden-bench"]
+    text = out.read_text(encoding="utf-8")
+    assert all(f'href="index_runs/{p.name}"' in text for p in pages[1:])
     plots = Counter(doc.plots)
     assert plots == {"pareto_oneshot": 2, "throughput": 2, "layers": 2, "layers_q": 2, "train_accuracy": 1, "train_loss": 1,
                      "time_to_target": 1, "bench_x_copy": 1, "size": 1}
-    _assert_offline(text, doc)
 
 
 # ----------------------------------------------------------------------------- one reference per plot; timings that are speeds
@@ -652,7 +661,8 @@ def test_html_renders_the_newest_run_and_lists_every_other(tmp_path: Path, monke
     rendered.clear()
     few = _runs_folder(tmp_path / "few", 3)
     r = CliRunner().invoke(app, ["report", "--html", "--all", "--runs-dir", str(tmp_path / "few"), "-o", str(out)])
-    assert r.exit_code == 0 and rendered == few, r.output  # --all: every run in detail, as before
+    # --all: every run in detail on a page of its own, and the newest again on the index
+    assert r.exit_code == 0 and sorted(rendered) == sorted([*few, few[-1]]), r.output
     rendered.clear()
     r = CliRunner().invoke(app, ["report", "--html", "--runs-dir", str(tmp_path / "runs"), ids[3], ids[5], "-o", str(out)])
     assert r.exit_code == 0 and rendered == [ids[3], ids[5]], r.output
