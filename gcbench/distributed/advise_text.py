@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gcbench.results.recommend import DELIVERED_FLOOR
+from gcbench.results.recommend import DELIVERED_FLOOR, UNKNOWN_DRAIN_STEPS
 
 if TYPE_CHECKING:
     from gcbench.distributed.advise import Scenario, Step
@@ -45,7 +45,8 @@ def _floor_text(sc: Scenario, s: Step) -> str:
 def _unjudged_text(s: Step) -> str:
     d = s.delivered
     assert d is not None
-    drain = f"its residual needs about {d.drain:,} steps to drain" if d.drain else "how long its residual takes to drain is not known"
+    drain = (f"its residual needs about {d.drain:,} steps to drain" if d.drain
+             else f"how long its residual takes to drain is not known: {UNKNOWN_DRAIN_STEPS} steps assumed")
     return f"{s.label} (delivers {d.value:.3g}{_over(s)}; {drain})"
 
 

@@ -94,6 +94,11 @@ class ClosedEvidence:
 EF_MODES = ("own", "always", "on")
 
 
+#: the steps an error-feedback residual is given to drain where its configuration does not say what share of the
+#: coordinates a step sends (a threshold, sign or low-rank compressor): a 10-step stream judged none of them fairly
+UNKNOWN_DRAIN_STEPS = 100
+
+
 def residual_drain_steps(compressor: str | None, params: Mapping[str, object] | None) -> int | None:
     """About how many steps an error-feedback residual needs before every coordinate has been sent: 1/density (a
     top-k of density 0.001 sends each coordinate about once in 1,000 steps), 1/(1 − drop ratio) for gradient dropping;
@@ -140,8 +145,8 @@ class Point:
     @property
     def judged(self) -> bool:
         """Whether its open-loop delivered fraction can judge it: not an error-feedback compressor, or one whose stream
-        was at least as long as its residual needs to drain."""
-        return not self.error_feedback or (self.drain is not None and self.steps is not None and self.steps >= self.drain)
+        was at least as long as its residual needs to drain (:data:`UNKNOWN_DRAIN_STEPS` where that is not known)."""
+        return not self.error_feedback or (self.steps is not None and self.steps >= (self.drain or UNKNOWN_DRAIN_STEPS))
 
     def open_text(self) -> str:
         """``delivers 0.0528 of the dense update over 10 open-loop steps``: the fraction and what it was measured over."""
@@ -150,7 +155,7 @@ class Point:
 
     def not_judged_text(self) -> str:
         drain = (f"its residual needs about {self.drain:,} steps to drain" if self.drain is not None
-                 else "how long its residual takes to drain is not known")
+                 else f"how long its residual takes to drain is not known: {UNKNOWN_DRAIN_STEPS} steps assumed")
         return f"{self.label} ({self.open_text()}; {drain})"
 
 
@@ -181,6 +186,8 @@ class Recommendation:
                     f"delivered over the stream, the model stepping with the dense mean) reaches the {DELIVERED_FLOOR:g} floor")
             if cl is not None and self.closed_failed:
                 text = f"{src}: no compressor reaches {cl.target} in every seed in the closed loop ({cl.origin})"
+            elif self.not_judged and not (self.front or self.below_floor or self.worse_than_nothing or self.closed_failed):
+                text = f"{src}: no recommendation from this stream"  # nothing it could judge: none was found wanting
         elif self.best.closed is not None and cl is not None:
             b = self.best
             ref = f" (the reference: {cl.reference_steps:.0f})" if cl.reference_steps is not None else ""
@@ -215,6 +222,16 @@ class Recommendation:
             text += (" — but the stream was too short to rank stateful compressors on (marked (short) in the table): "
                      "rerun with more steps before acting on it")
         return text + "."
+
+
+def open_loop_verdict(c: RunCase) -> tuple[bool, int | None, int | None]:
+    """(whether the case's open-loop delivered fraction can judge it, its residual's drain steps, its stream's steps):
+    :attr:`Point.judged` for a case with or without a ratio (the pair verdict's delivered axis asks it too)."""
+    steps = c.stream.steps if c.stream is not None and c.stream.steps else None
+    ef = _error_feedback(c)
+    drain = residual_drain_steps(c.compressor or c.label, c.params)
+    judged = not ef or (steps is not None and steps >= (drain or UNKNOWN_DRAIN_STEPS))
+    return judged, drain, int(steps) if steps else None
 
 
 def case_point(c: RunCase, closed: ClosedEvidence | None = None) -> Point | None:

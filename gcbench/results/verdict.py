@@ -227,6 +227,21 @@ def _worker_values(case: RunCase) -> list[float] | None:
     return [float(v) for v in w]
 
 
+def _undrained(a: RunCase, b: RunCase) -> str:
+    """Which of the two are error-feedback cases on a stream shorter than their residual needs to drain (the open-loop
+    fraction is no verdict on them, :attr:`gcbench.results.recommend.Point.judged`), in words; "" when neither is."""
+    from gcbench.results.recommend import UNKNOWN_DRAIN_STEPS, open_loop_verdict
+
+    parts = []
+    for c in (a, b):
+        judged, drain, steps = open_loop_verdict(c)
+        if not judged:
+            why = (f"its residual needs about {drain:,} steps to drain" if drain
+                   else f"its residual's drain time unknown: {UNKNOWN_DRAIN_STEPS} steps assumed")
+            parts.append(f"{c.label}: {steps or '?'} steps, {why}")
+    return "; ".join(parts)
+
+
 def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
     """Which case delivers more of the common reference's update: paired per-worker differences, Student t."""
     sa, sb = a.stream, b.stream
@@ -240,6 +255,12 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
         return AxisVerdict(DELIVERED, TOO_SHORT, None, None, None, None, "", text,
                            f"delivered update: stream too short to conclude ({min(s.steps or 0 for _, s in short)} steps, "
                            f"need ≥ {need}; use --steps {need})")
+    undrained = _undrained(a, b)
+    if undrained:
+        text = (f"delivered update: stream too short to conclude ({undrained}; error feedback delivers the rest later: "
+                "`gcbench converge` compares them closed-loop)")
+        return AxisVerdict(DELIVERED, TOO_SHORT, None, None, None, None, "", text,
+                           f"delivered update: too short to conclude ({undrained})")
     wa, wb = _worker_values(a), _worker_values(b)
     if wa is None or wb is None or len(wa) != len(wb) or len(wa) < 2:
         if wa is None or wb is None:

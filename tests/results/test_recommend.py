@@ -70,9 +70,12 @@ def test_an_error_feedback_compressor_is_not_judged_on_a_stream_shorter_than_its
     assert "not recommended: signsgd (delivers 0.3 of the dense update over 10 open-loop steps, under the 0.5 floor)" in text
     assert "not recommended: dgc" not in text and "dgc (delivers 0.0528 of the dense update over 10 open-loop steps; its " \
         "residual needs about 1,000 steps to drain)" in text
-    assert "sdagc (delivers 0.0214 of the dense update over 10 open-loop steps; how long its residual takes to drain is not known)" in text
+    assert ("sdagc (delivers 0.0214 of the dense update over 10 open-loop steps; how long its residual takes to drain is not "
+            "known: 100 steps assumed)") in text
     assert "`gcbench converge -c dgc -c sdagc`" in text
     assert "open-loop delivered fraction (the share of the dense update its updates delivered over the stream" in text
+    only = recommend("resnet50", [_case("dgc", 1000.0, 0.0528, steps=10), _case("sdagc", 300.0, 0.0214, steps=10)]).sentence()
+    assert only.startswith("resnet50: no recommendation from this stream; not judged on this stream: dgc")
 
 
 def test_an_error_feedback_compressor_on_a_stream_long_enough_to_drain_is_judged() -> None:

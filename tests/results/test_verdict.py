@@ -118,6 +118,20 @@ def test_short_stream_cannot_conclude() -> None:
     assert "stream too short to conclude (2 steps, need ≥ 10; use --steps 10)" in de.short
 
 
+def test_error_feedback_on_a_stream_shorter_than_its_residual_drains_cannot_conclude() -> None:
+    """Third audit, item 2: compare dgc sdagc --model resnet50 said "dgc delivers 0.0291 more of the dense update" after
+    10 open-loop steps, a stream DGC's 0.001 density needs about 1,000 steps to drain."""
+    a = case("dgc", workers=[0.05, 0.06], steps=10, density=0.001)
+    b = case("sdagc", workers=[0.02, 0.025], steps=10)
+    de = pair_verdict(a, b).axis(DELIVERED)
+    assert de is not None and de.status == TOO_SHORT and de.better is None and de.estimate is None
+    assert "dgc: 10 steps, its residual needs about 1,000 steps to drain" in de.short
+    assert "sdagc: 10 steps, its residual's drain time unknown: 100 steps assumed" in de.short and "gcbench converge" in de.text
+    drained = pair_verdict(case("topk", workers=[0.9, 0.91], steps=100, compressor="topk:error_feedback=True", density=0.01),
+                           case("qsgd", workers=[0.5, 0.51], steps=100)).axis(DELIVERED)
+    assert drained is not None and drained.status != TOO_SHORT  # 100 steps drain a 0.01 density: judged
+
+
 @pytest.mark.parametrize("flag", ["unstable", "beats traffic bound", "too short"])
 def test_flagged_timing_cannot_say(flag: str) -> None:
     a, b = case("a", x_copy=SLOW, flags=[flag]), case("b", x_copy=FAST)
@@ -127,8 +141,8 @@ def test_flagged_timing_cannot_say(flag: str) -> None:
 
 
 def test_no_per_worker_values_gives_the_point_difference_without_ci() -> None:
-    a = case("powersgd", delivered=0.7, workers=None)
-    b = case("topk", delivered=0.9, workers=[0.88, 0.9, 0.92])
+    a = case("powersgd", delivered=0.7, workers=None, steps=100)  # error feedback: a stream long enough to judge it
+    b = case("topk", delivered=0.9, workers=[0.88, 0.9, 0.92], steps=100)
     de = pair_verdict(a, b).axis(DELIVERED)
     assert de is not None and de.status == NO_CI and de.better is None
     assert de.estimate == pytest.approx(0.2) and de.lo is None and de.hi is None
