@@ -9,9 +9,16 @@ import typer
 
 from gcbench.cli import options
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import choose, compressor_spec, compressor_specs, number_list, single_worker_compressors
+from gcbench.cli.grammar import (
+    choose,
+    compressor_spec,
+    compressor_specs,
+    model_arg,
+    number_list,
+    single_worker_compressors,
+)
 from gcbench.cli.output import emit, print_json, progress_bar
-from gcbench.cli.preflight import check_output_dir, check_output_file
+from gcbench.cli.preflight import check_not_an_input, check_output_dir, check_output_file, check_replaceable
 from gcbench.core.errors import GcbenchError
 
 SimulateRun = Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').",
@@ -53,6 +60,10 @@ Convergence = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
                          "target (steps to target × step time), not by step time alone; without --model, its model. "
                          "Default: the newest convergence file of the model in --runs-dir, named in the output.")]
+
+#: the start of the header of advise's CSV (gcbench.report.advice_csv.COLUMNS): an existing file that starts otherwise
+#: is not replaced (tests tie the two)
+CSV_HEADER = b"workers,bandwidth_gbps,compressor,"
 
 
 def cluster_workers(text: str) -> list[int]:
@@ -128,7 +139,8 @@ def advise_cmd(
     baseline: AdviseBaseline = "bf16",
     convergence: Convergence = None,
     csv: options.csv_path("PATH", "Also write the prediction as CSV: one row per cluster × compressor (step terms, "
-                          "both baselines, speed-ups; with --convergence the time to the target).") = None,
+                          "both baselines, speed-ups; with --convergence the time to the target); an existing file is "
+                          "replaced only when it is a CSV advise wrote.") = None,
     runs_dir: options.runs_dir() = Path("reports/runs"),
     out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
     as_json: options.json_flag("Machine-readable advice.") = False,
@@ -153,8 +165,9 @@ def advise_cmd(
     latency_s = latency_seconds(latency_us, "--latency-us")
     compute_s = compute_seconds(compute_ms, "--compute-ms")
     baseline = choose(baseline, adv.BASELINES, "baseline")
-    if rounds < 1:
-        raise GcbenchError(f"--rounds must be at least 1, got {rounds}")
+    model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion (one a --convergence file names is exit 1)
+    if not 1 <= rounds <= 10_000:  # bench's range (cmd_bench.MAX_ROUNDS): 10**9 rounds timed one kernel for days
+        raise GcbenchError(f"--rounds must be in [1, 10000], got {rounds}")
     if not budget > 0 or budget == float("inf"):  # NaN fails the first test
         raise GcbenchError(f"--budget must be a positive number of seconds, got {budget:g}")
     if all_compressors and compressor:
@@ -212,6 +225,9 @@ def advise_cmd(
         check_output_dir(out_dir, "--out")
     if csv is not None:
         check_output_file(csv, "--csv")
+        inputs = [f for f in (convergence, kernels, network) if f is not None] + ([Path(fidelity[1])] if fidelity else [])
+        check_not_an_input([csv], inputs, "--csv")  # the CSV written over --convergence FILE lost the training runs
+        check_replaceable(csv, "--csv", "a CSV that gcbench advise wrote", lambda head: head.startswith(CSV_HEADER))
     with progress_bar(not as_json and not quiet) as prog:
         step = adv.step_inputs(model, specs, out_dir, kernels_file=kernels, only=specs if compressor else None,
                                compute_s=compute_s, rounds=rounds, progress=prog, remeasure=remeasure, budget_s=budget)

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import choose, compressor_specs, single_worker_compressors, size_list_arg
+from gcbench.cli.grammar import choose, compressor_specs, model_arg, single_worker_compressors, size_list_arg
 from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir
 from gcbench.core.errors import GcbenchError
@@ -27,6 +27,9 @@ Isolate = Annotated[bool, typer.Option(help="A fresh process per case (allocator
 Baseline = options.baseline(Path | None, "PATH", "A stored bench results file: flag compressors that got slower.")
 Threshold = options.threshold("Relative slow-down of compress×copy that counts as a regression.")
 FailOnRegression = options.fail_on_regression("Exit 1 if any case regressed against --baseline.", negatable=True)
+#: the ranges of a suite's metrics.timing_repeats and metrics.warmup (gcbench.measure.suite.MetricsSpec; a test ties them)
+MAX_ROUNDS = 10_000
+MAX_WARMUP = 1000
 
 
 @user_errors
@@ -65,6 +68,7 @@ def bench(
     names = compressor_specs(compressors, compressor) or single_worker_compressors()
     size_list = size_list_arg(sizes, parse_size)
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
+    model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion
     if model is not None:
         if sizes != "25.6M":
             raise GcbenchError("--model times a whole step of the model's own tensors; leave out --sizes")
@@ -110,10 +114,11 @@ def check_bench_options(sizes: list[int], sizes_text: str, rounds: int, warmup: 
     problems = []
     if not sizes:
         problems.append(f"--sizes: expected comma-separated element counts like 1K,25.6M, got {sizes_text!r}")
-    if rounds < 1:
-        problems.append(f"--rounds must be at least 1, got {rounds}")
-    if warmup < 0:
-        problems.append(f"--warmup must be at least 0, got {warmup}")
+    # a suite's metrics.timing_repeats and warmup ranges: --rounds 10**9 timed one kernel for days
+    if not 1 <= rounds <= MAX_ROUNDS:
+        problems.append(f"--rounds must be in [1, {MAX_ROUNDS}], got {rounds}")
+    if not 0 <= warmup <= MAX_WARMUP:
+        problems.append(f"--warmup must be in [0, {MAX_WARMUP}], got {warmup}")
     if not 1 <= threads <= 1024:  # a suite's metrics.threads range: 100000 threads aborted with std::bad_alloc
         problems.append(f"--threads must be in [1, 1024], got {threads}")
     if not 0 <= threshold < float("inf"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,9 +11,9 @@ import typer
 
 from gcbench.cli import options
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import compressor_specs, number_list
+from gcbench.cli.grammar import choose, compressor_specs, model_arg, number_list
 from gcbench.cli.output import emit, plain, print_json, progress_bar
-from gcbench.cli.preflight import check_output_file
+from gcbench.cli.preflight import check_not_an_input, check_output_file, check_replaceable
 from gcbench.core.errors import GcbenchError
 
 Compressors = Annotated[list[str] | None, typer.Argument(
@@ -26,17 +27,24 @@ Numel = Annotated[int, typer.Option("--numel", metavar="INT", help="Elements of 
 Distribution = Annotated[str, typer.Option(metavar="NAME", help=(
     "Distribution of the gradients' common and per-worker parts: normal, laplace, student-t, sparse or lowrank."))]
 Draws = Annotated[int, typer.Option("--draws", metavar="INT", help="Exchanges per cell, differing in the compressors' seeds.")]
-CsvOut = options.csv_path("PATH", "Also write the rows as a CSV file.")
+CsvOut = options.csv_path("PATH", "Also write the rows as a CSV file (an existing file is replaced only when it is a CSV "
+                          "this command wrote).")
+
+
+#: the start of the header of the CSV this command writes: an existing file that starts otherwise is not replaced
+CSV_HEADER = b"compressor,scheme,accumulate,workers,"
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    """The rows as CSV, written to a temporary file then renamed (an interrupted write leaves no half file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["compressor"])
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
+    """The rows as CSV, written atomically (:func:`gcbench.results.atomic.atomic_write`): an interrupted write or a full disk
+    leaves the previous file whole and no temporary file behind."""
+    from gcbench.results.atomic import atomic_write
+
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["compressor"])
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(path, text.getvalue())
 
 
 @user_errors
@@ -72,17 +80,26 @@ def collectives(
     `gcbench collectives thc qsgd --numel 65536 --draws 5 --json`, `gcbench collectives fp16 --csv collectives.csv`,
     `gcbench collectives bf16 thc --model resnet18 --workers 2,4,8`.
     """
-    from gcbench.measure.collectives import csv_rows, default_compressors, run_sweep
+    from gcbench.core.sharded import ACCUMULATE, SCHEMES
+    from gcbench.measure.collectives import check_sweep, csv_rows, default_compressors, run_sweep
     from gcbench.report.collectives_table import terminal_tables
+    from gcbench.sources.synthetic import DISTRIBUTIONS
 
     specs = compressor_specs(compressors, compressor) or default_compressors()
     ns = number_list(workers, "--workers", int)
-    schemes = [s.strip() for s in scheme.split(",") if s.strip()]
-    accs = [a.strip() for a in accumulate.split(",") if a.strip()]
-    if csv_path is not None:
-        check_output_file(csv_path, "--csv")
+    # names from fixed sets: an unknown one is exit 2 with a suggestion, as an unknown compressor is
+    schemes = [choose(s.strip(), SCHEMES, "collective scheme") for s in scheme.split(",") if s.strip()]
+    accs = [choose(a.strip(), list(ACCUMULATE), "accumulation dtype") for a in accumulate.split(",") if a.strip()]
+    distribution = choose(distribution, DISTRIBUTIONS, "distribution")
+    model = model_arg(model)
     if model is not None and trace is not None:
         raise GcbenchError("give --model or --trace, not both")
+    check_sweep(ns, numel, draws, seed, synthetic=model is None and trace is None)  # every range, before any gradient
+    if csv_path is not None:
+        check_output_file(csv_path, "--csv")
+        if trace is not None and Path(trace).is_dir():  # the trace's own files are inputs
+            check_not_an_input([csv_path], [f for f in Path(trace).iterdir() if f.is_file()], "--csv")
+        check_replaceable(csv_path, "--csv", "a CSV that gcbench collectives wrote", lambda head: head.startswith(CSV_HEADER))
     with progress_bar(not quiet and not as_json) as prog:
         source = None
         if model is not None or trace is not None:

@@ -10,7 +10,7 @@ import typer
 
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import compressor_specs
+from gcbench.cli.grammar import choose, compressor_specs, model_arg
 from gcbench.cli.output import error_line, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir
 from gcbench.core.errors import GcbenchError
@@ -91,6 +91,13 @@ def converge_cmd(
 
         suite_path = suite_label(find_suite(suite))
         base = replace(base, extra={"description": data.get("description")})
+    from gcbench.converge.problems import OPTIMIZERS
+    from gcbench.distributed.tasks import TASKS
+
+    # an unknown name is a command line gcbench cannot read: exit 2 with a suggestion, as an unknown -c is
+    task = None if task is None else choose(task, ["auto", *TASKS], "task")
+    model = model_arg(model)
+    optimizer = None if optimizer is None else choose(optimizer, OPTIMIZERS, "optimizer")
     if task is not None or model is not None:  # the command line's problem replaces the suite's
         base = replace(base, task=task, model=model)
     elif suite is not None and base.model is not None and ":" in base.model and not base.model.startswith("hf:") and not trust_code:

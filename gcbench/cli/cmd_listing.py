@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -112,11 +112,16 @@ def check(
 def validate(suite: ValidateSuite) -> None:
     """Check a suite file without running it: names, values, trace folders; imports no code and computes no gradient.
 
+    A convergence suite (kind = "converge") is checked against the ranges `gcbench converge` enforces.
+
     Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`.
     """
-    from gcbench.measure.suite import check_sources, duplicate_configs, find_suite, imported_code, load_suite
+    from gcbench.measure.suite import check_sources, duplicate_configs, find_suite, imported_code, is_converge_suite, load_suite
 
     path = find_suite(suite_arg(suite))
+    if is_converge_suite(path):
+        _validate_converge(path)
+        return
     s = load_suite(path)
     problems = check_sources(s, str(path))
     if problems:
@@ -129,3 +134,36 @@ def validate(suite: ValidateSuite) -> None:
     code = imported_code(s)
     if code:
         plain("would import: " + ", ".join(r.target for r in code) + " (needs --trust-code)")
+
+
+def _validate_converge(path: Any) -> None:
+    """``validate`` of a convergence suite: every value in the ranges ``gcbench converge`` checks before training.
+
+    The same check as the command's (:meth:`ConvergeConfig.check`, whose bounds are the results schema's),
+    so a suite that validates does not fail after its reference seeds have trained; names are checked
+    against the registry, the tasks and the zoo, and no code is imported.
+    """
+    from gcbench.compressors import registry
+    from gcbench.converge.runner import load_suite as load_converge_suite
+    from gcbench.distributed.tasks import TASKS
+    from gcbench.sources.catalog import check_model, is_user_model
+
+    cfg, _ = load_converge_suite(path)
+    try:
+        cfg.check()
+        if cfg.task not in (None, "auto", *TASKS):
+            raise GcbenchError(f"task: unknown task {cfg.task!r} (known: auto, {', '.join(TASKS)})")
+        if cfg.model is not None:
+            check_model(cfg.model)
+        for i, spec in enumerate(cfg.compressors):
+            try:
+                registry.parse_spec(spec)
+            except GcbenchError as exc:
+                raise GcbenchError(f"compressors[{i}]: {exc}") from None
+    except GcbenchError as exc:
+        raise GcbenchError(f"{path}: {exc}") from None
+    problem = cfg.model or cfg.task or "auto"
+    plain(f"ok: {path} — convergence suite: {problem}, {len(cfg.compressors)} compressor(s), {cfg.seeds} seed(s) × "
+          f"{cfg.steps} steps, {cfg.workers} workers")
+    if cfg.model is not None and is_user_model(cfg.model):
+        plain(f"would import: {cfg.model} (needs --trust-code)")

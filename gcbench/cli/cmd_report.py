@@ -12,7 +12,7 @@ from gcbench.cli import options
 from gcbench.cli import output as shown
 from gcbench.cli.failures import user_errors
 from gcbench.cli.output import emit, error_line, plain
-from gcbench.cli.preflight import check_not_an_input, check_output_file
+from gcbench.cli.preflight import check_not_an_input, check_output_file, check_replaceable
 from gcbench.core.errors import GcbenchError
 from gcbench.results.atomic import atomic_write
 
@@ -159,11 +159,14 @@ def report(
     if cluster or kernels is not None or compute_ms is not None:
         inp = _priced(inp, cluster or [], kernels, compute_ms, latency_us)
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
-    inputs = [r.path for r in loaded] + ([papers] if papers is not None else [])
+    inputs = [r.path for r in loaded] + [f for f in (papers, kernels) if f is not None]
     if csv_dir is not None:
         from gcbench.report.export import CSV_FILES, write_csv
 
         check_not_an_input([csv_dir / name for name in CSV_FILES], inputs, "--csv")
+        for name in CSV_FILES:  # each table gcbench wrote starts with its run_id column
+            check_replaceable(csv_dir / name, "--csv", "a table that gcbench report --csv wrote",
+                              lambda head: head.startswith(b"run_id,"))
 
         for w in write_csv(csv_dir, loaded):
             plain(f"{w.path}: {w.rows:,} rows{' (replaced)' if w.replaced else ''}")
@@ -173,6 +176,11 @@ def report(
         return
     if as_html or output is not None:
         check_not_an_input([output or Path("reports/index.html")], inputs, "--output")
+        if as_html:
+            check_replaceable(output or Path("reports/index.html"), "--output", "an HTML report that gcbench wrote",
+                              lambda head: head.lstrip().startswith(b"<!DOCTYPE html>") and b"gcbench" in head)
+        elif output is not None:
+            check_replaceable(output, "--output", "a Markdown report that gcbench wrote", lambda head: head.startswith(b"# gcbench"))
     claims, claims_missing = _claims_for(papers, detailed)
     if as_html and all_runs:
         from gcbench.report.html_all import write_html_all

@@ -72,6 +72,12 @@ def train_cmd(
     specs = compressor_specs(specs or ["none", "topk", "qsgd"], None)
     task = choose(task, ["auto", *TASKS], "task")
     granularity = choose(granularity, GRANULARITIES, "granularity")
+    from gcbench.measure.suite import MetricsSpec, SourceSpec, Suite, check_option
+
+    # a suite's ranges: 100000 workers would start 100000 processes, 100000 threads abort torch (std::bad_alloc)
+    check_option(SourceSpec, "workers", workers, "--workers")
+    check_option(MetricsSpec, "threads", threads, "--threads")
+    check_option(Suite, "seed", seed, "--seed")
     cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
                       granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
     cfg.resolved()  # bad options fail before the output check and before any process starts

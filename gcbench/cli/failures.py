@@ -11,10 +11,13 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from rich.markup import escape
 
 from gcbench.cli import output
 from gcbench.core.errors import GcbenchError
@@ -72,8 +75,22 @@ def _fail(shown: BaseException, exc: BaseException, code: int = 1) -> None:
     raise typer.Exit(code) from None
 
 
+def _created_files() -> list[Path] | None:
+    """The results files this process created (:data:`gcbench.results.store.CREATED`); None before that module is imported.
+
+    Looked up, not imported: a command that never imported the results store wrote no results file,
+    and the command line starts without it.
+    """
+    store = sys.modules.get("gcbench.results.store")
+    return None if store is None else store.CREATED
+
+
 def user_errors(fn: F) -> F:
     """Turn user errors into one line per problem on stderr and exit status 1 (2 for a :class:`UsageError`).
+
+    Ctrl-C (or SIGTERM) is one ``interrupted`` line, exit 130 (143), which names the results file the
+    command created and keeps its completed cases in; a command stopped before its first case has
+    none, and says nothing about one.
 
     User errors are :class:`GcbenchError` and ``OSError`` with a file name (an output that cannot
     be written: a file in the way, a read-only folder, a full disk).  With ``--debug`` (or
@@ -82,6 +99,8 @@ def user_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        created = _created_files()
+        first_new = len(created) if created is not None else 0
         try:
             return fn(*args, **kwargs)
         except UsageError as exc:
@@ -96,7 +115,9 @@ def user_errors(fn: F) -> F:
         except KeyboardInterrupt as exc:
             # SIGTERM handlers raise KeyboardInterrupt("SIGTERM"): exit 128 + 15 as a shell expects
             term = bool(exc.args) and exc.args[0] == "SIGTERM"
-            output.err.print(f"[yellow]interrupted{' (SIGTERM)' if term else ''}[/]: completed cases are kept in the results file")
+            kept = [p for p in (_created_files() or [])[first_new:] if p.exists()]
+            where = f": completed cases are kept in {kept[-1]}" if kept else ""
+            output.err.print(f"[yellow]interrupted{' (SIGTERM)' if term else ''}[/]{escape(where)}", highlight=False, soft_wrap=True)
             raise typer.Exit(143 if term else 130) from None
 
     return wrapper  # type: ignore[return-value]

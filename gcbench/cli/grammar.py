@@ -102,17 +102,30 @@ def suite_arg(text: str | None) -> str | None:
 
 
 def model_arg(text: str | None) -> str | None:
-    """A zoo model's name matched ignoring case (``ResNet18`` → ``resnet18``); anything else is left to the loader.
+    """A ``--model``: a zoo name matched ignoring case (``ResNet18`` → ``resnet18``); user code is left to the loader.
 
-    Models are not a fixed set (``hf:NAME``, ``package.module:factory``), so an unknown name is the
-    source's error, with its own suggestion.
+    A zoo name (no ``:``) or an ``hf:NAME`` that gcbench does not know is a :class:`UsageError`
+    (exit 2) with a suggestion, as an unknown compressor is.  User models (``package.module:factory``,
+    ``path/file.py:factory``) are not a fixed set: loading them says what is wrong with them.
     """
+    from gcbench.core.errors import UnknownNameError
     from gcbench.sources.catalog import model_names
 
     if text is None:
         return None
-    folded = [m for m in model_names() if m.lower() == text.lower()]
-    return folded[0] if len(folded) == 1 and text not in model_names() else text
+    if text.startswith("hf:"):
+        from gcbench.sources import hf_models
+
+        try:
+            hf_models.parse_name(text)
+        except UnknownNameError as exc:
+            raise UsageError(str(exc)) from None
+        except GcbenchError:  # a bad option or a hub name: a value gcbench reads and refuses, the source's exit 1
+            pass
+        return text
+    if ":" in text:
+        return text
+    return choose(text, model_names(), "model")
 
 
 def suite_choices(field: str) -> tuple[str, ...]:

@@ -1,23 +1,46 @@
 """What the commands print: the two consoles, the progress display, and one-line warnings and errors.
 
 Everything a user or a library wrote (labels, paths, error messages) is escaped before rich renders
-it: a ``[/]`` in a label is text, not markup.  Tests replace :data:`err` with a terminal console;
-every stderr line goes through this module's ``err`` so that replacement sees them all.
+it: a ``[/]`` in a label is text, not markup.  Control characters in that text (an ESC sequence in a
+suite label, a carriage return in a model name read from a file) are shown as ``\\x1b`` and the like
+(:func:`gcbench.report.text.safe_text`), never sent raw: they would recolour, move or clear the user's terminal.  Files
+keep the text as it was.  Tests replace :data:`err` with a terminal console; every stderr line goes
+through this module's ``err`` so that replacement sees them all.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
 
 from gcbench.report.progress import StageBars
+from gcbench.report.text import safe_text
+
+
+class SafeConsole(Console):
+    """A rich console that never sends a control character of the text it prints (:func:`safe_text`).
+
+    Strings are sanitised when rich turns them into text (:meth:`render_str`), before tables measure
+    them, so columns stay aligned; anything else (a ``Text`` a renderer built itself, a progress
+    message) is sanitised as it is written, rich's own styling and cursor codes excepted.
+    """
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(safe_text(text), **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # segments with ``control`` set are rich's own cursor moves (the live progress display): kept
+        return super()._render_buffer(seg if seg.control else Segment(safe_text(seg.text), seg.style)
+                                      for seg in buffer)
 
 
 # piped output (logs, CI) gets wide tables instead of folded cells
@@ -31,8 +54,9 @@ def _piped_width() -> int:
         return 200
 
 
-out = Console(emoji=False) if sys.stdout is not None and sys.stdout.isatty() else Console(width=_piped_width(), emoji=False)
-err = Console(stderr=True, emoji=False)
+out = (SafeConsole(emoji=False) if sys.stdout is not None and sys.stdout.isatty()
+       else SafeConsole(width=_piped_width(), emoji=False))
+err = SafeConsole(stderr=True, emoji=False)
 
 # redraws of the progress display per second (see progress_bar)
 PROGRESS_REFRESH_HZ = 1
@@ -107,11 +131,34 @@ def plain(text: str) -> None:
     out.print(text, markup=False, highlight=False)
 
 
-def print_json(data: Any, indent: int | None = None, default: Callable[[Any], Any] | None = str) -> None:
-    """``data`` as JSON on stdout, unstyled (``--json``); ``default`` writes the values JSON cannot hold."""
+def strict_json(data: Any) -> Any:
+    """``data`` with every non-finite float (NaN, ±inf) as None and NumPy scalars as Python numbers.
+
+    ``json.dumps`` writes NaN as ``NaN`` and inf as ``Infinity``, which no strict JSON parser reads
+    (``jq``, JavaScript's ``JSON.parse``); results files store such a number as null, and so does ``--json``.
+    """
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [strict_json(v) for v in data]
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if type(data).__module__ == "numpy" and hasattr(data, "item"):  # a NumPy scalar (NumPy is not imported for this)
+        return strict_json(data.item())
+    return data
+
+
+def json_text(data: Any, indent: int | None = None, default: Callable[[Any], Any] | None = str) -> str:
+    """``data`` as strict JSON text (:func:`strict_json`); ``default`` writes the values JSON cannot hold."""
     import json
 
-    print(json.dumps(data, indent=indent, default=default))
+    fallback = None if default is None else (lambda v: strict_json(default(v)))
+    return json.dumps(strict_json(data), indent=indent, default=fallback, allow_nan=False)
+
+
+def print_json(data: Any, indent: int | None = None, default: Callable[[Any], Any] | None = str) -> None:
+    """``data`` as strict JSON on stdout, unstyled (``--json``): NaN and inf as null (:func:`json_text`)."""
+    print(json_text(data, indent, default))
 
 
 def error_line(text: str) -> None:

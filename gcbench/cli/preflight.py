@@ -1,14 +1,17 @@
 """Checks a command makes before any work starts: its outputs can be written, its suite fits in memory.
 
 A file in the way, a read-only folder, ``/proc``, a full disk or a suite too big for this machine is
-one clear line up front rather than a traceback after a long run.
+one clear line up front rather than a traceback after a long run.  So is an output that would
+replace one of the command's inputs (:func:`check_not_an_input`) or a file gcbench did not write
+(:func:`check_replaceable`): nothing the user already has is lost to an output path.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,38 @@ def check_not_an_input(outputs: Sequence[Path], inputs: Sequence[Path], option: 
             if same:
                 raise GcbenchError(f"{option} {out_path} is an input of this command ({in_path}): writing it would replace "
                                    "that input; choose another output")
+
+
+#: how much of an existing output file is read to tell whether gcbench wrote it
+_HEAD_BYTES = 4096
+
+
+def check_replaceable(path: Path, option: str, what: str, ours: Callable[[bytes], bool]) -> None:
+    """Refuse, before any work, to replace an existing file at ``path`` that is not ``what`` (``"a CSV that gcbench
+    collectives wrote"``).
+
+    The policy of every output FILE a user names (``--csv FILE``, ``report --output``, the four
+    tables of ``report --csv DIR``): an earlier file of the same kind is replaced (rerunning a command
+    updates its CSV or report), anything else is refused with one line, exit 1: a results file, a
+    notes file or another program's CSV named by mistake would otherwise be lost.  ``ours`` tells from
+    the file's first 4 KiB (the header gcbench writes) whether gcbench wrote it.  An empty file holds
+    nothing to lose; a device or FIFO (``-o /dev/stdout``) is written into, not replaced.  Results
+    folders (``--out``) never need this: a results file gets a new name, never an existing one.
+    """
+    try:
+        st = path.stat()  # a link's target: what the atomic write replaces
+    except OSError:
+        return  # nothing there; a path that cannot be written is check_output_file's
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except OSError:
+        head = b""  # unreadable: gcbench cannot tell it wrote it, so it is not replaced
+    if not ours(head):
+        raise GcbenchError(f"{option} {path} already exists and is not {what}: writing would replace it; remove it or "
+                           "choose another file name")
 
 
 def _probe(named: Path, folder: Path, option: str) -> None:

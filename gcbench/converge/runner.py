@@ -34,6 +34,7 @@ from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 from gcbench.core.files import load_user_toml
 from gcbench.distributed.train_config import Spec, parse_compressors, reference_name
+from gcbench.results.fields import COUNT_MAX
 from gcbench.results.store import RunWriter
 
 #: ``progress(stage, done, total, message)``: stage ``case`` counts finished (compressor, seed) runs, ``step`` a run's steps
@@ -42,6 +43,10 @@ Progress = Callable[[str, int, int, str], None]
 DEFAULT_COMPRESSORS = ("none", "topk", "topk:error_feedback=true", "signsgd", "efsignsgd", "qsgd", "powersgd")
 #: the number of evaluations a run makes when ``eval_every`` is not given
 DEFAULT_EVALUATIONS = 20
+#: the largest value of each count option, checked before any work: steps, seeds, batch and eval-every are the
+#: results schema's own limit (a converge file holding more is refused on write, after all the training), workers
+#: and threads the ranges of a measurement suite's (1024 simulated workers, 1024 torch threads; tests tie them)
+BOUNDS = {"workers": 1024, "steps": COUNT_MAX, "seeds": COUNT_MAX, "batch": COUNT_MAX, "eval_every": COUNT_MAX, "threads": 1024}
 
 
 @dataclass(frozen=True)
@@ -69,10 +74,10 @@ class ConvergeConfig:
 
     def check(self) -> None:
         """Refuse a meaningless value, naming the option (:class:`ParamError`)."""
-        for key, low in (("workers", 1), ("steps", 1), ("seeds", 1), ("batch", 1), ("eval_every", 1), ("threads", 1)):
+        for key, high in BOUNDS.items():
             v = getattr(self, key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
-                raise ParamError(f"{key.replace('_', '-')} must be an integer of at least {low}, got {v!r}")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= high):
+                raise ParamError(f"{key.replace('_', '-')} must be an integer in [1, {high}], got {v!r}")
         if self.lr is not None and not 0 < self.lr < math.inf:
             raise ParamError(f"lr must be a finite number > 0, got {self.lr}")
         if self.momentum is not None and not 0 <= self.momentum < 1:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import tomllib
@@ -100,10 +101,84 @@ def read_user_text(path: str | os.PathLike[str], max_bytes: int, what: str,
         raise error(f"{Path(path)}: {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+#: the most parts of one dotted key (``a.b.c`` has 3); gcbench's files use 2 or 3.  tomllib's time grows with the
+#: square of a key's parts: a 100 KB key ``a.a.a....a = 1`` took 44 s, a 1 MiB one would take about an hour
+MAX_KEY_PARTS = 32
+# where a TOML string or comment may start, and each kind of string from its opening quote (multi-line
+# basic strings may hold escaped quotes and up to two quotes in a row); dots inside them are text, not key separators
+_OPENER = re.compile(r"[\"'#]")
+_BASIC = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_ML_BASIC = re.compile(r'"""(?:[^"\\]|\\.|"(?!""))*"""', re.DOTALL)
+# a dotted chain of bare parts (a quoted part is "s" by then): a key, a table header, or a float's two halves; it starts
+# only where a part starts and never gives back what it matched (else a run of 10**6 letters is tried 10**6 times)
+_DOTTED = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]++(?:[ \t]*+\.[ \t]*+[A-Za-z0-9_-]++)+")
+
+
+def _without_strings(text: str) -> str:
+    """``text`` with each string as one bare part ``s`` (its newlines kept, so lines keep their numbers), comments removed.
+
+    One pass: every character is looked at once (a regex that found strings by backtracking took
+    minutes on 128 KiB of quotes).  An unterminated string runs to the end of its line (a
+    multi-line one to the end of the text): the file is invalid, and the parser says where.
+    """
+    out: list[str] = []
+    pos, n, eol = 0, len(text), -1
+    while pos < n:
+        m = _OPENER.search(text, pos)
+        if m is None:
+            out.append(text[pos:])
+            break
+        i = m.start()
+        out.append(text[pos:i])
+        if eol < i:  # the end of this line, looked for once per line (a line of 10**6 quotes is one search)
+            eol = text.find("\n", i)
+            eol = n if eol < 0 else eol
+        if text[i] == "#":
+            pos = eol
+            continue
+        if text.startswith("'''", i):
+            close = text.find("'''", i + 3)
+            end = n if close < 0 else close + 3
+        elif text.startswith('"""', i):
+            ml = _ML_BASIC.match(text, i)
+            end = n if ml is None else ml.end()
+        elif text[i] == "'":
+            close = text.find("'", i + 1, eol)
+            end = eol if close < 0 else close + 1
+        else:
+            basic = _BASIC.match(text, i)
+            end = eol if basic is None else basic.end()
+        out.append("s" + "\n" * text.count("\n", i, end))
+        pos = end
+    return "".join(out)
+
+
+def _long_key(text: str) -> tuple[int, int] | None:
+    """(line, parts) of the first dotted key of more than :data:`MAX_KEY_PARTS` parts in TOML ``text``, or None.
+
+    Linear in the text: strings and comments are blanked first, then every dotted chain is measured.
+    """
+    bare = _without_strings(text)
+    for m in _DOTTED.finditer(bare):
+        parts = m.group().count(".") + 1
+        if parts > MAX_KEY_PARTS:
+            return bare.count("\n", 0, m.start()) + 1, parts
+    return None
+
+
 def load_user_toml(path: str | os.PathLike[str], what: str, max_bytes: int = SMALL_FILE_BYTES,
                    error: type[GcbenchError] = GcbenchError) -> dict[str, Any]:
-    """A user's TOML file as a dict; unreadable, oversized, non-UTF-8 or invalid TOML is one ``error`` line."""
+    """A user's TOML file as a dict; unreadable, oversized, non-UTF-8 or invalid TOML is one ``error`` line.
+
+    A dotted key of more than :data:`MAX_KEY_PARTS` parts is refused before parsing, naming its line:
+    the parser's time is quadratic in a key's parts (minutes for a file within the size limit).
+    """
     text = read_user_text(path, max_bytes, what, error)
+    long_key = _long_key(text)
+    if long_key is not None:
+        line, parts = long_key
+        raise error(f"{Path(path)}: line {line}: a dotted key of {parts:,} parts; a {what} has at most {MAX_KEY_PARTS} "
+                    "(a.b.c is 3)")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

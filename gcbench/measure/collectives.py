@@ -48,6 +48,48 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 
 Progress = Callable[[str, int, int, str], None]
 
+#: the ranges of a suite's ``[collectives]`` table (gcbench.measure.suite.CollectivesSpec; a test ties them): the
+#: command line's sweep and a suite's take the same
+MAX_WORKERS = 4096
+MAX_NUMEL = 1 << 30
+MAX_DRAWS = 1000
+#: seeds are NumPy PCG64 seed words: non-negative, and at most 63 bits as a suite's seed
+MAX_SEED = 2**63 - 1
+
+
+def sweep_bytes(numel: int, workers: int) -> int:
+    """A floor of the memory one cell of the synthetic sweep holds at ``workers`` workers, in bytes.
+
+    Per element: the workers' float32 gradients and their float64 copies for the exact mean (12 per
+    worker), what the exchange decodes (4 per worker), and the float64 draw, mean, error and its sum.
+    """
+    return numel * (16 * workers + 40)
+
+
+def check_sweep(workers: Sequence[int], numel: int, draws: int, seed: int, synthetic: bool = True) -> None:
+    """Refuse a sweep that cannot run here, before any gradient is drawn: one :class:`GcbenchError` line naming the option.
+
+    Ranges: ``--workers`` in [1, :data:`MAX_WORKERS`], ``--numel`` in [1, :data:`MAX_NUMEL`],
+    ``--draws`` in [1, :data:`MAX_DRAWS`], ``--seed`` in [0, 2**63 - 1]; and a synthetic sweep whose
+    largest cell (:func:`sweep_bytes`) needs more than this machine's physical memory, which the
+    message states with the estimate (a 10**12-element tensor was a 7.28 TiB allocation traceback).
+    """
+    from gcbench.measure.footprint import machine_memory
+
+    bad = [n for n in workers if not 1 <= n <= MAX_WORKERS]
+    if bad or not workers:
+        raise GcbenchError(f"--workers: each worker count must be in [1, {MAX_WORKERS}], got {bad[0] if bad else 'none'}")
+    for option, value, low, high in (("--numel", numel, 1, MAX_NUMEL), ("--draws", draws, 1, MAX_DRAWS),
+                                     ("--seed", seed, 0, MAX_SEED)):
+        if not low <= value <= high:
+            raise GcbenchError(f"{option} must be in [{low}, {high}], got {value}")
+    if synthetic:
+        need = sweep_bytes(numel, max(workers))
+        total, _ = machine_memory()
+        if total is not None and need > total:
+            raise GcbenchError(f"--numel {numel} with --workers up to {max(workers)} needs at least {need / 2**30:.1f} GiB of "
+                               f"memory, more than this machine's {total / 2**30:.1f} GiB; use fewer elements or workers")
+
 
 @dataclass(frozen=True)
 class Combo:
@@ -208,13 +250,8 @@ def run_sweep(specs: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS,
     ``source``: real gradients (:func:`source_gradients`) instead of the synthetic ones; ``numel`` and
     ``distribution`` then describe nothing and the sweep records the source's element count and name.
     """
-    if numel < 1:
-        raise GcbenchError(f"the tensor needs at least one element, got {numel}")
-    if draws < 1:
-        raise GcbenchError(f"draws must be at least 1, got {draws}")
+    check_sweep([int(n) for n in workers], numel, draws, seed, synthetic=source is None)
     ns = sorted(dict.fromkeys(int(n) for n in workers))
-    if not ns or ns[0] < 1:
-        raise GcbenchError(f"worker counts must be at least 1, got {list(workers)}")
     combos, skipped = plan(specs, schemes, accumulate)
     if source is not None:
         if ns[-1] > source.workers:

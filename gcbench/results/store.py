@@ -181,6 +181,10 @@ def run_file_stem(now: datetime, name: str, suite_hash: str = "") -> str:
     return f"{stem}-{safe_slug(suite_hash[:6], '')}".rstrip("-") if suite_hash else stem
 
 
+#: every results file this process created, in order: an interrupted command names the one it kept (gcbench.cli.failures)
+CREATED: list[Path] = []
+
+
 class RunWriter:
     """The one writer of results files: accumulates typed cases and keeps the run file on disk up to date.
 
@@ -265,6 +269,7 @@ class RunWriter:
                 return data
             self.path = create_run_file(self.out_dir, self.stem, data)
             self.run_id = self.record.run_id = self.path.stem  # create_run_file set data["run_id"] too
+            CREATED.append(self.path)
             return data
         atomic_write_json(self.path, data)
         return data

@@ -353,7 +353,8 @@ def test_bench_model_with_sizes_or_an_unknown_model_is_one_line() -> None:
     res = runner.invoke(app, ["bench", "topk", "--model", "mlp", "--sizes", "1K"])
     assert_one_line(res, "--model", "--sizes")
     res = runner.invoke(app, ["bench", "topk", "--model", "resnt50"])
-    assert_one_line(res, "resnt50", "did you mean")
+    assert res.exit_code == 2 and "Traceback" not in res.output  # an unknown name: exit 2, as an unknown -c
+    assert res.stderr.strip().startswith("error: unknown model 'resnt50'; did you mean") and len(res.stderr.splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------- issue 34: suites and inputs

@@ -37,11 +37,11 @@ def test_json_and_csv(tmp_path: Path) -> None:
 
 
 def test_errors_are_one_line_exit_1() -> None:
-    for args, text in ((["dgc"], "keeps state"), (["bf16", "--scheme", "allgather", "--accumulate", "bf16"], "fp32 only"),
-                       (["bf16", "--scheme", "tree"], "unknown collective scheme"), (["bf16", "--workers", "two"], "--workers"),
-                       (["lgc:preset=reference"], "lgc")):
+    for args, text, code in ((["dgc"], "keeps state", 1), (["bf16", "--scheme", "allgather", "--accumulate", "bf16"], "fp32 only", 1),
+                             (["bf16", "--scheme", "tree"], "unknown collective scheme", 2),  # an unknown name: exit 2
+                             (["bf16", "--workers", "two"], "--workers", 1), (["lgc:preset=reference"], "lgc", 1)):
         res = runner.invoke(app, ["collectives", *args, *SMALL[:2]])
-        assert res.exit_code == 1, (args, res.output)
+        assert res.exit_code == code, (args, res.output)
         assert text in res.output and "Traceback" not in res.output
         assert len([line for line in res.output.splitlines() if line.strip()]) == 1, res.output
 

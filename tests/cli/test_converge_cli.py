@@ -60,10 +60,8 @@ def _one_error_line(args: list[str], tmp_path: Path, needle: str) -> None:
 
 
 def test_bad_input_is_one_line_and_exit_1(tmp_path: Path) -> None:
-    _one_error_line([*TINY, "--steps", "0"], tmp_path, "steps must be an integer of at least 1")
-    _one_error_line([*TINY, "--optimizer", "rmsprop"], tmp_path, "unknown optimizer 'rmsprop'")
+    _one_error_line([*TINY, "--steps", "0"], tmp_path, "steps must be an integer in [1, 1000000]")
     _one_error_line(["--task", "charlstm", *TINY], tmp_path, "exactly one of --task")
-    _one_error_line(["--task", "digitz"], tmp_path, "unknown task 'digitz'")
     _one_error_line(["--model", "tests.user_factory:not_a_module", "--steps", "2"], tmp_path, "must be a torch.nn.Module")
     _one_error_line([*TINY, "-c", "lgc", "--workers", "1"], tmp_path, "lgc needs at least 2 workers")
     assert not list(tmp_path.glob("*.json"))
