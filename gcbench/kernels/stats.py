@@ -170,6 +170,46 @@ def moments(x: np.ndarray, ds: tuple[np.ndarray, ...]) -> tuple[float, np.ndarra
 
 
 @njit(cache=True, fastmath=_SUM_MATH)
+def _grams_kernel(rs, ss, g_e, g_r):  # pragma: no cover - compiled
+    w_n = len(rs)
+    n = rs[0].shape[0]
+    rb = np.empty((w_n, MOMENT_BLOCK))
+    eb = np.empty((w_n, MOMENT_BLOCK))
+    for lo in range(0, n, MOMENT_BLOCK):
+        m = min(MOMENT_BLOCK, n - lo)
+        for w in range(w_n):
+            r = rs[w]
+            s = ss[w]
+            for i in range(m):
+                a = np.float64(r[lo + i])
+                rb[w, i] = a
+                eb[w, i] = np.float64(s[lo + i]) - a
+        for w in range(w_n):  # both Gram matrices while the block is in cache
+            for v in range(w, w_n):
+                se = 0.0
+                sr = 0.0
+                for i in range(m):
+                    se += eb[w, i] * eb[v, i]
+                    sr += rb[w, i] * rb[v, i]
+                g_e[w, v] += se
+                g_r[w, v] += sr
+                if v != w:
+                    g_e[v, w] += se
+                    g_r[v, w] += sr
+
+
+def grams(rs: tuple[np.ndarray, ...], ss: tuple[np.ndarray, ...], g_e: np.ndarray, g_r: np.ndarray) -> None:
+    """Add the W×W Gram matrices of the errors ``ss[w] − rs[w]`` and of ``rs`` to ``g_e`` and ``g_r``, in float64 from
+    one read of each float32 array, block by block on the calling thread (the sums do not depend on the thread count).
+
+    The delivered fraction's jackknife over workers (:meth:`gcbench.measure.casemath.DeliveredStream.delivered_jackknife`)
+    took about 34 s per case on GPT-2's 124M parameters with two workers as float64 torch copies and matrix products."""
+    if len(rs) != len(ss) or any(a.shape != rs[0].shape for a in (*rs, *ss)):
+        raise ValueError("grams: one float32 vector of one length per worker on each side")
+    _grams_kernel(rs, ss, g_e, g_r)
+
+
+@njit(cache=True, fastmath=_SUM_MATH)
 def _sq_dist_kernel(a, b):  # pragma: no cover - compiled
     total = 0.0
     for lo in range(0, a.shape[0], MOMENT_BLOCK):
