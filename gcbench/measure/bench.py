@@ -365,7 +365,8 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
             began = clock()
             try:
                 out.append(worker.run(args) if worker is not None else _run_isolated(args) if isolate else bench_case(**args))
-                if budget_s is not None and ((out[-1].get("x_copy") or {}).get("compress") or {}).get("stopped") == "budget":
+                # the first case also paid the worker's start, which no later case pays again
+                if budget_s is not None and i > 0 and ((out[-1].get("x_copy") or {}).get("compress") or {}).get("stopped") == "budget":
                     overheads.append(max(0.0, clock() - began - args["budget_s"]))
             except Exception as exc:  # recorded, the sweep goes on
                 out.append({"compressor": name, "label": label, "params": params, "numel": numel, "model": model,
