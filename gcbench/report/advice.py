@@ -67,10 +67,7 @@ def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]
     4-sentence answer)."""
     if detail:
         return detail_output(adv, times)
-    out: list[Table | str] = [_header(adv)]
-    timing = _timing_line(adv)
-    if timing:
-        out.append(timing)
+    out = _preamble(adv)
     if times is not None:
         conv, per = times
         out.append(time_summary_table(conv, per))
@@ -82,6 +79,18 @@ def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]
             out.append(COLLECTIVE_LEGEND)
             out.extend(adv.summary_for(sc) for sc in adv.scenarios if sc.workers == n)
     out.append(trust_line(adv))
+    return out
+
+
+def _preamble(adv: Advice) -> list[Table | str]:
+    """The lines every advice starts with, short or ``--detail``: what was measured, the kernel budget, and the network
+    calibration where one was given (an input the answer rests on)."""
+    out: list[Table | str] = [_header(adv)]
+    timing = _timing_line(adv)
+    if timing:
+        out.append(timing)
+    if adv.calibration is not None:
+        out.append(adv.calibration.describe() + "; kinds it did not measure: the α–β model.")
     return out
 
 
@@ -130,12 +139,7 @@ def _step_table(adv: Advice, n: int) -> Table:
 def detail_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None) -> list[Table | str]:
     """Everything ``advise --detail`` prints: :func:`advice_output`'s lines and, with ``times``, the time-to-accuracy
     table and sentence of every cluster after the step tables."""
-    out: list[Table | str] = [_header(adv)]
-    timing = _timing_line(adv)
-    if timing:
-        out.append(timing)
-    if adv.calibration is not None:
-        out.append(adv.calibration.describe() + "; kinds it did not measure: the α–β model.")
+    out = _preamble(adv)
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
     for n in sorted({sc.workers for sc in adv.scenarios}):
         scs = {sc.bandwidth_gbps: sc for sc in adv.scenarios if sc.workers == n}

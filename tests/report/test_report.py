@@ -686,17 +686,22 @@ def test_a_report_write_on_a_full_disk_keeps_the_previous_file(tmp_path: Path, m
     out = tmp_path / "out"
     out.mkdir()
     target = out / {"md": "r.md", "html": "r.html", "csv": "cases.csv"}[how]
-    target.write_text("previous", encoding="utf-8")
+    opts = {"md": ["--md", "-o", str(target)], "html": ["--html", "-o", str(target)], "csv": ["--csv", str(out)]}[how]
+    # the previous report is one gcbench wrote (a file it did not write is refused before any work)
+    first = CliRunner().invoke(app, ["report", str(run), *opts])
+    assert first.exit_code == 0, first.output
+    for extra in [p for p in out.iterdir() if p != target]:
+        extra.unlink()
+    previous = target.read_text(encoding="utf-8")
 
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")  # what a write that fills the disk raises: no file name
 
     monkeypatch.setattr(os, "fsync", full)
-    opts = {"md": ["--md", "-o", str(target)], "html": ["--html", "-o", str(target)], "csv": ["--csv", str(out)]}[how]
     r = CliRunner().invoke(app, ["report", str(run), *opts])
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert f"error: cannot write {target}: No space left on device" in r.output.replace("\n", ""), r.output
-    assert target.read_text(encoding="utf-8") == "previous"
+    assert target.read_text(encoding="utf-8") == previous
     assert sorted(p.name for p in out.iterdir()) == [target.name]  # no temporary file left behind
 
 

@@ -353,7 +353,7 @@ def test_repeated_spec_key_is_an_error(tmp_path: Path) -> None:
 def test_unknown_model_on_the_command_line_leaves_no_results_file(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     r = runner.invoke(app, ["run", "--model", "resnet19", "-c", "topk", "--out", str(runs), "-q"])
-    assert r.exit_code == 1 and "did you mean 'resnet18'" in _flat(r.output)
+    assert r.exit_code == 2 and "did you mean 'resnet18'" in _flat(r.output)
     assert not runs.exists() or not list(runs.iterdir())
 
 
