@@ -24,7 +24,6 @@ model flattened and concatenated in layout order (:func:`source_gradients`).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -43,8 +42,6 @@ DEFAULT_WORKERS = (2, 4, 8, 16, 32, 64)
 DEFAULT_NUMEL = 1 << 20
 #: the compressors swept when none are named: those of these that are registered (the block formats where installed)
 DEFAULT_COMPRESSORS = ("bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4", "blockint", "qsgd", "thc")
-#: Student's t quantile (two-sided 95%) by degrees of freedom, for the few draws a sweep takes
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -118,7 +115,7 @@ class Row:
     error_hi: float
     bias: float
     bytes_per_worker: float
-    x_fp32_ring: float
+    x_fp32_ring: float | None  # None at one worker: an fp32 ring all-reduce sends nothing, so there is no ratio
     draws: int
 
 
@@ -214,9 +211,13 @@ def _interval(values: Sequence[float]) -> tuple[float, float, float, float]:
     mean = float(np.mean(values))
     if k < 2:
         return mean, 0.0, mean, mean
+    from gcbench.results.verdict import t_interval  # exact t quantiles (a table to 10 df then 1.96 was too narrow)
+
     sd = float(np.std(values, ddof=1))
-    half = _T95.get(k - 1, 1.96) * sd / math.sqrt(k)
-    return mean, sd, mean - half, mean + half
+    if sd == 0.0:
+        return mean, 0.0, mean, mean
+    _, lo, hi = t_interval([float(v) for v in values])
+    return mean, sd, lo, hi
 
 
 def measure(comp: Any, combo: Combo, grads: Sequence[torch.Tensor], draws: int, seed: int,
@@ -239,7 +240,7 @@ def measure(comp: Any, combo: Combo, grads: Sequence[torch.Tensor], draws: int, 
     ring = sum(s for s, _ in ring_allreduce_bytes(exact.numel(), n)) / n
     per_worker = float(np.mean(sent))
     return Row(combo.compressor, combo.scheme, combo.accumulate, n, mean, sd, lo, hi, float((diff_sum / draws).norm()) / norm,
-               per_worker, per_worker / ring if ring else math.nan, draws)
+               per_worker, per_worker / ring if ring else None, draws)
 
 
 def run_sweep(specs: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS, schemes: Sequence[str] = SCHEMES,

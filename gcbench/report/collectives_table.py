@@ -9,6 +9,7 @@ report (:func:`gcbench.report.markdown.markdown_collectives`) and the HTML page.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ class SweepGrid:
     workers: tuple[int, ...]
     error_rows: tuple[tuple[str, ...], ...]  # compressor, scheme/acc, then a cell per N ('' where the cell did not run)
     bytes_rows: tuple[tuple[str, ...], ...]
-    skipped: tuple[str, ...]  # one line per reason: which cells it left out
+    skipped: tuple[str, ...]  # the notes under the tables: one line per reason a cell was left out, and N=1's "—"
 
 
 def sweep_of(record: Any) -> Mapping[str, Any] | None:
@@ -36,6 +37,16 @@ def error_cell(row: Mapping[str, Any]) -> str:
     """The aggregate's error, with its spread over draws as a percentage where it is not negligible."""
     rel = row["error_std"] / row["error"] if row["error"] else 0.0
     return f"{row['error']:.2e}" + (f" ±{100 * rel:.0f}%" if rel >= 0.005 else "")
+
+
+#: the note under the bytes table of a sweep that includes N = 1 (its cells are "—", not 0/0 = "nan×")
+ONE_WORKER = "N=1: one worker exchanges nothing, so there are no bytes to set against a ring all-reduce's (—)"
+
+
+def bytes_cell(row: Mapping[str, Any]) -> str:
+    """Bytes sent per worker × an fp32 ring all-reduce's; "—" where the ring sends nothing (one worker)."""
+    x = row.get("x_fp32_ring")
+    return "—" if x is None or not math.isfinite(x) else f"{x:.3f}×"
 
 
 def _skipped_lines(skipped: list[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -60,7 +71,8 @@ def grid(sweep: Mapping[str, Any]) -> SweepGrid:
         f"aggregate error ‖agg − mean‖/‖mean‖ (mean ±sd over {sweep['draws']} draws), {sweep['numel']:,} elements, "
         f"{sweep['distribution']}",
         "bytes sent per worker, × an fp32 ring all-reduce's",
-        ns, table(error_cell), table(lambda r: f"{r['x_fp32_ring']:.3f}×"), _skipped_lines(list(sweep.get("skipped") or [])))
+        ns, table(error_cell), table(bytes_cell), _skipped_lines(list(sweep.get("skipped") or []))
+        + ((ONE_WORKER,) if 1 in ns else ()))
 
 
 def failure(sweep: Mapping[str, Any]) -> str | None:

@@ -105,3 +105,31 @@ def test_bad_collectives_tables_are_one_clear_error(table: dict, text: str) -> N
 
     with pytest.raises(GcbenchError, match=text.replace("[", r"\[").replace("]", r"\]")):
         parse_suite({**SUITE, "collectives": table})
+
+
+def test_one_worker_has_no_ratio_to_a_ring_and_its_cell_says_so() -> None:
+    """At N = 1 an fp32 ring all-reduce sends 0 bytes: the ratio is None (JSON null), shown as "—" with a note, not "nan×"."""
+    from gcbench.report.collectives_table import ONE_WORKER, grid
+
+    sweep = run_sweep(["fp16"], workers=[1, 2], schemes=["ring"], accumulate=["fp32"], numel=2048, draws=2)
+    rows = {r.workers: r for r in sweep.rows}
+    assert rows[1].x_fp32_ring is None and rows[2].x_fp32_ring is not None
+    g = grid(sweep.to_dict())
+    assert g.bytes_rows == (("fp16", "ring/fp32", "—", f"{rows[2].x_fp32_ring:.3f}×"),)
+    assert ONE_WORKER in g.skipped
+
+
+def test_the_error_interval_uses_exact_t_quantiles_past_ten_draws() -> None:
+    """The old table stopped at 10 degrees of freedom and then used 1.96: from 11 draws on its intervals were too narrow."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    from gcbench.measure.collectives import _interval
+
+    values = [0.10, 0.12, 0.09, 0.11, 0.13, 0.08, 0.10, 0.12, 0.11, 0.09, 0.10, 0.14]  # 12 draws: 11 df
+    mean, sd, lo, hi = _interval(values)
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    assert hi - mean == pytest.approx(half, rel=1e-9) and mean - lo == pytest.approx(half, rel=1e-9)
+    assert half > 1.96 * sd / math.sqrt(len(values)) * 1.05  # wider than the normal quantile the old table fell back to
