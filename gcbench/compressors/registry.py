@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +167,20 @@ def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
         raw[key] = value
     record = info.parse(raw)
     return info.name, {k: record[k] for k in raw}
+
+
+def format_spec(name: str, params: Mapping[str, Any] | None) -> str:
+    """The command-line SPEC that :func:`parse_spec` reads back as ``(name, params)``: ``topk:density=0.01,error_feedback=true``
+    (booleans lowercase, a list's items joined by ``/``), for sentences that tell a user what to type."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list | tuple):
+            return "/".join(value(x) for x in v)
+        return str(v)
+
+    given = {k: v for k, v in (params or {}).items() if v is not None}
+    return name if not given else name + ":" + ",".join(f"{k}={value(v)}" for k, v in given.items())
 
 
 def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None,

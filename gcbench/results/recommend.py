@@ -33,6 +33,7 @@ beat (Han et al. 2024); a recommended compressor whose payload is larger than bf
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -141,6 +142,7 @@ class Point:
     error_feedback: bool = False
     drain: int | None = None  # steps its residual needs to drain (:func:`residual_drain_steps`); None: unknown
     closed: ClosedLoop | None = None  # its outcome in a convergence file of the same model, where one covers it
+    spec: str | None = None  # the SPEC a user types for it (a case label such as 'topk+ef' is not one); None: the label
 
     @property
     def judged(self) -> bool:
@@ -213,11 +215,11 @@ class Recommendation:
             text += "; worse than sending nothing: " + ", ".join(p.label for p in self.worse_than_nothing[:4])
             text += f" and {len(self.worse_than_nothing) - 4} more" if len(self.worse_than_nothing) > 4 else ""
         if self.not_judged:
-            names = " ".join(p.label for p in self.not_judged)
+            specs = " ".join(f"-c {shlex.quote(p.spec or p.label)}" for p in self.not_judged)
             text += ("; not judged on this stream: " + ", ".join(p.not_judged_text() for p in self.not_judged[:3])
                      + (f" and {len(self.not_judged) - 3} more" if len(self.not_judged) > 3 else "")
                      + " — error feedback delivers the rest of the update in later steps; closed-loop training says whether "
-                     f"it reaches the accuracy (`gcbench converge -c {names.replace(' ', ' -c ')}`, then --convergence FILE)")
+                     f"it reaches the accuracy (`gcbench converge {specs}`, then --convergence FILE)")
         if self.short:
             text += (" — but the stream was too short to rank stateful compressors on (marked (short) in the table): "
                      "rerun with more steps before acting on it")
@@ -236,6 +238,8 @@ def open_loop_verdict(c: RunCase) -> tuple[bool, int | None, int | None]:
 
 def case_point(c: RunCase, closed: ClosedEvidence | None = None) -> Point | None:
     """A run case as a :class:`Point` (None without a ratio and a delivered fraction), with its closed-loop outcome."""
+    from gcbench.compressors.registry import format_spec
+
     ratio, delivered = c.metric("ratio"), c.metric("delivered")
     if ratio is None or delivered is None:
         return None
@@ -243,7 +247,8 @@ def case_point(c: RunCase, closed: ClosedEvidence | None = None) -> Point | None
     flagged = c.timing is not None and c.timing.x_copy("compress") is not None and bool(c.timing.x_copy("compress").flags)
     steps = c.stream.steps if c.stream is not None else None
     return Point(c.label, ratio, delivered, None if flagged else x, int(steps) if steps else None, _error_feedback(c),
-                 residual_drain_steps(c.compressor or c.label, c.params), closed.outcomes.get(c.label) if closed else None)
+                 residual_drain_steps(c.compressor or c.label, c.params), closed.outcomes.get(c.label) if closed else None,
+                 format_spec(c.compressor, c.params) if c.compressor else None)
 
 
 def _dominates(a: Point, b: Point) -> bool:

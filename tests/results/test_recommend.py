@@ -9,8 +9,9 @@ from gcbench.results.recommend import DELIVERED_FLOOR, recommend, recommendation
 
 
 def _case(label: str, ratio: float, delivered: float | None, x_copy: float | None = None, *, source: str = "src",
-          enough: bool = True, flags: tuple[str, ...] = (), steps: int | None = None, params: dict[str, Any] | None = None) -> Any:
-    data: dict[str, Any] = {"label": label, "compressor": label.split("@")[0].split(":")[0], "status": "ok",
+          enough: bool = True, flags: tuple[str, ...] = (), steps: int | None = None, params: dict[str, Any] | None = None,
+          compressor: str | None = None) -> Any:
+    data: dict[str, Any] = {"label": label, "compressor": compressor or label.split("@")[0].split(":")[0], "status": "ok",
                             "source": {"name": source, "label": source}, "size": {"ratio": ratio}, "params": params or {}}
     if delivered is not None:
         data["stream"] = {"delivered": delivered, "enough": enough, "steps": steps}
@@ -102,3 +103,17 @@ def test_closed_loop_evidence_decides_where_it_covers_a_case() -> None:
     assert "use signsgd" not in text and "use qsgd" not in text  # faithful open loop, but the closed loop ranks first
     failing = recommend("digits_cnn", cases[1:2], closed)
     assert failing.best is None and "no compressor reaches accuracy 0.972 in every seed" in failing.sentence()
+
+
+def test_the_converge_command_it_suggests_names_specs_a_user_can_type() -> None:
+    """The quick suite's case 'topk+ef' is a label, not a compressor: the sentence suggested `gcbench converge -c topk+ef`,
+    which exits with "unknown compressor 'topk+ef'"; it now gives each case's own SPEC, which parse_spec reads back."""
+    from gcbench.compressors.registry import format_spec, parse_spec
+
+    short = recommend("src", [_case("topk+ef", 100.0, 0.3, steps=10, params={"error_feedback": True}, compressor="topk")])
+    text = short.sentence()
+    assert "`gcbench converge -c topk:error_feedback=true`" in text and "-c topk+ef" not in text
+    assert parse_spec("topk:error_feedback=true") == ("topk", {"error_feedback": True})
+    for spec in ("topk:density=0.01,error_feedback=true", "lgc:channels=8/16/32,window=512", "qsgd", "dgc:nesterov=false,masking=true"):
+        name, params = parse_spec(spec)
+        assert parse_spec(format_spec(name, params)) == (name, params)
