@@ -46,6 +46,7 @@ from gcbench.measure.timing import (
     time_step,
     x_copy_summary,
 )
+from gcbench.results.record import CUT_SHORT as CUT_SHORT_FLAG
 from gcbench.results.record import BenchCase, RunRecord
 from gcbench.results.store import RunWriter, load_run
 from gcbench.sources import zoo
@@ -128,7 +129,7 @@ def bench_policy(repeats: int, warmup: int, max_rounds: int | None = None, budge
 
 #: the flag of a kernel whose rounds a whole-sweep time budget stopped before they were pinned down (:func:`run_bench`'s
 #: ``budget_s``, advise's ``--budget``): with a bench's own :data:`BENCH_BUDGET_S` it might have taken more rounds
-CUT_SHORT = "cut short"
+CUT_SHORT = CUT_SHORT_FLAG
 #: of a case's share of a sweep's budget, what its calibrated rounds may take: the rest pays for the warm-up round, the
 #: payloads decoded and the model's tensors made, which the calibration's clock does not see
 CALIBRATION_SHARE = 0.5

@@ -29,6 +29,7 @@ case is recorded with its error and the run goes on.
 from __future__ import annotations
 
 import json
+import time
 import traceback
 import zlib
 from collections.abc import Callable, Sequence
@@ -62,7 +63,7 @@ from gcbench.measure.fidelity import Fidelity, fidelity
 from gcbench.measure.footprint import source_build_work, source_work
 from gcbench.measure.granularity import make_units
 from gcbench.measure.source_data import CACHE_LIMIT_BYTES, ClosedLoopData, SourceData  # noqa: F401 (CACHE_LIMIT_BYTES: its old home)
-from gcbench.measure.suite import CompressorSpec, SourceSpec, Suite
+from gcbench.measure.suite import CompressorSpec, MetricsSpec, SourceSpec, Suite
 from gcbench.measure.timing import TimingPolicy, time_step
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
@@ -185,11 +186,12 @@ def suite_windows(suite: Suite, steps: int) -> list[Window]:
 
 
 def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Progress = _noop,
-             windows: Sequence[Window] = ()) -> dict[str, Any]:
+             windows: Sequence[Window] = (), timing_budget: RunTimingBudget | None = None) -> dict[str, Any]:
     """Measure one compressor configuration on one source; returns the case record.
 
     ``windows`` (the source's phase windows, :func:`suite_windows`) restart a second cumulative
     aggregate error at each window's first step, so every case is measured over the same phases.
+    ``timing_budget``: the run's (:class:`RunTimingBudget`); None times the case by the suite's per-case policy alone.
     The numbers themselves are :mod:`gcbench.measure.casemath`'s; this function runs the steps.
     """
     comp = registry.create(spec.name, **spec.params)
@@ -225,7 +227,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
 
         refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)] if own_ref else xs
         if suite.metrics.timing and t < suite.metrics.timing_steps:
-            timing = _time_case(comp, xs[0], states[0], suite, data.copy_destination(xs[0]))
+            timing = _time_case(comp, xs[0], states[0], suite, data.copy_destination(xs[0]), timing_budget)
 
         # 1. one-shot fidelity on the first steps: repeats from copies of the current state (worker 0)
         fids: list[Fidelity] | None = None
@@ -355,14 +357,51 @@ def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], s
     return aggregates, phase, contributions
 
 
+class RunTimingBudget:
+    """A whole run's timing budget (``metrics.timing_run_budget_s``), shared out among its timed cases.
+
+    Each case's timing gets its share of what is left (as :func:`gcbench.measure.bench.case_budget` shares advise's
+    sweep: the even share less what a case has cost beyond its timed rounds — payloads, the warm-up round) as its
+    :attr:`TimingPolicy.cap_s`; its per-case ``timing_budget_s`` still bounds it.  A case whose share ran out before
+    ``timing_repeats`` rounds stops early and its kernels are flagged ``cut short`` (:func:`flag_reasons`), so a big
+    model's run takes a bounded time for timing and says which figures it cut, instead of taking minutes of rounds.
+    """
+
+    def __init__(self, total_s: float, timings: int) -> None:
+        self.total_s, self.left = total_s, max(1, timings)
+        self.spent_s = 0.0
+        self.overheads: list[float] = []
+
+    def policy(self, m: MetricsSpec) -> TimingPolicy:
+        """The next timed case's policy: the suite's, with this case's share of the run's budget as its cap."""
+        from gcbench.measure.bench import CALIBRATION_SHARE, MIN_CASE_BUDGET_S  # here: bench's imports are not every run's
+
+        # bench's case_budget without its ceiling (a bench case's own 3 s): a run given more time spends it
+        even = max(0.0, self.total_s - self.spent_s) / self.left
+        share = max(MIN_CASE_BUDGET_S, even * CALIBRATION_SHARE if not self.overheads else even - max(self.overheads))
+        return TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats, budget_s=min(m.timing_budget_s, share), cap_s=share)
+
+    def spend(self, seconds: float, rounds_s: float) -> None:
+        """Record one timed case: ``seconds`` in all, ``rounds_s`` of them in its timed rounds."""
+        self.spent_s += seconds
+        self.overheads.append(max(0.0, seconds - rounds_s))
+        self.left = max(1, self.left - 1)
+
+
 def _time_case(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], suite: Suite,
-               copy_into: Sequence[torch.Tensor] | None = None) -> dict[str, Any]:
+               copy_into: Sequence[torch.Tensor] | None = None, budget: RunTimingBudget | None = None) -> dict[str, Any]:
     """Compress/decompress timing of one worker-step, interleaved with a copy of the same tensors (:func:`time_step`)
-    into ``copy_into`` (the source's one destination)."""
+    into ``copy_into`` (the source's one destination); ``budget``: the run's timing budget, which caps its rounds."""
     m = suite.metrics
     device = xs[0].device if xs else torch.device("cpu")
-    policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats, budget_s=m.timing_budget_s)
+    if budget is None:
+        policy = TimingPolicy(warmup=m.warmup, min_rounds=m.timing_repeats, budget_s=m.timing_budget_s)
+    else:
+        policy = budget.policy(m)
+    began = time.perf_counter()
     timed = time_step(comp, xs, states, policy, device, copy_into=copy_into)
+    if budget is not None:
+        budget.spend(time.perf_counter() - began, sum(timed.copy) + sum(sum(v) for v in timed.kernels.values()))
     return timing_summary(sum(x.numel() for x in xs), str(device), torch.get_num_threads(), timed, comp.info.traffic_bytes, policy)
 
 
@@ -495,6 +534,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     done = 0
     status = "complete"
     # what each case will cost, roughly: its source's elements × workers × steps (the ETA weighs cases by it)
+    budget = RunTimingBudget(suite.metrics.timing_run_budget_s, total * suite.metrics.timing_steps)
     plan = {"work": [source_work(s) for s in suite.sources], "build": [source_build_work(s) for s in suite.sources],
             "cases": [c.label for c in suite.compressors]}
     progress("plan", 0, total, json.dumps(plan))
@@ -515,7 +555,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                 try:
                     if data.loop == "closed" and c_idx > 0:  # every case its own model: same seed, same warm-up, own steps
                         source, data, windows = _open_source(src_spec, src_seed, suite, device, progress)
-                    rec = run_case(c, data, suite, progress, windows)
+                    rec = run_case(c, data, suite, progress, windows, budget)
                     rec["source"]["label"] = src_spec.display()
                 except KeyboardInterrupt:
                     raise

@@ -166,6 +166,12 @@ class MetricsSpec(_Strict):
     timing_steps: Int = Field(1, ge=0, le=100000, description="time compress/decompress on this many first steps")
     timing_budget_s: Float = Field(1.0, gt=0, le=600, allow_inf_nan=False,
                                    description="seconds of timed rounds per case before calibration stops, stable or not")
+    # the whole run's timing (warm-up rounds included) shares this out among its timed cases; a case whose share ran out
+    # before its timing_repeats rounds stops early, flagged "cut short" (a one-step hf:gpt2 run spent most of its minutes
+    # in rounds otherwise; the quick suite's timing takes a few seconds of it)
+    timing_run_budget_s: Float = Field(15.0, gt=0, le=3600, allow_inf_nan=False,
+                                       description="seconds of timing for the whole run, shared out among its cases; a "
+                                       "case its share stopped before timing_repeats rounds is flagged 'cut short'")
     fidelity_steps: Int = Field(2, ge=1, le=100000, description="one-shot fidelity (R compressions per tensor) on this "
                                 "many first steps; the stream needs one compression per worker-step")
     min_stream_steps: Int = Field(10, ge=1, le=100000, description="the fewest steps whose stream can rank stateful "

@@ -9,7 +9,8 @@ tensors (the copy baseline) and the kernels round by round — copy, compress, d
 the maximum count is reached.
 :func:`timing_flags` then says which numbers cannot be read as speeds: ``unstable`` (spread or
 machine load over their thresholds), ``too short`` (under the timer's useful resolution) and
-``beats traffic bound`` (faster than the memory traffic the compressor must do).
+``beats traffic bound`` (faster than the memory traffic the compressor must do) and ``cut short`` (a
+whole run's timing budget stopped the rounds before their least count).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 from gcbench import kernels
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.payload import Payload, dense_bytes
-from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
+from gcbench.results.record import BEATS_BOUND, CUT_SHORT, TOO_SHORT, UNSTABLE
 
 
 def flat_like(xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -135,6 +136,10 @@ class TimingPolicy:
     # kernel held against the pooled copy by this much (drift x the share of its time its traffic explains) ran
     # while the machine was in another state (a neighbour's memory traffic, another tenant's burst): ``unstable``
     copy_drift: float = 0.15
+    # a whole run's timing budget's share for this case (0: none).  Once the timed rounds have taken it they stop even
+    # before ``min_rounds`` (one round at least), and the kernels are flagged ``cut short``: a one-step run of a 124M-
+    # parameter model spent minutes in rounds of a second or more each, which no per-case budget could stop
+    cap_s: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.__dict__.items()}
@@ -260,14 +265,15 @@ def rel_iqr(samples: Sequence[float]) -> float | None:
 
 
 def calibration_done(x_copy: Mapping[str, Sequence[float]], elapsed_s: float, policy: TimingPolicy) -> str | None:
-    """Why timing can stop after the rounds so far (``stable``, ``budget``, ``max rounds``), or None to go on.
+    """Why timing can stop after the rounds so far (``stable``, ``budget``, ``max rounds``, or ``cut short``: the
+    run's share :attr:`TimingPolicy.cap_s` spent before ``min_rounds``), or None to go on.
 
     ``x_copy`` holds each kernel's per-round ×copy.  Stability is judged on every kernel, as the
     precision of the median of the per-round ratios (:func:`rel_ci`): the number reported.
     """
     rounds = min((len(v) for v in x_copy.values()), default=0)
     if rounds < policy.min_rounds:
-        return None
+        return "cut short" if rounds >= 1 and 0 < policy.cap_s <= elapsed_s else None
     spreads = [rel_ci(v) for v in x_copy.values()]
     if all(s is not None and s <= policy.stable_rel_ci for s in spreads):
         return "stable"
@@ -456,6 +462,10 @@ def flag_reasons(x_copy: Sequence[float], median_s: float, load: float | None, p
                 f"other processes took {foreign:.0%} of the machine's CPU while timing (over {policy.foreign_cpu:.0%})")
     elif load is not None and load > policy.load_per_core:
         why.setdefault(UNSTABLE, []).append(f"the load per core was {load:.2f} (over {policy.load_per_core:g})")
+    if policy.cap_s > 0 and 0 < len(x_copy) < policy.min_rounds:
+        why.setdefault(CUT_SHORT, []).append(
+            f"the run's timing budget left {policy.cap_s:.2g} s for this case's rounds: {len(x_copy)} of at least "
+            f"{policy.min_rounds} taken")
     if median_s < policy.resolution_s:
         why.setdefault(TOO_SHORT, []).append(f"median {1e6 * median_s:.0f} µs (under {1e6 * policy.resolution_s:.0f} µs)")
     if bound_x_copy is not None and x_copy:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gcbench.measure.bench import BENCH_BUDGET_S, BENCH_MAX_ROUNDS
 from gcbench.measure.timing import TimingPolicy
-from gcbench.results.record import BEATS_BOUND, TOO_SHORT, UNSTABLE
+from gcbench.results.record import BEATS_BOUND, CUT_SHORT, TOO_SHORT, UNSTABLE
 
 #: the mark of a reconstructed compressor (its paper's body was unavailable) after its name in every table
 DAGGER = "†"
@@ -92,7 +92,8 @@ LEGEND = ("Legend: delivered = fraction of the dense update (the common referenc
           "steps to rank on; step err / scaled err = mean "
           "per-step error, raw / after the best rescaling (≥ 1 = no better than nothing); one-shot table: each case against "
           f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR; "
-          f"({UNSTABLE}), ({TOO_SHORT}), ({BEATS_BOUND}) = not a speed to act on; {DAGGER} = reconstructed definition. "
+          f"({UNSTABLE}), ({TOO_SHORT}), ({BEATS_BOUND}), ({CUT_SHORT}: the run's timing budget) = not a speed to act on; "
+          f"{DAGGER} = reconstructed definition. "
           "Full definitions: gcbench report --md, `gcbench list metrics`, docs/metrics.md and docs/timing.md.")
 
 

@@ -289,6 +289,8 @@ class Timing(Model):
 UNSTABLE = "unstable"
 TOO_SHORT = "too short"
 BEATS_BOUND = "beats traffic bound"
+#: fewer timed rounds than the policy's least: a whole run's (or sweep's) time budget stopped them first
+CUT_SHORT = "cut short"
 
 
 class XCopy(Model):
