@@ -158,14 +158,107 @@ def _moments_kernel(x, ds, gram, dots, d_sq):  # pragma: no cover - compiled
     return x_sq
 
 
+# ----- the same sums on several threads, to the bit: each block's sums are the serial kernel's (the same loop over the
+# same MOMENT_BLOCK elements), kept per block; one pass without fast-math then adds them in block order exactly as the
+# serial kernel's running totals do.  Parts are fixed (BLOCK_PARTS), so the result depends on neither the thread count
+# nor the schedule.  A one-step hf:gpt2 run (124M elements) spent about 30 s of ~110 s (quiet machine) in these passes
+# on one thread of two.
+
+#: the fixed number of parts a parallel fidelity pass splits its blocks into (more than any machine's threads here)
+BLOCK_PARTS = 64
+
+
+@njit(**PARALLEL, fastmath=_SUM_MATH)
+def _moments_blocks(x, ds, xsq_b, dots_b, dsq_b, gram_b):  # pragma: no cover - compiled
+    r_n = len(ds)
+    n = x.shape[0]
+    nb = xsq_b.shape[0]
+    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
+    for p in prange(BLOCK_PARTS):
+        xb = np.empty(MOMENT_BLOCK)
+        eb = np.empty((r_n, MOMENT_BLOCK))
+        for b in range(p * per, min(nb, (p + 1) * per)):
+            lo = b * MOMENT_BLOCK
+            m = min(MOMENT_BLOCK, n - lo)
+            s = 0.0
+            for i in range(m):
+                v = np.float64(x[lo + i])
+                xb[i] = v
+                s += v * v
+            xsq_b[b] = s
+            for r in range(r_n):
+                d = ds[r]
+                s1 = 0.0
+                s2 = 0.0
+                for i in range(m):
+                    v = np.float64(d[lo + i])
+                    s1 += v * xb[i]
+                    s2 += v * v
+                    eb[r, i] = v - xb[i]
+                dots_b[b, r] = s1
+                dsq_b[b, r] = s2
+            for r in range(r_n):
+                for q in range(r, r_n):
+                    s = 0.0
+                    for i in range(m):
+                        s += eb[r, i] * eb[q, i]
+                    gram_b[b, r, q] = s
+
+
+@njit(cache=True)  # no fast-math: the block sums are added in block order, as the serial kernel adds them
+def _moments_reduce(xsq_b, dots_b, dsq_b, gram_b, gram, dots, d_sq):  # pragma: no cover - compiled
+    r_n = dots.shape[0]
+    x_sq = 0.0
+    for b in range(xsq_b.shape[0]):
+        x_sq += xsq_b[b]
+        for r in range(r_n):
+            dots[r] += dots_b[b, r]
+            d_sq[r] += dsq_b[b, r]
+        for r in range(r_n):
+            for q in range(r, r_n):
+                s = gram_b[b, r, q]
+                gram[r, q] += s
+                if q != r:
+                    gram[q, r] += s
+    return x_sq
+
+
+@njit(cache=True)  # no fast-math: in block order, as the serial kernels' ``total += s``
+def _sum_in_order(parts):  # pragma: no cover - compiled
+    total = 0.0
+    for b in range(parts.shape[0]):
+        total += parts[b]
+    return total
+
+
+def _blocks(n: int) -> int:
+    return (n + MOMENT_BLOCK - 1) // MOMENT_BLOCK
+
+
+def _threaded(n: int) -> bool:
+    """Whether a pass over ``n`` elements runs on several threads (:func:`gcbench.kernels.runtime.workers`: small
+    tensors never do, so the quick suite's passes are the serial kernels themselves)."""
+    from gcbench.kernels.runtime import workers
+
+    return workers(n) > 1
+
+
 def moments(x: np.ndarray, ds: tuple[np.ndarray, ...]) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """‖x‖², the Gram matrix ⟨e_r, e_s⟩ of the errors e_r = d_r − x, ⟨d_r, x⟩ and ‖d_r‖², all in
-    float64, from one read of float32 ``x`` and each ``d_r`` (block by block, on the calling
-    thread, so the sums do not depend on the thread count).  The torch reference is
+    float64, from one read of float32 ``x`` and each ``d_r`` (block by block; on a large tensor the
+    blocks run on several threads and their sums are added in block order, so the result is the
+    serial kernel's to the bit, whatever the thread count).  The torch reference is
     :func:`gcbench.measure.fidelity.moments_torch`."""
     r = len(ds)
     gram, dots, d_sq = np.zeros((r, r)), np.zeros(r), np.zeros(r)
-    x_sq = _moments_kernel(x, ds, gram, dots, d_sq)
+    n = x.shape[0]
+    if not _threaded(n):
+        x_sq = _moments_kernel(x, ds, gram, dots, d_sq)
+        return float(x_sq), gram, dots, d_sq
+    nb = _blocks(n)
+    xsq_b, dots_b, dsq_b, gram_b = np.empty(nb), np.empty((nb, r)), np.empty((nb, r)), np.empty((nb, r, r))
+    run_parallel(_moments_blocks, n, x, ds, xsq_b, dots_b, dsq_b, gram_b)
+    x_sq = _moments_reduce(xsq_b, dots_b, dsq_b, gram_b, gram, dots, d_sq)
     return float(x_sq), gram, dots, d_sq
 
 
@@ -206,7 +299,59 @@ def grams(rs: tuple[np.ndarray, ...], ss: tuple[np.ndarray, ...], g_e: np.ndarra
     took 8.3 s on 30M elements and two workers as float64 torch copies and matrix products, 0.48 s here (load 6)."""
     if len(rs) != len(ss) or any(a.shape != rs[0].shape for a in (*rs, *ss)):
         raise ValueError("grams: one float32 vector of one length per worker on each side")
-    _grams_kernel(rs, ss, g_e, g_r)
+    n, w_n = rs[0].shape[0], len(rs)
+    if not _threaded(n):
+        _grams_kernel(rs, ss, g_e, g_r)
+        return
+    nb = _blocks(n)  # on several threads, the block sums added in block order: the serial sums to the bit
+    e_b, r_b = np.empty((nb, w_n, w_n)), np.empty((nb, w_n, w_n))
+    run_parallel(_grams_blocks, n, rs, ss, e_b, r_b)
+    _grams_reduce(e_b, r_b, g_e, g_r)
+
+
+@njit(**PARALLEL, fastmath=_SUM_MATH)
+def _grams_blocks(rs, ss, e_b, r_b):  # pragma: no cover - compiled
+    w_n = len(rs)
+    n = rs[0].shape[0]
+    nb = e_b.shape[0]
+    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
+    for p in prange(BLOCK_PARTS):
+        rb = np.empty((w_n, MOMENT_BLOCK))
+        eb = np.empty((w_n, MOMENT_BLOCK))
+        for k in range(p * per, min(nb, (p + 1) * per)):
+            lo = k * MOMENT_BLOCK
+            m = min(MOMENT_BLOCK, n - lo)
+            for w in range(w_n):
+                r = rs[w]
+                s = ss[w]
+                for i in range(m):
+                    a = np.float64(r[lo + i])
+                    rb[w, i] = a
+                    eb[w, i] = np.float64(s[lo + i]) - a
+            for w in range(w_n):
+                for v in range(w, w_n):
+                    se = 0.0
+                    sr = 0.0
+                    for i in range(m):
+                        se += eb[w, i] * eb[v, i]
+                        sr += rb[w, i] * rb[v, i]
+                    e_b[k, w, v] = se
+                    r_b[k, w, v] = sr
+
+
+@njit(cache=True)  # no fast-math: in block order, as the serial kernel's ``g[w, v] += s``
+def _grams_reduce(e_b, r_b, g_e, g_r):  # pragma: no cover - compiled
+    w_n = g_e.shape[0]
+    for k in range(e_b.shape[0]):
+        for w in range(w_n):
+            for v in range(w, w_n):
+                se = e_b[k, w, v]
+                sr = r_b[k, w, v]
+                g_e[w, v] += se
+                g_r[w, v] += sr
+                if v != w:
+                    g_e[v, w] += se
+                    g_r[v, w] += sr
 
 
 @njit(cache=True, fastmath=_SUM_MATH)
@@ -261,11 +406,69 @@ def _accumulate1_kernel(acc, a):  # pragma: no cover - compiled
     return total
 
 
+@njit(**PARALLEL, fastmath=_SUM_MATH)
+def _sq_dist_blocks(a, b, out):  # pragma: no cover - compiled
+    n = a.shape[0]
+    nb = out.shape[0]
+    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
+    for p in prange(BLOCK_PARTS):
+        for k in range(p * per, min(nb, (p + 1) * per)):
+            lo = k * MOMENT_BLOCK
+            s = 0.0
+            for i in range(lo, min(lo + MOMENT_BLOCK, n)):
+                v = np.float64(a[i] - b[i])
+                s += v * v
+            out[k] = s
+
+
+@njit(parallel=True, cache=True)  # no fast-math: the float32 update must round exactly as torch's ``acc += a - b``
+def _accumulate_blocks(acc, a, b, out):  # pragma: no cover - compiled
+    n = acc.shape[0]
+    nb = out.shape[0]
+    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
+    for p in prange(BLOCK_PARTS):
+        for k in range(p * per, min(nb, (p + 1) * per)):
+            lo = k * MOMENT_BLOCK
+            s = 0.0
+            for i in range(lo, min(lo + MOMENT_BLOCK, n)):
+                v = acc[i] + (a[i] - b[i])
+                acc[i] = v
+                w = np.float64(v)
+                s += w * w
+            out[k] = s
+
+
+@njit(parallel=True, cache=True)
+def _accumulate1_blocks(acc, a, out):  # pragma: no cover - compiled
+    n = acc.shape[0]
+    nb = out.shape[0]
+    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
+    for p in prange(BLOCK_PARTS):
+        for k in range(p * per, min(nb, (p + 1) * per)):
+            lo = k * MOMENT_BLOCK
+            s = 0.0
+            for i in range(lo, min(lo + MOMENT_BLOCK, n)):
+                v = acc[i] + a[i]
+                acc[i] = v
+                w = np.float64(v)
+                s += w * w
+            out[k] = s
+
+
 def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
     """``acc += a − b`` (``b`` None: ``acc += a``) in place (float32: the difference and the sum each
-    rounded), returning ‖acc‖² summed in float64: a running sum and its norm in one pass.  The torch
+    rounded), returning ‖acc‖² summed in float64: a running sum and its norm in one pass (a large one on
+    several threads, its block sums added in block order: the serial result to the bit).  The torch
     reference is :func:`gcbench.measure.fidelity.accumulate64`'s chunked loop."""
-    return float(_accumulate1_kernel(acc, a) if b is None else _accumulate_kernel(acc, a, b))
+    n = acc.shape[0]
+    if not _threaded(n):
+        return float(_accumulate1_kernel(acc, a) if b is None else _accumulate_kernel(acc, a, b))
+    out = np.empty(_blocks(n))
+    if b is None:
+        run_parallel(_accumulate1_blocks, n, acc, a, out)
+    else:
+        run_parallel(_accumulate_blocks, n, acc, a, b, out)
+    return float(_sum_in_order(out))
 
 
 def sq_norm(a: np.ndarray) -> float:
@@ -274,8 +477,14 @@ def sq_norm(a: np.ndarray) -> float:
 
 
 def sq_dist(a: np.ndarray, b: np.ndarray) -> float:
-    """‖a − b‖² of two float32 arrays (difference rounded to float32, squares summed in float64), in one pass."""
-    return float(_sq_dist_kernel(a, b))
+    """‖a − b‖² of two float32 arrays (difference rounded to float32, squares summed in float64), in one pass (a large
+    one on several threads, the serial result to the bit)."""
+    n = a.shape[0]
+    if not _threaded(n):
+        return float(_sq_dist_kernel(a, b))
+    out = np.empty(_blocks(n))
+    run_parallel(_sq_dist_blocks, n, a, b, out)
+    return float(_sum_in_order(out))
 
 @njit(nogil=True, cache=True, fastmath={"reassoc"})
 def _mean_m2(vb):  # pragma: no cover - numba
