@@ -432,7 +432,9 @@ def test_a_spread_is_written_to_the_decimals_of_its_value() -> None:
 
 def test_a_timed_run_prints_spreads_and_says_what_the_flags_mean(tmp_path: Path) -> None:
     suite = parse_suite({"name": "tiny", "seed": 0, "sources": [{"kind": "synthetic", "shapes": [[128, 64]], "workers": 1, "steps": 1}],
-                         "compressors": [{"name": "none"}, {"name": "topk"}], "metrics": {"repeats": 1, "timing_repeats": 3}})
+                         "compressors": [{"name": "none"}, {"name": "topk"}],
+                         # every case its 3 rounds, whatever a fresh clone's first numba compile costs the run's budget
+                         "metrics": {"repeats": 1, "timing_repeats": 3, "timing_run_budget_s": 600}})
     outcome = run_suite(suite, tmp_path)
     cases = load_run(outcome.path).cases
     console = Console(record=True, width=400)
