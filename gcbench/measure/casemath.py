@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from gcbench.core.errors import GcbenchError
+from gcbench.core.finite import all_finite
 from gcbench.core.payload import dense_bytes
 from gcbench.measure.fidelity import (
     Fidelity,
@@ -72,13 +74,6 @@ def worker_mean(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
             acc.add_(t.double())
         out.copy_(acc.div_(len(tensors)))
     return out
-
-
-def all_finite(t: torch.Tensor) -> bool:
-    """Whether every element of ``t`` is finite: a finite float64 sum proves it in one read; scan only otherwise."""
-    if not t.is_floating_point() or not t.numel():
-        return True
-    return math.isfinite(float(t.sum(dtype=torch.float64))) or bool(torch.isfinite(t).all())
 
 
 def max_abs(t: torch.Tensor) -> float:
@@ -230,11 +225,14 @@ class StreamStats:
 
     def add_step(self, refs: Sequence[Sequence[torch.Tensor]], aggregates: Sequence[torch.Tensor],
                  decoded0: Sequence[torch.Tensor], bytes0: Sequence[int], fids0: Sequence[Fidelity] | None,
-                 window_start: bool = False, true_means: Sequence[torch.Tensor] | None = None) -> None:
+                 window_start: bool = False, true_means: Sequence[torch.Tensor] | None = None,
+                 common: CommonStep | None = None) -> None:
         """One step: ``refs[w][u]`` every worker's reference, the aggregate, worker 0's decoded tensors,
         wire bytes and (on the one-shot steps; None after them) fidelity by unit; ``window_start``
         restarts the window sums before this step; ``true_means`` the workers' mean reference by unit
-        when the caller has it already (the common reference's ḡ_t)."""
+        when the caller has it already (the common reference's ḡ_t).  ``common``: this step's aggregate
+        fidelities and running sums as the case's :class:`DeliveredStream` took them, where its dense update
+        is this true mean (:meth:`DeliveredStream.common_step`): the same passes are not made twice."""
         if window_start:
             self._win_err.restart()
             self._win_mean.restart()
@@ -244,10 +242,13 @@ class StreamStats:
             self.bytes[u].append(bytes0[u])
             if fids0 is not None:
                 self.fids[u].append(fids0[u])
-            fid = fidelity(true_mean, [agg])  # one draw: the exchange happens once
+            if common is None:
+                fid = fidelity(true_mean, [agg])  # one draw: the exchange happens once
+                self._err.add(u, agg, true_mean)
+                self._mean.add(u, true_mean)
+            else:
+                fid = common.fids[u]
             self.agg[u].append(fid)
-            self._err.add(u, agg, true_mean)
-            self._mean.add(u, true_mean)
             if self.windowed:
                 self._win_err.add(u, agg, true_mean)
                 self._win_mean.add(u, true_mean)
@@ -256,13 +257,27 @@ class StreamStats:
                 self._ref.add(u, refs[0][u])
             cos_terms.append(fid.cosine_terms())  # = cosine_terms(agg, true_mean), from the fidelity pass
         self.agg_cosine.append(model_cosine(cos_terms))
-        self.agg_drift.append(cumulative_drift(self._err, self._mean))
+        if common is None:
+            self.agg_drift.append(cumulative_drift(self._err, self._mean))
+        else:
+            self.agg_drift.append(norm_ratio(common.err_sq, common.mean_sq))
         if self.windowed:
             self.window_drift.append(cumulative_drift(self._win_err, self._win_mean))
         if self.stateful:
             drift, resid = ef_drift(self._ef, self._ref, refs[0])
             self.drift.append(drift)
             self.residual.append(resid)
+
+
+@dataclass(frozen=True)
+class CommonStep:
+    """One step of a case's stream on the common reference, where its dense update is the workers' true mean (plain
+    SGD): the aggregate's fidelity against it by unit, ‖Σ_s (U_s − ḡ_s)‖² and ‖Σ_s ḡ_s‖² — exactly what
+    :class:`StreamStats` would otherwise take again from the same tensors."""
+
+    fids: Sequence[Fidelity]
+    err_sq: float
+    mean_sq: float
 
 
 # ----------------------------------------------------------------------------- the stream on the common reference
@@ -371,6 +386,8 @@ class DeliveredStream:
         self.error: list[float | None] = []
         self.error_scaled: list[float | None] = []
         self.delivered: list[float | None] = []
+        self._gram_cache: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None  # (steps taken, Gram matrices)
+        self._fids: list[Fidelity] = []  # the last step's, by unit
 
     def _update(self, unit: int, aggregate: torch.Tensor) -> torch.Tensor:
         if not self.filtered:
@@ -382,10 +399,12 @@ class DeliveredStream:
     def add_step(self, t: int, aggregates: Sequence[torch.Tensor], contributions: Sequence[Sequence[torch.Tensor]] | None) -> None:
         """Step ``t``'s aggregate by unit, and each worker's decoded contribution by unit (None: not observable)."""
         err_sq = dot = u_sq = 0.0
+        self._fids = []
         for u, agg in enumerate(aggregates):
             upd = self._update(u, agg)
             dense = self.ref.dense[t][u]
             f = fidelity(dense, [upd])  # one fused pass: ‖U − D‖², ⟨U, D⟩, ‖U‖²
+            self._fids.append(f)
             err_sq += f.err_sq_mean
             dot += f.dots[0]
             u_sq += f.d_sq[0]
@@ -402,28 +421,37 @@ class DeliveredStream:
         for w, contrib in enumerate(contributions):
             self._workers[w] = weighted_add(self._workers[w], contrib, ws)
 
+    def common_step(self, t: int) -> CommonStep | None:
+        """Step ``t``'s (the last added) passes for :class:`StreamStats`, where they are its own: the dense update D_t is the
+        workers' true mean ḡ_t (no momentum) and U_t the aggregate; None otherwise."""
+        if self.ref.momentum != 0 or self.filtered or t != len(self.delivered) - 1:
+            return None
+        return CommonStep(tuple(self._fids), self._err.sq_norm(), self.ref.sum_sq[t])
+
     def worker_delivered(self) -> list[float | None] | None:
-        """Each worker's delivered fraction 1 − ‖Σ_s w_s C^w_s − R^w‖/‖R^w‖ after the last step (None: not observable)."""
+        """Each worker's delivered fraction 1 − ‖Σ_s w_s C^w_s − R^w‖/‖R^w‖ after the last step (None: not observable).
+
+        With several workers ‖E^w‖² is the diagonal of the jackknife's Gram matrix of the errors (:meth:`_grams`: one
+        pass over the workers' sums serves both figures); with one worker it is summed directly."""
         if self._workers is None or any(not s for s in self._workers):
             return None
+        grams = self._grams()
         out: list[float | None] = []
-        for sums, ref, ref_sq in zip(self._workers, self.ref.worker_sums, self.ref.worker_sum_sq, strict=True):
-            r = norm_ratio(sum(sq_dist64(a, b) for a, b in zip(sums, ref, strict=True)), ref_sq)
+        for w, (sums, ref, ref_sq) in enumerate(zip(self._workers, self.ref.worker_sums, self.ref.worker_sum_sq, strict=True)):
+            e_sq = max(float(grams[0][w, w]), 0.0) if grams is not None else sum(sq_dist64(a, b) for a, b in zip(sums, ref, strict=True))
+            r = norm_ratio(e_sq, ref_sq)
             out.append(None if r is None else 1.0 - r)
         return out
 
-    def delivered_jackknife(self) -> list[float | None] | None:
-        """The aggregate's delivered fraction with each worker left out in turn, from the workers' own sums.
-
-        Where the aggregate is the workers' mean (contributions observable), Σ_t(U_t − D_t) is the mean
-        over workers of E^w = Σ_s w_s C^w_s − R^w and Σ_t D_t the mean of R^w, so leaving worker w out gives
-        1 − ‖Σ_{v≠w} E^v‖/‖Σ_{v≠w} R^v‖; both norms come from the W×W Gram matrices of E and R (float64,
-        summed in chunks).  None with one worker or contributions not observable.
-        """
+    def _grams(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The W×W Gram matrices of the workers' errors E^w = Σ_s w_s C^w_s − R^w and of R^w (float64), computed once
+        after the last step; None with one worker or contributions not observable."""
         sums = self._workers
         W = self.ref.workers
         if W < 2 or sums is None or any(not s for s in sums):
             return None
+        if self._gram_cache is not None and self._gram_cache[0] == len(self.delivered):
+            return self._gram_cache[1]
         g_e = np.zeros((W, W))
         g_r = np.zeros((W, W))
         chunk = 1 << 20
@@ -442,6 +470,22 @@ class DeliveredStream:
                 e = torch.stack([sums[w][u].reshape(-1)[lo:lo + chunk].double() for w in range(W)]) - r
                 g_e += (e @ e.T).cpu().numpy()
                 g_r += (r @ r.T).cpu().numpy()
+        self._gram_cache = (len(self.delivered), (g_e, g_r))
+        return g_e, g_r
+
+    def delivered_jackknife(self) -> list[float | None] | None:
+        """The aggregate's delivered fraction with each worker left out in turn, from the workers' own sums.
+
+        Where the aggregate is the workers' mean (contributions observable), Σ_t(U_t − D_t) is the mean
+        over workers of E^w = Σ_s w_s C^w_s − R^w and Σ_t D_t the mean of R^w, so leaving worker w out gives
+        1 − ‖Σ_{v≠w} E^v‖/‖Σ_{v≠w} R^v‖; both norms come from the W×W Gram matrices of E and R (float64,
+        summed in chunks).  None with one worker or contributions not observable.
+        """
+        grams = self._grams()
+        if grams is None:
+            return None
+        g_e, g_r = grams
+        W = self.ref.workers
         out: list[float | None] = []
         for w in range(W):
             keep = [v for v in range(W) if v != w]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from gcbench.core.errors import SourceError
+from gcbench.core.finite import all_finite
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,7 @@ def check_finite(name: str, t: torch.Tensor, where: str = "") -> None:
     the float32 measurements would turn it into ±inf and every number of the case into nothing.
     """
     loc = f" ({where})" if where else ""
-    # a finite sum (one read, no temporary) proves every element is finite; scan only otherwise
-    if t.is_floating_point() and t.numel() and not math.isfinite(float(t.sum(dtype=torch.float64))) and not bool(torch.isfinite(t).all()):
+    if not all_finite(t):
         n_nan = int(torch.isnan(t).sum())
         n_inf = int(torch.isinf(t).sum())
         raise SourceError(f"gradient {name!r}{loc} contains {n_nan} NaN and {n_inf} Inf values")

@@ -39,7 +39,6 @@ cost of computing them again (no copy of the start model is kept: VGG-16's would
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +46,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from gcbench.core.errors import ParamError, SourceError
+from gcbench.core.finite import all_finite
 from gcbench.sources.base import GradientSource, TensorSpec, check_finite
 from gcbench.sources.batches import batch_generator
 from gcbench.sources.catalog import is_user_model
@@ -195,8 +195,7 @@ class LiveSource(GradientSource):
             except RuntimeError as exc:  # "value cannot be converted to type float without overflow"
                 raise SourceError(f"{self.model_name}: the SGD update with lr={self.lr:g} fails on parameter {name!r} "
                                   f"({_first_line(exc)}); lower the source's lr") from None
-            # a finite float64 sum proves every element finite (one read, no temporary)
-            if p.is_floating_point() and not math.isfinite(float(p.sum(dtype=torch.float64))):
+            if not all_finite(p):
                 raise SourceError(f"{self.model_name}: the SGD update with lr={self.lr:g} made parameter {name!r} "
                                   "non-finite (Inf or NaN); lower the source's lr")
 
