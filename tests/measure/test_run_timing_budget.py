@@ -61,6 +61,19 @@ def test_the_run_budget_shares_what_is_left_and_floors_a_spent_one() -> None:
     assert later.cap_s == bench.MIN_CASE_BUDGET_S  # the budget is spent: one round, then cut short
 
 
+def test_one_case_that_compiled_does_not_shrink_every_later_share() -> None:
+    """A case's cost beyond its rounds is estimated by the median of the cases so far: one case that paid a cold
+    kernel compile (a large overhead once) leaves the later cases the share the typical overhead leaves them."""
+    m = parse_suite({"name": "t", "seed": 0, "sources": [{"kind": "synthetic", "shapes": [[8]]}],
+                     "compressors": [{"name": "none"}]}).metrics
+    budget = RunTimingBudget(30.0, 11)
+    budget.spend(6.0, 1.0)  # compiled: 5 s beyond its rounds
+    budget.spend(1.2, 1.0)
+    budget.spend(1.2, 1.0)
+    even = (30.0 - 8.4) / 8
+    assert budget.policy(m).cap_s == pytest.approx(even - 0.2)  # the median overhead, not the compile's 5 s
+
+
 def test_a_run_whose_budget_is_spent_times_one_round_a_case_flagged_on_disk(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """End to end: every case's share is a nanosecond, so each takes exactly one timed round and the results file

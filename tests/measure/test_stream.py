@@ -228,6 +228,60 @@ def test_the_jackknifes_kernel_pass_equals_the_torch_pass(monkeypatch: pytest.Mo
     fast = stream.delivered_jackknife()
     calls: list[int] = []
     monkeypatch.setattr(casemath, "_fast", lambda *t: calls.append(len(t)) and False)
+    stream._gram_cache = None  # the Gram matrices are kept after the last step: take them again the slow way
     slow = stream.delivered_jackknife()
     assert calls and fast is not None and slow is not None
     assert fast == pytest.approx(slow, rel=1e-12, abs=1e-12)
+
+
+def test_worker_delivered_from_the_grams_diagonal_equals_the_direct_sums() -> None:
+    """Each worker's delivered fraction, read off the jackknife's Gram matrix (one pass serves both figures), equals
+    1 − ‖Σ_s w_s C^w_s − R^w‖/‖R^w‖ summed directly in float64."""
+    from gcbench.measure.casemath import norm_ratio
+
+    steps, workers = 3, 3
+    grads = _grads(steps, workers, seed=7)
+    gen = torch.Generator().manual_seed(4)
+    contribs = {k: [x * (torch.rand(x.shape, generator=gen) < 0.5) / 0.5 for x in v] for k, v in grads.items()}
+    stream = _stream(grads, contribs, steps, list(range(workers)), 0.9, False)
+    got = stream.worker_delivered()
+    want = []
+    for sums, ref, ref_sq in zip(stream._workers, stream.ref.worker_sums, stream.ref.worker_sum_sq, strict=True):
+        e_sq = sum(float(((a.double() - b.double()) ** 2).sum()) for a, b in zip(sums, ref, strict=True))
+        want.append(1.0 - norm_ratio(e_sq, ref_sq))
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert stream._gram_cache is not None  # the jackknife that follows reuses the pass
+    assert len(stream.delivered_jackknife()) == workers
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_stream_stats_from_the_common_step_equal_their_own_passes(momentum: float) -> None:
+    """Where the dense update is the true mean (no momentum), StreamStats takes the aggregate's fidelity and drift from
+    the DeliveredStream's passes (CommonStep) instead of making them again: every figure equals its own passes'; with
+    momentum there is no common step and StreamStats makes its own."""
+    from gcbench.measure.casemath import StreamStats
+
+    steps, workers = 4, 3
+    grads = _grads(steps, workers, seed=11)
+    gen = torch.Generator().manual_seed(6)
+    contribs = {k: [x * (torch.rand(x.shape, generator=gen) < 0.4) / 0.4 for x in v] for k, v in grads.items()}
+    ref = _reference(grads, steps, workers, momentum)
+    stream = DeliveredStream(ref, 2, False)
+    own, shared = StreamStats(2, stateful=True, windowed=True), StreamStats(2, stateful=True, windowed=True)
+    commons = []
+    for t in range(steps):
+        cs = [contribs[(t, w)] for w in range(workers)]
+        agg = [sum(c[u] for c in cs) / workers for u in range(2)]
+        refs = [grads[(t, w)] for w in range(workers)]
+        stream.add_step(t, agg, cs)
+        common = stream.common_step(t)
+        commons.append(common)
+        args = (refs, agg, cs[0], [1, 1], None)
+        own.add_step(*args, window_start=t == 2, true_means=ref.mean[t])
+        shared.add_step(*args, window_start=t == 2, true_means=ref.mean[t], common=common)
+    assert all(c is None for c in commons) if momentum else all(c is not None for c in commons)
+    assert shared.agg_drift == pytest.approx(own.agg_drift, rel=1e-12)
+    assert shared.agg_cosine == pytest.approx(own.agg_cosine, rel=1e-12)
+    assert shared.window_drift == own.window_drift and shared.drift == own.drift
+    for a, b in zip(shared.agg, own.agg, strict=True):
+        assert [f.err_sq_mean for f in a] == pytest.approx([f.err_sq_mean for f in b], rel=1e-12)
