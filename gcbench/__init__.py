@@ -28,11 +28,6 @@ _LAZY = {"Compressor": "core.compressor", "ExchangeResult": "core.compressor", "
          "get": "compressors.registry", "names": "compressors.registry", "register": "compressors.registry"}
 
 
-from gcbench import _compat  # noqa: E402  (old module paths: gcbench.ddp -> gcbench.distributed.ddp)
-
-_compat.install()
-
-
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib

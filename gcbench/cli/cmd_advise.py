@@ -95,7 +95,7 @@ def simulate_cmd(
     Examples: `gcbench simulate`, `gcbench simulate latest --workers 8,64 --bandwidth 1,10`,
     `gcbench simulate RUN --scheme ps --compute-ms 50 --json`, `gcbench simulate RUN --baseline fp32`.
     """
-    from gcbench.distributed import netmodel
+    from gcbench.predict import network as netmodel
     from gcbench.report.simulation import simulation_output
     from gcbench.results.store import load_run, resolve_run
 
@@ -156,8 +156,8 @@ def advise_cmd(
     `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`,
     `gcbench advise --model mlp --convergence conv.json --baseline fp32`.
     """
-    from gcbench.distributed import advise as adv
-    from gcbench.distributed.netmodel import Topology, compute_seconds, latency_seconds, load_calibration
+    from gcbench.predict import advise as adv
+    from gcbench.predict.network import Topology, compute_seconds, latency_seconds, load_calibration
     from gcbench.report.advice import advice_output
     from gcbench.results.store import load_run, resolve_run
     from gcbench.sources.catalog import check_model
@@ -185,7 +185,7 @@ def advise_cmd(
     conv_record = None
     conv_named = str(convergence) if convergence is not None else None
     if convergence is not None:  # read first: a file of another kind is one line before any measuring
-        from gcbench.distributed.time_to_accuracy import read_convergence, run_model
+        from gcbench.predict.time_to_accuracy import read_convergence, run_model
         from gcbench.results.converge_thin import thin_curves
 
         conv_record = load_run(convergence, object_hook=thin_curves)  # advise reads summaries: the curves cut while decoded
@@ -239,7 +239,7 @@ def advise_cmd(
                         candidates=candidates.text() if candidates is not None and kernels is None else "")
     times = None
     if conv_record is not None:
-        from gcbench.distributed.time_to_accuracy import read_convergence, time_to_accuracy
+        from gcbench.predict.time_to_accuracy import read_convergence, time_to_accuracy
 
         conv = read_convergence(conv_record, step.kernels.model, conv_named or "")
         times = (conv, time_to_accuracy(advice, conv))
@@ -254,7 +254,7 @@ def advise_cmd(
     if as_json:
         d = advice.to_dict()
         if times is not None:
-            from gcbench.distributed.time_to_accuracy import time_sentence
+            from gcbench.predict.time_to_accuracy import time_sentence
 
             d["convergence"] = {"origin": times[0].origin, "task": times[0].task, "metric": times[0].metric,
                                 "target": times[0].target, "budget_steps": times[0].budget, "seeds": times[0].seeds}

@@ -81,7 +81,7 @@ def converge_cmd(
     `gcbench converge --task charlstm -c topk -c topk:error_feedback=true -c signsgd -c efsignsgd --seeds 3 --steps 300 --workers 8`,
     `gcbench converge --model smallcnn -c qsgd --steps 200 --optimizer adam --lr 0.001`.
     """
-    from gcbench.converge.runner import ConvergeConfig, load_suite, run_converge, with_overrides
+    from gcbench.converge.sweep import ConvergeConfig, load_suite, run_converge, with_overrides
     from gcbench.report.converge_table import converge_table, verdict
 
     base, suite_path = ConvergeConfig(), None
@@ -92,7 +92,7 @@ def converge_cmd(
         suite_path = suite_label(find_suite(suite))
         base = replace(base, extra={"description": data.get("description")})
     from gcbench.converge.problems import OPTIMIZERS
-    from gcbench.distributed.tasks import TASKS
+    from gcbench.train.tasks import TASKS
 
     # an unknown name is a command line gcbench cannot read: exit 2 with a suggestion, as an unknown -c is
     task = None if task is None else choose(task, ["auto", *TASKS], "task")

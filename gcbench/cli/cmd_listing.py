@@ -144,9 +144,9 @@ def _validate_converge(path: Any) -> None:
     against the registry, the tasks and the zoo, and no code is imported.
     """
     from gcbench.compressors import registry
-    from gcbench.converge.runner import load_suite as load_converge_suite
-    from gcbench.distributed.tasks import TASKS
+    from gcbench.converge.sweep import load_suite as load_converge_suite
     from gcbench.sources.catalog import check_model, is_user_model
+    from gcbench.train.tasks import TASKS
 
     cfg, _ = load_converge_suite(path)
     try:

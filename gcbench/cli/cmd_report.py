@@ -81,10 +81,10 @@ def _priced(inp: Any, clusters: list[str], kernels: Path | None, compute_ms: flo
     """``inp`` with every convergence file priced on ``clusters`` (``--cluster``) from the bench file ``kernels``."""
     import dataclasses
 
-    from gcbench.distributed.advise import kernels_from_bench
-    from gcbench.distributed.compute_time import stored_compute
-    from gcbench.distributed.netmodel import compute_seconds, latency_seconds
-    from gcbench.distributed.time_to_accuracy import parse_cluster, price_convergence, read_convergence
+    from gcbench.predict.advise import kernels_from_bench
+    from gcbench.predict.compute_time import stored_compute
+    from gcbench.predict.network import compute_seconds, latency_seconds
+    from gcbench.predict.time_to_accuracy import parse_cluster, price_convergence, read_convergence
     from gcbench.results.store import load_run
 
     if not clusters or kernels is None:

@@ -55,10 +55,10 @@ def train_cmd(
 
     launch_env()  # a malformed launch (RANK=-1, WORLD_SIZE=abc, no MASTER_ADDR) fails in one line before torch even loads
     from gcbench.distributed.ddp import GRANULARITIES
-    from gcbench.distributed.train import TASKS, TrainConfig, under_torchrun
-    from gcbench.distributed.train import train as run_training
     from gcbench.report import terminal as rep
     from gcbench.results.parse import as_cases
+    from gcbench.train.driver import TASKS, TrainConfig, under_torchrun
+    from gcbench.train.driver import train as run_training
 
     specs: list[str] = []
     for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:

@@ -16,7 +16,7 @@ import typer
 
 #: ``--quiet``/``-q``: no progress bar (run, compare, record, bench, train, advise)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
-#: ``--latency-us``: the α of every message (simulate, advise); range checked by gcbench.distributed.netmodel
+#: ``--latency-us``: the α of every message (simulate, advise); range checked by gcbench.predict.network
 LatencyUs = Annotated[float, typer.Option("--latency-us", metavar="FLOAT", help="Latency α per message in microseconds.")]
 
 
@@ -123,7 +123,7 @@ def bandwidth(help: str) -> Any:
 
 
 def compute_ms(help: str) -> Any:
-    """``--compute-ms FLOAT``: compute time of one step; range checked by gcbench.distributed.netmodel."""
+    """``--compute-ms FLOAT``: compute time of one step; range checked by gcbench.predict.network."""
     return Annotated[float | None, typer.Option("--compute-ms", metavar="FLOAT", help=help)]
 
 

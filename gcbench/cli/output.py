@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.segment import Segment
 
-from gcbench.report.progress import StageBars
+from gcbench.cli.progress import StageBars
 from gcbench.report.text import safe_text
 
 
@@ -89,7 +89,7 @@ def progress_bar(enabled: bool = True) -> Iterator[Callable[[str, int, int, str]
     """A rich progress display fed by the library's ``progress(stage, done, total, message)`` (:class:`StageBars`).
 
     One bar per stage, each counting its units done, with elapsed time and an ETA: the cases' bar the
-    command's weighted ETA (:class:`gcbench.report.progress.RunEta`), the others their own rate.
+    command's weighted ETA (:class:`gcbench.cli.progress.RunEta`), the others their own rate.
     The display redraws once a second (the elapsed and ETA cells show whole seconds) from rich's
     thread: a redraw costs about 4-5 ms of CPU here, so rich's default of 10 a second took 2-2.5%
     of a quick run's time (and about 6% of a suite's profile samples), once a second about 0.5%.

@@ -35,7 +35,7 @@ from gcbench.core.files import SMALL_FILE_BYTES, load_user_toml
 
 SUITE_DIR = Path(__file__).resolve().parents[1] / "suites"  # package data: found wherever gcbench is installed
 DEFAULT_SUITE = "quick"
-#: the ``kind`` a convergence suite declares: ``gcbench converge`` reads it (gcbench/converge/runner.py), run and validate refuse it
+#: the ``kind`` a convergence suite declares: ``gcbench converge`` reads it (gcbench/converge/sweep.py), run and validate refuse it
 CONVERGE_KIND = "converge"
 
 #: the largest suite file read (the bundled ones are a few KiB)

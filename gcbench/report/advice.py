@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from gcbench.distributed.advise import Advice, Scenario, Step
-from gcbench.distributed.time_to_accuracy import ConvergenceInput, ScenarioTime, TimeRow, time_sentence
+from gcbench.predict.advise import Advice, Scenario, Step
+from gcbench.predict.time_to_accuracy import ConvergenceInput, ScenarioTime, TimeRow, time_sentence
 from gcbench.report.columns import Label
 
 #: the collectives' short names in the table (the legend under it spells them out): the protocol column of a two-leg

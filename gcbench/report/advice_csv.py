@@ -4,7 +4,7 @@ Every row names its cluster (workers, bandwidth) and compressor and carries the 
 the two uncompressed baselines' steps (fp32 and bf16 all-reduce) and the speed-up over each, whether the payload is
 larger than bf16's, the delivered fraction where a run file gave one, and — with ``--convergence`` — the convergence
 outcome (seeds, reached, diverged, steps to target with its 95% bounds) and the predicted time to the target with its
-bounds and its ratio to each baseline's time (:mod:`gcbench.distributed.time_to_accuracy`).  A baseline that is not
+bounds and its ratio to each baseline's time (:mod:`gcbench.predict.time_to_accuracy`).  A baseline that is not
 a compressor of the bench (the bf16 all-reduce when ``bf16`` was not benched) gets a row of its own with its time.
 Values and quoting follow ``report --csv`` (:func:`gcbench.report.export.csv_text`).
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gcbench.distributed.advise import Advice, Scenario, Step
-from gcbench.distributed.time_to_accuracy import ConvergenceInput, ScenarioTime, Span, TimeRow
+from gcbench.predict.advise import Advice, Scenario, Step
+from gcbench.predict.time_to_accuracy import ConvergenceInput, ScenarioTime, Span, TimeRow
 from gcbench.report.export import columns_of, csv_text
 
 #: the columns every row has, in this order (the convergence columns follow when a convergence file was given)

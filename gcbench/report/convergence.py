@@ -5,7 +5,7 @@ budget of steps, how many diverged, the final metric and the gap to the referenc
 by seed) with their 95% intervals, the steps to the target over the seeds that reached it with its interval, and the
 bytes a worker sent per step — marked where they exceed a bf16 all-reduce's (half the dense fp32 bytes).  The numbers
 are the file's summary (:class:`gcbench.results.record.ConvergeSummary`), read through
-:func:`gcbench.distributed.time_to_accuracy.read_convergence` as ``advise --convergence`` reads them.
+:func:`gcbench.predict.time_to_accuracy.read_convergence` as ``advise --convergence`` reads them.
 
 A convergence file holds steps, not seconds: the time to the target depends on the cluster, which the report is not
 given, so the report ranks by steps and says so; ``gcbench advise --convergence FILE`` prices the steps on a cluster.
@@ -22,7 +22,7 @@ from typing import Any
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
-from gcbench.distributed.time_to_accuracy import ConvergenceInput, Outcome, Span, read_convergence
+from gcbench.predict.time_to_accuracy import ConvergenceInput, Outcome, Span, read_convergence
 from gcbench.report.columns import Label
 from gcbench.report.load import LoadedRun
 from gcbench.report.text import term
@@ -115,7 +115,7 @@ def convergence_rows(run: LoadedRun) -> list[ConvergenceRow]:
         values = (o.reached / o.seeds if o.seeds else None, o.diverged / o.seeds if o.seeds else None,
                   o.final.mean if o.final else None, o.gap.mean if o.gap else None, o.steps.mean if o.steps else None, sent)
         rows.append(ConvergenceRow(name, o, cells, values, errors.get(o.label, "")))
-    from gcbench.distributed.time_to_accuracy import STATUSES
+    from gcbench.predict.time_to_accuracy import STATUSES
 
     rows.sort(key=lambda r: (not r.outcome.reference, STATUSES.index(r.outcome.status),
                              r.outcome.steps.mean if r.outcome.steps else float("inf")))
@@ -169,7 +169,7 @@ def answer(run: LoadedRun) -> str:
 
 def priced_sentences(run: LoadedRun) -> list[str]:
     """One sentence per cluster the file was priced on (``report --cluster``), none otherwise."""
-    from gcbench.distributed.time_to_accuracy import time_sentence
+    from gcbench.predict.time_to_accuracy import time_sentence
 
     p = run.pricing
     return [time_sentence(st, p.conv) for st in p.times] if p is not None else []

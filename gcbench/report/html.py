@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gcbench.distributed.decision import DECISION_BANDWIDTHS, DECISION_LATENCY_S, decision_curves
+from gcbench.predict.decision import DECISION_BANDWIDTHS, DECISION_LATENCY_S, decision_curves
 from gcbench.report.html_page import (
     HTML_DETAIL_COLUMNS,
     HTML_ONESHOT_COLUMNS,

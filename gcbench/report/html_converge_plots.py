@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from gcbench.converge.stats import UNBOUNDED, clip, domain
-from gcbench.distributed.time_to_accuracy import Pricing, ScenarioTime
+from gcbench.predict.time_to_accuracy import Pricing, ScenarioTime
 from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,
     Plot,
@@ -94,7 +94,7 @@ MAX_CLUSTER_PLOTS = 4
 
 def plot_against_time(cases: Sequence[ConvergeCase], st: ScenarioTime, title: str) -> Plot | None:
     """The metric against predicted wall time on one cluster: each compressor's mean curve with its steps scaled by its
-    predicted step (:class:`gcbench.distributed.time_to_accuracy.TimeRow`); compressors the cluster could not price are
+    predicted step (:class:`gcbench.predict.time_to_accuracy.TimeRow`); compressors the cluster could not price are
     left out (the caption names them)."""
     steps = {r.label: r.step.mean for r in st.rows}
     series = [(c, pts) for c, pts in curve_series(cases) if c.label in steps]

@@ -12,7 +12,7 @@ bound is left out of the throughput plots (the caption names it); flagged bars a
 plot is drawn only where its data exist, and its caption says what was left out: errors are on a
 log axis, so lossless cases (error 0) are listed instead of plotted; per-layer heatmaps (case ×
 unit, log colour scale) need two or more units; EF drift needs a stateful compressor and two or
-more steps.  The decision plot draws :func:`gcbench.distributed.decision.decision_curves`: the
+more steps.  The decision plot draws :func:`gcbench.predict.decision.decision_curves`: the
 report draws, the model computes.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.patches import Patch
 
-from gcbench.distributed.decision import DECISION_BANDWIDTHS, DECISION_LATENCY_S, decision_curves, fp32_against_bf16
+from gcbench.predict.decision import DECISION_BANDWIDTHS, DECISION_LATENCY_S, decision_curves, fp32_against_bf16
 from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,
     Plot,

@@ -36,7 +36,7 @@ class LoadedRun:
     path: Path
     data: RunRecord
     #: a convergence file priced on named clusters (``report --cluster``:
-    #: :class:`gcbench.distributed.time_to_accuracy.Pricing`); None: reported by steps only
+    #: :class:`gcbench.predict.time_to_accuracy.Pricing`); None: reported by steps only
     pricing: Any = None
 
     def __post_init__(self) -> None:

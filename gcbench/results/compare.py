@@ -54,7 +54,7 @@ Mann–Whitney p-value is 0.1, so such timings are never significant at 5% — u
 **Convergence files** (``kind = "converge"``) are refused with one line: their numbers are intervals over seeds,
 not samples of one measurement, and ``gcbench report A B`` shows two of them side by side.
 
-**Training runs** (``kind = "train"``, :mod:`gcbench.distributed.train`) are compared on the final held-out
+**Training runs** (``kind = "train"``, :mod:`gcbench.train.driver`) are compared on the final held-out
 accuracy and loss besides ratio and bits per element; a case whose training settings (task,
 workers, epochs, steps, batch size, learning rate) changed is not comparable.
 
@@ -122,7 +122,7 @@ COMPARED: tuple[Compared, ...] = (
 )
 
 
-# training runs (kind = "train", gcbench.distributed.train): what training reached, besides the bytes it sent
+# training runs (kind = "train", gcbench.train.driver): what training reached, besides the bytes it sent
 COMPARED_TRAIN: tuple[Compared, ...] = tuple(Compared(n) for n in ("final_accuracy", "final_loss", "ratio", "bits_per_element"))
 
 

@@ -135,7 +135,7 @@ def record_problem(cases: Sequence[ConvergeCase]) -> str | None:
     ref = next((c for c in cases if c.convergence is not None and c.convergence.reference), None)
     if ref is None or ref.convergence is None or ref.convergence.seeds is None:
         return None
-    # every reference seed with a final metric, as the writer pairs them (gcbench.converge.runner)
+    # every reference seed with a final metric, as the writer pairs them (gcbench.converge.sweep)
     ref_finals = {r.seed: float(r.final_metric) for r in ref.convergence.seeds if r.final_metric is not None}
     for i, c in enumerate(cases):
         conv = c.convergence

@@ -8,7 +8,7 @@ What a case holds depends on the file's ``kind``, so the record is a union discr
   compressor) of :mod:`gcbench.measure.runner` — size, fidelity, aggregate, traffic, timing,
   per-unit rows, phase windows;
 * ``train`` (:class:`TrainRecord`): :class:`TrainCase`, one per compressor of
-  :mod:`gcbench.distributed.train` — the :class:`Training` results besides the size;
+  :mod:`gcbench.train.driver` — the :class:`Training` results besides the size;
 * ``bench`` (:class:`BenchRecord`): :class:`BenchCase`, one per (compressor, size) of
   :mod:`gcbench.measure.bench`;
 * ``converge`` (:class:`ConvergeRecord`): :class:`ConvergeCase`, one per compressor (and the
@@ -40,7 +40,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from gcbench._compat import moved_names
 from gcbench.core import signals
 from gcbench.results.fields import (  # noqa: F401  (COUNT_MAX, FLOAT_INT_MAX, INT_MAX, show: re-exported, defined here before)
     COUNT_MAX,
@@ -65,15 +64,6 @@ KINDS = ("run", "compare", "train", "bench", "converge")
 #: them).  Schema 1 is the first and still the newest: a change of the layout bumps SCHEMA_VERSION and adds its step
 #: here, so every older file still loads
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-
-#: the functions that read a record moved to :mod:`gcbench.results.parse` (which imports this module's models) and
-#: the private validators to :mod:`gcbench.results.fields`; old imports from here still find them, with a warning
-__getattr__ = moved_names(__name__, {
-    **dict.fromkeys(("upgrade", "location", "problem_text", "parse_record", "unicode_text", "as_record", "as_case", "as_cases",
-                     "_tag", "_RECORD", "_TYPE_TEXT"), "gcbench.results.parse"),
-    **dict.fromkeys(("_expected", "_number", "_integer", "_count", "_string", "_boolean", "_flag"), "gcbench.results.fields"),
-})
-
 
 class Model(BaseModel):
     """Every part of the record: unknown fields kept, assignments validated, no type coercion."""

@@ -189,7 +189,7 @@ class RunWriter:
     """The one writer of results files: accumulates typed cases and keeps the run file on disk up to date.
 
     ``gcbench run``/``compare`` (:mod:`gcbench.measure.runner`), ``gcbench train``
-    (:mod:`gcbench.distributed.train`) and ``gcbench bench`` (:mod:`gcbench.measure.bench`) all write
+    (:mod:`gcbench.train.driver`) and ``gcbench bench`` (:mod:`gcbench.measure.bench`) all write
     through it.  The header is a typed :class:`~gcbench.results.record.RunRecord` of the writer's
     ``kind``; each case is handed as its model (:class:`~gcbench.results.record.RunCase`,
     :class:`~gcbench.results.record.TrainCase`, :class:`~gcbench.results.record.BenchCase`) or as a

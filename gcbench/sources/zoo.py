@@ -340,7 +340,7 @@ class SmallCNN(nn.Module):
 
 # --------------------------------------------------------------------------------------------
 # the models of the train tasks (digits, digits_cnn, charlstm): one definition, used by the tasks
-# (gcbench.distributed.tasks) on their real data and by the zoo on synthetic batches of the same shapes,
+# (gcbench.train.tasks) on their real data and by the zoo on synthetic batches of the same shapes,
 # so that `gcbench advise --convergence` can price a step of the model a convergence run trained
 
 

@@ -257,7 +257,7 @@ def test_compare_timing_repeats_is_a_deprecated_rounds(tmp_path: Path) -> None:
 @pytest.fixture
 def trained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
     """The compressor specs each `gcbench train` call hands to the trainer (which is not the subject here)."""
-    import gcbench.distributed.train as train_mod
+    import gcbench.train.driver as train_mod
 
     calls: list[list[str]] = []
 
@@ -445,8 +445,8 @@ def test_every_option_is_declared_once_in_the_cli_package() -> None:
 def test_the_library_functions_the_commands_call_check_and_build_what_the_commands_did() -> None:
     """compare's suite, the bench gate and the link ranges live in the library, where a script can call them too."""
     from gcbench.core.errors import GcbenchError, ParamError
-    from gcbench.distributed.netmodel import compute_seconds, latency_seconds
     from gcbench.measure.suite import compare_suite
+    from gcbench.predict.network import compute_seconds, latency_seconds
     from gcbench.results.gate import bench_gate
 
     suite = compare_suite([("topk", {}), ("qsgd", {})], momentum=0.0, shape="64x32", workers=3)

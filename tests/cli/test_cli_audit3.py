@@ -128,7 +128,7 @@ def test_report_md_output_refuses_a_foreign_file_and_replaces_its_own(conv_file:
 @pytest.fixture
 def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make any seed that starts training fail the test: a bad option must be refused before the first one."""
-    import gcbench.converge.runner as conv_runner
+    import gcbench.converge.sweep as conv_runner
 
     def trained(*args: object, **kwargs: object) -> None:
         raise AssertionError("a seed was trained before the option was refused")
@@ -151,7 +151,7 @@ def test_converge_counts_past_their_range_are_one_line_before_any_training(optio
 
 
 def test_converge_bounds_are_the_results_schemas() -> None:
-    from gcbench.converge.runner import BOUNDS
+    from gcbench.converge.sweep import BOUNDS
     from gcbench.measure.suite import MetricsSpec, SourceSpec, key_range
     from gcbench.results.fields import COUNT_MAX
     from gcbench.results.record import ConvergeSettings
@@ -318,7 +318,7 @@ def test_ctrl_c_in_collectives_promises_no_results_file(monkeypatch: pytest.Monk
 
 
 def test_ctrl_c_in_converge_names_the_file_only_once_one_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gcbench.converge.runner as conv_runner
+    import gcbench.converge.sweep as conv_runner
 
     real = conv_runner.run_seed
     calls = {"n": 0, "stop_at": 0}

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from tests.converge_fixture import write_converge
-from tests.distributed.test_time_to_accuracy import _bench_record
+from tests.predict.test_time_to_accuracy import _bench_record
 
 runner = CliRunner()
 

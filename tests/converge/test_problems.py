@@ -17,7 +17,7 @@ from gcbench.converge.problems import (
     make_problem,
 )
 from gcbench.core.errors import ParamError, SourceError, UnknownNameError
-from gcbench.distributed.tasks import TASKS, sklearn_available
+from gcbench.train.tasks import TASKS, sklearn_available
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

@@ -28,8 +28,8 @@ import torch
 
 from gcbench.converge.engine import EngineSettings, run_seed
 from gcbench.converge.problems import TaskProblem
-from gcbench.distributed.tasks import sklearn_available
-from gcbench.distributed.train import TrainConfig, train
+from gcbench.train.driver import TrainConfig, train
+from gcbench.train.tasks import sklearn_available
 
 COMPRESSORS = ["none", "topk:density=0.05,error_feedback=true", "efsignsgd", "qsgd"]
 

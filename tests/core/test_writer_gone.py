@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from gcbench.core import liveness
-from gcbench.distributed.train import OWNER_FILE, WORKDIR_PREFIX, sweep_orphaned_workdirs
 from gcbench.results.record import WRITER_GONE
 from gcbench.results.store import RunWriter, load_run
+from gcbench.train.driver import OWNER_FILE, WORKDIR_PREFIX, sweep_orphaned_workdirs
 
 ROOT = Path(__file__).resolve().parents[2]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process tree")

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ParamError, ResultsError
-from gcbench.distributed import advise as adv
-from gcbench.distributed.netmodel import (
+from gcbench.predict import advise as adv
+from gcbench.predict.network import (
     COLLECTIVES,
     Calibration,
     CollectivePrice,
@@ -24,7 +24,7 @@ from gcbench.distributed.netmodel import (
     load_calibration,
     protocol_seconds,
 )
-from gcbench.distributed.train import WorkerContext, run_group
+from gcbench.train.driver import WorkerContext, run_group
 
 NET = Network(0.02, 50e-6)  # 20 Mbit/s
 BPS = NET.bytes_per_s

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.time_to_accuracy import Span
+from gcbench.predict.time_to_accuracy import Span
 from gcbench.report.convergence import answer, ci_text, convergence_rows
 from gcbench.report.load import LoadedRun
 from gcbench.results.compare import compare_runs
@@ -122,7 +122,7 @@ def test_a_failed_case_of_a_convergence_file_is_shown_failed(tmp_path: Path) -> 
 
 
 def _bench(tmp_path: Path) -> Path:
-    from tests.distributed.test_time_to_accuracy import _bench_record
+    from tests.predict.test_time_to_accuracy import _bench_record
 
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(_bench_record()))

@@ -774,7 +774,7 @@ def test_the_throughput_bars_lie_down_past_a_dozen_cases(thirteen_timed: list[Ru
 
 def test_the_decision_plot_names_every_grey_curve_on_demand(thirteen_timed: list[RunCase]) -> None:
     """The front in colour; every curve, grey ones included, in a folded table with its break-even and speed-ups."""
-    from gcbench.distributed.decision import decision_curves
+    from gcbench.predict.decision import decision_curves
 
     p = plot_decision(thirteen_timed, "t")
     got = decision_curves(thirteen_timed, "bf16")  # the plot is drawn against bf16

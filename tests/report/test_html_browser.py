@@ -77,8 +77,8 @@ def test_other_kinds_of_report_fit_too(files: tuple[str, ...]) -> None:
 def test_a_convergence_report_priced_on_a_cluster_fits_too(tmp_path: Path) -> None:
     import dataclasses
 
-    from gcbench.distributed import advise as adv
-    from gcbench.distributed.time_to_accuracy import price_convergence, read_convergence
+    from gcbench.predict import advise as adv
+    from gcbench.predict.time_to_accuracy import price_convergence, read_convergence
     from gcbench.results.store import load_run
     from tests.converge_fixture import write_converge
 

@@ -1,4 +1,4 @@
-"""The progress display (gcbench.report.progress.StageBars): one bar per stage, one numbering, an ETA on every bar,
+"""The progress display (gcbench.cli.progress.StageBars): one bar per stage, one numbering, an ETA on every bar,
 finished bars collapsed, nothing but the bars when stderr is not a terminal; and the ETAs of bench and train."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress, TextColumn
 
+from gcbench.cli.progress import RunEta, StageBars
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
-from gcbench.report.progress import RunEta, StageBars
 
 
 def _display(terminal: bool) -> tuple[StageBars, Progress, io.StringIO, list[float]]:

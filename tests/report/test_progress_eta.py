@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gcbench.report.progress import RunEta, format_seconds
+from gcbench.cli.progress import RunEta, format_seconds
 
 
 class FakeClock:
@@ -93,7 +93,7 @@ def test_with_the_runners_plan_cases_are_weighed_by_their_sources_work_and_their
     """Issue 33 item 6: half way through two sources, the second (half the work) is priced from the first's times."""
     import json
 
-    from gcbench.report.progress import RunEta
+    from gcbench.cli.progress import RunEta
 
     now = [0.0]
     eta = RunEta(clock=lambda: now[0])
@@ -118,7 +118,7 @@ def test_with_the_runners_plan_cases_are_weighed_by_their_sources_work_and_their
 def test_a_plan_that_cannot_be_read_or_holds_an_unknown_work_leaves_the_mean() -> None:
     import json
 
-    from gcbench.report.progress import RunEta
+    from gcbench.cli.progress import RunEta
 
     for message in ("not json", json.dumps({"work": [None, 5.0], "cases": ["a", "b"]})):
         now = [0.0]
@@ -136,7 +136,7 @@ def test_building_a_source_is_priced_by_its_build_work() -> None:
     """A live model's build (forward + backward on every worker-step) follows its activations, not its parameters."""
     import json
 
-    from gcbench.report.progress import RunEta
+    from gcbench.cli.progress import RunEta
 
     now = [0.0]
     eta = RunEta(clock=lambda: now[0])

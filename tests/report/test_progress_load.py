@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from gcbench.report.progress import RECENT, SPEED_BOUNDS, RunEta
+from gcbench.cli.progress import RECENT, SPEED_BOUNDS, RunEta
 from tests.report.test_progress_eta import FakeClock, _run_case
 
 

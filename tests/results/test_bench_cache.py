@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gcbench.distributed import advise as adv
 from gcbench.measure.bench import bench_to_file
+from gcbench.predict import advise as adv
 from gcbench.results.bench_cache import MAX_AGE_S, find_recent_bench
 
 
@@ -93,7 +93,7 @@ def test_advise_reuses_the_kernels_and_the_compute_stored_with_them(bench_dir: P
 
 
 def test_the_sentence_says_compute_is_this_machines_unless_given() -> None:
-    from gcbench.distributed.advise import KernelSet, StepKernels, advise
+    from gcbench.predict.advise import KernelSet, StepKernels, advise
 
     ks = KernelSet("mlp", "cpu", "test machine", "test", (
         StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 4e6, 4e6, (), 1, ()),

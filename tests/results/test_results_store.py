@@ -486,7 +486,7 @@ def _read_everything(path: Path, data: dict[str, Any], partner: dict[str, Any], 
 
     from rich.console import Console
 
-    from gcbench.distributed import netmodel
+    from gcbench.predict import network as netmodel
     from gcbench.report import terminal as rep
     from gcbench.report.html import render_html
     from gcbench.results.baselines import PAPERS_FILE, load_claims, match_claims

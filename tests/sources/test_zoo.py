@@ -17,7 +17,7 @@ EXPECTED = {
     "transformer": (7_288_320, 53, 2_048_000),
     "mlp": (535_818, 6, 401_408),
     "smallcnn": (620_362, 10, 524_288),
-    # the train tasks' models (tests/distributed/test_train.py ties them to the tasks)
+    # the train tasks' models (tests/train/test_driver.py ties them to the tasks)
     "digits": (50_826, 6, 32_768),
     "digits_cnn": (38_282, 8, 32_768),
     "charlstm": (94_375, 7, 65_536),

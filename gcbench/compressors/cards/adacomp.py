@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Param, Target
 
 QUANTIZE = ("sign_scale", "none")
@@ -25,6 +24,3 @@ ADACOMP_CARD = CompressorInfo(
 )
 
 CARDS = (ADACOMP_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"ADACOMP": "ADACOMP_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import ALLREDUCE, CompressorInfo
 
 NONE_CARD = CompressorInfo(
@@ -36,6 +35,3 @@ FP16_CARD = _half("fp16", "Fp16", "cast to IEEE half precision (16 bits per elem
 BF16_CARD = _half("bf16", "Bf16", "cast to bfloat16 (16 bits per element, fp32 range)")
 
 CARDS = (NONE_CARD, FP16_CARD, BF16_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"NONE": "NONE_CARD", "FP16": "FP16_CARD", "BF16": "BF16_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param, density_param
 
 MIN_SAMPLE_RATIO = 0.01
@@ -57,6 +56,3 @@ DGC_CARD = CompressorInfo(
 )
 
 CARDS = (DGC_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"DGC": "DGC_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 
 QUANTIZE = ("none", "1bit", "2bit")
@@ -32,6 +31,3 @@ GRADDROP_CARD = CompressorInfo(
 )
 
 CARDS = (GRADDROP_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"GRADDROP": "GRADDROP_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, CostLeg, Param, ParamValue, Protocol, coding_param, density_param
 
 PRESETS: dict[str, dict[str, ParamValue]] = {
@@ -94,6 +93,3 @@ LGC_CARD = CompressorInfo(
 )
 
 CARDS = (LGC_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"LGC": "LGC_CARD"})

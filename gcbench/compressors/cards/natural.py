@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Param, Target
 
 
@@ -38,6 +37,3 @@ NATURAL_DITHER_CARD = CompressorInfo(
 )
 
 CARDS = (NATURAL_CARD, NATURAL_DITHER_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"NATURAL": "NATURAL_CARD", "NATURAL_DITHER": "NATURAL_DITHER_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol, Target
 
 GRANULARITIES = ("column", "row", "tensor")
@@ -28,6 +27,3 @@ ONEBIT_CARD = CompressorInfo(
 )
 
 CARDS = (ONEBIT_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"ONEBIT": "ONEBIT_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol
 
 POWERSGD_PROTOCOL = Protocol("powersgd", "all-reduce P (mean), orthonormalise, Q = Mᵀ P̂, all-reduce Q (mean); shared warm-start Q",
@@ -27,6 +26,3 @@ POWERSGD_CARD = CompressorInfo(
 )
 
 CARDS = (POWERSGD_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"POWERSGD": "POWERSGD_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Param, Target
 
 QSGD_CARD = CompressorInfo(
@@ -24,6 +23,3 @@ QSGD_CARD = CompressorInfo(
 )
 
 CARDS = (QSGD_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"QSGD": "QSGD_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Target, density_param
 
 RANDOMK_CARD = CompressorInfo(
@@ -18,6 +17,3 @@ RANDOMK_CARD = CompressorInfo(
 )
 
 CARDS = (RANDOMK_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"RANDOMK": "RANDOMK_CARD"})

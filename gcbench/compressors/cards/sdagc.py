@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.compressors.cards.dgc import clip_params, dense_params
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 
@@ -30,6 +29,3 @@ SDAGC_CARD = CompressorInfo(
 )
 
 CARDS = (SDAGC_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"SDAGC": "SDAGC_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Target
 
 SIGNSGD_CARD = CompressorInfo(
@@ -28,6 +27,3 @@ EFSIGNSGD_CARD = CompressorInfo(
 )
 
 CARDS = (SIGNSGD_CARD, EFSIGNSGD_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"SIGNSGD": "SIGNSGD_CARD", "EFSIGNSGD": "EFSIGNSGD_CARD"})

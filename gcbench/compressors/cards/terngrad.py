@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, CostLeg, Param, Protocol, Target
 
 TERNGRAD_PROTOCOL = Protocol("terngrad", "scaler sharing: s = max over workers (one extra float each)", scalar_allreduces=1,
@@ -28,6 +27,3 @@ TERNGRAD_CARD = CompressorInfo(
 )
 
 CARDS = (TERNGRAD_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"TERNGRAD": "TERNGRAD_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param
 
 THRESHOLD_CARD = CompressorInfo(
@@ -21,6 +20,3 @@ THRESHOLD_CARD = CompressorInfo(
 )
 
 CARDS = (THRESHOLD_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"THRESHOLD": "THRESHOLD_CARD"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gcbench._compat import renamed
 from gcbench.compressors.cards.natural import p_param, s_param
 from gcbench.core.info import CompressorInfo, Param, Target, coding_param, density_param
 
@@ -25,6 +24,3 @@ TOPK_DITHER_CARD = CompressorInfo(
 )
 
 CARDS = (TOPK_DITHER_CARD,)
-
-#: the card constants were named like their classes until 0.2 (``DGC``); the old names still resolve, with a warning
-__getattr__ = renamed(__name__, {"TOPK_DITHER": "TOPK_DITHER_CARD"})

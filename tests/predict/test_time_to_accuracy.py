@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ResultsError
-from gcbench.distributed import advise as adv
-from gcbench.distributed import time_to_accuracy as tta
-from gcbench.distributed.netmodel import Network, collective_seconds
+from gcbench.predict import advise as adv
+from gcbench.predict import time_to_accuracy as tta
+from gcbench.predict.network import Network, collective_seconds
 from gcbench.results.parse import parse_record
 from tests.converge_fixture import case, converge_record, write_converge
 

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.distributed import advise as adv
-from gcbench.distributed import time_to_accuracy as tta
+from gcbench.predict import advise as adv
+from gcbench.predict import time_to_accuracy as tta
 
 runner = CliRunner()
 

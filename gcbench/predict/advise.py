@@ -15,7 +15,7 @@ Inputs, each measured apart from anything it predicts (nothing is fitted):
   one the ranking says fidelity was not measured.
 
 The step of each compressor is ``compute + compress + communicate + decompress`` with the
-communication of its protocol from :mod:`gcbench.distributed.netmodel`.  The uncompressed reference
+communication of its protocol from :mod:`gcbench.predict.network`.  The uncompressed reference
 is DDP's own path: the gradients copied into buckets, a ring all-reduce of the dense fp32 bytes,
 and copied back (the copy time is the bench's, of the same tensors on the same device).  A
 compressor's compress replaces the copy in and its decode the copy out, so the identity codec
@@ -45,12 +45,12 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.advise_text import ACCURACY_NOT_MEASURED, STEP_ONLY, summary_line
-from gcbench.distributed.advise_text import caveat as caveat  # the sentence's names stay importable from here
-from gcbench.distributed.compute_time import (  # the compute time's names stay importable from here
+from gcbench.predict.advise_text import ACCURACY_NOT_MEASURED, STEP_ONLY, summary_line
+from gcbench.predict.advise_text import caveat as caveat  # the sentence's names stay importable from here
+from gcbench.predict.compute_time import (  # the compute time's names stay importable from here
     COMPUTE_DRIFT as COMPUTE_DRIFT,
 )
-from gcbench.distributed.compute_time import (
+from gcbench.predict.compute_time import (
     COMPUTE_KEY,
     ComputeTiming,
     against_previous,
@@ -59,16 +59,16 @@ from gcbench.distributed.compute_time import (
     store_compute,
     stored_compute,
 )
-from gcbench.distributed.compute_time import (
+from gcbench.predict.compute_time import (
     COMPUTE_POLICY as COMPUTE_POLICY,
 )
-from gcbench.distributed.compute_time import (
+from gcbench.predict.compute_time import (
     time_compute as time_compute,
 )
-from gcbench.distributed.netmodel import Calibration, Network, Topology, collective_seconds, protocol_seconds
-from gcbench.distributed.step_kernels import KernelSet, StepKernels, kernels_from_bench
-from gcbench.distributed.step_kernels import kernels_from_run as kernels_from_run  # importable from here, as before
-from gcbench.distributed.step_kernels import step_kernels_of as step_kernels_of
+from gcbench.predict.network import Calibration, Network, Topology, collective_seconds, protocol_seconds
+from gcbench.predict.step_kernels import KernelSet, StepKernels, kernels_from_bench
+from gcbench.predict.step_kernels import kernels_from_run as kernels_from_run  # importable from here, as before
+from gcbench.predict.step_kernels import step_kernels_of as step_kernels_of
 from gcbench.results.bench_cache import find_recent_bench
 from gcbench.results.recommend import (
     DELIVERED_FLOOR,
@@ -236,7 +236,7 @@ def find_convergence(model: str, runs_dir: Path | str) -> tuple[RunRecord, Path]
     ``zoo:NAME``), or None: the closed-loop evidence a recommendation is held to when none was named.  Only files whose
     head says ``converge`` are parsed: a runs folder holds hundreds of run and bench files."""
     from gcbench.core.errors import GcbenchError
-    from gcbench.distributed.time_to_accuracy import read_convergence
+    from gcbench.predict.time_to_accuracy import read_convergence
     from gcbench.results.store import list_runs, load_run
 
     for path in reversed(list_runs(runs_dir)):
@@ -256,7 +256,7 @@ def closed_evidence(record: RunRecord, model: str, origin: str, labels: Sequence
     """The outcomes of a convergence file of ``model`` for the case ``labels`` (matched by configuration:
     ``topk:error_feedback=true`` as typed and ``=True`` as a file labels it are one), for
     :func:`gcbench.results.recommend.recommend`.  A file of another model is refused in one line."""
-    from gcbench.distributed.time_to_accuracy import read_convergence
+    from gcbench.predict.time_to_accuracy import read_convergence
 
     conv = read_convergence(record, model, origin)
     outcomes = {}

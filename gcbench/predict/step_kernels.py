@@ -1,11 +1,11 @@
-"""One compressor's cost of one worker-step of a model, read from a bench or a run file (:mod:`gcbench.distributed.advise`'s input).
+"""One compressor's cost of one worker-step of a model, read from a bench or a run file (:mod:`gcbench.predict.advise`'s input).
 
 * :class:`StepKernels`: compress and decode seconds, their ×copy medians (what a step is priced by) and those medians'
   95% CIs (a step's spread), the copy of the same tensors, the bytes one worker sends, the timing flags and why.
 * :func:`kernels_from_bench`: the whole-model cases of ``gcbench bench --model`` (one isolated process per compressor).
 * :func:`step_kernels_of` / :func:`kernels_from_run`: the in-run timings of one source of a ``run``/``compare`` file.
 
-Every name here is importable from :mod:`gcbench.distributed.advise` too.
+Every name here is importable from :mod:`gcbench.predict.advise` too.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ rewritten after every compressor, so finished compressors survive a later failur
 
 Tasks (``--task``): ``digits`` (scikit-learn's bundled 8×8 digits, an MLP; the default when scikit-learn
 is installed) and ``charlstm`` (the text in ``gcbench/data/``, a character LSTM), in
-:mod:`gcbench.distributed.tasks`.  The settings and the compressor list are
-:mod:`gcbench.distributed.train_config`'s, the results case of each compressor is built by
-:mod:`gcbench.distributed.train_record`, and the spawned workers are supervised by
-:mod:`gcbench.distributed.workers`; this module runs the training loop and writes the results file.
+:mod:`gcbench.train.tasks`.  The settings and the compressor list are
+:mod:`gcbench.train.config`'s, the results case of each compressor is built by
+:mod:`gcbench.train.case`, and the spawned workers are supervised by
+:mod:`gcbench.train.workers`; this module runs the training loop and writes the results file.
 
 Processes: ``train`` spawns ``--workers`` processes with ``torch.multiprocessing`` (spawn), one
 process group for all compressors (each compressor starts from the same seeded model and data
@@ -65,7 +65,19 @@ from gcbench.compressors import registry
 from gcbench.core import signals
 from gcbench.core.errors import ParamError
 from gcbench.distributed.launch import init_from_env, launch_env, launched
-from gcbench.distributed.tasks import (
+from gcbench.results.store import RunWriter
+from gcbench.train.case import build_record, failed_record
+from gcbench.train.config import (
+    FAULT_ENV,
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
+    Fault,
+    Spec,
+    TrainConfig,
+    parse_compressors,
+    reference_name,
+)
+from gcbench.train.tasks import (
     DATA_DIR,
     TASKS,
     TEXT_FILES,
@@ -79,18 +91,7 @@ from gcbench.distributed.tasks import (
     make_task,
     sklearn_available,
 )
-from gcbench.distributed.train_config import (
-    FAULT_ENV,
-    MAX_TIMEOUT_S,
-    MIN_TIMEOUT_S,
-    Fault,
-    Spec,
-    TrainConfig,
-    parse_compressors,
-    reference_name,
-)
-from gcbench.distributed.train_record import build_record, failed_record
-from gcbench.distributed.workers import (
+from gcbench.train.workers import (
     OWNER_FILE,
     WORKDIR_PREFIX,
     TrainError,
@@ -101,7 +102,6 @@ from gcbench.distributed.workers import (
     run_group,
     sweep_orphaned_workdirs,
 )
-from gcbench.results.store import RunWriter
 
 #: this module's names, and those it held before tasks, train_config, train_record and workers were split out of it
 __all__ = [

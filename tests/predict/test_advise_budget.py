@@ -13,8 +13,8 @@ from gcbench.cli import app
 from gcbench.cli.grammar import single_worker_compressors
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
-from gcbench.distributed import advise as adv
 from gcbench.measure import bench
+from gcbench.predict import advise as adv
 from gcbench.results.recommend import BF16_RATIO, bf16_text, larger_than_bf16
 from gcbench.results.store import load_run
 from gcbench.results.verdict import BaselineBytes

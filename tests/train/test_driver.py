@@ -1,4 +1,4 @@
-"""gcbench.distributed.train: tasks, configuration, records, and the worker group's fault handling."""
+"""gcbench.train.driver: tasks, configuration, records, and the worker group's fault handling."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.distributed as dist
 from typer.testing import CliRunner
 
 from gcbench.core.errors import ParamError, UnknownNameError
-from gcbench.distributed.train import (
+from gcbench.train.driver import (
     CharLSTMTask,
     DigitsTask,
     Fault,
@@ -272,7 +272,7 @@ def test_train_cli_records_finished_compressors_and_names_the_crashed_rank(tmp_p
 
 @pytest.mark.slow
 def test_default_training_reaches_the_target_with_compression(tmp_path: Path) -> None:
-    from gcbench.distributed.train import train
+    from gcbench.train.driver import train
 
     out = train(TrainConfig(workers=4), "none,topk:density=0.1,error_feedback=true,qsgd", tmp_path)
     assert not out.failed
@@ -364,8 +364,8 @@ def test_the_train_tasks_models_are_in_the_zoo_with_the_same_tensors(task: str) 
     """advise prices a convergence run of a train task on the zoo model of that name: the same parameters, in order."""
     if task.startswith("digits"):
         pytest.importorskip("sklearn")
-    from gcbench.distributed.tasks import make_task
     from gcbench.sources.zoo import layer_shapes, load_model
+    from gcbench.train.tasks import make_task
 
     ours = [tuple(p.shape) for p in make_task(task, 0).build_model().parameters()]
     assert ours == [tuple(s.shape) for s in layer_shapes(task)]

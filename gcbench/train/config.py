@@ -17,7 +17,7 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, UnknownNameError, did_you_mean
-from gcbench.distributed.tasks import TASKS, default_task
+from gcbench.train.tasks import TASKS, default_task
 
 
 def reference_name() -> str:

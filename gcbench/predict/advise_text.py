@@ -1,9 +1,9 @@
 """The sentence ``gcbench advise`` says per cluster (:func:`summary_line`), and the caveat of flagged timings.
 
 Speed-ups are claimed against the scenario's baseline all-reduce (bf16 by default,
-:data:`gcbench.distributed.advise.BASELINES`) with the other one's in brackets; a compressor under the delivered floor
+:data:`gcbench.predict.advise.BASELINES`) with the other one's in brackets; a compressor under the delivered floor
 (:data:`gcbench.results.recommend.DELIVERED_FLOOR`) is never the one recommended.  Every name here is importable from
-:mod:`gcbench.distributed.advise` too.
+:mod:`gcbench.predict.advise` too.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gcbench.results.recommend import DELIVERED_FLOOR, UNKNOWN_DRAIN_STEPS
 
 if TYPE_CHECKING:
-    from gcbench.distributed.advise import Scenario, Step
+    from gcbench.predict.advise import Scenario, Step
 
 
 #: flagged inputs named in a caveat before "and N more"

@@ -1,4 +1,4 @@
-"""gcbench.distributed.netmodel: hand-computed collective times, step times, the sparse-vs-dense crossover."""
+"""gcbench.predict.network: hand-computed collective times, step times, the sparse-vs-dense crossover."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.netmodel import (
+from gcbench.predict.network import (
     CaseCost,
     Network,
     break_even_bandwidth,
@@ -193,7 +193,7 @@ def test_simulate_results_is_the_grid_of_predictions_and_break_evens() -> None:
 def test_simulate_prices_the_bf16_all_reduce_beside_fp32() -> None:
     """Without a bf16 case the bf16 step is the fp32 reference with half the bytes (the copies standing for the casts);
     with one, the bf16 case's own predicted step, so its own speed-up over bf16 is exactly 1."""
-    from gcbench.distributed.netmodel import BF16_MEASURED, BF16_MODELLED, bf16_step, collective_seconds
+    from gcbench.predict.network import BF16_MEASURED, BF16_MODELLED, bf16_step, collective_seconds
 
     net, n = Network(10, ALPHA), 16
     topk = CaseCost("topk", "topk", 2e6, 1e8, compute_s=0.05, compress_s=0.01, decompress_s=0.001, copy_s=0.004)
@@ -209,7 +209,7 @@ def test_simulate_prices_the_bf16_all_reduce_beside_fp32() -> None:
 
 
 def test_tree_and_alltoall_by_hand() -> None:
-    from gcbench.distributed.netmodel import collective_seconds, pairwise_alltoall, tree_allreduce
+    from gcbench.predict.network import collective_seconds, pairwise_alltoall, tree_allreduce
 
     # 256 workers: the tree pays 2·8 latency rounds and carries the buffer twice; the ring 2·255 rounds and 2·255/256 of it
     net = Network(100, ALPHA)
@@ -225,7 +225,7 @@ def test_tree_and_alltoall_by_hand() -> None:
 
 
 def test_hierarchical_collectives_charge_the_node_link_once_per_node() -> None:
-    from gcbench.distributed.netmodel import Topology, collective_seconds
+    from gcbench.predict.network import Topology, collective_seconds
 
     net, topo = Network(10, 0.0), Topology(8, 800.0)
     flat = collective_seconds("allreduce", 1e8, 4, net)[0]  # 4 nodes of one GPU
@@ -243,7 +243,7 @@ def test_hierarchical_collectives_charge_the_node_link_once_per_node() -> None:
 
 def test_protocol_legs_price_each_collective_of_the_protocol() -> None:
     from gcbench.compressors import registry
-    from gcbench.distributed.netmodel import collective_seconds, protocol_seconds
+    from gcbench.predict.network import collective_seconds, protocol_seconds
 
     net, n, m = Network(1, ALPHA), 8, 4e6
     onebit = registry.get("onebit").protocol  # all-to-all of the stripes, then all-gather of the re-quantized m/n stripe
@@ -293,8 +293,8 @@ def test_the_network_model_prices_the_legs_the_protocol_runs(name: str) -> None:
 def test_simulate_auto_is_advise_s_model_protocol_legs_and_ddp_s_copies() -> None:
     """``auto`` prices each protocol leg by leg (1-bit SGD: all-to-all then all-gather of the stripes) and charges the
     dense reference DDP's two bucket copies, so an identity codec whose kernels cost one copy each lands at 1.0×."""
-    from gcbench.distributed.advise import StepKernels, predict_step, reference_step
-    from gcbench.distributed.netmodel import collective_seconds
+    from gcbench.predict.advise import StepKernels, predict_step, reference_step
+    from gcbench.predict.network import collective_seconds
 
     net = Network(10, ALPHA)
     ident = CaseCost("none", "none", 1e8, 1e8, compute_s=0.05, compress_s=0.004, decompress_s=0.004, copy_s=0.004)
@@ -328,7 +328,7 @@ def test_lgc_s_server_and_relay_legs_by_hand() -> None:
     """LGC's ps mode: three server rounds (every worker's message to a server on a worker, a reply back through its link);
     ring mode: the leader's message relayed hop by hop, then a ring all-reduce."""
     from gcbench.compressors import registry
-    from gcbench.distributed.netmodel import collective_seconds, protocol_seconds
+    from gcbench.predict.network import collective_seconds, protocol_seconds
 
     net, m, n = Network(1, ALPHA), 3e5, 4
     ps = registry.get("lgc").resolve_protocol({"mode": "ps"})
@@ -357,7 +357,7 @@ def test_thc_s_summed_payload_is_priced_at_its_width_on_n_workers(bits: int, n: 
     """THC's fields are b + ⌈log2 N⌉ bits on N workers: the payload a worker sends in the real exchange is the one the
     model prices from a payload measured alone (compress at b bits), to within the per-tensor header and range."""
     from gcbench.compressors import registry
-    from gcbench.distributed.netmodel import collective_seconds, payload_scale, protocol_seconds
+    from gcbench.predict.network import collective_seconds, payload_scale, protocol_seconds
     from tests.conftest import normal
 
     comp = registry.create("thc", bits=bits, block=1024)

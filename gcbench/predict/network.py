@@ -25,7 +25,7 @@ rule gives (:func:`protocol_seconds`).  Step time: ``compute + compress + commun
 decoded payloads``.  The uncompressed reference is DDP's own path: the gradients copied into
 buckets, an fp32 all-reduce, copied back; a compressor's encode and decode take the place of those
 copies, so an identity codec whose kernels cost one copy each predicts exactly 1.0×.  This is the
-model of ``gcbench advise`` (:mod:`gcbench.distributed.advise`) and of ``gcbench simulate``
+model of ``gcbench advise`` (:mod:`gcbench.predict.advise`) and of ``gcbench simulate``
 (``scheme="auto"``).  ``simulate``'s forced schemes are what-ifs: one ring all-reduce
 (``allreduce``) or all-gather (``allgather``) of the payloads, or one parameter server (``ps``: the
 N uploads share the server's link, it sends each worker the dense fp32 aggregate, or the sum in

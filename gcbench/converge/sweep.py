@@ -33,9 +33,9 @@ from gcbench.converge.problems import OPTIMIZERS, ConvergeError, ModelProblem, P
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 from gcbench.core.files import load_user_toml
-from gcbench.distributed.train_config import Spec, parse_compressors, reference_name
 from gcbench.results.fields import COUNT_MAX
 from gcbench.results.store import RunWriter
+from gcbench.train.config import Spec, parse_compressors, reference_name
 
 #: ``progress(stage, done, total, message)``: stage ``case`` counts finished (compressor, seed) runs, ``step`` a run's steps
 Progress = Callable[[str, int, int, str], None]

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from gcbench.core.errors import UnknownNameError, did_you_mean
-from gcbench.distributed.workers import TrainError
 from gcbench.sources.zoo import CharLSTM, digits_build, digits_cnn_build
+from gcbench.train.workers import TrainError
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 

@@ -1,6 +1,6 @@
 """The results record of one compressor's training run, from every rank's summary (``gcbench train``).
 
-:func:`build_record` turns the per-rank summaries of :func:`gcbench.distributed.train.train_one`
+:func:`build_record` turns the per-rank summaries of :func:`gcbench.train.driver.train_one`
 into one case of a ``kind = "train"`` results file (:class:`gcbench.results.record.TrainCase`):
 the accuracy curve, time to target, the step time split into compute, compress, communicate and
 decompress (medians over steps after the first, averaged over ranks), the bytes each worker sent,
@@ -17,7 +17,7 @@ import numpy as np
 
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
-from gcbench.distributed.train_config import Spec, TrainConfig, reference_name
+from gcbench.train.config import Spec, TrainConfig, reference_name
 
 
 def _median(vals: Sequence[float]) -> float | None:

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
-from gcbench.distributed import advise as adv
-from gcbench.distributed import decision
-from gcbench.distributed.netmodel import Network, collective_seconds, ring_allreduce
 from gcbench.measure.bench import bench_to_file, model_tensors
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
+from gcbench.predict import advise as adv
+from gcbench.predict import decision
+from gcbench.predict.network import Network, collective_seconds, ring_allreduce
 from gcbench.results.store import load_run
 
 runner = CliRunner()
@@ -121,7 +121,7 @@ def test_advise_kernels_file_without_model_steps_is_one_line(mlp_run: Path) -> N
 
 
 def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_run: Path) -> None:
-    from gcbench.distributed.decision import DECISION_BANDWIDTHS, decision_curves
+    from gcbench.predict.decision import DECISION_BANDWIDTHS, decision_curves
     from gcbench.report.html_plots import plot_decision
 
     record = load_run(mlp_run)
@@ -339,7 +339,7 @@ def test_a_flagged_kernel_of_a_compressor_far_behind_does_not_put_the_answer_in_
 
 
 def test_a_curves_break_even_is_where_it_crosses_one_on_the_log_axis() -> None:
-    """:func:`gcbench.distributed.decision.crossing`, the break-even the decision plot marks."""
+    """:func:`gcbench.predict.decision.crossing`, the break-even the decision plot marks."""
     assert decision.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 0.0]) == pytest.approx(10 ** 1.5)
     assert decision.crossing([1.0, 10.0], [0.5, 2.0]) == pytest.approx(10 ** (1 / 3))
     assert decision.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 1.5]) is None

@@ -1,4 +1,4 @@
-"""The convergence runner (gcbench/converge/runner.py): the results file, the reference first, targets, interruption, errors."""
+"""The convergence runner (gcbench/converge/sweep.py): the results file, the reference first, targets, interruption, errors."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from gcbench.converge.problems import ConvergeError
-from gcbench.converge.runner import ConvergeConfig, load_suite, resolve, run_converge
+from gcbench.converge.sweep import ConvergeConfig, load_suite, resolve, run_converge
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
-from gcbench.distributed.tasks import sklearn_available
 from gcbench.measure.suite import SUITE_DIR
 from gcbench.results.record import ConvergeRecord
 from gcbench.results.store import load_run
+from gcbench.train.tasks import sklearn_available
 
 TINY = "tests.user_factory:tiny"
 
@@ -210,7 +210,7 @@ def test_a_model_with_nothing_to_train_is_refused_before_any_run(build: Any, mat
 
 def test_a_system_exit_that_stops_the_run_marks_the_file_failed_and_keeps_the_finished_seeds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gcbench.converge import runner
+    from gcbench.converge import sweep as runner
 
     calls: list[int] = []
     run_seed = runner.run_seed
@@ -244,7 +244,7 @@ def test_a_system_exit_that_stops_the_run_marks_the_file_failed_and_keeps_the_fi
 ])
 def test_the_thread_count_follows_the_models_size_and_the_free_cores(flops: float | None, cores: int, others: float | None,
                                                                       default: int, threads: int) -> None:
-    from gcbench.converge.runner import choose_threads
+    from gcbench.converge.sweep import choose_threads
 
     calls: list[tuple[int, int]] = []
     choice = choose_threads(flops, cores, others, default, lambda a, b: calls.append((a, b)) or True)
@@ -254,7 +254,7 @@ def test_the_thread_count_follows_the_models_size_and_the_free_cores(flops: floa
 
 
 def test_a_model_whose_bits_depend_on_the_thread_count_keeps_torchs_count_under_load() -> None:
-    from gcbench.converge.runner import choose_threads
+    from gcbench.converge.sweep import choose_threads
 
     choice = choose_threads(7e8, 2, 1.0, 2, lambda a, b: False)
     assert choice.threads == 2 and choice.held_for_bits
@@ -263,7 +263,7 @@ def test_a_model_whose_bits_depend_on_the_thread_count_keeps_torchs_count_under_
 
 
 def test_the_probe_compares_one_workers_pass_bit_for_bit() -> None:
-    from gcbench.converge.runner import _resolve
+    from gcbench.converge.sweep import _resolve
 
     probe = _resolve(_cfg(seeds=1))[4]
     assert probe.flops is not None and 0 < probe.flops < 1e4  # a 6-5-3 MLP on 4 examples
@@ -278,7 +278,7 @@ def test_the_load_is_the_larger_of_the_load_average_and_the_cpu_other_processes_
     import os
     import time
 
-    from gcbench.converge.runner import machine_load
+    from gcbench.converge.sweep import machine_load
 
     class Meter:
         def __init__(self, share: float | None) -> None:

@@ -3,7 +3,7 @@
 A convergence file (``kind = "converge"``, schema in :mod:`gcbench.results.record`, section "convergence (gcbench
 converge)") measured, per compressor and over several seeds, how many steps training took to reach a target metric
 (mean with a 95% interval over the seeds that reached it), how many seeds reached it within the budget of steps, and
-how many diverged.  :func:`gcbench.distributed.advise.advise` predicts each compressor's step time on a cluster.  Their
+how many diverged.  :func:`gcbench.predict.advise.advise` predicts each compressor's step time on a cluster.  Their
 product is the time to the target on that cluster:
 
 * **time** = steps to target (mean) × predicted step; **low** = the steps' interval low × the step priced at the low
@@ -11,7 +11,7 @@ product is the time to the target on that cluster:
   intervals' ends is conservative (wider than the product's own 95% interval); the compute time, the network model and
   the calibration are taken as given (they carry no interval).
 * **Reference**: the file's uncompressed case is priced at DDP's fp32 step; the bf16 all-reduce (the default baseline
-  of claims, :data:`gcbench.distributed.advise.BASELINES`) at its own step, with the steps of the file's ``bf16`` case
+  of claims, :data:`gcbench.predict.advise.BASELINES`) at its own step, with the steps of the file's ``bf16`` case
   or, without one, the reference's (said so: a bf16 all-reduce is assumed to train as fp32 does).
 * **Ranking**: compressors that reached the target in every seed, fastest first; then those that reached it in only
   some seeds (their time is over those seeds alone: an optimistic number, marked k/n); then those that never reached it
@@ -31,8 +31,8 @@ from typing import Any
 
 from gcbench.converge.stats import UNBOUNDED, Domain, clip, domain
 from gcbench.core.errors import ResultsError
-from gcbench.distributed.advise import Advice, KernelSet, Scenario, Step, StepKernels, advise, predict_step, reference_copy
-from gcbench.distributed.netmodel import Network
+from gcbench.predict.advise import Advice, KernelSet, Scenario, Step, StepKernels, advise, predict_step, reference_copy
+from gcbench.predict.network import Network
 from gcbench.results.record import ConvergeCase, ConvergeRecord, Interval, RunRecord
 
 

@@ -1,6 +1,6 @@
-"""The decision curves of the HTML report: :func:`gcbench.distributed.advise.advise`'s model over a sweep of link speeds.
+"""The decision curves of the HTML report: :func:`gcbench.predict.advise.advise`'s model over a sweep of link speeds.
 
-A source of a run with live gradients has its own kernels (:func:`gcbench.distributed.advise.step_kernels_of`); this
+A source of a run with live gradients has its own kernels (:func:`gcbench.predict.advise.step_kernels_of`); this
 predicts each case's speed-up over the fp32 or the bf16 all-reduce at every bandwidth of :data:`DECISION_BANDWIDTHS` and where it
 crosses 1× (the break-even bandwidth: compression pays on slower links).
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from gcbench.distributed.advise import Advice, advise
-from gcbench.distributed.step_kernels import KernelSet, step_kernels_of
+from gcbench.predict.advise import Advice, advise
+from gcbench.predict.step_kernels import KernelSet, step_kernels_of
 from gcbench.results.parse import as_cases
 
 #: the decision curves' bandwidth axis (Gbit/s) and the latency they charge per message
@@ -61,7 +61,7 @@ def decision_curves(cases: Sequence[Any], baseline: str = "fp32"
 
 def fp32_against_bf16(cases: Sequence[Any]) -> tuple[list[float], str] | None:
     """The fp32 all-reduce's speed-up over the bf16 all-reduce at every :data:`DECISION_BANDWIDTHS` (under 1: bf16's half
-    bytes are faster) and how bf16 was priced (:func:`gcbench.distributed.advise.bf16_step`); None as :func:`decision_curves`."""
+    bytes are faster) and how bf16 was priced (:func:`gcbench.predict.advise.bf16_step`); None as :func:`decision_curves`."""
     got = _advice(cases)
     if got is None:
         return None
