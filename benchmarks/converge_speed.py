@@ -96,7 +96,7 @@ def one_seed(args: argparse.Namespace) -> None:
 
 
 def suite(args: argparse.Namespace) -> None:
-    from gcbench.converge.runner import load_suite, run_converge, with_overrides
+    from gcbench.converge.sweep import load_suite, run_converge, with_overrides
 
     cfg, _ = load_suite("suites/converge.toml")
     cfg = with_overrides(cfg, threads=args.threads)

@@ -6,7 +6,7 @@ Usage::
     python benchmarks/eta_replay.py replay TRACE.json          # the ETA at each quarter of the cases vs the truth
 
 ``record`` keeps every ``progress(stage, done, total, message)`` call of :func:`gcbench.measure.runner.run_suite`
-with its time.  ``replay`` feeds them to :class:`gcbench.report.progress.RunEta` on a replayed clock and prints,
+with its time.  ``replay`` feeds them to :class:`gcbench.cli.progress.RunEta` on a replayed clock and prints,
 when 25%, 50% and 75% of the cases are done, the ETA it showed against the time the run really still took.
 """
 
@@ -36,7 +36,7 @@ def record(suite: str, trace: Path) -> None:
 
 
 def replay(trace: Path) -> None:
-    from gcbench.report.progress import RunEta
+    from gcbench.cli.progress import RunEta
 
     data = json.loads(trace.read_text(encoding="utf-8"))
     calls = data["calls"]

@@ -9,7 +9,7 @@ For each (workers, compressor, bandwidth) configuration this script
 2. **prices the collectives on the shaped links** with bare collectives (``python -m
    gcbench.distributed.calibrate``: each collective as gcbench issues it, at four message sizes, no
    training), also apart from the run it predicts;
-3. **predicts** the step time with ``gcbench advise``'s model (:mod:`gcbench.distributed.advise`) from
+3. **predicts** the step time with ``gcbench advise``'s model (:mod:`gcbench.predict.advise`) from
    those inputs, twice: with the collectives priced by the calibration (what ``gcbench advise
    --network`` does) and by the bare α–β model at the link's nominal rate (nothing is fitted to the
    run being predicted);
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from netlab import NetLab
 
 if TYPE_CHECKING:
-    from gcbench.distributed.netmodel import Calibration
+    from gcbench.predict.network import Calibration
 
 #: (compressor spec, link rate in Mbit/s): one all-reduce protocol, one all-gather, one of its own; the
 #: rates put communication at more than half of each step (checked and printed)
@@ -168,8 +168,8 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
              port: int = PORT) -> list[Row]:
     """Measure the inputs, price the links, predict with ``gcbench advise``'s model, measure the real step; one row per
     configuration."""
-    from gcbench.distributed.advise import StepKernels, predict_step, reference_step
-    from gcbench.distributed.netmodel import Network
+    from gcbench.predict.advise import StepKernels, predict_step, reference_step
+    from gcbench.predict.network import Network
 
     dense = float(4 * sum(a * b + b for a, b in itertools.pairwise(SIZES)))
     copy_s = _copy_seconds(dense)
@@ -218,7 +218,7 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
 
 def _calibrate(lab: NetLab, n: int, mbit: float, port: int) -> Calibration:
     """``python -m gcbench.distributed.calibrate`` in the lab's namespaces: the collectives' prices on its links."""
-    from gcbench.distributed.netmodel import load_calibration
+    from gcbench.predict.network import load_calibration
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "net.json"
