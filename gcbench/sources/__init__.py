@@ -5,7 +5,8 @@
 * :mod:`gcbench.sources.trace` — recorded gradients (manifest + safetensors), read lazily;
   :mod:`gcbench.sources.recorder` writes them.
 * :mod:`gcbench.sources.catalog` — the zoo's names and options (torch-free);
-  :mod:`gcbench.sources.zoo` builds the models, :mod:`gcbench.sources.hf_models` the Hugging Face ones,
+  :mod:`gcbench.sources.zoo` builds the models (networks in :mod:`gcbench.sources.architectures`),
+  :mod:`gcbench.sources.hf_models` the Hugging Face ones,
   :mod:`gcbench.sources.batches` makes their deterministic batches.
 
 All sources implement :class:`~gcbench.sources.base.GradientSource`.  Importing this package

@@ -390,12 +390,12 @@ def test_user_code_errors_chain_their_cause(usermod: tuple[str, Path]) -> None:
 
 
 def test_a_zoo_model_failing_is_a_bug_and_keeps_its_exception(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gcbench.sources import zoo
+    from gcbench.sources import architectures
     from gcbench.sources.live import LiveSource
 
     def broken(self: object, x: object) -> object:
         raise RuntimeError("zoo bug")
 
-    monkeypatch.setattr(zoo.MLP, "forward", broken)
+    monkeypatch.setattr(architectures.MLP, "forward", broken)
     with pytest.raises(RuntimeError, match="zoo bug"):
         LiveSource("mlp", workers=1, steps=1, batch_size=2).gradients(0, 0)
