@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from netlab import NetLab
 
 if TYPE_CHECKING:
-    from gcbench.predict.network import Calibration
+    from gcbench.results.calibration import Calibration
 
 #: (compressor spec, link rate in Mbit/s): one all-reduce protocol, one all-gather, one of its own; the
 #: rates put communication at more than half of each step (checked and printed)
@@ -218,7 +218,7 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
 
 def _calibrate(lab: NetLab, n: int, mbit: float, port: int) -> Calibration:
     """``python -m gcbench.distributed.calibrate`` in the lab's namespaces: the collectives' prices on its links."""
-    from gcbench.predict.network import load_calibration
+    from gcbench.results.calibration import load_calibration
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "net.json"

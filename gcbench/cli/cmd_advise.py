@@ -157,8 +157,9 @@ def advise_cmd(
     `gcbench advise --model mlp --convergence conv.json --baseline fp32`.
     """
     from gcbench.predict import advise as adv
-    from gcbench.predict.network import Topology, compute_seconds, latency_seconds, load_calibration
+    from gcbench.predict.network import Topology, compute_seconds, latency_seconds
     from gcbench.report.advice import advice_output
+    from gcbench.results.calibration import load_calibration
     from gcbench.results.store import load_run, resolve_run
     from gcbench.sources.catalog import check_model
 

@@ -1,12 +1,12 @@
 """Price the collectives of a backend on the network they will run on: a calibration for ``gcbench advise --network``.
 
-The α–β model (:mod:`gcbench.predict.network`) counts the bytes a collective's algorithm moves
+The α–β model (:mod:`gcbench.results.calibration`) counts the bytes a collective's algorithm moves
 through one link.  A real backend moves more and worse: Ethernet, IP and TCP framing and the
 acknowledgements share the link (about a tenth at 1500-byte frames), gloo's all-gather does not use
 both directions of a link as the ring model assumes, and gcbench's transport first exchanges the
 payloads' sizes.  This module times each collective the way gcbench's transport and DDP issue it,
 on a running process group, at message sizes chosen from the link's nominal rate, and fits one
-:class:`~gcbench.predict.network.CollectivePrice` per collective: its efficiency against the
+:class:`~gcbench.results.calibration.CollectivePrice` per collective: its efficiency against the
 model's volume time, and its fixed cost per call.  The prices are measured apart from any training
 they will predict; nothing is fitted to a training run.
 
@@ -32,8 +32,8 @@ import torch.distributed as dist
 
 from gcbench.core.errors import GcbenchError
 from gcbench.distributed.launch import LaunchError, init_from_env, launched
-from gcbench.predict.network import COLLECTIVES, Calibration, CollectivePrice, fit_price
 from gcbench.results.atomic import atomic_write
+from gcbench.results.calibration import COLLECTIVES, Calibration, CollectivePrice, fit_price
 
 #: each size is chosen so that the model's volume time of the collective is this many seconds at the nominal rate
 DEFAULT_SECONDS = (0.05, 0.1, 0.2, 0.4)

@@ -13,17 +13,8 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.core.errors import ParamError, ResultsError
 from gcbench.predict import advise as adv
-from gcbench.predict.network import (
-    COLLECTIVES,
-    Calibration,
-    CollectivePrice,
-    Network,
-    Topology,
-    collective_seconds,
-    fit_price,
-    load_calibration,
-    protocol_seconds,
-)
+from gcbench.predict.network import Network, Topology, collective_seconds, protocol_seconds
+from gcbench.results.calibration import COLLECTIVES, Calibration, CollectivePrice, fit_price, load_calibration
 from gcbench.train.driver import WorkerContext, run_group
 
 NET = Network(0.02, 50e-6)  # 20 Mbit/s

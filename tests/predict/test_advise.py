@@ -16,7 +16,8 @@ from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.predict import advise as adv
 from gcbench.predict import decision
-from gcbench.predict.network import Network, collective_seconds, ring_allreduce
+from gcbench.predict.network import Network, collective_seconds
+from gcbench.results.calibration import ring_allreduce
 from gcbench.results.store import load_run
 
 runner = CliRunner()

@@ -19,11 +19,10 @@ from gcbench.predict.network import (
     communication,
     parameter_server,
     predict,
-    ring_allgather,
-    ring_allreduce,
     simulate,
     simulate_results,
 )
+from gcbench.results.calibration import ring_allgather, ring_allreduce
 
 ALPHA = 5e-6
 
@@ -209,7 +208,8 @@ def test_simulate_prices_the_bf16_all_reduce_beside_fp32() -> None:
 
 
 def test_tree_and_alltoall_by_hand() -> None:
-    from gcbench.predict.network import collective_seconds, pairwise_alltoall, tree_allreduce
+    from gcbench.predict.network import collective_seconds, tree_allreduce
+    from gcbench.results.calibration import pairwise_alltoall
 
     # 256 workers: the tree pays 2·8 latency rounds and carries the buffer twice; the ring 2·255 rounds and 2·255/256 of it
     net = Network(100, ALPHA)
