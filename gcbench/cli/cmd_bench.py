@@ -58,7 +58,8 @@ def bench(
     `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
     """
     from gcbench.measure.bench import bench_to_file, parse_size
-    from gcbench.report import terminal as rep
+    from gcbench.report.load import LoadedRun
+    from gcbench.report.terminal import bench_table
     from gcbench.results.gate import bench_gate
 
     if repeats is not None:
@@ -85,7 +86,7 @@ def bench(
         print_json({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]})
     else:
         if outcome.path is not None:
-            output.out.print(rep.bench_table(rep.LoadedRun(outcome.path, outcome.record)))
+            output.out.print(bench_table(LoadedRun(outcome.path, outcome.record)))
         plain(f"results: {outcome.path}")
     if outcome.regressions:
         names_txt = ", ".join(escape(c.name) for c in outcome.regressions)

@@ -83,7 +83,7 @@ def compare(
     from gcbench.compressors import registry
     from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import compare_suite
-    from gcbench.report import terminal as rep
+    from gcbench.report.terminal import head_to_head_output
     from gcbench.results.compare import compare_json
     from gcbench.results.parse import as_cases
     from gcbench.results.verdict import sweep_entries, verdicts
@@ -128,7 +128,7 @@ def compare(
         d["convergence"] = closed.origin if closed is not None else None
         print_json(d)
     else:
-        for item in rep.head_to_head_output(cases, granularity, sweep_cases, closed):
+        for item in head_to_head_output(cases, granularity, sweep_cases, closed):
             output.out.print(item)
         plain(f"results: {outcome.path}")
     if outcome.failed:

@@ -143,7 +143,9 @@ def report(
     `gcbench report latest --layers`, `gcbench report RUN --csv out/`, `gcbench report NEW --baseline OLD --fail-on-regression`,
     `gcbench report CONV.json --cluster 16x10 --cluster 64x1 --kernels bench.json --compute-ms 120`.
     """
-    from gcbench.report import terminal as rep
+    from gcbench.report.load import report_input
+    from gcbench.report.markdown import markdown_layers_report, markdown_report
+    from gcbench.report.terminal import layers_report, terminal_report
     from gcbench.results.gate import run_gate
 
     _check_options(md, as_html, output, baseline, threshold, alpha, fail_on_regression, csv_dir, layers, all_runs, runs)
@@ -154,8 +156,8 @@ def report(
         shown.warn(f"skipped {exc}")
 
     # --html renders the newest run and lists the others: rendering every run of a big folder took minutes
-    inp = rep.report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped,
-                           newest_only=as_html)  # --all: each run's page is rendered on its own (report/html_all.py)
+    inp = report_input(runs, runs_dir, baseline, threshold, alpha, finished_only=fail_on_regression, on_skip=skipped,
+                       newest_only=as_html)  # --all: each run's page is rendered on its own (report/html_all.py)
     if cluster or kernels is not None or compute_ms is not None:
         inp = _priced(inp, cluster or [], kernels, compute_ms, latency_us)
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
@@ -172,7 +174,7 @@ def report(
             plain(f"{w.path}: {w.rows:,} rows{' (replaced)' if w.replaced else ''}")
         return
     if layers and not md:
-        emit(rep.layers_report(loaded, shown.out.width))
+        emit(layers_report(loaded, shown.out.width))
         return
     if as_html or output is not None:
         check_not_an_input([output or Path("reports/index.html")], inputs, "--output")
@@ -194,14 +196,14 @@ def report(
                           claims_missing=claims_missing, index=inp.index, history=inp.history)
         plain(f"report: {path}")
     elif md:
-        text = rep.markdown_layers_report(detailed) if layers else rep.markdown_report(detailed, claims, comparison, all_metrics)
+        text = markdown_layers_report(detailed) if layers else markdown_report(detailed, claims, comparison, all_metrics)
         if output is not None:
             atomic_write(output, text)  # a full disk leaves the previous file whole, and the error names it
             plain(f"report: {output}")
         else:
             print(text)
     else:
-        emit(rep.terminal_report(inp, claims, claims_missing, all_metrics))
+        emit(terminal_report(inp, claims, claims_missing, all_metrics))
     if comparison is not None and comparison.regressions:
         shown.err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {escape(comparison.new_id)} against "
                         f"{escape(comparison.baseline_id)}", highlight=False, soft_wrap=True)

@@ -58,7 +58,7 @@ def run(
     from gcbench.compressors import registry
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import apply_overrides, duplicate_configs, find_suite, load_suite, require_trusted_code, suite_label
-    from gcbench.report import terminal as rep
+    from gcbench.report.terminal import run_output
     from gcbench.results.parse import as_cases
 
     suite, model = suite_arg(suite), model_arg(model)
@@ -84,7 +84,7 @@ def run(
         print_json({"results": str(outcome.path), "cases": outcome.records,
                     **({"collectives": outcome.collectives} if outcome.collectives is not None else {})})
     else:
-        for item in rep.run_output(cases, f"gcbench run {s.name}"):
+        for item in run_output(cases, f"gcbench run {s.name}"):
             output.out.print(item)
         if outcome.collectives is not None:
             from gcbench.report.collectives_table import terminal_tables

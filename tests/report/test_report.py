@@ -813,20 +813,6 @@ def test_a_columns_direction_is_the_metrics_catalogues() -> None:
         Column("x", "x", "not_a_metric", "g", CATALOGUE, "")
 
 
-def test_the_names_of_the_report_before_its_split_still_resolve() -> None:
-    """``from gcbench.report import terminal as rep; rep.X`` (the CLI's way) and ``gcbench.report.html.X`` keep working."""
-    from gcbench.report import html
-    from gcbench.report import terminal as rep
-
-    cli = ("run_output", "head_to_head_output", "bench_table", "LoadedRun", "train_table", "train_description", "terminal_report",
-           "markdown_report", "markdown_layers_report", "layers_report", "report_input")
-    moved = ("load_runs", "latest_run", "fmt", "size_text", "Column", "SUMMARY_COLUMNS", "FOOTNOTE", "LEGEND", "case_name",
-             "by_source", "stream_caption", "markdown_summary", "md_escape", "phase_table", "copy_caveat", "flag_reason_lines")
-    assert all(callable(getattr(rep, n)) or getattr(rep, n) is not None for n in (*cli, *moved))
-    assert all(hasattr(html, n) for n in ("write_html", "render_html", "plot_pareto", "plot_decision", "decision_curves",
-                                          "DECISION_BANDWIDTHS", "layer_rows", "style_map", "SizePoint"))
-
-
 def test_markdown_escapes_what_would_be_html_or_an_entity_and_leaves_a_plain_ampersand() -> None:
     """Issue 33 item 8: the Markdown read "Aji &amp; Heafield"; hostile text must still never become HTML."""
     assert md_escape("Aji & Heafield") == "Aji & Heafield"

@@ -487,23 +487,25 @@ def _read_everything(path: Path, data: dict[str, Any], partner: dict[str, Any], 
     from rich.console import Console
 
     from gcbench.predict import network as netmodel
-    from gcbench.report import terminal as rep
-    from gcbench.report.html import render_html
+    from gcbench.report.html_page import render_html
+    from gcbench.report.load import LoadedRun
+    from gcbench.report.markdown import markdown_comparison, markdown_report
+    from gcbench.report.terminal import comparison_table, runs_table, summary_tables
     from gcbench.results.baselines import PAPERS_FILE, load_claims, match_claims
     from gcbench.results.compare import compare_runs, gate_failures
 
-    run = rep.LoadedRun(path, data)
+    run = LoadedRun(path, data)
     con = Console(file=io.StringIO(), width=200)
-    tables = [rep.runs_table([run]), *rep.summary_tables(run)]  # building a table formats every cell
+    tables = [runs_table([run]), *summary_tables(run)]  # building a table formats every cell
     if html:  # rendering takes long: only with the HTML pass
         for t in tables:
             con.print(t)
     claims = match_claims(load_claims(PAPERS_FILE), [data])
-    rep.markdown_report([run], claims)
+    markdown_report([run], claims)
     for a, b in ((partner, data), (data, partner)):
         cmp = compare_runs(a, b)
-        rep.comparison_table(cmp, True)  # builds every cell; rendering it adds only time
-        rep.markdown_comparison(cmp, True)
+        comparison_table(cmp, True)  # builds every cell; rendering it adds only time
+        markdown_comparison(cmp, True)
         gate_failures(a, b, cmp)
     try:
         cases = netmodel.cases_from_results(data, None)
