@@ -44,7 +44,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gcbench.distributed.ddp import register_compressor_hook
 from gcbench.sources.zoo import mlp_factory, smallcnn_factory
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 MODELS: dict[str, Callable[[int], tuple[nn.Module, Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]]]] = {
     "mlp": lambda seed: mlp_factory(seed, batch_size=64, sizes=(784, 512, 256, 10)),

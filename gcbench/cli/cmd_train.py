@@ -55,10 +55,13 @@ def train_cmd(
 
     launch_env()  # a malformed launch (RANK=-1, WORLD_SIZE=abc, no MASTER_ADDR) fails in one line before torch even loads
     from gcbench.distributed.ddp import GRANULARITIES
-    from gcbench.report import terminal as rep
+    from gcbench.report.terminal import train_table
+    from gcbench.report.views import train_description
     from gcbench.results.parse import as_cases
-    from gcbench.train.driver import TASKS, TrainConfig, under_torchrun
+    from gcbench.train.config import TrainConfig
     from gcbench.train.driver import train as run_training
+    from gcbench.train.driver import under_torchrun
+    from gcbench.train.tasks import TASKS
 
     specs: list[str] = []
     for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:
@@ -90,7 +93,7 @@ def train_cmd(
     if as_json:
         print_json({"results": str(outcome.path), "cases": outcome.records})
     else:
-        output.out.print(rep.train_table(cases, f"gcbench train — {rep.train_description(cases)}"))
+        output.out.print(train_table(cases, f"gcbench train — {train_description(cases)}"))
         plain(f"results: {outcome.path}")
     failed = [c for c in cases if not c.ok]
     if failed:

@@ -67,50 +67,9 @@ from gcbench.core.errors import ParamError
 from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter
 from gcbench.train.case import build_record, failed_record
-from gcbench.train.config import (
-    FAULT_ENV,
-    MAX_TIMEOUT_S,
-    MIN_TIMEOUT_S,
-    Fault,
-    Spec,
-    TrainConfig,
-    parse_compressors,
-    reference_name,
-)
-from gcbench.train.tasks import (
-    DATA_DIR,
-    TASKS,
-    TEXT_FILES,
-    CharLSTM,
-    CharLSTMTask,
-    DigitsTask,
-    Task,
-    TaskDefaults,
-    default_task,
-    load_text,
-    make_task,
-    sklearn_available,
-)
-from gcbench.train.workers import (
-    OWNER_FILE,
-    WORKDIR_PREFIX,
-    TrainError,
-    WorkerContext,
-    WorkerGroup,
-    first_line,
-    is_communication_error,
-    run_group,
-    sweep_orphaned_workdirs,
-)
-
-#: this module's names, and those it held before tasks, train_config, train_record and workers were split out of it
-__all__ = [
-    "AGREED_SETTINGS", "DATA_DIR", "FAULT_ENV", "MAX_TIMEOUT_S", "MIN_TIMEOUT_S", "OWNER_FILE", "TASKS", "TEXT_FILES",
-    "WORKDIR_PREFIX", "CharLSTM", "CharLSTMTask", "DigitsTask", "Fault", "Progress", "Spec", "Task", "TaskDefaults",
-    "TrainConfig", "TrainError", "TrainOutcome", "WorkerContext", "WorkerGroup", "build_record", "default_task", "failed_record",
-    "is_communication_error", "load_text", "make_task", "parse_compressors", "reference_name", "run_group", "sklearn_available",
-    "sweep_orphaned_workdirs", "train", "train_one", "under_torchrun",
-]
+from gcbench.train.config import Fault, Spec, TrainConfig, parse_compressors, reference_name
+from gcbench.train.tasks import Task, make_task
+from gcbench.train.workers import TrainError, WorkerContext, WorkerGroup, first_line
 
 Progress = Callable[[str, int, int, str], None]
 

@@ -216,6 +216,8 @@ def test_progress_bar_shows_messages_as_text(monkeypatch: pytest.MonkeyPatch, th
 
 def test_train_failure_with_markup_in_its_error_prints_the_results_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import gcbench.train.driver as train_mod
+    from gcbench.train.case import failed_record
+    from gcbench.train.config import Spec
 
     message = ("rank 1 stopped responding at step 0: rank 0 gave up waiting in a collective after 30 s "
                "([/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error)")
@@ -225,7 +227,7 @@ def test_train_failure_with_markup_in_its_error_prints_the_results_line(tmp_path
         # the worker processes are not the subject here: the CLI's rendering of a real failed record is
         progress("train", 0, 1, message)
         path.write_text("{}")
-        return train_mod.TrainOutcome(path, [train_mod.failed_record(train_mod.Spec("none", "none"), message)])
+        return train_mod.TrainOutcome(path, [failed_record(Spec("none", "none"), message)])
 
     monkeypatch.setattr(train_mod, "train", fake_train)
     res = runner.invoke(app, ["train", "--task", "charlstm", "--workers", "2", "--out", str(tmp_path), "-q"])

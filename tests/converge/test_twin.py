@@ -28,7 +28,8 @@ import torch
 
 from gcbench.converge.engine import EngineSettings, run_seed
 from gcbench.converge.problems import TaskProblem
-from gcbench.train.driver import TrainConfig, train
+from gcbench.train.config import TrainConfig
+from gcbench.train.driver import train
 from gcbench.train.tasks import sklearn_available
 
 COMPRESSORS = ["none", "topk:density=0.05,error_feedback=true", "efsignsgd", "qsgd"]

@@ -20,7 +20,7 @@ import pytest
 from gcbench.core import liveness
 from gcbench.results.record import WRITER_GONE
 from gcbench.results.store import RunWriter, load_run
-from gcbench.train.driver import OWNER_FILE, WORKDIR_PREFIX, sweep_orphaned_workdirs
+from gcbench.train.workers import OWNER_FILE, WORKDIR_PREFIX, sweep_orphaned_workdirs
 
 ROOT = Path(__file__).resolve().parents[2]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process tree")

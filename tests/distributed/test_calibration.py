@@ -15,7 +15,7 @@ from gcbench.core.errors import ParamError, ResultsError
 from gcbench.predict import advise as adv
 from gcbench.predict.network import Network, Topology, collective_seconds, protocol_seconds
 from gcbench.results.calibration import COLLECTIVES, Calibration, CollectivePrice, fit_price, load_calibration
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 NET = Network(0.02, 50e-6)  # 20 Mbit/s
 BPS = NET.bytes_per_s

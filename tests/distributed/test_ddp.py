@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from gcbench.compressors import registry
 from gcbench.core.compressor import State
 from gcbench.distributed.ddp import HookStats, compressor_hook, register_compressor_hook, unit_seed
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 WORLD = 2
 

@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gcbench.compressors import registry
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 WORLD = 2
 #: elements of the all-tiny parameter: a 37-byte threshold payload of it was refused (more than 2^16 elements per byte)

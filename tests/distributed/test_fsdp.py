@@ -17,7 +17,7 @@ from torch import nn
 
 from gcbench.compressors import registry
 from gcbench.distributed.ddp import unit_seed
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 from tests.distributed.fakes import lying_topk
 
 WORLD = 2

@@ -26,7 +26,7 @@ from gcbench.compressors import registry
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.protocol import Context, simulate
 from gcbench.distributed.transport import ChainTimes, TorchTransport, drive
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 SHAPES = [(24, 20), (7,), (3, 40)]  # a matrix PowerSGD compresses, a vector it sends dense, a 1-bit stripe per worker
 STEPS = 3

@@ -16,7 +16,7 @@ from gcbench.compressors import registry
 from gcbench.core.protocol import Context, simulate
 from gcbench.core.sharded import sharded_protocol
 from gcbench.distributed.transport import ChainTimes, TorchTransport, drive
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 CASES = [("none", "ring", "fp32"), ("bf16", "ring", "bf16"), ("qsgd", "ring", "fp32"), ("thc", "alltoall", "fp32"),
          ("bf16", "alltoall", "bf16"), ("qsgd", "allgather", "fp32"), ("bf16", "allgather", "fp32")]

@@ -22,7 +22,7 @@ from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllReduce, Message, Outcome
 from gcbench.distributed.ddp import HookStats, check_payload_sizes, register_compressor_hook
 from gcbench.distributed.transport import LegBytes, TorchTransport, WireMismatchError, frame_messages, frame_overhead
-from gcbench.train.driver import WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 from tests.distributed.fakes import lying_topk
 
 WORLD = 2

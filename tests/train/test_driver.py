@@ -14,22 +14,10 @@ import torch.distributed as dist
 from typer.testing import CliRunner
 
 from gcbench.core.errors import ParamError, UnknownNameError
-from gcbench.train.driver import (
-    CharLSTMTask,
-    DigitsTask,
-    Fault,
-    Spec,
-    TrainConfig,
-    TrainError,
-    WorkerContext,
-    WorkerGroup,
-    build_record,
-    load_text,
-    parse_compressors,
-    reference_name,
-    run_group,
-    sklearn_available,
-)
+from gcbench.train.case import build_record
+from gcbench.train.config import Fault, Spec, TrainConfig, parse_compressors, reference_name
+from gcbench.train.tasks import CharLSTMTask, DigitsTask, load_text, sklearn_available
+from gcbench.train.workers import TrainError, WorkerContext, WorkerGroup, run_group
 
 # ----------------------------------------------------------------------------- pure parts
 
