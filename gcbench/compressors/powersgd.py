@@ -68,7 +68,7 @@ from gcbench.compressors.cards.powersgd import POWERSGD_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import Payload
-from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol, ring_allreduce_bytes  # noqa: F401  (re-exported)
+from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
 
 Q_KEY = "q"  # warm-start factor (cols × r), float32
 _DEP_TOL = 1e-10  # a column whose norm fell below this fraction during projection is dependent

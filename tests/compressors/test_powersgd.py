@@ -14,9 +14,9 @@ from gcbench.compressors.powersgd import (
     orthonormalize_reference,
     powersgd_bits,
     powersgd_reference,
-    ring_allreduce_bytes,
 )
 from gcbench.core.compressor import State
+from gcbench.core.protocol import ring_allreduce_bytes
 from tests.compressors.test_topk_dither import ef_drift
 
 
