@@ -2,7 +2,7 @@
 
 :func:`seed_run` turns an engine :class:`~gcbench.converge.engine.SeedResult` into a
 :class:`~gcbench.results.record.SeedRun` (its ``reached`` / ``steps_to_target`` once the target is
-known); :func:`build_case` adds the settings, the summary over seeds (:mod:`gcbench.converge.stats`)
+known); :func:`build_case` adds the settings, the summary over seeds (:mod:`gcbench.converge.seed_summary`)
 and the bytes per worker per step.  The reference is recorded like any compressor, with
 ``convergence.reference = true``.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gcbench.compressors import registry
-from gcbench.converge import stats
+from gcbench.converge import seed_summary
 from gcbench.converge.engine import SeedResult
 
 
@@ -30,7 +30,7 @@ def seed_run(r: SeedResult, target: float | None) -> dict[str, Any]:
         "wall_s": r.wall_s, "state_resets": r.state_resets,
     }
     if target is not None and r.status != "error":
-        hit = stats.steps_to_target(r.curve, target)
+        hit = seed_summary.steps_to_target(r.curve, target)
         run["reached"] = hit is not None
         run["steps_to_target"] = hit
     return run
@@ -62,7 +62,7 @@ def build_case(label: str, settings: Mapping[str, Any], results: Sequence[SeedRe
     name, params = registry.parse_spec(label)
     comp = registry.create(name, **params)
     seeds = [seed_run(r, target) for r in results]
-    summary = stats.summarize(seeds, None if is_reference else reference_finals, target, str(settings.get("metric")),
+    summary = seed_summary.summarize(seeds, None if is_reference else reference_finals, target, str(settings.get("metric")),
                               int(settings["steps"]))
     size_bytes = bytes_per_step(results, int(settings["workers"]))
     ok = [s for s in seeds if s["status"] != "error"]

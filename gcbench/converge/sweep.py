@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gcbench.compressors import registry
-from gcbench.converge import stats
+from gcbench.converge import seed_summary
 from gcbench.converge.build_record import build_case
 from gcbench.converge.engine import EngineSettings, SeedResult, run_seed
 from gcbench.converge.problems import OPTIMIZERS, ConvergeError, ModelProblem, Problem, make_problem
@@ -263,7 +263,7 @@ def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], 
                             eval_every=min(eval_every, cfg.steps), divergence_factor=float(cfg.divergence_factor))
     probe = _probe(problem, engine)
     task = f"zoo:{problem.spec}" if isinstance(problem, ModelProblem) and not problem.user and not problem.hf else problem.spec
-    fraction = None if cfg.target_value is not None else (cfg.target_fraction or stats.DEFAULT_TARGET_FRACTION)
+    fraction = None if cfg.target_value is not None else (cfg.target_fraction or seed_summary.DEFAULT_TARGET_FRACTION)
     settings: dict[str, Any] = {
         "task": task, "dataset": problem.dataset, "metric": problem.metric, "metric_direction": "higher",
         "workers": cfg.workers, "steps": cfg.steps, "batch_per_worker": cfg.batch or d.batch, "optimizer": optimizer,
@@ -463,7 +463,7 @@ def _target(label: str, results: Sequence[SeedResult], settings: dict[str, Any],
     finals = [r.final["metric"] for r in results if r.final is not None]
     if settings["target_rule"] == "value":
         target = float(settings["target"])
-        best = stats.best_metric([r.curve for r in results if r.status != "error"])
+        best = seed_summary.best_metric([r.curve for r in results if r.status != "error"])
         if best is None or best < target:
             with signals.deferred():
                 writer.finish("failed")
@@ -479,7 +479,7 @@ def _target(label: str, results: Sequence[SeedResult], settings: dict[str, Any],
         hint = "lower --lr or check the problem" if all(r.status == "diverged" for r in results) else "fix the error"
         raise ConvergeError(f"the reference {label} finished no seed ({'; '.join(str(x) for x in reasons)}), so there is no "
                             f"target; {hint}")
-    return stats.target_from_fraction(sum(finals) / len(finals), float(settings["target_fraction"]))
+    return seed_summary.target_from_fraction(sum(finals) / len(finals), float(settings["target_fraction"]))
 
 
 def with_overrides(base: ConvergeConfig, **given: Any) -> ConvergeConfig:

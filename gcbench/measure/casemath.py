@@ -34,6 +34,7 @@ import torch
 
 from gcbench.core.errors import GcbenchError
 from gcbench.core.finite import all_finite
+from gcbench.core.intervals import jackknife
 from gcbench.core.payload import dense_bytes
 from gcbench.measure.fidelity import (
     Fidelity,
@@ -502,13 +503,8 @@ class DeliveredStream:
         headline = self.delivered[-1] if self.delivered else None
         if headline is None or not loo or any(v is None or not math.isfinite(v) for v in loo):
             return None
-        vals = np.array(loo, dtype=float)
-        n = len(vals)
-        se = math.sqrt((n - 1) / n * float(((vals - vals.mean()) ** 2).sum()))
-        from scipy.special import stdtrit  # scipy.stats costs seconds to import; see fidelity.mean_ci
-
-        half = float(stdtrit(n - 1, 0.5 + confidence / 2)) * se
-        return {"mean": headline, "lo": headline - half, "hi": headline + half, "n": n, "se_mean": se}
+        iv = jackknife(headline, [float(v) for v in loo if v is not None], confidence)
+        return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "se_mean": iv.se}
 
     def summary(self, stateful: bool, min_steps: int) -> dict[str, Any]:
         """The record's stream block (:class:`gcbench.results.record.Stream`)."""

@@ -33,6 +33,7 @@ import torch
 
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
+from gcbench.core.intervals import mean_interval
 from gcbench.core.protocol import ring_allreduce_bytes
 from gcbench.core.sharded import ACCUMULATE, SCHEMES, CollectiveError, check_fits, simulate_sharded
 from gcbench.sources.base import GradientSource
@@ -205,21 +206,6 @@ def source_gradients(source: GradientSource, world: int) -> list[torch.Tensor]:
     return out
 
 
-def _interval(values: Sequence[float]) -> tuple[float, float, float, float]:
-    """(mean, sd, lo, hi): the mean with a two-sided 95% t interval (the value itself for one draw or no spread)."""
-    k = len(values)
-    mean = float(np.mean(values))
-    if k < 2:
-        return mean, 0.0, mean, mean
-    from gcbench.results.verdict import t_interval  # exact t quantiles (a table to 10 df then 1.96 was too narrow)
-
-    sd = float(np.std(values, ddof=1))
-    if sd == 0.0:
-        return mean, 0.0, mean, mean
-    _, lo, hi = t_interval([float(v) for v in values])
-    return mean, sd, lo, hi
-
-
 def measure(comp: Any, combo: Combo, grads: Sequence[torch.Tensor], draws: int, seed: int,
             step: Callable[[int], None] | None = None) -> Row:
     """One row: ``draws`` exchanges of ``grads`` under ``combo``, the compressors seeded by (seed, draw, worker)."""
@@ -236,10 +222,13 @@ def measure(comp: Any, combo: Combo, grads: Sequence[torch.Tensor], draws: int, 
         sent.append(res.traffic.sent() / n)
         if step is not None:
             step(d + 1)
-    mean, sd, lo, hi = _interval(errors)
+    iv = mean_interval(errors)  # the 95% t interval (the value itself for one draw or no spread)
+    if iv is None:
+        raise ValueError("a collectives row needs at least one draw")
     ring = sum(s for s, _ in ring_allreduce_bytes(exact.numel(), n)) / n
     per_worker = float(np.mean(sent))
-    return Row(combo.compressor, combo.scheme, combo.accumulate, n, mean, sd, lo, hi, float((diff_sum / draws).norm()) / norm,
+    return Row(combo.compressor, combo.scheme, combo.accumulate, n, iv.mean, iv.sd or 0.0, iv.lo, iv.hi,
+               float((diff_sum / draws).norm()) / norm,
                per_worker, per_worker / ring if ring else None, draws)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from gcbench import kernels
+from gcbench.core.intervals import mean_interval
 from gcbench.core.payload import dense_bytes
 
 
@@ -291,20 +292,12 @@ def pooled(fids: Sequence[Fidelity]) -> dict[str, Any]:
 
 
 def mean_ci(samples: Sequence[float], confidence: float = 0.95) -> dict[str, float | None]:
-    """Mean with a Student-t confidence interval (scipy); worst = max."""
+    """A record's statistic block: the mean of the finite ``samples`` with its Student-t interval, worst = max."""
     vals = [v for v in samples if v is not None and math.isfinite(v)]
-    if not vals:
+    iv = mean_interval(vals, confidence)
+    if iv is None:
         return {"mean": None, "lo": None, "hi": None, "worst": None, "n": 0}
-    m = float(np.mean(vals))
-    if len(vals) < 2 or float(np.std(vals)) == 0.0:
-        return {"mean": m, "lo": m, "hi": m, "worst": float(max(vals)), "n": len(vals)}
-    # the t quantile from scipy.special, on use: scipy.stats (whose t.interval this equals) costs 1-2.5 s to import, a third
-    # of a quick run's start; scipy.special about a third of that
-    from scipy.special import stdtrit
-
-    half = float(stdtrit(len(vals) - 1, 0.5 + confidence / 2)) * float(np.std(vals, ddof=1)) / math.sqrt(len(vals))
-    lo, hi = m - half, m + half
-    return {"mean": m, "lo": float(lo), "hi": float(hi), "worst": float(max(vals)), "n": len(vals)}
+    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "worst": float(max(vals)), "n": iv.n}
 
 
 def summarise(values: Sequence[float | None], worst: str = "max") -> dict[str, float | None]:

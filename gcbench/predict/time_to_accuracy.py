@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gcbench.converge.stats import UNBOUNDED, Domain, clip, domain
+from gcbench.converge.seed_summary import domain
 from gcbench.core.errors import ResultsError
+from gcbench.core.intervals import UNBOUNDED, Domain, clip
 from gcbench.predict.advise import Advice, KernelSet, Scenario, Step, StepKernels, advise, predict_step, reference_copy
 from gcbench.predict.network import Network
 from gcbench.results.record import ConvergeCase, ConvergeRecord, Interval, RunRecord

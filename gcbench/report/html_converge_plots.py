@@ -15,7 +15,8 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator
 
-from gcbench.converge.stats import UNBOUNDED, clip, domain
+from gcbench.converge.seed_summary import domain
+from gcbench.core.intervals import UNBOUNDED, clip
 from gcbench.predict.time_to_accuracy import Pricing, ScenarioTime
 from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,

@@ -16,7 +16,7 @@ with one line naming the field, and its readers can take every number it holds a
   (:func:`record_problem`).
 
 The interval ends are not recomputed: files written before the intervals were clipped to their quantity's domain
-(:mod:`gcbench.converge.stats`) hold ends outside it, and they are real files; readers clip them for display.
+(:mod:`gcbench.converge.seed_summary`) hold ends outside it, and they are real files; readers clip them for display.
 Each function returns the first problem as text (the field's path from the case's ``convergence``), or None.
 """
 
@@ -130,7 +130,7 @@ def record_problem(cases: Sequence[ConvergeCase]) -> str | None:
     """The first gap of a case that its seeds and the reference's do not give (``cases[i].convergence.summary.gap``).
 
     The gap is reference minus compressor of the final metric, paired by seed, over the seeds where both finished
-    (:func:`gcbench.converge.stats.summarize`); the reference's own gap is 0.
+    (:func:`gcbench.converge.seed_summary.summarize`); the reference's own gap is 0.
     """
     ref = next((c for c in cases if c.convergence is not None and c.convergence.reference), None)
     if ref is None or ref.convergence is None or ref.convergence.seeds is None:

@@ -34,11 +34,11 @@ verdict says that the curves do not overlap.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gcbench.core.intervals import CONFIDENCE, paired_difference
 from gcbench.results.record import RunCase, XCopy
 
 # the axes of a pair's verdict (the JSON "axis" values)
@@ -61,7 +61,6 @@ NO_SWEEP = "no_sweep"  # a case has no density sweep to interpolate on
 
 #: densities ``--sweep`` adds for each compressor whose card has a density parameter
 SWEEP_DENSITIES: tuple[float, ...] = (0.1, 0.03, 0.01, 0.003, 0.001)
-CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 17
 #: the fewest timing rounds per case for a bootstrap interval of a median
@@ -210,16 +209,6 @@ def bytes_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
 # ----------------------------------------------------------------------------- delivered update
 
 
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean, lo, hi): the Student-t interval (df = n − 1) of the mean of ``values`` (n ≥ 2)."""
-    from scipy.special import stdtrit  # stats.t.ppf's quantile without importing scipy.stats (1-2.5 s of a command's start)
-
-    n = len(values)
-    mean = statistics.fmean(values)
-    half = float(stdtrit(n - 1, 0.5 + confidence / 2)) * statistics.stdev(values) / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
 def _worker_values(case: RunCase) -> list[float] | None:
     w = case.stream.worker_delivered if case.stream else None
     if not w or any(v is None or not math.isfinite(v) for v in w):
@@ -262,7 +251,8 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
         return AxisVerdict(DELIVERED, TOO_SHORT, None, None, None, None, "", text,
                            f"delivered update: too short to conclude ({undrained})")
     wa, wb = _worker_values(a), _worker_values(b)
-    if wa is None or wb is None or len(wa) != len(wb) or len(wa) < 2:
+    iv = None if wa is None or wb is None or len(wa) != len(wb) or len(wa) < 2 else paired_difference(wa, wb)
+    if iv is None:
         if wa is None or wb is None:
             why = f"protocol has no per-worker view: {a.label if wa is None else b.label}"
         else:
@@ -273,13 +263,13 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
                 f"{num(sb.delivered if win == a.label else sa.delivered)}, point difference {num(gap)}; no CI ({why})")
         return AxisVerdict(DELIVERED, NO_CI, None, gap, None, None, "point difference of stream.delivered", text,
                            f"{win} delivers {num(gap)} more of the dense update (point difference; no CI ({why}))")
-    mean, lo, hi = t_interval([x - y for x, y in zip(wa, wb, strict=True)])
-    method = f"mean of the paired per-worker differences over {len(wa)} workers, 95% Student t (df = {len(wa) - 1})"
+    mean, lo, hi = iv.mean, iv.lo, iv.hi
+    method = f"mean of the paired per-worker differences over {iv.n} workers, 95% Student t (df = {iv.df})"
     ref = sa.reference or "the dense update"
     if lo > 0 or hi < 0:
         win, other = (a.label, b.label) if mean > 0 else (b.label, a.label)
         m, low, high = (mean, lo, hi) if mean > 0 else (-mean, -hi, -lo)
-        clause = (f"{win} delivers {num(m)} more of the dense update than {other} (mean of the {len(wa)} workers' paired "
+        clause = (f"{win} delivers {num(m)} more of the dense update than {other} (mean of the {iv.n} workers' paired "
                   f"differences, 95% CI {num(low)}–{num(high)})")
         return AxisVerdict(DELIVERED, SIGNIFICANT, win, m, low, high, method, f"delivered update vs the {ref}: {clause}",
                            f"{win} delivers {num(m)} more of the dense update (95% CI {num(low)}–{num(high)})")

@@ -122,14 +122,12 @@ def test_one_worker_has_no_ratio_to_a_ring_and_its_cell_says_so() -> None:
 def test_the_error_interval_uses_exact_t_quantiles_past_ten_draws() -> None:
     """The old table stopped at 10 degrees of freedom and then used 1.96: from 11 draws on its intervals were too narrow."""
     import math
-    import statistics
 
     from scipy import stats
 
-    from gcbench.measure.collectives import _interval
-
-    values = [0.10, 0.12, 0.09, 0.11, 0.13, 0.08, 0.10, 0.12, 0.11, 0.09, 0.10, 0.14]  # 12 draws: 11 df
-    mean, sd, lo, hi = _interval(values)
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    assert hi - mean == pytest.approx(half, rel=1e-9) and mean - lo == pytest.approx(half, rel=1e-9)
-    assert half > 1.96 * sd / math.sqrt(len(values)) * 1.05  # wider than the normal quantile the old table fell back to
+    sweep = run_sweep(["qsgd:s=4"], workers=[2], schemes=["ring"], accumulate=["fp32"], numel=512, draws=12)  # 11 df
+    row = sweep.rows[0]
+    half = stats.t.ppf(0.975, 11) * row.error_std / math.sqrt(12)
+    assert row.error_std > 0
+    assert row.error_hi - row.error == pytest.approx(half, rel=1e-9) and row.error - row.error_lo == pytest.approx(half, rel=1e-9)
+    assert half > 1.96 * row.error_std / math.sqrt(12) * 1.05  # wider than the normal quantile the old table fell back to

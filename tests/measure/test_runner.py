@@ -716,8 +716,8 @@ def test_a_run_and_its_table_do_not_import_scipy_stats() -> None:
     import sys
 
     code = ("import sys, gcbench.measure.runner, gcbench.report.terminal; "
-            "from gcbench.measure.fidelity import mean_ci; from gcbench.results.verdict import t_interval; "
-            "mean_ci([1.0, 2.0, 4.0]); t_interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
+            "from gcbench.measure.fidelity import mean_ci; from gcbench.core.intervals import mean_interval; "
+            "mean_ci([1.0, 2.0, 4.0]); mean_interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"

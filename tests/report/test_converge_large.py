@@ -1,7 +1,7 @@
 """A convergence file with long curves is reported from a bounded number of points per curve, its numbers exact.
 
 The file is synthetic (generated here, consistent with the schema: every summary computed from its seeds by
-:func:`gcbench.converge.stats.summarize`), with curves of :data:`EVALS` evaluations each, several times
+:func:`gcbench.converge.seed_summary.summarize`), with curves of :data:`EVALS` evaluations each, several times
 :data:`~gcbench.results.converge_thin.MAX_CURVE_POINTS`.  What the report keeps is counted, not timed: each seed's
 curve and each summary curve at most the cap (plus a seed's point at its steps to the target), the CSV's curve rows
 the cap per compressor, and every summary number equal to the one read without thinning.
@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.converge import stats
+from gcbench.converge import seed_summary
 from gcbench.report.load import LoadedRun, load_runs
 from gcbench.results.converge_thin import MAX_CURVE_POINTS, THINNED_FROM, kept_indices
 from gcbench.results.record import ConvergeCase
@@ -42,10 +42,10 @@ def _big_record() -> dict[str, Any]:
             top = 0.9 - 0.05 * ci - 0.01 * s
             curve = [{"step": t, "train_loss": 2.0 - t / STEPS, "eval_loss": 2.1 - t / STEPS, "metric": top * t / STEPS}
                      for t in range(STEPS + 1)]
-            hit = stats.steps_to_target(curve, TARGET)
+            hit = seed_summary.steps_to_target(curve, TARGET)
             seeds.append({"seed": s, "status": "ok", "steps_run": STEPS, "curve": curve, "final_metric": curve[-1]["metric"],
                           "final_loss": curve[-1]["eval_loss"], "reached": hit is not None, "steps_to_target": hit})
-        summary = stats.summarize(seeds, ref_finals, TARGET, "accuracy", STEPS)
+        summary = seed_summary.summarize(seeds, ref_finals, TARGET, "accuracy", STEPS)
         if ref_finals is None:
             ref_finals = {r["seed"]: r["final_metric"] for r in seeds}
         cases.append({"label": label, "status": "ok", "compressor": label,

@@ -202,13 +202,13 @@ def test_intervals_of_a_file_written_before_clipping_are_clipped_where_shown(tmp
 
 def test_the_converge_commands_table_writes_a_clipped_interval_by_its_ends() -> None:
     """``gcbench converge``'s own table: an interval clipped at a bound is not symmetric, so not written ± half-width."""
-    from gcbench.converge import stats
+    from gcbench.converge import seed_summary
     from gcbench.report.converge_table import converge_table
 
     c = case("topk", "topk", {0: ("ok", 0.43, 0), 1: ("ok", 0.84, 200)})
     s = c["convergence"]["summary"]
-    s["final_metric"] = stats.interval([0.43, 0.84], stats.domain("metric", "accuracy"))
-    s["steps_to_target"] = stats.interval([100.0, 102.0], stats.domain("steps", budget=200))
+    s["final_metric"] = seed_summary.interval([0.43, 0.84], seed_summary.domain("metric", "accuracy"))
+    s["steps_to_target"] = seed_summary.interval([100.0, 102.0], seed_summary.domain("steps", budget=200))
     console = Console(width=120, record=True)
     console.print(converge_table([c], "t"))
     text = console.export_text()

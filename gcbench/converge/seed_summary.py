@@ -14,10 +14,11 @@
   reaches it within the step budget is an outcome (``reached = False``), never a missing number.
 * The **curve** is the mean over seeds at each evaluated step, with the 95% interval as its band,
   over the seeds that were still running at that step (a diverged seed stops contributing).
-* Every interval is **clipped to what its quantity can be** (:func:`domain`): a t-interval over two seeds of 0.43
-  and 0.84 reaches 1.31, an accuracy no run can have.  Steps to the target lie in ``[0, budget]``, an accuracy in
-  ``[0, 1]`` and a gap of accuracies in ``[-1, 1]``; the mean is never moved (it is an average of values inside the
-  domain).  A negated loss (``neg_loss``) is not clipped: it is a user's ``loss_fn``, which may go below 0.
+* Every interval is **clipped to what its quantity can be** (:func:`domain`, :meth:`gcbench.core.intervals.Interval.clipped`):
+  a t-interval over two seeds of 0.43 and 0.84 reaches 1.31, an accuracy no run can have.  Steps to the target lie in
+  ``[0, budget]``, an accuracy in ``[0, 1]`` and a gap of accuracies in ``[-1, 1]``; the mean is never moved (it is an
+  average of values inside the domain).  A negated loss (``neg_loss``) is not clipped: it is a user's ``loss_fn``, which
+  may go below 0.
 """
 
 from __future__ import annotations
@@ -28,20 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from gcbench.core.intervals import UNBOUNDED, Domain, mean_interval
+
 #: the default target: 95% of the reference's mean final metric (see the module docstring)
 DEFAULT_TARGET_FRACTION = 0.95
-
-
-def t_quantile(df: int) -> float:
-    """The two-sided 95% Student-t quantile for ``df`` degrees of freedom."""
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
-
-
-#: the bounds of a quantity an interval may not leave (None: unbounded on that side)
-Domain = tuple[float | None, float | None]
-UNBOUNDED: Domain = (None, None)
 
 
 def domain(quantity: str, metric: str | None = None, budget: int | None = None) -> Domain:
@@ -57,29 +48,15 @@ def domain(quantity: str, metric: str | None = None, budget: int | None = None) 
     return UNBOUNDED
 
 
-def clip(value: float | None, bounds: Domain) -> float | None:
-    """``value`` moved into ``bounds`` (None stays None)."""
-    if value is None:
-        return None
-    lo, hi = bounds
-    if lo is not None and value < lo:
-        return lo
-    if hi is not None and value > hi:
-        return hi
-    return value
-
-
 def interval(values: Sequence[float], bounds: Domain = UNBOUNDED) -> dict[str, Any] | None:
     """``{mean, low, high, n}``: the mean of the finite ``values`` with its 95% t-interval clipped to ``bounds``; None
     without a value."""
-    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not vals:
+    iv = mean_interval([float(v) for v in values if v is not None and math.isfinite(float(v))])
+    if iv is None:
         return None
-    mean = float(np.mean(vals))
-    if len(vals) == 1:
-        return {"mean": mean, "low": mean, "high": mean, "n": 1}
-    half = t_quantile(len(vals) - 1) * float(np.std(vals, ddof=1)) / math.sqrt(len(vals))
-    return {"mean": mean, "low": clip(mean - half, bounds), "high": clip(mean + half, bounds), "n": len(vals)}
+    if iv.n > 1:
+        iv = iv.clipped(bounds)
+    return {"mean": iv.mean, "low": iv.lo, "high": iv.hi, "n": iv.n}
 
 
 def target_from_fraction(reference_final_mean: float, fraction: float) -> float:
