@@ -71,31 +71,11 @@ def _load() -> None:
             _ERRORS.append(f"{origin}: {type(exc).__name__}: {exc}")
 
 
-def register(card: CompressorInfo | None = None, origin: str = "registered at run time", **legacy: Any) -> Any:
-    """Add a card by hand (a notebook, a test); installed packages use the entry-point group instead.
-
-    ``register(name=..., version=..., ...)`` used as a class decorator is gcbench 0.1's form: it
-    still works, with a :class:`DeprecationWarning`, building the card from the class (its memory
-    traffic unknown, so declared as the 4 bytes per element of reading the input once).
-    """
-    if card is not None:
-        _load()
-        _add(card, origin)
-        return card
-    import warnings
-
-    warnings.warn("register(name=..., ...) as a class decorator is deprecated: declare a CompressorInfo card with "
-                  "impl='module:Class', set info = card on the class, and register the card (docs/adding.md)",
-                  DeprecationWarning, stacklevel=2)
-    legacy.pop("exchange", None)  # 0.1's free-text protocol; a card declares a Protocol
-
-    def deco(cls: type) -> type:
-        new = CompressorInfo(impl=f"{cls.__module__}:{cls.__qualname__}", traffic_bytes=legacy.pop("traffic_bytes", 4.0), **legacy)
-        new.bind(cls)
-        register(new, f"{cls.__module__} (0.1 decorator)")
-        return cls
-
-    return deco
+def register(card: CompressorInfo, origin: str = "registered at run time") -> CompressorInfo:
+    """Add a card by hand (a notebook, a test); installed packages use the entry-point group instead."""
+    _load()
+    _add(card, origin)
+    return card
 
 
 def unregister(name: str) -> None:
