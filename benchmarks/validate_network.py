@@ -168,8 +168,10 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
              port: int = PORT) -> list[Row]:
     """Measure the inputs, price the links, predict with ``gcbench advise``'s model, measure the real step; one row per
     configuration."""
-    from gcbench.predict.advise import StepKernels, predict_step, reference_step
+    from gcbench.predict.advise import predict_step
     from gcbench.predict.network import Network
+    from gcbench.predict.step import reference_step
+    from gcbench.predict.step_kernels import StepKernels
 
     dense = float(4 * sum(a * b + b for a, b in itertools.pairwise(SIZES)))
     copy_s = _copy_seconds(dense)
@@ -187,8 +189,8 @@ def validate(workers: Sequence[int], configs: Sequence[tuple[str, float]], laten
             cal = calibrations[n, mbit]
             if spec == "allreduce":  # plain DDP: no hook, no kernels
                 k = StepKernels("allreduce", "none", 0.0, 0.0, copy_s, dense, dense)
-                predicted, comm = reference_step([k], n, net, compute_s, overlap=overlap, calibration=cal)
-                model_only, _ = reference_step([k], n, net, compute_s, overlap=overlap)
+                predicted, comm = reference_step(k.cost(compute_s), n, net, overlap=overlap, calibration=cal)
+                model_only, _ = reference_step(k.cost(compute_s), n, net, overlap=overlap)
             else:
                 with NetLab(n, 10_000) as fast:  # unshaped (10 Gbit/s): the hook's kernels and bytes
                     hook = [r["hook"] for r in _launch(fast, n, "ddp", spec, port)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,15 +11,16 @@ from gcbench.cli import options
 from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import (
     choose,
-    compressor_spec,
     compressor_specs,
     model_arg,
     number_list,
-    single_worker_compressors,
 )
 from gcbench.cli.output import emit, print_json, progress_bar
 from gcbench.cli.preflight import check_not_an_input, check_output_dir, check_output_file, check_replaceable
 from gcbench.core.errors import GcbenchError
+
+if TYPE_CHECKING:
+    from gcbench.predict.network import Topology
 
 SimulateRun = Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').",
                                             metavar="RUN")]
@@ -77,6 +78,34 @@ def cluster_workers(text: str) -> list[int]:
     return ns
 
 
+
+def _topology(gpus_per_node: int, intra_bandwidth: float | None, workers: list[int]) -> Topology:
+    """``--gpus-per-node`` and ``--intra-bandwidth`` as a topology that every count of ``--workers`` fills."""
+    from gcbench.predict.network import Topology
+
+    if gpus_per_node < 1:
+        raise GcbenchError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    if (gpus_per_node > 1) != (intra_bandwidth is not None):
+        raise GcbenchError("--gpus-per-node N (above 1) and --intra-bandwidth GBITS go together")
+    topology = Topology(gpus_per_node, intra_bandwidth or 0.0)
+    unfilled = [n for n in workers if n % gpus_per_node]
+    if unfilled:
+        raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
+    return topology
+
+
+def _check_outputs(csv: Path | None, out_dir: Path | None, inputs: list[Path | None]) -> None:
+    """The files advise writes, checked before minutes of measuring: the bench folder ``out_dir`` (None: kernels are
+    read, not measured) and the CSV, which must not be one of the ``inputs`` nor a file advise did not write."""
+    if out_dir is not None:
+        check_output_dir(out_dir, "--out")
+    if csv is not None:
+        check_output_file(csv, "--csv")
+        # the CSV written over --convergence FILE lost the training runs
+        check_not_an_input([csv], [f for f in inputs if f is not None], "--csv")
+        check_replaceable(csv, "--csv", "a CSV that gcbench advise wrote", lambda head: head.startswith(CSV_HEADER))
+
+
 @user_errors
 def simulate_cmd(
     results: SimulateRun = "latest",
@@ -96,10 +125,12 @@ def simulate_cmd(
     `gcbench simulate RUN --scheme ps --compute-ms 50 --json`, `gcbench simulate RUN --baseline fp32`.
     """
     from gcbench.predict import network as netmodel
+    from gcbench.predict import simulate
+    from gcbench.predict.step import BASELINES
     from gcbench.report.simulation import simulation_output
     from gcbench.results.store import load_run, resolve_run
 
-    scheme = choose(scheme, netmodel.SCHEMES, "scheme")
+    scheme = choose(scheme, simulate.SCHEMES, "scheme")
     latency_s = netmodel.latency_seconds(latency_us, "--latency-us")
     compute_s = netmodel.compute_seconds(compute_ms, "--compute-ms")
     ns = cluster_workers(workers)
@@ -109,8 +140,8 @@ def simulate_cmd(
     if record.kind == "converge":
         raise GcbenchError(f"{path} is a convergence file: `gcbench advise --convergence FILE` or `gcbench report FILE --cluster "
                            "WORKERSxGBITS --kernels BENCH` price its steps on a cluster")
-    baseline = choose(baseline, netmodel.BASELINES, "baseline")
-    sim = netmodel.simulate_results(record, ns, bws, latency_s, scheme, compute_s, str(path), baseline)
+    baseline = choose(baseline, BASELINES, "baseline")
+    sim = simulate.simulate_results(record, ns, bws, latency_s, scheme, compute_s, str(path), baseline)
     if as_json:
         print_json(sim.to_dict())
         return
@@ -156,16 +187,15 @@ def advise_cmd(
     `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`,
     `gcbench advise --model mlp --convergence conv.json --baseline fp32`.
     """
-    from gcbench.predict import advise as adv
-    from gcbench.predict.network import Topology, compute_seconds, latency_seconds
-    from gcbench.report.advice import advice_output
-    from gcbench.results.calibration import load_calibration
-    from gcbench.results.store import load_run, resolve_run
-    from gcbench.sources.catalog import check_model
+    from gcbench.predict.advise import AdviseRequest, advise
+    from gcbench.predict.network import compute_seconds, latency_seconds
+    from gcbench.predict.step import BASELINES
+    from gcbench.report.advice import advice_json, advice_output
+    from gcbench.results.store import resolve_run
 
     latency_s = latency_seconds(latency_us, "--latency-us")
     compute_s = compute_seconds(compute_ms, "--compute-ms")
-    baseline = choose(baseline, adv.BASELINES, "baseline")
+    baseline = choose(baseline, BASELINES, "baseline")
     model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion (one a --convergence file names is exit 1)
     if not 1 <= rounds <= 10_000:  # bench's range (cmd_bench.MAX_ROUNDS): 10**9 rounds timed one kernel for days
         raise GcbenchError(f"--rounds must be in [1, 10000], got {rounds}")
@@ -175,91 +205,23 @@ def advise_cmd(
         raise GcbenchError("-c names the compressors to time and --all times every one: give one of them")
     ns = cluster_workers(workers)
     bws = number_list(bandwidth, "--bandwidth", float)
-    if gpus_per_node < 1:
-        raise GcbenchError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-    if (gpus_per_node > 1) != (intra_bandwidth is not None):
-        raise GcbenchError("--gpus-per-node N (above 1) and --intra-bandwidth GBITS go together")
-    topology = Topology(gpus_per_node, intra_bandwidth or 0.0)
-    unfilled = [n for n in ns if n % gpus_per_node]
-    if unfilled:
-        raise GcbenchError(f"--workers {unfilled[0]} does not fill nodes of {gpus_per_node} GPUs (--gpus-per-node)")
-    conv_record = None
-    conv_named = str(convergence) if convergence is not None else None
-    if convergence is not None:  # read first: a file of another kind is one line before any measuring
-        from gcbench.predict.time_to_accuracy import read_convergence, run_model
-        from gcbench.results.converge_thin import thin_curves
-
-        conv_record = load_run(convergence, object_hook=thin_curves)  # advise reads summaries: the curves cut while decoded
-        conv_input = read_convergence(conv_record, model, str(convergence))
-        if model is None and kernels is None:  # the model the convergence run trained (a train task's model is in the zoo)
-            model = run_model(conv_input)  # a file factory: the file the run recorded, from any folder
-    if model is None and kernels is None:
-        raise GcbenchError("give --model NAME (or --kernels FILE of `gcbench bench --model NAME`, or --convergence FILE)")
-    if conv_record is None and model is not None:  # the closed-loop evidence of this model already in the runs folder
-        found = adv.find_convergence(model, runs_dir)
-        if found is not None:
-            conv_record = found[0]
-            conv_named = f"{found[1]} (the newest convergence file of {model} in {runs_dir}; --convergence FILE names another)"
-    calibration = load_calibration(network) if network is not None else None
-    if calibration is not None and gpus_per_node > 1:
-        raise GcbenchError("--network prices a flat network as measured: leave out --gpus-per-node")
-    if model is not None:
-        check_model(model)
-    specs = compressor_specs(None, compressor)
-    if not specs and conv_record is not None and not all_compressors:  # the compressors the convergence run trained
-        # and bf16, so the 16-bit baseline claims are made against is measured here, not modelled
-        specs = list(dict.fromkeys([*(compressor_spec(c.label) for c in conv_record.cases if c.ok), "bf16"]))
-        compressor = specs
-    candidates = None
-    if not specs:
-        every = single_worker_compressors()
-        candidates = adv.Candidates(tuple(every), ()) if all_compressors else adv.default_candidates(every)
-        specs = list(candidates.specs)
-    fidelity = None
-    if results is not None:  # read first: a bad file is one line before minutes of measuring
-        path = resolve_run(results, runs_dir, finished=True)
-        fidelity = (load_run(path), str(path))
-        if fidelity[0].kind == "converge":
-            raise GcbenchError(f"{path} is a convergence file: pass it with --convergence (RUN is a `run`/`compare` file whose "
-                               "delivered fractions rank fidelity)")
-    if kernels is None:
-        check_output_dir(out_dir, "--out")
-    if csv is not None:
-        check_output_file(csv, "--csv")
-        inputs = [f for f in (convergence, kernels, network) if f is not None] + ([Path(fidelity[1])] if fidelity else [])
-        check_not_an_input([csv], inputs, "--csv")  # the CSV written over --convergence FILE lost the training runs
-        check_replaceable(csv, "--csv", "a CSV that gcbench advise wrote", lambda head: head.startswith(CSV_HEADER))
+    topology = _topology(gpus_per_node, intra_bandwidth, ns)
+    results_path = resolve_run(results, runs_dir, finished=True) if results is not None else None
+    _check_outputs(csv, out_dir if kernels is None else None, [convergence, kernels, network, results_path])
+    request = AdviseRequest(model, tuple(ns), tuple(bws), latency_s, topology, overlap, compute_s,
+                            tuple(compressor_specs(None, compressor)), all_compressors, budget, kernels, rounds, remeasure,
+                            network, baseline, convergence, results_path, runs_dir, out_dir)
     with progress_bar(not as_json and not quiet) as prog:
-        step = adv.step_inputs(model, specs, out_dir, kernels_file=kernels, only=specs if compressor else None,
-                               compute_s=compute_s, rounds=rounds, progress=prog, remeasure=remeasure, budget_s=budget)
-    delivered = adv.delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
-    advice = adv.advise(step.kernels, step.compute_s, ns, bws, latency_s, compute_origin=step.compute_origin, delivered=delivered,
-                        fidelity_origin=fidelity[1] if fidelity else None, topology=topology, overlap=overlap,
-                        calibration=calibration, compute_flags=step.compute_flags, baseline=baseline,
-                        convergence_origin=conv_named,
-                        candidates=candidates.text() if candidates is not None and kernels is None else "")
-    times = None
-    if conv_record is not None:
-        from gcbench.predict.time_to_accuracy import read_convergence, time_to_accuracy
-
-        conv = read_convergence(conv_record, step.kernels.model, conv_named or "")
-        times = (conv, time_to_accuracy(advice, conv))
+        advice = advise(request, prog)
     if csv is not None:
         from gcbench.report.advice_csv import advice_csv
         from gcbench.results.atomic import atomic_write
 
         try:
-            atomic_write(csv, advice_csv(advice, times))
+            atomic_write(csv, advice_csv(advice))
         except OSError as exc:
             raise GcbenchError(f"cannot write {csv}: {exc.strerror or type(exc).__name__}") from exc
     if as_json:
-        d = advice.to_dict()
-        if times is not None:
-            from gcbench.predict.time_to_accuracy import time_sentence
-
-            d["convergence"] = {"origin": times[0].origin, "task": times[0].task, "metric": times[0].metric,
-                                "target": times[0].target, "budget_steps": times[0].budget, "seeds": times[0].seeds}
-            d["time_to_accuracy"] = [st.to_dict() | {"summary": time_sentence(st, times[0])} for st in times[1]]
-        print_json(d)
+        print_json(advice_json(advice))
         return
-    emit(advice_output(advice, times, detail=detail))
+    emit(advice_output(advice, detail=detail))

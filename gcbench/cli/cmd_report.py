@@ -81,10 +81,9 @@ def _priced(inp: Any, clusters: list[str], kernels: Path | None, compute_ms: flo
     """``inp`` with every convergence file priced on ``clusters`` (``--cluster``) from the bench file ``kernels``."""
     import dataclasses
 
-    from gcbench.predict.advise import kernels_from_bench
-    from gcbench.predict.compute_time import stored_compute
+    from gcbench.predict.advise import price_convergence_file
     from gcbench.predict.network import compute_seconds, latency_seconds
-    from gcbench.predict.time_to_accuracy import parse_cluster, price_convergence, read_convergence
+    from gcbench.predict.time_to_accuracy import parse_cluster
     from gcbench.results.store import load_run
 
     if not clusters or kernels is None:
@@ -96,24 +95,53 @@ def _priced(inp: Any, clusters: list[str], kernels: Path | None, compute_ms: flo
     conv_runs = [r for r in inp.detailed if r.kind == "converge"]
     if not conv_runs:
         raise GcbenchError("--cluster prices convergence files (`gcbench converge`); none of the runs shown is one")
+    compute_s = compute_seconds(compute_ms, "--compute-ms")
     bench = load_run(kernels)
-    priced = {}
-    for r in conv_runs:
-        conv = read_convergence(r.data, None, str(r.path))
-        model = conv.task[4:] if conv.task.startswith("zoo:") else conv.task
-        ks = kernels_from_bench(bench, model, str(kernels))
-        if compute_ms is not None:
-            compute_s, origin = compute_seconds(compute_ms, "--compute-ms"), "given"
-        else:
-            stored = stored_compute(bench, ks.model)
-            if stored is None:
-                raise GcbenchError(f"{kernels} stores no compute time of {ks.model}: give --compute-ms for the cluster's devices")
-            compute_s, origin = stored.median_s, "stored with the bench file: this machine's CPU; --compute-ms prices the cluster's"
-        priced[id(r)] = price_convergence(conv, ks, compute_s, pairs, latency_s, compute_origin=origin)
+    priced = {id(r): price_convergence_file(r.data, str(r.path), bench, str(kernels), pairs, latency_s, compute_s)
+              for r in conv_runs}
 
     # one new object per run, in both lists: the HTML page finds the detailed runs among the loaded ones by identity
     new = {k: dataclasses.replace(r, pricing=priced[k]) for r in conv_runs for k in (id(r),)}
     return dataclasses.replace(inp, loaded=[new.get(id(r), r) for r in inp.loaded], detailed=[new.get(id(r), r) for r in inp.detailed])
+
+
+def _write_csv(csv_dir: Path, loaded: list[Any], inputs: list[Path]) -> None:
+    """``--csv DIR``: the four tables written into ``DIR``, each replacing only a table that gcbench wrote."""
+    from gcbench.report.export import CSV_FILES, write_csv
+
+    check_not_an_input([csv_dir / name for name in CSV_FILES], inputs, "--csv")
+    for name in CSV_FILES:  # each table gcbench wrote starts with its run_id column
+        check_replaceable(csv_dir / name, "--csv", "a table that gcbench report --csv wrote",
+                          lambda head: head.startswith(b"run_id,"))
+
+    for w in write_csv(csv_dir, loaded):
+        plain(f"{w.path}: {w.rows:,} rows{' (replaced)' if w.replaced else ''}")
+
+
+def _check_output(as_html: bool, output: Path | None, inputs: list[Path]) -> None:
+    """The HTML or Markdown file ``report`` writes: not one of its ``inputs``, and only a report gcbench wrote is replaced."""
+    check_not_an_input([output or Path("reports/index.html")], inputs, "--output")
+    if as_html:
+        check_replaceable(output or Path("reports/index.html"), "--output", "an HTML report that gcbench wrote",
+                          lambda head: head.lstrip().startswith(b"<!DOCTYPE html>") and b"gcbench" in head)
+    elif output is not None:
+        check_replaceable(output, "--output", "a Markdown report that gcbench wrote", lambda head: head.startswith(b"# gcbench"))
+
+
+def _regressions(comparison: Any, loaded: list[Any], fail_on_regression: bool) -> None:
+    """The regressions of ``--baseline`` on stderr and, with ``--fail-on-regression``, the gate's reasons and exit 1."""
+    from gcbench.results.gate import run_gate
+
+    if comparison.regressions:
+        shown.err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {escape(comparison.new_id)} against "
+                        f"{escape(comparison.baseline_id)}", highlight=False, soft_wrap=True)
+    if fail_on_regression:
+        # missing, failed or unfinished is a failure of the gate too, not only a worse metric
+        gate = run_gate(loaded[0].data, loaded[1].data, comparison)
+        for line in gate.reasons:
+            error_line(f"regression gate: {line}")
+        if gate.fails:
+            raise typer.Exit(1)
 
 
 @user_errors
@@ -146,7 +174,6 @@ def report(
     from gcbench.report.load import report_input
     from gcbench.report.markdown import markdown_layers_report, markdown_report
     from gcbench.report.terminal import layers_report, terminal_report
-    from gcbench.results.gate import run_gate
 
     _check_options(md, as_html, output, baseline, threshold, alpha, fail_on_regression, csv_dir, layers, all_runs, runs)
     if output is not None:
@@ -163,26 +190,13 @@ def report(
     loaded, detailed, comparison = inp.loaded, inp.detailed, inp.comparison
     inputs = [r.path for r in loaded] + [f for f in (papers, kernels) if f is not None]
     if csv_dir is not None:
-        from gcbench.report.export import CSV_FILES, write_csv
-
-        check_not_an_input([csv_dir / name for name in CSV_FILES], inputs, "--csv")
-        for name in CSV_FILES:  # each table gcbench wrote starts with its run_id column
-            check_replaceable(csv_dir / name, "--csv", "a table that gcbench report --csv wrote",
-                              lambda head: head.startswith(b"run_id,"))
-
-        for w in write_csv(csv_dir, loaded):
-            plain(f"{w.path}: {w.rows:,} rows{' (replaced)' if w.replaced else ''}")
+        _write_csv(csv_dir, loaded, inputs)
         return
     if layers and not md:
         emit(layers_report(loaded, shown.out.width))
         return
     if as_html or output is not None:
-        check_not_an_input([output or Path("reports/index.html")], inputs, "--output")
-        if as_html:
-            check_replaceable(output or Path("reports/index.html"), "--output", "an HTML report that gcbench wrote",
-                              lambda head: head.lstrip().startswith(b"<!DOCTYPE html>") and b"gcbench" in head)
-        elif output is not None:
-            check_replaceable(output, "--output", "a Markdown report that gcbench wrote", lambda head: head.startswith(b"# gcbench"))
+        _check_output(as_html, output, inputs)
     claims, claims_missing = _claims_for(papers, detailed)
     if as_html and all_runs:
         from gcbench.report.html_all import write_html_all
@@ -204,13 +218,5 @@ def report(
             print(text)
     else:
         emit(terminal_report(inp, claims, claims_missing, all_metrics))
-    if comparison is not None and comparison.regressions:
-        shown.err.print(f"[red]{len(comparison.regressions)} regression(s)[/] in {escape(comparison.new_id)} against "
-                        f"{escape(comparison.baseline_id)}", highlight=False, soft_wrap=True)
-    if comparison is not None and fail_on_regression:
-        # missing, failed or unfinished is a failure of the gate too, not only a worse metric
-        gate = run_gate(loaded[0].data, loaded[1].data, comparison)
-        for line in gate.reasons:
-            error_line(f"regression gate: {line}")
-        if gate.fails:
-            raise typer.Exit(1)
+    if comparison is not None:
+        _regressions(comparison, loaded, fail_on_regression)

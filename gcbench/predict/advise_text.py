@@ -1,21 +1,16 @@
 """The sentence ``gcbench advise`` says per cluster (:func:`summary_line`), and the caveat of flagged timings.
 
 Speed-ups are claimed against the scenario's baseline all-reduce (bf16 by default,
-:data:`gcbench.predict.advise.BASELINES`) with the other one's in brackets; a compressor under the delivered floor
-(:data:`gcbench.results.recommend.DELIVERED_FLOOR`) is never the one recommended.  Every name here is importable from
-:mod:`gcbench.predict.advise` too.
+:data:`gcbench.predict.step.BASELINES`) with the other one's in brackets; a compressor under the delivered floor
+(:data:`gcbench.results.recommend.DELIVERED_FLOOR`) is never the one recommended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from gcbench.predict.model import Advice, Scenario, Step
 from gcbench.results.recommend import DELIVERED_FLOOR, UNKNOWN_DRAIN_STEPS
-
-if TYPE_CHECKING:
-    from gcbench.predict.advise import Scenario, Step
-
 
 #: flagged inputs named in a caveat before "and N more"
 CAVEAT_NAMES = 4
@@ -107,3 +102,24 @@ def summary_line(sc: Scenario, flagged: Sequence[str] = (), compute_note: str = 
     lead = "fastest step" if accuracy_note == STEP_ONLY else "best"
     return (f"{where}: {lead} {best.label}, {both_speedups(sc, best)} ({1e3 * best.step_s:.3g} ms a step; {baseline_steps(sc)})"
             f"{fid}{big}" + (f"; also faster: {others}" if others else "") + not_rec + tail)
+
+
+def compute_note(adv: Advice) -> str:
+    """The clause a sentence carries when compute was timed on this machine rather than given for the cluster."""
+    if adv.compute_origin == "given":
+        return ""
+    return f" (compute: this machine's {1e3 * adv.compute_s:.1f} ms a step; --compute-ms prices the cluster's devices)"
+
+
+def summary_for(adv: Advice, sc: Scenario) -> str:
+    """:func:`summary_line` of one scenario of ``adv``, with the caveat when the timings behind it were flagged
+    (:meth:`Advice.untrusted_for`) and the clause saying accuracy was not measured, or, with a convergence file, that it
+    ranks by step time alone (its fastest step is no "best": the time-to-accuracy sentence is the answer)."""
+    acc = STEP_ONLY if adv.convergence_origin else ACCURACY_NOT_MEASURED
+    return summary_line(sc, adv.untrusted_for(sc), compute_note(adv), acc)
+
+
+def summaries(adv: Advice) -> list[str]:
+    """:func:`summary_for` every scenario of ``adv``."""
+    return [summary_for(adv, sc) for sc in adv.scenarios]
+

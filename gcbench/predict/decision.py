@@ -1,6 +1,6 @@
-"""The decision curves of the HTML report: :func:`gcbench.predict.advise.advise`'s model over a sweep of link speeds.
+"""The decision curves of the HTML report: :func:`gcbench.predict.advise.advise_kernels`'s model over a sweep of link speeds.
 
-A source of a run with live gradients has its own kernels (:func:`gcbench.predict.advise.step_kernels_of`); this
+A source of a run with live gradients has its own kernels (:func:`gcbench.predict.step_kernels.step_kernels_of`); this
 predicts each case's speed-up over the fp32 or the bf16 all-reduce at every bandwidth of :data:`DECISION_BANDWIDTHS` and where it
 crosses 1× (the break-even bandwidth: compression pays on slower links).
 """
@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from gcbench.predict.advise import Advice, advise
+from gcbench.predict.advise import advise_kernels
+from gcbench.predict.model import Advice
 from gcbench.predict.step_kernels import KernelSet, step_kernels_of
 from gcbench.results.parse import as_cases
 
@@ -38,13 +39,13 @@ def _advice(cases: Sequence[Any]) -> tuple[int, float | None, Advice] | None:
     if len(kernels) < 2 or workers < 2:
         return None
     ks = KernelSet("", "", "", "", tuple(kernels))
-    return workers, compute, advise(ks, compute or 0.0, [workers], DECISION_BANDWIDTHS, DECISION_LATENCY_S)
+    return workers, compute, advise_kernels(ks, compute or 0.0, [workers], DECISION_BANDWIDTHS, DECISION_LATENCY_S)
 
 
 def decision_curves(cases: Sequence[Any], baseline: str = "fp32"
                     ) -> tuple[int, float | None, dict[str, list[float]], dict[str, float | None]] | None:
     """(workers, compute time, per case label its predicted speed-up over the ``baseline`` all-reduce (``fp32`` or
-    ``bf16``) at every :data:`DECISION_BANDWIDTHS`, its break-even bandwidth) from :func:`advise`'s model on a source's
+    ``bf16``) at every :data:`DECISION_BANDWIDTHS`, its break-even bandwidth) from :func:`advise_kernels`'s model on a source's
     own kernels (:func:`step_kernels_of`); None without two timed cases or two workers.  The break-even is where the
     curve crosses 1× (:func:`crossing`): compression pays on slower links."""
     got = _advice(cases)
@@ -61,7 +62,7 @@ def decision_curves(cases: Sequence[Any], baseline: str = "fp32"
 
 def fp32_against_bf16(cases: Sequence[Any]) -> tuple[list[float], str] | None:
     """The fp32 all-reduce's speed-up over the bf16 all-reduce at every :data:`DECISION_BANDWIDTHS` (under 1: bf16's half
-    bytes are faster) and how bf16 was priced (:func:`gcbench.predict.advise.bf16_step`); None as :func:`decision_curves`."""
+    bytes are faster) and how bf16 was priced (:func:`gcbench.predict.advise.bf16_of_kernels`); None as :func:`decision_curves`."""
     got = _advice(cases)
     if got is None:
         return None

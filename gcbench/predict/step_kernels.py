@@ -4,8 +4,6 @@
   95% CIs (a step's spread), the copy of the same tensors, the bytes one worker sends, the timing flags and why.
 * :func:`kernels_from_bench`: the whole-model cases of ``gcbench bench --model`` (one isolated process per compressor).
 * :func:`step_kernels_of` / :func:`kernels_from_run`: the in-run timings of one source of a ``run``/``compare`` file.
-
-Every name here is importable from :mod:`gcbench.predict.advise` too.
 """
 
 from __future__ import annotations
@@ -17,7 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcbench.core.errors import ResultsError
-from gcbench.results.record import BenchCase, RunCase, RunRecord, XCopy
+from gcbench.predict.step import StepCost
+from gcbench.results.bench_record import BenchCase
+from gcbench.results.record import RunRecord, XCopy
+from gcbench.results.run_record import RunCase
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,14 @@ class StepKernels:
         d = self.decompress_x_copy * copy_s if self.decompress_x_copy is not None else self.decompress_s
         return c, d
 
+    def cost(self, compute_s: float, copy_s: float | None = None) -> StepCost:
+        """The cost description a step is priced by (:func:`gcbench.predict.step.price_step`): the kernels
+        :meth:`priced` against ``copy_s`` (the reference's copy; default: this case's own copy), ``compute_s`` a step."""
+        copy = self.copy_s if copy_s is None else copy_s
+        comp_s, dec_s = self.priced(copy)
+        return StepCost(self.label, self.compressor, self.wire_bytes, self.dense_bytes, compute_s, comp_s, dec_s, copy,
+                        self.tensors, self.params, self.measured_workers)
+
 
 @dataclass(frozen=True)
 class KernelSet:
@@ -95,6 +104,13 @@ class KernelSet:
         return (f"kernels timed within a {self.budget_s:g} s budget (--budget SECONDS{took}); "
                 + (f"{len(cut)} of {len(self.kernels)} cut short by it (flagged *: {', '.join(cut[:6])}"
                    + (f" and {len(cut) - 6} more" if len(cut) > 6 else "") + ")" if cut else "none cut short by it"))
+
+
+def reference_copy(kernels: Sequence[StepKernels]) -> float:
+    """The copy of the step's tensors DDP's bucket copies are charged and every ×copy is priced against: the fastest
+    of the kernels' copies (load only ever slows a copy down: a case timed while the machine stalled measured its copy
+    at 4 ms against 0.12)."""
+    return min(k.copy_s for k in kernels)
 
 
 def _machine(record: RunRecord) -> str:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.table import Table
 
-from gcbench.predict.advise import Advice, Scenario, Step
-from gcbench.predict.time_to_accuracy import ConvergenceInput, ScenarioTime, TimeRow, time_sentence
+from gcbench.predict.accuracy import ConvergenceInput, ScenarioTime, TimeRow
+from gcbench.predict.advise_text import summaries, summary_for
+from gcbench.predict.model import Advice, Scenario, Step
+from gcbench.predict.time_to_accuracy import time_sentence
 from gcbench.report.columns import Label
 
 #: the collectives' short names in the table (the legend under it spells them out): the protocol column of a two-leg
@@ -55,19 +58,37 @@ def trust_line(adv: Advice) -> str:
     return f"{head}; compute {1e3 * adv.compute_s:.3g} ms a step, {compute}; kernels on {adv.kernels.device}."
 
 
-def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None,
-                  detail: bool = False) -> list[Table | str]:
+def advice_json(adv: Advice) -> dict[str, Any]:
+    """``advise --json``: the advice's fields, what is untrusted, the sentences and, with a convergence file, its
+    settings and the time to its target per cluster with that cluster's sentence."""
+    d = adv.to_dict()
+    d["summaries"] = summaries(adv)
+    conv = adv.convergence
+    if conv is not None:
+        d["convergence"] = {"origin": conv.origin, "task": conv.task, "metric": conv.metric, "target": conv.target,
+                            "budget_steps": conv.budget, "seeds": conv.seeds}
+        d["time_to_accuracy"] = [st.to_dict() | {"summary": time_sentence(st, conv)} for st in adv.times]
+    return d
+
+
+def _times(adv: Advice) -> tuple[ConvergenceInput, list[ScenarioTime]] | None:
+    """The advice's convergence file and time to its target per cluster, None without a convergence file."""
+    return (adv.convergence, list(adv.times)) if adv.convergence is not None else None
+
+
+def advice_output(adv: Advice, detail: bool = False) -> list[Table | str]:
     """Tables and lines to print, in order (strings are plain text, not markup).
 
-    By default the answer, the table that supports it and one line on trust (:func:`trust_line`): with ``times``
-    (``advise --convergence``) one table of every compressor's time to the target on every cluster and the sentence of
-    each cluster; without, the step tables and their sentences.  ``detail`` (``--detail``) prints everything: the step
-    tables, the baselines' steps, why each flagged timing was flagged, the model's terms and, with ``times``, a
-    time-to-accuracy table per cluster (``advise --convergence`` printed about 100 lines and 8 tables for a
+    By default the answer, the table that supports it and one line on trust (:func:`trust_line`): with a convergence
+    file (``advise --convergence``, :attr:`Advice.times`) one table of every compressor's time to the target on every
+    cluster and the sentence of each cluster; without, the step tables and their sentences.  ``detail`` (``--detail``)
+    prints everything: the step tables, the baselines' steps, why each flagged timing was flagged, the model's terms
+    and, with a convergence file, a time-to-accuracy table per cluster (``advise --convergence`` printed about 100 lines and 8 tables for a
     4-sentence answer)."""
     if detail:
-        return detail_output(adv, times)
+        return detail_output(adv)
     out = _preamble(adv)
+    times = _times(adv)
     if times is not None:
         conv, per = times
         out.append(time_summary_table(conv, per))
@@ -77,7 +98,7 @@ def advice_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]
         for n in sorted({sc.workers for sc in adv.scenarios}):
             out.append(_step_table(adv, n))
             out.append(COLLECTIVE_LEGEND)
-            out.extend(adv.summary_for(sc) for sc in adv.scenarios if sc.workers == n)
+            out.extend(summary_for(adv, sc) for sc in adv.scenarios if sc.workers == n)
     out.append(trust_line(adv))
     return out
 
@@ -136,9 +157,9 @@ def _step_table(adv: Advice, n: int) -> Table:
     return t
 
 
-def detail_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]] | None = None) -> list[Table | str]:
-    """Everything ``advise --detail`` prints: :func:`advice_output`'s lines and, with ``times``, the time-to-accuracy
-    table and sentence of every cluster after the step tables."""
+def detail_output(adv: Advice) -> list[Table | str]:
+    """Everything ``advise --detail`` prints: :func:`advice_output`'s lines and, with a convergence file, the
+    time-to-accuracy table and sentence of every cluster after the step tables."""
     out = _preamble(adv)
     bws = sorted({sc.bandwidth_gbps for sc in adv.scenarios})
     for n in sorted({sc.workers for sc in adv.scenarios}):
@@ -146,7 +167,7 @@ def detail_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]
         out.append(_step_table(adv, n))
         out.append(COLLECTIVE_LEGEND)
         out.append(baselines_line(adv, [scs[bw] for bw in bws]))
-        out.extend(adv.summary_for(scs[bw]) for bw in bws)
+        out.extend(summary_for(adv, scs[bw]) for bw in bws)
     why = adv.untrusted_reasons()
     if why:
         out.append("Flagged timings (what triggered each flag):\n" + "\n".join(f"  {w}" for w in why))
@@ -157,6 +178,7 @@ def detail_output(adv: Advice, times: tuple[ConvergenceInput, list[ScenarioTime]
                "(ring or tree) + copy back; "
                + ("communication overlaps the backward pass (2/3 of compute) bucket by bucket, the last bucket's never"
                   if adv.overlap else "no overlap of communication with the backward pass (--overlap models DDP's)") + f". {fid}.")
+    times = _times(adv)
     if times is not None:
         out.extend(time_output(*times))
     return out

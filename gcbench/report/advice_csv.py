@@ -11,11 +11,10 @@ Values and quoting follow ``report --csv`` (:func:`gcbench.report.export.csv_tex
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from gcbench.predict.advise import Advice, Scenario, Step
-from gcbench.predict.time_to_accuracy import ConvergenceInput, ScenarioTime, Span, TimeRow
+from gcbench.predict.accuracy import Span, TimeRow
+from gcbench.predict.model import Advice, Scenario, Step
 from gcbench.report.export import columns_of, csv_text
 
 #: the columns every row has, in this order (the convergence columns follow when a convergence file was given)
@@ -54,10 +53,11 @@ def _step_row(adv: Advice, sc: Scenario, s: Step) -> dict[str, Any]:
             "flags": list(s.flags)}
 
 
-def advice_rows(adv: Advice, times: tuple[ConvergenceInput, Sequence[ScenarioTime]] | None = None) -> list[dict[str, Any]]:
-    """One row per cluster × compressor of ``adv`` (and per baseline row of ``times`` that no compressor stands for)."""
+def advice_rows(adv: Advice) -> list[dict[str, Any]]:
+    """One row per cluster × compressor of ``adv`` (and, with a convergence file, per baseline row of its times that no
+    compressor stands for)."""
     rows = []
-    per = list(times[1]) if times is not None else [None] * len(adv.scenarios)
+    per = list(adv.times) if adv.convergence is not None else [None] * len(adv.scenarios)
     for sc, st in zip(adv.scenarios, per, strict=True):
         by_label = {r.label: r for r in st.rows} if st is not None else {}
         for s in sc.steps:
@@ -73,7 +73,7 @@ def advice_rows(adv: Advice, times: tuple[ConvergenceInput, Sequence[ScenarioTim
     return rows
 
 
-def advice_csv(adv: Advice, times: tuple[ConvergenceInput, Sequence[ScenarioTime]] | None = None) -> str:
+def advice_csv(adv: Advice) -> str:
     """:func:`advice_rows` as CSV text."""
-    rows = advice_rows(adv, times)
+    rows = advice_rows(adv)
     return csv_text(rows, columns_of(rows, COLUMNS))

@@ -4,7 +4,7 @@ One row per compressor of the file (the uncompressed reference first): how many 
 budget of steps, how many diverged, the final metric and the gap to the reference (reference minus compressor, paired
 by seed) with their 95% intervals, the steps to the target over the seeds that reached it with its interval, and the
 bytes a worker sent per step — marked where they exceed a bf16 all-reduce's (half the dense fp32 bytes).  The numbers
-are the file's summary (:class:`gcbench.results.record.ConvergeSummary`), read through
+are the file's summary (:class:`gcbench.results.converge_record.ConvergeSummary`), read through
 :func:`gcbench.predict.time_to_accuracy.read_convergence` as ``advise --convergence`` reads them.
 
 A convergence file holds steps, not seconds: the time to the target depends on the cluster, which the report is not
@@ -22,11 +22,11 @@ from typing import Any
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
-from gcbench.predict.time_to_accuracy import ConvergenceInput, Outcome, Span, read_convergence
+from gcbench.predict.accuracy import ConvergenceInput, Outcome, Span, read_convergence
 from gcbench.report.columns import Label
 from gcbench.report.load import LoadedRun
 from gcbench.report.text import term
-from gcbench.results.record import ConvergeCase
+from gcbench.results.converge_record import ConvergeCase
 
 #: the columns of the convergence table: (header, help)
 HEADERS = (("reached", "seeds that reached the target within the budget of steps / seeds"),
@@ -115,7 +115,7 @@ def convergence_rows(run: LoadedRun) -> list[ConvergenceRow]:
         values = (o.reached / o.seeds if o.seeds else None, o.diverged / o.seeds if o.seeds else None,
                   o.final.mean if o.final else None, o.gap.mean if o.gap else None, o.steps.mean if o.steps else None, sent)
         rows.append(ConvergenceRow(name, o, cells, values, errors.get(o.label, "")))
-    from gcbench.predict.time_to_accuracy import STATUSES
+    from gcbench.predict.accuracy import STATUSES
 
     rows.sort(key=lambda r: (not r.outcome.reference, STATUSES.index(r.outcome.status),
                              r.outcome.steps.mean if r.outcome.steps else float("inf")))
@@ -141,7 +141,7 @@ def answer(run: LoadedRun) -> str:
     conv = convergence_input(run)
     ref = next((o for o in conv.outcomes if o.reference), None)
     comps = [o for o in conv.outcomes if not o.reference]
-    reached = sorted((o for o in comps if o.status == "reached" and o.steps), key=lambda o: o.steps.mean)  # type: ignore[union-attr]
+    reached = sorted((o for o in comps if o.status == "reached" and o.steps), key=lambda o: o.steps.mean)  # type: ignore[union-attr]  # kept: outcomes with steps
     parts = [f"{conv.task}, to {conv.target_text} within {conv.budget} steps ({conv.seeds} seeds)"]
     if ref is not None and ref.steps is not None:
         parts.append(f"the reference takes {ci_text(ref.steps, '.0f')} steps")
@@ -268,7 +268,7 @@ def converge_steps_rows(run: LoadedRun) -> list[dict[str, Any]]:
         s = c.convergence.summary if isinstance(c, ConvergeCase) and c.convergence is not None else None
         if s is None or not s.curve_steps:
             continue
-        bounds = domain("metric", c.convergence.settings.metric)  # type: ignore[union-attr]  # band ends of older files
+        bounds = domain("metric", c.convergence.settings.metric)  # band ends of older files
         for i, step in enumerate(s.curve_steps):
             rows.append({"run_id": run.run_id, "source": c.source_label, "case": c.label, "step": step,
                          "metric_mean": _at(s.curve_mean, i), "metric_low": clip(_at(s.curve_low, i), bounds),

@@ -1,6 +1,6 @@
 """The HTML report's plots of a convergence file: the metric against the step, mean over seeds with its band.
 
-One line per compressor (the mean curve of the seeds, :attr:`gcbench.results.record.ConvergeSummary.curve_mean`) over a
+One line per compressor (the mean curve of the seeds, :attr:`gcbench.results.converge_record.ConvergeSummary.curve_mean`) over a
 shaded band (``curve_low``–``curve_high``, the 95% interval over seeds), in the compressor's colour and marker from
 :func:`gcbench.report.html_plotkit.style_map` (kept across the section), the target as a dashed line.  The x axis is the
 step: a convergence file holds no wall time (a step's time depends on the cluster; ``gcbench advise --convergence``
@@ -17,7 +17,8 @@ from matplotlib.ticker import MaxNLocator
 
 from gcbench.converge.seed_summary import domain
 from gcbench.core.intervals import UNBOUNDED, clip
-from gcbench.predict.time_to_accuracy import Pricing, ScenarioTime
+from gcbench.predict.accuracy import ScenarioTime
+from gcbench.predict.model import Pricing
 from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,
     Plot,
@@ -28,7 +29,7 @@ from gcbench.report.html_plotkit import (
     png_uri,
     style_map,
 )
-from gcbench.results.record import ConvergeCase
+from gcbench.results.converge_record import ConvergeCase
 
 
 def curve_series(cases: Sequence[ConvergeCase]) -> list[tuple[ConvergeCase, list[tuple[int, float, float | None, float | None]]]]:
@@ -58,7 +59,7 @@ def plot_convergence(cases: Sequence[ConvergeCase], title: str, priced: bool = F
     series = curve_series(cases)
     if not series:
         return None
-    styles = style_map(list(cases))  # type: ignore[arg-type]
+    styles = style_map(list(cases))
     fig, ax = new_figure(7.0, 3.6)
     for c, pts in series:
         st = styles[c.label]
@@ -101,7 +102,7 @@ def plot_against_time(cases: Sequence[ConvergeCase], st: ScenarioTime, title: st
     series = [(c, pts) for c, pts in curve_series(cases) if c.label in steps]
     if not series:
         return None
-    styles = style_map(list(cases))  # type: ignore[arg-type]
+    styles = style_map(list(cases))
     fig, ax = new_figure(7.0, 3.6)
     for c, pts in series:
         sty, step_s = styles[c.label], steps[c.label]

@@ -15,10 +15,12 @@ from typing import Any
 
 from gcbench.core.errors import ResultsError
 from gcbench.report.numbers import or_unknown, size_text
-from gcbench.results.compare import Comparison, compare_runs
 from gcbench.results.converge_thin import thin_curves
+from gcbench.results.judge import Comparison
 from gcbench.results.parse import as_record
-from gcbench.results.record import RunCase, RunRecord
+from gcbench.results.record import RunRecord
+from gcbench.results.run_diff import compare_runs
+from gcbench.results.run_record import RunCase
 from gcbench.results.store import DEFAULT_RUNS_DIR, list_runs, load_run, resolve_run
 
 
@@ -36,7 +38,7 @@ class LoadedRun:
     path: Path
     data: RunRecord
     #: a convergence file priced on named clusters (``report --cluster``:
-    #: :class:`gcbench.predict.time_to_accuracy.Pricing`); None: reported by steps only
+    #: :class:`gcbench.predict.model.Pricing`); None: reported by steps only
     pricing: Any = None
 
     def __post_init__(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from gcbench.predict.network import CaseCost, Simulation
+from gcbench.predict.simulate import CaseCost, Simulation
 from gcbench.report.columns import Label
 from gcbench.report.text import clip, term
 

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ParamError, ResultsError
-from gcbench.predict import advise as adv
+from gcbench.predict import step_kernels as sk
 from gcbench.predict.network import Network, Topology, collective_seconds, protocol_seconds
+from gcbench.predict.step import reference_step
 from gcbench.results.calibration import COLLECTIVES, Calibration, CollectivePrice, fit_price, load_calibration
 from gcbench.train.workers import WorkerContext, run_group
 
@@ -88,8 +89,8 @@ def test_protocols_and_the_reference_are_priced_by_the_calibration() -> None:
     bare = protocol_seconds(topk, 1e5, 4, NET)[0]
     assert protocol_seconds(topk, 1e5, 4, NET, calibration=cal)[0] == pytest.approx(2 * 3 * 1e5 / BPS)
     assert bare < protocol_seconds(topk, 1e5, 4, NET, calibration=cal)[0]
-    k = adv.StepKernels("none", "none", 0.0, 0.0, 0.001, 4e6, 4e6)
-    step, comm = adv.reference_step([k], 4, NET, 0.1, calibration=cal)
+    k = sk.StepKernels("none", "none", 0.0, 0.0, 0.001, 4e6, 4e6)
+    step, comm = reference_step(k.cost(0.1), 4, NET, calibration=cal)
     assert comm == pytest.approx(2.0 * COLLECTIVES["allreduce"](4e6, 4).volume / BPS)
     assert step == pytest.approx(0.1 + 2 * 0.001 + comm)
 

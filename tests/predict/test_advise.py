@@ -15,7 +15,14 @@ from gcbench.measure.bench import bench_to_file, model_tensors
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.predict import advise as adv
+from gcbench.predict import advise_text as ptext
+from gcbench.predict import compute_time as ctime
 from gcbench.predict import decision
+from gcbench.predict import inputs as inp
+from gcbench.predict import model as pmodel
+from gcbench.predict import network as pnet
+from gcbench.predict import step as pstep
+from gcbench.predict import step_kernels as sk
 from gcbench.predict.network import Network, collective_seconds
 from gcbench.results.calibration import ring_allreduce
 from gcbench.results.store import load_run
@@ -41,7 +48,7 @@ def mlp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_kernels_of_a_bench_file_are_its_whole_model_steps(mlp_bench: Path) -> None:
-    ks = adv.kernels_from_bench(load_run(mlp_bench), None, str(mlp_bench))
+    ks = sk.kernels_from_bench(load_run(mlp_bench), None, str(mlp_bench))
     assert ks.model == "mlp" and ks.device == "cpu" and [k.label for k in ks.kernels] == ["none", "topk", "fp16"]
     xs = model_tensors("mlp")
     topk = registry.create("topk")
@@ -50,15 +57,15 @@ def test_kernels_of_a_bench_file_are_its_whole_model_steps(mlp_bench: Path) -> N
     assert k is not None and k.wire_bytes == pytest.approx(sent) and k.dense_bytes == 4 * sum(x.numel() for x in xs)
     assert k.compress_s > 0 and k.decompress_s > 0 and k.copy_s > 0
     with pytest.raises(ResultsError, match="no cases of resnet50"):
-        adv.kernels_from_bench(load_run(mlp_bench), "resnet50")
+        sk.kernels_from_bench(load_run(mlp_bench), "resnet50")
 
 
 def test_identity_whose_kernels_cost_a_copy_is_the_reference() -> None:
     # no special case: a codec whose encode and decode each cost what DDP's copies into and out of its
     # buckets cost, and that all-reduces the dense bytes, predicts exactly the uncompressed step
-    ident = adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8)
-    ks = adv.KernelSet("m", "cpu", "test", "", (ident,))
-    a = adv.advise(ks, 0.1, [2, 16, 256], [1, 10, 100], 5e-6)
+    ident = sk.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8)
+    ks = sk.KernelSet("m", "cpu", "test", "", (ident,))
+    a = adv.advise_kernels(ks, 0.1, [2, 16, 256], [1, 10, 100], 5e-6)
     assert all(s.speedup == pytest.approx(1.0) for sc in a.scenarios for s in sc.steps)
     sc = a.scenarios[-1]
     net = Network(100, 5e-6)
@@ -67,15 +74,15 @@ def test_identity_whose_kernels_cost_a_copy_is_the_reference() -> None:
 
 
 def test_scenarios_rank_fastest_first_and_say_when_nothing_pays() -> None:
-    ks = adv.KernelSet("m", "cpu", "test", "", (
-        adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
-        adv.StepKernels("topk", "topk", 0.05, 0.002, 0.004, 2e6, 1e8),  # all-gathered: decodes N payloads
-        adv.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8)))
-    a = adv.advise(ks, 0.1, [16], [1, 400], 5e-6)
+    ks = sk.KernelSet("m", "cpu", "test", "", (
+        sk.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
+        sk.StepKernels("topk", "topk", 0.05, 0.002, 0.004, 2e6, 1e8),  # all-gathered: decodes N payloads
+        sk.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8)))
+    a = adv.advise_kernels(ks, 0.1, [16], [1, 400], 5e-6)
     slow, fast = a.scenarios
     assert [s.step_s for s in slow.steps] == sorted(s.step_s for s in slow.steps)
-    assert slow.paying and slow.paying[0].speedup > 1 and "best" in adv.summary_line(slow)
-    assert not fast.paying and "no compressor pays" in adv.summary_line(fast)  # at 400 Gbit/s the kernels cost more than they save
+    assert slow.paying and slow.paying[0].speedup > 1 and "best" in ptext.summary_line(slow)
+    assert not fast.paying and "no compressor pays" in ptext.summary_line(fast)  # at 400 Gbit/s the kernels cost more than they save
     topk = next(s for s in slow.steps if s.label == "topk")
     assert topk.collective == "allgather (ring)" and topk.decompress_s == pytest.approx(16 * 0.002)
     psgd = next(s for s in slow.steps if s.label == "powersgd")
@@ -83,11 +90,11 @@ def test_scenarios_rank_fastest_first_and_say_when_nothing_pays() -> None:
 
 
 def test_delivered_comes_from_the_one_source_of_the_model(mlp_run: Path) -> None:
-    got = adv.delivered_from_results(load_run(mlp_run), "mlp", str(mlp_run))
+    got = inp.delivered_from_results(load_run(mlp_run), "mlp", str(mlp_run))
     assert set(got) == {"none", "topk"}
     assert got["none"].value == pytest.approx(1.0) and 0 < got["topk"].value < 1 and got["topk"].steps == 2
     with pytest.raises(ResultsError, match="no source of model resnet50"):
-        adv.delivered_from_results(load_run(mlp_run), "resnet50")
+        inp.delivered_from_results(load_run(mlp_run), "resnet50")
 
 
 def test_advise_command_with_kernels_and_fidelity(mlp_bench: Path, mlp_run: Path) -> None:
@@ -126,7 +133,7 @@ def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_
     from gcbench.report.html_plots import plot_decision
 
     record = load_run(mlp_run)
-    ks, compute = adv.kernels_from_run(record, "mlp live", str(mlp_run))
+    ks, compute = sk.kernels_from_run(record, "mlp live", str(mlp_run))
     assert ks.model == "mlp" and {k.label for k in ks.kernels} == {"none", "topk"}
     assert compute is not None and compute > 0  # the live source timed its forward + backward passes
     assert record.cases[0].source.identity() == record.cases[1].source.identity()  # a timing is not part of the gradients' identity
@@ -145,14 +152,14 @@ def test_a_run_of_a_live_source_gives_its_kernels_compute_and_decision_plot(mlp_
 
 def test_overlap_hides_communication_behind_the_backward_pass_but_never_the_last_bucket() -> None:
     # 100 ms of compute (2/3 of it backward), 40 MB of gradients = 2 DDP buckets
-    assert adv.exposed(0.05, 0.1, 40e6, overlap=False) == 0.05
-    assert adv.exposed(0.05, 0.1, 40e6, overlap=True) == pytest.approx(0.025)  # hidden but for the last bucket's half
-    assert adv.exposed(0.5, 0.1, 40e6, overlap=True) == pytest.approx(0.5 - 0.1 * 2 / 3)  # longer than the backward pass
-    k = adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 4e7, 4e7)
-    ks = adv.KernelSet("m", "cpu", "test", "", (k,))
-    a = adv.advise(ks, 0.1, [8], [10], 5e-6, overlap=True)
+    assert pstep.exposed(0.05, 0.1, 40e6, overlap=False) == 0.05
+    assert pstep.exposed(0.05, 0.1, 40e6, overlap=True) == pytest.approx(0.025)  # hidden but for the last bucket's half
+    assert pstep.exposed(0.5, 0.1, 40e6, overlap=True) == pytest.approx(0.5 - 0.1 * 2 / 3)  # longer than the backward pass
+    k = sk.StepKernels("none", "none", 0.004, 0.004, 0.004, 4e7, 4e7)
+    ks = sk.KernelSet("m", "cpu", "test", "", (k,))
+    a = adv.advise_kernels(ks, 0.1, [8], [10], 5e-6, overlap=True)
     assert a.overlap and a.scenarios[0].steps[0].speedup == pytest.approx(1.0)
-    assert a.scenarios[0].reference_step_s < adv.advise(ks, 0.1, [8], [10], 5e-6).scenarios[0].reference_step_s
+    assert a.scenarios[0].reference_step_s < adv.advise_kernels(ks, 0.1, [8], [10], 5e-6).scenarios[0].reference_step_s
 
 
 def test_advise_command_topology_options(mlp_bench: Path) -> None:
@@ -173,9 +180,9 @@ def test_identity_is_one_exactly_whatever_moment_its_own_case_was_timed_in() -> 
     """The audit's symptom: ``none`` priced 0.13-0.63x in three of four runs.  Each bench case runs in its own process
     minutes apart; a case timed while the machine was disturbed measures its kernels and its copy slow alike (its
     ×copy stays 1), but its raw seconds were set against the reference's copy from the other cases."""
-    disturbed_none = adv.StepKernels("none", "none", 0.050, 0.046, 0.045, 1e8, 1e8, compress_x_copy=1.0, decompress_x_copy=1.0)
-    topk = adv.StepKernels("topk", "topk", 0.030, 0.002, 0.004, 2e6, 1e8, compress_x_copy=7.5, decompress_x_copy=0.5)
-    a = adv.advise(adv.KernelSet("m", "cpu", "test", "", (disturbed_none, topk)), 0.012, [2, 16], [1, 10, 100], 5e-6)
+    disturbed_none = sk.StepKernels("none", "none", 0.050, 0.046, 0.045, 1e8, 1e8, compress_x_copy=1.0, decompress_x_copy=1.0)
+    topk = sk.StepKernels("topk", "topk", 0.030, 0.002, 0.004, 2e6, 1e8, compress_x_copy=7.5, decompress_x_copy=0.5)
+    a = adv.advise_kernels(sk.KernelSet("m", "cpu", "test", "", (disturbed_none, topk)), 0.012, [2, 16], [1, 10, 100], 5e-6)
     for sc in a.scenarios:
         none = next(s for s in sc.steps if s.label == "none")
         assert none.speedup == 1.0 and none.compress_s == none.decompress_s == 0.004  # priced on the reference's copy
@@ -184,7 +191,7 @@ def test_identity_is_one_exactly_whatever_moment_its_own_case_was_timed_in() -> 
 
 
 def test_every_kernel_of_a_bench_file_is_priced_by_its_x_copy(mlp_bench: Path) -> None:
-    ks = adv.kernels_from_bench(load_run(mlp_bench), None, str(mlp_bench))
+    ks = sk.kernels_from_bench(load_run(mlp_bench), None, str(mlp_bench))
     for k in ks.kernels:
         assert k.compress_x_copy is not None and k.decompress_x_copy is not None
         assert k.priced(k.copy_s) == pytest.approx((k.compress_x_copy * k.copy_s, k.decompress_x_copy * k.copy_s))
@@ -217,44 +224,46 @@ class _Meter:
 
 def test_compute_in_rounds_is_not_flagged_on_a_quiet_machine() -> None:
     clock = _StepClock([0.0122, 0.0125, 0.0124, 0.0128, 0.0123])
-    ct = adv.time_compute(clock.step, clock=clock, meter=_Meter)
+    ct = ctime.time_compute(clock.step, clock=clock, meter=_Meter)
     assert ct.flags == () and ct.attempts == 1 and ct.median_s == pytest.approx(0.0124, rel=0.02)
-    assert len(ct.samples) >= adv.COMPUTE_POLICY.min_rounds
+    assert len(ct.samples) >= ctime.COMPUTE_POLICY.min_rounds
 
 
 def test_disturbed_compute_is_measured_again_and_the_good_attempt_kept() -> None:
     # the first attempt's steps disagree (12 ms and 200 ms: a neighbour came and went), the second's do not
     first = [0.012, 0.200, 0.012, 0.200, 0.200, 0.012] * 5 + [0.012]  # 1 warm-up + 30 rounds (the cap)
     clock = _StepClock(first + [0.0124] * 40)
-    ct = adv.time_compute(clock.step, clock=clock, meter=_Meter)
+    ct = ctime.time_compute(clock.step, clock=clock, meter=_Meter)
     assert ct.attempts == 2 and ct.flags == () and ct.median_s == pytest.approx(0.0124)
 
 
 def test_compute_that_stays_disturbed_is_flagged_with_its_reason() -> None:
     clock = _StepClock([0.012, 0.200, 0.012, 0.200, 0.200, 0.012])
-    ct = adv.time_compute(clock.step, clock=clock, meter=_Meter)
+    ct = ctime.time_compute(clock.step, clock=clock, meter=_Meter)
     assert ct.attempts == 2 and ct.flags == ("unstable",) and "95% CI" in ct.reasons[0]
     steady = _StepClock([0.0124])
-    busy = adv.time_compute(steady.step, clock=steady, meter=lambda: _Meter(0.7))  # steady steps, but others had the CPU
+    busy = ctime.time_compute(steady.step, clock=steady, meter=lambda: _Meter(0.7))  # steady steps, but others had the CPU
     assert busy.flags == ("unstable",) and "other processes took 70%" in busy.reasons[0]
 
 
 def test_the_sentence_says_when_the_timings_behind_it_were_flagged() -> None:
-    ok = (adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
-          adv.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8))
-    clean = adv.advise(adv.KernelSet("m", "cpu", "test", "", ok), 0.1, [16], [1], 5e-6)
-    assert clean.untrusted() == [] and "cannot be trusted" not in clean.summaries()[0] and "best powersgd" in clean.summaries()[0]
-    flagged_kernel = adv.StepKernels("topk", "topk", 0.05, 0.002, 0.004, 2e6, 1e8, flags=("unstable",),
+    from gcbench.report.advice import advice_json
+
+    ok = (sk.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
+          sk.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8))
+    clean = adv.advise_kernels(sk.KernelSet("m", "cpu", "test", "", ok), 0.1, [16], [1], 5e-6)
+    assert clean.untrusted() == [] and "cannot be trusted" not in ptext.summaries(clean)[0] and "best powersgd" in ptext.summaries(clean)[0]
+    flagged_kernel = sk.StepKernels("topk", "topk", 0.05, 0.002, 0.004, 2e6, 1e8, flags=("unstable",),
                                      reasons=("compress unstable (other processes took 60% of the machine's CPU)",))
-    busy = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, flagged_kernel)), 0.1, [16], [1], 5e-6)
-    line = busy.summaries()[0]
+    busy = adv.advise_kernels(sk.KernelSet("m", "cpu", "test", "", (*ok, flagged_kernel)), 0.1, [16], [1], 5e-6)
+    line = ptext.summaries(busy)[0]
     assert "cannot be trusted" in line and "flagged after re-measuring: topk (unstable)" in line
     assert busy.untrusted_reasons() == ["topk — compress unstable (other processes took 60% of the machine's CPU)"]
-    bad_compute = adv.advise(adv.KernelSet("m", "cpu", "test", "", ok), 0.1, [16], [1], 5e-6,
+    bad_compute = adv.advise_kernels(sk.KernelSet("m", "cpu", "test", "", ok), 0.1, [16], [1], 5e-6,
                              compute_flags=("unstable: the median's 95% CI is ±80% of it (over ±10%) after 30 rounds",))
-    assert "compute per step (unstable)" in bad_compute.summaries()[0]
+    assert "compute per step (unstable)" in ptext.summaries(bad_compute)[0]
     assert "compute per step — unstable: the median's 95% CI" in bad_compute.untrusted_reasons()[0]
-    assert bad_compute.to_dict()["summaries"] == bad_compute.summaries()
+    assert advice_json(bad_compute)["summaries"] == ptext.summaries(bad_compute)
     from gcbench.report.advice import advice_output
 
     printed = [o for o in advice_output(busy, detail=True) if isinstance(o, str)]
@@ -284,21 +293,21 @@ def test_flagged_bench_cases_are_timed_again_and_the_less_flagged_kept(monkeypat
     assert out[0]["compress_x_copy"] == 7.5 and out[0]["remeasured"] == 1 and out[1] is first[1]
 
 
-def _timing(ms: float, n: int = 5, flags: tuple[str, ...] = (), reasons: tuple[str, ...] = ()) -> adv.ComputeTiming:
-    return adv.ComputeTiming(ms / 1e3, tuple([ms / 1e3] * n), flags, reasons)
+def _timing(ms: float, n: int = 5, flags: tuple[str, ...] = (), reasons: tuple[str, ...] = ()) -> ctime.ComputeTiming:
+    return ctime.ComputeTiming(ms / 1e3, tuple([ms / 1e3] * n), flags, reasons)
 
 
 def test_compute_measured_before_and_after_the_kernels_is_flagged_when_the_machine_changed_speed() -> None:
     """Issue 34 item 27: the mlp's step took 1.3 ms one minute and 2.3 ms the next on a quiet VM, each measurement steady."""
-    same = adv.combine_compute(_timing(1.30), _timing(1.36))
+    same = ctime.combine_compute(_timing(1.30), _timing(1.36))
     assert same.flags == () and same.reasons == () and same.attempts == 2 and len(same.samples) == 10
     assert same.median_s == pytest.approx(1.33e-3)
-    moved = adv.combine_compute(_timing(1.30), _timing(2.30))
+    moved = ctime.combine_compute(_timing(1.30), _timing(2.30))
     assert moved.flags == ("drifted",)
     assert "1.3 ms per step before the kernels were timed, 2.3 ms after (+77%, over ±10%)" in moved.reasons[0]
-    slower_first = adv.combine_compute(_timing(2.0), _timing(1.7))  # -15%: drift either way counts
+    slower_first = ctime.combine_compute(_timing(2.0), _timing(1.7))  # -15%: drift either way counts
     assert slower_first.flags == ("drifted",)
-    kept = adv.combine_compute(_timing(1.3, flags=("unstable",), reasons=("unstable: x",)), _timing(1.31))
+    kept = ctime.combine_compute(_timing(1.3, flags=("unstable",), reasons=("unstable: x",)), _timing(1.31))
     assert kept.flags == ("unstable",) and kept.reasons == ("unstable: x",)
 
 
@@ -319,24 +328,24 @@ def test_compute_time_excludes_making_the_batch() -> None:
     def step(batch: int) -> None:
         clock.t += 0.001
 
-    ct = adv.time_compute(step, clock=clock, meter=_Meter, prepare=prepare)
+    ct = ctime.time_compute(step, clock=clock, meter=_Meter, prepare=prepare)
     assert ct.median_s == pytest.approx(0.001)
 
 
 def test_a_flagged_kernel_of_a_compressor_far_behind_does_not_put_the_answer_in_doubt() -> None:
     """A flag rare on a quiet machine must still not ride on every sentence: only the timings the answer rests on count."""
-    ok = (adv.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
-          adv.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8))
-    far = adv.StepKernels("natural", "natural", 0.05, 0.03, 0.04, 6e7, 1e8, flags=("unstable",), reasons=("decompress unstable",))
-    a = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, far)), 0.1, [16], [1], 5e-6)
+    ok = (sk.StepKernels("none", "none", 0.004, 0.004, 0.004, 1e8, 1e8),
+          sk.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 1e6, 1e8))
+    far = sk.StepKernels("natural", "natural", 0.05, 0.03, 0.04, 6e7, 1e8, flags=("unstable",), reasons=("decompress unstable",))
+    a = adv.advise_kernels(sk.KernelSet("m", "cpu", "test", "", (*ok, far)), 0.1, [16], [1], 5e-6)
     sc = a.scenarios[0]
     step = {s.label: s for s in sc.steps}
-    assert step["natural"].speedup * adv.CONTENDER_MARGIN < sc.paying[0].speedup  # far behind the best
+    assert step["natural"].speedup * pmodel.CONTENDER_MARGIN < sc.paying[0].speedup  # far behind the best
     assert a.untrusted() == ["natural (unstable)"]  # still listed under the table and in --json
-    assert a.untrusted_for(sc) == [] and "cannot be trusted" not in a.summaries()[0]
-    near = adv.StepKernels("dgc", "dgc", 0.03, 0.003, 0.004, 1.1e6, 1e8, flags=("unstable",), reasons=("compress unstable",))
-    b = adv.advise(adv.KernelSet("m", "cpu", "test", "", (*ok, near)), 0.1, [16], [1], 5e-6)
-    assert "dgc (unstable)" in b.summaries()[0] and "cannot be trusted" in b.summaries()[0]
+    assert a.untrusted_for(sc) == [] and "cannot be trusted" not in ptext.summaries(a)[0]
+    near = sk.StepKernels("dgc", "dgc", 0.03, 0.003, 0.004, 1.1e6, 1e8, flags=("unstable",), reasons=("compress unstable",))
+    b = adv.advise_kernels(sk.KernelSet("m", "cpu", "test", "", (*ok, near)), 0.1, [16], [1], 5e-6)
+    assert "dgc (unstable)" in ptext.summaries(b)[0] and "cannot be trusted" in ptext.summaries(b)[0]
 
 
 def test_a_curves_break_even_is_where_it_crosses_one_on_the_log_axis() -> None:
@@ -346,22 +355,22 @@ def test_a_curves_break_even_is_where_it_crosses_one_on_the_log_axis() -> None:
     assert decision.crossing([1.0, 10.0, 100.0], [3.0, 2.0, 1.5]) is None
 
 
-def _step(label: str, speedup: float, delivered: float | None) -> adv.Step:
-    d = None if delivered is None else adv.Delivered(delivered, None, None, 10)
-    return adv.Step(label, label, "allgather", 0.01, 0.001, 0.001, 0.001, 0.02 / speedup, speedup, d)
+def _step(label: str, speedup: float, delivered: float | None) -> pmodel.Step:
+    d = None if delivered is None else pmodel.Delivered(delivered, None, None, 10)
+    return pmodel.Step(label, label, "allgather", 0.01, 0.001, 0.001, 0.001, 0.02 / speedup, speedup, d)
 
 
 def test_a_compressor_under_the_fidelity_floor_is_never_recommended() -> None:
     """Issue 33 item 2: advise named sdagc best while it delivered 0.021 of the update, and ranked signsgd (-83.5) silently."""
-    sc = adv.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("signsgd", 2.5, -83.5), _step("qsgd", 1.8, 0.95),
+    sc = pmodel.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("signsgd", 2.5, -83.5), _step("qsgd", 1.8, 0.95),
                                              _step("fp16", 1.4, None), _step("none", 0.9, 1.0)))
-    line = adv.summary_line(sc)
+    line = ptext.summary_line(sc)
     assert "best qsgd, 1.80×" in line and "delivering 0.950" in line and "also faster: fp16 1.40×" in line
     assert ("faster but not recommended: sdagc 3.03× (delivers 0.021 of the dense update over 10 open-loop steps, under the 0.5 "
             "floor)") in line
     assert "signsgd 2.50× (delivers -83.5 of the dense update over 10 open-loop steps, worse than sending nothing)" in line
-    only_low = adv.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("none", 0.9, 1.0)))
-    line = adv.summary_line(only_low)
+    only_low = pmodel.Scenario(16, 1.0, 0.02, 0.015, (_step("sdagc", 3.03, 0.021), _step("none", 0.9, 1.0)))
+    line = ptext.summary_line(only_low)
     assert "no compressor both pays and delivers enough" in line and "best" not in line
 
 
@@ -372,10 +381,10 @@ def test_the_advise_table_fits_120_columns_at_four_link_speeds() -> None:
     from gcbench.report.advice import advice_output, short_protocol
 
     assert short_protocol("alltoall (pairwise) + allgather (ring)") == "A2A pairwise + AG ring"
-    ks = adv.KernelSet("mlp", "cpu", "test machine", "test", tuple(
-        adv.StepKernels(name, name, 1e-3, 1e-3, 1e-3, 4e6 / r, 4e6, ("unstable",) if name == "topk_dither" else (), 1, ())
+    ks = sk.KernelSet("mlp", "cpu", "test machine", "test", tuple(
+        sk.StepKernels(name, name, 1e-3, 1e-3, 1e-3, 4e6 / r, 4e6, ("unstable",) if name == "topk_dither" else (), 1, ())
         for name, r in (("none", 1), ("natural_dither", 8), ("topk_dither", 50), ("onebit", 30), ("powersgd", 100))))
-    advice = adv.advise(ks, 0.01, [16], [1.0, 10.0, 25.0, 100.0], 5e-6)
+    advice = adv.advise_kernels(ks, 0.01, [16], [1.0, 10.0, 25.0, 100.0], 5e-6)
     console = Console(width=120, record=True, emoji=False)
     for part in advice_output(advice):
         console.print(part)
@@ -390,12 +399,12 @@ def test_thc_s_payload_widens_with_the_workers_and_is_flagged_when_it_passes_bf1
     """A bench measures THC's payload alone (b bits a field); on N workers its fields are b + ⌈log2 N⌉ bits, and advise
     prices, shows and flags the wider payload (10 bits on 64 workers: 16-bit fields, 3 a word, 21.3 bits an element)."""
     dense = 4e8
-    k4 = adv.StepKernels("thc", "thc", 0.01, 0.01, 0.004, dense / 4 / 8 * 4 * 64 / 60, dense, params=(("bits", 4),))
-    net = adv.Network(10, 5e-6)
+    k4 = sk.StepKernels("thc", "thc", 0.01, 0.01, 0.004, dense / 4 / 8 * 4 * 64 / 60, dense, params=(("bits", 4),))
+    net = pnet.Network(10, 5e-6)
     s1, s16 = adv.predict_step(k4, 1, net, 0.1), adv.predict_step(k4, 16, net, 0.1)
     assert s1.payload_bytes == pytest.approx(k4.wire_bytes)
     assert s16.payload_bytes == pytest.approx(k4.wire_bytes * 15 / 7) and not s16.larger_than_bf16
-    k10 = adv.StepKernels("thc10", "thc", 0.01, 0.01, 0.004, dense / 4 * 64 / 6 / 8, dense, params=(("bits", 10),))
+    k10 = sk.StepKernels("thc10", "thc", 0.01, 0.01, 0.004, dense / 4 * 64 / 6 / 8, dense, params=(("bits", 10),))
     assert not adv.predict_step(k10, 1, net, 0.1).larger_than_bf16 and not adv.predict_step(k10, 8, net, 0.1).larger_than_bf16
     wide = adv.predict_step(k10, 64, net, 0.1)
     assert wide.payload_bytes == pytest.approx(k10.wire_bytes * 2) and wide.larger_than_bf16

@@ -15,6 +15,9 @@ from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.measure import bench
 from gcbench.predict import advise as adv
+from gcbench.predict import inputs as inp
+from gcbench.predict import network as pnet
+from gcbench.predict import step_kernels as sk
 from gcbench.results.recommend import BF16_RATIO, bf16_text, larger_than_bf16
 from gcbench.results.store import load_run
 from gcbench.results.verdict import BaselineBytes
@@ -26,12 +29,12 @@ def test_the_default_candidates_are_the_baselines_and_one_member_of_each_family(
     """A cold advise timed all 26 compressors; by default it times the baselines and the cheapest member (by its card's
     declared memory traffic) of every other family, the families read off the cards' implementing modules."""
     every = single_worker_compressors()
-    c = adv.default_candidates(every)
+    c = inp.default_candidates(every)
     assert c.specs[:2] == ("none", "bf16") and set(c.specs) | set(c.left_out) == set(every)
     assert not set(c.specs) & set(c.left_out) and len(c.left_out) > 0
     fams: dict[str, list[str]] = {}
     for n in every:
-        fams.setdefault(adv.family_of(n), []).append(n)
+        fams.setdefault(inp.family_of(n), []).append(n)
     for members in fams.values():
         chosen = [n for n in members if n in c.specs]
         if "none" in members:  # the casts: represented by the baselines, fp16 (bf16's twin) left out
@@ -39,7 +42,7 @@ def test_the_default_candidates_are_the_baselines_and_one_member_of_each_family(
             continue
         assert len(chosen) == 1, members
         assert registry.get(chosen[0]).traffic_bytes == min(registry.get(n).traffic_bytes for n in members)
-    assert adv.family_of("mxfp4") == adv.family_of("nvfp4") and adv.family_of("topk") != adv.family_of("randomk")
+    assert inp.family_of("mxfp4") == inp.family_of("nvfp4") and inp.family_of("topk") != inp.family_of("randomk")
     assert "left out: " in c.text() and "--all" in c.text()
 
 
@@ -88,7 +91,7 @@ def test_the_bench_file_records_its_budget_and_advise_reads_it(tmp_path: Path) -
     outcome = bench.bench_to_file(["none", "topk"], [], tmp_path, repeats=2, warmup=0, threads=1, isolate=False, model="mlp",
                                   budget_s=4.0)
     assert outcome.path is not None
-    ks = adv.kernels_from_bench(load_run(outcome.path), "mlp", str(outcome.path))
+    ks = sk.kernels_from_bench(load_run(outcome.path), "mlp", str(outcome.path))
     assert ks.budget_s == 4.0 and ks.timing_s is not None and ks.timing_s > 0
     for c in outcome.record.cases:
         assert c.policy is not None and 0 < c.policy["budget_s"] <= bench.BENCH_BUDGET_S
@@ -112,11 +115,11 @@ def test_the_shared_worker_runs_the_cases_in_one_process_and_survives_a_failed_c
     assert worker.proc is not None and worker.proc.returncode == 0
 
 
-def _kernels(budget: float | None = 5.0) -> adv.KernelSet:
-    return adv.KernelSet("mlp", "cpu", "test", "test.json", (
-        adv.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 2e6, 2e6),
-        adv.StepKernels("bf16", "bf16", 1e-3, 1e-3, 1e-3, 1e6 + 78, 2e6),
-        adv.StepKernels("topk", "topk", 1e-3, 1e-4, 1e-3, 4e4, 2e6, flags=(bench.CUT_SHORT,),
+def _kernels(budget: float | None = 5.0) -> sk.KernelSet:
+    return sk.KernelSet("mlp", "cpu", "test", "test.json", (
+        sk.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 2e6, 2e6),
+        sk.StepKernels("bf16", "bf16", 1e-3, 1e-3, 1e-3, 1e6 + 78, 2e6),
+        sk.StepKernels("topk", "topk", 1e-3, 1e-4, 1e-3, 4e4, 2e6, flags=(bench.CUT_SHORT,),
                         reasons=("compress cut short (the sweep's time budget left 0.1 s)",))), budget, 4.2)
 
 
@@ -124,22 +127,22 @@ def test_advise_times_the_default_candidates_within_its_budget_and_says_so(tmp_p
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
-    def fake_measure(model: str, specs: list[str], out_dir: Path, **kw: Any) -> adv.KernelSet:
+    def fake_measure(model: str, specs: list[str], out_dir: Path, **kw: Any) -> sk.KernelSet:
         seen.update(specs=list(specs), budget=kw.get("budget_s"))
         return _kernels(kw.get("budget_s"))
 
-    monkeypatch.setattr(adv, "measure_kernels", fake_measure)
+    monkeypatch.setattr(inp, "measure_kernels", fake_measure)
     r = runner.invoke(app, ["advise", "--model", "mlp", "--compute-ms", "5", "--workers", "16", "--bandwidth", "1",
                             "--out", str(tmp_path), "--budget", "5"])
     assert r.exit_code == 0, r.output
-    assert seen["budget"] == 5.0 and seen["specs"] == list(adv.default_candidates(single_worker_compressors()).specs)
+    assert seen["budget"] == 5.0 and seen["specs"] == list(inp.default_candidates(single_worker_compressors()).specs)
     text = " ".join(r.stdout.split())
     assert "within a 5 s budget" in text and "took 4 s" in text and "1 of 3 cut short by it (flagged *: topk)" in text
     assert "left out: " in text and "fp16" in text.split("left out: ")[1]
     r = runner.invoke(app, ["advise", "--model", "mlp", "--compute-ms", "5", "--workers", "16", "--bandwidth", "1",
                             "--out", str(tmp_path), "--all", "--remeasure"])
     assert r.exit_code == 0, r.output
-    assert seen["specs"] == single_worker_compressors() and seen["budget"] == adv.KERNEL_BUDGET_S
+    assert seen["specs"] == single_worker_compressors() and seen["budget"] == inp.KERNEL_BUDGET_S
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -156,11 +159,11 @@ def test_a_bad_budget_or_all_with_c_is_one_line(args: list[str], words: str, tmp
 def test_the_fp32_row_is_the_reference_step_whatever_none_measured() -> None:
     """The audit's item 4: the sentence priced fp32 by DDP's copies while the table priced the ``none`` row by its own
     disturbed ×copy, so the table showed fp32 at 1.22× the bf16 all-reduce the sentence called faster.  One price now."""
-    ks = adv.KernelSet("m", "cpu", "test", "", (
-        adv.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 4e6, 4e6, compress_x_copy=0.3, decompress_x_copy=0.3),
-        adv.StepKernels("bf16", "bf16", 1e-3, 1e-3, 1e-3, 2e6 + 13, 4e6, compress_x_copy=2.5, decompress_x_copy=2.0),
-        adv.StepKernels("topk", "topk", 1e-3, 1e-4, 1e-3, 8e4, 4e6, compress_x_copy=3.0, decompress_x_copy=0.1)))
-    a = adv.advise(ks, 0.005, [16], [1, 100], 5e-6)
+    ks = sk.KernelSet("m", "cpu", "test", "", (
+        sk.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 4e6, 4e6, compress_x_copy=0.3, decompress_x_copy=0.3),
+        sk.StepKernels("bf16", "bf16", 1e-3, 1e-3, 1e-3, 2e6 + 13, 4e6, compress_x_copy=2.5, decompress_x_copy=2.0),
+        sk.StepKernels("topk", "topk", 1e-3, 1e-4, 1e-3, 8e4, 4e6, compress_x_copy=3.0, decompress_x_copy=0.1)))
+    a = adv.advise_kernels(ks, 0.005, [16], [1, 100], 5e-6)
     for sc in a.scenarios:
         none = next(s for s in sc.steps if s.label == "none")
         bf16 = next(s for s in sc.steps if s.label == "bf16")
@@ -177,5 +180,5 @@ def test_a_bf16_or_fp16_payload_is_not_larger_than_bf16s() -> None:
     assert not larger_than_bf16(bf16_payload, dense) and larger_than_bf16(dense, dense)
     assert "larger" not in bf16_text(dense / bf16_payload) and "larger" in bf16_text(BF16_RATIO * 0.9)
     assert not BaselineBytes("fp16", 40013, 80000).larger_than_bf16 and BaselineBytes("none", 80013, 80000).larger_than_bf16
-    k = adv.StepKernels("bf16", "bf16", 1e-3, 1e-3, 1e-3, bf16_payload, dense)
-    assert not k.larger_than_bf16 and not adv.predict_step(k, 16, adv.Network(1, 5e-6), 0.01).larger_than_bf16
+    k = sk.StepKernels("bf16", "bf16", 1e-3, 1e-3, 1e-3, bf16_payload, dense)
+    assert not k.larger_than_bf16 and not adv.predict_step(k, 16, pnet.Network(1, 5e-6), 0.01).larger_than_bf16

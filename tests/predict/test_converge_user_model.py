@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.cli import app
+from gcbench.predict import accuracy as acc
 from gcbench.predict import advise as adv
-from gcbench.predict import time_to_accuracy as tta
 
 runner = CliRunner()
 
@@ -107,5 +107,5 @@ def test_a_runs_file_that_is_gone_is_one_line_saying_what_to_give(run: tuple[Pat
 def test_a_file_factory_is_the_same_model_by_its_file_whatever_the_spelling(run: tuple[Path, Path]) -> None:
     home, _path = run
     ran = f"{(home / 'models.py').resolve()}:tiny"
-    assert tta.same_model("models.py:tiny", ran, ran) and not tta.same_model("models.py:tiny", "other.py:tiny", ran)
-    assert tta.same_model("zoo:mlp", "mlp") and not tta.same_model("zoo:mlp", "models.py:tiny")
+    assert acc.same_model("models.py:tiny", ran, ran) and not acc.same_model("models.py:tiny", "other.py:tiny", ran)
+    assert acc.same_model("zoo:mlp", "mlp") and not acc.same_model("zoo:mlp", "models.py:tiny")

@@ -1,4 +1,5 @@
-"""gcbench.predict.network: hand-computed collective times, step times, the sparse-vs-dense crossover."""
+"""gcbench.predict.network and gcbench.predict.simulate: hand-computed collective times, step times, the sparse-vs-dense
+crossover."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from gcbench.core.errors import ResultsError
-from gcbench.predict.network import (
+from gcbench.predict.network import Network, parameter_server
+from gcbench.predict.simulate import (
     CaseCost,
-    Network,
     break_even_bandwidth,
     cases_from_results,
     collective_for,
     communication,
-    parameter_server,
     predict,
     simulate,
     simulate_results,
@@ -192,7 +192,8 @@ def test_simulate_results_is_the_grid_of_predictions_and_break_evens() -> None:
 def test_simulate_prices_the_bf16_all_reduce_beside_fp32() -> None:
     """Without a bf16 case the bf16 step is the fp32 reference with half the bytes (the copies standing for the casts);
     with one, the bf16 case's own predicted step, so its own speed-up over bf16 is exactly 1."""
-    from gcbench.predict.network import BF16_MEASURED, BF16_MODELLED, bf16_step, collective_seconds
+    from gcbench.predict.network import collective_seconds
+    from gcbench.predict.simulate import BF16_MEASURED, BF16_MODELLED, bf16_of_case
 
     net, n = Network(10, ALPHA), 16
     topk = CaseCost("topk", "topk", 2e6, 1e8, compute_s=0.05, compress_s=0.01, decompress_s=0.001, copy_s=0.004)
@@ -200,9 +201,9 @@ def test_simulate_prices_the_bf16_all_reduce_beside_fp32() -> None:
     want = 0.05 + 2 * 0.004 + collective_seconds("allreduce", 5e7, n, net)[0]
     assert p.bf16_step_s == pytest.approx(want) and p.speedup_bf16 == pytest.approx(want / p.step_s)
     assert p.speedup_vs("fp32") == p.speedup and p.speedup_vs("bf16") == p.speedup_bf16 < p.speedup
-    assert bf16_step(topk, n, net)[1] == BF16_MODELLED
+    assert bf16_of_case(topk, n, net)[1] == BF16_MODELLED
     bf16 = CaseCost("bf16", "bf16", 5e7, 1e8, compute_s=0.05, compress_s=0.003, decompress_s=0.003, copy_s=0.004)
-    assert predict(bf16, n, net, "auto", bf16, True).speedup_bf16 == 1.0 and bf16_step(topk, n, net, "auto", bf16)[1] == BF16_MEASURED
+    assert predict(bf16, n, net, "auto", bf16, True).speedup_bf16 == 1.0 and bf16_of_case(topk, n, net, "auto", bf16)[1] == BF16_MEASURED
     ps = predict(topk, n, net, "ps", None, True)  # a forced scheme: its dense reference with half the bytes
     assert ps.bf16_step_s == pytest.approx(0.05 + parameter_server(5e7, 5e7, n).seconds(net))
 
@@ -293,7 +294,6 @@ def test_the_network_model_prices_the_legs_the_protocol_runs(name: str) -> None:
 def test_simulate_auto_is_advise_s_model_protocol_legs_and_ddp_s_copies() -> None:
     """``auto`` prices each protocol leg by leg (1-bit SGD: all-to-all then all-gather of the stripes) and charges the
     dense reference DDP's two bucket copies, so an identity codec whose kernels cost one copy each lands at 1.0×."""
-    from gcbench.predict.advise import StepKernels, predict_step, reference_step
     from gcbench.predict.network import collective_seconds
 
     net = Network(10, ALPHA)
@@ -305,11 +305,6 @@ def test_simulate_auto_is_advise_s_model_protocol_legs_and_ddp_s_copies() -> Non
     assert p.communicate_s == pytest.approx(collective_seconds("alltoall", 4e6, 8, net)[0]
                                             + collective_seconds("allgather", 4e6 / 8, 8, net)[0])
     assert "alltoall" in p.collective and "allgather" in p.collective
-    # the same numbers as advise's step and reference from the same inputs
-    k = StepKernels("onebit", "onebit", 0.01, 0.002, 0.004, 4e6, 1e8, tensors=3)
-    st = predict_step(k, 8, net, 0.05)
-    assert (p.step_s, p.communicate_s, p.decompress_s) == pytest.approx((st.step_s, st.communicate_s, st.decompress_s))
-    assert p.reference_step_s == pytest.approx(reference_step([k], 8, net, 0.05)[0])
     # the break-even bandwidth is where the model's speed-up crosses 1
     b = break_even_bandwidth(onebit, 8, ALPHA)
     assert b is not None and predict(onebit, 8, Network(b, ALPHA)).speedup == pytest.approx(1.0, rel=1e-9)
@@ -376,3 +371,20 @@ def test_thc_s_summed_payload_is_priced_at_its_width_on_n_workers(bits: int, n: 
     one = CaseCost("thc", "thc", alone, 400_000.0, params=(("bits", bits),))
     on_n = dataclasses.replace(one, wire_bytes=float(sent), measured_workers=n)
     assert predict(one, n, net).communicate_s == pytest.approx(predict(on_n, n, net).communicate_s, rel=0.01)
+
+
+def test_a_results_file_case_and_a_bench_case_of_the_same_measurements_are_one_cost_description() -> None:
+    """The two adapters of :func:`gcbench.predict.step.price_step`: a results file's case (:meth:`CaseCost.cost`) and a
+    bench file's kernels (:meth:`StepKernels.cost`) of the same measurements give the same :class:`StepCost`, priced by
+    ×copy where both carry it and by seconds where neither does."""
+    from gcbench.predict.step import StepCost
+    from gcbench.predict.step_kernels import StepKernels
+
+    case = CaseCost("onebit", "onebit", 4e6, 1e8, compute_s=0.05, compress_s=0.01, decompress_s=0.002, copy_s=0.004, tensors=3)
+    k = StepKernels("onebit", "onebit", 0.01, 0.002, 0.004, 4e6, 1e8, tensors=3)
+    want = StepCost("onebit", "onebit", 4e6, 1e8, 0.05, 0.01, 0.002, 0.004, tensors=3)
+    assert case.cost() == k.cost(0.05) == want
+    timed = dataclasses.replace(case, compress_x_copy=2.5, decompress_x_copy=0.5)
+    xk = dataclasses.replace(k, compress_x_copy=2.5, decompress_x_copy=0.5)
+    assert timed.cost() == xk.cost(0.05) == dataclasses.replace(want, compress_s=2.5 * 0.004, decompress_s=0.5 * 0.004)
+

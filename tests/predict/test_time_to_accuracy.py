@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,10 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ResultsError
+from gcbench.predict import accuracy as acc
 from gcbench.predict import advise as adv
+from gcbench.predict import advise_text as ptext
+from gcbench.predict import step_kernels as sk
 from gcbench.predict import time_to_accuracy as tta
 from gcbench.predict.network import Network, collective_seconds
 from gcbench.results.parse import parse_record
@@ -21,20 +25,20 @@ runner = CliRunner()
 DENSE = 4.0e6
 
 
-def _kernels(*extra: adv.StepKernels) -> adv.KernelSet:
+def _kernels(*extra: sk.StepKernels) -> sk.KernelSet:
     """Hand-made kernels (seconds, not measurements) of the fixture's compressors on the mlp."""
-    return adv.KernelSet("mlp", "cpu", "test", "hand-made", (
-        adv.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, DENSE, DENSE),
-        adv.StepKernels("topk", "topk", 2e-3, 1e-4, 1e-3, DENSE / 50, DENSE, compress_x_copy=2.0, decompress_x_copy=0.1,
+    return sk.KernelSet("mlp", "cpu", "test", "hand-made", (
+        sk.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, DENSE, DENSE),
+        sk.StepKernels("topk", "topk", 2e-3, 1e-4, 1e-3, DENSE / 50, DENSE, compress_x_copy=2.0, decompress_x_copy=0.1,
                         compress_x_copy_ci=(1.5, 3.0), decompress_x_copy_ci=(0.1, 0.2)),
-        adv.StepKernels("signsgd", "signsgd", 1e-3, 1e-4, 1e-3, DENSE / 32, DENSE),
-        adv.StepKernels("randomk", "randomk", 1e-4, 1e-4, 1e-3, DENSE / 100, DENSE),
-        adv.StepKernels("qsgd", "qsgd", 1e-3, 1e-3, 1e-3, DENSE / 8, DENSE),
+        sk.StepKernels("signsgd", "signsgd", 1e-3, 1e-4, 1e-3, DENSE / 32, DENSE),
+        sk.StepKernels("randomk", "randomk", 1e-4, 1e-4, 1e-3, DENSE / 100, DENSE),
+        sk.StepKernels("qsgd", "qsgd", 1e-3, 1e-3, 1e-3, DENSE / 8, DENSE),
         *extra))
 
 
-def _conv(task: str = "zoo:mlp") -> tta.ConvergenceInput:
-    return tta.read_convergence(parse_record(converge_record(task)), "mlp", "conv.json")
+def _conv(task: str = "zoo:mlp") -> acc.ConvergenceInput:
+    return acc.read_convergence(parse_record(converge_record(task)), "mlp", "conv.json")
 
 
 def test_a_convergence_file_is_read_into_outcomes_with_every_status() -> None:
@@ -50,16 +54,16 @@ def test_a_convergence_file_is_read_into_outcomes_with_every_status() -> None:
 
 def test_a_convergence_file_of_another_model_or_kind_is_refused_naming_both() -> None:
     with pytest.raises(ResultsError, match="convergence run of zoo:smallcnn, not of mlp"):
-        tta.read_convergence(parse_record(converge_record("zoo:smallcnn")), "mlp", "conv.json")
+        acc.read_convergence(parse_record(converge_record("zoo:smallcnn")), "mlp", "conv.json")
     bench = {"schema_version": 1, "kind": "bench", "cases": []}
     with pytest.raises(ResultsError, match="is a bench results file, not a convergence file"):
-        tta.read_convergence(parse_record(bench), "mlp", "b.json")
-    assert tta.same_model("zoo:mlp", "mlp") and tta.same_model("hf:gpt2", "hf:gpt2") and not tta.same_model("zoo:mlp", "cnn")
+        acc.read_convergence(parse_record(bench), "mlp", "b.json")
+    assert acc.same_model("zoo:mlp", "mlp") and acc.same_model("hf:gpt2", "hf:gpt2") and not acc.same_model("zoo:mlp", "cnn")
 
 
 def test_time_to_target_is_steps_times_step_with_both_intervals_propagated() -> None:
     conv = _conv()
-    a = adv.advise(_kernels(), 0.005, [16], [1.0], 5e-6, convergence_origin="conv.json")
+    a = adv.advise_kernels(_kernels(), 0.005, [16], [1.0], 5e-6, convergence_origin="conv.json")
     (st,) = tta.time_to_accuracy(a, conv)
     sc = a.scenarios[0]
     rows = {r.label: r for r in st.rows}
@@ -68,7 +72,7 @@ def test_time_to_target_is_steps_times_step_with_both_intervals_propagated() -> 
     assert o is not None and o.steps is not None and topk.time is not None
     assert topk.step.mean == pytest.approx(step.step_s) and topk.time.mean == pytest.approx(o.steps.mean * step.step_s)
     # the step's spread: topk priced at the ends of its ×copy CIs, the reference copy unchanged
-    copy_s = adv.reference_copy(a.kernels.kernels)
+    copy_s = sk.reference_copy(a.kernels.kernels)
     k = a.kernels.get("topk")
     assert k is not None
     lo = adv.predict_step(k.at_ci(0), 16, Network(1.0, 5e-6), 0.005, copy_s=copy_s).step_s
@@ -85,10 +89,10 @@ def test_time_to_target_is_steps_times_step_with_both_intervals_propagated() -> 
 
 
 def test_ranking_puts_every_seed_reached_first_then_partial_never_and_diverged_last() -> None:
-    a = adv.advise(_kernels(), 0.005, [16], [1.0], 5e-6, convergence_origin="conv.json")
+    a = adv.advise_kernels(_kernels(), 0.005, [16], [1.0], 5e-6, convergence_origin="conv.json")
     (st,) = tta.time_to_accuracy(a, _conv())
     statuses = [r.status for r in st.rows]
-    assert statuses == sorted(statuses, key=tta.STATUSES.index)
+    assert statuses == sorted(statuses, key=acc.STATUSES.index)
     reached = [r.time.mean for r in st.rows if r.status == "reached" and r.time is not None]
     assert reached == sorted(reached)
     assert st.unpriced == ("fp16",)  # in the file, not in the kernels: cannot be priced
@@ -102,7 +106,7 @@ def test_ranking_puts_every_seed_reached_first_then_partial_never_and_diverged_l
 def test_a_compressor_faster_per_step_but_slower_to_accuracy_is_named() -> None:
     """On a fast link topk's step barely beats the all-reduce, and its 153 steps to the target against the reference's
     120 make it slower to accuracy: the sentence says so and no compressor is called faster than the baseline."""
-    a = adv.advise(_kernels(), 0.005, [16], [400.0], 5e-6, convergence_origin="conv.json")
+    a = adv.advise_kernels(_kernels(), 0.005, [16], [400.0], 5e-6, convergence_origin="conv.json")
     (st,) = tta.time_to_accuracy(a, _conv())
     topk = next(r for r in st.rows if r.label == "topk")
     base = st.baseline_row()
@@ -116,9 +120,9 @@ def test_a_compressor_faster_per_step_but_slower_to_accuracy_is_named() -> None:
 def test_the_files_bf16_case_is_the_bf16_baseline_with_its_own_steps() -> None:
     ref = {0: 0.90, 1: 0.91, 2: 0.89}
     bf = case("bf16", "bf16", {0: ("ok", 0.9, 120), 1: ("ok", 0.9, 140), 2: ("ok", 0.9, 160)}, ref_finals=ref)
-    conv = tta.read_convergence(parse_record(converge_record(extra=[bf])), "mlp")
-    k16 = adv.StepKernels("bf16", "bf16", 5e-4, 5e-4, 1e-3, DENSE / 2, DENSE)
-    a = adv.advise(_kernels(k16), 0.005, [16], [1.0], 5e-6)
+    conv = acc.read_convergence(parse_record(converge_record(extra=[bf])), "mlp")
+    k16 = sk.StepKernels("bf16", "bf16", 5e-4, 5e-4, 1e-3, DENSE / 2, DENSE)
+    a = adv.advise_kernels(_kernels(k16), 0.005, [16], [1.0], 5e-6)
     (st,) = tta.time_to_accuracy(a, conv)
     rows = [r for r in st.rows if r.role == "bf16 baseline"]
     assert len(rows) == 1 and rows[0].label == "bf16" and rows[0].outcome.steps is not None
@@ -164,13 +168,13 @@ def _bench_record() -> dict:
 def test_the_bf16_baseline_is_measured_when_benched_and_modelled_otherwise() -> None:
     """Issue 31: claims against bf16.  Benched, its step is the bf16 compressor's; else DDP's path with half the bytes."""
     ks = _kernels()
-    a = adv.advise(ks, 0.005, [16], [1.0], 5e-6)
+    a = adv.advise_kernels(ks, 0.005, [16], [1.0], 5e-6)
     sc = a.scenarios[0]
     net = Network(1.0, 5e-6)
     half, _ = collective_seconds("allreduce", DENSE / 2, 16, net)
     assert sc.bf16_step_s == pytest.approx(0.005 + 2 * 1e-3 + half) and "modelled" in a.bf16_origin
-    k16 = adv.StepKernels("bf16", "bf16", 5e-4, 5e-4, 1e-3, DENSE / 2, DENSE)
-    b = adv.advise(_kernels(k16), 0.005, [16], [1.0], 5e-6)
+    k16 = sk.StepKernels("bf16", "bf16", 5e-4, 5e-4, 1e-3, DENSE / 2, DENSE)
+    b = adv.advise_kernels(_kernels(k16), 0.005, [16], [1.0], 5e-6)
     sb = b.scenarios[0]
     bf16 = next(s for s in sb.steps if s.label == "bf16")
     assert sb.bf16_step_s == pytest.approx(bf16.step_s) and bf16.speedup_bf16 == pytest.approx(1.0)
@@ -184,23 +188,23 @@ def test_the_bf16_baseline_is_measured_when_benched_and_modelled_otherwise() -> 
 
 def test_the_sentence_claims_against_bf16_with_fp32_in_brackets_or_the_other_way() -> None:
     ks = _kernels()
-    line = adv.advise(ks, 0.005, [16], [1.0], 5e-6).summaries()[0]
+    line = ptext.summaries(adv.advise_kernels(ks, 0.005, [16], [1.0], 5e-6))[0]
     assert "× vs bf16 (" in line and "× vs fp32)" in line and "bf16 all-reduce" in line and "accuracy not measured" in line
-    fp = adv.advise(ks, 0.005, [16], [1.0], 5e-6, baseline="fp32")
-    line = fp.summaries()[0]
+    fp = adv.advise_kernels(ks, 0.005, [16], [1.0], 5e-6, baseline="fp32")
+    line = ptext.summaries(fp)[0]
     assert "× vs fp32 (" in line and "× vs bf16)" in line
     # against fp32 a compressor may pay that does not pay against bf16
-    assert len(fp.scenarios[0].paying) >= len(adv.advise(ks, 0.005, [16], [1.0], 5e-6).scenarios[0].paying)
+    assert len(fp.scenarios[0].paying) >= len(adv.advise_kernels(ks, 0.005, [16], [1.0], 5e-6).scenarios[0].paying)
     with pytest.raises(ResultsError, match="baseline"):
-        adv.advise(ks, 0.005, [16], [1.0], 5e-6, baseline="fp16")
-    big = adv.KernelSet("mlp", "cpu", "t", "", (adv.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, DENSE, DENSE),
+        adv.advise_kernels(ks, 0.005, [16], [1.0], 5e-6, baseline="fp16")
+    big = sk.KernelSet("mlp", "cpu", "t", "", (sk.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, DENSE, DENSE),
                                                 # an all-reduced payload of 0.6 of the dense bytes (hand-made)
-                                                adv.StepKernels("low-rank", "powersgd", 1e-4, 1e-4, 1e-3, DENSE * 0.6, DENSE)))
-    fp = adv.advise(big, 0.005, [16], [0.1], 5e-6, baseline="fp32")
-    line = fp.summaries()[0]
+                                                sk.StepKernels("low-rank", "powersgd", 1e-4, 1e-4, 1e-3, DENSE * 0.6, DENSE)))
+    fp = adv.advise_kernels(big, 0.005, [16], [0.1], 5e-6, baseline="fp32")
+    line = ptext.summaries(fp)[0]
     assert "best low-rank" in line and "its payload larger than bf16's" in line and "vs bf16)" in line
     # against bf16 it does not pay: it sends more than a bf16 all-reduce
-    assert "no compressor pays against the bf16 all-reduce" in adv.advise(big, 0.005, [16], [0.1], 5e-6).summaries()[0]
+    assert "no compressor pays against the bf16 all-reduce" in ptext.summaries(adv.advise_kernels(big, 0.005, [16], [0.1], 5e-6))[0]
 
 
 def test_advise_baseline_option(tmp_path: Path) -> None:
@@ -221,10 +225,11 @@ def test_the_time_to_accuracy_table_fits_120_columns() -> None:
     from gcbench.report.advice import advice_output
 
     conv = _conv()
-    a = adv.advise(_kernels(), 0.005, [16], [1.0, 100.0], 5e-6, convergence_origin="conv.json")
+    a = adv.advise_kernels(_kernels(), 0.005, [16], [1.0, 100.0], 5e-6, convergence_origin="conv.json")
     for detail in (False, True):
         console = Console(width=120, record=True, emoji=False)
-        for part in advice_output(a, (conv, tta.time_to_accuracy(a, conv)), detail=detail):
+        priced = dataclasses.replace(a, convergence=conv, times=tuple(tta.time_to_accuracy(a, conv)))
+        for part in advice_output(priced, detail=detail):
             console.print(part)
         text = console.export_text()
         rows = [line for line in text.splitlines() if line.startswith("│")]
@@ -246,18 +251,18 @@ def test_a_convergence_file_given_where_a_run_is_expected_says_where_it_goes(tmp
 
 def test_clusters_are_priced_one_by_one_not_as_a_cross_product() -> None:
     conv = _conv()
-    p = tta.price_convergence(conv, _kernels(), 0.005, [(16, 1.0), (64, 100.0)], 5e-6)
+    p = adv.price_convergence(conv, _kernels(), 0.005, [(16, 1.0), (64, 100.0)], 5e-6)
     assert [(st.workers, st.bandwidth_gbps) for st in p.times] == [(16, 1.0), (64, 100.0)]
     assert tta.parse_cluster("16x10") == (16, 10.0) and tta.parse_cluster("8×2.5") == (8, 2.5)
     for bad in ("16", "x10", "1x10", "16x0", "16xnan", "ax1"):
         with pytest.raises(ResultsError, match="WORKERSxGBITS"):
             tta.parse_cluster(bad)
     with pytest.raises(ResultsError, match="not of mlp"):
-        tta.price_convergence(_conv_of("zoo:smallcnn"), _kernels(), 0.005, [(16, 1.0)], 5e-6)
+        adv.price_convergence(_conv_of("zoo:smallcnn"), _kernels(), 0.005, [(16, 1.0)], 5e-6)
 
 
-def _conv_of(task: str) -> tta.ConvergenceInput:
-    return tta.read_convergence(parse_record(converge_record(task)), None, "conv.json")
+def _conv_of(task: str) -> acc.ConvergenceInput:
+    return acc.read_convergence(parse_record(converge_record(task)), None, "conv.json")
 
 
 def test_advise_csv_has_a_row_per_cluster_and_compressor_with_the_new_columns(tmp_path: Path) -> None:
@@ -295,8 +300,8 @@ def test_a_reference_that_never_reaches_the_target_leaves_the_baseline_without_a
     ref["summary"]["reached"], ref["summary"]["steps_to_target"] = 0, None
     for run in ref["seeds"]:  # the seeds say so too: a summary its seeds contradict is refused on load
         run["reached"], run["steps_to_target"] = False, None
-    conv = tta.read_convergence(parse_record(data), "mlp")
-    (st,) = tta.time_to_accuracy(adv.advise(_kernels(), 0.005, [16], [1.0], 5e-6), conv)
+    conv = acc.read_convergence(parse_record(data), "mlp")
+    (st,) = tta.time_to_accuracy(adv.advise_kernels(_kernels(), 0.005, [16], [1.0], 5e-6), conv)
     base = st.baseline_row()
     assert base is not None and base.time is None and all(r.vs_bf16 is None for r in st.rows)
     line = tta.time_sentence(st, conv)
@@ -305,18 +310,18 @@ def test_a_reference_that_never_reaches_the_target_leaves_the_baseline_without_a
 
 def test_a_compressor_is_priced_only_with_the_kernels_of_its_own_configuration() -> None:
     """The file's topk (default density) must not be priced with a bench of topk at another density."""
-    other = adv.KernelSet("mlp", "cpu", "t", "", (adv.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, DENSE, DENSE),
-                                                  adv.StepKernels("topk:density=0.1", "topk", 1e-3, 1e-3, 1e-3, DENSE / 5, DENSE)))
-    (st,) = tta.time_to_accuracy(adv.advise(other, 0.005, [16], [1.0], 5e-6), _conv())
+    other = sk.KernelSet("mlp", "cpu", "t", "", (sk.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, DENSE, DENSE),
+                                                  sk.StepKernels("topk:density=0.1", "topk", 1e-3, 1e-3, 1e-3, DENSE / 5, DENSE)))
+    (st,) = tta.time_to_accuracy(adv.advise_kernels(other, 0.005, [16], [1.0], 5e-6), _conv())
     assert "topk" in st.unpriced and "topk:density=0.1" in st.unmeasured
     assert all(r.label != "topk" for r in st.rows)
 
 
 def test_a_spec_as_the_user_wrote_it_and_as_a_bench_labels_it_are_one_configuration() -> None:
     """converge keeps the user's spelling (``error_feedback=true``), a bench file the parsed value's (``True``)."""
-    assert tta.same_spec("topk:density=0.01,error_feedback=true", "topk:error_feedback=True,density=0.01")
-    assert not tta.same_spec("topk:density=0.01", "topk:density=0.1")
-    assert not tta.same_spec("topk", "randomk")
+    assert acc.same_spec("topk:density=0.01,error_feedback=true", "topk:error_feedback=True,density=0.01")
+    assert not acc.same_spec("topk:density=0.01", "topk:density=0.1")
+    assert not acc.same_spec("topk", "randomk")
     conv = _conv()
     assert conv.get("topk") is not None and conv.get("topk:density=0.5") is None
 

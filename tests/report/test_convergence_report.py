@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ResultsError
-from gcbench.predict.time_to_accuracy import Span
+from gcbench.predict.accuracy import Span
 from gcbench.report.convergence import answer, ci_text, convergence_rows
 from gcbench.report.load import LoadedRun
-from gcbench.results.compare import compare_runs
+from gcbench.results.run_diff import compare_runs
 from gcbench.results.store import load_run
 from tests.converge_fixture import case, converge_record, interval, write_converge
 

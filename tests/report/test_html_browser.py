@@ -77,15 +77,16 @@ def test_other_kinds_of_report_fit_too(files: tuple[str, ...]) -> None:
 def test_a_convergence_report_priced_on_a_cluster_fits_too(tmp_path: Path) -> None:
     import dataclasses
 
-    from gcbench.predict import advise as adv
-    from gcbench.predict.time_to_accuracy import price_convergence, read_convergence
+    from gcbench.predict import step_kernels as sk
+    from gcbench.predict.accuracy import read_convergence
+    from gcbench.predict.advise import price_convergence
     from gcbench.results.store import load_run
     from tests.converge_fixture import write_converge
 
     path = write_converge(tmp_path / "conv.json")
     run = LoadedRun(path, load_run(path))
-    ks = adv.KernelSet("mlp", "cpu", "hand-made", "hand-made", (adv.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 4e6, 4e6),
-                                                                adv.StepKernels("topk", "topk", 2e-3, 1e-4, 1e-3, 8e4, 4e6)))
+    ks = sk.KernelSet("mlp", "cpu", "hand-made", "hand-made", (sk.StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 4e6, 4e6),
+                                                                sk.StepKernels("topk", "topk", 2e-3, 1e-4, 1e-3, 8e4, 4e6)))
     priced = dataclasses.replace(run, pricing=price_convergence(read_convergence(run.data), ks, 0.005, [(16, 1.0)], 5e-6))
     p = probe_page(render_html([priced]), width=WIDTH)
     assert p.console == [] and p.requests == ["GET /index.html HTTP/1.1"] and p.resources == []

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gcbench.measure.bench import bench_to_file
-from gcbench.predict import advise as adv
+from gcbench.predict import compute_time as ctime
+from gcbench.predict import inputs as inp
 from gcbench.results.bench_cache import MAX_AGE_S, find_recent_bench
 
 
@@ -83,25 +84,27 @@ def test_advise_reuses_the_kernels_and_the_compute_stored_with_them(bench_dir: P
     runs.mkdir()
     path = runs / _only_file(bench_dir).name
     shutil.copy(_only_file(bench_dir), path)
-    adv.store_compute(path, "mlp", adv.ComputeTiming(0.0123, (0.012, 0.0123, 0.013)))
-    step = adv.step_inputs("mlp", ["none", "fp16"], runs)
+    ctime.store_compute(path, "mlp", ctime.ComputeTiming(0.0123, (0.012, 0.0123, 0.013)))
+    step = inp.step_inputs("mlp", ["none", "fp16"], runs)
     assert "reused" in step.kernels.origin and str(path) in step.kernels.origin and "--remeasure" in step.kernels.origin
     assert step.compute_s == 0.0123 and "reused kernels" in step.compute_origin
     assert {k.compressor for k in step.kernels.kernels} == {"none", "fp16"}
-    again = adv.step_inputs("mlp", ["none", "fp16"], runs)
+    again = inp.step_inputs("mlp", ["none", "fp16"], runs)
     assert again == step  # back to back: the same kernels and compute, so the same answer
 
 
 def test_the_sentence_says_compute_is_this_machines_unless_given() -> None:
-    from gcbench.predict.advise import KernelSet, StepKernels, advise
+    from gcbench.predict.advise import advise_kernels
+    from gcbench.predict.advise_text import summaries
+    from gcbench.predict.step_kernels import KernelSet, StepKernels
 
     ks = KernelSet("mlp", "cpu", "test machine", "test", (
         StepKernels("none", "none", 1e-3, 1e-3, 1e-3, 4e6, 4e6, (), 1, ()),
         StepKernels("fp16", "fp16", 1e-3, 1e-3, 1e-3, 2e6, 4e6, (), 1, ())))
-    local = advise(ks, 0.01, [16], [1.0], 5e-6, compute_origin="measured on this machine's CPU")
-    given = advise(ks, 0.01, [16], [1.0], 5e-6, compute_origin="given")
-    assert "this machine's 10.0 ms a step" in local.summaries()[0] and "--compute-ms" in local.summaries()[0]
-    assert "this machine" not in given.summaries()[0]
+    local = advise_kernels(ks, 0.01, [16], [1.0], 5e-6, compute_origin="measured on this machine's CPU")
+    given = advise_kernels(ks, 0.01, [16], [1.0], 5e-6, compute_origin="given")
+    assert "this machine's 10.0 ms a step" in summaries(local)[0] and "--compute-ms" in summaries(local)[0]
+    assert "this machine" not in summaries(given)[0]
 
 
 def test_a_fresh_compute_time_far_from_the_last_stored_one_is_flagged_drifted(bench_dir: Path, tmp_path: Path) -> None:
@@ -112,15 +115,15 @@ def test_a_fresh_compute_time_far_from_the_last_stored_one_is_flagged_drifted(be
     older, newer = runs / "20000101T000000Z-bench.json", runs / src.name  # by name: the stored one sorts first
     shutil.copy(src, older)
     shutil.copy(src, newer)
-    adv.store_compute(older, "mlp", adv.ComputeTiming(0.5, (0.5, 0.5, 0.5)))  # 500 ms: far from the mlp's step here
-    step = adv.step_inputs("mlp", ["none", "fp16"], runs)  # reuses `newer` (no compute stored): measures compute afresh
+    ctime.store_compute(older, "mlp", ctime.ComputeTiming(0.5, (0.5, 0.5, 0.5)))  # 500 ms: far from the mlp's step here
+    step = inp.step_inputs("mlp", ["none", "fp16"], runs)  # reuses `newer` (no compute stored): measures compute afresh
     assert str(newer) in step.kernels.origin
     assert any(r.startswith("drifted:") and "500 ms in the bench of" in r for r in step.compute_flags)
 
 
 def test_against_previous_keeps_a_time_within_ten_percent() -> None:
-    near = adv.against_previous(adv.ComputeTiming(1.35e-3, (1.35e-3,)), adv.ComputeTiming(1.30e-3, (1.30e-3,)), "x")
+    near = ctime.against_previous(ctime.ComputeTiming(1.35e-3, (1.35e-3,)), ctime.ComputeTiming(1.30e-3, (1.30e-3,)), "x")
     assert near.flags == () and near.reasons == ()
-    far = adv.against_previous(adv.ComputeTiming(1.8e-3, (1.8e-3,)), adv.ComputeTiming(1.3e-3, (1.3e-3,)), "the bench of 3 min ago")
+    far = ctime.against_previous(ctime.ComputeTiming(1.8e-3, (1.8e-3,)), ctime.ComputeTiming(1.3e-3, (1.3e-3,)), "the bench of 3 min ago")
     assert far.flags == ("drifted",) and "1.8 ms per step now, 1.3 ms in the bench of 3 min ago (+38%" in far.reasons[0]
-    assert adv.against_previous(far, None, "x") is far
+    assert ctime.against_previous(far, None, "x") is far

@@ -486,13 +486,14 @@ def _read_everything(path: Path, data: dict[str, Any], partner: dict[str, Any], 
 
     from rich.console import Console
 
-    from gcbench.predict import network as netmodel
+    from gcbench.predict import simulate as netmodel
     from gcbench.report.html_page import render_html
     from gcbench.report.load import LoadedRun
     from gcbench.report.markdown import markdown_comparison, markdown_report
     from gcbench.report.terminal import comparison_table, runs_table, summary_tables
     from gcbench.results.baselines import PAPERS_FILE, load_claims, match_claims
-    from gcbench.results.compare import compare_runs, gate_failures
+    from gcbench.results.gate import gate_failures
+    from gcbench.results.run_diff import compare_runs
 
     run = LoadedRun(path, data)
     con = Console(file=io.StringIO(), width=200)
