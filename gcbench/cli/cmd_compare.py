@@ -117,7 +117,7 @@ def compare(
     sweep_cases = [c for c in as_cases(outcome.records) if c.label in swept] if sweep else None
     closed = None
     if conv is not None and model is not None:
-        from gcbench.predict.advise import closed_evidence
+        from gcbench.predict.inputs import closed_evidence
 
         closed = closed_evidence(conv[0], model, conv[1], [c.label for c in cases])
     if as_json:
@@ -138,8 +138,8 @@ def compare(
 def _convergence_of(model: str | None, given: Path | None, runs_dir: Path) -> tuple[RunRecord, str] | None:
     """(record, how it is named) of the convergence file a compare's recommendation is held to: the one given (refused in
     one line when it is not a convergence run of ``model``), else the newest of ``model`` in ``runs_dir``, else None."""
-    from gcbench.predict.advise import find_convergence
-    from gcbench.predict.time_to_accuracy import read_convergence
+    from gcbench.predict.accuracy import read_convergence
+    from gcbench.predict.inputs import find_convergence
     from gcbench.results.store import load_run
 
     if given is not None:

@@ -46,7 +46,7 @@ the protocol's counting rules (:mod:`gcbench.core.protocol`: payloads with their
 ring all-reduce's chunks, TernGrad's scalers; the simulation's numbers); ``sent_bytes`` =
 everything it handed to collectives, including the size exchanges (8 bytes per unit), the padding
 to the largest payload and whole all-reduce buffers.  How a collective replicates those bytes
-across links (ring, tree) is the network model's business (:mod:`gcbench.predict.network`).
+across links (ring, tree) is the network model's business (``predict/network.py``).
 
 Wire verification (:mod:`gcbench.distributed.transport`): per bucket, ``promised_bytes`` (what the
 messages declare: the payloads' ``nbytes``, an all-reduce's declared body), ``overhead_bytes`` (size
