@@ -84,7 +84,7 @@ def compare(
     from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import compare_suite
     from gcbench.report.terminal import head_to_head_output
-    from gcbench.results.compare import compare_json
+    from gcbench.results.head_to_head import compare_json
     from gcbench.results.parse import as_cases
     from gcbench.results.verdict import sweep_entries, verdicts
 

@@ -27,7 +27,7 @@ from gcbench.report.html_page import render_html
 from gcbench.report.load import LoadedRun
 from gcbench.results.atomic import atomic_write
 from gcbench.results.baselines import ClaimResult
-from gcbench.results.compare import Comparison
+from gcbench.results.judge import Comparison
 
 
 def write_html(path: str | Path, runs: Sequence[LoadedRun], claims: Sequence[ClaimResult] | None = None,

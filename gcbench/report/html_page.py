@@ -71,7 +71,7 @@ from gcbench.report.views import (
     worker_cells,
 )
 from gcbench.results.baselines import ClaimResult
-from gcbench.results.compare import Comparison
+from gcbench.results.judge import Comparison
 from gcbench.results.metrics import METRICS
 from gcbench.results.phases import phase_rows, source_windows, worker_traffic
 from gcbench.results.record import RunCase, TrainCase

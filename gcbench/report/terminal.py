@@ -73,19 +73,8 @@ from gcbench.report.views import (
     visible_rows,
 )
 from gcbench.results.baselines import ClaimResult
-from gcbench.results.compare import (
-    BETTER,
-    FIDELITY_METRICS,
-    FIXED,
-    MAIN_METRICS,
-    NEW_FAILURE,
-    NOT_COMPARABLE,
-    WORSE,
-    Comparison,
-    SideRow,
-    fidelity_references,
-    head_to_head,
-)
+from gcbench.results.head_to_head import FIDELITY_METRICS, MAIN_METRICS, SideRow, fidelity_references, head_to_head
+from gcbench.results.judge import BETTER, FIXED, NEW_FAILURE, NOT_COMPARABLE, WORSE, Comparison
 from gcbench.results.phases import phase_rows, source_windows
 from gcbench.results.recommend import ClosedEvidence
 from gcbench.results.record import BEATS_BOUND

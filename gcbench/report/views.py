@@ -27,7 +27,8 @@ from gcbench.report.notes import DAGGER
 from gcbench.report.numbers import fmt, or_unknown
 from gcbench.report.text import clip
 from gcbench.results.baselines import ClaimResult, format_measured
-from gcbench.results.compare import BENCH_UNIT, NOT_SIGNIFICANT, Comparison, Row
+from gcbench.results.bench_diff import BENCH_UNIT
+from gcbench.results.judge import NOT_SIGNIFICANT, Comparison, Row
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic
 from gcbench.results.record import BenchCase, RunCase, TrainCase
 

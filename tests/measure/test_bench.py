@@ -110,7 +110,7 @@ def test_specs_with_parameters_are_benchmarked_and_labelled() -> None:
 
 
 def test_bench_comparison_matches_rows_by_label() -> None:
-    from gcbench.results.compare import compare_runs
+    from gcbench.results.run_diff import compare_runs
 
     recs = run_bench(["topk:density=0.1", "topk"], [20_000], repeats=2, warmup=0, threads=1, isolate=False)
     env = {"cpu_model": "x", "cpu_count": 2, "torch_threads": 1}

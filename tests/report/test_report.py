@@ -141,7 +141,7 @@ def test_markdown_escapes_pipes_so_columns_stay_aligned() -> None:
 
 def test_markdown_comparison_and_claims_sections() -> None:
     from gcbench.results.baselines import load_claims, match_claims
-    from gcbench.results.compare import compare_runs
+    from gcbench.results.run_diff import compare_runs
 
     base, new = _run("run_base"), _run("run_new")
     cmp = compare_runs(base.data, new.data)

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from gcbench.core.errors import ResultsError
-from gcbench.results.compare import (
+from gcbench.results.bench_diff import smallest_p
+from gcbench.results.gate import gate_failures
+from gcbench.results.judge import (
     BETTER,
-    COMPARED,
     FAILING,
     MISSING,
     NEW,
@@ -27,16 +28,11 @@ from gcbench.results.compare import (
     NOT_COMPARABLE,
     NOT_SIGNIFICANT,
     WORSE,
-    Compared,
-    compare_metric,
-    compare_runs,
-    gate_failures,
-    match_cases,
     relative_change,
-    smallest_p,
     z_test,
 )
 from gcbench.results.parse import as_case, as_record
+from gcbench.results.run_diff import COMPARED, Compared, compare_metric, compare_runs, match_cases
 from gcbench.results.record import EfDrift
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

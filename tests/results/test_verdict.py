@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gcbench.cli import app
-from gcbench.results.compare import FIDELITY_METRICS, MAIN_METRICS, compare_json, head_to_head
+from gcbench.results.head_to_head import FIDELITY_METRICS, MAIN_METRICS, compare_json, head_to_head
 from gcbench.results.parse import as_case
 from gcbench.results.record import RUN_METRICS, RunCase
 from gcbench.results.verdict import (
