@@ -26,9 +26,9 @@ the returned work), so the exchange completes before the call returns.
 Wire verification as in the DDP hook: the all-to-all's bytes handed to ``torch.distributed`` must be
 the payloads' ``nbytes`` plus the size exchange, and every payload's body the size its header declares,
 or the call raises :class:`~gcbench.distributed.transport.WireMismatchError` (``verify_wire=False``
-records only).  :class:`FSDPCompression` keeps per call a :class:`~gcbench.distributed.ddp.BucketStats`
+records only).  :class:`FSDPCompression` keeps per call a :class:`~gcbench.distributed.hook_stats.BucketStats`
 (``bucket`` = the module's index, ``dense_bytes`` = what FSDP's dense reduce-scatter would send: the
-``world − 1`` peer chunks in the input's dtype); a step of its :class:`~gcbench.distributed.ddp.HookStats`
+``world − 1`` peer chunks in the input's dtype); a step of its :class:`~gcbench.distributed.hook_stats.HookStats`
 closes when every registered module's reduce-scatter ran once.
 
 Limitations: one parameter group per module (FSDP2's own restriction on custom reduce-scatters); FSDP's
@@ -48,7 +48,8 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.protocol import AllToAll, Outcome, WorkerProtocol
-from gcbench.distributed.ddp import BucketStats, HookStats, check_payload_sizes, make_compressor, unit_seed
+from gcbench.distributed.ddp import check_payload_sizes, make_compressor, unit_seed
+from gcbench.distributed.hook_stats import BucketStats, HookStats
 from gcbench.distributed.launch import check_agreement
 from gcbench.distributed.transport import ChainTimes, TorchTransport, drive
 
@@ -183,7 +184,7 @@ def register_fsdp_compressor(
         accum: the dtype peers' decoded chunks are summed in (float32 or float64).
         verify_wire: raise :class:`~gcbench.distributed.transport.WireMismatchError` when the bytes handed to
             ``torch.distributed`` are not what the payloads promise; False records it in the stats only.
-        stats: an existing :class:`~gcbench.distributed.ddp.HookStats` to record into.
+        stats: an existing :class:`~gcbench.distributed.hook_stats.HookStats` to record into.
         process_group: the group the ranks compare their configurations in (default: the default group);
             the exchanges run in the group FSDP passes (its mesh's).
 

@@ -16,7 +16,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gcbench.compressors import registry
 from gcbench.core.compressor import State
-from gcbench.distributed.ddp import HookStats, compressor_hook, register_compressor_hook, unit_seed
+from gcbench.distributed.ddp import compressor_hook, register_compressor_hook, unit_seed
+from gcbench.distributed.hook_stats import HookStats
 from gcbench.train.workers import WorkerContext, run_group
 
 WORLD = 2
@@ -510,7 +511,7 @@ def test_register_rejects_bad_settings_without_a_group() -> None:
 
 
 def _bucket(compress_s: float) -> Any:
-    from gcbench.distributed.ddp import BucketStats
+    from gcbench.distributed.hook_stats import BucketStats
 
     return BucketStats(bucket=0, numel=100, units=1, protocol="allgather", collective="allgather", payload_bytes=40,
                        sent_bytes=40, dense_bytes=400, decoded_payloads=2, compress_s=compress_s, communicate_s=0.002,
