@@ -28,12 +28,15 @@ fields no longer builds one uint64 per bit (the old generic path, 1.6 GB for 6-b
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from gcbench import kernels
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import INDEX_CODINGS, SPARSE_CODINGS  # noqa: F401  (the coding names, declared torch-free)
+from gcbench.kernels.runtime import slow_path
 
 # ----------------------------------------------------------------------------- bit packing
 
@@ -284,14 +287,14 @@ def _read_fields_py(bits: np.ndarray, count: int, pattern: np.ndarray) -> tuple[
     return out, pos
 
 
-try:  # numba makes the sequential Elias-ω decoder fast; the pure-Python one is the reference
-    if not kernels.NUMBA:  # numba missing, or GCBENCH_KERNELS=torch: the reference decoder
-        raise ImportError("numba kernels off")
-    import numba
+_read_fields_fast: Callable[..., Any] | None = None
+if kernels.NUMBA:  # numba makes the sequential Elias-ω decoder fast; without it (or GCBENCH_KERNELS=torch) the reference decodes
+    try:
+        import numba
 
-    _read_fields_fast = numba.njit(cache=True, nogil=True)(_read_fields_py)
-except Exception:  # numba missing or broken, or the kernel switch: fall back to the reference
-    _read_fields_fast = None
+        _read_fields_fast = numba.njit(cache=True, nogil=True)(_read_fields_py)
+    except Exception as exc:  # a numba that imports but cannot build the decoder: said once, the reference decodes
+        slow_path("numba could not build the Elias-omega decoder", exc)
 
 
 def _check_record_count(data: np.ndarray, count: int, pattern: np.ndarray) -> None:

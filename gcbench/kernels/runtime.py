@@ -36,6 +36,7 @@ number of threads.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,31 @@ def kernel_mode() -> str:
     return os.environ.get("GCBENCH_KERNELS", "auto").strip().lower() or "auto"
 
 
+#: what ran a slow path because numba failed (to import, or to build a kernel), one line each; the results
+#: file's environment records them (``numba_error``).  Empty when numba works or ``GCBENCH_KERNELS=torch`` chose
+#: the torch path.
+SLOW_PATHS: list[str] = []
+#: set once the slow path has been said on stderr: the command's worker processes inherit it and stay quiet
+SLOW_PATH_SAID_ENV = "GCBENCH_SLOW_PATH_SAID"
+
+
+def slow_path(what: str, exc: BaseException) -> None:
+    """Record that ``what`` failed with ``exc`` and the slow path runs instead; say so on stderr, once per command.
+
+    numba is a dependency: without it every compressor still makes the same bytes on its torch or
+    Python path, but its timings are several times slower, so a broken install must not pass unnoticed.
+    """
+    detail = str(exc).strip().splitlines()
+    reason = f"{what}: {type(exc).__name__}{': ' + detail[0] if detail else ''}"
+    SLOW_PATHS.append(reason)
+    if os.environ.get(SLOW_PATH_SAID_ENV):
+        return
+    os.environ[SLOW_PATH_SAID_ENV] = "1"
+    print(f"gcbench: warning: {reason}; the kernels run on their slow torch and Python paths (the same bytes, slower "
+          "timings). Fix: pip install --force-reinstall 'numba>=0.59', or set GCBENCH_KERNELS=torch to choose that path.",
+          file=sys.stderr)
+
+
 try:
     if kernel_mode() == "torch":
         raise ImportError("GCBENCH_KERNELS=torch: the torch path everywhere")
@@ -61,8 +87,10 @@ try:
     from numba.extending import intrinsic
 
     NUMBA = True
-except Exception:  # numba missing or broken, or the torch path asked for: compressors use their torch paths
+except Exception as exc:  # the torch path asked for, or numba missing or broken: compressors use their torch paths
     NUMBA = False
+    if kernel_mode() != "torch":
+        slow_path("numba failed to import", exc)
     prange = range
 
     def njit(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]

@@ -103,6 +103,7 @@ class Environment(Model):
     cuda_version: Str | None = None
     device: Str | None = None
     kernels: Str | None = None  # "numba" or "torch" (GCBENCH_KERNELS=torch, or numba missing); older files: none
+    numba_error: Str | None = None  # why numba failed and the kernels ran the slow path; absent when numba works
 
     def machine_key(self) -> str:
         """What must match for timings to be comparable: CPU model, cores, threads, GPU, kernel path."""

@@ -66,7 +66,7 @@ def git_info(path: Path | None = None) -> dict[str, Any]:
 
 def environment(device: str = "cpu") -> dict[str, Any]:
     """Machine and software facts that decide whether two runs are comparable."""
-    from gcbench import kernels  # here: numba's import is for the commands that measure
+    from gcbench.kernels import runtime  # here: numba's import is for the commands that measure
 
     env: dict[str, Any] = {
         "hostname": platform.node(),
@@ -79,11 +79,13 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "numpy": np.__version__,
         "cuda_device": None,
         "device": device,
-        "kernels": "numba" if kernels.NUMBA else "torch",  # GCBENCH_KERNELS and whether numba imports
+        "kernels": "numba" if runtime.NUMBA else "torch",  # GCBENCH_KERNELS and whether numba imports
     }
     if torch.cuda.is_available():
         env["cuda_device"] = torch.cuda.get_device_name(0)
         env["cuda_version"] = torch.version.cuda
+    if runtime.SLOW_PATHS:  # numba failed: the file says why its kernels ran the slow path (absent when numba works)
+        env["numba_error"] = "; ".join(runtime.SLOW_PATHS)
     return env
 
 
