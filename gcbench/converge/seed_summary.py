@@ -48,7 +48,7 @@ def domain(quantity: str, metric: str | None = None, budget: int | None = None) 
     return UNBOUNDED
 
 
-def interval(values: Sequence[float], bounds: Domain = UNBOUNDED) -> dict[str, Any] | None:
+def interval(values: Sequence[float | None], bounds: Domain = UNBOUNDED) -> dict[str, Any] | None:
     """``{mean, low, high, n}``: the mean of the finite ``values`` with its 95% t-interval clipped to ``bounds``; None
     without a value."""
     iv = mean_interval([float(v) for v in values if v is not None and math.isfinite(float(v))])
@@ -100,9 +100,9 @@ def curve_band(curves: Sequence[Sequence[Mapping[str, Any]]], bounds: Domain = U
 
 def summarize(seeds: Sequence[Mapping[str, Any]], reference_finals: Mapping[int, float] | None, target: float | None,
               metric: str | None = None, budget: int | None = None) -> dict[str, Any]:
-    """The :class:`~gcbench.results.record.ConvergeSummary` of one compressor's seed runs.
+    """The :class:`~gcbench.results.converge_record.ConvergeSummary` of one compressor's seed runs.
 
-    ``seeds``: :class:`~gcbench.results.record.SeedRun` dicts (``seed``, ``status``, ``curve``,
+    ``seeds``: :class:`~gcbench.results.converge_record.SeedRun` dicts (``seed``, ``status``, ``curve``,
     ``final_metric``); ``reference_finals``: the reference's final metric per seed (None for the
     reference itself, whose gap is zero by definition); ``target``: the metric to reach; ``metric`` and
     ``budget`` (the settings' metric and steps): the domains the intervals are clipped to (:func:`domain`).

@@ -88,7 +88,7 @@ def compare_bench(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapp
             continue
         seen.add(k)
         ident = {"source": bench_source(n), "case": k[0]}
-        case_row = {**ident, "metric": "", "baseline": None, "new": None, "change": None, "p_value": None}
+        case_row: dict[str, Any] = {**ident, "metric": "", "baseline": None, "new": None, "change": None, "p_value": None}
         b = base_index.get(k)
         if b is None:
             cmp.rows.append(Row(**case_row, verdict=NEW if n.ok else NEW_FAILURE, reason="" if n.ok else n.error_text))

@@ -269,7 +269,8 @@ def compare_runs(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mappi
     for b, n in pairs:
         # a failed record names only its source; its partner may carry the label
         src = source_label(n) if n.source and n.source.label else source_label(b)
-        case_row = {"source": src, "case": n.label, "metric": "", "baseline": None, "new": None, "change": None, "p_value": None}
+        case_row: dict[str, Any] = {"source": src, "case": n.label, "metric": "", "baseline": None, "new": None, "change": None,
+                                    "p_value": None}
         if not n.ok:
             cmp.rows.append(Row(**case_row, verdict=NEW_FAILURE if b.ok else FAILING, reason=n.error_text or "failed"))
             continue

@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gcbench.core.intervals import CONFIDENCE, paired_difference
-from gcbench.results.record import RunCase, XCopy
+from gcbench.results.record import XCopy
+from gcbench.results.run_record import RunCase
 
 # the axes of a pair's verdict (the JSON "axis" values)
 BYTES = "bytes"
@@ -213,7 +214,7 @@ def _worker_values(case: RunCase) -> list[float] | None:
     w = case.stream.worker_delivered if case.stream else None
     if not w or any(v is None or not math.isfinite(v) for v in w):
         return None
-    return [float(v) for v in w]
+    return [float(v) for v in w if v is not None]
 
 
 def _undrained(a: RunCase, b: RunCase) -> str:
