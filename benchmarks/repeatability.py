@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from gcbench.measure.casemath import COPY_SPREAD_LIMIT
-from gcbench.results.record import RunCase
+from gcbench.results.run_record import RunCase
 from gcbench.results.store import load_run
 
 

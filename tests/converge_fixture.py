@@ -1,6 +1,6 @@
 """Hand-built convergence results files (kind ``converge``), valid per :func:`gcbench.results.parse.parse_record`.
 
-Built from the schema in gcbench/results/record.py (section "convergence (gcbench converge)") for the tests of
+Built from the schema in gcbench/results/converge_record.py for the tests of
 ``advise --convergence`` and of the reports, independently of ``gcbench converge`` itself.  The numbers are invented
 test inputs, not measurements: each compressor is given per-seed steps to the target and final metrics, and the
 summary is computed from them (mean and 95% Student-t interval) the way the schema describes.

@@ -1,7 +1,7 @@
-"""A compressor's seed runs as one ``kind = "converge"`` case (:class:`gcbench.results.record.ConvergeCase`).
+"""A compressor's seed runs as one ``kind = "converge"`` case (:class:`gcbench.results.converge_record.ConvergeCase`).
 
 :func:`seed_run` turns an engine :class:`~gcbench.converge.engine.SeedResult` into a
-:class:`~gcbench.results.record.SeedRun` (its ``reached`` / ``steps_to_target`` once the target is
+:class:`~gcbench.results.converge_record.SeedRun` (its ``reached`` / ``steps_to_target`` once the target is
 known); :func:`build_case` adds the settings, the summary over seeds (:mod:`gcbench.converge.seed_summary`)
 and the bytes per worker per step.  The reference is recorded like any compressor, with
 ``convergence.reference = true``.

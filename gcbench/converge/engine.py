@@ -73,7 +73,7 @@ class EngineSettings:
 
 @dataclass
 class SeedResult:
-    """One seed's outcome: the :class:`~gcbench.results.record.SeedRun` fields, and the bytes it sent."""
+    """One seed's outcome: the :class:`~gcbench.results.converge_record.SeedRun` fields, and the bytes it sent."""
 
     seed: int
     status: str  # "ok", "diverged" or "error"

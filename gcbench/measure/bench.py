@@ -46,8 +46,9 @@ from gcbench.measure.timing import (
     time_step,
     x_copy_summary,
 )
+from gcbench.results.bench_record import BenchCase
 from gcbench.results.record import CUT_SHORT as CUT_SHORT_FLAG
-from gcbench.results.record import BenchCase, RunRecord
+from gcbench.results.record import RunRecord
 from gcbench.results.store import RunWriter, load_run
 from gcbench.sources import zoo
 

@@ -507,7 +507,7 @@ class DeliveredStream:
         return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "se_mean": iv.se}
 
     def summary(self, stateful: bool, min_steps: int) -> dict[str, Any]:
-        """The record's stream block (:class:`gcbench.results.record.Stream`)."""
+        """The record's stream block (:class:`gcbench.results.run_record.Stream`)."""
         workers = self.worker_delivered()
         steps = len(self.delivered)
         ci = mean_ci([v for v in workers if v is not None]) if workers else None

@@ -26,8 +26,10 @@ from rich.text import Text
 from gcbench.report.notes import X_COPY_DEC_HEADER, X_COPY_HEADER
 from gcbench.report.numbers import fmt, fraction_text, or_unknown, range_text, spread_text
 from gcbench.report.text import NAME_MAX, term
+from gcbench.results.bench_record import BenchCase
 from gcbench.results.metrics import METRICS
-from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, XCopy
+from gcbench.results.record import BEATS_BOUND, XCopy
+from gcbench.results.run_record import RunCase
 
 #: a label piece: up to and including a run of separators (a spec's ``,`` ``:`` ``=``, or a space), or the tail
 _LABEL_PIECE = re.compile(r"[^,:= ]*[,:= ]+|[^,:= ]+")

@@ -61,7 +61,7 @@ def metric_name(settings: Mapping[str, Any]) -> str:
 
 
 def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
-    """The table of a convergence run's cases (JSON-ready dicts of :class:`~gcbench.results.record.ConvergeCase`)."""
+    """The table of a convergence run's cases (JSON-ready dicts of :class:`~gcbench.results.converge_record.ConvergeCase`)."""
     settings = _conv(cases[0]).get("settings", {}) if cases else {}
     metric = metric_name(settings)
     t = Table(title=term(title, 116), title_justify="left")

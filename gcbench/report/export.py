@@ -56,7 +56,10 @@ from gcbench.report.convergence import converge_cases_rows, converge_steps_rows
 from gcbench.report.load import LoadedRun
 from gcbench.report.views import bench_target, oneshot_reference, params_text
 from gcbench.results.atomic import write_temp
-from gcbench.results.record import BenchCase, RunCase, TrainCase, XCopy
+from gcbench.results.bench_record import BenchCase
+from gcbench.results.record import XCopy
+from gcbench.results.run_record import RunCase
+from gcbench.results.train_record import TrainCase
 
 #: the files one export writes, in this order
 CSV_FILES = ("cases.csv", "layers.csv", "steps.csv", "timings.csv")

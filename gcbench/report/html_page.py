@@ -74,7 +74,8 @@ from gcbench.results.baselines import ClaimResult
 from gcbench.results.judge import Comparison
 from gcbench.results.metrics import METRICS
 from gcbench.results.phases import phase_rows, source_windows, worker_traffic
-from gcbench.results.record import RunCase, TrainCase
+from gcbench.results.run_record import RunCase
+from gcbench.results.train_record import TrainCase
 
 #: the page's template, shipped as package data (``[tool.setuptools.package-data]`` in pyproject.toml)
 TEMPLATE_FILE = "templates/report.html.j2"

@@ -29,7 +29,8 @@ from matplotlib.transforms import Bbox
 from gcbench.report.text import NAME_MAX, clip
 from gcbench.report.views import case_name, pareto_front
 from gcbench.results.parse import as_cases
-from gcbench.results.record import RunCase, TrainCase
+from gcbench.results.run_record import RunCase
+from gcbench.results.train_record import TrainCase
 
 DPI = 100
 

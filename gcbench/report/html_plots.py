@@ -52,7 +52,8 @@ from gcbench.report.html_plotkit import (
 from gcbench.report.text import clip
 from gcbench.report.views import case_name, oneshot_caption, pareto_front, stream_reference
 from gcbench.results.phases import Window, per_step_sent, per_step_sent_body, source_windows, window_metrics
-from gcbench.results.record import BEATS_BOUND, RunCase
+from gcbench.results.record import BEATS_BOUND
+from gcbench.results.run_record import RunCase
 
 #: an error at or above this is no better than sending nothing (‖0 − x‖²/‖x‖² = 1; delivered ≤ 0)
 NOTHING = 1.0

@@ -36,8 +36,11 @@ from gcbench.report.html_plotkit import (
 )
 from gcbench.report.numbers import size_text
 from gcbench.report.views import bench_name, case_name
+from gcbench.results.bench_record import BenchCase
 from gcbench.results.parse import as_cases
-from gcbench.results.record import BEATS_BOUND, BenchCase, RunCase, TrainCase
+from gcbench.results.record import BEATS_BOUND
+from gcbench.results.run_record import RunCase
+from gcbench.results.train_record import TrainCase
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ from gcbench.report.views import (
 from gcbench.results.baselines import ClaimResult
 from gcbench.results.judge import Comparison
 from gcbench.results.phases import phase_rows, source_windows, worker_traffic
-from gcbench.results.record import RunCase, TrainCase
+from gcbench.results.run_record import RunCase
+from gcbench.results.train_record import TrainCase
 
 
 def markdown_phases(cases: Sequence[RunCase]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gcbench.results.record import FLOAT_INT_MAX
+from gcbench.results.fields import FLOAT_INT_MAX
 
 
 def spread_text(v: float, spread: float | None, unit: str = "") -> str:

@@ -28,9 +28,11 @@ from gcbench.report.numbers import fmt, or_unknown
 from gcbench.report.text import clip
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.bench_diff import BENCH_UNIT
+from gcbench.results.bench_record import BenchCase
 from gcbench.results.judge import NOT_SIGNIFICANT, Comparison, Row
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic
-from gcbench.results.record import BenchCase, RunCase, TrainCase
+from gcbench.results.run_record import RunCase
+from gcbench.results.train_record import TrainCase
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from typing import Any
 from gcbench.core.errors import GcbenchError
 from gcbench.core.files import load_user_toml
 from gcbench.results.parse import as_record
-from gcbench.results.record import MeasureRecord, RunCase, RunRecord
+from gcbench.results.record import RunRecord
+from gcbench.results.run_record import MeasureRecord, RunCase
 
 PAPERS_FILE = Path(__file__).resolve().parents[1] / "data" / "papers.toml"  # package data (baselines/papers.toml links to it)
 CLAIMS_SCHEMA = 1

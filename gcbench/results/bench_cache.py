@@ -19,7 +19,8 @@ from typing import Any
 import gcbench
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
-from gcbench.results.record import BenchCase, Environment, RunRecord
+from gcbench.results.bench_record import BenchCase
+from gcbench.results.record import Environment, RunRecord
 from gcbench.results.store import environment, list_runs, load_run, recorded_time
 
 #: a bench older than this is measured anew: a machine's speed and load move over hours and days

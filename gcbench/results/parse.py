@@ -10,9 +10,10 @@
   :func:`as_record`, :func:`as_case` and :func:`as_cases` accept a record or case as it is, or a
   dict to validate.
 
-The models are :mod:`gcbench.results.record`'s, which re-exports these functions; the schema
-version and the upgrade steps are read from it at each call (so a new version, or a test that sets
-one, is seen here).
+The header, the schema version and the upgrade steps are :mod:`gcbench.results.record`'s (read at each call, so a
+new version, or a test that sets one, is seen here); each kind's models are its own module's
+(:mod:`~gcbench.results.run_record`, :mod:`~gcbench.results.train_record`, :mod:`~gcbench.results.bench_record`,
+:mod:`~gcbench.results.converge_record`), dispatched here by the file's ``kind``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,17 @@ from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from gcbench.core.errors import ResultsError
 from gcbench.results import record as schema
+from gcbench.results.bench_record import BenchCase, BenchRecord
+from gcbench.results.converge_record import ConvergeCase, ConvergeRecord
 from gcbench.results.fields import show
-from gcbench.results.record import (
-    CASE_MODELS,
-    KINDS,
-    BenchCase,
-    BenchRecord,
-    Case,
-    ConvergeRecord,
-    MeasureRecord,
-    RunCase,
-    RunRecord,
-    TrainCase,
-    TrainRecord,
-)
+from gcbench.results.record import KINDS, Model, RunRecord
+from gcbench.results.run_record import MeasureRecord, RunCase
+from gcbench.results.train_record import TrainCase, TrainRecord
+
+#: the case model of each kind of results file
+CASE_MODELS: dict[str, type[Model]] = {"run": RunCase, "compare": RunCase, "train": TrainCase, "bench": BenchCase,
+                                       "converge": ConvergeCase}
+Case = RunCase | TrainCase | BenchCase | ConvergeCase
 
 
 def _tag(value: Any) -> str | None:

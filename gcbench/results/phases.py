@@ -39,7 +39,7 @@ from typing import Any
 
 from gcbench.core.payload import dense_bytes
 from gcbench.results.parse import as_case, as_cases
-from gcbench.results.record import Aggregate, PhaseWindow, RunCase, TrafficPhase
+from gcbench.results.run_record import Aggregate, PhaseWindow, RunCase, TrafficPhase
 
 
 @dataclass(frozen=True)

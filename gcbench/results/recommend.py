@@ -37,7 +37,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gcbench.results.record import RunCase
+from gcbench.results.run_record import RunCase
 
 #: the least fraction of the dense update a recommended compressor delivers over the stream (advise's floor too)
 DELIVERED_FLOOR = 0.5

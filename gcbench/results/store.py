@@ -33,8 +33,8 @@ from gcbench.core.errors import ResultsError
 from gcbench.core.files import load_user_json
 from gcbench.results.atomic import atomic_write, write_temp
 from gcbench.results.metrics import metrics_metadata
-from gcbench.results.parse import as_case, parse_record
-from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, Case, RunRecord
+from gcbench.results.parse import Case, as_case, parse_record
+from gcbench.results.record import SCHEMA_VERSION, WRITER_GONE, RunRecord
 
 DEFAULT_RUNS_DIR = Path("reports") / "runs"
 #: a results file of the largest reference run is ~3 MB; this is far above any real one and far below RAM
@@ -193,8 +193,8 @@ class RunWriter:
     ``gcbench run``/``compare`` (:mod:`gcbench.measure.runner`), ``gcbench train``
     (:mod:`gcbench.train.driver`) and ``gcbench bench`` (:mod:`gcbench.measure.bench`) all write
     through it.  The header is a typed :class:`~gcbench.results.record.RunRecord` of the writer's
-    ``kind``; each case is handed as its model (:class:`~gcbench.results.record.RunCase`,
-    :class:`~gcbench.results.record.TrainCase`, :class:`~gcbench.results.record.BenchCase`) or as a
+    ``kind``; each case is handed as its model (:class:`~gcbench.results.run_record.RunCase`,
+    :class:`~gcbench.results.train_record.TrainCase`, :class:`~gcbench.results.bench_record.BenchCase`) or as a
     dict that is validated into it here, so nothing that does not fit the schema reaches a file.
 
     The file is created (exclusively, :func:`create_run_file`) when the first case is recorded,

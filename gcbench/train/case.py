@@ -1,7 +1,7 @@
 """The results record of one compressor's training run, from every rank's summary (``gcbench train``).
 
 :func:`build_record` turns the per-rank summaries of :func:`gcbench.train.driver.train_one`
-into one case of a ``kind = "train"`` results file (:class:`gcbench.results.record.TrainCase`):
+into one case of a ``kind = "train"`` results file (:class:`gcbench.results.train_record.TrainCase`):
 the accuracy curve, time to target, the step time split into compute, compress, communicate and
 decompress (medians over steps after the first, averaged over ranks), the bytes each worker sent,
 the gap to the uncompressed reference, and whether the replicas stayed bit-identical.

@@ -153,8 +153,8 @@ def test_converge_counts_past_their_range_are_one_line_before_any_training(optio
 def test_converge_bounds_are_the_results_schemas() -> None:
     from gcbench.converge.sweep import BOUNDS
     from gcbench.measure.suite import MetricsSpec, SourceSpec, key_range
+    from gcbench.results.converge_record import ConvergeSettings
     from gcbench.results.fields import COUNT_MAX
-    from gcbench.results.record import ConvergeSettings
 
     assert all(BOUNDS[k] == COUNT_MAX for k in ("steps", "seeds", "batch", "eval_every"))
     assert key_range(SourceSpec, "workers") == f"[1, {BOUNDS['workers']}]"

@@ -53,7 +53,7 @@ def test_bench_case_records_same_process_ratios() -> None:
 
 def test_bench_case_records_the_traffic_bound() -> None:
     from gcbench.compressors import registry
-    from gcbench.results.record import BenchCase
+    from gcbench.results.bench_record import BenchCase
 
     rec = bench_case("signsgd", numel=20_000, repeats=2, warmup=0, threads=1, reference=False)
     bound = registry.create("signsgd").info.traffic_bytes / 8
@@ -125,7 +125,7 @@ def test_bench_comparison_matches_rows_by_label() -> None:
 def test_bench_model_times_a_whole_step_of_the_model() -> None:
     from gcbench.compressors import registry
     from gcbench.measure.bench import model_tensors
-    from gcbench.results.record import BenchCase
+    from gcbench.results.bench_record import BenchCase
     from gcbench.sources.zoo import layer_shapes
 
     layout = layer_shapes("mlp")
@@ -254,7 +254,7 @@ def test_cpu_meter_takes_this_process_off_the_machines_busy_time() -> None:
 
 def test_bench_table_says_what_triggered_each_flag() -> None:
     from gcbench.report.views import flag_reason_lines
-    from gcbench.results.record import BenchCase
+    from gcbench.results.bench_record import BenchCase
 
     block = {"median": 3.1, "samples": [3.1] * 6, "flags": ["unstable"],
              "reasons": {"unstable": "the median's 95% CI is ±14% of it (over ±10%) after 40 rounds"}}

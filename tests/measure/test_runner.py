@@ -352,7 +352,7 @@ def test_a_cache_resident_sources_copy_that_moved_is_recorded_and_said_under_its
     assert [t["compress_x_copy"]["flags"] for t in moved] == [[], []]  # a source-level statement, not a flag on every row
 
     from gcbench.report.views import copy_caveat
-    from gcbench.results.record import RunCase
+    from gcbench.results.run_record import RunCase
 
     def cases(timings: list[dict[str, Any]]) -> list[RunCase]:
         return [RunCase.model_validate({"name": "c", "label": f"c{i}", "status": "ok", "timing": t}) for i, t in enumerate(timings)]

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.converge import seed_summary
 from gcbench.report.load import LoadedRun, load_runs
+from gcbench.results.converge_record import ConvergeCase
 from gcbench.results.converge_thin import MAX_CURVE_POINTS, THINNED_FROM, kept_indices
-from gcbench.results.record import ConvergeCase
 from gcbench.results.store import load_run
 
 runner = CliRunner()

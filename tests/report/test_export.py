@@ -26,7 +26,9 @@ from gcbench.report.export import (
     write_csv,
 )
 from gcbench.report.load import LoadedRun, load_runs
-from gcbench.results.record import BenchCase, RunCase, TrainCase
+from gcbench.results.bench_record import BenchCase
+from gcbench.results.run_record import RunCase
+from gcbench.results.train_record import TrainCase
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 runner = CliRunner()

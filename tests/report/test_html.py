@@ -48,7 +48,8 @@ from gcbench.report.load import LoadedRun
 from gcbench.report.notes import X_COPY_HEADER
 from gcbench.report.views import by_source, case_name, pareto_front
 from gcbench.results.parse import as_case
-from gcbench.results.record import BEATS_BOUND, RunCase
+from gcbench.results.record import BEATS_BOUND
+from gcbench.results.run_record import RunCase
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}

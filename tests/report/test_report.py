@@ -39,7 +39,9 @@ from gcbench.report.notes import FOOTNOTE, TIMING_NOTE
 from gcbench.report.numbers import fmt, size_text, spread_text
 from gcbench.report.terminal import head_to_head_output, layer_tables, run_output, summary_tables
 from gcbench.report.views import bench_target, by_source, case_name, pareto_front, stream_caption
-from gcbench.results.record import BenchCase, RunCase, XCopy
+from gcbench.results.bench_record import BenchCase
+from gcbench.results.record import XCopy
+from gcbench.results.run_record import RunCase
 from gcbench.results.store import load_run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -33,7 +33,7 @@ from gcbench.results.judge import (
 )
 from gcbench.results.parse import as_case, as_record
 from gcbench.results.run_diff import COMPARED, Compared, compare_metric, compare_runs, match_cases
-from gcbench.results.record import EfDrift
+from gcbench.results.run_record import EfDrift
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 S2 = "synthetic <img src=x onerror=alert(1)> normal"

@@ -10,14 +10,11 @@ import pytest
 
 from gcbench.core.errors import ResultsError
 from gcbench.results import record
+from gcbench.results.bench_record import BenchRecord
 from gcbench.results.parse import parse_record
-from gcbench.results.record import (
-    BenchRecord,
-    MeasureRecord,
-    RunCase,
-    TrainRecord,
-)
+from gcbench.results.run_record import MeasureRecord, RunCase
 from gcbench.results.store import RunWriter, load_run
+from gcbench.results.train_record import TrainRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.results.head_to_head import FIDELITY_METRICS, MAIN_METRICS, compare_json, head_to_head
 from gcbench.results.parse import as_case
-from gcbench.results.record import RUN_METRICS, RunCase
+from gcbench.results.run_record import RUN_METRICS, RunCase
 from gcbench.results.verdict import (
     BYTES,
     DELIVERED,
