@@ -360,14 +360,15 @@ def test_bundled_suite_names_ignore_case_and_get_suggestions(tmp_path: Path) -> 
 
 
 def test_zoo_model_names_ignore_case_and_other_models_pass_through() -> None:
-    import gcbench.cli as cli
+    from gcbench.cli.failures import UsageError
+    from gcbench.cli.grammar import model_arg
 
-    assert cli.model_arg("ResNet18") == "resnet18" and cli.model_arg("mlp") == "mlp"
+    assert model_arg("ResNet18") == "resnet18" and model_arg("mlp") == "mlp"
     for other in ("hf:gpt2:layers=2", "mypkg.Models:factory", None):
-        assert cli.model_arg(other) == other
+        assert model_arg(other) == other
     for unknown, suggestion in (("resnet19", "did you mean 'resnet18'"), ("hf:gpt3", "did you mean 'gpt2'")):
-        with pytest.raises(cli.UsageError, match=suggestion):  # an unknown name is exit 2, as an unknown -c is
-            cli.model_arg(unknown)
+        with pytest.raises(UsageError, match=suggestion):  # an unknown name is exit 2, as an unknown -c is
+            model_arg(unknown)
 
 
 @pytest.mark.parametrize(("argv", "new_form"), [

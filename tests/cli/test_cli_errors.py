@@ -24,7 +24,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import gcbench.cli.output as cli_output
-from gcbench.cli import app, user_errors
+from gcbench.cli import app
+from gcbench.cli.failures import user_errors
 
 runner = CliRunner()
 
