@@ -73,18 +73,12 @@ def old_comma_list(text: str) -> list[str] | None:
     """The compressors of a pre-0.2 comma list (``"none,topk:density=0.1,qsgd"``), or None when ``text`` is one SPEC.
 
     An item after the first that is not ``key=value`` names another compressor; ``key=value``
-    items continue the spec before them, as the old form read them.
+    items continue the spec before them, as the old form read them (:func:`registry.split_specs`).
     """
-    items = [s.strip() for s in text.split(",") if s.strip()]
-    if len(items) < 2 or all("=" in item and ":" not in item.partition("=")[0] for item in items[1:]):
-        return None
-    specs: list[str] = []
-    for item in items:
-        if "=" in item and ":" not in item.partition("=")[0] and specs:
-            specs[-1] += ("," if ":" in specs[-1] else ":") + item
-        else:
-            specs.append(item)
-    return specs
+    from gcbench.compressors import registry
+
+    specs = registry.split_specs(text)
+    return specs if len(specs) > 1 else None
 
 
 def suite_arg(text: str | None) -> str | None:

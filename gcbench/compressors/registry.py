@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +147,22 @@ def parse_spec(spec: str) -> tuple[str, dict[str, ParamValue | None]]:
         raw[key] = value
     record = info.parse(raw)
     return info.name, {k: record[k] for k in raw}
+
+
+def split_specs(text: str | Sequence[str]) -> list[str]:
+    """A comma list of compressors (``"none,topk:density=0.1,error_feedback=true,qsgd"``) → one SPEC each.
+
+    An item ``key=value`` (no ``:`` before its ``=``) continues the spec before it as one more
+    parameter; any other item names the next compressor.  Each string of a sequence is split alike.
+    """
+    items = [s.strip() for part in ([text] if isinstance(text, str) else text) for s in part.split(",") if s.strip()]
+    specs: list[str] = []
+    for item in items:
+        if specs and "=" in item and ":" not in item.partition("=")[0]:
+            specs[-1] += ("," if ":" in specs[-1] else ":") + item
+        else:
+            specs.append(item)
+    return specs
 
 
 def format_spec(name: str, params: Mapping[str, Any] | None) -> str:

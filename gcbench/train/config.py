@@ -126,17 +126,10 @@ class Spec:
 def parse_compressors(text: str | Sequence[str]) -> list[Spec]:
     """``none,topk:density=0.01,error_feedback=true,qsgd`` → specs, with ``none`` first.
 
-    Comma-separated; a ``key=value`` item without ``:`` continues the previous compressor's
-    parameters.  ``none`` (the reference of the accuracy gap) is added first if absent.
+    Comma-separated (:func:`registry.split_specs`): a ``key=value`` item continues the previous
+    compressor's parameters.  ``none`` (the reference of the accuracy gap) is added first if absent.
     """
-    items = [s.strip() for part in ([text] if isinstance(text, str) else text) for s in part.split(",") if s.strip()]
-    labels: list[str] = []
-    for item in items:
-        if "=" in item and ":" not in item and labels:
-            sep = "," if ":" in labels[-1] else ":"
-            labels[-1] = f"{labels[-1]}{sep}{item}"
-        else:
-            labels.append(item)
+    labels = registry.split_specs(text)
     if not labels:
         raise ParamError("no compressors given (e.g. -c none -c topk -c qsgd)")
     specs = []

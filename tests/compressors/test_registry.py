@@ -126,6 +126,15 @@ def test_parse_spec() -> None:
         parse_spec("qsdg:s=4")
 
 
+def test_split_specs_joins_parameters_to_the_compressor_before_them() -> None:
+    """The one comma-list reader, behind ``train``'s compressor list and the CLI's old comma form."""
+    assert registry.split_specs("none,topk:density=0.1,error_feedback=true,qsgd") == [
+        "none", "topk:density=0.1,error_feedback=true", "qsgd"]
+    assert registry.split_specs(["topk", "density=0.1", " , qsgd:s=4,bucket=64"]) == ["topk:density=0.1", "qsgd:s=4,bucket=64"]
+    assert registry.split_specs("density=0.1,topk") == ["density=0.1", "topk"]  # nothing before it to continue
+    assert registry.split_specs(" , ") == []
+
+
 def test_k_of_is_ceil_of_density_times_d() -> None:
     assert k_of(0.07, 100) == 7  # 0.07·100 = 7.000000000000001 in binary floating point
     assert k_of(0.29, 100) == 29 and k_of(0.57, 100) == 57

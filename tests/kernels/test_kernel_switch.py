@@ -43,9 +43,10 @@ def test_the_cli_refuses_an_unknown_switch_value_in_one_line() -> None:
 
 
 def test_the_cli_spells_the_same_modes_as_the_kernels() -> None:
-    from gcbench import cli, kernels
+    from gcbench import kernels
+    from gcbench.cli.application import KERNEL_MODES
 
-    assert cli.KERNEL_MODES == kernels.KERNEL_MODES
+    assert KERNEL_MODES == kernels.KERNEL_MODES
 
 
 @pytest.mark.parametrize("tests", [["tests/compressors/test_contract.py"], ["tests/compressors/test_same_bytes.py"]],
