@@ -162,7 +162,7 @@ def advise_cmd(
     compressor: options.compressor_option("A compressor to consider (repeatable; default: the baselines none and bf16 and "
                                           "the cheapest member of each family, --all every one).") = None,
     all_compressors: AllCompressors = False,
-    budget: Budget = 45.0,  # advise.KERNEL_BUDGET_S (not imported here: the command's import stays light)
+    budget: Budget = 45.0,  # predict.inputs.KERNEL_BUDGET_S (not imported here: the command's import stays light)
     kernels: Kernels = None,
     rounds: options.rounds("Timed rounds per compressor when measuring kernels.") = 3,
     remeasure: Remeasure = False,
