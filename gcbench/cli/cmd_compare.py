@@ -15,6 +15,7 @@ from gcbench.cli.preflight import check_output_dir, memory_check
 from gcbench.core.errors import GcbenchError
 
 if TYPE_CHECKING:
+    from gcbench.measure.runner import RunOutcome
     from gcbench.results.record import RunRecord
 
 Compressors = Annotated[list[str] | None, typer.Argument(
@@ -83,10 +84,7 @@ def compare(
     from gcbench.compressors import registry
     from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import compare_suite
-    from gcbench.report.terminal import head_to_head_output
-    from gcbench.results.head_to_head import compare_json
-    from gcbench.results.parse import as_cases
-    from gcbench.results.verdict import sweep_entries, verdicts
+    from gcbench.results.verdict import sweep_entries
 
     given = compressor_specs(compressors, compressor)
     if len(given) < 2:
@@ -94,14 +92,7 @@ def compare(
     if timing_repeats is not None:
         deprecated("compare --timing-repeats N", f"--rounds {timing_repeats}")
         rounds = timing_repeats
-    granularity = choose(granularity, suite_choices("granularity"), "granularity")
-    device = choose(device, suite_choices("device"), "device")
-    distribution = choose(distribution, suite_choices("distribution"), "distribution")
-    model = model_arg(model)
-    loop = None if loop is None else choose(loop, ["open", "closed"], "loop")
-    for option, value in (("--workers", workers), ("--steps", steps)):
-        if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
-            raise GcbenchError(f"{option} must be at least 1, got {value}")
+    granularity, device, distribution, model, loop = _checked(granularity, device, distribution, model, loop, workers, steps)
     check_output_dir(out_dir, "--out")
     conv = _convergence_of(model, convergence, out_dir)  # read first: a bad file is one line before minutes of work
     specs = [registry.parse_spec(c) for c in given]
@@ -112,7 +103,33 @@ def compare(
     memory_check(suite, "<compare>", force)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")
-    swept = {e["label"] for e in extra}
+    _show(outcome, {e["label"] for e in extra}, sweep, conv, model, granularity, as_json)
+    if outcome.failed:
+        raise typer.Exit(1)
+
+
+def _checked(granularity: str, device: str, distribution: str, model: str | None, loop: str | None, workers: int | None,
+             steps: int | None) -> tuple[str, str, str, str | None, str | None]:
+    """The options as compare runs them (a choice matched, the model named), or one line on the first that is wrong."""
+    granularity = choose(granularity, suite_choices("granularity"), "granularity")
+    device = choose(device, suite_choices("device"), "device")
+    distribution = choose(distribution, suite_choices("distribution"), "distribution")
+    model = model_arg(model)
+    loop = None if loop is None else choose(loop, ["open", "closed"], "loop")
+    for option, value in (("--workers", workers), ("--steps", steps)):
+        if value is not None and value < 1:  # 0 would otherwise mean "the default" silently
+            raise GcbenchError(f"{option} must be at least 1, got {value}")
+    return granularity, device, distribution, model, loop
+
+
+def _show(outcome: RunOutcome, swept: set[str], sweep: bool, conv: tuple[RunRecord, str] | None, model: str | None,
+          granularity: str, as_json: bool) -> None:
+    """The head-to-head of a finished run (the swept cases apart), held to the convergence file where there is one."""
+    from gcbench.report.terminal import head_to_head_output
+    from gcbench.results.head_to_head import compare_json
+    from gcbench.results.parse import as_cases
+    from gcbench.results.verdict import verdicts
+
     cases = [c for c in as_cases(outcome.records) if c.label not in swept]
     sweep_cases = [c for c in as_cases(outcome.records) if c.label in swept] if sweep else None
     closed = None
@@ -131,8 +148,6 @@ def compare(
         for item in head_to_head_output(cases, granularity, sweep_cases, closed):
             output.out.print(item)
         plain(f"results: {outcome.path}")
-    if outcome.failed:
-        raise typer.Exit(1)
 
 
 def _convergence_of(model: str | None, given: Path | None, runs_dir: Path) -> tuple[RunRecord, str] | None:

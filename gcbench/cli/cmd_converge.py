@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,9 @@ from gcbench.cli.grammar import choose, compressor_specs, model_arg
 from gcbench.cli.output import error_line, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir
 from gcbench.core.errors import GcbenchError
+
+if TYPE_CHECKING:
+    from gcbench.converge.sweep import ConvergeConfig, ConvergeOutcome
 
 Suite = Annotated[str | None, typer.Argument(metavar="SUITE", help=(
     "A convergence suite (TOML with kind = \"converge\"), e.g. suites/converge.toml, the bundled default; options override it."))]
@@ -81,8 +84,32 @@ def converge_cmd(
     `gcbench converge --task charlstm -c topk -c topk:error_feedback=true -c signsgd -c efsignsgd --seeds 3 --steps 300 --workers 8`,
     `gcbench converge --model smallcnn -c qsgd --steps 200 --optimizer adam --lr 0.001`.
     """
-    from gcbench.converge.sweep import ConvergeConfig, load_suite, run_converge, with_overrides
-    from gcbench.report.converge_table import converge_table, verdict
+    from gcbench.converge.sweep import run_converge, with_overrides
+
+    base, suite_path, optimizer = _problem(suite, task, model, optimizer, trust_code, target, target_value)
+    specs = compressor_specs(None, compressor) if compressor else None
+    cfg = with_overrides(base, compressors=tuple(specs) if specs else None, workers=workers, steps=steps, batch=batch,
+                         optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, eval_every=eval_every,
+                         seeds=seeds, target_fraction=target, target_value=target_value, divergence_factor=divergence_factor,
+                         threads=threads, name=name)
+    cfg.check()  # a meaningless option fails before the output check
+    check_output_dir(out_dir, "--out")
+    with progress_bar(not quiet and not as_json) as prog:
+        outcome = run_converge(cfg, out_dir, prog, suite_path)
+    if as_json:
+        chosen = {"count": outcome.threads.threads, "rule": outcome.threads.rule} if outcome.threads else None
+        print_json({"results": str(outcome.path), "target": outcome.target, "settings": outcome.settings, "threads": chosen,
+                    "cases": outcome.cases})
+        return
+    if _show(outcome):
+        raise typer.Exit(1)
+
+
+def _problem(suite: str | None, task: str | None, model: str | None, optimizer: str | None, trust_code: bool,
+             target: float | None, target_value: float | None) -> tuple[ConvergeConfig, str | None, str | None]:
+    """The suite's configuration (or the defaults) with the command line's problem and target, the suite's label, and the
+    optimizer named; an unknown name, or a suite's user code without --trust-code, is one line."""
+    from gcbench.converge.sweep import ConvergeConfig, load_suite
 
     base, suite_path = ConvergeConfig(), None
     if suite is not None:
@@ -105,24 +132,17 @@ def converge_cmd(
                            "--trust-code (or set GCBENCH_TRUST_CODE=1), or name the model yourself with --model")
     if base.task is None and base.model is None:
         base = replace(base, task="auto")
-    specs = compressor_specs(None, compressor) if compressor else None
     if target_value is not None:  # a target given here replaces the suite's, whichever way the suite gave it
         base = replace(base, target_fraction=None)
     if target is not None:
         base = replace(base, target_value=None)
-    cfg = with_overrides(base, compressors=tuple(specs) if specs else None, workers=workers, steps=steps, batch=batch,
-                         optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, eval_every=eval_every,
-                         seeds=seeds, target_fraction=target, target_value=target_value, divergence_factor=divergence_factor,
-                         threads=threads, name=name)
-    cfg.check()  # a meaningless option fails before the output check
-    check_output_dir(out_dir, "--out")
-    with progress_bar(not quiet and not as_json) as prog:
-        outcome = run_converge(cfg, out_dir, prog, suite_path)
-    if as_json:
-        chosen = {"count": outcome.threads.threads, "rule": outcome.threads.rule} if outcome.threads else None
-        print_json({"results": str(outcome.path), "target": outcome.target, "settings": outcome.settings, "threads": chosen,
-                    "cases": outcome.cases})
-        return
+    return base, suite_path, optimizer
+
+
+def _show(outcome: ConvergeOutcome) -> bool:
+    """The convergence table, its verdict and the results file; a line per seed that raised.  Whether any did."""
+    from gcbench.report.converge_table import converge_table, verdict
+
     s = outcome.settings
     title = (f"gcbench converge — {s['task']}, {s['workers']} workers, {s['steps']} steps, {s['optimizer']} lr {s['lr']:g}, "
              f"{len(s['seeds'])} seeds")
@@ -137,5 +157,4 @@ def converge_cmd(
     failed = [(c["label"], r) for c in outcome.cases for r in c["convergence"]["seeds"] if r["status"] == "error"]
     for label, r in failed:  # a seed that raised is a failure (diverging or missing the target is an outcome)
         error_line(f"{label} seed {r['seed']}: {r['error']}")
-    if failed:
-        raise typer.Exit(1)
+    return bool(failed)
