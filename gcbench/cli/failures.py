@@ -120,4 +120,4 @@ def user_errors(fn: F) -> F:
             output.err.print(f"[yellow]interrupted{' (SIGTERM)' if term else ''}[/]{escape(where)}", highlight=False, soft_wrap=True)
             raise typer.Exit(143 if term else 130) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the command's signature, which typer reads

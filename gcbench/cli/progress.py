@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 
 def format_seconds(seconds: float) -> str:
@@ -142,26 +142,26 @@ class RunEta:
         """Seconds left by the plan: each case's seconds per unit of its work, learned per compressor from the cases
         done (a compressor not yet timed: the mean rate), times its work; plus building each source not yet started,
         at the rate the started ones took.  None where the plan cannot say (a case of unknown work)."""
-        work, labels = self._work, self._labels
-        if work is None or not self._timed or any(w is None for w in work):
+        if self._work is None or not self._timed or any(w is None for w in self._work):
             return None
+        work, labels = cast(list[float], self._work), self._labels  # every case's work is known (checked above)
         if self._affine:
             return self._affine_left()
         rates: dict[str, list[float]] = {}
         for i, secs in self._timed.items():
-            rates.setdefault(labels[i], []).append(secs / work[i])  # type: ignore[operator]
+            rates.setdefault(labels[i], []).append(secs / work[i])
         mean_rate = sum(r for rs in rates.values() for r in rs) / sum(len(rs) for rs in rates.values())
         left = 0.0
         for i in range(self.done, self.total):
             rs = rates.get(labels[i])
-            cost = (sum(rs) / len(rs) if rs else mean_rate) * work[i]  # type: ignore[operator]
+            cost = (sum(rs) / len(rs) if rs else mean_rate) * work[i]
             left += cost * (1.0 - self._fraction) if i == self.done and self._case_start is not None else cost
-        build = self._build
-        if self._gaps and build and all(b is not None for b in build):
-            gap_rate = sum(self._gaps.values()) / sum(build[s] for s in self._gaps)  # type: ignore[misc]
+        if self._gaps and self._build and all(b is not None for b in self._build):
+            build = cast(list[float], self._build)  # every source's cost is known (checked above)
+            gap_rate = sum(self._gaps.values()) / sum(build[s] for s in self._gaps)
             running = self.done if self._case_start is not None else self.done - 1
             started = max((s for s in self._sources[:running + 1] if s is not None), default=-1)
-            left += sum(gap_rate * build[s] for s in range(started + 1, len(build)))  # type: ignore[operator]
+            left += sum(gap_rate * build[s] for s in range(started + 1, len(build)))
         return left
 
     def _affine_left(self) -> float:
@@ -201,11 +201,14 @@ class RunEta:
         if len(self._timed) <= RECENT or self._affine:  # a bench case stops at a time budget: its seconds are not the load's
             return 1.0
         last = sorted(self._timed)[-RECENT:]
-        predicted = [self._predicted(i) for i in last]
-        if any(p is None for p in predicted) or not sum(predicted):  # type: ignore[arg-type]
+        predictions = [self._predicted(i) for i in last]
+        if any(p is None for p in predictions):
+            return 1.0
+        predicted = cast(list[float], predictions)  # every one known (checked above)
+        if not sum(predicted):
             return 1.0
         lo, hi = SPEED_BOUNDS
-        return min(hi, max(lo, sum(self._timed[i] for i in last) / sum(predicted)))  # type: ignore[arg-type]
+        return min(hi, max(lo, sum(self._timed[i] for i in last) / sum(predicted)))
 
     def per_case(self) -> float | None:
         """Estimated seconds per case: the mean of the timed cases, else the running case's rate."""
@@ -227,7 +230,7 @@ class RunEta:
         per = self.per_case()
         if per is None:
             return None
-        left = self.total - self.done
+        left: float = self.total - self.done
         if self._case_start is not None:  # the running case is partly done
             left -= self._fraction
         return max(0.0, per * left * self.speed())

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -234,6 +234,14 @@ def clip_local(x: torch.Tensor, clip_norm: float | None, workers: int) -> torch.
     """
     coef = clip_coef(x, clip_norm, workers)
     return x if coef is None else x * coef
+
+
+@overload
+def momentum_buffers(state: State, like: torch.Tensor, velocity: Literal[True]) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def momentum_buffers(state: State, like: torch.Tensor, velocity: Literal[False]) -> tuple[torch.Tensor, None]: ...
 
 
 def momentum_buffers(state: State, like: torch.Tensor, velocity: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -6,7 +6,7 @@ become ±inf, exactly as a real fp16 all-reduce would produce.
 
 Speed: both directions are one multithreaded ``copy_`` (with the dtype conversion) into a fresh
 buffer from :func:`gcbench.kernels.empty`, whose pages fault in 2 MiB at a time; allocating the
-new 100 MB result with small pages cost 4–5× the copy itself on these machines.
+new 100 MB result with 4 KiB pages costs 4–5× the copy itself in page faults (docs/timing.md).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class _Cast(Compressor):
         if expected_shapes is not None and len(expected_shapes) != len(payloads):
             raise ValueError(f"{len(payloads)} payloads but {len(expected_shapes)} expected shapes")
         name, version, isz = self.name, self.info.version, self.wire_dtype.itemsize
-        sizes = []
+        sizes: list[int] = []
         for p in payloads:
             n = p.numel
             if (p.codec != name or p.version != version or p.dtype != torch.float32 or n == 0

@@ -45,7 +45,7 @@ class ContractError(AssertionError):
     """A compressor broke its contract; the message says which guarantee."""
 
 
-def _require(ok: bool, what: str) -> None:
+def _require(ok: bool | torch.Tensor, what: str) -> None:
     if not ok:
         raise ContractError(what)
 
@@ -91,6 +91,7 @@ def check_call(comp: Compressor, x: torch.Tensor, seed: int = 7) -> tuple[Payloa
     _require(out.shape == x.shape and out.dtype == x.dtype, "decompress gave another shape or dtype than the input's")
     _require(decoded is not None and decoded.shape == x.shape and decoded.dtype == x.dtype,
              "compress_and_decode's decoded tensor has another shape or dtype")
+    assert decoded is not None  # the check above raised otherwise
     _require(decoded.device == x.device, f"compress_and_decode's decoded tensor is on {decoded.device}, the input on {x.device}")
     _require(torch.equal(decoded.cpu(), out.cpu()), "compress_and_decode's decoded differs from decompress(payload)")
 

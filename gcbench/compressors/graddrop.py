@@ -206,8 +206,8 @@ def _layer_levels(flat: torch.Tensor, params: Mapping[str, Any], res: torch.Tens
         if res is not None:
             sample = sample + kernels.as_numpy(res)[: m * stride : stride]
         return drop_levels(np.abs(sample), params["drop_ratio"], two_bit, params["quant_scale"])
-    sample = strided_sample([_corrected_gather(flat, res)], [d], params["sample_size"])
-    return drop_levels(to_numpy(sample), params["drop_ratio"], two_bit, params["quant_scale"])
+    sampled = strided_sample([_corrected_gather(flat, res)], [d], params["sample_size"])
+    return drop_levels(to_numpy(sampled), params["drop_ratio"], two_bit, params["quant_scale"])
 
 
 def graddrop_reference_encode(comp: Compressor, x32: torch.Tensor, state: State,

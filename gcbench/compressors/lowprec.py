@@ -44,6 +44,7 @@ amax pass in parallel parts, then a code pass.  Elsewhere (a CUDA tensor, ``GCBE
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import overload
 
 import numpy as np
 import torch
@@ -85,6 +86,14 @@ def scales_torch(amax: torch.Tensor, kind: int, fmt: lp.ElemFormat, ts: torch.Te
     code = lp.quantize_torch(v, lp.E4M3)
     lut = torch.from_numpy(_LUTS["e4m3"]).to(amax.device)
     return code, lut[code.long()] * ts
+
+
+@overload
+def _tensor_scale(amax: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def _tensor_scale(amax: float) -> float: ...
 
 
 def _tensor_scale(amax: float | torch.Tensor) -> float | torch.Tensor:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import cast
 
 import numpy as np
 import torch
@@ -212,12 +213,13 @@ class OneBitSGD(Compressor):
         def assemble() -> list[torch.Tensor]:
             out = []
             for u, sh in enumerate(shapes):
-                cols = [own_dec[u] if j == me else COLUMN.decode_received(row[u], stripe_shape(sh, g, bounds[u], j))  # type: ignore[arg-type]
+                # my own column: the stripe I own, decoded (its payload is in my row, so it is there)
+                cols = [cast(torch.Tensor, own_dec[u]) if j == me else COLUMN.decode_received(row[u], stripe_shape(sh, g, bounds[u], j))
                         for j, row in enumerate(gathered) if row[u] is not None]
                 out.append(assemble_stripes(cols, g, sh).reshape(sh).float())
             return out
 
-        return Outcome(ctx.once("aggregate", assemble), [p for p in first])  # type: ignore[misc]  # None: no stripe of that unit
+        return Outcome(ctx.once("aggregate", assemble), [p for p in first])  # None: no stripe of that unit
 
 
 COLUMN = OneBitSGD(granularity="column")  # stripes are columns of the view already: they decode as column payloads

@@ -27,7 +27,7 @@ from gcbench.compressors.cards.sign import EFSIGNSGD_CARD, SIGNSGD_CARD
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import Payload
+from gcbench.core.payload import MetaValue, Payload
 
 
 def _sign_bits(a: torch.Tensor) -> np.ndarray:
@@ -64,7 +64,7 @@ class SignSGD(Compressor):
             body = np.empty((a.numel() + 7) // 8, np.uint8)
             nonzero = kernels.sign_pack(kernels.flat_f32(a), body)
             return body, ({} if nonzero else {"zero": 1}), None
-        meta = {} if bool(a.any()) else {"zero": 1}
+        meta: dict[str, MetaValue] = {} if bool(a.any()) else {"zero": 1}
         return _sign_bits(a), meta, None
 
     def _expected_body_nbytes(self, payload: Payload) -> int:

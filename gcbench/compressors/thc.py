@@ -64,7 +64,7 @@ from gcbench.compressors.cards.thc import THC_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
 from gcbench.core.errors import PayloadError
 from gcbench.core.info import per_word, sum_width
-from gcbench.core.payload import Payload
+from gcbench.core.payload import MetaValue, Payload
 from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
 from gcbench.kernels import hadamard
 from gcbench.kernels.rng import _mix64_py
@@ -157,12 +157,13 @@ class THC(Compressor):
         key = rotation_key(int(self.params["seed"]), state.step)
         block = int(self.params["block"])
         if kernels.cpu_fast(a):
-            y, m = hadamard.rotate_fast(kernels.flat_f32(a), key, block)
-            return torch.from_numpy(y), key, m
+            y_np, m = hadamard.rotate_fast(kernels.flat_f32(a), key, block)
+            return torch.from_numpy(y_np), key, m
         y = hadamard.rotate(a.reshape(-1), key, block)
         return y, key, float(y.abs().max())  # NaN if any element is NaN, as the kernel's
 
-    def _message(self, y: torch.Tensor, key: int, m: float, width: int, state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, int]]:
+    def _message(self, y: torch.Tensor, key: int, m: float, width: int,
+                 state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, MetaValue]]:
         """(int64 words on y's device, body bytes, meta) of rotated blocks ``y`` quantized on [−m, m]."""
         bits = int(self.params["bits"])
         flat = y.reshape(-1)
@@ -175,7 +176,7 @@ class THC(Compressor):
         else:
             words = pack(quantize(flat, m, bits, kernels.paired_uniforms(seed, flat.numel(), flat.device)), width)
             body[: 8 * nw] = words.cpu().numpy().astype("<i8", copy=False).view(np.uint8)
-        meta = {"b": bits, "w": width, "c": 1, "B": y.shape[1].bit_length() - 1, "key": key}
+        meta: dict[str, MetaValue] = {"b": bits, "w": width, "c": 1, "B": y.shape[1].bit_length() - 1, "key": key}
         return words, body, meta
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

@@ -47,7 +47,7 @@ from gcbench.compressors.topk import topk_indices
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
-from gcbench.core.payload import Payload
+from gcbench.core.payload import MetaValue, Payload
 
 
 def encode_body(n: float, idx: np.ndarray, field: np.ndarray, d: int, w: int, coding: str) -> np.ndarray:
@@ -102,7 +102,7 @@ def topk_dither_parts(payload: Payload) -> tuple[float, np.ndarray, np.ndarray, 
     return n, idx, field >> 1, (field & 1).astype(bool)
 
 
-def topk_dither_torch(comp: Compressor, a: torch.Tensor, state: State) -> Encoded:
+def topk_dither_torch(comp: Compressor, a: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
     """(body, header, decoded) of float32 ``a`` (read only) with torch ops: any device, and the reference's encoder."""
     flat, d, k = flat_and_k(a, comp.params["density"])
     s, coding = comp.params["s"], comp.params["index_coding"]

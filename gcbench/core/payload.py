@@ -370,6 +370,6 @@ class Payload:
 DENSE_BYTES_PER_ELEMENT = 4  # the uncompressed size: ratios are against float32, as the papers count
 
 
-def dense_bytes(numel: int) -> int:
+def dense_bytes(numel: float) -> int:
     """Bytes of the uncompressed float32 tensor(s)."""
     return DENSE_BYTES_PER_ELEMENT * int(numel)

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 import torch
@@ -124,7 +124,7 @@ class AllGather:
     ``body`` counts body bytes too.
     """
 
-    payloads: list[Slot]
+    payloads: Sequence[Slot]
     phase: str
     per_peer: bool = False
     body: bool = False
@@ -223,7 +223,7 @@ class Context:
             return compute()
         if key not in self.memo:
             self.memo[key] = compute()
-        return self.memo[key]  # type: ignore[no-any-return]
+        return self.memo[key]
 
 
 @dataclass
@@ -239,7 +239,7 @@ class Outcome:
     """
 
     aggregates: list[torch.Tensor]
-    sent: list[Slot]
+    sent: Sequence[Slot]
     contributions: list[list[torch.Tensor]] | None = None
 
 
@@ -343,12 +343,12 @@ def counted_in(legs: Generator[Leg, LegResult, T], unit: int) -> Generator[Leg, 
         try:
             leg = legs.send(value)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
         if isinstance(leg, Send | ToServer):
             _mark(leg.messages, unit)
         if isinstance(leg, ToServer):
             serve = leg.serve
-            leg = replace(leg, serve=lambda rows, serve=serve: _mark(serve(rows), unit))  # type: ignore[misc]
+            leg = replace(leg, serve=lambda rows, serve=serve: _mark(serve(rows), unit))  # type: ignore[misc]  # a lambda's default binds serve
         value = yield leg
 
 
@@ -368,29 +368,30 @@ class SimulatedRun:
 
 def _fulfil(legs: Sequence[Leg], world: int) -> tuple[list[LegResult], list[tuple[str, list[Counted]]], list[Message]]:
     """Every worker's result of one leg, its counted bytes by phase, and its addressed messages."""
-    first = legs[0]
+    first = legs[0]  # every leg of a round is of its first's kind (simulate checks it), hence the casts below
     if isinstance(first, Send | ToServer):
-        rows = [leg.messages for leg in legs]  # type: ignore[union-attr]
+        rows = [leg.messages for leg in cast(Sequence[Send | ToServer], legs)]
         moved = [m for row in rows for m in row]
         if isinstance(first, ToServer):
-            moved += legs[first.host].serve(rows)  # type: ignore[union-attr]
+            moved += cast(ToServer, legs[first.host]).serve(rows)
         return [addressed_to(w, moved) for w in range(world)], count_messages(moved, world), moved
     if isinstance(first, AllReduce):
+        reduces = cast(Sequence[AllReduce], legs)
         results = []
         for u, t0 in enumerate(first.tensors):
             acc_dtype = reduce_dtype(t0.dtype)
-            stacked = torch.stack([leg.tensors[u].detach().to(acc_dtype).reshape(t0.shape) for leg in legs])  # type: ignore[union-attr]
+            stacked = torch.stack([leg.tensors[u].detach().to(acc_dtype).reshape(t0.shape) for leg in reduces])
             # a sum adds in worker order from zero (what a decoder's accumulator does, so 0 + (−0) is +0)
             reduced = stacked.amax(0) if first.op == "max" else stacked.sum(0)
             results.append(reduced.div_(world) if first.op == "mean" else reduced)
-        sizes = [[t.numel() * first.itemsize(u) for u, t in enumerate(leg.tensors)] for leg in legs]  # type: ignore[union-attr]
+        sizes = [[t.numel() * first.itemsize(u) for u, t in enumerate(leg.tensors)] for leg in reduces]
         return [results] * world, count_allreduce(first, sizes, world), []  # shared by the workers: read only
     if isinstance(first, AllGather):
-        gathered = [leg.payloads for leg in legs]  # type: ignore[union-attr]
+        gathered = [leg.payloads for leg in cast(Sequence[AllGather], legs)]
         sizes = [[_nbytes(p) for p in row] for row in gathered]
         bodies = [[_body(p) for p in row] for row in gathered]
         return [gathered] * world, [(first.phase, count_allgather(first.per_peer, first.body, sizes, bodies))], []
-    matrix = [leg.payloads for leg in legs]  # type: ignore[union-attr]
+    matrix = [leg.payloads for leg in cast(Sequence[AllToAll], legs)]
     sizes3 = [[[_nbytes(p) for p in matrix[w][j]] for j in range(world)] for w in range(world)]
     return [[matrix[i][w] for i in range(world)] for w in range(world)], [(first.phase, count_alltoall(sizes3))], []
 

@@ -160,7 +160,7 @@ def per_peer(legs: Generator[Leg, LegResult, Outcome]) -> WorkerProtocol:
         try:
             leg = legs.send(value)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
         value = yield replace(leg, per_peer=True) if isinstance(leg, AllGather) else leg
 
 

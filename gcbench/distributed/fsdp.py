@@ -203,7 +203,7 @@ def register_fsdp_compressor(
         raise GcbenchError("no fully_shard-ed module found: call torch.distributed.fsdp.fully_shard on the model first")
     for i, m in enumerate(targets):
         comm = CompressedReduceScatter(shared, i)
-        m.set_custom_reduce_scatter(comm)  # type: ignore[operator]
+        m.set_custom_reduce_scatter(comm)
         shared.comms.append(comm)
     cfg = shared.configuration()
     check_agreement("FSDP gradient compressor", cfg, f"{cfg['compressor']} {cfg['params']} seed {cfg['seed']} on {cfg['modules']} "

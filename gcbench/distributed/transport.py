@@ -143,12 +143,18 @@ def _completed(value: Any) -> Future:
     return fut
 
 
-def then(fut: Future, fn: Callable[[Any], Any], devices: list[torch.device] | None = None) -> Future:
+def _future(devices: Sequence[torch.device] | None) -> Future:
+    """A future whose value may hold tensors on ``devices`` (torch's ``Future`` takes a list of devices, names or indices)."""
+    listed: list[int | str | torch.device] | None = None if devices is None else list(devices)
+    return Future(devices=listed)
+
+
+def then(fut: Future, fn: Callable[[Any], Any], devices: Sequence[torch.device] | None = None) -> Future:
     """A future of ``fn(fut's value)``; when ``fn`` returns a future, of that future's value (errors propagate).
 
     ``devices``: the CUDA devices whose tensors the value may hold (as ``torch.futures.Future`` wants them).
     """
-    out: Future = Future(devices=devices)
+    out: Future = _future(devices)
 
     def done(f: Future) -> None:
         try:
@@ -537,7 +543,7 @@ def drive(gen: WorkerProtocol, transport: TorchTransport, times: ChainTimes, syn
     The generator's first segment runs now; each later one in the completion callback of the
     leg before it.  ``sync`` (CUDA: synchronise) runs before each clock reading.
     """
-    out: Future = Future(devices=transport.devices)
+    out: Future = _future(transport.devices)
 
     def now() -> float:
         if sync is not None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -91,15 +91,15 @@ except Exception as exc:  # the torch path asked for, or numba missing or broken
     NUMBA = False
     if kernel_mode() != "torch":
         slow_path("numba failed to import", exc)
-    prange = range
+    prange = range  # type: ignore[misc]  # numba's stubs make prange a class; the builtin range stands in for it
 
-    def njit(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]
+    def njit(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]  # the stand-in without numba
         """Stand-in decorator: the kernels stay importable (and unused) without numba."""
         if args and callable(args[0]):
             return args[0]
         return lambda f: f
 
-    def intrinsic(f: Any) -> Any:  # type: ignore[no-redef]
+    def intrinsic(f: Any) -> Any:  # type: ignore[no-redef]  # the stand-in without numba
         """Stand-in decorator: the intrinsics below are never called without numba."""
         return f
 
@@ -144,11 +144,11 @@ def ctz64(typingctx, v):  # pragma: no cover - compiled
 
 
 if not NUMBA:  # the kernels run as plain Python (the torch path's decoders call a few): the bit casts as NumPy views
-    def f32_bits(x: Any) -> np.int32:  # type: ignore[no-redef]
+    def f32_bits(x: Any) -> np.int32:  # type: ignore[misc]  # the plain-Python stand-in of the intrinsic
         """Plain-Python :func:`f32_bits`."""
         return np.float32(x).view(np.int32)
 
-    def bits_f32(b: Any) -> np.float32:  # type: ignore[no-redef]
+    def bits_f32(b: Any) -> np.float32:  # type: ignore[misc]  # the plain-Python stand-in of the intrinsic
         """Plain-Python :func:`bits_f32`."""
         return np.int32(b).view(np.float32)
 
@@ -156,8 +156,17 @@ if not NUMBA:  # the kernels run as plain Python (the torch path's decoders call
 PART = 1 << 16  # elements per work item (256 KiB of float32): fixed, so results do not depend on the thread count
 SUB = 1024  # elements per inner block: the uniforms and codes of one block stay in L1
 SERIAL_MAX = 1 << 20  # inputs below this run on the calling thread alone
-KERNEL = dict(nogil=True, cache=True)  # a serial kernel over a range of items, which :func:`run_chunks` runs on numba's pool
-PARALLEL = dict(parallel=True, cache=True)  # a kernel whose ``prange`` over fixed parts :func:`run_parallel` runs on numba's pool
+class JitOptions(TypedDict, total=False):
+    """The keywords of ``njit`` that :data:`KERNEL` and :data:`PARALLEL` set."""
+
+    nogil: bool
+    parallel: bool
+    cache: bool
+
+
+KERNEL: JitOptions = dict(nogil=True, cache=True)  # a serial kernel over a range of items, which :func:`run_chunks` runs on numba's pool
+#: a kernel whose ``prange`` over fixed parts :func:`run_parallel` runs on numba's pool
+PARALLEL: JitOptions = dict(parallel=True, cache=True)
 
 
 def available() -> bool:
@@ -184,9 +193,9 @@ def workers(numel: int | None, n_items: int | None = None) -> int:
     """Threads for a call over ``numel`` elements (in ``n_items`` work items): one below :data:`SERIAL_MAX`,
     else as many as torch uses (``torch.set_num_threads`` is the one knob), at most one per item.
 
-    Waking worker threads costs microseconds on an idle machine, but on these shared 2-core
-    machines some processes paid 8 ms per parallel region (sleeping workers waiting for a busy
-    core; torch's own parallel copy paid the same), which is 10–20× the whole one-thread
+    Waking worker threads costs microseconds on an idle machine, but where other processes hold the
+    cores a parallel region can wait 8 ms for its sleeping workers to get one (torch's own parallel
+    copy pays the same), which is 10–20× the whole one-thread
     compression of a 1M-element tensor (0.4–0.8 ms).  Below 2^20 elements the second thread
     would save at most a fraction of a millisecond, so small tensors never risk the stall.
     """
@@ -200,7 +209,8 @@ def run_parallel(kernel: Callable[..., Any], numel: int, *args: Any) -> None:
     """Run the :data:`PARALLEL` kernel ``kernel(*args)`` (a ``prange`` over fixed parts) on the
     threads :func:`workers` gives for ``numel`` elements (numba's thread count is per calling thread)."""
     if NUMBA:
-        nth = min(workers(numel), numba.config.NUMBA_NUM_THREADS)  # numba's pool has at most that many
+        # numba's pool has at most NUMBA_NUM_THREADS threads
+        nth = min(workers(numel), numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]  # set at import, unseen by its stubs
         if numba.get_num_threads() != nth:
             numba.set_num_threads(nth)
     kernel(*args)
@@ -238,7 +248,7 @@ def run_chunks(kernel: Callable[..., Any], n_items: int, numel: int, *args: Any)
     if t <= 1 or not NUMBA:
         kernel(0, n_items, *args)
         return
-    nth = min(t, numba.config.NUMBA_NUM_THREADS)
+    nth = min(t, numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]  # numba.config sets it at import, unseen by its stubs
     if numba.get_num_threads() != nth:
         numba.set_num_threads(nth)
     _LAUNCHERS[kernel](nth, n_items, *args)

@@ -6,6 +6,8 @@ Python float (:func:`f32_threshold`).
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 
 from gcbench.kernels.bits import BitWriterSides, _copy, _drain, _pack_place, _place
@@ -13,6 +15,14 @@ from gcbench.kernels.runtime import KERNEL, PART, SUB, bounds, launches, n_chunk
 
 _F32_INF = np.float32(np.inf)
 _ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@overload
+def f32_threshold(thr: float, strict: Literal[False]) -> np.float32: ...
+
+
+@overload
+def f32_threshold(thr: float, strict: bool) -> np.float32 | None: ...
 
 
 def f32_threshold(thr: float, strict: bool) -> np.float32 | None:

@@ -258,8 +258,10 @@ def run_sweep(specs: Sequence[str], *, workers: Sequence[int] = DEFAULT_WORKERS,
         grads = worker_gradients(numel, n, distribution, seed) if source is None else source_gradients(source, n)
         for combo in combos:
             report("case", done, total, f"{combo.label} N={n}")
-            row = measure(comps[combo.compressor], combo, grads, draws, seed,
-                          lambda d, label=combo.label, n=n: report("step", d, draws, f"{label} N={n}"))
+            def step(d: int, label: str = combo.label, n: int = n) -> None:
+                report("step", d, draws, f"{label} N={n}")
+
+            row = measure(comps[combo.compressor], combo, grads, draws, seed, step)
             sweep.rows.append(row)
             done += 1
             report("case", done, total, f"{combo.label} N={n}")

@@ -51,7 +51,7 @@ def _gib(n: float) -> str:
 
 
 def _cache_limit() -> int:
-    """The runner's gradient cache limit (``runner.CACHE_LIMIT_BYTES``, read here without importing torch)."""
+    """The runner's gradient cache limit (``source_data.CACHE_LIMIT_BYTES``, read here without importing torch)."""
     try:
         return int(float(os.environ.get("GCBENCH_CACHE_GB", "6")) * 2**30)
     except ValueError:
@@ -122,9 +122,9 @@ def _model_numel_and_activations(model: str, options: Mapping[str, int]) -> tupl
         if model.startswith("hf:"):
             from gcbench.sources import hf_models as hf
 
-            _, full, _ = hf.resolve(model, options)
+            _, hf_full, _ = hf.resolve(model, options)
             base = "hf:" + model.split(":")[1]
-            return parameter_count(base, full), _activation_floats(base, full)
+            return parameter_count(base, hf_full), _activation_floats(base, hf_full)
         full = catalog.with_defaults(catalog.lookup(model), options)
         return parameter_count(model, full), _activation_floats(model, full)
     except GcbenchError:

@@ -1,8 +1,11 @@
 """The gradients a case reads, by step and worker, as units: once per source (open loop) or the case's own (closed loop).
 
+* :func:`build_source`: the gradient source a suite names (synthetic, live, a trace, or the first workers and steps
+  of one).
+
 * :class:`SourceData` (open loop): every case of a source reads the same tensors, so they are
   computed once per run and cached in memory when they fit, and the dense reference
-  (:class:`~gcbench.measure.casemath.DenseReference`) is built from them once.
+  (:class:`~gcbench.measure.stream.DenseReference`) is built from them once.
 * :class:`ClosedLoopData` (a live source with ``loop = "closed"``): the case owns its source's
   model; after each step the runner hands it the case's aggregate (:meth:`ClosedLoopData.advance`),
   the model takes ``p -= lr * aggregate`` (:meth:`gcbench.sources.live.LiveSource.feed`) and the
@@ -15,18 +18,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from gcbench.core.errors import SourceError
 from gcbench.core.payload import dense_bytes
-from gcbench.measure.casemath import DenseReference
 from gcbench.measure.granularity import Unit, gather, scatter
+from gcbench.measure.stream import DenseReference
 from gcbench.measure.timing import flat_like, settle_copy
 from gcbench.sources.base import GradientSource, check_finite
 
+if TYPE_CHECKING:
+    from gcbench.measure.suite import SourceSpec
+    from gcbench.sources.live import LiveSource
+
 Progress = Callable[[str, int, int, str], None]
+
+
+def no_progress(stage: str, done: int, total: int, message: str) -> None:
+    """A :data:`Progress` callback that shows nothing."""
+    return None
 
 
 #: ``GCBENCH_CACHE_GB`` (default 6) in bytes: the most gradient memory one source's cache may hold
@@ -152,5 +165,65 @@ class ClosedLoopData(SourceData):
         update: dict[str, torch.Tensor] = {}
         for unit, agg in zip(self.units, aggregates, strict=True):
             update.update(scatter(unit, agg.detach().to("cpu", torch.float32)))
-        self.source.feed(step, update)
+        cast("LiveSource", self.source).feed(step, update)  # __init__ took nothing but a closed-loop live source
 
+
+# ----------------------------------------------------------------------------- sources
+
+
+def build_source(spec: SourceSpec, seed: int, progress: Progress = no_progress) -> GradientSource:
+    """Instantiate the gradient source a suite names."""
+    if spec.kind == "synthetic":
+        from gcbench.sources.synthetic import SyntheticSource
+
+        if spec.shapes:
+            shapes, names = [tuple(s) for s in spec.shapes], None
+        else:
+            from gcbench.sources.zoo import layer_shapes
+
+            specs = layer_shapes(spec.model or "")
+            shapes, names = [s.shape for s in specs], [s.name for s in specs]
+        return SyntheticSource(shapes, spec.distribution, workers=spec.workers or 1, steps=spec.steps or 1, seed=seed,
+                               scale=spec.scale, names=names, df=spec.df, sparsity_density=spec.sparsity_density)
+    if spec.kind == "live":
+        from gcbench.sources.live import LiveSource
+
+        kwargs: dict[str, Any] = {}
+        if spec.batch_size is not None:
+            kwargs["batch_size"] = spec.batch_size
+        if spec.image_size is not None:
+            kwargs["image_size"] = spec.image_size
+        return LiveSource(spec.model or "", workers=spec.workers or 4, steps=spec.steps or 10, seed=seed,
+                          warmup_steps=spec.warmup_steps, lr=spec.lr,
+                          # the bar counts passes done; the source's own "step 3/10 worker 2/4" would be a second numbering
+                          progress=lambda d, t, m: progress("gradients", d, t, f"{spec.model}: forward + backward passes"),
+                          loop=spec.loop, **kwargs)
+    from gcbench.sources.trace import TraceSource
+
+    src = TraceSource(Path(spec.path or ""))
+    if spec.workers is not None or spec.steps is not None:
+        return _Limited(src, spec.workers, spec.steps)
+    return src
+
+
+class _Limited(GradientSource):
+    """The first ``workers`` workers and ``steps`` steps of another source."""
+
+    def __init__(self, inner: GradientSource, workers: int | None, steps: int | None) -> None:
+        if workers is not None and workers > inner.workers:
+            raise SourceError(f"{inner.name}: has {inner.workers} workers, {workers} requested")
+        if steps is not None and steps > inner.steps:
+            raise SourceError(f"{inner.name}: has {inner.steps} steps, {steps} requested")
+        self.inner = inner
+        self.name = inner.name
+        self.workers = workers or inner.workers
+        self.steps = steps or inner.steps
+
+    def layout(self):
+        return self.inner.layout()
+
+    def gradients(self, step: int, worker: int):
+        return self.inner.gradients(step, worker)
+
+    def describe(self) -> dict[str, object]:
+        return {**self.inner.describe(), "workers": self.workers, "steps": self.steps}

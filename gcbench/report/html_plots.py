@@ -134,7 +134,7 @@ def _plot_front(fp: FrontPoints, kind: str, title: str, xlabel: str, caption: st
         ax.axvspan(NOTHING, hi, color="#8c959f", alpha=0.22, lw=0, zorder=1, label=f"worse than sending nothing (error ≥ {NOTHING:g})")
         region = ax.text(NOTHING, 0.985, " worse than sending nothing →", transform=ax.get_xaxis_transform(), ha="left", va="top",
                          fontsize=7.5, color="#424a53", zorder=5)
-        taken.append(region.get_window_extent(fig.canvas.get_renderer()))
+        taken.append(region.get_window_extent(fig.canvas.get_renderer()))  # type: ignore[attr-defined]  # the Agg canvas has one
     ax.set_xlim(lo, hi)
     ax.set_xlabel(xlabel + ("  (log scale; ← better)" if log_x else "  (← better)"), fontsize=8.5)
     ax.set_ylabel("compression ratio, ×  (dense / wire bytes" + ("; log scale" if log_y else "") + "; better →)", fontsize=8.5)
@@ -490,6 +490,11 @@ def plot_phase_pareto(cases: Sequence[RunCase], window: Window, title: str) -> P
 DECISION_FRONT = 3
 
 
+def _nearest_bandwidth(b: float) -> int:
+    """The index of the decision bandwidth nearest ``b`` Gbit/s on a log scale."""
+    return min(range(len(DECISION_BANDWIDTHS)), key=lambda j: abs(math.log(DECISION_BANDWIDTHS[j] / b)))
+
+
 def decision_front(curves: dict[str, list[float]], top: int = DECISION_FRONT) -> set[str]:
     """The labels among the ``top`` highest speed-ups at some bandwidth of the decision curves (all, for few curves)."""
     if len(curves) <= 2 * top:
@@ -547,8 +552,7 @@ def plot_decision(cases: Sequence[RunCase], title: str) -> Plot | None:
                   else ""))
     more = None
     if len(front) < len(curves):  # the grey curves, on demand: each named with its break-even and speed-ups
-        picks = [i for b in (1.0, 10.0, 100.0) for i in [min(range(len(DECISION_BANDWIDTHS)),
-                                                             key=lambda j, b=b: abs(math.log(DECISION_BANDWIDTHS[j] / b)))]]
+        picks = [_nearest_bandwidth(b) for b in (1.0, 10.0, 100.0)]
         rows = tuple(
             (case_name(by_label[label]) if label in by_label else label, "front" if label in front else "grey",
              _break_even_text(even[label], curves[label]), *(f"{curves[label][j]:.3g}×" for j in picks))

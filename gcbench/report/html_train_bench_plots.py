@@ -236,7 +236,8 @@ def plot_bench_x_copy(cases: Sequence[RunCase], title: str) -> Plot | None:
         if len(value) <= 24:
             for x, v in zip(xs, vals, strict=True):
                 ax.text(x, v, f"{v:.2f}×" if v < 10 else f"{v:.0f}×", ha="center", va="bottom", fontsize=7, zorder=5)
-    marked, untargeted = [], []
+    marked: list[float] = []
+    untargeted: list[str] = []
     for i, n in enumerate(names):
         if n in bars.targets:
             ax.hlines(bars.targets[n], i - 0.46, i + 0.46, colors="#d62728", lw=2.4, zorder=4, label="target" if not marked else None)

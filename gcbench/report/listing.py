@@ -158,7 +158,7 @@ def models_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     t = Table(title="models (or any package.module:factory); hf: models take size options: hf:gpt2:layers=4,hidden=256,heads=4",
               title_justify="left")
     for col, just in (("name", "left"), ("parameters", "right"), ("tensors", "right"), ("extra", "left"), ("description", "left")):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]  # the pairs above hold rich's justify names
     for r in rows:
         missing = r["extra"] is not None and r["parameters"] is None
         extra = escape(r["extra"] or "built in") + (" (not installed)" if missing else "")  # "[hf]" is not rich markup

@@ -17,7 +17,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from gcbench.measure.bench import kernel_verdict, target_of
 from gcbench.measure.casemath import COPY_SPREAD_LIMIT
@@ -100,7 +100,7 @@ def copy_caveat(cases: Sequence[RunCase]) -> str:
              and c.timing.copy_spread > COPY_SPREAD_LIMIT and c.timing.copy_range_s]
     if not moved:
         return ""
-    lo, hi = moved[0].copy_range_s[0], moved[0].copy_range_s[-1]  # type: ignore[index]
+    lo, hi = moved[0].copy_range_s[0], moved[0].copy_range_s[-1]  # type: ignore[index]  # kept: cases with a copy range
     return (f" comp ×copy will not repeat run to run: the copy of these tensors, which the caches hold, took "
             f"{lo * 1e3:.3g}–{hi * 1e3:.3g} ms across the cases (each at the speed the kernel before it left the caches "
             "in); the kernels' own times (timing.compress.median_s in the results file) are what repeats.")
@@ -370,7 +370,8 @@ def measured_text(res: ClaimResult) -> str:
     if status == "not measured in these runs":
         failed = [m for m in res.measurements if m.error]
         return "not measured in these runs" + (f" (matching case failed: {failed[0].error})" if failed else "")
-    return "; ".join(f"{format_measured(m.value, res.claim.unit)} {m.how()} — {m.where()}" for m in res.measured())
+    # measured() keeps the measurements with a value
+    return "; ".join(f"{format_measured(cast(float, m.value), res.claim.unit)} {m.how()} — {m.where()}" for m in res.measured())
 
 
 def source_answers(kind: str | None, cases: Sequence[RunCase]) -> list[str]:

@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gcbench.core.errors import GcbenchError
 from gcbench.core.files import load_user_toml
@@ -164,7 +164,8 @@ class ClaimResult:
             failed = [m for m in self.measurements if m.error]
             extra = f" (matching case failed: {failed[0].error})" if failed else ""
             return f"{head}; not measured in these runs{extra}"
-        parts = [f"{format_measured(m.value, c.unit)} {m.how()} ({m.where()})" for m in self.measured()]
+        # measured() keeps the measurements with a value
+        parts = [f"{format_measured(cast(float, m.value), c.unit)} {m.how()} ({m.where()})" for m in self.measured()]
         return f"{head}; gcbench measures " + "; ".join(parts)
 
 
@@ -255,7 +256,8 @@ def load_claims(path: str | Path = PAPERS_FILE) -> list[Claim]:
                             f"{ {'ratio': 'x', 'bits_per_element': 'bits'}[entry['metric']]!r}, got {entry['unit']!r}")
             bad = True
         if not bad:
-            claims.append(Claim(**{k: (float(v) if k in ("value", "value_high", "baseline_value") else v) for k, v in entry.items()}))
+            fields: dict[str, Any] = {k: (float(v) if k in ("value", "value_high", "baseline_value") else v) for k, v in entry.items()}
+            claims.append(Claim(**fields))
     if problems:
         raise GcbenchError("\n".join(problems))
     return claims

@@ -152,7 +152,7 @@ def as_case(case: Case | Mapping[str, Any], kind: str = "run") -> Case:
     if isinstance(case, RunCase | TrainCase | BenchCase):
         return case
     try:
-        return CASE_MODELS[kind].model_validate(dict(case))  # type: ignore[return-value]
+        return CASE_MODELS[kind].model_validate(dict(case))  # type: ignore[return-value]  # each kind's model is a case class
     except ValidationError as exc:
         raise ResultsError(f"not a valid {kind} case: {problem_text(exc, tagged=False)}") from None
 

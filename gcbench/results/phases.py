@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from gcbench.core.payload import dense_bytes
 from gcbench.results.parse import as_case, as_cases
@@ -81,6 +81,11 @@ def _mean(vals: Sequence[Any]) -> float | None:
     return sum(v) / len(v) if v else None
 
 
+def _run_case(case: RunCase | Mapping[str, Any]) -> RunCase:
+    """A run case as it is, or a case dict validated as one (:func:`as_case`'s default kind)."""
+    return cast(RunCase, as_case(case))
+
+
 def _phases(case: RunCase) -> list[TrafficPhase]:
     """The per-step traffic phases of a case: all but the one-time ``setup:*`` bytes."""
     return [rec for ph, rec in (case.traffic or {}).items() if not ph.startswith("setup")]
@@ -88,7 +93,7 @@ def _phases(case: RunCase) -> list[TrafficPhase]:
 
 def per_step_sent(case: RunCase | Mapping[str, Any]) -> list[float]:
     """Mean bytes a worker sent at each step, every traffic phase but one-time ``setup:*`` summed."""
-    case = as_case(case)
+    case = _run_case(case)
     out = [0.0] * (case.steps or 0)
     for rec in _phases(case):
         for t, v in enumerate((rec.per_step_sent or [])[:len(out)]):
@@ -98,7 +103,7 @@ def per_step_sent(case: RunCase | Mapping[str, Any]) -> list[float]:
 
 def per_step_sent_body(case: RunCase | Mapping[str, Any]) -> list[float] | None:
     """Like :func:`per_step_sent` with payload bodies only; ``None`` if a traffic phase lacks body counts."""
-    case = as_case(case)
+    case = _run_case(case)
     out = [0.0] * (case.steps or 0)
     for rec in _phases(case):
         if rec.per_step_sent_body is None:
@@ -110,7 +115,7 @@ def per_step_sent_body(case: RunCase | Mapping[str, Any]) -> list[float] | None:
 
 def window_metrics(case: RunCase | Mapping[str, Any], w: Window) -> dict[str, Any] | None:
     """The case's numbers over window ``w``; ``None`` if the case has fewer steps."""
-    case = as_case(case)
+    case = _run_case(case)
     steps = case.steps
     if steps is None or w.last >= steps:
         return None
@@ -138,7 +143,7 @@ def window_metrics(case: RunCase | Mapping[str, Any], w: Window) -> dict[str, An
 
 def case_phases(case: RunCase | Mapping[str, Any], windows: Sequence[Window]) -> dict[str, Any]:
     """``{window name: window_metrics}`` for a case record (the runner stores this as ``phases``)."""
-    case = as_case(case)
+    case = _run_case(case)
     return {w.name: m for w in windows if (m := window_metrics(case, w)) is not None}
 
 

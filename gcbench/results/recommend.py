@@ -193,7 +193,7 @@ class Recommendation:
         elif self.best.closed is not None and cl is not None:
             b = self.best
             ref = f" (the reference: {cl.reference_steps:.0f})" if cl.reference_steps is not None else ""
-            text = (f"{src}: use {b.label} — in closed-loop training ({cl.origin}) it {b.closed.text(cl.budget)} to {cl.target}"
+            text = (f"{src}: use {b.label} — in closed-loop training ({cl.origin}) it {self.best.closed.text(cl.budget)} to {cl.target}"
                     f"{ref}; {b.ratio:.3g}× fewer bytes ({bf16_text(b.ratio)})")
         else:
             b = self.best
@@ -244,7 +244,8 @@ def case_point(c: RunCase, closed: ClosedEvidence | None = None) -> Point | None
     if ratio is None or delivered is None:
         return None
     x = c.metric("comp_over_copy")
-    flagged = c.timing is not None and c.timing.x_copy("compress") is not None and bool(c.timing.x_copy("compress").flags)
+    compress_x_copy = c.timing.x_copy("compress") if c.timing is not None else None
+    flagged = compress_x_copy is not None and bool(compress_x_copy.flags)
     steps = c.stream.steps if c.stream is not None else None
     return Point(c.label, ratio, delivered, None if flagged else x, int(steps) if steps else None, _error_feedback(c),
                  residual_drain_steps(c.compressor or c.label, c.params), closed.outcomes.get(c.label) if closed else None,

@@ -140,7 +140,7 @@ class VGG(nn.Module):
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                nn.init.zeros_(m.bias)
+                nn.init.zeros_(m.bias)  # type: ignore[arg-type]  # every conv above is built with a bias
             elif isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.zeros_(m.bias)

@@ -211,7 +211,7 @@ def _gpt2_build(o: Mapping[str, int]) -> nn.Module:
                     n_positions=o["positions"], bos_token_id=o["vocab"] - 1, eos_token_id=o["vocab"] - 1)
     # the class name ("LMHead") does not tell the library which loss it computes, and it warns
     # before falling back to the causal-LM loss; say so up front
-    module.loss_type = "ForCausalLM"
+    module.loss_type = "ForCausalLM"  # type: ignore[assignment]  # a plain attribute transformers reads; torch's stubs allow tensors and modules only
     return module
 
 

@@ -262,7 +262,7 @@ def merge_parts(out: Path | str, workers: int) -> Path | None:
 
 
 def record_live(model: str, steps: int, workers: int, out: Path | str, seed: int = 0, warmup_steps: int = 0,
-                progress: Progress | None = None, *, lr: float = 0.1, overwrite: bool = False, **model_kwargs: object) -> Path:
+                progress: Progress | None = None, *, lr: float = 0.1, overwrite: bool = False, **model_kwargs: Any) -> Path:
     """Compute live gradients of a zoo (or ``module:factory``) model and write them as a trace.
 
     ``progress(done, total, message)`` is called after each forward/backward (warm-up included).

@@ -11,6 +11,7 @@ results do not depend on the order tensors are requested in.  ``scale`` multipli
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,7 +60,7 @@ class SyntheticSource(GradientSource):
         self.names = names or [f"t{i}" for i in range(len(self.shapes))]
         self.distribution = distribution
         self.workers, self.steps, self.seed, self.scale = workers, steps, seed, scale
-        self.kw = {"df": df, "sparsity_density": sparsity_density, "rank": rank}
+        self.kw: dict[str, Any] = {"df": df, "sparsity_density": sparsity_density, "rank": rank}
         self.name = f"synthetic {distribution}"
 
     def layout(self) -> list[TensorSpec]:

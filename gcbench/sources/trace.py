@@ -152,7 +152,7 @@ def acquire_lock(path: Path, folder: Path) -> Callable[[], None]:
     try:
         import fcntl
     except ImportError:  # not POSIX
-        fcntl = None  # type: ignore[assignment]
+        fcntl = None  # type: ignore[assignment]  # no lock off POSIX
     busy = SourceError(f"{folder}: another gcbench recording is writing into this folder (it holds {path.name}); "
                        "wait for it to finish or choose another folder")
     while True:

@@ -56,7 +56,7 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
     per_step = float(np.mean(payload_totals)) / n_steps if n_steps else None
     dense = float(r0["steps"][0]["dense_bytes"]) if n_steps else None
     numel = int(r0["numel"])
-    target = float(cfg.target)  # type: ignore[arg-type]
+    target = float(cfg.target)  # type: ignore[arg-type]  # a resolved config has a target
     hit = next((c for c in curve if c["test_accuracy"] >= target), None)
     acc = final.get("test_accuracy")
     ref_final = None

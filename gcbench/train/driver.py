@@ -96,16 +96,16 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> d
     ddp = DDP(model, process_group=ctx.group)
     hook = register_compressor_hook(ddp, registry.create(spec.name, **spec.params), seed=cfg.seed, granularity=cfg.granularity,
                                     process_group=ctx.group)
-    opt = task.optimizer(ddp.parameters(), float(cfg.lr))  # type: ignore[arg-type]
+    opt = task.optimizer(ddp.parameters(), float(cfg.lr))  # type: ignore[arg-type]  # resolved() filled every default
     curve: list[dict[str, Any]] = []
     steps: list[dict[str, float]] = []
     train_time = 0.0
     diverged = False
     step = 0
-    for epoch in range(int(cfg.epochs)):  # type: ignore[arg-type]
+    for epoch in range(int(cfg.epochs)):  # type: ignore[arg-type]  # resolved() filled every default
         ddp.train()
         loss_sum, n = 0.0, 0
-        for x, y in task.batches(epoch, ctx.rank, ctx.world_size, int(cfg.batch_size)):  # type: ignore[arg-type]
+        for x, y in task.batches(epoch, ctx.rank, ctx.world_size, int(cfg.batch_size)):  # type: ignore[arg-type]  # resolved() filled every default
             if fault is not None:
                 fault.fire(ctx.rank, step, spec.label)
             ctx.begin(step)
@@ -225,8 +225,8 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
     try:
         while pending:
             group = WorkerGroup(_train_all, (cfg.to_dict(), [asdict(s) for s in pending]), cfg.workers,
-                                collective_timeout_s=float(cfg.collective_timeout_s),  # type: ignore[arg-type]
-                                init_timeout_s=cfg.timeout_s, threads=int(cfg.threads))  # type: ignore[arg-type]
+                                collective_timeout_s=float(cfg.collective_timeout_s),  # type: ignore[arg-type]  # resolved() filled every default
+                                init_timeout_s=cfg.timeout_s, threads=int(cfg.threads))  # type: ignore[arg-type]  # resolved() filled every default
             group.start()
             k, since, message = 0, time.monotonic(), None
             try:
@@ -297,10 +297,10 @@ def _check_ranks_agree(cfg: TrainConfig, specs: list[Spec], group: Any) -> None:
 
 def _train_torchrun(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info: dict[str, Any], progress: Progress) -> TrainOutcome:
     """torchrun mode: this process is one worker; rank 0 writes the results file."""
-    torch.set_num_threads(int(cfg.threads))  # type: ignore[arg-type]
+    torch.set_num_threads(int(cfg.threads))  # type: ignore[arg-type]  # resolved() filled every default
     init_from_env("gloo", cfg.timeout_s)  # checked launch variables; a failed rendezvous is one LaunchError line
     rank, world = dist.get_rank(), dist.get_world_size()
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]  # resolved() filled every default
     try:
         _check_ranks_agree(cfg, specs, group)
     except BaseException:

@@ -267,7 +267,7 @@ class WorkerGroup:
             for r in primary:
                 e = errors[r]
                 detail = f": {e['type']}: {first_line(e['message'])}" if e else " (no error report: the process died)"
-                parts.append(f"rank {r} {_exit_text(codes[r])}{detail}")  # type: ignore[arg-type]
+                parts.append(f"rank {r} {_exit_text(codes[r])}{detail}")  # type: ignore[arg-type]  # a failed rank has an exit code
             return "; ".join(parts)
         first = first_line(next(e["message"] for e in errors.values() if e)) if any(errors.values()) else "no report"
         if alive:

@@ -173,24 +173,24 @@ def reference_modules(params: dict[str, torch.Tensor]) -> tuple[nn.Module, nn.Mo
         w = params[f"enc{i}.weight"]
         conv = nn.Conv1d(w.shape[1], w.shape[0], 3, stride=2, padding=1)
         conv.weight.data.copy_(w)
-        conv.bias.data.copy_(params[f"enc{i}.bias"])
+        conv.bias.data.copy_(params[f"enc{i}.bias"])  # type: ignore[union-attr]  # built with a bias
         enc += [conv, nn.LeakyReLU(NEG_SLOPE)]
     w = params["enc_head.weight"]
     head = nn.Conv1d(w.shape[1], w.shape[0], 1)
     head.weight.data.copy_(w)
-    head.bias.data.copy_(params["enc_head.bias"])
+    head.bias.data.copy_(params["enc_head.bias"])  # type: ignore[union-attr]  # built with a bias
     enc.append(head)
     dec: list[nn.Module] = []
     w = params["dec_head.weight"]
     dhead = nn.ConvTranspose1d(w.shape[0], w.shape[1], 1)
     dhead.weight.data.copy_(w)
-    dhead.bias.data.copy_(params["dec_head.bias"])
+    dhead.bias.data.copy_(params["dec_head.bias"])  # type: ignore[union-attr]  # built with a bias
     dec += [dhead, nn.LeakyReLU(NEG_SLOPE)]
     for j, i in enumerate(reversed(range(layers))):
         w = params[f"dec{i}.weight"]
         up = nn.ConvTranspose1d(w.shape[0], w.shape[1], 3, stride=2, padding=1, output_padding=1)
         up.weight.data.copy_(w)
-        up.bias.data.copy_(params[f"dec{i}.bias"])
+        up.bias.data.copy_(params[f"dec{i}.bias"])  # type: ignore[union-attr]  # built with a bias
         dec.append(up)
         if j < layers - 1:
             dec.append(nn.LeakyReLU(NEG_SLOPE))
@@ -254,14 +254,14 @@ def reference_latent_length(k: int) -> int:
 REF_MIN_K = next(k for k in range(1, 64) if reference_latent_length(k) >= 1)
 
 
-def reference_arch_modules(workers: int) -> tuple[nn.Module, list[nn.Module], list[nn.Module]]:
+def reference_arch_modules(workers: int) -> tuple[nn.Sequential, list[nn.Sequential], list[nn.Conv1d]]:
     """The re-implementation's layers as ``torch.nn`` modules: encoder, per-worker decoders and output convolutions."""
     enc: list[nn.Module] = []
     for cin, cout in REF_ENCODER:
         enc += [nn.Conv1d(cin, cout, kernel_size=3, stride=2), nn.LeakyReLU(NEG_SLOPE)]
     enc += [nn.Conv1d(REF_ENCODER[-1][1], REF_LATENT, kernel_size=1), nn.LeakyReLU(NEG_SLOPE)]
-    decs: list[nn.Module] = []
-    outs: list[nn.Module] = []
+    decs: list[nn.Sequential] = []
+    outs: list[nn.Conv1d] = []
     for _ in range(workers):
         layers: list[nn.Module] = []
         for cin, cout in REF_DECODER:
@@ -285,14 +285,14 @@ def init_reference_params(seed: int, workers: int) -> dict[str, torch.Tensor]:
     for i, m in enumerate(convs):
         name = f"ref_enc{i}" if i < len(REF_ENCODER) else "ref_enc_head"
         params[f"{name}.weight"] = m.weight.detach().clone()
-        params[f"{name}.bias"] = m.bias.detach().clone()  # type: ignore[union-attr]
+        params[f"{name}.bias"] = m.bias.detach().clone()  # type: ignore[union-attr]  # built with a bias
     for j, (dec, out) in enumerate(zip(decs, outs, strict=True)):
         ups = [m for m in dec if isinstance(m, nn.ConvTranspose1d)]
-        for i, m in enumerate(ups):
-            params[f"w{j}.ref_dec{i}.weight"] = m.weight.detach().clone()
-            params[f"w{j}.ref_dec{i}.bias"] = m.bias.detach().clone()  # type: ignore[union-attr]
-        params[f"w{j}.ref_out.weight"] = out.weight.detach().clone()  # type: ignore[union-attr]
-        params[f"w{j}.ref_out.bias"] = out.bias.detach().clone()  # type: ignore[union-attr]
+        for i, up in enumerate(ups):
+            params[f"w{j}.ref_dec{i}.weight"] = up.weight.detach().clone()
+            params[f"w{j}.ref_dec{i}.bias"] = up.bias.detach().clone()  # type: ignore[union-attr]  # built with a bias
+        params[f"w{j}.ref_out.weight"] = out.weight.detach().clone()
+        params[f"w{j}.ref_out.bias"] = out.bias.detach().clone()  # type: ignore[union-attr]  # built with a bias
     return params
 
 

@@ -59,7 +59,8 @@ class LGC(Compressor):
         super().__init__(**params)
         preset = PRESETS[str(self.params["preset"])]
         # the effective value of every parameter: ``self.params`` keeps what was asked (``None`` = the preset's)
-        self.settings = MappingProxyType({k: (preset[k] if v is None and k in preset else v) for k, v in self.params.items()})
+        self.settings: MappingProxyType[str, Any] = MappingProxyType(
+            {k: (preset[k] if v is None and k in preset else v) for k, v in self.params.items()})
         self.channels = parse_channels(str(self.settings["channels"]))
         self.fold = ae.fold_of(self.channels)
         if int(self.settings["window"]) < self.fold:

@@ -9,7 +9,7 @@ ring-summed) and the phase-2 training loss; the package docstring (gcbench/compr
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -67,7 +67,8 @@ class GcbenchPreset(Preset):
 
     def exchange_group(self, grads: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]]) -> list[ExchangeResult]:
         """Each tensor on its own (:meth:`exchange`, by the base contract's group exchange)."""
-        return list(Compressor.exchange_group(self.lgc, grads, states))
+        # the base contract's group exchange, run on the LGC this preset serves (a Compressor; the rounds see its protocol)
+        return list(Compressor.exchange_group(cast(Compressor, self.lgc), grads, states))
 
     def rounds(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> Generator[Leg, Any, list[torch.Tensor]]:
         """``preset="gcbench"``: each unit's round on its own, one after another; the aggregates."""

@@ -45,7 +45,7 @@ class ReferencePreset(Preset):
 
     def exchange(self, grads: Sequence[torch.Tensor], states: Sequence[State]) -> LGCExchangeResult:
         """A whole model of one tensor (:meth:`exchange_group`)."""
-        return self.exchange_group([[g] for g in grads], [[s] for s in states])[0]  # type: ignore[return-value]
+        return self.exchange_group([[g] for g in grads], [[s] for s in states])[0]  # type: ignore[return-value]  # LGC's results are LGCExchangeResult
 
     def dense_units(self, units: int) -> set[int]:
         """Units sent dense fp32 in every phase: the first ``dense_first`` and the last ``dense_last``."""
@@ -272,43 +272,7 @@ class ReferencePreset(Preset):
             sent.append(torch.where(keep, a[j], 0.0))  # counted as sent for error feedback
 
         def serve(rows: list[list[Message]]) -> list[Message]:
-            params = self.lgc.autoencoder(state0, n)["params"]
-            lb = body_numpy(server["latent"])
-            length = ae.reference_latent_length(offs[-1])
-            if len(lb) != 4 * ae.REF_LATENT * length:
-                raise PayloadError("lgc latent: body length does not match its geometry")
-            z_rx = f32_read(lb, 0, ae.REF_LATENT * length, "latent").reshape(1, ae.REF_LATENT, length)
-            idx_rx, _ = self.wire.read_multi_indices(body_numpy(server["indices"]), ks, dims)
-            acc = [torch.zeros(d, dtype=torch.float32) for d in dims]
-            extra_all: list[list[torch.Tensor]] = [[] for _ in range(count)]
-            for w in range(n):
-                ib = body_numpy(only(rows[w], "compressed:innovation"))
-                total = sum(kinn)
-                v_w = f32_read(ib, 0, total, "innovation")
-                pos_rx, _ = self.wire.read_multi_indices(ib[4 * total:], kinn, dims)
-                inn_vec = torch.zeros(offs[-1], dtype=torch.float32)
-                extras = []
-                start = 0
-                for j in range(count):
-                    v_j = v_w[start:start + kinn[j]]
-                    start += kinn[j]
-                    where, inside = positions_in(idx_rx[j], pos_rx[j])
-                    inn_vec[offs[j] + where[inside]] = v_j[inside]
-                    extras.append((pos_rx[j][~inside], v_j[~inside]))
-                with torch.no_grad():
-                    out = ae.reference_decode(params, w, z_rx, inn_vec.reshape(1, 1, -1)).reshape(-1)
-                for j in range(count):
-                    r = torch.zeros(dims[j], dtype=torch.float32)
-                    r[idx_rx[j]] = out[offs[j]:offs[j + 1]]
-                    r[extras[j][0]] = extras[j][1]
-                    acc[j] += r
-                    extra_all[j].append(extras[j][0])
-            pulls = []
-            for j in range(count):
-                pull = self.wire.pull(acc[j] / n, idx_rx[j], torch.unique(torch.cat(extra_all[j])), n, *geo[j])[1]
-                pull.unit = units[j]
-                pulls.append(pull)
-            return pulls
+            return self._reference_serve(rows, state0, n, server, (dims, ks, offs), kinn, geo, units)
 
         got = yield ToServer([Message("compressed:innovation", me, (), innovation)], "compressed:innovation", serve)
         pulls = [m.payload for m in got if m.phase == "compressed:pull"]
@@ -317,6 +281,51 @@ class ReferencePreset(Preset):
         aggs = ctx.once(("model", "aggregate"), lambda: [self.wire.read_pull(p, i.cpu(), d)
                                                       for p, i, d in zip(pulls, idx_l, dims, strict=True)])
         return [agg.to(t.device) for agg, t in zip(aggs, a, strict=True)], sent
+
+    def _reference_serve(self, rows: list[list[Message]], state0: State, n: int, server: dict[str, Payload],
+                         layout: tuple[list[int], list[int], list[int]], kinn: list[int],
+                         geo: list[tuple[tuple[int, ...], torch.dtype]], units: Sequence[int]) -> list[Message]:
+        """The server of :meth:`_reference_ps`'s last round: each worker decoded with its decoder from the leader's latent and
+        its innovation, its values outside the leader's index set added exactly; the aggregate of each middle unit sent back."""
+        count = len(geo)
+        dims, ks, offs = layout
+        params = self.lgc.autoencoder(state0, n)["params"]
+        lb = body_numpy(server["latent"])
+        length = ae.reference_latent_length(offs[-1])
+        if len(lb) != 4 * ae.REF_LATENT * length:
+            raise PayloadError("lgc latent: body length does not match its geometry")
+        z_rx = f32_read(lb, 0, ae.REF_LATENT * length, "latent").reshape(1, ae.REF_LATENT, length)
+        idx_rx, _ = self.wire.read_multi_indices(body_numpy(server["indices"]), ks, dims)
+        acc = [torch.zeros(d, dtype=torch.float32) for d in dims]
+        extra_all: list[list[torch.Tensor]] = [[] for _ in range(count)]
+        for w in range(n):
+            ib = body_numpy(only(rows[w], "compressed:innovation"))
+            total = sum(kinn)
+            v_w = f32_read(ib, 0, total, "innovation")
+            pos_rx, _ = self.wire.read_multi_indices(ib[4 * total:], kinn, dims)
+            inn_vec = torch.zeros(offs[-1], dtype=torch.float32)
+            extras = []
+            start = 0
+            for j in range(count):
+                v_j = v_w[start:start + kinn[j]]
+                start += kinn[j]
+                where, inside = positions_in(idx_rx[j], pos_rx[j])
+                inn_vec[offs[j] + where[inside]] = v_j[inside]
+                extras.append((pos_rx[j][~inside], v_j[~inside]))
+            with torch.no_grad():
+                out = ae.reference_decode(params, w, z_rx, inn_vec.reshape(1, 1, -1)).reshape(-1)
+            for j in range(count):
+                r = torch.zeros(dims[j], dtype=torch.float32)
+                r[idx_rx[j]] = out[offs[j]:offs[j + 1]]
+                r[extras[j][0]] = extras[j][1]
+                acc[j] += r
+                extra_all[j].append(extras[j][0])
+        pulls = []
+        for j in range(count):
+            pull = self.wire.pull(acc[j] / n, idx_rx[j], torch.unique(torch.cat(extra_all[j])), n, *geo[j])[1]
+            pull.unit = units[j]
+            pulls.append(pull)
+        return pulls
 
     def _reference_ring(self, state0: State, ctx: Context, leader: int, a: list[torch.Tensor],
                         geo: list[tuple[tuple[int, ...], torch.dtype]],

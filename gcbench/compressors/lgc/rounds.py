@@ -18,6 +18,8 @@ import torch
 from gcbench.compressors._common import dense_from_sparse, k_of
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.index_sets import positions_in, topk_indices_sorted
+from gcbench.compressors.lgc.result import LGCExchangeResult
+from gcbench.compressors.lgc.windows import Windows
 from gcbench.compressors.lgc.wire import Wire, f32_bytes, f32_read
 from gcbench.core.compressor import State, body_numpy
 from gcbench.core.errors import PayloadError
@@ -29,17 +31,39 @@ Trainer = Callable[[dict[str, Any], torch.Tensor, torch.Tensor, torch.Tensor, in
 
 
 class LGCCompressor(Protocol):
-    """What the rounds use of the compressor they run for (:class:`gcbench.compressors.lgc.contract.LGC`)."""
+    """What the rounds and the presets use of the compressor they run for (:class:`gcbench.compressors.lgc.contract.LGC`)."""
 
-    name: str
-    info: Any
     settings: MappingProxyType[str, Any]
+    channels: tuple[int, ...]
+    fold: int
+
+    @property
+    def info(self) -> Any: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def phase_of(self, step: int) -> str: ...
+
+    def leader_of(self, step: int, workers: int) -> int: ...
 
     def k_of(self, d: int) -> int: ...
 
+    def uses_autoencoder(self, d: int) -> bool: ...
+
+    def windows(self, k: int) -> Windows: ...
+
     def autoencoder(self, state0: State, workers: int = 1) -> dict[str, Any]: ...
 
+    def optimise(self, rec: dict[str, Any], loss_of: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None: ...
+
+    def compress(self, x: torch.Tensor, state: State) -> Payload: ...
+
     def decode_received(self, payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None) -> torch.Tensor: ...
+
+    def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol: ...
+
+    def _result(self, agg: torch.Tensor, msgs: list[Message], n: int, phase: str, leader: int, used: bool) -> LGCExchangeResult: ...
 
 
 def others(w: int, n: int) -> tuple[int, ...]:
