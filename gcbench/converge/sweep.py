@@ -301,7 +301,7 @@ def choose_threads(flops: float | None, cores: int, others: float | None, defaul
     holds makes the others spin until the scheduler gives it one.  A forward pass of a few MFLOP is
     a handful of sub-millisecond operators, so a second thread can save at most microseconds a pass
     and, under load, costs milliseconds at every barrier (the digits MLP, 3.2 MFLOP: 0.4 ms a pass on
-    one thread, 400 ms on two, at load 9.5 on 2 cores): below :data:`SMALL_PASS_FLOPS` the run takes
+    one thread, 400 ms on two with every core busy): below :data:`SMALL_PASS_FLOPS` the run takes
     one thread, whatever the load, and its numbers are those of ``--threads 1``.
 
     A larger model gets the cores no other process is using (rounded; at least one, at most

@@ -1,6 +1,6 @@
 """Fast CPU kernels: pure array operations (NumPy, torch, numba), one module per operation.
 
-Why this package exists (issue 8, measured on the project's 2-core machines): on a 25.6M-element tensor a copy
+Why this package exists (docs/timing.md has the measurements): on a 25.6M-element tensor a copy
 costs 7.5–9 ms, while ``torch.rand_like`` costs 120 ms, every new 100 MB result 35–55 ms of page
 faults, and an eager chain of elementwise torch ops one pass (and often one allocation) per op.
 The kernels here read the input once or twice, draw their random numbers inside the same loop

@@ -130,7 +130,7 @@ def empty_maybe_zero(n: int, dtype: torch.dtype = torch.float32) -> tuple[torch.
     False only for a reused pooled mapping (it holds an earlier, freed output): a kernel that
     writes every element anyway clears it part by part, while the part is in cache, instead of
     paying a separate pass.  (``zeros`` clears with a torch fill, whose OpenMP workers keep
-    spinning afterwards against the next kernel's threads on a 2-core machine: the sparse decode
+    spinning afterwards against the next kernel's threads when no core is spare: the sparse decode
     scatter right after it took 17 ms instead of 9.5–12.5.)  A fresh mapping, or a small buffer
     from ``np.zeros``, reads as zero.
     """

@@ -8,7 +8,7 @@ implementation, and the peak extra resident memory during compress.  The copy is
 with each kernel, round by round (:func:`gcbench.measure.timing.time_interleaved`, as in ``gcbench
 run``), so ×copy is a per-round ratio with its spread and flags.  Each (compressor, size) runs
 in a fresh Python process by default, because allocator state left by one compressor changed the
-next one's timings by up to 5× on these machines.
+next one's timings by up to 5×.
 
 The targets come from the fast-kernels issue; a row is ``pass`` when the measured ratio is within
 its target, ``short`` otherwise.  Timings vary 10–30% run to run: read ratios, not absolute times.
@@ -341,7 +341,7 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
     ``budget_s`` bounds the whole sweep's time: each case's calibration gets its share of what is left
     (:func:`case_budget`) and a kernel that share stopped is flagged :data:`CUT_SHORT`.  ``shared_worker`` (with
     ``isolate``) runs the cases one after another in one worker process instead of one process each: a process's
-    start (imports, compiled kernels loaded) cost 3-9 s of a 2-core machine under load, more than a small model's rounds.
+    start (imports, compiled kernels loaded) can cost 3-9 s under load, more than a small model's rounds.
     """
     specs = [registry.parse_spec(n) for n in names]  # unknown names and bad parameters fail before any work
     model_numel = sum(t.numel for t in zoo.layer_shapes(model)) if model is not None else None  # an unknown model fails here

@@ -139,7 +139,7 @@ def gather(unit: Unit, grads: Mapping[str, torch.Tensor], out: torch.Tensor | No
     A layer unit returns the gradient tensor itself (same object, shape and dtype; never copied).  A
     bucket or model unit returns one flat float32 vector, the members flattened in unit order; pass a
     float32 ``out`` of ``unit.numel`` elements to fill a reused buffer instead of allocating (a fresh
-    100 MB result costs more in page faults than the copy on these machines).
+    100 MB result costs more in page faults than the copy itself).
     """
     if not unit.flat:
         return _member(unit, grads, unit.members[0], unit.shapes[0])

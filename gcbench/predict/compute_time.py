@@ -2,7 +2,7 @@
 
 Calibrated rounds (:data:`COMPUTE_POLICY`), a flagged measurement repeated once, two measurements taken before and
 after the kernels' bench and compared (:func:`combine_compute`), and a fresh measurement held against the one a recent
-bench of the same model stored (:func:`against_previous`): this 2-core VM's speed moves between minutes while each
+bench of the same model stored (:func:`against_previous`): a shared machine's speed can move between minutes while each
 measurement looks steady alone.  :func:`store_compute` keeps the time beside the kernels in their bench file, so
 advise reusing those kernels (:mod:`gcbench.results.bench_cache`) reuses the compute measured with them.
 """
@@ -86,7 +86,7 @@ def time_compute(step: Callable[[Any], Any], policy: TimingPolicy = COMPUTE_POLI
 
 
 #: the most two measurements of the compute time, one before and one after the kernels are timed, may differ before
-#: the answer says the machine changed speed under it: this 2-core VM's mlp step took 1.3 ms in one minute and
+#: the answer says the machine changed speed under it: on a shared machine the mlp step took 1.3 ms in one minute and
 #: 1.7-2.3 ms in the next, quiet both times, and each measurement alone looked steady
 COMPUTE_DRIFT = 0.10
 

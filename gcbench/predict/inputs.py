@@ -56,7 +56,7 @@ ADVISE_MAX_ROUNDS = 40
 
 
 #: the time advise's kernel measurement may take by default (``--budget``), the second timing of flagged kernels
-#: included: a cold advise of the mlp benched 26 compressors for 546 s on a 2-core machine under load (3-7), every figure
+#: included: without it a cold advise of the mlp benched 26 compressors for 546 s on a busy machine, every figure
 #: flagged and re-timed; within this budget the rounds of each case get its share and a figure the budget stopped early
 #: is flagged ``cut short``.  At 60 s a cold advise of the mlp with two busy processes beside other work (load 4-6) took
 #: 120 s in all (the compute time, measured before and after the kernels, and the command's start are the rest)

@@ -155,7 +155,7 @@ class Advice:
         names (the best and the next two that pay) or that come within :data:`CONTENDER_MARGIN` of the best, which a
         flagged kernel could move above it.  A flagged kernel of a compressor far behind changes no answer: calling
         every sentence untrustworthy for it made the caveat ride on nearly every quiet run (one of 19 kernels just over
-        ±10% is common on this 2-core machine)."""
+        ±10% is common on a machine whose cores other processes share)."""
         ranked = list(sc.recommendable) or list(sc.paying) or list(sc.steps)
         if not ranked:
             return self.untrusted()
