@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from gcbench.measure.casemath import COPY_SPREAD_LIMIT
+from gcbench.measure.copy_baseline import COPY_SPREAD_LIMIT
 from gcbench.results.run_record import RunCase
 from gcbench.results.store import load_run
 

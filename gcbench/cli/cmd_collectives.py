@@ -103,7 +103,7 @@ def collectives(
     with progress_bar(not quiet and not as_json) as prog:
         source = None
         if model is not None or trace is not None:
-            from gcbench.measure.runner import build_source
+            from gcbench.measure.source_data import build_source
             from gcbench.measure.suite import SourceSpec
 
             spec = SourceSpec(kind="live", model=model, workers=max(ns), steps=1) if model else SourceSpec(kind="trace", path=trace)

@@ -295,7 +295,7 @@ def grams(rs: tuple[np.ndarray, ...], ss: tuple[np.ndarray, ...], g_e: np.ndarra
     """Add the W×W Gram matrices of the errors ``ss[w] − rs[w]`` and of ``rs`` to ``g_e`` and ``g_r``, in float64 from
     one read of each float32 array, block by block on the calling thread (the sums do not depend on the thread count).
 
-    The delivered fraction's jackknife over workers (:meth:`gcbench.measure.casemath.DeliveredStream.delivered_jackknife`)
+    The delivered fraction's jackknife over workers (:meth:`gcbench.measure.stream.DeliveredStream.delivered_jackknife`)
     took 8.3 s on 30M elements and two workers as float64 torch copies and matrix products, 0.48 s here (load 6)."""
     if len(rs) != len(ss) or any(a.shape != rs[0].shape for a in (*rs, *ss)):
         raise ValueError("grams: one float32 vector of one length per worker on each side")

@@ -45,37 +45,20 @@ from gcbench.compressors import registry
 from gcbench.core import signals
 from gcbench.core.compressor import Compressor, Payload, State
 from gcbench.core.errors import GcbenchError, SourceError
-from gcbench.measure.casemath import (
-    DeliveredStream,
-    StreamStats,
-    TrafficLog,
-    aggregate_summary,
-    check_decoded,
-    check_numbers,
-    fidelity_summary,
-    max_abs,
-    pool_copy_baseline,
-    size_summary,
-    timing_summary,
-    unit_summary,
-    worker_mean,
-)
+from gcbench.measure.case_summary import aggregate_summary, fidelity_summary, size_summary, unit_summary
+from gcbench.measure.casemath import StreamStats, check_decoded, check_numbers, max_abs, worker_mean
+from gcbench.measure.copy_baseline import pool_copy_baseline, timing_summary
 from gcbench.measure.fidelity import Fidelity, fidelity
 from gcbench.measure.footprint import source_build_work, source_work
 from gcbench.measure.granularity import make_units
-from gcbench.measure.source_data import CACHE_LIMIT_BYTES, ClosedLoopData, SourceData  # noqa: F401 (CACHE_LIMIT_BYTES: its old home)
+from gcbench.measure.source_data import ClosedLoopData, Progress, SourceData, build_source, no_progress
+from gcbench.measure.stream import DeliveredStream
 from gcbench.measure.suite import CompressorSpec, MetricsSpec, SourceSpec, Suite
 from gcbench.measure.timing import TimingPolicy, time_step
+from gcbench.measure.traffic import TrafficLog
 from gcbench.results.phases import Window, case_phases, phase_windows
 from gcbench.results.store import RunWriter
 from gcbench.sources.base import FLOAT32_MAX, GradientSource
-
-Progress = Callable[[str, int, int, str], None]
-
-
-
-def _noop(stage: str, done: int, total: int, message: str) -> None:
-    return None
 
 
 def derive_seed(*parts: int | str) -> int:
@@ -90,67 +73,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         raise GcbenchError("device 'cuda' requested but no CUDA device is available (use --device cpu)")
     return torch.device(device)
-
-
-# ----------------------------------------------------------------------------- sources
-
-
-def build_source(spec: SourceSpec, seed: int, progress: Progress = _noop) -> GradientSource:
-    """Instantiate the gradient source a suite names."""
-    if spec.kind == "synthetic":
-        from gcbench.sources.synthetic import SyntheticSource
-
-        if spec.shapes:
-            shapes, names = [tuple(s) for s in spec.shapes], None
-        else:
-            from gcbench.sources.zoo import layer_shapes
-
-            specs = layer_shapes(spec.model or "")
-            shapes, names = [s.shape for s in specs], [s.name for s in specs]
-        return SyntheticSource(shapes, spec.distribution, workers=spec.workers or 1, steps=spec.steps or 1, seed=seed,
-                               scale=spec.scale, names=names, df=spec.df, sparsity_density=spec.sparsity_density)
-    if spec.kind == "live":
-        from gcbench.sources.live import LiveSource
-
-        kwargs: dict[str, Any] = {}
-        if spec.batch_size is not None:
-            kwargs["batch_size"] = spec.batch_size
-        if spec.image_size is not None:
-            kwargs["image_size"] = spec.image_size
-        return LiveSource(spec.model or "", workers=spec.workers or 4, steps=spec.steps or 10, seed=seed,
-                          warmup_steps=spec.warmup_steps, lr=spec.lr,
-                          # the bar counts passes done; the source's own "step 3/10 worker 2/4" would be a second numbering
-                          progress=lambda d, t, m: progress("gradients", d, t, f"{spec.model}: forward + backward passes"),
-                          loop=spec.loop, **kwargs)
-    from gcbench.sources.trace import TraceSource
-
-    src = TraceSource(Path(spec.path or ""))
-    if spec.workers is not None or spec.steps is not None:
-        return _Limited(src, spec.workers, spec.steps)
-    return src
-
-
-class _Limited(GradientSource):
-    """The first ``workers`` workers and ``steps`` steps of another source."""
-
-    def __init__(self, inner: GradientSource, workers: int | None, steps: int | None) -> None:
-        if workers is not None and workers > inner.workers:
-            raise SourceError(f"{inner.name}: has {inner.workers} workers, {workers} requested")
-        if steps is not None and steps > inner.steps:
-            raise SourceError(f"{inner.name}: has {inner.steps} steps, {steps} requested")
-        self.inner = inner
-        self.name = inner.name
-        self.workers = workers or inner.workers
-        self.steps = steps or inner.steps
-
-    def layout(self):
-        return self.inner.layout()
-
-    def gradients(self, step: int, worker: int):
-        return self.inner.gradients(step, worker)
-
-    def describe(self) -> dict[str, object]:
-        return {**self.inner.describe(), "workers": self.workers, "steps": self.steps}
 
 
 # ----------------------------------------------------------------------------- one case
@@ -186,14 +108,15 @@ def suite_windows(suite: Suite, steps: int) -> list[Window]:
     return []
 
 
-def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Progress = _noop,
+def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Progress = no_progress,
              windows: Sequence[Window] = (), timing_budget: RunTimingBudget | None = None) -> dict[str, Any]:
     """Measure one compressor configuration on one source; returns the case record.
 
     ``windows`` (the source's phase windows, :func:`suite_windows`) restart a second cumulative
     aggregate error at each window's first step, so every case is measured over the same phases.
     ``timing_budget``: the run's (:class:`RunTimingBudget`); None times the case by the suite's per-case policy alone.
-    The numbers themselves are :mod:`gcbench.measure.casemath`'s; this function runs the steps.
+    The numbers themselves are :mod:`gcbench.measure.casemath`'s, :mod:`~gcbench.measure.stream`'s and
+    :mod:`~gcbench.measure.traffic`'s, summarised by :mod:`~gcbench.measure.case_summary`; this function runs the steps.
     """
     comp = registry.create(spec.name, **spec.params)
     info = comp.info
@@ -226,51 +149,24 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
             """Refuse a non-finite decoded tensor of worker ``w``'s unit ``u`` (finite input); count saturated elements."""
             return check_decoded(info.name, units[u].name, inputs[w][u], dec, f"step {step} worker {w}", wire_max)
 
+        def check_mean(u: int, agg: torch.Tensor, step: int = t) -> None:
+            """Refuse a protocol's non-finite aggregate of finite inputs, against the true mean's range."""
+            check_decoded(info.name, units[u].name, ref.mean[step][u], agg, f"step {step} aggregate", wire_max)
+
         refs = [[comp.reference_update(x, ref_states[w][u]) for u, x in enumerate(xs[w])] for w in range(W)] if own_ref else xs
         if suite.metrics.timing and t < suite.metrics.timing_steps:
             timing = _time_case(comp, xs[0], states[0], suite, data.copy_destination(xs[0]), timing_budget)
 
-        # 1. one-shot fidelity on the first steps: repeats from copies of the current state (worker 0)
-        fids: list[Fidelity] | None = None
-        firsts: list[tuple[Payload, torch.Tensor]] = []
-        first_states: list[State] = []
-        one_shot = t < one_shot_steps
-        if one_shot and (repeats > 1 or custom_exchange):
-            fids, firsts, first_states = _repeat_fidelity(comp, xs[0], states[0], refs[0], repeats, suite.seed, t,
-                                                          lambda u, dec: check(0, u, dec))
-        elif custom_exchange:  # worker 0's own compression from a copy of its state: its bytes and decoded tensors
-            firsts = [comp.compress_and_decode(x, st.clone()) for x, st in zip(xs[0], states[0], strict=True)]
-            for u, (_, dec) in enumerate(firsts):
-                check(0, u, dec)
-
-        # 2. the stream: every worker compresses; aggregate by the default or the paper's protocol
-        contributions: list[list[torch.Tensor]] | None = None
+        # 1. and 2.: worker 0's one-shot fidelity, then every worker's compression and the aggregate
+        ex = _exchange_step(comp, t, xs, states, refs[0], traffic, repeats, suite.seed, t < one_shot_steps, custom_exchange,
+                            saturated, check, check_mean)
+        saturated += ex.saturated
         if custom_exchange:
-            aggregates, phase, contributions = _protocol_exchange(comp, xs, states, traffic, t)
-            step_phases.append(phase)
-            for w, contribution in enumerate(contributions or []):
-                saturated += sum(check(w, u, dec) for u, dec in enumerate(contribution))
-            if not saturated:  # the protocol's aggregate of finite inputs, against the true mean's range
-                for u, agg in enumerate(aggregates):
-                    check_decoded(info.name, units[u].name, ref.mean[t][u], agg, f"step {t} aggregate", wire_max)
-            outs0 = firsts  # worker 0's payloads: its first fidelity repeat
-        else:
-            # worker 0's stream step is its first fidelity repeat (an independent draw from the same
-            # state), so stochastic compressors do not compress worker 0's tensors once more
-            reuse = fids is not None and type(comp).compress_group is Compressor.compress_group
-            if reuse:
-                states[0] = first_states
-            outs = [firsts if reuse and w == 0 else comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(W)]
-            saturated += sum(check(w, u, dec) for w, o in enumerate(outs) for u, (_, dec) in enumerate(o))
-            aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(units))]
-            traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])
-            outs0 = outs[0]
-            contributions = [[dec for _, dec in o] for o in outs]
-            if fids is None and one_shot:
-                fids = [fidelity(refs[0][u], [dec]) for u, (_, dec) in enumerate(outs0)]
+            step_phases.append(ex.phase)
+        fids, aggregates, outs0 = ex.fids, ex.aggregates, ex.outs0
 
         # 3. the stream on the common reference; aggregate fidelity against the own reference and EF drift
-        stream.add_step(t, aggregates, contributions)
+        stream.add_step(t, aggregates, ex.contributions)
         data.advance(t, aggregates)  # closed loop: the model takes this aggregate before the next step's gradients
         stats.add_step(refs, aggregates, [dec for _, dec in outs0], [p.nbytes for p, _ in outs0], fids, window_start=t in starts,
                        true_means=None if own_ref else ref.mean[t], common=None if own_ref else stream.common_step(t))
@@ -332,6 +228,66 @@ def _repeat_fidelity(comp: Compressor, xs: Sequence[torch.Tensor], states: Seque
                 first_states.append(st)
         fids.append(fidelity(refs[u], decs))
     return fids, firsts, first_states
+
+
+@dataclass(frozen=True)
+class _Exchanged:
+    """One step's compressions (:func:`_exchange_step`)."""
+
+    fids: list[Fidelity] | None  # worker 0's one-shot fidelity by unit (None after the one-shot steps)
+    aggregates: list[torch.Tensor]  # by unit
+    outs0: Sequence[tuple[Payload, torch.Tensor]]  # worker 0's (payload, decoded) by unit
+    contributions: list[list[torch.Tensor]] | None  # each worker's decoded tensors by unit (None: the protocol hides them)
+    phase: str | None  # the protocol's phase of this step (LGC); None for the default exchange
+    saturated: int  # elements a narrower float wire format mapped to ±inf in this step
+
+
+def _exchange_step(comp: Compressor, t: int, xs: Sequence[Sequence[torch.Tensor]], states: list[list[State]],
+                   refs0: Sequence[torch.Tensor], traffic: TrafficLog, repeats: int, seed: int, one_shot: bool,
+                   custom_exchange: bool, saturated_before: int, check: Callable[[int, int, torch.Tensor], int],
+                   check_mean: Callable[[int, torch.Tensor], None]) -> _Exchanged:
+    """Step ``t``'s compressions: worker 0's one-shot fidelity (on the first steps), then every worker's compression
+    and the aggregate, by the default all-gather or the compressor's own protocol (its messages counted in ``traffic``).
+
+    ``check(worker, unit, decoded)`` refuses a non-finite decoded tensor and counts saturated elements;
+    ``check_mean(unit, aggregate)`` refuses a protocol's non-finite aggregate while nothing in the stream (counting
+    ``saturated_before``) has saturated.  Worker 0's state in ``states`` is replaced by its first fidelity repeat's
+    where the stream takes that repeat as its step.
+    """
+    # 1. one-shot fidelity on the first steps: repeats from copies of the current state (worker 0)
+    fids: list[Fidelity] | None = None
+    firsts: list[tuple[Payload, torch.Tensor]] = []
+    first_states: list[State] = []
+    if one_shot and (repeats > 1 or custom_exchange):
+        fids, firsts, first_states = _repeat_fidelity(comp, xs[0], states[0], refs0, repeats, seed, t,
+                                                      lambda u, dec: check(0, u, dec))
+    elif custom_exchange:  # worker 0's own compression from a copy of its state: its bytes and decoded tensors
+        firsts = [comp.compress_and_decode(x, st.clone()) for x, st in zip(xs[0], states[0], strict=True)]
+        for u, (_, dec) in enumerate(firsts):
+            check(0, u, dec)
+
+    # 2. the stream: every worker compresses; aggregate by the default or the paper's protocol
+    saturated = 0
+    if custom_exchange:
+        aggregates, phase, contributions = _protocol_exchange(comp, xs, states, traffic, t)
+        for w, contribution in enumerate(contributions or []):
+            saturated += sum(check(w, u, dec) for u, dec in enumerate(contribution))
+        if not saturated_before + saturated:  # the protocol's aggregate of finite inputs, against the true mean's range
+            for u, agg in enumerate(aggregates):
+                check_mean(u, agg)
+        return _Exchanged(fids, aggregates, firsts, contributions, phase, saturated)  # worker 0: its first fidelity repeat
+    # worker 0's stream step is its first fidelity repeat (an independent draw from the same
+    # state), so stochastic compressors do not compress worker 0's tensors once more
+    reuse = fids is not None and type(comp).compress_group is Compressor.compress_group
+    if reuse:
+        states[0] = first_states
+    outs = [firsts if reuse and w == 0 else comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(len(xs))]
+    saturated += sum(check(w, u, dec) for w, o in enumerate(outs) for u, (_, dec) in enumerate(o))
+    aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(xs[0]))]
+    traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])
+    if fids is None and one_shot:
+        fids = [fidelity(refs0[u], [dec]) for u, (_, dec) in enumerate(outs[0])]
+    return _Exchanged(fids, aggregates, outs[0], [[dec for _, dec in o] for o in outs], None, saturated)
 
 
 def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]],
@@ -465,7 +421,7 @@ def _failed_record(spec: CompressorSpec, source_name: str, exc: BaseException, s
 
 def _pool_source_timings(writer: RunWriter, indices: Sequence[int]) -> None:
     """Once a source's cases are done, hold their kernel times against the source's pooled copy (see
-    :func:`gcbench.measure.casemath.pool_copy_baseline`) and rewrite those cases."""
+    :func:`gcbench.measure.copy_baseline.pool_copy_baseline`) and rewrite those cases."""
     recs = {i: writer.record.cases[i].to_json_dict() for i in indices if writer.record.cases[i].status == "ok"}
     timed = {i: r for i, r in recs.items() if r.get("timing")}
     if len(timed) < 2:
@@ -531,7 +487,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     :class:`gcbench.results.store.RunWriter`) and ends with status ``complete``, ``complete-with-errors``,
     ``interrupted`` (KeyboardInterrupt, SIGTERM under the CLI) or ``failed`` (an error outside any case).
     """
-    progress = progress or _noop
+    progress = progress or no_progress
     device = resolve_device(suite.metrics.device)
     if suite.metrics.threads:
         torch.set_num_threads(suite.metrics.threads)

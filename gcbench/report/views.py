@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from gcbench.measure.bench import kernel_verdict, target_of
-from gcbench.measure.casemath import COPY_SPREAD_LIMIT
+from gcbench.measure.copy_baseline import COPY_SPREAD_LIMIT
 from gcbench.report.columns import Column, LayerMetric
 from gcbench.report.load import LoadedRun, machine_text
 from gcbench.report.notes import DAGGER
@@ -95,7 +95,7 @@ def stream_caption(cases: Sequence[RunCase], label: Callable[[str], str] = str) 
 
 
 def copy_caveat(cases: Sequence[RunCase]) -> str:
-    """A sentence when the cases' copy yardstick moved (:data:`gcbench.measure.casemath.COPY_SPREAD_LIMIT`), else ""."""
+    """A sentence when the cases' copy yardstick moved (:data:`gcbench.measure.copy_baseline.COPY_SPREAD_LIMIT`), else ""."""
     moved = [c.timing for c in cases if c.timing is not None and c.timing.copy_spread is not None
              and c.timing.copy_spread > COPY_SPREAD_LIMIT and c.timing.copy_range_s]
     if not moved:

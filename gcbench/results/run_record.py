@@ -114,14 +114,14 @@ class CaseTiming(Model):
     compress_x_copy: XCopy | None = None
     decompress_x_copy: XCopy | None = None
     # "round": ×copy against the copy of the same round; "pooled": the source's cases were held against the median
-    # copy of every case of this source in the run (gcbench.measure.casemath.pool_copy_baseline), the per-round
+    # copy of every case of this source in the run (gcbench.measure.copy_baseline.pool_copy_baseline), the per-round
     # blocks kept beside; <kernel>_baseline says which copy each kernel's ×copy is against
     baseline: Str | None = None
     pooled_copy_s: Num | None = None
     pooled_copy_rounds: Count | None = None
     copy_off_pooled: Num | None = None  # this case's own copy median / the pooled one - 1
     # a cache-resident source (no pooling): its cases' copy medians, largest / smallest, and the two; past
-    # gcbench.measure.casemath.COPY_SPREAD_LIMIT the yardstick moved and ×copy will not repeat run to run
+    # gcbench.measure.copy_baseline.COPY_SPREAD_LIMIT the yardstick moved and ×copy will not repeat run to run
     copy_spread: Num | None = None
     copy_range_s: list[Num] | None = None
     compress_x_round_copy: XCopy | None = None

@@ -46,7 +46,7 @@ def test_settling_copies_for_real() -> None:
 
 
 def test_every_case_of_a_source_copies_into_the_same_memory() -> None:
-    from gcbench.measure.runner import SourceData, build_source
+    from gcbench.measure.source_data import SourceData, build_source
     from gcbench.measure.suite import parse_suite
 
     suite = parse_suite({"name": "c", "version": 1, "seed": 0, "sources": [{"kind": "synthetic", "label": "s", "shapes": [[300], [4, 10]],

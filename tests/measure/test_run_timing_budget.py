@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gcbench.measure import bench, casemath
-from gcbench.measure.casemath import timing_summary
+from gcbench.measure import bench, copy_baseline
+from gcbench.measure.copy_baseline import timing_summary
 from gcbench.measure.runner import RunTimingBudget, run_suite
 from gcbench.measure.suite import parse_suite
 from gcbench.measure.timing import TimingPolicy, time_interleaved
@@ -78,7 +78,7 @@ def test_a_run_whose_budget_is_spent_times_one_round_a_case_flagged_on_disk(tmp_
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """End to end: every case's share is a nanosecond, so each takes exactly one timed round and the results file
     flags both kernels ``cut short`` — also after the source's cases are re-based on the pooled copy."""
-    monkeypatch.setattr(casemath, "last_level_cache_bytes", lambda: 1)  # pooling applies: flags are recomputed there
+    monkeypatch.setattr(copy_baseline, "last_level_cache_bytes", lambda: 1)  # pooling applies: flags are recomputed there
     monkeypatch.setattr(bench, "MIN_CASE_BUDGET_S", 1e-9)
     suite = parse_suite({
         "name": "t", "seed": 0, "metrics": {"repeats": 2, "timing_repeats": 4, "timing_run_budget_s": 1e-9},

@@ -1,6 +1,6 @@
-"""The runner and the per-case maths it uses (gcbench.measure.runner, gcbench.measure.casemath).
+"""The runner and the per-case maths it uses (gcbench.measure.runner; casemath, traffic, case_summary, copy_baseline).
 
-Each function of ``casemath`` is checked against its definition (docs/metrics.md) on inputs
+Each function of the per-case maths is checked against its definition (docs/metrics.md) on inputs
 small enough to work out by hand; ``run_case`` and ``run_suite`` are checked end to end on tiny
 hand-written or synthetic sources: the identity compressor loses nothing, a compressor that sends
 nothing has q = 1, top-k with error feedback has the EF drift worked out below, bytes and worker
@@ -20,30 +20,26 @@ import torch
 
 from gcbench.compressors import registry
 from gcbench.core.errors import SourceError
-from gcbench.measure import casemath
+from gcbench.measure import casemath, copy_baseline
+from gcbench.measure.case_summary import fidelity_summary, finite_mean, size_summary, unit_summary
 from gcbench.measure.casemath import (
     RunningSum,
     StreamStats,
-    TrafficLog,
-    allgather_traffic,
     cosine_terms,
     cumulative_drift,
     ef_drift,
-    fidelity_summary,
-    finite_mean,
     model_cosine,
     norm_ratio,
-    pool_copy_baseline,
-    size_summary,
-    timing_summary,
-    unit_summary,
     worker_mean,
 )
+from gcbench.measure.copy_baseline import pool_copy_baseline, timing_summary
 from gcbench.measure.fidelity import fidelity
 from gcbench.measure.granularity import make_units
-from gcbench.measure.runner import SourceData, run_case, run_suite
+from gcbench.measure.runner import run_case, run_suite
+from gcbench.measure.source_data import SourceData
 from gcbench.measure.suite import CompressorSpec, Suite, parse_suite
 from gcbench.measure.timing import BEATS_BOUND, TOO_SHORT, UNSTABLE, Interleaved, TimingPolicy
+from gcbench.measure.traffic import TrafficLog, allgather_traffic
 from gcbench.results.phases import Window
 from gcbench.results.store import load_run
 from gcbench.sources.base import GradientSource, TensorSpec
@@ -246,7 +242,7 @@ def test_timing_summary() -> None:
 @pytest.fixture
 def tiny_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """A last-level cache of one byte: every copy in these tests is too large for the caches (pooling applies)."""
-    monkeypatch.setattr(casemath, "last_level_cache_bytes", lambda: 1)
+    monkeypatch.setattr(copy_baseline, "last_level_cache_bytes", lambda: 1)
 
 
 def test_pool_copy_baseline_holds_every_case_against_the_sources_median_copy(tiny_cache: None) -> None:
@@ -320,7 +316,7 @@ def test_pool_copy_baseline_flags_a_kernel_whose_own_median_is_not_pinned_down(t
 
 def test_pool_copy_baseline_keeps_the_round_copy_where_the_caches_hold_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy the caches can hold runs at the speed the kernel beside it left them in: only its own round compares."""
-    monkeypatch.setattr(casemath, "last_level_cache_bytes", lambda: 16 << 20)
+    monkeypatch.setattr(copy_baseline, "last_level_cache_bytes", lambda: 16 << 20)
     policy = TimingPolicy(min_rounds=3)
     small = [timing_summary(1 << 20, "cpu", 2, Interleaved([c] * 3, {"compress": [2 * c] * 3, "decompress": [c] * 3}, 1, "stable", 0.2),
                             traffic_bytes=None, policy=policy) for c in (0.3e-3, 0.5e-3)]  # 8 MiB read + written < 4 x 16 MiB
@@ -336,7 +332,7 @@ def test_a_cache_resident_sources_copy_that_moved_is_recorded_and_said_under_its
                                                                                          tmp_path: Path) -> None:
     """Issue 34 item 25: the quick suite's copy yardstick took 0.11-0.46 ms by case while its kernels repeated; its ×copy
     did not repeat (qsgd 3.07× then 5.84×) and nothing said so.  The spread is recorded and the caption says it."""
-    monkeypatch.setattr(casemath, "last_level_cache_bytes", lambda: 16 << 20)
+    monkeypatch.setattr(copy_baseline, "last_level_cache_bytes", lambda: 16 << 20)
     policy = TimingPolicy(min_rounds=3)
 
     def small(copies: Sequence[float]) -> list[dict[str, Any]]:
@@ -345,7 +341,7 @@ def test_a_cache_resident_sources_copy_that_moved_is_recorded_and_said_under_its
 
     steady = small([0.30e-3, 0.33e-3])
     pool_copy_baseline(steady)
-    assert [t["copy_spread"] for t in steady] == [pytest.approx(1.1)] * 2 and casemath.COPY_SPREAD_LIMIT > 1.1
+    assert [t["copy_spread"] for t in steady] == [pytest.approx(1.1)] * 2 and copy_baseline.COPY_SPREAD_LIMIT > 1.1
     moved = small([0.13e-3, 0.46e-3])
     pool_copy_baseline(moved)
     assert moved[0]["copy_spread"] == pytest.approx(0.46 / 0.13) and moved[0]["copy_range_s"] == [0.13e-3, 0.46e-3]

@@ -1,4 +1,4 @@
-"""The stream view on the suite's common reference (gcbench.measure.casemath: DenseReference, DeliveredStream).
+"""The stream view on the suite's common reference (gcbench.measure.stream: DenseReference, DeliveredStream).
 
 Hand-worked cases: what a case delivers of the dense update, its per-step error and scale-free
 error, each worker's delivered fraction, and the momentum filter, checked against the definitions
@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-from gcbench.measure.casemath import DeliveredStream, DenseReference, stream_weights
 from gcbench.measure.fidelity import scaled_error
+from gcbench.measure.stream import DeliveredStream, DenseReference, stream_weights
 
 
 def _grads(steps: int, workers: int, units: int = 2, seed: int = 0) -> dict[tuple[int, int], list[torch.Tensor]]:
@@ -215,7 +215,7 @@ def test_no_interval_without_the_workers_contributions_or_with_one_worker() -> N
 def test_the_jackknifes_kernel_pass_equals_the_torch_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """The leave-one-out values from the numba Gram pass (one float32 read per tensor) equal the float64 torch pass's
     (which took 17 times as long on 30M elements and two workers)."""
-    import gcbench.measure.casemath as casemath
+    import gcbench.measure.stream as stream_module
     from gcbench import kernels
 
     if not kernels.available():
@@ -227,7 +227,7 @@ def test_the_jackknifes_kernel_pass_equals_the_torch_pass(monkeypatch: pytest.Mo
     stream = _stream(grads, contribs, steps, list(range(workers)), 0.9, False)
     fast = stream.delivered_jackknife()
     calls: list[int] = []
-    monkeypatch.setattr(casemath, "_fast", lambda *t: calls.append(len(t)) and False)
+    monkeypatch.setattr(stream_module, "_fast", lambda *t: calls.append(len(t)) and False)
     stream._gram_cache = None  # the Gram matrices are kept after the last step: take them again the slow way
     slow = stream.delivered_jackknife()
     assert calls and fast is not None and slow is not None

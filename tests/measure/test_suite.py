@@ -236,9 +236,9 @@ def test_the_bundled_suites_fit_a_16_gib_machine_and_a_tight_one_warns(monkeypat
 
 
 def test_the_estimate_cache_limit_is_the_runners(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gcbench.measure import footprint, runner
+    from gcbench.measure import footprint, source_data
 
-    assert footprint._cache_limit() == runner.CACHE_LIMIT_BYTES
+    assert footprint._cache_limit() == source_data.CACHE_LIMIT_BYTES
 
 
 def test_a_configuration_that_repeats_another_is_named() -> None:

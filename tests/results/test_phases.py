@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.compressors import registry
-from gcbench.measure.runner import build_source, derive_seed, run_suite, suite_windows
+from gcbench.measure.runner import derive_seed, run_suite, suite_windows
+from gcbench.measure.source_data import build_source
 from gcbench.measure.suite import parse_suite
 from gcbench.report.html_page import render_html
 from gcbench.report.load import LoadedRun

@@ -68,7 +68,7 @@ def test_writer_round_trip(tmp_path: Path) -> None:
 def test_interleaved_timing_fields_round_trip_and_older_timings_still_read(tmp_path: Path) -> None:
     """The timing block of interleaved timing (x-copy spread, flags, load, policy) is written and read back as it was;
     a case from before it reads its x-copy from the copy fraction."""
-    from gcbench.measure.casemath import timing_summary
+    from gcbench.measure.copy_baseline import timing_summary
     from gcbench.measure.timing import BEATS_BOUND, Interleaved, TimingPolicy
 
     timed = Interleaved([1.0, 1.0, 1.0], {"compress": [0.1, 0.1, 0.1], "decompress": [2.0, 2.2, 2.4]}, 1, "stable", 0.4)
