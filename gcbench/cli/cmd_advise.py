@@ -24,36 +24,42 @@ if TYPE_CHECKING:
 
 SimulateRun = Annotated[str, typer.Argument(help="Results file of `gcbench run`/`compare`/`train` (path, run id or 'latest').",
                                             metavar="RUN")]
-SimulateComputeMs = options.compute_ms("Compute time per step in ms (run files have none: default 0; train files: measured).")
+SimulateComputeMs = Annotated[float | None, options.compute_ms(
+    "Compute time per step in ms (run files have none: default 0; train files: measured).")]
 Scheme = Annotated[str, typer.Option(metavar="NAME", help="auto (each compressor's own protocol, priced leg by leg as "
                                      "`gcbench advise` does), or a what-if: allreduce, allgather or ps (parameter server).")]
 AdviseRun = Annotated[str | None, typer.Argument(
     help="Optional results file of `gcbench run`/`compare` on the same model (path or run id): its delivered fractions "
          "rank fidelity.", metavar="RUN")]
-AdviseModel = options.model(str | None, "The model (a zoo name, `gcbench list models`); default: the one model of --kernels.",
-                            metavar="NAME")
+AdviseModel = Annotated[str | None, options.model(
+    "The model (a zoo name, `gcbench list models`); default: the one model of --kernels.",
+    metavar="NAME")]
 GpusPerNode = Annotated[int, typer.Option(metavar="INT", help="Workers per node: they share the node's link (--bandwidth) "
                                           "and talk among themselves over --intra-bandwidth (1: a flat network).")]
 IntraBandwidth = Annotated[float | None, typer.Option(metavar="FLOAT", help="Intra-node bandwidth in Gbit/s (NVLink, PCIe) "
                                                       "with --gpus-per-node.")]
 Overlap = Annotated[bool, typer.Option(help="Overlap communication with the backward pass, bucket by bucket as DDP does.")]
-AdviseComputeMs = options.compute_ms("Compute time of one step in ms on the cluster's devices (default: measured here on the "
-                                     "CPU, forward + backward at the model's batch).")
-Kernels = options.kernels("A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
-                          "`--device cuda`): its kernel times instead of measuring them now.")
+AdviseComputeMs = Annotated[float | None, options.compute_ms(
+    "Compute time of one step in ms on the cluster's devices (default: measured here on the "
+    "CPU, forward + backward at the model's batch).")]
+Kernels = Annotated[Path | None, options.kernels(
+    "A bench file of `gcbench bench --model NAME` (measured here or on another device, e.g. "
+    "`--device cuda`): its kernel times instead of measuring them now.")]
 Remeasure = Annotated[bool, typer.Option(
     help="Time the kernels anew, even where a bench of the same model, compressors, machine and gcbench version from the "
          "last 24 h is in --out (reused by default: its file is named in the output).")]
 Network = Annotated[Path | None, typer.Option(
     metavar="PATH", help="A network calibration (`python -m gcbench.distributed.calibrate`, run on the cluster): "
                          "collectives priced as measured there instead of by the α–β model.")]
-AdviseBaseline = options.baseline(str, "NAME", "The uncompressed all-reduce speed-ups are claimed against: bf16 (default: "
-                                  "what mixed-precision training sends) or fp32; the sentence gives both.")
+AdviseBaseline = Annotated[str, options.baseline(
+    "NAME", "The uncompressed all-reduce speed-ups are claimed against: bf16 (default: "
+    "what mixed-precision training sends) or fp32; the sentence gives both.")]
 Budget = Annotated[float, typer.Option(
     "--budget", metavar="SECONDS", help="Time the kernel measurement may take, the second timing of flagged kernels "
     "included: each compressor's rounds get a share of it, and a figure it stopped early is flagged 'cut short'.")]
-AllCompressors = options.all_flag("Time every registered compressor (default: the baselines and the cheapest member of each "
-                                  "family).")
+AllCompressors = Annotated[bool, options.all_flag(
+    "Time every registered compressor (default: the baselines and the cheapest member of each "
+    "family).")]
 Detail = Annotated[bool, typer.Option(
     "--detail", "--verbose", help="Print everything: every table (a time-to-accuracy table per cluster), the baselines' "
     "steps, why each flagged timing was flagged, the model's terms (default: the answer, its table, one line on trust).")]
@@ -109,14 +115,15 @@ def _check_outputs(csv: Path | None, out_dir: Path | None, inputs: list[Path | N
 @user_errors
 def simulate_cmd(
     results: SimulateRun = "latest",
-    workers: options.workers(str, "Worker counts to sweep, a comma list like 8,64.", metavar="LIST") = "8,16,32,64,128,256,512,1024",
-    bandwidth: options.bandwidth("Link bandwidths in Gbit/s to sweep, a comma list like 1,10.") = "1,10,25,100",
+    workers: Annotated[str, options.workers(
+        "Worker counts to sweep, a comma list like 8,64.", metavar="LIST")] = "8,16,32,64,128,256,512,1024",
+    bandwidth: Annotated[str, options.bandwidth("Link bandwidths in Gbit/s to sweep, a comma list like 1,10.")] = "1,10,25,100",
     latency_us: options.LatencyUs = 5.0,
     compute_ms: SimulateComputeMs = None,
     scheme: Scheme = "auto",
     baseline: AdviseBaseline = "bf16",
-    runs_dir: options.runs_dir() = Path("reports/runs"),
-    as_json: options.json_flag("Machine-readable predictions.") = False,
+    runs_dir: Annotated[Path, options.runs_dir()] = Path("reports/runs"),
+    as_json: Annotated[bool, options.json_flag("Machine-readable predictions.")] = False,
 ) -> None:
     """Predict step time and speed-up over uncompressed training (the bf16 and the fp32 all-reduce) for cluster sizes
     and link speeds.
@@ -152,29 +159,31 @@ def simulate_cmd(
 def advise_cmd(
     results: AdviseRun = None,
     model: AdviseModel = None,
-    workers: options.workers(str, "Worker counts, a comma list like 16 or 8,64.", metavar="LIST") = "16",
-    bandwidth: options.bandwidth("Link bandwidths in Gbit/s, a comma list like 1,10,25,100.") = "1,10,25,100",
+    workers: Annotated[str, options.workers("Worker counts, a comma list like 16 or 8,64.", metavar="LIST")] = "16",
+    bandwidth: Annotated[str, options.bandwidth("Link bandwidths in Gbit/s, a comma list like 1,10,25,100.")] = "1,10,25,100",
     latency_us: options.LatencyUs = 5.0,
     gpus_per_node: GpusPerNode = 1,
     intra_bandwidth: IntraBandwidth = None,
     overlap: Overlap = False,
     compute_ms: AdviseComputeMs = None,
-    compressor: options.compressor_option("A compressor to consider (repeatable; default: the baselines none and bf16 and "
-                                          "the cheapest member of each family, --all every one).") = None,
+    compressor: Annotated[list[str] | None, options.compressor_option(
+        "A compressor to consider (repeatable; default: the baselines none and bf16 and "
+        "the cheapest member of each family, --all every one).")] = None,
     all_compressors: AllCompressors = False,
     budget: Budget = 45.0,  # predict.inputs.KERNEL_BUDGET_S (not imported here: the command's import stays light)
     kernels: Kernels = None,
-    rounds: options.rounds("Timed rounds per compressor when measuring kernels.") = 3,
+    rounds: Annotated[int, options.rounds("Timed rounds per compressor when measuring kernels.")] = 3,
     remeasure: Remeasure = False,
     network: Network = None,
     baseline: AdviseBaseline = "bf16",
     convergence: Convergence = None,
-    csv: options.csv_path("PATH", "Also write the prediction as CSV: one row per cluster × compressor (step terms, "
-                          "both baselines, speed-ups; with --convergence the time to the target); an existing file is "
-                          "replaced only when it is a CSV advise wrote.") = None,
-    runs_dir: options.runs_dir() = Path("reports/runs"),
-    out_dir: options.out_path("Folder for the bench file it measures.") = Path("reports/runs"),
-    as_json: options.json_flag("Machine-readable advice.") = False,
+    csv: Annotated[Path | None, options.csv_path(
+        "PATH", "Also write the prediction as CSV: one row per cluster × compressor (step terms, "
+        "both baselines, speed-ups; with --convergence the time to the target); an existing file is "
+        "replaced only when it is a CSV advise wrote.")] = None,
+    runs_dir: Annotated[Path, options.runs_dir()] = Path("reports/runs"),
+    out_dir: Annotated[Path, options.out_path("Folder for the bench file it measures.")] = Path("reports/runs"),
+    as_json: Annotated[bool, options.json_flag("Machine-readable advice.")] = False,
     quiet: options.Quiet = False,
     detail: Detail = False,
 ) -> None:

@@ -19,14 +19,16 @@ Compressors = Annotated[list[str] | None, typer.Argument(
     help="Compressors to time: name or name:key=value,... like 'threshold:tau=3.29' (default: every registered one).",
     metavar="SPEC")]
 Sizes = Annotated[str, typer.Option(metavar="LIST", help="Element counts to sweep, a comma list like 1K,1M,25.6M,100M.")]
-Model = options.model(str | None, "Time a whole step of this model's gradient tensors (a zoo name, `gcbench list models`) "
-                      "instead of one tensor per size: what a network prediction charges per step.", metavar="NAME")
-Rounds = options.rounds("Timed rounds per case at least; more (up to 40 or 3 s per kernel) until the median's 95% CI is within ±5%.")
+Model = Annotated[str | None, options.model(
+    "Time a whole step of this model's gradient tensors (a zoo name, `gcbench list models`) "
+    "instead of one tensor per size: what a network prediction charges per step.", metavar="NAME")]
+Rounds = Annotated[int, options.rounds(
+    "Timed rounds per case at least; more (up to 40 or 3 s per kernel) until the median's 95% CI is within ±5%.")]
 Warmup = Annotated[int, typer.Option(metavar="INT", help="Untimed warm-up calls.")]
 Isolate = Annotated[bool, typer.Option(help="A fresh process per case (allocator state does not leak between cases).")]
-Baseline = options.baseline(Path | None, "PATH", "A stored bench results file: flag compressors that got slower.")
-Threshold = options.threshold("Relative slow-down of compress×copy that counts as a regression.")
-FailOnRegression = options.fail_on_regression("Exit 1 if any case regressed against --baseline.", negatable=True)
+Baseline = Annotated[Path | None, options.baseline("PATH", "A stored bench results file: flag compressors that got slower.")]
+Threshold = Annotated[float, options.threshold("Relative slow-down of compress×copy that counts as a regression.")]
+FailOnRegression = Annotated[bool, options.fail_on_regression("Exit 1 if any case regressed against --baseline.", negatable=True)]
 #: the ranges of a suite's metrics.timing_repeats and metrics.warmup (gcbench.measure.suite.MetricsSpec; a test ties them)
 MAX_ROUNDS = 10_000
 MAX_WARMUP = 1000
@@ -35,19 +37,19 @@ MAX_WARMUP = 1000
 @user_errors
 def bench(
     compressors: Compressors = None,
-    compressor: options.compressor_option("A compressor to time (repeatable), as a positional SPEC.") = None,
+    compressor: Annotated[list[str] | None, options.compressor_option("A compressor to time (repeatable), as a positional SPEC.")] = None,
     sizes: Sizes = "25.6M",
     model: Model = None,
     rounds: Rounds = 5,
-    repeats: options.repeats(int | None, "Deprecated spelling of --rounds.", hidden=True) = None,
+    repeats: Annotated[int | None, options.repeats("Deprecated spelling of --rounds.", hidden=True)] = None,
     warmup: Warmup = 1,
-    threads: options.threads(int, "torch threads (the targets are defined for 2).") = 2,
-    device: options.device(str, "cpu or cuda.") = "cpu",
+    threads: Annotated[int, options.threads("torch threads (the targets are defined for 2).")] = 2,
+    device: Annotated[str, options.device("cpu or cuda.")] = "cpu",
     isolate: Isolate = True,
     baseline: Baseline = None,
     threshold: Threshold = 0.25,
-    out_dir: options.out_path() = Path("reports/runs"),
-    as_json: options.json_flag() = False,
+    out_dir: Annotated[Path, options.out_path()] = Path("reports/runs"),
+    as_json: Annotated[bool, options.json_flag()] = False,
     quiet: options.Quiet = False,
     fail_on_regression: FailOnRegression = False,
 ) -> None:

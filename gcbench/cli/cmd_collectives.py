@@ -27,8 +27,9 @@ Numel = Annotated[int, typer.Option("--numel", metavar="INT", help="Elements of 
 Distribution = Annotated[str, typer.Option(metavar="NAME", help=(
     "Distribution of the gradients' common and per-worker parts: normal, laplace, student-t, sparse or lowrank."))]
 Draws = Annotated[int, typer.Option("--draws", metavar="INT", help="Exchanges per cell, differing in the compressors' seeds.")]
-CsvOut = options.csv_path("PATH", "Also write the rows as a CSV file (an existing file is replaced only when it is a CSV "
-                          "this command wrote).")
+CsvOut = Annotated[Path | None, options.csv_path(
+    "PATH", "Also write the rows as a CSV file (an existing file is replaced only when it is a CSV "
+    "this command wrote).")]
 
 
 #: the start of the header of the CSV this command writes: an existing file that starts otherwise is not replaced
@@ -50,20 +51,24 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 @user_errors
 def collectives(
     compressors: Compressors = None,
-    compressor: options.compressor_option("One more compressor to sweep (repeatable), as a positional SPEC.") = None,
-    workers: options.workers(str, "Worker counts to sweep, a comma list.", metavar="LIST") = "2,4,8,16,32,64",
+    compressor: Annotated[list[str] | None, options.compressor_option(
+        "One more compressor to sweep (repeatable), as a positional SPEC.")] = None,
+    workers: Annotated[str, options.workers("Worker counts to sweep, a comma list.", metavar="LIST")] = "2,4,8,16,32,64",
     scheme: Schemes = "ring,alltoall,allgather",
     accumulate: Accumulate = "fp32,bf16",
     numel: Numel = 1 << 20,
     distribution: Distribution = "laplace",
     draws: Draws = 3,
-    seed: options.seed(int, "Seed of the gradients (and, with the draw, of the compressors).") = 0,
-    model: options.model(str | None, "Real gradients: one step of this zoo model on as many workers as the largest N "
-                         "(each worker's whole gradient flattened), instead of the synthetic ones.") = None,
-    trace: options.trace("Real gradients: step 0 of a recorded trace folder (it must have as many workers as the largest N).") = None,
-    as_json: options.json_flag("Print the sweep as JSON: numel, distribution, draws, seed, workers, rows ([{compressor, "
-                               "scheme, accumulate, workers, error, error_std, error_lo, error_hi, bias, bytes_per_worker, "
-                               "x_fp32_ring, draws}]), skipped ([{compressor, scheme, accumulate, reason}]).") = False,
+    seed: Annotated[int, options.seed("Seed of the gradients (and, with the draw, of the compressors).")] = 0,
+    model: Annotated[str | None, options.model(
+        "Real gradients: one step of this zoo model on as many workers as the largest N "
+        "(each worker's whole gradient flattened), instead of the synthetic ones.")] = None,
+    trace: Annotated[str | None, options.trace(
+        "Real gradients: step 0 of a recorded trace folder (it must have as many workers as the largest N).")] = None,
+    as_json: Annotated[bool, options.json_flag(
+        "Print the sweep as JSON: numel, distribution, draws, seed, workers, rows ([{compressor, "
+        "scheme, accumulate, workers, error, error_std, error_lo, error_hi, bias, bytes_per_worker, "
+        "x_fp32_ring, draws}]), skipped ([{compressor, scheme, accumulate, reason}]).")] = False,
     csv_path: CsvOut = None,
     quiet: options.Quiet = False,
 ) -> None:

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 Compressors = Annotated[list[str] | None, typer.Argument(
     help="Two or more compressors (one is an error: use `gcbench run -c`), e.g. dgc sdagc 'topk:density=0.001'.", metavar="SPEC")]
-Model = options.model(str | None, "Live gradients of this zoo model, an 'hf:NAME[:key=value,...]' Hugging Face model, or "
-                      "package.module:factory.")
+Model = Annotated[str | None, options.model(
+    "Live gradients of this zoo model, an 'hf:NAME[:key=value,...]' Hugging Face model, or "
+    "package.module:factory.")]
 Shape = Annotated[str | None, typer.Option(metavar="SHAPE", help="Synthetic tensor shape, e.g. 1000x1000 (default when no model/trace).")]
 Distribution = Annotated[str, typer.Option(metavar="NAME", help="Synthetic distribution: normal, laplace, student-t, sparse or lowrank.")]
 TimingRepeats = Annotated[int | None, typer.Option("--timing-repeats", metavar="INT", hidden=True, help="Deprecated spelling of --rounds.")]
@@ -40,25 +41,27 @@ CompareConvergence = Annotated[Path | None, typer.Option(
 @user_errors
 def compare(
     compressors: Compressors = None,
-    compressor: options.compressor_option("One more compressor to compare (repeatable), as a positional SPEC.") = None,
+    compressor: Annotated[list[str] | None, options.compressor_option(
+        "One more compressor to compare (repeatable), as a positional SPEC.")] = None,
     model: Model = None,
-    trace: options.trace("Replay a recorded trace folder.") = None,
+    trace: Annotated[str | None, options.trace("Replay a recorded trace folder.")] = None,
     shape: Shape = None,
     distribution: Distribution = "normal",
-    workers: options.workers(int | None, "Workers (default 4 live, 2 synthetic, all of a trace).") = None,
-    steps: options.steps(int | None, "Steps (default 10, all of a trace); ranking error feedback needs 10+.") = None,
-    repeats: options.repeats(int, "Fidelity draws: compressions per tensor for stochastic compressors.") = 8,
-    rounds: options.rounds("Timed rounds per case, at least (more while the 3 s budget lasts).") = 7,
+    workers: Annotated[int | None, options.workers("Workers (default 4 live, 2 synthetic, all of a trace).")] = None,
+    steps: Annotated[int | None, options.steps("Steps (default 10, all of a trace); ranking error feedback needs 10+.")] = None,
+    repeats: Annotated[int, options.repeats("Fidelity draws: compressions per tensor for stochastic compressors.")] = 8,
+    rounds: Annotated[int, options.rounds("Timed rounds per case, at least (more while the 3 s budget lasts).")] = 7,
     timing_repeats: TimingRepeats = None,
-    granularity: options.granularity(str, "layer, bucket or model.") = "layer",
-    seed: options.seed(int, "Seed.") = 0,
-    device: options.device(str, "cpu, cuda or auto.") = "cpu",
+    granularity: Annotated[str, options.granularity("layer, bucket or model.")] = "layer",
+    seed: Annotated[int, options.seed("Seed.")] = 0,
+    device: Annotated[str, options.device("cpu, cuda or auto.")] = "cpu",
     momentum: Momentum = None,
     loop: options.Loop = None,
-    out_dir: options.out_path() = Path("reports/runs"),
-    as_json: options.json_flag() = False,
+    out_dir: Annotated[Path, options.out_path()] = Path("reports/runs"),
+    as_json: Annotated[bool, options.json_flag()] = False,
     quiet: options.Quiet = False,
-    force: options.force("Run even when the estimated memory exceeds this machine's (a warning instead of the error).") = False,
+    force: Annotated[bool, options.force(
+        "Run even when the estimated memory exceeds this machine's (a warning instead of the error).")] = False,
     sweep: Sweep = False,
     convergence: CompareConvergence = None,
 ) -> None:

@@ -20,14 +20,15 @@ if TYPE_CHECKING:
 
 Suite = Annotated[str | None, typer.Argument(metavar="SUITE", help=(
     "A convergence suite (TOML with kind = \"converge\"), e.g. suites/converge.toml, the bundled default; options override it."))]
-Compressor = options.compressor_option(
+Compressor = Annotated[list[str] | None, options.compressor_option(
     "A compressor (repeatable): name or name:key=value,...; 'none' (the reference) always runs first.  Default: the suite's, or "
-    "none, topk, topk:error_feedback=true, signsgd, efsignsgd, qsgd, powersgd.")
+    "none, topk, topk:error_feedback=true, signsgd, efsignsgd, qsgd, powersgd.")]
 Task = Annotated[str | None, typer.Option("--task", metavar="NAME", help=(
     "A train task: digits, digits_cnn (scikit-learn's 8x8 digits), charlstm (bundled text) or auto."))]
-Model = options.model(str | None, "Instead of --task: a zoo model (smallcnn, resnet18 ...), hf:NAME, package.module:factory or "
-                      "path/file.py:factory (its factory may return a loss_fn).")
-Steps = options.steps(int | None, "Optimizer steps per seed (default 300).")
+Model = Annotated[str | None, options.model(
+    "Instead of --task: a zoo model (smallcnn, resnet18 ...), hf:NAME, package.module:factory or "
+    "path/file.py:factory (its factory may return a loss_fn).")]
+Steps = Annotated[int | None, options.steps("Optimizer steps per seed (default 300).")]
 Batch = Annotated[int | None, typer.Option("--batch", "--batch-size", metavar="INT",
                                            help="Batch per worker (default: the task's or model's).")]
 Optimizer = Annotated[str | None, typer.Option("--optimizer", metavar="NAME", help="sgd, adam or adamw (default: the task's).")]
@@ -43,7 +44,8 @@ TargetValue = Annotated[float | None, typer.Option("--target-value", metavar="FL
     "Target as a metric value (the reference must reach it)."))]
 Divergence = Annotated[float | None, typer.Option("--divergence-factor", metavar="FLOAT", help=(
     "A loss above this x its first value is divergence (default 10)."))]
-TrustCode = options.trust_code("Allow the suite file to import and run the user model (factory) it names (only if you trust the file).")
+TrustCode = Annotated[bool, options.trust_code(
+    "Allow the suite file to import and run the user model (factory) it names (only if you trust the file).")]
 Name = Annotated[str | None, typer.Option("--name", metavar="TEXT", help="The run's name (in the results file's name).")]
 
 
@@ -53,7 +55,7 @@ def converge_cmd(
     compressor: Compressor = None,
     task: Task = None,
     model: Model = None,
-    workers: options.workers(int | None, "Simulated workers (default 8).") = None,
+    workers: Annotated[int | None, options.workers("Simulated workers (default 8).")] = None,
     steps: Steps = None,
     batch: Batch = None,
     optimizer: Optimizer = None,
@@ -65,13 +67,13 @@ def converge_cmd(
     target: Target = None,
     target_value: TargetValue = None,
     divergence_factor: Divergence = None,
-    threads: options.threads(int | None, (
+    threads: Annotated[int | None, options.threads(
         "Torch threads (default: chosen from the model's size and the machine's load: one for a small model; "
-        "the title and the results file say which).")) = None,
+        "the title and the results file say which).")] = None,
     name: Name = None,
     trust_code: TrustCode = False,
-    out_dir: options.out_path() = Path("reports/runs"),
-    as_json: options.json_flag("Print the results file's path and cases as JSON.") = False,
+    out_dir: Annotated[Path, options.out_path()] = Path("reports/runs"),
+    as_json: Annotated[bool, options.json_flag("Print the results file's path and cases as JSON.")] = False,
     quiet: options.Quiet = False,
 ) -> None:
     """Will my model still reach its accuracy with this compressor, and in how many steps?

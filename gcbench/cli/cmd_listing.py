@@ -19,14 +19,14 @@ Params = Annotated[bool, typer.Option("--params", "-p", help="Also show each com
 Bits = Annotated[bool, typer.Option("--bits", help="With a compressor's card: count its bits per element from one real "
                                     "encoding at its defaults (imports torch: a few seconds).")]
 CheckSpecs = Annotated[list[str] | None, typer.Argument(help="Compressors to check: name or name:key=value,...", metavar="SPEC")]
-CheckJson = options.json_flag("Machine-readable output: [{spec, ok, checks: [{check, what, ok, detail}]}].")
+CheckJson = Annotated[bool, options.json_flag("Machine-readable output: [{spec, ok, checks: [{check, what, ok, detail}]}].")]
 ValidateSuite = Annotated[str, typer.Argument(help="Suite file (or bundled suite name) to check.", metavar="SUITE")]
 
 
 @user_errors
 def list_cmd(
     what: ListWhat = "compressors",
-    as_json: options.json_flag() = False,
+    as_json: Annotated[bool, options.json_flag()] = False,
     params: Params = False,
     bits: Bits = False,
 ) -> None:
@@ -80,7 +80,7 @@ def list_cmd(
 @user_errors
 def check(
     specs: CheckSpecs = None,
-    compressor: options.compressor_option("A compressor to check (repeatable), as a positional SPEC.") = None,
+    compressor: Annotated[list[str] | None, options.compressor_option("A compressor to check (repeatable), as a positional SPEC.")] = None,
     as_json: CheckJson = False,
 ) -> None:
     """Check compressors against the contract (purity, round trip, exact sizes, determinism, empty and zero tensors, dtypes, exchange).

@@ -13,7 +13,7 @@ from gcbench.cli.grammar import model_arg
 from gcbench.cli.output import plain, progress_bar
 from gcbench.cli.preflight import check_output_dir
 
-Model = options.model(str, "Zoo model name, 'hf:NAME[:key=value,...]' (Hugging Face), or package.module:factory.")
+Model = Annotated[str, options.model("Zoo model name, 'hf:NAME[:key=value,...]' (Hugging Face), or package.module:factory.")]
 WarmupSteps = Annotated[int, typer.Option(metavar="INT", help="Plain SGD steps before recording.")]
 ImageSize = Annotated[int | None, typer.Option(metavar="INT", help="Override the input image size (CNNs).")]
 
@@ -21,12 +21,12 @@ ImageSize = Annotated[int | None, typer.Option(metavar="INT", help="Override the
 @user_errors
 def record(
     model: Model,
-    out_path: options.out_path("Trace folder to write."),
-    steps: options.steps(int, "Steps to record.") = 4,
-    workers: options.workers(int, "Simulated workers (different batches each).") = 2,
-    seed: options.seed(int, "Seed of the model and batches.") = 0,
+    out_path: Annotated[Path, options.out_path("Trace folder to write.")],
+    steps: Annotated[int, options.steps("Steps to record.")] = 4,
+    workers: Annotated[int, options.workers("Simulated workers (different batches each).")] = 2,
+    seed: Annotated[int, options.seed("Seed of the model and batches.")] = 0,
     warmup_steps: WarmupSteps = 0,
-    batch_size: options.batch_size("Override the model's default batch size.") = None,
+    batch_size: Annotated[int | None, options.batch_size("Override the model's default batch size.")] = None,
     image_size: ImageSize = None,
     quiet: options.Quiet = False,
 ) -> None:

@@ -19,29 +19,33 @@ from gcbench.results.atomic import atomic_write
 Runs = Annotated[list[str] | None, typer.Argument(
     help="Results files, run ids, id prefixes or 'latest' (default: every run in --runs-dir; with --html the newest, "
     "the others listed).", metavar="RUN")]
-RunsDir = options.runs_dir("Folder of stored runs.")
+RunsDir = Annotated[Path, options.runs_dir("Folder of stored runs.")]
 Md = Annotated[bool, typer.Option("--md", help="Markdown tables for a paper or PR (stdout, or -o FILE.md).")]
 Html = Annotated[bool, typer.Option("--html", help="One self-contained HTML file with plots (default reports/index.html).")]
 Output = Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH", help="Write the Markdown or HTML here.")]
-Baseline = options.baseline(str | None, "RUN", "Compare the newest run (or the one named) against this run.", "-b")
-Threshold = options.threshold("Relative change below which a metric counts as unchanged (~).")
+Baseline = Annotated[str | None, options.baseline("RUN", "Compare the newest run (or the one named) against this run.", "-b")]
+Threshold = Annotated[float, options.threshold("Relative change below which a metric counts as unchanged (~).")]
 Alpha = Annotated[float, typer.Option(metavar="FLOAT", help="Significance level of the Mann–Whitney tests on raw samples.")]
 AllMetrics = Annotated[bool, typer.Option("--all-metrics", help="Also list comparison rows that did not change (~).")]
-FailOnRegression = options.fail_on_regression("Exit 1 if any metric is worse or a case newly fails (CI).")
+FailOnRegression = Annotated[bool, options.fail_on_regression("Exit 1 if any metric is worse or a case newly fails (CI).")]
 Papers = Annotated[Path | None, typer.Option(
     metavar="PATH", help="Paper claims file (default: the bundled claims, baselines/papers.toml in a checkout).")]
-Csv = options.csv_path("DIR", "Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
-                       "observation) into DIR, replacing those four files.")
+Csv = Annotated[Path | None, options.csv_path(
+    "DIR", "Write cases.csv, layers.csv, steps.csv and timings.csv (tidy, one row per "
+    "observation) into DIR, replacing those four files.")]
 Layers = Annotated[bool, typer.Option("--layers", help="Per-layer tables (ratio and q of every layer, per source) "
                                       "instead of the summary; with --md as Markdown.")]
-AllRuns = options.all_flag("With --html and no RUN: link every run of --runs-dir to a page of its own beside the report "
-                           "(rendered once, reused while its results file is unchanged).")
+AllRuns = Annotated[bool, options.all_flag(
+    "With --html and no RUN: link every run of --runs-dir to a page of its own beside the report "
+    "(rendered once, reused while its results file is unchanged).")]
 Cluster = Annotated[list[str] | None, typer.Option(
     "--cluster", metavar="CLUSTER", help="Price a convergence file's steps on this cluster, WORKERSxGBITS (repeatable), e.g. "
     "16x10: time to the target per compressor, as `gcbench advise --convergence` does; needs --kernels.")]
-ReportKernels = options.kernels("With --cluster: a bench file of `gcbench bench --model` of the convergence file's model.")
-ReportComputeMs = options.compute_ms("With --cluster: compute time of one step in ms on the cluster's devices (default: the "
-                                     "one stored with an advise bench file).")
+ReportKernels = Annotated[Path | None, options.kernels(
+    "With --cluster: a bench file of `gcbench bench --model` of the convergence file's model.")]
+ReportComputeMs = Annotated[float | None, options.compute_ms(
+    "With --cluster: compute time of one step in ms on the cluster's devices (default: the "
+    "one stored with an advise bench file).")]
 
 
 def _claims_for(papers: Path | None, runs: list[Any]) -> tuple[list[Any], str]:

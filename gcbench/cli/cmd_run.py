@@ -15,14 +15,15 @@ from gcbench.cli.output import plain, print_json, progress_bar, warn
 from gcbench.cli.preflight import check_output_dir, memory_check
 
 SuiteArg = Annotated[str | None, typer.Argument(help="Suite file or bundled suite name (default: suites/quick.toml).", metavar="SUITE")]
-Repeats = options.repeats(int | None, "Fidelity draws: compressions per tensor for stochastic compressors (the suite's metrics.repeats).")
-Model = options.model(str | None, (
+Repeats = Annotated[int | None, options.repeats(
+    "Fidelity draws: compressions per tensor for stochastic compressors (the suite's metrics.repeats).")]
+Model = Annotated[str | None, options.model(
     "Replace the suite's sources with live gradients of a zoo model, a Hugging Face model 'hf:NAME[:key=value,...]' "
     "(gpt2, bert, llama, vit; e.g. hf:gpt2:layers=2), or your own package.module:factory (named here, it is your "
-    "choice: no --trust-code needed)."))
-TrustCode = options.trust_code(
+    "choice: no --trust-code needed).")]
+TrustCode = Annotated[bool, options.trust_code(
     "Allow the suite file to import and run the package.module:factory models it names (only if you trust the file). Zoo models need "
-    "no opt-in.")
+    "no opt-in.")]
 BucketMb = Annotated[float | None, typer.Option(metavar="FLOAT", help="Bucket size in MiB for granularity=bucket.")]
 NoTiming = Annotated[bool, typer.Option("--no-timing", help="Skip compress/decompress timing.")]
 
@@ -30,24 +31,25 @@ NoTiming = Annotated[bool, typer.Option("--no-timing", help="Skip compress/decom
 @user_errors
 def run(
     suite: SuiteArg = None,
-    out_dir: options.out_path() = Path("reports/runs"),
-    seed: options.seed(int | None, "Override the suite's seed.") = None,
-    device: options.device(str | None, "cpu, cuda or auto.") = None,
+    out_dir: Annotated[Path, options.out_path()] = Path("reports/runs"),
+    seed: Annotated[int | None, options.seed("Override the suite's seed.")] = None,
+    device: Annotated[str | None, options.device("cpu, cuda or auto.")] = None,
     repeats: Repeats = None,
-    trace: options.trace("Replace the suite's sources with a recorded trace folder.") = None,
+    trace: Annotated[str | None, options.trace("Replace the suite's sources with a recorded trace folder.")] = None,
     model: Model = None,
     trust_code: TrustCode = False,
-    workers: options.workers(int | None, "Override the number of workers.") = None,
-    steps: options.steps(int | None, "Override the number of steps.") = None,
-    granularity: options.granularity(str | None, "layer, bucket or model.") = None,
+    workers: Annotated[int | None, options.workers("Override the number of workers.")] = None,
+    steps: Annotated[int | None, options.steps("Override the number of steps.")] = None,
+    granularity: Annotated[str | None, options.granularity("layer, bucket or model.")] = None,
     bucket_mb: BucketMb = None,
     loop: options.Loop = None,
-    compressor: options.compressor_option(
-        "Run this compressor instead of the suite's (repeatable): name or name:key=value,...") = None,
+    compressor: Annotated[list[str] | None, options.compressor_option(
+        "Run this compressor instead of the suite's (repeatable): name or name:key=value,...")] = None,
     no_timing: NoTiming = False,
-    as_json: options.json_flag("Print the results file's path and cases as JSON.") = False,
+    as_json: Annotated[bool, options.json_flag("Print the results file's path and cases as JSON.")] = False,
     quiet: options.Quiet = False,
-    force: options.force("Run even when the suite's estimated memory exceeds this machine's (a warning instead of the error).")
+    force: Annotated[bool, options.force(
+        "Run even when the suite's estimated memory exceeds this machine's (a warning instead of the error).")]
     = False,
 ) -> None:
     """Run a benchmark suite and write one results file to reports/runs/.

@@ -13,9 +13,9 @@ from gcbench.cli.grammar import choose, compressor_specs, old_comma_list
 from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir
 
-Compressor = options.compressor_option(
+Compressor = Annotated[list[str] | None, options.compressor_option(
     "Train with this compressor (repeatable): name or name:key=value,...; 'none' (the reference) is added first if "
-    "missing.  Default: -c none -c topk -c qsgd.")
+    "missing.  Default: -c none -c topk -c qsgd.")]
 CompressorsOld = Annotated[list[str] | None, typer.Option("--compressors", metavar="LIST", hidden=True,
                                                           help="Deprecated: a comma list of compressors; use -c SPEC.")]
 Task = Annotated[str, typer.Option(metavar="NAME", help="digits, digits_cnn, charlstm or auto (digits with scikit-learn, else charlstm).")]
@@ -31,19 +31,19 @@ CollectiveTimeout = Annotated[float | None, typer.Option(metavar="FLOAT",
 def train_cmd(
     compressor: Compressor = None,
     compressors_old: CompressorsOld = None,
-    workers: options.workers(int, "Worker processes (ignored under torchrun: WORLD_SIZE).") = 4,
+    workers: Annotated[int, options.workers("Worker processes (ignored under torchrun: WORLD_SIZE).")] = 4,
     task: Task = "auto",
     epochs: Epochs = None,
     target: Target = None,
-    batch_size: options.batch_size("Batch size per worker.") = None,
+    batch_size: Annotated[int | None, options.batch_size("Batch size per worker.")] = None,
     lr: Lr = None,
-    granularity: options.granularity(str, "bucket (each DDP bucket) or layer (each parameter).") = "bucket",
-    seed: options.seed(int, "Seed of the model, the data order and the compressors.") = 0,
+    granularity: Annotated[str, options.granularity("bucket (each DDP bucket) or layer (each parameter).")] = "bucket",
+    seed: Annotated[int, options.seed("Seed of the model, the data order and the compressors.")] = 0,
     timeout: Timeout = 300.0,
     collective_timeout: CollectiveTimeout = None,
-    threads: options.threads(int | None, "Torch threads per worker (default cores // workers).") = None,
-    out_dir: options.out_path() = Path("reports/runs"),
-    as_json: options.json_flag("Print the results file's path and cases as JSON.") = False,
+    threads: Annotated[int | None, options.threads("Torch threads per worker (default cores // workers).")] = None,
+    out_dir: Annotated[Path, options.out_path()] = Path("reports/runs"),
+    as_json: Annotated[bool, options.json_flag("Print the results file's path and cases as JSON.")] = False,
     quiet: options.Quiet = False,
 ) -> None:
     """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks.
