@@ -231,7 +231,7 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
     # against 19.9 ms); gradients keep their logical shapes, so the compressors see the same tensors
     image = any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
     if image:
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes it; torch's stub overloads omit it
     params = [p for p in model.parameters() if p.requires_grad]
     out.dense_bytes = sum(p.numel() * p.element_size() for p in params)
     opt = make_optimizer(s.optimizer, params, s.lr, s.momentum, s.weight_decay)

@@ -402,8 +402,8 @@ def _run(cfg: ConvergeConfig, problem: Problem, engine: EngineSettings, specs: l
     digest = hashlib.sha256(json.dumps(suite, sort_keys=True, default=str).encode()).hexdigest()
     writer = RunWriter(Path(out_dir), suite, digest, suite_path, "cpu", kind="converge")
     # the count in force (the writer read torch's) and why: a timing is only comparable with its thread count
-    writer.record.environment.torch_threads = choice.threads
-    writer.record.environment.threads_rule = choice.rule
+    writer.record.environment.torch_threads = choice.threads  # type: ignore[union-attr]  # the writer made the environment
+    writer.record.environment.threads_rule = choice.rule  # type: ignore[union-attr]  # the writer made it; an extra field
     seeds = settings["seeds"]
     total = len(specs) * len(seeds)
     target: float | None = settings["target"]

@@ -443,7 +443,7 @@ def _hold(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
     if bucket.index() == 0 and state._held:  # a step that broke off before its last bucket: nothing will complete those
         stale, state._held = state._held, []
         for h in stale:
-            h.future.set_exception(RuntimeError("the DDP step ended before its last bucket reached the gradient hook"))
+            h.future.set_exception(RuntimeError("the DDP step ended before its last bucket reached the gradient hook"))  # type: ignore[arg-type]  # torch's stub types it as the value
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buf.device] if buf.device.type == "cuda" else None)
     state._held.append(_Held(buf, list(bucket.parameters()), xs, offsets, fut))
     if not bucket.is_last():
@@ -463,7 +463,7 @@ def _hold(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
             outs = done.value()
         except BaseException as exc:  # every held bucket's waiter raises it
             for h in held:
-                h.future.set_exception(exc)
+                h.future.set_exception(exc)  # type: ignore[arg-type]  # torch's stub types it as the value
             return
         for h, out in zip(held, outs, strict=True):
             h.future.set_result(out)

@@ -36,7 +36,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -141,7 +141,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     wire_max = saturating_max(comp)
     saturated = 0  # elements a narrower float format mapped to ±inf, over every worker and step of the stream
 
-    progress("step", 0, T, spec.label)  # the bar counts steps done, from 1 as each one ends (one numbering for every bar)
+    # the bar counts steps done, from 1 as each one ends (one numbering for every bar)
+    progress("step", 0, T, spec.label)  # type: ignore[arg-type]  # a resolved suite labels every spec
     for t in range(T):
         xs = [data.get(t, w) for w in range(W)]
 
@@ -172,7 +173,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
                        true_means=None if own_ref else ref.mean[t], common=None if own_ref else stream.common_step(t))
         if not saturated:  # finite tensors in and out: a metric that is NaN or ±inf is an overflowed float32 sum
             _check_step_numbers(info.name, stats, stream, fids, xs)
-        progress("step", t + 1, T, spec.label)
+        progress("step", t + 1, T, spec.label)  # type: ignore[arg-type]  # a resolved suite labels every spec
     rec = _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
                        {**stream.summary(comp.stateful, suite.metrics.min_stream_steps), "loop": data.loop})
     if saturated:
@@ -281,7 +282,10 @@ def _exchange_step(comp: Compressor, t: int, xs: Sequence[Sequence[torch.Tensor]
     reuse = fids is not None and type(comp).compress_group is Compressor.compress_group
     if reuse:
         states[0] = first_states
-    outs = [firsts if reuse and w == 0 else comp.compress_group(xs[w], states[w], need_decoded=True) for w in range(len(xs))]
+    # need_decoded=True: every decoded tensor is there
+    outs = [firsts if reuse and w == 0
+            else cast(list[tuple[Payload, torch.Tensor]], comp.compress_group(xs[w], states[w], need_decoded=True))
+            for w in range(len(xs))]
     saturated += sum(check(w, u, dec) for w, o in enumerate(outs) for u, (_, dec) in enumerate(o))
     aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(xs[0]))]
     traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])

@@ -154,7 +154,7 @@ def time_sentence(st: ScenarioTime, conv: ConvergenceInput) -> str:
         head = f"{where}: the {st.baseline} baseline has no time to the target (its run did not reach it)"
         if ranked:
             b = ranked[0]
-            head += (f"; fastest compressor {b.label}, {_seconds(b.time)} = {b.outcome.steps.text(spec='.0f')} steps × "  # type: ignore
+            head += (f"; fastest compressor {b.label}, {_seconds(b.time)} = {b.outcome.steps.text(spec='.0f')} steps × "  # type: ignore[arg-type, union-attr]  # ranked: outcomes with a time
                      f"{b.step.text(1e3)} ms")
     elif not ranked or ranked[0].time.mean >= base.time.mean:  # type: ignore[union-attr]
         head = (f"{where}: no compressor reaches it sooner than the {st.baseline} all-reduce ({_seconds(base.time)} = "

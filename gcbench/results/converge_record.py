@@ -309,7 +309,9 @@ class ConvergeCase(CaseBase):
     def source_label(self) -> str:
         return self.convergence.settings.task if self.convergence else "?"
 
-    source_name = source_label
+    @property
+    def source_name(self) -> str:
+        return self.source_label
 
     def metric(self, name: str) -> float | None:
         s = self.convergence.summary if self.convergence else None

@@ -99,7 +99,9 @@ class TrainCase(CaseBase):
     def source_label(self) -> str:
         return str(self.training.task.name) if self.training and self.training.task and self.training.task.name else "?"
 
-    source_name = source_label
+    @property
+    def source_name(self) -> str:
+        return self.source_label
 
     def metric(self, name: str) -> float | None:
         get = TRAIN_METRICS.get(name)
