@@ -420,7 +420,7 @@ def _run(cfg: ConvergeConfig, problem: Problem, engine: EngineSettings, specs: l
             for seed in seeds:
                 where = f"{spec.label} seed {seed}"
                 r = run_seed(problem, spec.label, engine, seed,
-                             lambda step, steps, where=where: progress("step", step, steps, f"{where} ({threads})"))  # type: ignore[misc]
+                             lambda step, steps, where=where: progress("step", step, steps, f"{where} ({threads})"))  # type: ignore[misc]  # a default binds where
                 results.append(r)
                 done += 1
                 case = build_case(spec.label, {**settings, "target": target}, results, target, reference_finals, is_ref, parameters)

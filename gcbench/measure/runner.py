@@ -307,7 +307,7 @@ def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], s
     results = comp.exchange_group(xs, states)
     contributions: list[list[torch.Tensor]] | None = None
     if results and all(r.contributions is not None for r in results):
-        contributions = [[r.contributions[w] for r in results] for w in range(len(xs))]  # type: ignore[index]
+        contributions = [[r.contributions[w] for r in results] for w in range(len(xs))]  # type: ignore[index]  # every result has them (checked above)
     for u, res in enumerate(results):
         aggregates.append(res.aggregate)
         if u == 0:

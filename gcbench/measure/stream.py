@@ -131,7 +131,7 @@ class DeliveredStream:
             return aggregate
         b = self._u[unit]
         self._u[unit] = aggregate.float().clone() if b is None else b.mul_(self.ref.momentum).add_(aggregate)
-        return self._u[unit]  # type: ignore[return-value]
+        return self._u[unit]  # type: ignore[return-value]  # set on the line above
 
     def add_step(self, t: int, aggregates: Sequence[torch.Tensor], contributions: Sequence[Sequence[torch.Tensor]] | None) -> None:
         """Step ``t``'s aggregate by unit, and each worker's decoded contribution by unit (None: not observable)."""

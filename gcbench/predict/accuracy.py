@@ -221,7 +221,7 @@ def read_convergence(record: RunRecord, model: str | None = None, origin: str = 
     cases = [c for c in record.cases if c.convergence is not None]
     if not cases:
         raise ResultsError(f"{where} has no convergence cases")
-    settings = next((c.convergence.settings for c in cases if c.convergence.reference), cases[0].convergence.settings)  # type: ignore[union-attr]
+    settings = next((c.convergence.settings for c in cases if c.convergence.reference), cases[0].convergence.settings)  # type: ignore[union-attr]  # kept: cases with a convergence
     if model is not None and not same_model(settings.task, model, settings.task_path):
         raise ResultsError(mismatch_text(where, settings.task, settings.task_path, model, "the model advise was asked about",
                                          "give --model {model}, or leave --model out (advise takes the run's own model)"))

@@ -70,7 +70,7 @@ def baseline_steps(sc: Scenario) -> str:
     """``bf16 all-reduce 96.1 ms, fp32 168 ms``: the uncompressed steps, the claims' baseline first."""
     ms = {"fp32": sc.reference_step_s, "bf16": sc.bf16_step_s}
     order = (sc.claim_baseline, "fp32" if sc.claim_baseline == "bf16" else "bf16")
-    parts = [f"{b} {1e3 * ms[b]:.3g} ms" for b in order if ms[b] is not None]  # type: ignore[operator]
+    parts = [f"{b} {1e3 * ms[b]:.3g} ms" for b in order if ms[b] is not None]  # type: ignore[operator]  # kept: steps with a time
     return parts[0].replace(" ", " all-reduce ", 1) + "".join(f", {p}" for p in parts[1:])
 
 

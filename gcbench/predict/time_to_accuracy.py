@@ -156,11 +156,11 @@ def time_sentence(st: ScenarioTime, conv: ConvergenceInput) -> str:
             b = ranked[0]
             head += (f"; fastest compressor {b.label}, {_seconds(b.time)} = {b.outcome.steps.text(spec='.0f')} steps × "  # type: ignore[arg-type, union-attr]  # ranked: outcomes with a time
                      f"{b.step.text(1e3)} ms")
-    elif not ranked or ranked[0].time.mean >= base.time.mean:  # type: ignore[union-attr]
+    elif not ranked or ranked[0].time.mean >= base.time.mean:  # type: ignore[union-attr]  # ranked: outcomes with a time
         head = (f"{where}: no compressor reaches it sooner than the {st.baseline} all-reduce ({_seconds(base.time)} = "
-                f"{base.outcome.steps.text(spec='.0f')} steps × {base.step.text(1e3)} ms)")  # type: ignore[union-attr]
+                f"{base.outcome.steps.text(spec='.0f')} steps × {base.step.text(1e3)} ms)")  # type: ignore[union-attr]  # the baseline has a time here
         if ranked:
-            head += f"; the fastest compressor, {ranked[0].label}, takes {_seconds(ranked[0].time)}"  # type: ignore[arg-type]
+            head += f"; the fastest compressor, {ranked[0].label}, takes {_seconds(ranked[0].time)}"  # type: ignore[arg-type]  # ranked: outcomes with a time
     else:
         b = ranked[0]
         assert b.time is not None and b.outcome.steps is not None

@@ -141,7 +141,7 @@ def _step_table(adv: Advice, n: int) -> Table:
     # names and protocols may wrap; numbers never do: the table keeps within 120 columns at four link speeds
     for col, just, wrap in (("compressor", "left", True), ("protocol", "left", True), ("MB/step", "right", False),
                             ("comp ms", "right", False), ("dec ms", "right", False), ("delivered", "right", False)):
-        t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
+        t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]  # the triples above hold rich's justify names
     for bw in bws:
         t.add_column(f"{bw:g}G", justify="right", no_wrap=True)
     first = scs[bws[0]]
@@ -216,7 +216,7 @@ def time_table(st: ScenarioTime, conv: ConvergenceInput) -> Table:
     for col, just, wrap in (("compressor", "left", True), ("reached", "right", False), ("steps to target", "right", False),
                             ("step ms", "right", False), ("time to target s", "right", False), ("vs bf16", "right", False),
                             ("vs fp32", "right", False), ("note", "left", False)):
-        t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]
+        t.add_column(col, justify=just, no_wrap=not wrap)  # type: ignore[arg-type]  # the triples above hold rich's justify names
     for r in st.rows:
         o = r.outcome
         name = Label(r.label + ("" if r.role == "compressor" else f" ({r.role.split()[0]})" if r.role == "fp32 reference" else ""))
@@ -237,7 +237,7 @@ def time_summary_table(conv: ConvergenceInput, times: Sequence[ScenarioTime]) ->
     t = Table(title=f"predicted time to {conv.target_text} (seconds; {conv.seeds} seeds, budget {conv.budget} steps; "
                     "G = Gbit/s)", title_justify="left")
     for col, just in (("compressor", "left"), ("reached", "right"), ("steps to target", "right")):
-        t.add_column(col, justify=just, no_wrap=col != "compressor")  # type: ignore[arg-type]
+        t.add_column(col, justify=just, no_wrap=col != "compressor")  # type: ignore[arg-type]  # the pairs above hold rich's justify names
     for st in times:
         t.add_column(f"{st.workers}×{st.bandwidth_gbps:g}G", justify="right", no_wrap=True)
     if not times:

@@ -223,7 +223,7 @@ class ReferencePreset(Preset):
             else:
                 out = ae.reference_decode(params, 0, z.mean(0, keepdim=True), torch.zeros_like(x[:1]))
                 recon = (out - x.mean(0, keepdim=True)).pow(2).mean()
-            return self._reference_loss(params, z, recon)  # type: ignore[arg-type]
+            return self._reference_loss(params, z, recon)  # type: ignore[arg-type]  # a sum of tensors is a tensor
 
         self.lgc.optimise(rec, loss_of)
 
