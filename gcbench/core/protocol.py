@@ -331,6 +331,17 @@ def _mark(messages: list[Message], unit: int) -> list[Message]:
     return messages
 
 
+def relay(legs: Generator[Leg, LegResult, T], change: Callable[[Leg], Leg]) -> Generator[Leg, LegResult, T]:
+    """Pass a protocol's legs through ``change`` and each leg's result back unchanged; the protocol's value is returned."""
+    value: LegResult = None
+    while True:
+        try:
+            leg = legs.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = yield change(leg)
+
+
 def counted_in(legs: Generator[Leg, LegResult, T], unit: int) -> Generator[Leg, LegResult, T]:
     """Pass a protocol's legs through, marking every message without a unit, the server's replies too, as ``unit``'s.
 
@@ -338,18 +349,15 @@ def counted_in(legs: Generator[Leg, LegResult, T], unit: int) -> Generator[Leg, 
     rounds (and its rounds over all units) inside ``counted_in``, and the simulated transport's
     messages then say which unit's result counts them (:attr:`Message.unit`).
     """
-    value: LegResult = None
-    while True:
-        try:
-            leg = legs.send(value)
-        except StopIteration as stop:
-            return stop.value
+    def mark(leg: Leg) -> Leg:
         if isinstance(leg, Send | ToServer):
             _mark(leg.messages, unit)
         if isinstance(leg, ToServer):
             serve = leg.serve
-            leg = replace(leg, serve=lambda rows, serve=serve: _mark(serve(rows), unit))  # type: ignore[misc]  # a lambda's default binds serve
-        value = yield leg
+            return replace(leg, serve=lambda rows: _mark(serve(rows), unit))
+        return leg
+
+    return relay(legs, mark)
 
 
 # ----------------------------------------------------------------------------- the simulated transport

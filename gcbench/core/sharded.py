@@ -50,7 +50,7 @@ import torch
 from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic
 from gcbench.core.errors import GcbenchError
 from gcbench.core.payload import Payload
-from gcbench.core.protocol import AllGather, AllToAll, Context, Leg, LegResult, Message, Outcome, Send, WorkerProtocol, simulate
+from gcbench.core.protocol import AllGather, AllToAll, Context, Leg, LegResult, Message, Outcome, Send, WorkerProtocol, relay, simulate
 
 SCHEMES: tuple[str, ...] = ("ring", "alltoall", "allgather")
 ACCUMULATE: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -155,13 +155,7 @@ def alltoall_protocol(comp: Compressor, x: torch.Tensor, state: State, ctx: Cont
 
 def per_peer(legs: Generator[Leg, LegResult, Outcome]) -> WorkerProtocol:
     """Pass a protocol's legs through with every all-gather counted per receiving peer; the computation is untouched."""
-    value: LegResult = None
-    while True:
-        try:
-            leg = legs.send(value)
-        except StopIteration as stop:
-            return stop.value
-        value = yield replace(leg, per_peer=True) if isinstance(leg, AllGather) else leg
+    return relay(legs, lambda leg: replace(leg, per_peer=True) if isinstance(leg, AllGather) else leg)
 
 
 def sharded_protocol(comp: Compressor, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context, scheme: str,

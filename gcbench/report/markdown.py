@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gcbench.core.errors import ResultsError
+from gcbench.report import views
 from gcbench.report.collectives_table import failure, grid, sweep_of
 from gcbench.report.columns import (
     BENCH_COLUMNS,
@@ -26,29 +27,6 @@ from gcbench.report.columns import (
 from gcbench.report.load import LoadedRun, run_facts
 from gcbench.report.notes import BENCH_FOOTNOTE, FOOTNOTE, LAYER_NOTE, PHASE_NOTE, TRAIN_FOOTNOTE, WORKER_NOTE
 from gcbench.report.numbers import fmt
-from gcbench.report.views import (
-    bench_description,
-    bench_name,
-    bench_target,
-    by_source,
-    case_name,
-    case_rows,
-    counts_text,
-    flag_reason_lines,
-    layer_units,
-    layer_value,
-    measured_text,
-    oneshot_caption,
-    phase_columns,
-    phase_values,
-    row_cells,
-    source_answers,
-    stream_caption,
-    train_description,
-    train_notes,
-    visible_rows,
-    worker_cells,
-)
 from gcbench.results.baselines import ClaimResult
 from gcbench.results.judge import Comparison
 from gcbench.results.phases import phase_rows, source_windows, worker_traffic
@@ -61,16 +39,16 @@ def markdown_phases(cases: Sequence[RunCase]) -> str:
     windows = source_windows(cases)
     if not windows:
         return ""
-    cols = phase_columns(windows)
-    rows = [[md_escape(case_name(r.case)), *[fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)]]
+    cols = views.phase_columns(windows)
+    rows = [[md_escape(views.case_name(r.case)), *[fmt(v, c[2]) for v, c in zip(views.phase_values(r, windows), cols, strict=True)]]
             for r in phase_rows(cases, windows)]
     head = "Per phase: " + ", ".join(md_escape(w.text()) for w in windows) + "."
     parts = [head, "", md_table(["case", *[md_escape(c[1]) for c in cols]], rows, [False] + [True] * len(cols)), "",
              md_escape(PHASE_NOTE), ""]
     workers = worker_traffic(cases)
     if workers:
-        parts += [md_table(WORKER_HEADERS, [[md_escape(t) for t in worker_cells(wt)] for wt in workers], [False, False, True, True]), "",
-                  md_escape(WORKER_NOTE), ""]
+        rows = [[md_escape(t) for t in views.worker_cells(wt)] for wt in workers]
+        parts += [md_table(WORKER_HEADERS, rows, [False, False, True, True]), "", md_escape(WORKER_NOTE), ""]
     return "\n".join(parts)
 
 
@@ -80,9 +58,9 @@ def markdown_layers(runs: Sequence[LoadedRun], per_table: int = 10) -> str:
     for run in runs:
         if run.kind in ("train", "bench", "converge"):  # no per-layer rows
             continue
-        for src, group in by_source(run.cases).items():
+        for src, group in views.by_source(run.cases).items():
             ok = [c for c in group if c.ok and c.layers]
-            units = layer_units(ok)
+            units = views.layer_units(ok)
             if not units:
                 continue
             parts += [f"### {md_escape(run.run_id)} — {md_escape(src)}: per layer", ""]
@@ -90,11 +68,11 @@ def markdown_layers(runs: Sequence[LoadedRun], per_table: int = 10) -> str:
                 parts += [md_escape(metric.title) + ".", ""]
                 for i in range(0, len(ok), per_table):
                     page = ok[i:i + per_table]
-                    rows = [[md_escape(name), fmt(numel, "int"), *[fmt(layer_value(c, name, metric), metric.kind) for c in page]]
+                    rows = [[md_escape(name), fmt(numel, "int"), *[fmt(views.layer_value(c, name, metric), metric.kind) for c in page]]
                             for name, numel in units]
                     rows.append(["**whole model**", fmt(sum(n or 0 for _, n in units), "int"),
                                  *[fmt(c.metric(metric.metric), metric.kind) for c in page]])
-                    parts += [md_table(["layer", "elements", *[md_escape(case_name(c)) for c in page]], rows,
+                    parts += [md_table(["layer", "elements", *[md_escape(views.case_name(c)) for c in page]], rows,
                                        [False] + [True] * (len(page) + 1)), ""]
     return "\n".join([*parts, md_escape(LAYER_NOTE), ""]) if parts else ""
 
@@ -133,11 +111,11 @@ def markdown_train(run: LoadedRun) -> str:
     """A train file as Markdown: its settings, one row per compressor, failures and notes."""
     f = run_facts(run)
     parts = [f"## Training run {md_escape(run.run_id)}", "",
-             f"{md_escape(train_description(run))}; {md_escape(f['date'])}, {md_escape(f['cases'])}; machine "
+             f"{md_escape(views.train_description(run))}; {md_escape(f['date'])}, {md_escape(f['cases'])}; machine "
              f"{md_escape(f['machine'])}; gcbench {md_escape(f['gcbench'])}, commit {md_escape(f['commit'])}, "
              f"torch {md_escape(f['torch'])}.", ""]
     parts += [_md_cases(run.cases, TRAIN_COLUMNS, "compressor"), ""]
-    notes = train_notes(run)
+    notes = views.train_notes(run)
     if notes:
         parts += [*(f"* {md_escape(n)}" for n in notes), ""]
     return "\n".join([*parts, md_escape(TRAIN_FOOTNOTE), ""])
@@ -147,19 +125,20 @@ def markdown_bench(run: LoadedRun) -> str:
     """A bench file as Markdown: the target table."""
     f = run_facts(run)
     parts = [f"## Kernel benchmark {md_escape(run.run_id)}", "",
-             f"{md_escape(bench_description(run))}; {md_escape(f['date'])}, {md_escape(f['cases'])}; gcbench {md_escape(f['gcbench'])}, "
-             f"commit {md_escape(f['commit'])}, torch {md_escape(f['torch'])}.", ""]
+             f"{md_escape(views.bench_description(run))}; {md_escape(f['date'])}, {md_escape(f['cases'])}; "
+             f"gcbench {md_escape(f['gcbench'])}, commit {md_escape(f['commit'])}, torch {md_escape(f['torch'])}.", ""]
     rows = []
     for c in run.cases:
         if not c.ok:
-            rows.append([md_escape(bench_name(c)), fmt(c.metric("numel"), "int"), f"failed: {md_escape(c.error_text)}",
+            rows.append([md_escape(views.bench_name(c)), fmt(c.metric("numel"), "int"), f"failed: {md_escape(c.error_text)}",
                          *[""] * (len(BENCH_COLUMNS) - 2), "", "error"])
         else:
-            target, mark = bench_target(c)
-            rows.append([md_escape(bench_name(c)), *[md_escape(col.text(c)) for col in BENCH_COLUMNS], md_escape(target), md_escape(mark)])
+            target, mark = views.bench_target(c)
+            cells = [md_escape(col.text(c)) for col in BENCH_COLUMNS]
+            rows.append([md_escape(views.bench_name(c)), *cells, md_escape(target), md_escape(mark)])
     headers = ["compressor", *[md_escape(c.header) for c in BENCH_COLUMNS], *BENCH_TEXT_HEADERS]
     parts += [md_table(headers, rows, [False] + [True] * len(BENCH_COLUMNS) + [False, False]), ""]
-    reasons = [f"- {md_escape(line)}" for line in flag_reason_lines(run.cases)]
+    reasons = [f"- {md_escape(line)}" for line in views.flag_reason_lines(run.cases)]
     return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), *(["", *reasons] if reasons else []), ""])
 
 
@@ -177,12 +156,12 @@ def markdown_summary(run: LoadedRun) -> str:
              f"Suite {md_escape(f['suite'])}, {md_escape(f['date'])}, {md_escape(f['cases'])}; machine {md_escape(f['machine'])}, "
              f"device {md_escape(f['device'])}; gcbench {md_escape(f['gcbench'])}, commit {md_escape(f['commit'])}, "
              f"torch {md_escape(f['torch'])}.", ""]
-    for src, cases in by_source(run.cases).items():
-        parts += [f"### {md_escape(src)}", "", md_escape(stream_caption(cases)), "", _md_cases(cases, SUMMARY_COLUMNS), ""]
+    for src, cases in views.by_source(run.cases).items():
+        parts += [f"### {md_escape(src)}", "", md_escape(views.stream_caption(cases)), "", _md_cases(cases, SUMMARY_COLUMNS), ""]
         parts += [f"**{md_escape(line)}**" if i == 0 else f"* {md_escape(line)}" for i, line in
-                  enumerate(source_answers(run.kind, cases))] + [""]
+                  enumerate(views.source_answers(run.kind, cases))] + [""]
         if any(c.ok and c.fidelity is not None for c in cases):
-            parts += ["One-shot fidelity (own reference): " + md_escape(oneshot_caption(cases).removeprefix("one shot: ")), "",
+            parts += ["One-shot fidelity (own reference): " + md_escape(views.oneshot_caption(cases).removeprefix("one shot: ")), "",
                       _md_cases(cases, ONESHOT_COLUMNS), ""]
         phases = markdown_phases(cases)
         if phases:
@@ -213,15 +192,15 @@ def _md_cases(cases: Sequence[RunCase | TrainCase], columns: Sequence[Column], f
     """One Markdown row per case over ``columns`` (a failed case: its error in the first column)."""
     rows = [[md_escape(r.name), *([md_escape(t) for t in r.texts] if r.ok else
                                    [f"failed: {md_escape(r.error)}", *[""] * (len(columns) - 1)])]
-            for r in case_rows(cases, columns)]
+            for r in views.case_rows(cases, columns)]
     return md_table([first, *[md_escape(c.header) for c in columns]], rows, [False] + [True] * len(columns))
 
 
 def markdown_comparison(cmp: Comparison, all_rows: bool = False) -> str:
-    rows = [[md_escape(c) for c in row_cells(r)] for r in visible_rows(cmp, all_rows)]
+    rows = [[md_escape(c) for c in views.row_cells(r)] for r in views.visible_rows(cmp, all_rows)]
     parts = [f"## {md_escape(cmp.new_id)} vs baseline {md_escape(cmp.baseline_id)}", "",
              f"Threshold {cmp.threshold:.0%}, significance α = {cmp.alpha:g} (Mann–Whitney on raw samples where they exist). "
-             f"{md_escape(counts_text(cmp))}.", ""]
+             f"{md_escape(views.counts_text(cmp))}.", ""]
     parts += [f"* {md_escape(n)}" for n in cmp.notes]
     if cmp.notes:
         parts.append("")
@@ -234,7 +213,7 @@ def markdown_comparison(cmp: Comparison, all_rows: bool = False) -> str:
 
 def markdown_claims(results: Sequence[ClaimResult]) -> str:
     rows = [[md_escape(r.claim.paper), md_escape(r.claim.compressor), md_escape(f"{r.claim.model} / {r.claim.data}"),
-             md_escape(f"{r.claim.value_text()} {r.claim.metric}"), md_escape(r.claim.source), md_escape(measured_text(r))]
+             md_escape(f"{r.claim.value_text()} {r.claim.metric}"), md_escape(r.claim.source), md_escape(views.measured_text(r))]
             for r in results]
     return "\n".join(["## Paper claims", "", md_table(("paper", "compressor", "model / data", "claim", "source", "gcbench"), rows), ""])
 

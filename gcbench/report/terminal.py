@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gcbench.core.errors import ResultsError
+from gcbench.report import views
 from gcbench.report.columns import (
     BENCH_COLUMNS,
     COMPARE_HEADERS,
@@ -30,11 +31,7 @@ from gcbench.report.columns import (
     half_width_text,
     x_copy_text,
 )
-from gcbench.report.load import (
-    LoadedRun,
-    ReportInput,
-    run_facts,
-)
+from gcbench.report.load import LoadedRun, ReportInput, run_facts
 from gcbench.report.notes import (
     BENCH_FOOTNOTE,
     COMPARE_STREAM_NOTE,
@@ -49,29 +46,6 @@ from gcbench.report.notes import (
 )
 from gcbench.report.numbers import fmt, size_text
 from gcbench.report.text import NAME_MAX, TEXT_MAX, clip, term
-from gcbench.report.views import (
-    bench_description,
-    bench_name,
-    bench_roofline,
-    bench_target,
-    by_source,
-    case_name,
-    case_rows,
-    counts_text,
-    flag_reason_lines,
-    layer_pages,
-    layer_units,
-    layer_value,
-    measured_text,
-    oneshot_caption,
-    phase_columns,
-    phase_values,
-    row_cells,
-    stream_caption,
-    train_description,
-    train_notes,
-    visible_rows,
-)
 from gcbench.results.baselines import ClaimResult
 from gcbench.results.head_to_head import FIDELITY_METRICS, MAIN_METRICS, SideRow, fidelity_references, head_to_head
 from gcbench.results.judge import BETTER, FIXED, NEW_FAILURE, NOT_COMPARABLE, WORSE, Comparison
@@ -87,7 +61,7 @@ def summary_tables(run: LoadedRun) -> list[Any]:
     """The tables of one results file: one per gradient source of a run, one for a train or bench file; a convergence
     file's table, then its time to accuracy on each cluster given (``report --cluster``)."""
     if run.kind == "train":
-        return [train_table(run.cases, f"{run.run_id} — training: {train_description(run)}")]
+        return [train_table(run.cases, f"{run.run_id} — training: {views.train_description(run)}")]
     if run.kind == "bench":
         return [bench_table(run)]
     if run.kind == "converge":
@@ -110,16 +84,16 @@ def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
     mixes references.
     """
     tables = []
-    for src, group in by_source(cases).items():
+    for src, group in views.by_source(cases).items():
         src = clip(src)  # the titles name the source: a long one would fill them
         main = _cases_table(f"{clip(title)} — {src}", group, SUMMARY_COLUMNS)
-        main.caption = "\n".join(x for x in (rich_escape(stream_caption(group, clip)), main.caption) if x)
+        main.caption = "\n".join(x for x in (rich_escape(views.stream_caption(group, clip)), main.caption) if x)
         main.caption_justify = "left"
         tables.append(main)
         if any(c.ok and c.fidelity is not None for c in group):
             oneshot = _cases_table(f"{clip(title)} — {src} — one-shot fidelity (own reference)", group, ONESHOT_COLUMNS,
                                    with_errors=False)
-            oneshot.caption = rich_escape(oneshot_caption(group, label=clip))
+            oneshot.caption = rich_escape(views.oneshot_caption(group, label=clip))
             oneshot.caption_justify = "left"
             tables.append(oneshot)
         phases = phase_table(group, f"{clip(title)} — {src}")
@@ -139,7 +113,7 @@ def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_
     t.add_column(first, no_wrap=True)
     for col in columns:
         t.add_column(col.header, justify="right", no_wrap=True)
-    rows = case_rows(cases, columns)
+    rows = views.case_rows(cases, columns)
     for r in rows:
         if not r.ok:  # the error goes under the table: in a cell it would stretch one numeric column
             t.add_row(term(r.name), "[red]failed[/]", *[""] * (len(columns) - 1))
@@ -201,7 +175,7 @@ def _side_table(title: str, cases: Sequence[RunCase], rows: Sequence[SideRow]) -
     t = Table(title=term(title, TEXT_MAX) or None, title_justify="left")
     t.add_column("metric")
     for c in cases:
-        t.add_column(term(case_name(c)), justify="right")
+        t.add_column(term(views.case_name(c)), justify="right")
     for r in rows:
         t.add_row(rich_escape(r.spec.label) + (" ↑" if r.spec.higher_is_better else " ↓"),
                   *[_side_cell(r, i, c) for i, c in enumerate(cases)])
@@ -215,11 +189,11 @@ def sweep_table(sweep: Sequence[RunCase], cases: Sequence[RunCase]) -> Table:
         t.add_column(h, justify="left" if h == "case" else "right")
     for c in sorted([*[c for c in cases if c.ok], *sweep], key=lambda c: (c.compressor or "", -((c.params or {}).get("density") or 0))):
         if not c.ok:
-            t.add_row(Label(case_name(c)), "", "[red]failed[/]", "")
+            t.add_row(Label(views.case_name(c)), "", "[red]failed[/]", "")
             continue
         d = c.stream.delivered if c.stream else None
         short = " (too short)" if c.stream is not None and c.stream.enough is False else ""
-        t.add_row(Label(case_name(c)), fmt((c.params or {}).get("density"), "g"), fmt(bytes_per_step(c), "int"),
+        t.add_row(Label(views.case_name(c)), fmt((c.params or {}).get("density"), "g"), fmt(bytes_per_step(c), "int"),
                   fmt(d, "g") + short)
     return t
 
@@ -271,7 +245,7 @@ def phase_table(cases: Sequence[RunCase], title: str) -> Table | None:
     windows = source_windows(cases)
     if not windows:
         return None
-    cols = phase_columns(windows)
+    cols = views.phase_columns(windows)
     t = Table(title=f"{term(title, TEXT_MAX)} — per phase: " + ", ".join(rich_escape(w.text()) for w in windows), title_justify="left")
     t.add_column("case", no_wrap=True)
     # a terminal is narrow: each window's ratio and body-only ratio share one cell, "ratio (body)"
@@ -281,9 +255,9 @@ def phase_table(cases: Sequence[RunCase], title: str) -> Table | None:
             continue
         t.add_column(rich_escape(header + (" (body)" if i + 1 in merged else "")), justify="right")
     for r in phase_rows(cases, windows):
-        cells = [fmt(v, c[2]) for v, c in zip(phase_values(r, windows), cols, strict=True)]
+        cells = [fmt(v, c[2]) for v, c in zip(views.phase_values(r, windows), cols, strict=True)]
         row = [f"{cells[i]} ({cells[i + 1]})" if i + 1 in merged else cells[i] for i in range(len(cells)) if i not in merged]
-        t.add_row(term(case_name(r.case)), *row)
+        t.add_row(term(views.case_name(r.case)), *row)
     return t
 
 
@@ -295,12 +269,12 @@ def _layer_cell(v: float | None, metric: LayerMetric) -> str:
 def layer_tables(cases: Sequence[RunCase], title: str, width: int = 160) -> list[Table]:
     """The per-layer tables of one source's cases: per metric of :data:`LAYER_METRICS`, pages of cases that fit ``width``."""
     ok = [c for c in cases if c.ok and c.layers]
-    units = layer_units(ok)
+    units = views.layer_units(ok)
     if not units:
         return []
     name_w = max(len(clip(n)) for n, _ in units)
     fixed = name_w + len(f"{max((n or 0) for _, n in units):,}") + 7
-    pages = layer_pages(ok, width, fixed)
+    pages = views.layer_pages(ok, width, fixed)
     tables = []
     for metric in LAYER_METRICS:
         for i, page in enumerate(pages):
@@ -310,9 +284,9 @@ def layer_tables(cases: Sequence[RunCase], title: str, width: int = 160) -> list
             t.add_column("layer", no_wrap=True)
             t.add_column("elements", justify="right", no_wrap=True)
             for c in page:
-                t.add_column(term(case_name(c)), justify="right", no_wrap=True)
+                t.add_column(term(views.case_name(c)), justify="right", no_wrap=True)
             for name, numel in units:
-                t.add_row(term(name), fmt(numel, "int"), *[_layer_cell(layer_value(c, name, metric), metric) for c in page])
+                t.add_row(term(name), fmt(numel, "int"), *[_layer_cell(views.layer_value(c, name, metric), metric) for c in page])
             t.add_section()
             t.add_row("whole model", fmt(sum(n or 0 for _, n in units), "int"),
                       *[_layer_cell(c.metric(metric.metric), metric) for c in page])
@@ -330,7 +304,7 @@ def layers_report(runs: Sequence[LoadedRun], width: int = 160) -> list[Renderabl
     for run in runs:
         if run.kind in ("train", "bench", "converge"):  # no per-layer rows
             continue
-        for src, group in by_source(run.cases).items():
+        for src, group in views.by_source(run.cases).items():
             out += layer_tables(group, f"{clip(run.run_id)} — {clip(src)}", width)
     if not out:
         raise ResultsError("no per-layer rows in these results (only run and compare files record them)")
@@ -344,9 +318,9 @@ def _failure_caption(names_errors: Sequence[tuple[str, str]]) -> str:
 def train_table(cases: Sequence[TrainCase], title: str) -> Table:
     """Train cases: one row per compressor (the columns of ``gcbench train``), notes and failures under it."""
     t = _cases_table(title, cases, TRAIN_COLUMNS, with_errors=False, first="compressor", escape=False)
-    errors = [(case_name(c), c.error_text) for c in cases if not c.ok]
+    errors = [(views.case_name(c), c.error_text) for c in cases if not c.ok]
     lines = [_failure_caption(errors)] if errors else []
-    lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in train_notes(cases)]
+    lines += [f"[yellow]note:[/] {rich_escape(n)}" for n in views.train_notes(cases)]
     lines.append(rich_escape(TRAIN_FOOTNOTE))
     t.caption = "\n".join(lines)
     t.caption_justify = "left"
@@ -367,7 +341,7 @@ def bench_table(run: LoadedRun) -> Table:
     Each compressor's target is written once under the table, not in a column of every row: the column wrapped onto
     eight lines at 120 columns.  Flagged timings carry ``*``; the lines under the table say which flag and why.
     """
-    t = Table(title=f"{term(run.run_id)} — kernel benchmark: {term(bench_description(run), TEXT_MAX)}", title_justify="left")
+    t = Table(title=f"{term(run.run_id)} — kernel benchmark: {term(views.bench_description(run), TEXT_MAX)}", title_justify="left")
     t.add_column("compressor", no_wrap=True)
     for col in BENCH_COLUMNS:
         t.add_column(col.header, justify="right", no_wrap=True)
@@ -376,21 +350,21 @@ def bench_table(run: LoadedRun) -> Table:
     targets: dict[str, str] = {}
     for c in run.cases:
         if not c.ok:
-            t.add_row(term(bench_name(c)), fmt(c.metric("numel"), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
+            t.add_row(term(views.bench_name(c)), fmt(c.metric("numel"), "int"), "[red]failed[/]", *[""] * (len(BENCH_COLUMNS) - 2),
                       "[red]error[/]")
-            errors.append((bench_name(c), c.error_text))
+            errors.append((views.bench_name(c), c.error_text))
             continue
-        target, mark = bench_target(c)
+        target, mark = views.bench_target(c)
         targets.setdefault(str(c.name), target)
         style = {"pass": "green", "short": "red", "flagged": "yellow"}.get(mark)
         change = "" if c.baseline_change is None else f" ({100 * c.baseline_change:+.0f}% vs base)"  # `bench --baseline`
         cells = [size_text(c.numel) if col.key == "numel" else _marked(col.text(c)) for col in BENCH_COLUMNS]  # 1M, not 1,000,000
-        t.add_row(term(bench_name(c)), *cells,
+        t.add_row(term(views.bench_name(c)), *cells,
                   (f"[{style}]{mark}[/]" if style else mark) + change)
     target_line = "targets: " + "; ".join(f"{name} {text}" for name, text in targets.items() if text and text != "—")
     t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(target_line)] * bool(targets)
                           + ["* = a flagged timing (which flag and why: the lines below)", rich_escape(BENCH_FOOTNOTE)]
-                          + bench_roofline(run.cases) + [rich_escape(line) for line in flag_reason_lines(run.cases)])
+                          + views.bench_roofline(run.cases) + [rich_escape(line) for line in views.flag_reason_lines(run.cases)])
     t.caption_justify = "left"
     return t
 
@@ -416,8 +390,8 @@ def comparison_table(cmp: Comparison, all_rows: bool = False) -> Table:
                     f"(threshold {cmp.threshold:.0%}, α = {cmp.alpha:g})", title_justify="left")
     for h in COMPARE_HEADERS:
         t.add_column(h, justify="right" if h in ("baseline", "new", "change", "p") else "left")
-    for r in visible_rows(cmp, all_rows):
-        cells = [term(c, NAME_MAX if i == 0 else TEXT_MAX) for i, c in enumerate(row_cells(r))]
+    for r in views.visible_rows(cmp, all_rows):
+        cells = [term(c, NAME_MAX if i == 0 else TEXT_MAX) for i, c in enumerate(views.row_cells(r))]
         style = _VERDICT_STYLE.get(r.verdict)
         if style:
             cells[6] = f"[{style}]{cells[6]}[/]"
@@ -432,7 +406,7 @@ def claims_table(results: Sequence[ClaimResult]) -> Table:
     for res in results:
         c = res.claim
         t.add_row(term(c.paper), term(c.compressor), term(f"{c.model} / {c.data}"),
-                  term(f"{c.value_text()} {c.metric} ({c.source})", TEXT_MAX), term(measured_text(res), TEXT_MAX))
+                  term(f"{c.value_text()} {c.metric} ({c.source})", TEXT_MAX), term(views.measured_text(res), TEXT_MAX))
     return t
 
 
@@ -441,7 +415,7 @@ def terminal_report(inp: ReportInput, claims: Sequence[ClaimResult], claims_miss
     """The terminal report, in print order (strings are plain text lines, not markup)."""
     if inp.comparison is not None:
         return [comparison_table(inp.comparison, all_metrics), *(f"note: {n}" for n in inp.comparison.notes),
-                counts_text(inp.comparison)]
+                views.counts_text(inp.comparison)]
     out: list[RenderableType | str] = [runs_table(inp.loaded)]
     for r in inp.loaded:
         out.extend(summary_tables(r))
