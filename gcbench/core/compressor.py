@@ -32,7 +32,7 @@ Contract (checked for every registered compressor by ``tests/compressors/test_co
   generator on ``torch.distributed`` (:mod:`gcbench.distributed.transport`).
 
 Encoding is one hook, :meth:`Compressor._encode`, with error feedback fused into it.  Error
-feedback is one mechanism (:class:`ErrorFeedback`) for every compressor that declares
+feedback is one mechanism (:class:`~gcbench.core.state.ErrorFeedback`) for every compressor that declares
 ``error_feedback="always"`` or ``"optional"`` (Seide et al. 2014; Karimireddy et al. 2019): the
 residual ``e`` lives in ``state.tensors["residual"]``, the compressor encodes ``a = x + e`` and
 keeps ``e = a − decoded``.  Per non-empty tensor, :meth:`Compressor.compress_and_decode`:
@@ -70,7 +70,6 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gcbench import kernels
 from gcbench.core.errors import PayloadError
 
 # the header readers live in gcbench/core/header.py; re-exported here, where the codecs import them from
@@ -82,6 +81,7 @@ from gcbench.core.header import meta_str as meta_str
 from gcbench.core.info import CompressorInfo, Flags, ParamValue
 from gcbench.core.payload import MetaValue, Payload, check_shape
 from gcbench.core.protocol import AllGather, AllReduce, Context, Outcome, WorkerProtocol, simulate
+from gcbench.core.state import ErrorFeedback, State, shares_memory
 
 #: A body size a header implies: exact, or an inclusive (smallest, largest) range for variable-length codings.
 BodySize = int | tuple[int, int]
@@ -93,66 +93,6 @@ BodySize = int | tuple[int, int]
 _STRAY_DECODE_ERRORS: tuple[type[BaseException], ...] = (
     ValueError, ArithmeticError, LookupError, RuntimeError, MemoryError, OSError, TypeError, struct.error,
 )
-
-
-class State:
-    """Per-(worker, tensor) state of a compressor.
-
-    Attributes:
-        seed: seed this state was created with (recorded in results).
-        step: number of ``compress`` calls so far; schedules (DGC warm-up, SDAGC's λ(t)) read it.
-        tensors: named state tensors (``residual`` for error feedback, ``momentum`` …).
-        values: small Python values (e.g. a warm-start flag), kept JSON/pickle friendly.
-        rng: NumPy ``Generator`` (PCG64) owned by the state, so a seed fixes every random draw.
-    """
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = int(seed)
-        self.step = 0
-        self.tensors: dict[str, torch.Tensor] = {}
-        self.values: dict[str, Any] = {}
-        self.rng = np.random.Generator(np.random.PCG64(self.seed))
-
-    def reseed(self, seed: int) -> None:
-        """Replace the random stream (used for independent repeated compressions)."""
-        self.rng = np.random.Generator(np.random.PCG64(int(seed)))
-
-    def clone(self) -> State:
-        """A deep copy: tensors cloned, generator state copied."""
-        return copy.deepcopy(self)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume, as plain containers and tensors (safe to save)."""
-        return {
-            "seed": self.seed,
-            "step": self.step,
-            "tensors": {k: v.detach().clone() for k, v in self.tensors.items()},
-            "values": copy.deepcopy(self.values),
-            "rng": copy.deepcopy(self.rng.bit_generator.state),
-        }
-
-    def load_state_dict(self, sd: dict[str, Any]) -> None:
-        self.seed = int(sd["seed"])
-        self.step = int(sd["step"])
-        self.tensors = {k: v.detach().clone() for k, v in sd["tensors"].items()}
-        self.values = copy.deepcopy(sd["values"])
-        self.rng = np.random.Generator(np.random.PCG64())
-        self.rng.bit_generator.state = copy.deepcopy(sd["rng"])
-
-    @classmethod
-    def from_state_dict(cls, sd: dict[str, Any]) -> State:
-        st = cls(sd["seed"])
-        st.load_state_dict(sd)
-        return st
-
-    def uniform(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``n`` float32 uniforms in [0, 1) from this state's generator, on ``device``."""
-        u = torch.from_numpy(self.rng.random(n, dtype=np.float32))
-        return u if torch.device(device).type == "cpu" else u.to(device)
-
-    def randint64(self) -> int:
-        """A fresh 63-bit seed drawn from this state's generator."""
-        return int(self.rng.integers(0, 2**63 - 1))
 
 
 @dataclass
@@ -206,68 +146,6 @@ class ExchangeResult:
     contributions: list[torch.Tensor] | None = None
 
 
-class ErrorFeedback:
-    """The one error-feedback mechanism: ``a = x + e``, send ``C(a)``, keep ``e = a - C(a)``.
-
-    The residual is float32 and lives in ``state.tensors["residual"]``; it has the input's shape.
-    A missing residual, or one of another shape, counts as zero.  (Karimireddy et al. 2019;
-    Seide et al. 2014 for 1-bit SGD.)  :meth:`buffer` and :meth:`form` are the compress path's
-    (in place); :meth:`corrected` and :meth:`update` make new tensors, for the plain references
-    and the multi-worker exchanges.
-    """
-
-    KEY = "residual"
-
-    @classmethod
-    def previous(cls, state: State, shape: torch.Size | tuple[int, ...]) -> torch.Tensor | None:
-        """The state's residual if it applies to a tensor of ``shape``, else None (it counts as zero)."""
-        e = state.tensors.get(cls.KEY)
-        return e if e is not None and e.shape == shape else None
-
-    @classmethod
-    def buffer(cls, state: State, x32: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        """The residual buffer to form ``a = x + e`` in, installed in the state; and whether it holds ``e``.
-
-        The previous residual itself when it can be updated in place (float32, contiguous, on
-        ``x32``'s device, sharing no memory with ``x32``); a copy of it otherwise; a fresh,
-        uninitialised buffer (False) when there is none.  Fresh CPU buffers come from
-        :func:`gcbench.kernels.empty` (cheap page faults).
-        """
-        e = cls.previous(state, x32.shape)
-        if e is not None and e.dtype == torch.float32 and e.device == x32.device and e.is_contiguous() and not _overlaps(e, x32):
-            return e, True
-        if x32.device.type == "cpu":
-            buf = kernels.empty(x32.numel()).reshape(x32.shape)
-        else:
-            buf = torch.empty(x32.shape, dtype=torch.float32, device=x32.device)
-        if e is not None:
-            buf.copy_(e)
-        state.tensors[cls.KEY] = buf
-        return buf, e is not None
-
-    @staticmethod
-    def form(x32: torch.Tensor, e: torch.Tensor, has_e: bool) -> None:
-        """``a = x + e`` written into the buffer ``e`` (``has_e`` False: ``a = x``), one pass."""
-        if has_e:
-            e.add_(x32)
-        else:
-            e.copy_(x32)
-
-    @classmethod
-    def corrected(cls, x32: torch.Tensor, state: State) -> torch.Tensor:
-        """``x + e`` as a new float32 tensor (x and the state are not modified)."""
-        e = cls.previous(state, x32.shape)
-        return x32.clone() if e is None else x32 + e
-
-    @classmethod
-    def update(cls, state: State, corrected: torch.Tensor, decoded32: torch.Tensor) -> None:
-        """Store ``e = corrected - decoded`` (reusing ``corrected``'s memory unless ``decoded`` is a view of it)."""
-        if _overlaps(decoded32, corrected):
-            state.tensors[cls.KEY] = corrected - decoded32
-        else:
-            state.tensors[cls.KEY] = corrected.sub_(decoded32)
-
-
 def _drawing_copy(state: State) -> State:
     """A copy of ``state`` to read and draw from: its own generator, the same tensors (a simulated worker's ``ctx.shared``)."""
     out = copy.copy(state)
@@ -275,14 +153,6 @@ def _drawing_copy(state: State) -> State:
     out.values = dict(state.values)
     out.rng = copy.deepcopy(state.rng)
     return out
-
-
-def _overlaps(t: torch.Tensor, u: torch.Tensor) -> bool:
-    """Whether two tensors' storages share any byte (views at an offset included)."""
-    if t.device != u.device:
-        return False
-    a, b = t.untyped_storage(), u.untyped_storage()
-    return a.data_ptr() < b.data_ptr() + b.nbytes() and b.data_ptr() < a.data_ptr() + a.nbytes()
 
 
 #: What :meth:`Compressor._encode` returns: body bytes (uint8 NumPy array or tensor), the header's
@@ -387,7 +257,7 @@ class Compressor(ABC):
             a, ctx = x32, EncodeContext(need_decoded)
         body, meta, decoded = self._encode(a, state, ctx)
         payload = self._payload(x, body, meta)
-        if ctx.ef and (_overlaps(payload.data, a) or (decoded is not None and _overlaps(decoded, a))):
+        if ctx.ef and (shares_memory(payload.data, a) or (decoded is not None and shares_memory(decoded, a))):
             # the residual left in ``a`` would have rewritten them: a broken encoder, not bad input
             raise RuntimeError(f"{self.name}._encode returned a body or decoded tensor sharing memory with the residual buffer a")
         return self._finish(x, state, payload, decoded, need_decoded)

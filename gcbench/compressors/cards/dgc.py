@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Param, Target, coding_param, density_param
+from gcbench.core.info import CompressorInfo, Param, Target
+from gcbench.core.params import coding_param, density_param
 
 MIN_SAMPLE_RATIO = 0.01
 

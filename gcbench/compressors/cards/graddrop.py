@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Param, Target, coding_param
+from gcbench.core.info import CompressorInfo, Param, Target
+from gcbench.core.params import coding_param
 
 QUANTIZE = ("none", "1bit", "2bit")
 

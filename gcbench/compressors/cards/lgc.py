@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, CostLeg, Param, ParamValue, Protocol, coding_param, density_param
+from gcbench.core.info import CompressorInfo, CostLeg, Param, ParamValue, Protocol
+from gcbench.core.params import coding_param, density_param
 
 PRESETS: dict[str, dict[str, ParamValue]] = {
     # gcbench's design: phases compressed so a short benchmark reaches phase 3; Adam, 8 steps per round

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Target, density_param
+from gcbench.core.info import CompressorInfo, Target
+from gcbench.core.params import density_param
 
 RANDOMK_CARD = CompressorInfo(
     name="randomk",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gcbench.compressors.cards.dgc import clip_params, dense_params
-from gcbench.core.info import CompressorInfo, Param, Target, coding_param
+from gcbench.core.info import CompressorInfo, Param, Target
+from gcbench.core.params import coding_param
 
 SDAGC_CARD = CompressorInfo(
     name="sdagc",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gcbench.core.info import CompressorInfo, Target, coding_param, density_param
+from gcbench.core.info import CompressorInfo, Target
+from gcbench.core.params import coding_param, density_param
 
 TOPK_CARD = CompressorInfo(
     name="topk",

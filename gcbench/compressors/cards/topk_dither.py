@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gcbench.compressors.cards.natural import p_param, s_param
-from gcbench.core.info import CompressorInfo, Param, Target, coding_param, density_param
+from gcbench.core.info import CompressorInfo, Param, Target
+from gcbench.core.params import coding_param, density_param
 
 TOPK_DITHER_CARD = CompressorInfo(
     name="topk_dither",
