@@ -116,7 +116,8 @@ def validate(suite: ValidateSuite) -> None:
 
     Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`.
     """
-    from gcbench.measure.suite import check_sources, duplicate_configs, find_suite, imported_code, is_converge_suite, load_suite
+    from gcbench.measure.suite import duplicate_configs, find_suite, is_converge_suite, load_suite
+    from gcbench.measure.suite_checks import check_sources, imported_code
 
     path = find_suite(suite_arg(suite))
     if is_converge_suite(path):

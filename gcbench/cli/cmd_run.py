@@ -59,7 +59,8 @@ def run(
     """
     from gcbench.compressors import registry
     from gcbench.measure.runner import run_suite
-    from gcbench.measure.suite import apply_overrides, duplicate_configs, find_suite, load_suite, require_trusted_code, suite_label
+    from gcbench.measure.suite import apply_overrides, duplicate_configs, find_suite, load_suite, suite_label
+    from gcbench.measure.suite_checks import require_trusted_code
     from gcbench.report.terminal import run_output
     from gcbench.results.parse import as_cases
 

@@ -10,10 +10,10 @@ Precedence: built-in defaults < suite file < command-line overrides (:func:`appl
 Trust: a suite is shared like a paper's config, so running one must not run code it names.  A
 ``package.module:factory`` model in a suite FILE is imported only with the user's opt-in
 (``--trust-code`` or ``GCBENCH_TRUST_CODE=1``, cf. Hugging Face's ``trust_remote_code``):
-:func:`imported_code` lists what a suite would import, :func:`require_trusted_code` enforces the
-opt-in.  Zoo and ``hf:`` models are gcbench's own and need none; a model the user names on the
-command line (``--model``) is the user's own choice.  Nothing here imports user code:
-:func:`check_sources` also checks names, trace folders and shapes without computing a gradient.
+:mod:`gcbench.measure.suite_checks` lists what a suite would import and enforces the opt-in.  Zoo and ``hf:``
+models are gcbench's own and need none; a model the user names on the command line (``--model``) is the user's
+own choice.  Nothing here imports user code; ``suite_checks.check_sources`` also checks trace folders and worker
+counts without computing a gradient.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,9 +38,6 @@ CONVERGE_KIND = "converge"
 
 #: the largest suite file read (the bundled ones are a few KiB)
 SUITE_FILE_BYTES = SMALL_FILE_BYTES
-
-#: environment variable that, set to 1 (or true/yes/on), allows suites to import the code they name
-TRUST_ENV = "GCBENCH_TRUST_CODE"
 
 #: largest synthetic tensor (elements): 8 GiB of float32, beyond any real gradient tensor; numpy's
 #: element count of a bigger shape can wrap around int64 and the tensor could never be allocated
@@ -385,7 +380,7 @@ def parse_suite(data: dict[str, Any], where: str = "<suite>") -> Suite:
     """Validate a suite mapping (as read from TOML) into a :class:`Suite`.
 
     Pure: names and values are checked, but no file is read and no user code is imported (see
-    :func:`check_sources` and :func:`require_trusted_code`).
+    :mod:`gcbench.measure.suite_checks`).
     """
     data = dict(data)
     if "source" in data and "sources" not in data:  # a single [source] table is allowed
@@ -397,82 +392,6 @@ def parse_suite(data: dict[str, Any], where: str = "<suite>") -> Suite:
     _check_models(where, suite)
     _check_collectives(where, suite)
     return _resolve_compressors(where, suite)
-
-
-# ----------------------------------------------------------------------------- trust and checks
-
-
-@dataclass(frozen=True)
-class CodeRef:
-    """A ``package.module:factory`` a suite would import and call, and the key that names it."""
-
-    key: str  # e.g. "sources[0].model"
-    target: str  # e.g. "mypkg.models:factory"
-
-
-def imported_code(suite: Suite) -> list[CodeRef]:
-    """The user code running ``suite`` would import (zoo and ``hf:`` models are not user code)."""
-    from gcbench.sources.catalog import is_user_model
-
-    return [CodeRef(f"sources[{i}].model", src.model) for i, src in enumerate(suite.sources)
-            if src.kind != "trace" and src.model is not None and is_user_model(src.model)]
-
-
-def env_trusts_code() -> bool:
-    """Whether ``GCBENCH_TRUST_CODE`` allows suites to import the code they name."""
-    return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def require_trusted_code(suite: Suite, where: str, trust_code: bool | None = None) -> None:
-    """Refuse a suite loaded from the file ``where`` that names user code, unless the user opted in.
-
-    ``trust_code`` is the ``--trust-code`` flag; None reads ``GCBENCH_TRUST_CODE``.  Call it before
-    anything is imported or written: the error is one line naming the file, the key, the code and
-    how to allow it.
-    """
-    refs = imported_code(suite)
-    trusted = env_trusts_code() if trust_code is None else trust_code
-    if refs and not trusted:
-        named = ", ".join(f"{r.key} = {r.target!r}" for r in refs)
-        raise GcbenchError(f"{where}: {named}: the suite would import and run this code; if you trust it, pass --trust-code "
-                           f"(or set {TRUST_ENV}=1), or name the model yourself with --model")
-
-
-def _source_workers(src: SourceSpec) -> int | None:
-    """Workers of a synthetic or live source as the runner builds it (None for traces: the trace knows)."""
-    if src.kind == "trace":
-        return src.workers
-    return src.workers or (4 if src.kind == "live" else 1)
-
-
-def check_sources(suite: Suite, where: str) -> list[str]:
-    """Problems a run of ``suite`` would meet in its sources, found without importing code or computing gradients.
-
-    Trace folders must exist with a readable manifest and complete files (only the small
-    safetensors headers are read) holding the workers and steps asked for; compressors defined
-    across several workers need that many.  (Names, options and shapes are checked by
-    :func:`parse_suite`.)  Returns one line per problem.
-    """
-    problems: list[str] = []
-    for i, src in enumerate(suite.sources):
-        workers = _source_workers(src)
-        if src.kind == "trace":
-            from gcbench.sources.trace import TraceSource  # torch and safetensors: only a suite with a trace pays for them
-
-            try:
-                trace = TraceSource(src.path or "")
-            except GcbenchError as exc:
-                problems.append(f"{where}: sources[{i}].path: {exc}")
-                continue
-            for key, asked, has in (("workers", src.workers, trace.workers), ("steps", src.steps, trace.steps)):
-                if asked is not None and asked > has:
-                    problems.append(f"{where}: sources[{i}].{key}: {asked} requested, the trace {src.path} has {has}")
-            workers = min(src.workers or trace.workers, trace.workers)
-        for j, c in enumerate(suite.compressors):
-            need = registry.get(c.name).min_workers
-            if workers is not None and workers < need:
-                problems.append(f"{where}: compressors[{j}] ({c.label}) needs at least {need} workers; sources[{i}] has {workers}")
-    return problems
 
 
 def find_suite(name_or_path: str | Path | None) -> Path:
@@ -524,7 +443,7 @@ def load_suite(name_or_path: str | Path | None) -> Suite:
     """Read and validate a suite file; every problem is one clear :class:`GcbenchError`.
 
     Loading imports no user code; before running what a file names, call
-    :func:`require_trusted_code` (the CLI's ``run`` does, unless ``--model``/``--trace`` replace the
+    :func:`gcbench.measure.suite_checks.require_trusted_code` (the CLI's ``run`` does, unless ``--model``/``--trace`` replace the
     file's sources).
     """
     path = find_suite(name_or_path)

@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError, ParamError
-from gcbench.measure.suite import imported_code, parse_suite, require_trusted_code
+from gcbench.measure.suite import parse_suite
+from gcbench.measure.suite_checks import imported_code, require_trusted_code
 from gcbench.sources.synthetic import SyntheticSource
 from gcbench.sources.trace import write_trace
 
