@@ -33,10 +33,11 @@ import torch
 from gcbench.compressors import registry
 from gcbench.compressors._common import k_of
 from gcbench.core import liveness
-from gcbench.core.errors import GcbenchError, UnknownNameError
-from gcbench.core.info import Target
+from gcbench.core.compressor import Compressor
+from gcbench.core.errors import GcbenchError
 from gcbench.measure.timing import (
     Interleaved,
+    Timing,
     TimingPolicy,
     collect_garbage,
     flag_reasons,
@@ -65,14 +66,6 @@ BENCH_BUDGET_S = 3.0
 #: a bigger one cannot be allocated, and ``--sizes 1e300`` ran the shape search for the whole
 #: 1,800 s subprocess timeout
 MAX_NUMEL = 2**31
-
-
-def target_of(name: str) -> Target | None:
-    """The bench target on ``name``'s card; None for no target or a compressor not installed here."""
-    try:
-        return registry.get(name).target
-    except UnknownNameError:
-        return None
 
 
 def matrix_shape(numel: int) -> tuple[int, ...]:
@@ -236,13 +229,27 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
         "peak_extra_bytes": (peak - rss0) * 1024 if (peak is not None and rss0 is not None) else None,
         "input_bytes": 4 * x.numel(),
     }
+    if reference:
+        _reference_row(rec, comp, x, t_c, repeats, device, holder, setup)
+    _torch_topk_rows(rec, comp, name, params, x, repeats, device, seed)
+    return rec
+
+
+def _reference_row(rec: dict[str, Any], comp: Compressor, x: torch.Tensor, t_c: Timing, repeats: int, device: str,
+                   holder: dict[str, Any], setup: Callable[[], None]) -> None:
+    """The compressor's straightforward reference implementation timed on the same tensor, and the speed-up over it."""
     ref = type(comp).reference
-    if reference and ref is not None:
+    if ref is not None:
         x32 = x.float()
         r_rep = max(1, min(3, repeats))
         t_r = time_call(lambda: ref(comp, x32, holder["st"]), r_rep, 0, device, setup)
         rec["reference"] = t_r.to_dict()
         rec["speedup_vs_reference"] = t_r.median / t_c.median
+
+
+def _torch_topk_rows(rec: dict[str, Any], comp: Compressor, name: str, params: dict[str, Any] | None, x: torch.Tensor,
+                     repeats: int, device: str, seed: int) -> None:
+    """The card's extra rows, where its target asks for them: compress against exact ``torch.topk`` at each density."""
     target = comp.info.target
     if target is not None and target.vs_torch_topk is not None:  # the card's extra rows: against exact torch.topk
         flat = x.reshape(-1)
@@ -254,7 +261,6 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
             st2 = c2.init_state(seed)
             t_2 = time_call(lambda c2=c2, st2=st2: c2.compress(x, st2.clone()), max(1, min(3, repeats)), 1, device)
             rec["vs_torch_topk"][str(density)] = {"torch_topk_s": t_t.median, "compress_s": t_2.median, "speedup": t_t.median / t_2.median}
-    return rec
 
 
 def model_tensors(model: str, seed: int = 0, device: str = "cpu") -> list[torch.Tensor]:
@@ -296,31 +302,6 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
         "gbps_compress": 4 * numel / t_c.median / 1e9, "gbps_decompress": 4 * numel / t_d.median / 1e9,
         "ratio": 4 * numel / sum(p.nbytes for p in payloads), "input_bytes": 4 * numel,
     }
-
-
-def kernel_verdict(rec: dict[str, Any]) -> tuple[str, str]:
-    """(target text, pass/short/flagged/—) for a bench record, against the target on the compressor's card.
-
-    ``flagged``: a timing the target checks is flagged (unstable, too short, beats traffic bound) — it is
-    not a speed, so neither pass nor short can be claimed from it (under load every row was "short" or
-    "pass" by chance).
-    """
-    t = target_of(rec["compressor"])
-    if rec.get("error"):
-        return ("", "error")
-    if t is None:
-        return ("—", "—")
-    checked = [k for k, limit in (("compress", t.compress_x_copy), ("decompress", t.decompress_x_copy)) if limit is not None]
-    if any(((rec.get("x_copy") or {}).get(k) or {}).get("flags") for k in checked):
-        return (t.text(), "flagged")
-    ok = True
-    if t.compress_x_copy is not None:
-        ok &= rec["compress_x_copy"] <= t.compress_x_copy
-    if t.decompress_x_copy is not None:
-        ok &= rec["decompress_x_copy"] <= t.decompress_x_copy
-    if t.vs_torch_topk is not None:
-        ok &= all(v["speedup"] >= t.vs_torch_topk for v in rec.get("vs_torch_topk", {}).values())
-    return (t.text(), "pass" if ok else "short")
 
 
 def spec_label(name: str, params: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from matplotlib.ticker import MaxNLocator
 
-from gcbench.measure.bench import target_of
+from gcbench.measure.bench_verdict import target_of
 from gcbench.report.html_plotkit import (
     COLORS,
     MARKERS,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from gcbench.measure.bench import kernel_verdict, target_of
+from gcbench.measure.bench_verdict import kernel_verdict, target_of
 from gcbench.measure.copy_baseline import COPY_SPREAD_LIMIT
 from gcbench.report.columns import Column, LayerMetric
 from gcbench.report.load import LoadedRun, machine_text
@@ -128,7 +128,8 @@ def oneshot_caption(cases: Sequence[RunCase], main: str = "the main table", labe
 
 
 def bench_target(rec: BenchCase) -> tuple[str, str]:
-    """(target text, ``pass``/``short``/``—``/``error``) of a bench record: :func:`gcbench.measure.bench.kernel_verdict` with details.
+    """(target text, ``pass``/``short``/``—``/``error``) of a bench record:
+    :func:`gcbench.measure.bench_verdict.kernel_verdict` with details.
 
     The text names every limit that ``pass`` checks (verdict's own text leaves the decompress limit
     out) and, for topk/dgc, the measured speed-ups over ``torch.topk``.

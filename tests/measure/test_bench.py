@@ -7,7 +7,8 @@ import statistics
 import pytest
 
 from gcbench.core.errors import GcbenchError
-from gcbench.measure.bench import bench_case, kernel_verdict, matrix_shape, parse_size, run_bench, target_of
+from gcbench.measure.bench import bench_case, matrix_shape, parse_size, run_bench
+from gcbench.measure.bench_verdict import kernel_verdict, target_of
 
 
 def test_parse_size() -> None:
