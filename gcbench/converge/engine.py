@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from gcbench.compressors import registry
-from gcbench.converge.problems import ConvergeError, Problem, make_optimizer
+from gcbench.converge.problems import ConvergeError, Problem, SeedProblem, make_optimizer
 from gcbench.core.compressor import Compressor, State
 
 #: the gradient-ready order is unknown until the first backward pass; DDP's default bucket caps after it
@@ -223,6 +223,38 @@ def run_seed(problem: Problem, compressor: str | Compressor, settings: EngineSet
     return out
 
 
+def _gradients(sp: SeedProblem, model: nn.Module, params: list[nn.Parameter], buffers: list[torch.Tensor], layout: UnitLayout,
+               image: bool, seed: int, step: int) -> tuple[list[list[torch.Tensor]], float]:
+    """Every worker's gradients of one step (a forward and backward each, its dropout seeded) and their mean training loss;
+    the model's buffers left as rank 0's pass made them."""
+    batches = next(sp.batches)
+    grads: list[list[torch.Tensor]] = []
+    loss_sum = 0.0
+    kept: list[torch.Tensor] = []
+    for w, (x, y) in enumerate(batches):
+        torch.manual_seed(_dropout_seed(seed, step, w))
+        hooks = layout.watch() if step == 0 and w == 0 else []
+        if image and isinstance(x, torch.Tensor) and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        loss = sp.loss(model(x), y)
+        loss.backward()
+        for h in hooks:
+            h.remove()
+        if w == 0 and buffers:  # DDP broadcasts rank 0's buffers (batch-norm statistics): its update is the one kept
+            kept = [b.detach().clone() for b in buffers]
+        loss_sum += float(loss.detach())
+        row = []
+        for p in params:  # the gradient itself, taken out of the parameter: one gradient per worker is held
+            row.append(p.grad if p.grad is not None else torch.zeros_like(p))
+            p.grad = None
+        grads.append(row)
+    if buffers:
+        with torch.no_grad():
+            for b, k in zip(buffers, kept, strict=True):
+                b.copy_(k)
+    return grads, loss_sum / len(batches)
+
+
 def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out: SeedResult,
            progress: StepProgress | None) -> None:
     sp = problem.instance(seed, s.workers, s.batch)
@@ -241,7 +273,6 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
     # count, which torch shares: the count the run started with is put back after every exchange
     threads = torch.get_num_threads()
     buffers = [b for b in model.buffers() if b.is_floating_point() or b.dtype == torch.long]
-    kept: list[torch.Tensor] = []
     out.curve.append(_evaluate(sp, model, 0, None))
     if not _finite(out.curve[0]):  # before any update: the model or its held-out data, not a divergence
         raise ConvergeError(f"the initial model's held-out loss is {out.curve[0]['eval_loss']} (before any update): "
@@ -249,31 +280,7 @@ def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out
     first_loss: float | None = None
     window: list[float] = []  # training losses since the last evaluation
     for step in range(s.steps):
-        batches = next(sp.batches)
-        grads: list[list[torch.Tensor]] = []
-        loss_sum = 0.0
-        for w, (x, y) in enumerate(batches):
-            torch.manual_seed(_dropout_seed(seed, step, w))
-            hooks = layout.watch() if step == 0 and w == 0 else []
-            if image and isinstance(x, torch.Tensor) and x.dim() == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            loss = sp.loss(model(x), y)
-            loss.backward()
-            for h in hooks:
-                h.remove()
-            if w == 0 and buffers:  # DDP broadcasts rank 0's buffers (batch-norm statistics): its update is the one kept
-                kept = [b.detach().clone() for b in buffers]
-            loss_sum += float(loss.detach())
-            row = []
-            for p in params:  # the gradient itself, taken out of the parameter: one gradient per worker is held
-                row.append(p.grad if p.grad is not None else torch.zeros_like(p))
-                p.grad = None
-            grads.append(row)
-        if buffers:
-            with torch.no_grad():
-                for b, k in zip(buffers, kept, strict=True):
-                    b.copy_(k)
-        loss_value = loss_sum / len(batches)
+        grads, loss_value = _gradients(sp, model, params, buffers, layout, image, seed, step)
         if first_loss is None:
             first_loss = loss_value
         if not math.isfinite(loss_value):
