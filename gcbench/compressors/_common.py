@@ -9,6 +9,7 @@ import torch
 
 from gcbench.core import codec
 from gcbench.core.compressor import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import Payload
 
 
@@ -42,7 +43,7 @@ def sparse_body(values: torch.Tensor, idx: torch.Tensor, d: int, coding: str) ->
     return codec.encode_sparse(vals_np[order], idx_np[order], d, coding)
 
 
-def sparse_body_nbytes(payload: Payload, codings: tuple[str, ...] = codec.INDEX_CODINGS, *other_keys: str) -> tuple[int, int]:
+def sparse_body_nbytes(payload: Payload, codings: tuple[str, ...] = INDEX_CODINGS, *other_keys: str) -> tuple[int, int]:
     """Body size range of a payload written with :func:`sparse_body` (header ``k``, ``coding``; no
     other fields but ``other_keys``), its header checked: ``coding`` one of ``codings``, 0 <= k <= d."""
     meta_keys(payload, "k", "coding", *other_keys)

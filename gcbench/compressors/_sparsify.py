@@ -11,7 +11,7 @@ reconstructed) and ``threshold``:
 * :func:`clip_local`, :func:`momentum_buffers` — DGC/SDAGC local clipping and the momentum (u) and
   velocity (v) buffers of momentum correction.
 * :func:`sparse_or_dense_body` / :func:`sparse_or_dense_decode` — the DGC/SDAGC wire format: a
-  sparse (value, index) body in any :data:`gcbench.core.codec.SPARSE_CODINGS`, or a dense float32 body
+  sparse (value, index) body in any :data:`gcbench.core.params.SPARSE_CODINGS`, or a dense float32 body
   for tensors that are not sparsified (:func:`gcbench.compressors.dgc.sent_dense`).
 * :func:`form_counting` — error feedback's ``a = x + e`` with the counts of ``|a| >= t`` in the
   same pass, for a threshold known before ``a`` is formed (``threshold``, ``graddrop``: their
@@ -37,9 +37,9 @@ import torch
 from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, to_numpy
-from gcbench.core import codec
 from gcbench.core.compressor import ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
+from gcbench.core.params import SPARSE_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 
 # Smallest positive float32 (a subnormal).  A threshold is never allowed below it, so ``|v| >= thr``
@@ -309,7 +309,7 @@ def sparse_or_dense_nbytes(payload: Payload) -> int | tuple[int, int]:
     if meta_str(payload, "coding") == DENSE:
         meta_keys(payload, "coding")
         return 4 * payload.numel
-    return sparse_body_nbytes(payload, codec.SPARSE_CODINGS)
+    return sparse_body_nbytes(payload, SPARSE_CODINGS)
 
 
 def sparse_or_dense_decode(payload: Payload) -> torch.Tensor:
@@ -321,7 +321,7 @@ def sparse_or_dense_decode(payload: Payload) -> torch.Tensor:
         if len(body) != 4 * d:
             raise PayloadError(f"{payload.codec} dense body has {len(body)} bytes, expected {4 * d}")
         return torch.from_numpy(body.view("<f4").astype(np.float32))
-    if coding not in codec.SPARSE_CODINGS:
+    if coding not in SPARSE_CODINGS:
         raise PayloadError(f"{payload.codec} payload has unknown coding {coding!r}")
     k = meta_int(payload, "k")
     if not 0 <= k <= d:

@@ -99,6 +99,7 @@ from gcbench.compressors.cards.graddrop import GRADDROP_CARD, QUANTIZE
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
+from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 
 _SCALES = {"none": 0, "1bit": 1, "2bit": 2}  # fp32 scales in the body
@@ -329,7 +330,7 @@ class GradDrop(Compressor):
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
         meta_keys(payload, "k", "coding", "q")
         d = payload.numel
-        k, coding, mode = meta_int(payload, "k", 0, d), meta_str(payload, "coding", codec.INDEX_CODINGS), meta_str(payload, "q", QUANTIZE)
+        k, coding, mode = meta_int(payload, "k", 0, d), meta_str(payload, "coding", INDEX_CODINGS), meta_str(payload, "q", QUANTIZE)
         if k == 0:
             return 0  # nothing survived: an empty body
         if mode == "none":
@@ -341,7 +342,7 @@ class GradDrop(Compressor):
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
         k, coding, mode = meta_int(payload, "k"), meta_str(payload, "coding"), meta_str(payload, "q")
-        if mode not in QUANTIZE or coding not in codec.INDEX_CODINGS or not 0 <= k <= d:
+        if mode not in QUANTIZE or coding not in INDEX_CODINGS or not 0 <= k <= d:
             raise PayloadError(f"graddrop payload header is invalid (k={k}, coding={coding!r}, q={mode!r})")
         body = body_numpy(payload)
         if k == 0:

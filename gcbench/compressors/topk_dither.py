@@ -47,6 +47,7 @@ from gcbench.compressors.topk import topk_indices
 from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.errors import PayloadError
+from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 
 
@@ -164,7 +165,7 @@ class TopKDither(Compressor):
         d = payload.numel
         w = 1 + level_bits(meta_int(payload, "s", 1, 120))
         k = meta_int(payload, "k", 0, d)
-        coding = meta_str(payload, "coding", codec.INDEX_CODINGS)
+        coding = meta_str(payload, "coding", INDEX_CODINGS)
         if coding == "fixed":  # one (index, field) record of ceil(log2 d) + w bits each
             return 4 + codec.packed_nbytes(k, codec.index_width(d) + w)
         if coding == "elias":  # records of an Elias-ω gap and a w-bit field, one stream

@@ -35,7 +35,7 @@ import numpy as np
 
 from gcbench import kernels
 from gcbench.core.errors import PayloadError
-from gcbench.core.params import INDEX_CODINGS, SPARSE_CODINGS  # noqa: F401  (the coding names, declared torch-free)
+from gcbench.core.params import INDEX_CODINGS
 from gcbench.kernels.runtime import slow_path
 
 # ----------------------------------------------------------------------------- bit packing

@@ -10,8 +10,8 @@ import torch
 
 from gcbench.compressors import registry
 from gcbench.compressors.registry import decompress
-from gcbench.core import codec
 from gcbench.core.compressor import ErrorFeedback, State
+from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import Payload
 from tests.conftest import expected_index_bits, normal
 
@@ -42,7 +42,7 @@ def test_density_rounding_in_binary_floating_point() -> None:
     assert int(p.meta["k"]) == 7 and p.body_nbytes == math.ceil(7 * 39 / 8)
 
 
-@pytest.mark.parametrize("coding", codec.INDEX_CODINGS)
+@pytest.mark.parametrize("coding", INDEX_CODINGS)
 @pytest.mark.parametrize("density", [0.001, 0.05, 0.5, 1.0])
 def test_support_is_exactly_the_top_k(coding: str, density: float) -> None:
     x = normal((64, 3, 3, 3), seed=int(density * 1000))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from gcbench.core import codec
 from gcbench.core.errors import PayloadError
+from gcbench.core.params import INDEX_CODINGS, SPARSE_CODINGS
 from gcbench.core.payload import _varint as scalar_varint
 from tests.conftest import expected_index_bits, omega
 
@@ -300,7 +301,7 @@ def _random_set(rng: np.random.Generator, d: int, k: int) -> np.ndarray:
     return np.sort(rng.choice(d, size=k, replace=False)).astype(np.int64)
 
 
-@pytest.mark.parametrize("coding", codec.INDEX_CODINGS)
+@pytest.mark.parametrize("coding", INDEX_CODINGS)
 @pytest.mark.parametrize(("d", "k"), [(1, 0), (1, 1), (2, 2), (1000, 0), (1000, 1), (1000, 37), (1000, 1000), (2**20 + 3, 500), (2**24, 3)])
 def test_index_coding_round_trip_and_size(coding: str, d: int, k: int) -> None:
     rng = np.random.default_rng(d + k)
@@ -317,7 +318,7 @@ def test_index_coding_round_trip_and_size(coding: str, d: int, k: int) -> None:
 _index_sets = st.integers(1, 5000).flatmap(lambda d: st.tuples(st.just(d), st.sets(st.integers(0, d - 1), max_size=200)))
 
 
-@given(_index_sets, st.sampled_from(codec.INDEX_CODINGS))
+@given(_index_sets, st.sampled_from(INDEX_CODINGS))
 def test_index_coding_property(case: tuple[int, set[int]], coding: str) -> None:
     d, chosen = case
     idx = np.array(sorted(chosen), dtype=np.int64)
@@ -349,7 +350,7 @@ def test_paper_coding_hand_worked() -> None:
     assert vals.tolist() == [1.0] and idx.tolist() == [2]
 
 
-@pytest.mark.parametrize("coding", codec.SPARSE_CODINGS)
+@pytest.mark.parametrize("coding", SPARSE_CODINGS)
 @pytest.mark.parametrize(
     "positions",
     [
@@ -413,7 +414,7 @@ def test_sparse_corrupt_raises() -> None:
 # ---------------------------------------------------------------------------- hostile bodies
 
 
-@given(_index_sets, st.sampled_from(codec.SPARSE_CODINGS))
+@given(_index_sets, st.sampled_from(SPARSE_CODINGS))
 def test_encodings_lie_in_the_size_range_decoders_check(case: tuple[int, set[int]], coding: str) -> None:
     """Decoders refuse a body outside ``sparse_nbytes_range`` before allocating: no real encoding may fall outside it."""
     d, chosen = case
@@ -426,7 +427,7 @@ def test_encodings_lie_in_the_size_range_decoders_check(case: tuple[int, set[int
         assert lo <= len(codec.encode_indices(idx, d, coding)) <= hi
 
 
-@pytest.mark.parametrize("coding", codec.SPARSE_CODINGS)
+@pytest.mark.parametrize("coding", SPARSE_CODINGS)
 @pytest.mark.parametrize("d", [1, 2, 127, 128, 65_535, 65_536, 2**24 + 1])
 def test_size_range_is_reached_by_the_widest_gaps(coding: str, d: int) -> None:
     """The upper bound is tight where it matters: one element at the far end of the tensor is the widest gap."""
@@ -439,7 +440,7 @@ def test_size_range_is_reached_by_the_widest_gaps(coding: str, d: int) -> None:
 
 def test_decode_sparse_refuses_trailing_bytes() -> None:
     idx, vals = np.array([3, 9]), np.array([1.0, -2.0], np.float32)
-    for coding in codec.INDEX_CODINGS:
+    for coding in INDEX_CODINGS:
         body = codec.encode_sparse(vals, idx, 10, coding)
         codec.decode_sparse(body, 10, 2, coding)
         with pytest.raises(PayloadError, match="after its 2 indices"):

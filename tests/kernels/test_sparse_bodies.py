@@ -11,6 +11,7 @@ from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.core import codec
 from gcbench.core.errors import PayloadError
+from gcbench.core.params import INDEX_CODINGS, SPARSE_CODINGS
 from gcbench.kernels import bits
 from tests.kernels.helpers import N, gen, same_bits, t3
 
@@ -196,7 +197,7 @@ def test_pack_into_ors_into_a_shared_byte() -> None:
     assert np.array_equal(stream, np.packbits(bits, bitorder="little"))
 
 
-@pytest.mark.parametrize("coding", codec.SPARSE_CODINGS)
+@pytest.mark.parametrize("coding", SPARSE_CODINGS)
 def test_encode_sorted_and_decode_round_trip(coding: str) -> None:
     d = 2_000_003
     idx = np.sort(gen(4).choice(d, 50_000, replace=False))
@@ -247,7 +248,7 @@ def test_decode_sparse_reference_is_the_plain_definition() -> None:
         _sparse.decode_sparse_reference(_raw_fixed_body(vals, np.array([5, 2, 7, 0]), 7), 7, 4, "fixed")
 
 
-@pytest.mark.parametrize("coding", codec.INDEX_CODINGS)
+@pytest.mark.parametrize("coding", INDEX_CODINGS)
 @pytest.mark.parametrize("d", [1, 2, 9, 4_103, N, 2_300_003])  # widths 1..22; d > 2M: a pooled 8 MB+ output
 def test_decode_sparse_matches_the_reference(coding: str, d: int, threads: int) -> None:
     """Every coding, k from 0 to d (last element included), bit for bit, on fresh and on reused outputs."""

@@ -12,6 +12,7 @@ from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.core import codec
 from gcbench.core.errors import PayloadError
+from gcbench.core.params import INDEX_CODINGS
 from tests.kernels.helpers import gen, t3
 
 
@@ -68,7 +69,7 @@ def test_powersgd_torch_path_agrees_within_float64_rounding(monkeypatch: pytest.
     assert torch.allclose(s1.tensors["residual"], s2.tensors["residual"], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("coding", codec.INDEX_CODINGS)
+@pytest.mark.parametrize("coding", INDEX_CODINGS)
 def test_index_codings_match_codec(coding: str) -> None:
     d = 3_000_017
     idx = np.sort(gen(12).choice(d, 40_000, replace=False))

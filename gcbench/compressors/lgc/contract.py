@@ -26,9 +26,9 @@ from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import noting_uploads
 from gcbench.compressors.lgc.windows import Windows
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read, refuse_kind
-from gcbench.core import codec
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ExchangeResult, State, Traffic, body_numpy, meta_keys, meta_str
 from gcbench.core.errors import ParamError, PayloadError
+from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 from gcbench.core.protocol import Context, Leg, Message, WorkerProtocol, count_messages
 
@@ -147,7 +147,7 @@ class LGC(Compressor):
             meta_keys(payload, "kind")
             return 4 * payload.numel
         if kind == "topk":
-            return sparse_body_nbytes(payload, codec.INDEX_CODINGS, "kind")
+            return sparse_body_nbytes(payload, INDEX_CODINGS, "kind")
         refuse_kind(kind)
 
     def _decode(self, payload: Payload) -> torch.Tensor:
