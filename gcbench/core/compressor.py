@@ -65,7 +65,7 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 import torch
@@ -236,6 +236,12 @@ class Compressor(ABC):
     def compress(self, x: torch.Tensor, state: State) -> Payload:
         """Encode ``x`` (never modified), updating ``state``."""
         return self.compress_and_decode(x, state, need_decoded=False)[0]
+
+    @overload
+    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: Literal[True] = ...) -> tuple[Payload, torch.Tensor]: ...
+
+    @overload
+    def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool) -> tuple[Payload, torch.Tensor | None]: ...
 
     def compress_and_decode(self, x: torch.Tensor, state: State, need_decoded: bool = True) -> tuple[Payload, torch.Tensor | None]:
         """Encode ``x`` and, if asked, return what the receiver will decode (in x's dtype).
@@ -447,7 +453,7 @@ class Compressor(ABC):
         results = []
         for u in range(units):
             contributions = None if first.contributions is None else first.contributions[u]
-            sent = [o.sent[u] for o in run.outcomes if o.sent[u] is not None]  # a worker with nothing to send is left out
+            sent = [p for o in run.outcomes if (p := o.sent[u]) is not None]  # a worker with nothing to send is left out
             results.append(ExchangeResult(first.aggregates[u].reshape(grads[0][u].shape).to(grads[0][u].dtype),
                                           traffic if u == 0 else Traffic(), sent, contributions))
         return results

@@ -415,7 +415,7 @@ class CompressorInfo:
 
     def bind(self, cls: type) -> None:
         """Tie this card to a class that cannot be imported by its path (one defined in a notebook or a function)."""
-        cls.info = self  # type: ignore[attr-defined]
+        cls.info = self  # type: ignore[attr-defined]  # a compressor class, whose info this card becomes
         object.__setattr__(self, "_bound", cls)
 
     def to_dict(self) -> dict[str, Any]:

@@ -202,4 +202,4 @@ class Params(Mapping[str, "ParamValue | None"]):
 
     @classmethod
     def _names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]  # each card's record is a dataclass

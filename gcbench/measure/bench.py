@@ -256,10 +256,10 @@ def _torch_topk_rows(rec: dict[str, Any], comp: Compressor, name: str, params: d
         rec["vs_torch_topk"] = {}
         for density in target.topk_densities:
             k = k_of(density, flat.numel())  # the compressors' own k, so both rows select the same count
-            t_t = time_call(lambda k=k: torch.topk(flat.abs(), k, sorted=False), max(1, min(3, repeats)), 0, device)
+            t_t = time_call(lambda k=k: torch.topk(flat.abs(), k, sorted=False), max(1, min(3, repeats)), 0, device)  # type: ignore[misc]  # a default binds k
             c2 = registry.create(name, **{**(params or {}), "density": density})
             st2 = c2.init_state(seed)
-            t_2 = time_call(lambda c2=c2, st2=st2: c2.compress(x, st2.clone()), max(1, min(3, repeats)), 1, device)
+            t_2 = time_call(lambda c2=c2, st2=st2: c2.compress(x, st2.clone()), max(1, min(3, repeats)), 1, device)  # type: ignore[misc]  # defaults bind the loop's
             rec["vs_torch_topk"][str(density)] = {"torch_topk_s": t_t.median, "compress_s": t_2.median, "speedup": t_t.median / t_2.median}
 
 
@@ -340,7 +340,7 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
             label = spec_label(name, params)
             if progress:
                 progress("bench", i, total, f"{label} @ {model or f'{numel:,}'}")
-            args = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
+            args: dict[str, Any] = {"name": name, "params": params, "label": label, "numel": numel, "repeats": repeats, "warmup": warmup,
                     "threads": threads, "device": device, "seed": seed, "model": model, "max_rounds": max_rounds}
             if budget_s is not None:
                 args["budget_s"] = case_budget(budget_s - (clock() - start), total - i,

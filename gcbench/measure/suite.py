@@ -196,9 +196,9 @@ class CollectivesSpec(_Strict):
     compressors: list[str] = Field(default_factory=list, max_length=64)
     workers: list[Annotated[int, Strict(), Field(ge=1, le=4096)]] = Field(default_factory=lambda: [2, 4, 8, 16, 32, 64],
                                                                         min_length=1, max_length=64)
-    schemes: list[Literal["ring", "alltoall", "allgather"]] = Field(default_factory=lambda: ["ring", "alltoall", "allgather"],
+    schemes: list[Literal["ring", "alltoall", "allgather"]] = Field(default_factory=lambda: ["ring", "alltoall", "allgather"],  # type: ignore[arg-type]  # the Literal's values
                                                                     min_length=1)
-    accumulate: list[Literal["fp32", "bf16"]] = Field(default_factory=lambda: ["fp32", "bf16"], min_length=1)
+    accumulate: list[Literal["fp32", "bf16"]] = Field(default_factory=lambda: ["fp32", "bf16"], min_length=1)  # type: ignore[arg-type]  # the Literal's values
     numel: Int = Field(1 << 20, ge=1, le=1 << 30)
     distribution: Literal["normal", "laplace", "student-t", "sparse", "lowrank"] = "laplace"
     draws: Int = Field(3, ge=1, le=1000)

@@ -28,6 +28,7 @@ from matplotlib.transforms import Bbox
 
 from gcbench.report.text import NAME_MAX, clip
 from gcbench.report.views import case_name, pareto_front
+from gcbench.results.converge_record import ConvergeCase
 from gcbench.results.parse import as_cases
 from gcbench.results.run_record import RunCase
 from gcbench.results.train_record import TrainCase
@@ -128,7 +129,7 @@ def timing_flags(case: RunCase, kernel: str) -> list[str]:
     return list(x.flags or []) if x is not None else []
 
 
-def style_map(cases: Sequence[RunCase | TrainCase]) -> dict[str, Style]:
+def style_map(cases: Sequence[RunCase | TrainCase | ConvergeCase]) -> dict[str, Style]:
     """A marker × colour per case label, no pair used twice: a reader names any point or line by its look alone.
 
     A compressor's cases share a colour (topk, topk@0.1, topk@0.01 are one hue) and differ by marker;

@@ -87,7 +87,7 @@ def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
     for src, group in views.by_source(cases).items():
         src = clip(src)  # the titles name the source: a long one would fill them
         main = _cases_table(f"{clip(title)} — {src}", group, SUMMARY_COLUMNS)
-        main.caption = "\n".join(x for x in (rich_escape(views.stream_caption(group, clip)), main.caption) if x)
+        main.caption = "\n".join(x for x in (rich_escape(views.stream_caption(group, clip)), main.caption) if x)  # type: ignore[misc]  # plain text
         main.caption_justify = "left"
         tables.append(main)
         if any(c.ok and c.fidelity is not None for c in group):
