@@ -269,22 +269,28 @@ class Fp8(_BlockScaled):
         return lp.FORMATS[meta_str(payload, "fmt", ("e4m3", "e5m2"))], meta_int(payload, "B", 1, 2**62)
 
 
-class _Mx(_BlockScaled):
-    """OCP Microscaling: 32-element blocks sharing an E8M0 scale."""
+class _FixedFormat(_BlockScaled):
+    """A format whose element type and block size are fixed by its spec: the payload's meta is empty."""
 
-    kind = lp.SCALE_E8M0
     reference = lowprec_reference
     elem: lp.ElemFormat = lp.E4M3
+    block: int = 32
 
     def _fmt(self) -> lp.ElemFormat:
         return self.elem
 
     def _block(self, d: int) -> int:
-        return 32
+        return self.block
 
     def _wire(self, payload: Payload) -> tuple[lp.ElemFormat, int]:
         meta_keys(payload)
-        return self.elem, 32
+        return self.elem, self.block
+
+
+class _Mx(_FixedFormat):
+    """OCP Microscaling: 32-element blocks sharing an E8M0 scale."""
+
+    kind = lp.SCALE_E8M0
 
 
 class MxFp8(_Mx):
@@ -301,22 +307,13 @@ class MxFp4(_Mx):
     elem = lp.E2M1
 
 
-class NvFp4(_BlockScaled):
+class NvFp4(_FixedFormat):
     """``nvfp4``: e2m1 elements, an e4m3 scale per 16, one fp32 tensor scale (NVIDIA's two-level scaling)."""
 
     info = NVFP4_CARD
     kind = lp.SCALE_NV
-    reference = lowprec_reference
-
-    def _fmt(self) -> lp.ElemFormat:
-        return lp.E2M1
-
-    def _block(self, d: int) -> int:
-        return 16
-
-    def _wire(self, payload: Payload) -> tuple[lp.ElemFormat, int]:
-        meta_keys(payload)
-        return lp.E2M1, 16
+    elem = lp.E2M1
+    block = 16
 
 
 class BlockInt(_BlockScaled):
