@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from gcbench.core import codec
-from gcbench.core.compressor import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import Payload
 

@@ -16,8 +16,8 @@ import torch
 
 from gcbench import kernels
 from gcbench.core import codec
-from gcbench.core.compressor import body_numpy, meta_int, meta_str
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_str
 from gcbench.core.payload import Payload
 from gcbench.kernels import NUMBA, ZERO_NONE, count_chunks, pack_into, prefault, read_fixed, scatter, unpack_scatter, zeros_f32
 

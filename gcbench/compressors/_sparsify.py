@@ -37,8 +37,9 @@ import torch
 from gcbench import kernels
 from gcbench.compressors import _sparse
 from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, to_numpy
-from gcbench.core.compressor import ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.params import SPARSE_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 

@@ -60,8 +60,9 @@ import torch
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.adacomp import ADACOMP_CARD, QUANTIZE
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.payload import Payload
 
 RESIDUE = "residue"

@@ -18,8 +18,9 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors.cards.cast import BF16_CARD, FP16_CARD, NONE_CARD
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import meta_keys
 from gcbench.core.payload import Payload, check_shape
 
 

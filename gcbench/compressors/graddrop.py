@@ -97,8 +97,9 @@ from gcbench.compressors._common import dense_from_sparse, to_numpy
 from gcbench.compressors._sparsify import above, form_counting, strided_sample
 from gcbench.compressors.cards.graddrop import GRADDROP_CARD, QUANTIZE
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 

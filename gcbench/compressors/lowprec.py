@@ -52,8 +52,9 @@ import torch
 from gcbench import kernels
 from gcbench.compressors.cards.lowprec import BLOCKINT_CARD, FP8_CARD, MXFP4_CARD, MXFP8_CARD, NVFP4_CARD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.payload import Payload
 from gcbench.kernels import lowprec as lp
 

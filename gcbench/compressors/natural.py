@@ -60,8 +60,9 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.natural import NATURAL_CARD, NATURAL_DITHER_CARD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys
 from gcbench.core.payload import Payload
 
 OMEGA_NATURAL = 1.0 / 8.0  # variance bound of C_nat (Horváth et al. 2019)

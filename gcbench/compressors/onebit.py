@@ -48,8 +48,9 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.onebit import GRANULARITIES, ONEBIT_CARD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_keys, meta_str
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllGather, AllToAll, Context, Outcome, WorkerProtocol
 

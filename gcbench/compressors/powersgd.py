@@ -65,8 +65,9 @@ import torch
 from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.powersgd import POWERSGD_CARD
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
 

@@ -34,8 +34,9 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.qsgd import QSGD_CARD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_flag, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_flag, meta_int, meta_keys, meta_str
 from gcbench.core.payload import Payload
 
 

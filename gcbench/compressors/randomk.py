@@ -26,8 +26,9 @@ import torch
 from gcbench import kernels
 from gcbench.compressors._common import flat_and_k
 from gcbench.compressors.cards.randomk import RANDOMK_CARD
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys
 from gcbench.core.payload import Payload
 
 

@@ -25,8 +25,9 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.sign import EFSIGNSGD_CARD, SIGNSGD_CARD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_flag, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_flag, meta_keys
 from gcbench.core.payload import MetaValue, Payload
 
 

@@ -37,8 +37,9 @@ from gcbench import kernels
 from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.terngrad import TERNGRAD_CARD
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_keys
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllGather, AllReduce, Context, Outcome, WorkerProtocol
 

@@ -61,8 +61,9 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors.cards.thc import THC_CARD
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_int, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys
 from gcbench.core.info import per_word, sum_width
 from gcbench.core.payload import MetaValue, Payload
 from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol

@@ -45,8 +45,9 @@ from gcbench.compressors.cards.topk_dither import TOPK_DITHER_CARD
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, tensor_norm
 from gcbench.compressors.topk import topk_indices
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State, body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 

@@ -13,8 +13,8 @@ Contract (checked for every registered compressor by ``tests/compressors/test_co
 * Decoding is a trust boundary (the DDP hook decodes its peers' bytes): ``decompress`` raises
   :class:`~gcbench.core.errors.PayloadError` alone on a malformed payload.  Each codec declares the
   exact body size (or a range) its header implies, :meth:`Compressor._expected_body_nbytes`,
-  reading its header fields with the typed, range-checked :func:`meta_int` / :func:`meta_str` /
-  :func:`meta_flag` and refusing fields it does not know (:func:`meta_keys`); the base checks
+  reading its header fields with the typed, range-checked :func:`~gcbench.core.header.meta_int` / :func:`~gcbench.core.header.meta_str` /
+  :func:`~gcbench.core.header.meta_flag` and refusing fields it does not know (:func:`~gcbench.core.header.meta_keys`); the base checks
   the body against it before the codec allocates anything.  ``decompress(payload,
   expected_shape, dtype)`` refuses a header whose shape differs from what the receiver waits for,
   and a header whose dtype differs from the receiver's ``dtype`` (the output dtype is the
@@ -71,13 +71,6 @@ import numpy as np
 import torch
 
 from gcbench.core.errors import PayloadError
-
-# the header readers live in gcbench/core/header.py; re-exported here, where the codecs import them from
-from gcbench.core.header import body_numpy as body_numpy
-from gcbench.core.header import meta_flag as meta_flag
-from gcbench.core.header import meta_int as meta_int
-from gcbench.core.header import meta_keys as meta_keys
-from gcbench.core.header import meta_str as meta_str
 from gcbench.core.info import CompressorInfo, Flags, ParamValue
 from gcbench.core.payload import MetaValue, Payload, check_shape
 from gcbench.core.protocol import AllGather, AllReduce, Context, Outcome, WorkerProtocol, simulate

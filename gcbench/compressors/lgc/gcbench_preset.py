@@ -22,8 +22,9 @@ from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import only
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read
 from gcbench.core import codec
-from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State, body_numpy
+from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
+from gcbench.core.header import body_numpy
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import Context, Leg, Message, Send, ToServer, counted_in, simulate
 

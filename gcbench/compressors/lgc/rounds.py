@@ -21,8 +21,9 @@ from gcbench.compressors.lgc.index_sets import positions_in, topk_indices_sorted
 from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.windows import Windows
 from gcbench.compressors.lgc.wire import Wire, f32_bytes, f32_read
-from gcbench.core.compressor import State, body_numpy
+from gcbench.core.compressor import State
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import SERVER, Context, Leg, Message, Outcome, Send, ToServer, WorkerProtocol
 

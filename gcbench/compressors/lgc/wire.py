@@ -17,8 +17,8 @@ import torch
 from gcbench.compressors._common import sparse_body, to_numpy
 from gcbench.compressors.lgc.index_sets import positions_in
 from gcbench.core import codec
-from gcbench.core.compressor import body_numpy, meta_int, meta_str
 from gcbench.core.errors import PayloadError
+from gcbench.core.header import body_numpy, meta_int, meta_str
 from gcbench.core.payload import MetaValue, Payload
 from gcbench.core.protocol import SERVER, Message
 

@@ -3,7 +3,8 @@
 import numpy as np
 import torch
 
-from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State, body_numpy, meta_keys
+from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
+from gcbench.core.header import body_numpy, meta_keys
 from gcbench.core.payload import Payload
 from gcbench_plugin_demo.card import HALFSIGN_CARD
 
