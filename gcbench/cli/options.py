@@ -10,10 +10,21 @@ takes stay in that command's module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 from typer.models import OptionInfo
+
+
+def _with_help(flag: str, metavar: str) -> Callable[[str], OptionInfo]:
+    """An option of one value whose help each command words for its own case."""
+
+    def option(help: str) -> OptionInfo:
+        return typer.Option(flag, metavar=metavar, help=help)
+
+    return option
+
 
 #: ``--quiet``/``-q``: no progress bar (run, compare, record, bench, train, advise)
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
@@ -62,9 +73,8 @@ def model(help: str, metavar: str = "MODEL") -> OptionInfo:
     return typer.Option("--model", metavar=metavar, help=help)
 
 
-def trace(help: str) -> OptionInfo:
-    """``--trace PATH``: a recorded trace folder as the gradient source."""
-    return typer.Option("--trace", metavar="PATH", help=help)
+#: ``--trace PATH``: a recorded trace folder as the gradient source
+trace = _with_help("--trace", "PATH")
 
 
 def workers(help: str, metavar: str = "INT") -> OptionInfo:
@@ -72,19 +82,12 @@ def workers(help: str, metavar: str = "INT") -> OptionInfo:
     return typer.Option("--workers", metavar=metavar, help=help)
 
 
-def steps(help: str) -> OptionInfo:
-    """``--steps INT``."""
-    return typer.Option("--steps", metavar="INT", help=help)
-
-
-def seed(help: str) -> OptionInfo:
-    """``--seed INT``."""
-    return typer.Option("--seed", metavar="INT", help=help)
-
-
-def device(help: str) -> OptionInfo:
-    """``--device NAME``: cpu, cuda (or auto where a suite allows it)."""
-    return typer.Option("--device", metavar="NAME", help=help)
+#: ``--steps INT``
+steps = _with_help("--steps", "INT")
+#: ``--seed INT``
+seed = _with_help("--seed", "INT")
+#: ``--device NAME``: cpu, cuda (or auto where a suite allows it)
+device = _with_help("--device", "NAME")
 
 
 #: ``--loop open|closed``: what a live model steps with between measured steps (run, compare)
@@ -93,9 +96,8 @@ Loop = Annotated[str | None, typer.Option("--loop", metavar="NAME", help=(
     "steps with its compressed aggregate: what training with it sees)."))]
 
 
-def granularity(help: str) -> OptionInfo:
-    """``--granularity NAME``: what one compression covers (layer, bucket, model)."""
-    return typer.Option("--granularity", metavar="NAME", help=help)
+#: ``--granularity NAME``: what one compression covers (layer, bucket, model)
+granularity = _with_help("--granularity", "NAME")
 
 
 def repeats(help: str, hidden: bool = False) -> OptionInfo:
@@ -103,29 +105,16 @@ def repeats(help: str, hidden: bool = False) -> OptionInfo:
     return typer.Option("--repeats", metavar="INT", hidden=hidden, help=help)
 
 
-def rounds(help: str) -> OptionInfo:
-    """``--rounds INT``: timed rounds per case (compare, bench, advise)."""
-    return typer.Option("--rounds", metavar="INT", help=help)
-
-
-def threads(help: str) -> OptionInfo:
-    """``--threads INT``: torch threads (bench) or per worker (train)."""
-    return typer.Option("--threads", metavar="INT", help=help)
-
-
-def batch_size(help: str) -> OptionInfo:
-    """``--batch-size INT``."""
-    return typer.Option("--batch-size", metavar="INT", help=help)
-
-
-def bandwidth(help: str) -> OptionInfo:
-    """``--bandwidth LIST``: link bandwidths in Gbit/s to sweep (simulate, advise)."""
-    return typer.Option("--bandwidth", metavar="LIST", help=help)
-
-
-def compute_ms(help: str) -> OptionInfo:
-    """``--compute-ms FLOAT``: compute time of one step; range checked by gcbench.predict.network."""
-    return typer.Option("--compute-ms", metavar="FLOAT", help=help)
+#: ``--rounds INT``: timed rounds per case (compare, bench, advise)
+rounds = _with_help("--rounds", "INT")
+#: ``--threads INT``: torch threads (bench) or per worker (train)
+threads = _with_help("--threads", "INT")
+#: ``--batch-size INT``
+batch_size = _with_help("--batch-size", "INT")
+#: ``--bandwidth LIST``: link bandwidths in Gbit/s to sweep (simulate, advise)
+bandwidth = _with_help("--bandwidth", "LIST")
+#: ``--compute-ms FLOAT``: compute time of one step; range checked by gcbench.predict.network
+compute_ms = _with_help("--compute-ms", "FLOAT")
 
 
 def baseline(metavar: str, help: str, *short: str) -> OptionInfo:
@@ -139,14 +128,10 @@ def csv_path(metavar: str, help: str) -> OptionInfo:
     return typer.Option("--csv", metavar=metavar, help=help)
 
 
-def kernels(help: str) -> OptionInfo:
-    """``--kernels PATH``: a bench file of ``gcbench bench --model`` whose kernel times price a step (advise, report)."""
-    return typer.Option("--kernels", metavar="PATH", help=help)
-
-
-def threshold(help: str) -> OptionInfo:
-    """``--threshold FLOAT``: the relative change that counts (bench: a slow-down, report: unchanged below it)."""
-    return typer.Option("--threshold", metavar="FLOAT", help=help)
+#: ``--kernels PATH``: a bench file of ``gcbench bench --model`` whose kernel times price a step (advise, report)
+kernels = _with_help("--kernels", "PATH")
+#: ``--threshold FLOAT``: the relative change that counts (bench: a slow-down, report: unchanged below it)
+threshold = _with_help("--threshold", "FLOAT")
 
 
 def fail_on_regression(help: str, negatable: bool = False) -> OptionInfo:

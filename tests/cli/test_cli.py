@@ -434,7 +434,7 @@ def test_every_option_is_declared_once_in_the_cli_package() -> None:
     package = Path(__file__).parents[2] / "gcbench" / "cli"
     declared: dict[str, list[str]] = {}
     for path in sorted(package.glob("*.py")):
-        for flag in re.findall(r'typer\.Option\(\s*"(--[\w-]+)', path.read_text()):
+        for flag in re.findall(r'(?:typer\.Option|_with_help)\(\s*"(--[\w-]+)', path.read_text()):
             declared.setdefault(flag, []).append(path.name)
     assert declared and {f: where for f, where in declared.items() if len(where) > 1} == {}
     # and every command still takes its options: the shared ones included (-c, --json, --quiet, --workers, ...)
