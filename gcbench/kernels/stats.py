@@ -122,39 +122,56 @@ _SUM_MATH = {"reassoc", "contract"}
 
 
 @njit(cache=True, fastmath=_SUM_MATH)
+def _moments_block(x, ds, lo, xb, eb, dots, dsq, gram):  # pragma: no cover - compiled
+    """One block's sums from ``lo``: writes Σd·x and Σd² of each draw to ``dots`` and ``dsq``, the errors' Gram
+    matrix to ``gram`` (upper triangle), and returns Σx²; ``xb`` and ``eb`` are scratch of MOMENT_BLOCK elements."""
+    r_n = len(ds)
+    m = min(MOMENT_BLOCK, x.shape[0] - lo)
+    s = 0.0
+    for i in range(m):
+        v = np.float64(x[lo + i])
+        xb[i] = v
+        s += v * v
+    for r in range(r_n):
+        d = ds[r]
+        s1 = 0.0
+        s2 = 0.0
+        for i in range(m):
+            v = np.float64(d[lo + i])
+            s1 += v * xb[i]
+            s2 += v * v
+            eb[r, i] = v - xb[i]
+        dots[r] = s1
+        dsq[r] = s2
+    for r in range(r_n):  # the errors' Gram matrix while the block is in cache
+        for q in range(r, r_n):
+            g = 0.0
+            for i in range(m):
+                g += eb[r, i] * eb[q, i]
+            gram[r, q] = g
+    return s
+
+
+@njit(cache=True, fastmath=_SUM_MATH)
 def _moments_kernel(x, ds, gram, dots, d_sq):  # pragma: no cover - compiled
     r_n = len(ds)
-    n = x.shape[0]
     xb = np.empty(MOMENT_BLOCK)
     eb = np.empty((r_n, MOMENT_BLOCK))
+    dots_b = np.empty(r_n)
+    dsq_b = np.empty(r_n)
+    gram_b = np.empty((r_n, r_n))
     x_sq = 0.0
-    for lo in range(0, n, MOMENT_BLOCK):
-        m = min(MOMENT_BLOCK, n - lo)
-        s = 0.0
-        for i in range(m):
-            v = np.float64(x[lo + i])
-            xb[i] = v
-            s += v * v
-        x_sq += s
+    for lo in range(0, x.shape[0], MOMENT_BLOCK):
+        x_sq += _moments_block(x, ds, lo, xb, eb, dots_b, dsq_b, gram_b)
         for r in range(r_n):
-            d = ds[r]
-            s1 = 0.0
-            s2 = 0.0
-            for i in range(m):
-                v = np.float64(d[lo + i])
-                s1 += v * xb[i]
-                s2 += v * v
-                eb[r, i] = v - xb[i]
-            dots[r] += s1
-            d_sq[r] += s2
-        for r in range(r_n):  # the errors' Gram matrix while the block is in cache
+            dots[r] += dots_b[r]
+            d_sq[r] += dsq_b[r]
+        for r in range(r_n):
             for q in range(r, r_n):
-                s = 0.0
-                for i in range(m):
-                    s += eb[r, i] * eb[q, i]
-                gram[r, q] += s
+                g = gram_b[r, q]
+                gram[r, q] += g
                 if q != r:
-                    gram[q, r] += s
+                    gram[q, r] += g
     return x_sq
 
 
@@ -171,38 +188,13 @@ BLOCK_PARTS = 64
 @njit(**PARALLEL, fastmath=_SUM_MATH)
 def _moments_blocks(x, ds, xsq_b, dots_b, dsq_b, gram_b):  # pragma: no cover - compiled
     r_n = len(ds)
-    n = x.shape[0]
     nb = xsq_b.shape[0]
     per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
     for p in prange(BLOCK_PARTS):
         xb = np.empty(MOMENT_BLOCK)
         eb = np.empty((r_n, MOMENT_BLOCK))
         for b in range(p * per, min(nb, (p + 1) * per)):
-            lo = b * MOMENT_BLOCK
-            m = min(MOMENT_BLOCK, n - lo)
-            s = 0.0
-            for i in range(m):
-                v = np.float64(x[lo + i])
-                xb[i] = v
-                s += v * v
-            xsq_b[b] = s
-            for r in range(r_n):
-                d = ds[r]
-                s1 = 0.0
-                s2 = 0.0
-                for i in range(m):
-                    v = np.float64(d[lo + i])
-                    s1 += v * xb[i]
-                    s2 += v * v
-                    eb[r, i] = v - xb[i]
-                dots_b[b, r] = s1
-                dsq_b[b, r] = s2
-            for r in range(r_n):
-                for q in range(r, r_n):
-                    s = 0.0
-                    for i in range(m):
-                        s += eb[r, i] * eb[q, i]
-                    gram_b[b, r, q] = s
+            xsq_b[b] = _moments_block(x, ds, b * MOMENT_BLOCK, xb, eb, dots_b[b], dsq_b[b], gram_b[b])
 
 
 @njit(cache=True)  # no fast-math: the block sums are added in block order, as the serial kernel adds them
