@@ -152,6 +152,20 @@ def _moments_block(x, ds, lo, xb, eb, dots, dsq, gram):  # pragma: no cover - co
     return s
 
 
+@njit(cache=True)  # no fast-math: each block's sums are added in block order
+def _moments_add(dots_k, dsq_k, gram_k, gram, dots, d_sq):  # pragma: no cover - compiled
+    r_n = dots.shape[0]
+    for r in range(r_n):
+        dots[r] += dots_k[r]
+        d_sq[r] += dsq_k[r]
+    for r in range(r_n):
+        for q in range(r, r_n):
+            g = gram_k[r, q]
+            gram[r, q] += g
+            if q != r:
+                gram[q, r] += g
+
+
 @njit(cache=True, fastmath=_SUM_MATH)
 def _moments_kernel(x, ds, gram, dots, d_sq):  # pragma: no cover - compiled
     r_n = len(ds)
@@ -163,15 +177,7 @@ def _moments_kernel(x, ds, gram, dots, d_sq):  # pragma: no cover - compiled
     x_sq = 0.0
     for lo in range(0, x.shape[0], MOMENT_BLOCK):
         x_sq += _moments_block(x, ds, lo, xb, eb, dots_b, dsq_b, gram_b)
-        for r in range(r_n):
-            dots[r] += dots_b[r]
-            d_sq[r] += dsq_b[r]
-        for r in range(r_n):
-            for q in range(r, r_n):
-                g = gram_b[r, q]
-                gram[r, q] += g
-                if q != r:
-                    gram[q, r] += g
+        _moments_add(dots_b, dsq_b, gram_b, gram, dots, d_sq)
     return x_sq
 
 
@@ -199,19 +205,10 @@ def _moments_blocks(x, ds, xsq_b, dots_b, dsq_b, gram_b):  # pragma: no cover - 
 
 @njit(cache=True)  # no fast-math: the block sums are added in block order, as the serial kernel adds them
 def _moments_reduce(xsq_b, dots_b, dsq_b, gram_b, gram, dots, d_sq):  # pragma: no cover - compiled
-    r_n = dots.shape[0]
     x_sq = 0.0
     for b in range(xsq_b.shape[0]):
         x_sq += xsq_b[b]
-        for r in range(r_n):
-            dots[r] += dots_b[b, r]
-            d_sq[r] += dsq_b[b, r]
-        for r in range(r_n):
-            for q in range(r, r_n):
-                s = gram_b[b, r, q]
-                gram[r, q] += s
-                if q != r:
-                    gram[q, r] += s
+        _moments_add(dots_b[b], dsq_b[b], gram_b[b], gram, dots, d_sq)
     return x_sq
 
 
@@ -255,32 +252,53 @@ def moments(x: np.ndarray, ds: tuple[np.ndarray, ...]) -> tuple[float, np.ndarra
 
 
 @njit(cache=True, fastmath=_SUM_MATH)
+def _grams_block(rs, ss, lo, rb, eb, e_k, r_k):  # pragma: no cover - compiled
+    """One block's Gram matrices from ``lo`` into the upper triangles of ``e_k`` and ``r_k``; ``rb`` and ``eb`` are
+    scratch of MOMENT_BLOCK elements per worker."""
+    w_n = len(rs)
+    m = min(MOMENT_BLOCK, rs[0].shape[0] - lo)
+    for w in range(w_n):
+        r = rs[w]
+        s = ss[w]
+        for i in range(m):
+            a = np.float64(r[lo + i])
+            rb[w, i] = a
+            eb[w, i] = np.float64(s[lo + i]) - a
+    for w in range(w_n):  # both Gram matrices while the block is in cache
+        for v in range(w, w_n):
+            se = 0.0
+            sr = 0.0
+            for i in range(m):
+                se += eb[w, i] * eb[v, i]
+                sr += rb[w, i] * rb[v, i]
+            e_k[w, v] = se
+            r_k[w, v] = sr
+
+
+@njit(cache=True)  # no fast-math: each block's sums are added in block order
+def _grams_add(e_k, r_k, g_e, g_r):  # pragma: no cover - compiled
+    w_n = g_e.shape[0]
+    for w in range(w_n):
+        for v in range(w, w_n):
+            se = e_k[w, v]
+            sr = r_k[w, v]
+            g_e[w, v] += se
+            g_r[w, v] += sr
+            if v != w:
+                g_e[v, w] += se
+                g_r[v, w] += sr
+
+
+@njit(cache=True, fastmath=_SUM_MATH)
 def _grams_kernel(rs, ss, g_e, g_r):  # pragma: no cover - compiled
     w_n = len(rs)
-    n = rs[0].shape[0]
     rb = np.empty((w_n, MOMENT_BLOCK))
     eb = np.empty((w_n, MOMENT_BLOCK))
-    for lo in range(0, n, MOMENT_BLOCK):
-        m = min(MOMENT_BLOCK, n - lo)
-        for w in range(w_n):
-            r = rs[w]
-            s = ss[w]
-            for i in range(m):
-                a = np.float64(r[lo + i])
-                rb[w, i] = a
-                eb[w, i] = np.float64(s[lo + i]) - a
-        for w in range(w_n):  # both Gram matrices while the block is in cache
-            for v in range(w, w_n):
-                se = 0.0
-                sr = 0.0
-                for i in range(m):
-                    se += eb[w, i] * eb[v, i]
-                    sr += rb[w, i] * rb[v, i]
-                g_e[w, v] += se
-                g_r[w, v] += sr
-                if v != w:
-                    g_e[v, w] += se
-                    g_r[v, w] += sr
+    e_k = np.empty((w_n, w_n))
+    r_k = np.empty((w_n, w_n))
+    for lo in range(0, rs[0].shape[0], MOMENT_BLOCK):
+        _grams_block(rs, ss, lo, rb, eb, e_k, r_k)
+        _grams_add(e_k, r_k, g_e, g_r)
 
 
 def grams(rs: tuple[np.ndarray, ...], ss: tuple[np.ndarray, ...], g_e: np.ndarray, g_r: np.ndarray) -> None:
@@ -304,57 +322,35 @@ def grams(rs: tuple[np.ndarray, ...], ss: tuple[np.ndarray, ...], g_e: np.ndarra
 @njit(**PARALLEL, fastmath=_SUM_MATH)
 def _grams_blocks(rs, ss, e_b, r_b):  # pragma: no cover - compiled
     w_n = len(rs)
-    n = rs[0].shape[0]
     nb = e_b.shape[0]
     per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
     for p in prange(BLOCK_PARTS):
         rb = np.empty((w_n, MOMENT_BLOCK))
         eb = np.empty((w_n, MOMENT_BLOCK))
         for k in range(p * per, min(nb, (p + 1) * per)):
-            lo = k * MOMENT_BLOCK
-            m = min(MOMENT_BLOCK, n - lo)
-            for w in range(w_n):
-                r = rs[w]
-                s = ss[w]
-                for i in range(m):
-                    a = np.float64(r[lo + i])
-                    rb[w, i] = a
-                    eb[w, i] = np.float64(s[lo + i]) - a
-            for w in range(w_n):
-                for v in range(w, w_n):
-                    se = 0.0
-                    sr = 0.0
-                    for i in range(m):
-                        se += eb[w, i] * eb[v, i]
-                        sr += rb[w, i] * rb[v, i]
-                    e_b[k, w, v] = se
-                    r_b[k, w, v] = sr
+            _grams_block(rs, ss, k * MOMENT_BLOCK, rb, eb, e_b[k], r_b[k])
 
 
-@njit(cache=True)  # no fast-math: in block order, as the serial kernel's ``g[w, v] += s``
+@njit(cache=True)  # no fast-math: in block order, as the serial kernel adds them
 def _grams_reduce(e_b, r_b, g_e, g_r):  # pragma: no cover - compiled
-    w_n = g_e.shape[0]
     for k in range(e_b.shape[0]):
-        for w in range(w_n):
-            for v in range(w, w_n):
-                se = e_b[k, w, v]
-                sr = r_b[k, w, v]
-                g_e[w, v] += se
-                g_r[w, v] += sr
-                if v != w:
-                    g_e[v, w] += se
-                    g_r[v, w] += sr
+        _grams_add(e_b[k], r_b[k], g_e, g_r)
+
+
+@njit(cache=True, fastmath=_SUM_MATH)
+def _sq_dist_block(a, b, lo):  # pragma: no cover - compiled
+    s = 0.0
+    for i in range(lo, min(lo + MOMENT_BLOCK, a.shape[0])):
+        v = np.float64(a[i] - b[i])  # the difference in float32, as torch's ``a - b`` rounds it
+        s += v * v
+    return s
 
 
 @njit(cache=True, fastmath=_SUM_MATH)
 def _sq_dist_kernel(a, b):  # pragma: no cover - compiled
     total = 0.0
     for lo in range(0, a.shape[0], MOMENT_BLOCK):
-        s = 0.0
-        for i in range(lo, min(lo + MOMENT_BLOCK, a.shape[0])):
-            v = np.float64(a[i] - b[i])  # the difference in float32, as torch's ``a - b`` rounds it
-            s += v * v
-        total += s
+        total += _sq_dist_block(a, b, lo)
     return total
 
 
@@ -371,16 +367,32 @@ def _sq_norm_kernel(a):  # pragma: no cover - compiled
 
 
 @njit(cache=True)  # no fast-math: the float32 update must round exactly as torch's ``acc += a - b``
+def _accumulate_block(acc, a, b, lo):  # pragma: no cover - compiled
+    s = 0.0
+    for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
+        v = acc[i] + (a[i] - b[i])
+        acc[i] = v
+        w = np.float64(v)
+        s += w * w
+    return s
+
+
+@njit(cache=True)
+def _accumulate1_block(acc, a, lo):  # pragma: no cover - compiled
+    s = 0.0
+    for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
+        v = acc[i] + a[i]
+        acc[i] = v
+        w = np.float64(v)
+        s += w * w
+    return s
+
+
+@njit(cache=True)
 def _accumulate_kernel(acc, a, b):  # pragma: no cover - compiled
     total = 0.0
     for lo in range(0, acc.shape[0], MOMENT_BLOCK):
-        s = 0.0
-        for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
-            v = acc[i] + (a[i] - b[i])
-            acc[i] = v
-            w = np.float64(v)
-            s += w * w
-        total += s
+        total += _accumulate_block(acc, a, b, lo)
     return total
 
 
@@ -388,63 +400,35 @@ def _accumulate_kernel(acc, a, b):  # pragma: no cover - compiled
 def _accumulate1_kernel(acc, a):  # pragma: no cover - compiled
     total = 0.0
     for lo in range(0, acc.shape[0], MOMENT_BLOCK):
-        s = 0.0
-        for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
-            v = acc[i] + a[i]
-            acc[i] = v
-            w = np.float64(v)
-            s += w * w
-        total += s
+        total += _accumulate1_block(acc, a, lo)
     return total
 
 
 @njit(**PARALLEL, fastmath=_SUM_MATH)
 def _sq_dist_blocks(a, b, out):  # pragma: no cover - compiled
-    n = a.shape[0]
     nb = out.shape[0]
     per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
     for p in prange(BLOCK_PARTS):
         for k in range(p * per, min(nb, (p + 1) * per)):
-            lo = k * MOMENT_BLOCK
-            s = 0.0
-            for i in range(lo, min(lo + MOMENT_BLOCK, n)):
-                v = np.float64(a[i] - b[i])
-                s += v * v
-            out[k] = s
+            out[k] = _sq_dist_block(a, b, k * MOMENT_BLOCK)
 
 
 @njit(parallel=True, cache=True)  # no fast-math: the float32 update must round exactly as torch's ``acc += a - b``
 def _accumulate_blocks(acc, a, b, out):  # pragma: no cover - compiled
-    n = acc.shape[0]
     nb = out.shape[0]
     per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
     for p in prange(BLOCK_PARTS):
         for k in range(p * per, min(nb, (p + 1) * per)):
-            lo = k * MOMENT_BLOCK
-            s = 0.0
-            for i in range(lo, min(lo + MOMENT_BLOCK, n)):
-                v = acc[i] + (a[i] - b[i])
-                acc[i] = v
-                w = np.float64(v)
-                s += w * w
-            out[k] = s
+            out[k] = _accumulate_block(acc, a, b, k * MOMENT_BLOCK)
 
 
 @njit(parallel=True, cache=True)
 def _accumulate1_blocks(acc, a, out):  # pragma: no cover - compiled
-    n = acc.shape[0]
     nb = out.shape[0]
     per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
     for p in prange(BLOCK_PARTS):
         for k in range(p * per, min(nb, (p + 1) * per)):
-            lo = k * MOMENT_BLOCK
-            s = 0.0
-            for i in range(lo, min(lo + MOMENT_BLOCK, n)):
-                v = acc[i] + a[i]
-                acc[i] = v
-                w = np.float64(v)
-                s += w * w
-            out[k] = s
+            out[k] = _accumulate1_block(acc, a, k * MOMENT_BLOCK)
 
 
 def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
