@@ -368,20 +368,10 @@ def _sq_norm_kernel(a):  # pragma: no cover - compiled
 
 @njit(cache=True)  # no fast-math: the float32 update must round exactly as torch's ``acc += a - b``
 def _accumulate_block(acc, a, b, lo):  # pragma: no cover - compiled
+    """``b`` None compiles its own loop, ``acc += a`` (numba prunes the other branch)."""
     s = 0.0
     for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
-        v = acc[i] + (a[i] - b[i])
-        acc[i] = v
-        w = np.float64(v)
-        s += w * w
-    return s
-
-
-@njit(cache=True)
-def _accumulate1_block(acc, a, lo):  # pragma: no cover - compiled
-    s = 0.0
-    for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
-        v = acc[i] + a[i]
+        v = acc[i] + a[i] if b is None else acc[i] + (a[i] - b[i])
         acc[i] = v
         w = np.float64(v)
         s += w * w
@@ -393,14 +383,6 @@ def _accumulate_kernel(acc, a, b):  # pragma: no cover - compiled
     total = 0.0
     for lo in range(0, acc.shape[0], MOMENT_BLOCK):
         total += _accumulate_block(acc, a, b, lo)
-    return total
-
-
-@njit(cache=True)
-def _accumulate1_kernel(acc, a):  # pragma: no cover - compiled
-    total = 0.0
-    for lo in range(0, acc.shape[0], MOMENT_BLOCK):
-        total += _accumulate1_block(acc, a, lo)
     return total
 
 
@@ -422,15 +404,6 @@ def _accumulate_blocks(acc, a, b, out):  # pragma: no cover - compiled
             out[k] = _accumulate_block(acc, a, b, k * MOMENT_BLOCK)
 
 
-@njit(parallel=True, cache=True)
-def _accumulate1_blocks(acc, a, out):  # pragma: no cover - compiled
-    nb = out.shape[0]
-    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
-    for p in prange(BLOCK_PARTS):
-        for k in range(p * per, min(nb, (p + 1) * per)):
-            out[k] = _accumulate1_block(acc, a, k * MOMENT_BLOCK)
-
-
 def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
     """``acc += a − b`` (``b`` None: ``acc += a``) in place (float32: the difference and the sum each
     rounded), returning ‖acc‖² summed in float64: a running sum and its norm in one pass (a large one on
@@ -438,12 +411,9 @@ def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
     reference is :func:`gcbench.measure.fidelity.accumulate64`'s chunked loop."""
     n = acc.shape[0]
     if not _threaded(n):
-        return float(_accumulate1_kernel(acc, a) if b is None else _accumulate_kernel(acc, a, b))
+        return float(_accumulate_kernel(acc, a, b))
     out = np.empty(_blocks(n))
-    if b is None:
-        run_parallel(_accumulate1_blocks, n, acc, a, out)
-    else:
-        run_parallel(_accumulate_blocks, n, acc, a, b, out)
+    run_parallel(_accumulate_blocks, n, acc, a, b, out)
     return float(_sum_in_order(out))
 
 

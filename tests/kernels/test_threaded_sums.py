@@ -42,7 +42,7 @@ def test_sq_dist_and_running_sums_are_the_serial_kernels_to_the_bit(n: int) -> N
     mine, ref = start.copy(), start.copy()
     assert stats.accumulate(mine, x, d) == stats._accumulate_kernel(ref, x, d)
     assert np.array_equal(mine, ref)  # the float32 sum itself, rounded as torch's ``acc += a - b``
-    assert stats.accumulate(mine, x, None) == stats._accumulate1_kernel(ref, x)
+    assert stats.accumulate(mine, x, None) == stats._accumulate_kernel(ref, x, None)
     assert np.array_equal(mine, ref)
 
 
