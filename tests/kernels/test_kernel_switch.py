@@ -1,8 +1,8 @@
 """The kernel switch: ``GCBENCH_KERNELS=torch`` runs every compressor on its torch path (the device path) on the CPU.
 
 No GPU is lent to this project, so the path a CUDA tensor takes is exercised here by switching
-the numba kernels off for a whole process: the contract test and the same-bytes test run in a
-subprocess under the switch, and must pass there as they do with the kernels.
+the numba kernels off for a whole process (tests/compressors/test_torch_path_contract.py runs the contract and
+same-bytes tests in a subprocess under the switch).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,13 +45,3 @@ def test_the_cli_spells_the_same_modes_as_the_kernels() -> None:
     from gcbench.cli.application import KERNEL_MODES
 
     assert KERNEL_MODES == kernels.KERNEL_MODES
-
-
-@pytest.mark.parametrize("tests", [["tests/compressors/test_contract.py"], ["tests/compressors/test_same_bytes.py"]],
-                         ids=["contract", "same-bytes"])
-def test_the_contract_holds_on_the_torch_path(tests: list[str]) -> None:
-    """Every compressor's contract (round trips, exact bytes, EF identities ...) on the torch path, in a fresh process."""
-    env = {**os.environ, "GCBENCH_KERNELS": "torch", "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
