@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from gcbench.core.errors import PayloadError
 from gcbench.core.payload import MetaValue, Payload
@@ -18,6 +19,12 @@ from gcbench.core.payload import MetaValue, Payload
 def body_numpy(payload: Payload) -> np.ndarray:
     """The payload body as a host uint8 array (no copy on CPU)."""
     return payload.data.detach().to("cpu").numpy()
+
+
+def body_tensor(payload: Payload) -> torch.Tensor:
+    """The payload body as a 1-D uint8 tensor on the device it is on (the device path's decoders read this, never
+    :func:`body_numpy`)."""
+    return payload.data.detach().reshape(-1)
 
 
 def _meta_value(payload: Payload, key: str) -> MetaValue:

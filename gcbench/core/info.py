@@ -245,6 +245,12 @@ class CompressorInfo:
         random_when: parameter values under which a compressor declared ``deterministic`` draws random
             numbers (the low-precision formats' ``{"rounding": "stochastic"}``); empty when the declaration always holds.
         identity: sends the float32 gradient unchanged: the uncompressed reference of comparisons.
+        scalar_reads: device-to-host scalar reads (``.item()``, ``bool()`` or ``int()`` of a tensor,
+            ``aten::_local_scalar_dense``) one call of the torch path (the device path) may make, for
+            ``compress_and_decode`` and for ``decompress`` each: only where a size must be known to
+            allocate, at most 2.  The device guard (``tests/compressors/test_device_guard.py``) holds
+            every compressor to it, and to no tensor/NumPy conversion at all.
+        scalar_reads_where: where those reads are and why (required when ``scalar_reads`` > 0).
     """
 
     name: str
@@ -265,6 +271,8 @@ class CompressorInfo:
     unbiased_when: Mapping[str, ParamValue | None] = field(default_factory=dict, compare=False)
     random_when: Mapping[str, ParamValue | None] = field(default_factory=dict, compare=False)
     identity: bool = False
+    scalar_reads: int = 0
+    scalar_reads_where: str = ""
     record: type[Params] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -275,6 +283,10 @@ class CompressorInfo:
             raise ValueError(f"{where}: impl must look like 'package.module:Class', got {self.impl!r}")
         if self.error_feedback not in ("no", "optional", "always", "own"):
             raise ValueError(f"{where}: error_feedback must be no/optional/always/own, got {self.error_feedback!r}")
+        if not 0 <= self.scalar_reads <= 2:
+            raise ValueError(f"{where}: scalar_reads must be 0, 1 or 2 (a size that must be known to allocate), got {self.scalar_reads}")
+        if self.scalar_reads and not self.scalar_reads_where.strip():
+            raise ValueError(f"{where}: scalar_reads_where must say where the {self.scalar_reads} scalar read(s) are")
         params = tuple(self.params)
         if self.error_feedback == "optional" and not any(p.name == "error_feedback" for p in params):
             params = (*params, Param("error_feedback", bool, False, "apply error feedback (residual) across steps"))
