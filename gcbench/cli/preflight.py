@@ -13,11 +13,14 @@ import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gcbench.cli.failures import OutputError
+from gcbench.cli.failures import OutputError, UsageError
 from gcbench.cli.output import warn
 from gcbench.core.errors import GcbenchError
+
+if TYPE_CHECKING:  # torch loads only when a device is checked: train checks its launch first
+    import torch
 
 
 def check_output_dir(path: Path, option: str) -> None:
@@ -106,6 +109,33 @@ def _probe(named: Path, folder: Path, option: str) -> None:
             os.unlink(probe)
     except OSError as exc:
         raise OutputError(f"cannot write {named}: {exc.strerror or type(exc).__name__} ({option})") from exc
+
+
+def check_device(text: str, option: str = "--device") -> torch.device:
+    """The torch device ``text`` names (``cpu``, ``cuda``, ``cuda:N``), checked before any work starts.
+
+    ``cuda`` on a machine without CUDA, or ``cuda:N`` past the last visible GPU, is one line and
+    exit 1 here rather than a CUDA error after models are built and processes started; a name
+    that is not a device at all (``gpu``, ``cuda:x``) is a usage error (exit 2).
+    """
+    import torch
+
+    name = text.strip().lower()
+    kind, colon, index_text = name.partition(":")
+    if kind not in ("cpu", "cuda") or (colon and not index_text.isdigit()) or (kind == "cpu" and colon):
+        raise UsageError(f"{option} {text!r}: expected cpu, cuda or cuda:N (N a GPU index)")
+    if kind == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise GcbenchError(f"{option} {text}: no CUDA device is available here (torch.cuda.is_available() is False); "
+                           "use --device cpu")
+    if not index_text:
+        return torch.device("cuda")
+    count = torch.cuda.device_count()
+    if int(index_text) >= count:
+        raise GcbenchError(f"{option} {text}: there is no GPU {int(index_text)} here ({count} visible: "
+                           f"cuda:0..cuda:{count - 1})")
+    return torch.device("cuda", int(index_text))
 
 
 def memory_check(suite: Any, where: str, force: bool) -> None:
