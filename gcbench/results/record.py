@@ -93,7 +93,9 @@ class Environment(Model):
     numpy: Str | None = None
     cuda_device: Str | None = None
     cuda_version: Str | None = None
-    device: Str | None = None
+    device: Str | None = None  # where the run computed: cpu, cuda, cuda:N
+    device_name: Str | None = None  # the GPU's name (torch.cuda.get_device_name) or the CPU model; older files: none
+    backend: Str | None = None  # torch.distributed backend of a run with processes (gloo, nccl); None: one process
     kernels: Str | None = None  # "numba" or "torch" (GCBENCH_KERNELS=torch, or numba missing); older files: none
     numba_error: Str | None = None  # why numba failed and the kernels ran the slow path; absent when numba works
 

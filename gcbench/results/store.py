@@ -64,8 +64,20 @@ def git_info(path: Path | None = None) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def environment(device: str = "cpu") -> dict[str, Any]:
-    """Machine and software facts that decide whether two runs are comparable."""
+def device_name(device: str) -> str | None:
+    """What ``device`` is: the GPU's name for ``cuda``/``cuda:N``, the CPU model for ``cpu`` (None when unknown)."""
+    kind, _, index = str(device).partition(":")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        return torch.cuda.get_device_name(int(index) if index.isdigit() else torch.cuda.current_device())
+    return _cpu_model() if kind == "cpu" else None
+
+
+def environment(device: str = "cpu", backend: str | None = None) -> dict[str, Any]:
+    """Machine and software facts that decide whether two runs are comparable; ``device`` (``cpu``, ``cuda:N``) is
+    where the run computed, named in ``device_name``, and ``backend`` the torch.distributed backend of a run that
+    has processes (``gloo``, ``nccl``)."""
     from gcbench.kernels import runtime  # here: numba's import is for the commands that measure
 
     env: dict[str, Any] = {
@@ -79,6 +91,8 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "numpy": np.__version__,
         "cuda_device": None,
         "device": device,
+        "device_name": device_name(device),
+        "backend": backend,
         "kernels": "numba" if runtime.NUMBA else "torch",  # GCBENCH_KERNELS and whether numba imports
     }
     if torch.cuda.is_available():
@@ -204,7 +218,7 @@ class RunWriter:
     """
 
     def __init__(self, out_dir: Path, suite: dict[str, Any], suite_hash: str, suite_path: str | None, device: str,
-                 kind: str = "run") -> None:
+                 kind: str = "run", backend: str | None = None) -> None:
         now = datetime.now(UTC)
         self.out_dir = Path(out_dir)
         self.stem = run_file_stem(now, str(suite.get("name", "run")), suite_hash)
@@ -220,7 +234,7 @@ class RunWriter:
             "finished_utc": None,
             "status": "running",
             "writer": liveness.identity(),  # so a later command can tell a killed writer's "running" from a live one
-            "environment": environment(device),
+            "environment": environment(device, backend),
             "git": git_info(),
             "suite": suite,
             "suite_hash": suite_hash,
