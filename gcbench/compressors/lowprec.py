@@ -51,15 +51,25 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors.cards.lowprec import BLOCKINT_CARD, FP8_CARD, MXFP4_CARD, MXFP8_CARD, NVFP4_CARD
-from gcbench.core import codec
+from gcbench.core import codec, codec_torch
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.header import body_numpy, body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.payload import Payload
 from gcbench.kernels import lowprec as lp
 
 _NV_TS_DIV = 448.0 * 6.0  # NVFP4's tensor scale: amax / (e4m3 max · e2m1 max)
 _LUTS = {name: fmt.lut() for name, fmt in lp.FORMATS.items()}
+_LUTS_T = {name: torch.from_numpy(lut) for name, lut in _LUTS.items()}  # made once: a call never converts
+_LUTS_ON: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+
+def _lut(name: str, device: torch.device) -> torch.Tensor:
+    """The decoder's table of format ``name`` as a float32 tensor on ``device`` (copied there once per device)."""
+    lut = _LUTS_ON.get((name, device))
+    if lut is None:
+        lut = _LUTS_ON[(name, device)] = _LUTS_T[name].to(device)
+    return lut
 
 
 def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
@@ -85,8 +95,7 @@ def scales_torch(amax: torch.Tensor, kind: int, fmt: lp.ElemFormat, ts: torch.Te
     v = torch.where(ts > 0, amax / _scalar(6.0, amax) / ts, _scalar(0.0, amax))
     v = torch.where(torch.isnan(v), _scalar(0.0, amax), v)
     code = lp.quantize_torch(v, lp.E4M3)
-    lut = torch.from_numpy(_LUTS["e4m3"]).to(amax.device)
-    return code, lut[code.long()] * ts
+    return code, _lut("e4m3", amax.device)[code.long()] * ts
 
 
 @overload
@@ -118,17 +127,17 @@ def encode_torch(flat: torch.Tensor, fmt: lp.ElemFormat, kind: int, block: int, 
     wire = pack_codes_torch(codes, fmt)
     head = [ts.reshape(1).view(torch.uint8)] if kind == lp.SCALE_NV else []
     body = torch.cat([*head, scale_bytes.reshape(-1), wire])
-    decoded = torch.from_numpy(_LUTS[fmt.name]).to(flat.device)[codes.long()] * den
+    decoded = _lut(fmt.name, flat.device)[codes.long()] * den
     return body, decoded
 
 
 def pack_codes_torch(codes: torch.Tensor, fmt: lp.ElemFormat) -> torch.Tensor:
-    """The wire bytes of one code per element: as they are at 8 bits, nibbles at 4, else LSB-first fields (on the host)."""
+    """The wire bytes of one code per element: as they are at 8 bits, nibbles at 4, else LSB-first fields (on the codes' device)."""
     if fmt.bits == 8:
         return codes
     if fmt.bits == 4:
         return lp.pack_nibbles_torch(codes)
-    return torch.from_numpy(codec.pack_bits(codes.cpu().numpy(), fmt.bits)).to(codes.device)
+    return codec_torch.pack_bits(codes, fmt.bits)
 
 
 def encode_cpu(x: np.ndarray, fmt: lp.ElemFormat, kind: int, block: int, seed: int | None) -> np.ndarray:
@@ -224,22 +233,52 @@ class _BlockScaled(Compressor):
         d = payload.numel
         block = min(block, d)
         head, snb, cnb = self._sizes(payload)
+        if payload.data.numel() != head + snb + cnb:
+            raise PayloadError(f"{self.name} body has {payload.data.numel()} bytes, expected {head + snb + cnb}")
+        if not (kernels.available() and payload.data.device.type == "cpu"):
+            return decode_torch(body_tensor(payload), fmt, self.kind, block, d)
         body = body_numpy(payload)
-        if len(body) != head + snb + cnb:
-            raise PayloadError(f"{self.name} body has {len(body)} bytes, expected {head + snb + cnb}")
         ts = float(body[:4].view("<f4")[0]) if head else 0.0
         mult = multipliers(body[head:head + snb], self.kind, ts)
         codes = body[head + snb:]
         if fmt.bits != fmt.store:
             codes = codec.unpack_bits(codes, fmt.bits, d).astype(np.uint8)
-        if kernels.available():
-            out = kernels.empty(d)
-            lp.decode_blocks(codes, 8 if fmt.bits != 4 else 4, _LUTS[fmt.name], block, mult, out.numpy())
-            return out
-        c = torch.from_numpy(codes)
-        if fmt.bits == 4:
-            c = lp.unpack_nibbles_torch(c, d)
-        return torch.from_numpy(_LUTS[fmt.name])[c.long()] * torch.from_numpy(mult).repeat_interleave(block)[:d]
+        out = kernels.empty(d)
+        lp.decode_blocks(codes, 8 if fmt.bits != 4 else 4, _LUTS[fmt.name], block, mult, out.numpy())
+        return out
+
+
+def _f32(raw: torch.Tensor) -> torch.Tensor:
+    """Little-endian float32 values of uint8 bytes (copied first when the slice is not 4-byte aligned)."""
+    if raw.storage_offset() % 4:
+        raw = raw.clone()
+    return raw.view(torch.float32)
+
+
+def multipliers_torch(scale_bytes: torch.Tensor, kind: int, ts: torch.Tensor) -> torch.Tensor:
+    """:func:`multipliers` with torch ops on the bytes' device (``ts`` a float32 0-dim tensor: NVFP4's tensor scale)."""
+    if kind == lp.SCALE_F32:
+        return _f32(scale_bytes)
+    if kind == lp.SCALE_E8M0:
+        ex = scale_bytes.to(torch.int32)
+        mult = torch.where(ex == 0, _scalar(2.0**-127, ts), (ex << 23).view(torch.float32))
+        return torch.where(ex == 255, _scalar(float("nan"), ts), mult)
+    return _lut("e4m3", scale_bytes.device)[scale_bytes.long()] * ts
+
+
+def decode_torch(body: torch.Tensor, fmt: lp.ElemFormat, kind: int, block: int, d: int) -> torch.Tensor:
+    """The decoded float32 tensor of a body (length checked) with torch ops on its device: no host reads."""
+    head = 4 if kind == lp.SCALE_NV else 0
+    nb = -(-d // block)
+    snb = 4 * nb if kind == lp.SCALE_F32 else nb
+    ts = _f32(body[:4]).reshape(()) if head else torch.zeros((), dtype=torch.float32, device=body.device)
+    mult = multipliers_torch(body[head:head + snb], kind, ts)
+    c = body[head + snb:]
+    if fmt.bits == 4:
+        c = lp.unpack_nibbles_torch(c, d)
+    elif fmt.bits != 8:
+        c = codec_torch.unpack_bits(c, fmt.bits, d)
+    return _lut(fmt.name, body.device)[c.long()] * mult.repeat_interleave(block)[:d]
 
 
 def lowprec_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:

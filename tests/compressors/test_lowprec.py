@@ -213,7 +213,7 @@ def test_numba_path_sends_the_torch_paths_bytes(name: str, params: dict) -> None
         assert torch.equal(comp.decompress(p).reshape(-1), comp.reference(x, State(3)))
 
 
-@pytest.mark.parametrize(("name", "params"), CONFIGS[:3] + CONFIGS[7:9], ids=IDS[:3] + IDS[7:9])
+@pytest.mark.parametrize(("name", "params"), CONFIGS, ids=IDS)
 def test_torch_path_decodes_like_the_kernels(name: str, params: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     comp = registry.create(name, **params)
     x = normal((4097,), seed=9)
