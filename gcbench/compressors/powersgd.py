@@ -50,7 +50,10 @@ Version 1 used float32 BLAS (``M @ Q``, ``M.t() @ P̂``, ``P̂ @ Q.t()``); the t
 numba kernels over fixed row blocks, so results do not depend on the thread count; the residual
 ``e = a − P̂ Qᵀ`` is formed in place in the error-feedback buffer, and the decoded tensor only when
 the caller wants it.  Other devices use torch float64 ops in the same order (same values up to
-the float64 summation order of ``M Q`` and ``Mᵀ P̂``).  :func:`powersgd_step_reference` is the
+the float64 summation order of ``M Q`` and ``Mᵀ P̂``), and there the body is the factors' float32 bytes on the
+input's device and the decoder reads them there: no host copy and no scalar read (Gram-Schmidt's dependence test
+is a ``torch.where`` on the device).  The one host datum is a state's first warm-start Q, drawn once from its NumPy
+generator (the CPU's bytes depend on that draw).  :func:`powersgd_step_reference` is the
 straightforward float32 version (version 1's arithmetic), the class's ``reference``.
 """
 
@@ -63,11 +66,10 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.powersgd import POWERSGD_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys
+from gcbench.core.header import body_tensor, meta_int, meta_keys
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
 
@@ -96,15 +98,13 @@ def orthonormalize(p: torch.Tensor) -> torch.Tensor:
     q = p.double().clone()
     for i in range(q.shape[1]):
         col = q[:, i]
-        before = float(col.norm())
+        before = col.norm()
         if i:
             basis = q[:, :i]
             col -= basis @ (basis.t() @ col)  # remove the components along the earlier columns
-        after = float(col.norm())
-        if after > 0 and after > _DEP_TOL * before:
-            col /= after
-        else:
-            col.zero_()
+        after = col.norm()
+        keep = (after > 0) & (after > _DEP_TOL * before)  # on the tensor's device: no host read of the norms
+        col.copy_(torch.where(keep, col / after, torch.zeros((), dtype=col.dtype, device=col.device)))
     return q.to(p.dtype)
 
 
@@ -228,6 +228,19 @@ def _parts(rows: int, cols: int, r: int) -> tuple[int, int]:
     return per, -(-rows // per)
 
 
+def f32_body(t: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor's little-endian bytes as a new 1-D uint8 tensor on its device (a copy: never a view of ``t``)."""
+    return t.detach().reshape(-1).float().clone().view(torch.uint8)
+
+
+def f32_of_body(body: torch.Tensor) -> torch.Tensor:
+    """The float32 values of little-endian body bytes, a new tensor on the body's device (copied first when the
+    bytes do not start at a multiple of 4 in their storage, as a payload parsed from a file may)."""
+    if body.storage_offset() % 4:
+        body = body.clone()
+    return body.view(torch.float32).clone()
+
+
 def _cpu(*ts: torch.Tensor) -> bool:
     return kernels.fast_cpu(*ts)
 
@@ -344,7 +357,7 @@ class PowerSGD(Compressor):
         r = self.params["rank"]
         if not is_low_rank(shape, r):
             flat = a.reshape(-1)
-            body = to_numpy(flat).astype("<f4").view(np.uint8)
+            body = f32_body(flat)
             decoded = flat.clone() if ctx.need_decoded else None
             if ctx.ef:
                 a.sub_(a)  # the residual a − decoded: sent exactly (NaN where a is ±inf or NaN, as a − a)
@@ -355,7 +368,7 @@ class PowerSGD(Compressor):
             m = m.contiguous()
         p_hat, q_new = power_step(m, self._start_q(state, cols, r, a.device))
         state.tensors[Q_KEY] = q_new
-        body = np.concatenate([to_numpy(p_hat).astype("<f4").view(np.uint8), to_numpy(q_new).astype("<f4").view(np.uint8)])
+        body = torch.cat([f32_body(p_hat), f32_body(q_new).to(p_hat.device)])
         decoded = reconstruct(p_hat, q_new).reshape(-1) if ctx.need_decoded else None
         if ctx.ef:  # e = a − P̂ Qᵀ in place, with the receiver's rounding of P̂ Qᵀ
             if decoded is not None:
@@ -372,19 +385,17 @@ class PowerSGD(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         r = meta_int(payload, "r")
-        body = body_numpy(payload)
+        body = body_tensor(payload)
         d = payload.numel
         if r == 0:
-            if len(body) != 4 * d:
-                raise PayloadError(f"powersgd dense body has {len(body)} bytes, expected {4 * d}")
-            return torch.from_numpy(body.view("<f4").astype(np.float32))
+            if body.numel() != 4 * d:
+                raise PayloadError(f"powersgd dense body has {body.numel()} bytes, expected {4 * d}")
+            return f32_of_body(body)
         rows, cols = matrix_shape(payload.shape)
-        if r < 0 or len(body) != 4 * r * (rows + cols):
-            raise PayloadError(f"powersgd body has {len(body)} bytes, expected {4 * max(r, 0) * (rows + cols)}")
-        f = body.view("<f4").astype(np.float32)
-        p = torch.from_numpy(f[: rows * r].reshape(rows, r))
-        q = torch.from_numpy(f[rows * r :].reshape(cols, r))
-        return reconstruct(p, q).reshape(-1)
+        if r < 0 or body.numel() != 4 * r * (rows + cols):
+            raise PayloadError(f"powersgd body has {body.numel()} bytes, expected {4 * max(r, 0) * (rows + cols)}")
+        f = f32_of_body(body)
+        return reconstruct(f[: rows * r].reshape(rows, r), f[rows * r :].reshape(cols, r)).reshape(-1)
 
     def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
         """The paper's protocol (Algorithm 1), one worker's side, for all its units together (as PyTorch's hook).
@@ -414,7 +425,7 @@ class PowerSGD(Compressor):
         dense_means = ctx.once("dense", lambda: [(first[len(low) + j] / n).float() for j in range(len(dense))])
         for j, u in enumerate(dense):
             aggregates[u] = dense_means[j]
-            sent[u] = self._payload(xs[u], to_numpy(ms[u].reshape(-1)).astype("<f4").view(np.uint8), {"r": 0})
+            sent[u] = self._payload(xs[u], f32_body(ms[u]), {"r": 0})
             states[u].tensors[ErrorFeedback.KEY] = torch.zeros_like(ms[u])  # sent exactly: nothing left over
             states[u].step += 1
         if not low:
@@ -427,7 +438,7 @@ class PowerSGD(Compressor):
         for j, u in enumerate(low):
             q_mean, agg = q_means[j], aggs[j]
             aggregates[u] = agg.reshape(xs[u].shape)
-            body = np.concatenate([to_numpy(p_hats[j]).astype("<f4").view(np.uint8), to_numpy(q_ws[j]).astype("<f4").view(np.uint8)])
+            body = torch.cat([f32_body(p_hats[j]), f32_body(q_ws[j]).to(p_hats[j].device)])
             sent[u] = self._payload(xs[u], body, {"r": r})
             approx = agg if self.params["ef_residual"] == "aggregate" else reconstruct(p_hats[j], q_ws[j])
             states[u].tensors[ErrorFeedback.KEY] = (mats[u] - approx).reshape(xs[u].shape)
