@@ -12,8 +12,12 @@ comparison, 64 elements per register, in the same pass that detects an all-zero 
 ``efsignsgd`` runs error feedback in two passes over the residual buffer, updated in place:
 pass 1 (:meth:`EFSignSGD._form_corrected`) forms a = x + e and ‖a‖₁, pass 2 (``_encode``) writes
 the bits and e = a − sign(a)·scale, instead of separate x + e, norm, encode, decode and
-subtraction passes.  The same definition in plain torch is each class's ``reference``, and the
-path used on other devices.
+subtraction passes.  The same definition in plain torch is each class's ``reference``.
+
+Torch path (a CUDA tensor, ``GCBENCH_KERNELS=torch``): the bits are packed and unpacked with
+:mod:`gcbench.core.codec_torch` on the input's device and ``efsignsgd``'s float32 scale is computed
+and written there, so nothing is copied to the host; ``signsgd`` reads one scalar, whether the tensor
+is all zero, because that flag lives in the header.
 """
 
 from __future__ import annotations
@@ -22,28 +26,37 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.sign import EFSIGNSGD_CARD, SIGNSGD_CARD
-from gcbench.core import codec
+from gcbench.core import codec_torch
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_flag, meta_keys
+from gcbench.core.header import body_numpy, body_tensor, meta_flag, meta_keys
 from gcbench.core.payload import MetaValue, Payload
 
 
-def _sign_bits(a: torch.Tensor) -> np.ndarray:
-    """Packed bits a >= 0, LSB first (NaN sends 0)."""
-    return codec.pack_bits(to_numpy(a.reshape(-1) >= 0), 1)
+def _sign_bits(a: torch.Tensor) -> torch.Tensor:
+    """Packed bits a >= 0, LSB first (NaN sends 0), on ``a``'s device."""
+    return codec_torch.pack_bits(a.reshape(-1) >= 0, 1)
 
 
 def _signs_from_bits(data: np.ndarray, d: int, scale: float = 1.0) -> torch.Tensor:
-    """±scale per bit (float32), decoded into a fresh buffer."""
+    """±scale per bit (float32), decoded into a fresh buffer by the numba kernel (host bytes)."""
     out = kernels.empty(d)
-    if kernels.available():
-        kernels.sign_unpack(data, scale, -scale, out.numpy())
-        return out
-    bits = torch.from_numpy(np.unpackbits(data[: (d + 7) // 8], count=d, bitorder="little").astype(bool))
+    kernels.sign_unpack(data, scale, -scale, out.numpy())
+    return out
+
+
+def _signs_torch(body: torch.Tensor, d: int, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """±scale per bit (float32) with torch ops on the body's device (``scale`` a float32 0-dim tensor or a number)."""
+    bits = codec_torch.unpack_bits(body, 1, d).bool()
+    if isinstance(scale, torch.Tensor):
+        return torch.where(bits, scale, -scale)
     return torch.where(bits, scale, -scale).to(torch.float32)
+
+
+def _host_decode(payload: Payload) -> bool:
+    """Whether a body is decoded by the numba kernels (CPU body, numba present) rather than with torch ops."""
+    return kernels.available() and payload.data.device.type == "cpu"
 
 
 def signsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
@@ -65,6 +78,7 @@ class SignSGD(Compressor):
             body = np.empty((a.numel() + 7) // 8, np.uint8)
             nonzero = kernels.sign_pack(kernels.flat_f32(a), body)
             return body, ({} if nonzero else {"zero": 1}), None
+        # the one scalar read of the torch path (the card's budget): the header's all-zero flag
         meta: dict[str, MetaValue] = {} if bool(a.any()) else {"zero": 1}
         return _sign_bits(a), meta, None
 
@@ -75,12 +89,15 @@ class SignSGD(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
-        body = body_numpy(payload)
-        if len(body) != (d + 7) // 8:
-            raise PayloadError(f"signsgd body has {len(body)} bytes, expected {(d + 7) // 8}")
+        if payload.data.numel() != (d + 7) // 8:
+            raise PayloadError(f"signsgd body has {payload.data.numel()} bytes, expected {(d + 7) // 8}")
+        if not _host_decode(payload):
+            if meta_flag(payload, "zero"):
+                return torch.zeros(d, dtype=torch.float32, device=payload.data.device)
+            return _signs_torch(body_tensor(payload), d)
         if meta_flag(payload, "zero"):
             return kernels.zeros(d)
-        return _signs_from_bits(body, d)
+        return _signs_from_bits(body_numpy(payload), d)
 
 
 def efsignsgd_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
@@ -114,12 +131,12 @@ class EFSignSGD(Compressor):
             kernels.ef_sign_apply(flat.numpy(), ctx.fused, body[:nb])
             body[nb:] = np.array([ctx.fused], "<f4").view(np.uint8)
             return body, {}, None
-        scale = float(flat.abs().sum(dtype=torch.float64)) / flat.numel()
-        scale32 = np.float32(scale)
-        body = np.concatenate([_sign_bits(flat), np.array([scale32], "<f4").view(np.uint8)])
-        decoded = torch.where(flat >= 0, float(scale32), -float(scale32))
+        # ‖a‖₁/d: a float64 sum divided in float64, rounded once to float32, on the device (no host read)
+        scale32 = (flat.abs().sum(dtype=torch.float64) / flat.numel()).to(torch.float32)
+        wire = torch.cat([_sign_bits(flat), scale32.reshape(1).view(torch.uint8)])
+        decoded = torch.where(flat >= 0, scale32, -scale32)
         ctx.keep_residual(a, decoded)
-        return body, {}, decoded
+        return wire, {}, decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int:
         meta_keys(payload)
@@ -127,9 +144,11 @@ class EFSignSGD(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
-        body = body_numpy(payload)
         nb = (d + 7) // 8
-        if len(body) != nb + 4:
-            raise PayloadError(f"efsignsgd body has {len(body)} bytes, expected {nb + 4}")
-        scale = float(body[nb:].view("<f4")[0])
-        return _signs_from_bits(body, d, scale)
+        if payload.data.numel() != nb + 4:
+            raise PayloadError(f"efsignsgd body has {payload.data.numel()} bytes, expected {nb + 4}")
+        if not _host_decode(payload):
+            body_t = body_tensor(payload)
+            return _signs_torch(body_t[:nb], d, body_t[nb:].clone().view(torch.float32).reshape(()))
+        body = body_numpy(payload)
+        return _signs_from_bits(body, d, float(body[nb:].view("<f4")[0]))

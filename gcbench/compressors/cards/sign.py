@@ -13,6 +13,8 @@ SIGNSGD_CARD = CompressorInfo(
     biased=True, stateful=False, error_feedback="no", deterministic=True, reconstructed=False,
     traffic_bytes=4.125,  # read the input once, write 1 bit
     target=Target(2.0),
+    scalar_reads=1,
+    scalar_reads_where="encode: whether the tensor is all zero, the header's zero flag (the body's bits cannot say it)",
 )
 
 EFSIGNSGD_CARD = CompressorInfo(
