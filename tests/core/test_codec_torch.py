@@ -28,6 +28,11 @@ def t(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
+def raw(x: torch.Tensor) -> bytes:
+    """A uint8 tensor's bytes (``bytes(t)`` of a one-element tensor would read it as an int)."""
+    return bytes(x.tolist())
+
+
 class _ScalarReads(TorchDispatchMode):
     """Counts ``aten._local_scalar_dense`` (``.item()``, ``int(t)``, ``bool(t)``) under the mode."""
 
@@ -97,10 +102,10 @@ def test_pack_bits_bool_masks_and_small_dtypes() -> None:
     for n in SIZES:
         mask = rng.random(n) < 0.3
         assert torch.equal(ct.pack_bits(t(mask), 1), t(codec.pack_bits(mask, 1)))
-    assert bytes(ct.pack_bits(torch.tensor([1, 2, 3, 0, 1], dtype=torch.uint8), 2)) == b"\x39\x01"
+    assert raw(ct.pack_bits(torch.tensor([1, 2, 3, 0, 1], dtype=torch.uint8), 2)) == b"\x39\x01"
     u8 = torch.tensor([200, 7], dtype=torch.uint8)
-    assert bytes(ct.pack_bits(u8, 8)) == b"\xc8\x07"
-    assert bytes(ct.pack_bits(torch.tensor([200, 263]), 8)) == b"\xc8\x07"  # 263 & 0xFF = 7, as codec
+    assert raw(ct.pack_bits(u8, 8)) == b"\xc8\x07"
+    assert raw(ct.pack_bits(torch.tensor([200, 263]), 8)) == b"\xc8\x07"  # 263 & 0xFF = 7, as codec
 
 
 @pytest.mark.parametrize(
@@ -114,7 +119,7 @@ def test_pack_bits_bool_masks_and_small_dtypes() -> None:
     ],
 )
 def test_pack_bits_hand_worked(values: list[int], width: int, expected: bytes) -> None:
-    assert bytes(ct.pack_bits(torch.tensor(values, dtype=torch.int64), width)) == expected
+    assert raw(ct.pack_bits(torch.tensor(values, dtype=torch.int64), width)) == expected
     got = ct.unpack_bits(torch.tensor(list(expected), dtype=torch.uint8), width, len(values))
     assert got.tolist() == values
 
@@ -151,3 +156,173 @@ def test_guard_counts_what_it_claims_to(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(AssertionError, match="scalar reads"):
         with guarded(monkeypatch, 0):
             torch.ones(3).sum().item()
+
+
+# ---------------------------------------------------------------------------- varints
+
+
+def test_varint_same_bytes_and_round_trip() -> None:
+    rng = np.random.default_rng(3)
+    for n in SIZES:
+        vals = rng.integers(0, 2 ** rng.integers(1, 63, size=n), dtype=np.int64)
+        if n >= 7:
+            vals[:5] = [0, 127, 128, 2**63 - 1, -1]  # -1 is the uint64 2**64 - 1: ten bytes, as the host codec
+        want = codec.varint_encode(vals)
+        got = ct.varint_encode(t(vals))
+        assert torch.equal(got, t(want)), n
+        dec, used = ct.varint_decode(torch.cat([got, torch.tensor([5, 0x80], dtype=torch.uint8)]), n)
+        assert torch.equal(dec, t(vals)) and used == len(want)
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"), [(0, b"\x00"), (127, b"\x7f"), (128, b"\x80\x01"), (300, b"\xac\x02"), (2**63 - 1, b"\xff" * 8 + b"\x7f")]
+)
+def test_varint_known_encodings(n: int, expected: bytes) -> None:
+    assert raw(ct.varint_encode(torch.tensor([n]))) == expected
+
+
+def test_varint_truncated_and_overlong_raise() -> None:
+    enc = ct.varint_encode(torch.tensor([300, 5, 70000]))
+    with pytest.raises(PayloadError, match="truncated"):
+        ct.varint_decode(enc[:-1], 3)
+    with pytest.raises(PayloadError, match="truncated"):
+        ct.varint_decode(enc, 4)
+    with pytest.raises(PayloadError, match="truncated"):
+        ct.varint_decode(enc, 2**40)  # refused from the shape, before allocating 2**40 values
+    with pytest.raises(PayloadError, match="overlong"):
+        ct.varint_decode(torch.tensor([0x80] * 10 + [0x01], dtype=torch.uint8), 1)
+    vals, used = ct.varint_decode(torch.tensor([0x80, 0x00, 0x05], dtype=torch.uint8), 2)  # non-canonical: accepted, as the host codec
+    assert vals.tolist() == [0, 5] and used == 3
+    assert codec.varint_decode(np.array([0x80, 0x00, 0x05], np.uint8), 2)[0].tolist() == [0, 5]
+
+
+# ---------------------------------------------------------------------------- index codings and sparse vectors
+
+_DK = [
+    (1, 0),
+    (1, 1),
+    (2, 2),
+    (1000, 0),
+    (1000, 1),
+    (1000, 37),
+    (1000, 1000),
+    (2**20 + 3, 500),
+    (2**24, 3),
+    (300_000, 9),
+    (200_003, 100_003),
+]
+_HOST_CODINGS = ["fixed", "int32", "delta-varint"]
+
+
+def _case(seed: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(d, size=k, replace=False)).astype(np.int64), rng.standard_normal(k).astype(np.float32)
+
+
+@pytest.mark.parametrize("coding", _HOST_CODINGS)
+@pytest.mark.parametrize(("d", "k"), _DK)
+def test_index_coding_same_bytes_and_round_trip(coding: str, d: int, k: int) -> None:
+    for seed in range(2):
+        idx, _ = _case(seed + d + k, d, k)
+        want = codec.encode_indices(idx, d, coding)
+        got = ct.encode_indices(t(idx), d, coding)
+        assert torch.equal(got, t(want))
+        dec, used = ct.decode_indices(torch.cat([got, torch.tensor([0xFF, 0x01], dtype=torch.uint8)]), d, k, coding)
+        assert torch.equal(dec, t(idx)) and used == len(want)
+
+
+@pytest.mark.parametrize("coding", [*_HOST_CODINGS, "paper"])
+@pytest.mark.parametrize(("d", "k"), _DK)
+def test_sparse_same_bytes_and_round_trip(coding: str, d: int, k: int) -> None:
+    for seed in range(2):
+        idx, vals = _case(seed + 7 * d + k, d, k)
+        want = codec.encode_sparse(vals, idx, d, coding)
+        got = ct.encode_sparse(t(vals), t(idx), d, coding)
+        assert torch.equal(got, t(want))
+        out_vals, out_idx = ct.decode_sparse(got, d, k, coding)
+        assert out_vals.dtype == torch.float32 and torch.equal(out_vals.view(torch.int32), t(vals.view(np.int32)))
+        assert torch.equal(out_idx, t(idx))
+
+
+@pytest.mark.parametrize("coding", [*_HOST_CODINGS, "paper"])
+@pytest.mark.parametrize(
+    "positions",
+    [[0, 5, 70_000, 199_999], [65_535, 131_071], [65_534, 65_534 + 1 + 65_535 * 3 + 7, 299_999]],
+    ids=["long", "exact", "multi"],
+)
+def test_sparse_escape_runs_same_bytes(coding: str, positions: list[int]) -> None:
+    idx = np.array(positions, dtype=np.int64)
+    vals = np.arange(1, len(idx) + 1, dtype=np.float32)
+    want = codec.encode_sparse(vals, idx, 300_000, coding)
+    got = ct.encode_sparse(t(vals), t(idx), 300_000, coding)
+    assert torch.equal(got, t(want))
+    assert torch.equal(ct.decode_sparse(got, 300_000, len(idx), coding)[1], t(idx))
+
+
+def test_encoders_refuse_unsorted_and_unknown() -> None:
+    for coding in _HOST_CODINGS:
+        for bad in ([3, 1], [1, 1], [10], [-1, 2]):
+            with pytest.raises(ValueError, match="sorted"):
+                ct.encode_indices(torch.tensor(bad), 10, coding)
+    with pytest.raises(ValueError, match="sorted"):
+        ct.encode_sparse(torch.ones(2), torch.tensor([3, 1]), 10, "paper")
+    with pytest.raises(ValueError, match="unknown index coding"):
+        ct.encode_indices(torch.tensor([1]), 10, "golomb")
+    with pytest.raises(ValueError):
+        ct.encode_sparse(torch.ones(2), torch.tensor([3]), 10, "fixed")
+    with pytest.raises(PayloadError, match="unknown index coding"):
+        ct.decode_indices(torch.zeros(8, dtype=torch.uint8), 10, 1, "golomb")
+
+
+def test_sparse_corrupt_raises() -> None:
+    idx, vals = torch.tensor([3, 9]), torch.tensor([1.0, -2.0])
+    body = ct.encode_sparse(vals, idx, 10, "paper")
+    for bad_body, d, k in [(body[:-1], 10, 2), (body[:-6], 10, 2), (body, 10, 3), (body, 10, 1), (body, 9, 2)]:
+        with pytest.raises(PayloadError):
+            codec.decode_sparse(bad_body.numpy(), d, k, "paper")  # the host codec refuses it too
+        with pytest.raises(PayloadError):
+            ct.decode_sparse(bad_body, d, k, "paper")
+    with pytest.raises(PayloadError, match="outside"):
+        ct.decode_sparse(body, 9, 2, "paper")
+    enc = ct.encode_sparse(vals, idx, 10, "int32")
+    with pytest.raises(PayloadError, match="outside"):
+        ct.decode_sparse(enc, 5, 2, "int32")
+    with pytest.raises(PayloadError):
+        ct.decode_sparse(enc[:7], 10, 2, "int32")
+    for coding in _HOST_CODINGS:
+        enc = ct.encode_sparse(vals, idx, 10, coding)
+        ct.decode_sparse(enc, 10, 2, coding)
+        with pytest.raises(PayloadError, match="after its 2 indices"):
+            ct.decode_sparse(torch.cat([enc, torch.zeros(1, dtype=torch.uint8)]), 10, 2, coding)
+
+
+def test_delta_varint_gap_past_the_tensor_raises() -> None:
+    body = ct.varint_encode(torch.tensor([3, 20]))  # gaps 4 and 21 into a 10-element tensor
+    with pytest.raises(PayloadError, match="gap past the tensor"):
+        ct.decode_indices(body, 10, 2, "delta-varint")
+    with pytest.raises(PayloadError, match="gap past the tensor"):
+        codec.decode_indices(body.numpy(), 10, 2, "delta-varint")
+
+
+def test_index_and_sparse_codecs_stay_on_device_within_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budgets from the docstrings: decoders one read (none for fixed/int32 indices), encoders one."""
+    idx = torch.sort(torch.randperm(50_000)[:3_000]).values
+    vals = torch.randn(3_000)
+    bodies = {c: ct.encode_sparse(vals, idx, 50_000, c) for c in [*_HOST_CODINGS, "paper"]}
+    for coding, body in bodies.items():
+        with guarded(monkeypatch, 1):
+            ct.encode_sparse(vals, idx, 50_000, coding)
+        with guarded(monkeypatch, 1):
+            ct.decode_sparse(body, 50_000, 3_000, coding)
+    for coding in _HOST_CODINGS:
+        with guarded(monkeypatch, 1):
+            enc = ct.encode_indices(idx, 50_000, coding)
+        with guarded(monkeypatch, 0 if coding in ("fixed", "int32") else 1):
+            ct.decode_indices(enc, 50_000, 3_000, coding)
+    for coding in ("fixed", "int32"):
+        with guarded(monkeypatch, 0):
+            ct.encode_indices(idx, 50_000, coding, validate=False)
+    with guarded(monkeypatch, 1):
+        enc = ct.varint_encode(idx)
+    with guarded(monkeypatch, 1):
+        ct.varint_decode(enc, 3_000)
