@@ -48,7 +48,10 @@ Paths: on the CPU, numba kernels (:func:`gcbench.kernels.hadamard.rotate_fast`,
 ``quantize_pack_fast``, ``decode_fast``) rotate, quantize and pack, and decode, block by block in
 cache; elsewhere (a GPU, or ``GCBENCH_KERNELS=torch``) the torch functions of this module and of
 :mod:`gcbench.kernels.hadamard` do.  They run the same float32 operations in the same order and give
-the same bytes.
+the same bytes.  On the torch path everything stays on the input's device: the range M is a 0-d tensor (its
+quantization factor computed there, :func:`range_factor`), the body is the words' bytes and M's on the device, the
+exchange all-reduces the ranges and words as device tensors, and the decoder views the body there; no host copy and
+no scalar read.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from gcbench import kernels
 from gcbench.compressors.cards.thc import THC_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys
+from gcbench.core.header import body_tensor, meta_int, meta_keys
 from gcbench.core.info import per_word, sum_width
 from gcbench.core.payload import MetaValue, Payload
 from gcbench.core.protocol import AllReduce, Context, Outcome, WorkerProtocol
@@ -83,18 +86,29 @@ def body_nbytes(padded: int, width: int) -> int:
     return 4 + 8 * -(-padded // per_word(width))
 
 
-def quantize(y: torch.Tensor, m: float, bits: int, u: torch.Tensor) -> torch.Tensor:
+def range_factor(m: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`gcbench.kernels.hadamard.quant_factor` on the device: (up, m·up, factor) as float32 0-d tensors on m's
+    device, from the float32 range ``m`` (0-d), with the same float64 arithmetic and roundings (no host read)."""
+    m64 = m.reshape(()).double()
+    f = (top / (2.0 * m64)).float()
+    small = ~torch.isfinite(f)  # a subnormal range: scale y and m up by 2^100 (exact) so the factor does not overflow
+    up = torch.where(small, 2.0**100, 1.0).to(torch.float64)
+    factor = torch.where(small, (top / (2.0 * m64 * up)).float(), f)
+    return up.float(), (m64 * up).float(), factor
+
+
+def quantize(y: torch.Tensor, m: float | torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tensor:
     """Stochastic levels (int64 in [0, 2^b − 1]) of ``y`` on [−m, m] given uniforms ``u``; all zero when m is 0 or not
-    finite (a non-finite range decodes to NaN whatever the levels)."""
+    finite (a non-finite range decodes to NaN whatever the levels).  ``m`` may be a float32 0-d tensor on y's device:
+    then nothing is read back to the host."""
     top = (1 << bits) - 1
-    if m == 0 or not math.isfinite(m):
-        return torch.zeros(y.shape, dtype=torch.int64, device=y.device)
-    up, m_up, f = hadamard.quant_factor(m, top)  # the kernel's factor (and, for a subnormal range, its exact 2^100 scaling)
-    factor = torch.tensor(f, dtype=torch.float32, device=y.device)
-    y_up = y if up == 1.0 else y * torch.tensor(up, dtype=torch.float32, device=y.device)
-    r = (y_up + torch.tensor(m_up, dtype=torch.float32, device=y.device)).mul_(factor).clamp_(0.0, float(top))
+    mt = torch.as_tensor(m, dtype=torch.float32, device=y.device).reshape(())
+    up, m_up, factor = range_factor(mt, top)  # the kernel's factor (and, for a subnormal range, its exact 2^100 scaling)
+    r = (y * up + m_up).mul_(factor).clamp_(0.0, float(top))
     lo = r.floor()
-    return lo.add_((u < r.sub_(lo)).to(lo.dtype)).to(torch.int64)
+    levels = lo.add_((u < r.sub_(lo)).to(lo.dtype)).to(torch.int64)
+    usable = (mt != 0) & torch.isfinite(mt)
+    return torch.where(usable, levels, torch.zeros((), dtype=torch.int64, device=y.device))
 
 
 def _pack_rows(lv: torch.Tensor, width: int) -> torch.Tensor:
@@ -140,10 +154,24 @@ def unpack(words: torch.Tensor, width: int, n: int) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def dequantize(sums: torch.Tensor, m: float, bits: int, count: int) -> torch.Tensor:
-    """Values of summed levels: (sum / c)·2m/(2^b − 1) − m, computed in float64, returned float32."""
-    scale = 2.0 * m / (count * ((1 << bits) - 1))
-    return (sums.to(torch.float64) * scale - m).to(torch.float32)
+def dequantize(sums: torch.Tensor, m: float | torch.Tensor, bits: int, count: int) -> torch.Tensor:
+    """Values of summed levels: (sum / c)·2m/(2^b − 1) − m, computed in float64, returned float32 (``m`` a float or
+    a 0-d tensor on the sums' device)."""
+    m64 = torch.as_tensor(m, dtype=torch.float64, device=sums.device)
+    scale = 2.0 * m64 / (count * ((1 << bits) - 1))
+    return (sums.to(torch.float64) * scale - m64).to(torch.float32)
+
+
+def range_bytes(m: torch.Tensor) -> torch.Tensor:
+    """The float32 range's 4 little-endian bytes (uint8, on m's device), every NaN written as the one quiet NaN."""
+    m32 = m.reshape(1).to(torch.float32)
+    return torch.where(torch.isnan(m32), torch.full_like(m32, math.nan), m32).view(torch.uint8)
+
+
+def _aligned(body: torch.Tensor, size: int) -> torch.Tensor:
+    """``body`` itself, or a copy when its bytes do not start at a multiple of ``size`` in their storage (a payload
+    parsed from a file at an odd offset), so that it can be viewed as a dtype of that size."""
+    return body.clone() if body.storage_offset() % size else body
 
 
 class THC(Compressor):
@@ -153,32 +181,34 @@ class THC(Compressor):
 
     # ------------------------------------------------------------------ one worker's message
 
-    def _rotated(self, a: torch.Tensor, state: State) -> tuple[torch.Tensor, int, float]:
-        """(the rotated blocks, the rotation key, max |rotated value|): the fused kernel on the CPU, torch elsewhere."""
+    def _rotated(self, a: torch.Tensor, state: State) -> tuple[torch.Tensor, int, float | torch.Tensor]:
+        """(the rotated blocks, the rotation key, max |rotated value|): the fused kernel on the CPU (the max a float),
+        torch elsewhere (the max a 0-d tensor on the device)."""
         key = rotation_key(int(self.params["seed"]), state.step)
         block = int(self.params["block"])
         if kernels.cpu_fast(a):
             y_np, m = hadamard.rotate_fast(kernels.flat_f32(a), key, block)
             return torch.from_numpy(y_np), key, m
         y = hadamard.rotate(a.reshape(-1), key, block)
-        return y, key, float(y.abs().max())  # NaN if any element is NaN, as the kernel's
+        return y, key, y.abs().max()  # a 0-d tensor on the device; NaN if any element is NaN, as the kernel's
 
-    def _message(self, y: torch.Tensor, key: int, m: float, width: int,
-                 state: State) -> tuple[torch.Tensor, np.ndarray, dict[str, MetaValue]]:
-        """(int64 words on y's device, body bytes, meta) of rotated blocks ``y`` quantized on [−m, m]."""
+    def _message(self, y: torch.Tensor, key: int, m: float | torch.Tensor, width: int,
+                 state: State) -> tuple[torch.Tensor, torch.Tensor, dict[str, MetaValue]]:
+        """(int64 words on y's device, body bytes on y's device, meta) of rotated blocks ``y`` quantized on [−m, m]."""
         bits = int(self.params["bits"])
         flat = y.reshape(-1)
         seed = state.randint64()
-        nw = -(-flat.numel() // per_word(width))
-        body = kernels.empty(8 * nw + 4, torch.uint8).numpy()  # the words (aligned at its start), then M
-        body[8 * nw :] = np.array([m if m == m else math.nan], "<f4").view(np.uint8)  # one NaN pattern on both paths
-        if kernels.cpu_fast(flat):
-            words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), m, bits, seed, width, body[: 8 * nw].view(np.int64)))
-        else:
-            words = pack(quantize(flat, m, bits, kernels.paired_uniforms(seed, flat.numel(), flat.device)), width)
-            body[: 8 * nw] = words.cpu().numpy().astype("<i8", copy=False).view(np.uint8)
         meta: dict[str, MetaValue] = {"b": bits, "w": width, "c": 1, "B": y.shape[1].bit_length() - 1, "key": key}
-        return words, body, meta
+        if kernels.cpu_fast(flat):
+            mf = float(m)
+            nw = -(-flat.numel() // per_word(width))
+            body = kernels.empty(8 * nw + 4, torch.uint8).numpy()  # the words (aligned at its start), then M
+            body[8 * nw :] = np.array([mf if mf == mf else math.nan], "<f4").view(np.uint8)  # one NaN pattern on both paths
+            words = torch.from_numpy(hadamard.quantize_pack_fast(flat.numpy(), mf, bits, seed, width, body[: 8 * nw].view(np.int64)))
+            return words, torch.from_numpy(body), meta
+        mt = torch.as_tensor(m, dtype=torch.float32, device=flat.device)
+        words = pack(quantize(flat, mt, bits, kernels.paired_uniforms(seed, flat.numel(), flat.device)), width)
+        return words, torch.cat([words.view(torch.uint8), range_bytes(mt)]), meta
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         y, key, m = self._rotated(a, state)
@@ -205,19 +235,21 @@ class THC(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         bits, width, count, block, key, padded = self._header(payload)
-        body = body_numpy(payload)
-        if len(body) != body_nbytes(padded, width):
-            raise PayloadError(f"thc body has {len(body)} bytes, its header implies {body_nbytes(padded, width)}")
-        m = float(body[-4:].view("<f4")[0])
-        words_np = body[:-4].view("<i8")
-        if not words_np.flags.aligned:  # a payload parsed from bytes at an odd offset
-            words_np = words_np.copy()
-        if kernels.available():
+        body = body_tensor(payload)
+        if body.numel() != body_nbytes(padded, width):
+            raise PayloadError(f"thc body has {body.numel()} bytes, its header implies {body_nbytes(padded, width)}")
+        if kernels.cpu_fast(body):
+            body_np = body.numpy()
+            m = float(body_np[-4:].view("<f4")[0])
+            words_np = body_np[:-4].view("<i8")
+            if not words_np.flags.aligned:  # a payload parsed from bytes at an odd offset
+                words_np = words_np.copy()
             scale = 2.0 * m / (count * ((1 << bits) - 1))
             out = hadamard.decode_fast(words_np, width, padded, block, m, scale, key)
             return torch.from_numpy(out)[: payload.numel]
-        words = torch.from_numpy(words_np.astype(np.int64))
-        values = dequantize(unpack(words, width, padded), m, bits, count)
+        m_t = _aligned(body[-4:], 4).view(torch.float32).reshape(())
+        words = _aligned(body[:-4], 8).view(torch.int64)
+        values = dequantize(unpack(words, width, padded), m_t, bits, count)
         return hadamard.unrotate(values.reshape(padded // block, block), key, payload.numel)
 
     # ------------------------------------------------------------------ the protocol
@@ -232,12 +264,13 @@ class THC(Compressor):
         if any(x.numel() == 0 for x in xs):
             return (yield from self.gather_protocol(xs, states, ctx))
         rotated = [self._rotated(x.detach().float(), st) for x, st in zip(xs, states, strict=True)]
-        own = torch.tensor([m for _, _, m in rotated], dtype=torch.float32, device=xs[0].device)
+        dev = xs[0].device
+        own = torch.stack([torch.as_tensor(m, dtype=torch.float32, device=dev).reshape(()) for _, _, m in rotated])
         (ranges,) = yield AllReduce([own], "range", op="max", count="once")
         width = sum_width(int(self.params["bits"]), ctx.world)
         words, payloads = [], []
-        for x, st, (y, key, _), m in zip(xs, states, rotated, ranges.tolist(), strict=True):
-            w, body, meta = self._message(y, key, float(np.float32(m)), width, st)
+        for x, st, (y, key, _), m in zip(xs, states, rotated, ranges.unbind(0), strict=True):
+            w, body, meta = self._message(y, key, m, width, st)
             st.step += 1
             words.append(w)
             payloads.append(self._payload(x, body, meta))
@@ -246,8 +279,8 @@ class THC(Compressor):
         def mean() -> list[torch.Tensor]:
             out = []
             for x, p, s in zip(xs, payloads, sums, strict=True):
-                body = np.concatenate([s.to(torch.int64).cpu().numpy().astype("<i8").view(np.uint8), body_numpy(p)[-4:]])
-                total = Payload(p.codec, p.version, p.dtype, p.shape, torch.from_numpy(body), {**p.meta, "c": ctx.world})
+                body = torch.cat([s.to(torch.int64).contiguous().view(torch.uint8), body_tensor(p)[-4:].to(s.device)])
+                total = Payload(p.codec, p.version, p.dtype, p.shape, body, {**p.meta, "c": ctx.world})
                 out.append(self.decode_received(total, x.shape).to(x.device))
             return out
 
