@@ -21,6 +21,8 @@ Bernoulli draw of element i compares the i-th counter-based uniform of that key 
 :mod:`gcbench.kernels`) with |xc_i|/s.  The CPU kernel draws, ternarizes and packs the 2-bit codes
 in one pass after one statistics pass (σ and max|x| together); the same definition in plain
 torch (:func:`terngrad_reference`, also the path on other devices) draws the same uniforms.
+The torch path keeps σ, the clip bound and s as 0-dim tensors on the input's device and packs the
+codes there (:mod:`gcbench.core.codec_torch`), so it reads nothing back to the host, scaler sharing included.
 Version 2: the uniforms come from this generator (version 1 drew them from the state's PCG64).
 σ is the population standard deviation accumulated in float64; the clip bound c·σ is rounded
 once to float32, the data's precision.
@@ -34,17 +36,13 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.terngrad import TERNGRAD_CARD
-from gcbench.core import codec
+from gcbench.core import codec, codec_torch
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_keys
+from gcbench.core.header import body_numpy, body_tensor, meta_keys
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllGather, AllReduce, Context, Outcome, WorkerProtocol
-
-# 2-bit codes: 0 -> 0, 1 -> +1, 2 -> -1
-_DECODE = torch.tensor([0.0, 1.0, -1.0, 0.0])
 
 
 def clip_bound_and_scale(x: torch.Tensor, clip: float) -> tuple[float, float]:
@@ -67,24 +65,45 @@ def clip_bound_and_scale(x: torch.Tensor, clip: float) -> tuple[float, float]:
     return cb, float(np.float32(min(amax, cb)))
 
 
-def clip_and_scale(x: torch.Tensor, clip: float) -> tuple[torch.Tensor, float]:
-    """(clipped tensor, layer scaler s = max|xc|) — the torch form of :func:`clip_bound_and_scale`."""
-    cb, s = clip_bound_and_scale(x, clip)
-    flat = x.reshape(-1)
-    return (flat.clamp(-cb, cb) if cb != float("inf") else flat), s
-
-
-def terngrad_torch(a: torch.Tensor, clip: float, seed: int, scaler: float | None = None) -> tuple[np.ndarray, torch.Tensor]:
-    """(body, decoded) of TernGrad in plain torch with the kernels' uniforms (any device)."""
-    xc, s = clip_and_scale(a, clip)
-    s32 = float(np.float32(s if scaler is None else scaler))
-    if s32 > 0:
-        keep = kernels.uniforms(seed, xc.numel(), xc.device) < xc.abs() / s32
+def bound_and_scale_torch(flat: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`clip_bound_and_scale` as float32 0-dim tensors on ``flat``'s device (no host read): σ in float64,
+    cb = float32(clip·σ) (``inf`` when clipping is off or σ is not positive), s = min(max|x|, cb)."""
+    inf = torch.full((), float("inf"), dtype=torch.float32, device=flat.device)
+    if flat.numel() == 0:
+        return inf, torch.zeros((), dtype=torch.float32, device=flat.device)
+    amax = flat.abs().max().float()
+    if clip > 0 and flat.numel() > 1:
+        sigma = flat.double().std(correction=0)
+        cb = torch.where(sigma > 0, (sigma * clip).to(torch.float32), inf)  # beyond float32's max: +inf, nothing clipped
     else:
-        keep = torch.zeros(xc.shape, dtype=torch.bool, device=xc.device)
+        cb = inf
+    return cb, torch.minimum(amax, cb)
+
+
+def clip_and_scale(x: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(clipped tensor, layer scaler s = max|xc|, a float32 0-dim tensor) — the torch form of :func:`clip_bound_and_scale`."""
+    flat = x.reshape(-1)
+    cb, s = bound_and_scale_torch(flat, clip)
+    return flat.clamp(-cb, cb), s
+
+
+def terngrad_torch(a: torch.Tensor, clip: float, seed: int,
+                   scaler: torch.Tensor | float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(body, decoded) of TernGrad in plain torch with the kernels' uniforms, on ``a``'s device (no host reads)."""
+    xc, s = clip_and_scale(a, clip)
+    s32 = s if scaler is None else torch.as_tensor(scaler, dtype=torch.float32).to(xc.device).reshape(())
+    # divided by the scaler as a tensor: exact on every device (a Python divisor is a reciprocal multiply on a GPU)
+    keep = (kernels.uniforms(seed, xc.numel(), xc.device) < xc.abs() / s32) & (s32 > 0)
     code = torch.where(keep, torch.where(xc >= 0, 1, 2), 0).to(torch.uint8)
-    body = np.concatenate([codec.pack_bits(to_numpy(code), 2), np.array([s32], "<f4").view(np.uint8)])
-    return body, torch.where(keep, torch.where(xc >= 0, s32, -s32), 0.0)
+    body = torch.cat([codec_torch.pack_bits(code, 2), s32.reshape(1).view(torch.uint8)])
+    zero = torch.zeros((), dtype=torch.float32, device=xc.device)
+    return body, torch.where(keep, torch.where(xc >= 0, s32, -s32), zero)
+
+
+def ternary_values(codes: torch.Tensor, s32: torch.Tensor) -> torch.Tensor:
+    """s·t of 2-bit codes (0 → 0, 1 → +1, 2 → −1, 3 → 0), as the table lookup times s (0·s included)."""
+    t = (codes == 1).to(torch.float32) - (codes == 2).to(torch.float32)
+    return t * s32
 
 
 def terngrad_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
@@ -99,14 +118,15 @@ class TernGrad(Compressor):
     info = TERNGRAD_CARD
     reference = terngrad_reference
 
-    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext = EncodeContext(), scaler: float | None = None) -> Encoded:
+    def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext = EncodeContext(),
+                scaler: torch.Tensor | None = None) -> Encoded:
         """The hook, and the protocol's encode with the group's shared ``scaler``."""
         seed = state.randint64()
         if not kernels.cpu_fast(a):
             return terngrad_torch(a, self.params["clip"], seed, scaler)[0], {}, None
         x = kernels.flat_f32(a)
         cb, s = clip_bound_and_scale(a, self.params["clip"])
-        s32 = np.float32(s if scaler is None else scaler)
+        s32 = np.float32(s if scaler is None else float(scaler))
         nb = codec.packed_nbytes(x.size, 2)
         body = np.empty(nb + 4, np.uint8)
         if s32 > 0:
@@ -122,17 +142,23 @@ class TernGrad(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
-        body = body_numpy(payload)
         nb = codec.packed_nbytes(d, 2)
-        if len(body) != nb + 4:
-            raise PayloadError(f"terngrad body has {len(body)} bytes, expected {nb + 4}")
-        s = float(body[nb:].view("<f4")[0])
-        if kernels.available():
-            out = kernels.empty(d)
-            kernels.terngrad_decode(body[:nb], s, out.numpy())
-            return out
-        codes = torch.from_numpy(codec.unpack_bits(body[:nb], 2, d))
-        return _DECODE[codes] * s
+        if payload.data.numel() != nb + 4:
+            raise PayloadError(f"terngrad body has {payload.data.numel()} bytes, expected {nb + 4}")
+        if not (kernels.available() and payload.data.device.type == "cpu"):
+            body_t = body_tensor(payload)
+            return ternary_values(codec_torch.unpack_bits(body_t[:nb], 2, d), body_t[nb:].clone().view(torch.float32).reshape(()))
+        body = body_numpy(payload)
+        out = kernels.empty(d)
+        kernels.terngrad_decode(body[:nb], float(body[nb:].view("<f4")[0]), out.numpy())
+        return out
+
+    @staticmethod
+    def _scaler(x: torch.Tensor, clip: float) -> torch.Tensor:
+        """This worker's scaler s as a float32 0-dim tensor: computed on the host by the kernels, or on ``x``'s device."""
+        if kernels.cpu_fast(x):
+            return torch.tensor(clip_bound_and_scale(x, clip)[1], dtype=torch.float32)
+        return bound_and_scale_torch(x.reshape(-1), clip)[1]
 
     def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
         """Scaler sharing: all-reduce (MAX) every unit's scaler ``s_w`` (phase ``scaler``, 4 bytes per unit), quantize
@@ -143,10 +169,10 @@ class TernGrad(Compressor):
         if not self.params["share_scaler"] or ctx.world == 1 or any(x.numel() == 0 for x in xs):
             return (yield from super().worker_protocol(xs, states, ctx))
         clip = self.params["clip"]
-        own = torch.tensor([clip_bound_and_scale(x.detach().float(), clip)[1] for x in xs], dtype=torch.float32)
+        own = torch.stack([self._scaler(x.detach().float(), clip) for x in xs]).to(xs[0].device)
         (shared,) = yield AllReduce([own], "scaler", op="max", count="once")
         payloads = []
-        for x, st, s in zip(xs, states, shared.tolist(), strict=True):
+        for x, st, s in zip(xs, states, shared.unbind(), strict=True):
             body, meta, _ = self._encode(x.detach().float(), st, EncodeContext(need_decoded=False), scaler=s)
             st.step += 1
             payloads.append(self._payload(x, body, meta))
