@@ -162,6 +162,11 @@ def per_word(width: int) -> int:
     return PACKED_WORD_BITS // width
 
 
+#: scalar reads a worker's protocol may make between its legs in one simulated exchange, beyond its compress and decodes
+#: (:meth:`CompressorInfo.exchange_scalar_reads`): one, a size that only a leg's result tells (a re-encoded stripe's
+#: count, a server's reply); the default all-gather and all-reduce protocols make none.
+PROTOCOL_SCALAR_READS = 1
+
 #: the default protocol: every worker's payload to every worker, each decodes all and averages
 ALLGATHER = Protocol("allgather", "all-gather the payloads, decode all, average")
 #: dense casts: the bodies are summed by an all-reduce and divided by N
@@ -249,7 +254,8 @@ class CompressorInfo:
             ``aten::_local_scalar_dense``) one call of the torch path (the device path) may make, for
             ``compress_and_decode`` and for ``decompress`` each: only where a size must be known to
             allocate, at most 2.  The device guard (``tests/compressors/test_device_guard.py``) holds
-            every compressor to it, and to no tensor/NumPy conversion at all.
+            every compressor to it, and to no tensor/NumPy conversion at all; a simulated exchange on N
+            workers to :meth:`exchange_scalar_reads`.
         scalar_reads_where: where those reads are and why (required when ``scalar_reads`` > 0).
     """
 
@@ -320,6 +326,15 @@ class CompressorInfo:
     @property
     def defaults(self) -> dict[str, ParamValue | None]:
         return {p.name: p.default for p in self.params}
+
+    def exchange_scalar_reads(self, world: int) -> int:
+        """The scalar reads a simulated exchange on ``world`` workers may make on the torch path (the device guard's budget).
+
+        Each worker compresses once and its decodes are the group's (the simulation decodes each payload once):
+        ``2 · scalar_reads`` per worker, plus :data:`PROTOCOL_SCALAR_READS` per worker for a protocol's own steps
+        between its legs.  The simulated transport itself reads nothing.
+        """
+        return world * (2 * self.scalar_reads + PROTOCOL_SCALAR_READS)
 
     @property
     def exchange(self) -> str:
