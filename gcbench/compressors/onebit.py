@@ -33,6 +33,10 @@ error feedback in two passes over the residual buffer, updated in place — pass
 decode and subtraction passes.  The
 straightforward definition (:func:`onebit_reference`, a loop over the columns) is the class's
 ``reference``; the vectorised torch ``_encode`` serves other devices.
+
+Torch path (a CUDA tensor, ``GCBENCH_KERNELS=torch``): the sign bits are packed and unpacked with
+:mod:`gcbench.core.codec_torch`, the means written and read as float32 bytes, and the stripes of the
+two-leg exchange cut, all on the input's device: no host copy and no scalar read.
 """
 
 from __future__ import annotations
@@ -45,12 +49,11 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.onebit import GRANULARITIES, ONEBIT_CARD
-from gcbench.core import codec
+from gcbench.core import codec, codec_torch
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_keys, meta_str
+from gcbench.core.header import body_numpy, body_tensor, meta_keys, meta_str
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllGather, AllToAll, Context, Outcome, WorkerProtocol
 
@@ -152,12 +155,12 @@ class OneBitSGD(Compressor):
             return body, {"g": g}, None
         m = _matrix(a, shape, g)
         pos, mu0, mu1 = quantize_columns(m)
-        bits = codec.pack_bits(to_numpy(_from_matrix(pos, g, shape)), 1)
+        bits = codec_torch.pack_bits(_from_matrix(pos, g, shape), 1)
         means = torch.stack([mu0, mu1], 1).reshape(-1)
-        body = np.concatenate([bits, to_numpy(means).astype("<f4").view(np.uint8)])
+        wire = torch.cat([bits, means.view(torch.uint8)])  # on a's device: nothing read to the host
         decoded = _from_matrix(torch.where(pos, mu1, mu0), g, shape)
         ctx.keep_residual(a, decoded)
-        return body, {"g": g}, decoded
+        return wire, {"g": g}, decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int:
         meta_keys(payload, "g")
@@ -165,18 +168,19 @@ class OneBitSGD(Compressor):
         return (payload.numel + 7) // 8 + 8 * _ngroups(payload.shape, g)  # sign bits, (mu0, mu1) per group
 
     def _decode(self, payload: Payload) -> torch.Tensor:
-        g, shape, d, ncols, body, nb = _checked_body(payload)
+        g, shape, d, ncols, nb = _checked_body(payload)
+        if not _host_path(payload):
+            body_t = body_tensor(payload)
+            mt = body_t[nb:].clone().view(torch.float32).reshape(ncols, 2)
+            pos = _matrix(codec_torch.unpack_bits(body_t[:nb], 1, d).bool(), shape, g)
+            return _from_matrix(torch.where(pos, mt[:, 1], mt[:, 0]), g, shape)
+        body = body_numpy(payload)
         means = body[nb:].view("<f4").astype(np.float32).reshape(ncols, 2)
-        if kernels.available():
-            cols, by_row = _layout(shape, g)
-            out = kernels.empty(d)
-            mu0, mu1 = np.ascontiguousarray(means[:, 0]), np.ascontiguousarray(means[:, 1])
-            kernels.onebit_decode(body[:nb], cols, by_row, mu0, mu1, out.numpy())
-            return out
-        bits = np.unpackbits(body[:nb], count=d, bitorder="little").astype(bool)
-        mt = torch.from_numpy(means)
-        pos = _matrix(torch.from_numpy(bits), shape, g)
-        return _from_matrix(torch.where(pos, mt[:, 1], mt[:, 0]), g, shape)
+        cols, by_row = _layout(shape, g)
+        out = kernels.empty(d)
+        mu0, mu1 = np.ascontiguousarray(means[:, 0]), np.ascontiguousarray(means[:, 1])
+        kernels.onebit_decode(body[:nb], cols, by_row, mu0, mu1, out.numpy())
+        return out
 
     def worker_protocol(self, xs: Sequence[torch.Tensor], states: Sequence[State], ctx: Context) -> WorkerProtocol:
         """The paper's two-leg aggregation, one worker's side (reduce-scatter of 1-bit stripes, then 1-bit all-gather).
@@ -257,18 +261,23 @@ def assemble_stripes(columns: Sequence[torch.Tensor], granularity: str, shape: t
     return _from_matrix(torch.cat(list(columns), dim=1), granularity, shape)
 
 
-def _checked_body(payload: Payload) -> tuple[str, tuple[int, ...], int, int, np.ndarray, int]:
-    """``(granularity, shape, d, groups, body, sign-bit bytes)`` of a onebit payload, its body length checked."""
+def _host_path(payload: Payload) -> bool:
+    """Whether a body is read by the numba kernels and NumPy (a CPU body, numba present) rather than with torch ops."""
+    return kernels.available() and payload.data.device.type == "cpu"
+
+
+def _checked_body(payload: Payload) -> tuple[str, tuple[int, ...], int, int, int]:
+    """``(granularity, shape, d, groups, sign-bit bytes)`` of a onebit payload, its body length checked."""
     g = meta_str(payload, "g")
     if g not in GRANULARITIES:
         raise PayloadError(f"onebit payload has unknown granularity {g!r}")
     shape, d = payload.shape, payload.numel
     ncols = _ngroups(shape, g)
-    body = body_numpy(payload)
+    n = payload.data.numel()
     nb = (d + 7) // 8
-    if len(body) != nb + 8 * ncols:
-        raise PayloadError(f"onebit body has {len(body)} bytes, expected {nb + 8 * ncols}")
-    return g, shape, d, ncols, body, nb
+    if n != nb + 8 * ncols:
+        raise PayloadError(f"onebit body has {n} bytes, expected {nb + 8 * ncols}")
+    return g, shape, d, ncols, nb
 
 
 OWNER_KEY = "owner_residual"  # the stripe owner's second residual, in the owner worker's state
@@ -298,9 +307,17 @@ def split_stripes(payload: Payload, bounds: Sequence[int]) -> list[Payload | Non
     columns of the whole decode (and matches the stateless column encoding of those columns of
     a = x + e: same bits, same means up to float64 summation order).  Empty stripes are ``None``.
     """
-    g, shape, d, ncols, body, nb = _checked_body(payload)
-    bits = _matrix(torch.from_numpy(np.unpackbits(body[:nb], count=d, bitorder="little").view(np.bool_)), shape, g)
-    means = body[nb:].reshape(ncols, 8)  # (mu0, mu1) little-endian float32 bytes per column
+    g, shape, d, ncols, nb = _checked_body(payload)
+    host = _host_path(payload)
+    if host:
+        body = body_numpy(payload)
+        flat_bits = torch.from_numpy(np.unpackbits(body[:nb], count=d, bitorder="little").view(np.bool_))
+        means = torch.from_numpy(body[nb:]).reshape(ncols, 8)
+    else:  # the torch path: bits unpacked and stripes packed on the body's device
+        body_t = body_tensor(payload)
+        flat_bits = codec_torch.unpack_bits(body_t[:nb], 1, d).bool()
+        means = body_t[nb:].reshape(ncols, 8)  # (mu0, mu1) little-endian float32 bytes per column
+    bits = _matrix(flat_bits, shape, g)
     rows = bits.shape[0]
     version = OneBitSGD.info.version
     out: list[Payload | None] = []
@@ -308,7 +325,8 @@ def split_stripes(payload: Payload, bounds: Sequence[int]) -> list[Payload | Non
         if hi <= lo:
             out.append(None)
             continue
-        stripe_bits = codec.pack_bits(bits[:, lo:hi].contiguous().numpy(), 1)
-        data = np.concatenate([stripe_bits, means[lo:hi].reshape(-1)])
-        out.append(Payload("onebit", version, torch.float32, (rows, hi - lo), torch.from_numpy(data), {"g": "column"}))
+        stripe = bits[:, lo:hi].contiguous()
+        stripe_bits = torch.from_numpy(codec.pack_bits(stripe.numpy(), 1)) if host else codec_torch.pack_bits(stripe, 1)
+        data = torch.cat([stripe_bits, means[lo:hi].reshape(-1)])
+        out.append(Payload("onebit", version, torch.float32, (rows, hi - lo), data, {"g": "column"}))
     return out
