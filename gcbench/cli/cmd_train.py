@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import choose, compressor_specs, old_comma_list
+from gcbench.cli.grammar import choose, compressor_specs, model_arg, old_comma_list
 from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
-from gcbench.cli.preflight import check_output_dir
+from gcbench.cli.preflight import check_device, check_output_dir
+from gcbench.core.errors import GcbenchError
 
 Compressor = Annotated[list[str] | None, options.compressor_option(
     "Train with this compressor (repeatable): name or name:key=value,...; 'none' (the reference) is added first if "
@@ -23,6 +24,12 @@ Epochs = Annotated[int | None, typer.Option(metavar="INT", help="Epochs (default
 Target = Annotated[float | None, typer.Option(metavar="FLOAT", help="Target test accuracy for time-to-target (digits 0.9, charlstm 0.35).")]
 Lr = Annotated[float | None, typer.Option(metavar="FLOAT", help="Learning rate (default: the task's).")]
 Timeout = Annotated[float, typer.Option(metavar="FLOAT", help="Seconds one compressor's run may take before its workers are killed.")]
+Model = Annotated[str | None, options.model(
+    "Instead of --task: a zoo model (smallcnn, resnet18 ...), hf:NAME, or a user factory package.module:factory or "
+    "path/file.py:factory (with --trust-code) on the batches its factory makes, as converge trains it.")]
+TrustCode = Annotated[bool, options.trust_code("Allow --model to import and run the user factory it names in every worker "
+                                               "(only if you trust the code).")]
+Device = Annotated[str, options.device("cpu (gloo), cuda (rank r on cuda:LOCAL_RANK, NCCL) or cuda:N (one worker).")]
 CollectiveTimeout = Annotated[float | None, typer.Option(metavar="FLOAT",
                                                         help="Seconds a collective waits for a peer (max(30, timeout/3)).")]
 
@@ -33,6 +40,9 @@ def train_cmd(
     compressors_old: CompressorsOld = None,
     workers: Annotated[int, options.workers("Worker processes (ignored under torchrun: WORLD_SIZE).")] = 4,
     task: Task = "auto",
+    model: Model = None,
+    device: Device = "cpu",
+    trust_code: TrustCode = False,
     epochs: Epochs = None,
     target: Target = None,
     batch_size: Annotated[int | None, options.batch_size("Batch size per worker.")] = None,
@@ -81,8 +91,11 @@ def train_cmd(
     check_option(SourceSpec, "workers", workers, "--workers")
     check_option(MetricsSpec, "threads", threads, "--threads")
     check_option(Suite, "seed", seed, "--seed")
+    model = _user_model(model, task, trust_code)
+    device = str(check_device(device))  # no CUDA, or a GPU index that is not here: one line before any process starts
     cfg = TrainConfig(task=task, workers=workers, epochs=epochs, batch_size=batch_size, lr=lr, target=target, seed=seed,
-                      granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads)
+                      granularity=granularity, timeout_s=timeout, collective_timeout_s=collective_timeout, threads=threads,
+                      device=device, model=model)
     cfg.resolved()  # bad options fail before the output check and before any process starts
     check_output_dir(out_dir, "--out")
     with progress_bar(not quiet and not as_json and not under_torchrun()) as prog:
@@ -94,9 +107,34 @@ def train_cmd(
         print_json({"results": str(outcome.path), "cases": outcome.records})
     else:
         output.out.print(train_table(cases, f"gcbench train — {train_description(cases)}"))
+        _predictions(outcome.records)
         plain(f"results: {outcome.path}")
     failed = [c for c in cases if not c.ok]
     if failed:
         for c in failed:
             error_line(f"{c.label}: {c.error}")
         raise typer.Exit(1)
+
+
+def _user_model(model: str | None, task: str, trust_code: bool) -> str | None:
+    """``--model`` read as converge reads it; a user factory needs ``--trust-code`` (every worker imports it)."""
+    model = model_arg(model)
+    if model is None:
+        return None
+    if task != "auto":
+        raise GcbenchError("name one of --task and --model, not both")
+    if ":" in model and not model.startswith(("hf:", "zoo:")) and not trust_code:
+        raise GcbenchError(f"--model {model}: every worker would import and run this code; if you trust it, pass --trust-code "
+                           "(or set GCBENCH_TRUST_CODE=1)")
+    return model.removeprefix("zoo:")
+
+
+def _predictions(records: list[dict[str, Any]]) -> None:
+    """Each compressor's measured step beside advise's prediction for the same cluster, and how the cluster was found."""
+    from gcbench.train.prediction import prediction_line, transport_line
+
+    ok = [r for r in records if r.get("status") == "ok"]
+    lines = [x for x in (prediction_line(r["label"], r["training"].get("prediction")) for r in ok) if x]
+    how = transport_line(ok[0]["training"].get("transport")) if ok else None
+    for line in [*lines, *([how] if how and lines else [])]:
+        plain(line)

@@ -79,6 +79,8 @@ class SeedProblem:
     batches: Iterator[list[tuple[Any, Any]]]  # one list per step: worker w's (inputs, targets) at index w
     loss: Callable[[Any, Any], torch.Tensor]
     evaluate: Callable[[nn.Module], tuple[float, float]]  # (held-out loss, metric)
+    #: a model's ``make_batch(step, worker)`` (None for a task): gcbench train's rank r takes only its own batches
+    make_batch: Callable[[int, int], Any] | None = None
 
 
 class Problem(ABC):
@@ -210,7 +212,7 @@ class ModelProblem(Problem):
             loss = total / len(held_out)
             return loss, (correct / count if accuracy and count else -loss)
 
-        return SeedProblem(model, stream(), zm.loss_fn, evaluate)
+        return SeedProblem(model, stream(), zm.loss_fn, evaluate, zm.make_batch)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.spec, "dataset": self.dataset, "metric": self.metric, "parameters": self.parameters,

@@ -54,6 +54,32 @@ class HookInfo(Model):
     protocol_note: Str | None = None
 
 
+class Transport(Model):
+    """The local transport a train run measured before training (all-reduces of 4 B and of the gradient)."""
+
+    workers: Int | None = None
+    latency_s: Num | None = None
+    bandwidth_gbps: Num | None = None
+    nbytes: Int | None = None
+    small_s: Num | None = None
+    large_s: Num | None = None
+
+
+class Prediction(Model):
+    """advise's step model on the measured transport with this run's kernel times, beside the measured step."""
+
+    step_s: Num | None = None
+    compute_s: Num | None = None
+    compress_s: Num | None = None
+    communicate_s: Num | None = None
+    decompress_s: Num | None = None
+    collective: Str | None = None
+    measured_step_s: Num | None = None
+    measured_spread_s: Num | None = None
+    cluster: Str | None = None
+    error: Str | None = None
+
+
 class Training(Model):
     task: TaskInfo | None = None
     metric: Str | None = None
@@ -83,6 +109,9 @@ class Training(Model):
     step_samples_rank0: dict[str, Series] | None = None
     collectives: list[Str] | None = None
     buckets: Int | None = None
+    device: Str | None = None  # where the ranks trained (rank 0's: cpu, cuda:0)
+    transport: Transport | None = None
+    prediction: Prediction | None = None
 
     def settings(self) -> dict[str, Any]:
         """The training settings that decide a train case's numbers (its curve and results are not settings)."""

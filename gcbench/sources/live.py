@@ -42,6 +42,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -66,7 +67,7 @@ class LiveSource(GradientSource):
     """Gradients of ``model`` for ``workers`` data-parallel workers over ``steps`` SGD steps."""
 
     def __init__(self, model: str, workers: int = 4, steps: int = 2, seed: int = 0, warmup_steps: int = 0, lr: float = 0.1,
-                 progress: Progress | None = None, loop: str = "open", **model_kwargs: object) -> None:
+                 progress: Progress | None = None, loop: str = "open", device: str = "cpu", **model_kwargs: object) -> None:
         for key, v, low in (("workers", workers, 1), ("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ParamError(f"live source: {key} must be an integer >= {low}, got {v!r}")
@@ -75,6 +76,7 @@ class LiveSource(GradientSource):
         if loop not in ("open", "closed"):
             raise ParamError(f"live source: loop must be 'open' or 'closed', got {loop!r}")
         self.loop = loop
+        self.device = torch.device(device)  # where forward and backward run; the gradients are handed over on the CPU
         self._fed: dict[int, Mapping[str, torch.Tensor]] = {}  # closed loop: step -> the update taken after it
         self.model_name, self.workers, self.steps, self.seed = model, workers, steps, seed
         self.warmup_steps, self.lr, self.progress = warmup_steps, float(lr), progress
@@ -129,6 +131,9 @@ class LiveSource(GradientSource):
     def describe(self) -> dict[str, object]:
         # an open-loop source's description is what it was before the loop existed (its identity across runs)
         loop = {"loop": "closed"} if self.loop == "closed" else {}
+        if self.device.type != "cpu":  # a CPU source describes itself as before devices existed
+            loop["device"] = str(self.device)
+            loop["device_name"] = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else str(self.device)
         return {**super().describe(), "kind": "live", **loop, "model": self.model_name, "seed": self.seed,
                 "warmup_steps": self.warmup_steps, "lr": self.lr, "model_kwargs": {k: _jsonable(v) for k, v in self.model_kwargs.items()},
                 "parameters": sum(t.numel for t in self._layout),
@@ -208,6 +213,9 @@ class LiveSource(GradientSource):
         """Build the model from the seed and run the warm-up; nothing cached afterwards."""
         zm = load_model(self.model_name, self.seed, **self.model_kwargs)
         self.module, self.make_batch, self.loss_fn, self._zoo_name = zm.module, zm.make_batch, zm.loss_fn, zm.name
+        if self.device.type != "cpu":
+            self.module = self.module.to(self.device)
+            self.make_batch = _on_device(zm.make_batch, self.device)
         self._params = {n: p for n, p in self.module.named_parameters() if p.requires_grad}
         self._done = 0
         self._step, self._cache = None, []
@@ -253,3 +261,18 @@ def _jsonable(v: object) -> object:
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     return repr(v)
+
+
+def _on_device(make_batch: Callable[[int, int], Any], device: torch.device) -> Callable[[int, int], Any]:
+    """``make_batch`` whose tensors (alone, or in tuples, lists and dicts) are moved to ``device``."""
+
+    def moved(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to(device)
+        if isinstance(obj, tuple | list):
+            return type(obj)(moved(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: moved(v) for k, v in obj.items()}
+        return obj
+
+    return lambda batch_index, worker: moved(make_batch(batch_index, worker))

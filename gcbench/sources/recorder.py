@@ -262,15 +262,19 @@ def merge_parts(out: Path | str, workers: int) -> Path | None:
 
 
 def record_live(model: str, steps: int, workers: int, out: Path | str, seed: int = 0, warmup_steps: int = 0,
-                progress: Progress | None = None, *, lr: float = 0.1, overwrite: bool = False, **model_kwargs: Any) -> Path:
+                progress: Progress | None = None, *, lr: float = 0.1, overwrite: bool = False, device: str = "cpu",
+                **model_kwargs: Any) -> Path:
     """Compute live gradients of a zoo (or ``module:factory``) model and write them as a trace.
+
+    ``device`` (``cpu``, ``cuda``, ``cuda:N``) is where the forward and backward passes run; the
+    trace holds the same CPU tensors either way, and its manifest's source names a GPU it ran on.
 
     ``progress(done, total, message)`` is called after each forward/backward (warm-up included).
     Returns the trace folder.
     """
     prepare_folder(Path(out), overwrite)  # an unwritable or occupied output fails before the model is built
     source = LiveSource(model, workers=workers, steps=steps, seed=seed, warmup_steps=warmup_steps, lr=lr, progress=progress,
-                        **model_kwargs)
+                        device=device, **model_kwargs)
     try:
         return write_trace(source, Path(out), model, seed, overwrite=overwrite)
     finally:

@@ -18,6 +18,7 @@ import numpy as np
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.train.config import Spec, TrainConfig, reference_name
+from gcbench.train.prediction import predict_case
 
 
 def _median(vals: Sequence[float]) -> float | None:
@@ -34,6 +35,12 @@ def _hook_info(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         ratios = [r["hook"].get("wire_bytes_ratio") for r in ranks]
         hook["wire_bytes_ratio"] = max((x for x in ratios if x is not None), default=None)
     return hook
+
+
+def _size(numel: int, dense: float | None, per_step: float | None) -> dict[str, Any]:
+    """The same keys as ``gcbench run`` records, so size readers (reports, simulate) work on both."""
+    return {"numel": numel, "dense_bytes": dense, "wire_bytes": per_step, "ratio": dense / per_step if dense and per_step else None,
+            "bits_per_element": 8.0 * per_step / numel if per_step and numel else None}
 
 
 def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task_info: dict[str, Any],
@@ -66,7 +73,7 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
         ref_final = reference["training"]["final_accuracy"]
     training = {
         "task": task_info,
-        "metric": "accuracy",
+        "metric": task_info.get("metric", "accuracy"),  # a model without class labels: the negated held-out loss
         "workers": len(ranks),
         "epochs": len(curve),
         "steps": n_steps,
@@ -100,8 +107,10 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
         "diverged": any(r["diverged"] for r in ranks),
         "threads_per_worker": r0["threads"],
         "hook": _hook_info(ranks),
+        "device": r0.get("device"),
+        "transport": r0.get("transport"),
     }
-    return {
+    record = {
         "label": spec.label,
         "compressor": info.name,
         "version": info.version,
@@ -109,12 +118,11 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
         "flags": comp.flags.to_dict(),
         "workers": len(ranks),
         "status": "ok",
-        # the same keys as `gcbench run` records, so size readers (reports, simulate) work on both
-        "size": {"numel": numel, "dense_bytes": dense, "wire_bytes": per_step,
-                 "ratio": dense / per_step if dense and per_step else None,
-                 "bits_per_element": 8.0 * per_step / numel if per_step and numel else None},
+        "size": _size(numel, dense, per_step),
         "training": training,
     }
+    training["prediction"] = predict_case(record, reference)
+    return record
 
 
 def failed_record(spec: Spec, message: str) -> dict[str, Any]:

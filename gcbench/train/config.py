@@ -75,13 +75,20 @@ class TrainConfig:
     collective_timeout_s: float | None = None  # None: max(30, timeout / 3)
     threads: int | None = None  # per worker; None: cpu_count // workers
     fault: str | None = None
+    device: str = "cpu"  # cpu, cuda (rank r on cuda:LOCAL_RANK) or cuda:N (one local worker); cuda trains over NCCL
+    model: str | None = None  # instead of a task: a zoo model, hf:NAME or a user factory (gcbench.train.model_task)
 
     def resolved(self) -> TrainConfig:
         """Fill task defaults and validate; raises :class:`ParamError` with the option's name."""
-        task = default_task() if self.task == "auto" else self.task
-        if task not in TASKS:
-            raise UnknownNameError(did_you_mean(task, list(TASKS), "task"))
-        cls = TASKS[task]
+        if self.model is not None:
+            from gcbench.train.model_task import model_defaults
+
+            task, defaults = "model", model_defaults(self.model)
+        else:
+            task = default_task() if self.task == "auto" else self.task
+            if task not in TASKS:
+                raise UnknownNameError(did_you_mean(task, list(TASKS), "task"))
+            defaults = TASKS[task].defaults
         if self.workers < 1:
             raise ParamError(f"workers must be at least 1, got {self.workers}")
         for name in ("epochs", "batch_size", "threads"):
@@ -104,10 +111,10 @@ class TrainConfig:
         if fault:
             Fault.parse(fault)
         return TrainConfig(
-            task=task, workers=self.workers, epochs=self.epochs or cls.defaults.epochs, batch_size=self.batch_size or cls.defaults.batch,
-            lr=self.lr or cls.defaults.lr, target=self.target or cls.defaults.target, seed=self.seed, granularity=self.granularity,
+            task=task, workers=self.workers, epochs=self.epochs or defaults.epochs, batch_size=self.batch_size or defaults.batch or None,
+            lr=self.lr or defaults.lr, target=self.target or defaults.target, seed=self.seed, granularity=self.granularity,
             timeout_s=float(self.timeout_s), collective_timeout_s=float(self.collective_timeout_s or max(30.0, self.timeout_s / 3)),
-            threads=self.threads or max(1, (os.cpu_count() or 1) // self.workers), fault=fault,
+            threads=self.threads or max(1, (os.cpu_count() or 1) // self.workers), fault=fault, device=self.device, model=self.model,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -68,6 +68,8 @@ from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter
 from gcbench.train.case import build_record, failed_record
 from gcbench.train.config import Fault, Spec, TrainConfig, parse_compressors, reference_name
+from gcbench.train.placement import agree_on_devices, backend_of, check_local_devices, moved, on_cpu
+from gcbench.train.prediction import measure_transport
 from gcbench.train.tasks import Task, make_task
 from gcbench.train.workers import TrainError, WorkerContext, WorkerGroup, first_line
 
@@ -84,16 +86,33 @@ def _param_hash(model: nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> dict[str, Any]:
-    """Train ``task`` with one compressor on this worker; returns this rank's summary."""
+def task_of(cfg: TrainConfig) -> Task:
+    """The task a (resolved) configuration trains: a ``--task`` or a ``--model`` (:mod:`gcbench.train.model_task`)."""
+    if cfg.model is not None:
+        from gcbench.train.model_task import ModelTask
+
+        return ModelTask(cfg.model, cfg.seed, cfg.batch_size)
+    return make_task(cfg.task, cfg.seed)
+
+
+def _synchronized(device: torch.device) -> float:
+    """perf_counter once ``device``'s queued work is done (a GPU step ends when its kernels do)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec, device: torch.device | None = None) -> dict[str, Any]:
+    """Train ``task`` with one compressor on this worker (on ``device``, default the CPU); returns this rank's summary."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gcbench.distributed.ddp import register_compressor_hook
 
+    device = device or torch.device("cpu")
     fault = Fault.parse(cfg.fault) if cfg.fault else None
     torch.manual_seed(cfg.seed)  # the same initial model for every compressor
-    model = task.build_model()
-    ddp = DDP(model, process_group=ctx.group)
+    model = task.build_model().to(device)
+    ddp = DDP(model, process_group=ctx.group, device_ids=[device.index] if device.type == "cuda" else None)
     hook = register_compressor_hook(ddp, registry.create(spec.name, **spec.params), seed=cfg.seed, granularity=cfg.granularity,
                                     process_group=ctx.group)
     opt = task.optimizer(ddp.parameters(), float(cfg.lr))  # type: ignore[arg-type]  # resolved() filled every default
@@ -105,16 +124,17 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> d
     for epoch in range(int(cfg.epochs)):  # type: ignore[arg-type]  # resolved() filled every default
         ddp.train()
         loss_sum, n = 0.0, 0
-        for x, y in task.batches(epoch, ctx.rank, ctx.world_size, int(cfg.batch_size)):  # type: ignore[arg-type]  # resolved() filled every default
+        for x, y in task.batches(epoch, ctx.rank, ctx.world_size, int(cfg.batch_size or 0)):
             if fault is not None:
                 fault.fire(ctx.rank, step, spec.label)
             ctx.begin(step)
-            t0 = time.perf_counter()
+            x, y = moved(x, device), moved(y, device)
+            t0 = _synchronized(device)
             opt.zero_grad(set_to_none=True)
             loss = task.loss(ddp(x), y)
             loss.backward()
             opt.step()
-            dt = time.perf_counter() - t0
+            dt = _synchronized(device) - t0
             s = hook.stats.steps[-1]
             parts = {k: s.total(k) for k in ("compress_s", "communicate_s", "decompress_s")}
             # the asynchronous hook's parts overlap the backward pass, so the step less all of them is a lower
@@ -126,7 +146,7 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> d
             n += 1
             step += 1
             ctx.beat(step)
-        test_loss, acc = task.evaluate(model)
+        test_loss, acc = task.evaluate(on_cpu(model))
         curve.append({"epoch": epoch + 1, "step": step, "train_time_s": train_time, "train_loss": loss_sum / max(n, 1),
                       "test_loss": test_loss, "test_accuracy": acc})
         if not math.isfinite(loss_sum):
@@ -147,15 +167,24 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec) -> d
         "diverged": diverged,
         "train_time_s": train_time,
         "threads": torch.get_num_threads(),
+        "device": str(device),
     }
+
+
+def _placed(ctx: WorkerContext, cfg: TrainConfig, task: Task) -> tuple[torch.device, dict[str, Any]]:
+    """This rank's device, agreed by every rank (over the default gloo group), and the transport measured on it."""
+    device = agree_on_devices(cfg.device, ctx.rank, ctx.world_size)
+    nbytes = 4 * sum(p.numel() for p in task.build_model().parameters())
+    return device, measure_transport(ctx.group, device, ctx.world_size, nbytes)
 
 
 def _train_all(ctx: WorkerContext, cfg_d: dict[str, Any], specs_d: list[dict[str, Any]]) -> None:
     """Worker function: every compressor in turn; rank 0 hands each gathered result over."""
     cfg = TrainConfig(**cfg_d)
-    task = make_task(cfg.task, cfg.seed)
+    task = task_of(cfg)
+    device, transport = _placed(ctx, cfg, task)
     for i, sd in enumerate(specs_d):
-        summary = train_one(ctx, task, cfg, Spec(**sd))
+        summary = {**train_one(ctx, task, cfg, Spec(**sd), device), "transport": transport}
         gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, summary, group=ctx.group)
         if ctx.rank == 0:
@@ -207,9 +236,10 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
         workers = launch.world_size if launch is not None else cfg.workers
         if workers < info.min_workers:
             raise ParamError(f"{s.label} needs at least {info.min_workers} workers")
-    task_info = make_task(cfg.task, cfg.seed).describe()  # fails early (e.g. no scikit-learn), in this process
+    task_info = task_of(cfg).describe()  # fails early (e.g. no scikit-learn, a bad factory), in this process
     if under_torchrun():
         return _train_torchrun(cfg, specs, Path(out_dir), task_info, progress)
+    check_local_devices(cfg.device, cfg.workers)
     suite, digest = _suite(cfg, specs, task_info)
     with signals.handled():  # SIGTERM like SIGINT: workers stopped, results kept
         return _train_spawned(cfg, specs, Path(out_dir), task_info, suite, digest, progress)
@@ -218,7 +248,7 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
 def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info: dict[str, Any], suite: dict[str, Any],
                    digest: str, progress: Progress) -> TrainOutcome:
     """Spawn mode: one worker group per attempt; a failed compressor is recorded and the rest go on."""
-    writer = RunWriter(out_dir, suite, digest, None, "cpu", kind="train")
+    writer = RunWriter(out_dir, suite, digest, None, cfg.device, kind="train", backend=_backend(cfg.device))
     records: list[dict[str, Any]] = []
     pending = list(specs)
     status = "complete"
@@ -226,7 +256,8 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
         while pending:
             group = WorkerGroup(_train_all, (cfg.to_dict(), [asdict(s) for s in pending]), cfg.workers,
                                 collective_timeout_s=float(cfg.collective_timeout_s),  # type: ignore[arg-type]  # resolved() filled every default
-                                init_timeout_s=cfg.timeout_s, threads=int(cfg.threads))  # type: ignore[arg-type]  # resolved() filled every default
+                                init_timeout_s=cfg.timeout_s, threads=int(cfg.threads),  # type: ignore[arg-type]  # resolved() filled every default
+                                backend=_backend(cfg.device))
             group.start()
             k, since, message = 0, time.monotonic(), None
             try:
@@ -274,7 +305,12 @@ def _train_spawned(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_info
 
 
 #: the settings every torchrun rank must share: they decide the model, the data, the steps and the collectives
-AGREED_SETTINGS = ("task", "epochs", "batch_size", "lr", "target", "seed", "granularity", "fault")
+AGREED_SETTINGS = ("task", "model", "epochs", "batch_size", "lr", "target", "seed", "granularity", "fault")
+
+
+def _backend(device: str) -> str:
+    """The training group's backend for ``--device``: NCCL on GPUs, gloo on the CPU."""
+    return backend_of(torch.device(device.strip().lower()))
 
 
 def _check_ranks_agree(cfg: TrainConfig, specs: list[Spec], group: Any) -> None:
@@ -300,8 +336,11 @@ def _train_torchrun(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_inf
     torch.set_num_threads(int(cfg.threads))  # type: ignore[arg-type]  # resolved() filled every default
     init_from_env("gloo", cfg.timeout_s)  # checked launch variables; a failed rendezvous is one LaunchError line
     rank, world = dist.get_rank(), dist.get_world_size()
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]  # resolved() filled every default
     try:
+        device = agree_on_devices(cfg.device, rank, world)  # over the gloo default group, before any NCCL group exists
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        group = dist.new_group(backend=backend_of(device), timeout=timedelta(seconds=float(cfg.collective_timeout_s)))  # type: ignore[arg-type]  # resolved() filled every default
         _check_ranks_agree(cfg, specs, group)
     except BaseException:
         # stop gloo's threads before the interpreter exits: left running they made a rank that had printed its one
@@ -310,15 +349,16 @@ def _train_torchrun(cfg: TrainConfig, specs: list[Spec], out_dir: Path, task_inf
         raise
     ctx = WorkerContext(rank, world, group, None)
     cfg = TrainConfig(**{**cfg.to_dict(), "workers": world})
-    task = make_task(cfg.task, cfg.seed)
+    task = task_of(cfg)
+    transport = measure_transport(group, device, world, 4 * sum(p.numel() for p in task.build_model().parameters()))
     writer = None
     if rank == 0:
         suite, digest = _suite(cfg, specs, task_info)
-        writer = RunWriter(out_dir, suite, digest, None, "cpu", kind="train")
+        writer = RunWriter(out_dir, suite, digest, None, str(device), kind="train", backend=backend_of(device))
     records: list[dict[str, Any]] = []
     for i, spec in enumerate(specs):
         try:
-            summary = train_one(ctx, task, cfg, spec)
+            summary = {**train_one(ctx, task, cfg, spec, device), "transport": transport}
             gathered: list[Any] = [None] * world
             dist.all_gather_object(gathered, summary, group=group)
         except Exception as exc:

@@ -114,8 +114,11 @@ def _die_with_parent(parent_pid: int, lifeline: Any) -> None:
 
 def _worker_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...], workdir: str,
                   init_timeout_s: float, collective_timeout_s: float, threads: int, steps: Any, parent_pid: int,
-                  lifeline: Any) -> None:
-    """Body of one spawned worker: join the group, run ``fn``, leave a result or an error file; die with the parent."""
+                  lifeline: Any, backend: str = "gloo") -> None:
+    """Body of one spawned worker: join the group, run ``fn``, leave a result or an error file; die with the parent.
+
+    The default group is gloo (the rendezvous, and small checks any rank can take part in); the
+    training group is ``backend``'s: NCCL puts rank ``r`` on GPU ``r`` first (one GPU per rank)."""
     _die_with_parent(parent_pid, lifeline)
     torch.set_num_threads(threads)
     if platform.system() == "Linux":
@@ -126,7 +129,9 @@ def _worker_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args
         # the default group waits for slow starters (imports on a loaded machine); the training
         # group has the short collective timeout that exposes a hung peer
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=init_timeout_s))
-        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=collective_timeout_s))
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        group = dist.new_group(backend=backend, timeout=timedelta(seconds=collective_timeout_s))
         ctx = WorkerContext(rank, world, group, wd, steps)
         result = fn(ctx, *args)
         atomic_write_json(wd / f"result-{rank}.json", result)
@@ -185,8 +190,8 @@ class WorkerGroup:
     """
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], world_size: int, *, collective_timeout_s: float,
-                 init_timeout_s: float, threads: int = 1) -> None:
-        self.fn, self.args, self.world_size = fn, args, world_size
+                 init_timeout_s: float, threads: int = 1, backend: str = "gloo") -> None:
+        self.fn, self.args, self.world_size, self.backend = fn, args, world_size, backend
         self.collective_timeout_s, self.init_timeout_s, self.threads = collective_timeout_s, init_timeout_s, threads
         sweep_orphaned_workdirs()
         self._tmp = tempfile.TemporaryDirectory(prefix=WORKDIR_PREFIX)
@@ -207,7 +212,7 @@ class WorkerGroup:
         self.procs = [
             ctx.Process(target=_worker_entry, name=f"gcbench-rank{r}",
                         args=(r, self.world_size, self.store.port, self.fn, self.args, str(self.workdir), self.init_timeout_s,
-                              self.collective_timeout_s, self.threads, self.steps, os.getpid(), lifeline))
+                              self.collective_timeout_s, self.threads, self.steps, os.getpid(), lifeline, self.backend))
             for r in range(self.world_size)
         ]
         for p in self.procs:
