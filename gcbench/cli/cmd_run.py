@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_arg, suite_choices
+from gcbench.cli.grammar import case_spec, choose, compressor_specs, model_arg, suite_arg, suite_choices, with_plans
 from gcbench.cli.output import plain, print_json, progress_bar, warn
 from gcbench.cli.preflight import check_output_dir, memory_check
 
@@ -44,7 +44,11 @@ def run(
     bucket_mb: BucketMb = None,
     loop: options.Loop = None,
     compressor: Annotated[list[str] | None, options.compressor_option(
-        "Run this compressor instead of the suite's (repeatable): name or name:key=value,...")] = None,
+        "Run this compressor instead of the suite's (repeatable): name or name:key=value,..., or plan:FILE (a compression "
+        "plan: each tensor by its rule's compressor).")] = None,
+    plan: Annotated[list[str] | None, options.plan(
+        "Run this compression plan (TOML, docs/plans.md) instead of the suite's compressors, as -c plan:FILE (repeatable).")]
+    = None,
     no_timing: NoTiming = False,
     as_json: Annotated[bool, options.json_flag("Print the results file's path and cases as JSON.")] = False,
     quiet: options.Quiet = False,
@@ -55,9 +59,10 @@ def run(
     """Run a benchmark suite and write one results file to reports/runs/.
 
     Examples: `gcbench run`, `gcbench run suites/cnn.toml`, `gcbench run quick -c dgc -c topk:density=0.01 --steps 20`,
-    `gcbench run quick --model resnet18 --device auto --json`.
+    `gcbench run quick --model resnet18 --device auto --json`,
+    `gcbench run quick --model digits_cnn --plan small.toml -c topk:density=0.01`.
+    A plan's rules are measured; its warm-up and local_steps apply in converge and train.
     """
-    from gcbench.compressors import registry
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import apply_overrides, duplicate_configs, find_suite, load_suite, suite_label
     from gcbench.measure.suite_checks import require_trusted_code
@@ -68,7 +73,7 @@ def run(
     device = None if device is None else choose(device, suite_choices("device"), "device")
     granularity = None if granularity is None else choose(granularity, suite_choices("granularity"), "granularity")
     loop = None if loop is None else choose(loop, ["open", "closed"], "loop")
-    specs = [registry.parse_spec(c) for c in compressor_specs(None, compressor)] or None
+    specs = [case_spec(c) for c in compressor_specs(None, with_plans(compressor, plan))] or None
     check_output_dir(out_dir, "--out")
     path = find_suite(suite)
     s = load_suite(path)
@@ -78,6 +83,10 @@ def run(
                         granularity=granularity, bucket_mb=bucket_mb, compressors=specs,
                         timing=False if no_timing else None, loop=loop)
     memory_check(s, str(path), force)
+    if any(c.name == "plan" for c in s.compressors):  # a plan's rules against the model's tensors, before any work
+        from gcbench.measure.plan_case import check_plan_cases
+
+        check_plan_cases(s)
     for line in duplicate_configs(s):
         warn(line)
     with progress_bar(not quiet and not as_json) as prog:

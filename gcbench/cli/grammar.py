@@ -38,6 +38,8 @@ def compressor_spec(text: str) -> str:
     """
     from gcbench.compressors import registry
 
+    if text.strip().startswith("plan:"):  # a compression plan: read and checked now, before any work
+        return plan_spec(text)
     name, sep, rest = text.partition(":")
     listed = old_comma_list(text)
     known = {n.lower() for n in registry.names()}
@@ -60,6 +62,31 @@ def compressor_specs(positional: Sequence[str] | None, options: Sequence[str] | 
         raise UsageError(f"{command} needs {'a compressor' if least == 1 else f'{least} or more compressors'}, "
                          f"got {len(specs)} (positional SPEC or -c SPEC)")
     return specs
+
+
+def plan_spec(text: str) -> str:
+    """``plan:FILE`` with its plan read and checked (:func:`gcbench.plan.load.plan_from_spec`: a bad plan is one line,
+    exit 1); the spec comes back as given, so the command reads the file where it builds its case."""
+    from gcbench.plan.load import plan_from_spec
+
+    plan_from_spec(text.strip())
+    return text.strip()
+
+
+def with_plans(options: Sequence[str] | None, plans: Sequence[str] | None) -> list[str] | None:
+    """A command's ``-c SPEC`` options followed by its ``--plan FILE`` ones as ``plan:FILE`` (None when neither is given)."""
+    if not options and not plans:
+        return None
+    return [*(options or []), *(f"plan:{p}" for p in plans or [])]
+
+
+def case_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """A SPEC as a suite case's (name, params): a compressor's by the registry, a ``plan:FILE`` as ``("plan", its table)``."""
+    from gcbench.compressors import registry
+    from gcbench.plan.load import case_params, plan_from_spec
+
+    plan = plan_from_spec(spec)
+    return ("plan", case_params(plan, spec.partition(":")[2].strip())) if plan is not None else registry.parse_spec(spec)
 
 
 def single_worker_compressors() -> list[str]:

@@ -88,6 +88,8 @@ steps = _with_help("--steps", "INT")
 seed = _with_help("--seed", "INT")
 #: ``--device NAME``: cpu, cuda (or auto where a suite allows it)
 device = _with_help("--device", "NAME")
+#: ``--plan FILE``: a compression plan (gcbench.plan), wherever a compressor spec is taken (the same as -c plan:FILE)
+plan = _with_help("--plan", "FILE")
 
 
 #: ``--loop open|closed``: what a live model steps with between measured steps (run, compare)

@@ -51,6 +51,7 @@ from gcbench.measure.copy_baseline import pool_copy_baseline, timing_summary
 from gcbench.measure.fidelity import Fidelity, fidelity
 from gcbench.measure.footprint import source_build_work, source_work
 from gcbench.measure.granularity import make_units
+from gcbench.measure.plan_case import PlanCompressor, plan_compressor, plan_record
 from gcbench.measure.source_data import ClosedLoopData, Progress, SourceData, build_source, no_progress
 from gcbench.measure.stream import DeliveredStream
 from gcbench.measure.suite import CompressorSpec, MetricsSpec, SourceSpec, Suite
@@ -79,6 +80,8 @@ def resolve_device(device: str) -> torch.device:
 
 
 def _unit_states(comp: Compressor, seed: int, workers: int, n_units: int) -> list[list[State]]:
+    if isinstance(comp, PlanCompressor):  # a plan's unit states are its rules' compressors' (each knows its unit)
+        return [[comp.init_unit_state(u, derive_seed(seed, "state", w, u)) for u in range(n_units)] for w in range(workers)]
     return [[comp.init_state(derive_seed(seed, "state", w, u)) for u in range(n_units)] for w in range(workers)]
 
 
@@ -118,9 +121,10 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     The numbers themselves are :mod:`gcbench.measure.casemath`'s, :mod:`~gcbench.measure.stream`'s and
     :mod:`~gcbench.measure.traffic`'s, summarised by :mod:`~gcbench.measure.case_summary`; this function runs the steps.
     """
-    comp = registry.create(spec.name, **spec.params)
-    info = comp.info
     W, T, units = data.source.workers, data.source.steps, data.units
+    # a plan (gcbench.plan) is a case like a compressor: each tensor by its rule's compressor
+    comp = plan_compressor(spec.params, data.source, units) if spec.name == "plan" else registry.create(spec.name, **spec.params)
+    info = comp.info
     if W < info.min_workers:
         raise GcbenchError(f"{info.name} needs at least {info.min_workers} workers ({info.exchange}); this source has {W} "
                            f"(use --workers {info.min_workers} or a source with more workers)")
@@ -176,6 +180,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
         progress("step", t + 1, T, spec.label)  # type: ignore[arg-type]  # a resolved suite labels every spec
     rec = _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
                        {**stream.summary(comp.stateful, suite.metrics.min_stream_steps), "loop": data.loop})
+    if isinstance(comp, PlanCompressor):
+        rec.update(plan_record(comp, rec["layers"]), params=dict(spec.params))  # the plan's table, as the suite holds it
     if saturated:
         rec["flags"]["saturated"] = saturated
     else:  # the workers' own sums over the whole stream, summed in float32 like every other
@@ -279,7 +285,7 @@ def _exchange_step(comp: Compressor, t: int, xs: Sequence[Sequence[torch.Tensor]
         return _Exchanged(fids, aggregates, firsts, contributions, phase, saturated)  # worker 0: its first fidelity repeat
     # worker 0's stream step is its first fidelity repeat (an independent draw from the same
     # state), so stochastic compressors do not compress worker 0's tensors once more
-    reuse = fids is not None and type(comp).compress_group is Compressor.compress_group
+    reuse = fids is not None and _per_unit(comp)
     if reuse:
         states[0] = first_states
     # need_decoded=True: every decoded tensor is there
@@ -292,6 +298,13 @@ def _exchange_step(comp: Compressor, t: int, xs: Sequence[Sequence[torch.Tensor]
     if fids is None and one_shot:
         fids = [fidelity(refs0[u], [dec]) for u, (_, dec) in enumerate(outs[0])]
     return _Exchanged(fids, aggregates, outs[0], [[dec for _, dec in o] for o in outs], None, saturated)
+
+
+def _per_unit(comp: Compressor) -> bool:
+    """Whether a worker's group compression is each unit's on its own (no model-wide selection; a plan's rules alike)."""
+    if isinstance(comp, PlanCompressor):
+        return all(type(s).compress_group is Compressor.compress_group for s in comp.subs.values())
+    return type(comp).compress_group is Compressor.compress_group
 
 
 def _protocol_exchange(comp: Compressor, xs: Sequence[Sequence[torch.Tensor]], states: Sequence[Sequence[State]],

@@ -323,31 +323,48 @@ def _format_pydantic(where: str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _resolved(where: str, c: CompressorSpec) -> CompressorSpec:
+    """One compressor checked against the registry (a plan against its rules), with its label filled."""
+    if c.name == "plan":  # a compression plan (gcbench.plan): its table is its params, its label plan:<name>
+        return _resolve_plan(where, c)
+    try:
+        info = registry.get(c.name)
+    except UnknownNameError as exc:
+        raise GcbenchError(f"{where}.name: {exc}") from None
+    try:
+        record = info.resolve(c.params)  # the one validation of parameters (gcbench.core.info)
+    except UnknownNameError as exc:
+        raise GcbenchError(f"{where}.params: {exc}") from None
+    except ParamError as exc:
+        raise GcbenchError(f"{where}.params.{exc.param}: {exc.reason}") from None
+    params = {k: record[k] for k in c.params}
+    label = c.label
+    if label is None:
+        label = c.name if not params else c.name + "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
+    return CompressorSpec(name=c.name, label=label, params=params)
+
+
 def _resolve_compressors(where: str, suite: Suite) -> Suite:
     """Check names and parameters against the registry; fill unique labels."""
     resolved = []
     seen: dict[str, int] = {}
     for i, c in enumerate(suite.compressors):
-        try:
-            info = registry.get(c.name)
-        except UnknownNameError as exc:
-            raise GcbenchError(f"{where}: compressors[{i}].name: {exc}") from None
-        try:
-            record = info.resolve(c.params)  # the one validation of parameters (gcbench.core.info)
-        except UnknownNameError as exc:
-            raise GcbenchError(f"{where}: compressors[{i}].params: {exc}") from None
-        except ParamError as exc:
-            raise GcbenchError(f"{where}: compressors[{i}].params.{exc.param}: {exc.reason}") from None
-        params = {k: record[k] for k in c.params}
-        label = c.label
-        if label is None:
-            label = c.name if not params else c.name + "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
+        spec = _resolved(f"{where}: compressors[{i}]", c)
+        label = spec.label or spec.name
         if label in seen:
             raise GcbenchError(f"{where}: compressors[{i}].label: {label!r} is already used by compressors[{seen[label]}]; "
                                "give each a unique label")
         seen[label] = i
-        resolved.append(CompressorSpec(name=c.name, label=label, params=params))
+        resolved.append(spec)
     return suite.model_copy(update={"compressors": resolved})
+
+
+def _resolve_plan(where: str, c: CompressorSpec) -> CompressorSpec:
+    """A plan case checked (:func:`gcbench.plan.load.plan_of_params`): params its whole [plan] table, label ``plan:<name>``."""
+    from gcbench.plan.load import case_params, plan_of_params
+
+    plan = plan_of_params(c.params, where)
+    return CompressorSpec(name="plan", label=c.label or plan.label, params=case_params(plan, c.params.get("file")))
 
 
 def _check_models(where: str, suite: Suite) -> None:

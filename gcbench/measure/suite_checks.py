@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
@@ -87,7 +88,16 @@ def check_sources(suite: Suite, where: str) -> list[str]:
                     problems.append(f"{where}: sources[{i}].{key}: {asked} requested, the trace {src.path} has {has}")
             workers = min(src.workers or trace.workers, trace.workers)
         for j, c in enumerate(suite.compressors):
-            need = registry.get(c.name).min_workers
+            need = _min_workers(c.name, c.params)
             if workers is not None and workers < need:
                 problems.append(f"{where}: compressors[{j}] ({c.label}) needs at least {need} workers; sources[{i}] has {workers}")
     return problems
+
+
+def _min_workers(name: str, params: dict[str, Any]) -> int:
+    """The fewest workers a case runs on: its card's, or for a plan the most any of its rules' compressors needs."""
+    if name != "plan":
+        return registry.get(name).min_workers
+    from gcbench.plan.load import plan_of_params
+
+    return max(registry.get(registry.parse_spec(spec)[0]).min_workers for spec in plan_of_params(params, "plan").specs())

@@ -199,3 +199,23 @@ def check_run_length(plan: Plan, steps: int, where: str = "") -> None:
     if plan.warmup_steps >= steps:
         raise PlanError(f"{where or plan.label}: warmup_steps = {plan.warmup_steps} is not shorter than the run's "
                         f"{steps} steps; the rules would never apply")
+
+
+def plan_of_params(params: Any, where: str) -> Plan:
+    """The plan of a suite's ``name = "plan"`` case: ``params.plan`` a ``[plan]`` table (``params.file`` then only says
+    where it was read), or ``params = {file = "PATH"}`` alone."""
+    if not isinstance(params, dict) or not params or set(params) - {"file", "plan"}:
+        raise PlanError(f"{where}: a plan case takes params = {{file = \"PLAN.toml\"}} or a [plan] table as params.plan")
+    if "plan" not in params:
+        return load_plan(_str(params["file"], f"{where}: file"))
+    if not isinstance(params["plan"], dict):
+        raise PlanError(f"{where}: params.plan: expected a [plan] table, got {params['plan']!r}")
+    return parse_plan(params["plan"], where)
+
+
+def case_params(plan: Plan, file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """A plan as a suite case's params (``{"plan": its [plan] table, "file": where it was read}``), which
+    :func:`plan_of_params` reads back."""
+    import tomllib
+
+    return {"plan": tomllib.loads(plan.to_toml())["plan"], **({"file": str(file)} if file is not None else {})}

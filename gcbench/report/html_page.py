@@ -48,6 +48,8 @@ from gcbench.report.notes import BENCH_FOOTNOTE, DAGGER, FOOTNOTE, PHASE_NOTE, T
 from gcbench.report.numbers import fmt
 from gcbench.report.text import clip
 from gcbench.report.views import (
+    PLAN_HEADERS,
+    PLAN_RIGHT,
     CaseRow,
     bench_description,
     bench_name,
@@ -63,6 +65,7 @@ from gcbench.report.views import (
     params_text,
     phase_columns,
     phase_values,
+    plan_tables,
     row_cells,
     source_answers,
     stream_caption,
@@ -180,6 +183,8 @@ def _run_context(i: int, run: LoadedRun) -> dict[str, Any]:
         sources.append({"anchor": f"run{i}-src{j}", "name": src, "main": main, "detail": detail, "oneshot": oneshot,
                         "layers": layer_rows(cases), "layer_headers": LAYER_HEADERS,
                         "plots": source_plots(cases, src), "phases": _phase_context(cases),
+                        "plans": [{"title": t.title, "rows": t.rows, "note": t.note} for t in plan_tables(cases)],
+                        "plan_headers": [{"header": h, "left": not r} for h, r in zip(PLAN_HEADERS, PLAN_RIGHT, strict=True)],
                         "workers": _first(cases, "workers"), "steps": _first(cases, "steps"),
                         "granularity": _first(cases, "granularity"), "answers": source_answers(run.kind, cases)})
     size_plot = plot_size_scaling([run_size_point(c) for c in run.cases if c.ok], f"throughput vs tensor size — {run.run_id}")

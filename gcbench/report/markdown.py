@@ -166,6 +166,9 @@ def markdown_summary(run: LoadedRun) -> str:
         phases = markdown_phases(cases)
         if phases:
             parts.append(phases)
+        for pt in views.plan_tables(cases):
+            parts += [f"**{md_escape(pt.title)}**", "", md_table(views.PLAN_HEADERS, [[md_escape(x) for x in r] for r in pt.rows],
+                                                                 views.PLAN_RIGHT), "", md_escape(pt.note), ""]
     sweep = sweep_of(run.data)
     if sweep is not None:
         parts.append(markdown_collectives(sweep))

@@ -101,7 +101,18 @@ def case_tables(cases: Sequence[RunCase], title: str) -> list[Table]:
             phases.caption = rich_escape(PHASE_NOTE)
             phases.caption_justify = "left"
             tables.append(phases)
+        tables += [plan_table(pt) for pt in views.plan_tables(group)]
     return tables
+
+
+def plan_table(pt: views.PlanTable) -> Table:
+    """A plan case's per-rule table (:func:`gcbench.report.views.plan_tables`)."""
+    t = Table(title=term(pt.title, TEXT_MAX), title_justify="left", caption=rich_escape(pt.note), caption_justify="left")
+    for header, right in zip(views.PLAN_HEADERS, views.PLAN_RIGHT, strict=True):
+        t.add_column(header, justify="right" if right else "left")
+    for row in pt.rows:
+        t.add_row(*[rich_escape(x) for x in row])
+    return t
 
 
 def _cases_table(title: str, cases: Sequence[Any], columns: Sequence[Any], with_errors: bool = True, first: str = "case",

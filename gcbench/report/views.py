@@ -161,7 +161,16 @@ def case_name(case: RunCase | TrainCase) -> str:
 
 
 def params_text(case: RunCase | TrainCase | BenchCase) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (case.params or {}).items())
+    """The case's parameters as ``key=value, ...``; a plan's, its rules (``numel < 1000 → none; default → topk``)."""
+    params = case.params or {}
+    if case.compressor == "plan" and isinstance(params.get("plan"), dict):
+        from gcbench.plan.load import PlanError, parse_plan
+
+        try:
+            return "; ".join(r.label() for r in parse_plan(params["plan"], str(case.label)).rules)
+        except PlanError:  # a file written by another version: its table as it is
+            pass
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def by_source(cases: Sequence[RunCase]) -> dict[str, list[RunCase]]:
@@ -234,6 +243,38 @@ def worker_cells(wt: WorkerTraffic) -> list[str]:
 # many, and a terminal scrolls down), cases the columns in pages that fit the width, one metric per
 # table — the ratio (where the bytes go) and the one-shot q (where the error goes).  The last row is
 # the whole model, so each column ends with the number of the summary table.
+
+
+@dataclass(frozen=True)
+class PlanTable:
+    """A plan case's per-rule table (``gcbench.plan``): which tensors each rule took, their elements and bytes."""
+
+    title: str
+    rows: list[list[str]]  # one per rule, in PLAN_HEADERS order
+    note: str
+
+
+#: the per-rule table's columns; bytes are the rule's tensors' mean payload bytes per step (worker 0)
+PLAN_HEADERS = ("rule", "matches", "tensors", "elements", "bytes / step", "bytes share", "compressor")
+PLAN_RIGHT = (True, False, True, True, True, True, False)
+
+
+def plan_tables(cases: Sequence[RunCase]) -> list[PlanTable]:
+    """One table per plan case that ran; its note says what a one-shot run leaves out (warm-up, local steps)."""
+    tables = []
+    for c in cases:
+        if not c.ok or not c.plan_rules:
+            continue
+        rows = [[str(r.rule), r.label.partition(" → ")[0], fmt(r.tensors, "int"), fmt(r.elements, "int"), fmt(r.bytes, "int"),
+                 "—" if r.bytes_share is None else f"{r.bytes_share:.1%}", r.compressor] for r in c.plan_rules]
+        plan = c.plan or {}
+        later = [f"a {plan['warmup_steps']}-step {plan.get('warmup', 'bf16')} warm-up"] if plan.get("warmup_steps") else []
+        later += [f"local_steps = {plan['local_steps']}"] if (plan.get("local_steps") or 1) > 1 else []
+        note = "each tensor by the first rule that matches it; bytes: its tensors' payloads per step"
+        if later:
+            note += f"; this run measures the rules only, not {' or '.join(later)}: converge and train run those"
+        tables.append(PlanTable(f"{case_name(c)} — per rule", rows, note))
+    return tables
 
 
 def layer_units(cases: Sequence[RunCase]) -> list[tuple[str, int | None]]:

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gcbench.results.run_record import RunCase
 
@@ -249,7 +250,14 @@ def case_point(c: RunCase, closed: ClosedEvidence | None = None) -> Point | None
     steps = c.stream.steps if c.stream is not None else None
     return Point(c.label, ratio, delivered, None if flagged else x, int(steps) if steps else None, _error_feedback(c),
                  residual_drain_steps(c.compressor or c.label, c.params), closed.outcomes.get(c.label) if closed else None,
-                 format_spec(c.compressor, c.params) if c.compressor else None)
+                 _spec(c, format_spec))
+
+
+def _spec(c: RunCase, format_spec: Callable[[str, Any], str]) -> str | None:
+    """The SPEC that names the case on a command line: a plan's ``plan:FILE``, a compressor's name and parameters."""
+    if c.compressor == "plan":
+        return f"plan:{c.params['file']}" if c.params and c.params.get("file") else None
+    return format_spec(c.compressor, c.params) if c.compressor else None
 
 
 def _dominates(a: Point, b: Point) -> bool:

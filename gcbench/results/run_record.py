@@ -172,6 +172,18 @@ class PhaseWindow(Model):
 
 
 
+class PlanRule(Model):
+    """One rule of a plan case (``gcbench.plan``): the tensors it took, their elements and the bytes they sent per step."""
+
+    rule: Count
+    label: Str
+    compressor: Str
+    tensors: Count
+    elements: Count
+    bytes: Num | None = None
+    bytes_share: Num | None = None
+
+
 def _last(series: Sequence[Any] | None) -> Any:
     return series[-1] if series else None
 
@@ -192,6 +204,9 @@ class RunCase(CaseBase):
     windows: list[PhaseWindow] | None = None
     step_phases: list[Str | None] | None = None
     phases: dict[str, dict[str, Any]] | None = None
+    plan: dict[str, Any] | None = None  # a plan case's plan (gcbench.plan.Plan.describe)
+    assignment: dict[str, Count] | None = None  # a plan case's rule (1-based) of each tensor
+    plan_rules: list[PlanRule] | None = None  # a plan case's per-rule table
 
     @property
     def beats_bound(self) -> bool:
