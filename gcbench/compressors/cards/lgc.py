@@ -91,6 +91,9 @@ LGC_CARD = CompressorInfo(
     ),
     traffic_bytes=12.0,  # top-k with error feedback (phases 2 and 3): read x and the residual, write the residual
     protocol=LGC_PROTOCOL,
+    scalar_reads=1,
+    scalar_reads_where="a top-k payload's decode: the sparse codec's one folded validity check (core/codec_torch.decode_sparse); "
+                       "its encode with a variable-length index coding (delta-varint, elias): the stream's length",
 )
 
 CARDS = (LGC_CARD,)

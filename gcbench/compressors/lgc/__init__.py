@@ -124,7 +124,8 @@ Choices of ``preset="gcbench"`` (all [gcbench] unless tagged):
   of worker 0 (``states[0].values["lgc"]``; the model's in its first unit's state: weights,
   optimizer state, a flag for the one-time weight transfer) as plain tensors and numbers, so
   ``state_dict()``/``load_state_dict()`` round-trips it and the next exchange is bit-identical.
-  It runs on the CPU in fp32.  Phase and leader derive from ``state.step``.
+  It runs in fp32 on the gradients' device (created on the CPU from its seed, moved there at first
+  use).  Phase and leader derive from ``state.step``.
 
 Transports [gcbench].  ``preset="gcbench"`` is written once, as each worker's side
 (:meth:`LGC.worker_protocol`, legs of :mod:`gcbench.core.protocol`): the parameter server's rounds
@@ -136,6 +137,12 @@ transport, the DDP hook on ``torch.distributed``, with the same bytes counted pe
 the reference preset's whole-model exchange: :meth:`LGC.worker_protocol` over every tensor of the
 model (:attr:`LGC.needs_whole_model`), run by :meth:`LGC.exchange_group` on the simulated transport
 and by the hook once per step over all its buckets.
+
+Device [gcbench].  Every message body is built and read with torch operations on the gradients'
+device (:mod:`gcbench.core.codec_torch`, the same bytes as the host codecs), and the autoencoder,
+the windows and the server's decode run there too: a GPU exchange makes no host copy.  Its scalar
+reads are the sparse codec's (one folded validity check per top-k body decoded, each decoded once
+per step; the card says ``scalar_reads=1``).
 
 Single-tensor API (the registry contract): ``compress(x, state)`` is the worker's standalone
 payload for its phase — fp32 dense in phase 1, top-k with error feedback in phases 2 and 3 (a

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, sparse_decode
+from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body_nbytes
 from gcbench.compressors.cards.lgc import LGC_CARD, PRESETS
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.gcbench_preset import GcbenchPreset
@@ -25,10 +25,11 @@ from gcbench.compressors.lgc.reference_preset import ReferencePreset
 from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import noting_uploads
 from gcbench.compressors.lgc.windows import Windows
-from gcbench.compressors.lgc.wire import f32_bytes, f32_read, refuse_kind
+from gcbench.compressors.lgc.wire import f32_bytes, f32_read, refuse_kind, sparse
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ExchangeResult, State, Traffic
 from gcbench.core.errors import ParamError, PayloadError
-from gcbench.core.header import body_numpy, meta_keys, meta_str
+from gcbench.core import codec_torch
+from gcbench.core.header import body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 from gcbench.core.protocol import Context, Leg, Message, WorkerProtocol, count_messages
@@ -48,6 +49,18 @@ def parse_channels(text: str) -> tuple[int, ...]:
     if not 1 <= len(widths) <= 8 or any(w < 1 for w in widths):
         raise ParamError(f"lgc.channels: 1 to 8 positive layer widths (each halves the length), got {text!r}")
     return widths
+
+
+def _place(rec: dict[str, Any], device: torch.device) -> None:
+    """Move an autoencoder record's weights and Adam moments to ``device`` (nothing when they are there already)."""
+    params: dict[str, torch.Tensor] = rec["params"]
+    if not params or next(iter(params.values())).device == device:
+        return
+    rec["params"] = {nm: p.to(device) for nm, p in params.items()}
+    adam = rec["adam"]
+    for key in ("exp_avg", "exp_avg_sq"):
+        if key in adam:
+            adam[key] = {nm: m.to(device) for nm, m in adam[key].items()}
 
 
 class LGC(Compressor):
@@ -109,11 +122,17 @@ class LGC(Compressor):
         # seed/draws: the reference preset's random choice of the latent all decoders train from
         return {"params": params, "adam": opt, "train_updates": 0, "encoder_at_leader": False, "seed": ae_seed, "draws": 0}
 
-    def autoencoder(self, state0: State, workers: int = 1) -> dict[str, Any]:
-        """The shared autoencoder of a tensor (or of the model), created on first use in worker 0's state."""
+    def autoencoder(self, state0: State, workers: int = 1, device: torch.device | None = None) -> dict[str, Any]:
+        """The shared autoencoder of a tensor (or of the model), created on first use in worker 0's state.
+
+        With ``device`` its weights and optimizer moments move there first (once: the gradients' device), so it
+        trains and runs where the gradients are.
+        """
         rec = state0.values.get(_STATE_KEY)
         if rec is None:
             rec = state0.values[_STATE_KEY] = self.init_autoencoder(state0.seed, workers)
+        if device is not None:
+            _place(rec, torch.device(device))
         return rec
 
     def _step_optimizer(self, rec: dict[str, Any], grads: dict[str, torch.Tensor]) -> None:
@@ -128,7 +147,7 @@ class LGC(Compressor):
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         meta: dict[str, MetaValue]
         if self.phase_of(state.step) == "dense":
-            body = f32_bytes(a).copy()  # not a view of a: a becomes the residual
+            body = f32_bytes(a)  # a copy, not a view of a: a becomes the residual
             meta, decoded = {"kind": "dense"}, a.clone()
         else:
             flat = a.reshape(-1)
@@ -137,7 +156,7 @@ class LGC(Compressor):
             idx = topk_indices_sorted(flat, k)
             vals = flat[idx]
             coding = self.settings["index_coding"]
-            body = sparse_body(vals, idx, d, coding)
+            body = sparse(vals, idx, d, coding)
             meta, decoded = {"kind": "topk", "k": k, "coding": coding}, dense_from_sparse(vals, idx, d)
         ctx.keep_residual(a, decoded)
         return body, meta, decoded
@@ -154,12 +173,14 @@ class LGC(Compressor):
     def _decode(self, payload: Payload) -> torch.Tensor:
         kind = meta_str(payload, "kind")
         if kind == "dense":
-            body = body_numpy(payload)
-            if len(body) != 4 * payload.numel:
-                raise PayloadError(f"lgc dense body has {len(body)} bytes, expected {4 * payload.numel}")
+            body = body_tensor(payload)
+            if body.numel() != 4 * payload.numel:
+                raise PayloadError(f"lgc dense body has {body.numel()} bytes, expected {4 * payload.numel}")
             return f32_read(body, 0, payload.numel, "dense")
-        if kind == "topk":
-            return sparse_decode(payload)
+        if kind == "topk":  # on the body's device; one scalar read, the codec's folded validity check
+            d = payload.numel
+            vals, idx = codec_torch.decode_sparse(body_tensor(payload), d, meta_int(payload, "k", 0, d), meta_str(payload, "coding"))
+            return dense_from_sparse(vals, idx, d)
         refuse_kind(kind)
 
     # ------------------------------------------------------------------ exchange

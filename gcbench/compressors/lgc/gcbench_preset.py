@@ -11,20 +11,19 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any, cast
 
-import numpy as np
 import torch
 
-from gcbench.compressors._common import k_of, sparse_body, to_numpy
+from gcbench.compressors._common import k_of
 from gcbench.compressors.lgc import autoencoder as ae
 from gcbench.compressors.lgc.index_sets import positions_in, topk_indices_sorted
 from gcbench.compressors.lgc.preset import Preset
 from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import only
-from gcbench.compressors.lgc.wire import f32_bytes, f32_read
-from gcbench.core import codec
+from gcbench.compressors.lgc.wire import f32_bytes, f32_read, sparse
+from gcbench.core import codec_torch
 from gcbench.core.compressor import Compressor, ErrorFeedback, ExchangeResult, State
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
-from gcbench.core.header import body_numpy
+from gcbench.core.header import body_tensor
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import Context, Leg, Message, Send, ToServer, counted_in, simulate
 
@@ -87,7 +86,7 @@ class GcbenchPreset(Preset):
         if d == 0:
             p = self.lgc.compress(x, state)
             yield Send([Message(f"{phase}:empty", me, (), p)], f"{phase}:empty")
-            return torch.zeros(shape, dtype=torch.float32)
+            return torch.zeros(shape, dtype=torch.float32, device=x.device)
         corrected = ErrorFeedback.corrected(x.detach().float().reshape(shape), state)
         a = corrected.reshape(-1)
         use_ae = self.lgc.uses_autoencoder(d)
@@ -124,21 +123,21 @@ class GcbenchPreset(Preset):
 
         mine: list[Message] = []
         if me == leader:  # the latent of its values at its own top-k indices, and the indices
-            params = self.lgc.autoencoder(state, n)["params"]
+            params = self.lgc.autoencoder(state, n, a.device)["params"]
             idx_l = topk_indices_sorted(a, k)
-            v_l = a[idx_l].cpu()
+            v_l = a[idx_l]
             s = win.scales(v_l)
             div = torch.where(s > 0, s, torch.ones_like(s))[:, None]
             with torch.no_grad():
                 z = ae.encode(params, (win.split(v_l.reshape(1, -1))[0] / div).reshape(win.n, 1, win.length))
-            latent = self.wire.msg("latent", np.concatenate([f32_bytes(s), f32_bytes(z)]), {"k": k}, shape, dtype)
+            latent = self.wire.msg("latent", torch.cat([f32_bytes(s), f32_bytes(z)]), {"k": k}, shape, dtype)
             mine = [Message("compressed:latent", me, (), latent),
                     Message("compressed:indices", me, (), self.wire.indices(idx_l, d, shape, dtype))]
         got = yield self._leader_round(mine, server, leader, n)
         if me != leader:
             idx_l = self.wire.read_indices(only(got, "compressed:indices"), d, 0)[1]
         pos = topk_indices_sorted(a, k_of(self.settings["innovation_density"], d))
-        innovation = self.wire.msg("innovation", sparse_body(a[pos], pos, d, coding), {"k": int(pos.numel()), "coding": coding},
+        innovation = self.wire.msg("innovation", sparse(a[pos], pos, d, coding), {"k": int(pos.numel()), "coding": coding},
                                    shape, dtype)
         keep = torch.zeros(d, dtype=torch.bool, device=a.device)
         keep[idx_l] = True
@@ -147,17 +146,17 @@ class GcbenchPreset(Preset):
 
         def serve(rows: list[list[Message]]) -> list[Message]:
             """Decode every worker at the leader's indices from the leader's latent + its innovation, average, send back."""
-            params = self.lgc.autoencoder(state, n)["params"]
-            body = body_numpy(server["latent"])
+            params = self.lgc.autoencoder(state, n, a.device)["params"]
+            body = body_tensor(server["latent"])
             s_rx = f32_read(body, 0, win.n, "latent")
             z_rx = f32_read(body, 4 * win.n, win.n * latent_channels * win.length // self.lgc.fold, "latent")
-            if len(body) != 4 * win.latent_floats(latent_channels, self.lgc.fold):
+            if body.numel() != 4 * win.latent_floats(latent_channels, self.lgc.fold):
                 raise PayloadError("lgc latent: body length does not match its geometry")
             z_rx = z_rx.reshape(win.n, latent_channels, win.length // self.lgc.fold)
             _, idx_rx = self.wire.read_indices(server["indices"], d, 0)
             div_rx = torch.where(s_rx > 0, s_rx, torch.ones_like(s_rx))
-            inn_k = torch.zeros((n, k), dtype=torch.float32)
-            mask_k = torch.zeros((n, k), dtype=torch.bool)
+            inn_k = torch.zeros((n, k), dtype=torch.float32, device=a.device)
+            mask_k = torch.zeros((n, k), dtype=torch.bool, device=a.device)
             extras: list[tuple[torch.Tensor, torch.Tensor]] = []
             for w in range(n):
                 vals, at = self.wire.read_sparse(only(rows[w], "compressed:innovation"), d)
@@ -171,9 +170,9 @@ class GcbenchPreset(Preset):
                 out = torch.stack([ae.decode(ae.decoder_view(params, w), z_rx, inn_w[w], im_w[w]) for w in range(n)])
             recon = win.join(out.reshape(n, win.n, win.length) * s_rx[None, :, None])
             recon = torch.where(mask_k, inn_k, recon)  # exact where sent (also where the scale was 0)
-            acc = torch.zeros(d, dtype=torch.float32)
+            acc = torch.zeros(d, dtype=torch.float32, device=a.device)
             for w in range(n):
-                r = torch.zeros(d, dtype=torch.float32)
+                r = torch.zeros(d, dtype=torch.float32, device=a.device)
                 r[idx_rx] = recon[w]
                 r[extras[w][0]] = extras[w][1]
                 acc += r
@@ -182,7 +181,7 @@ class GcbenchPreset(Preset):
 
         got = yield ToServer([Message("compressed:innovation", me, (), innovation)], "compressed:innovation", serve)
         pull = only(got, "compressed:pull")
-        return ctx.once((u, "aggregate"), lambda: self.wire.read_pull(pull, idx_l.cpu(), d)), sent
+        return ctx.once((u, "aggregate"), lambda: self.wire.read_pull(pull, idx_l, d)), sent
 
     def _ring_compressed(self, u: int, a: torch.Tensor, state: State, ctx: Context, leader: int, shape: tuple[int, ...],
                          dtype: torch.dtype) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
@@ -191,31 +190,31 @@ class GcbenchPreset(Preset):
         k = self.lgc.k_of(d)
         win = self.lgc.windows(k)
         latent_channels = int(self.settings["latent_channels"])
-        params = ctx.once((u, "autoencoder"), lambda: self.lgc.autoencoder(state))["params"]
+        params = ctx.once((u, "autoencoder"), lambda: self.lgc.autoencoder(state, device=a.device))["params"]
         ip: Payload | None = None
         if me == leader:
             idx_l = topk_indices_sorted(a, k)
-            s = win.scales(a[idx_l].cpu())
+            s = win.scales(a[idx_l])
             coding = self.settings["index_coding"]
-            ip = self.wire.msg("indices", np.concatenate([f32_bytes(s), codec.encode_indices(to_numpy(idx_l), d, coding)]),
+            ip = self.wire.msg("indices", torch.cat([f32_bytes(s), codec_torch.encode_indices(idx_l, d, coding, validate=False)]),
                            {"k": k, "coding": coding}, shape, dtype)
         ip = yield from self._ring_broadcast(ip, leader, ctx, "compressed:indices")
         s_rx, idx_rx = self.wire.read_indices(ip, d, win.n)
         div = torch.where(s_rx > 0, s_rx, torch.ones_like(s_rx))[None, :, None]
         # this worker's windows in the group's batch (zeros elsewhere): the encoder's kernels are chosen by the batch
         # shape, and every worker's codes are those of the one batched encoding the simulation always did
-        batch = torch.zeros((n, win.n, win.length))
-        batch[me] = win.split(a[idx_rx].cpu().reshape(1, -1))[0] / div[0]
+        batch = torch.zeros((n, win.n, win.length), device=a.device)
+        batch[me] = win.split(a[idx_rx.to(a.device)].reshape(1, -1))[0] / div[0].to(a.device)
         with torch.no_grad():
             z = ae.encode(params, batch.reshape(n * win.n, 1, win.length)).reshape(n, -1)[me]
         total = yield from self._ring_allreduce(z, ctx, "compressed:latent", dtype)
 
         def decode() -> torch.Tensor:
             zbar = (total / n).reshape(win.n, latent_channels, win.length // self.lgc.fold)
-            zeros = torch.zeros((win.n, 1, win.length))
+            zeros = torch.zeros((win.n, 1, win.length), device=total.device)
             with torch.no_grad():
                 out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
-            agg = torch.zeros(d, dtype=torch.float32)
+            agg = torch.zeros(d, dtype=torch.float32, device=total.device)
             agg[idx_rx] = win.join((out * s_rx[:, None]).reshape(1, win.n, win.length))[0]
             return agg
 
@@ -232,7 +231,7 @@ class GcbenchPreset(Preset):
         x = (win.split(values) / div).reshape(n * win.n, 1, win.length)
         inn = (win.split(inn_vals) / div).reshape(n * win.n, 1, win.length)
         im = win.split(inn_mask).reshape(n * win.n, 1, win.length)
-        valid = win.valid()
+        valid = win.valid(values.device)
         lam = float(self.settings["latent_weight"])
         ps = self.settings["mode"] == "ps"
 
@@ -249,7 +248,7 @@ class GcbenchPreset(Preset):
                 out = torch.stack(outs).reshape(n, win.n, win.length)
                 recon = ((out - x.reshape(n, win.n, win.length)).pow(2) * valid).sum() / (n * valid.sum())
             else:  # the mean values from the mean latent, as phase 3 decodes
-                zeros = torch.zeros((win.n, 1, win.length))
+                zeros = torch.zeros((win.n, 1, win.length), device=values.device)
                 out = ae.decode(params, zbar, zeros, zeros.bool()).reshape(win.n, win.length)
                 target = x.reshape(n, win.n, win.length).mean(0)
                 recon = ((out - target).pow(2) * valid).sum() / valid.sum()

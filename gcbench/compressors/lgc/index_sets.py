@@ -15,9 +15,8 @@ def topk_indices_sorted(a: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def positions_in(sorted_idx: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each of ``pos``: its position in ascending ``sorted_idx`` and whether it is there."""
-    sorted_idx = sorted_idx.cpu()
-    pos = pos.cpu()
+    """For each of ``pos``: its position in ascending ``sorted_idx`` and whether it is there (on ``pos``' device)."""
+    sorted_idx = sorted_idx.to(pos.device)
     where = torch.searchsorted(sorted_idx, pos).clamp(max=max(sorted_idx.numel() - 1, 0))
-    inside = sorted_idx[where] == pos if sorted_idx.numel() else torch.zeros(pos.shape, dtype=torch.bool)
+    inside = sorted_idx[where] == pos if sorted_idx.numel() else torch.zeros(pos.shape, dtype=torch.bool, device=pos.device)
     return where, inside

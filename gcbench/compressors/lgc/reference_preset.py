@@ -9,6 +9,7 @@ the source of every detail.
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from gcbench.compressors.lgc.rounds import only, others
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read
 from gcbench.core.compressor import ErrorFeedback, ExchangeResult, State
 from gcbench.core.errors import GcbenchError, ParamError, PayloadError
-from gcbench.core.header import body_numpy
+from gcbench.core.header import body_tensor
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import Context, Leg, Message, Send, ToServer, counted_in, simulate
 
@@ -119,7 +120,7 @@ class ReferencePreset(Preset):
                      for x, st, shape in zip(xs, states, shapes, strict=True)]
         aggs: list[torch.Tensor] = list(corrected)  # each replaced by the unit's aggregate below
         sent: list[torch.Tensor] = list(corrected)  # a dense round leaves no residual
-        pushes: list[list[Payload]] = []  # per middle unit, every worker's top-k push (where this worker sees them)
+        pushes: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per middle unit, every worker's top-k push, decoded
         for u, a in enumerate(corrected):
             if u not in mid or phase == "dense":
                 tag = phase if phase == "dense" else f"{phase}:dense-tensor"
@@ -147,24 +148,25 @@ class ReferencePreset(Preset):
         """The middle units' sizes, their K values, and where each unit's K values start in the concatenated vector (and its end)."""
         dims = [t.numel() for t in a]
         ks = [self.lgc.k_of(d) for d in dims]
-        return dims, ks, np.cumsum([0, *ks]).tolist()
+        return dims, ks, list(accumulate([0, *ks]))
 
     def _concat_values(self, vals: Sequence[torch.Tensor]) -> torch.Tensor:
-        return torch.cat([v.reshape(-1).float().cpu() for v in vals]) if vals else torch.zeros(0)
+        return torch.cat([v.reshape(-1).float() for v in vals]) if vals else torch.zeros(0)
 
     def _reference_loss(self, params: dict[str, torch.Tensor], z: torch.Tensor, recon: torch.Tensor) -> torch.Tensor:
         """(1 − λ)·recon + λ·Σ_{i≠j} MSE(z_i, z_j): the re-implementation's similarity term (λ = 0.5 there)."""
         n = z.shape[0]
-        sim = sum(((z[i] - z[j]).pow(2).mean() for i in range(n) for j in range(n) if i != j), torch.zeros(()))
+        sim = sum(((z[i] - z[j]).pow(2).mean() for i in range(n) for j in range(n) if i != j), torch.zeros((), device=z.device))
         lam = float(self.settings["latent_weight"])
         return (1 - lam) * recon + lam * sim
 
-    def _reference_train(self, state0: State, ctx: Context, leader: int, pushes: list[list[Payload]], a: list[torch.Tensor],
+    def _reference_train(self, state0: State, ctx: Context, leader: int, pushes: list[list[tuple[torch.Tensor, torch.Tensor]]],
+                         a: list[torch.Tensor],
                          geo: list[tuple[tuple[int, ...], torch.dtype]]) -> Generator[Leg, Any, None]:
         """Phase 2 of the reference preset: ``ae_iters`` steps of its loss on this step's top-k values.
 
-        ``pushes``: per middle unit, every worker's top-k push as this worker's top-k round kept
-        it; ``a``: this worker's corrected middle tensors.  PS (the re-implementation's rule): the
+        ``pushes``: per middle unit, every worker's top-k push (values, indices) as this worker's top-k round
+        kept it; ``a``: this worker's corrected middle tensors.  PS (the re-implementation's rule): the
         server, which already holds every push, trains in a round without messages on each
         worker's *own* top-k values of every middle unit, concatenated; one randomly chosen
         worker's latent is decoded by every worker's decoder with that worker's innovation (its
@@ -184,20 +186,21 @@ class ReferencePreset(Preset):
                 for w in range(n):
                     vals, innv = [], []
                     for j, d in enumerate(dims):
-                        v, _idx = self.wire.read_sparse(pushes[j][w], d)
+                        v, _idx = pushes[j][w]
                         k_inn = min(k_of(self.settings["innovation_density"], d), v.numel())
-                        keep = torch.zeros(v.numel(), dtype=torch.bool)
+                        keep = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
                         keep[torch.topk(v.abs(), k_inn, sorted=False).indices] = True
                         vals.append(v)
                         innv.append(torch.where(keep, v, 0.0))
                     x_rows.append(self._concat_values(vals))
                     inn_rows.append(self._concat_values(innv))
-                self._reference_steps(self.lgc.autoencoder(state0, n), torch.stack(x_rows)[:, None, :], torch.stack(inn_rows)[:, None, :])
+                x_all = torch.stack(x_rows)[:, None, :]
+                self._reference_steps(self.lgc.autoencoder(state0, n, x_all.device), x_all, torch.stack(inn_rows)[:, None, :])
                 return []
 
             yield ToServer([], "topk:train", serve)
             return
-        pushed = [[self.wire.read_sparse(p, d) for p in row] for row, d in zip(pushes, dims, strict=True)]
+        pushed = pushes
         idx_l = [row[leader][1] for row in pushed]
         extra = [None if me == leader else self.wire.missing_values(a[j], pushed[j][me][1], idx_l[j], *geo[j]) for j in range(len(geo))]
         # one leg for every middle unit: each other worker's messages, in unit order
@@ -208,7 +211,7 @@ class ReferencePreset(Preset):
         cols = [self._values_at(pushed[j], idx_l[j], leader, [None if w == leader else received[w][j] for w in range(n)])
                 for j in range(len(geo))]
         x = torch.cat(cols, dim=1)[:, None, :]
-        ctx.once(("model", "train"), lambda: self._reference_steps(self.lgc.autoencoder(state0, n), x, None))
+        ctx.once(("model", "train"), lambda: self._reference_steps(self.lgc.autoencoder(state0, n, x.device), x, None))
 
     def _reference_steps(self, rec: dict[str, Any], x: torch.Tensor, inn: torch.Tensor | None) -> None:
         """``ae_iters`` steps of the reference loss on (N, 1, K) values; ``inn``: the workers' innovations (ps), None (ring)."""
@@ -253,17 +256,17 @@ class ReferencePreset(Preset):
             idx_l = [topk_indices_sorted(a[j], ks[j]) for j in range(count)]
             v_l = self._concat_values([a[j][idx_l[j]] for j in range(count)])
             with torch.no_grad():
-                z = ae.reference_encode(self.lgc.autoencoder(state0, n)["params"], v_l.reshape(1, 1, -1))
+                z = ae.reference_encode(self.lgc.autoencoder(state0, n, v_l.device)["params"], v_l.reshape(1, 1, -1))
             lat = self.wire.msg("latent", f32_bytes(z), {"k": int(v_l.numel())}, shape0, dtype0)
             ip = self.wire.msg("indices", self.wire.multi_indices(idx_l, dims), {"k": int(v_l.numel()), "coding": coding}, shape0, dtype0)
             mine = [Message("compressed:latent", me, (), lat), Message("compressed:indices", me, (), ip)]
         got = yield self._leader_round(mine, server, leader, n)
         if me != leader:
-            idx_l, _ = self.wire.read_multi_indices(body_numpy(only(got, "compressed:indices")), ks, dims)
+            idx_l, _ = self.wire.read_multi_indices(body_tensor(only(got, "compressed:indices")), ks, dims)
         kinn = [k_of(self.settings["innovation_density"], d) for d in dims]
         pos = [topk_indices_sorted(a[j], kinn[j]) for j in range(count)]
         vals = self._concat_values([a[j][pos[j]] for j in range(count)])
-        innovation = self.wire.msg("innovation", np.concatenate([f32_bytes(vals), self.wire.multi_indices(pos, dims)]),
+        innovation = self.wire.msg("innovation", torch.cat([f32_bytes(vals), self.wire.multi_indices(pos, dims).to(vals.device)]),
                                {"k": int(vals.numel()), "coding": coding}, shape0, dtype0)
         sent = []
         for j in range(count):
@@ -279,7 +282,7 @@ class ReferencePreset(Preset):
         pulls = [m.payload for m in got if m.phase == "compressed:pull"]
         if len(pulls) != count:
             raise PayloadError(f"lgc: expected the server's aggregate of each of {count} middle tensors, got {len(pulls)}")
-        aggs = ctx.once(("model", "aggregate"), lambda: [self.wire.read_pull(p, i.cpu(), d)
+        aggs = ctx.once(("model", "aggregate"), lambda: [self.wire.read_pull(p, i, d)
                                                       for p, i, d in zip(pulls, idx_l, dims, strict=True)])
         return [agg.to(t.device) for agg, t in zip(aggs, a, strict=True)], sent
 
@@ -290,21 +293,22 @@ class ReferencePreset(Preset):
         its innovation, its values outside the leader's index set added exactly; the aggregate of each middle unit sent back."""
         count = len(geo)
         dims, ks, offs = layout
-        params = self.lgc.autoencoder(state0, n)["params"]
-        lb = body_numpy(server["latent"])
+        lb = body_tensor(server["latent"])
+        dev = lb.device
+        params = self.lgc.autoencoder(state0, n, dev)["params"]
         length = ae.reference_latent_length(offs[-1])
-        if len(lb) != 4 * ae.REF_LATENT * length:
+        if lb.numel() != 4 * ae.REF_LATENT * length:
             raise PayloadError("lgc latent: body length does not match its geometry")
         z_rx = f32_read(lb, 0, ae.REF_LATENT * length, "latent").reshape(1, ae.REF_LATENT, length)
-        idx_rx, _ = self.wire.read_multi_indices(body_numpy(server["indices"]), ks, dims)
-        acc = [torch.zeros(d, dtype=torch.float32) for d in dims]
+        idx_rx, _ = self.wire.read_multi_indices(body_tensor(server["indices"]).to(dev), ks, dims)
+        acc = [torch.zeros(d, dtype=torch.float32, device=dev) for d in dims]
         extra_all: list[list[torch.Tensor]] = [[] for _ in range(count)]
         for w in range(n):
-            ib = body_numpy(only(rows[w], "compressed:innovation"))
+            ib = body_tensor(only(rows[w], "compressed:innovation")).to(dev)
             total = sum(kinn)
             v_w = f32_read(ib, 0, total, "innovation")
             pos_rx, _ = self.wire.read_multi_indices(ib[4 * total:], kinn, dims)
-            inn_vec = torch.zeros(offs[-1], dtype=torch.float32)
+            inn_vec = torch.zeros(offs[-1], dtype=torch.float32, device=dev)
             extras = []
             start = 0
             for j in range(count):
@@ -316,7 +320,7 @@ class ReferencePreset(Preset):
             with torch.no_grad():
                 out = ae.reference_decode(params, w, z_rx, inn_vec.reshape(1, 1, -1)).reshape(-1)
             for j in range(count):
-                r = torch.zeros(dims[j], dtype=torch.float32)
+                r = torch.zeros(dims[j], dtype=torch.float32, device=dev)
                 r[idx_rx[j]] = out[offs[j]:offs[j + 1]]
                 r[extras[j][0]] = extras[j][1]
                 acc[j] += r
@@ -342,16 +346,16 @@ class ReferencePreset(Preset):
         dims, ks, offs = self._concat_layout(a)
         shape0, dtype0 = geo[0]  # the whole-model messages carry the first middle unit's shape
         coding = self.settings["index_coding"]
-        params = ctx.once(("model", "autoencoder"), lambda: self.lgc.autoencoder(state0, n))["params"]
+        params = ctx.once(("model", "autoencoder"), lambda: self.lgc.autoencoder(state0, n, a[0].device))["params"]
         ip: Payload | None = None
         if me == leader:
             idx_l = [topk_indices_sorted(a[j], ks[j]) for j in range(count)]
             ip = self.wire.msg("indices", self.wire.multi_indices(idx_l, dims), {"k": int(sum(ks)), "coding": coding}, shape0, dtype0)
         ip = yield from self._ring_broadcast(ip, leader, ctx, "compressed:indices")
-        idx_rx, _ = self.wire.read_multi_indices(body_numpy(ip), ks, dims)
+        idx_rx, _ = self.wire.read_multi_indices(body_tensor(ip), ks, dims)
         # this worker's values in the group's batch (zeros elsewhere): the encoder's kernels are chosen by the batch
         # shape, and every worker's codes are those of the one batched encoding the simulation always did
-        batch = torch.zeros((n, 1, offs[-1]))
+        batch = torch.zeros((n, 1, offs[-1]), device=a[0].device)
         batch[me, 0] = self._concat_values([a[j][idx_rx[j].to(a[j].device)] for j in range(count)])
         with torch.no_grad():
             z = ae.reference_encode(params, batch)[me]
@@ -359,10 +363,11 @@ class ReferencePreset(Preset):
 
         def decode() -> list[torch.Tensor]:
             with torch.no_grad():
-                out = ae.reference_decode(params, 0, (total / n).reshape(1, *z.shape), torch.zeros((1, 1, offs[-1]))).reshape(-1)
+                out = ae.reference_decode(params, 0, (total / n).reshape(1, *z.shape),
+                                          torch.zeros((1, 1, offs[-1]), device=total.device)).reshape(-1)
             aggs = []
             for j in range(count):
-                agg = torch.zeros(dims[j], dtype=torch.float32)
+                agg = torch.zeros(dims[j], dtype=torch.float32, device=total.device)
                 agg[idx_rx[j]] = out[offs[j]:offs[j + 1]]
                 aggs.append(agg)
             return aggs

@@ -23,7 +23,7 @@ from gcbench.compressors.lgc.windows import Windows
 from gcbench.compressors.lgc.wire import Wire, f32_bytes, f32_read
 from gcbench.core.compressor import State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy
+from gcbench.core.header import body_tensor
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import SERVER, Context, Leg, Message, Outcome, Send, ToServer, WorkerProtocol
 
@@ -54,7 +54,7 @@ class LGCCompressor(Protocol):
 
     def windows(self, k: int) -> Windows: ...
 
-    def autoencoder(self, state0: State, workers: int = 1) -> dict[str, Any]: ...
+    def autoencoder(self, state0: State, workers: int = 1, device: torch.device | None = None) -> dict[str, Any]: ...
 
     def optimise(self, rec: dict[str, Any], loss_of: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None: ...
 
@@ -122,7 +122,7 @@ class Rounds:
             return (yield from self._ring_allreduce(a, ctx, f"{phase}:ring", dtype)) / n
 
         def serve(rows: list[list[Message]]) -> list[Message]:
-            acc = torch.zeros(a.numel(), dtype=torch.float32)
+            acc = torch.zeros(a.numel(), dtype=torch.float32, device=a.device)
             for w in range(n):  # the server decodes what arrived
                 acc += self.lgc.decode_received(only(rows[w], f"{phase}:push"), shape).reshape(-1)
             return [Message(f"{phase}:pull", SERVER, tuple(range(n)), self.wire.dense(acc / n, shape, dtype))]
@@ -133,13 +133,13 @@ class Rounds:
 
     def _topk_exchange(self, u: int, a: torch.Tensor, state: State | None, ctx: Context, phase: str, leader: int, train: Trainer | None,
                        shape: tuple[int, ...], dtype: torch.dtype,
-                       keep: list[Payload] | None = None) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
+                       keep: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
         """Top-k with error feedback: ps through the server (push, pull of the mean at the union of the
         indices), ring by all-gather; with a ``train`` step (only ``preset="gcbench"`` trains per tensor), then the
         autoencoder's training round, which calls it.  (aggregate, sent).
 
-        ``keep`` receives every worker's push, by worker, where this worker sees them (ps: in the
-        server's round, where it is hosted; ring: from the all-gather), for a later training round
+        ``keep`` receives every worker's push decoded (values, ascending indices), by worker, where this worker sees
+        them (ps: in the server's round, where it is hosted; ring: from the all-gather), for a later training round
         over several units (the reference preset's).
         """
         me, n, d = ctx.rank, ctx.world, a.numel()
@@ -152,16 +152,13 @@ class Rounds:
 
             def serve(rows: list[list[Message]]) -> list[Message]:
                 pushes = [only(row, f"{phase}:push") for row in rows]
+                server["pushed"] = pushed = [self.wire.read_push(p, shape) for p in pushes]  # each decoded once
                 if keep is not None:
-                    keep[:] = pushes
-                acc = torch.zeros(d, dtype=torch.float32)
-                for p in pushes:
-                    acc += self.lgc.decode_received(p, shape).reshape(-1)
-                acc /= n
-                support = torch.unique(torch.cat([self.wire.read_sparse(p, d)[1] for p in pushes]))
+                    keep[:] = pushed
+                acc = self._mean_of(pushed, d, a.device)
+                support = torch.unique(torch.cat([i for _, i in pushed]))
                 replies = [Message(f"{phase}:pull", SERVER, tuple(range(n)), self.wire.topk(acc[support], support, d, shape, dtype))]
                 if train is not None:  # the server tells the other workers the leader's index set
-                    server["pushed"] = pushed = [self.wire.read_sparse(p, d) for p in pushes]
                     ip = self.wire.indices(pushed[leader][1], d, shape, dtype)
                     replies.append(Message("topk:train", SERVER, others(leader, n), ip))
                 return replies
@@ -180,7 +177,7 @@ class Rounds:
                     values = self._values_at(pushed, lead, leader, extra)
                     inn_vals, inn_mask = self._innovation_in_k(pushed, lead, True, d)
                     assert state is not None, "training needs the unit's state"
-                    train(self.lgc.autoencoder(state, n), values, inn_vals, inn_mask, leader)
+                    train(self.lgc.autoencoder(state, n, values.device), values, inn_vals, inn_mask, leader)
                     return []
 
                 yield ToServer(mine, "topk:train", serve_train)
@@ -188,18 +185,12 @@ class Rounds:
         # ring: all-gather (each sends its payload once and receives the others')
         got = yield Send([Message(f"{phase}:allgather", me, others(me, n), push)], f"{phase}:allgather")
         pushes = by_sender(me, push, got, n, f"{phase}:allgather")
+        # every push decoded once (the simulated transport shares it between the workers, each of which holds them all)
+        pushed = ctx.once((u, "pushed"), lambda: [self.wire.read_push(p, shape) for p in pushes])
         if keep is not None:
-            keep[:] = pushes
-
-        def mean() -> torch.Tensor:
-            acc = torch.zeros(d, dtype=torch.float32)
-            for p in pushes:
-                acc += self.lgc.decode_received(p, shape).reshape(-1)
-            return acc / n
-
-        agg = ctx.once((u, "aggregate"), mean)
+            keep[:] = pushed
+        agg = ctx.once((u, "aggregate"), lambda: self._mean_of(pushed, d, a.device))
         if train is not None:  # every worker trains an identical replica on every worker's values at the leader's indices
-            pushed = [self.wire.read_sparse(p, d) for p in pushes]
             idx_l = pushed[leader][1]
             extra = None if me == leader else self.wire.missing_values(a, idx, idx_l, shape, dtype)
             got = yield Send([] if extra is None else [Message("topk:train", me, others(me, n), extra)], "topk:train")
@@ -208,19 +199,33 @@ class Rounds:
             values = self._values_at(pushed, idx_l, leader, rows)
             inn_vals, inn_mask = self._innovation_in_k(pushed, idx_l, False, d)
             assert state is not None, "training needs the unit's state"
-            ctx.once((u, "train"), lambda: train(self.lgc.autoencoder(state, n), values, inn_vals, inn_mask, leader))
+            ctx.once((u, "train"), lambda: train(self.lgc.autoencoder(state, n, values.device), values, inn_vals, inn_mask, leader))
         return agg, sent
+
+    @staticmethod
+    def _mean_of(pushed: Sequence[tuple[torch.Tensor, torch.Tensor]], d: int, device: torch.device) -> torch.Tensor:
+        """The mean of the workers' top-k vectors (values, indices), each added densely in worker order."""
+        acc = torch.zeros(d, dtype=torch.float32, device=device)
+        for vals, idx in pushed:
+            acc += dense_from_sparse(vals.to(device), idx.to(device), d)
+        return acc / len(pushed)
 
     def _values_at(self, pushed: list[tuple[torch.Tensor, torch.Tensor]], idx_l: torch.Tensor, leader: int,
                    extra: Sequence[Payload | None]) -> torch.Tensor:
         """Every worker's values (N, K) at the leader's top-k indices: from its push, the rest from its ``values`` message."""
-        values = torch.zeros((len(pushed), idx_l.numel()), dtype=torch.float32)
+        values = torch.zeros((len(pushed), idx_l.numel()), dtype=torch.float32, device=idx_l.device)
         for w, (vals_w, idx_w) in enumerate(pushed):
             where, have = positions_in(idx_w, idx_l)  # which leader indices this worker's push already held
             values[w, have] = vals_w[where[have]]
             p = extra[w]
             if w != leader and p is not None:
-                values[w, ~have] = f32_read(body_numpy(p), 0, int((~have).sum()), "values")
+                body = body_tensor(p)  # as many values as the leader indices it lacks: the assignment checks the count
+                if body.numel() % 4:
+                    raise PayloadError(f"lgc values: worker {w} sent {body.numel()} bytes, not a whole number of float32")
+                try:
+                    values[w, ~have] = f32_read(body, 0, body.numel() // 4, "values").to(values.device)
+                except RuntimeError:
+                    raise PayloadError(f"lgc values: worker {w} sent {body.numel()} bytes, not 4 per leader index it lacks") from None
         return values
 
     def _weights_round(self, state: State, n: int, leader: int, shape: tuple[int, ...], dtype: torch.dtype) -> ToServer:
@@ -268,7 +273,7 @@ class Rounds:
         Every worker ends with the same sums, added in the same order.
         """
         me, n = ctx.rank, ctx.world
-        chunks = [c.float().cpu().clone() for c in torch.tensor_split(v.reshape(-1), n)]
+        chunks = [c.float().clone() for c in torch.tensor_split(v.reshape(-1), n)]
         for sweep in ("reduce", "gather"):
             for s in range(n - 1):
                 c = (me - s) % n if sweep == "reduce" else (me + 1 - s) % n
@@ -287,8 +292,8 @@ class Rounds:
         so the trainer takes them from there.  Ring mode has no innovation (all zero).
         """
         n, k = len(pushed), idx_l.numel()
-        vals = torch.zeros((n, k), dtype=torch.float32)
-        mask = torch.zeros((n, k), dtype=torch.bool)
+        vals = torch.zeros((n, k), dtype=torch.float32, device=idx_l.device)
+        mask = torch.zeros((n, k), dtype=torch.bool, device=idx_l.device)
         if not ps:
             return vals, mask
         for w, (v, idx) in enumerate(pushed):

@@ -31,7 +31,7 @@ class Windows:
     def split(self, v: torch.Tensor) -> torch.Tensor:
         """(B, K) → (B, n, L), zero-padded."""
         b = v.shape[0]
-        out = torch.zeros((b, self.n * self.per), dtype=v.dtype)
+        out = torch.zeros((b, self.n * self.per), dtype=v.dtype, device=v.device)
         out[:, : self.k] = v
         out = out.reshape(b, self.n, self.per)
         return torch.nn.functional.pad(out, (0, self.length - self.per))
@@ -40,9 +40,9 @@ class Windows:
         """(B, n, L) → (B, K)."""
         return w[..., : self.per].reshape(w.shape[0], self.n * self.per)[:, : self.k]
 
-    def valid(self) -> torch.Tensor:
-        """(n, L) bool: positions holding one of the K values."""
-        return self.split(torch.ones((1, self.k), dtype=torch.bool))[0]
+    def valid(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """(n, L) bool on ``device``: positions holding one of the K values."""
+        return self.split(torch.ones((1, self.k), dtype=torch.bool, device=device))[0]
 
     def latent_floats(self, latent_channels: int, fold: int) -> int:
         """Floats of the latent message: the codes plus one scale per window."""
@@ -51,5 +51,5 @@ class Windows:
     def scales(self, v: torch.Tensor) -> torch.Tensor:
         """Per-window RMS of one worker's K values (float32, shape (n,))."""
         w = self.split(v.reshape(1, -1).double())[0]
-        count = self.valid().sum(1).double()
+        count = self.valid(v.device).sum(1).double()
         return (w.pow(2).sum(1) / count).sqrt().float()

@@ -4,6 +4,10 @@ Kinds (header ``kind``): ``dense`` (fp32 values) and ``topk`` (values and indice
 payload alone; ``latent``, ``indices``, ``innovation``, ``values`` and ``weights`` are messages of
 the multi-worker exchange and decode only inside it (the package docstring,
 gcbench/compressors/lgc/__init__.py, lists each kind's body bits).
+
+Bodies are built and read with torch operations on the tensors' device
+(:mod:`gcbench.core.codec_torch`, the same bytes as :mod:`gcbench.core.codec`): a message made on a
+GPU never leaves it.  Reading a sparse or index body costs the codec's one folded validity read.
 """
 
 from __future__ import annotations
@@ -11,15 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn
 
-import numpy as np
 import torch
 
-from gcbench.compressors._common import sparse_body, to_numpy
 from gcbench.compressors.lgc.index_sets import positions_in
-from gcbench.core import codec
+from gcbench.core import codec_torch
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_str
-from gcbench.core.payload import MetaValue, Payload
+from gcbench.core.header import body_tensor, meta_int, meta_keys, meta_str
+from gcbench.core.params import INDEX_CODINGS
+from gcbench.core.payload import MetaValue, Payload, check_shape
 from gcbench.core.protocol import SERVER, Message
 
 STANDALONE_KINDS = ("dense", "topk")
@@ -34,15 +37,27 @@ def refuse_kind(kind: str) -> NoReturn:
     raise PayloadError(f"lgc payload of unknown kind {kind!r}")
 
 
-def f32_bytes(t: torch.Tensor) -> np.ndarray:
-    return to_numpy(t.reshape(-1).float()).astype("<f4", copy=False).view(np.uint8)
+def f32_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's values as float32 little-endian bytes: a new 1-D uint8 tensor on its device (never a view of ``t``)."""
+    return t.detach().reshape(-1).float().clone().view(torch.uint8)
 
 
-def f32_read(body: np.ndarray, start: int, count: int, what: str) -> torch.Tensor:
+def f32_read(body: torch.Tensor, start: int, count: int, what: str) -> torch.Tensor:
+    """``count`` float32 values from byte ``start`` of a uint8 body: a new tensor on the body's device."""
     end = start + 4 * count
-    if count < 0 or len(body) < end:
-        raise PayloadError(f"lgc {what}: body is truncated (need {end} bytes, have {len(body)})")
-    return torch.from_numpy(body[start:end].view("<f4").astype(np.float32))
+    if count < 0 or body.numel() < end:
+        raise PayloadError(f"lgc {what}: body is truncated (need {end} bytes, have {body.numel()})")
+    return body[start:end].clone().view(torch.float32)
+
+
+def sparse(values: torch.Tensor, idx: torch.Tensor, d: int, coding: str) -> torch.Tensor:
+    """The sparse body of float32 ``values`` at ascending ``idx`` (their device; the caller's indices are sorted)."""
+    return codec_torch.encode_sparse(values, idx, d, coding, validate=False)
+
+
+def cat_bytes(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Byte tensors back to back (an empty body when there are none)."""
+    return torch.cat(list(parts)) if parts else torch.zeros(0, dtype=torch.uint8)
 
 
 class Wire:
@@ -53,31 +68,42 @@ class Wire:
         self.version = version
         self.coding = coding
 
-    def msg(self, kind: str, body: np.ndarray, meta: dict[str, MetaValue], shape: tuple[int, ...], dtype: torch.dtype) -> Payload:
-        data = torch.from_numpy(np.ascontiguousarray(body, dtype=np.uint8).ravel())
-        return Payload(self.name, self.version, dtype, shape, data, {"kind": kind, **meta})
+    def msg(self, kind: str, body: torch.Tensor, meta: dict[str, MetaValue], shape: tuple[int, ...], dtype: torch.dtype) -> Payload:
+        return Payload(self.name, self.version, dtype, shape, body.reshape(-1), {"kind": kind, **meta})
 
     def dense(self, v: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> Payload:
         return self.msg("dense", f32_bytes(v), {}, shape, dtype)
 
     def topk(self, vals: torch.Tensor, idx: torch.Tensor, d: int, shape: tuple[int, ...], dtype: torch.dtype) -> Payload:
         coding = self.coding
-        return self.msg("topk", sparse_body(vals, idx, d, coding), {"k": int(idx.numel()), "coding": coding}, shape, dtype)
+        return self.msg("topk", sparse(vals, idx, d, coding), {"k": int(idx.numel()), "coding": coding}, shape, dtype)
 
     def read_indices(self, p: Payload, d: int, nscales: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(scales, ascending indices) of an ``indices`` message."""
-        body = body_numpy(p)
+        body = body_tensor(p)
         scales = f32_read(body, 0, nscales, "indices")
-        idx, _ = codec.decode_indices(body[4 * nscales :], d, meta_int(p, "k"), meta_str(p, "coding"))
-        return scales, torch.from_numpy(idx)
+        idx, _ = codec_torch.decode_indices(body[4 * nscales :], d, meta_int(p, "k", 0, d), meta_str(p, "coding"))
+        return scales, idx
 
     def read_sparse(self, p: Payload, d: int) -> tuple[torch.Tensor, torch.Tensor]:
-        vals, idx = codec.decode_sparse(body_numpy(p), d, meta_int(p, "k"), meta_str(p, "coding"))
-        return torch.from_numpy(vals), torch.from_numpy(idx)
+        return codec_torch.decode_sparse(body_tensor(p), d, meta_int(p, "k", 0, d), meta_str(p, "coding"))
+
+    def read_push(self, p: Payload, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, ascending indices) of a peer's ``topk`` message for a tensor of ``shape``, decoded once on its
+        device, its header checked first (codec, version, shape, fields) as a decode of it would be."""
+        if p.codec != self.name or p.version != self.version:
+            raise PayloadError(f"lgc: a peer sent a {p.codec} version {p.version} payload, expected {self.name} version {self.version}")
+        check_shape(p.shape, shape)
+        meta_keys(p, "kind", "k", "coding")
+        if meta_str(p, "kind") != "topk":
+            raise PayloadError(f"lgc: a peer's top-k message is of kind {meta_str(p, 'kind')!r}")
+        meta_str(p, "coding", INDEX_CODINGS)
+        return self.read_sparse(p, p.numel)
 
     def indices(self, idx: torch.Tensor, d: int, shape: tuple[int, ...], dtype: torch.dtype) -> Payload:
         coding = self.coding
-        return self.msg("indices", codec.encode_indices(to_numpy(idx), d, coding), {"k": int(idx.numel()), "coding": coding}, shape, dtype)
+        return self.msg("indices", codec_torch.encode_indices(idx, d, coding, validate=False), {"k": int(idx.numel()), "coding": coding},
+                        shape, dtype)
 
     def missing_values(self, v: torch.Tensor, idx_w: torch.Tensor, idx_l: torch.Tensor, shape: tuple[int, ...],
                         dtype: torch.dtype) -> Payload:
@@ -92,8 +118,8 @@ class Wire:
         and the aggregate every worker rebuilds from it and the index set it knows."""
         d = acc.numel()
         coding = self.coding
-        xb = codec.encode_sparse(to_numpy(acc[extra_pos]), to_numpy(extra_pos), d, coding)
-        pull = self.msg("values", np.concatenate([f32_bytes(acc[idx]), xb]), {"k": idx.numel(), "m": int(extra_pos.numel()),
+        xb = sparse(acc[extra_pos], extra_pos, d, coding)
+        pull = self.msg("values", torch.cat([f32_bytes(acc[idx]), xb]), {"k": idx.numel(), "m": int(extra_pos.numel()),
                                                                                  "coding": coding}, shape, dtype)
         return self.read_pull(pull, idx, d), Message("compressed:pull", SERVER, tuple(range(n)), pull)
 
@@ -107,25 +133,24 @@ class Wire:
             raise PayloadError(f"lgc aggregate: the server's message declares {pull.numel} elements, the receiver expects {d}")
         if meta_int(pull, "k") != k:
             raise PayloadError(f"lgc aggregate: holds {meta_int(pull, 'k')} values, the leader's index set has {k}")
-        pb = body_numpy(pull)
-        agg = torch.zeros(d, dtype=torch.float32)
-        agg[idx] = f32_read(pb, 0, k, "values")
-        ev, ei = codec.decode_sparse(pb[4 * k :], d, meta_int(pull, "m"), meta_str(pull, "coding"))
-        agg[torch.from_numpy(ei)] = torch.from_numpy(ev)
+        pb = body_tensor(pull)
+        agg = torch.zeros(d, dtype=torch.float32, device=pb.device)
+        agg[idx.to(pb.device)] = f32_read(pb, 0, k, "values")
+        ev, ei = codec_torch.decode_sparse(pb[4 * k :], d, meta_int(pull, "m", 0, d), meta_str(pull, "coding"))
+        agg[ei] = ev
         return agg
 
-    def multi_indices(self, idx: Sequence[torch.Tensor], dims: Sequence[int]) -> np.ndarray:
+    def multi_indices(self, idx: Sequence[torch.Tensor], dims: Sequence[int]) -> torch.Tensor:
         """One body holding each unit's ascending indices, coded into that unit's size, back to back."""
         coding = self.coding
-        parts = [codec.encode_indices(to_numpy(i), d, coding) for i, d in zip(idx, dims, strict=True)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)
+        return cat_bytes([codec_torch.encode_indices(i, d, coding, validate=False) for i, d in zip(idx, dims, strict=True)])
 
-    def read_multi_indices(self, body: np.ndarray, counts: Sequence[int], dims: Sequence[int]) -> tuple[list[torch.Tensor], int]:
+    def read_multi_indices(self, body: torch.Tensor, counts: Sequence[int], dims: Sequence[int]) -> tuple[list[torch.Tensor], int]:
         """Inverse of :meth:`multi_indices`; also returns the bytes consumed."""
         coding = self.coding
         out, pos = [], 0
         for k, d in zip(counts, dims, strict=True):
-            idx, used = codec.decode_indices(body[pos:], d, k, coding)
-            out.append(torch.from_numpy(idx))
+            idx, used = codec_torch.decode_indices(body[pos:], d, k, coding)
+            out.append(idx)
             pos += used
         return out, pos
