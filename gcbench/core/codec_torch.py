@@ -9,11 +9,22 @@ never leaves the device to encode or decode:
   fields of ``width`` bits fill exactly ``width`` bytes, so each output byte column of a group is
   built from the (at most ``ceil(8/width)+1``) fields that overlap it: a loop over byte columns
   (at most 64), each step vectorised over all groups.
+* :func:`varint_encode` / :func:`varint_decode` — LEB128: per-value byte counts, prefix sums
+  for the offsets, one scatter per byte position.
+* :func:`write_fields`, :func:`write_records`, :func:`read_fields` — Elias-ω streams (from
+  :mod:`gcbench.core.codec_torch_elias`): code lengths, prefix sums, then a scatter of each
+  field's bytes; the reader decodes a code at every bit position speculatively and finds the
+  real record starts by pointer doubling from bit 0.
+* :func:`encode_indices` / :func:`decode_indices` and :func:`encode_sparse` /
+  :func:`decode_sparse` — the index codings (``fixed``, ``int32``, ``delta-varint``, ``elias``)
+  and sparse bodies, DGC's ``paper`` format included.
 
 Nothing here calls NumPy or reads a tensor into Python, except where a size must be known to
-allocate; each function's docstring states its scalar reads.  Decoders raise
-:class:`~gcbench.core.errors.PayloadError` on malformed bytes and allocate only what the bytes
-given (and the expected shape) justify.
+allocate (a variable-length stream's length) and to raise on malformed bytes: each function
+folds its validity conditions and that size into one int64 and reads it once
+(:func:`~gcbench.core.codec_torch_elias.settle`); each docstring states its scalar reads.
+Decoders raise :class:`~gcbench.core.errors.PayloadError` on malformed bytes and allocate only
+what the bytes given (and the expected shape) justify.
 """
 
 from __future__ import annotations
@@ -21,7 +32,15 @@ from __future__ import annotations
 import torch
 
 from gcbench.core.codec import index_width, packed_nbytes
-from gcbench.core.codec_torch_elias import Check, read_fields_lazy, settle, write_records_checked
+from gcbench.core.codec_torch_elias import (
+    Check,
+    read_fields,
+    read_fields_lazy,
+    settle,
+    write_fields,
+    write_records,
+    write_records_checked,
+)
 from gcbench.core.errors import PayloadError
 from gcbench.core.params import INDEX_CODINGS
 
@@ -33,9 +52,12 @@ __all__ = [
     "index_width",
     "pack_bits",
     "packed_nbytes",
+    "read_fields",
     "unpack_bits",
     "varint_decode",
     "varint_encode",
+    "write_fields",
+    "write_records",
 ]
 
 _I64 = torch.int64

@@ -35,11 +35,282 @@ def settle(checks: Sequence[Check], value: torch.Tensor | None = None, error: ty
     return code
 
 
+_I64 = torch.int64
+
+
+def _mask(w: torch.Tensor | int) -> torch.Tensor | int:
+    """``2**w - 1`` as int64 bit patterns (all ones for 64 bits); ``w`` in 0..64."""
+    if isinstance(w, int):
+        return -1 if w >= 64 else (1 << w) - 1
+    return torch.where(w >= 64, -1, (1 << w.clamp(max=63)) - 1)
+
+
+def _shr(v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns by per-lane amounts in 0..63."""
+    return (v >> s) & torch.where(s == 0, -1, (1 << (64 - s).clamp(max=63)) - 1)
+
+
+def _bitlen(v: torch.Tensor) -> torch.Tensor:
+    """Exact bit length of non-negative int64 values (binary search over shifts)."""
+    n = torch.zeros_like(v)
+    for step in (32, 16, 8, 4, 2, 1):
+        high = (v >> step) > 0
+        n += torch.where(high, step, 0)
+        v = torch.where(high, v >> step, v)
+    return n + (v > 0).to(_I64)
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def _scatter_fields(out: torch.Tensor, v: torch.Tensor, w: torch.Tensor | int, start: torch.Tensor, wmax: int) -> None:
+    """OR fields (``v`` in ``w`` bits, MSB first, at bit ``start``) into the int32 byte sums ``out``.
+
+    A field of at most ``wmax`` bits touches at most ``ceil((7 + wmax) / 8)`` bytes; each step
+    adds one byte's share of every field (bits are disjoint, so a sum is an OR); bytes a field
+    does not reach go to the spare slot at the end of ``out``."""
+    spare = out.numel() - 1
+    v = v & _mask(w)
+    end = start + w
+    first = start >> 3
+    for i in range((7 + wmax) // 8 + 1):
+        byte = first + i
+        touches = 8 * byte < end
+        if not isinstance(w, int):
+            touches &= w > 0
+        sh = 8 * byte + 8 - end  # where the field's last bit lands, counted from the byte's end
+        part = torch.where(sh >= 0, v << sh.clamp(0, 63), _shr(v, (-sh).clamp(0, 63))) & 0xFF
+        out.scatter_add_(0, torch.where(touches, byte, spare), part.to(torch.int32))
+
+
+def _stream(total: int, device: torch.device) -> torch.Tensor:
+    return torch.zeros((total + 7) // 8 + 1, dtype=torch.int32, device=device)
+
+
+def write_fields(values: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
+    """Concatenate fields MSB-first into a big-endian bit stream; same bytes as
+    :func:`gcbench.core.codec.write_fields` (fields of width 0 vanish; widths at most 64).
+
+    One scalar read: the stream's length (to allocate it).
+    """
+    v = values.reshape(-1).to(_I64)
+    w = widths.reshape(-1).to(_I64)
+    if v.numel() == 0:
+        return torch.zeros(0, dtype=torch.uint8, device=v.device)
+    ends = torch.cumsum(w, 0)
+    total = settle([], ends[-1])
+    out = _stream(total, v.device)
+    _scatter_fields(out, v, w, ends - w, 64)
+    return out[:-1].to(torch.uint8)
+
+
+def _omega_prefix_table(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For m in 0..63, the groups of ω(m) before its last group and terminator, as one (value,
+    width): ω(n) for n >= 2 is that prefix of m = bitlen(n) - 1, then n, then a 0 bit."""
+    vals, widths = [0, 0], [0, 0]  # m = 0 (unused: n = 1 codes as a lone 0) and m = 1 (no prefix)
+    for m in range(2, 64):
+        inner = m.bit_length() - 1
+        vals.append((vals[inner] << m.bit_length()) | m)
+        widths.append(widths[inner] + m.bit_length())
+    return torch.tensor(vals, dtype=_I64, device=device), torch.tensor(widths, dtype=_I64, device=device)
+
+
+def _column_fields(col: torch.Tensor, width: int) -> list[tuple[torch.Tensor, torch.Tensor | int, int]]:
+    """A record column as fields (value, width, widest): ``width`` bits, or (width 0) its Elias-ω
+    code as two fields, the prefix groups and then n with the terminating 0 bit."""
+    if width > 0:
+        return [(col, width, width)]
+    bl = _bitlen(col.clamp(min=1))
+    pv, pw = _omega_prefix_table(col.device)
+    one = col <= 1
+    return [(pv[bl - 1], pw[bl - 1], 11), (torch.where(one, 0, col << 1), torch.where(one, 1, bl + 1), 64)]
+
+
 def write_records_checked(records: torch.Tensor, pattern: Sequence[int], checks: Sequence[Check], error: type[Exception]) -> torch.Tensor:
-    """Elias-ω record writer (the next commit): not available on the device yet."""
-    raise NotImplementedError("the Elias-ω coding has no device writer yet")
+    """:func:`write_records` with the caller's ``checks`` folded into its one scalar read."""
+    pat = [int(p) for p in pattern]
+    rec = records.reshape(-1, len(pat)).to(_I64)
+    cols = [_column_fields(rec[:, j], w) for j, w in enumerate(pat)]
+    lengths = torch.zeros(rec.shape[0], dtype=_I64, device=rec.device)
+    for fields in cols:
+        for _, w, _ in fields:
+            lengths = lengths + w
+    ends = torch.cumsum(lengths, 0)
+    all_checks = list(checks)
+    if 0 in pat and rec.numel():
+        all_checks.append(((rec[:, [j for j, w in enumerate(pat) if w == 0]] < 1).any(), "Elias-ω codes positive integers only"))
+    if rec.shape[0] == 0:
+        settle(all_checks, error=error)
+        return torch.zeros(0, dtype=torch.uint8, device=rec.device)
+    total = settle(all_checks, ends[-1], error)
+    out = _stream(total, rec.device)
+    at = ends - lengths
+    for fields in cols:
+        for v, w, wmax in fields:
+            _scatter_fields(out, v, w, at, wmax)
+            at = at + w
+    return out[:-1].to(torch.uint8)
 
 
-def read_fields_lazy(data: torch.Tensor, count: int, pattern: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, list[Check]]:
-    """Elias-ω reader (the next commit): not available on the device yet."""
-    raise NotImplementedError("the Elias-ω coding has no device reader yet")
+def write_records(records: torch.Tensor, pattern: Sequence[int]) -> torch.Tensor:
+    """The stream :func:`read_fields` reads: per record, column j in ``pattern[j]`` bits, or as its
+    Elias-ω code where ``pattern[j]`` is 0; same bytes as :func:`gcbench.core.codec.write_records`
+    (``ValueError`` on an Elias value below 1).
+
+    Each Elias-ω code is two fields (a table lookup for the short prefix groups, then n and its
+    terminator), so no per-group arrays are built.  One scalar read: the stream's length, folded
+    with the check.
+    """
+    return write_records_checked(records, pattern, [], ValueError)
+
+
+# ----------------------------------------------------------------------------- reader
+
+_CHUNK = 1 << 21  # bit positions decoded speculatively per step: bounds the temporaries
+
+
+class _Bits:
+    """An MSB-first bit stream for lane-parallel reads: the bytes, and the 64-bit big-endian word
+    at every byte offset (8 bytes per stream byte), so any field of at most 64 bits is two gathers."""
+
+    def __init__(self, data: torch.Tensor) -> None:
+        n = data.numel()
+        self.nbits = 8 * n
+        self.bytes = torch.zeros(n + 9, dtype=_I64, device=data.device)
+        self.bytes[:n] = data.to(_I64)
+        self.words = torch.zeros(n + 1, dtype=_I64, device=data.device)
+        for i in range(8):
+            self.words |= self.bytes[i : i + n + 1] << (56 - 8 * i)
+
+    def bit(self, pos: torch.Tensor) -> torch.Tensor:
+        """The bit at each (clamped) position."""
+        pos = pos.clamp(0, self.nbits)
+        return (self.bytes[pos >> 3] >> (7 - (pos & 7))) & 1
+
+    def read(self, pos: torch.Tensor, w: torch.Tensor | int) -> torch.Tensor:
+        """``w`` (1..64) bits at each (clamped) position as an unsigned value (int64 bit pattern)."""
+        pos = pos.clamp(0, self.nbits)
+        q, off = pos >> 3, pos & 7
+        t = off + w  # the field ends ``t`` bits into the 72-bit window at byte q
+        word, ninth = self.words[q], self.bytes[q + 8]
+        inside = _shr(word, (64 - t).clamp(0, 63))
+        across = (word << (t - 64).clamp(0, 63)) | (ninth >> (72 - t).clamp(0, 63))
+        return torch.where(t <= 64, inside, across) & _mask(w)
+
+
+def _omega_walk(bits: _Bits, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decode an Elias-ω code at every position: (value, end position, valid), as codec.py's
+    reader: a group of n + 1 bits follows each 1 bit, a 0 bit ends the code, and n > 62 or a
+    code running past the stream is corrupt.  Groups grow as n -> >= 2**n, so a valid code has at
+    most four groups: five steps decide every lane."""
+    n = torch.ones_like(pos)
+    cur = pos
+    done = torch.zeros_like(pos, dtype=torch.bool)
+    ok = torch.ones_like(done)
+    for _ in range(5):
+        live = ok & ~done
+        inside = cur < bits.nbits
+        one = bits.bit(cur) == 1
+        ok = ok & ~(live & ~inside)
+        stop = live & inside & ~one
+        group = live & inside & one
+        ok = ok & ~(group & ((n > 62) | (cur + n + 1 > bits.nbits)))
+        take = group & ok
+        width = (n + 1).clamp(1, 64)
+        value = bits.read(cur, width)
+        cur = torch.where(stop, cur + 1, torch.where(take, cur + width, cur))
+        n = torch.where(take, value, n)
+        done = done | stop
+    return n, cur, ok & done
+
+
+def _record_ends(bits: _Bits, pattern: list[int], bad: int, index: torch.dtype) -> torch.Tensor:
+    """Where a record starting at each bit position 0..nbits would end (``bad`` where it cannot be
+    read), plus the entry ``bad -> bad``; positions decoded speculatively, in chunks."""
+    nbits = bits.nbits
+    omega = torch.full((nbits + 2,), bad, dtype=index, device=bits.bytes.device)
+    for lo in range(0, nbits + 1, _CHUNK):
+        pos = torch.arange(lo, min(lo + _CHUNK, nbits + 1), device=omega.device)
+        _, end, ok = _omega_walk(bits, pos)
+        omega[lo : lo + pos.numel()] = torch.where(ok, end, bad).to(index)
+    ends = torch.full_like(omega, bad)
+    for lo in range(0, nbits + 1, _CHUNK):
+        q = torch.arange(lo, min(lo + _CHUNK, nbits + 1), device=omega.device)
+        for w in pattern:
+            if w > 0:
+                q = torch.where((q + w > nbits) | (q == bad), bad, q + w)
+            else:
+                q = omega[q].to(_I64)
+        ends[lo : lo + q.numel()] = q.to(index)
+    return ends
+
+
+def _record_starts(ends: torch.Tensor, count: int, bad: int) -> tuple[torch.Tensor, torch.Tensor, list[Check]]:
+    """Starts of the first ``count`` records of the chain 0 -> ends[0] -> ..., by doubling: after
+    round r every node within 2**r steps of bit 0 is marked (``ceil(log2 count)`` rounds, each a
+    gather and a scatter over the positions).  Returns (starts, bits used, checks)."""
+    reach = torch.zeros(bad + 2, dtype=torch.bool, device=ends.device)  # slot bad + 1 takes unmarked lanes
+    reach[0] = True
+    jump = ends
+    for _ in range(max(count - 1, 0).bit_length()):
+        reach[torch.where(reach[: bad + 1], jump, bad + 1)] = True
+        jump = jump[jump.to(_I64)]
+    reach = reach[: bad + 1]
+    rank = torch.cumsum(reach, 0, dtype=torch.int32) - 1
+    chain = reach & (rank < count)
+    starts = torch.zeros(count + 1, dtype=_I64, device=ends.device)
+    starts.scatter_(0, torch.where(chain, rank.to(_I64), count), torch.arange(bad + 1, device=ends.device))
+    used = torch.where(chain, ends, 0).max().to(_I64)
+    return starts[:count], used, [((chain & (ends == bad)).any(), "Elias-coded stream is truncated or corrupt")]
+
+
+def _check_record_count(nbytes: int, count: int, pattern: list[int]) -> None:
+    """Refuse a record count the stream cannot hold (each record takes at least one bit per column)
+    before anything is allocated: a header must not size the output, the bytes do."""
+    if count < 0 or count * sum(max(w, 1) for w in pattern) > 8 * nbytes:
+        raise PayloadError(f"Elias-coded stream of {nbytes} bytes cannot hold {count} records")
+
+
+def read_fields_lazy(data: torch.Tensor, count: int, pattern: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | int, list[Check]]:
+    """:func:`read_fields` without the read: (records, bits used, checks)."""
+    pat = [int(p) for p in pattern]
+    flat = data.reshape(-1)
+    _check_record_count(flat.numel(), count, pat)
+    out = torch.zeros((count, len(pat)), dtype=_I64, device=flat.device)
+    if count == 0:
+        return out, 0, []
+    bits = _Bits(flat)
+    if 0 not in pat:  # fixed widths only: record i starts at i * sum(pattern), and the count check covered the length
+        starts: torch.Tensor = torch.arange(count, device=flat.device) * sum(pat)
+        used: torch.Tensor | int = count * sum(pat)
+        checks: list[Check] = []
+    else:
+        bad = bits.nbits + 1
+        index = torch.int32 if bad + 2 < 2**31 else _I64
+        starts, used, checks = _record_starts(_record_ends(bits, pat, bad, index), count, bad)
+    q = starts
+    for j, w in enumerate(pat):
+        if w > 0:
+            out[:, j] = bits.read(q, w)
+            q = q + w
+        else:
+            out[:, j], q, _ = _omega_walk(bits, q)
+    return out, used, checks
+
+
+def read_fields(data: torch.Tensor, count: int, pattern: Sequence[int]) -> tuple[torch.Tensor, int]:
+    """Read ``count`` records of ``pattern`` from a stream made by :func:`write_fields` or
+    :func:`write_records`; same records, bit count and errors as
+    :func:`gcbench.core.codec.read_fields`.
+
+    The sequential reader becomes a parallel one: the Elias-ω code (and so the record) that would
+    start at every bit position is decoded speculatively, then pointer doubling from bit 0 finds
+    the chain of real record starts, whose fields are read last.  Memory is linear in the bytes
+    given (about 20 bytes per bit at the peak); the count is checked against the stream's size
+    before anything is allocated.  One scalar read: the bits used, folded with the validity
+    check (none when every column has a fixed width).
+    """
+    rec, used, checks = read_fields_lazy(data, count, pattern)
+    if isinstance(used, int):
+        return rec, used
+    return rec, settle(checks, used)
