@@ -9,7 +9,7 @@ import torch
 
 from gcbench.compressors import registry
 from gcbench.compressors.registry import decompress
-from gcbench.compressors.thc import pack, per_word, sum_width, unpack
+from gcbench.compressors.thc import pack, per_word, range_factor, sum_width, unpack
 from gcbench.core.compressor import State
 from gcbench.core.errors import GcbenchError, PayloadError
 from gcbench.core.payload import Payload
@@ -143,3 +143,15 @@ def test_a_non_finite_element_decodes_the_tensor_to_nan(bad: float) -> None:
     x[17] = bad
     out = decompress(Payload.from_bytes(comp.compress(x, comp.init_state(0)).to_bytes()))
     assert out.shape == x.shape and bool(torch.isnan(out).all())
+
+
+@pytest.mark.parametrize("m", [3.0, 1.5e-3, 1e-37, 1e-39, 1e-44, 3.4e38])
+@pytest.mark.parametrize("bits", [1, 4, 16])
+def test_the_device_factor_is_the_kernels(m: float, bits: int) -> None:
+    """:func:`thc.range_factor` (the torch path's, on a 0-d tensor) gives the kernel's (up, m·up, factor) to the bit,
+    subnormal ranges (scaled by 2^100) included."""
+    top = (1 << bits) - 1
+    want = hadamard.quant_factor(m, top)
+    got = range_factor(torch.tensor(m, dtype=torch.float32), top)
+    assert all(g.dtype == torch.float32 and g.dim() == 0 for g in got)
+    assert [float(g) for g in got] == [float(torch.tensor(w, dtype=torch.float32)) for w in want]
