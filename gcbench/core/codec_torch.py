@@ -24,14 +24,16 @@ allocate (a variable-length stream's length) and to raise on malformed bytes: ea
 folds its validity conditions and that size into one int64 and reads it once
 (:func:`~gcbench.core.codec_torch_elias.settle`); each docstring states its scalar reads.
 Decoders raise :class:`~gcbench.core.errors.PayloadError` on malformed bytes and allocate only
-what the bytes given (and the expected shape) justify.
+what the bytes given (and the expected shape) justify.  The size helpers that need no tensor
+(``index_width``, ``packed_nbytes``, ``elias_omega_length``, ``index_nbytes_range``,
+``sparse_nbytes_range``) are the host codec's, re-exported so a torch path imports one module.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gcbench.core.codec import index_width, packed_nbytes
+from gcbench.core.codec import elias_omega_length, index_nbytes_range, index_width, packed_nbytes, sparse_nbytes_range
 from gcbench.core.codec_torch_elias import (
     Check,
     read_fields,
@@ -47,12 +49,15 @@ from gcbench.core.params import INDEX_CODINGS
 __all__ = [
     "decode_indices",
     "decode_sparse",
+    "elias_omega_length",
     "encode_indices",
     "encode_sparse",
+    "index_nbytes_range",
     "index_width",
     "pack_bits",
     "packed_nbytes",
     "read_fields",
+    "sparse_nbytes_range",
     "unpack_bits",
     "varint_decode",
     "varint_encode",
