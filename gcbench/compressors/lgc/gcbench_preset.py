@@ -119,7 +119,7 @@ class GcbenchPreset(Preset):
         coding = self.settings["index_coding"]
         latent_channels = int(self.settings["latent_channels"])
         server: dict[str, Payload] = {}
-        yield self._weights_round(state, n, leader, shape, dtype)
+        yield self._weights_round(state, n, leader, shape, dtype, a.device)
 
         mine: list[Message] = []
         if me == leader:  # the latent of its values at its own top-k indices, and the indices

@@ -250,7 +250,7 @@ class ReferencePreset(Preset):
         shape0, dtype0 = geo[0]  # the whole-model messages carry the first middle unit's shape
         coding = self.settings["index_coding"]
         server: dict[str, Payload] = {}
-        yield self._weights_round(state0, n, leader, shape0, dtype0)
+        yield self._weights_round(state0, n, leader, shape0, dtype0, a[0].device)
         mine: list[Message] = []
         if me == leader:
             idx_l = [topk_indices_sorted(a[j], ks[j]) for j in range(count)]

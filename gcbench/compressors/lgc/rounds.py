@@ -228,11 +228,13 @@ class Rounds:
                     raise PayloadError(f"lgc values: worker {w} sent {body.numel()} bytes, not 4 per leader index it lacks") from None
         return values
 
-    def _weights_round(self, state: State, n: int, leader: int, shape: tuple[int, ...], dtype: torch.dtype) -> ToServer:
-        """Phase 3, ps: the server's round that sends its trained encoder to the leader, once (no messages after)."""
+    def _weights_round(self, state: State, n: int, leader: int, shape: tuple[int, ...], dtype: torch.dtype,
+                       device: torch.device | None = None) -> ToServer:
+        """Phase 3, ps: the server's round that sends its trained encoder to the leader, once (no messages after);
+        the autoencoder on ``device``, the gradients'."""
 
         def serve(rows: list[list[Message]]) -> list[Message]:
-            rec = self.lgc.autoencoder(state, n)
+            rec = self.lgc.autoencoder(state, n, device)
             if rec["encoder_at_leader"]:
                 return []
             enc = torch.cat([rec["params"][nm].reshape(-1) for nm in ae.encoder_names(rec["params"])])
