@@ -35,12 +35,16 @@ class Target:
         vs_torch_topk: compress at least this many times faster than exact ``torch.topk`` at each of
             ``topk_densities`` (the sparsifiers whose selection replaces a top-k); None: not compared.
         topk_densities: the densities of that comparison.
+        gpu_x_copy: on a CUDA device, compress and decompress each at most this multiple of a device-to-device
+            copy of the same 64M-element tensor (None: the default of its kind,
+            :func:`gcbench.measure.gpu_targets.gpu_target`: casts and quantizers 3, sparsifiers 10).
     """
 
     compress_x_copy: float | None
     decompress_x_copy: float | None = 3.0
     vs_torch_topk: float | None = None
     topk_densities: tuple[float, ...] = ()
+    gpu_x_copy: float | None = None
 
     def text(self) -> str:
         """``≤ 8× copy, 5× torch.topk @0.001``: the target as the bench table shows it."""

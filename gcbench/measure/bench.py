@@ -45,6 +45,7 @@ from gcbench.measure.timing import (
     time_call,
     time_interleaved,
     time_step,
+    timer_name,
     x_copy_summary,
 )
 from gcbench.results.bench_record import BenchCase
@@ -218,7 +219,7 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     rec: dict[str, Any] = {
         "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(),
         "shape": list(shape),
-        "threads": torch.get_num_threads(), "device": device,
+        "threads": torch.get_num_threads(), "device": device, "timer": timer_name(device),
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
         "compress_x_copy": x_copy["compress"]["median"], "decompress_x_copy": x_copy["decompress"]["median"],
         "x_copy": x_copy, "load_per_core": load, "foreign_cpu": _worst(timed_c.foreign_cpu, timed_d.foreign_cpu),
@@ -295,6 +296,7 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
     return {
         "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version,
         "numel": numel, "model": model, "tensors": len(xs), "threads": torch.get_num_threads(), "device": device,
+        "timer": timer_name(device),
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
         "compress_x_copy": x_copy["compress"]["median"], "decompress_x_copy": x_copy["decompress"]["median"],
         "x_copy": x_copy, "load_per_core": timed.load_per_core, "foreign_cpu": timed.foreign_cpu, "policy": policy.to_dict(),

@@ -27,6 +27,10 @@ def kernel_verdict(rec: dict[str, Any]) -> tuple[str, str]:
     not a speed, so neither pass nor short can be claimed from it (under load every row was "short" or
     "pass" by chance).
     """
+    from gcbench.measure.gpu_targets import gpu_verdict, is_gpu_row
+
+    if is_gpu_row(rec):  # a GPU row: its own target, against a device copy (gcbench.measure.gpu_targets)
+        return gpu_verdict(rec)
     t = target_of(rec["compressor"])
     if rec.get("error"):
         return ("", "error")

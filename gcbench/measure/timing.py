@@ -55,6 +55,67 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
+#: times one call: its seconds (the call's result is freed after the clock stops)
+Timer = Callable[[Callable[[], Any]], float]
+
+
+def host_timer(device: torch.device | str = "cpu", clock: Callable[[], float] = time.perf_counter) -> Timer:
+    """The CPU's timer: the device synchronised, then ``clock`` read around the call."""
+
+    def timed(fn: Callable[[], Any]) -> float:
+        synchronize(device)
+        t0 = clock()
+        out = fn()
+        synchronize(device)
+        dt = clock() - t0
+        # the result is freed after the clock stops: freeing a step's outputs is the caller's
+        # cost when it is done with them, not the kernel's (the copy baseline frees nothing)
+        del out
+        return dt
+
+    return timed
+
+
+class CudaEventTimer:
+    """A GPU's timer: CUDA events recorded on the stream before and after the call, their elapsed time.
+
+    No host clock: what is measured is the stream's own time from the first event to the second,
+    kernels and the gaps the host leaves between them (a scalar read that stalls the stream is
+    counted), not the host's launch queue.  ``event`` (``torch.cuda.Event``) and ``stream`` are
+    injectable so a CPU test can drive this path with a fake event class.
+    """
+
+    def __init__(self, device: torch.device | str, event: Callable[..., Any] | None = None, stream: Any = None) -> None:
+        self.device = torch.device(device)
+        self.event = event if event is not None else torch.cuda.Event
+        self.stream = stream if stream is not None or event is not None else torch.cuda.current_stream(self.device)
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        start, end = self.event(enable_timing=True), self.event(enable_timing=True)
+        self._record(start)
+        out = fn()
+        self._record(end)
+        end.synchronize()
+        del out
+        return float(start.elapsed_time(end)) / 1e3  # milliseconds
+
+    def _record(self, event: Any) -> None:
+        if self.stream is None:
+            event.record()
+        else:
+            event.record(self.stream)
+
+
+def timer_name(device: torch.device | str) -> str:
+    """What times a call on ``device``, as results files record it: ``cuda events`` or ``host clock``."""
+    return "cuda events" if torch.device(device).type == "cuda" else "host clock"
+
+
+def timer_for(device: torch.device | str, clock: Callable[[], float] = time.perf_counter) -> Timer:
+    """CUDA events on a GPU (:class:`CudaEventTimer`), the synchronised host ``clock`` elsewhere (:func:`host_timer`)."""
+    return CudaEventTimer(device) if torch.device(device).type == "cuda" else host_timer(device, clock)
+
+
 @dataclass
 class Timing:
     """Raw timing samples (seconds) with their robust summaries."""
@@ -78,18 +139,15 @@ class Timing:
 
 
 def time_call(fn: Callable[[], Any], repeats: int, warmup: int, device: torch.device | str = "cpu",
-              setup: Callable[[], Any] | None = None) -> Timing:
-    """Time ``fn`` ``repeats`` times after ``warmup`` untimed calls; ``setup`` runs untimed before each."""
+              setup: Callable[[], Any] | None = None, timer: Timer | None = None) -> Timing:
+    """Time ``fn`` ``repeats`` times after ``warmup`` untimed calls; ``setup`` runs untimed before each.  ``timer``:
+    :func:`timer_for` the device unless given (CUDA events on a GPU)."""
     samples = []
+    timed = timer if timer is not None else timer_for(device)
     for i in range(warmup + repeats):
         if setup is not None:
             setup()
-        synchronize(device)
-        t0 = time.perf_counter()
-        out = fn()
-        synchronize(device)
-        dt = time.perf_counter() - t0
-        del out  # freed after the clock stops (see time_interleaved)
+        dt = timed(fn)
         if i >= warmup:
             samples.append(dt)
     return Timing(samples, warmup)
@@ -310,29 +368,22 @@ class Interleaved:
 def time_interleaved(copy: Callable[[], Any], kernels: Mapping[str, Callable[[], Any]], policy: TimingPolicy,
                      device: torch.device | str = "cpu", setup: Callable[[], Any] | None = None,
                      clock: Callable[[], float] = time.perf_counter,
-                     load: Callable[[], float | None] = load_per_core, meter: CpuMeter | None = None) -> Interleaved:
+                     load: Callable[[], float | None] = load_per_core, meter: CpuMeter | None = None,
+                     timer: Timer | None = None) -> Interleaved:
     """Time ``copy`` and each kernel in rounds (setup, copy, kernel 1, kernel 2, …) until :func:`calibration_done`.
 
     ``setup`` runs untimed at the start of every round (fresh state clones, so each compress starts
     from the same state).  ``policy.warmup`` whole rounds run first, untimed.  The load is sampled
     before and after, and the CPU other processes took during the timed rounds (:class:`CpuMeter`);
-    ``clock``, ``load`` and ``meter`` are injectable so the calibration can be tested.
+    ``clock``, ``load`` and ``meter`` are injectable so the calibration can be tested.  Each call is
+    timed by ``timer``, default :func:`timer_for` the device: ``clock`` around it on the CPU, CUDA
+    events on a GPU (``clock`` then only keeps the calibration's budget).
     """
     copy_s: list[float] = []
     kern_s: dict[str, list[float]] = {k: [] for k in kernels}
     loads = [load()]
     cpu = meter if meter is not None else CpuMeter()
-
-    def timed(fn: Callable[[], Any]) -> float:
-        synchronize(device)
-        t0 = clock()
-        out = fn()
-        synchronize(device)
-        dt = clock() - t0
-        # the result is freed after the clock stops: freeing a step's outputs is the caller's
-        # cost when it is done with them, not the kernel's (the copy baseline frees nothing)
-        del out
-        return dt
+    timed = timer if timer is not None else timer_for(device, clock)
 
     start = clock()
     stopped: str | None = None
