@@ -9,7 +9,7 @@ import typer
 
 from gcbench.cli import options, output
 from gcbench.cli.failures import UsageError, user_errors
-from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_choices
+from gcbench.cli.grammar import case_spec, choose, compressor_specs, model_arg, suite_choices, with_plans
 from gcbench.cli.output import deprecated, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir, memory_check
 from gcbench.core.errors import GcbenchError
@@ -42,7 +42,9 @@ CompareConvergence = Annotated[Path | None, typer.Option(
 def compare(
     compressors: Compressors = None,
     compressor: Annotated[list[str] | None, options.compressor_option(
-        "One more compressor to compare (repeatable), as a positional SPEC.")] = None,
+        "One more compressor to compare (repeatable), as a positional SPEC, or plan:FILE (a compression plan).")] = None,
+    plan: Annotated[list[str] | None, options.plan(
+        "A compression plan (TOML, docs/plans.md) to compare (repeatable), as -c plan:FILE.")] = None,
     model: Model = None,
     trace: Annotated[str | None, options.trace("Replay a recorded trace folder.")] = None,
     shape: Shape = None,
@@ -82,14 +84,15 @@ def compare(
     sweep ([{label, compressor, density, bytes_per_step, delivered, enough_steps, status}]).
 
     Examples: `gcbench compare dgc sdagc --model resnet50`, `gcbench compare topk randomk -c 'topk:density=0.1' --sweep`,
-    `gcbench compare qsgd terngrad --shape 4096x1024 --distribution laplace --json`.
+    `gcbench compare qsgd terngrad --shape 4096x1024 --distribution laplace --json`,
+    `gcbench compare topk:density=0.01,error_feedback=true --plan small.toml --model digits_cnn` (a plan's rules are
+    measured; its warm-up and local_steps apply in converge and train).
     """
-    from gcbench.compressors import registry
     from gcbench.measure.runner import own_momentum, run_suite
     from gcbench.measure.suite import compare_suite
     from gcbench.results.verdict import sweep_entries
 
-    given = compressor_specs(compressors, compressor)
+    given = compressor_specs(compressors, with_plans(compressor, plan))
     if len(given) < 2:
         raise UsageError(f"compare needs two or more compressors, got {len(given)}; to measure one, use gcbench run -c SPEC")
     if timing_repeats is not None:
@@ -98,12 +101,17 @@ def compare(
     granularity, device, distribution, model, loop = _checked(granularity, device, distribution, model, loop, workers, steps)
     check_output_dir(out_dir, "--out")
     conv = _convergence_of(model, convergence, out_dir)  # read first: a bad file is one line before minutes of work
-    specs = [registry.parse_spec(c) for c in given]
-    extra = sweep_entries(specs) if sweep else []  # the density sweep's cases, labelled name@density
+    specs = [case_spec(c) for c in given]  # a plan is ("plan", its table): neither swept nor asked for its momentum
+    single = [s for s in specs if s[0] != "plan"]
+    extra = sweep_entries(single) if sweep else []  # the density sweep's cases, labelled name@density
     suite = compare_suite(specs, extra=extra, trace=trace, model=model, shape=shape, distribution=distribution, workers=workers,
                           steps=steps, repeats=repeats, rounds=rounds, granularity=granularity, seed=seed, device=device,
-                          momentum=own_momentum(specs) if momentum is None else momentum, loop=loop)
+                          momentum=own_momentum(single) if momentum is None else momentum, loop=loop)
     memory_check(suite, "<compare>", force)
+    if len(single) < len(specs):  # a plan's rules against the gradients' tensors, before any work
+        from gcbench.measure.plan_case import check_plan_cases
+
+        check_plan_cases(suite)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")
     _show(outcome, {e["label"] for e in extra}, sweep, conv, model, granularity, as_json)

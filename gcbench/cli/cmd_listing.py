@@ -8,7 +8,7 @@ import typer
 
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import choose, compressor_specs, suite_arg
+from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_arg
 from gcbench.cli.output import plain, print_json, warn
 from gcbench.cli.preflight import memory_check
 from gcbench.core.errors import GcbenchError
@@ -20,7 +20,11 @@ Bits = Annotated[bool, typer.Option("--bits", help="With a compressor's card: co
                                     "encoding at its defaults (imports torch: a few seconds).")]
 CheckSpecs = Annotated[list[str] | None, typer.Argument(help="Compressors to check: name or name:key=value,...", metavar="SPEC")]
 CheckJson = Annotated[bool, options.json_flag("Machine-readable output: [{spec, ok, checks: [{check, what, ok, detail}]}].")]
-ValidateSuite = Annotated[str, typer.Argument(help="Suite file (or bundled suite name) to check.", metavar="SUITE")]
+ValidateSuite = Annotated[str, typer.Argument(help="Suite file (or bundled suite name), or a plan file ([plan] table), to check.",
+                                              metavar="SUITE|PLAN")]
+ValidateModel = Annotated[str | None, options.model(
+    "With a plan file: match its rules to this model's tensors (a zoo model, hf:NAME or package.module:factory), say "
+    "which rule takes how many, and where rules overlap (the first that matches wins).")]
 
 
 @user_errors
@@ -109,16 +113,22 @@ def check(
 
 
 @user_errors
-def validate(suite: ValidateSuite) -> None:
+def validate(suite: ValidateSuite, model: ValidateModel = None) -> None:
     """Check a suite file without running it: names, values, trace folders; imports no code and computes no gradient.
 
-    A convergence suite (kind = "converge") is checked against the ranges `gcbench converge` enforces.
+    A convergence suite (kind = "converge") is checked against the ranges `gcbench converge` enforces; a plan file
+    (docs/plans.md) against the registry, and with --model against the model's tensors.
 
-    Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`.
+    Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`, `gcbench validate small.toml --model resnet50`.
     """
     from gcbench.measure.suite import duplicate_configs, find_suite, is_converge_suite, load_suite
     from gcbench.measure.suite_checks import check_sources, imported_code
 
+    if _is_plan_file(suite):
+        _validate_plan(suite, model_arg(model))
+        return
+    if model is not None:
+        raise GcbenchError("validate --model applies to a plan file ([plan] table); a suite names its own sources")
     path = find_suite(suite_arg(suite))
     if is_converge_suite(path):
         _validate_converge(path)
@@ -128,6 +138,10 @@ def validate(suite: ValidateSuite) -> None:
     if problems:
         raise GcbenchError("\n".join(problems))
     memory_check(s, str(path), force=False)
+    if any(c.name == "plan" for c in s.compressors) and not imported_code(s):  # its plans against the sources' tensors
+        from gcbench.measure.plan_case import check_plan_cases
+
+        check_plan_cases(s)
     for line in duplicate_configs(s):
         warn(line)
     # paths and code names are the user's text: no markup, and no emoji (":b:" in "a:b:c" would become one)
@@ -135,6 +149,41 @@ def validate(suite: ValidateSuite) -> None:
     code = imported_code(s)
     if code:
         plain("would import: " + ", ".join(r.target for r in code) + " (needs --trust-code)")
+
+
+def _is_plan_file(text: str) -> bool:
+    """Whether ``text`` names a TOML file with a top-level ``[plan]`` table (an unreadable file is not one)."""
+    from pathlib import Path
+
+    from gcbench.core.files import load_user_toml
+
+    if not Path(text).is_file():
+        return False
+    try:
+        return "plan" in load_user_toml(text, "plan file")
+    except GcbenchError:
+        return False
+
+
+def _validate_plan(path: str, model: str | None) -> None:
+    """``validate`` of a plan file: its rules and specs; with a model, each rule's tensors and where rules overlap."""
+    from gcbench.plan import assign, load_plan, overlaps, tensor_infos
+
+    plan = load_plan(path)
+    extra = f", {plan.warmup_steps} warm-up steps ({plan.warmup})" if plan.warmup_steps else ""
+    extra += f", local_steps = {plan.local_steps}" if plan.local_steps > 1 else ""
+    if model is None:
+        plain(f"ok: {path} — {plan.label}: {len(plan.rules)} rule(s){extra}; give --model to match them to a model's tensors")
+        return
+    from gcbench.sources.zoo import load_model
+
+    infos = tensor_infos(load_model(model, 0).module)
+    rows = assign(plan, infos).rows()
+    plain(f"ok: {path} — {plan.label} on {model}: {len(plan.rules)} rule(s){extra}")
+    for row in rows:
+        plain(f"  rule {row['rule']}: {row['label']} — {row['tensors']} tensor(s), {row['elements']:,} elements")
+    for line in overlaps(plan, infos):
+        warn(line)
 
 
 def _validate_converge(path: Any) -> None:

@@ -239,6 +239,7 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     out += [one_shot, Text(ONE_SHOT_NOTE)]
     if sweep is not None:
         out.append(sweep_table(sweep, cases))
+    out += [plan_table(pt) for pt in views.plan_tables(cases)]
     failed = [c for c in (*cases, *(sweep or ())) if not c.ok]
     out += [Text.from_markup(f"[red]{term(c.label)} failed:[/] {term(c.error_text, TEXT_MAX)}") for c in failed]
     out.append(Text("green = best in row, only where a best means something (no flagged timing, no too-short stream, one "
