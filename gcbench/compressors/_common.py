@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from gcbench.core import codec
-from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core import codec, codec_torch
+from gcbench.core.header import body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import Payload
 
@@ -35,12 +35,19 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu").contiguous().numpy()
 
 
-def sparse_body(values: torch.Tensor, idx: torch.Tensor, d: int, coding: str) -> np.ndarray:
-    """Encode float32 values at indices (sorted here) with a sparse coding."""
-    idx_np = to_numpy(idx).astype(np.int64, copy=False)
-    vals_np = to_numpy(values).astype(np.float32, copy=False)
-    order = np.argsort(idx_np, kind="stable")
-    return codec.encode_sparse(vals_np[order], idx_np[order], d, coding)
+def sparse_body(values: torch.Tensor, idx: torch.Tensor, d: int, coding: str, *, is_sorted: bool = False) -> torch.Tensor:
+    """Encode float32 values at indices (sorted here unless ``is_sorted``) with a sparse coding, on their device.
+
+    The body is a 1-D uint8 tensor on ``values``' device with the bytes of
+    :func:`gcbench.core.codec.encode_sparse` (:func:`gcbench.core.codec_torch.encode_sparse`): the
+    torch path's encoder, which never copies the selection to the host.
+    """
+    idx = idx.reshape(-1).to(torch.int64)
+    values = values.reshape(-1).to(torch.float32)
+    if not is_sorted:
+        idx, order = torch.sort(idx, stable=True)
+        values = values[order]
+    return codec_torch.encode_sparse(values, idx, d, coding, validate=False)  # sorted here or by the caller: no check read
 
 
 def sparse_body_nbytes(payload: Payload, codings: tuple[str, ...] = INDEX_CODINGS, *other_keys: str) -> tuple[int, int]:
@@ -53,15 +60,20 @@ def sparse_body_nbytes(payload: Payload, codings: tuple[str, ...] = INDEX_CODING
 
 
 def sparse_decode(payload: Payload) -> torch.Tensor:
-    """Dense float32 vector from a payload written with :func:`sparse_body` (meta k, coding)."""
+    """Dense float32 vector, on the body's device, from a payload written with :func:`sparse_body` (meta k, coding).
+
+    Torch operations only (:func:`gcbench.core.codec_torch.decode_sparse`, then one scatter): the
+    torch path's decoder, whose scalar reads are the codec's (the index check, a variable-length
+    coding's size).
+    """
     d = payload.numel
-    vals, idx = codec.decode_sparse(body_numpy(payload), d, meta_int(payload, "k"), meta_str(payload, "coding"))
-    out = torch.zeros(d, dtype=torch.float32)
-    out[torch.from_numpy(idx)] = torch.from_numpy(vals)
-    return out
+    body = body_tensor(payload)
+    vals, idx = codec_torch.decode_sparse(body, d, meta_int(payload, "k", 0, d), meta_str(payload, "coding"))
+    return dense_from_sparse(vals, idx, d)
 
 
 def dense_from_sparse(values: torch.Tensor, idx: torch.Tensor, d: int) -> torch.Tensor:
+    """A fresh dense float32 vector of length d on ``values``' device: ``values`` at ``idx``, zeros elsewhere."""
     out = torch.zeros(d, dtype=torch.float32, device=values.device)
     out[idx] = values
     return out

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from gcbench import kernels
+from gcbench.compressors._common import sparse_decode
 from gcbench.core import codec
 from gcbench.core.errors import PayloadError
 from gcbench.core.header import body_numpy, meta_int, meta_str
@@ -141,7 +142,10 @@ def decode_indices(data: np.ndarray, d: int, k: int, coding: str, codec_name: st
 
 
 def decode_payload(payload: Payload) -> torch.Tensor:
-    """Dense float32 tensor of a payload whose body is :func:`gcbench.core.codec.encode_sparse` (header k, coding)."""
+    """Dense float32 tensor of a payload whose body is :func:`gcbench.core.codec.encode_sparse` (header k, coding):
+    with the kernels on the CPU, with torch operations where the body lies otherwise (the torch path)."""
+    if not kernels.cpu_fast(payload.data):
+        return sparse_decode(payload)
     return decode_sparse(body_numpy(payload), payload.numel, meta_int(payload, "k"), meta_str(payload, "coding"), payload.codec)
 
 

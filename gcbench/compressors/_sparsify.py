@@ -36,12 +36,13 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors import _sparse
-from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, to_numpy
+from gcbench.compressors._common import dense_from_sparse, k_of, sparse_body, sparse_body_nbytes, sparse_decode
 from gcbench.core.compressor import ErrorFeedback, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.header import body_numpy, body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.params import SPARSE_CODINGS
 from gcbench.core.payload import MetaValue, Payload
+from gcbench.kernels.topk import kth_largest_torch
 
 # Smallest positive float32 (a subnormal).  A threshold is never allowed below it, so ``|v| >= thr``
 # never selects exact zeros: sending a zero changes nothing but costs 32 + index bits, and an
@@ -68,17 +69,18 @@ def kth_largest(values: torch.Tensor, k: int) -> float:
     return float(torch.kthvalue(values, n - k + 1).values)
 
 
-def strided_sample(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int], sample_size: int) -> torch.Tensor:
+def strided_sample(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int], sample_size: int,
+                   device: torch.device | str = "cpu") -> torch.Tensor:
     """|values| at positions ``j·stride`` (j < m) of the concatenation of several tensors.
 
     ``m = min(sample_size, D)`` and ``stride = D // m`` with ``D = sum(sizes)`` (Marian's
     ``randomSampling`` with ``len / sortSize``).  ``gathers[i](pos)`` returns tensor i's values at
-    the (int64, CPU) local positions ``pos``; nothing is concatenated, so a global sample over a
-    whole model costs only the sampled elements.
+    the int64 local positions ``pos`` (made on ``device``: the tensors' own on the torch path);
+    nothing is concatenated, so a global sample over a whole model costs only the sampled elements.
     """
     total = int(sum(sizes))
     if total == 0:
-        return torch.zeros(0)
+        return torch.zeros(0, device=device)
     m = min(int(sample_size), total)
     stride = total // m
     out: list[torch.Tensor] = []
@@ -87,14 +89,15 @@ def strided_sample(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], si
         first = -(-offset // stride)  # first j with j·stride >= offset
         last = min(m, -(-(offset + n) // stride))  # first j with j·stride >= offset + n (capped at m)
         if last > first:
-            pos = torch.arange(first, last, dtype=torch.int64) * stride - offset
+            pos = torch.arange(first, last, dtype=torch.int64, device=device) * stride - offset
             out.append(gather(pos).float().abs())
         offset += n
     return torch.cat(out)
 
 
-def above(flat: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Sorted int64 indices of ``|flat| > threshold`` (``torch.nonzero``: faster than masked_select)."""
+def above(flat: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
+    """Sorted int64 indices of ``|flat| > threshold`` (``torch.nonzero``: faster than masked_select; on a device
+    its size is the one host read).  A tensor threshold is a 0-d one on ``flat``'s device."""
     return torch.nonzero(flat.abs() > threshold).reshape(-1)
 
 
@@ -152,23 +155,76 @@ def ties_by_position(strictly_above: torch.Tensor, k: int) -> torch.Tensor:
     return strictly_above | (ties & (torch.cumsum(ties.to(torch.int64), 0) <= room))
 
 
-@dataclass(frozen=True)
-class DGCSelection:
-    """Outcome of :func:`dgc_select`.
+class SelectionStats:
+    """What a DGC selection reports besides its indices: the last threshold, the count before the truncation to k,
+    whether the exact top-k was taken, the adaptation rounds.
 
-    Attributes:
-        indices: sorted int64 positions that are sent (at most the target ``k``).
-        threshold: the last threshold used (``|v| >= threshold`` passed it).
-        count_before: entries selected before the final truncation to ``k``.
-        exact_topk: the exact top-k among the passing entries was taken (count exceeded 1.3·k).
-        rounds: adaptation rounds run (0 when the first threshold was accepted).
+    ``stats`` is a float64 tensor ``[threshold, count_before, exact_topk, rounds]`` where the selection ran (a
+    device's, on the torch path): it is read only when a caller asks for one of them (tests, diagnostics),
+    never by the encoder.
     """
 
+    stats: torch.Tensor
+
+    @property
+    def threshold(self) -> float:
+        """The last threshold used (``|v| >= threshold`` passed it)."""
+        return float(self.stats[0])
+
+    @property
+    def count_before(self) -> int:
+        """Entries selected before the final truncation to ``k``."""
+        return int(self.stats[1])
+
+    @property
+    def exact_topk(self) -> bool:
+        """The exact top-k among the passing entries was taken (count exceeded 1.3·k)."""
+        return bool(self.stats[2])
+
+    @property
+    def rounds(self) -> int:
+        """Adaptation rounds run (0 when the first threshold was accepted)."""
+        return int(self.stats[3])
+
+
+def selection_stats(threshold: float, count_before: int, exact_topk: bool, rounds: int) -> torch.Tensor:
+    """The ``stats`` tensor of :class:`SelectionStats` from host values (the CPU path's)."""
+    return torch.tensor([threshold, count_before, float(exact_topk), rounds], dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class DGCSelection(SelectionStats):
+    """Outcome of :func:`dgc_select`: the sorted int64 positions sent (at most the target ``k``) and its
+    :class:`SelectionStats`."""
+
     indices: torch.Tensor
-    threshold: float
-    count_before: int
-    exact_topk: bool
-    rounds: int
+    stats: torch.Tensor
+
+
+def _full_keep(imp: torch.Tensor, thr32: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(keep-mask, count of ``imp >= thr``) of the exact path: every entry above the threshold, then ties at it in
+    position order, at most k in all (:func:`ties_by_position` without reading the counts)."""
+    above = imp > thr32
+    ties = (imp >= thr32) & ~above
+    count = above.sum() + ties.sum()
+    return above | (ties & (torch.cumsum(ties, 0) <= k - above.sum())), count
+
+
+def _adapted(imp: torch.Tensor, thr0: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The adaptation loop of :func:`dgc_select` without a scalar read: its 11 possible thresholds
+    ``thr_r = max(thr_{r−1}·0.8, TINY)`` (float64, as the loop computes them), each one's count, and the round
+    the loop stops at.  Returns (thresholds, code = count·64 + round·2 + exact), both on ``imp``'s device."""
+    thrs = [thr0]
+    for _ in range(DGC_MAX_ITERS):
+        thrs.append(torch.clamp(thrs[-1] * DGC_LOWER, min=TINY))
+    thr = torch.stack(thrs)
+    counts = torch.stack([(imp >= t.float()).sum() for t in thr])
+    c = counts.double()
+    stop = (c[:-1] >= k * DGC_LOWER) | (thr[:-1] <= TINY)  # count > k implies count >= 0.8·k
+    r = torch.argmax(torch.cat([stop, stop.new_ones(1)]).to(torch.int8)).reshape(1)  # the first round that stops (10: none)
+    count = counts.gather(0, r)[0]  # a tensor index, not a Python one: no read
+    exact = (r[0] < DGC_MAX_ITERS) & (c.gather(0, r)[0] > k * DGC_UPPER)
+    return thr, count * 64 + r[0] * 2 + exact.to(torch.int64)
 
 
 def dgc_select(imp: torch.Tensor, k: int, density: float, num_samples: int, stride: int, start: int) -> DGCSelection:
@@ -183,42 +239,43 @@ def dgc_select(imp: torch.Tensor, k: int, density: float, num_samples: int, stri
     re-select (at most 10 rounds).
     Finally keep the first ``k`` passing positions (the official ``indices[:num_selects]``, which
     truncates by position, not magnitude).  Zeros are never selected (``thr >= TINY``).
+
+    Torch operations on ``imp``'s device with one scalar read, the number of positions to list (the
+    adaptation's counts and its stopping round are computed for all its thresholds at once and read
+    together, packed in one integer).
     """
     d = imp.numel()
     if d == 0 or k <= 0:
-        return DGCSelection(torch.zeros(0, dtype=torch.int64, device=imp.device), 0.0, 0, False, 0)
+        return DGCSelection(torch.zeros(0, dtype=torch.int64, device=imp.device), selection_stats(0.0, 0, False, 0))
     full = num_samples >= d
     samples = imp if full else imp[start : start + num_samples * stride : stride]
-    thr = max(kth_largest(samples, sample_top(samples.numel(), density)), TINY)
-    idx = torch.nonzero(imp >= thr).reshape(-1)
-    if full and idx.numel() > k:  # only ties at the k-th largest |v| pass more than k: keep a true top-k
-        idx = idx[ties_by_position(imp[idx] > thr, k)]
-    exact = False
-    rounds = 0
-    if not full:
-        for _ in range(DGC_MAX_ITERS):
-            count = idx.numel()
-            if count > k:
-                if count > k * DGC_UPPER:
-                    idx = idx[torch.topk(imp[idx], k, sorted=False).indices].sort().values
-                    exact = True
-                break
-            if count >= k * DGC_LOWER:
-                break
-            if thr <= TINY:  # every nonzero already passes: lowering cannot select more
-                break
-            thr = max(thr * DGC_LOWER, TINY)
-            rounds += 1
-            idx = torch.nonzero(imp >= thr).reshape(-1)
-    before = idx.numel()
-    return DGCSelection(idx[:k], thr, before, exact, rounds)
+    thr0 = torch.clamp(kth_largest_torch(samples, sample_top(samples.numel(), density)).double(), min=TINY)
+    if full:
+        keep, count = _full_keep(imp, thr0.float(), k)
+        n = min(k, int(count))  # the one scalar read: how many positions to list
+        idx = torch.nonzero_static(keep, size=n).reshape(-1)
+        stats = torch.stack([thr0, count.double(), thr0.new_zeros(()), thr0.new_zeros(())])
+        return DGCSelection(idx, stats)
+    thr, code = _adapted(imp, thr0, k)
+    packed = int(code)  # the one scalar read: the count (a size), the round and the exact flag
+    passed, r, exact = packed >> 6, (packed >> 1) & 31, bool(packed & 1)
+    t32 = thr[r].float()
+    if exact:
+        passing = torch.nonzero_static(imp >= t32, size=passed).reshape(-1)
+        idx = passing[torch.topk(imp[passing], k, sorted=False).indices].sort().values
+        passed = k
+    else:
+        idx = torch.nonzero_static(imp >= t32, size=min(k, passed)).reshape(-1)
+    stats = torch.stack([thr[r], thr.new_tensor(float(passed)), thr.new_tensor(float(exact)), thr.new_tensor(float(r))])
+    return DGCSelection(idx, stats)
 
 
 # ----------------------------------------------------------------------------- momentum correction
 
 
 def clip_coef(x: torch.Tensor, clip_norm: float | None, workers: int) -> float | None:
-    """DGC's local clipping factor, or None when ``x`` is not scaled (see :func:`clip_local`)."""
+    """DGC's local clipping factor, or None when ``x`` is not scaled (see :func:`clip_local`); the CPU path's
+    (one host read of the norm; :func:`clip_scale` is the device's)."""
     if clip_norm is None:
         return None
     max_norm = float(clip_norm) / math.sqrt(workers)
@@ -227,14 +284,23 @@ def clip_coef(x: torch.Tensor, clip_norm: float | None, workers: int) -> float |
     return coef if coef < 1.0 else None
 
 
-def clip_local(x: torch.Tensor, clip_norm: float | None, workers: int) -> torch.Tensor:
-    """DGC's local gradient clipping: scale ``x`` so ‖x‖₂ ≤ clip_norm·N^(−1/2) (new tensor if scaled).
+def clip_scale(x: torch.Tensor, clip_norm: float | None, workers: int) -> torch.Tensor | None:
+    """:func:`clip_coef` as a float64 0-d tensor on ``x``'s device, 1 where ``x`` is not scaled (no scalar read):
+    ``x * clip_scale(...)`` is ``x * clip_coef(...)`` where that scales, and ``x`` to the bit where it does not."""
+    if clip_norm is None:
+        return None
+    coef = (float(clip_norm) / math.sqrt(workers)) / (torch.linalg.vector_norm(x, dtype=torch.float64) + 1e-6)
+    return torch.where(coef < 1.0, coef, torch.ones_like(coef))
 
-    As the official ``clip_grad_norm_``: ``coef = max_norm / (‖x‖ + 1e-6)``, applied when < 1.
-    ``x`` itself is never modified.
+
+def clip_local(x: torch.Tensor, clip_norm: float | None, workers: int) -> torch.Tensor:
+    """DGC's local gradient clipping: scale ``x`` so ‖x‖₂ ≤ clip_norm·N^(−1/2) (new tensor if clipping is on).
+
+    As the official ``clip_grad_norm_``: ``coef = max_norm / (‖x‖ + 1e-6)``, applied when < 1 (by a factor
+    computed on ``x``'s device: no host read).  ``x`` itself is never modified.
     """
-    coef = clip_coef(x, clip_norm, workers)
-    return x if coef is None else x * coef
+    scale = clip_scale(x, clip_norm, workers)
+    return x if scale is None else x * scale
 
 
 @overload
@@ -263,7 +329,7 @@ def momentum_buffers(state: State, like: torch.Tensor, velocity: bool) -> tuple[
 
 def _zeros_like(like: torch.Tensor) -> torch.Tensor:
     """A float32 zero tensor shaped like ``like`` (NumPy-allocated on CPU: no 4 KiB page-fault storm)."""
-    if like.device.type == "cpu":
+    if kernels.cpu_fast(like):
         return torch.from_numpy(kernels.prefault(np.zeros(tuple(like.shape), np.float32)))
     return torch.zeros_like(like, dtype=torch.float32)
 
@@ -296,12 +362,13 @@ def dense_momentum_update(u: torch.Tensor, x: torch.Tensor, momentum: float, nes
 
 def sparse_or_dense_body(
     values: torch.Tensor | None, idx: torch.Tensor | None, dense: torch.Tensor | None, d: int, coding: str
-) -> tuple[np.ndarray, dict[str, MetaValue]]:
-    """Body and header of a DGC/SDAGC payload: dense float32, or sparse (values, idx) in ``coding``."""
+) -> tuple[torch.Tensor, dict[str, MetaValue]]:
+    """Body (a uint8 tensor on the values' device) and header of a DGC/SDAGC payload: dense float32, or sparse
+    (values, sorted idx) in ``coding``."""
     if dense is not None:
-        return to_numpy(dense.reshape(-1)).astype("<f4").view(np.uint8), {"coding": DENSE}
+        return dense.reshape(-1).to(torch.float32, copy=True).view(torch.uint8), {"coding": DENSE}
     assert values is not None and idx is not None
-    return sparse_body(values, idx, d, coding), {"k": int(idx.numel()), "coding": coding}
+    return sparse_body(values, idx, d, coding, is_sorted=True), {"k": int(idx.numel()), "coding": coding}
 
 
 def sparse_or_dense_nbytes(payload: Payload) -> int | tuple[int, int]:
@@ -314,19 +381,27 @@ def sparse_or_dense_nbytes(payload: Payload) -> int | tuple[int, int]:
 
 
 def sparse_or_dense_decode(payload: Payload) -> torch.Tensor:
-    """Inverse of :func:`sparse_or_dense_body` (payload only)."""
+    """Inverse of :func:`sparse_or_dense_body` (payload only): with the kernels on the CPU, with torch operations
+    where the body lies otherwise (the torch path: a dense body is one copy, a sparse one :func:`sparse_decode`)."""
     d = payload.numel
     coding = meta_str(payload, "coding")
+    if coding != DENSE and coding not in SPARSE_CODINGS:
+        raise PayloadError(f"{payload.codec} payload has unknown coding {coding!r}")
+    k = meta_int(payload, "k") if coding != DENSE else d
+    if not 0 <= k <= d:
+        raise PayloadError(f"{payload.codec} payload says {k} nonzeros in {d} elements")
+    if not kernels.cpu_fast(payload.data):
+        if coding != DENSE:
+            return sparse_decode(payload)
+        data = body_tensor(payload)
+        if data.numel() != 4 * d:
+            raise PayloadError(f"{payload.codec} dense body has {data.numel()} bytes, expected {4 * d}")
+        return data.clone().view(torch.float32)  # a fresh, aligned copy
     body = body_numpy(payload)
     if coding == DENSE:
         if len(body) != 4 * d:
             raise PayloadError(f"{payload.codec} dense body has {len(body)} bytes, expected {4 * d}")
         return torch.from_numpy(body.view("<f4").astype(np.float32))
-    if coding not in SPARSE_CODINGS:
-        raise PayloadError(f"{payload.codec} payload has unknown coding {coding!r}")
-    k = meta_int(payload, "k")
-    if not 0 <= k <= d:
-        raise PayloadError(f"{payload.codec} payload says {k} nonzeros in {d} elements")
     return _sparse.decode_sparse(body, d, k, coding, payload.codec)
 
 
@@ -374,23 +449,23 @@ def form_counting(x32: torch.Tensor, e: torch.Tensor, has_e: bool, t: np.float32
 
 
 @dataclass
-class DGCStep:
-    """Outcome of :func:`dgc_step_fast`: the payload body and what :class:`DGCSelection` reports."""
+class DGCStep(SelectionStats):
+    """Outcome of :func:`dgc_step_fast` / :func:`dgc_step_torch`: the payload body, the number sent, the decoded
+    tensor when asked, and what :class:`DGCSelection` reports (its :class:`SelectionStats`)."""
 
-    body: np.ndarray
+    body: np.ndarray | torch.Tensor
     sent: int
     decoded: torch.Tensor | None
-    threshold: float
-    count_before: int
-    exact_topk: bool
-    rounds: int
+    stats: torch.Tensor
 
 
-def dgc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: float, nesterov: bool, coef: float | None, k: int,
+def dgc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: float, nesterov: bool, coef: float | torch.Tensor | None,
+                   k: int,
                    density: float, num_samples: int, stride: int, start: int, coding: str, masking: bool, want_decoded: bool) -> DGCStep:
     """One DGC step with torch ops (any device): :func:`accumulate`, :func:`dgc_select`, zeroing, the body.
 
-    The straightforward version of :func:`dgc_step_fast` (same arguments, same result).
+    The straightforward version of :func:`dgc_step_fast` (same arguments, same result); everything stays on
+    the tensors' device, the body included (one scalar read, :func:`dgc_select`'s).
     """
     accumulate(u, v, x if coef is None else x * coef, momentum, nesterov)
     flat = v.reshape(-1)
@@ -402,8 +477,8 @@ def dgc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: 
     flat[idx] = 0
     if masking:
         u.reshape(-1)[idx] = 0
-    body, _ = sparse_or_dense_body(vals, idx, None, d, coding)
-    return DGCStep(body, int(idx.numel()), decoded, sel.threshold, sel.count_before, sel.exact_topk, sel.rounds)
+    body = sparse_body(vals, idx, d, coding, is_sorted=True)
+    return DGCStep(body, int(idx.numel()), decoded, sel.stats)
 
 
 def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: float, nesterov: bool, coef: float | None, k: int,
@@ -467,11 +542,11 @@ def dgc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, momentum: f
         kernels.scatter_zero(vn, idx)
         if masking:
             kernels.scatter_zero(un, idx)
-        return DGCStep(body, k, decoded, thr, k, exact, rounds)
+        return DGCStep(body, k, decoded, selection_stats(thr, k, exact, rounds))
     sel = _sparse.select_encode(vn, t, coding, counts=counts, limit=k, zero_mode=kernels.ZERO_SET, want_decoded=want_decoded,
                              want_idx=masking)
     if masking:
         assert sel.idx is not None
         kernels.scatter_zero(un, sel.idx)
     decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
-    return DGCStep(sel.body, sel.k, decoded, thr, sel.count, False, rounds)
+    return DGCStep(sel.body, sel.k, decoded, selection_stats(thr, sel.count, False, rounds))

@@ -95,6 +95,7 @@ from gcbench.compressors._sparsify import (
     MomentumSGDReference,
     clip_coef,
     clip_local,
+    clip_scale,
     dense_momentum_update,
     dgc_sample_plan,
     dgc_step_fast,
@@ -203,10 +204,11 @@ class DGC(MomentumSGDReference, Compressor):
         num_samples, stride = dgc_sample_plan(d, density, p["sample_ratio"])
         start = int(state.rng.integers(0, stride)) if num_samples < d else 0
         x = a.contiguous()
-        coef = clip_coef(x, p["clip_norm"], p["workers"])
-        step_fn = dgc_step_fast if kernels.fast_cpu(x, u, v) else dgc_step_torch
-        step = step_fn(x, u, v, m, nesterov, coef, k, density, num_samples, stride, start, p["index_coding"], p["masking"],
-                       ctx.need_decoded)
+        plan = (k, density, num_samples, stride, start, p["index_coding"], p["masking"], ctx.need_decoded)
+        if kernels.fast_cpu(x, u, v):
+            step = dgc_step_fast(x, u, v, m, nesterov, clip_coef(x, p["clip_norm"], p["workers"]), *plan)
+        else:  # the torch path: the clipping factor stays a device tensor
+            step = dgc_step_torch(x, u, v, m, nesterov, clip_scale(x, p["clip_norm"], p["workers"]), *plan)
         return step.body, {"k": step.sent, "coding": p["index_coding"]}, step.decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:

@@ -93,13 +93,13 @@ import torch
 
 from gcbench import kernels
 from gcbench.compressors import _sparse
-from gcbench.compressors._common import dense_from_sparse, to_numpy
+from gcbench.compressors._common import dense_from_sparse, sparse_body, sparse_decode, to_numpy
 from gcbench.compressors._sparsify import above, form_counting, strided_sample
 from gcbench.compressors.cards.graddrop import GRADDROP_CARD, QUANTIZE
-from gcbench.core import codec
+from gcbench.core import codec, codec_torch
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.header import body_numpy, body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 
@@ -155,6 +155,49 @@ def drop_levels(sample: np.ndarray, drop_ratio: float, two_bit: bool = False, qu
     return DropLevels(float(t), float(width), reps)
 
 
+@dataclass(frozen=True)
+class DeviceLevels:
+    """:class:`DropLevels` as float32 tensors on the device (the torch path's: no host read).
+
+    Attributes:
+        threshold: T, 0-d.
+        width: the 2-bit bucket width, 0-d (0 when not quantizing).
+        reps: the two buckets' magnitudes, shape (2,).
+    """
+
+    threshold: torch.Tensor
+    width: torch.Tensor
+    reps: torch.Tensor
+
+
+def drop_levels_torch(sample: torch.Tensor, drop_ratio: float, two_bit: bool = False, quant_scale: str = "min") -> DeviceLevels:
+    """:func:`drop_levels` with torch operations on the sample's device (no scalar read): the sample sorted
+    ascending as NumPy sorts it (NaN last), the same float32 arithmetic; the ``mean`` representatives are
+    float64 sums of the same ranks (torch's summation order, rounded to float32 as there)."""
+    m = sample.numel()
+    zero = torch.zeros((), dtype=torch.float32, device=sample.device)
+    if m == 0:
+        return DeviceLevels(zero, zero, zero.new_zeros(2))
+    cut = marian_cut_index(m, drop_ratio)
+    srt = torch.sort(sample.float()).values
+    t = srt[cut]
+    if not two_bit:
+        return DeviceLevels(t, zero, zero.new_zeros(2))
+    width = (srt[m - 1] - t) / 2  # range / bucket_count, in float32
+    mid = t + width
+    if quant_scale == "min":  # bucket floors: bucket_id * bucket_size + min_val
+        return DeviceLevels(t, width, torch.stack([t, mid]))
+    i = torch.searchsorted(srt, mid.reshape(1), right=True)  # ranks with value <= T + w (> cut)
+    ranks = torch.arange(m, device=srt.device)
+    s64 = srt.double()
+    low_rank = (ranks >= cut) & (ranks < i)
+    high_rank = ranks >= i
+    low = torch.where(low_rank, s64, 0).sum() / low_rank.sum()
+    high = torch.where(high_rank, s64, 0).sum() / torch.clamp(high_rank.sum(), min=1)
+    high = torch.where(i[0] < m, high, mid.double())
+    return DeviceLevels(t, width, torch.stack([low, high]).float())
+
+
 def graddrop_levels(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int],
                     params: Mapping[str, Any]) -> DropLevels:
     """Marian's cut-off (and 2-bit buckets) from a strided sample of the |values| of one or more tensors."""
@@ -162,8 +205,15 @@ def graddrop_levels(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], s
     return drop_levels(to_numpy(sample), params["drop_ratio"], params["quantize"] == "2bit", params["quant_scale"])
 
 
+def graddrop_levels_torch(gathers: Sequence[Callable[[torch.Tensor], torch.Tensor]], sizes: Sequence[int],
+                          params: Mapping[str, Any], device: torch.device) -> DeviceLevels:
+    """:func:`graddrop_levels` on ``device`` (the tensors'): the sample and the levels never leave it."""
+    sample = strided_sample(gathers, sizes, params["sample_size"], device)
+    return drop_levels_torch(sample, params["drop_ratio"], params["quantize"] == "2bit", params["quant_scale"])
+
+
 def quantize_survivors(vals: torch.Tensor, mode: str, scale: str,
-                       levels: DropLevels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       levels: DropLevels | DeviceLevels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(codes int64, scales float32, decoded float32) of the kept values ``vals`` (nnz >= 1).
 
     ``1bit``: code = negative, one scale (min or mean kept |a|); ``2bit``: code = negative |
@@ -175,11 +225,14 @@ def quantize_survivors(vals: torch.Tensor, mode: str, scale: str,
     if mode == "1bit":
         s = (mag.min() if scale == "min" else mag.mean()).reshape(1)
         return neg, s, sign * s
-    t = torch.tensor(levels.threshold, dtype=torch.float32, device=vals.device)
-    w = torch.tensor(levels.width, dtype=torch.float32, device=vals.device)
+    if isinstance(levels, DeviceLevels):
+        t, w, scales = levels.threshold, levels.width, levels.reps
+    else:
+        t = torch.tensor(levels.threshold, dtype=torch.float32, device=vals.device)
+        w = torch.tensor(levels.width, dtype=torch.float32, device=vals.device)
+        scales = torch.tensor(levels.reps, dtype=torch.float32, device=vals.device)
     # (int)((|a| − T) / w) capped at 1: the upper bucket iff the quotient reaches 1 (+inf when w = 0)
     high = ((mag - t) / w >= 1).to(torch.int64)
-    scales = torch.tensor(levels.reps, dtype=torch.float32, device=vals.device)
     return neg | (high << 1), scales, sign * scales[high]
 
 
@@ -189,6 +242,15 @@ def quantized_body(codes: np.ndarray, scales: np.ndarray, idx: np.ndarray, d: in
         np.ascontiguousarray(scales, dtype=np.float32).astype("<f4").view(np.uint8),
         codec.pack_bits(codes, _CODE_BITS[mode]),
         _sparse.encode_indices(idx, d, coding),
+    ])
+
+
+def quantized_body_torch(codes: torch.Tensor, scales: torch.Tensor, idx: torch.Tensor, d: int, mode: str, coding: str) -> torch.Tensor:
+    """:func:`quantized_body` on the tensors' device (:mod:`gcbench.core.codec_torch`; ``idx`` sorted)."""
+    return torch.cat([
+        scales.to(torch.float32).contiguous().view(torch.uint8),
+        codec_torch.pack_bits(codes, _CODE_BITS[mode]),
+        codec_torch.encode_indices(idx, d, coding, validate=False),
     ])
 
 
@@ -268,7 +330,11 @@ class GradDrop(Compressor):
             res = e.reshape(-1) if e is not None else None
             gathers.append(_corrected_gather(flat, res))
             sizes.append(flat.numel())
-        levels = graddrop_levels(gathers, sizes, self.params)
+        levels: DropLevels | DeviceLevels
+        if kernels.cpu_fast(*xs):
+            levels = graddrop_levels(gathers, sizes, self.params)
+        else:  # the torch path: the sample and the levels stay on the tensors' device
+            levels = graddrop_levels_torch(gathers, sizes, self.params, xs[0].device)
         for st in states:
             st.values[_GROUP_LEVELS] = levels
         try:
@@ -280,6 +346,9 @@ class GradDrop(Compressor):
     def _form_corrected(self, x32: torch.Tensor, e: torch.Tensor, has_e: bool, state: State) -> np.ndarray | None:
         """a = x + e with the counts of |a| > T in one pass: T is the group's threshold (left for
         :meth:`_encode` to take) or the layer threshold of x + e, from its strided sample."""
+        if not kernels.fast_cpu(x32, e):  # the torch path: nothing to fuse (the encoder samples a = x + e itself)
+            ErrorFeedback.form(x32, e, has_e)
+            return None
         levels = state.values.get(_GROUP_LEVELS)
         if levels is None:
             levels = _layer_levels(x32.reshape(-1), self.params, e.reshape(-1) if has_e else None, buckets=False)
@@ -290,42 +359,33 @@ class GradDrop(Compressor):
         flat = a.reshape(-1)
         d = flat.numel()
         levels = state.values.pop(_GROUP_LEVELS, None)
+        if not kernels.fast_cpu(flat):
+            if not isinstance(levels, DeviceLevels):  # a = x + e: its own levels (layer scope, or one tensor)
+                sample = strided_sample([_corrected_gather(flat, None)], [d], p["sample_size"], flat.device)
+                levels = drop_levels_torch(sample, p["drop_ratio"], p["quantize"] == "2bit", p["quant_scale"])
+            return _select_torch(self.params, flat, levels, ctx)
         if levels is None:
             levels = _layer_levels(flat, p)  # a = x + e: the threshold _form_corrected found
         thr = levels.threshold
         mode, coding = p["quantize"], p["index_coding"]
-        cpu = kernels.fast_cpu(flat)
-        if cpu and mode == "none":
+        if mode == "none":
             sel = _sparse.select_encode(kernels.as_numpy(flat), kernels.f32_threshold(thr, strict=True), coding, counts=ctx.fused,
                                      zero_mode=kernels.ZERO_SUB if ctx.ef else kernels.ZERO_NONE, want_decoded=ctx.need_decoded)
             body = sel.body if sel.k else np.zeros(0, np.uint8)
             decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
             return body, {"k": sel.k, "coding": coding, "q": mode}, decoded
-        if cpu:
-            sel = _sparse.select_encode(kernels.as_numpy(flat), kernels.f32_threshold(thr, strict=True), None, counts=ctx.fused,
-                                        want_idx=True)
-            assert sel.idx is not None and sel.vals is not None
-            idx, vals = torch.from_numpy(sel.idx), torch.from_numpy(sel.vals)
-        else:
-            idx = above(flat, thr)
-            vals = flat[idx]
+        sel = _sparse.select_encode(kernels.as_numpy(flat), kernels.f32_threshold(thr, strict=True), None, counts=ctx.fused,
+                                    want_idx=True)
+        assert sel.idx is not None and sel.vals is not None
+        idx, vals = torch.from_numpy(sel.idx), torch.from_numpy(sel.vals)
         meta: dict[str, MetaValue] = {"k": int(idx.numel()), "coding": coding, "q": mode}
         if idx.numel() == 0:
-            return np.zeros(0, np.uint8), meta, (torch.zeros(d, dtype=torch.float32, device=flat.device) if ctx.need_decoded else None)
-        if mode == "none":
-            body = codec.encode_sparse(to_numpy(vals), to_numpy(idx), d, coding)
-            dec_vals = vals
-        else:
-            codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"], levels)
-            body = quantized_body(to_numpy(codes), to_numpy(scales), to_numpy(idx), d, mode, coding)
-        if cpu:
-            decoded = _sparse.dense_from(idx.numpy(), dec_vals.numpy(), d) if ctx.need_decoded else None
-            if ctx.ef:
-                kernels.scatter_sub(kernels.as_numpy(flat), idx.numpy(), dec_vals.numpy())  # the residual a − decoded
-            return body, meta, decoded
-        decoded = dense_from_sparse(dec_vals, idx, d) if ctx.need_decoded else None
+            return np.zeros(0, np.uint8), meta, (torch.zeros(d, dtype=torch.float32) if ctx.need_decoded else None)
+        codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"], levels)
+        body = quantized_body(to_numpy(codes), to_numpy(scales), sel.idx, d, mode, coding)
+        decoded = _sparse.dense_from(sel.idx, dec_vals.numpy(), d) if ctx.need_decoded else None
         if ctx.ef:
-            flat[idx] = flat[idx] - dec_vals
+            kernels.scatter_sub(kernels.as_numpy(flat), sel.idx, dec_vals.numpy())  # the residual a − decoded
         return body, meta, decoded
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
@@ -345,6 +405,8 @@ class GradDrop(Compressor):
         k, coding, mode = meta_int(payload, "k"), meta_str(payload, "coding"), meta_str(payload, "q")
         if mode not in QUANTIZE or coding not in INDEX_CODINGS or not 0 <= k <= d:
             raise PayloadError(f"graddrop payload header is invalid (k={k}, coding={coding!r}, q={mode!r})")
+        if not kernels.cpu_fast(payload.data):
+            return _decode_torch(payload, d, k, coding, mode)
         body = body_numpy(payload)
         if k == 0:
             return torch.from_numpy(kernels.zeros_f32(d))
@@ -359,6 +421,54 @@ class GradDrop(Compressor):
         idx = _sparse.decode_indices(body[4 * ns + nc :], d, k, coding, payload.codec)
         sign = torch.where((codes & 1).bool(), -1.0, 1.0)
         return _sparse.dense_from(idx, (sign * scales[codes >> 1]).numpy(), d)
+
+
+def _select_torch(p: Mapping[str, Any], flat: torch.Tensor, levels: DeviceLevels, ctx: EncodeContext) -> Encoded:
+    """GradDrop's encoder on the torch path: selection, quantization and body on ``flat``'s device (one scalar read, the
+    number of survivors; one more for a variable-length index coding's length)."""
+    d = flat.numel()
+    mode, coding = p["quantize"], p["index_coding"]
+    idx = above(flat, levels.threshold)
+    vals = flat[idx]
+    meta: dict[str, MetaValue] = {"k": int(idx.numel()), "coding": coding, "q": mode}
+    if idx.numel() == 0:
+        empty = torch.zeros(0, dtype=torch.uint8, device=flat.device)
+        return empty, meta, (torch.zeros(d, dtype=torch.float32, device=flat.device) if ctx.need_decoded else None)
+    if mode == "none":
+        body, dec_vals = sparse_body(vals, idx, d, coding, is_sorted=True), vals
+    else:
+        codes, scales, dec_vals = quantize_survivors(vals, mode, p["quant_scale"], levels)
+        body = quantized_body_torch(codes, scales, idx, d, mode, coding)
+    decoded = dense_from_sparse(dec_vals, idx, d) if ctx.need_decoded else None
+    if ctx.ef:
+        flat[idx] = flat[idx] - dec_vals  # the residual a − decoded
+    return body, meta, decoded
+
+
+def _decode_torch(payload: Payload, d: int, k: int, coding: str, mode: str) -> torch.Tensor:
+    """The torch path's decoder (header checked): torch operations where the body lies.
+
+    Scalar reads: the index check (one, folded); a variable-length index coding's length (one more).
+    """
+    body = body_tensor(payload)
+    if k == 0:
+        return torch.zeros(d, dtype=torch.float32, device=body.device)
+    if mode == "none":
+        return sparse_decode(payload)
+    ns, width = _SCALES[mode], _CODE_BITS[mode]
+    nc = codec.packed_nbytes(k, width)
+    if body.numel() < 4 * ns + nc:
+        raise PayloadError("graddrop quantized body is truncated")
+    scales = body[: 4 * ns].clone().view(torch.float32)
+    codes = codec_torch.unpack_bits(body[4 * ns : 4 * ns + nc], width, k)
+    rest = body[4 * ns + nc :]
+    idx, used = codec_torch.decode_indices(rest, d, k, coding)
+    if used != rest.numel():
+        raise PayloadError(f"{payload.codec} body has {rest.numel() - used} bytes after its {k} indices")
+    if bool(((idx < 0) | (idx >= d)).any()):
+        raise PayloadError(f"{payload.codec} body has an index outside the tensor")
+    sign = torch.where((codes & 1).bool(), -1.0, 1.0)
+    return dense_from_sparse(sign * scales[codes >> 1], idx, d)
 
 
 def _corrected_gather(flat: torch.Tensor, res: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:

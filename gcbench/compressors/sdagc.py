@@ -65,6 +65,7 @@ from gcbench.compressors._sparsify import (
     accumulate,
     clip_coef,
     clip_local,
+    clip_scale,
     dense_momentum_update,
     momentum_buffers,
     sparse_or_dense_body,
@@ -86,31 +87,41 @@ def sdagc_lambda(step: int, params: Mapping[str, Any]) -> float:
 
 
 def sdagc_threshold(v: torch.Tensor, step: int, params: Mapping[str, Any]) -> float:
-    """The threshold λ(t)·std(v) (population std of the whole tensor)."""
+    """The threshold λ(t)·std(v) (population std of the whole tensor), as a host float (one read)."""
+    return float(sdagc_threshold_tensor(v, step, params))
+
+
+def sdagc_threshold_tensor(v: torch.Tensor, step: int, params: Mapping[str, Any]) -> torch.Tensor:
+    """:func:`sdagc_threshold` as a float64 0-d tensor on ``v``'s device (no scalar read): λ(t) times torch's float32
+    std, in float64 as the host computes it."""
     if v.numel() == 0:
-        return 0.0
-    return sdagc_lambda(step, params) * float(torch.std(v.float(), correction=0))
+        return torch.zeros((), dtype=torch.float64, device=v.device)
+    return sdagc_lambda(step, params) * torch.std(v.float(), correction=0).double()
 
 
-def _revision_scale(vals: torch.Tensor, u: torch.Tensor) -> float:
-    """min(1, ‖u_t‖₂ / ‖v[mask]‖₂) of the learning-rate revision (1 when nothing is sent)."""
-    sent_norm = float(torch.linalg.vector_norm(vals, dtype=torch.float64))
-    step_norm = float(torch.linalg.vector_norm(u, dtype=torch.float64))
-    return min(1.0, step_norm / sent_norm) if sent_norm > 0 else 1.0
+def _revision_scale(vals: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """min(1, ‖u_t‖₂ / ‖v[mask]‖₂) of the learning-rate revision (1 when nothing is sent), a float64 0-d tensor on
+    the values' device (no scalar read; multiplying by 1 leaves the values to the bit)."""
+    sent_norm = torch.linalg.vector_norm(vals, dtype=torch.float64)
+    step_norm = torch.linalg.vector_norm(u, dtype=torch.float64)
+    ratio = torch.clamp(step_norm / torch.where(sent_norm > 0, sent_norm, torch.ones_like(sent_norm)), max=1.0)
+    return torch.where(sent_norm > 0, ratio, torch.ones_like(ratio))
 
 
-def sdagc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: float | None, step: int, params: Mapping[str, Any],
-                     want_decoded: bool) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
-    """One SDAGC step on a sparsified tensor with torch ops (any device); u and v are updated in place."""
+def sdagc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: float | torch.Tensor | None, step: int,
+                     params: Mapping[str, Any], want_decoded: bool) -> tuple[torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
+    """One SDAGC step on a sparsified tensor with torch ops (any device); u and v are updated in place.
+
+    Everything stays on the tensors' device, the body included; the one scalar read is the number of
+    entries above the threshold (``torch.nonzero``), plus the body length of a variable-length index coding.
+    """
     accumulate(u, v, x if coef is None else x * coef, params["momentum"], nesterov=False)
     flat = v.reshape(-1)
     d = flat.numel()
-    idx = above(flat, sdagc_threshold(flat, step, params))
+    idx = above(flat, sdagc_threshold_tensor(flat, step, params).float())  # float32(thr), as a host float compares
     vals = flat[idx]
     if params["lr_revision"] and idx.numel():
-        scale = _revision_scale(vals, u)
-        if scale < 1.0:
-            vals = vals * scale
+        vals = vals * _revision_scale(vals, u)
     decoded = dense_from_sparse(vals, idx, d) if want_decoded else None
     flat[idx] -= vals  # zero when released in full; (1 − s)·v stays when lr_revision held some back
     if params["masking"]:
@@ -120,7 +131,7 @@ def sdagc_step_torch(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: fl
 
 
 def sdagc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: float | None, step: int, params: Mapping[str, Any],
-                    want_decoded: bool) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor | None]:
+                    want_decoded: bool) -> tuple[np.ndarray | torch.Tensor, dict[str, MetaValue], torch.Tensor | None]:
     """:func:`sdagc_step_torch` on contiguous CPU float32 tensors with the kernels of :mod:`gcbench.kernels`."""
     xn, un, vn = kernels.as_numpy(x).reshape(-1), kernels.as_numpy(u).reshape(-1), kernels.as_numpy(v).reshape(-1)
     d = vn.size
@@ -139,7 +150,7 @@ def sdagc_step_fast(x: torch.Tensor, u: torch.Tensor, v: torch.Tensor, coef: flo
     assert sel.idx is not None and sel.vals is not None
     idx, vals = sel.idx, sel.vals
     if idx.size:
-        scale = _revision_scale(torch.from_numpy(vals), u)
+        scale = float(_revision_scale(torch.from_numpy(vals), u))
         if scale < 1.0:
             vals = (torch.from_numpy(vals) * scale).numpy()
     decoded = _sparse.dense_from(idx, vals, d) if want_decoded else None
@@ -158,7 +169,7 @@ def sdagc_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.
     if sent_dense(x32, p):
         return dense_momentum_update(u, clip_local(x32, p["clip_norm"], p["workers"]), p["momentum"], nesterov=False)
     v = v0.clone() if v0 is not None and v0.shape == x32.shape else zero.clone()
-    decoded = sdagc_step_torch(x32, u, v, clip_coef(x32, p["clip_norm"], p["workers"]), state.step, p, True)[2]
+    decoded = sdagc_step_torch(x32, u, v, clip_scale(x32, p["clip_norm"], p["workers"]), state.step, p, True)[2]
     assert decoded is not None
     return decoded.reshape(x32.shape)
 
@@ -181,9 +192,9 @@ class SDAGC(MomentumSGDReference, Compressor):
             return body, meta, out
         u, v = momentum_buffers(state, a, velocity=True)
         x = a.contiguous()
-        coef = clip_coef(x, p["clip_norm"], p["workers"])
-        step_fn = sdagc_step_fast if kernels.fast_cpu(x, u, v) else sdagc_step_torch
-        return step_fn(x, u, v, coef, state.step, p, ctx.need_decoded)
+        if kernels.fast_cpu(x, u, v):
+            return sdagc_step_fast(x, u, v, clip_coef(x, p["clip_norm"], p["workers"]), state.step, p, ctx.need_decoded)
+        return sdagc_step_torch(x, u, v, clip_scale(x, p["clip_norm"], p["workers"]), state.step, p, ctx.need_decoded)
 
     def _expected_body_nbytes(self, payload: Payload) -> int | tuple[int, int]:
         return sparse_or_dense_nbytes(payload)

@@ -32,14 +32,14 @@ from gcbench.core.payload import MetaValue, Payload
 
 
 def threshold_reference_encode(comp: Compressor, x32: torch.Tensor,
-                               state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
+                               state: State) -> tuple[torch.Tensor, dict[str, MetaValue], torch.Tensor]:
     """(body, header, decoded) for ``x32`` the plain torch way: ``a = x + e``, send ``|a| > tau`` (state untouched)."""
     a = ErrorFeedback.corrected(x32, state)
     flat = a.reshape(-1)
     idx = above(flat, comp.params["tau"])
     vals = flat[idx]
     coding = comp.params["index_coding"]
-    body = sparse_body(vals, idx, flat.numel(), coding)
+    body = sparse_body(vals, idx, flat.numel(), coding, is_sorted=True)
     return body, {"k": int(idx.numel()), "coding": coding}, dense_from_sparse(vals, idx, flat.numel()).reshape(x32.shape)
 
 
@@ -68,9 +68,9 @@ class Threshold(Compressor):
                                      zero_mode=kernels.ZERO_SUB if ctx.ef else kernels.ZERO_NONE, want_decoded=ctx.need_decoded)
             decoded = torch.from_numpy(sel.decoded) if sel.decoded is not None else None
             return sel.body, {"k": sel.k, "coding": coding}, decoded
-        idx = above(flat, tau)
+        idx = above(flat, tau)  # torch.nonzero: the device says how many pass (the card's one scalar read)
         vals = flat[idx]
-        body = sparse_body(vals, idx, d, coding)
+        body = sparse_body(vals, idx, d, coding, is_sorted=True)  # on the input's device
         decoded = dense_from_sparse(vals, idx, d) if ctx.need_decoded else None
         if ctx.ef:
             flat[idx] = flat[idx] - vals  # the residual a − decoded

@@ -16,7 +16,6 @@ from version 1 for inputs without such ties.  :func:`topk_reference` is the plai
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from gcbench import kernels
@@ -33,7 +32,7 @@ def topk_indices(a: torch.Tensor, k: int) -> torch.Tensor:
     return (kernels.topk_tensor(flat, k) if kernels.fast_cpu(flat) else kernels.topk_select_torch(flat, k))[0]
 
 
-def topk_reference_encode(comp: Compressor, x32: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
+def topk_reference_encode(comp: Compressor, x32: torch.Tensor, state: State) -> tuple[torch.Tensor, dict[str, MetaValue], torch.Tensor]:
     """(body, header, decoded) for ``x32`` the straightforward way: ``torch.topk`` of |x + e| (state untouched)."""
     a = ErrorFeedback.corrected(x32, state) if comp.uses_error_feedback() else x32
     flat, d, k = flat_and_k(a, comp.params["density"])
@@ -67,11 +66,10 @@ class TopK(Compressor):
             if ctx.ef:
                 kernels.scatter_sub(kernels.as_numpy(flat), idx_np, vals_np)  # residual a − decoded: only k entries change
             return body, meta, decoded
-        body = sparse_body(vals, idx, d, coding)
         decoded = dense_from_sparse(vals, idx, d) if ctx.need_decoded else None
         if ctx.ef:
             flat[idx] = flat[idx] - vals
-        return body, meta, decoded
+        return sparse_body(vals, idx, d, coding, is_sorted=True), meta, decoded  # on the input's device: no host copy
 
     def _expected_body_nbytes(self, payload: Payload) -> tuple[int, int]:
         return sparse_body_nbytes(payload)

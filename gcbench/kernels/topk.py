@@ -321,13 +321,18 @@ def kth_largest_torch(mag: torch.Tensor, k: int, via_topk: bool | None = None) -
 
 
 def topk_among(vals: torch.Tensor, k: int) -> torch.Tensor:
-    """Positions (ascending) of the k largest |vals|; among values equal to the k-th, the earliest (torch ops, any device)."""
+    """Positions (ascending) of the k largest |vals|; among values equal to the k-th, the earliest (torch ops, any device).
+
+    No scalar read: the ties kept are those whose running count stays within ``k − (number above the
+    k-th)``, and exactly k positions are kept, so ``nonzero_static`` of size k lists them without the
+    device telling the host a size (0 < k <= numel).
+    """
     mag = vals.abs()
     kth = kth_largest_torch(mag, k)
     keep = mag > kth
-    need = k - int(keep.sum())
-    keep[torch.nonzero(mag == kth).reshape(-1)[:need]] = True
-    return torch.nonzero(keep).reshape(-1)
+    ties = mag == kth
+    keep |= ties & (torch.cumsum(ties, 0) <= k - keep.sum())
+    return torch.nonzero_static(keep, size=k).reshape(-1)
 
 
 def topk_tensor(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,14 +354,18 @@ def topk_tensor(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def topk_select_torch(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same selection in torch ops (any device): the same indices as :func:`topk_tensor` (inputs without NaN)."""
+    """The same selection in torch ops (any device): the same indices as :func:`topk_tensor`, NaN included.
+
+    Magnitudes are compared as the kernels compare them, as the integers ``bits & 0x7FFFFFFF`` of the
+    float32 values (a NaN ranks above +inf, NaNs by their bits), so there is one path and no scalar read.
+    """
     d = flat.numel()
     if k >= d:
         return torch.arange(d, dtype=torch.int64, device=flat.device), flat.clone()
-    mag = flat.abs()
-    if bool(torch.isnan(mag).any()):
-        return topk_select_torch_exact(flat, k)
-    keep = topk_among(flat, k)
+    if k <= 0:
+        return torch.zeros(0, dtype=torch.int64, device=flat.device), flat[:0].clone()
+    keys = flat.float().view(torch.int32) & 0x7FFFFFFF
+    keep = topk_among(keys, k)
     return keep, flat[keep]
 
 

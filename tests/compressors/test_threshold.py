@@ -103,7 +103,7 @@ def test_fast_path_bytes_and_residual_equal_the_reference(tau: float, coding: st
         body, meta, ref_dec = threshold_reference_encode(c, x, st)
         a = ErrorFeedback.corrected(x, st)
         p, dec = c.compress_and_decode(x, st)
-        assert p.data.numpy().tobytes() == body.tobytes() and p.meta == meta
+        assert p.data.numpy().tobytes() == np.asarray(body).tobytes() and p.meta == meta
         assert torch.equal(dec, ref_dec)
         assert torch.equal(st.tensors[ErrorFeedback.KEY], a - dec)  # as the generic error-feedback path stores it
         assert torch.equal(c.decompress(p), dec)

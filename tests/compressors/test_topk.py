@@ -123,7 +123,7 @@ def test_fast_path_bytes_and_residual_equal_the_reference(density: float, ef: bo
         body, meta, ref_dec = topk_reference_encode(comp, x, state)  # reads the state, changes nothing
         a = ErrorFeedback.corrected(x, state)
         p, dec = comp.compress_and_decode(x, state)
-        assert p.data.numpy().tobytes() == body.tobytes() and p.meta == meta
+        assert p.data.numpy().tobytes() == np.asarray(body).tobytes() and p.meta == meta
         assert torch.equal(dec, ref_dec)
         if ef:  # the residual is exactly a − decoded in float32, as the generic error-feedback path stores it
             assert torch.equal(state.tensors[ErrorFeedback.KEY], a - dec)

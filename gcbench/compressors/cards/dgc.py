@@ -54,6 +54,10 @@ DGC_CARD = CompressorInfo(
     ),
     target=Target(8.0, vs_torch_topk=5.0, topk_densities=(0.001,)),
     traffic_bytes=20.0,  # read x, read and write the momentum u and the accumulation v
+    scalar_reads=2,
+    scalar_reads_where=("compress: the selection's size (the adaptation's count, round and exact-top-k flag packed in one "
+                        'integer, read once), and the body length of a variable-length coding (paper, delta-varint, elias); a '
+                        "dense tensor none; decompress: the sparse codec's one folded validity check"),
 )
 
 CARDS = (DGC_CARD,)

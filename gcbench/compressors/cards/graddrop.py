@@ -29,6 +29,10 @@ GRADDROP_CARD = CompressorInfo(
     ),
     target=Target(8.0),
     traffic_bytes=12.0,  # read x and the residual, write the residual
+    scalar_reads=2,
+    scalar_reads_where=('compress: how many entries pass the sampled threshold (torch.nonzero: the size of the index list), '
+                        'and the body length of a variable-length index coding (delta-varint, elias); decompress: the index '
+                        'check, folded into one read, and the bytes a variable-length index coding used'),
 )
 
 CARDS = (GRADDROP_CARD,)

@@ -27,6 +27,10 @@ SDAGC_CARD = CompressorInfo(
     ),
     target=Target(8.0),
     traffic_bytes=20.0,  # read x, read and write the momentum u and the accumulation v
+    scalar_reads=2,
+    scalar_reads_where=('compress: how many entries pass lambda·std (torch.nonzero: the size of the index list), and the body '
+                        'length of a variable-length coding (paper, delta-varint, elias); a dense tensor none; decompress: '
+                        "the sparse codec's one folded validity check"),
 )
 
 CARDS = (SDAGC_CARD,)

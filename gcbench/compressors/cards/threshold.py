@@ -18,6 +18,10 @@ THRESHOLD_CARD = CompressorInfo(
     ),
     target=Target(8.0),
     traffic_bytes=12.0,  # read x and the residual, write the residual (the sparse output depends on the data)
+    scalar_reads=2,
+    scalar_reads_where=('compress: how many entries pass tau (torch.nonzero: the size of the index list), and the body length '
+                        "of a variable-length index coding (delta-varint, elias); decompress: the sparse codec's one folded "
+                        'validity check'),
 )
 
 CARDS = (THRESHOLD_CARD,)
