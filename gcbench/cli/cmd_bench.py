@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
-from gcbench.cli.grammar import choose, compressor_specs, model_arg, single_worker_compressors, size_list_arg
+from gcbench.cli.grammar import choose, compressor_specs, model_arg, single_worker_compressors, size_list_arg, with_plans
 from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_output_dir
 from gcbench.core.errors import GcbenchError
@@ -37,7 +37,11 @@ MAX_WARMUP = 1000
 @user_errors
 def bench(
     compressors: Compressors = None,
-    compressor: Annotated[list[str] | None, options.compressor_option("A compressor to time (repeatable), as a positional SPEC.")] = None,
+    compressor: Annotated[list[str] | None, options.compressor_option(
+        "A compressor to time (repeatable), as a positional SPEC; with --model also plan:FILE.")] = None,
+    plan: Annotated[list[str] | None, options.plan(
+        "With --model: time a compression plan (TOML, docs/plans.md) on the model's tensors, as -c plan:FILE (repeatable).")]
+    = None,
     sizes: Sizes = "25.6M",
     model: Model = None,
     rounds: Rounds = 5,
@@ -56,7 +60,7 @@ def bench(
     """Time compress/decompress against a memory copy of the same tensor; print the target table.
 
     Examples: `gcbench bench`, `gcbench bench topk qsgd --sizes 1M,25.6M --rounds 9`,
-    `gcbench bench --model resnet50 -c topk -c powersgd`,
+    `gcbench bench --model resnet50 -c topk -c powersgd`, `gcbench bench --model resnet50 --plan small.toml -c topk`,
     `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
     """
     from gcbench.measure.bench import bench_to_file, parse_size
@@ -68,7 +72,7 @@ def bench(
         deprecated("bench --repeats N", f"--rounds {repeats} (--repeats means fidelity draws in run and compare)")
         rounds = repeats
     device = choose(device, ("cpu", "cuda"), "device")
-    names = compressor_specs(compressors, compressor) or single_worker_compressors()
+    names = compressor_specs(compressors, with_plans(compressor, plan)) or single_worker_compressors()
     size_list = size_list_arg(sizes, parse_size)
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
     model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion
@@ -78,6 +82,10 @@ def bench(
         from gcbench.sources.catalog import check_model
 
         check_model(model)
+        if plan or any(n.startswith("plan:") for n in names):  # its rules against the model's tensors, before any work
+            from gcbench.measure.plan_case import check_model_plans
+
+            check_model_plans(names, model)
     check_output_dir(out_dir, "--out")
     if fail_on_regression and baseline is None:
         raise GcbenchError("--fail-on-regression needs --baseline FILE")

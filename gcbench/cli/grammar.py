@@ -82,11 +82,9 @@ def with_plans(options: Sequence[str] | None, plans: Sequence[str] | None) -> li
 
 def case_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """A SPEC as a suite case's (name, params): a compressor's by the registry, a ``plan:FILE`` as ``("plan", its table)``."""
-    from gcbench.compressors import registry
-    from gcbench.plan.load import case_params, plan_from_spec
+    from gcbench.plan.load import case_of_spec
 
-    plan = plan_from_spec(spec)
-    return ("plan", case_params(plan, spec.partition(":")[2].strip())) if plan is not None else registry.parse_spec(spec)
+    return case_of_spec(spec)
 
 
 def single_worker_compressors() -> list[str]:

@@ -48,6 +48,7 @@ from gcbench.measure.timing import (
     timer_name,
     x_copy_summary,
 )
+from gcbench.plan.load import PlanError, case_of_spec
 from gcbench.results.bench_record import BenchCase
 from gcbench.results.record import CUT_SHORT as CUT_SHORT_FLAG
 from gcbench.results.record import RunRecord
@@ -217,7 +218,8 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     mark_cut_short({"compress": x_copy["compress"]}, timed_c.stopped, policy.budget_s, policy.max_rounds)
     mark_cut_short({"decompress": x_copy["decompress"]}, timed_d.stopped, policy.budget_s, policy.max_rounds)
     rec: dict[str, Any] = {
-        "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version, "numel": x.numel(),
+        "compressor": name, "label": label or name, "params": dict(params or {}) if name == "plan" else dict(comp.params),
+        "version": comp.info.version, "numel": x.numel(),
         "shape": list(shape),
         "threads": torch.get_num_threads(), "device": device, "timer": timer_name(device),
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
@@ -281,9 +283,11 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
     The per-step compress and decompress times a network prediction charges (``gcbench advise``);
     ``numel`` is the model's parameter count.  No reference or torch.topk rows: those are per tensor.
     """
-    comp = registry.create(name, **(params or {}))
+    from gcbench.measure.plan_case import fresh_states, model_plan
+
+    comp = model_plan(params or {}, model, seed) if name == "plan" else registry.create(name, **(params or {}))
     xs = model_tensors(model, seed, device)
-    states = [comp.init_state(seed + i) for i in range(len(xs))]
+    states = fresh_states(comp, [seed + i for i in range(len(xs))])
     comp.compress_group(xs, states, need_decoded=False)  # one step first: error feedback / momentum in steady state
     policy = bench_policy(repeats, warmup, max_rounds, budget_s)
     payloads = [p for p, _ in comp.compress_group(xs, [s.clone() for s in states], need_decoded=False)]
@@ -294,7 +298,8 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
     x_copy = {"compress": kernel_x_copy(timed, "compress", policy, bound), "decompress": kernel_x_copy(timed, "decompress", policy)}
     mark_cut_short(x_copy, timed.stopped, policy.budget_s, policy.max_rounds)
     return {
-        "compressor": name, "label": label or name, "params": dict(comp.params), "version": comp.info.version,
+        "compressor": name, "label": label or name, "params": dict(params or {}) if name == "plan" else dict(comp.params),
+        "version": comp.info.version,
         "numel": numel, "model": model, "tensors": len(xs), "threads": torch.get_num_threads(), "device": device,
         "timer": timer_name(device),
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
@@ -307,7 +312,9 @@ def bench_model_case(name: str, params: dict[str, Any] | None, model: str, *, re
 
 
 def spec_label(name: str, params: dict[str, Any]) -> str:
-    """``name`` or ``name:key=value,...`` — the row name of a benchmarked configuration."""
+    """``name`` or ``name:key=value,...`` — the row name of a benchmarked configuration (a plan's: ``plan:<name>``)."""
+    if name == "plan" and isinstance(params.get("plan"), dict):
+        return f"plan:{params['plan'].get('name')}"
     return name if not params else name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
 
 
@@ -326,7 +333,9 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
     ``isolate``) runs the cases one after another in one worker process instead of one process each: a process's
     start (imports, compiled kernels loaded) can cost 3-9 s under load, more than a small model's rounds.
     """
-    specs = [registry.parse_spec(n) for n in names]  # unknown names and bad parameters fail before any work
+    specs = [case_of_spec(n) for n in names]  # unknown names, bad parameters and bad plans fail before any work
+    if model is None and any(name == "plan" for name, _ in specs):
+        raise PlanError("a plan assigns compressors to a model's tensors: bench it with --model NAME")
     model_numel = sum(t.numel for t in zoo.layer_shapes(model)) if model is not None else None  # an unknown model fails here
     cases = [(sp, model_numel) for sp in specs] if model is not None else [(sp, s) for sp in specs for s in sizes]
     total = len(cases)

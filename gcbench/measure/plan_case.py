@@ -225,3 +225,30 @@ def check_plan_cases(suite: Any) -> None:
         infos = _spec_infos(src, suite.seed)
         for plan in plans:
             assign(plan, infos)
+
+
+def model_plan(params: Mapping[str, Any], model: str, seed: int = 0) -> PlanCompressor:
+    """A plan case's compressor for a zoo model's tensors (``bench --model``): kinds from the model's modules."""
+    from gcbench.measure.granularity import make_units
+    from gcbench.sources import zoo
+
+    plan = plan_of_params(params, "plan case")
+    layout = zoo.layer_shapes(model)
+    return PlanCompressor(plan, assign(plan, tensor_infos(zoo.load_model(model, seed).module)), make_units(layout, "layer"))
+
+
+def fresh_states(comp: Compressor, seeds: Sequence[int]) -> list[State]:
+    """One fresh state per unit, seeded ``seeds[u]``: a plan's are its rules' compressors' (it knows the unit's rule)."""
+    if isinstance(comp, PlanCompressor):
+        return [comp.init_unit_state(u, s) for u, s in enumerate(seeds)]
+    return [comp.init_state(s) for s in seeds]
+
+
+def check_model_plans(specs: Sequence[str], model: str) -> None:
+    """Refuse, before any work, a ``plan:FILE`` among ``specs`` whose rules do not fit ``model``'s tensors (``bench --model``)."""
+    from gcbench.plan.load import case_of_spec
+
+    for spec in specs:
+        name, params = case_of_spec(spec)
+        if name == "plan":
+            model_plan(params, model)

@@ -219,3 +219,14 @@ def case_params(plan: Plan, file: str | os.PathLike[str] | None = None) -> dict[
     import tomllib
 
     return {"plan": tomllib.loads(plan.to_toml())["plan"], **({"file": str(file)} if file is not None else {})}
+
+
+def case_of_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """A command line's SPEC as a case's (name, params): ``plan:FILE`` as ``("plan", case_params(...))``, a compressor's
+    by the registry's parser."""
+    plan = plan_from_spec(spec)
+    if plan is not None:
+        return "plan", case_params(plan, spec.partition(":")[2].strip())
+    from gcbench.compressors import registry
+
+    return registry.parse_spec(spec)
