@@ -1,23 +1,34 @@
-"""The device path's check: the contract and same-bytes tests with tensors on the GPU, and a GPU bench.
+"""The device path's check: the compressors' tests with tensors on the GPU, the device guard, a GPU bench, the hook
+against PyTorch's, and converge on the GPU against the CPU.
 
 A CUDA tensor takes every compressor's plain torch path (the numba kernels are CPU-only), which
 the CPU test suite covers only with ``GCBENCH_KERNELS=torch``.  On a machine with CUDA this script
-runs, each step under its own timeout and within about 8 minutes in all:
+runs, each step under its own timeout and within 8 minutes in all (:data:`TOTAL_BUDGET_S`):
 
 1. ``pytest tests/compressors/test_contract.py`` with ``GCBENCH_TEST_DEVICE=cuda`` (inputs on the GPU);
 2. ``pytest tests/compressors/test_same_bytes.py`` likewise: every compressor's payloads on the GPU decode
    to what its CPU payloads decode to, within float rounding (bit-identity is reported);
-3. ``python -m gcbench bench --device cuda`` on a few compressors and two sizes: compress and
-   decompress ×copy against a device-to-device copy of the same tensor (the bench synchronises the
-   device around every timed call).
+3. ``pytest tests/compressors/test_device_guard.py`` likewise: no tensor<->NumPy conversion and scalar reads
+   within each card's budget, for every compressor and a 4-worker exchange (its table printed);
+4. ``benchmarks/device_steps.py syncs``: per compressor the synchronising CUDA calls
+   (``torch.cuda.set_sync_debug_mode("warn")``), conversions and scalar reads of one compress+decode and one
+   decompress;
+5. ``benchmarks/device_steps.py bench``: every compressor at 64M elements (held to its GPU target) and 1M,
+   CUDA events against a device-to-device copy of the same tensor;
+6. ``benchmarks/device_steps.py hooks``: gcbench's DDP hook (none, bf16, powersgd) against PyTorch's all-reduce,
+   ``bf16_compress_hook`` and ``powerSGD_hook`` on ResNet-18 on one GPU (NCCL, world size 1; two gloo ranks on
+   the GPU if NCCL refuses), target ≤ 1.3×;
+7. ``benchmarks/device_steps.py converge``: ``gcbench converge --model smallcnn`` for two deterministic
+   compressors on the CPU and with ``--device cuda``; the curves must agree within float tolerance.
 
 Usage::
 
     python benchmarks/device_check.py OUTDIR
 
-OUTDIR receives ``device_check.log`` (every step's command and output), each step's JUnit XML, the
-bench results file and ``summary.json`` (``status``: ``passed``, ``failed`` or ``skipped``; one entry
-per step with its exit status, seconds and whether it timed out).  Without a CUDA device it writes
+OUTDIR receives ``device_check.log`` (every step's command and output), each pytest step's JUnit XML, each
+device step's JSON (``syncs.json``, ``bench.json`` with the bench results file under ``bench/``, ``hooks.json``,
+``converge.json``) and ``summary.json`` (``status``: ``passed``, ``failed`` or ``skipped``; one entry per step
+with its exit status, seconds, whether it timed out, and its JSON's result).  Without a CUDA device it writes
 "no CUDA device: skipped" to the log and a ``skipped`` summary, and exits 0; otherwise it exits 1
 when a step failed.
 """
@@ -34,30 +45,36 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: the whole check stays under this many seconds (the device machine's budget is short); each step also has its own cap
-TOTAL_BUDGET_S = 450.0
+#: the whole check stays under this many seconds (8 minutes at most; the device machine's budget is short); each step
+#: also has its own cap
+TOTAL_BUDGET_S = 470.0
 
-#: compressors and sizes of the bench step: a copy-like cast, a selection, a quantizer, the block-scaled formats (their torch
-#: path is the GPU path); one cache-sized and one larger tensor
-BENCH_COMPRESSORS = ("none", "fp16", "topk", "qsgd", "fp8", "mxfp4", "nvfp4")
-BENCH_SIZES = "1M,16M"
+STEPS_SCRIPT = ROOT / "benchmarks" / "device_steps.py"
 
 
 def _steps(out: Path) -> list[dict[str, Any]]:
-    """The steps: name, command (run from the repository root), cap in seconds, extra environment."""
+    """The steps: name, command (run from the repository root), cap in seconds, extra environment, the JSON it writes."""
     py = sys.executable
     gpu = {"GCBENCH_TEST_DEVICE": "cuda"}
-    bench = [py, "-m", "gcbench", "bench", *[a for c in BENCH_COMPRESSORS for a in ("-c", c)], "--sizes", BENCH_SIZES,
-             "--device", "cuda", "--rounds", "5", "--out", str(out / "bench"), "--json", "--quiet",
-             "--no-isolate"]  # one process: eight CUDA start-ups would take most of the step's time
+
+    def pytest(name: str, path: str, cap: int, *extra: str) -> dict[str, Any]:
+        return {"name": name, "timeout_s": cap, "env": gpu,
+                "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", path, *extra,
+                        "--junitxml", str(out / f"{name.replace('-', '_')}.xml")]}
+
+    def device_step(name: str, cap: int, *extra: str) -> dict[str, Any]:
+        return {"name": name, "timeout_s": cap, "env": {}, "json": str(out / f"{name}.json"),
+                "cmd": [py, str(STEPS_SCRIPT), name, str(out if name == "converge" else out / f"{name}.json"),
+                        *(() if name == "converge" else ("--device", "cuda")), *extra]}
+
     return [
-        {"name": "contract", "timeout_s": 180, "env": gpu,
-         "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/compressors/test_contract.py",
-                 "--junitxml", str(out / "contract.xml")]},
-        {"name": "same-bytes", "timeout_s": 110, "env": gpu,
-         "cmd": [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=25", "tests/compressors/test_same_bytes.py",
-                 "-k", "on_the_test_device", "-rA", "-s", "--junitxml", str(out / "same_bytes.xml")]},
-        {"name": "bench", "timeout_s": 150, "env": {}, "cmd": bench},
+        pytest("contract", "tests/compressors/test_contract.py", 75),
+        pytest("same-bytes", "tests/compressors/test_same_bytes.py", 50, "-k", "on_the_test_device", "-rA", "-s"),
+        pytest("guard", "tests/compressors/test_device_guard.py", 50, "-rA", "-s"),
+        device_step("syncs", 35),
+        device_step("bench", 130, "--time", "110"),  # no case starts after 110 s: the rows done are in the file
+        device_step("hooks", 60, "--model", "resnet18", "--iters", "20", "--warmup", "5", "--rounds", "2"),
+        device_step("converge", 70, "--steps", "20", "--compressors", "fp16,topk"),
     ]
 
 
@@ -109,21 +126,45 @@ def run_step(step: dict[str, Any], timeout_s: float, log: Log) -> dict[str, Any]
     log(f"-- {step['name']}: " + (f"timed out after {seconds:.0f} s" if timed_out else f"exit {rc} in {seconds:.0f} s"))
     rec: dict[str, Any] = {"name": step["name"], "cmd": step["cmd"], "env": step["env"], "rc": rc, "timed_out": timed_out,
                            "seconds": round(seconds, 1), "ok": rc == 0}
-    if step["name"] == "bench" and rc == 0:
-        rec["bench"] = _bench_summary(stdout)
+    if step.get("json"):
+        rec["result"] = _step_result(Path(step["json"]))
     return rec
 
 
-def _bench_summary(stdout: str) -> dict[str, Any]:
-    """The bench's results file and each case's ×copy medians, from ``bench --json``'s last line."""
+def _step_result(path: Path) -> Any:
+    """What a device step wrote (its JSON), or why there is none (it timed out or failed before writing)."""
     try:
-        data = json.loads(stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        return {"error": "bench printed no JSON"}
-    cases = [{"label": c.get("label"), "numel": c.get("numel"), "device": c.get("device"), "error": c.get("error"),
-              "compress_x_copy": c.get("compress_x_copy"), "decompress_x_copy": c.get("decompress_x_copy")}
-             for c in data.get("cases", [])]
-    return {"results": data.get("results"), "cases": cases}
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        return {"error": f"no result: {exc}"}
+
+
+def closing_lines(steps: list[dict[str, Any]]) -> list[str]:
+    """The check's results in a few lines: the bench at 64M (×device copy, verdict), the hook against PyTorch's, the
+    synchronisations, the converge agreement (what a session's closing note quotes)."""
+    got = {s["name"]: s.get("result") or {} for s in steps}
+    lines = []
+    bench = [r for r in got.get("bench", {}).get("rows", []) if r.get("numel", 0) >= 64_000_000]
+    if bench:
+        lines.append("bench at 64M, compress/decompress ×device copy: " + "; ".join(
+            f"{r['label']} {r['compress_x_copy']:.2f}/{r['decompress_x_copy']:.2f} {r['verdict']}" if not r.get("error")
+            else f"{r['label']} error" for r in bench))
+    hooks = got.get("hooks", {})
+    if hooks.get("ratio"):
+        lines.append(f"hook vs PyTorch ({hooks.get('model')}, {hooks.get('how')}): "
+                     + ", ".join(f"{k} {v:.2f}×" for k, v in hooks["ratio"].items()) + f" (target ≤ {hooks.get('target')}×)")
+    rows = got.get("syncs", {}).get("rows", [])
+    if rows:
+        lines.append("CUDA synchronisations per compress+decode / decompress: " + "; ".join(
+            f"{r['compressor']} {r['compress']['cuda_syncs']}/{r['decompress']['cuda_syncs']}" for r in rows if "error" not in r))
+    conv = got.get("converge", {})
+    if conv.get("status") == "compared":
+        lines.append("converge cuda vs cpu (max rel. held-out loss, max abs. accuracy): " + "; ".join(
+            f"{k} {v.get('max_rel_loss', float('nan')):.2g}, {v.get('max_abs_metric', float('nan')):.2g} {'ok' if v['ok'] else 'DIFFERS'}"
+            for k, v in conv.get("agreement", {}).items()))
+    elif conv.get("status"):
+        lines.append(f"converge --device cuda: {conv['status']} ({conv.get('why', '')})")
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -158,7 +199,10 @@ def main(argv: list[str]) -> int:
     ok = all(s["ok"] for s in summary["steps"])
     summary["status"] = "passed" if ok else "failed"
     summary["seconds"] = round(time.monotonic() - start, 1)
+    summary["closing"] = closing_lines(summary["steps"])
     write_summary(out, summary)
+    for line in summary["closing"]:
+        log(line)
     log(f"device check {summary['status']} in {summary['seconds']:.0f} s: "
         + ", ".join(f"{s['name']} {'ok' if s['ok'] else 'FAILED'}" for s in summary["steps"]))
     return 0 if ok else 1
