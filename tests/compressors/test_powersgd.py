@@ -16,6 +16,7 @@ from gcbench.compressors.powersgd import (
     powersgd_reference,
 )
 from gcbench.core.compressor import State
+from gcbench.core.payload import Payload
 from gcbench.core.protocol import ring_allreduce_bytes
 from tests.compressors.test_topk_dither import ef_drift
 
@@ -273,3 +274,15 @@ def test_cuda_tensors_match_the_cpu_within_float64_rounding() -> None:
         d_gpu = c.compress_and_decode(x.cuda(), s_gpu)[1]
         assert torch.allclose(d_gpu.cpu(), d_cpu, rtol=1e-5, atol=1e-5)
         assert torch.allclose(s_gpu.tensors["residual"].cpu(), s_cpu.tensors["residual"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(40, 30), (7,)], ids=["factors", "dense"])
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_a_body_at_any_offset_of_its_buffer_decodes_alike(shape: tuple[int, ...], offset: int) -> None:
+    """A body sliced out of a received buffer at an offset that is not a multiple of 4 decodes as the payload itself
+    (the float32 view needs aligned bytes: the decoder copies them first)."""
+    comp = registry.create("powersgd")
+    p, decoded = comp.compress_and_decode(torch.randn(shape, generator=torch.Generator().manual_seed(offset)), comp.init_state(0))
+    buf = torch.cat([torch.zeros(offset, dtype=torch.uint8), p.data])
+    q = Payload.trusted(p.codec, p.version, p.dtype, p.shape, buf[offset:], dict(p.meta))
+    assert torch.equal(comp.decompress(q), decoded)

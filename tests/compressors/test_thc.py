@@ -155,3 +155,14 @@ def test_the_device_factor_is_the_kernels(m: float, bits: int) -> None:
     got = range_factor(torch.tensor(m, dtype=torch.float32), top)
     assert all(g.dtype == torch.float32 and g.dim() == 0 for g in got)
     assert [float(g) for g in got] == [float(torch.tensor(w, dtype=torch.float32)) for w in want]
+
+
+@pytest.mark.parametrize("offset", [1, 4, 5])
+def test_a_body_at_any_offset_of_its_buffer_decodes_alike(offset: int) -> None:
+    """A body sliced out of a received buffer at an offset that is not a multiple of 8 decodes as the payload itself
+    (the words' int64 view needs aligned bytes: the decoder copies them first)."""
+    comp = registry.create("thc")
+    p = comp.compress(normal((1000,), seed=offset), State(0))
+    buf = torch.cat([torch.zeros(offset, dtype=torch.uint8), p.data])
+    q = Payload.trusted(p.codec, p.version, p.dtype, p.shape, buf[offset:], dict(p.meta))
+    assert torch.equal(comp.decompress(q), comp.decompress(p))
