@@ -16,8 +16,8 @@ from typing import Any
 from gcbench.compressors import registry
 from gcbench.core.errors import UnknownNameError
 
-#: rows of at least this many elements are held to the GPU target (64M: 256 MiB of float32)
-GPU_TARGET_NUMEL = 1 << 26
+#: rows of at least this many elements are held to the GPU target (`bench --sizes 64M`: 256 MB of float32)
+GPU_TARGET_NUMEL = 64_000_000
 
 #: the default GPU ×copy of each kind of compressor
 KIND_X_COPY = {"cast": 3.0, "quantizer": 3.0, "sparsifier": 10.0}
