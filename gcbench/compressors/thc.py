@@ -104,7 +104,7 @@ def quantize(y: torch.Tensor, m: float | torch.Tensor, bits: int, u: torch.Tenso
     top = (1 << bits) - 1
     mt = torch.as_tensor(m, dtype=torch.float32, device=y.device).reshape(())
     up, m_up, factor = range_factor(mt, top)  # the kernel's factor (and, for a subnormal range, its exact 2^100 scaling)
-    r = (y * up + m_up).mul_(factor).clamp_(0.0, float(top))
+    r = torch.addcmul(m_up, y, up).mul_(factor).clamp_(0.0, float(top))  # y·up is exact (up a power of two): one rounding
     lo = r.floor()
     levels = lo.add_((u < r.sub_(lo)).to(lo.dtype)).to(torch.int64)
     usable = (mt != 0) & torch.isfinite(mt)
