@@ -83,6 +83,10 @@ class PlanCompressor(Compressor):
             PLAN_CARD, description=plan.label, traffic_bytes=traffic, min_workers=max(s.info.min_workers for s in subs))
         self.params = PLAN_CARD.resolve({})
         self._flags = _combined_flags(subs)
+        # the narrowest float wire format among the rules (fp16 beside bf16: fp16's): where an input beyond its max
+        # decodes to ±inf the runner counts saturation, as it does for that compressor alone
+        wires = [w for w in (s.wire_dtype for s in subs) if w is not None and w.is_floating_point]
+        self.wire_dtype = min(wires, key=lambda w: float(torch.finfo(w).max)) if wires else None
 
     def _sub(self, rule: int) -> Compressor:
         return self.subs[self.plan.rules[rule].compressor]

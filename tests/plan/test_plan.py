@@ -177,3 +177,28 @@ def test_rule_that_matches_nothing() -> None:
     plan = parse_plan(_doc({"kind": "norm", "compressor": "none"}, {"default": True, "compressor": "bf16"}), "f")
     with pytest.raises(PlanError, match="no module"):
         assign(plan, no_kind)
+
+
+def test_kinds_by_class_name() -> None:
+    """Hugging Face's Conv1D is GPT-2's linear layer; RMSNorm-like and *Embeddings classes by their names."""
+
+    class Conv1D(torch.nn.Module):  # transformers.pytorch_utils.Conv1D: weight (in, out), bias
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(4, 6))
+            self.bias = torch.nn.Parameter(torch.zeros(6))
+
+    class LlamaRMSNorm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(4))
+
+    class ViTEmbeddings(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cls_token = torch.nn.Parameter(torch.zeros(1, 1, 4))
+
+    m = torch.nn.ModuleDict({"c_attn": Conv1D(), "ln": LlamaRMSNorm(), "emb": ViTEmbeddings(),
+                             "conv": torch.nn.Conv2d(1, 2, 3, bias=False)})
+    assert {i.name: i.kind for i in tensor_infos(m)} == {"c_attn.weight": "linear", "c_attn.bias": "bias", "ln.weight": "norm",
+                                                        "emb.cls_token": "embedding", "conv.weight": "convolution"}

@@ -94,3 +94,17 @@ def test_suite_file_plan_by_file(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="params"):
         parse_suite({"name": "t", "sources": [{"kind": "synthetic", "shapes": [[4]]}],
                      "compressors": [{"name": "plan", "params": {"path": "x"}}]})
+
+
+def test_a_narrow_float_rule_saturates_as_its_compressor_does(tmp_path: Path) -> None:
+    """fp16 maps inputs beyond 65504 to ±inf: counted as saturation under a plan as for fp16 alone, not a failure."""
+    s = parse_suite({"name": "t", "seed": 3, "sources": [{"kind": "synthetic", "shapes": SHAPES, "workers": 2, "steps": 2,
+                                                          "scale": 1e5}],
+                     "compressors": [{"name": "fp16"}, _plan({"numel_below": 500, "compressor": "bf16"},
+                                                             {"default": True, "compressor": "fp16"})],
+                     "metrics": {"timing": False}})
+    fp16, plan = run_suite(s, tmp_path).records
+    assert fp16["status"] == plan["status"] == "ok", plan.get("error")
+    big = [u for u in fp16["layers"] if u["numel"] >= 500]
+    assert fp16["flags"]["saturated"] > plan["flags"]["saturated"] > 0  # the small tensors went as bf16
+    assert [u["wire_bytes"] for u in plan["layers"] if u["numel"] >= 500] == [u["wire_bytes"] for u in big]
