@@ -174,6 +174,8 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec, devi
 def _placed(ctx: WorkerContext, cfg: TrainConfig, task: Task) -> tuple[torch.device, dict[str, Any]]:
     """This rank's device, agreed by every rank (over the default gloo group), and the transport measured on it."""
     device = agree_on_devices(cfg.device, ctx.rank, ctx.world_size)
+    if device.type == "cuda":  # before the training group's first collective: NCCL binds its communicator to it
+        torch.cuda.set_device(device)
     nbytes = 4 * sum(p.numel() for p in task.build_model().parameters())
     return device, measure_transport(ctx.group, device, ctx.world_size, nbytes)
 
@@ -324,7 +326,7 @@ def _check_ranks_agree(cfg: TrainConfig, specs: list[Spec], group: Any) -> None:
 
     agreed: dict[str, Any] = {k: getattr(cfg, k) for k in AGREED_SETTINGS}
     agreed["compressors"] = [s.label for s in specs]
-    text = ", ".join(f"{k} {v}" for k, v in agreed.items() if k not in ("compressors", "fault") or v)
+    text = ", ".join(f"{k} {v}" for k, v in agreed.items() if k not in ("compressors", "fault", "model") or v)
     try:
         check_agreement("training settings", agreed, text, group)
     except RankMismatchError as exc:
