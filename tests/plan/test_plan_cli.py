@@ -42,8 +42,14 @@ def test_run_with_a_plan(tmp_path: Path) -> None:
     assert case["params"]["file"] == plan and case["plan"]["warmup_steps"] == 20
     assert [r["tensors"] for r in case["plan_rules"]] == [6, 2]  # digits_cnn: six tensors under 1,000 elements
     assert case["plan_rules"][0]["bytes"] == sum(u["wire_bytes"] for u in cases["none"]["layers"] if u["numel"] < 1000)
-    text = runner.invoke(app, ["report", json.loads(res.stdout)["results"]])
+    results = json.loads(res.stdout)["results"]
+    text = runner.invoke(app, ["report", results])
     assert "plan:small-dense — per rule" in text.output and "numel < 1000" in text.output
+    md = runner.invoke(app, ["report", results, "--md"])
+    assert "**plan:small-dense — per rule**" in md.output and "| 1 | numel &lt; 1000 | 6 | 906 |" in md.output
+    page = tmp_path / "r.html"
+    assert runner.invoke(app, ["report", results, "--html", "-o", str(page)]).exit_code == 0
+    assert "<h4>plan:small-dense — per rule</h4>" in page.read_text()
 
 
 def test_compare_with_a_plan(tmp_path: Path) -> None:
