@@ -63,28 +63,30 @@ def _bitlen(v: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- writers
 
 
-def _scatter_fields(out: torch.Tensor, v: torch.Tensor, w: torch.Tensor | int, start: torch.Tensor, wmax: int) -> None:
-    """OR fields (``v`` in ``w`` bits, MSB first, at bit ``start``) into the int32 byte sums ``out``.
-
-    A field of at most ``wmax`` bits touches at most ``ceil((7 + wmax) / 8)`` bytes; each step
-    adds one byte's share of every field (bits are disjoint, so a sum is an OR); bytes a field
-    does not reach go to the spare slot at the end of ``out``."""
-    spare = out.numel() - 1
+def _scatter_fields(words: torch.Tensor, v: torch.Tensor, w: torch.Tensor | int, start: torch.Tensor) -> None:
+    """Add fields (``v`` in ``w`` <= 64 bits, MSB first, at bit ``start``) into big-endian 64-bit
+    ``words``.  A field lies in one word or straddles two; bits of different fields are
+    disjoint, so a sum is an OR (no carries).  The last word is a spare slot for unused shares."""
+    spare = words.numel() - 1
     v = v & _mask(w)
-    end = start + w
-    first = start >> 3
-    for i in range((7 + wmax) // 8 + 1):
-        byte = first + i
-        touches = 8 * byte < end
-        if not isinstance(w, int):
-            touches &= w > 0
-        sh = 8 * byte + 8 - end  # where the field's last bit lands, counted from the byte's end
-        part = torch.where(sh >= 0, v << sh.clamp(0, 63), _shr(v, (-sh).clamp(0, 63))) & 0xFF
-        out.scatter_add_(0, torch.where(touches, byte, spare), part.to(torch.int32))
+    sh = 64 - (start & 63) - w  # >= 0: the field fits its first word, this far from the word's end
+    at = start >> 6
+    head = torch.where(sh >= 0, v << sh.clamp(0, 63), _shr(v, (-sh).clamp(0, 63)))
+    words.scatter_add_(0, at, head)
+    tail = v << (64 + sh).clamp(0, 63)  # the straddling field's low bits, at the top of the next word
+    words.scatter_add_(0, torch.where(sh >= 0, spare, at + 1), tail)
 
 
 def _stream(total: int, device: torch.device) -> torch.Tensor:
-    return torch.zeros((total + 7) // 8 + 1, dtype=torch.int32, device=device)
+    """Zeroed 64-bit words for a ``total``-bit stream, plus the spare slot."""
+    return torch.zeros((total + 63) // 64 + 1, dtype=_I64, device=device)
+
+
+def _stream_bytes(words: torch.Tensor, total: int) -> torch.Tensor:
+    """The first ``ceil(total / 8)`` bytes of big-endian ``words`` (the spare slot dropped)."""
+    w = words[:-1]
+    out = torch.stack([(w >> (56 - 8 * i)) & 0xFF for i in range(8)], dim=1).to(torch.uint8)
+    return out.reshape(-1)[: (total + 7) // 8]
 
 
 def write_fields(values: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
@@ -99,9 +101,9 @@ def write_fields(values: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
         return torch.zeros(0, dtype=torch.uint8, device=v.device)
     ends = torch.cumsum(w, 0)
     total = settle([], ends[-1])
-    out = _stream(total, v.device)
-    _scatter_fields(out, v, w, ends - w, 64)
-    return out[:-1].to(torch.uint8)
+    words = _stream(total, v.device)
+    _scatter_fields(words, v, w, ends - w)
+    return _stream_bytes(words, total)
 
 
 def _omega_prefix_table(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,15 +117,15 @@ def _omega_prefix_table(device: torch.device) -> tuple[torch.Tensor, torch.Tenso
     return torch.tensor(vals, dtype=_I64, device=device), torch.tensor(widths, dtype=_I64, device=device)
 
 
-def _column_fields(col: torch.Tensor, width: int) -> list[tuple[torch.Tensor, torch.Tensor | int, int]]:
-    """A record column as fields (value, width, widest): ``width`` bits, or (width 0) its Elias-ω
-    code as two fields, the prefix groups and then n with the terminating 0 bit."""
+def _column_fields(col: torch.Tensor, width: int) -> list[tuple[torch.Tensor, torch.Tensor | int]]:
+    """A record column as fields (value, width): ``width`` bits, or (width 0) its Elias-ω code as
+    two fields, the prefix groups (at most 11 bits) and then n with the terminating 0 bit."""
     if width > 0:
-        return [(col, width, width)]
+        return [(col, width)]
     bl = _bitlen(col.clamp(min=1))
     pv, pw = _omega_prefix_table(col.device)
     one = col <= 1
-    return [(pv[bl - 1], pw[bl - 1], 11), (torch.where(one, 0, col << 1), torch.where(one, 1, bl + 1), 64)]
+    return [(pv[bl - 1], pw[bl - 1]), (torch.where(one, 0, col << 1), torch.where(one, 1, bl + 1))]
 
 
 def write_records_checked(records: torch.Tensor, pattern: Sequence[int], checks: Sequence[Check], error: type[Exception]) -> torch.Tensor:
@@ -133,7 +135,7 @@ def write_records_checked(records: torch.Tensor, pattern: Sequence[int], checks:
     cols = [_column_fields(rec[:, j], w) for j, w in enumerate(pat)]
     lengths = torch.zeros(rec.shape[0], dtype=_I64, device=rec.device)
     for fields in cols:
-        for _, w, _ in fields:
+        for _, w in fields:
             lengths = lengths + w
     ends = torch.cumsum(lengths, 0)
     all_checks = list(checks)
@@ -143,13 +145,13 @@ def write_records_checked(records: torch.Tensor, pattern: Sequence[int], checks:
         settle(all_checks, error=error)
         return torch.zeros(0, dtype=torch.uint8, device=rec.device)
     total = settle(all_checks, ends[-1], error)
-    out = _stream(total, rec.device)
+    words = _stream(total, rec.device)
     at = ends - lengths
     for fields in cols:
-        for v, w, wmax in fields:
-            _scatter_fields(out, v, w, at, wmax)
+        for v, w in fields:
+            _scatter_fields(words, v, w, at)
             at = at + w
-    return out[:-1].to(torch.uint8)
+    return _stream_bytes(words, total)
 
 
 def write_records(records: torch.Tensor, pattern: Sequence[int]) -> torch.Tensor:
@@ -166,7 +168,11 @@ def write_records(records: torch.Tensor, pattern: Sequence[int]) -> torch.Tensor
 
 # ----------------------------------------------------------------------------- reader
 
-_CHUNK = 1 << 21  # bit positions decoded speculatively per step: bounds the temporaries
+
+def _chunk(device: torch.device) -> int:
+    """Bit positions decoded speculatively per step: bounds the temporaries (small on a CPU, whose
+    caches they then fit; large on an accelerator, where each step is a kernel launch)."""
+    return 1 << 16 if device.type == "cpu" else 1 << 22
 
 
 class _Bits:
@@ -182,14 +188,11 @@ class _Bits:
         for i in range(8):
             self.words |= self.bytes[i : i + n + 1] << (56 - 8 * i)
 
-    def bit(self, pos: torch.Tensor) -> torch.Tensor:
-        """The bit at each (clamped) position."""
-        pos = pos.clamp(0, self.nbits)
-        return (self.bytes[pos >> 3] >> (7 - (pos & 7))) & 1
-
-    def read(self, pos: torch.Tensor, w: torch.Tensor | int) -> torch.Tensor:
-        """``w`` (1..64) bits at each (clamped) position as an unsigned value (int64 bit pattern)."""
-        pos = pos.clamp(0, self.nbits)
+    def read(self, pos: torch.Tensor, w: torch.Tensor | int, clamp: bool = True) -> torch.Tensor:
+        """``w`` (1..64) bits at each position as an unsigned value (int64 bit pattern); bits past
+        the stream read as 0.  ``clamp=False`` when every position is known to be <= nbits + 7."""
+        if clamp:
+            pos = pos.clamp(0, self.nbits)
         q, off = pos >> 3, pos & 7
         t = off + w  # the field ends ``t`` bits into the 72-bit window at byte q
         word, ninth = self.words[q], self.bytes[q + 8]
@@ -198,26 +201,56 @@ class _Bits:
         return torch.where(t <= 64, inside, across) & _mask(w)
 
 
+_WINDOW = 16  # bits decoded at once by table lookup: always the first two groups of a code
+_TABLES: dict[str, torch.Tensor] = {}
+
+
+def _omega_table(device: torch.device) -> torch.Tensor:
+    """For every 16-bit window, codec.py's reader run inside it: ``n << 8 | bits used << 2 |
+    state`` with state 1 (code ended), 2 (corrupt: a group after n > 62) or 0 (the next group
+    does not fit the window; reading goes on from ``bits used`` with ``n``).  Built once per device."""
+    key = str(device)
+    if key not in _TABLES:
+        table = []
+        for x in range(1 << _WINDOW):
+            pos, n, state = 0, 1, 0
+            while pos < _WINDOW:
+                if not (x >> (_WINDOW - 1 - pos)) & 1:
+                    pos, state = pos + 1, 1
+                    break
+                if n > 62:
+                    state = 2
+                    break
+                if pos + n + 1 > _WINDOW:
+                    break
+                pos, n = pos + n + 1, (x >> (_WINDOW - pos - n - 1)) & ((1 << (n + 1)) - 1)
+            table.append(n << 8 | pos << 2 | state)
+        _TABLES[key] = torch.tensor(table, dtype=_I64, device=device)
+    return _TABLES[key]
+
+
 def _omega_walk(bits: _Bits, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Decode an Elias-ω code at every position: (value, end position, valid), as codec.py's
-    reader: a group of n + 1 bits follows each 1 bit, a 0 bit ends the code, and n > 62 or a
-    code running past the stream is corrupt.  Groups grow as n -> >= 2**n, so a valid code has at
-    most four groups: five steps decide every lane."""
-    n = torch.ones_like(pos)
-    cur = pos
-    done = torch.zeros_like(pos, dtype=torch.bool)
-    ok = torch.ones_like(done)
-    for _ in range(5):
+    """Decode an Elias-ω code at every position (each <= nbits + 1): (value, end, valid), as
+    codec.py's reader: a group of n + 1 bits starts at each 1 bit, a 0 bit ends the code, and
+    n > 62 or a code running past the stream is corrupt.  A table lookup on the next 16 bits
+    decodes the first groups (at least two); groups grow as n -> >= 2**n, so at most two more
+    groups and the terminating bit remain: three steps decide every lane."""
+    entry = _omega_table(pos.device)[bits.read(pos, _WINDOW, clamp=False)]
+    state, n = entry & 3, entry >> 8
+    cur = pos + ((entry >> 2) & 63)
+    done = state == 1
+    ok = (state != 2) & (cur <= bits.nbits)  # a window that ran past the stream read zeros there
+    cur = cur.clamp(max=bits.nbits + 1)  # (such a lane is invalid; clamped, its reads stay in bounds)
+    for _ in range(3):
         live = ok & ~done
+        width = (n + 1).clamp(1, 64)
+        value = bits.read(cur, width, clamp=False)
         inside = cur < bits.nbits
-        one = bits.bit(cur) == 1
-        ok = ok & ~(live & ~inside)
+        one = _shr(value, width - 1) == 1  # a group's first bit is the one that announces it
         stop = live & inside & ~one
         group = live & inside & one
-        ok = ok & ~(group & ((n > 62) | (cur + n + 1 > bits.nbits)))
+        ok = ok & ~(live & ~inside) & ~(group & ((n > 62) | (cur + n + 1 > bits.nbits)))
         take = group & ok
-        width = (n + 1).clamp(1, 64)
-        value = bits.read(cur, width)
         cur = torch.where(stop, cur + 1, torch.where(take, cur + width, cur))
         n = torch.where(take, value, n)
         done = done | stop
@@ -229,13 +262,14 @@ def _record_ends(bits: _Bits, pattern: list[int], bad: int, index: torch.dtype) 
     read), plus the entry ``bad -> bad``; positions decoded speculatively, in chunks."""
     nbits = bits.nbits
     omega = torch.full((nbits + 2,), bad, dtype=index, device=bits.bytes.device)
-    for lo in range(0, nbits + 1, _CHUNK):
-        pos = torch.arange(lo, min(lo + _CHUNK, nbits + 1), device=omega.device)
+    step = _chunk(omega.device)
+    for lo in range(0, nbits + 1, step):
+        pos = torch.arange(lo, min(lo + step, nbits + 1), device=omega.device)
         _, end, ok = _omega_walk(bits, pos)
         omega[lo : lo + pos.numel()] = torch.where(ok, end, bad).to(index)
     ends = torch.full_like(omega, bad)
-    for lo in range(0, nbits + 1, _CHUNK):
-        q = torch.arange(lo, min(lo + _CHUNK, nbits + 1), device=omega.device)
+    for lo in range(0, nbits + 1, step):
+        q = torch.arange(lo, min(lo + step, nbits + 1), device=omega.device)
         for w in pattern:
             if w > 0:
                 q = torch.where((q + w > nbits) | (q == bad), bad, q + w)
@@ -306,7 +340,7 @@ def read_fields(data: torch.Tensor, count: int, pattern: Sequence[int]) -> tuple
     The sequential reader becomes a parallel one: the Elias-ω code (and so the record) that would
     start at every bit position is decoded speculatively, then pointer doubling from bit 0 finds
     the chain of real record starts, whose fields are read last.  Memory is linear in the bytes
-    given (about 20 bytes per bit at the peak); the count is checked against the stream's size
+    given (a few tens of bytes per bit at the peak); the count is checked against the stream's size
     before anything is allocated.  One scalar read: the bits used, folded with the validity
     check (none when every column has a fixed width).
     """
