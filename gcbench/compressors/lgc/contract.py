@@ -223,7 +223,8 @@ class LGC(Compressor):
             for w, c in enumerate(counted):
                 traffic.add(ph, w, c.sent, c.received, c.sent_body)
         first: list[Payload] = []
-        empty = Payload(self.name, self.info.version, agg.dtype, (0,), torch.zeros(0, dtype=torch.uint8), {"kind": "dense"})
+        empty = Payload(self.name, self.info.version, agg.dtype, (0,), torch.zeros(0, dtype=torch.uint8, device=agg.device),
+                        {"kind": "dense"})
         for w in range(n):  # what each worker sent first this step (its upload)
             own = [m.payload for m in msgs if m.sender == w]
             first.append(own[0] if own else empty)
