@@ -47,6 +47,11 @@ Divergence = Annotated[float | None, typer.Option("--divergence-factor", metavar
 TrustCode = Annotated[bool, options.trust_code(
     "Allow the suite file to import and run the user model (factory) it names (only if you trust the file).")]
 Name = Annotated[str | None, typer.Option("--name", metavar="TEXT", help="The run's name (in the results file's name).")]
+PlanFile = Annotated[list[str] | None, options.plan(
+    "A compression plan (TOML, repeatable; the same as -c plan:FILE): per-tensor rules, a dense warm-up, local steps. "
+    "Runs in closed loop beside the compressors, labelled plan:NAME.")]
+Device = Annotated[str | None, options.device(
+    "cpu (default), cuda or cuda:N: the device of the model, its batches, the compressors and their states.")]
 
 
 @user_errors
@@ -71,6 +76,8 @@ def converge_cmd(
         "Torch threads (default: chosen from the model's size and the machine's load: one for a small model; "
         "the title and the results file say which).")] = None,
     name: Name = None,
+    plan: PlanFile = None,
+    device: Device = None,
     trust_code: TrustCode = False,
     out_dir: Annotated[Path, options.out_path()] = Path("reports/runs"),
     as_json: Annotated[bool, options.json_flag("Print the results file's path and cases as JSON.")] = False,
@@ -89,12 +96,16 @@ def converge_cmd(
     from gcbench.converge.sweep import run_converge, with_overrides
 
     base, suite_path, optimizer = _problem(suite, task, model, optimizer, trust_code, target, target_value)
-    specs = compressor_specs(None, compressor) if compressor else None
+    specs = _compressors(compressor, plan)
     cfg = with_overrides(base, compressors=tuple(specs) if specs else None, workers=workers, steps=steps, batch=batch,
                          optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, eval_every=eval_every,
                          seeds=seeds, target_fraction=target, target_value=target_value, divergence_factor=divergence_factor,
-                         threads=threads, name=name)
+                         threads=threads, name=name, device=device)
     cfg.check()  # a meaningless option fails before the output check
+    if cfg.device is not None:  # the command line's or the suite's: a GPU that is not here fails before any work
+        from gcbench.cli.preflight import check_device
+
+        cfg = replace(cfg, device=str(check_device(cfg.device, "--device" if device is not None else "device")))
     check_output_dir(out_dir, "--out")
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_converge(cfg, out_dir, prog, suite_path)
@@ -105,6 +116,16 @@ def converge_cmd(
         return
     if _show(outcome):
         raise typer.Exit(1)
+
+
+def _compressors(compressor: list[str] | None, plan: list[str] | None) -> list[str] | None:
+    """The -c SPECs (names as registered) and plans (``-c plan:FILE``, ``--plan FILE``) given, in that order; None for none."""
+    from gcbench.converge.plans import is_plan
+
+    given = compressor or []
+    specs = compressor_specs(None, [c for c in given if not is_plan(c)])
+    plans = [c.strip() for c in given if is_plan(c)] + [f"plan:{f}" for f in plan or []]
+    return specs + plans if specs or plans else None
 
 
 def _problem(suite: str | None, task: str | None, model: str | None, optimizer: str | None, trust_code: bool,
@@ -152,6 +173,10 @@ def _show(outcome: ConvergeOutcome) -> bool:
         n = outcome.threads.threads
         title += f", {n} torch thread{'s' if n > 1 else ''} ({'auto' if outcome.threads.rule.startswith('auto') else 'given'})"
     output.out.print(converge_table(outcome.cases, title))
+    from gcbench.report.converge_plans import plan_sections, rich_tables
+
+    for table in rich_tables(plan_sections(outcome.cases)):  # each plan's rules, and the plan beside its parts
+        output.out.print(table)
     plain(verdict(outcome.cases))
     plain(f"results: {outcome.path}")
     if outcome.threads is not None and outcome.threads.held_for_bits:  # the user may prefer the speed to the bits

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gcbench.compressors import registry
 from gcbench.converge import seed_summary
 from gcbench.converge.engine import SeedResult
+
+if TYPE_CHECKING:
+    from gcbench.plan.assign import Assignment
+    from gcbench.plan.model import Plan
 
 
 def seed_run(r: SeedResult, target: float | None) -> dict[str, Any]:
@@ -56,23 +60,54 @@ def recorded_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def plan_record(plan: Plan, assignment: Assignment, results: Sequence[SeedResult], workers: int,
+                source: str | None = None) -> dict[str, Any]:
+    """A plan's part of its case: the plan as described, each tensor's rule, and per rule its tensors, elements and bytes
+    (one worker's per inner step, over the seeds' steps, warm-up included) with its share of the plan's bytes."""
+    steps = sum(r.steps_run for r in results)
+    sent: dict[int, float] = {}
+    payload: dict[int, float] = {}
+    for r in results:
+        for rule, (s_, p_) in r.rule_bytes.items():
+            sent[rule] = sent.get(rule, 0.0) + s_
+            payload[rule] = payload.get(rule, 0.0) + p_
+    total = sum(sent.values())
+    n = workers * steps  # one worker, one inner step
+    rows = []
+    for row in assignment.rows():
+        i = row["rule"] - 1
+        rows.append({**row, "sent_per_worker_per_step": sent.get(i, 0.0) / n if n else None,
+                     "payload_per_worker_per_step": payload.get(i, 0.0) / n if n else None,
+                     "bytes_share": sent.get(i, 0.0) / total if total else None})
+    warm = sum(r.warmup_sent_bytes for r in results)
+    return {**plan.describe(), "source": source, "parts": rows, "assignment": assignment.to_dict(),
+            "warmup_sent_per_worker_per_step": warm / n if n else None}
+
+
 def build_case(label: str, settings: Mapping[str, Any], results: Sequence[SeedResult], target: float | None,
-               reference_finals: Mapping[int, float] | None, is_reference: bool, numel: int | None) -> dict[str, Any]:
-    """One compressor's case: identity and flags, settings, every seed's run, the summary and the bytes."""
-    name, params = registry.parse_spec(label)
-    comp = registry.create(name, **params)
+               reference_finals: Mapping[int, float] | None, is_reference: bool, numel: int | None,
+               plan: tuple[Plan, Assignment, str | None] | None = None) -> dict[str, Any]:
+    """One compressor's (or plan's) case: identity and flags, settings, every seed's run, the summary and the bytes."""
     seeds = [seed_run(r, target) for r in results]
     summary = seed_summary.summarize(seeds, None if is_reference else reference_finals, target, str(settings.get("metric")),
                               int(settings["steps"]))
     size_bytes = bytes_per_step(results, int(settings["workers"]))
     ok = [s for s in seeds if s["status"] != "error"]
+    if plan is None:
+        name, params = registry.parse_spec(label)
+        comp = registry.create(name, **params)
+        identity: dict[str, Any] = {"compressor": comp.info.name, "version": comp.info.version, "params": dict(comp.params),
+                                    "flags": comp.flags.to_dict()}
+    else:
+        identity = {"compressor": "plan", "params": {}}
     case: dict[str, Any] = {
-        "label": label, "compressor": comp.info.name, "version": comp.info.version, "params": dict(comp.params),
-        "flags": comp.flags.to_dict(), "workers": settings["workers"], "steps": settings["steps"],
+        "label": label, **identity, "workers": settings["workers"], "steps": settings["steps"],
         "status": "ok" if ok else "error",
         "convergence": {"settings": recorded_settings(settings), "reference": is_reference, "seeds": seeds, "summary": summary,
                         "bytes": size_bytes},
     }
+    if plan is not None:
+        case["convergence"]["plan"] = plan_record(plan[0], plan[1], results, int(settings["workers"]), plan[2])
     if not ok:
         case["error"] = next((s["error"] for s in seeds if s.get("error")), "every seed failed")
     sent = size_bytes.get("payload_per_worker_per_step")

@@ -43,8 +43,11 @@ import torch
 from torch import nn
 
 from gcbench.compressors import registry
+from gcbench.converge.exchange import Exchange, PlanExchange, plan_rules
+from gcbench.converge.placement import evaluating_on, moved, on_cpu, rng_devices
 from gcbench.converge.problems import ConvergeError, Problem, SeedProblem, make_optimizer
 from gcbench.core.compressor import Compressor, State
+from gcbench.plan.model import Plan
 
 #: the gradient-ready order is unknown until the first backward pass; DDP's default bucket caps after it
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -69,6 +72,7 @@ class EngineSettings:
     weight_decay: float
     eval_every: int
     divergence_factor: float = 10.0
+    device: str = "cpu"  # where the model, its batches, the compressors and their states live
 
 
 @dataclass
@@ -87,6 +91,9 @@ class SeedResult:
     payload_bytes: float = 0.0  # every worker's first-phase payloads (headers included), summed
     dense_bytes: int = 0  # the model's gradient, uncompressed, per step
     state_resets: int = 0
+    #: a plan's bytes per rule index: [sent, payload], every worker's, summed over the steps run (warm-up included)
+    rule_bytes: dict[int, list[float]] = field(default_factory=dict)
+    warmup_sent_bytes: float = 0.0  # a plan's bytes sent during its warm-up (in sent_bytes and rule_bytes too)
 
     @property
     def final(self) -> dict[str, Any] | None:
@@ -145,7 +152,7 @@ class UnitLayout:
         return self._rebuilt
 
 
-class _States:
+class UnitStates:
     """The compressor's states per (bucket, worker, unit), as the hook keeps them: fresh for a parameter first seen,
     and each parameter's own state after DDP's bucket rebuild (:mod:`gcbench.distributed.unit_states`)."""
 
@@ -185,8 +192,9 @@ def _dropout_seed(seed: int, step: int, worker: int) -> int:
     return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
-def _evaluate(sp: Any, model: nn.Module, step: int, train_loss: float | None) -> dict[str, Any]:
-    eval_loss, metric = sp.evaluate(model)
+def _evaluate(sp: Any, model: nn.Module, step: int, train_loss: float | None, device: str = "cpu") -> dict[str, Any]:
+    with evaluating_on(model, device):
+        eval_loss, metric = sp.evaluate(model)
     return {"step": step, "train_loss": train_loss, "eval_loss": float(eval_loss), "metric": float(metric)}
 
 
@@ -195,23 +203,23 @@ def _finite(point: dict[str, Any]) -> bool:
     return math.isfinite(point["eval_loss"]) and math.isfinite(point["metric"])
 
 
-def run_seed(problem: Problem, compressor: str | Compressor, settings: EngineSettings, seed: int,
+def run_seed(problem: Problem, compressor: str | Compressor | Plan, settings: EngineSettings, seed: int,
              progress: StepProgress | None = None) -> SeedResult:
-    """Train ``problem`` for ``settings.steps`` steps with ``compressor`` and ``settings.workers`` simulated workers.
+    """Train ``problem`` for ``settings.steps`` steps with ``compressor`` (or a plan) and ``settings.workers`` simulated workers.
 
     A compressor or problem that raises during the run gives status ``error`` with its message, a
     ``SystemExit`` from a user's model or hook included (it is that code's failure, not a request to
     end gcbench); ``KeyboardInterrupt`` (Ctrl-C, SIGTERM) propagates.  The caller's random state is
     left as it was.
     """
-    if isinstance(compressor, Compressor):
-        comp = compressor
+    if isinstance(compressor, Compressor | Plan):
+        comp: Compressor | Plan = compressor
     else:
         name, params = registry.parse_spec(compressor)
         comp = registry.create(name, **params)
     t0 = time.perf_counter()
     out = SeedResult(seed, "ok")
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=rng_devices(settings.device)):
         try:
             _train(problem, comp, settings, seed, out, progress)
         except KeyboardInterrupt:
@@ -223,31 +231,44 @@ def run_seed(problem: Problem, compressor: str | Compressor, settings: EngineSet
     return out
 
 
+def worker_pass(sp: SeedProblem, model: nn.Module, batch: tuple[Any, Any], image: bool, seed: int, step: int, worker: int,
+                device: str, hooks: Sequence[Any] = ()) -> float:
+    """One worker's forward and backward pass on its batch (its dropout seeded); its loss.  ``hooks`` removed after it."""
+    x, y = batch
+    torch.manual_seed(_dropout_seed(seed, step, worker))
+    if not on_cpu(device):
+        x, y = moved(x, device), moved(y, device)
+    if image and isinstance(x, torch.Tensor) and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    loss = sp.loss(model(x), y)
+    loss.backward()
+    for h in hooks:
+        h.remove()
+    return float(loss.detach())
+
+
+def take_grads(params: Sequence[nn.Parameter]) -> list[torch.Tensor]:
+    """The gradients taken out of the parameters (zeros for one without): one gradient per worker is held."""
+    row = []
+    for p in params:
+        row.append(p.grad if p.grad is not None else torch.zeros_like(p))
+        p.grad = None
+    return row
+
+
 def _gradients(sp: SeedProblem, model: nn.Module, params: list[nn.Parameter], buffers: list[torch.Tensor], layout: UnitLayout,
-               image: bool, seed: int, step: int) -> tuple[list[list[torch.Tensor]], float]:
+               image: bool, seed: int, step: int, device: str) -> tuple[list[list[torch.Tensor]], float]:
     """Every worker's gradients of one step (a forward and backward each, its dropout seeded) and their mean training loss;
     the model's buffers left as rank 0's pass made them."""
     batches = next(sp.batches)
     grads: list[list[torch.Tensor]] = []
     loss_sum = 0.0
     kept: list[torch.Tensor] = []
-    for w, (x, y) in enumerate(batches):
-        torch.manual_seed(_dropout_seed(seed, step, w))
-        hooks = layout.watch() if step == 0 and w == 0 else []
-        if image and isinstance(x, torch.Tensor) and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        loss = sp.loss(model(x), y)
-        loss.backward()
-        for h in hooks:
-            h.remove()
+    for w, batch in enumerate(batches):
+        loss_sum += worker_pass(sp, model, batch, image, seed, step, w, device, layout.watch() if step == 0 and w == 0 else ())
         if w == 0 and buffers:  # DDP broadcasts rank 0's buffers (batch-norm statistics): its update is the one kept
             kept = [b.detach().clone() for b in buffers]
-        loss_sum += float(loss.detach())
-        row = []
-        for p in params:  # the gradient itself, taken out of the parameter: one gradient per worker is held
-            row.append(p.grad if p.grad is not None else torch.zeros_like(p))
-            p.grad = None
-        grads.append(row)
+        grads.append(take_grads(params))
     if buffers:
         with torch.no_grad():
             for b, k in zip(buffers, kept, strict=True):
@@ -255,70 +276,117 @@ def _gradients(sp: SeedProblem, model: nn.Module, params: list[nn.Parameter], bu
     return grads, loss_sum / len(batches)
 
 
-def _train(problem: Problem, comp: Compressor, s: EngineSettings, seed: int, out: SeedResult,
-           progress: StepProgress | None) -> None:
-    sp = problem.instance(seed, s.workers, s.batch)
+def diverged(out: SeedResult, step: int, loss_value: float, first_loss: float, factor: float) -> bool:
+    """Whether a step's mean training loss is a divergence (non-finite, or above ``factor`` × the first); ``out`` says so."""
+    if not math.isfinite(loss_value):
+        out.status, out.diverged_at_step, out.diverged_reason = "diverged", step, "non-finite loss"
+        return True
+    if first_loss > 0 and loss_value > factor * first_loss:
+        out.status, out.diverged_at_step = "diverged", step
+        out.diverged_reason = f"loss above {factor:g}x its start"
+        return True
+    return False
+
+
+def stepped(opt: torch.optim.Optimizer, out: SeedResult, step: int) -> bool:
+    """``opt.step()``; False (``out`` diverged) where torch refuses an update factor beyond float32's range."""
+    try:
+        opt.step()
+    except RuntimeError as exc:
+        # torch refuses an update factor (lr x a moment, lr x weight decay) beyond float32's range: the same
+        # outcome as an update that overflows to inf, which the next loss shows as non-finite
+        if "without overflow" not in str(exc):
+            raise
+        out.status, out.diverged_at_step = "diverged", step
+        out.diverged_reason = "non-finite update (the step overflows float32)"
+        return False
+    return True
+
+
+def placed(sp: SeedProblem, device: str) -> tuple[nn.Module, bool]:
+    """The seed's model on ``device`` (channels-last for a convolutional one) and whether it is one."""
     model = sp.model
     # 2-D convolutions run about 12% faster on the CPU in channels-last memory (smallcnn's pass at batch 32: 17.5 ms
     # against 19.9 ms); gradients keep their logical shapes, so the compressors see the same tensors
     image = any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    if not on_cpu(device):
+        model = model.to(device)
     if image:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes it; torch's stub overloads omit it
+    return model, image
+
+
+def model_buffers(model: nn.Module) -> list[torch.Tensor]:
+    """The buffers DDP broadcasts from rank 0 (batch-norm statistics and their counters)."""
+    return [b for b in model.buffers() if b.is_floating_point() or b.dtype == torch.long]
+
+
+def first_evaluation(sp: SeedProblem, model: nn.Module, out: SeedResult, device: str) -> None:
+    """The step-0 evaluation; a non-finite one is the model's or its data's error (before any update: not a divergence)."""
+    out.curve.append(_evaluate(sp, model, 0, None, device))
+    if not _finite(out.curve[0]):
+        raise ConvergeError(f"the initial model's held-out loss is {out.curve[0]['eval_loss']} (before any update): "
+                            "check the model and its held-out batches")
+
+
+def _train(problem: Problem, comp: Compressor | Plan, s: EngineSettings, seed: int, out: SeedResult,
+           progress: StepProgress | None) -> None:
+    sp = problem.instance(seed, s.workers, s.batch)
+    model, image = placed(sp, s.device)
     params = [p for p in model.parameters() if p.requires_grad]
     out.dense_bytes = sum(p.numel() * p.element_size() for p in params)
+    sizes = [p.numel() for p in params]
+    exchange: Exchange | PlanExchange
+    if isinstance(comp, Plan):
+        exchange = PlanExchange(comp, plan_rules(comp, model)[0], seed, s.workers, sizes)
+        if comp.local_steps > 1:
+            from gcbench.converge.local_steps import train_local
+
+            train_local(sp, model, image, exchange, s, seed, out, progress)
+            out.state_resets = exchange.resets
+            return
+    else:
+        exchange = Exchange(comp, seed, s.workers, sizes)
     opt = make_optimizer(s.optimizer, params, s.lr, s.momentum, s.weight_decay)
-    layout = UnitLayout(params, comp.needs_whole_model)
-    states = _States(comp, seed, s.workers, [p.numel() for p in params])
+    layout = UnitLayout(params, isinstance(exchange, Exchange) and exchange.comp.needs_whole_model)
     # numba's OpenMP layer, started by a compressor's first parallel kernel, can reset the process's OpenMP thread
     # count, which torch shares: the count the run started with is put back after every exchange
     threads = torch.get_num_threads()
-    buffers = [b for b in model.buffers() if b.is_floating_point() or b.dtype == torch.long]
-    out.curve.append(_evaluate(sp, model, 0, None))
-    if not _finite(out.curve[0]):  # before any update: the model or its held-out data, not a divergence
-        raise ConvergeError(f"the initial model's held-out loss is {out.curve[0]['eval_loss']} (before any update): "
-                            "check the model and its held-out batches")
+    buffers = model_buffers(model)
+    first_evaluation(sp, model, out, s.device)
     first_loss: float | None = None
     window: list[float] = []  # training losses since the last evaluation
     for step in range(s.steps):
-        grads, loss_value = _gradients(sp, model, params, buffers, layout, image, seed, step)
+        grads, loss_value = _gradients(sp, model, params, buffers, layout, image, seed, step, s.device)
         if first_loss is None:
             first_loss = loss_value
-        if not math.isfinite(loss_value):
-            out.status, out.diverged_at_step, out.diverged_reason = "diverged", step, "non-finite loss"
-            break
-        if first_loss > 0 and loss_value > s.divergence_factor * first_loss:
-            out.status, out.diverged_at_step = "diverged", step
-            out.diverged_reason = f"loss above {s.divergence_factor:g}x its start"
+        if diverged(out, step, loss_value, first_loss, s.divergence_factor):
             break
         window.append(loss_value)
-        for bucket, signature in layout.groups(step):
-            st = states.get(bucket, signature)
-            results = comp.exchange_group([[row[i] for i in signature] for row in grads], st)
-            for i, r in zip(signature, results, strict=True):
-                params[i].grad = r.aggregate.to(params[i].dtype)
-                out.sent_bytes += r.traffic.sent()
-                out.payload_bytes += sum(pl.nbytes for pl in r.payloads)
+        for i, aggregate in exchange.run(step, layout.groups(step), grads, out).items():
+            params[i].grad = aggregate.to(params[i].dtype)
         del grads
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        try:
-            opt.step()
-        except RuntimeError as exc:
-            # torch refuses an update factor (lr x a moment, lr x weight decay) beyond float32's range: the same
-            # outcome as an update that overflows to inf, which the next loss shows as non-finite
-            if "without overflow" not in str(exc):
-                raise
-            out.status, out.diverged_at_step = "diverged", step
-            out.diverged_reason = "non-finite update (the step overflows float32)"
+        if not stepped(opt, out, step):
             break
         opt.zero_grad(set_to_none=True)
         out.steps_run = step + 1
-        if out.steps_run % s.eval_every == 0 or out.steps_run == s.steps:
-            out.curve.append(_evaluate(sp, model, out.steps_run, sum(window) / len(window)))
-            window = []
-            if not _finite(out.curve[-1]):  # a NaN held-out loss with a finite accuracy is a divergence too
-                out.status, out.diverged_at_step, out.diverged_reason = "diverged", out.steps_run, "non-finite held-out loss"
-                break
+        if not evaluated(sp, model, out, s, window):
+            break
         if progress is not None:
             progress(out.steps_run, s.steps)
-    out.state_resets = states.resets
+    out.state_resets = exchange.resets
+
+
+def evaluated(sp: SeedProblem, model: nn.Module, out: SeedResult, s: EngineSettings, window: list[float]) -> bool:
+    """At an evaluation step (every ``eval_every`` and the last), the held-out numbers with the mean training loss since the
+    last one (``window``, emptied); False when they are not finite (a divergence, ``out`` says so)."""
+    if out.steps_run % s.eval_every and out.steps_run != s.steps:
+        return True
+    out.curve.append(_evaluate(sp, model, out.steps_run, sum(window) / len(window), s.device))
+    window.clear()
+    if not _finite(out.curve[-1]):  # a NaN held-out loss with a finite accuracy is a divergence too
+        out.status, out.diverged_at_step, out.diverged_reason = "diverged", out.steps_run, "non-finite held-out loss"
+        return False
+    return True

@@ -29,6 +29,7 @@ from gcbench.compressors import registry
 from gcbench.converge import seed_summary
 from gcbench.converge.build_record import build_case
 from gcbench.converge.engine import EngineSettings, SeedResult, run_seed
+from gcbench.converge.plans import PLAN, BoundPlan, bind, is_plan, plan_specs, resolve_relative
 from gcbench.converge.problems import OPTIMIZERS, ConvergeError, ModelProblem, Problem, make_problem
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
@@ -70,6 +71,7 @@ class ConvergeConfig:
     divergence_factor: float = 10.0
     name: str | None = None
     threads: int | None = None
+    device: str | None = None  # "cpu" (the default), "cuda", "cuda:N": where the engine runs
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def check(self) -> None:
@@ -116,9 +118,9 @@ def load_suite(path: str | Path) -> tuple[ConvergeConfig, dict[str, Any]]:
     if "compressors" in values:
         if not isinstance(values["compressors"], list) or not all(isinstance(c, str) for c in values["compressors"]):
             raise GcbenchError(f"{p}: compressors must be a list of compressor specs (strings)")
-        values["compressors"] = tuple(values["compressors"])
+        values["compressors"] = tuple(resolve_relative(c, p.parent) if is_plan(c) else c for c in values["compressors"])
     for key, v in values.items():
-        want = {"task": str, "model": str, "optimizer": str, "name": str, "compressors": tuple}.get(key, (int, float))
+        want = {"task": str, "model": str, "optimizer": str, "name": str, "device": str, "compressors": tuple}.get(key, (int, float))
         if isinstance(v, bool) or not isinstance(v, want):
             raise GcbenchError(f"{p}: {key} has the wrong type ({type(v).__name__})")
     cfg = ConvergeConfig(**values)
@@ -137,13 +139,14 @@ class ConvergeOutcome:
 
 
 def _specs(cfg: ConvergeConfig) -> list[Spec]:
-    specs = parse_compressors(list(cfg.compressors))
+    """The reference, the compressors in the order given, then the plans (``plan:FILE``), each checked on its own."""
+    specs = parse_compressors([c for c in cfg.compressors if not is_plan(c)] or [reference_name()])
     for s in specs:
         info = registry.get(s.name)
         registry.create(s.name, **s.params)  # a bad parameter fails here, in one line
         if cfg.workers < info.min_workers:
             raise ParamError(f"{s.label} needs at least {info.min_workers} workers, got --workers {cfg.workers}")
-    return specs
+    return specs + plan_specs([c for c in cfg.compressors if is_plan(c)])
 
 
 @dataclass
@@ -241,12 +244,12 @@ def _forward_flops(model: Any, x: Any) -> float | None:
 
 def resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any]]:
     """Check ``cfg``, build the problem and fill its defaults: the engine's settings, the compressors and the record's settings."""
-    problem, engine, specs, settings, _ = _resolve(cfg)
+    problem, engine, specs, settings, _, _ = _resolve(cfg)
     return problem, engine, specs, settings
 
 
-def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any], Probe]:
-    """:func:`resolve`, and what :func:`_probe` ran (for the thread count)."""
+def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], dict[str, Any], Probe, dict[str, BoundPlan]]:
+    """:func:`resolve`, what :func:`_probe` ran (for the thread count) and the plans matched to the model."""
     cfg.check()
     specs = _specs(cfg)
     problem = make_problem(cfg.task, cfg.model, cfg.batch)
@@ -260,8 +263,10 @@ def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], 
     eval_every = cfg.eval_every or max(1, cfg.steps // DEFAULT_EVALUATIONS)
     engine = EngineSettings(workers=cfg.workers, steps=cfg.steps, batch=cfg.batch, optimizer=optimizer, lr=float(cfg.lr or d.lr),
                             momentum=momentum if optimizer == "sgd" else None, weight_decay=float(cfg.weight_decay),
-                            eval_every=min(eval_every, cfg.steps), divergence_factor=float(cfg.divergence_factor))
+                            eval_every=min(eval_every, cfg.steps), divergence_factor=float(cfg.divergence_factor),
+                            device=cfg.device or "cpu")
     probe = _probe(problem, engine)
+    plans = bind(specs, probe.model, cfg.workers, cfg.steps)  # a rule that matches no tensor fails here, before any run
     task = f"zoo:{problem.spec}" if isinstance(problem, ModelProblem) and not problem.user and not problem.hf else problem.spec
     fraction = None if cfg.target_value is not None else (cfg.target_fraction or seed_summary.DEFAULT_TARGET_FRACTION)
     settings: dict[str, Any] = {
@@ -272,8 +277,9 @@ def _resolve(cfg: ConvergeConfig) -> tuple[Problem, EngineSettings, list[Spec], 
         "target_fraction": fraction, "target": cfg.target_value, "divergence_factor": engine.divergence_factor,
         # added to the schema's fields: how the units were laid out (see gcbench/converge/engine.py)
         "granularity": "layer", "unit_layout": "ddp buckets (as gcbench train --granularity layer)",
+        "device": engine.device,
     }
-    return problem, engine, specs, settings, probe
+    return problem, engine, specs, settings, probe, plans
 
 
 #: a worker's forward pass under this many FLOPs runs on one torch thread whatever the machine (see :func:`choose_threads`)
@@ -378,7 +384,7 @@ def run_converge(cfg: ConvergeConfig, out_dir: Path | str = "reports/runs", prog
 
     progress = progress or _noop
     meter, since = CpuMeter().start(), time.perf_counter()
-    problem, engine, specs, settings, probe = _resolve(cfg)
+    problem, engine, specs, settings, probe, plans = _resolve(cfg)
     before = torch.get_num_threads()
     if cfg.threads is not None:
         choice = ThreadChoice(cfg.threads, f"given: threads = {cfg.threads}")
@@ -387,20 +393,23 @@ def run_converge(cfg: ConvergeConfig, out_dir: Path | str = "reports/runs", prog
     del probe
     torch.set_num_threads(choice.threads)
     try:
-        return _run(cfg, problem, engine, specs, settings, choice, out_dir, progress, suite_path)
+        return _run(cfg, problem, engine, specs, settings, choice, out_dir, progress, suite_path, plans)
     finally:
         torch.set_num_threads(before)  # a library caller gets its own thread count back
 
 
 def _run(cfg: ConvergeConfig, problem: Problem, engine: EngineSettings, specs: list[Spec], settings: dict[str, Any],
-         choice: ThreadChoice, out_dir: Path | str, progress: Progress, suite_path: str | None) -> ConvergeOutcome:
+         choice: ThreadChoice, out_dir: Path | str, progress: Progress, suite_path: str | None,
+         plans: dict[str, BoundPlan]) -> ConvergeOutcome:
     """:func:`run_converge` once the problem is built and the threads are set."""
     parameters = getattr(problem, "parameters", None)
     suite = {"name": cfg.name or f"converge-{settings['task']}", "kind": "converge", "description": cfg.extra.get("description"),
              "config": {k: v for k, v in asdict(cfg).items() if k != "extra"}, "task": problem.describe(),
              "compressors": [s.label for s in specs]}
+    if plans:  # the plans' contents, not only their files' names, decide the run
+        suite["plans"] = [b.plan.describe() for b in plans.values()]
     digest = hashlib.sha256(json.dumps(suite, sort_keys=True, default=str).encode()).hexdigest()
-    writer = RunWriter(Path(out_dir), suite, digest, suite_path, "cpu", kind="converge")
+    writer = RunWriter(Path(out_dir), suite, digest, suite_path, engine.device, kind="converge")
     # the count in force (the writer read torch's) and why: a timing is only comparable with its thread count
     writer.record.environment.torch_threads = choice.threads  # type: ignore[union-attr]  # the writer made the environment
     writer.record.environment.threads_rule = choice.rule  # type: ignore[union-attr]  # the writer made it; an extra field
@@ -417,13 +426,15 @@ def _run(cfg: ConvergeConfig, problem: Problem, engine: EngineSettings, specs: l
         for index, spec in enumerate(specs):
             is_ref = index == 0 and spec.name == reference_name() and not spec.params
             results: list[SeedResult] = []
+            bound = plans[spec.label].as_tuple() if spec.label in plans else None
             for seed in seeds:
                 where = f"{spec.label} seed {seed}"
-                r = run_seed(problem, spec.label, engine, seed,
+                r = run_seed(problem, spec.params["plan"] if spec.name == PLAN else spec.label, engine, seed,
                              lambda step, steps, where=where: progress("step", step, steps, f"{where} ({threads})"))  # type: ignore[misc]  # a default binds where
                 results.append(r)
                 done += 1
-                case = build_case(spec.label, {**settings, "target": target}, results, target, reference_finals, is_ref, parameters)
+                case = build_case(spec.label, {**settings, "target": target}, results, target, reference_finals, is_ref, parameters,
+                                  bound)
                 if len(results) == 1:
                     writer.add_case(case)
                     cases.append(case)

@@ -65,7 +65,7 @@ def converge_table(cases: Sequence[Mapping[str, Any]], title: str) -> Table:
     settings = _conv(cases[0]).get("settings", {}) if cases else {}
     metric = metric_name(settings)
     t = Table(title=term(title, 116), title_justify="left")
-    t.add_column("compressor", max_width=24)  # a Label: wrapped after , : = only, never inside a name or value
+    t.add_column("compressor", max_width=22)  # a Label: wrapped after , : = only, never inside a name or value
     t.add_column(f"final {metric}", justify="right", no_wrap=True)
     t.add_column("gap to ref", justify="right", no_wrap=True)
     t.add_column("steps to target", justify="right", no_wrap=True)

@@ -204,10 +204,19 @@ def convergence_table(run: LoadedRun) -> Table:
     return t
 
 
+def plan_sections(run: LoadedRun) -> list[Any]:
+    """Every plan case's rules and its parts (:mod:`gcbench.report.converge_plans`)."""
+    from gcbench.report.converge_plans import plan_sections as sections
+
+    return sections([c.model_dump() for c in run.cases if isinstance(c, ConvergeCase)])
+
+
 def convergence_output(run: LoadedRun) -> list[Any]:
-    """The terminal output of a convergence file: its table, then with ``--cluster`` the time-to-accuracy tables and
-    one sentence per cluster (:func:`gcbench.report.advice.time_output`)."""
-    out: list[Any] = [convergence_table(run)]
+    """The terminal output of a convergence file: its table, each plan's rules and parts, then with ``--cluster`` the
+    time-to-accuracy tables and one sentence per cluster (:func:`gcbench.report.advice.time_output`)."""
+    from gcbench.report.converge_plans import rich_tables
+
+    out: list[Any] = [convergence_table(run), *rich_tables(plan_sections(run))]
     if run.pricing is not None:
         from gcbench.report.advice import time_output
 
@@ -227,6 +236,11 @@ def markdown_convergence(run: LoadedRun, md_escape: Any, md_table: Any, facts: d
              md_table(["compressor", *[md_escape(h) for h, _ in HEADERS]], rows, [False] + [True] * len(HEADERS)), "",
              f"**{md_escape(answer(run))}**", "", *[f"* {md_escape(s)}" for s in priced_sentences(run)],
              *([md_escape(pricing_origin(run)), ""] if run.pricing is not None else []), md_escape(footnote(run)), ""]
+    plans = plan_sections(run)
+    if plans:
+        from gcbench.report.converge_plans import markdown_sections
+
+        parts += [markdown_sections(plans, md_escape, md_table)]
     return "\n".join(parts)
 
 

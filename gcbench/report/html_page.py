@@ -254,6 +254,7 @@ def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
 
 def _converge_context(i: int, run: LoadedRun) -> dict[str, Any]:
     from gcbench.report import convergence as cv
+    from gcbench.report.converge_plans import html_tables
     from gcbench.report.html_converge_plots import convergence_plots
 
     table: dict[str, Any] = {"first": "compressor", "headers": [{"header": h, "help": help_, "left": False} for h, help_ in cv.HEADERS],
@@ -268,7 +269,7 @@ def _converge_context(i: int, run: LoadedRun) -> dict[str, Any]:
     notes = [cv.answer(run), *cv.priced_sentences(run), *([cv.pricing_origin(run)] if run.pricing is not None else [])]
     return {"kind": "converge", "anchor": f"run{i}", "facts": run_facts(run), "description": cv.description(run), "table": table,
             "detail": None, "plots": convergence_plots(run.cases, run.run_id, run.pricing), "notes": notes,
-            "footnote": cv.footnote(run), "any_reconstructed": False}
+            "footnote": cv.footnote(run), "any_reconstructed": False, "plan_tables": html_tables(cv.plan_sections(run))}
 
 
 def _section_context(i: int, run: LoadedRun) -> dict[str, Any]:

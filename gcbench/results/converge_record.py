@@ -124,6 +124,7 @@ class ConvergeSettings(Model):
     target: Num | None = None  # the metric value to reach (resolved from the reference when a fraction)
     parameters: Int | None = None  # the model's parameter count
     divergence_factor: Num | None = None  # loss above this × its first value counts as divergence
+    device: Str | None = None  # where the engine ran ("cpu", "cuda:0"); absent in files before converge --device
 
 
 class ConvergeSummary(Model):
@@ -151,12 +152,42 @@ class ConvergeBytes(Model):
     dense_per_step: Num | None = None
 
 
+class PlanPart(Model):
+    """One rule of a plan as it ran: the tensors it took and the bytes they sent (one worker, per inner step)."""
+
+    rule: Count  # 1-based, as tables show it
+    label: Str  # "numel < 1000 → none", "default → topk:density=0.01"
+    compressor: Str
+    tensors: Int
+    elements: Int
+    sent_per_worker_per_step: Num | None = None
+    payload_per_worker_per_step: Num | None = None
+    bytes_share: Num | None = None  # of the plan's sent bytes
+
+
+class ConvergePlan(Model):
+    """A compression plan's case (:mod:`gcbench.plan`): the plan, each tensor's rule and the bytes per rule."""
+
+    name: Str
+    label: Str  # "plan:<name>"
+    warmup_steps: Int
+    warmup: Str
+    local_steps: Count
+    outer: dict[str, Any] | None = None
+    rules: list[dict[str, Any]]  # the plan's rules as its file holds them, each with its label
+    source: Str | None = None  # the plan file as given
+    parts: list[PlanPart]
+    assignment: dict[str, Int]  # tensor name → its rule (1-based)
+    warmup_sent_per_worker_per_step: Num | None = None  # the warm-up's share of sent_per_worker_per_step
+
+
 class Convergence(Model):
     settings: ConvergeSettings
     reference: Bool | None = None  # this case is the uncompressed reference
     seeds: list[SeedRun] | None = None
     summary: ConvergeSummary | None = None
     bytes: ConvergeBytes | None = None
+    plan: ConvergePlan | None = None  # a plan's case: its rules and their parts
 
 
 # ----------------------------------------------------------------------------- checked when read
