@@ -74,7 +74,7 @@ def _steps(out: Path) -> list[dict[str, Any]]:
         device_step("syncs", 35),
         device_step("bench", 130, "--time", "110"),  # no case starts after 110 s: the rows done are in the file
         device_step("hooks", 60, "--model", "resnet18", "--iters", "20", "--warmup", "5", "--rounds", "2"),
-        device_step("converge", 70, "--steps", "20", "--compressors", "fp16,topk"),
+        device_step("converge", 70, "--steps", "20", "--compressors", "fp16,topk", "--time", "64"),
     ]
 
 

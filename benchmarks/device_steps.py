@@ -283,11 +283,11 @@ def _print_hooks(res: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- converge on the GPU against the CPU
 
 
-def _converge(device: str, out: Path, steps: int, compressors: list[str]) -> dict[str, Any]:
+def _converge(device: str, out: Path, steps: int, compressors: list[str], timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "gcbench", "converge", "--model", "smallcnn", *[a for c in compressors for a in ("-c", c)],
            "--steps", str(steps), "--seeds", "1", "--workers", "2", "--eval-every", str(max(1, steps // 4)),
            "--device", device, "--out", str(out / f"converge-{device.replace(':', '')}"), "--json", "--quiet"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)  # ends before the step's cap
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         raise RuntimeError(f"converge --device {device} failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -314,12 +314,17 @@ def agreement(cpu: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def converge_check(out: Path, steps: int, compressors: list[str]) -> dict[str, Any]:
+def converge_check(out: Path, steps: int, compressors: list[str], time_s: float = 120.0) -> dict[str, Any]:
+    """converge on the CPU and on the GPU (each within half of ``time_s``), their curves compared (:func:`agreement`)."""
     help_text = subprocess.run([sys.executable, "-m", "gcbench", "converge", "--help"], cwd=ROOT, capture_output=True,
                                text=True, timeout=120).stdout
     if "--device" not in help_text:
         return {"status": "not available", "why": "gcbench converge has no --device option here", "ok": True}
-    cpu, gpu = _converge("cpu", out, steps, compressors), _converge("cuda", out, steps, compressors)
+    try:
+        cpu = _converge("cpu", out, steps, compressors, time_s / 2)
+        gpu = _converge("cuda", out, steps, compressors, time_s / 2)
+    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:  # said in the step's JSON
+        return {"status": "failed", "why": f"{type(exc).__name__}: {str(exc)[:400]}", "ok": False}
     agreed = agreement(cpu, gpu)
     return {"status": "compared", "compressors": compressors, "steps": steps, "rtol_loss": LOSS_RTOL, "atol_metric": METRIC_ATOL,
             "agreement": agreed, "cpu": cpu.get("results"), "cuda": gpu.get("results"),
@@ -341,7 +346,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--compressors", default="fp16,topk")
-    ap.add_argument("--time", type=float, default=120.0, help="bench: seconds after which no case starts")
+    ap.add_argument("--time", type=float, default=120.0,
+                    help="bench: seconds after which no case starts; converge: seconds for its two runs")
     ap.add_argument("--sizes", default=",".join(str(s) for s in BENCH_SIZES), help="bench: element counts")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -359,7 +365,7 @@ def main(argv: list[str]) -> int:
         _print_hooks(result)
     else:
         args.out.mkdir(parents=True, exist_ok=True)
-        result = converge_check(args.out, args.steps, [c for c in args.compressors.split(",") if c])
+        result = converge_check(args.out, args.steps, [c for c in args.compressors.split(",") if c], args.time)
         print(json.dumps({k: v for k, v in result.items() if k in ("status", "why", "agreement")}, indent=1))
     result["seconds"] = round(time.monotonic() - t0, 1)
     path = args.out / "converge.json" if args.step == "converge" else args.out
