@@ -58,11 +58,12 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import to_numpy
+from gcbench.compressors import _adacomp_torch
 from gcbench.compressors.cards.adacomp import ADACOMP_CARD, QUANTIZE
+from gcbench.core import codec_torch
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.header import body_numpy, body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.payload import Payload
 
 RESIDUE = "residue"
@@ -173,24 +174,30 @@ def adacomp_scale(gmax: torch.Tensor | np.ndarray) -> float:
     return float(np.float32(float(np.sum(g)) / g.size))
 
 
-def adacomp_torch_encode(x: torch.Tensor, e: torch.Tensor, L: int, quantize: str) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
-    """(body, Gq, new residue) with vectorised torch ops (any device; ``x`` and ``e`` flat, unchanged)."""
+def adacomp_torch_encode(x: torch.Tensor, e: torch.Tensor, L: int, quantize: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(body, Gq, new residue) with vectorised torch ops on ``x``'s device (``x`` and ``e`` flat, unchanged).
+
+    The body is a uint8 tensor there, the same bytes as :func:`adacomp_fast_encode`'s: the scale is NumPy's sum of
+    the bin maxima (:func:`gcbench.compressors._adacomp_torch.pairwise_sum`), the stream packed on the device.
+    One scalar read: how many elements are selected (``torch.nonzero``).
+    """
     g, sel, gmax = adacomp_select(x, e, L)
     gq = torch.zeros_like(g)
     sel_g = g[sel]
     bins = sel // L
-    counts = torch.bincount(bins, minlength=gmax.numel())
-    within = to_numpy(sel - bins * L)
+    counts = torch.zeros(gmax.numel(), dtype=torch.int64, device=g.device).index_add_(0, bins, torch.ones_like(bins))
+    within = sel - bins * L
     if quantize == "sign_scale":
-        scale = adacomp_scale(gmax)
+        scale = (_adacomp_torch.pairwise_sum(gmax) / gmax.numel()).float()  # adacomp_scale's value, on the device
         neg = sel_g < 0
         gq[sel] = torch.where(neg, -scale, scale)
-        stream = pack_segments([(to_numpy(counts), count_width(L)), ((within << 1) | to_numpy(neg), index_width(L) + 1)])
-        body = np.concatenate([np.array([scale], "<f4").view(np.uint8), stream])
+        stream = _adacomp_torch.pack_fields([(counts, count_width(L)), ((within << 1) | neg.to(torch.int64), index_width(L) + 1)],
+                                            g.device)
+        body = torch.cat([scale.reshape(1).view(torch.uint8), stream])
     else:
         gq[sel] = sel_g
-        stream = pack_segments([(to_numpy(counts), count_width(L)), (within, index_width(L))])
-        body = np.concatenate([stream, to_numpy(sel_g).astype("<f4").view(np.uint8)])
+        stream = _adacomp_torch.pack_fields([(counts, count_width(L)), (within, index_width(L))], g.device)
+        body = torch.cat([stream, sel_g.contiguous().view(torch.uint8)])
     return body, gq, g.sub_(gq)  # e = G − Gq (G is a fresh tensor, reuse its memory)
 
 
@@ -216,6 +223,41 @@ def adacomp_fast_encode(x: np.ndarray, e: np.ndarray, L: int, quantize: str,
     else:
         body[head + stream_bytes :] = vals.astype("<f4").view(np.uint8)
     return body, decoded
+
+
+def adacomp_torch_decode(body: torch.Tensor, d: int, L: int, mode: str) -> torch.Tensor:
+    """The torch path's decoder (header checked): torch operations where the body lies.
+
+    Two scalar reads: the number of selected elements (the bins' counts summed, the stream's length; the count check
+    folded in) and the check that every index lies in its bin.
+    """
+    nbins, cw = -(-d // L), count_width(L)
+    head = 4 if mode == "sign_scale" else 0  # the scale leads in sign_scale mode
+    if body.numel() < head + (nbins * cw + 7) // 8:
+        raise PayloadError("adacomp body is truncated")
+    stream = body[head:]
+    counts = codec_torch.unpack_bits(stream, cw, nbins)
+    nsel = _adacomp_torch.select_count_fields(counts, L, d - (nbins - 1) * L)
+    elem_w = index_width(L) + (1 if mode == "sign_scale" else 0)
+    stream_bytes = (nbins * cw + nsel * elem_w + 7) // 8
+    tail = 0 if mode == "sign_scale" else 4 * nsel  # fp32 values follow the stream in 'none' mode
+    if body.numel() != head + stream_bytes + tail:
+        raise PayloadError(f"adacomp body has {body.numel()} bytes, expected {head + stream_bytes + tail}")
+    fields = _adacomp_torch.read_fields(stream[:stream_bytes], nbins * cw, nsel, elem_w)
+    if mode == "sign_scale":
+        within = fields >> 1
+        scale = body[:4].clone().view(torch.float32)
+        vals = torch.where((fields & 1).bool(), -scale, scale)
+    else:
+        within = fields
+        vals = body[head + stream_bytes :].clone().view(torch.float32)
+    bins = torch.repeat_interleave(torch.arange(nbins, device=body.device), counts, output_size=nsel)
+    out = torch.zeros(d, dtype=torch.float32, device=body.device)
+    if nsel:
+        if bool((within >= torch.clamp(d - bins * L, max=L)).any()):
+            raise PayloadError("adacomp body has an index outside its bin")
+        out[bins * L + within] = vals
+    return out
 
 
 def adacomp_state_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
@@ -248,9 +290,9 @@ class AdaComp(Compressor):
             if not usable:
                 e = torch.from_numpy(kernels.zeros_f32(d))
             assert e is not None
-            body, decoded = adacomp_fast_encode(kernels.as_numpy(x), kernels.as_numpy(e), L, mode, ctx.need_decoded)
+            fast_body, decoded = adacomp_fast_encode(kernels.as_numpy(x), kernels.as_numpy(e), L, mode, ctx.need_decoded)
             state.tensors[RESIDUE] = e  # updated in place: the new residue
-            return body, {"L": L, "q": mode}, (torch.from_numpy(decoded) if decoded is not None else None)
+            return fast_body, {"L": L, "q": mode}, (torch.from_numpy(decoded) if decoded is not None else None)
         body, gq, residue = adacomp_torch_encode(x, e if usable and e is not None else torch.zeros_like(x), L, mode)
         state.tensors[RESIDUE] = residue
         return body, {"L": L, "q": mode}, gq
@@ -270,6 +312,8 @@ class AdaComp(Compressor):
         L, mode = meta_int(payload, "L"), meta_str(payload, "q")
         if mode not in QUANTIZE or not 1 <= L <= d:
             raise PayloadError(f"adacomp payload header is invalid (L={L}, q={mode!r})")
+        if not kernels.cpu_fast(payload.data):
+            return adacomp_torch_decode(body_tensor(payload), d, L, mode)
         nbins = -(-d // L)
         cw = count_width(L)
         body = body_numpy(payload)

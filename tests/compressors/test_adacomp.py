@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench import kernels
 from gcbench.compressors import registry
 from gcbench.compressors.adacomp import RESIDUE, adacomp_bits, adacomp_reference, count_width, index_width
+from gcbench.core.errors import PayloadError
 from tests.compressors.test_topk_dither import ef_drift
 
 # A hand-worked example: two bins of length 4, with a residue from an earlier step.
@@ -131,6 +133,7 @@ def test_ef_drift_bounded_and_shrinking() -> None:
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.mark.skipif(not kernels.NUMBA, reason="compares the numba kernels' encoder with the torch one")
 @pytest.mark.parametrize("quantize", ["sign_scale", "none"])
 @pytest.mark.parametrize(("d", "L"), [(500_000, 500), (300_007, 50), (280_000, 1), (262_145, 262_145)])
 def test_fast_encode_equals_torch_encode_and_decodes(quantize: str, d: int, L: int) -> None:
@@ -167,7 +170,7 @@ def test_decode_into_a_reused_output_equals_the_torch_decode(quantize: str) -> N
         e = torch.randn(d, generator=gen) * (0.5 if step != 1 else 0.0)  # step 1: fewer selected, the rest must be cleared
         body, gq, _ = adacomp_torch_encode(x, e, L, quantize)
         p = c.compress(x, c.init_state(0))
-        p = type(p)(p.codec, p.version, p.dtype, p.shape, torch.from_numpy(body), {"L": L, "q": quantize})
+        p = type(p)(p.codec, p.version, p.dtype, p.shape, body, {"L": L, "q": quantize})
         got = c.decompress(p)
         assert torch.equal(got, gq), step
         del got
@@ -182,3 +185,35 @@ def test_cuda_tensors_give_the_cpu_bytes() -> None:
         x = torch.randn(600, 700, generator=gen)
         assert c.compress(x.cuda(), s_gpu).to_bytes() == c.compress(x, s_cpu).to_bytes()
         assert torch.equal(s_gpu.tensors[RESIDUE].cpu(), s_cpu.tensors[RESIDUE])
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 127, 128, 129, 136, 1000, 8193, 100_003])
+def test_pairwise_sum_is_numpys_sum_to_the_bit(n: int) -> None:
+    """The torch path's scale sums the bin maxima in NumPy's order, so its float64 (and the float32 scale) is the CPU's."""
+    from gcbench.compressors._adacomp_torch import pairwise_sum
+
+    rng = np.random.default_rng(n)
+    a = np.abs(rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)).astype(np.float32).astype(np.float64)
+    assert float(pairwise_sum(torch.from_numpy(a))) == float(np.sum(a))
+
+
+@pytest.mark.parametrize("quantize", ["sign_scale", "none"])
+@pytest.mark.parametrize(("d", "L"), [(30_011, 50), (5_000, 1), (4_001, 4_001)])
+def test_torch_decoder_equals_the_payloads_decode_and_refuses_bad_bins(quantize: str, d: int, L: int) -> None:
+    from gcbench.compressors.adacomp import adacomp_torch_decode
+
+    c = registry.create("adacomp", bin_size=L, quantize=quantize)
+    st = c.init_state(0)
+    gen = torch.Generator().manual_seed(d)
+    for _ in range(2):
+        p = c.compress(torch.randn(d, generator=gen), st)
+        assert torch.equal(adacomp_torch_decode(p.data, d, L, quantize), c.decompress(p))
+    with pytest.raises(PayloadError):  # a body cut short
+        adacomp_torch_decode(p.data[:-1], d, L, quantize)
+    cw = count_width(L)
+    if cw <= 8 and 2**cw - 1 > L:  # the first bin's count field all ones: more than its bin holds
+        bad = p.data.clone()
+        head = 4 if quantize == "sign_scale" else 0
+        bad[head] |= (1 << cw) - 1
+        with pytest.raises(PayloadError, match="bin count"):
+            adacomp_torch_decode(bad, d, L, quantize)

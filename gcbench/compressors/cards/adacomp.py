@@ -21,6 +21,10 @@ ADACOMP_CARD = CompressorInfo(
     ),
     target=Target(5.0),
     traffic_bytes=12.0,  # read x and the residue G, write G
+    scalar_reads=2,
+    scalar_reads_where=("compress: how many elements are selected (torch.nonzero: the stream's length); decompress: the "
+                        "selected count (the bins' counts summed: the body's length, with the count check folded in) and the "
+                        "check that every index lies in its bin"),
 )
 
 CARDS = (ADACOMP_CARD,)
