@@ -57,12 +57,12 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.natural import NATURAL_CARD, NATURAL_DITHER_CARD
-from gcbench.core import codec
+from gcbench.core import codec, codec_torch
+from gcbench.core.codec_torch_elias import settle
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys
+from gcbench.core.header import body_numpy, body_tensor, meta_int, meta_keys
 from gcbench.core.payload import Payload
 
 OMEGA_NATURAL = 1.0 / 8.0  # variance bound of C_nat (Horváth et al. 2019)
@@ -123,11 +123,11 @@ def natural_reference(a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.float32)
 
 
-def natural_torch(a: torch.Tensor, seed: int) -> tuple[np.ndarray, torch.Tensor]:
-    """(body, decoded) of natural compression in plain torch with the kernels' uniforms."""
+def natural_torch(a: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(body, decoded) of natural compression in plain torch with the kernels' uniforms, on ``a``'s device."""
     code, neg = natural_codes(a, kernels.uniforms(seed, a.numel(), a.device))
     # 9 bits per element: d exponent bytes, then the d sign bits packed (ceil(9d/8) bytes).
-    body = np.concatenate([to_numpy(code), codec.pack_bits(to_numpy(neg), 1)])
+    body = torch.cat([code, codec_torch.pack_bits(neg, 1)])
     return body, natural_values(code, neg)
 
 
@@ -158,22 +158,28 @@ class Natural(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
-        body = body_numpy(payload)
-        if len(body) != d + codec.packed_nbytes(d, 1):
-            raise PayloadError(f"natural body has {len(body)} bytes, expected {d + codec.packed_nbytes(d, 1)}")
-        if kernels.available():
-            out = kernels.empty(d)
-            kernels.natural_decode(body, out.numpy())
-        else:
-            code = torch.from_numpy(body[:d].copy())
-            neg = torch.from_numpy(codec.unpack_bits(body[d:], 1, d).astype(bool))
-            out = natural_values(code, neg & (code > 0))
-        if payload.dtype == torch.float16:  # 2^16 is inf in float16: the top binade rounds down (module docstring)
+        n = payload.data.numel()
+        if n != d + codec.packed_nbytes(d, 1):
+            raise PayloadError(f"natural body has {n} bytes, expected {d + codec.packed_nbytes(d, 1)}")
+        f16 = payload.dtype == torch.float16  # 2^16 is inf in float16: the top binade rounds down (module docstring)
+        if not _host_path(payload):
+            body = body_tensor(payload)
+            code = body[:d]
+            out = natural_values(code, codec_torch.unpack_bits(body[d:], 1, d).bool() & (code > 0))
+            return torch.where(out.abs() == _F16_OVERFLOW, out * 0.5, out) if f16 else out
+        out = kernels.empty(d)
+        kernels.natural_decode(body_numpy(payload), out.numpy())
+        if f16:
             out[out.abs() == _F16_OVERFLOW] *= 0.5
         return out
 
 
 _F16_OVERFLOW = 65536.0  # 2^16: the first power of two above float16's largest finite value 65504
+
+
+def _host_path(payload: Payload) -> bool:
+    """Whether a body is read by the numba kernels (a CPU body, numba present) rather than with torch ops."""
+    return kernels.available() and payload.data.device.type == "cpu"
 
 
 def natural_bits(d: int) -> int:
@@ -190,8 +196,10 @@ def level_bits(s: int) -> int:
 
 
 def dither_table(s: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The s+1 levels 0, 2^(1−s), …, 1/2, 1 as float32 (index j > 0 holds 2^(j−s))."""
-    return torch.tensor([0.0] + [2.0 ** (j - s) for j in range(1, s + 1)], dtype=torch.float32, device=device)
+    """The s+1 levels 0, 2^(1−s), …, 1/2, 1 as float32 (index j > 0 holds 2^(j−s)), made on ``device`` from their
+    bit patterns (exact, and no host-to-device copy)."""
+    j = torch.arange(s + 1, dtype=torch.int32, device=device)
+    return torch.where(j > 0, (j - s + 127) << 23, 0).view(torch.float32)
 
 
 def tensor_norm(v: torch.Tensor, p: str) -> float:
@@ -206,6 +214,15 @@ def tensor_norm(v: torch.Tensor, p: str) -> float:
             return float(np.float32(kernels.l2norm(x) if p == "2" else kernels.absmax(x)))
         n = v.double().pow(2).sum().sqrt() if p == "2" else v.abs().max().double()
         return float(np.float32(float(n)))
+
+
+def tensor_norm_torch(v: torch.Tensor, p: str) -> torch.Tensor:
+    """:func:`tensor_norm` as a float32 0-dim tensor on ``v``'s device (no host read): the float64 2-norm or max|v|,
+    rounded once to float32 (+inf beyond its range)."""
+    if v.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=v.device)
+    n = v.double().pow(2).sum().sqrt() if p == "2" else v.abs().max().double()
+    return n.to(torch.float32)
 
 
 def dither_levels(u: torch.Tensor, s: int, uniforms: torch.Tensor) -> torch.Tensor:
@@ -223,9 +240,10 @@ def dither_levels(u: torch.Tensor, s: int, uniforms: torch.Tensor) -> torch.Tens
     return (low + (uniforms < p).to(low.dtype)).to(torch.int64)
 
 
-def dither_values(levels: torch.Tensor, neg: torch.Tensor, n: float, s: int) -> torch.Tensor:
-    """Decoded float32 values n·sign·level (identical arithmetic on both sides of the wire)."""
-    mag = dither_table(s, levels.device)[levels] * float(n)  # n is float32-exact
+def dither_values(levels: torch.Tensor, neg: torch.Tensor, n: torch.Tensor | float, s: int) -> torch.Tensor:
+    """Decoded float32 values n·sign·level (identical arithmetic on both sides of the wire; ``n`` float32-exact,
+    a number or a 0-dim tensor on the levels' device)."""
+    mag = dither_table(s, levels.device)[levels] * n
     return torch.where(neg, -mag, mag)
 
 
@@ -246,13 +264,12 @@ def dither_reference(v: torch.Tensor, n: float, s: int, uniforms: torch.Tensor) 
     return torch.tensor(out, dtype=torch.float32)
 
 
-def dither_encode(v: torch.Tensor, s: int, p: str, uniforms: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """(norm sent as float32, level indices, negative mask) of natural dithering of flat ``v``."""
-    n = tensor_norm(v, p)
-    if n > 0:
-        u = (v.abs() / float(n)).clamp_(max=1.0)  # ≤ 1 mathematically; clamp guards rounding
-    else:
-        u = torch.zeros_like(v)
+def dither_encode(v: torch.Tensor, s: int, p: str, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(norm sent as float32, a 0-dim tensor on ``v``'s device; level indices; negative mask) of natural dithering
+    of flat ``v``, with no host read."""
+    n = tensor_norm_torch(v, p)
+    # divided by the norm as a tensor: exact on every device (a Python divisor is a reciprocal multiply on a GPU)
+    u = torch.where(n > 0, (v.abs() / n).clamp_(max=1.0), 0.0)  # ≤ 1 mathematically; clamp guards rounding
     levels = dither_levels(u, s, uniforms)
     neg = (v < 0) & (levels > 0)
     return n, levels, neg
@@ -265,11 +282,11 @@ def omega_natural_dither(d: int, s: int, p: str) -> float:
     return 1.0 / 8.0 + t * min(1.0, t)
 
 
-def natural_dither_torch(flat: torch.Tensor, s: int, p: str, seed: int) -> tuple[np.ndarray, torch.Tensor]:
-    """(body, decoded) of natural dithering in plain torch with the kernels' uniforms."""
+def natural_dither_torch(flat: torch.Tensor, s: int, p: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(body, decoded) of natural dithering in plain torch with the kernels' uniforms, on ``flat``'s device."""
     n, levels, neg = dither_encode(flat, s, p, kernels.uniforms(seed, flat.numel(), flat.device))
     field = (levels << 1) | neg.to(torch.int64)
-    body = np.concatenate([np.array([n], "<f4").view(np.uint8), codec.pack_bits(to_numpy(field), 1 + level_bits(s))])
+    body = torch.cat([n.reshape(1).view(torch.uint8), codec_torch.pack_bits(field, 1 + level_bits(s))])
     return body, dither_values(levels, neg, n, s)
 
 
@@ -290,7 +307,8 @@ class NaturalDither(Compressor):
         s, p = self.params["s"], self.params["p"]
         seed = state.randint64()
         if not kernels.cpu_fast(flat):
-            return natural_dither_torch(flat, s, p, seed)[0], {"s": s}, None
+            body_t, decoded = natural_dither_torch(flat, s, p, seed)  # the decoded tensor too: the decoder's check is a host read
+            return body_t, {"s": s}, decoded if ctx.need_decoded else None
         x = kernels.flat_f32(flat)
         n = tensor_norm(flat, p)
         w = 1 + level_bits(s)
@@ -310,20 +328,26 @@ class NaturalDither(Compressor):
         if not 1 <= s <= 120:
             raise PayloadError(f"natural_dither payload has an invalid level count s={s}")
         w = 1 + level_bits(s)
+        nbytes = payload.data.numel()
+        if nbytes != 4 + codec.packed_nbytes(d, w):
+            raise PayloadError(f"natural_dither body has {nbytes} bytes, expected {4 + codec.packed_nbytes(d, w)}")
+        if not _host_path(payload):
+            return _dither_decode_torch(body_tensor(payload), d, s, w)
         body = body_numpy(payload)
-        if len(body) != 4 + codec.packed_nbytes(d, w):
-            raise PayloadError(f"natural_dither body has {len(body)} bytes, expected {4 + codec.packed_nbytes(d, w)}")
-        n = float(body[:4].view("<f4")[0])
-        if kernels.available():
-            out = kernels.empty(d)
-            if kernels.dither_decode(body[4:], w, s, n, out.numpy()) > s:
-                raise PayloadError("natural_dither body has a level index above s")
-            return out
-        field = torch.from_numpy(codec.unpack_bits(body[4:], w, d))
-        levels = field >> 1
-        if d and int(levels.max()) > s:
+        out = kernels.empty(d)
+        if kernels.dither_decode(body[4:], w, s, float(body[:4].view("<f4")[0]), out.numpy()) > s:
             raise PayloadError("natural_dither body has a level index above s")
-        return dither_values(levels, (field & 1).bool(), n, s)
+        return out
+
+
+def _dither_decode_torch(body: torch.Tensor, d: int, s: int, w: int) -> torch.Tensor:
+    """A natural dithering body decoded with torch ops on its device; its one scalar read is the check that no
+    level index exceeds s, made before the table lookup (where such an index would be out of range)."""
+    field = codec_torch.unpack_bits(body[4:], w, d)
+    levels = field >> 1
+    if d:
+        settle([(levels.max() > s, "natural_dither body has a level index above s")])
+    return dither_values(levels, (field & 1).bool(), body[:4].clone().view(torch.float32).reshape(()), s)
 
 
 def natural_dither_bits(d: int, s: int) -> int:

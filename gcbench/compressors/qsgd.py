@@ -31,13 +31,14 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import to_numpy
 from gcbench.compressors.cards.qsgd import QSGD_CARD
-from gcbench.core import codec
+from gcbench.compressors.topk_dither import fills
+from gcbench.core import codec, codec_torch
+from gcbench.core.codec_torch_elias import read_fields_lazy, settle
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_flag, meta_int, meta_keys, meta_str
-from gcbench.core.payload import Payload
+from gcbench.core.header import body_numpy, body_tensor, meta_flag, meta_int, meta_keys, meta_str
+from gcbench.core.payload import MetaValue, Payload
 
 
 def level_bits(s: int) -> int:
@@ -75,21 +76,31 @@ def _elias_body(norms_np: np.ndarray, nz: np.ndarray, neg: np.ndarray, levels_nz
     return np.concatenate([norms_np.astype("<f4").view(np.uint8), codec.write_records(rec, (0, 1, 0))])
 
 
-def qsgd_torch(flat: torch.Tensor, s: int, bucket: int, norm: str, enc: str, seed: int) -> tuple[np.ndarray, dict, torch.Tensor]:
-    """(body, meta, decoded) of QSGD in plain torch with the kernels' uniforms (any device)."""
+def _elias_body_torch(norms: torch.Tensor, levels: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(body, nnz) of :func:`_elias_body` on the levels' device: one scalar read for the count of nonzero levels
+    (the header's ``nnz``, and the size of the positions), and the Elias writer's own one for its stream length."""
+    nnz = int(torch.count_nonzero(levels))
+    nz = torch.nonzero_static(levels, size=nnz).reshape(-1)
+    gaps = torch.diff(nz, prepend=nz.new_full((1,), -1))
+    rec = torch.stack([gaps, neg[nz].to(torch.int64), levels[nz]], 1)
+    return torch.cat([norms.reshape(-1).view(torch.uint8), codec_torch.write_records(rec, (0, 1, 0))]), nnz
+
+
+def qsgd_torch(flat: torch.Tensor, s: int, bucket: int, norm: str, enc: str, seed: int) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """(body, meta, decoded) of QSGD in plain torch with the kernels' uniforms, on ``flat``'s device (the fixed
+    coding reads nothing to the host; the Elias coding its sizes)."""
     d = flat.numel()
     norms = bucket_norms(flat, bucket, norm)
     levels = quantize(flat, norms, s, bucket, kernels.uniforms(seed, d, flat.device))
     neg = flat < 0
-    norms_np = to_numpy(norms).astype("<f4")
+    meta: dict[str, MetaValue]
     if enc == "fixed":
         field = (levels << 1) | neg.to(torch.int64)
-        body = np.concatenate([norms_np.view(np.uint8), codec.pack_bits(to_numpy(field), 1 + level_bits(s))])
+        body = torch.cat([norms.view(torch.uint8), codec_torch.pack_bits(field, 1 + level_bits(s))])
         meta = {"s": s, "B": bucket, "enc": "fixed"}
     else:
-        nz = torch.nonzero(levels).reshape(-1)
-        body = _elias_body(norms_np, to_numpy(nz).astype(np.int64), to_numpy(neg[nz]), to_numpy(levels[nz]))
-        meta = {"s": s, "B": bucket, "enc": "elias", "nnz": int(nz.numel())}
+        body, nnz = _elias_body_torch(norms, levels, neg)
+        meta = {"s": s, "B": bucket, "enc": "elias", "nnz": nnz}
     decoded = qsgd_values(norms.repeat_interleave(bucket)[:d], levels, s)
     return body, meta, torch.where(neg, -decoded, decoded)
 
@@ -128,7 +139,7 @@ class QSGD(Compressor):
         d = flat.numel()
         s, bucket, enc, norm = self.params["s"], self.params["bucket"], self.params["encoding"], self.params["norm"]
         if d < self.params["min_numel"]:
-            return to_numpy(flat).astype("<f4").view(np.uint8), {"raw": 1}, None  # astype copies: no alias of a
+            return flat.detach().to(torch.float32, copy=True).view(torch.uint8), {"raw": 1}, None  # a copy: no alias of a
         seed = state.randint64()
         if not kernels.cpu_fast(flat):
             return qsgd_torch(flat, s, bucket, norm, enc, seed)
@@ -164,52 +175,66 @@ class QSGD(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d = payload.numel
-        body = body_numpy(payload)
+        n = payload.data.numel()
         if meta_flag(payload, "raw"):
-            if len(body) != 4 * d:
+            if n != 4 * d:
                 raise PayloadError("qsgd raw body has the wrong size")
-            return torch.from_numpy(body.view("<f4").astype(np.float32))
+            return body_tensor(payload).clone().view(torch.float32)
         s, bucket = meta_int(payload, "s"), meta_int(payload, "B")
         if s < 1 or bucket < 1:
             raise PayloadError(f"qsgd payload has invalid settings s={s}, B={bucket}")
         bucket = min(bucket, d)  # a bucket longer than the tensor is one bucket (the encoder's B may exceed d)
         nb = -(-d // bucket)
-        if len(body) < 4 * nb:
+        if n < 4 * nb:
             raise PayloadError("qsgd body is truncated")
+        fixed = meta_str(payload, "enc") == "fixed"
+        if fixed and n - 4 * nb != codec.packed_nbytes(d, 1 + level_bits(s)):
+            raise PayloadError("qsgd fixed body has the wrong size")
+        if not (kernels.available() and payload.data.device.type == "cpu"):
+            return _decode_torch(body_tensor(payload), d, s, bucket, nb, None if fixed else meta_int(payload, "nnz"))
+        body = body_numpy(payload)
         norms_np = body[: 4 * nb].view("<f4").astype(np.float32)
         rest = body[4 * nb :]
-        if meta_str(payload, "enc") == "fixed":
-            w = 1 + level_bits(s)
-            if len(rest) != codec.packed_nbytes(d, w):
-                raise PayloadError("qsgd fixed body has the wrong size")
-            if kernels.available():
-                out = kernels.empty(d)
-                kernels.qsgd_decode(rest, w, bucket, norms_np, s, out.numpy())
-                return out
-            field = torch.from_numpy(codec.unpack_bits(rest, w, d))
-            levels, neg = field >> 1, (field & 1).bool()
-        else:
-            nnz = meta_int(payload, "nnz")
-            rec, used = codec.read_fields(rest, nnz, (0, 1, 0))
-            if (used + 7) // 8 != len(rest):
-                raise PayloadError("qsgd Elias stream does not fill its body exactly")
-            # each gap is at most d, so the running sum cannot wrap around before the range check
-            if nnz and (rec[:, 0].max() > d or rec[:, 2].max() > s):
-                raise PayloadError("qsgd Elias stream is corrupt")
-            pos = np.cumsum(rec[:, 0]) - 1
-            if nnz and pos[-1] >= d:
-                raise PayloadError("qsgd Elias stream is corrupt")
-            if kernels.available():
-                out = kernels.zeros(d)
-                kernels.qsgd_scatter(pos, (rec[:, 2] << 1) | rec[:, 1], bucket, norms_np, s, out.numpy())
-                return out
-            levels = torch.zeros(d, dtype=torch.int64)
-            neg = torch.zeros(d, dtype=torch.bool)
-            levels[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 2])
-            neg[torch.from_numpy(pos)] = torch.from_numpy(rec[:, 1].astype(bool))
-        norms = torch.from_numpy(norms_np)
-        out = qsgd_values(norms.repeat_interleave(bucket)[:d], levels, s)
-        return torch.where(neg, -out, out)
+        if fixed:
+            out = kernels.empty(d)
+            kernels.qsgd_decode(rest, 1 + level_bits(s), bucket, norms_np, s, out.numpy())
+            return out
+        nnz = meta_int(payload, "nnz")
+        rec, used = codec.read_fields(rest, nnz, (0, 1, 0))
+        if (used + 7) // 8 != len(rest):
+            raise PayloadError("qsgd Elias stream does not fill its body exactly")
+        # each gap is at most d, so the running sum cannot wrap around before the range check
+        if nnz and (rec[:, 0].max() > d or rec[:, 2].max() > s):
+            raise PayloadError("qsgd Elias stream is corrupt")
+        pos = np.cumsum(rec[:, 0]) - 1
+        if nnz and pos[-1] >= d:
+            raise PayloadError("qsgd Elias stream is corrupt")
+        out = kernels.zeros(d)
+        kernels.qsgd_scatter(pos, (rec[:, 2] << 1) | rec[:, 1], bucket, norms_np, s, out.numpy())
+        return out
+
+
+def _decode_torch(body: torch.Tensor, d: int, s: int, bucket: int, nb: int, nnz: int | None) -> torch.Tensor:
+    """A QSGD body (fixed coding when ``nnz`` is None, else Elias) decoded with torch ops on its device: no host read
+    for the fixed coding; for the Elias coding one, the stream's validity checks folded together before any scatter."""
+    norms = body[: 4 * nb].clone().view(torch.float32)
+    rest = body[4 * nb :]
+    if nnz is None:
+        field = codec_torch.unpack_bits(rest, 1 + level_bits(s), d)
+        out = qsgd_values(norms.repeat_interleave(bucket)[:d], field >> 1, s)
+        return torch.where((field & 1).bool(), -out, out)
+    rec, used, checks = read_fields_lazy(rest, nnz, (0, 1, 0))
+    pos = torch.cumsum(rec[:, 0], 0) - 1
+    checks += fills(used, rest.numel(), "qsgd Elias stream does not fill its body exactly")
+    if nnz:
+        # each gap is at most d, so the running sum cannot wrap around before the range check
+        bad = (rec[:, 0].max() > d) | (rec[:, 2].max() > s) | (pos[-1] >= d)
+        checks.append((bad, "qsgd Elias stream is corrupt"))
+    settle(checks)
+    out = torch.zeros(d, dtype=torch.float32, device=body.device)
+    v = qsgd_values(norms[pos // bucket], rec[:, 2], s)
+    out[pos] = torch.where(rec[:, 1].bool(), -v, v)
+    return out
 
 
 def qsgd_fixed_bits(d: int, s: int, bucket: int) -> int:

@@ -30,7 +30,9 @@ uniforms (one 64-bit key per compression from the state's generator; kept value 
 j) and subtracts the decoded values from the
 residual at those k positions only.  Ties at the k-th magnitude keep the lowest indices.  The
 plain torch composition (``torch.topk``, then :func:`gcbench.compressors.natural.dither_encode`)
-is the class's ``reference`` and the path on other devices.  Version 2: the uniforms come from
+is the class's ``reference`` and the path on other devices, where the body is written and read
+with :mod:`gcbench.core.codec_torch` on the input's device (:func:`encode_body_torch`,
+:func:`decode_body_torch`: the decoder's checks folded into one scalar read).  Version 2: the uniforms come from
 this generator (version 1 drew them from the state's PCG64).
 """
 
@@ -40,14 +42,15 @@ import numpy as np
 import torch
 
 from gcbench import kernels
-from gcbench.compressors._common import flat_and_k, k_of, to_numpy
+from gcbench.compressors._common import flat_and_k, k_of
 from gcbench.compressors.cards.topk_dither import TOPK_DITHER_CARD
 from gcbench.compressors.natural import dither_encode, dither_values, level_bits, tensor_norm
 from gcbench.compressors.topk import topk_indices
-from gcbench.core import codec
+from gcbench.core import codec, codec_torch
+from gcbench.core.codec_torch_elias import Check, read_fields_lazy, settle
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ErrorFeedback, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys, meta_str
+from gcbench.core.header import body_numpy, body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload
 
@@ -97,6 +100,70 @@ def decode_body(body: np.ndarray, d: int, k: int, w: int, coding: str) -> tuple[
     return n, idx, field
 
 
+def encode_body_torch(n: torch.Tensor, idx: torch.Tensor, field: torch.Tensor, d: int, w: int, coding: str) -> torch.Tensor:
+    """:func:`encode_body` with torch ops on the indices' device (``n`` a float32 0-dim tensor, ``idx`` sorted int64):
+    no host read for ``fixed`` and ``int32``, the stream length's one for ``delta-varint`` and ``elias``."""
+    head = n.reshape(1).view(torch.uint8)
+    if coding == "fixed":
+        rest = codec_torch.pack_bits((idx << w) | field, codec.index_width(d) + w)
+    elif coding == "elias":
+        gaps = torch.diff(idx, prepend=idx.new_full((1,), -1))
+        rest = codec_torch.write_records(torch.stack([gaps, field], 1), (0, w))
+    else:  # int32 and delta-varint are whole bytes already; the indices were just sorted (no check needed)
+        rest = torch.cat([codec_torch.encode_indices(idx, d, coding, validate=False), codec_torch.pack_bits(field, w)])
+    return torch.cat([head, rest])
+
+
+def fills(used_bits: torch.Tensor | int, nbytes: int, message: str) -> list[Check]:
+    """The check that a bit stream of ``used_bits`` bits fills ``nbytes`` bytes exactly: made now when the count is a
+    number, else returned to be folded into the decoder's one read."""
+    if isinstance(used_bits, int):
+        if (used_bits + 7) // 8 != nbytes:
+            raise PayloadError(message)
+        return []
+    return [(torch.ne((used_bits + 7) // 8, nbytes), message)]
+
+
+def decode_body_torch(body: torch.Tensor, d: int, k: int, s: int, coding: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`encode_body_torch`, checked: (norm as a 0-dim tensor, indices, fields), on the body's device.
+
+    Every validity condition of the body (its stream filling it exactly, indices inside the tensor, no level above s)
+    is folded into one scalar read, before any of it is used; ``delta-varint`` reads its stream length first (two).
+    """
+    w = 1 + level_bits(s)
+    if body.numel() < 4:
+        raise PayloadError("topk_dither body is truncated")
+    rest = body[4:]
+    checks: list[Check] = []
+    if coding == "fixed":
+        iw = codec.index_width(d)
+        if rest.numel() != codec.packed_nbytes(k, iw + w):
+            raise PayloadError("topk_dither body has the wrong size")
+        rec = codec_torch.unpack_bits(rest, iw + w, k)
+        idx, field = rec >> w, rec & ((1 << w) - 1)
+    elif coding == "elias":
+        rec, used, checks = read_fields_lazy(rest, k, (0, w))
+        checks += fills(used, rest.numel(), "topk_dither Elias stream has the wrong size")
+        if k:  # a gap past the tensor (and the running sum below cannot wrap around)
+            checks.append((rec[:, 0].max() > d, "topk_dither body has an index outside the tensor"))
+        idx, field = torch.cumsum(rec[:, 0], 0) - 1, rec[:, 1]
+    elif coding in ("int32", "delta-varint"):
+        fb = codec.packed_nbytes(k, w)  # the fields end the body
+        if rest.numel() < fb:
+            raise PayloadError("topk_dither body has the wrong size")
+        idx, used = codec_torch.decode_indices(rest[: rest.numel() - fb], d, k, coding)
+        if used != rest.numel() - fb:
+            raise PayloadError("topk_dither body has the wrong size")
+        field = codec_torch.unpack_bits(rest[used:], w, k)
+    else:
+        raise PayloadError(f"topk_dither payload has unknown index coding {coding!r}")
+    if k:
+        checks.append(((idx.min() < 0) | (idx.max() >= d), "topk_dither body has an index outside the tensor"))
+        checks.append(((field >> 1).max() > s, "topk_dither body has a level index above s"))
+    settle(checks)
+    return body[:4].clone().view(torch.float32).reshape(()), idx, field
+
+
 def topk_dither_parts(payload: Payload) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """(norm, sorted indices, level indices, negative mask) carried by a payload (for tests and tools)."""
     s = meta_int(payload, "s")
@@ -104,16 +171,15 @@ def topk_dither_parts(payload: Payload) -> tuple[float, np.ndarray, np.ndarray, 
     return n, idx, field >> 1, (field & 1).astype(bool)
 
 
-def topk_dither_torch(comp: Compressor, a: torch.Tensor, state: State) -> tuple[np.ndarray, dict[str, MetaValue], torch.Tensor]:
-    """(body, header, decoded) of float32 ``a`` (read only) with torch ops: any device, and the reference's encoder."""
+def topk_dither_torch(comp: Compressor, a: torch.Tensor, state: State) -> tuple[torch.Tensor, dict[str, MetaValue], torch.Tensor]:
+    """(body, header, decoded) of float32 ``a`` (read only) with torch ops on its device, and the reference's encoder."""
     flat, d, k = flat_and_k(a, comp.params["density"])
     s, coding = comp.params["s"], comp.params["index_coding"]
     idx = torch.sort(topk_indices(flat, k)).values  # sorted: the delta codings need it
     y = flat[idx]
     n, levels, neg = dither_encode(y, s, comp.params["p"], kernels.uniforms(state.randint64(), k, flat.device))
     w = 1 + level_bits(s)
-    field = to_numpy((levels << 1) | neg.to(torch.int64))
-    body = encode_body(n, to_numpy(idx).astype(np.int64), field, d, w, coding)
+    body = encode_body_torch(n, idx, (levels << 1) | neg.to(torch.int64), d, w, coding)
     decoded = torch.zeros(d, dtype=torch.float32, device=flat.device)
     decoded[idx] = dither_values(levels, neg, n, s)
     return body, {"k": k, "s": s, "coding": coding}, decoded
@@ -145,9 +211,9 @@ class TopKDither(Compressor):
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:
         if not kernels.fused_ef_ok(a):
-            body, meta, decoded = topk_dither_torch(self, a, state)
+            wire, meta, decoded = topk_dither_torch(self, a, state)
             ctx.keep_residual(a, decoded)
-            return body, meta, decoded
+            return wire, meta, decoded
         d = a.numel()
         k = k_of(self.params["density"], d)
         s, coding = self.params["s"], self.params["index_coding"]
@@ -179,6 +245,11 @@ class TopKDither(Compressor):
         if not 1 <= s <= 120:
             raise PayloadError(f"topk_dither payload has an invalid level count s={s}")
         k, coding = meta_int(payload, "k"), meta_str(payload, "coding")
+        if not (kernels.available() and payload.data.device.type == "cpu"):
+            n_t, idx_t, field_t = decode_body_torch(body_tensor(payload), payload.numel, k, s, coding)
+            out_t = torch.zeros(payload.numel, dtype=torch.float32, device=payload.data.device)
+            out_t[idx_t] = dither_values(field_t >> 1, (field_t & 1).bool(), n_t, s)
+            return out_t
         n, idx, field = decode_body(body_numpy(payload), payload.numel, k, 1 + level_bits(s), coding)
         vals, top = kernels.dither_values(field.astype(np.uint32), s, n)
         if top > s:

@@ -198,7 +198,7 @@ def test_dither_matches_reference(s: int, p: str) -> None:
     n, levels, neg = dither_encode(v, s, p, u)
     expect_n = float(np.float32(float(v.double().norm()))) if p == "2" else float(v.abs().max())
     assert n == expect_n
-    assert torch.equal(dither_values(levels, neg, n, s), dither_reference(v, n, s, u))
+    assert torch.equal(dither_values(levels, neg, n, s), dither_reference(v, float(n), s, u))
 
 
 @pytest.mark.parametrize(("s", "p"), [(8, "2"), (4, "inf")])

@@ -20,6 +20,10 @@ QSGD_CARD = CompressorInfo(
     ),
     target=Target(6.0),
     traffic_bytes=4.75,  # one read (a bucket's norm is taken in cache), about 6 bits out at s=16
+    scalar_reads=2,
+    scalar_reads_where=("encoding='elias' only (fixed reads none): encode reads the count of nonzero levels (the "
+                        "header's nnz, sizing the positions) and the Elias stream's length; decode one folded validity "
+                        "check of the stream, before any scatter"),
 )
 
 CARDS = (QSGD_CARD,)

@@ -22,6 +22,10 @@ TOPK_DITHER_CARD = CompressorInfo(
     ),
     target=Target(6.0),
     traffic_bytes=12.0,  # error feedback on by default: read x and the residual, write the residual
+    scalar_reads=2,
+    scalar_reads_where=("decode: one folded validity check (indices inside the tensor, levels at most s, the stream "
+                        "filling its body), after the index stream's length for delta-varint; encode: the stream's "
+                        "length for the elias and delta-varint codings (fixed and int32 read none)"),
 )
 
 CARDS = (TOPK_DITHER_CARD,)
