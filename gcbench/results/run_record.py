@@ -179,7 +179,7 @@ class PlanRule(Model):
     label: Str
     compressor: Str
     tensors: Count
-    elements: Count
+    elements: Int  # a model's elements: past the bound of counts a reader builds lists of
     bytes: Num | None = None
     bytes_share: Num | None = None
 

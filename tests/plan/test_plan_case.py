@@ -62,6 +62,9 @@ def test_mixed_plan_bytes_are_the_parts(tmp_path: Path) -> None:
     assert plan["plan"]["rules"][1]["compressor"] == topk and plan["params"]["plan"]["name"] == "p"
     case = as_cases([plan])[0]
     assert case.plan_rules is not None and case.plan_rules[1].tensors == 2
+    big = {**plan, "plan_rules": [{**rules[0], "elements": 11_679_912}, rules[1]]}  # resnet18's default rule's elements
+    parsed = as_cases([big])[0].plan_rules
+    assert parsed is not None and parsed[0].elements == 11_679_912
 
 
 def test_plan_with_a_protocol_rule(tmp_path: Path) -> None:
