@@ -28,8 +28,19 @@ TARGET = 0.9
 
 
 def model_defaults(spec: str) -> TaskDefaults:
-    """What ``--model SPEC`` trains with unless the command line says otherwise; ``batch`` 0: the model's own."""
-    return TaskDefaults(epochs=EPOCHS, target=TARGET, lr=1e-4 if spec.startswith("hf:") else 0.05, batch=0)
+    """What ``--model SPEC`` trains with unless the command line says otherwise: a zoo model's own batch (its card's
+    ``batch_size``), else ``batch`` 0: whatever the factory makes."""
+    batch = 0
+    if ":" not in spec.removeprefix("zoo:"):
+        from gcbench.core.errors import GcbenchError
+        from gcbench.sources import catalog
+
+        try:
+            own = catalog.lookup(spec.removeprefix("zoo:")).options.get("batch_size")
+        except GcbenchError:  # an unknown name: ModelProblem says so in one line
+            own = None
+        batch = own if isinstance(own, int) and not isinstance(own, bool) else 0
+    return TaskDefaults(epochs=EPOCHS, target=TARGET, lr=1e-4 if spec.startswith("hf:") else 0.05, batch=batch)
 
 
 class ModelTask(Task):

@@ -164,3 +164,13 @@ def test_spread_is_half_the_interquartile_range_after_the_first_step() -> None:
     # the first (9.0) is left out; quartiles of 1..5 at positions 1.5 and 4.5 (statistics.quantiles exclusive): 1.5, 4.5
     assert _spread([9.0, 1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx((4.5 - 1.5) / 2)
     assert _spread([1.0, 2.0]) is None
+
+
+def test_a_zoo_model_trains_on_its_own_batch_unless_told() -> None:
+    from gcbench.sources import catalog
+    from gcbench.train.config import TrainConfig
+
+    assert TrainConfig(model="digits").resolved().batch_size == catalog.lookup("digits").options["batch_size"]
+    assert TrainConfig(model="digits", batch_size=8).resolved().batch_size == 8
+    assert TrainConfig(model=FACTORY).resolved().batch_size is None  # the factory's own
+    assert TrainConfig(model="hf:gpt2").resolved().lr == 1e-4
