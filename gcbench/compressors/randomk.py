@@ -28,7 +28,7 @@ from gcbench.compressors._common import flat_and_k
 from gcbench.compressors.cards.randomk import RANDOMK_CARD
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, State
 from gcbench.core.errors import PayloadError
-from gcbench.core.header import body_numpy, meta_int, meta_keys
+from gcbench.core.header import body_numpy, body_tensor, meta_int, meta_keys
 from gcbench.core.payload import Payload
 
 
@@ -60,11 +60,17 @@ class RandomK(Compressor):
         flat, d, k = flat_and_k(a, self.params["density"])
         seed = state.randint64()
         idx = indices_from_seed(seed, d, k)
+        if not kernels.cpu_fast(flat):  # the torch path: values gathered and the body built on flat's device
+            idx_t = _on_device(idx, flat.device)
+            vals = flat[idx_t].to(torch.float32)
+            seed_word = torch.tensor([seed - (1 << 64) if seed >= 1 << 63 else seed], dtype=torch.int64, device=flat.device)
+            decoded = None
+            if ctx.need_decoded:  # what the receiver decodes, built here (no read of the seed back)
+                decoded = torch.zeros(d, dtype=torch.float32, device=flat.device)
+                decoded[idx_t] = vals * (d / k)
+            return torch.cat([vals.contiguous().view(torch.uint8), seed_word.view(torch.uint8)]), {"k": k}, decoded
         body = np.empty(4 * k + 8, np.uint8)
-        if kernels.cpu_fast(flat):
-            body[: 4 * k] = kernels.gather(kernels.flat_f32(flat), idx).view(np.uint8)
-        else:
-            body[: 4 * k] = flat[torch.from_numpy(idx).to(flat.device)].to("cpu").numpy().astype("<f4").view(np.uint8)
+        body[: 4 * k] = kernels.gather(kernels.flat_f32(flat), idx).view(np.uint8)
         body[4 * k :] = np.array([seed], "<u8").view(np.uint8)
         return body, {"k": k}, None
 
@@ -74,6 +80,8 @@ class RandomK(Compressor):
 
     def _decode(self, payload: Payload) -> torch.Tensor:
         d, k = payload.numel, meta_int(payload, "k")
+        if not kernels.cpu_fast(payload.data):
+            return _decode_torch(body_tensor(payload), d, k)
         body = body_numpy(payload)
         if not 1 <= k <= d or len(body) != 4 * k + 8:
             raise PayloadError(f"randomk body has {len(body)} bytes, expected {4 * k + 8}")
@@ -82,3 +90,20 @@ class RandomK(Compressor):
         out = kernels.zeros(d)
         kernels.scatter(out.numpy(), idx, body[: 4 * k].view("<f4"), d / k)
         return out
+
+
+def _on_device(idx: np.ndarray, device: torch.device) -> torch.Tensor:
+    """The seed's index set on ``device``: the torch path's one host-to-device copy (the expansion is NumPy's
+    generator on the host; no device data goes the other way)."""
+    return torch.from_numpy(idx).to(device)
+
+
+def _decode_torch(body: torch.Tensor, d: int, k: int) -> torch.Tensor:
+    """The torch path's decoder: one scalar read (the 64-bit seed, expanded on the host), the values scaled and
+    scattered where the body lies."""
+    if not 1 <= k <= d or body.numel() != 4 * k + 8:
+        raise PayloadError(f"randomk body has {body.numel()} bytes, expected {4 * k + 8}")
+    seed = int(body[4 * k :].clone().view(torch.int64)[0]) & ((1 << 64) - 1)
+    out = torch.zeros(d, dtype=torch.float32, device=body.device)
+    out[_on_device(indices_from_seed(seed, d, k), body.device)] = body[: 4 * k].clone().view(torch.float32) * (d / k)
+    return out

@@ -15,6 +15,9 @@ RANDOMK_CARD = CompressorInfo(
     params=(density_param(0.01),),
     target=Target(2.0),
     traffic_bytes=0.08,  # read and write only the k = density·d chosen entries (density 0.01)
+    scalar_reads=1,
+    scalar_reads_where=("decompress: the 64-bit seed, read from the body, which the host expands into the index set (NumPy's "
+                        "generator: the index set still crosses to the device once per call, host to device)"),
 )
 
 CARDS = (RANDOMK_CARD,)
