@@ -56,10 +56,11 @@ def train_cmd(
     as_json: Annotated[bool, options.json_flag("Print the results file's path and cases as JSON.")] = False,
     quiet: options.Quiet = False,
 ) -> None:
-    """Train a real task on N processes (torch.distributed, gloo) once per compressor through DDP hooks.
+    """Train a real task or model on N processes (torch.distributed: gloo, or NCCL on GPUs) once per compressor
+    through DDP hooks; each compressor's measured step is printed beside advise's prediction for this cluster.
 
     Examples: `gcbench train -c topk -c qsgd --workers 4`, `gcbench train --task charlstm -c 'topk:density=0.05' --epochs 2`,
-    `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
+    `gcbench train --model resnet18 --device cuda --workers 4 -c bf16`, `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
     """
     from gcbench.distributed.launch import launch_env
 
