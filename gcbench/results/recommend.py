@@ -107,6 +107,8 @@ def residual_drain_steps(compressor: str | None, params: Mapping[str, object] | 
     None where the configuration says nothing of what share it sends (a threshold, a quantizer)."""
     from gcbench.compressors import registry
 
+    if compressor == "plan":  # a plan's residuals drain as its slowest rule's
+        return _plan_drain_steps(params)
     try:
         rec = registry.get(str(compressor)).resolve(dict(params or {}))
     except Exception:  # an unknown or plugin compressor's card is not here: nothing to say
@@ -115,6 +117,25 @@ def residual_drain_steps(compressor: str | None, params: Mapping[str, object] | 
     sent = density if isinstance(density, int | float) and 0 < density <= 1 else \
         1 - drop if isinstance(drop, int | float) and 0 <= drop < 1 else None
     return math.ceil(1 / sent) if sent else None
+
+
+def _plan_drain_steps(params: Mapping[str, object] | None) -> int | None:
+    """The drain steps of a plan case (its params, :func:`gcbench.plan.load.plan_of_params`): the most any of its rules
+    needs; None where one of its error-feedback rules says nothing of what share it sends."""
+    from gcbench.compressors import registry
+    from gcbench.core.errors import GcbenchError
+    from gcbench.plan.load import plan_of_params
+
+    try:
+        specs = [registry.parse_spec(r.compressor) for r in plan_of_params(dict(params or {}), "plan").rules]
+    except GcbenchError:  # a plan this installation cannot read
+        return None
+    steps = []
+    for name, p in specs:
+        flags = registry.get(name).resolve_flags(p)
+        if flags.stateful and flags.error_feedback in EF_MODES:
+            steps.append(residual_drain_steps(name, p))
+    return None if not steps or None in steps else max(s for s in steps if s is not None)
 
 
 def _error_feedback(c: RunCase) -> bool:

@@ -111,3 +111,17 @@ def test_a_narrow_float_rule_saturates_as_its_compressor_does(tmp_path: Path) ->
     big = [u for u in fp16["layers"] if u["numel"] >= 500]
     assert fp16["flags"]["saturated"] > plan["flags"]["saturated"] > 0  # the small tensors went as bf16
     assert [u["wire_bytes"] for u in plan["layers"] if u["numel"] >= 500] == [u["wire_bytes"] for u in big]
+
+
+def test_a_plans_residual_drains_as_its_slowest_rule() -> None:
+    """The recommendation's drain steps for a plan case: its error-feedback rules' most (1/density for top-k)."""
+    from gcbench.plan import parse_plan
+    from gcbench.plan.load import case_params
+    from gcbench.results.recommend import residual_drain_steps
+
+    def drain(*rules: dict[str, Any]) -> int | None:
+        return residual_drain_steps("plan", case_params(parse_plan({"name": "p", "rule": list(rules)}, "t")))
+
+    assert drain({"numel_below": 10, "compressor": "topk:density=0.1,error_feedback=true"},
+                 {"default": True, "compressor": "topk:density=0.01,error_feedback=true"}) == 100
+    assert drain({"default": True, "compressor": "topk:density=0.01"}) is None  # no residual: nothing drains
