@@ -9,10 +9,10 @@ import typer
 from rich.markup import escape
 
 from gcbench.cli import options, output
-from gcbench.cli.failures import user_errors
+from gcbench.cli.failures import UsageError, user_errors
 from gcbench.cli.grammar import choose, compressor_specs, model_arg, single_worker_compressors, size_list_arg, with_plans
 from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
-from gcbench.cli.preflight import check_output_dir
+from gcbench.cli.preflight import check_device, check_output_dir
 from gcbench.core.errors import GcbenchError
 
 Compressors = Annotated[list[str] | None, typer.Argument(
@@ -48,7 +48,7 @@ def bench(
     repeats: Annotated[int | None, options.repeats("Deprecated spelling of --rounds.", hidden=True)] = None,
     warmup: Warmup = 1,
     threads: Annotated[int, options.threads("torch threads (the targets are defined for 2).")] = 2,
-    device: Annotated[str, options.device("cpu or cuda.")] = "cpu",
+    device: Annotated[str, options.device("cpu, cuda or cuda:N (CUDA events against a device copy; GPU targets).")] = "cpu",
     isolate: Isolate = True,
     baseline: Baseline = None,
     threshold: Threshold = 0.25,
@@ -71,10 +71,12 @@ def bench(
     if repeats is not None:
         deprecated("bench --repeats N", f"--rounds {repeats} (--repeats means fidelity draws in run and compare)")
         rounds = repeats
-    device = choose(device, ("cpu", "cuda"), "device")
+    if device.strip().lower().partition(":")[0] not in ("cpu", "cuda"):
+        device = choose(device, ("cpu", "cuda"), "device")  # an unknown name: exit 2 with a suggestion
     names = compressor_specs(compressors, with_plans(compressor, plan)) or single_worker_compressors()
     size_list = size_list_arg(sizes, parse_size)
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
+    device = device.strip().lower()  # cpu, cuda or cuda:N, checked
     model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion
     if model is not None:
         if sizes != "25.6M":
@@ -134,10 +136,11 @@ def check_bench_options(sizes: list[int], sizes_text: str, rounds: int, warmup: 
         problems.append(f"--threads must be in [1, 1024], got {threads}")
     if not 0 <= threshold < float("inf"):
         problems.append(f"--threshold must be a finite number ≥ 0, got {threshold}")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            problems.append("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu")
+    try:
+        check_device(device)  # cuda without CUDA, or cuda:N past the last GPU (cuda:x: a usage error, exit 2)
+    except UsageError:
+        raise
+    except GcbenchError as exc:
+        problems.append(str(exc))
     if problems:
         raise GcbenchError("\n".join(problems))

@@ -104,3 +104,19 @@ def test_cuda_rows_are_held_to_the_gpu_target_at_64m() -> None:
     assert kernel_verdict(_row("topk", GPU_TARGET_NUMEL, 9.0, 2.0)) == ("≤ 10× device copy @64M", "pass")
     cpu = kernel_verdict(_row("topk", GPU_TARGET_NUMEL, 9.0, 2.0, device="cpu"))
     assert "device copy" not in cpu[0]  # a CPU row keeps the card's CPU target
+
+
+@pytest.mark.parametrize(("device", "code", "needle"), [
+    ("cuda:x", 2, "expected cpu, cuda or cuda:N"), ("gpu", 2, "unknown device 'gpu'"),
+    ("cuda:1", 1, "there is no GPU 1 here (1 visible: cuda:0..cuda:0)")])
+def test_bench_device_is_checked_before_any_case(device: str, code: int, needle: str, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from gcbench.cli import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    r = CliRunner().invoke(app, ["bench", "-c", "none", "--sizes", "1K", "--device", device, "-q", "-o", str(tmp_path)])
+    assert r.exit_code == code and needle in " ".join(r.output.split()), r.output
+    assert not list(tmp_path.glob("*.json"))
