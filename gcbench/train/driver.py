@@ -231,6 +231,8 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
     progress = progress or _noop
     launch = launch_env()  # a malformed launch fails here, in one line, before any rendezvous could wait on it
     cfg = config.resolved()
+    if launch is None:  # spawned ranks: one GPU each under NCCL, checked before any task or model is built
+        check_local_devices(cfg.device, cfg.workers)
     specs = parse_compressors(compressors)
     for s in specs:  # validate every compressor before any process starts
         info = registry.get(s.name)
@@ -241,7 +243,6 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
     task_info = task_of(cfg).describe()  # fails early (e.g. no scikit-learn, a bad factory), in this process
     if under_torchrun():
         return _train_torchrun(cfg, specs, Path(out_dir), task_info, progress)
-    check_local_devices(cfg.device, cfg.workers)
     suite, digest = _suite(cfg, specs, task_info)
     with signals.handled():  # SIGTERM like SIGINT: workers stopped, results kept
         return _train_spawned(cfg, specs, Path(out_dir), task_info, suite, digest, progress)

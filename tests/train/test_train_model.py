@@ -174,3 +174,11 @@ def test_a_zoo_model_trains_on_its_own_batch_unless_told() -> None:
     assert TrainConfig(model="digits", batch_size=8).resolved().batch_size == 8
     assert TrainConfig(model=FACTORY).resolved().batch_size is None  # the factory's own
     assert TrainConfig(model="hf:gpt2").resolved().lr == 1e-4
+
+
+def test_more_workers_than_gpus_is_one_line_before_any_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    res = _train(tmp_path, "--device", "cuda", "-c", "topk")  # 2 workers, 1 GPU
+    assert res.exit_code == 1 and "NCCL needs one GPU per rank and this machine has 1 for 2 workers" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not list(tmp_path.glob("*.json"))
