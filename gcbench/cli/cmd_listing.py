@@ -194,7 +194,9 @@ def _validate_converge(path: Any) -> None:
     against the registry, the tasks and the zoo, and no code is imported.
     """
     from gcbench.compressors import registry
+    from gcbench.converge.plans import check_plan, is_plan
     from gcbench.converge.sweep import load_suite as load_converge_suite
+    from gcbench.plan.load import plan_from_spec
     from gcbench.sources.catalog import check_model, is_user_model
     from gcbench.train.tasks import TASKS
 
@@ -207,7 +209,10 @@ def _validate_converge(path: Any) -> None:
             check_model(cfg.model)
         for i, spec in enumerate(cfg.compressors):
             try:
-                registry.parse_spec(spec)
+                if is_plan(spec):  # a plan file (found next to the suite): loaded and checked, and its warm-up against steps
+                    check_plan(plan_from_spec(spec), cfg.workers, cfg.steps)  # type: ignore[arg-type]  # is_plan: a plan
+                else:
+                    registry.parse_spec(spec)
             except GcbenchError as exc:
                 raise GcbenchError(f"compressors[{i}]: {exc}") from None
     except GcbenchError as exc:

@@ -109,3 +109,13 @@ def test_the_bundled_plans_suite_loads_with_its_plans() -> None:
     assert small is not None and small.warmup_steps == 20 and small.rules[0].numel_below == 1000
     assert local is not None and local.local_steps == 8 and local.rules[-1].compressor == "blockint:bits=8"
     assert {"none", "topk:density=0.01,error_feedback=true", "blockint:bits=8"} <= set(cfg.compressors)
+
+
+def test_validate_checks_a_suites_plans(tmp_path: Path) -> None:
+    ok = runner.invoke(app, ["validate", "suites/converge_plans.toml"])
+    assert ok.exit_code == 0 and "5 compressor(s)" in ok.output, ok.output
+    _plan(tmp_path, PLAN.replace("warmup_steps = 1", "warmup_steps = 50"), "long.toml")
+    suite = tmp_path / "s.toml"
+    suite.write_text('kind = "converge"\ntask = "digits"\nsteps = 40\ncompressors = ["none", "plan:long.toml"]\n', encoding="utf-8")
+    bad = runner.invoke(app, ["validate", str(suite)])
+    assert bad.exit_code == 1 and "warmup_steps = 50 is not shorter than the run's 40 steps" in bad.output, bad.output
