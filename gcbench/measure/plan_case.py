@@ -73,10 +73,7 @@ class PlanCompressor(Compressor):
                 self.subs[spec] = registry.create(name, **params)
         self.unit_rule = [assignment.rule_of[u.name] for u in units]
         subs = list(self.subs.values())
-        moving = [s.name for s in subs if s.applies_momentum]
-        if moving:
-            raise PlanError(f"{plan.label}: {', '.join(moving)} applies momentum of its own, so its reference update is "
-                            "not the gradient's; a plan case cannot mix it with other rules")
+        _no_own_momentum(plan, subs)
         numel = sum(u.numel for u in units) or 1
         traffic = sum(self._sub(r).info.traffic_bytes * u.numel for r, u in zip(self.unit_rule, units, strict=True)) / numel
         self.info = dataclasses.replace(  # type: ignore[misc]  # a plan's card is its own instance's: its rules decide it
@@ -172,6 +169,16 @@ class PlanCompressor(Compressor):
         raise TypeError("a plan decodes nothing itself: each payload goes to its codec's rule compressor (decompress)")
 
 
+def _no_own_momentum(plan: Plan, subs: Sequence[Compressor]) -> None:
+    """Refuse a rule whose compressor applies momentum of its own (DGC, SDAGC): its fidelity reference is a
+    momentum-SGD update, not the gradient every other rule is held to, and the stream would take its aggregate as an
+    update applied."""
+    moving = sorted({s.name for s in subs if s.applies_momentum})
+    if moving:
+        raise PlanError(f"{plan.label}: {', '.join(moving)} applies momentum of its own, so its reference update is "
+                        "not the gradient's; a plan case in run, compare or bench cannot mix it with other rules")
+
+
 def _plan_state(state: State) -> PlanState:
     if not isinstance(state, PlanState):
         raise TypeError(f"a plan's unit states come from init_unit_state, got {type(state).__name__}")
@@ -225,6 +232,8 @@ def check_plan_cases(suite: Any) -> None:
     if suite.granularity != "layer":
         raise PlanError(f"{plans[0].label}: a plan assigns compressors per tensor; run it at granularity 'layer' "
                         f"(this run's is {suite.granularity!r}: --granularity layer)")
+    for plan in plans:
+        _no_own_momentum(plan, [registry.create(name, **params) for name, params in map(registry.parse_spec, plan.specs())])
     for src in suite.sources:
         infos = _spec_infos(src, suite.seed)
         for plan in plans:

@@ -125,3 +125,9 @@ def test_a_plans_residual_drains_as_its_slowest_rule() -> None:
     assert drain({"numel_below": 10, "compressor": "topk:density=0.1,error_feedback=true"},
                  {"default": True, "compressor": "topk:density=0.01,error_feedback=true"}) == 100
     assert drain({"default": True, "compressor": "topk:density=0.01"}) is None  # no residual: nothing drains
+
+
+def test_a_rule_with_its_own_momentum_is_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="dgc applies momentum of its own"):
+        _run(tmp_path, [_plan({"numel_below": 100, "compressor": "none"}, {"default": True, "compressor": "dgc"})])
+    assert not list(tmp_path.iterdir())
