@@ -245,7 +245,7 @@ class Compressor(ABC):
         if not x.is_floating_point():
             raise TypeError(f"{self.name}: gradients must be floating point, got {x.dtype}")
         if x.numel() == 0:
-            payload = self._payload(x, np.zeros(0, np.uint8), {})
+            payload = self._payload(x, torch.empty(0, dtype=torch.uint8, device=x.device), {})
             state.step += 1
             return payload, (x.detach().clone() if need_decoded else None)
         x32 = x.detach().float() if x.dtype != torch.float32 else x.detach()
@@ -530,7 +530,7 @@ class Compressor(ABC):
         if payload.numel == 0:
             if payload.body_nbytes:
                 raise PayloadError(f"{self.name} payload of an empty tensor has a {payload.body_nbytes}-byte body (expected none)")
-            return torch.zeros(payload.shape, dtype=torch.float32)
+            return torch.zeros(payload.shape, dtype=torch.float32, device=payload.data.device)
         size = self._expected_body_nbytes(payload)
         if size is not None:
             lo, hi = (size, size) if isinstance(size, int) else size

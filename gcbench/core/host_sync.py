@@ -15,6 +15,9 @@ active, in every thread (the ``torch.distributed`` transport resumes a protocol 
   operator's autograd keys (CPU and CUDA) counts the other threads' reads (tensors outside inference mode), so
   no read is counted twice.
 
+:func:`host_ints` and :func:`host_bytes` are the sanctioned reads a device path makes where it must (a transport's
+message sizes before it allocates, the headers it parses): each counts as one scalar read.
+
 Used by ``tests/compressors/test_device_guard.py`` (every compressor's torch path, the simulated and the real
 exchange) and ``benchmarks/device_check.py`` (the same on a GPU).  It is a test instrument: the replacement functions
 and the dispatch mode slow every call while active.
@@ -148,7 +151,7 @@ def _install() -> None:
         original = getattr(owner, attr)
         _SAVED.append((owner, attr, original, attr in vars(owner)))
         setattr(owner, attr, _counting(f"{getattr(owner, '__name__', owner)}.{attr}", original, when))
-    lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - a temporary override, destroyed on exit
+    lib = torch.library.Library("aten", "IMPL")  # a temporary override, destroyed on exit
     for key in ("AutogradCPU", "AutogradCUDA"):
         lib.impl("_local_scalar_dense", _other_thread_read, key)
     _LIBRARY.append(lib)
@@ -163,6 +166,36 @@ def _uninstall() -> None:
             delattr(owner, attr)
     while _LIBRARY:
         _LIBRARY.pop()._destroy()
+
+
+def _host_read(t: torch.Tensor, what: str) -> torch.Tensor:
+    """``t`` on the CPU, counted as one scalar read (one synchronisation) by every active counter, never as a conversion."""
+    _record("scalar read", f"host read of {t.numel()} {what}")
+    return t.detach().cpu()
+
+
+def host_ints(t: torch.Tensor) -> list[int]:
+    """The integers of a small tensor on the host: one read (a transport's message sizes).
+
+    The one sanctioned way a device path reads values to the host: :func:`count_host_syncs` counts it as one scalar
+    read (it is one synchronisation and one small copy, whatever the count), not as a conversion.
+    """
+    depth = getattr(_LOCAL, "depth", 0)
+    _LOCAL.depth = depth + 1  # the conversion inside is this read's, counted above
+    try:
+        return [int(v) for v in _host_read(t, "integers").tolist()]
+    finally:
+        _LOCAL.depth = depth
+
+
+def host_bytes(t: torch.Tensor) -> bytes:
+    """The bytes of a small 1-D ``uint8`` tensor on the host: one read (received payload headers), as :func:`host_ints`."""
+    depth = getattr(_LOCAL, "depth", 0)
+    _LOCAL.depth = depth + 1
+    try:
+        return bytes(_host_read(t, "bytes").contiguous().numpy().tobytes())
+    finally:
+        _LOCAL.depth = depth
 
 
 @contextmanager

@@ -52,7 +52,6 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, cast
 
-import numpy as np
 import torch
 
 from gcbench.core.payload import Payload
@@ -61,6 +60,15 @@ T = TypeVar("T")
 
 #: a worker's message for one unit: a payload, or None when it sends nothing for that unit
 Slot = Payload | None
+
+
+def split_sizes(numel: int, n: int) -> list[int]:
+    """The n chunk lengths of ``numel`` elements, as ``numpy.array_split`` cuts them: the first ``numel % n`` one longer.
+
+    Arithmetic alone (no index array of the tensor's length is made to count its bytes).
+    """
+    q, r = divmod(int(numel), n)
+    return [q + 1] * r + [q] * (n - r)
 
 
 def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[int, int]]:
@@ -73,7 +81,7 @@ def ring_allreduce_bytes(numel: int, n: int, itemsize: int = 4) -> list[tuple[in
     """
     if n == 1:
         return [(0, 0)]
-    chunks = [len(c) * itemsize for c in np.array_split(np.arange(numel), n)]
+    chunks = [c * itemsize for c in split_sizes(numel, n)]
     total = numel * itemsize
     sent = [2 * total - chunks[(w + 1) % n] - chunks[(w + 2) % n] for w in range(n)]
     return [(sent[w], sent[(w - 1) % n]) for w in range(n)]

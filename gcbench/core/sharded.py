@@ -44,13 +44,25 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from gcbench.core.compressor import Compressor, ExchangeResult, State, Traffic
 from gcbench.core.errors import GcbenchError
 from gcbench.core.payload import Payload
-from gcbench.core.protocol import AllGather, AllToAll, Context, Leg, LegResult, Message, Outcome, Send, WorkerProtocol, relay, simulate
+from gcbench.core.protocol import (
+    AllGather,
+    AllToAll,
+    Context,
+    Leg,
+    LegResult,
+    Message,
+    Outcome,
+    Send,
+    WorkerProtocol,
+    relay,
+    simulate,
+    split_sizes,
+)
 
 SCHEMES: tuple[str, ...] = ("ring", "alltoall", "allgather")
 ACCUMULATE: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -83,7 +95,7 @@ def check_fits(comp: Compressor, scheme: str, accumulate: str = "fp32") -> None:
 
 def chunk_sizes(numel: int, world: int) -> list[int]:
     """The N chunk lengths of a flat tensor (differing by at most one), as a ring all-reduce splits it."""
-    return [len(c) for c in np.array_split(np.arange(numel), world)]
+    return split_sizes(numel, world)
 
 
 def _chunks(flat: torch.Tensor, world: int) -> list[torch.Tensor]:

@@ -5,7 +5,9 @@ For a 100,000-element float32 tensor, counted by :func:`gcbench.core.host_sync.c
 * ``compress_and_decode`` (two steps, each counted) and ``decompress``: no tensor<->NumPy conversion, and at most the
   card's ``scalar_reads`` scalar reads per call;
 * a simulated 4-worker ``exchange``: no conversion, and at most the card's
-  :meth:`~gcbench.core.info.CompressorInfo.exchange_scalar_reads` (4) scalar reads.
+  :meth:`~gcbench.core.info.CompressorInfo.exchange_scalar_reads` (4) scalar reads;
+* the sharded schemes of :mod:`gcbench.core.sharded` (ring, all-to-all) on 4 workers and 10,000 elements, for every
+  codec that passes the checks above and fits them: no conversion, and the reads of its encodes and decodes.
 
 The registry is read at collection time, plugins included, and the demo plugin of ``tests/plugin_pkg`` is registered
 for the module, so a compressor from another package is held to the same rule.  The tests run where the torch path
@@ -31,6 +33,8 @@ import torch
 from gcbench import kernels
 from gcbench.compressors import registry
 from gcbench.core.host_sync import HostSyncs, count_host_syncs
+from gcbench.core.info import PROTOCOL_SCALAR_READS
+from gcbench.core.sharded import SCHEMES, CollectiveError, check_fits, simulate_sharded
 from tests.conftest import TEST_DEVICE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +142,29 @@ def test_exchange_stays_on_the_device(name: str) -> None:
         result = comp.exchange(xs, states)
     assert result.aggregate.device == xs[0].device
     _held(name, "exchange", counted, comp.info.exchange_scalar_reads(WORKERS))
+
+
+@needs_torch_path
+@pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "allgather"])  # the all-gather: the exchange above
+@pytest.mark.parametrize("name", [n for n in NAMES if not any(n in names for names in NOT_YET.values())])
+def test_sharded_exchange_stays_on_the_device(name: str, scheme: str) -> None:
+    """The sharded schemes' machinery (core/sharded.py) on a codec that stays on the device: it adds no host sync.
+
+    Budget: each worker encodes and decodes at most world + 1 chunks each (the ring: world − 1 hops, the mean, the
+    all-gather's world chunks), each within the card's reads, and :data:`PROTOCOL_SCALAR_READS`.
+    """
+    comp = registry.create(name)
+    try:
+        check_fits(comp, scheme)
+    except CollectiveError as exc:
+        pytest.skip(str(exc))
+    xs = [x[:25] for x in _inputs(2)]  # 10,000 elements: the ring encodes N² chunks
+    states = [comp.init_state(w) for w in range(WORKERS)]
+    with count_host_syncs() as counted:
+        result = simulate_sharded(comp, xs, states, scheme)
+    assert result.aggregate.device == xs[0].device
+    budget = WORKERS * (2 * (WORKERS + 1) * comp.info.scalar_reads + PROTOCOL_SCALAR_READS)
+    _held(name, f"sharded {scheme}", counted, budget)
 
 
 @pytest.mark.skipif(ON_TORCH_PATH, reason="this process takes the torch path: the guard ran above")
