@@ -27,7 +27,7 @@ def settle(checks: Sequence[Check], value: torch.Tensor | None = None, error: ty
     if not checks:
         return 0 if value is None else int(value)
     bad = torch.stack([c.reshape(()) for c, _ in checks])
-    first = bad.to(torch.uint8).argmax()
+    first = bad.to(torch.int32).argmax()
     ok = torch.zeros((), dtype=torch.int64, device=bad.device) if value is None else value.to(torch.int64)
     code = int(torch.where(bad.any(), -1 - first, ok))
     if code < 0:
@@ -106,15 +106,22 @@ def write_fields(values: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
     return _stream_bytes(words, total)
 
 
+_PREFIX: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def _omega_prefix_table(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """For m in 0..63, the groups of ω(m) before its last group and terminator, as one (value,
-    width): ω(n) for n >= 2 is that prefix of m = bitlen(n) - 1, then n, then a 0 bit."""
-    vals, widths = [0, 0], [0, 0]  # m = 0 (unused: n = 1 codes as a lone 0) and m = 1 (no prefix)
-    for m in range(2, 64):
-        inner = m.bit_length() - 1
-        vals.append((vals[inner] << m.bit_length()) | m)
-        widths.append(widths[inner] + m.bit_length())
-    return torch.tensor(vals, dtype=_I64, device=device), torch.tensor(widths, dtype=_I64, device=device)
+    width): ω(n) for n >= 2 is that prefix of m = bitlen(n) - 1, then n, then a 0 bit.  Built
+    once per device."""
+    key = str(device)
+    if key not in _PREFIX:
+        vals, widths = [0, 0], [0, 0]  # m = 0 (unused: n = 1 codes as a lone 0) and m = 1 (no prefix)
+        for m in range(2, 64):
+            inner = m.bit_length() - 1
+            vals.append((vals[inner] << m.bit_length()) | m)
+            widths.append(widths[inner] + m.bit_length())
+        _PREFIX[key] = (torch.tensor(vals, dtype=_I64, device=device), torch.tensor(widths, dtype=_I64, device=device))
+    return _PREFIX[key]
 
 
 def _column_fields(col: torch.Tensor, width: int) -> list[tuple[torch.Tensor, torch.Tensor | int]]:

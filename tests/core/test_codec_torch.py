@@ -446,3 +446,38 @@ def test_elias_codecs_stay_on_device_within_budget(monkeypatch: pytest.MonkeyPat
         ct.write_fields(recs, torch.full_like(recs, 5))
     with guarded(monkeypatch, 0):
         ct.read_fields(ct.pack_bits(recs, 8), 1_000, (3, 5))  # fixed widths only: nothing to read back
+
+
+# ---------------------------------------------------------------------------- every device
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_same_bytes_on_every_device(device: str) -> None:
+    """Each codec on ``device``: the host codec's bytes, outputs on the same device, decoders invert."""
+    rng = np.random.default_rng(41)
+    vals = rng.integers(0, 2**63 - 1, size=10_007, dtype=np.int64)
+    for width in (1, 5, 13, 33, 64):
+        packed = ct.pack_bits(t(vals).to(device), width)
+        assert packed.device.type == device and torch.equal(packed.cpu(), t(codec.pack_bits(vals.view(np.uint64), width)))
+        assert torch.equal(ct.unpack_bits(packed, width, vals.size).cpu(), t(vals & ((1 << width) - 1) if width < 64 else vals))
+    enc = ct.varint_encode(t(vals).to(device))
+    assert enc.device.type == device and torch.equal(enc.cpu(), t(codec.varint_encode(vals)))
+    assert torch.equal(ct.varint_decode(enc, vals.size)[0].cpu(), t(vals))
+    d = 300_000
+    idx, fvals = _case(5, d, 3_001)
+    for coding in [*_HOST_CODINGS, "paper"]:
+        body = ct.encode_sparse(t(fvals).to(device), t(idx).to(device), d, coding)
+        assert body.device.type == device and torch.equal(body.cpu(), t(codec.encode_sparse(fvals, idx, d, coding)))
+        out_vals, out_idx = ct.decode_sparse(body, d, idx.size, coding)
+        assert out_idx.device.type == device and torch.equal(out_idx.cpu(), t(idx)) and torch.equal(out_vals.cpu(), t(fvals))
+    recs = _records(rng, 2_003, (0, 1, 0))
+    stream = ct.write_records(t(recs).to(device), (0, 1, 0))
+    assert stream.device.type == device and torch.equal(stream.cpu(), t(codec.write_records(recs, (0, 1, 0))))
+    out, used = ct.read_fields(stream, recs.shape[0], (0, 1, 0))
+    assert (
+        out.device.type == device
+        and torch.equal(out.cpu(), t(recs))
+        and used == codec.read_fields(stream.cpu().numpy(), recs.shape[0], (0, 1, 0))[1]
+    )
