@@ -295,7 +295,7 @@ def _record_starts(ends: torch.Tensor, count: int, bad: int) -> tuple[torch.Tens
     jump = ends
     for _ in range(max(count - 1, 0).bit_length()):
         reach[torch.where(reach[: bad + 1], jump, bad + 1)] = True
-        jump = jump[jump.to(_I64)]
+        jump = jump[jump]
     reach = reach[: bad + 1]
     rank = torch.cumsum(reach, 0, dtype=torch.int32) - 1
     chain = reach & (rank < count)

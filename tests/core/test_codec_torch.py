@@ -14,11 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gcbench.core import codec
 from gcbench.core import codec_torch as ct
 from gcbench.core.errors import PayloadError
+from gcbench.core.params import SPARSE_CODINGS
 
 SIZES = [0, 1, 7, 8, 9, 1000, 100_003]
 
@@ -481,3 +484,40 @@ def test_same_bytes_on_every_device(device: str) -> None:
         and torch.equal(out.cpu(), t(recs))
         and used == codec.read_fields(stream.cpu().numpy(), recs.shape[0], (0, 1, 0))[1]
     )
+
+
+# ---------------------------------------------------------------------------- properties
+
+_index_sets = st.integers(1, 5000).flatmap(lambda d: st.tuples(st.just(d), st.sets(st.integers(0, d - 1), max_size=200)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_index_sets, st.sampled_from(SPARSE_CODINGS))
+def test_sparse_property(case: tuple[int, set[int]], coding: str) -> None:
+    d, chosen = case
+    idx = np.array(sorted(chosen), dtype=np.int64)
+    vals = np.linspace(-1, 1, len(idx), dtype=np.float32)
+    body = ct.encode_sparse(t(vals), t(idx), d, coding)
+    assert torch.equal(body, t(codec.encode_sparse(vals, idx, d, coding)))
+    out_vals, out_idx = ct.decode_sparse(body, d, len(idx), coding)
+    assert torch.equal(out_idx, t(idx)) and torch.equal(out_vals, t(vals))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 2**63 - 1), max_size=60), st.lists(st.integers(0, 2**7 - 1), min_size=60, max_size=60))
+def test_elias_records_property(ns: list[int], small: list[int]) -> None:
+    recs = np.array([[n, s] for n, s in zip(ns, small, strict=False)], dtype=np.int64).reshape(-1, 2)
+    stream = ct.write_records(t(recs), (0, 7))
+    assert torch.equal(stream, t(codec.write_records(recs, (0, 7))))
+    out, used = ct.read_fields(stream, len(ns), (0, 7))
+    assert torch.equal(out, t(recs)) and used == codec.read_fields(stream.numpy(), len(ns), (0, 7))[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=100))
+def test_varint_property(values: list[int]) -> None:
+    arr = np.array(values, dtype=np.uint64).view(np.int64)
+    enc = ct.varint_encode(t(arr))
+    assert torch.equal(enc, t(codec.varint_encode(arr.view(np.uint64))))
+    dec, used = ct.varint_decode(enc, len(values))
+    assert torch.equal(dec, t(arr)) and used == enc.numel()
