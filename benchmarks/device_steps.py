@@ -351,6 +351,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sizes", default=",".join(str(s) for s in BENCH_SIZES), help="bench: element counts")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cuda":  # an index for DDP's device_ids and NCCL's binding
+        device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+        torch.cuda.set_device(device)
     t0 = time.monotonic()
     if args.step == "syncs":
         rows = sync_counts(device, [n for n in args.names.split(",") if n] or None)
