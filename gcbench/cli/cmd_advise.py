@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -68,6 +68,22 @@ Convergence = Annotated[Path | None, typer.Option(
                          "target (steps to target × step time), not by step time alone; without --model, its model. "
                          "Default: the newest convergence file of the model in --runs-dir, named in the output.")]
 
+PlanArg = Annotated[str | None, typer.Option(
+    "--plan", metavar="auto|FILE", help="auto: choose a compressor per tensor (among the candidates, none and bf16) "
+    "that minimises the predicted step on the one cluster under --fidelity-floor, print the plan against the best single "
+    "compressor and bf16 and write it (--plan-out); FILE: price that plan (per inner step with local_steps).")]
+FidelityFloor = Annotated[float, typer.Option(
+    metavar="COSINE", help="With --plan auto: the least cosine between a tensor's gradient and its decoded compression "
+    "(one step, measured here); a tensor no compressor meets is exempt (bf16, else none).")]
+PlanOut = Annotated[Path | None, typer.Option(
+    metavar="PATH", help="With --plan auto: the plan TOML to write (default reports/plans/MODEL-WORKERSxGBITS.toml); an "
+    "existing file is replaced only when advise wrote it.")]
+Device = Annotated[str, typer.Option(metavar="DEVICE", help="Where compute and kernels are measured: cpu, cuda or cuda:N "
+                                     "(a --kernels file from another machine is read as it is).")]
+
+#: the first line of a plan TOML advise writes: an existing --plan-out that starts otherwise is not replaced
+PLAN_HEADER = "# gcbench advise --plan auto"
+
 #: the start of the header of advise's CSV (gcbench.report.advice_csv.COLUMNS): an existing file that starts otherwise
 #: is not replaced (tests tie the two)
 CSV_HEADER = b"workers,bandwidth_gbps,compressor,"
@@ -110,6 +126,66 @@ def _check_outputs(csv: Path | None, out_dir: Path | None, inputs: list[Path | N
         # the CSV written over --convergence FILE lost the training runs
         check_not_an_input([csv], [f for f in inputs if f is not None], "--csv")
         check_replaceable(csv, "--csv", "a CSV that gcbench advise wrote", lambda head: head.startswith(CSV_HEADER))
+
+
+def _plan_input(plan: str | None, plan_out: Path | None, inputs: list[Path | None]) -> Any:
+    """``--plan``: None (auto) or the plan FILE, read before any work (a bad plan is one line); ``--plan-out`` only
+    with auto."""
+    from gcbench.plan.load import load_plan
+
+    if plan is None:
+        if plan_out is not None:
+            raise GcbenchError("--plan-out writes the plan --plan auto chooses: give --plan auto")
+        return None
+    if plan.strip().lower() == "auto":
+        return None
+    if plan_out is not None:
+        raise GcbenchError(f"--plan-out writes a plan --plan auto chooses; --plan {plan} is priced as it is")
+    inputs.append(Path(plan))
+    return load_plan(plan)
+
+
+def _plan_file(model: str, workers: int, bw: float, plan_out: Path | None, inputs: list[Path | None]) -> Path:
+    """Where the chosen plan is written, checked before any work (never an input, never a file advise did not write)."""
+    import re
+
+    path = plan_out or Path("reports/plans") / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', model)}-{workers}x{bw:g}.toml"
+    check_output_file(path, "--plan-out")
+    check_not_an_input([path], [f for f in inputs if f is not None], "--plan-out")
+    check_replaceable(path, "--plan-out", "a plan that gcbench advise wrote",
+                      lambda head: head.startswith(PLAN_HEADER.encode()))
+    return path
+
+
+def _plan_cmd(req: Any, given: Any, floor: float, plan_out: Path | None, csv: Path | None, as_json: bool,
+              quiet: bool) -> None:
+    """``advise --plan``: check the outputs, choose or price the plan, write it (auto) and the CSV, print the answer."""
+    import dataclasses
+
+    from gcbench.predict.plan_advise import advise_plan, check_plan_request
+    from gcbench.report.plan_advice import plan_advice_csv, plan_advice_json, plan_advice_output
+    from gcbench.results.atomic import atomic_write
+
+    check_plan_request(req.workers, req.bandwidths_gbps, floor)
+    if req.model is None:
+        raise GcbenchError("--plan needs --model NAME: each tensor's fidelity is measured on the model's gradients")
+    inputs = [req.convergence_file, req.kernels_file, req.network_file, req.results_file]
+    path = _plan_file(req.model, req.workers[0], req.bandwidths_gbps[0], plan_out, inputs) if given is None else None
+    with progress_bar(not as_json and not quiet) as prog:
+        adv = advise_plan(req, given, floor, prog)
+    try:
+        if path is not None:
+            atomic_write(path, f"{PLAN_HEADER} --model {req.model} --workers {req.workers[0]} --bandwidth "
+                               f"{req.bandwidths_gbps[0]:g} --fidelity-floor {floor:g}\n" + adv.plan.to_toml())
+            adv = dataclasses.replace(adv, plan_file=str(path))
+        if csv is not None:
+            atomic_write(csv, plan_advice_csv(adv))
+    except OSError as exc:
+        raise GcbenchError(f"cannot write {exc.filename}: {exc.strerror or type(exc).__name__}") from exc
+    if as_json:
+        print_json(plan_advice_json(adv))
+        return
+    emit(plan_advice_output(adv))
 
 
 @user_errors
@@ -186,6 +262,10 @@ def advise_cmd(
     as_json: Annotated[bool, options.json_flag("Machine-readable advice.")] = False,
     quiet: options.Quiet = False,
     detail: Detail = False,
+    plan: PlanArg = None,
+    fidelity_floor: FidelityFloor = 0.5,  # predict.plan_search.FIDELITY_FLOOR
+    plan_out: PlanOut = None,
+    device: Device = "cpu",
 ) -> None:
     """Predict which compressor makes training faster on a cluster, by how much, and at what fidelity cost.
 
@@ -194,14 +274,17 @@ def advise_cmd(
     `gcbench advise RUN --kernels gpu-bench.json --workers 8,64 --json`,
     `gcbench advise --model resnet50 --workers 64 --gpus-per-node 8 --intra-bandwidth 2400 --overlap`,
     `gcbench advise --model resnet50 --workers 4 --bandwidth 10 --network net.json`,
-    `gcbench advise --model mlp --convergence conv.json --baseline fp32`.
+    `gcbench advise --model mlp --convergence conv.json --baseline fp32`,
+    `gcbench advise --plan auto --model resnet50 --workers 16 --bandwidth 10`.
     """
+    from gcbench.cli.preflight import check_device
     from gcbench.predict.advise import AdviseRequest, advise
     from gcbench.predict.network import compute_seconds, latency_seconds
     from gcbench.predict.step import BASELINES
     from gcbench.report.advice import advice_json, advice_output
     from gcbench.results.store import resolve_run
 
+    device = str(check_device(device))  # no CUDA, a GPU that is not here: one line before any work
     latency_s = latency_seconds(latency_us, "--latency-us")
     compute_s = compute_seconds(compute_ms, "--compute-ms")
     baseline = choose(baseline, BASELINES, "baseline")
@@ -216,10 +299,15 @@ def advise_cmd(
     bws = number_list(bandwidth, "--bandwidth", float)
     topology = _topology(gpus_per_node, intra_bandwidth, ns)
     results_path = resolve_run(results, runs_dir, finished=True) if results is not None else None
-    _check_outputs(csv, out_dir if kernels is None else None, [convergence, kernels, network, results_path])
+    inputs = [convergence, kernels, network, results_path]
+    given = _plan_input(plan, plan_out, inputs)
+    _check_outputs(csv, out_dir if kernels is None else None, inputs)
     request = AdviseRequest(model, tuple(ns), tuple(bws), latency_s, topology, overlap, compute_s,
                             tuple(compressor_specs(None, compressor)), all_compressors, budget, kernels, rounds, remeasure,
-                            network, baseline, convergence, results_path, runs_dir, out_dir)
+                            network, baseline, convergence, results_path, runs_dir, out_dir, device)
+    if plan is not None:
+        _plan_cmd(request, given, fidelity_floor, plan_out, csv, as_json, quiet)
+        return
     with progress_bar(not as_json and not quiet) as prog:
         advice = advise(request, prog)
     if csv is not None:

@@ -158,6 +158,7 @@ class AdviseRequest:
     results_file: Path | None = None  # a ``run``/``compare`` file whose delivered fractions rank fidelity
     runs_dir: Path = Path("reports/runs")
     out_dir: Path = Path("reports/runs")  # where a bench measured here is written
+    device: str = "cpu"  # where compute and kernels are measured here (cpu, cuda, cuda:N); a --kernels file keeps its own
 
 
 def _convergence(req: AdviseRequest) -> tuple[RunRecord | None, str | None, str | None]:
@@ -232,7 +233,7 @@ def advise(req: AdviseRequest, progress: Progress | None = None) -> Advice:
     fidelity = _fidelity(req)
     step = step_inputs(model, specs, req.out_dir, kernels_file=req.kernels_file, only=specs if named else None,
                        compute_s=req.compute_s, rounds=req.rounds, progress=progress, remeasure=req.remeasure,
-                       budget_s=req.budget_s)
+                       budget_s=req.budget_s, device=req.device)
     delivered = delivered_from_results(fidelity[0], step.kernels.model, fidelity[1]) if fidelity else None
     advice = advise_kernels(step.kernels, step.compute_s, req.workers, req.bandwidths_gbps, req.latency_s,
                             compute_origin=step.compute_origin, delivered=delivered,

@@ -126,22 +126,33 @@ def against_previous(ct: ComputeTiming, previous: ComputeTiming | None, where: s
 
 
 def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2,
-                    progress: Progress | None = None) -> ComputeTiming:
-    """One forward + backward pass of zoo ``model`` at its default batch on this machine's CPU (:func:`time_compute`)."""
+                    progress: Progress | None = None, device: str = "cpu") -> ComputeTiming:
+    """One forward + backward pass of zoo ``model`` at its default batch on ``device`` (:func:`time_compute`; on a GPU
+    each step ends with a synchronisation, so the clock sees the kernels, not their launch)."""
+    import torch
+
     from gcbench.sources.zoo import load_model
 
     zm = load_model(model, seed)
+    module = zm.module.to(device)
+    cuda = torch.device(device).type == "cuda"
 
     def step(batch: tuple[Any, Any]) -> None:
         inputs, targets = batch
-        zm.module.zero_grad(set_to_none=True)
-        zm.loss_fn(zm.module(inputs), targets).backward()
+        module.zero_grad(set_to_none=True)
+        zm.loss_fn(module(inputs), targets).backward()
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def prepare(i: int) -> tuple[Any, Any]:
+        inputs, targets = zm.make_batch(i, 0)
+        return inputs.to(device), targets.to(device)
 
     def tick(i: int) -> None:
         if progress:
             progress("compute", min(i, policy.max_rounds), policy.max_rounds, f"{model}: forward + backward passes")
 
-    timed = time_compute(step, policy, attempts, progress=tick, prepare=lambda i: zm.make_batch(i, 0))
+    timed = time_compute(step, policy, attempts, progress=tick, prepare=prepare)
     if progress:  # stable before the last round: the measurement is done all the same (its bar closes)
         progress("compute", policy.max_rounds, policy.max_rounds, f"{model}: forward + backward passes")
     return timed

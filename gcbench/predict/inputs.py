@@ -149,7 +149,7 @@ def _age_text(seconds: float) -> str:
 def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *, kernels_file: Path | None = None,
                 only: Sequence[str] | None = None, compute_s: float | None = None, rounds: int = 3,
                 progress: Progress | None = None, remeasure: bool = False,
-                budget_s: float | None = KERNEL_BUDGET_S) -> StepInputs:
+                budget_s: float | None = KERNEL_BUDGET_S, device: str = "cpu") -> StepInputs:
     """The kernels and the compute time of :func:`gcbench.predict.advise.advise`.
 
     The kernels are read from the bench file ``kernels_file`` (only those of the compressors ``only`` names, when
@@ -159,12 +159,14 @@ def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *,
     is ``compute_s`` when given; else the one
     stored with a reused bench (measured with its kernels); else measured here: before and after the kernels when
     they are measured too, since two measurements a minute apart show a machine whose speed moved under the run
-    (:func:`combine_compute`), and stored in the new bench file for the next call.
+    (:func:`combine_compute`), and stored in the new bench file for the next call.  ``device`` (``cpu``, ``cuda``,
+    ``cuda:N``) is where both are measured; a bench reused from ``out_dir`` is one measured on that device.
     """
     from gcbench.results.store import load_run
 
     before: ComputeTiming | None = None
-    cached = None if kernels_file is not None or remeasure or model is None else find_recent_bench(model, specs, out_dir)
+    cached = (None if kernels_file is not None or remeasure or model is None
+              else find_recent_bench(model, specs, out_dir, device=device))
     stored: ComputeTiming | None = None
     if kernels_file is not None:
         ks = kernels_from_bench(load_run(kernels_file), model, str(kernels_file))
@@ -177,22 +179,24 @@ def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *,
         stored = stored_compute(record, ks.model)
     else:
         assert model is not None
-        before = measure_compute(model, progress=progress) if compute_s is None else None
-        ks = measure_kernels(model, specs, out_dir, rounds=rounds, progress=progress, budget_s=budget_s)
+        before = measure_compute(model, progress=progress, device=device) if compute_s is None else None
+        ks = measure_kernels(model, specs, out_dir, rounds=rounds, progress=progress, budget_s=budget_s, device=device)
     if compute_s is not None:
         return StepInputs(ks, compute_s, "given")
     if stored is not None:
         return StepInputs(ks, stored.median_s, f"measured on this machine's CPU with the reused kernels, median of "
                           f"{len(stored.samples)} steps; give --compute-ms for the cluster's devices", stored.reasons)
-    ct = measure_compute(ks.model, progress=progress)
+    ct = measure_compute(ks.model, progress=progress, device=device if kernels_file is None else "cpu")
     if before is not None:
         ct = combine_compute(before, ct)
         store_compute(Path(ks.origin), ks.model, ct)
     if model is not None and kernels_file is None:  # a fresh measurement: does it agree with the last one stored here?
-        last = find_recent_bench(model, [], out_dir, stored=COMPUTE_KEY, skip=Path(ks.origin) if before is not None else None)
+        last = find_recent_bench(model, [], out_dir, device=device, stored=COMPUTE_KEY,
+                                 skip=Path(ks.origin) if before is not None else None)
         if last is not None:
             ct = against_previous(ct, stored_compute(last[0], model), f"the bench of {_age_text(last[2])} ago ({last[1]})")
-    origin = (f"measured on this machine's CPU, median of {len(ct.samples)} steps"
+    where = "this machine's CPU" if device == "cpu" or kernels_file is not None else f"this machine's {device}"
+    origin = (f"measured on {where}, median of {len(ct.samples)} steps"
               + (f" in {ct.attempts} measurements" if ct.attempts > 1 else "")
               + "; give --compute-ms for the cluster's devices")
     return StepInputs(ks, ct.median_s, origin, ct.reasons)
