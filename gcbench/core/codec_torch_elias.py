@@ -264,26 +264,31 @@ def _omega_walk(bits: _Bits, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return n, cur, ok & done
 
 
-def _record_ends(bits: _Bits, pattern: list[int], bad: int, index: torch.dtype) -> torch.Tensor:
-    """Where a record starting at each bit position 0..nbits would end (``bad`` where it cannot be
-    read), plus the entry ``bad -> bad``; positions decoded speculatively, in chunks."""
-    nbits = bits.nbits
-    omega = torch.full((nbits + 2,), bad, dtype=index, device=bits.bytes.device)
+def _record_ends(bits: _Bits, pattern: list[int], limit: int, index: torch.dtype) -> torch.Tensor:
+    """Where a record starting at each bit position 0..limit would end, ``limit + 1`` (the node
+    "bad") where it cannot be read or ends past ``limit``; plus the entry bad -> bad.  Positions
+    are decoded speculatively, in chunks."""
+    bad = limit + 1
+    omega = torch.full((limit + 2,), bad, dtype=index, device=bits.bytes.device)
     step = _chunk(omega.device)
-    for lo in range(0, nbits + 1, step):
-        pos = torch.arange(lo, min(lo + step, nbits + 1), device=omega.device)
+    for lo in range(0, limit + 1, step):
+        pos = torch.arange(lo, min(lo + step, limit + 1), device=omega.device)
         _, end, ok = _omega_walk(bits, pos)
-        omega[lo : lo + pos.numel()] = torch.where(ok, end, bad).to(index)
+        omega[lo : lo + pos.numel()] = torch.where(ok & (end <= limit), end, bad).to(index)
     ends = torch.full_like(omega, bad)
-    for lo in range(0, nbits + 1, step):
-        q = torch.arange(lo, min(lo + step, nbits + 1), device=omega.device)
+    for lo in range(0, limit + 1, step):
+        q = torch.arange(lo, min(lo + step, limit + 1), device=omega.device)
         for w in pattern:
             if w > 0:
-                q = torch.where((q + w > nbits) | (q == bad), bad, q + w)
+                q = torch.where((q + w > limit) | (q == bad), bad, q + w)
             else:
                 q = omega[q].to(_I64)
         ends[lo : lo + q.numel()] = q.to(index)
     return ends
+
+
+#: the longest Elias-ω code the reader accepts: groups of 2, at most 4, 16 and 63 bits, and the 0
+_OMEGA_MAX_BITS = 2 + 4 + 16 + 63 + 1
 
 
 def _record_starts(ends: torch.Tensor, count: int, bad: int) -> tuple[torch.Tensor, torch.Tensor, list[Check]]:
@@ -326,9 +331,10 @@ def read_fields_lazy(data: torch.Tensor, count: int, pattern: Sequence[int]) -> 
         used: torch.Tensor | int = count * sum(pat)
         checks: list[Check] = []
     else:
-        bad = bits.nbits + 1
-        index = torch.int32 if bad + 2 < 2**31 else _I64
-        starts, used, checks = _record_starts(_record_ends(bits, pat, bad, index), count, bad)
+        # record i starts within i * (longest record) bits: no later position can start one of the first count
+        limit = min(bits.nbits, count * sum(w if w > 0 else _OMEGA_MAX_BITS for w in pat))
+        index = torch.int32 if limit + 3 < 2**31 else _I64
+        starts, used, checks = _record_starts(_record_ends(bits, pat, limit, index), count, limit + 1)
     q = starts
     for j, w in enumerate(pat):
         if w > 0:
@@ -347,9 +353,10 @@ def read_fields(data: torch.Tensor, count: int, pattern: Sequence[int]) -> tuple
     The sequential reader becomes a parallel one: the Elias-ω code (and so the record) that would
     start at every bit position is decoded speculatively, then pointer doubling from bit 0 finds
     the chain of real record starts, whose fields are read last.  Memory is linear in the bytes
-    given (a few tens of bytes per bit at the peak); the count is checked against the stream's size
-    before anything is allocated.  One scalar read: the bits used, folded with the validity
-    check (none when every column has a fixed width).
+    given and in the count (a few tens of bytes per bit at the peak, over at most the
+    ``count * longest record`` bits the first ``count`` records can span); the count is checked
+    against the stream's size before anything is allocated.  One scalar read: the bits used,
+    folded with the validity check (none when every column has a fixed width).
     """
     rec, used, checks = read_fields_lazy(data, count, pattern)
     if isinstance(used, int):

@@ -521,3 +521,12 @@ def test_varint_property(values: list[int]) -> None:
     assert torch.equal(enc, t(codec.varint_encode(arr.view(np.uint64))))
     dec, used = ct.varint_decode(enc, len(values))
     assert torch.equal(dec, t(arr)) and used == enc.numel()
+
+
+def test_read_fields_ignores_long_trailing_data() -> None:
+    """Only the bits the first ``count`` records can span are decoded speculatively: a short list
+    in front of a long tail decodes the same, and the tail is never read."""
+    stream = ct.write_records(torch.tensor([[5], [1], [900]]), (0,))
+    tail = torch.full((200_000,), 0xFF, dtype=torch.uint8)  # as a stream, all corrupt
+    out, used = ct.read_fields(torch.cat([stream, tail]), 3, (0,))
+    assert out.tolist() == [[5], [1], [900]] and used == ct.read_fields(stream, 3, (0,))[1]
