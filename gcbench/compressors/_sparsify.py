@@ -207,7 +207,8 @@ def _full_keep(imp: torch.Tensor, thr32: torch.Tensor, k: int) -> tuple[torch.Te
     above = imp > thr32
     ties = (imp >= thr32) & ~above
     count = above.sum() + ties.sum()
-    return above | (ties & (torch.cumsum(ties, 0) <= k - above.sum())), count
+    rank = torch.cumsum(ties, 0, dtype=torch.int32 if ties.numel() < 1 << 31 else torch.int64)  # 4 bytes an element, not 8
+    return above | (ties & (rank <= k - above.sum())), count
 
 
 def _adapted(imp: torch.Tensor, thr0: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

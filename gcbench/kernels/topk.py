@@ -331,7 +331,8 @@ def topk_among(vals: torch.Tensor, k: int) -> torch.Tensor:
     kth = kth_largest_torch(mag, k)
     keep = mag > kth
     ties = mag == kth
-    keep |= ties & (torch.cumsum(ties, 0) <= k - keep.sum())
+    rank = torch.cumsum(ties, 0, dtype=torch.int32 if ties.numel() < 1 << 31 else torch.int64)  # 4 bytes an element, not 8
+    keep |= ties & (rank <= k - keep.sum())
     return torch.nonzero_static(keep, size=k).reshape(-1)
 
 
