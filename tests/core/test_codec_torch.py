@@ -523,10 +523,21 @@ def test_varint_property(values: list[int]) -> None:
     assert torch.equal(dec, t(arr)) and used == enc.numel()
 
 
-def test_read_fields_ignores_long_trailing_data() -> None:
+def test_read_fields_ignores_long_trailing_data(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the bits the first ``count`` records can span are decoded speculatively: a short list
-    in front of a long tail decodes the same, and the tail is never read."""
+    in front of a long tail decodes the same, and the tail is never walked."""
+    from gcbench.core import codec_torch_elias as ce
+
     stream = ct.write_records(torch.tensor([[5], [1], [900]]), (0,))
     tail = torch.full((200_000,), 0xFF, dtype=torch.uint8)  # as a stream, all corrupt
+    lanes: list[int] = []
+    walk = ce._omega_walk
+
+    def counting(bits: Any, pos: torch.Tensor) -> Any:
+        lanes.append(pos.numel())
+        return walk(bits, pos)
+
+    monkeypatch.setattr(ce, "_omega_walk", counting)
     out, used = ct.read_fields(torch.cat([stream, tail]), 3, (0,))
     assert out.tolist() == [[5], [1], [900]] and used == ct.read_fields(stream, 3, (0,))[1]
+    assert lanes[0] <= 3 * 86 + 1  # the speculative pass over the long stream (then the 3 records are read)
