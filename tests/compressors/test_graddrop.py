@@ -285,3 +285,18 @@ def test_torch_route_gives_the_fast_path_bytes(quantize: str, scale: str, monkey
     monkeypatch.setattr(kernels, "fast_cpu", lambda *t: False)
     st = c.init_state(0)
     assert [c.compress(x, st).to_bytes() for x in xs] == want
+
+
+@pytest.mark.parametrize("quant_scale", ["min", "mean"])
+@pytest.mark.parametrize("m", [1, 2, 7, 100, 101, 5_000])
+def test_device_levels_equal_the_host_levels(m: int, quant_scale: str) -> None:
+    """The torch path's levels (T, the 2-bit width and representatives) are the host's float32 values."""
+    from gcbench.compressors.graddrop import drop_levels, drop_levels_torch
+
+    sample = np.abs(np.random.default_rng(m).standard_t(3.0, m)).astype(np.float32)
+    for two_bit in (False, True):
+        host = drop_levels(sample, 0.99, two_bit, quant_scale)
+        dev = drop_levels_torch(torch.from_numpy(sample), 0.99, two_bit, quant_scale)
+        assert float(dev.threshold) == host.threshold
+        if two_bit:
+            assert float(dev.width) == host.width and tuple(dev.reps.tolist()) == host.reps

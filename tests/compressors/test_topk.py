@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from gcbench import kernels
 from gcbench.compressors import registry
 from gcbench.compressors.registry import decompress
 from gcbench.core.compressor import ErrorFeedback, State
@@ -170,3 +171,17 @@ def test_cuda_tensors_give_the_cpu_bytes() -> None:
         p_gpu = comp.compress(x.cuda(), s_gpu)
         assert p_gpu.to_bytes() == p_cpu.to_bytes()
         assert torch.equal(s_gpu.tensors[ErrorFeedback.KEY].cpu(), s_cpu.tensors[ErrorFeedback.KEY])
+
+
+@pytest.mark.skipif(not kernels.NUMBA, reason="compares the numba kernels' selection with the torch one")
+@pytest.mark.parametrize("k", [1, 5, 37, 999])
+def test_the_torch_selection_ranks_nan_inf_and_ties_as_the_kernels(k: int) -> None:
+    """The device path compares magnitudes as the kernels do (integer bit patterns): NaN above +inf, ties by index."""
+    x = torch.from_numpy(np.round(np.random.default_rng(k).standard_normal(1000) * 4).astype(np.float32))  # many ties
+    x[[3, 500, 900]] = float("nan")
+    x[[10, 11]] = float("inf")
+    x[12] = -float("inf")
+    idx_fast, vals_fast = kernels.topk_tensor(x, k)
+    idx_torch, vals_torch = kernels.topk_select_torch(x, k)
+    assert torch.equal(idx_fast, idx_torch)
+    assert vals_fast.numpy().tobytes() == vals_torch.numpy().tobytes()
