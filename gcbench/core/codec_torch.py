@@ -197,7 +197,7 @@ def varint_encode(values: torch.Tensor) -> torch.Tensor:
 def _varint_decode_lazy(data: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor, list[Check]]:
     """:func:`varint_decode` without the read: (values, bytes consumed as a 0-d tensor, checks)."""
     n = data.numel()
-    if count > n:  # each value takes at least one byte: refused from the shape, before allocating
+    if count < 0 or count > n:  # each value takes at least one byte: refused from the shape, before allocating
         raise PayloadError(f"varint stream is truncated: {n} bytes cannot hold {count} values")
     is_end = (data & 0x80) == 0
     cum = torch.cumsum(is_end.to(_I64), 0)
@@ -299,6 +299,8 @@ def encode_indices(idx: torch.Tensor, d: int, coding: str, *, validate: bool = T
 
 def _decode_indices_lazy(data: torch.Tensor, d: int, k: int, coding: str) -> tuple[torch.Tensor, torch.Tensor | int, list[Check]]:
     """:func:`decode_indices` without the read: (indices, bytes consumed, checks)."""
+    if k < 0:
+        raise PayloadError(f"an index list cannot hold {k} indices")
     if coding == "fixed":
         w = index_width(d)
         return unpack_bits(data, w, k), packed_nbytes(k, w), []
@@ -400,6 +402,8 @@ def decode_sparse(data: torch.Tensor, d: int, k: int, coding: str) -> tuple[torc
     an index outside the tensor).  One scalar read: every validity check folded into one.
     """
     flat = _bytes(data)
+    if k < 0:
+        raise PayloadError(f"a sparse body cannot hold {k} elements")
     if coding == "paper":
         vals, idx, checks = _paper_decode(flat, d, k)
     else:

@@ -541,3 +541,15 @@ def test_read_fields_ignores_long_trailing_data(monkeypatch: pytest.MonkeyPatch)
     out, used = ct.read_fields(torch.cat([stream, tail]), 3, (0,))
     assert out.tolist() == [[5], [1], [900]] and used == ct.read_fields(stream, 3, (0,))[1]
     assert lanes[0] <= 3 * 86 + 1  # the speculative pass over the long stream (then the 3 records are read)
+
+
+def test_negative_counts_are_payload_errors() -> None:
+    body = torch.zeros(16, dtype=torch.uint8)
+    with pytest.raises(PayloadError):
+        ct.varint_decode(body, -1)
+    for coding in [*_HOST_CODINGS, "paper"]:
+        with pytest.raises(PayloadError):
+            ct.decode_sparse(body[:12], 10, -1, coding)
+        if coding != "paper":
+            with pytest.raises(PayloadError):
+                ct.decode_indices(body, 10, -1, coding)
