@@ -7,18 +7,24 @@ once.  Per leg:
 
 * :class:`AllReduce` — the units' tensors flattened into one buffer (cast to the leg's ``wire``
   dtype), one ``all_reduce`` (SUM or MAX), split back (in float32, or float64 for float64 tensors);
-* :class:`AllGather` — the payloads serialised (:meth:`Payload.to_bytes`, header included); an
-  ``all_gather`` of every unit's message size (int64), then one ``all_gather`` of the messages
-  padded to the longest; peers' bytes parsed with :meth:`Payload.from_bytes` (this worker's own
-  payloads are used as they are);
-* :class:`AllToAll` — the same with ``all_to_all_single``: sizes first, then the messages;
-* :class:`Send` — every worker's addressed messages framed (:func:`frame_messages`: phase,
-  receivers, payload bytes) and all-gathered (sizes, then the frames padded to the longest); each
-  worker keeps those addressed to it.  Every worker sees every message, so each counts every
-  message by the leg's rule; a point-to-point transport would move less (``handed`` says what moved);
+* :class:`AllGather` — every unit's message (its header, then its body) joined on the device
+  (:mod:`gcbench.distributed.framing`); an ``all_gather`` of every unit's size word (int64), then one
+  ``all_gather`` of the messages padded to the longest; the peers' headers read to the host together and
+  their payloads made views of the receive buffers (this worker's own payloads are used as they are);
+* :class:`AllToAll` — the same with ``all_to_all_single``: size words first, then the messages;
+* :class:`Send` — every worker's addressed messages as one blob (:func:`~gcbench.distributed.framing.frame_meta`:
+  phase, receivers, payload size and header per message, then the bodies) all-gathered (size words, then the
+  blobs padded to the longest); each worker keeps those addressed to it.  Every worker sees every message, so
+  each counts every message by the leg's rule; a point-to-point transport would move less (``handed`` says what moved);
 * :class:`ToServer` — the workers' messages all-gathered the same way; the host rank runs the
-  server's ``serve`` on them and broadcasts its framed replies (size, then bytes; a size of −1
+  server's ``serve`` on them and broadcasts its replies' blob (size word, then the blob; a size of −1
   tells the others the server failed, so they raise instead of waiting).
+
+Device residency: payload bodies never leave the device and never become Python bytes; the only host work is
+the headers and framing (built on the host from the payloads' fields, copied to the device once per leg) and
+:data:`HOST_READS`, the reads a leg makes before it can go on: the peers' message sizes (one read, before it
+allocates what it receives) and their headers (one read, to parse them).  ``tests/distributed/test_transport_guard.py``
+holds the DDP hook's step to that on a 2-process gloo group (no tensor/NumPy conversion at all).
 
 Nothing here knows a compressor: it moves legs.  Bytes are counted two ways per leg
 (:class:`LegBytes`): ``counted`` by the leg's rule from the messages really moved (the
@@ -34,7 +40,7 @@ declares what it should be: :attr:`LegBytes.promised`, the messages' own sizes (
 ``nbytes``; an all-reduce unit's elements × its declared wire itemsize, and never more than the
 payload it stands for when the leg gives ``nbytes``: a summable payload's header is known to every
 receiver and not sent), :attr:`LegBytes.overhead`, the transport's own declared bytes (8 per size
-exchanged, the message framing of :func:`frame_messages`), and :attr:`LegBytes.padding`, the
+exchanged, the message framing of :func:`~gcbench.distributed.framing.frame_overhead`), and :attr:`LegBytes.padding`, the
 padding of a gathered message to the longest (a real cost on the wire, reported apart).  When the
 leg completes, ``wire == promised + overhead + padding`` or the transport raises
 :class:`WireMismatchError` naming the leg and both sizes (``verify=False`` records without raising).
@@ -48,7 +54,6 @@ chain start in protocol order; the caller starts one chain after the previous on
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,8 +62,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gcbench.core.errors import GcbenchError, PayloadError
-from gcbench.core.payload import Payload
+from gcbench.core.errors import GcbenchError
+from gcbench.core.host_sync import host_ints
 from gcbench.core.protocol import (
     SERVER,
     AllGather,
@@ -77,9 +82,28 @@ from gcbench.core.protocol import (
     count_messages,
     reduce_dtype,
 )
+from gcbench.distributed.framing import (
+    LEN_MASK,
+    SIZE_BYTES,
+    body_bytes,
+    frame_meta,
+    frame_overhead,
+    host_tensor,
+    joined,
+    message_parts,
+    messages_from,
+    payload_from,
+    read_headers,
+    size_word,
+    split_word,
+)
 
 Future = torch.futures.Future
-_SIZE = 8  # one int64 message length
+_SIZE = SIZE_BYTES  # one int64 size word
+#: host reads (:func:`gcbench.core.host_sync.host_ints` / ``host_bytes``, each one synchronisation) per leg, by kind, at
+#: most: a variable-length leg reads the peers' size words once and their headers once; a parameter server's round
+#: does so for the gathered messages and, on the other ranks, for the broadcast replies; an all-reduce reads nothing
+HOST_READS = {"allreduce": 0, "allgather": 2, "alltoall": 2, "send": 2, "server": 4}
 
 
 class WireMismatchError(GcbenchError):
@@ -176,62 +200,6 @@ def _settle(out: Future, f: Future) -> None:
         out.set_result(f.value())
     except BaseException as exc:  # see then
         out.set_exception(exc)
-
-
-def frame_messages(messages: Sequence[Message]) -> bytes:
-    """Addressed messages as bytes: per message its phase (u16 length, UTF-8), receivers (u16 count, u16 each), payload (u64 length, bytes).
-
-    The sender is not framed: the receiving side knows whose bytes it holds; nor is the unit a
-    message is counted in (:attr:`Message.unit`, the simulated transport's bookkeeping).
-    """
-    out = bytearray()
-    for m in messages:
-        phase, body = m.phase.encode(), m.payload.to_bytes()
-        out += struct.pack(f"<H{len(phase)}sH{len(m.receivers)}HQ", len(phase), phase, len(m.receivers), *m.receivers, len(body))
-        out += body
-    return bytes(out)
-
-
-def frame_overhead(messages: Sequence[Message]) -> int:
-    """Bytes :func:`frame_messages` adds around the messages' payloads (declared by the format, not measured)."""
-    return sum(2 + len(m.phase.encode()) + 2 + 2 * len(m.receivers) + 8 for m in messages)
-
-
-def unframe_messages(raw: bytes, sender: int, world: int) -> list[Message]:
-    """Inverse of :func:`frame_messages` for ``sender``'s bytes; malformed bytes raise :class:`PayloadError`."""
-    out: list[Message] = []
-    pos = 0
-
-    def take(fmt: str) -> tuple[Any, ...]:
-        nonlocal pos
-        size = struct.calcsize(fmt)
-        if pos + size > len(raw):
-            raise PayloadError(f"protocol messages from {'the server' if sender == SERVER else f'worker {sender}'} are truncated")
-        values = struct.unpack_from(fmt, raw, pos)
-        pos += size
-        return values
-
-    while pos < len(raw):
-        (n_phase,) = take("<H")
-        (phase_bytes,) = take(f"<{n_phase}s")
-        (n_recv,) = take("<H")
-        receivers = take(f"<{n_recv}H")
-        (n_body,) = take("<Q")
-        if pos + n_body > len(raw) or any(r >= world for r in receivers):
-            raise PayloadError(f"protocol message from {'the server' if sender == SERVER else f'worker {sender}'} is malformed")
-        try:
-            phase = phase_bytes.decode()
-        except UnicodeDecodeError:
-            raise PayloadError("protocol message: its phase is not UTF-8") from None
-        out.append(Message(phase, sender, tuple(receivers), Payload.from_bytes(raw[pos : pos + n_body])))
-        pos += n_body
-    return out
-
-
-def _bytes_tensor(data: bytes, device: torch.device) -> torch.Tensor:
-    if not data:
-        return torch.empty(0, dtype=torch.uint8, device=device)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
 
 
 class TorchTransport:
@@ -340,35 +308,34 @@ class TorchTransport:
 
     def _allgather(self, leg: AllGather) -> Future:
         own = leg.payloads
-        msgs = [b"" if p is None else p.to_bytes() for p in own]
-        units = len(msgs)
+        units = len(own)
         rec = self._leg("allgather", leg.phase)
         rec.promised = sum(p.nbytes for p in own if p is not None)
         rec.overhead = _SIZE * units
-        sizes = self._hand(rec, torch.tensor([len(m) for m in msgs], dtype=torch.int64, device=self.device))
+        parts, words = message_parts(own, self.device)
+        mine = sum(t.numel() for t in parts)
+        sizes = self._hand(rec, torch.tensor(words, dtype=torch.int64, device=self.device))
         all_sizes = [torch.empty_like(sizes) for _ in range(self.world)]
         work = dist.all_gather(all_sizes, sizes, group=self.group, async_op=True)
 
         def bodies(_: Any) -> Future:
-            rows = [s.tolist() for s in all_sizes]
+            flat = host_ints(torch.cat(all_sizes)) if units else []  # the leg's one read of the sizes
+            spans = [[split_word(w, f"worker {r}") for w in flat[r * units : (r + 1) * units]] for r in range(self.world)]
+            rows = [[n for _, n in row] for row in spans]
             longest = max(sum(r) for r in rows)
-            body = torch.zeros(longest, dtype=torch.uint8, device=self.device)
-            mine = b"".join(msgs)
-            if mine:
-                body[: len(mine)] = _bytes_tensor(mine, self.device)
             out = [torch.empty(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
             bodies_own = [0 if p is None else p.body_nbytes for p in own]
             counted = count_allgather(leg.per_peer, leg.body, rows, [bodies_own if r == self.rank else [0] * units
                                                                      for r in range(self.world)])
             rec.counted, rec.handed = [(leg.phase, counted[self.rank])], _SIZE * units + longest
             rec.delivered = sum(1 for r in rows for n in r if n)
-            rec.padding = longest - len(mine)
-            body = self._hand(rec, body)
+            rec.padding = longest - mine
+            body = self._hand(rec, joined(parts, longest, self.device))
             work2 = dist.all_gather(out, body, group=self.group, async_op=True)
 
             def parse(_: Any) -> list[list[Slot]]:
                 self._verify(rec)
-                return self._parse_rows(rows, [o.cpu().numpy().tobytes() for o in out], own)
+                return self._parse_rows([(r, out[r], 0, spans[r]) for r in range(self.world)], own)
 
             return then(work2.get_future(), parse, self.devices)
 
@@ -376,22 +343,23 @@ class TorchTransport:
 
     def _alltoall(self, leg: AllToAll) -> Future:
         me, world = self.rank, self.world
-        msgs = [[b"" if p is None or j == me else p.to_bytes() for p in leg.payloads[j]] for j in range(world)]
-        units = len(msgs[0]) if msgs else 0
+        units = len(leg.payloads[0]) if leg.payloads else 0
         rec = self._leg("alltoall", leg.phase)
         rec.promised = sum(p.nbytes for j in range(world) if j != me for p in leg.payloads[j] if p is not None)
         rec.overhead = _SIZE * units * world  # this worker's row of sizes is exchanged too (zeros to itself)
-        send_sizes = self._hand(rec, torch.tensor([[len(m) for m in row] for row in msgs], dtype=torch.int64,
-                                                  device=self.device).reshape(-1))
+        parts, words = message_parts([None if j == me else p for j in range(world) for p in leg.payloads[j]], self.device)
+        send_rows = [[w & LEN_MASK for w in words[j * units : (j + 1) * units]] for j in range(world)]
+        send_sizes = self._hand(rec, torch.tensor(words, dtype=torch.int64, device=self.device))
         recv_sizes = torch.empty_like(send_sizes)
         work = dist.all_to_all_single(recv_sizes, send_sizes, group=self.group, async_op=True)
 
         def data(_: Any) -> Future:
-            send_rows = send_sizes.reshape(world, units).tolist()
-            recv_rows = recv_sizes.reshape(world, units).tolist()
-            send = self._hand(rec, _bytes_tensor(b"".join(b"".join(row) for row in msgs), self.device))
-            recv = torch.empty(sum(map(sum, recv_rows)), dtype=torch.uint8, device=self.device)
+            flat = host_ints(recv_sizes) if units else []  # the leg's one read of the sizes
+            spans = [[split_word(w, f"worker {i}") for w in flat[i * units : (i + 1) * units]] for i in range(world)]
+            recv_rows = [[n for _, n in row] for row in spans]
             sent = sum(sum(r) for r in send_rows)
+            send = self._hand(rec, joined(parts, sent, self.device))
+            recv = torch.empty(sum(map(sum, recv_rows)), dtype=torch.uint8, device=self.device)
             received = sum(sum(r) for r in recv_rows)
             rec.counted, rec.handed = [(leg.phase, Counted(sent, received))], _SIZE * units * (world - 1) + sent
             rec.delivered = sum(1 for r in recv_rows for n in r if n) + sum(1 for p in leg.payloads[me] if p is not None)
@@ -400,45 +368,77 @@ class TorchTransport:
 
             def parse(_: Any) -> list[list[Slot]]:
                 self._verify(rec)
-                return self._parse_rows(recv_rows, self._split(recv, recv_rows), leg.payloads[me])
+                starts = [sum(map(sum, recv_rows[:i])) for i in range(world)]
+                return self._parse_rows([(i, recv, starts[i], spans[i]) for i in range(world)], leg.payloads[me])
 
             return then(work2.get_future(), parse, self.devices)
 
         return then(work.get_future(), data, self.devices)
 
-    def _gather_blobs(self, blob: bytes, rec: LegBytes) -> tuple[Future, list[int]]:
-        """All-gather one byte string per worker (its length, then the strings padded to the longest): a future of
-        every worker's bytes, and a list that receives the bytes this worker handed to the collectives.
+    def _parse_rows(self, rows: Sequence[tuple[int, torch.Tensor, int, Sequence[tuple[int, int]]]],
+                    own: Sequence[Slot]) -> list[list[Slot]]:
+        """Per worker, its payload of every unit (None where it sent nothing); this worker's own as they are.
+
+        ``rows``: per worker, (rank, the buffer its messages arrived in, where they start, (header, message) lengths
+        per unit).  The peers' headers are read to the host together (one read); the bodies stay views of the buffers.
+        """
+        spans = []
+        for r, buf, start, sizes in rows:
+            for h, n in sizes:
+                if r != self.rank and n:
+                    spans.append((r, buf, start, h, n))
+                start += n
+        headers = iter(read_headers([(buf, start, h) for _, buf, start, h, _ in spans]))
+        parsed = {(r, start): payload_from(next(headers), buf, start, n, f"worker {r}") for r, buf, start, _, n in spans}
+        out: list[list[Slot]] = []
+        for r, _, start, sizes in rows:
+            if r == self.rank:
+                out.append(list(own))
+                continue
+            row: list[Slot] = []
+            for _, n in sizes:
+                row.append(parsed[(r, start)] if n else None)  # shapes are checked where decoded
+                start += n
+            out.append(row)
+        return out
+
+    def _gather_blobs(self, messages: Sequence[Message], rec: LegBytes) -> tuple[Future, list[int]]:
+        """All-gather every worker's blob of addressed messages (its size word, then the blobs padded to the longest):
+        a future of every worker's messages (this worker's own as they are), and a list that receives the bytes this
+        worker handed to the collectives.
 
         ``rec`` gets the measured bytes, the size exchange and the padding (its caller declares the promise and framing).
         """
         handed: list[int] = []
         rec.overhead += _SIZE
-        size = self._hand(rec, torch.tensor([len(blob)], dtype=torch.int64, device=self.device))
+        meta = frame_meta(messages)
+        parts = [host_tensor(meta, self.device), *(body_bytes(m.payload, self.device) for m in messages)]
+        mine = sum(t.numel() for t in parts)
+        size = self._hand(rec, torch.tensor([size_word(len(meta), mine) if mine else 0], dtype=torch.int64, device=self.device))
         sizes = [torch.empty_like(size) for _ in range(self.world)]
         work = dist.all_gather(sizes, size, group=self.group, async_op=True)
 
-        def data(_: Any) -> Future | list[bytes]:
-            lens = [int(s.item()) for s in sizes]
-            longest = max(lens)
+        def data(_: Any) -> Future | list[list[Message]]:
+            spans = [split_word(w, f"worker {r}") for r, w in enumerate(host_ints(torch.cat(sizes)))]  # one read
+            longest = max(n for _, n in spans)
             handed.append(_SIZE + longest)
             if longest == 0:
-                return [b""] * self.world
-            rec.padding += longest - len(blob)
-            buf = torch.zeros(longest, dtype=torch.uint8, device=self.device)
-            if blob:
-                buf[: len(blob)] = _bytes_tensor(blob, self.device)
-            buf = self._hand(rec, buf)
+                return [list(messages) if r == self.rank else [] for r in range(self.world)]
+            rec.padding += longest - mine
+            buf = self._hand(rec, joined(parts, longest, self.device))
             out = [torch.empty(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
             work2 = dist.all_gather(out, buf, group=self.group, async_op=True)
-            return then(work2.get_future(), lambda _: [o.cpu().numpy().tobytes()[:n] for o, n in zip(out, lens, strict=True)],
-                        self.devices)
+            return then(work2.get_future(), lambda _: self._blobs(out, spans, messages), self.devices)
 
         return then(work.get_future(), data, self.devices), handed
 
-    def _rows(self, raws: Sequence[bytes], own: list[Message]) -> list[list[Message]]:
-        """Every worker's messages from the gathered bytes; this worker's own as they are."""
-        return [list(own) if r == self.rank else unframe_messages(raw, r, self.world) for r, raw in enumerate(raws)]
+    def _blobs(self, out: Sequence[torch.Tensor], spans: Sequence[tuple[int, int]], own: Sequence[Message]) -> list[list[Message]]:
+        """Every worker's messages from the gathered blobs (the peers' metas read together: one read); this worker's own as they are."""
+        peers = [r for r in range(self.world) if r != self.rank and spans[r][1]]
+        metas = dict(zip(peers, read_headers([(out[r], 0, spans[r][0]) for r in peers]), strict=True))
+        return [list(own) if r == self.rank else
+                messages_from(metas[r], out[r], spans[r][0], spans[r][1], r, self.world) if r in metas else []
+                for r in range(self.world)]
 
     def _declare(self, rec: LegBytes, messages: Sequence[Message]) -> None:
         """Add framed ``messages`` to the leg's promise: their payloads' sizes, and the framing as overhead."""
@@ -448,11 +448,11 @@ class TorchTransport:
     def _send(self, leg: Send) -> Future:
         rec = self._leg("send", leg.phase)
         self._declare(rec, leg.messages)
-        gathered, handed = self._gather_blobs(frame_messages(leg.messages), rec)
+        gathered, handed = self._gather_blobs(leg.messages, rec)
 
-        def deliver(raws: list[bytes]) -> list[Message]:
+        def deliver(rows: list[list[Message]]) -> list[Message]:
             self._verify(rec)
-            moved = [m for row in self._rows(raws, leg.messages) for m in row]
+            moved = [m for row in rows for m in row]
             mine = addressed_to(self.rank, moved)
             rec.counted = [(ph, c[self.rank]) for ph, c in count_messages(moved, self.world)]
             rec.handed, rec.delivered = sum(handed), len(mine)
@@ -463,12 +463,11 @@ class TorchTransport:
     def _toserver(self, leg: ToServer) -> Future:
         rec = self._leg("server", leg.phase)
         self._declare(rec, leg.messages)
-        gathered, handed = self._gather_blobs(frame_messages(leg.messages), rec)
+        gathered, handed = self._gather_blobs(leg.messages, rec)
         src = leg.host if self.group is None else dist.get_global_rank(self.group, leg.host)
         host = self.rank == leg.host
 
-        def serve(raws: list[bytes]) -> Future:
-            rows = self._rows(raws, leg.messages)
+        def serve(rows: list[list[Message]]) -> Future:
             replies: list[Message] = []
             failure: BaseException | None = None
             if host:
@@ -477,27 +476,35 @@ class TorchTransport:
                     replies = leg.serve(rows)
                 except BaseException as exc:  # the others learn of it (size −1) and raise; this worker raises it
                     failure = exc
-            blob = frame_messages(replies)
+            meta = frame_meta(replies)
+            parts = [host_tensor(meta, self.device), *(body_bytes(m.payload, self.device) for m in replies)] if host else []
+            length = sum(t.numel() for t in parts)
+            word = -1 if failure is not None else size_word(len(meta), length) if length else 0
             rec.overhead += _SIZE
-            size = self._hand(rec, torch.tensor([-1 if failure is not None else len(blob)], dtype=torch.int64, device=self.device))
+            size = self._hand(rec, torch.tensor([word], dtype=torch.int64, device=self.device))
             work = dist.broadcast(size, src=src, group=self.group, async_op=True)
 
             def body(_: Any) -> Future | list[Message]:
-                n = int(size.item())
                 if failure is not None:
                     raise failure
-                if n < 0:
+                got = word if host else host_ints(size)[0]  # the host knows its word; the others read it
+                if got < 0:
                     raise RuntimeError(f"the parameter server (rank {leg.host}) failed in the {leg.phase!r} round")
+                meta_len, n = split_word(got, "the server")
                 handed.append(_SIZE + n)
                 if n == 0:
                     return finish(rows, replies)
                 # the host sends its replies; the others hand a buffer that receives them (their promise: what arrives)
-                buf = _bytes_tensor(blob, self.device) if host else torch.empty(n, dtype=torch.uint8, device=self.device)
-                buf = self._hand(rec, buf)
+                buf = self._hand(rec, joined(parts, n, self.device) if host else torch.empty(n, dtype=torch.uint8, device=self.device))
                 work2 = dist.broadcast(buf, src=src, group=self.group, async_op=True)
-                return then(work2.get_future(), lambda _: finish(rows, replies if host else
-                                                                  unframe_messages(buf.cpu().numpy().tobytes(), SERVER, self.world)),
-                            self.devices)
+
+                def arrived(_: Any) -> list[Message]:
+                    if host:
+                        return finish(rows, replies)
+                    (raw,) = read_headers([(buf, 0, meta_len)])
+                    return finish(rows, messages_from(raw, buf, meta_len, n, SERVER, self.world))
+
+                return then(work2.get_future(), arrived, self.devices)
 
             return then(work.get_future(), body, self.devices)
 
@@ -511,30 +518,6 @@ class TorchTransport:
             return mine
 
         return then(gathered, serve, self.devices)
-
-    @staticmethod
-    def _split(recv: torch.Tensor, rows: Sequence[Sequence[int]]) -> list[bytes]:
-        raw = recv.cpu().numpy().tobytes()
-        out, pos = [], 0
-        for r in rows:
-            out.append(raw[pos : pos + sum(r)])
-            pos += sum(r)
-        return out
-
-    def _parse_rows(self, rows: Sequence[Sequence[int]], raws: Sequence[bytes], own: Sequence[Slot]) -> list[list[Slot]]:
-        """Per worker, its payload of every unit (None where it sent nothing); this worker's own as they are."""
-        out: list[list[Slot]] = []
-        for r, (sizes, raw) in enumerate(zip(rows, raws, strict=True)):
-            if r == self.rank:
-                out.append(list(own))
-                continue
-            row: list[Slot] = []
-            pos = 0
-            for n in sizes:
-                row.append(Payload.from_bytes(raw[pos : pos + n]) if n else None)  # shapes are checked where decoded
-                pos += n
-            out.append(row)
-        return out
 
 
 def drive(gen: WorkerProtocol, transport: TorchTransport, times: ChainTimes, sync: Callable[[], None] | None = None) -> Future:

@@ -140,7 +140,7 @@ def test_real_aggregates_are_the_simulated_ones(group: list[dict[str, Any]]) -> 
 def test_framed_messages_round_trip_and_malformed_bytes_are_payload_errors() -> None:
     from gcbench.core.errors import PayloadError
     from gcbench.core.protocol import Message
-    from gcbench.distributed.transport import frame_messages, unframe_messages
+    from gcbench.distributed.framing import frame_messages, unframe_messages
 
     comp = registry.create("topk", density=0.1)
     payloads = [comp.compress(torch.randn(50, generator=torch.Generator().manual_seed(s)), comp.init_state(s)) for s in range(2)]

@@ -21,8 +21,9 @@ from gcbench.compressors import registry
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllReduce, Message, Outcome
 from gcbench.distributed.ddp import check_payload_sizes, register_compressor_hook
+from gcbench.distributed.framing import frame_messages, frame_overhead
 from gcbench.distributed.hook_stats import HookStats
-from gcbench.distributed.transport import LegBytes, TorchTransport, WireMismatchError, frame_messages, frame_overhead
+from gcbench.distributed.transport import LegBytes, TorchTransport, WireMismatchError
 from gcbench.train.workers import WorkerContext, run_group
 from tests.distributed.fakes import lying_topk
 
