@@ -92,6 +92,7 @@ from gcbench.distributed.hook_stats import BucketStats, HookStats
 from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import ChainTimes, LegBytes, TorchTransport, WireMismatchError, drive, then
 from gcbench.distributed.unit_states import Part, StatePlaces
+from gcbench.plan.model import Plan
 
 T = TypeVar("T")
 
@@ -488,7 +489,7 @@ def make_compressor(compressor: str | Compressor, params: Mapping[str, Any] | No
 
 def register_compressor_hook(
     ddp_model: torch.nn.parallel.DistributedDataParallel,
-    compressor: str | Compressor,
+    compressor: str | Compressor | Plan,
     params: Mapping[str, Any] | None = None,
     *,
     seed: int = 0,
@@ -503,7 +504,9 @@ def register_compressor_hook(
     Args:
         ddp_model: a ``DistributedDataParallel`` model (its process group must be the default
             group or ``process_group``).
-        compressor: a registered name (``"qsgd"``), a spec (``"topk:density=0.001"``) or an instance.
+        compressor: a registered name (``"qsgd"``), a spec (``"topk:density=0.001"``) or an instance; or a compression
+            plan, ``"plan:FILE"`` or a :class:`~gcbench.plan.model.Plan`: each parameter's gradient by its rule's
+            compressor (:mod:`gcbench.distributed.plan_hook`; its units are always tensors, so ``granularity`` is ignored).
         params: compressor parameters (with a name or spec only).
         seed: seeds every unit's state (per worker, per bucket, per unit).
         stats: an existing :class:`HookStats` to record into (default: a new one, ``state.stats``).
@@ -517,6 +520,15 @@ def register_compressor_hook(
     A collective: every rank of the group calls it, and every rank raises :class:`RankMismatchError`
     when their configurations differ (:meth:`HookState.check_peers`), before any gradient is exchanged.
     """
+    from gcbench.distributed.plan_hook import as_plan, register_plan_hook
+
+    plan = as_plan(compressor)
+    if plan is not None:
+        if params:
+            raise ParamError("a plan names its compressors in its rules: give no params with it")
+        return register_plan_hook(ddp_model, plan, seed=seed, stats=stats, protocol=protocol, process_group=process_group,
+                                  verify_wire=verify_wire)
+    assert not isinstance(compressor, Plan)  # as_plan took it
     comp = make_compressor(compressor, params)
     state = HookState(comp, process_group=process_group, seed=seed, granularity=granularity, protocol=protocol, stats=stats,
                       verify_wire=verify_wire)
