@@ -156,14 +156,16 @@ def measure_progress(progress: Progress | None, model: str) -> None:
 
 def _specs(req: Any, conv: Any) -> tuple[list[str], list[str]]:
     """(the specs a plan may name, one line per spec left out and why): the request's, else advise's default candidates,
-    each of them a plan rule can name (:func:`gcbench.predict.plan_search.plan_candidates`), and with convergence
-    evidence only those that reached its target."""
+    or with convergence evidence the compressors its run trained, each of them a plan rule can name
+    (:func:`gcbench.predict.plan_search.plan_candidates`), and with that evidence only those that reached its target."""
     from gcbench.compressors import registry
     from gcbench.predict.inputs import default_candidates
     from gcbench.predict.plan_search import plan_candidates
 
     if req.compressors:
         specs = list(req.compressors)
+    elif conv is not None and not req.all_compressors:  # as advise: the compressors the convergence run trained
+        specs = [o.label for o in conv.outcomes if not o.reference and not o.label.startswith("plan:")]
     else:
         every = [n for n in registry.names() if registry.get(n).min_workers <= 1]
         specs = list(every if req.all_compressors else default_candidates(every).specs)
@@ -242,6 +244,8 @@ def _answer(req: Any, model: str, plan: Plan, auto: bool, fits: Sequence[TensorF
     if plan.local_steps > 1:
         notes.append(f"local_steps = {plan.local_steps}: compute every inner step, compress, exchange and decode once every "
                      f"{plan.local_steps} (the step shown is per inner step)")
+    if req.results_file is not None:
+        notes.append(f"{req.results_file} was not read: --plan measures each tensor's fidelity here, on every candidate")
     if plan.warmup_steps:
         notes.append(f"the {plan.warmup_steps} warm-up steps ({plan.warmup}) are not in the steady-state step shown")
     return PlanAdvice(model, req.workers[0], req.bandwidths_gbps[0], floor, plan, auto, tuple(rows), plan_price,

@@ -99,3 +99,22 @@ def test_device_cuda_without_cuda_is_one_line_before_any_work(tmp_path: Path, mo
     r = _advise(tmp_path, "--model", "mlp", "--device", device)
     assert r.exit_code == 1 and "no CUDA device is available" in r.output  # type: ignore[attr-defined]
     assert not (tmp_path / "runs").exists()
+
+
+def test_convergence_evidence_leaves_out_what_missed_its_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.converge_fixture import write_converge
+
+    monkeypatch.chdir(tmp_path)
+    conv = write_converge(tmp_path / "conv.json")
+    r = _advise(tmp_path, "--plan", "auto", "--model", "mlp", "--workers", "16", "--bandwidth", "1", "--compute-ms", "5",
+                "--budget", "5", "--rounds", "1", "--convergence", str(conv), "--json")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    data = json.loads(r.output)  # type: ignore[attr-defined]
+    left = " ".join(data["not_candidates"])
+    assert all(f"{s}:" in left for s in ("signsgd", "randomk", "qsgd"))  # partial, never, diverged
+    assert {s["compressor"] for s in data["singles"]} == {"fp16", "topk", "bf16", "none"}
+    assert {r["compressor"] for r in data["rules"]} <= {"fp16", "topk", "bf16", "none"}
+    used = {r["compressor"] for r in data["rules"]}
+    steps = {"fp16": 120.0, "topk": 460 / 3, "none": 120.0}  # the fixture's mean steps to target (none: the reference)
+    want = max((steps[s] for s in used if s in steps), default=None)
+    assert data["plan_steps_to_target"] == (pytest.approx(want) if want is not None else None)
