@@ -17,18 +17,22 @@ from gcbench.core.errors import PayloadError
 Check = tuple[torch.Tensor, str]
 
 
-def settle(checks: Sequence[Check], value: torch.Tensor | None = None, error: type[Exception] = PayloadError) -> int:
-    """One scalar read: ``value`` (a non-negative 0-d integer tensor, or 0) when no check holds,
-    else raise ``error`` with the message of the first check (in list order) that holds.
+def settle(checks: Sequence[Check], value: torch.Tensor | int | None = None, error: type[Exception] = PayloadError) -> int:
+    """At most one scalar read: ``value`` (a non-negative 0-d integer tensor, an int, or 0) when no
+    check holds, else raise ``error`` with the message of the first check (in list order) that holds.
 
     Each check is (a boolean tensor that is true when the input is bad, its message); folding them
-    and the size into one int64 is what keeps a decoder at one host round trip.
+    and the size into one int64 is what keeps a decoder at one host round trip.  No checks and an
+    int (or no) value: nothing is read.
     """
     if not checks:
-        return 0 if value is None else int(value)
+        return value if isinstance(value, int) else 0 if value is None else int(value)
     bad = torch.stack([c.reshape(()) for c, _ in checks])
     first = bad.to(torch.int32).argmax()
-    ok = torch.zeros((), dtype=torch.int64, device=bad.device) if value is None else value.to(torch.int64)
+    if isinstance(value, torch.Tensor):
+        ok = value.to(torch.int64)
+    else:
+        ok = torch.full((), value or 0, dtype=torch.int64, device=bad.device)
     code = int(torch.where(bad.any(), -1 - first, ok))
     if code < 0:
         raise error(checks[-1 - code][1])

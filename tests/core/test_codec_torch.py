@@ -553,3 +553,19 @@ def test_negative_counts_are_payload_errors() -> None:
         if coding != "paper":
             with pytest.raises(PayloadError):
                 ct.decode_indices(body, 10, -1, coding)
+
+
+def test_settle_reads_once_and_raises_the_first_failing_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gcbench.core.codec_torch_elias import settle
+
+    yes, no = torch.tensor(True), torch.tensor(False)
+    with guarded(monkeypatch, 0):
+        assert settle([], 7) == 7 and settle([]) == 0
+    with guarded(monkeypatch, 1):
+        assert settle([(no, "a"), (no, "b")], torch.tensor(12)) == 12
+    with guarded(monkeypatch, 1):
+        assert settle([(no, "a")], 5) == 5
+    with pytest.raises(PayloadError, match=r"^b$"):
+        settle([(no, "a"), (yes, "b"), (yes, "c")], torch.tensor(3))
+    with pytest.raises(ValueError, match=r"^a$"):
+        settle([(yes, "a")], error=ValueError)
