@@ -569,3 +569,41 @@ def test_settle_reads_once_and_raises_the_first_failing_check(monkeypatch: pytes
         settle([(no, "a"), (yes, "b"), (yes, "c")], torch.tensor(3))
     with pytest.raises(ValueError, match=r"^a$"):
         settle([(yes, "a")], error=ValueError)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_cuda_synchronisations_within_the_read_budget() -> None:
+    """On a GPU, the synchronisations CUDA's sync debug mode reports (scalar reads, host copies,
+    ops that size a result from data such as ``nonzero``) stay within each docstring's budget."""
+    import warnings
+
+    dev = "cuda"
+    idx = torch.sort(torch.randperm(50_000, device=dev)[:3_000]).values
+    vals = torch.randn(3_000, device=dev)
+    recs = t(_records(np.random.default_rng(3), 2_000, (0, 1, 0))).to(dev)
+    bodies = {c: ct.encode_sparse(vals, idx, 50_000, c) for c in [*_HOST_CODINGS, "paper"]}
+    stream = ct.write_records(recs, (0, 1, 0))
+    cases: list[tuple[str, Callable[[], Any], int]] = [
+        ("pack_bits", lambda: ct.unpack_bits(ct.pack_bits(recs, 11), 11, recs.numel()), 0),
+        ("encode_indices fixed, not validated", lambda: ct.encode_indices(idx, 50_000, "fixed", validate=False), 0),
+        ("varint_encode", lambda: ct.varint_encode(idx), 1),
+        ("write_records", lambda: ct.write_records(recs, (0, 1, 0)), 1),
+        ("read_fields", lambda: ct.read_fields(stream, 2_000, (0, 1, 0)), 1),
+    ]
+    for coding, body in bodies.items():
+        cases.append((f"encode_sparse {coding}", lambda c=coding: ct.encode_sparse(vals, idx, 50_000, c), 1))
+        cases.append((f"decode_sparse {coding}", lambda c=coding, b=body: ct.decode_sparse(b, 50_000, 3_000, c), 1))
+    for _, fn, _ in cases:
+        fn()  # warm-up: the lookup tables are copied to the device once
+    torch.cuda.synchronize()
+    counts = {}
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        for name, fn, budget in cases:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn()
+            counts[name] = (sum("synchroniz" in str(w.message) for w in caught), budget)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(n <= budget for n, budget in counts.values()), counts
