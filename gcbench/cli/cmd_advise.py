@@ -16,7 +16,13 @@ from gcbench.cli.grammar import (
     number_list,
 )
 from gcbench.cli.output import emit, print_json, progress_bar
-from gcbench.cli.preflight import check_not_an_input, check_output_dir, check_output_file, check_replaceable
+from gcbench.cli.preflight import (
+    check_device,
+    check_not_an_input,
+    check_output_dir,
+    check_output_file,
+    check_replaceable,
+)
 from gcbench.core.errors import GcbenchError
 
 if TYPE_CHECKING:
@@ -126,6 +132,27 @@ def _check_outputs(csv: Path | None, out_dir: Path | None, inputs: list[Path | N
         # the CSV written over --convergence FILE lost the training runs
         check_not_an_input([csv], [f for f in inputs if f is not None], "--csv")
         check_replaceable(csv, "--csv", "a CSV that gcbench advise wrote", lambda head: head.startswith(CSV_HEADER))
+
+
+def _check_measuring(rounds: int, budget: float, all_compressors: bool, compressor: list[str] | None) -> None:
+    """The options of the kernels' measurement, checked before any work."""
+    if not 1 <= rounds <= 10_000:  # bench's range (cmd_bench.MAX_ROUNDS): 10**9 rounds timed one kernel for days
+        raise GcbenchError(f"--rounds must be in [1, 10000], got {rounds}")
+    if not budget > 0 or budget == float("inf"):  # NaN fails the first test
+        raise GcbenchError(f"--budget must be a positive number of seconds, got {budget:g}")
+    if all_compressors and compressor:
+        raise GcbenchError("-c names the compressors to time and --all times every one: give one of them")
+
+
+def _write_csv(csv: Path, advice: Any) -> None:
+    """advise's CSV (:func:`gcbench.report.advice_csv.advice_csv`), written atomically."""
+    from gcbench.report.advice_csv import advice_csv
+    from gcbench.results.atomic import atomic_write
+
+    try:
+        atomic_write(csv, advice_csv(advice))
+    except OSError as exc:
+        raise GcbenchError(f"cannot write {csv}: {exc.strerror or type(exc).__name__}") from exc
 
 
 def _plan_input(plan: str | None, plan_out: Path | None, inputs: list[Path | None]) -> Any:
@@ -277,7 +304,6 @@ def advise_cmd(
     `gcbench advise --model mlp --convergence conv.json --baseline fp32`,
     `gcbench advise --plan auto --model resnet50 --workers 16 --bandwidth 10`.
     """
-    from gcbench.cli.preflight import check_device
     from gcbench.predict.advise import AdviseRequest, advise
     from gcbench.predict.network import compute_seconds, latency_seconds
     from gcbench.predict.step import BASELINES
@@ -289,12 +315,7 @@ def advise_cmd(
     compute_s = compute_seconds(compute_ms, "--compute-ms")
     baseline = choose(baseline, BASELINES, "baseline")
     model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion (one a --convergence file names is exit 1)
-    if not 1 <= rounds <= 10_000:  # bench's range (cmd_bench.MAX_ROUNDS): 10**9 rounds timed one kernel for days
-        raise GcbenchError(f"--rounds must be in [1, 10000], got {rounds}")
-    if not budget > 0 or budget == float("inf"):  # NaN fails the first test
-        raise GcbenchError(f"--budget must be a positive number of seconds, got {budget:g}")
-    if all_compressors and compressor:
-        raise GcbenchError("-c names the compressors to time and --all times every one: give one of them")
+    _check_measuring(rounds, budget, all_compressors, compressor)
     ns = cluster_workers(workers)
     bws = number_list(bandwidth, "--bandwidth", float)
     topology = _topology(gpus_per_node, intra_bandwidth, ns)
@@ -311,13 +332,7 @@ def advise_cmd(
     with progress_bar(not as_json and not quiet) as prog:
         advice = advise(request, prog)
     if csv is not None:
-        from gcbench.report.advice_csv import advice_csv
-        from gcbench.results.atomic import atomic_write
-
-        try:
-            atomic_write(csv, advice_csv(advice))
-        except OSError as exc:
-            raise GcbenchError(f"cannot write {csv}: {exc.strerror or type(exc).__name__}") from exc
+        _write_csv(csv, advice)
     if as_json:
         print_json(advice_json(advice))
         return
