@@ -9,6 +9,7 @@ payload delivered, each within the card's ``scalar_reads``, and :data:`gcbench.c
 
 Every registered compressor runs whose codec passes the compressor guard on every check
 (``tests/compressors/test_device_guard.py``'s ``NOT_YET``): a conversion here is then the transport's or the hook's.
+So do the sharded schemes of :mod:`gcbench.core.sharded` (the ring's addressed messages, the all-to-all), on one codec.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from tests.compressors.test_device_guard import NOT_YET
 
 WORLD = 2
 NAMES = [n for n in registry.names() if not any(n in names for names in NOT_YET.values())]
+#: the sharded schemes run on the real transport too, with one stateless codec that stays on the device
+SHARDED = ("ring", "alltoall")
+SHARDED_CODEC = "qsgd"
 
 
 def _model() -> nn.Module:
@@ -69,6 +73,9 @@ def _counts(ctx: WorkerContext, names: list[str]) -> dict[str, Any]:
 
     transport.TorchTransport._leg = spy  # type: ignore[method-assign]  # counts the legs this rank ran
     out: dict[str, Any] = {"__callback__": _callback_conversion_is_counted(ctx)}
+    for scheme in SHARDED:
+        legs.clear()
+        out[f"sharded:{scheme}"] = _sharded(ctx, scheme) | {"legs": list(legs)}
     for name in names:
         model = _model()
         ddp = DDP(model, process_group=ctx.group)
@@ -83,6 +90,24 @@ def _counts(ctx: WorkerContext, names: list[str]) -> dict[str, Any]:
                      "legs": list(legs), "units": sum(b.units for b in buckets),
                      "decoded": sum(b.decoded_payloads * b.units for b in buckets)}
     return out
+
+
+def _sharded(ctx: WorkerContext, scheme: str) -> dict[str, Any]:
+    """A sharded scheme (core/sharded.py: its ring's Send legs, its all-to-all) of :data:`SHARDED_CODEC` on the real transport."""
+    from gcbench.core.host_sync import count_host_syncs
+    from gcbench.core.protocol import Context
+    from gcbench.core.sharded import sharded_protocol
+    from gcbench.distributed.transport import ChainTimes, TorchTransport, drive
+
+    comp = registry.create(SHARDED_CODEC)
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(ctx.rank))
+    transport = TorchTransport(ctx.group, ctx.rank, ctx.world_size, torch.device("cpu"))
+    with count_host_syncs() as counted:
+        drive(sharded_protocol(comp, [x], [comp.init_state(ctx.rank)], Context(ctx.rank, ctx.world_size), scheme), transport,
+              ChainTimes()).wait()
+    world = ctx.world_size
+    return {"conversions": counted.conversions, "scalar_reads": counted.scalar_reads, "sites": counted.sites[:6],
+            "units": 1, "decoded": 2 * world + 1}  # at most: the ring's hops and the mean, the all-gather's chunks
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +126,11 @@ def test_the_counter_sees_the_collectives_callback_threads(ranks: list[dict[str,
     assert [r["__callback__"] for r in ranks] == [1] * WORLD
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_the_hook_step_stays_on_the_device(ranks: list[dict[str, Any]], name: str) -> None:
+@pytest.mark.parametrize("name", NAMES + [f"sharded:{s}" for s in SHARDED])
+def test_the_real_exchange_stays_on_the_device(ranks: list[dict[str, Any]], name: str) -> None:
     from gcbench.distributed.transport import HOST_READS
 
-    reads = registry.get(name).scalar_reads
+    reads = registry.get(SHARDED_CODEC if name.startswith("sharded:") else name).scalar_reads
     for rank, res in enumerate(ranks):
         got = res[name]
         assert got["legs"], f"{name}: rank {rank} ran no leg"
