@@ -412,9 +412,11 @@ def decode_sparse(data: torch.Tensor, d: int, k: int, coding: str) -> tuple[torc
         vals = _as_dtype(flat[: 4 * k], torch.float32)
         idx, used, checks = _decode_indices_lazy(flat[4 * k :], d, k, coding)
         trailing = (4 * k + used) != flat.numel()
-        if isinstance(trailing, bool):
-            trailing = torch.tensor(trailing, device=flat.device)
-        checks.append((trailing, f"sparse body has bytes after its {k} indices"))
+        message = f"sparse body has bytes after its {k} indices"
+        if isinstance(trailing, torch.Tensor):
+            checks.append((trailing, message))
+        elif trailing:  # a fixed-size coding: known from the shape
+            raise PayloadError(message)
     if k:
         checks.append(((idx.min() < 0) | (idx.max() >= d), "sparse body has an index outside the tensor"))
     settle(checks)

@@ -150,8 +150,9 @@ def write_records_checked(records: torch.Tensor, pattern: Sequence[int], checks:
             lengths = lengths + w
     ends = torch.cumsum(lengths, 0)
     all_checks = list(checks)
-    if 0 in pat and rec.numel():
-        all_checks.append(((rec[:, [j for j, w in enumerate(pat) if w == 0]] < 1).any(), "Elias-ω codes positive integers only"))
+    for j, w in enumerate(pat):  # column by column: a list index would be a host-to-device copy
+        if w == 0 and rec.numel():
+            all_checks.append(((rec[:, j] < 1).any(), "Elias-ω codes positive integers only"))
     if rec.shape[0] == 0:
         settle(all_checks, error=error)
         return torch.zeros(0, dtype=torch.uint8, device=rec.device)
