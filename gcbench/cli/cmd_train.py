@@ -19,6 +19,9 @@ Compressor = Annotated[list[str] | None, options.compressor_option(
     "missing.  Default: -c none -c topk -c qsgd.")]
 CompressorsOld = Annotated[list[str] | None, typer.Option("--compressors", metavar="LIST", hidden=True,
                                                           help="Deprecated: a comma list of compressors; use -c SPEC.")]
+PlanFile = Annotated[list[str] | None, options.plan(
+    "A compression plan (TOML, repeatable; the same as -c plan:FILE): each parameter's gradient by its rule's "
+    "compressor in the DDP hook, after the plan's dense warm-up.  Trains beside the compressors, labelled plan:NAME.")]
 Task = Annotated[str, typer.Option(metavar="NAME", help="digits, digits_cnn, charlstm or auto (digits with scikit-learn, else charlstm).")]
 Epochs = Annotated[int | None, typer.Option(metavar="INT", help="Epochs (default: the task's, digits 10, charlstm 6).")]
 Target = Annotated[float | None, typer.Option(metavar="FLOAT", help="Target test accuracy for time-to-target (digits 0.9, charlstm 0.35).")]
@@ -38,6 +41,7 @@ CollectiveTimeout = Annotated[float | None, typer.Option(metavar="FLOAT",
 def train_cmd(
     compressor: Compressor = None,
     compressors_old: CompressorsOld = None,
+    plan: PlanFile = None,
     workers: Annotated[int, options.workers("Worker processes (ignored under torchrun: WORLD_SIZE).")] = 4,
     task: Task = "auto",
     model: Model = None,
@@ -60,7 +64,7 @@ def train_cmd(
     through DDP hooks; each compressor's measured step is printed beside advise's prediction for this cluster.
 
     Examples: `gcbench train -c topk -c qsgd --workers 4`, `gcbench train --task charlstm -c 'topk:density=0.05' --epochs 2`,
-    `gcbench train --model resnet18 --device cuda --workers 4 -c bf16`, `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
+    `gcbench train --model resnet18 --device cuda --workers 4 -c bf16`, `gcbench train --model digits_cnn --plan small.toml`, `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
     """
     from gcbench.distributed.launch import launch_env
 
@@ -83,6 +87,7 @@ def train_cmd(
         elif listed is not None:
             deprecated(f"train -c {text!r} (commas between compressors)", new_form)
         specs.extend(listed or [text])
+    specs += [f"plan:{f}" for f in plan or []]  # --plan FILE is -c plan:FILE (read and checked by compressor_specs)
     specs = compressor_specs(specs or ["none", "topk", "qsgd"], None)
     task = choose(task, ["auto", *TASKS], "task")
     granularity = choose(granularity, GRANULARITIES, "granularity")
@@ -108,6 +113,8 @@ def train_cmd(
         print_json({"results": str(outcome.path), "cases": outcome.records})
     else:
         output.out.print(train_table(cases, f"gcbench train — {train_description(cases)}"))
+        for table in _plan_tables(outcome.records):
+            output.out.print(table)
         _predictions(outcome.records)
         plain(f"results: {outcome.path}")
     failed = [c for c in cases if not c.ok]
@@ -128,6 +135,26 @@ def _user_model(model: str | None, task: str, trust_code: bool) -> str | None:
         raise GcbenchError(f"--model {model}: every worker would import and run this code; if you trust it, pass --trust-code "
                            "(or set GCBENCH_TRUST_CODE=1)")
     return model.removeprefix("zoo:")
+
+
+def _plan_tables(records: list[dict[str, Any]]) -> list[Any]:
+    """Each plan case's per-rule table (as ``run`` shows it): its bytes are per step after the warm-up, over ranks."""
+    from gcbench.report.terminal import plan_table
+    from gcbench.report.numbers import fmt
+    from gcbench.report.views import PlanTable
+
+    tables = []
+    for r in records:
+        if r.get("status") != "ok" or not r.get("plan_rules"):
+            continue
+        rows = [[str(x["rule"]), x["label"].partition(" → ")[0], fmt(x["tensors"], "int"), fmt(x["elements"], "int"),
+                 fmt(x["bytes"], "int"), "—" if x["bytes_share"] is None else f"{x['bytes_share']:.1%}", x["compressor"]]
+                for x in r["plan_rules"]]
+        warm = r.get("warmup_payload_bytes_per_step")
+        note = ("each tensor by the first rule that matches it; bytes: its tensors' payloads per step after the warm-up "
+                "(mean over ranks)" + (f"; the warm-up sent {fmt(warm, 'int')} bytes per step" if warm is not None else ""))
+        tables.append(plan_table(PlanTable(f"{r['label']} — per rule", rows, note)))
+    return tables
 
 
 def _predictions(records: list[dict[str, Any]]) -> None:

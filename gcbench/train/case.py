@@ -18,6 +18,7 @@ import numpy as np
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.train.config import Spec, TrainConfig, reference_name
+from gcbench.train.plans import PLAN, plan_fields, plan_identity
 from gcbench.train.prediction import predict_case
 
 
@@ -46,8 +47,14 @@ def _size(numel: int, dense: float | None, per_step: float | None) -> dict[str, 
 def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task_info: dict[str, Any],
                  reference: dict[str, Any] | None) -> dict[str, Any]:
     """The results record of one compressor from every rank's summary."""
-    info = registry.get(spec.name)
-    comp = registry.create(spec.name, **spec.params)  # resolved parameters, and flags by the registry's one rule
+    if spec.name == PLAN:  # a compression plan: its rules' compressors, its table per rule
+        identity, extra = plan_identity(spec), plan_fields(ranks)
+    else:
+        info = registry.get(spec.name)
+        comp = registry.create(spec.name, **spec.params)  # resolved parameters, and flags by the registry's one rule
+        identity = {"compressor": info.name, "version": info.version, "params": dict(comp.params),
+                    "flags": comp.flags.to_dict()}
+        extra = {}
     r0 = ranks[0]
     curve = r0["curve"]
     final = curve[-1] if curve else {}
@@ -111,14 +118,12 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
     }
     record = {
         "label": spec.label,
-        "compressor": info.name,
-        "version": info.version,
-        "params": dict(comp.params),
-        "flags": comp.flags.to_dict(),
+        **identity,
         "workers": len(ranks),
         "status": "ok",
         "size": _size(numel, dense, per_step),
         "training": training,
+        **extra,
     }
     training["prediction"] = predict_case(record, reference)
     return record

@@ -131,18 +131,24 @@ class Spec:
 
 
 def parse_compressors(text: str | Sequence[str]) -> list[Spec]:
-    """``none,topk:density=0.01,error_feedback=true,qsgd`` → specs, with ``none`` first.
+    """``none,topk:density=0.01,error_feedback=true,qsgd`` → specs, with ``none`` first; ``plan:FILE`` items are plans
+    (:func:`gcbench.train.plans.plan_spec`), after the compressors.
 
     Comma-separated (:func:`registry.split_specs`): a ``key=value`` item continues the previous
     compressor's parameters.  ``none`` (the reference of the accuracy gap) is added first if absent.
     """
-    labels = registry.split_specs(text)
-    if not labels:
+    from gcbench.train.plans import is_plan, plan_spec
+
+    texts = [text] if isinstance(text, str) else list(text)
+    labels = registry.split_specs([t for t in texts if not is_plan(t)])
+    plans = [plan_spec(t) for t in texts if is_plan(t)]  # ``plan:FILE``: a compression plan, after the compressors
+    if not labels and not plans:
         raise ParamError("no compressors given (e.g. -c none -c topk -c qsgd)")
     specs = []
     for label in labels:
         name, params = registry.parse_spec(label)
         specs.append(Spec(label, name, dict(params)))
+    specs += plans
     seen = [s.label for s in specs]
     dup = sorted({x for x in seen if seen.count(x) > 1})
     if dup:

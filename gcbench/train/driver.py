@@ -68,6 +68,7 @@ from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter
 from gcbench.train.case import build_record, failed_record
 from gcbench.train.config import Fault, Spec, TrainConfig, parse_compressors, reference_name
+from gcbench.train.plans import PLAN, check_plans, plan_of
 from gcbench.train.placement import agree_on_devices, backend_of, check_local_devices, moved, on_cpu
 from gcbench.train.prediction import measure_transport
 from gcbench.train.tasks import Task, make_task
@@ -113,8 +114,8 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec, devi
     torch.manual_seed(cfg.seed)  # the same initial model for every compressor
     model = task.build_model().to(device)
     ddp = DDP(model, process_group=ctx.group, device_ids=[device.index] if device.type == "cuda" else None)
-    hook = register_compressor_hook(ddp, registry.create(spec.name, **spec.params), seed=cfg.seed, granularity=cfg.granularity,
-                                    process_group=ctx.group)
+    compressor = plan_of(spec) if spec.name == PLAN else registry.create(spec.name, **spec.params)  # a plan: per tensor
+    hook = register_compressor_hook(ddp, compressor, seed=cfg.seed, granularity=cfg.granularity, process_group=ctx.group)
     opt = task.optimizer(ddp.parameters(), float(cfg.lr))  # type: ignore[arg-type]  # resolved() filled every default
     curve: list[dict[str, Any]] = []
     steps: list[dict[str, float]] = []
@@ -234,13 +235,17 @@ def train(config: TrainConfig, compressors: str | Sequence[str], out_dir: Path |
     if launch is None:  # spawned ranks: one GPU each under NCCL, checked before any task or model is built
         check_local_devices(cfg.device, cfg.workers)
     specs = parse_compressors(compressors)
+    workers = launch.world_size if launch is not None else cfg.workers
     for s in specs:  # validate every compressor before any process starts
+        if s.name == PLAN:  # a plan: checked against the task's model below
+            continue
         info = registry.get(s.name)
         registry.create(s.name, **s.params)
-        workers = launch.world_size if launch is not None else cfg.workers
         if workers < info.min_workers:
             raise ParamError(f"{s.label} needs at least {info.min_workers} workers")
-    task_info = task_of(cfg).describe()  # fails early (e.g. no scikit-learn, a bad factory), in this process
+    task = task_of(cfg)
+    task_info = task.describe()  # fails early (e.g. no scikit-learn, a bad factory), in this process
+    check_plans(specs, task, workers, int(cfg.epochs or 1), int(cfg.batch_size or 0))  # a plan that cannot run: one line
     if under_torchrun():
         return _train_torchrun(cfg, specs, Path(out_dir), task_info, progress)
     suite, digest = _suite(cfg, specs, task_info)
