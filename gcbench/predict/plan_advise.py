@@ -82,6 +82,11 @@ class PlanAdvice:
         return self.bf16.step.step_s / self.step.step_s
 
 
+#: where the per-tensor fidelity comes from when no run file gives it
+MEASURED = ("measured here: each tensor's cosine to its decoded compression and its payload bytes, one step's gradient "
+            "(batch 0, seed 0)")
+
+
 def _uniform(fits: Sequence[TensorFit], spec: str) -> dict[str, str]:
     return {f.name: spec for f in fits}
 
@@ -176,6 +181,31 @@ def _specs(req: Any, conv: Any) -> tuple[list[str], list[str]]:
     return keep, out
 
 
+def fits_from_run(record: Any, model: str, fits: Sequence[TensorFit], origin: str) -> tuple[list[TensorFit], str]:
+    """``fits`` with each spec's fidelity and bytes taken from the per-tensor table of a ``run``/``compare`` record of
+    ``model`` where it has that spec's case with one unit per tensor (mean cosine and payload bytes over its steps), and
+    the sentence saying which specs came from where.  A run by buckets has no per-tensor rows: those stay measured."""
+    from gcbench.predict.accuracy import same_spec
+    from gcbench.results.run_record import RunCase
+
+    names = {f.name for f in fits}
+    table: dict[str, dict[str, tuple[float, float]]] = {}
+    for c in record.cases:
+        if not isinstance(c, RunCase) or not c.ok or c.source is None or c.source.model != model or not c.layers:
+            continue
+        rows = {str(u.name): (float(u.cosine), float(u.wire_bytes)) for u in c.layers
+                if u.name is not None and u.cosine is not None and u.wire_bytes is not None}
+        spec = next((s for f in fits[:1] for s in f.fidelity if same_spec(s, c.label)), None)
+        if spec is not None and set(rows) == names:
+            table[spec] = rows
+    if not table:
+        return list(fits), f"measured here ({origin} has no per-tensor rows of these compressors on {model})"
+    out = [TensorFit(f.name, f.numel, f.kind, {**f.fidelity, **{s: t[f.name][0] for s, t in table.items()}},
+                     {**f.wire_bytes, **{s: t[f.name][1] for s, t in table.items()}}) for f in fits]
+    return out, (f"{origin}: each tensor's mean cosine and payload bytes over the run's steps for {', '.join(table)}; "
+                 "the others measured here")
+
+
 def _given_choice(plan: Plan, fits: Sequence[TensorFit]) -> dict[str, str]:
     from gcbench.plan.assign import TensorInfo, assign
 
@@ -210,6 +240,11 @@ def advise_plan(req: Any, plan: Plan | None, floor: float, progress: Progress | 
                        device=req.device)
     measure_progress(progress, model)
     fits = measure_tensor_fits(model, specs, device=req.device)
+    fidelity_origin = MEASURED
+    if req.results_file is not None:
+        from gcbench.results.store import load_run
+
+        fits, fidelity_origin = fits_from_run(load_run(req.results_file), model, fits, str(req.results_file))
     n, bw = req.workers[0], req.bandwidths_gbps[0]
     price = pricer(fits, step.kernels, step.compute_s, n, bw, req, calibration)
     auto = plan is None
@@ -221,12 +256,13 @@ def advise_plan(req: Any, plan: Plan | None, floor: float, progress: Progress | 
     else:
         choice = _given_choice(plan, fits)
         plan_price = pricer(fits, step.kernels, step.compute_s, n, bw, req, calibration, plan.local_steps)(choice)
-    return _answer(req, model, plan, auto, fits, choice, specs, floor, plan_price, price, step, conv, conv_named, left_out)
+    return _answer(req, model, plan, auto, fits, choice, specs, floor, plan_price, price, step, conv, conv_named, left_out,
+                   fidelity_origin)
 
 
 def _answer(req: Any, model: str, plan: Plan, auto: bool, fits: Sequence[TensorFit], choice: dict[str, str],
             specs: Sequence[str], floor: float, plan_price: PlanStep, price: Any, step: Any, conv: Any,
-            conv_named: str | None, left_out: Sequence[str]) -> PlanAdvice:
+            conv_named: str | None, left_out: Sequence[str], fidelity_origin: str) -> PlanAdvice:
     """The :class:`PlanAdvice` of a chosen or given ``plan``: its rules' table, its rivals, its exempt tensors."""
     from gcbench.plan.assign import TensorInfo, assign
 
@@ -244,12 +280,9 @@ def _answer(req: Any, model: str, plan: Plan, auto: bool, fits: Sequence[TensorF
     if plan.local_steps > 1:
         notes.append(f"local_steps = {plan.local_steps}: compute every inner step, compress, exchange and decode once every "
                      f"{plan.local_steps} (the step shown is per inner step)")
-    if req.results_file is not None:
-        notes.append(f"{req.results_file} was not read: --plan measures each tensor's fidelity here, on every candidate")
     if plan.warmup_steps:
         notes.append(f"the {plan.warmup_steps} warm-up steps ({plan.warmup}) are not in the steady-state step shown")
     return PlanAdvice(model, req.workers[0], req.bandwidths_gbps[0], floor, plan, auto, tuple(rows), plan_price,
                       compressing[0], bf16, tuple(singles), tuple(exempt), by_choice, step.compute_s, step.compute_origin,
-                      step.kernels.origin, step.kernels.device,
-                      "measured here: each tensor's cosine to its decoded compression and its payload bytes, one "
-                      "step's gradient (batch 0, seed 0)", tuple(left_out), conv_named, plan_steps, None, tuple(notes))
+                      step.kernels.origin, step.kernels.device, fidelity_origin, tuple(left_out), conv_named, plan_steps, None,
+                      tuple(notes))

@@ -107,3 +107,25 @@ def test_candidates_leave_out_what_a_plan_rule_cannot_name() -> None:
     keep, out = plan_candidates(["topk", "dgc"])
     assert keep == ["topk", "bf16", "none"]
     assert out and out[0].startswith("dgc: applies momentum")
+
+
+def test_a_run_files_per_tensor_rows_replace_the_measured_ones_for_its_compressors() -> None:
+    from types import SimpleNamespace
+
+    from gcbench.predict.plan_advise import fits_from_run
+    from gcbench.results.run_record import RunCase
+
+    def case(label: str, model: str, names: list[str]) -> RunCase:
+        return RunCase.model_validate({"label": label, "status": "ok", "compressor": label, "source": {"model": model},
+                                       "layers": [{"name": n, "numel": 1, "wire_bytes": 7.0, "cosine": 0.25}
+                                                  for n in names]})
+    names = [f.name for f in FITS]
+    record = SimpleNamespace(cases=[case("topk", "synthetic", names), case("bf16", "other", names),
+                                    case("none", "synthetic", names[:2])])
+    fits, origin = fits_from_run(record, "synthetic", FITS, "run.json")
+    assert all(f.fidelity["topk"] == 0.25 and f.wire_bytes["topk"] == 7.0 for f in fits)
+    assert [f.fidelity["bf16"] for f in fits] == [g.fidelity["bf16"] for g in FITS]  # another model's rows: not read
+    assert [f.wire_bytes["none"] for f in fits] == [g.wire_bytes["none"] for g in FITS]  # buckets, not tensors: measured
+    assert origin.startswith("run.json") and "topk" in origin
+    same, says = fits_from_run(SimpleNamespace(cases=[]), "synthetic", FITS, "run.json")
+    assert same == FITS and says.startswith("measured here")
