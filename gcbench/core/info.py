@@ -261,6 +261,8 @@ class CompressorInfo:
             every compressor to it, and to no tensor/NumPy conversion at all; a simulated exchange on N
             workers to :meth:`exchange_scalar_reads`.
         scalar_reads_where: where those reads are and why (required when ``scalar_reads`` > 0).
+        host_transfers: what the torch path still copies from host to device, and why (empty: nothing); the device
+            guard expects exactly these compressors to fail its no-conversion check, and ``gcbench list NAME`` says it.
     """
 
     name: str
@@ -283,6 +285,7 @@ class CompressorInfo:
     identity: bool = False
     scalar_reads: int = 0
     scalar_reads_where: str = ""
+    host_transfers: str = ""
     record: type[Params] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

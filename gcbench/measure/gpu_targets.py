@@ -15,6 +15,7 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.core.errors import UnknownNameError
+from gcbench.core.info import CompressorInfo
 
 #: rows of at least this many elements are held to the GPU target (`bench --sizes 64M`: 256 MB of float32)
 GPU_TARGET_NUMEL = 64_000_000
@@ -31,16 +32,20 @@ KINDS = {
 }
 
 
+def gpu_target_of(card: CompressorInfo) -> float | None:
+    """The largest ×device copy a card's compress and decompress may take on a GPU; None: reported only."""
+    if card.target is not None and card.target.gpu_x_copy is not None:
+        return card.target.gpu_x_copy
+    kind = KINDS.get(card.name)
+    return KIND_X_COPY[kind] if kind is not None else None
+
+
 def gpu_target(name: str) -> float | None:
-    """The largest ×device copy ``name``'s compress and decompress may take on a GPU; None: reported only."""
+    """:func:`gpu_target_of` the registered compressor ``name``; None for an unknown name."""
     try:
-        card = registry.get(name).target
+        return gpu_target_of(registry.get(name))
     except UnknownNameError:
         return None
-    if card is not None and card.gpu_x_copy is not None:
-        return card.gpu_x_copy
-    kind = KINDS.get(name)
-    return KIND_X_COPY[kind] if kind is not None else None
 
 
 def is_gpu_row(rec: dict[str, Any]) -> bool:

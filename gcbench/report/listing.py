@@ -111,12 +111,29 @@ def card_rows(card: CompressorInfo, origin: str, wire: WireSample | str | None) 
         ("protocol", f"{proto.name}: {proto.description} ({legs}{', per tensor' if proto.per_tensor else ''}"
                      f"{', summable payloads' if proto.summable else ''})"),
         ("wire format", wire.text() if isinstance(wire, WireSample) else wire or str(wire_text(card, measure=False))),
-        ("bench target", target),
+        ("bench target", target + _gpu_target_text(card)),
+        ("device path", _device_path_text(card)),
         ("traffic bound", f"{card.traffic_bytes:g} bytes read+written per element (a copy: 8); a timing under it is flagged"),
         ("min workers", str(card.min_workers)),
         ("from", origin),
         ("implementation", card.impl),
     ]
+
+
+def _gpu_target_text(card: CompressorInfo) -> str:
+    """The card's GPU target as the bench holds a CUDA row of 64M elements to it (empty: reported only)."""
+    from gcbench.measure.gpu_targets import gpu_target_of  # torch-free: cards and a table
+
+    limit = gpu_target_of(card)
+    return "" if limit is None else f"; on a GPU compress and decompress ≤ {limit:g}× a device copy @64M"
+
+
+def _device_path_text(card: CompressorInfo) -> str:
+    """Where the torch path (every CUDA tensor's) reads the device: the card's scalar-read budget."""
+    reads = ("no scalar reads" if not card.scalar_reads
+             else f"at most {card.scalar_reads} scalar read(s) per call: {card.scalar_reads_where}")
+    moved = f"host to device: {card.host_transfers}" if card.host_transfers else "no host copies"
+    return f"torch operations on the tensor's device, {moved}; {reads}"
 
 
 def wire_text(card: CompressorInfo, measure: bool) -> WireSample | str:

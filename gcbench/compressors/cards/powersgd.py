@@ -22,6 +22,10 @@ POWERSGD_CARD = CompressorInfo(
               "M_w − P̂ Q_wᵀ (Algorithm 2 text)", choices=("aggregate", "local")),
     ),
     traffic_bytes=20.0,  # error feedback (read x and e, write e) and two more reads of M for M·Q and Mᵀ·P
+    # the warm start's draw is the state's NumPy generator (the CPU's bytes depend on it): a device draw would be a new
+    # version with other bytes on the CPU too
+    host_transfers=("a state's first step only: its warm-start Q is drawn by the state's NumPy generator and copied to the "
+                    "device (columns × rank float32); later steps move nothing"),
     protocol=POWERSGD_PROTOCOL,
 )
 

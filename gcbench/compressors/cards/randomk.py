@@ -16,8 +16,12 @@ RANDOMK_CARD = CompressorInfo(
     target=Target(2.0),
     traffic_bytes=0.08,  # read and write only the k = density·d chosen entries (density 0.01)
     scalar_reads=1,
-    scalar_reads_where=("decompress: the 64-bit seed, read from the body, which the host expands into the index set (NumPy's "
-                        "generator: the index set still crosses to the device once per call, host to device)"),
+    scalar_reads_where="decompress: the 64-bit seed, read from the body, which the host expands into the index set",
+    # the expansion's block counts are NumPy's multivariate hypergeometric draw: the same set on a device would need a
+    # new expansion (a new version, other bytes on the CPU too)
+    host_transfers=("the index set: expanded on the host from the 64-bit seed (NumPy's hypergeometric block counts, then "
+                    "Floyd's algorithm per block) and copied to the device once per call (k int64); compress reads no "
+                    "device data for it"),
 )
 
 CARDS = (RANDOMK_CARD,)
