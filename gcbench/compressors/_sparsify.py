@@ -155,6 +155,11 @@ def ties_by_position(strictly_above: torch.Tensor, k: int) -> torch.Tensor:
     return strictly_above | (ties & (torch.cumsum(ties.to(torch.int64), 0) <= room))
 
 
+def _stat(index: int, cast: Callable[[float], Any], doc: str) -> Any:
+    """A read-only property: ``stats[index]`` as ``cast`` turns it (a device's tensor is read only when asked)."""
+    return property(lambda self: cast(float(self.stats[index])), doc=doc)
+
+
 class SelectionStats:
     """What a DGC selection reports besides its indices: the last threshold, the count before the truncation to k,
     whether the exact top-k was taken, the adaptation rounds.
@@ -166,25 +171,10 @@ class SelectionStats:
 
     stats: torch.Tensor
 
-    @property
-    def threshold(self) -> float:
-        """The last threshold used (``|v| >= threshold`` passed it)."""
-        return float(self.stats[0])
-
-    @property
-    def count_before(self) -> int:
-        """Entries selected before the final truncation to ``k``."""
-        return int(self.stats[1])
-
-    @property
-    def exact_topk(self) -> bool:
-        """The exact top-k among the passing entries was taken (count exceeded 1.3·k)."""
-        return bool(self.stats[2])
-
-    @property
-    def rounds(self) -> int:
-        """Adaptation rounds run (0 when the first threshold was accepted)."""
-        return int(self.stats[3])
+    threshold = _stat(0, float, "The last threshold used (``|v| >= threshold`` passed it).")
+    count_before = _stat(1, int, "Entries selected before the final truncation to ``k``.")
+    exact_topk = _stat(2, bool, "The exact top-k among the passing entries was taken (count exceeded 1.3·k).")
+    rounds = _stat(3, int, "Adaptation rounds run (0 when the first threshold was accepted).")
 
 
 def selection_stats(threshold: float, count_before: int, exact_topk: bool, rounds: int) -> torch.Tensor:

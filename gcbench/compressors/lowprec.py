@@ -183,10 +183,19 @@ def multipliers(scale_bytes: np.ndarray, kind: int, ts: float) -> np.ndarray:
         return _LUTS["e4m3"][scale_bytes] * np.float32(ts)
 
 
+def lowprec_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
+    """Decoded tensor by the plain torch definition (:func:`encode_torch`; draws the key like ``compress``)."""
+    assert isinstance(comp, _BlockScaled)
+    flat = x32.reshape(-1)
+    seed = state.randint64() if comp._stochastic() else None
+    return encode_torch(flat, comp._fmt(), comp.kind, min(comp._block(flat.numel()), flat.numel()), seed)[1]
+
+
 class _BlockScaled(Compressor):
     """The common body: a block size, an element format and a scale rule; subclasses say which."""
 
     kind: int = lp.SCALE_F32
+    reference = lowprec_reference
 
     @abstractmethod
     def _fmt(self) -> lp.ElemFormat:
@@ -281,19 +290,10 @@ def decode_torch(body: torch.Tensor, fmt: lp.ElemFormat, kind: int, block: int, 
     return _lut(fmt.name, body.device)[c.long()] * mult.repeat_interleave(block)[:d]
 
 
-def lowprec_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
-    """Decoded tensor by the plain torch definition (:func:`encode_torch`; draws the key like ``compress``)."""
-    assert isinstance(comp, _BlockScaled)
-    flat = x32.reshape(-1)
-    seed = state.randint64() if comp._stochastic() else None
-    return encode_torch(flat, comp._fmt(), comp.kind, min(comp._block(flat.numel()), flat.numel()), seed)[1]
-
-
 class Fp8(_BlockScaled):
     """``fp8``: e4m3 or e5m2 elements with an fp32 scale amax/max per tensor (torchao's tensorwise fp8) or per block."""
 
     info = FP8_CARD
-    reference = lowprec_reference
 
     def _fmt(self) -> lp.ElemFormat:
         return lp.FORMATS[self.params["format"]]
@@ -312,7 +312,6 @@ class Fp8(_BlockScaled):
 class _FixedFormat(_BlockScaled):
     """A format whose element type and block size are fixed by its spec: the payload's meta is empty."""
 
-    reference = lowprec_reference
     elem: lp.ElemFormat = lp.E4M3
     block: int = 32
 
@@ -360,7 +359,6 @@ class BlockInt(_BlockScaled):
     """``blockint``: symmetric 2- to 8-bit integers (int8, int4 …) per block of B with an fp32 scale amax/qmax (ZeRO++ qgZ style)."""
 
     info = BLOCKINT_CARD
-    reference = lowprec_reference
 
     def _fmt(self) -> lp.ElemFormat:
         return lp.INTS[self.params["bits"]]
