@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gcbench.core.info import CompressorInfo, Param, Target
 from gcbench.core.params import coding_param, density_param
 
@@ -30,6 +32,18 @@ def clip_params() -> tuple[Param, Param]:
     )
 
 
+def momentum_sparse_costs(selection_read: str) -> dict[str, Any]:
+    """The costs DGC and SDAGC share: the traffic of a step that reads x and reads and writes the momentum u and
+    the accumulation v (20 bytes an element), and their two scalar reads, of which ``selection_read`` says the first
+    (the selection's size); the second is the sparse coding's."""
+    return {
+        "traffic_bytes": 20.0,
+        "scalar_reads": 2,
+        "scalar_reads_where": f"compress: {selection_read}, and the body length of a variable-length coding (paper, "
+                              "delta-varint, elias); a dense tensor none; decompress: the sparse codec's one folded validity check",
+    }
+
+
 DGC_CARD = CompressorInfo(
     name="dgc",
     impl="gcbench.compressors.dgc:DGC",
@@ -53,11 +67,8 @@ DGC_CARD = CompressorInfo(
         coding_param("fixed", with_paper=True),
     ),
     target=Target(8.0, vs_torch_topk=5.0, topk_densities=(0.001,)),
-    traffic_bytes=20.0,  # read x, read and write the momentum u and the accumulation v
-    scalar_reads=2,
-    scalar_reads_where=("compress: the selection's size (the adaptation's count, round and exact-top-k flag packed in one "
-                        'integer, read once), and the body length of a variable-length coding (paper, delta-varint, elias); a '
-                        "dense tensor none; decompress: the sparse codec's one folded validity check"),
+    **momentum_sparse_costs("the selection's size (the adaptation's count, round and exact-top-k flag packed in one "
+                            "integer, read once)"),
 )
 
 CARDS = (DGC_CARD,)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gcbench.compressors.cards.dgc import clip_params, dense_params
+from gcbench.compressors.cards.dgc import clip_params, dense_params, momentum_sparse_costs
 from gcbench.core.info import CompressorInfo, Param, Target
 from gcbench.core.params import coding_param
 
@@ -26,11 +26,7 @@ SDAGC_CARD = CompressorInfo(
         coding_param("fixed", with_paper=True),
     ),
     target=Target(8.0),
-    traffic_bytes=20.0,  # read x, read and write the momentum u and the accumulation v
-    scalar_reads=2,
-    scalar_reads_where=('compress: how many entries pass lambda·std (torch.nonzero: the size of the index list), and the body '
-                        'length of a variable-length coding (paper, delta-varint, elias); a dense tensor none; decompress: '
-                        "the sparse codec's one folded validity check"),
+    **momentum_sparse_costs("how many entries pass lambda·std (torch.nonzero: the size of the index list)"),
 )
 
 CARDS = (SDAGC_CARD,)
