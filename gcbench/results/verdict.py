@@ -88,9 +88,6 @@ class AxisVerdict:
     text: str
     short: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class PairVerdict:
@@ -108,7 +105,7 @@ class PairVerdict:
         return next((v for v in self.axes if v.axis == name), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "summary": self.summary, "axes": [v.to_dict() for v in self.axes]}
+        return {"a": self.a, "b": self.b, "summary": self.summary, "axes": [asdict(v) for v in self.axes]}
 
 
 def num(v: float) -> str:
