@@ -41,6 +41,18 @@ default = true
 compressor = "{TOPK}"
 """
 WARM = SMALL_DENSE.replace('name = "small-dense"', 'name = "warm"\nwarmup_steps = 2\nwarmup = "bf16"')
+MIXED = """[plan]
+name = "mixed"
+[[plan.rule]]
+kind = "norm"
+compressor = "none"
+[[plan.rule]]
+numel_below = 100
+compressor = "qsgd"
+[[plan.rule]]
+default = true
+compressor = "powersgd:rank=1"
+"""
 
 
 def _model() -> nn.Module:
@@ -69,27 +81,43 @@ def _train(ctx: WorkerContext, compressor: str, **kw: Any) -> dict[str, Any]:
         opt.step()
     steps = [{"payload_bytes": s.total("payload_bytes"), "collectives": sorted({b.collective for b in s.buckets})}
              for s in hook.stats.steps]
-    return {"hash": _hash(model), "steps": steps, "describe": hook.describe()}
+    restored = register_compressor_hook(DDP(_model(), process_group=ctx.group), compressor, process_group=ctx.group, **kw)
+    restored.load_state_dict(hook.state_dict())  # a checkpoint's states come back where they were
+    held = any(sd["bucket_states"] for sd in hook.state_dict().get("rules", []))  # a plan's states after training
+    same = held and _same_states(hook.state_dict(), restored.state_dict())
+    return {"hash": _hash(model), "steps": steps, "describe": hook.describe(), "restored": same}
+
+
+def _same_states(a: Any, b: Any) -> bool:
+    """Whether two state dicts hold the same values (tensors compared by their bytes)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_states(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return isinstance(b, list | tuple) and len(a) == len(b) and all(_same_states(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def _all(ctx: WorkerContext, files: dict[str, str]) -> dict[str, Any]:
     torch.set_num_threads(1)
     return {"plan": _train(ctx, f"plan:{files['small']}"), "one_rule": _train(ctx, f"plan:{files['one']}"),
-            "plain": _train(ctx, TOPK, granularity="layer"), "warm": _train(ctx, f"plan:{files['warm']}")}
+            "plain": _train(ctx, TOPK, granularity="layer"), "warm": _train(ctx, f"plan:{files['warm']}"),
+            "mixed": _train(ctx, f"plan:{files['mixed']}")}
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     folder = tmp_path_factory.mktemp("plans")
     files = {}
-    for key, text in (("small", SMALL_DENSE), ("one", ONE_RULE), ("warm", WARM)):
+    for key, text in (("small", SMALL_DENSE), ("one", ONE_RULE), ("warm", WARM), ("mixed", MIXED)):
         (folder / f"{key}.toml").write_text(text, encoding="utf-8")
         files[key] = str(folder / f"{key}.toml")
     return run_group(_all, (files,), 2, timeout_s=DEADLINE_S)
 
 
 def test_a_plan_trains_with_bit_identical_replicas(ranks: list[dict[str, Any]]) -> None:
-    for key in ("plan", "one_rule", "warm"):
+    for key in ("plan", "one_rule", "warm", "mixed"):
         assert ranks[0][key]["hash"] == ranks[1][key]["hash"], key
     assert ranks[0]["plan"]["hash"] != ranks[0]["plain"]["hash"]  # the dense rule changed the training
 
@@ -168,3 +196,15 @@ def test_a_plan_the_hook_cannot_run_is_one_line_before_any_exchange(tmp_path: Pa
     [msg_local, msg_none] = run_group(_refused, ([str(local), str(nomatch)],), 1, timeout_s=DEADLINE_S)[0]
     assert "local_steps = 4" in msg_local and "gcbench converge" in msg_local and "\n" not in msg_local
     assert "matches no tensor" in msg_none and "\n" not in msg_none
+
+
+def test_three_protocols_run_side_by_side_in_one_bucket(ranks: list[dict[str, Any]]) -> None:
+    d = ranks[0]["mixed"]["describe"]
+    assert [r["protocol"] for r in d["plan_rules"]] == ["allreduce", "allgather", "powersgd"]
+    assert [r["tensors"] for r in d["plan_rules"]] == [1, 4, 1]  # the LayerNorm's bias is kind bias, not norm
+    assert all(r["bytes"] > 0 for r in d["plan_rules"])
+
+
+def test_a_plan_hook_state_round_trips_through_its_state_dict(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
+        assert all(r[key]["restored"] for key in ("plan", "warm", "mixed")), r
