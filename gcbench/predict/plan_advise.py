@@ -72,6 +72,7 @@ class PlanAdvice:
     plan_steps_to_target: float | None = None
     plan_file: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    best_within_floor: Single | None = None  # the fastest single compressor that meets the floor on every tensor
 
     @property
     def speedup_single(self) -> float:
@@ -107,8 +108,31 @@ def _exempt(fits: Sequence[TensorFit], choice: dict[str, str], specs: Sequence[s
 
 
 def _steps_to_target(conv: Any, spec: str) -> float | None:
+    """The mean steps to target of ``spec`` in ``conv`` where it reached it in every seed; a dense codec the run did not
+    train (bf16) takes the reference's: it sends the gradient at 16 bits (an assumption, said in the docs)."""
     o = conv.get(spec) if conv is not None else None
+    if o is None and conv is not None and spec in DENSE:
+        o = next((r for r in conv.outcomes if r.reference), None)
     return o.steps.mean if o is not None and o.status == "reached" and o.steps is not None else None
+
+
+def plan_steps(conv: Any, choice: dict[str, str]) -> float | None:
+    """The steps to target charged a plan: the most of the compressors it mixes (None where one has none)."""
+    used = [_steps_to_target(conv, s) for s in set(choice.values())]
+    return None if any(u is None for u in used) else max(u for u in used if u is not None)
+
+
+@dataclass(frozen=True)
+class _Scored:
+    step_s: float
+
+
+def by_time_to_target(price: Any, conv: Any) -> Any:
+    """The search's objective with convergence evidence: the plan's step × its steps to target (∞ without them)."""
+    def objective(choice: dict[str, str]) -> _Scored:
+        steps = plan_steps(conv, choice)
+        return _Scored(price(choice).step_s * steps if steps is not None else math.inf)
+    return objective
 
 
 def converged_specs(conv: Any, specs: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -249,7 +273,7 @@ def advise_plan(req: Any, plan: Plan | None, floor: float, progress: Progress | 
     price = pricer(fits, step.kernels, step.compute_s, n, bw, req, calibration)
     auto = plan is None
     if plan is None:
-        choice = search(fits, specs, floor, price)
+        choice = search(fits, specs, floor, price if conv is None else by_time_to_target(price, conv))
         plan = rules_of(choice, [TensorInfo(f.name, f.numel, f.kind, (f.numel,)) for f in fits],
                         f"auto-{model}-{n}x{bw:g}")
         plan_price = price(choice)
@@ -272,17 +296,15 @@ def _answer(req: Any, model: str, plan: Plan, auto: bool, fits: Sequence[TensorF
     compressing = [r for r in singles if r.spec not in DENSE] or singles
     bf16 = next(r for r in singles if r.spec == "bf16")
     exempt, by_choice = _exempt(fits, choice, specs, floor) if auto else ([], 0)
-    plan_steps = None
-    if conv is not None:
-        used = [_steps_to_target(conv, s) for s in set(choice.values())]
-        plan_steps = max((u for u in used if u is not None), default=None)
+    steps = plan_steps(conv, choice) if conv is not None else None
     notes = []
     if plan.local_steps > 1:
         notes.append(f"local_steps = {plan.local_steps}: compute every inner step, compress, exchange and decode once every "
                      f"{plan.local_steps} (the step shown is per inner step)")
     if plan.warmup_steps:
         notes.append(f"the {plan.warmup_steps} warm-up steps ({plan.warmup}) are not in the steady-state step shown")
+    clean = next((r for r in compressing if r.below_floor == 0 and r is not compressing[0]), None)
     return PlanAdvice(model, req.workers[0], req.bandwidths_gbps[0], floor, plan, auto, tuple(rows), plan_price,
                       compressing[0], bf16, tuple(singles), tuple(exempt), by_choice, step.compute_s, step.compute_origin,
-                      step.kernels.origin, step.kernels.device, fidelity_origin, tuple(left_out), conv_named, plan_steps, None,
-                      tuple(notes))
+                      step.kernels.origin, step.kernels.device, fidelity_origin, tuple(left_out), conv_named, steps, None,
+                      tuple(notes), clean if compressing[0].below_floor else None)

@@ -178,7 +178,7 @@ def search(fits: Sequence[TensorFit], specs: Sequence[str], floor: float, price:
     for spec in specs:
         a = {f.name: spec if spec in ok[f.name] else fallback(f, floor) for f in fits}
         s = price(a).step_s
-        if s < best_s:
+        if best is None or s < best_s:
             best, best_s = a, s
     assert best is not None
     for _ in range(passes):

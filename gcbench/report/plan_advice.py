@@ -66,6 +66,8 @@ def plan_advice_output(adv: PlanAdvice) -> list[Table | str]:
         _rival_line(adv, "best single compressor", adv.best_single),
         _rival_line(adv, "bf16 all-reduce", adv.bf16),
     ]
+    if adv.best_within_floor is not None:
+        out.insert(-1, _rival_line(adv, "best single meeting the floor everywhere", adv.best_within_floor))
     out += [f"  note: {n}" for n in adv.notes]
     if adv.plan_steps_to_target is not None:
         out.append("  the plan's steps to target are the most of the compressors it mixes (it was not trained itself)")
@@ -97,6 +99,7 @@ def plan_advice_json(adv: PlanAdvice) -> dict[str, Any]:
             "fidelity_floor": adv.floor, "plan": adv.plan.describe(), "plan_file": adv.plan_file, "rules": list(adv.rows),
             "step": _step_dict(adv.step), "plan_steps_to_target": adv.plan_steps_to_target,
             "best_single": adv.best_single.spec, "speedup_vs_best_single": adv.speedup_single,
+            "best_single_within_floor": adv.best_within_floor.spec if adv.best_within_floor else None,
             "speedup_vs_bf16": adv.speedup_bf16,
             "singles": [{"compressor": r.spec, "below_floor": r.below_floor, "steps_to_target": r.steps_to_target,
                          **_step_dict(r.step)} for r in adv.singles],

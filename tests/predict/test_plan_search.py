@@ -129,3 +129,20 @@ def test_a_run_files_per_tensor_rows_replace_the_measured_ones_for_its_compresso
     assert origin.startswith("run.json") and "topk" in origin
     same, says = fits_from_run(SimpleNamespace(cases=[]), "synthetic", FITS, "run.json")
     assert same == FITS and says.startswith("measured here")
+
+
+def test_with_convergence_evidence_the_time_to_target_decides() -> None:
+    from types import SimpleNamespace
+
+    from gcbench.predict.plan_advise import by_time_to_target, plan_steps
+
+    def outcome(label: str, steps: float, reference: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(label=label, reference=reference, status="reached", steps=SimpleNamespace(mean=steps))
+    outs = [outcome("none", 100, True), outcome("topk", 1000)]
+    conv = SimpleNamespace(outcomes=outs, get=lambda s: next((o for o in outs if o.label == s), None))
+    price = _price()
+    fast = search(FITS, SPECS, 0.5, price)
+    assert "topk" in fast.values() and plan_steps(conv, fast) == 1000  # bf16 is charged the reference's 100
+    slow_to_converge = search(FITS, SPECS, 0.5, by_time_to_target(price, conv))
+    assert "topk" not in slow_to_converge.values()  # 10× the steps: top-k's shorter step does not pay
+    assert price(slow_to_converge).step_s * 100 < price(fast).step_s * 1000
