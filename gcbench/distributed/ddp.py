@@ -10,7 +10,8 @@ benchmark counts (``tests/distributed/test_protocol_transports.py`` checks it pe
 knows no compressor by name: none/fp16/bf16 all-reduce their bodies, TernGrad shares its scaler,
 PowerSGD all-reduces P and Q, 1-bit SGD runs its two legs, LGC runs its parameter server (hosted
 by rank 0) or its ring, every other compressor all-gathers its payloads, because that is what their
-protocols yield.  ``protocol="gather"`` forces the plain all-gather.
+protocols yield.  ``protocol="gather"`` forces the plain all-gather.  A compression plan (``"plan:FILE"``, a
+:class:`~gcbench.plan.model.Plan`) gives each parameter its rule's compressor: :mod:`gcbench.distributed.plan_hook`.
 
 A compressor whose protocol spans the whole model
 (:attr:`~gcbench.core.compressor.Compressor.needs_whole_model`: LGC's reference preset) gets it:
