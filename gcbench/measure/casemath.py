@@ -40,14 +40,57 @@ from gcbench.sources.base import FLOAT32_MAX
 # ----------------------------------------------------------------------------- tensors and norms
 
 
-def worker_mean(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+class Scratch:
+    """Float32 buffers lent to one case at a time and taken back at its end, so the next case reuses their memory.
+
+    Every case of an open-loop source keeps the same model-sized sums and aggregates; allocating them afresh per
+    case made the kernel map and zero those pages again each time (a one-step gpt2 run spent ~30 s of system time
+    on it).  :meth:`empty` lends a buffer (a free one of the same shape and device, or a new one), :meth:`release`
+    takes back everything lent since the last release: the caller (the runner, after a case's record is made)
+    guarantees that nothing lent is read afterwards.  The memory held is one case's peak, which it held anyway.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[tuple[int, ...], torch.device], list[torch.Tensor]] = {}
+        self._lent: dict[int, torch.Tensor] = {}  # by id()
+
+    def empty(self, shape: torch.Size | Sequence[int], device: torch.device) -> torch.Tensor:
+        """An uninitialised float32 tensor of ``shape`` on ``device``, lent until the next :meth:`release`."""
+        free = self._free.get((tuple(shape), torch.device(device)))
+        t = free.pop() if free else torch.empty(tuple(shape), dtype=torch.float32, device=device)
+        self._lent[id(t)] = t
+        return t
+
+    def zeros(self, shape: torch.Size | Sequence[int], device: torch.device) -> torch.Tensor:
+        """:meth:`empty`, filled with zeros."""
+        return self.empty(shape, device).zero_()
+
+    def give_back(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Take back those of ``tensors`` this scratch lent (others are ignored): the caller reads none of them again."""
+        for t in tensors:
+            if self._lent.pop(id(t), None) is not None:
+                self._free.setdefault((tuple(t.shape), t.device), []).append(t)
+
+    def release(self) -> None:
+        """Take back every buffer lent since the last release (none of them may be read again)."""
+        self.give_back(list(self._lent.values()))
+
+
+def _f32_buffer(like: torch.Tensor, scratch: Scratch | None) -> torch.Tensor:
+    """An uninitialised float32 tensor shaped like ``like``: lent by ``scratch``, or new."""
+    if scratch is None:
+        return torch.empty(like.shape, dtype=torch.float32, device=like.device)
+    return scratch.empty(like.shape, like.device)
+
+
+def worker_mean(tensors: Sequence[torch.Tensor], scratch: Scratch | None = None) -> torch.Tensor:
     """The element-wise mean of the workers' tensors, in float32 (an all-gather's aggregate, the true mean).
 
     Summed in place into one new buffer, in worker order (the same roundings as ``sum(...) / W``,
     without a temporary per worker).  Where that float32 sum overflows although every input is
     finite (gradients near float32's max), the mean is taken again in float64 and rounded once: the
-    mean of finite values is finite, and must not turn into ±inf on the way."""
-    out = tensors[0].to(torch.float32, copy=True)
+    mean of finite values is finite, and must not turn into ±inf on the way.  ``scratch`` lends the result's buffer."""
+    out = _f32_buffer(tensors[0], scratch).copy_(tensors[0])
     for t in tensors[1:]:
         out.add_(t.float())
     out.div_(len(tensors))
@@ -149,20 +192,23 @@ class RunningSum:
     model-sized buffer per sum, whatever the stream length.  A caller's tensor is never modified.
     """
 
-    def __init__(self, units: int) -> None:
+    def __init__(self, units: int, scratch: Scratch | None = None) -> None:
         self.sums: list[torch.Tensor | None] = [None] * units
         self._sq: list[float] = [0.0] * units
+        self._scratch = scratch  # lends the sums' buffers (the case's, reused by the next case)
 
     def add(self, unit: int, a: torch.Tensor, b: torch.Tensor | None = None) -> None:
         """Add this step's ``a`` (minus ``b`` when given) of ``unit`` to its sum."""
         s = self.sums[unit]
         if s is None:
-            s = self.sums[unit] = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
+            s = self.sums[unit] = _f32_buffer(a, self._scratch).zero_()
         self._sq[unit] = accumulate64(s, a, b)
 
     def restart(self) -> None:
-        """Start every sum again from zero (a new phase window)."""
-        self.sums = [None] * len(self.sums)
+        """Start every sum again from zero (a new phase window): the buffers are cleared and kept."""
+        for s in self.sums:
+            if s is not None:
+                s.zero_()
         self._sq = [0.0] * len(self._sq)
 
     def sq_norm(self) -> float:
@@ -192,7 +238,7 @@ class StreamStats:
     residual ratio (see the module docstring for the definitions).
     """
 
-    def __init__(self, units: int, stateful: bool, windowed: bool) -> None:
+    def __init__(self, units: int, stateful: bool, windowed: bool, scratch: Scratch | None = None) -> None:
         self.stateful, self.windowed = stateful, windowed
         self.bytes: list[list[int]] = [[] for _ in range(units)]
         self.fids: list[list[Fidelity]] = [[] for _ in range(units)]
@@ -202,9 +248,9 @@ class StreamStats:
         self.window_drift: list[float | None] = []
         self.drift: list[float | None] = []
         self.residual: list[float | None] = []
-        self._err, self._mean = RunningSum(units), RunningSum(units)
-        self._win_err, self._win_mean = RunningSum(units), RunningSum(units)
-        self._ef, self._ref = RunningSum(units), RunningSum(units)
+        self._err, self._mean = RunningSum(units, scratch), RunningSum(units, scratch)
+        self._win_err, self._win_mean = RunningSum(units, scratch), RunningSum(units, scratch)
+        self._ef, self._ref = RunningSum(units, scratch), RunningSum(units, scratch)
 
     def add_step(self, refs: Sequence[Sequence[torch.Tensor]], aggregates: Sequence[torch.Tensor],
                  decoded0: Sequence[torch.Tensor], bytes0: Sequence[int], fids0: Sequence[Fidelity] | None,

@@ -46,7 +46,7 @@ from gcbench.core import signals
 from gcbench.core.compressor import Compressor, Payload, State
 from gcbench.core.errors import GcbenchError, SourceError
 from gcbench.measure.case_summary import aggregate_summary, fidelity_summary, size_summary, unit_summary
-from gcbench.measure.casemath import StreamStats, check_decoded, check_numbers, max_abs, worker_mean
+from gcbench.measure.casemath import Scratch, StreamStats, check_decoded, check_numbers, max_abs, worker_mean
 from gcbench.measure.copy_baseline import pool_copy_baseline, timing_summary
 from gcbench.measure.fidelity import Fidelity, fidelity
 from gcbench.measure.footprint import source_build_work, source_work
@@ -132,7 +132,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     states = _unit_states(comp, suite.seed, W, len(units))
     ref_states: list[list[dict[str, Any]]] = [[{} for _ in units] for _ in range(W)]
     custom_exchange = W > 1 and comp.has_own_exchange()
-    stats = StreamStats(len(units), comp.stateful, windowed=bool(windows))
+    scratch = getattr(data, "scratch", None)  # the source's buffers, lent to this case (the caller takes them back)
+    stats = StreamStats(len(units), comp.stateful, windowed=bool(windows), scratch=scratch)
     traffic = TrafficLog(T, W)
     starts = {w.first for w in windows}
     step_phases: list[str | None] = []
@@ -140,7 +141,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
 
     own_ref = type(comp).reference_update is not Compressor.reference_update  # DGC/SDAGC: momentum-SGD reference
     ref = data.reference(suite.optimizer.momentum)
-    stream = DeliveredStream(ref, len(units), comp.applies_momentum)
+    stream = DeliveredStream(ref, len(units), comp.applies_momentum, scratch)
     one_shot_steps = min(suite.metrics.fidelity_steps, T)
     wire_max = saturating_max(comp)
     saturated = 0  # elements a narrower float format mapped to ±inf, over every worker and step of the stream
@@ -164,7 +165,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
 
         # 1. and 2.: worker 0's one-shot fidelity, then every worker's compression and the aggregate
         ex = _exchange_step(comp, t, xs, states, refs[0], traffic, repeats, suite.seed, t < one_shot_steps, custom_exchange,
-                            saturated, check, check_mean)
+                            saturated, check, check_mean, scratch)
         saturated += ex.saturated
         if custom_exchange:
             step_phases.append(ex.phase)
@@ -177,6 +178,8 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
                        true_means=None if own_ref else ref.mean[t], common=None if own_ref else stream.common_step(t))
         if not saturated:  # finite tensors in and out: a metric that is NaN or ±inf is an overflowed float32 sum
             _check_step_numbers(info.name, stats, stream, fids, xs)
+        if scratch is not None and data.loop == "open":  # (a closed loop's model holds views of them until the next step)
+            scratch.give_back(aggregates)  # read by nothing after this step: the next step's aggregates reuse them
         progress("step", t + 1, T, spec.label)  # type: ignore[arg-type]  # a resolved suite labels every spec
     rec = _case_record(spec, comp, data, suite, repeats, stats, traffic, timing, windows, step_phases,
                        {**stream.summary(comp.stateful, suite.metrics.min_stream_steps), "loop": data.loop})
@@ -252,13 +255,13 @@ class _Exchanged:
 def _exchange_step(comp: Compressor, t: int, xs: Sequence[Sequence[torch.Tensor]], states: list[list[State]],
                    refs0: Sequence[torch.Tensor], traffic: TrafficLog, repeats: int, seed: int, one_shot: bool,
                    custom_exchange: bool, saturated_before: int, check: Callable[[int, int, torch.Tensor], int],
-                   check_mean: Callable[[int, torch.Tensor], None]) -> _Exchanged:
+                   check_mean: Callable[[int, torch.Tensor], None], scratch: Scratch | None = None) -> _Exchanged:
     """Step ``t``'s compressions: worker 0's one-shot fidelity (on the first steps), then every worker's compression
     and the aggregate, by the default all-gather or the compressor's own protocol (its messages counted in ``traffic``).
 
     ``check(worker, unit, decoded)`` refuses a non-finite decoded tensor and counts saturated elements;
     ``check_mean(unit, aggregate)`` refuses a protocol's non-finite aggregate while nothing in the stream (counting
-    ``saturated_before``) has saturated.  Worker 0's state in ``states`` is replaced by its first fidelity repeat's
+    ``saturated_before``) has saturated; ``scratch`` lends the aggregates' buffers.  Worker 0's state in ``states`` is replaced by its first fidelity repeat's
     where the stream takes that repeat as its step.
     """
     # 1. one-shot fidelity on the first steps: repeats from copies of the current state (worker 0)
@@ -293,7 +296,7 @@ def _exchange_step(comp: Compressor, t: int, xs: Sequence[Sequence[torch.Tensor]
             else cast(list[tuple[Payload, torch.Tensor]], comp.compress_group(xs[w], states[w], need_decoded=True))
             for w in range(len(xs))]
     saturated += sum(check(w, u, dec) for w, o in enumerate(outs) for u, (_, dec) in enumerate(o))
-    aggregates = [worker_mean([o[u][1] for o in outs]) for u in range(len(xs[0]))]
+    aggregates = [worker_mean([o[u][1] for o in outs], scratch) for u in range(len(xs[0]))]
     traffic.add_allgather(t, [sum(p.nbytes for p, _ in o) for o in outs], [sum(p.body_nbytes for p, _ in o) for o in outs])
     if fids is None and one_shot:
         fids = [fidelity(refs0[u], [dec]) for u, (_, dec) in enumerate(outs[0])]
@@ -540,6 +543,8 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                     raise
                 except Exception as exc:  # one failing case does not abort the sweep
                     rec = _failed_record(c, source.name, exc, src_spec.display())
+                finally:  # the case's record holds numbers only: its model-sized buffers serve the next case
+                    data.scratch.release()
                 writer.add_case(rec)
                 source_cases.append(len(writer.record.cases) - 1)
                 done += 1

@@ -25,6 +25,7 @@ import torch
 
 from gcbench.core.errors import SourceError
 from gcbench.core.payload import dense_bytes
+from gcbench.measure.casemath import Scratch
 from gcbench.measure.granularity import Unit, gather, scatter
 from gcbench.measure.stream import DenseReference
 from gcbench.measure.timing import flat_like, settle_copy
@@ -62,6 +63,7 @@ class SourceData:
         self.numel = sum(u.numel for u in units)
         self._reference: dict[float, DenseReference] = {}
         self._copy_into: tuple[Any, list[torch.Tensor]] | None = None
+        self.scratch = Scratch()  # the model-sized buffers each case borrows, reused case after case
         total = dense_bytes(self.numel) * source.workers * source.steps
         self.cache: dict[tuple[int, int], list[torch.Tensor]] | None = {} if total <= CACHE_LIMIT_BYTES else None
         if self.cache is not None:
@@ -137,6 +139,7 @@ class ClosedLoopData(SourceData):
         self.numel = sum(u.numel for u in units)
         self._reference: dict[float, DenseReference] = {}
         self._copy_into: tuple[Any, list[torch.Tensor]] | None = None
+        self.scratch = Scratch()
         self.cache = None
         self._held: tuple[int, list[list[torch.Tensor]]] | None = None
 

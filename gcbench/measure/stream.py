@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from gcbench.core.intervals import jackknife
-from gcbench.measure.casemath import CommonStep, RunningSum, norm_ratio, sum_sq_norms, worker_mean
+from gcbench.measure.casemath import CommonStep, RunningSum, Scratch, norm_ratio, sum_sq_norms, worker_mean
 from gcbench.measure.fidelity import Fidelity, _fast, fidelity, mean_ci, scaled_error, sq_dist64
 
 
@@ -31,10 +31,14 @@ def stream_weights(steps: int, momentum: float) -> list[float]:
     return [(1.0 - momentum ** (steps - s)) / (1.0 - momentum) for s in range(steps)]
 
 
-def weighted_add(sums: list[torch.Tensor], tensors: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:
-    """Σ += weight·x unit by unit, in float32 and in place (an empty ``sums`` starts from the first step's tensors)."""
+def weighted_add(sums: list[torch.Tensor], tensors: Sequence[torch.Tensor], weight: float,
+                 scratch: Scratch | None = None) -> list[torch.Tensor]:
+    """Σ += weight·x unit by unit, in float32 and in place (an empty ``sums`` starts from the first step's tensors,
+    in buffers ``scratch`` lends where given)."""
     if not sums:
-        return [x.float() * weight for x in tensors]
+        if scratch is None:
+            return [x.float() * weight for x in tensors]
+        return [torch.mul(x.float(), weight, out=scratch.empty(x.shape, x.device)) for x in tensors]
     for acc, x in zip(sums, tensors, strict=True):
         acc.add_(x.float(), alpha=weight)
     return sums
@@ -114,11 +118,12 @@ class DeliveredStream:
     each worker's own delivered fraction against R^w gives a spread over workers.
     """
 
-    def __init__(self, ref: DenseReference, units: int, own_momentum: bool) -> None:
+    def __init__(self, ref: DenseReference, units: int, own_momentum: bool, scratch: Scratch | None = None) -> None:
         self.ref, self.own_momentum = ref, own_momentum
         self.filtered = ref.momentum != 0 and not own_momentum
+        self._scratch = scratch  # lends the case's model-sized sums (taken back by the runner at the case's end)
         self._u: list[torch.Tensor | None] = [None] * units
-        self._err = RunningSum(units)
+        self._err = RunningSum(units, scratch)
         self._workers: list[list[torch.Tensor]] | None = [[] for _ in range(ref.workers)]
         self.error: list[float | None] = []
         self.error_scaled: list[float | None] = []
@@ -130,7 +135,11 @@ class DeliveredStream:
         if not self.filtered:
             return aggregate
         b = self._u[unit]
-        self._u[unit] = aggregate.float().clone() if b is None else b.mul_(self.ref.momentum).add_(aggregate)
+        if b is None:
+            own = self._scratch.empty(aggregate.shape, aggregate.device) if self._scratch is not None else None
+            self._u[unit] = aggregate.float().clone() if own is None else own.copy_(aggregate)
+        else:
+            b.mul_(self.ref.momentum).add_(aggregate)
         return self._u[unit]  # type: ignore[return-value]  # set on the line above
 
     def add_step(self, t: int, aggregates: Sequence[torch.Tensor], contributions: Sequence[Sequence[torch.Tensor]] | None) -> None:
@@ -156,7 +165,7 @@ class DeliveredStream:
             return
         ws = 1.0 if self.own_momentum else self.ref.weights[t]
         for w, contrib in enumerate(contributions):
-            self._workers[w] = weighted_add(self._workers[w], contrib, ws)
+            self._workers[w] = weighted_add(self._workers[w], contrib, ws, self._scratch)
 
     def common_step(self, t: int) -> CommonStep | None:
         """Step ``t``'s (the last added) passes for :class:`StreamStats`, where they are its own: the dense update D_t is the

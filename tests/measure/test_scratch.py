@@ -1,0 +1,73 @@
+"""The case's borrowed buffers (casemath.Scratch): reused case after case, and no number changes with the reuse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gcbench.measure.casemath import RunningSum, Scratch
+from gcbench.measure.granularity import make_units
+from gcbench.measure.runner import run_case
+from gcbench.measure.source_data import SourceData
+from gcbench.measure.suite import CompressorSpec, parse_suite
+from gcbench.sources.synthetic import SyntheticSource
+
+
+def test_scratch_lends_and_takes_back_by_shape() -> None:
+    s = Scratch()
+    a = s.empty((3, 4), torch.device("cpu"))
+    b = s.zeros((3, 4), torch.device("cpu"))
+    assert a.dtype == torch.float32 and a.data_ptr() != b.data_ptr() and not b.any()
+    s.give_back([a, torch.ones(3, 4)])  # a tensor it did not lend is ignored
+    assert s.empty((3, 4), torch.device("cpu")).data_ptr() == a.data_ptr()  # the buffer given back
+    assert s.empty((3, 4), torch.device("cpu")).data_ptr() not in (a.data_ptr(), b.data_ptr())  # b is still lent
+    assert s.empty((12,), torch.device("cpu")).data_ptr() not in (a.data_ptr(), b.data_ptr())  # another shape: new
+    s.release()
+    ptrs = {s.empty((3, 4), torch.device("cpu")).data_ptr() for _ in range(3)}
+    assert b.data_ptr() in ptrs and a.data_ptr() in ptrs
+
+
+def test_running_sum_in_a_reused_buffer_starts_from_zero() -> None:
+    s = Scratch()
+    dirty = s.empty((5,), torch.device("cpu")).fill_(7.0)
+    s.release()
+    r = RunningSum(1, s)
+    r.add(0, torch.arange(5.0), torch.ones(5))
+    assert r.sums[0] is not None and r.sums[0].data_ptr() == dirty.data_ptr()
+    assert torch.equal(r.sums[0], torch.arange(5.0) - 1) and r.sq_norm() == float(((torch.arange(5.0) - 1) ** 2).sum())
+    r.restart()
+    r.add(0, torch.ones(5))
+    assert torch.equal(r.sums[0], torch.ones(5))
+
+
+def _record_numbers(rec: Any) -> Any:
+    """The record without its timing (there is none here) and label: every number the case measured."""
+    if isinstance(rec, dict):
+        return {k: _record_numbers(v) for k, v in rec.items() if k not in ("label",)}
+    if isinstance(rec, list):
+        return [_record_numbers(v) for v in rec]
+    return rec
+
+
+def _data() -> SourceData:
+    src = SyntheticSource([(64, 32), (40,)], workers=3, steps=3, seed=4)
+    return SourceData(src, make_units(src.layout(), "layer"), torch.device("cpu"), lambda *a: None)
+
+
+def test_cases_on_reused_buffers_measure_the_same_numbers() -> None:
+    """Each case after the first runs on the buffers the one before it left dirty: its record is bit for bit the
+    record of the same case on a fresh source (stochastic, stateful and momentum-filtered cases alike)."""
+    suite = parse_suite({"name": "t", "seed": 5, "sources": [{"kind": "synthetic", "shapes": [[4]]}],
+                         "optimizer": {"momentum": 0.9}, "compressors": [{"name": "none"}],
+                         "metrics": {"timing": False, "repeats": 3}})
+    specs = [CompressorSpec(name="qsgd", label="qsgd", params={}),
+             CompressorSpec(name="topk", label="topk", params={"density": 0.1, "error_feedback": True}),
+             CompressorSpec(name="randomk", label="randomk", params={})]
+    shared = _data()
+    for spec in specs:
+        reused = run_case(spec, shared, suite)
+        shared.scratch.release()
+        fresh = run_case(spec, _data(), suite)
+        assert _record_numbers(reused) == _record_numbers(fresh)
+    assert shared.scratch._free  # the buffers were taken back for reuse
