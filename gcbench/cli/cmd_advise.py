@@ -74,8 +74,8 @@ Convergence = Annotated[Path | None, typer.Option(
                          "target (steps to target × step time), not by step time alone; without --model, its model. "
                          "Default: the newest convergence file of the model in --runs-dir, named in the output.")]
 
-PlanArg = Annotated[str | None, typer.Option(
-    "--plan", metavar="auto|FILE", help="auto: choose a compressor per tensor (among the candidates, none and bf16) "
+PlanArg = Annotated[str | None, options.plan(
+    "auto: choose a compressor per tensor (among the candidates, none and bf16) "
     "that minimises the predicted step on the one cluster under --fidelity-floor, print the plan against the best single "
     "compressor and bf16 and write it (--plan-out); FILE: price that plan (per inner step with local_steps).")]
 FidelityFloor = Annotated[float, typer.Option(
@@ -84,8 +84,8 @@ FidelityFloor = Annotated[float, typer.Option(
 PlanOut = Annotated[Path | None, typer.Option(
     metavar="PATH", help="With --plan auto: the plan TOML to write (default reports/plans/MODEL-WORKERSxGBITS.toml); an "
     "existing file is replaced only when advise wrote it.")]
-Device = Annotated[str, typer.Option(metavar="DEVICE", help="Where compute and kernels are measured: cpu, cuda or cuda:N "
-                                     "(a --kernels file from another machine is read as it is).")]
+Device = Annotated[str, options.device("Where compute and kernels are measured: cpu, cuda or cuda:N (a --kernels file "
+                                        "from another machine is read as it is).")]
 
 #: the first line of a plan TOML advise writes: an existing --plan-out that starts otherwise is not replaced
 PLAN_HEADER = "# gcbench advise --plan auto"
