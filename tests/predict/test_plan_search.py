@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from gcbench.plan.load import load_plan
 from gcbench.predict.network import Network
 from gcbench.predict.plan_advise import _exempt, rivals
 from gcbench.predict.plan_rules import rules_of
-from gcbench.predict.plan_search import TensorFit, fallback, plan_candidates, plan_step, search
+from gcbench.predict.plan_search import PlanStep, TensorFit, fallback, plan_candidates, plan_step, search
 from gcbench.predict.step_kernels import KernelSet, StepKernels
 
 SPECS = ["none", "bf16", "topk"]
@@ -37,7 +38,7 @@ def _kernels() -> KernelSet:
     return KernelSet("synthetic", "cpu", "test", "hand-made", (k("none", 1, 1, 1), k("bf16", 1.2, 1.2, 2), k("topk", 5, 2, 50)))
 
 
-def _price(n: int = 16, bw: float = 1.0, local_steps: int = 1):  # type: ignore[no-untyped-def]
+def _price(n: int = 16, bw: float = 1.0, local_steps: int = 1) -> Callable[[dict[str, str]], PlanStep]:
     ks = _kernels()
     return lambda a: plan_step(a, FITS, ks, n, Network(bw, 5e-6), 0.01, local_steps=local_steps)
 
