@@ -124,7 +124,10 @@ def _create(spec: str) -> Any:
 
 
 def _kernel(kernels: KernelSet, spec: str) -> StepKernels:
-    k = kernels.get(spec) or next((k for k in kernels.kernels if k.compressor == spec), None)
+    """The kernels of ``spec``: its label as typed, else the same configuration however the bench labelled it."""
+    from gcbench.predict.accuracy import same_spec
+
+    k = kernels.get(spec) or next((k for k in kernels.kernels if same_spec(k.label, spec)), None)
     if k is None:
         raise GcbenchError(f"no kernels of {spec} in {kernels.origin or 'the bench'}: it cannot be priced")
     return k
