@@ -64,6 +64,7 @@ class DenseReference:
         self.worker_sums: list[list[torch.Tensor]] = [[] for _ in range(workers)]
         self._u_buf: list[torch.Tensor] = []
         self._worker_sum_sq: list[float] | None = None
+        self._sums_shared = False  # worker_sums are the first step's gradients themselves (:meth:`_add_worker_sums`)
         if grads is not None:  # an open-loop source: every step is known up front
             for t in range(steps):
                 self.add_step(t, [grads(t, w) for w in range(workers)])
@@ -87,13 +88,25 @@ class DenseReference:
             dense = [b.clone() for b in self._u_buf]
         for u, d in enumerate(dense):
             self._running.add(u, d)
-        for w, g in enumerate(per_worker):
-            self.worker_sums[w] = weighted_add(self.worker_sums[w], g, self.weights[t])
+        self._add_worker_sums(t, per_worker)
         self.mean.append(mean)
         self.dense.append(dense)
         self.dense_sq.append(sum_sq_norms(dense))
         self.sum_sq.append(self._running.sq_norm())
         self._worker_sum_sq = None
+
+    def _add_worker_sums(self, t: int, per_worker: Sequence[Sequence[torch.Tensor]]) -> None:
+        """R^w += w_t·g^w_t.  A first step of weight 1 in float32 is its own sum (x·1 is x, bit for bit): the step's
+        tensors are held, not copied (a model-sized copy per worker saved), until a second step needs sums of their own."""
+        if t == 0 and self.weights[0] == 1.0 and all(x.dtype == torch.float32 for g in per_worker for x in g):
+            self.worker_sums = [list(g) for g in per_worker]
+            self._sums_shared = True
+            return
+        if self._sums_shared:  # the gradients themselves must not be added to: copies from here on
+            self.worker_sums = [[x.clone() for x in sums] for sums in self.worker_sums]
+            self._sums_shared = False
+        for w, g in enumerate(per_worker):
+            self.worker_sums[w] = weighted_add(self.worker_sums[w], g, self.weights[t])
 
     @property
     def worker_sum_sq(self) -> list[float]:

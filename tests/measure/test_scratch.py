@@ -71,3 +71,19 @@ def test_cases_on_reused_buffers_measure_the_same_numbers() -> None:
         fresh = run_case(spec, _data(), suite)
         assert _record_numbers(reused) == _record_numbers(fresh)
     assert shared.scratch._free  # the buffers were taken back for reuse
+
+
+def test_dense_reference_holds_a_first_step_of_weight_one_and_never_adds_into_it() -> None:
+    """A first step of weight 1 is its own sum (no copy); a second step adds into copies, never into the gradients."""
+    from gcbench.measure.stream import DenseReference
+
+    g = {(t, w): [torch.randn(6, generator=torch.Generator().manual_seed(10 * t + w))] for t in range(2) for w in range(2)}
+    kept = {k: [x.clone() for x in v] for k, v in g.items()}
+    one = DenseReference(lambda t, w: g[(t, w)], 1, 2, 0.0)
+    assert one.worker_sums[1][0] is g[(0, 1)][0]
+    two = DenseReference(lambda t, w: g[(t, w)], 2, 2, 0.0)
+    for w in range(2):
+        assert torch.equal(two.worker_sums[w][0], kept[(0, w)][0] + kept[(1, w)][0])
+    assert all(torch.equal(g[k][0], kept[k][0]) for k in g)  # the source's gradients are untouched
+    mom = DenseReference(lambda t, w: g[(t, w)], 2, 2, 0.5)  # weights 1.5 and 1: copies from the first step
+    assert torch.equal(mom.worker_sums[0][0], kept[(0, 0)][0] * 1.5 + kept[(1, 0)][0])
