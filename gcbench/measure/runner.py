@@ -261,8 +261,8 @@ def _exchange_step(comp: Compressor, t: int, xs: Sequence[Sequence[torch.Tensor]
 
     ``check(worker, unit, decoded)`` refuses a non-finite decoded tensor and counts saturated elements;
     ``check_mean(unit, aggregate)`` refuses a protocol's non-finite aggregate while nothing in the stream (counting
-    ``saturated_before``) has saturated; ``scratch`` lends the aggregates' buffers.  Worker 0's state in ``states`` is replaced by its first fidelity repeat's
-    where the stream takes that repeat as its step.
+    ``saturated_before``) has saturated; ``scratch`` lends the aggregates' buffers.  Worker 0's state in ``states`` is
+    replaced by its first fidelity repeat's where the stream takes that repeat as its step.
     """
     # 1. one-shot fidelity on the first steps: repeats from copies of the current state (worker 0)
     fids: list[Fidelity] | None = None
