@@ -53,6 +53,7 @@ def test_the_installed_package_is_the_one_run(installed: Path, tmp_path: Path) -
     assert out.stdout.strip().startswith(str(installed))
 
 
+@pytest.mark.slow  # ~50 s: installs the package and runs the quick suite elsewhere; -m slow (CI's fresh clone also installs it)
 def test_bundled_suites_are_listed_and_the_quick_suite_runs_from_another_folder(installed: Path, tmp_path: Path) -> None:
     listed = _gcbench(installed, tmp_path, "list", "suites", "--json")
     assert listed.returncode == 0, listed.stderr

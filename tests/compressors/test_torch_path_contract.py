@@ -17,7 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("tests", [["tests/compressors/test_contract.py"], ["tests/compressors/test_same_bytes.py"]],
+# the contract's run (~15-25 s) is slow (-m slow): the device guard and same-bytes keep the torch path in the default run
+@pytest.mark.parametrize("tests", [pytest.param(["tests/compressors/test_contract.py"], marks=pytest.mark.slow),
+                                   ["tests/compressors/test_same_bytes.py"]],
                          ids=["contract", "same-bytes"])
 def test_the_contract_holds_on_the_torch_path(tests: list[str]) -> None:
     """Every compressor's contract (round trips, exact bytes, EF identities ...) on the torch path, in a fresh process."""

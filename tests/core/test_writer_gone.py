@@ -119,6 +119,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # ~10 s; -m slow
 @linux_only
 def test_sigkill_of_the_train_parent_ends_its_workers_and_its_file_reads_interrupted(tmp_path: Path) -> None:
     # the workers' temporary folder lands where this test can watch it; topk's rank 1 hangs at step 2 and rank 0 waits

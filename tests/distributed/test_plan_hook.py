@@ -162,6 +162,7 @@ def _mismatch(ctx: WorkerContext, files: list[str]) -> dict[str, Any]:
     return {"type": None, "message": ""}
 
 
+@pytest.mark.slow  # ~7 s; the agreement check itself is tested by tests/distributed/test_ddp_agreement.py; -m slow
 def test_ranks_with_different_plans_all_fail_in_one_line(tmp_path: Path) -> None:
     a, b = tmp_path / "a.toml", tmp_path / "b.toml"
     a.write_text(SMALL_DENSE, encoding="utf-8")

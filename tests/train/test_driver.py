@@ -172,6 +172,7 @@ def test_crashed_worker_is_named_within_the_timeout() -> None:
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.slow  # ~10 s of a real 60 s-scaled timeout; -m slow
 def test_hung_worker_is_named_when_its_peer_times_out() -> None:
     with pytest.raises(TrainError, match=r"^rank 1 stopped responding at step 0: rank 0 gave up waiting in a collective after 3 s"):
         run_group(_hang_rank1, (), 2, timeout_s=60, collective_timeout_s=3)
@@ -205,6 +206,7 @@ def test_rank_hung_at_step_0_is_named_and_its_peers_are_said_to_wait() -> None:
     assert message == "rank 1 hung at step 0 and did not finish within 60 s (compressor none); rank 0 was waiting for it in a collective"
 
 
+@pytest.mark.slow  # ~17 s waiting out a deadline; -m slow
 def test_worker_past_the_deadline_is_named() -> None:
     # the deadline is enforced from the start (workers still importing torch on a loaded machine
     # count against it, so which ranks it names then depends on the load) ...
