@@ -159,6 +159,11 @@ def verdict(cases: Sequence[Mapping[str, Any]]) -> str:
     tail = (f" The target is not reliably reached by the reference itself ({rs.get('reached')} of {rs.get('seeds')} seeds "
             f"within {steps} steps): compressors are held against that, and more --steps or a lower --target tells them "
             "apart better.") if unreliable else ""
+    stt = rs.get("steps_to_target") or {}
+    if stt.get("high") == 0 and rs.get("reached") == rs.get("seeds") and rs.get("seeds"):
+        # the reference met the target before its first step (a model that never learns: 0.95 of a final 0 is 0)
+        return (f"The target ({settings.get('target')}) was met at step 0 by the reference on every seed: it tells the "
+                f"compressors apart by nothing; set --target-value or train longer.")
     if not bad:
         if unreliable:
             return (f"Every compressor reached the target on as many seeds as the reference within {steps} steps, with no "

@@ -249,3 +249,16 @@ def test_the_reports_answer_says_when_the_reference_itself_reached_the_target_on
     line = answer(LoadedRun(path, load_run(path)))
     assert "the target is not reliably reached by the reference itself (2/3 seeds)" in line
     assert "reliably" not in answer(LoadedRun(tmp_path, converge_record()))
+
+
+def test_the_verdict_says_when_the_reference_met_the_target_before_training() -> None:
+    """A model that never learns (resnet50 on random labels for 4 steps: accuracy 0) sets the target at 0.95 × 0: met
+    at step 0 by everything, so "every compressor reached the target" would be an empty claim."""
+    from gcbench.report.converge_table import verdict
+
+    at0 = {0: ("ok", 0.0, 0), 1: ("ok", 0.0, 0)}
+    ref = case("none", "none", at0, reference=True, ref_finals={0: 0.0, 1: 0.0})
+    text = verdict([ref, case("topk", "topk", at0, ref_finals={0: 0.0, 1: 0.0})])
+    assert "was met at step 0 by the reference on every seed" in text and not text.startswith("Every compressor")
+    later = {0: ("ok", 0.9, 40), 1: ("ok", 0.9, 60)}
+    assert verdict([case("none", "none", later, reference=True, ref_finals={0: 0.9, 1: 0.9})]).startswith("Every compressor")
