@@ -82,6 +82,8 @@ def predict_case(record: dict[str, Any], reference: dict[str, Any] | None) -> di
     ref_st = ((reference or {}).get("training") or {}).get("step_time") or {}
     compute = ref_st.get("compute_s") if ref_st.get("compute_s") is not None else st.get("compute_s")
     decodes = max(1.0, float(tr.get("decoded_payloads_per_step") or 1))
+    if record.get("compressor") == "plan" and record.get("plan_rules"):
+        return _predict_plan(record, st, transport, float(compute or 0.0))
     cost = StepCost(record["label"], record["compressor"], wire_bytes=float(size.get("payload_bytes_per_step") or 0.0),
                     dense_bytes=float(size.get("dense_bytes_per_step") or 0.0), compute_s=float(compute or 0.0),
                     compress_s=float(st.get("compress_s") or 0.0), decompress_s=float(st.get("decompress_s") or 0.0) / decodes,
@@ -94,6 +96,37 @@ def predict_case(record: dict[str, Any], reference: dict[str, Any] | None) -> di
     samples = (tr.get("step_samples_rank0") or {}).get("total_s") or []
     return {"step_s": priced.step_s, "compute_s": cost.compute_s, "compress_s": priced.compress_s,
             "communicate_s": priced.communicate_s, "decompress_s": priced.decompress_s, "collective": priced.collective,
+            "measured_step_s": st["total_s"], "measured_spread_s": _spread([float(s) for s in samples]),
+            "cluster": "measured local transport"}
+
+
+def _predict_plan(record: dict[str, Any], st: dict[str, Any], transport: dict[str, Any], compute_s: float) -> dict[str, Any]:
+    """A plan case's predicted step, as ``advise --plan`` prices one (:func:`gcbench.predict.plan_search.plan_step`):
+    compute + the hook's measured compress + each rule's group exchanged by its own protocol (its bytes per step, from
+    the per-rule table) + the measured decode."""
+    from gcbench.compressors import registry
+    from gcbench.predict.network import Network
+    from gcbench.predict.step import StepCost, price_step
+
+    tr = record.get("training") or {}
+    n = int(tr.get("workers") or 1)
+    comm, legs = 0.0, []
+    try:
+        net = Network(float(transport["bandwidth_gbps"]), float(transport["latency_s"]))
+        for row in record["plan_rules"]:
+            name, params = registry.parse_spec(str(row["compressor"]))
+            cost = StepCost(str(row.get("label") or name), name, wire_bytes=float(row.get("bytes") or 0.0),
+                            dense_bytes=4.0 * float(row.get("elements") or 0), compute_s=0.0, compress_s=0.0,
+                            decompress_s=0.0, params=tuple(sorted(params.items())), measured_workers=n)
+            priced = price_step(cost, n, net)
+            comm += priced.communicate_s
+            legs.append(f"{name}: {priced.collective}")
+    except GcbenchError as exc:  # a rule the model cannot price: said, not guessed
+        return {"step_s": None, "error": str(exc)}
+    compress, decompress = float(st.get("compress_s") or 0.0), float(st.get("decompress_s") or 0.0)
+    samples = (tr.get("step_samples_rank0") or {}).get("total_s") or []
+    return {"step_s": compute_s + compress + comm + decompress, "compute_s": compute_s, "compress_s": compress,
+            "communicate_s": comm, "decompress_s": decompress, "collective": "; ".join(legs),
             "measured_step_s": st["total_s"], "measured_spread_s": _spread([float(s) for s in samples]),
             "cluster": "measured local transport"}
 

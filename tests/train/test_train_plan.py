@@ -57,6 +57,11 @@ def test_a_plan_trains_in_the_hook_and_its_rules_are_recorded(tmp_path: Path) ->
     assert tr["hook"]["compressor"] == "plan" and tr["hook"]["steps"] == {"warmup": 3, "rules": STEPS - 3}
     out = " ".join(res.output.split())
     assert "plan:small — per rule" in out and "numel < 20" in out
+    # advise's step model prices the plan rule by rule (each group by its own protocol) beside the measured step
+    pred = tr["prediction"]
+    assert pred["step_s"] is not None and pred["communicate_s"] > 0 and "none:" in pred["collective"]
+    assert pred["step_s"] == pytest.approx(pred["compute_s"] + pred["compress_s"] + pred["communicate_s"] + pred["decompress_s"])
+    assert "plan:small: measured" in out and "advise predicted" in out
 
 
 BAD = {
