@@ -61,7 +61,8 @@ def summary_tables(run: LoadedRun) -> list[Any]:
     """The tables of one results file: one per gradient source of a run, one for a train or bench file; a convergence
     file's table, then its time to accuracy on each cluster given (``report --cluster``)."""
     if run.kind == "train":
-        return [train_table(run.cases, f"{run.run_id} — training: {views.train_description(run)}")]
+        return [train_table(run.cases, f"{run.run_id} — training: {views.train_description(run)}"),
+                *[plan_table(pt) for pt in views.plan_tables(run.cases, trained=True)]]
     if run.kind == "bench":
         return [bench_table(run)]
     if run.kind == "converge":

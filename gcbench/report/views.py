@@ -259,8 +259,9 @@ PLAN_HEADERS = ("rule", "matches", "tensors", "elements", "bytes / step", "bytes
 PLAN_RIGHT = (True, False, True, True, True, True, False)
 
 
-def plan_tables(cases: Sequence[RunCase]) -> list[PlanTable]:
-    """One table per plan case that ran; its note says what a one-shot run leaves out (warm-up, local steps)."""
+def plan_tables(cases: Sequence[RunCase] | Sequence[TrainCase], trained: bool = False) -> list[PlanTable]:
+    """One table per plan case that ran; its note says what a one-shot run leaves out (warm-up, local steps), or, for
+    ``gcbench train``'s (``trained``), that the bytes are the steps after the warm-up, averaged over the ranks."""
     tables = []
     for c in cases:
         if not c.ok or not c.plan_rules:
@@ -271,7 +272,9 @@ def plan_tables(cases: Sequence[RunCase]) -> list[PlanTable]:
         later = [f"a {plan['warmup_steps']}-step {plan.get('warmup', 'bf16')} warm-up"] if plan.get("warmup_steps") else []
         later += [f"local_steps = {plan['local_steps']}"] if (plan.get("local_steps") or 1) > 1 else []
         note = "each tensor by the first rule that matches it; bytes: its tensors' payloads per step"
-        if later:
+        if trained:
+            note += " after the warm-up, the mean over the ranks"
+        elif later:
             note += f"; this run measures the rules only, not {' or '.join(later)}: converge and train run those"
         tables.append(PlanTable(f"{case_name(c)} — per rule", rows, note))
     return tables

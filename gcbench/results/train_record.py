@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from gcbench.results.fields import Bool, Int, Num, Series, Str
 from gcbench.results.record import CaseBase, Model, RunRecord, Source, finite
+from gcbench.results.run_record import PlanRule
 
 
 class TaskInfo(Model):
@@ -123,6 +124,8 @@ class TrainCase(CaseBase):
 
     training: Training | None = None
     source: Source | None = None  # train files have none; declared so readers of any case may ask
+    plan: dict[str, Any] | None = None  # a plan case's plan (gcbench.plan.Plan.describe), as in run records
+    plan_rules: list[PlanRule] | None = None
 
     @property
     def source_label(self) -> str:

@@ -62,6 +62,11 @@ def test_a_plan_trains_in_the_hook_and_its_rules_are_recorded(tmp_path: Path) ->
     assert pred["step_s"] is not None and pred["communicate_s"] > 0 and "none:" in pred["collective"]
     assert pred["step_s"] == pytest.approx(pred["compute_s"] + pred["compress_s"] + pred["communicate_s"] + pred["decompress_s"])
     assert "plan:small: measured" in out and "advise predicted" in out
+    from gcbench.cli import app
+
+    shown = CliRunner().invoke(app, ["report", str(path)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "plan:small — per rule" in shown.output and "after the warm-up, the mean over the ranks" in " ".join(shown.output.split())
 
 
 BAD = {
