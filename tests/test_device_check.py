@@ -104,7 +104,7 @@ def test_converge_agreement_and_the_closing_lines(tmp_path: Path) -> None:
     steps = _steps_module()
 
     def run(losses: list[float], accs: list[float]) -> dict[str, object]:
-        curve = [{"step": i, "eval_loss": l, "metric": a} for i, (l, a) in enumerate(zip(losses, accs, strict=True))]
+        curve = [{"step": i, "eval_loss": loss, "metric": a} for i, (loss, a) in enumerate(zip(losses, accs, strict=True))]
         return {"cases": [{"label": "fp16", "convergence": {"seeds": [{"curve": curve}]}}]}
 
     same = steps.agreement(run([2.3, 2.0], [0.1, 0.3]), run([2.3 * 1.001, 2.0], [0.1, 0.31]))

@@ -64,7 +64,8 @@ def train_cmd(
     through DDP hooks; each compressor's measured step is printed beside advise's prediction for this cluster.
 
     Examples: `gcbench train -c topk -c qsgd --workers 4`, `gcbench train --task charlstm -c 'topk:density=0.05' --epochs 2`,
-    `gcbench train --model resnet18 --device cuda --workers 4 -c bf16`, `gcbench train --model digits_cnn --plan small.toml`, `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
+    `gcbench train --model resnet18 --device cuda --workers 4 -c bf16`, `gcbench train --model digits_cnn --plan small.toml`,
+    `torchrun --nproc-per-node 4 -m gcbench train -c dgc`.
     """
     from gcbench.distributed.launch import launch_env
 
@@ -139,8 +140,8 @@ def _user_model(model: str | None, task: str, trust_code: bool) -> str | None:
 
 def _plan_tables(records: list[dict[str, Any]]) -> list[Any]:
     """Each plan case's per-rule table (as ``run`` shows it): its bytes are per step after the warm-up, over ranks."""
-    from gcbench.report.terminal import plan_table
     from gcbench.report.numbers import fmt
+    from gcbench.report.terminal import plan_table
     from gcbench.report.views import PlanTable
 
     tables = []

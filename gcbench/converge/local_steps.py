@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from gcbench.converge.engine import (UnitLayout, diverged, evaluated, first_evaluation, model_buffers, stepped, take_grads,
-                                     worker_pass)
+from gcbench.converge.engine import UnitLayout, diverged, evaluated, first_evaluation, model_buffers, stepped, take_grads, worker_pass
 from gcbench.converge.problems import SeedProblem, make_optimizer
 
 if TYPE_CHECKING:

@@ -31,8 +31,8 @@ one rule among others; both are refused in one line.
 from __future__ import annotations
 
 import hashlib
-from functools import partial
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch

@@ -68,8 +68,8 @@ from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter
 from gcbench.train.case import build_record, failed_record
 from gcbench.train.config import Fault, Spec, TrainConfig, parse_compressors, reference_name
-from gcbench.train.plans import PLAN, check_plans, plan_of
 from gcbench.train.placement import agree_on_devices, backend_of, check_local_devices, moved, on_cpu
+from gcbench.train.plans import PLAN, check_plans, plan_of
 from gcbench.train.prediction import measure_transport
 from gcbench.train.tasks import Task, make_task
 from gcbench.train.workers import TrainError, WorkerContext, WorkerGroup, first_line

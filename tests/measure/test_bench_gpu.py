@@ -4,7 +4,7 @@ torch.cuda.Event), the CPU keeps its host clock, and CUDA bench rows are held to
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -19,7 +19,7 @@ class FakeGpu:
     """A stream's clock in milliseconds that the timed functions advance; events read it when recorded."""
 
     now_ms = 0.0
-    records: list[Any] = []
+    records: ClassVar[list[Any]] = []
 
     class Event:
         def __init__(self, enable_timing: bool = False) -> None:

@@ -26,9 +26,9 @@ from gcbench.compressors.lgc.result import LGCExchangeResult
 from gcbench.compressors.lgc.rounds import noting_uploads
 from gcbench.compressors.lgc.windows import Windows
 from gcbench.compressors.lgc.wire import f32_bytes, f32_read, refuse_kind, sparse
+from gcbench.core import codec_torch
 from gcbench.core.compressor import Compressor, EncodeContext, Encoded, ExchangeResult, State, Traffic
 from gcbench.core.errors import ParamError, PayloadError
-from gcbench.core import codec_torch
 from gcbench.core.header import body_tensor, meta_int, meta_keys, meta_str
 from gcbench.core.params import INDEX_CODINGS
 from gcbench.core.payload import MetaValue, Payload

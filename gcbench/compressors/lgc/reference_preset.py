@@ -9,8 +9,8 @@ the source of every detail.
 from __future__ import annotations
 
 import math
-from itertools import accumulate
 from collections.abc import Generator, Sequence
+from itertools import accumulate
 from typing import Any
 
 import numpy as np

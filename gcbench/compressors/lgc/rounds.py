@@ -133,7 +133,8 @@ class Rounds:
 
     def _topk_exchange(self, u: int, a: torch.Tensor, state: State | None, ctx: Context, phase: str, leader: int, train: Trainer | None,
                        shape: tuple[int, ...], dtype: torch.dtype,
-                       keep: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
+                       keep: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+                       ) -> Generator[Leg, Any, tuple[torch.Tensor, torch.Tensor]]:
         """Top-k with error feedback: ps through the server (push, pull of the mean at the union of the
         indices), ring by all-gather; with a ``train`` step (only ``preset="gcbench"`` trains per tensor), then the
         autoencoder's training round, which calls it.  (aggregate, sent).
