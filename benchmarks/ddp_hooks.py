@@ -55,7 +55,11 @@ PAIRS = (("powersgd", "gcbench powersgd", "torch powerSGD_hook"), ("fp16", "gcbe
          ("none", "gcbench none", "torch all-reduce"))
 
 
-def _register(ddp: DDP, variant: str, group: Any, rank: int) -> None:
+def register_hook(ddp: DDP, variant: str, group: Any, rank: int) -> None:
+    """Put ``variant``'s communication hook on ``ddp``: gcbench's hook for ``gcbench NAME`` (``powersgd`` at ``rank``),
+    or PyTorch's ``torch powerSGD_hook`` (the same rank, compressing from iteration 2), ``torch fp16_compress_hook``
+    or ``torch bf16_compress_hook``; ``torch all-reduce`` keeps DDP's own.  Also the hook step of
+    ``benchmarks/device_steps.py``."""
     if variant.startswith("gcbench "):
         name = variant.removeprefix("gcbench ")
         register_compressor_hook(ddp, f"powersgd:rank={rank}" if name == "powersgd" else name, process_group=group)
@@ -65,6 +69,8 @@ def _register(ddp: DDP, variant: str, group: Any, rank: int) -> None:
         ddp.register_comm_hook(state, torch_powersgd.powerSGD_hook)
     elif variant == "torch fp16_compress_hook":
         ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
+    elif variant == "torch bf16_compress_hook":  # needs NCCL: device_steps' GPU pair
+        ddp.register_comm_hook(group, default_hooks.bf16_compress_hook)
     # "torch all-reduce": DDP's own
 
 
@@ -78,7 +84,7 @@ def _worker(ctx: WorkerContext, model_name: str, iters: int, warmup: int, rounds
         for variant in order:
             model, make_batch = MODELS[model_name](0)
             ddp = DDP(model, process_group=ctx.group, bucket_cap_mb=bucket_cap_mb)
-            _register(ddp, variant, ctx.group, rank)
+            register_hook(ddp, variant, ctx.group, rank)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
             loss_fn = nn.CrossEntropyLoss()
             for it in range(warmup + iters):

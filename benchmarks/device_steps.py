@@ -42,8 +42,9 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script from anywhere: the checkout's gcbench
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "benchmarks"):  # run as a script from anywhere: the checkout's gcbench; ddp_hooks beside this
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 SHAPE = (250, 400)  # 100,000 elements, a matrix (PowerSGD's factors are real), as the guard test
 #: converge's curves on the GPU and the CPU agree when every held-out loss is within this relative difference
@@ -183,28 +184,10 @@ def pairs_for(device: torch.device) -> tuple[tuple[str, str, str], ...]:
 HOOK_TARGET = 1.3
 
 
-def _register(ddp: Any, variant: str, group: Any, rank: int) -> None:
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
-
-    from gcbench.distributed.ddp import register_compressor_hook
-
-    if variant.startswith("gcbench "):
-        name = variant.removeprefix("gcbench ")
-        register_compressor_hook(ddp, f"powersgd:rank={rank}" if name == "powersgd" else name, process_group=group)
-    elif variant == "torch powerSGD_hook":
-        state = torch_powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=rank, start_powerSGD_iter=2,
-                                             min_compression_rate=1)
-        ddp.register_comm_hook(state, torch_powersgd.powerSGD_hook)
-    elif variant == "torch bf16_compress_hook":
-        ddp.register_comm_hook(group, default_hooks.bf16_compress_hook)
-    elif variant == "torch fp16_compress_hook":
-        ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
-
-
 def hook_times(device: torch.device, group: Any, world_rank: int, model: str, iters: int, warmup: int, rounds: int,
                rank: int = 4) -> dict[str, list[float]]:
     """Seconds of each timed DDP step per variant, rounds interleaved (every variant from the same initial model)."""
+    from ddp_hooks import register_hook  # beside this script (sys.path above)
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from gcbench.measure.timing import timer_for
@@ -218,7 +201,7 @@ def hook_times(device: torch.device, group: Any, world_rank: int, model: str, it
             zm = load_model(model, 0)
             net = zm.module.to(device)
             ddp = DDP(net, process_group=group, device_ids=[device.index] if device.type == "cuda" else None)
-            _register(ddp, variant, group, rank)
+            register_hook(ddp, variant, group, rank)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
             batches = [tuple(t.to(device) for t in zm.make_batch(i, world_rank)) for i in range(2)]
 
