@@ -30,6 +30,7 @@ Every subcommand writes its JSON and prints a short table; exit status 1 when a 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -89,9 +90,9 @@ def sync_counts(device: torch.device, names: list[str] | None = None) -> list[di
         row: dict[str, Any] = {"compressor": name, "budget": comp.info.scalar_reads}
         try:
             comp.compress_and_decode(x, state)  # the first step: caches, tables and states made
-            row["compress"] = _counted(lambda: comp.compress_and_decode(x, state), device)
+            row["compress"] = _counted(functools.partial(comp.compress_and_decode, x, state), device)
             payload = comp.compress(x, state.clone())
-            row["decompress"] = _counted(lambda: comp.decompress(payload, x.shape), device)
+            row["decompress"] = _counted(functools.partial(comp.decompress, payload, x.shape), device)
         except Exception as exc:  # a compressor that fails on the device is a row, not the end of the step
             if device.type == "cuda" and isinstance(exc, torch.OutOfMemoryError):
                 torch.cuda.empty_cache()
@@ -204,18 +205,26 @@ def hook_times(device: torch.device, group: Any, world_rank: int, model: str, it
             register_hook(ddp, variant, group, rank)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
             batches = [tuple(t.to(device) for t in zm.make_batch(i, world_rank)) for i in range(2)]
-
-            def step(x: torch.Tensor, y: torch.Tensor) -> None:
-                opt.zero_grad(set_to_none=True)
-                zm.loss_fn(ddp(x), y).backward()
-                opt.step()
-
-            for it in range(warmup + iters):
-                x, y = batches[it % 2]
-                dt = timer(lambda x=x, y=y: step(x, y))  # type: ignore[misc]  # defaults bind the loop's batch
-                if it >= warmup:
-                    times[variant].append(dt)
+            times[variant] += _timed_steps(timer, ddp, opt, zm.loss_fn, batches, warmup, iters)
             del ddp, net, opt
+    return times
+
+
+def _timed_steps(timer: Any, ddp: Any, opt: torch.optim.Optimizer, loss_fn: Any, batches: list[tuple[torch.Tensor, ...]],
+                 warmup: int, iters: int) -> list[float]:
+    """Seconds of the ``iters`` timed DDP steps after ``warmup`` untimed ones, the two batches in turn."""
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(ddp(x), y).backward()
+        opt.step()
+
+    times = []
+    for it in range(warmup + iters):
+        x, y = batches[it % 2]
+        dt = timer(lambda x=x, y=y: step(x, y))  # defaults bind the loop's batch
+        if it >= warmup:
+            times.append(dt)
     return times
 
 
