@@ -126,16 +126,20 @@ def _pairs(lo, hi, h):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _four(v0, v1, v2, v3):  # pragma: no cover - compiled
+    """Two levels on four values h apart: level h on (v0, v1) and (v2, v3), then level 2h on (v0, v2) and (v1, v3) —
+    the same additions as :func:`butterfly`; returns the four new values in order."""
+    a = v0 + v1
+    b = v0 - v1
+    c = v2 + v3
+    d = v2 - v3
+    return a + c, b + d, a - c, b - d
+
+
+@njit(inline="always")
 def _quads(q0, q1, q2, q3, h):  # pragma: no cover - compiled
-    for j in range(h):  # level h on (q0, q1) and (q2, q3), then level 2h on (q0, q2) and (q1, q3): the same additions
-        a = q0[j] + q1[j]
-        b = q0[j] - q1[j]
-        c = q2[j] + q3[j]
-        d = q2[j] - q3[j]
-        q0[j] = a + c
-        q2[j] = a - c
-        q1[j] = b + d
-        q3[j] = b - d
+    for j in range(h):  # two levels on four disjoint slices (:func:`_four`)
+        q0[j], q1[j], q2[j], q3[j] = _four(q0[j], q1[j], q2[j], q3[j])
 
 
 @njit(inline="always")
@@ -153,18 +157,7 @@ def _levels_1_2(o, b):  # pragma: no cover - compiled
     """Levels 1 then 2 of ``o[:b]`` (b a multiple of 4), four elements a step (a stride-4 loop: vectorised)."""
     for j in range(b // 4):
         i = 4 * j
-        a0 = o[i]
-        a1 = o[i + 1]
-        a2 = o[i + 2]
-        a3 = o[i + 3]
-        b0 = a0 + a1
-        b1 = a0 - a1
-        b2 = a2 + a3
-        b3 = a2 - a3
-        o[i] = b0 + b2
-        o[i + 1] = b1 + b3
-        o[i + 2] = b0 - b2
-        o[i + 3] = b1 - b3
+        o[i], o[i + 1], o[i + 2], o[i + 3] = _four(o[i], o[i + 1], o[i + 2], o[i + 3])
 
 
 @njit(inline="always")
@@ -222,14 +215,11 @@ def _butterfly(o, b):  # pragma: no cover - compiled
 def _quads_scaled(q0, q1, q2, q3, h, scale):  # pragma: no cover - compiled
     """:func:`_quads` as the transform's last pass, each output times ``scale`` (the same two roundings as a separate pass)."""
     for j in range(h):
-        a = q0[j] + q1[j]
-        b = q0[j] - q1[j]
-        c = q2[j] + q3[j]
-        d = q2[j] - q3[j]
-        q0[j] = (a + c) * scale
-        q2[j] = (a - c) * scale
-        q1[j] = (b + d) * scale
-        q3[j] = (b - d) * scale
+        y0, y1, y2, y3 = _four(q0[j], q1[j], q2[j], q3[j])
+        q0[j] = y0 * scale
+        q1[j] = y1 * scale
+        q2[j] = y2 * scale
+        q3[j] = y3 * scale
 
 
 @njit(inline="always")
@@ -296,22 +286,36 @@ def _signed_copy(x, key, w0, o):  # pragma: no cover - compiled
             os[t] = xs[t] * flip
 
 
+@njit(inline="always")
+def _signed_each(x, scale, key, base, o):  # pragma: no cover - compiled
+    """o[j] = ±x[j]·scale (``x`` may be ``o``) for elements base + j of any block, the slow path of :func:`_signed_copy`
+    (a constant scale 1 folds away): bit (base + j) % 64 of stream word (base + j) // 64 set means −."""
+    word = np.uint64(0)
+    for j in range(o.size):
+        i = base + j
+        if j == 0 or (i & 63) == 0:
+            word = _sign_word(key, i >> 6)
+        v = x[j] * scale
+        o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+
+
 @njit(**PARALLEL)
 def _rotate_kernel(x, n, b, key, scale, out, bits, maxes):  # pragma: no cover - compiled
     nb = out.size // b
     for blk in prange(nb):
         o = out[blk * b : (blk + 1) * b]
         base = blk * b
-        if b % 64 == 0 and base + b <= n:  # a whole block of input: branch-free signs, one word per 64 elements
-            _signed_copy(x[base : base + b], key, base >> 6, o)
-        else:
-            word = np.uint64(0)
+        whole = base + b <= n
+        if whole:
+            src = x[base : base + b]
+        else:  # the last block: its input and zeros past n, signed in place
             for j in range(b):
-                i = base + j
-                if j == 0 or (i & 63) == 0:
-                    word = _sign_word(key, i >> 6)
-                v = x[i] if i < n else np.float32(0.0)
-                o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+                o[j] = x[base + j] if base + j < n else np.float32(0.0)
+            src = o
+        if b % 64 == 0 and whole:  # a whole block of input: branch-free signs, one word per 64 elements
+            _signed_copy(src, key, base >> 6, o)
+        else:
+            _signed_each(src, np.float32(1.0), key, base, o)
         _butterfly_scaled(o, b, scale)
         maxes[blk] = _absmax_bits(bits[blk * b : (blk + 1) * b])
 
@@ -422,17 +426,10 @@ def _decode_kernel(words, width, k, mask, scale, m, key, b, inv, out):  # pragma
             j += run
         _butterfly(o, b)
         if b % 64 == 0:
-            for j in range(b):
-                o[j] = o[j] * inv
+            _scale(o, inv)
             _signed_copy(o, key, base >> 6, o)
         else:
-            word = np.uint64(0)
-            for j in range(b):
-                i = base + j
-                if j == 0 or (i & 63) == 0:
-                    word = _sign_word(key, i >> 6)
-                v = o[j] * inv
-                o[j] = -v if (word >> np.uint64(i & 63)) & np.uint64(1) else v
+            _signed_each(o, inv, key, base, o)
 
 
 def decode_fast(words: np.ndarray, width: int, padded: int, block: int, m: float, scale: float, key: int) -> np.ndarray:
