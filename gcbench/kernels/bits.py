@@ -138,25 +138,29 @@ def _pack_wide(fields, m, width, out):  # pragma: no cover - compiled
         out[q] = np.uint8(acc & np.uint64(0xFF))
 
 
+@njit(inline="always")
+def _bits_at(data, bit, take):  # pragma: no cover - compiled
+    """The ``take`` (≤ 57) bits of the LSB-first stream ``data`` from bit ``bit`` on: the 8 bytes from their first in a
+    register (bytes past theirs are masked off), or only their own bytes near the end of ``data``."""
+    b0 = bit >> 3
+    if b0 + 8 <= data.size:
+        word = load_le(data[b0 : b0 + 8], 8)
+    else:
+        b1 = (bit + take + 7) >> 3
+        word = load_le(data[b0:b1], b1 - b0)
+    return (word >> np.uint64(bit & 7)) & ((np.uint64(1) << np.uint64(take)) - np.uint64(1))
+
+
 @njit(cache=True)
 def _unpack_wide(data, m, width, out):  # pragma: no cover - compiled
-    """Inverse of :func:`_pack_wide` into out[:m] (uint64 bit patterns)."""
-    acc = np.uint64(0)
-    nb = 0
-    q = 0
+    """Inverse of :func:`_pack_wide` into out[:m] (uint64 bit patterns): field i read where it lies, at bit i·width, with
+    no state carried from field to field; in one read up to 57 bits (8 bytes), else its low 32 bits and then the rest."""
+    low = width if width <= 57 else 32
     for i in range(m):
-        v = np.uint64(0)
-        got = 0
-        while got < width:
-            take = width - got if width - got < 32 else 32
-            while nb < take:
-                acc |= np.uint64(data[q]) << np.uint64(nb)
-                q += 1
-                nb += 8
-            v |= (acc & ((np.uint64(1) << np.uint64(take)) - np.uint64(1))) << np.uint64(got)
-            acc >>= np.uint64(take)
-            nb -= take
-            got += take
+        bit = i * width
+        v = _bits_at(data, bit, low)
+        if low < width:
+            v |= _bits_at(data, bit + 32, width - 32) << np.uint64(32)
         out[i] = v
 
 
