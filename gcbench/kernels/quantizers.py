@@ -32,8 +32,12 @@ def _tern_codes(x, r, cb, s32, code):  # pragma: no cover - compiled
 
 
 @njit(**PARALLEL)
-def _terngrad_kernel(x, cb, s32, key, out):  # pragma: no cover - compiled
+def _uniform_codes_kernel(x, natural, cb, s32, key, out):  # pragma: no cover - compiled
+    """One uniform and one byte code per element of float32 ``x``, SUB elements at a time, packed into ``out``:
+    TernGrad's 2-bit codes (clip bound ``cb``, scaler ``s32``), or with ``natural`` natural compression's body
+    (:func:`_natural_codes`: n code bytes, then the signs, one bit each, from byte n on)."""
     n = x.size
+    xb = x.view(np.uint32)
     for p in prange(n_parts(n)):
         r = np.empty(SUB, np.uint32)
         code = np.empty(SUB, np.uint8)
@@ -41,14 +45,18 @@ def _terngrad_kernel(x, cb, s32, key, out):  # pragma: no cover - compiled
         for lo in range(p * PART, min(n, (p + 1) * PART), SUB):
             m = min(SUB, n - lo)
             _fill_rand24(key, lo, r, m)
-            _tern_codes(x[lo : lo + m], r, cb, s32, code)
-            _pack_le(code, m, 2, out[lo // 4 : (lo + m + 3) // 4], words)
+            if natural:  # the exponent codes straight into the body; ``code`` holds the signs
+                _natural_codes(xb[lo : lo + m], r, out[lo : lo + m], code)
+                _pack_le(code, m, 1, out[n + lo // 8 : n + (lo + m + 7) // 8], words)
+            else:
+                _tern_codes(x[lo : lo + m], r, cb, s32, code)
+                _pack_le(code, m, 2, out[lo // 4 : (lo + m + 3) // 4], words)
 
 
 def terngrad_codes(x: np.ndarray, cb: float, s32: float, seed: int, out: np.ndarray) -> None:
     """TernGrad's 2-bit codes of float32 ``x`` (clip bound ``cb``, scaler ``s32`` > 0) into ``out``."""
     if x.size:
-        run_parallel(_terngrad_kernel, x.size, x, np.float32(cb), np.float32(s32), key_of(seed), out)
+        run_parallel(_uniform_codes_kernel, x.size, x, False, np.float32(cb), np.float32(s32), key_of(seed), out)
 
 
 @njit(cache=True)
@@ -253,14 +261,13 @@ def _qsgd_decode_kernel(data, width, bucket, norms, sf, out):  # pragma: no cove
     n = out.size
     for p in prange(n_parts(n)):
         field = np.empty(SUB, np.uint32)
-        wide = np.empty(SUB, np.uint64)
-        words = np.empty(SUB // 8 + 1, np.uint64)
+        wide = np.empty(SUB, np.uint64)  # the wide fields, or the narrow path's words (SUB // 8 + 1 of them)
         for lo in range(p * PART, min(n, (p + 1) * PART), SUB):
             m = min(SUB, n - lo)
             src = data[(lo // 8) * width : min(data.size, ((lo + m) // 8 + 1) * width)]
             if width <= 8:
-                _unpack_le(src, m, width, field, words)
-            else:
+                _unpack_le(src, m, width, field, wide)
+            else:  # into uint64 and then narrowed: faster than _unpack_wide's stores into uint32 (measured)
                 _unpack_wide(src, m, width, wide)
                 for j in range(m):
                     field[j] = np.uint32(wide[j] & np.uint64(0xFFFFFFFF))
@@ -307,24 +314,10 @@ def _natural_codes(xb, r, code, sign):  # pragma: no cover - compiled
         sign[j] = np.uint8((b >> np.uint32(31)) != 0 and c > 0)
 
 
-@njit(**PARALLEL)
-def _natural_kernel(xb, key, out):  # pragma: no cover - compiled
-    n = xb.size
-    for p in prange(n_parts(n)):
-        r = np.empty(SUB, np.uint32)
-        sign = np.empty(SUB, np.uint8)
-        words = np.empty(SUB // 8 + 1, np.uint64)
-        for lo in range(p * PART, min(n, (p + 1) * PART), SUB):
-            m = min(SUB, n - lo)
-            _fill_rand24(key, lo, r, m)
-            _natural_codes(xb[lo : lo + m], r, out[lo : lo + m], sign)
-            _pack_le(sign, m, 1, out[n + lo // 8 : n + (lo + m + 7) // 8], words)
-
-
 def natural_encode(x: np.ndarray, seed: int, out: np.ndarray) -> None:
     """Natural compression body of float32 ``x``: n code bytes, then ceil(n/8) sign bytes."""
     if x.size:
-        run_parallel(_natural_kernel, x.size, x.view(np.uint32), key_of(seed), out)
+        run_parallel(_uniform_codes_kernel, x.size, x, True, np.float32(0.0), np.float32(1.0), key_of(seed), out)
 
 
 @njit(cache=True)
