@@ -23,13 +23,28 @@ import torch
 _HUGE = 2 << 20  # x86-64 transparent huge page size
 _HUGE_MIN = 8 << 20  # below this, malloc's heap serves allocations without fresh page faults
 
+
+
+def _pool_bytes() -> int:
+    """An eighth of the machine's memory, between 512 MiB and 4 GiB (512 MiB where the size is not known)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return 512 << 20
+    return int(min(4 << 30, max(512 << 20, total // 8)))
+
+
 #: Freed output mappings kept for reuse by the next buffer of the same size (bytes, entries);
-#: POOL_BYTES = 0 turns the reuse off.  Sixteen entries: with four, the four 9 MB outputs of
-#: decoding ResNet-50's largest convolutions evicted the whole-step buffer of the compress before,
-#: so every compress mapped and faulted 100 MB afresh (the identity compressor at 8x a copy in the
-#: cnn suite instead of 1.2x).
-POOL_BYTES = 512 << 20
-POOL_ENTRIES = 16
+#: POOL_BYTES = 0 turns the reuse off.  With four entries, the four 9 MB outputs of decoding
+#: ResNet-50's largest convolutions evicted the whole-step buffer of the compress before, so every
+#: compress mapped and faulted 100 MB afresh (the identity compressor at 8x a copy in the cnn suite
+#: instead of 1.2x).  With sixteen entries and 512 MiB, a GPT-2-sized step (25 outputs of 9 MB and
+#: more per worker, 2.4 GB of them in a one-step two-worker case) still faulted most outputs afresh:
+#: a one-step ``gcbench run --model hf:gpt2`` spent 32–33 s of its 72–76 s in the kernel (page faults);
+#: with 256 entries and 4 GiB, 22.5 s of 63.5 s (docs/timing.md).  The bytes are an eighth of the
+#: machine's memory, so a small machine keeps less freed memory back.
+POOL_BYTES = _pool_bytes()
+POOL_ENTRIES = 256
 #: A pooled mapping serves a buffer up to 1/POOL_SLACK (and one huge page) smaller than it holds.
 POOL_SLACK = 8
 _returned: collections.deque[tuple[int, mmap.mmap]] = collections.deque()  # filled by finalizers
