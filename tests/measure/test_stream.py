@@ -285,3 +285,31 @@ def test_stream_stats_from_the_common_step_equal_their_own_passes(momentum: floa
     assert shared.window_drift == own.window_drift and shared.drift == own.drift
     for a, b in zip(shared.agg, own.agg, strict=True):
         assert [f.err_sq_mean for f in a] == pytest.approx([f.err_sq_mean for f in b], rel=1e-12)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_a_one_step_stream_sums_each_worker_without_copying_and_agrees_with_the_definition(momentum: float) -> None:
+    """One step: each worker's sum is its contribution itself (no copy); its delivered fraction and the jackknife are
+    the definitions' 1 − ‖C^w − g^w‖/‖g^w‖, and nothing the caller passed is changed."""
+    workers = 3
+    grads = _grads(1, workers, seed=4)
+    ref = _reference(grads, 1, workers, momentum)
+    gen = torch.Generator().manual_seed(9)
+    contrib = [[0.5 * g + 0.1 * torch.randn(g.shape, generator=gen) for g in grads[(0, w)]] for w in range(workers)]
+    kept = [[c.clone() for c in cs] for cs in contrib]
+    agg = [sum(contrib[w][u] for w in range(workers)) / workers for u in range(2)]
+    s = DeliveredStream(ref, 2, own_momentum=False)
+    s.add_step(0, agg, contrib)
+    assert all(a is b for w in range(workers) for a, b in zip(s._workers[w], contrib[w], strict=True))  # type: ignore[index]
+    out = s.summary(stateful=False, min_steps=1)
+    for w in range(workers):
+        err = _flat(contrib[w]) - _flat(grads[(0, w)])
+        expect = 1.0 - math.sqrt(float(err.pow(2).sum()) / float(_flat(grads[(0, w)]).pow(2).sum()))
+        assert out["worker_delivered"][w] == pytest.approx(expect, rel=1e-9, abs=1e-12)
+    for w in range(workers):  # leave one worker out: the mean of the others' errors against the mean of their R
+        keep = [v for v in range(workers) if v != w]
+        e = sum(_flat(contrib[v]) - _flat(grads[(0, v)]) for v in keep)
+        r = sum(_flat(grads[(0, v)]) for v in keep)
+        assert out["delivered_jackknife"][w] == pytest.approx(1.0 - math.sqrt(float(e.pow(2).sum()) / float(r.pow(2).sum())),
+                                                              rel=1e-9, abs=1e-12)
+    assert all(torch.equal(a, b) for w in range(workers) for a, b in zip(contrib[w], kept[w], strict=True))
