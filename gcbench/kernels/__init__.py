@@ -84,7 +84,18 @@ from gcbench.kernels.runtime import (
 from gcbench.kernels.scatter import gather, scatter, scatter_sub, scatter_zero, unpack_scatter
 from gcbench.kernels.select import ZERO_NONE, ZERO_SET, ZERO_SUB, add_count, count_chunks, f32_threshold, select_write
 from gcbench.kernels.sign import ef_sign_apply, ef_sign_form, onebit_apply, onebit_decode, onebit_form, sign_pack, sign_unpack
-from gcbench.kernels.stats import MOMENT_BLOCK, absmax, accumulate, l2norm, moments, population_std, sq_dist, sq_norm, std_and_absmax
+from gcbench.kernels.stats import (
+                                        MOMENT_BLOCK,
+                                        absmax,
+                                        accumulate,
+                                        first_sum_sq,
+                                        l2norm,
+                                        moments,
+                                        population_std,
+                                        sq_dist,
+                                        sq_norm,
+                                        std_and_absmax,
+)
 from gcbench.kernels.topk import (
                                         kth_largest_np,
                                         topk_collect,
@@ -100,7 +111,8 @@ __all__ = [
     "KERNEL", "KERNEL_MODES", "MOMENT_BLOCK", "NUMBA", "PARALLEL", "PART", "SERIAL_MAX", "ZERO_NONE", "ZERO_SET", "ZERO_SUB",
     "BitWriterSides", "absmax", "accumulate", "adacomp_bin_stats", "adacomp_decode", "adacomp_encode", "add_count", "as_numpy",
     "as_words", "available", "count_chunks", "cpu_fast", "dither_decode", "dither_fields", "dither_pack", "dither_values",
-    "ef_sign_apply", "ef_sign_form", "empty", "empty_f32_tensor", "empty_maybe_zero", "f32_threshold", "fast_cpu", "flat_f32",
+    "ef_sign_apply", "ef_sign_form", "empty", "empty_f32_tensor", "empty_maybe_zero", "f32_threshold", "fast_cpu",
+    "first_sum_sq", "flat_f32",
     "fused_ef_ok", "gather", "kernel_mode", "key_of", "kth_largest_np", "l2norm", "launches", "moments", "momentum_sample",
     "momentum_update_count", "momentum_update_std", "n_chunks", "natural_decode", "natural_encode", "njit", "onebit_apply",
     "onebit_decode", "onebit_form", "pack_fields", "pack_into", "paired_uniforms", "population_std", "prange", "prefault", "qsgd_decode",

@@ -417,6 +417,46 @@ def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
     return float(_sum_in_order(out))
 
 
+@njit(cache=True)  # no fast-math: the same sums as _accumulate_block into a zeroed acc
+def _diff_sq_block(a, b, lo):  # pragma: no cover - compiled
+    """``b`` None compiles its own loop, ‖a‖² of the block (numba prunes the other branch)."""
+    s = 0.0
+    for i in range(lo, min(lo + MOMENT_BLOCK, a.shape[0])):
+        v = a[i] if b is None else a[i] - b[i]
+        w = np.float64(v)
+        s += w * w
+    return s
+
+
+@njit(cache=True)
+def _diff_sq_kernel(a, b):  # pragma: no cover - compiled
+    total = 0.0
+    for lo in range(0, a.shape[0], MOMENT_BLOCK):
+        total += _diff_sq_block(a, b, lo)
+    return total
+
+
+@njit(parallel=True, cache=True)
+def _diff_sq_blocks(a, b, out):  # pragma: no cover - compiled
+    nb = out.shape[0]
+    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
+    for p in prange(BLOCK_PARTS):
+        for k in range(p * per, min(nb, (p + 1) * per)):
+            out[k] = _diff_sq_block(a, b, k * MOMENT_BLOCK)
+
+
+def first_sum_sq(a: np.ndarray, b: np.ndarray | None) -> float:
+    """What :func:`accumulate` returns for a zeroed ``acc`` (‖a − b‖², ``b`` None: ‖a‖², the difference rounded to
+    float32, the squares summed in float64 block by block in the same order: the same bits), without the sum itself:
+    no buffer written or read (a one-step stream's running sums are read for their norms alone)."""
+    n = a.shape[0]
+    if not _threaded(n):
+        return float(_diff_sq_kernel(a, b))
+    out = np.empty(_blocks(n))
+    run_parallel(_diff_sq_blocks, n, a, b, out)
+    return float(_sum_in_order(out))
+
+
 def sq_norm(a: np.ndarray) -> float:
     """‖a‖² of a float32 array, summed in float64 in one pass on the calling thread."""
     return float(_sq_norm_kernel(a))

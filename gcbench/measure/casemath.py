@@ -34,7 +34,7 @@ import torch
 
 from gcbench.core.errors import GcbenchError
 from gcbench.core.finite import all_finite
-from gcbench.measure.fidelity import Fidelity, accumulate64, fidelity, sq_norm64
+from gcbench.measure.fidelity import Fidelity, accumulate64, fidelity, first_sum_sq64, sq_norm64
 from gcbench.sources.base import FLOAT32_MAX
 
 # ----------------------------------------------------------------------------- tensors and norms
@@ -192,13 +192,23 @@ class RunningSum:
     model-sized buffer per sum, whatever the stream length.  A caller's tensor is never modified.
     """
 
-    def __init__(self, units: int, scratch: Scratch | None = None) -> None:
+    def __init__(self, units: int, scratch: Scratch | None = None, one_step: bool = False) -> None:
         self.sums: list[torch.Tensor | None] = [None] * units
         self._sq: list[float] = [0.0] * units
         self._scratch = scratch  # lends the sums' buffers (the case's, reused by the next case)
+        # a one-step stream: each unit's sum is its only term, so only its norm is taken (no buffer zeroed, written or
+        # read back: three of a model-sized sum's five passes); a second add to a unit is refused
+        self._one_step = one_step
+        self._added = [False] * units
 
     def add(self, unit: int, a: torch.Tensor, b: torch.Tensor | None = None) -> None:
         """Add this step's ``a`` (minus ``b`` when given) of ``unit`` to its sum."""
+        if self._one_step:
+            if self._added[unit]:
+                raise RuntimeError("a one-step running sum takes one term per unit")
+            self._added[unit] = True
+            self._sq[unit] = first_sum_sq64(a, b)  # what accumulate64 gives on a zeroed sum, the same bits
+            return
         s = self.sums[unit]
         if s is None:
             s = self.sums[unit] = _f32_buffer(a, self._scratch).zero_()
@@ -210,6 +220,7 @@ class RunningSum:
             if s is not None:
                 s.zero_()
         self._sq = [0.0] * len(self._sq)
+        self._added = [False] * len(self._added)
 
     def sq_norm(self) -> float:
         """‖Σ_s x_s‖² over the whole model."""
@@ -238,7 +249,7 @@ class StreamStats:
     residual ratio (see the module docstring for the definitions).
     """
 
-    def __init__(self, units: int, stateful: bool, windowed: bool, scratch: Scratch | None = None) -> None:
+    def __init__(self, units: int, stateful: bool, windowed: bool, scratch: Scratch | None = None, one_step: bool = False) -> None:
         self.stateful, self.windowed = stateful, windowed
         self.bytes: list[list[int]] = [[] for _ in range(units)]
         self.fids: list[list[Fidelity]] = [[] for _ in range(units)]
@@ -248,9 +259,10 @@ class StreamStats:
         self.window_drift: list[float | None] = []
         self.drift: list[float | None] = []
         self.residual: list[float | None] = []
-        self._err, self._mean = RunningSum(units, scratch), RunningSum(units, scratch)
-        self._win_err, self._win_mean = RunningSum(units, scratch), RunningSum(units, scratch)
-        self._ef, self._ref = RunningSum(units, scratch), RunningSum(units, scratch)
+        # ``one_step``: a stream of one step, whose running sums are read for their norms alone (:class:`RunningSum`)
+        self._err, self._mean = RunningSum(units, scratch, one_step), RunningSum(units, scratch, one_step)
+        self._win_err, self._win_mean = RunningSum(units, scratch, one_step), RunningSum(units, scratch, one_step)
+        self._ef, self._ref = RunningSum(units, scratch, one_step), RunningSum(units, scratch, one_step)
 
     def add_step(self, refs: Sequence[Sequence[torch.Tensor]], aggregates: Sequence[torch.Tensor],
                  decoded0: Sequence[torch.Tensor], bytes0: Sequence[int], fids0: Sequence[Fidelity] | None,

@@ -177,6 +177,22 @@ def accumulate64(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor | None = No
     return total
 
 
+def first_sum_sq64(a: torch.Tensor, b: torch.Tensor | None = None) -> float:
+    """What :func:`accumulate64` returns for a zeroed ``acc`` (‖a − b‖², ``b`` None: ‖a‖²; the same bits), in one
+    read of ``a`` and ``b`` and no sum written: a running sum that is read for its norm after one step only."""
+    fa = a.detach().reshape(-1)
+    fb = None if b is None else b.detach().reshape(-1)
+    if fb is not None and fb.numel() != fa.numel():
+        raise ValueError(f"first_sum_sq64 needs tensors of one size, got {fa.numel()} and {fb.numel()}")
+    if _fast(fa) and (fb is None or _fast(fb)):
+        return kernels.first_sum_sq(kernels.flat_f32(fa), None if fb is None else kernels.flat_f32(fb))
+    total = 0.0
+    for lo in range(0, fa.numel(), CHUNK):
+        d = (fa[lo : lo + CHUNK] if fb is None else fa[lo : lo + CHUNK] - fb[lo : lo + CHUNK]).double()
+        total += float(torch.dot(d, d))
+    return total
+
+
 @dataclass(frozen=True)
 class Moments:
     """The inner products fidelity needs, from one pass over x and its R decoded versions (float64)."""

@@ -133,7 +133,7 @@ def run_case(spec: CompressorSpec, data: SourceData, suite: Suite, progress: Pro
     ref_states: list[list[dict[str, Any]]] = [[{} for _ in units] for _ in range(W)]
     custom_exchange = W > 1 and comp.has_own_exchange()
     scratch = getattr(data, "scratch", None)  # the source's buffers, lent to this case (the caller takes them back)
-    stats = StreamStats(len(units), comp.stateful, windowed=bool(windows), scratch=scratch)
+    stats = StreamStats(len(units), comp.stateful, windowed=bool(windows), scratch=scratch, one_step=T == 1)
     traffic = TrafficLog(T, W)
     starts = {w.first for w in windows}
     step_phases: list[str | None] = []

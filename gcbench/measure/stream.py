@@ -77,7 +77,7 @@ class DenseReference:
         momentum = self.momentum
         mean = [worker_mean([g[u] for g in per_worker]) for u in range(len(per_worker[0]))]
         if self._running is None:
-            self._running = RunningSum(len(mean))
+            self._running = RunningSum(len(mean), one_step=self.steps == 1)
         if momentum == 0:
             dense = mean
         else:  # the dense update keeps its own buffer: u_t = m·u_{t−1} + ḡ_t
@@ -136,7 +136,7 @@ class DeliveredStream:
         self.filtered = ref.momentum != 0 and not own_momentum
         self._scratch = scratch  # lends the case's model-sized sums (taken back by the runner at the case's end)
         self._u: list[torch.Tensor | None] = [None] * units
-        self._err = RunningSum(units, scratch)
+        self._err = RunningSum(units, scratch, one_step=ref.steps == 1)
         self._workers: list[list[torch.Tensor]] | None = [[] for _ in range(ref.workers)]
         self.error: list[float | None] = []
         self.error_scaled: list[float | None] = []

@@ -104,6 +104,33 @@ def test_running_sum_accumulates_restarts_and_leaves_inputs_alone() -> None:
     assert s.sq_norm() == 4.0
 
 
+@pytest.mark.parametrize("n", [1001, 3_000_017])  # the serial kernel, and the blocks on several threads
+@pytest.mark.parametrize("kernel", ["numba", "torch"])
+def test_a_one_step_running_sum_gives_the_same_bits_without_the_sum(n: int, kernel: str, monkeypatch) -> None:
+    """One term per unit: its norm is the full sum's to the bit (accumulate64 on a zeroed sum), nothing is written,
+    a window restart allows one more term, and a second term is refused."""
+    from gcbench import kernels
+    from gcbench.measure.fidelity import accumulate64, first_sum_sq64
+
+    if kernel == "torch":
+        monkeypatch.setattr(kernels, "cpu_fast", lambda *ts: False)
+    gen = torch.Generator().manual_seed(n)
+    a, b = torch.randn(n, generator=gen) * 1e3, torch.randn(n, generator=gen)
+    b[:5] = a[:5]  # exact zeros in the difference (a −0 in it squares like a +0)
+    for second in (b, None):
+        full = RunningSum(1)
+        full.add(0, a, second)
+        one = RunningSum(1, one_step=True)
+        one.add(0, a, second)
+        assert one.sq_norm() == full.sq_norm() == accumulate64(torch.zeros(n), a, second) == first_sum_sq64(a, second)
+        assert one.sums == [None]
+        with pytest.raises(RuntimeError, match="one term"):
+            one.add(0, a, second)
+        one.restart()
+        one.add(0, a)
+        assert one.sq_norm() == first_sum_sq64(a)
+
+
 def test_cumulative_drift_by_hand() -> None:
     # aggregates (1, 1), (0, 1) against means (1, 0), (1, 0): Σ err = (−1, 2), Σ mean = (2, 0)
     err, mean = RunningSum(1), RunningSum(1)
