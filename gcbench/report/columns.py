@@ -130,8 +130,11 @@ def x_copy_text(x: XCopy | None) -> str:
     if x is None or x.median is None:
         return "—"
     flags = list(x.flags or [])
+    n = x.rounds if x.rounds is not None else (len(x.samples) if x.samples is not None else None)
     if x.beats_bound:
         text = "—"
+    elif n == 1:  # one round has no spread: "±<0.01" would claim a precision nobody measured
+        text, flags = spread_text(x.median, None, "×"), ["1 round", *flags]
     else:
         text = spread_text(x.median, x.iqr / 2 if x.iqr is not None else None, "×")
     return text + (f" ({', '.join(flags)})" if flags else "")

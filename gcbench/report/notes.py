@@ -91,7 +91,8 @@ LEGEND = ("Legend: delivered = fraction of the dense update (the common referenc
           "than sending nothing, ± its 95% interval (jackknife over workers), (short) = too few "
           "steps to rank on; step err / scaled err = mean "
           "per-step error, raw / after the best rescaling (≥ 1 = no better than nothing); one-shot table: each case against "
-          f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR; "
+          f"its own reference; {X_COPY_HEADER} = compress time / copy time, lower is better, ± half the IQR (1 round: "
+          "no spread); "
           f"({UNSTABLE}), ({TOO_SHORT}), ({BEATS_BOUND}), ({CUT_SHORT}: the run's timing budget) = not a speed to act on; "
           f"{DAGGER} = reconstructed definition. "
           "Full definitions: gcbench report --md, `gcbench list metrics`, docs/metrics.md and docs/timing.md.")

@@ -414,6 +414,11 @@ def test_x_copy_cells_show_the_spread_and_flags_and_no_speed_beyond_the_traffic_
     assert "0.2" not in beaten and "beats traffic bound" in beaten  # not printed as a speed
     assert x_copy_text(XCopy(median=2.0)) == "2.00×"  # a file from before interleaved timing: median only
     assert x_copy_text(None) == "—"
+    # one timed round has no spread: its cell says so instead of a "±<0.01" nobody measured
+    one = XCopy(median=3.9487, iqr=0.0, samples=[3.9487], flags=["cut short"])
+    assert x_copy_text(one) == "3.95× (1 round, cut short)"
+    assert x_copy_text(XCopy(median=3.9487, iqr=0.0, rounds=1)) == "3.95× (1 round)"
+    assert x_copy_text(XCopy(median=3.9, iqr=0.0, samples=[3.9, 3.9])) == "3.90× ±<0.01"  # two equal rounds: a spread of 0
 
 
 def test_a_spread_is_written_to_the_decimals_of_its_value() -> None:
