@@ -31,6 +31,7 @@ from gcbench.results.bench_diff import BENCH_UNIT
 from gcbench.results.bench_record import BenchCase
 from gcbench.results.judge import NOT_SIGNIFICANT, Comparison, Row
 from gcbench.results.phases import PhaseRow, Window, WorkerTraffic
+from gcbench.results.record import CUT_SHORT
 from gcbench.results.run_record import RunCase
 from gcbench.results.train_record import TrainCase
 
@@ -76,7 +77,7 @@ def stream_caption(cases: Sequence[RunCase], label: Callable[[str], str] = str) 
     ref = stream_reference(ok)
     if ref is None:
         return ("delivered / step err / scaled err: no stream in these results (recorded before the stream view); "
-                "the one-shot table has each compressor against its own reference.")
+                "the one-shot table has each compressor against its own reference." + copy_caveat(ok) + cut_caveat(ok))
     steps = sorted({c.stream.steps for c in ok if c.stream and c.stream.steps is not None})
     text = f"fidelity on the common reference: {ref}"
     if steps:
@@ -91,7 +92,20 @@ def stream_caption(cases: Sequence[RunCase], label: Callable[[str], str] = str) 
         least = next((c.stream.min_steps for c in short if c.stream and c.stream.min_steps), None)
         text += (f"; short = a stream of fewer than the {f'{least} ' if least else ''}steps that rank stateful "
                  "compressors: do not rank on it")
-    return text + "." + copy_caveat(ok)
+    return text + "." + copy_caveat(ok) + cut_caveat(ok)
+
+
+def cut_caveat(cases: Sequence[RunCase]) -> str:
+    """A sentence when the run's timing budget cut most compress figures short (a big model on a small budget), else "":
+    one line that says what the per-row flags say, and where the full timing is."""
+    timed = [x for c in cases if c.timing is not None for x in (c.timing.x_copy("compress"),) if x is not None]
+    cut = [x for x in timed if CUT_SHORT in (x.flags or [])]
+    if not timed or 2 * len(cut) < len(timed):
+        return ""
+    once = sum(1 for x in cut if (x.rounds if x.rounds is not None else len(x.samples or ())) == 1)
+    return (f" comp ×copy: {len(cut)} of {len(timed)} figures were cut short by the run's timing budget "
+            f"(metrics.timing_run_budget_s){f', {once} of them from one round' if once else ''}: rough speeds, not ones "
+            "to act on; `gcbench bench --model` times each compressor in a fresh process with its full rounds.")
 
 
 def copy_caveat(cases: Sequence[RunCase]) -> str:

@@ -848,3 +848,20 @@ def test_the_markdown_of_a_run_carries_each_sources_answer() -> None:
     answers = [line for line in text.splitlines() if line.startswith("**")]
     assert len(answers) == len(by_source(_run("run_base").cases))  # one per source
     assert not any("<img" in line for line in answers)  # a hostile source label stays text
+
+
+def test_a_run_whose_budget_cut_most_timings_says_so_once_under_the_table() -> None:
+    from gcbench.report.views import cut_caveat
+    from gcbench.results.run_record import RunCase
+
+    def case(i: int, flags: list[str], samples: list[float]) -> RunCase:
+        x = {"median": 2.0, "iqr": 0.0, "samples": samples, "flags": flags}
+        return RunCase.model_validate({"name": "c", "label": f"c{i}", "status": "ok", "timing": {"compress_x_copy": x}})
+
+    cut, full = ["cut short"], []
+    mostly = [case(0, cut, [2.0]), case(1, cut, [2.0]), case(2, cut, [2.0, 2.1]), case(3, full, [2.0] * 5)]
+    text = cut_caveat(mostly)
+    assert "3 of 4 figures were cut short" in text and "2 of them from one round" in text and "gcbench bench --model" in text
+    assert cut_caveat([case(0, cut, [2.0]), case(1, full, [2.0] * 5), case(2, full, [2.0] * 5)]) == ""  # one row: its flag
+    assert cut_caveat([case(0, full, [2.0] * 5)]) == "" and cut_caveat([]) == ""
+    assert "cut short by the run's timing budget" in stream_caption(mostly)
