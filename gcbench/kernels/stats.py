@@ -368,11 +368,14 @@ def _sq_norm_kernel(a):  # pragma: no cover - compiled
 
 @njit(cache=True)  # no fast-math: the float32 update must round exactly as torch's ``acc += a - b``
 def _accumulate_block(acc, a, b, lo):  # pragma: no cover - compiled
-    """``b`` None compiles its own loop, ``acc += a`` (numba prunes the other branch)."""
+    """``b`` None compiles its own loop, ``acc += a``; ``acc`` None another, the norm of what a zeroed ``acc`` would hold
+    with nothing written (numba prunes the other branches)."""
     s = 0.0
-    for i in range(lo, min(lo + MOMENT_BLOCK, acc.shape[0])):
-        v = acc[i] + a[i] if b is None else acc[i] + (a[i] - b[i])
-        acc[i] = v
+    for i in range(lo, min(lo + MOMENT_BLOCK, a.shape[0])):
+        v = a[i] if b is None else a[i] - b[i]
+        if acc is not None:
+            v = acc[i] + v
+            acc[i] = v
         w = np.float64(v)
         s += w * w
     return s
@@ -381,7 +384,7 @@ def _accumulate_block(acc, a, b, lo):  # pragma: no cover - compiled
 @njit(cache=True)
 def _accumulate_kernel(acc, a, b):  # pragma: no cover - compiled
     total = 0.0
-    for lo in range(0, acc.shape[0], MOMENT_BLOCK):
+    for lo in range(0, a.shape[0], MOMENT_BLOCK):
         total += _accumulate_block(acc, a, b, lo)
     return total
 
@@ -404,12 +407,13 @@ def _accumulate_blocks(acc, a, b, out):  # pragma: no cover - compiled
             out[k] = _accumulate_block(acc, a, b, k * MOMENT_BLOCK)
 
 
-def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
+def accumulate(acc: np.ndarray | None, a: np.ndarray, b: np.ndarray | None) -> float:
     """``acc += a − b`` (``b`` None: ``acc += a``) in place (float32: the difference and the sum each
     rounded), returning ‖acc‖² summed in float64: a running sum and its norm in one pass (a large one on
-    several threads, its block sums added in block order: the serial result to the bit).  The torch
+    several threads, its block sums added in block order: the serial result to the bit).  ``acc`` None: what a
+    zeroed ``acc`` would return, with no sum written or read (:func:`first_sum_sq`).  The torch
     reference is :func:`gcbench.measure.fidelity.accumulate64`'s chunked loop."""
-    n = acc.shape[0]
+    n = a.shape[0]
     if not _threaded(n):
         return float(_accumulate_kernel(acc, a, b))
     out = np.empty(_blocks(n))
@@ -417,44 +421,11 @@ def accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> float:
     return float(_sum_in_order(out))
 
 
-@njit(cache=True)  # no fast-math: the same sums as _accumulate_block into a zeroed acc
-def _diff_sq_block(a, b, lo):  # pragma: no cover - compiled
-    """``b`` None compiles its own loop, ‖a‖² of the block (numba prunes the other branch)."""
-    s = 0.0
-    for i in range(lo, min(lo + MOMENT_BLOCK, a.shape[0])):
-        v = a[i] if b is None else a[i] - b[i]
-        w = np.float64(v)
-        s += w * w
-    return s
-
-
-@njit(cache=True)
-def _diff_sq_kernel(a, b):  # pragma: no cover - compiled
-    total = 0.0
-    for lo in range(0, a.shape[0], MOMENT_BLOCK):
-        total += _diff_sq_block(a, b, lo)
-    return total
-
-
-@njit(parallel=True, cache=True)
-def _diff_sq_blocks(a, b, out):  # pragma: no cover - compiled
-    nb = out.shape[0]
-    per = (nb + BLOCK_PARTS - 1) // BLOCK_PARTS
-    for p in prange(BLOCK_PARTS):
-        for k in range(p * per, min(nb, (p + 1) * per)):
-            out[k] = _diff_sq_block(a, b, k * MOMENT_BLOCK)
-
-
 def first_sum_sq(a: np.ndarray, b: np.ndarray | None) -> float:
     """What :func:`accumulate` returns for a zeroed ``acc`` (‖a − b‖², ``b`` None: ‖a‖², the difference rounded to
     float32, the squares summed in float64 block by block in the same order: the same bits), without the sum itself:
     no buffer written or read (a one-step stream's running sums are read for their norms alone)."""
-    n = a.shape[0]
-    if not _threaded(n):
-        return float(_diff_sq_kernel(a, b))
-    out = np.empty(_blocks(n))
-    run_parallel(_diff_sq_blocks, n, a, b, out)
-    return float(_sum_in_order(out))
+    return accumulate(None, a, b)
 
 
 def sq_norm(a: np.ndarray) -> float:
