@@ -6,7 +6,7 @@ A tensor is viewed as the matrix ``M = a.reshape(shape[0], -1)`` (rows × cols),
 ``a = x + e`` includes the error-feedback residual (the shared mechanism, always on).  One power
 iteration with warm start, rank r::
 
-    P = M Q                  # Q: the previous step's Q (first step: standard normal from state.rng)
+    P = M Q                  # Q: the previous step's Q (first step: standard normals from a seed the state draws)
     P̂ = orthonormalise(P)    # Gram-Schmidt on the r columns
     Q = Mᵀ P̂                 # kept in state.tensors["q"]: the next step's warm start
     decoded = P̂ Qᵀ           # rank ≤ r
@@ -52,8 +52,9 @@ numba kernels over fixed row blocks, so results do not depend on the thread coun
 the caller wants it.  Other devices use torch float64 ops in the same order (same values up to
 the float64 summation order of ``M Q`` and ``Mᵀ P̂``), and there the body is the factors' float32 bytes on the
 input's device and the decoder reads them there: no host copy and no scalar read (Gram-Schmidt's dependence test
-is a ``torch.where`` on the device).  The one host datum is a state's first warm-start Q, drawn once from its NumPy
-generator (the CPU's bytes depend on that draw).  :func:`powersgd_step_reference` is the
+is a ``torch.where`` on the device).  A state's first warm-start Q is standard normals computed on the input's
+device from a seed of the state's generator (:func:`gcbench.kernels.normals_torch`, the same numbers on every
+device; version 2 drew it with the NumPy generator on the host and copied it over).  :func:`powersgd_step_reference` is the
 straightforward float32 version (version 1's arithmetic), the class's ``reference``.
 """
 
@@ -342,7 +343,7 @@ def powersgd_state_reference(comp: Compressor, x32: torch.Tensor, state: State) 
     rows, cols = matrix_shape(shape)
     q = state.tensors.get(Q_KEY)
     if q is None or tuple(q.shape) != (cols, r):
-        q = torch.from_numpy(copy.deepcopy(state.rng).standard_normal((cols, r), dtype=np.float32))
+        q = kernels.normals_torch(copy.deepcopy(state).randint64(), cols * r).reshape(cols, r)
     return powersgd_step_reference(a.reshape(rows, cols), q.to(a.device))[2].reshape(shape)
 
 
@@ -354,10 +355,11 @@ class PowerSGD(Compressor):
     reference = powersgd_state_reference
 
     def _start_q(self, state: State, cols: int, r: int, device: torch.device) -> torch.Tensor:
-        """The warm-start Q from the state, or a standard normal draw from the state's generator."""
+        """The warm-start Q from the state, or (a state's first step) standard normals drawn on ``device`` from a seed
+        the state's generator gives (:func:`gcbench.kernels.normals_torch`: the same numbers on every device)."""
         q = state.tensors.get(Q_KEY)
         if q is None or tuple(q.shape) != (cols, r):
-            q = torch.from_numpy(state.rng.standard_normal((cols, r), dtype=np.float32))
+            return kernels.normals_torch(state.randint64(), cols * r, device).reshape(cols, r)
         return q.to(device)
 
     def _encode(self, a: torch.Tensor, state: State, ctx: EncodeContext) -> Encoded:

@@ -4,17 +4,20 @@ The k positions are drawn from a 64-bit seed that the receiver also expands, so 
 crosses the wire with the values: 32·k + 64 bits.  ω = d/k − 1 (Stich et al. 2018; Wangni et al.
 2018).  Never a full ``randperm``.
 
-Index expansion (version 2, :func:`gcbench.kernels.random_subset`): the range is cut into blocks
-of 65,536 positions; one multivariate hypergeometric draw (NumPy PCG64 seeded with the sent seed)
-gives how many of the k fall in each block — exactly the block counts of a uniform k-subset —
-and each block takes a uniform subset of that size by Floyd's algorithm on an 8 KiB bitmap, with
-exactly uniform integers from the counter-based SplitMix64 stream; the bitmap yields the
-positions in ascending order.  Every k-subset is equally likely (each position is kept with
-probability exactly k/d), the cost is O(k + d/64) in cache-sized pieces at any density, and
-blocks run in parallel.  Version 1 used NumPy's ``choice``, whose hash set outgrew the caches at
-large k (4× the per-element cost at 100M elements) and which permutes the whole range above 2%
-density.  Compress returns no decoded tensor (the receiver's d-element output is built only when
-asked for); decoding scatters the k scaled values into a fresh zero buffer.
+Index expansion (version 3, :mod:`gcbench.kernels.rng`): position j of the k is (π(j) + c) mod d,
+where π is a 32-round swap-or-not shuffle of [0, d) and c a uniform rotation, every parameter taken
+from the counter-based SplitMix64 stream keyed by the seed.  π is a permutation, so the k positions
+are distinct; the uniform rotation keeps each position with probability k/d (to within d/2^63),
+so the estimator is unbiased with E‖C(x) − x‖² = (d/k − 1)‖x‖² exactly.  The work is O(k), a fixed
+sequence of integer operations with no data-dependent branch, so the torch path expands the seed
+where the tensor lies (a GPU never sends the seed to the host, nor the index set to the device)
+and the numba kernel gives the same positions on the CPU.  The values travel in generation order.
+
+Version history: version 1 drew with NumPy's ``choice``; version 2 cut the range into blocks, drew
+the block counts with NumPy's multivariate hypergeometric and Floyd's algorithm within each block
+(exactly uniform k-subsets, but host-only: a device had to receive the k indices every call).
+Compress returns no decoded tensor on the CPU path (the receiver's d-element output is built only
+when asked for); decoding scatters the k scaled values into a fresh zero buffer.
 :func:`randomk_reference` is the plain torch form.
 """
 
@@ -33,18 +36,18 @@ from gcbench.core.payload import Payload
 
 
 def indices_from_seed(seed: int, d: int, k: int) -> np.ndarray:
-    """The sorted k distinct positions in [0, d) that ``seed`` expands to (both sides)."""
+    """The k distinct positions in [0, d) that ``seed`` expands to (both sides), in generation order."""
     if kernels.available():
         return kernels.random_subset(seed, d, k)
     return kernels.random_subset_reference(seed, d, k)
 
 
 def randomk_reference(comp: Compressor, x32: torch.Tensor, state: State) -> torch.Tensor:
-    """Plain torch random-k: the same seed and index set, values gathered, scaled by d/k and
-    scattered into a zero tensor with torch ops.  (The index expansion is shared: the tests
-    check it against :func:`gcbench.kernels.random_subset_reference`, a plain Python twin.)"""
+    """Plain torch random-k: the seed's index set from the plain-Python expansion
+    (:func:`gcbench.kernels.random_subset_reference`, one position at a time from the definition), values gathered,
+    scaled by d/k and scattered into a zero tensor with torch ops."""
     flat, d, k = flat_and_k(x32, comp.params["density"])
-    idx = torch.from_numpy(indices_from_seed(state.randint64(), d, k)).to(flat.device)
+    idx = torch.from_numpy(kernels.random_subset_reference(state.randint64(), d, k)).to(flat.device)
     out = torch.zeros(d, dtype=torch.float32, device=flat.device)
     out[idx] = flat[idx] * (d / k)
     return out
@@ -60,15 +63,15 @@ class RandomK(Compressor):
         flat, d, k = flat_and_k(a, self.params["density"])
         seed = state.randint64()
         idx = indices_from_seed(seed, d, k)
-        if not kernels.cpu_fast(flat):  # the torch path: values gathered and the body built on flat's device
-            idx_t = _on_device(idx, flat.device)
+        if not kernels.cpu_fast(flat):  # the torch path: the seed expanded, the values gathered and the body built on flat's device
+            word = kernels.seed_word(seed, flat.device)
+            idx_t = kernels.random_subset_torch(word, d, k)
             vals = flat[idx_t].to(torch.float32)
-            seed_word = torch.tensor([seed - (1 << 64) if seed >= 1 << 63 else seed], dtype=torch.int64, device=flat.device)
             decoded = None
-            if ctx.need_decoded:  # what the receiver decodes, built here (no read of the seed back)
+            if ctx.need_decoded:  # what the receiver decodes, built here
                 decoded = torch.zeros(d, dtype=torch.float32, device=flat.device)
                 decoded[idx_t] = vals * (d / k)
-            return torch.cat([vals.contiguous().view(torch.uint8), seed_word.view(torch.uint8)]), {"k": k}, decoded
+            return torch.cat([vals.contiguous().view(torch.uint8), word.view(torch.uint8)]), {"k": k}, decoded
         body = np.empty(4 * k + 8, np.uint8)
         body[: 4 * k] = kernels.gather(kernels.flat_f32(flat), idx).view(np.uint8)
         body[4 * k :] = np.array([seed], "<u8").view(np.uint8)
@@ -92,18 +95,12 @@ class RandomK(Compressor):
         return out
 
 
-def _on_device(idx: np.ndarray, device: torch.device) -> torch.Tensor:
-    """The seed's index set on ``device``: the torch path's one host-to-device copy (the expansion is NumPy's
-    generator on the host; no device data goes the other way)."""
-    return torch.from_numpy(idx).to(device)
-
-
 def _decode_torch(body: torch.Tensor, d: int, k: int) -> torch.Tensor:
-    """The torch path's decoder: one scalar read (the 64-bit seed, expanded on the host), the values scaled and
-    scattered where the body lies."""
+    """The torch path's decoder: the seed expanded where the body lies (no scalar read), the values scaled and
+    scattered there."""
     if not 1 <= k <= d or body.numel() != 4 * k + 8:
         raise PayloadError(f"randomk body has {body.numel()} bytes, expected {4 * k + 8}")
-    seed = int(body[4 * k :].clone().view(torch.int64)[0]) & ((1 << 64) - 1)
+    idx = kernels.random_subset_torch(body[4 * k :].clone().view(torch.int64), d, k)
     out = torch.zeros(d, dtype=torch.float32, device=body.device)
-    out[_on_device(indices_from_seed(seed, d, k), body.device)] = body[: 4 * k].clone().view(torch.float32) * (d / k)
+    out[idx] = body[: 4 * k].clone().view(torch.float32) * (d / k)
     return out

@@ -15,10 +15,12 @@ multiplications a number; a compressor that uses them says so (``thc``; the othe
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
-from gcbench.kernels.bits import _DEBRUIJN, _DEBRUIJN_TABLE, _MASK64
+from gcbench.kernels.bits import _MASK64
 from gcbench.kernels.runtime import NUMBA, PARALLEL, PART, bounds, n_parts, njit, prange, run_parallel
 
 U64 = np.uint64
@@ -98,9 +100,12 @@ def rand24_torch(seed: int, n: int, device: torch.device | str = "cpu", start: i
     return _lshr(splitmix64_torch(seed, torch.arange(start, start + n, dtype=torch.int64, device=device)), 40)
 
 
-def splitmix64_torch(seed: int, counters: torch.Tensor) -> torch.Tensor:
-    """SplitMix64 outputs ``counters`` of stream ``seed`` (int64 tensors with uint64 bits: torch has no wrapping uint64)."""
-    z = (counters + 1) * _signed(int(GAMMA)) + _signed(int(key_of(seed)))  # int64 multiply wraps like uint64
+def splitmix64_torch(seed: int | torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 outputs ``counters`` of stream ``seed`` (int64 tensors with uint64 bits: torch has no wrapping uint64).
+
+    ``seed`` is a Python integer, or an int64 tensor of its bits on the counters' device (never read back)."""
+    key = seed if isinstance(seed, torch.Tensor) else _signed(int(key_of(seed)))
+    z = (counters + 1) * _signed(int(GAMMA)) + key  # int64 multiply wraps like uint64
     z = (z ^ _lshr(z, 30)) * _signed(int(MIX1))
     z = (z ^ _lshr(z, 27)) * _signed(int(MIX2))
     return z ^ _lshr(z, 31)
@@ -117,6 +122,19 @@ def uniforms(seed: int, n: int, device: torch.device | str = "cpu", start: int =
     return rand24_torch(seed, n, device, start).to(torch.float32) * 2.0**-24
 
 
+
+
+def normals_torch(seed: int, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``n`` float32 standard normals from stream ``seed``, with torch ops on ``device`` (no host data moves there).
+
+    Number j is Box–Muller on output j: u1 = (its top 32 bits + ½)/2^32 in (0, 1), u2 = its low 32 bits/2^32, and
+    √(−2 ln u1)·cos(2π u2) in float64, rounded to float32 (so |z| < 6.8, where the 32-bit u1 ends).  The same
+    numbers on every device up to the last bit of float64 ``log``/``cos``, which the rounding to float32 hides.
+    """
+    z = splitmix64_torch(seed, torch.arange(n, dtype=torch.int64, device=device))
+    u1 = (_lshr(z, 32).to(torch.float64) + 0.5) * 2.0**-32
+    u2 = (z & 0xFFFFFFFF).to(torch.float64) * 2.0**-32
+    return (torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)).to(torch.float32)
 
 @njit(inline="always")
 def _pair_number(key, e):  # pragma: no cover - compiled
@@ -173,89 +191,27 @@ def paired_uniforms(seed: int, n: int, device: torch.device | str = "cpu", start
 
 
 # ----------------------------------------------------------------------------- random k-subsets
+#
+# A k-subset of [0, d) from a 64-bit seed, the same on the CPU kernels and on any torch device, in O(k) work with no
+# data-dependent control flow (so a GPU computes it in a fixed sequence of element-wise ops, no host round trip):
+#
+#   position_j = (π(j) + c) mod d,   j = 0 … k − 1,
+#
+# where π is a swap-or-not shuffle of [0, d) (Hoang, Morris & Rogaway 2012) of SUBSET_ROUNDS rounds and c a uniform
+# rotation.  Round r pairs x with its partner x' = (K_r − x) mod d and swaps the two when bit F_r(max(x, x')) is 1, so
+# each round is an involution of [0, d) and π a permutation: the k positions are distinct.  F_r is the top bit of the
+# multiply-add hash M_r·x + A_r mod 2^64 (M_r odd).  K_r, M_r, A_r and c are outputs 0 … 3·SUBSET_ROUNDS of the
+# SplitMix64 stream keyed by the seed; K_r and c are those outputs' top 63 bits reduced mod d.
+#
+# Because c is uniform, each position is kept with probability k/d whatever π is (up to the modulo reduction's
+# d/2^63), so random-k is unbiased with E‖C(x) − x‖² = (d/k − 1)‖x‖² exactly as the definition says.  π only decides
+# how the k positions sit relative to each other: two of them keep their original distance only if the hash gave them
+# the same bit in every round (probability 2^-32); with 32 rounds the subsets of a small range are uniform within
+# chi-square tests (tests/kernels/test_rng.py,
+# tests/compressors/test_randomk.py).
 
-SAMPLE_BLOCK = 1 << 16  # positions per block of the k-subset sampler (an 8 KiB bitmap)
-
-
-@njit(inline="always")
-def _below(key, ctr, bound):  # pragma: no cover - compiled
-    """Uniform integer in [0, bound) (bound ≤ 2^32) from stream ``key`` starting at counter
-    ``ctr``: Lemire's multiply-shift on 32-bit draws with rejection, so exactly uniform.
-    Returns (value, next counter)."""
-    b = np.uint64(bound)
-    threshold = (np.uint64(1 << 32) - b) % b
-    while True:
-        r = _mix64(key + np.uint64(ctr + 1) * GAMMA) >> np.uint64(32)
-        ctr += 1
-        prod = r * b
-        if (prod & np.uint64(0xFFFFFFFF)) >= threshold:
-            return np.int64(prod >> np.uint64(32)), ctr
-
-
-@njit(cache=True)
-def _block_subset(key, block, size, count, words, out):  # pragma: no cover - compiled
-    """A uniform ``count``-subset of [0, size) by Floyd's algorithm on a bitmap, written to out
-    in ascending order (offset by block·SAMPLE_BLOCK)."""
-    for w in range((size + 63) // 64):
-        words[w] = np.uint64(0)
-    ctr = np.int64(block) << np.int64(32)  # each block draws from its own counter range
-    for j in range(size - count, size):
-        t, ctr = _below(key, ctr, j + 1)
-        bit = np.uint64(1) << np.uint64(t & 63)
-        if words[t >> 6] & bit:
-            words[j >> 6] |= np.uint64(1) << np.uint64(j & 63)
-        else:
-            words[t >> 6] |= bit
-    q = 0
-    base = np.int64(block) * SAMPLE_BLOCK
-    for w in range((size + 63) // 64):
-        v = words[w]
-        while v != np.uint64(0):
-            low = v & (~v + np.uint64(1))
-            out[q] = base + w * 64 + _DEBRUIJN_TABLE[(low * _DEBRUIJN) >> np.uint64(58)]
-            q += 1
-            v ^= low
-
-
-@njit(**PARALLEL)
-def _subset_kernel(key, d, counts, offsets, out):  # pragma: no cover - compiled
-    nb = counts.size
-    for b in prange(nb):
-        if counts[b] == 0:
-            continue
-        words = np.empty(SAMPLE_BLOCK // 64, np.uint64)
-        size = min(SAMPLE_BLOCK, d - b * SAMPLE_BLOCK)
-        _block_subset(key, b, size, counts[b], words, out[offsets[b] : offsets[b] + counts[b]])
-
-
-def random_subset(seed: int, d: int, k: int) -> np.ndarray:
-    """A uniformly random k-subset of [0, d), ascending, determined by ``seed`` alone.
-
-    The range is cut into blocks of :data:`SAMPLE_BLOCK` positions.  How many of the k fall in
-    each block is one multivariate hypergeometric draw from a PCG64 generator seeded with
-    ``seed`` — exactly the block counts of a uniform k-subset — and each block then takes a
-    uniform subset of that size by Floyd's algorithm with exactly uniform integers from the
-    counter-based stream (key drawn from the same generator).  So every k-subset is equally
-    likely and each position is kept with probability exactly k/d, at O(k + d/64) cost in
-    cache-sized pieces, for any density.
-    """
-    if not 0 <= k <= d:
-        raise ValueError(f"k must be in [0, {d}], got {k}")
-    gen = np.random.Generator(np.random.PCG64(int(seed)))
-    nb = max(1, -(-d // SAMPLE_BLOCK))
-    if nb == 1:
-        counts = np.array([k], np.int64)
-    else:
-        sizes = np.full(nb, SAMPLE_BLOCK, np.int64)
-        sizes[-1] = d - (nb - 1) * SAMPLE_BLOCK
-        counts = gen.multivariate_hypergeometric(sizes, k, method="marginals").astype(np.int64)
-    key = key_of(int(gen.integers(0, 2**63 - 1)))
-    offsets = np.zeros(nb, np.int64)
-    offsets[1:] = np.cumsum(counts)[:-1]
-    out = np.empty(k, np.int64)
-    if k:
-        run_parallel(_subset_kernel, d, key, np.int64(d), counts, offsets, out)
-    return out
+SUBSET_ROUNDS = 32
+_SUB_CHUNK = 2048  # indices per inner chunk of the CPU kernel: the rounds run over a chunk that stays in L1 (it vectorises)
 
 
 def _mix64_py(z: int) -> int:
@@ -265,33 +221,96 @@ def _mix64_py(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def subset_params(seed: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The shuffle's round keys K (int64, in [0, d)), hash multipliers M (odd) and offsets A (uint64), and the
+    rotation c, for ``seed`` and a range of ``d`` positions (Python's integers: the CPU paths' parameters)."""
+    key = int(key_of(seed))
+    u = [_mix64_py(key + (i + 1) * int(GAMMA)) for i in range(3 * SUBSET_ROUNDS + 1)]
+    rounds = SUBSET_ROUNDS
+    keys = np.array([(v >> 1) % d for v in u[:rounds]], np.int64)
+    mults = np.array([v | 1 for v in u[rounds : 2 * rounds]], np.uint64)
+    adds = np.array(u[2 * rounds : 3 * rounds], np.uint64)
+    return keys, mults, adds, (u[3 * rounds] >> 1) % d
+
+
+@njit(inline="always")
+def _shuffle_chunk(keys, mults, adds, c, d, first, buf):  # pragma: no cover - compiled
+    """buf[j] = (π(first + j) + c) mod d: the rounds over the whole chunk, one round at a time (the loop vectorises)."""
+    m = buf.size
+    for j in range(m):
+        buf[j] = first + j
+    for r in range(keys.size):
+        kr = keys[r]
+        mr = mults[r]
+        ar = adds[r]
+        for j in range(m):
+            x = buf[j]
+            xp = kr - x
+            xp = xp + d if xp < 0 else xp
+            xh = max(x, xp)
+            buf[j] = xp if (np.uint64(xh) * mr + ar) >> np.uint64(63) else x
+    for j in range(m):
+        x = buf[j] + c
+        buf[j] = x - d if x >= d else x
+
+
+@njit(**PARALLEL)
+def _subset_kernel(keys, mults, adds, c, d, out):  # pragma: no cover - compiled
+    k = out.size
+    for p in prange(n_parts(k)):
+        lo, hi = bounds(p, PART, k)
+        part = out[lo:hi]
+        for s in range(0, hi - lo, _SUB_CHUNK):
+            _shuffle_chunk(keys, mults, adds, c, d, lo + s, part[s : min(hi - lo, s + _SUB_CHUNK)])
+
+
+def random_subset(seed: int, d: int, k: int) -> np.ndarray:
+    """The k distinct positions in [0, d) that ``seed`` expands to (numba kernel), in generation order: position j is
+    (π(j) + c) mod d (the section comment above).  O(k) work; every device computes the same positions
+    (:func:`random_subset_torch`, :func:`random_subset_reference`)."""
+    if not 0 <= k <= d:
+        raise ValueError(f"k must be in [0, {d}], got {k}")
+    out = np.empty(k, np.int64)
+    if k:
+        keys, mults, adds, c = subset_params(seed, d)
+        run_parallel(_subset_kernel, d, keys, mults, adds, np.int64(c), np.int64(d), out)
+    return out
+
+
+def random_subset_torch(seed: torch.Tensor, d: int, k: int) -> torch.Tensor:
+    """:func:`random_subset` with int64 torch ops where ``seed`` lies (a one-element int64 tensor holding the seed's
+    64 bits): the parameters are computed there too, so the seed is never read back to the host.  A fixed sequence of
+    about 7·:data:`SUBSET_ROUNDS` element-wise ops on k elements."""
+    if not 0 <= k <= d:
+        raise ValueError(f"k must be in [0, {d}], got {k}")
+    dev = seed.device
+    rounds = SUBSET_ROUNDS
+    u = splitmix64_torch(seed.reshape(1), torch.arange(3 * rounds + 1, dtype=torch.int64, device=dev))
+    keys = torch.remainder(_lshr(u[:rounds], 1), d)
+    mults = u[rounds : 2 * rounds] | 1
+    adds = u[2 * rounds : 3 * rounds]
+    x = torch.arange(k, dtype=torch.int64, device=dev)
+    for r in range(rounds):
+        xp = torch.remainder(keys[r] - x, d)
+        x = torch.where(torch.maximum(x, xp) * mults[r] + adds[r] < 0, xp, x)  # int64 wraps like uint64: < 0 is the top bit
+    return torch.remainder(x + torch.remainder(_lshr(u[3 * rounds], 1), d), d)
+
+
+def seed_word(seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The 64-bit ``seed`` as a one-element int64 tensor on ``device`` (its bits; what :func:`random_subset_torch` takes)."""
+    s = int(seed) & _MASK64
+    return torch.tensor([s - (1 << 64) if s >= 1 << 63 else s], dtype=torch.int64, device=device)
+
+
 def random_subset_reference(seed: int, d: int, k: int) -> np.ndarray:
-    """:func:`random_subset` in plain Python (a set and ``sorted``): the tests' oracle."""
-    gen = np.random.Generator(np.random.PCG64(int(seed)))
-    nb = max(1, -(-d // SAMPLE_BLOCK))
-    if nb == 1:
-        counts = [k]
-    else:
-        sizes = np.full(nb, SAMPLE_BLOCK, np.int64)
-        sizes[-1] = d - (nb - 1) * SAMPLE_BLOCK
-        counts = gen.multivariate_hypergeometric(sizes, k, method="marginals").tolist()
-    key = int(gen.integers(0, 2**63 - 1))
-    out: list[int] = []
-    for b, count in enumerate(counts):
-        size = min(SAMPLE_BLOCK, d - b * SAMPLE_BLOCK)
-        ctr = b << 32
-        chosen: set[int] = set()
-        for j in range(size - count, size):
-            bound = j + 1
-            while True:  # Lemire's multiply-shift with rejection on 32-bit draws
-                r = _mix64_py(key + (ctr + 1) * int(GAMMA)) >> 32
-                ctr += 1
-                prod = r * bound
-                if (prod & 0xFFFFFFFF) >= ((1 << 32) - bound) % bound:
-                    t = prod >> 32
-                    break
-            chosen.add(j if t in chosen else t)
-        out.extend(b * SAMPLE_BLOCK + i for i in sorted(chosen))
+    """:func:`random_subset` in plain Python, one position at a time from the definition: the tests' oracle."""
+    keys, mults, adds, c = subset_params(seed, d)
+    out = []
+    for j in range(k):
+        x = j
+        for kr, mr, ar in zip(keys.tolist(), mults.tolist(), adds.tolist(), strict=True):
+            xp = (kr - x) % d
+            if ((max(x, xp) * mr + ar) & _MASK64) >> 63:
+                x = xp
+        out.append((x + c) % d)
     return np.array(out, np.int64)
-
-

@@ -11,10 +11,11 @@ POWERSGD_PROTOCOL = Protocol("powersgd", "all-reduce P (mean), orthonormalise, Q
 POWERSGD_CARD = CompressorInfo(
     name="powersgd",
     impl="gcbench.compressors.powersgd:PowerSGD",
-    version=2,
+    # version 3: the first warm-start Q is counter-based normals drawn on the device (2: the state's NumPy generator)
+    version=3,
     description="rank-r P Qᵀ by one warm-started power iteration, factors in fp32, error feedback; vectors dense",
     paper="Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed Optimization",
-    # not deterministic: the first Q is drawn from the state's seeded generator
+    # not deterministic: the first Q is drawn from a seed of the state's seeded generator
     biased=True, stateful=True, error_feedback="always", deterministic=False, reconstructed=False,
     params=(
         Param("rank", int, 2, "rank r of the approximation (paper's main setting 2; PyTorch's hook defaults to 1)", low=1),
@@ -22,10 +23,6 @@ POWERSGD_CARD = CompressorInfo(
               "M_w − P̂ Q_wᵀ (Algorithm 2 text)", choices=("aggregate", "local")),
     ),
     traffic_bytes=20.0,  # error feedback (read x and e, write e) and two more reads of M for M·Q and Mᵀ·P
-    # the warm start's draw is the state's NumPy generator (the CPU's bytes depend on it): a device draw would be a new
-    # version with other bytes on the CPU too
-    host_transfers=("a state's first step only: its warm-start Q is drawn by the state's NumPy generator and copied to the "
-                    "device (columns × rank float32); later steps move nothing"),
     protocol=POWERSGD_PROTOCOL,
 )
 
