@@ -69,10 +69,10 @@ AllCompressors = Annotated[bool, options.all_flag(
 Detail = Annotated[bool, typer.Option(
     "--detail", "--verbose", help="Print everything: every table (a time-to-accuracy table per cluster), the baselines' "
     "steps, why each flagged timing was flagged, the model's terms (default: the answer, its table, one line on trust).")]
-Convergence = Annotated[Path | None, typer.Option(
-    metavar="PATH", help="A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy "
-                         "target (steps to target × step time), not by step time alone; without --model, its model. "
-                         "Default: the newest convergence file of the model in --runs-dir, named in the output.")]
+Convergence = Annotated[Path | None, options.convergence(
+    "A results file of `gcbench converge` on the same model: rank by predicted time to its accuracy target (steps to "
+    "target × step time), not by step time alone; without --model, its model. Default: the newest convergence file of "
+    "the model in --runs-dir, named in the output.")]
 
 PlanArg = Annotated[str | None, options.plan(
     "auto: choose a compressor per tensor (among the candidates, none and bf16) "

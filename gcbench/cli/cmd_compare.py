@@ -32,8 +32,8 @@ Momentum = Annotated[float | None, typer.Option(metavar="FLOAT", help=(
 Sweep = Annotated[bool, typer.Option("--sweep", help=(
     "Also run each compared compressor whose card has a density parameter at densities 0.1, 0.03, 0.01, 0.003 and 0.001 "
     "(labels like topk@0.01), so the verdict can say how many bytes each needs at equal delivered update."))]
-CompareConvergence = Annotated[Path | None, typer.Option(
-    "--convergence", metavar="PATH", help="A results file of `gcbench converge` on the same model: the recommendation is "
+CompareConvergence = Annotated[Path | None, options.convergence(
+    "A results file of `gcbench converge` on the same model: the recommendation is "
     "held to it (a compressor that reached the target in every seed is recommendable whatever its open-loop fraction; "
     "one that did not never is). Default: the newest such file in --out, named in the sentence.")]
 

@@ -90,6 +90,8 @@ seed = _with_help("--seed", "INT")
 device = _with_help("--device", "NAME")
 #: ``--plan FILE``: a compression plan (gcbench.plan), wherever a compressor spec is taken (the same as -c plan:FILE)
 plan = _with_help("--plan", "FILE")
+#: ``--convergence PATH``: a results file of `gcbench converge` a recommendation is held to (compare, advise)
+convergence = _with_help("--convergence", "PATH")
 
 
 #: ``--loop open|closed``: what a live model steps with between measured steps (run, compare)
