@@ -15,8 +15,9 @@ runs: under ``GCBENCH_KERNELS=torch``, or with ``GCBENCH_TEST_DEVICE=cuda``.  Ot
 and :func:`test_the_guard_holds_on_the_torch_path` runs this module in a fresh process under
 ``GCBENCH_KERNELS=torch`` (the kernels choose their path at import).  ``pytest -s`` prints a table of the counts.
 
-:data:`NOT_YET` names what is not yet device-resident (issue 41), per check; those are expected to fail, strictly: one
-that passes fails the run until it is taken off the list.
+:data:`NOT_YET` names what is not yet device-resident, per check; those are expected to fail, strictly: one that passes
+fails the run until it is taken off the list.  It is empty since randomk's and powersgd's version 3 (issue 41): a
+compressor added to it must say why on its card (``host_transfers``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ WORKERS = 4
 #: the torch path runs here: numba is off (GCBENCH_KERNELS=torch) or the tensors are on a GPU
 ON_TORCH_PATH = not kernels.NUMBA or TEST_DEVICE != "cpu"
 
-#: per check, the compressors not yet device-resident (issue 41): expected to fail, strictly (take a name off when it passes)
+#: per check, the compressors not yet device-resident: expected to fail, strictly (take a name off when it passes)
 NOT_YET: dict[str, set[str]] = {
     "compress": set(),
     "decompress": set(),
