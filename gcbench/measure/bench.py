@@ -35,6 +35,7 @@ from gcbench.compressors._common import k_of
 from gcbench.core import liveness
 from gcbench.core.compressor import Compressor
 from gcbench.core.errors import GcbenchError
+from gcbench.measure.copy_baseline import bench_copy_spread
 from gcbench.measure.timing import (
     Interleaved,
     Timing,
@@ -559,6 +560,7 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
         recs = remeasure_unstable(recs, names, repeats=repeats, warmup=warmup, threads=threads, device=device,
                                   isolate=isolate, model=model, progress=progress, max_rounds=max_rounds, budget_s=left,
                                   shared_worker=shared_worker, case_s=first_s / max(1, len(recs)))
+    bench_copy_spread(recs)  # where the caches hold the copy: how far it moved between the cases' processes
     setup: dict[str, Any] = {"name": "bench", "sizes": [] if model else list(sizes), "repeats": repeats, "threads": threads}
     if budget_s is not None:
         setup.update(budget_s=budget_s, timing_s=round(clock() - start, 3))

@@ -72,6 +72,36 @@ MEMORY_BOUND_FACTOR = 2.0
 DECOMPRESS_BOUND_X_COPY = 0.5
 
 
+def bench_copy_spread(recs: Sequence[dict[str, Any]]) -> None:
+    """Record, per element count, how far the copy moved between the bench cases whose copy the caches can hold.
+
+    Every ``gcbench bench`` case runs in a fresh process and is held against a copy of its own tensor timed beside it.
+    Where that copy's traffic (read + write) is under :data:`CACHE_RESIDENT_FACTOR` × the last-level cache, the copy
+    runs at the speed the kernel before it left the caches in, and it moves between processes: six runs of
+    ``gcbench bench powersgd --sizes 1M,25.6M`` on a quiet machine (2026-12-02) timed the 1M copy at 0.099–0.291 ms,
+    so the same compress read as 8.3× to 26.1× a copy (its own time 1.9–2.9 ms), every row unflagged; at 25.6M the
+    figures stayed within 5.3–6.8×.  So each such case gets ``copy_cache_resident`` and ``copy_cases`` (how many cases
+    of that size, device and thread count ran), and where two or more did, ``copy_spread`` (their copy medians' max ÷
+    min) and ``copy_range_s``: past :data:`COPY_SPREAD_LIMIT` the report says ×copy at that size will not repeat; with
+    one case it says the spread could not be seen.  ``bench --model`` cases and other devices are left alone.
+    """
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in recs:
+        numel, copy = r.get("numel"), r.get("copy") or {}
+        if r.get("error") or r.get("model") or r.get("device", "cpu") != "cpu" or not numel or not copy.get("median_s"):
+            continue
+        if 2 * dense_bytes(int(numel)) < CACHE_RESIDENT_FACTOR * last_level_cache_bytes():
+            groups.setdefault((numel, r.get("threads")), []).append(r)
+    for group in groups.values():
+        copies = [float(r["copy"]["median_s"]) for r in group]
+        for r in group:
+            r["copy_cache_resident"] = True
+            r["copy_cases"] = len(group)
+            if len(group) > 1 and min(copies) > 0:
+                r["copy_spread"] = max(copies) / min(copies)
+                r["copy_range_s"] = [min(copies), max(copies)]
+
+
 def pool_copy_baseline(timings: Sequence[dict[str, Any]]) -> None:
     """Hold each kernel of one source's cases against the copy it moves with: its own rounds' copy for a kernel
     limited by memory traffic, the run's pooled copy of the same tensors for one limited by compute.

@@ -139,7 +139,9 @@ def markdown_bench(run: LoadedRun) -> str:
     headers = ["compressor", *[md_escape(c.header) for c in BENCH_COLUMNS], *BENCH_TEXT_HEADERS]
     parts += [md_table(headers, rows, [False] + [True] * len(BENCH_COLUMNS) + [False, False]), ""]
     reasons = [f"- {md_escape(line)}" for line in views.flag_reason_lines(run.cases)]
-    return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), *(["", *reasons] if reasons else []), ""])
+    roofline = [md_escape(line) for line in views.bench_roofline(run.cases)]
+    return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), *(x for line in roofline for x in ("", line)),
+                      *(["", *reasons] if reasons else []), ""])
 
 
 def markdown_summary(run: LoadedRun) -> str:

@@ -24,7 +24,7 @@ from gcbench.measure.copy_baseline import COPY_SPREAD_LIMIT
 from gcbench.report.columns import Column, LayerMetric
 from gcbench.report.load import LoadedRun, machine_text
 from gcbench.report.notes import DAGGER
-from gcbench.report.numbers import fmt, or_unknown
+from gcbench.report.numbers import fmt, or_unknown, size_text
 from gcbench.report.text import clip
 from gcbench.results.baselines import ClaimResult, format_measured
 from gcbench.results.bench_diff import BENCH_UNIT
@@ -342,11 +342,36 @@ def flag_reason_lines(cases: Sequence[BenchCase]) -> list[str]:
 
 
 def bench_roofline(cases: Sequence[BenchCase]) -> list[str]:
-    """The median copy time of the cases that ran, the roofline every kernel time is a multiple of ([] when none ran)."""
-    copy_s = [c.copy_.median_s for c in cases if c.ok and c.copy_ is not None and c.copy_.median_s is not None]
-    if not copy_s:
-        return []
-    return [f"copy roofline (same tensor into a preallocated buffer): median {1e3 * statistics.median(copy_s):.2f} ms."]
+    """Per element count, the median copy time of the cases that ran (the roofline every kernel time of that size is a
+    multiple of), and where the caches held that copy, whether ×copy there can repeat ([] when none ran)."""
+    by_size: dict[Any, list[BenchCase]] = {}
+    for c in cases:
+        if c.ok and c.copy_ is not None and c.copy_.median_s is not None:
+            by_size.setdefault(c.numel, []).append(c)
+    lines = []
+    for numel, group in by_size.items():
+        at = f" at {size_text(numel)}" if len(by_size) > 1 else ""
+        ms = 1e3 * statistics.median(float(c.copy_.median_s) for c in group if c.copy_ and c.copy_.median_s is not None)
+        lines.append(f"copy roofline{at} (same tensor into a preallocated buffer): median {ms:.2f} ms." + _cache_caveat(group, at))
+    return lines
+
+
+def _cache_caveat(group: Sequence[BenchCase], at: str) -> str:
+    """What a size's cases recorded about a copy the caches held (:func:`gcbench.measure.copy_baseline.bench_copy_spread`):
+    ×copy there will not repeat (its copies spread past the limit across the cases' processes), or may not (one case)."""
+    first = group[0]
+    if not first.copy_cache_resident:
+        return ""
+    if first.copy_spread is not None and first.copy_spread > COPY_SPREAD_LIMIT and first.copy_range_s:
+        lo, hi = first.copy_range_s[0], first.copy_range_s[-1]
+        return (f" ×copy{at} will not repeat run to run: this copy, which the caches hold, took {lo * 1e3:.3g}–"
+                f"{hi * 1e3:.3g} ms across the {first.copy_cases} cases' processes (each at the speed the kernel before it "
+                "left the caches in); GB/s, the kernels' own speed, is what repeats.")
+    if (first.copy_cases or 0) < 2:
+        return (f" ×copy{at} may not repeat run to run: the caches hold this copy, which runs at the speed the kernel "
+                "before it left them in, and one case cannot show how far it moves between processes (bench two "
+                "compressors at this size to see it); GB/s, the kernel's own speed, is what repeats.")
+    return ""
 
 
 def bench_name(rec: BenchCase) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gcbench.results.fields import Int, Num, Str
+from gcbench.results.fields import Bool, Int, Num, Str
 from gcbench.results.record import Model, RunRecord, Timing, XCopy, finite
 
 
@@ -52,6 +52,11 @@ class BenchCase(Model):
     foreign_cpu: Num | None = None  # other processes' share of the machine's CPU while timing (the flag's load measure)
     traffic_bound: Num | None = None  # the compressor's declared traffic ÷ a copy's 8 bytes: the least ×copy it can take
     x_bound: Num | None = None  # median compress ×copy ÷ traffic_bound (1: at the memory-traffic bound; files before it: none)
+    #: the caches could hold this case's copy (read + write under 4× the last-level cache): it moves between processes
+    copy_cache_resident: Bool | None = None
+    copy_cases: Int | None = None  # with copy_cache_resident: the cases of this size whose copies were compared
+    copy_spread: Num | None = None  # with two or more such cases: their copy medians' max ÷ min
+    copy_range_s: list[Num] | None = None  # and those medians' least and greatest
 
     @property
     def ok(self) -> bool:

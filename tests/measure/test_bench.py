@@ -294,3 +294,26 @@ def test_a_flagged_timing_is_neither_pass_nor_short() -> None:
 def test_max_rounds_caps_calibration_in_the_isolated_process_too() -> None:
     (rec,) = run_bench(["signsgd"], [5000], repeats=2, warmup=0, threads=1, isolate=True, max_rounds=4)
     assert 2 <= len(rec["compress"]["samples_s"]) <= 4 and rec["policy"]["max_rounds"] == 4
+
+
+def test_cache_resident_sizes_record_how_far_the_copy_moved_between_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_copy_spread: with a 32 MiB last-level cache, 1M elements (8 MB read + write) are cache-resident and 25.6M
+    are not; the resident cases of one size get their copies' spread, a lone one only its count; failed cases, other
+    devices and ``--model`` cases are left alone."""
+    from gcbench.measure import copy_baseline
+
+    monkeypatch.setattr(copy_baseline, "last_level_cache_bytes", lambda: 32 << 20)
+
+    def rec(name: str, numel: int, copy_ms: float, **kw: object) -> dict[str, object]:
+        return {"compressor": name, "numel": numel, "threads": 2, "device": "cpu", "copy": {"median_s": copy_ms / 1e3}, **kw}
+
+    recs = [rec("topk", 1_000_000, 0.1), rec("qsgd", 1_000_000, 0.29), rec("topk", 25_600_000, 2.4),
+            rec("qsgd", 25_600_000, 4.0), rec("sign", 100_000, 0.01), rec("bad", 1_000_000, 9.0, error="boom"),
+            rec("gpu", 1_000_000, 9.0, device="cuda"), rec("m", 1_000_000, 9.0, model="resnet18")]
+    copy_baseline.bench_copy_spread(recs)
+    one, two, big, _, lone, bad, gpu, model = recs
+    assert one["copy_cache_resident"] and one["copy_cases"] == 2 and one["copy_range_s"] == [0.1e-3, 0.29e-3]
+    assert one["copy_spread"] == pytest.approx(2.9) and two["copy_spread"] == one["copy_spread"]
+    assert "copy_cache_resident" not in big  # 205 MB of traffic: not held by a 32 MiB cache
+    assert lone["copy_cases"] == 1 and "copy_spread" not in lone
+    assert not any("copy_cache_resident" in r for r in (bad, gpu, model))

@@ -865,3 +865,25 @@ def test_a_run_whose_budget_cut_most_timings_says_so_once_under_the_table() -> N
     assert cut_caveat([case(0, cut, [2.0]), case(1, full, [2.0] * 5), case(2, full, [2.0] * 5)]) == ""  # one row: its flag
     assert cut_caveat([case(0, full, [2.0] * 5)]) == "" and cut_caveat([]) == ""
     assert "cut short by the run's timing budget" in stream_caption(mostly)
+
+
+def test_bench_caption_has_a_roofline_per_size_and_says_where_x_copy_cannot_repeat() -> None:
+    """Two sizes: one copy roofline each (never one median over both); a cache-resident size whose copies spread past
+    the limit across the cases' processes says ×copy there will not repeat, a lone resident case that it may not, and
+    a resident size whose copies agreed says nothing more."""
+    run = _run("bench_small")
+    small = [c for c in run.cases if c.ok and c.numel == 100_000]
+    large = [c for c in run.cases if c.ok and c.numel == 1_000_000]
+    for c in small:
+        c.copy_cache_resident, c.copy_cases, c.copy_spread, c.copy_range_s = True, len(small), 2.9, [1e-4, 2.9e-4]
+    text = markdown_report([run])
+    assert "copy roofline at 100K (same tensor into a preallocated buffer)" in text
+    assert "copy roofline at 1M (same tensor into a preallocated buffer)" in text
+    assert "×copy at 100K will not repeat run to run: this copy, which the caches hold, took 0.1–0.29 ms across the 2 cases'" in text
+    assert "×copy at 1M" not in text  # not marked resident: nothing said
+    for c in small:
+        c.copy_spread = 1.1
+    assert "×copy at 100K" not in markdown_report([run])
+    for c in large:
+        c.copy_cache_resident, c.copy_cases = True, 1
+    assert "×copy at 1M may not repeat run to run" in markdown_report([run])
