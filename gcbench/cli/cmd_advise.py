@@ -158,7 +158,7 @@ def _write_csv(csv: Path, advice: Any) -> None:
 def _plan_input(plan: str | None, plan_out: Path | None, inputs: list[Path | None]) -> Any:
     """``--plan``: None (auto) or the plan FILE, read before any work (a bad plan is one line); ``--plan-out`` only
     with auto."""
-    from gcbench.plan.load import load_plan
+    from gcbench.plan.reader import load_plan
 
     if plan is None:
         if plan_out is not None:

@@ -120,7 +120,7 @@ def converge_cmd(
 
 def _compressors(compressor: list[str] | None, plan: list[str] | None) -> list[str] | None:
     """The -c SPECs (names as registered) and plans (``-c plan:FILE``, ``--plan FILE``) given, in that order; None for none."""
-    from gcbench.converge.plans import is_plan
+    from gcbench.workloads.specs import is_plan
 
     given = compressor or []
     specs = compressor_specs(None, [c for c in given if not is_plan(c)])
@@ -141,8 +141,8 @@ def _problem(suite: str | None, task: str | None, model: str | None, optimizer: 
 
         suite_path = suite_label(find_suite(suite))
         base = replace(base, extra={"description": data.get("description")})
-    from gcbench.converge.problems import OPTIMIZERS
-    from gcbench.train.tasks import TASKS
+    from gcbench.workloads.problems import OPTIMIZERS
+    from gcbench.workloads.tasks import TASKS
 
     # an unknown name is a command line gcbench cannot read: exit 2 with a suggestion, as an unknown -c is
     task = None if task is None else choose(task, ["auto", *TASKS], "task")

@@ -194,11 +194,12 @@ def _validate_converge(path: Any) -> None:
     against the registry, the tasks and the zoo, and no code is imported.
     """
     from gcbench.compressors import registry
-    from gcbench.converge.plans import check_plan, is_plan
+    from gcbench.converge.bound_plans import check_plan
     from gcbench.converge.sweep import load_suite as load_converge_suite
-    from gcbench.plan.load import plan_from_spec
+    from gcbench.plan.reader import plan_from_spec
     from gcbench.sources.catalog import check_model, is_user_model
-    from gcbench.train.tasks import TASKS
+    from gcbench.workloads.specs import is_plan
+    from gcbench.workloads.tasks import TASKS
 
     cfg, _ = load_converge_suite(path)
     try:

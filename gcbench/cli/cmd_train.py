@@ -77,7 +77,7 @@ def train_cmd(
     from gcbench.train.config import TrainConfig
     from gcbench.train.driver import train as run_training
     from gcbench.train.driver import under_torchrun
-    from gcbench.train.tasks import TASKS
+    from gcbench.workloads.tasks import TASKS
 
     specs: list[str] = []
     for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:

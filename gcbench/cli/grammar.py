@@ -65,9 +65,9 @@ def compressor_specs(positional: Sequence[str] | None, options: Sequence[str] | 
 
 
 def plan_spec(text: str) -> str:
-    """``plan:FILE`` with its plan read and checked (:func:`gcbench.plan.load.plan_from_spec`: a bad plan is one line,
+    """``plan:FILE`` with its plan read and checked (:func:`gcbench.plan.reader.plan_from_spec`: a bad plan is one line,
     exit 1); the spec comes back as given, so the command reads the file where it builds its case."""
-    from gcbench.plan.load import plan_from_spec
+    from gcbench.plan.reader import plan_from_spec
 
     plan_from_spec(text.strip())
     return text.strip()
@@ -82,7 +82,7 @@ def with_plans(options: Sequence[str] | None, plans: Sequence[str] | None) -> li
 
 def case_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """A SPEC as a suite case's (name, params): a compressor's by the registry, a ``plan:FILE`` as ``("plan", its table)``."""
-    from gcbench.plan.load import case_of_spec
+    from gcbench.plan.reader import case_of_spec
 
     return case_of_spec(spec)
 

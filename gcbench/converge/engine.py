@@ -43,11 +43,11 @@ import torch
 from torch import nn
 
 from gcbench.compressors import registry
+from gcbench.converge.devices import evaluating_on, moved, on_cpu, rng_devices
 from gcbench.converge.exchange import Exchange, PlanExchange, plan_rules
-from gcbench.converge.placement import evaluating_on, moved, on_cpu, rng_devices
-from gcbench.converge.problems import ConvergeError, Problem, SeedProblem, make_optimizer
 from gcbench.core.compressor import Compressor, State
 from gcbench.plan.model import Plan
+from gcbench.workloads.problems import ConvergeError, Problem, SeedProblem, make_optimizer
 
 #: the gradient-ready order is unknown until the first backward pass; DDP's default bucket caps after it
 FIRST_BUCKET_BYTES = 1024 * 1024

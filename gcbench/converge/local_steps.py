@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from gcbench.converge.engine import UnitLayout, diverged, evaluated, first_evaluation, model_buffers, stepped, take_grads, worker_pass
-from gcbench.converge.problems import SeedProblem, make_optimizer
+from gcbench.workloads.problems import SeedProblem, make_optimizer
 
 if TYPE_CHECKING:
     from gcbench.converge.engine import EngineSettings, SeedResult, StepProgress

@@ -29,23 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from gcbench.core.intervals import UNBOUNDED, Domain, mean_interval
+from gcbench.core.intervals import UNBOUNDED, Domain, domain, mean_interval
 
 #: the default target: 95% of the reference's mean final metric (see the module docstring)
 DEFAULT_TARGET_FRACTION = 0.95
 
 
-def domain(quantity: str, metric: str | None = None, budget: int | None = None) -> Domain:
-    """What ``quantity`` (``"steps"``, ``"metric"`` or ``"gap"``) of a run of ``metric`` over ``budget`` steps can be.
-
-    Steps to the target: ``[0, budget]``; accuracy: ``[0, 1]``, so a gap of two accuracies ``[-1, 1]``; anything else
-    (a negated user loss) is unbounded.
-    """
-    if quantity == "steps":
-        return (0.0, float(budget) if budget is not None else None)
-    if metric == "accuracy":
-        return (0.0, 1.0) if quantity == "metric" else (-1.0, 1.0)
-    return UNBOUNDED
 
 
 def interval(values: Sequence[float | None], bounds: Domain = UNBOUNDED) -> dict[str, Any] | None:

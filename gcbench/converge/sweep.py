@@ -27,16 +27,16 @@ from typing import Any
 
 from gcbench.compressors import registry
 from gcbench.converge import seed_summary
+from gcbench.converge.bound_plans import BoundPlan, bind, plan_specs, resolve_relative
 from gcbench.converge.build_record import build_case
 from gcbench.converge.engine import EngineSettings, SeedResult, run_seed
-from gcbench.converge.plans import PLAN, BoundPlan, bind, is_plan, plan_specs, resolve_relative
-from gcbench.converge.problems import OPTIMIZERS, ConvergeError, ModelProblem, Problem, make_problem
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 from gcbench.core.files import load_user_toml
 from gcbench.results.fields import COUNT_MAX
 from gcbench.results.store import RunWriter
-from gcbench.train.config import Spec, parse_compressors, reference_name
+from gcbench.workloads.problems import OPTIMIZERS, ConvergeError, ModelProblem, Problem, make_problem
+from gcbench.workloads.specs import PLAN, Spec, is_plan, parse_compressors, reference_name
 
 #: ``progress(stage, done, total, message)``: stage ``case`` counts finished (compressor, seed) runs, ``step`` a run's steps
 Progress = Callable[[str, int, int, str], None]

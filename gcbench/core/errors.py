@@ -44,6 +44,10 @@ class ResultsError(GcbenchError):
     """A results file that cannot be read (corrupt, or written by a newer schema)."""
 
 
+class TrainError(GcbenchError):
+    """A training run that could not complete (a worker crashed, hung, or a task is unavailable)."""
+
+
 def did_you_mean(name: str, choices: list[str] | tuple[str, ...], what: str) -> str:
     """Message for an unknown ``name`` of kind ``what`` with the closest ``choices``."""
     import difflib

@@ -112,3 +112,16 @@ def jackknife(estimate: float, leave_one_out: Sequence[float], confidence: float
     se = math.sqrt((n - 1) / n * float(((vals - vals.mean()) ** 2).sum()))
     half = t_quantile(n - 1, confidence) * se
     return Interval(estimate, estimate - half, estimate + half, n, se=se, confidence=confidence)
+
+
+def domain(quantity: str, metric: str | None = None, budget: int | None = None) -> Domain:
+    """What ``quantity`` (``"steps"``, ``"metric"`` or ``"gap"``) of a run of ``metric`` over ``budget`` steps can be.
+
+    Steps to the target: ``[0, budget]``; accuracy: ``[0, 1]``, so a gap of two accuracies ``[-1, 1]``; anything else
+    (a negated user loss) is unbounded.
+    """
+    if quantity == "steps":
+        return (0.0, float(budget) if budget is not None else None)
+    if metric == "accuracy":
+        return (0.0, 1.0) if quantity == "metric" else (-1.0, 1.0)
+    return UNBOUNDED

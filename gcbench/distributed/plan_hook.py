@@ -2,7 +2,7 @@
 
 ``register_compressor_hook(ddp_model, "plan:small.toml")`` (or a :class:`~gcbench.plan.model.Plan`) matches the
 plan's rules to the module's parameters (:func:`gcbench.plan.assign.assign`: a rule that matches nothing is a
-:class:`~gcbench.plan.load.PlanError` before any collective) and installs :func:`plan_hook`.  Per bucket:
+:class:`~gcbench.plan.reader.PlanError` before any collective) and installs :func:`plan_hook`.  Per bucket:
 
 * the units are the bucket's parameter gradients (a plan assigns compressors per tensor);
 * they are grouped by rule, and each rule group runs its compressor's own protocol (top-k's all-gather beside
@@ -43,8 +43,8 @@ from gcbench.distributed.hook_stats import BucketStats, HookStats
 from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import then
 from gcbench.plan.assign import Assignment, assign, tensor_infos
-from gcbench.plan.load import PlanError, plan_from_spec
 from gcbench.plan.model import Plan
+from gcbench.plan.reader import PlanError, plan_from_spec
 
 #: the phases a rule's bytes are tallied under
 RULES, WARMUP = "rules", "warmup"

@@ -49,7 +49,7 @@ from gcbench.measure.timing import (
     timer_name,
     x_copy_summary,
 )
-from gcbench.plan.load import PlanError, case_of_spec
+from gcbench.plan.reader import PlanError, case_of_spec
 from gcbench.results.bench_record import BenchCase
 from gcbench.results.record import CUT_SHORT as CUT_SHORT_FLAG
 from gcbench.results.record import RunRecord

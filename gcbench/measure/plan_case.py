@@ -23,7 +23,7 @@ from gcbench.core.errors import PayloadError
 from gcbench.core.info import CompressorInfo, Flags
 from gcbench.core.state import State
 from gcbench.plan import Assignment, Plan, PlanError, assign, layout_infos, tensor_infos
-from gcbench.plan.load import plan_of_params
+from gcbench.plan.reader import plan_of_params
 
 if TYPE_CHECKING:
     from gcbench.measure.granularity import Unit
@@ -259,7 +259,7 @@ def fresh_states(comp: Compressor, seeds: Sequence[int]) -> list[State]:
 
 def check_model_plans(specs: Sequence[str], model: str) -> None:
     """Refuse, before any work, a ``plan:FILE`` among ``specs`` whose rules do not fit ``model``'s tensors (``bench --model``)."""
-    from gcbench.plan.load import case_of_spec
+    from gcbench.plan.reader import case_of_spec
 
     for spec in specs:
         name, params = case_of_spec(spec)

@@ -360,8 +360,8 @@ def _resolve_compressors(where: str, suite: Suite) -> Suite:
 
 
 def _resolve_plan(where: str, c: CompressorSpec) -> CompressorSpec:
-    """A plan case checked (:func:`gcbench.plan.load.plan_of_params`): params its whole [plan] table, label ``plan:<name>``."""
-    from gcbench.plan.load import case_params, plan_of_params
+    """A plan case checked (:func:`gcbench.plan.reader.plan_of_params`): params its whole [plan] table, label ``plan:<name>``."""
+    from gcbench.plan.reader import case_params, plan_of_params
 
     plan = plan_of_params(c.params, where)
     return CompressorSpec(name="plan", label=c.label or plan.label, params=case_params(plan, c.params.get("file")))

@@ -98,6 +98,6 @@ def _min_workers(name: str, params: dict[str, Any]) -> int:
     """The fewest workers a case runs on: its card's, or for a plan the most any of its rules' compressors needs."""
     if name != "plan":
         return registry.get(name).min_workers
-    from gcbench.plan.load import plan_of_params
+    from gcbench.plan.reader import plan_of_params
 
     return max(registry.get(registry.parse_spec(spec)[0]).min_workers for spec in plan_of_params(params, "plan").specs())

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gcbench.plan.load import PlanError
 from gcbench.plan.model import Plan, Rule
+from gcbench.plan.reader import PlanError
 
 if TYPE_CHECKING:
     import torch

@@ -11,7 +11,7 @@ pseudo-gradient every H inner steps.  A :class:`Plan` says all three once:
 * a sync period ``local_steps`` (H) and the :class:`Outer` optimizer that applies the exchanged
   pseudo-gradient (SGD with Nesterov momentum, as DiLoCo).
 
-The objects are plain frozen data; :mod:`gcbench.plan.load` reads and checks them from TOML and
+The objects are plain frozen data; :mod:`gcbench.plan.reader` reads and checks them from TOML and
 :mod:`gcbench.plan.assign` matches them to a model's tensors.
 """
 
@@ -87,7 +87,7 @@ def _toml_value(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """A compression plan (see the module docstring); ``to_toml`` round-trips through :func:`gcbench.plan.load.load_plan`."""
+    """A compression plan (see the module docstring); ``to_toml`` round-trips through :func:`gcbench.plan.reader.load_plan`."""
 
     name: str
     rules: tuple[Rule, ...]

@@ -13,9 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gcbench.converge.seed_summary import domain
 from gcbench.core.errors import ResultsError
-from gcbench.core.intervals import UNBOUNDED, Domain, clip
+from gcbench.core.intervals import UNBOUNDED, Domain, clip, domain
 from gcbench.results.converge_record import ConvergeCase, ConvergeRecord, Interval
 from gcbench.results.record import RunRecord
 

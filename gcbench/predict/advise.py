@@ -1,7 +1,7 @@
 """``gcbench advise``: which compressor makes a model's training faster on a given cluster, and at what fidelity cost.
 
 One library call answers it: :func:`advise` takes an :class:`AdviseRequest` (the model or its bench file, the
-clusters, the network, the evidence to rank with) and returns an :class:`gcbench.predict.model.Advice`; the command,
+clusters, the network, the evidence to rank with) and returns an :class:`gcbench.predict.advice_model.Advice`; the command,
 the report and a notebook call it alike::
 
     from gcbench.predict.advise import AdviseRequest, advise
@@ -38,6 +38,7 @@ from pathlib import Path
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.predict.accuracy import ConvergenceInput, mismatch_text, read_convergence, run_model, same_model
+from gcbench.predict.advice_model import Advice, Delivered, Pricing, Scenario, Step, is_bf16
 from gcbench.predict.compute_time import stored_compute
 from gcbench.predict.inputs import (
     KERNEL_BUDGET_S,
@@ -48,7 +49,6 @@ from gcbench.predict.inputs import (
     find_convergence,
     step_inputs,
 )
-from gcbench.predict.model import Advice, Delivered, Pricing, Scenario, Step, is_bf16
 from gcbench.predict.network import Network, Topology
 from gcbench.predict.step import BASELINES, bf16_step, price_step, reference_step
 from gcbench.predict.step_kernels import KernelSet, StepKernels, kernels_from_bench, reference_copy

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gcbench.predict.model import Advice, Scenario, Step
+from gcbench.predict.advice_model import Advice, Scenario, Step
 from gcbench.results.recommend import DELIVERED_FLOOR, UNKNOWN_DRAIN_STEPS
 
 #: flagged inputs named in a caveat before "and N more"

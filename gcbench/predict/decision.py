@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from gcbench.predict.advice_model import Advice
 from gcbench.predict.advise import advise_kernels
-from gcbench.predict.model import Advice
 from gcbench.predict.step_kernels import KernelSet, step_kernels_of
 from gcbench.results.parse import as_cases
 

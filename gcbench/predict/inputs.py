@@ -29,6 +29,7 @@ from pathlib import Path
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
+from gcbench.predict.advice_model import Delivered
 from gcbench.predict.compute_time import (
     COMPUTE_KEY,
     ComputeTiming,
@@ -38,7 +39,6 @@ from gcbench.predict.compute_time import (
     store_compute,
     stored_compute,
 )
-from gcbench.predict.model import Delivered
 from gcbench.predict.step_kernels import KernelSet, kernels_from_bench
 from gcbench.results.bench_cache import find_recent_bench
 from gcbench.results.recommend import ClosedEvidence, ClosedLoop, case_point

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from gcbench.core.errors import ResultsError
 from gcbench.predict.accuracy import STATUSES, ConvergenceInput, Outcome, ScenarioTime, Span, TimeRow, same_spec, spec_key
-from gcbench.predict.model import Advice, Scenario, Step
+from gcbench.predict.advice_model import Advice, Scenario, Step
 from gcbench.predict.network import Network
 from gcbench.predict.step import price_step
 from gcbench.predict.step_kernels import StepKernels, reference_copy

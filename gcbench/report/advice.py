@@ -8,8 +8,8 @@ from typing import Any
 from rich.table import Table
 
 from gcbench.predict.accuracy import ConvergenceInput, ScenarioTime, TimeRow
+from gcbench.predict.advice_model import Advice, Scenario, Step
 from gcbench.predict.advise_text import summaries, summary_for
-from gcbench.predict.model import Advice, Scenario, Step
 from gcbench.predict.time_to_accuracy import time_sentence
 from gcbench.report.columns import Label
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gcbench.predict.accuracy import Span, TimeRow
-from gcbench.predict.model import Advice, Scenario, Step
+from gcbench.predict.advice_model import Advice, Scenario, Step
 from gcbench.report.export import columns_of, csv_text
 
 #: the columns every row has, in this order (the convergence columns follow when a convergence file was given)

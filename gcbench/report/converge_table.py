@@ -26,7 +26,7 @@ from gcbench.report.text import term
 
 def _iv(iv: Mapping[str, Any] | None, kind: str = "acc", signed: bool = False) -> str:
     """``mean ± half-width`` of a 95% t-interval, ``mean (low–high)`` where clipping to the quantity's domain made it
-    asymmetric (:func:`gcbench.converge.seed_summary.domain`), the mean alone over one value, ``—`` when absent."""
+    asymmetric (:func:`gcbench.core.intervals.domain`), the mean alone over one value, ``—`` when absent."""
     if not iv or iv.get("mean") is None:
         return "—"
     mean = float(iv["mean"])

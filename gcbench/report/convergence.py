@@ -274,8 +274,7 @@ def converge_cases_rows(run: LoadedRun) -> list[dict[str, Any]]:
 
 def converge_steps_rows(run: LoadedRun) -> list[dict[str, Any]]:
     """steps.csv: one row per compressor × evaluated step, the mean curve over seeds with its band."""
-    from gcbench.converge.seed_summary import domain
-    from gcbench.core.intervals import clip
+    from gcbench.core.intervals import clip, domain
 
     rows = []
     for c in run.cases:

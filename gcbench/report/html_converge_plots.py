@@ -15,10 +15,9 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator
 
-from gcbench.converge.seed_summary import domain
-from gcbench.core.intervals import UNBOUNDED, clip
+from gcbench.core.intervals import UNBOUNDED, clip, domain
 from gcbench.predict.accuracy import ScenarioTime
-from gcbench.predict.model import Pricing
+from gcbench.predict.advice_model import Pricing
 from gcbench.report.html_plotkit import (
     PLOT_TITLE_MAX,
     Plot,

@@ -38,7 +38,7 @@ class LoadedRun:
     path: Path
     data: RunRecord
     #: a convergence file priced on named clusters (``report --cluster``:
-    #: :class:`gcbench.predict.model.Pricing`); None: reported by steps only
+    #: :class:`gcbench.predict.advice_model.Pricing`); None: reported by steps only
     pricing: Any = None
 
     def __post_init__(self) -> None:

@@ -178,7 +178,7 @@ def params_text(case: RunCase | TrainCase | BenchCase) -> str:
     """The case's parameters as ``key=value, ...``; a plan's, its rules (``numel < 1000 → none; default → topk``)."""
     params = case.params or {}
     if case.compressor == "plan" and isinstance(params.get("plan"), dict):
-        from gcbench.plan.load import PlanError, parse_plan
+        from gcbench.plan.reader import PlanError, parse_plan
 
         try:
             return "; ".join(r.label() for r in parse_plan(params["plan"], str(case.label)).rules)

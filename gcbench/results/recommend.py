@@ -120,11 +120,11 @@ def residual_drain_steps(compressor: str | None, params: Mapping[str, object] | 
 
 
 def _plan_drain_steps(params: Mapping[str, object] | None) -> int | None:
-    """The drain steps of a plan case (its params, :func:`gcbench.plan.load.plan_of_params`): the most any of its rules
+    """The drain steps of a plan case (its params, :func:`gcbench.plan.reader.plan_of_params`): the most any of its rules
     needs; None where one of its error-feedback rules says nothing of what share it sends."""
     from gcbench.compressors import registry
     from gcbench.core.errors import GcbenchError
-    from gcbench.plan.load import plan_of_params
+    from gcbench.plan.reader import plan_of_params
 
     try:
         specs = [registry.parse_spec(r.compressor) for r in plan_of_params(dict(params or {}), "plan").rules]

@@ -1,7 +1,7 @@
 """The zoo's network architectures: plain-torch modules with torchvision's parameter names and initialisation.
 
 :mod:`gcbench.sources.zoo` builds them into models with seeds and batches; the citations and parameter counts of
-each are in its docstring.  The train tasks (:mod:`gcbench.train.tasks`) use the ``digits``, ``digits_cnn`` and
+each are in its docstring.  The train tasks (:mod:`gcbench.workloads.tasks`) use the ``digits``, ``digits_cnn`` and
 ``charlstm`` networks on their real data.
 """
 
@@ -275,7 +275,7 @@ class SmallCNN(nn.Module):
 
 # --------------------------------------------------------------------------------------------
 # the models of the train tasks (digits, digits_cnn, charlstm): one definition, used by the tasks
-# (gcbench.train.tasks) on their real data and by the zoo on synthetic batches of the same shapes,
+# (gcbench.workloads.tasks) on their real data and by the zoo on synthetic batches of the same shapes,
 # so that `gcbench advise --convergence` can price a step of the model a convergence run trained
 
 

@@ -244,7 +244,7 @@ def _import_file(path: str, file_text: str) -> Any:
     """The file of a ``path/to/file.py:factory`` model imported as a module of its own.
 
     Under the name ``gcbench_user_<stem>_<digest of the absolute path>``, the one ``gcbench converge`` gives it
-    (gcbench/converge/problems.py), so a process that imported it there reuses it, and every process that is given
+    (gcbench/workloads/problems.py), so a process that imported it there reuses it, and every process that is given
     the same path (advise's bench workers) imports the same file.  A converge run records the file's absolute path
     (``settings.task_path``), which is how ``advise --convergence`` finds it again from another folder.
     """

@@ -17,9 +17,10 @@ import numpy as np
 
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
-from gcbench.train.config import Spec, TrainConfig, reference_name
-from gcbench.train.plans import PLAN, plan_fields, plan_identity
+from gcbench.train.config import TrainConfig
+from gcbench.train.plan_cases import plan_fields, plan_identity
 from gcbench.train.prediction import predict_case
+from gcbench.workloads.specs import PLAN, Spec, reference_name
 
 
 def _median(vals: Sequence[float]) -> float | None:

@@ -1,8 +1,7 @@
-"""The settings of one ``gcbench train`` run: :class:`TrainConfig`, the compressors it compares, injected faults.
+"""The settings of one ``gcbench train`` run: :class:`TrainConfig` and injected faults.
 
 :meth:`TrainConfig.resolved` fills the task's defaults and checks every option before any process
-starts; :func:`parse_compressors` turns ``-c`` options into :class:`Spec` objects with the
-uncompressed reference (:func:`reference_name`) first.  ``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]``
+starts (the compressors it compares: :mod:`gcbench.workloads.specs`).  ``GCBENCH_TRAIN_FAULT=crash:RANK[@STEP][/LABEL]``
 (or ``hang:...``) injects a failure for testing (:class:`Fault`).
 """
 
@@ -11,19 +10,11 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from gcbench.compressors import registry
 from gcbench.core.errors import ParamError, UnknownNameError, did_you_mean
-from gcbench.train.tasks import TASKS, default_task
-
-
-def reference_name() -> str:
-    """The uncompressed reference every training comparison includes: the identity compressor's card."""
-    return registry.identity().name
-
+from gcbench.workloads.tasks import TASKS, default_task
 
 FAULT_ENV = "GCBENCH_TRAIN_FAULT"
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: finite, and far inside what torch.distributed can hold
@@ -121,40 +112,3 @@ class TrainConfig:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One compressor configuration to train with; ``label`` is the user's spelling."""
-
-    label: str
-    name: str
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-def parse_compressors(text: str | Sequence[str]) -> list[Spec]:
-    """``none,topk:density=0.01,error_feedback=true,qsgd`` → specs, with ``none`` first; ``plan:FILE`` items are plans
-    (:func:`gcbench.train.plans.plan_spec`), after the compressors.
-
-    Comma-separated (:func:`registry.split_specs`): a ``key=value`` item continues the previous
-    compressor's parameters.  ``none`` (the reference of the accuracy gap) is added first if absent.
-    """
-    from gcbench.train.plans import is_plan, plan_spec
-
-    texts = [text] if isinstance(text, str) else list(text)
-    labels = registry.split_specs([t for t in texts if not is_plan(t)])
-    plans = [plan_spec(t) for t in texts if is_plan(t)]  # ``plan:FILE``: a compression plan, after the compressors
-    if not labels and not plans:
-        raise ParamError("no compressors given (e.g. -c none -c topk -c qsgd)")
-    specs = []
-    for label in labels:
-        name, params = registry.parse_spec(label)
-        specs.append(Spec(label, name, dict(params)))
-    specs += plans
-    seen = [s.label for s in specs]
-    dup = sorted({x for x in seen if seen.count(x) > 1})
-    if dup:
-        raise ParamError(f"compressor {dup[0]!r} is listed twice")
-    if not any(s.name == reference_name() and not s.params for s in specs):
-        specs.insert(0, Spec(reference_name(), reference_name()))
-    else:  # the reference runs first so every later record can state its gap
-        specs.sort(key=lambda s: s.name != reference_name() or bool(s.params))
-    return specs

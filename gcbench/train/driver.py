@@ -10,7 +10,7 @@ rewritten after every compressor, so finished compressors survive a later failur
 
 Tasks (``--task``): ``digits`` (scikit-learn's bundled 8×8 digits, an MLP; the default when scikit-learn
 is installed) and ``charlstm`` (the text in ``gcbench/data/``, a character LSTM), in
-:mod:`gcbench.train.tasks`.  The settings and the compressor list are
+:mod:`gcbench.workloads.tasks`.  The settings and the compressor list are
 :mod:`gcbench.train.config`'s, the results case of each compressor is built by
 :mod:`gcbench.train.case`, and the spawned workers are supervised by
 :mod:`gcbench.train.workers`; this module runs the training loop and writes the results file.
@@ -63,16 +63,17 @@ from torch import nn
 
 from gcbench.compressors import registry
 from gcbench.core import signals
-from gcbench.core.errors import ParamError
+from gcbench.core.errors import ParamError, TrainError
 from gcbench.distributed.launch import init_from_env, launch_env, launched
 from gcbench.results.store import RunWriter
 from gcbench.train.case import build_record, failed_record
-from gcbench.train.config import Fault, Spec, TrainConfig, parse_compressors, reference_name
-from gcbench.train.placement import agree_on_devices, backend_of, check_local_devices, moved, on_cpu
-from gcbench.train.plans import PLAN, check_plans, plan_of
+from gcbench.train.config import Fault, TrainConfig
+from gcbench.train.plan_cases import check_plans, plan_of
 from gcbench.train.prediction import measure_transport
-from gcbench.train.tasks import Task, make_task
-from gcbench.train.workers import TrainError, WorkerContext, WorkerGroup, first_line
+from gcbench.train.rank_devices import agree_on_devices, backend_of, check_local_devices, moved, on_cpu
+from gcbench.train.workers import WorkerContext, WorkerGroup, first_line
+from gcbench.workloads.specs import PLAN, Spec, parse_compressors, reference_name
+from gcbench.workloads.tasks import Task, make_task
 
 Progress = Callable[[str, int, int, str], None]
 

@@ -1,7 +1,7 @@
-"""``gcbench train --model``: a zoo model, ``hf:NAME`` or a user factory trained as a :class:`~gcbench.train.tasks.Task`.
+"""``gcbench train --model``: a zoo model, ``hf:NAME`` or a user factory trained as a :class:`~gcbench.workloads.tasks.Task`.
 
 The model, its batches, loss and held-out evaluation are ``gcbench converge``'s
-(:class:`gcbench.converge.problems.ModelProblem`, which resolves zoo names, ``hf:`` and
+(:class:`gcbench.workloads.problems.ModelProblem`, which resolves zoo names, ``hf:`` and
 ``path.py:factory`` through the zoo's loader): step ``t`` of rank ``r`` trains on the factory's
 ``make_batch(t, r)``, as converge's worker ``r`` does, and the held-out set is converge's.  An epoch
 is :data:`STEPS_PER_EPOCH` steps (a model's synthetic stream has no end); the optimizer is the
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from gcbench.converge.problems import Defaults, ModelProblem, SeedProblem, make_optimizer
-from gcbench.train.tasks import Task, TaskDefaults
+from gcbench.workloads.problems import Defaults, ModelProblem, SeedProblem, make_optimizer
+from gcbench.workloads.tasks import Task, TaskDefaults
 
 #: steps of one epoch of a model (an evaluation at each epoch's end)
 STEPS_PER_EPOCH = 10

@@ -40,13 +40,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gcbench.core import liveness
-from gcbench.core.errors import GcbenchError
+from gcbench.core.errors import TrainError
 from gcbench.results.store import atomic_write_json
-
-
-class TrainError(GcbenchError):
-    """A training run that could not complete (a worker crashed, hung, or a task is unavailable)."""
-
 
 
 @dataclass

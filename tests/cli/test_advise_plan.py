@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gcbench.plan.load import load_plan
+from gcbench.plan.reader import load_plan
 
 FAST = ["--model", "mlp", "--workers", "16", "--bandwidth", "1", "-c", "topk", "-c", "onebit", "--compute-ms", "5",
         "--budget", "5", "--rounds", "1"]

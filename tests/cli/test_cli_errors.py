@@ -218,7 +218,7 @@ def test_progress_bar_shows_messages_as_text(monkeypatch: pytest.MonkeyPatch, th
 def test_train_failure_with_markup_in_its_error_prints_the_results_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import gcbench.train.driver as train_mod
     from gcbench.train.case import failed_record
-    from gcbench.train.config import Spec
+    from gcbench.workloads.specs import Spec
 
     message = ("rank 1 stopped responding at step 0: rank 0 gave up waiting in a collective after 30 s "
                "([/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error)")

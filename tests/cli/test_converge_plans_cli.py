@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.converge.sweep import load_suite
-from gcbench.plan.load import plan_from_spec
+from gcbench.plan.reader import plan_from_spec
 from gcbench.results.store import load_run
 
 runner = CliRunner()

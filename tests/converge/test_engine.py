@@ -12,8 +12,8 @@ import torch.distributed as dist
 from gcbench.compressors import registry
 from gcbench.converge import engine
 from gcbench.converge.engine import EngineSettings, UnitLayout, run_seed
-from gcbench.converge.problems import EVAL_BATCH_OFFSET, EVAL_BATCHES, make_problem
 from gcbench.sources.zoo import load_model
+from gcbench.workloads.problems import EVAL_BATCH_OFFSET, EVAL_BATCHES, make_problem
 
 TINY = "tests.user_factory:tiny"
 

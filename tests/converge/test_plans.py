@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
-from gcbench.converge import placement
+from gcbench.converge import devices as placement
 from gcbench.converge.engine import EngineSettings, run_seed
-from gcbench.converge.problems import EVAL_BATCH_OFFSET, EVAL_BATCHES, make_problem
 from gcbench.converge.sweep import ConvergeConfig, run_converge
 from gcbench.core.errors import GcbenchError
-from gcbench.plan.load import PlanError
 from gcbench.plan.model import Outer, Plan, Rule
+from gcbench.plan.reader import PlanError
 from gcbench.results.converge_record import ConvergeRecord
 from gcbench.results.store import load_run
 from gcbench.sources.zoo import load_model
+from gcbench.workloads.problems import EVAL_BATCH_OFFSET, EVAL_BATCHES, make_problem
 
 TINY = "tests.user_factory:tiny"  # tensors of 30, 5, 15 and 3 elements
 EF = "topk:density=0.2,error_feedback=true"

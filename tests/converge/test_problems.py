@@ -1,4 +1,4 @@
-"""The problems gcbench converge trains (gcbench/converge/problems.py): tasks, zoo and user models, their metric and errors."""
+"""The problems gcbench converge trains (gcbench/workloads/problems.py): tasks, zoo and user models, their metric and errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gcbench.converge.problems import (
+from gcbench.core.errors import ParamError, SourceError, UnknownNameError
+from gcbench.workloads.problems import (
     EVAL_BATCH_OFFSET,
     TASK_OPTIMIZERS,
     ConvergeError,
@@ -16,8 +17,7 @@ from gcbench.converge.problems import (
     make_optimizer,
     make_problem,
 )
-from gcbench.core.errors import ParamError, SourceError, UnknownNameError
-from gcbench.train.tasks import TASKS, sklearn_available
+from gcbench.workloads.tasks import TASKS, sklearn_available
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from gcbench.converge import seed_summary
+from gcbench.core.intervals import domain
 
 
 def test_interval_is_the_mean_with_a_student_t_half_width() -> None:
@@ -66,13 +67,13 @@ def test_the_reference_gap_is_zero_and_nobody_reaching_is_an_outcome() -> None:
 
 def test_intervals_are_clipped_to_what_the_quantity_can_be() -> None:
     """Two seeds of accuracy 0.43 and 0.84 give a t-interval up to 2.3; steps 0 and 4 of a 4-step budget one from -23."""
-    acc = seed_summary.interval([0.43, 0.84], seed_summary.domain("metric", "accuracy"))
+    acc = seed_summary.interval([0.43, 0.84], domain("metric", "accuracy"))
     assert acc is not None and acc["mean"] == pytest.approx(0.635) and acc["high"] == 1.0 and acc["low"] == 0.0
-    steps = seed_summary.interval([0.0, 4.0], seed_summary.domain("steps", budget=4))
+    steps = seed_summary.interval([0.0, 4.0], domain("steps", budget=4))
     assert steps is not None and (steps["low"], steps["mean"], steps["high"]) == (0.0, 2.0, 4.0)
-    gap = seed_summary.interval([0.5, -0.3], seed_summary.domain("gap", "accuracy"))
+    gap = seed_summary.interval([0.5, -0.3], domain("gap", "accuracy"))
     assert gap is not None and (gap["low"], gap["high"]) == (-1.0, 1.0)
-    loss = seed_summary.interval([-0.5, 0.4], seed_summary.domain("metric", "neg_loss"))  # a user's loss may be below 0: unclipped
+    loss = seed_summary.interval([-0.5, 0.4], domain("metric", "neg_loss"))  # a user's loss may be below 0: unclipped
     assert loss is not None and loss["high"] > 1 and loss["low"] < -1
     seeds = [{"seed": s, "status": "ok", "final_metric": f, "reached": True, "steps_to_target": k,
               "curve": [{"step": 0, "metric": 0.1 * s, "train_loss": 2.0}, {"step": 4, "metric": f, "train_loss": 1.0}]}

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 import torch
 
-from gcbench.converge.problems import ConvergeError
 from gcbench.converge.sweep import ConvergeConfig, load_suite, resolve, run_converge
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError
 from gcbench.measure.suite import SUITE_DIR
 from gcbench.results.converge_record import ConvergeRecord
 from gcbench.results.store import load_run
-from gcbench.train.tasks import sklearn_available
+from gcbench.workloads.problems import ConvergeError
+from gcbench.workloads.tasks import sklearn_available
 
 TINY = "tests.user_factory:tiny"
 

@@ -27,10 +27,10 @@ import pytest
 import torch
 
 from gcbench.converge.engine import EngineSettings, run_seed
-from gcbench.converge.problems import TaskProblem
 from gcbench.train.config import TrainConfig
 from gcbench.train.driver import train
-from gcbench.train.tasks import sklearn_available
+from gcbench.workloads.problems import TaskProblem
+from gcbench.workloads.tasks import sklearn_available
 
 COMPRESSORS = ["none", "topk:density=0.05,error_feedback=true", "efsignsgd", "qsgd"]
 

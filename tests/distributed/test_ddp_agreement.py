@@ -14,9 +14,9 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gcbench.core.errors import GcbenchError
+from gcbench.core.errors import GcbenchError, TrainError
 from gcbench.distributed.ddp import HookState, compressor_hook, register_compressor_hook
-from gcbench.train.workers import TrainError, WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 # generous for a loaded 2-core machine, far below the collective timeout a hang would run into
 DEADLINE_S = 90.0

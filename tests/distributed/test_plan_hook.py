@@ -16,11 +16,11 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gcbench.core.errors import GcbenchError
+from gcbench.core.errors import GcbenchError, TrainError
 from gcbench.distributed.ddp import register_compressor_hook
 from gcbench.distributed.plan_hook import check_hook_plan
 from gcbench.plan import PlanError, load_plan
-from gcbench.train.workers import TrainError, WorkerContext, run_group
+from gcbench.train.workers import WorkerContext, run_group
 
 DEADLINE_S = 180.0
 STEPS = 4

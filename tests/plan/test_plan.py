@@ -21,7 +21,7 @@ from gcbench.plan import (
     plan_from_spec,
     tensor_infos,
 )
-from gcbench.plan.load import check_run_length, needs_every_step
+from gcbench.plan.reader import check_run_length, needs_every_step
 
 TOPK_EF = "topk:density=0.01,error_feedback=true"
 

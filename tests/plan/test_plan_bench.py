@@ -10,7 +10,7 @@ from gcbench.compressors import registry
 from gcbench.measure.bench import bench_model_case, model_tensors, run_bench, spec_label
 from gcbench.measure.plan_case import check_model_plans
 from gcbench.plan import PlanError, parse_plan
-from gcbench.plan.load import case_params
+from gcbench.plan.reader import case_params
 
 PLAN = parse_plan({"name": "small", "rule": [{"numel_below": 1000, "compressor": "none"},
                                              {"default": True, "compressor": "topk:density=0.01"}]}, "t")

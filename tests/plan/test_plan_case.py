@@ -120,7 +120,7 @@ def test_a_narrow_float_rule_saturates_as_its_compressor_does(tmp_path: Path) ->
 def test_a_plans_residual_drains_as_its_slowest_rule() -> None:
     """The recommendation's drain steps for a plan case: its error-feedback rules' most (1/density for top-k)."""
     from gcbench.plan import parse_plan
-    from gcbench.plan.load import case_params
+    from gcbench.plan.reader import case_params
     from gcbench.results.recommend import residual_drain_steps
 
     def drain(*rules: dict[str, Any]) -> int | None:

@@ -19,7 +19,7 @@ from gcbench.predict import advise_text as ptext
 from gcbench.predict import compute_time as ctime
 from gcbench.predict import decision
 from gcbench.predict import inputs as inp
-from gcbench.predict import model as pmodel
+from gcbench.predict import advice_model as pmodel
 from gcbench.predict import network as pnet
 from gcbench.predict import step as pstep
 from gcbench.predict import step_kernels as sk

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gcbench.plan.assign import TensorInfo, assign
-from gcbench.plan.load import load_plan
+from gcbench.plan.reader import load_plan
 from gcbench.predict.network import Network
 from gcbench.predict.plan_advise import _exempt, rivals
 from gcbench.predict.plan_rules import rules_of

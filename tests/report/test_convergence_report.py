@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from gcbench.cli import app
 from gcbench.core.errors import ResultsError
+from gcbench.core.intervals import domain
 from gcbench.predict.accuracy import Span
 from gcbench.report.convergence import answer, ci_text, convergence_rows
 from gcbench.report.load import LoadedRun
@@ -207,8 +208,8 @@ def test_the_converge_commands_table_writes_a_clipped_interval_by_its_ends() -> 
 
     c = case("topk", "topk", {0: ("ok", 0.43, 0), 1: ("ok", 0.84, 200)})
     s = c["convergence"]["summary"]
-    s["final_metric"] = seed_summary.interval([0.43, 0.84], seed_summary.domain("metric", "accuracy"))
-    s["steps_to_target"] = seed_summary.interval([100.0, 102.0], seed_summary.domain("steps", budget=200))
+    s["final_metric"] = seed_summary.interval([0.43, 0.84], domain("metric", "accuracy"))
+    s["steps_to_target"] = seed_summary.interval([100.0, 102.0], domain("steps", budget=200))
     console = Console(width=120, record=True)
     console.print(converge_table([c], "t"))
     text = console.export_text()

@@ -13,11 +13,12 @@ import torch
 import torch.distributed as dist
 from typer.testing import CliRunner
 
-from gcbench.core.errors import ParamError, UnknownNameError
+from gcbench.core.errors import ParamError, TrainError, UnknownNameError
 from gcbench.train.case import build_record
-from gcbench.train.config import Fault, Spec, TrainConfig, parse_compressors, reference_name
-from gcbench.train.tasks import CharLSTMTask, DigitsTask, load_text, sklearn_available
-from gcbench.train.workers import TrainError, WorkerContext, WorkerGroup, run_group
+from gcbench.train.config import Fault, TrainConfig
+from gcbench.train.workers import WorkerContext, WorkerGroup, run_group
+from gcbench.workloads.specs import Spec, parse_compressors, reference_name
+from gcbench.workloads.tasks import CharLSTMTask, DigitsTask, load_text, sklearn_available
 
 # ----------------------------------------------------------------------------- pure parts
 
@@ -355,7 +356,7 @@ def test_the_train_tasks_models_are_in_the_zoo_with_the_same_tensors(task: str) 
     if task.startswith("digits"):
         pytest.importorskip("sklearn")
     from gcbench.sources.zoo import layer_shapes, load_model
-    from gcbench.train.tasks import make_task
+    from gcbench.workloads.tasks import make_task
 
     ours = [tuple(p.shape) for p in make_task(task, 0).build_model().parameters()]
     assert ours == [tuple(s.shape) for s in layer_shapes(task)]

@@ -12,9 +12,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gcbench.train.placement import agree_on_devices, check_local_devices, rank_device
+from gcbench.core.errors import TrainError
 from gcbench.train.prediction import _spread, measure_transport, predict_case, prediction_line
-from gcbench.train.workers import TrainError, WorkerContext, run_group
+from gcbench.train.rank_devices import agree_on_devices, check_local_devices, rank_device
+from gcbench.train.workers import WorkerContext, run_group
 
 FACTORY = str(Path(__file__).resolve().parents[1] / "user_factory.py") + ":tiny"
 
@@ -100,7 +101,7 @@ def test_nccl_needs_one_gpu_per_local_rank(monkeypatch: pytest.MonkeyPatch) -> N
 
 def _mixed(ctx: WorkerContext) -> str:
     """Rank 1 claims a GPU while rank 0 stays on the CPU (what a node without GPUs in a GPU job looks like)."""
-    import gcbench.train.placement as placement
+    import gcbench.train.rank_devices as placement
 
     if ctx.rank == 1:
         placement.rank_device = lambda text, local: (torch.device("cuda", 0), None)

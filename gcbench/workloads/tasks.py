@@ -28,9 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from gcbench.core.errors import UnknownNameError, did_you_mean
+from gcbench.core.errors import TrainError, UnknownNameError, did_you_mean
 from gcbench.sources.architectures import CharLSTM, digits_build, digits_cnn_build
-from gcbench.train.workers import TrainError
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 

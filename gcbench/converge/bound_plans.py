@@ -18,17 +18,9 @@ from typing import Any
 from gcbench.compressors import registry
 from gcbench.core.errors import ParamError
 from gcbench.plan.assign import Assignment
-from gcbench.plan.load import PREFIX, PlanError, check_run_length, plan_from_spec
 from gcbench.plan.model import Plan
-from gcbench.train.config import Spec
-
-#: the name a plan's :class:`Spec` carries (its ``params`` hold the plan and its source)
-PLAN = "plan"
-
-
-def is_plan(text: str) -> bool:
-    """Whether a compressor argument names a plan file (``plan:FILE``)."""
-    return text.strip().startswith(PREFIX)
+from gcbench.plan.reader import PREFIX, PlanError, check_run_length, plan_from_spec
+from gcbench.workloads.specs import PLAN, Spec
 
 
 def resolve_relative(text: str, folder: Path) -> str:

@@ -7,7 +7,7 @@ evaluation on held-out data giving ``(eval loss, metric)``.  The metric is alway
 better": accuracy where the problem has class labels and held-out data, else the negated held-out
 loss (``metric = "neg_loss"``).
 
-* **Tasks** (:mod:`gcbench.train.tasks`): ``digits``, ``digits_cnn`` (scikit-learn's bundled
+* **Tasks** (:mod:`gcbench.workloads.tasks`): ``digits``, ``digits_cnn`` (scikit-learn's bundled
   8×8 digits) and ``charlstm`` (the text in ``gcbench/data/``).  The model, the batches
   (``Task.batches(epoch, rank, world, batch)``, the very function ``gcbench train``'s ranks call),
   the loss and the evaluation are the task's own, so a simulated run and a real one see the same
@@ -100,10 +100,10 @@ class Problem(ABC):
 
 
 class TaskProblem(Problem):
-    """A ``gcbench train`` task (:mod:`gcbench.train.tasks`): its model, batches, loss and evaluation as they are."""
+    """A ``gcbench train`` task (:mod:`gcbench.workloads.tasks`): its model, batches, loss and evaluation as they are."""
 
     def __init__(self, name: str) -> None:
-        from gcbench.train.tasks import TASKS, make_task
+        from gcbench.workloads.tasks import TASKS, make_task
 
         if name not in TASKS:
             raise UnknownNameError(did_you_mean(name, list(TASKS), "task"))
@@ -224,7 +224,7 @@ def make_problem(task: str | None, model: str | None, batch: int | None = None) 
     if (task is None) == (model is None):
         raise ParamError("name exactly one of --task (digits, digits_cnn, charlstm) and --model (a zoo, hf: or user model)")
     if task is not None:
-        from gcbench.train.tasks import default_task
+        from gcbench.workloads.tasks import default_task
 
         return TaskProblem(default_task() if task == "auto" else task)
     assert model is not None

@@ -20,29 +20,15 @@ import numpy as np
 
 from gcbench.compressors import registry
 from gcbench.core.errors import ParamError
-from gcbench.plan.load import PREFIX, case_params, check_run_length, plan_from_spec, plan_of_params
 from gcbench.plan.model import Plan
-from gcbench.train.config import Spec
+from gcbench.plan.reader import check_run_length, plan_of_params
+from gcbench.workloads.specs import PLAN, Spec
 
 if TYPE_CHECKING:
-    from gcbench.train.tasks import Task
+    from gcbench.workloads.tasks import Task
 
-#: the name a plan's :class:`Spec` carries; its params are :func:`gcbench.plan.load.case_params`'s (JSON-able)
-PLAN = "plan"
 #: the card version a plan case records (a plan has no card of its own: its rules' compressors have theirs)
 PLAN_VERSION = 1
-
-
-def is_plan(text: str) -> bool:
-    """Whether a compressor argument names a plan file (``plan:FILE``)."""
-    return text.strip().startswith(PREFIX)
-
-
-def plan_spec(text: str) -> Spec:
-    """The :class:`Spec` of ``plan:FILE``: labelled ``plan:<name>``, its params the plan's table and file."""
-    plan = plan_from_spec(text.strip())
-    assert plan is not None  # is_plan chose the text
-    return Spec(plan.label, PLAN, case_params(plan, text.strip()[len(PREFIX):].strip()))
 
 
 def plan_of(spec: Spec) -> Plan:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gcbench.train.workers import TrainError
+from gcbench.core.errors import TrainError
 
 
 def local_rank(rank: int) -> int:
