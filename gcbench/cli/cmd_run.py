@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -13,6 +13,9 @@ from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import case_spec, choose, compressor_specs, model_arg, suite_arg, suite_choices, with_plans
 from gcbench.cli.output import plain, print_json, progress_bar, warn
 from gcbench.cli.preflight import check_output_dir, memory_check
+
+if TYPE_CHECKING:
+    from gcbench.measure.runner import RunOutcome
 
 SuiteArg = Annotated[str | None, typer.Argument(help="Suite file or bundled suite name (default: suites/quick.toml).", metavar="SUITE")]
 Repeats = Annotated[int | None, options.repeats(
@@ -66,7 +69,6 @@ def run(
     from gcbench.measure.runner import run_suite
     from gcbench.measure.suite import apply_overrides, duplicate_configs, find_suite, load_suite, suite_label
     from gcbench.measure.suite_checks import require_trusted_code
-    from gcbench.report.terminal import run_output
     from gcbench.results.parse import as_cases
 
     suite, model = suite_arg(suite), model_arg(model)
@@ -92,21 +94,29 @@ def run(
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(s, out_dir, prog, suite_path=suite_label(path))
     cases = as_cases(outcome.records)
-    if as_json:
-        print_json({"results": str(outcome.path), "cases": outcome.records,
-                    **({"collectives": outcome.collectives} if outcome.collectives is not None else {})})
-    else:
-        for item in run_output(cases, f"gcbench run {s.name}"):
-            output.out.print(item)
-        if outcome.collectives is not None:
-            from gcbench.report.collectives_table import terminal_tables
-
-            output.out.print(f"gcbench run {s.name} — sharded collectives: the aggregate's error and the bytes per worker as N grows")
-            for item in terminal_tables(outcome.collectives):
-                output.out.print(item)
-        plain(f"results: {outcome.path}")
+    _show(outcome, cases, s.name, as_json)
     failed = [c for c in cases if not c.ok]
     if failed:
         output.err.print(f"[red]{len(failed)} case(s) failed[/]: " + escape("; ".join(f"{c.label}: {c.error}" for c in failed[:5])),
                   highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _show(outcome: RunOutcome, cases: list[Any], name: str, as_json: bool) -> None:
+    """The run's results: its file's path and cases as JSON, or the tables (with the sharded collectives' sweep, if the
+    suite has one) and the file's path."""
+    from gcbench.report.terminal import run_output
+
+    if as_json:
+        print_json({"results": str(outcome.path), "cases": outcome.records,
+                    **({"collectives": outcome.collectives} if outcome.collectives is not None else {})})
+        return
+    for item in run_output(cases, f"gcbench run {name}"):
+        output.out.print(item)
+    if outcome.collectives is not None:
+        from gcbench.report.collectives_table import terminal_tables
+
+        output.out.print(f"gcbench run {name} — sharded collectives: the aggregate's error and the bytes per worker as N grows")
+        for item in terminal_tables(outcome.collectives):
+            output.out.print(item)
+    plain(f"results: {outcome.path}")

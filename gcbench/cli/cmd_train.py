@@ -70,7 +70,7 @@ def train_cmd(
     from gcbench.distributed.launch import launch_env
 
     launch_env()  # a malformed launch (RANK=-1, WORLD_SIZE=abc, no MASTER_ADDR) fails in one line before torch even loads
-    from gcbench.distributed.ddp import GRANULARITIES
+    from gcbench.distributed.hook_state import GRANULARITIES
     from gcbench.report.terminal import train_table
     from gcbench.report.views import train_description
     from gcbench.results.parse import as_cases
@@ -79,17 +79,7 @@ def train_cmd(
     from gcbench.train.driver import under_torchrun
     from gcbench.workloads.tasks import TASKS
 
-    specs: list[str] = []
-    for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:
-        listed = old_comma_list(text)  # the old -c "none,topk" named several compressors with commas
-        new_form = " ".join(f"-c {c}" for c in listed or [text])
-        if old_option:
-            deprecated(f"train --compressors {text!r}", new_form)
-        elif listed is not None:
-            deprecated(f"train -c {text!r} (commas between compressors)", new_form)
-        specs.extend(listed or [text])
-    specs += [f"plan:{f}" for f in plan or []]  # --plan FILE is -c plan:FILE (read and checked by compressor_specs)
-    specs = compressor_specs(specs or ["none", "topk", "qsgd"], None)
+    specs = _train_specs(compressor, compressors_old, plan)
     task = choose(task, ["auto", *TASKS], "task")
     granularity = choose(granularity, GRANULARITIES, "granularity")
     from gcbench.measure.suite import MetricsSpec, SourceSpec, Suite, check_option
@@ -123,6 +113,22 @@ def train_cmd(
         for c in failed:
             error_line(f"{c.label}: {c.error}")
         raise typer.Exit(1)
+
+
+def _train_specs(compressor: list[str] | None, compressors_old: list[str] | None, plan: list[str] | None) -> list[str]:
+    """The compressors to train: ``-c``, the deprecated ``--compressors`` and comma forms (each with its warning),
+    then ``--plan FILE`` as ``-c plan:FILE``; default ``none``, ``topk``, ``qsgd``."""
+    specs: list[str] = []
+    for text, old_option in [*((t, False) for t in compressor or []), *((t, True) for t in compressors_old or [])]:
+        listed = old_comma_list(text)  # the old -c "none,topk" named several compressors with commas
+        new_form = " ".join(f"-c {c}" for c in listed or [text])
+        if old_option:
+            deprecated(f"train --compressors {text!r}", new_form)
+        elif listed is not None:
+            deprecated(f"train -c {text!r} (commas between compressors)", new_form)
+        specs.extend(listed or [text])
+    specs += [f"plan:{f}" for f in plan or []]  # --plan FILE is -c plan:FILE (read and checked by compressor_specs)
+    return compressor_specs(specs or ["none", "topk", "qsgd"], None)
 
 
 def _user_model(model: str | None, task: str, trust_code: bool) -> str | None:

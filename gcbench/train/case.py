@@ -45,17 +45,19 @@ def _size(numel: int, dense: float | None, per_step: float | None) -> dict[str, 
             "bits_per_element": 8.0 * per_step / numel if per_step and numel else None}
 
 
+def _identity(spec: Spec, ranks: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the record says the compressor is (name, version, resolved parameters, flags), and a plan's own fields."""
+    if spec.name == PLAN:  # a compression plan: its rules' compressors, its table per rule
+        return plan_identity(spec), plan_fields(ranks)
+    info = registry.get(spec.name)
+    comp = registry.create(spec.name, **spec.params)  # resolved parameters, and flags by the registry's one rule
+    return {"compressor": info.name, "version": info.version, "params": dict(comp.params), "flags": comp.flags.to_dict()}, {}
+
+
 def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task_info: dict[str, Any],
                  reference: dict[str, Any] | None) -> dict[str, Any]:
     """The results record of one compressor from every rank's summary."""
-    if spec.name == PLAN:  # a compression plan: its rules' compressors, its table per rule
-        identity, extra = plan_identity(spec), plan_fields(ranks)
-    else:
-        info = registry.get(spec.name)
-        comp = registry.create(spec.name, **spec.params)  # resolved parameters, and flags by the registry's one rule
-        identity = {"compressor": info.name, "version": info.version, "params": dict(comp.params),
-                    "flags": comp.flags.to_dict()}
-        extra = {}
+    identity, extra = _identity(spec, ranks)
     r0 = ranks[0]
     curve = r0["curve"]
     final = curve[-1] if curve else {}
