@@ -14,12 +14,12 @@ from gcbench.core.errors import ResultsError
 from gcbench.measure.bench import bench_to_file, model_tensors
 from gcbench.measure.runner import run_suite
 from gcbench.measure.suite import parse_suite
+from gcbench.predict import advice_model as pmodel
 from gcbench.predict import advise as adv
 from gcbench.predict import advise_text as ptext
 from gcbench.predict import compute_time as ctime
 from gcbench.predict import decision
 from gcbench.predict import inputs as inp
-from gcbench.predict import advice_model as pmodel
 from gcbench.predict import network as pnet
 from gcbench.predict import step as pstep
 from gcbench.predict import step_kernels as sk
