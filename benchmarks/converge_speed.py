@@ -37,7 +37,8 @@ def _load() -> str:
 
 def one_seed(args: argparse.Namespace) -> None:
     from gcbench.compressors import registry
-    from gcbench.converge.engine import EngineSettings, run_seed
+    from gcbench.converge.engine import run_seed
+    from gcbench.converge.steps import EngineSettings
     from gcbench.workloads.problems import SeedProblem, make_problem
 
     problem = make_problem(None, args.model)

@@ -1,6 +1,6 @@
 """A compressor's seed runs as one ``kind = "converge"`` case (:class:`gcbench.results.converge_record.ConvergeCase`).
 
-:func:`seed_run` turns an engine :class:`~gcbench.converge.engine.SeedResult` into a
+:func:`seed_run` turns an engine :class:`~gcbench.converge.steps.SeedResult` into a
 :class:`~gcbench.results.converge_record.SeedRun` (its ``reached`` / ``steps_to_target`` once the target is
 known); :func:`build_case` adds the settings, the summary over seeds (:mod:`gcbench.converge.seed_summary`)
 and the bytes per worker per step.  The reference is recorded like any compressor, with
@@ -17,7 +17,7 @@ import numpy as np
 
 from gcbench.compressors import registry
 from gcbench.converge import seed_summary
-from gcbench.converge.engine import SeedResult
+from gcbench.converge.steps import SeedResult
 
 if TYPE_CHECKING:
     from gcbench.plan.assign import Assignment

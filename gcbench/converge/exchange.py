@@ -1,7 +1,7 @@
 """The exchange of one step's gradients (or pseudo-gradients) in the engine: one compressor, or a plan's rules.
 
 :class:`Exchange` runs one compressor over the unit layout's groups, with the compressor's states
-per (bucket, worker, unit) as the hook keeps them (:class:`~gcbench.converge.engine.UnitStates`).
+per (bucket, worker, unit) as the hook keeps them (:class:`~gcbench.converge.steps.UnitStates`).
 :class:`PlanExchange` runs a compression plan (:mod:`gcbench.plan`): every parameter tensor gets
 the compressor of the rule it falls under (the warm-up's compressor for every tensor during the
 warm-up); a group of the layout whose tensors fall under different compressors is exchanged once
@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gcbench.compressors import registry
+from gcbench.converge.steps import UnitStates
 from gcbench.core.compressor import Compressor
 
 if TYPE_CHECKING:
-    from gcbench.converge.engine import SeedResult
+    from gcbench.converge.steps import SeedResult
     from gcbench.plan.model import Plan
 
-#: ``(bucket index, parameter indices in unit order)`` per group, as :meth:`UnitLayout.groups` gives them
+#: ``(bucket index, parameter indices in unit order)`` per group, as :meth:`~gcbench.converge.steps.UnitLayout.groups` gives them
 Groups = Sequence[tuple[int, tuple[int, ...]]]
 
 
@@ -39,8 +40,6 @@ class Exchange:
     """One compressor over the layout's groups; its states per (bucket, worker, unit), carried across steps."""
 
     def __init__(self, comp: Compressor, seed: int, workers: int, sizes: Sequence[int]) -> None:
-        from gcbench.converge.engine import UnitStates
-
         self.comp = comp
         self.states = UnitStates(comp, seed, workers, sizes)
 

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from gcbench.converge.engine import UnitLayout, diverged, evaluated, first_evaluation, model_buffers, stepped, take_grads, worker_pass
+from gcbench.converge.steps import UnitLayout, diverged, evaluated, first_evaluation, model_buffers, stepped, take_grads, worker_pass
 from gcbench.workloads.problems import SeedProblem, make_optimizer
 
 if TYPE_CHECKING:
-    from gcbench.converge.engine import EngineSettings, SeedResult, StepProgress
     from gcbench.converge.exchange import PlanExchange
+    from gcbench.converge.steps import EngineSettings, SeedResult, StepProgress
 
 
 class Replicas:

@@ -29,7 +29,8 @@ from gcbench.compressors import registry
 from gcbench.converge import seed_summary
 from gcbench.converge.bound_plans import BoundPlan, bind, plan_specs, resolve_relative
 from gcbench.converge.build_record import build_case
-from gcbench.converge.engine import EngineSettings, SeedResult, run_seed
+from gcbench.converge.engine import run_seed
+from gcbench.converge.steps import EngineSettings, SeedResult
 from gcbench.core import signals
 from gcbench.core.errors import GcbenchError, ParamError, UnknownNameError, did_you_mean
 from gcbench.core.files import load_user_toml

@@ -1,4 +1,4 @@
-"""The closed-loop engine (gcbench/converge/engine.py): DDP's unit layout, the update, state, divergence, bytes.
+"""The closed-loop engine (gcbench/converge/engine.py, steps.py): DDP's unit layout, the update, state, divergence, bytes.
 
 The agreement with real DDP training is tests/converge/test_twin.py; these check the pieces fast.
 """
@@ -10,8 +10,9 @@ import torch
 import torch.distributed as dist
 
 from gcbench.compressors import registry
-from gcbench.converge import engine
-from gcbench.converge.engine import EngineSettings, UnitLayout, run_seed
+from gcbench.converge import steps
+from gcbench.converge.engine import run_seed
+from gcbench.converge.steps import EngineSettings, UnitLayout
 from gcbench.sources.zoo import load_model
 from gcbench.workloads.problems import EVAL_BATCH_OFFSET, EVAL_BATCHES, make_problem
 
@@ -27,9 +28,9 @@ def _settings(**kw: object) -> EngineSettings:
 @pytest.mark.parametrize("sizes", [[10, 300_000, 20, 5], [262_144, 1, 262_145, 7_000_000, 3], [5] * 40])
 def test_the_fallback_bucket_cut_is_ddps(sizes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     order = list(reversed(range(len(sizes))))
-    ddp = engine._bucket_assignment(sizes, order)
+    ddp = steps._bucket_assignment(sizes, order)
     monkeypatch.delattr(dist, "_compute_bucket_assignment_by_size")
-    assert engine._bucket_assignment(sizes, order) == ddp
+    assert steps._bucket_assignment(sizes, order) == ddp
 
 
 def test_the_layout_is_one_module_order_bucket_then_ddps_rebuilt_buckets() -> None:
@@ -44,7 +45,7 @@ def test_the_layout_is_one_module_order_bucket_then_ddps_rebuilt_buckets() -> No
         h.remove()
     # what the gcbench DDP hook saw for this model (gloo, granularity layer): see the engine's module docstring
     assert layout.groups(1) == [(0, (9, 8, 7, 6)), (1, (4, 5, 2, 3, 0, 1))]
-    assert UnitLayout(params, whole_model=True).groups(5) == [(engine.WHOLE_MODEL, tuple(range(len(params))))]
+    assert UnitLayout(params, whole_model=True).groups(5) == [(steps.WHOLE_MODEL, tuple(range(len(params))))]
 
 
 def test_uncompressed_training_is_sgd_on_the_workers_mean_gradient() -> None:

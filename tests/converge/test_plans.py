@@ -10,7 +10,8 @@ import torch
 
 from gcbench.compressors import registry
 from gcbench.converge import devices as placement
-from gcbench.converge.engine import EngineSettings, run_seed
+from gcbench.converge.engine import run_seed
+from gcbench.converge.steps import EngineSettings
 from gcbench.converge.sweep import ConvergeConfig, run_converge
 from gcbench.core.errors import GcbenchError
 from gcbench.plan.model import Outer, Plan, Rule
@@ -126,7 +127,7 @@ def test_on_the_cpu_the_device_plumbing_changes_no_bit(monkeypatch: pytest.Monke
     plan = _plan(Rule("none", numel_below=10), Rule(EF, default=True), local_steps=2)
     base = [run_seed(problem, c, _settings(), seed=0) for c in (EF, plan)]
     assert [run_seed(problem, c, _settings(device="cpu"), seed=0).curve for c in (EF, plan)] == [b.curve for b in base]
-    for module in (placement, __import__("gcbench.converge.engine", fromlist=["x"])):
+    for module in (placement, __import__("gcbench.converge.engine", fromlist=["x"]), __import__("gcbench.converge.steps", fromlist=["x"])):
         monkeypatch.setattr(module, "on_cpu", lambda device: False)
     moved = [run_seed(problem, c, _settings(device="cpu"), seed=0) for c in (EF, plan)]
     assert [m.curve for m in moved] == [b.curve for b in base] and [m.status for m in moved] == ["ok", "ok"]

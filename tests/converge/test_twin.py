@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gcbench.converge.engine import EngineSettings, run_seed
+from gcbench.converge.engine import run_seed
+from gcbench.converge.steps import EngineSettings
 from gcbench.train.config import TrainConfig
 from gcbench.train.driver import train
 from gcbench.workloads.problems import TaskProblem
