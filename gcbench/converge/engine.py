@@ -11,7 +11,7 @@ bytes and the same aggregate), and the optimizer steps with the aggregate.  Comp
 
 The units are laid out as the hook sees them under ``gcbench train --granularity layer``
 (:class:`~gcbench.converge.steps.UnitLayout`): DDP hands the hook one bucket at a time, and the hook keeps one state per
-(bucket, unit), seeded ``unit_seed(seed, rank, bucket, unit)`` (:func:`gcbench.distributed.ddp.unit_seed`;
+(bucket, unit), seeded ``unit_seed(seed, rank, bucket, unit)`` (:func:`gcbench.distributed.hook_state.unit_seed`;
 ``rank=None`` for a protocol with a shared seed).  PyTorch's DDP puts every parameter in one bucket,
 in module order, for the first step, then rebuilds its buckets in the order the gradients became
 ready (1 MiB first bucket, then 25 MiB); the hook's unit states follow their parameters into the

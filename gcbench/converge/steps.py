@@ -127,7 +127,7 @@ class UnitStates:
     and each parameter's own state after DDP's bucket rebuild (:mod:`gcbench.distributed.unit_states`)."""
 
     def __init__(self, comp: Compressor, seed: int, workers: int, sizes: Sequence[int]) -> None:
-        from gcbench.distributed.ddp import unit_seed
+        from gcbench.distributed.hook_state import unit_seed
         from gcbench.distributed.unit_states import StatePlaces
 
         self.comp, self.seed, self.workers, self._unit_seed, self.sizes = comp, seed, workers, unit_seed, list(sizes)

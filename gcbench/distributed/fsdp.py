@@ -48,7 +48,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from gcbench.core.compressor import Compressor, State
 from gcbench.core.errors import GcbenchError, ParamError
 from gcbench.core.protocol import AllToAll, Outcome, WorkerProtocol
-from gcbench.distributed.ddp import check_payload_sizes, make_compressor, unit_seed
+from gcbench.distributed.hook_state import check_payload_sizes, make_compressor, unit_seed
 from gcbench.distributed.hook_stats import BucketStats, HookStats
 from gcbench.distributed.launch import check_agreement
 from gcbench.distributed.transport import ChainTimes, TorchTransport, drive

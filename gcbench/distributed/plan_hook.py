@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gcbench.distributed.ddp import HookState, _queued, _units, make_compressor
+from gcbench.distributed.hook_state import HookState, bucket_units, make_compressor, queued
 from gcbench.distributed.hook_stats import BucketStats, HookStats
 from gcbench.distributed.launch import RankMismatchError, check_agreement
 from gcbench.distributed.transport import then
@@ -198,7 +198,7 @@ def plan_hook(state: PlanHookState, bucket: dist.GradBucket) -> torch.futures.Fu
     if not state.peers_checked:
         state.check_peers()
     buf = bucket.buffer()
-    xs, offsets, signature, parts = _units(state, bucket)  # granularity "layer": one unit per parameter
+    xs, offsets, signature, parts = bucket_units(state, bucket)  # granularity "layer": one unit per parameter
     index, last, step = bucket.index(), bucket.is_last(), state.step
     if last:
         state.step += 1
@@ -214,10 +214,10 @@ def plan_hook(state: PlanHookState, bucket: dist.GradBucket) -> torch.futures.Fu
         states = sub.states_for(index * n_rules + rule, tuple(signature[u] for u in idx), len(idx), [parts[u] for u in idx],
                                 [x.numel() for x in gx])
         goff = [offsets[u] for u in idx]
-        sub._queue = state._queue  # one queue for every rule: collectives in the same order on every rank
-        futures.append(_queued(sub, gx, states, buf.device, index, last and k == len(groups) - 1,
-                               partial(_fill, out, goff, gx)))
-        state._queue = sub._queue
+        sub.queue = state.queue  # one queue for every rule: collectives in the same order on every rank
+        futures.append(queued(sub, gx, states, buf.device, index, last and k == len(groups) - 1,
+                              partial(_fill, out, goff, gx)))
+        state.queue = sub.queue
     devices = [buf.device] if buf.device.type == "cuda" else None
 
     def settle(done: list[torch.futures.Future[Any]]) -> torch.Tensor:

@@ -49,7 +49,7 @@ broadcast's receivers, which hand the buffer that receives and are held to what 
 
 Collectives of one process group must start in the same order on every worker.  The legs of one
 chain start in protocol order; the caller starts one chain after the previous one completed
-(:class:`gcbench.distributed.ddp.HookState` keeps that queue), so the order is the same everywhere.
+(:class:`gcbench.distributed.hook_state.HookState` keeps that queue), so the order is the same everywhere.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gcbench.compressors import registry
 from gcbench.core.compressor import State
-from gcbench.distributed.ddp import compressor_hook, register_compressor_hook, unit_seed
+from gcbench.distributed.ddp import compressor_hook, register_compressor_hook
+from gcbench.distributed.hook_state import unit_seed
 from gcbench.distributed.hook_stats import HookStats
 from gcbench.train.workers import WorkerContext, run_group
 
@@ -103,7 +104,7 @@ def _scenario_qsgd(ctx: WorkerContext) -> dict[str, Any]:
     ddp = DDP(model, process_group=ctx.group, bucket_cap_mb_list=[0.0005, 0.0005])  # ~500-byte caps: several buckets
     comp = registry.create("qsgd", encoding="elias", s=4, bucket=64)
     stats = HookStats()
-    from gcbench.distributed.ddp import HookState
+    from gcbench.distributed.hook_state import HookState
 
     state = HookState(comp, process_group=ctx.group, seed=7, stats=stats)
     state.name_parameters(model)
@@ -137,7 +138,7 @@ def _scenario_topk_ef(ctx: WorkerContext) -> dict[str, Any]:
     model = _mlp(2)
     ddp = DDP(model, process_group=ctx.group)
     comp = registry.create("topk", density=0.1, error_feedback=True)
-    from gcbench.distributed.ddp import HookState
+    from gcbench.distributed.hook_state import HookState
 
     state = HookState(comp, process_group=ctx.group, seed=3)
     state.name_parameters(model)
@@ -189,7 +190,7 @@ def _scenario_protocols(ctx: WorkerContext) -> dict[str, Any]:
         model = _mlp(6)
         ddp = DDP(model, process_group=ctx.group)
         comp = registry.create(name)
-        from gcbench.distributed.ddp import HookState
+        from gcbench.distributed.hook_state import HookState
 
         state = HookState(comp, process_group=ctx.group, seed=11)
         state.name_parameters(model)
@@ -225,7 +226,7 @@ def _scenario_protocols(ctx: WorkerContext) -> dict[str, Any]:
 
 def _scenario_onebit(ctx: WorkerContext) -> dict[str, Any]:
     """1-bit SGD's two legs through the hook vs OneBitSGD.exchange on the same tensors and mirrored states."""
-    from gcbench.distributed.ddp import HookState
+    from gcbench.distributed.hook_state import HookState
 
     model = _mlp(7)
     ddp = DDP(model, process_group=ctx.group)
@@ -278,7 +279,7 @@ def _scenario_async_training(ctx: WorkerContext) -> dict[str, Any]:
     for name, params in [(n, {}) for n in ASYNC_TRAINING] + list(ASYNC_LGC.items()):
         student = _mlp(8)
         ddp = DDP(student, process_group=ctx.group, bucket_cap_mb_list=[0.0005, 0.0005])  # ~500-byte caps: several buckets
-        from gcbench.distributed.ddp import HookState
+        from gcbench.distributed.hook_state import HookState
 
         state = HookState(registry.create(name.split(":")[0], **params), process_group=ctx.group, seed=5)
         state.name_parameters(student)
@@ -319,7 +320,7 @@ def _scenario_lgc_reference(ctx: WorkerContext) -> dict[str, Any]:
     The hook's gradients (what DDP wrote into ``.grad``) must be the simulated aggregate of every
     worker's local gradients, unit by unit in model order, with states mirrored from the hook's seeds.
     """
-    from gcbench.distributed.ddp import WHOLE_MODEL, HookState
+    from gcbench.distributed.hook_state import WHOLE_MODEL, HookState
 
     out: dict[str, Any] = {}
     for mode in ("ps", "ring"):
@@ -371,7 +372,7 @@ def _scenario_lgc_reference(ctx: WorkerContext) -> dict[str, Any]:
 def _scenario_simulation_only(ctx: WorkerContext) -> dict[str, Any]:
     """A (plugin) compressor that overrides ``exchange`` but writes no ``worker_protocol``: refused, unless gather is asked for."""
     from gcbench.core.errors import ParamError
-    from gcbench.distributed.ddp import HookState
+    from gcbench.distributed.hook_state import HookState
 
     class SimulationOnly(type(registry.create("topk"))):  # type: ignore[misc]
         def exchange(self, grads: Any, states: Any) -> Any:
@@ -475,7 +476,7 @@ def test_lgc_runs_its_own_protocols_in_the_hook(ranks: list[dict[str, Any]]) -> 
 
 
 def test_lgc_reference_runs_its_whole_model_protocol_in_the_hook(ranks: list[dict[str, Any]]) -> None:
-    from gcbench.distributed.ddp import WHOLE_MODEL
+    from gcbench.distributed.hook_state import WHOLE_MODEL
 
     for rank, r in enumerate(ranks):
         for mode, res in r["lgc_reference"].items():

@@ -15,7 +15,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gcbench.core.errors import GcbenchError, TrainError
-from gcbench.distributed.ddp import HookState, compressor_hook, register_compressor_hook
+from gcbench.distributed.ddp import compressor_hook, register_compressor_hook
+from gcbench.distributed.hook_state import HookState
 from gcbench.train.workers import WorkerContext, run_group
 
 # generous for a loaded 2-core machine, far below the collective timeout a hang would run into
@@ -37,7 +38,7 @@ def _mismatched(ctx: WorkerContext, specs: list[str], via_state: bool) -> dict[s
     ddp = DDP(model, process_group=ctx.group)
     try:
         if via_state:  # a hand-built state registered directly: the check runs at the first bucket
-            from gcbench.distributed.ddp import make_compressor
+            from gcbench.distributed.hook_state import make_compressor
 
             state = HookState(make_compressor(specs[ctx.rank]), process_group=ctx.group)
             state.name_parameters(model)

@@ -63,7 +63,8 @@ def _same_everywhere(ctx: WorkerContext, model: nn.Module) -> bool:
 
 
 def _train_each(ctx: WorkerContext) -> dict[str, Any]:
-    from gcbench.distributed.ddp import HookState, compressor_hook
+    from gcbench.distributed.ddp import compressor_hook
+    from gcbench.distributed.hook_state import HookState
 
     torch.set_num_threads(1)
     out: dict[str, Any] = {}

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gcbench.compressors import registry
-from gcbench.distributed.ddp import unit_seed
+from gcbench.distributed.hook_state import unit_seed
 from gcbench.train.workers import WorkerContext, run_group
 from tests.distributed.fakes import lying_topk
 

@@ -20,8 +20,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from gcbench.compressors import registry
 from gcbench.core.payload import Payload
 from gcbench.core.protocol import AllReduce, Message, Outcome
-from gcbench.distributed.ddp import check_payload_sizes, register_compressor_hook
+from gcbench.distributed.ddp import register_compressor_hook
 from gcbench.distributed.framing import frame_messages, frame_overhead
+from gcbench.distributed.hook_state import check_payload_sizes
 from gcbench.distributed.hook_stats import HookStats
 from gcbench.distributed.transport import LegBytes, TorchTransport, WireMismatchError
 from gcbench.train.workers import WorkerContext, run_group
@@ -81,7 +82,7 @@ def _train(ctx: WorkerContext, comp: Any, steps: int = 3, **kw: Any) -> Any:
         try:
             nn.functional.cross_entropy(ddp(x), y).backward()
         except Exception as exc:  # the hook's error reaches backward() through DDP's future, rewrapped by DDP
-            state._queue.wait()  # the step's later buckets still run their collectives: let them finish before anything else
+            state.queue.wait()  # the step's later buckets still run their collectives: let them finish before anything else
             return f"{type(exc).__name__}: {exc}"
         opt.step()
     return state
