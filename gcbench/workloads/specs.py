@@ -14,8 +14,10 @@ from gcbench.compressors import registry
 from gcbench.core.errors import ParamError
 from gcbench.plan.reader import PREFIX, case_params, plan_from_spec
 
-#: the name a plan's :class:`Spec` carries; its params are :func:`gcbench.plan.reader.case_params`'s (JSON-able)
+#: the name a plan's :class:`Spec` carries: ``train``'s params are :func:`gcbench.plan.reader.case_params`'s (JSON-able,
+#: :func:`plan_spec`), ``converge``'s the loaded plan and its source (:func:`gcbench.converge.bound_plans.plan_specs`)
 PLAN = "plan"
+
 
 def reference_name() -> str:
     """The uncompressed reference every training comparison includes: the identity compressor's card."""
