@@ -297,9 +297,11 @@ def random_subset_torch(seed: torch.Tensor, d: int, k: int) -> torch.Tensor:
 
 
 def seed_word(seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The 64-bit ``seed`` as a one-element int64 tensor on ``device`` (its bits; what :func:`random_subset_torch` takes)."""
+    """The 64-bit ``seed`` as a one-element int64 tensor on ``device`` (its bits; what :func:`random_subset_torch` takes).
+
+    A fill with the value as the kernel's argument: no host buffer is copied to the device, so nothing waits for it."""
     s = int(seed) & _MASK64
-    return torch.tensor([s - (1 << 64) if s >= 1 << 63 else s], dtype=torch.int64, device=device)
+    return torch.full((1,), s - (1 << 64) if s >= 1 << 63 else s, dtype=torch.int64, device=device)
 
 
 def random_subset_reference(seed: int, d: int, k: int) -> np.ndarray:
