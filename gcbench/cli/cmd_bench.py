@@ -27,7 +27,13 @@ Rounds = Annotated[int, options.rounds(
 Warmup = Annotated[int, typer.Option(metavar="INT", help="Untimed warm-up calls.")]
 Isolate = Annotated[bool, typer.Option(help="A fresh process per case (allocator state does not leak between cases).")]
 Baseline = Annotated[Path | None, options.baseline("PATH", "A stored bench results file: flag compressors that got slower.")]
-Threshold = Annotated[float, options.threshold("Relative slow-down of compress×copy that counts as a regression.")]
+Threshold = Annotated[float, options.threshold(
+    "With --baseline: the least relative change of a ×copy (compress or decompress) that can count; past it, the "
+    "processes' test decides (or, one process a side, a change past 2×).")]
+Processes = Annotated[int, typer.Option(metavar="N", help=(
+    "Time each case in N fresh processes (one pass of the sweep each; N times the time): ×copy is the median of their "
+    "medians, and a --baseline comparison tests the processes, so it can call changes smaller than the 2× one process "
+    "a side allows.  5 for a regression gate."))]
 FailOnRegression = Annotated[bool, options.fail_on_regression("Exit 1 if any case regressed against --baseline.", negatable=True)]
 #: the ranges of a suite's metrics.timing_repeats and metrics.warmup (gcbench.measure.suite.MetricsSpec; a test ties them)
 MAX_ROUNDS = 10_000
@@ -50,6 +56,7 @@ def bench(
     threads: Annotated[int, options.threads("torch threads (the targets are defined for 2).")] = 2,
     device: Annotated[str, options.device("cpu, cuda or cuda:N (CUDA events against a device copy; GPU targets).")] = "cpu",
     isolate: Isolate = True,
+    processes: Processes = 1,
     baseline: Baseline = None,
     threshold: Threshold = 0.25,
     out_dir: Annotated[Path, options.out_path()] = Path("reports/runs"),
@@ -61,7 +68,7 @@ def bench(
 
     Examples: `gcbench bench`, `gcbench bench topk qsgd --sizes 1M,25.6M --rounds 9`,
     `gcbench bench --model resnet50 -c topk -c powersgd`, `gcbench bench --model resnet50 --plan small.toml -c topk`,
-    `gcbench bench -c 'threshold:tau=3.29' --baseline reports/runs/OLD.json --fail-on-regression`.
+    `gcbench bench topk qsgd --sizes 1M --processes 5 --baseline reports/runs/OLD.json --fail-on-regression`.
     """
     from gcbench.measure.bench import bench_to_file, parse_size
     from gcbench.report.load import LoadedRun
@@ -76,6 +83,7 @@ def bench(
     names = compressor_specs(compressors, with_plans(compressor, plan)) or single_worker_compressors()
     size_list = size_list_arg(sizes, parse_size)
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
+    check_processes(processes, isolate)
     device = device.strip().lower()  # cpu, cuda or cuda:N, checked
     model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion
     if model is not None:
@@ -93,13 +101,16 @@ def bench(
         raise GcbenchError("--fail-on-regression needs --baseline FILE")
     with progress_bar(not as_json and not quiet) as prog:
         outcome = bench_to_file(names, size_list, out_dir, repeats=rounds, warmup=warmup, threads=threads, device=device,
-                                isolate=isolate, baseline=baseline, threshold=threshold, model=model, progress=prog)
+                                isolate=isolate, baseline=baseline, threshold=threshold, model=model, progress=prog,
+                                processes=processes)
     if as_json:
         print_json({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]})
     else:
         if outcome.path is not None:
             output.out.print(bench_table(LoadedRun(outcome.path, outcome.record)))
         plain(f"results: {outcome.path}")
+    for note in outcome.notes if outcome.compared and not quiet else ():  # what the comparison's verdicts rest on
+        output.err.print(f"note: {escape(note)}", highlight=False)
     if outcome.regressions:
         names_txt = ", ".join(escape(c.name) for c in outcome.regressions)
         output.err.print(f"[red]{len(outcome.regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
@@ -114,6 +125,16 @@ def bench(
             error_line(f"{c.name} @ {c.numel or 0:,}: {_first_line(c.error_text)}")
         output.err.print(f"[red]{len(outcome.failed)} of {len(outcome.record.cases)} case(s) failed[/]", highlight=False)
         raise typer.Exit(1)
+
+
+def check_processes(processes: int, isolate: bool) -> None:
+    """One line for a --processes the sweep cannot honour."""
+    from gcbench.measure.bench_processes import MAX_PROCESSES
+
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise GcbenchError(f"--processes must be in [1, {MAX_PROCESSES}], got {processes}")
+    if processes > 1 and not isolate:
+        raise GcbenchError("--processes times each case in fresh processes: leave out --no-isolate")
 
 
 def _first_line(text: str) -> str:

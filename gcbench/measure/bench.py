@@ -19,11 +19,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,8 @@ from gcbench.compressors._common import k_of
 from gcbench.core import liveness
 from gcbench.core.compressor import Compressor
 from gcbench.core.errors import GcbenchError
+from gcbench.measure.bench_processes import merge_passes, passes_progress
+from gcbench.measure.bench_worker import SharedWorker, run_isolated
 from gcbench.measure.copy_baseline import bench_copy_spread
 from gcbench.measure.timing import (
     Interleaved,
@@ -50,6 +51,7 @@ from gcbench.measure.timing import (
     x_copy_summary,
 )
 from gcbench.plan.reader import PlanError, case_of_spec
+from gcbench.results.bench_diff import bench_source, compare_bench
 from gcbench.results.bench_record import BenchCase
 from gcbench.results.record import CUT_SHORT as CUT_SHORT_FLAG
 from gcbench.results.record import RunRecord
@@ -345,7 +347,7 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
         progress("plan", 0, total, json.dumps({"stage": "bench", "labels": [name for (name, _), _ in cases],
                                                "case_work": [numel for _, numel in cases]}))
     start = clock()
-    worker = _SharedWorker(threads) if isolate and shared_worker else None
+    worker = SharedWorker(threads) if isolate and shared_worker else None
     overheads: list[float] = []  # per case whose rounds ran to their budget: its seconds beyond them (start, warm-up, payloads)
     try:
         for i, ((name, params), numel) in enumerate(cases):
@@ -359,7 +361,7 @@ def run_bench(names: Sequence[str], sizes: Sequence[int], *, repeats: int = 5, w
                                                sum(overheads) / len(overheads) if overheads else None)
             began = clock()
             try:
-                out.append(worker.run(args) if worker is not None else _run_isolated(args) if isolate else bench_case(**args))
+                out.append(worker.run(args) if worker is not None else run_isolated(args) if isolate else bench_case(**args))
                 # the first case also paid the worker's start, which no later case pays again
                 if budget_s is not None and i > 0 and ((out[-1].get("x_copy") or {}).get("compress") or {}).get("stopped") == "budget":
                     overheads.append(max(0.0, clock() - began - args["budget_s"]))
@@ -417,61 +419,9 @@ def remeasure_unstable(recs: Sequence[dict[str, Any]], names: Sequence[str], *, 
 MIN_REMEASURE_S = 5.0
 
 
-class _SharedWorker:
-    """One worker process that runs bench cases one after another (``python -m gcbench.measure.bench --serve``): a
-    case's arguments go in as one JSON line on its stdin, its record comes back as one JSON line on its stdout.  A
-    worker that dies is started again for the next case (the case it died on is recorded as failed)."""
-
-    def __init__(self, threads: int | None) -> None:
-        self.threads = threads
-        self.proc: subprocess.Popen[str] | None = None
-        self.log: Any = None
-
-    def _start(self) -> subprocess.Popen[str]:
-        import tempfile
-
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads or os.cpu_count()), liveness.PARENT_PID_ENV: str(os.getpid())}
-        self.log = tempfile.TemporaryFile(mode="w+")  # its stderr: read back only when it dies, so a pipe never fills up
-        self.proc = subprocess.Popen([sys.executable, "-m", "gcbench.measure.bench", "--serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
-        return self.proc
-
-    def run(self, args: dict[str, Any]) -> dict[str, Any]:
-        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(json.dumps(args) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-        except OSError:
-            line = ""
-        if not line:
-            proc.wait()
-            self.log.seek(0)
-            tail = (self.log.read().strip().splitlines() or ["no output"])[-1]
-            self.proc = None
-            raise GcbenchError(f"benchmark worker died on {args['label']}: {tail}")
-        reply = json.loads(line)
-        if "worker_error" in reply:
-            raise GcbenchError(reply["worker_error"])
-        return dict(reply)
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()  # end of input: the worker returns
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.log is not None:
-            self.log.close()
-
-
 def _serve() -> None:
-    """The shared worker's loop (:class:`_SharedWorker`): one case per stdin line, its record as one stdout line.  Anything
-    else the cases print goes to stderr, so the reply channel carries records only."""
+    """The shared worker's loop (:class:`gcbench.measure.bench_worker.SharedWorker`): one case per stdin line, its record
+    as one stdout line.  Anything else the cases print goes to stderr, so the reply channel carries records only."""
     reply = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -490,17 +440,6 @@ def _serve() -> None:
 
 def _json_default(o: Any) -> Any:
     return None if isinstance(o, float) and not np.isfinite(o) else str(o)
-
-
-def _run_isolated(args: dict[str, Any]) -> dict[str, Any]:
-    # the child dies with this process (main() below): a killed `gcbench bench` leaves no benchmark running on
-    env = {**os.environ, "OMP_NUM_THREADS": str(args["threads"] or os.cpu_count()), liveness.PARENT_PID_ENV: str(os.getpid())}
-    cmd = [sys.executable, "-m", "gcbench.measure.bench", json.dumps(args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise GcbenchError(f"benchmark process for {args['label']} failed: {tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def parse_size(text: str) -> int:
@@ -522,8 +461,9 @@ class BenchOutcome:
 
     path: Path | None
     record: RunRecord
-    regressions: list[BenchCase]
+    regressions: list[BenchCase]  # cases with a timing the comparison called worse (gcbench.results.bench_diff)
     compared: int  # cases matched with a baseline case (same label and element count)
+    notes: list[str] = field(default_factory=list)  # the comparison's notes (what its verdicts rest on)
 
     @property
     def failed(self) -> list[BenchCase]:
@@ -535,7 +475,7 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
                   threshold: float = 0.25, model: str | None = None,
                   progress: Callable[[str, int, int, str], None] | None = None, remeasure: bool = False,
                   max_rounds: int | None = None, budget_s: float | None = None, shared_worker: bool = False,
-                  clock: Callable[[], float] = time.monotonic) -> BenchOutcome:
+                  processes: int = 1, clock: Callable[[], float] = time.monotonic) -> BenchOutcome:
     """:func:`run_bench`, each case compared with ``baseline`` (a stored bench file) and written as one ``kind="bench"`` file.
 
     The baseline is read before anything is timed (a malformed file is one error, not a wasted sweep).  A case's
@@ -544,16 +484,19 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
     less flagged of the two kept (``remeasured``: how many times; what ``gcbench advise`` acts on must not rest on
     one disturbed minute).  ``budget_s`` bounds the timing of the whole sweep, the second timing of flagged cases
     included (it gets what the first left; :func:`run_bench`); the file's setup records it with the seconds the timing
-    took (``budget_s``, ``timing_s``).  ``shared_worker``: as :func:`run_bench`.
+    took (``budget_s``, ``timing_s``).  ``shared_worker``: as :func:`run_bench`.  ``processes``: each case timed in that
+    many fresh processes, one pass of the sweep each (:mod:`gcbench.measure.bench_processes`), which the comparison
+    with the baseline tests (:func:`gcbench.results.bench_diff.compare_bench`).
     """
-    base_cases: dict[tuple[str, int | None, str | None], BenchCase] = {}
-    if baseline is not None:
-        base = load_run(baseline)
-        base_cases = {(c.name, c.numel, c.model): c for c in base.cases if isinstance(c, BenchCase) and c.ok}
+    if processes > 1 and (not isolate or shared_worker or remeasure):
+        raise GcbenchError("--processes times each case in fresh processes: not with one shared or in-process worker")
+    base = load_run(baseline) if baseline is not None else None
+    base_cases = {(c.name, c.numel, c.model): c for c in base.cases if isinstance(c, BenchCase) and c.ok} if base else {}
     start = clock()
-    recs = run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device, isolate=isolate,
-                     model=model, progress=progress, max_rounds=max_rounds, budget_s=budget_s, shared_worker=shared_worker,
-                     clock=clock)
+    recs = merge_passes([run_bench(names, sizes, repeats=repeats, warmup=warmup, threads=threads, device=device,
+                                   isolate=isolate, model=model, progress=passes_progress(progress, p, processes),
+                                   max_rounds=max_rounds, budget_s=None if budget_s is None else budget_s / processes,
+                                   shared_worker=shared_worker, clock=clock) for p in range(processes)])
     if remeasure:
         first_s = clock() - start
         left = None if budget_s is None else budget_s - first_s
@@ -567,7 +510,6 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
     if model is not None:
         setup["model"] = model
     writer = RunWriter(Path(out_dir), setup, "", None, device, kind="bench")
-    regressions: list[BenchCase] = []
     compared = 0
     for rec in recs:
         case = writer.add_case(rec)
@@ -576,10 +518,13 @@ def bench_to_file(names: Sequence[str], sizes: Sequence[int], out_dir: Path | st
         if b is not None and case.ok and case.compress_x_copy is not None and b.compress_x_copy:
             compared += 1
             case.baseline_change = case.compress_x_copy / b.compress_x_copy - 1
-            if case.baseline_change > threshold:
-                regressions.append(case)
     writer.finish("complete")  # rewrites the file with the baseline changes
-    return BenchOutcome(writer.path, writer.record, regressions, compared)
+    if base is None:
+        return BenchOutcome(writer.path, writer.record, [], compared)
+    cmp = compare_bench(base, writer.record, threshold)
+    worse = {(r.case, r.source) for r in cmp.regressions}
+    regressions = [c for c in writer.record.cases if isinstance(c, BenchCase) and (c.name, bench_source(c)) in worse]
+    return BenchOutcome(writer.path, writer.record, regressions, compared, cmp.notes)
 
 
 def main(argv: list[str]) -> None:  # the isolated worker

@@ -140,6 +140,8 @@ def markdown_bench(run: LoadedRun) -> str:
     parts += [md_table(headers, rows, [False] + [True] * len(BENCH_COLUMNS) + [False, False]), ""]
     reasons = [f"- {md_escape(line)}" for line in views.flag_reason_lines(run.cases)]
     roofline = [md_escape(line) for line in views.bench_roofline(run.cases)]
+    procs = views.bench_processes_lines(run.cases)
+    roofline += ["\n".join([md_escape(procs[0]), "", *(f"- {md_escape(line.strip())}" for line in procs[1:])])] if procs else []
     return "\n".join([*parts, md_escape(BENCH_FOOTNOTE), *(x for line in roofline for x in ("", line)),
                       *(["", *reasons] if reasons else []), ""])
 

@@ -377,7 +377,8 @@ def bench_table(run: LoadedRun) -> Table:
     target_line = "targets: " + "; ".join(f"{name} {text}" for name, text in targets.items() if text and text != "—")
     t.caption = "\n".join(([_failure_caption(errors)] if errors else []) + [rich_escape(target_line)] * bool(targets)
                           + ["* = a flagged timing (which flag and why: the lines below)", rich_escape(BENCH_FOOTNOTE)]
-                          + views.bench_roofline(run.cases) + [rich_escape(line) for line in views.flag_reason_lines(run.cases)])
+                          + views.bench_roofline(run.cases)
+                          + [rich_escape(line) for line in [*views.bench_processes_lines(run.cases), *views.flag_reason_lines(run.cases)]])
     t.caption_justify = "left"
     return t
 

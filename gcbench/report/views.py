@@ -356,6 +356,27 @@ def bench_roofline(cases: Sequence[BenchCase]) -> list[str]:
     return lines
 
 
+def bench_processes_lines(cases: Sequence[BenchCase]) -> list[str]:
+    """Where cases ran in several processes (``bench --processes``): what their ×copy is, and how far the processes'
+    medians lay apart ([] when every case ran in one)."""
+    multi = [c for c in cases if c.ok and (c.processes or 1) > 1]
+    if not multi:
+        return []
+    counts = sorted({int(c.processes or 1) for c in multi})
+    lines = [f"each case ran in {'/'.join(map(str, counts))} fresh processes: ×copy is the median of their medians, ± half "
+             "the interquartile range of all their rounds; the processes' medians (what a --baseline comparison tests):"]
+    for c in multi:
+        parts = []
+        for kernel in ("compress", "decompress"):
+            meds = c.process_medians(kernel)
+            if len(meds) > 1:
+                parts.append(f"{kernel} {min(meds):.3g}–{max(meds):.3g}×")
+        if parts:
+            at = f" @ {size_text(c.numel)}" if c.numel else ""
+            lines.append(f"  {bench_name(c)}{at}: " + ", ".join(parts))
+    return lines
+
+
 def _cache_caveat(group: Sequence[BenchCase], at: str) -> str:
     """What a size's cases recorded about a copy the caches held (:func:`gcbench.measure.copy_baseline.bench_copy_spread`):
     ×copy there will not repeat (its copies spread past the limit across the cases' processes), or may not (one case)."""

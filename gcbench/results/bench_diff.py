@@ -4,9 +4,11 @@
   the compressor, or its spec ``name:key=value`` when the benchmark set parameters.
 * The metrics are compress×copy and decompress×copy (lower is better): kernel time as a multiple
   of a plain copy of the same tensor timed in the same process, which cancels most of the
-  machine's load of the moment.  For the same reason the Mann–Whitney test runs on the raw
-  samples divided by that process's copy median (``samples_s / copy.median_s``), not on raw
-  seconds: a uniformly slower process is not a slower kernel.
+  machine's load of the moment, not all of it: the same build's ×copy moves from process to process.
+  So the test runs on each process's median (``gcbench bench --processes N`` times a case in N fresh
+  processes; :func:`gcbench.results.judge.judge_timing`), and with one process a side only a change past
+  :data:`gcbench.results.judge.ONE_PROCESS_FACTOR` is called.  Holm's correction holds the whole file's
+  timings together (:func:`gcbench.results.judge.correct_timings`).
 * A pair is not comparable when the machine (:meth:`gcbench.results.record.Environment.machine_key`), the
   compressor's version or parameters, or the benchmark's thread count or device differ.
 * The threshold-and-test rule of :func:`gcbench.results.judge.judge` decides better / worse / ~.
@@ -29,9 +31,11 @@ from gcbench.results.judge import (
     MISSING,
     NEW,
     NEW_FAILURE,
+    ONE_PROCESS_FACTOR,
     Comparison,
     Row,
-    judge,
+    correct_timings,
+    judge_timing,
     version_params_diff,
 )
 from gcbench.results.parse import as_record
@@ -71,8 +75,8 @@ def compare_bench(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapp
         cmp.notes.append(f"different machines ({mb} vs {mn}): kernel timings are not comparable")
     if base_rec.gcbench_version != new_rec.gcbench_version:
         cmp.notes.append(f"gcbench {base_rec.gcbench_version} → {new_rec.gcbench_version}")
-    cmp.notes.append("kernel times are compared as multiples of a copy timed in the same process; the Mann–Whitney test "
-                     "runs on each timing sample divided by that process's copy median")
+    cmp.notes.append("kernel times are compared as multiples of a copy timed in the same process, tested on each "
+                     "process's median (Welch's t on their logarithms), Holm-corrected over the file's timings")
 
     def key(rec: BenchCase) -> tuple[str, int | None]:  # older files have no label: the compressor name is theirs
         return (rec.name, rec.numel)
@@ -81,7 +85,7 @@ def compare_bench(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapp
     for rec in base_rec.cases:
         base_index.setdefault(key(rec), rec)
     seen: set[tuple[str, int | None]] = set()
-    untestable: list[int] = []  # sample counts of the pairs whose test can never reach alpha
+    one_process = 0  # timing rows with one process a side: only a change past ONE_PROCESS_FACTOR is called
     for n in new_rec.cases:
         k = key(n)
         if k in seen:  # a duplicate (compressor, size) in one file: only the first is compared
@@ -104,19 +108,19 @@ def compare_bench(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mapp
             vb, vn = b.metric(metric), n.metric(metric)
             if vb is None and vn is None:
                 continue
-            sb, sn = b.copy_normalised_samples(section), n.copy_normalised_samples(section)
-            if not diff and len(sb) >= 2 and len(sn) >= 2 and smallest_p(len(sb), len(sn)) >= alpha:
-                untestable.append(min(len(sb), len(sn)))
+            pb, pn = b.process_medians(section), n.process_medians(section)
+            one_process += not diff and len(pb) == 1 and len(pn) == 1
             common = {**ident, "metric": metric, "baseline": vb, "new": vn, "higher_is_better": False, "unit": BENCH_UNIT}
-            cmp.rows.append(judge(common, vb, vn, sb, sn, None, threshold, alpha, diff))
+            cmp.rows.append(judge_timing(common, vb, vn, pb, pn, threshold, alpha, diff))
     for b in base_rec.cases:
         if key(b) not in seen:
             seen.add(key(b))
             cmp.rows.append(Row(bench_source(b), b.name, "", None, None, None, None, MISSING, "not in the new run"))
-    if untestable:
-        cmp.notes.append(f"{len(untestable)} comparison(s) have only {min(untestable)}–{max(untestable)} timing samples per side: "
-                         f"no Mann–Whitney p can fall below α = {alpha:g}, so those timings are never called better or worse; "
-                         "rerun `gcbench bench` with --rounds 5 or more")
+    correct_timings(cmp.rows, alpha)
+    if one_process:
+        cmp.notes.append(f"{one_process} timing(s) rest on one process a side: a process's own speed moves ×copy, so "
+                         f"only a change past {ONE_PROCESS_FACTOR:g}× is called; time both with `gcbench bench "
+                         "--processes 5` to test smaller changes")
     return cmp
 
 

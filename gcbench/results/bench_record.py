@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gcbench.results.fields import Bool, Int, Num, Str
+from gcbench.results.fields import Bool, Count, Int, Num, Str
 from gcbench.results.record import Model, RunRecord, Timing, XCopy, finite
 
 
@@ -57,6 +57,7 @@ class BenchCase(Model):
     copy_cases: Int | None = None  # with copy_cache_resident: the cases of this size whose copies were compared
     copy_spread: Num | None = None  # with two or more such cases: their copy medians' max ÷ min
     copy_range_s: list[Num] | None = None  # and those medians' least and greatest
+    processes: Count | None = None  # bench --processes: the fresh processes the case was timed in (None: one)
 
     @property
     def ok(self) -> bool:
@@ -81,13 +82,13 @@ class BenchCase(Model):
             return finite(self.compress.median_s) if self.compress else None
         return finite(getattr(self, name, None)) if name in type(self).model_fields else None
 
-    def copy_normalised_samples(self, section: str) -> list[float]:
-        """``section``'s timing samples divided by the median copy time of the same process ([] without both)."""
-        copy_med = finite(self.copy_.median_s) if self.copy_ else None
-        timing = getattr(self, section, None)
-        if copy_med is None or copy_med <= 0 or not isinstance(timing, Timing):
-            return []
-        return [f / copy_med for s in timing.samples_s or [] if (f := finite(s)) is not None]
+    def process_medians(self, kernel: str) -> list[float]:
+        """``kernel``'s ×copy per process (``bench --processes``); a case timed in one process: its median alone."""
+        x = (self.x_copy or {}).get(kernel)
+        if x is not None and x.process_medians:
+            return [f for v in x.process_medians if (f := finite(v)) is not None]
+        v = self.metric(f"{kernel}_x_copy")
+        return [] if v is None else [v]
 
 
 

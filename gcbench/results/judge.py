@@ -10,6 +10,13 @@ standard error of the pooled value, which it bounds from above, so the test is c
 samples (ratio, bits per element, variance, cosine, aggregate q, EF drift) are deterministic given the suite's seed,
 so the threshold alone decides.
 
+**Timings** (:func:`judge_timing`: compress and decompress ×copy) are tested on each process's median, not on the
+rounds inside one process (:func:`gcbench.results.metrics.process_test`): what moves between two runs of one build is
+mostly the process, which its own rounds cannot show.  With one process a side (every ``gcbench run`` file, a ``gcbench
+bench`` without ``--processes``) a timing is called better or worse only beyond :data:`ONE_PROCESS_FACTOR`.  Then
+:func:`correct_timings` holds the tested timing rows of a comparison to Holm's correction, so a gate over many rows
+of an unchanged build fails with a chance under α, not once in a few runs.
+
 ``worse`` and ``new failure`` are regressions (``--fail-on-regression``).
 """
 
@@ -17,11 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gcbench.results.bench_record import BenchCase
-from gcbench.results.metrics import METRICS, mann_whitney
+from gcbench.results.metrics import METRICS, holm, mann_whitney, process_test
 from gcbench.results.run_record import RunCase
 from gcbench.results.train_record import TrainCase
 
@@ -145,3 +152,54 @@ def judge(common: dict[str, Any], b: float | None, n: float | None, sb: Sequence
         reason = ""
     improved = (n > b) == bool(common["higher_is_better"])
     return Row(**common, change=change, p_value=p, verdict=BETTER if improved else WORSE, reason=reason)
+
+
+#: with one process a side, how far apart two timings must be to be called better or worse: A/A reruns of one build
+#: on a quiet 2-core machine moved single-process ×copy by up to 1.70× (4 bench runs of 4 compressors at 1M and
+#: 25.6M, 16 timings: median spread 12% in log terms); 2× is past all of them (docs/timing.md)
+ONE_PROCESS_FACTOR = 2.0
+
+#: the metrics :func:`judge_timing` decides (run files' and bench files' names)
+TIMING_METRICS = frozenset({"comp_over_copy", "decomp_over_copy", "compress_x_copy", "decompress_x_copy"})
+
+
+def judge_timing(common: dict[str, Any], b: float | None, n: float | None, pb: Sequence[float], pn: Sequence[float],
+                 threshold: float, alpha: float, not_comparable: str = "") -> Row:
+    """The verdict row of a timing: ``pb``/``pn`` are each side's per-process medians (one value: one process).
+
+    The change must reach ``threshold``, and then either :func:`process_test` gives p < ``alpha`` or, with one
+    process a side, the two are more than :data:`ONE_PROCESS_FACTOR` apart.
+    """
+    if not_comparable or b is None or n is None or b <= 0 or n <= 0:
+        return judge(common, b, n, (), (), None, threshold, alpha, not_comparable)
+    change = relative_change(b, n)
+    p = process_test(pb, pn)
+    if abs(change) < threshold:
+        return Row(**common, change=change, p_value=p, verdict=NOT_SIGNIFICANT, reason=f"|change| < {threshold:.0%}")
+    verdict = BETTER if (n > b) == bool(common["higher_is_better"]) else WORSE
+    if p is None:
+        factor = max(n / b, b / n)
+        if factor < ONE_PROCESS_FACTOR:
+            return Row(**common, change=change, p_value=None, verdict=NOT_SIGNIFICANT,
+                       reason=f"one process a side: {factor:.2f}× apart, within the {ONE_PROCESS_FACTOR:g}× a process "
+                              "alone can move")
+        return Row(**common, change=change, p_value=None, verdict=verdict,
+                   reason=f"one process a side: {factor:.2f}× apart, past the {ONE_PROCESS_FACTOR:g}× a process alone moves")
+    sides = f"{len(pb)} vs {len(pn)} processes"
+    if p >= alpha:
+        return Row(**common, change=change, p_value=p, verdict=NOT_SIGNIFICANT, reason=f"p = {p:.2g} ≥ {alpha:g} ({sides})")
+    return Row(**common, change=change, p_value=p, verdict=verdict, reason=sides)
+
+
+def correct_timings(rows: list[Row], alpha: float) -> int:
+    """Holm's correction over the timing rows a process test decided (their p-values); a better or worse one whose
+    adjusted p reaches ``alpha`` becomes ``~`` (in place).  Returns how many rows the correction covered."""
+    tested = [i for i, r in enumerate(rows) if r.metric in TIMING_METRICS and r.p_value is not None
+              and r.verdict in (BETTER, WORSE, NOT_SIGNIFICANT)]
+    adjusted = holm([rows[i].p_value or 0.0 for i in tested])
+    for i, adj in zip(tested, adjusted, strict=True):
+        r = rows[i]
+        if r.verdict in (BETTER, WORSE) and adj >= alpha:
+            rows[i] = replace(r, verdict=NOT_SIGNIFICANT,
+                              reason=f"p = {r.p_value:.2g}, {adj:.2g} after Holm's correction over {len(tested)} timings ≥ {alpha:g}")
+    return len(tested)

@@ -217,6 +217,8 @@ class XCopy(Model):
     flags: list[Str] | None = None
     reasons: dict[str, Str] | None = None  # per flag, what triggered it (measured value, threshold); files since 2026-11-27
     rounds: Count | None = None  # bench: the timed rounds calibration took for this kernel
+    #: bench --processes N: each process's median, the values a comparison tests (the median above is theirs)
+    process_medians: Series | None = None
 
     @property
     def beats_bound(self) -> bool:

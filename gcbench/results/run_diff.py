@@ -17,11 +17,13 @@ new values, the relative change, a p-value where raw samples exist, and a verdic
   update (``stream.delivered``) is tested on its per-worker values, and is not comparable when the stream's
   reference changed.
 * **Timings are compared as ×copy, never as raw milliseconds.**  Compress and decompress time are
-  compared as multiples of a copy timed in the same round (``timing.compress_x_copy``; its samples
-  are the per-round ×copy), which cancels most of the machine's load of the moment.  Files from
-  before interleaved timing have no per-round ×copy: their samples are each kernel timing divided
-  by the case's median copy.  A timing flagged on either side (``unstable``, ``too short``,
-  ``beats traffic bound``: :class:`gcbench.results.record.XCopy`) is ``not comparable (flagged:
+  compared as multiples of a copy timed in the same round (``timing.compress_x_copy``), which cancels
+  most of the machine's load of the moment; files from before interleaved timing: each kernel timing
+  divided by the case's median copy.  A run times every case in one process, and the same build's
+  ×copy moves from process to process further than its rounds inside one process show, so a timing is
+  called better or worse only past :data:`gcbench.results.judge.ONE_PROCESS_FACTOR` (:func:`gcbench.results.judge.judge_timing`);
+  a speed gate finer than that is ``gcbench bench --processes``.  A timing flagged on either side (``unstable``,
+  ``too short``, ``beats traffic bound``: :class:`gcbench.results.record.XCopy`) is ``not comparable (flagged:
   ...)``, never better or worse: it is not a speed to act on.
 * **Cases that appear or fail.** ``new`` / ``missing`` for cases in only one run; ``new failure``
   when a case that ran in the baseline fails now; ``fixed`` when it ran again; ``failing`` when it
@@ -47,7 +49,6 @@ with one :class:`~gcbench.core.errors.ResultsError` line.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,10 +65,14 @@ from gcbench.results.judge import (
     MISSING,
     NEW,
     NEW_FAILURE,
+    NOT_COMPARABLE,
+    ONE_PROCESS_FACTOR,
+    TIMING_METRICS,
     UNIT,
     Comparison,
     Row,
     judge,
+    judge_timing,
     keys_diff,
     version_params_diff,
 )
@@ -152,18 +157,6 @@ def timing_flags(case: RunCase | TrainCase, kernel: str) -> list[str]:
     return list(x.flags or []) if x is not None else []
 
 
-def metric_samples(spec: Compared, case: RunCase | TrainCase) -> list[float]:
-    """The samples a metric is tested on; a timing of a file from before per-round ×copy: its samples over its copy median."""
-    samples = case.samples(spec.name)
-    if samples or spec.kernel is None or not isinstance(case, RunCase) or case.timing is None:
-        return samples
-    timing, copy = getattr(case.timing, spec.kernel), case.timing.copy_
-    copy_med = copy.median_s if copy is not None else None
-    if timing is None or not isinstance(copy_med, int | float) or not copy_med > 0:
-        return []
-    return [float(v) / copy_med for v in timing.samples_s or [] if v is not None and math.isfinite(v)]
-
-
 def _not_comparable(spec: Compared, base: RunCase | TrainCase, new: RunCase | TrainCase) -> str:
     """Why this metric of two otherwise comparable cases is not comparable: a flagged timing, a changed stream reference."""
     if spec.kernel is not None:
@@ -185,9 +178,12 @@ def compare_metric(spec: Compared, base: RunCase | TrainCase, new: RunCase | Tra
               "higher_is_better": spec.higher_is_better, "unit": UNIT[spec.name]}
     if b is None and n is None:
         return None
+    if spec.timing:  # one process a side (see the module docstring)
+        return judge_timing(common, b, n, [] if b is None else [b], [] if n is None else [n], threshold, alpha,
+                            not_comparable or _not_comparable(spec, base, new))
     se_b, se_n = base.standard_error(spec.name), new.standard_error(spec.name)
     se = (se_b, se_n) if se_b is not None and se_n is not None else None
-    return judge(common, b, n, metric_samples(spec, base), metric_samples(spec, new), se, threshold, alpha,
+    return judge(common, b, n, base.samples(spec.name), new.samples(spec.name), se, threshold, alpha,
                  not_comparable or _not_comparable(spec, base, new))
 
 
@@ -283,6 +279,10 @@ def compare_runs(baseline: RunRecord | Mapping[str, Any], new: RunRecord | Mappi
             row = compare_metric(spec, b, n, threshold, alpha, not_comparable=timing if spec.timing else config)
             if row is not None:
                 cmp.rows.append(row)
+    if any(r.metric in TIMING_METRICS and r.verdict != NOT_COMPARABLE for r in cmp.rows):
+        cmp.notes.append(f"timings rest on one process a side (a run times its cases in one process): only a change past "
+                         f"{ONE_PROCESS_FACTOR:g}× ×copy is called; for a finer speed gate compare `gcbench bench "
+                         "--processes 5` files")
     for n in only_new:
         cmp.rows.append(Row(source_label(n), n.label, "", None, None, None, None, NEW if n.ok else NEW_FAILURE,
                             "" if n.ok else n.error_text or "failed"))

@@ -352,6 +352,13 @@ def test_bench_gate_that_compares_nothing_fails(tmp_path: Path) -> None:
     assert_one_line(res, "--fail-on-regression needs --baseline")
 
 
+@pytest.mark.parametrize(("args", "needle"), [(["--processes", "0"], "--processes must be in [1, 20], got 0"),
+                                               (["--processes", "21"], "got 21"),
+                                               (["--processes", "2", "--no-isolate"], "leave out --no-isolate")])
+def test_bench_processes_out_of_range_or_in_process_is_one_line(args: list[str], needle: str) -> None:
+    assert_one_line(runner.invoke(app, ["bench", "topk", "--sizes", "1K", *args]), needle)
+
+
 def test_bench_model_with_sizes_or_an_unknown_model_is_one_line() -> None:
     res = runner.invoke(app, ["bench", "topk", "--model", "mlp", "--sizes", "1K"])
     assert_one_line(res, "--model", "--sizes")

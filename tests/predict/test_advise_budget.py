@@ -14,6 +14,7 @@ from gcbench.cli.grammar import single_worker_compressors
 from gcbench.compressors import registry
 from gcbench.core.errors import GcbenchError
 from gcbench.measure import bench
+from gcbench.measure.bench_worker import SharedWorker
 from gcbench.predict import advise as adv
 from gcbench.predict import inputs as inp
 from gcbench.predict import network as pnet
@@ -99,7 +100,7 @@ def test_the_bench_file_records_its_budget_and_advise_reads_it(tmp_path: Path) -
 
 
 def test_the_shared_worker_runs_the_cases_in_one_process_and_survives_a_failed_case() -> None:
-    worker = bench._SharedWorker(1)
+    worker = SharedWorker(1)
     try:
         with pytest.raises(GcbenchError, match="TypeError"):
             worker.run({"label": "bad", "name": "none", "no_such_argument": 1})
