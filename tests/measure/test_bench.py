@@ -242,10 +242,17 @@ def test_cpu_meter_takes_this_process_off_the_machines_busy_time() -> None:
 
     stat = iter([(100.0, 200.0), (104.0, 204.0)])  # 4 CPU-seconds busy out of 4 (2 CPUs, 2 s): the machine was full
     own = iter([10.0, 14.0])  # … all of it this process's own threads
-    assert CpuMeter(read=lambda: next(stat), own=lambda: next(own)).start().share() == 0.0
+    assert CpuMeter(read=lambda: next(stat), own=lambda: next(own), cpus=2).start().share() == 0.0
     stat = iter([(100.0, 200.0), (104.0, 204.0)])
     own = iter([10.0, 12.0])  # two of the four were someone else's
-    assert CpuMeter(read=lambda: next(stat), own=lambda: next(own)).start().share() == pytest.approx(0.5)
+    assert CpuMeter(read=lambda: next(stat), own=lambda: next(own), cpus=2).start().share() == pytest.approx(0.5)
+    # 2 CPUs for 50 ms, 5 ticks each at 100 Hz: a 50% share there is tick noise as often as load, so none is given
+    stat = iter([(100.0, 200.0), (100.05, 200.1)])
+    own = iter([10.0, 10.0])
+    assert CpuMeter(read=lambda: next(stat), own=lambda: next(own), cpus=2, tick_s=0.01).start().share() is None
+    stat = iter([(100.0, 200.0), (100.12, 200.24)])  # 120 ms: twelve ticks each, measured
+    own = iter([10.0, 10.0])
+    assert CpuMeter(read=lambda: next(stat), own=lambda: next(own), cpus=2, tick_s=0.01).start().share() == pytest.approx(0.5)
     assert CpuMeter(read=lambda: None).start().share() is None  # no /proc/stat: not measured
     live = CpuMeter().start()
     sum(i * i for i in range(200_000))
