@@ -6,8 +6,10 @@ memory, and a scalar read (``.item()``, ``bool()``, ``int()`` or ``float()`` of 
 active, in every thread (the ``torch.distributed`` transport resumes a protocol in the collectives' callback threads):
 
 * conversions: ``Tensor.numpy``, ``Tensor.__array__`` (``np.asarray(t)``), ``Tensor.tolist``, ``torch.from_numpy``,
-  and ``torch.as_tensor`` / ``torch.tensor`` / ``torch.frombuffer`` given an ``ndarray`` or a bytes-like object
-  (one count per outermost call: ``__array__`` calling ``numpy`` counts once).  The functions are replaced while a
+  ``torch.as_tensor`` / ``torch.tensor`` / ``torch.frombuffer`` given an ``ndarray`` or a bytes-like object, and
+  ``torch.as_tensor`` / ``torch.tensor`` given Python numbers and a ``device`` (a host buffer copied there: on CPU
+  the same call, so a CPU test sees it); one count per outermost call: ``__array__`` calling ``numpy`` counts once.
+  The functions are replaced while a
   counter is active and restored when the last one exits;
 * scalar reads: a :class:`~torch.utils._python_dispatch.TorchDispatchMode` counts ``aten._local_scalar_dense`` in
   the thread that entered the counter (every tensor; an inference tensor's read reaches it as ``aten.item``), and a
@@ -16,7 +18,8 @@ active, in every thread (the ``torch.distributed`` transport resumes a protocol 
   no read is counted twice.
 
 :func:`host_ints` and :func:`host_bytes` are the sanctioned reads a device path makes where it must (a transport's
-message sizes before it allocates, the headers it parses): each counts as one scalar read.
+message sizes before it allocates, the headers it parses): each counts as one scalar read.  :func:`host_upload` is the
+sanctioned way the other way (the headers and framing a transport sends, born on the host): each counts as one upload.
 
 Used by ``tests/compressors/test_device_guard.py`` (every compressor's torch path, the simulated and the real
 exchange) and ``benchmarks/device_check.py`` (the same on a GPU).  It is a test instrument: the replacement functions
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,19 +56,22 @@ class HostSyncs:
 
     conversions: int = 0
     scalar_reads: int = 0
+    uploads: int = 0  # host-born bytes copied to the device the sanctioned way (:func:`host_upload`)
     sites: list[str] = field(default_factory=list)
     owner: int = field(default_factory=threading.get_ident)
 
     def _note(self, kind: str, what: str) -> None:
         if kind == "conversion":
             self.conversions += 1
+        elif kind == "upload":
+            self.uploads += 1
         else:
             self.scalar_reads += 1
         if len(self.sites) < MAX_SITES:
             self.sites.append(f"{_caller()} {kind} {what}")
 
     def __str__(self) -> str:
-        return f"{self.conversions} conversion(s), {self.scalar_reads} scalar read(s)"
+        return f"{self.conversions} conversion(s), {self.scalar_reads} scalar read(s), {self.uploads} upload(s)"
 
 
 def _caller() -> str:
@@ -90,12 +96,15 @@ def _is_host_data(obj: Any) -> bool:
     return isinstance(obj, np.ndarray | bytes | bytearray | memoryview)
 
 
-def _counting(name: str, fn: Callable[..., Any], when: Callable[[tuple[Any, ...]], bool] | None) -> Callable[..., Any]:
-    """``fn`` that records a conversion (when ``when(args)``, or always) unless called inside another counted call."""
+Condition = Callable[[tuple[Any, ...], dict[str, Any]], bool]
+
+
+def _counting(name: str, fn: Callable[..., Any], when: Condition | None) -> Callable[..., Any]:
+    """``fn`` that records a conversion (when ``when(args, kwargs)``, or always) unless called inside another counted call."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_LOCAL, "depth", 0)
-        if depth == 0 and (when is None or when(args)):
+        if depth == 0 and (when is None or when(args, kwargs)):
             _record("conversion", name)
         _LOCAL.depth = depth + 1
         try:
@@ -107,18 +116,26 @@ def _counting(name: str, fn: Callable[..., Any], when: Callable[[tuple[Any, ...]
     return wrapper
 
 
-def _first_is_host(args: tuple[Any, ...]) -> bool:
+def _first_is_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return bool(args) and _is_host_data(args[0])
 
 
+def _host_values_to_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Host data, or Python numbers (a list, a tuple, a scalar) given a ``device``: values copied from host memory to
+    where the device path runs, which a CUDA stream waits for (``torch.full`` passes a number as a kernel argument)."""
+    if not args:
+        return False
+    return _is_host_data(args[0]) or (kwargs.get("device") is not None and isinstance(args[0], list | tuple | int | float))
+
+
 #: (owner, attribute, counted only when) of every replaced conversion; None: always a conversion
-_TARGETS: tuple[tuple[Any, str, Callable[[tuple[Any, ...]], bool] | None], ...] = (
+_TARGETS: tuple[tuple[Any, str, Condition | None], ...] = (
     (torch.Tensor, "numpy", None),
     (torch.Tensor, "__array__", None),
     (torch.Tensor, "tolist", None),
     (torch, "from_numpy", None),
-    (torch, "as_tensor", _first_is_host),
-    (torch, "tensor", _first_is_host),
+    (torch, "as_tensor", _host_values_to_device),
+    (torch, "tensor", _host_values_to_device),
     (torch, "frombuffer", _first_is_host),
 )
 _SAVED: list[tuple[Any, str, Any, bool]] = []  # (owner, attribute, original, whether it was the owner's own attribute)
@@ -184,6 +201,19 @@ def host_ints(t: torch.Tensor) -> list[int]:
     _LOCAL.depth = depth + 1  # the conversion inside is this read's, counted above
     try:
         return [int(v) for v in _host_read(t, "integers").tolist()]
+    finally:
+        _LOCAL.depth = depth
+
+
+def host_upload(data: bytes | Sequence[int], device: torch.device | str, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """Host-born values (payload headers as bytes, a transport's size words as int64) as one tensor on ``device``: the
+    one sanctioned way such values reach the device, one small copy, counted as one upload (never as a conversion),
+    so a guard can bound how many a step makes."""
+    _record("upload", f"upload of {len(data)} {dtype}")
+    depth = getattr(_LOCAL, "depth", 0)
+    _LOCAL.depth = depth + 1
+    try:
+        return torch.tensor(list(data), dtype=dtype, device=device)
     finally:
         _LOCAL.depth = depth
 

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from gcbench.core.errors import PayloadError
-from gcbench.core.host_sync import host_bytes
+from gcbench.core.host_sync import host_bytes, host_upload
 from gcbench.core.payload import MetaValue, Payload, check_shape, decode_header
 from gcbench.core.protocol import SERVER, Message, Slot
 
@@ -72,8 +72,9 @@ def wire_size(p: Payload) -> int:
 
 
 def host_tensor(data: bytes, device: torch.device) -> torch.Tensor:
-    """Host bytes (headers, framing) as one ``uint8`` tensor on ``device``: one small copy, no NumPy."""
-    return torch.tensor(list(data), dtype=torch.uint8, device=device)
+    """Host bytes (headers, framing) as one ``uint8`` tensor on ``device``: one small copy, no NumPy, counted as one
+    upload by the device guard (:func:`gcbench.core.host_sync.host_upload`)."""
+    return host_upload(data, device)
 
 
 def joined(parts: Sequence[torch.Tensor], size: int, device: torch.device) -> torch.Tensor:

@@ -21,7 +21,8 @@ once.  Per leg:
   tells the others the server failed, so they raise instead of waiting).
 
 Device residency: payload bodies never leave the device and never become Python bytes; the only host work is
-the headers and framing (built on the host from the payloads' fields, copied to the device once per leg) and
+the headers and framing (built on the host from the payloads' fields, copied to the device once or twice per leg:
+:data:`HOST_UPLOADS`) and
 :data:`HOST_READS`, the reads a leg makes before it can go on: the peers' message sizes (one read, before it
 allocates what it receives) and their headers (one read, to parse them).  ``tests/distributed/test_transport_guard.py``
 holds the DDP hook's step to that on a 2-process gloo group (no tensor/NumPy conversion at all).
@@ -63,7 +64,7 @@ import torch
 import torch.distributed as dist
 
 from gcbench.core.errors import GcbenchError
-from gcbench.core.host_sync import host_ints
+from gcbench.core.host_sync import host_ints, host_upload
 from gcbench.core.protocol import (
     SERVER,
     AllGather,
@@ -104,6 +105,11 @@ _SIZE = SIZE_BYTES  # one int64 size word
 #: most: a variable-length leg reads the peers' size words once and their headers once; a parameter server's round
 #: does so for the gathered messages and, on the other ranks, for the broadcast replies; an all-reduce reads nothing
 HOST_READS = {"allreduce": 0, "allgather": 2, "alltoall": 2, "send": 2, "server": 4}
+#: host uploads (:func:`gcbench.core.host_sync.host_upload`: host-born values copied to the device, one small copy each)
+#: per leg, by kind, at most: an all-gather or all-to-all uploads its size words and its headers; a send (a gather of
+#: framed blobs) its framing, whose size word is filled on the device; a parameter server's round the gathered
+#: framing and, on the server's rank, the replies'; an all-reduce nothing
+HOST_UPLOADS = {"allreduce": 0, "allgather": 2, "alltoall": 2, "send": 1, "server": 2}
 
 
 class WireMismatchError(GcbenchError):
@@ -314,7 +320,7 @@ class TorchTransport:
         rec.overhead = _SIZE * units
         parts, words = message_parts(own, self.device)
         mine = sum(t.numel() for t in parts)
-        sizes = self._hand(rec, torch.tensor(words, dtype=torch.int64, device=self.device))
+        sizes = self._hand(rec, host_upload(words, self.device, torch.int64))
         all_sizes = [torch.empty_like(sizes) for _ in range(self.world)]
         work = dist.all_gather(all_sizes, sizes, group=self.group, async_op=True)
 
@@ -349,7 +355,7 @@ class TorchTransport:
         rec.overhead = _SIZE * units * world  # this worker's row of sizes is exchanged too (zeros to itself)
         parts, words = message_parts([None if j == me else p for j in range(world) for p in leg.payloads[j]], self.device)
         send_rows = [[w & LEN_MASK for w in words[j * units : (j + 1) * units]] for j in range(world)]
-        send_sizes = self._hand(rec, torch.tensor(words, dtype=torch.int64, device=self.device))
+        send_sizes = self._hand(rec, host_upload(words, self.device, torch.int64))
         recv_sizes = torch.empty_like(send_sizes)
         work = dist.all_to_all_single(recv_sizes, send_sizes, group=self.group, async_op=True)
 
@@ -402,6 +408,11 @@ class TorchTransport:
             out.append(row)
         return out
 
+    def _word(self, value: int) -> torch.Tensor:
+        """A size word as a one-element int64 tensor on the transport's device, filled there (the value travels as the
+        fill kernel's argument: no host buffer is copied, which a CUDA stream would wait for)."""
+        return torch.full((1,), value, dtype=torch.int64, device=self.device)
+
     def _gather_blobs(self, messages: Sequence[Message], rec: LegBytes) -> tuple[Future, list[int]]:
         """All-gather every worker's blob of addressed messages (its size word, then the blobs padded to the longest):
         a future of every worker's messages (this worker's own as they are), and a list that receives the bytes this
@@ -414,7 +425,7 @@ class TorchTransport:
         meta = frame_meta(messages)
         parts = [host_tensor(meta, self.device), *(body_bytes(m.payload, self.device) for m in messages)]
         mine = sum(t.numel() for t in parts)
-        size = self._hand(rec, torch.tensor([size_word(len(meta), mine) if mine else 0], dtype=torch.int64, device=self.device))
+        size = self._hand(rec, self._word(size_word(len(meta), mine) if mine else 0))
         sizes = [torch.empty_like(size) for _ in range(self.world)]
         work = dist.all_gather(sizes, size, group=self.group, async_op=True)
 
@@ -481,7 +492,7 @@ class TorchTransport:
             length = sum(t.numel() for t in parts)
             word = -1 if failure is not None else size_word(len(meta), length) if length else 0
             rec.overhead += _SIZE
-            size = self._hand(rec, torch.tensor([word], dtype=torch.int64, device=self.device))
+            size = self._hand(rec, self._word(word))
             work = dist.broadcast(size, src=src, group=self.group, async_op=True)
 
             def body(_: Any) -> Future | list[Message]:

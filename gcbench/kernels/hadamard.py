@@ -63,7 +63,7 @@ def fwht(blocks: torch.Tensor) -> torch.Tensor:
     """The orthonormal Walsh–Hadamard transform of each row of ``blocks``: :func:`butterfly` times the float32 1/sqrt(B)."""
     b = blocks.shape[1]
     scale = inv_sqrt(b) if blocks.dtype == torch.float32 else 1.0 / math.sqrt(b)
-    return butterfly(blocks).mul_(torch.tensor(scale, dtype=blocks.dtype, device=blocks.device))
+    return butterfly(blocks).mul_(scale)  # a number: the kernel's argument, no host buffer copied to the device
 
 
 def random_words(key: int, n: int, device: torch.device | str = "cpu") -> torch.Tensor:

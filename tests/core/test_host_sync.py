@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import torch
 
-from gcbench.core.host_sync import count_host_syncs, host_bytes, host_ints
+from gcbench.core.host_sync import count_host_syncs, host_bytes, host_ints, host_upload
 
 
 def test_every_conversion_counts_once() -> None:
@@ -82,3 +82,20 @@ def test_counters_nest_and_torch_is_restored_after() -> None:
     x.sum().item()
     x.numpy()
     assert (after.conversions, after.scalar_reads) == (0, 0)
+
+
+def test_python_numbers_given_a_device_are_a_conversion_and_the_sanctioned_upload_is_not() -> None:
+    # torch.tensor([...], device=d) copies a host buffer to d (a CUDA stream waits for it); on the CPU it is the same
+    # call, so a CPU test sees what a GPU would pay; torch.full passes the number as the kernel's argument instead
+    with count_host_syncs() as counted:
+        torch.tensor([1, 2], dtype=torch.int64, device="cpu")
+        torch.tensor(3.0, device=torch.device("cpu"))
+        torch.as_tensor([4], device="cpu")
+    assert (counted.conversions, counted.uploads) == (3, 0)
+    with count_host_syncs() as counted:
+        torch.tensor([1, 2])  # a host tensor, built on the host: nothing leaves a device
+        torch.full((1,), 7, dtype=torch.int64, device="cpu")
+        t = host_upload(b"\x01\x02\x03", "cpu")
+        w = host_upload([5, 6], "cpu", torch.int64)
+    assert (counted.conversions, counted.uploads) == (0, 2)
+    assert t.dtype == torch.uint8 and t.tolist() == [1, 2, 3] and w.tolist() == [5, 6]

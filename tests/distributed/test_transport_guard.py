@@ -3,8 +3,9 @@
 The workers run the torch path (``GCBENCH_KERNELS=torch``, the path a CUDA tensor takes) and count one training step
 (forward, backward with the hook's exchange, optimizer step) after a first one (DDP rebuilds its buckets after it)
 with :func:`gcbench.core.host_sync.count_host_syncs`, which counts in every thread (the protocol resumes in gloo's
-callback threads).  Per rank: no tensor/NumPy conversion, and scalar reads within the budget of the legs the step
-ran (:data:`gcbench.distributed.transport.HOST_READS`) plus its compressor's (per unit: a compress and a decode per
+callback threads).  Per rank: no tensor/NumPy conversion (a Python number or list given a device counts too), host
+uploads within the legs' :data:`gcbench.distributed.transport.HOST_UPLOADS`, and scalar reads within the budget of
+the legs the step ran (:data:`gcbench.distributed.transport.HOST_READS`) plus its compressor's (per unit: a compress and a decode per
 payload delivered, each within the card's ``scalar_reads``, and :data:`gcbench.core.info.PROTOCOL_SCALAR_READS`).
 
 Every registered compressor runs whose codec passes the compressor guard on every check
@@ -87,6 +88,7 @@ def _counts(ctx: WorkerContext, names: list[str]) -> dict[str, Any]:
             _step(ddp, opt, ctx.rank, 1)
         buckets = state.stats.steps[-1].buckets
         out[name] = {"conversions": counted.conversions, "scalar_reads": counted.scalar_reads, "sites": counted.sites[:6],
+                     "uploads": counted.uploads,
                      "legs": list(legs), "units": sum(b.units for b in buckets),
                      "decoded": sum(b.decoded_payloads * b.units for b in buckets)}
     return out
@@ -107,7 +109,8 @@ def _sharded(ctx: WorkerContext, scheme: str) -> dict[str, Any]:
               ChainTimes()).wait()
     world = ctx.world_size
     return {"conversions": counted.conversions, "scalar_reads": counted.scalar_reads, "sites": counted.sites[:6],
-            "units": 1, "decoded": 2 * world + 1}  # at most: the ring's hops and the mean, the all-gather's chunks
+            "uploads": counted.uploads, "units": 1,
+            "decoded": 2 * world + 1}  # at most: the ring's hops and the mean, the all-gather's chunks
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +131,7 @@ def test_the_counter_sees_the_collectives_callback_threads(ranks: list[dict[str,
 
 @pytest.mark.parametrize("name", NAMES + [f"sharded:{s}" for s in SHARDED])
 def test_the_real_exchange_stays_on_the_device(ranks: list[dict[str, Any]], name: str) -> None:
-    from gcbench.distributed.transport import HOST_READS
+    from gcbench.distributed.transport import HOST_READS, HOST_UPLOADS
 
     reads = registry.get(SHARDED_CODEC if name.startswith("sharded:") else name).scalar_reads
     for rank, res in enumerate(ranks):
@@ -138,6 +141,8 @@ def test_the_real_exchange_stays_on_the_device(ranks: list[dict[str, Any]], name
             + PROTOCOL_SCALAR_READS * got["units"]
         where = "; ".join(got["sites"])
         assert got["conversions"] == 0, f"{name}: rank {rank}: {got['conversions']} conversion(s) at {where}"
+        uploads = sum(HOST_UPLOADS[k] for k in got["legs"])
+        assert got["uploads"] <= uploads, f"{name}: rank {rank}: {got['uploads']} uploads, budget {uploads} ({got['legs']})"
         assert got["scalar_reads"] <= budget, f"{name}: rank {rank}: {got['scalar_reads']} scalar reads, budget {budget}, at {where}"
     print(f"{name:<16} legs {'+'.join(ranks[0][name]['legs'])}: scalar reads per rank "
           f"{[r[name]['scalar_reads'] for r in ranks]}, conversions {[r[name]['conversions'] for r in ranks]}")
