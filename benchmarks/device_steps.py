@@ -92,6 +92,7 @@ def sync_counts(device: torch.device, names: list[str] | None = None) -> list[di
             comp.compress_and_decode(x, state)  # the first step: caches, tables and states made
             row["compress"] = _counted(functools.partial(comp.compress_and_decode, x, state), device)
             payload = comp.compress(x, state.clone())
+            comp.decompress(payload, x.shape)  # decode tables made once per device (Elias-ω's)
             row["decompress"] = _counted(functools.partial(comp.decompress, payload, x.shape), device)
         except Exception as exc:  # a compressor that fails on the device is a row, not the end of the step
             if device.type == "cuda" and isinstance(exc, torch.OutOfMemoryError):
