@@ -53,11 +53,14 @@ from gcbench.report.views import (
     CaseRow,
     bench_description,
     bench_name,
+    bench_processes_lines,
+    bench_roofline,
     bench_target,
     by_source,
     case_name,
     case_rows,
     counts_text,
+    flag_reason_lines,
     is_reconstructed,
     measured_text,
     oneshot_caption,
@@ -248,7 +251,8 @@ def _bench_context(i: int, run: LoadedRun) -> dict[str, Any]:
     plots = [plot_bench_x_copy(run.cases, f"compress×copy against targets — {run.run_id}"),
              plot_size_scaling([bench_size_point(c) for c in run.cases], f"throughput vs tensor size — {run.run_id}")]
     return {"kind": "bench", "anchor": f"run{i}", "facts": run_facts(run), "description": bench_description(run), "table": table,
-            "detail": None, "plots": [p for p in plots if p is not None], "notes": [], "footnote": BENCH_FOOTNOTE,
+            "detail": None, "plots": [p for p in plots if p is not None], "footnote": BENCH_FOOTNOTE,
+            "notes": [*bench_roofline(run.cases), *bench_processes_lines(run.cases), *flag_reason_lines(run.cases)],
             "any_reconstructed": False}
 
 
