@@ -71,10 +71,15 @@ class CaseCost:
         return registry.get(self.compressor).resolve_protocol(dict(self.params))
 
 
-def collective_for(compressor: str, scheme: str = "auto") -> str:
-    """``allreduce``, ``allgather`` or ``ps`` for a compressor under a scheme (see module docstring)."""
+def check_scheme(scheme: str) -> None:
+    """One :class:`ParamError` line for a scheme that is not one of :data:`SCHEMES`."""
     if scheme not in SCHEMES:
         raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+
+
+def collective_for(compressor: str, scheme: str = "auto") -> str:
+    """``allreduce``, ``allgather`` or ``ps`` for a compressor under a scheme (see module docstring)."""
+    check_scheme(scheme)
     if scheme != "auto":
         return scheme
     if registry.get(compressor).protocol.allreduce:
@@ -170,8 +175,7 @@ def predict(case: CaseCost, n: int, net: Network, scheme: str = "auto", bf16_cas
     """
     if n < 1:
         raise ParamError(f"workers must be >= 1, got {n}")
-    if scheme not in SCHEMES:
-        raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    check_scheme(scheme)
     if scheme == "auto":
         cost = case.cost()
         priced = price_step(cost, n, net)
@@ -312,8 +316,7 @@ def simulate_results(data: RunRecord | Mapping[str, Any], workers: Sequence[int]
                      baseline: str = "bf16") -> Simulation:
     """Predictions and break-even bandwidths of every successful case of a results file (see the module docstring),
     against the fp32 and the bf16 all-reduce; the break-even bandwidths against ``baseline``."""
-    if scheme not in SCHEMES:
-        raise ParamError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    check_scheme(scheme)
     if baseline not in BASELINES:
         raise ParamError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     record = as_record(data)
