@@ -113,6 +113,14 @@ def write_fields(values: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
 _PREFIX: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
+def make_tables(device: torch.device | str) -> None:
+    """The codec's per-device tables (the ω prefix and decode tables), made now if they are not yet: each is one small
+    upload in a process's life, made on first use otherwise; the device guard makes them before it counts a step."""
+    dev = torch.device(device)
+    _omega_prefix_table(dev)
+    _omega_table(dev)
+
+
 def _omega_prefix_table(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """For m in 0..63, the groups of ω(m) before its last group and terminator, as one (value,
     width): ω(n) for n >= 2 is that prefix of m = bitlen(n) - 1, then n, then a 0 bit.  Built

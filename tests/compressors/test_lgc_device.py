@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gcbench.compressors import registry
+from gcbench.core import codec_torch_elias
 from gcbench.core.host_sync import count_host_syncs
 from tests.conftest import TEST_DEVICE
 
@@ -18,6 +19,13 @@ WORKERS = 4
 GCBENCH_SHAPES = [(20000,)]
 #: the reference preset's model: a dense first tensor, two middle tensors sharing the autoencoder, two dense last ones
 REFERENCE_SHAPES = [(3000,), (20000,), (30000,), (100,), (10,)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _elias_tables() -> None:
+    """The Elias-ω codec's tables, made once per device and cached (a one-time upload, not a step's): made here, before
+    anything is counted, whichever test ran first."""
+    codec_torch_elias.make_tables(TEST_DEVICE)
 
 
 def _grads(step: int, shapes: list[tuple[int, ...]]) -> list[list[torch.Tensor]]:
