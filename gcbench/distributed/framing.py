@@ -84,25 +84,31 @@ def joined(parts: Sequence[torch.Tensor], size: int, device: torch.device) -> to
     return torch.cat([*parts, *pad]) if len(parts) + len(pad) > 1 else (parts or pad)[0]
 
 
-def message_parts(payloads: Sequence[Slot], device: torch.device) -> tuple[list[torch.Tensor], list[int]]:
-    """The tensors of a row of messages (each payload's header slice, then its body) and their size words (0: none).
+def message_parts(payloads: Sequence[Slot], device: torch.device) -> tuple[list[torch.Tensor], list[int], torch.Tensor]:
+    """The tensors of a row of messages (each payload's header slice, then its body), their size words (0: none), and
+    those words as an int64 tensor on ``device``.
 
-    The headers are copied to the device together, once.
+    The words and the headers go to the device together, in one upload: the words first (native byte order, so the
+    first ``8·n`` bytes view as ``n`` int64), then the headers.
     """
-    headers = host_tensor(b"".join(p.header for p in payloads if p is not None), device)
-    parts: list[torch.Tensor] = []
     words: list[int] = []
-    pos = 0
+    bodies: list[torch.Tensor | None] = []
     for p in payloads:
-        if p is None:
-            words.append(0)
+        body = None if p is None else body_bytes(p, device)
+        bodies.append(body)
+        words.append(0 if p is None or body is None else size_word(len(p.header), len(p.header) + body.numel()))
+    n = 8 * len(words)
+    uploaded = host_tensor(struct.pack(f"={len(words)}q", *words) + b"".join(p.header for p in payloads if p is not None),
+                           device)
+    parts: list[torch.Tensor] = []
+    pos = n
+    for p, body in zip(payloads, bodies, strict=True):
+        if p is None or body is None:
             continue
-        body = body_bytes(p, device)
         h = len(p.header)
-        parts += [headers[pos : pos + h], body]
-        words.append(size_word(h, h + body.numel()))
+        parts += [uploaded[pos : pos + h], body]
         pos += h
-    return parts, words
+    return parts, words, uploaded[:n].view(torch.int64)
 
 
 def read_headers(spans: Sequence[tuple[torch.Tensor, int, int]]) -> list[bytes]:

@@ -21,8 +21,8 @@ once.  Per leg:
   tells the others the server failed, so they raise instead of waiting).
 
 Device residency: payload bodies never leave the device and never become Python bytes; the only host work is
-the headers and framing (built on the host from the payloads' fields, copied to the device once or twice per leg:
-:data:`HOST_UPLOADS`) and
+the headers and framing (built on the host from the payloads' fields, copied to the device once per leg, twice in a
+parameter server's round: :data:`HOST_UPLOADS`) and
 :data:`HOST_READS`, the reads a leg makes before it can go on: the peers' message sizes (one read, before it
 allocates what it receives) and their headers (one read, to parse them).  ``tests/distributed/test_transport_guard.py``
 holds the DDP hook's step to that on a 2-process gloo group (no tensor/NumPy conversion at all).
@@ -64,7 +64,7 @@ import torch
 import torch.distributed as dist
 
 from gcbench.core.errors import GcbenchError
-from gcbench.core.host_sync import host_ints, host_upload
+from gcbench.core.host_sync import host_ints
 from gcbench.core.protocol import (
     SERVER,
     AllGather,
@@ -106,10 +106,10 @@ _SIZE = SIZE_BYTES  # one int64 size word
 #: does so for the gathered messages and, on the other ranks, for the broadcast replies; an all-reduce reads nothing
 HOST_READS = {"allreduce": 0, "allgather": 2, "alltoall": 2, "send": 2, "server": 4}
 #: host uploads (:func:`gcbench.core.host_sync.host_upload`: host-born values copied to the device, one small copy each)
-#: per leg, by kind, at most: an all-gather or all-to-all uploads its size words and its headers; a send (a gather of
+#: per leg, by kind, at most: an all-gather or all-to-all uploads its size words and its headers together; a send (a gather of
 #: framed blobs) its framing, whose size word is filled on the device; a parameter server's round the gathered
 #: framing and, on the server's rank, the replies'; an all-reduce nothing
-HOST_UPLOADS = {"allreduce": 0, "allgather": 2, "alltoall": 2, "send": 1, "server": 2}
+HOST_UPLOADS = {"allreduce": 0, "allgather": 1, "alltoall": 1, "send": 1, "server": 2}
 
 
 class WireMismatchError(GcbenchError):
@@ -318,9 +318,9 @@ class TorchTransport:
         rec = self._leg("allgather", leg.phase)
         rec.promised = sum(p.nbytes for p in own if p is not None)
         rec.overhead = _SIZE * units
-        parts, words = message_parts(own, self.device)
+        parts, _, words_on_device = message_parts(own, self.device)
         mine = sum(t.numel() for t in parts)
-        sizes = self._hand(rec, host_upload(words, self.device, torch.int64))
+        sizes = self._hand(rec, words_on_device)
         all_sizes = [torch.empty_like(sizes) for _ in range(self.world)]
         work = dist.all_gather(all_sizes, sizes, group=self.group, async_op=True)
 
@@ -353,9 +353,10 @@ class TorchTransport:
         rec = self._leg("alltoall", leg.phase)
         rec.promised = sum(p.nbytes for j in range(world) if j != me for p in leg.payloads[j] if p is not None)
         rec.overhead = _SIZE * units * world  # this worker's row of sizes is exchanged too (zeros to itself)
-        parts, words = message_parts([None if j == me else p for j in range(world) for p in leg.payloads[j]], self.device)
+        parts, words, words_on_device = message_parts([None if j == me else p for j in range(world) for p in leg.payloads[j]],
+                                                      self.device)
         send_rows = [[w & LEN_MASK for w in words[j * units : (j + 1) * units]] for j in range(world)]
-        send_sizes = self._hand(rec, host_upload(words, self.device, torch.int64))
+        send_sizes = self._hand(rec, words_on_device)
         recv_sizes = torch.empty_like(send_sizes)
         work = dist.all_to_all_single(recv_sizes, send_sizes, group=self.group, async_op=True)
 
