@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,15 +205,15 @@ def host_ints(t: torch.Tensor) -> list[int]:
         _LOCAL.depth = depth
 
 
-def host_upload(data: bytes | Sequence[int], device: torch.device | str, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-    """Host-born values (payload headers as bytes, a transport's size words as int64) as one tensor on ``device``: the
-    one sanctioned way such values reach the device, one small copy, counted as one upload (never as a conversion),
+def host_upload(data: bytes, device: torch.device | str) -> torch.Tensor:
+    """Host-born bytes (payload headers, a transport's size words and framing) as one ``uint8`` tensor on ``device``:
+    the one sanctioned way such bytes reach the device, one small copy, counted as one upload (never as a conversion),
     so a guard can bound how many a step makes."""
-    _record("upload", f"upload of {len(data)} {dtype}")
+    _record("upload", f"upload of {len(data)} bytes")
     depth = getattr(_LOCAL, "depth", 0)
     _LOCAL.depth = depth + 1
     try:
-        return torch.tensor(list(data), dtype=dtype, device=device)
+        return torch.tensor(list(data), dtype=torch.uint8, device=device)
     finally:
         _LOCAL.depth = depth
 
