@@ -27,6 +27,7 @@ from gcbench.results.verdict import (
     NO_DIFFERENCE,
     NO_OVERLAP,
     NO_SWEEP,
+    PROCESS_LOG_SD,
     SIGNIFICANT,
     SWEEP_DENSITIES,
     TIME,
@@ -38,6 +39,7 @@ from gcbench.results.verdict import (
     sweep_curve,
     sweep_entries,
     verdicts,
+    with_process_spread,
 )
 
 runner = CliRunner()
@@ -316,3 +318,18 @@ def test_payloads_are_stated_against_bf16_and_fp32_and_larger_than_bf16_flagged(
     assert "topk 32× smaller (64×)" in line and "larger than bf16: natural (1.33× bf16's payload)" in line
     d = compare_json([small, big], "r.json", [])
     assert [b["larger_than_bf16"] for b in d["baselines"]] == [False, True]
+
+
+def test_the_time_interval_adds_the_spread_between_processes() -> None:
+    # four runs of `gcbench compare topk qsgd signsgd` on one quiet machine (2026-12-02): (ratio, rounds-only 95% CI)
+    runs = {"topk/qsgd": [(1.54, 1.42, 1.69), (2.24, 2.07, 2.32), (1.67, 1.56, 1.80), (1.87, 1.72, 1.95)],
+            "topk/signsgd": [(4.19, 3.91, 4.49), (6.91, 6.44, 7.16), (6.10, 5.80, 6.57), (7.15, 6.64, 7.63)]}
+    for pair, seen in runs.items():
+        assert max(lo for _, lo, _ in seen) > min(hi for _, _, hi in seen), pair  # rounds alone: they do not overlap
+        wide = [with_process_spread(*t) for t in seen]
+        assert max(lo for _, lo, _ in wide) < min(hi for _, _, hi in wide), pair  # widened: one value sits in all four
+        assert all(lo > 1 for _, lo, _ in wide)  # the direction holds in every run
+    r, lo, hi = with_process_spread(1.2, 1.15, 1.25)  # 20% apart in one process: within what a rerun moves
+    assert r == 1.2 and lo < 1 < hi
+    # each half grows by z·√2·PROCESS_LOG_SD in quadrature, on the log scale
+    assert math.log(hi / r) == pytest.approx(math.hypot(math.log(1.25 / 1.2), 1.959964 * math.sqrt(2) * PROCESS_LOG_SD), rel=1e-5)
