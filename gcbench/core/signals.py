@@ -36,8 +36,27 @@ REPEAT_GRACE_S = 3.0
 _first: dict[str, Any] = {"signum": None, "at": 0.0}
 
 
+#: how long a signal that landed in a callback waits to be delivered again (:func:`_in_callback`)
+REDELIVER_S = 0.005
+
+
+def _in_callback(frame: FrameType | None) -> bool:
+    """Whether ``frame`` is importlib's module-lock callback (a weakref callback run during imports): an exception raised
+    there is printed as "Exception ignored in: ..." with its traceback and then lost, so the stop would be too."""
+    return frame is not None and frame.f_code.co_name == "cb" and "importlib" in frame.f_code.co_filename
+
+
 def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
-    """Raise KeyboardInterrupt for the first stop signal; swallow quick repeats (see the module docstring)."""
+    """Raise KeyboardInterrupt for the first stop signal; swallow quick repeats (see the module docstring).
+
+    A signal that lands in importlib's module-lock callback (Ctrl-C while start-up imports torch: a full test run saw
+    it once) is delivered again :data:`REDELIVER_S` later instead, outside the callback.
+    """
+    if _in_callback(frame):
+        timer = threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
     now = time.monotonic()
     if _first["signum"] is not None and now - _first["at"] < REPEAT_GRACE_S:
         return

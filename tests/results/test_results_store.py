@@ -658,6 +658,28 @@ def test_latest_is_the_newest_finished_run_by_its_recorded_time(tmp_path: Path) 
     assert "new vs baseline base" in r.output and "old vs" not in r.output
 
 
+def test_a_signal_in_importlibs_lock_callback_is_delivered_again_outside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # raised there, KeyboardInterrupt is printed as "Exception ignored in: <function _get_module_lock.<locals>.cb>" with
+    # a traceback and lost (a full CI run saw it once, Ctrl-C during start-up imports): the handler sends it again
+    from gcbench.core import signals
+
+    code = compile("import sys\ndef cb():\n    return sys._getframe()\n", "<frozen importlib._bootstrap>", "exec")
+    space: dict[str, Any] = {}
+    exec(code, space)
+    frame = space["cb"]()
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(signals.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setitem(signals._first, "signum", None)
+    signals._on_stop_signal(signal.SIGINT, frame)  # no raise here
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sent == [(os.getpid(), signal.SIGINT)]
+    assert signals._first["signum"] is None  # not taken as the first stop: the re-delivered one will be
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"):  # anywhere else, it interrupts at once
+        signals._on_stop_signal(signal.SIGINT, sys._getframe())
+
+
 def test_a_stop_signal_inside_a_record_serialisation_is_an_interrupt(monkeypatch: pytest.MonkeyPatch) -> None:
     """pydantic calls Python while it serialises; a SIGTERM landing there was a PydanticSerializationError."""
     from pydantic import field_serializer
