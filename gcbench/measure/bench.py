@@ -34,7 +34,7 @@ from gcbench.compressors._common import k_of
 from gcbench.core import liveness
 from gcbench.core.compressor import Compressor
 from gcbench.core.errors import GcbenchError
-from gcbench.measure.bench_processes import merge_passes, passes_progress
+from gcbench.measure.bench_processes import merge_passes, passes_progress, worst
 from gcbench.measure.bench_worker import SharedWorker, run_isolated
 from gcbench.measure.copy_baseline import bench_copy_spread
 from gcbench.measure.timing import (
@@ -167,10 +167,6 @@ def kernel_x_copy(timed: Interleaved, kernel: str, policy: TimingPolicy, bound: 
     return {**x_copy_summary(x, list(why), why), "rounds": len(x), "stopped": timed.stopped}
 
 
-def _worst(*values: float | None) -> float | None:
-    return max((v for v in values if v is not None), default=None)
-
-
 def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEFAULT_NUMEL, repeats: int = 5, warmup: int = 1,
                threads: int | None = 2, device: str = "cpu", seed: int = 0, reference: bool = True,
                label: str | None = None, model: str | None = None, max_rounds: int | None = None,
@@ -214,7 +210,7 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
     # the receiver knows the tensor it waits for: a payload far smaller than it (threshold's below-tau tensor) decodes
     timed_d = time_interleaved(copy, {"decompress": lambda: comp.decompress(payload, x.shape)}, policy, device)
     t_copy, t_c, t_d = timed_c.copy_timing, timed_c.timing("compress"), timed_d.timing("decompress")
-    load = _worst(timed_c.load_per_core, timed_d.load_per_core)
+    load = worst(timed_c.load_per_core, timed_d.load_per_core)
     # the least ×copy the compress can honestly take: its declared bytes read and written per element over a copy's 8
     bound = comp.info.traffic_bytes / 8
     x_copy = {"compress": kernel_x_copy(timed_c, "compress", policy, bound), "decompress": kernel_x_copy(timed_d, "decompress", policy)}
@@ -227,7 +223,7 @@ def bench_case(name: str, params: dict[str, Any] | None = None, numel: int = DEF
         "threads": torch.get_num_threads(), "device": device, "timer": timer_name(device),
         "copy": t_copy.to_dict(), "compress": t_c.to_dict(), "decompress": t_d.to_dict(),
         "compress_x_copy": x_copy["compress"]["median"], "decompress_x_copy": x_copy["decompress"]["median"],
-        "x_copy": x_copy, "load_per_core": load, "foreign_cpu": _worst(timed_c.foreign_cpu, timed_d.foreign_cpu),
+        "x_copy": x_copy, "load_per_core": load, "foreign_cpu": worst(timed_c.foreign_cpu, timed_d.foreign_cpu),
         "policy": policy.to_dict(),
         "traffic_bound": bound, "x_bound": x_copy["compress"]["median"] / bound if bound > 0 else None,
         "gbps_compress": 4 * x.numel() / t_c.median / 1e9, "gbps_decompress": 4 * x.numel() / t_d.median / 1e9,

@@ -97,9 +97,9 @@ def _median(values: Sequence[Any]) -> float | None:
     return float(np.median(kept)) if kept else None
 
 
-def _worst(values: Sequence[Any]) -> float | None:
-    kept = [float(v) for v in values if v is not None]
-    return max(kept) if kept else None
+def worst(*values: float | None) -> float | None:
+    """The largest of ``values`` that is known (None when none is): a load, a peak."""
+    return max((float(v) for v in values if v is not None), default=None)
 
 
 def merge_processes(recs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def merge_processes(recs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             out[key] = _median([r.get(key) for r in recs])
     for key in ("load_per_core", "foreign_cpu", "peak_extra_bytes"):
         if key in out:
-            out[key] = _worst([r.get(key) for r in recs])
+            out[key] = worst(*(r.get(key) for r in recs))
     bound, med = out.get("traffic_bound"), out.get("compress_x_copy")
     if bound and med is not None:
         out["x_bound"] = med / bound
