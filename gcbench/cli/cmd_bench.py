@@ -33,7 +33,8 @@ Threshold = Annotated[float, options.threshold(
 Processes = Annotated[int, typer.Option(metavar="N", help=(
     "Time each case in N fresh processes (one pass of the sweep each; N times the time): ×copy is the median of their "
     "medians, and a --baseline comparison tests the processes, so it can call changes smaller than the 2× one process "
-    "a side allows.  5 for a regression gate."))]
+    "a side allows.  5 for a regression gate.  It also measures this machine's spread between processes, which "
+    "`gcbench compare` and `gcbench run` with results in the same --out then add to their time intervals."))]
 FailOnRegression = Annotated[bool, options.fail_on_regression("Exit 1 if any case regressed against --baseline.", negatable=True)]
 #: the ranges of a suite's metrics.timing_repeats and metrics.warmup (gcbench.measure.suite.MetricsSpec; a test ties them)
 MAX_ROUNDS = 10_000
@@ -74,6 +75,7 @@ def bench(
     from gcbench.report.load import LoadedRun
     from gcbench.report.terminal import bench_table
     from gcbench.results.gate import bench_gate
+    from gcbench.results.process_spread import measured_line, spread_of
 
     if repeats is not None:
         deprecated("bench --repeats N", f"--rounds {repeats} (--repeats means fidelity draws in run and compare)")
@@ -103,12 +105,17 @@ def bench(
         outcome = bench_to_file(names, size_list, out_dir, repeats=rounds, warmup=warmup, threads=threads, device=device,
                                 isolate=isolate, baseline=baseline, threshold=threshold, model=model, progress=prog,
                                 processes=processes)
+    spread = spread_of(outcome.record, outcome.path) if processes > 1 else None
     if as_json:
-        print_json({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases]})
+        print_json({"results": str(outcome.path), "cases": [c.to_json_dict() for c in outcome.record.cases],
+                    "process_spread": None if spread is None else spread.to_dict()})
     else:
         if outcome.path is not None:
             output.out.print(bench_table(LoadedRun(outcome.path, outcome.record)))
         plain(f"results: {outcome.path}")
+        line = measured_line(spread, out_dir)
+        if line and not quiet:
+            output.err.print(f"note: {escape(line)}", highlight=False)
     for note in outcome.notes if outcome.compared and not quiet else ():  # what the comparison's verdicts rest on
         output.err.print(f"note: {escape(note)}", highlight=False)
     if outcome.regressions:

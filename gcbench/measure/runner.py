@@ -58,6 +58,7 @@ from gcbench.measure.suite import CompressorSpec, MetricsSpec, SourceSpec, Suite
 from gcbench.measure.timing import TimingPolicy, time_step
 from gcbench.measure.traffic import TrafficLog
 from gcbench.results.phases import Window, case_phases, phase_windows
+from gcbench.results.process_spread import BUILT_IN, machine_spread
 from gcbench.results.store import RunWriter
 from gcbench.sources.base import FLOAT32_MAX, GradientSource
 
@@ -512,6 +513,9 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     if suite.metrics.threads:
         torch.set_num_threads(suite.metrics.threads)
     writer = RunWriter(Path(out_dir), suite.to_dict(), suite.hash(), suite_path, str(device), kind=kind)
+    # how far a timing moves between processes here, which compare's time interval adds: this machine's, where a
+    # `gcbench bench --processes N` in out_dir measured it, else the built-in figure
+    spread = (machine_spread(out_dir, writer.record.env.machine_key()) or BUILT_IN).to_dict()
     total = len(suite.sources) * len(suite.compressors)
     done = 0
     status = "complete"
@@ -539,6 +543,8 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
                         source, data, windows = _open_source(src_spec, src_seed, suite, device, progress)
                     rec = run_case(c, data, suite, progress, windows, budget)
                     rec["source"]["label"] = src_spec.display()
+                    if rec.get("timing"):
+                        rec["timing"]["process_spread"] = spread
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # one failing case does not abort the sweep

@@ -54,7 +54,7 @@ from gcbench.results.recommend import ClosedEvidence
 from gcbench.results.record import BEATS_BOUND
 from gcbench.results.run_record import RunCase
 from gcbench.results.train_record import TrainCase
-from gcbench.results.verdict import PairVerdict, baseline_bytes_line, bytes_per_step, verdicts
+from gcbench.results.verdict import PairVerdict, baseline_bytes_line, bytes_per_step, process_spread_note, verdicts
 
 
 def summary_tables(run: LoadedRun) -> list[Any]:
@@ -221,8 +221,11 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     steps = "?" if first is None or first.steps is None else first.steps
     reference = first.stream.reference if first is not None and first.stream and first.stream.reference else None
     src = clip(src)
-    out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep)),
-                                 *recommendation_output(cases, closed)]
+    out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep))]
+    spread = process_spread_note(cases)
+    if spread:
+        out.append(Text(f"({spread})"))
+    out += recommendation_output(cases, closed)
     if sweep is None:
         out.append(Text("(no statement at equal delivered update: that needs a density sweep, --sweep)"))
     against = baseline_bytes_line(cases)

@@ -484,7 +484,7 @@ def source_answers(kind: str | None, cases: Sequence[RunCase]) -> list[str]:
     (:func:`gcbench.results.recommend.recommend`) and, for a ``compare`` run, each pair's verdict — the same the
     terminal prints, so the Markdown and HTML of a compare run carry its answer too."""
     from gcbench.results.recommend import recommend
-    from gcbench.results.verdict import verdicts
+    from gcbench.results.verdict import process_spread_note, verdicts
 
     run_cases = [c for c in cases if isinstance(c, RunCase)]
     if not run_cases:
@@ -496,4 +496,6 @@ def source_answers(kind: str | None, cases: Sequence[RunCase]) -> list[str]:
         except ValueError:  # cases of several sources: a verdict compares one
             pairs = []
         out += [f"verdict: {v.summary}" for v in pairs]
+        spread = process_spread_note(run_cases) if pairs else None
+        out += [spread] if spread else []
     return out

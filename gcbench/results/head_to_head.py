@@ -14,6 +14,7 @@ from typing import Any
 
 from gcbench.results.judge import DIRECTION, UNIT
 from gcbench.results.metrics import mann_whitney
+from gcbench.results.process_spread import of_case
 from gcbench.results.run_record import RunCase
 from gcbench.results.verdict import PairVerdict, baseline_bytes, bytes_per_step
 
@@ -151,6 +152,8 @@ def compare_json(cases: Sequence[RunCase], results: str, verdicts: Sequence[Pair
         "summary": [v.summary for v in verdicts],
         "baselines": [b.to_dict() for b in baseline_bytes(cases)],
         "verdicts": [v.to_dict() for v in verdicts],
+        # the spread between processes the time axes add: this machine's (its bench file) or the built-in one
+        "process_spread": next((of_case(c).to_dict() for c in cases if c.ok and c.timing is not None), None),
         "rows": {r.spec.metric: _row_json(r, cases) for r in head_to_head(cases, MAIN_METRICS)},
         "fidelity": {
             "references": fidelity_references(cases),

@@ -94,6 +94,16 @@ class EfDrift(Model):
     residual_ratio: Series | None = None
 
 
+class ProcessSpreadInfo(Model):
+    """The spread between processes a case's timing is judged with (:mod:`gcbench.results.process_spread`): the sd of
+    log ×copy, its degrees of freedom and timings, and the bench file that measured it (None: the built-in figure)."""
+
+    log_sd: Num | None = None
+    df: Count | None = None
+    timings: Count | None = None
+    processes: Count | None = None
+    file: Str | None = None
+
 
 class CaseTiming(Model):
     """A run case's kernel timing.  Files before interleaved timing have only the three timings and copy fractions."""
@@ -132,6 +142,9 @@ class CaseTiming(Model):
     decompress_baseline: Str | None = None
     copy_fraction_compress: Num | None = None
     copy_fraction_decompress: Num | None = None
+    # how far this machine's ×copy moves between processes, which compare's time interval adds; absent in files
+    # before 2026-12-02 (the built-in figure then)
+    process_spread: ProcessSpreadInfo | None = None
 
     def x_copy(self, kernel: str) -> XCopy | None:
         """``compress`` or ``decompress`` ×copy; for an older file, its median from the copy fraction (no spread, no flags)."""

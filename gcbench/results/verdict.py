@@ -17,7 +17,8 @@ judged on three axes, each with how sure the judgement is:
   (``timing.compress_x_copy``).  The estimate is the ratio of the two medians; its 95 % interval is
   a percentile bootstrap (fixed seed) that resamples each case's round samples independently (their
   rounds are not pairs), widened by what the rounds of one process cannot show: each case's ×copy
-  moves from one process to the next (:data:`PROCESS_LOG_SD`, measured; :func:`with_process_spread`).
+  moves from one process to the next (:func:`with_process_spread`): this machine's spread, measured by ``gcbench bench
+  --processes N`` and recorded with each case's timing, else a built-in one (:mod:`gcbench.results.process_spread`).
   Without it, four runs of ``gcbench compare topk qsgd`` gave intervals that did not overlap.  A timing flagged
   unstable, too short, or faster than the compressor's traffic bound (:class:`XCopy` ``flags``)
   is not a speed: "cannot say (flagged: ...)".
@@ -41,6 +42,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gcbench.core.intervals import CONFIDENCE, paired_difference
+from gcbench.results.process_spread import ProcessSpread, of_case
 from gcbench.results.record import XCopy
 from gcbench.results.run_record import RunCase
 
@@ -68,11 +70,6 @@ BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 17
 #: the fewest timing rounds per case for a bootstrap interval of a median
 MIN_ROUNDS = 3
-#: the spread of one kernel's ×copy from one process to the next (standard deviation of its logarithm), which the
-#: rounds of one process cannot show: the median over 16 timings of 4 A/A runs of `gcbench bench` on a quiet 2-core
-#: machine (docs/timing.md).  Four runs of `gcbench compare topk qsgd signsgd` there read topk 1.54, 2.24, 1.67 and
-#: 1.87× slower than qsgd, each with a rounds-only CI about ±8% wide; the time interval adds this spread for each case
-PROCESS_LOG_SD = 0.12
 
 
 @dataclass(frozen=True)
@@ -305,12 +302,28 @@ def bootstrap_ratio(a: Sequence[float], b: Sequence[float], confidence: float = 
     return float(np.median(xa) / np.median(xb)), float(lo), float(hi)
 
 
-def with_process_spread(r: float, lo: float, hi: float, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """A ratio's rounds-only interval ``lo..hi`` widened by what a rerun adds: each side's process spread
-    (:data:`PROCESS_LOG_SD`), added in quadrature to each half of the interval on the log scale."""
-    extra = (_z(confidence) * math.sqrt(2.0) * PROCESS_LOG_SD) ** 2
+def with_process_spread(r: float, lo: float, hi: float, log_sd_a: float, log_sd_b: float,
+                        confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """A ratio's rounds-only interval ``lo..hi`` widened by what a rerun adds: each side's spread between processes
+    (sd of log ×copy), added in quadrature to each half of the interval on the log scale."""
+    extra = _z(confidence) ** 2 * (log_sd_a ** 2 + log_sd_b ** 2)
     down, up = math.log(r / lo), math.log(hi / r)
     return r, r * math.exp(-math.sqrt(down * down + extra)), r * math.exp(math.sqrt(up * up + extra))
+
+
+def process_spread_note(cases: Sequence[RunCase]) -> str | None:
+    """The line under a comparison's verdicts that says which spread between processes its time intervals add, or
+    None when no case was timed."""
+    timed = [of_case(c) for c in cases if c.ok and c.timing is not None]
+    if not timed:
+        return None
+    return f"compress-time intervals add the spread between processes: {spread_text(*timed)}"
+
+
+def spread_text(*spreads: ProcessSpread) -> str:
+    """What the spread between processes was, in log terms, and where it came from (one phrase for equal ones)."""
+    parts = list(dict.fromkeys(f"{p.log_sd:.3g} in log terms, {p.source()}" for p in spreads))
+    return "; ".join(parts)
 
 
 def _z(confidence: float) -> float:
@@ -335,10 +348,11 @@ def time_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
         why = f"too few timing rounds: {a.label} {len(sa)}, {b.label} {len(sb)}; need ≥ {MIN_ROUNDS}"
         return AxisVerdict(TIME, MISSING, None, None, None, None, "", f"compress time: cannot say ({why})",
                            f"compress time: cannot say ({why})")
-    r, lo, hi = with_process_spread(*bootstrap_ratio(sa, sb))
+    pa, pb = of_case(a), of_case(b)
+    r, lo, hi = with_process_spread(*bootstrap_ratio(sa, sb), pa.log_sd, pb.log_sd)
     method = (f"ratio of median compress ×copy, 95% percentile bootstrap ({BOOTSTRAP_RESAMPLES} resamples, seed "
               f"{BOOTSTRAP_SEED}) resampling each case's {len(sa)} and {len(sb)} round samples independently, widened "
-              f"by the spread between processes (each case's ×copy: {PROCESS_LOG_SD:g} in log terms)")
+              f"by the spread between processes ({spread_text(pa, pb)})")
     if lo > 1 or hi < 1:
         # orient on the slower case: "B compress 1.3× slower (CI 1.1–1.5×)"
         slow, fast, f, low, high = (a.label, b.label, r, lo, hi) if r > 1 else (b.label, a.label, 1 / r, 1 / hi, 1 / lo)

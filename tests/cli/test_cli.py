@@ -244,6 +244,24 @@ def test_bench_rounds_and_its_deprecated_repeats(tmp_path: Path) -> None:
     assert line.startswith("warning: bench --repeats N is deprecated") and "--rounds 3" in line
 
 
+def test_bench_processes_reports_this_machines_spread_between_processes(tmp_path: Path) -> None:
+    """--json carries the pooled spread of the file's process medians; the text output says it in a note (here with too
+    few degrees of freedom to stand for the machine: two timings of two processes)."""
+    from gcbench.results.process_spread import spread_of
+    from gcbench.results.store import load_run
+
+    args = ["bench", "signsgd", "--sizes", "1K", "--rounds", "1", "--warmup", "0", "--processes", "2", "--out", str(tmp_path)]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    expected = spread_of(load_run(out["results"]), Path(out["results"]))
+    assert expected is not None and out["process_spread"] == expected.to_dict() and out["process_spread"]["df"] == 2
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    note = " ".join(r.stderr.split())
+    assert "note: spread between processes on this machine:" in note and "2 df" in note and "too few degrees of freedom" in note
+
+
 def test_compare_timing_repeats_is_a_deprecated_rounds(tmp_path: Path) -> None:
     r = runner.invoke(app, ["compare", "topk", "randomk", "--shape", "8x8", "--steps", "1", "--timing-repeats", "2", "--repeats", "2",
                             "--json", "--out", str(tmp_path)])

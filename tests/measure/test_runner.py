@@ -612,6 +612,37 @@ def test_a_run_holds_each_sources_cases_against_its_pooled_copy(tmp_path: Path, 
             assert t.compress_x_round_copy is not None and t.compress_x_round_copy.samples
 
 
+def test_every_timed_case_records_the_spread_between_processes_it_is_judged_with(tmp_path: Path, tiny_cache: None) -> None:
+    """The built-in figure where this machine measured none; once a ``bench --processes`` of this machine is in the
+    runs folder, its pooled spread and file, in every timed case, on disk (what compare's time interval adds)."""
+    import json
+    from datetime import UTC, datetime
+
+    from gcbench.results.process_spread import BUILT_IN
+    from gcbench.results.store import environment
+
+    suite = parse_suite({
+        "name": "t", "seed": 0, "metrics": {"repeats": 2, "timing_repeats": 3, "timing_budget_s": 0.05},
+        "sources": [{"kind": "synthetic", "shapes": [[64, 32]], "workers": 1, "steps": 1}],
+        "compressors": [{"name": "none"}, {"name": "topk"}],
+    })
+    first = load_run(run_suite(suite, tmp_path).path)
+    assert [c.timing.process_spread.log_sd for c in first.cases] == [BUILT_IN.log_sd] * 2
+    assert all(c.timing.process_spread.file is None for c in first.cases)
+    bench = json.loads((Path(__file__).resolve().parents[1] / "golden" / "bench_small.json").read_text(encoding="utf-8"))
+    bench.update(environment=environment("cpu"), created_utc=datetime.now(UTC).isoformat(), status="complete")
+    logs = {"signsgd": [3.0, 3.3, 2.9, 3.1, 3.6], "topk": [10.0, 11.0, 12.5, 10.5, 11.5]}  # 4 cases × 2 kernels × 4 df
+    for c in bench["cases"]:
+        if not c.get("error"):
+            c["x_copy"] = {k: {"median": 1.0, "process_medians": logs[c["compressor"]]} for k in ("compress", "decompress")}
+    (tmp_path / "20000101T000000Z-bench.json").write_text(json.dumps(bench), encoding="utf-8")  # oldest name, newest time
+    second = load_run(run_suite(suite, tmp_path).path)
+    spreads = [c.timing.process_spread for c in second.cases]
+    assert all(s.file == str(tmp_path / "20000101T000000Z-bench.json") and s.df == 32 and s.timings == 8 for s in spreads)
+    assert spreads[0].log_sd == pytest.approx(math.sqrt((np.var(np.log(logs["signsgd"]), ddof=1)
+                                                         + np.var(np.log(logs["topk"]), ddof=1)) / 2))
+
+
 # ----------------------------------------------------------------------------- non-finite output
 
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from gcbench.cli import app
 from gcbench.results.head_to_head import FIDELITY_METRICS, MAIN_METRICS, compare_json, head_to_head
 from gcbench.results.parse import as_case
+from gcbench.results.process_spread import MEASURE_HINT, PROCESS_LOG_SD
 from gcbench.results.run_record import RUN_METRICS, RunCase
 from gcbench.results.verdict import (
     BYTES,
@@ -27,7 +28,6 @@ from gcbench.results.verdict import (
     NO_DIFFERENCE,
     NO_OVERLAP,
     NO_SWEEP,
-    PROCESS_LOG_SD,
     SIGNIFICANT,
     SWEEP_DENSITIES,
     TIME,
@@ -36,6 +36,7 @@ from gcbench.results.verdict import (
     bootstrap_ratio,
     bytes_at,
     pair_verdict,
+    process_spread_note,
     sweep_curve,
     sweep_entries,
     verdicts,
@@ -50,7 +51,8 @@ SLOW = [2.0 * v for v in FAST]
 
 def case(label: str, *, sent: float = 1000.0, delivered: float | None = 0.9, workers: list[float] | None = None,
          steps: int = 10, enough: bool = True, x_copy: list[float] | None = None, flags: list[str] | None = None,
-         compressor: str | None = None, density: float | None = None, reference: str = "gradient") -> RunCase:
+         compressor: str | None = None, density: float | None = None, reference: str = "gradient",
+         spread: dict[str, Any] | None = None) -> RunCase:
     """A compare case with the fields the verdict reads."""
     data: dict[str, Any] = {
         "label": label, "status": "ok", "compressor": compressor or label,
@@ -65,6 +67,8 @@ def case(label: str, *, sent: float = 1000.0, delivered: float | None = 0.9, wor
     if x_copy is not None:
         data["timing"] = {"compress_x_copy": {"median": sorted(x_copy)[len(x_copy) // 2], "samples": x_copy,
                                               "flags": flags or []}}
+        if spread is not None:
+            data["timing"]["process_spread"] = spread
     return as_case(data)  # type: ignore[return-value]
 
 
@@ -326,10 +330,37 @@ def test_the_time_interval_adds_the_spread_between_processes() -> None:
             "topk/signsgd": [(4.19, 3.91, 4.49), (6.91, 6.44, 7.16), (6.10, 5.80, 6.57), (7.15, 6.64, 7.63)]}
     for pair, seen in runs.items():
         assert max(lo for _, lo, _ in seen) > min(hi for _, _, hi in seen), pair  # rounds alone: they do not overlap
-        wide = [with_process_spread(*t) for t in seen]
+        wide = [with_process_spread(*t, PROCESS_LOG_SD, PROCESS_LOG_SD) for t in seen]
         assert max(lo for _, lo, _ in wide) < min(hi for _, _, hi in wide), pair  # widened: one value sits in all four
         assert all(lo > 1 for _, lo, _ in wide)  # the direction holds in every run
-    r, lo, hi = with_process_spread(1.2, 1.15, 1.25)  # 20% apart in one process: within what a rerun moves
+    r, lo, hi = with_process_spread(1.2, 1.15, 1.25, PROCESS_LOG_SD, PROCESS_LOG_SD)  # 20% apart in one process: within what a rerun moves
     assert r == 1.2 and lo < 1 < hi
     # each half grows by z·√2·PROCESS_LOG_SD in quadrature, on the log scale
     assert math.log(hi / r) == pytest.approx(math.hypot(math.log(1.25 / 1.2), 1.959964 * math.sqrt(2) * PROCESS_LOG_SD), rel=1e-5)
+
+
+def test_each_side_adds_its_own_recorded_spread() -> None:
+    r, lo, hi = with_process_spread(1.2, 1.15, 1.25, 0.05, 0.2)
+    assert math.log(hi / r) == pytest.approx(math.hypot(math.log(1.25 / 1.2), 1.959964 * math.hypot(0.05, 0.2)), rel=1e-5)
+    assert math.log(r / lo) == pytest.approx(math.hypot(math.log(1.2 / 1.15), 1.959964 * math.hypot(0.05, 0.2)), rel=1e-5)
+    assert with_process_spread(1.2, 1.15, 1.25, 0.0, 0.0) == (1.2, 1.15, 1.25)  # no spread: the rounds' interval
+
+
+def test_the_time_verdict_uses_the_spread_recorded_with_each_timing() -> None:
+    """A 2× ratio is a clear call on a quiet machine and none on one whose processes move by half; the method and the
+    note name where the figure came from, and a file from before it was recorded gets the built-in one."""
+    quiet = {"log_sd": 0.02, "df": 24, "timings": 12, "processes": 3, "file": "runs/2026-12-02T10-00-00Z-bench.json"}
+    noisy = {"log_sd": 0.5, "df": 24, "timings": 12, "processes": 3, "file": "runs/x-bench.json"}
+    calm = pair_verdict(case("a", x_copy=SLOW, spread=quiet), case("b", x_copy=FAST, spread=quiet)).axis(TIME)
+    assert calm is not None and calm.status == SIGNIFICANT and calm.better == "b"
+    assert "0.02 in log terms, this machine's, pooled over 12 timings in up to 3 processes (24 df)" in calm.method
+    assert "2026-12-02T10-00-00Z-bench.json" in calm.method
+    jumpy = pair_verdict(case("a", x_copy=SLOW, spread=noisy), case("b", x_copy=FAST, spread=noisy)).axis(TIME)
+    assert jumpy is not None and jumpy.status == NO_DIFFERENCE and jumpy.lo is not None and jumpy.lo < 1 < jumpy.hi
+    old = pair_verdict(case("a", x_copy=SLOW), case("b", x_copy=FAST)).axis(TIME)
+    assert old is not None and f"{PROCESS_LOG_SD:g} in log terms, built in" in old.method and MEASURE_HINT in old.method
+    built_in = process_spread_note([case("a", x_copy=SLOW), case("b", x_copy=FAST)])
+    assert built_in is not None and "built in" in built_in and MEASURE_HINT in built_in
+    assert process_spread_note([case("a"), case("b")]) is None  # nothing timed: nothing to say
+    d = compare_json([case("a", x_copy=SLOW, spread=quiet), case("b", x_copy=FAST, spread=quiet)], "r.json", [])
+    assert d["process_spread"] == quiet
