@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -39,17 +40,18 @@ from gcbench.results.calibration import COLLECTIVES, Calibration, CollectivePric
 DEFAULT_SECONDS = (0.05, 0.1, 0.2, 0.4)
 
 
-def _issue(kind: str, nbytes: int, world: int, group: Any) -> Callable[[], None]:
+def _issue(kind: str, nbytes: int, world: int, group: Any, device: torch.device | None = None) -> Callable[[], None]:
     """One call of ``kind`` with ``nbytes`` per worker as gcbench issues it: DDP's fp32 all-reduce; the transport's
     size exchange then the bodies for all-gather (padded to the longest) and all-to-all (``nbytes``/n to each peer,
-    nothing to itself)."""
+    nothing to itself).  ``device``: where the tensors live (a CUDA device under NCCL; default the CPU)."""
+    at = device or torch.device("cpu")
     if kind == "allreduce":
-        x = torch.zeros(max(1, nbytes // 4))
+        x = torch.zeros(max(1, nbytes // 4), device=at)
         return lambda: dist.all_reduce(x, group=group)
     if kind == "allgather":
-        size = torch.tensor([nbytes], dtype=torch.int64)
+        size = torch.full((1,), nbytes, dtype=torch.int64, device=at)
         sizes = [torch.empty_like(size) for _ in range(world)]
-        body = torch.zeros(nbytes, dtype=torch.uint8)
+        body = torch.zeros(nbytes, dtype=torch.uint8, device=at)
         out = [torch.empty_like(body) for _ in range(world)]
 
         def allgather() -> None:
@@ -59,9 +61,9 @@ def _issue(kind: str, nbytes: int, world: int, group: Any) -> Callable[[], None]
         return allgather
     part = max(1, nbytes // world)
     splits = [0 if j == dist.get_rank(group) else part for j in range(world)]  # the transport sends nothing to itself
-    send_sizes = torch.tensor(splits, dtype=torch.int64)
+    send_sizes = torch.tensor(splits, dtype=torch.int64).to(at)
     recv_sizes = torch.empty_like(send_sizes)
-    send = torch.zeros(sum(splits), dtype=torch.uint8)
+    send = torch.zeros(sum(splits), dtype=torch.uint8, device=at)
     recv = torch.empty_like(send)
 
     def alltoall() -> None:
@@ -71,7 +73,7 @@ def _issue(kind: str, nbytes: int, world: int, group: Any) -> Callable[[], None]
     return alltoall
 
 
-def _timed(call: Callable[[], None], repeats: int, group: Any) -> float:
+def _timed(call: Callable[[], None], repeats: int, group: Any, device: torch.device | None = None) -> float:
     """Seconds per call of ``repeats`` calls issued back to back (after one warm-up call and a barrier), on the
     slowest rank.
 
@@ -84,13 +86,20 @@ def _timed(call: Callable[[], None], repeats: int, group: Any) -> float:
     its training steps communicated for 458 ms; back to back, the all-to-all took 280–296 ms and the all-gather
     185–210 ms a call, as in training.  The mean over the calls is what a run of steps pays."""
     call()  # warm-up: the connections, the buffers
+    _sync(device)
     dist.barrier(group=group)
     t0 = time.perf_counter()
     for _ in range(repeats):
         call()
-    dt = torch.tensor([(time.perf_counter() - t0) / repeats], dtype=torch.float64)
+    _sync(device)
+    dt = torch.tensor([(time.perf_counter() - t0) / repeats], dtype=torch.float64, device=device)
     dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
     return float(dt)
+
+
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def measure(bandwidth_gbps: float, *, kinds: Sequence[str] = tuple(COLLECTIVES), seconds: Sequence[float] = DEFAULT_SECONDS,
@@ -110,6 +119,21 @@ def measure(bandwidth_gbps: float, *, kinds: Sequence[str] = tuple(COLLECTIVES),
                 progress(f"{kind} {nbytes / 1e6:.3g} MB per worker: {1e3 * t:.1f} ms (model {1e3 * factor * nbytes / bps:.1f} ms)")
         prices.append(fit_price(kind, world, points, bandwidth_gbps))
     return Calibration(str(dist.get_backend(group)), bandwidth_gbps, tuple(prices))
+
+
+def price_at(kind: str, sizes: Sequence[int], bandwidth_gbps: float, *, repeats: int, batches: int = 3, group: Any = None,
+             device: torch.device | None = None) -> CollectivePrice:
+    """The price of ``kind`` fitted to calls of the given bytes per worker, issued as gcbench issues them on
+    ``device``: how ``gcbench train`` prices the all-gathers and all-to-alls of the transport it trains on.  Each
+    size's time is the median of ``batches`` batches of ``repeats`` back-to-back calls (a busy core lands on one
+    batch, not on the price).  A collective whose times do not grow with the size is a
+    :class:`~gcbench.core.errors.ParamError` (from the fit)."""
+    world = dist.get_world_size(group)
+    points = []
+    for b in sizes:
+        call = _issue(kind, b, world, group, device)
+        points.append((float(b), statistics.median(_timed(call, repeats, group, device) for _ in range(batches))))
+    return fit_price(kind, world, points, bandwidth_gbps)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -64,6 +64,11 @@ class Transport(Model):
     nbytes: Int | None = None
     small_s: Num | None = None
     large_s: Num | None = None
+    #: the all-gather and all-to-all as the transport issues them, priced as a calibration file prices them (absent in
+    #: files before 2026-12-02: the α–β model then priced them from the all-reduces)
+    backend: Str | None = None
+    prices: list[dict[str, Any]] | None = None
+    price_errors: dict[str, Str] | None = None
 
 
 class Prediction(Model):

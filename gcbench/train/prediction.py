@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from gcbench.core.errors import GcbenchError
+
+if TYPE_CHECKING:
+    from gcbench.results.calibration import Calibration
 
 #: timed all-reduces of each size (after one warm-up); the median is kept
 ROUNDS = 5
@@ -28,6 +31,10 @@ ROUNDS = 5
 MIN_PROBE_BYTES = 1 << 20
 #: a one-worker run has no communication: any finite bandwidth prices it at 0 s
 _ONE_WORKER_GBPS = 1e6
+#: the collectives priced as the transport issues them (the all-reduce is DDP's own: the α–β fit above prices it)
+PRICED = ("allgather", "alltoall")
+#: the larger message of each priced collective, bytes per worker (the smaller is 4 bytes a peer)
+PRICE_PROBE_BYTES = 8 << 20
 
 
 def _timed_allreduce(numel: int, device: torch.device, group: Any, rounds: int) -> float:
@@ -57,7 +64,40 @@ def measure_transport(group: Any, device: torch.device, world: int, nbytes: int,
     volume = 2 * (world - 1) / world * probe
     # the size's own share: never below a twentieth of the large all-reduce, so noise cannot give an infinite link
     bw = volume / max(large - small, large / 20) * 8 / 1e9
-    return {"workers": world, "latency_s": alpha, "bandwidth_gbps": bw, "nbytes": probe, "small_s": small, "large_s": large}
+    out = {"workers": world, "latency_s": alpha, "bandwidth_gbps": bw, "nbytes": probe, "small_s": small, "large_s": large}
+    return {**out, **_transport_prices(group, device, world, bw, rounds)}
+
+
+def _transport_prices(group: Any, device: torch.device, world: int, bandwidth_gbps: float, rounds: int) -> dict[str, Any]:
+    """The all-gather and all-to-all as gcbench's transport issues them (the size words, then the bodies), each priced
+    from calls of a few bytes and of :data:`PRICE_PROBE_BYTES` per worker (:func:`gcbench.distributed.calibrate.price_at`):
+    ``prices`` as a calibration file holds them, ``backend``, and ``price_errors`` for a kind that could not be priced."""
+    from dataclasses import asdict
+
+    from gcbench.distributed.calibrate import price_at
+
+    prices, errors = [], {}
+    for kind in PRICED:
+        try:
+            price = price_at(kind, (4 * world, PRICE_PROBE_BYTES), bandwidth_gbps, repeats=rounds, group=group, device=device)
+        except GcbenchError as exc:  # times that did not grow with the size: the α–β model prices this kind
+            errors[kind] = str(exc)
+            continue
+        prices.append({**asdict(price), "points": [list(x) for x in price.points]})
+    return {"backend": str(dist.get_backend(group)), "prices": prices, "price_errors": errors or None}
+
+
+def transport_calibration(transport: dict[str, Any]) -> Calibration | None:
+    """The collectives a train run priced on its transport (:func:`measure_transport`) as a calibration for
+    :func:`gcbench.predict.step.price_step`, or None (an older file, one worker, nothing priced)."""
+    from gcbench.results.calibration import Calibration
+
+    prices = transport.get("prices")
+    if not prices:
+        return None
+    data = {"format": "gcbench-network-calibration", "backend": transport.get("backend") or "?",
+            "bandwidth_gbps": transport["bandwidth_gbps"], "prices": prices}
+    return Calibration.from_dict(data, "the transport measured before training")
 
 
 def _spread(samples: list[float]) -> float | None:
@@ -90,7 +130,7 @@ def predict_case(record: dict[str, Any], reference: dict[str, Any] | None) -> di
                     params=tuple(sorted((record.get("params") or {}).items())), measured_workers=int(tr.get("workers") or 1))
     try:
         net = Network(float(transport["bandwidth_gbps"]), float(transport["latency_s"]))
-        priced = price_step(cost, int(tr.get("workers") or 1), net)
+        priced = price_step(cost, int(tr.get("workers") or 1), net, calibration=transport_calibration(transport))
     except GcbenchError as exc:  # a compressor or protocol the model cannot price: said, not guessed
         return {"step_s": None, "error": str(exc)}
     samples = (tr.get("step_samples_rank0") or {}).get("total_s") or []
@@ -113,12 +153,13 @@ def _predict_plan(record: dict[str, Any], st: dict[str, Any], transport: dict[st
     comm, legs = 0.0, []
     try:
         net = Network(float(transport["bandwidth_gbps"]), float(transport["latency_s"]))
+        calibration = transport_calibration(transport)
         for row in record["plan_rules"]:
             name, params = registry.parse_spec(str(row["compressor"]))
             cost = StepCost(str(row.get("label") or name), name, wire_bytes=float(row.get("bytes") or 0.0),
                             dense_bytes=4.0 * float(row.get("elements") or 0), compute_s=0.0, compress_s=0.0,
                             decompress_s=0.0, params=tuple(sorted(params.items())), measured_workers=n)
-            priced = price_step(cost, n, net)
+            priced = price_step(cost, n, net, calibration=calibration)
             comm += priced.communicate_s
             legs.append(f"{name}: {priced.collective}")
     except GcbenchError as exc:  # a rule the model cannot price: said, not guessed
@@ -155,6 +196,12 @@ def transport_line(transport: dict[str, Any] | None) -> str | None:
         return None
     if transport["workers"] <= 1:
         return "advise's step model on one worker: no communication to predict"
-    return (f"predicted by advise's step model (gcbench.predict.step.price_step) from this run's kernel times and payloads on "
+    line = (f"predicted by advise's step model (gcbench.predict.step.price_step) from this run's kernel times and payloads on "
             f"the transport measured here: {transport['workers']} workers, {transport['bandwidth_gbps']:.3g} Gbit/s, "
             f"{transport['latency_s'] * 1e6:.3g} µs per message (all-reduces of 4 B and of {transport['nbytes']:,} B)")
+    priced = [p for p in transport.get("prices") or () if isinstance(p, dict)]
+    if priced:
+        line += "; " + ", ".join(f"{p['kind']} {1e3 * float(p['overhead_s']):.2f} ms a call + {float(p['efficiency']):.2f}× "
+                                 "the model's volume time" for p in priced)
+        line += " (as the transport issues them: the size words, then the bodies)"
+    return line

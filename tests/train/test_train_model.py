@@ -13,7 +13,16 @@ import torch
 from typer.testing import CliRunner
 
 from gcbench.core.errors import TrainError
-from gcbench.train.prediction import _spread, measure_transport, predict_case, prediction_line
+from gcbench.train.prediction import (
+    PRICE_PROBE_BYTES,
+    PRICED,
+    _spread,
+    measure_transport,
+    predict_case,
+    prediction_line,
+    transport_calibration,
+    transport_line,
+)
 from gcbench.train.rank_devices import agree_on_devices, check_local_devices, rank_device
 from gcbench.train.workers import WorkerContext, run_group
 
@@ -123,6 +132,12 @@ def test_ranks_agree_on_the_cpu_and_measure_their_transport() -> None:
     assert [o["device"] for o in out] == ["cpu", "cpu"]
     for o in out:
         assert o["large_s"] > 0 and o["small_s"] > 0 and math.isfinite(o["bandwidth_gbps"]) and o["nbytes"] == 1 << 20
+        # the all-gather and all-to-all, each priced as the transport issues them, or the reason it could not be
+        priced, failed = {p["kind"]: p for p in o["prices"]}, o["price_errors"] or {}
+        assert o["backend"] == "gloo" and set(priced) | set(failed) == set(PRICED) and not set(priced) & set(failed)
+        for price in priced.values():
+            assert price["workers"] == 2 and [b for b, _ in price["points"]] == [8.0, float(PRICE_PROBE_BYTES)]
+            assert price["efficiency"] > 0 and price["overhead_s"] >= 0 and all(t > 0 for _, t in price["points"])
 
 
 def test_one_worker_has_no_communication_to_price() -> None:
@@ -151,6 +166,30 @@ def test_prediction_is_advise_step_model_with_the_reference_compute() -> None:
     assert pred["step_s"] == price_step(cost, 4, Network(8.0, 1e-4)).step_s
     assert pred["compute_s"] == 0.025 and pred["measured_step_s"] == 0.05
     assert predict_case(rec, None)["compute_s"] == 0.03  # type: ignore[index]  # no reference: its own compute
+
+
+def test_the_transports_priced_collectives_price_the_prediction() -> None:
+    """A transport with an all-gather price (1 ms a call + 2× the model's volume time): topk's all-gather leg is priced
+    from it, as `advise --network` prices a calibrated collective; without prices, the α–β model of the all-reduces."""
+    from gcbench.predict.network import Network
+    from gcbench.predict.step import StepCost, price_step
+
+    rec = _record(0.05, 0.03, [0.05] * 6)
+    plain = predict_case(rec, None)
+    price = {"kind": "allgather", "workers": 4, "efficiency": 2.0, "overhead_s": 1e-3, "points": [[16.0, 1e-3], [8e6, 9e-3]]}
+    rec["training"]["transport"].update(backend="gloo", prices=[price])
+    pred = predict_case(rec, None)
+    assert plain is not None and pred is not None and pred["collective"] == "allgather (gloo measured)"
+    cal = transport_calibration(rec["training"]["transport"])
+    assert cal is not None and cal.price("allgather", 4) is not None and cal.price("alltoall", 4) is None
+    cost = StepCost("topk", "topk", 8e4, 4e6, 0.03, 0.002, 0.001, params=(("density", 0.01),), measured_workers=4)
+    assert pred["step_s"] == price_step(cost, 4, Network(8.0, 1e-4), calibration=cal).step_s
+    # a ring all-gather moves (n − 1)·m through a link: 3 × 80 kB at 1 GB/s, twice (the efficiency), plus the call
+    assert pred["communicate_s"] == pytest.approx(1e-3 + 2.0 * 3 * 8e4 / 1e9)
+    assert plain["communicate_s"] == pytest.approx(1e-4 * 3 + 3 * 8e4 / 1e9)
+    line = transport_line({**rec["training"]["transport"], "nbytes": 1 << 20})
+    assert line is not None and "allgather 1.00 ms a call + 2.00× the model's volume time" in line
+    assert transport_calibration({"workers": 4, "latency_s": 1e-4, "bandwidth_gbps": 8.0}) is None  # an older file
 
 
 def test_prediction_line_says_how_far_and_which_way() -> None:
