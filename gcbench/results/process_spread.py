@@ -30,7 +30,7 @@ from gcbench.core.errors import GcbenchError
 from gcbench.results.bench_record import BenchCase
 from gcbench.results.record import RunRecord
 from gcbench.results.run_record import RunCase
-from gcbench.results.store import list_runs, load_run, recorded_time
+from gcbench.results.store import list_runs, load_run, named_time, recorded_time
 
 #: the built-in spread of one kernel's ×copy between processes (sd of its logarithm), used where this machine has
 #: not measured its own: on a quiet 2-core VM, four runs of `gcbench compare topk qsgd signsgd` read topk 1.54, 2.24,
@@ -118,6 +118,9 @@ def machine_spread(runs_dir: Path | str, machine_key: str, *, now: datetime | No
     for path in reversed(list_runs(runs_dir)):
         if not path.stem.split("-", 1)[-1].startswith("bench"):
             continue  # bench files are named <UTC time>-bench[-N].json: skip loading the run and compare files
+        named = named_time(path)
+        if named is not None and (now - named).total_seconds() > max_age_s:
+            break  # newest first, named by their start: every file from here on started too long ago
         try:
             record = load_run(path)
         except GcbenchError:

@@ -360,6 +360,14 @@ def _run_order(path: Path) -> tuple[str, int]:
     return (m.group(1), int(m.group(2))) if m else (path.stem, 1)
 
 
+def named_time(path: Path) -> datetime | None:
+    """The UTC time a results file's name starts with (:func:`run_file_stem`), or None for a name without one."""
+    try:
+        return datetime.strptime(path.stem[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def list_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[Path]:
     """Run files in ``runs_dir``, oldest first (by the UTC time that starts each name)."""
     d = Path(runs_dir)

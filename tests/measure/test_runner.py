@@ -635,10 +635,11 @@ def test_every_timed_case_records_the_spread_between_processes_it_is_judged_with
     for c in bench["cases"]:
         if not c.get("error"):
             c["x_copy"] = {k: {"median": 1.0, "process_medians": logs[c["compressor"]]} for k in ("compress", "decompress")}
-    (tmp_path / "20000101T000000Z-bench.json").write_text(json.dumps(bench), encoding="utf-8")  # oldest name, newest time
+    name = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-bench.json"
+    (tmp_path / name).write_text(json.dumps(bench), encoding="utf-8")
     second = load_run(run_suite(suite, tmp_path).path)
     spreads = [c.timing.process_spread for c in second.cases]
-    assert all(s.file == str(tmp_path / "20000101T000000Z-bench.json") and s.df == 32 and s.timings == 8 for s in spreads)
+    assert all(s.file == str(tmp_path / name) and s.df == 32 and s.timings == 8 for s in spreads)
     assert spreads[0].log_sd == pytest.approx(math.sqrt((np.var(np.log(logs["signsgd"]), ddof=1)
                                                          + np.var(np.log(logs["topk"]), ddof=1)) / 2))
 
