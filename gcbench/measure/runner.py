@@ -515,7 +515,7 @@ def run_suite(suite: Suite, out_dir: Path | str = "reports/runs", progress: Prog
     writer = RunWriter(Path(out_dir), suite.to_dict(), suite.hash(), suite_path, str(device), kind=kind)
     # how far a timing moves between processes here, which compare's time interval adds: this machine's, where a
     # `gcbench bench --processes N` in out_dir measured it, else the built-in figure
-    spread = (machine_spread(out_dir, writer.record.env.machine_key()) or BUILT_IN).to_dict()
+    spread = (machine_spread(out_dir, writer.record.env.machine_key(), writer.record.env.device) or BUILT_IN).to_dict()
     total = len(suite.sources) * len(suite.compressors)
     done = 0
     status = "complete"

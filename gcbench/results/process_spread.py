@@ -110,10 +110,11 @@ def spread_of(record: RunRecord, path: Path | None = None) -> ProcessSpread | No
     return ProcessSpread(math.sqrt(ss / df), df, timings, most, path)
 
 
-def machine_spread(runs_dir: Path | str, machine_key: str, *, now: datetime | None = None,
+def machine_spread(runs_dir: Path | str, machine_key: str, device: str | None = None, *, now: datetime | None = None,
                    max_age_s: float = MAX_AGE_S) -> ProcessSpread | None:
-    """The spread of the newest bench file in ``runs_dir`` from the machine ``machine_key`` names, at most
-    ``max_age_s`` old and with at least :data:`MIN_DF` degrees of freedom, or None."""
+    """The spread of the newest bench file in ``runs_dir`` from the machine ``machine_key`` names, timed on the same
+    kind of device (``cpu``, ``cuda``: a GPU's kernels spread otherwise than the CPU's), at most ``max_age_s`` old and
+    with at least :data:`MIN_DF` degrees of freedom, or None."""
     now = now or datetime.now(UTC)
     for path in reversed(list_runs(runs_dir)):
         if not path.stem.split("-", 1)[-1].startswith("bench"):
@@ -127,6 +128,8 @@ def machine_spread(runs_dir: Path | str, machine_key: str, *, now: datetime | No
             continue  # an unreadable file measures nothing; `report` says what is wrong with it
         if record.kind != "bench" or not record.finished or record.env.machine_key() != machine_key:
             continue
+        if _device_kind(record.env.device) != _device_kind(device):
+            continue
         started = recorded_time(record)
         if started is None or not 0 <= (now - started).total_seconds() <= max_age_s:
             continue
@@ -134,6 +137,10 @@ def machine_spread(runs_dir: Path | str, machine_key: str, *, now: datetime | No
         if spread is not None and spread.df >= MIN_DF:
             return spread
     return None
+
+
+def _device_kind(device: str | None) -> str:
+    return (device or "cpu").split(":", 1)[0]
 
 
 def measured_line(spread: ProcessSpread | None, runs_dir: Path | str) -> str | None:

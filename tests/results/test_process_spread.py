@@ -74,6 +74,9 @@ def test_the_newest_bench_of_this_machine_with_enough_df_is_found(tmp_path: Path
     assert machine_spread(tmp_path, Environment(cpu_model="Third").machine_key(), now=CREATED) is None
     assert machine_spread(tmp_path, here, now=CREATED + timedelta(days=8)) is None  # a week on: measure again
     assert machine_spread(tmp_path / "missing", here) is None
+    # a GPU's kernels spread otherwise: a CPU bench does not stand for a CUDA run's timings on the same machine
+    assert machine_spread(tmp_path, here, "cuda:0", now=CREATED + timedelta(hours=1)) is None
+    assert machine_spread(tmp_path, here, "cpu", now=CREATED + timedelta(hours=1)) == found
 
 
 def test_a_case_without_a_recorded_spread_gets_the_built_in_one() -> None:
