@@ -433,6 +433,9 @@ def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: boo
     an unreadable file.
     """
     p = Path(ref)
+    if p.is_dir():  # a folder of runs where one run was expected: say which option takes a folder
+        raise ResultsError(f"{ref} is a folder, not a results file: name a file in it, or give the folder as "
+                           f"--runs-dir {ref}")
     if p.exists():
         return p
     if ref == "latest":

@@ -389,3 +389,9 @@ def test_unknown_names_exit_2_with_a_suggestion(argv: list[str], needle: str, tm
     _error(runner.invoke(app, [*argv, *(["-o", str(tmp_path)] if argv[0] in ("converge", "run", "bench", "advise") else [])]),
            2, needle)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_folder_given_as_a_run_names_the_option_that_takes_one(tmp_path: Path) -> None:
+    """`gcbench report reports/runs` meant the folder of runs: one line that says --runs-dir, for a run or a baseline."""
+    _error(runner.invoke(app, ["report", str(tmp_path)]), 1, "is a folder, not a results file", f"--runs-dir {tmp_path}")
+    _error(runner.invoke(app, ["report", "--baseline", str(tmp_path)]), 1, "is a folder", "--runs-dir")
