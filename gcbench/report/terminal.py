@@ -247,8 +247,8 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     failed = [c for c in (*cases, *(sweep or ())) if not c.ok]
     out += [Text.from_markup(f"[red]{term(c.label)} failed:[/] {term(c.error_text, TEXT_MAX)}") for c in failed]
     out.append(Text("green = best in row, only where a best means something (no flagged timing, no too-short stream, one "
-                    "reference for the one-shot rows); ≈ = timing not significantly different from the best (Mann–Whitney "
-                    f"p ≥ 0.05); {DAGGER} = reconstructed definition; "
+                    "reference for the one-shot rows); ≈ = timing not significantly different from the best (as the verdict "
+                    f"judges it: the 95% CI of the ratio covers 1); {DAGGER} = reconstructed definition; "
                     + TIMING_NOTE.replace(X_COPY_HEADER, "compress ×copy", 1)))
     phases = phase_table(cases, "gcbench compare")
     if phases is not None:

@@ -13,25 +13,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcbench.results.judge import DIRECTION, UNIT
-from gcbench.results.metrics import mann_whitney
 from gcbench.results.process_spread import of_case
 from gcbench.results.run_record import RunCase
-from gcbench.results.verdict import PairVerdict, baseline_bytes, bytes_per_step
+from gcbench.results.verdict import PairVerdict, baseline_bytes, bytes_per_step, kernel_ratio
 
 
 @dataclass(frozen=True)
 class SideMetric:
     """A row of a head-to-head table: its text, the metric (``RunCase.metric``), direction, format and what decides "best".
 
-    ``samples``: the timing samples that decide "within noise of the best"; ``kernel``: a timing whose
-    flagged cases are never the best; ``stream``: a stream metric, with no best unless every stream
+    ``kernel``: a timing of that kernel, whose flagged cases are never the best and whose others are judged against
+    the best one as the time verdict judges a pair; ``stream``: a stream metric, with no best unless every stream
     is long enough to rank.
     """
 
     label: str
     metric: str
     format: str  # a format kind of gcbench.report.terminal.fmt
-    samples: str | None = None
     kernel: str | None = None
     stream: bool = False
 
@@ -49,9 +47,9 @@ MAIN_METRICS: tuple[SideMetric, ...] = (
     SideMetric("delivered update", "delivered", "g", stream=True),
     SideMetric("per-step error", "stream_error", "g", stream=True),
     SideMetric("per-step error (scale-free)", "stream_error_scaled", "g", stream=True),
-    SideMetric("compress ×copy", "comp_over_copy", "x", samples="comp_over_copy", kernel="compress"),
-    SideMetric("decompress ×copy", "decomp_over_copy", "x", samples="decomp_over_copy", kernel="decompress"),
-    SideMetric("compress GB/s", "compress_gbps", "g", samples="compress_s", kernel="compress"),
+    SideMetric("compress ×copy", "comp_over_copy", "x", kernel="compress"),
+    SideMetric("decompress ×copy", "decomp_over_copy", "x", kernel="decompress"),
+    SideMetric("compress GB/s", "compress_gbps", "g", kernel="compress"),
 )
 
 #: the one-shot fidelity of ``gcbench compare``: one compression of one gradient, each case against its own reference
@@ -91,7 +89,10 @@ def _rankable(spec: SideMetric, case: RunCase) -> bool:
 
 def head_to_head(cases: Sequence[RunCase], metrics: Sequence[SideMetric] = MAIN_METRICS) -> list[SideRow]:
     """Side-by-side rows of ``gcbench compare``: the best value per row where a best means something, and timings not
-    significantly different from the best one (two-sided Mann–Whitney p ≥ 0.05 on the raw samples).
+    significantly different from the best one: the 95% interval of the ratio of the kernel's median ×copy (the rounds'
+    bootstrap widened by each side's spread between processes, :func:`gcbench.results.verdict.kernel_ratio`) covers 1,
+    the rule the time verdict applies, so the table and the verdict never disagree.  The GB/s row is the compress
+    kernel's speed on the same tensors, so it is judged as compress ×copy.
 
     No best: in a row of a timing for the cases whose timing is flagged (unstable, too short, beats its
     traffic bound: not a speed); in a stream row when a stream is too short to rank; in a one-shot row
@@ -108,12 +109,11 @@ def head_to_head(cases: Sequence[RunCase], metrics: Sequence[SideMetric] = MAIN_
         if len(present) > 1 and meaningful:
             best = (max if spec.higher_is_better else min)(present, key=lambda iv: iv[1])[0]
         same_as_best = [False] * len(cases)
-        if best is not None and spec.samples is not None:  # within noise of the best?
-            b_samples = cases[best].samples(spec.samples)
+        if best is not None and spec.kernel is not None:  # within noise of the best, as the time verdict judges it
             for i, _ in present:
                 if i != best:
-                    p = mann_whitney(b_samples, cases[i].samples(spec.samples))
-                    same_as_best[i] = p is not None and p >= 0.05
+                    ratio = kernel_ratio(cases[i], cases[best], spec.kernel)
+                    same_as_best[i] = ratio is not None and ratio[1] <= 1.0 <= ratio[2]
         rows.append(SideRow(spec, vals, best, same_as_best))
     return rows
 

@@ -284,8 +284,25 @@ def delivered_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
 # ----------------------------------------------------------------------------- time
 
 
-def _x_copy(case: RunCase) -> XCopy | None:
-    return case.timing.x_copy("compress") if case.timing else None
+def _x_copy(case: RunCase, kernel: str = "compress") -> XCopy | None:
+    return case.timing.x_copy(kernel) if case.timing else None
+
+
+def _round_samples(x: XCopy) -> list[float]:
+    return [float(v) for v in x.samples or [] if v is not None and math.isfinite(v) and v > 0]
+
+
+def kernel_ratio(a: RunCase, b: RunCase, kernel: str = "compress") -> tuple[float, float, float] | None:
+    """(ratio, lo, hi) of ``a``'s and ``b``'s median ``kernel`` ×copy: the rounds' bootstrap widened by each side's
+    spread between processes, as the time verdict judges it; None when either has fewer than :data:`MIN_ROUNDS`
+    rounds (flags are the caller's to judge)."""
+    xa, xb = _x_copy(a, kernel), _x_copy(b, kernel)
+    if xa is None or xb is None:
+        return None
+    sa, sb = _round_samples(xa), _round_samples(xb)
+    if len(sa) < MIN_ROUNDS or len(sb) < MIN_ROUNDS:
+        return None
+    return with_process_spread(*bootstrap_ratio(sa, sb), of_case(a).log_sd, of_case(b).log_sd)
 
 
 def bootstrap_ratio(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE,
@@ -342,14 +359,14 @@ def time_verdict(a: RunCase, b: RunCase) -> AxisVerdict:
     if flagged:
         text = f"compress time: cannot say (flagged: {'; '.join(flagged)})"
         return AxisVerdict(TIME, FLAGGED, None, None, None, None, "", text, text)
-    sa = [float(v) for v in xa.samples or [] if v is not None and math.isfinite(v) and v > 0]
-    sb = [float(v) for v in xb.samples or [] if v is not None and math.isfinite(v) and v > 0]
-    if len(sa) < MIN_ROUNDS or len(sb) < MIN_ROUNDS:
+    sa, sb = _round_samples(xa), _round_samples(xb)
+    ratio = kernel_ratio(a, b)
+    if ratio is None:
         why = f"too few timing rounds: {a.label} {len(sa)}, {b.label} {len(sb)}; need ≥ {MIN_ROUNDS}"
         return AxisVerdict(TIME, MISSING, None, None, None, None, "", f"compress time: cannot say ({why})",
                            f"compress time: cannot say ({why})")
     pa, pb = of_case(a), of_case(b)
-    r, lo, hi = with_process_spread(*bootstrap_ratio(sa, sb), pa.log_sd, pb.log_sd)
+    r, lo, hi = ratio
     method = (f"ratio of median compress ×copy, 95% percentile bootstrap ({BOOTSTRAP_RESAMPLES} resamples, seed "
               f"{BOOTSTRAP_SEED}) resampling each case's {len(sa)} and {len(sb)} round samples independently, widened "
               f"by the spread between processes ({spread_text(pa, pb)})")

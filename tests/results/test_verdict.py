@@ -236,6 +236,17 @@ def test_a_best_only_where_it_means_something() -> None:
     assert [r.best for r in same_ref if r.spec.metric == "q"] == [0]
 
 
+def test_the_tables_within_noise_of_the_best_is_the_verdicts_rule() -> None:
+    """A 2× slower case is marked ≈ the best exactly when the time verdict finds no significant difference: on a
+    machine whose processes move by half, not on a quiet one (the rounds alone separate them either way)."""
+    for spread, same in (({"log_sd": 0.02}, False), ({"log_sd": 0.5}, True)):
+        fast, slow = case("fast", x_copy=FAST, spread=spread), case("slow", x_copy=SLOW, spread=spread)
+        verdict = pair_verdict(fast, slow).axis(TIME)
+        assert verdict is not None and (verdict.status == NO_DIFFERENCE) is same
+        main = {r.spec.metric: r for r in head_to_head([fast, slow], MAIN_METRICS)}
+        assert main["comp_over_copy"].best == 0 and main["comp_over_copy"].not_significant == [False, same]
+
+
 def _keys(obj: Any, path: str = "") -> list[tuple[str, str]]:
     if isinstance(obj, dict):
         return [(path, k) for k in obj] + [kp for k, v in obj.items() for kp in _keys(v, f"{path}.{k}")]
