@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import gcbench
 from gcbench.compressors import registry
-from gcbench.core.errors import GcbenchError
 from gcbench.results.bench_record import BenchCase
 from gcbench.results.record import Environment, RunRecord
-from gcbench.results.store import environment, list_runs, load_run, recorded_time
+from gcbench.results.store import environment, recent_benches
 
 #: a bench older than this is measured anew: a machine's speed and load move over hours and days
 MAX_AGE_S = 24 * 3600.0
@@ -56,23 +55,12 @@ def find_recent_bench(model: str, specs: Sequence[str], runs_dir: Path | str, *,
     """The newest complete bench file in ``runs_dir`` that measured ``model`` for every compressor ``specs`` names,
     on this machine and gcbench version, at most ``max_age_s`` old: (record, path, age in seconds), or None.
     ``stored``: only a file that holds this key (advise's compute time); ``skip``: not this file (the one just written)."""
-    now = now or datetime.now(UTC)
     here = Environment.model_validate(environment(device)).machine_key()
     wanted = wanted_configs(specs)
-    for path in reversed(list_runs(runs_dir)):
+    for record, path, age in recent_benches(runs_dir, max_age_s, now):
         if skip is not None and path.resolve() == skip.resolve():
             continue
-        if not path.stem.split("-", 1)[-1].startswith("bench"):
-            continue  # bench files are named <UTC time>-bench[-N].json: skip loading the run and compare files
-        try:
-            record = load_run(path)
-        except GcbenchError:
-            continue  # an unreadable file is no cache; `report` says what is wrong with it
-        if record.kind != "bench" or record.status != "complete" or record.gcbench_version != gcbench.__version__:
-            continue
-        started = recorded_time(record)
-        age = (now - started).total_seconds() if started else None
-        if age is None or not 0 <= age <= max_age_s:
+        if record.status != "complete" or record.gcbench_version != gcbench.__version__:
             continue
         if record.env.machine_key() != here or not _covers(record, model, wanted):
             continue

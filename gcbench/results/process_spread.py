@@ -22,15 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gcbench.core.errors import GcbenchError
 from gcbench.results.bench_record import BenchCase
 from gcbench.results.record import RunRecord
 from gcbench.results.run_record import RunCase
-from gcbench.results.store import list_runs, load_run, named_time, recorded_time
+from gcbench.results.store import recent_benches
 
 #: the built-in spread of one kernel's ×copy between processes (sd of its logarithm), used where this machine has
 #: not measured its own: on a quiet 2-core VM, four runs of `gcbench compare topk qsgd signsgd` read topk 1.54, 2.24,
@@ -115,23 +114,10 @@ def machine_spread(runs_dir: Path | str, machine_key: str, device: str | None = 
     """The spread of the newest bench file in ``runs_dir`` from the machine ``machine_key`` names, timed on the same
     kind of device (``cpu``, ``cuda``: a GPU's kernels spread otherwise than the CPU's), at most ``max_age_s`` old and
     with at least :data:`MIN_DF` degrees of freedom, or None."""
-    now = now or datetime.now(UTC)
-    for path in reversed(list_runs(runs_dir)):
-        if not path.stem.split("-", 1)[-1].startswith("bench"):
-            continue  # bench files are named <UTC time>-bench[-N].json: skip loading the run and compare files
-        named = named_time(path)
-        if named is not None and (now - named).total_seconds() > max_age_s:
-            break  # newest first, named by their start: every file from here on started too long ago
-        try:
-            record = load_run(path)
-        except GcbenchError:
-            continue  # an unreadable file measures nothing; `report` says what is wrong with it
-        if record.kind != "bench" or not record.finished or record.env.machine_key() != machine_key:
+    for record, path, _ in recent_benches(runs_dir, max_age_s, now):
+        if not record.finished or record.env.machine_key() != machine_key:
             continue
         if _device_kind(record.env.device) != _device_kind(device):
-            continue
-        started = recorded_time(record)
-        if started is None or not 0 <= (now - started).total_seconds() <= max_age_s:
             continue
         spread = spread_of(record, path)
         if spread is not None and spread.df >= MIN_DF:

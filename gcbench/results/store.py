@@ -19,7 +19,7 @@ import os
 import platform
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ import torch
 
 import gcbench
 from gcbench.core import liveness, signals
-from gcbench.core.errors import ResultsError
+from gcbench.core.errors import GcbenchError, ResultsError
 from gcbench.core.files import load_user_json
 from gcbench.results.atomic import atomic_write, write_temp
 from gcbench.results.metrics import metrics_metadata
@@ -385,6 +385,28 @@ def recorded_time(record: RunRecord) -> datetime | None:
             continue
         return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
     return None
+
+
+def recent_benches(runs_dir: str | Path, max_age_s: float, now: datetime | None = None) -> Iterator[tuple[RunRecord, Path, float]]:
+    """The bench files of ``runs_dir`` started at most ``max_age_s`` before ``now``, newest first: (record, path, age
+    in seconds).  Only files named as benches are loaded (``<UTC time>-bench[-N].json``: a runs folder holds hundreds
+    of run files), an unreadable one is passed over (``report`` says what is wrong with it), and the walk ends at the
+    first whose name says it started too long ago."""
+    now = now or datetime.now(UTC)
+    for path in reversed(list_runs(runs_dir)):
+        if not path.stem.split("-", 1)[-1].startswith("bench"):
+            continue
+        named = named_time(path)
+        if named is not None and (now - named).total_seconds() > max_age_s:
+            return  # newest first by name: every file from here on started longer ago
+        try:
+            record = load_run(path)
+        except GcbenchError:
+            continue
+        started = recorded_time(record)
+        age = (now - started).total_seconds() if started else None
+        if record.kind == "bench" and age is not None and 0 <= age <= max_age_s:
+            yield record, path, age
 
 
 def latest_run(runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: bool = False,

@@ -13,6 +13,7 @@ from gcbench.measure.bench import bench_to_file
 from gcbench.predict import compute_time as ctime
 from gcbench.predict import inputs as inp
 from gcbench.results.bench_cache import MAX_AGE_S, find_recent_bench
+from gcbench.results.store import named_time
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,8 @@ def test_a_fresh_compute_time_far_from_the_last_stored_one_is_flagged_drifted(be
     runs = tmp_path / "runs"
     runs.mkdir()
     src = _only_file(bench_dir)
-    older, newer = runs / "20000101T000000Z-bench.json", runs / src.name  # by name: the stored one sorts first
+    # by name: the stored one sorts first (named a second before the bench, as gcbench names the files it writes)
+    older, newer = runs / f"{named_time(src) - timedelta(seconds=1):%Y%m%dT%H%M%SZ}-bench.json", runs / src.name
     shutil.copy(src, older)
     shutil.copy(src, newer)
     ctime.store_compute(older, "mlp", ctime.ComputeTiming(0.5, (0.5, 0.5, 0.5)))  # 500 ms: far from the mlp's step here
