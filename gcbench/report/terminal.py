@@ -221,8 +221,9 @@ def head_to_head_output(cases: Sequence[RunCase], granularity: str, sweep: Seque
     steps = "?" if first is None or first.steps is None else first.steps
     reference = first.stream.reference if first is not None and first.stream and first.stream.reference else None
     src = clip(src)
-    out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(verdicts(cases, sweep))]
-    spread = process_spread_note(cases)
+    pairs = verdicts(cases, sweep)
+    out: list[RenderableType] = [Text(f"verdict — {src}", style="bold underline"), *verdict_output(pairs)]
+    spread = process_spread_note(cases, pairs)
     if spread:
         out.append(Text(f"({spread})"))
     out += recommendation_output(cases, closed)

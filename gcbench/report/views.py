@@ -496,6 +496,6 @@ def source_answers(kind: str | None, cases: Sequence[RunCase]) -> list[str]:
         except ValueError:  # cases of several sources: a verdict compares one
             pairs = []
         out += [f"verdict: {v.summary}" for v in pairs]
-        spread = process_spread_note(run_cases) if pairs else None
+        spread = process_spread_note(run_cases, pairs)
         out += [spread] if spread else []
     return out

@@ -328,12 +328,12 @@ def with_process_spread(r: float, lo: float, hi: float, log_sd_a: float, log_sd_
     return r, r * math.exp(-math.sqrt(down * down + extra)), r * math.exp(math.sqrt(up * up + extra))
 
 
-def process_spread_note(cases: Sequence[RunCase]) -> str | None:
+def process_spread_note(cases: Sequence[RunCase], pairs: Sequence[PairVerdict]) -> str | None:
     """The line under a comparison's verdicts that says which spread between processes its time intervals add, or
-    None when no case was timed."""
-    timed = [of_case(c) for c in cases if c.ok and c.timing is not None]
-    if not timed:
+    None when no pair's time axis has an interval (nothing timed, every timing flagged or too short)."""
+    if not any(a.axis == TIME and a.status in (SIGNIFICANT, NO_DIFFERENCE) for v in pairs for a in v.axes):
         return None
+    timed = [of_case(c) for c in cases if c.ok and c.timing is not None]
     return f"compress-time intervals add the spread between processes: {spread_text(*timed)}"
 
 

@@ -370,8 +370,12 @@ def test_the_time_verdict_uses_the_spread_recorded_with_each_timing() -> None:
     assert jumpy is not None and jumpy.status == NO_DIFFERENCE and jumpy.lo is not None and jumpy.lo < 1 < jumpy.hi
     old = pair_verdict(case("a", x_copy=SLOW), case("b", x_copy=FAST)).axis(TIME)
     assert old is not None and f"{PROCESS_LOG_SD:g} in log terms, built in" in old.method and MEASURE_HINT in old.method
-    built_in = process_spread_note([case("a", x_copy=SLOW), case("b", x_copy=FAST)])
+    timed = [case("a", x_copy=SLOW), case("b", x_copy=FAST)]
+    built_in = process_spread_note(timed, verdicts(timed))
     assert built_in is not None and "built in" in built_in and MEASURE_HINT in built_in
-    assert process_spread_note([case("a"), case("b")]) is None  # nothing timed: nothing to say
+    untimed = [case("a"), case("b")]
+    assert process_spread_note(untimed, verdicts(untimed)) is None  # nothing timed: nothing to say
+    flagged = [case("a", x_copy=SLOW, flags=["unstable"]), case("b", x_copy=FAST)]
+    assert process_spread_note(flagged, verdicts(flagged)) is None  # "cannot say": no interval to explain
     d = compare_json([case("a", x_copy=SLOW, spread=quiet), case("b", x_copy=FAST, spread=quiet)], "r.json", [])
     assert d["process_spread"] == quiet
