@@ -72,19 +72,20 @@ def _transport_prices(group: Any, device: torch.device, world: int, bandwidth_gb
     """The all-gather and all-to-all as gcbench's transport issues them (the size words, then the bodies), each priced
     from calls of a few bytes and of :data:`PRICE_PROBE_BYTES` per worker (:func:`gcbench.distributed.calibrate.price_at`):
     ``prices`` as a calibration file holds them, ``backend``, and ``price_errors`` for a kind that could not be priced."""
-    from dataclasses import asdict
-
     from gcbench.distributed.calibrate import price_at
+    from gcbench.results.calibration import Calibration, CollectivePrice
 
-    prices, errors = [], {}
+    prices: list[CollectivePrice] = []
+    errors = {}
     for kind in PRICED:
         try:
-            price = price_at(kind, (4 * world, PRICE_PROBE_BYTES), bandwidth_gbps, repeats=rounds, group=group, device=device)
+            prices.append(price_at(kind, (4 * world, PRICE_PROBE_BYTES), bandwidth_gbps, repeats=rounds, group=group,
+                                   device=device))
         except GcbenchError as exc:  # times that did not grow with the size: the α–β model prices this kind
             errors[kind] = str(exc)
-            continue
-        prices.append({**asdict(price), "points": [list(x) for x in price.points]})
-    return {"backend": str(dist.get_backend(group)), "prices": prices, "price_errors": errors or None}
+    backend = str(dist.get_backend(group))
+    return {"backend": backend, "prices": Calibration(backend, bandwidth_gbps, tuple(prices)).to_dict()["prices"],
+            "price_errors": errors or None}
 
 
 def transport_calibration(transport: dict[str, Any]) -> Calibration | None:
