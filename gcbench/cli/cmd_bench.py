@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,9 @@ from gcbench.cli.grammar import choose, compressor_specs, model_arg, single_work
 from gcbench.cli.output import deprecated, error_line, plain, print_json, progress_bar
 from gcbench.cli.preflight import check_device, check_output_dir
 from gcbench.core.errors import GcbenchError
+
+if TYPE_CHECKING:
+    from gcbench.measure.bench import BenchOutcome
 
 Compressors = Annotated[list[str] | None, typer.Argument(
     help="Compressors to time: name or name:key=value,... like 'threshold:tau=3.29' (default: every registered one).",
@@ -74,7 +77,6 @@ def bench(
     from gcbench.measure.bench import bench_to_file, parse_size
     from gcbench.report.load import LoadedRun
     from gcbench.report.terminal import bench_table
-    from gcbench.results.gate import bench_gate
     from gcbench.results.process_spread import measured_line, spread_of
 
     if repeats is not None:
@@ -87,17 +89,7 @@ def bench(
     check_bench_options(size_list, sizes, rounds, warmup, threads, device, threshold)
     check_processes(processes, isolate)
     device = device.strip().lower()  # cpu, cuda or cuda:N, checked
-    model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion
-    if model is not None:
-        if sizes != "25.6M":
-            raise GcbenchError("--model times a whole step of the model's own tensors; leave out --sizes")
-        from gcbench.sources.catalog import check_model
-
-        check_model(model)
-        if plan or any(n.startswith("plan:") for n in names):  # its rules against the model's tensors, before any work
-            from gcbench.measure.plan_case import check_model_plans
-
-            check_model_plans(names, model)
+    model = _checked_model(model, sizes, names, bool(plan))
     check_output_dir(out_dir, "--out")
     if fail_on_regression and baseline is None:
         raise GcbenchError("--fail-on-regression needs --baseline FILE")
@@ -113,11 +105,35 @@ def bench(
         if outcome.path is not None:
             output.out.print(bench_table(LoadedRun(outcome.path, outcome.record)))
         plain(f"results: {outcome.path}")
-        line = measured_line(spread, out_dir)
-        if line and not quiet:
-            output.err.print(f"note: {escape(line)}", highlight=False)
-    for note in outcome.notes if outcome.compared and not quiet else ():  # what the comparison's verdicts rest on
-        output.err.print(f"note: {escape(note)}", highlight=False)
+    # notes go to stderr with --json too, as a run's warnings do: what the spread and the verdicts rest on
+    notes = [measured_line(spread, out_dir), *(outcome.notes if outcome.compared else ())]
+    for note in notes if not quiet else ():
+        if note:
+            output.err.print(f"note: {escape(note)}", highlight=False)
+    _exit_status(outcome, baseline, fail_on_regression)
+
+
+def _checked_model(model: str | None, sizes: str, names: list[str], plans: bool) -> str | None:
+    """The zoo model --model names, checked with the plans against its tensors before any work (None: no model)."""
+    model = model_arg(model)  # an unknown zoo name is exit 2 with a suggestion
+    if model is None:
+        return None
+    if sizes != "25.6M":
+        raise GcbenchError("--model times a whole step of the model's own tensors; leave out --sizes")
+    from gcbench.sources.catalog import check_model
+
+    check_model(model)
+    if plans or any(n.startswith("plan:") for n in names):  # its rules against the model's tensors, before any work
+        from gcbench.measure.plan_case import check_model_plans
+
+        check_model_plans(names, model)
+    return model
+
+
+def _exit_status(outcome: BenchOutcome, baseline: Path | None, fail_on_regression: bool) -> None:
+    """The regressions against --baseline, the gate's reasons and failed cases, each a line; exit 1 when any fails."""
+    from gcbench.results.gate import bench_gate
+
     if outcome.regressions:
         names_txt = ", ".join(escape(c.name) for c in outcome.regressions)
         output.err.print(f"[red]{len(outcome.regressions)} regression(s)[/] against {escape(str(baseline))}: " + names_txt)
