@@ -179,6 +179,18 @@ def format_spec(name: str, params: Mapping[str, Any] | None) -> str:
     return name if not given else name + ":" + ",".join(f"{k}={value(v)}" for k, v in given.items())
 
 
+def short_spec(name: str, params: Mapping[str, Any] | None) -> str:
+    """:func:`format_spec` without the parameters at their card's default, for commands a sentence tells a user to
+    type: ``dgc:density=0.001`` rather than all eleven of dgc's resolved parameters.  It resolves to the same
+    parameters; a name no card has keeps every parameter."""
+    _load()
+    card = _CARDS.get(name)
+    if card is None:
+        return format_spec(name, params)
+    defaults = {p.name: p.default for p in card.params}
+    return format_spec(name, {k: v for k, v in (params or {}).items() if k not in defaults or v != defaults[k]})
+
+
 def decompress(payload: Payload, expected_shape: tuple[int, ...] | torch.Size | None = None,
                dtype: torch.dtype | None = None) -> torch.Tensor:
     """Decode any payload by its codec name alone (the "needs only the payload" guarantee).

@@ -260,7 +260,7 @@ def open_loop_verdict(c: RunCase) -> tuple[bool, int | None, int | None]:
 
 def case_point(c: RunCase, closed: ClosedEvidence | None = None) -> Point | None:
     """A run case as a :class:`Point` (None without a ratio and a delivered fraction), with its closed-loop outcome."""
-    from gcbench.compressors.registry import format_spec
+    from gcbench.compressors.registry import short_spec
 
     ratio, delivered = c.metric("ratio"), c.metric("delivered")
     if ratio is None or delivered is None:
@@ -271,14 +271,15 @@ def case_point(c: RunCase, closed: ClosedEvidence | None = None) -> Point | None
     steps = c.stream.steps if c.stream is not None else None
     return Point(c.label, ratio, delivered, None if flagged else x, int(steps) if steps else None, _error_feedback(c),
                  residual_drain_steps(c.compressor or c.label, c.params), closed.outcomes.get(c.label) if closed else None,
-                 _spec(c, format_spec))
+                 _spec(c, short_spec))
 
 
-def _spec(c: RunCase, format_spec: Callable[[str, Any], str]) -> str | None:
-    """The SPEC that names the case on a command line: a plan's ``plan:FILE``, a compressor's name and parameters."""
+def _spec(c: RunCase, spec_of: Callable[[str, Any], str]) -> str | None:
+    """The SPEC that names the case on a command line: a plan's ``plan:FILE``, a compressor's name and the parameters
+    that differ from its defaults."""
     if c.compressor == "plan":
         return f"plan:{c.params['file']}" if c.params and c.params.get("file") else None
-    return format_spec(c.compressor, c.params) if c.compressor else None
+    return spec_of(c.compressor, c.params) if c.compressor else None
 
 
 def _dominates(a: Point, b: Point) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gcbench.results.parse import as_case
 from gcbench.results.recommend import DELIVERED_FLOOR, recommend, recommendations
 
@@ -117,3 +119,20 @@ def test_the_converge_command_it_suggests_names_specs_a_user_can_type() -> None:
     for spec in ("topk:density=0.01,error_feedback=true", "lgc:channels=8/16/32,window=512", "qsgd", "dgc:nesterov=false,masking=true"):
         name, params = parse_spec(spec)
         assert parse_spec(format_spec(name, params)) == (name, params)
+
+
+@pytest.mark.parametrize("spec", ["dgc:density=0.001", "dgc:index_coding=paper", "sdagc", "powersgd:rank=2",
+                                  "topk_dither:error_feedback=true", "lgc:channels=8/16/32", "adacomp:quantize=sign_scale"])
+def test_the_converge_command_it_suggests_leaves_out_the_defaults_and_resolves_to_the_same_case(spec: str) -> None:
+    """A run records every parameter resolved: `run suites/cnn.toml` suggested `gcbench converge -c dgc:density=0.001,
+    momentum=0.9,…` with all eleven of dgc's parameters per case, long enough that the terminal clipped the sentence in the
+    middle of the command.  The suggestion names only what differs from the card's defaults, and resolves to the same."""
+    from gcbench.compressors.registry import get, parse_spec
+
+    name, given = parse_spec(spec)
+    card = get(name)
+    resolved = dict(card.resolve(given))
+    text = recommend("src", [_case("x", 100.0, 0.05, steps=10, params=resolved, compressor=name)]).sentence()
+    suggested = text.split("`gcbench converge -c ")[1].split("`")[0]
+    assert dict(card.resolve(parse_spec(suggested)[1])) == resolved
+    assert len(parse_spec(suggested)[1]) == sum(1 for k, v in resolved.items() if v != card.param(k).default)
