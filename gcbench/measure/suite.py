@@ -108,6 +108,8 @@ class SourceSpec(_Strict):
                 if math.prod(sh) > MAX_SYNTHETIC_ELEMENTS:
                     raise ValueError(f"shapes: {sh} has {math.prod(sh):,} elements; a synthetic tensor may have at most "
                                      f"{MAX_SYNTHETIC_ELEMENTS:,} (2**31)")
+            if self.shapes and not any(math.prod(sh) for sh in self.shapes):  # an empty tensor among others is a case
+                raise ValueError(f"shapes: every tensor is empty ({self.shapes}): there is nothing to compress or time")
         elif self.kind == "live" and not self.model:
             raise ValueError("a live source needs 'model' (a zoo name or package.module:factory)")
         elif self.kind == "live" and self.shapes:

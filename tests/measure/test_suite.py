@@ -121,6 +121,14 @@ def test_a_synthetic_shape_of_more_than_32_dimensions_is_refused() -> None:
     assert parse_suite({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[1] * 32]}]}).sources[0].shapes
 
 
+def test_a_synthetic_source_of_only_empty_tensors_is_refused() -> None:
+    """`compare topk qsgd --shape 0x4` printed a table of 0.0× ratios and 0 GB/s: there was nothing to measure.  An
+    empty tensor beside others stays a case (models have them)."""
+    msg = _err({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[0, 4], [0]]}]})
+    assert msg == "x.toml: sources[0]: shapes: every tensor is empty ([[0, 4], [0]]): there is nothing to compress or time"
+    assert parse_suite({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[0, 4], [3]]}]}).sources[0].shapes == [[0, 4], [3]]
+
+
 def test_synthetic_shapes_and_model_together_are_refused() -> None:
     # the results file said "(resnet50 shapes)" while the shapes were measured
     msg = _err({**GOOD, "sources": [{"kind": "synthetic", "shapes": [[10]], "model": "resnet50"}]})
