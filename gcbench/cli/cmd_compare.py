@@ -11,7 +11,7 @@ from gcbench.cli import options, output
 from gcbench.cli.failures import UsageError, user_errors
 from gcbench.cli.grammar import case_spec, choose, compressor_specs, model_arg, suite_choices, with_plans
 from gcbench.cli.output import deprecated, plain, print_json, progress_bar
-from gcbench.cli.preflight import check_output_dir, memory_check
+from gcbench.cli.preflight import check_output_dir, check_suite
 from gcbench.core.errors import GcbenchError
 
 if TYPE_CHECKING:
@@ -107,11 +107,7 @@ def compare(
     suite = compare_suite(specs, extra=extra, trace=trace, model=model, shape=shape, distribution=distribution, workers=workers,
                           steps=steps, repeats=repeats, rounds=rounds, granularity=granularity, seed=seed, device=device,
                           momentum=own_momentum(single) if momentum is None else momentum, loop=loop)
-    memory_check(suite, "<compare>", force)
-    if len(single) < len(specs):  # a plan's rules against the gradients' tensors, before any work
-        from gcbench.measure.plan_case import check_plan_cases
-
-        check_plan_cases(suite)
+    check_suite(suite, "<compare>", force)
     with progress_bar(not quiet and not as_json) as prog:
         outcome = run_suite(suite, out_dir, prog, kind="compare")
     _show(outcome, {e["label"] for e in extra}, sweep, conv, model, granularity, as_json)

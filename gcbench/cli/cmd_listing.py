@@ -10,7 +10,7 @@ from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import choose, compressor_specs, model_arg, suite_arg
 from gcbench.cli.output import plain, print_json, warn
-from gcbench.cli.preflight import memory_check
+from gcbench.cli.preflight import check_suite
 from gcbench.core.errors import GcbenchError
 
 ListWhat = Annotated[str, typer.Argument(help="compressors, models, suites, metrics, or a compressor's name (its card).",
@@ -122,7 +122,7 @@ def validate(suite: ValidateSuite, model: ValidateModel = None) -> None:
     Examples: `gcbench validate suites/cnn.toml`, `gcbench validate quick`, `gcbench validate small.toml --model resnet50`.
     """
     from gcbench.measure.suite import duplicate_configs, find_suite, is_converge_suite, load_suite
-    from gcbench.measure.suite_checks import check_sources, imported_code
+    from gcbench.measure.suite_checks import imported_code
 
     if _is_plan_file(suite):
         _validate_plan(suite, model_arg(model))
@@ -134,14 +134,7 @@ def validate(suite: ValidateSuite, model: ValidateModel = None) -> None:
         _validate_converge(path)
         return
     s = load_suite(path)
-    problems = check_sources(s, str(path))
-    if problems:
-        raise GcbenchError("\n".join(problems))
-    memory_check(s, str(path), force=False)
-    if any(c.name == "plan" for c in s.compressors) and not imported_code(s):  # its plans against the sources' tensors
-        from gcbench.measure.plan_case import check_plan_cases
-
-        check_plan_cases(s)
+    check_suite(s, str(path), force=False, plans=not imported_code(s))  # a plan on a user's model: not imported here
     for line in duplicate_configs(s):
         warn(line)
     # paths and code names are the user's text: no markup, and no emoji (":b:" in "a:b:c" would become one)

@@ -12,7 +12,7 @@ from gcbench.cli import options, output
 from gcbench.cli.failures import user_errors
 from gcbench.cli.grammar import case_spec, choose, compressor_specs, model_arg, suite_arg, suite_choices, with_plans
 from gcbench.cli.output import plain, print_json, progress_bar, warn
-from gcbench.cli.preflight import check_output_dir, memory_check
+from gcbench.cli.preflight import check_output_dir, check_suite
 
 if TYPE_CHECKING:
     from gcbench.measure.runner import RunOutcome
@@ -84,11 +84,7 @@ def run(
     s = apply_overrides(s, seed=seed, device=device, repeats=repeats, trace=trace, model=model, workers=workers, steps=steps,
                         granularity=granularity, bucket_mb=bucket_mb, compressors=specs,
                         timing=False if no_timing else None, loop=loop)
-    memory_check(s, str(path), force)
-    if any(c.name == "plan" for c in s.compressors):  # a plan's rules against the model's tensors, before any work
-        from gcbench.measure.plan_case import check_plan_cases
-
-        check_plan_cases(s)
+    check_suite(s, str(path), force)
     for line in duplicate_configs(s):
         warn(line)
     with progress_bar(not quiet and not as_json) as prog:

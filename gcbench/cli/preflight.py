@@ -144,3 +144,20 @@ def memory_check(suite: Any, where: str, force: bool) -> None:
 
     for line in check_memory(suite, where, force):
         warn(line)
+
+
+def check_suite(suite: Any, where: str, force: bool, plans: bool = True) -> None:
+    """Refuse, before any file is written, what a run of ``suite`` would meet in its first minutes: a trace folder that
+    is missing or short of the workers and steps asked for, a compressor given fewer workers than it is defined on
+    (one line each), more memory than this machine has (``--force``: warn), and with ``plans`` a plan whose rules do not
+    fit the sources' tensors.  A run then fails only on what cannot be known without running it."""
+    from gcbench.measure.suite_checks import check_sources
+
+    problems = check_sources(suite, where)
+    if problems:
+        raise GcbenchError("\n".join(problems))
+    memory_check(suite, where, force)
+    if plans and any(c.name == "plan" for c in suite.compressors):  # a plan's rules against the tensors
+        from gcbench.measure.plan_case import check_plan_cases
+
+        check_plan_cases(suite)

@@ -454,3 +454,19 @@ def test_a_closed_loop_needs_a_live_source_and_a_known_loop(tmp_path: Path) -> N
         lines = _error_lines(res)
         assert len(lines) == 1 and words in lines[0], (argv, lines)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["compare", "topk", "qsgd", "--trace", "NOWHERE"], "error: <compare>: sources[0].path: NOWHERE: trace folder does not exist"),
+    (["run", "quick", "--trace", "NOWHERE"], "sources[0].path: NOWHERE: trace folder does not exist"),
+    (["compare", "lgc", "topk", "--workers", "1", "--shape", "8x8"],
+     "error: <compare>: compressors[0] (lgc) needs at least 2 workers; sources[0] has 1"),
+])
+def test_run_and_compare_refuse_what_validate_finds_before_any_file_is_written(argv: list[str], line: str,
+                                                                               tmp_path: Path) -> None:
+    """`compare topk qsgd --trace /nonexistent` wrote a results file of failed cases and a table of dashes saying the
+    file was "recorded before the stream view"; run and compare now check sources as `gcbench validate` does."""
+    nowhere = str(tmp_path / "nowhere")
+    res = runner.invoke(app, [nowhere if a == "NOWHERE" else a for a in argv] + ["--out", str(tmp_path / "runs")])
+    assert res.exit_code == 1 and not (tmp_path / "runs").exists()
+    assert line.replace("NOWHERE", nowhere) in res.stderr and len(res.stderr.strip().splitlines()) == 1
