@@ -456,8 +456,8 @@ def resolve_run(ref: str, runs_dir: str | Path = DEFAULT_RUNS_DIR, finished: boo
     """
     p = Path(ref)
     if p.is_dir():  # a folder of runs where one run was expected: say which option takes a folder
-        raise ResultsError(f"{ref} is a folder, not a results file: name a file in it, or give the folder as "
-                           f"--runs-dir {ref}")
+        other = "or 'latest' for its newest run" if p.resolve() == Path(runs_dir).resolve() else f"or give the folder as --runs-dir {ref}"
+        raise ResultsError(f"{ref} is a folder, not a results file: name a file in it, {other}")
     if p.exists():
         return p
     if ref == "latest":

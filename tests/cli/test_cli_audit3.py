@@ -395,3 +395,6 @@ def test_a_folder_given_as_a_run_names_the_option_that_takes_one(tmp_path: Path)
     """`gcbench report reports/runs` meant the folder of runs: one line that says --runs-dir, for a run or a baseline."""
     _error(runner.invoke(app, ["report", str(tmp_path)]), 1, "is a folder, not a results file", f"--runs-dir {tmp_path}")
     _error(runner.invoke(app, ["report", "--baseline", str(tmp_path)]), 1, "is a folder", "--runs-dir")
+    already = runner.invoke(app, ["report", str(tmp_path), "--runs-dir", str(tmp_path)])  # it is --runs-dir already
+    _error(already, 1, "is a folder, not a results file: name a file in it, or 'latest' for its newest run")
+    assert "--runs-dir" not in already.stderr
