@@ -61,6 +61,25 @@ class Step:
 
 
 @dataclass(frozen=True)
+class ComputeDrift:
+    """One cluster's answer priced at each end of a compute time that drifted during the run (the lowest and highest
+    medians measured): the compute time adds to every step alike, so the ranking and whether compression pays seldom
+    move with it while the speed-ups do.  Where the answer is the same at both ends the drift is no reason to distrust
+    it; the sentence gives the speed-up at both."""
+
+    low_s: float
+    high_s: float
+    answer_low: str  # :attr:`Scenario.answer` priced at ``low_s``
+    answer_high: str
+    claim_low: float  # :attr:`Scenario.lead`'s speed-up over the claims' baseline at ``low_s``
+    claim_high: float
+
+    @property
+    def holds(self) -> bool:
+        return self.answer_low == self.answer_high
+
+
+@dataclass(frozen=True)
 class Scenario:
     """Every compressor on one cluster: workers × bandwidth, the reference step, the steps ranked fastest first."""
 
@@ -71,6 +90,20 @@ class Scenario:
     steps: tuple[Step, ...]
     bf16_step_s: float | None = None  # the bf16 all-reduce's step (:func:`gcbench.predict.advise.bf16_of_kernels`)
     baseline: str = "bf16"  # the reference claims are made against (:data:`gcbench.predict.step.BASELINES`)
+    drift: ComputeDrift | None = None  # the answer at each end of a compute time that drifted during the run
+
+    @property
+    def answer(self) -> str:
+        """What the scenario's sentence answers: the compressor it recommends, else that none pays or none both pays and
+        delivers enough."""
+        if self.recommendable:
+            return self.recommendable[0].label
+        return "none pays" if not self.paying else "none both pays and delivers enough"
+
+    @property
+    def lead(self) -> Step:
+        """The compressor the sentence gives a speed-up for: the one recommended, else the fastest."""
+        return self.recommendable[0] if self.recommendable else self.steps[0]
 
     @property
     def claim_baseline(self) -> str:
@@ -136,17 +169,32 @@ class Advice:
     candidates: str = ""
     convergence: ConvergenceInput | None = None  # the convergence file read for time to accuracy
     times: tuple[ScenarioTime, ...] = ()  # per scenario, time to the convergence file's target (with ``convergence``)
+    compute_drift_s: tuple[float, float] | None = None  # the compute time drifted: its lowest and highest medians
+
+    @property
+    def drift_holds(self) -> bool:
+        """The compute time drifted and every cluster's answer is the same at both ends (:class:`ComputeDrift`); with a
+        convergence file never, since the times to accuracy are not priced at both ends."""
+        return (self.compute_drift_s is not None and not self.times and bool(self.scenarios)
+                and all(sc.drift is not None and sc.drift.holds for sc in self.scenarios))
+
+    def _compute_flags(self, drift_holds: bool) -> list[str]:
+        """The compute time's flags by name, less ``drifted`` where the answers hold at both ends of the drift."""
+        names = dict.fromkeys(r.split(":")[0] for r in self.compute_flags)
+        return [f"compute per step ({f})" for f in names if not (drift_holds and f == "drifted")]
 
     def untrusted(self) -> list[str]:
-        """The flagged timings every scenario's answer rests on, by name: the compute time, and any compressor's kernels
-        (a flagged kernel could move a compressor above or below the one named best).  :meth:`untrusted_reasons` says why."""
-        out = list(dict.fromkeys(f"compute per step ({r.split(':')[0]})" for r in self.compute_flags))
+        """The flagged timings every scenario's answer rests on, by name: the compute time (its drift only where some
+        answer moves with it), and any compressor's kernels (a flagged kernel could move a compressor above or below the
+        one named best).  :meth:`untrusted_reasons` says why."""
+        out = self._compute_flags(self.drift_holds)
         out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags]
         return out
 
     def untrusted_reasons(self) -> list[str]:
         """Each flagged timing of :meth:`untrusted` with what triggered its flags (measured values and thresholds)."""
-        out = [f"compute per step — {r}" for r in self.compute_flags]
+        holds = "; every answer is the same at both ends, its speed-up given at each" if self.drift_holds else ""
+        out = [f"compute per step — {r}" + (holds if r.startswith("drifted") else "") for r in self.compute_flags]
         out += [f"{k.label} — {'; '.join(k.reasons) if k.reasons else ', '.join(k.flags)}" for k in self.kernels.kernels if k.flags]
         return out
 
@@ -163,7 +211,7 @@ class Advice:
         relevant = {s.label for s in ranked[:3]} | {s.label for s in sc.steps if s.speedup * CONTENDER_MARGIN >= lead}
         if self.bf16_origin.startswith("measured"):  # the bf16 kernels price the baseline every claim is made against
             relevant |= {k.label for k in self.kernels.kernels if is_bf16(k)}
-        out = list(dict.fromkeys(f"compute per step ({r.split(':')[0]})" for r in self.compute_flags))
+        out = self._compute_flags(sc.drift is not None and sc.drift.holds)
         out += [f"{k.label} ({', '.join(k.flags)})" for k in self.kernels.kernels if k.flags and k.label in relevant]
         return out
 

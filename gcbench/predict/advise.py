@@ -38,7 +38,7 @@ from pathlib import Path
 from gcbench.compressors import registry
 from gcbench.core.errors import ResultsError
 from gcbench.predict.accuracy import ConvergenceInput, mismatch_text, read_convergence, run_model, same_model
-from gcbench.predict.advice_model import Advice, Delivered, Pricing, Scenario, Step, is_bf16
+from gcbench.predict.advice_model import Advice, ComputeDrift, Delivered, Pricing, Scenario, Step, is_bf16
 from gcbench.predict.compute_time import stored_compute
 from gcbench.predict.inputs import (
     KERNEL_BUDGET_S,
@@ -116,9 +116,12 @@ def advise_kernels(kernels: KernelSet, compute_s: float, workers: Sequence[int],
                    latency_s: float, *, compute_origin: str = "given", delivered: Mapping[str, Delivered] | None = None,
                    fidelity_origin: str | None = None, topology: Topology = Topology(), overlap: bool = False,
                    calibration: Calibration | None = None, compute_flags: Sequence[str] = (), baseline: str = "bf16",
-                   convergence_origin: str | None = None, candidates: str = "") -> Advice:
+                   convergence_origin: str | None = None, candidates: str = "",
+                   compute_drift_s: tuple[float, float] | None = None) -> Advice:
     """Predict every compressor of ``kernels`` on every workers × bandwidth and rank them (see the module docstring);
-    each step's speed-up over the fp32 and the bf16 all-reduce (:func:`bf16_of_kernels`), claims against ``baseline``."""
+    each step's speed-up over the fp32 and the bf16 all-reduce (:func:`bf16_of_kernels`), claims against ``baseline``.
+    ``compute_drift_s``: the lowest and highest compute medians of a measurement that drifted; each cluster is also
+    priced at both (:class:`ComputeDrift`)."""
     if baseline not in BASELINES:
         raise ResultsError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     if not kernels.kernels:
@@ -126,13 +129,19 @@ def advise_kernels(kernels: KernelSet, compute_s: float, workers: Sequence[int],
     scenarios, bf16_origin = [], ""
     for n in workers:
         for bw in bandwidths_gbps:
-            sc, bf16_origin = _scenario(kernels, compute_s, n, Network(bw, latency_s), topology, overlap, calibration,
-                                        delivered, baseline)
+            def priced(c: float, n: int = n, bw: float = bw) -> tuple[Scenario, str]:
+                return _scenario(kernels, c, n, Network(bw, latency_s), topology, overlap, calibration, delivered, baseline)
+
+            sc, bf16_origin = priced(compute_s)
+            if compute_drift_s is not None:  # the same cluster at each end of the drift: does the answer move with it?
+                lo, hi = (priced(c)[0] for c in compute_drift_s)
+                sc = dataclasses.replace(sc, drift=ComputeDrift(*compute_drift_s, lo.answer, hi.answer, lo.claim(lo.lead),
+                                                                hi.claim(hi.lead)))
             scenarios.append(sc)
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
                   topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags),
                   baseline=baseline, bf16_origin=bf16_origin, convergence_origin=convergence_origin,
-                  candidates=candidates)
+                  candidates=candidates, compute_drift_s=compute_drift_s)
 
 
 @dataclass(frozen=True)
@@ -239,6 +248,7 @@ def advise(req: AdviseRequest, progress: Progress | None = None) -> Advice:
                             compute_origin=step.compute_origin, delivered=delivered,
                             fidelity_origin=fidelity[1] if fidelity else None, topology=req.topology, overlap=req.overlap,
                             calibration=calibration, compute_flags=step.compute_flags, baseline=req.baseline,
+                            compute_drift_s=step.compute_drift_s,
                             convergence_origin=conv_named,
                             candidates=candidates.text() if candidates is not None and req.kernels_file is None else "")
     if conv_record is None:

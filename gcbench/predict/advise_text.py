@@ -116,7 +116,21 @@ def summary_for(adv: Advice, sc: Scenario) -> str:
     (:meth:`Advice.untrusted_for`) and the clause saying accuracy was not measured, or, with a convergence file, that it
     ranks by step time alone (its fastest step is no "best": the time-to-accuracy sentence is the answer)."""
     acc = STEP_ONLY if adv.convergence_origin else ACCURACY_NOT_MEASURED
-    return summary_line(sc, adv.untrusted_for(sc), compute_note(adv), acc)
+    return summary_line(sc, adv.untrusted_for(sc), compute_note(adv) + drift_note(sc), acc)
+
+
+def drift_note(sc: Scenario) -> str:
+    """The clause of a cluster whose compute time drifted during the run (:class:`ComputeDrift`): the answer and its
+    speed-up at both ends, or how the answer moves between them ("" without a drift)."""
+    d = sc.drift
+    if d is None:
+        return ""
+    span = f"compute drifted {1e3 * d.low_s:.3g}–{1e3 * d.high_s:.3g} ms a step during the run"
+    if not d.holds:
+        return (f"; {span}, and the answer moves with it: {d.answer_low} at {1e3 * d.low_s:.3g} ms, "
+                f"{d.answer_high} at {1e3 * d.high_s:.3g} ms")
+    lo, hi = sorted((d.claim_low, d.claim_high))
+    return f"; {span}: the same answer at both ends, {sc.lead.label} {lo:.2f}–{hi:.2f}× vs {sc.claim_baseline}"
 
 
 def summaries(adv: Advice) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -33,6 +34,9 @@ class ComputeTiming:
     flags: tuple[str, ...] = ()  # unstable: the rounds disagreed, or other processes took the CPU, in every attempt
     reasons: tuple[str, ...] = ()  # what triggered each flag of the attempt kept
     attempts: int = 1  # measurements made: a flagged one is measured once more
+    # drifted: the lowest and highest of the medians that disagreed (before and after the kernels, or now and the last
+    # bench's), which advise prices each answer at (:class:`gcbench.predict.advice_model.ComputeDrift`); None: no drift
+    drift_s: tuple[float, float] | None = None
 
 
 #: compute is timed like a kernel (:func:`gcbench.measure.timing.calibration_done`): 5 steps at least, more until the
@@ -103,12 +107,15 @@ def combine_compute(before: ComputeTiming, after: ComputeTiming, limit: float = 
     flags = dict.fromkeys(before.flags + after.flags)
     reasons = list(dict.fromkeys(before.reasons + after.reasons))
     change = after.median_s / before.median_s - 1.0 if before.median_s > 0 else 0.0
+    drift = None
     if abs(change) > limit:
         flags["drifted"] = None
+        drift = (min(before.median_s, after.median_s), max(before.median_s, after.median_s))
         reasons.append(f"drifted: {before.median_s * 1e3:.3g} ms per step before the kernels were timed, "
                        f"{after.median_s * 1e3:.3g} ms after ({change:+.0%}, over ±{limit:.0%}): the machine changed speed "
-                       "during the run, so the next run will not repeat this answer")
-    return ComputeTiming(statistics.median(samples), samples, tuple(flags), tuple(reasons), before.attempts + after.attempts)
+                       "during the run, so the next run will not repeat these step times")
+    return ComputeTiming(statistics.median(samples), samples, tuple(flags), tuple(reasons), before.attempts + after.attempts,
+                         drift)
 
 
 def against_previous(ct: ComputeTiming, previous: ComputeTiming | None, where: str, limit: float = COMPUTE_DRIFT) -> ComputeTiming:
@@ -121,8 +128,10 @@ def against_previous(ct: ComputeTiming, previous: ComputeTiming | None, where: s
     if abs(change) <= limit:
         return ct
     reason = (f"drifted: {ct.median_s * 1e3:.3g} ms per step now, {previous.median_s * 1e3:.3g} ms in {where} ({change:+.0%}, "
-              f"over ±{limit:.0%}): the machine's speed moved between runs, so another run will not repeat this answer")
-    return dataclasses.replace(ct, flags=tuple(dict.fromkeys((*ct.flags, "drifted"))), reasons=(*ct.reasons, reason))
+              f"over ±{limit:.0%}): the machine's speed moved between runs, so another run will not repeat these step times")
+    ends = (*(ct.drift_s or ()), ct.median_s, previous.median_s)
+    return dataclasses.replace(ct, flags=tuple(dict.fromkeys((*ct.flags, "drifted"))), reasons=(*ct.reasons, reason),
+                               drift_s=(min(ends), max(ends)))
 
 
 def measure_compute(model: str, *, seed: int = 0, policy: TimingPolicy = COMPUTE_POLICY, attempts: int = 2,
@@ -168,7 +177,8 @@ def store_compute(path: Path, model: str, ct: ComputeTiming) -> None:
 
     data = json.loads(path.read_text(encoding="utf-8"))
     data[COMPUTE_KEY] = {"model": model, "median_s": ct.median_s, "samples": list(ct.samples), "flags": list(ct.flags),
-                         "reasons": list(ct.reasons), "attempts": ct.attempts}
+                         "reasons": list(ct.reasons), "attempts": ct.attempts,
+                         "drift_s": list(ct.drift_s) if ct.drift_s is not None else None}
     atomic_write_json(path, data)
 
 
@@ -180,6 +190,14 @@ def stored_compute(record: RunRecord, model: str) -> ComputeTiming | None:
             return None
         return ComputeTiming(float(d["median_s"]), tuple(float(v) for v in d.get("samples") or ()),
                              tuple(str(f) for f in d.get("flags") or ()), tuple(str(r) for r in d.get("reasons") or ()),
-                             int(d.get("attempts") or 1))
+                             int(d.get("attempts") or 1), _drift(d.get("drift_s")))
     except (KeyError, TypeError, ValueError):
         return None  # a hand-edited block: measure anew
+
+
+def _drift(value: Any) -> tuple[float, float] | None:
+    """A stored ``drift_s``: two medians, lowest first, each a positive finite number (else None, as in older files)."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    lo, hi = float(value[0]), float(value[1])
+    return (lo, hi) if 0 < lo <= hi < math.inf else None

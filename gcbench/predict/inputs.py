@@ -140,6 +140,7 @@ class StepInputs:
     compute_s: float
     compute_origin: str
     compute_flags: tuple[str, ...] = ()
+    compute_drift_s: tuple[float, float] | None = None  # drifted: the lowest and highest medians measured (ComputeTiming)
 
 
 def _age_text(seconds: float) -> str:
@@ -185,7 +186,8 @@ def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *,
         return StepInputs(ks, compute_s, "given")
     if stored is not None:
         return StepInputs(ks, stored.median_s, f"measured on this machine's CPU with the reused kernels, median of "
-                          f"{len(stored.samples)} steps; give --compute-ms for the cluster's devices", stored.reasons)
+                          f"{len(stored.samples)} steps; give --compute-ms for the cluster's devices", stored.reasons,
+                          stored.drift_s)
     ct = measure_compute(ks.model, progress=progress, device=device if kernels_file is None else "cpu")
     if before is not None:
         ct = combine_compute(before, ct)
@@ -199,7 +201,7 @@ def step_inputs(model: str | None, specs: Sequence[str], out_dir: Path | str, *,
     origin = (f"measured on {where}, median of {len(ct.samples)} steps"
               + (f" in {ct.attempts} measurements" if ct.attempts > 1 else "")
               + "; give --compute-ms for the cluster's devices")
-    return StepInputs(ks, ct.median_s, origin, ct.reasons)
+    return StepInputs(ks, ct.median_s, origin, ct.reasons, ct.drift_s)
 
 
 def find_convergence(model: str, runs_dir: Path | str) -> tuple[RunRecord, Path] | None:

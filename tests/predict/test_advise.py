@@ -408,3 +408,61 @@ def test_thc_s_payload_widens_with_the_workers_and_is_flagged_when_it_passes_bf1
     assert not adv.predict_step(k10, 1, net, 0.1).larger_than_bf16 and not adv.predict_step(k10, 8, net, 0.1).larger_than_bf16
     wide = adv.predict_step(k10, 64, net, 0.1)
     assert wide.payload_bytes == pytest.approx(k10.wire_bytes * 2) and wide.larger_than_bf16
+
+
+def test_a_drifted_compute_time_keeps_the_two_medians_that_disagreed(tmp_path: Path) -> None:
+    """combine_compute and against_previous record the span advise prices each answer at; the bench file keeps it."""
+    moved = ctime.combine_compute(_timing(2.0), _timing(1.39))
+    assert moved.drift_s == (pytest.approx(1.39e-3), pytest.approx(2.0e-3))
+    assert ctime.combine_compute(_timing(1.30), _timing(1.36)).drift_s is None  # within ±10%: no drift
+    wider = ctime.against_previous(moved, _timing(3.0), "the last bench")
+    assert wider.drift_s == (pytest.approx(1.39e-3), pytest.approx(3.0e-3)) and wider.flags == ("drifted",)
+    assert ctime.against_previous(_timing(1.3), _timing(1.8), "x").drift_s == (pytest.approx(1.3e-3), pytest.approx(1.8e-3))
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"schema_version": 1, "kind": "bench", "cases": []}))
+    ctime.store_compute(path, "mlp", moved)
+    record = load_run(path)
+    assert ctime.stored_compute(record, "mlp").drift_s == moved.drift_s  # type: ignore[union-attr]
+    data = json.loads(path.read_text())
+    del data[ctime.COMPUTE_KEY]["drift_s"]  # a file written before the span was kept
+    path.write_text(json.dumps(data))
+    assert ctime.stored_compute(load_run(path), "mlp").drift_s is None  # type: ignore[union-attr]
+
+
+_DRIFT_KERNELS = sk.KernelSet("m", "cpu", "test", "", (
+    sk.StepKernels("none", "none", 0.004, 0.004, 0.004, 4e8, 4e8),
+    sk.StepKernels("bf16", "bf16", 0.004, 0.004, 0.004, 2e8, 4e8),
+    sk.StepKernels("powersgd", "powersgd", 0.03, 0.003, 0.004, 4e6, 4e8)))
+
+
+def test_a_compute_drift_that_leaves_the_answer_where_it_was_is_no_reason_to_distrust_it() -> None:
+    """`advise --model mlp` on a quiet VM read "cannot be trusted … compute per step (drifted)" in two runs of three: the
+    step's compute moved 2.0 → 1.39 ms between its two measurements.  Compute adds to every step alike, so without
+    overlap the ranking and whether compression pays cannot move with it; the sentence gives the speed-up at both ends."""
+    flags = ("drifted: 200 ms per step before the kernels were timed, 800 ms after",)
+    a = adv.advise_kernels(_DRIFT_KERNELS, 0.5, [16], [10], 5e-6, compute_flags=flags, compute_drift_s=(0.2, 0.8))
+    sc = a.scenarios[0]
+    at = {c: adv.advise_kernels(_DRIFT_KERNELS, c, [16], [10], 5e-6).scenarios[0] for c in (0.2, 0.8)}
+    assert sc.drift is not None and sc.drift.holds and sc.answer == at[0.2].answer == at[0.8].answer == "powersgd"
+    assert sc.drift.claim_low == pytest.approx(at[0.2].claim(at[0.2].lead))
+    assert sc.drift.claim_high == pytest.approx(at[0.8].claim(at[0.8].lead))
+    line = ptext.summaries(a)[0]
+    lo, hi = sorted((sc.drift.claim_low, sc.drift.claim_high))
+    assert f"compute drifted 200–800 ms a step during the run: the same answer at both ends, powersgd {lo:.2f}–{hi:.2f}× vs bf16" in line
+    assert "cannot be trusted" not in line and a.untrusted_for(sc) == [] and a.untrusted() == []
+    assert "every answer is the same at both ends" in a.untrusted_reasons()[0]
+    from gcbench.report.advice import trust_line
+
+    assert "drifted 200–800 ms during the run: every answer above is the same at both ends" in trust_line(a)
+
+
+def test_a_compute_drift_that_moves_the_answer_keeps_it_in_doubt_and_says_how() -> None:
+    """With overlap, a longer backward pass hides more of the exchange: at 0.8 s of compute the bf16 all-reduce is as
+    fast as powersgd, at 0.2 s powersgd pays 1.6×, so a measurement that drifted across that span cannot answer."""
+    flags = ("drifted: 200 ms per step before the kernels were timed, 800 ms after",)
+    a = adv.advise_kernels(_DRIFT_KERNELS, 0.5, [16], [10], 5e-6, overlap=True, compute_flags=flags, compute_drift_s=(0.2, 0.8))
+    sc = a.scenarios[0]
+    assert sc.drift is not None and not sc.drift.holds
+    line = ptext.summaries(a)[0]
+    assert "compute drifted 200–800 ms a step during the run, and the answer moves with it: powersgd at 200 ms, none pays at 800 ms" in line
+    assert "cannot be trusted" in line and a.untrusted() == a.untrusted_for(sc) == ["compute per step (drifted)"]
