@@ -79,9 +79,9 @@ def test_a_taken_master_port_is_one_error_line(tmp_path: Path) -> None:
 
 
 def test_an_absent_rank_0_is_one_error_line_after_the_timeout(tmp_path: Path) -> None:
-    line = _one_error_line(_train(tmp_path, ["--timeout", "3"], RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+    line = _one_error_line(_train(tmp_path, ["--timeout", "1"], RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                                   MASTER_PORT=str(_free_port())))
-    assert "rendezvous failed (rank 1 of 2" in line and "rank 0 at 127.0.0.1" in line and "did not join within 3 s" in line
+    assert "rendezvous failed (rank 1 of 2" in line and "rank 0 at 127.0.0.1" in line and "did not join within 1 s" in line
 
 
 def test_a_timeout_too_short_to_connect_is_one_error_line(tmp_path: Path) -> None:
