@@ -71,7 +71,7 @@ class ComputeDrift:
     high_s: float
     answer_low: str  # :attr:`Scenario.answer` priced at ``low_s``
     answer_high: str
-    claim_low: float  # :attr:`Scenario.lead`'s speed-up over the claims' baseline at ``low_s``
+    claim_low: float  # the speed-up over the claims' baseline at ``low_s`` of :attr:`Scenario.lead` at the median
     claim_high: float
 
     @property

@@ -135,13 +135,18 @@ def advise_kernels(kernels: KernelSet, compute_s: float, workers: Sequence[int],
             sc, bf16_origin = priced(compute_s)
             if compute_drift_s is not None:  # the same cluster at each end of the drift: does the answer move with it?
                 lo, hi = (priced(c)[0] for c in compute_drift_s)
-                sc = dataclasses.replace(sc, drift=ComputeDrift(*compute_drift_s, lo.answer, hi.answer, lo.claim(lo.lead),
-                                                                hi.claim(hi.lead)))
+                sc = dataclasses.replace(sc, drift=ComputeDrift(*compute_drift_s, lo.answer, hi.answer,
+                                                                _claim_of(lo, sc.lead.label), _claim_of(hi, sc.lead.label)))
             scenarios.append(sc)
     return Advice(kernels.model, kernels, compute_s, compute_origin, latency_s, tuple(scenarios), fidelity_origin,
                   topology=topology, overlap=overlap, calibration=calibration, compute_flags=tuple(compute_flags),
                   baseline=baseline, bf16_origin=bf16_origin, convergence_origin=convergence_origin,
                   candidates=candidates, compute_drift_s=compute_drift_s)
+
+
+def _claim_of(sc: Scenario, label: str) -> float:
+    """The speed-up over the claims' baseline of the compressor ``label`` on the cluster ``sc``."""
+    return sc.claim(next(s for s in sc.steps if s.label == label))
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def drift_note(sc: Scenario) -> str:
     d = sc.drift
     if d is None:
         return ""
-    span = f"compute drifted {1e3 * d.low_s:.3g}–{1e3 * d.high_s:.3g} ms a step during the run"
+    span = f"compute drifted {1e3 * d.low_s:.3g}–{1e3 * d.high_s:.3g} ms a step"
     if not d.holds:
         return (f"; {span}, and the answer moves with it: {d.answer_low} at {1e3 * d.low_s:.3g} ms, "
                 f"{d.answer_high} at {1e3 * d.high_s:.3g} ms")

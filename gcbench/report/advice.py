@@ -57,8 +57,7 @@ def trust_line(adv: Advice) -> str:
     compute = "given" if adv.compute_origin == "given" else "this machine's CPU (--compute-ms prices the cluster's devices)"
     drift = adv.compute_drift_s
     if drift is not None and adv.drift_holds:  # the drift is said, and why it is not among the flags
-        compute += (f", drifted {1e3 * drift[0]:.3g}–{1e3 * drift[1]:.3g} ms during the run: every answer above is the same at "
-                    "both ends")
+        compute += f", drifted {1e3 * drift[0]:.3g}–{1e3 * drift[1]:.3g} ms: every answer above is the same at both ends"
     return f"{head}; compute {1e3 * adv.compute_s:.3g} ms a step, {compute}; kernels on {adv.kernels.device}."
 
 

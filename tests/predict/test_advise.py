@@ -448,12 +448,12 @@ def test_a_compute_drift_that_leaves_the_answer_where_it_was_is_no_reason_to_dis
     assert sc.drift.claim_high == pytest.approx(at[0.8].claim(at[0.8].lead))
     line = ptext.summaries(a)[0]
     lo, hi = sorted((sc.drift.claim_low, sc.drift.claim_high))
-    assert f"compute drifted 200–800 ms a step during the run: the same answer at both ends, powersgd {lo:.2f}–{hi:.2f}× vs bf16" in line
+    assert f"compute drifted 200–800 ms a step: the same answer at both ends, powersgd {lo:.2f}–{hi:.2f}× vs bf16" in line
     assert "cannot be trusted" not in line and a.untrusted_for(sc) == [] and a.untrusted() == []
     assert "every answer is the same at both ends" in a.untrusted_reasons()[0]
     from gcbench.report.advice import trust_line
 
-    assert "drifted 200–800 ms during the run: every answer above is the same at both ends" in trust_line(a)
+    assert "drifted 200–800 ms: every answer above is the same at both ends" in trust_line(a)
 
 
 def test_a_compute_drift_that_moves_the_answer_keeps_it_in_doubt_and_says_how() -> None:
@@ -464,5 +464,5 @@ def test_a_compute_drift_that_moves_the_answer_keeps_it_in_doubt_and_says_how() 
     sc = a.scenarios[0]
     assert sc.drift is not None and not sc.drift.holds
     line = ptext.summaries(a)[0]
-    assert "compute drifted 200–800 ms a step during the run, and the answer moves with it: powersgd at 200 ms, none pays at 800 ms" in line
+    assert "compute drifted 200–800 ms a step, and the answer moves with it: powersgd at 200 ms, none pays at 800 ms" in line
     assert "cannot be trusted" in line and a.untrusted() == a.untrusted_for(sc) == ["compute per step (drifted)"]
