@@ -169,7 +169,8 @@ def _predictions(records: list[dict[str, Any]]) -> None:
     from gcbench.train.prediction import prediction_line, transport_line
 
     ok = [r for r in records if r.get("status") == "ok"]
-    lines = [x for x in (prediction_line(r["label"], r["training"].get("prediction")) for r in ok) if x]
+    lines = [x for x in (prediction_line(r["label"], r["training"].get("prediction"), r["training"].get("peer_wait"))
+                         for r in ok) if x]
     how = transport_line(ok[0]["training"].get("transport")) if ok else None
     for line in [*lines, *([how] if how and lines else [])]:
         plain(line)

@@ -301,7 +301,7 @@ def check_payload_sizes(compressor: Compressor, payloads: list[Any], verify: boo
 
 
 def _bucket_stats(state: HookState, index: int, xs: list[torch.Tensor], transport: TorchTransport, times: ChainTimes,
-                  write_s: float, payloads_ok: bool = True) -> BucketStats:
+                  write_s: float, payloads_ok: bool = True, ready_at: float | None = None) -> BucketStats:
     legs: list[LegBytes] = transport.legs
     return BucketStats(
         bucket=index, numel=sum(x.numel() for x in xs), units=len(xs), protocol=state.protocol,
@@ -312,7 +312,7 @@ def _bucket_stats(state: HookState, index: int, xs: list[torch.Tensor], transpor
         compress_s=times.compress_s, communicate_s=times.communicate_s, decompress_s=times.decompress_s + write_s,
         promised_bytes=sum(leg.promised for leg in legs), overhead_bytes=sum(leg.overhead for leg in legs),
         padding_bytes=sum(leg.padding for leg in legs), wire_bytes=sum(leg.wire for leg in legs),
-        wire_verified=payloads_ok and all(leg.verified for leg in legs),
+        wire_verified=payloads_ok and all(leg.verified for leg in legs), ready_at=ready_at,
     )
 
 
@@ -322,6 +322,7 @@ def queued(state: HookState, xs: list[torch.Tensor], states: list[State], device
 
     Records the run's statistics as bucket ``index`` (``last``: the step's last record).
     """
+    ready_at = time.monotonic()  # DDP hands the bucket over as its gradients are ready on this worker
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else None
     devices = [device] if cuda else None  # (the CUDA path is written to PyTorch's rules but was tested on gloo/CPU only)
@@ -339,7 +340,7 @@ def queued(state: HookState, xs: list[torch.Tensor], states: list[State], device
         out = write(outcome.aggregates)
         if sync is not None:
             sync()
-        state.stats.add(_bucket_stats(state, index, xs, transport, times, time.perf_counter() - t0, ok), last)
+        state.stats.add(_bucket_stats(state, index, xs, transport, times, time.perf_counter() - t0, ok, ready_at), last)
         return out
 
     done = then(state.queue, start, devices)

@@ -42,6 +42,9 @@ class BucketStats:
     padding_bytes: int = 0
     wire_bytes: int = 0
     wire_verified: bool | None = None
+    # time.monotonic() when DDP handed this worker the bucket (its gradients were ready): held against the other workers'
+    # on one host, the time this worker waited for a slower one (gcbench.train.case.peer_wait)
+    ready_at: float | None = None
 
 
 def wire_ratio(wire: float, overhead: float, padding: float, promised: float) -> float | None:
@@ -64,6 +67,12 @@ class StepStats:
                 "overhead_bytes", "padding_bytes", "wire_bytes")
         return {"step": self.step, **{k: self.total(k) for k in keys}, "wire_verified": self.wire_verified,
                 "buckets": [asdict(b) for b in self.buckets]}
+
+    @property
+    def ready_at(self) -> float | None:
+        """When this worker's backward pass handed over its last bucket (time.monotonic(); None where a bucket has none)."""
+        ready = [b.ready_at for b in self.buckets if b.ready_at is not None]
+        return max(ready) if ready and len(ready) == len(self.buckets) else None
 
     @property
     def wire_verified(self) -> bool | None:

@@ -39,6 +39,14 @@ class StepTime(Model):
     decompress_s: Num | None = None
 
 
+class PeerWait(Model):
+    """What each worker waited per step for the slowest to finish its backward pass (:func:`gcbench.train.case.peer_wait`):
+    the mean over ranks of each rank's mean, and those means."""
+
+    mean_s: Num
+    per_rank_s: list[Num]
+
+
 class TrainBytes(Model):
     payload_bytes_per_step: Num | None = None
     payload_bytes_per_worker: Num | None = None
@@ -107,6 +115,7 @@ class Training(Model):
     train_time_s: Num | None = None
     step_time: StepTime | None = None
     step_time_per_rank: list[StepTime] | None = None
+    peer_wait: PeerWait | None = None  # one host's workers only; files before it have none
     bytes: TrainBytes | None = None
     replicas_consistent: Bool | None = None
     diverged: Bool | None = None

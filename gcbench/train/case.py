@@ -27,6 +27,32 @@ def _median(vals: Sequence[float]) -> float | None:
     return float(np.median(vals)) if len(vals) else None
 
 
+def peer_wait(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How long each worker waited per step for the slowest one to finish its backward pass: per step, the latest
+    ``ready_at`` of any rank less this rank's (the first step, which builds DDP's buckets, left out), as each rank's
+    mean and their mean.  The mean, not the median: which worker is slower changes from step to step (on two CPU
+    workers each waited 0 in over half the steps and up to 4 ms in the others), so a median of zero hides what the
+    waiting adds to the run.  The step model prices workers in step, so this is the part of a measured step (inside the
+    hook's communicate time) it leaves out.  None with one worker, or where the ranks' clocks cannot be compared (not
+    one host, or a step without a time)."""
+    clocks = {r.get("clock") for r in ranks}
+    if len(ranks) < 2 or len(clocks) != 1 or not next(iter(clocks)):
+        return None
+    n = min(len(r["steps"]) for r in ranks)
+    if n == 0:
+        return None
+    waits: list[list[float]] = [[] for _ in ranks]
+    for i in range(1 if n > 1 else 0, n):
+        ready = [r["steps"][i].get("ready_at") for r in ranks]
+        if any(t is None for t in ready):
+            return None
+        last = max(ready)
+        for w, t in zip(waits, ready, strict=True):
+            w.append(last - t)
+    per_rank = [float(np.mean(w)) for w in waits]
+    return {"mean_s": float(np.mean(per_rank)), "per_rank_s": per_rank}
+
+
 def _hook_info(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Rank 0's hook description, with the wire verification of every rank (verified only if every rank's was;
     the largest ratio of bytes on the wire to promised bytes).  Summaries without it (older workers) keep theirs."""
@@ -101,6 +127,7 @@ def build_record(spec: Spec, ranks: list[dict[str, Any]], cfg: TrainConfig, task
         "train_time_s": r0["train_time_s"],
         "step_time": step_time,
         "step_time_per_rank": per_rank,
+        "peer_wait": peer_wait(ranks),
         # rank 0's raw per-step samples (the first step included), so runs can be compared statistically
         "step_samples_rank0": {k: [s[k] for s in r0["steps"]] for k in (*keys, "payload_bytes")},
         "bytes": {

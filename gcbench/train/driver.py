@@ -119,7 +119,7 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec, devi
     hook = register_compressor_hook(ddp, compressor, seed=cfg.seed, granularity=cfg.granularity, process_group=ctx.group)
     opt = task.optimizer(ddp.parameters(), float(cfg.lr))  # type: ignore[arg-type]  # resolved() filled every default
     curve: list[dict[str, Any]] = []
-    steps: list[dict[str, float]] = []
+    steps: list[dict[str, float | None]] = []  # ready_at: None where a bucket has no time
     train_time = 0.0
     diverged = False
     step = 0
@@ -142,7 +142,7 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec, devi
             # the asynchronous hook's parts overlap the backward pass, so the step less all of them is a lower
             # bound of compute (and the network model's compute + parts, which assumes no overlap, an upper bound of the step)
             steps.append({"total_s": dt, **parts, "compute_s": max(0.0, dt - sum(parts.values())),
-                          **{k: s.total(k) for k in ("payload_bytes", "sent_bytes", "dense_bytes")}})
+                          **{k: s.total(k) for k in ("payload_bytes", "sent_bytes", "dense_bytes")}, "ready_at": s.ready_at})
             train_time += dt
             loss_sum += float(loss.detach())
             n += 1
@@ -170,7 +170,20 @@ def train_one(ctx: WorkerContext, task: Task, cfg: TrainConfig, spec: Spec, devi
         "train_time_s": train_time,
         "threads": torch.get_num_threads(),
         "device": str(device),
+        "clock": _clock(),
     }
+
+
+def _clock() -> str:
+    """Which clock this worker's ``ready_at`` times are on: its host and boot (time.monotonic() agrees across the
+    processes of one boot of one host, so the workers' times can be held against each other only where these agree)."""
+    import socket
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
 
 
 def _placed(ctx: WorkerContext, cfg: TrainConfig, task: Task) -> tuple[torch.device, dict[str, Any]]:

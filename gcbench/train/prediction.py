@@ -173,8 +173,10 @@ def _predict_plan(record: dict[str, Any], st: dict[str, Any], transport: dict[st
             "cluster": "measured local transport"}
 
 
-def prediction_line(label: str, prediction: dict[str, Any] | None) -> str | None:
-    """``topk: measured 41.2 ms ± 1.3 per step, advise predicted 38.0 ms (8% under)``, or None without a prediction."""
+def prediction_line(label: str, prediction: dict[str, Any] | None, peer_wait: dict[str, Any] | None = None) -> str | None:
+    """``topk: measured 41.2 ms ± 1.3 per step, advise predicted 38.0 ms (8% under)``, or None without a prediction;
+    with ``peer_wait`` (:func:`gcbench.train.case.peer_wait`) how much of the measured step was waiting for the slowest
+    worker, which the model, pricing workers in step, leaves out."""
     if not prediction or prediction.get("step_s") is None or not prediction.get("measured_step_s"):
         return None
     measured, predicted = float(prediction["measured_step_s"]), float(prediction["step_s"])
@@ -182,8 +184,13 @@ def prediction_line(label: str, prediction: dict[str, Any] | None) -> str | None
     pm = f" ± {spread * 1e3:.{_digits(spread * 1e3)}f}" if spread is not None else ""
     gap = (predicted - measured) / measured
     how = "exact" if abs(gap) < 0.005 else f"{abs(gap):.0%} {'under' if gap < 0 else 'over'}"
-    return (f"{label}: measured {measured * 1e3:.{_digits(measured * 1e3)}f} ms{pm} per step, advise predicted "
+    line = (f"{label}: measured {measured * 1e3:.{_digits(measured * 1e3)}f} ms{pm} per step, advise predicted "
             f"{predicted * 1e3:.{_digits(predicted * 1e3)}f} ms ({how})")
+    if peer_wait and peer_wait.get("mean_s") is not None:
+        wait = float(peer_wait["mean_s"]) * 1e3
+        line += (f"; a worker waited {wait:.{_digits(wait)}f} ms a step on average for the slowest one's backward pass, "
+                 "which the model leaves out")
+    return line
 
 
 def _digits(ms: float) -> int:

@@ -55,8 +55,11 @@ def test_user_factory_trains_on_two_gloo_processes_and_is_held_against_advise(tm
         pred, transport = tr["prediction"], tr["transport"]
         assert transport["workers"] == 2 and transport["bandwidth_gbps"] > 0 and transport["latency_s"] > 0
         assert pred["step_s"] > pred["compute_s"] >= 0 and pred["measured_step_s"] == tr["step_time"]["total_s"]
-        line = prediction_line(case["label"], pred)
-        assert line is not None and line in " ".join(res.output.split())
+        wait = tr["peer_wait"]  # two workers of one host: each one's mean wait for the slower one's backward
+        assert len(wait["per_rank_s"]) == 2 and min(wait["per_rank_s"]) >= 0
+        assert wait["mean_s"] == pytest.approx(sum(wait["per_rank_s"]) / 2)
+        line = prediction_line(case["label"], pred, wait)
+        assert line is not None and "for the slowest one's backward pass" in line and line in " ".join(res.output.split())
     assert "transport measured here: 2 workers" in " ".join(res.output.split())
 
 
@@ -198,6 +201,38 @@ def test_prediction_line_says_how_far_and_which_way() -> None:
     over = prediction_line("none", {"step_s": 0.005, "measured_step_s": 0.004, "measured_spread_s": None})
     assert over == "none: measured 4.00 ms per step, advise predicted 5.00 ms (25% over)"
     assert prediction_line("x", {"step_s": None, "error": "cannot price"}) is None
+    waited = prediction_line("none", {"step_s": 0.005, "measured_step_s": 0.004}, {"mean_s": 0.00047, "per_rank_s": [0.0004, 0.00054]})
+    assert waited == ("none: measured 4.00 ms per step, advise predicted 5.00 ms (25% over); a worker waited 0.470 ms a step on "
+                      "average for the slowest one's backward pass, which the model leaves out")
+
+
+def _rank(ready: list[float | None], clock: str = "host/boot") -> dict[str, Any]:
+    return {"clock": clock, "steps": [{"ready_at": t} for t in ready]}
+
+
+def test_peer_wait_is_each_workers_mean_wait_for_the_slowest_backward_on_one_clock() -> None:
+    """Which worker is slower changes from step to step: each waits 0 in some steps, so each rank's mean, not its median."""
+    from gcbench.train.case import peer_wait
+
+    # step 0 (DDP building its buckets) is left out; then rank 1 is 2 ms late, rank 0 is 1 ms late, rank 1 is 3 ms late
+    got = peer_wait([_rank([0.0, 10.0, 20.001, 30.0]), _rank([5.0, 10.002, 20.0, 30.003])])
+    assert got is not None
+    assert got["per_rank_s"] == pytest.approx([(0.002 + 0 + 0.003) / 3, (0 + 0.001 + 0) / 3])
+    assert got["mean_s"] == pytest.approx((0.005 / 3 + 0.001 / 3) / 2)
+    assert peer_wait([_rank([1.0, 2.0])]) is None  # one worker waits for nobody
+    assert peer_wait([_rank([1.0, 2.0]), _rank([1.0, 2.0], clock="other/boot")]) is None  # clocks of two hosts
+    assert peer_wait([_rank([1.0, 2.0]), _rank([1.0, None])]) is None  # a step without its time
+    assert peer_wait([_rank([1.0]), _rank([1.5])]) == {"mean_s": pytest.approx(0.25), "per_rank_s": [pytest.approx(0.5), 0.0]}
+
+
+def test_a_steps_ready_time_is_its_last_buckets() -> None:
+    from gcbench.distributed.hook_stats import BucketStats, StepStats
+
+    def bucket(i: int, ready: float | None) -> BucketStats:
+        return BucketStats(i, 4, 1, "allreduce", "allreduce", 16, 16, 16, 1, 0.0, 0.0, 0.0, ready_at=ready)
+
+    assert StepStats(0, [bucket(0, 3.0), bucket(1, 5.0)]).ready_at == 5.0
+    assert StepStats(0, [bucket(0, 3.0), bucket(1, None)]).ready_at is None and StepStats(0, []).ready_at is None
 
 
 def test_spread_is_half_the_interquartile_range_after_the_first_step() -> None:
