@@ -89,7 +89,7 @@ def compare(
     measured; its warm-up and local_steps apply in converge and train).
     """
     from gcbench.measure.runner import own_momentum, run_suite
-    from gcbench.measure.suite import compare_suite
+    from gcbench.measure.suite_options import compare_suite
     from gcbench.results.verdict import sweep_entries
 
     given = compressor_specs(compressors, with_plans(compressor, plan))

@@ -67,8 +67,9 @@ def run(
     A plan's rules are measured; its warm-up and local_steps apply in converge and train.
     """
     from gcbench.measure.runner import run_suite
-    from gcbench.measure.suite import apply_overrides, duplicate_configs, find_suite, load_suite, suite_label
+    from gcbench.measure.suite import duplicate_configs, find_suite, load_suite, suite_label
     from gcbench.measure.suite_checks import require_trusted_code
+    from gcbench.measure.suite_options import apply_overrides
     from gcbench.results.parse import as_cases
 
     suite, model = suite_arg(suite), model_arg(model)

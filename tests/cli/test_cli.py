@@ -462,7 +462,7 @@ def test_every_option_is_declared_once_in_the_cli_package() -> None:
 def test_the_library_functions_the_commands_call_check_and_build_what_the_commands_did() -> None:
     """compare's suite, the bench gate and the link ranges live in the library, where a script can call them too."""
     from gcbench.core.errors import GcbenchError, ParamError
-    from gcbench.measure.suite import compare_suite
+    from gcbench.measure.suite_options import compare_suite
     from gcbench.predict.network import compute_seconds, latency_seconds
     from gcbench.results.gate import bench_gate
 

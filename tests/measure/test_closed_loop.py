@@ -14,7 +14,8 @@ from gcbench.measure.granularity import make_units
 from gcbench.measure.runner import run_suite
 from gcbench.measure.source_data import ClosedLoopData
 from gcbench.measure.stream import DenseReference
-from gcbench.measure.suite import apply_overrides, compare_suite, parse_suite
+from gcbench.measure.suite import parse_suite
+from gcbench.measure.suite_options import apply_overrides, compare_suite
 from gcbench.results.store import load_run
 from gcbench.sources.live import LiveSource
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gcbench.core.errors import GcbenchError
-from gcbench.measure.suite import SUITE_DIR, apply_overrides, load_suite, measurement_suites, parse_suite
+from gcbench.measure.suite import SUITE_DIR, load_suite, measurement_suites, parse_suite
+from gcbench.measure.suite_options import apply_overrides
 
 GOOD = {
     "name": "t",
