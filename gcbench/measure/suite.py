@@ -145,11 +145,26 @@ class SourceSpec(_Strict):
 
 
 class CompressorSpec(_Strict):
-    """One compressor configuration of a suite."""
+    """One compressor configuration of a suite: a table, or a SPEC string as on the command line."""
 
     name: str
     label: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_spec(cls, value: Any) -> Any:
+        """``"qsgd:s=7,bucket=512"`` stands for ``{name = "qsgd", params = {s = 7, bucket = 512}}`` and ``"plan:FILE"`` for
+        ``{name = "plan", params = {file = "FILE"}}``, so ``compressors = ["topk", "dgc:density=0.01"]`` reads as ``-c`` does."""
+        if not isinstance(value, str):
+            return value
+        if value.startswith("plan:"):
+            return {"name": "plan", "params": {"file": value.removeprefix("plan:")}}
+        try:
+            name, params = registry.parse_spec(value)
+        except GcbenchError as exc:
+            raise ValueError(str(exc)) from None
+        return {"name": name, "params": params}
 
 
 class MetricsSpec(_Strict):
@@ -317,7 +332,8 @@ def _format_pydantic(where: str, err: ValidationError) -> str:
         if rng is not None:  # the whole range, not pydantic's one bound ("less than or equal to 1024")
             msg = f"must be in {rng}"
         got = e.get("input")
-        got_text = "" if e["type"] in ("missing",) or isinstance(got, dict) else f", got {got!r}"
+        # a missing key has no value, and our own checks (value errors) say what they got where it helps
+        got_text = "" if e["type"] in ("missing", "value_error") or isinstance(got, dict) else f", got {got!r}"
         if e["type"] == "extra_forbidden":
             msg, got_text = "unknown key", ""
         lines.append(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}{got_text}")

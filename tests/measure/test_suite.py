@@ -268,3 +268,19 @@ def test_no_bundled_suite_measures_a_configuration_twice() -> None:
 
     for path in measurement_suites():
         assert duplicate_configs(load_suite(path)) == [], path.name
+
+
+def test_a_compressor_may_be_a_spec_string_as_on_the_command_line(tmp_path: Path) -> None:
+    """`compressors = ["topk", "qsgd:s=7"]` was "Input should be a valid dictionary"; it reads as `-c` does, to the same
+    suite as the tables (same hash), and a bad SPEC is one line naming the entry."""
+    tables = parse_suite({**GOOD, "compressors": [{"name": "topk"}, {"name": "qsgd", "params": {"s": 7, "bucket": 512}},
+                                                  {"name": "lgc", "params": {"channels": "8/16/32"}}]})
+    strings = parse_suite({**GOOD, "compressors": ["topk", "qsgd:s=7,bucket=512", "lgc:channels=8/16/32"]})
+    assert strings.labels() == tables.labels() and strings.hash() == tables.hash()
+    plan_file = tmp_path / "small.toml"
+    plan_file.write_text('[plan]\nname = "small"\n\n[[plan.rule]]\ndefault = true\ncompressor = "topk"\n')
+    by_table = parse_suite({**GOOD, "compressors": [{"name": "plan", "params": {"file": str(plan_file)}}]})
+    by_string = parse_suite({**GOOD, "compressors": [f"plan:{plan_file}"]})
+    assert by_string.labels() == by_table.labels() == ["plan:small"] and by_string.hash() == by_table.hash()
+    assert _err({**GOOD, "compressors": ["topk:density=5"]}) == "x.toml: compressors[0]: topk.density: must be in (0, 1], got 5"
+    assert _err({**GOOD, "compressors": ["nosuch"]}).startswith("x.toml: compressors[0]: unknown compressor 'nosuch' (known: ")
